@@ -1,0 +1,12 @@
+/* Clocks. Thread-safe. */
+#ifndef KILN_BASE_TIME_H
+#define KILN_BASE_TIME_H
+
+#include <stdint.h>
+
+/* Monotonic time in nanoseconds (CLOCK_MONOTONIC): for durations. */
+int64_t kiln_time_monotonic_ns(void);
+/* Wall-clock time in unix milliseconds: for timestamps users see. */
+int64_t kiln_time_unix_ms(void);
+
+#endif /* KILN_BASE_TIME_H */

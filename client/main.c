@@ -1,0 +1,76 @@
+/* kiln: the thin CLI for kilnd. Parses settings (defaults < config file < KILN_*
+ * environment < flags), finds the command, makes its RPCs, prints, and exits with
+ * a code that says what class of failure happened. Links no MLIR or LLVM. */
+#include <stdio.h>
+#include <string.h>
+
+#include "client/cli.h"
+
+static const struct {
+  const char *name;
+  kiln_cli_command_fn_t fn;
+  const char *summary;
+} commands[] = {
+    {"info", kiln_cli_info, "what kilnd is: version, compiler, HAL version, targets and aliases"},
+    {"health", kiln_cli_health, "is kilnd serving? (grpc.health.v1 Check)"},
+    {"stats", kiln_cli_stats, "uptime and calls by method and status"},
+};
+
+static void print_usage(void) {
+  printf("usage: kiln [options] COMMAND\n\nThe kiln client: talks to kilnd over gRPC.\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    printf("  %-10s %s\n", commands[i].name, commands[i].summary);
+  }
+  printf("\noptions (before or after the command):\n");
+  kiln_config_print_help(kiln_cli_settings_table(), stdout);
+  printf("\nexit status:\n"
+         "  0  success\n"
+         "  1  kilnd answered with an error\n"
+         "  2  bad command, flag or value\n"
+         "  3  kilnd could not be reached\n"
+         "  4  kilnd did not answer within --timeout\n"
+         "  5  kilnd is up but not serving\n");
+}
+
+int main(int argc, char **argv) {
+  const kiln_config_table_t *table = kiln_cli_settings_table();
+  kiln_cli_settings_t settings;
+  memset(&settings, 0, sizeof settings);
+  const char *positional[16];
+  size_t npos = 0;
+  kiln_status_t status = kiln_config_load(table, &settings, "config", argc, argv, positional,
+                                          sizeof positional / sizeof positional[0], &npos);
+  int code = KILN_EXIT_USAGE;
+  if (status) {
+    fprintf(stderr, "kiln: %s\n", kiln_status_message(status));
+    kiln_status_free(status);
+  } else if (settings.help || (npos > 0 && strcmp(positional[0], "help") == 0)) {
+    print_usage();
+    code = KILN_EXIT_OK;
+  } else if (settings.version) {
+    printf("kiln %s\n", KILN_VERSION);
+    code = KILN_EXIT_OK;
+  } else if (npos == 0) {
+    fprintf(stderr, "kiln: no command given (try `kiln info`, or `kiln --help`)\n");
+  } else {
+    size_t i = 0;
+    for (; i < sizeof commands / sizeof commands[0]; i++) {
+      if (strcmp(commands[i].name, positional[0]) == 0) break;
+    }
+    if (i == sizeof commands / sizeof commands[0]) {
+      fprintf(stderr, "kiln: unknown command '%s' (see `kiln --help`)\n", positional[0]);
+    } else {
+      kiln_client_t *client = NULL;
+      status = kiln_client_create(settings.addr, settings.timeout_ms, settings.max_message_bytes, &client);
+      if (status) {
+        fprintf(stderr, "kiln: %s\n", kiln_status_message(status));
+        kiln_status_free(status);
+      } else {
+        code = commands[i].fn(&settings, client, (int)npos - 1, positional + 1);
+        kiln_client_destroy(client);
+      }
+    }
+  }
+  kiln_config_deinit(table, &settings);
+  return code;
+}

@@ -1,0 +1,38 @@
+/* Compiler identity. The only state is the LLVM version string, formatted once
+ * under pthread_once from LLVMGetVersion (the library actually loaded, which may
+ * be a newer patch release than the headers kiln was built with) into a static
+ * buffer that is read-only afterwards. */
+#include "compiler/identity.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+#include <llvm-c/Core.h>
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "0.1.0" /* the build normally defines this from the project version */
+#endif
+
+/* "4294967295.4294967295.4294967295" plus the NUL fits. */
+static char llvm_version[40];
+static pthread_once_t llvm_version_once = PTHREAD_ONCE_INIT;
+
+static void format_llvm_version(void) {
+  unsigned major = 0, minor = 0, patch = 0;
+  LLVMGetVersion(&major, &minor, &patch);
+  snprintf(llvm_version, sizeof llvm_version, "%u.%u.%u", major, minor, patch);
+}
+
+void kiln_compiler_identity_get(kiln_compiler_identity_t *out_identity) {
+  pthread_once(&llvm_version_once, format_llvm_version);
+  out_identity->name = "kiln-mlir";
+  out_identity->version = KILN_VERSION;
+  out_identity->llvm_version = llvm_version;
+  out_identity->mlir_version = llvm_version;
+}
+
+uint32_t kiln_compiler_hal_module_version(void) { return KILN_HAL_MODULE_VERSION; }
+
+uint32_t kiln_compiler_vm_bytecode_version(void) {
+  return (KILN_VM_BYTECODE_VERSION_MAJOR << 16) | KILN_VM_BYTECODE_VERSION_MINOR;
+}

@@ -1,0 +1,65 @@
+/* The RPC method table and the environment handlers run in.
+ *
+ * A unary handler is a function from a decoded request to a response built in the
+ * call's arena (kiln_arena_t): it allocates every field there and frees nothing.
+ * The server decodes, calls the handler on the loop thread, encodes, sends, counts
+ * and logs. Handlers must not block: anything slower than about a millisecond goes
+ * to a worker (later issues add the asynchronous method kinds for that).
+ * Loop thread only.
+ */
+#ifndef KILN_DAEMON_RPC_H
+#define KILN_DAEMON_RPC_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/arena.h"
+#include "base/status.h"
+#include "daemon/settings.h"
+#include "daemon/stats.h"
+
+/* What handlers may read about the server. Owned by the server; borrowed. */
+typedef struct kilnd_rpc_env_s {
+  const kilnd_settings_t *settings;
+  const kilnd_stats_t *stats;
+  int64_t start_unix_ms;
+  int64_t start_monotonic_ns;
+  const char *hostname;
+  bool draining; /* SIGTERM received: finishing in-flight calls */
+} kilnd_rpc_env_t;
+
+/* Builds the response for `request` in `arena`. On success *out_response is set;
+ * on failure the returned status is the call's gRPC status. */
+typedef kiln_status_t (*kilnd_unary_fn_t)(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+                                          const ProtobufCMessage *request,
+                                          ProtobufCMessage **out_response);
+
+typedef struct kilnd_method_s {
+  const char *path; /* "/kiln.v1.Kiln/GetServerInfo" */
+  const ProtobufCMessageDescriptor *request_descriptor;
+  kilnd_unary_fn_t handler;
+} kilnd_method_t;
+
+/* Methods this kilnd serves; borrowed, static storage. Thread-safe. */
+const kilnd_method_t *kilnd_rpc_methods(size_t *out_count);
+
+/* Every method of the kiln.v1 and grpc.health.v1 contracts, served or not, so that
+ * stats can name known-but-unserved methods. NULL-terminated, static. Thread-safe. */
+const char *const *kilnd_rpc_known_paths(void);
+
+/* The message for a method of the contract this build does not serve, or for a
+ * path that is not in the contract at all. Thread-safe. */
+kiln_status_t kilnd_rpc_unserved(const char *path);
+
+/* Handlers (one rpc_<method>.c each). */
+kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+                                        const ProtobufCMessage *request,
+                                        ProtobufCMessage **out_response);
+kiln_status_t kilnd_rpc_get_stats(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+                                  const ProtobufCMessage *request, ProtobufCMessage **out_response);
+kiln_status_t kilnd_rpc_health_check(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+                                     const ProtobufCMessage *request,
+                                     ProtobufCMessage **out_response);
+
+#endif /* KILN_DAEMON_RPC_H */

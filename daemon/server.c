@@ -1,0 +1,539 @@
+/* kilnd's gRPC server.
+ *
+ * Threads. One thread pumps the completion queue (grpc_completion_queue_next) and
+ * hands every (tag, ok) event to the libuv loop through a locked array plus
+ * uv_async_send; the loop drains the whole array per wake-up, because sends
+ * coalesce. All call state is touched on the loop thread only, so it needs no
+ * locks. gRPC calls made from the loop (start_batch, request_call) are thread-safe
+ * by gRPC's contract.
+ *
+ * A call's life:
+ *   ARMED    a request_call / request_registered_call is outstanding (one per
+ *            method, plus a catch-all that answers UNIMPLEMENTED for anything else)
+ *   ACTIVE   the call arrived: the method is re-armed, the request decoded, the
+ *            handler run, and one batch sends metadata, the response and the status
+ *            together with RECV_CLOSE_ON_SERVER
+ *   freed    when that batch completes: counted in stats, logged, freed
+ *
+ * Shutdown (SIGTERM/SIGINT): grpc_server_shutdown_and_notify stops new calls and
+ * fails the armed requests; in-flight calls finish until drain-timeout, then are
+ * cancelled (a second signal cancels at once). Once the shutdown tag has fired AND
+ * no call or armed request remains, the server is destroyed and the queue shut
+ * down; the queue thread exits on GRPC_QUEUE_SHUTDOWN and the loop closes its
+ * handles, so run() returns. The order matters: gRPC can notify shutdown while call
+ * objects still exist, and destroying the server under them is a use-after-free.
+ */
+#include "daemon/server.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "base/alloc.h"
+#include "base/arena.h"
+#include "base/buf.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "daemon/listen.h"
+#include "daemon/rpc.h"
+#include "daemon/stats.h"
+
+typedef struct tag_s tag_t;
+typedef void (*tag_fn_t)(kilnd_server_t *server, tag_t *tag, bool ok);
+struct tag_s {
+  tag_fn_t fn;
+};
+
+typedef struct event_s {
+  tag_t *tag;
+  bool ok;
+} event_t;
+
+typedef struct call_s {
+  tag_t tag; /* first member: events carry &call->tag */
+  kilnd_server_t *server;
+  const kilnd_method_t *method; /* NULL for the catch-all */
+  size_t method_index;
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_metadata_array request_md;
+  grpc_byte_buffer *payload;    /* registered methods: the request message */
+  grpc_call_details details;    /* catch-all: the method path */
+  grpc_byte_buffer *response;
+  grpc_slice status_details;
+  int client_cancelled;         /* written by RECV_CLOSE_ON_SERVER */
+  kiln_arena_t arena;
+  int64_t start_ns;
+  kiln_status_code_t code;
+  const char *message;          /* in the arena */
+  size_t request_bytes;
+  size_t response_bytes;
+} call_t;
+
+struct kilnd_server_s {
+  const kilnd_settings_t *settings;
+  kilnd_listen_addr_t listen;
+  char *address;
+  char hostname[256];
+
+  grpc_server *server;
+  grpc_completion_queue *cq;
+  const kilnd_method_t *methods;
+  size_t method_count;
+  void **method_handles;
+
+  uv_loop_t loop;
+  bool loop_initialized;
+  uv_async_t async;
+  uv_signal_t sigterm;
+  uv_signal_t sigint;
+  uv_timer_t drain_timer;
+  uv_thread_t cq_thread;
+  bool cq_thread_started;
+
+  /* Shared with the queue thread, under `lock`. */
+  uv_mutex_t lock;
+  event_t *events;
+  size_t n_events;
+  size_t cap_events;
+  bool cq_done;
+
+  /* Loop thread only. */
+  event_t *draining_events; /* swapped with `events` on each wake-up */
+  size_t cap_draining_events;
+  kilnd_stats_t stats;
+  kilnd_rpc_env_t env;
+  size_t live_calls;
+  size_t armed;
+  bool draining;
+  bool shutdown_notified;
+  bool server_destroyed;
+  bool handles_closed;
+  tag_t shutdown_tag;
+};
+
+/* ---- completion-queue thread ------------------------------------------------ */
+
+static void cq_thread_main(void *arg) {
+  kilnd_server_t *server = arg;
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(server->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    uv_mutex_lock(&server->lock);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+      server->cq_done = true;
+    } else if (ev.type == GRPC_OP_COMPLETE) {
+      if (server->n_events == server->cap_events) {
+        server->cap_events = server->cap_events ? server->cap_events * 2 : 64;
+        server->events = kiln_realloc(server->events, server->cap_events * sizeof(event_t));
+      }
+      server->events[server->n_events++] = (event_t){(tag_t *)ev.tag, ev.success != 0};
+    }
+    bool done = server->cq_done;
+    uv_mutex_unlock(&server->lock);
+    uv_async_send(&server->async);
+    if (done) return;
+  }
+}
+
+/* ---- calls -------------------------------------------------------------------- */
+
+static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok);
+static void on_call_done(kilnd_server_t *server, tag_t *tag, bool ok);
+static void maybe_finish_shutdown(kilnd_server_t *server);
+
+static void *arena_alloc_fn(void *data, size_t size) { return kiln_arena_alloc(data, size); }
+static void arena_free_fn(void *data, void *ptr) { (void)data, (void)ptr; }
+
+static void arm(kilnd_server_t *server, const kilnd_method_t *method, size_t index) {
+  call_t *c = kiln_calloc(1, sizeof *c);
+  c->tag.fn = on_call_arrived;
+  c->server = server;
+  c->method = method;
+  c->method_index = index;
+  grpc_metadata_array_init(&c->request_md);
+  grpc_call_details_init(&c->details);
+  kiln_arena_init(&c->arena);
+  grpc_call_error err;
+  if (method) {
+    err = grpc_server_request_registered_call(server->server, server->method_handles[index],
+                                              &c->call, &c->deadline, &c->request_md,
+                                              &c->payload, server->cq, server->cq, &c->tag);
+  } else {
+    err = grpc_server_request_call(server->server, &c->call, &c->details, &c->request_md,
+                                   server->cq, server->cq, &c->tag);
+  }
+  if (err != GRPC_CALL_OK) {
+    /* Only possible while shutting down; nothing to serve then. */
+    kiln_log(KILN_LOG_DEBUG, "arm_failed", "grpc_call_error=%d", (int)err);
+    grpc_metadata_array_destroy(&c->request_md);
+    grpc_call_details_destroy(&c->details);
+    kiln_arena_deinit(&c->arena);
+    kiln_free(c);
+    return;
+  }
+  server->armed++;
+}
+
+static void free_call(call_t *c) {
+  if (c->call) grpc_call_unref(c->call);
+  if (c->payload) grpc_byte_buffer_destroy(c->payload);
+  if (c->response) grpc_byte_buffer_destroy(c->response);
+  grpc_slice_unref(c->status_details);
+  grpc_metadata_array_destroy(&c->request_md);
+  grpc_call_details_destroy(&c->details);
+  kiln_arena_deinit(&c->arena);
+  kiln_free(c);
+}
+
+/* Runs the method: decode, handle, encode. Returns a failed status or sets
+ * c->response. */
+static kiln_status_t run_method(kilnd_server_t *server, call_t *c) {
+  if (!c->payload) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message is missing",
+                       c->method->path);
+  }
+  grpc_byte_buffer_reader reader;
+  if (!grpc_byte_buffer_reader_init(&reader, c->payload)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message cannot be read",
+                       c->method->path);
+  }
+  grpc_slice bytes = grpc_byte_buffer_reader_readall(&reader);
+  grpc_byte_buffer_reader_destroy(&reader);
+  c->request_bytes = GRPC_SLICE_LENGTH(bytes);
+  ProtobufCAllocator allocator = {arena_alloc_fn, arena_free_fn, &c->arena};
+  ProtobufCMessage *request = protobuf_c_message_unpack(
+      c->method->request_descriptor, &allocator, GRPC_SLICE_LENGTH(bytes), GRPC_SLICE_START_PTR(bytes));
+  grpc_slice_unref(bytes);
+  if (!request) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "%s: the request is not a valid %s message (%zu bytes)", c->method->path,
+                       c->method->request_descriptor->name, c->request_bytes);
+  }
+  ProtobufCMessage *response = NULL;
+  KILN_RETURN_IF_ERROR(c->method->handler(&server->env, &c->arena, request, &response));
+  size_t size = protobuf_c_message_get_packed_size(response);
+  if (size > server->settings->max_message_bytes) {
+    return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
+                       "%s: the response is %zu bytes, over max-message-bytes (%" PRIu64 ")",
+                       c->method->path, size, server->settings->max_message_bytes);
+  }
+  grpc_slice slice = grpc_slice_malloc(size);
+  protobuf_c_message_pack(response, GRPC_SLICE_START_PTR(slice));
+  c->response = grpc_raw_byte_buffer_create(&slice, 1);
+  grpc_slice_unref(slice);
+  c->response_bytes = size;
+  return NULL;
+}
+
+static void send_reply(kilnd_server_t *server, call_t *c, kiln_status_t status) {
+  c->code = kiln_status_code(status);
+  c->message = kiln_arena_strdup(&c->arena, kiln_status_message(status));
+  c->status_details = grpc_slice_from_copied_string(c->message);
+  kiln_status_free(status);
+
+  grpc_op ops[4];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  if (c->response && c->code == KILN_STATUS_OK) {
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = c->response;
+  }
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = (grpc_status_code)c->code;
+  ops[n++].data.send_status_from_server.status_details =
+      c->code == KILN_STATUS_OK ? NULL : &c->status_details;
+  ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  ops[n++].data.recv_close_on_server.cancelled = &c->client_cancelled;
+  c->tag.fn = on_call_done;
+  grpc_call_error err = grpc_call_start_batch(c->call, ops, n, &c->tag, NULL);
+  if (err != GRPC_CALL_OK) {
+    kiln_log(KILN_LOG_ERROR, "rpc_send_failed", "grpc_call_error=%d", (int)err);
+    on_call_done(server, &c->tag, false);
+  }
+}
+
+static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
+  call_t *c = (call_t *)tag;
+  server->armed--;
+  if (!ok) {
+    /* The server is shutting down and failed this armed request. */
+    free_call(c);
+    maybe_finish_shutdown(server);
+    return;
+  }
+  server->live_calls++;
+  server->stats.calls_in_flight++;
+  c->start_ns = kiln_time_monotonic_ns();
+  if (!server->draining) arm(server, c->method, c->method_index);
+
+  kiln_status_t status;
+  if (c->method) {
+    status = run_method(server, c);
+  } else {
+    char *path = grpc_slice_to_c_string(c->details.method);
+    status = kilnd_rpc_unserved(path);
+    gpr_free(path);
+  }
+  send_reply(server, c, status);
+}
+
+/* The static path under which stats count a catch-all call. */
+static const char *known_path(const grpc_slice path) {
+  for (const char *const *p = kilnd_rpc_known_paths(); *p; p++) {
+    if (grpc_slice_str_cmp(path, *p) == 0) return *p;
+  }
+  return NULL;
+}
+
+static void on_call_done(kilnd_server_t *server, tag_t *tag, bool ok) {
+  call_t *c = (call_t *)tag;
+  kiln_status_code_t code = c->code;
+  if (!ok || c->client_cancelled) code = KILN_STATUS_CANCELLED;
+  const char *method = c->method ? c->method->path : known_path(c->details.method);
+  kilnd_stats_record(&server->stats, method, code);
+
+  if (kiln_log_enabled(KILN_LOG_INFO)) {
+    kiln_buf_t fields;
+    kiln_buf_init(&fields);
+    if (method) {
+      kiln_log_kv_str(&fields, "method", method);
+    } else {
+      char *path = grpc_slice_to_c_string(c->details.method);
+      kiln_log_kv_str(&fields, "method", path);
+      gpr_free(path);
+    }
+    char *peer = grpc_call_get_peer(c->call);
+    kiln_log_kv_str(&fields, "peer", peer);
+    gpr_free(peer);
+    kiln_buf_appendf(&fields, " code=%s dur_us=%" PRId64 " req_bytes=%zu resp_bytes=%zu",
+                     kiln_status_code_name(code), (kiln_time_monotonic_ns() - c->start_ns) / 1000,
+                     c->request_bytes, c->response_bytes);
+    if (c->code != KILN_STATUS_OK) kiln_log_kv_str(&fields, "msg", c->message);
+    kiln_log_fields(code == KILN_STATUS_OK ? KILN_LOG_INFO : KILN_LOG_WARN, "rpc", &fields);
+    kiln_buf_deinit(&fields);
+  }
+
+  free_call(c);
+  server->live_calls--;
+  server->stats.calls_in_flight--;
+  maybe_finish_shutdown(server);
+}
+
+/* ---- shutdown ------------------------------------------------------------------- */
+
+static void close_handles(kilnd_server_t *server) {
+  if (server->handles_closed) return;
+  server->handles_closed = true;
+  uv_close((uv_handle_t *)&server->async, NULL);
+  uv_close((uv_handle_t *)&server->sigterm, NULL);
+  uv_close((uv_handle_t *)&server->sigint, NULL);
+  uv_close((uv_handle_t *)&server->drain_timer, NULL);
+}
+
+static void maybe_finish_shutdown(kilnd_server_t *server) {
+  if (!server->shutdown_notified || server->live_calls || server->armed || server->server_destroyed) {
+    return;
+  }
+  grpc_server_destroy(server->server);
+  server->server = NULL;
+  server->server_destroyed = true;
+  uv_timer_stop(&server->drain_timer);
+  /* The queue thread sees GRPC_QUEUE_SHUTDOWN once the queue is empty. */
+  grpc_completion_queue_shutdown(server->cq);
+}
+
+static void on_shutdown_notified(kilnd_server_t *server, tag_t *tag, bool ok) {
+  (void)tag, (void)ok;
+  server->shutdown_notified = true;
+  maybe_finish_shutdown(server);
+}
+
+static void on_drain_timeout(uv_timer_t *timer) {
+  kilnd_server_t *server = timer->data;
+  if (server->server_destroyed) return;
+  kiln_log(KILN_LOG_WARN, "drain_timeout", "cancelled_calls=%zu timeout_ms=%" PRId64,
+           server->live_calls, server->settings->drain_timeout_ms);
+  grpc_server_cancel_all_calls(server->server);
+}
+
+void kilnd_server_request_stop(kilnd_server_t *server) {
+  if (server->draining) {
+    if (!server->server_destroyed) {
+      kiln_log(KILN_LOG_WARN, "drain_aborted", "cancelled_calls=%zu", server->live_calls);
+      grpc_server_cancel_all_calls(server->server);
+    }
+    return;
+  }
+  server->draining = true;
+  server->env.draining = true;
+  kiln_log(KILN_LOG_INFO, "draining", "in_flight=%zu timeout_ms=%" PRId64, server->live_calls,
+           server->settings->drain_timeout_ms);
+  grpc_server_shutdown_and_notify(server->server, server->cq, &server->shutdown_tag);
+  uv_timer_start(&server->drain_timer, on_drain_timeout, (uint64_t)server->settings->drain_timeout_ms, 0);
+}
+
+static void on_signal(uv_signal_t *handle, int signum) {
+  kilnd_server_t *server = handle->data;
+  kiln_log(KILN_LOG_INFO, "signal", "signal=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  kilnd_server_request_stop(server);
+}
+
+/* ---- loop ------------------------------------------------------------------------ */
+
+static void on_async(uv_async_t *handle) {
+  kilnd_server_t *server = handle->data;
+  uv_mutex_lock(&server->lock);
+  /* Swap arrays so the queue thread can keep appending while we run handlers. */
+  event_t *events = server->events;
+  size_t n = server->n_events;
+  size_t cap = server->cap_events;
+  server->events = server->draining_events;
+  server->cap_events = server->cap_draining_events;
+  server->n_events = 0;
+  bool cq_done = server->cq_done;
+  uv_mutex_unlock(&server->lock);
+  server->draining_events = events;
+  server->cap_draining_events = cap;
+
+  for (size_t i = 0; i < n; i++) events[i].tag->fn(server, events[i].tag, events[i].ok);
+
+  if (cq_done && !server->handles_closed) {
+    uv_thread_join(&server->cq_thread);
+    server->cq_thread_started = false;
+    close_handles(server);
+  }
+}
+
+/* ---- public ---------------------------------------------------------------------- */
+
+kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kilnd_server_t **out_server) {
+  *out_server = NULL;
+  kilnd_server_t *server = kiln_calloc(1, sizeof *server);
+  server->settings = settings;
+  server->shutdown_tag.fn = on_shutdown_notified;
+  kilnd_stats_init(&server->stats);
+  if (gethostname(server->hostname, sizeof server->hostname - 1) != 0) server->hostname[0] = '\0';
+  server->env.settings = settings;
+  server->env.stats = &server->stats;
+  server->env.hostname = server->hostname;
+  server->env.start_unix_ms = kiln_time_unix_ms();
+  server->env.start_monotonic_ns = kiln_time_monotonic_ns();
+
+  kiln_status_t status = kilnd_listen_parse(settings->listen, &server->listen);
+  if (!status) status = kilnd_listen_preflight(&server->listen);
+  if (status) {
+    kilnd_listen_addr_deinit(&server->listen);
+    kiln_free(server);
+    return status;
+  }
+
+  grpc_init();
+  grpc_arg args[3];
+  memset(args, 0, sizeof args);
+  int max_message = (int)settings->max_message_bytes; /* bounded to INT32_MAX by the table */
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = max_message;
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+  args[1].value.integer = max_message;
+  /* On by default: two daemons could silently share a port. */
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+  args[2].value.integer = 0;
+  grpc_channel_args channel_args = {sizeof args / sizeof args[0], args};
+  server->server = grpc_server_create(&channel_args, NULL);
+  server->cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(server->server, server->cq, NULL);
+
+  server->methods = kilnd_rpc_methods(&server->method_count);
+  server->method_handles = kiln_calloc(server->method_count, sizeof(void *));
+  for (size_t i = 0; i < server->method_count; i++) {
+    server->method_handles[i] = grpc_server_register_method(
+        server->server, server->methods[i].path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+  }
+
+  char *target = kilnd_listen_grpc_target(&server->listen);
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  int port = grpc_server_add_http2_port(server->server, target, creds);
+  grpc_server_credentials_release(creds);
+  if (port == 0) {
+    status = KILN_STATUS(KILN_STATUS_UNAVAILABLE,
+                         "cannot listen on %s: gRPC could not bind it (address in use or not "
+                         "local to this host?)",
+                         target);
+    kiln_free(target);
+    grpc_server_destroy(server->server);
+    grpc_completion_queue_shutdown(server->cq);
+    grpc_completion_queue_destroy(server->cq);
+    grpc_shutdown();
+    kiln_free(server->method_handles);
+    kilnd_listen_addr_deinit(&server->listen);
+    kiln_free(server);
+    return status;
+  }
+  kiln_free(target);
+  server->address = kilnd_listen_client_address(&server->listen, port);
+
+  uv_loop_init(&server->loop);
+  server->loop_initialized = true;
+  uv_mutex_init(&server->lock);
+  uv_async_init(&server->loop, &server->async, on_async);
+  server->async.data = server;
+  uv_signal_init(&server->loop, &server->sigterm);
+  server->sigterm.data = server;
+  uv_signal_start(&server->sigterm, on_signal, SIGTERM);
+  uv_signal_init(&server->loop, &server->sigint);
+  server->sigint.data = server;
+  uv_signal_start(&server->sigint, on_signal, SIGINT);
+  uv_timer_init(&server->loop, &server->drain_timer);
+  server->drain_timer.data = server;
+
+  grpc_server_start(server->server);
+  for (size_t i = 0; i < server->method_count; i++) arm(server, &server->methods[i], i);
+  arm(server, NULL, 0);
+  *out_server = server;
+  return NULL;
+}
+
+const char *kilnd_server_address(const kilnd_server_t *server) { return server->address; }
+
+kiln_status_t kilnd_server_run(kilnd_server_t *server) {
+  if (uv_thread_create(&server->cq_thread, cq_thread_main, server) != 0) {
+    return KILN_STATUS(KILN_STATUS_INTERNAL, "cannot start the completion-queue thread");
+  }
+  server->cq_thread_started = true;
+  uv_run(&server->loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+void kilnd_server_destroy(kilnd_server_t *server) {
+  if (!server) return;
+  if (!server->server_destroyed && server->server) {
+    /* run() never drained: shut down synchronously. */
+    if (!server->draining) grpc_server_shutdown_and_notify(server->server, server->cq, &server->shutdown_tag);
+    grpc_server_cancel_all_calls(server->server);
+  }
+  if (server->loop_initialized) {
+    if (!server->handles_closed) close_handles(server);
+    uv_run(&server->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&server->loop);
+    uv_mutex_destroy(&server->lock);
+  }
+  if (server->cq) grpc_completion_queue_destroy(server->cq);
+  grpc_shutdown();
+  kiln_free(server->events);
+  kiln_free(server->draining_events);
+  kiln_free(server->method_handles);
+  kiln_free(server->address);
+  kilnd_listen_addr_deinit(&server->listen);
+  kiln_free(server);
+}

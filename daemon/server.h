@@ -1,0 +1,35 @@
+/* kilnd's server: the gRPC C core on one completion-queue thread, and a libuv loop
+ * that owns everything else (call state, handlers, timers, signals).
+ *
+ * Lifecycle: kilnd_server_create binds and starts listening; kilnd_server_run runs
+ * the loop until SIGTERM/SIGINT (or kilnd_server_request_stop) has drained the
+ * in-flight calls, then returns; kilnd_server_destroy frees what is left.
+ * All functions: loop thread only (the thread that calls run).
+ */
+#ifndef KILN_DAEMON_SERVER_H
+#define KILN_DAEMON_SERVER_H
+
+#include "base/status.h"
+#include "daemon/settings.h"
+
+typedef struct kilnd_server_s kilnd_server_t;
+
+/* Binds settings->listen and starts the gRPC server. `settings` is borrowed and must
+ * outlive the server. On success *out_server is owned by the caller; the address
+ * clients should use is kilnd_server_address(). Errors name the address and why
+ * (in use: UNAVAILABLE; malformed: INVALID_ARGUMENT). */
+kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kilnd_server_t **out_server);
+
+/* "127.0.0.1:41234" or "unix:/run/kiln.sock": where clients reach this server.
+ * Borrowed, valid until destroy. */
+const char *kilnd_server_address(const kilnd_server_t *server);
+
+/* Runs until shut down by a signal; returns NULL after a clean drain. */
+kiln_status_t kilnd_server_run(kilnd_server_t *server);
+
+/* Starts the same drain a SIGTERM starts. */
+void kilnd_server_request_stop(kilnd_server_t *server);
+
+void kilnd_server_destroy(kilnd_server_t *server);
+
+#endif /* KILN_DAEMON_SERVER_H */

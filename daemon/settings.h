@@ -1,0 +1,29 @@
+/* kilnd's settings: one struct, described once by the config table in settings.c,
+ * which serves the config file, KILND_* variables and command-line flags alike.
+ * Loop thread only (read-only after start-up, so any thread may read it then). */
+#ifndef KILN_DAEMON_SETTINGS_H
+#define KILN_DAEMON_SETTINGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/config.h"
+
+#define KILN_DEFAULT_LISTEN "127.0.0.1:7477"
+
+typedef struct kilnd_settings_s {
+  char *config;            /* --config FILE (read before everything but defaults) */
+  char *listen;            /* HOST:PORT, [V6]:PORT or unix:PATH */
+  char *state_dir;         /* cache, index, lock and address files */
+  char *log_level;         /* debug|info|warn|error */
+  uint64_t max_message_bytes; /* largest gRPC message received or sent */
+  int64_t drain_timeout_ms;   /* grace for in-flight calls on SIGTERM */
+  bool print_config;
+  bool help;
+  bool version;
+} kilnd_settings_t;
+
+/* The table; borrowed, static storage. Thread-safe. */
+const kiln_config_table_t *kilnd_settings_table(void);
+
+#endif /* KILN_DAEMON_SETTINGS_H */

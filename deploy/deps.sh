@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages kiln needs to build, test and run, and nothing
+# when they are all present (so it is cheap to call before every build).
+# Runs apt-get as root, or through sudo.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake pkg-config
+  # LLVM/MLIR 22: the built-in compiler; lld links AMDGPU code objects
+  llvm-22-dev libmlir-22-dev mlir-22-tools lld-22
+  # the service
+  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libsqlite3-dev sqlite3
+  # JSON output of the CLI (json-c: well kept, no hand-written JSON)
+  libjson-c-dev
+  # tests: cmocka units; the interop client is Python with Debian's grpcio
+  libcmocka-dev protobuf-compiler python3 python3-grpcio python3-protobuf valgrind
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "kiln: installing ${#missing[@]} missing package(s): ${missing[*]}" >&2
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+  else
+    echo "kiln: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q >&2
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
