@@ -1,8 +1,11 @@
 /* Growable NUL-terminated buffer. Invariant: data[len] == '\0' and
- * len < capacity whenever data is allocated. */
+ * len < capacity whenever data is allocated; after kiln_buf_take the buffer holds
+ * no memory (data NULL, capacity 0) until the next append. */
 #include "base/buf.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -22,14 +25,15 @@ void kiln_buf_deinit(kiln_buf_t *buf) {
 
 void kiln_buf_clear(kiln_buf_t *buf) {
   buf->len = 0;
-  buf->data[0] = '\0';
+  if (buf->data) buf->data[0] = '\0';
 }
 
 void kiln_buf_reserve(kiln_buf_t *buf, size_t extra) {
+  if (extra > SIZE_MAX - buf->len - 1) abort(); /* no buffer can be that large */
   size_t need = buf->len + extra + 1;
   if (need <= buf->capacity) return;
   size_t cap = buf->capacity ? buf->capacity : 64;
-  while (cap < need) cap *= 2;
+  while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
   buf->data = kiln_realloc(buf->data, cap);
   buf->capacity = cap;
 }
@@ -49,10 +53,10 @@ void kiln_buf_appendvf(kiln_buf_t *buf, const char *fmt, va_list ap) {
   va_list copy;
   va_copy(copy, ap);
   size_t room = buf->capacity - buf->len;
-  int n = vsnprintf(buf->data + buf->len, room, fmt, copy);
+  int n = vsnprintf(buf->data ? buf->data + buf->len : NULL, room, fmt, copy);
   va_end(copy);
   if (n < 0) {
-    buf->data[buf->len] = '\0';
+    if (buf->data) buf->data[buf->len] = '\0';
     return;
   }
   if ((size_t)n >= room) {
@@ -99,6 +103,7 @@ void kiln_buf_append_logfmt_value(kiln_buf_t *buf, const char *s) {
 
 char *kiln_buf_take(kiln_buf_t *buf) {
   char *s = buf->data;
-  kiln_buf_init(buf);
+  buf->data = NULL;
+  buf->len = buf->capacity = 0;
   return s;
 }

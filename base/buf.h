@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 typedef struct kiln_buf_s {
-  char *data;      /* NUL-terminated; never NULL after init */
+  char *data;      /* NUL-terminated; NULL only after kiln_buf_take */
   size_t len;      /* bytes used, excluding the NUL */
   size_t capacity; /* bytes allocated */
 } kiln_buf_t;
@@ -30,7 +30,9 @@ void kiln_buf_appendvf(kiln_buf_t *buf, const char *fmt, va_list ap)
  * '=' or control character; otherwise double-quoted with \" \\ \n \t and \xHH
  * escapes. */
 void kiln_buf_append_logfmt_value(kiln_buf_t *buf, const char *s);
-/* Hands the string to the caller (free with kiln_free) and re-initializes buf. */
+/* Hands the string to the caller (free with kiln_free). The buffer is left empty
+ * and holding no memory (data NULL): it may be appended to again, and
+ * kiln_buf_deinit on it is a no-op. */
 char *kiln_buf_take(kiln_buf_t *buf);
 
 #endif /* KILN_BASE_BUF_H */

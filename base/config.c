@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "base/alloc.h"
 
@@ -133,8 +134,9 @@ static kiln_status_t set_option(const kiln_config_option_t *opt, void *settings,
         }
       }
       char **s = dst;
+      char *copy = kiln_strdup(value); /* before the free: value may be *s itself */
       kiln_free(*s);
-      *s = kiln_strdup(value);
+      *s = copy;
       return NULL;
     }
     case KILN_CONFIG_BOOL: {
@@ -206,6 +208,13 @@ kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *sett
                                     const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) return KILN_STATUS_ERRNO(errno, "cannot open config file %s", path);
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "config file %s is not a regular file; name a file of name = value lines",
+                       path);
+  }
   kiln_status_t status = NULL;
   char *line = NULL;
   size_t cap = 0;
@@ -246,7 +255,9 @@ kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *sett
 
 static void env_name(const kiln_config_table_t *table, const kiln_config_option_t *opt,
                      char *out, size_t cap) {
-  size_t n = (size_t)snprintf(out, cap, "%s", table->env_prefix ? table->env_prefix : "");
+  int written = snprintf(out, cap, "%s", table->env_prefix ? table->env_prefix : "");
+  size_t n = written < 0 ? 0 : (size_t)written;
+  if (n >= cap) n = cap - 1; /* truncated: snprintf returned the untruncated length */
   for (const char *p = opt->name; *p && n + 1 < cap; p++) {
     out[n++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
   }
@@ -401,6 +412,11 @@ void kiln_config_dump(const kiln_config_table_t *table, const void *settings, ki
     const kiln_config_option_t *opt = &table->options[i];
     if (opt->flags & (KILN_CONFIG_CLI_ONLY | KILN_CONFIG_NO_DUMP)) continue;
     const void *src = (const char *)settings + opt->offset;
+    if (opt->type == KILN_CONFIG_STRING && !*(char *const *)src) {
+      /* Unset is not the empty string: leave it out so the dump re-parses. */
+      kiln_buf_appendf(out, "# %s is unset\n", opt->name);
+      continue;
+    }
     kiln_buf_appendf(out, "%s = ", opt->name);
     switch (opt->type) {
       case KILN_CONFIG_STRING: {

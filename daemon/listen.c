@@ -65,8 +65,24 @@ kiln_status_t kilnd_listen_parse(const char *text, kilnd_listen_addr_t *out_addr
 static kiln_status_t preflight_unix(const char *path) {
   struct stat st;
   if (lstat(path, &st) != 0) {
-    if (errno == ENOENT) return NULL; /* gRPC creates it */
-    return KILN_STATUS_ERRNO(errno, "cannot listen on unix:%s", path);
+    if (errno != ENOENT) return KILN_STATUS_ERRNO(errno, "cannot listen on unix:%s", path);
+    /* gRPC creates the socket, but not its directory. */
+    char *dir = kiln_strdup(path);
+    char *slash = strrchr(dir, '/');
+    kiln_status_t status = NULL;
+    if (slash) {
+      if (slash == dir) slash[1] = '\0';
+      else *slash = '\0';
+      struct stat dst;
+      if (stat(dir, &dst) != 0 || !S_ISDIR(dst.st_mode)) {
+        status = KILN_STATUS(KILN_STATUS_NOT_FOUND,
+                             "cannot listen on unix:%s: directory %s does not exist; create it "
+                             "or choose another path",
+                             path, dir);
+      }
+    }
+    kiln_free(dir);
+    return status;
   }
   if (!S_ISSOCK(st.st_mode)) {
     return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,

@@ -1,7 +1,7 @@
 /* GetServerInfo: who this kilnd is, what it compiles with, for which targets, and
  * which HAL module and VM bytecode versions its artifacts carry. Pure: reads the
  * static target registry and the compiler identity. */
-#include <unistd.h>
+#include <string.h>
 
 #include "compiler/identity.h"
 #include "compiler/targets.h"
@@ -52,6 +52,18 @@ kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, kiln_arena_t
   resp->start_time_unix_ms = env->start_unix_ms;
   resp->hostname = kiln_arena_strdup(arena, env->hostname ? env->hostname : "");
   resp->max_message_bytes = env->settings->max_message_bytes;
+
+  /* features: the Kiln methods this build serves, from the method table itself. */
+  static const char prefix[] = "/kiln.v1.Kiln/";
+  size_t n_methods;
+  const kilnd_method_t *methods = kilnd_rpc_methods(&n_methods);
+  resp->features = kiln_arena_calloc(arena, n_methods, sizeof(char *));
+  for (size_t i = 0; i < n_methods; i++) {
+    if (strncmp(methods[i].path, prefix, sizeof prefix - 1) == 0) {
+      resp->features[resp->n_features++] =
+          kiln_arena_strdup(arena, methods[i].path + sizeof prefix - 1);
+    }
+  }
   *out_response = &resp->base;
   return NULL;
 }
