@@ -53,7 +53,8 @@ int kiln_config_parse_size(const char *text, uint64_t *out_bytes) {
     static const struct { const char *suffix; uint64_t mult; } units[] = {
         {"b", 1},           {"k", 1ull << 10}, {"kb", 1000},        {"kib", 1ull << 10},
         {"m", 1ull << 20},  {"mb", 1000000},   {"mib", 1ull << 20}, {"g", 1ull << 30},
-        {"gb", 1000000000}, {"gib", 1ull << 30}, {"t", 1ull << 40}, {"tib", 1ull << 40},
+        {"gb", 1000000000}, {"gib", 1ull << 30}, {"t", 1ull << 40}, {"tb", 1000000000000ull},
+        {"tib", 1ull << 40},
     };
     size_t i = 0;
     for (; i < sizeof units / sizeof units[0]; i++) {
@@ -209,11 +210,11 @@ kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *sett
   FILE *f = fopen(path, "r");
   if (!f) return KILN_STATUS_ERRNO(errno, "cannot open config file %s", path);
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+  /* A directory opens fine and reads as empty on Linux; pipes (/dev/stdin) are fine. */
+  if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
     fclose(f);
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "config file %s is not a regular file; name a file of name = value lines",
-                       path);
+                       "config file %s is a directory; name a file of name = value lines", path);
   }
   kiln_status_t status = NULL;
   char *line = NULL;

@@ -68,8 +68,10 @@ static void log_v(kiln_log_level_t level, const char *event, const kiln_status_t
   kiln_buf_init(&line);
   start_line(&line, level, event);
   if (fields_fmt && *fields_fmt) {
+    size_t before = line.len;
     kiln_buf_append_char(&line, ' ');
     kiln_buf_appendvf(&line, fields_fmt, ap);
+    if (line.len == before + 1) line.data[line.len = before] = '\0'; /* nothing formatted */
   }
   if (status) {
     kiln_buf_appendf(&line, " code=%s", kiln_status_code_name(kiln_status_code(status)));
