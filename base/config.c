@@ -399,7 +399,9 @@ void kiln_config_print_help(const kiln_config_table_t *table, FILE *out) {
     if (opt->default_value && opt->type != KILN_CONFIG_BOOL) {
       fprintf(out, " [default: %s]", opt->default_value);
     }
-    if (!(opt->flags & KILN_CONFIG_CLI_ONLY) && table->env_prefix) {
+    /* The config file itself is also named by the environment (kiln_config_load). */
+    bool has_env = !(opt->flags & KILN_CONFIG_CLI_ONLY) || strcmp(opt->name, "config") == 0;
+    if (has_env && table->env_prefix) {
       char name[128];
       env_name(table, opt, name, sizeof name);
       fprintf(out, " (env %s)", name);

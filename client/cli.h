@@ -20,13 +20,17 @@
 #define KILN_EXIT_NOT_SERVING 5 /* kilnd is up but reports NOT_SERVING */
 
 #define KILN_CLI_DEFAULT_ADDR "127.0.0.1:7477"
+#define KILN_CLI_DEFAULT_TIMEOUT_MS 10000
+#define KILN_CLI_LONG_TIMEOUT_MS (3600 * 1000) /* cache verify and gc read the whole store */
 
 typedef struct kiln_cli_settings_s {
   char *config;
   char *addr;
-  int64_t timeout_ms;
+  int64_t timeout_ms; /* 0: not given, each command uses its default */
   uint64_t max_message_bytes;
   char *service;
+  bool dry_run;
+  uint64_t max_bytes;
   bool json;
   bool help;
   bool version;
@@ -48,6 +52,10 @@ int kiln_cli_report(const kiln_cli_settings_t *settings, const char *what, kiln_
 
 int kiln_cli_info(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 int kiln_cli_health(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
+/* `kiln cache stats|verify|gc|pin|unpin`. */
+int kiln_cli_cache(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
+/* The deadline a command uses: --timeout when given, else its default. */
+int64_t kiln_cli_timeout_ms(const kiln_cli_settings_t *settings, bool long_running);
 int kiln_cli_stats(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 
 #endif /* KILN_CLIENT_CLI_H */

@@ -46,7 +46,8 @@ int kiln_cli_info(const kiln_cli_settings_t *settings, kiln_client_t *client, in
   } else {
     kiln_buf_t up;
     kiln_buf_init(&up);
-    format_duration(&up, kiln_time_unix_ms() - info->start_time_unix_ms);
+    int64_t up_ms = kiln_time_unix_ms() - info->start_time_unix_ms;
+    format_duration(&up, up_ms > 0 ? up_ms : 0); /* clocks of two hosts may disagree */
     printf("kilnd %s at %s (host %s, up %s)\n", info->kiln_version, kiln_client_address(client),
            info->hostname, up.data);
     kiln_buf_deinit(&up);

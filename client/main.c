@@ -14,6 +14,8 @@ static const struct {
     {"info", kiln_cli_info, "what kilnd is: version, compiler, HAL version, targets and aliases"},
     {"health", kiln_cli_health, "is kilnd serving? (grpc.health.v1 Check)"},
     {"stats", kiln_cli_stats, "uptime and calls by method and status"},
+    {"cache", kiln_cli_cache,
+     "the artifact cache: stats | verify [--dry-run] | gc [--max-bytes SIZE] | pin DIGEST | unpin DIGEST"},
 };
 
 static void print_usage(void) {
@@ -61,7 +63,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "kiln: unknown command '%s' (see `kiln --help`)\n", positional[0]);
     } else {
       kiln_client_t *client = NULL;
-      status = kiln_client_create(settings.addr, settings.timeout_ms, settings.max_message_bytes, &client);
+      status = kiln_client_create(settings.addr, kiln_cli_timeout_ms(&settings, false),
+                                  settings.max_message_bytes, &client);
       if (status) {
         fprintf(stderr, "kiln: %s\n", kiln_status_message(status));
         kiln_status_free(status);

@@ -58,6 +58,10 @@ void kiln_client_destroy(kiln_client_t *client) {
 
 const char *kiln_client_address(const kiln_client_t *client) { return client->address; }
 
+void kiln_client_set_timeout(kiln_client_t *client, int64_t timeout_ms) {
+  client->timeout_ms = timeout_ms;
+}
+
 kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
                                 const ProtobufCMessage *request,
                                 const ProtobufCMessageDescriptor *response_descriptor,

@@ -18,6 +18,9 @@ kiln_status_t kiln_client_create(const char *address, int64_t timeout_ms,
                                  uint64_t max_message_bytes, kiln_client_t **out_client);
 void kiln_client_destroy(kiln_client_t *client);
 
+/* Changes the deadline of later calls. */
+void kiln_client_set_timeout(kiln_client_t *client, int64_t timeout_ms);
+
 /* The address the client dials. Borrowed. */
 const char *kiln_client_address(const kiln_client_t *client);
 

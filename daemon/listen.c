@@ -54,8 +54,10 @@ kiln_status_t kilnd_listen_parse(const char *text, kilnd_listen_addr_t *out_addr
   errno = 0;
   long port = strtol(colon + 1, &end, 10);
   if (!*host || colon[1] == '\0' || *end || errno || port < 0 || port > 65535) {
+    const char *why = !*host ? "missing host" : colon[1] == '\0' ? "missing port"
+                                                                  : "port must be 0..65535";
     kiln_free(host);
-    return bad_address(text, *colon && colon[1] ? "port must be 0..65535" : "missing host or port");
+    return bad_address(text, why);
   }
   out_addr->host = host;
   out_addr->port = (int)port;
@@ -95,7 +97,14 @@ static kiln_status_t preflight_unix(const char *path) {
   struct sockaddr_un sun = {.sun_family = AF_UNIX};
   memcpy(sun.sun_path, path, strlen(path) + 1);
   int rc = connect(fd, (struct sockaddr *)&sun, sizeof sun);
+  int err = errno;
   close(fd);
+  if (rc != 0 && err != ECONNREFUSED) {
+    /* Alive but not ours to take (e.g. EACCES): gRPC would unlink it. */
+    return KILN_STATUS_ERRNO(err, "cannot listen on unix:%s: a socket is there and it is not "
+                                  "stale; remove it or choose another path",
+                             path);
+  }
   if (rc == 0) {
     return KILN_STATUS(KILN_STATUS_UNAVAILABLE,
                        "cannot listen on unix:%s: address already in use (another process is "

@@ -6,17 +6,23 @@
  * gRPC server, the published address; then the loop runs until SIGTERM/SIGINT
  * has drained in-flight calls.
  *
- * Exit codes: 0 clean stop (also after --help, --version, --print-config);
- * 1 could not start (address in use, state directory unusable) or failed while
- * running; 2 bad flags, environment or config file.
+ * The artifact cache lives in STATE/cache; opening it repairs what a crash left
+ * (see cache/cache.h). `kilnd --verify` checks it offline instead of serving.
+ *
+ * Exit codes: 0 clean stop (also after --help, --version, --print-config, and a
+ * --verify that found nothing wrong); 1 could not start (address in use, state
+ * directory or cache unusable) or failed while running; 2 bad flags, environment
+ * or config file; 3 --verify found problems (repaired unless --dry-run).
  */
 #include <signal.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/buf.h"
 #include "base/log.h"
+#include "cache/cache.h"
 #include "compiler/identity.h"
 #include "daemon/server.h"
 #include "daemon/settings.h"
@@ -24,6 +30,62 @@
 
 #define EXIT_START_FAILURE 1
 #define EXIT_USAGE 2
+#define EXIT_VERIFY_PROBLEMS 3
+
+static const char *const problem_names[] = {"?", "corrupt blob", "missing blob", "orphan blob",
+                                            "stray file"};
+
+/* kilnd --verify: the offline check. */
+static int verify_offline(kiln_cache_t *cache, bool dry_run) {
+  kiln_cache_verify_report_t report;
+  kiln_status_t status = kiln_cache_verify(cache, dry_run, NULL, NULL, &report);
+  if (status) {
+    fprintf(stderr, "kilnd: cannot verify %s: %s\n", kiln_cache_path(cache),
+            kiln_status_message(status));
+    kiln_status_free(status);
+    return EXIT_START_FAILURE;
+  }
+  printf("verified %llu blob(s), %llu bytes, in %lld ms: %zu problem(s)%s\n",
+         (unsigned long long)report.blobs_checked, (unsigned long long)report.bytes_checked,
+         (long long)report.duration_ms, report.n_problems, dry_run ? " (dry run: nothing changed)" : "");
+  for (size_t i = 0; i < report.n_problems; i++) {
+    const kiln_cache_problem_t *p = &report.problems[i];
+    printf("  %-13s %s %s%s\n", problem_names[p->kind <= 4 ? p->kind : 0],
+           *p->digest ? p->digest : "-", p->detail, p->repaired ? "" : " (not repaired)");
+  }
+  int code = report.n_problems ? EXIT_VERIFY_PROBLEMS : 0;
+  kiln_cache_verify_report_deinit(&report);
+  return code;
+}
+
+static kiln_status_t open_cache(const kilnd_settings_t *settings, const kilnd_statedir_t *state,
+                                kiln_cache_t **out_cache) {
+  kiln_buf_t dir;
+  kiln_buf_init(&dir);
+  kiln_buf_appendf(&dir, "%s/cache", state->path);
+  kiln_cache_options_t options = {
+      .capacity_bytes = settings->cache_capacity,
+      .compression = strcmp(settings->cache_compression, "off") == 0 ? KILN_BLOB_COMPRESSION_OFF
+                                                                     : KILN_BLOB_COMPRESSION_AUTO,
+  };
+  kiln_cache_repair_t repair;
+  kiln_status_t status = kiln_cache_open(dir.data, &options, out_cache, &repair);
+  if (!status) {
+    kiln_buf_t fields;
+    kiln_buf_init(&fields);
+    kiln_log_kv_str(&fields, "path", dir.data);
+    kiln_buf_appendf(&fields,
+                     " dangling_rows=%llu orphan_blobs=%llu stray_files=%llu repair_ms=%lld "
+                     "capacity_bytes=%llu",
+                     (unsigned long long)repair.dangling_rows, (unsigned long long)repair.orphan_blobs,
+                     (unsigned long long)repair.stray_files, (long long)repair.duration_ms,
+                     (unsigned long long)settings->cache_capacity);
+    kiln_log_fields(KILN_LOG_INFO, "cache_open", &fields);
+    kiln_buf_deinit(&fields);
+  }
+  kiln_buf_deinit(&dir);
+  return status;
+}
 
 static void print_usage(const kiln_config_table_t *table) {
   printf("usage: kilnd [--listen ADDR] [--state-dir DIR] [--config FILE] [options]\n\n"
@@ -78,11 +140,19 @@ int main(int argc, char **argv) {
   int exit_code = 0;
   kilnd_statedir_t state = {NULL, -1};
   kilnd_server_t *server = NULL;
+  kiln_cache_t *cache = NULL;
   status = kilnd_statedir_open(settings.state_dir, &state);
-  if (!status) status = kilnd_server_create(&settings, &server);
+  if (!status) status = open_cache(&settings, &state, &cache);
+  if (!status && settings.verify) {
+    exit_code = verify_offline(cache, settings.dry_run);
+    kiln_cache_close(cache);
+    kilnd_statedir_close(&state);
+    kiln_config_deinit(table, &settings);
+    return exit_code;
+  }
+  if (!status) status = kilnd_server_create(&settings, cache, &server);
   if (!status) status = kilnd_statedir_publish_address(&state, kilnd_server_address(server));
   if (status) {
-    kiln_log_status(KILN_LOG_ERROR, "start_failed", status, NULL);
     fprintf(stderr, "kilnd: cannot start: %s\n", kiln_status_message(status));
     exit_code = EXIT_START_FAILURE;
   } else {
@@ -102,6 +172,7 @@ int main(int argc, char **argv) {
   }
   kiln_status_free(status);
   kilnd_server_destroy(server);
+  kiln_cache_close(cache);
   kilnd_statedir_close(&state);
   if (exit_code == 0) kiln_log(KILN_LOG_INFO, "stopped", NULL);
   kiln_config_deinit(table, &settings);

@@ -10,10 +10,21 @@
 
 static const kilnd_method_t methods[] = {
     {"/kiln.v1.Kiln/GetServerInfo", &kiln__v1__get_server_info_request__descriptor,
-     kilnd_rpc_get_server_info},
-    {"/kiln.v1.Kiln/GetStats", &kiln__v1__get_stats_request__descriptor, kilnd_rpc_get_stats},
+     kilnd_rpc_get_server_info, false},
+    {"/kiln.v1.Kiln/GetStats", &kiln__v1__get_stats_request__descriptor, kilnd_rpc_get_stats,
+     false},
+    {"/kiln.v1.Kiln/GetCacheStats", &kiln__v1__get_cache_stats_request__descriptor,
+     kilnd_rpc_get_cache_stats, true},
+    {"/kiln.v1.Kiln/VerifyCache", &kiln__v1__verify_cache_request__descriptor,
+     kilnd_rpc_verify_cache, true},
+    {"/kiln.v1.Kiln/CollectGarbage", &kiln__v1__collect_garbage_request__descriptor,
+     kilnd_rpc_collect_garbage, true},
+    {"/kiln.v1.Kiln/PinArtifact", &kiln__v1__pin_artifact_request__descriptor,
+     kilnd_rpc_pin_artifact, true},
+    {"/kiln.v1.Kiln/UnpinArtifact", &kiln__v1__pin_artifact_request__descriptor,
+     kilnd_rpc_unpin_artifact, true},
     {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor,
-     kilnd_rpc_health_check},
+     kilnd_rpc_health_check, false},
 };
 
 /* The contract's methods that later issues implement, each with the capability it
@@ -36,7 +47,9 @@ static const char *const known_paths[] = {
     "/kiln.v1.Kiln/GetServerInfo", "/kiln.v1.Kiln/GetStats",   "/grpc.health.v1.Health/Check",
     "/kiln.v1.Kiln/Compile",       "/kiln.v1.Kiln/WatchJob",   "/kiln.v1.Kiln/CancelJob",
     "/kiln.v1.Kiln/PutSource",     "/kiln.v1.Kiln/GetArtifact", "/kiln.v1.Kiln/FindArtifacts",
-    "/kiln.v1.Kiln/Recompile",     "/grpc.health.v1.Health/Watch", NULL,
+    "/kiln.v1.Kiln/Recompile",     "/grpc.health.v1.Health/Watch", "/kiln.v1.Kiln/GetCacheStats",
+    "/kiln.v1.Kiln/VerifyCache",   "/kiln.v1.Kiln/CollectGarbage", "/kiln.v1.Kiln/PinArtifact",
+    "/kiln.v1.Kiln/UnpinArtifact", NULL,
 };
 
 const kilnd_method_t *kilnd_rpc_methods(size_t *out_count) {

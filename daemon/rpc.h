@@ -16,12 +16,17 @@
 
 #include "base/arena.h"
 #include "base/status.h"
+#include "cache/cache.h"
 #include "daemon/settings.h"
 #include "daemon/stats.h"
 
-/* What handlers may read about the server. Owned by the server; borrowed. */
+/* What handlers may read about the server. Owned by the server; borrowed.
+ * Offloaded handlers (kilnd_method_t.offload) run on a worker thread and may use
+ * only `settings` (read-only after start-up) and `cache` (thread-safe); the rest
+ * is loop-thread state. */
 typedef struct kilnd_rpc_env_s {
   const kilnd_settings_t *settings;
+  kiln_cache_t *cache; /* thread-safe */
   const kilnd_stats_t *stats;
   int64_t start_unix_ms;
   int64_t start_monotonic_ns;
@@ -39,6 +44,9 @@ typedef struct kilnd_method_s {
   const char *path; /* "/kiln.v1.Kiln/GetServerInfo" */
   const ProtobufCMessageDescriptor *request_descriptor;
   kilnd_unary_fn_t handler;
+  /* The handler blocks (SQLite, disk, hashing): run it on libuv's thread pool, never
+   * on the loop. */
+  bool offload;
 } kilnd_method_t;
 
 /* Methods this kilnd serves; borrowed, static storage. Thread-safe. */
@@ -58,6 +66,22 @@ kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, kiln_arena_t
                                         ProtobufCMessage **out_response);
 kiln_status_t kilnd_rpc_get_stats(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
                                   const ProtobufCMessage *request, ProtobufCMessage **out_response);
+/* Cache administration; offloaded. */
+kiln_status_t kilnd_rpc_get_cache_stats(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+                                        const ProtobufCMessage *request,
+                                        ProtobufCMessage **out_response);
+kiln_status_t kilnd_rpc_verify_cache(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+                                     const ProtobufCMessage *request,
+                                     ProtobufCMessage **out_response);
+kiln_status_t kilnd_rpc_collect_garbage(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+                                        const ProtobufCMessage *request,
+                                        ProtobufCMessage **out_response);
+kiln_status_t kilnd_rpc_pin_artifact(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+                                     const ProtobufCMessage *request,
+                                     ProtobufCMessage **out_response);
+kiln_status_t kilnd_rpc_unpin_artifact(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+                                       const ProtobufCMessage *request,
+                                       ProtobufCMessage **out_response);
 kiln_status_t kilnd_rpc_health_check(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
                                      const ProtobufCMessage *request,
                                      ProtobufCMessage **out_response);

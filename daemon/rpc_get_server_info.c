@@ -43,6 +43,12 @@ kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, kiln_arena_t
     info->n_aliases = n_aliases;
     info->aliases = kiln_arena_calloc(arena, n_aliases ? n_aliases : 1, sizeof(char *));
     for (size_t a = 0; a < n_aliases; a++) info->aliases[a] = kiln_arena_strdup(arena, t->aliases[a]);
+    /* What iree-compile needs for the same target: kiln passes the chip, never the
+     * alias, since some aliases are kiln's own. */
+    info->n_compile_flags = 2;
+    info->compile_flags = kiln_arena_calloc(arena, 2, sizeof(char *));
+    info->compile_flags[0] = kiln_arena_sprintf(arena, "--iree-hal-target-device=%s", t->hal_device);
+    info->compile_flags[1] = kiln_arena_sprintf(arena, "--%s=%s", t->chip_flag, t->chip);
     resp->targets[i] = info;
   }
 

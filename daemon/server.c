@@ -11,8 +11,10 @@
  *   ARMED    a request_call / request_registered_call is outstanding (one per
  *            method, plus a catch-all that answers UNIMPLEMENTED for anything else)
  *   ACTIVE   the call arrived: the method is re-armed, the request decoded, the
- *            handler run, and one batch sends metadata, the response and the status
- *            together with RECV_CLOSE_ON_SERVER
+ *            handler run (on the loop, or for methods marked `offload` on libuv's
+ *            thread pool, replying from the loop when it is done), and one batch
+ *            sends metadata, the response and the status together with
+ *            RECV_CLOSE_ON_SERVER
  *   freed    when that batch completes: counted in stats, logged, freed
  *
  * Shutdown (SIGTERM/SIGINT): grpc_server_shutdown_and_notify stops new calls and
@@ -70,6 +72,10 @@ typedef struct call_s {
   grpc_slice status_details;
   int client_cancelled;         /* written by RECV_CLOSE_ON_SERVER */
   kiln_arena_t arena;
+  ProtobufCMessage *request;    /* decoded, in the arena */
+  uv_work_t work;               /* offloaded handlers run on libuv's thread pool */
+  ProtobufCMessage *work_response;
+  kiln_status_t work_status;
   int64_t start_ns;
   kiln_status_code_t code;
   const char *message;          /* in the arena */
@@ -95,6 +101,11 @@ struct kilnd_server_s {
   uv_signal_t sigterm;
   uv_signal_t sigint;
   uv_timer_t drain_timer;
+  uv_timer_t gc_timer;
+  uv_work_t gc_work;
+  bool gc_running;
+  kiln_cache_gc_report_t gc_report;
+  kiln_status_t gc_status;
   uv_thread_t cq_thread;
   bool cq_thread_started;
 
@@ -147,6 +158,9 @@ static void cq_thread_main(void *arg) {
 static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok);
 static void on_call_done(kilnd_server_t *server, tag_t *tag, bool ok);
 static void maybe_finish_shutdown(kilnd_server_t *server);
+static void send_reply(kilnd_server_t *server, call_t *c, kiln_status_t status);
+static void on_work(uv_work_t *work);
+static void on_work_done(uv_work_t *work, int status);
 
 static void *arena_alloc_fn(void *data, size_t size) { return kiln_arena_alloc(data, size); }
 static void arena_free_fn(void *data, void *ptr) { (void)data, (void)ptr; }
@@ -192,9 +206,8 @@ static void free_call(call_t *c) {
   kiln_free(c);
 }
 
-/* Runs the method: decode, handle, encode. Returns a failed status or sets
- * c->response. */
-static kiln_status_t run_method(kilnd_server_t *server, call_t *c) {
+/* Decodes the request message into the call's arena. */
+static kiln_status_t decode_request(call_t *c) {
   if (!c->payload) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message is missing",
                        c->method->path);
@@ -208,16 +221,20 @@ static kiln_status_t run_method(kilnd_server_t *server, call_t *c) {
   grpc_byte_buffer_reader_destroy(&reader);
   c->request_bytes = GRPC_SLICE_LENGTH(bytes);
   ProtobufCAllocator allocator = {arena_alloc_fn, arena_free_fn, &c->arena};
-  ProtobufCMessage *request = protobuf_c_message_unpack(
-      c->method->request_descriptor, &allocator, GRPC_SLICE_LENGTH(bytes), GRPC_SLICE_START_PTR(bytes));
+  c->request = protobuf_c_message_unpack(c->method->request_descriptor, &allocator,
+                                         GRPC_SLICE_LENGTH(bytes), GRPC_SLICE_START_PTR(bytes));
   grpc_slice_unref(bytes);
-  if (!request) {
+  if (!c->request) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "%s: the request is not a valid %s message (%zu bytes)", c->method->path,
                        c->method->request_descriptor->name, c->request_bytes);
   }
-  ProtobufCMessage *response = NULL;
-  KILN_RETURN_IF_ERROR(c->method->handler(&server->env, &c->arena, request, &response));
+  return NULL;
+}
+
+/* Packs the handler's response into c->response. */
+static kiln_status_t encode_response(kilnd_server_t *server, call_t *c,
+                                     const ProtobufCMessage *response) {
   size_t size = protobuf_c_message_get_packed_size(response);
   if (size > server->settings->max_message_bytes) {
     return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
@@ -260,6 +277,27 @@ static void send_reply(kilnd_server_t *server, call_t *c, kiln_status_t status) 
   }
 }
 
+/* Thread pool: runs an offloaded handler. Touches only the call and the parts of
+ * the env that rpc.h declares thread-safe. */
+static void on_work(uv_work_t *work) {
+  call_t *c = work->data;
+  c->work_status =
+      c->method->handler(&c->server->env, &c->arena, c->request, &c->work_response);
+}
+
+/* Loop thread: the offloaded handler finished; encode and reply. */
+static void on_work_done(uv_work_t *work, int status) {
+  call_t *c = work->data;
+  kilnd_server_t *server = c->server;
+  kiln_status_t st = c->work_status;
+  c->work_status = NULL;
+  if (status == UV_ECANCELED && !st) {
+    st = KILN_STATUS(KILN_STATUS_CANCELLED, "%s: cancelled before it ran", c->method->path);
+  }
+  if (!st) st = encode_response(server, c, c->work_response);
+  send_reply(server, c, st);
+}
+
 static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
   call_t *c = (call_t *)tag;
   server->armed--;
@@ -276,7 +314,17 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
 
   kiln_status_t status;
   if (c->method) {
-    status = run_method(server, c);
+    status = decode_request(c);
+    if (!status && c->method->offload) {
+      c->work.data = c;
+      if (uv_queue_work(&server->loop, &c->work, on_work, on_work_done) == 0) return;
+      status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: cannot queue the work", c->method->path);
+    }
+    if (!status) {
+      ProtobufCMessage *response = NULL;
+      status = c->method->handler(&server->env, &c->arena, c->request, &response);
+      if (!status) status = encode_response(server, c, response);
+    }
   } else {
     char *path = grpc_slice_to_c_string(c->details.method);
     status = kilnd_rpc_unserved(path);
@@ -336,6 +384,7 @@ static void close_handles(kilnd_server_t *server) {
   uv_close((uv_handle_t *)&server->sigterm, NULL);
   uv_close((uv_handle_t *)&server->sigint, NULL);
   uv_close((uv_handle_t *)&server->drain_timer, NULL);
+  uv_close((uv_handle_t *)&server->gc_timer, NULL);
 }
 
 static void maybe_finish_shutdown(kilnd_server_t *server) {
@@ -378,12 +427,46 @@ void kilnd_server_request_stop(kilnd_server_t *server) {
            server->settings->drain_timeout_ms);
   grpc_server_shutdown_and_notify(server->server, server->cq, &server->shutdown_tag);
   uv_timer_start(&server->drain_timer, on_drain_timeout, (uint64_t)server->settings->drain_timeout_ms, 0);
+  uv_timer_stop(&server->gc_timer);
 }
 
 static void on_signal(uv_signal_t *handle, int signum) {
   kilnd_server_t *server = handle->data;
   kiln_log(KILN_LOG_INFO, "signal", "signal=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
   kilnd_server_request_stop(server);
+}
+
+/* ---- background eviction ----------------------------------------------------------- */
+
+static void on_gc_work(uv_work_t *work) {
+  kilnd_server_t *server = work->data;
+  server->gc_status = kiln_cache_gc(server->env.cache, 0, &server->gc_report);
+}
+
+static void on_gc_done(uv_work_t *work, int status) {
+  kilnd_server_t *server = work->data;
+  server->gc_running = false;
+  if (server->gc_status) {
+    kiln_log_status(KILN_LOG_ERROR, "cache_gc_failed", server->gc_status, NULL);
+    kiln_status_free(server->gc_status);
+    server->gc_status = NULL;
+  } else if (status == 0 && (server->gc_report.artifacts_evicted || server->gc_report.sources_evicted)) {
+    kiln_log(KILN_LOG_INFO, "cache_gc",
+             "artifacts_evicted=%" PRIu64 " sources_evicted=%" PRIu64 " bytes_freed=%" PRIu64
+             " bytes_stored=%" PRIu64,
+             server->gc_report.artifacts_evicted, server->gc_report.sources_evicted,
+             server->gc_report.bytes_freed, server->gc_report.bytes_stored);
+  }
+}
+
+static void on_gc_timer(uv_timer_t *timer) {
+  kilnd_server_t *server = timer->data;
+  if (server->gc_running || server->draining) return; /* one pass at a time */
+  server->gc_running = true;
+  server->gc_work.data = server;
+  if (uv_queue_work(&server->loop, &server->gc_work, on_gc_work, on_gc_done) != 0) {
+    server->gc_running = false;
+  }
 }
 
 /* ---- loop ------------------------------------------------------------------------ */
@@ -414,10 +497,12 @@ static void on_async(uv_async_t *handle) {
 
 /* ---- public ---------------------------------------------------------------------- */
 
-kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kilnd_server_t **out_server) {
+kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t *cache,
+                                  kilnd_server_t **out_server) {
   *out_server = NULL;
   kilnd_server_t *server = kiln_calloc(1, sizeof *server);
   server->settings = settings;
+  server->env.cache = cache;
   server->shutdown_tag.fn = on_shutdown_notified;
   kilnd_stats_init(&server->stats);
   if (gethostname(server->hostname, sizeof server->hostname - 1) != 0) server->hostname[0] = '\0';
@@ -496,6 +581,12 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kilnd_server
   uv_signal_start(&server->sigint, on_signal, SIGINT);
   uv_timer_init(&server->loop, &server->drain_timer);
   server->drain_timer.data = server;
+  uv_timer_init(&server->loop, &server->gc_timer);
+  server->gc_timer.data = server;
+  if (cache && settings->cache_capacity && settings->gc_interval_ms > 0) {
+    uint64_t every = (uint64_t)settings->gc_interval_ms;
+    uv_timer_start(&server->gc_timer, on_gc_timer, every, every);
+  }
 
   grpc_server_start(server->server);
   for (size_t i = 0; i < server->method_count; i++) arm(server, &server->methods[i], i);
@@ -517,10 +608,20 @@ kiln_status_t kilnd_server_run(kilnd_server_t *server) {
 
 void kilnd_server_destroy(kilnd_server_t *server) {
   if (!server) return;
-  if (!server->server_destroyed && server->server) {
-    /* run() never drained: shut down synchronously. */
-    if (!server->draining) grpc_server_shutdown_and_notify(server->server, server->cq, &server->shutdown_tag);
+  if (!server->cq_thread_started && server->server && !server->server_destroyed) {
+    /* run() never ran (start failed after create): drain here, pumping the queue
+     * on this thread, so armed requests are freed and the server destroyed in the
+     * same order as a normal stop. */
+    if (!server->draining) {
+      server->draining = true;
+      grpc_server_shutdown_and_notify(server->server, server->cq, &server->shutdown_tag);
+    }
     grpc_server_cancel_all_calls(server->server);
+    for (;;) {
+      grpc_event ev = grpc_completion_queue_next(server->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+      if (ev.type == GRPC_QUEUE_SHUTDOWN) break; /* maybe_finish_shutdown shut the queue */
+      if (ev.type == GRPC_OP_COMPLETE) ((tag_t *)ev.tag)->fn(server, ev.tag, ev.success != 0);
+    }
   }
   if (server->loop_initialized) {
     if (!server->handles_closed) close_handles(server);

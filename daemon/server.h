@@ -10,15 +10,19 @@
 #define KILN_DAEMON_SERVER_H
 
 #include "base/status.h"
+#include "cache/cache.h"
 #include "daemon/settings.h"
 
 typedef struct kilnd_server_s kilnd_server_t;
 
-/* Binds settings->listen and starts the gRPC server. `settings` is borrowed and must
- * outlive the server. On success *out_server is owned by the caller; the address
+/* Binds settings->listen and starts the gRPC server. `settings` and `cache` (may be
+ * NULL: cache RPCs then fail with FAILED_PRECONDITION) are borrowed and must
+ * outlive the server. When settings->cache_capacity and gc_interval_ms are set,
+ * eviction runs on the thread pool every gc_interval_ms. On success *out_server is owned by the caller; the address
  * clients should use is kilnd_server_address(). Errors name the address and why
  * (in use: UNAVAILABLE; malformed: INVALID_ARGUMENT). */
-kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kilnd_server_t **out_server);
+kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t *cache,
+                                  kilnd_server_t **out_server);
 
 /* "127.0.0.1:41234" or "unix:/run/kiln.sock": where clients reach this server.
  * Borrowed, valid until destroy. */

@@ -18,6 +18,11 @@ typedef struct kilnd_settings_s {
   char *log_level;         /* debug|info|warn|error */
   uint64_t max_message_bytes; /* largest gRPC message received or sent */
   int64_t drain_timeout_ms;   /* grace for in-flight calls on SIGTERM */
+  uint64_t cache_capacity;    /* on-disk size the cache is kept under; 0: unlimited */
+  char *cache_compression;    /* auto|off */
+  int64_t gc_interval_ms;     /* how often eviction runs; 0: never on its own */
+  bool verify;                /* verify the cache offline and exit */
+  bool dry_run;               /* with verify: report, change nothing */
   bool print_config;
   bool help;
   bool version;

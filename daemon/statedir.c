@@ -187,7 +187,9 @@ void kilnd_statedir_close(kilnd_statedir_t *dir) {
     unlink(addr.data);
     kiln_buf_deinit(&addr);
   }
-  if (dir->lock_fd >= 0) close(dir->lock_fd); /* releases the flock */
+  /* path is set only by a successful open, so a zeroed struct (lock_fd 0) never
+   * closes stdin. */
+  if (dir->path && dir->lock_fd >= 0) close(dir->lock_fd); /* releases the flock */
   kiln_free(dir->path);
   dir->path = NULL;
   dir->lock_fd = -1;

@@ -11,8 +11,9 @@ packages=(
   llvm-22-dev libmlir-22-dev mlir-22-tools lld-22
   # the service
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libsqlite3-dev sqlite3
-  # JSON output of the CLI (json-c: well kept, no hand-written JSON)
-  libjson-c-dev
+  # JSON output of the CLI (json-c: well kept, no hand-written JSON); SHA-256 from
+  # OpenSSL's libcrypto; zstd for blobs at rest
+  libjson-c-dev libssl-dev libzstd-dev
   # tests: cmocka units; the interop client is Python with Debian's grpcio
   libcmocka-dev protobuf-compiler python3 python3-grpcio python3-protobuf valgrind
 )

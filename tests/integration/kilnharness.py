@@ -20,6 +20,7 @@ BUILD_DIR = os.environ.get("KILN_BUILD_DIR") or os.path.join(
 BUILD_DIR = os.path.abspath(BUILD_DIR)
 KILND = os.path.join(BUILD_DIR, "daemon", "kilnd")
 KILN = os.path.join(BUILD_DIR, "client", "kiln")
+CACHE_SEED = os.path.join(BUILD_DIR, "tests", "cache_seed")
 PYTHON_OUT = os.path.join(BUILD_DIR, "python")
 
 sys.path.insert(0, PYTHON_OUT)
@@ -135,6 +136,29 @@ def run_kilnd_once(*args, env=None, timeout=60, cwd=None):
     """Runs kilnd expecting it to exit by itself (bad flags, --help, start failures)."""
     return subprocess.run([KILND] + list(args), capture_output=True, text=True,
                           env=clean_env(**(env or {})), timeout=timeout, cwd=cwd)
+
+
+def seed_cache(state_dir, count, size, prefix="seed"):
+    """Puts `count` artifacts into STATE/cache with the real cache library; returns
+    [(cache_key, artifact_digest, stored_bytes)]."""
+    r = subprocess.run([CACHE_SEED, os.path.join(state_dir, "cache"), str(count), str(size), prefix],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise AssertionError(f"cache_seed failed: {r.stderr}")
+    rows = []
+    for line in r.stdout.splitlines():
+        key, digest, stored = line.split()
+        rows.append((key, digest, int(stored)))
+    return rows
+
+
+def blob_path(state_dir, digest):
+    """The file that holds blob `digest` (plain or zstd)."""
+    shard = os.path.join(state_dir, "cache", "blobs", digest[:2])
+    for name in (digest, digest + ".zst"):
+        if os.path.exists(os.path.join(shard, name)):
+            return os.path.join(shard, name)
+    return None
 
 
 def free_tcp_port():

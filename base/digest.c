@@ -1,0 +1,79 @@
+/* SHA-256 over libcrypto's EVP interface (the low-level SHA256_* calls are
+ * deprecated in OpenSSL 3). */
+#include "base/digest.h"
+
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kiln_hasher_s {
+  EVP_MD_CTX *ctx;
+};
+
+static void reset(EVP_MD_CTX *ctx) {
+  if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) abort(); /* cannot fail for SHA-256 */
+}
+
+kiln_hasher_t *kiln_hasher_create(void) {
+  kiln_hasher_t *h = malloc(sizeof *h);
+  if (!h || !(h->ctx = EVP_MD_CTX_new())) abort();
+  reset(h->ctx);
+  return h;
+}
+
+void kiln_hasher_update(kiln_hasher_t *hasher, const void *data, size_t len) {
+  if (len) EVP_DigestUpdate(hasher->ctx, data, len);
+}
+
+void kiln_hasher_finish(kiln_hasher_t *hasher, kiln_digest_t *out_digest) {
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(hasher->ctx, out_digest->bytes, &n);
+  reset(hasher->ctx);
+}
+
+void kiln_hasher_destroy(kiln_hasher_t *hasher) {
+  if (!hasher) return;
+  EVP_MD_CTX_free(hasher->ctx);
+  free(hasher);
+}
+
+void kiln_digest_of(const void *data, size_t len, kiln_digest_t *out_digest) {
+  unsigned int n = 0;
+  if (EVP_Digest(data, len, out_digest->bytes, &n, EVP_sha256(), NULL) != 1) abort();
+}
+
+void kiln_digest_to_hex(const kiln_digest_t *digest, kiln_digest_hex_t *out_hex) {
+  static const char hex[] = "0123456789abcdef";
+  for (size_t i = 0; i < KILN_DIGEST_BYTES; i++) {
+    out_hex->text[2 * i] = hex[digest->bytes[i] >> 4];
+    out_hex->text[2 * i + 1] = hex[digest->bytes[i] & 15];
+  }
+  out_hex->text[KILN_DIGEST_HEX_LEN] = '\0';
+}
+
+static int nibble(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+bool kiln_digest_from_hex(const char *text, kiln_digest_t *out_digest) {
+  if (!text || strlen(text) != KILN_DIGEST_HEX_LEN) return false;
+  kiln_digest_t d;
+  for (size_t i = 0; i < KILN_DIGEST_BYTES; i++) {
+    int hi = nibble(text[2 * i]), lo = nibble(text[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    d.bytes[i] = (unsigned char)(hi << 4 | lo);
+  }
+  *out_digest = d;
+  return true;
+}
+
+bool kiln_digest_is_valid_hex(const char *text) {
+  kiln_digest_t ignored;
+  return kiln_digest_from_hex(text, &ignored);
+}
+
+bool kiln_digest_equal(const kiln_digest_t *a, const kiln_digest_t *b) {
+  return memcmp(a->bytes, b->bytes, KILN_DIGEST_BYTES) == 0;
+}

@@ -1,0 +1,139 @@
+/* The blob store: content-addressed files under one directory.
+ *
+ * Layout (DIR is the cache directory):
+ *   DIR/blobs/<first two hex chars>/<64-hex digest>        stored as is
+ *   DIR/blobs/<first two hex chars>/<64-hex digest>.zst    stored zstd-compressed
+ *   DIR/tmp/        blobs being written (removed by kiln_blobstore_open)
+ *   DIR/quarantine/ blobs that failed verification (kept for post-mortems, never served)
+ * A blob's digest is the SHA-256 of its uncompressed content; the file name is the
+ * only place that says whether it is compressed.
+ *
+ * Invariants:
+ * - A blob file under blobs/ is complete and was fsynced before it got its name:
+ *   writers write DIR/tmp/<unique>, fsync it, rename(2) it into place, and fsync the
+ *   shard directory. So a crash at any point leaves either no blob or a whole one,
+ *   plus tmp files that the next open removes.
+ * - Every read verifies: readers hash what they return and report DATA_LOSS at the
+ *   end of a blob whose content does not match its name (and on any decompression
+ *   error). Nothing is read twice to check it.
+ * - At most one of <digest> and <digest>.zst exists; a put of a digest that is
+ *   already present discards the new copy and succeeds (content addressing makes
+ *   them equal).
+ *
+ * Errors: ENOSPC/EDQUOT -> RESOURCE_EXHAUSTED (the partial tmp file is removed,
+ * nothing stored is touched), EACCES/EROFS -> PERMISSION_DENIED, a missing blob ->
+ * NOT_FOUND, content that does not match its digest -> DATA_LOSS. Messages name the
+ * blob (digest) and the file.
+ *
+ * Compression (AUTO): the writer keeps the first 64 KiB in memory and compresses
+ * them as a sample; when that pays it keeps buffering the blob in memory (at most
+ * 8 MiB per writer) and compresses it at commit. A longer blob is spilled raw to its
+ * tmp file and compressed from there at commit into a second tmp file. Either way a
+ * .zst file is one zstd frame that records the uncompressed size.
+ *
+ * Thread-safety: a kiln_blobstore_t is thread-safe (it holds only the paths and
+ * options); each writer and reader has one owner thread. No lock is held across
+ * disk I/O. Only one process may use a directory at a time: open empties tmp/.
+ */
+#ifndef KILN_CACHE_BLOBSTORE_H
+#define KILN_CACHE_BLOBSTORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/digest.h"
+#include "base/status.h"
+
+typedef struct kiln_blobstore_s kiln_blobstore_t;
+typedef struct kiln_blob_writer_s kiln_blob_writer_t;
+typedef struct kiln_blob_reader_s kiln_blob_reader_t;
+
+typedef enum kiln_blob_compression_e {
+  KILN_BLOB_COMPRESSION_OFF = 0,  /* always store as is */
+  KILN_BLOB_COMPRESSION_AUTO = 1, /* zstd when a sample shows it pays (see below) */
+} kiln_blob_compression_t;
+
+typedef struct kiln_blobstore_options_s {
+  kiln_blob_compression_t compression;
+  /* AUTO: blobs smaller than this are stored as is (default 4096 when 0). */
+  size_t compress_min_bytes;
+  /* AUTO: compress only when the first 64 KiB compress to at most this fraction of
+   * their size (default 0.85 when 0). */
+  double compress_max_ratio;
+  int zstd_level; /* default 3 when 0 */
+} kiln_blobstore_options_t;
+
+/* Opens (creating blobs/, tmp/, quarantine/ as needed) the store rooted at `dir`
+ * and removes leftovers in tmp/. `options` may be NULL for defaults. */
+kiln_status_t kiln_blobstore_open(const char *dir, const kiln_blobstore_options_t *options,
+                                  kiln_blobstore_t **out_store);
+void kiln_blobstore_close(kiln_blobstore_t *store);
+
+/* ---- writing ---- */
+
+/* Starts a blob. If `expected` is non-NULL, commit fails with INVALID_ARGUMENT when
+ * the content's digest differs (an upload that does not match its claimed digest). */
+kiln_status_t kiln_blob_writer_begin(kiln_blobstore_t *store, const kiln_digest_t *expected,
+                                     kiln_blob_writer_t **out_writer);
+/* Appends `len` bytes (borrowed). Errors: RESOURCE_EXHAUSTED (disk full) and other
+ * I/O failures; the tmp file is removed at once and the writer is failed: later
+ * writes and commit return the same code, so callers may check only commit. */
+kiln_status_t kiln_blob_writer_write(kiln_blob_writer_t *writer, const void *data, size_t len);
+/* Makes the blob durable and visible under its digest, then frees the writer (also
+ * on failure). out_digest: the content digest; out_size: uncompressed bytes;
+ * out_stored_size: bytes on disk (of the copy already stored, for a duplicate).
+ * Any out-param may be NULL. */
+kiln_status_t kiln_blob_writer_commit(kiln_blob_writer_t *writer, kiln_digest_t *out_digest,
+                                      uint64_t *out_size, uint64_t *out_stored_size);
+/* Discards a writer that has not been committed; its tmp file is removed. */
+void kiln_blob_writer_abort(kiln_blob_writer_t *writer);
+
+/* One-shot put of `len` bytes. */
+kiln_status_t kiln_blobstore_put(kiln_blobstore_t *store, const void *data, size_t len,
+                                 kiln_digest_t *out_digest, uint64_t *out_stored_size);
+
+/* ---- reading ---- */
+
+/* NOT_FOUND when no such blob; DATA_LOSS when a .zst file has no valid frame header. */
+kiln_status_t kiln_blob_reader_open(kiln_blobstore_t *store, const kiln_digest_t *digest,
+                                    kiln_blob_reader_t **out_reader);
+/* Reads up to `cap` (> 0) bytes of uncompressed content; *out_len == 0 means the
+ * end, at which point the content has been verified; reads after that return 0
+ * again. DATA_LOSS when the content does not match the digest (reported by the read
+ * that reaches the end) or cannot be decompressed; a failed reader keeps failing.
+ * INVALID_ARGUMENT when cap is 0. */
+kiln_status_t kiln_blob_reader_read(kiln_blob_reader_t *reader, void *buf, size_t cap,
+                                    size_t *out_len);
+/* Uncompressed size when stored as is; for compressed blobs the size recorded in the
+ * zstd frame header (writers always record it). */
+uint64_t kiln_blob_reader_size(const kiln_blob_reader_t *reader);
+void kiln_blob_reader_close(kiln_blob_reader_t *reader);
+
+/* Reads a whole blob, verified, into a kiln_malloc'd buffer owned by the caller. */
+kiln_status_t kiln_blobstore_get(kiln_blobstore_t *store, const kiln_digest_t *digest,
+                                 void **out_data, size_t *out_len);
+
+/* ---- maintenance ---- */
+
+/* Whether the blob exists, and its size on disk. */
+bool kiln_blobstore_contains(kiln_blobstore_t *store, const kiln_digest_t *digest,
+                             uint64_t *out_stored_size);
+/* Re-reads and hashes the blob: NULL when intact, DATA_LOSS when not, NOT_FOUND. */
+kiln_status_t kiln_blobstore_verify(kiln_blobstore_t *store, const kiln_digest_t *digest);
+/* Moves the blob to quarantine/ (never served again). NOT_FOUND when absent. */
+kiln_status_t kiln_blobstore_quarantine(kiln_blobstore_t *store, const kiln_digest_t *digest);
+/* Deletes the blob. NOT_FOUND when absent. */
+kiln_status_t kiln_blobstore_remove(kiln_blobstore_t *store, const kiln_digest_t *digest);
+
+/* Calls `fn` for every blob under blobs/ (any order). Entries that are not a blob
+ * (not a regular file named <digest> or <digest>.zst in its own shard, or anything
+ * in blobs/ that is not a shard directory) are reported through `fn` with digest
+ * NULL and their path, so repair can remove them. `fn` may remove what it is
+ * given. Stops early and returns `fn`'s status if it fails. */
+typedef kiln_status_t (*kiln_blobstore_visit_fn_t)(void *user, const kiln_digest_t *digest,
+                                                   const char *path, uint64_t stored_size);
+kiln_status_t kiln_blobstore_visit(kiln_blobstore_t *store, kiln_blobstore_visit_fn_t fn,
+                                   void *user);
+
+#endif /* KILN_CACHE_BLOBSTORE_H */

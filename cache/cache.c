@@ -1,0 +1,840 @@
+/* The cache façade: blob store + SQLite index, thread-safe.
+ *
+ * Ordering rules that keep the index and the blobs consistent:
+ *   put:    blob made durable and renamed into place, THEN its row inserted;
+ *   evict:  row deleted, THEN the blob removed if no row names it any more;
+ *   corrupt read: rows dropped and the file moved to quarantine/ at once.
+ * A crash between the two steps of a put leaves an orphan blob; between the two
+ * steps of an eviction, nothing wrong (the blob is an orphan). Open removes
+ * orphans and drops rows whose blob is missing (which only outside interference
+ * can cause), so after open every row has its blob.
+ *
+ * Connections: a pool of SQLite connections, one borrowed per operation, so each
+ * thread works on its own connection and none is shared concurrently.
+ *
+ * In-use set: digests with an open reader, and digests between a put's blob
+ * commit and its row insert. gc never evicts them, and verify never removes them
+ * as orphans; verify additionally spares orphans younger than ORPHAN_GRACE_S, which
+ * closes the window between a put's commit and its registration.
+ */
+#include "cache/cache.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/log.h"
+#include "base/time.h"
+
+#define ORPHAN_GRACE_S 300
+#define GC_BATCH 64
+
+typedef struct in_use_s {
+  kiln_digest_t digest;
+  size_t count;
+} in_use_t;
+
+struct kiln_cache_s {
+  char *dir;
+  char *db_path;
+  kiln_cache_options_t options;
+  kiln_blobstore_t *blobs;
+
+  pthread_mutex_t lock; /* guards everything below; never held across I/O */
+  kiln_index_t **pool;
+  size_t n_pool;
+  size_t cap_pool;
+  in_use_t *in_use;
+  size_t n_in_use;
+  size_t cap_in_use;
+  uint64_t hits, misses, evictions, quarantined, bytes_served;
+};
+
+struct kiln_cache_reader_s {
+  kiln_cache_t *cache;
+  kiln_blob_reader_t *blob;
+  kiln_digest_t digest;
+};
+
+static int64_t now_ms(const kiln_cache_t *cache) {
+  return cache->options.now_ms ? cache->options.now_ms() : kiln_time_unix_ms();
+}
+
+/* ---- connection pool ---- */
+
+static kiln_status_t acquire(kiln_cache_t *cache, kiln_index_t **out_index) {
+  pthread_mutex_lock(&cache->lock);
+  kiln_index_t *index = cache->n_pool ? cache->pool[--cache->n_pool] : NULL;
+  pthread_mutex_unlock(&cache->lock);
+  if (index) {
+    *out_index = index;
+    return NULL;
+  }
+  return kiln_index_open(cache->db_path, out_index);
+}
+
+static void release(kiln_cache_t *cache, kiln_index_t *index) {
+  if (!index) return;
+  pthread_mutex_lock(&cache->lock);
+  if (cache->n_pool == cache->cap_pool) {
+    cache->cap_pool = cache->cap_pool ? cache->cap_pool * 2 : 8;
+    cache->pool = kiln_realloc(cache->pool, cache->cap_pool * sizeof *cache->pool);
+  }
+  cache->pool[cache->n_pool++] = index;
+  pthread_mutex_unlock(&cache->lock);
+}
+
+/* ---- in-use set ---- */
+
+static void in_use_add(kiln_cache_t *cache, const kiln_digest_t *digest) {
+  pthread_mutex_lock(&cache->lock);
+  for (size_t i = 0; i < cache->n_in_use; i++) {
+    if (kiln_digest_equal(&cache->in_use[i].digest, digest)) {
+      cache->in_use[i].count++;
+      pthread_mutex_unlock(&cache->lock);
+      return;
+    }
+  }
+  if (cache->n_in_use == cache->cap_in_use) {
+    cache->cap_in_use = cache->cap_in_use ? cache->cap_in_use * 2 : 16;
+    cache->in_use = kiln_realloc(cache->in_use, cache->cap_in_use * sizeof *cache->in_use);
+  }
+  cache->in_use[cache->n_in_use++] = (in_use_t){*digest, 1};
+  pthread_mutex_unlock(&cache->lock);
+}
+
+static void in_use_remove(kiln_cache_t *cache, const kiln_digest_t *digest) {
+  pthread_mutex_lock(&cache->lock);
+  for (size_t i = 0; i < cache->n_in_use; i++) {
+    if (kiln_digest_equal(&cache->in_use[i].digest, digest)) {
+      if (--cache->in_use[i].count == 0) cache->in_use[i] = cache->in_use[--cache->n_in_use];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&cache->lock);
+}
+
+static bool in_use(kiln_cache_t *cache, const kiln_digest_t *digest) {
+  pthread_mutex_lock(&cache->lock);
+  bool found = false;
+  for (size_t i = 0; i < cache->n_in_use && !found; i++) {
+    found = kiln_digest_equal(&cache->in_use[i].digest, digest);
+  }
+  pthread_mutex_unlock(&cache->lock);
+  return found;
+}
+
+static void count(kiln_cache_t *cache, uint64_t *counter, uint64_t n) {
+  pthread_mutex_lock(&cache->lock);
+  *counter += n;
+  pthread_mutex_unlock(&cache->lock);
+}
+
+/* ---- digests as sorted arrays (repair and verify) ---- */
+
+typedef struct digest_set_s {
+  kiln_digest_t *items;
+  uint64_t *sizes;
+  char **paths;
+  size_t n, cap;
+} digest_set_t;
+
+static int cmp_digest(const void *a, const void *b) {
+  return memcmp(a, b, sizeof(kiln_digest_t));
+}
+
+static void set_add(digest_set_t *set, const kiln_digest_t *d, uint64_t size, const char *path) {
+  if (set->n == set->cap) {
+    set->cap = set->cap ? set->cap * 2 : 256;
+    set->items = kiln_realloc(set->items, set->cap * sizeof *set->items);
+    set->sizes = kiln_realloc(set->sizes, set->cap * sizeof *set->sizes);
+    set->paths = kiln_realloc(set->paths, set->cap * sizeof *set->paths);
+  }
+  set->items[set->n] = *d;
+  set->sizes[set->n] = size;
+  set->paths[set->n] = kiln_strdup(path);
+  set->n++;
+}
+
+/* Sorts items (carrying sizes and paths along). */
+static void set_sort(digest_set_t *set) {
+  /* Sort packed records so sizes and paths travel with their digest. */
+  typedef struct { kiln_digest_t d; uint64_t size; char *path; } rec_t;
+  rec_t *recs = kiln_malloc((set->n ? set->n : 1) * sizeof *recs);
+  for (size_t i = 0; i < set->n; i++) recs[i] = (rec_t){set->items[i], set->sizes[i], set->paths[i]};
+  qsort(recs, set->n, sizeof *recs, cmp_digest); /* d is the first member */
+  for (size_t i = 0; i < set->n; i++) {
+    set->items[i] = recs[i].d;
+    set->sizes[i] = recs[i].size;
+    set->paths[i] = recs[i].path;
+  }
+  kiln_free(recs);
+}
+
+static ssize_t set_find(const digest_set_t *set, const kiln_digest_t *d) {
+  size_t lo = 0, hi = set->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = memcmp(&set->items[mid], d, sizeof *d);
+    if (c == 0) return (ssize_t)mid;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return -1;
+}
+
+static void set_deinit(digest_set_t *set) {
+  for (size_t i = 0; i < set->n; i++) kiln_free(set->paths[i]);
+  kiln_free(set->items);
+  kiln_free(set->sizes);
+  kiln_free(set->paths);
+  memset(set, 0, sizeof *set);
+}
+
+/* ---- problems ---- */
+
+typedef struct scan_s {
+  kiln_cache_t *cache;
+  kiln_index_t *index;
+  digest_set_t present;
+  bool *referenced; /* parallel to present after sort */
+  bool dry_run;
+  bool check_content; /* verify: hash every blob */
+  bool (*should_stop)(void *);
+  void *stop_user;
+  kiln_cache_verify_report_t report;
+  kiln_cache_repair_t repair;
+} scan_t;
+
+static void add_problem(scan_t *scan, kiln_cache_problem_kind_t kind, const kiln_digest_t *digest,
+                        bool repaired, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static void add_problem(scan_t *scan, kiln_cache_problem_kind_t kind, const kiln_digest_t *digest,
+                        bool repaired, const char *fmt, ...) {
+  kiln_cache_verify_report_t *r = &scan->report;
+  r->problems = kiln_realloc(r->problems, (r->n_problems + 1) * sizeof *r->problems);
+  kiln_cache_problem_t *p = &r->problems[r->n_problems++];
+  memset(p, 0, sizeof *p);
+  p->kind = kind;
+  if (digest) {
+    kiln_digest_hex_t hex;
+    kiln_digest_to_hex(digest, &hex);
+    memcpy(p->digest, hex.text, sizeof p->digest);
+  }
+  kiln_buf_t buf;
+  kiln_buf_init(&buf);
+  va_list ap;
+  va_start(ap, fmt);
+  kiln_buf_appendvf(&buf, fmt, ap);
+  va_end(ap);
+  p->detail = kiln_buf_take(&buf);
+  p->repaired = repaired;
+}
+
+static kiln_status_t visit_blob(void *user, const kiln_digest_t *digest, const char *path,
+                                uint64_t stored_size) {
+  scan_t *scan = user;
+  if (scan->should_stop && scan->should_stop(scan->stop_user)) {
+    return KILN_STATUS(KILN_STATUS_CANCELLED, "cache scan stopped before it finished");
+  }
+  if (!digest) {
+    bool repaired = !scan->dry_run && unlink(path) == 0;
+    scan->repair.stray_files++;
+    add_problem(scan, KILN_CACHE_PROBLEM_STRAY_FILE, NULL, repaired, "%s is not a blob%s", path,
+                repaired ? "; removed" : "");
+    return NULL;
+  }
+  if (scan->check_content) {
+    scan->report.blobs_checked++;
+    scan->report.bytes_checked += stored_size;
+    kiln_status_t st = kiln_blobstore_verify(scan->cache->blobs, digest);
+    if (kiln_status_code(st) == KILN_STATUS_DATA_LOSS) {
+      bool repaired = false;
+      if (!scan->dry_run) {
+        kiln_digest_hex_t hex;
+        kiln_digest_to_hex(digest, &hex);
+        kiln_status_t q = kiln_index_drop_digest(scan->index, hex.text, kiln_status_message(st),
+                                                 now_ms(scan->cache), NULL);
+        if (!q) q = kiln_blobstore_quarantine(scan->cache->blobs, digest);
+        repaired = q == NULL;
+        if (repaired) count(scan->cache, &scan->cache->quarantined, 1);
+        kiln_status_free(q);
+      }
+      add_problem(scan, KILN_CACHE_PROBLEM_CORRUPT_BLOB, digest, repaired, "%s%s",
+                  kiln_status_message(st), repaired ? "; quarantined" : "");
+      kiln_status_free(st);
+      return NULL; /* not present any more (or, in a dry run, not to be judged twice) */
+    }
+    if (st && kiln_status_code(st) != KILN_STATUS_NOT_FOUND) return st;
+    kiln_status_free(st);
+  }
+  set_add(&scan->present, digest, stored_size, path);
+  return NULL;
+}
+
+static kiln_status_t visit_row_digest(void *user, const char *hex) {
+  scan_t *scan = user;
+  kiln_digest_t d;
+  if (!kiln_digest_from_hex(hex, &d)) return NULL; /* schema CHECKs make this impossible */
+  ssize_t i = set_find(&scan->present, &d);
+  if (i >= 0) {
+    scan->referenced[i] = true;
+    return NULL;
+  }
+  /* A row without its blob. Collected, then dropped after the visit (the visit
+   * holds a statement open on this connection). */
+  add_problem(scan, KILN_CACHE_PROBLEM_MISSING_BLOB, &d, false,
+              "the index names blob %s but the store does not have it", hex);
+  return NULL;
+}
+
+/* The shared scan of open's repair and verify. */
+static kiln_status_t scan_store(scan_t *scan) {
+  int64_t t0 = kiln_time_monotonic_ns();
+  kiln_status_t st = kiln_blobstore_visit(scan->cache->blobs, visit_blob, scan);
+  if (st) return st;
+  set_sort(&scan->present);
+  scan->referenced = kiln_calloc(scan->present.n ? scan->present.n : 1, sizeof(bool));
+  st = kiln_index_visit_digests(scan->index, visit_row_digest, scan);
+  if (st) return st;
+  /* Drop rows whose blob is missing. */
+  for (size_t i = 0; i < scan->report.n_problems; i++) {
+    kiln_cache_problem_t *p = &scan->report.problems[i];
+    if (p->kind != KILN_CACHE_PROBLEM_MISSING_BLOB) continue;
+    scan->repair.dangling_rows++;
+    if (scan->dry_run) continue;
+    size_t rows = 0;
+    st = kiln_index_drop_digest(scan->index, p->digest, NULL, now_ms(scan->cache), &rows);
+    if (st) return st;
+    p->repaired = true;
+    kiln_free(p->detail);
+    kiln_buf_t buf;
+    kiln_buf_init(&buf);
+    kiln_buf_appendf(&buf, "blob %s is missing; dropped %zu index row(s)", p->digest, rows);
+    p->detail = kiln_buf_take(&buf);
+  }
+  /* Remove blobs no row names. */
+  time_t now = time(NULL);
+  for (size_t i = 0; i < scan->present.n; i++) {
+    if (scan->referenced[i] || in_use(scan->cache, &scan->present.items[i])) continue;
+    if (scan->check_content) {
+      /* Concurrent puts: spare young orphans (their row may be on its way). */
+      struct stat sb;
+      if (stat(scan->present.paths[i], &sb) == 0 && now - sb.st_mtime < ORPHAN_GRACE_S) continue;
+    }
+    scan->repair.orphan_blobs++;
+    bool repaired = false;
+    if (!scan->dry_run) {
+      kiln_status_t rm = kiln_blobstore_remove(scan->cache->blobs, &scan->present.items[i]);
+      repaired = rm == NULL || kiln_status_code(rm) == KILN_STATUS_NOT_FOUND;
+      kiln_status_free(rm);
+    }
+    add_problem(scan, KILN_CACHE_PROBLEM_ORPHAN_BLOB, &scan->present.items[i], repaired,
+                "no index row names this blob (%llu bytes on disk)%s",
+                (unsigned long long)scan->present.sizes[i], repaired ? "; removed" : "");
+  }
+  int64_t ms = (kiln_time_monotonic_ns() - t0) / 1000000;
+  scan->report.duration_ms = ms;
+  scan->repair.duration_ms = ms;
+  return NULL;
+}
+
+static void scan_deinit(scan_t *scan) {
+  set_deinit(&scan->present);
+  kiln_free(scan->referenced);
+}
+
+/* ---- open / close ---- */
+
+kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *options,
+                              kiln_cache_t **out_cache, kiln_cache_repair_t *out_repair) {
+  *out_cache = NULL;
+  if (out_repair) memset(out_repair, 0, sizeof *out_repair);
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    return KILN_STATUS_ERRNO(errno, "cannot create the cache directory %s", dir);
+  }
+  kiln_cache_t *cache = kiln_calloc(1, sizeof *cache);
+  cache->dir = kiln_strdup(dir);
+  if (options) cache->options = *options;
+  else cache->options.compression = KILN_BLOB_COMPRESSION_AUTO;
+  pthread_mutex_init(&cache->lock, NULL);
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  kiln_buf_appendf(&path, "%s/index.db", dir);
+  cache->db_path = kiln_buf_take(&path);
+  kiln_buf_deinit(&path);
+
+  kiln_blobstore_options_t bopts = {.compression = cache->options.compression};
+  kiln_status_t st = kiln_blobstore_open(dir, &bopts, &cache->blobs);
+  kiln_index_t *index = NULL;
+  if (!st) st = kiln_index_open(cache->db_path, &index);
+  if (!st) {
+    scan_t scan;
+    memset(&scan, 0, sizeof scan);
+    scan.cache = cache;
+    scan.index = index;
+    st = scan_store(&scan);
+    if (!st && out_repair) *out_repair = scan.repair;
+    kiln_cache_verify_report_deinit(&scan.report);
+    scan_deinit(&scan);
+  }
+  if (st) {
+    kiln_index_close(index);
+    kiln_cache_close(cache);
+    return kiln_status_annotate(st, "cannot open the cache in %s", dir);
+  }
+  release(cache, index);
+  *out_cache = cache;
+  return NULL;
+}
+
+void kiln_cache_close(kiln_cache_t *cache) {
+  if (!cache) return;
+  for (size_t i = 0; i < cache->n_pool; i++) kiln_index_close(cache->pool[i]);
+  kiln_free(cache->pool);
+  kiln_free(cache->in_use);
+  if (cache->blobs) kiln_blobstore_close(cache->blobs);
+  pthread_mutex_destroy(&cache->lock);
+  kiln_free(cache->dir);
+  kiln_free(cache->db_path);
+  kiln_free(cache);
+}
+
+const char *kiln_cache_path(const kiln_cache_t *cache) { return cache->dir; }
+
+uint64_t kiln_cache_capacity(const kiln_cache_t *cache) { return cache->options.capacity_bytes; }
+
+/* ---- keys ---- */
+
+char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags) {
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  /* Keep trimmed flags in order; drop empties and exact repeats. */
+  char **seen = kiln_calloc(n_flags ? n_flags : 1, sizeof(char *));
+  size_t n_seen = 0;
+  for (size_t i = 0; i < n_flags; i++) {
+    const char *s = flags[i] ? flags[i] : "";
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+    size_t len = strlen(s);
+    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\n' || s[len - 1] == '\r')) len--;
+    if (!len) continue;
+    char *flag = kiln_strndup(s, len);
+    bool dup = false;
+    for (size_t k = 0; k < n_seen && !dup; k++) dup = strcmp(seen[k], flag) == 0;
+    if (dup) {
+      kiln_free(flag);
+      continue;
+    }
+    seen[n_seen++] = flag;
+    if (out.len) kiln_buf_append_char(&out, '\n');
+    kiln_buf_append_str(&out, flag);
+  }
+  for (size_t k = 0; k < n_seen; k++) kiln_free(seen[k]);
+  kiln_free(seen);
+  return kiln_buf_take(&out);
+}
+
+kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_digest_hex_t *out_key) {
+  if (!parts->source_digest || !kiln_digest_is_valid_hex(parts->source_digest)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "cache key: source digest '%s' is not 64 lowercase hex characters",
+                       parts->source_digest ? parts->source_digest : "");
+  }
+  if (!parts->target || !*parts->target || strchr(parts->target, '\n')) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache key: the target is missing or malformed");
+  }
+  if (!parts->compiler || !*parts->compiler || strchr(parts->compiler, '\n')) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "cache key: the compiler identity is missing or malformed");
+  }
+  char *flags = kiln_cache_flags_normalize(parts->flags, parts->n_flags);
+  /* Length-prefixed fields: no choice of flag text can make two different part
+   * lists encode the same. */
+  kiln_buf_t enc;
+  kiln_buf_init(&enc);
+  const char *fields[][2] = {
+      {"source", parts->source_digest}, {"target", parts->target}, {"flags", flags},
+      {"compiler", parts->compiler},
+  };
+  kiln_buf_append_str(&enc, "kiln-cache-key/1\n");
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    kiln_buf_appendf(&enc, "%s:%zu:", fields[i][0], strlen(fields[i][1]));
+    kiln_buf_append_str(&enc, fields[i][1]);
+    kiln_buf_append_char(&enc, '\n');
+  }
+  kiln_buf_appendf(&enc, "hal:%u\nbytecode:%u.%u\n", parts->hal_version,
+                   parts->bytecode_version >> 16, parts->bytecode_version & 0xffff);
+  kiln_digest_t d;
+  kiln_digest_of(enc.data, enc.len, &d);
+  kiln_digest_to_hex(&d, out_key);
+  kiln_buf_deinit(&enc);
+  kiln_free(flags);
+  return NULL;
+}
+
+/* ---- artifacts ---- */
+
+kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_parts_t *parts,
+                                      const void *data, size_t len,
+                                      const kiln_cache_provenance_t *provenance,
+                                      kiln_index_artifact_t *out_record) {
+  if (out_record) memset(out_record, 0, sizeof *out_record);
+  kiln_digest_hex_t key;
+  KILN_RETURN_IF_ERROR(kiln_cache_key_compute(parts, &key));
+  kiln_digest_t digest;
+  uint64_t stored = 0;
+  kiln_status_t st = kiln_blobstore_put(cache->blobs, data, len, &digest, &stored);
+  if (st) return kiln_status_annotate(st, "cannot store the artifact for %s", parts->target);
+  /* From commit to row: protected from verify's orphan removal and from gc. */
+  in_use_add(cache, &digest);
+  kiln_digest_hex_t hex;
+  kiln_digest_to_hex(&digest, &hex);
+  char *flags = kiln_cache_flags_normalize(parts->flags, parts->n_flags);
+  int64_t now = now_ms(cache);
+  kiln_index_artifact_t rec;
+  memset(&rec, 0, sizeof rec);
+  memcpy(rec.cache_key, key.text, sizeof rec.cache_key);
+  memcpy(rec.artifact_digest, hex.text, sizeof rec.artifact_digest);
+  memcpy(rec.source_digest, parts->source_digest, sizeof rec.source_digest);
+  rec.target = (char *)parts->target;
+  rec.flags = flags;
+  rec.compiler = (char *)parts->compiler;
+  rec.hal_version = parts->hal_version;
+  rec.bytecode_version = parts->bytecode_version;
+  rec.size = len;
+  rec.stored_size = stored;
+  rec.submitter = provenance ? (char *)provenance->submitter : NULL;
+  rec.created_ms = rec.last_access_ms = now;
+  rec.labels = provenance ? (kiln_index_label_t *)provenance->labels : NULL;
+  rec.n_labels = provenance ? provenance->n_labels : 0;
+  kiln_index_t *index = NULL;
+  st = acquire(cache, &index);
+  if (!st) st = kiln_index_artifact_put(index, &rec);
+  if (!st && out_record) st = kiln_index_artifact_get(index, key.text, out_record);
+  release(cache, index);
+  in_use_remove(cache, &digest);
+  kiln_free(flags);
+  if (st) return kiln_status_annotate(st, "cannot index the artifact for %s", parts->target);
+  return NULL;
+}
+
+kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_key,
+                                         kiln_index_artifact_t *out_record) {
+  memset(out_record, 0, sizeof *out_record);
+  if (!kiln_digest_is_valid_hex(cache_key)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "cache key '%s' is not 64 lowercase hex characters", cache_key);
+  }
+  kiln_index_t *index = NULL;
+  KILN_RETURN_IF_ERROR(acquire(cache, &index));
+  kiln_status_t st = kiln_index_artifact_get(index, cache_key, out_record);
+  if (!st) {
+    kiln_digest_t d;
+    kiln_digest_from_hex(out_record->artifact_digest, &d);
+    if (!kiln_blobstore_contains(cache->blobs, &d, NULL)) {
+      /* Someone removed the file behind our back: heal the index, report a miss. */
+      kiln_status_free(kiln_index_drop_digest(index, out_record->artifact_digest, NULL,
+                                              now_ms(cache), NULL));
+      kiln_index_artifact_deinit(out_record);
+      memset(out_record, 0, sizeof *out_record);
+      st = KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache key %s: its blob is missing", cache_key);
+    } else {
+      st = kiln_index_artifact_touch(index, cache_key, now_ms(cache));
+      if (!st) {
+        out_record->hits++;
+        out_record->last_access_ms = now_ms(cache);
+      }
+    }
+  }
+  release(cache, index);
+  count(cache, kiln_status_code(st) == KILN_STATUS_OK ? &cache->hits : &cache->misses, 1);
+  return st;
+}
+
+/* Drops every row naming `digest` and moves its file to quarantine/. */
+static void quarantine(kiln_cache_t *cache, const kiln_digest_t *digest, const char *reason) {
+  kiln_digest_hex_t hex;
+  kiln_digest_to_hex(digest, &hex);
+  kiln_index_t *index = NULL;
+  kiln_status_t st = acquire(cache, &index);
+  if (!st) st = kiln_index_drop_digest(index, hex.text, reason, now_ms(cache), NULL);
+  release(cache, index);
+  kiln_status_t q = kiln_blobstore_quarantine(cache->blobs, digest);
+  if (st || (q && kiln_status_code(q) != KILN_STATUS_NOT_FOUND)) {
+    kiln_log_status(KILN_LOG_ERROR, "cache_quarantine_failed", st ? st : q, "digest=%s", hex.text);
+  } else {
+    kiln_log(KILN_LOG_WARN, "cache_quarantine", "digest=%s", hex.text);
+  }
+  kiln_status_free(st);
+  kiln_status_free(q);
+  count(cache, &cache->quarantined, 1);
+}
+
+kiln_status_t kiln_cache_open_blob(kiln_cache_t *cache, const char *digest,
+                                   kiln_cache_reader_t **out_reader) {
+  *out_reader = NULL;
+  kiln_digest_t d;
+  if (!kiln_digest_from_hex(digest, &d)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "digest '%s' is not 64 lowercase hex characters", digest);
+  }
+  in_use_add(cache, &d);
+  kiln_cache_reader_t *r = kiln_calloc(1, sizeof *r);
+  r->cache = cache;
+  r->digest = d;
+  kiln_status_t st = kiln_blob_reader_open(cache->blobs, &d, &r->blob);
+  if (st) {
+    in_use_remove(cache, &d);
+    kiln_free(r);
+    return st;
+  }
+  *out_reader = r;
+  return NULL;
+}
+
+kiln_status_t kiln_cache_reader_read(kiln_cache_reader_t *reader, void *buf, size_t cap,
+                                     size_t *out_len) {
+  kiln_status_t st = kiln_blob_reader_read(reader->blob, buf, cap, out_len);
+  if (kiln_status_code(st) == KILN_STATUS_DATA_LOSS) {
+    quarantine(reader->cache, &reader->digest, kiln_status_message(st));
+  } else if (!st) {
+    count(reader->cache, &reader->cache->bytes_served, *out_len);
+  }
+  return st;
+}
+
+uint64_t kiln_cache_reader_size(const kiln_cache_reader_t *reader) {
+  return kiln_blob_reader_size(reader->blob);
+}
+
+void kiln_cache_reader_close(kiln_cache_reader_t *reader) {
+  if (!reader) return;
+  kiln_blob_reader_close(reader->blob);
+  in_use_remove(reader->cache, &reader->digest);
+  kiln_free(reader);
+}
+
+kiln_status_t kiln_cache_get_blob(kiln_cache_t *cache, const char *digest, void **out_data,
+                                  size_t *out_len) {
+  *out_data = NULL;
+  *out_len = 0;
+  kiln_cache_reader_t *r;
+  KILN_RETURN_IF_ERROR(kiln_cache_open_blob(cache, digest, &r));
+  kiln_buf_t buf;
+  kiln_buf_init(&buf);
+  kiln_status_t st = NULL;
+  for (;;) {
+    kiln_buf_reserve(&buf, 1 << 16);
+    size_t n = 0;
+    st = kiln_cache_reader_read(r, buf.data + buf.len, buf.capacity - buf.len - 1, &n);
+    if (st || n == 0) break;
+    buf.len += n;
+  }
+  kiln_cache_reader_close(r);
+  if (st) {
+    kiln_buf_deinit(&buf);
+    return st;
+  }
+  *out_len = buf.len;
+  *out_data = kiln_buf_take(&buf);
+  return NULL;
+}
+
+kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, bool pinned,
+                             size_t *out_count) {
+  if (out_count) *out_count = 0;
+  if (!key_or_digest || !kiln_digest_is_valid_hex(key_or_digest)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "'%s' is not an artifact digest or cache key (64 lowercase hex characters)",
+                       key_or_digest ? key_or_digest : "");
+  }
+  kiln_index_t *index = NULL;
+  KILN_RETURN_IF_ERROR(acquire(cache, &index));
+  kiln_status_t st = kiln_index_artifact_set_pinned(index, key_or_digest, pinned, out_count);
+  release(cache, index);
+  return st;
+}
+
+/* ---- sources ---- */
+
+kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_t len,
+                                    const char *expected_digest, const char *name, int format,
+                                    const char *semantic_digest, kiln_digest_hex_t *out_digest) {
+  kiln_digest_t expected;
+  if (expected_digest && !kiln_digest_from_hex(expected_digest, &expected)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "source digest '%s' is not 64 lowercase hex characters", expected_digest);
+  }
+  kiln_blob_writer_t *w;
+  KILN_RETURN_IF_ERROR(kiln_blob_writer_begin(cache->blobs, expected_digest ? &expected : NULL, &w));
+  kiln_status_t st = kiln_blob_writer_write(w, data, len);
+  if (st) {
+    kiln_blob_writer_abort(w);
+    return st;
+  }
+  kiln_digest_t digest;
+  uint64_t size = 0, stored = 0;
+  KILN_RETURN_IF_ERROR(kiln_blob_writer_commit(w, &digest, &size, &stored));
+  in_use_add(cache, &digest);
+  kiln_index_source_t rec;
+  memset(&rec, 0, sizeof rec);
+  kiln_digest_hex_t hex;
+  kiln_digest_to_hex(&digest, &hex);
+  memcpy(rec.digest, hex.text, sizeof rec.digest);
+  if (semantic_digest && kiln_digest_is_valid_hex(semantic_digest)) {
+    memcpy(rec.semantic_digest, semantic_digest, sizeof rec.semantic_digest);
+  }
+  rec.name = (char *)name;
+  rec.format = format;
+  rec.size = size;
+  rec.stored_size = stored;
+  rec.created_ms = rec.last_access_ms = now_ms(cache);
+  kiln_index_t *index = NULL;
+  st = acquire(cache, &index);
+  if (!st) st = kiln_index_source_put(index, &rec);
+  release(cache, index);
+  in_use_remove(cache, &digest);
+  if (!st && out_digest) *out_digest = hex;
+  return st;
+}
+
+/* ---- maintenance ---- */
+
+kiln_status_t kiln_cache_stats(kiln_cache_t *cache, kiln_cache_stats_t *out_stats) {
+  memset(out_stats, 0, sizeof *out_stats);
+  kiln_index_t *index = NULL;
+  KILN_RETURN_IF_ERROR(acquire(cache, &index));
+  kiln_status_t st = kiln_index_totals(index, &out_stats->totals);
+  out_stats->schema_version = kiln_index_schema_version(index);
+  release(cache, index);
+  out_stats->capacity_bytes = cache->options.capacity_bytes;
+  pthread_mutex_lock(&cache->lock);
+  out_stats->hits = cache->hits;
+  out_stats->misses = cache->misses;
+  out_stats->evictions = cache->evictions;
+  out_stats->quarantined = cache->quarantined;
+  out_stats->bytes_served = cache->bytes_served;
+  pthread_mutex_unlock(&cache->lock);
+  return st;
+}
+
+kiln_status_t kiln_cache_verify(kiln_cache_t *cache, bool dry_run, bool (*should_stop)(void *),
+                                void *stop_user, kiln_cache_verify_report_t *out_report) {
+  memset(out_report, 0, sizeof *out_report);
+  kiln_index_t *index = NULL;
+  KILN_RETURN_IF_ERROR(acquire(cache, &index));
+  scan_t scan;
+  memset(&scan, 0, sizeof scan);
+  scan.cache = cache;
+  scan.index = index;
+  scan.dry_run = dry_run;
+  scan.check_content = true;
+  scan.should_stop = should_stop;
+  scan.stop_user = stop_user;
+  kiln_status_t st = scan_store(&scan);
+  release(cache, index);
+  scan_deinit(&scan);
+  if (st) {
+    kiln_cache_verify_report_deinit(&scan.report);
+    return st;
+  }
+  *out_report = scan.report;
+  return NULL;
+}
+
+void kiln_cache_verify_report_deinit(kiln_cache_verify_report_t *report) {
+  for (size_t i = 0; i < report->n_problems; i++) kiln_free(report->problems[i].detail);
+  kiln_free(report->problems);
+  memset(report, 0, sizeof *report);
+}
+
+static uint64_t stored_bytes(const kiln_index_totals_t *t) {
+  return t->artifact_stored_bytes + t->source_stored_bytes;
+}
+
+/* Removes blob `hex` if no row names it any more and nobody reads it; returns the
+ * bytes freed. */
+static uint64_t remove_if_unreferenced(kiln_cache_t *cache, kiln_index_t *index, const char *hex) {
+  bool referenced = true;
+  kiln_status_t st = kiln_index_digest_referenced(index, hex, &referenced);
+  kiln_digest_t d;
+  if (st || referenced || !kiln_digest_from_hex(hex, &d) || in_use(cache, &d)) {
+    kiln_status_free(st);
+    return 0;
+  }
+  uint64_t size = 0;
+  if (!kiln_blobstore_contains(cache->blobs, &d, &size)) return 0;
+  kiln_status_t rm = kiln_blobstore_remove(cache->blobs, &d);
+  bool ok = rm == NULL;
+  kiln_status_free(rm);
+  return ok ? size : 0;
+}
+
+kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes, kiln_cache_gc_report_t *out_report) {
+  memset(out_report, 0, sizeof *out_report);
+  if (max_bytes == 0) max_bytes = cache->options.capacity_bytes;
+  if (max_bytes == 0) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "no size to collect down to: give a maximum, or configure a cache capacity");
+  }
+  kiln_index_t *index = NULL;
+  KILN_RETURN_IF_ERROR(acquire(cache, &index));
+  kiln_index_totals_t totals;
+  kiln_status_t st = kiln_index_totals(index, &totals);
+  uint64_t stored = st ? 0 : stored_bytes(&totals);
+  /* Artifacts first, least recently used first; then sources nothing needs. */
+  bool progress = true;
+  while (!st && stored > max_bytes && progress) {
+    progress = false;
+    kiln_index_artifact_t *recs = NULL;
+    size_t n = 0;
+    st = kiln_index_artifact_lru(index, GC_BATCH, &recs, &n);
+    for (size_t i = 0; !st && i < n && stored > max_bytes; i++) {
+      kiln_digest_t d;
+      if (kiln_digest_from_hex(recs[i].artifact_digest, &d) && in_use(cache, &d)) continue;
+      st = kiln_index_artifact_delete(index, recs[i].cache_key);
+      if (st) break;
+      out_report->artifacts_evicted++;
+      progress = true;
+      uint64_t freed = remove_if_unreferenced(cache, index, recs[i].artifact_digest);
+      out_report->bytes_freed += freed;
+      stored = freed > stored ? 0 : stored - freed;
+    }
+    kiln_index_artifacts_free(recs, n);
+  }
+  progress = true;
+  while (!st && stored > max_bytes && progress) {
+    progress = false;
+    kiln_index_source_t *recs = NULL;
+    size_t n = 0;
+    st = kiln_index_source_lru(index, GC_BATCH, &recs, &n);
+    for (size_t i = 0; !st && i < n && stored > max_bytes; i++) {
+      kiln_digest_t d;
+      if (kiln_digest_from_hex(recs[i].digest, &d) && in_use(cache, &d)) continue;
+      st = kiln_index_source_delete(index, recs[i].digest);
+      if (st) break;
+      out_report->sources_evicted++;
+      progress = true;
+      uint64_t freed = remove_if_unreferenced(cache, index, recs[i].digest);
+      out_report->bytes_freed += freed;
+      stored = freed > stored ? 0 : stored - freed;
+    }
+    kiln_index_sources_free(recs, n);
+  }
+  if (!st) {
+    st = kiln_index_totals(index, &totals);
+    if (!st) out_report->bytes_stored = stored_bytes(&totals);
+    out_report->target_unreachable = out_report->bytes_stored > max_bytes;
+  }
+  release(cache, index);
+  count(cache, &cache->evictions, out_report->artifacts_evicted + out_report->sources_evicted);
+  return st;
+}

@@ -1,0 +1,196 @@
+/* kiln's artifact cache: a content-addressed blob store (blobstore.h) indexed in
+ * SQLite (index.h), behind one thread-safe object.
+ *
+ * Guarantees (docs/design/cache.md has the reasoning):
+ * - Never serves a bad byte: every read is verified as it streams; a blob whose
+ *   bytes do not match its digest is DATA_LOSS, is quarantined at once (rows
+ *   dropped, file moved aside, digest recorded) and is never served again.
+ * - No index row points at a missing blob and no half-written blob is visible:
+ *   blobs are made durable and renamed into place before their row is inserted;
+ *   rows are deleted before their blob. Open repairs what a crash can leave: rows
+ *   whose blob is missing are dropped, blob files no row names are removed, tmp/
+ *   is emptied.
+ * - Eviction (kiln_cache_gc) removes least recently used unpinned artifacts, then
+ *   sources no artifact needs, never a pinned entry or a blob being read.
+ * - Many readers and one writer at a time: each operation borrows its own SQLite
+ *   connection from a pool (WAL); no lock is held across blob I/O.
+ *
+ * Layout: DIR/index.db (+ WAL files) and the blob store's blobs/, tmp/,
+ * quarantine/ under DIR.
+ *
+ * Thread-safe: every function may be called from any thread, concurrently.
+ */
+#ifndef KILN_CACHE_CACHE_H
+#define KILN_CACHE_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/digest.h"
+#include "base/status.h"
+#include "cache/blobstore.h"
+#include "cache/index.h"
+
+typedef struct kiln_cache_s kiln_cache_t;
+
+typedef struct kiln_cache_options_s {
+  uint64_t capacity_bytes;              /* on-disk size limit for gc; 0: unlimited */
+  kiln_blob_compression_t compression;  /* default KILN_BLOB_COMPRESSION_AUTO */
+  int64_t (*now_ms)(void);              /* clock; NULL: wall clock (tests pass a fake) */
+} kiln_cache_options_t;
+
+/* What open's repair did. */
+typedef struct kiln_cache_repair_s {
+  uint64_t dangling_rows; /* rows dropped because their blob was missing */
+  uint64_t orphan_blobs;  /* blob files removed because no row named them */
+  uint64_t stray_files;   /* non-blob files removed from blobs/ */
+  int64_t duration_ms;
+} kiln_cache_repair_t;
+
+/* Opens (creating) the cache in `dir` and repairs it. out_repair may be NULL.
+ * Errors name the directory: PERMISSION_DENIED when it cannot be written,
+ * FAILED_PRECONDITION for an index from a newer kiln, DATA_LOSS for a corrupt
+ * index. */
+kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *options,
+                              kiln_cache_t **out_cache, kiln_cache_repair_t *out_repair);
+void kiln_cache_close(kiln_cache_t *cache);
+/* The directory. Borrowed. */
+const char *kiln_cache_path(const kiln_cache_t *cache);
+uint64_t kiln_cache_capacity(const kiln_cache_t *cache);
+
+/* ---- cache keys ---- */
+
+/* What an artifact depends on. Two requests with equal parts share an artifact. */
+typedef struct kiln_cache_key_parts_s {
+  const char *source_digest;   /* digest of the source's meaning (compiler fingerprint) */
+  const char *target;          /* canonical target id */
+  const char *const *flags;    /* compile flags as given; normalized by the key */
+  size_t n_flags;
+  const char *compiler;        /* compiler identity, e.g. "kiln-mlir 0.1.0 llvm 22.1.8" */
+  uint32_t hal_version;        /* 7 */
+  uint32_t bytecode_version;   /* major << 16 | minor */
+} kiln_cache_key_parts_t;
+
+/* Normalizes flags: surrounding whitespace trimmed, empty flags dropped, exact
+ * duplicates removed (first kept), order otherwise kept (compilers honour order).
+ * Returns them joined by '\n' (kiln_malloc'd, owned by the caller). */
+char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags);
+
+/* The cache key: SHA-256 over a versioned, unambiguous encoding of the parts with
+ * normalized flags. INVALID_ARGUMENT when a part is missing or malformed. */
+kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts,
+                                     kiln_digest_hex_t *out_key);
+
+/* ---- artifacts ---- */
+
+typedef struct kiln_cache_provenance_s {
+  const char *submitter;            /* may be NULL */
+  const kiln_index_label_t *labels; /* borrowed */
+  size_t n_labels;
+} kiln_cache_provenance_t;
+
+/* Stores `len` bytes as the artifact for `parts` and indexes it. The record
+ * (optional) receives the row as stored (free with kiln_index_artifact_deinit).
+ * RESOURCE_EXHAUSTED when the disk is full (nothing stored is lost). */
+kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_parts_t *parts,
+                                      const void *data, size_t len,
+                                      const kiln_cache_provenance_t *provenance,
+                                      kiln_index_artifact_t *out_record);
+
+/* Looks up the artifact for a cache key and records a hit (or NOT_FOUND, counted
+ * as a miss). The record is owned by the caller. */
+kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_key,
+                                         kiln_index_artifact_t *out_record);
+
+/* A verifying stream over an artifact or source blob. While it is open the blob is
+ * protected from eviction. */
+typedef struct kiln_cache_reader_s kiln_cache_reader_t;
+
+/* Opens blob `digest` (artifact or source). NOT_FOUND when unknown or quarantined. */
+kiln_status_t kiln_cache_open_blob(kiln_cache_t *cache, const char *digest,
+                                   kiln_cache_reader_t **out_reader);
+/* As kiln_blob_reader_read. On DATA_LOSS the blob has already been quarantined. */
+kiln_status_t kiln_cache_reader_read(kiln_cache_reader_t *reader, void *buf, size_t cap,
+                                     size_t *out_len);
+uint64_t kiln_cache_reader_size(const kiln_cache_reader_t *reader);
+void kiln_cache_reader_close(kiln_cache_reader_t *reader);
+
+/* Reads a whole blob, verified (quarantined on DATA_LOSS). Owned by the caller. */
+kiln_status_t kiln_cache_get_blob(kiln_cache_t *cache, const char *digest, void **out_data,
+                                  size_t *out_len);
+
+/* Pins or unpins every artifact whose digest or cache key is `key_or_digest`.
+ * NOT_FOUND when none; INVALID_ARGUMENT for a malformed digest. */
+kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, bool pinned,
+                             size_t *out_count);
+
+/* ---- sources ---- */
+
+/* Stores a source (the IR as uploaded). `semantic_digest` (may be NULL) is the
+ * compiler's fingerprint of its meaning. If `expected_digest` is non-NULL the
+ * bytes must hash to it (INVALID_ARGUMENT otherwise). out_digest is the digest of
+ * the bytes. Idempotent. */
+kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_t len,
+                                    const char *expected_digest, const char *name, int format,
+                                    const char *semantic_digest, kiln_digest_hex_t *out_digest);
+
+/* ---- maintenance ---- */
+
+typedef struct kiln_cache_stats_s {
+  kiln_index_totals_t totals;
+  uint64_t capacity_bytes;
+  int schema_version;
+  /* Counters since open. */
+  uint64_t hits;
+  uint64_t misses;
+  uint64_t evictions;
+  uint64_t quarantined;
+  uint64_t bytes_served;
+} kiln_cache_stats_t;
+
+kiln_status_t kiln_cache_stats(kiln_cache_t *cache, kiln_cache_stats_t *out_stats);
+
+typedef enum kiln_cache_problem_kind_e {
+  KILN_CACHE_PROBLEM_CORRUPT_BLOB = 1,
+  KILN_CACHE_PROBLEM_MISSING_BLOB = 2,
+  KILN_CACHE_PROBLEM_ORPHAN_BLOB = 3,
+  KILN_CACHE_PROBLEM_STRAY_FILE = 4,
+} kiln_cache_problem_kind_t; /* numerically kiln.v1.CacheProblem.Kind */
+
+typedef struct kiln_cache_problem_s {
+  kiln_cache_problem_kind_t kind;
+  char digest[KILN_DIGEST_HEX_LEN + 1]; /* "" for stray files */
+  char *detail;
+  bool repaired;
+} kiln_cache_problem_t;
+
+typedef struct kiln_cache_verify_report_s {
+  uint64_t blobs_checked;
+  uint64_t bytes_checked;
+  kiln_cache_problem_t *problems;
+  size_t n_problems;
+  int64_t duration_ms;
+} kiln_cache_verify_report_t;
+
+/* Re-reads every blob and reconciles index and blobs (see kiln.proto VerifyCache).
+ * With dry_run nothing is changed. `should_stop` (may be NULL) is polled between
+ * blobs; when it returns true the scan ends early with CANCELLED. */
+kiln_status_t kiln_cache_verify(kiln_cache_t *cache, bool dry_run, bool (*should_stop)(void *),
+                                void *stop_user, kiln_cache_verify_report_t *out_report);
+void kiln_cache_verify_report_deinit(kiln_cache_verify_report_t *report);
+
+typedef struct kiln_cache_gc_report_s {
+  uint64_t artifacts_evicted;
+  uint64_t sources_evicted;
+  uint64_t bytes_freed;
+  uint64_t bytes_stored;
+  bool target_unreachable;
+} kiln_cache_gc_report_t;
+
+/* Evicts until the store is at most `max_bytes` on disk (0: the capacity; then
+ * INVALID_ARGUMENT when unlimited). */
+kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes,
+                            kiln_cache_gc_report_t *out_report);
+
+#endif /* KILN_CACHE_CACHE_H */

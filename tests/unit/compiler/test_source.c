@@ -1,0 +1,125 @@
+/* compiler/source.c: parsing with diagnostics and the semantic fingerprint.
+ * The fingerprint must ignore what does not change a module's meaning
+ * (whitespace, comments, SSA names, locations, text vs bytecode) and change with
+ * anything that does. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "compiler/source.h"
+
+static const char *const base_ir =
+    "func.func @mlp(%x: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {\n"
+    "  %0 = arith.addf %x, %b : tensor<4xf32>\n"
+    "  return %0 : tensor<4xf32>\n"
+    "}\n";
+
+static const char *const reformatted_ir =
+    "// the same model, reformatted and annotated\n"
+    "func.func @mlp(%input: tensor<4xf32>,   %bias: tensor<4xf32>) -> tensor<4xf32> {\n"
+    "\n"
+    "  %sum = arith.addf %input, %bias : tensor<4xf32> loc(\"model.py\":12:3)\n"
+    "  return %sum : tensor<4xf32>   // done\n"
+    "} loc(\"model.py\":10:1)\n";
+
+static const char *const changed_ir =
+    "func.func @mlp(%x: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {\n"
+    "  %0 = arith.mulf %x, %b : tensor<4xf32>\n"
+    "  return %0 : tensor<4xf32>\n"
+    "}\n";
+
+static int setup(void **state) {
+  kiln_compiler_context_t *ctx = NULL;
+  kiln_status_t st = kiln_compiler_context_create(&ctx);
+  if (st) return -1;
+  *state = ctx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  kiln_compiler_context_destroy(*state);
+  return 0;
+}
+
+static void fingerprint(void **state, const char *ir, kiln_digest_hex_t *out) {
+  kiln_status_t st = kiln_compiler_fingerprint(*state, ir, strlen(ir), "model.mlir", out);
+  if (st) fail_msg("fingerprint failed: %s", kiln_status_message(st));
+}
+
+static void test_formatting_does_not_change_the_fingerprint(void **state) {
+  kiln_digest_hex_t a, b;
+  fingerprint(state, base_ir, &a);
+  fingerprint(state, reformatted_ir, &b);
+  assert_string_equal(a.text, b.text);
+  assert_true(kiln_digest_is_valid_hex(a.text));
+}
+
+static void test_meaning_changes_the_fingerprint(void **state) {
+  kiln_digest_hex_t a, b;
+  fingerprint(state, base_ir, &a);
+  fingerprint(state, changed_ir, &b);
+  assert_string_not_equal(a.text, b.text);
+}
+
+static void test_fingerprint_is_stable_across_contexts(void **state) {
+  kiln_compiler_context_t *other = NULL;
+  assert_null(kiln_compiler_context_create(&other));
+  kiln_digest_hex_t a, b;
+  fingerprint(state, base_ir, &a);
+  assert_null(kiln_compiler_fingerprint(other, base_ir, strlen(base_ir), "x", &b));
+  assert_string_equal(a.text, b.text);
+  kiln_compiler_context_destroy(other);
+}
+
+static void test_syntax_error_has_file_line_col(void **state) {
+  const char *bad = "func.func @f() {\n  %0 = arith.constant 1 : i32\n  return %1 : i32\n}\n";
+  kiln_digest_hex_t out;
+  kiln_status_t st = kiln_compiler_fingerprint(*state, bad, strlen(bad), "bad.mlir", &out);
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+  const char *msg = kiln_status_message(st);
+  if (!strstr(msg, "bad.mlir:3:")) fail_msg("no file:line in: %s", msg);
+  if (!strstr(msg, "error:")) fail_msg("no severity in: %s", msg);
+  kiln_status_free(st);
+}
+
+static void test_verifier_failure_is_invalid_argument(void **state) {
+  /* Parses, but the return type does not match the function type. */
+  const char *bad = "func.func @f(%a: i32) -> f32 {\n  return %a : i32\n}\n";
+  kiln_digest_hex_t out;
+  kiln_status_t st = kiln_compiler_fingerprint(*state, bad, strlen(bad), "v.mlir", &out);
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+  if (!strstr(kiln_status_message(st), "v.mlir:2:")) {
+    fail_msg("no location in: %s", kiln_status_message(st));
+  }
+  kiln_status_free(st);
+}
+
+static void test_garbage_and_empty_inputs(void **state) {
+  const char *inputs[] = {"\x01\x02\x03 not mlir at all", "ML\xefR\x00\x01garbage-bytecode", "}"};
+  size_t lens[] = {strlen(inputs[0]), 14, 1};
+  for (size_t i = 0; i < 3; i++) {
+    kiln_digest_hex_t out;
+    kiln_status_t st = kiln_compiler_fingerprint(*state, inputs[i], lens[i], "g.mlir", &out);
+    assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+    kiln_status_free(st);
+  }
+  /* An empty source is an empty module: valid, with a fingerprint. */
+  kiln_digest_hex_t empty;
+  assert_null(kiln_compiler_fingerprint(*state, "", 0, "e.mlir", &empty));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_formatting_does_not_change_the_fingerprint),
+      cmocka_unit_test(test_meaning_changes_the_fingerprint),
+      cmocka_unit_test(test_fingerprint_is_stable_across_contexts),
+      cmocka_unit_test(test_syntax_error_has_file_line_col),
+      cmocka_unit_test(test_verifier_failure_is_invalid_argument),
+      cmocka_unit_test(test_garbage_and_empty_inputs),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
