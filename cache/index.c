@@ -229,8 +229,9 @@ static kiln_status_t sql_failure_at(sqlite3 *db, const char *path, int busy_time
   return status;
 }
 
-#define sql_failure(index, rc, op) \
-  sql_failure_at((index)->db, (index)->path, (index)->busy_timeout_ms, (rc), (op), __FILE__, __LINE__)
+#define sql_failure(index, rc, op)                                                     \
+  sql_failure_at((index)->db, (index)->path, (index)->busy_timeout_ms, (rc), (op), __FILE__, \
+                 __LINE__)
 
 /* ---- statement helpers ----------------------------------------------------- */
 
@@ -504,7 +505,8 @@ void kiln_index_close(kiln_index_t *index) {
   if (!index) return;
   for (int i = 0; i < STMT_COUNT; i++) sqlite3_finalize(index->stmts[i]);
   for (int m = 0; m < FIND_SHAPES; m++)
-    for (int n = 0; n <= KILN_INDEX_FILTER_MAX_LABELS; n++) sqlite3_finalize(index->find_stmts[m][n]);
+    for (int n = 0; n <= KILN_INDEX_FILTER_MAX_LABELS; n++)
+      sqlite3_finalize(index->find_stmts[m][n]);
   /* Every statement is finalized, so this cannot fail with BUSY; an open
    * transaction is rolled back by SQLite. */
   sqlite3_close(index->db);
@@ -699,7 +701,8 @@ static kiln_status_t check_artifact(const kiln_index_artifact_t *r) {
   KILN_RETURN_IF_ERROR(check_digest(op, "cache_key", r->cache_key));
   KILN_RETURN_IF_ERROR(check_digest(op, "artifact_digest", r->artifact_digest));
   KILN_RETURN_IF_ERROR(check_digest(op, "source_digest", r->source_digest));
-  if (!r->target || !*r->target) return invalid(op, "target is empty; give the canonical target id");
+  if (!r->target || !*r->target)
+    return invalid(op, "target is empty; give the canonical target id");
   if (!r->compiler || !*r->compiler)
     return invalid(op, "compiler is empty; give the compiler identity string");
   KILN_RETURN_IF_ERROR(check_u64(op, "size", r->size));
@@ -1002,7 +1005,8 @@ kiln_status_t kiln_index_source_lru(kiln_index_t *index, size_t limit,
     status = read_source_row(index, stmt, &records[count++]);
     if (status) break;
   }
-  if (!status && rc != SQLITE_DONE) status = sql_failure(index, rc, "list source eviction candidates");
+  if (!status && rc != SQLITE_DONE)
+    status = sql_failure(index, rc, "list source eviction candidates");
   stmt_done(stmt);
   if (status) {
     kiln_index_sources_free(records, count);
