@@ -89,9 +89,15 @@ kiln_status_t kiln_blob_writer_commit(kiln_blob_writer_t *writer, kiln_digest_t 
 /* Discards a writer that has not been committed; its tmp file is removed. */
 void kiln_blob_writer_abort(kiln_blob_writer_t *writer);
 
-/* One-shot put of `len` bytes. */
+/* One-shot put of `len` bytes. Blobs of 1 MiB and more are hashed on a second
+ * thread while they are written. */
 kiln_status_t kiln_blobstore_put(kiln_blobstore_t *store, const void *data, size_t len,
                                  kiln_digest_t *out_digest, uint64_t *out_stored_size);
+/* The same, failing with INVALID_ARGUMENT (nothing stored) when the bytes do not
+ * hash to `expected` (may be NULL). */
+kiln_status_t kiln_blobstore_put_expected(kiln_blobstore_t *store, const void *data, size_t len,
+                                          const kiln_digest_t *expected, kiln_digest_t *out_digest,
+                                          uint64_t *out_stored_size);
 
 /* ---- reading ---- */
 

@@ -12,6 +12,13 @@
  * Connections: a pool of SQLite connections, one borrowed per operation, so each
  * thread works on its own connection and none is shared concurrently.
  *
+ * Hits: a lookup is a read. The hit count and last-access time it earns are kept
+ * in memory (pending hits, keyed by cache key) and written in one transaction per
+ * PENDING_FLUSH keys, and before anything that reads them (stats, gc, verify,
+ * close). A write per hit would cost three times the read (WAL appends and
+ * checkpoints on the lookup path); a crash loses at most PENDING_FLUSH keys'
+ * recent hits, which only makes eviction slightly less informed.
+ *
  * In-use set: digests with an open reader, and digests between a put's blob
  * commit and its row insert. gc never evicts them, and verify never removes them
  * as orphans; verify additionally spares orphans younger than ORPHAN_GRACE_S, which
@@ -20,6 +27,7 @@
 #include "cache/cache.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -36,6 +44,13 @@
 
 #define ORPHAN_GRACE_S 300
 #define GC_BATCH 64
+#define PENDING_FLUSH 256
+
+typedef struct pending_hit_s {
+  char key[KILN_DIGEST_HEX_LEN + 1];
+  uint64_t hits;
+  int64_t last_access_ms;
+} pending_hit_t;
 
 typedef struct in_use_s {
   kiln_digest_t digest;
@@ -55,6 +70,8 @@ struct kiln_cache_s {
   in_use_t *in_use;
   size_t n_in_use;
   size_t cap_in_use;
+  pending_hit_t *pending; /* PENDING_FLUSH slots */
+  size_t n_pending;
   uint64_t hits, misses, evictions, quarantined, bytes_served;
 };
 
@@ -130,6 +147,121 @@ static bool in_use(kiln_cache_t *cache, const kiln_digest_t *digest) {
   }
   pthread_mutex_unlock(&cache->lock);
   return found;
+}
+
+/* ---- pending hits ---- */
+
+/* Writes the pending hits in one transaction. The batch is taken under the lock
+ * and written without it. */
+static kiln_status_t flush_hits(kiln_cache_t *cache, kiln_index_t *index) {
+  pthread_mutex_lock(&cache->lock);
+  size_t n = cache->n_pending;
+  pending_hit_t *batch = NULL;
+  if (n) {
+    batch = kiln_memdup(cache->pending, n * sizeof *batch);
+    cache->n_pending = 0;
+  }
+  pthread_mutex_unlock(&cache->lock);
+  if (!n) return NULL;
+  kiln_status_t st = kiln_index_begin(index);
+  for (size_t i = 0; !st && i < n; i++) {
+    st = kiln_index_artifact_record_hits(index, batch[i].key, batch[i].last_access_ms, batch[i].hits);
+  }
+  if (!st) st = kiln_index_commit(index);
+  else kiln_index_rollback(index);
+  if (st) {
+    /* Not written: merge the batch back so the hits are not lost. */
+    pthread_mutex_lock(&cache->lock);
+    for (size_t i = 0; i < n; i++) {
+      size_t k = 0;
+      while (k < cache->n_pending && strcmp(cache->pending[k].key, batch[i].key) != 0) k++;
+      if (k == cache->n_pending) {
+        if (cache->n_pending == PENDING_FLUSH) break; /* full: the oldest are dropped */
+        cache->pending[cache->n_pending++] = batch[i];
+      } else {
+        cache->pending[k].hits += batch[i].hits;
+        if (batch[i].last_access_ms > cache->pending[k].last_access_ms) {
+          cache->pending[k].last_access_ms = batch[i].last_access_ms;
+        }
+      }
+    }
+    pthread_mutex_unlock(&cache->lock);
+  }
+  kiln_free(batch);
+  return st;
+}
+
+/* Records a hit in memory; returns true when the batch is full and should be
+ * flushed. */
+static bool note_hit(kiln_cache_t *cache, const char *key, int64_t now, uint64_t *out_pending_hits) {
+  pthread_mutex_lock(&cache->lock);
+  size_t i = 0;
+  for (; i < cache->n_pending; i++) {
+    if (memcmp(cache->pending[i].key, key, KILN_DIGEST_HEX_LEN) == 0) break;
+  }
+  if (i == cache->n_pending && cache->n_pending == PENDING_FLUSH) {
+    /* Full because flushes keep failing (index locked): this hit goes unrecorded. */
+    *out_pending_hits = 1;
+    pthread_mutex_unlock(&cache->lock);
+    return true;
+  }
+  if (i == cache->n_pending) {
+    memcpy(cache->pending[i].key, key, sizeof cache->pending[i].key);
+    cache->pending[i].hits = 0;
+    cache->n_pending++;
+  }
+  cache->pending[i].hits++;
+  cache->pending[i].last_access_ms = now;
+  *out_pending_hits = cache->pending[i].hits;
+  bool full = cache->n_pending == PENDING_FLUSH;
+  pthread_mutex_unlock(&cache->lock);
+  return full;
+}
+
+static uint64_t remove_if_unreferenced(kiln_cache_t *cache, kiln_index_t *index, const char *hex);
+
+/* Removes a blob unless it is in use, atomically with respect to in_use_add: the
+ * lock is held across the check and the unlink (one metadata operation, no data
+ * I/O). A put that registers its digest after this returns finds the blob gone
+ * and writes it again (see put_blob). Returns true when removed (or already
+ * absent); *out_freed gets its size on disk. */
+static bool remove_unless_in_use(kiln_cache_t *cache, const kiln_digest_t *digest,
+                                 uint64_t *out_freed) {
+  *out_freed = 0;
+  pthread_mutex_lock(&cache->lock);
+  bool busy = false;
+  for (size_t i = 0; i < cache->n_in_use && !busy; i++) {
+    busy = kiln_digest_equal(&cache->in_use[i].digest, digest);
+  }
+  bool removed = false;
+  if (!busy) {
+    uint64_t size = 0;
+    bool present = kiln_blobstore_contains(cache->blobs, digest, &size);
+    kiln_status_t rm = present ? kiln_blobstore_remove(cache->blobs, digest) : NULL;
+    removed = rm == NULL || kiln_status_code(rm) == KILN_STATUS_NOT_FOUND;
+    if (present && rm == NULL) *out_freed = size;
+    kiln_status_free(rm);
+  }
+  pthread_mutex_unlock(&cache->lock);
+  return removed;
+}
+
+/* Stores bytes as a blob and registers the digest in the in-use set; the caller
+ * removes it once its row is in. Retries when a concurrent eviction removed the
+ * (already present, identical) blob between commit and registration. */
+static kiln_status_t put_blob(kiln_cache_t *cache, const kiln_digest_t *expected, const void *data,
+                              size_t len, kiln_digest_t *out_digest, uint64_t *out_stored) {
+  for (int attempt = 0;; attempt++) {
+    KILN_RETURN_IF_ERROR(
+        kiln_blobstore_put_expected(cache->blobs, data, len, expected, out_digest, out_stored));
+    in_use_add(cache, out_digest);
+    if (kiln_blobstore_contains(cache->blobs, out_digest, out_stored)) return NULL;
+    in_use_remove(cache, out_digest);
+    if (attempt == 3) {
+      return KILN_STATUS(KILN_STATUS_UNAVAILABLE,
+                         "blob kept disappearing while it was stored (concurrent eviction)");
+    }
+  }
 }
 
 static void count(kiln_cache_t *cache, uint64_t *counter, uint64_t n) {
@@ -239,6 +371,19 @@ static void add_problem(scan_t *scan, kiln_cache_problem_kind_t kind, const kiln
   p->repaired = repaired;
 }
 
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+  (void)sb, (void)ftw;
+  return (type == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : -1;
+}
+
+/* Removes a stray file or directory tree inside blobs/ (never following links). */
+static bool remove_path(const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) return errno == ENOENT;
+  if (!S_ISDIR(sb.st_mode)) return unlink(path) == 0;
+  return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0;
+}
+
 static kiln_status_t visit_blob(void *user, const kiln_digest_t *digest, const char *path,
                                 uint64_t stored_size) {
   scan_t *scan = user;
@@ -246,7 +391,7 @@ static kiln_status_t visit_blob(void *user, const kiln_digest_t *digest, const c
     return KILN_STATUS(KILN_STATUS_CANCELLED, "cache scan stopped before it finished");
   }
   if (!digest) {
-    bool repaired = !scan->dry_run && unlink(path) == 0;
+    bool repaired = !scan->dry_run && remove_path(path);
     scan->repair.stray_files++;
     add_problem(scan, KILN_CACHE_PROBLEM_STRAY_FILE, NULL, repaired, "%s is not a blob%s", path,
                 repaired ? "; removed" : "");
@@ -271,7 +416,10 @@ static kiln_status_t visit_blob(void *user, const kiln_digest_t *digest, const c
       add_problem(scan, KILN_CACHE_PROBLEM_CORRUPT_BLOB, digest, repaired, "%s%s",
                   kiln_status_message(st), repaired ? "; quarantined" : "");
       kiln_status_free(st);
-      return NULL; /* not present any more (or, in a dry run, not to be judged twice) */
+      /* Quarantined: gone with its rows. In a dry run it stays, and counts as
+       * present so its rows are not reported a second time as missing. */
+      if (scan->dry_run) set_add(&scan->present, digest, stored_size, path);
+      return NULL;
     }
     if (st && kiln_status_code(st) != KILN_STATUS_NOT_FOUND) return st;
     kiln_status_free(st);
@@ -309,11 +457,20 @@ static kiln_status_t scan_store(scan_t *scan) {
   for (size_t i = 0; i < scan->report.n_problems; i++) {
     kiln_cache_problem_t *p = &scan->report.problems[i];
     if (p->kind != KILN_CACHE_PROBLEM_MISSING_BLOB) continue;
-    scan->repair.dangling_rows++;
-    if (scan->dry_run) continue;
+    /* The listing came first: a put that finished since then has its blob. */
+    kiln_digest_t d;
+    if (kiln_digest_from_hex(p->digest, &d) && kiln_blobstore_contains(scan->cache->blobs, &d, NULL)) {
+      p->kind = 0; /* not a problem: dropped from the report below */
+      continue;
+    }
+    if (scan->dry_run) {
+      scan->repair.dangling_rows++;
+      continue;
+    }
     size_t rows = 0;
     st = kiln_index_drop_digest(scan->index, p->digest, NULL, now_ms(scan->cache), &rows);
     if (st) return st;
+    scan->repair.dangling_rows += rows;
     p->repaired = true;
     kiln_free(p->detail);
     kiln_buf_t buf;
@@ -321,6 +478,15 @@ static kiln_status_t scan_store(scan_t *scan) {
     kiln_buf_appendf(&buf, "blob %s is missing; dropped %zu index row(s)", p->digest, rows);
     p->detail = kiln_buf_take(&buf);
   }
+  size_t kept = 0;
+  for (size_t i = 0; i < scan->report.n_problems; i++) {
+    if (scan->report.problems[i].kind == 0) {
+      kiln_free(scan->report.problems[i].detail);
+      continue;
+    }
+    scan->report.problems[kept++] = scan->report.problems[i];
+  }
+  scan->report.n_problems = kept;
   /* Remove blobs no row names. */
   time_t now = time(NULL);
   for (size_t i = 0; i < scan->present.n; i++) {
@@ -333,9 +499,9 @@ static kiln_status_t scan_store(scan_t *scan) {
     scan->repair.orphan_blobs++;
     bool repaired = false;
     if (!scan->dry_run) {
-      kiln_status_t rm = kiln_blobstore_remove(scan->cache->blobs, &scan->present.items[i]);
-      repaired = rm == NULL || kiln_status_code(rm) == KILN_STATUS_NOT_FOUND;
-      kiln_status_free(rm);
+      uint64_t freed;
+      repaired = remove_unless_in_use(scan->cache, &scan->present.items[i], &freed);
+      if (!repaired) continue; /* a put or a reader took it meanwhile */
     }
     add_problem(scan, KILN_CACHE_PROBLEM_ORPHAN_BLOB, &scan->present.items[i], repaired,
                 "no index row names this blob (%llu bytes on disk)%s",
@@ -363,6 +529,7 @@ kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *optio
   }
   kiln_cache_t *cache = kiln_calloc(1, sizeof *cache);
   cache->dir = kiln_strdup(dir);
+  cache->pending = kiln_calloc(PENDING_FLUSH, sizeof *cache->pending);
   if (options) cache->options = *options;
   else cache->options.compression = KILN_BLOB_COMPRESSION_AUTO;
   pthread_mutex_init(&cache->lock, NULL);
@@ -398,6 +565,12 @@ kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *optio
 
 void kiln_cache_close(kiln_cache_t *cache) {
   if (!cache) return;
+  if (cache->n_pending && cache->n_pool) {
+    kiln_status_t st = flush_hits(cache, cache->pool[0]);
+    if (st) kiln_log_status(KILN_LOG_WARN, "cache_hits_lost", st, "dir=%s", cache->dir);
+    kiln_status_free(st);
+  }
+  kiln_free(cache->pending);
   for (size_t i = 0; i < cache->n_pool; i++) kiln_index_close(cache->pool[i]);
   kiln_free(cache->pool);
   kiln_free(cache->in_use);
@@ -414,9 +587,8 @@ uint64_t kiln_cache_capacity(const kiln_cache_t *cache) { return cache->options.
 
 /* ---- keys ---- */
 
-char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags) {
-  kiln_buf_t out;
-  kiln_buf_init(&out);
+/* The normalized flags as an array (kiln_malloc'd strings); returns the count. */
+static size_t normalize_flags(const char *const *flags, size_t n_flags, char ***out_flags) {
   /* Keep trimmed flags in order; drop empties and exact repeats. */
   char **seen = kiln_calloc(n_flags ? n_flags : 1, sizeof(char *));
   size_t n_seen = 0;
@@ -434,11 +606,26 @@ char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags) {
       continue;
     }
     seen[n_seen++] = flag;
-    if (out.len) kiln_buf_append_char(&out, '\n');
-    kiln_buf_append_str(&out, flag);
   }
-  for (size_t k = 0; k < n_seen; k++) kiln_free(seen[k]);
-  kiln_free(seen);
+  *out_flags = seen;
+  return n_seen;
+}
+
+static void free_flags(char **flags, size_t n) {
+  for (size_t k = 0; k < n; k++) kiln_free(flags[k]);
+  kiln_free(flags);
+}
+
+char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags) {
+  char **list;
+  size_t n = normalize_flags(flags, n_flags, &list);
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  for (size_t k = 0; k < n; k++) {
+    if (k) kiln_buf_append_char(&out, '\n');
+    kiln_buf_append_str(&out, list[k]);
+  }
+  free_flags(list, n);
   return kiln_buf_take(&out);
 }
 
@@ -455,19 +642,25 @@ kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_d
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "cache key: the compiler identity is missing or malformed");
   }
-  char *flags = kiln_cache_flags_normalize(parts->flags, parts->n_flags);
-  /* Length-prefixed fields: no choice of flag text can make two different part
-   * lists encode the same. */
+  char **flags;
+  size_t n_flags = normalize_flags(parts->flags, parts->n_flags, &flags);
+  /* Every field and every flag length-prefixed: no choice of flag text (newlines
+   * included) can make two different part lists encode the same. */
   kiln_buf_t enc;
   kiln_buf_init(&enc);
   const char *fields[][2] = {
-      {"source", parts->source_digest}, {"target", parts->target}, {"flags", flags},
-      {"compiler", parts->compiler},
+      {"source", parts->source_digest}, {"target", parts->target}, {"compiler", parts->compiler},
   };
   kiln_buf_append_str(&enc, "kiln-cache-key/1\n");
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
     kiln_buf_appendf(&enc, "%s:%zu:", fields[i][0], strlen(fields[i][1]));
     kiln_buf_append_str(&enc, fields[i][1]);
+    kiln_buf_append_char(&enc, '\n');
+  }
+  kiln_buf_appendf(&enc, "flags:%zu\n", n_flags);
+  for (size_t i = 0; i < n_flags; i++) {
+    kiln_buf_appendf(&enc, "flag:%zu:", strlen(flags[i]));
+    kiln_buf_append_str(&enc, flags[i]);
     kiln_buf_append_char(&enc, '\n');
   }
   kiln_buf_appendf(&enc, "hal:%u\nbytecode:%u.%u\n", parts->hal_version,
@@ -476,7 +669,7 @@ kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_d
   kiln_digest_of(enc.data, enc.len, &d);
   kiln_digest_to_hex(&d, out_key);
   kiln_buf_deinit(&enc);
-  kiln_free(flags);
+  free_flags(flags, n_flags);
   return NULL;
 }
 
@@ -491,10 +684,9 @@ kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_
   KILN_RETURN_IF_ERROR(kiln_cache_key_compute(parts, &key));
   kiln_digest_t digest;
   uint64_t stored = 0;
-  kiln_status_t st = kiln_blobstore_put(cache->blobs, data, len, &digest, &stored);
+  /* From commit to row: in the in-use set, protected from gc and verify. */
+  kiln_status_t st = put_blob(cache, NULL, data, len, &digest, &stored);
   if (st) return kiln_status_annotate(st, "cannot store the artifact for %s", parts->target);
-  /* From commit to row: protected from verify's orphan removal and from gc. */
-  in_use_add(cache, &digest);
   kiln_digest_hex_t hex;
   kiln_digest_to_hex(&digest, &hex);
   char *flags = kiln_cache_flags_normalize(parts->flags, parts->n_flags);
@@ -517,7 +709,20 @@ kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_
   rec.n_labels = provenance ? provenance->n_labels : 0;
   kiln_index_t *index = NULL;
   st = acquire(cache, &index);
+  /* A key rebuilt with different bytes (a non-deterministic compiler, or a
+   * compiler fix under the same identity) leaves the old blob unnamed: free it. */
+  char old_digest[KILN_DIGEST_HEX_LEN + 1] = "";
+  if (!st) {
+    kiln_index_artifact_t old;
+    kiln_status_t got = kiln_index_artifact_get(index, key.text, &old);
+    if (!got && strcmp(old.artifact_digest, hex.text) != 0) {
+      memcpy(old_digest, old.artifact_digest, sizeof old_digest);
+    }
+    if (!got) kiln_index_artifact_deinit(&old);
+    kiln_status_free(got);
+  }
   if (!st) st = kiln_index_artifact_put(index, &rec);
+  if (!st && *old_digest) remove_if_unreferenced(cache, index, old_digest);
   if (!st && out_record) st = kiln_index_artifact_get(index, key.text, out_record);
   release(cache, index);
   in_use_remove(cache, &digest);
@@ -547,10 +752,15 @@ kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_
       memset(out_record, 0, sizeof *out_record);
       st = KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache key %s: its blob is missing", cache_key);
     } else {
-      st = kiln_index_artifact_touch(index, cache_key, now_ms(cache));
-      if (!st) {
-        out_record->hits++;
-        out_record->last_access_ms = now_ms(cache);
+      int64_t now = now_ms(cache);
+      uint64_t pending = 0;
+      bool full = note_hit(cache, cache_key, now, &pending);
+      out_record->hits += pending;
+      out_record->last_access_ms = now;
+      if (full) {
+        kiln_status_t fl = flush_hits(cache, index);
+        if (fl) kiln_log_status(KILN_LOG_WARN, "cache_hits_not_recorded", fl, NULL);
+        kiln_status_free(fl); /* the lookup itself succeeded */
       }
     }
   }
@@ -630,11 +840,16 @@ kiln_status_t kiln_cache_get_blob(kiln_cache_t *cache, const char *digest, void 
   KILN_RETURN_IF_ERROR(kiln_cache_open_blob(cache, digest, &r));
   kiln_buf_t buf;
   kiln_buf_init(&buf);
+  /* Size the buffer once, and read in chunks that stay in the CPU cache while they
+   * are hashed. */
+  uint64_t size = kiln_cache_reader_size(r);
+  kiln_buf_reserve(&buf, size < ((uint64_t)1 << 32) ? (size_t)size + 1 : 0);
   kiln_status_t st = NULL;
   for (;;) {
-    kiln_buf_reserve(&buf, 1 << 16);
+    kiln_buf_reserve(&buf, 1);
+    size_t room = buf.capacity - buf.len - 1;
     size_t n = 0;
-    st = kiln_cache_reader_read(r, buf.data + buf.len, buf.capacity - buf.len - 1, &n);
+    st = kiln_cache_reader_read(r, buf.data + buf.len, room < (256u << 10) ? room : (256u << 10), &n);
     if (st || n == 0) break;
     buf.len += n;
   }
@@ -673,17 +888,11 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "source digest '%s' is not 64 lowercase hex characters", expected_digest);
   }
-  kiln_blob_writer_t *w;
-  KILN_RETURN_IF_ERROR(kiln_blob_writer_begin(cache->blobs, expected_digest ? &expected : NULL, &w));
-  kiln_status_t st = kiln_blob_writer_write(w, data, len);
-  if (st) {
-    kiln_blob_writer_abort(w);
-    return st;
-  }
   kiln_digest_t digest;
-  uint64_t size = 0, stored = 0;
-  KILN_RETURN_IF_ERROR(kiln_blob_writer_commit(w, &digest, &size, &stored));
-  in_use_add(cache, &digest);
+  uint64_t stored = 0;
+  KILN_RETURN_IF_ERROR(put_blob(cache, expected_digest ? &expected : NULL, data, len, &digest, &stored));
+  kiln_status_t st = NULL;
+  uint64_t size = len;
   kiln_index_source_t rec;
   memset(&rec, 0, sizeof rec);
   kiln_digest_hex_t hex;
@@ -712,7 +921,8 @@ kiln_status_t kiln_cache_stats(kiln_cache_t *cache, kiln_cache_stats_t *out_stat
   memset(out_stats, 0, sizeof *out_stats);
   kiln_index_t *index = NULL;
   KILN_RETURN_IF_ERROR(acquire(cache, &index));
-  kiln_status_t st = kiln_index_totals(index, &out_stats->totals);
+  kiln_status_t st = flush_hits(cache, index);
+  if (!st) st = kiln_index_totals(index, &out_stats->totals);
   out_stats->schema_version = kiln_index_schema_version(index);
   release(cache, index);
   out_stats->capacity_bytes = cache->options.capacity_bytes;
@@ -731,6 +941,11 @@ kiln_status_t kiln_cache_verify(kiln_cache_t *cache, bool dry_run, bool (*should
   memset(out_report, 0, sizeof *out_report);
   kiln_index_t *index = NULL;
   KILN_RETURN_IF_ERROR(acquire(cache, &index));
+  kiln_status_t flushed = flush_hits(cache, index);
+  if (flushed) {
+    release(cache, index);
+    return flushed;
+  }
   scan_t scan;
   memset(&scan, 0, sizeof scan);
   scan.cache = cache;
@@ -766,16 +981,13 @@ static uint64_t remove_if_unreferenced(kiln_cache_t *cache, kiln_index_t *index,
   bool referenced = true;
   kiln_status_t st = kiln_index_digest_referenced(index, hex, &referenced);
   kiln_digest_t d;
-  if (st || referenced || !kiln_digest_from_hex(hex, &d) || in_use(cache, &d)) {
+  if (st || referenced || !kiln_digest_from_hex(hex, &d)) {
     kiln_status_free(st);
     return 0;
   }
-  uint64_t size = 0;
-  if (!kiln_blobstore_contains(cache->blobs, &d, &size)) return 0;
-  kiln_status_t rm = kiln_blobstore_remove(cache->blobs, &d);
-  bool ok = rm == NULL;
-  kiln_status_free(rm);
-  return ok ? size : 0;
+  uint64_t freed = 0;
+  remove_unless_in_use(cache, &d, &freed);
+  return freed;
 }
 
 kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes, kiln_cache_gc_report_t *out_report) {
@@ -788,7 +1000,8 @@ kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes, kiln_cache_
   kiln_index_t *index = NULL;
   KILN_RETURN_IF_ERROR(acquire(cache, &index));
   kiln_index_totals_t totals;
-  kiln_status_t st = kiln_index_totals(index, &totals);
+  kiln_status_t st = flush_hits(cache, index); /* LRU order needs the latest accesses */
+  if (!st) st = kiln_index_totals(index, &totals);
   uint64_t stored = st ? 0 : stored_bytes(&totals);
   /* Artifacts first, least recently used first; then sources nothing needs. */
   bool progress = true;
@@ -800,8 +1013,10 @@ kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes, kiln_cache_
     for (size_t i = 0; !st && i < n && stored > max_bytes; i++) {
       kiln_digest_t d;
       if (kiln_digest_from_hex(recs[i].artifact_digest, &d) && in_use(cache, &d)) continue;
-      st = kiln_index_artifact_delete(index, recs[i].cache_key);
+      bool evicted = false;
+      st = kiln_index_artifact_evict(index, recs[i].cache_key, &evicted);
       if (st) break;
+      if (!evicted) continue; /* pinned or removed by someone else since the query */
       out_report->artifacts_evicted++;
       progress = true;
       uint64_t freed = remove_if_unreferenced(cache, index, recs[i].artifact_digest);
@@ -819,8 +1034,10 @@ kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes, kiln_cache_
     for (size_t i = 0; !st && i < n && stored > max_bytes; i++) {
       kiln_digest_t d;
       if (kiln_digest_from_hex(recs[i].digest, &d) && in_use(cache, &d)) continue;
-      st = kiln_index_source_delete(index, recs[i].digest);
+      bool evicted = false;
+      st = kiln_index_source_evict(index, recs[i].digest, &evicted);
       if (st) break;
+      if (!evicted) continue;
       out_report->sources_evicted++;
       progress = true;
       uint64_t freed = remove_if_unreferenced(cache, index, recs[i].digest);

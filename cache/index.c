@@ -64,6 +64,9 @@ typedef enum stmt_id_e {
   STMT_ARTIFACT_GET,
   STMT_ARTIFACT_GET_BY_DIGEST,
   STMT_ARTIFACT_TOUCH,
+  STMT_ARTIFACT_EVICT,
+  STMT_SOURCE_EVICT,
+  STMT_ARTIFACT_RECORD_HITS,
   STMT_ARTIFACT_SET_PINNED,
   STMT_ARTIFACT_DELETE,
   STMT_ARTIFACT_LRU,
@@ -112,9 +115,18 @@ static const char *const stmt_sql[STMT_COUNT] = {
                                     "ORDER BY a.created_ms DESC, a.cache_key LIMIT 1",
     [STMT_ARTIFACT_TOUCH] =
         "UPDATE artifacts SET last_access_ms = ?2, hits = hits + 1 WHERE cache_key = ?1",
+    [STMT_ARTIFACT_RECORD_HITS] =
+        "UPDATE artifacts SET last_access_ms = max(last_access_ms, ?2), hits = hits + ?3 "
+        "WHERE cache_key = ?1",
     [STMT_ARTIFACT_SET_PINNED] =
         "UPDATE artifacts SET pinned = ?2 WHERE cache_key = ?1 OR artifact_digest = ?1",
     [STMT_ARTIFACT_DELETE] = "DELETE FROM artifacts WHERE cache_key = ?1",
+    [STMT_ARTIFACT_EVICT] = "DELETE FROM artifacts WHERE cache_key = ?1 AND pinned = 0",
+    [STMT_SOURCE_EVICT] =
+        "DELETE FROM sources WHERE digest = ?1 AND pinned = 0 "
+        "AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.source_digest = sources.digest) "
+        "AND (sources.semantic_digest = '' OR NOT EXISTS "
+        "(SELECT 1 FROM artifacts a WHERE a.source_digest = sources.semantic_digest))",
     [STMT_ARTIFACT_LRU] = "SELECT " ARTIFACT_COLUMNS " FROM artifacts a WHERE a.pinned = 0 "
                           "ORDER BY a.last_access_ms, a.cache_key LIMIT ?1",
     [STMT_SOURCE_UPSERT] =
@@ -801,6 +813,20 @@ kiln_status_t kiln_index_artifact_touch(kiln_index_t *index, const char *cache_k
   return NULL;
 }
 
+kiln_status_t kiln_index_artifact_record_hits(kiln_index_t *index, const char *cache_key,
+                                              int64_t last_access_ms, uint64_t hits) {
+  if (!cache_key) return invalid("record hits", "cache key is NULL");
+  sqlite3_stmt *stmt = index->stmts[STMT_ARTIFACT_RECORD_HITS];
+  int rc = SQLITE_OK;
+  bind_text(stmt, 1, cache_key, &rc);
+  bind_int64(stmt, 2, last_access_ms, &rc);
+  bind_int64(stmt, 3, hits > INT64_MAX ? INT64_MAX : (int64_t)hits, &rc);
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+  kiln_status_t status = rc == SQLITE_DONE ? NULL : sql_failure(index, rc, "record hits");
+  stmt_done(stmt);
+  return status; /* a row evicted meanwhile simply takes no update */
+}
+
 kiln_status_t kiln_index_artifact_set_pinned(kiln_index_t *index, const char *key_or_digest,
                                              bool pinned, size_t *out_changed) {
   if (out_changed) *out_changed = 0;
@@ -981,6 +1007,25 @@ kiln_status_t kiln_index_source_delete(kiln_index_t *index, const char *digest) 
   if (changes == 0)
     return KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no source with digest %s",
                        index->path, digest);
+  return NULL;
+}
+
+kiln_status_t kiln_index_artifact_evict(kiln_index_t *index, const char *cache_key,
+                                        bool *out_evicted) {
+  *out_evicted = false;
+  if (!cache_key) return invalid("evict artifact", "cache key is NULL");
+  int changes = 0;
+  KILN_RETURN_IF_ERROR(exec_text(index, STMT_ARTIFACT_EVICT, cache_key, "evict artifact", &changes));
+  *out_evicted = changes > 0;
+  return NULL;
+}
+
+kiln_status_t kiln_index_source_evict(kiln_index_t *index, const char *digest, bool *out_evicted) {
+  *out_evicted = false;
+  if (!digest) return invalid("evict source", "digest is NULL");
+  int changes = 0;
+  KILN_RETURN_IF_ERROR(exec_text(index, STMT_SOURCE_EVICT, digest, "evict source", &changes));
+  *out_evicted = changes > 0;
   return NULL;
 }
 

@@ -102,6 +102,11 @@ kiln_status_t kiln_index_artifact_get_by_digest(kiln_index_t *index, const char 
                                                 kiln_index_artifact_t *out_record);
 /* Records a hit: last_access_ms = now_ms, hits += 1. NOT_FOUND when absent. */
 kiln_status_t kiln_index_artifact_touch(kiln_index_t *index, const char *cache_key, int64_t now_ms);
+/* Adds `hits` to the row's hit count and moves last_access_ms forward to
+ * `last_access_ms` (never back): the batched form of touch. A missing row is not
+ * an error (it may have been evicted since the hits happened). */
+kiln_status_t kiln_index_artifact_record_hits(kiln_index_t *index, const char *cache_key,
+                                              int64_t last_access_ms, uint64_t hits);
 /* Pins or unpins every row whose cache_key OR artifact_digest equals `key_or_digest`;
  * *out_changed (may be NULL) counts matching rows. NOT_FOUND when none match. */
 kiln_status_t kiln_index_artifact_set_pinned(kiln_index_t *index, const char *key_or_digest,
@@ -133,6 +138,14 @@ kiln_status_t kiln_index_artifact_find(kiln_index_t *index, const kiln_index_fil
  * cache_key): eviction candidates. limit 0 returns none. */
 kiln_status_t kiln_index_artifact_lru(kiln_index_t *index, size_t limit,
                                       kiln_index_artifact_t **out_records, size_t *out_count);
+
+/* Eviction's delete: removes the row only if it is (still) unpinned; for a source,
+ * only if it is also (still) unpinned and no artifact names it. A row that was
+ * pinned, deleted or referenced since the LRU query is left alone: *out_evicted
+ * false, status OK. */
+kiln_status_t kiln_index_artifact_evict(kiln_index_t *index, const char *cache_key,
+                                        bool *out_evicted);
+kiln_status_t kiln_index_source_evict(kiln_index_t *index, const char *digest, bool *out_evicted);
 
 /* A source row (the uploaded IR). */
 typedef struct kiln_index_source_s {

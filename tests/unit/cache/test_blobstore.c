@@ -382,8 +382,10 @@ static void test_expected_digest_mismatch(void **state) {
   kiln_blob_writer_t *w = NULL;
   assert_ok(kiln_blob_writer_begin(f->store, &claimed, &w));
   assert_ok(kiln_blob_writer_write(w, "data", 4));
-  kiln_digest_t out = {{0}};
-  kiln_status_t status = kiln_blob_writer_commit(w, &out, NULL, NULL);
+  kiln_digest_t out;
+  memset(&out, 0xee, sizeof out);
+  uint64_t size = 77, stored = 77;
+  kiln_status_t status = kiln_blob_writer_commit(w, &out, &size, &stored);
   assert_int_equal(kiln_status_code(status), KILN_STATUS_INVALID_ARGUMENT);
   kiln_digest_hex_t a, c;
   kiln_digest_to_hex(&actual, &a);
@@ -393,7 +395,9 @@ static void test_expected_digest_mismatch(void **state) {
   assert_non_null(strstr(kiln_status_message(status), c.text));
   kiln_status_free(status);
   kiln_digest_t zero = {{0}};
-  assert_true(kiln_digest_equal(&out, &zero)); /* out-params untouched on failure */
+  assert_true(kiln_digest_equal(&out, &zero)); /* out-params cleared on failure */
+  assert_int_equal(size, 0);
+  assert_int_equal(stored, 0);
   assert_false(kiln_blobstore_contains(f->store, &actual, NULL));
   assert_false(kiln_blobstore_contains(f->store, &claimed, NULL));
   assert_int_equal(tmp_entries(f->dir), 0);
@@ -656,6 +660,7 @@ static void test_remove_and_contains(void **state) {
     assert_ok(kiln_blobstore_remove(f->store, &d));
     contained = 12345;
     assert_false(kiln_blobstore_contains(f->store, &d, &contained));
+    assert_int_equal(contained, 0);
     char path[PATH_MAX];
     blob_file(f->dir, &d, compressible, path, sizeof path);
     assert_false(exists(path));
@@ -839,7 +844,7 @@ static void test_open_validates(void **state) {
 
 /* ---- concurrency ---- */
 
-enum { THREADS = 8, SHARED_BLOBS = 4 };
+enum { THREADS = 8, SHARED_BLOBS = 16 };
 
 typedef struct thread_arg_s {
   kiln_blobstore_t *store;
@@ -878,8 +883,8 @@ static void test_concurrent_writers(void **state) {
   size_t shared_len[SHARED_BLOBS];
   kiln_digest_t shared_digest[SHARED_BLOBS];
   for (int i = 0; i < SHARED_BLOBS; i++) {
-    shared_len[i] = 20000 + 50000 * (size_t)i;
-    shared[i] = make_data(shared_len[i], i != 1, 120 + (uint64_t)i);
+    shared_len[i] = 20000 + 10000 * (size_t)i;
+    shared[i] = make_data(shared_len[i], i % 4 != 1, 120 + (uint64_t)i);
     kiln_digest_of(shared[i], shared_len[i], &shared_digest[i]);
   }
   pthread_t threads[THREADS];
