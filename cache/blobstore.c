@@ -395,6 +395,7 @@ struct kiln_blob_writer_s {
   kiln_digest_t expected;
   kiln_hasher_t *hasher;
   bool hashed_elsewhere;      /* one-shot put: the digest is computed on another thread */
+  bool synced;                /* the tmp file already holds its final bytes, fsynced */
   kiln_digest_t given_digest; /* ...and handed over before commit */
   uint64_t total; /* uncompressed bytes received */
 
@@ -695,7 +696,9 @@ static kiln_status_t finish_content(kiln_blob_writer_t *w, bool *out_zst) {
 static kiln_status_t place(kiln_blob_writer_t *w, const kiln_digest_hex_t *hex, bool zst,
                            uint64_t *out_stored_size) {
   const kiln_blobstore_t *store = w->store;
-  if (fsync(w->fd) != 0) return KILN_STATUS_ERRNO(errno, "cannot sync blob file %s", w->tmp.s);
+  if (!w->synced && fsync(w->fd) != 0) {
+    return KILN_STATUS_ERRNO(errno, "cannot sync blob file %s", w->tmp.s);
+  }
   struct stat st;
   if (fstat(w->fd, &st) != 0) return KILN_STATUS_ERRNO(errno, "cannot stat blob file %s", w->tmp.s);
   int fd = w->fd;
@@ -787,7 +790,8 @@ kiln_status_t kiln_blob_writer_commit(kiln_blob_writer_t *w, kiln_digest_t *out_
 
 /* One-shot puts of large blobs hash on a second thread while this one writes:
  * SHA-256 (about 1 GB/s per core) is as slow as a fast disk's write+fsync, and
- * the two are independent, so a put costs max(hash, write) instead of the sum. */
+ * the two are independent, so a put costs max(hash, write + fsync) instead of the
+ * sum: a raw blob is written and fsynced before the hash is joined. */
 #define PARALLEL_HASH_MIN_BYTES (1u << 20)
 
 typedef struct hash_job_s {
@@ -823,6 +827,15 @@ kiln_status_t kiln_blobstore_put_expected(kiln_blobstore_t *store, const void *d
   bool threaded = len >= PARALLEL_HASH_MIN_BYTES && pthread_create(&hasher, NULL, hash_thread, &job) == 0;
   w->hashed_elsewhere = threaded;
   kiln_status_t status = kiln_blob_writer_write(w, data, len);
+  if (!status && threaded && w->mode == MODE_RAW && !w->compress_at_commit) {
+    /* The bytes are final: make them durable while the hash is still running
+     * (for a duplicate this sync is wasted, but so was the write). */
+    status = buf_flush(w);
+    if (!status && fsync(w->fd) != 0) {
+      status = KILN_STATUS_ERRNO(errno, "cannot sync blob file %s", w->tmp.s);
+    }
+    w->synced = status == NULL;
+  }
   if (threaded) {
     pthread_join(hasher, NULL);
     w->given_digest = job.digest;

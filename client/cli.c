@@ -34,6 +34,14 @@ static const kiln_config_table_t table = {"kiln", "KILN_", options,
 
 const kiln_config_table_t *kiln_cli_settings_table(void) { return &table; }
 
+int kiln_cli_call(const kiln_cli_settings_t *settings, kiln_client_t *client, const char *what,
+                  const char *method, const ProtobufCMessage *request,
+                  const ProtobufCMessageDescriptor *response_descriptor,
+                  ProtobufCMessage **out_response) {
+  kiln_status_t status = kiln_client_unary(client, method, request, response_descriptor, out_response);
+  return status ? kiln_cli_report(settings, what, status) : KILN_EXIT_OK;
+}
+
 int64_t kiln_cli_timeout_ms(const kiln_cli_settings_t *settings, bool long_running) {
   if (settings->timeout_ms > 0) return settings->timeout_ms;
   return long_running ? KILN_CLI_LONG_TIMEOUT_MS : KILN_CLI_DEFAULT_TIMEOUT_MS;

@@ -43,6 +43,14 @@ const kiln_config_table_t *kiln_cli_settings_table(void);
 typedef int (*kiln_cli_command_fn_t)(const kiln_cli_settings_t *settings, kiln_client_t *client,
                                      int argc, const char **argv);
 
+/* Calls `method` through kiln_client_unary. On failure reports it as `what`
+ * (kiln_cli_report) and returns the exit code; on success returns KILN_EXIT_OK and
+ * *out_response is owned by the caller (protobuf_c_message_free_unpacked). */
+int kiln_cli_call(const kiln_cli_settings_t *settings, kiln_client_t *client, const char *what,
+                  const char *method, const ProtobufCMessage *request,
+                  const ProtobufCMessageDescriptor *response_descriptor,
+                  ProtobufCMessage **out_response);
+
 /* The exit code for a failed RPC status. */
 int kiln_cli_exit_code(const kiln_status_t status);
 

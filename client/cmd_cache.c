@@ -22,17 +22,10 @@ static void print_size(const char *label, uint64_t bytes) {
   else printf("%-22s %.1f %s (%llu bytes)\n", label, v, units[u], (unsigned long long)bytes);
 }
 
-static int call(const kiln_cli_settings_t *settings, kiln_client_t *client, const char *what,
-                const char *method, const ProtobufCMessage *req,
-                const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **out) {
-  kiln_status_t status = kiln_client_unary(client, method, req, resp_desc, out);
-  return status ? kiln_cli_report(settings, what, status) : KILN_EXIT_OK;
-}
-
 static int stats(const kiln_cli_settings_t *settings, kiln_client_t *client) {
   Kiln__V1__GetCacheStatsRequest req = KILN__V1__GET_CACHE_STATS_REQUEST__INIT;
   ProtobufCMessage *msg = NULL;
-  int rc = call(settings, client, "cache stats", "/kiln.v1.Kiln/GetCacheStats", &req.base,
+  int rc = kiln_cli_call(settings, client, "cache stats", "/kiln.v1.Kiln/GetCacheStats", &req.base,
                 &kiln__v1__get_cache_stats_response__descriptor, &msg);
   if (rc) return rc;
   const Kiln__V1__GetCacheStatsResponse *s = (const Kiln__V1__GetCacheStatsResponse *)msg;
@@ -70,7 +63,7 @@ static int verify(const kiln_cli_settings_t *settings, kiln_client_t *client) {
   req.dry_run = settings->dry_run;
   ProtobufCMessage *msg = NULL;
   kiln_client_set_timeout(client, kiln_cli_timeout_ms(settings, true));
-  int rc = call(settings, client, "cache verify", "/kiln.v1.Kiln/VerifyCache", &req.base,
+  int rc = kiln_cli_call(settings, client, "cache verify", "/kiln.v1.Kiln/VerifyCache", &req.base,
                 &kiln__v1__verify_cache_response__descriptor, &msg);
   if (rc) return rc;
   const Kiln__V1__VerifyCacheResponse *r = (const Kiln__V1__VerifyCacheResponse *)msg;
@@ -97,7 +90,7 @@ static int gc(const kiln_cli_settings_t *settings, kiln_client_t *client) {
   req.max_bytes = settings->max_bytes;
   ProtobufCMessage *msg = NULL;
   kiln_client_set_timeout(client, kiln_cli_timeout_ms(settings, true));
-  int rc = call(settings, client, "cache gc", "/kiln.v1.Kiln/CollectGarbage", &req.base,
+  int rc = kiln_cli_call(settings, client, "cache gc", "/kiln.v1.Kiln/CollectGarbage", &req.base,
                 &kiln__v1__collect_garbage_response__descriptor, &msg);
   if (rc) return rc;
   const Kiln__V1__CollectGarbageResponse *r = (const Kiln__V1__CollectGarbageResponse *)msg;
@@ -118,7 +111,7 @@ static int pin(const kiln_cli_settings_t *settings, kiln_client_t *client, const
   Kiln__V1__PinArtifactRequest req = KILN__V1__PIN_ARTIFACT_REQUEST__INIT;
   req.digest = (char *)digest;
   ProtobufCMessage *msg = NULL;
-  int rc = call(settings, client, pinned ? "cache pin" : "cache unpin",
+  int rc = kiln_cli_call(settings, client, pinned ? "cache pin" : "cache unpin",
                 pinned ? "/kiln.v1.Kiln/PinArtifact" : "/kiln.v1.Kiln/UnpinArtifact", &req.base,
                 &kiln__v1__pin_artifact_response__descriptor, &msg);
   if (rc) return rc;

@@ -16,9 +16,9 @@ int kiln_cli_health(const kiln_cli_settings_t *settings, kiln_client_t *client, 
   Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
   req.service = settings->service ? settings->service : (char *)"";
   ProtobufCMessage *msg = NULL;
-  kiln_status_t status = kiln_client_unary(client, "/grpc.health.v1.Health/Check", &req.base,
-                                           &grpc__health__v1__health_check_response__descriptor, &msg);
-  if (status) return kiln_cli_report(settings, "health", status);
+  int rc = kiln_cli_call(settings, client, "health", "/grpc.health.v1.Health/Check", &req.base,
+                         &grpc__health__v1__health_check_response__descriptor, &msg);
+  if (rc) return rc;
   const Grpc__Health__V1__HealthCheckResponse *resp = (const Grpc__Health__V1__HealthCheckResponse *)msg;
   int serving = resp->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
   if (settings->json) {

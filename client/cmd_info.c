@@ -34,9 +34,9 @@ int kiln_cli_info(const kiln_cli_settings_t *settings, kiln_client_t *client, in
   }
   Kiln__V1__GetServerInfoRequest req = KILN__V1__GET_SERVER_INFO_REQUEST__INIT;
   ProtobufCMessage *msg = NULL;
-  kiln_status_t status = kiln_client_unary(client, "/kiln.v1.Kiln/GetServerInfo", &req.base,
-                                           &kiln__v1__get_server_info_response__descriptor, &msg);
-  if (status) return kiln_cli_report(settings, "info", status);
+  int rc = kiln_cli_call(settings, client, "info", "/kiln.v1.Kiln/GetServerInfo", &req.base,
+                         &kiln__v1__get_server_info_response__descriptor, &msg);
+  if (rc) return rc;
   const Kiln__V1__GetServerInfoResponse *info = (const Kiln__V1__GetServerInfoResponse *)msg;
 
   if (settings->json) {

@@ -15,9 +15,9 @@ int kiln_cli_stats(const kiln_cli_settings_t *settings, kiln_client_t *client, i
   }
   Kiln__V1__GetStatsRequest req = KILN__V1__GET_STATS_REQUEST__INIT;
   ProtobufCMessage *msg = NULL;
-  kiln_status_t status = kiln_client_unary(client, "/kiln.v1.Kiln/GetStats", &req.base,
-                                           &kiln__v1__get_stats_response__descriptor, &msg);
-  if (status) return kiln_cli_report(settings, "stats", status);
+  int rc = kiln_cli_call(settings, client, "stats", "/kiln.v1.Kiln/GetStats", &req.base,
+                         &kiln__v1__get_stats_response__descriptor, &msg);
+  if (rc) return rc;
   const Kiln__V1__GetStatsResponse *stats = (const Kiln__V1__GetStatsResponse *)msg;
   if (settings->json) {
     kiln_client_json_print(kiln_client_json_from_message(msg));
