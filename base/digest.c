@@ -2,6 +2,8 @@
  * deprecated in OpenSSL 3). */
 #include "base/digest.h"
 
+#include "base/alloc.h"
+
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +17,8 @@ static void reset(EVP_MD_CTX *ctx) {
 }
 
 kiln_hasher_t *kiln_hasher_create(void) {
-  kiln_hasher_t *h = malloc(sizeof *h);
-  if (!h || !(h->ctx = EVP_MD_CTX_new())) abort();
+  kiln_hasher_t *h = kiln_malloc(sizeof *h);
+  if (!(h->ctx = EVP_MD_CTX_new())) abort(); /* OpenSSL out of memory */
   reset(h->ctx);
   return h;
 }
@@ -34,7 +36,7 @@ void kiln_hasher_finish(kiln_hasher_t *hasher, kiln_digest_t *out_digest) {
 void kiln_hasher_destroy(kiln_hasher_t *hasher) {
   if (!hasher) return;
   EVP_MD_CTX_free(hasher->ctx);
-  free(hasher);
+  kiln_free(hasher);
 }
 
 void kiln_digest_of(const void *data, size_t len, kiln_digest_t *out_digest) {

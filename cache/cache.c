@@ -73,6 +73,8 @@ struct kiln_cache_s {
   pending_hit_t *pending; /* PENDING_FLUSH slots */
   size_t n_pending;
   uint64_t hits, misses, evictions, quarantined, bytes_served;
+  kiln_index_totals_t last_totals; /* as of the last query of them */
+  int schema_version;
 };
 
 struct kiln_cache_reader_s {
@@ -543,7 +545,7 @@ kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *optio
   kiln_status_t st = kiln_blobstore_open(dir, &bopts, &cache->blobs);
   kiln_index_t *index = NULL;
   if (!st) st = kiln_index_open(cache->db_path, &index);
-  if (!st) {
+  if (!st && !cache->options.skip_repair) {
     scan_t scan;
     memset(&scan, 0, sizeof scan);
     scan.cache = cache;
@@ -558,6 +560,11 @@ kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *optio
     kiln_cache_close(cache);
     return kiln_status_annotate(st, "cannot open the cache in %s", dir);
   }
+  /* Seed the counters' snapshot (kiln_cache_counters never queries). */
+  kiln_status_t totals = kiln_index_totals(index, &cache->last_totals);
+  if (totals) memset(&cache->last_totals, 0, sizeof cache->last_totals); /* best effort */
+  kiln_status_free(totals);
+  cache->schema_version = kiln_index_schema_version(index);
   release(cache, index);
   *out_cache = cache;
   return NULL;
@@ -925,6 +932,11 @@ kiln_status_t kiln_cache_stats(kiln_cache_t *cache, kiln_cache_stats_t *out_stat
   if (!st) st = kiln_index_totals(index, &out_stats->totals);
   out_stats->schema_version = kiln_index_schema_version(index);
   release(cache, index);
+  if (!st) {
+    pthread_mutex_lock(&cache->lock);
+    cache->last_totals = out_stats->totals;
+    pthread_mutex_unlock(&cache->lock);
+  }
   out_stats->capacity_bytes = cache->options.capacity_bytes;
   pthread_mutex_lock(&cache->lock);
   out_stats->hits = cache->hits;
@@ -934,6 +946,20 @@ kiln_status_t kiln_cache_stats(kiln_cache_t *cache, kiln_cache_stats_t *out_stat
   out_stats->bytes_served = cache->bytes_served;
   pthread_mutex_unlock(&cache->lock);
   return st;
+}
+
+void kiln_cache_counters(kiln_cache_t *cache, kiln_cache_stats_t *out_stats) {
+  memset(out_stats, 0, sizeof *out_stats);
+  out_stats->capacity_bytes = cache->options.capacity_bytes;
+  pthread_mutex_lock(&cache->lock);
+  out_stats->totals = cache->last_totals;
+  out_stats->schema_version = cache->schema_version;
+  out_stats->hits = cache->hits;
+  out_stats->misses = cache->misses;
+  out_stats->evictions = cache->evictions;
+  out_stats->quarantined = cache->quarantined;
+  out_stats->bytes_served = cache->bytes_served;
+  pthread_mutex_unlock(&cache->lock);
 }
 
 kiln_status_t kiln_cache_verify(kiln_cache_t *cache, bool dry_run, bool (*should_stop)(void *),
@@ -1048,7 +1074,12 @@ kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes, kiln_cache_
   }
   if (!st) {
     st = kiln_index_totals(index, &totals);
-    if (!st) out_report->bytes_stored = stored_bytes(&totals);
+    if (!st) {
+      out_report->bytes_stored = stored_bytes(&totals);
+      pthread_mutex_lock(&cache->lock);
+      cache->last_totals = totals;
+      pthread_mutex_unlock(&cache->lock);
+    }
     out_report->target_unreachable = out_report->bytes_stored > max_bytes;
   }
   release(cache, index);

@@ -38,6 +38,8 @@ typedef struct kiln_cache_options_s {
   uint64_t capacity_bytes;              /* on-disk size limit for gc; 0: unlimited */
   kiln_blob_compression_t compression;  /* default KILN_BLOB_COMPRESSION_AUTO */
   int64_t (*now_ms)(void);              /* clock; NULL: wall clock (tests pass a fake) */
+  bool skip_repair;                     /* open without reconciling index and blobs
+                                           (an offline verify does it, or reports it) */
 } kiln_cache_options_t;
 
 /* What open's repair did. */
@@ -150,6 +152,10 @@ typedef struct kiln_cache_stats_s {
 } kiln_cache_stats_t;
 
 kiln_status_t kiln_cache_stats(kiln_cache_t *cache, kiln_cache_stats_t *out_stats);
+
+/* The same without touching SQLite or the disk: the counters, and the totals as of
+ * the last open, stats, gc or verify. Takes only a mutex: safe on an event loop. */
+void kiln_cache_counters(kiln_cache_t *cache, kiln_cache_stats_t *out_stats);
 
 typedef enum kiln_cache_problem_kind_e {
   KILN_CACHE_PROBLEM_CORRUPT_BLOB = 1,

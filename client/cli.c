@@ -39,7 +39,8 @@ int kiln_cli_call(const kiln_cli_settings_t *settings, kiln_client_t *client, co
                   const ProtobufCMessageDescriptor *response_descriptor,
                   ProtobufCMessage **out_response) {
   kiln_status_t status = kiln_client_unary(client, method, request, response_descriptor, out_response);
-  return status ? kiln_cli_report(settings, what, status) : KILN_EXIT_OK;
+  return status ? kiln_cli_report(settings, what, kiln_client_timeout(client), status)
+                : KILN_EXIT_OK;
 }
 
 int64_t kiln_cli_timeout_ms(const kiln_cli_settings_t *settings, bool long_running) {
@@ -56,7 +57,8 @@ int kiln_cli_exit_code(const kiln_status_t status) {
   }
 }
 
-int kiln_cli_report(const kiln_cli_settings_t *settings, const char *what, kiln_status_t status) {
+int kiln_cli_report(const kiln_cli_settings_t *settings, const char *what, int64_t timeout_ms,
+                    kiln_status_t status) {
   int code = kiln_cli_exit_code(status);
   kiln_status_code_t grpc_code = kiln_status_code(status);
   if (code == KILN_EXIT_UNREACHABLE) {
@@ -67,8 +69,7 @@ int kiln_cli_report(const kiln_cli_settings_t *settings, const char *what, kiln_
             what, settings->addr, kiln_status_message(status), settings->addr);
   } else if (code == KILN_EXIT_TIMEOUT) {
     fprintf(stderr, "kiln: %s: kilnd at %s did not answer within %lld ms (%s); raise --timeout?\n",
-            what, settings->addr, (long long)kiln_cli_timeout_ms(settings, false),
-            kiln_status_message(status));
+            what, settings->addr, (long long)timeout_ms, kiln_status_message(status));
   } else {
     fprintf(stderr, "kiln: %s failed: %s: %s\n", what, kiln_status_code_name(grpc_code),
             kiln_status_message(status));

@@ -55,8 +55,10 @@ int kiln_cli_call(const kiln_cli_settings_t *settings, kiln_client_t *client, co
 int kiln_cli_exit_code(const kiln_status_t status);
 
 /* Prints "kiln: <what>: <message>" (with the hint for unreachable daemons and
- * timeouts) to stderr, frees `status` and returns its exit code. */
-int kiln_cli_report(const kiln_cli_settings_t *settings, const char *what, kiln_status_t status);
+ * timeouts; `timeout_ms` is the deadline the call had) to stderr, frees `status`
+ * and returns its exit code. */
+int kiln_cli_report(const kiln_cli_settings_t *settings, const char *what, int64_t timeout_ms,
+                    kiln_status_t status);
 
 int kiln_cli_info(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 int kiln_cli_health(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);

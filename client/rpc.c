@@ -62,6 +62,8 @@ void kiln_client_set_timeout(kiln_client_t *client, int64_t timeout_ms) {
   client->timeout_ms = timeout_ms;
 }
 
+int64_t kiln_client_timeout(const kiln_client_t *client) { return client->timeout_ms; }
+
 kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
                                 const ProtobufCMessage *request,
                                 const ProtobufCMessageDescriptor *response_descriptor,

@@ -20,6 +20,8 @@ void kiln_client_destroy(kiln_client_t *client);
 
 /* Changes the deadline of later calls. */
 void kiln_client_set_timeout(kiln_client_t *client, int64_t timeout_ms);
+/* The deadline of calls, in milliseconds. */
+int64_t kiln_client_timeout(const kiln_client_t *client);
 
 /* The address the client dials. Borrowed. */
 const char *kiln_client_address(const kiln_client_t *client);

@@ -67,6 +67,9 @@ static kiln_status_t open_cache(const kilnd_settings_t *settings, const kilnd_st
       .capacity_bytes = settings->cache_capacity,
       .compression = strcmp(settings->cache_compression, "off") == 0 ? KILN_BLOB_COMPRESSION_OFF
                                                                      : KILN_BLOB_COMPRESSION_AUTO,
+      /* --verify does the reconciling itself, and reports it (or, with --dry-run,
+       * only reports it). */
+      .skip_repair = settings->verify,
   };
   kiln_cache_repair_t repair;
   kiln_status_t status = kiln_cache_open(dir.data, &options, out_cache, &repair);
@@ -94,7 +97,8 @@ static void print_usage(const kiln_config_table_t *table) {
   kiln_config_print_help(table, stdout);
   printf("\nEvery setting can also be a line `name = value` in the config file or a KILND_*\n"
          "environment variable; flags win over the environment, which wins over the file.\n"
-         "Exit status: 0 stopped cleanly, 1 could not start or failed, 2 bad settings.\n");
+         "Exit status: 0 stopped cleanly (or --verify found nothing wrong), 1 could not start\n"
+         "or failed, 2 bad settings, 3 --verify found problems (repaired unless --dry-run).\n");
 }
 
 int main(int argc, char **argv) {

@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "base/time.h"
+
 #include "grpc/health/v1/health.pb-c.h"
 #include "kiln/v1/kiln.pb-c.h"
 
@@ -51,6 +53,11 @@ static const char *const known_paths[] = {
     "/kiln.v1.Kiln/VerifyCache",   "/kiln.v1.Kiln/CollectGarbage", "/kiln.v1.Kiln/PinArtifact",
     "/kiln.v1.Kiln/UnpinArtifact", NULL,
 };
+
+bool kilnd_call_should_stop(const kilnd_call_ctx_t *call) {
+  if (call->stopping && atomic_load(call->stopping)) return true;
+  return kiln_time_monotonic_ns() >= call->deadline_monotonic_ns;
+}
 
 const kilnd_method_t *kilnd_rpc_methods(size_t *out_count) {
   *out_count = sizeof methods / sizeof methods[0];

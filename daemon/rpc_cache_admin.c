@@ -2,17 +2,22 @@
  * PinArtifact, UnpinArtifact. All offloaded: they read SQLite and, for verify,
  * every blob, so they run on the thread pool and touch only env->cache and
  * env->settings. */
+#include "base/time.h"
 #include "daemon/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
 static kiln_status_t require_cache(const kilnd_rpc_env_t *env) {
   if (env->cache) return NULL;
-  return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "this kilnd runs without a cache");
+  /* kilnd always opens its cache before serving: reaching this is a bug. */
+  return KILN_STATUS(KILN_STATUS_INTERNAL, "cache RPC served without a cache (daemon bug)");
 }
 
-kiln_status_t kilnd_rpc_get_cache_stats(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+static bool should_stop(void *user) { return kilnd_call_should_stop(user); }
+
+kiln_status_t kilnd_rpc_get_cache_stats(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                         const ProtobufCMessage *request,
                                         ProtobufCMessage **out_response) {
+  kiln_arena_t *arena = call->arena;
   (void)request;
   KILN_RETURN_IF_ERROR(require_cache(env));
   kiln_cache_stats_t stats;
@@ -35,13 +40,24 @@ kiln_status_t kilnd_rpc_get_cache_stats(const kilnd_rpc_env_t *env, kiln_arena_t
   return NULL;
 }
 
-kiln_status_t kilnd_rpc_verify_cache(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+kiln_status_t kilnd_rpc_verify_cache(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                      const ProtobufCMessage *request,
                                      ProtobufCMessage **out_response) {
+  kiln_arena_t *arena = call->arena;
   const Kiln__V1__VerifyCacheRequest *req = (const Kiln__V1__VerifyCacheRequest *)request;
   KILN_RETURN_IF_ERROR(require_cache(env));
   kiln_cache_verify_report_t report;
-  KILN_RETURN_IF_ERROR(kiln_cache_verify(env->cache, req->dry_run, NULL, NULL, &report));
+  kiln_status_t st = kiln_cache_verify(env->cache, req->dry_run, should_stop, (void *)call, &report);
+  if (kiln_status_code(st) == KILN_STATUS_CANCELLED) {
+    /* Stopped between blobs: every repair made so far stands. */
+    kiln_status_free(st);
+    bool late = kiln_time_monotonic_ns() >= call->deadline_monotonic_ns;
+    return KILN_STATUS(late ? KILN_STATUS_DEADLINE_EXCEEDED : KILN_STATUS_UNAVAILABLE,
+                       late ? "cache verify stopped at the client's deadline; give a longer "
+                              "--timeout (repairs made so far are kept)"
+                            : "cache verify stopped: kilnd is shutting down");
+  }
+  KILN_RETURN_IF_ERROR(st);
   Kiln__V1__VerifyCacheResponse *resp = kiln_arena_alloc(arena, sizeof *resp);
   kiln__v1__verify_cache_response__init(resp);
   resp->blobs_checked = report.blobs_checked;
@@ -65,9 +81,10 @@ kiln_status_t kilnd_rpc_verify_cache(const kilnd_rpc_env_t *env, kiln_arena_t *a
   return NULL;
 }
 
-kiln_status_t kilnd_rpc_collect_garbage(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+kiln_status_t kilnd_rpc_collect_garbage(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                         const ProtobufCMessage *request,
                                         ProtobufCMessage **out_response) {
+  kiln_arena_t *arena = call->arena;
   const Kiln__V1__CollectGarbageRequest *req = (const Kiln__V1__CollectGarbageRequest *)request;
   KILN_RETURN_IF_ERROR(require_cache(env));
   kiln_cache_gc_report_t report;
@@ -83,9 +100,10 @@ kiln_status_t kilnd_rpc_collect_garbage(const kilnd_rpc_env_t *env, kiln_arena_t
   return NULL;
 }
 
-static kiln_status_t pin(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+static kiln_status_t pin(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                          const ProtobufCMessage *request, ProtobufCMessage **out_response,
                          bool pinned) {
+  kiln_arena_t *arena = call->arena;
   const Kiln__V1__PinArtifactRequest *req = (const Kiln__V1__PinArtifactRequest *)request;
   KILN_RETURN_IF_ERROR(require_cache(env));
   size_t n = 0;
@@ -97,14 +115,14 @@ static kiln_status_t pin(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
   return NULL;
 }
 
-kiln_status_t kilnd_rpc_pin_artifact(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+kiln_status_t kilnd_rpc_pin_artifact(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                      const ProtobufCMessage *request,
                                      ProtobufCMessage **out_response) {
-  return pin(env, arena, request, out_response, true);
+  return pin(env, call, request, out_response, true);
 }
 
-kiln_status_t kilnd_rpc_unpin_artifact(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+kiln_status_t kilnd_rpc_unpin_artifact(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                        const ProtobufCMessage *request,
                                        ProtobufCMessage **out_response) {
-  return pin(env, arena, request, out_response, false);
+  return pin(env, call, request, out_response, false);
 }

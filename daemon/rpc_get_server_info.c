@@ -8,9 +8,10 @@
 #include "daemon/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                         const ProtobufCMessage *request,
                                         ProtobufCMessage **out_response) {
+  kiln_arena_t *arena = call->arena;
   (void)request; /* no fields */
   Kiln__V1__GetServerInfoResponse *resp = kiln_arena_alloc(arena, sizeof *resp);
   kiln__v1__get_server_info_response__init(resp);

@@ -4,8 +4,9 @@
 #include "daemon/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-kiln_status_t kilnd_rpc_get_stats(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+kiln_status_t kilnd_rpc_get_stats(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                   const ProtobufCMessage *request, ProtobufCMessage **out_response) {
+  kiln_arena_t *arena = call->arena;
   (void)request;
   Kiln__V1__GetStatsResponse *resp = kiln_arena_alloc(arena, sizeof *resp);
   kiln__v1__get_stats_response__init(resp);
@@ -38,6 +39,24 @@ kiln_status_t kilnd_rpc_get_stats(const kilnd_rpc_env_t *env, kiln_arena_t *aren
       ms->by_status[k++] = sc;
     }
     resp->methods[i] = ms;
+  }
+  if (env->cache) {
+    /* Counters and the last known totals: a mutex, no SQLite (this is the loop). */
+    kiln_cache_stats_t cs;
+    kiln_cache_counters(env->cache, &cs);
+    Kiln__V1__CacheStats *c = kiln_arena_alloc(arena, sizeof *c);
+    kiln__v1__cache_stats__init(c);
+    c->hits = cs.hits;
+    c->misses = cs.misses;
+    c->artifacts = cs.totals.artifacts;
+    c->bytes_stored = cs.totals.artifact_stored_bytes;
+    c->bytes_served = cs.bytes_served;
+    c->evictions = cs.evictions;
+    c->quarantined = cs.quarantined;
+    c->sources = cs.totals.sources;
+    c->source_bytes_stored = cs.totals.source_stored_bytes;
+    c->capacity_bytes = cs.capacity_bytes;
+    resp->cache = c;
   }
   *out_response = &resp->base;
   return NULL;

@@ -6,9 +6,10 @@
 #include "daemon/rpc.h"
 #include "grpc/health/v1/health.pb-c.h"
 
-kiln_status_t kilnd_rpc_health_check(const kilnd_rpc_env_t *env, kiln_arena_t *arena,
+kiln_status_t kilnd_rpc_health_check(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                      const ProtobufCMessage *request,
                                      ProtobufCMessage **out_response) {
+  kiln_arena_t *arena = call->arena;
   const Grpc__Health__V1__HealthCheckRequest *req =
       (const Grpc__Health__V1__HealthCheckRequest *)request;
   const char *service = req->service ? req->service : "";

@@ -33,6 +33,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
@@ -73,6 +74,7 @@ typedef struct call_s {
   int client_cancelled;         /* written by RECV_CLOSE_ON_SERVER */
   kiln_arena_t arena;
   ProtobufCMessage *request;    /* decoded, in the arena */
+  kilnd_call_ctx_t ctx;         /* what the handler sees of this call */
   uv_work_t work;               /* offloaded handlers run on libuv's thread pool */
   ProtobufCMessage *work_response;
   kiln_status_t work_status;
@@ -124,6 +126,7 @@ struct kilnd_server_s {
   size_t live_calls;
   size_t armed;
   bool draining;
+  atomic_bool stopping; /* in-flight work is being cancelled: offloaded handlers stop */
   bool shutdown_notified;
   bool server_destroyed;
   bool handles_closed;
@@ -281,8 +284,7 @@ static void send_reply(kilnd_server_t *server, call_t *c, kiln_status_t status) 
  * the env that rpc.h declares thread-safe. */
 static void on_work(uv_work_t *work) {
   call_t *c = work->data;
-  c->work_status =
-      c->method->handler(&c->server->env, &c->arena, c->request, &c->work_response);
+  c->work_status = c->method->handler(&c->server->env, &c->ctx, c->request, &c->work_response);
 }
 
 /* Loop thread: the offloaded handler finished; encode and reply. */
@@ -291,9 +293,7 @@ static void on_work_done(uv_work_t *work, int status) {
   kilnd_server_t *server = c->server;
   kiln_status_t st = c->work_status;
   c->work_status = NULL;
-  if (status == UV_ECANCELED && !st) {
-    st = KILN_STATUS(KILN_STATUS_CANCELLED, "%s: cancelled before it ran", c->method->path);
-  }
+  (void)status; /* nothing calls uv_cancel: the work always ran */
   if (!st) st = encode_response(server, c, c->work_response);
   send_reply(server, c, st);
 }
@@ -311,6 +311,16 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
   server->stats.calls_in_flight++;
   c->start_ns = kiln_time_monotonic_ns();
   if (!server->draining) arm(server, c->method, c->method_index);
+  /* The client's deadline on our monotonic clock (gRPC's clocks have other epochs). */
+  gpr_timespec now = gpr_now(c->deadline.clock_type);
+  int64_t left_ns = INT64_MAX;
+  if (gpr_time_cmp(c->deadline, gpr_inf_future(c->deadline.clock_type)) != 0) {
+    gpr_timespec left = gpr_time_sub(c->deadline, now);
+    left_ns = (int64_t)left.tv_sec * 1000000000 + left.tv_nsec;
+  }
+  c->ctx.arena = &c->arena;
+  c->ctx.deadline_monotonic_ns = left_ns == INT64_MAX ? INT64_MAX : c->start_ns + left_ns;
+  c->ctx.stopping = &server->stopping;
 
   kiln_status_t status;
   if (c->method) {
@@ -322,7 +332,7 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
     }
     if (!status) {
       ProtobufCMessage *response = NULL;
-      status = c->method->handler(&server->env, &c->arena, c->request, &response);
+      status = c->method->handler(&server->env, &c->ctx, c->request, &response);
       if (!status) status = encode_response(server, c, response);
     }
   } else {
@@ -410,6 +420,7 @@ static void on_drain_timeout(uv_timer_t *timer) {
   if (server->server_destroyed) return;
   kiln_log(KILN_LOG_WARN, "drain_timeout", "cancelled_calls=%zu timeout_ms=%" PRId64,
            server->live_calls, server->settings->drain_timeout_ms);
+  atomic_store(&server->stopping, true);
   grpc_server_cancel_all_calls(server->server);
 }
 
@@ -417,6 +428,7 @@ void kilnd_server_request_stop(kilnd_server_t *server) {
   if (server->draining) {
     if (!server->server_destroyed) {
       kiln_log(KILN_LOG_WARN, "drain_aborted", "cancelled_calls=%zu", server->live_calls);
+      atomic_store(&server->stopping, true);
       grpc_server_cancel_all_calls(server->server);
     }
     return;

@@ -45,6 +45,9 @@ class CacheCommandsTest(KilnTestCase):
             r = run_kiln("cache", "stats", addr=d.addr)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertRegex(r.stdout, r"artifacts\s+6 \(0 pinned")
+            cache_counters = self.kiln_json(d, "stats")["cache"]
+            self.assertEqual(cache_counters["artifacts"], 6)
+            self.assertEqual(cache_counters["bytes_stored"], stats["artifact_stored_bytes"])
 
             # Intact store: verify is clean.
             v = self.kiln_json(d, "cache", "verify")
@@ -79,6 +82,7 @@ class CacheCommandsTest(KilnTestCase):
             stats = self.kiln_json(d, "cache", "stats")
             self.assertEqual(stats["artifacts"], 4)
             self.assertEqual(stats["quarantined"], 1)
+            self.assertEqual(self.kiln_json(d, "stats")["cache"]["quarantined"], 1)
 
             # Pin two, then collect down to nothing: only the pinned survive.
             keep = [self.rows[2][1], self.rows[3][0]]  # by digest and by cache key
@@ -162,6 +166,18 @@ class CacheCommandsTest(KilnTestCase):
         r = run_kilnd_once("--state-dir", self.state, "--verify")
         self.assertEqual(r.returncode, 0, "repaired by the previous run: " + r.stdout)
         self.assertIn("verified 5 blob(s)", r.stdout)
+        # A dry run changes nothing, not even the repair a normal start would do.
+        os.remove(blob_path(self.state, self.rows[4][1]))
+        for _ in range(2):
+            r = run_kilnd_once("--state-dir", self.state, "--verify", "--dry-run")
+            self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+            self.assertIn("missing blob", r.stdout)
+            self.assertIn("(not repaired)", r.stdout)
+        r = run_kilnd_once("--state-dir", self.state, "--verify")
+        self.assertEqual(r.returncode, 3)
+        self.assertIn("dropped 1 index row(s)", r.stdout)
+        r = run_kilnd_once("--state-dir", self.state, "--verify")
+        self.assertEqual(r.returncode, 0, r.stdout)
         # Offline verify respects a running kilnd's lock.
         with Kilnd(state_dir=self.state) as d:
             r = run_kilnd_once("--state-dir", self.state, "--verify")

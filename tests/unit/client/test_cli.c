@@ -112,14 +112,14 @@ static void test_report_returns_exit_code(void **state) {
   assert_load_ok(s, NULL);
   /* kiln_cli_report consumes the status (ASan checks the leak) and returns the
    * same code kiln_cli_exit_code gives. */
-  assert_int_equal(kiln_cli_report(s, "info", KILN_STATUS(KILN_STATUS_UNAVAILABLE, "refused")),
+  assert_int_equal(kiln_cli_report(s, "info", 10000, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "refused")),
                    KILN_EXIT_UNREACHABLE);
   assert_int_equal(
-      kiln_cli_report(s, "info", KILN_STATUS(KILN_STATUS_DEADLINE_EXCEEDED, "too slow")),
+      kiln_cli_report(s, "info", 10000, KILN_STATUS(KILN_STATUS_DEADLINE_EXCEEDED, "too slow")),
       KILN_EXIT_TIMEOUT);
-  assert_int_equal(kiln_cli_report(s, "info", KILN_STATUS(KILN_STATUS_NOT_FOUND, "nope")),
+  assert_int_equal(kiln_cli_report(s, "info", 10000, KILN_STATUS(KILN_STATUS_NOT_FOUND, "nope")),
                    KILN_EXIT_FAILED);
-  assert_int_equal(kiln_cli_report(s, "info", KILN_STATUS(KILN_STATUS_INTERNAL, "bug")),
+  assert_int_equal(kiln_cli_report(s, "info", 10000, KILN_STATUS(KILN_STATUS_INTERNAL, "bug")),
                    KILN_EXIT_FAILED);
 }
 

@@ -6,7 +6,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -112,6 +115,30 @@ static void test_garbage_and_empty_inputs(void **state) {
   assert_null(kiln_compiler_fingerprint(*state, "", 0, "e.mlir", &empty));
 }
 
+/* The bytecode of a module fingerprints like its text. Bytecode comes from the
+ * real mlir-opt-22 (mlir-22-tools, installed by deploy/deps.sh). */
+static void test_bytecode_matches_text(void **state) {
+  char path[] = "/tmp/kiln-fp-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, base_ir, strlen(base_ir)), (ssize_t)strlen(base_ir));
+  close(fd);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "/usr/lib/llvm-22/bin/mlir-opt --emit-bytecode %s 2>/dev/null", path);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  unsigned char bytecode[65536];
+  size_t n = fread(bytecode, 1, sizeof bytecode, p);
+  int rc = pclose(p);
+  unlink(path);
+  if (rc != 0 || n < 4) skip(); /* no mlir-opt here: nothing to compare against */
+  assert_memory_equal(bytecode, "ML\xefR", 4);
+  kiln_digest_hex_t text, binary;
+  fingerprint(state, base_ir, &text);
+  assert_null(kiln_compiler_fingerprint(*state, bytecode, n, "model.mlirbc", &binary));
+  assert_string_equal(text.text, binary.text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_formatting_does_not_change_the_fingerprint),
@@ -120,6 +147,7 @@ int main(void) {
       cmocka_unit_test(test_syntax_error_has_file_line_col),
       cmocka_unit_test(test_verifier_failure_is_invalid_argument),
       cmocka_unit_test(test_garbage_and_empty_inputs),
+      cmocka_unit_test(test_bytecode_matches_text),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -46,6 +46,7 @@ typedef struct fixture_s {
   kilnd_stats_t stats;
   kilnd_rpc_env_t env;
   kiln_arena_t arena;
+  kilnd_call_ctx_t call; /* arena + no deadline */
 } fixture_t;
 
 static int setup(void **state) {
@@ -65,6 +66,9 @@ static int setup(void **state) {
   f->env.hostname = "kiln-test-host";
   f->env.draining = false;
   kiln_arena_init(&f->arena);
+  f->call.arena = &f->arena;
+  f->call.deadline_monotonic_ns = INT64_MAX;
+  f->call.stopping = NULL;
   *state = f;
   return 0;
 }
@@ -99,7 +103,7 @@ static ProtobufCMessage *roundtrip(const ProtobufCMessage *msg) {
 
 static ProtobufCMessage *call_ok(fixture_t *f, kilnd_unary_fn_t fn, const ProtobufCMessage *req) {
   ProtobufCMessage *resp = NULL;
-  kiln_status_t st = fn(&f->env, &f->arena, req, &resp);
+  kiln_status_t st = fn(&f->env, &f->call, req, &resp);
   if (st) {
     fail_msg("handler failed: %s: %s", kiln_status_code_name(kiln_status_code(st)),
              kiln_status_message(st));
@@ -368,7 +372,7 @@ static kiln_status_t health(fixture_t *f, const char *service, int *out_status) 
   Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
   req.service = (char *)service;
   ProtobufCMessage *resp = NULL;
-  kiln_status_t st = kilnd_rpc_health_check(&f->env, &f->arena, &req.base, &resp);
+  kiln_status_t st = kilnd_rpc_health_check(&f->env, &f->call, &req.base, &resp);
   *out_status = -1;
   if (st) {
     assert_null(resp); /* out-params are written only on success */
@@ -493,7 +497,7 @@ static size_t check_service(fixture_t *f, const ProtobufCServiceDescriptor *serv
     ProtobufCMessage *req = protobuf_c_message_unpack(md->input, NULL, 0, (const uint8_t *)"");
     assert_non_null(req);
     ProtobufCMessage *resp = NULL;
-    kiln_status_t st = m->handler(&f->env, &f->arena, req, &resp);
+    kiln_status_t st = m->handler(&f->env, &f->call, req, &resp);
     protobuf_c_message_free_unpacked(req, NULL);
     if (st) fail_msg("%s failed: %s", path, kiln_status_message(st));
     assert_non_null(resp);
@@ -553,9 +557,25 @@ static void test_unserved_unknown_paths(void **state) {
   }
 }
 
+static void test_call_should_stop(void **state) {
+  (void)state;
+  atomic_bool stopping = false;
+  kilnd_call_ctx_t call = {NULL, INT64_MAX, &stopping};
+  assert_false(kilnd_call_should_stop(&call));
+  atomic_store(&stopping, true);
+  assert_true(kilnd_call_should_stop(&call));
+  atomic_store(&stopping, false);
+  call.deadline_monotonic_ns = kiln_time_monotonic_ns() - 1;
+  assert_true(kilnd_call_should_stop(&call));
+  call.deadline_monotonic_ns = kiln_time_monotonic_ns() + 60 * 1000000000LL;
+  call.stopping = NULL;
+  assert_false(kilnd_call_should_stop(&call));
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_call_should_stop),
       T(test_server_info),
       T(test_server_info_follows_env),
       T(test_server_info_request_fields_ignored),
