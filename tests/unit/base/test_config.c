@@ -20,7 +20,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -35,6 +34,7 @@
 #include "base/buf.h"
 #include "base/config.h"
 #include "base/status.h"
+#include "tests/unit/support/testing.h"
 
 extern char **environ;
 
@@ -93,7 +93,7 @@ static const kiln_config_table_t table = {"kilntest", "KILNTEST_", options,
 
 /* ---- fixture ---- */
 
-static char tmpdir[512];
+static char *tmpdir; /* made in group_setup, removed in group_teardown */
 static settings_t settings;
 static settings_t defaults_copy; /* scalar fields only; strings compared by value */
 
@@ -116,18 +116,9 @@ static void clear_env(void) {
   }
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
 static int group_setup(void **state) {
   (void)state;
-  snprintf(tmpdir, sizeof tmpdir, "%s/kiln-test-config-XXXXXX",
-           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  if (!mkdtemp(tmpdir)) return -1;
+  if (!(tmpdir = kiln_test_tmpdir("kiln-test-config"))) return -1;
   clear_env();
   return 0;
 }
@@ -135,7 +126,10 @@ static int group_setup(void **state) {
 static int group_teardown(void **state) {
   (void)state;
   clear_env();
-  return nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  int rc = kiln_test_remove_tree(tmpdir);
+  free(tmpdir);
+  tmpdir = NULL;
+  return rc;
 }
 
 static int test_setup(void **state) {

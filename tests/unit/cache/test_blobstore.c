@@ -22,7 +22,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -37,6 +36,7 @@
 #include "base/digest.h"
 #include "base/status.h"
 #include "cache/blobstore.h"
+#include "tests/unit/support/testing.h"
 
 #define MIB (1024 * 1024)
 /* Must exceed blobstore.c's in-memory limit for a writer (8 MiB). */
@@ -44,45 +44,13 @@
 
 typedef struct fixture_s {
   /* Short arrays keep every path built from them provably under PATH_MAX. */
-  char root[256]; /* mkdtemp'd, removed in teardown */
+  char *root;     /* kiln_test_tmpdir, removed in teardown */
   char dir[320];  /* root/store: the store's directory */
   char mount[320]; /* a tmpfs mounted by the test, "" when none */
   kiln_blobstore_t *store; /* AUTO with default thresholds */
 } fixture_t;
 
 /* ---- helpers ---- */
-
-static uint64_t next_random(uint64_t *s) {
-  /* xorshift64*: fast and deterministic, plenty for test data. */
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 2685821657736338717ULL;
-}
-
-static void fill_random(unsigned char *p, size_t len, uint64_t seed) {
-  uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
-  for (size_t i = 0; i < len; i++) p[i] = (unsigned char)(next_random(&s) >> 56);
-}
-
-static void fill_compressible(unsigned char *p, size_t len, uint64_t seed) {
-  static const char *const words[] = {"kiln ",  "iree ",   "vmfb ", "module ", "func.func ",
-                                      "%arg0 ", "tensor<4x4xf32> ", "\n", "return ", "= "};
-  uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
-  size_t i = 0;
-  while (i < len) {
-    const char *w = words[next_random(&s) % (sizeof words / sizeof words[0])];
-    for (; *w && i < len; w++) p[i++] = (unsigned char)*w;
-  }
-}
-
-static unsigned char *make_data(size_t len, bool compressible, uint64_t seed) {
-  unsigned char *p = malloc(len ? len : 1);
-  assert_non_null(p);
-  if (compressible) fill_compressible(p, len, seed);
-  else fill_random(p, len, seed);
-  return p;
-}
 
 static void assert_ok(kiln_status_t status) {
   if (status) {
@@ -178,15 +146,6 @@ static void flip_byte(const char *path, off_t at) {
   close(fd);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void rm_rf(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
 static kiln_blobstore_t *open_store(const char *dir, kiln_blob_compression_t compression) {
   kiln_blobstore_options_t o = {.compression = compression};
   kiln_blobstore_t *store = NULL;
@@ -200,9 +159,7 @@ static kiln_blobstore_t *open_store(const char *dir, kiln_blob_compression_t com
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   if (!f) return -1;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(f->root, sizeof f->root, "%s/kiln-blobstore-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(f->root)) {
+  if (!(f->root = kiln_test_tmpdir("kiln-blobstore"))) {
     free(f);
     return -1;
   }
@@ -211,7 +168,8 @@ static int setup(void **state) {
   kiln_status_t status = kiln_blobstore_open(f->dir, &o, &f->store);
   if (status) {
     kiln_status_free(status);
-    rm_rf(f->root);
+    kiln_test_remove_tree(f->root);
+    free(f->root);
     free(f);
     return -1;
   }
@@ -223,7 +181,8 @@ static int teardown(void **state) {
   fixture_t *f = *state;
   kiln_blobstore_close(f->store);
   if (f->mount[0]) umount2(f->mount, MNT_DETACH);
-  rm_rf(f->root);
+  kiln_test_remove_tree(f->root);
+  free(f->root);
   free(f);
   return 0;
 }
@@ -259,7 +218,7 @@ static void test_round_trip_sizes(void **state) {
       {65537, false, false},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    unsigned char *data = make_data(cases[i].len, cases[i].compressible, i + 1);
+    unsigned char *data = kiln_test_make_data(cases[i].len, cases[i].compressible, i + 1);
     uint64_t stored = 0;
     kiln_digest_t d = put_ok(f->store, data, cases[i].len, &stored);
     assert_stored_as(f->dir, &d, cases[i].want_zst);
@@ -292,7 +251,7 @@ static void test_compression_off_stores_raw(void **state) {
   snprintf(dir, sizeof dir, "%s/off", f->root);
   kiln_blobstore_t *store = NULL;
   assert_ok(kiln_blobstore_open(dir, NULL, &store)); /* NULL options: OFF */
-  unsigned char *data = make_data(MIB, true, 7);
+  unsigned char *data = kiln_test_make_data(MIB, true, 7);
   uint64_t stored = 0;
   kiln_digest_t d = put_ok(store, data, MIB, &stored);
   assert_int_equal(stored, MIB);
@@ -304,7 +263,7 @@ static void test_compression_off_stores_raw(void **state) {
 
 static void test_spilled_blob_is_compressed(void **state) {
   fixture_t *f = *state;
-  unsigned char *data = make_data(SPILL_SIZE, true, 11);
+  unsigned char *data = kiln_test_make_data(SPILL_SIZE, true, 11);
   kiln_blob_writer_t *w = NULL;
   assert_ok(kiln_blob_writer_begin(f->store, NULL, &w));
   /* Odd write sizes so the spill happens in the middle of a write. */
@@ -331,7 +290,7 @@ static void test_spilled_blob_is_compressed(void **state) {
   assert_get_equals(f->store, &d, data, SPILL_SIZE);
 
   /* The 64 KiB sample decides: random head, compressible rest -> stored as is. */
-  fill_random(data, 64 * 1024, 12);
+  kiln_test_fill_random(data, 64 * 1024, 12);
   d = put_ok(f->store, data, SPILL_SIZE, &stored);
   assert_int_equal(stored, SPILL_SIZE);
   assert_stored_as(f->dir, &d, false);
@@ -346,13 +305,13 @@ static void test_streaming_equals_one_shot(void **state) {
   kiln_blobstore_t *other = open_store(dir2, KILN_BLOB_COMPRESSION_AUTO);
   for (int compressible = 0; compressible <= 1; compressible++) {
     size_t len = MIB + 333;
-    unsigned char *data = make_data(len, compressible, 21 + (uint64_t)compressible);
+    unsigned char *data = kiln_test_make_data(len, compressible, 21 + (uint64_t)compressible);
     kiln_blob_writer_t *w = NULL;
     assert_ok(kiln_blob_writer_begin(f->store, NULL, &w));
     size_t off = 0;
     uint64_t s = 5;
     while (off < len) {
-      size_t n = next_random(&s) % 778;
+      size_t n = kiln_test_random_next(&s) % 778;
       if (n > len - off) n = len - off;
       assert_ok(kiln_blob_writer_write(w, data + off, n)); /* 0-byte writes included */
       off += n;
@@ -434,7 +393,7 @@ static kiln_status_t collect(void *user, const kiln_digest_t *digest, const char
   } else {
     assert_true(c->njunk < 16);
     snprintf(c->junk[c->njunk++], PATH_MAX, "%s", path);
-    if (c->remove_junk) rm_rf(path);
+    if (c->remove_junk) kiln_test_remove_tree(path);
   }
   return NULL;
 }
@@ -447,7 +406,7 @@ static size_t count_digest(const collected_t *c, const kiln_digest_t *d) {
 
 static void test_duplicate_put_is_idempotent(void **state) {
   fixture_t *f = *state;
-  unsigned char *data = make_data(200000, true, 31);
+  unsigned char *data = kiln_test_make_data(200000, true, 31);
   uint64_t s1 = 0, s2 = 0;
   kiln_digest_t d1 = put_ok(f->store, data, 200000, &s1);
   kiln_digest_t d2 = put_ok(f->store, data, 200000, &s2);
@@ -464,7 +423,7 @@ static void test_duplicate_put_is_idempotent(void **state) {
   assert_stored_as(f->dir, &d1, true);
 
   /* And the other way round: a raw copy stops AUTO from adding a .zst one. */
-  fill_compressible(data, 200000, 32);
+  kiln_test_fill_compressible(data, 200000, 32);
   uint64_t s4 = 0, s5 = 0;
   kiln_digest_t d4 = put_ok(off, data, 200000, &s4);
   put_ok(f->store, data, 200000, &s5);
@@ -483,7 +442,7 @@ static void test_duplicate_put_is_idempotent(void **state) {
 static void test_reader_detects_flipped_byte(void **state) {
   fixture_t *f = *state;
   size_t len = 100000;
-  unsigned char *data = make_data(len, false, 41);
+  unsigned char *data = kiln_test_make_data(len, false, 41);
   kiln_digest_t d = put_ok(f->store, data, len, NULL);
   char path[PATH_MAX];
   blob_file(f->dir, &d, false, path, sizeof path);
@@ -517,7 +476,7 @@ static void test_reader_detects_flipped_byte(void **state) {
   assert_code(kiln_blobstore_verify(f->store, &d), KILN_STATUS_DATA_LOSS);
 
   /* The same for a compressed blob: one flipped byte in the frame body. */
-  fill_compressible(data, len, 42);
+  kiln_test_fill_compressible(data, len, 42);
   d = put_ok(f->store, data, len, NULL);
   blob_file(f->dir, &d, true, path, sizeof path);
   flip_byte(path, file_size(path) / 2);
@@ -528,7 +487,7 @@ static void test_reader_detects_flipped_byte(void **state) {
 
 static void test_damaged_zst_is_data_loss(void **state) {
   fixture_t *f = *state;
-  unsigned char *data = make_data(MIB, true, 51);
+  unsigned char *data = kiln_test_make_data(MIB, true, 51);
   kiln_digest_t d = put_ok(f->store, data, MIB, NULL);
   char path[PATH_MAX];
   blob_file(f->dir, &d, true, path, sizeof path);
@@ -577,7 +536,7 @@ static void test_read_past_end_and_bad_cap(void **state) {
   fixture_t *f = *state;
   for (int compressible = 0; compressible <= 1; compressible++) {
     size_t len = 10000;
-    unsigned char *data = make_data(len, compressible, 61);
+    unsigned char *data = kiln_test_make_data(len, compressible, 61);
     kiln_digest_t d = put_ok(f->store, data, len, NULL);
     kiln_blob_reader_t *r = NULL;
     assert_ok(kiln_blob_reader_open(f->store, &d, &r));
@@ -604,7 +563,7 @@ static void test_read_past_end_and_bad_cap(void **state) {
 
 static void test_quarantine(void **state) {
   fixture_t *f = *state;
-  unsigned char *data = make_data(MIB, true, 71);
+  unsigned char *data = kiln_test_make_data(MIB, true, 71);
   kiln_digest_t d = put_ok(f->store, data, MIB, NULL);
   kiln_digest_hex_t hex;
   kiln_digest_to_hex(&d, &hex);
@@ -651,7 +610,7 @@ static void test_remove_and_contains(void **state) {
   assert_code(kiln_blobstore_remove(f->store, &absent), KILN_STATUS_NOT_FOUND);
 
   for (int compressible = 0; compressible <= 1; compressible++) {
-    unsigned char *data = make_data(50000, compressible, 81);
+    unsigned char *data = kiln_test_make_data(50000, compressible, 81);
     uint64_t stored = 0, contained = 0;
     d = put_ok(f->store, data, 50000, &stored);
     assert_true(kiln_blobstore_contains(f->store, &d, &contained));
@@ -691,7 +650,7 @@ static void test_visit(void **state) {
   kiln_digest_t put[10];
   for (int i = 0; i < 10; i++) {
     size_t len = 1000 + 3000 * (size_t)i;
-    unsigned char *data = make_data(len, i % 2, 90 + (uint64_t)i);
+    unsigned char *data = kiln_test_make_data(len, i % 2, 90 + (uint64_t)i);
     put[i] = put_ok(f->store, data, len, NULL);
     free(data);
   }
@@ -770,7 +729,7 @@ static void test_open_removes_tmp_leftovers(void **state) {
 
 static void test_abort_removes_tmp(void **state) {
   fixture_t *f = *state;
-  unsigned char *data = make_data(SPILL_SIZE, true, 101);
+  unsigned char *data = kiln_test_make_data(SPILL_SIZE, true, 101);
   const size_t sizes[] = {0, 10, 100000, SPILL_SIZE};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     kiln_blob_writer_t *w = NULL;
@@ -831,11 +790,11 @@ static void test_open_validates(void **state) {
                                 .compress_max_ratio = 0.5,
                                 .zstd_level = 1};
   assert_ok(kiln_blobstore_open(dir, &o, &store));
-  unsigned char *data = make_data(99999, true, 111);
+  unsigned char *data = kiln_test_make_data(99999, true, 111);
   kiln_digest_t d = put_ok(store, data, 99999, NULL);
   assert_stored_as(dir, &d, false); /* below compress_min_bytes */
   free(data);
-  data = make_data(100000, true, 112);
+  data = kiln_test_make_data(100000, true, 112);
   d = put_ok(store, data, 100000, NULL);
   assert_stored_as(dir, &d, true);
   free(data);
@@ -868,7 +827,7 @@ static void *writer_thread(void *p) {
     }
   }
   unsigned char own[30000];
-  fill_compressible(own, sizeof own, 1000 + (uint64_t)a->index);
+  kiln_test_fill_compressible(own, sizeof own, 1000 + (uint64_t)a->index);
   if (kiln_blobstore_put(a->store, own, sizeof own, &a->own, NULL)) a->failures++;
   return NULL;
 }
@@ -884,7 +843,7 @@ static void test_concurrent_writers(void **state) {
   kiln_digest_t shared_digest[SHARED_BLOBS];
   for (int i = 0; i < SHARED_BLOBS; i++) {
     shared_len[i] = 20000 + 10000 * (size_t)i;
-    shared[i] = make_data(shared_len[i], i % 4 != 1, 120 + (uint64_t)i);
+    shared[i] = kiln_test_make_data(shared_len[i], i % 4 != 1, 120 + (uint64_t)i);
     kiln_digest_of(shared[i], shared_len[i], &shared_digest[i]);
   }
   pthread_t threads[THREADS];
@@ -925,10 +884,10 @@ static void test_disk_full(void **state) {
   }
   kiln_blobstore_t *store = open_store(f->mount, KILN_BLOB_COMPRESSION_AUTO);
 
-  unsigned char *early = make_data(16384, false, 131);
+  unsigned char *early = kiln_test_make_data(16384, false, 131);
   kiln_digest_t early_digest = put_ok(store, early, 16384, NULL);
 
-  unsigned char *big = make_data(MIB, false, 132);
+  unsigned char *big = kiln_test_make_data(MIB, false, 132);
   kiln_digest_t big_digest;
   kiln_digest_of(big, MIB, &big_digest);
   kiln_digest_t out = {{0}};
@@ -953,7 +912,7 @@ static void test_disk_full(void **state) {
   assert_get_equals(store, &early_digest, early, 16384);
   assert_ok(kiln_blobstore_verify(store, &early_digest));
   /* The freed space is usable: a 1 MiB compressible blob fits as .zst. */
-  fill_compressible(big, MIB, 133);
+  kiln_test_fill_compressible(big, MIB, 133);
   kiln_digest_t fits = put_ok(store, big, MIB, NULL);
   assert_stored_as(f->mount, &fits, true);
   assert_get_equals(store, &fits, big, MIB);

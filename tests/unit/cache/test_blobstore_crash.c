@@ -17,7 +17,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -32,6 +31,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "cache/blobstore.h"
+#include "tests/unit/support/testing.h"
 
 #define MIB (1024 * 1024)
 enum {
@@ -50,52 +50,40 @@ enum {
 static unsigned char *pools[2]; /* random, compressible */
 
 typedef struct fixture_s {
-  char root[256];
+  char *root; /* kiln_test_tmpdir, removed in teardown */
 } fixture_t;
 
-static uint64_t next_random(uint64_t *s) {
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 2685821657736338717ULL;
-}
-
 static void fill(unsigned char *p, size_t len, bool compressible, uint64_t seed) {
-  static const char *const words[] = {"kiln ", "iree ", "vmfb ", "module ", "func.func ",
-                                      "%arg0 ", "tensor<4x4xf32> ", "\n", "return ", "= "};
-  uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
-  if (!compressible) {
-    size_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-      uint64_t r = next_random(&s);
-      memcpy(p + i, &r, 8);
-    }
-    for (; i < len; i++) p[i] = (unsigned char)(next_random(&s) >> 56);
+  if (compressible) {
+    kiln_test_fill_compressible(p, len, seed);
     return;
   }
+  /* Eight noise bytes a draw, not kiln_test_fill_random's one: hence a local loop. */
+  uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
   size_t i = 0;
-  while (i < len) {
-    const char *w = words[next_random(&s) % (sizeof words / sizeof words[0])];
-    for (; *w && i < len; w++) p[i++] = (unsigned char)*w;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t r = kiln_test_random_next(&s);
+    memcpy(p + i, &r, 8);
   }
+  for (; i < len; i++) p[i] = (unsigned char)(kiln_test_random_next(&s) >> 56);
 }
 
 /* The i-th blob of a round, a slice of a pool: it follows from (round, i) alone, so
  * a later round can write the same content again to exercise duplicates. */
 static const unsigned char *blob_of(unsigned round, unsigned i, size_t *out_len) {
   uint64_t s = ((uint64_t)round << 32 | i) * 0xd1342543de82ef95ULL + 7;
-  uint64_t r = next_random(&s);
+  uint64_t r = kiln_test_random_next(&s);
   size_t len;
   bool compressible;
   if (r % 12 == 0) {
-    len = SPILL_MIN + (size_t)(next_random(&s) % (SPILL_MAX - SPILL_MIN));
+    len = SPILL_MIN + (size_t)(kiln_test_random_next(&s) % (SPILL_MAX - SPILL_MIN));
     compressible = true;
   } else {
-    len = 1 + (size_t)(next_random(&s) % MAX_BLOB);
+    len = 1 + (size_t)(kiln_test_random_next(&s) % MAX_BLOB);
     compressible = (r >> 8) & 1;
   }
   *out_len = len;
-  return pools[compressible] + next_random(&s) % (POOL - len + 1);
+  return pools[compressible] + kiln_test_random_next(&s) % (POOL - len + 1);
 }
 
 static void report(int fd, const char *line) {
@@ -137,19 +125,10 @@ static _Noreturn void child_main(const char *dir, int fd, unsigned round) {
   _exit(3);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   if (!f) return -1;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(f->root, sizeof f->root, "%s/kiln-blobcrash-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(f->root)) {
+  if (!(f->root = kiln_test_tmpdir("kiln-blobcrash"))) {
     free(f);
     return -1;
   }
@@ -163,7 +142,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fixture_t *f = *state;
-  nftw(f->root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  kiln_test_remove_tree(f->root);
+  free(f->root);
   for (int k = 0; k < 2; k++) {
     free(pools[k]);
     pools[k] = NULL;
@@ -258,7 +238,7 @@ static void test_crash_rounds(void **state) {
       child_main(dir, p[1], round);
     }
     close(p[1]);
-    struct timespec delay = {0, (long)(1 + next_random(&seed) % 50) * 1000000L};
+    struct timespec delay = {0, (long)(1 + kiln_test_random_next(&seed) % 50) * 1000000L};
     while (nanosleep(&delay, &delay) != 0 && errno == EINTR) {
     }
     kill(pid, SIGKILL);

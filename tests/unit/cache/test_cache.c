@@ -47,6 +47,7 @@
 #include "base/time.h"
 #include "cache/cache.h"
 #include "cache/index.h"
+#include "tests/unit/support/testing.h"
 
 #define KIB 1024
 #define MIB (1024 * 1024)
@@ -63,28 +64,17 @@ static int64_t fake_now(void) { return atomic_load(&g_now_ms); }
 /* ---- fixture ---- */
 
 typedef struct fixture_s {
-  char root[256];  /* mkdtemp'd, removed in teardown */
+  char *root;      /* kiln_test_tmpdir, removed in teardown */
   char dir[320];   /* root/cache: the cache directory */
   char mount[320]; /* a tmpfs mounted by the test; "" when none */
   kiln_cache_options_t options;
   kiln_cache_t *cache;
 } fixture_t;
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void rm_rf(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   if (!f) return -1;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(f->root, sizeof f->root, "%s/kiln-cache-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(f->root)) {
+  if (!(f->root = kiln_test_tmpdir("kiln-cache"))) {
     free(f);
     return -1;
   }
@@ -96,7 +86,8 @@ static int setup(void **state) {
   if (st) {
     fprintf(stderr, "setup: %s\n", kiln_status_message(st));
     kiln_status_free(st);
-    rm_rf(f->root);
+    kiln_test_remove_tree(f->root);
+    free(f->root);
     free(f);
     return -1;
   }
@@ -108,7 +99,8 @@ static int teardown(void **state) {
   fixture_t *f = *state;
   kiln_cache_close(f->cache);
   if (f->mount[0]) umount2(f->mount, MNT_DETACH);
-  rm_rf(f->root);
+  kiln_test_remove_tree(f->root);
+  free(f->root);
   free(f);
   return 0;
 }
@@ -129,38 +121,6 @@ static void assert_code(kiln_status_t status, kiln_status_code_t want) {
              kiln_status_message(status));
   }
   kiln_status_free(status);
-}
-
-static uint64_t next_random(uint64_t *s) {
-  /* xorshift64*: deterministic test data. */
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 2685821657736338717ULL;
-}
-
-static void fill_random(unsigned char *p, size_t len, uint64_t seed) {
-  uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
-  for (size_t i = 0; i < len; i++) p[i] = (unsigned char)(next_random(&s) >> 56);
-}
-
-static void fill_compressible(unsigned char *p, size_t len, uint64_t seed) {
-  static const char *const words[] = {"kiln ",  "iree ",   "vmfb ", "module ", "func.func ",
-                                      "%arg0 ", "tensor<4x4xf32> ", "\n", "return ", "= "};
-  uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
-  size_t i = 0;
-  while (i < len) {
-    const char *w = words[next_random(&s) % (sizeof words / sizeof words[0])];
-    for (; *w && i < len; w++) p[i++] = (unsigned char)*w;
-  }
-}
-
-static unsigned char *make_data(size_t len, bool compressible, uint64_t seed) {
-  unsigned char *p = malloc(len ? len : 1);
-  assert_non_null(p);
-  if (compressible) fill_compressible(p, len, seed);
-  else fill_random(p, len, seed);
-  return p;
 }
 
 static void digest_hex_of(const void *data, size_t len, char out[KILN_DIGEST_HEX_LEN + 1]) {
@@ -205,7 +165,7 @@ static void art_init(art_t *a, uint64_t key_seed, size_t len, bool compressible,
                                       .compiler = COMPILER,
                                       .hal_version = HAL,
                                       .bytecode_version = BYTECODE};
-  a->data = make_data(len, compressible, data_seed);
+  a->data = kiln_test_make_data(len, compressible, data_seed);
   a->len = len;
   kiln_digest_hex_t key;
   assert_ok(kiln_cache_key_compute(&a->parts, &key));
@@ -223,7 +183,7 @@ static void art_rekey(art_t *a) {
 /* Replaces the bytes (same key parts). */
 static void art_set_data(art_t *a, size_t len, bool compressible, uint64_t data_seed) {
   free(a->data);
-  a->data = make_data(len, compressible, data_seed);
+  a->data = kiln_test_make_data(len, compressible, data_seed);
   a->len = len;
   digest_hex_of(a->data, len, a->digest);
 }
@@ -605,7 +565,7 @@ static void test_put_record_fields(void **state) {
   source_digest(10, src);
   const char *const flags[] = {" -O2 ", "-g", "", "-O2"};
   kiln_cache_key_parts_t parts = base_parts(src, flags, 4);
-  unsigned char *data = make_data(3000, false, 10);
+  unsigned char *data = kiln_test_make_data(3000, false, 10);
   char digest[65], key[65];
   digest_hex_of(data, 3000, digest);
   key_of(&parts, key);
@@ -942,7 +902,7 @@ static void test_open_repairs(void **state) {
   assert_true(blob_file(f->dir, dangling.digest, path, sizeof path));
   assert_int_equal(unlink(path), 0);
   unsigned char orphan[1000];
-  fill_random(orphan, sizeof orphan, 82);
+  kiln_test_fill_random(orphan, sizeof orphan, 82);
   char orphan_digest[65], orphan_path[PATH_MAX];
   make_orphan(f->dir, orphan, sizeof orphan, orphan_digest, orphan_path, sizeof orphan_path);
   char junk1[PATH_MAX], junk2[PATH_MAX], junk3[PATH_MAX], tmp1[PATH_MAX];
@@ -1053,7 +1013,7 @@ static void test_verify_clean_store(void **state) {
     kiln_index_artifact_deinit(&rec);
   }
   unsigned char src[500];
-  fill_compressible(src, sizeof src, 93);
+  kiln_test_fill_compressible(src, sizeof src, 93);
   assert_ok(kiln_cache_source_put(f->cache, src, sizeof src, NULL, "model.mlir", 1, NULL, NULL));
   stored += sizeof src;
   kiln_cache_verify_report_t report;
@@ -1093,7 +1053,7 @@ static void make_damage(fixture_t *f, damaged_t *d) {
   assert_true(blob_file(f->dir, d->missing.digest, d->missing_path, sizeof d->missing_path));
   assert_int_equal(unlink(d->missing_path), 0);
   unsigned char orphan[800];
-  fill_random(orphan, sizeof orphan, 103);
+  kiln_test_fill_random(orphan, sizeof orphan, 103);
   make_orphan(f->dir, orphan, sizeof orphan, d->orphan_digest, d->orphan_path,
               sizeof d->orphan_path);
   age_file(d->orphan_path, 600);
@@ -1200,7 +1160,7 @@ static void test_verify_dry_run_changes_nothing(void **state) {
 static void test_verify_spares_young_orphans(void **state) {
   fixture_t *f = *state;
   unsigned char orphan[700];
-  fill_random(orphan, sizeof orphan, 110);
+  kiln_test_fill_random(orphan, sizeof orphan, 110);
   char digest[65], path[PATH_MAX];
   make_orphan(f->dir, orphan, sizeof orphan, digest, path, sizeof path);
   kiln_cache_verify_report_t report;
@@ -1521,9 +1481,9 @@ static void source_put_ok(fixture_t *f, const void *data, size_t len, const char
 static void test_gc_sources_after_artifacts(void **state) {
   fixture_t *f = *state;
   /* Sources first (so they are the oldest), raw 10000 bytes each. */
-  unsigned char *s1 = make_data(GC_SIZE, false, 230);
-  unsigned char *s2 = make_data(GC_SIZE, false, 231);
-  unsigned char *s3 = make_data(GC_SIZE, false, 232);
+  unsigned char *s1 = kiln_test_make_data(GC_SIZE, false, 230);
+  unsigned char *s2 = kiln_test_make_data(GC_SIZE, false, 231);
+  unsigned char *s3 = kiln_test_make_data(GC_SIZE, false, 232);
   char d1[65], d2[65], d3[65], sem3[65];
   source_digest(233, sem3);
   atomic_store(&g_now_ms, 1700000000100);
@@ -1620,7 +1580,7 @@ static void test_gc_limits(void **state) {
 
 static void test_source_put(void **state) {
   fixture_t *f = *state;
-  unsigned char *src = make_data(20000, true, 250);
+  unsigned char *src = kiln_test_make_data(20000, true, 250);
   char want[65];
   digest_hex_of(src, 20000, want);
   char wrong[65];
@@ -1738,8 +1698,8 @@ static void *cc_worker(void *arg) {
   cc_t *cc = t->cc;
   uint64_t s = t->seed;
   while (!atomic_load(&cc->stop)) {
-    const art_t *a = &cc->arts[next_random(&s) % CC_KEYS];
-    unsigned op = (unsigned)(next_random(&s) % 100);
+    const art_t *a = &cc->arts[kiln_test_random_next(&s) % CC_KEYS];
+    unsigned op = (unsigned)(kiln_test_random_next(&s) % 100);
     kiln_status_t st = NULL;
     if (op < 35) {
       st = kiln_cache_artifact_put(cc->cache, &a->parts, a->data, a->len, NULL, NULL);
@@ -1776,8 +1736,9 @@ static void *cc_worker(void *arg) {
         kiln_status_free(st);
       }
     } else if (op < 95) {
-      bool pin = (next_random(&s) & 1) != 0;
-      st = kiln_cache_pin(cc->cache, (next_random(&s) & 1) ? a->key : a->digest, pin, NULL);
+      bool pin = (kiln_test_random_next(&s) & 1) != 0;
+      st = kiln_cache_pin(cc->cache, (kiln_test_random_next(&s) & 1) ? a->key : a->digest, pin,
+                          NULL);
       if (st && kiln_status_code(st) != KILN_STATUS_NOT_FOUND) cc_error(cc, CC_PIN, "pin", a, st);
       else kiln_status_free(st);
     } else {

@@ -18,7 +18,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -35,6 +34,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "cache/cache.h"
+#include "tests/unit/support/testing.h"
 
 #define MIB (1024 * 1024)
 #define ROUNDS 40
@@ -52,7 +52,7 @@ typedef struct report_s {
 } report_t;
 
 typedef struct fixture_s {
-  char root[256]; /* mkdtemp'd, removed in teardown */
+  char *root;    /* kiln_test_tmpdir, removed in teardown */
   char dir[320];  /* root/cache, shared by every round */
 } fixture_t;
 
@@ -65,18 +65,10 @@ static void assert_ok(kiln_status_t status) {
   }
 }
 
-static uint64_t next_random(uint64_t *s) {
-  /* xorshift64*: deterministic test data. */
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 2685821657736338717ULL;
-}
-
 static uint64_t mix(uint64_t seed) {
   uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
-  next_random(&s);
-  return next_random(&s);
+  kiln_test_random_next(&s);
+  return kiln_test_random_next(&s);
 }
 
 /* Content of `seed`: its length (1 B..1 MiB) and bytes, half of the seeds giving
@@ -90,16 +82,16 @@ static void content_fill(uint64_t seed, unsigned char *p, size_t len) {
                                         "func ",  "%arg ", "tensor ", "\n"};
     size_t i = 0;
     while (i < len) {
-      const char *w = words[next_random(&s) % 8];
+      const char *w = words[kiln_test_random_next(&s) % 8];
       for (; *w && i < len; w++) p[i++] = (unsigned char)*w;
     }
   } else {
     size_t i = 0;
     for (; i + 8 <= len; i += 8) {
-      uint64_t r = next_random(&s);
+      uint64_t r = kiln_test_random_next(&s);
       memcpy(p + i, &r, 8);
     }
-    for (; i < len; i++) p[i] = (unsigned char)next_random(&s);
+    for (; i < len; i++) p[i] = (unsigned char)kiln_test_random_next(&s);
   }
 }
 
@@ -121,15 +113,6 @@ static kiln_cache_key_parts_t parts_for(uint64_t seed, char src[KILN_DIGEST_HEX_
                                   .hal_version = 7,
                                   .bytecode_version = (1u << 16) | 2u};
 }
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void rm_rf(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 static size_t count_entries(const char *path) {
   DIR *d = opendir(path);
@@ -198,9 +181,7 @@ static _Noreturn void child_main(const char *dir, int fd, uint64_t round) {
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   if (!f) return -1;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(f->root, sizeof f->root, "%s/kiln-cache-crash-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(f->root)) {
+  if (!(f->root = kiln_test_tmpdir("kiln-cache-crash"))) {
     free(f);
     return -1;
   }
@@ -211,7 +192,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fixture_t *f = *state;
-  rm_rf(f->root);
+  kiln_test_remove_tree(f->root);
+  free(f->root);
   free(f);
   return 0;
 }
@@ -316,7 +298,7 @@ static void test_killed_writer_leaves_a_consistent_cache(void **state) {
         fail_msg("round %llu: the writer did not open the cache", (unsigned long long)round);
       }
     }
-    long delay_ms = 1 + (long)(next_random(&rng) % MAX_DELAY_MS);
+    long delay_ms = 1 + (long)(kiln_test_random_next(&rng) % MAX_DELAY_MS);
     struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }

@@ -32,26 +32,20 @@
 #include "base/digest.h"
 #include "base/status.h"
 #include "cache/index.h"
+#include "tests/unit/support/testing.h"
 
 /* ---- Fixture ------------------------------------------------------------- */
 
 typedef struct fixture_s {
-  char dir[64];        /* fresh temporary directory */
+  char *dir;           /* fresh temporary directory */
   char path[PATH_MAX]; /* dir/index.db */
   kiln_index_t *index; /* open on path */
 } fixture_t;
 
-static void remove_tree(const char *path) {
-  char cmd[PATH_MAX + 32];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
-}
-
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   if (!f) return -1;
-  snprintf(f->dir, sizeof f->dir, "/tmp/kiln-index-XXXXXX");
-  if (!mkdtemp(f->dir)) return -1;
+  if (!(f->dir = kiln_test_tmpdir_in("/tmp", "kiln-index"))) return -1;
   snprintf(f->path, sizeof f->path, "%s/index.db", f->dir);
   kiln_status_t st = kiln_index_open(f->path, &f->index);
   if (st) {
@@ -66,7 +60,8 @@ static int setup(void **state) {
 static int teardown(void **state) {
   fixture_t *f = *state;
   kiln_index_close(f->index);
-  remove_tree(f->dir);
+  kiln_test_remove_tree(f->dir);
+  free(f->dir);
   free(f);
   return 0;
 }

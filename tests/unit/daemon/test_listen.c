@@ -26,27 +26,24 @@
 #include "base/alloc.h"
 #include "base/status.h"
 #include "daemon/listen.h"
+#include "tests/unit/support/testing.h"
 
 /* ---- Fixture: a temporary directory for unix sockets ---------------------- */
 
-static char tmpdir[64];
-
-static void remove_tree(const char *path) {
-  char cmd[256];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
-}
+static char *tmpdir;
 
 static int group_setup(void **state) {
   (void)state;
-  /* Short: sun_path holds only 107 bytes. */
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/kiln-listen-XXXXXX");
-  return mkdtemp(tmpdir) ? 0 : -1;
+  /* Under /tmp, not $TMPDIR: sun_path holds only 107 bytes. */
+  tmpdir = kiln_test_tmpdir_in("/tmp", "kiln-listen");
+  return tmpdir ? 0 : -1;
 }
 
 static int group_teardown(void **state) {
   (void)state;
-  remove_tree(tmpdir);
+  kiln_test_remove_tree(tmpdir);
+  free(tmpdir);
+  tmpdir = NULL;
   return 0;
 }
 

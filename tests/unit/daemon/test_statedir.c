@@ -28,6 +28,7 @@
 
 #include "base/status.h"
 #include "daemon/statedir.h"
+#include "tests/unit/support/testing.h"
 
 /* ---- Fixture ------------------------------------------------------------- */
 
@@ -35,25 +36,21 @@
 static char tmpdir[256];
 static int test_counter;
 
-static void remove_tree(const char *path) {
-  char cmd[PATH_MAX + 32];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
-}
-
 static int group_setup(void **state) {
   (void)state;
-  char templ[] = "/tmp/kiln-statedir-XXXXXX";
-  if (!mkdtemp(templ)) return -1;
+  char *made = kiln_test_tmpdir_in("/tmp", "kiln-statedir");
+  if (!made) return -1;
   char resolved[PATH_MAX];
-  if (!realpath(templ, resolved) || strlen(resolved) >= sizeof tmpdir) return -1;
+  bool ok = realpath(made, resolved) && strlen(resolved) < sizeof tmpdir;
+  free(made);
+  if (!ok) return -1;
   memcpy(tmpdir, resolved, strlen(resolved) + 1);
   return 0;
 }
 
 static int group_teardown(void **state) {
   (void)state;
-  remove_tree(tmpdir);
+  kiln_test_remove_tree(tmpdir);
   return 0;
 }
 
@@ -77,7 +74,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   fixture_t *f = *state;
   kilnd_statedir_close(&f->dir);
-  remove_tree(f->base);
+  kiln_test_remove_tree(f->base);
   free(f);
   return 0;
 }

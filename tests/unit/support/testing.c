@@ -1,0 +1,90 @@
+/* Shared unit-test helpers (see testing.h).
+ *
+ * Invariant: the data generators are byte-for-byte the ones the tests were written
+ * against (xorshift64*, seed * golden ratio + 1, the same word list), so a test's
+ * data, and any digest or size it asserts on, never changes when it moves here.
+ * Tree removal keeps going past failures (a half-removed fixture is the worst
+ * outcome) and judges success by whether the path is gone.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tests/unit/support/testing.h"
+
+char *kiln_test_tmpdir_in(const char *parent, const char *prefix) {
+  size_t size = strlen(parent) + strlen(prefix) + sizeof "/-XXXXXX";
+  char *path = malloc(size);
+  if (!path) return NULL;
+  snprintf(path, size, "%s/%s-XXXXXX", parent, prefix);
+  if (!mkdtemp(path)) {
+    int saved = errno;
+    free(path);
+    errno = saved;
+    return NULL;
+  }
+  return path;
+}
+
+char *kiln_test_tmpdir(const char *prefix) {
+  const char *tmp = getenv("TMPDIR");
+  return kiln_test_tmpdir_in(tmp && *tmp ? tmp : "/tmp", prefix);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  /* 0 whatever remove says: stopping would leave the rest of the tree behind. */
+  (void)remove(path);
+  return 0;
+}
+
+int kiln_test_remove_tree(const char *path) {
+  nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  struct stat st;
+  if (lstat(path, &st) != 0 && errno == ENOENT) return 0;
+  fprintf(stderr, "could not remove %s\n", path);
+  return -1;
+}
+
+uint64_t kiln_test_random_next(uint64_t *state) {
+  /* xorshift64*: fast and deterministic, plenty for test data. */
+  *state ^= *state >> 12;
+  *state ^= *state << 25;
+  *state ^= *state >> 27;
+  return *state * 2685821657736338717ULL;
+}
+
+void kiln_test_fill_random(unsigned char *p, size_t len, uint64_t seed) {
+  uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
+  for (size_t i = 0; i < len; i++) p[i] = (unsigned char)(kiln_test_random_next(&s) >> 56);
+}
+
+void kiln_test_fill_compressible(unsigned char *p, size_t len, uint64_t seed) {
+  static const char *const words[] = {"kiln ",  "iree ",   "vmfb ", "module ", "func.func ",
+                                      "%arg0 ", "tensor<4x4xf32> ", "\n", "return ", "= "};
+  uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
+  size_t i = 0;
+  while (i < len) {
+    const char *w = words[kiln_test_random_next(&s) % (sizeof words / sizeof words[0])];
+    for (; *w && i < len; w++) p[i++] = (unsigned char)*w;
+  }
+}
+
+unsigned char *kiln_test_make_data(size_t len, bool compressible, uint64_t seed) {
+  unsigned char *p = malloc(len ? len : 1);
+  assert_non_null(p);
+  if (compressible) kiln_test_fill_compressible(p, len, seed);
+  else kiln_test_fill_random(p, len, seed);
+  return p;
+}

@@ -1,0 +1,51 @@
+/* Helpers the cmocka unit tests share: throwaway directories for fixtures and
+ * deterministic test data. Test code only (library kiln_testsupport, linked into
+ * every unit test program); nothing shipped links it.
+ */
+#ifndef KILN_TESTS_UNIT_SUPPORT_TESTING_H
+#define KILN_TESTS_UNIT_SUPPORT_TESTING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Creates a fresh, empty directory <parent>/<prefix>-XXXXXX (mkdtemp: mode 0700)
+ * and returns its path. `parent` (an existing directory) and `prefix` are
+ * borrowed. The result belongs to the caller, who frees it with free() and removes
+ * the directory (kiln_test_remove_tree). Returns NULL, errno set, when memory runs
+ * out or mkdtemp fails. Thread-safe. */
+char *kiln_test_tmpdir_in(const char *parent, const char *prefix);
+
+/* kiln_test_tmpdir_in under $TMPDIR, or under /tmp when TMPDIR is unset or empty.
+ * Same ownership and errors. Thread-safe while nothing changes TMPDIR. */
+char *kiln_test_tmpdir(const char *prefix);
+
+/* Removes `path` (borrowed) and, when it is a directory, everything below it,
+ * without following symbolic links, like rm -rf: it goes on past an entry it cannot
+ * remove. Returns 0 when `path` is gone afterwards (also when it never existed);
+ * otherwise prints "could not remove PATH" to stderr and returns -1.
+ * Thread-safe for distinct trees. */
+int kiln_test_remove_tree(const char *path);
+
+/* Advances the xorshift64* generator whose state is *state (nonzero; zero stays
+ * zero) and returns its next output. Tests rely on the exact sequence: never
+ * change it. Thread-safe for distinct states. */
+uint64_t kiln_test_random_next(uint64_t *state);
+
+/* Fills p[0, len) with noise that does not compress: the top byte of each
+ * kiln_test_random_next output, from a state derived from `seed` alone. The same
+ * (len, seed) always gives the same bytes. Thread-safe. */
+void kiln_test_fill_random(unsigned char *p, size_t len, uint64_t seed);
+
+/* Fills p[0, len) with words of MLIR-like text ("kiln ", "func.func ", ...) picked
+ * by kiln_test_random_next from a state derived from `seed`: data that compresses
+ * well, the same for the same (len, seed). Thread-safe. */
+void kiln_test_fill_compressible(unsigned char *p, size_t len, uint64_t seed);
+
+/* Returns len bytes (at least one byte allocated, so len 0 is fine) filled by
+ * kiln_test_fill_compressible or kiln_test_fill_random with `seed`. The caller
+ * owns the block and frees it with free(). When memory runs out it fails the
+ * running cmocka test, so call it where a cmocka assertion may fail. */
+unsigned char *kiln_test_make_data(size_t len, bool compressible, uint64_t seed);
+
+#endif /* KILN_TESTS_UNIT_SUPPORT_TESTING_H */
