@@ -222,18 +222,28 @@ static bool note_hit(kiln_cache_t *cache, const char *key, int64_t now, uint64_t
 
 static uint64_t remove_if_unreferenced(kiln_cache_t *cache, kiln_index_t *index, const char *hex);
 
-/* Removes a blob unless it is in use, atomically with respect to in_use_add: the
- * lock is held across the check and the unlink (one metadata operation, no data
- * I/O). A put that registers its digest after this returns finds the blob gone
- * and writes it again (see put_blob). Returns true when removed (or already
- * absent); *out_freed gets its size on disk. */
-static bool remove_unless_in_use(kiln_cache_t *cache, const kiln_digest_t *digest,
-                                 uint64_t *out_freed) {
+/* Removes a blob unless it is in use or (with `index`) some row names it,
+ * atomically with respect to in_use_add/in_use_remove: the lock is held across
+ * the checks and the unlink (one indexed SQLite read and one metadata operation,
+ * no data I/O). A put registers its digest before it inserts its row and
+ * unregisters after, so here either the put is still registered (skip), or its
+ * row is committed and the fresh read sees it (skip), or it registers after the
+ * unlink and finds the blob gone (and writes it again, see put_blob). Returns true
+ * when removed (or already absent); *out_freed gets its size on disk. */
+static bool remove_unless_in_use(kiln_cache_t *cache, kiln_index_t *index,
+                                 const kiln_digest_t *digest, uint64_t *out_freed) {
   *out_freed = 0;
   pthread_mutex_lock(&cache->lock);
   bool busy = false;
   for (size_t i = 0; i < cache->n_in_use && !busy; i++) {
     busy = kiln_digest_equal(&cache->in_use[i].digest, digest);
+  }
+  if (!busy && index) {
+    kiln_digest_hex_t hex;
+    kiln_digest_to_hex(digest, &hex);
+    kiln_status_t st = kiln_index_digest_referenced(index, hex.text, &busy);
+    if (st) busy = true; /* cannot tell: keep it */
+    kiln_status_free(st);
   }
   bool removed = false;
   if (!busy) {
@@ -502,7 +512,7 @@ static kiln_status_t scan_store(scan_t *scan) {
     bool repaired = false;
     if (!scan->dry_run) {
       uint64_t freed;
-      repaired = remove_unless_in_use(scan->cache, &scan->present.items[i], &freed);
+      repaired = remove_unless_in_use(scan->cache, scan->index, &scan->present.items[i], &freed);
       if (!repaired) continue; /* a put or a reader took it meanwhile */
     }
     add_problem(scan, KILN_CACHE_PROBLEM_ORPHAN_BLOB, &scan->present.items[i], repaired,
@@ -1012,7 +1022,7 @@ static uint64_t remove_if_unreferenced(kiln_cache_t *cache, kiln_index_t *index,
     return 0;
   }
   uint64_t freed = 0;
-  remove_unless_in_use(cache, &d, &freed);
+  remove_unless_in_use(cache, index, &d, &freed);
   return freed;
 }
 
