@@ -1026,6 +1026,26 @@ static uint64_t remove_if_unreferenced(kiln_cache_t *cache, kiln_index_t *index,
   return freed;
 }
 
+/* Evicts one row (a source's when `source`, else an artifact's) unless its blob is
+ * being read, then frees the blob if nothing names it any more. A row pinned or
+ * removed by someone else since the LRU query is left alone (*out_evicted false). */
+static kiln_status_t evict_row(kiln_cache_t *cache, kiln_index_t *index, bool source,
+                               const char *row_key, const char *blob_digest,
+                               kiln_cache_gc_report_t *report, uint64_t *stored, bool *out_evicted) {
+  *out_evicted = false;
+  kiln_digest_t d;
+  if (kiln_digest_from_hex(blob_digest, &d) && in_use(cache, &d)) return NULL;
+  KILN_RETURN_IF_ERROR(source ? kiln_index_source_evict(index, row_key, out_evicted)
+                              : kiln_index_artifact_evict(index, row_key, out_evicted));
+  if (!*out_evicted) return NULL;
+  if (source) report->sources_evicted++;
+  else report->artifacts_evicted++;
+  uint64_t freed = remove_if_unreferenced(cache, index, blob_digest);
+  report->bytes_freed += freed;
+  *stored = freed > *stored ? 0 : *stored - freed;
+  return NULL;
+}
+
 kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes, kiln_cache_gc_report_t *out_report) {
   memset(out_report, 0, sizeof *out_report);
   if (max_bytes == 0) max_bytes = cache->options.capacity_bytes;
@@ -1047,17 +1067,10 @@ kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes, kiln_cache_
     size_t n = 0;
     st = kiln_index_artifact_lru(index, GC_BATCH, &recs, &n);
     for (size_t i = 0; !st && i < n && stored > max_bytes; i++) {
-      kiln_digest_t d;
-      if (kiln_digest_from_hex(recs[i].artifact_digest, &d) && in_use(cache, &d)) continue;
       bool evicted = false;
-      st = kiln_index_artifact_evict(index, recs[i].cache_key, &evicted);
-      if (st) break;
-      if (!evicted) continue; /* pinned or removed by someone else since the query */
-      out_report->artifacts_evicted++;
-      progress = true;
-      uint64_t freed = remove_if_unreferenced(cache, index, recs[i].artifact_digest);
-      out_report->bytes_freed += freed;
-      stored = freed > stored ? 0 : stored - freed;
+      st = evict_row(cache, index, false, recs[i].cache_key, recs[i].artifact_digest, out_report,
+                     &stored, &evicted);
+      progress = progress || evicted;
     }
     kiln_index_artifacts_free(recs, n);
   }
@@ -1068,17 +1081,10 @@ kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes, kiln_cache_
     size_t n = 0;
     st = kiln_index_source_lru(index, GC_BATCH, &recs, &n);
     for (size_t i = 0; !st && i < n && stored > max_bytes; i++) {
-      kiln_digest_t d;
-      if (kiln_digest_from_hex(recs[i].digest, &d) && in_use(cache, &d)) continue;
       bool evicted = false;
-      st = kiln_index_source_evict(index, recs[i].digest, &evicted);
-      if (st) break;
-      if (!evicted) continue;
-      out_report->sources_evicted++;
-      progress = true;
-      uint64_t freed = remove_if_unreferenced(cache, index, recs[i].digest);
-      out_report->bytes_freed += freed;
-      stored = freed > stored ? 0 : stored - freed;
+      st = evict_row(cache, index, true, recs[i].digest, recs[i].digest, out_report, &stored,
+                     &evicted);
+      progress = progress || evicted;
     }
     kiln_index_sources_free(recs, n);
   }
