@@ -3,19 +3,32 @@
  * parse, so concurrent contexts never share state. */
 #include "compiler/source.h"
 
+#include "compiler/internal.h"
+
 #include <mlir-c/Diagnostics.h>
 #include <mlir-c/IR.h>
+#include <llvm-c/Target.h>
 #include <mlir-c/RegisterEverything.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
 
-struct kiln_compiler_context_s {
-  MlirContext mlir;
-};
+/* Process-wide, once: every upstream pass (for textual pipelines) and the LLVM
+ * code generators the GPU serializers need (NVPTX, AMDGPU, x86). */
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+
+static void global_init(void) {
+  mlirRegisterAllPasses();
+  LLVMInitializeAllTargetInfos();
+  LLVMInitializeAllTargets();
+  LLVMInitializeAllTargetMCs();
+  LLVMInitializeAllAsmPrinters();
+}
 
 kiln_status_t kiln_compiler_context_create(kiln_compiler_context_t **out_context) {
+  pthread_once(&global_once, global_init);
   kiln_compiler_context_t *c = kiln_calloc(1, sizeof *c);
   c->mlir = mlirContextCreate();
   MlirDialectRegistry registry = mlirDialectRegistryCreate();
@@ -23,6 +36,7 @@ kiln_status_t kiln_compiler_context_create(kiln_compiler_context_t **out_context
   mlirContextAppendDialectRegistry(c->mlir, registry);
   mlirDialectRegistryDestroy(registry);
   mlirContextLoadAllAvailableDialects(c->mlir);
+  mlirRegisterAllLLVMTranslations(c->mlir);
   *out_context = c;
   return NULL;
 }
@@ -30,18 +44,13 @@ kiln_status_t kiln_compiler_context_create(kiln_compiler_context_t **out_context
 void kiln_compiler_context_destroy(kiln_compiler_context_t *context) {
   if (!context) return;
   mlirContextDestroy(context->mlir);
+  kiln_compiler_toolkit_remove(context);
   kiln_free(context);
 }
 
-typedef struct diagnostics_s {
-  kiln_buf_t text;
-  const char *name;
-  int errors;
-} diagnostics_t;
-
 static void append_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
 
-static void append_one(diagnostics_t *d, MlirDiagnostic diag, int depth) {
+static void append_one(kiln_diag_capture_t *d, MlirDiagnostic diag, int depth) {
   static const char *const severity[] = {"error", "warning", "note", "remark"};
   MlirDiagnosticSeverity sev = mlirDiagnosticGetSeverity(diag);
   MlirLocation loc = mlirDiagnosticGetLocation(diag);
@@ -63,49 +72,68 @@ static void append_one(diagnostics_t *d, MlirDiagnostic diag, int depth) {
 }
 
 static MlirLogicalResult on_diagnostic(MlirDiagnostic diag, void *user) {
-  append_one(user, diag, 0);
+  kiln_diag_capture_t *d = user;
+  /* Remarks from pattern drivers are noise for users; keep errors, warnings, notes. */
+  if (mlirDiagnosticGetSeverity(diag) == MlirDiagnosticRemark) return mlirLogicalResultSuccess();
+  append_one(d, diag, 0);
   return mlirLogicalResultSuccess(); /* handled: do not print to stderr */
 }
 
-kiln_status_t kiln_compiler_fingerprint(kiln_compiler_context_t *context, const void *source,
-                                        size_t len, const char *name,
-                                        kiln_digest_hex_t *out_fingerprint) {
-  diagnostics_t diags;
-  kiln_buf_init(&diags.text);
-  diags.name = name && *name ? name : "<source>";
-  diags.errors = 0;
-  MlirDiagnosticHandlerID handler =
-      mlirContextAttachDiagnosticHandler(context->mlir, on_diagnostic, &diags, NULL);
+void kiln_compiler_diag_attach(kiln_compiler_context_t *context, const char *name,
+                               kiln_diag_capture_t *capture) {
+  kiln_buf_init(&capture->text);
+  capture->name = name && *name ? name : "<source>";
+  capture->errors = 0;
+  capture->mlir = context->mlir;
+  capture->handler = mlirContextAttachDiagnosticHandler(context->mlir, on_diagnostic, capture, NULL);
+}
+
+void kiln_compiler_diag_detach(kiln_diag_capture_t *capture) {
+  mlirContextDetachDiagnosticHandler(capture->mlir, capture->handler);
+  kiln_buf_deinit(&capture->text);
+}
+
+kiln_status_t kiln_compiler_parse(kiln_compiler_context_t *context, const void *source, size_t len,
+                                  const char *name, MlirModule *out_module) {
+  *out_module = (MlirModule){NULL};
+  kiln_diag_capture_t diags;
+  kiln_compiler_diag_attach(context, name, &diags);
   MlirModule module = mlirModuleCreateParse(context->mlir, (MlirStringRef){source, len});
   kiln_status_t status = NULL;
   if (mlirModuleIsNull(module)) {
     status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s does not parse as MLIR:\n%s", diags.name,
                          diags.text.len ? diags.text.data : "(no diagnostic)");
-  } else {
-    MlirOperation op = mlirModuleGetOperation(module);
-    if (!mlirOperationVerify(op)) {
-      status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s fails MLIR verification:\n%s",
-                           diags.name, diags.text.len ? diags.text.data : "(no diagnostic)");
-    } else {
-      MlirOpPrintingFlags flags = mlirOpPrintingFlagsCreate();
-      mlirOpPrintingFlagsPrintGenericOpForm(flags);
-      mlirOpPrintingFlagsEnableDebugInfo(flags, false, false);
-      kiln_hasher_t *hasher = kiln_hasher_create();
-      kiln_buf_t printed;
-      kiln_buf_init(&printed);
-      mlirOperationPrintWithFlags(op, flags, append_cb, &printed);
-      kiln_hasher_update(hasher, "kiln-fingerprint/1\n", 19);
-      kiln_hasher_update(hasher, printed.data, printed.len);
-      kiln_digest_t digest;
-      kiln_hasher_finish(hasher, &digest);
-      kiln_digest_to_hex(&digest, out_fingerprint);
-      kiln_hasher_destroy(hasher);
-      kiln_buf_deinit(&printed);
-      mlirOpPrintingFlagsDestroy(flags);
-    }
+  } else if (!mlirOperationVerify(mlirModuleGetOperation(module))) {
+    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s fails MLIR verification:\n%s",
+                         diags.name, diags.text.len ? diags.text.data : "(no diagnostic)");
     mlirModuleDestroy(module);
+  } else {
+    *out_module = module;
   }
-  mlirContextDetachDiagnosticHandler(context->mlir, handler);
-  kiln_buf_deinit(&diags.text);
+  kiln_compiler_diag_detach(&diags);
   return status;
+}
+
+kiln_status_t kiln_compiler_fingerprint(kiln_compiler_context_t *context, const void *source,
+                                        size_t len, const char *name,
+                                        kiln_digest_hex_t *out_fingerprint) {
+  MlirModule module;
+  KILN_RETURN_IF_ERROR(kiln_compiler_parse(context, source, len, name, &module));
+  MlirOpPrintingFlags flags = mlirOpPrintingFlagsCreate();
+  mlirOpPrintingFlagsPrintGenericOpForm(flags);
+  mlirOpPrintingFlagsEnableDebugInfo(flags, false, false);
+  kiln_buf_t printed;
+  kiln_buf_init(&printed);
+  mlirOperationPrintWithFlags(mlirModuleGetOperation(module), flags, append_cb, &printed);
+  kiln_hasher_t *hasher = kiln_hasher_create();
+  kiln_hasher_update(hasher, "kiln-fingerprint/1\n", 19);
+  kiln_hasher_update(hasher, printed.data, printed.len);
+  kiln_digest_t digest;
+  kiln_hasher_finish(hasher, &digest);
+  kiln_digest_to_hex(&digest, out_fingerprint);
+  kiln_hasher_destroy(hasher);
+  kiln_buf_deinit(&printed);
+  mlirOpPrintingFlagsDestroy(flags);
+  mlirModuleDestroy(module);
+  return NULL;
 }

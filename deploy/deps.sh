@@ -16,6 +16,8 @@ packages=(
   libjson-c-dev libssl-dev libzstd-dev
   # tests: cmocka units; the interop client is Python with Debian's grpcio
   libcmocka-dev protobuf-compiler python3 python3-grpcio python3-protobuf valgrind
+  # validating generated device code: spirv-val (llvm-readobj comes with llvm-22)
+  spirv-tools
 )
 
 missing=()

@@ -1,0 +1,41 @@
+/* Shared inside compiler/ only: the context's layout and MLIR diagnostics
+ * capture. Includes mlir-c, which no code outside compiler/ may do.
+ * One thread at a time per context. */
+#ifndef KILN_COMPILER_INTERNAL_H
+#define KILN_COMPILER_INTERNAL_H
+
+#include <mlir-c/Diagnostics.h>
+#include <mlir-c/IR.h>
+
+#include "base/buf.h"
+#include "base/status.h"
+#include "compiler/source.h"
+
+struct kiln_compiler_context_s {
+  MlirContext mlir;
+  char *toolkit_dir; /* for the ROCDL serializer: <dir>/llvm/bin/ld.lld; made on first use */
+};
+
+/* Collects MLIR diagnostics as "<name>:<line>:<col>: <severity>: <message>" lines
+ * while attached. */
+typedef struct kiln_diag_capture_s {
+  kiln_buf_t text;
+  const char *name;
+  int errors;
+  MlirDiagnosticHandlerID handler;
+  MlirContext mlir;
+} kiln_diag_capture_t;
+
+void kiln_compiler_diag_attach(kiln_compiler_context_t *context, const char *name,
+                               kiln_diag_capture_t *capture);
+void kiln_compiler_diag_detach(kiln_diag_capture_t *capture);
+
+/* Removes the private toolkit directory, if one was made. */
+void kiln_compiler_toolkit_remove(kiln_compiler_context_t *context);
+
+/* Parses and verifies a module; on failure INVALID_ARGUMENT with the captured
+ * diagnostics and a null module. The module is owned by the caller. */
+kiln_status_t kiln_compiler_parse(kiln_compiler_context_t *context, const void *source, size_t len,
+                                  const char *name, MlirModule *out_module);
+
+#endif /* KILN_COMPILER_INTERNAL_H */

@@ -1,0 +1,472 @@
+/* The compile pipeline over the MLIR C API: textual pass pipelines on a warm
+ * context, a clone of the front half's module per target, and the device code read
+ * back from the gpu.binary ops that gpu-module-to-binary leaves.
+ *
+ * Workgroup sizes. The front half tiles parallel loops by FRONT_TILE and maps the
+ * tiles to the grid; the launch sizes end up as constants on each gpu.launch_func.
+ * They are read back from there and written onto each kernel, as
+ * `known_block_size` (NVVM turns it into .maxntid, ROCDL into the flat work-group size)
+ * and as `spirv.entry_point_abi` (the SPIR-V lowering requires it).
+ */
+#include "compiler/pipeline.h"
+
+#include <errno.h>
+#include <mlir-c/BuiltinAttributes.h>
+#include <mlir-c/Dialect/GPU.h>
+#include <mlir-c/Pass.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/time.h"
+#include "compiler/internal.h"
+
+/* Tile sizes of the (up to) three outermost parallel loop dimensions: the
+ * workgroup shape. 4 x 32 = 128 invocations fits every target's limits. */
+#define FRONT_TILE "1,4,32"
+
+static const char front_pipeline[] =
+    "builtin.module("
+    "func.func(tosa-to-linalg-named,tosa-to-linalg,tosa-to-arith,tosa-to-tensor),"
+    "canonicalize,linalg-fuse-elementwise-ops,"
+    "one-shot-bufferize{bufferize-function-boundaries "
+    "function-boundary-type-conversion=identity-layout-map},"
+    "func.func(buffer-hoisting),buffer-deallocation-pipeline,canonicalize,"
+    "func.func(convert-linalg-to-parallel-loops,"
+    "scf-parallel-loop-tiling{parallel-loop-tile-sizes=" FRONT_TILE "},"
+    "gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
+    "gpu-kernel-outlining,canonicalize,cse)";
+
+/* Inside kernels before the NVVM/ROCDL conversions. (SPIR-V keeps scf: its
+ * conversion builds structured control flow from it.) */
+static const char kernel_lowering[] = "lower-affine,convert-scf-to-cf";
+
+/* ---- pass pipelines ---- */
+
+static void append_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
+
+static kiln_status_t run_pipeline(kiln_compiler_context_t *context, MlirModule module,
+                                  const char *pipeline, const char *name, const char *stage) {
+  kiln_diag_capture_t diags;
+  kiln_compiler_diag_attach(context, name, &diags);
+  MlirPassManager pm = mlirPassManagerCreate(context->mlir);
+  kiln_buf_t parse_errors;
+  kiln_buf_init(&parse_errors);
+  kiln_status_t status = NULL;
+  MlirLogicalResult r = mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
+                                              mlirStringRefCreateFromCString(pipeline), append_cb,
+                                              &parse_errors);
+  if (mlirLogicalResultIsFailure(r)) {
+    status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: kiln's pass pipeline does not parse: %s",
+                         stage, parse_errors.data);
+  } else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(module)))) {
+    status = KILN_STATUS(diags.errors ? KILN_STATUS_INVALID_ARGUMENT : KILN_STATUS_INTERNAL,
+                         "%s: %s failed:\n%s", diags.name, stage,
+                         diags.text.len ? diags.text.data : "(no diagnostic)");
+  }
+  mlirPassManagerDestroy(pm);
+  kiln_buf_deinit(&parse_errors);
+  kiln_compiler_diag_detach(&diags);
+  return status;
+}
+
+/* ---- walking ---- */
+
+static bool op_is(MlirOperation op, const char *name) {
+  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
+  return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
+}
+
+static char *string_of(MlirStringRef s) { return kiln_strndup(s.data, s.length); }
+
+typedef struct launch_s {
+  char *module_name;
+  char *kernel_name;
+  uint32_t block[3];
+} launch_t;
+
+typedef struct launches_s {
+  launch_t *items;
+  size_t n;
+} launches_t;
+
+static bool constant_index(MlirValue v, uint32_t *out) {
+  if (!mlirValueIsAOpResult(v)) return false;
+  MlirOperation def = mlirOpResultGetOwner(v);
+  if (!op_is(def, "arith.constant")) return false;
+  MlirAttribute value = mlirOperationGetAttributeByName(def, mlirStringRefCreateFromCString("value"));
+  if (mlirAttributeIsNull(value) || !mlirAttributeIsAInteger(value)) return false;
+  int64_t x = mlirIntegerAttrGetValueInt(value);
+  if (x <= 0 || x > 65535) return false;
+  *out = (uint32_t)x;
+  return true;
+}
+
+/* gpu.launch_func: [async deps..., grid x y z, block x y z, ...] */
+static MlirWalkResult collect_launch(MlirOperation op, void *user) {
+  if (!op_is(op, "gpu.launch_func")) return MlirWalkResultAdvance;
+  launches_t *launches = user;
+  MlirAttribute kernel = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("kernel"));
+  MlirAttribute segments =
+      mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("operandSegmentSizes"));
+  if (mlirAttributeIsNull(kernel) || mlirSymbolRefAttrGetNumNestedReferences(kernel) != 1) {
+    return MlirWalkResultAdvance;
+  }
+  intptr_t first_block = 3;
+  if (!mlirAttributeIsNull(segments) && mlirAttributeIsADenseI32Array(segments)) {
+    first_block = mlirDenseI32ArrayGetElement(segments, 0) + 3;
+  }
+  launch_t l = {0};
+  for (int i = 0; i < 3; i++) {
+    if (first_block + i >= mlirOperationGetNumOperands(op) ||
+        !constant_index(mlirOperationGetOperand(op, first_block + i), &l.block[i])) {
+      return MlirWalkResultAdvance; /* dynamic sizes: left without known sizes */
+    }
+  }
+  l.module_name = string_of(mlirSymbolRefAttrGetRootReference(kernel));
+  l.kernel_name = string_of(mlirFlatSymbolRefAttrGetValue(mlirSymbolRefAttrGetNestedReference(kernel, 0)));
+  launches->items = kiln_realloc(launches->items, (launches->n + 1) * sizeof *launches->items);
+  launches->items[launches->n++] = l;
+  return MlirWalkResultAdvance;
+}
+
+static void launches_deinit(launches_t *launches) {
+  for (size_t i = 0; i < launches->n; i++) {
+    kiln_free(launches->items[i].module_name);
+    kiln_free(launches->items[i].kernel_name);
+  }
+  kiln_free(launches->items);
+}
+
+static const launch_t *find_launch(const launches_t *launches, MlirStringRef module,
+                                   MlirStringRef kernel) {
+  for (size_t i = 0; i < launches->n; i++) {
+    const launch_t *l = &launches->items[i];
+    if (strlen(l->module_name) == module.length && !memcmp(l->module_name, module.data, module.length) &&
+        strlen(l->kernel_name) == kernel.length && !memcmp(l->kernel_name, kernel.data, kernel.length)) {
+      return l;
+    }
+  }
+  return NULL;
+}
+
+typedef struct annotate_s {
+  const launches_t *launches;
+  MlirContext mlir;
+  bool spirv;
+} annotate_t;
+
+/* Writes each kernel's workgroup size onto its gpu.func. */
+static MlirWalkResult annotate_kernel(MlirOperation op, void *user) {
+  if (!op_is(op, "gpu.func")) return MlirWalkResultAdvance;
+  annotate_t *a = user;
+  MlirOperation parent = mlirOperationGetParentOperation(op);
+  MlirAttribute module_sym =
+      mlirOperationGetAttributeByName(parent, mlirStringRefCreateFromCString("sym_name"));
+  MlirAttribute func_sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
+  if (mlirAttributeIsNull(module_sym) || mlirAttributeIsNull(func_sym)) return MlirWalkResultAdvance;
+  const launch_t *l = find_launch(a->launches, mlirStringAttrGetValue(module_sym),
+                                  mlirStringAttrGetValue(func_sym));
+  if (!l) return MlirWalkResultAdvance;
+  char text[128];
+  snprintf(text, sizeof text, "array<i32: %u, %u, %u>", l->block[0], l->block[1], l->block[2]);
+  mlirOperationSetInherentAttributeByName(
+      op, mlirStringRefCreateFromCString("known_block_size"),
+      mlirAttributeParseGet(a->mlir, mlirStringRefCreateFromCString(text)));
+  if (a->spirv) {
+    snprintf(text, sizeof text, "#spirv.entry_point_abi<workgroup_size = [%u, %u, %u]>", l->block[0],
+             l->block[1], l->block[2]);
+    mlirOperationSetDiscardableAttributeByName(
+        op, mlirStringRefCreateFromCString("spirv.entry_point_abi"),
+        mlirAttributeParseGet(a->mlir, mlirStringRefCreateFromCString(text)));
+  }
+  return MlirWalkResultAdvance;
+}
+
+typedef struct harvest_s {
+  const launches_t *launches;
+  kiln_compiler_target_output_t *out;
+} harvest_t;
+
+/* gpu.binary @name [#gpu.object<target, "bytes">]: one per outlined module. */
+static MlirWalkResult harvest_binary(MlirOperation op, void *user) {
+  if (!op_is(op, "gpu.binary")) return MlirWalkResultAdvance;
+  harvest_t *h = user;
+  MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
+  MlirAttribute objects = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("objects"));
+  if (mlirAttributeIsNull(sym) || mlirAttributeIsNull(objects) ||
+      mlirArrayAttrGetNumElements(objects) < 1) {
+    return MlirWalkResultAdvance;
+  }
+  MlirAttribute object = mlirArrayAttrGetElement(objects, 0);
+  if (!mlirAttributeIsAGPUObjectAttr(object)) return MlirWalkResultAdvance;
+  MlirStringRef bytes = mlirGPUObjectAttrGetObject(object);
+  MlirStringRef module = mlirStringAttrGetValue(sym);
+  for (size_t i = 0; i < h->launches->n; i++) {
+    const launch_t *l = &h->launches->items[i];
+    if (strlen(l->module_name) != module.length || memcmp(l->module_name, module.data, module.length)) {
+      continue;
+    }
+    kiln_compiler_target_output_t *o = h->out;
+    o->kernels = kiln_realloc(o->kernels, (o->n_kernels + 1) * sizeof *o->kernels);
+    kiln_compiler_kernel_t *k = &o->kernels[o->n_kernels++];
+    memset(k, 0, sizeof *k);
+    k->name = kiln_strdup(l->kernel_name);
+    k->module_name = kiln_strdup(l->module_name);
+    memcpy(k->block_size, l->block, sizeof k->block_size);
+    k->binary = kiln_memdup(bytes.data, bytes.length);
+    k->binary_len = bytes.length;
+    break; /* one launch per outlined module */
+  }
+  return MlirWalkResultAdvance;
+}
+
+/* ---- per-target back halves ---- */
+
+/* The ROCDL serializer runs <toolkit>/llvm/bin/ld.lld: give it Debian's lld-22
+ * through a private directory of symlinks. */
+static kiln_status_t toolkit_dir(kiln_compiler_context_t *context, const char **out_dir) {
+  if (context->toolkit_dir) {
+    *out_dir = context->toolkit_dir;
+    return NULL;
+  }
+  static const char lld[] = "/usr/lib/llvm-22/bin/ld.lld";
+  if (access(lld, X_OK) != 0) {
+    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
+                       "AMD code objects are linked with %s, which is missing: install lld-22",
+                       lld);
+  }
+  const char *tmp = getenv("TMPDIR");
+  kiln_buf_t dir;
+  kiln_buf_init(&dir);
+  kiln_buf_appendf(&dir, "%s/kiln-toolkit-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir.data)) {
+    kiln_status_t st = KILN_STATUS_ERRNO(errno, "cannot create %s", dir.data);
+    kiln_buf_deinit(&dir);
+    return st;
+  }
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  kiln_buf_appendf(&path, "%s/llvm", dir.data);
+  kiln_status_t st = NULL;
+  if (mkdir(path.data, 0700) != 0) st = KILN_STATUS_ERRNO(errno, "cannot create %s", path.data);
+  kiln_buf_append_str(&path, "/bin");
+  if (!st && mkdir(path.data, 0700) != 0) st = KILN_STATUS_ERRNO(errno, "cannot create %s", path.data);
+  kiln_buf_append_str(&path, "/ld.lld");
+  if (!st && symlink(lld, path.data) != 0) st = KILN_STATUS_ERRNO(errno, "cannot link %s", path.data);
+  kiln_buf_deinit(&path);
+  context->toolkit_dir = kiln_buf_take(&dir);
+  kiln_buf_deinit(&dir);
+  *out_dir = context->toolkit_dir;
+  return st;
+}
+
+void kiln_compiler_toolkit_remove(kiln_compiler_context_t *context) {
+  if (!context->toolkit_dir) return;
+  kiln_buf_t p;
+  kiln_buf_init(&p);
+  kiln_buf_appendf(&p, "%s/llvm/bin/ld.lld", context->toolkit_dir);
+  unlink(p.data);
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/llvm/bin", context->toolkit_dir);
+  rmdir(p.data);
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/llvm", context->toolkit_dir);
+  rmdir(p.data);
+  rmdir(context->toolkit_dir);
+  kiln_buf_deinit(&p);
+  kiln_free(context->toolkit_dir);
+  context->toolkit_dir = NULL;
+}
+
+static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_target_t *t,
+                                   kiln_buf_t *out) {
+  switch (t->kind) {
+    case KILN_TARGET_KIND_CUDA:
+      kiln_buf_appendf(out,
+                       "builtin.module(nvvm-attach-target{chip=%s features=+ptx%u O=3},"
+                       "gpu.module(%s,convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse,"
+                       "reconcile-unrealized-casts),gpu-module-to-binary{format=isa})",
+                       t->chip, t->ptx_version, kernel_lowering);
+      return NULL;
+    case KILN_TARGET_KIND_HIP: {
+      const char *toolkit = NULL;
+      KILN_RETURN_IF_ERROR(toolkit_dir(context, &toolkit));
+      kiln_buf_appendf(out,
+                       "builtin.module(rocdl-attach-target{chip=%s O=3 wave64=%s},"
+                       "gpu.module(%s,convert-gpu-to-rocdl{index-bitwidth=64},canonicalize,cse,"
+                       "reconcile-unrealized-casts),gpu-module-to-binary{format=bin toolkit=%s})",
+                       t->chip, t->limits.subgroup_size == 64 ? "true" : "false", kernel_lowering,
+                       toolkit);
+      return NULL;
+    }
+    case KILN_TARGET_KIND_VULKAN:
+      /* Serialized separately (spirv_serialize): the converted spirv.modules land
+       * beside their gpu.modules and must be moved inside first. */
+      kiln_buf_appendf(out,
+                       "builtin.module(spirv-attach-target{ver=v%u.%u caps=Shader "
+                       "exts=SPV_KHR_storage_buffer_storage_class client_api=Vulkan},"
+                       "gpu.module(lower-affine),convert-gpu-to-spirv{use-64bit-index=false},"
+                       "spirv.module(spirv-lower-abi-attrs,spirv-update-vce))",
+                       t->spirv_version_major, t->spirv_version_minor);
+      return NULL;
+    case KILN_TARGET_KIND_CPU:
+      break;
+  }
+  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                     "target %s: the host CPU pipeline is not built yet (GPU targets only)", t->id);
+}
+
+static MlirOperation find_symbol(MlirBlock body, const char *op_name, MlirStringRef sym) {
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (!op_is(op, op_name)) continue;
+    MlirAttribute name = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
+    if (mlirAttributeIsNull(name)) continue;
+    MlirStringRef s = mlirStringAttrGetValue(name);
+    if (s.length == sym.length && memcmp(s.data, sym.data, s.length) == 0) return op;
+  }
+  return (MlirOperation){NULL};
+}
+
+/* convert-gpu-to-spirv leaves spirv.module @__spv__X beside gpu.module @X; the
+ * SPIR-V serializer of gpu-module-to-binary wants it inside. Move each one in,
+ * then serialize. */
+/* spirv-update-vce deduces the *minimum* SPIR-V version the code needs; a device
+ * profile names the version its driver takes, so the module declares that one
+ * (the deduced capabilities and extensions stay). */
+static void set_spirv_version(MlirContext mlir, MlirOperation spirv_module, const kiln_target_t *t) {
+  MlirStringRef key = mlirStringRefCreateFromCString("vce_triple");
+  MlirAttribute vce = mlirOperationGetAttributeByName(spirv_module, key);
+  if (mlirAttributeIsNull(vce)) return;
+  kiln_buf_t text;
+  kiln_buf_init(&text);
+  mlirAttributePrint(vce, append_cb, &text);
+  /* "#spirv.vce<v1.0, [...], [...]>" */
+  char *v = strstr(text.data, "<v");
+  char *comma = v ? strchr(v, ',') : NULL;
+  if (comma) {
+    kiln_buf_t fixed;
+    kiln_buf_init(&fixed);
+    kiln_buf_append(&fixed, text.data, (size_t)(v - text.data));
+    kiln_buf_appendf(&fixed, "<v%u.%u%s", t->spirv_version_major, t->spirv_version_minor, comma);
+    MlirAttribute parsed = mlirAttributeParseGet(mlir, mlirStringRefCreate(fixed.data, fixed.len));
+    if (!mlirAttributeIsNull(parsed)) mlirOperationSetAttributeByName(spirv_module, key, parsed);
+    kiln_buf_deinit(&fixed);
+  }
+  kiln_buf_deinit(&text);
+}
+
+static kiln_status_t spirv_serialize(kiln_compiler_context_t *context, MlirModule module,
+                                     const kiln_target_t *target, const char *name,
+                                     const char *stage) {
+  static const char prefix[] = "__spv__";
+  MlirBlock body = mlirModuleGetBody(module);
+  MlirOperation op = mlirBlockGetFirstOperation(body);
+  while (!mlirOperationIsNull(op)) {
+    MlirOperation next = mlirOperationGetNextInBlock(op);
+    MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
+    if (op_is(op, "spirv.module") && !mlirAttributeIsNull(sym)) {
+      MlirStringRef s = mlirStringAttrGetValue(sym);
+      if (s.length > sizeof prefix - 1 && memcmp(s.data, prefix, sizeof prefix - 1) == 0) {
+        MlirStringRef target_name = {s.data + sizeof prefix - 1, s.length - (sizeof prefix - 1)};
+        MlirOperation gpu_module = find_symbol(body, "gpu.module", target_name);
+        if (!mlirOperationIsNull(gpu_module)) {
+          set_spirv_version(context->mlir, op, target);
+          mlirOperationRemoveFromParent(op);
+          mlirBlockAppendOwnedOperation(mlirRegionGetFirstBlock(mlirOperationGetRegion(gpu_module, 0)), op);
+        }
+      }
+    }
+    op = next;
+  }
+  return run_pipeline(context, module, "builtin.module(gpu-module-to-binary)", name, stage);
+}
+
+static void compile_target(kiln_compiler_context_t *context, MlirModule front,
+                           const launches_t *launches, const char *name,
+                           kiln_compiler_target_output_t *out) {
+  int64_t t0 = kiln_time_monotonic_ns();
+  kiln_buf_t pipeline;
+  kiln_buf_init(&pipeline);
+  out->status = back_pipeline(context, out->target, &pipeline);
+  if (!out->status) {
+    MlirModule module = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(front)));
+    annotate_t a = {launches, context->mlir, out->target->kind == KILN_TARGET_KIND_VULKAN};
+    mlirOperationWalk(mlirModuleGetOperation(module), annotate_kernel, &a, MlirWalkPreOrder);
+    char stage[64];
+    snprintf(stage, sizeof stage, "code generation for %s", out->target->id);
+    out->status = run_pipeline(context, module, pipeline.data, name, stage);
+    if (!out->status && out->target->kind == KILN_TARGET_KIND_VULKAN) {
+      out->status = spirv_serialize(context, module, out->target, name, stage);
+    }
+    if (!out->status) {
+      harvest_t h = {launches, out};
+      mlirOperationWalk(mlirModuleGetOperation(module), harvest_binary, &h, MlirWalkPreOrder);
+      if (out->n_kernels != launches->n) {
+        out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
+                                  "%s: %zu of %zu kernels came out of code generation for %s", name,
+                                  out->n_kernels, launches->n, out->target->id);
+      }
+    }
+    mlirModuleDestroy(module);
+  }
+  kiln_buf_deinit(&pipeline);
+  out->backend_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
+}
+
+kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source,
+                                    size_t len, const char *name,
+                                    const kiln_target_t *const *targets, size_t n_targets,
+                                    kiln_compiler_output_t *out_output) {
+  memset(out_output, 0, sizeof *out_output);
+  if (!name || !*name) name = "<source>";
+  int64_t t0 = kiln_time_monotonic_ns();
+  MlirModule module;
+  KILN_RETURN_IF_ERROR(kiln_compiler_parse(context, source, len, name, &module));
+  kiln_status_t status = run_pipeline(context, module, front_pipeline, name, "the GPU front half");
+  launches_t launches = {0};
+  if (!status) {
+    mlirOperationWalk(mlirModuleGetOperation(module), collect_launch, &launches, MlirWalkPreOrder);
+    if (launches.n == 0) {
+      status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                           "%s: no parallel work to run on a GPU (no kernel came out of the front "
+                           "half); is the model's function empty?",
+                           name);
+    }
+  }
+  if (status) {
+    launches_deinit(&launches);
+    mlirModuleDestroy(module);
+    return status;
+  }
+  out_output->front_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
+  out_output->n_targets = n_targets;
+  out_output->targets = kiln_calloc(n_targets ? n_targets : 1, sizeof *out_output->targets);
+  for (size_t i = 0; i < n_targets; i++) {
+    out_output->targets[i].target = targets[i];
+    compile_target(context, module, &launches, name, &out_output->targets[i]);
+  }
+  launches_deinit(&launches);
+  mlirModuleDestroy(module);
+  return NULL;
+}
+
+void kiln_compiler_output_deinit(kiln_compiler_output_t *output) {
+  for (size_t i = 0; i < output->n_targets; i++) {
+    kiln_compiler_target_output_t *t = &output->targets[i];
+    kiln_status_free(t->status);
+    for (size_t k = 0; k < t->n_kernels; k++) {
+      kiln_free(t->kernels[k].name);
+      kiln_free(t->kernels[k].module_name);
+      kiln_free(t->kernels[k].binary);
+    }
+    kiln_free(t->kernels);
+  }
+  kiln_free(output->targets);
+  memset(output, 0, sizeof *output);
+}

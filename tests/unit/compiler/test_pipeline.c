@@ -1,0 +1,204 @@
+/* compiler/pipeline.c: real compiles of the example MLP for every GPU kind.
+ * PTX carries the chip's .target and PTX ISA .version and one .entry per kernel
+ * with its workgroup size; HSACO is an AMDGPU ELF code object for the chip; SPIR-V
+ * has the magic number and the device profile's version. Bad IR fails with
+ * diagnostics; a target's failure does not fail the others. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "compiler/pipeline.h"
+
+static char *mlp;
+static size_t mlp_len;
+
+static int setup(void **state) {
+  FILE *f = fopen(KILN_SOURCE_DIR "/examples/mlp.mlir", "rb");
+  if (!f) return -1;
+  fseek(f, 0, SEEK_END);
+  mlp_len = (size_t)ftell(f);
+  rewind(f);
+  mlp = malloc(mlp_len + 1);
+  if (fread(mlp, 1, mlp_len, f) != mlp_len) return -1;
+  mlp[mlp_len] = '\0';
+  fclose(f);
+  kiln_compiler_context_t *ctx = NULL;
+  if (kiln_compiler_context_create(&ctx)) return -1;
+  *state = ctx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  kiln_compiler_context_destroy(*state);
+  free(mlp);
+  return 0;
+}
+
+/* Writes `len` bytes to a temp file and runs `command` followed by its path;
+ * returns the exit status and the output in `out` (cap bytes). */
+static int run_tool(const char *command, const void *data, size_t len, char *out, size_t cap) {
+  char path[] = "/tmp/kiln-tool-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, data, len), (ssize_t)len);
+  close(fd);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "%s %s", command, path);
+  strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = '\0';
+  int rc = pclose(p);
+  unlink(path);
+  return rc;
+}
+
+static const kiln_target_t *target(const char *name) {
+  const kiln_target_t *t = kiln_compiler_target_find(name);
+  assert_non_null(t);
+  return t;
+}
+
+static void compile_ok(void **state, const char *const *names, size_t n, kiln_compiler_output_t *out) {
+  const kiln_target_t *targets[8];
+  for (size_t i = 0; i < n; i++) targets[i] = target(names[i]);
+  kiln_status_t st = kiln_compiler_compile(*state, mlp, mlp_len, "mlp.mlir", targets, n, out);
+  if (st) fail_msg("compile failed: %s", kiln_status_message(st));
+  assert_int_equal(out->n_targets, n);
+  for (size_t i = 0; i < n; i++) {
+    if (out->targets[i].status) {
+      fail_msg("%s failed: %s", names[i], kiln_status_message(out->targets[i].status));
+    }
+    /* The MLP has fill, matmul, bias+relu, fill, matmul, bias: six kernels or
+     * fewer after fusion, never none. */
+    assert_true(out->targets[i].n_kernels >= 3);
+  }
+}
+
+static void test_cuda_ptx(void **state) {
+  const char *names[] = {"sm_89", "sm_120", "rtx5090", "gb10"};
+  kiln_compiler_output_t out;
+  compile_ok(state, names, 3, &out);
+  const char *want[][2] = {{".target sm_89", ".version 7.8"}, {".target sm_120", ".version 8.7"},
+                           {".target sm_120", ".version 8.7"}};
+  for (size_t i = 0; i < 3; i++) {
+    for (size_t k = 0; k < out.targets[i].n_kernels; k++) {
+      const kiln_compiler_kernel_t *kern = &out.targets[i].kernels[k];
+      char *ptx = strndup((const char *)kern->binary, kern->binary_len);
+      if (!strstr(ptx, want[i][0]) || !strstr(ptx, want[i][1])) {
+        fail_msg("%s kernel %s: no '%s'/'%s' in its PTX", names[i], kern->name, want[i][0], want[i][1]);
+      }
+      char entry[128];
+      snprintf(entry, sizeof entry, ".entry %s", kern->name);
+      assert_non_null(strstr(ptx, entry));
+      /* Real workgroups, not one thread per block. */
+      assert_true(kern->block_size[0] * kern->block_size[1] * kern->block_size[2] >= 32);
+      char maxntid[64];
+      snprintf(maxntid, sizeof maxntid, ".maxntid %u, %u, %u", kern->block_size[0],
+               kern->block_size[1], kern->block_size[2]);
+      if (!strstr(ptx, maxntid)) fail_msg("no '%s' in the PTX of %s", maxntid, kern->name);
+      free(ptx);
+      /* ptxas is optional at run time (a CUDA install); when it is here, the PTX
+       * must assemble for the chip. */
+      if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0 && i == 0) {
+        char output[4096];
+        int rc = run_tool("/usr/local/cuda/bin/ptxas -arch=sm_89 -o /dev/null", kern->binary,
+                          kern->binary_len, output, sizeof output);
+        if (rc != 0) fail_msg("ptxas rejected %s: %s", kern->name, output);
+      }
+    }
+  }
+  kiln_compiler_output_deinit(&out);
+}
+
+static void test_hip_hsaco(void **state) {
+  const char *names[] = {"gfx950", "rdna3"};
+  kiln_compiler_output_t out;
+  compile_ok(state, names, 2, &out);
+  for (size_t i = 0; i < 2; i++) {
+    for (size_t k = 0; k < out.targets[i].n_kernels; k++) {
+      const kiln_compiler_kernel_t *kern = &out.targets[i].kernels[k];
+      assert_true(kern->binary_len > 64);
+      assert_memory_equal(kern->binary, "\x7f" "ELF", 4);
+      uint16_t machine;
+      memcpy(&machine, kern->binary + 18, 2);
+      assert_int_equal(machine, 224); /* EM_AMDGPU */
+      /* llvm-readobj sees an AMDGPU code object for the chip, with the kernel's
+       * symbol and its kernel descriptor. */
+      char output[65536];
+      int rc = run_tool("/usr/lib/llvm-22/bin/llvm-readobj --file-headers --symbols",
+                        kern->binary, kern->binary_len, output, sizeof output);
+      if (rc != 0) fail_msg("llvm-readobj failed on %s: %s", kern->name, output);
+      assert_non_null(strstr(output, "Machine: EM_AMDGPU"));
+      const char *mach = i == 0 ? "EF_AMDGPU_MACH_AMDGCN_GFX950" : "EF_AMDGPU_MACH_AMDGCN_GFX1100";
+      if (!strstr(output, mach)) fail_msg("%s: no %s in\n%s", names[i], mach, output);
+      char kd[160];
+      snprintf(kd, sizeof kd, "Name: %s.kd", kern->name);
+      if (!strstr(output, kd)) fail_msg("no kernel descriptor %s.kd", kern->name);
+    }
+  }
+  kiln_compiler_output_deinit(&out);
+}
+
+static void test_vulkan_spirv(void **state) {
+  const char *names[] = {"videocore_vii", "mali-g720"};
+  kiln_compiler_output_t out;
+  compile_ok(state, names, 2, &out);
+  const uint32_t versions[] = {0x00010300, 0x00010600};
+  for (size_t i = 0; i < 2; i++) {
+    for (size_t k = 0; k < out.targets[i].n_kernels; k++) {
+      const kiln_compiler_kernel_t *kern = &out.targets[i].kernels[k];
+      assert_true(kern->binary_len >= 20 && kern->binary_len % 4 == 0);
+      uint32_t words[2];
+      memcpy(words, kern->binary, sizeof words);
+      assert_int_equal(words[0], 0x07230203u);
+      if (words[1] != versions[i]) fail_msg("%s: SPIR-V version 0x%08x", names[i], words[1]);
+      assert_non_null(memmem(kern->binary, kern->binary_len, kern->name, strlen(kern->name)));
+      /* Valid for Vulkan at the profile's version (spirv-tools from deploy/deps.sh). */
+      char output[4096];
+      int rc = run_tool(i == 0 ? "spirv-val --target-env vulkan1.1" : "spirv-val --target-env vulkan1.3",
+                        kern->binary, kern->binary_len, output, sizeof output);
+      if (rc != 0) fail_msg("spirv-val rejected %s for %s: %s", kern->name, names[i], output);
+    }
+  }
+  kiln_compiler_output_deinit(&out);
+}
+
+static void test_bad_ir_has_diagnostics(void **state) {
+  const char *bad = "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                    "  %0 = tosa.add %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
+                    "  return %0 : tensor<4xf32>\n}\n";
+  const kiln_target_t *t = target("sm_89");
+  kiln_compiler_output_t out;
+  kiln_status_t st = kiln_compiler_compile(*state, bad, strlen(bad), "bad.mlir", &t, 1, &out);
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+  if (!strstr(kiln_status_message(st), "bad.mlir:2:")) fail_msg("%s", kiln_status_message(st));
+  kiln_status_free(st);
+}
+
+static void test_cpu_fails_alone(void **state) {
+  const kiln_target_t *targets[] = {target("x86_64"), target("sm_89")};
+  kiln_compiler_output_t out;
+  assert_null(kiln_compiler_compile(*state, mlp, mlp_len, "mlp.mlir", targets, 2, &out));
+  assert_int_equal(kiln_status_code(out.targets[0].status), KILN_STATUS_UNIMPLEMENTED);
+  assert_null(out.targets[1].status);
+  assert_true(out.targets[1].n_kernels > 0);
+  kiln_compiler_output_deinit(&out);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cuda_ptx),         cmocka_unit_test(test_hip_hsaco),
+      cmocka_unit_test(test_vulkan_spirv),     cmocka_unit_test(test_bad_ir_has_diagnostics),
+      cmocka_unit_test(test_cpu_fails_alone),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
