@@ -26,7 +26,10 @@
 #include "compiler/internal.h"
 
 /* Tile sizes of the (up to) three outermost parallel loop dimensions: the
- * workgroup shape. 4 x 32 = 128 invocations fits every target's limits. */
+ * workgroup shape. 4 x 32 = 128 invocations fits every target's limits. Tiles
+ * have fixed bounds with an in-bounds guard inside (no-min-max-bounds), so a
+ * dimension the tile does not divide (an 18-wide padded image) still gets a
+ * static workgroup size, which the GPU conversion needs. */
 #define FRONT_TILE "1,4,32"
 
 static const char front_pipeline[] =
@@ -37,7 +40,7 @@ static const char front_pipeline[] =
     "function-boundary-type-conversion=identity-layout-map},"
     "func.func(buffer-hoisting),buffer-deallocation-pipeline,canonicalize,"
     "func.func(convert-linalg-to-parallel-loops,"
-    "scf-parallel-loop-tiling{parallel-loop-tile-sizes=" FRONT_TILE "},"
+    "scf-parallel-loop-tiling{parallel-loop-tile-sizes=" FRONT_TILE " no-min-max-bounds},"
     "gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
     "gpu-kernel-outlining,canonicalize,cse)";
 
@@ -310,7 +313,7 @@ static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_
       kiln_buf_appendf(out,
                        "builtin.module(spirv-attach-target{ver=v%u.%u caps=Shader "
                        "exts=SPV_KHR_storage_buffer_storage_class client_api=Vulkan},"
-                       "gpu.module(lower-affine),convert-gpu-to-spirv{use-64bit-index=false},"
+                       "gpu.module(lower-affine,convert-math-to-spirv),convert-gpu-to-spirv{use-64bit-index=false},"
                        "spirv.module(spirv-lower-abi-attrs,spirv-update-vce))",
                        t->spirv_version_major, t->spirv_version_minor);
       return NULL;

@@ -21,6 +21,8 @@ BUILD_DIR = os.path.abspath(BUILD_DIR)
 KILND = os.path.join(BUILD_DIR, "daemon", "kilnd")
 KILN = os.path.join(BUILD_DIR, "client", "kiln")
 CACHE_SEED = os.path.join(BUILD_DIR, "tests", "cache_seed")
+KILNC = os.path.join(BUILD_DIR, "compiler", "kilnc")
+EXAMPLES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 PYTHON_OUT = os.path.join(BUILD_DIR, "python")
 
 sys.path.insert(0, PYTHON_OUT)

@@ -194,11 +194,82 @@ static void test_cpu_fails_alone(void **state) {
   kiln_compiler_output_deinit(&out);
 }
 
+/* Every example model for every GPU target, each binary checked by the real
+ * tool of its format. */
+static char *slurp(const char *path, size_t *out_len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  size_t n = (size_t)ftell(f);
+  rewind(f);
+  char *b = malloc(n + 1);
+  assert_int_equal(fread(b, 1, n, f), n);
+  b[n] = '\0';
+  fclose(f);
+  *out_len = n;
+  return b;
+}
+
+static void test_examples_all_gpu_targets(void **state) {
+  static const char *const models[] = {"mlp", "convnet", "attention"};
+  const kiln_target_t *targets[32];
+  size_t n = 0;
+  for (size_t i = 0; i < kiln_compiler_target_count(); i++) {
+    const kiln_target_t *t = kiln_compiler_target_at(i);
+    if (t->kind != KILN_TARGET_KIND_CPU) targets[n++] = t;
+  }
+  bool have_ptxas = access("/usr/local/cuda/bin/ptxas", X_OK) == 0;
+  for (size_t m = 0; m < 3; m++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/examples/%s.mlir", KILN_SOURCE_DIR, models[m]);
+    size_t len;
+    char *src = slurp(path, &len);
+    kiln_compiler_output_t out;
+    kiln_status_t st = kiln_compiler_compile(*state, src, len, path, targets, n, &out);
+    if (st) fail_msg("%s: %s", models[m], kiln_status_message(st));
+    for (size_t t = 0; t < out.n_targets; t++) {
+      const kiln_compiler_target_output_t *o = &out.targets[t];
+      if (o->status) fail_msg("%s for %s: %s", models[m], o->target->id, kiln_status_message(o->status));
+      assert_true(o->n_kernels > 0);
+      for (size_t k = 0; k < o->n_kernels; k++) {
+        const kiln_compiler_kernel_t *kern = &o->kernels[k];
+        char output[8192], cmd[128];
+        int rc = 0;
+        switch (o->target->kind) {
+          case KILN_TARGET_KIND_VULKAN:
+            snprintf(cmd, sizeof cmd, "spirv-val --target-env vulkan%s",
+                     o->target->spirv_version_minor >= 6 ? "1.3" : "1.1");
+            rc = run_tool(cmd, kern->binary, kern->binary_len, output, sizeof output);
+            break;
+          case KILN_TARGET_KIND_HIP:
+            rc = run_tool("/usr/lib/llvm-22/bin/llvm-readobj --file-headers", kern->binary,
+                          kern->binary_len, output, sizeof output);
+            if (!rc && !strstr(output, "EM_AMDGPU")) rc = -1;
+            break;
+          case KILN_TARGET_KIND_CUDA:
+            if (!have_ptxas) continue;
+            snprintf(cmd, sizeof cmd, "/usr/local/cuda/bin/ptxas -arch=%s -o /dev/null", o->target->chip);
+            rc = run_tool(cmd, kern->binary, kern->binary_len, output, sizeof output);
+            break;
+          default:
+            break;
+        }
+        if (rc != 0) {
+          fail_msg("%s for %s, kernel %s: %s", models[m], o->target->id, kern->name, output);
+        }
+      }
+    }
+    kiln_compiler_output_deinit(&out);
+    free(src);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cuda_ptx),         cmocka_unit_test(test_hip_hsaco),
       cmocka_unit_test(test_vulkan_spirv),     cmocka_unit_test(test_bad_ir_has_diagnostics),
       cmocka_unit_test(test_cpu_fails_alone),
+      cmocka_unit_test(test_examples_all_gpu_targets),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

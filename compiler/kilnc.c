@@ -1,0 +1,229 @@
+/* kilnc: the command-line compiler over the compiler library (the same code the
+ * daemon's workers run).
+ *
+ *   kilnc MODEL.mlir --target sm_89 --target gfx950,videocore_vii [-o OUTDIR] [--json]
+ *
+ * iree-compile's spellings work too, so existing scripts keep working:
+ *   --iree-hal-target-device=cuda|hip|vulkan  (checked against the target's kind)
+ *   --iree-cuda-target=sm_89  --iree-rocm-target=gfx950  --iree-vulkan-target=videocore_vii
+ * (3.12 removed --iree-hip-*; kilnc says which flag replaces it).
+ *
+ * Writes OUTDIR/<target>/<kernel module>.{ptx,hsaco,spv} (default OUTDIR: ".")
+ * and prints one line per target. Exit status: 0 every target compiled; 1 some
+ * target failed; 2 bad usage; 3 the model itself is bad (diagnostics printed with
+ * file:line:col).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "compiler/identity.h"
+#include "compiler/pipeline.h"
+
+#define EXIT_TARGET_FAILED 1
+#define EXIT_USAGE 2
+#define EXIT_BAD_MODEL 3
+#define MAX_TARGETS 32
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: kilnc MODEL.mlir --target T[,T...] [--target T ...] [-o OUTDIR]\n"
+          "  --target, -t T       a target id or alias (sm_89, ada, gfx950, mi355x, rdna3,\n"
+          "                       mali-g720, videocore_vii, ...); repeatable, comma lists ok\n"
+          "  -o, --output DIR     where to write DIR/<target>/<module>.{ptx,hsaco,spv} [.]\n"
+          "  --list-targets       print the targets and their aliases\n"
+          "  --version            print versions\n"
+          "iree-compile spellings: --iree-hal-target-device=..., --iree-cuda-target=...,\n"
+          "--iree-rocm-target=..., --iree-vulkan-target=...\n"
+          "exit status: 0 ok, 1 a target failed, 2 usage, 3 the model does not compile\n");
+}
+
+static const char *extension(const kiln_target_t *t) {
+  switch (t->kind) {
+    case KILN_TARGET_KIND_CUDA: return "ptx";
+    case KILN_TARGET_KIND_HIP: return "hsaco";
+    case KILN_TARGET_KIND_VULKAN: return "spv";
+    default: return "bin";
+  }
+}
+
+static int add_targets(const char *list, const kiln_target_t **targets, size_t *n) {
+  const kiln_target_t *found[MAX_TARGETS];
+  size_t count = 0;
+  kiln_status_t st = kiln_compiler_target_resolve_list(list, found, MAX_TARGETS, &count);
+  if (st) {
+    fprintf(stderr, "kilnc: %s\n", kiln_status_message(st));
+    kiln_status_free(st);
+    return -1;
+  }
+  for (size_t i = 0; i < count; i++) {
+    bool dup = false;
+    for (size_t k = 0; k < *n; k++) dup = dup || targets[k] == found[i];
+    if (dup) continue;
+    if (*n == MAX_TARGETS) {
+      fprintf(stderr, "kilnc: more than %d targets\n", MAX_TARGETS);
+      return -1;
+    }
+    targets[(*n)++] = found[i];
+  }
+  return 0;
+}
+
+static char *read_file(const char *path, size_t *out_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  kiln_buf_t buf;
+  kiln_buf_init(&buf);
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(&buf, chunk, n);
+  bool failed = ferror(f) != 0;
+  fclose(f);
+  if (failed) {
+    kiln_buf_deinit(&buf);
+    return NULL;
+  }
+  *out_len = buf.len;
+  return kiln_buf_take(&buf);
+}
+
+static int write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  size_t n = fwrite(data, 1, len, f);
+  return (fclose(f) == 0 && n == len) ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+  const kiln_target_t *targets[MAX_TARGETS];
+  size_t n_targets = 0;
+  const char *model = NULL, *outdir = ".", *device = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *value = NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--version")) {
+      kiln_compiler_identity_t id;
+      kiln_compiler_identity_get(&id);
+      printf("kilnc %s (LLVM/MLIR %s, HAL module version %u, VM bytecode %u.%u)\n", id.version,
+             id.llvm_version, KILN_HAL_MODULE_VERSION, KILN_VM_BYTECODE_VERSION_MAJOR,
+             KILN_VM_BYTECODE_VERSION_MINOR);
+      return 0;
+    } else if (!strcmp(a, "--list-targets")) {
+      for (size_t t = 0; t < kiln_compiler_target_count(); t++) {
+        const kiln_target_t *tt = kiln_compiler_target_at(t);
+        printf("%-15s %-7s", tt->id, kiln_compiler_target_kind_name(tt->kind));
+        for (size_t k = 0; tt->aliases && tt->aliases[k]; k++) printf(" %s", tt->aliases[k]);
+        putchar('\n');
+      }
+      return 0;
+    } else if (!strcmp(a, "--target") || !strcmp(a, "-t") || !strcmp(a, "-o") || !strcmp(a, "--output")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "kilnc: %s needs a value\n", a);
+        return EXIT_USAGE;
+      }
+      value = argv[++i];
+      if (a[1] == 'o' || !strcmp(a, "--output")) outdir = value;
+      else if (add_targets(value, targets, &n_targets)) return EXIT_USAGE;
+    } else if (!strncmp(a, "--target=", 9)) {
+      if (add_targets(a + 9, targets, &n_targets)) return EXIT_USAGE;
+    } else if (!strncmp(a, "--iree-cuda-target=", 19) || !strncmp(a, "--iree-rocm-target=", 19) ||
+               !strncmp(a, "--iree-vulkan-target=", 21)) {
+      if (add_targets(strchr(a, '=') + 1, targets, &n_targets)) return EXIT_USAGE;
+    } else if (!strncmp(a, "--iree-hal-target-device=", 25)) {
+      device = a + 25;
+    } else if (!strncmp(a, "--iree-hip-", 11)) {
+      fprintf(stderr, "kilnc: %s was removed in IREE 3.12; use --iree-rocm-target=CHIP\n", a);
+      return EXIT_USAGE;
+    } else if (a[0] == '-') {
+      fprintf(stderr, "kilnc: unknown flag '%s' (see kilnc --help)\n", a);
+      return EXIT_USAGE;
+    } else if (!model) {
+      model = a;
+    } else {
+      fprintf(stderr, "kilnc: one model at a time ('%s' and '%s')\n", model, a);
+      return EXIT_USAGE;
+    }
+  }
+  if (!model || n_targets == 0) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  if (device) {
+    for (size_t i = 0; i < n_targets; i++) {
+      if (strcmp(targets[i]->hal_device, device) != 0) {
+        fprintf(stderr, "kilnc: target %s is a %s device, not --iree-hal-target-device=%s\n",
+                targets[i]->id, targets[i]->hal_device, device);
+        return EXIT_USAGE;
+      }
+    }
+  }
+  size_t len = 0;
+  char *source = read_file(model, &len);
+  if (!source) {
+    fprintf(stderr, "kilnc: cannot read %s: %s\n", model, strerror(errno));
+    return EXIT_USAGE;
+  }
+  kiln_compiler_context_t *ctx = NULL;
+  kiln_status_t st = kiln_compiler_context_create(&ctx);
+  kiln_compiler_output_t out;
+  if (!st) st = kiln_compiler_compile(ctx, source, len, model, targets, n_targets, &out);
+  if (st) {
+    fprintf(stderr, "kilnc: %s\n", kiln_status_message(st));
+    int code = kiln_status_code(st) == KILN_STATUS_INVALID_ARGUMENT ? EXIT_BAD_MODEL : EXIT_TARGET_FAILED;
+    kiln_status_free(st);
+    kiln_compiler_context_destroy(ctx);
+    kiln_free(source);
+    return code;
+  }
+  int code = 0;
+  /* mkdir -p OUTDIR */
+  kiln_buf_t dir;
+  kiln_buf_init(&dir);
+  kiln_buf_append_str(&dir, outdir);
+  for (char *p = dir.data + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    mkdir(dir.data, 0755);
+    *p = '/';
+  }
+  mkdir(dir.data, 0755);
+  kiln_buf_deinit(&dir);
+  for (size_t i = 0; i < out.n_targets; i++) {
+    const kiln_compiler_target_output_t *t = &out.targets[i];
+    if (t->status) {
+      fprintf(stderr, "kilnc: %s: %s\n", t->target->id, kiln_status_message(t->status));
+      code = EXIT_TARGET_FAILED;
+      continue;
+    }
+    kiln_buf_t path;
+    kiln_buf_init(&path);
+    kiln_buf_appendf(&path, "%s/%s", outdir, t->target->id);
+    mkdir(path.data, 0755);
+    size_t bytes = 0;
+    for (size_t k = 0; k < t->n_kernels; k++) {
+      kiln_buf_clear(&path);
+      kiln_buf_appendf(&path, "%s/%s/%s.%s", outdir, t->target->id, t->kernels[k].module_name,
+                       extension(t->target));
+      if (write_file(path.data, t->kernels[k].binary, t->kernels[k].binary_len) != 0) {
+        fprintf(stderr, "kilnc: cannot write %s: %s\n", path.data, strerror(errno));
+        code = EXIT_TARGET_FAILED;
+      }
+      bytes += t->kernels[k].binary_len;
+    }
+    kiln_buf_deinit(&path);
+    printf("%-14s %zu kernel(s), %zu bytes, %lld ms -> %s/%s/\n", t->target->id, t->n_kernels, bytes,
+           (long long)t->backend_ms, outdir, t->target->id);
+  }
+  printf("front half %lld ms (shared by %zu target(s))\n", (long long)out.front_ms, out.n_targets);
+  kiln_compiler_output_deinit(&out);
+  kiln_compiler_context_destroy(ctx);
+  kiln_free(source);
+  return code;
+}

@@ -1,0 +1,94 @@
+"""kilnc, the command-line compiler, as a user runs it: kiln's target names and
+iree-compile's spellings, real output files, and the documented exit codes for
+bad models, bad targets and removed flags."""
+import os
+import struct
+import subprocess
+import tempfile
+import unittest
+
+from kilnharness import EXAMPLES, KILNC, clean_env
+
+
+def kilnc(*args):
+    return subprocess.run([KILNC, *args], capture_output=True, text=True, env=clean_env(),
+                          timeout=300)
+
+
+class KilncTest(unittest.TestCase):
+    def test_compiles_for_three_kinds(self):
+        with tempfile.TemporaryDirectory() as out:
+            r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--target", "ada,mi355x",
+                      "-t", "rpi5", "-o", os.path.join(out, "deep", "dir"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            base = os.path.join(out, "deep", "dir")
+            # Aliases resolve to canonical ids.
+            self.assertEqual(sorted(os.listdir(base)), ["gfx950", "sm_89", "videocore_vii"])
+            ptx = [f for f in os.listdir(os.path.join(base, "sm_89")) if f.endswith(".ptx")]
+            self.assertTrue(ptx)
+            with open(os.path.join(base, "sm_89", ptx[0])) as f:
+                text = f.read()
+            self.assertIn(".target sm_89", text)
+            self.assertIn(".version 7.8", text)
+            for name in os.listdir(os.path.join(base, "gfx950")):
+                with open(os.path.join(base, "gfx950", name), "rb") as f:
+                    head = f.read(20)
+                self.assertEqual(head[:4], b"\x7fELF")
+                self.assertEqual(struct.unpack("<H", head[18:20])[0], 224)  # EM_AMDGPU
+            for name in os.listdir(os.path.join(base, "videocore_vii")):
+                with open(os.path.join(base, "videocore_vii", name), "rb") as f:
+                    magic, version = struct.unpack("<II", f.read(8))
+                self.assertEqual((magic, version), (0x07230203, 0x00010300))
+            self.assertIn("front half", r.stdout)
+
+    def test_iree_compile_spellings(self):
+        with tempfile.TemporaryDirectory() as out:
+            r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-hal-target-device=cuda",
+                      "--iree-cuda-target=sm_120", "-o", out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(os.listdir(out), ["sm_120"])
+            r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-hal-target-device=vulkan",
+                      "--iree-cuda-target=sm_120", "-o", out)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("not --iree-hal-target-device=vulkan", r.stderr)
+            r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-hip-target=gfx950", "-o", out)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("removed in IREE 3.12", r.stderr)
+            self.assertIn("--iree-rocm-target", r.stderr)
+
+    def test_bad_model_exit_3_with_location(self):
+        with tempfile.TemporaryDirectory() as d:
+            bad = os.path.join(d, "bad.mlir")
+            with open(bad, "w") as f:
+                f.write("func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                        "  %0 = tosa.add %a, %nope : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
+                        "  return %0 : tensor<4xf32>\n}\n")
+            r = kilnc(bad, "-t", "sm_89", "-o", d)
+            self.assertEqual(r.returncode, 3, r.stderr)
+            self.assertIn(f"{bad}:2:", r.stderr)
+            self.assertIn("error:", r.stderr)
+
+    def test_unknown_target_lists_known_ones(self):
+        r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "-t", "sm_90x")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("sm_90x", r.stderr)
+        for known in ("sm_89", "gfx950", "videocore_vii"):
+            self.assertIn(known, r.stderr)
+
+    def test_cpu_target_not_built_yet_fails_alone(self):
+        with tempfile.TemporaryDirectory() as out:
+            r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "-t", "x86_64,sm_89", "-o", out)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("x86_64", r.stderr)
+            self.assertEqual(os.listdir(out), ["sm_89"])
+
+    def test_usage(self):
+        for args in ([], ["--bogus"], [os.path.join(EXAMPLES, "mlp.mlir")]):
+            self.assertEqual(kilnc(*args).returncode, 2, args)
+        r = kilnc("--list-targets")
+        self.assertEqual(r.returncode, 0)
+        self.assertRegex(r.stdout, r"(?m)^gfx1100\s+hip\s+.*rx7900xtx")
+
+
+if __name__ == "__main__":
+    unittest.main()
