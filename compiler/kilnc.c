@@ -47,6 +47,7 @@ static const char *extension(const kiln_target_t *t) {
     case KILN_TARGET_KIND_CUDA: return "ptx";
     case KILN_TARGET_KIND_HIP: return "hsaco";
     case KILN_TARGET_KIND_VULKAN: return "spv";
+    case KILN_TARGET_KIND_CPU: return "o";
     default: return "bin";
   }
 }

@@ -13,7 +13,11 @@
 #include <errno.h>
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/Dialect/GPU.h>
+#include <mlir-c/ExecutionEngine.h>
 #include <mlir-c/Pass.h>
+#include <mlir-c/Target/LLVMIR.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,17 +36,36 @@
  * static workgroup size, which the GPU conversion needs. */
 #define FRONT_TILE "1,4,32"
 
-static const char front_pipeline[] =
-    "builtin.module("
-    "func.func(tosa-to-linalg-named,tosa-to-linalg,tosa-to-arith,tosa-to-tensor),"
-    "canonicalize,linalg-fuse-elementwise-ops,"
-    "one-shot-bufferize{bufferize-function-boundaries "
-    "function-boundary-type-conversion=identity-layout-map},"
-    "func.func(buffer-hoisting),buffer-deallocation-pipeline,canonicalize,"
-    "func.func(convert-linalg-to-parallel-loops,"
-    "scf-parallel-loop-tiling{parallel-loop-tile-sizes=" FRONT_TILE " no-min-max-bounds},"
-    "gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
+/* The target-independent half, shared by every target (the host CPU too, so the
+ * CPU's numerics check the tiling as well). */
+#define COMMON_PASSES                                                                \
+  "func.func(tosa-to-linalg-named,tosa-to-linalg,tosa-to-arith,tosa-to-tensor),"    \
+  "canonicalize,linalg-fuse-elementwise-ops,"                                       \
+  "one-shot-bufferize{bufferize-function-boundaries "                               \
+  "function-boundary-type-conversion=identity-layout-map},"                         \
+  "func.func(buffer-hoisting),buffer-deallocation-pipeline,canonicalize,"           \
+  "func.func(convert-linalg-to-parallel-loops,"                                     \
+  "scf-parallel-loop-tiling{parallel-loop-tile-sizes=" FRONT_TILE " no-min-max-bounds})"
+
+static const char common_pipeline[] = "builtin.module(" COMMON_PASSES ")";
+
+/* Then, once for all GPU targets: the grid mapping and kernel outlining. */
+static const char gpu_front_pipeline[] =
+    "builtin.module(func.func(gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
     "gpu-kernel-outlining,canonicalize,cse)";
+
+/* The whole GPU front half as one text, for tools that replay it. */
+static const char front_pipeline[] =
+    "builtin.module(" COMMON_PASSES ",func.func(gpu-map-parallel-loops,"
+    "convert-parallel-loops-to-gpu),gpu-kernel-outlining,canonicalize,cse)";
+
+/* The host CPU: the tiled loops run sequentially, lowered to the LLVM dialect with
+ * C-callable wrappers (_mlir_ciface_<name>) for every function. */
+static const char cpu_pipeline[] =
+    "builtin.module(func.func(llvm-request-c-wrappers),convert-scf-to-cf,"
+    "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,"
+    "convert-arith-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,"
+    "reconcile-unrealized-casts)";
 
 /* Inside kernels before the NVVM/ROCDL conversions. (SPIR-V keeps scf: its
  * conversion builds structured control flow from it.) */
@@ -318,10 +341,10 @@ static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_
                        t->spirv_version_major, t->spirv_version_minor);
       return NULL;
     case KILN_TARGET_KIND_CPU:
-      break;
+      kiln_buf_append_str(out, cpu_pipeline);
+      return NULL;
   }
-  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                     "target %s: the host CPU pipeline is not built yet (GPU targets only)", t->id);
+  return KILN_STATUS(KILN_STATUS_INTERNAL, "target %s: unknown kind", t->id);
 }
 
 static MlirOperation find_symbol(MlirBlock body, const char *op_name, MlirStringRef sym) {
@@ -422,6 +445,83 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
   out->backend_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
 }
 
+/* ---- the host CPU ---- */
+
+/* LLVM dialect -> LLVM IR -> an x86-64 ELF relocatable object (PIC), through the
+ * LLVM C API's target machine. */
+static kiln_status_t emit_object(MlirModule module, const kiln_target_t *t, const char *name,
+                                 unsigned char **out_bytes, size_t *out_len) {
+  LLVMContextRef llvm = LLVMContextCreate();
+  LLVMModuleRef ir = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module), llvm);
+  kiln_status_t status = NULL;
+  if (!ir) {
+    status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: translation to LLVM IR failed for %s", name, t->id);
+  } else {
+    LLVMTargetRef target = NULL;
+    char *error = NULL;
+    if (LLVMGetTargetFromTriple(t->llvm_triple, &target, &error)) {
+      status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: no LLVM target for %s: %s", name,
+                           t->llvm_triple, error ? error : "?");
+      LLVMDisposeMessage(error);
+    } else {
+      LLVMTargetMachineRef tm =
+          LLVMCreateTargetMachine(target, t->llvm_triple, t->chip, "", LLVMCodeGenLevelDefault,
+                                  LLVMRelocPIC, LLVMCodeModelDefault);
+      LLVMSetTarget(ir, t->llvm_triple);
+      LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
+      LLVMSetModuleDataLayout(ir, layout);
+      LLVMMemoryBufferRef object = NULL;
+      if (LLVMTargetMachineEmitToMemoryBuffer(tm, ir, LLVMObjectFile, &error, &object)) {
+        status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: x86-64 code generation failed: %s", name,
+                             error ? error : "?");
+        LLVMDisposeMessage(error);
+      } else {
+        *out_len = LLVMGetBufferSize(object);
+        *out_bytes = kiln_memdup(LLVMGetBufferStart(object), *out_len);
+        LLVMDisposeMemoryBuffer(object);
+      }
+      LLVMDisposeTargetData(layout);
+      LLVMDisposeTargetMachine(tm);
+    }
+    LLVMDisposeModule(ir);
+  }
+  LLVMContextDispose(llvm);
+  return status;
+}
+
+/* The CPU output is one "kernel" named after the module's first function: an ELF
+ * object holding every function and its _mlir_ciface_ wrapper. */
+static void compile_cpu(kiln_compiler_context_t *context, MlirModule common, const char *name,
+                        kiln_compiler_target_output_t *out) {
+  int64_t t0 = kiln_time_monotonic_ns();
+  MlirModule module = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(common)));
+  out->status = run_pipeline(context, module, cpu_pipeline, name, "code generation for x86_64");
+  unsigned char *bytes = NULL;
+  size_t len = 0;
+  if (!out->status) out->status = emit_object(module, out->target, name, &bytes, &len);
+  if (!out->status) {
+    char *entry = NULL;
+    for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module));
+         !mlirOperationIsNull(op) && !entry; op = mlirOperationGetNextInBlock(op)) {
+      MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
+      if (op_is(op, "llvm.func") && !mlirAttributeIsNull(sym) &&
+          mlirOperationGetNumRegions(op) > 0 &&
+          !mlirBlockIsNull(mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0)))) {
+        entry = string_of(mlirStringAttrGetValue(sym));
+      }
+    }
+    out->kernels = kiln_calloc(1, sizeof *out->kernels);
+    out->n_kernels = 1;
+    out->kernels[0].name = entry ? entry : kiln_strdup("module");
+    out->kernels[0].module_name = kiln_strdup("module");
+    out->kernels[0].block_size[0] = out->kernels[0].block_size[1] = out->kernels[0].block_size[2] = 1;
+    out->kernels[0].binary = bytes;
+    out->kernels[0].binary_len = len;
+  }
+  mlirModuleDestroy(module);
+  out->backend_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
+}
+
 kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source,
                                     size_t len, const char *name,
                                     const kiln_target_t *const *targets, size_t n_targets,
@@ -429,22 +529,31 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   memset(out_output, 0, sizeof *out_output);
   if (!name || !*name) name = "<source>";
   int64_t t0 = kiln_time_monotonic_ns();
-  MlirModule module;
-  KILN_RETURN_IF_ERROR(kiln_compiler_parse(context, source, len, name, &module));
-  kiln_status_t status = run_pipeline(context, module, front_pipeline, name, "the GPU front half");
+  MlirModule common;
+  KILN_RETURN_IF_ERROR(kiln_compiler_parse(context, source, len, name, &common));
+  kiln_status_t status = run_pipeline(context, common, common_pipeline, name, "the front half");
+  /* The GPU part of the front half, also once, when any target is a GPU. */
+  bool any_gpu = false;
+  for (size_t i = 0; i < n_targets; i++) any_gpu = any_gpu || targets[i]->kind != KILN_TARGET_KIND_CPU;
+  MlirModule gpu = {NULL};
   launches_t launches = {0};
-  if (!status) {
-    mlirOperationWalk(mlirModuleGetOperation(module), collect_launch, &launches, MlirWalkPreOrder);
-    if (launches.n == 0) {
-      status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "%s: no parallel work to run on a GPU (no kernel came out of the front "
-                           "half); is the model's function empty?",
-                           name);
+  if (!status && any_gpu) {
+    gpu = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(common)));
+    status = run_pipeline(context, gpu, gpu_front_pipeline, name, "the GPU front half");
+    if (!status) {
+      mlirOperationWalk(mlirModuleGetOperation(gpu), collect_launch, &launches, MlirWalkPreOrder);
+      if (launches.n == 0) {
+        status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "%s: no parallel work to run on a GPU (no kernel came out of the "
+                             "front half); is the model's function empty?",
+                             name);
+      }
     }
   }
   if (status) {
     launches_deinit(&launches);
-    mlirModuleDestroy(module);
+    if (!mlirModuleIsNull(gpu)) mlirModuleDestroy(gpu);
+    mlirModuleDestroy(common);
     return status;
   }
   out_output->front_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
@@ -452,10 +561,78 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   out_output->targets = kiln_calloc(n_targets ? n_targets : 1, sizeof *out_output->targets);
   for (size_t i = 0; i < n_targets; i++) {
     out_output->targets[i].target = targets[i];
-    compile_target(context, module, &launches, name, &out_output->targets[i]);
+    if (targets[i]->kind == KILN_TARGET_KIND_CPU) {
+      compile_cpu(context, common, name, &out_output->targets[i]);
+    } else {
+      compile_target(context, gpu, &launches, name, &out_output->targets[i]);
+    }
   }
   launches_deinit(&launches);
+  if (!mlirModuleIsNull(gpu)) mlirModuleDestroy(gpu);
+  mlirModuleDestroy(common);
+  return NULL;
+}
+
+struct kiln_compiler_jit_s {
+  MlirExecutionEngine engine;
+};
+
+kiln_status_t kiln_compiler_jit_create(kiln_compiler_context_t *context, const void *source,
+                                       size_t len, const char *name, kiln_compiler_jit_t **out_jit) {
+  *out_jit = NULL;
+  if (!name || !*name) name = "<source>";
+  MlirModule module;
+  KILN_RETURN_IF_ERROR(kiln_compiler_parse(context, source, len, name, &module));
+  kiln_status_t st = run_pipeline(context, module, common_pipeline, name, "the front half");
+  if (!st) st = run_pipeline(context, module, cpu_pipeline, name, "code generation for the host");
+  if (!st) {
+    /* memref.copy between strided views (a padded convolution's interior) lowers
+     * to a call of MLIR's runtime helper memrefCopy, which lives here. */
+    static const char runtime[] = "/usr/lib/llvm-22/lib/libmlir_c_runner_utils.so";
+    MlirStringRef libs[] = {{runtime, sizeof runtime - 1}};
+    MlirExecutionEngine engine = mlirExecutionEngineCreate(module, 2, 1, libs, false, false);
+    if (mlirExecutionEngineIsNull(engine)) {
+      st = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: the MLIR ExecutionEngine could not load it", name);
+    } else {
+      mlirExecutionEngineInitialize(engine);
+      kiln_compiler_jit_t *jit = kiln_calloc(1, sizeof *jit);
+      jit->engine = engine;
+      *out_jit = jit;
+    }
+  }
   mlirModuleDestroy(module);
+  return st;
+}
+
+void *kiln_compiler_jit_lookup(kiln_compiler_jit_t *jit, const char *function) {
+  kiln_buf_t sym;
+  kiln_buf_init(&sym);
+  kiln_buf_appendf(&sym, "_mlir_ciface_%s", function);
+  void *fn = mlirExecutionEngineLookup(jit->engine, mlirStringRefCreate(sym.data, sym.len));
+  kiln_buf_deinit(&sym);
+  return fn;
+}
+
+void kiln_compiler_jit_destroy(kiln_compiler_jit_t *jit) {
+  if (!jit) return;
+  mlirExecutionEngineDestroy(jit->engine);
+  kiln_free(jit);
+}
+
+kiln_status_t kiln_compiler_pipeline_text(kiln_compiler_context_t *context,
+                                          const kiln_target_t *target, char **out_front,
+                                          char **out_back) {
+  *out_front = *out_back = NULL;
+  kiln_buf_t back;
+  kiln_buf_init(&back);
+  kiln_status_t st = back_pipeline(context, target, &back);
+  if (st) {
+    kiln_buf_deinit(&back);
+    return st;
+  }
+  *out_front = kiln_strdup(target->kind == KILN_TARGET_KIND_CPU ? common_pipeline : front_pipeline);
+  *out_back = kiln_buf_take(&back);
+  kiln_buf_deinit(&back);
   return NULL;
 }
 

@@ -62,4 +62,29 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
 
 void kiln_compiler_output_deinit(kiln_compiler_output_t *output);
 
+/* A module compiled for the host and loaded in-process (MLIR ExecutionEngine)
+ * through the same front half as every target: how tests check the pipeline's
+ * numerics against plain C on machines without a GPU. One thread at a time. */
+typedef struct kiln_compiler_jit_s kiln_compiler_jit_t;
+
+/* Compiles and loads `source`. INVALID_ARGUMENT with diagnostics for bad IR. The
+ * JIT is owned by the caller and must not outlive `context`. */
+kiln_status_t kiln_compiler_jit_create(kiln_compiler_context_t *context, const void *source,
+                                       size_t len, const char *name, kiln_compiler_jit_t **out_jit);
+/* The C interface of `function`: `_mlir_ciface_<function>`, which takes pointers
+ * to ranked memref descriptors {allocated, aligned, offset, sizes[R], strides[R]},
+ * the result's first (filled in; free its `allocated` pointer with free()), then
+ * the arguments. NULL when there is no such function. */
+void *kiln_compiler_jit_lookup(kiln_compiler_jit_t *jit, const char *function);
+void kiln_compiler_jit_destroy(kiln_compiler_jit_t *jit);
+
+/* The textual pass pipelines the compile runs, for benchmarks and tools that
+ * replay them elsewhere (mlir-opt): the shared front half, and `target`'s back
+ * half up to (not including) serialization for Vulkan, whose spirv.modules are
+ * moved between the two steps in C. Strings owned by the caller (kiln_free).
+ * Thread-safe except for HIP's toolkit directory, made on first use in `context`. */
+kiln_status_t kiln_compiler_pipeline_text(kiln_compiler_context_t *context,
+                                          const kiln_target_t *target, char **out_front,
+                                          char **out_back);
+
 #endif /* KILN_COMPILER_PIPELINE_H */

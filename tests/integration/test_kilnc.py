@@ -75,12 +75,16 @@ class KilncTest(unittest.TestCase):
         for known in ("sm_89", "gfx950", "videocore_vii"):
             self.assertIn(known, r.stderr)
 
-    def test_cpu_target_not_built_yet_fails_alone(self):
+    def test_host_cpu_object(self):
         with tempfile.TemporaryDirectory() as out:
-            r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "-t", "x86_64,sm_89", "-o", out)
-            self.assertEqual(r.returncode, 1)
-            self.assertIn("x86_64", r.stderr)
-            self.assertEqual(os.listdir(out), ["sm_89"])
+            r = kilnc(os.path.join(EXAMPLES, "convnet.mlir"), "-t", "host,sm_89", "-o", out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(sorted(os.listdir(out)), ["sm_89", "x86_64"])
+            with open(os.path.join(out, "x86_64", "module.o"), "rb") as f:
+                head = f.read(20)
+            self.assertEqual(head[:4], b"\x7fELF")
+            self.assertEqual(struct.unpack("<H", head[16:18])[0], 1)   # ET_REL
+            self.assertEqual(struct.unpack("<H", head[18:20])[0], 62)  # EM_X86_64
 
     def test_usage(self):
         for args in ([], ["--bogus"], [os.path.join(EXAMPLES, "mlp.mlir")]):

@@ -184,13 +184,25 @@ static void test_bad_ir_has_diagnostics(void **state) {
   kiln_status_free(st);
 }
 
-static void test_cpu_fails_alone(void **state) {
+/* The host CPU beside a GPU target: an x86-64 ELF object with the model's
+ * function and its C interface. */
+static void test_cpu_object(void **state) {
   const kiln_target_t *targets[] = {target("x86_64"), target("sm_89")};
   kiln_compiler_output_t out;
   assert_null(kiln_compiler_compile(*state, mlp, mlp_len, "mlp.mlir", targets, 2, &out));
-  assert_int_equal(kiln_status_code(out.targets[0].status), KILN_STATUS_UNIMPLEMENTED);
+  assert_null(out.targets[0].status);
   assert_null(out.targets[1].status);
+  assert_int_equal(out.targets[0].n_kernels, 1);
   assert_true(out.targets[1].n_kernels > 0);
+  const kiln_compiler_kernel_t *obj = &out.targets[0].kernels[0];
+  assert_string_equal(obj->name, "mlp");
+  char output[65536];
+  int rc = run_tool("/usr/lib/llvm-22/bin/llvm-readobj --file-headers --symbols", obj->binary,
+                    obj->binary_len, output, sizeof output);
+  if (rc != 0) fail_msg("llvm-readobj: %s", output);
+  assert_non_null(strstr(output, "Machine: EM_X86_64"));
+  assert_non_null(strstr(output, "Type: Relocatable"));
+  assert_non_null(strstr(output, "Name: _mlir_ciface_mlp"));
   kiln_compiler_output_deinit(&out);
 }
 
@@ -268,7 +280,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cuda_ptx),         cmocka_unit_test(test_hip_hsaco),
       cmocka_unit_test(test_vulkan_spirv),     cmocka_unit_test(test_bad_ir_has_diagnostics),
-      cmocka_unit_test(test_cpu_fails_alone),
+      cmocka_unit_test(test_cpu_object),
       cmocka_unit_test(test_examples_all_gpu_targets),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
