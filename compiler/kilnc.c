@@ -8,7 +8,8 @@
  *   --iree-cuda-target=sm_89  --iree-rocm-target=gfx950  --iree-vulkan-target=videocore_vii
  * (3.12 removed --iree-hip-*; kilnc says which flag replaces it).
  *
- * Writes OUTDIR/<target>/<kernel module>.{ptx,hsaco,spv} (default OUTDIR: ".")
+ * Writes OUTDIR/<target>/<kernel module>.{ptx,hsaco,spv,o} (default OUTDIR: "."),
+ * and <kernel module>.cubin beside the PTX when ptxas is installed
  * and prints one line per target. Exit status: 0 every target compiled; 1 some
  * target failed; 2 bad usage; 3 the model itself is bad (diagnostics printed with
  * file:line:col).
@@ -217,6 +218,14 @@ int main(int argc, char **argv) {
         code = EXIT_TARGET_FAILED;
       }
       bytes += t->kernels[k].binary_len;
+      if (t->kernels[k].cubin) {
+        kiln_buf_clear(&path);
+        kiln_buf_appendf(&path, "%s/%s/%s.cubin", outdir, t->target->id, t->kernels[k].module_name);
+        if (write_file(path.data, t->kernels[k].cubin, t->kernels[k].cubin_len) != 0) {
+          fprintf(stderr, "kilnc: cannot write %s: %s\n", path.data, strerror(errno));
+          code = EXIT_TARGET_FAILED;
+        }
+      }
     }
     kiln_buf_deinit(&path);
     printf("%-14s %zu kernel(s), %zu bytes, %lld ms -> %s/%s/\n", t->target->id, t->n_kernels, bytes,

@@ -413,6 +413,83 @@ static kiln_status_t spirv_serialize(kiln_compiler_context_t *context, MlirModul
   return run_pipeline(context, module, "builtin.module(gpu-module-to-binary)", name, stage);
 }
 
+/* ---- cubin through ptxas (optional) ---- */
+
+static const char *find_ptxas(void) {
+  static char found[512];
+  const char *env = getenv("KILN_PTXAS");
+  if (env && *env) return access(env, X_OK) == 0 ? env : NULL;
+  const char *path = getenv("PATH");
+  while (path && *path) {
+    const char *colon = strchr(path, ':');
+    size_t n = colon ? (size_t)(colon - path) : strlen(path);
+    if (n && n < sizeof found - 8) {
+      snprintf(found, sizeof found, "%.*s/ptxas", (int)n, path);
+      if (access(found, X_OK) == 0) return found;
+    }
+    path = colon ? colon + 1 : NULL;
+  }
+  return access("/usr/local/cuda/bin/ptxas", X_OK) == 0 ? "/usr/local/cuda/bin/ptxas" : NULL;
+}
+
+/* Assembles one kernel's PTX; a failure fails the target (ptxas disagreeing with
+ * LLVM's PTX is a bug worth seeing), a missing ptxas is not a failure. */
+static kiln_status_t assemble_cubin(const char *ptxas, const kiln_target_t *t,
+                                    kiln_compiler_kernel_t *k) {
+  const char *tmp = getenv("TMPDIR");
+  kiln_buf_t dir;
+  kiln_buf_init(&dir);
+  kiln_buf_appendf(&dir, "%s/kiln-ptxas-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir.data)) {
+    kiln_status_t st = KILN_STATUS_ERRNO(errno, "cannot create %s", dir.data);
+    kiln_buf_deinit(&dir);
+    return st;
+  }
+  kiln_buf_t ptx, cubin, cmd;
+  kiln_buf_init(&ptx);
+  kiln_buf_init(&cubin);
+  kiln_buf_init(&cmd);
+  kiln_buf_appendf(&ptx, "%s/k.ptx", dir.data);
+  kiln_buf_appendf(&cubin, "%s/k.cubin", dir.data);
+  kiln_status_t st = NULL;
+  FILE *f = fopen(ptx.data, "wb");
+  if (!f || fwrite(k->binary, 1, k->binary_len, f) != k->binary_len) {
+    st = KILN_STATUS_ERRNO(errno, "cannot write %s", ptx.data);
+  }
+  if (f) fclose(f);
+  if (!st) {
+    /* Paths are ours (mkdtemp) and the arch is a registry id: no quoting issues. */
+    kiln_buf_appendf(&cmd, "'%s' -arch=%s -O3 -o '%s' '%s' 2>&1", ptxas, t->chip, cubin.data, ptx.data);
+    FILE *p = popen(cmd.data, "r");
+    char out[2048] = "";
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = '\0';
+    int rc = p ? pclose(p) : -1;
+    if (rc != 0) {
+      st = KILN_STATUS(KILN_STATUS_INTERNAL, "ptxas (%s) rejected kernel %s for %s: %s", ptxas,
+                       k->name, t->chip, out);
+    } else {
+      FILE *c = fopen(cubin.data, "rb");
+      kiln_buf_t bytes;
+      kiln_buf_init(&bytes);
+      char chunk[65536];
+      while (c && (n = fread(chunk, 1, sizeof chunk, c)) > 0) kiln_buf_append(&bytes, chunk, n);
+      if (c) fclose(c);
+      k->cubin_len = bytes.len;
+      k->cubin = (unsigned char *)kiln_buf_take(&bytes);
+      kiln_buf_deinit(&bytes);
+    }
+  }
+  unlink(ptx.data);
+  unlink(cubin.data);
+  rmdir(dir.data);
+  kiln_buf_deinit(&ptx);
+  kiln_buf_deinit(&cubin);
+  kiln_buf_deinit(&cmd);
+  kiln_buf_deinit(&dir);
+  return st;
+}
+
 static void compile_target(kiln_compiler_context_t *context, MlirModule front,
                            const launches_t *launches, const char *name,
                            kiln_compiler_target_output_t *out) {
@@ -437,6 +514,10 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
         out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
                                   "%s: %zu of %zu kernels came out of code generation for %s", name,
                                   out->n_kernels, launches->n, out->target->id);
+      }
+      const char *ptxas = out->target->kind == KILN_TARGET_KIND_CUDA ? find_ptxas() : NULL;
+      for (size_t k = 0; ptxas && !out->status && k < out->n_kernels; k++) {
+        out->status = assemble_cubin(ptxas, out->target, &out->kernels[k]);
       }
     }
     mlirModuleDestroy(module);
@@ -644,6 +725,7 @@ void kiln_compiler_output_deinit(kiln_compiler_output_t *output) {
       kiln_free(t->kernels[k].name);
       kiln_free(t->kernels[k].module_name);
       kiln_free(t->kernels[k].binary);
+      kiln_free(t->kernels[k].cubin);
     }
     kiln_free(t->kernels);
   }

@@ -5,7 +5,8 @@
  * bufferize, lower to parallel loops, tile them to workgroups, map them to the GPU
  * grid and outline kernels. Each target then lowers a clone of that module:
  *   CUDA (sm_89, sm_120, sm_121): NVVM, then PTX text for the chip with its PTX
- *     ISA version (.target / .version);
+ *     ISA version (.target / .version), and a cubin when ptxas is found ($KILN_PTXAS,
+ *     then PATH, then /usr/local/cuda/bin; optional at run time);
  *   HIP (gfx950, gfx942, gfx1100, ...): ROCDL, then an AMDGPU code object (HSACO
  *     ELF) linked by ld.lld from lld-22;
  *   Vulkan (arm5gen, valhall1..4, videocore_vii): SPIR-V for the device's version,
@@ -33,8 +34,11 @@ typedef struct kiln_compiler_kernel_s {
   char *name;             /* the kernel's symbol (entry point) */
   char *module_name;      /* the gpu.module it was outlined into */
   uint32_t block_size[3]; /* workgroup size x, y, z */
-  unsigned char *binary;  /* PTX text, HSACO ELF, or SPIR-V words */
+  unsigned char *binary;  /* PTX text, HSACO ELF, SPIR-V words, or an x86-64 object */
   size_t binary_len;
+  unsigned char *cubin;   /* CUDA only, when ptxas is installed: the PTX assembled
+                             for the chip (an EM_CUDA ELF); NULL otherwise */
+  size_t cubin_len;
 } kiln_compiler_kernel_t;
 
 typedef struct kiln_compiler_target_output_s {

@@ -106,6 +106,17 @@ static void test_cuda_ptx(void **state) {
                kern->block_size[1], kern->block_size[2]);
       if (!strstr(ptx, maxntid)) fail_msg("no '%s' in the PTX of %s", maxntid, kern->name);
       free(ptx);
+      /* With ptxas installed the library also made a cubin for the chip. */
+      if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0) {
+        assert_non_null(kern->cubin);
+        assert_true(kern->cubin_len > 64);
+        assert_memory_equal(kern->cubin, "\x7f" "ELF", 4);
+        uint16_t machine;
+        memcpy(&machine, kern->cubin + 18, 2);
+        assert_int_equal(machine, 190); /* EM_CUDA */
+      } else {
+        assert_null(kern->cubin);
+      }
       /* ptxas is optional at run time (a CUDA install); when it is here, the PTX
        * must assemble for the chip. */
       if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0 && i == 0) {
