@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <mlir-c/BuiltinAttributes.h>
+#include <mlir-c/BuiltinTypes.h>
 #include <mlir-c/Dialect/GPU.h>
 #include <mlir-c/ExecutionEngine.h>
 #include <mlir-c/Pass.h>
@@ -113,6 +114,9 @@ typedef struct launch_s {
   char *module_name;
   char *kernel_name;
   uint32_t block[3];
+  uint32_t grid[3];
+  kiln_compiler_arg_t *args; /* filled from the gpu.func by describe_kernel */
+  size_t n_args;
 } launch_t;
 
 typedef struct launches_s {
@@ -149,7 +153,8 @@ static MlirWalkResult collect_launch(MlirOperation op, void *user) {
   launch_t l = {0};
   for (int i = 0; i < 3; i++) {
     if (first_block + i >= mlirOperationGetNumOperands(op) ||
-        !constant_index(mlirOperationGetOperand(op, first_block + i), &l.block[i])) {
+        !constant_index(mlirOperationGetOperand(op, first_block + i), &l.block[i]) ||
+        !constant_index(mlirOperationGetOperand(op, first_block - 3 + i), &l.grid[i])) {
       return MlirWalkResultAdvance; /* dynamic sizes: left without known sizes */
     }
   }
@@ -164,6 +169,7 @@ static void launches_deinit(launches_t *launches) {
   for (size_t i = 0; i < launches->n; i++) {
     kiln_free(launches->items[i].module_name);
     kiln_free(launches->items[i].kernel_name);
+    kiln_free(launches->items[i].args);
   }
   kiln_free(launches->items);
 }
@@ -178,6 +184,74 @@ static const launch_t *find_launch(const launches_t *launches, MlirStringRef mod
     }
   }
   return NULL;
+}
+
+/* Bits of a scalar type (index is 64: kernels lower it at 64 bits), 0 if unknown. */
+static uint64_t scalar_bits(MlirType t) {
+  if (mlirTypeIsAIndex(t)) return 64;
+  if (mlirTypeIsAInteger(t)) return mlirIntegerTypeGetWidth(t);
+  if (mlirTypeIsAFloat(t)) return mlirFloatTypeGetWidth(t);
+  return 0;
+}
+
+typedef struct writes_s {
+  MlirBlock entry;
+  bool *written;
+  size_t n;
+} writes_t;
+
+/* Marks kernel arguments that a store (or atomic, or copy) writes through. */
+static MlirWalkResult find_writes(MlirOperation op, void *user) {
+  writes_t *w = user;
+  intptr_t target = -1;
+  if (op_is(op, "memref.store") || op_is(op, "memref.atomic_rmw") || op_is(op, "memref.copy") ||
+      op_is(op, "memref.generic_atomic_rmw")) {
+    target = op_is(op, "memref.generic_atomic_rmw") ? 0 : 1;
+  }
+  if (target < 0 || target >= mlirOperationGetNumOperands(op)) return MlirWalkResultAdvance;
+  MlirValue v = mlirOperationGetOperand(op, target);
+  if (mlirValueIsABlockArgument(v) && mlirBlockEqual(mlirBlockArgumentGetOwner(v), w->entry)) {
+    intptr_t i = mlirBlockArgumentGetArgNumber(v);
+    if (i >= 0 && (size_t)i < w->n) w->written[i] = true;
+  }
+  return MlirWalkResultAdvance;
+}
+
+/* Fills each launch's argument list from its gpu.func: memrefs are buffers (with
+ * their static size and whether the kernel writes them), scalars are constants. */
+static MlirWalkResult describe_kernel(MlirOperation op, void *user) {
+  if (!op_is(op, "gpu.func")) return MlirWalkResultAdvance;
+  launches_t *launches = user;
+  MlirOperation parent = mlirOperationGetParentOperation(op);
+  MlirAttribute module_sym = mlirOperationGetAttributeByName(parent, mlirStringRefCreateFromCString("sym_name"));
+  MlirAttribute func_sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
+  if (mlirAttributeIsNull(module_sym) || mlirAttributeIsNull(func_sym)) return MlirWalkResultAdvance;
+  launch_t *l = (launch_t *)find_launch(launches, mlirStringAttrGetValue(module_sym),
+                                        mlirStringAttrGetValue(func_sym));
+  if (!l || l->args) return MlirWalkResultAdvance;
+  MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
+  size_t n = (size_t)mlirBlockGetNumArguments(entry);
+  l->args = kiln_calloc(n ? n : 1, sizeof *l->args);
+  l->n_args = n;
+  writes_t w = {entry, kiln_calloc(n ? n : 1, sizeof(bool)), n};
+  mlirOperationWalk(op, find_writes, &w, MlirWalkPreOrder);
+  for (size_t i = 0; i < n; i++) {
+    MlirType t = mlirValueGetType(mlirBlockGetArgument(entry, (intptr_t)i));
+    if (mlirTypeIsAMemRef(t)) {
+      l->args[i].kind = KILN_COMPILER_ARG_BUFFER;
+      l->args[i].read_only = !w.written[i];
+      if (mlirShapedTypeHasStaticShape(t)) {
+        uint64_t elems = 1;
+        for (intptr_t d = 0; d < mlirShapedTypeGetRank(t); d++) elems *= (uint64_t)mlirShapedTypeGetDimSize(t, d);
+        l->args[i].size_bytes = elems * (scalar_bits(mlirShapedTypeGetElementType(t)) / 8);
+      }
+    } else {
+      l->args[i].kind = KILN_COMPILER_ARG_CONSTANT;
+      l->args[i].size_bytes = scalar_bits(t) > 32 ? 8 : 4;
+    }
+  }
+  kiln_free(w.written);
+  return MlirWalkResultAdvance;
 }
 
 typedef struct annotate_s {
@@ -237,10 +311,13 @@ static MlirWalkResult harvest_binary(MlirOperation op, void *user) {
     if (strlen(l->module_name) != module.length || memcmp(l->module_name, module.data, module.length)) {
       continue;
     }
+    /* Kernel i belongs to launch i: the dispatch list indexes kernels by it. */
     kiln_compiler_target_output_t *o = h->out;
-    o->kernels = kiln_realloc(o->kernels, (o->n_kernels + 1) * sizeof *o->kernels);
-    kiln_compiler_kernel_t *k = &o->kernels[o->n_kernels++];
-    memset(k, 0, sizeof *k);
+    kiln_compiler_kernel_t *k = &o->kernels[i];
+    if (k->binary) break; /* already harvested */
+    o->n_kernels++;
+    k->args = kiln_memdup(l->args, (l->n_args ? l->n_args : 1) * sizeof *l->args);
+    k->n_args = l->n_args;
     k->name = kiln_strdup(l->kernel_name);
     k->module_name = kiln_strdup(l->module_name);
     memcpy(k->block_size, l->block, sizeof k->block_size);
@@ -509,6 +586,7 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
     }
     if (!out->status) {
       harvest_t h = {launches, out};
+      out->kernels = kiln_calloc(launches->n ? launches->n : 1, sizeof *out->kernels);
       mlirOperationWalk(mlirModuleGetOperation(module), harvest_binary, &h, MlirWalkPreOrder);
       if (out->n_kernels != launches->n) {
         out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
@@ -623,6 +701,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
     status = run_pipeline(context, gpu, gpu_front_pipeline, name, "the GPU front half");
     if (!status) {
       mlirOperationWalk(mlirModuleGetOperation(gpu), collect_launch, &launches, MlirWalkPreOrder);
+      mlirOperationWalk(mlirModuleGetOperation(gpu), describe_kernel, &launches, MlirWalkPreOrder);
       if (launches.n == 0) {
         status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                              "%s: no parallel work to run on a GPU (no kernel came out of the "
@@ -638,6 +717,12 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
     return status;
   }
   out_output->front_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
+  out_output->n_dispatches = launches.n;
+  out_output->dispatches = kiln_calloc(launches.n ? launches.n : 1, sizeof *out_output->dispatches);
+  for (size_t i = 0; i < launches.n; i++) {
+    out_output->dispatches[i].kernel = (uint32_t)i;
+    memcpy(out_output->dispatches[i].grid, launches.items[i].grid, sizeof launches.items[i].grid);
+  }
   out_output->n_targets = n_targets;
   out_output->targets = kiln_calloc(n_targets ? n_targets : 1, sizeof *out_output->targets);
   for (size_t i = 0; i < n_targets; i++) {
@@ -726,9 +811,11 @@ void kiln_compiler_output_deinit(kiln_compiler_output_t *output) {
       kiln_free(t->kernels[k].module_name);
       kiln_free(t->kernels[k].binary);
       kiln_free(t->kernels[k].cubin);
+      kiln_free(t->kernels[k].args);
     }
     kiln_free(t->kernels);
   }
   kiln_free(output->targets);
+  kiln_free(output->dispatches);
   memset(output, 0, sizeof *output);
 }

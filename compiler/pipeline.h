@@ -21,12 +21,25 @@
 #ifndef KILN_COMPILER_PIPELINE_H
 #define KILN_COMPILER_PIPELINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
 #include "compiler/source.h"
 #include "compiler/targets.h"
+
+/* A kernel argument, in order: a buffer (a binding) or a scalar (a push constant). */
+typedef enum kiln_compiler_arg_kind_e {
+  KILN_COMPILER_ARG_BUFFER = 1,
+  KILN_COMPILER_ARG_CONSTANT = 2,
+} kiln_compiler_arg_kind_t;
+
+typedef struct kiln_compiler_arg_s {
+  kiln_compiler_arg_kind_t kind;
+  bool read_only;      /* buffers: the kernel never writes it */
+  uint64_t size_bytes; /* buffers: static size (0 when dynamic); constants: 4 or 8 */
+} kiln_compiler_arg_t;
 
 /* One kernel of the host program, with the device code of the module that holds
  * it (each kernel is outlined into a module of its own). */
@@ -39,7 +52,17 @@ typedef struct kiln_compiler_kernel_s {
   unsigned char *cubin;   /* CUDA only, when ptxas is installed: the PTX assembled
                              for the chip (an EM_CUDA ELF); NULL otherwise */
   size_t cubin_len;
+  kiln_compiler_arg_t *args; /* GPU kernels: the arguments, in order */
+  size_t n_args;
 } kiln_compiler_kernel_t;
+
+/* One launch of the host program, in program order: kernel `kernel` (an index
+ * into every GPU target's kernels, which are in this same order) on a grid of
+ * `grid` workgroups. */
+typedef struct kiln_compiler_dispatch_s {
+  uint32_t kernel;
+  uint32_t grid[3];
+} kiln_compiler_dispatch_t;
 
 typedef struct kiln_compiler_target_output_s {
   const kiln_target_t *target;
@@ -52,6 +75,8 @@ typedef struct kiln_compiler_target_output_s {
 typedef struct kiln_compiler_output_s {
   kiln_compiler_target_output_t *targets;
   size_t n_targets;
+  kiln_compiler_dispatch_t *dispatches; /* GPU targets share one host program */
+  size_t n_dispatches;
   int64_t front_ms; /* the shared, target-independent half */
 } kiln_compiler_output_t;
 

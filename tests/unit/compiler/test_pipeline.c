@@ -217,6 +217,58 @@ static void test_cpu_object(void **state) {
   kiln_compiler_output_deinit(&out);
 }
 
+/* What the VMFB writer needs besides the code: the host program's dispatches in
+ * order with their grids, and each kernel's arguments (bindings with read-only
+ * flags and sizes, push constants). The same for every GPU target. */
+static void test_metadata(void **state) {
+  const char *names[] = {"sm_89", "gfx1100", "arm5gen"};
+  kiln_compiler_output_t out;
+  compile_ok(state, names, 3, &out);
+  assert_true(out.n_dispatches >= 3);
+  /* Kernel k of every target is the kernel of dispatch k. */
+  for (size_t t = 0; t < 3; t++) assert_int_equal(out.targets[t].n_kernels, out.n_dispatches);
+  for (size_t d = 0; d < out.n_dispatches; d++) {
+    const kiln_compiler_dispatch_t *disp = &out.dispatches[d];
+    assert_int_equal(disp->kernel, d);
+    for (int i = 0; i < 3; i++) assert_true(disp->grid[i] >= 1);
+    const kiln_compiler_kernel_t *k0 = &out.targets[0].kernels[d];
+    size_t buffers = 0, written = 0, constants = 0;
+    for (size_t a = 0; a < k0->n_args; a++) {
+      if (k0->args[a].kind == KILN_COMPILER_ARG_BUFFER) {
+        buffers++;
+        written += !k0->args[a].read_only;
+        /* The example's tensors are all static and f32: 1x4x{8,16,32} or weights. */
+        assert_true(k0->args[a].size_bytes >= 4 * 4 && k0->args[a].size_bytes % 4 == 0);
+      } else {
+        assert_int_equal(k0->args[a].kind, KILN_COMPILER_ARG_CONSTANT);
+        assert_true(k0->args[a].size_bytes == 4 || k0->args[a].size_bytes == 8);
+        constants++;
+      }
+    }
+    /* Every kernel writes exactly one output buffer and takes scalar bounds. */
+    assert_true(buffers >= 1);
+    assert_int_equal(written, 1);
+    assert_true(constants >= 1);
+    for (size_t t = 1; t < 3; t++) {
+      const kiln_compiler_kernel_t *kt = &out.targets[t].kernels[d];
+      assert_string_equal(kt->name, k0->name);
+      assert_int_equal(kt->n_args, k0->n_args);
+      assert_memory_equal(kt->block_size, k0->block_size, sizeof k0->block_size);
+    }
+  }
+  /* The matmul kernels read an input and a weight: at least one launch has two
+   * read-only buffers. */
+  bool matmul = false;
+  for (size_t d = 0; d < out.n_dispatches && !matmul; d++) {
+    const kiln_compiler_kernel_t *k = &out.targets[0].kernels[d];
+    size_t ro = 0;
+    for (size_t a = 0; a < k->n_args; a++) ro += k->args[a].kind == KILN_COMPILER_ARG_BUFFER && k->args[a].read_only;
+    matmul = ro >= 2;
+  }
+  assert_true(matmul);
+  kiln_compiler_output_deinit(&out);
+}
+
 /* Every example model for every GPU target, each binary checked by the real
  * tool of its format. */
 static char *slurp(const char *path, size_t *out_len) {
@@ -292,6 +344,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_ptx),         cmocka_unit_test(test_hip_hsaco),
       cmocka_unit_test(test_vulkan_spirv),     cmocka_unit_test(test_bad_ir_has_diagnostics),
       cmocka_unit_test(test_cpu_object),
+      cmocka_unit_test(test_metadata),
       cmocka_unit_test(test_examples_all_gpu_targets),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
