@@ -567,13 +567,42 @@ static kiln_status_t assemble_cubin(const char *ptxas, const kiln_target_t *t,
   return st;
 }
 
+/* Every workgroup must fit the device: per-dimension sizes and invocations. */
+static kiln_status_t check_limits(const kiln_target_t *t, const launches_t *launches, const char *name) {
+  const kiln_target_gpu_limits_t *lim = &t->limits;
+  for (size_t i = 0; i < launches->n; i++) {
+    const uint32_t *b = launches->items[i].block;
+    uint64_t invocations = (uint64_t)b[0] * b[1] * b[2];
+    bool dims_ok = true;
+    for (int d = 0; d < 3; d++) dims_ok = dims_ok && (!lim->max_workgroup_size[d] || b[d] <= lim->max_workgroup_size[d]);
+    if (!dims_ok || (lim->max_workgroup_invocations && invocations > lim->max_workgroup_invocations)) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "%s: kernel %s needs a %ux%ux%u workgroup, over %s's limits (%ux%ux%u, "
+                         "%u invocations)",
+                         name, launches->items[i].kernel_name, b[0], b[1], b[2], t->id,
+                         lim->max_workgroup_size[0], lim->max_workgroup_size[1],
+                         lim->max_workgroup_size[2], lim->max_workgroup_invocations);
+    }
+  }
+  return NULL;
+}
+
+static MlirOperation find_first(MlirBlock body, const char *op_name) {
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (op_is(op, op_name)) return op;
+  }
+  return (MlirOperation){NULL};
+}
+
 static void compile_target(kiln_compiler_context_t *context, MlirModule front,
                            const launches_t *launches, const char *name,
                            kiln_compiler_target_output_t *out) {
   int64_t t0 = kiln_time_monotonic_ns();
   kiln_buf_t pipeline;
   kiln_buf_init(&pipeline);
-  out->status = back_pipeline(context, out->target, &pipeline);
+  out->status = check_limits(out->target, launches, name);
+  if (!out->status) out->status = back_pipeline(context, out->target, &pipeline);
   if (!out->status) {
     MlirModule module = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(front)));
     annotate_t a = {launches, context->mlir, out->target->kind == KILN_TARGET_KIND_VULKAN};
@@ -690,15 +719,32 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   int64_t t0 = kiln_time_monotonic_ns();
   MlirModule common;
   KILN_RETURN_IF_ERROR(kiln_compiler_parse(context, source, len, name, &common));
-  kiln_status_t status = run_pipeline(context, common, common_pipeline, name, "the front half");
+  /* gpu-dialect input (a host function launching gpu.module kernels) is already
+   * past the front half: it goes straight to the back halves. */
+  bool pre_outlined = !mlirOperationIsNull(
+      find_first(mlirModuleGetBody(common), "gpu.module"));
+  kiln_status_t status =
+      pre_outlined ? NULL : run_pipeline(context, common, common_pipeline, name, "the front half");
   /* The GPU part of the front half, also once, when any target is a GPU. */
   bool any_gpu = false;
   for (size_t i = 0; i < n_targets; i++) any_gpu = any_gpu || targets[i]->kind != KILN_TARGET_KIND_CPU;
   MlirModule gpu = {NULL};
   launches_t launches = {0};
+  if (!status && pre_outlined) {
+    for (size_t i = 0; i < n_targets && !status; i++) {
+      if (targets[i]->kind == KILN_TARGET_KIND_CPU) {
+        status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "%s holds GPU kernels (gpu.module); it cannot be compiled for the "
+                             "host CPU (%s): pass the model before kernel outlining",
+                             name, targets[i]->id);
+      }
+    }
+  }
   if (!status && any_gpu) {
     gpu = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(common)));
-    status = run_pipeline(context, gpu, gpu_front_pipeline, name, "the GPU front half");
+    if (!pre_outlined) {
+      status = run_pipeline(context, gpu, gpu_front_pipeline, name, "the GPU front half");
+    }
     if (!status) {
       mlirOperationWalk(mlirModuleGetOperation(gpu), collect_launch, &launches, MlirWalkPreOrder);
       mlirOperationWalk(mlirModuleGetOperation(gpu), describe_kernel, &launches, MlirWalkPreOrder);
