@@ -321,7 +321,10 @@ static MlirWalkResult harvest_binary(MlirOperation op, void *user) {
     k->name = kiln_strdup(l->kernel_name);
     k->module_name = kiln_strdup(l->module_name);
     memcpy(k->block_size, l->block, sizeof k->block_size);
-    k->binary = kiln_memdup(bytes.data, bytes.length);
+    /* One byte more, always NUL: PTX is text and may be used as a C string. */
+    k->binary = kiln_malloc(bytes.length + 1);
+    memcpy(k->binary, bytes.data, bytes.length);
+    k->binary[bytes.length] = '\0';
     k->binary_len = bytes.length;
     break; /* one launch per outlined module */
   }

@@ -47,7 +47,8 @@ typedef struct kiln_compiler_kernel_s {
   char *name;             /* the kernel's symbol (entry point) */
   char *module_name;      /* the gpu.module it was outlined into */
   uint32_t block_size[3]; /* workgroup size x, y, z */
-  unsigned char *binary;  /* PTX text, HSACO ELF, SPIR-V words, or an x86-64 object */
+  unsigned char *binary;  /* PTX text, HSACO ELF, SPIR-V words, or an x86-64 object;
+                             followed by a NUL byte not counted in binary_len */
   size_t binary_len;
   unsigned char *cubin;   /* CUDA only, when ptxas is installed: the PTX assembled
                              for the chip (an EM_CUDA ELF); NULL otherwise */

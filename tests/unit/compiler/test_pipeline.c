@@ -92,7 +92,9 @@ static void test_cuda_ptx(void **state) {
   for (size_t i = 0; i < 3; i++) {
     for (size_t k = 0; k < out.targets[i].n_kernels; k++) {
       const kiln_compiler_kernel_t *kern = &out.targets[i].kernels[k];
-      char *ptx = strndup((const char *)kern->binary, kern->binary_len);
+      char *ptx = malloc(kern->binary_len + 1);
+      memcpy(ptx, kern->binary, kern->binary_len);
+      ptx[kern->binary_len] = '\0';
       if (!strstr(ptx, want[i][0]) || !strstr(ptx, want[i][1])) {
         fail_msg("%s kernel %s: no '%s'/'%s' in its PTX", names[i], kern->name, want[i][0], want[i][1]);
       }
