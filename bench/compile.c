@@ -6,15 +6,18 @@
  *
  * 1. Per example model (examples/mlp.mlir, convnet.mlir, attention.mlir) and per GPU
  *    target of the registry: kiln_compiler_compile for that one target on a warm
- *    context, against the shell replay of the same pass pipelines
- *    (kiln_compiler_pipeline_text):
+ *    context, against a replay of the same pass pipelines (kiln_compiler_pipeline_text)
+ *    as processes:
  *      mlir-opt-22 MODEL --pass-pipeline=FRONT | mlir-opt-22 --pass-pipeline=BACK -o /dev/null
  *    The two processes start together (the second one's start-up overlaps the first
  *    one's work, as in a shell pipe); the benchmark sits in the pipe and adds to each
  *    gpu.func the workgroup-size attributes kiln writes in C between the halves
  *    (known_block_size; spirv.entry_point_abi for Vulkan, without which
  *    convert-gpu-to-spirv fails). That edit costs microseconds. kiln also serializes
- *    Vulkan's SPIR-V after BACK; the replay does not, which favours mlir-opt.
+ *    Vulkan's SPIR-V after BACK and analyses kernel arguments; the replay does
+ *    neither, which favours mlir-opt. kiln's ptxas step (CUDA cubins, when ptxas is
+ *    installed) has no counterpart in the replay, so it is off for the tables
+ *    (KILN_PTXAS names no file) and timed on the first CUDA row on its own.
  *    Goal: mlir-opt/kiln >= 3.0x summed over all targets of a model.
  * 2. Fan-out: one kiln_compiler_compile for the six mission targets against six
  *    single-target compiles (same warm context). The shared front half runs once
@@ -22,14 +25,17 @@
  *    for N targets is (f + (1-f)N)/N; that bound is printed beside the measured ratio.
  *    Goal: fan-out/independent <= 0.6x.
  * 3. Peak RSS of this process and of the mlir-opt processes, and CPU/wall of each side.
+ *    mlir-opt runs under a small runner process forked before MLIR is loaded, so its
+ *    ru_maxrss is its own (see "the runner" below).
  *
- * Method: one context, created untimed; each model is compiled once for every target
- * untimed (warm-up: LLVM backends, the HIP toolkit directory, allocator) before any
- * timed run. kiln and mlir-opt runs alternate, and which goes first alternates too, so
- * drift hits both alike; each number is a median. A target kiln fails prints the first
- * line of its error in its row and leaves the totals; a missing mlir-opt skips the
- * baseline columns. Goals are reported as PASS/MISS, never asserted: the program exits
- * 0 unless the benchmark itself cannot run (then 1).
+ * Method: one context, created untimed. Before any timed run the first model is
+ * compiled once for every target, untimed (loads each LLVM backend, makes the HIP
+ * toolkit directory); later models warm up on one target. kiln and mlir-opt runs
+ * alternate, in an order that rotates every round, so drift hits both alike; each
+ * number is a median. A target kiln fails prints the first line of its error in its
+ * row and leaves the totals; so does a failed replay; a missing mlir-opt skips the
+ * baseline columns. Goals are reported as PASS/MISS, never asserted: the program
+ * exits 0 unless the benchmark itself cannot run (then 1).
  *
  * Usage: bench_compile [--quick]. --quick (CI smoke): mlp.mlir only, fewer runs.
  * Single-threaded (MLIR may use its thread pool inside a compile).
@@ -277,15 +283,14 @@ static void annotate(const char *ir, size_t len, const shapes_t *shapes, bool sp
   }
 }
 
-/* What the mlir-opt processes cost, over the whole run. */
-typedef struct opt_totals_s {
-  size_t processes;
-  long max_rss_kib; /* largest single mlir-opt process */
-  double cpu_s;
-  int64_t wall_ns;
-} opt_totals_t;
-
-static opt_totals_t opt_totals;
+/* One replay's outcome, as the runner reports it. */
+typedef struct opt_result_s {
+  int32_t ok;          /* both processes exited 0 */
+  int64_t ns;          /* wall time, first spawn to last reap */
+  int64_t max_rss_kib; /* the larger of the two processes' ru_maxrss */
+  double cpu_s;        /* user + system of both (and of their children: HIP's ld.lld) */
+  char err[200];       /* when !ok: "front|back half: <first error line>" */
+} opt_result_t;
 
 /* One stderr file per process, reused: a pipe could fill up with diagnostics. */
 static int stderr_fd[2] = {-1, -1};
@@ -327,23 +332,21 @@ static pid_t spawn(const char *const *argv, int in_fd, int out_fd, int err_fd) {
   return pid;
 }
 
-static int reap(pid_t pid) {
+static int reap(pid_t pid, opt_result_t *res) {
   int status;
   struct rusage ru;
   while (wait4(pid, &status, 0, &ru) < 0) {
     if (errno != EINTR) die("wait4: %s", strerror(errno));
   }
-  opt_totals.processes++;
-  if (ru.ru_maxrss > opt_totals.max_rss_kib) opt_totals.max_rss_kib = ru.ru_maxrss;
-  opt_totals.cpu_s += cpu_s(&ru);
+  if (ru.ru_maxrss > res->max_rss_kib) res->max_rss_kib = ru.ru_maxrss;
+  res->cpu_s += cpu_s(&ru);
   return status;
 }
 
-/* Runs FRONT | (annotate) | BACK once. Returns true and the wall time when both
- * processes exit 0; otherwise false and the first error line in `err`. */
-static bool opt_run(const char *mlir_opt, const char *model_path, const char *front,
-                    const char *back, const shapes_t *shapes, bool spirv, int64_t *out_ns,
-                    char *err, size_t err_cap) {
+/* Runs FRONT | (annotate) | BACK once, in the runner. */
+static void opt_run(const char *mlir_opt, const char *model_path, const char *front,
+                    const char *back, const shapes_t *shapes, bool spirv, opt_result_t *res) {
+  memset(res, 0, sizeof *res);
   kiln_buf_t front_arg, back_arg, ir, edited;
   kiln_buf_init(&front_arg);
   kiln_buf_init(&back_arg);
@@ -355,7 +358,7 @@ static bool opt_run(const char *mlir_opt, const char *model_path, const char *fr
   const char *back_argv[] = {mlir_opt, back_arg.data, "-o", "/dev/null", NULL};
   stderr_file_reset(stderr_fd[0]);
   stderr_file_reset(stderr_fd[1]);
-  int p1[2], p2[2]; /* front -> bench, bench -> back */
+  int p1[2], p2[2]; /* front -> runner, runner -> back */
   if (pipe2(p1, O_CLOEXEC) != 0 || pipe2(p2, O_CLOEXEC) != 0) die("pipe: %s", strerror(errno));
 
   int64_t t0 = kiln_time_monotonic_ns();
@@ -382,28 +385,199 @@ static bool opt_run(const char *mlir_opt, const char *model_path, const char *fr
     off += (size_t)n;
   }
   close(p2[1]);
-  int front_status = reap(front_pid);
-  int back_status = reap(back_pid);
-  int64_t t1 = kiln_time_monotonic_ns();
-  opt_totals.wall_ns += t1 - t0;
+  int front_status = reap(front_pid, res);
+  int back_status = reap(back_pid, res);
+  res->ns = kiln_time_monotonic_ns() - t0;
 
   bool front_ok = WIFEXITED(front_status) && WEXITSTATUS(front_status) == 0;
   bool back_ok = WIFEXITED(back_status) && WEXITSTATUS(back_status) == 0;
-  if (!front_ok || !back_ok) {
+  res->ok = front_ok && back_ok;
+  if (!res->ok) {
     kiln_buf_t text;
     kiln_buf_init(&text);
     stderr_file_read(stderr_fd[front_ok ? 1 : 0], &text);
-    char line[200];
+    char line[160];
     first_error_line(text.len ? text.data : "(no output)", line, sizeof line);
-    snprintf(err, err_cap, "%s half: %s", front_ok ? "back" : "front", line);
+    snprintf(res->err, sizeof res->err, "%s half: %s", front_ok ? "back" : "front", line);
     kiln_buf_deinit(&text);
   }
-  *out_ns = t1 - t0;
   kiln_buf_deinit(&front_arg);
   kiln_buf_deinit(&back_arg);
   kiln_buf_deinit(&ir);
   kiln_buf_deinit(&edited);
-  return front_ok && back_ok;
+}
+
+/* ---- the runner: the process that starts mlir-opt ----
+ *
+ * Linux charges a child the spawner's peak RSS: posix_spawn shares the spawner's
+ * memory until exec, and exec keeps the old high-water mark in ru_maxrss. Spawned
+ * from this process (an MLIR context, hundreds of MiB), every mlir-opt would report
+ * at least that. So a runner forked before MLIR is loaded starts them: requests
+ * (model path, the two pipelines, kernel shapes) go down one pipe, opt_result_t
+ * comes back up another. On EOF it reports its RUSAGE_CHILDREN and its own peak
+ * RSS (a floor under every child's number) and exits. */
+
+typedef struct runner_s {
+  pid_t pid;
+  int to_fd, from_fd;
+} runner_t;
+
+static void write_all(int fd, const void *data, size_t len) {
+  const unsigned char *p = data;
+  while (len > 0) {
+    ssize_t n = write(fd, p, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) die("cannot write to the runner pipe: %s", strerror(errno));
+    p += n;
+    len -= (size_t)n;
+  }
+}
+
+/* False on EOF before the first byte. */
+static bool read_all(int fd, void *data, size_t len) {
+  unsigned char *p = data;
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = read(fd, p + got, len - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) die("cannot read from the runner pipe: %s", strerror(errno));
+    if (n == 0) {
+      if (got == 0) return false;
+      die("the runner pipe closed mid-message");
+    }
+    got += (size_t)n;
+  }
+  return true;
+}
+
+static void put_u32(kiln_buf_t *b, uint32_t x) { kiln_buf_append(b, &x, sizeof x); }
+
+static void put_str(kiln_buf_t *b, const char *s) {
+  put_u32(b, (uint32_t)strlen(s));
+  kiln_buf_append(b, s, strlen(s));
+}
+
+static uint32_t get_u32(const char **p) {
+  uint32_t x;
+  memcpy(&x, *p, sizeof x);
+  *p += sizeof x;
+  return x;
+}
+
+static char *get_str(const char **p) {
+  uint32_t n = get_u32(p);
+  char *s = kiln_strndup(*p, n);
+  *p += n;
+  return s;
+}
+
+/* The end-of-run report of the runner. */
+typedef struct runner_report_s {
+  int64_t children_max_rss_kib; /* getrusage(RUSAGE_CHILDREN) */
+  int64_t self_max_rss_kib;
+} runner_report_t;
+
+static _Noreturn void runner_main(const char *mlir_opt, int from_fd, int to_fd) {
+  stderr_files_open();
+  uint64_t len;
+  while (read_all(from_fd, &len, sizeof len)) {
+    char *msg = kiln_malloc(len ? len : 1);
+    if (!read_all(from_fd, msg, len)) die("the runner pipe closed mid-message");
+    const char *p = msg;
+    char *model_path = get_str(&p), *front = get_str(&p), *back = get_str(&p);
+    bool spirv = get_u32(&p) != 0;
+    shapes_t shapes = {.n = get_u32(&p)};
+    shapes.items = kiln_calloc(shapes.n ? shapes.n : 1, sizeof *shapes.items);
+    for (size_t i = 0; i < shapes.n; i++) {
+      shapes.items[i].module_name = get_str(&p);
+      shapes.items[i].name = get_str(&p);
+      for (int d = 0; d < 3; d++) shapes.items[i].block[d] = get_u32(&p);
+    }
+    opt_result_t res;
+    opt_run(mlir_opt, model_path, front, back, &shapes, spirv, &res);
+    write_all(to_fd, &res, sizeof res);
+    shapes_deinit(&shapes);
+    kiln_free(model_path);
+    kiln_free(front);
+    kiln_free(back);
+    kiln_free(msg);
+  }
+  struct rusage children, self;
+  getrusage(RUSAGE_CHILDREN, &children);
+  getrusage(RUSAGE_SELF, &self);
+  runner_report_t report = {children.ru_maxrss, self.ru_maxrss};
+  write_all(to_fd, &report, sizeof report);
+  _exit(0);
+}
+
+/* Forks the runner; call before any MLIR context exists. */
+static void runner_start(runner_t *runner, const char *mlir_opt) {
+  int down[2], up[2];
+  if (pipe2(down, O_CLOEXEC) != 0 || pipe2(up, O_CLOEXEC) != 0) die("pipe: %s", strerror(errno));
+  fflush(NULL); /* nothing buffered may be written twice */
+  pid_t pid = fork();
+  if (pid < 0) die("fork: %s", strerror(errno));
+  if (pid == 0) {
+    close(down[1]);
+    close(up[0]);
+    runner_main(mlir_opt, down[0], up[1]);
+  }
+  close(down[0]);
+  close(up[1]);
+  runner->pid = pid;
+  runner->to_fd = down[1];
+  runner->from_fd = up[0];
+}
+
+/* Ends the runner and collects its report. */
+static void runner_stop(runner_t *runner, runner_report_t *out_report) {
+  close(runner->to_fd);
+  if (!read_all(runner->from_fd, out_report, sizeof *out_report)) die("the runner died");
+  close(runner->from_fd);
+  waitpid(runner->pid, NULL, 0);
+}
+
+/* What the mlir-opt replays cost over the whole run, for section 3. */
+static struct {
+  size_t runs;
+  int64_t max_rss_kib;
+  double cpu_s;
+  int64_t wall_ns;
+} opt_totals;
+
+/* The replay's fixed cost: an empty pipeline pair on an empty module; 0 if it fails. */
+static int64_t opt_startup_ns;
+
+/* One replay through the runner. Returns true and the wall time when both processes
+ * exited 0; otherwise false and the first error line in `err`. */
+static bool opt_replay(runner_t *runner, const char *model_path, const char *front,
+                       const char *back, const shapes_t *shapes, bool spirv, int64_t *out_ns,
+                       char *err, size_t err_cap) {
+  kiln_buf_t msg;
+  kiln_buf_init(&msg);
+  put_str(&msg, model_path);
+  put_str(&msg, front);
+  put_str(&msg, back);
+  put_u32(&msg, spirv);
+  put_u32(&msg, (uint32_t)shapes->n);
+  for (size_t i = 0; i < shapes->n; i++) {
+    put_str(&msg, shapes->items[i].module_name);
+    put_str(&msg, shapes->items[i].name);
+    for (int d = 0; d < 3; d++) put_u32(&msg, shapes->items[i].block[d]);
+  }
+  uint64_t len = msg.len;
+  write_all(runner->to_fd, &len, sizeof len);
+  write_all(runner->to_fd, msg.data, msg.len);
+  kiln_buf_deinit(&msg);
+  opt_result_t res;
+  if (!read_all(runner->from_fd, &res, sizeof res)) die("the runner died");
+  opt_totals.runs++;
+  if (res.max_rss_kib > opt_totals.max_rss_kib) opt_totals.max_rss_kib = res.max_rss_kib;
+  opt_totals.cpu_s += res.cpu_s;
+  opt_totals.wall_ns += res.ns;
+  *out_ns = res.ns;
+  if (!res.ok) snprintf(err, err_cap, "%s", res.err);
+  return res.ok;
 }
 
 /* ---- kiln ---- */
@@ -417,15 +591,54 @@ static int64_t kiln_wall_ns;
 static int64_t kiln_run(const char *src, size_t len, const char *name,
                         const kiln_target_t *const *targets, size_t n, kiln_compiler_output_t *out,
                         kiln_status_t *out_status) {
-  struct rusage r0, r1;
-  getrusage(RUSAGE_SELF, &r0);
+  /* ld.lld, which the HIP serializer runs, is reaped inside the call: its CPU shows
+   * in RUSAGE_CHILDREN (the runner is reaped only at the end). */
+  struct rusage s0, s1, c0, c1;
+  getrusage(RUSAGE_SELF, &s0);
+  getrusage(RUSAGE_CHILDREN, &c0);
   int64_t t0 = kiln_time_monotonic_ns();
   *out_status = kiln_compiler_compile(context, src, len, name, targets, n, out);
   int64_t t1 = kiln_time_monotonic_ns();
-  getrusage(RUSAGE_SELF, &r1);
-  kiln_cpu_s += cpu_s(&r1) - cpu_s(&r0);
+  getrusage(RUSAGE_SELF, &s1);
+  getrusage(RUSAGE_CHILDREN, &c1);
+  kiln_cpu_s += cpu_s(&s1) - cpu_s(&s0) + cpu_s(&c1) - cpu_s(&c0);
   kiln_wall_ns += t1 - t0;
   return t1 - t0;
+}
+
+/* One single-target compile: its wall time, and on failure the first error line.
+ * `out_cubins` (may be NULL) gets how many kernels came with a cubin. */
+static bool kiln_once(const char *src, size_t len, const char *name, const kiln_target_t *target,
+                      int64_t *out_ns, char *err, size_t err_cap, size_t *out_cubins) {
+  kiln_compiler_output_t out;
+  kiln_status_t st;
+  *out_ns = kiln_run(src, len, name, &target, 1, &out, &st);
+  if (st) {
+    first_error_line(kiln_status_message(st), err, err_cap);
+    kiln_status_free(st);
+    return false;
+  }
+  bool ok = !out.targets[0].status;
+  if (!ok) first_error_line(kiln_status_message(out.targets[0].status), err, err_cap);
+  if (out_cubins) {
+    *out_cubins = 0;
+    for (size_t k = 0; k < out.targets[0].n_kernels; k++) *out_cubins += out.targets[0].kernels[k].cubin != NULL;
+  }
+  kiln_compiler_output_deinit(&out);
+  return ok;
+}
+
+/* kiln assembles CUDA kernels with ptxas when it finds one ($KILN_PTXAS, PATH,
+ * /usr/local/cuda/bin), one process per kernel; the mlir-opt replay has no such
+ * step. The tables run with it off (KILN_PTXAS naming no file) so both sides do
+ * the same work, and time it separately. The compile reads the variable on each
+ * call, on this thread, between calls. */
+static char *ptxas_env; /* the user's KILN_PTXAS, NULL when unset */
+
+static void ptxas_set(bool on) {
+  if (!on) setenv("KILN_PTXAS", "/nonexistent/ptxas (turned off by bench_compile)", 1);
+  else if (ptxas_env) setenv("KILN_PTXAS", ptxas_env, 1);
+  else unsetenv("KILN_PTXAS");
 }
 
 /* ---- sections ---- */
@@ -464,7 +677,7 @@ static void print_header(const plan_t *plan, const char *mlir_opt) {
            "  compare ratios (measured side by side), not absolute times, across machines\n",
            load[0], cores);
   }
-  printf("  medians of %zu kiln / %zu mlir-opt runs per row, after one untimed warm-up compile\n",
+  printf("  medians of %zu kiln / %zu mlir-opt runs per row, after an untimed warm-up per model\n",
          plan->kiln_runs, plan->opt_runs);
   printf("goals are reported as PASS/MISS, never asserted\n\n");
 }
@@ -483,7 +696,8 @@ static void print_sum_row(const char *label, const sums_t *s, bool have_opt, boo
     return;
   }
   if (!have_opt) {
-    printf("  %-22s %10.1f\n", name, ms(s->kiln_ns));
+    printf("  %-22s %10.1f%s\n", name, ms(s->kiln_ns),
+           goal ? "   goal not measured (no mlir-opt-22)" : "");
     return;
   }
   double ratio = (double)s->opt_ns / (double)s->kiln_ns;
@@ -517,8 +731,11 @@ static bool warm_up(const char *src, size_t len, const char *name, const kiln_ta
   return true;
 }
 
-static void bench_model_table(const plan_t *plan, const char *model, const char *mlir_opt,
-                              const kiln_target_t *const *targets, size_t n_targets) {
+/* `warm_all`: the warm-up compiles every target (the first model: loads each LLVM
+ * backend); later models warm up on one cheap target. */
+static void bench_model_table(const plan_t *plan, const char *model, runner_t *runner,
+                              const kiln_target_t *const *targets, size_t n_targets,
+                              bool warm_all) {
   char path[PATH_MAX];
   size_t len;
   char *src = read_model(model, &len, path, sizeof path);
@@ -528,11 +745,22 @@ static void bench_model_table(const plan_t *plan, const char *model, const char 
          "   mlir-opt-22 %s --pass-pipeline=FRONT | mlir-opt-22 --pass-pipeline=BACK -o /dev/null\n",
          name, name);
   shapes_t shapes;
-  if (!warm_up(src, len, name, targets, n_targets, &shapes)) {
+  size_t warm_first = 0, warm_n = n_targets;
+  if (!warm_all) {
+    warm_n = 1;
+    for (size_t i = 0; i < n_targets; i++) {
+      if (targets[i]->kind == KILN_TARGET_KIND_VULKAN) {
+        warm_first = i;
+        break;
+      }
+    }
+  }
+  if (!warm_up(src, len, name, targets + warm_first, warm_n, &shapes)) {
     kiln_free(src);
     return;
   }
-  if (mlir_opt) printf("  %-14s %-7s %10s %12s %8s\n", "target", "kind", "kiln ms", "mlir-opt ms", "ratio");
+  bool have_opt = runner != NULL;
+  if (have_opt) printf("  %-14s %-7s %10s %12s %8s\n", "target", "kind", "kiln ms", "mlir-opt ms", "ratio");
   else printf("  %-14s %-7s %10s\n", "target", "kind", "kiln ms");
   fflush(stdout);
 
@@ -541,37 +769,50 @@ static void bench_model_table(const plan_t *plan, const char *model, const char 
   size_t rounds = plan->kiln_runs > plan->opt_runs ? plan->kiln_runs : plan->opt_runs;
   int64_t *kiln_ns = kiln_calloc(plan->kiln_runs, sizeof *kiln_ns);
   int64_t *opt_ns = kiln_calloc(plan->opt_runs ? plan->opt_runs : 1, sizeof *opt_ns);
+  int64_t *ptxas_ns = kiln_calloc(plan->kiln_runs, sizeof *ptxas_ns);
+  struct {
+    const kiln_target_t *target; /* the first CUDA row */
+    size_t runs, cubins;
+    int64_t ns, plain_ns;        /* with ptxas; the row's own (PTX only) */
+    char err[256];
+  } ptxas_row = {0};
   for (size_t i = 0; i < n_targets; i++) {
     const kiln_target_t *t = targets[i];
     const char *kind = kiln_compiler_target_kind_name(t->kind);
     char *front = NULL, *back = NULL;
     char kiln_err[256] = "", opt_err[256] = "";
-    kiln_status_t st = mlir_opt ? kiln_compiler_pipeline_text(context, t, &front, &back) : NULL;
+    kiln_status_t st = have_opt ? kiln_compiler_pipeline_text(context, t, &front, &back) : NULL;
     if (st) {
       first_error_line(kiln_status_message(st), opt_err, sizeof opt_err);
       kiln_status_free(st);
     }
-    bool opt_on = mlir_opt && !opt_err[0];
+    bool opt_on = have_opt && !opt_err[0];
+    /* The first CUDA row also times the compile as shipped, with ptxas. */
+    bool ptxas_arm = t->kind == KILN_TARGET_KIND_CUDA && !ptxas_row.target;
+    size_t cubins = 0;
     for (size_t r = 0; r < rounds && !kiln_err[0]; r++) {
-      for (int k = 0; k < 2; k++) {
-        bool kiln_turn = (k == 0) == (r % 2 == 0);
-        if (kiln_turn && r < plan->kiln_runs) {
-          kiln_compiler_output_t out;
-          kiln_ns[r] = kiln_run(src, len, name, &targets[i], 1, &out, &st);
-          const char *msg = st ? kiln_status_message(st)
-                                : out.targets[0].status ? kiln_status_message(out.targets[0].status)
-                                                        : NULL;
-          if (msg) first_error_line(msg, kiln_err, sizeof kiln_err);
-          if (st) kiln_status_free(st);
-          else kiln_compiler_output_deinit(&out);
-          if (kiln_err[0]) break;
-        } else if (!kiln_turn && opt_on && r < plan->opt_runs) {
-          if (!opt_run(mlir_opt, path, front, back, &shapes, t->kind == KILN_TARGET_KIND_VULKAN,
-                       &opt_ns[r], opt_err, sizeof opt_err)) {
-            opt_on = false;
-          }
+      /* kiln, mlir-opt (and kiln with ptxas) in an order that rotates every round */
+      for (size_t k = 0; k < 3 && !kiln_err[0]; k++) {
+        size_t arm = (k + r) % 3;
+        if (arm == 0 && r < plan->kiln_runs) {
+          kiln_once(src, len, name, t, &kiln_ns[r], kiln_err, sizeof kiln_err, NULL);
+        } else if (arm == 1 && opt_on && r < plan->opt_runs) {
+          opt_on = opt_replay(runner, path, front, back, &shapes,
+                              t->kind == KILN_TARGET_KIND_VULKAN, &opt_ns[r], opt_err,
+                              sizeof opt_err);
+        } else if (arm == 2 && ptxas_arm && r < plan->kiln_runs) {
+          ptxas_set(true);
+          ptxas_arm = kiln_once(src, len, name, t, &ptxas_ns[r], ptxas_row.err,
+                                sizeof ptxas_row.err, &cubins);
+          ptxas_set(false);
+          if (ptxas_arm) ptxas_row.runs = r + 1;
         }
       }
+    }
+    if (t->kind == KILN_TARGET_KIND_CUDA && !ptxas_row.target) {
+      ptxas_row.target = t;
+      ptxas_row.cubins = cubins;
+      if (ptxas_row.runs == plan->kiln_runs) ptxas_row.ns = median_i64(ptxas_ns, plan->kiln_runs);
     }
     kiln_free(front);
     kiln_free(back);
@@ -581,7 +822,8 @@ static void bench_model_table(const plan_t *plan, const char *model, const char 
       continue;
     }
     int64_t k_med = median_i64(kiln_ns, plan->kiln_runs);
-    if (!mlir_opt) {
+    if (ptxas_row.target == t) ptxas_row.plain_ns = k_med;
+    if (!have_opt) {
       printf("  %-14s %-7s %10.1f\n", t->id, kind, ms(k_med));
     } else if (opt_err[0]) {
       printf("  %-14s %-7s %10.1f  mlir-opt failed: %.*s\n", t->id, kind, ms(k_med), ERR_COLS,
@@ -595,7 +837,7 @@ static void bench_model_table(const plan_t *plan, const char *model, const char 
       s->opt_ns += o_med;
       s->rows++;
     }
-    if (!mlir_opt) {
+    if (!have_opt) {
       by_kind[t->kind].kiln_ns += k_med;
       by_kind[t->kind].rows++;
     }
@@ -603,19 +845,43 @@ static void bench_model_table(const plan_t *plan, const char *model, const char 
   }
   for (int k = KILN_TARGET_KIND_CUDA; k <= KILN_TARGET_KIND_VULKAN; k++) {
     print_sum_row(kiln_compiler_target_kind_name((kiln_target_kind_t)k), &by_kind[k],
-                  mlir_opt != NULL, false);
+                  have_opt, false);
     total.kiln_ns += by_kind[k].kiln_ns;
     total.opt_ns += by_kind[k].opt_ns;
     total.rows += by_kind[k].rows;
   }
-  print_sum_row("TOTAL", &total, mlir_opt != NULL, true);
+  print_sum_row("TOTAL", &total, have_opt, true);
   if (total.rows < n_targets) {
     printf("  (TOTAL and the kind rows count only the %zu of %zu targets where both sides compiled)\n",
            total.rows, n_targets);
   }
+  if (have_opt && opt_startup_ns > 0 && total.rows > 0) {
+    /* What process start-up alone explains, if the passes cost the same on both sides. */
+    int64_t fixed = opt_startup_ns * (int64_t)total.rows;
+    int64_t passes = total.opt_ns - fixed;
+    printf("  mlir-opt start-up (an empty replay, %.1f ms) is %.0f of its %.0f ms TOTAL", ms(opt_startup_ns),
+           ms(fixed), ms(total.opt_ns));
+    if (passes > 0) {
+      printf(";\n  at equal pass speed the ratio would be %.2fx; %.1fx needs kiln's passes at %.2fx"
+             " mlir-opt's time\n", (double)total.opt_ns / (double)passes, SPEEDUP_GOAL,
+             (double)total.opt_ns / SPEEDUP_GOAL / (double)passes);
+    } else {
+      printf("\n");
+    }
+  }
+  if (ptxas_row.target && ptxas_row.err[0]) {
+    printf("  %s with ptxas on failed: %.*s\n", ptxas_row.target->id, ERR_COLS, ptxas_row.err);
+  } else if (ptxas_row.target && ptxas_row.ns && ptxas_row.cubins == 0) {
+    printf("  ptxas not found: kiln ships PTX only for CUDA, as timed above\n");
+  } else if (ptxas_row.target && ptxas_row.ns && ptxas_row.plain_ns) {
+    printf("  %s as shipped, ptxas assembling %zu cubins: %.1f ms, %.2fx the PTX-only row\n",
+           ptxas_row.target->id, ptxas_row.cubins, ms(ptxas_row.ns),
+           (double)ptxas_row.ns / (double)ptxas_row.plain_ns);
+  }
   printf("\n");
   kiln_free(kiln_ns);
   kiln_free(opt_ns);
+  kiln_free(ptxas_ns);
   shapes_deinit(&shapes);
   kiln_free(src);
 }
@@ -627,7 +893,9 @@ static void print_table_notes(void) {
          "  kiln sets in C between the halves (without spirv.entry_point_abi, Vulkan's BACK fails\n"
          "  in mlir-opt). For Vulkan, BACK stops before serialization: kiln additionally moves the\n"
          "  spirv.modules and serializes SPIR-V words, so those rows favour mlir-opt. Both sides\n"
-         "  link HIP code objects with ld.lld-22 processes.\n\n");
+         "  link HIP code objects with ld.lld-22 processes. kiln's optional ptxas step (CUDA\n"
+         "  cubins) is off in the tables, which the replay has no counterpart for; the line under\n"
+         "  each table times it. kiln also analyses kernel arguments and checks device limits.\n\n");
 }
 
 static void bench_fanout(const plan_t *plan, const char *model, const kiln_target_t *const *mission) {
@@ -706,22 +974,25 @@ static void bench_fanout(const plan_t *plan, const char *model, const kiln_targe
   kiln_free(src);
 }
 
-static void print_rss(void) {
-  struct rusage self, children;
+static void print_rss(const runner_report_t *runner) {
+  struct rusage self;
   getrusage(RUSAGE_SELF, &self);
-  getrusage(RUSAGE_CHILDREN, &children);
-  printf("3. peak RSS (getrusage ru_maxrss)\n");
-  printf("  bench_compile process (one MLIR context, every model and target): %8.1f MiB\n",
+  printf("3. peak RSS (getrusage ru_maxrss) and CPU\n");
+  printf("  bench_compile (one MLIR context, every model and target, K runs): %7.1f MiB\n",
          (double)self.ru_maxrss / 1024.0);
-  if (opt_totals.processes) {
-    printf("  largest mlir-opt process (wait4, %zu processes):               %8.1f MiB\n",
-           opt_totals.processes, (double)opt_totals.max_rss_kib / 1024.0);
+  if (runner) {
+    printf("  mlir-opt processes (RUSAGE_CHILDREN of the runner, %zu replays):  %7.1f MiB\n",
+           opt_totals.runs, (double)runner->children_max_rss_kib / 1024.0);
+    printf("  (each process's own peak; the runner that starts them peaked at %.1f MiB, a floor\n"
+           "  under that number: Linux charges a spawned child its spawner's peak until exec)\n",
+           (double)runner->self_max_rss_kib / 1024.0);
   }
-  printf("  largest child of any kind (RUSAGE_CHILDREN; also kiln's ld.lld): %8.1f MiB\n",
-         (double)children.ru_maxrss / 1024.0);
-  printf("  CPU/wall over the timed runs: kiln %.2f", kiln_wall_ns ? kiln_cpu_s / ((double)kiln_wall_ns / 1e9) : 0.0);
-  if (opt_totals.wall_ns) printf(", mlir-opt pipelines %.2f", opt_totals.cpu_s / ((double)opt_totals.wall_ns / 1e9));
-  printf(" (above 1.0: threads or overlapping processes; kiln's ld.lld children not counted)\n\n");
+  printf("  CPU/wall over the timed runs: kiln %.2f",
+         kiln_wall_ns ? kiln_cpu_s / ((double)kiln_wall_ns / 1e9) : 0.0);
+  if (opt_totals.wall_ns) {
+    printf(", mlir-opt replays %.2f", opt_totals.cpu_s / ((double)opt_totals.wall_ns / 1e9));
+  }
+  printf(" (ld.lld children included;\n  above 1.0: threads or overlapping processes)\n\n");
 }
 
 /* ---- main ---- */
@@ -756,13 +1027,20 @@ int main(int argc, char **argv) {
   }
   kiln_log_configure(KILN_LOG_WARN, STDERR_FILENO);
   signal(SIGPIPE, SIG_IGN); /* a failed mlir-opt must not kill the benchmark mid-write */
+  const char *env = getenv("KILN_PTXAS");
+  ptxas_env = env ? kiln_strdup(env) : NULL;
+  ptxas_set(false);
   int64_t t0 = kiln_time_monotonic_ns();
 
   char mlir_opt_path[PATH_MAX];
   const char *mlir_opt = find_mlir_opt(mlir_opt_path, sizeof mlir_opt_path) ? mlir_opt_path : NULL;
-  if (mlir_opt) stderr_files_open();
   print_header(&plan, mlir_opt);
   fflush(stdout);
+  runner_t runner_storage, *runner = NULL;
+  if (mlir_opt) {
+    runner_start(&runner_storage, mlir_opt);
+    runner = &runner_storage;
+  }
 
   check(kiln_compiler_context_create(&context), "kiln_compiler_context_create");
   const kiln_target_t *targets[MAX_TARGETS];
@@ -777,30 +1055,53 @@ int main(int argc, char **argv) {
     if (!mission[i]) die("mission target %s is not in the registry", mission_ids[i]);
   }
 
+  if (runner) {
+    /* The fixed cost of a replay: two processes, an empty module, empty pipelines. */
+    shapes_t none = {0};
+    int64_t *ns = kiln_calloc(plan.opt_runs, sizeof *ns);
+    char err[200] = "";
+    size_t ok = 0;
+    for (size_t r = 0; r < plan.opt_runs; r++) {
+      ok += opt_replay(runner, "/dev/null", "builtin.module()", "builtin.module()", &none, false,
+                       &ns[r], err, sizeof err);
+    }
+    if (ok == plan.opt_runs) opt_startup_ns = median_i64(ns, plan.opt_runs);
+    kiln_free(ns);
+    if (ok == plan.opt_runs) {
+      printf("mlir-opt start-up: an empty replay (both processes, empty module) takes %.1f ms\n\n",
+             ms(opt_startup_ns));
+    } else {
+      printf("mlir-opt start-up not measured: an empty replay failed: %s\n\n", err);
+    }
+  }
   int64_t marks[3];
   for (size_t m = 0; m < plan.n_models; m++) {
-    bench_model_table(&plan, all_models[m], mlir_opt, targets, n_targets);
+    bench_model_table(&plan, all_models[m], runner, targets, n_targets, m == 0);
   }
   if (mlir_opt) print_table_notes();
   marks[0] = kiln_time_monotonic_ns();
 
-  printf("2. fan-out: one kiln_compiler_compile for the %zu mission targets (", N_MISSION);
+  printf("2. fan-out: one kiln_compiler_compile for the %zu mission targets vs %zu single-target\n"
+         "   compiles (", N_MISSION, N_MISSION);
   for (size_t i = 0; i < N_MISSION; i++) printf("%s%s", i ? ", " : "", mission_ids[i]);
-  printf(")\n   vs %zu single-target compiles, same warm context; median of %zu runs each\n",
-         N_MISSION, plan.kiln_runs);
+  printf("),\n   same warm context, alternating, ptxas off; median of %zu runs each\n", plan.kiln_runs);
   printf("  %-16s %10s %11s %8s %9s %10s %6s %8s   goal <= %.1fx\n", "model", "fan-out ms",
          "indep. ms", "ratio", "front ms", "single ms", "front", "bound", FANOUT_GOAL);
   for (size_t m = 0; m < plan.n_fan_models; m++) bench_fanout(&plan, all_models[m], mission);
   printf("  front ms: the shared front half (parse included) of one compile, from\n"
          "  kiln_compiler_output_t.front_ms; single ms: the mean single-target compile; front =\n"
          "  front/single = f. The front half is all a fan-out saves, so with N = %zu targets the\n"
-         "  ratio cannot go below bound = (f + (1-f)N)/N; the goal needs f >= %.2f.\n\n",
+         "  ratio cannot go below bound = (f + (1-f)N)/N (a ratio below it is noise between\n"
+         "  runs); the goal needs f >= %.2f.\n\n",
          N_MISSION, (1.0 - FANOUT_GOAL) * (double)N_MISSION / (double)(N_MISSION - 1));
   marks[1] = kiln_time_monotonic_ns();
 
-  print_rss();
+  runner_report_t report;
+  if (runner) runner_stop(runner, &report);
+  print_rss(runner ? &report : NULL);
   kiln_compiler_context_destroy(context);
   context = NULL;
+  kiln_free(ptxas_env);
   marks[2] = kiln_time_monotonic_ns();
   printf("total %.1f s (per-target tables %.1f, fan-out %.1f)\n", (double)(marks[2] - t0) / 1e9,
          (double)(marks[0] - t0) / 1e9, (double)(marks[1] - marks[0]) / 1e9);
