@@ -495,16 +495,16 @@ static kiln_status_t spirv_serialize(kiln_compiler_context_t *context, MlirModul
 
 /* ---- cubin through ptxas (optional) ---- */
 
-static const char *find_ptxas(void) {
-  static char found[512];
+/* Returns a path in `found` (or the environment's), or NULL. */
+static const char *find_ptxas(char *found, size_t cap) {
   const char *env = getenv("KILN_PTXAS");
   if (env && *env) return access(env, X_OK) == 0 ? env : NULL;
   const char *path = getenv("PATH");
   while (path && *path) {
     const char *colon = strchr(path, ':');
     size_t n = colon ? (size_t)(colon - path) : strlen(path);
-    if (n && n < sizeof found - 8) {
-      snprintf(found, sizeof found, "%.*s/ptxas", (int)n, path);
+    if (n && n + 8 < cap) {
+      snprintf(found, cap, "%.*s/ptxas", (int)n, path);
       if (access(found, X_OK) == 0) return found;
     }
     path = colon ? colon + 1 : NULL;
@@ -625,7 +625,9 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
                                   "%s: %zu of %zu kernels came out of code generation for %s", name,
                                   out->n_kernels, launches->n, out->target->id);
       }
-      const char *ptxas = out->target->kind == KILN_TARGET_KIND_CUDA ? find_ptxas() : NULL;
+      char found[512];
+      const char *ptxas =
+          out->target->kind == KILN_TARGET_KIND_CUDA ? find_ptxas(found, sizeof found) : NULL;
       for (size_t k = 0; ptxas && !out->status && k < out->n_kernels; k++) {
         out->status = assemble_cubin(ptxas, out->target, &out->kernels[k]);
       }
@@ -774,8 +776,19 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   }
   out_output->n_targets = n_targets;
   out_output->targets = kiln_calloc(n_targets ? n_targets : 1, sizeof *out_output->targets);
+  for (size_t i = 0; i < n_targets; i++) out_output->targets[i].target = targets[i];
+  /* The ROCDL toolkit directory is made once, before any thread needs it. */
   for (size_t i = 0; i < n_targets; i++) {
-    out_output->targets[i].target = targets[i];
+    if (targets[i]->kind == KILN_TARGET_KIND_HIP) {
+      const char *ignored;
+      kiln_status_free(toolkit_dir(context, &ignored)); /* a failure resurfaces per target */
+      break;
+    }
+  }
+  /* One target after another. Back halves on parallel threads in one context were
+   * tried and crash inside MLIR/LLVM (the GPU serializers are not safe to run
+   * concurrently); parallelism belongs to the daemon's worker processes. */
+  for (size_t i = 0; i < n_targets; i++) {
     if (targets[i]->kind == KILN_TARGET_KIND_CPU) {
       compile_cpu(context, common, name, &out_output->targets[i]);
     } else {
