@@ -59,6 +59,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "bench/benchlib.h"
 #include "cache/cache.h"
 
 #define KIB ((size_t)1024)
@@ -197,16 +198,8 @@ static void stamp(unsigned char *buf, size_t len, uint64_t serial) {
   memcpy(buf, &serial, len < sizeof serial ? len : sizeof serial);
 }
 
-static int cmp_i64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
 /* Sorts in place. */
-static int64_t median_ns(int64_t *v, size_t n) {
-  qsort(v, n, sizeof *v, cmp_i64);
-  return (v[(n - 1) / 2] + v[n / 2]) / 2;
-}
+static int64_t median_ns(int64_t *v, size_t n) { return kiln_bench_median(v, n); }
 
 /* Nearest-rank percentile of a sorted array. */
 static int64_t percentile_ns(const int64_t *sorted, size_t n, unsigned pct) {
@@ -401,20 +394,8 @@ static void print_header(const plan_t *plan) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (statfs(scratch, &fs) != 0) die("cannot statfs %s: %s", scratch, strerror(errno));
-  char cpu[128] = "unknown";
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (f) {
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-      char *colon = strchr(line, ':');
-      if (strncmp(line, "model name", 10) == 0 && colon) {
-        snprintf(cpu, sizeof cpu, "%s", colon + 2);
-        cpu[strcspn(cpu, "\n")] = '\0';
-        break;
-      }
-    }
-    fclose(f);
-  }
+  char cpu[128];
+  kiln_bench_cpu_model(cpu, sizeof cpu);
   printf("kiln cache benchmark (%s): kiln vs the physical limit, side by side in one run\n",
          plan->quick ? "--quick" : "full");
   printf("what decides these numbers on this machine:\n");
@@ -425,18 +406,13 @@ static void print_header(const plan_t *plan) {
   if (((unsigned long)fs.f_type & 0xffffffffu) == 0x01021994) {
     printf("  NOTE: tmpfs: fsync is free here, so put ratios measure CPU only; pass a disk DIR\n");
   }
-  double load[3] = {0, 0, 0};
-  if (getloadavg(load, 3) > 0) {
-    printf("  load average %.1f over %ld cores before the run: other work shares this machine, so\n"
-           "  compare ratios (measured side by side), not absolute rates, across machines\n",
-           load[0], cores);
-  }
+  kiln_bench_print_load("rates");
   printf("  fsync latency (filesystem + device) bounds small puts; SHA-256 speed bounds get\n");
   printf("goals are reported as PASS/MISS, never asserted\n\n");
 }
 
 static void print_latency_row(const char *name, int64_t *ns, size_t n) {
-  qsort(ns, n, sizeof *ns, cmp_i64);
+  kiln_bench_sort(ns, n);
   int64_t p50 = percentile_ns(ns, n, 50);
   printf("  %-6s %8.1f %8.1f %8.1f %9.1f   %s\n", name, (double)p50 / 1e3,
          (double)percentile_ns(ns, n, 90) / 1e3, (double)percentile_ns(ns, n, 99) / 1e3,

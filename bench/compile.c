@@ -62,6 +62,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "bench/benchlib.h"
 #include "compiler/identity.h"
 #include "compiler/pipeline.h"
 #include "compiler/source.h"
@@ -120,16 +121,8 @@ static void check(kiln_status_t st, const char *what) {
 
 /* ---- small helpers ---- */
 
-static int cmp_i64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
 /* Sorts in place. */
-static int64_t median_i64(int64_t *v, size_t n) {
-  qsort(v, n, sizeof *v, cmp_i64);
-  return (v[(n - 1) / 2] + v[n / 2]) / 2;
-}
+static int64_t median_i64(int64_t *v, size_t n) { return kiln_bench_median(v, n); }
 
 static double ms(int64_t ns) { return (double)ns / 1e6; }
 
@@ -646,20 +639,8 @@ static void ptxas_set(bool on) {
 static void print_header(const plan_t *plan, const char *mlir_opt) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  char cpu[128] = "unknown";
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (f) {
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-      char *colon = strchr(line, ':');
-      if (strncmp(line, "model name", 10) == 0 && colon) {
-        snprintf(cpu, sizeof cpu, "%s", colon + 2);
-        cpu[strcspn(cpu, "\n")] = '\0';
-        break;
-      }
-    }
-    fclose(f);
-  }
+  char cpu[128];
+  kiln_bench_cpu_model(cpu, sizeof cpu);
   kiln_compiler_identity_t id;
   kiln_compiler_identity_get(&id);
   printf("kiln compile benchmark (%s): in-process compile vs mlir-opt processes, and fan-out vs\n"
@@ -671,12 +652,7 @@ static void print_header(const plan_t *plan, const char *mlir_opt) {
   printf("  %s %s linked against LLVM/MLIR %s; baseline %s\n", id.name, id.version, id.llvm_version,
          mlir_opt ? mlir_opt : "(mlir-opt-22 not found: baseline columns skipped; "
                                "install mlir-22-tools)");
-  double load[3] = {0, 0, 0};
-  if (getloadavg(load, 3) > 0) {
-    printf("  load average %.1f over %ld cores before the run: other work shares this machine, so\n"
-           "  compare ratios (measured side by side), not absolute times, across machines\n",
-           load[0], cores);
-  }
+  kiln_bench_print_load("times");
   printf("  medians of %zu kiln / %zu mlir-opt runs per row, after an untimed warm-up per model\n",
          plan->kiln_runs, plan->opt_runs);
   printf("goals are reported as PASS/MISS, never asserted\n\n");
