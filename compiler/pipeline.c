@@ -314,7 +314,7 @@ static MlirWalkResult harvest_binary(MlirOperation op, void *user) {
     /* Kernel i belongs to launch i: the dispatch list indexes kernels by it. */
     kiln_compiler_target_output_t *o = h->out;
     kiln_compiler_kernel_t *k = &o->kernels[i];
-    if (k->binary) break; /* already harvested */
+    if (k->binary) continue; /* already harvested */
     o->n_kernels++;
     k->args = kiln_memdup(l->args, (l->n_args ? l->n_args : 1) * sizeof *l->args);
     k->n_args = l->n_args;
@@ -326,9 +326,89 @@ static MlirWalkResult harvest_binary(MlirOperation op, void *user) {
     memcpy(k->binary, bytes.data, bytes.length);
     k->binary[bytes.length] = '\0';
     k->binary_len = bytes.length;
-    break; /* one launch per outlined module */
   }
   return MlirWalkResultAdvance;
+}
+
+/* ---- one device module per target ---- */
+
+typedef struct rename_s {
+  char *old_module; /* the kernel's original gpu.module */
+  char *new_name;   /* its function's name in the merged module */
+} rename_t;
+
+static MlirWalkResult relink_launch(MlirOperation op, void *user) {
+  if (!op_is(op, "gpu.launch_func")) return MlirWalkResultAdvance;
+  void **args = user;
+  MlirContext mlir = *(MlirContext *)args[0];
+  const char *merged = args[1];
+  const rename_t *renames = args[2];
+  size_t n = *(size_t *)args[3];
+  MlirStringRef key = mlirStringRefCreateFromCString("kernel");
+  MlirAttribute kernel = mlirOperationGetAttributeByName(op, key);
+  if (mlirAttributeIsNull(kernel)) return MlirWalkResultAdvance;
+  MlirStringRef root = mlirSymbolRefAttrGetRootReference(kernel);
+  for (size_t i = 0; i < n; i++) {
+    if (strlen(renames[i].old_module) != root.length ||
+        memcmp(renames[i].old_module, root.data, root.length) != 0) {
+      continue;
+    }
+    MlirAttribute leaf = mlirFlatSymbolRefAttrGet(mlir, mlirStringRefCreateFromCString(renames[i].new_name));
+    mlirOperationSetAttributeByName(
+        op, key, mlirSymbolRefAttrGet(mlir, mlirStringRefCreateFromCString(merged), 1, &leaf));
+    break;
+  }
+  return MlirWalkResultAdvance;
+}
+
+/* Outlining makes one gpu.module per kernel, every kernel named after the host
+ * function. Each target then ran its code generator, linker (ld.lld for HIP) and
+ * assembler (ptxas) once per kernel. Merge them: every kernel moves into the
+ * first gpu.module under its old module's (unique) name, and the launches are
+ * relinked, so a target produces one device module holding every kernel. */
+static void merge_kernel_modules(MlirContext mlir, MlirModule module) {
+  MlirBlock body = mlirModuleGetBody(module);
+  MlirOperation first = {NULL};
+  rename_t *renames = NULL;
+  size_t n = 0;
+  MlirStringRef sym_key = mlirStringRefCreateFromCString("sym_name");
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);) {
+    MlirOperation next = mlirOperationGetNextInBlock(op);
+    if (op_is(op, "gpu.module")) {
+      MlirAttribute name = mlirOperationGetAttributeByName(op, sym_key);
+      MlirBlock mbody = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
+      if (mlirOperationIsNull(first)) first = op;
+      for (MlirOperation f = mlirBlockGetFirstOperation(mbody); !mlirOperationIsNull(f);) {
+        MlirOperation fnext = mlirOperationGetNextInBlock(f);
+        if (op_is(f, "gpu.func")) {
+          renames = kiln_realloc(renames, (n + 1) * sizeof *renames);
+          renames[n].old_module = string_of(mlirStringAttrGetValue(name));
+          renames[n].new_name = kiln_strdup(renames[n].old_module);
+          mlirOperationSetAttributeByName(
+              f, sym_key, mlirStringAttrGet(mlir, mlirStringRefCreateFromCString(renames[n].new_name)));
+          n++;
+          if (!mlirOperationEqual(op, first)) {
+            mlirOperationRemoveFromParent(f);
+            mlirBlockAppendOwnedOperation(mlirRegionGetFirstBlock(mlirOperationGetRegion(first, 0)), f);
+          }
+        }
+        f = fnext;
+      }
+      if (!mlirOperationEqual(op, first)) mlirOperationDestroy(op);
+    }
+    op = next;
+  }
+  if (n > 0) {
+    char *merged = string_of(mlirStringAttrGetValue(mlirOperationGetAttributeByName(first, sym_key)));
+    void *args[] = {&mlir, merged, renames, &n};
+    mlirOperationWalk(mlirModuleGetOperation(module), relink_launch, args, MlirWalkPreOrder);
+    kiln_free(merged);
+  }
+  for (size_t i = 0; i < n; i++) {
+    kiln_free(renames[i].old_module);
+    kiln_free(renames[i].new_name);
+  }
+  kiln_free(renames);
 }
 
 /* ---- per-target back halves ---- */
@@ -629,7 +709,21 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
       const char *ptxas =
           out->target->kind == KILN_TARGET_KIND_CUDA ? find_ptxas(found, sizeof found) : NULL;
       for (size_t k = 0; ptxas && !out->status && k < out->n_kernels; k++) {
-        out->status = assemble_cubin(ptxas, out->target, &out->kernels[k]);
+        /* Kernels share their device module: assemble each distinct PTX once. */
+        const kiln_compiler_kernel_t *same = NULL;
+        for (size_t j = 0; j < k && !same; j++) {
+          const kiln_compiler_kernel_t *o = &out->kernels[j];
+          if (o->cubin && o->binary_len == out->kernels[k].binary_len &&
+              memcmp(o->binary, out->kernels[k].binary, o->binary_len) == 0) {
+            same = o;
+          }
+        }
+        if (same) {
+          out->kernels[k].cubin = kiln_memdup(same->cubin, same->cubin_len);
+          out->kernels[k].cubin_len = same->cubin_len;
+        } else {
+          out->status = assemble_cubin(ptxas, out->target, &out->kernels[k]);
+        }
       }
     }
     mlirModuleDestroy(module);
@@ -750,6 +844,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
     if (!pre_outlined) {
       status = run_pipeline(context, gpu, gpu_front_pipeline, name, "the GPU front half");
     }
+    if (!status) merge_kernel_modules(context->mlir, gpu);
     if (!status) {
       mlirOperationWalk(mlirModuleGetOperation(gpu), collect_launch, &launches, MlirWalkPreOrder);
       mlirOperationWalk(mlirModuleGetOperation(gpu), describe_kernel, &launches, MlirWalkPreOrder);
