@@ -15,6 +15,7 @@
  * file:line:col).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,8 +209,13 @@ int main(int argc, char **argv) {
     kiln_buf_init(&path);
     kiln_buf_appendf(&path, "%s/%s", outdir, t->target->id);
     mkdir(path.data, 0755);
-    size_t bytes = 0;
+    size_t bytes = 0, modules = 0;
     for (size_t k = 0; k < t->n_kernels; k++) {
+      /* Kernels share their device module: write (and count) each module once. */
+      bool seen = false;
+      for (size_t j = 0; j < k && !seen; j++) seen = !strcmp(t->kernels[j].module_name, t->kernels[k].module_name);
+      if (seen) continue;
+      modules++;
       kiln_buf_clear(&path);
       kiln_buf_appendf(&path, "%s/%s/%s.%s", outdir, t->target->id, t->kernels[k].module_name,
                        extension(t->target));
@@ -228,8 +234,8 @@ int main(int argc, char **argv) {
       }
     }
     kiln_buf_deinit(&path);
-    printf("%-14s %zu kernel(s), %zu bytes, %lld ms -> %s/%s/\n", t->target->id, t->n_kernels, bytes,
-           (long long)t->backend_ms, outdir, t->target->id);
+    printf("%-14s %zu kernel(s) in %zu module(s), %zu bytes, %lld ms -> %s/%s/\n", t->target->id,
+           t->n_kernels, modules, bytes, (long long)t->backend_ms, outdir, t->target->id);
   }
   printf("front half %lld ms (shared by %zu target(s))\n", (long long)out.front_ms, out.n_targets);
   kiln_compiler_output_deinit(&out);

@@ -48,6 +48,11 @@ demo() {
   "${kiln[@]}" info
   echo "== kiln stats"
   "${kiln[@]}" stats
+  echo "== kiln cache stats"
+  "${kiln[@]}" cache stats
+  echo "== kilnc: examples/attention.mlir for the mission's GPU targets (in-process MLIR pipeline)"
+  build/compiler/kilnc examples/attention.mlir --target sm_89,sm_120,gfx950,gfx1100,mali-g720,videocore_vii \
+    -o "$root/.kiln-demo/out"
   echo "== stopping kilnd (SIGTERM drains in-flight calls)"
   kill -TERM "$pid"
   local rc=0
