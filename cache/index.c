@@ -619,33 +619,59 @@ static kiln_status_t read_source_row(kiln_index_t *index, sqlite3_stmt *stmt,
   return NULL;
 }
 
-/* Steps a bound artifact query: every row into a caller-owned array. Resets the
- * statement. The rows and their labels come from one read snapshot, because the
- * outer statement keeps its read transaction open while labels are read. */
-static kiln_status_t collect_artifacts(kiln_index_t *index, sqlite3_stmt *stmt, int rc,
-                                       const char *op, kiln_index_artifact_t **out_records,
-                                       size_t *out_count) {
-  kiln_index_artifact_t *records = NULL;
+/* Reads one row into a zeroed element; on failure the element may be partial. */
+typedef kiln_status_t (*read_row_fn_t)(kiln_index_t *index, sqlite3_stmt *stmt, void *out);
+/* Frees `count` elements and the array. */
+typedef void (*free_rows_fn_t)(void *records, size_t count);
+
+/* Steps a bound query: every row into a caller-owned array of `size`-byte
+ * elements. Resets the statement. Artifact rows and their labels come from one
+ * read snapshot, because the outer statement keeps its read transaction open while
+ * labels are read. */
+static kiln_status_t collect_rows(kiln_index_t *index, sqlite3_stmt *stmt, int rc, const char *op,
+                                  size_t size, read_row_fn_t read, free_rows_fn_t free_rows,
+                                  void **out_records, size_t *out_count) {
+  char *records = NULL;
   size_t count = 0, capacity = 0;
   kiln_status_t status = NULL;
   while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     rc = SQLITE_OK;
     if (count == capacity) {
       capacity = capacity ? capacity * 2 : 8;
-      records = kiln_realloc(records, capacity * sizeof *records);
+      records = kiln_realloc(records, capacity * size);
     }
-    memset(&records[count], 0, sizeof records[count]);
-    status = read_artifact_row(index, stmt, &records[count++]);
+    void *row = records + count++ * size;
+    memset(row, 0, size);
+    status = read(index, stmt, row);
     if (status) break;
   }
   if (!status && rc != SQLITE_DONE) status = sql_failure(index, rc, op);
   stmt_done(stmt);
   if (status) {
-    kiln_index_artifacts_free(records, count);
+    free_rows(records, count);
     return status;
   }
   *out_records = records;
   *out_count = count;
+  return NULL;
+}
+
+static kiln_status_t read_artifact_any(kiln_index_t *index, sqlite3_stmt *stmt, void *out) {
+  return read_artifact_row(index, stmt, out);
+}
+
+static void free_artifacts_any(void *records, size_t count) {
+  kiln_index_artifacts_free(records, count);
+}
+
+/* Every row of a bound artifact query. */
+static kiln_status_t collect_artifacts(kiln_index_t *index, sqlite3_stmt *stmt, int rc,
+                                       const char *op, kiln_index_artifact_t **out_records,
+                                       size_t *out_count) {
+  void *records = NULL;
+  KILN_RETURN_IF_ERROR(collect_rows(index, stmt, rc, op, sizeof(kiln_index_artifact_t),
+                                    read_artifact_any, free_artifacts_any, &records, out_count));
+  *out_records = records;
   return NULL;
 }
 
@@ -1029,6 +1055,12 @@ kiln_status_t kiln_index_source_evict(kiln_index_t *index, const char *digest, b
   return NULL;
 }
 
+static kiln_status_t read_source_any(kiln_index_t *index, sqlite3_stmt *stmt, void *out) {
+  return read_source_row(index, stmt, out);
+}
+
+static void free_sources_any(void *records, size_t count) { kiln_index_sources_free(records, count); }
+
 kiln_status_t kiln_index_source_lru(kiln_index_t *index, size_t limit,
                                     kiln_index_source_t **out_records, size_t *out_count) {
   *out_records = NULL;
@@ -1037,28 +1069,11 @@ kiln_status_t kiln_index_source_lru(kiln_index_t *index, size_t limit,
   sqlite3_stmt *stmt = index->stmts[STMT_SOURCE_LRU];
   int rc = SQLITE_OK;
   bind_count(stmt, 1, limit, &rc);
-  kiln_index_source_t *records = NULL;
-  size_t count = 0, capacity = 0;
-  kiln_status_t status = NULL;
-  while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    rc = SQLITE_OK;
-    if (count == capacity) {
-      capacity = capacity ? capacity * 2 : 8;
-      records = kiln_realloc(records, capacity * sizeof *records);
-    }
-    memset(&records[count], 0, sizeof records[count]);
-    status = read_source_row(index, stmt, &records[count++]);
-    if (status) break;
-  }
-  if (!status && rc != SQLITE_DONE)
-    status = sql_failure(index, rc, "list source eviction candidates");
-  stmt_done(stmt);
-  if (status) {
-    kiln_index_sources_free(records, count);
-    return status;
-  }
+  void *records = NULL;
+  KILN_RETURN_IF_ERROR(collect_rows(index, stmt, rc, "list source eviction candidates",
+                                    sizeof(kiln_index_source_t), read_source_any, free_sources_any,
+                                    &records, out_count));
   *out_records = records;
-  *out_count = count;
   return NULL;
 }
 
