@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "tests/unit/support/testing.h"
 
 /* Counting allocator: the fixture. `fill` poisons fresh blocks so that a test of
  * zeroing can fail. */
@@ -272,31 +273,6 @@ static void test_restore_libc(void **state) {
   assert_int_equal(counts.frees, 1);
 }
 
-/* Abort paths: run `fn` in a child with stderr silenced and return its wait status. */
-static int run_in_child(void (*fn)(void)) {
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    int devnull = open("/dev/null", O_WRONLY);
-    if (devnull >= 0) dup2(devnull, STDERR_FILENO);
-    alarm(10);
-    fn();
-    _exit(0);
-  }
-  int wstatus = 0;
-  assert_int_equal(waitpid(pid, &wstatus, 0), pid);
-  return wstatus;
-}
-
-static void assert_died_of_sigabrt(int wstatus) {
-  if (!WIFSIGNALED(wstatus)) {
-    fail_msg("child exited with status %d instead of dying of SIGABRT",
-             WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
-  }
-  assert_int_equal(WTERMSIG(wstatus), SIGABRT);
-}
-
 static void child_allocates_normally(void) {
   kiln_free(kiln_calloc(16, 16));
   kiln_free(kiln_malloc(16));
@@ -333,28 +309,28 @@ static void child_failing_realloc(void) {
 static void test_child_harness_control(void **state) {
   (void)state;
   /* The harness tells a clean exit from an abort. */
-  int wstatus = run_in_child(child_allocates_normally);
+  int wstatus = kiln_test_run_in_child(child_allocates_normally);
   assert_true(WIFEXITED(wstatus));
   assert_int_equal(WEXITSTATUS(wstatus), 0);
 }
 
 static void test_calloc_overflow_aborts(void **state) {
   (void)state;
-  assert_died_of_sigabrt(run_in_child(child_calloc_overflow));
-  assert_died_of_sigabrt(run_in_child(child_calloc_overflow_max));
-  assert_died_of_sigabrt(run_in_child(child_calloc_overflow_just));
+  kiln_test_assert_died_of_sigabrt(kiln_test_run_in_child(child_calloc_overflow));
+  kiln_test_assert_died_of_sigabrt(kiln_test_run_in_child(child_calloc_overflow_max));
+  kiln_test_assert_died_of_sigabrt(kiln_test_run_in_child(child_calloc_overflow_just));
 }
 
 static void test_failing_malloc_hook_aborts(void **state) {
   (void)state;
-  assert_died_of_sigabrt(run_in_child(child_failing_malloc));
-  assert_died_of_sigabrt(run_in_child(child_failing_malloc_strdup));
-  assert_died_of_sigabrt(run_in_child(child_failing_malloc_zero));
+  kiln_test_assert_died_of_sigabrt(kiln_test_run_in_child(child_failing_malloc));
+  kiln_test_assert_died_of_sigabrt(kiln_test_run_in_child(child_failing_malloc_strdup));
+  kiln_test_assert_died_of_sigabrt(kiln_test_run_in_child(child_failing_malloc_zero));
 }
 
 static void test_failing_realloc_hook_aborts(void **state) {
   (void)state;
-  assert_died_of_sigabrt(run_in_child(child_failing_realloc));
+  kiln_test_assert_died_of_sigabrt(kiln_test_run_in_child(child_failing_realloc));
 }
 
 int main(void) {

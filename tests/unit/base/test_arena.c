@@ -20,6 +20,7 @@
 
 #include "base/alloc.h"
 #include "base/arena.h"
+#include "tests/unit/support/testing.h"
 
 /* Counting allocator: proves deinit returns every block, and poisons fresh blocks
  * so that the calloc test can fail. */
@@ -287,39 +288,22 @@ static void test_deinit_frees_and_arena_is_reusable(void **state) {
 
 /* ---- Abort paths, each in a forked child --------------------------------- */
 
-static int run_in_child(void (*fn)(void)) {
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    kiln_alloc_set_hooks(NULL);
-    fn();
-    _exit(0); /* reached only if fn did not abort */
-  }
-  int wstatus = 0;
-  if (waitpid(pid, &wstatus, 0) != pid) return -1;
-  return wstatus;
-}
-
-static void assert_died_of_sigabrt(int wstatus) {
-  assert_true(wstatus != -1);
-  if (!WIFSIGNALED(wstatus)) fail_msg("child exited normally (status %d)", WEXITSTATUS(wstatus));
-  assert_int_equal(WTERMSIG(wstatus), SIGABRT);
-}
-
 static void child_calloc_overflow(void) {
+  kiln_alloc_set_hooks(NULL); /* the parent may have a counting allocator in */
   kiln_arena_t a;
   kiln_arena_init(&a);
   kiln_arena_calloc(&a, SIZE_MAX / 2, 4);
 }
 
 static void child_alloc_huge(void) {
+  kiln_alloc_set_hooks(NULL); /* the parent may have a counting allocator in */
   kiln_arena_t a;
   kiln_arena_init(&a);
   kiln_arena_alloc(&a, SIZE_MAX - 3);
 }
 
 static void child_control(void) {
+  kiln_alloc_set_hooks(NULL); /* the parent may have a counting allocator in */
   kiln_arena_t a;
   kiln_arena_init(&a);
   kiln_arena_calloc(&a, 4, 4);
@@ -329,11 +313,11 @@ static void child_control(void) {
 static void test_overflow_aborts(void **state) {
   (void)state;
   /* The harness itself can tell a clean exit from an abort. */
-  int control = run_in_child(child_control);
+  int control = kiln_test_run_in_child(child_control);
   assert_true(WIFEXITED(control));
   assert_int_equal(WEXITSTATUS(control), 0);
-  assert_died_of_sigabrt(run_in_child(child_calloc_overflow));
-  assert_died_of_sigabrt(run_in_child(child_alloc_huge));
+  kiln_test_assert_died_of_sigabrt(kiln_test_run_in_child(child_calloc_overflow));
+  kiln_test_assert_died_of_sigabrt(kiln_test_run_in_child(child_alloc_huge));
 }
 
 int main(void) {

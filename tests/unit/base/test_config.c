@@ -1124,22 +1124,6 @@ static void test_deinit_frees_and_clears(void **state) {
 /* ---- bugs that corrupt memory: run in a child so one failure cannot take the
  * rest of the program down; under ASan the child exits non-zero. ---- */
 
-static int run_in_child(void (*fn)(void)) {
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    int devnull = open("/dev/null", O_WRONLY);
-    if (devnull >= 0) dup2(devnull, STDERR_FILENO);
-    alarm(10);
-    fn();
-    _exit(0);
-  }
-  int wstatus = 0;
-  assert_int_equal(waitpid(pid, &wstatus, 0), pid);
-  return wstatus;
-}
-
 static void assert_child_clean(int wstatus, const char *what) {
   if (WIFSIGNALED(wstatus)) fail_msg("%s: child died of signal %d", what, WTERMSIG(wstatus));
   if (WEXITSTATUS(wstatus) != 0) {
@@ -1165,7 +1149,7 @@ static void child_set_string_to_itself(void) {
  * without ASan the copy is usually garbage, which the child checks). */
 static void test_set_string_from_own_value(void **state) {
   (void)state;
-  assert_child_clean(run_in_child(child_set_string_to_itself), "set listen = listen");
+  assert_child_clean(kiln_test_run_in_child(child_set_string_to_itself), "set listen = listen");
 }
 
 static void child_long_env_prefix(void) {
@@ -1189,7 +1173,7 @@ static void child_long_env_prefix(void) {
  * terminating NUL past the 128-byte stack buffer (ASan: stack-buffer-overflow). */
 static void test_long_env_prefix_stays_in_bounds(void **state) {
   (void)state;
-  assert_child_clean(run_in_child(child_long_env_prefix), "130-character env prefix");
+  assert_child_clean(kiln_test_run_in_child(child_long_env_prefix), "130-character env prefix");
 }
 
 int main(void) {

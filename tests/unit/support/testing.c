@@ -17,7 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/unit/support/testing.h"
 
@@ -87,4 +91,29 @@ unsigned char *kiln_test_make_data(size_t len, bool compressible, uint64_t seed)
   if (compressible) kiln_test_fill_compressible(p, len, seed);
   else kiln_test_fill_random(p, len, seed);
   return p;
+}
+
+int kiln_test_run_in_child(void (*fn)(void)) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, STDERR_FILENO);
+    alarm(10);
+    fn();
+    _exit(0);
+  }
+  int wstatus = 0;
+  if (waitpid(pid, &wstatus, 0) != pid) return -1;
+  return wstatus;
+}
+
+void kiln_test_assert_died_of_sigabrt(int wstatus) {
+  assert_true(wstatus != -1);
+  if (!WIFSIGNALED(wstatus)) {
+    fail_msg("child exited with status %d instead of dying of SIGABRT",
+             WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
+  }
+  assert_int_equal(WTERMSIG(wstatus), SIGABRT);
 }

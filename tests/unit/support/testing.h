@@ -48,4 +48,14 @@ void kiln_test_fill_compressible(unsigned char *p, size_t len, uint64_t seed);
  * running cmocka test, so call it where a cmocka assertion may fail. */
 unsigned char *kiln_test_make_data(size_t len, bool compressible, uint64_t seed);
 
+/* Runs `fn` in a forked child with stderr silenced and a 10 s alarm (a hang
+ * becomes SIGALRM); the child exits 0 if `fn` returns. Returns the child's wait
+ * status, or -1 when fork or wait fails. For paths that abort or corrupt memory,
+ * so one failure cannot take the test program down. */
+int kiln_test_run_in_child(void (*fn)(void));
+
+/* Fails the running cmocka test unless `wstatus` (from kiln_test_run_in_child)
+ * says the child died of SIGABRT. */
+void kiln_test_assert_died_of_sigabrt(int wstatus);
+
 #endif /* KILN_TESTS_UNIT_SUPPORT_TESTING_H */
