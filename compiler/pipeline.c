@@ -28,6 +28,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/time.h"
+#include "compiler/host.h"
 #include "compiler/internal.h"
 
 /* Tile sizes of the (up to) three outermost parallel loop dimensions: the
@@ -38,27 +39,39 @@
 #define FRONT_TILE "1,4,32"
 
 /* The target-independent half, shared by every target (the host CPU too, so the
- * CPU's numerics check the tiling as well). */
-#define COMMON_PASSES                                                                \
+ * CPU's numerics check the tiling as well), in two pipelines: between them
+ * kiln_compiler_copies_to_kernels turns host memref.copy ops (a padded
+ * convolution's interior) into linalg.generic, so they become kernels too. */
+#define BUFFERIZE_PASSES                                                             \
   "func.func(tosa-to-linalg-named,tosa-to-linalg,tosa-to-arith,tosa-to-tensor),"    \
   "canonicalize,linalg-fuse-elementwise-ops,"                                       \
   "one-shot-bufferize{bufferize-function-boundaries "                               \
   "function-boundary-type-conversion=identity-layout-map},"                         \
-  "func.func(buffer-hoisting),buffer-deallocation-pipeline,canonicalize,"           \
+  "func.func(buffer-hoisting),buffer-deallocation-pipeline,canonicalize"
+#define LOOP_PASSES                                                                  \
   "func.func(convert-linalg-to-parallel-loops,"                                     \
   "scf-parallel-loop-tiling{parallel-loop-tile-sizes=" FRONT_TILE " no-min-max-bounds})"
 
-static const char common_pipeline[] = "builtin.module(" COMMON_PASSES ")";
+static const char bufferize_pipeline[] = "builtin.module(" BUFFERIZE_PASSES ")";
+static const char loop_pipeline[] = "builtin.module(" LOOP_PASSES ")";
 
-/* Then, once for all GPU targets: the grid mapping and kernel outlining. */
-static const char gpu_front_pipeline[] =
-    "builtin.module(func.func(gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
-    "gpu-kernel-outlining,canonicalize,cse)";
+/* Then, once for all GPU targets: the grid mapping and kernel outlining. Constants
+ * the kernels use are sunk into them first (after canonicalize folds the index
+ * arithmetic into constants), so kernels take buffers only, as IREE's HAL ABI
+ * passes them: one pointer per binding. */
+#define GPU_FRONT_PASSES                                                             \
+  "func.func(gpu-map-parallel-loops,convert-parallel-loops-to-gpu,canonicalize,"    \
+  "gpu-launch-sink-index-computations),gpu-kernel-outlining,canonicalize,cse"
 
-/* The whole GPU front half as one text, for tools that replay it. */
+static const char gpu_front_pipeline[] = "builtin.module(" GPU_FRONT_PASSES ")";
+
+/* The common half as text, for tools that replay it (without the copy rewrite,
+ * which is C, not a pass). */
+static const char common_pipeline[] = "builtin.module(" BUFFERIZE_PASSES "," LOOP_PASSES ")";
+
+/* The whole GPU front half as one text, likewise. */
 static const char front_pipeline[] =
-    "builtin.module(" COMMON_PASSES ",func.func(gpu-map-parallel-loops,"
-    "convert-parallel-loops-to-gpu),gpu-kernel-outlining,canonicalize,cse)";
+    "builtin.module(" BUFFERIZE_PASSES "," LOOP_PASSES "," GPU_FRONT_PASSES ")";
 
 /* The host CPU: the tiled loops run sequentially, lowered to the LLVM dialect with
  * C-callable wrappers (_mlir_ciface_<name>) for every function. */
@@ -99,6 +112,14 @@ static kiln_status_t run_pipeline(kiln_compiler_context_t *context, MlirModule m
   kiln_buf_deinit(&parse_errors);
   kiln_compiler_diag_detach(&diags);
   return status;
+}
+
+/* The common half: bufferize, copies to kernels, loops and tiles. */
+static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule module,
+                                const char *name) {
+  KILN_RETURN_IF_ERROR(run_pipeline(context, module, bufferize_pipeline, name, "the front half"));
+  kiln_compiler_copies_to_kernels(context->mlir, module);
+  return run_pipeline(context, module, loop_pipeline, name, "the front half");
 }
 
 /* ---- walking ---- */
@@ -475,7 +496,7 @@ static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_
     case KILN_TARGET_KIND_CUDA:
       kiln_buf_appendf(out,
                        "builtin.module(nvvm-attach-target{chip=%s features=+ptx%u O=3},"
-                       "gpu.module(%s,convert-gpu-to-nvvm{index-bitwidth=64},canonicalize,cse,"
+                       "gpu.module(%s,convert-gpu-to-nvvm{index-bitwidth=64 use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
                        "reconcile-unrealized-casts),gpu-module-to-binary{format=isa})",
                        t->chip, t->ptx_version, kernel_lowering);
       return NULL;
@@ -484,7 +505,7 @@ static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_
       KILN_RETURN_IF_ERROR(toolkit_dir(context, &toolkit));
       kiln_buf_appendf(out,
                        "builtin.module(rocdl-attach-target{chip=%s O=3 wave64=%s},"
-                       "gpu.module(%s,convert-gpu-to-rocdl{index-bitwidth=64},canonicalize,cse,"
+                       "gpu.module(%s,convert-gpu-to-rocdl{index-bitwidth=64 use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
                        "reconcile-unrealized-casts),gpu-module-to-binary{format=bin toolkit=%s})",
                        t->chip, t->limits.subgroup_size == 64 ? "true" : "false", kernel_lowering,
                        toolkit);
@@ -823,7 +844,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   bool pre_outlined = !mlirOperationIsNull(
       find_first(mlirModuleGetBody(common), "gpu.module"));
   kiln_status_t status =
-      pre_outlined ? NULL : run_pipeline(context, common, common_pipeline, name, "the front half");
+      pre_outlined ? NULL : run_common(context, common, name);
   /* The GPU part of the front half, also once, when any target is a GPU. */
   bool any_gpu = false;
   for (size_t i = 0; i < n_targets; i++) any_gpu = any_gpu || targets[i]->kind != KILN_TARGET_KIND_CPU;
@@ -863,12 +884,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
     return status;
   }
   out_output->front_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
-  out_output->n_dispatches = launches.n;
-  out_output->dispatches = kiln_calloc(launches.n ? launches.n : 1, sizeof *out_output->dispatches);
-  for (size_t i = 0; i < launches.n; i++) {
-    out_output->dispatches[i].kernel = (uint32_t)i;
-    memcpy(out_output->dispatches[i].grid, launches.items[i].grid, sizeof launches.items[i].grid);
-  }
+  if (any_gpu) out_output->plan_status = kiln_compiler_host_plan_read(gpu, name, &out_output->plan);
   out_output->n_targets = n_targets;
   out_output->targets = kiln_calloc(n_targets ? n_targets : 1, sizeof *out_output->targets);
   for (size_t i = 0; i < n_targets; i++) out_output->targets[i].target = targets[i];
@@ -906,7 +922,7 @@ kiln_status_t kiln_compiler_jit_create(kiln_compiler_context_t *context, const v
   if (!name || !*name) name = "<source>";
   MlirModule module;
   KILN_RETURN_IF_ERROR(kiln_compiler_parse(context, source, len, name, &module));
-  kiln_status_t st = run_pipeline(context, module, common_pipeline, name, "the front half");
+  kiln_status_t st = run_common(context, module, name);
   if (!st) st = run_pipeline(context, module, cpu_pipeline, name, "code generation for the host");
   if (!st) {
     /* memref.copy between strided views (a padded convolution's interior) lowers
@@ -973,6 +989,7 @@ void kiln_compiler_output_deinit(kiln_compiler_output_t *output) {
     kiln_free(t->kernels);
   }
   kiln_free(output->targets);
-  kiln_free(output->dispatches);
+  kiln_vmfb_plan_deinit(&output->plan);
+  kiln_status_free(output->plan_status);
   memset(output, 0, sizeof *output);
 }

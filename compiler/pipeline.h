@@ -28,6 +28,7 @@
 #include "base/status.h"
 #include "compiler/source.h"
 #include "compiler/targets.h"
+#include "compiler/vmfb/plan.h"
 
 /* A kernel argument, in order: a buffer (a binding) or a scalar (a push constant). */
 typedef enum kiln_compiler_arg_kind_e {
@@ -57,14 +58,6 @@ typedef struct kiln_compiler_kernel_s {
   size_t n_args;
 } kiln_compiler_kernel_t;
 
-/* One launch of the host program, in program order: kernel `kernel` (an index
- * into every GPU target's kernels, which are in this same order) on a grid of
- * `grid` workgroups. */
-typedef struct kiln_compiler_dispatch_s {
-  uint32_t kernel;
-  uint32_t grid[3];
-} kiln_compiler_dispatch_t;
-
 typedef struct kiln_compiler_target_output_s {
   const kiln_target_t *target;
   kiln_status_t status; /* owned; NULL when the target compiled */
@@ -76,8 +69,13 @@ typedef struct kiln_compiler_target_output_s {
 typedef struct kiln_compiler_output_s {
   kiln_compiler_target_output_t *targets;
   size_t n_targets;
-  kiln_compiler_dispatch_t *dispatches; /* GPU targets share one host program */
-  size_t n_dispatches;
+  /* The host program every GPU target shares: buffers and launches in program
+   * order; a dispatch step's `kernel` indexes every GPU target's kernels, which
+   * are in launch order. When the host side does something a VMFB host program
+   * cannot express, plan is empty and plan_status (owned) says why: the device
+   * code is still there, only packaging as a VMFB is refused. */
+  kiln_vmfb_plan_t plan;
+  kiln_status_t plan_status;
   int64_t front_ms; /* the shared, target-independent half */
 } kiln_compiler_output_t;
 

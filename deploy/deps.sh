@@ -12,12 +12,14 @@ packages=(
   # the service
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libsqlite3-dev sqlite3
   # JSON output of the CLI (json-c: well kept, no hand-written JSON); SHA-256 from
-  # OpenSSL's libcrypto; zstd for blobs at rest
-  libjson-c-dev libssl-dev libzstd-dev
+  # OpenSSL's libcrypto; zstd for blobs at rest; zlib's crc32 for VMFB zip entries
+  libjson-c-dev libssl-dev libzstd-dev zlib1g-dev
   # tests: cmocka units; the interop client is Python with Debian's grpcio
   libcmocka-dev protobuf-compiler python3 python3-grpcio python3-protobuf valgrind
   # validating generated device code: spirv-val (llvm-readobj comes with llvm-22)
   spirv-tools
+  # the VMFB reader's libFuzzer target (clang with its runtime)
+  clang-22 libclang-rt-22-dev
 )
 
 missing=()

@@ -1,0 +1,420 @@
+/* The host side of a compiled model: copies become kernels, and the outlined host
+ * function is read into a host plan.
+ *
+ * Buffers. Every memref value on the host is a view of one root: a function
+ * argument (INPUT), a memref.get_global (CONSTANT, its initializer's bytes) or a
+ * memref.alloc (TRANSIENT). Views (subview, expand/collapse_shape, cast) keep
+ * their static offset in their type; kernels take bare pointers and add that
+ * offset themselves, so every binding is its root buffer from byte 0. Results
+ * carry their byte offset (a function may return a view).
+ *
+ * Kernels. gpu-launch-sink-index-computations moved every constant a kernel uses
+ * into it, so launches pass memrefs only; a scalar that is still passed must be a
+ * constant (a push constant) or the plan is UNIMPLEMENTED.
+ */
+#include "compiler/host.h"
+
+#include <mlir-c/AffineMap.h>
+#include <mlir-c/BuiltinAttributes.h>
+#include <mlir-c/BuiltinTypes.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+static bool op_is(MlirOperation op, const char *name) {
+  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
+  return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
+}
+
+static MlirAttribute attr(MlirOperation op, const char *name) {
+  return mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString(name));
+}
+
+/* ---- copies to kernels ---- */
+
+static void rewrite_copy(MlirContext ctx, MlirOperation copy) {
+  MlirValue src = mlirOperationGetOperand(copy, 0);
+  MlirValue dst = mlirOperationGetOperand(copy, 1);
+  MlirType type = mlirValueGetType(src);
+  intptr_t rank = mlirShapedTypeGetRank(type);
+  MlirType elem = mlirShapedTypeGetElementType(type);
+  MlirLocation loc = mlirOperationGetLocation(copy);
+
+  MlirAttribute map = mlirAffineMapAttrGet(mlirAffineMapMultiDimIdentityGet(ctx, rank));
+  MlirAttribute maps[2] = {map, map};
+  MlirAttribute parallel = mlirAttributeParseGet(ctx, mlirStringRefCreateFromCString("#linalg.iterator_type<parallel>"));
+  MlirAttribute *iters = kiln_calloc(rank ? (size_t)rank : 1, sizeof *iters);
+  for (intptr_t i = 0; i < rank; i++) iters[i] = parallel;
+  int32_t segments[2] = {1, 1};
+  MlirNamedAttribute named[3] = {
+      mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("indexing_maps")),
+                            mlirArrayAttrGet(ctx, 2, maps)),
+      mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("iterator_types")),
+                            mlirArrayAttrGet(ctx, rank, iters)),
+      mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("operandSegmentSizes")),
+                            mlirDenseI32ArrayGet(ctx, 2, segments)),
+  };
+  kiln_free(iters);
+
+  MlirType arg_types[2] = {elem, elem};
+  MlirLocation locs[2] = {loc, loc};
+  MlirBlock body = mlirBlockCreate(2, arg_types, locs);
+  MlirOperationState yield_state = mlirOperationStateGet(mlirStringRefCreateFromCString("linalg.yield"), loc);
+  MlirValue in = mlirBlockGetArgument(body, 0);
+  mlirOperationStateAddOperands(&yield_state, 1, &in);
+  mlirBlockAppendOwnedOperation(body, mlirOperationCreate(&yield_state));
+  MlirRegion region = mlirRegionCreate();
+  mlirRegionAppendOwnedBlock(region, body);
+
+  MlirOperationState state = mlirOperationStateGet(mlirStringRefCreateFromCString("linalg.generic"), loc);
+  MlirValue operands[2] = {src, dst};
+  mlirOperationStateAddOperands(&state, 2, operands);
+  mlirOperationStateAddAttributes(&state, 3, named);
+  mlirOperationStateAddOwnedRegions(&state, 1, &region);
+  MlirOperation generic = mlirOperationCreate(&state);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(copy), copy, generic);
+  mlirOperationDestroy(copy);
+}
+
+static void rewrite_block(MlirContext ctx, MlirBlock block) {
+  for (MlirOperation op = mlirBlockGetFirstOperation(block); !mlirOperationIsNull(op);) {
+    MlirOperation next = mlirOperationGetNextInBlock(op);
+    if (op_is(op, "memref.copy")) rewrite_copy(ctx, op);
+    op = next;
+  }
+}
+
+void kiln_compiler_copies_to_kernels(MlirContext context, MlirModule module) {
+  MlirBlock body = mlirModuleGetBody(module);
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (!op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1) continue;
+    MlirRegion region = mlirOperationGetRegion(op, 0);
+    for (MlirBlock b = mlirRegionGetFirstBlock(region); !mlirBlockIsNull(b); b = mlirBlockGetNextInRegion(b)) {
+      rewrite_block(context, b);
+    }
+  }
+}
+
+/* ---- the host plan ---- */
+
+/* A host value's root buffer and its byte offset from the root's start. */
+typedef struct view_s {
+  MlirValue value;
+  uint32_t buffer;
+  uint64_t offset;
+} view_t;
+
+typedef struct reader_s {
+  MlirModule module;
+  const char *name;
+  kiln_vmfb_function_t *fn;
+  view_t *views;
+  size_t n_views;
+  uint32_t next_kernel;
+} reader_t;
+
+static kiln_status_t element_type(const reader_t *r, MlirType t, uint32_t *out) {
+  if (mlirTypeIsAF32(t)) *out = KILN_VMFB_ELEMENT_FLOAT_32;
+  else if (mlirTypeIsAF16(t)) *out = KILN_VMFB_ELEMENT_FLOAT_16;
+  else if (mlirTypeIsABF16(t)) *out = KILN_VMFB_ELEMENT_BFLOAT_16;
+  else if (mlirTypeIsAF64(t)) *out = KILN_VMFB_ELEMENT_FLOAT_64;
+  else if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 1) *out = KILN_VMFB_ELEMENT_BOOL_8;
+  else if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 8) *out = KILN_VMFB_ELEMENT_INT_8;
+  else if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 16) *out = KILN_VMFB_ELEMENT_INT_16;
+  else if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 32) *out = KILN_VMFB_ELEMENT_INT_32;
+  else if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 64) *out = KILN_VMFB_ELEMENT_INT_64;
+  else {
+    return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                       "%s: function %s: an element type kiln's VMFB host program does not "
+                       "support (use f16/bf16/f32/f64 or i1/i8/i16/i32/i64)",
+                       r->name, r->fn->name);
+  }
+  return NULL;
+}
+
+/* A static-shaped memref type as a tensor type. */
+static kiln_status_t tensor_type(const reader_t *r, MlirType t, kiln_vmfb_tensor_type_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!mlirTypeIsAMemRef(t) || !mlirShapedTypeHasStaticShape(t) ||
+      mlirShapedTypeGetRank(t) > KILN_VMFB_MAX_RANK) {
+    return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                       "%s: function %s: inputs and results must be tensors of static shape and "
+                       "rank <= %d (dynamic shapes are not supported yet)",
+                       r->name, r->fn->name, KILN_VMFB_MAX_RANK);
+  }
+  out->rank = (uint32_t)mlirShapedTypeGetRank(t);
+  for (uint32_t d = 0; d < out->rank; d++) out->dims[d] = mlirShapedTypeGetDimSize(t, d);
+  return element_type(r, mlirShapedTypeGetElementType(t), &out->element_type);
+}
+
+static uint64_t type_bytes(const kiln_vmfb_tensor_type_t *t) {
+  uint64_t n = kiln_vmfb_element_bytes(t->element_type);
+  for (uint32_t d = 0; d < t->rank; d++) n *= (uint64_t)t->dims[d];
+  return n;
+}
+
+static uint32_t add_buffer(kiln_vmfb_function_t *fn, kiln_vmfb_buffer_t b) {
+  fn->buffers = kiln_realloc(fn->buffers, (fn->n_buffers + 1) * sizeof *fn->buffers);
+  fn->buffers[fn->n_buffers] = b;
+  return (uint32_t)fn->n_buffers++;
+}
+
+static void add_view(reader_t *r, MlirValue v, uint32_t buffer, uint64_t offset) {
+  r->views = kiln_realloc(r->views, (r->n_views + 1) * sizeof *r->views);
+  r->views[r->n_views++] = (view_t){v, buffer, offset};
+}
+
+static const view_t *find_view(const reader_t *r, MlirValue v) {
+  for (size_t i = 0; i < r->n_views; i++) {
+    if (mlirValueEqual(r->views[i].value, v)) return &r->views[i];
+  }
+  return NULL;
+}
+
+/* The static offset (in elements) a memref type's layout adds, 0 for identity. */
+static bool static_offset(MlirType t, uint64_t *out) {
+  *out = 0;
+  if (mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t))) return true;
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  int64_t *strides = kiln_calloc(rank ? (size_t)rank : 1, sizeof *strides);
+  int64_t offset = 0;
+  bool ok = mlirLogicalResultIsSuccess(mlirMemRefTypeGetStridesAndOffset(t, strides, &offset)) &&
+            !mlirShapedTypeIsDynamicStrideOrOffset(offset) && offset >= 0;
+  kiln_free(strides);
+  if (ok) *out = (uint64_t)offset;
+  return ok;
+}
+
+static kiln_status_t unsupported(const reader_t *r, MlirOperation op, const char *why) {
+  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
+  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                     "%s: function %s: host op %.*s %s; kiln's VMFB host program cannot express it",
+                     r->name, r->fn->name, (int)s.length, s.data, why);
+}
+
+/* The bytes of a memref.global's initializer (splats expanded). */
+static kiln_status_t global_bytes(reader_t *r, MlirOperation get, kiln_vmfb_buffer_t *out) {
+  MlirAttribute sym = attr(get, "name");
+  MlirSymbolTable table = mlirSymbolTableCreate(mlirModuleGetOperation(r->module));
+  MlirOperation global = mlirAttributeIsNull(sym)
+                             ? (MlirOperation){NULL}
+                             : mlirSymbolTableLookup(table, mlirFlatSymbolRefAttrGetValue(sym));
+  mlirSymbolTableDestroy(table);
+  MlirAttribute init = mlirOperationIsNull(global) ? (MlirAttribute){NULL} : attr(global, "initial_value");
+  MlirType type = mlirValueGetType(mlirOperationGetResult(get, 0));
+  kiln_vmfb_tensor_type_t tt;
+  KILN_RETURN_IF_ERROR(tensor_type(r, type, &tt));
+  if (mlirAttributeIsNull(init) || !mlirAttributeIsADenseElements(init) ||
+      tt.element_type == KILN_VMFB_ELEMENT_BOOL_8) {
+    return unsupported(r, get, "reads a global without a dense numeric initializer");
+  }
+  uint64_t size = type_bytes(&tt);
+  uint64_t elem = kiln_vmfb_element_bytes(tt.element_type);
+  uint8_t *data = kiln_malloc(size ? size : 1);
+  const uint8_t *raw = mlirDenseElementsAttrGetRawData(init);
+  if (mlirDenseElementsAttrIsSplat(init)) {
+    for (uint64_t i = 0; i < size; i += elem) memcpy(data + i, raw, elem);
+  } else {
+    memcpy(data, raw, size);
+  }
+  *out = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = data, .size_bytes = size};
+  return NULL;
+}
+
+static kiln_status_t read_launch(reader_t *r, MlirOperation op) {
+  MlirAttribute segments = attr(op, "operandSegmentSizes");
+  if (mlirAttributeIsNull(segments) || !mlirAttributeIsADenseI32Array(segments) ||
+      mlirDenseArrayGetNumElements(segments) < 3) {
+    return unsupported(r, op, "has no operand segments");
+  }
+  intptr_t n_seg = mlirDenseArrayGetNumElements(segments);
+  /* [async deps, grid xyz, block xyz, (cluster xyz), (shared memory), kernel operands, (async object)] */
+  intptr_t first = 0;
+  for (intptr_t i = 0; i < n_seg - 2; i++) first += mlirDenseI32ArrayGetElement(segments, i);
+  intptr_t count = mlirDenseI32ArrayGetElement(segments, n_seg - 2);
+  intptr_t grid0 = mlirDenseI32ArrayGetElement(segments, 0);
+  kiln_vmfb_step_t step = {.kind = KILN_VMFB_STEP_DISPATCH, .kernel = r->next_kernel++};
+  for (int d = 0; d < 3; d++) {
+    MlirValue g = mlirOperationGetOperand(op, grid0 + d);
+    MlirOperation def = mlirValueIsAOpResult(g) ? mlirOpResultGetOwner(g) : (MlirOperation){NULL};
+    MlirAttribute v = mlirOperationIsNull(def) || !op_is(def, "arith.constant") ? (MlirAttribute){NULL}
+                                                                                : attr(def, "value");
+    if (mlirAttributeIsNull(v) || !mlirAttributeIsAInteger(v) || mlirIntegerAttrGetValueInt(v) < 1 ||
+        mlirIntegerAttrGetValueInt(v) > UINT32_MAX) {
+      return unsupported(r, op, "has a grid size that is not a constant");
+    }
+    step.workgroups[d] = (uint32_t)mlirIntegerAttrGetValueInt(v);
+  }
+  kiln_status_t st = NULL;
+  for (intptr_t i = first; i < first + count && !st; i++) {
+    MlirValue v = mlirOperationGetOperand(op, i);
+    MlirType t = mlirValueGetType(v);
+    if (mlirTypeIsAMemRef(t)) {
+      const view_t *view = find_view(r, v);
+      if (!view) {
+        st = unsupported(r, op, "passes a buffer kiln could not trace to an argument, global or allocation");
+        break;
+      }
+      step.bindings = kiln_realloc(step.bindings, (step.n_bindings + 1) * sizeof *step.bindings);
+      step.bindings[step.n_bindings++] = (kiln_vmfb_binding_t){
+          .buffer = view->buffer, .offset = 0, .length = r->fn->buffers[view->buffer].size_bytes};
+      continue;
+    }
+    MlirOperation def = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
+    MlirAttribute value = mlirOperationIsNull(def) || !op_is(def, "arith.constant") ? (MlirAttribute){NULL}
+                                                                                    : attr(def, "value");
+    if (mlirAttributeIsNull(value)) {
+      st = unsupported(r, op, "passes a scalar that is not a constant");
+      break;
+    }
+    uint64_t bits = 0;
+    unsigned width = 32;
+    if (mlirAttributeIsAInteger(value)) {
+      bits = (uint64_t)mlirIntegerAttrGetValueInt(value);
+      width = mlirTypeIsAIndex(t) ? 64 : mlirIntegerTypeGetWidth(t);
+    } else if (mlirAttributeIsAFloat(value) && mlirTypeIsAF32(t)) {
+      float f = (float)mlirFloatAttrGetValueDouble(value);
+      uint32_t w;
+      memcpy(&w, &f, sizeof w);
+      bits = w;
+    } else {
+      st = unsupported(r, op, "passes a scalar constant of a type other than i32/i64/index/f32");
+      break;
+    }
+    size_t words = width > 32 ? 2 : 1;
+    step.constants = kiln_realloc(step.constants, (step.n_constants + words) * sizeof *step.constants);
+    step.constants[step.n_constants++] = (uint32_t)bits;
+    if (words == 2) step.constants[step.n_constants++] = (uint32_t)(bits >> 32);
+  }
+  if (st) {
+    kiln_free(step.bindings);
+    kiln_free(step.constants);
+    return st;
+  }
+  kiln_vmfb_function_t *fn = r->fn;
+  fn->steps = kiln_realloc(fn->steps, (fn->n_steps + 1) * sizeof *fn->steps);
+  fn->steps[fn->n_steps++] = step;
+  return NULL;
+}
+
+static kiln_status_t read_op(reader_t *r, MlirOperation op) {
+  kiln_vmfb_function_t *fn = r->fn;
+  if (op_is(op, "arith.constant") || op_is(op, "memref.dealloc")) return NULL;
+  if (op_is(op, "memref.alloc") || op_is(op, "memref.alloca")) {
+    MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
+    kiln_vmfb_tensor_type_t tt;
+    if (mlirOperationGetNumOperands(op) != 0) return unsupported(r, op, "allocates a dynamic size");
+    KILN_RETURN_IF_ERROR(tensor_type(r, t, &tt));
+    uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT,
+                                                     .size_bytes = type_bytes(&tt)});
+    add_view(r, mlirOperationGetResult(op, 0), b, 0);
+    return NULL;
+  }
+  if (op_is(op, "memref.get_global")) {
+    kiln_vmfb_buffer_t buffer;
+    KILN_RETURN_IF_ERROR(global_bytes(r, op, &buffer));
+    add_view(r, mlirOperationGetResult(op, 0), add_buffer(fn, buffer), 0);
+    return NULL;
+  }
+  if (op_is(op, "memref.subview") || op_is(op, "memref.expand_shape") ||
+      op_is(op, "memref.collapse_shape") || op_is(op, "memref.cast") ||
+      op_is(op, "memref.reinterpret_cast")) {
+    const view_t *source = find_view(r, mlirOperationGetOperand(op, 0));
+    MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
+    uint64_t offset = 0;
+    if (!source) return unsupported(r, op, "views a buffer kiln could not trace");
+    if (!mlirTypeIsAMemRef(t) || !mlirShapedTypeHasStaticShape(t) || !static_offset(t, &offset)) {
+      return unsupported(r, op, "makes a view of dynamic shape or offset");
+    }
+    uint32_t elem = 0;
+    KILN_RETURN_IF_ERROR(element_type(r, mlirShapedTypeGetElementType(t), &elem));
+    /* The type's offset is from the root's start (views compose their offsets). */
+    add_view(r, mlirOperationGetResult(op, 0), source->buffer, offset * kiln_vmfb_element_bytes(elem));
+    return NULL;
+  }
+  if (op_is(op, "gpu.launch_func")) return read_launch(r, op);
+  if (op_is(op, "func.return")) {
+    intptr_t n = mlirOperationGetNumOperands(op);
+    fn->results = kiln_calloc(n ? (size_t)n : 1, sizeof *fn->results);
+    for (intptr_t i = 0; i < n; i++) {
+      MlirValue v = mlirOperationGetOperand(op, i);
+      const view_t *view = find_view(r, v);
+      if (!view) return unsupported(r, op, "returns a value that is not a traced buffer");
+      if (fn->buffers[view->buffer].kind == KILN_VMFB_BUFFER_CONSTANT) {
+        return unsupported(r, op, "returns a constant global");
+      }
+      kiln_vmfb_result_t *res = &fn->results[fn->n_results];
+      KILN_RETURN_IF_ERROR(tensor_type(r, mlirValueGetType(v), &res->type));
+      res->buffer = view->buffer;
+      res->offset = view->offset;
+      fn->n_results++;
+    }
+    return NULL;
+  }
+  return unsupported(r, op, "is not a launch, allocation, view or constant");
+}
+
+static kiln_status_t read_function(reader_t *r, MlirOperation func) {
+  kiln_vmfb_function_t *fn = r->fn;
+  MlirAttribute sym = attr(func, "sym_name");
+  MlirStringRef s = mlirStringAttrGetValue(sym);
+  fn->name = kiln_strndup(s.data, s.length);
+  MlirRegion region = mlirOperationGetRegion(func, 0);
+  MlirBlock entry = mlirRegionGetFirstBlock(region);
+  if (!mlirBlockIsNull(mlirBlockGetNextInRegion(entry))) {
+    return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                       "%s: function %s has control flow on the host (more than one block); kiln's "
+                       "VMFB host program records straight-line dispatches only",
+                       r->name, fn->name);
+  }
+  intptr_t n_args = mlirBlockGetNumArguments(entry);
+  fn->inputs = kiln_calloc(n_args ? (size_t)n_args : 1, sizeof *fn->inputs);
+  for (intptr_t i = 0; i < n_args; i++) {
+    MlirValue arg = mlirBlockGetArgument(entry, i);
+    KILN_RETURN_IF_ERROR(tensor_type(r, mlirValueGetType(arg), &fn->inputs[i]));
+    fn->n_inputs++;
+    uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT,
+                                                     .input = (uint32_t)i,
+                                                     .size_bytes = type_bytes(&fn->inputs[i])});
+    add_view(r, arg, b, 0);
+  }
+  for (MlirOperation op = mlirBlockGetFirstOperation(entry); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    KILN_RETURN_IF_ERROR(read_op(r, op));
+  }
+  return NULL;
+}
+
+kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
+                                           kiln_vmfb_plan_t *out_plan) {
+  memset(out_plan, 0, sizeof *out_plan);
+  kiln_vmfb_plan_t plan = {0};
+  reader_t r = {.module = module, .name = name};
+  kiln_status_t st = NULL;
+  MlirBlock body = mlirModuleGetBody(module);
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op) && !st;
+       op = mlirOperationGetNextInBlock(op)) {
+    if (!op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1 ||
+        mlirBlockIsNull(mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0)))) {
+      continue;
+    }
+    MlirAttribute visibility = attr(op, "sym_visibility");
+    if (!mlirAttributeIsNull(visibility)) continue; /* private helpers are not entry points */
+    plan.functions = kiln_realloc(plan.functions, (plan.n_functions + 1) * sizeof *plan.functions);
+    memset(&plan.functions[plan.n_functions], 0, sizeof *plan.functions);
+    r.fn = &plan.functions[plan.n_functions++];
+    r.n_views = 0;
+    st = read_function(&r, op);
+  }
+  kiln_free(r.views);
+  if (!st && plan.n_functions == 0) {
+    st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: no public function to export", name);
+  }
+  if (st) {
+    kiln_vmfb_plan_deinit(&plan);
+    return st;
+  }
+  *out_plan = plan;
+  return NULL;
+}

@@ -1,0 +1,35 @@
+/* The host side of a compiled model, inside compiler/ only (includes mlir-c).
+ *
+ * Two jobs on the bufferized module:
+ *  - kiln_compiler_copies_to_kernels: every memref.copy in a host function becomes
+ *    a linalg.generic, so a padded convolution's interior copy runs as a GPU kernel
+ *    instead of a host loop;
+ *  - kiln_compiler_host_plan_read: after kernel outlining, the host functions'
+ *    buffers and launches as a kiln_vmfb_plan_t (compiler/vmfb/plan.h), which the
+ *    VMFB writer turns into the VM host program.
+ * One thread at a time per context, like the rest of the compiler.
+ */
+#ifndef KILN_COMPILER_HOST_H_
+#define KILN_COMPILER_HOST_H_
+
+#include <mlir-c/IR.h>
+
+#include "base/status.h"
+#include "compiler/vmfb/plan.h"
+
+/* Rewrites each memref.copy directly inside a func.func into an elementwise
+ * linalg.generic (identity maps, all parallel), which the loop and GPU passes then
+ * tile and map like any other kernel. */
+void kiln_compiler_copies_to_kernels(MlirContext context, MlirModule module);
+
+/* Reads the plan of every public host func.func of an outlined module: inputs,
+ * results, buffers (arguments, constants from memref.global, allocations) and one
+ * dispatch step per gpu.launch_func, numbered in walk (program) order, the numbering
+ * the compiler uses for its kernels. `name` names the source in errors.
+ * UNIMPLEMENTED naming the op when the host function does something a VMFB host
+ * program cannot express yet (dynamic shapes, host loops, non-constant kernel
+ * scalars). On success *out_plan is owned by the caller (kiln_vmfb_plan_deinit). */
+kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
+                                           kiln_vmfb_plan_t *out_plan);
+
+#endif /* KILN_COMPILER_HOST_H_ */
