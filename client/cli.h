@@ -18,6 +18,8 @@
 #define KILN_EXIT_UNREACHABLE 3 /* kilnd could not be reached (UNAVAILABLE) */
 #define KILN_EXIT_TIMEOUT 4     /* no answer within --timeout (DEADLINE_EXCEEDED) */
 #define KILN_EXIT_NOT_SERVING 5 /* kilnd is up but reports NOT_SERVING */
+#define KILN_EXIT_LEGACY 6      /* inspect: a file is a legacy (pre-HAL 0.7) VMFB */
+#define KILN_EXIT_INVALID 7     /* inspect: a file is not a readable VMFB */
 
 #define KILN_CLI_DEFAULT_ADDR "127.0.0.1:7477"
 #define KILN_CLI_DEFAULT_TIMEOUT_MS 10000
@@ -62,6 +64,8 @@ int kiln_cli_report(const kiln_cli_settings_t *settings, const char *what, int64
 
 int kiln_cli_info(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 int kiln_cli_health(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
+/* `kiln inspect FILE...`: local, no kilnd; exit status is the worst class seen. */
+int kiln_cli_inspect(const kiln_cli_settings_t *settings, int argc, const char **argv);
 /* `kiln cache stats|verify|gc|pin|unpin`. */
 int kiln_cli_cache(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 /* The deadline a command uses: --timeout when given, else its default. */

@@ -14,6 +14,8 @@ static const struct {
     {"info", kiln_cli_info, "what kilnd is: version, compiler, HAL version, targets and aliases"},
     {"health", kiln_cli_health, "is kilnd serving? (grpc.health.v1 Check)"},
     {"stats", kiln_cli_stats, "uptime and calls by method and status"},
+    {"inspect", NULL,
+     "read VMFB files locally (no kilnd): versions, imports, executables, provenance, class"},
     {"cache", kiln_cli_cache,
      "the artifact cache: stats | verify [--dry-run] | gc [--max-bytes SIZE] | pin DIGEST | unpin DIGEST"},
 };
@@ -31,7 +33,9 @@ static void print_usage(void) {
          "  2  bad command, flag or value\n"
          "  3  kilnd could not be reached\n"
          "  4  kilnd did not answer within --timeout\n"
-         "  5  kilnd is up but not serving\n");
+         "  5  kilnd is up but not serving\n"
+         "  6  inspect: a file is a legacy (pre-HAL 0.7) VMFB\n"
+         "  7  inspect: a file is not a readable VMFB\n");
 }
 
 int main(int argc, char **argv) {
@@ -61,6 +65,9 @@ int main(int argc, char **argv) {
     }
     if (i == sizeof commands / sizeof commands[0]) {
       fprintf(stderr, "kiln: unknown command '%s' (see `kiln --help`)\n", positional[0]);
+    } else if (!commands[i].fn) {
+      /* Local commands: no kilnd, no channel. */
+      code = kiln_cli_inspect(&settings, (int)npos - 1, positional + 1);
     } else {
       kiln_client_t *client = NULL;
       status = kiln_client_create(settings.addr, kiln_cli_timeout_ms(&settings, false),

@@ -8,9 +8,10 @@
  *   --iree-cuda-target=sm_89  --iree-rocm-target=gfx950  --iree-vulkan-target=videocore_vii
  * (3.12 removed --iree-hip-*; kilnc says which flag replaces it).
  *
- * Writes OUTDIR/<target>/<kernel module>.{ptx,hsaco,spv,o} (default OUTDIR: "."),
- * and <kernel module>.cubin beside the PTX when ptxas is installed
- * and prints one line per target. Exit status: 0 every target compiled; 1 some
+ * Writes OUTDIR/<target>.vmfb for every GPU target (IREE 3.12 / HAL 0.7), the raw
+ * device code beside it in OUTDIR/<target>/<kernel module>.{ptx,hsaco,spv,o}
+ * (default OUTDIR: "."), <kernel module>.cubin beside the PTX when ptxas is
+ * installed, and prints one line per target. Exit status: 0 every target compiled; 1 some
  * target failed; 2 bad usage; 3 the model itself is bad (diagnostics printed with
  * file:line:col).
  */
@@ -23,6 +24,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "compiler/artifact.h"
 #include "compiler/identity.h"
 #include "compiler/pipeline.h"
 
@@ -36,7 +38,9 @@ static void usage(FILE *out) {
           "usage: kilnc MODEL.mlir --target T[,T...] [--target T ...] [-o OUTDIR]\n"
           "  --target, -t T       a target id or alias (sm_89, ada, gfx950, mi355x, rdna3,\n"
           "                       mali-g720, videocore_vii, ...); repeatable, comma lists ok\n"
-          "  -o, --output DIR     where to write DIR/<target>/<module>.{ptx,hsaco,spv} [.]\n"
+          "  -o, --output DIR     where to write DIR/<target>.vmfb and DIR/<target>/<module>.{ptx,hsaco,spv} [.]\n"
+          "  --embed-source       carry the model (zstd) inside each VMFB, for recompiling later\n"
+          "  --flat               write VMFBs in the flat layout instead of the zip\n"
           "  --list-targets       print the targets and their aliases\n"
           "  --version            print versions\n"
           "iree-compile spellings: --iree-hal-target-device=..., --iree-cuda-target=...,\n"
@@ -105,6 +109,7 @@ int main(int argc, char **argv) {
   const kiln_target_t *targets[MAX_TARGETS];
   size_t n_targets = 0;
   const char *model = NULL, *outdir = ".", *device = NULL;
+  bool embed_source = false, flat = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *value = NULL;
@@ -134,6 +139,10 @@ int main(int argc, char **argv) {
       value = argv[++i];
       if (a[1] == 'o' || !strcmp(a, "--output")) outdir = value;
       else if (add_targets(value, targets, &n_targets)) return EXIT_USAGE;
+    } else if (!strcmp(a, "--embed-source")) {
+      embed_source = true;
+    } else if (!strcmp(a, "--flat")) {
+      flat = true;
     } else if (!strncmp(a, "--target=", 9)) {
       if (add_targets(a + 9, targets, &n_targets)) return EXIT_USAGE;
     } else if (!strncmp(a, "--iree-cuda-target=", 19) || !strncmp(a, "--iree-rocm-target=", 19) ||
@@ -186,6 +195,33 @@ int main(int argc, char **argv) {
     return code;
   }
   int code = 0;
+  kiln_compiler_artifact_options_t ao = {.source = source,
+                                         .source_len = len,
+                                         .embed_source = embed_source,
+                                         .flat = flat,
+                                         .flags = ""};
+  /* iree-compile's form: `-o model.vmfb` with one target writes just that file. */
+  size_t outlen = strlen(outdir);
+  if (out.n_targets == 1 && outlen > 5 && !strcmp(outdir + outlen - 5, ".vmfb")) {
+    kiln_buf_t vmfb;
+    kiln_buf_init(&vmfb);
+    st = kiln_compiler_artifact_write(&out, 0, &ao, &vmfb);
+    if (st) {
+      fprintf(stderr, "kilnc: %s\n", kiln_status_message(st));
+      code = EXIT_TARGET_FAILED;
+      kiln_status_free(st);
+    } else if (write_file(outdir, vmfb.data, vmfb.len) != 0) {
+      fprintf(stderr, "kilnc: cannot write %s: %s\n", outdir, strerror(errno));
+      code = EXIT_TARGET_FAILED;
+    } else {
+      printf("%-14s %zu bytes -> %s\n", out.targets[0].target->id, vmfb.len, outdir);
+    }
+    kiln_buf_deinit(&vmfb);
+    kiln_compiler_output_deinit(&out);
+    kiln_compiler_context_destroy(ctx);
+    kiln_free(source);
+    return code;
+  }
   /* mkdir -p OUTDIR */
   kiln_buf_t dir;
   kiln_buf_init(&dir);
@@ -233,9 +269,34 @@ int main(int argc, char **argv) {
         }
       }
     }
+    size_t vmfb_bytes = 0;
+    if (t->target->kind != KILN_TARGET_KIND_CPU) {
+      kiln_buf_t vmfb;
+      kiln_buf_init(&vmfb);
+      st = kiln_compiler_artifact_write(&out, i, &ao, &vmfb);
+      kiln_buf_clear(&path);
+      kiln_buf_appendf(&path, "%s/%s.vmfb", outdir, t->target->id);
+      if (st) {
+        fprintf(stderr, "kilnc: %s\n", kiln_status_message(st));
+        kiln_status_free(st);
+        st = NULL;
+        code = EXIT_TARGET_FAILED;
+      } else if (write_file(path.data, vmfb.data, vmfb.len) != 0) {
+        fprintf(stderr, "kilnc: cannot write %s: %s\n", path.data, strerror(errno));
+        code = EXIT_TARGET_FAILED;
+      }
+      vmfb_bytes = vmfb.len;
+      kiln_buf_deinit(&vmfb);
+    }
     kiln_buf_deinit(&path);
-    printf("%-14s %zu kernel(s) in %zu module(s), %zu bytes, %lld ms -> %s/%s/\n", t->target->id,
-           t->n_kernels, modules, bytes, (long long)t->backend_ms, outdir, t->target->id);
+    if (vmfb_bytes) {
+      printf("%-14s %zu kernel(s) in %zu module(s), %zu bytes, %lld ms -> %s/%s.vmfb (%zu bytes)\n",
+             t->target->id, t->n_kernels, modules, bytes, (long long)t->backend_ms, outdir, t->target->id,
+             vmfb_bytes);
+    } else {
+      printf("%-14s %zu kernel(s) in %zu module(s), %zu bytes, %lld ms -> %s/%s/\n", t->target->id,
+             t->n_kernels, modules, bytes, (long long)t->backend_ms, outdir, t->target->id);
+    }
   }
   printf("front half %lld ms (shared by %zu target(s))\n", (long long)out.front_ms, out.n_targets);
   kiln_compiler_output_deinit(&out);

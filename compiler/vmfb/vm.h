@@ -18,7 +18,8 @@ typedef struct kiln_vmfb_attr_s {
 } kiln_vmfb_attr_t;
 
 /* ImportFunctionDef: `full_name` ("hal.executable.create"), the calling convention
- * string ("0rIrrr_r"), and IREE's flags (0 = required, 1 = optional). */
+ * string ("0rIrrr_r"), and the schema's ImportFlagBits (1 REQUIRED, 2 OPTIONAL;
+ * 0 is written as REQUIRED). */
 typedef struct kiln_vmfb_vm_import_s {
   char *full_name;
   char *cconv;
