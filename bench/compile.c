@@ -259,8 +259,26 @@ static void annotate(const char *ir, size_t len, const shapes_t *shapes, bool sp
       module_len = symbol_len(module, eol);
     }
     const shape_t *s = NULL;
-    if (f && (size_t)(eol - line) > tail_len && !memcmp(eol - tail_len, tail, tail_len)) {
+    /* Outlining with constant launch sizes already wrote known_block_size:
+     * "gpu.func @k(...) kernel attributes {known_block_size = ...} {". Vulkan still
+     * needs the entry point ABI, added first inside those attributes. */
+    static const char attrs[] = " kernel attributes {";
+    const char *a = f ? memmem(f, (size_t)(eol - f), attrs, sizeof attrs - 1) : NULL;
+    if (a && (size_t)(eol - line) > 3 && !memcmp(eol - 3, "} {", 3)) {
       s = find_shape(shapes, module, module_len, f + 10, symbol_len(f + 10, eol));
+      const char *insert = a + sizeof attrs - 1;
+      kiln_buf_append(out, line, (size_t)(insert - line));
+      if (s && spirv) {
+        kiln_buf_appendf(out, "spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = "
+                         "[%u, %u, %u]>, ", s->block[0], s->block[1], s->block[2]);
+      }
+      kiln_buf_append(out, insert, (size_t)(eol - insert));
+      s = NULL;
+    } else if (f && (size_t)(eol - line) > tail_len && !memcmp(eol - tail_len, tail, tail_len)) {
+      s = find_shape(shapes, module, module_len, f + 10, symbol_len(f + 10, eol));
+      if (!s) kiln_buf_append(out, line, (size_t)(eol - line));
+    } else {
+      kiln_buf_append(out, line, (size_t)(eol - line));
     }
     if (s) {
       kiln_buf_append(out, line, (size_t)(eol - line) - 2); /* drops " {" */
@@ -271,8 +289,6 @@ static void annotate(const char *ir, size_t len, const shapes_t *shapes, bool sp
                          "[%u, %u, %u]>", s->block[0], s->block[1], s->block[2]);
       }
       kiln_buf_append_str(out, "} {");
-    } else {
-      kiln_buf_append(out, line, (size_t)(eol - line));
     }
     if (nl) kiln_buf_append_char(out, '\n');
     line = eol + 1;

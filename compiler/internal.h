@@ -9,10 +9,12 @@
 
 #include "base/buf.h"
 #include "base/status.h"
+#include "compiler/pipeline.h"
 #include "compiler/source.h"
 
 struct kiln_compiler_context_s {
   MlirContext mlir;
+  size_t jobs;       /* back halves run in parallel child processes, at most this many */
   char *toolkit_dir; /* for the ROCDL serializer: <dir>/llvm/bin/ld.lld; made on first use */
 };
 
@@ -37,5 +39,17 @@ void kiln_compiler_toolkit_remove(kiln_compiler_context_t *context);
  * diagnostics and a null module. The module is owned by the caller. */
 kiln_status_t kiln_compiler_parse(kiln_compiler_context_t *context, const void *source, size_t len,
                                   const char *name, MlirModule *out_module);
+
+/* Compiles target `index` into *out (whose `target` is set). */
+typedef void (*kiln_compiler_fanout_fn_t)(void *user, size_t index, kiln_compiler_target_output_t *out);
+
+/* Runs fn for targets 0..n-1, up to `jobs` at a time in forked children (fanout.c),
+ * or in order in this process when jobs < 2 or n < 2. A child that dies fails only
+ * its target. `name` names the source in errors. */
+void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t fn, void *user,
+                              kiln_compiler_target_output_t *outs, const char *name);
+
+/* Frees one target's kernels and status and clears them (keeps `target`). */
+void kiln_compiler_target_output_clear(kiln_compiler_target_output_t *t);
 
 #endif /* KILN_COMPILER_INTERNAL_H */

@@ -41,6 +41,7 @@ static void usage(FILE *out) {
           "  -o, --output DIR     where to write DIR/<target>.vmfb and DIR/<target>/<module>.{ptx,hsaco,spv} [.]\n"
           "  --embed-source       carry the model (zstd) inside each VMFB, for recompiling later\n"
           "  --flat               write VMFBs in the flat layout instead of the zip\n"
+          "  -j, --jobs N         compile up to N targets at once, in child processes [CPUs]\n"
           "  --list-targets       print the targets and their aliases\n"
           "  --version            print versions\n"
           "iree-compile spellings: --iree-hal-target-device=..., --iree-cuda-target=...,\n"
@@ -110,6 +111,7 @@ int main(int argc, char **argv) {
   size_t n_targets = 0;
   const char *model = NULL, *outdir = ".", *device = NULL;
   bool embed_source = false, flat = false;
+  long jobs = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *value = NULL;
@@ -139,6 +141,14 @@ int main(int argc, char **argv) {
       value = argv[++i];
       if (a[1] == 'o' || !strcmp(a, "--output")) outdir = value;
       else if (add_targets(value, targets, &n_targets)) return EXIT_USAGE;
+    } else if (!strcmp(a, "--jobs") || !strcmp(a, "-j") || !strncmp(a, "--jobs=", 7)) {
+      const char *v = a[2] == 'j' && a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : "");
+      char *end = NULL;
+      jobs = strtol(v, &end, 10);
+      if (!*v || *end || jobs < 1 || jobs > 16) {
+        fprintf(stderr, "kilnc: --jobs takes a number from 1 to 16, not '%s'\n", v);
+        return EXIT_USAGE;
+      }
     } else if (!strcmp(a, "--embed-source")) {
       embed_source = true;
     } else if (!strcmp(a, "--flat")) {
@@ -185,6 +195,7 @@ int main(int argc, char **argv) {
   kiln_compiler_context_t *ctx = NULL;
   kiln_status_t st = kiln_compiler_context_create(&ctx);
   kiln_compiler_output_t out;
+  if (!st && jobs > 0) kiln_compiler_context_set_jobs(ctx, (size_t)jobs);
   if (!st) st = kiln_compiler_compile(ctx, source, len, model, targets, n_targets, &out);
   if (st) {
     fprintf(stderr, "kilnc: %s\n", kiln_status_message(st));

@@ -830,6 +830,23 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule common, con
   out->backend_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
 }
 
+typedef struct back_job_s {
+  kiln_compiler_context_t *context;
+  MlirModule common, gpu;
+  const launches_t *launches;
+  const char *name;
+} back_job_t;
+
+static void compile_one(void *user, size_t index, kiln_compiler_target_output_t *out) {
+  back_job_t *job = user;
+  (void)index;
+  if (out->target->kind == KILN_TARGET_KIND_CPU) {
+    compile_cpu(job->context, job->common, job->name, out);
+  } else {
+    compile_target(job->context, job->gpu, job->launches, job->name, out);
+  }
+}
+
 kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source,
                                     size_t len, const char *name,
                                     const kiln_target_t *const *targets, size_t n_targets,
@@ -896,16 +913,10 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
       break;
     }
   }
-  /* One target after another. Back halves on parallel threads in one context were
-   * tried and crash inside MLIR/LLVM (the GPU serializers are not safe to run
-   * concurrently); parallelism belongs to the daemon's worker processes. */
-  for (size_t i = 0; i < n_targets; i++) {
-    if (targets[i]->kind == KILN_TARGET_KIND_CPU) {
-      compile_cpu(context, common, name, &out_output->targets[i]);
-    } else {
-      compile_target(context, gpu, &launches, name, &out_output->targets[i]);
-    }
-  }
+  /* The back halves: in parallel child processes (fanout.c), since threads in one
+   * context crash inside the GPU serializers. */
+  back_job_t job = {context, common, gpu, &launches, name};
+  kiln_compiler_fanout_run(n_targets, context->jobs, compile_one, &job, out_output->targets, name);
   launches_deinit(&launches);
   if (!mlirModuleIsNull(gpu)) mlirModuleDestroy(gpu);
   mlirModuleDestroy(common);
@@ -975,19 +986,23 @@ kiln_status_t kiln_compiler_pipeline_text(kiln_compiler_context_t *context,
   return NULL;
 }
 
-void kiln_compiler_output_deinit(kiln_compiler_output_t *output) {
-  for (size_t i = 0; i < output->n_targets; i++) {
-    kiln_compiler_target_output_t *t = &output->targets[i];
-    kiln_status_free(t->status);
-    for (size_t k = 0; k < t->n_kernels; k++) {
-      kiln_free(t->kernels[k].name);
-      kiln_free(t->kernels[k].module_name);
-      kiln_free(t->kernels[k].binary);
-      kiln_free(t->kernels[k].cubin);
-      kiln_free(t->kernels[k].args);
-    }
-    kiln_free(t->kernels);
+void kiln_compiler_target_output_clear(kiln_compiler_target_output_t *t) {
+  kiln_status_free(t->status);
+  for (size_t k = 0; k < t->n_kernels; k++) {
+    kiln_free(t->kernels[k].name);
+    kiln_free(t->kernels[k].module_name);
+    kiln_free(t->kernels[k].binary);
+    kiln_free(t->kernels[k].cubin);
+    kiln_free(t->kernels[k].args);
   }
+  kiln_free(t->kernels);
+  t->status = NULL;
+  t->kernels = NULL;
+  t->n_kernels = 0;
+}
+
+void kiln_compiler_output_deinit(kiln_compiler_output_t *output) {
+  for (size_t i = 0; i < output->n_targets; i++) kiln_compiler_target_output_clear(&output->targets[i]);
   kiln_free(output->targets);
   kiln_vmfb_plan_deinit(&output->plan);
   kiln_status_free(output->plan_status);

@@ -11,6 +11,7 @@
 #include <mlir-c/RegisterEverything.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
@@ -31,6 +32,11 @@ kiln_status_t kiln_compiler_context_create(kiln_compiler_context_t **out_context
   pthread_once(&global_once, global_init);
   kiln_compiler_context_t *c = kiln_calloc(1, sizeof *c);
   c->mlir = mlirContextCreate();
+  /* Single-threaded: parallelism is per target, in forked children (fanout.c),
+   * which is only safe when no MLIR pool thread exists to hold a lock. */
+  mlirContextEnableMultithreading(c->mlir, false);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  c->jobs = cpus < 1 ? 1 : cpus > KILN_COMPILER_MAX_JOBS ? KILN_COMPILER_MAX_JOBS : (size_t)cpus;
   MlirDialectRegistry registry = mlirDialectRegistryCreate();
   mlirRegisterAllDialects(registry);
   mlirContextAppendDialectRegistry(c->mlir, registry);
@@ -39,6 +45,10 @@ kiln_status_t kiln_compiler_context_create(kiln_compiler_context_t **out_context
   mlirRegisterAllLLVMTranslations(c->mlir);
   *out_context = c;
   return NULL;
+}
+
+void kiln_compiler_context_set_jobs(kiln_compiler_context_t *context, size_t jobs) {
+  context->jobs = jobs < 1 ? 1 : jobs > KILN_COMPILER_MAX_JOBS ? KILN_COMPILER_MAX_JOBS : jobs;
 }
 
 void kiln_compiler_context_destroy(kiln_compiler_context_t *context) {

@@ -29,6 +29,15 @@ typedef struct kiln_compiler_context_s kiln_compiler_context_t;
 kiln_status_t kiln_compiler_context_create(kiln_compiler_context_t **out_context);
 void kiln_compiler_context_destroy(kiln_compiler_context_t *context);
 
+#define KILN_COMPILER_MAX_JOBS 16
+
+/* How many targets' back halves a compile may run at once, each in a forked child
+ * process (default: the online CPUs, at most KILN_COMPILER_MAX_JOBS). 1 compiles
+ * every target in this process, in order. The process must not have other threads
+ * that hold locks the children would need (kiln's callers are single-threaded
+ * compile workers). */
+void kiln_compiler_context_set_jobs(kiln_compiler_context_t *context, size_t jobs);
+
 /* Parses `len` bytes of MLIR text or bytecode named `name` (for diagnostics) and
  * verifies it; on success writes the fingerprint. */
 kiln_status_t kiln_compiler_fingerprint(kiln_compiler_context_t *context, const void *source,

@@ -22,8 +22,15 @@ class KilncTest(unittest.TestCase):
                       "-t", "rpi5", "-o", os.path.join(out, "deep", "dir"))
             self.assertEqual(r.returncode, 0, r.stderr)
             base = os.path.join(out, "deep", "dir")
-            # Aliases resolve to canonical ids.
-            self.assertEqual(sorted(os.listdir(base)), ["gfx950", "sm_89", "videocore_vii"])
+            # Aliases resolve to canonical ids: a VMFB per target, the device code beside it.
+            self.assertEqual(sorted(os.listdir(base)),
+                             ["gfx950", "gfx950.vmfb", "sm_89", "sm_89.vmfb", "videocore_vii",
+                              "videocore_vii.vmfb"])
+            for t in ("gfx950", "sm_89", "videocore_vii"):
+                with open(os.path.join(base, t + ".vmfb"), "rb") as f:
+                    head = f.read(76)
+                self.assertEqual(head[:4], b"PK\x03\x04")  # the polyglot zip
+                self.assertEqual(head[72:76], b"IREE")
             ptx = [f for f in os.listdir(os.path.join(base, "sm_89")) if f.endswith(".ptx")]
             self.assertTrue(ptx)
             with open(os.path.join(base, "sm_89", ptx[0])) as f:
@@ -46,7 +53,15 @@ class KilncTest(unittest.TestCase):
             r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-hal-target-device=cuda",
                       "--iree-cuda-target=sm_120", "-o", out)
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertEqual(os.listdir(out), ["sm_120"])
+            self.assertEqual(sorted(os.listdir(out)), ["sm_120", "sm_120.vmfb"])
+            # iree-compile's own form: one target, -o FILE.vmfb writes just that file.
+            vmfb = os.path.join(out, "model.vmfb")
+            r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-hal-target-device=hip",
+                      "--iree-rocm-target=gfx1100", "-o", vmfb)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(vmfb, "rb") as f:
+                self.assertEqual(f.read(76)[72:76], b"IREE")
+            self.assertEqual(sorted(os.listdir(out)), ["model.vmfb", "sm_120", "sm_120.vmfb"])
             r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-hal-target-device=vulkan",
                       "--iree-cuda-target=sm_120", "-o", out)
             self.assertEqual(r.returncode, 2)
@@ -79,12 +94,32 @@ class KilncTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as out:
             r = kilnc(os.path.join(EXAMPLES, "convnet.mlir"), "-t", "host,sm_89", "-o", out)
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertEqual(sorted(os.listdir(out)), ["sm_89", "x86_64"])
+            # The host CPU has no VMFB format in kiln: its object file only.
+            self.assertEqual(sorted(os.listdir(out)), ["sm_89", "sm_89.vmfb", "x86_64"])
             with open(os.path.join(out, "x86_64", "module.o"), "rb") as f:
                 head = f.read(20)
             self.assertEqual(head[:4], b"\x7fELF")
             self.assertEqual(struct.unpack("<H", head[16:18])[0], 1)   # ET_REL
             self.assertEqual(struct.unpack("<H", head[18:20])[0], 62)  # EM_X86_64
+
+    def test_parallel_and_serial_compiles_agree(self):
+        # Targets compile in forked children by default; -j 1 compiles in process.
+        # The artifacts must be byte-identical either way.
+        with tempfile.TemporaryDirectory() as out:
+            outs = []
+            for jobs in ("1", "4"):
+                d = os.path.join(out, "j" + jobs)
+                r = kilnc(os.path.join(EXAMPLES, "attention.mlir"), "-j", jobs,
+                          "-t", "sm_89,gfx1100,arm5gen", "-o", d)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                files = {}
+                for t in ("sm_89", "gfx1100", "arm5gen"):
+                    with open(os.path.join(d, t + ".vmfb"), "rb") as f:
+                        files[t] = f.read()
+                outs.append(files)
+            self.assertEqual(outs[0], outs[1])
+            self.assertEqual(kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "-j", "0",
+                                   "-t", "sm_89").returncode, 2)
 
     def test_usage(self):
         for args in ([], ["--bogus"], [os.path.join(EXAMPLES, "mlp.mlir")]):
