@@ -101,7 +101,7 @@ static void print_human(const char *path, const kiln_vmfb_info_t *info) {
   }
   for (size_t i = 0; i < info->n_attrs; i++) {
     if (strncmp(info->attrs[i].key, "kiln.", 5) == 0) {
-      printf("  %-10s %s\n", info->attrs[i].key + 5, info->attrs[i].value);
+      printf("  %-10s %s\n", info->attrs[i].key + 5, *info->attrs[i].value ? info->attrs[i].value : "(none)");
     }
   }
   if (info->has_source) printf("  source     embedded (kiln/source.mlir.zst)\n");

@@ -173,6 +173,10 @@ int main(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
+  if (flat && embed_source) {
+    fprintf(stderr, "kilnc: --embed-source needs the zip layout; drop --flat\n");
+    return EXIT_USAGE;
+  }
   if (!model || n_targets == 0) {
     usage(stderr);
     return EXIT_USAGE;

@@ -195,6 +195,16 @@ static void vulkan_exports(kiln_vmfb_executable_info_t *e, table_t root) {
   }
 }
 
+/* The 64-byte header's reserved words are zero; a constant that merely starts
+ * with an identifier ("CDA1...") almost never has 48 zero bytes there, so it stays
+ * data instead of becoming a damaged executable. */
+static bool header_shaped(const uint8_t *data) {
+  for (size_t i = 16; i < EXECUTABLE_HEADER_BYTES; i++) {
+    if (data[i] != 0) return false;
+  }
+  return true;
+}
+
 /* Looks at one rodata segment; returns true (and fills *e) when it is a HAL
  * executable, with or without the 64-byte header. */
 static bool read_executable(const uint8_t *data, size_t len, uint32_t ordinal,
@@ -204,7 +214,7 @@ static bool read_executable(const uint8_t *data, size_t len, uint32_t ordinal,
   const uint8_t *content = NULL;
   size_t content_len = 0;
   bool size_prefixed = false;
-  if (len >= EXECUTABLE_HEADER_BYTES && (f = format_at(data)) != NULL) {
+  if (len >= EXECUTABLE_HEADER_BYTES && (f = format_at(data)) != NULL && header_shaped(data)) {
     e->has_header = true;
     e->header_version = kiln_vmfb_flatbuf_load_u32(data + 4);
     uint64_t size = kiln_vmfb_flatbuf_load_u64(data + 8);
@@ -233,12 +243,21 @@ static bool read_executable(const uint8_t *data, size_t len, uint32_t ordinal,
   } else {
     return false;
   }
+  /* Without the header, only a FlatBuffer that verifies as a known format is an
+   * executable: rodata strings and constants can hold an identifier at bytes 4..11
+   * by chance (a kernel name such as "convAMD1_kernel" or "testCDA1"). */
+  if (!e->has_header && !f->desc) return false;
   e->rodata = ordinal;
   memcpy(e->identifier, f->identifier, 5);
   e->format = f->format;
   if (!f->desc || e->problem) return true;
   kiln_vmfb_flatbuf_verify_options_t vo = {.identifier = f->identifier, .size_prefixed = size_prefixed};
   kiln_status_t st = kiln_vmfb_flatbuf_verify(content, content_len, &vo, f->desc);
+  if (st && !e->has_header) {
+    kiln_status_free(st);
+    memset(e, 0, sizeof *e);
+    return false;
+  }
   if (st) {
     kiln_buf_t p;
     kiln_buf_init(&p);
@@ -454,6 +473,16 @@ static void classify(kiln_vmfb_info_t *info) {
                  e->format ? e->format : e->identifier);
       return;
     }
+  }
+  bool creates_executables = false;
+  for (size_t i = 0; i < info->n_imports; i++) {
+    if (strcmp(info->imports[i].full_name, "hal.executable.create") == 0) creates_executables = true;
+  }
+  if (creates_executables && info->n_executables == 0) {
+    set_reason(info, KILN_VMFB_CLASS_INVALID,
+               "imports hal.executable.create but no rodata segment holds a HAL executable (damaged "
+               "or misplaced rodata?)");
+    return;
   }
   for (size_t i = 0; i < info->n_executables; i++) {
     if (info->executables[i].problem) {

@@ -264,9 +264,10 @@ static ref_t signature(builder_t *b, const char *cconv, const kiln_vmfb_attr_t *
   return s;
 }
 
-/* Serializes the module with the given external offsets (u64 fields always written). */
-static kiln_status_t serialize_module(const kiln_vmfb_vm_module_t *m, const uint64_t *external_offsets,
-                                      kiln_buf_t *out) {
+/* Serializes the module with the given external offsets (u64 fields always written).
+ * Without `dependencies` the module has no dependency list, as before HAL 0.5. */
+static kiln_status_t serialize_module(const kiln_vmfb_vm_module_t *m, bool dependencies,
+                                      const uint64_t *external_offsets, kiln_buf_t *out) {
   builder_t *b = kiln_vmfb_flatbuf_builder_create();
   ref_t root = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vm_bytecode_module_def);
   kiln_vmfb_flatbuf_builder_set_ref(b, root, KILN_VM_MODULE_NAME, kiln_vmfb_flatbuf_builder_add_str(b, m->name));
@@ -281,12 +282,15 @@ static kiln_status_t serialize_module(const kiln_vmfb_vm_module_t *m, const uint
   }
   kiln_vmfb_flatbuf_builder_set_ref(b, root, KILN_VM_MODULE_TYPES, kiln_vmfb_flatbuf_builder_add_vector(b, refs, m->n_types));
 
-  ref_t dep = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vm_module_dependency_def);
-  kiln_vmfb_flatbuf_builder_set_ref(b, dep, KILN_VM_DEPENDENCY_NAME, kiln_vmfb_flatbuf_builder_add_str(b, "hal"));
-  kiln_vmfb_flatbuf_builder_set_uint(b, dep, KILN_VM_DEPENDENCY_MINIMUM_VERSION, m->hal_minimum_version);
-  kiln_vmfb_flatbuf_builder_set_uint(b, dep, KILN_VM_DEPENDENCY_FLAGS, KILN_VM_DEPENDENCY_FLAG_REQUIRED);
-  kiln_vmfb_flatbuf_builder_force(b, dep, KILN_VM_DEPENDENCY_FLAGS);
-  kiln_vmfb_flatbuf_builder_set_ref(b, root, KILN_VM_MODULE_DEPENDENCIES, kiln_vmfb_flatbuf_builder_add_vector(b, &dep, 1));
+  if (dependencies) {
+    ref_t dep = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vm_module_dependency_def);
+    kiln_vmfb_flatbuf_builder_set_ref(b, dep, KILN_VM_DEPENDENCY_NAME, kiln_vmfb_flatbuf_builder_add_str(b, "hal"));
+    kiln_vmfb_flatbuf_builder_set_uint(b, dep, KILN_VM_DEPENDENCY_MINIMUM_VERSION, m->hal_minimum_version);
+    kiln_vmfb_flatbuf_builder_set_uint(b, dep, KILN_VM_DEPENDENCY_FLAGS, KILN_VM_DEPENDENCY_FLAG_REQUIRED);
+    kiln_vmfb_flatbuf_builder_force(b, dep, KILN_VM_DEPENDENCY_FLAGS);
+    kiln_vmfb_flatbuf_builder_set_ref(b, root, KILN_VM_MODULE_DEPENDENCIES,
+                                      kiln_vmfb_flatbuf_builder_add_vector(b, &dep, 1));
+  }
 
   for (size_t i = 0; i < m->n_imports; i++) {
     const kiln_vmfb_vm_import_t *imp = &m->imports[i];
@@ -442,7 +446,11 @@ kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *p
   if (p && p->created) kiln_vmfb_attrs_add(&m.attrs, &m.n_attrs, "kiln.created", p->created);
   kiln_vmfb_archive_file_t extra = {0};
   void *compressed = NULL;
-  if (options->source && !options->flat) {
+  if (options->source && options->flat) {
+    st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                     "%s: the flat layout has no place for an embedded source; use the zip layout", module_name);
+  }
+  if (!st && options->source) {
     size_t cap = ZSTD_compressBound(options->source_len);
     compressed = kiln_malloc(cap);
     size_t n = ZSTD_compress(compressed, cap, options->source, options->source_len, 19);
@@ -471,7 +479,7 @@ kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *p
   }
   kiln_buf_t fb;
   kiln_buf_init(&fb);
-  if (!st) st = serialize_module(&m, offsets, &fb);
+  if (!st) st = serialize_module(&m, !options->no_dependencies, offsets, &fb);
   kiln_vmfb_archive_contents_t contents = {
       .layout = options->flat ? KILN_VMFB_ARCHIVE_LAYOUT_FLAT : KILN_VMFB_ARCHIVE_LAYOUT_ZIP,
       .flatbuffer = fb.data,
@@ -486,7 +494,7 @@ kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *p
   if (!st) {
     size_t measured = fb.len;
     kiln_buf_clear(&fb);
-    st = serialize_module(&m, offsets, &fb);
+    st = serialize_module(&m, !options->no_dependencies, offsets, &fb);
     if (!st && fb.len != measured) {
       st = KILN_STATUS(KILN_STATUS_INTERNAL,
                        "%s: the module FlatBuffer changed size (%zu -> %zu bytes) when its rodata "
@@ -495,7 +503,12 @@ kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *p
     }
     contents.flatbuffer = fb.data;
   }
-  if (!st) st = kiln_vmfb_archive_write(&contents, offsets, out);
+  /* archive_write replaces its buffer's contents; the caller's are kept (appended). */
+  kiln_buf_t file;
+  kiln_buf_init(&file);
+  if (!st) st = kiln_vmfb_archive_write(&contents, offsets, &file);
+  if (!st) kiln_buf_append(out, file.data, file.len);
+  kiln_buf_deinit(&file);
   kiln_buf_deinit(&fb);
   kiln_free(segments);
   kiln_free(offsets);

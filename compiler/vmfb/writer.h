@@ -7,8 +7,9 @@
  *  - kiln_vmfb_write: the host plan's VM program (hostprog.h) around that
  *    executable, as a BytecodeModuleDef in the polyglot zip (or flat) layout, with
  *    kiln's provenance in the module attrs and, optionally, the source itself.
- * The legacy knobs (hal_version 6, no executable header, older bytecode version)
- * exist to build fixtures of pre-3.12 files; kiln never serves such files.
+ * The legacy knobs (hal_version 6, no executable header, older bytecode version,
+ * no dependency list) exist to build fixtures of pre-3.12 files; kiln never
+ * serves such files.
  * Thread-safe: no shared state.
  */
 #ifndef KILN_COMPILER_VMFB_WRITER_H_
@@ -75,18 +76,21 @@ typedef struct kiln_vmfb_provenance_s {
 typedef struct kiln_vmfb_write_options_s {
   bool flat;                  /* the flat layout instead of the polyglot zip */
   const kiln_vmfb_provenance_t *provenance;
-  const uint8_t *source;      /* embedded (zstd) as kiln/source.mlir.zst when set */
+  const uint8_t *source;      /* embedded (zstd) as kiln/source.mlir.zst when set; zip
+                                 layout only (INVALID_ARGUMENT with `flat`) */
   size_t source_len;
   /* Legacy fixtures only (zeros mean current): */
   uint32_t hal_version;       /* 0 = 7 */
   uint32_t bytecode_version;  /* 0 = 17.0 */
   bool no_executable_header;
+  bool no_dependencies;       /* no dependency list at all (IREE before HAL 0.5) */
 } kiln_vmfb_write_options_t;
 
 /* Writes the module `module_name` whose host program is `plan` and whose kernels
- * are in `exe`, into `out` (appended). INVALID_ARGUMENT when the plan and the
- * executable disagree (a step naming a kernel the executable lacks, a binding
- * count that differs from the kernel's) or names are unusable. */
+ * are in `exe`, appended to `out` (left as it was on error). `options` may be
+ * NULL (current defaults). INVALID_ARGUMENT when the plan and the executable
+ * disagree (a step naming a kernel the executable lacks, a binding count that
+ * differs from the kernel's) or names are unusable. */
 kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *plan,
                               const kiln_vmfb_executable_t *exe,
                               const kiln_vmfb_write_options_t *options, kiln_buf_t *out);
