@@ -902,6 +902,19 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   }
   out_output->front_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
   if (any_gpu) out_output->plan_status = kiln_compiler_host_plan_read(gpu, name, &out_output->plan);
+  /* Bindings are read-only where the kernel never writes the argument (kernel i is
+   * launch i; its arguments are its bindings, in order). */
+  for (size_t f = 0; !out_output->plan_status && f < out_output->plan.n_functions; f++) {
+    kiln_vmfb_function_t *fn = &out_output->plan.functions[f];
+    for (size_t s = 0; s < fn->n_steps; s++) {
+      kiln_vmfb_step_t *step = &fn->steps[s];
+      if (step->kind != KILN_VMFB_STEP_DISPATCH || step->kernel >= launches.n) continue;
+      const launch_t *l = &launches.items[step->kernel];
+      for (size_t b = 0; b < step->n_bindings && b < l->n_args; b++) {
+        step->bindings[b].read_only = l->args[b].kind == KILN_COMPILER_ARG_BUFFER && l->args[b].read_only;
+      }
+    }
+  }
   out_output->n_targets = n_targets;
   out_output->targets = kiln_calloc(n_targets ? n_targets : 1, sizeof *out_output->targets);
   for (size_t i = 0; i < n_targets; i++) out_output->targets[i].target = targets[i];

@@ -1,0 +1,1064 @@
+/* The host program generator: a plan becomes VM functions calling IREE's HAL.
+ *
+ * Module shape (what kiln_vmfb_host_program_build emits):
+ *   types     i32, i64, then the ref types by name (iree-compile's order); the
+ *             ordinals are the T_* constants below, so the table is fixed.
+ *   imports   the hal.* functions the plan needs, in name order, with the
+ *             calling conventions of IREE's HAL module (exports.inl) for the
+ *             requested hal_version; the "hal" dependency is that version.
+ *   globals   refs: 0 device, 1 allocator, 2 executable, then one !hal.buffer
+ *             per CONSTANT plan buffer; bytes: an i64 function id per dispatched
+ *             kernel (HAL 0.7), then an i32 "constants uploaded" flag per plan
+ *             function that has constants.
+ *   rodata    0 the executable (external), 1 its format string, then strings
+ *             (kernel names, assert messages; deduplicated) and constant data
+ *             (external when >= 4 KiB, as iree-compile splits it).
+ *   functions the plan's functions in order (exported under their names), then
+ *             __init (exported).
+ *
+ * An exported function's blocks:
+ *   entry   load device/allocator/executable; per input: buffer_view.assert,
+ *           buffer_view.buffer, buffer.assert; allocate transients; create the
+ *           command buffer; wait = null; with constants: cond_br on the
+ *           uploaded flag
+ *   upload  (constants only) allocate each constant buffer, store it in its
+ *           global, read its rodata into it (ex.file.from_memory +
+ *           device.queue.read, chained by fences; wait = the last); br main
+ *   main    load constant buffers from globals; record the steps (a barrier
+ *           before every step after the first); finalize; fence.create;
+ *           queue.execute (after `wait`); call.variadic.yieldable fence.await
+ *           -> waited
+ *   waited  cond_br status, failed, done
+ *   failed  fail status "..."
+ *   done    set the uploaded flag; buffer_view.create per result; return
+ * Registers: refs for the arguments, the HAL objects, every plan buffer and
+ * every result view live for the whole function; i32/i64 temporaries are scoped
+ * per input, buffer, step and result (kiln_vmfb_bytecode_mark/release) with a
+ * small per-scope cache of constants, so register use does not grow with the
+ * number of steps.
+ *
+ * Invariant: every emitted function passes kiln_vmfb_bytecode_verify against the
+ * module before the module is handed out.
+ */
+#include "compiler/vmfb/hostprog.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "compiler/vmfb/bytecode.h"
+
+/* ---- HAL constants (runtime/src/iree/hal/buffer.h, command_buffer.h) ---- */
+
+enum {
+  MEMORY_TYPE_DEVICE_VISIBLE = 1u << 4,
+  MEMORY_TYPE_DEVICE_LOCAL = (1u << 4) | (1u << 5),
+  USAGE_TRANSFER_SOURCE = 1u << 0,
+  USAGE_TRANSFER_TARGET = 1u << 1,
+  USAGE_DISPATCH_STORAGE_READ = 1u << 10,
+  USAGE_DISPATCH_STORAGE_WRITE = 1u << 11,
+  /* TRANSFER | DISPATCH_STORAGE: IREE_HAL_BUFFER_USAGE_DEFAULT. */
+  USAGE_DEFAULT = USAGE_TRANSFER_SOURCE | USAGE_TRANSFER_TARGET | USAGE_DISPATCH_STORAGE_READ |
+                  USAGE_DISPATCH_STORAGE_WRITE,
+  COMMAND_BUFFER_MODE_ONE_SHOT = 1u << 0,
+  COMMAND_CATEGORY_ANY = (1u << 0) | (1u << 1), /* TRANSFER | DISPATCH */
+  /* What iree-compile's stream barriers use: CommandRetire|Transfer|Dispatch to
+   * CommandIssue|Transfer|Dispatch. */
+  STAGE_SOURCE = (1u << 4) | (1u << 3) | (1u << 2),
+  STAGE_TARGET = (1u << 0) | (1u << 3) | (1u << 2),
+  ENCODING_DENSE_ROW_MAJOR = 1,
+  MEMORY_ACCESS_READ = 1u << 0,
+  EMBED_MAX_BYTES = 4 * 1024, /* larger rodata goes to its own zip entry */
+  RODATA_ALIGNMENT = 16,      /* iree-compile's default rodata alignment */
+  STATUS_NOT_FOUND = 5,
+};
+static const int64_t QUEUE_AFFINITY_ANY = -1;
+static const int32_t TIMEOUT_INFINITE = -1; /* UINT32_MAX milliseconds */
+
+/* ---- the type table ---- */
+
+enum {
+  T_I32,
+  T_I64,
+  T_ALLOCATOR,
+  T_BUFFER,
+  T_BUFFER_VIEW,
+  T_COMMAND_BUFFER,
+  T_DEVICE,
+  T_EXECUTABLE,
+  T_FENCE,
+  T_VM_BUFFER,
+  T_COUNT,
+};
+static const char *const TYPE_NAMES[T_COUNT] = {
+    "i32",
+    "i64",
+    "!hal.allocator",
+    "!hal.buffer",
+    "!hal.buffer_view",
+    "!hal.command_buffer",
+    "!hal.device",
+    "!hal.executable",
+    "!hal.fence",
+    "!vm.buffer",
+};
+
+/* ---- the imports ---- */
+
+typedef enum import_e {
+  I_ALLOCATOR_ALLOCATE,
+  I_BUFFER_ASSERT,
+  I_BUFFER_VIEW_ASSERT,
+  I_BUFFER_VIEW_BUFFER,
+  I_BUFFER_VIEW_CREATE,
+  I_COMMAND_BUFFER_COPY_BUFFER,
+  I_COMMAND_BUFFER_CREATE,
+  I_COMMAND_BUFFER_DISPATCH,
+  I_COMMAND_BUFFER_EXECUTION_BARRIER,
+  I_COMMAND_BUFFER_FINALIZE,
+  I_DEVICE_ALLOCATOR,
+  I_DEVICE_QUEUE_EXECUTE,
+  I_DEVICE_QUEUE_READ,
+  I_DEVICES_GET,
+  I_EX_FILE_FROM_MEMORY,
+  I_EXECUTABLE_CREATE,
+  I_EXECUTABLE_LOOKUP_FUNCTION,
+  I_FENCE_AWAIT,
+  I_FENCE_CREATE,
+  I_COUNT,
+} import_t;
+
+/* Calling conventions of runtime/src/iree/modules/hal/exports.inl: identical in
+ * HAL 0.6 and 0.7 except the dispatch (below) and lookup.function (0.7 only). */
+static const struct {
+  const char *name;
+  const char *cconv;
+} IMPORTS[I_COUNT] = {
+    [I_ALLOCATOR_ALLOCATE] = {"hal.allocator.allocate", "0rIiiI_r"},
+    [I_BUFFER_ASSERT] = {"hal.buffer.assert", "0rrrIii_v"},
+    [I_BUFFER_VIEW_ASSERT] = {"hal.buffer_view.assert", "0rriiCID_v"},
+    [I_BUFFER_VIEW_BUFFER] = {"hal.buffer_view.buffer", "0r_r"},
+    [I_BUFFER_VIEW_CREATE] = {"hal.buffer_view.create", "0rIIiiCID_r"},
+    [I_COMMAND_BUFFER_COPY_BUFFER] = {"hal.command_buffer.copy_buffer", "0riirIrIII_v"},
+    [I_COMMAND_BUFFER_CREATE] = {"hal.command_buffer.create", "0riiIi_r"},
+    [I_COMMAND_BUFFER_DISPATCH] = {"hal.command_buffer.dispatch", NULL},
+    [I_COMMAND_BUFFER_EXECUTION_BARRIER] = {"hal.command_buffer.execution_barrier", "0riiI_v"},
+    [I_COMMAND_BUFFER_FINALIZE] = {"hal.command_buffer.finalize", "0r_v"},
+    [I_DEVICE_ALLOCATOR] = {"hal.device.allocator", "0r_r"},
+    [I_DEVICE_QUEUE_EXECUTE] = {"hal.device.queue.execute", "0rIrrrI_v"},
+    [I_DEVICE_QUEUE_READ] = {"hal.device.queue.read", "0rIrrrIrIII_v"},
+    [I_DEVICES_GET] = {"hal.devices.get", "0i_r"},
+    [I_EX_FILE_FROM_MEMORY] = {"hal.ex.file.from_memory", "0rIirIIi_r"},
+    [I_EXECUTABLE_CREATE] = {"hal.executable.create", "0rIrrr_r"},
+    [I_EXECUTABLE_LOOKUP_FUNCTION] = {"hal.executable.lookup.function", "0rr_I"},
+    [I_FENCE_AWAIT] = {"hal.fence.await", "0iICrD_i"},
+    [I_FENCE_CREATE] = {"hal.fence.create", "0rI_r"},
+};
+/* (command_buffer, executable, function id | entry point, workgroups x y z,
+ * flags, constants..., (reserved, slot, buffer, offset, length)...) */
+static const char DISPATCH_CCONV_0_7[] = "0rrIiiiICiDCiirIID_v";
+static const char DISPATCH_CCONV_0_6[] = "0rriiiiICiDCiirIID_v";
+static const uint32_t IMPORT_FLAG_REQUIRED = 1; /* iree.vm.ImportFlagBits.REQUIRED */
+
+/* Module globals. */
+enum { G_DEVICE, G_ALLOCATOR, G_EXECUTABLE, G_FIXED_COUNT };
+
+/* ---- generator state ---- */
+
+typedef struct fn_info_s {
+  uint32_t const_global; /* ref global of the first CONSTANT buffer */
+  uint32_t ready_offset; /* byte offset of the uploaded flag (with constants) */
+  uint32_t *usage;       /* per plan buffer: the HAL usage its steps need */
+  uint32_t *rodata;      /* per plan buffer: the rodata of CONSTANT buffers */
+  size_t n_constants;
+} fn_info_t;
+
+typedef struct gen_s {
+  const kiln_vmfb_plan_t *plan;
+  const kiln_vmfb_host_executable_t *exe;
+  uint32_t hal_version;
+  kiln_vmfb_vm_module_t *m;
+  int32_t import_ordinal[I_COUNT]; /* -1: not imported */
+  uint32_t *kernel_offset;         /* per kernel: function id global, UINT32_MAX unused */
+  uint32_t *kernel_rodata;         /* per kernel: its name's rodata */
+  fn_info_t *fns;
+  uint32_t rodata_exe, rodata_format;
+} gen_t;
+
+/* One function being emitted: the assembler plus a scoped cache of constants. */
+typedef struct konst_s {
+  kiln_vmfb_reg_kind_t kind;
+  int64_t value;
+  kiln_vmfb_reg_t reg;
+  uint32_t block; /* a constant is reused only in the block that set it */
+} konst_t;
+
+typedef struct emit_s {
+  gen_t *g;
+  kiln_vmfb_bytecode_t *bc;
+  konst_t *konsts;
+  size_t n_konsts;
+  uint32_t block; /* serial of the current block */
+} emit_t;
+
+typedef struct scope_s {
+  kiln_vmfb_bytecode_mark_t mark;
+  size_t n_konsts;
+} scope_t;
+
+static scope_t scope_begin(emit_t *e) {
+  return (scope_t){.mark = kiln_vmfb_bytecode_mark(e->bc), .n_konsts = e->n_konsts};
+}
+
+static void scope_end(emit_t *e, scope_t s) {
+  kiln_vmfb_bytecode_release(e->bc, s.mark);
+  e->n_konsts = s.n_konsts;
+}
+
+static void begin(emit_t *e, kiln_vmfb_block_t block) {
+  kiln_vmfb_bytecode_block_begin(e->bc, block);
+  e->block++;
+}
+
+static kiln_vmfb_reg_t konst(emit_t *e, kiln_vmfb_reg_kind_t kind, int64_t value) {
+  for (size_t i = 0; i < e->n_konsts; i++) {
+    const konst_t *k = &e->konsts[i];
+    if (k->kind == kind && k->value == value && k->block == e->block) return k->reg;
+  }
+  kiln_vmfb_reg_t reg;
+  if (kind == KILN_VMFB_REG_I32) {
+    reg = kiln_vmfb_bytecode_i32(e->bc);
+    kiln_vmfb_bytecode_const_i32(e->bc, (int32_t)value, reg);
+  } else {
+    reg = kiln_vmfb_bytecode_i64(e->bc);
+    kiln_vmfb_bytecode_const_i64(e->bc, value, reg);
+  }
+  e->konsts = kiln_realloc(e->konsts, (e->n_konsts + 1) * sizeof *e->konsts);
+  e->konsts[e->n_konsts++] = (konst_t){.kind = kind, .value = value, .reg = reg, .block = e->block};
+  return reg;
+}
+
+static kiln_vmfb_reg_t ci32(emit_t *e, int32_t v) { return konst(e, KILN_VMFB_REG_I32, v); }
+static kiln_vmfb_reg_t ci64(emit_t *e, int64_t v) { return konst(e, KILN_VMFB_REG_I64, v); }
+
+static uint32_t import_callee(emit_t *e, import_t id) {
+  /* Imports are selected before emission; a miss is a generator bug, which the
+   * self-verification reports as an out-of-range import. */
+  int32_t ordinal = e->g->import_ordinal[id];
+  return KILN_VMFB_IMPORT(ordinal < 0 ? 0x7FFFFFFF : (uint32_t)ordinal);
+}
+
+static const char *import_cconv(const gen_t *g, import_t id) {
+  if (id == I_COMMAND_BUFFER_DISPATCH) {
+    return g->hal_version >= KILN_VMFB_HAL_VERSION_0_7 ? DISPATCH_CCONV_0_7 : DISPATCH_CCONV_0_6;
+  }
+  return IMPORTS[id].cconv;
+}
+
+static void call(emit_t *e, import_t id, const kiln_vmfb_reg_t *args, size_t n_args,
+                 const kiln_vmfb_reg_t *results, size_t n_results) {
+  kiln_vmfb_bytecode_call(e->bc, import_callee(e, id), import_cconv(e->g, id), args, n_args,
+                          results, n_results);
+}
+
+static void call_variadic(emit_t *e, import_t id, const uint16_t *spans, size_t n_spans,
+                          const kiln_vmfb_reg_t *args, size_t n_args,
+                          const kiln_vmfb_reg_t *results, size_t n_results) {
+  kiln_vmfb_bytecode_call_variadic(e->bc, import_callee(e, id), import_cconv(e->g, id), spans,
+                                   n_spans, args, n_args, results, n_results);
+}
+
+/* ---- module pieces ---- */
+
+/* Adds a rodata segment (a copy of data) and returns its ordinal; identical small
+ * embedded segments are shared. */
+static uint32_t rodata_add(gen_t *g, const char *name, const void *data, size_t len,
+                           bool external) {
+  kiln_vmfb_vm_module_t *m = g->m;
+  if (!external) {
+    for (size_t i = 0; i < m->n_rodata; i++) {
+      if (!m->rodata[i].external && m->rodata[i].len == len &&
+          (len == 0 || memcmp(m->rodata[i].data, data, len) == 0)) {
+        return (uint32_t)i;
+      }
+    }
+  }
+  m->rodata = kiln_realloc(m->rodata, (m->n_rodata + 1) * sizeof *m->rodata);
+  m->rodata[m->n_rodata] = (kiln_vmfb_vm_rodata_t){
+      .name = kiln_strdup(name),
+      .data = kiln_memdup(len ? data : "", len ? len : 1),
+      .len = len,
+      .alignment = RODATA_ALIGNMENT,
+      .external = external,
+  };
+  return (uint32_t)m->n_rodata++;
+}
+
+static uint32_t rodata_string(gen_t *g, const char *s) {
+  return rodata_add(g, NULL, s, strlen(s), false);
+}
+
+/* "<a>_<b><ext>" with every character of a and b outside [A-Za-z0-9] made '_',
+ * like iree-compile's rodata file names ("module_cuda_nvptx_fb.fb"). */
+static char *entry_name(const char *a, const char *b, const char *ext) {
+  kiln_buf_t buf;
+  kiln_buf_init(&buf);
+  kiln_buf_appendf(&buf, "%s_%s", a, b);
+  for (size_t i = 0; i < buf.len; i++) {
+    char ch = buf.data[i];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+    if (!ok) buf.data[i] = '_';
+  }
+  kiln_buf_append_str(&buf, ext);
+  return kiln_buf_take(&buf);
+}
+
+static const char *element_name(uint32_t element_type) {
+  switch (element_type) {
+    case KILN_VMFB_ELEMENT_INT_8: return "i8";
+    case KILN_VMFB_ELEMENT_INT_16: return "i16";
+    case KILN_VMFB_ELEMENT_INT_32: return "i32";
+    case KILN_VMFB_ELEMENT_INT_64: return "i64";
+    case KILN_VMFB_ELEMENT_FLOAT_16: return "f16";
+    case KILN_VMFB_ELEMENT_FLOAT_32: return "f32";
+    case KILN_VMFB_ELEMENT_FLOAT_64: return "f64";
+    case KILN_VMFB_ELEMENT_BFLOAT_16: return "bf16";
+    case KILN_VMFB_ELEMENT_BOOL_8: return "i1";
+    default: return NULL;
+  }
+}
+
+/* Validates a tensor type and returns its byte size. */
+static kiln_status_t tensor_bytes(const kiln_vmfb_function_t *fn, const char *what, size_t index,
+                                  const kiln_vmfb_tensor_type_t *t, uint64_t *out_bytes) {
+  if (!element_name(t->element_type)) {
+    return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                       "host program: function %s %s %zu has element type 0x%08" PRIX32
+                       " (use a KILN_VMFB_ELEMENT_* type)",
+                       fn->name, what, index, t->element_type);
+  }
+  if (t->rank > KILN_VMFB_MAX_RANK) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "host program: function %s %s %zu has rank %" PRIu32 " (max %d)", fn->name,
+                       what, index, t->rank, KILN_VMFB_MAX_RANK);
+  }
+  uint64_t bytes = kiln_vmfb_element_bytes(t->element_type);
+  for (uint32_t d = 0; d < t->rank; d++) {
+    if (t->dims[d] < 0 || __builtin_mul_overflow(bytes, (uint64_t)t->dims[d], &bytes) ||
+        bytes > (uint64_t)INT64_MAX) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "host program: function %s %s %zu has dimension %u of %" PRId64
+                         " (dimensions must be static, >= 0, and the tensor < 2^63 bytes)",
+                         fn->name, what, index, d, t->dims[d]);
+    }
+  }
+  *out_bytes = bytes;
+  return NULL;
+}
+
+static void tensor_text(kiln_buf_t *buf, const kiln_vmfb_tensor_type_t *t) {
+  kiln_buf_append_str(buf, "tensor<");
+  for (uint32_t d = 0; d < t->rank; d++) kiln_buf_appendf(buf, "%" PRId64 "x", t->dims[d]);
+  kiln_buf_appendf(buf, "%s>", element_name(t->element_type));
+}
+
+/* IREE's reflection: what iree-compile's WrapEntryPoints writes for a sync
+ * function whose arguments and results carry no names. */
+static char *declaration(const kiln_vmfb_function_t *fn) {
+  kiln_buf_t buf;
+  kiln_buf_init(&buf);
+  kiln_buf_appendf(&buf, "sync func @%s(", fn->name);
+  for (size_t i = 0; i < fn->n_inputs; i++) {
+    kiln_buf_appendf(&buf, "%s%%input%zu: ", i ? ", " : "", i);
+    tensor_text(&buf, &fn->inputs[i]);
+  }
+  kiln_buf_append_str(&buf, ") -> (");
+  for (size_t i = 0; i < fn->n_results; i++) {
+    kiln_buf_appendf(&buf, "%s%%output%zu: ", i ? ", " : "", i);
+    tensor_text(&buf, &fn->results[i].type);
+  }
+  kiln_buf_append_str(&buf, ")");
+  return kiln_buf_take(&buf);
+}
+
+static bool range_ok(uint64_t offset, uint64_t length, uint64_t size) {
+  return offset <= size && length <= size - offset;
+}
+
+static bool name_ok(const char *name) {
+  if (!name || !*name || strncmp(name, "__", 2) == 0) return false;
+  for (const char *p = name; *p; p++) {
+    char ch = *p;
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '.' || ch == '$' || ch == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+/* Checks one plan function and works out the usage each buffer needs. */
+static kiln_status_t check_function(gen_t *g, size_t f) {
+  const kiln_vmfb_function_t *fn = &g->plan->functions[f];
+  fn_info_t *info = &g->fns[f];
+  if (!name_ok(fn->name)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "host program: function %zu name \"%s\" is not usable as an export (use "
+                       "[A-Za-z0-9_.$-], not starting with \"__\")",
+                       f, fn->name ? fn->name : "(null)");
+  }
+  for (size_t k = 0; k < f; k++) {
+    if (strcmp(g->plan->functions[k].name, fn->name) == 0) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "host program: two functions are named %s; export names must be unique",
+                         fn->name);
+    }
+  }
+  uint64_t bytes;
+  for (size_t i = 0; i < fn->n_inputs; i++) {
+    KILN_RETURN_IF_ERROR(tensor_bytes(fn, "input", i, &fn->inputs[i], &bytes));
+  }
+  info->usage = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *info->usage);
+  info->rodata = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *info->rodata);
+  for (size_t b = 0; b < fn->n_buffers; b++) {
+    const kiln_vmfb_buffer_t *buf = &fn->buffers[b];
+    switch (buf->kind) {
+      case KILN_VMFB_BUFFER_INPUT:
+        if (buf->input >= fn->n_inputs) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s buffer %zu is input %" PRIu32
+                             " of a function taking %zu",
+                             fn->name, b, buf->input, fn->n_inputs);
+        }
+        KILN_RETURN_IF_ERROR(
+            tensor_bytes(fn, "input", buf->input, &fn->inputs[buf->input], &bytes));
+        if (buf->size_bytes > bytes) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s buffer %zu claims %" PRIu64
+                             " bytes of input %" PRIu32 ", which has %" PRIu64,
+                             fn->name, b, buf->size_bytes, buf->input, bytes);
+        }
+        break;
+      case KILN_VMFB_BUFFER_CONSTANT:
+        if (!buf->data && buf->size_bytes) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s constant buffer %zu has no data", fn->name,
+                             b);
+        }
+        if (buf->size_bytes > (uint64_t)INT64_MAX) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s constant buffer %zu is too large", fn->name,
+                             b);
+        }
+        info->n_constants++;
+        break;
+      case KILN_VMFB_BUFFER_TRANSIENT:
+        if (buf->size_bytes > (uint64_t)INT64_MAX) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s transient buffer %zu is too large",
+                             fn->name, b);
+        }
+        break;
+      default:
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                           "host program: function %s buffer %zu has unknown kind %d", fn->name, b,
+                           (int)buf->kind);
+    }
+  }
+  for (size_t s = 0; s < fn->n_steps; s++) {
+    const kiln_vmfb_step_t *step = &fn->steps[s];
+    if (step->kind == KILN_VMFB_STEP_DISPATCH) {
+      if (step->kernel >= g->exe->n_kernels || !g->exe->kernels[step->kernel] ||
+          !*g->exe->kernels[step->kernel]) {
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                           "host program: function %s step %zu dispatches kernel %" PRIu32
+                           " but the executable names %zu kernels",
+                           fn->name, s, step->kernel, g->exe->n_kernels);
+      }
+      if (step->n_constants > 0xFFFF || step->n_bindings > 0xFFFF ||
+          (step->n_constants && !step->constants) || (step->n_bindings && !step->bindings)) {
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                           "host program: function %s step %zu has %zu constants and %zu "
+                           "bindings (at most 65535 each, with their arrays)",
+                           fn->name, s, step->n_constants, step->n_bindings);
+      }
+      for (uint32_t d = 0; d < 3; d++) {
+        if (step->workgroups[d] > (uint32_t)INT32_MAX) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s step %zu has a workgroup count of %" PRIu32,
+                             fn->name, s, step->workgroups[d]);
+        }
+      }
+      for (size_t i = 0; i < step->n_bindings; i++) {
+        const kiln_vmfb_binding_t *bd = &step->bindings[i];
+        if (bd->buffer >= fn->n_buffers ||
+            !range_ok(bd->offset, bd->length, fn->buffers[bd->buffer].size_bytes)) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s step %zu binding %zu is bytes [%" PRIu64
+                             ", +%" PRIu64 ") of buffer %" PRIu32 ", outside it",
+                             fn->name, s, i, bd->offset, bd->length, bd->buffer);
+        }
+        info->usage[bd->buffer] |=
+            USAGE_DISPATCH_STORAGE_READ | (bd->read_only ? 0 : USAGE_DISPATCH_STORAGE_WRITE);
+      }
+      if (g->kernel_offset[step->kernel] == UINT32_MAX) g->kernel_offset[step->kernel] = 0;
+    } else if (step->kind == KILN_VMFB_STEP_COPY) {
+      bool ok = step->src < fn->n_buffers && step->dst < fn->n_buffers && step->length > 0 &&
+                range_ok(step->src_offset, step->length, fn->buffers[step->src].size_bytes) &&
+                range_ok(step->dst_offset, step->length, fn->buffers[step->dst].size_bytes);
+      if (!ok) {
+        return KILN_STATUS(
+            KILN_STATUS_INVALID_ARGUMENT,
+            "host program: function %s step %zu copies %" PRIu64 " bytes from buffer %" PRIu32
+            "+%" PRIu64 " to buffer %" PRIu32 "+%" PRIu64 ", outside them (or nothing)",
+            fn->name, s, step->length, step->src, step->src_offset, step->dst, step->dst_offset);
+      }
+      if (step->src == step->dst && step->src_offset < step->dst_offset + step->length &&
+          step->dst_offset < step->src_offset + step->length) {
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                           "host program: function %s step %zu copies between overlapping "
+                           "ranges of buffer %" PRIu32 " (HAL copies must be disjoint)",
+                           fn->name, s, step->src);
+      }
+      info->usage[step->src] |= USAGE_TRANSFER_SOURCE;
+      info->usage[step->dst] |= USAGE_TRANSFER_TARGET;
+    } else {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "host program: function %s step %zu has unknown kind %d", fn->name, s,
+                         (int)step->kind);
+    }
+  }
+  for (size_t r = 0; r < fn->n_results; r++) {
+    const kiln_vmfb_result_t *res = &fn->results[r];
+    KILN_RETURN_IF_ERROR(tensor_bytes(fn, "result", r, &res->type, &bytes));
+    if (res->buffer >= fn->n_buffers ||
+        !range_ok(res->offset, bytes, fn->buffers[res->buffer].size_bytes)) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "host program: function %s result %zu is %" PRIu64 " bytes at +%" PRIu64
+                         " of buffer %" PRIu32 ", outside it",
+                         fn->name, r, bytes, res->offset, res->buffer);
+    }
+  }
+  return NULL;
+}
+
+/* ---- the exported functions ---- */
+
+static void emit_input_asserts(emit_t *e, const kiln_vmfb_function_t *fn, const fn_info_t *info,
+                               const kiln_vmfb_reg_t *buffers, kiln_vmfb_reg_t allocator) {
+  for (size_t i = 0; i < fn->n_inputs; i++) {
+    scope_t s = scope_begin(e);
+    const kiln_vmfb_tensor_type_t *t = &fn->inputs[i];
+    char text[32];
+    snprintf(text, sizeof text, "input%zu", i);
+    kiln_vmfb_reg_t message = kiln_vmfb_bytecode_ref(e->bc);
+    kiln_vmfb_bytecode_const_ref_rodata(e->bc, rodata_string(e->g, text), message);
+    kiln_vmfb_reg_t args[2 + 2 + KILN_VMFB_MAX_RANK];
+    size_t n = 0;
+    args[n++] = kiln_vmfb_bytecode_arg(e->bc, i);
+    args[n++] = message;
+    args[n++] = ci32(e, (int32_t)t->element_type);
+    args[n++] = ci32(e, ENCODING_DENSE_ROW_MAJOR);
+    for (uint32_t d = 0; d < t->rank && d < KILN_VMFB_MAX_RANK; d++)
+      args[n++] = ci64(e, t->dims[d]);
+    uint16_t rank = (uint16_t)t->rank;
+    call_variadic(e, I_BUFFER_VIEW_ASSERT, &rank, 1, args, n, NULL, 0);
+    for (size_t b = 0; b < fn->n_buffers; b++) {
+      if (fn->buffers[b].kind != KILN_VMFB_BUFFER_INPUT || fn->buffers[b].input != i) continue;
+      call(e, I_BUFFER_VIEW_BUFFER, &args[0], 1, &buffers[b], 1);
+      uint64_t need = fn->buffers[b].size_bytes;
+      kiln_vmfb_reg_t bargs[6] = {buffers[b],
+                                  message,
+                                  allocator,
+                                  ci64(e, (int64_t)need),
+                                  ci32(e, MEMORY_TYPE_DEVICE_VISIBLE),
+                                  ci32(e, (int32_t)info->usage[b])};
+      call(e, I_BUFFER_ASSERT, bargs, 6, NULL, 0);
+    }
+    scope_end(e, s);
+  }
+}
+
+static void emit_allocate(emit_t *e, kiln_vmfb_reg_t allocator, uint64_t size,
+                          kiln_vmfb_reg_t result) {
+  scope_t s = scope_begin(e);
+  /* At least one byte: a zero-sized result still needs a buffer to view. */
+  kiln_vmfb_reg_t args[5] = {allocator, ci64(e, QUEUE_AFFINITY_ANY),
+                             ci32(e, MEMORY_TYPE_DEVICE_LOCAL), ci32(e, USAGE_DEFAULT),
+                             ci64(e, (int64_t)(size ? size : 1))};
+  call(e, I_ALLOCATOR_ALLOCATE, args, 5, &result, 1);
+  scope_end(e, s);
+}
+
+static void emit_barrier(emit_t *e, kiln_vmfb_reg_t cmd) {
+  scope_t s = scope_begin(e);
+  kiln_vmfb_reg_t args[4] = {cmd, ci32(e, STAGE_SOURCE), ci32(e, STAGE_TARGET), ci64(e, 0)};
+  call(e, I_COMMAND_BUFFER_EXECUTION_BARRIER, args, 4, NULL, 0);
+  scope_end(e, s);
+}
+
+/* Uploads the CONSTANT buffers: each is allocated, published in its global and
+ * filled by a queue-ordered read from its rodata (hal.ex.file.from_memory +
+ * hal.device.queue.read, iree-compile's path for constants it cannot map; it has
+ * no size limit, unlike command-buffer updates, which some drivers cap at 2 KiB).
+ * The reads are chained through fences; `wait` ends up holding the last one,
+ * which the command buffer's submission waits on. */
+static void emit_upload(emit_t *e, const kiln_vmfb_function_t *fn, const fn_info_t *info,
+                        kiln_vmfb_reg_t device, kiln_vmfb_reg_t allocator, kiln_vmfb_reg_t wait) {
+  uint32_t global = info->const_global;
+  for (size_t b = 0; b < fn->n_buffers; b++) {
+    const kiln_vmfb_buffer_t *buf = &fn->buffers[b];
+    if (buf->kind != KILN_VMFB_BUFFER_CONSTANT) continue;
+    scope_t s = scope_begin(e);
+    kiln_vmfb_reg_t target = kiln_vmfb_bytecode_ref(e->bc);
+    emit_allocate(e, allocator, buf->size_bytes, target);
+    kiln_vmfb_bytecode_global_store_ref(e->bc, global++, T_BUFFER, target);
+    if (buf->size_bytes) {
+      kiln_vmfb_reg_t source = kiln_vmfb_bytecode_ref(e->bc);
+      kiln_vmfb_reg_t file = kiln_vmfb_bytecode_ref(e->bc);
+      kiln_vmfb_reg_t signal = kiln_vmfb_bytecode_ref(e->bc);
+      kiln_vmfb_reg_t length = ci64(e, (int64_t)buf->size_bytes);
+      kiln_vmfb_bytecode_const_ref_rodata(e->bc, info->rodata[b], source);
+      kiln_vmfb_reg_t margs[7] = {device,
+                                  ci64(e, QUEUE_AFFINITY_ANY),
+                                  ci32(e, MEMORY_ACCESS_READ),
+                                  source,
+                                  ci64(e, 0),
+                                  length,
+                                  ci32(e, 0)};
+      call(e, I_EX_FILE_FROM_MEMORY, margs, 7, &file, 1);
+      kiln_vmfb_reg_t fargs[2] = {device, ci64(e, 0)};
+      call(e, I_FENCE_CREATE, fargs, 2, &signal, 1);
+      kiln_vmfb_reg_t rargs[10] = {device, ci64(e, QUEUE_AFFINITY_ANY),
+                                   wait,   signal,
+                                   file,   ci64(e, 0),
+                                   target, ci64(e, 0),
+                                   length, ci64(e, 0)};
+      call(e, I_DEVICE_QUEUE_READ, rargs, 10, NULL, 0);
+      /* The next read (or the submission) waits on this one. */
+      kiln_vmfb_bytecode_assign_ref(e->bc, signal, wait);
+    }
+    scope_end(e, s);
+  }
+}
+
+static void emit_dispatch(emit_t *e, const kiln_vmfb_step_t *step, const kiln_vmfb_reg_t *buffers,
+                          kiln_vmfb_reg_t cmd, kiln_vmfb_reg_t executable) {
+  gen_t *g = e->g;
+  size_t n = 7 + step->n_constants + 5 * step->n_bindings;
+  kiln_vmfb_reg_t *args = kiln_malloc(n * sizeof *args);
+  size_t k = 0;
+  args[k++] = cmd;
+  args[k++] = executable;
+  if (g->hal_version >= KILN_VMFB_HAL_VERSION_0_7) {
+    kiln_vmfb_reg_t id = kiln_vmfb_bytecode_i64(e->bc);
+    kiln_vmfb_bytecode_global_load_i64(e->bc, g->kernel_offset[step->kernel], id);
+    args[k++] = id;
+  } else {
+    args[k++] = ci32(e, (int32_t)step->kernel);
+  }
+  for (int d = 0; d < 3; d++) args[k++] = ci32(e, (int32_t)step->workgroups[d]);
+  args[k++] = ci64(e, 0); /* flags */
+  for (size_t i = 0; i < step->n_constants; i++) args[k++] = ci32(e, (int32_t)step->constants[i]);
+  for (size_t i = 0; i < step->n_bindings; i++) {
+    const kiln_vmfb_binding_t *bd = &step->bindings[i];
+    args[k++] = ci32(e, 0); /* reserved */
+    args[k++] = ci32(e, 0); /* binding table slot: unused with a direct buffer */
+    args[k++] = buffers[bd->buffer];
+    args[k++] = ci64(e, (int64_t)bd->offset);
+    args[k++] = ci64(e, (int64_t)bd->length);
+  }
+  uint16_t spans[2] = {(uint16_t)step->n_constants, (uint16_t)step->n_bindings};
+  call_variadic(e, I_COMMAND_BUFFER_DISPATCH, spans, 2, args, k, NULL, 0);
+  kiln_free(args);
+}
+
+static void emit_copy(emit_t *e, const kiln_vmfb_step_t *step, const kiln_vmfb_reg_t *buffers,
+                      kiln_vmfb_reg_t cmd) {
+  kiln_vmfb_reg_t args[9] = {
+      cmd,
+      ci32(e, 0), /* source slot */
+      ci32(e, 0), /* target slot */
+      buffers[step->src],
+      ci64(e, (int64_t)step->src_offset),
+      buffers[step->dst],
+      ci64(e, (int64_t)step->dst_offset),
+      ci64(e, (int64_t)step->length),
+      ci64(e, 0), /* flags */
+  };
+  call(e, I_COMMAND_BUFFER_COPY_BUFFER, args, 9, NULL, 0);
+}
+
+static void emit_result(emit_t *e, const kiln_vmfb_function_t *fn, size_t r,
+                        const kiln_vmfb_reg_t *buffers, kiln_vmfb_reg_t view) {
+  const kiln_vmfb_result_t *res = &fn->results[r];
+  scope_t s = scope_begin(e);
+  uint64_t bytes = kiln_vmfb_element_bytes(res->type.element_type);
+  for (uint32_t d = 0; d < res->type.rank; d++) bytes *= (uint64_t)res->type.dims[d];
+  kiln_vmfb_reg_t args[5 + KILN_VMFB_MAX_RANK];
+  size_t n = 0;
+  args[n++] = buffers[res->buffer];
+  args[n++] = ci64(e, (int64_t)res->offset);
+  args[n++] = ci64(e, (int64_t)bytes);
+  args[n++] = ci32(e, (int32_t)res->type.element_type);
+  args[n++] = ci32(e, ENCODING_DENSE_ROW_MAJOR);
+  for (uint32_t d = 0; d < res->type.rank; d++) args[n++] = ci64(e, res->type.dims[d]);
+  uint16_t rank = (uint16_t)res->type.rank;
+  call_variadic(e, I_BUFFER_VIEW_CREATE, &rank, 1, args, n, &view, 1);
+  scope_end(e, s);
+}
+
+static char *function_cconv(size_t n_inputs, size_t n_results) {
+  kiln_buf_t buf;
+  kiln_buf_init(&buf);
+  kiln_buf_append_char(&buf, '0');
+  for (size_t i = 0; i < n_inputs; i++) kiln_buf_append_char(&buf, 'r');
+  if (!n_inputs) kiln_buf_append_char(&buf, 'v');
+  kiln_buf_append_char(&buf, '_');
+  for (size_t i = 0; i < n_results; i++) kiln_buf_append_char(&buf, 'r');
+  if (!n_results) kiln_buf_append_char(&buf, 'v');
+  return kiln_buf_take(&buf);
+}
+
+static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *out) {
+  const kiln_vmfb_function_t *fn = &g->plan->functions[f];
+  const fn_info_t *info = &g->fns[f];
+  char *cconv = function_cconv(fn->n_inputs, fn->n_results);
+  emit_t e = {.g = g};
+  kiln_status_t st = kiln_vmfb_bytecode_create(cconv, &e.bc);
+  kiln_free(cconv);
+  if (st) return kiln_status_annotate(st, "host program: function %s", fn->name);
+  kiln_vmfb_bytecode_t *bc = e.bc;
+
+  /* entry */
+  kiln_vmfb_reg_t device = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_reg_t allocator = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_reg_t executable = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_reg_t cmd = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_reg_t wait = kiln_vmfb_bytecode_ref(bc); /* what the submission waits on */
+  kiln_vmfb_reg_t *buffers = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *buffers);
+  for (size_t b = 0; b < fn->n_buffers; b++) buffers[b] = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_bytecode_global_load_ref(bc, G_DEVICE, T_DEVICE, device);
+  kiln_vmfb_bytecode_global_load_ref(bc, G_ALLOCATOR, T_ALLOCATOR, allocator);
+  kiln_vmfb_bytecode_global_load_ref(bc, G_EXECUTABLE, T_EXECUTABLE, executable);
+  emit_input_asserts(&e, fn, info, buffers, allocator);
+  for (size_t b = 0; b < fn->n_buffers; b++) {
+    if (fn->buffers[b].kind == KILN_VMFB_BUFFER_TRANSIENT) {
+      emit_allocate(&e, allocator, fn->buffers[b].size_bytes, buffers[b]);
+    }
+  }
+  {
+    scope_t s = scope_begin(&e);
+    kiln_vmfb_reg_t args[5] = {device, ci32(&e, COMMAND_BUFFER_MODE_ONE_SHOT),
+                               ci32(&e, COMMAND_CATEGORY_ANY), ci64(&e, QUEUE_AFFINITY_ANY),
+                               ci32(&e, 0) /* binding capacity: direct buffers only */};
+    call(&e, I_COMMAND_BUFFER_CREATE, args, 5, &cmd, 1);
+    scope_end(&e, s);
+  }
+  kiln_vmfb_bytecode_const_ref_zero(bc, wait);
+  kiln_vmfb_block_t main_block = kiln_vmfb_bytecode_block_declare(bc);
+  if (info->n_constants) {
+    kiln_vmfb_block_t upload = kiln_vmfb_bytecode_block_declare(bc);
+    scope_t s = scope_begin(&e);
+    kiln_vmfb_reg_t ready = kiln_vmfb_bytecode_i32(bc);
+    kiln_vmfb_bytecode_global_load_i32(bc, info->ready_offset, ready);
+    kiln_vmfb_bytecode_cond_br(bc, ready, main_block, upload);
+    scope_end(&e, s);
+    begin(&e, upload);
+    emit_upload(&e, fn, info, device, allocator, wait);
+  }
+  kiln_vmfb_bytecode_br(bc, main_block);
+
+  /* main: the steps */
+  begin(&e, main_block);
+  uint32_t global = info->const_global;
+  for (size_t b = 0; b < fn->n_buffers; b++) {
+    if (fn->buffers[b].kind == KILN_VMFB_BUFFER_CONSTANT) {
+      kiln_vmfb_bytecode_global_load_ref(bc, global++, T_BUFFER, buffers[b]);
+    }
+  }
+  for (size_t i = 0; i < fn->n_steps; i++) {
+    scope_t s = scope_begin(&e);
+    if (i > 0) emit_barrier(&e, cmd); /* each step depends on all before it */
+    if (fn->steps[i].kind == KILN_VMFB_STEP_DISPATCH) {
+      emit_dispatch(&e, &fn->steps[i], buffers, cmd, executable);
+    } else {
+      emit_copy(&e, &fn->steps[i], buffers, cmd);
+    }
+    scope_end(&e, s);
+  }
+  call(&e, I_COMMAND_BUFFER_FINALIZE, &cmd, 1, NULL, 0);
+  kiln_vmfb_reg_t fence = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_reg_t status = kiln_vmfb_bytecode_i32(bc);
+  kiln_vmfb_block_t waited = kiln_vmfb_bytecode_block_declare(bc);
+  {
+    scope_t s = scope_begin(&e);
+    kiln_vmfb_reg_t fargs[2] = {device, ci64(&e, 0)};
+    call(&e, I_FENCE_CREATE, fargs, 2, &fence, 1);
+    kiln_vmfb_reg_t xargs[6] = {device,     ci64(&e, QUEUE_AFFINITY_ANY), wait, fence, cmd,
+                                ci64(&e, 0)};
+    call(&e, I_DEVICE_QUEUE_EXECUTE, xargs, 6, NULL, 0);
+    kiln_vmfb_reg_t wargs[3] = {ci32(&e, TIMEOUT_INFINITE), ci64(&e, 0), fence};
+    uint16_t one = 1;
+    kiln_vmfb_bytecode_call_variadic_yieldable(bc, import_callee(&e, I_FENCE_AWAIT),
+                                               import_cconv(g, I_FENCE_AWAIT), &one, 1, wargs, 3,
+                                               &status, 1, waited);
+    scope_end(&e, s);
+  }
+
+  /* waited: check the wait, then publish the constants and wrap the results */
+  kiln_vmfb_block_t failed = kiln_vmfb_bytecode_block_declare(bc);
+  kiln_vmfb_block_t done = kiln_vmfb_bytecode_block_declare(bc);
+  begin(&e, waited);
+  kiln_vmfb_bytecode_cond_br(bc, status, failed, done);
+  begin(&e, failed);
+  char message[256];
+  snprintf(message, sizeof message,
+           "kiln: %s: the device failed while running the dispatches (hal.fence.await)", fn->name);
+  kiln_vmfb_bytecode_fail(bc, status, message);
+  begin(&e, done);
+  if (info->n_constants) {
+    scope_t s = scope_begin(&e);
+    kiln_vmfb_bytecode_global_store_i32(bc, info->ready_offset, ci32(&e, 1));
+    scope_end(&e, s);
+  }
+  kiln_vmfb_reg_t *views = kiln_calloc(fn->n_results ? fn->n_results : 1, sizeof *views);
+  for (size_t r = 0; r < fn->n_results; r++) views[r] = kiln_vmfb_bytecode_ref(bc);
+  for (size_t r = 0; r < fn->n_results; r++) emit_result(&e, fn, r, buffers, views[r]);
+  kiln_vmfb_bytecode_return(bc, views, fn->n_results);
+
+  st = kiln_vmfb_bytecode_finish(bc, out);
+  kiln_vmfb_bytecode_destroy(bc);
+  kiln_free(views);
+  kiln_free(buffers);
+  kiln_free(e.konsts);
+  if (st) return kiln_status_annotate(st, "host program: function %s", fn->name);
+  out->name = kiln_strdup(fn->name);
+  out->export_name = kiln_strdup(fn->name);
+  char *decl = declaration(fn);
+  kiln_vmfb_attrs_add(&out->attrs, &out->n_attrs, "iree.abi.declaration", decl);
+  kiln_free(decl);
+  return NULL;
+}
+
+/* ---- __init ---- */
+
+static kiln_status_t emit_init(gen_t *g, kiln_vmfb_vm_function_t *out) {
+  emit_t e = {.g = g};
+  kiln_status_t st = kiln_vmfb_bytecode_create("0v_v", &e.bc);
+  if (st) return st;
+  kiln_vmfb_bytecode_t *bc = e.bc;
+  kiln_vmfb_reg_t device = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_reg_t allocator = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_reg_t executable = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_reg_t have = kiln_vmfb_bytecode_i32(bc);
+  kiln_vmfb_reg_t zero = ci32(&e, 0);
+  call(&e, I_DEVICES_GET, &zero, 1, &device, 1);
+  kiln_vmfb_bytecode_cmp_nz_ref(bc, device, have);
+  kiln_vmfb_block_t missing = kiln_vmfb_bytecode_block_declare(bc);
+  kiln_vmfb_block_t found = kiln_vmfb_bytecode_block_declare(bc);
+  kiln_vmfb_bytecode_cond_br(bc, have, found, missing);
+  begin(&e, missing);
+  kiln_vmfb_bytecode_fail(bc, ci32(&e, STATUS_NOT_FOUND),
+                          "kiln: no HAL device 0 in this context; create the context with a "
+                          "device of the module's target (e.g. --device=cuda)");
+  begin(&e, found);
+  call(&e, I_DEVICE_ALLOCATOR, &device, 1, &allocator, 1);
+  kiln_vmfb_reg_t format = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_reg_t data = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_reg_t none = kiln_vmfb_bytecode_ref(bc);
+  kiln_vmfb_bytecode_const_ref_rodata(bc, g->rodata_format, format);
+  kiln_vmfb_bytecode_const_ref_rodata(bc, g->rodata_exe, data);
+  kiln_vmfb_bytecode_const_ref_zero(bc, none); /* no specialization constants */
+  kiln_vmfb_reg_t args[5] = {device, ci64(&e, QUEUE_AFFINITY_ANY), format, data, none};
+  call(&e, I_EXECUTABLE_CREATE, args, 5, &executable, 1);
+  if (g->hal_version >= KILN_VMFB_HAL_VERSION_0_7) {
+    for (size_t k = 0; k < g->exe->n_kernels; k++) {
+      if (g->kernel_offset[k] == UINT32_MAX) continue;
+      scope_t s = scope_begin(&e);
+      kiln_vmfb_reg_t name = kiln_vmfb_bytecode_ref(bc);
+      kiln_vmfb_reg_t id = kiln_vmfb_bytecode_i64(bc);
+      kiln_vmfb_bytecode_const_ref_rodata(bc, g->kernel_rodata[k], name);
+      kiln_vmfb_reg_t largs[2] = {executable, name};
+      call(&e, I_EXECUTABLE_LOOKUP_FUNCTION, largs, 2, &id, 1);
+      kiln_vmfb_bytecode_global_store_i64(bc, g->kernel_offset[k], id);
+      scope_end(&e, s);
+    }
+  }
+  kiln_vmfb_bytecode_global_store_ref(bc, G_DEVICE, T_DEVICE, device);
+  kiln_vmfb_bytecode_global_store_ref(bc, G_ALLOCATOR, T_ALLOCATOR, allocator);
+  kiln_vmfb_bytecode_global_store_ref(bc, G_EXECUTABLE, T_EXECUTABLE, executable);
+  kiln_vmfb_bytecode_return(bc, NULL, 0);
+  st = kiln_vmfb_bytecode_finish(bc, out);
+  kiln_vmfb_bytecode_destroy(bc);
+  kiln_free(e.konsts);
+  if (st) return kiln_status_annotate(st, "host program: __init");
+  out->name = kiln_strdup("__init");
+  out->export_name = kiln_strdup("__init");
+  return NULL;
+}
+
+/* ---- the module ---- */
+
+static void select_imports(gen_t *g) {
+  bool used[I_COUNT] = {false};
+  used[I_DEVICES_GET] = used[I_DEVICE_ALLOCATOR] = used[I_EXECUTABLE_CREATE] = true;
+  used[I_COMMAND_BUFFER_CREATE] = used[I_COMMAND_BUFFER_FINALIZE] = true;
+  used[I_FENCE_CREATE] = used[I_DEVICE_QUEUE_EXECUTE] = used[I_FENCE_AWAIT] = true;
+  for (size_t f = 0; f < g->plan->n_functions; f++) {
+    const kiln_vmfb_function_t *fn = &g->plan->functions[f];
+    if (fn->n_inputs) {
+      used[I_BUFFER_VIEW_ASSERT] = used[I_BUFFER_VIEW_BUFFER] = used[I_BUFFER_ASSERT] = true;
+    }
+    if (fn->n_results) used[I_BUFFER_VIEW_CREATE] = true;
+    if (fn->n_steps > 1) used[I_COMMAND_BUFFER_EXECUTION_BARRIER] = true;
+    for (size_t b = 0; b < fn->n_buffers; b++) {
+      if (fn->buffers[b].kind == KILN_VMFB_BUFFER_TRANSIENT) used[I_ALLOCATOR_ALLOCATE] = true;
+      if (fn->buffers[b].kind == KILN_VMFB_BUFFER_CONSTANT) {
+        used[I_ALLOCATOR_ALLOCATE] = true;
+        if (fn->buffers[b].size_bytes > 0) {
+          used[I_EX_FILE_FROM_MEMORY] = used[I_DEVICE_QUEUE_READ] = true;
+        }
+      }
+    }
+    for (size_t s = 0; s < fn->n_steps; s++) {
+      if (fn->steps[s].kind == KILN_VMFB_STEP_COPY) used[I_COMMAND_BUFFER_COPY_BUFFER] = true;
+      if (fn->steps[s].kind == KILN_VMFB_STEP_DISPATCH) {
+        used[I_COMMAND_BUFFER_DISPATCH] = true;
+        used[I_EXECUTABLE_LOOKUP_FUNCTION] |= g->hal_version >= KILN_VMFB_HAL_VERSION_0_7;
+      }
+    }
+  }
+  kiln_vmfb_vm_module_t *m = g->m;
+  for (int i = 0; i < I_COUNT; i++) {
+    g->import_ordinal[i] = -1;
+    if (!used[i]) continue;
+    g->import_ordinal[i] = (int32_t)m->n_imports;
+    m->imports = kiln_realloc(m->imports, (m->n_imports + 1) * sizeof *m->imports);
+    m->imports[m->n_imports++] = (kiln_vmfb_vm_import_t){
+        .full_name = kiln_strdup(IMPORTS[i].name),
+        .cconv = kiln_strdup(import_cconv(g, (import_t)i)),
+        .flags = IMPORT_FLAG_REQUIRED,
+    };
+  }
+}
+
+static kiln_status_t build(gen_t *g, const char *module_name) {
+  kiln_vmfb_vm_module_t *m = g->m;
+  const kiln_vmfb_plan_t *plan = g->plan;
+  const kiln_vmfb_host_executable_t *exe = g->exe;
+  if (!plan->n_functions || !plan->functions) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "host program: the plan has no functions");
+  }
+  if (!exe->format || !*exe->format || (!exe->data && exe->len) ||
+      (exe->n_kernels && !exe->kernels)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "host program: the executable needs a format string, its bytes and its "
+                       "kernel names");
+  }
+  g->kernel_offset = kiln_malloc((exe->n_kernels ? exe->n_kernels : 1) * sizeof *g->kernel_offset);
+  g->kernel_rodata = kiln_calloc(exe->n_kernels ? exe->n_kernels : 1, sizeof *g->kernel_rodata);
+  for (size_t k = 0; k < exe->n_kernels; k++) g->kernel_offset[k] = UINT32_MAX;
+  g->fns = kiln_calloc(plan->n_functions, sizeof *g->fns);
+  for (size_t f = 0; f < plan->n_functions; f++) KILN_RETURN_IF_ERROR(check_function(g, f));
+
+  m->name = kiln_strdup(module_name);
+  m->version = 0;
+  m->hal_minimum_version = g->hal_version;
+  m->bytecode_version = KILN_VMFB_BYTECODE_VERSION;
+  m->types = kiln_calloc(T_COUNT, sizeof *m->types);
+  for (int t = 0; t < T_COUNT; t++) m->types[t] = kiln_strdup(TYPE_NAMES[t]);
+  m->n_types = T_COUNT;
+  select_imports(g);
+
+  /* rodata: the executable, its format, kernel names, then constants */
+  char *exe_name = entry_name(module_name, exe->format, ".fb");
+  g->rodata_exe = rodata_add(g, exe_name, exe->data, exe->len, true);
+  kiln_free(exe_name);
+  g->rodata_format = rodata_string(g, exe->format);
+  /* globals: i64 function ids first (8-aligned), then the i32 flags */
+  uint32_t bytes = 0;
+  for (size_t k = 0; k < exe->n_kernels; k++) {
+    if (g->kernel_offset[k] == UINT32_MAX) continue;
+    if (g->hal_version >= KILN_VMFB_HAL_VERSION_0_7) {
+      g->kernel_offset[k] = bytes;
+      bytes += 8;
+      g->kernel_rodata[k] = rodata_string(g, exe->kernels[k]);
+    }
+  }
+  uint32_t refs = G_FIXED_COUNT;
+  for (size_t f = 0; f < plan->n_functions; f++) {
+    const kiln_vmfb_function_t *fn = &plan->functions[f];
+    fn_info_t *info = &g->fns[f];
+    info->const_global = refs;
+    if (!info->n_constants) continue;
+    info->ready_offset = bytes;
+    bytes += 4;
+    size_t c = 0;
+    for (size_t b = 0; b < fn->n_buffers; b++) {
+      const kiln_vmfb_buffer_t *buf = &fn->buffers[b];
+      if (buf->kind != KILN_VMFB_BUFFER_CONSTANT) continue;
+      char index[32];
+      snprintf(index, sizeof index, "constant%zu", c++);
+      char *name = entry_name(fn->name, index, ".bin");
+      info->rodata[b] = rodata_add(g, name, buf->data, (size_t)buf->size_bytes,
+                                   buf->size_bytes >= EMBED_MAX_BYTES);
+      kiln_free(name);
+      refs++;
+    }
+  }
+  m->global_bytes_capacity = bytes;
+  m->global_ref_count = refs;
+
+  m->functions = kiln_calloc(plan->n_functions + 1, sizeof *m->functions);
+  for (size_t f = 0; f < plan->n_functions; f++) {
+    KILN_RETURN_IF_ERROR(emit_function(g, f, &m->functions[m->n_functions++]));
+  }
+  KILN_RETURN_IF_ERROR(emit_init(g, &m->functions[m->n_functions++]));
+  for (size_t f = 0; f < m->n_functions; f++) {
+    KILN_RETURN_IF_ERROR(kiln_status_annotate(kiln_vmfb_bytecode_verify(m, f),
+                                              "host program: self-check failed (a kiln bug)"));
+  }
+  return NULL;
+}
+
+kiln_status_t kiln_vmfb_host_program_build(const kiln_vmfb_plan_t *plan,
+                                           const kiln_vmfb_host_executable_t *exe,
+                                           const kiln_vmfb_host_options_t *options,
+                                           kiln_vmfb_vm_module_t *out_module) {
+  memset(out_module, 0, sizeof *out_module);
+  uint32_t hal_version =
+      options && options->hal_version ? options->hal_version : KILN_VMFB_HAL_VERSION_LATEST;
+  if (hal_version != KILN_VMFB_HAL_VERSION_0_6 && hal_version != KILN_VMFB_HAL_VERSION_0_7) {
+    return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                       "host program: HAL module version %" PRIu32
+                       " (kiln emits 7 for IREE 3.12, or 6 for pre-3.12 fixtures)",
+                       hal_version);
+  }
+  const char *module_name = options && options->module_name ? options->module_name : "module";
+  if (!*module_name || strchr(module_name, '.')) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "host program: module name \"%s\" must be non-empty and contain no '.'",
+                       module_name);
+  }
+  kiln_vmfb_vm_module_t module = {0};
+  gen_t g = {.plan = plan, .exe = exe, .hal_version = hal_version, .m = &module};
+  kiln_status_t st = build(&g, module_name);
+  if (g.fns) {
+    for (size_t f = 0; f < plan->n_functions; f++) {
+      kiln_free(g.fns[f].usage);
+      kiln_free(g.fns[f].rodata);
+    }
+  }
+  kiln_free(g.fns);
+  kiln_free(g.kernel_offset);
+  kiln_free(g.kernel_rodata);
+  if (st) {
+    kiln_vmfb_vm_module_deinit(&module);
+    return st;
+  }
+  *out_module = module;
+  return NULL;
+}
