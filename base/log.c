@@ -63,6 +63,8 @@ static void emit(kiln_buf_t *line) {
 }
 
 static void log_v(kiln_log_level_t level, const char *event, const kiln_status_t status,
+                  const char *fields_fmt, va_list ap) __attribute__((format(printf, 4, 0)));
+static void log_v(kiln_log_level_t level, const char *event, const kiln_status_t status,
                   const char *fields_fmt, va_list ap) {
   kiln_buf_t line;
   kiln_buf_init(&line);

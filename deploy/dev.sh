@@ -4,11 +4,14 @@
 #   deploy/dev.sh demo    install what is missing, build, start kilnd on loopback
 #                         with a local state folder, and show kiln talking to it
 #   deploy/dev.sh test    install what is missing, build twice (plain, and with
-#                         ASan+UBSan), and run the whole suite in both builds
+#                         ASan+UBSan), and run the whole suite in both builds;
+#                         then build the VMFB reader's libFuzzer target with
+#                         clang-22 (build-fuzz) and fuzz it for KILN_FUZZ_SECONDS
 #   deploy/dev.sh build   install what is missing and build build/ only
 #
 # Both are idempotent: packages are installed only when missing and the builds are
-# incremental. Environment: KILN_DEMO_ADDR (default 127.0.0.1:7477), JOBS.
+# incremental. Environment: KILN_DEMO_ADDR (default 127.0.0.1:7477), JOBS,
+# KILN_FUZZ_SECONDS (default 45; 0 skips the fuzz run).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,6 +56,8 @@ demo() {
   echo "== kilnc: examples/attention.mlir for the mission's GPU targets (in-process MLIR pipeline)"
   build/compiler/kilnc examples/attention.mlir --target sm_89,sm_120,gfx950,gfx1100,mali-g720,videocore_vii \
     -o "$root/.kiln-demo/out"
+  echo "== kiln inspect: the sm_89 artifact (IREE 3.12 VMFB, read back without kilnd)"
+  build/client/kiln inspect "$root/.kiln-demo/out/sm_89.vmfb"
   echo "== stopping kilnd (SIGTERM drains in-flight calls)"
   kill -TERM "$pid"
   local rc=0
@@ -74,11 +79,36 @@ run_tests() {
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --output-on-failure -j "$jobs") || failed=1
+  fuzz || failed=1
   if [ "$failed" -ne 0 ]; then
     echo "kiln: test suite FAILED" >&2
     return 1
   fi
-  echo "kiln: test suite passed (plain and ASan+UBSan builds)"
+  echo "kiln: test suite passed (plain and ASan+UBSan builds, fuzzing)"
+}
+
+# The VMFB reader's libFuzzer target (tests/fuzz), from the committed corpus
+# (tests/fixtures/fuzz/vmfb). Only the target and the two libraries under it are
+# built, so this tree never compiles MLIR code; clang's warnings are errors here too.
+fuzz() {
+  local seconds=${KILN_FUZZ_SECONDS:-45}
+  if [ "$seconds" = 0 ]; then
+    echo "== fuzzing skipped (KILN_FUZZ_SECONDS=0)"
+    return 0
+  fi
+  local clang
+  if ! clang=$(command -v clang-22); then
+    echo "== fuzzing SKIPPED: clang-22 is not installed (deploy/deps.sh installs clang-22 and libclang-rt-22-dev)" >&2
+    return 0
+  fi
+  echo "== build the VMFB reader's fuzz target with clang-22 and fuzz it for $seconds s"
+  cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$clang" \
+    -DKILN_FUZZ=ON -DKILN_FUZZ_SECONDS="$seconds" >/dev/null &&
+    cmake --build build-fuzz -j "$jobs" --target fuzz_vmfb_reader &&
+    (cd build-fuzz && ctest --output-on-failure -L fuzz) || return 1
+  # libFuzzer's own summary (coverage, executions) of the run that just passed.
+  grep -E '^#[0-9]+[[:space:]]+DONE|^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' \
+    build-fuzz/Testing/Temporary/LastTest.log | sed 's/^/  /' || true
 }
 
 case "${1:-}" in

@@ -17,6 +17,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
 
@@ -30,6 +31,8 @@
 #define EXECUTABLE_HEADER_BYTES 64
 #define SOURCE_ENTRY "kiln/source.mlir.zst"
 #define MAX_SOURCE_BYTES (1ull << 30)
+#define SOURCE_RATIO_CAP 1024ull           /* decompressed per compressed byte, unrecorded */
+#define SOURCE_FREE_BYTES (64ull << 20)    /* always allowed */
 /* The VM's current bytecode major version: a file with another one does not load. */
 #define BYTECODE_MAJOR 17
 /* HAL 0.5 introduced module dependencies; older files are still legacy, not invalid. */
@@ -415,7 +418,7 @@ static void classify(kiln_vmfb_info_t *info) {
   unsigned major = info->bytecode_version >> 16, minor = info->bytecode_version & 0xFFFF;
   for (size_t i = 0; i < info->n_executables; i++) {
     const kiln_vmfb_executable_info_t *e = &info->executables[i];
-    if (e->problem && e->has_header) {
+    if (e->problem) {
       set_reason(info, KILN_VMFB_CLASS_INVALID, "executable in rodata %u (%s): %s", e->rodata,
                  e->format ? e->format : e->identifier, e->problem);
       return;
@@ -484,13 +487,6 @@ static void classify(kiln_vmfb_info_t *info) {
                "or misplaced rodata?)");
     return;
   }
-  for (size_t i = 0; i < info->n_executables; i++) {
-    if (info->executables[i].problem) {
-      set_reason(info, KILN_VMFB_CLASS_INVALID, "executable in rodata %u: %s", info->executables[i].rodata,
-                 info->executables[i].problem);
-      return;
-    }
-  }
   set_reason(info, KILN_VMFB_CLASS_CURRENT, "hal 0.%u, bytecode %u.%u, %zu executable(s) with headers",
              info->hal_version, major, minor, info->n_executables);
 }
@@ -556,28 +552,45 @@ kiln_status_t kiln_vmfb_source_extract(const uint8_t *file, size_t len, uint8_t 
     kiln_vmfb_info_deinit(&info);
     return st;
   }
-  char *want_digest = NULL;
+  char *want_digest = NULL, *want_bytes = NULL;
   const char *d = kiln_vmfb_info_attr(&info, "kiln.source.sha256");
   if (d) want_digest = kiln_strdup(d);
+  const char *b = kiln_vmfb_info_attr(&info, "kiln.source.bytes");
+  if (b) want_bytes = kiln_strdup(b);
   kiln_vmfb_info_deinit(&info);
 
   kiln_vmfb_archive_t archive;
   kiln_status_t st = kiln_vmfb_archive_parse(file, len, 0, &archive);
   if (st) {
     kiln_free(want_digest);
+    kiln_free(want_bytes);
     return st;
   }
   ptrdiff_t idx = kiln_vmfb_archive_entry_find(&archive, SOURCE_ENTRY);
   if (idx < 0 || !archive.entries[idx].stored) {
     kiln_vmfb_archive_deinit(&archive);
     kiln_free(want_digest);
+    kiln_free(want_bytes);
     return KILN_STATUS(KILN_STATUS_NOT_FOUND, "the VMFB carries no embedded source (%s)", SOURCE_ENTRY);
   }
   const uint8_t *z = archive.file + archive.entries[idx].data_offset;
   size_t zlen = (size_t)archive.entries[idx].size;
   unsigned long long size = ZSTD_getFrameContentSize(z, zlen);
+  /* Hostile files: a tiny frame can claim a huge size. Beyond a generous ratio
+   * (MLIR text compresses 5-30x; splat-heavy text more) the file must prove its
+   * size by recording it in kiln.source.bytes. */
+  unsigned long long ratio_cap = (unsigned long long)zlen * SOURCE_RATIO_CAP;
+  if (ratio_cap < SOURCE_FREE_BYTES) ratio_cap = SOURCE_FREE_BYTES;
   if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > MAX_SOURCE_BYTES) {
     st = KILN_STATUS(KILN_STATUS_DATA_LOSS, "the embedded source is not a zstd frame of known size up to 1 GiB");
+  } else if (want_bytes && strtoull(want_bytes, NULL, 10) != size) {
+    st = KILN_STATUS(KILN_STATUS_DATA_LOSS, "the embedded source's frame says %llu bytes; kiln.source.bytes says %s",
+                     size, want_bytes);
+  } else if (!want_bytes && size > ratio_cap) {
+    st = KILN_STATUS(KILN_STATUS_DATA_LOSS,
+                     "the embedded source claims %llu bytes from %zu compressed, an implausible ratio, and the "
+                     "file records no kiln.source.bytes",
+                     size, zlen);
   } else {
     uint8_t *src = kiln_malloc(size ? (size_t)size : 1);
     size_t n = ZSTD_decompress(src, (size_t)size, z, zlen);
@@ -602,6 +615,7 @@ kiln_status_t kiln_vmfb_source_extract(const uint8_t *file, size_t len, uint8_t 
   }
   kiln_vmfb_archive_deinit(&archive);
   kiln_free(want_digest);
+  kiln_free(want_bytes);
   return st;
 }
 
