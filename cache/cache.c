@@ -786,6 +786,41 @@ kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_
   return st;
 }
 
+kiln_status_t kiln_cache_artifact_get_by_digest(kiln_cache_t *cache, const char *digest,
+                                                kiln_index_artifact_t *out_record) {
+  memset(out_record, 0, sizeof *out_record);
+  if (!digest || !kiln_digest_is_valid_hex(digest)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "artifact digest '%s' is not 64 lowercase hex characters",
+                       digest ? digest : "");
+  }
+  kiln_index_t *index = NULL;
+  KILN_RETURN_IF_ERROR(acquire(cache, &index));
+  kiln_status_t st = kiln_index_artifact_get_by_digest(index, digest, out_record);
+  release(cache, index);
+  if (kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
+    kiln_status_free(st);
+    st = KILN_STATUS(KILN_STATUS_NOT_FOUND,
+                     "no artifact with digest %s in the cache (never stored, evicted or "
+                     "quarantined)",
+                     digest);
+  }
+  return st;
+}
+
+kiln_status_t kiln_cache_artifact_find_page(kiln_cache_t *cache,
+                                            const kiln_index_page_query_t *query,
+                                            kiln_index_artifact_t **out_records,
+                                            size_t *out_count) {
+  *out_records = NULL;
+  *out_count = 0;
+  kiln_index_t *index = NULL;
+  KILN_RETURN_IF_ERROR(acquire(cache, &index));
+  kiln_status_t st = kiln_index_artifact_find_page(index, query, out_records, out_count);
+  release(cache, index);
+  return st;
+}
+
 /* Drops every row naming `digest` and moves its file to quarantine/. */
 static void quarantine(kiln_cache_t *cache, const kiln_digest_t *digest, const char *reason) {
   kiln_digest_hex_t hex;
@@ -930,6 +965,147 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
   in_use_remove(cache, &digest);
   if (!st && out_digest) *out_digest = hex;
   return st;
+}
+
+kiln_status_t kiln_cache_source_get(kiln_cache_t *cache, const char *digest,
+                                    kiln_index_source_t *out_record) {
+  memset(out_record, 0, sizeof *out_record);
+  kiln_digest_t d;
+  if (!digest || !kiln_digest_from_hex(digest, &d)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "source digest '%s' is not 64 lowercase hex characters",
+                       digest ? digest : "");
+  }
+  kiln_index_t *index = NULL;
+  KILN_RETURN_IF_ERROR(acquire(cache, &index));
+  kiln_status_t st = kiln_index_source_get(index, digest, out_record);
+  if (!st && !kiln_blobstore_contains(cache->blobs, &d, NULL)) {
+    /* Removed behind our back: heal the index, report it missing. */
+    kiln_status_free(kiln_index_drop_digest(index, digest, NULL, now_ms(cache), NULL));
+    kiln_index_source_deinit(out_record);
+    st = KILN_STATUS(KILN_STATUS_NOT_FOUND, "source %s: its blob is missing", digest);
+  } else if (kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
+    kiln_status_free(st);
+    st = KILN_STATUS(KILN_STATUS_NOT_FOUND,
+                     "no source with digest %s in the cache (never uploaded, evicted or "
+                     "quarantined)",
+                     digest);
+  }
+  release(cache, index);
+  return st;
+}
+
+/* ---- source uploads ---- */
+
+struct kiln_cache_upload_s {
+  kiln_cache_t *cache;
+  kiln_blob_writer_t *writer;
+  kiln_digest_t expected;
+  kiln_digest_hex_t expected_hex;
+  uint64_t size;     /* declared */
+  uint64_t received;
+};
+
+kiln_status_t kiln_cache_source_upload_begin(kiln_cache_t *cache, const char *expected_digest,
+                                             uint64_t size, kiln_cache_upload_t **out_upload) {
+  *out_upload = NULL;
+  kiln_digest_t expected;
+  if (!expected_digest || !kiln_digest_from_hex(expected_digest, &expected)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "source digest '%s' is not 64 lowercase hex characters",
+                       expected_digest ? expected_digest : "");
+  }
+  if (size == 0) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "source %s: size 0; a source has at least one byte", expected_digest);
+  }
+  kiln_blob_writer_t *writer = NULL;
+  KILN_RETURN_IF_ERROR(kiln_blob_writer_begin(cache->blobs, &expected, &writer));
+  kiln_cache_upload_t *u = kiln_calloc(1, sizeof *u);
+  u->cache = cache;
+  u->writer = writer;
+  u->expected = expected;
+  kiln_digest_to_hex(&expected, &u->expected_hex);
+  u->size = size;
+  *out_upload = u;
+  return NULL;
+}
+
+kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *upload, const void *data,
+                                             size_t len) {
+  if (len > upload->size - upload->received) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "source %s: more bytes than the declared size_bytes %llu (at least "
+                       "%llu received); send exactly size_bytes bytes",
+                       upload->expected_hex.text, (unsigned long long)upload->size,
+                       (unsigned long long)(upload->received + len));
+  }
+  KILN_RETURN_IF_ERROR(kiln_blob_writer_write(upload->writer, data, len));
+  upload->received += len;
+  return NULL;
+}
+
+uint64_t kiln_cache_source_upload_received(const kiln_cache_upload_t *upload) {
+  return upload->received;
+}
+
+kiln_status_t kiln_cache_source_upload_commit(kiln_cache_upload_t *upload, const char *name,
+                                              int format, const char *semantic_digest,
+                                              kiln_index_source_t *out_record) {
+  if (out_record) memset(out_record, 0, sizeof *out_record);
+  kiln_cache_t *cache = upload->cache;
+  kiln_digest_hex_t hex = upload->expected_hex;
+  if (upload->received != upload->size) {
+    kiln_status_t st = KILN_STATUS(
+        KILN_STATUS_INVALID_ARGUMENT,
+        "source %s: received %llu bytes but size_bytes says %llu; send exactly size_bytes bytes",
+        hex.text, (unsigned long long)upload->received, (unsigned long long)upload->size);
+    kiln_cache_source_upload_abort(upload);
+    return st;
+  }
+  /* In the in-use set from before the blob is visible until its row is in, so
+   * eviction and verify can neither remove the new blob nor an identical one
+   * already stored (which the commit then keeps instead of ours). */
+  in_use_add(cache, &upload->expected);
+  uint64_t stored = 0;
+  kiln_status_t st = kiln_blob_writer_commit(upload->writer, NULL, NULL, &stored);
+  upload->writer = NULL;
+  uint64_t size = upload->size;
+  kiln_free(upload);
+  kiln_digest_t d;
+  kiln_digest_from_hex(hex.text, &d);
+  if (st) {
+    in_use_remove(cache, &d);
+    return kiln_status_annotate(st, "source upload");
+  }
+  kiln_index_source_t rec;
+  memset(&rec, 0, sizeof rec);
+  memcpy(rec.digest, hex.text, sizeof rec.digest);
+  if (semantic_digest && kiln_digest_is_valid_hex(semantic_digest)) {
+    memcpy(rec.semantic_digest, semantic_digest, sizeof rec.semantic_digest);
+  }
+  rec.name = (char *)name;
+  rec.format = format;
+  rec.size = size;
+  rec.stored_size = stored;
+  rec.created_ms = rec.last_access_ms = now_ms(cache);
+  kiln_index_t *index = NULL;
+  st = acquire(cache, &index);
+  if (!st) st = kiln_index_source_put(index, &rec);
+  if (!st && out_record) st = kiln_index_source_get(index, hex.text, out_record);
+  in_use_remove(cache, &d);
+  /* Not indexed: take the blob back unless a row (a concurrent upload) names it,
+   * so a failed upload leaves nothing behind. */
+  if (st && index) remove_if_unreferenced(cache, index, hex.text);
+  release(cache, index);
+  if (st) return kiln_status_annotate(st, "cannot index source %s", hex.text);
+  return NULL;
+}
+
+void kiln_cache_source_upload_abort(kiln_cache_upload_t *upload) {
+  if (!upload) return;
+  kiln_blob_writer_abort(upload->writer);
+  kiln_free(upload);
 }
 
 /* ---- maintenance ---- */

@@ -105,6 +105,22 @@ kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_
 kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_key,
                                          kiln_index_artifact_t *out_record);
 
+/* The newest artifact row whose artifact digest is `digest` (GetArtifact by
+ * digest); records no hit. NOT_FOUND when no row has it (never stored, evicted or
+ * quarantined); INVALID_ARGUMENT for a malformed digest. The record is owned by
+ * the caller (kiln_index_artifact_deinit). */
+kiln_status_t kiln_cache_artifact_get_by_digest(kiln_cache_t *cache, const char *digest,
+                                                kiln_index_artifact_t *out_record);
+
+/* One page of artifact rows matching `query`, newest first (see
+ * kiln_index_artifact_find_page for the order, the cursor and the errors). The
+ * array is owned by the caller (kiln_index_artifacts_free). Hits not yet flushed
+ * are not reflected in the rows' hits and last_access_ms. */
+kiln_status_t kiln_cache_artifact_find_page(kiln_cache_t *cache,
+                                            const kiln_index_page_query_t *query,
+                                            kiln_index_artifact_t **out_records,
+                                            size_t *out_count);
+
 /* A verifying stream over an artifact or source blob. While it is open the blob is
  * protected from eviction. */
 typedef struct kiln_cache_reader_s kiln_cache_reader_t;
@@ -136,6 +152,47 @@ kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, boo
 kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_t len,
                                     const char *expected_digest, const char *name, int format,
                                     const char *semantic_digest, kiln_digest_hex_t *out_digest);
+
+/* The row of stored source `digest`, if its blob is present too (a row whose blob
+ * was removed behind the cache's back is dropped and reads as missing). NOT_FOUND
+ * when not stored (never uploaded, evicted or quarantined); INVALID_ARGUMENT for a
+ * malformed digest. The record is owned by the caller (kiln_index_source_deinit). */
+kiln_status_t kiln_cache_source_get(kiln_cache_t *cache, const char *digest,
+                                    kiln_index_source_t *out_record);
+
+/* A source upload spooled to disk (PutSource): bytes go to a temporary file in the
+ * store's tmp/ and are hashed as they arrive, so memory stays bounded whatever the
+ * size (the blob writer buffers at most 8 MiB of a compressible source to
+ * compress it). Nothing is visible until commit; abort, a failed write and a
+ * failed commit leave nothing behind. One owner at a time (any thread). */
+typedef struct kiln_cache_upload_s kiln_cache_upload_t;
+
+/* Starts an upload of `size` (> 0) bytes that must hash to `expected_digest`.
+ * INVALID_ARGUMENT for a malformed digest or size 0; errors of the tmp file
+ * (RESOURCE_EXHAUSTED, PERMISSION_DENIED) name it. On success *out_upload is owned
+ * by the caller until commit or abort. */
+kiln_status_t kiln_cache_source_upload_begin(kiln_cache_t *cache, const char *expected_digest,
+                                             uint64_t size, kiln_cache_upload_t **out_upload);
+/* Appends `len` bytes (borrowed). INVALID_ARGUMENT when they would take the upload
+ * past its declared size (the message gives both sizes); RESOURCE_EXHAUSTED when
+ * the disk is full. After a failure the upload only fails; abort it. */
+kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *upload, const void *data,
+                                             size_t len);
+/* Bytes appended so far. */
+uint64_t kiln_cache_source_upload_received(const kiln_cache_upload_t *upload);
+/* Checks the size and the digest, makes the blob durable and visible under its
+ * digest and indexes the source (as kiln_cache_source_put: idempotent, a
+ * concurrent upload of the same digest stores it once), then frees the upload,
+ * also on failure. INVALID_ARGUMENT when fewer bytes arrived than declared, or
+ * they hash to another digest (each message gives both values); nothing is
+ * stored then. `out_record` (may be NULL) receives the row as stored, which for a
+ * source already present is the earlier row (its name and format win). */
+kiln_status_t kiln_cache_source_upload_commit(kiln_cache_upload_t *upload, const char *name,
+                                              int format, const char *semantic_digest,
+                                              kiln_index_source_t *out_record);
+/* Discards an upload that was not committed and removes its tmp file. NULL is a
+ * no-op. */
+void kiln_cache_source_upload_abort(kiln_cache_upload_t *upload);
 
 /* ---- maintenance ---- */
 

@@ -13,7 +13,9 @@
  * statement holds a read snapshot or borrowed text between calls. find's statements
  * are assembled from fixed fragments, one per combination of present filters and
  * label count, and prepared on first use: values are only ever bound, never
- * formatted into SQL.
+ * formatted into SQL. find_page (FindArtifacts) works the same way and pages by
+ * keyset: each page starts strictly after the previous page's last row in a total
+ * order (created_ms descending, artifact_digest, cache_key), never by OFFSET.
  *
  * Transactions: writes that touch several rows (put, drop_digest) run in BEGIN
  * IMMEDIATE ... COMMIT, or inside a SAVEPOINT when the caller already holds a
@@ -182,6 +184,27 @@ enum {
 #define FIND_HAS_HAL 4u
 #define FIND_SHAPES 8
 
+/* find_page's parameters, numbered the same way. The HAL and time bounds are
+ * always bound (neutral values when unset); source, target and the cursor are in
+ * the SQL only when given, so the indexes on them stay usable. */
+enum {
+  PAGE_PARAM_SOURCE = 1,
+  PAGE_PARAM_TARGET = 2,
+  PAGE_PARAM_HAL_MIN = 3,
+  PAGE_PARAM_HAL_MAX = 4,
+  PAGE_PARAM_AFTER_MS = 5,
+  PAGE_PARAM_BEFORE_MS = 6,
+  PAGE_PARAM_CURSOR_MS = 7,
+  PAGE_PARAM_CURSOR_DIGEST = 8,
+  PAGE_PARAM_CURSOR_KEY = 9,
+  PAGE_PARAM_LIMIT = 10,
+  PAGE_PARAM_LABELS = 11, /* label i: key ?(11 + 2i), value ?(12 + 2i) */
+};
+#define PAGE_HAS_SOURCE 1u
+#define PAGE_HAS_TARGET 2u
+#define PAGE_HAS_CURSOR 4u
+#define PAGE_SHAPES 8
+
 struct kiln_index_s {
   sqlite3 *db;
   char *path;
@@ -190,6 +213,8 @@ struct kiln_index_s {
   sqlite3_stmt *stmts[STMT_COUNT];
   /* [filter-presence mask][label count], prepared on first use. */
   sqlite3_stmt *find_stmts[FIND_SHAPES][KILN_INDEX_FILTER_MAX_LABELS + 1];
+  /* find_page's: [filter-presence mask][label count], prepared on first use. */
+  sqlite3_stmt *page_stmts[PAGE_SHAPES][KILN_INDEX_PAGE_MAX_LABELS + 1];
 };
 
 /* ---- errors -------------------------------------------------------------- */
@@ -519,6 +544,9 @@ void kiln_index_close(kiln_index_t *index) {
   for (int m = 0; m < FIND_SHAPES; m++)
     for (int n = 0; n <= KILN_INDEX_FILTER_MAX_LABELS; n++)
       sqlite3_finalize(index->find_stmts[m][n]);
+  for (int m = 0; m < PAGE_SHAPES; m++)
+    for (int n = 0; n <= KILN_INDEX_PAGE_MAX_LABELS; n++)
+      sqlite3_finalize(index->page_stmts[m][n]);
   /* Every statement is finalized, so this cannot fail with BUSY; an open
    * transaction is rolled back by SQLite. */
   sqlite3_close(index->db);
@@ -936,6 +964,93 @@ kiln_status_t kiln_index_artifact_find(kiln_index_t *index, const kiln_index_fil
   for (size_t i = 0; i < filter->n_labels; i++) {
     bind_text(stmt, FIND_PARAM_LABELS + 2 * (int)i, filter->labels[i].key, &rc);
     bind_text(stmt, FIND_PARAM_LABELS + 2 * (int)i + 1, filter->labels[i].value, &rc);
+  }
+  return collect_artifacts(index, stmt, rc, op, out_records, out_count);
+}
+
+/* The page statement for one shape, assembled from fixed fragments only. */
+static kiln_status_t page_stmt(kiln_index_t *index, unsigned mask, size_t n_labels,
+                               sqlite3_stmt **out_stmt) {
+  sqlite3_stmt **slot = &index->page_stmts[mask][n_labels];
+  if (!*slot) {
+    kiln_buf_t sql;
+    kiln_buf_init(&sql);
+    kiln_buf_append_str(&sql, "SELECT " ARTIFACT_COLUMNS " FROM artifacts a "
+                              "WHERE a.hal_version BETWEEN ?3 AND ?4 "
+                              "AND a.created_ms >= ?5 AND a.created_ms < ?6");
+    if (mask & PAGE_HAS_SOURCE) kiln_buf_append_str(&sql, " AND a.source_digest = ?1");
+    if (mask & PAGE_HAS_TARGET) kiln_buf_append_str(&sql, " AND a.target = ?2");
+    /* Strictly after the cursor in the page order (descending time, then
+     * ascending digest and key). */
+    if (mask & PAGE_HAS_CURSOR)
+      kiln_buf_append_str(&sql, " AND (a.created_ms < ?7 OR (a.created_ms = ?7 AND "
+                                "(a.artifact_digest, a.cache_key) > (?8, ?9)))");
+    for (size_t i = 0; i < n_labels; i++)
+      kiln_buf_appendf(&sql,
+                       " AND EXISTS (SELECT 1 FROM artifact_labels l WHERE l.cache_key = "
+                       "a.cache_key AND l.key = ?%zu AND l.value = ?%zu)",
+                       PAGE_PARAM_LABELS + 2 * i, PAGE_PARAM_LABELS + 2 * i + 1);
+    kiln_buf_append_str(&sql,
+                        " ORDER BY a.created_ms DESC, a.artifact_digest, a.cache_key LIMIT ?10");
+    kiln_status_t status = prepare(index, sql.data, slot);
+    kiln_buf_deinit(&sql);
+    KILN_RETURN_IF_ERROR(status);
+  }
+  *out_stmt = *slot;
+  return NULL;
+}
+
+kiln_status_t kiln_index_artifact_find_page(kiln_index_t *index,
+                                            const kiln_index_page_query_t *query,
+                                            kiln_index_artifact_t **out_records, size_t *out_count) {
+  static const char op[] = "find a page of artifacts";
+  *out_records = NULL;
+  *out_count = 0;
+  static const kiln_index_page_query_t any = {0};
+  if (!query) query = &any;
+  if (query->n_labels > KILN_INDEX_PAGE_MAX_LABELS)
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "cache index: %s: %zu labels given, at most %d can be matched at once",
+                       op, query->n_labels, KILN_INDEX_PAGE_MAX_LABELS);
+  if (query->n_labels && !query->labels) return invalid(op, "n_labels is set but labels is NULL");
+  for (size_t i = 0; i < query->n_labels; i++)
+    if (!query->labels[i].key || !query->labels[i].value)
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "cache index: %s: label %zu needs a key and a value", op, i);
+  if (query->source_digest && !kiln_digest_is_valid_hex(query->source_digest))
+    return invalid(op, "source digest is not 64 lowercase hex characters");
+  const kiln_index_page_cursor_t *after = query->after;
+  if (after && (!kiln_digest_is_valid_hex(after->artifact_digest) ||
+                !kiln_digest_is_valid_hex(after->cache_key)))
+    return invalid(op, "the cursor's digest or cache key is not 64 lowercase hex characters");
+
+  int64_t hal_min = 0, hal_max = UINT32_MAX;
+  if (query->hal_version) hal_min = hal_max = query->hal_version;
+  if (query->hal_below && (int64_t)query->hal_below - 1 < hal_max)
+    hal_max = (int64_t)query->hal_below - 1;
+  int64_t after_ms = query->created_after_ms ? query->created_after_ms : INT64_MIN;
+  int64_t before_ms = query->created_before_ms ? query->created_before_ms : INT64_MAX;
+
+  unsigned mask = (query->source_digest ? PAGE_HAS_SOURCE : 0) |
+                  (query->target ? PAGE_HAS_TARGET : 0) | (after ? PAGE_HAS_CURSOR : 0);
+  sqlite3_stmt *stmt = NULL;
+  KILN_RETURN_IF_ERROR(page_stmt(index, mask, query->n_labels, &stmt));
+  int rc = SQLITE_OK;
+  if (query->source_digest) bind_text(stmt, PAGE_PARAM_SOURCE, query->source_digest, &rc);
+  if (query->target) bind_text(stmt, PAGE_PARAM_TARGET, query->target, &rc);
+  bind_int64(stmt, PAGE_PARAM_HAL_MIN, hal_min, &rc);
+  bind_int64(stmt, PAGE_PARAM_HAL_MAX, hal_max, &rc);
+  bind_int64(stmt, PAGE_PARAM_AFTER_MS, after_ms, &rc);
+  bind_int64(stmt, PAGE_PARAM_BEFORE_MS, before_ms, &rc);
+  if (after) {
+    bind_int64(stmt, PAGE_PARAM_CURSOR_MS, after->created_ms, &rc);
+    bind_text(stmt, PAGE_PARAM_CURSOR_DIGEST, after->artifact_digest, &rc);
+    bind_text(stmt, PAGE_PARAM_CURSOR_KEY, after->cache_key, &rc);
+  }
+  bind_count(stmt, PAGE_PARAM_LIMIT, query->limit ? query->limit : DEFAULT_FIND_LIMIT, &rc);
+  for (size_t i = 0; i < query->n_labels; i++) {
+    bind_text(stmt, PAGE_PARAM_LABELS + 2 * (int)i, query->labels[i].key, &rc);
+    bind_text(stmt, PAGE_PARAM_LABELS + 2 * (int)i + 1, query->labels[i].value, &rc);
   }
   return collect_artifacts(index, stmt, rc, op, out_records, out_count);
 }

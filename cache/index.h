@@ -134,6 +134,44 @@ typedef struct kiln_index_filter_s {
  * *out_records is NULL when there are none. */
 kiln_status_t kiln_index_artifact_find(kiln_index_t *index, const kiln_index_filter_t *filter,
                                        kiln_index_artifact_t **out_records, size_t *out_count);
+/* The most labels one page query can match (INVALID_ARGUMENT above it): the
+ * contract's per-request label limit. */
+#define KILN_INDEX_PAGE_MAX_LABELS 32
+
+/* Where a page starts: the last row of the previous page (keyset paging, so rows
+ * stored or deleted between pages shift nothing). */
+typedef struct kiln_index_page_cursor_s {
+  int64_t created_ms;
+  char artifact_digest[KILN_INDEX_DIGEST_LEN + 1];
+  char cache_key[KILN_INDEX_DIGEST_LEN + 1];
+} kiln_index_page_cursor_t;
+
+/* One page of artifact rows (FindArtifacts). Every set field must match; strings
+ * and arrays are borrowed for the call. */
+typedef struct kiln_index_page_query_s {
+  const char *source_digest;        /* NULL: any */
+  const char *target;               /* canonical id; NULL: any */
+  uint32_t hal_version;             /* exactly this; 0: any */
+  uint32_t hal_below;               /* hal_version < hal_below; 0: no bound */
+  int64_t created_after_ms;         /* created_ms >= this; 0: no bound */
+  int64_t created_before_ms;        /* created_ms < this; 0: no bound */
+  const kiln_index_label_t *labels; /* every (key, value) must be on the row */
+  size_t n_labels;
+  const kiln_index_page_cursor_t *after; /* NULL: the first page */
+  size_t limit;                     /* rows at most; 0: 100 */
+} kiln_index_page_query_t;
+
+/* Matching rows, newest first: created_ms descending, then artifact_digest, then
+ * cache_key ascending (a total order, so pages never overlap or skip a row that
+ * existed throughout), each with its labels, starting after `query->after`. More
+ * than KILN_INDEX_PAGE_MAX_LABELS labels, a label without key or value, or a
+ * malformed digest in the query or cursor is INVALID_ARGUMENT. The array is owned
+ * by the caller (kiln_index_artifacts_free); *out_records is NULL when there are
+ * none. */
+kiln_status_t kiln_index_artifact_find_page(kiln_index_t *index,
+                                            const kiln_index_page_query_t *query,
+                                            kiln_index_artifact_t **out_records, size_t *out_count);
+
 /* Up to `limit` unpinned artifact rows, least recently accessed first (ties by
  * cache_key): eviction candidates. limit 0 returns none. */
 kiln_status_t kiln_index_artifact_lru(kiln_index_t *index, size_t limit,

@@ -70,6 +70,11 @@ static const char *const migrations[] = {
     "  reason         TEXT    NOT NULL,\n"
     "  quarantined_ms INTEGER NOT NULL\n"
     ") WITHOUT ROWID;\n",
+    /* 2: FindArtifacts pages newest first (created_ms descending, then digest and
+     * key): this index gives that order without a sort, so a page costs its own
+     * rows, not a scan of the table. */
+    "CREATE INDEX artifacts_by_created ON artifacts\n"
+    "  (created_ms DESC, artifact_digest, cache_key);\n",
 };
 
 int kiln_index_schema_migration_count(void) {

@@ -3,8 +3,9 @@
  * Start-up order: settings (defaults < config file < KILND_* environment < flags),
  * logging, the state directory (created and locked before binding, so a second
  * kilnd on the same state fails on the lock and never touches the socket), the
- * gRPC server, the published address; then the loop runs until SIGTERM/SIGINT
- * has drained in-flight calls.
+ * gRPC server, the job engine and its compile workers (kiln-worker processes), the
+ * published address; then the loop runs until SIGTERM/SIGINT has drained
+ * in-flight calls.
  *
  * The artifact cache lives in STATE/cache; opening it repairs what a crash left
  * (see cache/cache.h). `kilnd --verify` checks it offline instead of serving.
@@ -20,10 +21,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/buf.h"
 #include "base/log.h"
 #include "cache/cache.h"
 #include "compiler/identity.h"
+#include "daemon/jobs.h"
 #include "daemon/server.h"
 #include "daemon/settings.h"
 #include "daemon/statedir.h"
@@ -34,6 +37,30 @@
 
 static const char *const problem_names[] = {"?", "corrupt blob", "missing blob", "orphan blob",
                                             "stray file"};
+
+/* The kiln-worker executable: the setting, or the one installed next to kilnd. */
+static char *default_worker_path(const char *setting) {
+  if (setting && *setting) return kiln_strdup(setting);
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return kiln_strdup("kiln-worker");
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  kiln_buf_appendf(&path, "%.*s/kiln-worker", slash ? (int)(slash - self) : 0, self);
+  char *out = kiln_buf_take(&path);
+  kiln_buf_deinit(&path);
+  return out;
+}
+
+/* On SIGTERM: no new jobs; watchers end UNAVAILABLE; workers stop. Unfinished
+ * jobs are in the job store and run again at the next start. */
+static bool jobs_closed;
+static void on_drain(void *user) {
+  jobs_closed = true;
+  kilnd_jobs_close(user, NULL, NULL);
+}
 
 /* kilnd --verify: the offline check. */
 static int verify_offline(kiln_cache_t *cache, bool dry_run) {
@@ -155,6 +182,38 @@ int main(int argc, char **argv) {
     return exit_code;
   }
   if (!status) status = kilnd_server_create(&settings, cache, &server);
+  kilnd_jobs_t *jobs = NULL;
+  char *worker_path = NULL, *crash_dir = NULL;
+  if (!status) {
+    worker_path = default_worker_path(settings.worker_path);
+    kiln_buf_t crashes;
+    kiln_buf_init(&crashes);
+    kiln_buf_appendf(&crashes, "%s/crashes", state.path);
+    crash_dir = kiln_buf_take(&crashes);
+    kiln_buf_deinit(&crashes);
+    kilnd_workers_options_t wo = {
+        .count = (size_t)settings.workers,
+        .worker_path = worker_path,
+        .task_timeout_ms = settings.worker_timeout_ms,
+        .memory_limit_bytes = settings.worker_memory_limit,
+        .crash_dir = crash_dir,
+        .external_compiler = *settings.external_compiler ? settings.external_compiler : NULL,
+        .external_args = *settings.external_compiler_args ? settings.external_compiler_args : NULL,
+        .test_hooks = settings.test_hooks,
+    };
+    kilnd_jobs_options_t jo = {
+        .queue_capacity = (size_t)settings.queue_capacity,
+        .retention_ms = settings.job_retention_ms,
+        .hal_version = kiln_compiler_hal_module_version(),
+        .bytecode_version = kiln_compiler_vm_bytecode_version(),
+        .embed_source = settings.embed_source,
+    };
+    status = kilnd_jobs_create(kilnd_server_loop(server), cache, &jo, &wo, &jobs);
+    if (!status) {
+      kilnd_server_set_jobs(server, jobs);
+      kilnd_server_on_drain(server, on_drain, jobs);
+    }
+  }
   if (!status) status = kilnd_statedir_publish_address(&state, kilnd_server_address(server));
   if (status) {
     fprintf(stderr, "kilnd: cannot start: %s\n", kiln_status_message(status));
@@ -175,7 +234,13 @@ int main(int argc, char **argv) {
     }
   }
   kiln_status_free(status);
+  if (jobs && !jobs_closed) {
+    /* Start-up failed after the engine existed: close it on the loop. */
+    kilnd_jobs_close(jobs, NULL, NULL);
+  }
   kilnd_server_destroy(server);
+  kiln_free(worker_path);
+  kiln_free(crash_dir);
   kiln_cache_close(cache);
   kilnd_statedir_close(&state);
   if (exit_code == 0) kiln_log(KILN_LOG_INFO, "stopped", NULL);

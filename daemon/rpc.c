@@ -10,23 +10,38 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "kiln/v1/kiln.pb-c.h"
 
+/* One table row per served method. UNARY(path, request type, handler, offload);
+ * STREAM(path, request type, kind, entry point). */
+#define UNARY(path, request, handler, offload) \
+  {path, &request##__descriptor, handler, offload, KILND_METHOD_UNARY, NULL}
+#define STREAM(path, request, kind, entry) {path, &request##__descriptor, NULL, false, kind, entry}
+
 static const kilnd_method_t methods[] = {
-    {"/kiln.v1.Kiln/GetServerInfo", &kiln__v1__get_server_info_request__descriptor,
-     kilnd_rpc_get_server_info, false},
-    {"/kiln.v1.Kiln/GetStats", &kiln__v1__get_stats_request__descriptor, kilnd_rpc_get_stats,
-     false},
-    {"/kiln.v1.Kiln/GetCacheStats", &kiln__v1__get_cache_stats_request__descriptor,
-     kilnd_rpc_get_cache_stats, true},
-    {"/kiln.v1.Kiln/VerifyCache", &kiln__v1__verify_cache_request__descriptor,
-     kilnd_rpc_verify_cache, true},
-    {"/kiln.v1.Kiln/CollectGarbage", &kiln__v1__collect_garbage_request__descriptor,
-     kilnd_rpc_collect_garbage, true},
-    {"/kiln.v1.Kiln/PinArtifact", &kiln__v1__pin_artifact_request__descriptor,
-     kilnd_rpc_pin_artifact, true},
-    {"/kiln.v1.Kiln/UnpinArtifact", &kiln__v1__pin_artifact_request__descriptor,
-     kilnd_rpc_unpin_artifact, true},
-    {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor,
-     kilnd_rpc_health_check, false},
+    UNARY("/kiln.v1.Kiln/GetServerInfo", kiln__v1__get_server_info_request,
+          kilnd_rpc_get_server_info, false),
+    UNARY("/kiln.v1.Kiln/GetStats", kiln__v1__get_stats_request, kilnd_rpc_get_stats, false),
+    UNARY("/kiln.v1.Kiln/GetCacheStats", kiln__v1__get_cache_stats_request,
+          kilnd_rpc_get_cache_stats, true),
+    UNARY("/kiln.v1.Kiln/VerifyCache", kiln__v1__verify_cache_request, kilnd_rpc_verify_cache,
+          true),
+    UNARY("/kiln.v1.Kiln/CollectGarbage", kiln__v1__collect_garbage_request,
+          kilnd_rpc_collect_garbage, true),
+    UNARY("/kiln.v1.Kiln/PinArtifact", kiln__v1__pin_artifact_request, kilnd_rpc_pin_artifact,
+          true),
+    UNARY("/kiln.v1.Kiln/UnpinArtifact", kiln__v1__pin_artifact_request,
+          kilnd_rpc_unpin_artifact, true),
+    UNARY("/grpc.health.v1.Health/Check", grpc__health__v1__health_check_request,
+          kilnd_rpc_health_check, false),
+    UNARY("/kiln.v1.Kiln/FindArtifacts", kiln__v1__find_artifacts_request,
+          kilnd_rpc_find_artifacts, true),
+    STREAM("/kiln.v1.Kiln/GetArtifact", kiln__v1__get_artifact_request,
+           KILND_METHOD_SERVER_STREAMING, kilnd_rpc_get_artifact),
+    STREAM("/kiln.v1.Kiln/PutSource", kiln__v1__put_source_chunk, KILND_METHOD_CLIENT_STREAMING,
+           kilnd_rpc_put_source),
+    UNARY("/kiln.v1.Kiln/Compile", kiln__v1__compile_request, kilnd_rpc_compile, true),
+    UNARY("/kiln.v1.Kiln/CancelJob", kiln__v1__cancel_job_request, kilnd_rpc_cancel_job, false),
+    STREAM("/kiln.v1.Kiln/WatchJob", kiln__v1__watch_job_request, KILND_METHOD_SERVER_STREAMING,
+           kilnd_rpc_watch_job),
 };
 
 /* The contract's methods that later issues implement, each with the capability it
@@ -35,12 +50,6 @@ static const struct {
   const char *path;
   const char *capability;
 } later[] = {
-    {"/kiln.v1.Kiln/Compile", "the compile service"},
-    {"/kiln.v1.Kiln/WatchJob", "the compile service"},
-    {"/kiln.v1.Kiln/CancelJob", "the compile service"},
-    {"/kiln.v1.Kiln/PutSource", "the compile service"},
-    {"/kiln.v1.Kiln/GetArtifact", "the artifact cache"},
-    {"/kiln.v1.Kiln/FindArtifacts", "the artifact cache"},
     {"/kiln.v1.Kiln/Recompile", "bulk recompile"},
     {"/grpc.health.v1.Health/Watch", "streaming health checks"},
 };

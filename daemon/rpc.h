@@ -6,6 +6,8 @@
  * Handlers run on the loop thread and must not block, unless their method is
  * marked `offload`: then they run on libuv's thread pool and may block (SQLite,
  * disk, hashing), checking kilnd_call_should_stop() in long loops.
+ * A streaming method (kind != KILND_METHOD_UNARY) has a `stream` entry point
+ * instead, which drives a kilnd_stream_t (stream.h) from the loop thread.
  * Thread-safety: see each type.
  */
 #ifndef KILN_DAEMON_RPC_H
@@ -19,6 +21,7 @@
 #include "base/arena.h"
 #include "base/status.h"
 #include "cache/cache.h"
+#include "compiler/targets.h"
 #include "daemon/settings.h"
 #include "daemon/stats.h"
 
@@ -34,6 +37,7 @@ typedef struct kilnd_rpc_env_s {
   int64_t start_monotonic_ns;
   const char *hostname;
   bool draining; /* SIGTERM received: finishing in-flight calls */
+  struct kilnd_jobs_s *jobs; /* the job engine (jobs.h); submit is thread-safe */
 } kilnd_rpc_env_t;
 
 /* What a handler knows about the call it serves. Owned by the server; borrowed
@@ -42,6 +46,8 @@ typedef struct kilnd_call_ctx_s {
   kiln_arena_t *arena;            /* everything the response needs is allocated here */
   int64_t deadline_monotonic_ns;  /* the client's deadline (kiln_time_monotonic_ns clock) */
   const atomic_bool *stopping;    /* set when the server cancels in-flight work */
+  const char *client;             /* who is calling: the peer address (in the arena), the
+                                     job engine's fairness key */
 } kilnd_call_ctx_t;
 
 /* True once the call's deadline has passed or the server is cancelling in-flight
@@ -54,13 +60,31 @@ typedef kiln_status_t (*kilnd_unary_fn_t)(const kilnd_rpc_env_t *env, const kiln
                                           const ProtobufCMessage *request,
                                           ProtobufCMessage **out_response);
 
+/* How a method's messages flow (the contract's `stream` keywords). */
+typedef enum kilnd_method_kind_e {
+  KILND_METHOD_UNARY = 0,            /* one request, one response: `handler` */
+  KILND_METHOD_SERVER_STREAMING = 1, /* one request, a stream of responses: `stream` */
+  KILND_METHOD_CLIENT_STREAMING = 2, /* a stream of requests, one response: `stream` */
+  KILND_METHOD_BIDI_STREAMING = 3,   /* streams both ways: `stream` */
+} kilnd_method_kind_t;
+
+typedef struct kilnd_stream_s kilnd_stream_t; /* stream.h */
+
+/* A streaming method's entry point; the same type as stream.h's kilnd_stream_fn_t. */
+typedef void (*kilnd_method_stream_fn_t)(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
+                                         const ProtobufCMessage *request);
+
 typedef struct kilnd_method_s {
   const char *path; /* "/kiln.v1.Kiln/GetServerInfo" */
+  /* The request type; for client- and bidi-streaming methods the type of each
+   * client message (the contract's input type). */
   const ProtobufCMessageDescriptor *request_descriptor;
-  kilnd_unary_fn_t handler;
+  kilnd_unary_fn_t handler; /* unary methods; NULL for streaming ones */
   /* The handler blocks (SQLite, disk, hashing): run it on libuv's thread pool, never
-   * on the loop. */
+   * on the loop. Unary methods only: streaming handlers offload their own work. */
   bool offload;
+  kilnd_method_kind_t kind;        /* zero (UNARY) unless given */
+  kilnd_method_stream_fn_t stream; /* streaming methods; NULL for unary ones */
 } kilnd_method_t;
 
 /* Methods this kilnd serves; borrowed, static storage. Thread-safe. */
@@ -99,5 +123,55 @@ kiln_status_t kilnd_rpc_unpin_artifact(const kilnd_rpc_env_t *env, const kilnd_c
 kiln_status_t kilnd_rpc_health_check(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                      const ProtobufCMessage *request,
                                      ProtobufCMessage **out_response);
+/* Artifacts and sources: FindArtifacts (unary, offloaded); GetArtifact
+ * (server-streaming) and PutSource (client-streaming) run their disk and SQLite
+ * work on the thread pool themselves. */
+kiln_status_t kilnd_rpc_find_artifacts(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+                                       const ProtobufCMessage *request,
+                                       ProtobufCMessage **out_response);
+void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
+                            const ProtobufCMessage *request);
+void kilnd_rpc_put_source(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
+                          const ProtobufCMessage *request);
+/* The compile service (rpc_compile.c): Compile (unary, offloaded: admission hashes
+ * and stores the source and looks targets up), CancelJob (unary, on the loop) and
+ * WatchJob (server-streaming). */
+kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+                                const ProtobufCMessage *request, ProtobufCMessage **out_response);
+kiln_status_t kilnd_rpc_cancel_job(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+                                   const ProtobufCMessage *request, ProtobufCMessage **out_response);
+void kilnd_rpc_watch_job(const kilnd_rpc_env_t *env, kilnd_stream_t *stream, const ProtobufCMessage *request);
+
+/* ---- limits and keys shared by the artifact and source RPCs (and Compile) ---- */
+
+/* Largest data chunk PutSource accepts and GetArtifact sends (the contract's
+ * chunk_size_bytes), unless max-message-bytes is smaller: see kilnd_chunk_size. */
+#define KILND_CHUNK_SIZE_BYTES ((uint64_t)1 << 20)
+/* The chunk size this server uses: KILND_CHUNK_SIZE_BYTES, or less when
+ * max-message-bytes leaves no room for it (a chunk message must fit). GetServerInfo
+ * reports it as chunk_size_bytes. Thread-safe. */
+uint64_t kilnd_chunk_size(const kilnd_settings_t *settings);
+/* Largest source PutSource accepts (the contract's max_source_bytes); a larger
+ * size_bytes is RESOURCE_EXHAUSTED before any data is read. */
+#define KILND_MAX_SOURCE_BYTES ((uint64_t)2 << 30)
+/* This server's compiler identity as cache keys spell it:
+ * "<name> <version> llvm <llvm version>", e.g. "kiln-mlir 0.1.0 llvm 22.1.8".
+ * Static storage. Thread-safe. */
+const char *kilnd_compiler_identity_key(void);
+
+/* The cache key Compile and GetArtifact use for (source, target, flags): the
+ * source's digest as uploaded, the target's canonical id, the flags as
+ * kilnd_flags_normalize (flags.h) returned them, and this server's compiler
+ * identity (kilnd_compiler_identity_key), HAL module and VM bytecode versions.
+ * INVALID_ARGUMENT for a malformed part. Thread-safe. */
+kiln_status_t kilnd_artifact_key(const char *compiler, const char *source_digest, const kiln_target_t *target,
+                                 char *const *normalized_flags, size_t n_flags,
+                                 kiln_digest_hex_t *out_key);
+
+/* ArtifactMetadata for an index row, allocated in `arena`. Thread-safe for
+ * distinct arenas. */
+struct Kiln__V1__ArtifactMetadata;
+struct Kiln__V1__ArtifactMetadata *kilnd_artifact_metadata(kiln_arena_t *arena,
+                                                           const kiln_index_artifact_t *record);
 
 #endif /* KILN_DAEMON_RPC_H */

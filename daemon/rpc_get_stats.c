@@ -1,6 +1,8 @@
-/* GetStats: uptime, calls in flight, and finished calls by method and status code
- * (only the codes that occurred, in code order). */
+/* GetStats: uptime, calls in flight, finished calls by method and status code (only
+ * the codes that occurred, in code order), the job engine's and the cache's counters.
+ * On the loop: every source here is a counter under a mutex, never SQLite. */
 #include "base/time.h"
+#include "daemon/jobs.h"
 #include "daemon/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
@@ -57,6 +59,26 @@ kiln_status_t kilnd_rpc_get_stats(const kilnd_rpc_env_t *env, const kilnd_call_c
     c->source_bytes_stored = cs.totals.source_stored_bytes;
     c->capacity_bytes = cs.capacity_bytes;
     resp->cache = c;
+  }
+  if (env->jobs) {
+    kilnd_jobs_stats_t js;
+    kilnd_jobs_stats(env->jobs, &js);
+    Kiln__V1__JobStats *j = kiln_arena_alloc(arena, sizeof *j);
+    kiln__v1__job_stats__init(j);
+    j->queued = js.queued;
+    j->running = js.running;
+    j->done = js.done;
+    j->failed = js.failed;
+    j->cancelled = js.cancelled;
+    j->submitted = js.submitted;
+    j->merged_requests = js.merged_requests;
+    j->targets_compiled = js.targets_compiled;
+    j->targets_failed = js.targets_failed;
+    j->compile_ms_total = js.compile_ms_total;
+    j->worker_restarts = js.workers.restarts;
+    j->workers = js.workers.count;
+    j->workers_busy = js.workers.busy;
+    resp->jobs = j;
   }
   *out_response = &resp->base;
   return NULL;

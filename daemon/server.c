@@ -17,9 +17,31 @@
  *            RECV_CLOSE_ON_SERVER
  *   freed    when that batch completes: counted in stats, logged, freed
  *
+ * Streaming calls (kilnd_method_t.kind != UNARY; stream.h is their API) are
+ * registered without GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER and run as a small
+ * state machine over four batches, each with its own tag (stream_op_t):
+ *   close   RECV_CLOSE_ON_SERVER, started on arrival and outstanding for the whole
+ *           call: it completes early only when the client cancels, its deadline
+ *           passes, the connection drops or the server cancels (drain timeout),
+ *           and then fires the handler's on_cancel once
+ *   send    at most one SEND_MESSAGE (with SEND_INITIAL_METADATA the first time);
+ *           the next send starts only from the previous one's callback
+ *   recv    at most one RECV_MESSAGE; the message is decoded into a receive arena
+ *           that is emptied before the next receive (a server-streaming call's
+ *           request goes to the call's arena and lives as long as the call)
+ *   status  SEND_STATUS_FROM_SERVER (with initial metadata if none went yet),
+ *           started by kilnd_stream_finish once no send is outstanding
+ *   ACTIVE -> FINISHING (finish called: no handler callback runs any more) ->
+ *   freed (status started and every batch completed: counted, logged, freed,
+ *   exactly like a unary call). A `busy` count defers the free while a handler
+ *   callback runs, so a callback may finish the stream and return safely. A stream
+ *   is a live call until it is freed, so the shutdown order below holds for
+ *   streams too; the handler must always finish (also after on_cancel).
+ *
  * Shutdown (SIGTERM/SIGINT): grpc_server_shutdown_and_notify stops new calls and
  * fails the armed requests; in-flight calls finish until drain-timeout, then are
- * cancelled (a second signal cancels at once). Once the shutdown tag has fired AND
+ * cancelled (a second signal cancels at once); streams open at SIGTERM go on
+ * until drain-timeout too, then see on_cancel. Once the shutdown tag has fired AND
  * no call or armed request remains, the server is destroyed and the queue shut
  * down; the queue thread exits on GRPC_QUEUE_SHUTDOWN and the loop closes its
  * handles, so run() returns. The order matters: gRPC can notify shutdown while call
@@ -47,6 +69,7 @@
 #include "daemon/listen.h"
 #include "daemon/rpc.h"
 #include "daemon/stats.h"
+#include "daemon/stream.h"
 
 typedef struct tag_s tag_t;
 typedef void (*tag_fn_t)(kilnd_server_t *server, tag_t *tag, bool ok);
@@ -59,7 +82,41 @@ typedef struct event_s {
   bool ok;
 } event_t;
 
-typedef struct call_s {
+typedef struct call_s call_t;
+
+/* One batch of a streaming call; events carry &op->tag. */
+typedef struct stream_op_s {
+  tag_t tag; /* first member */
+  kilnd_stream_t *stream;
+  bool pending;
+} stream_op_t;
+
+/* The streaming half of a call (see the design note). Loop thread only. */
+struct kilnd_stream_s {
+  call_t *call;
+  stream_op_t close_op, send_op, recv_op, status_op;
+  bool md_sent;        /* initial metadata went with a send */
+  bool finished;       /* kilnd_stream_finish was called */
+  bool status_started; /* the status batch was started */
+  bool status_failed;  /* ...and did not complete, or could not start */
+  bool cancelled;      /* the close batch reported a cancel */
+  int busy;            /* handler callbacks running: no free meanwhile */
+  bool recv_in_call_arena; /* the server-streaming request */
+  grpc_byte_buffer *send_buf;
+  size_t send_size;
+  grpc_byte_buffer *recv_buf;
+  const ProtobufCMessageDescriptor *recv_descriptor;
+  kiln_arena_t recv_arena; /* the last received message */
+  kilnd_stream_sent_fn_t on_sent;
+  void *sent_user;
+  kilnd_stream_recv_fn_t on_message;
+  void *recv_user;
+  kilnd_stream_cancel_fn_t on_cancel;
+  void *cancel_user;
+  uint64_t msgs_in, msgs_out;
+};
+
+struct call_s {
   tag_t tag; /* first member: events carry &call->tag */
   kilnd_server_t *server;
   const kilnd_method_t *method; /* NULL for the catch-all */
@@ -83,7 +140,8 @@ typedef struct call_s {
   const char *message;          /* in the arena */
   size_t request_bytes;
   size_t response_bytes;
-} call_t;
+  kilnd_stream_t stream; /* streaming methods only */
+};
 
 struct kilnd_server_s {
   const kilnd_settings_t *settings;
@@ -131,6 +189,8 @@ struct kilnd_server_s {
   bool server_destroyed;
   bool handles_closed;
   tag_t shutdown_tag;
+  void (*drain_fn)(void *user); /* kilnd_server_on_drain */
+  void *drain_user;
 };
 
 /* ---- completion-queue thread ------------------------------------------------ */
@@ -164,6 +224,7 @@ static void maybe_finish_shutdown(kilnd_server_t *server);
 static void send_reply(kilnd_server_t *server, call_t *c, kiln_status_t status);
 static void on_work(uv_work_t *work);
 static void on_work_done(uv_work_t *work, int status);
+static void stream_begin(kilnd_server_t *server, call_t *c);
 
 static void *arena_alloc_fn(void *data, size_t size) { return kiln_arena_alloc(data, size); }
 static void arena_free_fn(void *data, void *ptr) { (void)data, (void)ptr; }
@@ -177,11 +238,14 @@ static void arm(kilnd_server_t *server, const kilnd_method_t *method, size_t ind
   grpc_metadata_array_init(&c->request_md);
   grpc_call_details_init(&c->details);
   kiln_arena_init(&c->arena);
+  kiln_arena_init(&c->stream.recv_arena);
   grpc_call_error err;
   if (method) {
+    /* Streaming methods read their messages themselves (no initial payload). */
+    grpc_byte_buffer **payload = method->kind == KILND_METHOD_UNARY ? &c->payload : NULL;
     err = grpc_server_request_registered_call(server->server, server->method_handles[index],
-                                              &c->call, &c->deadline, &c->request_md,
-                                              &c->payload, server->cq, server->cq, &c->tag);
+                                              &c->call, &c->deadline, &c->request_md, payload,
+                                              server->cq, server->cq, &c->tag);
   } else {
     err = grpc_server_request_call(server->server, &c->call, &c->details, &c->request_md,
                                    server->cq, server->cq, &c->tag);
@@ -192,6 +256,7 @@ static void arm(kilnd_server_t *server, const kilnd_method_t *method, size_t ind
     grpc_metadata_array_destroy(&c->request_md);
     grpc_call_details_destroy(&c->details);
     kiln_arena_deinit(&c->arena);
+    kiln_arena_deinit(&c->stream.recv_arena);
     kiln_free(c);
     return;
   }
@@ -206,33 +271,48 @@ static void free_call(call_t *c) {
   grpc_metadata_array_destroy(&c->request_md);
   grpc_call_details_destroy(&c->details);
   kiln_arena_deinit(&c->arena);
+  if (c->stream.send_buf) grpc_byte_buffer_destroy(c->stream.send_buf);
+  if (c->stream.recv_buf) grpc_byte_buffer_destroy(c->stream.recv_buf);
+  kiln_arena_deinit(&c->stream.recv_arena);
   kiln_free(c);
 }
 
-/* Decodes the request message into the call's arena. */
-static kiln_status_t decode_request(call_t *c) {
-  if (!c->payload) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message is missing",
-                       c->method->path);
-  }
+/* Decodes one received message of `c` into `arena`; *out_bytes gets its size. */
+static kiln_status_t decode_message(const call_t *c, grpc_byte_buffer *payload,
+                                    const ProtobufCMessageDescriptor *descriptor,
+                                    kiln_arena_t *arena, size_t *out_bytes,
+                                    ProtobufCMessage **out_message) {
+  *out_message = NULL;
   grpc_byte_buffer_reader reader;
-  if (!grpc_byte_buffer_reader_init(&reader, c->payload)) {
+  if (!grpc_byte_buffer_reader_init(&reader, payload)) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message cannot be read",
                        c->method->path);
   }
   grpc_slice bytes = grpc_byte_buffer_reader_readall(&reader);
   grpc_byte_buffer_reader_destroy(&reader);
-  c->request_bytes = GRPC_SLICE_LENGTH(bytes);
-  ProtobufCAllocator allocator = {arena_alloc_fn, arena_free_fn, &c->arena};
-  c->request = protobuf_c_message_unpack(c->method->request_descriptor, &allocator,
-                                         GRPC_SLICE_LENGTH(bytes), GRPC_SLICE_START_PTR(bytes));
+  *out_bytes = GRPC_SLICE_LENGTH(bytes);
+  ProtobufCAllocator allocator = {arena_alloc_fn, arena_free_fn, arena};
+  ProtobufCMessage *message = protobuf_c_message_unpack(descriptor, &allocator,
+                                                        GRPC_SLICE_LENGTH(bytes),
+                                                        GRPC_SLICE_START_PTR(bytes));
   grpc_slice_unref(bytes);
-  if (!c->request) {
+  if (!message) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "%s: the request is not a valid %s message (%zu bytes)", c->method->path,
-                       c->method->request_descriptor->name, c->request_bytes);
+                       descriptor->name, *out_bytes);
   }
+  *out_message = message;
   return NULL;
+}
+
+/* Decodes the unary request message into the call's arena. */
+static kiln_status_t decode_request(call_t *c) {
+  if (!c->payload) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message is missing",
+                       c->method->path);
+  }
+  return decode_message(c, c->payload, c->method->request_descriptor, &c->arena,
+                        &c->request_bytes, &c->request);
 }
 
 /* Packs the handler's response into c->response. */
@@ -321,6 +401,23 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
   c->ctx.arena = &c->arena;
   c->ctx.deadline_monotonic_ns = left_ns == INT64_MAX ? INT64_MAX : c->start_ns + left_ns;
   c->ctx.stopping = &server->stopping;
+  {
+    /* The fairness key: the peer's host ("ipv4:10.0.0.7"), not its port, so one
+     * machine's parallel CLI runs count as one client. */
+    char *peer = grpc_call_get_peer(c->call);
+    char *client = kiln_arena_strdup(&c->arena, peer ? peer : "");
+    gpr_free(peer);
+    if (strncmp(client, "ipv4:", 5) == 0 || strncmp(client, "ipv6:", 5) == 0) {
+      char *colon = strrchr(client, ':');
+      if (colon && colon > client + 4) *colon = '\0';
+    }
+    c->ctx.client = client;
+  }
+
+  if (c->method && c->method->kind != KILND_METHOD_UNARY) {
+    stream_begin(server, c);
+    return;
+  }
 
   kiln_status_t status;
   if (c->method) {
@@ -351,10 +448,8 @@ static const char *known_path(const grpc_slice path) {
   return NULL;
 }
 
-static void on_call_done(kilnd_server_t *server, tag_t *tag, bool ok) {
-  call_t *c = (call_t *)tag;
-  kiln_status_code_t code = c->code;
-  if (!ok || c->client_cancelled) code = KILN_STATUS_CANCELLED;
+/* Every call ends here, unary or streaming: counted under `code`, logged, freed. */
+static void call_finished(kilnd_server_t *server, call_t *c, kiln_status_code_t code) {
   const char *method = c->method ? c->method->path : known_path(c->details.method);
   kilnd_stats_record(&server->stats, method, code);
 
@@ -374,6 +469,10 @@ static void on_call_done(kilnd_server_t *server, tag_t *tag, bool ok) {
     kiln_buf_appendf(&fields, " code=%s dur_us=%" PRId64 " req_bytes=%zu resp_bytes=%zu",
                      kiln_status_code_name(code), (kiln_time_monotonic_ns() - c->start_ns) / 1000,
                      c->request_bytes, c->response_bytes);
+    if (c->method && c->method->kind != KILND_METHOD_UNARY) {
+      kiln_buf_appendf(&fields, " msgs_in=%" PRIu64 " msgs_out=%" PRIu64, c->stream.msgs_in,
+                       c->stream.msgs_out);
+    }
     if (c->code != KILN_STATUS_OK) kiln_log_kv_str(&fields, "msg", c->message);
     kiln_log_fields(code == KILN_STATUS_OK ? KILN_LOG_INFO : KILN_LOG_WARN, "rpc", &fields);
     kiln_buf_deinit(&fields);
@@ -384,6 +483,288 @@ static void on_call_done(kilnd_server_t *server, tag_t *tag, bool ok) {
   server->stats.calls_in_flight--;
   maybe_finish_shutdown(server);
 }
+
+/* A unary call's one batch completed. */
+static void on_call_done(kilnd_server_t *server, tag_t *tag, bool ok) {
+  call_t *c = (call_t *)tag;
+  kiln_status_code_t code = c->code;
+  if (!ok || c->client_cancelled) code = KILN_STATUS_CANCELLED;
+  call_finished(server, c, code);
+}
+
+/* ---- streaming calls (stream.h) ---------------------------------------------------- */
+
+static void stream_maybe_free(kilnd_stream_t *s);
+
+static bool stream_start_batch(kilnd_stream_t *s, stream_op_t *op, const grpc_op *ops, size_t n) {
+  op->pending = true;
+  grpc_call_error err = grpc_call_start_batch(s->call->call, ops, n, &op->tag, NULL);
+  if (err == GRPC_CALL_OK) return true;
+  op->pending = false;
+  kiln_log(KILN_LOG_ERROR, "rpc_batch_failed", "method=%s grpc_call_error=%d",
+           s->call->method->path, (int)err);
+  return false;
+}
+
+static void stream_start_status(kilnd_stream_t *s) {
+  call_t *c = s->call;
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  if (!s->md_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = (grpc_status_code)c->code;
+  ops[n++].data.send_status_from_server.status_details =
+      c->code == KILN_STATUS_OK ? NULL : &c->status_details;
+  s->status_started = true;
+  s->md_sent = true;
+  if (!stream_start_batch(s, &s->status_op, ops, n)) {
+    /* The call is unusable: cancel it so the close batch completes and it is freed. */
+    s->status_failed = true;
+    grpc_call_cancel(c->call, NULL);
+  }
+}
+
+/* The close batch completed: the call is over on the wire. Before finish that
+ * means a cancel. */
+static void on_stream_closed(kilnd_server_t *server, tag_t *tag, bool ok) {
+  (void)server;
+  kilnd_stream_t *s = ((stream_op_t *)tag)->stream;
+  s->close_op.pending = false;
+  if (!ok || s->call->client_cancelled) {
+    s->cancelled = true;
+    if (!s->finished && s->on_cancel) {
+      kilnd_stream_cancel_fn_t fn = s->on_cancel;
+      s->on_cancel = NULL; /* once */
+      s->busy++;
+      fn(s, s->cancel_user);
+      s->busy--;
+    }
+  }
+  stream_maybe_free(s);
+}
+
+static void on_stream_sent(kilnd_server_t *server, tag_t *tag, bool ok) {
+  (void)server;
+  kilnd_stream_t *s = ((stream_op_t *)tag)->stream;
+  s->send_op.pending = false;
+  grpc_byte_buffer_destroy(s->send_buf);
+  s->send_buf = NULL;
+  if (ok) {
+    s->call->response_bytes += s->send_size;
+    s->msgs_out++;
+  }
+  kilnd_stream_sent_fn_t fn = s->on_sent;
+  s->on_sent = NULL;
+  if (!s->finished && fn) {
+    s->busy++;
+    fn(s, ok, s->sent_user);
+    s->busy--;
+  }
+  /* finish waited for this send. */
+  if (s->finished && !s->status_started && !s->send_op.pending) stream_start_status(s);
+  stream_maybe_free(s);
+}
+
+static void on_stream_received(kilnd_server_t *server, tag_t *tag, bool ok) {
+  (void)server;
+  kilnd_stream_t *s = ((stream_op_t *)tag)->stream;
+  call_t *c = s->call;
+  s->recv_op.pending = false;
+  grpc_byte_buffer *payload = s->recv_buf;
+  s->recv_buf = NULL;
+  kilnd_stream_recv_fn_t fn = s->on_message;
+  s->on_message = NULL;
+  if (s->finished || !fn) {
+    if (payload) grpc_byte_buffer_destroy(payload);
+    stream_maybe_free(s);
+    return;
+  }
+  kiln_arena_t *arena = &c->arena;
+  if (!s->recv_in_call_arena) {
+    /* The previous message's memory goes; a long upload stays at one chunk. */
+    kiln_arena_deinit(&s->recv_arena);
+    kiln_arena_init(&s->recv_arena);
+    arena = &s->recv_arena;
+  }
+  ProtobufCMessage *message = NULL;
+  kiln_status_t status = NULL;
+  if (!ok || s->cancelled) {
+    status = KILN_STATUS(KILN_STATUS_CANCELLED, "%s: the call was cancelled", c->method->path);
+  } else if (payload) {
+    size_t bytes = 0;
+    status = decode_message(c, payload, s->recv_descriptor, arena, &bytes, &message);
+    c->request_bytes += bytes;
+    s->msgs_in++;
+  }
+  if (payload) grpc_byte_buffer_destroy(payload);
+  s->busy++;
+  fn(s, message, status, s->recv_user);
+  s->busy--;
+  stream_maybe_free(s);
+}
+
+static void on_stream_status_sent(kilnd_server_t *server, tag_t *tag, bool ok) {
+  (void)server;
+  kilnd_stream_t *s = ((stream_op_t *)tag)->stream;
+  s->status_op.pending = false;
+  if (!ok) s->status_failed = true;
+  /* A receive the handler left behind completes once the call is cancelled; the
+   * client already has the status. */
+  if (s->recv_op.pending) grpc_call_cancel(s->call->call, NULL);
+  stream_maybe_free(s);
+}
+
+static void stream_maybe_free(kilnd_stream_t *s) {
+  if (s->busy || !s->finished || !s->status_started) return;
+  if (s->close_op.pending || s->send_op.pending || s->recv_op.pending || s->status_op.pending) {
+    return;
+  }
+  call_t *c = s->call;
+  kiln_status_code_t code = c->code;
+  if (s->cancelled || s->status_failed) code = KILN_STATUS_CANCELLED;
+  call_finished(c->server, c, code);
+}
+
+/* The server-streaming request arrived (into the call's arena): run the handler. */
+static void on_stream_request(kilnd_stream_t *s, const ProtobufCMessage *message,
+                              kiln_status_t status, void *user) {
+  (void)user;
+  call_t *c = s->call;
+  s->recv_in_call_arena = false;
+  if (!status && !message) {
+    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message is missing",
+                         c->method->path);
+  }
+  if (status) {
+    kilnd_stream_finish(s, status);
+    return;
+  }
+  c->request = (ProtobufCMessage *)message;
+  c->method->stream(&c->server->env, s, message);
+}
+
+static void stream_begin(kilnd_server_t *server, call_t *c) {
+  kilnd_stream_t *s = &c->stream;
+  s->call = c;
+  s->close_op = (stream_op_t){{on_stream_closed}, s, false};
+  s->send_op = (stream_op_t){{on_stream_sent}, s, false};
+  s->recv_op = (stream_op_t){{on_stream_received}, s, false};
+  s->status_op = (stream_op_t){{on_stream_status_sent}, s, false};
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->client_cancelled;
+  if (!stream_start_batch(s, &s->close_op, &op, 1)) s->cancelled = true;
+  if (c->method->kind == KILND_METHOD_SERVER_STREAMING) {
+    s->recv_in_call_arena = true;
+    kiln_status_t st = kilnd_stream_recv(s, c->method->request_descriptor, on_stream_request, NULL);
+    if (st) kilnd_stream_finish(s, st);
+    return;
+  }
+  s->busy++;
+  c->method->stream(&server->env, s, NULL);
+  s->busy--;
+  stream_maybe_free(s);
+}
+
+kiln_status_t kilnd_stream_send(kilnd_stream_t *s, const ProtobufCMessage *message,
+                                kilnd_stream_sent_fn_t on_sent, void *user) {
+  call_t *c = s->call;
+  if (s->finished) {
+    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
+                       "%s: send after the stream was finished (daemon bug)", c->method->path);
+  }
+  if (s->send_op.pending) {
+    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
+                       "%s: a send is already outstanding; send the next message from the "
+                       "previous one's callback (daemon bug)",
+                       c->method->path);
+  }
+  uint64_t max = c->server->settings->max_message_bytes;
+  size_t size = protobuf_c_message_get_packed_size(message);
+  if (size > max) {
+    return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
+                       "%s: a %s of %zu bytes is over max-message-bytes (%" PRIu64 ")",
+                       c->method->path, message->descriptor->name, size, max);
+  }
+  grpc_slice slice = grpc_slice_malloc(size);
+  protobuf_c_message_pack(message, GRPC_SLICE_START_PTR(slice));
+  s->send_buf = grpc_raw_byte_buffer_create(&slice, 1);
+  grpc_slice_unref(slice);
+  s->send_size = size;
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  if (!s->md_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[n].op = GRPC_OP_SEND_MESSAGE;
+  ops[n++].data.send_message.send_message = s->send_buf;
+  s->on_sent = on_sent;
+  s->sent_user = user;
+  if (!stream_start_batch(s, &s->send_op, ops, n)) {
+    grpc_byte_buffer_destroy(s->send_buf);
+    s->send_buf = NULL;
+    s->on_sent = NULL;
+    return KILN_STATUS(KILN_STATUS_INTERNAL, "%s: gRPC refused the send", c->method->path);
+  }
+  s->md_sent = true;
+  return NULL;
+}
+
+kiln_status_t kilnd_stream_recv(kilnd_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
+                                kilnd_stream_recv_fn_t on_message, void *user) {
+  call_t *c = s->call;
+  if (s->finished) {
+    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
+                       "%s: receive after the stream was finished (daemon bug)", c->method->path);
+  }
+  if (s->recv_op.pending) {
+    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
+                       "%s: a receive is already outstanding (daemon bug)", c->method->path);
+  }
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &s->recv_buf;
+  s->recv_descriptor = descriptor;
+  s->on_message = on_message;
+  s->recv_user = user;
+  if (!stream_start_batch(s, &s->recv_op, &op, 1)) {
+    s->on_message = NULL;
+    return KILN_STATUS(KILN_STATUS_INTERNAL, "%s: gRPC refused the receive", c->method->path);
+  }
+  return NULL;
+}
+
+void kilnd_stream_on_cancel(kilnd_stream_t *s, kilnd_stream_cancel_fn_t fn, void *user) {
+  s->on_cancel = s->cancelled ? NULL : fn; /* a cancel already reported is not repeated */
+  s->cancel_user = user;
+}
+
+void kilnd_stream_finish(kilnd_stream_t *s, kiln_status_t status) {
+  call_t *c = s->call;
+  if (s->finished) {
+    kiln_log_status(KILN_LOG_ERROR, "stream_finished_twice", status, "method=%s", c->method->path);
+    kiln_status_free(status);
+    return;
+  }
+  s->finished = true;
+  s->on_sent = NULL;
+  s->on_message = NULL;
+  s->on_cancel = NULL;
+  c->code = kiln_status_code(status);
+  c->message = kiln_arena_strdup(&c->arena, kiln_status_message(status));
+  c->status_details = grpc_slice_from_copied_string(c->message);
+  kiln_status_free(status);
+  if (!s->send_op.pending) stream_start_status(s);
+  stream_maybe_free(s);
+}
+
+const kilnd_call_ctx_t *kilnd_stream_ctx(const kilnd_stream_t *s) { return &s->call->ctx; }
+
+uv_loop_t *kilnd_stream_loop(const kilnd_stream_t *s) { return &s->call->server->loop; }
+
+bool kilnd_stream_cancelled(const kilnd_stream_t *s) { return s->cancelled; }
 
 /* ---- shutdown ------------------------------------------------------------------- */
 
@@ -440,7 +821,17 @@ void kilnd_server_request_stop(kilnd_server_t *server) {
   grpc_server_shutdown_and_notify(server->server, server->cq, &server->shutdown_tag);
   uv_timer_start(&server->drain_timer, on_drain_timeout, (uint64_t)server->settings->drain_timeout_ms, 0);
   uv_timer_stop(&server->gc_timer);
+  if (server->drain_fn) server->drain_fn(server->drain_user);
 }
+
+void kilnd_server_set_jobs(kilnd_server_t *server, struct kilnd_jobs_s *jobs) { server->env.jobs = jobs; }
+
+void kilnd_server_on_drain(kilnd_server_t *server, void (*fn)(void *user), void *user) {
+  server->drain_fn = fn;
+  server->drain_user = user;
+}
+
+uv_loop_t *kilnd_server_loop(kilnd_server_t *server) { return &server->loop; }
 
 static void on_signal(uv_signal_t *handle, int signum) {
   kilnd_server_t *server = handle->data;
@@ -554,8 +945,12 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
   server->methods = kilnd_rpc_methods(&server->method_count);
   server->method_handles = kiln_calloc(server->method_count, sizeof(void *));
   for (size_t i = 0; i < server->method_count; i++) {
+    /* Streaming methods receive every message themselves, the first included. */
+    grpc_server_register_method_payload_handling payload =
+        server->methods[i].kind == KILND_METHOD_UNARY ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
+                                                      : GRPC_SRM_PAYLOAD_NONE;
     server->method_handles[i] = grpc_server_register_method(
-        server->server, server->methods[i].path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        server->server, server->methods[i].path, NULL, payload, 0);
   }
 
   char *target = kilnd_listen_grpc_target(&server->listen);

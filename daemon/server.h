@@ -9,6 +9,8 @@
 #ifndef KILN_DAEMON_SERVER_H
 #define KILN_DAEMON_SERVER_H
 
+#include <uv.h>
+
 #include "base/status.h"
 #include "cache/cache.h"
 #include "daemon/settings.h"
@@ -33,6 +35,21 @@ kiln_status_t kilnd_server_run(kilnd_server_t *server);
 
 /* Starts the same drain a SIGTERM starts. */
 void kilnd_server_request_stop(kilnd_server_t *server);
+
+/* Calls fn(user) on the loop thread once, when the drain starts (first SIGTERM or
+ * SIGINT, or kilnd_server_request_stop), after new calls are refused and before
+ * in-flight calls are waited for. Owners of long-lived streams (WatchJob
+ * watchers) finish them there (UNAVAILABLE) instead of holding the exit until
+ * drain-timeout cancels them. A later call replaces the hook. */
+void kilnd_server_on_drain(kilnd_server_t *server, void (*fn)(void *user), void *user);
+
+/* Hands handlers the job engine (env->jobs); before run. Loop thread. */
+struct kilnd_jobs_s;
+void kilnd_server_set_jobs(kilnd_server_t *server, struct kilnd_jobs_s *jobs);
+
+/* The loop that run() runs: for the job engine and worker pool's handles, timers
+ * and uv_queue_work. Borrowed, valid until destroy. */
+uv_loop_t *kilnd_server_loop(kilnd_server_t *server);
 
 void kilnd_server_destroy(kilnd_server_t *server);
 

@@ -21,6 +21,16 @@ typedef struct kilnd_settings_s {
   uint64_t cache_capacity;    /* on-disk size the cache is kept under; 0: unlimited */
   char *cache_compression;    /* auto|off */
   int64_t gc_interval_ms;     /* how often eviction runs; 0: never on its own */
+  int64_t workers;            /* compile worker processes; 0: the online CPUs */
+  int64_t worker_timeout_ms;  /* a compile task running longer is killed; 0: none */
+  uint64_t worker_memory_limit; /* address-space limit of each worker; 0: none */
+  char *worker_path;          /* the kiln-worker executable; "": next to kilnd */
+  char *external_compiler;    /* an iree-compile-compatible executable; "": built-in compiler */
+  char *external_compiler_args; /* its argument template (see README) */
+  int64_t queue_capacity;     /* queued compile tasks per priority class */
+  int64_t job_retention_ms;   /* finished jobs stay watchable this long */
+  bool embed_source;          /* artifacts carry their source (zstd) */
+  bool test_hooks;            /* tests only: honour the workers' crash/hang markers */
   bool verify;                /* verify the cache offline and exit */
   bool dry_run;               /* with verify: report, change nothing */
   bool print_config;

@@ -56,8 +56,9 @@ class InteropTest(KilnTestCase):
         self.assertEqual(info.compiler.name, "kiln-mlir")
         self.assertTrue(info.compiler.llvm_version.startswith("22."), info.compiler.llvm_version)
         self.assertEqual(info.max_message_bytes, 64 * 1024)
-        self.assertIn("GetServerInfo", info.features)
-        self.assertNotIn("Compile", info.features)
+        for served in ("GetServerInfo", "Compile", "WatchJob", "CancelJob", "GetArtifact", "PutSource"):
+            self.assertIn(served, info.features)
+        self.assertNotIn("Recompile", info.features)
         targets = {t.id: t for t in info.targets}
         self.assertEqual(targets["sm_89"].kind, kiln_pb2.TARGET_KIND_CUDA)
         self.assertEqual(targets["sm_89"].executable_format, "cuda-nvptx-fb")
@@ -86,12 +87,6 @@ class InteropTest(KilnTestCase):
     def test_unserved_methods_answer_unimplemented(self):
         ch = self.channel
         calls = {
-            "Compile": lambda: ch.unary_unary(KILN + "Compile")(b"", timeout=10),
-            "CancelJob": lambda: ch.unary_unary(KILN + "CancelJob")(b"", timeout=10),
-            "FindArtifacts": lambda: ch.unary_unary(KILN + "FindArtifacts")(b"", timeout=10),
-            "WatchJob": lambda: list(ch.unary_stream(KILN + "WatchJob")(b"", timeout=10)),
-            "GetArtifact": lambda: list(ch.unary_stream(KILN + "GetArtifact")(b"", timeout=10)),
-            "PutSource": lambda: ch.stream_unary(KILN + "PutSource")(iter([b"", b""]), timeout=10),
             "Recompile": lambda: list(ch.stream_stream(KILN + "Recompile")(iter([b""]), timeout=10)),
         }
         for name, call in calls.items():
@@ -133,12 +128,13 @@ class InteropTest(KilnTestCase):
         self.assertEqual(self.method_total(KILN + "GetServerInfo") - before, 200)
 
     def test_stats_count_failures(self):
+        # An empty CompileRequest names no source: INVALID_ARGUMENT, counted as such.
         before = self.codes(KILN + "Compile")
         for _ in range(3):
-            self.assertStatus(grpc.StatusCode.UNIMPLEMENTED, raw_unary, self.channel,
-                              KILN + "Compile", b"")
+            self.assertStatus(grpc.StatusCode.INVALID_ARGUMENT, raw_unary, self.channel,
+                              KILN + "Compile", b"", words="no source")
         after = self.codes(KILN + "Compile")
-        self.assertEqual(after.get("UNIMPLEMENTED", 0) - before.get("UNIMPLEMENTED", 0), 3)
+        self.assertEqual(after.get("INVALID_ARGUMENT", 0) - before.get("INVALID_ARGUMENT", 0), 3)
 
     def test_cli_sees_the_same_server(self):
         r = run_kiln("health", addr=self.kilnd.addr)

@@ -4,14 +4,18 @@
  * kept); the key is deterministic, changes with every part, ignores flag
  * whitespace and repeats, rejects malformed parts, and no flag text can make two
  * different part lists share a key. Artifacts: every record field; hits and
- * misses; a replace keeps the pin (and frees the old blob); identical bytes share
+ * misses; get_by_digest (newest row, no hit) and find_page; a replace keeps the pin
+ * (and frees the old blob); identical bytes share
  * one blob; get_blob and the streaming reader. Integrity: a flipped byte (raw and
  * .zst) is DATA_LOSS, quarantined with its rows, and the bytes can be stored again;
  * a blob deleted behind the cache's back is a miss that drops the row. Repair at
  * open: orphans, dangling rows (counted per row), strays, tmp/. Verify: clean,
  * corrupt + missing + orphan repaired, dry run, young orphans spared, cancel, and
  * puts that land while it scans. Pin by digest and key. gc: LRU order, pins, open
- * readers, sources after artifacts, target_unreachable, the capacity. Sources.
+ * readers, sources after artifacts, target_unreachable, the capacity. Sources:
+ * put, get (a deleted blob drops the row), and spooled uploads (chunked, a
+ * duplicate keeps the first row, too many / too few bytes, a wrong digest and an
+ * abort all leave tmp/ and blobs/ empty).
  * A lookup that fails after reading its row leaves its out-param clear. Four
  * threads on one cache; a put racing gc; and, as root, a full disk (1 MiB tmpfs).
  *
@@ -1616,6 +1620,162 @@ static void test_source_put(void **state) {
   free(src);
 }
 
+/* ---- source uploads ---- */
+
+/* Writes `len` bytes of `data` in `chunk`-byte pieces. */
+static void upload_write_all(kiln_cache_upload_t *u, const unsigned char *data, size_t len,
+                             size_t chunk) {
+  for (size_t off = 0; off < len; off += chunk) {
+    assert_ok(kiln_cache_source_upload_write(u, data + off, len - off < chunk ? len - off : chunk));
+  }
+}
+
+static void test_source_upload(void **state) {
+  fixture_t *f = *state;
+  /* 3 MiB of MLIR-like text: compressible, so the writer buffers and compresses. */
+  size_t len = 3 * MIB + 123;
+  unsigned char *src = kiln_test_make_data(len, true, 300);
+  char want[65];
+  digest_hex_of(src, len, want);
+  kiln_index_source_t rec;
+  assert_code(kiln_cache_source_get(f->cache, want, &rec), KILN_STATUS_NOT_FOUND);
+  assert_code(kiln_cache_source_get(f->cache, "nope", &rec), KILN_STATUS_INVALID_ARGUMENT);
+
+  kiln_cache_upload_t *u = NULL;
+  assert_ok(kiln_cache_source_upload_begin(f->cache, want, len, &u));
+  upload_write_all(u, src, len, 1 * MIB);
+  assert_int_equal(kiln_cache_source_upload_received(u), len);
+  /* One byte too many is refused at once. */
+  assert_code(kiln_cache_source_upload_write(u, "x", 1), KILN_STATUS_INVALID_ARGUMENT);
+  char sem[65];
+  source_digest(301, sem);
+  assert_ok(kiln_cache_source_upload_commit(u, "big.mlir", 1, sem, &rec));
+  assert_string_equal(rec.digest, want);
+  assert_string_equal(rec.semantic_digest, sem);
+  assert_string_equal(rec.name, "big.mlir");
+  assert_int_equal(rec.format, 1);
+  assert_int_equal(rec.size, len);
+  assert_true(rec.stored_size > 0 && rec.stored_size < len); /* compressed */
+  kiln_index_source_deinit(&rec);
+  assert_blob_equals(f->cache, want, src, len);
+  assert_int_equal(subdir_entries(f->dir, "tmp"), 0);
+
+  assert_ok(kiln_cache_source_get(f->cache, want, &rec));
+  assert_string_equal(rec.name, "big.mlir");
+  kiln_index_source_deinit(&rec);
+
+  /* A second upload of the same digest stores nothing new and keeps the first row. */
+  assert_ok(kiln_cache_source_upload_begin(f->cache, want, len, &u));
+  upload_write_all(u, src, len, 700 * KIB);
+  assert_ok(kiln_cache_source_upload_commit(u, "other.mlir", 2, NULL, &rec));
+  assert_string_equal(rec.name, "big.mlir");
+  assert_int_equal(rec.format, 1);
+  kiln_index_source_deinit(&rec);
+  assert_int_equal(blob_files(f->dir), 1);
+  assert_int_equal(stats_of(f->cache).totals.sources, 1);
+
+  /* A source whose blob was deleted behind the cache's back reads as missing and
+   * loses its row. */
+  char path[512];
+  snprintf(path, sizeof path, "%s/blobs/%.2s/%s.zst", f->dir, want, want);
+  assert_int_equal(unlink(path), 0);
+  assert_code(kiln_cache_source_get(f->cache, want, &rec), KILN_STATUS_NOT_FOUND);
+  assert_int_equal(stats_of(f->cache).totals.sources, 0);
+  free(src);
+}
+
+static void test_source_upload_failures_leave_nothing(void **state) {
+  fixture_t *f = *state;
+  size_t len = 200 * KIB;
+  unsigned char *src = kiln_test_make_data(len, false, 310);
+  char want[65], wrong[65];
+  digest_hex_of(src, len, want);
+  source_digest(311, wrong);
+  kiln_cache_upload_t *u = NULL;
+  kiln_index_source_t rec;
+
+  assert_code(kiln_cache_source_upload_begin(f->cache, "sha256:x", len, &u),
+              KILN_STATUS_INVALID_ARGUMENT);
+  assert_null(u);
+  assert_code(kiln_cache_source_upload_begin(f->cache, want, 0, &u), KILN_STATUS_INVALID_ARGUMENT);
+  assert_null(u);
+
+  /* Short: fewer bytes than declared. */
+  assert_ok(kiln_cache_source_upload_begin(f->cache, want, len, &u));
+  upload_write_all(u, src, len - 1, 64 * KIB);
+  assert_int_equal(subdir_entries(f->dir, "tmp"), 1); /* spooled on disk, not in memory */
+  kiln_status_t st = kiln_cache_source_upload_commit(u, "a.mlir", 1, NULL, &rec);
+  assert_non_null(strstr(kiln_status_message(st), "received 204799 bytes"));
+  assert_code(st, KILN_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(rec.digest[0], '\0');
+
+  /* Declared digest that the bytes do not have: both digests in the message. */
+  assert_ok(kiln_cache_source_upload_begin(f->cache, wrong, len, &u));
+  upload_write_all(u, src, len, 64 * KIB);
+  st = kiln_cache_source_upload_commit(u, "a.mlir", 1, NULL, NULL);
+  assert_non_null(strstr(kiln_status_message(st), want));
+  assert_non_null(strstr(kiln_status_message(st), wrong));
+  assert_code(st, KILN_STATUS_INVALID_ARGUMENT);
+
+  /* Aborted half way. */
+  assert_ok(kiln_cache_source_upload_begin(f->cache, want, len, &u));
+  upload_write_all(u, src, len / 2, 64 * KIB);
+  kiln_cache_source_upload_abort(u);
+  kiln_cache_source_upload_abort(NULL);
+
+  assert_int_equal(subdir_entries(f->dir, "tmp"), 0);
+  assert_int_equal(blob_files(f->dir), 0);
+  assert_int_equal(stats_of(f->cache).totals.sources, 0);
+  assert_code(kiln_cache_source_get(f->cache, want, &rec), KILN_STATUS_NOT_FOUND);
+  free(src);
+}
+
+/* ---- artifacts by digest, and pages ---- */
+
+static void test_artifact_get_by_digest_and_pages(void **state) {
+  fixture_t *f = *state;
+  art_t a, b;
+  art_init(&a, 320, 5000, true, 320);
+  art_init(&b, 321, 5000, true, 320); /* same bytes, another key */
+  kiln_index_label_t labels[] = {{"model", "resnet"}};
+  kiln_cache_provenance_t prov = {"tester", labels, 1};
+  assert_ok(kiln_cache_artifact_put(f->cache, &a.parts, a.data, a.len, &prov, NULL));
+  atomic_fetch_add(&g_now_ms, 10);
+  put_art(f->cache, &b);
+  kiln_index_artifact_t rec;
+  assert_ok(kiln_cache_artifact_get_by_digest(f->cache, a.digest, &rec));
+  assert_string_equal(rec.cache_key, b.key); /* the newest row */
+  kiln_index_artifact_deinit(&rec);
+  char other[65];
+  source_digest(322, other);
+  assert_code(kiln_cache_artifact_get_by_digest(f->cache, other, &rec), KILN_STATUS_NOT_FOUND);
+  assert_code(kiln_cache_artifact_get_by_digest(f->cache, "ABC", &rec),
+              KILN_STATUS_INVALID_ARGUMENT);
+  /* Lookups by digest are not hits. */
+  assert_int_equal(stats_of(f->cache).hits, 0);
+
+  kiln_index_artifact_t *r = NULL;
+  size_t n = 0;
+  kiln_index_page_query_t q = {.limit = 1};
+  assert_ok(kiln_cache_artifact_find_page(f->cache, &q, &r, &n));
+  assert_int_equal(n, 1);
+  assert_string_equal(r[0].cache_key, b.key);
+  kiln_index_page_cursor_t cursor = {.created_ms = r[0].created_ms};
+  memcpy(cursor.artifact_digest, r[0].artifact_digest, sizeof cursor.artifact_digest);
+  memcpy(cursor.cache_key, r[0].cache_key, sizeof cursor.cache_key);
+  kiln_index_artifacts_free(r, n);
+  q.after = &cursor;
+  q.limit = 10;
+  assert_ok(kiln_cache_artifact_find_page(f->cache, &q, &r, &n));
+  assert_int_equal(n, 1);
+  assert_string_equal(r[0].cache_key, a.key);
+  assert_int_equal(r[0].n_labels, 1);
+  assert_string_equal(r[0].submitter, "tester");
+  kiln_index_artifacts_free(r, n);
+  art_deinit(&a);
+  art_deinit(&b);
+}
+
 /* ---- a failing touch ---- */
 
 /* The style rule: out-params are written only on success. A lookup that fails
@@ -2034,6 +2194,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_gc_sources_after_artifacts, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gc_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_source_put, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_source_upload, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_source_upload_failures_leave_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_artifact_get_by_digest_and_pages, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lookup_failure_leaves_record_clear, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_operations, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_racing_gc_keeps_blob, setup, teardown),

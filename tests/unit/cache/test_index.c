@@ -5,7 +5,10 @@
  * keeps pin and hits and replaces labels; get_by_digest returns the newest row;
  * touch; set_pinned by key and by digest (NOT_FOUND otherwise); delete takes the
  * labels with it; find by each filter, by one and two labels, limit/offset, the
- * newest-first order and the label cap; lru skips pinned rows and orders by last
+ * newest-first order and the label cap; find_page by every filter (legacy and
+ * time bounds included), keyset pages that list each row once in (created desc,
+ * digest, key) order even when rows arrive between pages, and its argument
+ * checks; lru skips pinned rows and orders by last
  * access. Sources: put/get/touch/delete and lru, which skips sources an artifact
  * names. Blobs: digest_referenced, visit_digests (each digest once, stops on
  * failure, may drop rows), drop_digest with and without a quarantine record, and
@@ -700,6 +703,139 @@ static void test_find_label_cap(void **state) {
   assert_code(kiln_index_artifact_find(f->index, &filter, &r, &n), KILN_STATUS_INVALID_ARGUMENT);
 }
 
+/* ---- find_page (FindArtifacts) ------------------------------------------------ */
+
+static void find_page(kiln_index_t *index, const kiln_index_page_query_t *query,
+                      kiln_index_artifact_t **out, size_t *count) {
+  assert_ok(kiln_index_artifact_find_page(index, query, out, count));
+}
+
+static void test_find_page_filters(void **state) {
+  fixture_t *f = *state;
+  put_find_rows(f->index);
+  kiln_index_artifact_t *r = NULL;
+  size_t n = 0;
+  char src1[65];
+  digest_hex(src1, "src1");
+
+  find_page(f->index, NULL, &r, &n);
+  assert_keys(r, n, "d", "c", "b", "a", NULL);
+  kiln_index_artifacts_free(r, n);
+
+  kiln_index_page_query_t q = {.source_digest = src1, .target = "X"};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "d", "a", NULL);
+  /* Each record carries its labels. */
+  assert_int_equal(r[1].n_labels, 2);
+  kiln_index_artifacts_free(r, n);
+
+  q = (kiln_index_page_query_t){.hal_version = 6};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "d", "c", NULL);
+  kiln_index_artifacts_free(r, n);
+
+  /* Legacy: below 6 (the server's version); with an exact version too. */
+  q = (kiln_index_page_query_t){.hal_below = 6};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "b", "a", NULL);
+  kiln_index_artifacts_free(r, n);
+  q.hal_version = 6;
+  find_page(f->index, &q, &r, &n);
+  assert_int_equal(n, 0);
+  assert_null(r);
+
+  /* Creation bounds: after is inclusive, before exclusive. */
+  q = (kiln_index_page_query_t){.created_after_ms = 200, .created_before_ms = 400};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "c", "b", NULL);
+  kiln_index_artifacts_free(r, n);
+
+  kiln_index_label_t ml_prod[] = {{"env", "prod"}, {"team", "ml"}};
+  q = (kiln_index_page_query_t){.labels = ml_prod, .n_labels = 2};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "a", NULL);
+  kiln_index_artifacts_free(r, n);
+  kiln_index_label_t prod[] = {{"env", "prod"}};
+  q = (kiln_index_page_query_t){.labels = prod, .n_labels = 1, .target = "X"};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "c", "a", NULL);
+  kiln_index_artifacts_free(r, n);
+}
+
+/* Pages of 3 over rows with many equal creation times: every row exactly once, in
+ * the order (created desc, digest asc, key asc), also when rows are added before
+ * the cursor between pages. */
+static void test_find_page_keyset(void **state) {
+  fixture_t *f = *state;
+  enum { ROWS = 25 };
+  for (int i = 0; i < ROWS; i++) {
+    char key[16], blob[16];
+    snprintf(key, sizeof key, "p%02d", i);
+    /* Two keys share each blob digest, so the key breaks digest ties. */
+    snprintf(blob, sizeof blob, "b%02d", i / 2);
+    put_artifact(f->index, key, blob, "src", 1000 + i / 5);
+  }
+  kiln_index_page_cursor_t all[ROWS]; /* the order fields of each row seen */
+  size_t seen = 0;
+  kiln_index_page_cursor_t cursor;
+  kiln_index_page_query_t q = {.limit = 3};
+  for (int page = 0; page < 20; page++) {
+    kiln_index_artifact_t *r = NULL;
+    size_t n = 0;
+    find_page(f->index, &q, &r, &n);
+    if (n == 0) break;
+    assert_true(n <= 3);
+    for (size_t i = 0; i < n; i++) {
+      assert_true(seen < ROWS);
+      all[seen].created_ms = r[i].created_ms;
+      memcpy(all[seen].artifact_digest, r[i].artifact_digest, sizeof all[seen].artifact_digest);
+      memcpy(all[seen].cache_key, r[i].cache_key, sizeof all[seen].cache_key);
+      if (seen > 0) {
+        const kiln_index_page_cursor_t *a = &all[seen - 1], *b = &all[seen];
+        int c = a->created_ms != b->created_ms ? (a->created_ms > b->created_ms ? -1 : 1)
+                                               : strcmp(a->artifact_digest, b->artifact_digest);
+        if (c == 0) c = strcmp(a->cache_key, b->cache_key);
+        if (c >= 0) fail_msg("row %zu is not after row %zu in page order", seen, seen - 1);
+      }
+      seen++;
+    }
+    cursor.created_ms = r[n - 1].created_ms;
+    memcpy(cursor.artifact_digest, r[n - 1].artifact_digest, sizeof cursor.artifact_digest);
+    memcpy(cursor.cache_key, r[n - 1].cache_key, sizeof cursor.cache_key);
+    q.after = &cursor;
+    if (page == 1) {
+      /* Newer than every row: before the cursor, so never on a later page. */
+      put_artifact(f->index, "late", "late", "src", 9999);
+    }
+    kiln_index_artifacts_free(r, n);
+  }
+  assert_int_equal(seen, ROWS);
+}
+
+static void test_find_page_rejects(void **state) {
+  fixture_t *f = *state;
+  kiln_index_artifact_t *r = (kiln_index_artifact_t *)&r;
+  size_t n = 7;
+  kiln_index_label_t labels[KILN_INDEX_PAGE_MAX_LABELS + 1];
+  for (int i = 0; i <= KILN_INDEX_PAGE_MAX_LABELS; i++) labels[i] = (kiln_index_label_t){"k", "v"};
+  kiln_index_page_query_t q = {.labels = labels, .n_labels = KILN_INDEX_PAGE_MAX_LABELS + 1};
+  assert_code(kiln_index_artifact_find_page(f->index, &q, &r, &n), KILN_STATUS_INVALID_ARGUMENT);
+  assert_null(r);
+  assert_int_equal(n, 0);
+  /* The most labels one query may match is accepted (and matches nothing here). */
+  q.n_labels = KILN_INDEX_PAGE_MAX_LABELS;
+  find_page(f->index, &q, &r, &n);
+  assert_int_equal(n, 0);
+  kiln_index_label_t no_value[] = {{"k", NULL}};
+  q = (kiln_index_page_query_t){.labels = no_value, .n_labels = 1};
+  assert_code(kiln_index_artifact_find_page(f->index, &q, &r, &n), KILN_STATUS_INVALID_ARGUMENT);
+  q = (kiln_index_page_query_t){.source_digest = "abc"};
+  assert_code(kiln_index_artifact_find_page(f->index, &q, &r, &n), KILN_STATUS_INVALID_ARGUMENT);
+  kiln_index_page_cursor_t bad = {.created_ms = 1, .artifact_digest = "zz", .cache_key = "zz"};
+  q = (kiln_index_page_query_t){.after = &bad};
+  assert_code(kiln_index_artifact_find_page(f->index, &q, &r, &n), KILN_STATUS_INVALID_ARGUMENT);
+}
+
 static void test_artifact_lru(void **state) {
   fixture_t *f = *state;
   put_artifact(f->index, "a", "a", "src", 1);
@@ -1259,6 +1395,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_find_by_labels, setup, teardown),
       cmocka_unit_test_setup_teardown(test_find_limit_offset_order, setup, teardown),
       cmocka_unit_test_setup_teardown(test_find_label_cap, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_find_page_filters, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_find_page_keyset, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_find_page_rejects, setup, teardown),
       cmocka_unit_test_setup_teardown(test_artifact_lru, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sources_put_get_touch_delete, setup, teardown),
       cmocka_unit_test_setup_teardown(test_source_lru, setup, teardown),

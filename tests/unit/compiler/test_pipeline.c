@@ -14,7 +14,11 @@
 
 #include <cmocka.h>
 
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "compiler/artifact.h"
 #include "compiler/pipeline.h"
+#include "compiler/vmfb/reader.h"
 
 static char *mlp;
 static size_t mlp_len;
@@ -333,7 +337,7 @@ static void test_gpu_dialect_input(void **state) {
 }
 
 /* Every example model for every GPU target, each binary checked by the real
- * tool of its format. */
+ * tool of its format, and each target's VMFB read back by kiln's reader. */
 static char *slurp(const char *path, size_t *out_len) {
   FILE *f = fopen(path, "rb");
   assert_non_null(f);
@@ -401,6 +405,40 @@ static void test_examples_all_gpu_targets(void **state) {
           fail_msg("%s for %s, kernel %s: %s", models[m], o->target->id, kern->name, output);
         }
       }
+      /* Its VMFB reads back completely, current, with every kernel, and the same
+       * input gives the same bytes. */
+      kiln_compiler_artifact_options_t ao = {.source = src, .source_len = len, .embed_source = true};
+      kiln_buf_t vmfb, again;
+      kiln_buf_init(&vmfb);
+      kiln_buf_init(&again);
+      st = kiln_compiler_artifact_write(&out, t, &ao, &vmfb);
+      if (st) fail_msg("%s for %s: %s", models[m], o->target->id, kiln_status_message(st));
+      assert_null(kiln_compiler_artifact_write(&out, t, &ao, &again));
+      assert_int_equal(vmfb.len, again.len);
+      assert_memory_equal(vmfb.data, again.data, vmfb.len);
+      kiln_vmfb_info_t info;
+      assert_null(kiln_vmfb_read((const uint8_t *)vmfb.data, vmfb.len, &info));
+      if (info.cls != KILN_VMFB_CLASS_CURRENT) {
+        fail_msg("%s for %s: %s VMFB: %s", models[m], o->target->id, kiln_vmfb_class_name(info.cls), info.reason);
+      }
+      assert_string_equal(info.name, models[m]);
+      assert_int_equal(info.hal_version, 7);
+      assert_int_equal(info.n_executables, 1);
+      assert_true(info.executables[0].has_header);
+      assert_int_equal(info.executables[0].n_kernels, o->n_kernels);
+      for (size_t k = 0; k < o->n_kernels; k++) assert_string_equal(info.executables[0].kernels[k], o->kernels[k].name);
+      if (o->target->kind != KILN_TARGET_KIND_VULKAN) assert_string_equal(info.executables[0].chip, o->target->chip);
+      assert_string_equal(kiln_vmfb_info_attr(&info, "kiln.target"), o->target->id);
+      assert_true(info.has_source);
+      kiln_vmfb_info_deinit(&info);
+      uint8_t *back = NULL;
+      size_t back_len = 0;
+      assert_null(kiln_vmfb_source_extract((const uint8_t *)vmfb.data, vmfb.len, &back, &back_len));
+      assert_int_equal(back_len, len);
+      assert_memory_equal(back, src, len);
+      kiln_free(back);
+      kiln_buf_deinit(&vmfb);
+      kiln_buf_deinit(&again);
     }
     kiln_compiler_output_deinit(&out);
     free(src);

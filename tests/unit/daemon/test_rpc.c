@@ -459,13 +459,45 @@ static void test_methods_are_known(void **state) {
   for (size_t i = 0; i < count; i++) {
     assert_non_null(methods[i].path);
     assert_non_null(methods[i].request_descriptor);
-    assert_non_null(methods[i].handler);
+    /* Unary methods have a handler; streaming ones an entry point; never both. */
+    if (methods[i].kind == KILND_METHOD_UNARY) {
+      assert_non_null(methods[i].handler);
+      assert_null(methods[i].stream);
+    } else {
+      assert_null(methods[i].handler);
+      assert_non_null(methods[i].stream);
+      assert_false(methods[i].offload);
+    }
     if (!is_known(methods[i].path)) fail_msg("served %s is not a known path", methods[i].path);
     for (size_t j = 0; j < i; j++) assert_string_not_equal(methods[i].path, methods[j].path);
   }
   assert_non_null(served(GET_SERVER_INFO));
   assert_non_null(served(GET_STATS));
   assert_non_null(served(HEALTH_CHECK));
+
+  /* kiln.proto's `stream` keywords (protobuf-c's descriptors do not carry them):
+   * a served method must be registered with its contract's kind, every other
+   * served method is unary. */
+  static const struct {
+    const char *path;
+    kilnd_method_kind_t kind;
+  } streaming[] = {
+      {"/kiln.v1.Kiln/WatchJob", KILND_METHOD_SERVER_STREAMING},
+      {"/kiln.v1.Kiln/PutSource", KILND_METHOD_CLIENT_STREAMING},
+      {"/kiln.v1.Kiln/GetArtifact", KILND_METHOD_SERVER_STREAMING},
+      {"/kiln.v1.Kiln/Recompile", KILND_METHOD_BIDI_STREAMING},
+      {"/grpc.health.v1.Health/Watch", KILND_METHOD_SERVER_STREAMING},
+  };
+  for (size_t i = 0; i < count; i++) {
+    kilnd_method_kind_t want = KILND_METHOD_UNARY;
+    for (size_t k = 0; k < sizeof streaming / sizeof streaming[0]; k++) {
+      if (strcmp(methods[i].path, streaming[k].path) == 0) want = streaming[k].kind;
+    }
+    if (methods[i].kind != want) {
+      fail_msg("%s is registered as kind %d, the contract says %d", methods[i].path,
+               (int)methods[i].kind, (int)want);
+    }
+  }
 
   /* Known paths are unique. */
   const char *const *known = kilnd_rpc_known_paths();
@@ -560,7 +592,7 @@ static void test_unserved_unknown_paths(void **state) {
 static void test_call_should_stop(void **state) {
   (void)state;
   atomic_bool stopping = false;
-  kilnd_call_ctx_t call = {NULL, INT64_MAX, &stopping};
+  kilnd_call_ctx_t call = {NULL, INT64_MAX, &stopping, "ipv4:127.0.0.1"};
   assert_false(kilnd_call_should_stop(&call));
   atomic_store(&stopping, true);
   assert_true(kilnd_call_should_stop(&call));

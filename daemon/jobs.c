@@ -1,0 +1,1330 @@
+/* The job engine. See jobs.h for the model; this block covers the mechanics.
+ *
+ *   job (per Compile)          item (per cache key)           task (per admission)
+ *   QUEUED ──> RUNNING ──> DONE     QUEUED ──> RUNNING ──> STORING ──> DONE
+ *     │          │    ╲──> FAILED     │          ╲──> FAILED
+ *     ╰──────────┴──────> CANCELLED   ╰── dropped when its last waiter leaves
+ *     ╰──> DONE (all cached)
+ *
+ * Ownership. The engine owns jobs, items, tasks and sources (ref-counted: one
+ * source serves every task and job made from it). An item belongs to the task that
+ * will compile it and lists its waiters (job, target index); a job target points
+ * at its item until the item finishes. Items leave the live list when they finish
+ * or lose their last waiter; tasks leave when the worker reports FINISHED (or, for
+ * queued ones, when their last item is dropped).
+ *
+ * Locking. `mu` guards everything below it in kilnd_jobs_s. Admission holds it only
+ * for the in-memory part (after the cache work). Loop callbacks hold it while they
+ * update state and push events to watchers; kilnd_stream_send and
+ * kilnd_workers_submit/cancel never call back synchronously, so holding `mu` across
+ * them cannot deadlock.
+ *
+ * Artifacts. A worker's TARGET_DONE carries the VMFB bytes; storing them (SQLite,
+ * disk) runs on the thread pool, then the item completes on the loop.
+ */
+#include "daemon/jobs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/digest.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "kiln/v1/kiln.pb-c.h"
+
+#define SWEEP_INTERVAL_MS 500
+#define COMPILER_WAIT_MS 30000
+
+typedef struct job_s job_t;
+typedef struct task_s task_t;
+
+typedef struct source_s {
+  int refs;
+  uint8_t *data;
+  size_t len;
+  char digest[65];
+  char *name;
+} source_t;
+
+typedef enum item_state_e { ITEM_QUEUED, ITEM_RUNNING, ITEM_STORING, ITEM_DONE, ITEM_FAILED } item_state_t;
+
+typedef struct waiter_s {
+  job_t *job;
+  size_t target; /* index into job->targets */
+} waiter_t;
+
+typedef struct item_s {
+  char key[65];
+  char *target;
+  item_state_t state;
+  task_t *task;
+  waiter_t *waiters;
+  size_t n_waiters;
+  job_t *owner; /* the job whose admission created it: its result is no cache hit */
+  struct item_s *next; /* live list */
+} item_t;
+
+typedef struct task_s {
+  uint64_t id;
+  kilnd_priority_t priority;
+  char *client;
+  source_t *source;
+  char **flags;
+  size_t n_flags;
+  item_t **items;
+  size_t n_items;
+  bool running;
+  struct task_s *next; /* in its client's FIFO while queued; in `running` while running */
+} task_t;
+
+typedef struct client_queue_s {
+  char *client;
+  task_t *head, *tail;
+  struct client_queue_s *next;
+} client_queue_t;
+
+typedef enum target_state_e { TARGET_PENDING, TARGET_DONE, TARGET_FAILED } target_state_t;
+
+typedef struct job_target_s {
+  char *target;
+  char key[65];
+  target_state_t state;
+  item_t *item;
+} job_target_t;
+
+typedef struct event_s {
+  uint64_t seq;
+  Kiln__V1__JobEvent__EventCase kind;
+  uint8_t *packed;
+  size_t len;
+} event_t;
+
+typedef struct watcher_s {
+  kilnd_jobs_t *jobs;
+  job_t *job;
+  kilnd_stream_t *stream;
+  size_t *replay; /* event indices to send first */
+  size_t n_replay, replay_at;
+  size_t live_at; /* then every event from this index on */
+  bool sending;
+  bool done; /* the terminal event was handed over, or the stream is gone */
+  struct watcher_s *next;
+} watcher_t;
+
+struct job_s {
+  char id[KILND_JOB_ID_LEN + 1];
+  kilnd_job_state_t state;
+  kilnd_priority_t priority;
+  char *client;
+  char *request_id;
+  char request_hash[65];
+  source_t *source;
+  job_target_t *targets;
+  size_t n_targets;
+  int64_t created_unix_ms;
+  int64_t finished_monotonic_ns; /* 0 while live */
+  int64_t deadline_monotonic_ns;
+  event_t *events;
+  size_t n_events;
+  watcher_t *watchers;
+  kilnd_job_admission_t admission; /* the original answer, for request_id retries */
+  struct job_s *next;
+};
+
+struct kilnd_jobs_s {
+  uv_loop_t *loop;
+  kiln_cache_t *cache;
+  kilnd_jobs_options_t options;
+  char *compiler;
+  kilnd_workers_t *workers;
+  uv_async_t kick;
+  uv_timer_t sweep;
+  bool closing;
+  void (*close_done)(void *user);
+  void *close_user;
+  int handles_open;
+
+  uv_mutex_t mu;    /* recursive: the pool calls back from inside submit */
+  uv_cond_t ready;  /* signalled when the compiler identity becomes known */
+  bool draining;
+  job_t *jobs;
+  item_t *items;
+  client_queue_t *queues[4]; /* by priority class 1..3 */
+  client_queue_t *turn[4];   /* whose turn it is in each class */
+  size_t queued_tasks[4];
+  task_t *running;
+  uint64_t next_task_id;
+  kilnd_jobs_stats_t stats;
+};
+
+/* ---- small helpers ---- */
+
+static void source_release(source_t *s) {
+  if (!s || --s->refs > 0) return;
+  kiln_free(s->data);
+  kiln_free(s->name);
+  kiln_free(s);
+}
+
+static Kiln__V1__JobState proto_state(kilnd_job_state_t s) { return (Kiln__V1__JobState)s; }
+
+static bool job_terminal(const job_t *job) {
+  return job->state == KILND_JOB_DONE || job->state == KILND_JOB_FAILED || job->state == KILND_JOB_CANCELLED;
+}
+
+static void random_id(char *out) {
+  uint8_t bytes[12];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? read(fd, bytes, sizeof bytes) : -1;
+  if (fd >= 0) close(fd);
+  if (n != (ssize_t)sizeof bytes) {
+    /* Never expected; fall back on time and address bits (ids need only be unique). */
+    uint64_t t = (uint64_t)kiln_time_monotonic_ns() ^ (uint64_t)(uintptr_t)out;
+    for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (uint8_t)(t >> (8 * (i % 8))) ^ (uint8_t)i;
+  }
+  out[0] = 'j';
+  out[1] = '-';
+  for (size_t i = 0; i < sizeof bytes; i++) snprintf(out + 2 + 2 * i, 3, "%02x", bytes[i]);
+}
+
+static void flush_watchers(kilnd_jobs_t *jobs, job_t *job);
+
+/* Appends an event to the job's log (packed) and pushes it to watchers. */
+static void emit(kilnd_jobs_t *jobs, job_t *job, Kiln__V1__JobEvent *ev) {
+  ev->sequence = job->n_events + 1;
+  ev->time_unix_ms = kiln_time_unix_ms();
+  ev->job_id = job->id;
+  size_t len = protobuf_c_message_get_packed_size(&ev->base);
+  job->events = kiln_realloc(job->events, (job->n_events + 1) * sizeof *job->events);
+  event_t *e = &job->events[job->n_events++];
+  e->seq = ev->sequence;
+  e->kind = ev->event_case;
+  e->packed = kiln_malloc(len ? len : 1);
+  e->len = protobuf_c_message_pack(&ev->base, e->packed);
+  flush_watchers(jobs, job);
+}
+
+static void emit_queued(kilnd_jobs_t *jobs, job_t *job, uint32_t position) {
+  Kiln__V1__JobEvent__Queued q = KILN__V1__JOB_EVENT__QUEUED__INIT;
+  q.position = position;
+  q.priority = (Kiln__V1__Priority)job->priority;
+  Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
+  ev.event_case = KILN__V1__JOB_EVENT__EVENT_QUEUED;
+  ev.queued = &q;
+  emit(jobs, job, &ev);
+}
+
+static void emit_started(kilnd_jobs_t *jobs, job_t *job, const char *worker) {
+  Kiln__V1__JobEvent__Started s = KILN__V1__JOB_EVENT__STARTED__INIT;
+  s.worker = (char *)(worker ? worker : "");
+  Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
+  ev.event_case = KILN__V1__JOB_EVENT__EVENT_STARTED;
+  ev.started = &s;
+  emit(jobs, job, &ev);
+}
+
+static void emit_target_done(kilnd_jobs_t *jobs, job_t *job, size_t t, const char *digest, uint64_t size,
+                             bool hit, uint64_t compile_ms) {
+  Kiln__V1__JobEvent__TargetDone d = KILN__V1__JOB_EVENT__TARGET_DONE__INIT;
+  d.target = job->targets[t].target;
+  d.artifact_digest = (char *)digest;
+  d.size_bytes = size;
+  d.cache_hit = hit;
+  d.compile_ms = hit ? 0 : compile_ms;
+  d.cache_key = job->targets[t].key;
+  Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
+  ev.event_case = KILN__V1__JOB_EVENT__EVENT_TARGET_DONE;
+  ev.target_done = &d;
+  emit(jobs, job, &ev);
+}
+
+static void emit_target_failed(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_status_code_t code,
+                               const char *message) {
+  Kiln__V1__JobEvent__TargetFailed f = KILN__V1__JOB_EVENT__TARGET_FAILED__INIT;
+  f.target = job->targets[t].target;
+  f.code = (int32_t)code;
+  f.message = (char *)(message ? message : "");
+  Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
+  ev.event_case = KILN__V1__JOB_EVENT__EVENT_TARGET_FAILED;
+  ev.target_failed = &f;
+  emit(jobs, job, &ev);
+}
+
+static void emit_terminal(kilnd_jobs_t *jobs, job_t *job, const char *message) {
+  Kiln__V1__JobEvent__Terminal t = KILN__V1__JOB_EVENT__TERMINAL__INIT;
+  t.state = proto_state(job->state);
+  t.message = (char *)(message ? message : "");
+  Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
+  ev.event_case = KILN__V1__JOB_EVENT__EVENT_TERMINAL;
+  ev.terminal = &t;
+  emit(jobs, job, &ev);
+}
+
+/* ---- job completion ---- */
+
+static void count_terminal(kilnd_jobs_t *jobs, kilnd_job_state_t state) {
+  if (state == KILND_JOB_DONE) jobs->stats.done++;
+  else if (state == KILND_JOB_FAILED) jobs->stats.failed++;
+  else if (state == KILND_JOB_CANCELLED) jobs->stats.cancelled++;
+}
+
+/* Ends the job when every target is settled. */
+static void maybe_finish_job(kilnd_jobs_t *jobs, job_t *job) {
+  if (job_terminal(job)) return;
+  size_t failed = 0;
+  for (size_t i = 0; i < job->n_targets; i++) {
+    if (job->targets[i].state == TARGET_PENDING) return;
+    failed += job->targets[i].state == TARGET_FAILED;
+  }
+  job->state = failed ? KILND_JOB_FAILED : KILND_JOB_DONE;
+  job->finished_monotonic_ns = kiln_time_monotonic_ns();
+  count_terminal(jobs, job->state);
+  char message[128];
+  if (failed) {
+    snprintf(message, sizeof message, "%zu of %zu target(s) failed", failed, job->n_targets);
+  } else {
+    snprintf(message, sizeof message, "%zu target(s) done", job->n_targets);
+  }
+  emit_terminal(jobs, job, message);
+}
+
+/* ---- items and tasks ---- */
+
+static item_t *find_item(kilnd_jobs_t *jobs, const char *key) {
+  for (item_t *it = jobs->items; it; it = it->next) {
+    if (strcmp(it->key, key) == 0) return it;
+  }
+  return NULL;
+}
+
+static void unlink_item(kilnd_jobs_t *jobs, item_t *item) {
+  for (item_t **p = &jobs->items; *p; p = &(*p)->next) {
+    if (*p == item) {
+      *p = item->next;
+      return;
+    }
+  }
+}
+
+static void item_free(item_t *item) {
+  kiln_free(item->target);
+  kiln_free(item->waiters);
+  kiln_free(item);
+}
+
+static void task_free(task_t *task) {
+  kiln_free(task->client);
+  source_release(task->source);
+  for (size_t i = 0; i < task->n_flags; i++) kiln_free(task->flags[i]);
+  kiln_free(task->flags);
+  kiln_free(task->items);
+  kiln_free(task);
+}
+
+static client_queue_t *client_queue(kilnd_jobs_t *jobs, kilnd_priority_t p, const char *client, bool create) {
+  for (client_queue_t *q = jobs->queues[p]; q; q = q->next) {
+    if (strcmp(q->client, client) == 0) return q;
+  }
+  if (!create) return NULL;
+  client_queue_t *q = kiln_calloc(1, sizeof *q);
+  q->client = kiln_strdup(client);
+  q->next = jobs->queues[p];
+  jobs->queues[p] = q;
+  return q;
+}
+
+static void enqueue_task(kilnd_jobs_t *jobs, task_t *task) {
+  client_queue_t *q = client_queue(jobs, task->priority, task->client, true);
+  task->next = NULL;
+  if (q->tail) q->tail->next = task;
+  else q->head = task;
+  q->tail = task;
+  jobs->queued_tasks[task->priority]++;
+}
+
+/* Removes a queued task from its client's FIFO (the queue itself stays). */
+static void dequeue_task(kilnd_jobs_t *jobs, task_t *task) {
+  client_queue_t *q = client_queue(jobs, task->priority, task->client, false);
+  if (!q) return;
+  task_t *prev = NULL;
+  for (task_t *t = q->head; t; prev = t, t = t->next) {
+    if (t != task) continue;
+    if (prev) prev->next = t->next;
+    else q->head = t->next;
+    if (q->tail == t) q->tail = prev;
+    jobs->queued_tasks[task->priority]--;
+    return;
+  }
+}
+
+/* Round robin inside the highest non-empty class. */
+static task_t *pop_next_task(kilnd_jobs_t *jobs) {
+  for (int p = KILND_PRIORITY_INTERACTIVE; p <= KILND_PRIORITY_BULK; p++) {
+    if (!jobs->queued_tasks[p]) continue;
+    client_queue_t *start = jobs->turn[p] ? jobs->turn[p] : jobs->queues[p];
+    client_queue_t *q = start;
+    do {
+      if (!q) q = jobs->queues[p];
+      if (q->head) {
+        task_t *t = q->head;
+        q->head = t->next;
+        if (!q->head) q->tail = NULL;
+        jobs->queued_tasks[p]--;
+        jobs->turn[p] = q->next; /* next time, the next client first */
+        t->next = NULL;
+        return t;
+      }
+      q = q->next ? q->next : jobs->queues[p];
+    } while (q != start);
+  }
+  return NULL;
+}
+
+/* Position of a task: queued tasks that will be taken before it (approximate for
+ * round robin: every task of higher classes plus its own class's earlier ones). */
+static uint32_t queue_position(kilnd_jobs_t *jobs, kilnd_priority_t p) {
+  uint64_t n = 0;
+  for (int c = KILND_PRIORITY_INTERACTIVE; c <= (int)p; c++) n += jobs->queued_tasks[c];
+  return n > 0 ? (uint32_t)(n - 1) : 0;
+}
+
+static void unlink_running(kilnd_jobs_t *jobs, task_t *task);
+
+static void schedule(kilnd_jobs_t *jobs) {
+  while (!jobs->closing && kilnd_workers_idle(jobs->workers) > 0) {
+    task_t *task = pop_next_task(jobs);
+    if (!task) return;
+    const char **targets = kiln_calloc(task->n_items ? task->n_items : 1, sizeof *targets);
+    for (size_t i = 0; i < task->n_items; i++) targets[i] = task->items[i]->target;
+    kilnd_task_t wt = {.id = task->id,
+                       .source = task->source->data,
+                       .source_len = task->source->len,
+                       .source_name = task->source->name,
+                       .source_digest = task->source->digest,
+                       .targets = targets,
+                       .n_targets = task->n_items,
+                       .flags = (const char *const *)task->flags,
+                       .n_flags = task->n_flags,
+                       .embed_source = jobs->options.embed_source};
+    /* Running before submit: the pool reports STARTED from inside it. */
+    task->running = true;
+    task->next = jobs->running;
+    jobs->running = task;
+    for (size_t i = 0; i < task->n_items; i++) task->items[i]->state = ITEM_RUNNING;
+    kiln_status_t st = kilnd_workers_submit(jobs->workers, &wt);
+    kiln_free(targets);
+    if (st) {
+      /* Not expected (we checked for an idle worker): put it back, first in line. */
+      kiln_log_status(KILN_LOG_ERROR, "task_submit_failed", st, NULL);
+      kiln_status_free(st);
+      unlink_running(jobs, task);
+      task->running = false;
+      for (size_t i = 0; i < task->n_items; i++) task->items[i]->state = ITEM_QUEUED;
+      client_queue_t *q = client_queue(jobs, task->priority, task->client, true);
+      task->next = q->head;
+      q->head = task;
+      if (!q->tail) q->tail = task;
+      jobs->queued_tasks[task->priority]++;
+      return;
+    }
+  }
+}
+
+static task_t *find_running(kilnd_jobs_t *jobs, uint64_t id) {
+  for (task_t *t = jobs->running; t; t = t->next) {
+    if (t->id == id) return t;
+  }
+  return NULL;
+}
+
+static void unlink_running(kilnd_jobs_t *jobs, task_t *task) {
+  for (task_t **p = &jobs->running; *p; p = &(*p)->next) {
+    if (*p == task) {
+      *p = task->next;
+      return;
+    }
+  }
+}
+
+/* Removes `item` from its task's list (the task may become empty). */
+static void task_remove_item(task_t *task, item_t *item) {
+  for (size_t i = 0; i < task->n_items; i++) {
+    if (task->items[i] != item) continue;
+    memmove(&task->items[i], &task->items[i + 1], (task->n_items - i - 1) * sizeof *task->items);
+    task->n_items--;
+    return;
+  }
+}
+
+/* The job leaves the item; an item with no waiters left stops (queued: dropped;
+ * running: its task is cancelled once none of the task's items has a waiter). */
+static void leave_item(kilnd_jobs_t *jobs, item_t *item, job_t *job) {
+  for (size_t i = 0; i < item->n_waiters; i++) {
+    if (item->waiters[i].job != job) continue;
+    memmove(&item->waiters[i], &item->waiters[i + 1], (item->n_waiters - i - 1) * sizeof *item->waiters);
+    item->n_waiters--;
+    i--;
+  }
+  if (item->owner == job) item->owner = NULL;
+  if (item->n_waiters > 0) return;
+  task_t *task = item->task;
+  if (item->state == ITEM_QUEUED && task && !task->running) {
+    unlink_item(jobs, item);
+    task_remove_item(task, item);
+    item_free(item);
+    if (task->n_items == 0) {
+      dequeue_task(jobs, task);
+      task_free(task);
+    }
+    return;
+  }
+  if (item->state == ITEM_RUNNING && task && task->running) {
+    for (size_t i = 0; i < task->n_items; i++) {
+      if (task->items[i]->n_waiters > 0) return;
+    }
+    kilnd_workers_cancel(jobs->workers, task->id); /* reports failures, then FINISHED */
+  }
+}
+
+/* Settles target `t` of `job` as failed (if still pending). */
+static void fail_target(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_status_code_t code, const char *message) {
+  job_target_t *jt = &job->targets[t];
+  if (jt->state != TARGET_PENDING) return;
+  jt->state = TARGET_FAILED;
+  item_t *item = jt->item;
+  jt->item = NULL;
+  if (item) leave_item(jobs, item, job);
+  emit_target_failed(jobs, job, t, code, message);
+}
+
+/* Ends every pending target of `job` with `code` and the job with `state`. */
+static void stop_job(kilnd_jobs_t *jobs, job_t *job, kilnd_job_state_t state, kiln_status_code_t code,
+                     const char *message) {
+  for (size_t t = 0; t < job->n_targets; t++) fail_target(jobs, job, t, code, message);
+  if (job_terminal(job)) return;
+  job->state = state;
+  job->finished_monotonic_ns = kiln_time_monotonic_ns();
+  count_terminal(jobs, state);
+  emit_terminal(jobs, job, message);
+}
+
+/* ---- watchers ---- */
+
+static void watcher_sent(kilnd_stream_t *stream, bool ok, void *user);
+
+static void watcher_remove(watcher_t *w) {
+  job_t *job = w->job;
+  for (watcher_t **p = &job->watchers; *p; p = &(*p)->next) {
+    if (*p == w) {
+      *p = w->next;
+      break;
+    }
+  }
+  kiln_free(w->replay);
+  kiln_free(w);
+}
+
+/* Sends the watcher's next event if none is in flight; finishes after Terminal. */
+static void watcher_pump(watcher_t *w) {
+  job_t *job = w->job;
+  if (w->sending || w->done) return;
+  size_t index;
+  if (w->replay_at < w->n_replay) {
+    index = w->replay[w->replay_at++];
+  } else if (w->live_at < job->n_events) {
+    index = w->live_at++;
+  } else {
+    return;
+  }
+  event_t *e = &job->events[index];
+  Kiln__V1__JobEvent *ev =
+      (Kiln__V1__JobEvent *)protobuf_c_message_unpack(&kiln__v1__job_event__descriptor, NULL, e->len, e->packed);
+  kiln_status_t st = ev ? kilnd_stream_send(w->stream, &ev->base, watcher_sent, w)
+                        : KILN_STATUS(KILN_STATUS_INTERNAL, "job %s: event %" PRIu64 " does not decode", job->id, e->seq);
+  if (ev) protobuf_c_message_free_unpacked(&ev->base, NULL);
+  if (st) {
+    w->done = true;
+    kilnd_stream_finish(w->stream, st);
+    watcher_remove(w);
+    return;
+  }
+  w->sending = true;
+  if (e->kind == KILN__V1__JOB_EVENT__EVENT_TERMINAL) w->done = true;
+}
+
+static void maybe_closed(kilnd_jobs_t *jobs);
+
+static void watcher_sent(kilnd_stream_t *stream, bool ok, void *user) {
+  watcher_t *w = user;
+  kilnd_jobs_t *jobs = w->jobs;
+  uv_mutex_lock(&jobs->mu);
+  w->sending = false;
+  if (jobs->closing) {
+    /* Counted in handles_open by kilnd_jobs_close; the job may be gone already. */
+    kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is shutting down"));
+    if (w->job) watcher_remove(w);
+    else kiln_free(w->replay), kiln_free(w);
+    uv_mutex_unlock(&jobs->mu);
+    jobs->handles_open--;
+    maybe_closed(jobs);
+    return;
+  }
+  if (!ok) {
+    kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_CANCELLED, "the watcher went away"));
+    watcher_remove(w);
+  } else if (w->done) {
+    kilnd_stream_finish(stream, NULL); /* the Terminal event went out: OK */
+    watcher_remove(w);
+  } else {
+    watcher_pump(w);
+  }
+  uv_mutex_unlock(&jobs->mu);
+}
+
+static void watcher_cancelled(kilnd_stream_t *stream, void *user) {
+  watcher_t *w = user;
+  kilnd_jobs_t *jobs = w->jobs;
+  uv_mutex_lock(&jobs->mu);
+  if (!w->sending) {
+    /* Nothing in flight will call back: end it here. */
+    kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_CANCELLED, "the client cancelled the watch"));
+    watcher_remove(w);
+  } else {
+    w->done = true; /* watcher_sent finishes it (its send completes with ok = false) */
+  }
+  uv_mutex_unlock(&jobs->mu);
+}
+
+static void flush_watchers(kilnd_jobs_t *jobs, job_t *job) {
+  (void)jobs;
+  for (watcher_t *w = job->watchers, *next; w; w = next) {
+    next = w->next;
+    watcher_pump(w);
+  }
+}
+
+/* ---- retention and deadlines ---- */
+
+static void job_free(job_t *job) {
+  for (size_t i = 0; i < job->n_events; i++) kiln_free(job->events[i].packed);
+  kiln_free(job->events);
+  for (size_t i = 0; i < job->n_targets; i++) kiln_free(job->targets[i].target);
+  kiln_free(job->targets);
+  kiln_free(job->client);
+  kiln_free(job->request_id);
+  source_release(job->source);
+  kilnd_job_admission_deinit(&job->admission);
+  kiln_free(job);
+}
+
+static void on_sweep(uv_timer_t *timer) {
+  kilnd_jobs_t *jobs = timer->data;
+  int64_t now = kiln_time_monotonic_ns();
+  uv_mutex_lock(&jobs->mu);
+  for (job_t **p = &jobs->jobs; *p;) {
+    job_t *job = *p;
+    if (!job_terminal(job) && job->deadline_monotonic_ns != INT64_MAX && now > job->deadline_monotonic_ns) {
+      stop_job(jobs, job, KILND_JOB_FAILED, KILN_STATUS_DEADLINE_EXCEEDED,
+               "the job's deadline (the Compile call's gRPC deadline) passed before it finished");
+    }
+    if (job_terminal(job) && !job->watchers &&
+        now - job->finished_monotonic_ns > jobs->options.retention_ms * 1000000) {
+      *p = job->next;
+      job_free(job);
+      continue;
+    }
+    p = &job->next;
+  }
+  uv_mutex_unlock(&jobs->mu);
+}
+
+/* ---- worker events ---- */
+
+typedef struct store_s {
+  uv_work_t work;
+  kilnd_jobs_t *jobs;
+  char key[65];
+  char *target;
+  char *flags_joined;
+  char source_digest[65];
+  uint8_t *bytes;
+  size_t len;
+  int64_t compile_ms;
+  kiln_status_t status;
+  kiln_index_artifact_t record;
+} store_t;
+
+static void on_store(uv_work_t *work) {
+  store_t *s = work->data;
+  kilnd_jobs_t *jobs = s->jobs;
+  /* The key's parts again: flags as the task had them. */
+  const char *flags[64];
+  size_t n_flags = 0;
+  for (char *p = s->flags_joined; p && *p && n_flags < 64;) {
+    char *nl = strchr(p, '\n');
+    if (nl) *nl = '\0';
+    flags[n_flags++] = p;
+    p = nl ? nl + 1 : NULL;
+  }
+  kiln_cache_key_parts_t parts = {.source_digest = s->source_digest,
+                                  .target = s->target,
+                                  .flags = flags,
+                                  .n_flags = n_flags,
+                                  .compiler = jobs->compiler,
+                                  .hal_version = jobs->options.hal_version,
+                                  .bytecode_version = jobs->options.bytecode_version};
+  s->status = kiln_cache_artifact_put(jobs->cache, &parts, s->bytes, s->len, NULL, &s->record);
+}
+
+static void complete_item(kilnd_jobs_t *jobs, item_t *item, const char *digest, uint64_t size, int64_t ms) {
+  item->state = ITEM_DONE;
+  jobs->stats.targets_compiled++;
+  jobs->stats.compile_ms_total += (uint64_t)(ms > 0 ? ms : 0);
+  unlink_item(jobs, item);
+  if (item->task) task_remove_item(item->task, item);
+  for (size_t i = 0; i < item->n_waiters; i++) {
+    job_t *job = item->waiters[i].job;
+    size_t t = item->waiters[i].target;
+    job->targets[t].state = TARGET_DONE;
+    job->targets[t].item = NULL;
+    emit_target_done(jobs, job, t, digest, size, job != item->owner, (uint64_t)ms);
+    maybe_finish_job(jobs, job);
+  }
+  item_free(item);
+}
+
+static void fail_item(kilnd_jobs_t *jobs, item_t *item, kiln_status_code_t code, const char *message) {
+  item->state = ITEM_FAILED;
+  jobs->stats.targets_failed++;
+  unlink_item(jobs, item);
+  if (item->task) task_remove_item(item->task, item);
+  for (size_t i = 0; i < item->n_waiters; i++) {
+    job_t *job = item->waiters[i].job;
+    size_t t = item->waiters[i].target;
+    job->targets[t].state = TARGET_FAILED;
+    job->targets[t].item = NULL;
+    emit_target_failed(jobs, job, t, code, message);
+    maybe_finish_job(jobs, job);
+  }
+  item_free(item);
+}
+
+static void maybe_closed(kilnd_jobs_t *jobs);
+
+static void on_store_done(uv_work_t *work, int status) {
+  (void)status;
+  store_t *s = work->data;
+  kilnd_jobs_t *jobs = s->jobs;
+  uv_mutex_lock(&jobs->mu);
+  item_t *item = jobs->closing ? NULL : find_item(jobs, s->key);
+  if (item && item->state == ITEM_STORING) {
+    if (s->status) {
+      fail_item(jobs, item, kiln_status_code(s->status), kiln_status_message(s->status));
+    } else {
+      complete_item(jobs, item, s->record.artifact_digest, s->record.size, s->compile_ms);
+    }
+  }
+  uv_mutex_unlock(&jobs->mu);
+  if (!s->status) kiln_index_artifact_deinit(&s->record);
+  kiln_status_free(s->status);
+  kiln_free(s->target);
+  kiln_free(s->flags_joined);
+  kiln_free(s->bytes);
+  kiln_free(s);
+  jobs->handles_open--;
+  if (jobs->closing) maybe_closed(jobs);
+}
+
+static item_t *task_item(task_t *task, const char *target) {
+  for (size_t i = 0; task && target && i < task->n_items; i++) {
+    if (strcmp(task->items[i]->target, target) == 0) return task->items[i];
+  }
+  return NULL;
+}
+
+static void on_task_event(void *user, uint64_t task_id, const kilnd_task_event_t *event) {
+  kilnd_jobs_t *jobs = user;
+  uv_mutex_lock(&jobs->mu);
+  task_t *task = find_running(jobs, task_id);
+  item_t *item = task ? task_item(task, event->target) : NULL;
+  switch (event->kind) {
+    case KILND_TASK_STARTED:
+      for (size_t i = 0; task && i < task->n_items; i++) {
+        for (size_t w = 0; w < task->items[i]->n_waiters; w++) {
+          job_t *job = task->items[i]->waiters[w].job;
+          if (job->state == KILND_JOB_QUEUED) {
+            job->state = KILND_JOB_RUNNING;
+            emit_started(jobs, job, event->worker);
+          }
+        }
+      }
+      break;
+    case KILND_TASK_PROGRESS:
+      for (size_t w = 0; item && w < item->n_waiters; w++) {
+        Kiln__V1__JobEvent__TargetProgress pr = KILN__V1__JOB_EVENT__TARGET_PROGRESS__INIT;
+        pr.target = item->target;
+        pr.stage = (char *)(event->stage ? event->stage : "");
+        pr.stage_index = event->stage_index;
+        pr.stage_count = event->stage_count;
+        pr.fraction = event->stage_count ? (float)(event->stage_index + 1) / (float)event->stage_count : 0.0f;
+        Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
+        ev.event_case = KILN__V1__JOB_EVENT__EVENT_PROGRESS;
+        ev.progress = &pr;
+        emit(jobs, item->waiters[w].job, &ev);
+      }
+      break;
+    case KILND_TASK_TARGET_DONE:
+      if (item && item->state == ITEM_RUNNING) {
+        item->state = ITEM_STORING;
+        store_t *s = kiln_calloc(1, sizeof *s);
+        s->jobs = jobs;
+        memcpy(s->key, item->key, sizeof s->key);
+        s->target = kiln_strdup(item->target);
+        kiln_buf_t flags;
+        kiln_buf_init(&flags);
+        for (size_t i = 0; i < task->n_flags; i++) kiln_buf_appendf(&flags, "%s%s", i ? "\n" : "", task->flags[i]);
+        s->flags_joined = kiln_buf_take(&flags);
+        kiln_buf_deinit(&flags);
+        memcpy(s->source_digest, task->source->digest, sizeof s->source_digest);
+        s->bytes = kiln_memdup(event->artifact, event->artifact_len ? event->artifact_len : 1);
+        s->len = event->artifact_len;
+        s->compile_ms = event->compile_ms;
+        s->work.data = s;
+        jobs->handles_open++; /* a store in flight keeps the engine alive through close */
+        if (uv_queue_work(jobs->loop, &s->work, on_store, on_store_done) != 0) {
+          jobs->handles_open--;
+          fail_item(jobs, item, KILN_STATUS_INTERNAL, "cannot queue the artifact store");
+          kiln_free(s->target);
+          kiln_free(s->flags_joined);
+          kiln_free(s->bytes);
+          kiln_free(s);
+        }
+      }
+      break;
+    case KILND_TASK_TARGET_FAILED:
+      if (item && item->state == ITEM_RUNNING) fail_item(jobs, item, event->code, event->message);
+      break;
+    case KILND_TASK_WORKER_READY:
+      if (!jobs->compiler && kilnd_workers_compiler(jobs->workers)) {
+        jobs->compiler = kiln_strdup(kilnd_workers_compiler(jobs->workers));
+        uv_cond_broadcast(&jobs->ready);
+      }
+      schedule(jobs);
+      break;
+    case KILND_TASK_FINISHED:
+      if (task) {
+        unlink_running(jobs, task);
+        /* Items the worker never reported (it should have): fail them. */
+        while (task->n_items > 0) {
+          item_t *left = task->items[0];
+          if (left->state == ITEM_STORING) {
+            task_remove_item(task, left); /* the store completes it */
+            left->task = NULL;
+            continue;
+          }
+          fail_item(jobs, left, KILN_STATUS_INTERNAL, "the worker finished without reporting this target");
+        }
+        task_free(task);
+      }
+      jobs->stats.workers.tasks++;
+      schedule(jobs);
+      break;
+  }
+  uv_mutex_unlock(&jobs->mu);
+}
+
+static void on_kick(uv_async_t *handle) {
+  kilnd_jobs_t *jobs = handle->data;
+  uv_mutex_lock(&jobs->mu);
+  schedule(jobs);
+  uv_mutex_unlock(&jobs->mu);
+}
+
+/* ---- admission ---- */
+
+static void request_hash(const kilnd_job_request_t *r, const char *source_digest, char out[65]) {
+  kiln_hasher_t *h = kiln_hasher_create();
+  kiln_hasher_update(h, source_digest, strlen(source_digest) + 1);
+  for (size_t i = 0; i < r->n_targets; i++) kiln_hasher_update(h, r->targets[i], strlen(r->targets[i]) + 1);
+  kiln_hasher_update(h, "\x01", 1);
+  for (size_t i = 0; i < r->n_flags; i++) kiln_hasher_update(h, r->flags[i], strlen(r->flags[i]) + 1);
+  uint8_t p = (uint8_t)r->priority;
+  kiln_hasher_update(h, &p, 1);
+  kiln_digest_t d;
+  kiln_digest_hex_t hex;
+  kiln_hasher_finish(h, &d);
+  kiln_hasher_destroy(h);
+  kiln_digest_to_hex(&d, &hex);
+  memcpy(out, hex.text, 65);
+}
+
+void kilnd_job_admission_deinit(kilnd_job_admission_t *admission) {
+  for (size_t i = 0; i < admission->n_targets; i++) kiln_free(admission->targets[i].target);
+  kiln_free(admission->targets);
+  admission->targets = NULL;
+  admission->n_targets = 0;
+}
+
+static void admission_copy(const kilnd_job_admission_t *from, kilnd_job_admission_t *to) {
+  *to = *from;
+  to->targets = kiln_calloc(from->n_targets ? from->n_targets : 1, sizeof *to->targets);
+  for (size_t i = 0; i < from->n_targets; i++) {
+    to->targets[i] = from->targets[i];
+    to->targets[i].target = kiln_strdup(from->targets[i].target);
+  }
+}
+
+kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r,
+                                kilnd_job_admission_t *out) {
+  memset(out, 0, sizeof *out);
+  if (r->n_targets == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no targets to compile for");
+  uv_mutex_lock(&jobs->mu);
+  bool draining = jobs->draining;
+  /* The first worker's Hello names the compiler (a part of every cache key). */
+  int64_t give_up = kiln_time_monotonic_ns() + (int64_t)COMPILER_WAIT_MS * 1000000;
+  while (!jobs->compiler && !jobs->draining && kiln_time_monotonic_ns() < give_up) {
+    uv_cond_timedwait(&jobs->ready, &jobs->mu, 100 * 1000000ull);
+  }
+  char *compiler = jobs->compiler ? kiln_strdup(jobs->compiler) : NULL;
+  uv_mutex_unlock(&jobs->mu);
+  if (draining) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is shutting down; retry on another server");
+  if (!compiler) {
+    return KILN_STATUS(KILN_STATUS_UNAVAILABLE,
+                       "no compile worker has started yet (kiln-worker or the external compiler is failing "
+                       "to start: see kilnd's log); retry");
+  }
+
+  /* 1. The source: stored (inline) or loaded (by digest). */
+  source_t *source = kiln_calloc(1, sizeof *source);
+  source->refs = 1;
+  source->name = kiln_strdup(r->source_name && *r->source_name ? r->source_name : "<source>");
+  kiln_status_t st = NULL;
+  if (r->source) {
+    kiln_digest_hex_t digest;
+    st = kiln_cache_source_put(jobs->cache, r->source, r->source_len, NULL, source->name, 0, NULL, &digest);
+    if (!st) {
+      memcpy(source->digest, digest.text, sizeof source->digest);
+      source->data = kiln_memdup(r->source, r->source_len ? r->source_len : 1);
+      source->len = r->source_len;
+    }
+  } else {
+    void *data = NULL;
+    size_t len = 0;
+    st = kiln_cache_get_blob(jobs->cache, r->source_digest, &data, &len);
+    if (st && kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
+      kiln_status_free(st);
+      st = KILN_STATUS(KILN_STATUS_NOT_FOUND,
+                       "source %s is not stored on this server (never uploaded, or evicted): upload it "
+                       "with PutSource and retry",
+                       r->source_digest);
+    }
+    if (!st) {
+      snprintf(source->digest, sizeof source->digest, "%s", r->source_digest);
+      source->data = data;
+      source->len = len;
+    }
+  }
+  if (st) {
+    source_release(source);
+    kiln_free(compiler);
+    return st;
+  }
+
+  /* 2. Cache lookups, one per target. */
+  kilnd_job_admitted_target_t *at = kiln_calloc(r->n_targets, sizeof *at);
+  for (size_t i = 0; i < r->n_targets && !st; i++) {
+    at[i].target = kiln_strdup(r->targets[i]);
+    kiln_cache_key_parts_t parts = {.source_digest = source->digest,
+                                    .target = r->targets[i],
+                                    .flags = r->flags,
+                                    .n_flags = r->n_flags,
+                                    .compiler = compiler,
+                                    .hal_version = jobs->options.hal_version,
+                                    .bytecode_version = jobs->options.bytecode_version};
+    kiln_digest_hex_t key;
+    st = kiln_cache_key_compute(&parts, &key);
+    if (st) break;
+    memcpy(at[i].cache_key, key.text, sizeof at[i].cache_key);
+    kiln_index_artifact_t rec;
+    kiln_status_t lk = kiln_cache_artifact_lookup(jobs->cache, key.text, &rec);
+    if (!lk) {
+      at[i].cached = true;
+      memcpy(at[i].artifact_digest, rec.artifact_digest, sizeof at[i].artifact_digest);
+      at[i].size_bytes = rec.size;
+      kiln_index_artifact_deinit(&rec);
+    } else if (kiln_status_code(lk) == KILN_STATUS_NOT_FOUND) {
+      kiln_status_free(lk);
+    } else {
+      st = lk;
+    }
+  }
+  char hash[65];
+  request_hash(r, source->digest, hash);
+
+  /* 3. In memory, under the lock. */
+  uv_mutex_lock(&jobs->mu);
+  job_t *job = NULL;
+  if (!st && r->request_id && *r->request_id) {
+    for (job_t *j = jobs->jobs; j; j = j->next) {
+      if (!j->request_id || strcmp(j->request_id, r->request_id) != 0) continue;
+      if (strcmp(j->request_hash, hash) != 0) {
+        st = KILN_STATUS(KILN_STATUS_ALREADY_EXISTS,
+                         "request_id %s was already used for a different request (job %s)", r->request_id, j->id);
+      } else {
+        admission_copy(&j->admission, out);
+        job = j;
+      }
+      break;
+    }
+  }
+  if (!st && !job) {
+    size_t misses = 0, new_items = 0;
+    for (size_t i = 0; i < r->n_targets; i++) {
+      if (at[i].cached) continue;
+      misses++;
+      if (!find_item(jobs, at[i].cache_key)) new_items++;
+    }
+    kilnd_priority_t p = r->priority >= KILND_PRIORITY_INTERACTIVE && r->priority <= KILND_PRIORITY_BULK
+                             ? r->priority
+                             : KILND_PRIORITY_INTERACTIVE;
+    if (new_items && jobs->queued_tasks[p] >= jobs->options.queue_capacity) {
+      static const char *const names[] = {"", "INTERACTIVE", "BATCH", "BULK"};
+      st = KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
+                       "the %s queue is full (%zu queued compiles, queue-capacity %zu): retry later or at "
+                       "another priority",
+                       names[p], jobs->queued_tasks[p], jobs->options.queue_capacity);
+    } else {
+      job = kiln_calloc(1, sizeof *job);
+      random_id(job->id);
+      job->priority = p;
+      job->client = kiln_strdup(r->client && *r->client ? r->client : "anonymous");
+      job->request_id = r->request_id && *r->request_id ? kiln_strdup(r->request_id) : NULL;
+      memcpy(job->request_hash, hash, sizeof hash);
+      job->source = source;
+      source->refs++;
+      job->created_unix_ms = kiln_time_unix_ms();
+      job->deadline_monotonic_ns = r->deadline_monotonic_ns;
+      job->state = KILND_JOB_QUEUED;
+      job->n_targets = r->n_targets;
+      job->targets = kiln_calloc(r->n_targets, sizeof *job->targets);
+      job->next = jobs->jobs;
+      jobs->jobs = job;
+      jobs->stats.submitted++;
+
+      task_t *task = NULL;
+      bool merged_running = false;
+      for (size_t i = 0; i < r->n_targets; i++) {
+        job_target_t *jt = &job->targets[i];
+        jt->target = kiln_strdup(r->targets[i]);
+        memcpy(jt->key, at[i].cache_key, sizeof jt->key);
+        if (at[i].cached) {
+          jt->state = TARGET_DONE;
+          continue;
+        }
+        item_t *item = find_item(jobs, at[i].cache_key);
+        if (item) {
+          at[i].merged = true;
+          jobs->stats.merged_requests++;
+          merged_running = merged_running || item->state != ITEM_QUEUED;
+        } else {
+          if (!task) {
+            task = kiln_calloc(1, sizeof *task);
+            task->id = ++jobs->next_task_id;
+            task->priority = p;
+            task->client = kiln_strdup(job->client);
+            task->source = source;
+            source->refs++;
+            task->n_flags = r->n_flags;
+            task->flags = kiln_calloc(r->n_flags ? r->n_flags : 1, sizeof *task->flags);
+            for (size_t f = 0; f < r->n_flags; f++) task->flags[f] = kiln_strdup(r->flags[f]);
+            task->items = kiln_calloc(r->n_targets, sizeof *task->items);
+          }
+          item = kiln_calloc(1, sizeof *item);
+          memcpy(item->key, at[i].cache_key, sizeof item->key);
+          item->target = kiln_strdup(r->targets[i]);
+          item->state = ITEM_QUEUED;
+          item->task = task;
+          item->owner = job;
+          item->next = jobs->items;
+          jobs->items = item;
+          task->items[task->n_items++] = item;
+        }
+        item->waiters = kiln_realloc(item->waiters, (item->n_waiters + 1) * sizeof *item->waiters);
+        item->waiters[item->n_waiters++] = (waiter_t){job, i};
+        jt->item = item;
+      }
+      if (task) enqueue_task(jobs, task);
+
+      /* The answer, and the first events. */
+      memcpy(out->job_id, job->id, sizeof out->job_id);
+      memcpy(out->source_digest, source->digest, sizeof out->source_digest);
+      out->created_unix_ms = job->created_unix_ms;
+      out->n_targets = r->n_targets;
+      out->targets = at;
+      at = NULL;
+      if (misses == 0) {
+        job->state = KILND_JOB_QUEUED;
+      } else if (merged_running && !task) {
+        job->state = KILND_JOB_RUNNING;
+      }
+      emit_queued(jobs, job, queue_position(jobs, p));
+      if (job->state == KILND_JOB_RUNNING) emit_started(jobs, job, "");
+      for (size_t i = 0; i < job->n_targets; i++) {
+        if (out->targets[i].cached) {
+          emit_target_done(jobs, job, i, out->targets[i].artifact_digest, out->targets[i].size_bytes, true, 0);
+        }
+      }
+      maybe_finish_job(jobs, job);
+      out->state = job->state == KILND_JOB_DONE ? KILND_JOB_DONE : job->state;
+      admission_copy(out, &job->admission);
+    }
+  }
+  uv_mutex_unlock(&jobs->mu);
+  if (at) {
+    for (size_t i = 0; i < r->n_targets; i++) kiln_free(at[i].target);
+    kiln_free(at);
+  }
+  source_release(source);
+  kiln_free(compiler);
+  if (st) {
+    kilnd_job_admission_deinit(out);
+    return st;
+  }
+  uv_async_send(&jobs->kick);
+  return NULL;
+}
+
+/* ---- the rest of the API ---- */
+
+static job_t *find_job(kilnd_jobs_t *jobs, const char *id) {
+  for (job_t *j = jobs->jobs; j; j = j->next) {
+    if (strcmp(j->id, id) == 0) return j;
+  }
+  return NULL;
+}
+
+kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const char *reason,
+                                kilnd_job_state_t *out_state, bool *out_cancelled) {
+  *out_cancelled = false;
+  uv_mutex_lock(&jobs->mu);
+  job_t *job = find_job(jobs, job_id);
+  if (!job) {
+    uv_mutex_unlock(&jobs->mu);
+    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "no job %s on this server (or it finished long ago and was forgotten)",
+                       job_id);
+  }
+  if (!job_terminal(job)) {
+    char message[1200];
+    snprintf(message, sizeof message, "cancelled%s%s", reason && *reason ? ": " : "", reason ? reason : "");
+    stop_job(jobs, job, KILND_JOB_CANCELLED, KILN_STATUS_CANCELLED, message);
+    *out_cancelled = true;
+  }
+  *out_state = job->state;
+  uv_mutex_unlock(&jobs->mu);
+  return NULL;
+}
+
+kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from_start,
+                               uint64_t after_sequence, kilnd_stream_t *stream) {
+  uv_mutex_lock(&jobs->mu);
+  job_t *job = find_job(jobs, job_id);
+  if (!job) {
+    uv_mutex_unlock(&jobs->mu);
+    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "no job %s on this server (or it finished long ago and was forgotten)",
+                       job_id);
+  }
+  watcher_t *w = kiln_calloc(1, sizeof *w);
+  w->jobs = jobs;
+  w->job = job;
+  w->stream = stream;
+  w->live_at = job->n_events;
+  w->replay = kiln_calloc(job->n_events ? job->n_events : 1, sizeof *w->replay);
+  if (after_sequence > 0 || from_start) {
+    uint64_t after = after_sequence > 0 ? after_sequence : 0;
+    for (size_t i = 0; i < job->n_events; i++) {
+      if (job->events[i].seq > after) w->replay[w->n_replay++] = i;
+    }
+  } else {
+    /* The current status: the latest Queued or Started, then every target result. */
+    ptrdiff_t latest = -1;
+    for (size_t i = 0; i < job->n_events; i++) {
+      Kiln__V1__JobEvent__EventCase k = job->events[i].kind;
+      if (k == KILN__V1__JOB_EVENT__EVENT_QUEUED || k == KILN__V1__JOB_EVENT__EVENT_STARTED) latest = (ptrdiff_t)i;
+    }
+    for (size_t i = 0; i < job->n_events; i++) {
+      Kiln__V1__JobEvent__EventCase k = job->events[i].kind;
+      if ((ptrdiff_t)i == latest || k == KILN__V1__JOB_EVENT__EVENT_TARGET_DONE ||
+          k == KILN__V1__JOB_EVENT__EVENT_TARGET_FAILED || k == KILN__V1__JOB_EVENT__EVENT_TERMINAL) {
+        w->replay[w->n_replay++] = i;
+      }
+    }
+  }
+  w->next = job->watchers;
+  job->watchers = w;
+  kilnd_stream_on_cancel(stream, watcher_cancelled, w);
+  watcher_pump(w);
+  uv_mutex_unlock(&jobs->mu);
+  return NULL;
+}
+
+void kilnd_jobs_stats(kilnd_jobs_t *jobs, kilnd_jobs_stats_t *out) {
+  uv_mutex_lock(&jobs->mu);
+  *out = jobs->stats;
+  out->queued = out->running = 0;
+  for (job_t *j = jobs->jobs; j; j = j->next) {
+    out->queued += j->state == KILND_JOB_QUEUED;
+    out->running += j->state == KILND_JOB_RUNNING;
+  }
+  out->queue_depth = jobs->queued_tasks[1] + jobs->queued_tasks[2] + jobs->queued_tasks[3];
+  uint64_t tasks = jobs->stats.workers.tasks;
+  kilnd_workers_stats(jobs->workers, &out->workers);
+  out->workers.tasks = tasks;
+  uv_mutex_unlock(&jobs->mu);
+}
+
+const char *kilnd_jobs_compiler(kilnd_jobs_t *jobs) {
+  uv_mutex_lock(&jobs->mu);
+  const char *c = jobs->compiler;
+  uv_mutex_unlock(&jobs->mu);
+  return c;
+}
+
+void kilnd_jobs_drain(kilnd_jobs_t *jobs) {
+  uv_mutex_lock(&jobs->mu);
+  jobs->draining = true;
+  uv_mutex_unlock(&jobs->mu);
+}
+
+kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache, const kilnd_jobs_options_t *options,
+                                const kilnd_workers_options_t *worker_options, kilnd_jobs_t **out_jobs) {
+  *out_jobs = NULL;
+  kilnd_jobs_t *jobs = kiln_calloc(1, sizeof *jobs);
+  jobs->loop = loop;
+  jobs->cache = cache;
+  jobs->options = *options;
+  if (!jobs->options.queue_capacity) jobs->options.queue_capacity = 1024;
+  if (!jobs->options.retention_ms) jobs->options.retention_ms = 3600 * 1000;
+  /* The compiler identity comes from the first worker's Hello (it differs in
+   * external mode); admission waits for it. */
+  jobs->compiler = NULL;
+  jobs->options.compiler = NULL;
+  uv_mutex_init_recursive(&jobs->mu);
+  uv_cond_init(&jobs->ready);
+  kiln_status_t st = kilnd_workers_create(loop, worker_options, on_task_event, jobs, &jobs->workers);
+  if (st) {
+    uv_cond_destroy(&jobs->ready);
+    uv_mutex_destroy(&jobs->mu);
+    kiln_free(jobs->compiler);
+    kiln_free(jobs);
+    return st;
+  }
+  uv_async_init(loop, &jobs->kick, on_kick);
+  jobs->kick.data = jobs;
+  uv_timer_init(loop, &jobs->sweep);
+  jobs->sweep.data = jobs;
+  uv_timer_start(&jobs->sweep, on_sweep, SWEEP_INTERVAL_MS, SWEEP_INTERVAL_MS);
+  *out_jobs = jobs;
+  return NULL;
+}
+
+static void free_everything(kilnd_jobs_t *jobs) {
+  while (jobs->jobs) {
+    job_t *j = jobs->jobs;
+    jobs->jobs = j->next;
+    while (j->watchers) watcher_remove(j->watchers);
+    job_free(j);
+  }
+  while (jobs->items) {
+    item_t *it = jobs->items;
+    jobs->items = it->next;
+    item_free(it);
+  }
+  for (int p = 1; p <= 3; p++) {
+    while (jobs->queues[p]) {
+      client_queue_t *q = jobs->queues[p];
+      jobs->queues[p] = q->next;
+      while (q->head) {
+        task_t *t = q->head;
+        q->head = t->next;
+        task_free(t);
+      }
+      kiln_free(q->client);
+      kiln_free(q);
+    }
+  }
+  while (jobs->running) {
+    task_t *t = jobs->running;
+    jobs->running = t->next;
+    task_free(t);
+  }
+}
+
+static void maybe_closed(kilnd_jobs_t *jobs) {
+  if (!jobs->closing || jobs->handles_open > 0) return;
+  void (*done)(void *) = jobs->close_done;
+  void *user = jobs->close_user;
+  free_everything(jobs);
+  uv_cond_destroy(&jobs->ready);
+  uv_mutex_destroy(&jobs->mu);
+  kiln_free(jobs->compiler);
+  kiln_free(jobs);
+  if (done) done(user);
+}
+
+static void on_handle_closed(uv_handle_t *handle) {
+  kilnd_jobs_t *jobs = handle->data;
+  jobs->handles_open--;
+  maybe_closed(jobs);
+}
+
+static void on_workers_closed(void *user) {
+  kilnd_jobs_t *jobs = user;
+  jobs->workers = NULL;
+  jobs->handles_open--;
+  maybe_closed(jobs);
+}
+
+void kilnd_jobs_close(kilnd_jobs_t *jobs, void (*done)(void *user), void *user) {
+  uv_mutex_lock(&jobs->mu);
+  jobs->closing = true;
+  jobs->draining = true;
+  jobs->close_done = done;
+  jobs->close_user = user;
+  /* Every live job ends UNAVAILABLE for its watchers; they get the Terminal event
+   * only if their stream can still take it, so finish the streams here. */
+  for (job_t *j = jobs->jobs; j; j = j->next) {
+    for (watcher_t *w = j->watchers, *next; w; w = next) {
+      next = w->next;
+      if (!w->sending) {
+        kilnd_stream_finish(w->stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE,
+                                                   "kilnd is shutting down; resume with after_sequence on a "
+                                                   "server that has the job"));
+        watcher_remove(w);
+      } else {
+        /* Its send completes later: detach it from the job (freed below) and
+         * let watcher_sent finish and free it. */
+        w->done = true;
+        w->job = NULL;
+        jobs->handles_open++;
+      }
+    }
+  }
+  /* Detached watchers are off their jobs' lists now. */
+  for (job_t *j = jobs->jobs; j; j = j->next) {
+    for (watcher_t **p = &j->watchers; *p;) {
+      if (!(*p)->job) *p = (*p)->next;
+      else p = &(*p)->next;
+    }
+  }
+  uv_mutex_unlock(&jobs->mu);
+  jobs->handles_open += 3;
+  uv_close((uv_handle_t *)&jobs->kick, on_handle_closed);
+  uv_close((uv_handle_t *)&jobs->sweep, on_handle_closed);
+  kilnd_workers_close(jobs->workers, on_workers_closed, jobs);
+}

@@ -1,0 +1,152 @@
+/* The job engine: Compile requests become jobs, jobs become work for the workers.
+ *
+ * A job is one Compile request: one source, N canonical targets, normalized
+ * flags, a priority, a client. Each target is either answered from the cache at
+ * admission or needs a work item, keyed by its cache key. A work item already
+ * queued or running for another job is shared (merged): one compile, every waiting
+ * job gets its result. New items of one admission form one task, so a worker runs
+ * their target-independent half once (the compiler's fan-out).
+ *
+ *   job:   QUEUED -> RUNNING -> DONE | FAILED | CANCELLED
+ *          QUEUED -> DONE (every target cached) | CANCELLED
+ *   item:  QUEUED -> RUNNING -> DONE | FAILED; dropped when its last waiter leaves
+ *
+ * Scheduling: three classes (INTERACTIVE > BATCH > BULK); inside a class, clients
+ * take turns (round robin over per-client FIFOs), so one client's burst cannot
+ * starve another. Each class holds at most `queue_capacity` queued tasks; more is
+ * RESOURCE_EXHAUSTED.
+ *
+ * Every job keeps its events (sequence 1, 2, ...) for WatchJob until it has been
+ * finished for `retention_ms`.
+ *
+ * Threads: admission (kilnd_jobs_submit) runs on libuv's thread pool (it hashes,
+ * stores the source and looks targets up in the cache); everything else runs on
+ * the loop. Shared state is under one mutex; calls into the worker pool and the
+ * streams happen on the loop only.
+ */
+#ifndef KILN_DAEMON_JOBS_H
+#define KILN_DAEMON_JOBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "base/status.h"
+#include "cache/cache.h"
+#include "daemon/stream.h"
+#include "daemon/workers.h"
+
+typedef struct kilnd_jobs_s kilnd_jobs_t;
+
+#define KILND_JOB_ID_LEN 26 /* "j-" + 24 hex */
+
+typedef enum kilnd_priority_e {
+  KILND_PRIORITY_INTERACTIVE = 1,
+  KILND_PRIORITY_BATCH = 2,
+  KILND_PRIORITY_BULK = 3,
+} kilnd_priority_t;
+
+typedef enum kilnd_job_state_e {
+  KILND_JOB_QUEUED = 1,
+  KILND_JOB_RUNNING = 2,
+  KILND_JOB_DONE = 3,
+  KILND_JOB_FAILED = 4,
+  KILND_JOB_CANCELLED = 5,
+} kilnd_job_state_t;
+
+typedef struct kilnd_jobs_options_s {
+  size_t queue_capacity;  /* queued tasks per priority class */
+  int64_t retention_ms;   /* finished jobs are forgotten after this */
+  const char *compiler;   /* compiler identity, part of every cache key */
+  uint32_t hal_version;
+  uint32_t bytecode_version;
+  bool embed_source;      /* artifacts carry their source */
+} kilnd_jobs_options_t;
+
+/* One Compile request, resolved: canonical targets, normalized flags. Borrowed. */
+typedef struct kilnd_job_request_s {
+  const uint8_t *source;       /* inline bytes, or NULL with source_digest */
+  size_t source_len;
+  const char *source_digest;   /* hex; with source == NULL: load it from the cache */
+  const char *source_name;
+  const char *const *targets;  /* canonical ids, duplicates removed, in request order */
+  size_t n_targets;
+  const char *const *flags;    /* normalized */
+  size_t n_flags;
+  kilnd_priority_t priority;
+  const char *client;          /* fairness key: the peer, or a client-supplied id */
+  const char *request_id;      /* idempotency key, may be NULL */
+  int64_t deadline_monotonic_ns; /* the job fails DEADLINE_EXCEEDED past it; INT64_MAX: none */
+  const kiln_index_label_t *labels;
+  size_t n_labels;
+} kilnd_job_request_t;
+
+/* Admission's answer, per target in request order. Owned by the caller
+ * (kilnd_job_admission_deinit). */
+typedef struct kilnd_job_admitted_target_s {
+  char *target;
+  char cache_key[65];
+  char artifact_digest[65]; /* empty unless cached */
+  uint64_t size_bytes;
+  bool cached;
+  bool merged;
+} kilnd_job_admitted_target_t;
+
+typedef struct kilnd_job_admission_s {
+  char job_id[KILND_JOB_ID_LEN + 1];
+  char source_digest[65];
+  kilnd_job_state_t state;
+  int64_t created_unix_ms;
+  kilnd_job_admitted_target_t *targets;
+  size_t n_targets;
+} kilnd_job_admission_t;
+
+void kilnd_job_admission_deinit(kilnd_job_admission_t *admission);
+
+/* Creates the engine and its worker pool on `loop`. `cache` is borrowed. */
+kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache,
+                                const kilnd_jobs_options_t *options,
+                                const kilnd_workers_options_t *worker_options, kilnd_jobs_t **out_jobs);
+
+/* Admits a request (thread pool: blocks on the cache). NOT_FOUND / DATA_LOSS for
+ * a source digest the cache cannot give; RESOURCE_EXHAUSTED when the priority
+ * class's queue is full; ALREADY_EXISTS for a reused request_id with another
+ * request; UNAVAILABLE while draining. Thread-safe. */
+kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *request,
+                                kilnd_job_admission_t *out_admission);
+
+/* Cancels a job (loop thread). NOT_FOUND for an unknown job. */
+kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const char *reason,
+                                kilnd_job_state_t *out_state, bool *out_cancelled);
+
+/* Streams a job's events to `stream` (loop thread), replaying from `after_sequence`
+ * (0 with from_start false: the job's current status; see WatchJob in kiln.proto),
+ * then live, and finishes the stream after the Terminal event. NOT_FOUND for an
+ * unknown job (the caller finishes the stream with it). */
+kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from_start,
+                               uint64_t after_sequence, kilnd_stream_t *stream);
+
+/* The compiler identity of the workers (from the first worker's Hello), the
+ * compiler part of every cache key; NULL until a worker is ready. Borrowed, set
+ * once. Thread-safe. */
+const char *kilnd_jobs_compiler(kilnd_jobs_t *jobs);
+
+typedef struct kilnd_jobs_stats_s {
+  uint64_t queued, running, done, failed, cancelled, submitted, merged_requests;
+  uint64_t targets_compiled, targets_failed, compile_ms_total;
+  uint64_t queue_depth;
+  kilnd_workers_stats_t workers;
+} kilnd_jobs_stats_t;
+
+/* Counters (loop thread). */
+void kilnd_jobs_stats(kilnd_jobs_t *jobs, kilnd_jobs_stats_t *out_stats);
+
+/* Stops admitting; jobs in flight keep running (loop thread). */
+void kilnd_jobs_drain(kilnd_jobs_t *jobs);
+
+/* Cancels everything, closes the pool and the engine's handles, then runs `done`
+ * (loop thread); the engine is freed after. */
+void kilnd_jobs_close(kilnd_jobs_t *jobs, void (*done)(void *user), void *user);
+
+#endif /* KILN_DAEMON_JOBS_H */

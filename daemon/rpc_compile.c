@@ -1,0 +1,204 @@
+/* Compile: validate, resolve, admit. Offloaded (admission hashes and stores the
+ * source and looks every target up in the cache), so it touches only what rpc.h
+ * declares thread-safe plus the job engine's thread-safe submit. */
+#include <string.h>
+
+#include "base/alloc.h"
+#include "compiler/targets.h"
+#include "daemon/flags.h"
+#include "daemon/jobs.h"
+#include "daemon/rpc.h"
+#include "kiln/v1/kiln.pb-c.h"
+
+#define MAX_TARGETS 16
+#define MAX_LABELS 32
+#define MAX_NAME_BYTES 1024
+#define MAX_ID_BYTES 128
+
+static bool is_hex64(const char *s) {
+  if (!s || strlen(s) != 64) return false;
+  for (const char *p = s; *p; p++) {
+    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
+  }
+  return true;
+}
+
+/* MLIR bytecode starts with "ML\xefR"; text must be UTF-8 without NULs. */
+static kiln_status_t check_source_bytes(const uint8_t *p, size_t n, Kiln__V1__SourceFormat format) {
+  bool bytecode = n >= 4 && memcmp(p, "ML\xefR", 4) == 0;
+  if (format == KILN__V1__SOURCE_FORMAT__SOURCE_FORMAT_MLIR_BYTECODE && !bytecode) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "source_format says MLIR bytecode but the source does not start with its magic 'ML\\xefR'");
+  }
+  if (bytecode) {
+    if (format == KILN__V1__SOURCE_FORMAT__SOURCE_FORMAT_MLIR_TEXT) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "source_format says MLIR text but the source is MLIR bytecode");
+    }
+    return NULL;
+  }
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = p[i];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool ok = len > 0 && c != 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; k++) ok = (p[i + k] & 0xC0) == 0x80;
+    if (!ok) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "the source is neither MLIR text (it is not valid UTF-8 at byte %zu) nor MLIR bytecode", i);
+    }
+    i += len;
+  }
+  return NULL;
+}
+
+kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+                                const ProtobufCMessage *request, ProtobufCMessage **out_response) {
+  const Kiln__V1__CompileRequest *req = (const Kiln__V1__CompileRequest *)request;
+  kiln_arena_t *arena = call->arena;
+  if (!env->jobs) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is starting: no job engine yet");
+
+  /* The source. */
+  const uint8_t *source = NULL;
+  size_t source_len = 0;
+  const char *digest = NULL;
+  if (req->input_case == KILN__V1__COMPILE_REQUEST__INPUT_SOURCE) {
+    source = req->source.data;
+    source_len = req->source.len;
+    if (source_len == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the inline source is empty");
+    KILN_RETURN_IF_ERROR(check_source_bytes(source, source_len, req->source_format));
+  } else if (req->input_case == KILN__V1__COMPILE_REQUEST__INPUT_SOURCE_DIGEST) {
+    digest = req->source_digest;
+    if (!is_hex64(digest)) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "source_digest '%.80s' is not a SHA-256 digest (64 lowercase hex)", digest);
+    }
+  } else {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no source: set `source` (inline bytes) or `source_digest`");
+  }
+  if (strlen(req->source_name) > MAX_NAME_BYTES) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "source_name is over %d bytes", MAX_NAME_BYTES);
+  }
+  if (strlen(req->request_id) > MAX_ID_BYTES) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "request_id is over %d bytes", MAX_ID_BYTES);
+  }
+
+  /* Targets: canonical, de-duplicated, request order kept. */
+  if (req->n_targets == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no targets: name at least one");
+  if (req->n_targets > MAX_TARGETS) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu targets: at most %d per request", req->n_targets, MAX_TARGETS);
+  }
+  const char **canonical = kiln_arena_alloc(arena, req->n_targets * sizeof *canonical);
+  const char **per_request = kiln_arena_alloc(arena, req->n_targets * sizeof *per_request);
+  size_t n_canonical = 0;
+  for (size_t i = 0; i < req->n_targets; i++) {
+    const kiln_target_t *t = NULL;
+    kiln_status_t st = kiln_compiler_target_resolve(req->targets[i], &t);
+    if (st) return kiln_status_annotate(st, "targets[%zu]", i);
+    if (t->kind == KILN_TARGET_KIND_CPU) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "targets[%zu] '%s' is the host CPU, which has no VMFB format in kiln; name a GPU target", i,
+                         req->targets[i]);
+    }
+    per_request[i] = t->id;
+    size_t k = 0;
+    while (k < n_canonical && strcmp(canonical[k], t->id) != 0) k++;
+    if (k == n_canonical) canonical[n_canonical++] = t->id;
+  }
+
+  char **flags = NULL;
+  size_t n_flags = 0;
+  KILN_RETURN_IF_ERROR(kilnd_flags_normalize((const char *const *)req->flags, req->n_flags, &flags, &n_flags));
+
+  if (req->n_labels > MAX_LABELS) {
+    kilnd_flags_free(flags, n_flags);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu labels: at most %d", req->n_labels, MAX_LABELS);
+  }
+  kiln_index_label_t *labels = kiln_arena_alloc(arena, (req->n_labels ? req->n_labels : 1) * sizeof *labels);
+  for (size_t i = 0; i < req->n_labels; i++) {
+    labels[i].key = req->labels[i]->key;
+    labels[i].value = req->labels[i]->value;
+  }
+
+  kilnd_job_request_t jr = {
+      .source = source,
+      .source_len = source_len,
+      .source_digest = digest,
+      .source_name = req->source_name,
+      .targets = canonical,
+      .n_targets = n_canonical,
+      .flags = (const char *const *)flags,
+      .n_flags = n_flags,
+      .priority = req->priority == KILN__V1__PRIORITY__PRIORITY_UNSPECIFIED ? KILND_PRIORITY_INTERACTIVE
+                                                                            : (kilnd_priority_t)req->priority,
+      .client = call->client,
+      .request_id = req->request_id,
+      .deadline_monotonic_ns = call->deadline_monotonic_ns,
+      .labels = labels,
+      .n_labels = req->n_labels,
+  };
+  kilnd_job_admission_t adm;
+  kiln_status_t st = kilnd_jobs_submit(env->jobs, &jr, &adm);
+  kilnd_flags_free(flags, n_flags);
+  if (st) return st;
+
+  Kiln__V1__CompileResponse *resp = kiln_arena_alloc(arena, sizeof *resp);
+  kiln__v1__compile_response__init(resp);
+  resp->job_id = kiln_arena_strdup(arena, adm.job_id);
+  resp->source_digest = kiln_arena_strdup(arena, adm.source_digest);
+  resp->state = (Kiln__V1__JobState)adm.state;
+  resp->created_unix_ms = adm.created_unix_ms;
+  resp->n_targets = req->n_targets;
+  resp->targets = kiln_arena_alloc(arena, req->n_targets * sizeof *resp->targets);
+  for (size_t i = 0; i < req->n_targets; i++) {
+    size_t k = 0;
+    while (k < adm.n_targets && strcmp(adm.targets[k].target, per_request[i]) != 0) k++;
+    const kilnd_job_admitted_target_t *a = &adm.targets[k < adm.n_targets ? k : 0];
+    Kiln__V1__CompileTarget *t = kiln_arena_alloc(arena, sizeof *t);
+    kiln__v1__compile_target__init(t);
+    t->target = req->targets[i];
+    t->canonical_target = (char *)per_request[i];
+    t->cache_key = kiln_arena_strdup(arena, a->cache_key);
+    t->artifact_digest = kiln_arena_strdup(arena, a->artifact_digest);
+    t->cached = a->cached;
+    t->size_bytes = a->size_bytes;
+    t->merged = a->merged;
+    resp->targets[i] = t;
+  }
+  kilnd_job_admission_deinit(&adm);
+  *out_response = &resp->base;
+  return NULL;
+}
+
+kiln_status_t kilnd_rpc_cancel_job(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+                                   const ProtobufCMessage *request, ProtobufCMessage **out_response) {
+  const Kiln__V1__CancelJobRequest *req = (const Kiln__V1__CancelJobRequest *)request;
+  if (!env->jobs) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is starting: no job engine yet");
+  if (!*req->job_id || strlen(req->job_id) > MAX_ID_BYTES) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "job_id is empty or over %d bytes", MAX_ID_BYTES);
+  }
+  if (strlen(req->reason) > 1024) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "reason is over 1024 bytes");
+  kilnd_job_state_t state = KILND_JOB_QUEUED;
+  bool cancelled = false;
+  KILN_RETURN_IF_ERROR(kilnd_jobs_cancel(env->jobs, req->job_id, req->reason, &state, &cancelled));
+  Kiln__V1__CancelJobResponse *resp = kiln_arena_alloc(call->arena, sizeof *resp);
+  kiln__v1__cancel_job_response__init(resp);
+  resp->state = (Kiln__V1__JobState)state;
+  resp->cancelled = cancelled;
+  *out_response = &resp->base;
+  return NULL;
+}
+
+void kilnd_rpc_watch_job(const kilnd_rpc_env_t *env, kilnd_stream_t *stream, const ProtobufCMessage *request) {
+  const Kiln__V1__WatchJobRequest *req = (const Kiln__V1__WatchJobRequest *)request;
+  if (!env->jobs) {
+    kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is starting: no job engine yet"));
+    return;
+  }
+  if (!*req->job_id || strlen(req->job_id) > MAX_ID_BYTES) {
+    kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "job_id is empty or over %d bytes",
+                                            MAX_ID_BYTES));
+    return;
+  }
+  kiln_status_t st = kilnd_jobs_watch(env->jobs, req->job_id, req->from_start, req->after_sequence, stream);
+  if (st) kilnd_stream_finish(stream, st);
+}

@@ -1,0 +1,442 @@
+/* GetArtifact: one artifact, streamed as a metadata message and then data chunks;
+ * and the helpers the artifact RPCs share (compiler identity, cache keys,
+ * ArtifactMetadata).
+ *
+ * Flow (a server-streaming handler on the loop; every SQLite and disk step runs on
+ * libuv's pool, and the loop only sends):
+ *   validate -> OPEN (pool: find the row by digest or by key, open the cache's
+ *   verifying reader, check the range) -> send metadata -> READ (pool: the next
+ *   chunk of the range, at most kilnd_chunk_size) -> send it -> READ ... ->
+ *   finish.
+ * Memory: one chunk buffer per download (plus its packed copy while it is sent,
+ * and a small scratch buffer for verification); the next READ starts only from the
+ * previous send's callback, so HTTP/2 flow control holds a slow client's download
+ * at about two chunks however large the artifact is.
+ *
+ * Verification (docs/design/cache.md, invariant 3): the reader hashes from byte 0
+ * and reports DATA_LOSS on the read that reaches the end (the blob is then already
+ * quarantined by the cache). So a range is read from the start of the blob (bytes
+ * before `offset` are hashed and dropped), and once the range's last byte is in the
+ * buffer the rest of the blob is read and dropped too, before that last chunk is
+ * sent: the stream ends OK only for a blob that verified, and the last chunk of a
+ * corrupt blob is never sent. A small range of a large blob therefore costs a read
+ * of the whole blob. An empty range (offset == size) sends the metadata only and
+ * reads nothing.
+ *
+ * Cancellation: on_cancel sets an atomic flag that the pool work polls between
+ * reads; whichever step is outstanding (a pool job or a send) then ends the call.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <uv.h>
+
+#include "base/alloc.h"
+#include "base/digest.h"
+#include "compiler/identity.h"
+#include "compiler/targets.h"
+#include "daemon/flags.h"
+#include "daemon/jobs.h"
+#include "daemon/rpc.h"
+#include "daemon/stream.h"
+#include "kiln/v1/kiln.pb-c.h"
+
+/* ---- shared helpers --------------------------------------------------------------- */
+
+static char identity_key[160];
+static pthread_once_t identity_once = PTHREAD_ONCE_INIT;
+
+static void format_identity_key(void) {
+  kiln_compiler_identity_t id;
+  kiln_compiler_identity_get(&id);
+  snprintf(identity_key, sizeof identity_key, "%s %s llvm %s", id.name, id.version,
+           id.llvm_version);
+}
+
+uint64_t kilnd_chunk_size(const kilnd_settings_t *settings) {
+  /* A data message is the bytes plus a few tag and length bytes; 1 KiB is room to
+   * spare. max-message-bytes is at least 64 KiB (settings.c). */
+  uint64_t room = settings->max_message_bytes > 1024 ? settings->max_message_bytes - 1024 : 1;
+  return room < KILND_CHUNK_SIZE_BYTES ? room : KILND_CHUNK_SIZE_BYTES;
+}
+
+const char *kilnd_compiler_identity_key(void) {
+  pthread_once(&identity_once, format_identity_key);
+  return identity_key;
+}
+
+kiln_status_t kilnd_artifact_key(const char *compiler, const char *source_digest, const kiln_target_t *target,
+                                 char *const *normalized_flags, size_t n_flags,
+                                 kiln_digest_hex_t *out_key) {
+  kiln_cache_key_parts_t parts = {
+      .source_digest = source_digest,
+      .target = target->id,
+      .flags = (const char *const *)normalized_flags,
+      .n_flags = n_flags,
+      .compiler = compiler,
+      .hal_version = kiln_compiler_hal_module_version(),
+      .bytecode_version = kiln_compiler_vm_bytecode_version(),
+  };
+  return kiln_cache_key_compute(&parts, out_key);
+}
+
+/* Fills `id` from a cache key's compiler string "<name> <version> llvm <llvm>";
+ * anything else goes into name whole. */
+static void set_compiler(kiln_arena_t *arena, const char *compiler, Kiln__V1__CompilerIdentity *id) {
+  char name[128], version[64], llvm[16], llvm_version[64];
+  char rest;
+  if (compiler &&
+      sscanf(compiler, "%127s %63s %15s %63s %c", name, version, llvm, llvm_version, &rest) == 4 &&
+      strcmp(llvm, "llvm") == 0) {
+    id->name = kiln_arena_strdup(arena, name);
+    id->version = kiln_arena_strdup(arena, version);
+    id->llvm_version = kiln_arena_strdup(arena, llvm_version);
+    id->mlir_version = id->llvm_version; /* MLIR ships with LLVM */
+  } else {
+    id->name = kiln_arena_strdup(arena, compiler ? compiler : "");
+  }
+}
+
+Kiln__V1__ArtifactMetadata *kilnd_artifact_metadata(kiln_arena_t *arena,
+                                                    const kiln_index_artifact_t *rec) {
+  Kiln__V1__ArtifactMetadata *m = kiln_arena_alloc(arena, sizeof *m);
+  kiln__v1__artifact_metadata__init(m);
+  m->digest = kiln_arena_strdup(arena, rec->artifact_digest);
+  m->canonical_target = kiln_arena_strdup(arena, rec->target ? rec->target : "");
+  const kiln_target_t *target = kiln_compiler_target_find(rec->target);
+  if (target) {
+    m->target_kind = (Kiln__V1__TargetKind)target->kind;
+    m->executable_format = kiln_arena_strdup(arena, target->executable_format);
+  }
+  m->hal_module_version = rec->hal_version;
+  m->vm_bytecode_version_major = rec->bytecode_version >> 16;
+  m->vm_bytecode_version_minor = rec->bytecode_version & 0xffff;
+  m->size_bytes = rec->size;
+  m->created_unix_ms = rec->created_ms;
+  m->last_used_unix_ms = rec->last_access_ms;
+  m->cache_key = kiln_arena_strdup(arena, rec->cache_key);
+
+  Kiln__V1__Provenance *p = kiln_arena_alloc(arena, sizeof *p);
+  kiln__v1__provenance__init(p);
+  /* The index keeps the key's source part (the digest Compile keyed it by). */
+  p->source_digest = kiln_arena_strdup(arena, rec->source_digest);
+  /* Normalized flags are stored one per line ("" for none). */
+  const char *flags = rec->flags ? rec->flags : "";
+  size_t n = 0;
+  if (*flags) {
+    n = 1;
+    for (const char *c = flags; *c; c++) n += *c == '\n';
+  }
+  p->flags = kiln_arena_calloc(arena, n ? n : 1, sizeof(char *));
+  const char *start = flags;
+  for (size_t i = 0; i < n; i++) {
+    const char *end = strchr(start, '\n');
+    size_t len = end ? (size_t)(end - start) : strlen(start);
+    char *flag = kiln_arena_alloc(arena, len + 1);
+    memcpy(flag, start, len);
+    flag[len] = '\0';
+    p->flags[p->n_flags++] = flag;
+    start += len + (end ? 1 : 0);
+  }
+  Kiln__V1__CompilerIdentity *compiler = kiln_arena_alloc(arena, sizeof *compiler);
+  kiln__v1__compiler_identity__init(compiler);
+  set_compiler(arena, rec->compiler, compiler);
+  p->compiler = compiler;
+  p->n_labels = rec->n_labels;
+  p->labels = kiln_arena_calloc(arena, rec->n_labels ? rec->n_labels : 1, sizeof *p->labels);
+  for (size_t i = 0; i < rec->n_labels; i++) {
+    Kiln__V1__Provenance__LabelsEntry *e = kiln_arena_alloc(arena, sizeof *e);
+    kiln__v1__provenance__labels_entry__init(e);
+    e->key = kiln_arena_strdup(arena, rec->labels[i].key);
+    e->value = kiln_arena_strdup(arena, rec->labels[i].value);
+    p->labels[i] = e;
+  }
+  if (rec->submitter) p->submitter = kiln_arena_strdup(arena, rec->submitter);
+  m->provenance = p;
+  return m;
+}
+
+/* ---- GetArtifact ---------------------------------------------------------------- */
+
+enum { SCRATCH_BYTES = 128 * 1024 };
+
+typedef struct get_s {
+  const kilnd_rpc_env_t *env;
+  kilnd_stream_t *stream;
+  const kilnd_call_ctx_t *ctx;
+  const Kiln__V1__GetArtifactRequest *req; /* in the call's arena: lives with the stream */
+  size_t chunk;                            /* kilnd_chunk_size */
+  const kiln_target_t *target;             /* by key */
+  char **flags;                            /* by key: normalized (kilnd_flags_normalize) */
+  size_t n_flags;
+  uv_work_t work;
+  atomic_bool cancelled;
+
+  /* Pool-side state: touched by the loop only while no work is queued. */
+  kiln_index_artifact_t record;
+  kiln_cache_reader_t *reader;
+  uint64_t size;   /* of the artifact */
+  uint64_t end;    /* of the range */
+  uint64_t pos;    /* bytes read from the reader so far */
+  unsigned char *buf;
+  unsigned char *scratch;
+  size_t len;             /* bytes of the range in buf */
+  uint64_t chunk_offset;  /* file offset of buf[0] */
+  bool eof;               /* the reader verified the whole blob */
+  kiln_status_t status;   /* of the last pool job */
+} get_t;
+
+static void get_end(get_t *g, kiln_status_t status) {
+  kiln_cache_reader_close(g->reader); /* a close and a mutex: fine on the loop */
+  kiln_index_artifact_deinit(&g->record);
+  kiln_free(g->buf);
+  kiln_free(g->scratch);
+  kilnd_flags_free(g->flags, g->n_flags);
+  kiln_status_free(g->status);
+  kilnd_stream_t *stream = g->stream;
+  kiln_free(g);
+  kilnd_stream_finish(stream, status);
+}
+
+static void on_get_cancel(kilnd_stream_t *stream, void *user) {
+  (void)stream;
+  get_t *g = user;
+  atomic_store(&g->cancelled, true);
+}
+
+/* Why pool work stops early, or NULL to go on. */
+static kiln_status_t get_stop_reason(get_t *g) {
+  if (atomic_load(&g->cancelled)) {
+    return KILN_STATUS(KILN_STATUS_CANCELLED, "GetArtifact: the client cancelled the download");
+  }
+  if (!kilnd_call_should_stop(g->ctx)) return NULL;
+  if (g->ctx->stopping && atomic_load(g->ctx->stopping)) {
+    return KILN_STATUS(KILN_STATUS_UNAVAILABLE,
+                       "GetArtifact: kilnd is shutting down; resume with `offset`");
+  }
+  return KILN_STATUS(KILN_STATUS_DEADLINE_EXCEEDED,
+                     "GetArtifact: the client's deadline passed; resume with `offset`");
+}
+
+/* Pool: find the row, open the reader, check the range. */
+static void get_open_work(uv_work_t *work) {
+  get_t *g = work->data;
+  const Kiln__V1__GetArtifactRequest *req = g->req;
+  kiln_cache_t *cache = g->env->cache;
+  kiln_status_t st = NULL;
+  if (!cache) {
+    st = KILN_STATUS(KILN_STATUS_INTERNAL, "GetArtifact served without a cache (daemon bug)");
+  } else if (req->selector_case == KILN__V1__GET_ARTIFACT_REQUEST__SELECTOR_DIGEST) {
+    st = kiln_cache_artifact_get_by_digest(cache, req->digest, &g->record);
+  } else {
+    const Kiln__V1__ArtifactKey *key = req->key;
+    kiln_digest_hex_t cache_key;
+    memset(&cache_key, 0, sizeof cache_key);
+    const char *compiler = g->env->jobs ? kilnd_jobs_compiler(g->env->jobs) : NULL;
+    if (!compiler) {
+      st = KILN_STATUS(KILN_STATUS_UNAVAILABLE,
+                       "no compile worker is ready yet, so the compiler identity (part of the key) is unknown; "
+                       "retry, or fetch by digest");
+    } else {
+      st = kilnd_artifact_key(compiler, key->source_digest, g->target, g->flags, g->n_flags, &cache_key);
+    }
+    if (!st) st = kiln_cache_artifact_lookup(cache, cache_key.text, &g->record);
+    if (kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
+      kiln_status_free(st);
+      st = KILN_STATUS(KILN_STATUS_NOT_FOUND,
+                       "no artifact built for source %s, target %s (%s) and these %zu flags "
+                       "under compiler '%s' (cache key %s): Compile it first",
+                       key->source_digest, key->target, g->target->id, g->n_flags,
+                       kilnd_jobs_compiler(g->env->jobs), cache_key.text);
+    }
+  }
+  if (!st) {
+    st = kiln_cache_open_blob(cache, g->record.artifact_digest, &g->reader);
+    if (kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
+      kiln_status_free(st);
+      st = KILN_STATUS(KILN_STATUS_NOT_FOUND,
+                       "artifact %s: its blob is gone (evicted or quarantined); Compile it "
+                       "again",
+                       g->record.artifact_digest);
+    }
+  }
+  if (!st) {
+    g->size = kiln_cache_reader_size(g->reader);
+    if (req->offset > g->size) {
+      st = KILN_STATUS(KILN_STATUS_OUT_OF_RANGE,
+                       "GetArtifact: offset %llu is past the end of artifact %s (%llu bytes)",
+                       (unsigned long long)req->offset, g->record.artifact_digest,
+                       (unsigned long long)g->size);
+    } else {
+      uint64_t left = g->size - req->offset;
+      g->end = req->offset + (req->length == 0 || req->length > left ? left : req->length);
+    }
+  }
+  g->status = st;
+}
+
+/* Pool: fills buf with the next chunk of the range; after the range's last byte,
+ * reads the rest of the blob so that the reader verifies it. */
+static void get_read_work(uv_work_t *work) {
+  get_t *g = work->data;
+  uint64_t offset = g->req->offset;
+  const size_t cap = g->chunk;
+  kiln_status_t st = NULL;
+  g->len = 0;
+  g->chunk_offset = g->pos;
+  while (!st) {
+    if ((st = get_stop_reason(g))) break;
+    size_t n = 0;
+    if (g->pos < offset) { /* before the range: hashed and dropped */
+      uint64_t want = offset - g->pos < cap ? offset - g->pos : cap;
+      st = kiln_cache_reader_read(g->reader, g->buf, (size_t)want, &n);
+      g->pos += n;
+      g->chunk_offset = g->pos;
+    } else if (g->pos < g->end) { /* the range */
+      if (g->len == cap) break;   /* a full chunk: send it first */
+      uint64_t want = g->end - g->pos < cap - g->len ? g->end - g->pos : cap - g->len;
+      st = kiln_cache_reader_read(g->reader, g->buf + g->len, (size_t)want, &n);
+      g->pos += n;
+      g->len += n;
+    } else { /* the range is in hand: verify the rest before sending its end */
+      if (!g->scratch) g->scratch = kiln_malloc(SCRATCH_BYTES);
+      st = kiln_cache_reader_read(g->reader, g->scratch, SCRATCH_BYTES, &n);
+      if (!st && n == 0) {
+        g->eof = true;
+        break;
+      }
+      g->pos += n;
+      continue;
+    }
+    if (!st && n == 0) {
+      /* The reader verified the blob, yet it ended before its recorded size. */
+      st = KILN_STATUS(KILN_STATUS_DATA_LOSS, "artifact %s ended at byte %llu of %llu",
+                       g->record.artifact_digest, (unsigned long long)g->pos,
+                       (unsigned long long)g->size);
+    }
+  }
+  g->status = st;
+}
+
+static void get_after_read(uv_work_t *work, int status);
+
+static void get_queue_read(get_t *g) {
+  if (!g->buf) g->buf = kiln_malloc(g->chunk);
+  g->work.data = g;
+  if (uv_queue_work(kilnd_stream_loop(g->stream), &g->work, get_read_work, get_after_read) != 0) {
+    get_end(g, KILN_STATUS(KILN_STATUS_INTERNAL, "GetArtifact: cannot queue the read"));
+  }
+}
+
+static void on_get_sent(kilnd_stream_t *stream, bool ok, void *user) {
+  (void)stream;
+  get_t *g = user;
+  if (!ok) {
+    get_end(g, KILN_STATUS(KILN_STATUS_CANCELLED, "GetArtifact: the client went away"));
+  } else if (g->eof || g->req->offset == g->end) {
+    get_end(g, NULL); /* everything sent and verified, or an empty range */
+  } else {
+    get_queue_read(g);
+  }
+}
+
+static void get_after_read(uv_work_t *work, int status) {
+  (void)status; /* nothing calls uv_cancel */
+  get_t *g = work->data;
+  kiln_status_t st = g->status;
+  g->status = NULL;
+  if (st) {
+    get_end(g, st);
+    return;
+  }
+  if (g->len == 0) { /* only possible at a verified end */
+    get_end(g, NULL);
+    return;
+  }
+  Kiln__V1__ArtifactChunk chunk = KILN__V1__ARTIFACT_CHUNK__INIT;
+  chunk.offset = g->chunk_offset;
+  chunk.data.data = g->buf;
+  chunk.data.len = g->len;
+  st = kilnd_stream_send(g->stream, &chunk.base, on_get_sent, g);
+  if (st) get_end(g, st);
+}
+
+static void get_after_open(uv_work_t *work, int status) {
+  (void)status;
+  get_t *g = work->data;
+  kiln_status_t st = g->status;
+  g->status = NULL;
+  if (st) {
+    get_end(g, st);
+    return;
+  }
+  /* The metadata lives in the call's arena: once per call. */
+  Kiln__V1__ArtifactChunk first = KILN__V1__ARTIFACT_CHUNK__INIT;
+  first.metadata = kilnd_artifact_metadata(kilnd_stream_ctx(g->stream)->arena, &g->record);
+  first.metadata->size_bytes = g->size;
+  first.offset = g->req->offset;
+  g->pos = 0;
+  st = kilnd_stream_send(g->stream, &first.base, on_get_sent, g);
+  if (st) get_end(g, st);
+}
+
+void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
+                            const ProtobufCMessage *request) {
+  const Kiln__V1__GetArtifactRequest *req = (const Kiln__V1__GetArtifactRequest *)request;
+  const kiln_target_t *target = NULL;
+  char **flags = NULL;
+  size_t n_flags = 0;
+  kiln_status_t st = NULL;
+  switch (req->selector_case) {
+    case KILN__V1__GET_ARTIFACT_REQUEST__SELECTOR_DIGEST:
+      if (!kiln_digest_is_valid_hex(req->digest)) {
+        st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "GetArtifact: digest '%.80s' is not 64 lowercase hex characters (the "
+                         "SHA-256 of the VMFB, without a 'sha256:' prefix)",
+                         req->digest);
+      }
+      break;
+    case KILN__V1__GET_ARTIFACT_REQUEST__SELECTOR_KEY:
+      if (!kiln_digest_is_valid_hex(req->key->source_digest)) {
+        st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "GetArtifact: key.source_digest '%.80s' is not 64 lowercase hex "
+                         "characters",
+                         req->key->source_digest);
+      }
+      if (!st) {
+        st = kiln_status_annotate(kiln_compiler_target_resolve(req->key->target, &target),
+                                  "GetArtifact: key.target");
+      }
+      if (!st) {
+        st = kiln_status_annotate(kilnd_flags_normalize((const char *const *)req->key->flags,
+                                                        req->key->n_flags, &flags, &n_flags),
+                                  "GetArtifact: key.flags");
+      }
+      break;
+    default:
+      st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "GetArtifact: no selector; set `digest` (the artifact's digest) or `key` "
+                       "(source_digest, target, flags)");
+      break;
+  }
+  if (st) {
+    kilnd_stream_finish(stream, st);
+    return;
+  }
+  get_t *g = kiln_calloc(1, sizeof *g);
+  g->env = env;
+  g->stream = stream;
+  g->ctx = kilnd_stream_ctx(stream);
+  g->chunk = (size_t)kilnd_chunk_size(env->settings);
+  g->req = req;
+  g->target = target;
+  g->flags = flags;
+  g->n_flags = n_flags;
+  atomic_init(&g->cancelled, false);
+  kilnd_stream_on_cancel(stream, on_get_cancel, g);
+  g->work.data = g;
+  if (uv_queue_work(kilnd_stream_loop(stream), &g->work, get_open_work, get_after_open) != 0) {
+    get_end(g, KILN_STATUS(KILN_STATUS_INTERNAL, "GetArtifact: cannot queue the lookup"));
+  }
+}
