@@ -96,6 +96,13 @@ typedef struct job_target_s {
   char key[65];
   target_state_t state;
   item_t *item;
+  /* The outcome, kept for the job store. */
+  char digest[65];
+  uint64_t size;
+  bool cache_hit;
+  uint64_t compile_ms;
+  int code;
+  char *message;
 } job_target_t;
 
 typedef struct event_s {
@@ -128,6 +135,11 @@ struct job_s {
   job_target_t *targets;
   size_t n_targets;
   int64_t created_unix_ms;
+  int64_t finished_unix_ms;
+  char *flags;         /* normalized, one per line: for the job store */
+  char *source_name;
+  char source_digest[65];
+  char *terminal_message;
   int64_t finished_monotonic_ns; /* 0 while live */
   int64_t deadline_monotonic_ns;
   event_t *events;
@@ -161,6 +173,16 @@ struct kilnd_jobs_s {
   task_t *running;
   uint64_t next_task_id;
   kilnd_jobs_stats_t stats;
+
+  /* The job store (may be NULL): snapshots wait here for the loop to hand them to
+   * the thread pool (admission runs off the loop, where uv_queue_work may not be
+   * called), one flush at a time. */
+  kiln_jobstore_t *store;
+  kiln_jobstore_job_t *persist;
+  size_t n_persist;
+  bool flushing;
+  kiln_jobstore_job_t *readmit; /* unfinished jobs from the store, admitted once a worker is ready */
+  size_t n_readmit;
 };
 
 /* ---- small helpers ---- */
@@ -238,6 +260,11 @@ static void emit_target_done(kilnd_jobs_t *jobs, job_t *job, size_t t, const cha
   d.cache_hit = hit;
   d.compile_ms = hit ? 0 : compile_ms;
   d.cache_key = job->targets[t].key;
+  job_target_t *jt = &job->targets[t];
+  snprintf(jt->digest, sizeof jt->digest, "%s", digest ? digest : "");
+  jt->size = size;
+  jt->cache_hit = hit;
+  jt->compile_ms = hit ? 0 : compile_ms;
   Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
   ev.event_case = KILN__V1__JOB_EVENT__EVENT_TARGET_DONE;
   ev.target_done = &d;
@@ -250,13 +277,22 @@ static void emit_target_failed(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_st
   f.target = job->targets[t].target;
   f.code = (int32_t)code;
   f.message = (char *)(message ? message : "");
+  job->targets[t].code = (int)code;
+  kiln_free(job->targets[t].message);
+  job->targets[t].message = kiln_strdup(f.message);
   Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
   ev.event_case = KILN__V1__JOB_EVENT__EVENT_TARGET_FAILED;
   ev.target_failed = &f;
   emit(jobs, job, &ev);
 }
 
+static void persist_later(kilnd_jobs_t *jobs, job_t *job);
+
 static void emit_terminal(kilnd_jobs_t *jobs, job_t *job, const char *message) {
+  job->finished_unix_ms = kiln_time_unix_ms();
+  kiln_free(job->terminal_message);
+  job->terminal_message = kiln_strdup(message ? message : "");
+  persist_later(jobs, job);
   Kiln__V1__JobEvent__Terminal t = KILN__V1__JOB_EVENT__TERMINAL__INIT;
   t.state = proto_state(job->state);
   t.message = (char *)(message ? message : "");
@@ -614,6 +650,10 @@ static void flush_watchers(kilnd_jobs_t *jobs, job_t *job) {
 static void job_free(job_t *job) {
   for (size_t i = 0; i < job->n_events; i++) kiln_free(job->events[i].packed);
   kiln_free(job->events);
+  kiln_free(job->flags);
+  kiln_free(job->source_name);
+  kiln_free(job->terminal_message);
+  for (size_t i = 0; i < job->n_targets; i++) kiln_free(job->targets[i].message);
   for (size_t i = 0; i < job->n_targets; i++) kiln_free(job->targets[i].target);
   kiln_free(job->targets);
   kiln_free(job->client);
@@ -748,6 +788,8 @@ static item_t *task_item(task_t *task, const char *target) {
   return NULL;
 }
 
+static void start_readmit(kilnd_jobs_t *jobs);
+
 static void on_task_event(void *user, uint64_t task_id, const kilnd_task_event_t *event) {
   kilnd_jobs_t *jobs = user;
   uv_mutex_lock(&jobs->mu);
@@ -814,6 +856,7 @@ static void on_task_event(void *user, uint64_t task_id, const kilnd_task_event_t
       if (!jobs->compiler && kilnd_workers_compiler(jobs->workers)) {
         jobs->compiler = kiln_strdup(kilnd_workers_compiler(jobs->workers));
         uv_cond_broadcast(&jobs->ready);
+        start_readmit(jobs);
       }
       schedule(jobs);
       break;
@@ -839,10 +882,189 @@ static void on_task_event(void *user, uint64_t task_id, const kilnd_task_event_t
   uv_mutex_unlock(&jobs->mu);
 }
 
+/* ---- the job store ---- */
+
+static void snapshot(const job_t *job, kiln_jobstore_job_t *out) {
+  memset(out, 0, sizeof *out);
+  out->id = kiln_strdup(job->id);
+  out->state = (int)job->state;
+  out->priority = (int)job->priority;
+  out->client = kiln_strdup(job->client ? job->client : "");
+  out->request_id = job->request_id ? kiln_strdup(job->request_id) : NULL;
+  memcpy(out->request_hash, job->request_hash, sizeof out->request_hash);
+  memcpy(out->source_digest, job->source_digest, sizeof out->source_digest);
+  out->source_name = kiln_strdup(job->source_name ? job->source_name : "");
+  out->flags = kiln_strdup(job->flags ? job->flags : "");
+  out->created_unix_ms = job->created_unix_ms;
+  out->finished_unix_ms = job_terminal(job) ? job->finished_unix_ms : 0;
+  out->message = kiln_strdup(job->terminal_message ? job->terminal_message : "");
+  out->n_targets = job->n_targets;
+  out->targets = kiln_calloc(job->n_targets ? job->n_targets : 1, sizeof *out->targets);
+  for (size_t i = 0; i < job->n_targets; i++) {
+    const job_target_t *jt = &job->targets[i];
+    kiln_jobstore_target_t *t = &out->targets[i];
+    t->target = kiln_strdup(jt->target);
+    memcpy(t->cache_key, jt->key, sizeof t->cache_key);
+    t->state = jt->state == TARGET_DONE     ? KILN_JOBSTORE_TARGET_DONE
+               : jt->state == TARGET_FAILED ? KILN_JOBSTORE_TARGET_FAILED
+                                            : KILN_JOBSTORE_TARGET_PENDING;
+    memcpy(t->artifact_digest, jt->digest, sizeof t->artifact_digest);
+    t->size_bytes = jt->size;
+    t->cache_hit = jt->cache_hit;
+    t->compile_ms = jt->compile_ms;
+    t->code = jt->code;
+    t->message = jt->message ? kiln_strdup(jt->message) : NULL;
+  }
+}
+
+/* Under mu; any thread. */
+static void persist_later(kilnd_jobs_t *jobs, job_t *job) {
+  if (!jobs->store || jobs->closing) return;
+  jobs->persist = kiln_realloc(jobs->persist, (jobs->n_persist + 1) * sizeof *jobs->persist);
+  snapshot(job, &jobs->persist[jobs->n_persist++]);
+  uv_async_send(&jobs->kick);
+}
+
+typedef struct flush_s {
+  uv_work_t work;
+  kilnd_jobs_t *jobs;
+  kiln_jobstore_job_t *records;
+  size_t n;
+} flush_t;
+
+static void on_flush(uv_work_t *work) {
+  flush_t *f = work->data;
+  for (size_t i = 0; i < f->n; i++) {
+    kiln_status_t st = kiln_jobstore_put(f->jobs->store, &f->records[i]);
+    if (st) {
+      /* The job itself is unaffected; only a restart would not know it. */
+      kiln_log_status(KILN_LOG_WARN, "job_store_put_failed", st, NULL);
+      kiln_status_free(st);
+    }
+  }
+}
+
+static void start_flush(kilnd_jobs_t *jobs);
+
+static void on_flush_done(uv_work_t *work, int status) {
+  (void)status;
+  flush_t *f = work->data;
+  kilnd_jobs_t *jobs = f->jobs;
+  kiln_jobstore_jobs_free(f->records, f->n);
+  kiln_free(f);
+  uv_mutex_lock(&jobs->mu);
+  jobs->flushing = false;
+  if (!jobs->closing) start_flush(jobs);
+  uv_mutex_unlock(&jobs->mu);
+  jobs->handles_open--;
+  maybe_closed(jobs);
+}
+
+/* Loop thread, under mu. */
+static void start_flush(kilnd_jobs_t *jobs) {
+  if (jobs->flushing || jobs->n_persist == 0) return;
+  flush_t *f = kiln_calloc(1, sizeof *f);
+  f->jobs = jobs;
+  f->records = jobs->persist;
+  f->n = jobs->n_persist;
+  jobs->persist = NULL;
+  jobs->n_persist = 0;
+  f->work.data = f;
+  jobs->flushing = true;
+  jobs->handles_open++;
+  if (uv_queue_work(jobs->loop, &f->work, on_flush, on_flush_done) != 0) {
+    jobs->flushing = false;
+    jobs->handles_open--;
+    kiln_jobstore_jobs_free(f->records, f->n);
+    kiln_free(f);
+  }
+}
+
+static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, const char *forced_id,
+                           int64_t created_unix_ms, kilnd_job_admission_t *out);
+
+typedef struct readmit_s {
+  uv_work_t work;
+  kilnd_jobs_t *jobs;
+  kiln_jobstore_job_t *records;
+  size_t n;
+} readmit_t;
+
+/* Thread pool: admits the jobs a restart interrupted, under their old ids. Their
+ * finished targets are cache hits now, so only unfinished work runs again. */
+static void on_readmit(uv_work_t *work) {
+  readmit_t *ra = work->data;
+  for (size_t i = 0; i < ra->n; i++) {
+    kiln_jobstore_job_t *rec = &ra->records[i];
+    const char **targets = kiln_calloc(rec->n_targets ? rec->n_targets : 1, sizeof *targets);
+    for (size_t t = 0; t < rec->n_targets; t++) targets[t] = rec->targets[t].target;
+    const char *flags[128];
+    size_t n_flags = 0;
+    char *copy = kiln_strdup(rec->flags ? rec->flags : "");
+    for (char *p = copy; *p && n_flags < 128;) {
+      char *nl = strchr(p, '\n');
+      if (nl) *nl = '\0';
+      if (*p) flags[n_flags++] = p;
+      if (!nl) break;
+      p = nl + 1;
+    }
+    kilnd_job_request_t r = {.source_digest = rec->source_digest,
+                             .source_name = rec->source_name,
+                             .targets = targets,
+                             .n_targets = rec->n_targets,
+                             .flags = flags,
+                             .n_flags = n_flags,
+                             .priority = (kilnd_priority_t)rec->priority,
+                             .client = rec->client,
+                             .request_id = rec->request_id,
+                             .deadline_monotonic_ns = INT64_MAX};
+    kilnd_job_admission_t adm;
+    kiln_status_t st = admit(ra->jobs, &r, rec->id, rec->created_unix_ms, &adm);
+    if (st) {
+      kiln_log_status(KILN_LOG_WARN, "job_readmit_failed", st, "job=%s", rec->id);
+      kiln_status_free(st);
+    } else {
+      kiln_log(KILN_LOG_INFO, "job_readmitted", "job=%s targets=%zu", rec->id, rec->n_targets);
+      kilnd_job_admission_deinit(&adm);
+    }
+    kiln_free(copy);
+    kiln_free(targets);
+  }
+}
+
+static void on_readmit_done(uv_work_t *work, int status) {
+  (void)status;
+  readmit_t *ra = work->data;
+  kilnd_jobs_t *jobs = ra->jobs;
+  kiln_jobstore_jobs_free(ra->records, ra->n);
+  kiln_free(ra);
+  jobs->handles_open--;
+  maybe_closed(jobs);
+}
+
+/* Loop thread, under mu: once the compiler is known. */
+static void start_readmit(kilnd_jobs_t *jobs) {
+  if (!jobs->n_readmit || !jobs->compiler) return;
+  readmit_t *ra = kiln_calloc(1, sizeof *ra);
+  ra->jobs = jobs;
+  ra->records = jobs->readmit;
+  ra->n = jobs->n_readmit;
+  jobs->readmit = NULL;
+  jobs->n_readmit = 0;
+  ra->work.data = ra;
+  jobs->handles_open++;
+  if (uv_queue_work(jobs->loop, &ra->work, on_readmit, on_readmit_done) != 0) {
+    jobs->handles_open--;
+    kiln_jobstore_jobs_free(ra->records, ra->n);
+    kiln_free(ra);
+  }
+}
+
 static void on_kick(uv_async_t *handle) {
   kilnd_jobs_t *jobs = handle->data;
   uv_mutex_lock(&jobs->mu);
   schedule(jobs);
+  if (!jobs->closing) start_flush(jobs);
   uv_mutex_unlock(&jobs->mu);
 }
 
@@ -882,6 +1104,13 @@ static void admission_copy(const kilnd_job_admission_t *from, kilnd_job_admissio
 
 kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r,
                                 kilnd_job_admission_t *out) {
+  return admit(jobs, r, NULL, 0, out);
+}
+
+/* Admission; `forced_id` and `created_unix_ms` (non-zero) restore a job the store
+ * remembers. */
+static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, const char *forced_id,
+                           int64_t created_unix_ms, kilnd_job_admission_t *out) {
   memset(out, 0, sizeof *out);
   if (r->n_targets == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no targets to compile for");
   uv_mutex_lock(&jobs->mu);
@@ -1001,15 +1230,23 @@ kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r
                        names[p], jobs->queued_tasks[p], jobs->options.queue_capacity);
     } else {
       job = kiln_calloc(1, sizeof *job);
-      random_id(job->id);
+      if (forced_id) snprintf(job->id, sizeof job->id, "%s", forced_id);
+      else random_id(job->id);
       job->priority = p;
       job->client = kiln_strdup(r->client && *r->client ? r->client : "anonymous");
       job->request_id = r->request_id && *r->request_id ? kiln_strdup(r->request_id) : NULL;
       memcpy(job->request_hash, hash, sizeof hash);
       job->source = source;
       source->refs++;
-      job->created_unix_ms = kiln_time_unix_ms();
+      job->created_unix_ms = created_unix_ms ? created_unix_ms : kiln_time_unix_ms();
       job->deadline_monotonic_ns = r->deadline_monotonic_ns;
+      memcpy(job->source_digest, source->digest, sizeof job->source_digest);
+      job->source_name = kiln_strdup(source->name);
+      kiln_buf_t fj;
+      kiln_buf_init(&fj);
+      for (size_t f = 0; f < r->n_flags; f++) kiln_buf_appendf(&fj, "%s%s", f ? "\n" : "", r->flags[f]);
+      job->flags = kiln_buf_take(&fj);
+      kiln_buf_deinit(&fj);
       job->state = KILND_JOB_QUEUED;
       job->n_targets = r->n_targets;
       job->targets = kiln_calloc(r->n_targets, sizeof *job->targets);
@@ -1083,6 +1320,7 @@ kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r
       maybe_finish_job(jobs, job);
       out->state = job->state == KILND_JOB_DONE ? KILND_JOB_DONE : job->state;
       admission_copy(out, &job->admission);
+      if (!job_terminal(job)) persist_later(jobs, job); /* a finished one was persisted by its Terminal */
     }
   }
   uv_mutex_unlock(&jobs->mu);
@@ -1201,6 +1439,87 @@ void kilnd_jobs_drain(kilnd_jobs_t *jobs) {
   uv_mutex_unlock(&jobs->mu);
 }
 
+/* A finished job from the store, with the events a watcher would have seen. */
+static void restore(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
+  job_t *job = kiln_calloc(1, sizeof *job);
+  snprintf(job->id, sizeof job->id, "%s", rec->id);
+  job->state = (kilnd_job_state_t)rec->state;
+  job->priority = (kilnd_priority_t)rec->priority;
+  job->client = kiln_strdup(rec->client ? rec->client : "");
+  job->request_id = rec->request_id ? kiln_strdup(rec->request_id) : NULL;
+  memcpy(job->request_hash, rec->request_hash, sizeof job->request_hash);
+  memcpy(job->source_digest, rec->source_digest, sizeof job->source_digest);
+  job->source_name = kiln_strdup(rec->source_name ? rec->source_name : "");
+  job->flags = kiln_strdup(rec->flags ? rec->flags : "");
+  job->created_unix_ms = rec->created_unix_ms;
+  job->finished_unix_ms = rec->finished_unix_ms;
+  job->finished_monotonic_ns = kiln_time_monotonic_ns() - (kiln_time_unix_ms() - rec->finished_unix_ms) * 1000000;
+  job->deadline_monotonic_ns = INT64_MAX;
+  job->n_targets = rec->n_targets;
+  job->targets = kiln_calloc(rec->n_targets ? rec->n_targets : 1, sizeof *job->targets);
+  job->admission.n_targets = rec->n_targets;
+  job->admission.targets = kiln_calloc(rec->n_targets ? rec->n_targets : 1, sizeof *job->admission.targets);
+  snprintf(job->admission.job_id, sizeof job->admission.job_id, "%s", rec->id);
+  memcpy(job->admission.source_digest, rec->source_digest, sizeof job->admission.source_digest);
+  job->admission.state = job->state;
+  job->admission.created_unix_ms = rec->created_unix_ms;
+  for (size_t i = 0; i < rec->n_targets; i++) {
+    job->targets[i].target = kiln_strdup(rec->targets[i].target);
+    memcpy(job->targets[i].key, rec->targets[i].cache_key, sizeof job->targets[i].key);
+    job->targets[i].state = rec->targets[i].state == KILN_JOBSTORE_TARGET_DONE ? TARGET_DONE : TARGET_FAILED;
+    job->admission.targets[i].target = kiln_strdup(rec->targets[i].target);
+    memcpy(job->admission.targets[i].cache_key, rec->targets[i].cache_key, 65);
+  }
+  job->next = jobs->jobs;
+  jobs->jobs = job;
+  emit_queued(jobs, job, 0);
+  for (size_t i = 0; i < rec->n_targets; i++) {
+    const kiln_jobstore_target_t *t = &rec->targets[i];
+    if (t->state == KILN_JOBSTORE_TARGET_DONE) {
+      emit_target_done(jobs, job, i, t->artifact_digest, t->size_bytes, t->cache_hit, t->compile_ms);
+    } else {
+      emit_target_failed(jobs, job, i, (kiln_status_code_t)(t->code ? t->code : KILN_STATUS_UNAVAILABLE),
+                         t->message ? t->message : "the job ended before kilnd restarted");
+    }
+  }
+  Kiln__V1__JobEvent__Terminal term = KILN__V1__JOB_EVENT__TERMINAL__INIT;
+  term.state = proto_state(job->state);
+  term.message = rec->message ? rec->message : (char *)"";
+  Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
+  ev.event_case = KILN__V1__JOB_EVENT__EVENT_TERMINAL;
+  ev.terminal = &term;
+  emit(jobs, job, &ev); /* not emit_terminal: it is already in the store */
+  job->terminal_message = kiln_strdup(term.message);
+}
+
+/* Start-up: forget what is past its retention, restore the finished, keep the
+ * unfinished for re-admission. */
+static void load_store(kilnd_jobs_t *jobs) {
+  int64_t cut = kiln_time_unix_ms() - jobs->options.retention_ms;
+  kiln_status_t st = kiln_jobstore_prune(jobs->store, cut, NULL);
+  kiln_jobstore_job_t *recs = NULL;
+  size_t n = 0;
+  if (!st) st = kiln_jobstore_load(jobs->store, cut, &recs, &n);
+  if (st) {
+    kiln_log_status(KILN_LOG_WARN, "job_store_load_failed", st, NULL);
+    kiln_status_free(st);
+    return;
+  }
+  size_t restored = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (recs[i].finished_unix_ms) {
+      restore(jobs, &recs[i]);
+      restored++;
+      continue;
+    }
+    jobs->readmit = kiln_realloc(jobs->readmit, (jobs->n_readmit + 1) * sizeof *jobs->readmit);
+    jobs->readmit[jobs->n_readmit++] = recs[i];
+    memset(&recs[i], 0, sizeof recs[i]);
+  }
+  kiln_jobstore_jobs_free(recs, n);
+  if (n) kiln_log(KILN_LOG_INFO, "job_store_loaded", "finished=%zu to_readmit=%zu", restored, jobs->n_readmit);
+}
+
 kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache, const kilnd_jobs_options_t *options,
                                 const kilnd_workers_options_t *worker_options, kilnd_jobs_t **out_jobs) {
   *out_jobs = NULL;
@@ -1229,11 +1548,15 @@ kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache, const kiln
   uv_timer_init(loop, &jobs->sweep);
   jobs->sweep.data = jobs;
   uv_timer_start(&jobs->sweep, on_sweep, SWEEP_INTERVAL_MS, SWEEP_INTERVAL_MS);
+  jobs->store = options->store;
+  if (jobs->store) load_store(jobs);
   *out_jobs = jobs;
   return NULL;
 }
 
 static void free_everything(kilnd_jobs_t *jobs) {
+  kiln_jobstore_jobs_free(jobs->persist, jobs->n_persist);
+  kiln_jobstore_jobs_free(jobs->readmit, jobs->n_readmit);
   while (jobs->jobs) {
     job_t *j = jobs->jobs;
     jobs->jobs = j->next;
@@ -1292,6 +1615,17 @@ static void on_workers_closed(void *user) {
 
 void kilnd_jobs_close(kilnd_jobs_t *jobs, void (*done)(void *user), void *user) {
   uv_mutex_lock(&jobs->mu);
+  /* Snapshots not yet written: write them now (a few small SQLite writes, once). */
+  for (size_t i = 0; jobs->store && i < jobs->n_persist; i++) {
+    kiln_status_t st = kiln_jobstore_put(jobs->store, &jobs->persist[i]);
+    if (st) {
+      kiln_log_status(KILN_LOG_WARN, "job_store_put_failed", st, NULL);
+      kiln_status_free(st);
+    }
+  }
+  kiln_jobstore_jobs_free(jobs->persist, jobs->n_persist);
+  jobs->persist = NULL;
+  jobs->n_persist = 0;
   jobs->closing = true;
   jobs->draining = true;
   jobs->close_done = done;

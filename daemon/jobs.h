@@ -34,6 +34,7 @@
 
 #include "base/status.h"
 #include "cache/cache.h"
+#include "cache/jobstore.h"
 #include "daemon/stream.h"
 #include "daemon/workers.h"
 
@@ -62,6 +63,7 @@ typedef struct kilnd_jobs_options_s {
   uint32_t hal_version;
   uint32_t bytecode_version;
   bool embed_source;      /* artifacts carry their source */
+  kiln_jobstore_t *store; /* job records across restarts (borrowed; may be NULL) */
 } kilnd_jobs_options_t;
 
 /* One Compile request, resolved: canonical targets, normalized flags. Borrowed. */
@@ -104,7 +106,9 @@ typedef struct kilnd_job_admission_s {
 
 void kilnd_job_admission_deinit(kilnd_job_admission_t *admission);
 
-/* Creates the engine and its worker pool on `loop`. `cache` is borrowed. */
+/* Creates the engine and its worker pool on `loop`. `cache` is borrowed. With a
+ * job store, finished jobs younger than the retention come back watchable and
+ * unfinished ones are admitted again (under their ids) once a worker is ready. */
 kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache,
                                 const kilnd_jobs_options_t *options,
                                 const kilnd_workers_options_t *worker_options, kilnd_jobs_t **out_jobs);

@@ -25,6 +25,7 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "cache/cache.h"
+#include "cache/jobstore.h"
 #include "compiler/identity.h"
 #include "daemon/jobs.h"
 #include "daemon/server.h"
@@ -183,7 +184,15 @@ int main(int argc, char **argv) {
   }
   if (!status) status = kilnd_server_create(&settings, cache, &server);
   kilnd_jobs_t *jobs = NULL;
+  kiln_jobstore_t *store = NULL;
   char *worker_path = NULL, *crash_dir = NULL;
+  if (!status) {
+    kiln_buf_t db;
+    kiln_buf_init(&db);
+    kiln_buf_appendf(&db, "%s/jobs.db", state.path);
+    status = kiln_jobstore_open(db.data, &store);
+    kiln_buf_deinit(&db);
+  }
   if (!status) {
     worker_path = default_worker_path(settings.worker_path);
     kiln_buf_t crashes;
@@ -207,6 +216,7 @@ int main(int argc, char **argv) {
         .hal_version = kiln_compiler_hal_module_version(),
         .bytecode_version = kiln_compiler_vm_bytecode_version(),
         .embed_source = settings.embed_source,
+        .store = store,
     };
     status = kilnd_jobs_create(kilnd_server_loop(server), cache, &jo, &wo, &jobs);
     if (!status) {
@@ -239,6 +249,7 @@ int main(int argc, char **argv) {
     kilnd_jobs_close(jobs, NULL, NULL);
   }
   kilnd_server_destroy(server);
+  kiln_jobstore_close(store);
   kiln_free(worker_path);
   kiln_free(crash_dir);
   kiln_cache_close(cache);
