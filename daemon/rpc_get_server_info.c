@@ -59,6 +59,9 @@ kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_
   resp->start_time_unix_ms = env->start_unix_ms;
   resp->hostname = kiln_arena_strdup(arena, env->hostname ? env->hostname : "");
   resp->max_message_bytes = env->settings->max_message_bytes;
+  resp->max_source_bytes = KILND_MAX_SOURCE_BYTES;
+  resp->chunk_size_bytes = kilnd_chunk_size(env->settings);
+  resp->job_retention_ms = (uint64_t)env->settings->job_retention_ms;
 
   /* features: the Kiln methods this build serves, from the method table itself. */
   static const char prefix[] = "/kiln.v1.Kiln/";
