@@ -45,19 +45,33 @@ demo() {
     sleep 0.05
   done
   local kiln=(build/client/kiln --addr "$addr")
-  echo "== kiln health"
+  local out="$root/.kiln-demo/out"
+  local targets=sm_89,sm_120,gfx950,gfx1100,mali-g720,videocore_vii
+  rm -rf "$out"
+  echo "== kiln health; kiln info"
   "${kiln[@]}" health
-  echo "== kiln info"
   "${kiln[@]}" info
-  echo "== kiln stats"
+  local m
+  for m in mlp convnet attention; do
+    echo "== kiln compile examples/$m.mlir for the six mission targets (cold: compiled by kilnd's workers)"
+    "${kiln[@]}" compile "examples/$m.mlir" --target "$targets" -o "$out/$m"
+  done
+  for m in mlp convnet attention; do
+    echo "== the same again: every target is a cache hit"
+    "${kiln[@]}" compile "examples/$m.mlir" --target "$targets" -o "$out/$m-again"
+  done
+  local digest
+  digest=$(sed -n 's/.*"digest": "\([0-9a-f]*\)".*/\1/p' "$out/mlp/kiln-manifest.json" | head -1)
+  echo "== kiln fetch $digest (by digest, verified)"
+  "${kiln[@]}" fetch "$digest" -o "$out/fetched.vmfb"
+  echo "== kiln inspect: the fetched artifact (an IREE 3.12 VMFB, read without kilnd)"
+  build/client/kiln inspect "$out/fetched.vmfb"
+  echo "== kiln stats: calls, jobs (compiles, merged requests), cache"
   "${kiln[@]}" stats
-  echo "== kiln cache stats"
-  "${kiln[@]}" cache stats
-  echo "== kilnc: examples/attention.mlir for the mission's GPU targets (in-process MLIR pipeline)"
-  build/compiler/kilnc examples/attention.mlir --target sm_89,sm_120,gfx950,gfx1100,mali-g720,videocore_vii \
-    -o "$root/.kiln-demo/out"
-  echo "== kiln inspect: the sm_89 artifact (IREE 3.12 VMFB, read back without kilnd)"
-  build/client/kiln inspect "$root/.kiln-demo/out/sm_89.vmfb"
+  echo "== where everything is"
+  echo "  VMFBs and manifests:  ${out#"$root"/}/<model>/<target>.vmfb, kiln-manifest.json"
+  echo "  kilnd's state:        ${state#"$root"/} (cache/ blobs and index, jobs.db, crashes/)"
+  echo "  kilnd's log:          ${log#"$root"/}"
   echo "== stopping kilnd (SIGTERM drains in-flight calls)"
   kill -TERM "$pid"
   local rc=0
