@@ -52,21 +52,9 @@ typedef struct fixture_s {
 
 /* ---- helpers ---- */
 
-static void assert_ok(kiln_status_t status) {
-  if (status) {
-    fail_msg("unexpected %s: %s (%s)", kiln_status_code_name(kiln_status_code(status)),
-             kiln_status_message(status), kiln_status_where(status));
-  }
-}
+#define assert_ok kiln_test_assert_ok
 
-static void assert_code(kiln_status_t status, kiln_status_code_t want) {
-  kiln_status_code_t got = kiln_status_code(status);
-  if (got != want) {
-    fail_msg("want %s, got %s: %s", kiln_status_code_name(want), kiln_status_code_name(got),
-             kiln_status_message(status));
-  }
-  kiln_status_free(status);
-}
+#define assert_code kiln_test_assert_code
 
 static void blob_file(const char *dir, const kiln_digest_t *d, bool zst, char *out, size_t cap) {
   kiln_digest_hex_t hex;

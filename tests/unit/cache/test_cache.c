@@ -111,21 +111,9 @@ static int teardown(void **state) {
 
 /* ---- helpers ---- */
 
-static void assert_ok(kiln_status_t status) {
-  if (status) {
-    fail_msg("unexpected %s: %s (%s)", kiln_status_code_name(kiln_status_code(status)),
-             kiln_status_message(status), kiln_status_where(status));
-  }
-}
+#define assert_ok kiln_test_assert_ok
 
-static void assert_code(kiln_status_t status, kiln_status_code_t want) {
-  kiln_status_code_t got = kiln_status_code(status);
-  if (got != want) {
-    fail_msg("want %s, got %s: %s", kiln_status_code_name(want), kiln_status_code_name(got),
-             kiln_status_message(status));
-  }
-  kiln_status_free(status);
-}
+#define assert_code kiln_test_assert_code
 
 static void digest_hex_of(const void *data, size_t len, char out[KILN_DIGEST_HEX_LEN + 1]) {
   kiln_digest_t d;

@@ -58,12 +58,7 @@ typedef struct fixture_s {
 
 /* ---- helpers ---- */
 
-static void assert_ok(kiln_status_t status) {
-  if (status) {
-    fail_msg("unexpected %s: %s (%s)", kiln_status_code_name(kiln_status_code(status)),
-             kiln_status_message(status), kiln_status_where(status));
-  }
-}
+#define assert_ok kiln_test_assert_ok
 
 static uint64_t mix(uint64_t seed) {
   uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;

@@ -117,3 +117,19 @@ void kiln_test_assert_died_of_sigabrt(int wstatus) {
   }
   assert_int_equal(WTERMSIG(wstatus), SIGABRT);
 }
+
+void kiln_test_assert_ok(kiln_status_t status) {
+  if (status) {
+    fail_msg("unexpected %s: %s (%s)", kiln_status_code_name(kiln_status_code(status)),
+             kiln_status_message(status), kiln_status_where(status));
+  }
+}
+
+void kiln_test_assert_code(kiln_status_t status, kiln_status_code_t want) {
+  kiln_status_code_t got = kiln_status_code(status);
+  if (got != want) {
+    fail_msg("want %s, got %s: %s", kiln_status_code_name(want), kiln_status_code_name(got),
+             status ? kiln_status_message(status) : "(ok)");
+  }
+  kiln_status_free(status);
+}

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/status.h"
+
 /* Creates a fresh, empty directory <parent>/<prefix>-XXXXXX (mkdtemp: mode 0700)
  * and returns its path. `parent` (an existing directory) and `prefix` are
  * borrowed. The result belongs to the caller, who frees it with free() and removes
@@ -57,5 +59,12 @@ int kiln_test_run_in_child(void (*fn)(void));
 /* Fails the running cmocka test unless `wstatus` (from kiln_test_run_in_child)
  * says the child died of SIGABRT. */
 void kiln_test_assert_died_of_sigabrt(int wstatus);
+
+/* Fails the running cmocka test, naming the code, message and origin, unless
+ * `status` is OK (NULL). */
+void kiln_test_assert_ok(kiln_status_t status);
+
+/* Fails the running test unless `status` has code `want`; frees `status`. */
+void kiln_test_assert_code(kiln_status_t status, kiln_status_code_t want);
 
 #endif /* KILN_TESTS_UNIT_SUPPORT_TESTING_H */

@@ -26,24 +26,13 @@
 #include "base/status.h"
 #include "compiler/vmfb/bytecode.h"
 #include "compiler/vmfb/vm.h"
+#include "tests/unit/support/testing.h"
 
 /* ---- helpers ---- */
 
-static void assert_ok(kiln_status_t status) {
-  if (status) {
-    fail_msg("unexpected %s: %s (%s)", kiln_status_code_name(kiln_status_code(status)),
-             kiln_status_message(status), kiln_status_where(status));
-  }
-}
+#define assert_ok kiln_test_assert_ok
 
-static void assert_code(kiln_status_t status, kiln_status_code_t want) {
-  kiln_status_code_t got = kiln_status_code(status);
-  if (got != want) {
-    fail_msg("want %s, got %s: %s", kiln_status_code_name(want), kiln_status_code_name(got),
-             kiln_status_message(status));
-  }
-  kiln_status_free(status);
-}
+#define assert_code kiln_test_assert_code
 
 /* Decodes a hex string (spaces ignored) into a malloc'd buffer. */
 static uint8_t *unhex(const char *hex, size_t *out_len) {

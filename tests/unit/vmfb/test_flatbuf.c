@@ -128,12 +128,7 @@ static const kiln_vmfb_flatbuf_table_desc_t all_desc = {"All", all_fields, A_COU
 
 /* ---- helpers ---- */
 
-static void assert_ok(kiln_status_t status) {
-  if (status) {
-    fail_msg("unexpected %s: %s (%s)", kiln_status_code_name(kiln_status_code(status)),
-             kiln_status_message(status), kiln_status_where(status));
-  }
-}
+#define assert_ok kiln_test_assert_ok
 
 /* Asserts the code and that the message contains `needle` (NULL: any), then frees. */
 static void assert_fails(kiln_status_t status, kiln_status_code_t want, const char *needle) {

@@ -55,21 +55,9 @@ static const char *get_string(table_t t, uint16_t slot, size_t *len) {
 static size_t count_of(vector_t v) { return kiln_vmfb_flatbuf_vector_count(v); }
 
 
-static void assert_ok(kiln_status_t status) {
-  if (status) {
-    fail_msg("unexpected %s: %s (%s)", kiln_status_code_name(kiln_status_code(status)),
-             kiln_status_message(status), kiln_status_where(status));
-  }
-}
+#define assert_ok kiln_test_assert_ok
 
-static void assert_code(kiln_status_t status, kiln_status_code_t want) {
-  kiln_status_code_t got = kiln_status_code(status);
-  if (got != want) {
-    fail_msg("want %s, got %s: %s", kiln_status_code_name(want), kiln_status_code_name(got),
-             status ? kiln_status_message(status) : "(ok)");
-  }
-  kiln_status_free(status);
-}
+#define assert_code kiln_test_assert_code
 
 static uint32_t rd32(const uint8_t *p) {
   return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);

@@ -24,6 +24,7 @@
 #include "base/status.h"
 #include "compiler/vmfb/flatbuf.h"
 #include "compiler/vmfb/schema.h"
+#include "tests/unit/support/testing.h"
 
 typedef kiln_vmfb_flatbuf_builder_t builder_t;
 typedef kiln_vmfb_flatbuf_ref_t ref_t;
@@ -32,12 +33,7 @@ typedef kiln_vmfb_flatbuf_vector_t vector_t;
 
 /* ---- helpers ---- */
 
-static void assert_ok(kiln_status_t status) {
-  if (status) {
-    fail_msg("unexpected %s: %s (%s)", kiln_status_code_name(kiln_status_code(status)),
-             kiln_status_message(status), kiln_status_where(status));
-  }
-}
+#define assert_ok kiln_test_assert_ok
 
 static void assert_fails(kiln_status_t status, kiln_status_code_t want, const char *needle) {
   kiln_status_code_t got = kiln_status_code(status);
