@@ -33,6 +33,25 @@ static const kiln_config_option_t *find_option(const kiln_config_table_t *table,
   return NULL;
 }
 
+static void list_clear(kiln_config_list_t *list) {
+  for (size_t i = 0; i < list->count; i++) kiln_free(list->items[i]);
+  kiln_free(list->items);
+  list->items = NULL;
+  list->count = 0;
+}
+
+/* A LIST named by a source replaces what lower sources gave: the first time a pass
+ * (one file, the environment, argv) meets a LIST option it empties it. `seen` has
+ * one flag per option of the table. */
+static void list_reset_once(const kiln_config_table_t *table, const kiln_config_option_t *opt,
+                            void *settings, bool *seen) {
+  if (opt->type != KILN_CONFIG_LIST) return;
+  size_t idx = (size_t)(opt - table->options);
+  if (seen[idx]) return;
+  seen[idx] = true;
+  list_clear(field(settings, opt));
+}
+
 static const kiln_config_option_t *find_short(const kiln_config_table_t *table, char c) {
   for (size_t i = 0; i < table->count; i++) {
     if (table->options[i].short_name == c) return &table->options[i];
@@ -117,7 +136,8 @@ static kiln_status_t set_option(const kiln_config_option_t *opt, void *settings,
                                 const char *value, const char *source) {
   void *dst = field(settings, opt);
   switch (opt->type) {
-    case KILN_CONFIG_STRING: {
+    case KILN_CONFIG_STRING:
+    case KILN_CONFIG_LIST: {
       if (opt->choices) {
         size_t i = 0;
         for (; opt->choices[i]; i++) {
@@ -133,6 +153,12 @@ static kiln_status_t set_option(const kiln_config_option_t *opt, void *settings,
           kiln_buf_deinit(&list);
           return st;
         }
+      }
+      if (opt->type == KILN_CONFIG_LIST) {
+        kiln_config_list_t *list = dst;
+        list->items = kiln_realloc(list->items, (list->count + 1) * sizeof *list->items);
+        list->items[list->count++] = kiln_strdup(value);
+        return NULL;
       }
       char **s = dst;
       char *copy = kiln_strdup(value); /* before the free: value may be *s itself */
@@ -181,6 +207,7 @@ static kiln_status_t set_option(const kiln_config_option_t *opt, void *settings,
 kiln_status_t kiln_config_set_defaults(const kiln_config_table_t *table, void *settings) {
   for (size_t i = 0; i < table->count; i++) {
     const kiln_config_option_t *opt = &table->options[i];
+    if (opt->type == KILN_CONFIG_LIST) list_clear(field(settings, opt));
     if (opt->default_value) {
       KILN_RETURN_IF_ERROR(set_option(opt, settings, opt->default_value, "default"));
     }
@@ -217,6 +244,7 @@ kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *sett
                        "config file %s is a directory; name a file of name = value lines", path);
   }
   kiln_status_t status = NULL;
+  bool *seen = kiln_calloc(table->count + 1, sizeof *seen);
   char *line = NULL;
   size_t cap = 0;
   int lineno = 0;
@@ -247,8 +275,10 @@ kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *sett
                            key, table->program);
       break;
     }
+    list_reset_once(table, opt, settings, seen);
     status = set_option(opt, settings, value, source);
   }
+  kiln_free(seen);
   free(line); /* allocated by getline */
   fclose(f);
   return status;
@@ -272,14 +302,16 @@ kiln_status_t kiln_config_load_env(const kiln_config_table_t *table, void *setti
     char name[128];
     env_name(table, opt, name, sizeof name);
     const char *value = getenv(name);
-    if (value) KILN_RETURN_IF_ERROR(set_option(opt, settings, value, name));
+    if (!value) continue;
+    if (opt->type == KILN_CONFIG_LIST) list_clear(field(settings, opt)); /* one item */
+    KILN_RETURN_IF_ERROR(set_option(opt, settings, value, name));
   }
   return NULL;
 }
 
-kiln_status_t kiln_config_parse_args(const kiln_config_table_t *table, void *settings,
-                                     int argc, char **argv, const char **out_positional,
-                                     size_t max_positional, size_t *out_positional_count) {
+static kiln_status_t parse_args(const kiln_config_table_t *table, void *settings, int argc,
+                                char **argv, const char **out_positional, size_t max_positional,
+                                size_t *out_positional_count, bool *seen) {
   size_t npos = 0;
   if (out_positional_count) *out_positional_count = 0;
   bool options_done = false;
@@ -336,10 +368,21 @@ kiln_status_t kiln_config_parse_args(const kiln_config_table_t *table, void *set
     }
     char source[200];
     snprintf(source, sizeof source, "flag %s", display);
+    list_reset_once(table, opt, settings, seen);
     KILN_RETURN_IF_ERROR(set_option(opt, settings, value, source));
   }
   if (out_positional_count) *out_positional_count = npos;
   return NULL;
+}
+
+kiln_status_t kiln_config_parse_args(const kiln_config_table_t *table, void *settings,
+                                     int argc, char **argv, const char **out_positional,
+                                     size_t max_positional, size_t *out_positional_count) {
+  bool *seen = kiln_calloc(table->count + 1, sizeof *seen);
+  kiln_status_t status = parse_args(table, settings, argc, argv, out_positional, max_positional,
+                                    out_positional_count, seen);
+  kiln_free(seen);
+  return status;
 }
 
 /* Finds the config file named on the command line (last one wins), without
@@ -395,7 +438,8 @@ void kiln_config_print_help(const kiln_config_table_t *table, FILE *out) {
     if (opt->metavar && n > 0 && (size_t)n < sizeof left) {
       snprintf(left + n, sizeof left - (size_t)n, " %s", opt->metavar);
     }
-    fprintf(out, "%-34s %s", left, opt->help ? opt->help : "");
+    fprintf(out, "%-34s %s%s", left, opt->help ? opt->help : "",
+            opt->type == KILN_CONFIG_LIST ? " (repeatable)" : "");
     if (opt->default_value && opt->type != KILN_CONFIG_BOOL) {
       fprintf(out, " [default: %s]", opt->default_value);
     }
@@ -415,6 +459,15 @@ void kiln_config_dump(const kiln_config_table_t *table, const void *settings, ki
     const kiln_config_option_t *opt = &table->options[i];
     if (opt->flags & (KILN_CONFIG_CLI_ONLY | KILN_CONFIG_NO_DUMP)) continue;
     const void *src = (const char *)settings + opt->offset;
+    if (opt->type == KILN_CONFIG_LIST) {
+      /* One line per item: a file that names the option replaces it as a whole. */
+      const kiln_config_list_t *list = src;
+      if (list->count == 0) kiln_buf_appendf(out, "# %s is unset\n", opt->name);
+      for (size_t k = 0; k < list->count; k++) {
+        kiln_buf_appendf(out, "%s = \"%s\"\n", opt->name, list->items[k]);
+      }
+      continue;
+    }
     if (opt->type == KILN_CONFIG_STRING && !*(char *const *)src) {
       /* Unset is not the empty string: leave it out so the dump re-parses. */
       kiln_buf_appendf(out, "# %s is unset\n", opt->name);
@@ -431,6 +484,7 @@ void kiln_config_dump(const kiln_config_table_t *table, const void *settings, ki
       case KILN_CONFIG_INT: kiln_buf_appendf(out, "%" PRId64, *(const int64_t *)src); break;
       case KILN_CONFIG_SIZE: kiln_buf_appendf(out, "%" PRIu64, *(const uint64_t *)src); break;
       case KILN_CONFIG_DURATION: kiln_buf_appendf(out, "%" PRId64 "ms", *(const int64_t *)src); break;
+      case KILN_CONFIG_LIST: break; /* handled above */
     }
     kiln_buf_append_char(out, '\n');
   }
@@ -443,6 +497,8 @@ void kiln_config_deinit(const kiln_config_table_t *table, void *settings) {
       char **s = field(settings, opt);
       kiln_free(*s);
       *s = NULL;
+    } else if (opt->type == KILN_CONFIG_LIST) {
+      list_clear(field(settings, opt));
     }
   }
 }

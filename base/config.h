@@ -12,7 +12,11 @@
  * Storage by type: STRING -> char * (owned by the settings, freed by
  * kiln_config_deinit), BOOL -> bool, INT -> int64_t, SIZE -> uint64_t bytes
  * ("64MiB", "4k", "1048576"), DURATION -> int64_t milliseconds ("30s", "250ms",
- * "5m", "1h"; a bare number is seconds).
+ * "5m", "1h"; a bare number is seconds), LIST -> kiln_config_list_t (repeatable:
+ * each occurrence adds one item, in order; a source that names the option at all
+ * replaces what a lower source gave, so `--label a=1 --label b=2` on the command
+ * line replaces labels from the file; one environment variable is one item; the
+ * default, if any, is one item; choices apply to each item).
  *
  * Errors are INVALID_ARGUMENT naming the source (flag, variable or file:line), the
  * setting, the value and what is accepted. Not thread-safe: call at start-up.
@@ -34,7 +38,15 @@ typedef enum kiln_config_type_e {
   KILN_CONFIG_INT,
   KILN_CONFIG_SIZE,
   KILN_CONFIG_DURATION,
+  KILN_CONFIG_LIST,
 } kiln_config_type_t;
+
+/* Storage of a KILN_CONFIG_LIST option: its values in the order given. The
+ * strings and the array belong to the settings (kiln_config_deinit frees them). */
+typedef struct kiln_config_list_s {
+  char **items;
+  size_t count;
+} kiln_config_list_t;
 
 /* Option flags. */
 #define KILN_CONFIG_CLI_ONLY 0x1u /* not read from the file or the environment */
@@ -64,7 +76,8 @@ typedef struct kiln_config_table_s {
 kiln_status_t kiln_config_set_defaults(const kiln_config_table_t *table, void *settings);
 
 /* Sets one option by name from text; `source` names where the text came from
- * ("flag", "KILN_LISTEN", "kilnd.conf:3") for the error message. */
+ * ("flag", "KILN_LISTEN", "kilnd.conf:3") for the error message. A LIST option
+ * gets `value` appended. */
 kiln_status_t kiln_config_set(const kiln_config_table_t *table, void *settings,
                               const char *name, const char *value, const char *source);
 

@@ -1,8 +1,15 @@
 /* Settings table, exit-code mapping and error reporting for the kiln CLI. */
 #include "client/cli.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "base/alloc.h"
+
+static const char *const priorities[] = {"", "interactive", "batch", "bulk", NULL};
 
 static const kiln_config_option_t options[] = {
     {"config", 'c', KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, config), NULL, "FILE",
@@ -10,7 +17,8 @@ static const kiln_config_option_t options[] = {
     {"addr", 'a', KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, addr), KILN_CLI_DEFAULT_ADDR,
      "ADDR", "kilnd to talk to: HOST:PORT, [IPV6]:PORT or unix:PATH", 0, 0, NULL, 0},
     {"timeout", 't', KILN_CONFIG_DURATION, offsetof(kiln_cli_settings_t, timeout_ms), NULL,
-     "DURATION", "deadline of each call to kilnd (default 10s; 1h for cache verify and gc)", 1,
+     "DURATION", "deadline of each call to kilnd (default 10s; 1h for watch, cache verify and gc); "
+     "compile: of the whole compile (default 30m)", 1,
      24 * 3600 * 1000, NULL, 0},
     {"max-message-bytes", 0, KILN_CONFIG_SIZE, offsetof(kiln_cli_settings_t, max_message_bytes),
      "64MiB", "SIZE", "largest answer accepted from kilnd", 1024, 2147483647, NULL, 0},
@@ -21,6 +29,34 @@ static const kiln_config_option_t options[] = {
     {"max-bytes", 0, KILN_CONFIG_SIZE, offsetof(kiln_cli_settings_t, max_bytes), NULL, "SIZE",
      "cache gc: evict down to SIZE on disk (default: kilnd's cache-capacity)", 0, 0, NULL,
      KILN_CONFIG_CLI_ONLY},
+    {"target", 0, KILN_CONFIG_LIST, offsetof(kiln_cli_settings_t, target), NULL, "T[,T...]",
+     "compile, explain: targets (canonical ids or aliases; see `kiln info`); fetch, find: one "
+     "target", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
+    {"output", 'o', KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, output), NULL, "PATH",
+     "compile: directory for the VMFBs and kiln-manifest.json (default .); fetch: the file", 0, 0,
+     NULL, KILN_CONFIG_CLI_ONLY},
+    {"flag", 0, KILN_CONFIG_LIST, offsetof(kiln_cli_settings_t, flag), NULL, "FLAG",
+     "compile, fetch, explain: an extra iree-compile flag (--flag=--iree-...)", 0, 0, NULL,
+     KILN_CONFIG_CLI_ONLY},
+    {"label", 0, KILN_CONFIG_LIST, offsetof(kiln_cli_settings_t, label), NULL, "KEY=VALUE",
+     "compile: record a label on the artifacts; find: only artifacts with it", 0, 0, NULL,
+     KILN_CONFIG_CLI_ONLY},
+    {"priority", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, priority), NULL, "CLASS",
+     "compile: interactive, batch or bulk (default: kilnd's, interactive)", 0, 0, priorities, 0},
+    {"request-id", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, request_id), NULL, "ID",
+     "compile: idempotency key (default: a random UUID per invocation)", 0, 0, NULL,
+     KILN_CONFIG_CLI_ONLY},
+    {"source", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, source), NULL, "DIGEST|FILE",
+     "fetch, find, explain: the source, by digest or as a file to hash", 0, 0, NULL,
+     KILN_CONFIG_CLI_ONLY},
+    {"limit", 0, KILN_CONFIG_INT, offsetof(kiln_cli_settings_t, limit), NULL, "N",
+     "find: page size, 1..1000 (default: kilnd's, 100)", 1, 1000, NULL, KILN_CONFIG_CLI_ONLY},
+    {"page-token", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, page_token), NULL, "TOKEN",
+     "find: the page after a previous one", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
+    {"all", 0, KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, all), NULL, NULL,
+     "find: every page", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
+    {"reason", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, reason), NULL, "TEXT",
+     "cancel: why, for kilnd's log and the job's last event", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
     {"json", 'j', KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, json), NULL, NULL,
      "print machine-readable JSON (field names as in kiln.proto)", 0, 0, NULL, 0},
     {"help", 'h', KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, help), NULL, NULL,
@@ -46,6 +82,124 @@ int kiln_cli_call(const kiln_cli_settings_t *settings, kiln_client_t *client, co
 int64_t kiln_cli_timeout_ms(const kiln_cli_settings_t *settings, bool long_running) {
   if (settings->timeout_ms > 0) return settings->timeout_ms;
   return long_running ? KILN_CLI_LONG_TIMEOUT_MS : KILN_CLI_DEFAULT_TIMEOUT_MS;
+}
+
+int64_t kiln_cli_timeout_or(const kiln_cli_settings_t *settings, int64_t default_ms) {
+  return settings->timeout_ms > 0 ? settings->timeout_ms : default_ms;
+}
+
+void kiln_cli_strings_free(char **strings, size_t n) {
+  for (size_t i = 0; i < n; i++) kiln_free(strings[i]);
+  kiln_free(strings);
+}
+
+void kiln_cli_targets_split(const kiln_config_list_t *targets, char ***out_names, size_t *out_n) {
+  char **names = NULL;
+  size_t n = 0;
+  for (size_t i = 0; i < targets->count; i++) {
+    const char *p = targets->items[i];
+    while (*p) {
+      const char *end = strchr(p, ',');
+      if (!end) end = p + strlen(p);
+      const char *a = p, *b = end;
+      while (a < b && (*a == ' ' || *a == '\t')) a++;
+      while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
+      if (b > a) {
+        names = kiln_realloc(names, (n + 1) * sizeof *names);
+        names[n] = kiln_malloc((size_t)(b - a) + 1);
+        memcpy(names[n], a, (size_t)(b - a));
+        names[n][b - a] = '\0';
+        n++;
+      }
+      p = *end ? end + 1 : end;
+    }
+  }
+  *out_names = names;
+  *out_n = n;
+}
+
+void kiln_cli_labels_free(kiln_cli_label_t *labels, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    kiln_free(labels[i].key);
+    kiln_free(labels[i].value);
+  }
+  kiln_free(labels);
+}
+
+kiln_status_t kiln_cli_labels_parse(const kiln_config_list_t *items, kiln_cli_label_t **out_labels,
+                                    size_t *out_n) {
+  *out_labels = NULL;
+  *out_n = 0;
+  kiln_cli_label_t *labels = NULL;
+  size_t n = 0;
+  for (size_t i = 0; i < items->count; i++) {
+    const char *item = items->items[i];
+    const char *eq = strchr(item, '=');
+    if (!eq || eq == item) {
+      kiln_cli_labels_free(labels, n);
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "--label '%s': expected KEY=VALUE with a non-empty key, e.g. "
+                         "--label model=resnet50",
+                         item);
+    }
+    size_t key_len = (size_t)(eq - item);
+    size_t k = 0;
+    for (; k < n; k++) {
+      if (strlen(labels[k].key) == key_len && strncmp(labels[k].key, item, key_len) == 0) break;
+    }
+    if (k == n) {
+      labels = kiln_realloc(labels, (n + 1) * sizeof *labels);
+      labels[n].key = kiln_malloc(key_len + 1);
+      memcpy(labels[n].key, item, key_len);
+      labels[n].key[key_len] = '\0';
+      labels[n].value = NULL;
+      n++;
+    }
+    kiln_free(labels[k].value);
+    labels[k].value = kiln_strdup(eq + 1);
+  }
+  *out_labels = labels;
+  *out_n = n;
+  return NULL;
+}
+
+int kiln_cli_priority_value(const char *priority) {
+  if (!priority) return 0;
+  for (int i = 1; priorities[i]; i++) {
+    if (strcmp(priority, priorities[i]) == 0) return i;
+  }
+  return 0;
+}
+
+void kiln_cli_uuid(char out[37]) {
+  unsigned char b[16];
+  size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t r = getrandom(b + got, sizeof b - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  if (got < sizeof b) {
+    /* No entropy source: still unique enough per process for an idempotency key. */
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+      got += fread(b + got, 1, sizeof b - got, f);
+      fclose(f);
+    }
+  }
+  b[6] = (unsigned char)((b[6] & 0x0F) | 0x40);
+  b[8] = (unsigned char)((b[8] & 0x3F) | 0x80);
+  snprintf(out, 37,
+           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+int kiln_cli_expect_args(const char *command, int argc, int min, int max, const char *usage) {
+  if (argc >= min && argc <= max) return 0;
+  fprintf(stderr, "kiln: %s: %s\nusage: kiln %s\n", command,
+          argc < min ? "missing argument" : "too many arguments", usage);
+  return KILN_EXIT_USAGE;
 }
 
 int kiln_cli_exit_code(const kiln_status_t status) {

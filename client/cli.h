@@ -23,7 +23,8 @@
 
 #define KILN_CLI_DEFAULT_ADDR "127.0.0.1:7477"
 #define KILN_CLI_DEFAULT_TIMEOUT_MS 10000
-#define KILN_CLI_LONG_TIMEOUT_MS (3600 * 1000) /* cache verify and gc read the whole store */
+#define KILN_CLI_LONG_TIMEOUT_MS (3600 * 1000) /* cache verify and gc read the whole store; watch */
+#define KILN_CLI_COMPILE_TIMEOUT_MS (30 * 60 * 1000) /* the whole compile, job included */
 
 typedef struct kiln_cli_settings_s {
   char *config;
@@ -36,6 +37,18 @@ typedef struct kiln_cli_settings_s {
   bool json;
   bool help;
   bool version;
+  /* compile, fetch, find, explain */
+  kiln_config_list_t target; /* each item may hold a comma-separated list */
+  kiln_config_list_t flag;
+  kiln_config_list_t label;  /* "key=value" */
+  char *output;              /* compile: a directory; fetch: a file */
+  char *priority;            /* "", interactive, batch, bulk */
+  char *request_id;
+  char *source;              /* fetch, find, explain: a source digest or a file */
+  int64_t limit;             /* find: page size, 0 = kilnd's default */
+  char *page_token;
+  bool all;
+  char *reason;              /* cancel */
 } kiln_cli_settings_t;
 
 const kiln_config_table_t *kiln_cli_settings_table(void);
@@ -70,6 +83,100 @@ int kiln_cli_inspect(const kiln_cli_settings_t *settings, int argc, const char *
 int kiln_cli_cache(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 /* The deadline a command uses: --timeout when given, else its default. */
 int64_t kiln_cli_timeout_ms(const kiln_cli_settings_t *settings, bool long_running);
+/* --timeout when given, else `default_ms`. */
+int64_t kiln_cli_timeout_or(const kiln_cli_settings_t *settings, int64_t default_ms);
 int kiln_cli_stats(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
+
+/* `kiln compile FILE --target T[,T...] [-o DIR] [--flag F]... [--label K=V]...`. */
+int kiln_cli_compile(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
+                     const char **argv);
+/* `kiln fetch DIGEST | --source S --target T [--flag F]... [-o FILE]`. */
+int kiln_cli_fetch(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
+                   const char **argv);
+/* `kiln find [--source S] [--target T] [--label K=V]... [--limit N] [--page-token X|--all]`. */
+int kiln_cli_find(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
+                  const char **argv);
+/* `kiln status JOB`, `kiln watch JOB`, `kiln cancel JOB [--reason TEXT]`. */
+int kiln_cli_status(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
+                    const char **argv);
+int kiln_cli_watch(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
+                   const char **argv);
+int kiln_cli_cancel(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
+                    const char **argv);
+/* `kiln explain FILE|--source S --target T[,T...] [--flag F]...`: would Compile hit
+ * the cache, and if not, which part of the key differs from the nearest entry. */
+int kiln_cli_explain(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
+                     const char **argv);
+
+/* ---- Following a job (shared by compile and watch) ----------------------- */
+
+struct kiln_cli_job_s;
+
+/* How job progress is shown on stdout: nothing (--json), one plain line per event
+ * worth seeing (stdout is not a terminal), or a live per-target display redrawn in
+ * place (a terminal). Diagnostics and failures go to stderr in every mode. */
+typedef enum kiln_cli_show_e {
+  KILN_CLI_SHOW_NONE,
+  KILN_CLI_SHOW_PLAIN,
+  KILN_CLI_SHOW_LIVE,
+} kiln_cli_show_t;
+
+/* The mode for these settings and this stdout. */
+kiln_cli_show_t kiln_cli_show_mode(const kiln_cli_settings_t *settings);
+
+/* Catches SIGINT and SIGTERM into a flag (on) or restores the previous handlers
+ * (off). `compile` turns it on before it submits, so an interrupt at any point
+ * after can still cancel the job it created. */
+void kiln_cli_interrupts_catch(bool on);
+/* True when a caught SIGINT or SIGTERM arrived since the catch was turned on. */
+bool kiln_cli_interrupted(void);
+
+/* Streams the job's events (WatchJob; `from_start` replays them all) into `job`
+ * until its Terminal event, showing them as `show` says; reconnects after a
+ * dropped stream (UNAVAILABLE) from the last sequence seen, up to 3 times. The
+ * stream's deadline is the client's timeout. With `cancel_on_interrupt` (and
+ * kiln_cli_interrupts_catch on), an interrupt, also one caught before the call,
+ * cancels the job on kilnd (CancelJob) and returns KILN_EXIT_FAILED. Returns
+ * KILN_EXIT_OK once the job finished (whatever its state), else reports the
+ * failure as `what` and returns its exit code. */
+int kiln_cli_job_follow(const kiln_cli_settings_t *settings, kiln_client_t *client,
+                        struct kiln_cli_job_s *job, bool from_start, kiln_cli_show_t show,
+                        bool cancel_on_interrupt, const char *what);
+
+/* ---- Argument helpers (pure; unit-tested) -------------------------------- */
+
+/* The --target items split at commas, blanks trimmed, empty names dropped, in
+ * order. *out_names is an array of *out_n strings, each and the array owned by the
+ * caller (kiln_cli_strings_free). Never fails. */
+void kiln_cli_targets_split(const kiln_config_list_t *targets, char ***out_names, size_t *out_n);
+
+/* One label. */
+typedef struct kiln_cli_label_s {
+  char *key;
+  char *value;
+} kiln_cli_label_t;
+
+/* Parses --label KEY=VALUE items (the value may be empty or hold '='; a key given
+ * twice keeps its last value, in the position of its first). INVALID_ARGUMENT
+ * naming the item when it has no '=' or an empty key. On success *out_labels (an
+ * array of *out_n) belongs to the caller (kiln_cli_labels_free). */
+kiln_status_t kiln_cli_labels_parse(const kiln_config_list_t *labels, kiln_cli_label_t **out_labels,
+                                    size_t *out_n);
+void kiln_cli_labels_free(kiln_cli_label_t *labels, size_t n);
+
+/* --priority as the proto enum value: "" -> 0 (kilnd's default), interactive 1,
+ * batch 2, bulk 3 (the table restricts the spelling). */
+int kiln_cli_priority_value(const char *priority);
+
+/* Frees an array of n strings and the array. NULL is fine. */
+void kiln_cli_strings_free(char **strings, size_t n);
+
+/* A random (version 4) UUID, "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx", into out[37]
+ * (getrandom; the idempotency key of a Compile). */
+void kiln_cli_uuid(char out[37]);
+
+/* Checks the number of positional arguments of `command`: INVALID_ARGUMENT-style
+ * message on stderr and KILN_EXIT_USAGE when argc is outside [min, max], else 0. */
+int kiln_cli_expect_args(const char *command, int argc, int min, int max, const char *usage);
 
 #endif /* KILN_CLIENT_CLI_H */

@@ -11,6 +11,17 @@ static const struct {
   kiln_cli_command_fn_t fn;
   const char *summary;
 } commands[] = {
+    {"compile", kiln_cli_compile,
+     "FILE --target T[,T...] [-o DIR]: compile, stream progress, write DIR/<target>.vmfb and "
+     "DIR/kiln-manifest.json"},
+    {"fetch", kiln_cli_fetch,
+     "DIGEST | --source S --target T [-o FILE]: download one VMFB (verified, atomic, resumable)"},
+    {"find", kiln_cli_find, "[--source S] [--target T] [--label K=V] [--all]: list stored artifacts"},
+    {"status", kiln_cli_status, "JOB: a job's state and its targets so far"},
+    {"watch", kiln_cli_watch, "JOB: follow a job to its end (exit 0 DONE, 1 FAILED or CANCELLED)"},
+    {"cancel", kiln_cli_cancel, "JOB [--reason TEXT]: cancel a job"},
+    {"explain", kiln_cli_explain,
+     "FILE|--source S --target T [--flag F]: would compile hit the cache, and if not, why"},
     {"info", kiln_cli_info, "what kilnd is: version, compiler, HAL version, targets and aliases"},
     {"health", kiln_cli_health, "is kilnd serving? (grpc.health.v1 Check)"},
     {"stats", kiln_cli_stats, "uptime and calls by method and status"},
@@ -23,16 +34,18 @@ static const struct {
 static void print_usage(void) {
   printf("usage: kiln [options] COMMAND\n\nThe kiln client: talks to kilnd over gRPC.\n\ncommands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-    printf("  %-10s %s\n", commands[i].name, commands[i].summary);
+    printf("  %-8s %s\n", commands[i].name, commands[i].summary);
   }
   printf("\noptions (before or after the command):\n");
   kiln_config_print_help(kiln_cli_settings_table(), stdout);
   printf("\nexit status:\n"
          "  0  success\n"
-         "  1  kilnd answered with an error\n"
-         "  2  bad command, flag or value\n"
+         "  1  kilnd answered with an error; compile, watch: a target failed or the job was\n"
+         "     cancelled; explain: a target would miss the cache\n"
+         "  2  bad command, flag or value (compile: also a request kilnd refused as invalid,\n"
+         "     such as an unknown target)\n"
          "  3  kilnd could not be reached\n"
-         "  4  kilnd did not answer within --timeout\n"
+         "  4  kilnd did not answer within --timeout (compile: the compile ran past it)\n"
          "  5  kilnd is up but not serving\n"
          "  6  inspect: a file is a legacy (pre-HAL 0.7) VMFB\n"
          "  7  inspect: a file is not a readable VMFB\n");

@@ -1,5 +1,18 @@
-/* Blocking unary calls over the gRPC C core: one pluck completion queue per client;
- * each call is one batch with every op, waited for by its tag. */
+/* Blocking calls over the gRPC C core: one pluck completion queue per client.
+ *
+ * A unary call is one batch with every op, waited for by its tag. A streaming call
+ * is several batches, each with its own tag (an address inside the stream, so tags
+ * never collide): the send batch (initial metadata, and for server-streaming the
+ * request and the half-close), the status batch (RECV_STATUS_ON_CLIENT, started at
+ * once and plucked when the call ends: it is how the call's end is learned even
+ * when a send fails), one receive batch at a time, one write batch at a time.
+ * Invariant: every batch that was started is plucked exactly once before the call
+ * is unreffed (kiln_client_stream_destroy cancels first so pending ones finish);
+ * `send_pending`, `recv_pending` and `status_pending` say which are still
+ * outstanding. The opening send batch is not waited for when the call starts (it
+ * completes only once a connection is up); it is plucked before the next write,
+ * and with the status. A read that
+ * times out leaves its batch pending, and the next read plucks that same batch. */
 #include "client/rpc.h"
 
 #include <grpc/byte_buffer_reader.h>
@@ -7,6 +20,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -146,4 +160,307 @@ kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
   gpr_free((void *)error_string);
   grpc_call_unref(call);
   return status;
+}
+
+/* ---- Streaming calls ------------------------------------------------------ */
+
+struct kiln_client_stream_s {
+  kiln_client_t *client;
+  char *method;
+  grpc_call *call;
+  kiln_status_t start_error; /* the call could not be started; reported by read/finish */
+  /* Tags: distinct addresses, one per kind of batch. */
+  char tag_send, tag_status, tag_recv, tag_write;
+  bool initial_md_requested;
+  bool send_pending; /* the opening send batch: it waits for a connection */
+  bool recv_pending;
+  bool status_pending;
+  bool ended;       /* the final status is known (status_code/details valid) */
+  bool write_failed;
+  bool half_closed;
+  grpc_metadata_array initial_md;
+  grpc_metadata_array trailing_md;
+  grpc_byte_buffer *recv_buffer;
+  grpc_status_code status_code;
+  grpc_slice status_details;
+  const char *error_string;
+  grpc_byte_buffer *request_buffer;
+  kiln_status_t decode_error; /* a message that did not decode ends the stream too */
+};
+
+static grpc_byte_buffer *pack(const ProtobufCMessage *message) {
+  size_t size = protobuf_c_message_get_packed_size(message);
+  grpc_slice slice = grpc_slice_malloc(size);
+  protobuf_c_message_pack(message, GRPC_SLICE_START_PTR(slice));
+  grpc_byte_buffer *buffer = grpc_raw_byte_buffer_create(&slice, 1);
+  grpc_slice_unref(slice);
+  return buffer;
+}
+
+static void pluck(kiln_client_stream_t *s, void *tag) {
+  grpc_completion_queue_pluck(s->client->cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+}
+
+static void wait_send(kiln_client_stream_t *s) {
+  if (s->send_pending) {
+    pluck(s, &s->tag_send);
+    s->send_pending = false;
+  }
+}
+
+/* Waits for the status batch (the call then has ended), and the opening send. */
+static void wait_status(kiln_client_stream_t *s) {
+  wait_send(s);
+  if (s->status_pending) {
+    pluck(s, &s->tag_status);
+    s->status_pending = false;
+    s->ended = true;
+  }
+}
+
+/* The final outcome as a fresh status (NULL for OK). */
+static kiln_status_t final_status(const kiln_client_stream_t *s) {
+  if (s->start_error) {
+    return KILN_STATUS(kiln_status_code(s->start_error), "%s", kiln_status_message(s->start_error));
+  }
+  if (s->decode_error) {
+    return KILN_STATUS(kiln_status_code(s->decode_error), "%s", kiln_status_message(s->decode_error));
+  }
+  if (s->status_code == GRPC_STATUS_OK) return NULL;
+  char *text = grpc_slice_to_c_string(s->status_details);
+  kiln_status_t status = KILN_STATUS((kiln_status_code_t)s->status_code, "%s",
+                                     *text ? text : "(no message)");
+  gpr_free(text);
+  return status;
+}
+
+kiln_client_stream_t *kiln_client_stream_open(kiln_client_t *client, const char *method,
+                                              const ProtobufCMessage *request) {
+  kiln_client_stream_t *s = kiln_calloc(1, sizeof *s);
+  s->client = client;
+  s->method = kiln_strdup(method);
+  s->status_code = GRPC_STATUS_UNKNOWN;
+  s->status_details = grpc_empty_slice();
+  grpc_metadata_array_init(&s->initial_md);
+  grpc_metadata_array_init(&s->trailing_md);
+  gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
+                                       gpr_time_from_millis(client->timeout_ms, GPR_TIMESPAN));
+  grpc_slice method_slice = grpc_slice_from_copied_string(method);
+  s->call = grpc_channel_create_call(client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, client->cq,
+                                     method_slice, NULL, deadline, NULL);
+  grpc_slice_unref(method_slice);
+
+  grpc_op status_op;
+  memset(&status_op, 0, sizeof status_op);
+  status_op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  status_op.data.recv_status_on_client.trailing_metadata = &s->trailing_md;
+  status_op.data.recv_status_on_client.status = &s->status_code;
+  status_op.data.recv_status_on_client.status_details = &s->status_details;
+  status_op.data.recv_status_on_client.error_string = &s->error_string;
+  grpc_call_error err = grpc_call_start_batch(s->call, &status_op, 1, &s->tag_status, NULL);
+  if (err != GRPC_CALL_OK) {
+    s->start_error = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: cannot start the call (grpc_call_error %d)",
+                                 method, (int)err);
+    s->ended = true;
+    return s;
+  }
+  s->status_pending = true;
+
+  grpc_op ops[3];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  grpc_byte_buffer *request_buffer = NULL;
+  if (request) {
+    request_buffer = pack(request);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = request_buffer;
+    ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    s->half_closed = true;
+  }
+  err = grpc_call_start_batch(s->call, ops, n, &s->tag_send, NULL);
+  if (err != GRPC_CALL_OK) {
+    s->start_error = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: cannot start the call (grpc_call_error %d)",
+                                 method, (int)err);
+  } else {
+    /* Not waited for here: it completes only once a connection is up, and a
+     * bounded read must not block on that. A failed send is no error of its
+     * own: the status batch says why. */
+    s->send_pending = true;
+  }
+  s->request_buffer = request_buffer; /* the core reads it until the batch completes */
+  return s;
+}
+
+/* Starts the receive batch (with the initial metadata the first time). */
+static bool start_recv(kiln_client_stream_t *s) {
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  if (!s->initial_md_requested) {
+    ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[n++].data.recv_initial_metadata.recv_initial_metadata = &s->initial_md;
+    s->initial_md_requested = true;
+  }
+  ops[n].op = GRPC_OP_RECV_MESSAGE;
+  ops[n++].data.recv_message.recv_message = &s->recv_buffer;
+  s->recv_buffer = NULL;
+  if (grpc_call_start_batch(s->call, ops, n, &s->tag_recv, NULL) != GRPC_CALL_OK) return false;
+  s->recv_pending = true;
+  return true;
+}
+
+/* Decodes and frees s->recv_buffer. */
+static ProtobufCMessage *decode(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor) {
+  ProtobufCMessage *message = NULL;
+  grpc_byte_buffer_reader reader;
+  if (!grpc_byte_buffer_reader_init(&reader, s->recv_buffer)) {
+    s->decode_error = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: a message from kilnd cannot be read", s->method);
+  } else {
+    grpc_slice bytes = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    message = protobuf_c_message_unpack(descriptor, NULL, GRPC_SLICE_LENGTH(bytes),
+                                        GRPC_SLICE_START_PTR(bytes));
+    if (!message) {
+      s->decode_error = KILN_STATUS(KILN_STATUS_INTERNAL,
+                                    "%s: a message from kilnd is not a valid %s; is kilnd the same "
+                                    "version as this client?",
+                                    s->method, descriptor->name);
+    }
+    grpc_slice_unref(bytes);
+  }
+  grpc_byte_buffer_destroy(s->recv_buffer);
+  s->recv_buffer = NULL;
+  return message;
+}
+
+kiln_status_t kiln_client_stream_read(kiln_client_stream_t *stream,
+                                      const ProtobufCMessageDescriptor *descriptor,
+                                      int64_t wait_ms, ProtobufCMessage **out_message,
+                                      bool *out_timed_out) {
+  kiln_client_stream_t *s = stream;
+  *out_message = NULL;
+  *out_timed_out = false;
+  if (s->start_error || s->decode_error) return final_status(s);
+  if (s->ended && !s->recv_pending) return final_status(s);
+  if (!s->recv_pending && !start_recv(s)) {
+    wait_status(s);
+    return final_status(s);
+  }
+  gpr_timespec until = wait_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME)
+                                   : gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
+                                                  gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
+  grpc_event ev = grpc_completion_queue_pluck(s->client->cq, &s->tag_recv, until, NULL);
+  if (ev.type == GRPC_QUEUE_TIMEOUT) {
+    *out_timed_out = true;
+    return NULL;
+  }
+  s->recv_pending = false;
+  if (ev.success && s->recv_buffer) {
+    *out_message = decode(s, descriptor);
+    if (*out_message) return NULL;
+    /* Undecodable: nothing more can be trusted; end the call. */
+    grpc_call_cancel(s->call, NULL);
+    wait_status(s);
+    return final_status(s);
+  }
+  /* No message: the stream ended (or the call failed); its status says which. */
+  wait_status(s);
+  return final_status(s);
+}
+
+bool kiln_client_stream_write(kiln_client_stream_t *stream, const ProtobufCMessage *message) {
+  kiln_client_stream_t *s = stream;
+  if (s->start_error || s->write_failed || s->half_closed || s->ended) return false;
+  wait_send(s); /* one send batch at a time; writes block anyway */
+  grpc_byte_buffer *buffer = pack(message);
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_SEND_MESSAGE;
+  op.data.send_message.send_message = buffer;
+  bool ok = false;
+  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_write, NULL) == GRPC_CALL_OK) {
+    grpc_event ev = grpc_completion_queue_pluck(s->client->cq, &s->tag_write,
+                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    ok = ev.success != 0;
+  }
+  grpc_byte_buffer_destroy(buffer);
+  if (!ok) s->write_failed = true;
+  return ok;
+}
+
+kiln_status_t kiln_client_stream_finish(kiln_client_stream_t *stream,
+                                        const ProtobufCMessageDescriptor *descriptor,
+                                        ProtobufCMessage **out_response) {
+  kiln_client_stream_t *s = stream;
+  *out_response = NULL;
+  if (s->start_error) return final_status(s);
+  wait_send(s);
+  if (!s->half_closed && !s->ended) {
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    if (grpc_call_start_batch(s->call, &op, 1, &s->tag_write, NULL) == GRPC_CALL_OK) {
+      pluck(s, &s->tag_write); /* fails harmlessly when the server has already answered */
+    }
+    s->half_closed = true;
+  }
+  ProtobufCMessage *response = NULL;
+  bool timed_out = false;
+  kiln_status_t status = kiln_client_stream_read(s, descriptor, -1, &response, &timed_out);
+  if (status) return status;
+  if (!response) {
+    return KILN_STATUS(KILN_STATUS_INTERNAL, "%s: kilnd answered OK without a message", s->method);
+  }
+  /* The single response is followed by the status. */
+  wait_status(s);
+  status = final_status(s);
+  if (status) {
+    protobuf_c_message_free_unpacked(response, NULL);
+    return status;
+  }
+  *out_response = response;
+  return NULL;
+}
+
+void kiln_client_stream_cancel(kiln_client_stream_t *stream) {
+  if (stream && stream->call && !stream->ended) grpc_call_cancel(stream->call, NULL);
+}
+
+const void *kiln_client_stream_trailer(const kiln_client_stream_t *stream, const char *key,
+                                       size_t *out_len) {
+  *out_len = 0;
+  if (!stream->ended) return NULL;
+  for (size_t i = 0; i < stream->trailing_md.count; i++) {
+    const grpc_metadata *md = &stream->trailing_md.metadata[i];
+    if (grpc_slice_str_cmp(md->key, key) == 0) {
+      *out_len = GRPC_SLICE_LENGTH(md->value);
+      return GRPC_SLICE_START_PTR(md->value);
+    }
+  }
+  return NULL;
+}
+
+void kiln_client_stream_destroy(kiln_client_stream_t *stream) {
+  kiln_client_stream_t *s = stream;
+  if (!s) return;
+  if (s->call) {
+    if (s->recv_pending || s->status_pending || s->send_pending) grpc_call_cancel(s->call, NULL);
+    if (s->recv_pending) {
+      pluck(s, &s->tag_recv);
+      s->recv_pending = false;
+      if (s->recv_buffer) grpc_byte_buffer_destroy(s->recv_buffer);
+    }
+    wait_status(s);
+    grpc_call_unref(s->call);
+  }
+  if (s->request_buffer) grpc_byte_buffer_destroy(s->request_buffer);
+  grpc_metadata_array_destroy(&s->initial_md);
+  grpc_metadata_array_destroy(&s->trailing_md);
+  grpc_slice_unref(s->status_details);
+  gpr_free((void *)s->error_string);
+  kiln_status_free(s->start_error);
+  kiln_status_free(s->decode_error);
+  kiln_free(s->method);
+  kiln_free(s);
 }

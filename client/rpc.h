@@ -1,10 +1,13 @@
-/* The CLI's gRPC client: one channel to kilnd and blocking unary calls on it.
+/* The CLI's gRPC client: one channel to kilnd, blocking unary calls, and blocking
+ * streaming calls (server-streaming reads, client-streaming writes, cancel) on it.
  * The CLI is single-threaded; none of this is shared. Not thread-safe.
  */
 #ifndef KILN_CLIENT_RPC_H
 #define KILN_CLIENT_RPC_H
 
 #include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -35,5 +38,69 @@ kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
                                 const ProtobufCMessage *request,
                                 const ProtobufCMessageDescriptor *response_descriptor,
                                 ProtobufCMessage **out_response);
+
+/* ---- Streaming calls ----------------------------------------------------
+ *
+ * One kiln_client_stream_t is one call. Server-streaming (WatchJob, GetArtifact):
+ * open with the request, then read until a read returns the end. Client-streaming
+ * (PutSource): open with request NULL, write each message, then finish. Every
+ * operation blocks the calling thread on the client's completion queue; the call's
+ * deadline is the client's timeout when it is opened. A stream must be destroyed
+ * before its client. */
+typedef struct kiln_client_stream_s kiln_client_stream_t;
+
+/* Starts a call to `method` ("/kiln.v1.Kiln/WatchJob"). With `request` non-NULL the
+ * request is sent and the client's side closed at once (server-streaming); with
+ * NULL the caller writes the messages (client-streaming). Returns the stream, owned
+ * by the caller (kiln_client_stream_destroy). A call that could not start (the
+ * server cannot be reached, ...) still returns a stream: the failure arrives, as a
+ * gRPC status, from the first read or finish. */
+kiln_client_stream_t *kiln_client_stream_open(kiln_client_t *client, const char *method,
+                                              const ProtobufCMessage *request);
+
+/* Reads the next server message as `descriptor`, waiting at most `wait_ms`
+ * milliseconds (< 0: as long as the call's deadline allows). Exactly one of:
+ *   - a message arrived: *out_message is set (owned by the caller, free with
+ *     protobuf_c_message_free_unpacked(msg, NULL)); returns NULL;
+ *   - wait_ms passed first: *out_message is NULL, *out_timed_out is true; returns
+ *     NULL. The read stays pending: the next read goes on waiting for the same
+ *     message (or cancel the stream);
+ *   - the stream ended: *out_message is NULL, *out_timed_out false; returns the
+ *     call's final status: NULL for OK, else the server's code and message
+ *     (CANCELLED after kiln_client_stream_cancel, DEADLINE_EXCEEDED, UNAVAILABLE),
+ *     INTERNAL for a message that does not decode. Later reads return the same
+ *     outcome again (a fresh copy of the status). */
+kiln_status_t kiln_client_stream_read(kiln_client_stream_t *stream,
+                                      const ProtobufCMessageDescriptor *descriptor,
+                                      int64_t wait_ms, ProtobufCMessage **out_message,
+                                      bool *out_timed_out);
+
+/* Sends one message (client-streaming). Returns true when it was handed to the
+ * transport; false when the call has already ended (the server answered early, as
+ * PutSource does for a source it already has, or failed it, or it was cancelled):
+ * stop writing and call kiln_client_stream_finish to learn the outcome. */
+bool kiln_client_stream_write(kiln_client_stream_t *stream, const ProtobufCMessage *message);
+
+/* Client-streaming: closes the client's side (if still open), then receives the
+ * server's single response as `descriptor` and the call's status. On OK
+ * *out_response is owned by the caller; otherwise returns the status (as
+ * kiln_client_stream_read describes) and *out_response is NULL. */
+kiln_status_t kiln_client_stream_finish(kiln_client_stream_t *stream,
+                                        const ProtobufCMessageDescriptor *descriptor,
+                                        ProtobufCMessage **out_response);
+
+/* Cancels the call (the server sees CANCELLED); pending and later reads end with
+ * CANCELLED unless the call had already ended. Idempotent. */
+void kiln_client_stream_cancel(kiln_client_stream_t *stream);
+
+/* A trailing metadata value of an ended call (after a read returned the end, or
+ * after finish): the bytes (decoded for `-bin` keys) and their length in
+ * *out_len; NULL when absent or the call has not ended. Borrowed until destroy. */
+const void *kiln_client_stream_trailer(const kiln_client_stream_t *stream, const char *key,
+                                       size_t *out_len);
+
+/* Cancels the call if it has not ended, waits for its pending operations, frees
+ * everything. NULL is a no-op. */
+void kiln_client_stream_destroy(kiln_client_stream_t *stream);
 
 #endif /* KILN_CLIENT_RPC_H */

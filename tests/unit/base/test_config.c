@@ -9,7 +9,9 @@
  * by flag and by environment; the size and duration parsers; the dump re-parsing to
  * the same settings (unset strings included); --help text; deinit freeing strings
  * (ASan's leak check); regression tests for a directory given as the config file, a
- * string set from its own value, and an over-long environment prefix.
+ * string set from its own value, and an over-long environment prefix; LIST options
+ * (repeatable: append per occurrence, a higher source replaces a lower one, choices
+ * per item, dump round trip, "(repeatable)" in the help) on a second table.
  * Fixture: a mkdtemp directory for config files (group), fresh defaults and a clean
  * KILNTEST_* environment (each test). */
 #include <setjmp.h>
@@ -1176,6 +1178,121 @@ static void test_long_env_prefix_stays_in_bounds(void **state) {
   assert_child_clean(kiln_test_run_in_child(child_long_env_prefix), "130-character env prefix");
 }
 
+
+/* ---- LIST options (a second table: the main one has no list) ---- */
+
+typedef struct list_settings_s {
+  kiln_config_list_t label;
+  kiln_config_list_t mode;
+  kiln_config_list_t tag;
+} list_settings_t;
+
+static const char *const modes[] = {"fast", "slow", NULL};
+
+static const kiln_config_option_t list_options[] = {
+    {"label", 'L', KILN_CONFIG_LIST, offsetof(list_settings_t, label), NULL, "K=V", "labels", 0,
+     0, NULL, 0},
+    {"mode", 0, KILN_CONFIG_LIST, offsetof(list_settings_t, mode), NULL, "MODE", "modes", 0, 0,
+     modes, 0},
+    {"tag", 0, KILN_CONFIG_LIST, offsetof(list_settings_t, tag), "base", "TAG", "tags", 0, 0, NULL,
+     0},
+};
+
+static const kiln_config_table_t list_table = {"kilntest", "KILNTEST_", list_options,
+                                               sizeof list_options / sizeof list_options[0]};
+
+static void assert_list(const kiln_config_list_t *list, size_t n, const char *const *want) {
+  if (list->count != n) fail_msg("list has %zu item(s), expected %zu", list->count, n);
+  for (size_t i = 0; i < n; i++) assert_string_equal(list->items[i], want[i]);
+}
+
+/* Each occurrence on the command line adds one item, in order, whatever form it
+ * takes; the default is one item and is replaced by the first occurrence. */
+static void test_list_args_append_in_order(void **state) {
+  (void)state;
+  list_settings_t ls;
+  memset(&ls, 0, sizeof ls);
+  expect_ok(kiln_config_set_defaults(&list_table, &ls));
+  assert_list(&ls.tag, 1, (const char *const[]){"base"});
+  assert_list(&ls.label, 0, NULL);
+  char *argv[] = {"prog", "--label", "a=1", "-L", "b=2", "--label=c=3", "--tag", "x", "--tag=--y"};
+  expect_ok(kiln_config_parse_args(&list_table, &ls, ARGC(argv), argv, NULL, 0, NULL));
+  assert_list(&ls.label, 3, (const char *const[]){"a=1", "b=2", "c=3"});
+  assert_list(&ls.tag, 2, (const char *const[]){"x", "--y"});
+  /* Setting defaults again (e.g. a reload) starts over instead of piling up. */
+  expect_ok(kiln_config_set_defaults(&list_table, &ls));
+  assert_list(&ls.tag, 1, (const char *const[]){"base"});
+  kiln_config_deinit(&list_table, &ls);
+  assert_null(ls.label.items);
+  assert_int_equal(ls.label.count, 0);
+}
+
+/* File lines append within the file; the environment is one item; a source that
+ * names the list replaces what a lower one gave; a source that does not name it
+ * leaves it alone. */
+static void test_list_sources_replace(void **state) {
+  (void)state;
+  char path[PATH_MAX];
+  write_file("list.conf", "label = f=1\nlabel = f=2\n", path);
+  list_settings_t ls;
+  memset(&ls, 0, sizeof ls);
+  expect_ok(kiln_config_set_defaults(&list_table, &ls));
+  expect_ok(kiln_config_load_file(&list_table, &ls, path));
+  assert_list(&ls.label, 2, (const char *const[]){"f=1", "f=2"});
+  expect_ok(kiln_config_load_env(&list_table, &ls)); /* KILNTEST_LABEL unset: kept */
+  assert_list(&ls.label, 2, (const char *const[]){"f=1", "f=2"});
+  setenv("KILNTEST_LABEL", "e=1,e=2", 1);
+  expect_ok(kiln_config_load_env(&list_table, &ls));
+  assert_list(&ls.label, 1, (const char *const[]){"e=1,e=2"});
+  char *argv[] = {"prog", "--label", "c=1"};
+  expect_ok(kiln_config_parse_args(&list_table, &ls, ARGC(argv), argv, NULL, 0, NULL));
+  assert_list(&ls.label, 1, (const char *const[]){"c=1"});
+  char *none[] = {"prog"};
+  expect_ok(kiln_config_parse_args(&list_table, &ls, ARGC(none), none, NULL, 0, NULL));
+  assert_list(&ls.label, 1, (const char *const[]){"c=1"});
+  kiln_config_deinit(&list_table, &ls);
+}
+
+/* Choices are checked per item; kiln_config_set appends; the dump writes one line
+ * per item and re-parses to the same lists; help says "repeatable". */
+static void test_list_choices_set_dump_help(void **state) {
+  (void)state;
+  list_settings_t ls;
+  memset(&ls, 0, sizeof ls);
+  expect_ok(kiln_config_set_defaults(&list_table, &ls));
+  char *bad[] = {"prog", "--mode", "fast", "--mode", "medium"};
+  expect_invalid(kiln_config_parse_args(&list_table, &ls, ARGC(bad), bad, NULL, 0, NULL),
+                 "one of fast, slow");
+  expect_ok(kiln_config_set(&list_table, &ls, "mode", "slow", "test"));
+  expect_ok(kiln_config_set(&list_table, &ls, "label", "k=v", "test"));
+  expect_ok(kiln_config_set(&list_table, &ls, "label", "k2=v2", "test"));
+  kiln_buf_t dump;
+  kiln_buf_init(&dump);
+  kiln_config_dump(&list_table, &ls, &dump);
+  char path[PATH_MAX];
+  write_file("list-dump.conf", dump.data, path);
+  kiln_buf_deinit(&dump);
+  list_settings_t again;
+  memset(&again, 0, sizeof again);
+  expect_ok(kiln_config_set_defaults(&list_table, &again));
+  expect_ok(kiln_config_load_file(&list_table, &again, path));
+  assert_list(&again.label, 2, (const char *const[]){"k=v", "k2=v2"});
+  assert_list(&again.mode, 2, (const char *const[]){"fast", "slow"});
+  assert_list(&again.tag, 1, (const char *const[]){"base"});
+  kiln_config_deinit(&list_table, &again);
+  kiln_config_deinit(&list_table, &ls);
+
+  char *text = NULL;
+  size_t len = 0;
+  FILE *mem = open_memstream(&text, &len);
+  assert_non_null(mem);
+  kiln_config_print_help(&list_table, mem);
+  fclose(mem);
+  assert_non_null(strstr(text, "--label K=V"));
+  assert_non_null(strstr(text, "labels (repeatable)"));
+  free(text);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)
   const struct CMUnitTest tests[] = {
@@ -1221,6 +1338,9 @@ int main(void) {
       T(test_deinit_frees_and_clears),
       T(test_set_string_from_own_value),
       T(test_long_env_prefix_stays_in_bounds),
+      T(test_list_args_append_in_order),
+      T(test_list_sources_replace),
+      T(test_list_choices_set_dump_help),
   };
 #undef T
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -7,7 +7,14 @@
  * KILN_ADDR and KILN_TIMEOUT override the defaults, --addr / -a / --addr= override
  * KILN_ADDR, a config file sits between defaults and the environment, CLI-only
  * options ignore the environment, bad values are INVALID_ARGUMENT, and positional
- * words (the command) are collected with options before or after them. */
+ * words (the command) are collected with options before or after them. The
+ * compile/fetch/find options: --target and --flag repeatable (values that start
+ * with "--" included), --priority restricted to its classes and read from
+ * KILN_PRIORITY, CLI-only options ignoring the environment, --limit bounds;
+ * kiln_cli_timeout_or; the argument helpers: targets split at commas (blanks and
+ * empties dropped), labels parsed (last value of a key wins, '=' in values,
+ * missing '=' or key rejected), priority values, UUIDs (version 4, distinct), and
+ * the positional-count check. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,7 +36,9 @@ static char tmpdir[256];
 
 static const char *const env_vars[] = {"KILN_ADDR",    "KILN_TIMEOUT", "KILN_MAX_MESSAGE_BYTES",
                                        "KILN_SERVICE", "KILN_JSON",    "KILN_CONFIG",
-                                       "KILN_HELP",    "KILN_VERSION", NULL};
+                                       "KILN_HELP",    "KILN_VERSION", "KILN_PRIORITY",
+                                       "KILN_TARGET",  "KILN_FLAG",    "KILN_OUTPUT",
+                                       NULL};
 
 static void clear_env(void) {
   for (size_t i = 0; env_vars[i]; i++) unsetenv(env_vars[i]);
@@ -295,6 +304,155 @@ static void test_command_and_options_in_any_order(void **state) {
   assert_string_equal(s->addr, "h:1");
 }
 
+
+/* ---- compile / fetch / find options -------------------------------------- */
+
+static void assert_items(const kiln_config_list_t *list, size_t n, const char *const *want) {
+  if (list->count != n) fail_msg("%zu item(s), expected %zu", list->count, n);
+  for (size_t i = 0; i < n; i++) assert_string_equal(list->items[i], want[i]);
+}
+
+static void test_compile_options(void **state) {
+  kiln_cli_settings_t *s = *state;
+  const char *positional[4];
+  size_t n = 0;
+  char *argv[] = {"kiln", "compile", "model.mlir", "--target", "sm_89,gfx950", "--target=ada",
+                  "--flag", "--iree-opt-level=O3", "--flag=--iree-x", "-o", "out",
+                  "--label", "model=mlp", "--label", "ci.run=7", "--priority", "batch",
+                  "--request-id", "abc", NULL};
+  kiln_status_t st = load(s, argv, positional, 4, &n);
+  if (st) fail_msg("load: %s", kiln_status_message(st));
+  assert_int_equal(n, 2);
+  assert_string_equal(positional[0], "compile");
+  assert_string_equal(positional[1], "model.mlir");
+  assert_items(&s->target, 2, (const char *const[]){"sm_89,gfx950", "ada"});
+  assert_items(&s->flag, 2, (const char *const[]){"--iree-opt-level=O3", "--iree-x"});
+  assert_items(&s->label, 2, (const char *const[]){"model=mlp", "ci.run=7"});
+  assert_string_equal(s->output, "out");
+  assert_string_equal(s->priority, "batch");
+  assert_int_equal(kiln_cli_priority_value(s->priority), 2);
+  assert_string_equal(s->request_id, "abc");
+  /* The compile default is 30 minutes unless --timeout says otherwise. */
+  assert_int_equal(kiln_cli_timeout_or(s, KILN_CLI_COMPILE_TIMEOUT_MS), 30 * 60 * 1000);
+}
+
+static void test_find_options_and_bounds(void **state) {
+  kiln_cli_settings_t *s = *state;
+  assert_load_ok(s, "--source", "x.mlir", "--limit", "1000", "--all", "--page-token", "t1",
+                 "--timeout", "5s", NULL);
+  assert_string_equal(s->source, "x.mlir");
+  assert_int_equal(s->limit, 1000);
+  assert_true(s->all);
+  assert_string_equal(s->page_token, "t1");
+  assert_int_equal(kiln_cli_timeout_or(s, KILN_CLI_COMPILE_TIMEOUT_MS), 5000);
+  static const char *const bad[][2] = {
+      {"--limit", "0"}, {"--limit", "1001"}, {"--priority", "urgent"}, {"--limit", "ten"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    kiln_config_deinit(kiln_cli_settings_table(), s);
+    memset(s, 0, sizeof *s);
+    char *argv[] = {"kiln", (char *)bad[i][0], (char *)bad[i][1], NULL};
+    kiln_status_t st = load(s, argv, NULL, 0, NULL);
+    if (kiln_status_code(st) != KILN_STATUS_INVALID_ARGUMENT) {
+      fail_msg("%s %s: expected INVALID_ARGUMENT", bad[i][0], bad[i][1]);
+    }
+    kiln_status_free(st);
+  }
+}
+
+static void test_priority_from_env_targets_not(void **state) {
+  kiln_cli_settings_t *s = *state;
+  setenv("KILN_PRIORITY", "bulk", 1);
+  setenv("KILN_TARGET", "sm_89", 1); /* CLI-only: ignored */
+  setenv("KILN_OUTPUT", "/tmp/nowhere", 1);
+  assert_load_ok(s, NULL);
+  assert_string_equal(s->priority, "bulk");
+  assert_int_equal(kiln_cli_priority_value(s->priority), 3);
+  assert_int_equal(s->target.count, 0);
+  assert_null(s->output);
+  /* The flag beats the variable. */
+  kiln_config_deinit(kiln_cli_settings_table(), s);
+  memset(s, 0, sizeof *s);
+  assert_load_ok(s, "--priority", "interactive", NULL);
+  assert_int_equal(kiln_cli_priority_value(s->priority), 1);
+  assert_int_equal(kiln_cli_priority_value(NULL), 0);
+  assert_int_equal(kiln_cli_priority_value(""), 0);
+}
+
+static void test_targets_split(void **state) {
+  (void)state;
+  char *items[] = {"sm_89, gfx950", ",,", " ada ", "x86_64,", ""};
+  kiln_config_list_t list = {items, 5};
+  char **names = NULL;
+  size_t n = 99;
+  kiln_cli_targets_split(&list, &names, &n);
+  assert_int_equal(n, 4);
+  assert_string_equal(names[0], "sm_89");
+  assert_string_equal(names[1], "gfx950");
+  assert_string_equal(names[2], "ada");
+  assert_string_equal(names[3], "x86_64");
+  kiln_cli_strings_free(names, n);
+  kiln_config_list_t empty = {NULL, 0};
+  kiln_cli_targets_split(&empty, &names, &n);
+  assert_int_equal(n, 0);
+  assert_null(names);
+}
+
+static void test_labels_parse(void **state) {
+  (void)state;
+  char *items[] = {"model=mlp", "ci.run=1", "expr=a=b", "empty=", "model=resnet"};
+  kiln_config_list_t list = {items, 5};
+  kiln_cli_label_t *labels = NULL;
+  size_t n = 0;
+  kiln_status_t st = kiln_cli_labels_parse(&list, &labels, &n);
+  assert_null(st);
+  assert_int_equal(n, 4);
+  assert_string_equal(labels[0].key, "model");
+  assert_string_equal(labels[0].value, "resnet"); /* the last value wins, first position */
+  assert_string_equal(labels[1].key, "ci.run");
+  assert_string_equal(labels[2].key, "expr");
+  assert_string_equal(labels[2].value, "a=b");
+  assert_string_equal(labels[3].value, "");
+  kiln_cli_labels_free(labels, n);
+
+  char *bad1[] = {"model=mlp", "novalue"};
+  kiln_config_list_t l1 = {bad1, 2};
+  st = kiln_cli_labels_parse(&l1, &labels, &n);
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(kiln_status_message(st), "novalue"));
+  assert_null(labels);
+  assert_int_equal(n, 0);
+  kiln_status_free(st);
+  char *bad2[] = {"=x"};
+  kiln_config_list_t l2 = {bad2, 1};
+  st = kiln_cli_labels_parse(&l2, &labels, &n);
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+  kiln_status_free(st);
+}
+
+static void test_uuid(void **state) {
+  (void)state;
+  char a[37], b[37];
+  kiln_cli_uuid(a);
+  kiln_cli_uuid(b);
+  assert_int_equal(strlen(a), 36);
+  assert_string_not_equal(a, b);
+  for (int i = 0; i < 36; i++) {
+    if (i == 8 || i == 13 || i == 18 || i == 23) assert_int_equal(a[i], '-');
+    else assert_non_null(strchr("0123456789abcdef", a[i]));
+  }
+  assert_int_equal(a[14], '4');
+  assert_non_null(strchr("89ab", a[19]));
+}
+
+static void test_expect_args(void **state) {
+  (void)state;
+  assert_int_equal(kiln_cli_expect_args("fetch", 0, 0, 1, "fetch DIGEST"), 0);
+  assert_int_equal(kiln_cli_expect_args("fetch", 1, 0, 1, "fetch DIGEST"), 0);
+  assert_int_equal(kiln_cli_expect_args("fetch", 2, 0, 1, "fetch DIGEST"), KILN_EXIT_USAGE);
+  assert_int_equal(kiln_cli_expect_args("status", 0, 1, 1, "status JOB"), KILN_EXIT_USAGE);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -309,6 +467,13 @@ int main(void) {
       T(test_cli_only_options_ignore_env),
       T(test_bad_values_rejected),
       T(test_command_and_options_in_any_order),
+      T(test_compile_options),
+      T(test_find_options_and_bounds),
+      T(test_priority_from_env_targets_not),
+      T(test_targets_split),
+      T(test_labels_parse),
+      T(test_uuid),
+      T(test_expect_args),
   };
 #undef T
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
