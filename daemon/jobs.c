@@ -140,6 +140,9 @@ struct job_s {
   char *source_name;
   char source_digest[65];
   char *terminal_message;
+  bool ephemeral; /* every target was cached at admission: not written to the store */
+  kiln_index_label_t *labels; /* recorded on the artifacts its compiles produce */
+  size_t n_labels;
   int64_t finished_monotonic_ns; /* 0 while live */
   int64_t deadline_monotonic_ns;
   event_t *events;
@@ -173,6 +176,9 @@ struct kilnd_jobs_s {
   task_t *running;
   uint64_t next_task_id;
   kilnd_jobs_stats_t stats;
+  uint8_t id_prefix[8];
+  uint32_t id_counter;
+  bool id_seeded;
 
   /* The job store (may be NULL): snapshots wait here for the loop to hand them to
    * the thread pool (admission runs off the loop, where uv_queue_work may not be
@@ -200,19 +206,30 @@ static bool job_terminal(const job_t *job) {
   return job->state == KILND_JOB_DONE || job->state == KILND_JOB_FAILED || job->state == KILND_JOB_CANCELLED;
 }
 
-static void random_id(char *out) {
-  uint8_t bytes[12];
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  ssize_t n = fd >= 0 ? read(fd, bytes, sizeof bytes) : -1;
-  if (fd >= 0) close(fd);
-  if (n != (ssize_t)sizeof bytes) {
-    /* Never expected; fall back on time and address bits (ids need only be unique). */
-    uint64_t t = (uint64_t)kiln_time_monotonic_ns() ^ (uint64_t)(uintptr_t)out;
-    for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (uint8_t)(t >> (8 * (i % 8))) ^ (uint8_t)i;
+/* Job ids: 8 random bytes read once per process, then a counter mixed in (a
+ * bijective 32-bit mix, so ids look unrelated yet never collide within a process,
+ * and a restart draws a new prefix). Under the engine's mutex. */
+static void random_id(kilnd_jobs_t *jobs, char *out) {
+  if (!jobs->id_seeded) {
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, jobs->id_prefix, sizeof jobs->id_prefix) : -1;
+    if (fd >= 0) close(fd);
+    if (n != (ssize_t)sizeof jobs->id_prefix) {
+      uint64_t t = (uint64_t)kiln_time_unix_ms() ^ (uint64_t)getpid() << 32;
+      memcpy(jobs->id_prefix, &t, sizeof jobs->id_prefix);
+    }
+    jobs->id_seeded = true;
   }
+  uint32_t x = ++jobs->id_counter;
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
   out[0] = 'j';
   out[1] = '-';
-  for (size_t i = 0; i < sizeof bytes; i++) snprintf(out + 2 + 2 * i, 3, "%02x", bytes[i]);
+  for (size_t i = 0; i < sizeof jobs->id_prefix; i++) snprintf(out + 2 + 2 * i, 3, "%02x", jobs->id_prefix[i]);
+  snprintf(out + 2 + 2 * sizeof jobs->id_prefix, 9, "%08x", x);
 }
 
 static void flush_watchers(kilnd_jobs_t *jobs, job_t *job);
@@ -653,6 +670,11 @@ static void job_free(job_t *job) {
   kiln_free(job->flags);
   kiln_free(job->source_name);
   kiln_free(job->terminal_message);
+  for (size_t i = 0; i < job->n_labels; i++) {
+    kiln_free((char *)job->labels[i].key);
+    kiln_free((char *)job->labels[i].value);
+  }
+  kiln_free(job->labels);
   for (size_t i = 0; i < job->n_targets; i++) kiln_free(job->targets[i].message);
   for (size_t i = 0; i < job->n_targets; i++) kiln_free(job->targets[i].target);
   kiln_free(job->targets);
@@ -696,9 +718,25 @@ typedef struct store_s {
   uint8_t *bytes;
   size_t len;
   int64_t compile_ms;
+  char *submitter;
+  kiln_index_label_t *labels;
+  size_t n_labels;
   kiln_status_t status;
   kiln_index_artifact_t record;
 } store_t;
+
+static void store_free(store_t *s) {
+  kiln_free(s->target);
+  kiln_free(s->flags_joined);
+  kiln_free(s->bytes);
+  kiln_free(s->submitter);
+  for (size_t i = 0; i < s->n_labels; i++) {
+    kiln_free((char *)s->labels[i].key);
+    kiln_free((char *)s->labels[i].value);
+  }
+  kiln_free(s->labels);
+  kiln_free(s);
+}
 
 static void on_store(uv_work_t *work) {
   store_t *s = work->data;
@@ -719,7 +757,8 @@ static void on_store(uv_work_t *work) {
                                   .compiler = jobs->compiler,
                                   .hal_version = jobs->options.hal_version,
                                   .bytecode_version = jobs->options.bytecode_version};
-  s->status = kiln_cache_artifact_put(jobs->cache, &parts, s->bytes, s->len, NULL, &s->record);
+  kiln_cache_provenance_t prov = {.submitter = s->submitter, .labels = s->labels, .n_labels = s->n_labels};
+  s->status = kiln_cache_artifact_put(jobs->cache, &parts, s->bytes, s->len, &prov, &s->record);
 }
 
 static void complete_item(kilnd_jobs_t *jobs, item_t *item, const char *digest, uint64_t size, int64_t ms) {
@@ -773,10 +812,7 @@ static void on_store_done(uv_work_t *work, int status) {
   uv_mutex_unlock(&jobs->mu);
   if (!s->status) kiln_index_artifact_deinit(&s->record);
   kiln_status_free(s->status);
-  kiln_free(s->target);
-  kiln_free(s->flags_joined);
-  kiln_free(s->bytes);
-  kiln_free(s);
+  store_free(s);
   jobs->handles_open--;
   if (jobs->closing) maybe_closed(jobs);
 }
@@ -837,15 +873,22 @@ static void on_task_event(void *user, uint64_t task_id, const kilnd_task_event_t
         s->bytes = kiln_memdup(event->artifact, event->artifact_len ? event->artifact_len : 1);
         s->len = event->artifact_len;
         s->compile_ms = event->compile_ms;
+        job_t *owner = item->owner ? item->owner : (item->n_waiters ? item->waiters[0].job : NULL);
+        if (owner) {
+          s->submitter = kiln_strdup(owner->client ? owner->client : "");
+          s->n_labels = owner->n_labels;
+          s->labels = kiln_calloc(owner->n_labels ? owner->n_labels : 1, sizeof *s->labels);
+          for (size_t l = 0; l < owner->n_labels; l++) {
+            s->labels[l].key = kiln_strdup(owner->labels[l].key);
+            s->labels[l].value = kiln_strdup(owner->labels[l].value);
+          }
+        }
         s->work.data = s;
         jobs->handles_open++; /* a store in flight keeps the engine alive through close */
         if (uv_queue_work(jobs->loop, &s->work, on_store, on_store_done) != 0) {
           jobs->handles_open--;
           fail_item(jobs, item, KILN_STATUS_INTERNAL, "cannot queue the artifact store");
-          kiln_free(s->target);
-          kiln_free(s->flags_joined);
-          kiln_free(s->bytes);
-          kiln_free(s);
+          store_free(s);
         }
       }
       break;
@@ -919,7 +962,9 @@ static void snapshot(const job_t *job, kiln_jobstore_job_t *out) {
 
 /* Under mu; any thread. */
 static void persist_later(kilnd_jobs_t *jobs, job_t *job) {
-  if (!jobs->store || jobs->closing) return;
+  /* A job answered wholly from the cache has nothing a restart could lose: its
+   * results are the cache's. Skipping it keeps hits off SQLite's write path. */
+  if (!jobs->store || jobs->closing || job->ephemeral) return;
   jobs->persist = kiln_realloc(jobs->persist, (jobs->n_persist + 1) * sizeof *jobs->persist);
   snapshot(job, &jobs->persist[jobs->n_persist++]);
   uv_async_send(&jobs->kick);
@@ -1231,7 +1276,7 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
     } else {
       job = kiln_calloc(1, sizeof *job);
       if (forced_id) snprintf(job->id, sizeof job->id, "%s", forced_id);
-      else random_id(job->id);
+      else random_id(jobs, job->id);
       job->priority = p;
       job->client = kiln_strdup(r->client && *r->client ? r->client : "anonymous");
       job->request_id = r->request_id && *r->request_id ? kiln_strdup(r->request_id) : NULL;
@@ -1247,6 +1292,12 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
       for (size_t f = 0; f < r->n_flags; f++) kiln_buf_appendf(&fj, "%s%s", f ? "\n" : "", r->flags[f]);
       job->flags = kiln_buf_take(&fj);
       kiln_buf_deinit(&fj);
+      job->n_labels = r->n_labels;
+      job->labels = kiln_calloc(r->n_labels ? r->n_labels : 1, sizeof *job->labels);
+      for (size_t l = 0; l < r->n_labels; l++) {
+        job->labels[l].key = kiln_strdup(r->labels[l].key);
+        job->labels[l].value = kiln_strdup(r->labels[l].value);
+      }
       job->state = KILND_JOB_QUEUED;
       job->n_targets = r->n_targets;
       job->targets = kiln_calloc(r->n_targets, sizeof *job->targets);
@@ -1307,6 +1358,7 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
       at = NULL;
       if (misses == 0) {
         job->state = KILND_JOB_QUEUED;
+        job->ephemeral = true;
       } else if (merged_running && !task) {
         job->state = KILND_JOB_RUNNING;
       }
@@ -1402,6 +1454,13 @@ kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from
         w->replay[w->n_replay++] = i;
       }
     }
+  }
+  /* Every stream ends with the Terminal event: a finished job sends it even to a
+   * client resuming past it (after_sequence >= its sequence), whose stream would
+   * otherwise wait forever for an event that never comes. */
+  if (job_terminal(job) && job->n_events > 0 &&
+      (w->n_replay == 0 || w->replay[w->n_replay - 1] != job->n_events - 1)) {
+    w->replay[w->n_replay++] = job->n_events - 1;
   }
   w->next = job->watchers;
   job->watchers = w;

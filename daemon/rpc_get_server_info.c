@@ -27,11 +27,12 @@ kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_
   compiler->mlir_version = kiln_arena_strdup(arena, id.mlir_version);
   resp->compiler = compiler;
 
+  /* Every target Compile accepts: the GPU ones (the host CPU has no VMFB format). */
   size_t n = kiln_compiler_target_count();
-  resp->n_targets = n;
   resp->targets = kiln_arena_calloc(arena, n, sizeof *resp->targets);
   for (size_t i = 0; i < n; i++) {
     const kiln_target_t *t = kiln_compiler_target_at(i);
+    if (t->kind == KILN_TARGET_KIND_CPU) continue;
     Kiln__V1__TargetInfo *info = kiln_arena_alloc(arena, sizeof *info);
     kiln__v1__target_info__init(info);
     info->id = kiln_arena_strdup(arena, t->id);
@@ -50,7 +51,7 @@ kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_
     info->compile_flags = kiln_arena_calloc(arena, 2, sizeof(char *));
     info->compile_flags[0] = kiln_arena_sprintf(arena, "--iree-hal-target-device=%s", t->hal_device);
     info->compile_flags[1] = kiln_arena_sprintf(arena, "--%s=%s", t->chip_flag, t->chip);
-    resp->targets[i] = info;
+    resp->targets[resp->n_targets++] = info;
   }
 
   resp->hal_module_version = KILN_HAL_MODULE_VERSION;

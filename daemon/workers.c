@@ -454,7 +454,7 @@ static void finalize(worker_t *w) {
       case KILL_TIMEOUT:
         code = KILN_STATUS_DEADLINE_EXCEEDED;
         kiln_buf_appendf(&what, "stopped at the task timeout of %" PRId64 " ms", pool->opt.task_timeout_ms);
-        hint = "; raise kilnd's task-timeout if models this big need longer";
+        hint = "; raise kilnd's worker-timeout if models this big need longer";
         break;
       case KILL_PROTOCOL:
         kiln_buf_appendf(&what, "the worker broke the worker protocol (%s) and was replaced",
@@ -467,18 +467,18 @@ static void finalize(worker_t *w) {
           code = KILN_STATUS_RESOURCE_EXHAUSTED;
           kiln_buf_append_str(&what, "the compiler was killed (signal 9, Killed), most likely by the kernel's "
                                      "out-of-memory killer");
-          hint = "; the server ran short of memory: run fewer workers or set kilnd's memory-limit";
+          hint = "; the server ran short of memory: run fewer workers or set kilnd's worker-memory-limit";
         } else if ((w->term_signal || w->exit_status) && tail_says_oom(w)) {
           code = KILN_STATUS_RESOURCE_EXHAUSTED;
           kiln_buf_appendf(&what, "the compiler ran out of memory (%s", status_text);
           if (pool->opt.memory_limit_bytes) {
-            kiln_buf_appendf(&what, "; the worker memory limit is %" PRIu64 " bytes, kilnd memory-limit",
+            kiln_buf_appendf(&what, "; the worker memory limit is %" PRIu64 " bytes, kilnd worker-memory-limit",
                              pool->opt.memory_limit_bytes);
           }
           kiln_buf_append_str(&what, ")");
           hint = pool->opt.memory_limit_bytes
-                     ? "; raise kilnd's memory-limit, or compile fewer targets per request"
-                     : "; the server ran short of memory: run fewer workers or set kilnd's memory-limit";
+                     ? "; raise kilnd's worker-memory-limit, or compile fewer targets per request"
+                     : "; the server ran short of memory: run fewer workers or set kilnd's worker-memory-limit";
         } else if (w->term_signal) {
           kiln_buf_appendf(&what, "the compiler crashed (%s)", status_text);
         } else if (w->exit_status) {
