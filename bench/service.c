@@ -1,0 +1,1364 @@
+/* bench_service: kilnd as its clients see it, over gRPC on loopback, against the
+ * baselines each service promise is made relative to.
+ *
+ * It starts the real kilnd (the built binary, --listen 127.0.0.1:0, a temporary
+ * --state-dir, the address read back from STATE/kilnd.addr) and drives it with the
+ * CLI's own client library (client/rpc.h), so every number includes what `kiln
+ * compile` pays: protobuf, HTTP/2, the daemon's loop and its thread pool. Everything
+ * is measured side by side in one run and printed as ratios, so the numbers mean the
+ * same on a laptop and on a 2-core CI VM:
+ *
+ * 1. Cold compile through kilnd: Compile of examples/mlp.mlir for the six mission
+ *    targets, WatchJob to Terminal, then GetArtifact of the six VMFBs into memory,
+ *    with a source no earlier call sent (a comment and one constant vary, so the
+ *    cache misses whatever it keys on), against six sequential `kilnc MODEL -t T`
+ *    processes, one target each, on a source varied the same way. Goal: kilnd/kilnc
+ *    <= 0.5x. One `kilnc -t all six` process is timed beside them for context.
+ * 2. Warm hit: the same six-target Compile after it was compiled once; admission
+ *    answers DONE with every target cached. p50/p90/p99 over sequential calls from
+ *    one client, with a Health/Check (the emptiest unary call) after each, as the
+ *    transport's floor. Goals: p50 < 2 ms; cold (section 1, at Terminal) / hit p50
+ *    >= 50x.
+ * 3. Hit throughput: calls/s of that cached Compile from K concurrent clients
+ *    against Health/Check from the same K clients. Goal: >= 0.7x.
+ * 4. GetArtifact of a 256 MiB artifact (16 MiB with --quick) against read() of its
+ *    blob file in chunks of the same size. The artifact is put into STATE/cache with
+ *    the cache library (compression off, incompressible bytes) before kilnd starts.
+ *    Both sides are warm: each is run once untimed first, so the file is in page
+ *    cache for both. kilnd hashes every byte it serves; SHA-256's speed and the bound
+ *    it sets are printed beside the ratio. Goal: >= 0.5x.
+ * 5. kilnd's VmRSS/VmHWM (/proc/PID/status): just after start, idle after each
+ *    section above (with the number of jobs it then retains), sampled every 20 ms
+ *    while N clients (200; 20 with --quick) each loop a cached Compile plus a
+ *    WatchJob of its job, and after they disconnect. No goal is given for it; the
+ *    worker processes' RSS is printed for context.
+ *
+ * Clients: each concurrent client has its own kiln_client_t and its own TCP
+ * connection, as separate processes would. gRPC shares one connection among channels
+ * whose arguments are equal, so each client asks for a slightly different message
+ * limit; the socket count kilnd holds during section 5 shows it worked.
+ *
+ * Method: kilnd and kilnc runs alternate, which goes first alternates, and
+ * throughput arms alternate too, so drift hits both sides alike; each figure is a
+ * median (or a percentile) of several runs. The benchmark's clients share the
+ * machine's cores with kilnd and its workers, as a client on the same host would.
+ * Goals are reported as PASS/MISS, never asserted: the program exits 0 unless the
+ * benchmark itself cannot run (then 1; 2 for a usage error).
+ *
+ * All files live in one mkdtemp directory under DIR (argv), $TMPDIR or /tmp; it and
+ * kilnd go away at the end, on failure and on SIGINT/SIGTERM/SIGHUP.
+ * Usage: bench_service [--quick] [DIR].
+ * Threads: the main thread runs every section; sections 3 and 5 start one thread
+ * per client, each using only its own client.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/digest.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "base/time.h"
+#include "bench/benchlib.h"
+#include "cache/cache.h"
+#include "client/rpc.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "kiln/v1/kiln.pb-c.h"
+
+#ifndef KILN_SOURCE_DIR
+#error "KILN_SOURCE_DIR must name the source tree (bench/CMakeLists.txt defines it)"
+#endif
+#if !defined(KILND_PATH) || !defined(KILNC_PATH)
+#error "KILND_PATH and KILNC_PATH must name the built binaries (bench/CMakeLists.txt defines them)"
+#endif
+
+#define KIB ((size_t)1024)
+#define MIB (KIB * KIB)
+
+#define HIT_P50_GOAL_NS 2000000 /* warm-hit Compile p50 */
+#define COLD_OVER_HIT_GOAL 50.0 /* cold compile / warm-hit p50 */
+#define THROUGHPUT_GOAL 0.7     /* cached Compile calls/s / Health/Check calls/s */
+#define COLD_GOAL 0.5           /* kilnd cold compile / six sequential kilnc */
+#define ARTIFACT_GOAL 0.5       /* GetArtifact / read() */
+
+#define CALL_TIMEOUT_MS 120000
+#define MAX_MESSAGE_BYTES (64 * MIB)
+#define START_TIMEOUT_MS 60000
+#define RSS_SAMPLE_MS 20
+#define LAT_CAP 65536 /* latencies kept per crowd client */
+
+static const char *const mission_ids[] = {"sm_89",   "sm_120",  "gfx950",
+                                          "gfx1100", "arm5gen", "videocore_vii"};
+#define N_MISSION (sizeof mission_ids / sizeof mission_ids[0])
+
+typedef struct plan_s {
+  bool quick;
+  size_t cold_rounds;    /* timed kilnd cold compiles, and as many six-kilnc runs */
+  size_t hit_calls;      /* timed warm-hit Compiles, and as many Health/Checks */
+  size_t tput_clients;   /* concurrent clients of section 3 */
+  size_t tput_rounds;    /* rounds of (hit arm, health arm) */
+  int64_t tput_ms;       /* each arm's duration in one round */
+  size_t artifact_bytes; /* section 4 */
+  size_t artifact_runs;  /* timed runs per side */
+  size_t crowd;          /* concurrent clients of section 5 */
+  int64_t crowd_ms;
+} plan_t;
+
+/* ---- state shared with cleanup ---- */
+
+static char scratch[PATH_MAX]; /* the temporary directory; "" when none */
+static char state_dir[PATH_MAX];
+static char log_path[PATH_MAX];
+static volatile pid_t kilnd_pid; /* 0 when not running */
+static char kilnd_addr[256];
+static atomic_flag dying = ATOMIC_FLAG_INIT;
+
+extern char **environ;
+
+/* ---- failure and cleanup ---- */
+
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+  (void)sb, (void)type, (void)ftw;
+  if (remove(path) != 0 && errno != ENOENT) {
+    fprintf(stderr, "bench_service: cannot remove %s: %s\n", path, strerror(errno));
+  }
+  return 0;
+}
+
+/* Stops kilnd: SIGTERM, then SIGKILL if it has not exited within `grace_ms`. */
+static int kilnd_stop(int64_t grace_ms) {
+  pid_t pid = kilnd_pid;
+  if (pid <= 0) return 0;
+  kill(pid, SIGTERM);
+  int status = 0;
+  int64_t until = kiln_time_monotonic_ns() + grace_ms * 1000000;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) break;
+    if (kiln_time_monotonic_ns() > until) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    usleep(10000);
+  }
+  kilnd_pid = 0;
+  return status;
+}
+
+static void cleanup(void) {
+  kilnd_stop(5000);
+  if (!scratch[0]) return;
+  nftw(scratch, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
+  scratch[0] = '\0';
+}
+
+/* Ctrl-C must not leave kilnd running or 256 MiB behind. nftw is not
+ * async-signal-safe, so the handler kills kilnd (its workers see their pipes close
+ * and exit), runs rm(1) through fork and exec, and dies of the same signal. */
+static void on_signal(int sig) {
+  if (kilnd_pid > 0) kill(kilnd_pid, SIGKILL);
+  if (scratch[0]) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/rm", "rm", "-rf", "--", scratch, (char *)NULL);
+      _exit(127);
+    }
+    if (pid > 0) waitpid(pid, NULL, 0);
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void cleanup_on_signals(void) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&sa.sa_mask, sigs[i]);
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+}
+
+/* The last lines of kilnd's log, to stderr: why it did not answer. */
+static void print_log_tail(void) {
+  FILE *f = log_path[0] ? fopen(log_path, "r") : NULL;
+  if (!f) return;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, size > 4000 ? size - 4000 : 0, SEEK_SET);
+  char buf[4001];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  if (n) fprintf(stderr, "bench_service: the end of kilnd's log:\n%s\n", buf);
+}
+
+/* Any thread may die; the first one cleans up and exits, others wait for it. */
+static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static _Noreturn void die(const char *fmt, ...) {
+  if (atomic_flag_test_and_set(&dying)) {
+    for (;;) pause();
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("bench_service: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  print_log_tail();
+  cleanup();
+  exit(1);
+}
+
+/* Consumes `st`; on failure reports what failed and exits 1. */
+static void check(kiln_status_t st, const char *what) {
+  if (!st) return;
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s", kiln_status_message(st));
+  kiln_status_code_t code = kiln_status_code(st);
+  kiln_status_free(st);
+  die("%s failed: %s: %s", what, kiln_status_code_name(code), msg);
+}
+
+/* ---- small helpers ---- */
+
+static double ms(int64_t ns) { return (double)ns / 1e6; }
+
+static double mib_per_s(size_t bytes, int64_t ns) {
+  return ns > 0 ? (double)bytes / (double)MIB * 1e9 / (double)ns : 0.0;
+}
+
+/* Nearest-rank percentile of a sorted array. */
+static int64_t percentile(const int64_t *sorted, size_t n, double pct) {
+  size_t rank = (size_t)(pct / 100.0 * (double)n + 0.999999);
+  if (rank > n) rank = n;
+  return sorted[rank ? rank - 1 : 0];
+}
+
+static void sleep_ms(int64_t t) {
+  struct timespec ts = {(time_t)(t / 1000), (long)(t % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+static void path_join(char *out, const char *dir, const char *name) {
+  if ((size_t)snprintf(out, PATH_MAX, "%s/%s", dir, name) >= PATH_MAX) {
+    die("path too long: %s/%s; pick a shorter DIR", dir, name);
+  }
+}
+
+static void write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+    die("cannot write %s: %s", path, strerror(errno));
+  }
+}
+
+static char *read_file(const char *path, size_t *out_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) die("cannot open %s: %s", path, strerror(errno));
+  size_t cap = 4096, len = 0;
+  char *data = kiln_malloc(cap + 1);
+  size_t n;
+  while ((n = fread(data + len, 1, cap - len, f)) > 0) {
+    len += n;
+    if (len == cap) data = kiln_realloc(data, (cap *= 2) + 1);
+  }
+  if (ferror(f)) die("cannot read %s", path);
+  fclose(f);
+  data[len] = '\0';
+  *out_len = len;
+  return data;
+}
+
+/* splitmix64: fast, and random enough that zstd finds nothing to compress. */
+static void fill_random(unsigned char *buf, size_t len) {
+  uint64_t state = 0x6b696c6e73727663ull;
+  for (size_t i = 0; i < len; i += 8) {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    memcpy(buf + i, &z, len - i < 8 ? len - i : 8);
+  }
+}
+
+static const char *fs_name(long type) {
+  switch ((unsigned long)type & 0xffffffffu) {
+    case 0xef53: return "ext2/3/4";
+    case 0x58465342: return "xfs";
+    case 0x9123683e: return "btrfs";
+    case 0x01021994: return "tmpfs";
+    case 0x794c7630: return "overlayfs";
+    case 0x2fc12fc1: return "zfs";
+    default: return "other";
+  }
+}
+
+/* ---- /proc ---- */
+
+/* A "Name:   123 kB" field of /proc/PID/status in KiB; -1 when absent. */
+static int64_t proc_status_kib(pid_t pid, const char *field) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int64_t kib = -1;
+  size_t flen = strlen(field);
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, field, flen) == 0) {
+      kib = strtoll(line + flen, NULL, 10);
+      break;
+    }
+  }
+  fclose(f);
+  return kib;
+}
+
+/* The summed VmRSS of `parent`'s direct children (kilnd's workers) and their count. */
+static int64_t children_rss_kib(pid_t parent, size_t *out_count) {
+  *out_count = 0;
+  DIR *d = opendir("/proc");
+  if (!d) return -1;
+  int64_t sum = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0) continue;
+    if (proc_status_kib((pid_t)pid, "PPid:") != parent) continue;
+    int64_t rss = proc_status_kib((pid_t)pid, "VmRSS:");
+    if (rss > 0) {
+      sum += rss;
+      (*out_count)++;
+    }
+  }
+  closedir(d);
+  return sum;
+}
+
+/* How many sockets `pid` holds open. */
+static size_t socket_count(pid_t pid) {
+  char dir[64], path[PATH_MAX], target[128];
+  snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    ssize_t len = readlink(path, target, sizeof target - 1);
+    if (len > 0 && (size_t)len >= 7 && memcmp(target, "socket:", 7) == 0) n++;
+  }
+  closedir(d);
+  return n;
+}
+
+/* User + system CPU time of process `pid`, all its threads, in nanoseconds. */
+static int64_t proc_cpu_ns(pid_t pid) {
+  char path[64], text[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  const char *p = strrchr(text, ')'); /* the command name may hold spaces */
+  unsigned long long utime = 0, stime = 0;
+  if (!p ||
+      sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2) {
+    return 0;
+  }
+  return (int64_t)((utime + stime) * (1000000000ull / (unsigned long long)sysconf(_SC_CLK_TCK)));
+}
+
+static double kib_mib(int64_t kib) { return (double)kib / 1024.0; }
+
+/* ---- processes ---- */
+
+/* Runs argv to completion with stdout to /dev/null and stderr to `err_path`;
+ * returns the wait status. */
+static int run_process(const char *const *argv, const char *err_path) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path, O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) die("cannot start %s: %s", argv[0], strerror(rc));
+  int status;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) die("waitpid: %s", strerror(errno));
+  }
+  return status;
+}
+
+/* Starts kilnd on 127.0.0.1:0 with the state directory and waits for its address.
+ * KILND_* variables are dropped from its environment so the outside cannot change
+ * its settings. */
+static void kilnd_start(void) {
+  size_t n_env = 0;
+  while (environ[n_env]) n_env++;
+  char **env = kiln_calloc(n_env + 1, sizeof *env);
+  for (size_t i = 0, k = 0; i < n_env; i++) {
+    if (strncmp(environ[i], "KILND_", 6) != 0) env[k++] = environ[i];
+  }
+  const char *argv[] = {KILND_PATH, "--listen",    "127.0.0.1:0", "--state-dir",
+                        state_dir,  "--log-level", "warn",        NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path, O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, env);
+  posix_spawn_file_actions_destroy(&fa);
+  kiln_free(env);
+  if (rc != 0) {
+    die("cannot start %s: %s; build it (cmake --build build --target kilnd)", argv[0],
+        strerror(rc));
+  }
+  kilnd_pid = pid;
+
+  char addr_path[PATH_MAX];
+  path_join(addr_path, state_dir, "kilnd.addr");
+  int64_t until = kiln_time_monotonic_ns() + (int64_t)START_TIMEOUT_MS * 1000000;
+  while (kiln_time_monotonic_ns() < until) {
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      kilnd_pid = 0;
+      die("kilnd exited (status 0x%x) before it published its address", status);
+    }
+    FILE *f = fopen(addr_path, "r");
+    if (f) {
+      size_t n = fread(kilnd_addr, 1, sizeof kilnd_addr - 1, f);
+      fclose(f);
+      kilnd_addr[n] = '\0';
+      if (n > 0 && kilnd_addr[n - 1] == '\n') {
+        kilnd_addr[n - 1] = '\0';
+        return;
+      }
+    }
+    sleep_ms(10);
+  }
+  die("kilnd did not publish its address in %s within %d s", addr_path, START_TIMEOUT_MS / 1000);
+}
+
+/* ---- calls ---- */
+
+/* A client with its own connection (see "Clients" in the design note): `index`
+ * makes its channel arguments unique. */
+static kiln_client_t *client_open(size_t index) {
+  kiln_client_t *client;
+  check(kiln_client_create(kilnd_addr, CALL_TIMEOUT_MS, MAX_MESSAGE_BYTES + index, &client),
+        "kiln_client_create");
+  return client;
+}
+
+static void compile_request_init(Kiln__V1__CompileRequest *req, const char *src, size_t len) {
+  kiln__v1__compile_request__init(req);
+  req->input_case = KILN__V1__COMPILE_REQUEST__INPUT_SOURCE;
+  req->source.data = (uint8_t *)src;
+  req->source.len = len;
+  req->source_name = (char *)"mlp.mlir";
+  req->n_targets = N_MISSION;
+  req->targets = (char **)mission_ids;
+}
+
+static Kiln__V1__CompileResponse *compile_call(kiln_client_t *client, const char *src, size_t len) {
+  Kiln__V1__CompileRequest req;
+  compile_request_init(&req, src, len);
+  ProtobufCMessage *resp = NULL;
+  check(kiln_client_unary(client, "/kiln.v1.Kiln/Compile", &req.base,
+                          &kiln__v1__compile_response__descriptor, &resp),
+        "Compile");
+  return (Kiln__V1__CompileResponse *)resp;
+}
+
+/* A Compile that must be answered from the cache at admission; returns its job id
+ * (kiln_malloc'd) when `out_job` is non-NULL. */
+static void hit_call(kiln_client_t *client, const char *src, size_t len, char **out_job) {
+  Kiln__V1__CompileResponse *resp = compile_call(client, src, len);
+  bool all_cached = resp->n_targets == N_MISSION;
+  for (size_t i = 0; all_cached && i < resp->n_targets; i++) all_cached = resp->targets[i]->cached;
+  if (resp->state != KILN__V1__JOB_STATE__JOB_STATE_DONE || !all_cached) {
+    die("a warm Compile was not answered from the cache (state %d, %zu targets)", (int)resp->state,
+        resp->n_targets);
+  }
+  if (out_job) *out_job = kiln_strdup(resp->job_id);
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
+static void health_call(kiln_client_t *client) {
+  Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  ProtobufCMessage *resp = NULL;
+  check(kiln_client_unary(client, "/grpc.health.v1.Health/Check", &req.base,
+                          &grpc__health__v1__health_check_response__descriptor, &resp),
+        "Health/Check");
+  protobuf_c_message_free_unpacked(resp, NULL);
+}
+
+static Kiln__V1__GetStatsResponse *stats_call(kiln_client_t *client) {
+  Kiln__V1__GetStatsRequest req = KILN__V1__GET_STATS_REQUEST__INIT;
+  ProtobufCMessage *resp = NULL;
+  check(kiln_client_unary(client, "/kiln.v1.Kiln/GetStats", &req.base,
+                          &kiln__v1__get_stats_response__descriptor, &resp),
+        "GetStats");
+  return (Kiln__V1__GetStatsResponse *)resp;
+}
+
+/* What WatchJob saw of one job. */
+typedef struct job_outcome_s {
+  Kiln__V1__JobState state;
+  size_t n_done;
+  char digests[N_MISSION][65]; /* TargetDone artifact digests, in arrival order */
+  char failure[240];           /* the first TargetFailed or Terminal message */
+} job_outcome_t;
+
+/* Follows job `job_id` from its first event until the stream ends. */
+static void watch_call(kiln_client_t *client, const char *job_id, job_outcome_t *out) {
+  memset(out, 0, sizeof *out);
+  Kiln__V1__WatchJobRequest req = KILN__V1__WATCH_JOB_REQUEST__INIT;
+  req.job_id = (char *)job_id;
+  req.from_start = true;
+  kiln_client_stream_t *s = kiln_client_stream_open(client, "/kiln.v1.Kiln/WatchJob", &req.base);
+  for (;;) {
+    ProtobufCMessage *msg = NULL;
+    bool timed_out = false;
+    kiln_status_t st =
+        kiln_client_stream_read(s, &kiln__v1__job_event__descriptor, -1, &msg, &timed_out);
+    if (st) {
+      kiln_client_stream_destroy(s);
+      check(st, "WatchJob");
+    }
+    if (!msg) break;
+    Kiln__V1__JobEvent *ev = (Kiln__V1__JobEvent *)msg;
+    if (ev->event_case == KILN__V1__JOB_EVENT__EVENT_TARGET_DONE && out->n_done < N_MISSION) {
+      snprintf(out->digests[out->n_done++], 65, "%s", ev->target_done->artifact_digest);
+    } else if (ev->event_case == KILN__V1__JOB_EVENT__EVENT_TARGET_FAILED && !out->failure[0]) {
+      snprintf(out->failure, sizeof out->failure, "%s: %s", ev->target_failed->target,
+               ev->target_failed->message);
+    } else if (ev->event_case == KILN__V1__JOB_EVENT__EVENT_TERMINAL) {
+      out->state = ev->terminal->state;
+      if (!out->failure[0] && ev->terminal->message && ev->terminal->message[0]) {
+        snprintf(out->failure, sizeof out->failure, "%s", ev->terminal->message);
+      }
+    }
+    protobuf_c_message_free_unpacked(msg, NULL);
+  }
+  kiln_client_stream_destroy(s);
+  if (out->state == KILN__V1__JOB_STATE__JOB_STATE_UNSPECIFIED) {
+    die("WatchJob of %s ended without a Terminal event", job_id);
+  }
+}
+
+/* Streams artifact `digest` into nothing; returns its size after checking that the
+ * chunks add up to the size its metadata announced. */
+static uint64_t get_artifact_call(kiln_client_t *client, const char *digest) {
+  Kiln__V1__GetArtifactRequest req = KILN__V1__GET_ARTIFACT_REQUEST__INIT;
+  req.selector_case = KILN__V1__GET_ARTIFACT_REQUEST__SELECTOR_DIGEST;
+  req.digest = (char *)digest;
+  kiln_client_stream_t *s = kiln_client_stream_open(client, "/kiln.v1.Kiln/GetArtifact", &req.base);
+  uint64_t size = UINT64_MAX, got = 0;
+  for (;;) {
+    ProtobufCMessage *msg = NULL;
+    bool timed_out = false;
+    kiln_status_t st =
+        kiln_client_stream_read(s, &kiln__v1__artifact_chunk__descriptor, -1, &msg, &timed_out);
+    if (st) {
+      kiln_client_stream_destroy(s);
+      check(st, "GetArtifact");
+    }
+    if (!msg) break;
+    Kiln__V1__ArtifactChunk *chunk = (Kiln__V1__ArtifactChunk *)msg;
+    if (chunk->metadata) size = chunk->metadata->size_bytes;
+    got += chunk->data.len;
+    protobuf_c_message_free_unpacked(msg, NULL);
+  }
+  kiln_client_stream_destroy(s);
+  if (got != size) {
+    die("GetArtifact %s sent %llu bytes of %llu", digest, (unsigned long long)got,
+        (unsigned long long)size);
+  }
+  return got;
+}
+
+/* ---- the model and its variants ---- */
+
+static char *model;
+static size_t model_len;
+static uint64_t next_variant = 1;
+
+/* mlp.mlir with a comment and one constant that no earlier variant had: the bytes
+ * differ (kilnd keys on the bytes' digest today) and so does the IR's meaning (in
+ * case it keys on a semantic fingerprint later), while the work stays the same.
+ * Owned by the caller. */
+static char *variant(size_t *out_len) {
+  static const char needle[] = "dense<-0.2>";
+  uint64_t serial = next_variant++;
+  const char *at = strstr(model, needle);
+  size_t cap = model_len + 128;
+  char *text = kiln_malloc(cap);
+  int n = snprintf(text, cap, "// bench_service variant %llu\n", (unsigned long long)serial);
+  if (at) {
+    n += snprintf(text + n, cap - (size_t)n, "%.*sdense<%.10g>%s", (int)(at - model), model,
+                  -0.2 - (double)serial / 1024.0, at + sizeof needle - 1);
+  } else {
+    n += snprintf(text + n, cap - (size_t)n, "%s", model);
+  }
+  *out_len = (size_t)n;
+  return text;
+}
+
+/* ---- section 1: cold compiles ---- */
+
+typedef struct cold_result_s {
+  int64_t kilnd_ns;   /* median, Compile to Terminal */
+  int64_t fetched_ns; /* median, Compile to the last GetArtifact */
+  int64_t kilnc6_ns;  /* median, six single-target kilnc processes */
+  int64_t kilnc1_ns;  /* median, one six-target kilnc process */
+  uint64_t workers;   /* kilnd's compile worker processes */
+} cold_result_t;
+
+/* One cold six-target compile through kilnd. */
+static void kilnd_cold(kiln_client_t *client, int64_t *out_terminal_ns, int64_t *out_fetched_ns) {
+  size_t len;
+  char *src = variant(&len);
+  int64_t t0 = kiln_time_monotonic_ns();
+  Kiln__V1__CompileResponse *resp = compile_call(client, src, len);
+  for (size_t i = 0; i < resp->n_targets; i++) {
+    if (resp->targets[i]->cached) {
+      die("a fresh source was answered from the cache (%s)", resp->targets[i]->target);
+    }
+  }
+  char *job = kiln_strdup(resp->job_id);
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+  job_outcome_t out;
+  watch_call(client, job, &out);
+  int64_t t1 = kiln_time_monotonic_ns();
+  if (out.state != KILN__V1__JOB_STATE__JOB_STATE_DONE || out.n_done != N_MISSION) {
+    die("cold compile job %s ended in state %d with %zu of %zu targets: %s", job, (int)out.state,
+        out.n_done, N_MISSION, out.failure[0] ? out.failure : "(no message)");
+  }
+  for (size_t i = 0; i < N_MISSION; i++) get_artifact_call(client, out.digests[i]);
+  int64_t t2 = kiln_time_monotonic_ns();
+  *out_terminal_ns = t1 - t0;
+  *out_fetched_ns = t2 - t0;
+  kiln_free(job);
+  kiln_free(src);
+}
+
+/* kilnc on a fresh variant: six processes one target each (all = false), or one
+ * process for all six. */
+static int64_t kilnc_cold(bool all) {
+  size_t len;
+  char *src = variant(&len);
+  char path[PATH_MAX], out_dir[PATH_MAX], err_path[PATH_MAX];
+  path_join(path, scratch, "variant.mlir");
+  path_join(out_dir, scratch, "kilnc-out");
+  path_join(err_path, scratch, "kilnc.err");
+  write_file(path, src, len);
+  kiln_free(src);
+  char joined[256] = "";
+  for (size_t i = 0; i < N_MISSION; i++) {
+    snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s%s", i ? "," : "",
+             mission_ids[i]);
+  }
+  int64_t t0 = kiln_time_monotonic_ns();
+  for (size_t i = 0; i < (all ? 1 : N_MISSION); i++) {
+    const char *argv[] = {KILNC_PATH, path,    "-t", all ? joined : mission_ids[i],
+                          "-o",       out_dir, NULL};
+    int status = run_process(argv, err_path);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      size_t n;
+      char *err = read_file(err_path, &n);
+      die("%s %s -t %s failed (status 0x%x): %.400s", KILNC_PATH, path, argv[3], status, err);
+    }
+  }
+  return kiln_time_monotonic_ns() - t0;
+}
+
+static void bench_cold(const plan_t *plan, kiln_client_t *client, cold_result_t *res) {
+  printf(
+      "1. cold compile, examples/mlp.mlir for the six mission targets, a fresh source each time:\n"
+      "   kilnd (%llu workers; Compile, WatchJob to Terminal, GetArtifact of the six VMFBs into\n"
+      "   memory) vs six sequential kilnc processes, one target each (-o a temp dir)\n",
+      (unsigned long long)res->workers);
+  /* Untimed: the first compiles load every LLVM backend in a worker. */
+  for (size_t w = 0; w < (plan->quick ? 1 : 2); w++) {
+    int64_t a, b;
+    kilnd_cold(client, &a, &b);
+  }
+  kilnc_cold(false);
+  size_t n = plan->cold_rounds;
+  int64_t *k = kiln_calloc(n, sizeof *k), *f = kiln_calloc(n, sizeof *f);
+  int64_t *c6 = kiln_calloc(n, sizeof *c6), *c1 = kiln_calloc(n, sizeof *c1);
+  for (size_t r = 0; r < n; r++) {
+    for (int arm = 0; arm < 3; arm++) {
+      switch ((arm + (int)r) % 3) {
+        case 0: kilnd_cold(client, &k[r], &f[r]); break;
+        case 1: c6[r] = kilnc_cold(false); break;
+        default: c1[r] = kilnc_cold(true); break;
+      }
+    }
+  }
+  res->kilnd_ns = kiln_bench_median(k, n);
+  res->fetched_ns = kiln_bench_median(f, n);
+  res->kilnc6_ns = kiln_bench_median(c6, n);
+  res->kilnc1_ns = kiln_bench_median(c1, n);
+  double ratio = (double)res->fetched_ns / (double)res->kilnc6_ns;
+  printf("  medians of %zu runs each, alternating:\n", n);
+  printf("    kilnd, Compile to Terminal                 %8.1f ms\n", ms(res->kilnd_ns));
+  printf("    kilnd, Compile to the six VMFBs fetched    %8.1f ms\n", ms(res->fetched_ns));
+  printf("    six kilnc processes, one target each       %8.1f ms\n", ms(res->kilnc6_ns));
+  printf("    (one kilnc process, all six targets)       %8.1f ms\n", ms(res->kilnc1_ns));
+  printf("  kilnd (fetched) / six kilnc = %.2fx   goal <= %.1fx %s\n", ratio, COLD_GOAL,
+         ratio <= COLD_GOAL ? "PASS" : "MISS");
+  printf(
+      "  kilnd runs one job's targets as one task in one warm worker, the front half once\n"
+      "  (a worker of the default pool, one per core, runs the back halves one after another;\n"
+      "  `kilnc -t` with six targets forks one per core); each single-target kilnc process\n"
+      "  pays start-up, an MLIR context and the front half again\n\n");
+  kiln_free(k);
+  kiln_free(f);
+  kiln_free(c6);
+  kiln_free(c1);
+}
+
+/* ---- section 2: warm-hit latency ---- */
+
+typedef struct hit_result_s {
+  int64_t p50_ns, health_p50_ns;
+} hit_result_t;
+
+static void print_latency_row(const char *name, int64_t *v, size_t n) {
+  kiln_bench_sort(v, n);
+  printf("  %-30s %8.3f %8.3f %8.3f %8.3f\n", name, ms(percentile(v, n, 50)),
+         ms(percentile(v, n, 90)), ms(percentile(v, n, 99)), ms(v[n - 1]));
+}
+
+static void bench_hit(const plan_t *plan, kiln_client_t *client, const cold_result_t *cold,
+                      hit_result_t *res) {
+  size_t n = plan->hit_calls;
+  int64_t *hit = kiln_calloc(n, sizeof *hit), *health = kiln_calloc(n, sizeof *health);
+  for (size_t i = 0; i < 100; i++) {
+    hit_call(client, model, model_len, NULL);
+    health_call(client);
+  }
+  for (size_t i = 0; i < n; i++) {
+    int64_t t0 = kiln_time_monotonic_ns();
+    hit_call(client, model, model_len, NULL);
+    int64_t t1 = kiln_time_monotonic_ns();
+    health_call(client);
+    int64_t t2 = kiln_time_monotonic_ns();
+    hit[i] = t1 - t0;
+    health[i] = t2 - t1;
+  }
+  printf(
+      "2. warm hit: the same six-target Compile (inline source, %zu bytes) after it was\n"
+      "   compiled once; admission answers DONE, all six cached. One client, %zu sequential\n"
+      "   calls after 100 untimed, each followed by a Health/Check (the transport's floor)\n",
+      model_len, n);
+  printf("  %-30s %8s %8s %8s %8s\n", "ms", "p50", "p90", "p99", "max");
+  print_latency_row("Compile, all cached", hit, n);
+  print_latency_row("Health/Check", health, n);
+  res->p50_ns = percentile(hit, n, 50);
+  res->health_p50_ns = percentile(health, n, 50);
+  double ratio = (double)cold->kilnd_ns / (double)res->p50_ns;
+  printf("  hit p50 %.3f ms   goal < %.1f ms %s\n", ms(res->p50_ns), ms(HIT_P50_GOAL_NS),
+         res->p50_ns < HIT_P50_GOAL_NS ? "PASS" : "MISS");
+  printf("  cold (section 1, Compile to Terminal) / hit p50 = %.0fx   goal >= %.0fx %s\n\n", ratio,
+         COLD_OVER_HIT_GOAL, ratio >= COLD_OVER_HIT_GOAL ? "PASS" : "MISS");
+  kiln_free(hit);
+  kiln_free(health);
+}
+
+/* ---- load: many clients, one thread each ---- */
+
+typedef enum load_kind_e { LOAD_HIT, LOAD_HEALTH, LOAD_CROWD } load_kind_t;
+
+typedef struct load_s {
+  load_kind_t kind;
+  bool connect_first; /* make each client's first call before the start line */
+  pthread_barrier_t start;
+  atomic_bool stop;
+} load_t;
+
+typedef struct loader_s {
+  load_t *load;
+  kiln_client_t *client;
+  pthread_t thread;
+  uint64_t calls;
+  int64_t *lat; /* LOAD_CROWD: Compile + WatchJob latencies, up to LAT_CAP */
+  size_t n_lat;
+} loader_t;
+
+static void *loader_main(void *arg) {
+  loader_t *l = arg;
+  load_t *load = l->load;
+  if (load->connect_first) health_call(l->client);
+  pthread_barrier_wait(&load->start);
+  while (!atomic_load_explicit(&load->stop, memory_order_relaxed)) {
+    int64_t t0 = kiln_time_monotonic_ns();
+    if (load->kind == LOAD_HEALTH) {
+      health_call(l->client);
+    } else if (load->kind == LOAD_HIT) {
+      hit_call(l->client, model, model_len, NULL);
+    } else {
+      char *job;
+      hit_call(l->client, model, model_len, &job);
+      job_outcome_t out;
+      watch_call(l->client, job, &out);
+      if (out.state != KILN__V1__JOB_STATE__JOB_STATE_DONE) {
+        die("cached job %s ended in state %d", job, (int)out.state);
+      }
+      kiln_free(job);
+    }
+    if (l->lat && l->n_lat < LAT_CAP) l->lat[l->n_lat++] = kiln_time_monotonic_ns() - t0;
+    l->calls++;
+  }
+  return NULL;
+}
+
+/* What a load phase observed of kilnd while it ran. */
+typedef struct load_watch_s {
+  int64_t max_rss_kib;
+  size_t sockets; /* kilnd's open sockets halfway through */
+} load_watch_t;
+
+/* Runs `kind` on every client for `duration_ms`; returns calls/s over the phase and
+ * adds the calls made to *out_calls. With `watch` non-NULL the main thread samples
+ * kilnd's RSS meanwhile. */
+static double load_run(load_kind_t kind, loader_t *loaders, kiln_client_t **clients, size_t n,
+                       int64_t duration_ms, bool connect_first, load_watch_t *watch,
+                       uint64_t *out_calls) {
+  load_t load = {.kind = kind, .connect_first = connect_first};
+  atomic_init(&load.stop, false);
+  pthread_barrier_init(&load.start, NULL, (unsigned)n + 1);
+  for (size_t i = 0; i < n; i++) {
+    loaders[i].load = &load;
+    loaders[i].client = clients[i];
+    loaders[i].calls = 0;
+    loaders[i].n_lat = 0;
+    int rc = pthread_create(&loaders[i].thread, NULL, loader_main, &loaders[i]);
+    if (rc != 0) die("cannot start client thread %zu of %zu: %s", i + 1, n, strerror(rc));
+  }
+  pthread_barrier_wait(&load.start);
+  int64_t t0 = kiln_time_monotonic_ns();
+  int64_t until = t0 + duration_ms * 1000000;
+  if (watch) {
+    memset(watch, 0, sizeof *watch);
+    bool counted = false;
+    while (kiln_time_monotonic_ns() < until) {
+      int64_t rss = proc_status_kib(kilnd_pid, "VmRSS:");
+      if (rss > watch->max_rss_kib) watch->max_rss_kib = rss;
+      if (!counted && kiln_time_monotonic_ns() > t0 + duration_ms * 500000) {
+        watch->sockets = socket_count(kilnd_pid);
+        counted = true;
+      }
+      sleep_ms(RSS_SAMPLE_MS);
+    }
+  } else {
+    sleep_ms(duration_ms);
+  }
+  atomic_store(&load.stop, true);
+  uint64_t calls = 0;
+  for (size_t i = 0; i < n; i++) {
+    pthread_join(loaders[i].thread, NULL);
+    calls += loaders[i].calls;
+  }
+  int64_t elapsed = kiln_time_monotonic_ns() - t0;
+  pthread_barrier_destroy(&load.start);
+  *out_calls += calls;
+  return (double)calls * 1e9 / (double)elapsed;
+}
+
+/* ---- section 3: hit throughput ---- */
+
+static double bench_throughput(const plan_t *plan, double *out_hit, double *out_health) {
+  size_t n = plan->tput_clients;
+  kiln_client_t **clients = kiln_calloc(n, sizeof *clients);
+  loader_t *loaders = kiln_calloc(n, sizeof *loaders);
+  for (size_t i = 0; i < n; i++) {
+    clients[i] = client_open(i + 1);
+    health_call(clients[i]); /* connected before anything is timed */
+    hit_call(clients[i], model, model_len, NULL);
+  }
+  size_t rounds = plan->tput_rounds;
+  int64_t *hit = kiln_calloc(rounds, sizeof *hit), *health = kiln_calloc(rounds, sizeof *health);
+  uint64_t calls[2] = {0, 0};
+  int64_t cpu[2] = {0, 0}; /* kilnd's CPU time during each arm */
+  for (size_t r = 0; r < rounds; r++) {
+    for (int arm = 0; arm < 2; arm++) {
+      bool hit_turn = (arm == 0) == (r % 2 == 0);
+      int64_t c0 = proc_cpu_ns(kilnd_pid);
+      double rate = load_run(hit_turn ? LOAD_HIT : LOAD_HEALTH, loaders, clients, n, plan->tput_ms,
+                             false, NULL, &calls[hit_turn ? 0 : 1]);
+      cpu[hit_turn ? 0 : 1] += proc_cpu_ns(kilnd_pid) - c0;
+      *(hit_turn ? &hit[r] : &health[r]) = (int64_t)rate;
+    }
+  }
+  *out_hit = (double)kiln_bench_median(hit, rounds);
+  *out_health = (double)kiln_bench_median(health, rounds);
+  double ratio = *out_hit / *out_health;
+  printf(
+      "3. hit throughput: %zu clients (one thread and one connection each) calling the cached\n"
+      "   Compile of section 2 in a loop, vs Health/Check from the same clients; median of %zu\n"
+      "   round%s of %.1f s per side, alternating; kilnd's CPU time (/proc/PID/stat) per call\n",
+      n, rounds, rounds == 1 ? "" : "s", (double)plan->tput_ms / 1e3);
+  printf(
+      "  cached Compile %8.0f calls/s, kilnd CPU %5.0f us per call\n"
+      "  Health/Check   %8.0f calls/s, kilnd CPU %5.0f us per call\n",
+      *out_hit, calls[0] ? (double)cpu[0] / 1e3 / (double)calls[0] : 0.0, *out_health,
+      calls[1] ? (double)cpu[1] / 1e3 / (double)calls[1] : 0.0);
+  printf("  Compile / Health/Check = %.2fx   goal >= %.1fx %s\n\n", ratio, THROUGHPUT_GOAL,
+         ratio >= THROUGHPUT_GOAL ? "PASS" : "MISS");
+  for (size_t i = 0; i < n; i++) kiln_client_destroy(clients[i]);
+  kiln_free(clients);
+  kiln_free(loaders);
+  kiln_free(hit);
+  kiln_free(health);
+  return ratio;
+}
+
+/* ---- section 4: GetArtifact ---- */
+
+/* Puts `bytes` incompressible bytes into STATE/cache as an artifact (before kilnd
+ * starts) and writes its digest and the path of its blob file. */
+static void seed_artifact(size_t bytes, char *out_digest, char *out_blob_path) {
+  char cache_dir[PATH_MAX];
+  path_join(cache_dir, state_dir, "cache");
+  kiln_cache_options_t opts = {.compression = KILN_BLOB_COMPRESSION_OFF};
+  kiln_cache_t *cache;
+  check(kiln_cache_open(cache_dir, &opts, &cache, NULL), "kiln_cache_open");
+  unsigned char *data = kiln_malloc(bytes);
+  fill_random(data, bytes);
+  const char *flags[] = {"--iree-opt-level=O2"};
+  kiln_cache_key_parts_t parts = {
+      "00000000000000000000000000000000000000000000000000000000bec4a1e5",
+      "sm_89",
+      flags,
+      1,
+      "bench_service",
+      7,
+      17u << 16};
+  kiln_cache_provenance_t prov = {"bench_service", NULL, 0};
+  kiln_index_artifact_t rec;
+  check(kiln_cache_artifact_put(cache, &parts, data, bytes, &prov, &rec),
+        "kiln_cache_artifact_put");
+  memcpy(out_digest, rec.artifact_digest, 65);
+  kiln_index_artifact_deinit(&rec);
+  kiln_free(data);
+  kiln_cache_close(cache);
+  char blobs[PATH_MAX], shard[PATH_MAX], name[3] = {out_digest[0], out_digest[1], '\0'};
+  path_join(blobs, cache_dir, "blobs");
+  path_join(shard, blobs, name);
+  path_join(out_blob_path, shard, out_digest);
+  if (access(out_blob_path, R_OK) != 0) die("the seeded blob is not at %s", out_blob_path);
+}
+
+/* read() of the whole file in `chunk`-sized pieces into one reused buffer. */
+static int64_t read_file_timed(const char *path, unsigned char *buf, size_t chunk, size_t expect) {
+  int64_t t0 = kiln_time_monotonic_ns();
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) die("cannot open %s: %s", path, strerror(errno));
+  size_t total = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf, chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) die("cannot read %s: %s", path, strerror(errno));
+    if (n == 0) break;
+    total += (size_t)n;
+  }
+  close(fd);
+  if (total != expect) die("%s has %zu bytes, expected %zu", path, total, expect);
+  return kiln_time_monotonic_ns() - t0;
+}
+
+static double bench_artifact(const plan_t *plan, kiln_client_t *client, const char *digest,
+                             const char *blob_path) {
+  size_t bytes = plan->artifact_bytes, runs = plan->artifact_runs;
+  size_t chunk = MIB;
+  Kiln__V1__GetServerInfoRequest ireq = KILN__V1__GET_SERVER_INFO_REQUEST__INIT;
+  ProtobufCMessage *iresp = NULL;
+  check(kiln_client_unary(client, "/kiln.v1.Kiln/GetServerInfo", &ireq.base,
+                          &kiln__v1__get_server_info_response__descriptor, &iresp),
+        "GetServerInfo");
+  uint64_t server_chunk = ((Kiln__V1__GetServerInfoResponse *)iresp)->chunk_size_bytes;
+  protobuf_c_message_free_unpacked(iresp, NULL);
+  if (server_chunk > 0 && server_chunk < 64 * MIB) chunk = (size_t)server_chunk;
+
+  unsigned char *buf = kiln_malloc(chunk);
+  int64_t *ga = kiln_calloc(runs, sizeof *ga), *rd = kiln_calloc(runs, sizeof *rd);
+  /* Untimed first pass of each side: the blob file is then in page cache for both. */
+  get_artifact_call(client, digest);
+  read_file_timed(blob_path, buf, chunk, bytes);
+  for (size_t r = 0; r < runs; r++) {
+    for (int arm = 0; arm < 2; arm++) {
+      if ((arm == 0) == (r % 2 == 0)) {
+        int64_t t0 = kiln_time_monotonic_ns();
+        get_artifact_call(client, digest);
+        ga[r] = kiln_time_monotonic_ns() - t0;
+      } else {
+        rd[r] = read_file_timed(blob_path, buf, chunk, bytes);
+      }
+    }
+  }
+  /* kilnd verifies each chunk's SHA-256 before it is sent. */
+  size_t sha_bytes = bytes < 64 * MIB ? bytes : 64 * MIB;
+  unsigned char *data = kiln_malloc(sha_bytes);
+  fill_random(data, sha_bytes);
+  int64_t sha[3];
+  for (size_t i = 0; i < 3; i++) {
+    kiln_digest_t d;
+    int64_t t0 = kiln_time_monotonic_ns();
+    kiln_digest_of(data, sha_bytes, &d);
+    sha[i] = kiln_time_monotonic_ns() - t0;
+  }
+  kiln_free(data);
+  int64_t g = kiln_bench_median(ga, runs), rr = kiln_bench_median(rd, runs),
+          s = kiln_bench_median(sha, 3);
+  double g_rate = mib_per_s(bytes, g), r_rate = mib_per_s(bytes, rr),
+         s_rate = mib_per_s(sha_bytes, s);
+  double ratio = g_rate / r_rate;
+  double bound = 1.0 / (1.0 + r_rate / s_rate);
+  printf(
+      "4. GetArtifact of a %zu MiB artifact (random bytes, stored uncompressed) vs read() of\n"
+      "   its blob file in %zu KiB pieces; both warm (each side ran once untimed first, so\n"
+      "   the file is in page cache for both); median of %zu runs each, alternating\n",
+      bytes / MIB, chunk / KIB, runs);
+  printf("  GetArtifact %8.0f MiB/s  (%.0f ms)\n  read()      %8.0f MiB/s  (%.0f ms)\n", g_rate,
+         ms(g), r_rate, ms(rr));
+  printf("  GetArtifact / read() = %.2fx   goal >= %.1fx %s\n", ratio, ARTIFACT_GOAL,
+         ratio >= ARTIFACT_GOAL ? "PASS" : "MISS");
+  printf(
+      "  SHA-256 alone (kiln_digest_of, %zu MiB) %.0f MiB/s; kilnd reads and hashes each chunk\n"
+      "  before it sends it, so GetArtifact/read() <= 1/(1 + read/sha) = %.2fx on this machine\n\n",
+      sha_bytes / MIB, s_rate, bound);
+  kiln_free(buf);
+  kiln_free(ga);
+  kiln_free(rd);
+  return ratio;
+}
+
+/* ---- section 5: RSS under many clients ---- */
+
+/* kilnd's VmRSS at one moment, and its workers' beside it. */
+typedef struct rss_sample_s {
+  int64_t kilnd_kib, workers_kib;
+  size_t n_workers;
+} rss_sample_t;
+
+static rss_sample_t rss_sample(void) {
+  rss_sample_t s;
+  s.kilnd_kib = proc_status_kib(kilnd_pid, "VmRSS:");
+  s.workers_kib = children_rss_kib(kilnd_pid, &s.n_workers);
+  return s;
+}
+
+typedef struct rss_result_s {
+  rss_sample_t start, after;
+  rss_sample_t section[4];  /* after each of sections 1-4 */
+  uint64_t section_jobs[4]; /* jobs submitted by then */
+  int64_t peak_kib, hwm_kib;
+} rss_result_t;
+
+static uint64_t jobs_submitted(kiln_client_t *client) {
+  Kiln__V1__GetStatsResponse *stats = stats_call(client);
+  uint64_t n = stats->jobs ? stats->jobs->submitted : 0;
+  protobuf_c_message_free_unpacked(&stats->base, NULL);
+  return n;
+}
+
+/* Records kilnd's memory after section `i` (0-based) of 1-4. */
+static void rss_mark(rss_result_t *res, size_t i, kiln_client_t *client) {
+  res->section[i] = rss_sample();
+  res->section_jobs[i] = jobs_submitted(client);
+}
+
+static void print_rss_line(const char *what, const rss_sample_t *s) {
+  printf("  %-54s kilnd %6.1f MiB   (%zu workers %6.1f MiB)\n", what, kib_mib(s->kilnd_kib),
+         s->n_workers, kib_mib(s->workers_kib));
+}
+
+static void bench_crowd(const plan_t *plan, kiln_client_t *client, rss_result_t *res) {
+  size_t n = plan->crowd;
+  printf(
+      "5. kilnd memory (VmRSS of /proc/PID/status; workers are separate processes), idle after\n"
+      "   each section, then under %zu clients, one thread and one connection each, each looping\n"
+      "   a cached Compile and a WatchJob of its job to Terminal for %.1f s (VmRSS sampled\n"
+      "   every %d ms)\n",
+      n, (double)plan->crowd_ms / 1e3, RSS_SAMPLE_MS);
+  static const char *const names[4] = {"cold compiles", "warm hits", "hit throughput",
+                                       "GetArtifact"};
+  print_rss_line("just after start (no call yet)", &res->start);
+  for (size_t i = 0; i < 4; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "idle after %zu. %s (%llu jobs so far)", i + 1, names[i],
+             (unsigned long long)res->section_jobs[i]);
+    print_rss_line(what, &res->section[i]);
+  }
+  uint64_t jobs_before = jobs_submitted(client);
+  size_t sockets_idle = socket_count(kilnd_pid);
+
+  kiln_client_t **clients = kiln_calloc(n, sizeof *clients);
+  loader_t *loaders = kiln_calloc(n, sizeof *loaders);
+  for (size_t i = 0; i < n; i++) {
+    clients[i] = client_open(1000 + i);
+    loaders[i].lat = kiln_calloc(LAT_CAP, sizeof *loaders[i].lat);
+  }
+  load_watch_t watch;
+  uint64_t pairs = 0;
+  double rate = load_run(LOAD_CROWD, loaders, clients, n, plan->crowd_ms, true, &watch, &pairs);
+  res->peak_kib = watch.max_rss_kib;
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += loaders[i].n_lat;
+  int64_t *lat = kiln_calloc(total ? total : 1, sizeof *lat);
+  for (size_t i = 0, k = 0; i < n; i++) {
+    memcpy(lat + k, loaders[i].lat, loaders[i].n_lat * sizeof *lat);
+    k += loaders[i].n_lat;
+  }
+  printf("  %-54s kilnd %6.1f MiB\n", "peak while the clients ran (sampled)",
+         kib_mib(res->peak_kib));
+  for (size_t i = 0; i < n; i++) {
+    kiln_client_destroy(clients[i]);
+    kiln_free(loaders[i].lat);
+  }
+  sleep_ms(1000);
+  res->after = rss_sample();
+  print_rss_line("1 s after the clients disconnected", &res->after);
+  res->hwm_kib = proc_status_kib(kilnd_pid, "VmHWM:");
+  printf("  VmHWM (kilnd's peak over the whole run, all sections): %.1f MiB\n",
+         kib_mib(res->hwm_kib));
+  uint64_t jobs_after = jobs_submitted(client);
+  if (total) {
+    kiln_bench_sort(lat, total);
+    printf("  %.0f Compile+WatchJob pairs/s; pair latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+           rate, ms(percentile(lat, total, 50)), ms(percentile(lat, total, 99)),
+           ms(lat[total - 1]));
+  }
+  printf(
+      "  kilnd held %zu sockets halfway through, %zu when idle: %s\n"
+      "  the phase submitted %llu jobs, which kilnd keeps for --job-retention (default 1 h)\n"
+      "  no goal is given for memory: reported only\n\n",
+      watch.sockets, sockets_idle,
+      watch.sockets >= sockets_idle + n ? "each client had its own connection"
+                                        : "clients SHARED connections (fewer sockets than clients)",
+      (unsigned long long)(jobs_after - jobs_before));
+  kiln_free(lat);
+  kiln_free(clients);
+  kiln_free(loaders);
+}
+
+/* ---- header, summary, main ---- */
+
+static void print_header(const plan_t *plan, const char *dir, uint64_t workers) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  char cpu[128];
+  kiln_bench_cpu_model(cpu, sizeof cpu);
+  struct statfs fs;
+  if (statfs(dir, &fs) != 0) die("cannot statfs %s: %s", dir, strerror(errno));
+  printf(
+      "kiln service benchmark (%s): kilnd over gRPC on loopback vs the baselines of its\n"
+      "goals, side by side in one run\n",
+      plan->quick ? "--quick" : "full");
+  printf("what decides these numbers on this machine:\n");
+  printf(
+      "  cores %ld (%s), memory %.1f GiB, shared by kilnd,\n"
+      "  its %llu compile workers and this benchmark's client threads\n",
+      cores, cpu, (double)pages * (double)page / (1024.0 * 1024 * 1024),
+      (unsigned long long)workers);
+  printf(
+      "  kilnd: %s, default settings, on %s\n"
+      "  (state dir on %s); clients: the CLI's client library (client/rpc.h)\n",
+      KILND_PATH, kilnd_addr, fs_name((long)fs.f_type));
+  kiln_bench_print_load("times");
+  printf(
+      "method: medians of alternating runs (percentiles for latency); every baseline runs in\n"
+      "the same process at the same time of the run; goals are reported as PASS/MISS, never\n"
+      "asserted\n\n");
+}
+
+static const char *verdict(bool pass) { return pass ? "PASS" : "MISS"; }
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: bench_service [--quick] [DIR]\n"
+          "  Starts kilnd (%s) in a temporary directory under DIR ($TMPDIR or /tmp by\n"
+          "  default) and measures it through gRPC against kilnc, an empty RPC, read() and\n"
+          "  its own idle memory; removes the directory at the end.\n"
+          "  --quick  smoke run: fewer runs, a 16 MiB artifact, 20 concurrent clients\n",
+          KILND_PATH);
+}
+
+int main(int argc, char **argv) {
+  plan_t plan = {.cold_rounds = 7,
+                 .hit_calls = 3000,
+                 .tput_clients = 8,
+                 .tput_rounds = 5,
+                 .tput_ms = 2000,
+                 .artifact_bytes = 256 * MIB,
+                 .artifact_runs = 3,
+                 .crowd = 200,
+                 .crowd_ms = 5000};
+  const char *base = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) {
+      plan.quick = true;
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage();
+      return 0;
+    } else if (argv[i][0] == '-' || base) {
+      usage();
+      return 2;
+    } else {
+      base = argv[i];
+    }
+  }
+  if (plan.quick) {
+    plan.cold_rounds = 2;
+    plan.hit_calls = 300;
+    plan.tput_rounds = 1;
+    plan.tput_ms = 500;
+    plan.artifact_bytes = 16 * MIB;
+    plan.crowd = 20;
+    plan.crowd_ms = 1500;
+  }
+  if (!base) base = getenv("TMPDIR");
+  if (!base || !*base) base = "/tmp";
+  kiln_log_configure(KILN_LOG_WARN, STDERR_FILENO);
+  signal(SIGPIPE, SIG_IGN);
+  if ((size_t)snprintf(scratch, sizeof scratch, "%s/kiln-bench-XXXXXX", base) >= sizeof scratch) {
+    scratch[0] = '\0';
+    die("directory name too long: %s", base);
+  }
+  if (!mkdtemp(scratch)) {
+    int err = errno;
+    scratch[0] = '\0';
+    die("cannot create a temporary directory in %s: %s; pass a writable DIR", base, strerror(err));
+  }
+  cleanup_on_signals();
+  int64_t t0 = kiln_time_monotonic_ns();
+  path_join(state_dir, scratch, "state");
+  path_join(log_path, scratch, "kilnd.log");
+  char model_path[PATH_MAX];
+  path_join(model_path, KILN_SOURCE_DIR, "examples/mlp.mlir");
+  model = read_file(model_path, &model_len);
+
+  char digest[65], blob_path[PATH_MAX];
+  if (mkdir(state_dir, 0700) != 0) die("cannot create %s: %s", state_dir, strerror(errno));
+  seed_artifact(plan.artifact_bytes, digest, blob_path);
+  kilnd_start();
+  sleep_ms(1000); /* the workers start and load the compiler */
+  rss_result_t rss = {.start = rss_sample()};
+  kiln_client_t *client = client_open(0);
+  cold_result_t cold = {0};
+  Kiln__V1__GetStatsResponse *stats = stats_call(client);
+  cold.workers = stats->jobs ? stats->jobs->workers : 0;
+  protobuf_c_message_free_unpacked(&stats->base, NULL);
+  print_header(&plan, state_dir, cold.workers);
+  fflush(stdout);
+
+  int64_t marks[6];
+  marks[0] = kiln_time_monotonic_ns();
+  bench_cold(&plan, client, &cold);
+  fflush(stdout);
+  rss_mark(&rss, 0, client);
+  /* The warm hits' artifacts: compiled once, untimed. */
+  Kiln__V1__CompileResponse *first = compile_call(client, model, model_len);
+  job_outcome_t out;
+  watch_call(client, first->job_id, &out);
+  protobuf_c_message_free_unpacked(&first->base, NULL);
+  if (out.state != KILN__V1__JOB_STATE__JOB_STATE_DONE) {
+    die("examples/mlp.mlir did not compile: %s", out.failure);
+  }
+  marks[1] = kiln_time_monotonic_ns();
+  hit_result_t hit;
+  bench_hit(&plan, client, &cold, &hit);
+  fflush(stdout);
+  rss_mark(&rss, 1, client);
+  marks[2] = kiln_time_monotonic_ns();
+  double tput_hit, tput_health;
+  double tput = bench_throughput(&plan, &tput_hit, &tput_health);
+  fflush(stdout);
+  rss_mark(&rss, 2, client);
+  marks[3] = kiln_time_monotonic_ns();
+  double artifact = bench_artifact(&plan, client, digest, blob_path);
+  fflush(stdout);
+  rss_mark(&rss, 3, client);
+  marks[4] = kiln_time_monotonic_ns();
+  bench_crowd(&plan, client, &rss);
+  fflush(stdout);
+  marks[5] = kiln_time_monotonic_ns();
+  kiln_client_destroy(client);
+
+  double cold_ratio = (double)cold.fetched_ns / (double)cold.kilnc6_ns;
+  double cold_over_hit = (double)cold.kilnd_ns / (double)hit.p50_ns;
+  char buf[64];
+  printf("summary (goals from the issue)\n");
+  printf("  %-52s %14s %12s\n", "measurement", "value", "goal");
+  snprintf(buf, sizeof buf, "%.3f ms", ms(hit.p50_ns));
+  printf("  %-52s %14s %12s %s\n", "warm-hit Compile p50, six targets cached", buf, "< 2 ms",
+         verdict(hit.p50_ns < HIT_P50_GOAL_NS));
+  snprintf(buf, sizeof buf, "%.0fx", cold_over_hit);
+  printf("  %-52s %14s %12s %s\n", "cold compile through kilnd / warm-hit p50", buf, ">= 50x",
+         verdict(cold_over_hit >= COLD_OVER_HIT_GOAL));
+  snprintf(buf, sizeof buf, "%.2fx", tput);
+  char what[80];
+  snprintf(what, sizeof what, "cached Compile / Health/Check calls/s, %zu clients",
+           plan.tput_clients);
+  printf("  %-52s %14s %12s %s\n", what, buf, ">= 0.7x", verdict(tput >= THROUGHPUT_GOAL));
+  snprintf(buf, sizeof buf, "%.2fx", cold_ratio);
+  snprintf(what, sizeof what, "kilnd cold (%llu workers, %ld cores) / six kilnc",
+           (unsigned long long)cold.workers, sysconf(_SC_NPROCESSORS_ONLN));
+  printf("  %-52s %14s %12s %s\n", what, buf, "<= 0.5x", verdict(cold_ratio <= COLD_GOAL));
+  snprintf(buf, sizeof buf, "%.2fx", artifact);
+  snprintf(what, sizeof what, "GetArtifact / read(), %zu MiB, warm", plan.artifact_bytes / MIB);
+  printf("  %-52s %14s %12s %s\n", what, buf, ">= 0.5x", verdict(artifact >= ARTIFACT_GOAL));
+  snprintf(buf, sizeof buf, "%.0f/%.0f/%.0f MiB", kib_mib(rss.start.kilnd_kib),
+           kib_mib(rss.section[3].kilnd_kib), kib_mib(rss.peak_kib));
+  snprintf(what, sizeof what, "kilnd VmRSS start / before load / peak, %zu clients", plan.crowd);
+  printf("  %-52s %14s %12s\n", what, buf, "(none given)");
+  printf("\n");
+
+  int stop = kilnd_stop(30000);
+  char where[PATH_MAX];
+  snprintf(where, sizeof where, "%s", scratch);
+  cleanup();
+  printf(
+      "total %.1f s (start %.1f, cold %.1f, hit %.1f, throughput %.1f, artifact %.1f, clients "
+      "%.1f);"
+      " kilnd exited %s; removed %s\n",
+      (double)(kiln_time_monotonic_ns() - t0) / 1e9, (double)(marks[0] - t0) / 1e9,
+      (double)(marks[1] - marks[0]) / 1e9, (double)(marks[2] - marks[1]) / 1e9,
+      (double)(marks[3] - marks[2]) / 1e9, (double)(marks[4] - marks[3]) / 1e9,
+      (double)(marks[5] - marks[4]) / 1e9,
+      WIFEXITED(stop) && WEXITSTATUS(stop) == 0 ? "cleanly" : "with an error", where);
+  kiln_free(model);
+  return 0;
+}
