@@ -8,7 +8,11 @@
  *    target of the registry: kiln_compiler_compile for that one target on a warm
  *    context, against a replay of the same pass pipelines (kiln_compiler_pipeline_text)
  *    as processes:
- *      mlir-opt-22 MODEL --pass-pipeline=FRONT | mlir-opt-22 --pass-pipeline=BACK -o /dev/null
+ *      mlir-opt-22 MODEL --pass-pipeline=BUFFERIZE | mlir-opt-22 --pass-pipeline=REST |
+ *      mlir-opt-22 --pass-pipeline=BACK -o /dev/null
+ *    (kiln_compiler_pipeline_stages). Between the first two the benchmark rewrites
+ *    each host memref.copy into a linalg.copy as text, the step kiln does in C, so
+ *    both sides make the same kernels (a padded convolution's interior copy is one).
  *    The two processes start together (the second one's start-up overlaps the first
  *    one's work, as in a shell pipe); the benchmark sits in the pipe and adds to each
  *    gpu.func the workgroup-size attributes kiln writes in C between the halves
@@ -295,6 +299,39 @@ static void annotate(const char *ir, size_t len, const shapes_t *shapes, bool sp
   }
 }
 
+/* kiln's C step between the front stages (kiln_compiler_copies_to_kernels), as a
+ * text edit: "memref.copy %a, %b : T to U" becomes "linalg.copy ins(%a : T) outs(%b :
+ * U)", which the loop passes then turn into a kernel exactly as kiln's does. */
+static void rewrite_copies(const char *ir, size_t len, kiln_buf_t *out) {
+  const char *end = ir + len;
+  for (const char *line = ir; line < end;) {
+    const char *nl = memchr(line, '\n', (size_t)(end - line));
+    const char *eol = nl ? nl : end;
+    const char *c = memmem(line, (size_t)(eol - line), "memref.copy %", 13);
+    const char *comma = c ? memchr(c, ',', (size_t)(eol - c)) : NULL;
+    const char *colon = comma ? memmem(comma, (size_t)(eol - comma), " : ", 3) : NULL;
+    const char *to = colon ? memmem(colon, (size_t)(eol - colon), " to ", 4) : NULL;
+    if (to) {
+      kiln_buf_append(out, line, (size_t)(c - line));
+      kiln_buf_append_str(out, "linalg.copy ins(");
+      kiln_buf_append(out, c + 12, (size_t)(comma - (c + 12)));
+      kiln_buf_append_str(out, " : ");
+      kiln_buf_append(out, colon + 3, (size_t)(to - (colon + 3)));
+      kiln_buf_append_str(out, ") outs(");
+      const char *dst = comma + 1;
+      while (*dst == ' ') dst++;
+      kiln_buf_append(out, dst, (size_t)(colon - dst));
+      kiln_buf_append_str(out, " : ");
+      kiln_buf_append(out, to + 4, (size_t)(eol - (to + 4)));
+      kiln_buf_append_char(out, ')');
+    } else {
+      kiln_buf_append(out, line, (size_t)(eol - line));
+    }
+    if (nl) kiln_buf_append_char(out, '\n');
+    line = eol + 1;
+  }
+}
+
 /* One replay's outcome, as the runner reports it. */
 typedef struct opt_result_s {
   int32_t ok;          /* both processes exited 0 */
@@ -355,7 +392,29 @@ static int reap(pid_t pid, opt_result_t *res) {
   return status;
 }
 
-/* Runs FRONT | (annotate) | BACK once, in the runner. */
+static void write_whole(int fd, const char *data, size_t len) {
+  for (size_t off = 0; off < len;) {
+    ssize_t n = write(fd, data + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break; /* the reader died early: its exit status tells the story */
+    off += (size_t)n;
+  }
+}
+
+static void read_whole(int fd, kiln_buf_t *out) {
+  char chunk[65536];
+  for (;;) {
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) die("cannot read from mlir-opt: %s", strerror(errno));
+    if (n == 0) break;
+    kiln_buf_append(out, chunk, (size_t)n);
+  }
+}
+
+/* Runs FRONT | (annotate) | BACK once, in the runner; when `front` holds two
+ * pipelines ("BUFFERIZE\nREST", kiln_compiler_pipeline_stages), the front runs as
+ * BUFFERIZE | (copies to linalg.copy) | REST, as kiln does in one process. */
 static void opt_run(const char *mlir_opt, const char *model_path, const char *front,
                     const char *back, const shapes_t *shapes, bool spirv, opt_result_t *res) {
   memset(res, 0, sizeof *res);
@@ -364,9 +423,18 @@ static void opt_run(const char *mlir_opt, const char *model_path, const char *fr
   kiln_buf_init(&back_arg);
   kiln_buf_init(&ir);
   kiln_buf_init(&edited);
-  kiln_buf_appendf(&front_arg, "--pass-pipeline=%s", front);
+  const char *split = strchr(front, '\n');
+  kiln_buf_t rest_arg;
+  kiln_buf_init(&rest_arg);
+  if (split) {
+    kiln_buf_appendf(&front_arg, "--pass-pipeline=%.*s", (int)(split - front), front);
+    kiln_buf_appendf(&rest_arg, "--pass-pipeline=%s", split + 1);
+  } else {
+    kiln_buf_appendf(&front_arg, "--pass-pipeline=%s", front);
+  }
   kiln_buf_appendf(&back_arg, "--pass-pipeline=%s", back);
   const char *front_argv[] = {mlir_opt, model_path, front_arg.data, NULL};
+  const char *rest_argv[] = {mlir_opt, rest_arg.data, NULL};
   const char *back_argv[] = {mlir_opt, back_arg.data, "-o", "/dev/null", NULL};
   stderr_file_reset(stderr_fd[0]);
   stderr_file_reset(stderr_fd[1]);
@@ -378,30 +446,40 @@ static void opt_run(const char *mlir_opt, const char *model_path, const char *fr
   pid_t back_pid = spawn(back_argv, p2[0], -1, stderr_fd[1]);
   close(p1[1]);
   close(p2[0]);
-  char chunk[65536];
-  for (;;) {
-    ssize_t n = read(p1[0], chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) die("cannot read from mlir-opt: %s", strerror(errno));
-    if (n == 0) break;
-    kiln_buf_append(&ir, chunk, (size_t)n);
-  }
+  read_whole(p1[0], &ir);
   close(p1[0]);
+  int rest_status = 0;
+  bool rest_ok = true;
+  if (split) {
+    /* FRONT's output, copies rewritten, through REST (it reads all its input before
+     * it writes, so writing everything first cannot deadlock). */
+    kiln_buf_t rewritten;
+    kiln_buf_init(&rewritten);
+    rewrite_copies(ir.data, ir.len, &rewritten);
+    int p3[2], p4[2];
+    if (pipe2(p3, O_CLOEXEC) != 0 || pipe2(p4, O_CLOEXEC) != 0) die("pipe: %s", strerror(errno));
+    pid_t rest_pid = spawn(rest_argv, p3[0], p4[1], stderr_fd[0]);
+    close(p3[0]);
+    close(p4[1]);
+    write_whole(p3[1], rewritten.data, rewritten.len);
+    close(p3[1]);
+    kiln_buf_clear(&ir);
+    read_whole(p4[0], &ir);
+    close(p4[0]);
+    rest_status = reap(rest_pid, res);
+    rest_ok = WIFEXITED(rest_status) && WEXITSTATUS(rest_status) == 0;
+    kiln_buf_deinit(&rewritten);
+  }
   annotate(ir.data, ir.len, shapes, spirv, &edited);
   /* A back process that died early shows as EPIPE (SIGPIPE is ignored); its exit
    * status tells the story. */
-  for (size_t off = 0; off < edited.len;) {
-    ssize_t n = write(p2[1], edited.data + off, edited.len - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    off += (size_t)n;
-  }
+  write_whole(p2[1], edited.data, edited.len);
   close(p2[1]);
   int front_status = reap(front_pid, res);
   int back_status = reap(back_pid, res);
   res->ns = kiln_time_monotonic_ns() - t0;
 
-  bool front_ok = WIFEXITED(front_status) && WEXITSTATUS(front_status) == 0;
+  bool front_ok = WIFEXITED(front_status) && WEXITSTATUS(front_status) == 0 && rest_ok;
   bool back_ok = WIFEXITED(back_status) && WEXITSTATUS(back_status) == 0;
   res->ok = front_ok && back_ok;
   if (!res->ok) {
@@ -414,6 +492,7 @@ static void opt_run(const char *mlir_opt, const char *model_path, const char *fr
     kiln_buf_deinit(&text);
   }
   kiln_buf_deinit(&front_arg);
+  kiln_buf_deinit(&rest_arg);
   kiln_buf_deinit(&back_arg);
   kiln_buf_deinit(&ir);
   kiln_buf_deinit(&edited);
@@ -737,7 +816,8 @@ static void bench_model_table(const plan_t *plan, const char *model, runner_t *r
   char name[64];
   snprintf(name, sizeof name, "%s.mlir", model);
   printf("1. examples/%s: kiln warm compile, one target per call, vs the same passes as\n"
-         "   mlir-opt-22 %s --pass-pipeline=FRONT | mlir-opt-22 --pass-pipeline=BACK -o /dev/null\n",
+         "   mlir-opt-22 %s --pass-pipeline=BUFFERIZE | mlir-opt-22 --pass-pipeline=REST |\n"
+         "   mlir-opt-22 --pass-pipeline=BACK -o /dev/null\n",
          name, name);
   shapes_t shapes;
   size_t warm_first = 0, warm_n = n_targets;
@@ -776,7 +856,17 @@ static void bench_model_table(const plan_t *plan, const char *model, runner_t *r
     const char *kind = kiln_compiler_target_kind_name(t->kind);
     char *front = NULL, *back = NULL;
     char kiln_err[256] = "", opt_err[256] = "";
-    kiln_status_t st = have_opt ? kiln_compiler_pipeline_text(context, t, &front, &back) : NULL;
+    char *bufferize = NULL, *rest = NULL;
+    kiln_status_t st = have_opt ? kiln_compiler_pipeline_stages(context, t, &bufferize, &rest, &back) : NULL;
+    if (!st && have_opt) {
+      kiln_buf_t f;
+      kiln_buf_init(&f);
+      kiln_buf_appendf(&f, "%s\n%s", bufferize, rest);
+      front = kiln_buf_take(&f);
+      kiln_buf_deinit(&f);
+    }
+    kiln_free(bufferize);
+    kiln_free(rest);
     if (st) {
       first_error_line(kiln_status_message(st), opt_err, sizeof opt_err);
       kiln_status_free(st);

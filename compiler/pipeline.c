@@ -69,6 +69,9 @@ static const char gpu_front_pipeline[] = "builtin.module(" GPU_FRONT_PASSES ")";
  * which is C, not a pass). */
 static const char common_pipeline[] = "builtin.module(" BUFFERIZE_PASSES "," LOOP_PASSES ")";
 
+/* The GPU front half after bufferization (and kiln's copy rewrite). */
+static const char rest_front_pipeline[] = "builtin.module(" LOOP_PASSES "," GPU_FRONT_PASSES ")";
+
 /* The whole GPU front half as one text, likewise. */
 static const char front_pipeline[] =
     "builtin.module(" BUFFERIZE_PASSES "," LOOP_PASSES "," GPU_FRONT_PASSES ")";
@@ -1012,6 +1015,23 @@ void kiln_compiler_target_output_clear(kiln_compiler_target_output_t *t) {
   t->status = NULL;
   t->kernels = NULL;
   t->n_kernels = 0;
+}
+
+kiln_status_t kiln_compiler_pipeline_stages(kiln_compiler_context_t *context, const kiln_target_t *target,
+                                            char **out_bufferize, char **out_rest, char **out_back) {
+  *out_bufferize = *out_rest = *out_back = NULL;
+  kiln_buf_t back;
+  kiln_buf_init(&back);
+  kiln_status_t st = back_pipeline(context, target, &back);
+  if (st) {
+    kiln_buf_deinit(&back);
+    return st;
+  }
+  *out_bufferize = kiln_strdup(bufferize_pipeline);
+  *out_rest = kiln_strdup(target->kind == KILN_TARGET_KIND_CPU ? loop_pipeline : rest_front_pipeline);
+  *out_back = kiln_buf_take(&back);
+  kiln_buf_deinit(&back);
+  return NULL;
 }
 
 void kiln_compiler_output_deinit(kiln_compiler_output_t *output) {

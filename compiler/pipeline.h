@@ -111,6 +111,14 @@ void kiln_compiler_jit_destroy(kiln_compiler_jit_t *jit);
  * half up to (not including) serialization for Vulkan, whose spirv.modules are
  * moved between the two steps in C. Strings owned by the caller (kiln_free).
  * Thread-safe except for HIP's toolkit directory, made on first use in `context`. */
+/* The same, with the front half in its two stages: `out_bufferize` (TOSA to linalg,
+ * fusion, bufferization) and `out_rest` (loops, tiling and, for GPU targets, the grid
+ * mapping and outlining). Between them kiln rewrites every host memref.copy into a
+ * linalg.copy in C (kiln_compiler_copies_to_kernels), which a replay must do too.
+ * Strings owned by the caller. */
+kiln_status_t kiln_compiler_pipeline_stages(kiln_compiler_context_t *context, const kiln_target_t *target,
+                                            char **out_bufferize, char **out_rest, char **out_back);
+
 kiln_status_t kiln_compiler_pipeline_text(kiln_compiler_context_t *context,
                                           const kiln_target_t *target, char **out_front,
                                           char **out_back);
