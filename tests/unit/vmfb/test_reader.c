@@ -906,6 +906,7 @@ static void test_source_extract(void **state) {
   kiln_buf_init(&file);
   assert_code(kiln_vmfb_write("fixture", &f->plan, &f->exe[0], &flat, &file), KILN_STATUS_INVALID_ARGUMENT);
   assert_int_equal(file.len, 0);
+  kiln_buf_deinit(&file);
   flat.source = NULL;
   flat.source_len = 0;
   write_ok(f, KILN_VMFB_FORMAT_CUDA, &flat, &file);
