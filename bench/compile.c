@@ -762,6 +762,9 @@ typedef struct sums_s {
   size_t rows;
 } sums_t;
 
+/* Section 1 over every model: the "in total". */
+static sums_t models_total;
+
 static void print_sum_row(const char *label, const sums_t *s, bool have_opt, bool goal) {
   char name[32];
   snprintf(name, sizeof name, "%s (%zu)", label, s->rows);
@@ -936,6 +939,9 @@ static void bench_model_table(const plan_t *plan, const char *model, runner_t *r
     total.rows += by_kind[k].rows;
   }
   print_sum_row("TOTAL", &total, have_opt, true);
+  models_total.kiln_ns += total.kiln_ns;
+  models_total.opt_ns += total.opt_ns;
+  models_total.rows += total.rows;
   if (total.rows < n_targets) {
     printf("  (TOTAL and the kind rows count only the %zu of %zu targets where both sides compiled)\n",
            total.rows, n_targets);
@@ -1165,6 +1171,12 @@ int main(int argc, char **argv) {
   int64_t marks[3];
   for (size_t m = 0; m < plan.n_models; m++) {
     bench_model_table(&plan, all_models[m], runner, targets, n_targets, m == 0);
+  }
+  if (plan.n_models > 1) {
+    printf("1. all %zu models, every target, in total:\n", plan.n_models);
+    printf("  %-22s %10s %12s %8s\n", "", "kiln ms", "mlir-opt ms", "ratio");
+    print_sum_row("ALL", &models_total, mlir_opt != NULL, true);
+    printf("\n");
   }
   if (mlir_opt) print_table_notes();
   marks[0] = kiln_time_monotonic_ns();
