@@ -9,13 +9,14 @@
  *   legacy_*    an older IREE's file (hal 0.6, no executable header, bytecode 16,
  *               no dependency list);
  *   invalid_*   damaged, not a VMFB, or from a newer IREE; not_a_vmfb.txt too.
- * The module is a small hand-made host plan (two inputs, one 4 KiB constant,
- * two dispatches, one result) around fake but well-formed device code: PTX text
- * for sm_89, an AMDGPU ELF header for gfx1100, SPIR-V words. Damage is applied to
- * the written bytes (a truncation, a flipped executable byte, an external rodata
- * offset past the end of the file with the zip CRC recomputed so that the offset
- * is the only fault). Output is a function of this program alone: the same bytes
- * on every run and host.
+ * The module is the unit tests' sample (tests/unit/support/vmfb_sample.h: a
+ * small hand-made host plan with two inputs, one 4 KiB constant, two dispatches,
+ * one result, around fake but well-formed device code: PTX text for sm_89, an
+ * AMDGPU ELF header for gfx1100, SPIR-V words). Damage is applied to the written
+ * bytes (a truncation, a flipped executable byte, an external rodata offset past
+ * the end of the file with the zip CRC recomputed so that the offset is the only
+ * fault). Output is a function of this program and the sample alone: the same
+ * bytes on every run and host.
  *
  * After writing, every file is read back with kiln_vmfb_read and its class
  * compared with its name; one line per file ("<name> <class> <reason>") goes to
@@ -29,7 +30,6 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "base/alloc.h"
 #include "base/buf.h"
 #include "base/digest.h"
 #include "compiler/vmfb/archive.h"
@@ -37,151 +37,13 @@
 #include "compiler/vmfb/reader.h"
 #include "compiler/vmfb/schema.h"
 #include "compiler/vmfb/writer.h"
+#include "tests/unit/support/vmfb_sample.h"
 
-/* ---- device code ---- */
-
-static const char PTX[] =
-    ".version 8.7\n"
-    ".target sm_89\n"
-    ".address_size 64\n"
-    "\n"
-    ".visible .entry add_kernel(\n"
-    "\t.param .u64 add_kernel_param_0,\n"
-    "\t.param .u64 add_kernel_param_1,\n"
-    "\t.param .u64 add_kernel_param_2,\n"
-    "\t.param .u32 add_kernel_param_3\n"
-    ")\n"
-    "{\n"
-    "\tret;\n"
-    "}\n"
-    "\n"
-    ".visible .entry mul_kernel(\n"
-    "\t.param .u64 mul_kernel_param_0,\n"
-    "\t.param .u64 mul_kernel_param_1,\n"
-    "\t.param .u64 mul_kernel_param_2,\n"
-    "\t.param .u32 mul_kernel_param_3,\n"
-    "\t.param .u32 mul_kernel_param_4\n"
-    ")\n"
-    "{\n"
-    "\tret;\n"
-    "}\n";
-
-static void put16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)v;
-  p[1] = (uint8_t)(v >> 8);
-}
 static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 static uint32_t get32(const uint8_t *p) {
   return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-/* An ELF64 header as ld.lld writes it for an AMDGPU code object (HSA OS ABI,
- * code object v5, ET_DYN, EM_AMDGPU, e_flags EF_AMDGPU_MACH_AMDGCN_GFX1100),
- * followed by zeros: enough for anything that reads the header. */
-#define HSACO_BYTES 128
-static void make_hsaco(uint8_t out[HSACO_BYTES]) {
-  memset(out, 0, HSACO_BYTES);
-  memcpy(out, "\x7f" "ELF", 4);
-  out[4] = 2;  /* ELFCLASS64 */
-  out[5] = 1;  /* ELFDATA2LSB */
-  out[6] = 1;  /* EV_CURRENT */
-  out[7] = 64; /* ELFOSABI_AMDGPU_HSA */
-  out[8] = 3;  /* ELFABIVERSION_AMDGPU_HSA_V5 */
-  put16(out + 16, 3);   /* ET_DYN */
-  put16(out + 18, 224); /* EM_AMDGPU */
-  put32(out + 20, 1);   /* EV_CURRENT */
-  put32(out + 48, 0x41); /* e_flags: gfx1100 */
-  put16(out + 52, 64);  /* e_ehsize */
-}
-
-/* SPIR-V 1.3: header, OpCapability Shader, OpMemoryModel Logical GLSL450, one
- * OpEntryPoint GLCompute per kernel. */
-static const uint32_t SPIRV[] = {
-    0x07230203u, 0x00010300u, 0u, 3u, 0u,
-    (2u << 16) | 17u, 1u,            /* OpCapability Shader */
-    (3u << 16) | 14u, 0u, 1u,        /* OpMemoryModel Logical GLSL450 */
-    (6u << 16) | 15u, 5u, 1u, 0x5f646461u, 0x6e72656bu, 0x00006c65u, /* "add_kernel" */
-    (6u << 16) | 15u, 5u, 2u, 0x5f6c756du, 0x6e72656bu, 0x00006c65u, /* "mul_kernel" */
-};
-
-/* ---- the host plan ---- */
-
-enum { N_ELEMS = 1024, BYTES = 4 * N_ELEMS };
-
-static const bool ADD_RO[3] = {true, true, false};
-static const bool MUL_RO[3] = {true, true, false};
-
-/* main(x: tensor<1024xf32>, y: tensor<1024xf32>) -> tensor<1024xf32>:
- *   t = add_kernel(x, w, n)   w a 4 KiB constant (an external rodata segment)
- *   r = mul_kernel(t, y, n, 3) */
-static void make_plan(kiln_vmfb_plan_t *plan) {
-  memset(plan, 0, sizeof *plan);
-  kiln_vmfb_function_t *fn = kiln_calloc(1, sizeof *fn);
-  plan->functions = fn;
-  plan->n_functions = 1;
-  fn->name = kiln_strdup("main");
-  fn->n_inputs = 2;
-  fn->inputs = kiln_calloc(2, sizeof *fn->inputs);
-  for (int i = 0; i < 2; i++) {
-    fn->inputs[i] = (kiln_vmfb_tensor_type_t){.element_type = KILN_VMFB_ELEMENT_FLOAT_32, .rank = 1,
-                                              .dims = {N_ELEMS}};
-  }
-  fn->n_buffers = 5;
-  fn->buffers = kiln_calloc(5, sizeof *fn->buffers);
-  fn->buffers[0] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT, .input = 0, .size_bytes = BYTES};
-  fn->buffers[1] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT, .input = 1, .size_bytes = BYTES};
-  uint8_t *w = kiln_malloc(BYTES);
-  for (size_t i = 0; i < BYTES; i++) w[i] = (uint8_t)(i * 7 + 1);
-  fn->buffers[2] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = w, .size_bytes = BYTES};
-  fn->buffers[3] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = BYTES};
-  fn->buffers[4] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = BYTES};
-  fn->n_steps = 2;
-  fn->steps = kiln_calloc(2, sizeof *fn->steps);
-  const uint32_t bufs[2][3] = {{0, 2, 3}, {3, 1, 4}};
-  for (int s = 0; s < 2; s++) {
-    kiln_vmfb_step_t *step = &fn->steps[s];
-    step->kind = KILN_VMFB_STEP_DISPATCH;
-    step->kernel = (uint32_t)s;
-    step->workgroups[0] = N_ELEMS / 64;
-    step->workgroups[1] = step->workgroups[2] = 1;
-    step->n_bindings = 3;
-    step->bindings = kiln_calloc(3, sizeof *step->bindings);
-    for (int b = 0; b < 3; b++) {
-      step->bindings[b] = (kiln_vmfb_binding_t){.buffer = bufs[s][b], .offset = 0, .length = BYTES,
-                                                .read_only = b < 2};
-    }
-    step->n_constants = s == 0 ? 1 : 2;
-    step->constants = kiln_calloc(2, sizeof *step->constants);
-    step->constants[0] = N_ELEMS;
-    step->constants[1] = 3;
-  }
-  fn->n_results = 1;
-  fn->results = kiln_calloc(1, sizeof *fn->results);
-  fn->results[0] = (kiln_vmfb_result_t){
-      .buffer = 4, .offset = 0,
-      .type = {.element_type = KILN_VMFB_ELEMENT_FLOAT_32, .rank = 1, .dims = {N_ELEMS}}};
-}
-
-/* The executable of `format`; its code points at static data or `hsaco`. */
-static void make_exe(kiln_vmfb_format_t format, const uint8_t *hsaco, kiln_vmfb_kernel_t kernels[2],
-                     kiln_vmfb_code_t *code, kiln_vmfb_executable_t *exe) {
-  kernels[0] = (kiln_vmfb_kernel_t){.name = "add_kernel", .module = 0, .block_size = {64, 1, 1},
-                                    .n_bindings = 3, .read_only = ADD_RO, .n_constants = 1};
-  kernels[1] = (kiln_vmfb_kernel_t){.name = "mul_kernel", .module = 0, .block_size = {64, 1, 1},
-                                    .n_bindings = 3, .read_only = MUL_RO, .n_constants = 2};
-  switch (format) {
-    case KILN_VMFB_FORMAT_CUDA: *code = (kiln_vmfb_code_t){(const uint8_t *)PTX, sizeof PTX - 1}; break;
-    case KILN_VMFB_FORMAT_HIP: *code = (kiln_vmfb_code_t){hsaco, HSACO_BYTES}; break;
-    case KILN_VMFB_FORMAT_VULKAN: *code = (kiln_vmfb_code_t){(const uint8_t *)SPIRV, sizeof SPIRV}; break;
-  }
-  *exe = (kiln_vmfb_executable_t){.format = format,
-                                  .kernels = kernels,
-                                  .n_kernels = 2,
-                                  .modules = code,
-                                  .n_modules = 1,
-                                  .subgroup_size = format == KILN_VMFB_FORMAT_VULKAN ? 16 : 0};
 }
 
 static const char SOURCE[] =
@@ -341,14 +203,8 @@ static const fixture_t FIXTURES[] = {
 };
 
 static int build(const fixture_t *f, kiln_buf_t *out) {
-  kiln_vmfb_plan_t plan;
-  make_plan(&plan);
-  uint8_t hsaco[HSACO_BYTES];
-  make_hsaco(hsaco);
-  kiln_vmfb_kernel_t kernels[2];
-  kiln_vmfb_code_t code;
-  kiln_vmfb_executable_t exe;
-  make_exe(f->format, hsaco, kernels, &code, &exe);
+  kiln_test_vmfb_sample_t sample;
+  kiln_test_vmfb_sample_init(&sample);
   kiln_digest_t digest;
   kiln_digest_hex_t hex;
   kiln_digest_of(SOURCE, sizeof SOURCE - 1, &digest);
@@ -366,8 +222,8 @@ static int build(const fixture_t *f, kiln_buf_t *out) {
                                   .bytecode_version = f->bytecode_version,
                                   .no_executable_header = f->no_executable_header,
                                   .no_dependencies = f->no_dependencies};
-  kiln_status_t st = kiln_vmfb_write("fixture", &plan, &exe, &wo, out);
-  kiln_vmfb_plan_deinit(&plan);
+  kiln_status_t st = kiln_vmfb_write("fixture", &sample.plan, &sample.exe[f->format - 1], &wo, out);
+  kiln_test_vmfb_sample_deinit(&sample);
   if (st) {
     fprintf(stderr, "vmfb_fixtures: %s: %s\n", f->name, kiln_status_message(st));
     kiln_status_free(st);

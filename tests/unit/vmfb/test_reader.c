@@ -1,8 +1,9 @@
 /* Unit tests for compiler/vmfb/reader.c: classification and hostile input.
  *
- * Every file is built in-process with the real writer (a small host plan: two
- * inputs, one 4 KiB constant, two dispatches, one result; fake but well-formed
- * PTX / AMDGPU ELF / SPIR-V), then damaged on purpose where a test needs it.
+ * Every file is built in-process with the real writer from the shared sample
+ * (tests/unit/support/vmfb_sample.h: a small host plan with two inputs, one 4 KiB
+ * constant, two dispatches, one result; fake but well-formed PTX / AMDGPU ELF /
+ * SPIR-V), then damaged on purpose where a test needs it.
  * Checked: each class with the facts behind it (CURRENT: zip and flat, each
  * format, with source; LEGACY: hal 0.6 in both layouts, the pre-0.7 dispatch
  * import under a hal 7 dependency, no executable header, bytecode 16.0, no
@@ -41,6 +42,7 @@
 #include "compiler/vmfb/schema.h"
 #include "compiler/vmfb/writer.h"
 #include "tests/unit/support/testing.h"
+#include "tests/unit/support/vmfb_sample.h"
 
 /* ---- helpers ---- */
 /* Short names for the FlatBuffer accessors the checks below use. */
@@ -101,94 +103,29 @@ static void assert_reason_has(const kiln_vmfb_info_t *info, const char *needle) 
   if (!strstr(info->reason, needle)) fail_msg("reason \"%s\" does not mention \"%s\"", info->reason, needle);
 }
 
-/* ---- device code and the plan ---- */
-
-static const char PTX[] =
-    ".version 8.7\n"
-    ".target sm_89\n"
-    ".address_size 64\n"
-    "\n"
-    ".visible .entry add_kernel(.param .u64 a, .param .u64 b, .param .u64 c, .param .u32 n)\n"
-    "{\n\tret;\n}\n"
-    ".visible .entry mul_kernel(.param .u64 a, .param .u64 b, .param .u64 c, .param .u32 n, "
-    ".param .u32 k)\n"
-    "{\n\tret;\n}\n";
-
-enum { HSACO_BYTES = 128, N_ELEMS = 1024, BYTES = 4 * N_ELEMS };
-
-static const uint32_t SPIRV[] = {
-    0x07230203u, 0x00010300u, 0u, 3u, 0u, (2u << 16) | 17u, 1u, (3u << 16) | 14u, 0u, 1u,
-};
+/* ---- the sample module (tests/unit/support/vmfb_sample.h) ---- */
 
 static const char SOURCE[] = "func.func @main(%x: tensor<1024xf32>) -> tensor<1024xf32> {\n"
                              "  return %x : tensor<1024xf32>\n"
                              "}\n";
 
-static const bool RO[3] = {true, true, false};
-
 typedef struct fixture_s {
-  kiln_vmfb_plan_t plan;
-  uint8_t hsaco[HSACO_BYTES];
-  kiln_vmfb_kernel_t kernels[2];
-  kiln_vmfb_code_t code[3];
-  kiln_vmfb_executable_t exe[3]; /* [format - 1] */
+  kiln_test_vmfb_sample_t sample;
   kiln_digest_hex_t source_hex;
   kiln_vmfb_provenance_t prov;
   kiln_buf_t zip;  /* a current CUDA zip with source */
   kiln_buf_t flat; /* a current CUDA flat file */
 } fixture_t;
 
-static void make_plan(kiln_vmfb_plan_t *plan) {
-  memset(plan, 0, sizeof *plan);
-  kiln_vmfb_function_t *fn = kiln_calloc(1, sizeof *fn);
-  plan->functions = fn;
-  plan->n_functions = 1;
-  fn->name = kiln_strdup("main");
-  fn->n_inputs = 2;
-  fn->inputs = kiln_calloc(2, sizeof *fn->inputs);
-  for (int i = 0; i < 2; i++) {
-    fn->inputs[i] = (kiln_vmfb_tensor_type_t){KILN_VMFB_ELEMENT_FLOAT_32, 1, {N_ELEMS}};
-  }
-  fn->n_buffers = 5;
-  fn->buffers = kiln_calloc(5, sizeof *fn->buffers);
-  fn->buffers[0] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT, .input = 0, .size_bytes = BYTES};
-  fn->buffers[1] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT, .input = 1, .size_bytes = BYTES};
-  uint8_t *w = kiln_malloc(BYTES);
-  for (size_t i = 0; i < BYTES; i++) w[i] = (uint8_t)(i * 7 + 1);
-  fn->buffers[2] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = w, .size_bytes = BYTES};
-  fn->buffers[3] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = BYTES};
-  fn->buffers[4] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = BYTES};
-  fn->n_steps = 2;
-  fn->steps = kiln_calloc(2, sizeof *fn->steps);
-  const uint32_t bufs[2][3] = {{0, 2, 3}, {3, 1, 4}};
-  for (int s = 0; s < 2; s++) {
-    kiln_vmfb_step_t *step = &fn->steps[s];
-    step->kind = KILN_VMFB_STEP_DISPATCH;
-    step->kernel = (uint32_t)s;
-    step->workgroups[0] = N_ELEMS / 64;
-    step->workgroups[1] = step->workgroups[2] = 1;
-    step->n_bindings = 3;
-    step->bindings = kiln_calloc(3, sizeof *step->bindings);
-    for (int b = 0; b < 3; b++) step->bindings[b] = (kiln_vmfb_binding_t){bufs[s][b], 0, BYTES, b < 2};
-    step->n_constants = s == 0 ? 1 : 2;
-    step->constants = kiln_calloc(2, sizeof *step->constants);
-    step->constants[0] = N_ELEMS;
-    step->constants[1] = 3;
-  }
-  fn->n_results = 1;
-  fn->results = kiln_calloc(1, sizeof *fn->results);
-  fn->results[0] = (kiln_vmfb_result_t){4, 0, {KILN_VMFB_ELEMENT_FLOAT_32, 1, {N_ELEMS}}};
-}
-
 /* Replaces the constant buffer's bytes (owned by the plan). */
 static void set_constant(fixture_t *f, const void *data, size_t len) {
-  kiln_vmfb_buffer_t *b = &f->plan.functions[0].buffers[2];
+  kiln_vmfb_buffer_t *b = &f->sample.plan.functions[0].buffers[2];
   kiln_free(b->data);
   b->data = kiln_memdup(data, len);
   b->size_bytes = len;
   for (int s = 0; s < 2; s++) {
     for (int k = 0; k < 3; k++) {
-      kiln_vmfb_binding_t *bd = &f->plan.functions[0].steps[s].bindings[k];
+      kiln_vmfb_binding_t *bd = &f->sample.plan.functions[0].steps[s].bindings[k];
       if (bd->buffer == 2) bd->length = len;
     }
   }
@@ -197,27 +134,13 @@ static void set_constant(fixture_t *f, const void *data, size_t len) {
 static void write_ok(fixture_t *f, kiln_vmfb_format_t format, const kiln_vmfb_write_options_t *o,
                      kiln_buf_t *out) {
   kiln_buf_init(out);
-  assert_ok(kiln_vmfb_write("fixture", &f->plan, &f->exe[format - 1], o, out));
+  assert_ok(kiln_vmfb_write("fixture", &f->sample.plan, &f->sample.exe[format - 1], o, out));
 }
 
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   if (!f) return -1;
-  make_plan(&f->plan);
-  memcpy(f->hsaco, "\x7f" "ELF\x02\x01\x01\x40\x03", 9);
-  f->hsaco[16] = 3;
-  f->hsaco[18] = 224;
-  f->hsaco[20] = 1;
-  f->hsaco[48] = 0x41;
-  f->hsaco[52] = 64;
-  f->kernels[0] = (kiln_vmfb_kernel_t){"add_kernel", 0, {64, 1, 1}, 3, RO, 1};
-  f->kernels[1] = (kiln_vmfb_kernel_t){"mul_kernel", 0, {64, 1, 1}, 3, RO, 2};
-  f->code[0] = (kiln_vmfb_code_t){(const uint8_t *)PTX, sizeof PTX - 1};
-  f->code[1] = (kiln_vmfb_code_t){f->hsaco, HSACO_BYTES};
-  f->code[2] = (kiln_vmfb_code_t){(const uint8_t *)SPIRV, sizeof SPIRV};
-  for (int k = 0; k < 3; k++) {
-    f->exe[k] = (kiln_vmfb_executable_t){(kiln_vmfb_format_t)(k + 1), f->kernels, 2, &f->code[k], 1, 0};
-  }
+  kiln_test_vmfb_sample_init(&f->sample);
   kiln_digest_t d;
   kiln_digest_of(SOURCE, sizeof SOURCE - 1, &d);
   kiln_digest_to_hex(&d, &f->source_hex);
@@ -229,9 +152,9 @@ static int setup(void **state) {
                                   .source_len = sizeof SOURCE - 1};
   kiln_buf_init(&f->zip);
   kiln_buf_init(&f->flat);
-  kiln_status_t st = kiln_vmfb_write("fixture", &f->plan, &f->exe[0], &zo, &f->zip);
+  kiln_status_t st = kiln_vmfb_write("fixture", &f->sample.plan, &f->sample.exe[0], &zo, &f->zip);
   kiln_vmfb_write_options_t fo = {.flat = true, .provenance = &f->prov};
-  if (!st) st = kiln_vmfb_write("fixture", &f->plan, &f->exe[0], &fo, &f->flat);
+  if (!st) st = kiln_vmfb_write("fixture", &f->sample.plan, &f->sample.exe[0], &fo, &f->flat);
   if (st) {
     fprintf(stderr, "setup: %s\n", kiln_status_message(st));
     kiln_status_free(st);
@@ -242,7 +165,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fixture_t *f = *state;
-  kiln_vmfb_plan_deinit(&f->plan);
+  kiln_test_vmfb_sample_deinit(&f->sample);
   kiln_buf_deinit(&f->zip);
   kiln_buf_deinit(&f->flat);
   free(f);
@@ -726,8 +649,9 @@ static void test_huge_counts(void **state) {
 }
 
 /* A CUDA ExecutableDef whose exports vector names one export table `count`
- * times: tiny to store, huge to walk naively. Behind a 64-byte header. */
-static void shared_export_bomb(size_t count, kiln_buf_t *out) {
+ * times: tiny to store, huge to walk naively. Its one module is `ptx`. Behind a
+ * 64-byte header. */
+static void shared_export_bomb(const kiln_vmfb_code_t *ptx, size_t count, kiln_buf_t *out) {
   kiln_vmfb_flatbuf_builder_t *b = kiln_vmfb_flatbuf_builder_create();
   kiln_vmfb_flatbuf_ref_t e = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_cuda_export_def);
   kiln_vmfb_flatbuf_builder_set_ref(b, e, KILN_CUDA_EXPORT_KERNEL_NAME,
@@ -740,7 +664,8 @@ static void shared_export_bomb(size_t count, kiln_buf_t *out) {
   for (size_t i = 0; i < count; i++) refs[i] = e;
   kiln_vmfb_flatbuf_ref_t m = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_cuda_module_def);
   kiln_vmfb_flatbuf_builder_set_ref(b, m, KILN_CUDA_MODULE_PTX_IMAGE,
-                                    kiln_vmfb_flatbuf_builder_add_str(b, PTX));
+                                    kiln_vmfb_flatbuf_builder_add_string(b, (const char *)ptx->data,
+                                                                         ptx->len));
   kiln_vmfb_flatbuf_ref_t root =
       kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_cuda_executable_def);
   kiln_vmfb_flatbuf_builder_set_ref(b, root, KILN_CUDA_EXECUTABLE_EXPORTS,
@@ -761,7 +686,7 @@ static void test_hostile_rodata(void **state) {
   fixture_t *f = *state;
   kiln_vmfb_info_t info;
   kiln_buf_t file;
-  uint8_t blob[BYTES];
+  uint8_t blob[KILN_TEST_VMFB_BYTES];
 
   /* A constant that claims to be an executable (a header's shape: magic, version
    * 0, zero reserved words): with an impossible size, then with a believable one
@@ -791,7 +716,7 @@ static void test_hostile_rodata(void **state) {
 
   /* One export table referenced 50k times: read in bounded time and memory. */
   kiln_buf_t bomb;
-  shared_export_bomb(50000, &bomb);
+  shared_export_bomb(&f->sample.code[0], 50000, &bomb);
   set_constant(f, bomb.data, bomb.len);
   kiln_buf_deinit(&bomb);
   write_ok(f, KILN_VMFB_FORMAT_HIP, NULL, &file);
@@ -820,7 +745,7 @@ static void test_hostile_rodata(void **state) {
   /* Every prefix of a real executable, as a constant: never a crash. */
   kiln_buf_t exe;
   kiln_buf_init(&exe);
-  assert_ok(kiln_vmfb_executable_serialize(&f->exe[2], true, &exe));
+  assert_ok(kiln_vmfb_executable_serialize(&f->sample.exe[2], true, &exe));
   for (size_t n = 1; n < exe.len; n += 7) {
     set_constant(f, exe.data, n);
     write_ok(f, KILN_VMFB_FORMAT_CUDA, NULL, &file);
@@ -839,8 +764,8 @@ static void test_lookalike_rodata_is_data(void **state) {
   fixture_t *f = *state;
   kiln_vmfb_info_t info;
   kiln_buf_t file;
-  f->kernels[0].name = "convAMD1_kernel";
-  f->kernels[1].name = "testCDA1";
+  f->sample.kernels[0].name = "convAMD1_kernel";
+  f->sample.kernels[1].name = "testCDA1";
   uint8_t blob[256];
   kiln_test_fill_random(blob, sizeof blob, 3);
   memcpy(blob + 4, "VKE1", 4);
@@ -859,7 +784,7 @@ static void test_lookalike_rodata_is_data(void **state) {
   /* A real header-less executable as a constant is still recognized. */
   kiln_buf_t exe;
   kiln_buf_init(&exe);
-  assert_ok(kiln_vmfb_executable_serialize(&f->exe[1], false, &exe));
+  assert_ok(kiln_vmfb_executable_serialize(&f->sample.exe[1], false, &exe));
   set_constant(f, exe.data, exe.len);
   kiln_buf_deinit(&exe);
   write_ok(f, KILN_VMFB_FORMAT_CUDA, NULL, &file);
@@ -904,7 +829,8 @@ static void test_source_extract(void **state) {
                                     .source = (const uint8_t *)SOURCE,
                                     .source_len = sizeof SOURCE - 1};
   kiln_buf_init(&file);
-  assert_code(kiln_vmfb_write("fixture", &f->plan, &f->exe[0], &flat, &file), KILN_STATUS_INVALID_ARGUMENT);
+  assert_code(kiln_vmfb_write("fixture", &f->sample.plan, &f->sample.exe[0], &flat, &file),
+              KILN_STATUS_INVALID_ARGUMENT);
   assert_int_equal(file.len, 0);
   kiln_buf_deinit(&file);
   flat.source = NULL;

@@ -1,6 +1,7 @@
-/* Unit tests for compiler/vmfb/writer.c: a small hand-made host plan (two inputs,
- * one 4 KiB constant, two dispatches, one result) around fake but well-formed
- * device code for each format (PTX for sm_89, an AMDGPU ELF header for gfx1100,
+/* Unit tests for compiler/vmfb/writer.c: the shared sample module
+ * (tests/unit/support/vmfb_sample.h: a small hand-made host plan with two inputs,
+ * one 4 KiB constant, two dispatches, one result, around fake but well-formed
+ * device code for each format: PTX for sm_89, an AMDGPU ELF header for gfx1100,
  * SPIR-V words), written with kiln_vmfb_write and read back with kiln_vmfb_read:
  * every field the reader reports (module, versions, the hal dependency, the HAL
  * 0.7 imports and their calling conventions, exports, rodata, the executable and
@@ -36,6 +37,7 @@
 #include "compiler/vmfb/schema.h"
 #include "compiler/vmfb/writer.h"
 #include "tests/unit/support/testing.h"
+#include "tests/unit/support/vmfb_sample.h"
 
 /* ---- helpers ---- */
 /* Short names for the FlatBuffer accessors the checks below use. */
@@ -61,28 +63,7 @@ static uint32_t rd32(const uint8_t *p) {
 static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | ((uint64_t)rd32(p + 4) << 32); }
 static uint64_t align64(uint64_t v) { return (v + 63) & ~(uint64_t)63; }
 
-/* ---- device code and the plan ---- */
-
-static const char PTX[] =
-    ".version 8.7\n"
-    ".target sm_89\n"
-    ".address_size 64\n"
-    "\n"
-    ".visible .entry add_kernel(.param .u64 a, .param .u64 b, .param .u64 c, .param .u32 n)\n"
-    "{\n\tret;\n}\n"
-    ".visible .entry mul_kernel(.param .u64 a, .param .u64 b, .param .u64 c, .param .u32 n, "
-    ".param .u32 k)\n"
-    "{\n\tret;\n}\n";
-
-enum { HSACO_BYTES = 128, N_ELEMS = 1024, BYTES = 4 * N_ELEMS };
-
-static const uint32_t SPIRV[] = {
-    0x07230203u, 0x00010300u, 0u, 3u, 0u,
-    (2u << 16) | 17u, 1u,
-    (3u << 16) | 14u, 0u, 1u,
-    (6u << 16) | 15u, 5u, 1u, 0x5f646461u, 0x6e72656bu, 0x00006c65u,
-    (6u << 16) | 15u, 5u, 2u, 0x5f6c756du, 0x6e72656bu, 0x00006c65u,
-};
+/* ---- the sample module (tests/unit/support/vmfb_sample.h) ---- */
 
 static const char SOURCE[] =
     "func.func @main(%x: tensor<1024xf32>, %y: tensor<1024xf32>) -> tensor<1024xf32> {\n"
@@ -90,82 +71,19 @@ static const char SOURCE[] =
     "  return %r : tensor<1024xf32>\n"
     "}\n";
 
-static const bool RO[3] = {true, true, false};
-
 typedef struct fixture_s {
-  kiln_vmfb_plan_t plan;
-  uint8_t hsaco[HSACO_BYTES];
-  kiln_vmfb_kernel_t kernels[3][2];
-  kiln_vmfb_code_t code[3];
-  kiln_vmfb_executable_t exe[3]; /* [format - 1] */
+  kiln_test_vmfb_sample_t sample;
   kiln_digest_hex_t source_hex;
   kiln_vmfb_provenance_t prov;
 } fixture_t;
 
-static void make_plan(kiln_vmfb_plan_t *plan) {
-  memset(plan, 0, sizeof *plan);
-  kiln_vmfb_function_t *fn = kiln_calloc(1, sizeof *fn);
-  plan->functions = fn;
-  plan->n_functions = 1;
-  fn->name = kiln_strdup("main");
-  fn->n_inputs = 2;
-  fn->inputs = kiln_calloc(2, sizeof *fn->inputs);
-  for (int i = 0; i < 2; i++) {
-    fn->inputs[i] = (kiln_vmfb_tensor_type_t){KILN_VMFB_ELEMENT_FLOAT_32, 1, {N_ELEMS}};
-  }
-  fn->n_buffers = 5;
-  fn->buffers = kiln_calloc(5, sizeof *fn->buffers);
-  fn->buffers[0] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT, .input = 0, .size_bytes = BYTES};
-  fn->buffers[1] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT, .input = 1, .size_bytes = BYTES};
-  uint8_t *w = kiln_malloc(BYTES);
-  for (size_t i = 0; i < BYTES; i++) w[i] = (uint8_t)(i * 7 + 1);
-  fn->buffers[2] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = w, .size_bytes = BYTES};
-  fn->buffers[3] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = BYTES};
-  fn->buffers[4] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = BYTES};
-  fn->n_steps = 2;
-  fn->steps = kiln_calloc(2, sizeof *fn->steps);
-  const uint32_t bufs[2][3] = {{0, 2, 3}, {3, 1, 4}};
-  for (int s = 0; s < 2; s++) {
-    kiln_vmfb_step_t *step = &fn->steps[s];
-    step->kind = KILN_VMFB_STEP_DISPATCH;
-    step->kernel = (uint32_t)s;
-    step->workgroups[0] = N_ELEMS / 64;
-    step->workgroups[1] = step->workgroups[2] = 1;
-    step->n_bindings = 3;
-    step->bindings = kiln_calloc(3, sizeof *step->bindings);
-    for (int b = 0; b < 3; b++) {
-      step->bindings[b] = (kiln_vmfb_binding_t){bufs[s][b], 0, BYTES, b < 2};
-    }
-    step->n_constants = s == 0 ? 1 : 2;
-    step->constants = kiln_calloc(2, sizeof *step->constants);
-    step->constants[0] = N_ELEMS;
-    step->constants[1] = 3;
-  }
-  fn->n_results = 1;
-  fn->results = kiln_calloc(1, sizeof *fn->results);
-  fn->results[0] = (kiln_vmfb_result_t){4, 0, {KILN_VMFB_ELEMENT_FLOAT_32, 1, {N_ELEMS}}};
-}
-
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   if (!f) return -1;
-  make_plan(&f->plan);
-  memcpy(f->hsaco, "\x7f" "ELF\x02\x01\x01\x40\x03", 9);
-  f->hsaco[16] = 3;    /* ET_DYN */
-  f->hsaco[18] = 224;  /* EM_AMDGPU */
-  f->hsaco[20] = 1;
-  f->hsaco[48] = 0x41; /* gfx1100 */
-  f->hsaco[52] = 64;
-  for (int k = 0; k < 3; k++) {
-    kiln_vmfb_format_t format = (kiln_vmfb_format_t)(k + 1);
-    f->kernels[k][0] = (kiln_vmfb_kernel_t){"add_kernel", 0, {64, 1, 1}, 3, RO, 1};
-    f->kernels[k][1] = (kiln_vmfb_kernel_t){"mul_kernel", 0, {32, 2, 1}, 3, RO, 2};
-    f->code[k] = format == KILN_VMFB_FORMAT_CUDA  ? (kiln_vmfb_code_t){(const uint8_t *)PTX, sizeof PTX - 1}
-                 : format == KILN_VMFB_FORMAT_HIP ? (kiln_vmfb_code_t){f->hsaco, HSACO_BYTES}
-                                                  : (kiln_vmfb_code_t){(const uint8_t *)SPIRV, sizeof SPIRV};
-    f->exe[k] = (kiln_vmfb_executable_t){format, f->kernels[k], 2, &f->code[k], 1,
-                                         format == KILN_VMFB_FORMAT_VULKAN ? 16 : 0};
-  }
+  kiln_test_vmfb_sample_init(&f->sample);
+  /* mul_kernel's block differs from add_kernel's, so a mixed-up export shows. */
+  f->sample.kernels[1].block_size[0] = 32;
+  f->sample.kernels[1].block_size[1] = 2;
   kiln_digest_t d;
   kiln_digest_of(SOURCE, sizeof SOURCE - 1, &d);
   kiln_digest_to_hex(&d, &f->source_hex);
@@ -179,19 +97,19 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fixture_t *f = *state;
-  kiln_vmfb_plan_deinit(&f->plan);
+  kiln_test_vmfb_sample_deinit(&f->sample);
   free(f);
   return 0;
 }
 
 static const kiln_vmfb_executable_t *exe_of(fixture_t *f, kiln_vmfb_format_t format) {
-  return &f->exe[format - 1];
+  return &f->sample.exe[format - 1];
 }
 
 static void write_ok(fixture_t *f, kiln_vmfb_format_t format, const kiln_vmfb_write_options_t *o,
                      kiln_buf_t *out) {
   kiln_buf_init(out);
-  assert_ok(kiln_vmfb_write("fixture", &f->plan, exe_of(f, format), o, out));
+  assert_ok(kiln_vmfb_write("fixture", &f->sample.plan, exe_of(f, format), o, out));
   assert_true(out->len > 0);
 }
 
@@ -280,7 +198,7 @@ static void check_common(fixture_t *f, const kiln_vmfb_info_t *info, kiln_vmfb_f
   size_t n_external = 0, n_constant = 0;
   for (size_t i = 0; i < info->n_rodata; i++) {
     n_external += info->rodata[i].external;
-    n_constant += info->rodata[i].external && info->rodata[i].size == BYTES;
+    n_constant += info->rodata[i].external && info->rodata[i].size == KILN_TEST_VMFB_BYTES;
   }
   assert_int_equal(n_external, 2);
   assert_int_equal(n_constant, 1);
@@ -459,8 +377,8 @@ static void check_external_segments(fixture_t *f, const kiln_buf_t *file, uint64
       assert_memory_equal(bytes + base + off, exe.data, exe.len);
       kiln_buf_deinit(&exe);
     } else {
-      assert_int_equal(len, BYTES);
-      assert_memory_equal(bytes + base + off, f->plan.functions[0].buffers[2].data, BYTES);
+      assert_int_equal(len, KILN_TEST_VMFB_BYTES);
+      assert_memory_equal(bytes + base + off, f->sample.plan.functions[0].buffers[2].data, len);
     }
   }
   assert_int_equal(n_external, 2);
@@ -602,13 +520,13 @@ static void test_appends_to_buffer(void **state) {
   write_ok(f, KILN_VMFB_FORMAT_CUDA, NULL, &fresh);
   kiln_buf_init(&out);
   kiln_buf_append(&out, "HDR", 3);
-  assert_ok(kiln_vmfb_write("fixture", &f->plan, exe_of(f, KILN_VMFB_FORMAT_CUDA), NULL, &out));
+  assert_ok(kiln_vmfb_write("fixture", &f->sample.plan, exe_of(f, KILN_VMFB_FORMAT_CUDA), NULL, &out));
   assert_int_equal(out.len, 3 + fresh.len);
   assert_memory_equal(out.data, "HDR", 3);
   assert_memory_equal(out.data + 3, fresh.data, fresh.len);
   /* A failure leaves the caller's bytes alone. */
   kiln_vmfb_write_options_t bad = {.hal_version = 5};
-  assert_code(kiln_vmfb_write("fixture", &f->plan, exe_of(f, KILN_VMFB_FORMAT_CUDA), &bad, &out),
+  assert_code(kiln_vmfb_write("fixture", &f->sample.plan, exe_of(f, KILN_VMFB_FORMAT_CUDA), &bad, &out),
               KILN_STATUS_UNIMPLEMENTED);
   assert_int_equal(out.len, 3 + fresh.len);
   kiln_buf_deinit(&out);
@@ -699,7 +617,7 @@ static void check_gpu_executable(fixture_t *f, kiln_vmfb_format_t format, bool h
   vector_t exports = get_vector(root, KILN_CUDA_EXECUTABLE_EXPORTS);
   assert_int_equal(count_of(exports), 2);
   for (size_t i = 0; i < 2; i++) {
-    const kiln_vmfb_kernel_t *k = &f->kernels[format - 1][i];
+    const kiln_vmfb_kernel_t *k = &f->sample.kernels[i];
     table_t e = vector_table(exports, i);
     assert_string_equal(get_string(e, KILN_CUDA_EXPORT_KERNEL_NAME, NULL), k->name);
     assert_int_equal(get_uint(e, KILN_CUDA_EXPORT_MODULE_ORDINAL), 0);
@@ -721,8 +639,8 @@ static void check_gpu_executable(fixture_t *f, kiln_vmfb_format_t format, bool h
   const char *image = get_string(vector_table(modules, 0),
                                                          KILN_CUDA_MODULE_PTX_IMAGE, &len);
   assert_non_null(image);
-  assert_int_equal(len, f->code[format - 1].len);
-  assert_memory_equal(image, f->code[format - 1].data, len);
+  assert_int_equal(len, f->sample.code[format - 1].len);
+  assert_memory_equal(image, f->sample.code[format - 1].data, len);
   kiln_buf_deinit(&b);
 }
 
@@ -737,7 +655,7 @@ static void test_serialize_cuda_and_hip(void **state) {
   static const uint8_t cubin0[] = {0x7f, 'E', 'L', 'F', 2, 1, 0, 0, 0, 0, 0xff};
   static const uint8_t cubin1[] = {0, 1, 2, 3, 0, 5};
   kiln_vmfb_code_t code[2] = {{cubin0, sizeof cubin0}, {cubin1, sizeof cubin1}};
-  kiln_vmfb_kernel_t kernels[2] = {f->kernels[0][0], f->kernels[0][1]};
+  kiln_vmfb_kernel_t kernels[2] = {f->sample.kernels[0], f->sample.kernels[1]};
   kernels[1].module = 1;
   kernels[1].read_only = NULL;
   kiln_vmfb_executable_t exe = {KILN_VMFB_FORMAT_CUDA, kernels, 2, code, 2, 0};
@@ -775,7 +693,7 @@ static void test_serialize_vulkan(void **state) {
     assert_int_equal(count_of(layouts), 2);
     assert_int_equal(count_of(sets), 2);
     for (size_t i = 0; i < 2; i++) {
-      const kiln_vmfb_kernel_t *k = &f->kernels[2][i];
+      const kiln_vmfb_kernel_t *k = &f->sample.kernels[i];
       table_t p = vector_table(pipelines, i);
       assert_string_equal(get_string(p, KILN_VK_PIPELINE_ENTRY_POINT, NULL), k->name);
       assert_int_equal(get_uint(p, KILN_VK_PIPELINE_SHADER_MODULE_ORDINAL), 0);
@@ -806,16 +724,21 @@ static void test_serialize_vulkan(void **state) {
     assert_int_equal(count_of(shaders), 1);
     vector_t words = get_vector(
         vector_table(shaders, 0), KILN_VK_SHADER_MODULE_SPIRV_CODE);
-    size_t n = sizeof SPIRV / sizeof SPIRV[0];
+    const kiln_vmfb_code_t *spirv = &f->sample.code[KILN_VMFB_FORMAT_VULKAN - 1];
+    size_t n = spirv->len / 4;
     assert_int_equal(count_of(words), n);
-    for (size_t i = 0; i < n; i++) assert_int_equal(vector_uint(words, i), SPIRV[i]);
+    for (size_t i = 0; i < n; i++) {
+      uint32_t word; /* host order, as the executable hands the words over */
+      memcpy(&word, spirv->data + 4 * i, 4);
+      assert_int_equal(vector_uint(words, i), word);
+    }
     kiln_buf_deinit(&b);
   }
 
   /* Same bindings and constants: one shared layout. */
-  kiln_vmfb_kernel_t kernels[2] = {f->kernels[2][0], f->kernels[2][0]};
+  kiln_vmfb_kernel_t kernels[2] = {f->sample.kernels[0], f->sample.kernels[0]};
   kernels[1].name = "other";
-  kiln_vmfb_executable_t exe = {KILN_VMFB_FORMAT_VULKAN, kernels, 2, &f->code[2], 1, 0};
+  kiln_vmfb_executable_t exe = {KILN_VMFB_FORMAT_VULKAN, kernels, 2, &f->sample.code[2], 1, 0};
   kiln_buf_t b = serialize_ok(&exe, true);
   table_t root = exe_root(&b, KILN_VMFB_FORMAT_VULKAN, true);
   assert_int_equal(count_of(
@@ -841,7 +764,7 @@ static void test_format_names(void **state) {
 static void expect_write_error(fixture_t *f, const kiln_vmfb_executable_t *exe, kiln_status_code_t want) {
   kiln_buf_t out;
   kiln_buf_init(&out);
-  assert_code(kiln_vmfb_write("fixture", &f->plan, exe, NULL, &out), want);
+  assert_code(kiln_vmfb_write("fixture", &f->sample.plan, exe, NULL, &out), want);
   assert_int_equal(out.len, 0);
   kiln_buf_deinit(&out);
 }
@@ -857,7 +780,7 @@ static void expect_serialize_error(const kiln_vmfb_executable_t *exe) {
 
 static void test_plan_and_executable_disagree(void **state) {
   fixture_t *f = *state;
-  kiln_vmfb_step_t *steps = f->plan.functions[0].steps;
+  kiln_vmfb_step_t *steps = f->sample.plan.functions[0].steps;
 
   /* A step dispatching a kernel the executable lacks. */
   steps[1].kernel = 2;
@@ -886,14 +809,15 @@ static void test_plan_and_executable_disagree(void **state) {
 static void test_bad_executables(void **state) {
   fixture_t *f = *state;
   /* SPIR-V that is not a whole number of words. */
-  kiln_vmfb_code_t odd = {(const uint8_t *)SPIRV, sizeof SPIRV - 2};
+  kiln_vmfb_code_t odd = f->sample.code[KILN_VMFB_FORMAT_VULKAN - 1];
+  odd.len -= 2;
   kiln_vmfb_executable_t exe = *exe_of(f, KILN_VMFB_FORMAT_VULKAN);
   exe.modules = &odd;
   expect_serialize_error(&exe);
   expect_write_error(f, &exe, KILN_STATUS_INVALID_ARGUMENT);
 
   /* A kernel naming a module the executable does not have. */
-  kiln_vmfb_kernel_t kernels[2] = {f->kernels[0][0], f->kernels[0][1]};
+  kiln_vmfb_kernel_t kernels[2] = {f->sample.kernels[0], f->sample.kernels[1]};
   kernels[1].module = 1;
   exe = *exe_of(f, KILN_VMFB_FORMAT_CUDA);
   exe.kernels = kernels;
@@ -911,7 +835,7 @@ static void test_bad_executables(void **state) {
   exe = *exe_of(f, KILN_VMFB_FORMAT_HIP);
   exe.modules = &empty;
   expect_serialize_error(&exe);
-  kernels[1] = f->kernels[0][1];
+  kernels[1] = f->sample.kernels[1];
   kernels[0].name = "";
   exe = *exe_of(f, KILN_VMFB_FORMAT_CUDA);
   exe.kernels = kernels;
