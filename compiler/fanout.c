@@ -163,9 +163,13 @@ static void finish_child(child_t *c, kiln_compiler_target_output_t *out, const c
 }
 
 void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t fn, void *user,
-                              kiln_compiler_target_output_t *outs, const char *name) {
+                              kiln_compiler_target_output_t *outs, const char *name,
+                              void (*ready)(void *user, size_t index)) {
   if (jobs < 2 || n < 2) {
-    for (size_t i = 0; i < n; i++) fn(user, i, &outs[i]);
+    for (size_t i = 0; i < n; i++) {
+      fn(user, i, &outs[i]);
+      if (ready) ready(user, i);
+    }
     return;
   }
   child_t *children = kiln_calloc(jobs, sizeof *children);
@@ -196,6 +200,7 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
       if (pid < 0) {
         /* No process to spare: compile this one here, in order. */
         fn(user, next, &outs[next]);
+        if (ready) ready(user, next);
         next++;
         continue;
       }
@@ -229,9 +234,11 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
         continue;
       }
       close(c->fd);
-      finish_child(c, &outs[c->target], name);
+      size_t done = c->target;
+      finish_child(c, &outs[done], name);
       memset(c, 0, sizeof *c);
       running--;
+      if (ready) ready(user, done);
     }
   }
   kiln_free(children);

@@ -15,6 +15,8 @@
 struct kiln_compiler_context_s {
   MlirContext mlir;
   size_t jobs;       /* back halves run in parallel child processes, at most this many */
+  void (*on_target)(void *user, const struct kiln_compiler_output_s *output, size_t index);
+  void *on_target_user;
   char *toolkit_dir; /* for the ROCDL serializer: <dir>/llvm/bin/ld.lld; made on first use */
 };
 
@@ -47,7 +49,8 @@ typedef void (*kiln_compiler_fanout_fn_t)(void *user, size_t index, kiln_compile
  * or in order in this process when jobs < 2 or n < 2. A child that dies fails only
  * its target. `name` names the source in errors. */
 void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t fn, void *user,
-                              kiln_compiler_target_output_t *outs, const char *name);
+                              kiln_compiler_target_output_t *outs, const char *name,
+                              void (*ready)(void *user, size_t index));
 
 /* Frees one target's kernels and status and clears them (keeps `target`). */
 void kiln_compiler_target_output_clear(kiln_compiler_target_output_t *t);

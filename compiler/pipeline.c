@@ -833,12 +833,16 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule common, con
   out->backend_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
 }
 
-typedef struct back_job_s {
+struct back_job_s {
   kiln_compiler_context_t *context;
   MlirModule common, gpu;
   const launches_t *launches;
   const char *name;
-} back_job_t;
+  const kiln_compiler_output_t *output;
+};
+
+typedef struct back_job_s back_job_t;
+static void target_ready(void *user, size_t index);
 
 static void compile_one(void *user, size_t index, kiln_compiler_target_output_t *out) {
   back_job_t *job = user;
@@ -931,8 +935,9 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   }
   /* The back halves: in parallel child processes (fanout.c), since threads in one
    * context crash inside the GPU serializers. */
-  back_job_t job = {context, common, gpu, &launches, name};
-  kiln_compiler_fanout_run(n_targets, context->jobs, compile_one, &job, out_output->targets, name);
+  back_job_t job = {context, common, gpu, &launches, name, out_output};
+  kiln_compiler_fanout_run(n_targets, context->jobs, compile_one, &job, out_output->targets, name,
+                           context->on_target ? target_ready : NULL);
   launches_deinit(&launches);
   if (!mlirModuleIsNull(gpu)) mlirModuleDestroy(gpu);
   mlirModuleDestroy(common);
@@ -1000,6 +1005,17 @@ kiln_status_t kiln_compiler_pipeline_text(kiln_compiler_context_t *context,
   *out_back = kiln_buf_take(&back);
   kiln_buf_deinit(&back);
   return NULL;
+}
+
+static void target_ready(void *user, size_t index) {
+  back_job_t *job = user;
+  job->context->on_target(job->context->on_target_user, job->output, index);
+}
+
+void kiln_compiler_context_on_target(kiln_compiler_context_t *context, kiln_compiler_target_ready_fn_t fn,
+                                     void *user) {
+  context->on_target = fn;
+  context->on_target_user = user;
 }
 
 void kiln_compiler_target_output_clear(kiln_compiler_target_output_t *t) {

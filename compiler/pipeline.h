@@ -90,6 +90,18 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
 
 void kiln_compiler_output_deinit(kiln_compiler_output_t *output);
 
+/* Called during kiln_compiler_compile as soon as target `index` of `output` is
+ * settled (compiled or failed), in completion order, before the call returns: so a
+ * worker can package and send each target the moment it is ready. `output` is the
+ * call's, valid for reading during the callback (its plan is final, other targets
+ * may still be compiling). */
+typedef void (*kiln_compiler_target_ready_fn_t)(void *user, const kiln_compiler_output_t *output,
+                                                size_t index);
+
+/* Sets (or, with NULL, clears) the context's target-ready callback. */
+void kiln_compiler_context_on_target(kiln_compiler_context_t *context, kiln_compiler_target_ready_fn_t fn,
+                                     void *user);
+
 /* A module compiled for the host and loaded in-process (MLIR ExecutionEngine)
  * through the same front half as every target: how tests check the pipeline's
  * numerics against plain C on machines without a GPU. One thread at a time. */

@@ -776,6 +776,40 @@ static bool run_hook(worker_t *w, const Kiln__Worker__V1__CompileTask *task, hoo
   return true;
 }
 
+/* ---- One target's result, sent as soon as the compiler reports it ------------- */
+
+typedef struct ready_s {
+  const Kiln__Worker__V1__CompileTask *task;
+  const char *const *names;
+  bool *sent;
+  kiln_compiler_artifact_options_t ao;
+} ready_t;
+
+static void send_target(void *user, const kiln_compiler_output_t *out, size_t i) {
+  ready_t *r = user;
+  if (r->sent[i]) return;
+  r->sent[i] = true;
+  uint64_t id = r->task->task_id;
+  int64_t t0 = kiln_time_monotonic_ns();
+  send_progress(id, r->names[i], "serialize", 3, 4);
+  kiln_buf_t vmfb;
+  kiln_buf_init(&vmfb);
+  kiln_status_t st = kiln_compiler_artifact_write(out, i, &r->ao, &vmfb);
+  if (st && out->targets[i].status) {
+    /* The target's own failure, not the packaging's consequence of it. */
+    kiln_status_free(st);
+    send_failed(id, r->names[i], kiln_status_code(out->targets[i].status),
+                kiln_status_message(out->targets[i].status));
+  } else if (st) {
+    send_failed(id, r->names[i], kiln_status_code(st), kiln_status_message(st));
+    kiln_status_free(st);
+  } else {
+    int64_t ms = out->front_ms + out->targets[i].backend_ms + elapsed_ms_since(t0);
+    send_done(id, r->names[i], vmfb.data, vmfb.len, ms);
+  }
+  kiln_buf_deinit(&vmfb);
+}
+
 /* ---- One task -------------------------------------------------------------------- */
 
 static void compile_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task) {
@@ -863,9 +897,27 @@ static void compile_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task)
       kiln_free(input);
       kiln_buf_deinit(&dir);
     } else if (go) {
+      kiln_buf_t flags;
+      kiln_buf_init(&flags);
+      for (size_t i = 0; i < task->n_flags; i++) {
+        if (i) kiln_buf_append_char(&flags, ' ');
+        kiln_buf_append_str(&flags, task->flags[i]);
+      }
+      ready_t ready = {.task = task,
+                       .names = (const char *const *)names,
+                       .sent = kiln_calloc(n, sizeof(bool)),
+                       .ao = {.source = task->source.data,
+                              .source_len = task->source.len,
+                              .embed_source = task->embed_source,
+                              .flat = false,
+                              .flags = flags.data}};
+      /* Each target is packaged and sent the moment its back half is done, while
+       * the others still compile (kilnd streams it on at once). */
+      kiln_compiler_context_on_target(w->context, send_target, &ready);
       kiln_compiler_output_t out;
       kiln_status_t st = kiln_compiler_compile(w->context, task->source.data, task->source.len, name,
                                                targets, n, &out);
+      kiln_compiler_context_on_target(w->context, NULL, NULL);
       if (st) {
         /* Bad IR (MLIR's diagnostics with file:line:col): every target fails alike. */
         for (size_t i = 0; i < n; i++) {
@@ -873,41 +925,13 @@ static void compile_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task)
         }
         kiln_status_free(st);
       } else {
-        kiln_buf_t flags;
-        kiln_buf_init(&flags);
-        for (size_t i = 0; i < task->n_flags; i++) {
-          if (i) kiln_buf_append_char(&flags, ' ');
-          kiln_buf_append_str(&flags, task->flags[i]);
-        }
-        kiln_compiler_artifact_options_t ao = {.source = task->source.data,
-                                               .source_len = task->source.len,
-                                               .embed_source = task->embed_source,
-                                               .flat = false,
-                                               .flags = flags.data};
         for (size_t i = 0; i < n; i++) {
-          int64_t t0 = kiln_time_monotonic_ns();
-          send_progress(task->task_id, names[i], "serialize", 3, 4);
-          kiln_buf_t vmfb;
-          kiln_buf_init(&vmfb);
-          st = kiln_compiler_artifact_write(&out, i, &ao, &vmfb);
-          if (st && out.targets[i].status) {
-            /* The target's own failure, not the packaging's consequence of it. */
-            kiln_status_free(st);
-            st = NULL;
-            send_failed(task->task_id, names[i], kiln_status_code(out.targets[i].status),
-                        kiln_status_message(out.targets[i].status));
-          } else if (st) {
-            send_failed(task->task_id, names[i], kiln_status_code(st), kiln_status_message(st));
-            kiln_status_free(st);
-          } else {
-            int64_t ms = out.front_ms + out.targets[i].backend_ms + elapsed_ms_since(t0);
-            send_done(task->task_id, names[i], vmfb.data, vmfb.len, ms);
-          }
-          kiln_buf_deinit(&vmfb);
+          if (!ready.sent[i]) send_target(&ready, &out, i);
         }
-        kiln_buf_deinit(&flags);
         kiln_compiler_output_deinit(&out);
       }
+      kiln_free(ready.sent);
+      kiln_buf_deinit(&flags);
     }
   }
   int64_t ms = elapsed_ms_since(start);
