@@ -57,6 +57,16 @@ typedef struct in_use_s {
   size_t count;
 } in_use_t;
 
+#define MEMO_SLOTS 4096
+
+typedef struct memo_s {
+  char key[KILN_DIGEST_HEX_LEN + 1];
+  char digest[KILN_DIGEST_HEX_LEN + 1];
+  uint64_t size;
+  uint64_t generation;
+  bool used;
+} memo_t;
+
 struct kiln_cache_s {
   char *dir;
   char *db_path;
@@ -75,6 +85,11 @@ struct kiln_cache_s {
   uint64_t hits, misses, evictions, quarantined, bytes_served;
   kiln_index_totals_t last_totals; /* as of the last query of them */
   int schema_version;
+  /* Hot lookups without SQLite (kiln_cache_artifact_probe): cache key -> artifact,
+   * valid while `generation` is unchanged; every removal of an artifact row or blob
+   * bumps it. */
+  memo_t *memo;
+  uint64_t generation;
 };
 
 struct kiln_cache_reader_s {
@@ -276,6 +291,37 @@ static kiln_status_t put_blob(kiln_cache_t *cache, const kiln_digest_t *expected
   }
 }
 
+/* Forgets every memoized lookup (an artifact row or blob went away). */
+static void memo_invalidate(kiln_cache_t *cache) {
+  pthread_mutex_lock(&cache->lock);
+  cache->generation++;
+  pthread_mutex_unlock(&cache->lock);
+}
+
+static size_t memo_slot(const char *key) {
+  size_t h = 0;
+  for (int i = 0; i < 8; i++) h = h * 16 + (size_t)(key[i] <= '9' ? key[i] - '0' : key[i] - 'a' + 10);
+  return h % MEMO_SLOTS;
+}
+
+static void memo_store(kiln_cache_t *cache, const char *key, const char *digest, uint64_t size) {
+  pthread_mutex_lock(&cache->lock);
+  memo_t *m = &cache->memo[memo_slot(key)];
+  memcpy(m->key, key, sizeof m->key);
+  memcpy(m->digest, digest, sizeof m->digest);
+  m->size = size;
+  m->generation = cache->generation;
+  m->used = true;
+  pthread_mutex_unlock(&cache->lock);
+}
+
+/* kiln_index_drop_digest, and the memo forgets (the row or blob is gone). */
+static kiln_status_t drop_digest(kiln_cache_t *cache, kiln_index_t *index, const char *digest,
+                                 const char *reason, int64_t now, size_t *out_rows) {
+  memo_invalidate(cache);
+  return kiln_index_drop_digest(index, digest, reason, now, out_rows);
+}
+
 static void count(kiln_cache_t *cache, uint64_t *counter, uint64_t n) {
   pthread_mutex_lock(&cache->lock);
   *counter += n;
@@ -418,7 +464,7 @@ static kiln_status_t visit_blob(void *user, const kiln_digest_t *digest, const c
       if (!scan->dry_run) {
         kiln_digest_hex_t hex;
         kiln_digest_to_hex(digest, &hex);
-        kiln_status_t q = kiln_index_drop_digest(scan->index, hex.text, kiln_status_message(st),
+        kiln_status_t q = drop_digest(scan->cache, scan->index, hex.text, kiln_status_message(st),
                                                  now_ms(scan->cache), NULL);
         if (!q) q = kiln_blobstore_quarantine(scan->cache->blobs, digest);
         repaired = q == NULL;
@@ -480,7 +526,7 @@ static kiln_status_t scan_store(scan_t *scan) {
       continue;
     }
     size_t rows = 0;
-    st = kiln_index_drop_digest(scan->index, p->digest, NULL, now_ms(scan->cache), &rows);
+    st = drop_digest(scan->cache, scan->index, p->digest, NULL, now_ms(scan->cache), &rows);
     if (st) return st;
     scan->repair.dangling_rows += rows;
     p->repaired = true;
@@ -545,6 +591,7 @@ kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *optio
   if (options) cache->options = *options;
   else cache->options.compression = KILN_BLOB_COMPRESSION_AUTO;
   pthread_mutex_init(&cache->lock, NULL);
+  cache->memo = kiln_calloc(MEMO_SLOTS, sizeof *cache->memo);
   kiln_buf_t path;
   kiln_buf_init(&path);
   kiln_buf_appendf(&path, "%s/index.db", dir);
@@ -593,6 +640,7 @@ void kiln_cache_close(kiln_cache_t *cache) {
   kiln_free(cache->in_use);
   if (cache->blobs) kiln_blobstore_close(cache->blobs);
   pthread_mutex_destroy(&cache->lock);
+  kiln_free(cache->memo);
   kiln_free(cache->dir);
   kiln_free(cache->db_path);
   kiln_free(cache);
@@ -739,6 +787,8 @@ kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_
     kiln_status_free(got);
   }
   if (!st) st = kiln_index_artifact_put(index, &rec);
+  if (!st && *old_digest) memo_invalidate(cache); /* the key now names other bytes */
+  if (!st) memo_store(cache, key.text, hex.text, len);
   if (!st && *old_digest) remove_if_unreferenced(cache, index, old_digest);
   if (!st && out_record) st = kiln_index_artifact_get(index, key.text, out_record);
   release(cache, index);
@@ -763,7 +813,7 @@ kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_
     kiln_digest_from_hex(out_record->artifact_digest, &d);
     if (!kiln_blobstore_contains(cache->blobs, &d, NULL)) {
       /* Someone removed the file behind our back: heal the index, report a miss. */
-      kiln_status_free(kiln_index_drop_digest(index, out_record->artifact_digest, NULL,
+      kiln_status_free(drop_digest(cache, index, out_record->artifact_digest, NULL,
                                               now_ms(cache), NULL));
       kiln_index_artifact_deinit(out_record);
       memset(out_record, 0, sizeof *out_record);
@@ -784,6 +834,50 @@ kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_
   release(cache, index);
   count(cache, kiln_status_code(st) == KILN_STATUS_OK ? &cache->hits : &cache->misses, 1);
   return st;
+}
+
+kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_key,
+                                        char out_digest[KILN_DIGEST_HEX_LEN + 1], uint64_t *out_size) {
+  out_digest[0] = '\0';
+  *out_size = 0;
+  if (!kiln_digest_is_valid_hex(cache_key)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "cache key '%s' is not 64 lowercase hex characters", cache_key);
+  }
+  char digest[KILN_DIGEST_HEX_LEN + 1] = "";
+  uint64_t size = 0;
+  pthread_mutex_lock(&cache->lock);
+  const memo_t *m = &cache->memo[memo_slot(cache_key)];
+  bool known = m->used && m->generation == cache->generation && memcmp(m->key, cache_key, KILN_DIGEST_HEX_LEN) == 0;
+  if (known) {
+    memcpy(digest, m->digest, sizeof digest);
+    size = m->size;
+  }
+  pthread_mutex_unlock(&cache->lock);
+  kiln_digest_t d;
+  if (known && kiln_digest_from_hex(digest, &d) && kiln_blobstore_contains(cache->blobs, &d, NULL)) {
+    uint64_t pending = 0;
+    if (note_hit(cache, cache_key, now_ms(cache), &pending)) {
+      kiln_index_t *index = NULL;
+      kiln_status_t st = acquire(cache, &index);
+      if (!st) st = flush_hits(cache, index);
+      if (index) release(cache, index);
+      if (st) kiln_log_status(KILN_LOG_WARN, "cache_hits_not_recorded", st, NULL);
+      kiln_status_free(st);
+    }
+    count(cache, &cache->hits, 1);
+    memcpy(out_digest, digest, sizeof digest);
+    *out_size = size;
+    return NULL;
+  }
+  /* Not memoized, or its blob went away: the full lookup (which heals the index). */
+  kiln_index_artifact_t rec;
+  KILN_RETURN_IF_ERROR(kiln_cache_artifact_lookup(cache, cache_key, &rec));
+  memo_store(cache, cache_key, rec.artifact_digest, rec.size);
+  memcpy(out_digest, rec.artifact_digest, KILN_DIGEST_HEX_LEN + 1);
+  *out_size = rec.size;
+  kiln_index_artifact_deinit(&rec);
+  return NULL;
 }
 
 kiln_status_t kiln_cache_artifact_get_by_digest(kiln_cache_t *cache, const char *digest,
@@ -827,7 +921,7 @@ static void quarantine(kiln_cache_t *cache, const kiln_digest_t *digest, const c
   kiln_digest_to_hex(digest, &hex);
   kiln_index_t *index = NULL;
   kiln_status_t st = acquire(cache, &index);
-  if (!st) st = kiln_index_drop_digest(index, hex.text, reason, now_ms(cache), NULL);
+  if (!st) st = drop_digest(cache, index, hex.text, reason, now_ms(cache), NULL);
   release(cache, index);
   kiln_status_t q = kiln_blobstore_quarantine(cache->blobs, digest);
   if (st || (q && kiln_status_code(q) != KILN_STATUS_NOT_FOUND)) {
@@ -1021,7 +1115,7 @@ kiln_status_t kiln_cache_source_get(kiln_cache_t *cache, const char *digest,
   kiln_status_t st = kiln_index_source_get(index, digest, out_record);
   if (!st && !kiln_blobstore_contains(cache->blobs, &d, NULL)) {
     /* Removed behind our back: heal the index, report it missing. */
-    kiln_status_free(kiln_index_drop_digest(index, digest, NULL, now_ms(cache), NULL));
+    kiln_status_free(drop_digest(cache, index, digest, NULL, now_ms(cache), NULL));
     kiln_index_source_deinit(out_record);
     st = KILN_STATUS(KILN_STATUS_NOT_FOUND, "source %s: its blob is missing", digest);
   } else if (kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
@@ -1251,6 +1345,7 @@ static kiln_status_t evict_row(kiln_cache_t *cache, kiln_index_t *index, bool so
   *out_evicted = false;
   kiln_digest_t d;
   if (kiln_digest_from_hex(blob_digest, &d) && in_use(cache, &d)) return NULL;
+  memo_invalidate(cache);
   KILN_RETURN_IF_ERROR(source ? kiln_index_source_evict(index, row_key, out_evicted)
                               : kiln_index_artifact_evict(index, row_key, out_evicted));
   if (!*out_evicted) return NULL;

@@ -121,6 +121,13 @@ kiln_status_t kiln_cache_artifact_find_page(kiln_cache_t *cache,
                                             kiln_index_artifact_t **out_records,
                                             size_t *out_count);
 
+/* The artifact digest and size for a cache key, for admission's hot path: recent
+ * answers are remembered in memory (a removal of any artifact row or blob forgets
+ * them all), so a repeated hit costs a stat of the blob instead of SQLite queries.
+ * Records the hit like kiln_cache_artifact_lookup; NOT_FOUND on a miss. */
+kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_key,
+                                        char out_digest[KILN_DIGEST_HEX_LEN + 1], uint64_t *out_size);
+
 /* A verifying stream over an artifact or source blob. While it is open the blob is
  * protected from eviction. */
 typedef struct kiln_cache_reader_s kiln_cache_reader_t;

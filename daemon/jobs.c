@@ -1225,13 +1225,9 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
     st = kiln_cache_key_compute(&parts, &key);
     if (st) break;
     memcpy(at[i].cache_key, key.text, sizeof at[i].cache_key);
-    kiln_index_artifact_t rec;
-    kiln_status_t lk = kiln_cache_artifact_lookup(jobs->cache, key.text, &rec);
+    kiln_status_t lk = kiln_cache_artifact_probe(jobs->cache, key.text, at[i].artifact_digest, &at[i].size_bytes);
     if (!lk) {
       at[i].cached = true;
-      memcpy(at[i].artifact_digest, rec.artifact_digest, sizeof at[i].artifact_digest);
-      at[i].size_bytes = rec.size;
-      kiln_index_artifact_deinit(&rec);
     } else if (kiln_status_code(lk) == KILN_STATUS_NOT_FOUND) {
       kiln_status_free(lk);
     } else {

@@ -5,6 +5,7 @@
 
 #include "compiler/identity.h"
 #include "compiler/targets.h"
+#include "daemon/jobs.h"
 #include "daemon/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
@@ -25,6 +26,14 @@ kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_
   compiler->version = kiln_arena_strdup(arena, id.version);
   compiler->llvm_version = kiln_arena_strdup(arena, id.llvm_version);
   compiler->mlir_version = kiln_arena_strdup(arena, id.mlir_version);
+  /* With an external compiler the workers' identity is what keys the cache. */
+  const char *workers = env->jobs ? kilnd_jobs_compiler(env->jobs) : NULL;
+  if (workers && strncmp(workers, "external ", 9) == 0) {
+    compiler->name = kiln_arena_strdup(arena, "external");
+    compiler->version = kiln_arena_strdup(arena, workers + 9);
+    compiler->llvm_version = kiln_arena_strdup(arena, "");
+    compiler->mlir_version = kiln_arena_strdup(arena, "");
+  }
   resp->compiler = compiler;
 
   /* Every target Compile accepts: the GPU ones (the host CPU has no VMFB format). */

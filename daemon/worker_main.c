@@ -680,7 +680,7 @@ static void external_target(worker_t *w, const Kiln__Worker__V1__CompileTask *ta
     code = KILN_STATUS_DEADLINE_EXCEEDED;
     kiln_buf_appendf(&msg,
                      "the external compiler %s ran past the task timeout of %" PRIu64
-                     " ms on %s and was stopped; raise kilnd's task-timeout for models this big",
+                     " ms on %s and was stopped; raise kilnd's worker-timeout for models this big",
                      w->opt.external, task->timeout_ms, t->id);
   } else if (WIFSIGNALED(r.wstatus)) {
     code = KILN_STATUS_INTERNAL;
