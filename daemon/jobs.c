@@ -1139,12 +1139,14 @@ static void start_flush(kilnd_jobs_t *jobs) {
 
 static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, const char *forced_id,
                            int64_t created_unix_ms, kilnd_job_admission_t *out);
+static job_t *find_job(kilnd_jobs_t *jobs, const char *id);
 
 typedef struct readmit_s {
   uv_work_t work;
   kilnd_jobs_t *jobs;
   kiln_jobstore_job_t *records;
   size_t n;
+  kiln_status_t *failed; /* per record: why it could not be admitted again (owned), or NULL */
 } readmit_t;
 
 /* Thread pool: admits the jobs a restart interrupted, under their old ids. Their
@@ -1179,7 +1181,7 @@ static void on_readmit(uv_work_t *work) {
     kiln_status_t st = admit(ra->jobs, &r, rec->id, rec->created_unix_ms, &adm);
     if (st) {
       kiln_log_status(KILN_LOG_WARN, "job_readmit_failed", st, "job=%s", rec->id);
-      kiln_status_free(st);
+      ra->failed[i] = st; /* the loop fails the placeholder with it */
     } else {
       kiln_log(KILN_LOG_INFO, "job_readmitted", "job=%s targets=%zu", rec->id, rec->n_targets);
       kilnd_job_admission_deinit(&adm);
@@ -1193,6 +1195,20 @@ static void on_readmit_done(uv_work_t *work, int status) {
   (void)status;
   readmit_t *ra = work->data;
   kilnd_jobs_t *jobs = ra->jobs;
+  uv_mutex_lock(&jobs->mu);
+  for (size_t i = 0; i < ra->n; i++) {
+    if (!ra->failed[i]) continue;
+    job_t *job = jobs->closing ? NULL : find_job(jobs, ra->records[i].id);
+    if (job && !job_terminal(job)) {
+      char message[512];
+      snprintf(message, sizeof message, "kilnd restarted and could not run the job again: %s",
+               kiln_status_message(ra->failed[i]));
+      stop_job(jobs, job, KILND_JOB_FAILED, kiln_status_code(ra->failed[i]), message);
+    }
+    kiln_status_free(ra->failed[i]);
+  }
+  uv_mutex_unlock(&jobs->mu);
+  kiln_free(ra->failed);
   kiln_jobstore_jobs_free(ra->records, ra->n);
   kiln_free(ra);
   jobs->handles_open--;
@@ -1206,12 +1222,14 @@ static void start_readmit(kilnd_jobs_t *jobs) {
   ra->jobs = jobs;
   ra->records = jobs->readmit;
   ra->n = jobs->n_readmit;
+  ra->failed = kiln_calloc(ra->n ? ra->n : 1, sizeof *ra->failed);
   jobs->readmit = NULL;
   jobs->n_readmit = 0;
   ra->work.data = ra;
   jobs->handles_open++;
   if (uv_queue_work(jobs->loop, &ra->work, on_readmit, on_readmit_done) != 0) {
     jobs->handles_open--;
+    kiln_free(ra->failed);
     kiln_jobstore_jobs_free(ra->records, ra->n);
     kiln_free(ra);
   }
@@ -1352,7 +1370,7 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
   /* 3. In memory, under the lock. */
   uv_mutex_lock(&jobs->mu);
   job_t *job = NULL;
-  if (!st && r->request_id && *r->request_id) {
+  if (!st && r->request_id && *r->request_id && !forced_id) {
     for (job_t *j = jobs->jobs; j; j = j->next) {
       if (!j->request_id || strcmp(j->request_id, r->request_id) != 0) continue;
       if (strcmp(j->request_hash, hash) != 0) {
@@ -1382,9 +1400,28 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
                        "another priority",
                        names[p], jobs->queued_tasks[p], jobs->options.queue_capacity);
     } else {
-      job = kiln_calloc(1, sizeof *job);
-      if (forced_id) snprintf(job->id, sizeof job->id, "%s", forced_id);
-      else random_id(jobs, job->id);
+      /* A job restored from the store as a placeholder (watchable since start-up)
+       * is filled in place, keeping its events and watchers. */
+      job_t *placeholder = forced_id ? find_job(jobs, forced_id) : NULL;
+      if (placeholder && job_terminal(placeholder)) placeholder = NULL;
+      if (placeholder) {
+        job = placeholder;
+        for (size_t i = 0; i < job->n_targets; i++) {
+          kiln_free(job->targets[i].target);
+          kiln_free(job->targets[i].message);
+        }
+        kiln_free(job->targets);
+        kiln_free(job->client);
+        kiln_free(job->request_id);
+        kiln_free(job->source_name);
+        kiln_free(job->flags);
+        source_release(job->source);
+        kilnd_job_admission_deinit(&job->admission);
+      } else {
+        job = kiln_calloc(1, sizeof *job);
+        if (forced_id) snprintf(job->id, sizeof job->id, "%s", forced_id);
+        else random_id(jobs, job->id);
+      }
       job->priority = p;
       job->client = kiln_strdup(r->client && *r->client ? r->client : "anonymous");
       job->request_id = r->request_id && *r->request_id ? kiln_strdup(r->request_id) : NULL;
@@ -1409,9 +1446,11 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
       job->state = KILND_JOB_QUEUED;
       job->n_targets = r->n_targets;
       job->targets = kiln_calloc(r->n_targets, sizeof *job->targets);
-      job->next = jobs->jobs;
-      jobs->jobs = job;
-      jobs->stats.submitted++;
+      if (!placeholder) {
+        job->next = jobs->jobs;
+        jobs->jobs = job;
+        jobs->stats.submitted++;
+      }
 
       task_t *task = NULL;
       bool merged_running = false;
@@ -1659,6 +1698,32 @@ static void restore(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
   job->terminal_message = kiln_strdup(term.message);
 }
 
+/* An unfinished job from the store, QUEUED until a worker is ready and admission
+ * fills it in (admit with its id): watchable from the first moment. */
+static void placeholder(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
+  job_t *job = kiln_calloc(1, sizeof *job);
+  snprintf(job->id, sizeof job->id, "%s", rec->id);
+  job->state = KILND_JOB_QUEUED;
+  job->priority = (kilnd_priority_t)rec->priority;
+  job->client = kiln_strdup(rec->client ? rec->client : "");
+  job->request_id = rec->request_id ? kiln_strdup(rec->request_id) : NULL;
+  memcpy(job->request_hash, rec->request_hash, sizeof job->request_hash);
+  memcpy(job->source_digest, rec->source_digest, sizeof job->source_digest);
+  job->source_name = kiln_strdup(rec->source_name ? rec->source_name : "");
+  job->flags = kiln_strdup(rec->flags ? rec->flags : "");
+  job->created_unix_ms = rec->created_unix_ms;
+  job->deadline_monotonic_ns = INT64_MAX;
+  job->n_targets = rec->n_targets;
+  job->targets = kiln_calloc(rec->n_targets ? rec->n_targets : 1, sizeof *job->targets);
+  for (size_t i = 0; i < rec->n_targets; i++) {
+    job->targets[i].target = kiln_strdup(rec->targets[i].target);
+    memcpy(job->targets[i].key, rec->targets[i].cache_key, sizeof job->targets[i].key);
+  }
+  job->next = jobs->jobs;
+  jobs->jobs = job;
+  emit_queued(jobs, job, 0);
+}
+
 /* Start-up: forget what is past its retention, restore the finished, keep the
  * unfinished for re-admission. */
 static void load_store(kilnd_jobs_t *jobs) {
@@ -1679,6 +1744,7 @@ static void load_store(kilnd_jobs_t *jobs) {
       restored++;
       continue;
     }
+    placeholder(jobs, &recs[i]);
     jobs->readmit = kiln_realloc(jobs->readmit, (jobs->n_readmit + 1) * sizeof *jobs->readmit);
     jobs->readmit[jobs->n_readmit++] = recs[i];
     memset(&recs[i], 0, sizeof recs[i]);
