@@ -1290,13 +1290,10 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
   if (r->n_targets == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no targets to compile for");
   uv_mutex_lock(&jobs->mu);
   bool draining = jobs->draining;
-  /* The first worker's Hello names the compiler (a part of every cache key). */
-  int64_t give_up = kiln_time_monotonic_ns() + (int64_t)COMPILER_WAIT_MS * 1000000;
-  while (!jobs->compiler && !jobs->draining && kiln_time_monotonic_ns() < give_up) {
-    uv_cond_timedwait(&jobs->ready, &jobs->mu, 100 * 1000000ull);
-  }
-  char *compiler = jobs->compiler ? kiln_strdup(jobs->compiler) : NULL;
   uv_mutex_unlock(&jobs->mu);
+  /* The first worker's Hello names the compiler (a part of every cache key). */
+  const char *known = kilnd_jobs_compiler_wait(jobs, COMPILER_WAIT_MS);
+  char *compiler = known ? kiln_strdup(known) : NULL;
   if (draining) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is shutting down; retry on another server");
   if (!compiler) {
     return KILN_STATUS(KILN_STATUS_UNAVAILABLE,
@@ -1630,6 +1627,17 @@ void kilnd_jobs_stats(kilnd_jobs_t *jobs, kilnd_jobs_stats_t *out) {
   kilnd_workers_stats(jobs->workers, &out->workers);
   out->workers.tasks = tasks;
   uv_mutex_unlock(&jobs->mu);
+}
+
+const char *kilnd_jobs_compiler_wait(kilnd_jobs_t *jobs, int64_t timeout_ms) {
+  uv_mutex_lock(&jobs->mu);
+  int64_t give_up = kiln_time_monotonic_ns() + timeout_ms * 1000000;
+  while (!jobs->compiler && !jobs->draining && kiln_time_monotonic_ns() < give_up) {
+    uv_cond_timedwait(&jobs->ready, &jobs->mu, 100 * 1000000ull);
+  }
+  const char *c = jobs->compiler;
+  uv_mutex_unlock(&jobs->mu);
+  return c;
 }
 
 const char *kilnd_jobs_compiler(kilnd_jobs_t *jobs) {

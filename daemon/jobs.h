@@ -136,6 +136,10 @@ kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from
  * once. Thread-safe. */
 const char *kilnd_jobs_compiler(kilnd_jobs_t *jobs);
 
+/* The same, waiting up to `timeout_ms` for the first worker (thread pool only: it
+ * blocks). NULL when none came. */
+const char *kilnd_jobs_compiler_wait(kilnd_jobs_t *jobs, int64_t timeout_ms);
+
 typedef struct kilnd_jobs_stats_s {
   uint64_t queued, running, done, failed, cancelled, submitted, merged_requests;
   uint64_t targets_compiled, targets_failed, compile_ms_total;

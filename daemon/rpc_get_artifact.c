@@ -233,7 +233,8 @@ static void get_open_work(uv_work_t *work) {
     const Kiln__V1__ArtifactKey *key = req->key;
     kiln_digest_hex_t cache_key;
     memset(&cache_key, 0, sizeof cache_key);
-    const char *compiler = g->env->jobs ? kilnd_jobs_compiler(g->env->jobs) : NULL;
+    /* On the thread pool: wait for the first worker's identity, as Compile does. */
+    const char *compiler = g->env->jobs ? kilnd_jobs_compiler_wait(g->env->jobs, 30000) : NULL;
     if (!compiler) {
       st = KILN_STATUS(KILN_STATUS_UNAVAILABLE,
                        "no compile worker is ready yet, so the compiler identity (part of the key) is unknown; "
