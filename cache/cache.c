@@ -89,6 +89,7 @@ struct kiln_cache_s {
    * valid while `generation` is unchanged; every removal of an artifact row or blob
    * bumps it. */
   memo_t *memo;
+  memo_t *source_memo; /* the same for sources: digest -> present (size = last touch, ms) */
   uint64_t generation;
 };
 
@@ -592,6 +593,7 @@ kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *optio
   else cache->options.compression = KILN_BLOB_COMPRESSION_AUTO;
   pthread_mutex_init(&cache->lock, NULL);
   cache->memo = kiln_calloc(MEMO_SLOTS, sizeof *cache->memo);
+  cache->source_memo = kiln_calloc(MEMO_SLOTS, sizeof *cache->source_memo);
   kiln_buf_t path;
   kiln_buf_init(&path);
   kiln_buf_appendf(&path, "%s/index.db", dir);
@@ -641,6 +643,7 @@ void kiln_cache_close(kiln_cache_t *cache) {
   if (cache->blobs) kiln_blobstore_close(cache->blobs);
   pthread_mutex_destroy(&cache->lock);
   kiln_free(cache->memo);
+  kiln_free(cache->source_memo);
   kiln_free(cache->dir);
   kiln_free(cache->db_path);
   kiln_free(cache);
@@ -1053,6 +1056,17 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
   {
     kiln_digest_hex_t hex;
     kiln_digest_to_hex(&computed, &hex);
+    /* Seen lately (and nothing removed since): a stat of the blob, no SQLite. */
+    pthread_mutex_lock(&cache->lock);
+    memo_t *sm = &cache->source_memo[memo_slot(hex.text)];
+    bool recent = sm->used && sm->generation == cache->generation &&
+                  memcmp(sm->key, hex.text, KILN_DIGEST_HEX_LEN) == 0 &&
+                  now_ms(cache) - (int64_t)sm->size <= SOURCE_TOUCH_MS;
+    pthread_mutex_unlock(&cache->lock);
+    if (recent && kiln_blobstore_contains(cache->blobs, &computed, NULL)) {
+      if (out_digest) *out_digest = hex;
+      return NULL;
+    }
     kiln_index_t *index = NULL;
     kiln_index_source_t found;
     memset(&found, 0, sizeof found);
@@ -1064,13 +1078,21 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
       bool present = !gs && kiln_blobstore_contains(cache->blobs, &computed, NULL);
       /* LRU needs minutes, not milliseconds: a write per hit would cost more than the hit. */
       int64_t now = now_ms(cache);
+      int64_t touched = found.last_access_ms;
       if (present && now - found.last_access_ms > SOURCE_TOUCH_MS) {
         kiln_status_free(kiln_index_source_touch(index, hex.text, now));
+        touched = now;
       }
       if (!gs) kiln_index_source_deinit(&found);
       kiln_status_free(gs);
       release(cache, index);
       if (present) {
+        pthread_mutex_lock(&cache->lock);
+        memcpy(sm->key, hex.text, sizeof sm->key);
+        sm->size = (uint64_t)touched; /* when its LRU time was last written */
+        sm->generation = cache->generation;
+        sm->used = true;
+        pthread_mutex_unlock(&cache->lock);
         if (out_digest) *out_digest = hex;
         return NULL;
       }
