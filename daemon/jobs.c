@@ -41,6 +41,10 @@
 
 #define SWEEP_INTERVAL_MS 500
 #define COMPILER_WAIT_MS 30000
+/* What a watcher hears when kilnd stops under it (the job lives on in the store). */
+#define SHUTDOWN_MESSAGE                                                                      \
+  "kilnd is shutting down; the job is kept: watch it again (resume with after_sequence) once " \
+  "kilnd is back"
 
 typedef struct job_s job_t;
 typedef struct task_s task_t;
@@ -732,7 +736,7 @@ static void watcher_sent(kilnd_stream_t *stream, bool ok, void *user) {
   w->sending = false;
   if (jobs->closing) {
     /* Counted in handles_open by kilnd_jobs_close; the job may be gone already. */
-    kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is shutting down"));
+    kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "%s", SHUTDOWN_MESSAGE));
     if (w->job) watcher_remove(w);
     else kiln_free(w->replay), kiln_free(w);
     uv_mutex_unlock(&jobs->mu);
@@ -1877,9 +1881,7 @@ void kilnd_jobs_close(kilnd_jobs_t *jobs, void (*done)(void *user), void *user) 
     for (watcher_t *w = j->watchers, *next; w; w = next) {
       next = w->next;
       if (!w->sending) {
-        kilnd_stream_finish(w->stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE,
-                                                   "kilnd is shutting down; resume with after_sequence on a "
-                                                   "server that has the job"));
+        kilnd_stream_finish(w->stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "%s", SHUTDOWN_MESSAGE));
         watcher_remove(w);
       } else {
         /* Its send completes later: detach it from the job (freed below) and
