@@ -41,6 +41,10 @@
 
 #define SWEEP_INTERVAL_MS 500
 #define COMPILER_WAIT_MS 30000
+/* Finished jobs kept in memory at most (a few KiB each): under sustained cache-hit
+ * traffic retention alone would grow without bound. Older ones are forgotten sooner
+ * (WatchJob: NOT_FOUND); what they produced stays in the cache. */
+#define MAX_FINISHED_JOBS 10000
 /* What a watcher hears when kilnd stops under it (the job lives on in the store). */
 #define SHUTDOWN_MESSAGE                                                                      \
   "kilnd is shutting down; the job is kept: watch it again (resume with after_sequence) once " \
@@ -805,14 +809,16 @@ static void on_sweep(uv_timer_t *timer) {
   kilnd_jobs_t *jobs = timer->data;
   int64_t now = kiln_time_monotonic_ns();
   uv_mutex_lock(&jobs->mu);
+  size_t finished = 0; /* the list runs newest first: past the cap, the oldest go */
   for (job_t **p = &jobs->jobs; *p;) {
     job_t *job = *p;
     if (!job_terminal(job) && job->deadline_monotonic_ns != INT64_MAX && now > job->deadline_monotonic_ns) {
       stop_job(jobs, job, KILND_JOB_FAILED, KILN_STATUS_DEADLINE_EXCEEDED,
                "the job's deadline (the Compile call's gRPC deadline) passed before it finished");
     }
+    finished += job_terminal(job);
     if (job_terminal(job) && !job->watchers &&
-        now - job->finished_monotonic_ns > jobs->options.retention_ms * 1000000) {
+        (finished > MAX_FINISHED_JOBS || now - job->finished_monotonic_ns > jobs->options.retention_ms * 1000000)) {
       *p = job->next;
       job_free(job);
       continue;

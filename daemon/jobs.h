@@ -17,7 +17,7 @@
  * RESOURCE_EXHAUSTED.
  *
  * Every job keeps its events (sequence 1, 2, ...) for WatchJob until it has been
- * finished for `retention_ms`.
+ * finished for `retention_ms`, or until 10000 newer jobs have finished.
  *
  * Threads: admission (kilnd_jobs_submit) runs on libuv's thread pool (it hashes,
  * stores the source and looks targets up in the cache); everything else runs on
