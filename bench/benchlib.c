@@ -42,3 +42,23 @@ int64_t kiln_bench_median(int64_t *v, size_t n) {
   kiln_bench_sort(v, n);
   return (v[(n - 1) / 2] + v[n / 2]) / 2;
 }
+
+int kiln_bench_parse_args(int argc, char **argv, bool takes_dir, void (*usage)(void), bool *out_quick,
+                          const char **out_dir) {
+  *out_quick = false;
+  if (out_dir) *out_dir = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) {
+      *out_quick = true;
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage();
+      return 0;
+    } else if (argv[i][0] == '-' || !takes_dir || !out_dir || *out_dir) {
+      usage();
+      return 2;
+    } else {
+      *out_dir = argv[i];
+    }
+  }
+  return -1;
+}

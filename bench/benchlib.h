@@ -3,6 +3,7 @@
 #ifndef KILN_BENCH_BENCHLIB_H
 #define KILN_BENCH_BENCHLIB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,5 +19,12 @@ void kiln_bench_sort(int64_t *v, size_t n);
 
 /* The median of `n` values; sorts `v` in place. */
 int64_t kiln_bench_median(int64_t *v, size_t n);
+
+/* The command line every benchmark takes: [--quick] [DIR] (DIR only when
+ * `takes_dir`), and --help. Returns -1 to go on (with *out_quick and *out_dir
+ * set), or the exit status to return at once (0 after --help, 2 on bad usage,
+ * after calling `usage`). */
+int kiln_bench_parse_args(int argc, char **argv, bool takes_dir, void (*usage)(void), bool *out_quick,
+                          const char **out_dir);
 
 #endif /* KILN_BENCH_BENCHLIB_H */

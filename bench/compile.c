@@ -1102,17 +1102,8 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
   plan_t plan = {.kiln_runs = 5, .opt_runs = 3, .n_models = 3, .n_fan_models = 3};
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0) {
-      plan.quick = true;
-    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      usage();
-      return 0;
-    } else {
-      usage();
-      return 2;
-    }
-  }
+  int rc = kiln_bench_parse_args(argc, argv, false, usage, &plan.quick, NULL);
+  if (rc >= 0) return rc;
   if (plan.quick) {
     plan.kiln_runs = 2;
     plan.opt_runs = 1;

@@ -1227,19 +1227,8 @@ int main(int argc, char **argv) {
                  .crowd = 200,
                  .crowd_ms = 5000};
   const char *base = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0) {
-      plan.quick = true;
-    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      usage();
-      return 0;
-    } else if (argv[i][0] == '-' || base) {
-      usage();
-      return 2;
-    } else {
-      base = argv[i];
-    }
-  }
+  int rc = kiln_bench_parse_args(argc, argv, true, usage, &plan.quick, &base);
+  if (rc >= 0) return rc;
   if (plan.quick) {
     plan.cold_rounds = 2;
     plan.hit_calls = 300;
