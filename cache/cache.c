@@ -1029,6 +1029,27 @@ kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, boo
 
 /* ---- sources ---- */
 
+/* The index row of a stored source blob, written through a connection the caller
+ * holds (`*index` stays acquired for the caller: release it). */
+static kiln_status_t index_source(kiln_cache_t *cache, const char *hex, const char *semantic_digest,
+                                  const char *name, int format, uint64_t size, uint64_t stored,
+                                  kiln_index_t **index) {
+  kiln_index_source_t rec;
+  memset(&rec, 0, sizeof rec);
+  memcpy(rec.digest, hex, sizeof rec.digest);
+  if (semantic_digest && kiln_digest_is_valid_hex(semantic_digest)) {
+    memcpy(rec.semantic_digest, semantic_digest, sizeof rec.semantic_digest);
+  }
+  rec.name = (char *)name;
+  rec.format = format;
+  rec.size = size;
+  rec.stored_size = stored;
+  rec.created_ms = rec.last_access_ms = now_ms(cache);
+  kiln_status_t st = acquire(cache, index);
+  if (!st) st = kiln_index_source_put(*index, &rec);
+  return st;
+}
+
 /* How stale a source's last-access time may get before a hit rewrites it. */
 #define SOURCE_TOUCH_MS (60 * 1000)
 
@@ -1101,22 +1122,10 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
   KILN_RETURN_IF_ERROR(put_blob(cache, &computed, data, len, &digest, &stored));
   kiln_status_t st = NULL;
   uint64_t size = len;
-  kiln_index_source_t rec;
-  memset(&rec, 0, sizeof rec);
   kiln_digest_hex_t hex;
   kiln_digest_to_hex(&digest, &hex);
-  memcpy(rec.digest, hex.text, sizeof rec.digest);
-  if (semantic_digest && kiln_digest_is_valid_hex(semantic_digest)) {
-    memcpy(rec.semantic_digest, semantic_digest, sizeof rec.semantic_digest);
-  }
-  rec.name = (char *)name;
-  rec.format = format;
-  rec.size = size;
-  rec.stored_size = stored;
-  rec.created_ms = rec.last_access_ms = now_ms(cache);
   kiln_index_t *index = NULL;
-  st = acquire(cache, &index);
-  if (!st) st = kiln_index_source_put(index, &rec);
+  st = index_source(cache, hex.text, semantic_digest, name, format, size, stored, &index);
   release(cache, index);
   in_use_remove(cache, &digest);
   if (!st && out_digest) *out_digest = hex;
@@ -1234,20 +1243,8 @@ kiln_status_t kiln_cache_source_upload_commit(kiln_cache_upload_t *upload, const
     in_use_remove(cache, &d);
     return kiln_status_annotate(st, "source upload");
   }
-  kiln_index_source_t rec;
-  memset(&rec, 0, sizeof rec);
-  memcpy(rec.digest, hex.text, sizeof rec.digest);
-  if (semantic_digest && kiln_digest_is_valid_hex(semantic_digest)) {
-    memcpy(rec.semantic_digest, semantic_digest, sizeof rec.semantic_digest);
-  }
-  rec.name = (char *)name;
-  rec.format = format;
-  rec.size = size;
-  rec.stored_size = stored;
-  rec.created_ms = rec.last_access_ms = now_ms(cache);
   kiln_index_t *index = NULL;
-  st = acquire(cache, &index);
-  if (!st) st = kiln_index_source_put(index, &rec);
+  st = index_source(cache, hex.text, semantic_digest, name, format, size, stored, &index);
   if (!st && out_record) st = kiln_index_source_get(index, hex.text, out_record);
   in_use_remove(cache, &d);
   /* Not indexed: take the blob back unless a row (a concurrent upload) names it,

@@ -209,6 +209,23 @@ static void source_release(source_t *s) {
   kiln_free(s);
 }
 
+static kiln_index_label_t *labels_copy(const kiln_index_label_t *labels, size_t n) {
+  kiln_index_label_t *out = kiln_calloc(n ? n : 1, sizeof *out);
+  for (size_t i = 0; i < n; i++) {
+    out[i].key = kiln_strdup(labels[i].key);
+    out[i].value = kiln_strdup(labels[i].value);
+  }
+  return out;
+}
+
+static void labels_free(kiln_index_label_t *labels, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    kiln_free(labels[i].key);
+    kiln_free(labels[i].value);
+  }
+  kiln_free(labels);
+}
+
 static Kiln__V1__JobState proto_state(kilnd_job_state_t s) { return (Kiln__V1__JobState)s; }
 
 static bool job_terminal(const job_t *job) {
@@ -790,11 +807,7 @@ static void job_free(job_t *job) {
   kiln_free(job->flags);
   kiln_free(job->source_name);
   kiln_free(job->terminal_message);
-  for (size_t i = 0; i < job->n_labels; i++) {
-    kiln_free((char *)job->labels[i].key);
-    kiln_free((char *)job->labels[i].value);
-  }
-  kiln_free(job->labels);
+  labels_free(job->labels, job->n_labels);
   for (size_t i = 0; i < job->n_targets; i++) kiln_free(job->targets[i].message);
   for (size_t i = 0; i < job->n_targets; i++) kiln_free(job->targets[i].target);
   kiln_free(job->targets);
@@ -852,11 +865,7 @@ static void store_free(store_t *s) {
   kiln_free(s->flags_joined);
   kiln_free(s->bytes);
   kiln_free(s->submitter);
-  for (size_t i = 0; i < s->n_labels; i++) {
-    kiln_free((char *)s->labels[i].key);
-    kiln_free((char *)s->labels[i].value);
-  }
-  kiln_free(s->labels);
+  labels_free(s->labels, s->n_labels);
   kiln_free(s);
 }
 
@@ -999,11 +1008,7 @@ static void on_task_event(void *user, uint64_t task_id, const kilnd_task_event_t
         if (owner) {
           s->submitter = kiln_strdup(owner->client ? owner->client : "");
           s->n_labels = owner->n_labels;
-          s->labels = kiln_calloc(owner->n_labels ? owner->n_labels : 1, sizeof *s->labels);
-          for (size_t l = 0; l < owner->n_labels; l++) {
-            s->labels[l].key = kiln_strdup(owner->labels[l].key);
-            s->labels[l].value = kiln_strdup(owner->labels[l].value);
-          }
+          s->labels = labels_copy(owner->labels, owner->n_labels);
         }
         s->work.data = s;
         jobs->handles_open++; /* a store in flight keeps the engine alive through close */
@@ -1445,11 +1450,7 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
       job->flags = kiln_buf_take(&fj);
       kiln_buf_deinit(&fj);
       job->n_labels = r->n_labels;
-      job->labels = kiln_calloc(r->n_labels ? r->n_labels : 1, sizeof *job->labels);
-      for (size_t l = 0; l < r->n_labels; l++) {
-        job->labels[l].key = kiln_strdup(r->labels[l].key);
-        job->labels[l].value = kiln_strdup(r->labels[l].value);
-      }
+      job->labels = labels_copy(r->labels, r->n_labels);
       job->state = KILND_JOB_QUEUED;
       job->n_targets = r->n_targets;
       job->targets = kiln_calloc(r->n_targets, sizeof *job->targets);
