@@ -5,15 +5,32 @@
 #include "base/alloc.h"
 
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The SHA-256 implementation, fetched once. EVP_sha256() makes every init do an
+ * implicit fetch (a provider lookup under a lock): that cost more than hashing a
+ * cache key, and it serialized the threads that hash. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void fetch_sha256(void) {
+  sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+  if (!sha256_md) abort(); /* libcrypto without its default provider */
+}
+
+static const EVP_MD *sha256(void) {
+  pthread_once(&sha256_once, fetch_sha256);
+  return sha256_md;
+}
 
 struct kiln_hasher_s {
   EVP_MD_CTX *ctx;
 };
 
 static void reset(EVP_MD_CTX *ctx) {
-  if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) abort(); /* cannot fail for SHA-256 */
+  if (EVP_DigestInit_ex(ctx, sha256(), NULL) != 1) abort(); /* cannot fail for SHA-256 */
 }
 
 kiln_hasher_t *kiln_hasher_create(void) {
@@ -41,7 +58,7 @@ void kiln_hasher_destroy(kiln_hasher_t *hasher) {
 
 void kiln_digest_of(const void *data, size_t len, kiln_digest_t *out_digest) {
   unsigned int n = 0;
-  if (EVP_Digest(data, len, out_digest->bytes, &n, EVP_sha256(), NULL) != 1) abort();
+  if (EVP_Digest(data, len, out_digest->bytes, &n, sha256(), NULL) != 1) abort();
 }
 
 void kiln_digest_to_hex(const kiln_digest_t *digest, kiln_digest_hex_t *out_hex) {

@@ -58,12 +58,18 @@ typedef struct in_use_s {
 } in_use_t;
 
 #define MEMO_SLOTS 4096
+/* A memoized entry's blob is stat()ed at most this often. Every removal through
+ * the cache bumps the generation at once; this bounds only how long a blob that
+ * someone deleted by hand behind kilnd's back still answers a probe (its
+ * download then fails NOT_FOUND and the next lookup heals the index). */
+#define BLOB_CHECK_MS 1000
 
 typedef struct memo_s {
   char key[KILN_DIGEST_HEX_LEN + 1];
   char digest[KILN_DIGEST_HEX_LEN + 1];
   uint64_t size;
   uint64_t generation;
+  int64_t checked_ms; /* when the blob was last seen on disk (monotonic) */
   bool used;
 } memo_t;
 
@@ -312,6 +318,7 @@ static void memo_store(kiln_cache_t *cache, const char *key, const char *digest,
   memcpy(m->digest, digest, sizeof m->digest);
   m->size = size;
   m->generation = cache->generation;
+  m->checked_ms = kiln_time_monotonic_ns() / 1000000; /* the lookup just opened or found it */
   m->used = true;
   pthread_mutex_unlock(&cache->lock);
 }
@@ -849,16 +856,24 @@ kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_k
   }
   char digest[KILN_DIGEST_HEX_LEN + 1] = "";
   uint64_t size = 0;
+  int64_t mono = kiln_time_monotonic_ns() / 1000000;
   pthread_mutex_lock(&cache->lock);
-  const memo_t *m = &cache->memo[memo_slot(cache_key)];
+  memo_t *m = &cache->memo[memo_slot(cache_key)];
   bool known = m->used && m->generation == cache->generation && memcmp(m->key, cache_key, KILN_DIGEST_HEX_LEN) == 0;
+  bool fresh = known && mono - m->checked_ms < BLOB_CHECK_MS;
   if (known) {
     memcpy(digest, m->digest, sizeof digest);
     size = m->size;
   }
   pthread_mutex_unlock(&cache->lock);
   kiln_digest_t d;
-  if (known && kiln_digest_from_hex(digest, &d) && kiln_blobstore_contains(cache->blobs, &d, NULL)) {
+  if (known && !fresh && kiln_digest_from_hex(digest, &d) && kiln_blobstore_contains(cache->blobs, &d, NULL)) {
+    pthread_mutex_lock(&cache->lock);
+    if (memcmp(m->key, cache_key, KILN_DIGEST_HEX_LEN) == 0) m->checked_ms = mono;
+    pthread_mutex_unlock(&cache->lock);
+    fresh = true;
+  }
+  if (fresh) {
     uint64_t pending = 0;
     if (note_hit(cache, cache_key, now_ms(cache), &pending)) {
       kiln_index_t *index = NULL;
@@ -1078,13 +1093,21 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
     kiln_digest_hex_t hex;
     kiln_digest_to_hex(&computed, &hex);
     /* Seen lately (and nothing removed since): a stat of the blob, no SQLite. */
+    int64_t mono = kiln_time_monotonic_ns() / 1000000;
     pthread_mutex_lock(&cache->lock);
     memo_t *sm = &cache->source_memo[memo_slot(hex.text)];
     bool recent = sm->used && sm->generation == cache->generation &&
                   memcmp(sm->key, hex.text, KILN_DIGEST_HEX_LEN) == 0 &&
                   now_ms(cache) - (int64_t)sm->size <= SOURCE_TOUCH_MS;
+    bool fresh = recent && mono - sm->checked_ms < BLOB_CHECK_MS;
     pthread_mutex_unlock(&cache->lock);
-    if (recent && kiln_blobstore_contains(cache->blobs, &computed, NULL)) {
+    if (recent && !fresh && kiln_blobstore_contains(cache->blobs, &computed, NULL)) {
+      pthread_mutex_lock(&cache->lock);
+      if (memcmp(sm->key, hex.text, KILN_DIGEST_HEX_LEN) == 0) sm->checked_ms = mono;
+      pthread_mutex_unlock(&cache->lock);
+      fresh = true;
+    }
+    if (fresh) {
       if (out_digest) *out_digest = hex;
       return NULL;
     }
@@ -1112,6 +1135,7 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
         memcpy(sm->key, hex.text, sizeof sm->key);
         sm->size = (uint64_t)touched; /* when its LRU time was last written */
         sm->generation = cache->generation;
+        sm->checked_ms = mono;
         sm->used = true;
         pthread_mutex_unlock(&cache->lock);
         if (out_digest) *out_digest = hex;

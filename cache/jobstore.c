@@ -6,7 +6,8 @@
  *   job_targets(job_id, idx, target, cache_key, state, artifact_digest, size,
  *               cache_hit, compile_ms, code, message; PRIMARY KEY (job_id, idx))
  * A put replaces the job row and all its target rows in one transaction, so a
- * reader never sees a job with half its targets. WAL, synchronous NORMAL: a crash
+ * reader never sees a job with half its targets; a batch of puts is one
+ * transaction, over statements prepared once. WAL, synchronous NORMAL: a crash
  * may lose the last put, never corrupt the file (the cache still has the
  * artifacts; a lost record only means the job is admitted again or forgotten).
  */
@@ -27,6 +28,7 @@ struct kiln_jobstore_s {
   sqlite3 *db;
   char *path;
   pthread_mutex_t mu;
+  sqlite3_stmt *put_job, *put_del, *put_target; /* prepare_puts */
 };
 
 static const char schema_v1[] =
@@ -95,6 +97,9 @@ kiln_status_t kiln_jobstore_open(const char *path, kiln_jobstore_t **out_store) 
 
 void kiln_jobstore_close(kiln_jobstore_t *store) {
   if (!store) return;
+  sqlite3_finalize(store->put_job);
+  sqlite3_finalize(store->put_del);
+  sqlite3_finalize(store->put_target);
   sqlite3_close(store->db);
   pthread_mutex_destroy(&store->mu);
   kiln_free(store->path);
@@ -106,45 +111,51 @@ static void bind_text(sqlite3_stmt *s, int i, const char *v) {
   else sqlite3_bind_null(s, i);
 }
 
-kiln_status_t kiln_jobstore_put(kiln_jobstore_t *store, const kiln_jobstore_job_t *job) {
-  pthread_mutex_lock(&store->mu);
-  kiln_status_t st = NULL;
-  sqlite3_stmt *j = NULL, *del = NULL, *t = NULL;
-  int rc = sqlite3_exec(store->db, "BEGIN IMMEDIATE;", NULL, NULL, NULL);
-  if (rc != SQLITE_OK) st = FAIL(store, rc, "begin a put");
-  if (!st) {
-    rc = sqlite3_prepare_v2(store->db,
-                            "INSERT OR REPLACE INTO jobs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)", -1, &j,
-                            NULL);
-    if (rc == SQLITE_OK) rc = sqlite3_prepare_v2(store->db, "DELETE FROM job_targets WHERE job_id = ?1", -1, &del, NULL);
-    if (rc == SQLITE_OK) {
-      rc = sqlite3_prepare_v2(store->db, "INSERT INTO job_targets VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)", -1,
-                              &t, NULL);
+/* The put statements, prepared once (persistent) on first use; under mu. */
+static kiln_status_t prepare_puts(kiln_jobstore_t *store) {
+  if (store->put_job) return NULL;
+  static const char *const sql[3] = {
+      "INSERT OR REPLACE INTO jobs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+      "DELETE FROM job_targets WHERE job_id = ?1",
+      "INSERT INTO job_targets VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
+  };
+  sqlite3_stmt **out[3] = {&store->put_job, &store->put_del, &store->put_target};
+  for (int i = 0; i < 3; i++) {
+    int rc = sqlite3_prepare_v3(store->db, sql[i], -1, SQLITE_PREPARE_PERSISTENT, out[i], NULL);
+    if (rc != SQLITE_OK) {
+      kiln_status_t st = FAIL(store, rc, "prepare a put");
+      for (int k = 0; k < 3; k++) {
+        sqlite3_finalize(*out[k]);
+        *out[k] = NULL;
+      }
+      return st;
     }
-    if (rc != SQLITE_OK) st = FAIL(store, rc, "prepare a put");
   }
-  if (!st) {
-    bind_text(j, 1, job->id);
-    sqlite3_bind_int(j, 2, job->state);
-    sqlite3_bind_int(j, 3, job->priority);
-    bind_text(j, 4, job->client ? job->client : "");
-    bind_text(j, 5, job->request_id);
-    bind_text(j, 6, job->request_hash);
-    bind_text(j, 7, job->source_digest);
-    bind_text(j, 8, job->source_name ? job->source_name : "");
-    bind_text(j, 9, job->flags ? job->flags : "");
-    sqlite3_bind_int64(j, 10, job->created_unix_ms);
-    sqlite3_bind_int64(j, 11, job->finished_unix_ms);
-    bind_text(j, 12, job->message ? job->message : "");
-    rc = sqlite3_step(j);
-    if (rc != SQLITE_DONE) st = FAIL(store, rc, "write a job");
-  }
-  if (!st) {
-    bind_text(del, 1, job->id);
-    rc = sqlite3_step(del);
-    if (rc != SQLITE_DONE) st = FAIL(store, rc, "replace a job's targets");
-  }
-  for (size_t i = 0; !st && i < job->n_targets; i++) {
+  return NULL;
+}
+
+static kiln_status_t put_one(kiln_jobstore_t *store, const kiln_jobstore_job_t *job) {
+  sqlite3_stmt *j = store->put_job, *del = store->put_del, *t = store->put_target;
+  sqlite3_reset(j);
+  bind_text(j, 1, job->id);
+  sqlite3_bind_int(j, 2, job->state);
+  sqlite3_bind_int(j, 3, job->priority);
+  bind_text(j, 4, job->client ? job->client : "");
+  bind_text(j, 5, job->request_id);
+  bind_text(j, 6, job->request_hash);
+  bind_text(j, 7, job->source_digest);
+  bind_text(j, 8, job->source_name ? job->source_name : "");
+  bind_text(j, 9, job->flags ? job->flags : "");
+  sqlite3_bind_int64(j, 10, job->created_unix_ms);
+  sqlite3_bind_int64(j, 11, job->finished_unix_ms);
+  bind_text(j, 12, job->message ? job->message : "");
+  int rc = sqlite3_step(j);
+  if (rc != SQLITE_DONE) return FAIL(store, rc, "write a job");
+  sqlite3_reset(del);
+  bind_text(del, 1, job->id);
+  rc = sqlite3_step(del);
+  if (rc != SQLITE_DONE) return FAIL(store, rc, "replace a job's targets");
+  for (size_t i = 0; i < job->n_targets; i++) {
     const kiln_jobstore_target_t *x = &job->targets[i];
     sqlite3_reset(t);
     bind_text(t, 1, job->id);
@@ -159,18 +170,41 @@ kiln_status_t kiln_jobstore_put(kiln_jobstore_t *store, const kiln_jobstore_job_
     sqlite3_bind_int(t, 10, x->code);
     bind_text(t, 11, x->message ? x->message : "");
     rc = sqlite3_step(t);
-    if (rc != SQLITE_DONE) st = FAIL(store, rc, "write a job target");
+    if (rc != SQLITE_DONE) return FAIL(store, rc, "write a job target");
   }
-  sqlite3_finalize(j);
-  sqlite3_finalize(del);
-  sqlite3_finalize(t);
+  return NULL;
+}
+
+kiln_status_t kiln_jobstore_put_many(kiln_jobstore_t *store, const kiln_jobstore_job_t *jobs, size_t count) {
+  if (count == 0) return NULL;
+  pthread_mutex_lock(&store->mu);
+  kiln_status_t st = prepare_puts(store);
   if (!st) {
-    rc = sqlite3_exec(store->db, "COMMIT;", NULL, NULL, NULL);
+    int rc = sqlite3_exec(store->db, "BEGIN IMMEDIATE;", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) st = FAIL(store, rc, "begin a put");
+  }
+  bool begun = !st;
+  for (size_t i = 0; !st && i < count; i++) st = put_one(store, &jobs[i]);
+  if (!st) {
+    int rc = sqlite3_exec(store->db, "COMMIT;", NULL, NULL, NULL);
     if (rc != SQLITE_OK) st = FAIL(store, rc, "commit a put");
   }
-  if (st) sqlite3_exec(store->db, "ROLLBACK;", NULL, NULL, NULL);
+  if (st && begun) sqlite3_exec(store->db, "ROLLBACK;", NULL, NULL, NULL);
+  /* Statements hold no bindings or read locks between puts. */
+  if (store->put_job) {
+    sqlite3_reset(store->put_job);
+    sqlite3_reset(store->put_del);
+    sqlite3_reset(store->put_target);
+    sqlite3_clear_bindings(store->put_job);
+    sqlite3_clear_bindings(store->put_del);
+    sqlite3_clear_bindings(store->put_target);
+  }
   pthread_mutex_unlock(&store->mu);
   return st;
+}
+
+kiln_status_t kiln_jobstore_put(kiln_jobstore_t *store, const kiln_jobstore_job_t *job) {
+  return kiln_jobstore_put_many(store, job, 1);
 }
 
 static char *column_text(sqlite3_stmt *s, int i) {

@@ -67,6 +67,9 @@ void kiln_jobstore_close(kiln_jobstore_t *store);
 /* Writes `job` and its targets, replacing an earlier record of the same id. */
 kiln_status_t kiln_jobstore_put(kiln_jobstore_t *store, const kiln_jobstore_job_t *job);
 
+/* Writes `count` jobs in one transaction: all of them, or on an error none. */
+kiln_status_t kiln_jobstore_put_many(kiln_jobstore_t *store, const kiln_jobstore_job_t *jobs, size_t count);
+
 /* Every unfinished job and every job finished at or after `since_unix_ms`, oldest
  * first. *out_jobs is owned by the caller (kiln_jobstore_jobs_free). */
 kiln_status_t kiln_jobstore_load(kiln_jobstore_t *store, int64_t since_unix_ms,

@@ -159,6 +159,7 @@ struct job_s {
   watcher_t *watchers;
   kilnd_job_admission_t admission; /* the original answer, for request_id retries */
   struct job_s *next;
+  struct job_s *id_next, *rid_next; /* hash chains (index_*) */
 };
 
 struct kilnd_jobs_s {
@@ -177,7 +178,11 @@ struct kilnd_jobs_s {
   uv_mutex_t mu;    /* recursive: the pool calls back from inside submit */
   uv_cond_t ready;  /* signalled when the compiler identity becomes known */
   bool draining;
-  job_t *jobs;
+  job_t *jobs;       /* newest first */
+  job_t **by_id;     /* hash index of `jobs` by id, and by request_id where set */
+  job_t **by_rid;
+  size_t n_buckets;  /* a power of two */
+  size_t n_jobs;
   item_t *items;
   client_queue_t *queues[4]; /* by priority class 1..3 */
   client_queue_t *turn[4];   /* whose turn it is in each class */
@@ -230,6 +235,91 @@ static Kiln__V1__JobState proto_state(kilnd_job_state_t s) { return (Kiln__V1__J
 
 static bool job_terminal(const job_t *job) {
   return job->state == KILND_JOB_DONE || job->state == KILND_JOB_FAILED || job->state == KILND_JOB_CANCELLED;
+}
+
+/* ---- the job index: ids and request ids in O(1) (10,000 finished jobs are kept) ---- */
+
+static size_t str_hash(const char *s) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+  return (size_t)(h ^ (h >> 32));
+}
+
+static void index_add(kilnd_jobs_t *jobs, job_t *job);
+
+static void index_grow(kilnd_jobs_t *jobs) {
+  kiln_free(jobs->by_id);
+  kiln_free(jobs->by_rid);
+  jobs->n_buckets = jobs->n_buckets ? jobs->n_buckets * 2 : 256;
+  jobs->by_id = kiln_calloc(jobs->n_buckets, sizeof *jobs->by_id);
+  jobs->by_rid = kiln_calloc(jobs->n_buckets, sizeof *jobs->by_rid);
+  jobs->n_jobs = 0;
+  for (job_t *j = jobs->jobs; j; j = j->next) index_add(jobs, j);
+}
+
+/* Under mu: `job` is on the list; puts it in the index (its id and request_id
+ * must not change while it is there). */
+static void index_add(kilnd_jobs_t *jobs, job_t *job) {
+  if (jobs->n_jobs >= jobs->n_buckets) {
+    index_grow(jobs); /* re-adds every listed job, this one included */
+    return;
+  }
+  size_t mask = jobs->n_buckets - 1;
+  job_t **b = &jobs->by_id[str_hash(job->id) & mask];
+  job->id_next = *b;
+  *b = job;
+  if (job->request_id) {
+    b = &jobs->by_rid[str_hash(job->request_id) & mask];
+    job->rid_next = *b;
+    *b = job;
+  }
+  jobs->n_jobs++;
+}
+
+static void index_remove(kilnd_jobs_t *jobs, job_t *job) {
+  if (!jobs->n_buckets) return;
+  size_t mask = jobs->n_buckets - 1;
+  for (job_t **p = &jobs->by_id[str_hash(job->id) & mask]; *p; p = &(*p)->id_next) {
+    if (*p == job) {
+      *p = job->id_next;
+      jobs->n_jobs--;
+      break;
+    }
+  }
+  if (job->request_id) {
+    for (job_t **p = &jobs->by_rid[str_hash(job->request_id) & mask]; *p; p = &(*p)->rid_next) {
+      if (*p == job) {
+        *p = job->rid_next;
+        break;
+      }
+    }
+  }
+  job->id_next = job->rid_next = NULL;
+}
+
+/* Under mu: a new job, newest first on the list, and indexed. */
+static void job_link(kilnd_jobs_t *jobs, job_t *job) {
+  job->next = jobs->jobs;
+  jobs->jobs = job;
+  index_add(jobs, job);
+}
+
+static job_t *find_job(kilnd_jobs_t *jobs, const char *id) {
+  if (!jobs->n_buckets) return NULL;
+  for (job_t *j = jobs->by_id[str_hash(id) & (jobs->n_buckets - 1)]; j; j = j->id_next) {
+    if (strcmp(j->id, id) == 0) return j;
+  }
+  return NULL;
+}
+
+/* The newest job with this request_id. */
+static job_t *find_request(kilnd_jobs_t *jobs, const char *request_id) {
+  if (!jobs->n_buckets) return NULL;
+  job_t *found = NULL;
+  for (job_t *j = jobs->by_rid[str_hash(request_id) & (jobs->n_buckets - 1)]; j; j = j->rid_next) {
+    if (strcmp(j->request_id, request_id) == 0 && (!found || j->created_unix_ms > found->created_unix_ms)) found = j;
+  }
+  return found;
 }
 
 /* Job ids: 8 random bytes read once per process, then a counter mixed in (a
@@ -833,6 +923,7 @@ static void on_sweep(uv_timer_t *timer) {
     if (job_terminal(job) && !job->watchers &&
         (finished > MAX_FINISHED_JOBS || now - job->finished_monotonic_ns > jobs->options.retention_ms * 1000000)) {
       *p = job->next;
+      index_remove(jobs, job);
       job_free(job);
       continue;
     }
@@ -1106,13 +1197,13 @@ typedef struct flush_s {
 
 static void on_flush(uv_work_t *work) {
   flush_t *f = work->data;
-  for (size_t i = 0; i < f->n; i++) {
-    kiln_status_t st = kiln_jobstore_put(f->jobs->store, &f->records[i]);
-    if (st) {
-      /* The job itself is unaffected; only a restart would not know it. */
-      kiln_log_status(KILN_LOG_WARN, "job_store_put_failed", st, NULL);
-      kiln_status_free(st);
-    }
+  /* Everything that piled up since the last flush, as one transaction. A job may
+   * appear twice (admitted, then finished): the later record wins. */
+  kiln_status_t st = kiln_jobstore_put_many(f->jobs->store, f->records, f->n);
+  if (st) {
+    /* The jobs themselves are unaffected; only a restart would not know them. */
+    kiln_log_status(KILN_LOG_WARN, "job_store_put_failed", st, "jobs=%zu", f->n);
+    kiln_status_free(st);
   }
 }
 
@@ -1154,7 +1245,6 @@ static void start_flush(kilnd_jobs_t *jobs) {
 
 static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, const char *forced_id,
                            int64_t created_unix_ms, kilnd_job_admission_t *out);
-static job_t *find_job(kilnd_jobs_t *jobs, const char *id);
 
 typedef struct readmit_s {
   uv_work_t work;
@@ -1383,8 +1473,8 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
   uv_mutex_lock(&jobs->mu);
   job_t *job = NULL;
   if (!st && r->request_id && *r->request_id && !forced_id) {
-    for (job_t *j = jobs->jobs; j; j = j->next) {
-      if (!j->request_id || strcmp(j->request_id, r->request_id) != 0) continue;
+    job_t *j = find_request(jobs, r->request_id);
+    if (j) {
       if (strcmp(j->request_hash, hash) != 0) {
         st = KILN_STATUS(KILN_STATUS_ALREADY_EXISTS,
                          "request_id %s was already used for a different request (job %s)", r->request_id, j->id);
@@ -1392,7 +1482,6 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
         admission_copy(&j->admission, out);
         job = j;
       }
-      break;
     }
   }
   if (!st && !job) {
@@ -1418,6 +1507,7 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
       if (placeholder && job_terminal(placeholder)) placeholder = NULL;
       if (placeholder) {
         job = placeholder;
+        index_remove(jobs, job); /* its request_id is replaced below */
         for (size_t i = 0; i < job->n_targets; i++) {
           kiln_free(job->targets[i].target);
           kiln_free(job->targets[i].message);
@@ -1455,9 +1545,10 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
       job->n_targets = r->n_targets;
       job->targets = kiln_calloc(r->n_targets, sizeof *job->targets);
       if (!placeholder) {
-        job->next = jobs->jobs;
-        jobs->jobs = job;
+        job_link(jobs, job);
         jobs->stats.submitted++;
+      } else {
+        index_add(jobs, job);
       }
 
       task_t *task = NULL;
@@ -1546,13 +1637,6 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
 }
 
 /* ---- the rest of the API ---- */
-
-static job_t *find_job(kilnd_jobs_t *jobs, const char *id) {
-  for (job_t *j = jobs->jobs; j; j = j->next) {
-    if (strcmp(j->id, id) == 0) return j;
-  }
-  return NULL;
-}
 
 kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const char *reason,
                                 kilnd_job_state_t *out_state, bool *out_cancelled) {
@@ -1695,8 +1779,7 @@ static void restore(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
     job->admission.targets[i].target = kiln_strdup(rec->targets[i].target);
     memcpy(job->admission.targets[i].cache_key, rec->targets[i].cache_key, 65);
   }
-  job->next = jobs->jobs;
-  jobs->jobs = job;
+  job_link(jobs, job);
   emit_queued(jobs, job, 0);
   for (size_t i = 0; i < rec->n_targets; i++) {
     const kiln_jobstore_target_t *t = &rec->targets[i];
@@ -1738,8 +1821,7 @@ static void placeholder(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
     job->targets[i].target = kiln_strdup(rec->targets[i].target);
     memcpy(job->targets[i].key, rec->targets[i].cache_key, sizeof job->targets[i].key);
   }
-  job->next = jobs->jobs;
-  jobs->jobs = job;
+  job_link(jobs, job);
   emit_queued(jobs, job, 0);
 }
 
@@ -1815,6 +1897,8 @@ static void free_everything(kilnd_jobs_t *jobs) {
     while (j->watchers) watcher_remove(j->watchers);
     job_free(j);
   }
+  kiln_free(jobs->by_id);
+  kiln_free(jobs->by_rid);
   while (jobs->items) {
     item_t *it = jobs->items;
     jobs->items = it->next;
@@ -1868,12 +1952,10 @@ static void on_workers_closed(void *user) {
 void kilnd_jobs_close(kilnd_jobs_t *jobs, void (*done)(void *user), void *user) {
   uv_mutex_lock(&jobs->mu);
   /* Snapshots not yet written: write them now (a few small SQLite writes, once). */
-  for (size_t i = 0; jobs->store && i < jobs->n_persist; i++) {
-    kiln_status_t st = kiln_jobstore_put(jobs->store, &jobs->persist[i]);
-    if (st) {
-      kiln_log_status(KILN_LOG_WARN, "job_store_put_failed", st, NULL);
-      kiln_status_free(st);
-    }
+  kiln_status_t st = jobs->store ? kiln_jobstore_put_many(jobs->store, jobs->persist, jobs->n_persist) : NULL;
+  if (st) {
+    kiln_log_status(KILN_LOG_WARN, "job_store_put_failed", st, NULL);
+    kiln_status_free(st);
   }
   kiln_jobstore_jobs_free(jobs->persist, jobs->n_persist);
   jobs->persist = NULL;

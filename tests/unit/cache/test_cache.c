@@ -878,6 +878,47 @@ static void test_deleted_blob_is_a_miss(void **state) {
   art_deinit(&b);
 }
 
+/* The probe's memo answers without SQLite; a removal through the cache is seen at
+ * once, a blob deleted by hand behind the cache within BLOB_CHECK_MS (1 s). */
+static void test_probe_memo(void **state) {
+  fixture_t *f = *state;
+  art_t a, b;
+  art_init(&a, 72, 2500, false, 72);
+  art_init(&b, 73, 2500, false, 73);
+  char digest[KILN_DIGEST_HEX_LEN + 1];
+  uint64_t size = 0;
+  assert_code(kiln_cache_artifact_probe(f->cache, a.key, digest, &size), KILN_STATUS_NOT_FOUND);
+  put_art(f->cache, &a);
+  put_art(f->cache, &b);
+  for (int i = 0; i < 3; i++) { /* the first fills the memo, the rest use it */
+    assert_ok(kiln_cache_artifact_probe(f->cache, a.key, digest, &size));
+    assert_string_equal(digest, a.digest);
+    assert_int_equal(size, a.len);
+  }
+  assert_ok(kiln_cache_artifact_probe(f->cache, b.key, digest, &size));
+  kiln_cache_stats_t s = stats_of(f->cache);
+  assert_int_equal(s.hits, 4);
+
+  /* Eviction through the cache: the next probe misses, no waiting. */
+  kiln_cache_gc_report_t report;
+  assert_ok(kiln_cache_gc(f->cache, b.len + 100, &report));
+  bool a_gone = kiln_cache_artifact_probe(f->cache, a.key, digest, &size) != NULL;
+  bool b_gone = kiln_cache_artifact_probe(f->cache, b.key, digest, &size) != NULL;
+  assert_true(a_gone != b_gone); /* exactly one of the two fits */
+  art_t *kept = a_gone ? &b : &a;
+
+  /* Deleted by hand: found out within a second, and the index healed. */
+  char path[PATH_MAX];
+  assert_true(blob_file(f->dir, kept->digest, path, sizeof path));
+  assert_int_equal(unlink(path), 0);
+  usleep(1100 * 1000);
+  assert_code(kiln_cache_artifact_probe(f->cache, kept->key, digest, &size), KILN_STATUS_NOT_FOUND);
+  s = stats_of(f->cache);
+  assert_int_equal(s.totals.artifacts, 0);
+  art_deinit(&a);
+  art_deinit(&b);
+}
+
 /* ---- repair at open ---- */
 
 static void test_open_repairs(void **state) {
@@ -2166,6 +2207,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_get_blob_and_reader, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_blob_is_quarantined, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deleted_blob_is_a_miss, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_probe_memo, setup, teardown),
       cmocka_unit_test_setup_teardown(test_open_repairs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_open_repair_counts_dangling_rows, setup, teardown),
       cmocka_unit_test_setup_teardown(test_open_removes_stray_directories, setup, teardown),

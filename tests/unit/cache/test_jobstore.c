@@ -150,6 +150,49 @@ static void test_load_and_prune(void **state) {
   kiln_jobstore_close(s);
 }
 
+/* A batch is one transaction: every job lands, a job named twice keeps its later
+ * record (admitted, then finished), and a batch that fails midway writes nothing. */
+static void test_put_many(void **state) {
+  fixture_t *f = *state;
+  kiln_jobstore_t *s = NULL;
+  assert_null(kiln_jobstore_open(f->path, &s));
+  kiln_jobstore_job_t batch[3];
+  kiln_jobstore_target_t t[3][2];
+  make_job(&batch[0], t[0], "j-a", 2, 100, 0);
+  make_job(&batch[1], t[1], "j-b", 3, 200, 300);
+  make_job(&batch[2], t[2], "j-a", 3, 100, 400); /* j-a again, finished */
+  assert_null(kiln_jobstore_put_many(s, batch, 3));
+  assert_null(kiln_jobstore_put_many(s, batch, 0));
+  kiln_jobstore_job_t *jobs = NULL;
+  size_t n = 0;
+  assert_null(kiln_jobstore_load(s, 0, &jobs, &n));
+  assert_int_equal(n, 2);
+  assert_string_equal(jobs[0].id, "j-a");
+  assert_int_equal(jobs[0].finished_unix_ms, 400);
+  assert_int_equal(jobs[0].n_targets, 2);
+  assert_string_equal(jobs[1].id, "j-b");
+  kiln_jobstore_jobs_free(jobs, n);
+
+  /* A NULL target name breaks NOT NULL in the second job: neither job is written. */
+  make_job(&batch[0], t[0], "j-c", 3, 500, 600);
+  make_job(&batch[1], t[1], "j-d", 3, 500, 600);
+  t[1][1].target = NULL;
+  kiln_status_t st = kiln_jobstore_put_many(s, batch, 2);
+  assert_non_null(st);
+  assert_non_null(strstr(kiln_status_message(st), "job target"));
+  kiln_status_free(st);
+  assert_null(kiln_jobstore_load(s, 0, &jobs, &n));
+  assert_int_equal(n, 2);
+  kiln_jobstore_jobs_free(jobs, n);
+  /* And the store still takes puts afterwards. */
+  t[1][1].target = "gfx950";
+  assert_null(kiln_jobstore_put_many(s, batch, 2));
+  assert_null(kiln_jobstore_load(s, 0, &jobs, &n));
+  assert_int_equal(n, 4);
+  kiln_jobstore_jobs_free(jobs, n);
+  kiln_jobstore_close(s);
+}
+
 static void test_refusals(void **state) {
   fixture_t *f = *state;
   kiln_jobstore_t *s = NULL;
@@ -186,6 +229,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_load_and_prune, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_put_many, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
