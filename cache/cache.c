@@ -217,11 +217,16 @@ static kiln_status_t flush_hits(kiln_cache_t *cache, kiln_index_t *index) {
 
 /* Records a hit in memory; returns true when the batch is full and should be
  * flushed. */
-static bool note_hit(kiln_cache_t *cache, const char *key, int64_t now, uint64_t *out_pending_hits) {
+static bool note_hit(kiln_cache_t *cache, const char *key, int64_t now, bool may_flush, uint64_t *out_pending_hits) {
   pthread_mutex_lock(&cache->lock);
   size_t i = 0;
   for (; i < cache->n_pending; i++) {
     if (memcmp(cache->pending[i].key, key, KILN_DIGEST_HEX_LEN) == 0) break;
+  }
+  if (!may_flush && i == cache->n_pending && cache->n_pending + 1 >= PENDING_FLUSH) {
+    /* Noting it would call for a flush, which the caller cannot do: not noted. */
+    pthread_mutex_unlock(&cache->lock);
+    return true;
   }
   if (i == cache->n_pending && cache->n_pending == PENDING_FLUSH) {
     /* Full because flushes keep failing (index locked): this hit goes unrecorded. */
@@ -704,6 +709,26 @@ char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags) {
   return kiln_buf_take(&out);
 }
 
+static void key_uint(kiln_buf_t *enc, uint64_t v) {
+  char digits[20];
+  size_t n = 0;
+  do {
+    digits[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (n) kiln_buf_append_char(enc, digits[--n]);
+}
+
+/* "<name><length>:<value>\n" */
+static void key_field(kiln_buf_t *enc, const char *name, const char *value) {
+  size_t len = strlen(value);
+  kiln_buf_append_str(enc, name);
+  key_uint(enc, len);
+  kiln_buf_append_char(enc, ':');
+  kiln_buf_append(enc, value, len);
+  kiln_buf_append_char(enc, '\n');
+}
+
 kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_digest_hex_t *out_key) {
   if (!parts->source_digest || !kiln_digest_is_valid_hex(parts->source_digest)) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
@@ -720,26 +745,25 @@ kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_d
   char **flags;
   size_t n_flags = normalize_flags(parts->flags, parts->n_flags, &flags);
   /* Every field and every flag length-prefixed: no choice of flag text (newlines
-   * included) can make two different part lists encode the same. */
+   * included) can make two different part lists encode the same. Written without
+   * printf: this runs for every target of every Compile, hits included. */
   kiln_buf_t enc;
   kiln_buf_init(&enc);
-  const char *fields[][2] = {
-      {"source", parts->source_digest}, {"target", parts->target}, {"compiler", parts->compiler},
-  };
   kiln_buf_append_str(&enc, "kiln-cache-key/1\n");
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-    kiln_buf_appendf(&enc, "%s:%zu:", fields[i][0], strlen(fields[i][1]));
-    kiln_buf_append_str(&enc, fields[i][1]);
-    kiln_buf_append_char(&enc, '\n');
-  }
-  kiln_buf_appendf(&enc, "flags:%zu\n", n_flags);
-  for (size_t i = 0; i < n_flags; i++) {
-    kiln_buf_appendf(&enc, "flag:%zu:", strlen(flags[i]));
-    kiln_buf_append_str(&enc, flags[i]);
-    kiln_buf_append_char(&enc, '\n');
-  }
-  kiln_buf_appendf(&enc, "hal:%u\nbytecode:%u.%u\n", parts->hal_version,
-                   parts->bytecode_version >> 16, parts->bytecode_version & 0xffff);
+  key_field(&enc, "source:", parts->source_digest);
+  key_field(&enc, "target:", parts->target);
+  key_field(&enc, "compiler:", parts->compiler);
+  kiln_buf_append_str(&enc, "flags:");
+  key_uint(&enc, n_flags);
+  kiln_buf_append_char(&enc, '\n');
+  for (size_t i = 0; i < n_flags; i++) key_field(&enc, "flag:", flags[i]);
+  kiln_buf_append_str(&enc, "hal:");
+  key_uint(&enc, parts->hal_version);
+  kiln_buf_append_str(&enc, "\nbytecode:");
+  key_uint(&enc, parts->bytecode_version >> 16);
+  kiln_buf_append_char(&enc, '.');
+  key_uint(&enc, parts->bytecode_version & 0xffff);
+  kiln_buf_append_char(&enc, '\n');
   kiln_digest_t d;
   kiln_digest_of(enc.data, enc.len, &d);
   kiln_digest_to_hex(&d, out_key);
@@ -831,7 +855,7 @@ kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_
     } else {
       int64_t now = now_ms(cache);
       uint64_t pending = 0;
-      bool full = note_hit(cache, cache_key, now, &pending);
+      bool full = note_hit(cache, cache_key, now, true, &pending);
       out_record->hits += pending;
       out_record->last_access_ms = now;
       if (full) {
@@ -846,6 +870,22 @@ kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_
   return st;
 }
 
+/* The memo's answer for `cache_key`: false when it knows nothing (for this
+ * generation); *out_fresh when the blob was seen on disk within BLOB_CHECK_MS. */
+static bool memo_find(kiln_cache_t *cache, const char *cache_key, char digest[KILN_DIGEST_HEX_LEN + 1],
+                      uint64_t *size, int64_t mono, bool *out_fresh) {
+  pthread_mutex_lock(&cache->lock);
+  const memo_t *m = &cache->memo[memo_slot(cache_key)];
+  bool known = m->used && m->generation == cache->generation && memcmp(m->key, cache_key, KILN_DIGEST_HEX_LEN) == 0;
+  *out_fresh = known && mono - m->checked_ms < BLOB_CHECK_MS;
+  if (known) {
+    memcpy(digest, m->digest, KILN_DIGEST_HEX_LEN + 1);
+    *size = m->size;
+  }
+  pthread_mutex_unlock(&cache->lock);
+  return known;
+}
+
 kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_key,
                                         char out_digest[KILN_DIGEST_HEX_LEN + 1], uint64_t *out_size) {
   out_digest[0] = '\0';
@@ -857,25 +897,19 @@ kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_k
   char digest[KILN_DIGEST_HEX_LEN + 1] = "";
   uint64_t size = 0;
   int64_t mono = kiln_time_monotonic_ns() / 1000000;
-  pthread_mutex_lock(&cache->lock);
-  memo_t *m = &cache->memo[memo_slot(cache_key)];
-  bool known = m->used && m->generation == cache->generation && memcmp(m->key, cache_key, KILN_DIGEST_HEX_LEN) == 0;
-  bool fresh = known && mono - m->checked_ms < BLOB_CHECK_MS;
-  if (known) {
-    memcpy(digest, m->digest, sizeof digest);
-    size = m->size;
-  }
-  pthread_mutex_unlock(&cache->lock);
+  bool fresh = false;
+  bool known = memo_find(cache, cache_key, digest, &size, mono, &fresh);
   kiln_digest_t d;
   if (known && !fresh && kiln_digest_from_hex(digest, &d) && kiln_blobstore_contains(cache->blobs, &d, NULL)) {
     pthread_mutex_lock(&cache->lock);
+    memo_t *m = &cache->memo[memo_slot(cache_key)];
     if (memcmp(m->key, cache_key, KILN_DIGEST_HEX_LEN) == 0) m->checked_ms = mono;
     pthread_mutex_unlock(&cache->lock);
     fresh = true;
   }
   if (fresh) {
     uint64_t pending = 0;
-    if (note_hit(cache, cache_key, now_ms(cache), &pending)) {
+    if (note_hit(cache, cache_key, now_ms(cache), true, &pending)) {
       kiln_index_t *index = NULL;
       kiln_status_t st = acquire(cache, &index);
       if (!st) st = flush_hits(cache, index);
@@ -896,6 +930,25 @@ kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_k
   *out_size = rec.size;
   kiln_index_artifact_deinit(&rec);
   return NULL;
+}
+
+bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *cache_key, bool record,
+                              char out_digest[KILN_DIGEST_HEX_LEN + 1], uint64_t *out_size) {
+  out_digest[0] = '\0';
+  *out_size = 0;
+  if (!kiln_digest_is_valid_hex(cache_key)) return false;
+  char digest[KILN_DIGEST_HEX_LEN + 1] = "";
+  uint64_t size = 0;
+  bool fresh = false;
+  if (!memo_find(cache, cache_key, digest, &size, kiln_time_monotonic_ns() / 1000000, &fresh) || !fresh) return false;
+  if (record) {
+    uint64_t pending = 0;
+    if (note_hit(cache, cache_key, now_ms(cache), false, &pending)) return false; /* a flush is due: not here */
+    count(cache, &cache->hits, 1);
+  }
+  memcpy(out_digest, digest, sizeof digest);
+  *out_size = size;
+  return true;
 }
 
 kiln_status_t kiln_cache_artifact_get_by_digest(kiln_cache_t *cache, const char *digest,
@@ -1068,6 +1121,41 @@ static kiln_status_t index_source(kiln_cache_t *cache, const char *hex, const ch
 /* How stale a source's last-access time may get before a hit rewrites it. */
 #define SOURCE_TOUCH_MS (60 * 1000)
 
+/* The source memo: true when `hex` was stored or touched within SOURCE_TOUCH_MS
+ * (and nothing was removed since); *out_fresh when its blob was also seen on disk
+ * within BLOB_CHECK_MS. */
+static bool source_memo_find(kiln_cache_t *cache, const kiln_digest_hex_t *hex, int64_t mono, bool *out_fresh) {
+  pthread_mutex_lock(&cache->lock);
+  const memo_t *sm = &cache->source_memo[memo_slot(hex->text)];
+  bool recent = sm->used && sm->generation == cache->generation &&
+                memcmp(sm->key, hex->text, KILN_DIGEST_HEX_LEN) == 0 &&
+                now_ms(cache) - (int64_t)sm->size <= SOURCE_TOUCH_MS;
+  *out_fresh = recent && mono - sm->checked_ms < BLOB_CHECK_MS;
+  pthread_mutex_unlock(&cache->lock);
+  return recent;
+}
+
+/* Remembers that source `hex` is stored, its LRU time written at `touched_ms` and
+ * its blob seen at `mono` (monotonic ms). */
+static void source_memo_store(kiln_cache_t *cache, const kiln_digest_hex_t *hex, int64_t touched_ms, int64_t mono) {
+  pthread_mutex_lock(&cache->lock);
+  memo_t *sm = &cache->source_memo[memo_slot(hex->text)];
+  memcpy(sm->key, hex->text, sizeof sm->key);
+  sm->size = (uint64_t)touched_ms; /* when its LRU time was last written */
+  sm->generation = cache->generation;
+  sm->checked_ms = mono;
+  sm->used = true;
+  pthread_mutex_unlock(&cache->lock);
+}
+
+bool kiln_cache_source_memo(kiln_cache_t *cache, const void *data, size_t len, kiln_digest_hex_t *out_digest) {
+  kiln_digest_t d;
+  kiln_digest_of(data, len, &d);
+  kiln_digest_to_hex(&d, out_digest);
+  bool fresh = false;
+  return source_memo_find(cache, out_digest, kiln_time_monotonic_ns() / 1000000, &fresh) && fresh;
+}
+
 kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_t len,
                                     const char *expected_digest, const char *name, int format,
                                     const char *semantic_digest, kiln_digest_hex_t *out_digest) {
@@ -1094,15 +1182,11 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
     kiln_digest_to_hex(&computed, &hex);
     /* Seen lately (and nothing removed since): a stat of the blob, no SQLite. */
     int64_t mono = kiln_time_monotonic_ns() / 1000000;
-    pthread_mutex_lock(&cache->lock);
-    memo_t *sm = &cache->source_memo[memo_slot(hex.text)];
-    bool recent = sm->used && sm->generation == cache->generation &&
-                  memcmp(sm->key, hex.text, KILN_DIGEST_HEX_LEN) == 0 &&
-                  now_ms(cache) - (int64_t)sm->size <= SOURCE_TOUCH_MS;
-    bool fresh = recent && mono - sm->checked_ms < BLOB_CHECK_MS;
-    pthread_mutex_unlock(&cache->lock);
+    bool fresh = false;
+    bool recent = source_memo_find(cache, &hex, mono, &fresh);
     if (recent && !fresh && kiln_blobstore_contains(cache->blobs, &computed, NULL)) {
       pthread_mutex_lock(&cache->lock);
+      memo_t *sm = &cache->source_memo[memo_slot(hex.text)];
       if (memcmp(sm->key, hex.text, KILN_DIGEST_HEX_LEN) == 0) sm->checked_ms = mono;
       pthread_mutex_unlock(&cache->lock);
       fresh = true;
@@ -1131,13 +1215,7 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
       kiln_status_free(gs);
       release(cache, index);
       if (present) {
-        pthread_mutex_lock(&cache->lock);
-        memcpy(sm->key, hex.text, sizeof sm->key);
-        sm->size = (uint64_t)touched; /* when its LRU time was last written */
-        sm->generation = cache->generation;
-        sm->checked_ms = mono;
-        sm->used = true;
-        pthread_mutex_unlock(&cache->lock);
+        source_memo_store(cache, &hex, touched, mono);
         if (out_digest) *out_digest = hex;
         return NULL;
       }
@@ -1151,6 +1229,8 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
   kiln_index_t *index = NULL;
   st = index_source(cache, hex.text, semantic_digest, name, format, size, stored, &index);
   release(cache, index);
+  /* Remembered while the blob is still in use (no removal can slip in between). */
+  if (!st) source_memo_store(cache, &hex, now_ms(cache), kiln_time_monotonic_ns() / 1000000);
   in_use_remove(cache, &digest);
   if (!st && out_digest) *out_digest = hex;
   return st;

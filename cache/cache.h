@@ -128,6 +128,14 @@ kiln_status_t kiln_cache_artifact_find_page(kiln_cache_t *cache,
 kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_key,
                                         char out_digest[KILN_DIGEST_HEX_LEN + 1], uint64_t *out_size);
 
+/* kiln_cache_artifact_probe from memory alone, for callers that must not block (an
+ * event loop): true when the memo knows `cache_key` and saw its blob within the
+ * last second (with `record`, the hit is then recorded as the probe would); false
+ * when only the probe can tell (not memoized, due a stat, or, with `record`, due a
+ * flush of recorded hits). Never touches the disk. */
+bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *cache_key, bool record,
+                              char out_digest[KILN_DIGEST_HEX_LEN + 1], uint64_t *out_size);
+
 /* A verifying stream over an artifact or source blob. While it is open the blob is
  * protected from eviction. */
 typedef struct kiln_cache_reader_s kiln_cache_reader_t;
@@ -159,6 +167,11 @@ kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, boo
 kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_t len,
                                     const char *expected_digest, const char *name, int format,
                                     const char *semantic_digest, kiln_digest_hex_t *out_digest);
+
+/* The digest of `data` (always set), and true when the bytes are known to be stored
+ * already (a put of them lately, its blob seen within the last second): then a
+ * kiln_cache_source_put of them would do nothing. From memory alone: never blocks. */
+bool kiln_cache_source_memo(kiln_cache_t *cache, const void *data, size_t len, kiln_digest_hex_t *out_digest);
 
 /* The row of stored source `digest`, if its blob is present too (a row whose blob
  * was removed behind the cache's back is dropped and reads as missing). NOT_FOUND

@@ -155,7 +155,7 @@ struct job_s {
   int64_t finished_monotonic_ns; /* 0 while live */
   int64_t deadline_monotonic_ns;
   event_t *events;
-  size_t n_events;
+  size_t n_events, cap_events;
   watcher_t *watchers;
   kilnd_job_admission_t admission; /* the original answer, for request_id retries */
   struct job_s *next;
@@ -356,7 +356,11 @@ static void emit(kilnd_jobs_t *jobs, job_t *job, Kiln__V1__JobEvent *ev) {
   ev->time_unix_ms = kiln_time_unix_ms();
   ev->job_id = job->id;
   size_t len = protobuf_c_message_get_packed_size(&ev->base);
-  job->events = kiln_realloc(job->events, (job->n_events + 1) * sizeof *job->events);
+  if (job->n_events == job->cap_events) {
+    /* A job answered from the cache has 2 + targets events; grow from there. */
+    job->cap_events = job->cap_events ? job->cap_events * 2 : 2 + job->n_targets;
+    job->events = kiln_realloc(job->events, job->cap_events * sizeof *job->events);
+  }
   event_t *e = &job->events[job->n_events++];
   e->seq = ev->sequence;
   e->kind = ev->event_case;
@@ -1244,7 +1248,7 @@ static void start_flush(kilnd_jobs_t *jobs) {
 }
 
 static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, const char *forced_id,
-                           int64_t created_unix_ms, kilnd_job_admission_t *out);
+                           int64_t created_unix_ms, kilnd_job_admission_t *out, bool *would_block);
 
 typedef struct readmit_s {
   uv_work_t work;
@@ -1283,7 +1287,7 @@ static void on_readmit(uv_work_t *work) {
                              .request_id = rec->request_id,
                              .deadline_monotonic_ns = INT64_MAX};
     kilnd_job_admission_t adm;
-    kiln_status_t st = admit(ra->jobs, &r, rec->id, rec->created_unix_ms, &adm);
+    kiln_status_t st = admit(ra->jobs, &r, rec->id, rec->created_unix_ms, &adm, NULL);
     if (st) {
       kiln_log_status(KILN_LOG_WARN, "job_readmit_failed", st, "job=%s", rec->id);
       ra->failed[i] = st; /* the loop fails the placeholder with it */
@@ -1384,20 +1388,32 @@ static void admission_copy(const kilnd_job_admission_t *from, kilnd_job_admissio
 
 kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r,
                                 kilnd_job_admission_t *out) {
-  return admit(jobs, r, NULL, 0, out);
+  return admit(jobs, r, NULL, 0, out, NULL);
+}
+
+kiln_status_t kilnd_jobs_try_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, kilnd_job_admission_t *out,
+                                    bool *out_would_block) {
+  *out_would_block = false;
+  return admit(jobs, r, NULL, 0, out, out_would_block);
 }
 
 /* Admission; `forced_id` and `created_unix_ms` (non-zero) restore a job the store
- * remembers. */
+ * remembers. With `would_block` non-NULL nothing may block (the caller is the
+ * loop): admission goes ahead only for a request the cache's memory answers
+ * whole, and otherwise sets *would_block and returns NULL having done nothing. */
 static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, const char *forced_id,
-                           int64_t created_unix_ms, kilnd_job_admission_t *out) {
+                           int64_t created_unix_ms, kilnd_job_admission_t *out, bool *would_block) {
   memset(out, 0, sizeof *out);
   if (r->n_targets == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no targets to compile for");
   uv_mutex_lock(&jobs->mu);
   bool draining = jobs->draining;
   uv_mutex_unlock(&jobs->mu);
   /* The first worker's Hello names the compiler (a part of every cache key). */
-  const char *known = kilnd_jobs_compiler_wait(jobs, COMPILER_WAIT_MS);
+  const char *known = would_block ? kilnd_jobs_compiler(jobs) : kilnd_jobs_compiler_wait(jobs, COMPILER_WAIT_MS);
+  if (would_block && !known && !draining) {
+    *would_block = true;
+    return NULL;
+  }
   char *compiler = known ? kiln_strdup(known) : NULL;
   if (draining) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is shutting down; retry on another server");
   if (!compiler) {
@@ -1406,37 +1422,25 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
                        "to start: see kilnd's log); retry");
   }
 
-  /* 1. The source: stored (inline) or loaded (by digest). */
+  /* 1. The source: stored (inline) or named (by digest). Its bytes are copied or
+   * loaded only once a target is known to need a compile (step 2b): a cache hit
+   * never touches them. */
   source_t *source = kiln_calloc(1, sizeof *source);
   source->refs = 1;
   source->name = kiln_strdup(r->source_name && *r->source_name ? r->source_name : "<source>");
   kiln_status_t st = NULL;
-  if (r->source) {
+  if (r->source && would_block) {
+    kiln_digest_hex_t digest;
+    *would_block = !kiln_cache_source_memo(jobs->cache, r->source, r->source_len, &digest);
+    memcpy(source->digest, digest.text, sizeof source->digest);
+  } else if (r->source) {
     kiln_digest_hex_t digest;
     st = kiln_cache_source_put(jobs->cache, r->source, r->source_len, NULL, source->name, 0, NULL, &digest);
-    if (!st) {
-      memcpy(source->digest, digest.text, sizeof source->digest);
-      source->data = kiln_memdup(r->source, r->source_len ? r->source_len : 1);
-      source->len = r->source_len;
-    }
+    if (!st) memcpy(source->digest, digest.text, sizeof source->digest);
   } else {
-    void *data = NULL;
-    size_t len = 0;
-    st = kiln_cache_get_blob(jobs->cache, r->source_digest, &data, &len);
-    if (st && kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
-      kiln_status_free(st);
-      st = KILN_STATUS(KILN_STATUS_NOT_FOUND,
-                       "source %s is not stored on this server (never uploaded, or evicted): upload it "
-                       "with PutSource and retry",
-                       r->source_digest);
-    }
-    if (!st) {
-      snprintf(source->digest, sizeof source->digest, "%s", r->source_digest);
-      source->data = data;
-      source->len = len;
-    }
+    snprintf(source->digest, sizeof source->digest, "%s", r->source_digest);
   }
-  if (st) {
+  if (st || (would_block && *would_block)) {
     source_release(source);
     kiln_free(compiler);
     return st;
@@ -1444,7 +1448,7 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
 
   /* 2. Cache lookups, one per target. */
   kilnd_job_admitted_target_t *at = kiln_calloc(r->n_targets, sizeof *at);
-  for (size_t i = 0; i < r->n_targets && !st; i++) {
+  for (size_t i = 0; i < r->n_targets && !st && !(would_block && *would_block); i++) {
     at[i].target = kiln_strdup(r->targets[i]);
     kiln_cache_key_parts_t parts = {.source_digest = source->digest,
                                     .target = r->targets[i],
@@ -1457,6 +1461,11 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
     st = kiln_cache_key_compute(&parts, &key);
     if (st) break;
     memcpy(at[i].cache_key, key.text, sizeof at[i].cache_key);
+    if (would_block) {
+      at[i].cached = kiln_cache_artifact_memo(jobs->cache, key.text, false, at[i].artifact_digest, &at[i].size_bytes);
+      *would_block = !at[i].cached;
+      continue;
+    }
     kiln_status_t lk = kiln_cache_artifact_probe(jobs->cache, key.text, at[i].artifact_digest, &at[i].size_bytes);
     if (!lk) {
       at[i].cached = true;
@@ -1464,6 +1473,44 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
       kiln_status_free(lk);
     } else {
       st = lk;
+    }
+  }
+  /* All in memory: now record the hits. (Only if a removal or a due flush slips in
+   * between does this fail part-way; the blocking admission then records those
+   * hits a second time, which only nudges the LRU order.) */
+  for (size_t i = 0; would_block && !*would_block && i < r->n_targets; i++) {
+    *would_block = !kiln_cache_artifact_memo(jobs->cache, at[i].cache_key, true, at[i].artifact_digest,
+                                             &at[i].size_bytes);
+  }
+  if (would_block && *would_block) {
+    for (size_t i = 0; i < r->n_targets; i++) kiln_free(at[i].target);
+    kiln_free(at);
+    source_release(source);
+    kiln_free(compiler);
+    return NULL;
+  }
+  /* 2b. Some target needs a compile: the worker will need the bytes. */
+  bool any_miss = false;
+  for (size_t i = 0; i < r->n_targets; i++) any_miss = any_miss || !at[i].cached;
+  if (!st && any_miss) {
+    if (r->source) {
+      source->data = kiln_memdup(r->source, r->source_len ? r->source_len : 1);
+      source->len = r->source_len;
+    } else {
+      void *data = NULL;
+      size_t len = 0;
+      st = kiln_cache_get_blob(jobs->cache, r->source_digest, &data, &len);
+      if (st && kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
+        kiln_status_free(st);
+        st = KILN_STATUS(KILN_STATUS_NOT_FOUND,
+                         "source %s is not stored on this server (never uploaded, or evicted): upload it "
+                         "with PutSource and retry",
+                         r->source_digest);
+      }
+      if (!st) {
+        source->data = data;
+        source->len = len;
+      }
     }
   }
   char hash[65];

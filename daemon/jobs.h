@@ -120,6 +120,13 @@ kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache,
 kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *request,
                                 kilnd_job_admission_t *out_admission);
 
+/* kilnd_jobs_submit without blocking, for the loop thread: admits a request the
+ * cache's memory answers whole (every target a memoized hit) at once; for any
+ * other it sets *out_would_block, returns NULL and changes nothing: then call
+ * kilnd_jobs_submit off the loop. Thread-safe. */
+kiln_status_t kilnd_jobs_try_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *request,
+                                    kilnd_job_admission_t *out_admission, bool *out_would_block);
+
 /* Cancels a job (loop thread). NOT_FOUND for an unknown job. */
 kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const char *reason,
                                 kilnd_job_state_t *out_state, bool *out_cancelled);

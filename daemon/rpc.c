@@ -13,8 +13,10 @@
 /* One table row per served method. UNARY(path, request type, handler, offload);
  * STREAM(path, request type, kind, entry point). */
 #define UNARY(path, request, handler, offload) \
-  {path, &request##__descriptor, handler, offload, KILND_METHOD_UNARY, NULL}
-#define STREAM(path, request, kind, entry) {path, &request##__descriptor, NULL, false, kind, entry}
+  {path, &request##__descriptor, handler, offload, false, KILND_METHOD_UNARY, NULL}
+#define UNARY_TRY_ON_LOOP(path, request, handler) \
+  {path, &request##__descriptor, handler, true, true, KILND_METHOD_UNARY, NULL}
+#define STREAM(path, request, kind, entry) {path, &request##__descriptor, NULL, false, false, kind, entry}
 
 static const kilnd_method_t methods[] = {
     UNARY("/kiln.v1.Kiln/GetServerInfo", kiln__v1__get_server_info_request,
@@ -38,7 +40,7 @@ static const kilnd_method_t methods[] = {
            KILND_METHOD_SERVER_STREAMING, kilnd_rpc_get_artifact),
     STREAM("/kiln.v1.Kiln/PutSource", kiln__v1__put_source_chunk, KILND_METHOD_CLIENT_STREAMING,
            kilnd_rpc_put_source),
-    UNARY("/kiln.v1.Kiln/Compile", kiln__v1__compile_request, kilnd_rpc_compile, true),
+    UNARY_TRY_ON_LOOP("/kiln.v1.Kiln/Compile", kiln__v1__compile_request, kilnd_rpc_compile),
     UNARY("/kiln.v1.Kiln/CancelJob", kiln__v1__cancel_job_request, kilnd_rpc_cancel_job, false),
     STREAM("/kiln.v1.Kiln/WatchJob", kiln__v1__watch_job_request, KILND_METHOD_SERVER_STREAMING,
            kilnd_rpc_watch_job),

@@ -48,6 +48,11 @@ typedef struct kilnd_call_ctx_s {
   const atomic_bool *stopping;    /* set when the server cancels in-flight work */
   const char *client;             /* who is calling: the peer address (in the arena), the
                                      job engine's fairness key */
+  /* False while a `try_on_loop` handler runs on the loop: it must not block, and
+   * when it cannot answer without blocking it sets *run_off_loop and returns NULL
+   * with no response; the server then runs it again on the thread pool. */
+  bool may_block;
+  bool *run_off_loop;
 } kilnd_call_ctx_t;
 
 /* True once the call's deadline has passed or the server is cancelling in-flight
@@ -83,6 +88,10 @@ typedef struct kilnd_method_s {
   /* The handler blocks (SQLite, disk, hashing): run it on libuv's thread pool, never
    * on the loop. Unary methods only: streaming handlers offload their own work. */
   bool offload;
+  /* With `offload`: call the handler on the loop first (may_block false), and go to
+   * the pool only when it asks to (a Compile answered from memory needs no thread
+   * hop). */
+  bool try_on_loop;
   kilnd_method_kind_t kind;        /* zero (UNARY) unless given */
   kilnd_method_stream_fn_t stream; /* streaming methods; NULL for unary ones */
 } kilnd_method_t;

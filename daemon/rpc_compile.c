@@ -1,6 +1,8 @@
-/* Compile: validate, resolve, admit. Offloaded (admission hashes and stores the
- * source and looks every target up in the cache), so it touches only what rpc.h
- * declares thread-safe plus the job engine's thread-safe submit. */
+/* Compile: validate, resolve, admit. Tried on the loop first: a request the
+ * cache's memory answers whole (every target a recent hit) is admitted there, with
+ * no thread hop; anything else runs again on the thread pool, where admission may
+ * hash and store the source and query SQLite. Either way it touches only what
+ * rpc.h declares thread-safe plus the job engine's thread-safe submit. */
 #include <string.h>
 
 #include "base/alloc.h"
@@ -137,7 +139,20 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
       .n_labels = req->n_labels,
   };
   kilnd_job_admission_t adm;
-  kiln_status_t st = kilnd_jobs_submit(env->jobs, &jr, &adm);
+  kiln_status_t st;
+  if (call->may_block || !call->run_off_loop) {
+    st = kilnd_jobs_submit(env->jobs, &jr, &adm);
+  } else {
+    /* On the loop: only a request the cache answers from memory; anything else
+     * (a miss, a first sight of the source, a stat due) goes to the pool. */
+    bool would_block = false;
+    st = kilnd_jobs_try_submit(env->jobs, &jr, &adm, &would_block);
+    if (!st && would_block) {
+      kilnd_flags_free(flags, n_flags);
+      *call->run_off_loop = true;
+      return NULL;
+    }
+  }
   kilnd_flags_free(flags, n_flags);
   if (st) return st;
 

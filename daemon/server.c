@@ -364,6 +364,7 @@ static void send_reply(kilnd_server_t *server, call_t *c, kiln_status_t status) 
  * the env that rpc.h declares thread-safe. */
 static void on_work(uv_work_t *work) {
   call_t *c = work->data;
+  c->ctx.may_block = true;
   c->work_status = c->method->handler(&c->server->env, &c->ctx, c->request, &c->work_response);
 }
 
@@ -401,6 +402,7 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
   c->ctx.arena = &c->arena;
   c->ctx.deadline_monotonic_ns = left_ns == INT64_MAX ? INT64_MAX : c->start_ns + left_ns;
   c->ctx.stopping = &server->stopping;
+  c->ctx.may_block = false; /* on the loop; on_work sets it for the pool */
   {
     /* The fairness key: the peer's host ("ipv4:10.0.0.7"), not its port, so one
      * machine's parallel CLI runs count as one client. */
@@ -422,6 +424,19 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
   kiln_status_t status;
   if (c->method) {
     status = decode_request(c);
+    if (!status && c->method->offload && c->method->try_on_loop) {
+      bool run_off_loop = false;
+      ProtobufCMessage *response = NULL;
+      c->ctx.may_block = false;
+      c->ctx.run_off_loop = &run_off_loop;
+      status = c->method->handler(&server->env, &c->ctx, c->request, &response);
+      c->ctx.run_off_loop = NULL;
+      if (status || !run_off_loop) {
+        if (!status) status = encode_response(server, c, response);
+        send_reply(server, c, status);
+        return;
+      }
+    }
     if (!status && c->method->offload) {
       c->work.data = c;
       if (uv_queue_work(&server->loop, &c->work, on_work, on_work_done) == 0) return;

@@ -919,6 +919,43 @@ static void test_probe_memo(void **state) {
   art_deinit(&b);
 }
 
+/* The memory-only answers for the event loop: nothing before the probe or a put
+ * has been seen, then hits (recorded only when asked), and nothing again once the
+ * blob is due a stat. */
+static void test_memo_answers_without_io(void **state) {
+  fixture_t *f = *state;
+  art_t a;
+  art_init(&a, 74, 2500, false, 74);
+  char digest[KILN_DIGEST_HEX_LEN + 1];
+  uint64_t size = 0;
+  assert_false(kiln_cache_artifact_memo(f->cache, a.key, true, digest, &size)); /* never seen */
+  put_art(f->cache, &a);
+  assert_ok(kiln_cache_artifact_probe(f->cache, a.key, digest, &size));
+  uint64_t hits = stats_of(f->cache).hits;
+  assert_true(kiln_cache_artifact_memo(f->cache, a.key, false, digest, &size));
+  assert_string_equal(digest, a.digest);
+  assert_int_equal(size, a.len);
+  assert_int_equal(stats_of(f->cache).hits, hits); /* looked, not recorded */
+  assert_true(kiln_cache_artifact_memo(f->cache, a.key, true, digest, &size));
+  assert_int_equal(stats_of(f->cache).hits, hits + 1);
+  assert_false(kiln_cache_artifact_memo(f->cache, "not-a-key", true, digest, &size));
+  usleep(1100 * 1000); /* due a stat: only the probe may answer */
+  assert_false(kiln_cache_artifact_memo(f->cache, a.key, true, digest, &size));
+  assert_ok(kiln_cache_artifact_probe(f->cache, a.key, digest, &size));
+  assert_true(kiln_cache_artifact_memo(f->cache, a.key, true, digest, &size));
+
+  static const char text[] = "module {}\n";
+  kiln_digest_hex_t got, put;
+  assert_false(kiln_cache_source_memo(f->cache, text, sizeof text - 1, &got));
+  char want[KILN_DIGEST_HEX_LEN + 1];
+  digest_hex_of(text, sizeof text - 1, want);
+  assert_string_equal(got.text, want); /* the digest either way */
+  assert_ok(kiln_cache_source_put(f->cache, text, sizeof text - 1, NULL, "m.mlir", 0, NULL, &put));
+  assert_true(kiln_cache_source_memo(f->cache, text, sizeof text - 1, &got));
+  assert_string_equal(got.text, want);
+  art_deinit(&a);
+}
+
 /* ---- repair at open ---- */
 
 static void test_open_repairs(void **state) {
@@ -2208,6 +2245,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_corrupt_blob_is_quarantined, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deleted_blob_is_a_miss, setup, teardown),
       cmocka_unit_test_setup_teardown(test_probe_memo, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_memo_answers_without_io, setup, teardown),
       cmocka_unit_test_setup_teardown(test_open_repairs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_open_repair_counts_dangling_rows, setup, teardown),
       cmocka_unit_test_setup_teardown(test_open_removes_stray_directories, setup, teardown),

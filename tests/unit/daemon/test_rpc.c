@@ -597,7 +597,7 @@ static void test_unserved_unknown_paths(void **state) {
 static void test_call_should_stop(void **state) {
   (void)state;
   atomic_bool stopping = false;
-  kilnd_call_ctx_t call = {NULL, INT64_MAX, &stopping, "ipv4:127.0.0.1"};
+  kilnd_call_ctx_t call = {.arena = NULL, .deadline_monotonic_ns = INT64_MAX, .stopping = &stopping, .client = "ipv4:127.0.0.1"};
   assert_false(kilnd_call_should_stop(&call));
   atomic_store(&stopping, true);
   assert_true(kilnd_call_should_stop(&call));
