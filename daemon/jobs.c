@@ -156,6 +156,10 @@ struct job_s {
   int64_t deadline_monotonic_ns;
   event_t *events;
   size_t n_events, cap_events;
+  /* A job answered wholly from the cache keeps no event log until someone watches
+   * it (most never are): materialize() builds it then from the job's fields. */
+  bool events_deferred;
+  int64_t event_time_ms; /* non-zero: the time materialize() stamps on events */
   watcher_t *watchers;
   kilnd_job_admission_t admission; /* the original answer, for request_id retries */
   struct job_s *next;
@@ -352,8 +356,9 @@ static void flush_watchers(kilnd_jobs_t *jobs, job_t *job);
 
 /* Appends an event to the job's log (packed) and pushes it to watchers. */
 static void emit(kilnd_jobs_t *jobs, job_t *job, Kiln__V1__JobEvent *ev) {
+  if (job->events_deferred) return;
   ev->sequence = job->n_events + 1;
-  ev->time_unix_ms = kiln_time_unix_ms();
+  ev->time_unix_ms = job->event_time_ms ? job->event_time_ms : kiln_time_unix_ms();
   ev->job_id = job->id;
   size_t len = protobuf_c_message_get_packed_size(&ev->base);
   if (job->n_events == job->cap_events) {
@@ -1652,6 +1657,7 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
       if (misses == 0) {
         job->state = KILND_JOB_QUEUED;
         job->ephemeral = true;
+        job->events_deferred = !placeholder; /* a placeholder may have watchers */
       } else if (merged_running && !task) {
         job->state = KILND_JOB_RUNNING;
       }
@@ -1706,6 +1712,31 @@ kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const ch
   return NULL;
 }
 
+/* Under mu: the event log a job answered from the cache did not keep, as admission
+ * would have written it (Queued, a TargetDone per target, Terminal), stamped with
+ * the job's own times. */
+static void materialize(kilnd_jobs_t *jobs, job_t *job) {
+  if (!job->events_deferred) return;
+  job->events_deferred = false;
+  job->event_time_ms = job->created_unix_ms;
+  emit_queued(jobs, job, 0);
+  for (size_t i = 0; i < job->n_targets; i++) {
+    job_target_t *jt = &job->targets[i];
+    char digest[sizeof jt->digest];
+    memcpy(digest, jt->digest, sizeof digest);
+    emit_target_done(jobs, job, i, digest, jt->size, true, 0);
+  }
+  job->event_time_ms = job->finished_unix_ms ? job->finished_unix_ms : job->created_unix_ms;
+  Kiln__V1__JobEvent__Terminal t = KILN__V1__JOB_EVENT__TERMINAL__INIT;
+  t.state = proto_state(job->state);
+  t.message = job->terminal_message ? job->terminal_message : (char *)"";
+  Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
+  ev.event_case = KILN__V1__JOB_EVENT__EVENT_TERMINAL;
+  ev.terminal = &t;
+  emit(jobs, job, &ev);
+  job->event_time_ms = 0;
+}
+
 kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from_start,
                                uint64_t after_sequence, kilnd_stream_t *stream) {
   uv_mutex_lock(&jobs->mu);
@@ -1715,6 +1746,7 @@ kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from
     return KILN_STATUS(KILN_STATUS_NOT_FOUND, "no job %s on this server (or it finished long ago and was forgotten)",
                        job_id);
   }
+  materialize(jobs, job);
   watcher_t *w = kiln_calloc(1, sizeof *w);
   w->jobs = jobs;
   w->job = job;

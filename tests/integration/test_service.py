@@ -434,6 +434,14 @@ class CompileFlowTest(ServiceTestCase):
         self.assertTrue(evs2[1].target_done.cache_hit)
         self.assertEqual(evs2[1].target_done.artifact_digest, done.artifact_digest)
         self.assertEqual(evs2[2].terminal.state, DONE)
+        # A job answered from the cache builds its log only when watched: the same
+        # log, numbered from 1 and stamped with the job's own times.
+        self.assertEqual([e.sequence for e in evs2], [1, 2, 3])
+        self.assertEqual({e.job_id for e in evs2}, {r2.job_id})
+        for e in evs2:
+            self.assertGreaterEqual(e.time_unix_ms, r2.created_unix_ms)
+            self.assertLessEqual(e.time_unix_ms, int(time.time() * 1000) + 1)
+        self.assertEqual(kinds(c.events(r2.job_id, from_start=True)), kinds(evs2))
         after = c.jobs()
         self.assertEqual(after.targets_compiled, mid.targets_compiled)
         self.assertEqual(after.submitted, mid.submitted + 1)
