@@ -966,7 +966,7 @@ static void seed_artifact(size_t bytes, char *out_digest, char *out_blob_path) {
       "bench_service",
       7,
       17u << 16};
-  kiln_cache_provenance_t prov = {"bench_service", NULL, 0};
+  kiln_cache_provenance_t prov = {.submitter = "bench_service"};
   kiln_index_artifact_t rec;
   check(kiln_cache_artifact_put(cache, &parts, data, bytes, &prov, &rec),
         "kiln_cache_artifact_put");

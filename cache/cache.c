@@ -806,6 +806,8 @@ kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_
   rec.created_ms = rec.last_access_ms = now;
   rec.labels = provenance ? (kiln_index_label_t *)provenance->labels : NULL;
   rec.n_labels = provenance ? provenance->n_labels : 0;
+  rec.job_id = provenance ? (char *)provenance->job_id : NULL;
+  rec.source_name = provenance ? (char *)provenance->source_name : NULL;
   kiln_index_t *index = NULL;
   st = acquire(cache, &index);
   /* A key rebuilt with different bytes (a non-deterministic compiler, or a

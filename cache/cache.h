@@ -86,14 +86,19 @@ kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts,
 
 /* ---- artifacts ---- */
 
+/* Who and what produced an artifact. Every field is borrowed for the call. */
 typedef struct kiln_cache_provenance_s {
   const char *submitter;            /* may be NULL */
   const kiln_index_label_t *labels; /* borrowed */
   size_t n_labels;
+  const char *job_id;               /* the job that compiled it; NULL: "" */
+  const char *source_name;          /* its request's source_name; NULL: "" */
 } kiln_cache_provenance_t;
 
 /* Stores `len` bytes as the artifact for `parts` and indexes it. The record
  * (optional) receives the row as stored (free with kiln_index_artifact_deinit).
+ * When the key already has a row, the provenance (submitter, labels, job_id,
+ * source_name) replaces the old one; pin and hit count stay.
  * RESOURCE_EXHAUSTED when the disk is full (nothing stored is lost). */
 kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_parts_t *parts,
                                       const void *data, size_t len,

@@ -47,7 +47,7 @@
 #define ARTIFACT_COLUMNS                                                                \
   "a.cache_key, a.artifact_digest, a.source_digest, a.target, a.flags, a.compiler, "   \
   "a.hal_version, a.bytecode_version, a.size, a.stored_size, a.submitter, "             \
-  "a.created_ms, a.last_access_ms, a.hits, a.pinned"
+  "a.created_ms, a.last_access_ms, a.hits, a.pinned, a.job_id, a.source_name"
 #define SOURCE_COLUMNS                                                                  \
   "s.digest, s.semantic_digest, s.name, s.format, s.size, s.stored_size, s.created_ms, " \
   "s.last_access_ms, s.pinned"
@@ -96,19 +96,21 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_RELEASE] = "RELEASE kiln_index_op",
     [STMT_ROLLBACK_TO] = "ROLLBACK TO kiln_index_op",
     /* A replaced row keeps pinned and hits: they belong to the row's history, not
-     * to the compile that (re)produced it. */
+     * to the compile that (re)produced it. Its provenance (submitter, job_id,
+     * source_name, labels) is that compile's, so it is replaced. */
     [STMT_ARTIFACT_UPSERT] =
         "INSERT INTO artifacts (cache_key, artifact_digest, source_digest, target, flags, "
         "compiler, hal_version, bytecode_version, size, stored_size, submitter, created_ms, "
-        "last_access_ms, hits, pinned) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) "
+        "last_access_ms, hits, pinned, job_id, source_name) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) "
         "ON CONFLICT (cache_key) DO UPDATE SET artifact_digest = excluded.artifact_digest, "
         "source_digest = excluded.source_digest, target = excluded.target, "
         "flags = excluded.flags, compiler = excluded.compiler, "
         "hal_version = excluded.hal_version, bytecode_version = excluded.bytecode_version, "
         "size = excluded.size, stored_size = excluded.stored_size, "
         "submitter = excluded.submitter, created_ms = excluded.created_ms, "
-        "last_access_ms = excluded.last_access_ms",
+        "last_access_ms = excluded.last_access_ms, job_id = excluded.job_id, "
+        "source_name = excluded.source_name",
     [STMT_LABELS_DELETE] = "DELETE FROM artifact_labels WHERE cache_key = ?1",
     [STMT_LABEL_INSERT] = "INSERT INTO artifact_labels (cache_key, key, value) VALUES (?1, ?2, ?3)",
     [STMT_LABELS_GET] = "SELECT key, value FROM artifact_labels WHERE cache_key = ?1 ORDER BY key",
@@ -588,7 +590,11 @@ static kiln_status_t read_artifact_row(kiln_index_t *index, sqlite3_stmt *stmt,
   out->last_access_ms = sqlite3_column_int64(stmt, 12);
   out->hits = (uint64_t)sqlite3_column_int64(stmt, 13);
   out->pinned = sqlite3_column_int64(stmt, 14) != 0;
+  out->job_id = column_strdup(stmt, 15);
+  out->source_name = column_strdup(stmt, 16);
   if (!out->flags) out->flags = kiln_strdup("");
+  if (!out->job_id) out->job_id = kiln_strdup("");
+  if (!out->source_name) out->source_name = kiln_strdup("");
   return load_labels(index, out);
 }
 
@@ -688,6 +694,8 @@ void kiln_index_artifact_deinit(kiln_index_artifact_t *record) {
   kiln_free(record->flags);
   kiln_free(record->compiler);
   kiln_free(record->submitter);
+  kiln_free(record->job_id);
+  kiln_free(record->source_name);
   for (size_t i = 0; i < record->n_labels; i++) {
     kiln_free(record->labels[i].key);
     kiln_free(record->labels[i].value);
@@ -766,6 +774,8 @@ static kiln_status_t put_artifact_rows(kiln_index_t *index, const kiln_index_art
   bind_int64(stmt, 13, r->last_access_ms, &rc);
   bind_int64(stmt, 14, (int64_t)r->hits, &rc);
   bind_int64(stmt, 15, r->pinned ? 1 : 0, &rc);
+  bind_text(stmt, 16, r->job_id ? r->job_id : "", &rc);
+  bind_text(stmt, 17, r->source_name ? r->source_name : "", &rc);
   if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
   kiln_status_t status = rc == SQLITE_DONE ? NULL : sql_failure(index, rc, op);
   stmt_done(stmt);

@@ -80,6 +80,9 @@ typedef struct kiln_index_artifact_s {
   bool pinned;
   kiln_index_label_t *labels;
   size_t n_labels;
+  char *job_id;      /* the job that produced it; "" when unknown (imported, or stored
+                        before the index kept it) */
+  char *source_name; /* source_name of the request that produced it; "" when unknown */
 } kiln_index_artifact_t;
 
 void kiln_index_artifact_deinit(kiln_index_artifact_t *record);
@@ -90,11 +93,12 @@ void kiln_index_artifacts_free(kiln_index_artifact_t *records, size_t count);
  * replaced row keeps its pin and hit count; a new row takes record->pinned and
  * record->hits. INVALID_ARGUMENT for a malformed digest, an empty target or
  * compiler, a size above INT64_MAX, or a label key that is empty or given twice.
- * flags NULL is stored as "". */
+ * flags, job_id and source_name NULL are stored as "". */
 kiln_status_t kiln_index_artifact_put(kiln_index_t *index, const kiln_index_artifact_t *record);
-/* The row for `cache_key`, labels sorted by key; flags is "" (never NULL) when
- * empty. *out_record is zeroed on entry and filled only on success (free it with
- * kiln_index_artifact_deinit). NOT_FOUND when no row has this key. */
+/* The row for `cache_key`, labels sorted by key; flags, job_id and source_name are
+ * "" (never NULL) when empty. *out_record is zeroed on entry and filled only on
+ * success (free it with kiln_index_artifact_deinit). NOT_FOUND when no row has
+ * this key. */
 kiln_status_t kiln_index_artifact_get(kiln_index_t *index, const char *cache_key,
                                       kiln_index_artifact_t *out_record);
 /* The newest row whose artifact_digest is `digest`; NOT_FOUND when none. */

@@ -75,6 +75,11 @@ static const char *const migrations[] = {
      * rows, not a scan of the table. */
     "CREATE INDEX artifacts_by_created ON artifacts\n"
     "  (created_ms DESC, artifact_digest, cache_key);\n",
+    /* 3: provenance of a compiled artifact: the job that produced it and the
+     * source_name of its request ('' when unknown: rows from before this
+     * migration, imported VMFBs). */
+    "ALTER TABLE artifacts ADD COLUMN job_id TEXT NOT NULL DEFAULT '';\n"
+    "ALTER TABLE artifacts ADD COLUMN source_name TEXT NOT NULL DEFAULT '';\n",
 };
 
 int kiln_index_schema_migration_count(void) {

@@ -24,6 +24,8 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "kiln/v1/kiln.pb-c.h"
+#include "base/buf.h"
 
 struct kiln_client_s {
   char *address;
@@ -78,6 +80,36 @@ void kiln_client_set_timeout(kiln_client_t *client, int64_t timeout_ms) {
 
 int64_t kiln_client_timeout(const kiln_client_t *client) { return client->timeout_ms; }
 
+/* A failed call's status; when kilnd sent `kiln-diagnostics-bin` (refused source
+ * content), each diagnostic follows the message on its own line as
+ * "<file>:<line>:<column>: error: <message>", the form editors and CI annotations
+ * read. */
+static kiln_status_t failed_status(grpc_status_code code, grpc_slice details, const grpc_metadata_array *trailing) {
+  char *text = grpc_slice_to_c_string(details);
+  kiln_buf_t msg;
+  kiln_buf_init(&msg);
+  kiln_buf_append_str(&msg, *text ? text : "(no message)");
+  gpr_free(text);
+  for (size_t i = 0; trailing && i < trailing->count; i++) {
+    const grpc_metadata *md = &trailing->metadata[i];
+    if (grpc_slice_str_cmp(md->key, "kiln-diagnostics-bin") != 0) continue;
+    Kiln__V1__DiagnosticList *list =
+        kiln__v1__diagnostic_list__unpack(NULL, GRPC_SLICE_LENGTH(md->value), GRPC_SLICE_START_PTR(md->value));
+    for (size_t k = 0; list && k < list->n_diagnostics; k++) {
+      const Kiln__V1__Diagnostic *d = list->diagnostics[k];
+      const Kiln__V1__SourceLocation *loc = d->location;
+      static const char *const severity[] = {"error", "error", "warning", "note", "remark"};
+      kiln_buf_appendf(&msg, "\n%s:%u:%u: %s: %s", loc && *loc->file ? loc->file : "<source>", loc ? loc->line : 0,
+                       loc ? loc->column : 0, severity[d->severity >= 0 && d->severity <= 4 ? d->severity : 0],
+                       d->message);
+    }
+    if (list) kiln__v1__diagnostic_list__free_unpacked(list, NULL);
+  }
+  kiln_status_t status = KILN_STATUS((kiln_status_code_t)code, "%s", msg.data ? msg.data : "");
+  kiln_buf_deinit(&msg);
+  return status;
+}
+
 kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
                                 const ProtobufCMessage *request,
                                 const ProtobufCMessageDescriptor *response_descriptor,
@@ -128,9 +160,7 @@ kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
   } else {
     grpc_completion_queue_pluck(client->cq, call, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (code != GRPC_STATUS_OK) {
-      char *text = grpc_slice_to_c_string(details);
-      status = KILN_STATUS((kiln_status_code_t)code, "%s", *text ? text : "(no message)");
-      gpr_free(text);
+      status = failed_status(code, details, &trailing_md);
     } else if (!response_buffer) {
       status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: kilnd answered OK without a message", method);
     } else {
@@ -227,11 +257,7 @@ static kiln_status_t final_status(const kiln_client_stream_t *s) {
     return KILN_STATUS(kiln_status_code(s->decode_error), "%s", kiln_status_message(s->decode_error));
   }
   if (s->status_code == GRPC_STATUS_OK) return NULL;
-  char *text = grpc_slice_to_c_string(s->status_details);
-  kiln_status_t status = KILN_STATUS((kiln_status_code_t)s->status_code, "%s",
-                                     *text ? text : "(no message)");
-  gpr_free(text);
-  return status;
+  return failed_status(s->status_code, s->status_details, &s->trailing_md);
 }
 
 kiln_client_stream_t *kiln_client_stream_open(kiln_client_t *client, const char *method,

@@ -956,6 +956,8 @@ typedef struct store_s {
   char *submitter;
   kiln_index_label_t *labels;
   size_t n_labels;
+  char *job_id;      /* the owner job's: the artifact's provenance */
+  char *source_name;
   kiln_status_t status;
   kiln_index_artifact_t record;
 } store_t;
@@ -966,6 +968,8 @@ static void store_free(store_t *s) {
   kiln_free(s->bytes);
   kiln_free(s->submitter);
   labels_free(s->labels, s->n_labels);
+  kiln_free(s->job_id);
+  kiln_free(s->source_name);
   kiln_free(s);
 }
 
@@ -988,7 +992,11 @@ static void on_store(uv_work_t *work) {
                                   .compiler = jobs->compiler,
                                   .hal_version = jobs->options.hal_version,
                                   .bytecode_version = jobs->options.bytecode_version};
-  kiln_cache_provenance_t prov = {.submitter = s->submitter, .labels = s->labels, .n_labels = s->n_labels};
+  kiln_cache_provenance_t prov = {.submitter = s->submitter,
+                                  .labels = s->labels,
+                                  .n_labels = s->n_labels,
+                                  .job_id = s->job_id,
+                                  .source_name = s->source_name};
   s->status = kiln_cache_artifact_put(jobs->cache, &parts, s->bytes, s->len, &prov, &s->record);
 }
 
@@ -1109,6 +1117,8 @@ static void on_task_event(void *user, uint64_t task_id, const kilnd_task_event_t
           s->submitter = kiln_strdup(owner->client ? owner->client : "");
           s->n_labels = owner->n_labels;
           s->labels = labels_copy(owner->labels, owner->n_labels);
+          s->job_id = kiln_strdup(owner->id);
+          s->source_name = kiln_strdup(owner->source_name ? owner->source_name : task->source->name);
         }
         s->work.data = s;
         jobs->handles_open++; /* a store in flight keeps the engine alive through close */

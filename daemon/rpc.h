@@ -53,11 +53,18 @@ typedef struct kilnd_call_ctx_s {
    * with no response; the server then runs it again on the thread pool. */
   bool may_block;
   bool *run_off_loop;
+  void *owner; /* the server's own record of the call; NULL outside a server */
 } kilnd_call_ctx_t;
 
 /* True once the call's deadline has passed or the server is cancelling in-flight
  * work: long handlers stop and return. Thread-safe. */
 bool kilnd_call_should_stop(const kilnd_call_ctx_t *call);
+
+/* Sends `packed` (a kiln.v1.DiagnosticList, in the call's arena) with the call's
+ * status as the trailing metadata `kiln-diagnostics-bin` (kiln.proto: when source
+ * content is refused). From the thread running the handler, before the status
+ * goes out (the handler's return, kilnd_stream_finish); the last call wins. */
+void kilnd_call_set_diagnostics(const kilnd_call_ctx_t *call, const uint8_t *packed, size_t len);
 
 /* Builds the response for `request` in call->arena. On success *out_response is
  * set; on failure the returned status is the call's gRPC status. */

@@ -10,6 +10,7 @@
 #include "daemon/flags.h"
 #include "daemon/jobs.h"
 #include "daemon/rpc.h"
+#include "daemon/source_check.h"
 #include "kiln/v1/kiln.pb-c.h"
 
 #define MAX_TARGETS 16
@@ -23,34 +24,6 @@ static bool is_hex64(const char *s) {
     if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
   }
   return true;
-}
-
-/* MLIR bytecode starts with "ML\xefR"; text must be UTF-8 without NULs. */
-static kiln_status_t check_source_bytes(const uint8_t *p, size_t n, Kiln__V1__SourceFormat format) {
-  bool bytecode = n >= 4 && memcmp(p, "ML\xefR", 4) == 0;
-  if (format == KILN__V1__SOURCE_FORMAT__SOURCE_FORMAT_MLIR_BYTECODE && !bytecode) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "source_format says MLIR bytecode but the source does not start with its magic 'ML\\xefR'");
-  }
-  if (bytecode) {
-    if (format == KILN__V1__SOURCE_FORMAT__SOURCE_FORMAT_MLIR_TEXT) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "source_format says MLIR text but the source is MLIR bytecode");
-    }
-    return NULL;
-  }
-  size_t i = 0;
-  while (i < n) {
-    uint8_t c = p[i];
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool ok = len > 0 && c != 0 && i + len <= n;
-    for (size_t k = 1; ok && k < len; k++) ok = (p[i + k] & 0xC0) == 0x80;
-    if (!ok) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "the source is neither MLIR text (it is not valid UTF-8 at byte %zu) nor MLIR bytecode", i);
-    }
-    i += len;
-  }
-  return NULL;
 }
 
 kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
@@ -67,7 +40,19 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
     source = req->source.data;
     source_len = req->source.len;
     if (source_len == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the inline source is empty");
-    KILN_RETURN_IF_ERROR(check_source_bytes(source, source_len, req->source_format));
+    /* Text must be UTF-8 (without NULs), bytecode must start with its magic; a
+     * refusal carries `kiln-diagnostics-bin` with the offending line and column. */
+    kilnd_source_check_t check;
+    kilnd_source_check_init(&check, (int)req->source_format);
+    const char *name = *req->source_name ? req->source_name : "<source>";
+    kiln_status_t st = kilnd_source_check_feed(&check, source, source_len, name);
+    if (!st) st = kilnd_source_check_finish(&check, name);
+    if (st) {
+      size_t len = 0;
+      const uint8_t *packed = kilnd_source_check_diagnostics(&check, name, arena, &len);
+      if (packed) kilnd_call_set_diagnostics(call, packed, len);
+      return st;
+    }
   } else if (req->input_case == KILN__V1__COMPILE_REQUEST__INPUT_SOURCE_DIGEST) {
     digest = req->source_digest;
     if (!is_hex64(digest)) {

@@ -153,6 +153,8 @@ Kiln__V1__ArtifactMetadata *kilnd_artifact_metadata(kiln_arena_t *arena,
     p->labels[i] = e;
   }
   if (rec->submitter) p->submitter = kiln_arena_strdup(arena, rec->submitter);
+  p->job_id = kiln_arena_strdup(arena, rec->job_id ? rec->job_id : "");
+  p->source_name = kiln_arena_strdup(arena, rec->source_name ? rec->source_name : "");
   m->provenance = p;
   return m;
 }
@@ -179,12 +181,22 @@ typedef struct get_s {
   uint64_t size;   /* of the artifact */
   uint64_t end;    /* of the range */
   uint64_t pos;    /* bytes read from the reader so far */
-  unsigned char *buf;
+  unsigned char *buf;     /* the chunk being read; handed to gRPC when sent */
   unsigned char *scratch;
   size_t len;             /* bytes of the range in buf */
   uint64_t chunk_offset;  /* file offset of buf[0] */
   bool eof;               /* the reader verified the whole blob */
   kiln_status_t status;   /* of the last pool job */
+
+  /* Loop-side pipeline: one chunk on the wire while the next is read. */
+  bool reading;           /* a pool job is queued */
+  bool sending;           /* a send is outstanding */
+  unsigned char *ready;   /* a chunk read and not yet sent */
+  size_t ready_len;
+  uint64_t ready_offset;
+  bool ready_last;        /* it is the range's last chunk (the blob verified) */
+  bool all_read;          /* no more reads: the last chunk is ready or sent */
+  kiln_status_t failure;  /* ends the call once nothing is in flight */
 } get_t;
 
 static void get_end(get_t *g, kiln_status_t status) {
@@ -192,8 +204,10 @@ static void get_end(get_t *g, kiln_status_t status) {
   kiln_index_artifact_deinit(&g->record);
   kiln_free(g->buf);
   kiln_free(g->scratch);
+  kiln_free(g->ready);
   kilnd_flags_free(g->flags, g->n_flags);
   kiln_status_free(g->status);
+  kiln_status_free(g->failure);
   kilnd_stream_t *stream = g->stream;
   kiln_free(g);
   kilnd_stream_finish(stream, status);
@@ -323,49 +337,103 @@ static void get_read_work(uv_work_t *work) {
 static void get_after_read(uv_work_t *work, int status);
 
 static void get_queue_read(get_t *g) {
-  if (!g->buf) g->buf = kiln_malloc(g->chunk);
+  g->buf = kiln_malloc(g->chunk); /* each chunk its own buffer: gRPC frees it once written */
   g->work.data = g;
+  g->reading = true;
   if (uv_queue_work(kilnd_stream_loop(g->stream), &g->work, get_read_work, get_after_read) != 0) {
-    get_end(g, KILN_STATUS(KILN_STATUS_INTERNAL, "GetArtifact: cannot queue the read"));
+    g->reading = false;
+    g->all_read = true;
+    if (!g->failure) g->failure = KILN_STATUS(KILN_STATUS_INTERNAL, "GetArtifact: cannot queue the read");
   }
+}
+
+static void on_get_sent(kilnd_stream_t *stream, bool ok, void *user);
+
+/* Loop: whatever can happen next. The call ends once nothing is in flight and
+ * either a failure is recorded or the last chunk went out; otherwise the ready
+ * chunk is sent as soon as the wire is free, and the next read starts with it. */
+static void get_pump(get_t *g) {
+  if (g->sending || g->reading) {
+    if (!g->failure || g->reading) return;
+    /* A failure with a send outstanding: finishing now lets the send complete
+     * first (kilnd_stream_finish waits for it); no read is in flight. */
+  }
+  if (g->failure) {
+    kiln_status_t st = g->failure;
+    g->failure = NULL;
+    get_end(g, st);
+    return;
+  }
+  if (!g->ready) {
+    if (g->all_read && !g->sending) get_end(g, NULL); /* everything sent and verified */
+    return;
+  }
+  unsigned char *data = g->ready;
+  size_t len = g->ready_len;
+  uint64_t offset = g->ready_offset;
+  g->ready = NULL;
+  /* ArtifactChunk: offset = 2 (varint), then data = 3 (the bytes, not copied). */
+  uint8_t head[11];
+  size_t n = 0;
+  head[n++] = 2 << 3 | 0;
+  for (uint64_t v = offset; ; v >>= 7) {
+    if (v < 0x80) {
+      head[n++] = (uint8_t)v;
+      break;
+    }
+    head[n++] = (uint8_t)(v | 0x80);
+  }
+  g->sending = true;
+  kiln_status_t st =
+      kilnd_stream_send_bytes(g->stream, offset ? head : NULL, offset ? n : 0, 3, data, len, kiln_free, on_get_sent, g);
+  if (st) {
+    g->sending = false;
+    g->failure = st;
+    get_pump(g);
+    return;
+  }
+  if (!g->all_read) get_queue_read(g); /* the next chunk is read while this one goes out */
 }
 
 static void on_get_sent(kilnd_stream_t *stream, bool ok, void *user) {
   (void)stream;
   get_t *g = user;
-  if (!ok) {
-    get_end(g, KILN_STATUS(KILN_STATUS_CANCELLED, "GetArtifact: the client went away"));
-  } else if (g->eof || g->req->offset == g->end) {
-    get_end(g, NULL); /* everything sent and verified, or an empty range */
-  } else {
-    get_queue_read(g);
-  }
+  g->sending = false;
+  if (!ok && !g->failure) g->failure = KILN_STATUS(KILN_STATUS_CANCELLED, "GetArtifact: the client went away");
+  if (!ok) atomic_store(&g->cancelled, true); /* a read in flight stops early */
+  get_pump(g);
 }
 
 static void get_after_read(uv_work_t *work, int status) {
   (void)status; /* nothing calls uv_cancel */
   get_t *g = work->data;
+  g->reading = false;
   kiln_status_t st = g->status;
   g->status = NULL;
   if (st) {
-    get_end(g, st);
-    return;
+    kiln_free(g->buf);
+    g->buf = NULL;
+    g->all_read = true;
+    if (!g->failure) g->failure = st;
+    else kiln_status_free(st);
+  } else if (g->len == 0) { /* only possible at a verified end */
+    kiln_free(g->buf);
+    g->buf = NULL;
+    g->all_read = true;
+  } else {
+    g->ready = g->buf;
+    g->ready_len = g->len;
+    g->ready_offset = g->chunk_offset;
+    g->buf = NULL;
+    g->all_read = g->eof;
   }
-  if (g->len == 0) { /* only possible at a verified end */
-    get_end(g, NULL);
-    return;
-  }
-  Kiln__V1__ArtifactChunk chunk = KILN__V1__ARTIFACT_CHUNK__INIT;
-  chunk.offset = g->chunk_offset;
-  chunk.data.data = g->buf;
-  chunk.data.len = g->len;
-  st = kilnd_stream_send(g->stream, &chunk.base, on_get_sent, g);
-  if (st) get_end(g, st);
+  get_pump(g);
 }
 
 static void get_after_open(uv_work_t *work, int status) {
   (void)status;
   get_t *g = work->data;
+  g->reading = false;
   kiln_status_t st = g->status;
   g->status = NULL;
   if (st) {
@@ -378,8 +446,14 @@ static void get_after_open(uv_work_t *work, int status) {
   first.metadata->size_bytes = g->size;
   first.offset = g->req->offset;
   g->pos = 0;
+  g->sending = true;
   st = kilnd_stream_send(g->stream, &first.base, on_get_sent, g);
-  if (st) get_end(g, st);
+  if (st) {
+    get_end(g, st);
+    return;
+  }
+  if (g->req->offset == g->end) g->all_read = true; /* an empty range: the metadata only */
+  else get_queue_read(g);                          /* read the first chunk meanwhile */
 }
 
 void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
@@ -437,6 +511,7 @@ void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
   atomic_init(&g->cancelled, false);
   kilnd_stream_on_cancel(stream, on_get_cancel, g);
   g->work.data = g;
+  g->reading = true;
   if (uv_queue_work(kilnd_stream_loop(stream), &g->work, get_open_work, get_after_open) != 0) {
     get_end(g, KILN_STATUS(KILN_STATUS_INTERNAL, "GetArtifact: cannot queue the lookup"));
   }

@@ -26,64 +26,11 @@
 #include "base/alloc.h"
 #include "base/digest.h"
 #include "daemon/rpc.h"
+#include "daemon/source_check.h"
 #include "daemon/stream.h"
 #include "kiln/v1/kiln.pb-c.h"
 
 #define MAX_NAME_BYTES 1024
-
-static const unsigned char BYTECODE_MAGIC[4] = {'M', 'L', 0xef, 'R'};
-
-/* Incremental UTF-8 validation (RFC 3629: no overlongs, no surrogates, at most
- * U+10FFFF), carried across chunk boundaries. */
-typedef struct utf8_s {
-  unsigned need;         /* continuation bytes still expected */
-  unsigned char lo, hi;  /* bounds of the next continuation byte */
-  bool bad;
-  uint64_t bad_at;       /* offset of the first offending byte */
-  uint64_t seen;
-} utf8_t;
-
-static void utf8_feed(utf8_t *u, const unsigned char *p, size_t len) {
-  size_t i = 0;
-  while (i < len && !u->bad) {
-    if (u->need == 0) {
-      /* ASCII runs, eight bytes at a time. */
-      while (i + 8 <= len) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        if (w & 0x8080808080808080ull) break;
-        i += 8;
-      }
-      if (i == len) break;
-      unsigned char b = p[i];
-      if (b < 0x80) {
-        i++;
-        continue;
-      }
-      u->lo = 0x80, u->hi = 0xbf;
-      if (b >= 0xc2 && b <= 0xdf) u->need = 1;
-      else if (b == 0xe0) u->need = 2, u->lo = 0xa0;
-      else if ((b >= 0xe1 && b <= 0xec) || b == 0xee || b == 0xef) u->need = 2;
-      else if (b == 0xed) u->need = 2, u->hi = 0x9f;
-      else if (b == 0xf0) u->need = 3, u->lo = 0x90;
-      else if (b >= 0xf1 && b <= 0xf3) u->need = 3;
-      else if (b == 0xf4) u->need = 3, u->hi = 0x8f;
-      else u->bad = true, u->bad_at = u->seen + i;
-      i++;
-    } else {
-      unsigned char b = p[i];
-      if (b < u->lo || b > u->hi) {
-        u->bad = true;
-        u->bad_at = u->seen + i;
-        break;
-      }
-      u->need--;
-      u->lo = 0x80, u->hi = 0xbf;
-      i++;
-    }
-  }
-  u->seen += len;
-}
 
 typedef enum job_e { JOB_BEGIN, JOB_WRITE, JOB_COMMIT, JOB_ABORT } job_t;
 
@@ -104,10 +51,7 @@ typedef struct put_s {
   const uint8_t *data; /* WRITE: the chunk, borrowed from the received message */
   size_t len;
   kiln_cache_upload_t *upload;
-  unsigned char head[4];
-  size_t n_head;
-  utf8_t utf8;
-  int format;                 /* decided format; 0 until the bytes show it */
+  kilnd_source_check_t check; /* the format, as the bytes show it */
   bool present;               /* BEGIN: already stored */
   kiln_index_source_t record; /* BEGIN (present) or COMMIT */
   kiln_status_t status;       /* of the last job */
@@ -149,46 +93,17 @@ static void on_put_cancel(kilnd_stream_t *stream, void *user) {
   atomic_store(&p->cancelled, true);
 }
 
-static kiln_status_t format_error(const put_t *p, const char *what) {
-  return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "PutSource: source %s (%s): %s", p->digest,
-                     p->name && *p->name ? p->name : "<source>", what);
-}
-
-/* Pool: what the bytes so far say about the format; fails as soon as they
- * contradict the declared format or are neither text nor bytecode. `at_end`:
- * every byte has been seen. */
-static kiln_status_t check_format(put_t *p, bool at_end) {
-  bool head_known = p->n_head == sizeof p->head || at_end;
-  if (!head_known) return NULL;
-  bool magic = p->n_head == sizeof p->head && memcmp(p->head, BYTECODE_MAGIC, 4) == 0;
-  if (magic) {
-    if (p->declared == KILN__V1__SOURCE_FORMAT__SOURCE_FORMAT_MLIR_TEXT) {
-      return format_error(p, "format is MLIR_TEXT but the bytes start with the MLIR bytecode "
-                             "magic; send format MLIR_BYTECODE or UNSPECIFIED");
-    }
-    p->format = KILN__V1__SOURCE_FORMAT__SOURCE_FORMAT_MLIR_BYTECODE;
-    return NULL;
-  }
-  if (p->declared == KILN__V1__SOURCE_FORMAT__SOURCE_FORMAT_MLIR_BYTECODE) {
-    return format_error(p, "format is MLIR_BYTECODE but the bytes do not start with the MLIR "
-                           "bytecode magic \"ML\\xefR\"; send format MLIR_TEXT or UNSPECIFIED");
-  }
-  if (p->utf8.bad || (at_end && p->utf8.need)) {
-    char what[256];
-    snprintf(what, sizeof what,
-             "byte %llu is not valid UTF-8, so the bytes are neither MLIR text nor MLIR "
-             "bytecode (which starts with \"ML\\xefR\")",
-             (unsigned long long)(p->utf8.bad ? p->utf8.bad_at : p->utf8.seen));
-    return format_error(p, what);
-  }
-  if (at_end) p->format = KILN__V1__SOURCE_FORMAT__SOURCE_FORMAT_MLIR_TEXT;
-  return NULL;
+/* "PutSource: source <digest> (<name>)", the prefix of every refusal. */
+static const char *describe(const put_t *p, char *buf, size_t cap) {
+  snprintf(buf, cap, "PutSource: source %s (%s)", p->digest, p->name && *p->name ? p->name : "<source>");
+  return buf;
 }
 
 static void put_work(uv_work_t *work) {
   put_t *p = work->data;
   kiln_cache_t *cache = p->env->cache;
   kiln_status_t st = NULL;
+  char what[200];
   switch (p->job) {
     case JOB_BEGIN:
       st = kiln_cache_source_get(cache, p->digest, &p->record);
@@ -204,27 +119,18 @@ static void put_work(uv_work_t *work) {
         st = KILN_STATUS(KILN_STATUS_CANCELLED, "PutSource: the client cancelled the upload");
         break;
       }
-      if (p->n_head < sizeof p->head) {
-        size_t take = sizeof p->head - p->n_head < p->len ? sizeof p->head - p->n_head : p->len;
-        memcpy(p->head + p->n_head, p->data, take);
-        p->n_head += take;
-      }
-      /* Bytecode needs no UTF-8 check; until the head is known, check anyway. */
-      if (p->format != KILN__V1__SOURCE_FORMAT__SOURCE_FORMAT_MLIR_BYTECODE) {
-        utf8_feed(&p->utf8, p->data, p->len);
-      }
-      st = check_format(p, false);
+      st = kilnd_source_check_feed(&p->check, p->data, p->len, describe(p, what, sizeof what));
       if (!st) st = kiln_cache_source_upload_write(p->upload, p->data, p->len);
       break;
     case JOB_COMMIT: {
-      st = check_format(p, true);
+      st = kilnd_source_check_finish(&p->check, describe(p, what, sizeof what));
       kiln_cache_upload_t *upload = p->upload;
       p->upload = NULL;
       if (st) {
         kiln_cache_source_upload_abort(upload);
         break;
       }
-      st = kiln_cache_source_upload_commit(upload, p->name, p->format, NULL, &p->record);
+      st = kiln_cache_source_upload_commit(upload, p->name, p->check.format, NULL, &p->record);
       break;
     }
     case JOB_ABORT:
@@ -251,6 +157,14 @@ static void put_respond(put_t *p, bool already_present) {
   if (st) put_end(p, st);
 }
 
+/* A refusal of the bytes' format also travels as `kiln-diagnostics-bin`. */
+static void attach_diagnostics(put_t *p) {
+  const kilnd_call_ctx_t *ctx = kilnd_stream_ctx(p->stream);
+  size_t len = 0;
+  const uint8_t *packed = kilnd_source_check_diagnostics(&p->check, p->name, ctx->arena, &len);
+  if (packed) kilnd_call_set_diagnostics(ctx, packed, len);
+}
+
 static void put_after_work(uv_work_t *work, int status) {
   (void)status; /* nothing calls uv_cancel */
   put_t *p = work->data;
@@ -270,8 +184,11 @@ static void put_after_work(uv_work_t *work, int status) {
                                  p->digest, (unsigned long long)p->record.size,
                                  (unsigned long long)p->size));
         } else if (p->declared && p->record.format && p->declared != p->record.format) {
-          put_end(p, format_error(p, "format contradicts the format the source was stored "
-                                     "with; send UNSPECIFIED or the right one"));
+          char what[200];
+          put_end(p, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                                 "%s: format contradicts the format the source was stored with; send "
+                                 "UNSPECIFIED or the right one",
+                                 describe(p, what, sizeof what)));
         } else {
           put_respond(p, true);
         }
@@ -282,12 +199,20 @@ static void put_after_work(uv_work_t *work, int status) {
       }
       break;
     case JOB_WRITE:
-      if (st) put_fail(p, st);
-      else put_recv_next(p);
+      if (st) {
+        attach_diagnostics(p);
+        put_fail(p, st);
+      } else {
+        put_recv_next(p);
+      }
       break;
     case JOB_COMMIT:
-      if (st) put_end(p, st); /* commit removed what it had */
-      else put_respond(p, false);
+      if (st) {
+        attach_diagnostics(p);
+        put_end(p, st); /* commit removed what it had */
+      } else {
+        put_respond(p, false);
+      }
       break;
     case JOB_ABORT: {
       kiln_status_t end = p->end_status;
@@ -406,6 +331,7 @@ static void on_metadata(kilnd_stream_t *stream, const ProtobufCMessage *message,
   memcpy(p->digest, m->digest, sizeof p->digest);
   p->size = m->size_bytes;
   p->declared = (int)m->format;
+  kilnd_source_check_init(&p->check, p->declared);
   p->name = *m->name ? kiln_strdup(m->name) : NULL; /* stored as "no name" */
   if (!p->env->cache) {
     put_end(p, KILN_STATUS(KILN_STATUS_INTERNAL, "PutSource served without a cache (daemon bug)"));

@@ -140,6 +140,8 @@ struct call_s {
   const char *message;          /* in the arena */
   size_t request_bytes;
   size_t response_bytes;
+  grpc_metadata trailing[1]; /* kilnd_call_set_diagnostics */
+  size_t n_trailing;
   kilnd_stream_t stream; /* streaming methods only */
 };
 
@@ -348,6 +350,8 @@ static void send_reply(kilnd_server_t *server, call_t *c, kiln_status_t status) 
   }
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = (grpc_status_code)c->code;
+  ops[n].data.send_status_from_server.trailing_metadata_count = c->n_trailing;
+  ops[n].data.send_status_from_server.trailing_metadata = c->n_trailing ? c->trailing : NULL;
   ops[n++].data.send_status_from_server.status_details =
       c->code == KILN_STATUS_OK ? NULL : &c->status_details;
   ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -379,6 +383,14 @@ static void on_work_done(uv_work_t *work, int status) {
   send_reply(server, c, st);
 }
 
+void kilnd_call_set_diagnostics(const kilnd_call_ctx_t *call, const uint8_t *packed, size_t len) {
+  call_t *c = call->owner;
+  if (!c) return; /* a handler called outside a server */
+  c->trailing[0].key = grpc_slice_from_static_string("kiln-diagnostics-bin");
+  c->trailing[0].value = grpc_slice_from_static_buffer(packed, len); /* the arena outlives the batch */
+  c->n_trailing = 1;
+}
+
 static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
   call_t *c = (call_t *)tag;
   server->armed--;
@@ -402,6 +414,7 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
   c->ctx.arena = &c->arena;
   c->ctx.deadline_monotonic_ns = left_ns == INT64_MAX ? INT64_MAX : c->start_ns + left_ns;
   c->ctx.stopping = &server->stopping;
+  c->ctx.owner = c;
   c->ctx.may_block = false; /* on the loop; on_work sets it for the pool */
   {
     /* The fairness key: the peer's host ("ipv4:10.0.0.7"), not its port, so one
@@ -529,6 +542,8 @@ static void stream_start_status(kilnd_stream_t *s) {
   if (!s->md_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = (grpc_status_code)c->code;
+  ops[n].data.send_status_from_server.trailing_metadata_count = c->n_trailing;
+  ops[n].data.send_status_from_server.trailing_metadata = c->n_trailing ? c->trailing : NULL;
   ops[n++].data.send_status_from_server.status_details =
       c->code == KILN_STATUS_OK ? NULL : &c->status_details;
   s->status_started = true;
@@ -683,8 +698,8 @@ static void stream_begin(kilnd_server_t *server, call_t *c) {
   stream_maybe_free(s);
 }
 
-kiln_status_t kilnd_stream_send(kilnd_stream_t *s, const ProtobufCMessage *message,
-                                kilnd_stream_sent_fn_t on_sent, void *user) {
+/* Why a send cannot start now (NULL: it can). */
+static kiln_status_t send_refusal(kilnd_stream_t *s, const char *type, size_t size) {
   call_t *c = s->call;
   if (s->finished) {
     return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
@@ -697,16 +712,66 @@ kiln_status_t kilnd_stream_send(kilnd_stream_t *s, const ProtobufCMessage *messa
                        c->method->path);
   }
   uint64_t max = c->server->settings->max_message_bytes;
-  size_t size = protobuf_c_message_get_packed_size(message);
   if (size > max) {
     return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
                        "%s: a %s of %zu bytes is over max-message-bytes (%" PRIu64 ")",
-                       c->method->path, message->descriptor->name, size, max);
+                       c->method->path, type, size, max);
   }
+  return NULL;
+}
+
+static kiln_status_t send_buffer(kilnd_stream_t *s, grpc_byte_buffer *buf, size_t size,
+                                 kilnd_stream_sent_fn_t on_sent, void *user);
+
+kiln_status_t kilnd_stream_send(kilnd_stream_t *s, const ProtobufCMessage *message,
+                                kilnd_stream_sent_fn_t on_sent, void *user) {
+  size_t size = protobuf_c_message_get_packed_size(message);
+  KILN_RETURN_IF_ERROR(send_refusal(s, message->descriptor->name, size));
   grpc_slice slice = grpc_slice_malloc(size);
   protobuf_c_message_pack(message, GRPC_SLICE_START_PTR(slice));
-  s->send_buf = grpc_raw_byte_buffer_create(&slice, 1);
+  grpc_byte_buffer *buf = grpc_raw_byte_buffer_create(&slice, 1);
   grpc_slice_unref(slice);
+  return send_buffer(s, buf, size, on_sent, user);
+}
+
+static size_t put_varint(uint8_t *out, uint64_t v) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    out[n++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  out[n++] = (uint8_t)v;
+  return n;
+}
+
+kiln_status_t kilnd_stream_send_bytes(kilnd_stream_t *s, const uint8_t *head, size_t head_len, uint32_t field,
+                                      void *data, size_t len, void (*release)(void *data),
+                                      kilnd_stream_sent_fn_t on_sent, void *user) {
+  /* head, then the field's key (wire type 2) and length, then the bytes. */
+  uint8_t key_len[20];
+  size_t k = put_varint(key_len, (uint64_t)field << 3 | 2);
+  k += put_varint(key_len + k, len);
+  size_t size = head_len + k + len;
+  kiln_status_t st = send_refusal(s, "message", size);
+  if (st) {
+    release(data);
+    return st;
+  }
+  grpc_slice slices[2];
+  slices[0] = grpc_slice_malloc(head_len + k);
+  if (head_len) memcpy(GRPC_SLICE_START_PTR(slices[0]), head, head_len);
+  memcpy(GRPC_SLICE_START_PTR(slices[0]) + head_len, key_len, k);
+  slices[1] = grpc_slice_new_with_user_data(data, len, release, data);
+  grpc_byte_buffer *buf = grpc_raw_byte_buffer_create(slices, 2);
+  grpc_slice_unref(slices[0]);
+  grpc_slice_unref(slices[1]); /* the byte buffer holds it; release runs when gRPC lets go */
+  return send_buffer(s, buf, size, on_sent, user);
+}
+
+static kiln_status_t send_buffer(kilnd_stream_t *s, grpc_byte_buffer *buf, size_t size,
+                                 kilnd_stream_sent_fn_t on_sent, void *user) {
+  call_t *c = s->call;
+  s->send_buf = buf;
   s->send_size = size;
   grpc_op ops[2];
   memset(ops, 0, sizeof ops);

@@ -77,6 +77,16 @@ typedef void (*kilnd_stream_fn_t)(const kilnd_rpc_env_t *env, kilnd_stream_t *st
 kiln_status_t kilnd_stream_send(kilnd_stream_t *stream, const ProtobufCMessage *message,
                                 kilnd_stream_sent_fn_t on_sent, void *user);
 
+/* Sends one message made of `head` (`head_len` bytes: every field but the last,
+ * packed, copied now) followed by a bytes field `field` holding `data`, which is
+ * NOT copied: gRPC writes it from where it is and calls release(data) once it is
+ * done with it, on any thread (also when the send fails). The bulk path of
+ * GetArtifact: a chunk goes from the read buffer to the socket with no copy.
+ * Otherwise as kilnd_stream_send. */
+kiln_status_t kilnd_stream_send_bytes(kilnd_stream_t *stream, const uint8_t *head, size_t head_len,
+                                      uint32_t field, void *data, size_t len, void (*release)(void *data),
+                                      kilnd_stream_sent_fn_t on_sent, void *user);
+
 /* Receives the next client message as `descriptor`; on_message gets it. Fails with
  * FAILED_PRECONDITION when a receive is already outstanding or the stream was
  * finished, INTERNAL if gRPC refuses the batch (then on_message is not called).

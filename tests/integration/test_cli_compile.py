@@ -145,7 +145,17 @@ class UploadTest(CliTestCase):
         r = self.kiln("compile", src, "--target", "sm_89", "-o", out)
         self.assertRc(r, EXIT_USAGE)
         self.assertIn("refused the source", r.stderr)
+        # kilnd's kiln-diagnostics-bin, printed the way editors and CI annotations read.
+        self.assertRegex(r.stderr, r"weights\.bin:1:1: error: byte 0 is not valid UTF-8")
         self.assertFalse(os.path.exists(out))
+
+    def test_small_non_mlir_source_points_at_the_byte(self):
+        src = os.path.join(self.dir, "bad.mlir")
+        with open(src, "wb") as f:
+            f.write(b"module {\n  \xff\n}\n")  # small: sent inline with Compile
+        r = self.kiln("compile", src, "--target", "sm_89", "-o", os.path.join(self.dir, "out"))
+        self.assertRc(r, EXIT_USAGE)
+        self.assertRegex(r.stderr, r"bad\.mlir:2:3: error: byte 11 is not valid UTF-8")
 
 
 class ArtifactTest(CliTestCase):

@@ -461,7 +461,6 @@ class CompileFlowTest(ServiceTestCase):
         found = c.find_call(S.FindArtifactsRequest(labels={"model": "other"}), timeout=10 * SLOW)
         self.assertEqual(list(found.artifacts), [])
 
-    @unittest.expectedFailure  # gap: the cache index has no job id or source name (see report)
     def test_provenance_records_job_and_source_name(self):
         # kiln.proto Provenance: "source_name of the request that produced it" and
         # "the job that produced it".
@@ -633,14 +632,36 @@ class RefusalTest(ServiceTestCase):
         self.assertEqual(c.finish(r.job_id).state, DONE)
         self.assertEqual(c.jobs().targets_compiled, 1)
 
-    @unittest.expectedFailure  # kilnd bug: rpc_compile.c sets no kiln-diagnostics-bin (see report)
     def test_non_mlir_bytes_carry_diagnostics_metadata(self):
         self.skip_under_valgrind()
         c = self.up()
+
+        def diagnostics(e):
+            md = dict(e.trailing_metadata() or ())
+            self.assertIn("kiln-diagnostics-bin", md)
+            (d,) = S.DiagnosticList.FromString(md["kiln-diagnostics-bin"]).diagnostics
+            self.assertEqual(d.severity, S.SEVERITY_ERROR)
+            return d
+
         e = self.assertStatus(grpc.StatusCode.INVALID_ARGUMENT, c.compile, b"\xff\xfe" + bytes(100))
-        md = dict(e.trailing_metadata() or ())
-        self.assertIn("kiln-diagnostics-bin", md)
-        S.DiagnosticList.FromString(md["kiln-diagnostics-bin"])
+        d = diagnostics(e)
+        self.assertEqual((d.location.file, d.location.line, d.location.column), ("model.mlir", 1, 1))
+        self.assertIn("not valid UTF-8", d.message)
+        # The line and column of the first bad byte, under the request's name.
+        src = MLP + b"// caf\xc3\xa9 ok\n  // bad: \xc3(\n"
+        e = self.assertStatus(grpc.StatusCode.INVALID_ARGUMENT, c.compile, src, name="m.mlir")
+        d = diagnostics(e)
+        line = MLP.count(b"\n") + 2
+        self.assertEqual((d.location.file, d.location.line, d.location.column), ("m.mlir", line, 12))
+        self.assertIn("line %d, column 12" % line, e.details())
+        # A NUL is not text either.
+        d = diagnostics(self.assertStatus(grpc.StatusCode.INVALID_ARGUMENT, c.compile, b"module {}\x00"))
+        self.assertIn("NUL", d.message)
+        # PutSource refuses the same bytes with the same metadata.
+        e = self.assertStatus(grpc.StatusCode.INVALID_ARGUMENT, c.put_source, src, 4096, name="m.mlir")
+        d = diagnostics(e)
+        self.assertEqual((d.location.file, d.location.line, d.location.column), ("m.mlir", line, 12))
+        self.assertAlive()
 
     def test_oversized_inline_source_then_put_source(self):
         c = self.up("--max-message-bytes", "256KiB")

@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     kiln_cache_key_parts_t parts = {source, "sm_89", flags, 1, "kiln-mlir 0.1.0 llvm 22.1.8", 7,
                                     17u << 16};
     kiln_index_label_t labels[] = {{(char *)"suite", (char *)prefix}};
-    kiln_cache_provenance_t prov = {"cache_seed", labels, 1};
+    kiln_cache_provenance_t prov = {.submitter = "cache_seed", .labels = labels, .n_labels = 1};
     kiln_index_artifact_t rec;
     st = kiln_cache_artifact_put(cache, &parts, data, (size_t)size, &prov, &rec);
     if (st) {

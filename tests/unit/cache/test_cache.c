@@ -4,7 +4,9 @@
  * kept); the key is deterministic, changes with every part, ignores flag
  * whitespace and repeats, rejects malformed parts, and no flag text can make two
  * different part lists share a key. Artifacts: every record field; hits and
- * misses; get_by_digest (newest row, no hit) and find_page; a replace keeps the pin
+ * misses; get_by_digest (newest row, no hit) and find_page; the job id and source
+ * name of the provenance through put, lookup, get_by_digest, find_page and a
+ * reopen, replaced with the row like submitter and labels; a replace keeps the pin
  * (and frees the old blob); identical bytes share
  * one blob; get_blob and the streaming reader. Integrity: a flipped byte (raw and
  * .zst) is DATA_LOSS, quarantined with its rows, and the bytes can be stored again;
@@ -562,7 +564,11 @@ static void test_put_record_fields(void **state) {
   digest_hex_of(data, 3000, digest);
   key_of(&parts, key);
   kiln_index_label_t labels[] = {{(char *)"team", (char *)"ml"}, {(char *)"arch", (char *)"gfx1100"}};
-  kiln_cache_provenance_t prov = {.submitter = "alice@host", .labels = labels, .n_labels = 2};
+  kiln_cache_provenance_t prov = {.submitter = "alice@host",
+                                  .labels = labels,
+                                  .n_labels = 2,
+                                  .job_id = "j-0123",
+                                  .source_name = "resnet.mlir"};
   atomic_store(&g_now_ms, 1700000001234);
   kiln_index_artifact_t rec;
   assert_ok(kiln_cache_artifact_put(f->cache, &parts, data, 3000, &prov, &rec));
@@ -579,6 +585,8 @@ static void test_put_record_fields(void **state) {
   assert_true(blob_file(f->dir, digest, path, sizeof path));
   assert_int_equal(rec.stored_size, (uint64_t)file_size(path));
   assert_string_equal(rec.submitter, "alice@host");
+  assert_string_equal(rec.job_id, "j-0123");
+  assert_string_equal(rec.source_name, "resnet.mlir");
   assert_int_equal(rec.created_ms, 1700000001234);
   assert_int_equal(rec.last_access_ms, 1700000001234);
   assert_int_equal(rec.hits, 0);
@@ -596,6 +604,8 @@ static void test_put_record_fields(void **state) {
   assert_string_equal(rec.artifact_digest, digest);
   assert_string_equal(rec.flags, "-O2\n-g");
   assert_string_equal(rec.submitter, "alice@host");
+  assert_string_equal(rec.job_id, "j-0123");
+  assert_string_equal(rec.source_name, "resnet.mlir");
   assert_int_equal(rec.n_labels, 2);
   assert_int_equal(rec.created_ms, 1700000001234);
   assert_int_equal(rec.last_access_ms, 1700000005000);
@@ -608,6 +618,8 @@ static void test_put_record_fields(void **state) {
   assert_ok(kiln_cache_artifact_put(f->cache, &big.parts, big.data, big.len, NULL, &rec));
   assert_int_equal(rec.size, MIB);
   assert_null(rec.submitter);
+  assert_string_equal(rec.job_id, "");
+  assert_string_equal(rec.source_name, "");
   assert_int_equal(rec.n_labels, 0);
   assert_true(blob_file(f->dir, big.digest, path, sizeof path));
   assert_non_null(strstr(path, ".zst"));
@@ -684,6 +696,69 @@ static void test_put_same_key_replaces_and_keeps_pin(void **state) {
   kiln_cache_stats_t s = stats_of(f->cache);
   assert_int_equal(s.totals.artifacts, 1);
   assert_int_equal(s.totals.pinned, 1);
+  art_deinit(&a);
+}
+
+/* kiln.proto's Provenance.job_id and source_name: kept with the row through every
+ * read and a reopen; a put under the same key replaces them as it replaces
+ * submitter and labels (the row describes its latest compile), keeping the pin. */
+static void test_put_provenance_job_and_source_name(void **state) {
+  fixture_t *f = *state;
+  art_t a;
+  art_init(&a, 33, 2000, false, 33);
+  kiln_index_label_t labels[] = {{(char *)"team", (char *)"ml"}};
+  kiln_cache_provenance_t first = {.submitter = "alice",
+                                   .labels = labels,
+                                   .n_labels = 1,
+                                   .job_id = "job-first",
+                                   .source_name = "first.mlir"};
+  assert_ok(kiln_cache_artifact_put(f->cache, &a.parts, a.data, a.len, &first, NULL));
+  assert_ok(kiln_cache_pin(f->cache, a.key, true, NULL));
+
+  reopen(f, NULL);
+  kiln_index_artifact_t rec;
+  assert_ok(kiln_cache_artifact_lookup(f->cache, a.key, &rec));
+  assert_string_equal(rec.job_id, "job-first");
+  assert_string_equal(rec.source_name, "first.mlir");
+  kiln_index_artifact_deinit(&rec);
+  assert_ok(kiln_cache_artifact_get_by_digest(f->cache, a.digest, &rec));
+  assert_string_equal(rec.job_id, "job-first");
+  assert_string_equal(rec.source_name, "first.mlir");
+  kiln_index_artifact_deinit(&rec);
+  kiln_index_artifact_t *rows = NULL;
+  size_t n = 0;
+  kiln_index_page_query_t q = {.source_digest = a.src};
+  assert_ok(kiln_cache_artifact_find_page(f->cache, &q, &rows, &n));
+  assert_int_equal(n, 1);
+  assert_string_equal(rows[0].job_id, "job-first");
+  assert_string_equal(rows[0].source_name, "first.mlir");
+  kiln_index_artifacts_free(rows, n);
+
+  /* Rebuilt under the same key by another job: its provenance, the old pin. */
+  art_set_data(&a, 2100, false, 34);
+  kiln_cache_provenance_t second = {.submitter = "bob", .job_id = "job-second",
+                                    .source_name = "second.mlir"};
+  atomic_fetch_add(&g_now_ms, 10);
+  assert_ok(kiln_cache_artifact_put(f->cache, &a.parts, a.data, a.len, &second, &rec));
+  assert_string_equal(rec.submitter, "bob");
+  assert_string_equal(rec.job_id, "job-second");
+  assert_string_equal(rec.source_name, "second.mlir");
+  assert_int_equal(rec.n_labels, 0);
+  assert_true(rec.pinned);
+  kiln_index_artifact_deinit(&rec);
+  reopen(f, NULL);
+  assert_ok(kiln_cache_artifact_get_by_digest(f->cache, a.digest, &rec));
+  assert_string_equal(rec.job_id, "job-second");
+  assert_string_equal(rec.source_name, "second.mlir");
+  kiln_index_artifact_deinit(&rec);
+
+  /* Without provenance (an import) both read "", as submitter reads NULL. */
+  atomic_fetch_add(&g_now_ms, 10);
+  assert_ok(kiln_cache_artifact_put(f->cache, &a.parts, a.data, a.len, NULL, &rec));
+  assert_null(rec.submitter);
+  assert_string_equal(rec.job_id, "");
+  assert_string_equal(rec.source_name, "");
+  kiln_index_artifact_deinit(&rec);
   art_deinit(&a);
 }
 
@@ -902,8 +977,11 @@ static void test_probe_memo(void **state) {
   /* Eviction through the cache: the next probe misses, no waiting. */
   kiln_cache_gc_report_t report;
   assert_ok(kiln_cache_gc(f->cache, b.len + 100, &report));
-  bool a_gone = kiln_cache_artifact_probe(f->cache, a.key, digest, &size) != NULL;
-  bool b_gone = kiln_cache_artifact_probe(f->cache, b.key, digest, &size) != NULL;
+  kiln_status_t sa = kiln_cache_artifact_probe(f->cache, a.key, digest, &size);
+  kiln_status_t sb = kiln_cache_artifact_probe(f->cache, b.key, digest, &size);
+  bool a_gone = sa != NULL, b_gone = sb != NULL;
+  kiln_status_free(sa);
+  kiln_status_free(sb);
   assert_true(a_gone != b_gone); /* exactly one of the two fits */
   art_t *kept = a_gone ? &b : &a;
 
@@ -1804,7 +1882,7 @@ static void test_artifact_get_by_digest_and_pages(void **state) {
   art_init(&a, 320, 5000, true, 320);
   art_init(&b, 321, 5000, true, 320); /* same bytes, another key */
   kiln_index_label_t labels[] = {{"model", "resnet"}};
-  kiln_cache_provenance_t prov = {"tester", labels, 1};
+  kiln_cache_provenance_t prov = {.submitter = "tester", .labels = labels, .n_labels = 1};
   assert_ok(kiln_cache_artifact_put(f->cache, &a.parts, a.data, a.len, &prov, NULL));
   atomic_fetch_add(&g_now_ms, 10);
   put_art(f->cache, &b);
@@ -2239,6 +2317,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_put_record_fields, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lookup_counts_hits_and_misses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_same_key_replaces_and_keeps_pin, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_put_provenance_job_and_source_name, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_replace_frees_old_blob, setup, teardown),
       cmocka_unit_test_setup_teardown(test_identical_bytes_share_one_blob, setup, teardown),
       cmocka_unit_test_setup_teardown(test_get_blob_and_reader, setup, teardown),

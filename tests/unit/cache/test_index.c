@@ -1,8 +1,11 @@
 /* Unit tests for cache/index: open creates the schema at the latest version and a
  * reopen keeps the data; a database from a newer kiln is FAILED_PRECONDITION naming
  * both versions; a file that is not a database is DATA_LOSS; bad arguments are
- * INVALID_ARGUMENT. Artifacts: every field and the labels round-trip; a replace
- * keeps pin and hits and replaces labels; get_by_digest returns the newest row;
+ * INVALID_ARGUMENT; a file at schema version 2 (before job_id and source_name)
+ * migrates, its rows reading "" for both. Artifacts: every field and the labels
+ * round-trip; job_id and source_name come back from every query that reads rows; a
+ * replace keeps pin and hits and replaces labels and provenance; get_by_digest
+ * returns the newest row;
  * touch; set_pinned by key and by digest (NOT_FOUND otherwise); delete takes the
  * labels with it; find by each filter, by one and two labels, limit/offset, the
  * newest-first order and the label cap; find_page by every filter (legacy and
@@ -35,6 +38,7 @@
 #include "base/digest.h"
 #include "base/status.h"
 #include "cache/index.h"
+#include "cache/index_schema.h"
 #include "tests/unit/support/testing.h"
 
 /* ---- Fixture ------------------------------------------------------------- */
@@ -121,6 +125,8 @@ static void make_artifact(kiln_index_artifact_t *a, const char *key_seed, const 
   a->size = 4096;
   a->stored_size = 1500;
   a->submitter = "alice@example";
+  a->job_id = "job-0001";
+  a->source_name = "model.mlir";
   a->created_ms = created_ms;
   a->last_access_ms = created_ms;
 }
@@ -194,6 +200,8 @@ static void test_reopen_is_noop(void **state) {
   digest_hex(key, "k");
   assert_ok(kiln_index_artifact_get(f->index, key, &got));
   assert_int_equal(got.created_ms, 100);
+  assert_string_equal(got.job_id, "job-0001");
+  assert_string_equal(got.source_name, "model.mlir");
   kiln_index_artifact_deinit(&got);
 }
 
@@ -256,6 +264,68 @@ static void test_open_bad_paths(void **state) {
   kiln_status_free(st);
 }
 
+/* A file written by a kiln whose schema stopped at version 2 (no job_id or
+ * source_name): opening it applies the rest, keeps its rows (which read "" for
+ * both) and takes new rows with both. */
+static void test_previous_schema_migrates(void **state) {
+  fixture_t *f = *state;
+  assert_true(kiln_index_latest_schema_version() >= 3);
+  char db[PATH_MAX], script[PATH_MAX];
+  snprintf(db, sizeof db, "%s/v2.db", f->dir);
+  snprintf(script, sizeof script, "%s/v2.sql", f->dir);
+  char key[65], blob[65], src[65];
+  digest_hex(key, "old-row");
+  digest_hex(blob, "old-blob");
+  digest_hex(src, "old-src");
+  /* Built by the sqlite3 shell, as that kiln would have left it: migrations 1 and
+   * 2, user_version 2, one row with a label in the columns version 2 had. */
+  FILE *fp = fopen(script, "w");
+  assert_non_null(fp);
+  fprintf(fp, "BEGIN;\n%s\n%s\n", kiln_index_schema_migration(1), kiln_index_schema_migration(2));
+  fprintf(fp,
+          "INSERT INTO artifacts (cache_key, artifact_digest, source_digest, target, flags, "
+          "compiler, hal_version, bytecode_version, size, stored_size, submitter, created_ms, "
+          "last_access_ms, hits, pinned) VALUES ('%s', '%s', '%s', 'sm_89', '-O2', "
+          "'kiln-mlir 0.1.0', 7, 65538, 4096, 1500, 'carol', 100, 150, 3, 1);\n"
+          "INSERT INTO artifact_labels (cache_key, key, value) VALUES ('%s', 'team', 'ml');\n"
+          "PRAGMA user_version = 2;\nCOMMIT;\n",
+          key, blob, src, key);
+  assert_int_equal(fclose(fp), 0);
+  char cmd[3 * PATH_MAX];
+  snprintf(cmd, sizeof cmd, "sqlite3 -bail '%s' < '%s'", db, script);
+  assert_int_equal(system(cmd), 0);
+
+  kiln_index_t *index = NULL;
+  assert_ok(kiln_index_open(db, &index));
+  assert_int_equal(kiln_index_schema_version(index), kiln_index_latest_schema_version());
+  kiln_index_artifact_t got;
+  assert_ok(kiln_index_artifact_get(index, key, &got));
+  assert_string_equal(got.artifact_digest, blob);
+  assert_string_equal(got.submitter, "carol");
+  assert_int_equal(got.hits, 3);
+  assert_true(got.pinned);
+  assert_int_equal(got.n_labels, 1);
+  assert_string_equal(got.job_id, "");
+  assert_string_equal(got.source_name, "");
+  kiln_index_artifact_deinit(&got);
+
+  kiln_index_artifact_t a;
+  make_artifact(&a, "new-row", "new-blob", "new-src", 200);
+  assert_ok(kiln_index_artifact_put(index, &a));
+  kiln_index_close(index);
+  /* Reopened, nothing is migrated twice and both rows read back. */
+  assert_ok(kiln_index_open(db, &index));
+  assert_int_equal(kiln_index_schema_version(index), kiln_index_latest_schema_version());
+  assert_ok(kiln_index_artifact_get(index, a.cache_key, &got));
+  assert_string_equal(got.job_id, "job-0001");
+  assert_string_equal(got.source_name, "model.mlir");
+  kiln_index_artifact_deinit(&got);
+  assert_ok(kiln_index_artifact_get(index, key, &got));
+  assert_string_equal(got.job_id, "");
+  kiln_index_artifact_deinit(&got);
+  kiln_index_close(index);
+}
+
 /* ---- Artifacts ---------------------------------------------------------------- */
 
 static void test_put_get_round_trip(void **state) {
@@ -287,6 +357,8 @@ static void test_put_get_round_trip(void **state) {
   assert_true(got.size == (uint64_t)INT64_MAX);
   assert_int_equal(got.stored_size, 123456789012345);
   assert_string_equal(got.submitter, "alice@example");
+  assert_string_equal(got.job_id, "job-0001");
+  assert_string_equal(got.source_name, "model.mlir");
   assert_int_equal(got.created_ms, 1700000000123);
   assert_int_equal(got.last_access_ms, 1700000000999);
   assert_int_equal(got.hits, 7);
@@ -304,14 +376,18 @@ static void test_put_get_round_trip(void **state) {
   assert_null(got.target);
   kiln_index_artifact_deinit(&got);
 
-  /* NULL submitter and flags, no labels. */
+  /* NULL submitter, flags, job id and source name, no labels. */
   make_artifact(&a, "k2", "blob2", "src", 5);
   a.submitter = NULL;
   a.flags = NULL;
+  a.job_id = NULL;
+  a.source_name = NULL;
   assert_ok(kiln_index_artifact_put(f->index, &a));
   assert_ok(kiln_index_artifact_get(f->index, a.cache_key, &got));
   assert_null(got.submitter);
   assert_string_equal(got.flags, "");
+  assert_string_equal(got.job_id, "");
+  assert_string_equal(got.source_name, "");
   assert_int_equal(got.n_labels, 0);
   assert_null(got.labels);
   assert_int_equal(got.hits, 0);
@@ -384,6 +460,9 @@ static void test_replace_keeps_pin_and_hits(void **state) {
   kiln_index_label_t new_labels[] = {{"team", "b"}};
   a.labels = new_labels;
   a.n_labels = 1;
+  a.submitter = "bob@example";
+  a.job_id = "job-0002"; /* provenance is the new compile's, like the labels */
+  a.source_name = "model-v2.mlir";
   assert_ok(kiln_index_artifact_put(f->index, &a));
 
   kiln_index_artifact_t got;
@@ -397,11 +476,53 @@ static void test_replace_keeps_pin_and_hits(void **state) {
   assert_int_equal(got.n_labels, 1);
   assert_string_equal(got.labels[0].key, "team");
   assert_string_equal(got.labels[0].value, "b");
+  assert_string_equal(got.submitter, "bob@example");
+  assert_string_equal(got.job_id, "job-0002");
+  assert_string_equal(got.source_name, "model-v2.mlir");
   kiln_index_artifact_deinit(&got);
 
   kiln_index_totals_t t;
   assert_ok(kiln_index_totals(f->index, &t));
   assert_int_equal(t.artifacts, 1);
+}
+
+/* job_id and source_name are part of ARTIFACT_COLUMNS: every query that fills a
+ * record must bring them, not just get. */
+static void test_provenance_in_every_read(void **state) {
+  fixture_t *f = *state;
+  kiln_index_artifact_t a;
+  make_artifact(&a, "k", "blob", "src", 100);
+  a.job_id = "job-every-read";
+  a.source_name = "every/read.mlir";
+  assert_ok(kiln_index_artifact_put(f->index, &a));
+
+  kiln_index_artifact_t got;
+  assert_ok(kiln_index_artifact_get_by_digest(f->index, a.artifact_digest, &got));
+  assert_string_equal(got.job_id, "job-every-read");
+  assert_string_equal(got.source_name, "every/read.mlir");
+  kiln_index_artifact_deinit(&got);
+
+  kiln_index_artifact_t *rows = NULL;
+  size_t n = 0;
+  kiln_index_filter_t filter = {.source_digest = a.source_digest};
+  assert_ok(kiln_index_artifact_find(f->index, &filter, &rows, &n));
+  assert_int_equal(n, 1);
+  assert_string_equal(rows[0].job_id, "job-every-read");
+  assert_string_equal(rows[0].source_name, "every/read.mlir");
+  kiln_index_artifacts_free(rows, n);
+
+  kiln_index_page_query_t query = {.target = a.target};
+  assert_ok(kiln_index_artifact_find_page(f->index, &query, &rows, &n));
+  assert_int_equal(n, 1);
+  assert_string_equal(rows[0].job_id, "job-every-read");
+  assert_string_equal(rows[0].source_name, "every/read.mlir");
+  kiln_index_artifacts_free(rows, n);
+
+  assert_ok(kiln_index_artifact_lru(f->index, 10, &rows, &n));
+  assert_int_equal(n, 1);
+  assert_string_equal(rows[0].job_id, "job-every-read");
+  assert_string_equal(rows[0].source_name, "every/read.mlir");
+  kiln_index_artifacts_free(rows, n);
 }
 
 static void test_get_by_digest_returns_newest(void **state) {
@@ -1383,10 +1504,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_newer_schema_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_garbage_file_is_data_loss, setup, teardown),
       cmocka_unit_test_setup_teardown(test_open_bad_paths, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_previous_schema_migrates, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_get_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_rejects_bad_records, setup, teardown),
       cmocka_unit_test_setup_teardown(test_get_missing_is_not_found, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replace_keeps_pin_and_hits, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_provenance_in_every_read, setup, teardown),
       cmocka_unit_test_setup_teardown(test_get_by_digest_returns_newest, setup, teardown),
       cmocka_unit_test_setup_teardown(test_touch_records_hits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_set_pinned, setup, teardown),
