@@ -587,8 +587,11 @@ static uint64_t get_artifact_call(kiln_client_t *client, const char *digest) {
   for (;;) {
     ProtobufCMessage *msg = NULL;
     bool timed_out = false;
-    kiln_status_t st =
-        kiln_client_stream_read(s, &kiln__v1__artifact_chunk__descriptor, -1, &msg, &timed_out);
+    const kiln_client_piece_t *pieces = NULL;
+    size_t n = 0;
+    /* As `kiln fetch` reads: the bytes stay in gRPC's receive buffers. */
+    kiln_status_t st = kiln_client_stream_read_split(s, &kiln__v1__artifact_chunk__descriptor, 3, -1, &msg,
+                                                     &pieces, &n, &timed_out);
     if (st) {
       kiln_client_stream_destroy(s);
       check(st, "GetArtifact");
@@ -596,7 +599,7 @@ static uint64_t get_artifact_call(kiln_client_t *client, const char *digest) {
     if (!msg) break;
     Kiln__V1__ArtifactChunk *chunk = (Kiln__V1__ArtifactChunk *)msg;
     if (chunk->metadata) size = chunk->metadata->size_bytes;
-    got += chunk->data.len;
+    for (size_t i = 0; i < n; i++) got += pieces[i].len;
     protobuf_c_message_free_unpacked(msg, NULL);
   }
   kiln_client_stream_destroy(s);

@@ -211,6 +211,11 @@ struct kiln_client_stream_s {
   grpc_metadata_array initial_md;
   grpc_metadata_array trailing_md;
   grpc_byte_buffer *recv_buffer;
+  /* kiln_client_stream_read_split: the last message's slices and pieces. */
+  grpc_slice *held;
+  size_t n_held, cap_held;
+  kiln_client_piece_t *pieces;
+  size_t n_pieces, cap_pieces;
   grpc_status_code status_code;
   grpc_slice status_details;
   const char *error_string;
@@ -360,11 +365,149 @@ static ProtobufCMessage *decode(kiln_client_stream_t *s, const ProtobufCMessageD
   return message;
 }
 
+static void release_held(kiln_client_stream_t *s) {
+  for (size_t i = 0; i < s->n_held; i++) grpc_slice_unref(s->held[i]);
+  s->n_held = 0;
+  s->n_pieces = 0;
+}
+
+/* A position in the held slices. */
+typedef struct cursor_s {
+  const kiln_client_stream_t *s;
+  size_t slice;
+  size_t off;
+} cursor_t;
+
+static bool cursor_byte(cursor_t *c, uint8_t *out) {
+  while (c->slice < c->s->n_held && c->off == GRPC_SLICE_LENGTH(c->s->held[c->slice])) c->slice++, c->off = 0;
+  if (c->slice == c->s->n_held) return false;
+  *out = GRPC_SLICE_START_PTR(c->s->held[c->slice])[c->off++];
+  return true;
+}
+
+static bool cursor_varint(cursor_t *c, kiln_buf_t *copy, uint64_t *out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    uint8_t b;
+    if (!cursor_byte(c, &b)) return false;
+    if (copy) kiln_buf_append(copy, &b, 1);
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Takes `len` bytes: appended to `copy`, or (copy NULL) recorded as pieces. */
+static bool cursor_take(cursor_t *c, uint64_t len, kiln_buf_t *copy, kiln_client_stream_t *s) {
+  while (len > 0) {
+    while (c->slice < s->n_held && c->off == GRPC_SLICE_LENGTH(s->held[c->slice])) c->slice++, c->off = 0;
+    if (c->slice == s->n_held) return false;
+    size_t avail = GRPC_SLICE_LENGTH(s->held[c->slice]) - c->off;
+    size_t n = len < avail ? (size_t)len : avail;
+    const uint8_t *p = GRPC_SLICE_START_PTR(s->held[c->slice]) + c->off;
+    if (copy) {
+      kiln_buf_append(copy, p, n);
+    } else {
+      if (s->n_pieces == s->cap_pieces) {
+        s->cap_pieces = s->cap_pieces ? s->cap_pieces * 2 : 16;
+        s->pieces = kiln_realloc(s->pieces, s->cap_pieces * sizeof *s->pieces);
+      }
+      s->pieces[s->n_pieces++] = (kiln_client_piece_t){p, n};
+    }
+    c->off += n;
+    len -= n;
+  }
+  return true;
+}
+
+/* Splits s->recv_buffer: the bytes field `field` into pieces, every other field
+ * into a copy that is decoded as `descriptor`. Frees s->recv_buffer. */
+static ProtobufCMessage *decode_split(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
+                                      uint32_t field) {
+  release_held(s);
+  grpc_byte_buffer_reader reader;
+  bool ok = grpc_byte_buffer_reader_init(&reader, s->recv_buffer) != 0;
+  if (ok) {
+    grpc_slice slice;
+    while (grpc_byte_buffer_reader_next(&reader, &slice)) {
+      if (s->n_held == s->cap_held) {
+        s->cap_held = s->cap_held ? s->cap_held * 2 : 64;
+        s->held = kiln_realloc(s->held, s->cap_held * sizeof *s->held);
+      }
+      s->held[s->n_held++] = slice; /* a reference, released by the next read */
+    }
+    grpc_byte_buffer_reader_destroy(&reader);
+  }
+  grpc_byte_buffer_destroy(s->recv_buffer);
+  s->recv_buffer = NULL;
+  kiln_buf_t rest;
+  kiln_buf_init(&rest);
+  cursor_t c = {s, 0, 0};
+  for (uint8_t probe; ok && cursor_byte(&c, &probe);) {
+    c.off--; /* put it back: the key starts here */
+    uint64_t key = 0, len = 0;
+    size_t mark = rest.len;
+    ok = cursor_varint(&c, &rest, &key);
+    if (!ok) break;
+    switch (key & 7) {
+      case 0: ok = cursor_varint(&c, &rest, &len); break;
+      case 1: ok = cursor_take(&c, 8, &rest, s); break;
+      case 5: ok = cursor_take(&c, 4, &rest, s); break;
+      case 2:
+        if (key >> 3 == field) {
+          rest.len = mark; /* the bulk field stays out of the copy */
+          ok = cursor_varint(&c, NULL, &len) && cursor_take(&c, len, NULL, s);
+        } else {
+          ok = cursor_varint(&c, &rest, &len) && cursor_take(&c, len, &rest, s);
+        }
+        break;
+      default: ok = false; break;
+    }
+  }
+  ProtobufCMessage *message =
+      ok ? protobuf_c_message_unpack(descriptor, NULL, rest.len, rest.len ? (const uint8_t *)rest.data : (const uint8_t *)"")
+         : NULL;
+  kiln_buf_deinit(&rest);
+  if (!message) {
+    release_held(s);
+    s->decode_error = KILN_STATUS(KILN_STATUS_INTERNAL,
+                                  "%s: a message from kilnd is not a valid %s; is kilnd the same "
+                                  "version as this client?",
+                                  s->method, descriptor->name);
+  }
+  return message;
+}
+
+/* The body of both reads: `split_field` 0 decodes whole. */
+static kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
+                                  uint32_t split_field, int64_t wait_ms, ProtobufCMessage **out_message,
+                                  bool *out_timed_out);
+
 kiln_status_t kiln_client_stream_read(kiln_client_stream_t *stream,
                                       const ProtobufCMessageDescriptor *descriptor,
                                       int64_t wait_ms, ProtobufCMessage **out_message,
                                       bool *out_timed_out) {
-  kiln_client_stream_t *s = stream;
+  return read_message(stream, descriptor, 0, wait_ms, out_message, out_timed_out);
+}
+
+kiln_status_t kiln_client_stream_read_split(kiln_client_stream_t *stream,
+                                            const ProtobufCMessageDescriptor *descriptor, uint32_t bytes_field,
+                                            int64_t wait_ms, ProtobufCMessage **out_message,
+                                            const kiln_client_piece_t **out_pieces, size_t *out_count,
+                                            bool *out_timed_out) {
+  kiln_status_t st = read_message(stream, descriptor, bytes_field ? bytes_field : UINT32_MAX, wait_ms, out_message,
+                                  out_timed_out);
+  *out_pieces = *out_message ? stream->pieces : NULL;
+  *out_count = *out_message ? stream->n_pieces : 0;
+  return st;
+}
+
+static kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
+                                  uint32_t split_field, int64_t wait_ms, ProtobufCMessage **out_message,
+                                  bool *out_timed_out) {
   *out_message = NULL;
   *out_timed_out = false;
   if (s->start_error || s->decode_error) return final_status(s);
@@ -383,7 +526,7 @@ kiln_status_t kiln_client_stream_read(kiln_client_stream_t *stream,
   }
   s->recv_pending = false;
   if (ev.success && s->recv_buffer) {
-    *out_message = decode(s, descriptor);
+    *out_message = split_field ? decode_split(s, descriptor, split_field) : decode(s, descriptor);
     if (*out_message) return NULL;
     /* Undecodable: nothing more can be trusted; end the call. */
     grpc_call_cancel(s->call, NULL);
@@ -487,6 +630,9 @@ void kiln_client_stream_destroy(kiln_client_stream_t *stream) {
   gpr_free((void *)s->error_string);
   kiln_status_free(s->start_error);
   kiln_status_free(s->decode_error);
+  release_held(s);
+  kiln_free(s->held);
+  kiln_free(s->pieces);
   kiln_free(s->method);
   kiln_free(s);
 }

@@ -75,6 +75,24 @@ kiln_status_t kiln_client_stream_read(kiln_client_stream_t *stream,
                                       int64_t wait_ms, ProtobufCMessage **out_message,
                                       bool *out_timed_out);
 
+/* A run of a bytes field's contents, borrowed from gRPC's receive buffers. */
+typedef struct kiln_client_piece_s {
+  const uint8_t *data;
+  size_t len;
+} kiln_client_piece_t;
+
+/* kiln_client_stream_read for messages that carry bulk bytes (ArtifactChunk.data):
+ * the bytes field numbered `bytes_field` is not copied into the message (it is
+ * left empty there) but handed out as *out_pieces, *out_count runs that point into
+ * the received buffers, in order, valid until the next read or the destroy. The
+ * rest of the message is decoded as usual. A download then costs one copy (the
+ * kernel's) instead of three. */
+kiln_status_t kiln_client_stream_read_split(kiln_client_stream_t *stream,
+                                            const ProtobufCMessageDescriptor *descriptor, uint32_t bytes_field,
+                                            int64_t wait_ms, ProtobufCMessage **out_message,
+                                            const kiln_client_piece_t **out_pieces, size_t *out_count,
+                                            bool *out_timed_out);
+
 /* Sends one message (client-streaming). Returns true when it was handed to the
  * transport; false when the call has already ended (the server answered early, as
  * PutSource does for a source it already has, or failed it, or it was cancelled):

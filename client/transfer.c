@@ -14,6 +14,7 @@
 #include <libgen.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -317,6 +318,38 @@ static kiln_status_t commit(attempt_t *a) {
   return NULL;
 }
 
+/* Writes the pieces at file offset `pos`, with as few system calls as it takes. */
+static kiln_status_t write_pieces(int fd, const kiln_client_piece_t *pieces, size_t n, uint64_t pos, const char *path) {
+  struct iovec iov[64];
+  size_t i = 0, skip = 0; /* pieces[i] from byte `skip` is next */
+  while (i < n && pieces[i].len == 0) i++;
+  while (i < n) {
+    int k = 0;
+    for (size_t j = i; j < n && k < 64; j++, k++) {
+      size_t from = j == i ? skip : 0;
+      iov[k].iov_base = (void *)(pieces[j].data + from);
+      iov[k].iov_len = pieces[j].len - from;
+    }
+    ssize_t w = pwritev(fd, iov, k, (off_t)pos);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return KILN_STATUS_ERRNO(errno, "cannot write %s", path);
+    pos += (uint64_t)w;
+    for (size_t left = (size_t)w; left > 0 && i < n;) {
+      size_t rest = pieces[i].len - skip;
+      if (left >= rest) {
+        left -= rest;
+        i++;
+        skip = 0;
+      } else {
+        skip += left;
+        left = 0;
+      }
+    }
+    while (i < n && pieces[i].len == skip) i++, skip = 0; /* done or empty pieces */
+  }
+  return NULL;
+}
+
 /* Runs one stream from `offset`: NULL when the file is complete and committed;
  * otherwise the status, with *out_retry saying whether a new stream may go on. */
 static kiln_status_t run_stream(attempt_t *a, uint64_t offset, bool *out_retry) {
@@ -391,31 +424,33 @@ static kiln_status_t run_stream(attempt_t *a, uint64_t offset, bool *out_retry) 
   }
   if (ftruncate(fd, (off_t)offset) != 0) status = KILN_STATUS_ERRNO(errno, "cannot truncate %s", a->part);
   uint64_t pos = offset;
-  /* The first message carries no data by contract; accept it if one does. */
+  /* The first message carries no data by contract; accept it if one does. Later
+   * ones are read split: their bytes stay in gRPC's buffers and go to the file
+   * from there. */
   const Kiln__V1__ArtifactChunk *c = first;
+  kiln_client_piece_t own = {first->data.data, first->data.len};
+  const kiln_client_piece_t *pieces = &own;
+  size_t n_pieces = first->data.len ? 1 : 0;
   msg = NULL;
   while (!status) {
     if (!c) {
-      status = kiln_client_stream_read(stream, &kiln__v1__artifact_chunk__descriptor, -1, &msg, &timed_out);
+      status = kiln_client_stream_read_split(stream, &kiln__v1__artifact_chunk__descriptor, 3, -1, &msg, &pieces,
+                                             &n_pieces, &timed_out);
       if (status || !msg) break;
       c = (const Kiln__V1__ArtifactChunk *)msg;
     }
-    if (c->data.len && c->offset != pos) {
+    uint64_t len = 0;
+    for (size_t i = 0; i < n_pieces; i++) len += pieces[i].len;
+    if (len && c->offset != pos) {
       status = KILN_STATUS(KILN_STATUS_INTERNAL,
                            "GetArtifact: kilnd sent bytes for offset %llu, expected %llu",
                            (unsigned long long)c->offset, (unsigned long long)pos);
-    } else if (pos + c->data.len > m->size_bytes) {
+    } else if (pos + len > m->size_bytes) {
       status = KILN_STATUS(KILN_STATUS_DATA_LOSS, "GetArtifact: kilnd sent more than the %llu bytes of %s",
                            (unsigned long long)m->size_bytes, a->digest);
     } else {
-      size_t done = 0;
-      while (done < c->data.len && !status) {
-        ssize_t n = pwrite(fd, c->data.data + done, c->data.len - done, (off_t)(pos + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) status = KILN_STATUS_ERRNO(errno, "cannot write %s", a->part);
-        else done += (size_t)n;
-      }
-      pos += done;
+      status = write_pieces(fd, pieces, n_pieces, pos, a->part);
+      if (!status) pos += len;
     }
     if (msg) protobuf_c_message_free_unpacked(msg, NULL);
     msg = NULL;
