@@ -1,9 +1,15 @@
 /* Shared pieces of the benchmarks' output. */
 #include "bench/benchlib.h"
 
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 void kiln_bench_cpu_model(char *out, size_t cap) {
@@ -61,4 +67,62 @@ int kiln_bench_parse_args(int argc, char **argv, bool takes_dir, void (*usage)(v
     }
   }
   return -1;
+}
+
+/* ---- the scratch directory ---- */
+
+static char scratch[PATH_MAX]; /* "" when none */
+static void (*scratch_before_signal)(void);
+
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+  (void)sb, (void)type, (void)ftw;
+  if (remove(path) != 0 && errno != ENOENT) fprintf(stderr, "bench: cannot remove %s: %s\n", path, strerror(errno));
+  return 0; /* keep going: remove as much as possible */
+}
+
+void kiln_bench_scratch_remove(void) {
+  if (!scratch[0]) return;
+  nftw(scratch, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
+  scratch[0] = '\0';
+}
+
+static void on_signal(int sig) {
+  if (scratch_before_signal) scratch_before_signal();
+  if (scratch[0]) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/rm", "rm", "-rf", "--", scratch, (char *)NULL);
+      _exit(127);
+    }
+    if (pid > 0) waitpid(pid, NULL, 0);
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+const char *kiln_bench_scratch_make(const char *base, void (*before_signal)(void), bool on_sigpipe, char *err,
+                                    size_t err_cap) {
+  if (!base || !*base) base = getenv("TMPDIR");
+  if (!base || !*base) base = "/tmp";
+  if ((size_t)snprintf(scratch, sizeof scratch, "%s/kiln-bench-XXXXXX", base) >= sizeof scratch) {
+    scratch[0] = '\0';
+    snprintf(err, err_cap, "directory name too long: %s", base);
+    return NULL;
+  }
+  if (!mkdtemp(scratch)) {
+    int e = errno;
+    scratch[0] = '\0';
+    snprintf(err, err_cap, "cannot create a temporary directory in %s: %s; pass a writable DIR", base, strerror(e));
+    return NULL;
+  }
+  scratch_before_signal = before_signal;
+  const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+  size_t n = on_sigpipe ? 4 : 3;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < n; i++) sigaddset(&sa.sa_mask, sigs[i]);
+  for (size_t i = 0; i < n; i++) sigaction(sigs[i], &sa, NULL);
+  return scratch;
 }

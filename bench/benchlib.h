@@ -27,4 +27,16 @@ int64_t kiln_bench_median(int64_t *v, size_t n);
 int kiln_bench_parse_args(int argc, char **argv, bool takes_dir, void (*usage)(void), bool *out_quick,
                           const char **out_dir);
 
+/* The benchmark's scratch directory, "<base>/kiln-bench-XXXXXX" (base: $TMPDIR or
+ * /tmp when NULL). Ctrl-C, SIGTERM, SIGHUP (and SIGPIPE with `on_sigpipe`) must
+ * not leave it behind: the handler first calls `before_signal` (may be NULL; it
+ * must be async-signal-safe, e.g. kill a child), then removes the directory with
+ * rm(1) through fork and exec (nftw is not async-signal-safe) and dies of the same
+ * signal. Returns the path, or NULL with the reason in `err`. */
+const char *kiln_bench_scratch_make(const char *base, void (*before_signal)(void), bool on_sigpipe, char *err,
+                                    size_t err_cap);
+
+/* Removes the scratch directory and its contents; afterwards the path reads "". */
+void kiln_bench_scratch_remove(void);
+
 #endif /* KILN_BENCH_BENCHLIB_H */

@@ -37,7 +37,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -99,52 +98,12 @@ typedef struct plan_s {
   size_t auto_bytes; /* the compressible blob of section 4 */
 } plan_t;
 
-/* The scratch directory, removed by cleanup(); "" when none was made. */
-static char scratch[PATH_MAX];
+/* The scratch directory (benchlib's), removed by cleanup(); "" when none was made. */
+static const char *scratch = "";
 
 /* ---- failure and cleanup ---- */
 
-static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
-  (void)sb;
-  (void)type;
-  (void)ftw;
-  if (remove(path) != 0 && errno != ENOENT) {
-    fprintf(stderr, "bench_cache: cannot remove %s: %s\n", path, strerror(errno));
-  }
-  return 0; /* keep going: remove as much as possible */
-}
-
-static void cleanup(void) {
-  if (!scratch[0]) return;
-  nftw(scratch, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
-  scratch[0] = '\0';
-}
-
-/* Ctrl-C, a closed pipe or a kill must not leave up to a GiB behind. nftw is not
- * async-signal-safe, so the handler runs rm(1) through fork and exec, which are, and
- * then dies of the same signal. */
-static void on_signal(int sig) {
-  if (scratch[0]) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      execl("/bin/rm", "rm", "-rf", "--", scratch, (char *)NULL);
-      _exit(127);
-    }
-    if (pid > 0) waitpid(pid, NULL, 0);
-  }
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
-static void cleanup_on_signals(void) {
-  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&sa.sa_mask, sigs[i]);
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
-}
+static void cleanup(void) { kiln_bench_scratch_remove(); }
 
 static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static _Noreturn void die(const char *fmt, ...) {
@@ -778,19 +737,11 @@ int main(int argc, char **argv) {
     plan.n_sizes = sizeof quick_sizes / sizeof quick_sizes[0];
     plan.auto_bytes = 1 * MIB;
   }
-  if (!base) base = getenv("TMPDIR");
-  if (!base || !*base) base = "/tmp";
   kiln_log_configure(KILN_LOG_WARN, STDERR_FILENO);
-  if ((size_t)snprintf(scratch, sizeof scratch, "%s/kiln-bench-XXXXXX", base) >= sizeof scratch) {
-    scratch[0] = '\0';
-    die("directory name too long: %s", base);
-  }
-  if (!mkdtemp(scratch)) {
-    int err = errno;
-    scratch[0] = '\0';
-    die("cannot create a temporary directory in %s: %s; pass a writable DIR", base, strerror(err));
-  }
-  cleanup_on_signals();
+  char err[PATH_MAX + 200];
+  const char *made = kiln_bench_scratch_make(base, NULL, true, err, sizeof err);
+  if (!made) die("%s", err);
+  scratch = made;
   int64_t t0 = kiln_time_monotonic_ns();
   print_header(&plan);
   fflush(stdout);

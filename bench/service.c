@@ -54,7 +54,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -124,7 +123,7 @@ typedef struct plan_s {
 
 /* ---- state shared with cleanup ---- */
 
-static char scratch[PATH_MAX]; /* the temporary directory; "" when none */
+static const char *scratch = ""; /* the temporary directory (benchlib's); "" when none */
 static char state_dir[PATH_MAX];
 static char log_path[PATH_MAX];
 static volatile pid_t kilnd_pid; /* 0 when not running */
@@ -134,14 +133,6 @@ static atomic_flag dying = ATOMIC_FLAG_INIT;
 extern char **environ;
 
 /* ---- failure and cleanup ---- */
-
-static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
-  (void)sb, (void)type, (void)ftw;
-  if (remove(path) != 0 && errno != ENOENT) {
-    fprintf(stderr, "bench_service: cannot remove %s: %s\n", path, strerror(errno));
-  }
-  return 0;
-}
 
 /* Stops kilnd: SIGTERM, then SIGKILL if it has not exited within `grace_ms`. */
 static int kilnd_stop(int64_t grace_ms) {
@@ -166,37 +157,15 @@ static int kilnd_stop(int64_t grace_ms) {
 
 static void cleanup(void) {
   kilnd_stop(5000);
-  if (!scratch[0]) return;
-  nftw(scratch, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
-  scratch[0] = '\0';
+  kiln_bench_scratch_remove();
 }
 
-/* Ctrl-C must not leave kilnd running or 256 MiB behind. nftw is not
- * async-signal-safe, so the handler kills kilnd (its workers see their pipes close
- * and exit), runs rm(1) through fork and exec, and dies of the same signal. */
-static void on_signal(int sig) {
+/* Ctrl-C must not leave kilnd running or 256 MiB behind: the scratch handler
+ * calls this first (its workers see their pipes close and exit). */
+static void kill_kilnd(void) {
   if (kilnd_pid > 0) kill(kilnd_pid, SIGKILL);
-  if (scratch[0]) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      execl("/bin/rm", "rm", "-rf", "--", scratch, (char *)NULL);
-      _exit(127);
-    }
-    if (pid > 0) waitpid(pid, NULL, 0);
-  }
-  signal(sig, SIG_DFL);
-  raise(sig);
 }
 
-static void cleanup_on_signals(void) {
-  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&sa.sa_mask, sigs[i]);
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
-}
 
 /* The last lines of kilnd's log, to stderr: why it did not answer. */
 static void print_log_tail(void) {
@@ -1241,20 +1210,12 @@ int main(int argc, char **argv) {
     plan.crowd = 20;
     plan.crowd_ms = 1500;
   }
-  if (!base) base = getenv("TMPDIR");
-  if (!base || !*base) base = "/tmp";
   kiln_log_configure(KILN_LOG_WARN, STDERR_FILENO);
   signal(SIGPIPE, SIG_IGN);
-  if ((size_t)snprintf(scratch, sizeof scratch, "%s/kiln-bench-XXXXXX", base) >= sizeof scratch) {
-    scratch[0] = '\0';
-    die("directory name too long: %s", base);
-  }
-  if (!mkdtemp(scratch)) {
-    int err = errno;
-    scratch[0] = '\0';
-    die("cannot create a temporary directory in %s: %s; pass a writable DIR", base, strerror(err));
-  }
-  cleanup_on_signals();
+  char err[PATH_MAX + 200];
+  const char *made = kiln_bench_scratch_make(base, kill_kilnd, false, err, sizeof err);
+  if (!made) die("%s", err);
+  scratch = made;
   int64_t t0 = kiln_time_monotonic_ns();
   path_join(state_dir, scratch, "state");
   path_join(log_path, scratch, "kilnd.log");
