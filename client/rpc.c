@@ -26,6 +26,7 @@
 #include "base/alloc.h"
 #include "kiln/v1/kiln.pb-c.h"
 #include "base/buf.h"
+#include "client/job.h"
 
 struct kiln_client_s {
   char *address;
@@ -96,12 +97,9 @@ static kiln_status_t failed_status(grpc_status_code code, grpc_slice details, co
     Kiln__V1__DiagnosticList *list =
         kiln__v1__diagnostic_list__unpack(NULL, GRPC_SLICE_LENGTH(md->value), GRPC_SLICE_START_PTR(md->value));
     for (size_t k = 0; list && k < list->n_diagnostics; k++) {
-      const Kiln__V1__Diagnostic *d = list->diagnostics[k];
-      const Kiln__V1__SourceLocation *loc = d->location;
-      static const char *const severity[] = {"error", "error", "warning", "note", "remark"};
-      kiln_buf_appendf(&msg, "\n%s:%u:%u: %s: %s", loc && *loc->file ? loc->file : "<source>", loc ? loc->line : 0,
-                       loc ? loc->column : 0, severity[d->severity >= 0 && d->severity <= 4 ? d->severity : 0],
-                       d->message);
+      kiln_buf_append_char(&msg, '\n');
+      kiln_cli_diagnostic_format(list->diagnostics[k], &msg);
+      if (msg.len && msg.data[msg.len - 1] == '\n') msg.data[--msg.len] = '\0';
     }
     if (list) kiln__v1__diagnostic_list__free_unpacked(list, NULL);
   }

@@ -93,28 +93,6 @@ kiln_status_t kiln_cli_read_all(FILE *f, const char *name, uint64_t max_bytes, u
   return NULL;
 }
 
-/* Appends the source diagnostics kilnd attached to a failed call to its message. */
-static kiln_status_t with_diagnostics(kiln_status_t status, const kiln_client_stream_t *stream) {
-  size_t len = 0;
-  const void *bytes = kiln_client_stream_trailer(stream, "kiln-diagnostics-bin", &len);
-  if (!status || !bytes || !len) return status;
-  Kiln__V1__DiagnosticList *list = kiln__v1__diagnostic_list__unpack(NULL, len, bytes);
-  if (!list) return status;
-  kiln_buf_t text;
-  kiln_buf_init(&text);
-  kiln_buf_append_str(&text, kiln_status_message(status));
-  for (size_t i = 0; i < list->n_diagnostics; i++) {
-    kiln_buf_append_char(&text, '\n');
-    kiln_cli_diagnostic_format(list->diagnostics[i], &text);
-    if (text.len && text.data[text.len - 1] == '\n') text.data[--text.len] = '\0';
-  }
-  kiln_status_t annotated = KILN_STATUS(kiln_status_code(status), "%s", text.data);
-  kiln_buf_deinit(&text);
-  kiln__v1__diagnostic_list__free_unpacked(list, NULL);
-  kiln_status_free(status);
-  return annotated;
-}
-
 kiln_status_t kiln_cli_source_upload(kiln_client_t *client, FILE *f, const char *digest,
                                      uint64_t size, uint64_t chunk_bytes, const char *name,
                                      Kiln__V1__PutSourceResponse **out_response) {
@@ -161,7 +139,6 @@ kiln_status_t kiln_cli_source_upload(kiln_client_t *client, FILE *f, const char 
   ProtobufCMessage *response = NULL;
   kiln_status_t status =
       kiln_client_stream_finish(stream, &kiln__v1__put_source_response__descriptor, &response);
-  status = with_diagnostics(status, stream);
   kiln_client_stream_destroy(stream);
   if (status) return status;
   *out_response = (Kiln__V1__PutSourceResponse *)response;
