@@ -17,6 +17,8 @@ struct kiln_compiler_context_s {
   size_t jobs;       /* back halves run in parallel child processes, at most this many */
   void (*on_target)(void *user, const struct kiln_compiler_output_s *output, size_t index);
   void *on_target_user;
+  void (*on_stage)(void *user, const char *stage, uint32_t index);
+  void *on_stage_user;
   char *toolkit_dir; /* for the ROCDL serializer: <dir>/llvm/bin/ld.lld; made on first use */
 };
 

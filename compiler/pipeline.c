@@ -863,6 +863,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   int64_t t0 = kiln_time_monotonic_ns();
   MlirModule common;
   KILN_RETURN_IF_ERROR(kiln_compiler_parse(context, source, len, name, &common));
+  if (context->on_stage) context->on_stage(context->on_stage_user, "optimize", 1);
   /* gpu-dialect input (a host function launching gpu.module kernels) is already
    * past the front half: it goes straight to the back halves. */
   bool pre_outlined = !mlirOperationIsNull(
@@ -935,6 +936,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   }
   /* The back halves: in parallel child processes (fanout.c), since threads in one
    * context crash inside the GPU serializers. */
+  if (context->on_stage) context->on_stage(context->on_stage_user, "codegen", 2);
   back_job_t job = {context, common, gpu, &launches, name, out_output};
   kiln_compiler_fanout_run(n_targets, context->jobs, compile_one, &job, out_output->targets, name,
                            context->on_target ? target_ready : NULL);
@@ -1016,6 +1018,11 @@ void kiln_compiler_context_on_target(kiln_compiler_context_t *context, kiln_comp
                                      void *user) {
   context->on_target = fn;
   context->on_target_user = user;
+}
+
+void kiln_compiler_context_on_stage(kiln_compiler_context_t *context, kiln_compiler_stage_fn_t fn, void *user) {
+  context->on_stage = fn;
+  context->on_stage_user = user;
 }
 
 void kiln_compiler_target_output_clear(kiln_compiler_target_output_t *t) {

@@ -102,6 +102,16 @@ typedef void (*kiln_compiler_target_ready_fn_t)(void *user, const kiln_compiler_
 void kiln_compiler_context_on_target(kiln_compiler_context_t *context, kiln_compiler_target_ready_fn_t fn,
                                      void *user);
 
+/* Called by kiln_compiler_compile as a compile passes a stage boundary, for every
+ * target at once: "optimize" (index 1: the source parsed and verified, the
+ * target-independent front half starts) and "codegen" (index 2: the front half is
+ * done, the per-target back halves start). Stage 0 is the parse and stage 3 the
+ * packaging, which the caller sees for itself. On the calling thread. */
+typedef void (*kiln_compiler_stage_fn_t)(void *user, const char *stage, uint32_t index);
+
+/* Sets (or, with NULL, clears) the context's stage callback. */
+void kiln_compiler_context_on_stage(kiln_compiler_context_t *context, kiln_compiler_stage_fn_t fn, void *user);
+
 /* A module compiled for the host and loaded in-process (MLIR ExecutionEngine)
  * through the same front half as every target: how tests check the pipeline's
  * numerics against plain C on machines without a GPU. One thread at a time. */

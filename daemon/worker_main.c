@@ -781,6 +781,7 @@ static bool run_hook(worker_t *w, const Kiln__Worker__V1__CompileTask *task, hoo
 typedef struct ready_s {
   const Kiln__Worker__V1__CompileTask *task;
   const char *const *names;
+  size_t n;
   bool *sent;
   kiln_compiler_artifact_options_t ao;
 } ready_t;
@@ -808,6 +809,15 @@ static void send_target(void *user, const kiln_compiler_output_t *out, size_t i)
     send_done(id, r->names[i], vmfb.data, vmfb.len, ms);
   }
   kiln_buf_deinit(&vmfb);
+}
+
+/* Stage boundaries of the compile (optimize, codegen): Progress for every target
+ * not yet sent. */
+static void send_stage(void *user, const char *stage, uint32_t index) {
+  ready_t *r = user;
+  for (size_t i = 0; i < r->n; i++) {
+    if (!r->sent[i]) send_progress(r->task->task_id, r->names[i], stage, index, 4);
+  }
 }
 
 /* ---- One task -------------------------------------------------------------------- */
@@ -905,6 +915,7 @@ static void compile_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task)
       }
       ready_t ready = {.task = task,
                        .names = (const char *const *)names,
+                       .n = n,
                        .sent = kiln_calloc(n, sizeof(bool)),
                        .ao = {.source = task->source.data,
                               .source_len = task->source.len,
@@ -914,10 +925,12 @@ static void compile_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task)
       /* Each target is packaged and sent the moment its back half is done, while
        * the others still compile (kilnd streams it on at once). */
       kiln_compiler_context_on_target(w->context, send_target, &ready);
+      kiln_compiler_context_on_stage(w->context, send_stage, &ready);
       kiln_compiler_output_t out;
       kiln_status_t st = kiln_compiler_compile(w->context, task->source.data, task->source.len, name,
                                                targets, n, &out);
       kiln_compiler_context_on_target(w->context, NULL, NULL);
+      kiln_compiler_context_on_stage(w->context, NULL, NULL);
       if (st) {
         /* Bad IR (MLIR's diagnostics with file:line:col): every target fails alike. */
         for (size_t i = 0; i < n; i++) {

@@ -395,6 +395,9 @@ class CompileFlowTest(ServiceTestCase):
         self.assertTrue(progress, ks)
         self.assertTrue(all(p.target == "sm_89" and 0 < p.fraction <= 1 for p in progress), progress)
         self.assertEqual([p.fraction for p in progress], sorted(p.fraction for p in progress))
+        # The built-in compiler reports each stage boundary once.
+        self.assertEqual([(p.stage, p.stage_index, p.stage_count) for p in progress],
+                         [("parse", 0, 4), ("optimize", 1, 4), ("codegen", 2, 4), ("serialize", 3, 4)])
         # Progress comes between Started and TargetDone.
         self.assertLess(ks.index("started"), ks.index("progress"))
         self.assertLess(len(ks) - 1 - ks[::-1].index("progress"), ks.index("target_done"))
