@@ -1,9 +1,11 @@
 /* The blob store: content-addressed files, placed atomically, verified on every read.
  *
  * Writing. A writer owns one file DIR/tmp/blob-XXXXXX (mkostemp) and hashes every
- * byte the caller hands it, before any compression. Commit checks the digest
- * against the expected one, skips all further work when the blob is already
- * stored, produces the final bytes in the tmp file, fsyncs it, renames it to
+ * byte the caller hands it, before any compression, with both SHA-256 (the name)
+ * and XXH3-128 (the check), in 64 KiB pieces so that each piece is still in the
+ * CPU's cache for the second hash. Commit checks the digest against the expected
+ * one, skips all further work when the blob is already stored, produces the final
+ * bytes in the tmp file, fsyncs it, renames it to
  * blobs/<aa>/<digest>[.zst] and fsyncs the shard directory. Any failure (ENOSPC
  * included) removes the tmp file(s) at once, so a failed writer holds no disk.
  * Open creates all 256 shard directories and fsyncs blobs/ once, so no commit
@@ -31,9 +33,12 @@
  *
  * Reading. A reader opens <digest>, else <digest>.zst, hashes everything it returns
  * and compares at the end; the read that would return 0 returns DATA_LOSS instead
- * when the hash differs. A .zst file must hold exactly one frame with a recorded
- * size: a bad header fails the open, a truncated frame or trailing bytes fail a
- * read, all as DATA_LOSS.
+ * when the hash differs. Given the blob's check it hashes with XXH3-128 only;
+ * without, with SHA-256 against the name plus XXH3-128 to hand the check to its
+ * caller (the cache records it, so only a blob's first read pays for SHA-256).
+ * verify always takes the SHA-256 path. A .zst file must hold exactly one frame
+ * with a recorded size: a bad header fails the open, a truncated frame or
+ * trailing bytes fail a read, all as DATA_LOSS.
  *
  * At most one name per digest: a commit whose digest is already stored (either
  * name) discards its copy. Two writers racing on the same digest with different
@@ -60,6 +65,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <zstd.h>
 
 #include "base/alloc.h"
@@ -75,6 +81,9 @@ enum {
   PATH_SLACK = 16 + NAME_MAX,
   /* Enough for any zstd frame header (ZSTD_FRAMEHEADERSIZE_MAX is 18). */
   FRAME_HEADER_PROBE = 32,
+  /* Content is hashed by both hashes in pieces this big, so the second hash finds
+   * each piece still in the CPU's L2 cache. */
+  HASH_PIECE_BYTES = 64 * 1024,
 };
 
 static const size_t DEFAULT_MIN_BYTES = 4096;
@@ -129,9 +138,57 @@ static void shard_path(const kiln_blobstore_t *store, const kiln_digest_hex_t *h
   path_format(out, "%s/%.2s", store->blobs_dir, hex->text);
 }
 
-static _Noreturn void zstd_out_of_memory(const char *what) {
+static _Noreturn void out_of_memory(const char *what) {
   kiln_log(KILN_LOG_ERROR, "out_of_memory", "what=%s", what);
   abort();
+}
+
+/* ---- content hashes: SHA-256 (the name) and XXH3-128 (the check) ---- */
+
+static XXH3_state_t *check_state_create(void) {
+  XXH3_state_t *state = XXH3_createState();
+  if (!state) out_of_memory("xxh3_state");
+  XXH3_128bits_reset(state);
+  return state;
+}
+
+static void check_state_finish(XXH3_state_t *state, kiln_blob_check_t *out_check) {
+  XXH128_canonical_t canonical;
+  XXH128_canonicalFromHash(&canonical, XXH3_128bits_digest(state));
+  memcpy(out_check->bytes, canonical.digest, sizeof out_check->bytes);
+}
+
+/* Feeds `len` bytes to whichever of the two hashes is given (either may be NULL). */
+static void hash_content(kiln_hasher_t *sha, XXH3_state_t *check, const void *data, size_t len) {
+  const unsigned char *p = data;
+  if (!sha || !check) {
+    if (sha) kiln_hasher_update(sha, p, len);
+    if (check && len) XXH3_128bits_update(check, p, len);
+    return;
+  }
+  while (len > 0) {
+    size_t n = len < HASH_PIECE_BYTES ? len : HASH_PIECE_BYTES;
+    kiln_hasher_update(sha, p, n);
+    XXH3_128bits_update(check, p, n);
+    p += n;
+    len -= n;
+  }
+}
+
+void kiln_blob_check_of(const void *data, size_t len, kiln_blob_check_t *out_check) {
+  XXH128_canonical_t canonical;
+  XXH128_canonicalFromHash(&canonical, XXH3_128bits(data, len));
+  memcpy(out_check->bytes, canonical.digest, sizeof out_check->bytes);
+}
+
+void kiln_blob_check_to_hex(const kiln_blob_check_t *check,
+                            char out_hex[KILN_BLOB_CHECK_HEX_LEN + 1]) {
+  static const char hex[] = "0123456789abcdef";
+  for (size_t i = 0; i < KILN_BLOB_CHECK_BYTES; i++) {
+    out_hex[2 * i] = hex[check->bytes[i] >> 4];
+    out_hex[2 * i + 1] = hex[check->bytes[i] & 15];
+  }
+  out_hex[KILN_BLOB_CHECK_HEX_LEN] = '\0';
 }
 
 static kiln_status_t write_all(int fd, const void *data, size_t len, const char *path) {
@@ -394,9 +451,11 @@ struct kiln_blob_writer_s {
   bool has_expected;
   kiln_digest_t expected;
   kiln_hasher_t *hasher;
-  bool hashed_elsewhere;      /* one-shot put: the digest is computed on another thread */
+  XXH3_state_t *check_state;
+  bool hashed_elsewhere;      /* one-shot put: digest and check are computed on another thread */
   bool synced;                /* the tmp file already holds its final bytes, fsynced */
   kiln_digest_t given_digest; /* ...and handed over before commit */
+  kiln_blob_check_t given_check;
   uint64_t total; /* uncompressed bytes received */
 
   int fd;         /* the tmp file; -1 once closed */
@@ -435,6 +494,7 @@ static kiln_status_t open_tmp(const kiln_blobstore_t *store, path_t *out_path, i
 static void writer_free(kiln_blob_writer_t *w) {
   discard_tmp(w);
   kiln_hasher_destroy(w->hasher);
+  XXH3_freeState(w->check_state);
   ZSTD_freeCCtx(w->cctx);
   kiln_free(w->buf);
   kiln_free(w->failed_message);
@@ -452,7 +512,7 @@ static kiln_status_t writer_fail(kiln_blob_writer_t *w, kiln_status_t status) {
 }
 
 static ZSTD_CCtx *writer_cctx(kiln_blob_writer_t *w) {
-  if (!w->cctx && !(w->cctx = ZSTD_createCCtx())) zstd_out_of_memory("zstd_cctx");
+  if (!w->cctx && !(w->cctx = ZSTD_createCCtx())) out_of_memory("zstd_cctx");
   return w->cctx;
 }
 
@@ -510,6 +570,7 @@ kiln_status_t kiln_blob_writer_begin(kiln_blobstore_t *store, const kiln_digest_
     return status;
   }
   w->hasher = kiln_hasher_create();
+  w->check_state = check_state_create();
   w->mode = store->compression == KILN_BLOB_COMPRESSION_AUTO ? MODE_SAMPLING : MODE_RAW;
   buf_reserve(w, w->mode == MODE_SAMPLING ? SAMPLE_BYTES : STAGE_BYTES);
   *out_writer = w;
@@ -525,7 +586,7 @@ kiln_status_t kiln_blob_writer_write(kiln_blob_writer_t *w, const void *data, si
     return writer_fail(w, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                                       "blob write of %zu bytes from a NULL buffer", len));
   }
-  if (!w->hashed_elsewhere) kiln_hasher_update(w->hasher, data, len);
+  if (!w->hashed_elsewhere) hash_content(w->hasher, w->check_state, data, len);
   w->total += len;
   const unsigned char *p = data;
   kiln_status_t status = NULL;
@@ -738,8 +799,10 @@ static kiln_status_t place(kiln_blob_writer_t *w, const kiln_digest_hex_t *hex, 
 }
 
 kiln_status_t kiln_blob_writer_commit(kiln_blob_writer_t *w, kiln_digest_t *out_digest,
-                                      uint64_t *out_size, uint64_t *out_stored_size) {
+                                      kiln_blob_check_t *out_check, uint64_t *out_size,
+                                      uint64_t *out_stored_size) {
   if (out_digest) memset(out_digest, 0, sizeof *out_digest);
+  if (out_check) memset(out_check, 0, sizeof *out_check);
   if (out_size) *out_size = 0;
   if (out_stored_size) *out_stored_size = 0;
   if (w->failed_message) {
@@ -749,8 +812,14 @@ kiln_status_t kiln_blob_writer_commit(kiln_blob_writer_t *w, kiln_digest_t *out_
     return status;
   }
   kiln_digest_t digest;
-  if (w->hashed_elsewhere) digest = w->given_digest;
-  else kiln_hasher_finish(w->hasher, &digest);
+  kiln_blob_check_t check;
+  if (w->hashed_elsewhere) {
+    digest = w->given_digest;
+    check = w->given_check;
+  } else {
+    kiln_hasher_finish(w->hasher, &digest);
+    check_state_finish(w->check_state, &check);
+  }
   kiln_digest_hex_t hex;
   kiln_digest_to_hex(&digest, &hex);
 
@@ -783,6 +852,7 @@ kiln_status_t kiln_blob_writer_commit(kiln_blob_writer_t *w, kiln_digest_t *out_
   writer_free(w);
   if (status) return status;
   if (out_digest) *out_digest = digest;
+  if (out_check) *out_check = check;
   if (out_size) *out_size = total;
   if (out_stored_size) *out_stored_size = stored_size;
   return NULL;
@@ -791,30 +861,39 @@ kiln_status_t kiln_blob_writer_commit(kiln_blob_writer_t *w, kiln_digest_t *out_
 /* One-shot puts of large blobs hash on a second thread while this one writes:
  * SHA-256 (about 1 GB/s per core) is as slow as a fast disk's write+fsync, and
  * the two are independent, so a put costs max(hash, write + fsync) instead of the
- * sum: a raw blob is written and fsynced before the hash is joined. */
+ * sum: a raw blob is written and fsynced before the hash is joined. The check
+ * (XXH3-128, several times faster) rides along in the same pass. */
 #define PARALLEL_HASH_MIN_BYTES (1u << 20)
 
 typedef struct hash_job_s {
   const void *data;
   size_t len;
   kiln_digest_t digest;
+  kiln_blob_check_t check;
 } hash_job_t;
 
 static void *hash_thread(void *arg) {
   hash_job_t *job = arg;
-  kiln_digest_of(job->data, job->len, &job->digest);
+  kiln_hasher_t *sha = kiln_hasher_create();
+  XXH3_state_t *check = check_state_create();
+  hash_content(sha, check, job->data, job->len);
+  kiln_hasher_finish(sha, &job->digest);
+  check_state_finish(check, &job->check);
+  kiln_hasher_destroy(sha);
+  XXH3_freeState(check);
   return NULL;
 }
 
 kiln_status_t kiln_blobstore_put(kiln_blobstore_t *store, const void *data, size_t len,
                                  kiln_digest_t *out_digest, uint64_t *out_stored_size) {
-  return kiln_blobstore_put_expected(store, data, len, NULL, out_digest, out_stored_size);
+  return kiln_blobstore_put_expected(store, data, len, NULL, out_digest, NULL, out_stored_size);
 }
 
 kiln_status_t kiln_blobstore_put_expected(kiln_blobstore_t *store, const void *data, size_t len,
                                           const kiln_digest_t *expected, kiln_digest_t *out_digest,
-                                          uint64_t *out_stored_size) {
+                                          kiln_blob_check_t *out_check, uint64_t *out_stored_size) {
   if (out_digest) memset(out_digest, 0, sizeof *out_digest);
+  if (out_check) memset(out_check, 0, sizeof *out_check);
   if (out_stored_size) *out_stored_size = 0;
   if (len > 0 && !data) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "blob put of %zu bytes from a NULL buffer",
@@ -822,7 +901,7 @@ kiln_status_t kiln_blobstore_put_expected(kiln_blobstore_t *store, const void *d
   }
   kiln_blob_writer_t *w = NULL;
   KILN_RETURN_IF_ERROR(kiln_blob_writer_begin(store, expected, &w));
-  hash_job_t job = {data, len, {{0}}};
+  hash_job_t job = {data, len, {{0}}, {{0}}};
   pthread_t hasher;
   bool threaded = len >= PARALLEL_HASH_MIN_BYTES && pthread_create(&hasher, NULL, hash_thread, &job) == 0;
   w->hashed_elsewhere = threaded;
@@ -839,12 +918,13 @@ kiln_status_t kiln_blobstore_put_expected(kiln_blobstore_t *store, const void *d
   if (threaded) {
     pthread_join(hasher, NULL);
     w->given_digest = job.digest;
+    w->given_check = job.check;
   }
   if (status) {
     kiln_blob_writer_abort(w);
     return status;
   }
-  return kiln_blob_writer_commit(w, out_digest, NULL, out_stored_size);
+  return kiln_blob_writer_commit(w, out_digest, out_check, NULL, out_stored_size);
 }
 
 /* ---- reading ---- */
@@ -854,7 +934,10 @@ struct kiln_blob_reader_s {
   bool zst;
   path_t path;
   kiln_digest_t digest;
-  kiln_hasher_t *hasher;
+  kiln_hasher_t *hasher;      /* SHA-256; NULL when verifying by the check */
+  XXH3_state_t *check_state;  /* XXH3-128, always */
+  bool by_check;              /* opened with the check: verify against it */
+  kiln_blob_check_t check;    /* given, or computed at the end of a SHA-256 read */
   uint64_t size;
   uint64_t produced;
 
@@ -873,6 +956,7 @@ void kiln_blob_reader_close(kiln_blob_reader_t *r) {
   if (!r) return;
   if (r->fd >= 0) close(r->fd);
   kiln_hasher_destroy(r->hasher);
+  XXH3_freeState(r->check_state);
   ZSTD_freeDCtx(r->dctx);
   kiln_free(r->in_buf);
   kiln_free(r->failed_message);
@@ -909,6 +993,7 @@ static kiln_status_t read_zst_header(kiln_blob_reader_t *r) {
 }
 
 kiln_status_t kiln_blob_reader_open(kiln_blobstore_t *store, const kiln_digest_t *digest,
+                                    const kiln_blob_check_t *check,
                                     kiln_blob_reader_t **out_reader) {
   *out_reader = NULL;
   kiln_digest_hex_t hex;
@@ -916,6 +1001,10 @@ kiln_status_t kiln_blob_reader_open(kiln_blobstore_t *store, const kiln_digest_t
   kiln_blob_reader_t *r = kiln_calloc(1, sizeof *r);
   r->digest = *digest;
   r->fd = -1;
+  if (check) {
+    r->by_check = true;
+    r->check = *check;
+  }
   kiln_status_t status = NULL;
   for (int zst = 0; zst <= 1 && r->fd < 0; zst++) {
     blob_path(store, &hex, zst, &r->path);
@@ -938,7 +1027,7 @@ kiln_status_t kiln_blob_reader_open(kiln_blobstore_t *store, const kiln_digest_t
   if (!status) {
     if (r->zst) {
       status = read_zst_header(r);
-      if (!status && !(r->dctx = ZSTD_createDCtx())) zstd_out_of_memory("zstd_dctx");
+      if (!status && !(r->dctx = ZSTD_createDCtx())) out_of_memory("zstd_dctx");
       if (!status) r->in_buf = kiln_malloc(ZSTD_DStreamInSize());
     } else {
       r->size = (uint64_t)st.st_size;
@@ -948,24 +1037,48 @@ kiln_status_t kiln_blob_reader_open(kiln_blobstore_t *store, const kiln_digest_t
     kiln_blob_reader_close(r);
     return status;
   }
-  r->hasher = kiln_hasher_create();
+  if (!r->by_check) r->hasher = kiln_hasher_create();
+  r->check_state = check_state_create();
   *out_reader = r;
   return NULL;
 }
 
 uint64_t kiln_blob_reader_size(const kiln_blob_reader_t *reader) { return reader->size; }
 
-/* The end of the content: compare what was hashed with the name. */
+bool kiln_blob_reader_check(const kiln_blob_reader_t *reader, kiln_blob_check_t *out_check) {
+  memset(out_check, 0, sizeof *out_check);
+  if (!reader->verified) return false;
+  *out_check = reader->check;
+  return true;
+}
+
+/* The end of the content: compare what was hashed with the check, or with the
+ * name. */
 static kiln_status_t reader_finish(kiln_blob_reader_t *r) {
-  kiln_digest_t got;
-  kiln_hasher_finish(r->hasher, &got);
-  if (!kiln_digest_equal(&got, &r->digest)) {
-    kiln_digest_hex_t hex;
-    kiln_digest_to_hex(&got, &hex);
-    char what[160];
-    snprintf(what, sizeof what, "its %llu bytes hash to %s", (unsigned long long)r->produced,
-             hex.text);
-    return corrupt(r, what);
+  kiln_blob_check_t check;
+  check_state_finish(r->check_state, &check);
+  char what[200];
+  if (r->by_check) {
+    if (memcmp(check.bytes, r->check.bytes, sizeof check.bytes) != 0) {
+      char got[KILN_BLOB_CHECK_HEX_LEN + 1], want[KILN_BLOB_CHECK_HEX_LEN + 1];
+      kiln_blob_check_to_hex(&check, got);
+      kiln_blob_check_to_hex(&r->check, want);
+      snprintf(what, sizeof what,
+               "its %llu bytes fail their XXH3-128 check (they give %s, recorded %s)",
+               (unsigned long long)r->produced, got, want);
+      return corrupt(r, what);
+    }
+  } else {
+    kiln_digest_t got;
+    kiln_hasher_finish(r->hasher, &got);
+    if (!kiln_digest_equal(&got, &r->digest)) {
+      kiln_digest_hex_t hex;
+      kiln_digest_to_hex(&got, &hex);
+      snprintf(what, sizeof what, "its %llu bytes hash to %s (SHA-256)",
+               (unsigned long long)r->produced, hex.text);
+      return corrupt(r, what);
+    }
+    r->check = check;
   }
   if (r->produced != r->size) return corrupt(r, "its length differs from its recorded size");
   r->verified = true;
@@ -1023,7 +1136,7 @@ kiln_status_t kiln_blob_reader_read(kiln_blob_reader_t *r, void *buf, size_t cap
   }
   if (!status && n == 0) status = reader_finish(r);
   if (status) return reader_fail(r, status);
-  kiln_hasher_update(r->hasher, buf, n);
+  hash_content(r->hasher, r->check_state, buf, n);
   r->produced += n;
   *out_len = n;
   return NULL;
@@ -1034,7 +1147,7 @@ kiln_status_t kiln_blobstore_get(kiln_blobstore_t *store, const kiln_digest_t *d
   *out_data = NULL;
   *out_len = 0;
   kiln_blob_reader_t *r = NULL;
-  KILN_RETURN_IF_ERROR(kiln_blob_reader_open(store, digest, &r));
+  KILN_RETURN_IF_ERROR(kiln_blob_reader_open(store, digest, NULL, &r));
   uint64_t size = r->size;
   if (size >= SIZE_MAX) {
     kiln_status_t status = corrupt(r, "its recorded size does not fit in memory");
@@ -1088,9 +1201,12 @@ bool kiln_blobstore_contains(kiln_blobstore_t *store, const kiln_digest_t *diges
   return true;
 }
 
-kiln_status_t kiln_blobstore_verify(kiln_blobstore_t *store, const kiln_digest_t *digest) {
+kiln_status_t kiln_blobstore_verify(kiln_blobstore_t *store, const kiln_digest_t *digest,
+                                    kiln_blob_check_t *out_check) {
+  if (out_check) memset(out_check, 0, sizeof *out_check);
   kiln_blob_reader_t *r = NULL;
-  KILN_RETURN_IF_ERROR(kiln_blob_reader_open(store, digest, &r));
+  /* No check given: the audit is SHA-256 against the name, whatever is recorded. */
+  KILN_RETURN_IF_ERROR(kiln_blob_reader_open(store, digest, NULL, &r));
   unsigned char *buf = kiln_malloc(READ_CHUNK_BYTES);
   kiln_status_t status = NULL;
   size_t n = 0;
@@ -1098,6 +1214,7 @@ kiln_status_t kiln_blobstore_verify(kiln_blobstore_t *store, const kiln_digest_t
     status = kiln_blob_reader_read(r, buf, READ_CHUNK_BYTES, &n);
   } while (!status && n > 0);
   kiln_free(buf);
+  if (!status && out_check) kiln_blob_reader_check(r, out_check);
   kiln_blob_reader_close(r);
   return status;
 }

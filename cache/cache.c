@@ -23,6 +23,16 @@
  * commit and its row insert. gc never evicts them, and verify never removes them
  * as orphans; verify additionally spares orphans younger than ORPHAN_GRACE_S, which
  * closes the window between a put's commit and its registration.
+ *
+ * Checks: every put records its blob's check (XXH3-128, from the blob writer's
+ * single pass) in the transaction that writes its row, and open_blob looks it up so
+ * the read verifies with XXH3-128 instead of SHA-256. A blob without one (stored
+ * before index migration 4) is read with SHA-256, and that read records the check
+ * it computed on the way. A check goes with its blob: quarantine and repair drop it
+ * with the rows, removal of an unnamed blob drops it after the unlink (outside the
+ * lock: a write may wait for the busy timeout). One left behind is harmless, since
+ * any later put of the digest rewrites it with the same value. verify stays on
+ * SHA-256, and records or corrects the check of every blob it proves intact.
  */
 #include "cache/cache.h"
 
@@ -103,6 +113,8 @@ struct kiln_cache_reader_s {
   kiln_cache_t *cache;
   kiln_blob_reader_t *blob;
   kiln_digest_t digest;
+  bool by_check; /* verifying with the recorded check (XXH3-128) */
+  bool ended;    /* the end was reached (and, without a check, the check recorded) */
 };
 
 static int64_t now_ms(const kiln_cache_t *cache) {
@@ -282,6 +294,13 @@ static bool remove_unless_in_use(kiln_cache_t *cache, kiln_index_t *index,
     kiln_status_free(rm);
   }
   pthread_mutex_unlock(&cache->lock);
+  if (removed && index) {
+    /* After the lock: a write may wait for the busy timeout. Left behind on
+     * failure, the check is still right for any later put of these bytes. */
+    kiln_digest_hex_t hex;
+    kiln_digest_to_hex(digest, &hex);
+    kiln_status_free(kiln_index_blob_check_drop_unreferenced(index, hex.text));
+  }
   return removed;
 }
 
@@ -289,10 +308,11 @@ static bool remove_unless_in_use(kiln_cache_t *cache, kiln_index_t *index,
  * removes it once its row is in. Retries when a concurrent eviction removed the
  * (already present, identical) blob between commit and registration. */
 static kiln_status_t put_blob(kiln_cache_t *cache, const kiln_digest_t *expected, const void *data,
-                              size_t len, kiln_digest_t *out_digest, uint64_t *out_stored) {
+                              size_t len, kiln_digest_t *out_digest, kiln_blob_check_t *out_check,
+                              uint64_t *out_stored) {
   for (int attempt = 0;; attempt++) {
-    KILN_RETURN_IF_ERROR(
-        kiln_blobstore_put_expected(cache->blobs, data, len, expected, out_digest, out_stored));
+    KILN_RETURN_IF_ERROR(kiln_blobstore_put_expected(cache->blobs, data, len, expected, out_digest,
+                                                     out_check, out_stored));
     in_use_add(cache, out_digest);
     if (kiln_blobstore_contains(cache->blobs, out_digest, out_stored)) return NULL;
     in_use_remove(cache, out_digest);
@@ -301,6 +321,25 @@ static kiln_status_t put_blob(kiln_cache_t *cache, const kiln_digest_t *expected
                          "blob kept disappearing while it was stored (concurrent eviction)");
     }
   }
+}
+
+_Static_assert(KILN_INDEX_CHECK_BYTES == KILN_BLOB_CHECK_BYTES,
+               "the index stores the blob store's checks as they are");
+
+/* Writes an artifact row (`artifact`) or else a source row (`source`) and the
+ * check of the blob it names in one transaction: no row without its check. */
+static kiln_status_t put_row_and_check(kiln_index_t *index, const kiln_index_artifact_t *artifact,
+                                       const kiln_index_source_t *source, const char *digest,
+                                       const kiln_blob_check_t *check) {
+  KILN_RETURN_IF_ERROR(kiln_index_begin(index));
+  kiln_status_t st = artifact ? kiln_index_artifact_put(index, artifact)
+                              : kiln_index_source_put(index, source);
+  if (!st) st = kiln_index_blob_check_put(index, digest, check->bytes);
+  if (st) {
+    kiln_index_rollback(index);
+    return st;
+  }
+  return kiln_index_commit(index);
 }
 
 /* Forgets every memoized lookup (an artifact row or blob went away). */
@@ -455,6 +494,33 @@ static bool remove_path(const char *path) {
   return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0;
 }
 
+/* verify, for a blob SHA-256 just proved intact: records its check when none is
+ * recorded, and replaces a recorded one that disagrees (a damaged index row; left
+ * alone, it would fail the next read of good bytes). Best effort, like any
+ * recording of a check. */
+static void audit_check(scan_t *scan, const kiln_digest_t *digest, const kiln_blob_check_t *check) {
+  kiln_digest_hex_t hex;
+  kiln_digest_to_hex(digest, &hex);
+  kiln_blob_check_t recorded;
+  kiln_status_t st = kiln_index_blob_check_get(scan->index, hex.text, recorded.bytes);
+  bool wrong = !st && memcmp(recorded.bytes, check->bytes, sizeof recorded.bytes) != 0;
+  if (st && kiln_status_code(st) != KILN_STATUS_NOT_FOUND) {
+    kiln_log_status(KILN_LOG_WARN, "cache_check_lookup_failed", st, "digest=%s", hex.text);
+  } else if (st || wrong) {
+    if (wrong) {
+      char want[KILN_BLOB_CHECK_HEX_LEN + 1], had[KILN_BLOB_CHECK_HEX_LEN + 1];
+      kiln_blob_check_to_hex(check, want);
+      kiln_blob_check_to_hex(&recorded, had);
+      kiln_log(KILN_LOG_WARN, "cache_check_corrected", "digest=%s recorded=%s content=%s",
+               hex.text, had, want);
+    }
+    kiln_status_free(st);
+    st = kiln_index_blob_check_put(scan->index, hex.text, check->bytes);
+    if (st) kiln_log_status(KILN_LOG_WARN, "cache_check_not_recorded", st, "digest=%s", hex.text);
+  }
+  kiln_status_free(st);
+}
+
 static kiln_status_t visit_blob(void *user, const kiln_digest_t *digest, const char *path,
                                 uint64_t stored_size) {
   scan_t *scan = user;
@@ -471,7 +537,9 @@ static kiln_status_t visit_blob(void *user, const kiln_digest_t *digest, const c
   if (scan->check_content) {
     scan->report.blobs_checked++;
     scan->report.bytes_checked += stored_size;
-    kiln_status_t st = kiln_blobstore_verify(scan->cache->blobs, digest);
+    kiln_blob_check_t check;
+    kiln_status_t st = kiln_blobstore_verify(scan->cache->blobs, digest, &check);
+    if (!st && !scan->dry_run) audit_check(scan, digest, &check);
     if (kiln_status_code(st) == KILN_STATUS_DATA_LOSS) {
       bool repaired = false;
       if (!scan->dry_run) {
@@ -782,9 +850,10 @@ kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_
   kiln_digest_hex_t key;
   KILN_RETURN_IF_ERROR(kiln_cache_key_compute(parts, &key));
   kiln_digest_t digest;
+  kiln_blob_check_t check;
   uint64_t stored = 0;
   /* From commit to row: in the in-use set, protected from gc and verify. */
-  kiln_status_t st = put_blob(cache, NULL, data, len, &digest, &stored);
+  kiln_status_t st = put_blob(cache, NULL, data, len, &digest, &check, &stored);
   if (st) return kiln_status_annotate(st, "cannot store the artifact for %s", parts->target);
   kiln_digest_hex_t hex;
   kiln_digest_to_hex(&digest, &hex);
@@ -822,7 +891,7 @@ kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_
     if (!got) kiln_index_artifact_deinit(&old);
     kiln_status_free(got);
   }
-  if (!st) st = kiln_index_artifact_put(index, &rec);
+  if (!st) st = put_row_and_check(index, &rec, NULL, hex.text, &check);
   if (!st && *old_digest) memo_invalidate(cache); /* the key now names other bytes */
   if (!st) memo_store(cache, key.text, hex.text, len);
   if (!st && *old_digest) remove_if_unreferenced(cache, index, old_digest);
@@ -1007,6 +1076,36 @@ static void quarantine(kiln_cache_t *cache, const kiln_digest_t *digest, const c
   count(cache, &cache->quarantined, 1);
 }
 
+/* The recorded check of blob `hex`: false when there is none (stored before index
+ * migration 4) or the index cannot say now; the read then verifies with SHA-256,
+ * which is never wrong, only slower. */
+static bool lookup_check(kiln_cache_t *cache, const char *hex, kiln_blob_check_t *out_check) {
+  kiln_index_t *index = NULL;
+  kiln_status_t st = acquire(cache, &index);
+  if (!st) st = kiln_index_blob_check_get(index, hex, out_check->bytes);
+  release(cache, index);
+  if (st && kiln_status_code(st) != KILN_STATUS_NOT_FOUND) {
+    kiln_log_status(KILN_LOG_WARN, "cache_check_lookup_failed", st, "digest=%s", hex);
+  }
+  bool found = st == NULL;
+  kiln_status_free(st);
+  return found;
+}
+
+/* Records the check a SHA-256 read computed, so the next read of the blob is fast.
+ * Best effort: without it reads stay correct, and the next one tries again. */
+static void record_check(kiln_cache_t *cache, const kiln_digest_t *digest,
+                         const kiln_blob_check_t *check) {
+  kiln_digest_hex_t hex;
+  kiln_digest_to_hex(digest, &hex);
+  kiln_index_t *index = NULL;
+  kiln_status_t st = acquire(cache, &index);
+  if (!st) st = kiln_index_blob_check_put(index, hex.text, check->bytes);
+  release(cache, index);
+  if (st) kiln_log_status(KILN_LOG_WARN, "cache_check_not_recorded", st, "digest=%s", hex.text);
+  kiln_status_free(st);
+}
+
 kiln_status_t kiln_cache_open_blob(kiln_cache_t *cache, const char *digest,
                                    kiln_cache_reader_t **out_reader) {
   *out_reader = NULL;
@@ -1019,7 +1118,9 @@ kiln_status_t kiln_cache_open_blob(kiln_cache_t *cache, const char *digest,
   kiln_cache_reader_t *r = kiln_calloc(1, sizeof *r);
   r->cache = cache;
   r->digest = d;
-  kiln_status_t st = kiln_blob_reader_open(cache->blobs, &d, &r->blob);
+  kiln_blob_check_t check;
+  r->by_check = lookup_check(cache, digest, &check);
+  kiln_status_t st = kiln_blob_reader_open(cache->blobs, &d, r->by_check ? &check : NULL, &r->blob);
   if (st) {
     in_use_remove(cache, &d);
     kiln_free(r);
@@ -1036,6 +1137,12 @@ kiln_status_t kiln_cache_reader_read(kiln_cache_reader_t *reader, void *buf, siz
     quarantine(reader->cache, &reader->digest, kiln_status_message(st));
   } else if (!st) {
     count(reader->cache, &reader->cache->bytes_served, *out_len);
+    kiln_blob_check_t check;
+    if (*out_len == 0 && !reader->ended && kiln_blob_reader_check(reader->blob, &check)) {
+      reader->ended = true;
+      /* Proved by SHA-256 just now: its check is the one to record. */
+      if (!reader->by_check) record_check(reader->cache, &reader->digest, &check);
+    }
   }
   return st;
 }
@@ -1103,7 +1210,7 @@ kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, boo
  * holds (`*index` stays acquired for the caller: release it). */
 static kiln_status_t index_source(kiln_cache_t *cache, const char *hex, const char *semantic_digest,
                                   const char *name, int format, uint64_t size, uint64_t stored,
-                                  kiln_index_t **index) {
+                                  const kiln_blob_check_t *check, kiln_index_t **index) {
   kiln_index_source_t rec;
   memset(&rec, 0, sizeof rec);
   memcpy(rec.digest, hex, sizeof rec.digest);
@@ -1116,7 +1223,7 @@ static kiln_status_t index_source(kiln_cache_t *cache, const char *hex, const ch
   rec.stored_size = stored;
   rec.created_ms = rec.last_access_ms = now_ms(cache);
   kiln_status_t st = acquire(cache, index);
-  if (!st) st = kiln_index_source_put(*index, &rec);
+  if (!st) st = put_row_and_check(*index, NULL, &rec, hex, check);
   return st;
 }
 
@@ -1223,13 +1330,14 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
       }
     }
   }
-  KILN_RETURN_IF_ERROR(put_blob(cache, &computed, data, len, &digest, &stored));
+  kiln_blob_check_t check;
+  KILN_RETURN_IF_ERROR(put_blob(cache, &computed, data, len, &digest, &check, &stored));
   kiln_status_t st = NULL;
   uint64_t size = len;
   kiln_digest_hex_t hex;
   kiln_digest_to_hex(&digest, &hex);
   kiln_index_t *index = NULL;
-  st = index_source(cache, hex.text, semantic_digest, name, format, size, stored, &index);
+  st = index_source(cache, hex.text, semantic_digest, name, format, size, stored, &check, &index);
   release(cache, index);
   /* Remembered while the blob is still in use (no removal can slip in between). */
   if (!st) source_memo_store(cache, &hex, now_ms(cache), kiln_time_monotonic_ns() / 1000000);
@@ -1339,7 +1447,8 @@ kiln_status_t kiln_cache_source_upload_commit(kiln_cache_upload_t *upload, const
    * already stored (which the commit then keeps instead of ours). */
   in_use_add(cache, &upload->expected);
   uint64_t stored = 0;
-  kiln_status_t st = kiln_blob_writer_commit(upload->writer, NULL, NULL, &stored);
+  kiln_blob_check_t check;
+  kiln_status_t st = kiln_blob_writer_commit(upload->writer, NULL, &check, NULL, &stored);
   upload->writer = NULL;
   uint64_t size = upload->size;
   kiln_free(upload);
@@ -1350,7 +1459,7 @@ kiln_status_t kiln_cache_source_upload_commit(kiln_cache_upload_t *upload, const
     return kiln_status_annotate(st, "source upload");
   }
   kiln_index_t *index = NULL;
-  st = index_source(cache, hex.text, semantic_digest, name, format, size, stored, &index);
+  st = index_source(cache, hex.text, semantic_digest, name, format, size, stored, &check, &index);
   if (!st && out_record) st = kiln_index_source_get(index, hex.text, out_record);
   in_use_remove(cache, &d);
   /* Not indexed: take the blob back unless a row (a concurrent upload) names it,

@@ -2,9 +2,12 @@
  * SQLite (index.h), behind one thread-safe object.
  *
  * Guarantees (docs/design/cache.md has the reasoning):
- * - Never serves a bad byte: every read is verified as it streams; a blob whose
- *   bytes do not match its digest is DATA_LOSS, is quarantined at once (rows
- *   dropped, file moved aside, digest recorded) and is never served again.
+ * - Never serves a bad byte: every read is verified as it streams, against the
+ *   blob's check (XXH3-128, recorded in the index by the put) or, for a blob with
+ *   none yet, against its digest (SHA-256, and the check is then recorded); a blob
+ *   whose bytes do not match is DATA_LOSS, is quarantined at once (rows dropped,
+ *   file moved aside, digest recorded) and is never served again. verify always
+ *   re-hashes with SHA-256.
  * - No index row points at a missing blob and no half-written blob is visible:
  *   blobs are made durable and renamed into place before their row is inserted;
  *   rows are deleted before their blob. Open repairs what a crash can leave: rows
@@ -145,10 +148,14 @@ bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *cache_key, bool r
  * protected from eviction. */
 typedef struct kiln_cache_reader_s kiln_cache_reader_t;
 
-/* Opens blob `digest` (artifact or source). NOT_FOUND when unknown or quarantined. */
+/* Opens blob `digest` (artifact or source), verifying with its recorded check when
+ * there is one (one indexed query), else with SHA-256. NOT_FOUND when unknown or
+ * quarantined. */
 kiln_status_t kiln_cache_open_blob(kiln_cache_t *cache, const char *digest,
                                    kiln_cache_reader_t **out_reader);
-/* As kiln_blob_reader_read. On DATA_LOSS the blob has already been quarantined. */
+/* As kiln_blob_reader_read. On DATA_LOSS the blob has already been quarantined.
+ * The read that ends a blob verified by SHA-256 records its check (a failure to
+ * record is logged, not returned). */
 kiln_status_t kiln_cache_reader_read(kiln_cache_reader_t *reader, void *buf, size_t cap,
                                      size_t *out_len);
 uint64_t kiln_cache_reader_size(const kiln_cache_reader_t *reader);
@@ -261,9 +268,12 @@ typedef struct kiln_cache_verify_report_s {
   int64_t duration_ms;
 } kiln_cache_verify_report_t;
 
-/* Re-reads every blob and reconciles index and blobs (see kiln.proto VerifyCache).
- * With dry_run nothing is changed. `should_stop` (may be NULL) is polled between
- * blobs; when it returns true the scan ends early with CANCELLED. */
+/* Re-reads every blob, hashing it with SHA-256 whatever check is recorded (the
+ * audit of the content addresses), and reconciles index and blobs (see kiln.proto
+ * VerifyCache); the check of every intact blob is recorded, or corrected when the
+ * recorded one differs. With dry_run nothing is changed. `should_stop` (may be
+ * NULL) is polled between blobs; when it returns true the scan ends early with
+ * CANCELLED. */
 kiln_status_t kiln_cache_verify(kiln_cache_t *cache, bool dry_run, bool (*should_stop)(void *),
                                 void *stop_user, kiln_cache_verify_report_t *out_report);
 void kiln_cache_verify_report_deinit(kiln_cache_verify_report_t *report);

@@ -82,8 +82,12 @@ typedef enum stmt_id_e {
   STMT_DIGESTS,
   STMT_DROP_ARTIFACTS,
   STMT_DROP_SOURCES,
+  STMT_DROP_CHECK,
   STMT_QUARANTINE_PUT,
   STMT_QUARANTINE_GET,
+  STMT_CHECK_PUT,
+  STMT_CHECK_GET,
+  STMT_CHECK_DROP_UNREFERENCED,
   STMT_TOTALS,
   STMT_COUNT
 } stmt_id_t;
@@ -154,10 +158,18 @@ static const char *const stmt_sql[STMT_COUNT] = {
                     "ORDER BY 1",
     [STMT_DROP_ARTIFACTS] = "DELETE FROM artifacts WHERE artifact_digest = ?1",
     [STMT_DROP_SOURCES] = "DELETE FROM sources WHERE digest = ?1",
+    [STMT_DROP_CHECK] = "DELETE FROM blob_checks WHERE digest = ?1",
     [STMT_QUARANTINE_PUT] = "INSERT INTO quarantine (digest, reason, quarantined_ms) "
                             "VALUES (?1, ?2, ?3) ON CONFLICT (digest) DO UPDATE SET "
                             "reason = excluded.reason, quarantined_ms = excluded.quarantined_ms",
     [STMT_QUARANTINE_GET] = "SELECT EXISTS (SELECT 1 FROM quarantine WHERE digest = ?1)",
+    [STMT_CHECK_PUT] = "INSERT INTO blob_checks (digest, xxh3) VALUES (?1, ?2) "
+                       "ON CONFLICT (digest) DO UPDATE SET xxh3 = excluded.xxh3",
+    [STMT_CHECK_GET] = "SELECT xxh3 FROM blob_checks WHERE digest = ?1",
+    [STMT_CHECK_DROP_UNREFERENCED] =
+        "DELETE FROM blob_checks WHERE digest = ?1 "
+        "AND NOT EXISTS (SELECT 1 FROM artifacts WHERE artifact_digest = ?1) "
+        "AND NOT EXISTS (SELECT 1 FROM sources WHERE digest = ?1)",
     /* One statement, so one snapshot: the numbers agree with each other. Stored
      * bytes count each blob once however many cache keys share it. */
     [STMT_TOTALS] =
@@ -1204,6 +1216,7 @@ static kiln_status_t drop_rows(kiln_index_t *index, const char *digest, const ch
   int artifacts = 0, sources = 0;
   KILN_RETURN_IF_ERROR(exec_text(index, STMT_DROP_ARTIFACTS, digest, op, &artifacts));
   KILN_RETURN_IF_ERROR(exec_text(index, STMT_DROP_SOURCES, digest, op, &sources));
+  KILN_RETURN_IF_ERROR(exec_text(index, STMT_DROP_CHECK, digest, op, NULL));
   if (reason) {
     sqlite3_stmt *stmt = index->stmts[STMT_QUARANTINE_PUT];
     int rc = SQLITE_OK;
@@ -1244,6 +1257,59 @@ kiln_status_t kiln_index_is_quarantined(kiln_index_t *index, const char *digest,
       query_bool(index, STMT_QUARANTINE_GET, digest, "check quarantine", &quarantined));
   *out = quarantined;
   return NULL;
+}
+
+/* ---- blob checks ------------------------------------------------------------------ */
+
+kiln_status_t kiln_index_blob_check_put(kiln_index_t *index, const char *digest,
+                                        const unsigned char check[KILN_INDEX_CHECK_BYTES]) {
+  static const char op[] = "record blob check";
+  KILN_RETURN_IF_ERROR(check_digest(op, "digest", digest));
+  sqlite3_stmt *stmt = index->stmts[STMT_CHECK_PUT];
+  int rc = SQLITE_OK;
+  bind_text(stmt, 1, digest, &rc);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_bind_blob(stmt, 2, check, KILN_INDEX_CHECK_BYTES, SQLITE_STATIC);
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+  kiln_status_t status = rc == SQLITE_DONE ? NULL : sql_failure(index, rc, op);
+  stmt_done(stmt);
+  return status;
+}
+
+kiln_status_t kiln_index_blob_check_get(kiln_index_t *index, const char *digest,
+                                        unsigned char out_check[KILN_INDEX_CHECK_BYTES]) {
+  static const char op[] = "get blob check";
+  memset(out_check, 0, KILN_INDEX_CHECK_BYTES);
+  if (!digest) return invalid(op, "digest is NULL");
+  sqlite3_stmt *stmt = index->stmts[STMT_CHECK_GET];
+  int rc = SQLITE_OK;
+  bind_text(stmt, 1, digest, &rc);
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+  kiln_status_t status = NULL;
+  if (rc == SQLITE_ROW) {
+    const void *bytes = sqlite3_column_blob(stmt, 0);
+    /* The schema's CHECK holds the length; only damage to the file breaks it. */
+    if (bytes && sqlite3_column_bytes(stmt, 0) == KILN_INDEX_CHECK_BYTES)
+      memcpy(out_check, bytes, KILN_INDEX_CHECK_BYTES);
+    else
+      status = KILN_STATUS(KILN_STATUS_DATA_LOSS,
+                           "cache index %s: the check of blob %s is %d bytes, not %d; the "
+                           "index is damaged: move it aside to start a fresh index",
+                           index->path, digest, sqlite3_column_bytes(stmt, 0),
+                           KILN_INDEX_CHECK_BYTES);
+  } else if (rc == SQLITE_DONE) {
+    status = KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no check recorded for blob %s",
+                         index->path, digest);
+  } else {
+    status = sql_failure(index, rc, op);
+  }
+  stmt_done(stmt);
+  return status;
+}
+
+kiln_status_t kiln_index_blob_check_drop_unreferenced(kiln_index_t *index, const char *digest) {
+  if (!digest) return invalid("drop blob check", "digest is NULL");
+  return exec_text(index, STMT_CHECK_DROP_UNREFERENCED, digest, "drop blob check", NULL);
 }
 
 kiln_status_t kiln_index_totals(kiln_index_t *index, kiln_index_totals_t *out_totals) {

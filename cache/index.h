@@ -27,6 +27,8 @@
 #include "base/status.h"
 
 #define KILN_INDEX_DIGEST_LEN 64
+/* A blob check as the blob store makes it (kiln_blob_check_t's bytes). */
+#define KILN_INDEX_CHECK_BYTES 16
 
 typedef struct kiln_index_s kiln_index_t;
 
@@ -233,15 +235,32 @@ kiln_status_t kiln_index_digest_referenced(kiln_index_t *index, const char *dige
 typedef kiln_status_t (*kiln_index_digest_fn_t)(void *user, const char *digest);
 kiln_status_t kiln_index_visit_digests(kiln_index_t *index, kiln_index_digest_fn_t fn, void *user);
 
-/* Deletes every artifact and source row that refers to blob `digest` and records it
- * in the quarantine table with `reason` (when reason is NULL, nothing is recorded:
- * a dangling row dropped by repair), all in one transaction. *out_rows (may be
- * NULL) counts deleted artifact and source rows (not their labels). */
+/* Deletes every artifact and source row that refers to blob `digest`, and its
+ * check, and records it in the quarantine table with `reason` (when reason is
+ * NULL, nothing is recorded: a dangling row dropped by repair), all in one
+ * transaction. *out_rows (may be NULL) counts deleted artifact and source rows
+ * (not their labels or check). */
 kiln_status_t kiln_index_drop_digest(kiln_index_t *index, const char *digest, const char *reason,
                                      int64_t now_ms, size_t *out_rows);
 /* Whether blob `digest` was quarantined (so it is never served even if a file with
  * its name reappears). */
 kiln_status_t kiln_index_is_quarantined(kiln_index_t *index, const char *digest, bool *out);
+
+/* Blob checks: the XXH3-128 of a blob's content (KILN_INDEX_CHECK_BYTES bytes,
+ * opaque here), which streaming reads verify instead of SHA-256. A check belongs
+ * to the content, not to a row: equal digests have equal checks, so a put may
+ * overwrite one freely, and one left behind by a removed blob is right again for
+ * any blob later stored under the same digest.
+ * put: inserts or replaces (INVALID_ARGUMENT for a malformed digest).
+ * get: NOT_FOUND when none is recorded (a blob stored before migration 4 and not
+ * read since, or never stored).
+ * drop_unreferenced: deletes the check of `digest` unless an artifact or source row
+ * names the blob (after its blob was removed); absent is not an error. */
+kiln_status_t kiln_index_blob_check_put(kiln_index_t *index, const char *digest,
+                                        const unsigned char check[KILN_INDEX_CHECK_BYTES]);
+kiln_status_t kiln_index_blob_check_get(kiln_index_t *index, const char *digest,
+                                        unsigned char out_check[KILN_INDEX_CHECK_BYTES]);
+kiln_status_t kiln_index_blob_check_drop_unreferenced(kiln_index_t *index, const char *digest);
 
 typedef struct kiln_index_totals_s {
   uint64_t artifacts;

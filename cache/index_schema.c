@@ -80,6 +80,17 @@ static const char *const migrations[] = {
      * migration, imported VMFBs). */
     "ALTER TABLE artifacts ADD COLUMN job_id TEXT NOT NULL DEFAULT '';\n"
     "ALTER TABLE artifacts ADD COLUMN source_name TEXT NOT NULL DEFAULT '';\n",
+    /* 4: each blob's check, which every streaming read verifies instead of
+     * SHA-256: the XXH3-128 of its uncompressed content, 16 bytes in xxHash's
+     * canonical (big-endian) order, keyed by the blob's digest. Written in the
+     * transaction that writes the row naming the blob; blobs stored before this
+     * migration get theirs from the first read (or verify) that hashes them with
+     * SHA-256. Not a foreign key: one blob may be named by artifact and source rows
+     * alike. */
+    "CREATE TABLE blob_checks (\n"
+    "  digest TEXT NOT NULL PRIMARY KEY " DIGEST_CHECK("digest") ",\n"
+    "  xxh3   BLOB NOT NULL CHECK (length(xxh3) = 16)\n"
+    ") STRICT, WITHOUT ROWID;\n",
 };
 
 int kiln_index_schema_migration_count(void) {

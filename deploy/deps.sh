@@ -14,6 +14,9 @@ packages=(
   # JSON output of the CLI (json-c: well kept, no hand-written JSON); SHA-256 from
   # OpenSSL's libcrypto; zstd for blobs at rest; zlib's crc32 for VMFB zip entries
   libjson-c-dev libssl-dev libzstd-dev zlib1g-dev
+  # XXH3-128 from xxHash: the fast at-rest integrity check on every blob read
+  # (SHA-256 stays the content address and the audit of kiln cache verify)
+  libxxhash-dev
   # tests: cmocka units; the interop client is Python with Debian's grpcio
   libcmocka-dev protobuf-compiler python3 python3-grpcio python3-protobuf valgrind
   # validating generated device code: spirv-val (llvm-readobj comes with llvm-22)

@@ -12,7 +12,14 @@
  * option validation; the SHA-256 known vectors; concurrent writers on one store
  * and on two stores with different compression sharing one directory; and, as
  * root, a full disk (a 256 KiB tmpfs): RESOURCE_EXHAUSTED, nothing left in tmp/,
- * earlier blobs intact and the space usable again. */
+ * earlier blobs intact and the space usable again. Checks: every way of writing
+ * (small and threaded one-shot puts, raw, .zst, spilled, empty, a duplicate)
+ * reports the XXH3-128 of the content as xxHash itself computes it; a reader given
+ * the check verifies with it (a wrong check fails intact bytes, naming XXH3-128,
+ * while SHA-256 passes them) and catches a flipped byte (raw and .zst); a reader
+ * without one computes the check beside SHA-256, and hands it out only once the
+ * content is verified; verify reports SHA-256 failures and the check of intact
+ * blobs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +38,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "base/alloc.h"
 #include "base/digest.h"
@@ -134,6 +142,53 @@ static void flip_byte(const char *path, off_t at) {
   close(fd);
 }
 
+/* The XXH3-128 of `len` bytes in canonical order, from xxHash itself. */
+static kiln_blob_check_t xxh3_of(const void *data, size_t len) {
+  XXH128_canonical_t canonical;
+  XXH128_canonicalFromHash(&canonical, XXH3_128bits(data, len));
+  kiln_blob_check_t check;
+  memcpy(check.bytes, canonical.digest, sizeof check.bytes);
+  return check;
+}
+
+static void assert_check_equal(const kiln_blob_check_t *got, const kiln_blob_check_t *want) {
+  if (memcmp(got->bytes, want->bytes, sizeof got->bytes) != 0) {
+    char g[KILN_BLOB_CHECK_HEX_LEN + 1], w[KILN_BLOB_CHECK_HEX_LEN + 1];
+    kiln_blob_check_to_hex(got, g);
+    kiln_blob_check_to_hex(want, w);
+    fail_msg("check %s, want %s", g, w);
+  }
+}
+
+/* Reads the whole blob through a reader opened with `check` (may be NULL) and
+ * returns the status of the read that ended it; the bytes must be `data`. With
+ * out_check, it receives what kiln_blob_reader_check then says (cleared when it
+ * says false). */
+static kiln_status_t read_all(kiln_blobstore_t *store, const kiln_digest_t *d,
+                              const kiln_blob_check_t *check, const void *data, size_t len,
+                              kiln_blob_check_t *out_check, bool *out_has_check) {
+  kiln_blob_reader_t *r = NULL;
+  assert_ok(kiln_blob_reader_open(store, d, check, &r));
+  kiln_blob_check_t early;
+  assert_false(kiln_blob_reader_check(r, &early)); /* nothing verified yet */
+  unsigned char *buf = malloc(64 * 1024);
+  size_t total = 0, n = 0;
+  kiln_status_t status;
+  while (!(status = kiln_blob_reader_read(r, buf, 64 * 1024, &n)) && n > 0) {
+    assert_true(total + n <= len);
+    if (data) assert_memory_equal(buf, (const unsigned char *)data + total, n);
+    total += n;
+  }
+  if (!status) assert_int_equal(total, len);
+  kiln_blob_check_t got;
+  bool has = kiln_blob_reader_check(r, &got);
+  if (out_check) *out_check = got;
+  if (out_has_check) *out_has_check = has;
+  free(buf);
+  kiln_blob_reader_close(r);
+  return status;
+}
+
 static kiln_blobstore_t *open_store(const char *dir, kiln_blob_compression_t compression) {
   kiln_blobstore_options_t o = {.compression = compression};
   kiln_blobstore_t *store = NULL;
@@ -222,12 +277,12 @@ static void test_round_trip_sizes(void **state) {
     assert_int_equal(contained, stored);
 
     kiln_blob_reader_t *r = NULL;
-    assert_ok(kiln_blob_reader_open(f->store, &d, &r));
+    assert_ok(kiln_blob_reader_open(f->store, &d, NULL, &r));
     assert_int_equal(kiln_blob_reader_size(r), cases[i].len);
     kiln_blob_reader_close(r);
 
     assert_get_equals(f->store, &d, data, cases[i].len);
-    assert_ok(kiln_blobstore_verify(f->store, &d));
+    assert_ok(kiln_blobstore_verify(f->store, &d, NULL));
     free(data);
   }
   assert_int_equal(tmp_entries(f->dir), 0);
@@ -263,7 +318,7 @@ static void test_spilled_blob_is_compressed(void **state) {
   }
   kiln_digest_t d, want;
   uint64_t size = 0, stored = 0;
-  assert_ok(kiln_blob_writer_commit(w, &d, &size, &stored));
+  assert_ok(kiln_blob_writer_commit(w, &d, NULL, &size, &stored));
   kiln_digest_of(data, SPILL_SIZE, &want);
   assert_true(kiln_digest_equal(&d, &want));
   assert_int_equal(size, SPILL_SIZE);
@@ -272,7 +327,7 @@ static void test_spilled_blob_is_compressed(void **state) {
   assert_int_equal(tmp_entries(f->dir), 0);
 
   kiln_blob_reader_t *r = NULL;
-  assert_ok(kiln_blob_reader_open(f->store, &d, &r));
+  assert_ok(kiln_blob_reader_open(f->store, &d, NULL, &r));
   assert_int_equal(kiln_blob_reader_size(r), SPILL_SIZE);
   kiln_blob_reader_close(r);
   assert_get_equals(f->store, &d, data, SPILL_SIZE);
@@ -306,7 +361,7 @@ static void test_streaming_equals_one_shot(void **state) {
     }
     kiln_digest_t streamed;
     uint64_t size = 0, stored = 0;
-    assert_ok(kiln_blob_writer_commit(w, &streamed, &size, &stored));
+    assert_ok(kiln_blob_writer_commit(w, &streamed, NULL, &size, &stored));
     assert_int_equal(size, len);
 
     uint64_t stored_once = 0;
@@ -332,7 +387,7 @@ static void test_expected_digest_mismatch(void **state) {
   kiln_digest_t out;
   memset(&out, 0xee, sizeof out);
   uint64_t size = 77, stored = 77;
-  kiln_status_t status = kiln_blob_writer_commit(w, &out, &size, &stored);
+  kiln_status_t status = kiln_blob_writer_commit(w, &out, NULL, &size, &stored);
   assert_int_equal(kiln_status_code(status), KILN_STATUS_INVALID_ARGUMENT);
   kiln_digest_hex_t a, c;
   kiln_digest_to_hex(&actual, &a);
@@ -352,7 +407,7 @@ static void test_expected_digest_mismatch(void **state) {
   /* The right claim commits. */
   assert_ok(kiln_blob_writer_begin(f->store, &actual, &w));
   assert_ok(kiln_blob_writer_write(w, "data", 4));
-  assert_ok(kiln_blob_writer_commit(w, &out, NULL, NULL));
+  assert_ok(kiln_blob_writer_commit(w, &out, NULL, NULL, NULL));
   assert_true(kiln_digest_equal(&out, &actual));
   assert_true(kiln_blobstore_contains(f->store, &actual, NULL));
 }
@@ -437,7 +492,7 @@ static void test_reader_detects_flipped_byte(void **state) {
   flip_byte(path, 54321);
 
   kiln_blob_reader_t *r = NULL;
-  assert_ok(kiln_blob_reader_open(f->store, &d, &r));
+  assert_ok(kiln_blob_reader_open(f->store, &d, NULL, &r));
   unsigned char buf[4096];
   size_t total = 0, n = 0;
   kiln_status_t status = NULL;
@@ -461,7 +516,7 @@ static void test_reader_detects_flipped_byte(void **state) {
   assert_code(kiln_blobstore_get(f->store, &d, &out, &out_len), KILN_STATUS_DATA_LOSS);
   assert_null(out);
   assert_int_equal(out_len, 0);
-  assert_code(kiln_blobstore_verify(f->store, &d), KILN_STATUS_DATA_LOSS);
+  assert_code(kiln_blobstore_verify(f->store, &d, NULL), KILN_STATUS_DATA_LOSS);
 
   /* The same for a compressed blob: one flipped byte in the frame body. */
   kiln_test_fill_compressible(data, len, 42);
@@ -469,7 +524,139 @@ static void test_reader_detects_flipped_byte(void **state) {
   blob_file(f->dir, &d, true, path, sizeof path);
   flip_byte(path, file_size(path) / 2);
   assert_code(kiln_blobstore_get(f->store, &d, &out, &out_len), KILN_STATUS_DATA_LOSS);
-  assert_code(kiln_blobstore_verify(f->store, &d), KILN_STATUS_DATA_LOSS);
+  assert_code(kiln_blobstore_verify(f->store, &d, NULL), KILN_STATUS_DATA_LOSS);
+  free(data);
+}
+
+/* ---- checks (XXH3-128) ---- */
+
+/* Every way of writing reports the content's XXH3-128; readers with and without it
+ * agree with it, and so does verify. */
+static void test_check_from_every_writer(void **state) {
+  fixture_t *f = *state;
+  /* The empty input's XXH3-128 (xxHash's published test vector), big-endian. */
+  kiln_blob_check_t check;
+  kiln_blob_check_of("", 0, &check);
+  char hex[KILN_BLOB_CHECK_HEX_LEN + 1];
+  kiln_blob_check_to_hex(&check, hex);
+  assert_string_equal(hex, "99aa06d3014798d86001c324468d497f");
+
+  const struct {
+    size_t len;
+    bool compressible;
+    bool want_zst;
+  } cases[] = {
+      {0, false, false},         {3000, false, false}, {200000, true, true},
+      /* One-shot puts this big hash on a second thread. */
+      {MIB + 17, false, false},  {MIB + 17, true, true},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t len = cases[i].len;
+    unsigned char *data = kiln_test_make_data(len, cases[i].compressible, 300 + i);
+    kiln_blob_check_t want = xxh3_of(data, len);
+    kiln_digest_t d;
+    assert_ok(kiln_blobstore_put_expected(f->store, data, len, NULL, &d, &check, NULL));
+    assert_check_equal(&check, &want);
+    assert_stored_as(f->dir, &d, cases[i].want_zst);
+    /* A duplicate reports it too (equal content, equal check). */
+    memset(&check, 0, sizeof check);
+    assert_ok(kiln_blobstore_put_expected(f->store, data, len, &d, NULL, &check, NULL));
+    assert_check_equal(&check, &want);
+
+    /* With the check: verified by it, and it is what the reader reports. */
+    bool has = false;
+    assert_ok(read_all(f->store, &d, &want, data, len, &check, &has));
+    assert_true(has);
+    assert_check_equal(&check, &want);
+    /* Without: SHA-256, and the check computed on the way. */
+    assert_ok(read_all(f->store, &d, NULL, data, len, &check, &has));
+    assert_true(has);
+    assert_check_equal(&check, &want);
+    assert_ok(kiln_blobstore_verify(f->store, &d, &check));
+    assert_check_equal(&check, &want);
+    free(data);
+  }
+
+  /* A streamed blob that spills past the writer's memory and is compressed from
+   * its tmp file at commit. */
+  unsigned char *data = kiln_test_make_data(SPILL_SIZE, true, 310);
+  kiln_blob_writer_t *w = NULL;
+  assert_ok(kiln_blob_writer_begin(f->store, NULL, &w));
+  for (size_t off = 0; off < SPILL_SIZE; off += 100003) {
+    size_t n = SPILL_SIZE - off < 100003 ? SPILL_SIZE - off : 100003;
+    assert_ok(kiln_blob_writer_write(w, data + off, n));
+  }
+  kiln_digest_t d;
+  assert_ok(kiln_blob_writer_commit(w, &d, &check, NULL, NULL));
+  kiln_blob_check_t want = xxh3_of(data, SPILL_SIZE);
+  assert_check_equal(&check, &want);
+  assert_stored_as(f->dir, &d, true);
+  assert_ok(read_all(f->store, &d, &want, data, SPILL_SIZE, NULL, NULL));
+  free(data);
+}
+
+/* A reader given a check verifies with it, not with SHA-256: a wrong check fails
+ * bytes that match their name. */
+static void test_wrong_check_fails_intact_bytes(void **state) {
+  fixture_t *f = *state;
+  for (int compressible = 0; compressible <= 1; compressible++) {
+    size_t len = 150000;
+    unsigned char *data = kiln_test_make_data(len, compressible, 320 + (uint64_t)compressible);
+    kiln_digest_t d = put_ok(f->store, data, len, NULL);
+    kiln_blob_check_t wrong = xxh3_of(data, len);
+    wrong.bytes[7] ^= 1;
+    bool has = true;
+    kiln_status_t status = read_all(f->store, &d, &wrong, data, len, NULL, &has);
+    assert_int_equal(kiln_status_code(status), KILN_STATUS_DATA_LOSS);
+    kiln_digest_hex_t hex;
+    kiln_digest_to_hex(&d, &hex);
+    assert_non_null(strstr(kiln_status_message(status), hex.text));
+    assert_non_null(strstr(kiln_status_message(status), "XXH3-128"));
+    char wrong_hex[KILN_BLOB_CHECK_HEX_LEN + 1];
+    kiln_blob_check_to_hex(&wrong, wrong_hex);
+    assert_non_null(strstr(kiln_status_message(status), wrong_hex));
+    kiln_status_free(status);
+    assert_false(has); /* a failed reader hands out no check */
+    /* SHA-256 (the reader without a check, and verify) passes the same bytes. */
+    assert_ok(read_all(f->store, &d, NULL, data, len, NULL, NULL));
+    assert_ok(kiln_blobstore_verify(f->store, &d, NULL));
+    free(data);
+  }
+}
+
+/* Damage is caught by the check as it is by SHA-256, each naming its hash. */
+static void test_check_detects_flipped_byte(void **state) {
+  fixture_t *f = *state;
+  size_t len = 100000;
+  unsigned char *data = kiln_test_make_data(len, false, 330);
+  kiln_digest_t d = put_ok(f->store, data, len, NULL);
+  kiln_blob_check_t check = xxh3_of(data, len);
+  char path[PATH_MAX];
+  blob_file(f->dir, &d, false, path, sizeof path);
+  flip_byte(path, 777);
+  bool has = true;
+  kiln_status_t status = read_all(f->store, &d, &check, NULL, len, NULL, &has);
+  assert_int_equal(kiln_status_code(status), KILN_STATUS_DATA_LOSS);
+  assert_non_null(strstr(kiln_status_message(status), "XXH3-128"));
+  assert_non_null(strstr(kiln_status_message(status), path));
+  kiln_status_free(status);
+  assert_false(has);
+  kiln_blob_check_t none;
+  memset(&none, 0xff, sizeof none);
+  status = kiln_blobstore_verify(f->store, &d, &none);
+  assert_int_equal(kiln_status_code(status), KILN_STATUS_DATA_LOSS);
+  assert_non_null(strstr(kiln_status_message(status), "SHA-256"));
+  kiln_status_free(status);
+  kiln_blob_check_t zero = {{0}};
+  assert_check_equal(&none, &zero); /* cleared: no check for damaged bytes */
+
+  /* Compressed: the damage shows as a zstd error or as a failed check. */
+  kiln_test_fill_compressible(data, len, 331);
+  d = put_ok(f->store, data, len, NULL);
+  check = xxh3_of(data, len);
+  blob_file(f->dir, &d, true, path, sizeof path);
+  flip_byte(path, file_size(path) / 2);
+  assert_code(read_all(f->store, &d, &check, NULL, len, NULL, NULL), KILN_STATUS_DATA_LOSS);
   free(data);
 }
 
@@ -489,15 +676,15 @@ static void test_damaged_zst_is_data_loss(void **state) {
   assert_int_equal(write(fd, "junk", 4), 4);
   close(fd);
   assert_code(kiln_blobstore_get(f->store, &d, &out, &out_len), KILN_STATUS_DATA_LOSS);
-  assert_code(kiln_blobstore_verify(f->store, &d), KILN_STATUS_DATA_LOSS);
+  assert_code(kiln_blobstore_verify(f->store, &d, NULL), KILN_STATUS_DATA_LOSS);
 
   /* A frame cut in half. */
   assert_int_equal(truncate(path, full / 2), 0);
   assert_code(kiln_blobstore_get(f->store, &d, &out, &out_len), KILN_STATUS_DATA_LOSS);
   assert_null(out);
-  assert_code(kiln_blobstore_verify(f->store, &d), KILN_STATUS_DATA_LOSS);
+  assert_code(kiln_blobstore_verify(f->store, &d, NULL), KILN_STATUS_DATA_LOSS);
   kiln_blob_reader_t *r = NULL;
-  assert_ok(kiln_blob_reader_open(f->store, &d, &r));
+  assert_ok(kiln_blob_reader_open(f->store, &d, NULL, &r));
   unsigned char *buf = malloc(MIB);
   size_t n = 0, total = 0;
   kiln_status_t status;
@@ -509,12 +696,12 @@ static void test_damaged_zst_is_data_loss(void **state) {
 
   /* The last byte missing. */
   assert_int_equal(truncate(path, full - 1), 0);
-  assert_code(kiln_blobstore_verify(f->store, &d), KILN_STATUS_DATA_LOSS);
+  assert_code(kiln_blobstore_verify(f->store, &d, NULL), KILN_STATUS_DATA_LOSS);
 
   /* Not even a frame header: the open says so. */
   assert_int_equal(truncate(path, 4), 0);
   r = (kiln_blob_reader_t *)1;
-  assert_code(kiln_blob_reader_open(f->store, &d, &r), KILN_STATUS_DATA_LOSS);
+  assert_code(kiln_blob_reader_open(f->store, &d, NULL, &r), KILN_STATUS_DATA_LOSS);
   assert_null(r);
   assert_code(kiln_blobstore_get(f->store, &d, &out, &out_len), KILN_STATUS_DATA_LOSS);
   free(data);
@@ -527,7 +714,7 @@ static void test_read_past_end_and_bad_cap(void **state) {
     unsigned char *data = kiln_test_make_data(len, compressible, 61);
     kiln_digest_t d = put_ok(f->store, data, len, NULL);
     kiln_blob_reader_t *r = NULL;
-    assert_ok(kiln_blob_reader_open(f->store, &d, &r));
+    assert_ok(kiln_blob_reader_open(f->store, &d, NULL, &r));
     unsigned char buf[777];
     size_t n = 99;
     assert_code(kiln_blob_reader_read(r, buf, 0, &n), KILN_STATUS_INVALID_ARGUMENT);
@@ -592,9 +779,9 @@ static void test_remove_and_contains(void **state) {
   kiln_digest_of("never stored", 12, &absent);
   assert_false(kiln_blobstore_contains(f->store, &absent, NULL));
   kiln_blob_reader_t *r = (kiln_blob_reader_t *)1;
-  assert_code(kiln_blob_reader_open(f->store, &absent, &r), KILN_STATUS_NOT_FOUND);
+  assert_code(kiln_blob_reader_open(f->store, &absent, NULL, &r), KILN_STATUS_NOT_FOUND);
   assert_null(r);
-  assert_code(kiln_blobstore_verify(f->store, &absent), KILN_STATUS_NOT_FOUND);
+  assert_code(kiln_blobstore_verify(f->store, &absent, NULL), KILN_STATUS_NOT_FOUND);
   assert_code(kiln_blobstore_remove(f->store, &absent), KILN_STATUS_NOT_FOUND);
 
   for (int compressible = 0; compressible <= 1; compressible++) {
@@ -689,7 +876,7 @@ static void test_visit(void **state) {
   assert_ok(kiln_blobstore_visit(f->store, collect, &after));
   assert_int_equal(after.njunk, 0);
   assert_int_equal(after.ndigests, 10);
-  for (int i = 0; i < 10; i++) assert_ok(kiln_blobstore_verify(f->store, &put[i]));
+  for (int i = 0; i < 10; i++) assert_ok(kiln_blobstore_verify(f->store, &put[i], NULL));
 }
 
 static void test_open_removes_tmp_leftovers(void **state) {
@@ -895,10 +1082,10 @@ static void test_disk_full(void **state) {
   assert_code(status, KILN_STATUS_RESOURCE_EXHAUSTED);
   assert_int_equal(tmp_entries(f->mount), 0); /* the space is given back at once */
   assert_code(kiln_blob_writer_write(w, big, 10), KILN_STATUS_RESOURCE_EXHAUSTED);
-  assert_code(kiln_blob_writer_commit(w, NULL, NULL, NULL), KILN_STATUS_RESOURCE_EXHAUSTED);
+  assert_code(kiln_blob_writer_commit(w, NULL, NULL, NULL, NULL), KILN_STATUS_RESOURCE_EXHAUSTED);
 
   assert_get_equals(store, &early_digest, early, 16384);
-  assert_ok(kiln_blobstore_verify(store, &early_digest));
+  assert_ok(kiln_blobstore_verify(store, &early_digest, NULL));
   /* The freed space is usable: a 1 MiB compressible blob fits as .zst. */
   kiln_test_fill_compressible(big, MIB, 133);
   kiln_digest_t fits = put_ok(store, big, MIB, NULL);
@@ -920,6 +1107,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_expected_digest_mismatch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_duplicate_put_is_idempotent, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reader_detects_flipped_byte, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_check_from_every_writer, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_wrong_check_fails_intact_bytes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_check_detects_flipped_byte, setup, teardown),
       cmocka_unit_test_setup_teardown(test_damaged_zst_is_data_loss, setup, teardown),
       cmocka_unit_test_setup_teardown(test_read_past_end_and_bad_cap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_quarantine, setup, teardown),

@@ -110,7 +110,7 @@ static _Noreturn void child_main(const char *dir, int fd, unsigned round) {
         status = kiln_blob_writer_write(w, buf + off, len - off < CHUNK ? len - off : CHUNK);
       }
       if (status) kiln_blob_writer_abort(w);
-      else status = kiln_blob_writer_commit(w, &d, NULL, NULL);
+      else status = kiln_blob_writer_commit(w, &d, NULL, NULL, NULL);
     }
     if (!status) {
       kiln_digest_hex_t hex;
@@ -284,7 +284,7 @@ static void test_crash_rounds(void **state) {
       if (i > 0 && kiln_digest_equal(&present.digests[i - 1], &present.digests[i])) {
         fail_msg("round %u: a blob is stored under two names", round);
       }
-      status = kiln_blobstore_verify(store, &present.digests[i]);
+      status = kiln_blobstore_verify(store, &present.digests[i], NULL);
       if (status) fail_msg("round %u: %s", round, kiln_status_message(status));
     }
     free(present.digests);

@@ -20,6 +20,13 @@
  * abort all leave tmp/ and blobs/ empty).
  * A lookup that fails after reading its row leaves its out-param clear. Four
  * threads on one cache; a put racing gc; and, as root, a full disk (1 MiB tmpfs).
+ * Checks: every put (artifact, source, upload) records the XXH3-128 of its bytes,
+ * and reads verify it (a wrong recorded check fails intact bytes, naming
+ * XXH3-128, and quarantines them; a flipped byte is caught the same way); a cache
+ * from before index migration 4 reads its blobs by SHA-256 and records their
+ * checks once a read has verified the whole blob; verify stays on SHA-256 (it
+ * finds damage whose check was rewritten to match), corrects a wrong check and
+ * records a missing one; checks go with their blobs (quarantine, replace, gc).
  *
  * Each test gets a fresh mkdtemp directory and a cache opened on DIR/cache with a
  * fake clock (g_now_ms). */
@@ -350,6 +357,72 @@ static void content_in_shard(unsigned shard, uint64_t salt, char *out, size_t ca
       return;
     }
   }
+}
+
+/* ---- blob checks ---- */
+
+/* Runs `sql` on the cache's index with the sqlite3 shell, as an operator (or an
+ * older kiln) could. The cache's pooled connections hold no transaction between
+ * operations, so it may stay open. */
+static void index_shell(const fixture_t *f, const char *sql) {
+  char script[PATH_MAX], cmd[3 * PATH_MAX];
+  snprintf(script, sizeof script, "%s/shell.sql", f->root);
+  write_file(script, sql, strlen(sql));
+  snprintf(cmd, sizeof cmd, "sqlite3 -bail '%s/index.db' < '%s'", f->dir, script);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* The check recorded for blob `digest`, read through a connection of our own;
+ * false when there is none. */
+static bool recorded_check(const fixture_t *f, const char *digest, kiln_blob_check_t *out) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/index.db", f->dir);
+  kiln_index_t *index = NULL;
+  assert_ok(kiln_index_open(path, &index));
+  kiln_status_t st = kiln_index_blob_check_get(index, digest, out->bytes);
+  kiln_index_close(index);
+  if (kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
+    kiln_status_free(st);
+    return false;
+  }
+  assert_ok(st);
+  return true;
+}
+
+static void set_check(const fixture_t *f, const char *digest, const kiln_blob_check_t *check) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/index.db", f->dir);
+  kiln_index_t *index = NULL;
+  assert_ok(kiln_index_open(path, &index));
+  assert_ok(kiln_index_blob_check_put(index, digest, check->bytes));
+  kiln_index_close(index);
+}
+
+/* Asserts that the check of `len` bytes at `data` is recorded for `digest`. */
+static void assert_check_recorded(const fixture_t *f, const char *digest, const void *data,
+                                  size_t len) {
+  kiln_blob_check_t got, want;
+  kiln_blob_check_of(data, len, &want);
+  if (!recorded_check(f, digest, &got)) fail_msg("no check recorded for blob %s", digest);
+  assert_memory_equal(got.bytes, want.bytes, sizeof want.bytes);
+}
+
+static void assert_no_check(const fixture_t *f, const char *digest) {
+  kiln_blob_check_t got;
+  if (recorded_check(f, digest, &got)) fail_msg("blob %s still has a check recorded", digest);
+}
+
+/* Reads blob `digest` whole; asserts DATA_LOSS naming `hash` and the digest. */
+static void assert_read_fails_naming(kiln_cache_t *cache, const char *digest, const char *hash) {
+  void *p = NULL;
+  size_t len = 0;
+  kiln_status_t st = kiln_cache_get_blob(cache, digest, &p, &len);
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_DATA_LOSS);
+  assert_null(p);
+  if (!strstr(kiln_status_message(st), hash) || !strstr(kiln_status_message(st), digest)) {
+    fail_msg("want a message naming %s and %s, got: %s", hash, digest, kiln_status_message(st));
+  }
+  kiln_status_free(st);
 }
 
 /* ---- keys ---- */
@@ -926,6 +999,231 @@ static void test_corrupt_blob_is_quarantined(void **state) {
   art_deinit(&raw);
   art_deinit(&raw2);
   art_deinit(&zst);
+}
+
+/* ---- blob checks ---- */
+
+static void upload_write_all(kiln_cache_upload_t *u, const unsigned char *data, size_t len,
+                             size_t chunk);
+
+/* Every put records its blob's check in the row's transaction, and reads verify
+ * with it: XXH3-128, not SHA-256, decides. */
+static void test_reads_verify_recorded_checks(void **state) {
+  fixture_t *f = *state;
+  art_t raw, zst, flipped;
+  art_init(&raw, 400, 3000, false, 400);
+  art_init(&zst, 401, 256 * KIB, true, 401);
+  art_init(&flipped, 402, 5000, false, 402);
+  put_art(f->cache, &raw);
+  put_art(f->cache, &zst);
+  put_art(f->cache, &flipped);
+  unsigned char src[2000];
+  kiln_test_fill_compressible(src, sizeof src, 403);
+  kiln_digest_hex_t src_digest;
+  assert_ok(kiln_cache_source_put(f->cache, src, sizeof src, NULL, "a.mlir", 1, NULL, &src_digest));
+  size_t up_len = 300 * KIB;
+  unsigned char *up = kiln_test_make_data(up_len, false, 404);
+  char up_digest[65];
+  digest_hex_of(up, up_len, up_digest);
+  kiln_cache_upload_t *u = NULL;
+  assert_ok(kiln_cache_source_upload_begin(f->cache, up_digest, up_len, &u));
+  upload_write_all(u, up, up_len, 100 * KIB);
+  assert_ok(kiln_cache_source_upload_commit(u, "b.mlir", 1, NULL, NULL));
+
+  assert_check_recorded(f, raw.digest, raw.data, raw.len);
+  assert_check_recorded(f, zst.digest, zst.data, zst.len);
+  assert_check_recorded(f, src_digest.text, src, sizeof src);
+  assert_check_recorded(f, up_digest, up, up_len);
+  assert_blob_equals(f->cache, raw.digest, raw.data, raw.len);
+  assert_blob_equals(f->cache, zst.digest, zst.data, zst.len);
+  assert_blob_equals(f->cache, src_digest.text, src, sizeof src);
+  assert_blob_equals(f->cache, up_digest, up, up_len);
+
+  /* A wrong recorded check fails bytes SHA-256 would pass: the read used the
+   * check. The blob is quarantined like any corrupt one, its check dropped. */
+  kiln_blob_check_t wrong;
+  kiln_blob_check_of(raw.data, raw.len, &wrong);
+  wrong.bytes[0] ^= 0x80;
+  set_check(f, raw.digest, &wrong);
+  assert_read_fails_naming(f->cache, raw.digest, "XXH3-128");
+  assert_lookup_missing(f->cache, raw.key);
+  assert_false(has_blob_file(f->dir, raw.digest));
+  char qpath[PATH_MAX];
+  snprintf(qpath, sizeof qpath, "%s/quarantine/%s", f->dir, raw.digest);
+  assert_true(exists(qpath));
+  assert_no_check(f, raw.digest);
+
+  /* A flipped byte, caught by the check on a streaming read. */
+  char path[PATH_MAX];
+  assert_true(blob_file(f->dir, flipped.digest, path, sizeof path));
+  flip_byte(path, 4321);
+  assert_read_fails_naming(f->cache, flipped.digest, "XXH3-128");
+  assert_lookup_missing(f->cache, flipped.key);
+  assert_no_check(f, flipped.digest);
+  assert_int_equal(stats_of(f->cache).quarantined, 2);
+
+  /* Stored again, each gets its check back and reads fast and whole. */
+  put_art(f->cache, &raw);
+  put_art(f->cache, &flipped);
+  assert_check_recorded(f, raw.digest, raw.data, raw.len);
+  assert_check_recorded(f, flipped.digest, flipped.data, flipped.len);
+  assert_blob_equals(f->cache, raw.digest, raw.data, raw.len);
+  assert_blob_equals(f->cache, flipped.digest, flipped.data, flipped.len);
+  free(up);
+  art_deinit(&raw);
+  art_deinit(&zst);
+  art_deinit(&flipped);
+}
+
+/* A cache written before index migration 4: its blobs have no checks. Reads verify
+ * them by SHA-256 and record the check once the whole blob is proved. */
+static void test_blobs_without_checks_read_by_sha256(void **state) {
+  fixture_t *f = *state;
+  art_t a, bad, zst;
+  art_init(&a, 410, 7000, false, 410);
+  art_init(&bad, 411, 7000, false, 411);
+  art_init(&zst, 412, 200 * KIB, true, 412);
+  put_art(f->cache, &a);
+  put_art(f->cache, &bad);
+  put_art(f->cache, &zst);
+  kiln_cache_close(f->cache);
+  f->cache = NULL;
+  index_shell(f, "DROP TABLE blob_checks;\nPRAGMA user_version = 3;\n");
+  reopen(f, NULL);
+  assert_int_equal(stats_of(f->cache).schema_version, kiln_index_latest_schema_version());
+  assert_no_check(f, a.digest);
+  assert_no_check(f, zst.digest);
+
+  assert_blob_equals(f->cache, a.digest, a.data, a.len);
+  assert_check_recorded(f, a.digest, a.data, a.len);
+
+  /* A reader that stops early proves nothing, so records nothing. */
+  kiln_cache_reader_t *r = NULL;
+  unsigned char buf[4096];
+  size_t n = 0;
+  assert_ok(kiln_cache_open_blob(f->cache, zst.digest, &r));
+  assert_ok(kiln_cache_reader_read(r, buf, sizeof buf, &n));
+  assert_true(n > 0);
+  kiln_cache_reader_close(r);
+  assert_no_check(f, zst.digest);
+  assert_blob_equals(f->cache, zst.digest, zst.data, zst.len);
+  assert_check_recorded(f, zst.digest, zst.data, zst.len);
+
+  /* Damage is still caught, by SHA-256, and nothing is recorded for it. */
+  char path[PATH_MAX];
+  assert_true(blob_file(f->dir, bad.digest, path, sizeof path));
+  flip_byte(path, 10);
+  assert_read_fails_naming(f->cache, bad.digest, "SHA-256");
+  assert_lookup_missing(f->cache, bad.key);
+  assert_no_check(f, bad.digest);
+  art_deinit(&a);
+  art_deinit(&bad);
+  art_deinit(&zst);
+}
+
+/* verify is the SHA-256 audit: it finds damage even where the recorded check was
+ * rewritten to match it (which fools reads, as docs/design/cache.md says), and it
+ * fixes the checks of intact blobs: a wrong one corrected, a missing one recorded. */
+static void test_verify_audits_with_sha256(void **state) {
+  fixture_t *f = *state;
+  art_t forged, wrong, missing;
+  art_init(&forged, 420, 4000, false, 420);
+  art_init(&wrong, 421, 4000, false, 421);
+  art_init(&missing, 422, 4000, false, 422);
+  put_art(f->cache, &forged);
+  put_art(f->cache, &wrong);
+  put_art(f->cache, &missing);
+
+  char path[PATH_MAX];
+  assert_true(blob_file(f->dir, forged.digest, path, sizeof path));
+  flip_byte(path, 99);
+  unsigned char *damaged = malloc(forged.len);
+  memcpy(damaged, forged.data, forged.len);
+  damaged[99] ^= 0x20;
+  kiln_blob_check_t check;
+  kiln_blob_check_of(damaged, forged.len, &check);
+  set_check(f, forged.digest, &check);
+  assert_blob_equals(f->cache, forged.digest, damaged, forged.len); /* the read is fooled */
+
+  kiln_blob_check_of(wrong.data, wrong.len, &check);
+  check.bytes[15] ^= 1;
+  set_check(f, wrong.digest, &check);
+  char sql[256];
+  snprintf(sql, sizeof sql, "DELETE FROM blob_checks WHERE digest = '%s';\n", missing.digest);
+  index_shell(f, sql);
+  assert_no_check(f, missing.digest);
+
+  /* A dry run reports and changes nothing. */
+  kiln_cache_verify_report_t report;
+  assert_ok(kiln_cache_verify(f->cache, true, NULL, NULL, &report));
+  assert_int_equal(report.n_problems, 1);
+  assert_int_equal(count_problems(&report, KILN_CACHE_PROBLEM_CORRUPT_BLOB, forged.digest), 1);
+  assert_false(report.problems[0].repaired);
+  kiln_cache_verify_report_deinit(&report);
+  assert_no_check(f, missing.digest);
+  kiln_blob_check_t got;
+  assert_true(recorded_check(f, wrong.digest, &got));
+  assert_memory_equal(got.bytes, check.bytes, sizeof check.bytes);
+
+  assert_ok(kiln_cache_verify(f->cache, false, NULL, NULL, &report));
+  if (report.n_problems != 1) print_problems(&report);
+  assert_int_equal(report.n_problems, 1);
+  assert_int_equal(count_problems(&report, KILN_CACHE_PROBLEM_CORRUPT_BLOB, forged.digest), 1);
+  assert_true(report.problems[0].repaired);
+  assert_non_null(strstr(report.problems[0].detail, "SHA-256"));
+  assert_int_equal(report.blobs_checked, 3);
+  kiln_cache_verify_report_deinit(&report);
+  assert_lookup_missing(f->cache, forged.key);
+  assert_false(has_blob_file(f->dir, forged.digest));
+  assert_no_check(f, forged.digest);
+  assert_check_recorded(f, wrong.digest, wrong.data, wrong.len);
+  assert_check_recorded(f, missing.digest, missing.data, missing.len);
+  assert_blob_equals(f->cache, wrong.digest, wrong.data, wrong.len);
+  assert_blob_equals(f->cache, missing.digest, missing.data, missing.len);
+  free(damaged);
+  art_deinit(&forged);
+  art_deinit(&wrong);
+  art_deinit(&missing);
+}
+
+/* A check leaves with its blob: a replaced key's old blob and gc's evictions take
+ * theirs; a blob that another row still names keeps its. */
+static void test_checks_go_with_their_blobs(void **state) {
+  fixture_t *f = *state;
+  art_t a, b, shared;
+  art_init(&a, 430, 9000, false, 430);
+  art_init(&b, 431, 9000, false, 431);
+  art_init(&shared, 432, 9000, false, 431); /* b's bytes under another key */
+  put_art(f->cache, &a);
+  char old_digest[65];
+  memcpy(old_digest, a.digest, sizeof old_digest);
+  art_set_data(&a, 9000, false, 433);
+  put_art(f->cache, &a);
+  assert_no_check(f, old_digest);
+  assert_check_recorded(f, a.digest, a.data, a.len);
+
+  put_art(f->cache, &b);
+  put_art(f->cache, &shared);
+  assert_ok(kiln_cache_pin(f->cache, a.key, true, NULL));
+  assert_ok(kiln_cache_pin(f->cache, shared.key, true, NULL));
+  /* Only b's row can go, and the blob stays: the pinned shared row names it. */
+  kiln_cache_gc_report_t r;
+  assert_ok(kiln_cache_gc(f->cache, 9000, &r));
+  assert_int_equal(r.artifacts_evicted, 1);
+  assert_true(r.target_unreachable);
+  assert_lookup_missing(f->cache, b.key);
+  assert_true(has_blob_file(f->dir, b.digest));
+  assert_check_recorded(f, b.digest, b.data, b.len);
+  assert_ok(kiln_cache_pin(f->cache, shared.key, false, NULL));
+  assert_ok(kiln_cache_gc(f->cache, 9000, &r));
+  assert_int_equal(r.artifacts_evicted, 1);
+  assert_lookup_missing(f->cache, shared.key);
+  assert_false(has_blob_file(f->dir, b.digest));
+  assert_no_check(f, b.digest);
+  assert_check_recorded(f, a.digest, a.data, a.len);
+  art_deinit(&a);
+  art_deinit(&b);
+  art_deinit(&shared);
 }
 
 static void test_deleted_blob_is_a_miss(void **state) {
@@ -2322,6 +2620,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_identical_bytes_share_one_blob, setup, teardown),
       cmocka_unit_test_setup_teardown(test_get_blob_and_reader, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_blob_is_quarantined, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reads_verify_recorded_checks, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_blobs_without_checks_read_by_sha256, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_verify_audits_with_sha256, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_checks_go_with_their_blobs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deleted_blob_is_a_miss, setup, teardown),
       cmocka_unit_test_setup_teardown(test_probe_memo, setup, teardown),
       cmocka_unit_test_setup_teardown(test_memo_answers_without_io, setup, teardown),

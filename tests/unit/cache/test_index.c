@@ -2,7 +2,11 @@
  * reopen keeps the data; a database from a newer kiln is FAILED_PRECONDITION naming
  * both versions; a file that is not a database is DATA_LOSS; bad arguments are
  * INVALID_ARGUMENT; a file at schema version 2 (before job_id and source_name)
- * migrates, its rows reading "" for both. Artifacts: every field and the labels
+ * migrates, its rows reading "" for both; a file at version 3 (before blob checks)
+ * migrates, keeping its rows, with no check recorded, and the new table refuses a
+ * check that is not 16 bytes. Blob checks: put, replace, get (NOT_FOUND when
+ * none), a malformed digest, drop_unreferenced sparing a check whose blob a row
+ * names, drop_digest taking the check with the rows. Artifacts: every field and the labels
  * round-trip; job_id and source_name come back from every query that reads rows; a
  * replace keeps pin and hits and replaces labels and provenance; get_by_digest
  * returns the newest row;
@@ -324,6 +328,141 @@ static void test_previous_schema_migrates(void **state) {
   assert_string_equal(got.job_id, "");
   kiln_index_artifact_deinit(&got);
   kiln_index_close(index);
+}
+
+/* Runs `sql` on database `db` with the sqlite3 shell (as an older kiln, or an
+ * operator, would); returns the shell's exit status. */
+static int sqlite_shell(const char *dir, const char *db, const char *sql) {
+  char script[PATH_MAX];
+  snprintf(script, sizeof script, "%s/shell.sql", dir);
+  FILE *fp = fopen(script, "w");
+  assert_non_null(fp);
+  fputs(sql, fp);
+  assert_int_equal(fclose(fp), 0);
+  char cmd[3 * PATH_MAX];
+  snprintf(cmd, sizeof cmd, "sqlite3 -bail '%s' < '%s' 2>/dev/null", db, script);
+  return system(cmd);
+}
+
+/* A file written by a kiln whose schema stopped at version 3 (no blob checks):
+ * opening it adds the table and keeps every row; its blobs have no check until one
+ * is recorded. */
+static void test_version_3_migrates_to_blob_checks(void **state) {
+  fixture_t *f = *state;
+  assert_true(kiln_index_latest_schema_version() >= 4);
+  char db[PATH_MAX];
+  snprintf(db, sizeof db, "%s/v3.db", f->dir);
+  char key[65], blob[65], src[65];
+  digest_hex(key, "v3-row");
+  digest_hex(blob, "v3-blob");
+  digest_hex(src, "v3-src");
+  char sql[8192];
+  snprintf(sql, sizeof sql,
+           "BEGIN;\n%s\n%s\n%s\n"
+           "INSERT INTO artifacts (cache_key, artifact_digest, source_digest, target, flags, "
+           "compiler, hal_version, bytecode_version, size, stored_size, submitter, created_ms, "
+           "last_access_ms, hits, pinned, job_id, source_name) VALUES ('%s', '%s', '%s', "
+           "'sm_89', '-O2', 'kiln-mlir 0.1.0', 7, 65538, 4096, 1500, 'dave', 100, 150, 2, 0, "
+           "'job-v3', 'v3.mlir');\n"
+           "INSERT INTO sources (digest, semantic_digest, name, format, size, stored_size, "
+           "created_ms, last_access_ms, pinned) VALUES ('%s', '', 'v3.mlir', 1, 10, 10, 1, 1, 0);\n"
+           "PRAGMA user_version = 3;\nCOMMIT;\n",
+           kiln_index_schema_migration(1), kiln_index_schema_migration(2),
+           kiln_index_schema_migration(3), key, blob, src, src);
+  assert_int_equal(sqlite_shell(f->dir, db, sql), 0);
+
+  kiln_index_t *index = NULL;
+  assert_ok(kiln_index_open(db, &index));
+  assert_int_equal(kiln_index_schema_version(index), kiln_index_latest_schema_version());
+  kiln_index_artifact_t got;
+  assert_ok(kiln_index_artifact_get(index, key, &got));
+  assert_string_equal(got.artifact_digest, blob);
+  assert_string_equal(got.job_id, "job-v3");
+  assert_int_equal(got.hits, 2);
+  kiln_index_artifact_deinit(&got);
+  kiln_index_source_t sgot;
+  assert_ok(kiln_index_source_get(index, src, &sgot));
+  kiln_index_source_deinit(&sgot);
+  unsigned char check[KILN_INDEX_CHECK_BYTES];
+  assert_code(kiln_index_blob_check_get(index, blob, check), KILN_STATUS_NOT_FOUND);
+  assert_code(kiln_index_blob_check_get(index, src, check), KILN_STATUS_NOT_FOUND);
+  unsigned char want[KILN_INDEX_CHECK_BYTES];
+  for (int i = 0; i < KILN_INDEX_CHECK_BYTES; i++) want[i] = (unsigned char)(0xa0 + i);
+  assert_ok(kiln_index_blob_check_put(index, blob, want));
+  kiln_index_close(index);
+
+  /* Reopened: nothing migrates twice, the check is kept. */
+  assert_ok(kiln_index_open(db, &index));
+  assert_int_equal(kiln_index_schema_version(index), kiln_index_latest_schema_version());
+  assert_ok(kiln_index_blob_check_get(index, blob, check));
+  assert_memory_equal(check, want, sizeof want);
+  kiln_index_close(index);
+
+  /* The table itself holds checks to 16 bytes of BLOB (STRICT), digests to hex. */
+  snprintf(sql, sizeof sql, "INSERT INTO blob_checks VALUES ('%s', x'00ff');\n", src);
+  assert_int_not_equal(sqlite_shell(f->dir, db, sql), 0);
+  snprintf(sql, sizeof sql, "INSERT INTO blob_checks VALUES ('%s', '0123456789abcdef');\n", src);
+  assert_int_not_equal(sqlite_shell(f->dir, db, sql), 0);
+  snprintf(sql, sizeof sql,
+           "INSERT INTO blob_checks VALUES ('NOT-HEX', x'000102030405060708090a0b0c0d0e0f');\n");
+  assert_int_not_equal(sqlite_shell(f->dir, db, sql), 0);
+  /* ...while a well-formed one goes in the same way. */
+  snprintf(sql, sizeof sql,
+           "INSERT INTO blob_checks VALUES ('%s', x'000102030405060708090a0b0c0d0e0f');\n", src);
+  assert_int_equal(sqlite_shell(f->dir, db, sql), 0);
+}
+
+/* ---- Blob checks ------------------------------------------------------------ */
+
+static void test_blob_checks(void **state) {
+  fixture_t *f = *state;
+  char named[65], unnamed[65], source[65];
+  digest_hex(named, "named-blob");
+  digest_hex(unnamed, "unnamed-blob");
+  digest_hex(source, "source-blob");
+  put_artifact(f->index, "k1", "named-blob", "src", 1);
+  kiln_index_source_t s;
+  make_source(&s, "source-blob", NULL, 1);
+  assert_ok(kiln_index_source_put(f->index, &s));
+
+  unsigned char a[KILN_INDEX_CHECK_BYTES], b[KILN_INDEX_CHECK_BYTES], got[KILN_INDEX_CHECK_BYTES];
+  memset(a, 0x11, sizeof a);
+  memset(b, 0x22, sizeof b);
+  assert_code(kiln_index_blob_check_get(f->index, named, got), KILN_STATUS_NOT_FOUND);
+  assert_ok(kiln_index_blob_check_put(f->index, named, a));
+  assert_ok(kiln_index_blob_check_put(f->index, unnamed, a));
+  assert_ok(kiln_index_blob_check_put(f->index, source, b));
+  assert_ok(kiln_index_blob_check_get(f->index, named, got));
+  assert_memory_equal(got, a, sizeof a);
+  /* A put replaces. */
+  assert_ok(kiln_index_blob_check_put(f->index, named, b));
+  assert_ok(kiln_index_blob_check_get(f->index, named, got));
+  assert_memory_equal(got, b, sizeof b);
+  assert_code(kiln_index_blob_check_put(f->index, "short", a), KILN_STATUS_INVALID_ARGUMENT);
+  assert_code(kiln_index_blob_check_get(f->index, NULL, got), KILN_STATUS_INVALID_ARGUMENT);
+
+  /* drop_unreferenced: only checks no row's blob needs. */
+  assert_ok(kiln_index_blob_check_drop_unreferenced(f->index, named));
+  assert_ok(kiln_index_blob_check_drop_unreferenced(f->index, source));
+  assert_ok(kiln_index_blob_check_drop_unreferenced(f->index, unnamed));
+  assert_ok(kiln_index_blob_check_get(f->index, named, got));
+  assert_ok(kiln_index_blob_check_get(f->index, source, got));
+  assert_memory_equal(got, b, sizeof b);
+  assert_code(kiln_index_blob_check_get(f->index, unnamed, got), KILN_STATUS_NOT_FOUND);
+  assert_ok(kiln_index_blob_check_drop_unreferenced(f->index, unnamed)); /* absent: fine */
+
+  /* Once the row is gone, so may the check be. */
+  char key[65];
+  digest_hex(key, "k1");
+  assert_ok(kiln_index_artifact_delete(f->index, key));
+  assert_ok(kiln_index_blob_check_drop_unreferenced(f->index, named));
+  assert_code(kiln_index_blob_check_get(f->index, named, got), KILN_STATUS_NOT_FOUND);
+
+  /* drop_digest (quarantine, or a dangling row) takes it with the rows. */
+  size_t rows = 0;
+  assert_ok(kiln_index_drop_digest(f->index, source, "corrupt", 5, &rows));
+  assert_int_equal(rows, 1);
+  assert_code(kiln_index_blob_check_get(f->index, source, got), KILN_STATUS_NOT_FOUND);
 }
 
 /* ---- Artifacts ---------------------------------------------------------------- */
@@ -1505,6 +1644,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_garbage_file_is_data_loss, setup, teardown),
       cmocka_unit_test_setup_teardown(test_open_bad_paths, setup, teardown),
       cmocka_unit_test_setup_teardown(test_previous_schema_migrates, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_version_3_migrates_to_blob_checks, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_blob_checks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_get_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_put_rejects_bad_records, setup, teardown),
       cmocka_unit_test_setup_teardown(test_get_missing_is_not_found, setup, teardown),
