@@ -541,11 +541,8 @@ static void emit_target_failed(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_st
 
 static void persist_later(kilnd_jobs_t *jobs, job_t *job);
 
-static void emit_terminal(kilnd_jobs_t *jobs, job_t *job, const char *message) {
-  job->finished_unix_ms = kiln_time_unix_ms();
-  kiln_free(job->terminal_message);
-  job->terminal_message = kiln_strdup(message ? message : "");
-  persist_later(jobs, job);
+/* The Terminal event for the job's current state, and nothing else. */
+static void emit_terminal_event(kilnd_jobs_t *jobs, job_t *job, const char *message) {
   Kiln__V1__JobEvent__Terminal t = KILN__V1__JOB_EVENT__TERMINAL__INIT;
   t.state = proto_state(job->state);
   t.message = (char *)(message ? message : "");
@@ -553,6 +550,14 @@ static void emit_terminal(kilnd_jobs_t *jobs, job_t *job, const char *message) {
   ev.event_case = KILN__V1__JOB_EVENT__EVENT_TERMINAL;
   ev.terminal = &t;
   emit(jobs, job, &ev);
+}
+
+static void emit_terminal(kilnd_jobs_t *jobs, job_t *job, const char *message) {
+  job->finished_unix_ms = kiln_time_unix_ms();
+  kiln_free(job->terminal_message);
+  job->terminal_message = kiln_strdup(message ? message : "");
+  persist_later(jobs, job);
+  emit_terminal_event(jobs, job, message);
 }
 
 /* ---- job completion ---- */
@@ -1737,13 +1742,7 @@ static void materialize(kilnd_jobs_t *jobs, job_t *job) {
     emit_target_done(jobs, job, i, digest, jt->size, true, 0);
   }
   job->event_time_ms = job->finished_unix_ms ? job->finished_unix_ms : job->created_unix_ms;
-  Kiln__V1__JobEvent__Terminal t = KILN__V1__JOB_EVENT__TERMINAL__INIT;
-  t.state = proto_state(job->state);
-  t.message = job->terminal_message ? job->terminal_message : (char *)"";
-  Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
-  ev.event_case = KILN__V1__JOB_EVENT__EVENT_TERMINAL;
-  ev.terminal = &t;
-  emit(jobs, job, &ev);
+  emit_terminal_event(jobs, job, job->terminal_message);
   job->event_time_ms = 0;
 }
 
@@ -1879,14 +1878,8 @@ static void restore(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
                          t->message ? t->message : "the job ended before kilnd restarted");
     }
   }
-  Kiln__V1__JobEvent__Terminal term = KILN__V1__JOB_EVENT__TERMINAL__INIT;
-  term.state = proto_state(job->state);
-  term.message = rec->message ? rec->message : (char *)"";
-  Kiln__V1__JobEvent ev = KILN__V1__JOB_EVENT__INIT;
-  ev.event_case = KILN__V1__JOB_EVENT__EVENT_TERMINAL;
-  ev.terminal = &term;
-  emit(jobs, job, &ev); /* not emit_terminal: it is already in the store */
-  job->terminal_message = kiln_strdup(term.message);
+  emit_terminal_event(jobs, job, rec->message); /* not emit_terminal: it is already in the store */
+  job->terminal_message = kiln_strdup(rec->message ? rec->message : "");
 }
 
 /* An unfinished job from the store, QUEUED until a worker is ready and admission
