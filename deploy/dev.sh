@@ -53,7 +53,7 @@ demo() {
   "${kiln[@]}" info
   local m
   for m in mlp convnet attention; do
-    echo "== kiln compile examples/$m.mlir for the six mission targets (cold: compiled by kilnd's workers)"
+    echo "== kiln compile examples/$m.mlir for the six mission targets (compiled by kilnd's workers; already cached if an earlier demo kept .kiln-demo/state)"
     "${kiln[@]}" compile "examples/$m.mlir" --target "$targets" -o "$out/$m"
   done
   for m in mlp convnet attention; do
