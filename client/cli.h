@@ -10,6 +10,7 @@
 #include "base/config.h"
 #include "base/status.h"
 #include "client/rpc.h"
+#include "compiler/vmfb/reader.h"
 
 /* Exit codes, one per failure class (documented in `kiln --help` and the README). */
 #define KILN_EXIT_OK 0
@@ -79,6 +80,16 @@ int kiln_cli_info(const kiln_cli_settings_t *settings, kiln_client_t *client, in
 int kiln_cli_health(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 /* `kiln inspect FILE...`: local, no kilnd; exit status is the worst class seen. */
 int kiln_cli_inspect(const kiln_cli_settings_t *settings, int argc, const char **argv);
+/* `kiln scan PATH...`: local, no kilnd; finds VMFBs under each PATH and says which
+ * are legacy and whether their source can be found; exit status as inspect's. */
+int kiln_cli_scan(const kiln_cli_settings_t *settings, int argc, const char **argv);
+/* Reads and classifies one file (at most 4 GiB): always fills *out_info (a file that
+ * cannot be read is INVALID, the reason saying why); *out_data (owned, may be NULL)
+ * holds its bytes. Free both. */
+void kiln_cli_vmfb_load(const char *path, uint8_t **out_data, size_t *out_len, kiln_vmfb_info_t *out_info);
+/* The exit status so far combined with one more file's class: invalid beats legacy
+ * beats current. */
+int kiln_cli_vmfb_worst(int worst, kiln_vmfb_class_t cls);
 /* `kiln cache stats|verify|gc|pin|unpin`. */
 int kiln_cli_cache(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 /* The deadline a command uses: --timeout when given, else its default. */

@@ -17,6 +17,20 @@
 /* Files larger than this are refused (a VMFB is loaded whole by the runtime too). */
 #define MAX_FILE_BYTES (4ull << 30)
 
+static kiln_status_t read_whole(const char *path, uint8_t **out, size_t *out_len);
+
+void kiln_cli_vmfb_load(const char *path, uint8_t **out_data, size_t *out_len, kiln_vmfb_info_t *out_info) {
+  memset(out_info, 0, sizeof *out_info);
+  kiln_status_t st = read_whole(path, out_data, out_len);
+  if (st) {
+    out_info->cls = KILN_VMFB_CLASS_INVALID;
+    out_info->reason = kiln_strdup(kiln_status_message(st));
+    kiln_status_free(st);
+  } else {
+    kiln_status_free(kiln_vmfb_read(*out_data, *out_len, out_info));
+  }
+}
+
 static kiln_status_t read_whole(const char *path, uint8_t **out, size_t *out_len) {
   *out = NULL;
   *out_len = 0;
@@ -202,6 +216,12 @@ static json_object *to_json(const char *path, const kiln_vmfb_info_t *info) {
   return o;
 }
 
+int kiln_cli_vmfb_worst(int worst, kiln_vmfb_class_t cls) {
+  int code = cls == KILN_VMFB_CLASS_CURRENT ? KILN_EXIT_OK : cls == KILN_VMFB_CLASS_LEGACY ? KILN_EXIT_LEGACY
+                                                                                          : KILN_EXIT_INVALID;
+  return code == KILN_EXIT_INVALID || (code == KILN_EXIT_LEGACY && worst == KILN_EXIT_OK) ? code : worst;
+}
+
 int kiln_cli_inspect(const kiln_cli_settings_t *settings, int argc, const char **argv) {
   if (argc < 1) {
     fprintf(stderr, "kiln: inspect needs at least one VMFB file (kiln inspect FILE...)\n");
@@ -213,25 +233,14 @@ int kiln_cli_inspect(const kiln_cli_settings_t *settings, int argc, const char *
     uint8_t *data = NULL;
     size_t len = 0;
     kiln_vmfb_info_t info;
-    memset(&info, 0, sizeof info);
-    kiln_status_t st = read_whole(argv[i], &data, &len);
-    if (st) {
-      info.cls = KILN_VMFB_CLASS_INVALID;
-      info.reason = kiln_strdup(kiln_status_message(st));
-      kiln_status_free(st);
-    } else {
-      kiln_status_free(kiln_vmfb_read(data, len, &info));
-    }
+    kiln_cli_vmfb_load(argv[i], &data, &len, &info);
     if (all) {
       json_object_array_add(all, to_json(argv[i], &info));
     } else {
       if (i) printf("\n");
       print_human(argv[i], &info);
     }
-    int code = info.cls == KILN_VMFB_CLASS_CURRENT  ? KILN_EXIT_OK
-               : info.cls == KILN_VMFB_CLASS_LEGACY ? KILN_EXIT_LEGACY
-                                                    : KILN_EXIT_INVALID;
-    if (code == KILN_EXIT_INVALID || (code == KILN_EXIT_LEGACY && worst == KILN_EXIT_OK)) worst = code;
+    worst = kiln_cli_vmfb_worst(worst, info.cls);
     kiln_vmfb_info_deinit(&info);
     kiln_free(data);
   }

@@ -27,6 +27,9 @@ static const struct {
     {"stats", kiln_cli_stats, "uptime and calls by method and status"},
     {"inspect", NULL,
      "read VMFB files locally (no kilnd): versions, imports, executables, provenance, class"},
+    {"scan", NULL,
+     "PATH...: find VMFBs under files and directories locally (no kilnd): class, and where a "
+     "legacy one's source would come from"},
     {"cache", kiln_cli_cache,
      "the artifact cache: stats | verify [--dry-run] | gc [--max-bytes SIZE] | pin DIGEST | unpin DIGEST"},
 };
@@ -47,8 +50,8 @@ static void print_usage(void) {
          "  3  kilnd could not be reached\n"
          "  4  kilnd did not answer within --timeout (compile: the compile ran past it)\n"
          "  5  kilnd is up but not serving\n"
-         "  6  inspect: a file is a legacy (pre-HAL 0.7) VMFB\n"
-         "  7  inspect: a file is not a readable VMFB\n");
+         "  6  inspect, scan: a file is a legacy (pre-HAL 0.7) VMFB\n"
+         "  7  inspect, scan: a file is not a readable VMFB\n");
 }
 
 int main(int argc, char **argv) {
@@ -80,7 +83,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "kiln: unknown command '%s' (see `kiln --help`)\n", positional[0]);
     } else if (!commands[i].fn) {
       /* Local commands: no kilnd, no channel. */
-      code = kiln_cli_inspect(&settings, (int)npos - 1, positional + 1);
+      code = strcmp(commands[i].name, "scan") == 0 ? kiln_cli_scan(&settings, (int)npos - 1, positional + 1)
+                                                   : kiln_cli_inspect(&settings, (int)npos - 1, positional + 1);
     } else {
       kiln_client_t *client = NULL;
       status = kiln_client_create(settings.addr, kiln_cli_timeout_ms(&settings, false),

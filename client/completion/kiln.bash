@@ -47,7 +47,7 @@ _kiln() {
         cword=$COMP_CWORD
     fi
 
-    local commands="compile fetch find status watch cancel explain info health stats inspect cache help"
+    local commands="compile fetch find status watch cancel explain info health stats inspect scan cache help"
     local global="--addr --timeout --json --config --max-message-bytes --help --version"
 
     # The command is the first word that is not an option or an option's value.
@@ -118,6 +118,7 @@ _kiln() {
     case "$cmd" in
         compile|explain) _kiln_files "$cur" mlir mlirbc ;;
         inspect) _kiln_files "$cur" vmfb ;;
+        scan) _kiln_files "$cur" vmfb ;;
         cache)
             COMPREPLY=($(compgen -W "stats verify gc pin unpin" -- "$cur")) ;;
     esac

@@ -224,5 +224,81 @@ class InspectKilncTest(unittest.TestCase):
                 self.assertEqual(doc["provenance"]["target"], target)
 
 
+class ScanTest(unittest.TestCase):
+    """`kiln scan`: the walk (only *.vmfb in directories, links not followed, any
+    file named on the command line), each file's class and source, the counts and
+    the exit status."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="kiln-scan-")
+        fixtures = os.path.join(cls.tmp.name, "fixtures")
+        r = subprocess.run([VMFB_FIXTURES, fixtures], capture_output=True, text=True,
+                           env=clean_env(), timeout=120)
+        if r.returncode != 0:
+            raise AssertionError(f"vmfb_fixtures failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+        cls.fixtures = fixtures
+        cls.root = os.path.join(cls.tmp.name, "fleet")
+        layout = {
+            "a": ["current_zip_cuda.vmfb", "legacy_hal6_zip.vmfb"],
+            os.path.join("b", "c"): ["invalid_crc.vmfb", "not_a_vmfb.txt", "current_with_source.vmfb"],
+        }
+        for sub, names in layout.items():
+            os.makedirs(os.path.join(cls.root, sub))
+            for n in names:
+                with open(os.path.join(fixtures, n), "rb") as f, open(os.path.join(cls.root, sub, n), "wb") as g:
+                    g.write(f.read())
+        os.symlink(fixtures, os.path.join(cls.root, "link"))  # never followed
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_walk_classes_and_sources(self):
+        r = run_kiln("scan", "--json", self.root)
+        self.assertEqual(r.returncode, EXIT_INVALID, r.stderr)
+        doc = json.loads(r.stdout)
+        files = {os.path.relpath(f["path"], self.root): f for f in doc["files"]}
+        self.assertEqual(sorted(files), [os.path.join("a", "current_zip_cuda.vmfb"),
+                                         os.path.join("a", "legacy_hal6_zip.vmfb"),
+                                         os.path.join("b", "c", "current_with_source.vmfb"),
+                                         os.path.join("b", "c", "invalid_crc.vmfb")])
+        self.assertEqual([f["path"] for f in doc["files"]], sorted(f["path"] for f in doc["files"]))
+        legacy = files[os.path.join("a", "legacy_hal6_zip.vmfb")]
+        self.assertEqual((legacy["class"], legacy["source"], legacy["target"]), ("legacy", "provenance", "sm_89"))
+        self.assertRegex(legacy["source_digest"], r"^[0-9a-f]{64}$")
+        self.assertIn("hal 0.6", legacy["reason"])
+        embedded = files[os.path.join("b", "c", "current_with_source.vmfb")]
+        self.assertEqual((embedded["class"], embedded["source"]), ("current", "embedded"))
+        bad = files[os.path.join("b", "c", "invalid_crc.vmfb")]
+        self.assertEqual((bad["class"], bad["source"]), ("invalid", None))
+        self.assertIn("CRC-32", bad["reason"])
+        self.assertEqual(doc["summary"], {"files": 4, "current": 2, "legacy": 1, "invalid": 1,
+                                          "legacy_by_source": {"embedded": 0, "provenance": 1,
+                                                               "unknown": 0, "damaged": 0}})
+
+    def test_human_output_and_exit_status(self):
+        r = run_kiln("scan", os.path.join(self.root, "a"))
+        self.assertEqual(r.returncode, EXIT_LEGACY, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"(?m)^legacy +provenance +sm_89 +\S*legacy_hal6_zip\.vmfb$")
+        self.assertIn("2 file(s): 1 current, 1 legacy, 0 invalid", r.stdout)
+        self.assertIn("1 by provenance digest", r.stdout)
+        r = run_kiln("scan", os.path.join(self.root, "a", "current_zip_cuda.vmfb"))
+        self.assertEqual(r.returncode, EXIT_OK, r.stdout + r.stderr)
+        # A file named on the command line counts whatever its name.
+        r = run_kiln("scan", os.path.join(self.root, "b", "c", "not_a_vmfb.txt"))
+        self.assertEqual(r.returncode, EXIT_INVALID, r.stdout + r.stderr)
+        self.assertIn("1 file(s): 0 current, 0 legacy, 1 invalid", r.stdout)
+
+    def test_bad_paths(self):
+        r = run_kiln("scan", os.path.join(self.root, "missing"))
+        self.assertEqual(r.returncode, EXIT_USAGE)
+        self.assertIn("cannot read", r.stderr)
+        self.assertIn("missing", r.stderr)
+        r = run_kiln("scan")
+        self.assertEqual(r.returncode, EXIT_USAGE)
+        self.assertIn("kiln scan PATH", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
