@@ -126,3 +126,35 @@ const char *kiln_bench_scratch_make(const char *base, void (*before_signal)(void
   for (size_t i = 0; i < n; i++) sigaction(sigs[i], &sa, NULL);
   return scratch;
 }
+
+/* ---- bytes and filesystems ---- */
+
+uint64_t kiln_bench_rng_next(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void kiln_bench_fill_random(unsigned char *buf, size_t len, uint64_t *state) {
+  for (size_t i = 0; i < len; i += 8) {
+    uint64_t v = kiln_bench_rng_next(state);
+    memcpy(buf + i, &v, len - i < 8 ? len - i : 8);
+  }
+}
+
+const char *kiln_bench_fs_name(long type) {
+  switch ((unsigned long)type & 0xffffffffu) {
+    case 0xef53: return "ext2/3/4";
+    case 0x58465342: return "xfs";
+    case 0x9123683e: return "btrfs";
+    case 0x01021994: return "tmpfs";
+    case 0x794c7630: return "overlayfs";
+    case 0x2fc12fc1: return "zfs";
+    case 0xf2f52010: return "f2fs";
+    case 0x6969: return "nfs";
+    case 0x65735546: return "fuse";
+    case 0x01021997: return "9p";
+    default: return "unknown";
+  }
+}

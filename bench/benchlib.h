@@ -27,6 +27,14 @@ int64_t kiln_bench_median(int64_t *v, size_t n);
 int kiln_bench_parse_args(int argc, char **argv, bool takes_dir, void (*usage)(void), bool *out_quick,
                           const char **out_dir);
 
+/* splitmix64 from `*state`: fast, and random enough that zstd finds nothing to
+ * compress. fill_random fills `len` bytes. */
+uint64_t kiln_bench_rng_next(uint64_t *state);
+void kiln_bench_fill_random(unsigned char *buf, size_t len, uint64_t *state);
+
+/* A filesystem's name from statfs's f_type ("unknown" for others). */
+const char *kiln_bench_fs_name(long type);
+
 /* The benchmark's scratch directory, "<base>/kiln-bench-XXXXXX" (base: $TMPDIR or
  * /tmp when NULL). Ctrl-C, SIGTERM, SIGHUP (and SIGPIPE with `on_sigpipe`) must
  * not leave it behind: the handler first calls `before_signal` (may be NULL; it

@@ -134,25 +134,9 @@ static void check(kiln_status_t st, const char *what) {
 
 static uint64_t rng_state = 0x6b696c6e62656e63ull; /* fixed: runs are repeatable */
 
-/* splitmix64: fast, and random enough that zstd finds nothing to compress. */
-static uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+static uint64_t rng_next(void) { return kiln_bench_rng_next(&rng_state); }
 
-static void fill_random(unsigned char *buf, size_t len) {
-  size_t i = 0;
-  for (; i + 8 <= len; i += 8) {
-    uint64_t v = rng_next();
-    memcpy(buf + i, &v, 8);
-  }
-  if (i < len) {
-    uint64_t v = rng_next();
-    memcpy(buf + i, &v, len - i);
-  }
-}
+static void fill_random(unsigned char *buf, size_t len) { kiln_bench_fill_random(buf, len, &rng_state); }
 
 /* Makes the bytes unique, so each put really stores (see the design note). */
 static void stamp(unsigned char *buf, size_t len, uint64_t serial) {
@@ -199,22 +183,6 @@ static uint64_t free_bytes(const char *dir) {
   struct statvfs vfs;
   if (statvfs(dir, &vfs) != 0) die("cannot statvfs %s: %s", dir, strerror(errno));
   return (uint64_t)vfs.f_bavail * vfs.f_frsize;
-}
-
-static const char *fs_name(long type) {
-  switch ((unsigned long)type & 0xffffffffu) {
-    case 0xef53: return "ext2/3/4";
-    case 0x58465342: return "xfs";
-    case 0x9123683e: return "btrfs";
-    case 0x01021994: return "tmpfs";
-    case 0x794c7630: return "overlayfs";
-    case 0x2fc12fc1: return "zfs";
-    case 0xf2f52010: return "f2fs";
-    case 0x6969: return "nfs";
-    case 0x65735546: return "fuse";
-    case 0x01021997: return "9p";
-    default: return "unknown";
-  }
 }
 
 /* ---- caches ---- */
@@ -362,7 +330,7 @@ static void print_header(const plan_t *plan) {
   printf("what decides these numbers on this machine:\n");
   printf("  cores %ld (single-threaded run; %s), memory %.1f GiB\n", cores, cpu,
          (double)pages * (double)page / (double)(1024 * MIB));
-  printf("  dir %s on %s (f_type 0x%lx), %.1f GiB free\n", scratch, fs_name((long)fs.f_type),
+  printf("  dir %s on %s (f_type 0x%lx), %.1f GiB free\n", scratch, kiln_bench_fs_name((long)fs.f_type),
          (unsigned long)fs.f_type, (double)free_bytes(scratch) / (double)(1024 * MIB));
   if (((unsigned long)fs.f_type & 0xffffffffu) == 0x01021994) {
     printf("  NOTE: tmpfs: fsync is free here, so put ratios measure CPU only; pass a disk DIR\n");

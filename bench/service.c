@@ -265,28 +265,9 @@ static char *read_file(const char *path, size_t *out_len) {
   return data;
 }
 
-/* splitmix64: fast, and random enough that zstd finds nothing to compress. */
 static void fill_random(unsigned char *buf, size_t len) {
-  uint64_t state = 0x6b696c6e73727663ull;
-  for (size_t i = 0; i < len; i += 8) {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    memcpy(buf + i, &z, len - i < 8 ? len - i : 8);
-  }
-}
-
-static const char *fs_name(long type) {
-  switch ((unsigned long)type & 0xffffffffu) {
-    case 0xef53: return "ext2/3/4";
-    case 0x58465342: return "xfs";
-    case 0x9123683e: return "btrfs";
-    case 0x01021994: return "tmpfs";
-    case 0x794c7630: return "overlayfs";
-    case 0x2fc12fc1: return "zfs";
-    default: return "other";
-  }
+  uint64_t state = 0x6b696c6e73727663ull; /* fixed: runs are repeatable */
+  kiln_bench_fill_random(buf, len, &state);
 }
 
 /* ---- /proc ---- */
@@ -1244,7 +1225,7 @@ static void print_header(const plan_t *plan, const char *dir, uint64_t workers) 
   printf(
       "  kilnd: %s, default settings, on %s\n"
       "  (state dir on %s); clients: the CLI's client library (client/rpc.h)\n",
-      KILND_PATH, kilnd_addr, fs_name((long)fs.f_type));
+      KILND_PATH, kilnd_addr, kiln_bench_fs_name((long)fs.f_type));
   kiln_bench_print_load("times");
   printf(
       "method: medians of alternating runs (percentiles for latency); every baseline runs in\n"
