@@ -102,20 +102,24 @@ static void draw(const kiln_cli_job_t *job, live_t *live) {
   live->drawn_ms = now_ms();
 }
 
+/* Erases the live display (if shown), so that other output starts on a clean line. */
+static void live_clear(live_t *live, kiln_cli_show_t show) {
+  if (show != KILN_CLI_SHOW_LIVE || !live->lines) return;
+  kiln_buf_t erase;
+  kiln_buf_init(&erase);
+  kiln_cli_live_erase(live->lines, &erase);
+  fputs(erase.data, stdout);
+  fflush(stdout);
+  kiln_buf_deinit(&erase);
+  live->lines = 0;
+}
+
 /* Shows what one event produced. */
 static void show_event(const kiln_cli_job_t *job, kiln_cli_show_t show, live_t *live,
                        const kiln_buf_t *line, const kiln_buf_t *err, bool force_draw) {
   if (err->len) {
-    if (show == KILN_CLI_SHOW_LIVE && live->lines) {
-      kiln_buf_t erase;
-      kiln_buf_init(&erase);
-      kiln_cli_live_erase(live->lines, &erase);
-      fputs(erase.data, stdout);
-      fflush(stdout);
-      kiln_buf_deinit(&erase);
-      live->lines = 0;
-      force_draw = true;
-    }
+    if (show == KILN_CLI_SHOW_LIVE && live->lines) force_draw = true;
+    live_clear(live, show);
     fputs(err->data, stderr);
     fflush(stderr);
   }
@@ -132,15 +136,7 @@ static void show_event(const kiln_cli_job_t *job, kiln_cli_show_t show, live_t *
  * not leave its compile running. Returns the exit code. */
 static int cancel_interrupted(const kiln_cli_settings_t *settings, kiln_client_t *client,
                               const kiln_cli_job_t *job, live_t *live, kiln_cli_show_t show) {
-  if (show == KILN_CLI_SHOW_LIVE && live->lines) {
-    kiln_buf_t erase;
-    kiln_buf_init(&erase);
-    kiln_cli_live_erase(live->lines, &erase);
-    fputs(erase.data, stdout);
-    fflush(stdout);
-    kiln_buf_deinit(&erase);
-    live->lines = 0;
-  }
+  live_clear(live, show);
   Kiln__V1__CancelJobRequest req = KILN__V1__CANCEL_JOB_REQUEST__INIT;
   req.job_id = job->job_id;
   req.reason = interrupted == SIGTERM ? "kiln compile was terminated (SIGTERM)"

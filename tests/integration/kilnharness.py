@@ -25,6 +25,21 @@ KILNC = os.path.join(BUILD_DIR, "compiler", "kilnc")
 EXAMPLES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 PYTHON_OUT = os.path.join(BUILD_DIR, "python")
 
+# kilnd runs under KILN_WRAPPER (valgrind), or the build is sanitized (ASan): tests
+# scale their waits and skip what those tools distort.
+WRAPPED = bool(os.environ.get("KILN_WRAPPER"))
+
+
+def sanitized_build():
+    try:
+        with open(os.path.join(BUILD_DIR, "CMakeCache.txt")) as f:
+            return any(line.strip() == "KILN_SANITIZE:BOOL=ON" for line in f)
+    except OSError:
+        return False
+
+
+SANITIZED = sanitized_build()
+
 sys.path.insert(0, PYTHON_OUT)
 # grpcio owns the top-level `grpc` package, so the generated health module is
 # imported from its own folder.

@@ -36,24 +36,13 @@ import unittest
 
 import grpc
 
-from kilnharness import BUILD_DIR, EXAMPLES, KILNC, Kilnd, KilnTestCase  # sets up the generated modules' path
+from kilnharness import (BUILD_DIR, EXAMPLES, KILNC, SANITIZED, WRAPPED, Kilnd,  # sets up the generated modules' path
+                         KilnTestCase)
 from kiln.v1 import kiln_pb2  # noqa: E402
 
 KILN = "/kiln.v1.Kiln/"
 KIB = 1024
 
-WRAPPED = bool(os.environ.get("KILN_WRAPPER"))
-
-
-def sanitized_build():
-    try:
-        with open(os.path.join(BUILD_DIR, "CMakeCache.txt")) as f:
-            return any(line.strip() == "KILN_SANITIZE:BOOL=ON" for line in f)
-    except OSError:
-        return False
-
-
-SANITIZED = sanitized_build()
 # Time scale for waits that depend on kilnd's speed (valgrind runs kilnd about
 # 20-50 times slower; the workers are not under it).
 SLOW = 8.0 if WRAPPED else 2.0 if SANITIZED else 1.0

@@ -35,7 +35,8 @@ import unittest
 
 import grpc
 
-from kilnharness import (BUILD_DIR, Kilnd, KilnTestCase, blob_path, run_kiln, seed_cache)
+from kilnharness import (BUILD_DIR, SANITIZED, WRAPPED, Kilnd, KilnTestCase, blob_path, run_kiln,
+                         seed_cache)
 from kiln.v1 import kiln_pb2  # noqa: E402  (path set up by kilnharness)
 
 KILN = "/kiln.v1.Kiln/"
@@ -45,18 +46,6 @@ MAX_SOURCE = 2 << 30
 SEED_FLAGS = ["--iree-opt-level=O2"]  # what tests/tools/cache_seed keys its artifacts with
 SEED_COMPILER_LLVM = "22.1.8"         # ...under "kiln-mlir 0.1.0 llvm 22.1.8"
 
-WRAPPED = bool(os.environ.get("KILN_WRAPPER"))
-
-
-def sanitized_build():
-    try:
-        with open(os.path.join(BUILD_DIR, "CMakeCache.txt")) as f:
-            return any(line.strip() == "KILN_SANITIZE:BOOL=ON" for line in f)
-    except OSError:
-        return False
-
-
-SANITIZED = sanitized_build()
 
 
 def ser(m):
