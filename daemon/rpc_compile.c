@@ -17,6 +17,8 @@
 #define MAX_LABELS 32
 #define MAX_NAME_BYTES 1024
 #define MAX_ID_BYTES 128
+/* Inline sources up to this size are checked and hashed on the loop (~0.1 ms). */
+#define LOOP_SOURCE_MAX_BYTES (64 * 1024)
 
 static bool is_hex64(const char *s) {
   if (!s || strlen(s) != 64) return false;
@@ -40,6 +42,12 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
     source = req->source.data;
     source_len = req->source.len;
     if (source_len == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the inline source is empty");
+    /* Checking and hashing a large inline source takes time the loop must not
+     * spend (up to max-message-bytes, 64 MiB by default): that goes to the pool. */
+    if (!call->may_block && call->run_off_loop && source_len > LOOP_SOURCE_MAX_BYTES) {
+      *call->run_off_loop = true;
+      return NULL;
+    }
     /* Text must be UTF-8 (without NULs), bytecode must start with its magic; a
      * refusal carries `kiln-diagnostics-bin` with the offending line and column. */
     kilnd_source_check_t check;

@@ -655,6 +655,22 @@ class RefusalTest(ServiceTestCase):
         self.assertEqual((d.location.file, d.location.line, d.location.column), ("m.mlir", line, 12))
         self.assertAlive()
 
+    def test_large_inline_source_hits_the_cache(self):
+        # Over 64 KiB inline: checked and hashed on the thread pool, not the loop;
+        # the same answers either way.
+        c = self.up()
+        pad = b"".join(b"// padding line %06d ......................................\n" % i for i in range(2000))
+        big = MLP + pad
+        self.assertGreater(len(big), 64 * KIB)
+        r = c.compile(big, ["sm_89"], name="big.mlir")
+        self.assertEqual(c.finish(r.job_id).state, DONE)
+        for _ in range(2):
+            again = c.compile(big, ["sm_89"], name="big.mlir")
+            self.assertEqual(again.state, DONE)
+            self.assertTrue(again.targets[0].cached)
+        e = self.assertStatus(grpc.StatusCode.INVALID_ARGUMENT, c.compile, big + b"\xff", name="big.mlir")
+        self.assertIn("not valid UTF-8", e.details())
+
     def test_oversized_inline_source_then_put_source(self):
         c = self.up("--max-message-bytes", "256KiB")
         pad = b"".join(b"// padding line %06d .................................................\n" % i
