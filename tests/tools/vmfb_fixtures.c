@@ -1,10 +1,15 @@
-/* vmfb_fixtures: writes a directory of VMFB files of every class kiln's reader
- * tells apart, through the real writer (kiln_vmfb_write), for integration tests
+/* vmfb_fixtures: writes VMFB files of every class kiln's reader tells apart,
+ * through the real writer (kiln_vmfb_write), for integration tests, benchmarks
  * and for checking by hand with IREE's own tools.
  *
  *   vmfb_fixtures OUTDIR
+ *   vmfb_fixtures legacy OUT.vmfb --source FILE --target T [--shape SHAPE]
+ *                 [--embed] [--no-digest] [--flags "F ..."] [--stamp S]
+ *   vmfb_fixtures fleet OUTDIR --sources S1,S2,... --targets T1,T2,... --copies K
+ *                 [--embed | --digest-only] [--flags "F ..."]
  *
- * Each file name starts with the class `kiln inspect` must give it:
+ * OUTDIR mode: a directory of fixed fixtures. Each file name starts with the class
+ * `kiln inspect` must give it:
  *   current_*   loads on IREE 3.12 (hal 0.7, bytecode 17.0, executable headers);
  *   legacy_*    an older IREE's file (hal 0.6, no executable header, bytecode 16,
  *               no dependency list);
@@ -16,12 +21,31 @@
  * bytes (a truncation, a flipped executable byte, an external rodata offset past
  * the end of the file with the zip CRC recomputed so that the offset is the only
  * fault). Output is a function of this program and the sample alone: the same
- * bytes on every run and host.
+ * bytes on every run and host. One line per file ("<name> <class> <reason>")
+ * goes to stdout.
  *
- * After writing, every file is read back with kiln_vmfb_read and its class
- * compared with its name; one line per file ("<name> <class> <reason>") goes to
- * stdout. Exit 0 when every class matches, 1 when one does not, 2 on usage or
- * I/O errors.
+ * legacy mode: one legacy file standing for an old build of a real model FILE
+ * for target T (any id or alias of compiler/targets.h; its GPU kind picks the
+ * executable format, and the sample's PTX .target or HSACO e_flags are set to
+ * the target's chip). Provenance: kiln.target (canonical id), kiln.source.sha256
+ * (SHA-256 of FILE's bytes; none with --no-digest, an "unknown source" file),
+ * kiln.flags (only with --flags: the space-separated flags, as kilnd normalizes
+ * them; they must pass kilnd's allow-list to be recompiled), and kiln.compiler
+ * ("iree-compile 3.11", "iree-compile 3.11 build S" with --stamp S, so copies of
+ * one (source, target) differ in bytes and digest). --embed carries FILE's bytes
+ * (zstd) inside the file. SHAPE says what makes it legacy: hal6_zip (default),
+ * hal6_flat (no --embed: the flat layout has no room for a source), noheader,
+ * bytecode16, nodeps. Prints "<OUT> LEGACY <reason>".
+ *
+ * fleet mode: K legacy files per (source, target) pair, at
+ * OUTDIR/<i>_<source name>/<target>/<k>_<shape>.vmfb, shapes taken in turn and
+ * each copy stamped "fleet <k>"; digest-only (the default) or --embed (then no
+ * flat shape). Prints one line: the count. Bulk-recompile tests and
+ * bench_recompile make their 1,000-file fleets with it in one process.
+ *
+ * Every file written is read back with kiln_vmfb_read and its class compared
+ * with the one intended (an embedded source is also extracted and compared).
+ * Exit 0 when every class matches, 1 when one does not, 2 on usage or I/O errors.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -32,6 +56,8 @@
 
 #include "base/buf.h"
 #include "base/digest.h"
+#include "base/alloc.h"
+#include "compiler/targets.h"
 #include "compiler/vmfb/archive.h"
 #include "compiler/vmfb/flatbuf.h"
 #include "compiler/vmfb/reader.h"
@@ -268,12 +294,8 @@ static int check(const char *name, const void *data, size_t len) {
   return rc;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: vmfb_fixtures OUTDIR\n");
-    return 2;
-  }
-  const char *dir = argv[1];
+/* OUTDIR mode: the fixed fixtures. */
+static int fixtures_main(const char *dir) {
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
     fprintf(stderr, "vmfb_fixtures: cannot create %s: %s\n", dir, strerror(errno));
     return 2;
@@ -316,4 +338,377 @@ int main(int argc, char **argv) {
     mismatches += check(raw[i].name, raw[i].data, raw[i].len);
   }
   return mismatches ? 1 : 0;
+}
+
+/* ---- legacy files of real sources ---- */
+
+typedef enum shape_e { SHAPE_HAL6_ZIP, SHAPE_HAL6_FLAT, SHAPE_NOHEADER, SHAPE_BYTECODE16, SHAPE_NODEPS } shape_t;
+
+static const char *const SHAPE_NAMES[] = {"hal6_zip", "hal6_flat", "noheader", "bytecode16", "nodeps"};
+#define N_SHAPES (sizeof SHAPE_NAMES / sizeof SHAPE_NAMES[0])
+
+/* EF_AMDGPU_MACH_* (LLVM's ELF.h) of the registry's HIP targets. */
+static const struct {
+  const char *chip;
+  uint8_t mach;
+} AMDGPU_MACHS[] = {{"gfx942", 0x4c}, {"gfx950", 0x4f}, {"gfx1100", 0x41},
+                    {"gfx1101", 0x46}, {"gfx1200", 0x48}, {"gfx1201", 0x4e}};
+
+/* One source, read once; the digest is its hex SHA-256. */
+typedef struct source_s {
+  const char *path;
+  char *data;
+  size_t len;
+  kiln_digest_hex_t hex;
+} source_t;
+
+typedef struct legacy_s {
+  const source_t *source;
+  const kiln_target_t *target;
+  shape_t shape;
+  bool embed;
+  bool digest;
+  const char *flags; /* NULL: no kiln.flags */
+  const char *stamp; /* NULL: none */
+} legacy_t;
+
+static int source_load(const char *path, source_t *out) {
+  memset(out, 0, sizeof *out);
+  out->path = path;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "vmfb_fixtures: cannot open source %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  kiln_buf_t buf;
+  kiln_buf_init(&buf);
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(&buf, chunk, n);
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    fprintf(stderr, "vmfb_fixtures: cannot read source %s\n", path);
+    kiln_buf_deinit(&buf);
+    return -1;
+  }
+  out->len = buf.len;
+  out->data = kiln_buf_take(&buf);
+  kiln_digest_t digest;
+  kiln_digest_of(out->data, out->len, &digest);
+  kiln_digest_to_hex(&digest, &out->hex);
+  return 0;
+}
+
+static int target_load(const char *name, const kiln_target_t **out) {
+  kiln_status_t st = kiln_compiler_target_resolve(name, out);
+  if (st) {
+    fprintf(stderr, "vmfb_fixtures: %s\n", kiln_status_message(st));
+    kiln_status_free(st);
+    return -1;
+  }
+  if ((*out)->kind == KILN_TARGET_KIND_CPU) {
+    fprintf(stderr, "vmfb_fixtures: target %s is a CPU; legacy files are written for GPU targets (CUDA, HIP, Vulkan)\n",
+            (*out)->id);
+    return -1;
+  }
+  return 0;
+}
+
+static int shape_parse(const char *name, shape_t *out) {
+  for (size_t i = 0; i < N_SHAPES; i++) {
+    if (strcmp(name, SHAPE_NAMES[i]) == 0) {
+      *out = (shape_t)i;
+      return 0;
+    }
+  }
+  fprintf(stderr, "vmfb_fixtures: unknown --shape %s; use hal6_zip, hal6_flat, noheader, bytecode16 or nodeps\n",
+          name);
+  return -1;
+}
+
+/* The sample module for `l`'s target, its device code naming the target's chip,
+ * written in `l`'s legacy shape with its provenance. */
+static int legacy_build(const legacy_t *l, kiln_buf_t *out) {
+  if (l->embed && l->shape == SHAPE_HAL6_FLAT) {
+    fprintf(stderr, "vmfb_fixtures: --embed needs the zip layout; pick a --shape other than hal6_flat\n");
+    return -1;
+  }
+  kiln_vmfb_format_t format = l->target->kind == KILN_TARGET_KIND_CUDA  ? KILN_VMFB_FORMAT_CUDA
+                              : l->target->kind == KILN_TARGET_KIND_HIP ? KILN_VMFB_FORMAT_HIP
+                                                                        : KILN_VMFB_FORMAT_VULKAN;
+  kiln_test_vmfb_sample_t *sample = kiln_malloc(sizeof *sample); /* executables point into it */
+  kiln_test_vmfb_sample_init(sample);
+  kiln_buf_t ptx;
+  kiln_buf_init(&ptx);
+  if (format == KILN_VMFB_FORMAT_CUDA) {
+    const char *code = (const char *)sample->code[0].data;
+    size_t len = sample->code[0].len;
+    const char *at = strstr(code, ".target sm_89\n");
+    if (at) {
+      kiln_buf_append(&ptx, code, (size_t)(at - code));
+      kiln_buf_appendf(&ptx, ".target %s\n", l->target->chip);
+      size_t rest = (size_t)(at - code) + strlen(".target sm_89\n");
+      kiln_buf_append(&ptx, code + rest, len - rest);
+      sample->code[0] = (kiln_vmfb_code_t){(const uint8_t *)ptx.data, ptx.len};
+    }
+  } else if (format == KILN_VMFB_FORMAT_HIP) {
+    for (size_t i = 0; i < sizeof AMDGPU_MACHS / sizeof AMDGPU_MACHS[0]; i++) {
+      if (strcmp(AMDGPU_MACHS[i].chip, l->target->chip) == 0) sample->hsaco[48] = AMDGPU_MACHS[i].mach;
+    }
+  }
+  char compiler[200];
+  snprintf(compiler, sizeof compiler, "iree-compile 3.11%s%s", l->stamp ? " build " : "", l->stamp ? l->stamp : "");
+  kiln_vmfb_provenance_t prov = {.source_sha256 = l->digest ? l->source->hex.text : NULL,
+                                 .target = l->target->id,
+                                 .flags = l->flags,
+                                 .compiler = compiler};
+  kiln_vmfb_write_options_t wo = {.flat = l->shape == SHAPE_HAL6_FLAT,
+                                  .provenance = &prov,
+                                  .source = l->embed ? (const uint8_t *)l->source->data : NULL,
+                                  .source_len = l->embed ? l->source->len : 0,
+                                  .hal_version = l->shape == SHAPE_HAL6_ZIP || l->shape == SHAPE_HAL6_FLAT ? 6 : 0,
+                                  .bytecode_version = l->shape == SHAPE_BYTECODE16 ? BC(16, 0) : 0,
+                                  .no_executable_header = l->shape == SHAPE_NOHEADER,
+                                  .no_dependencies = l->shape == SHAPE_NODEPS};
+  kiln_status_t st = kiln_vmfb_write("module", &sample->plan, &sample->exe[format - 1], &wo, out);
+  kiln_test_vmfb_sample_deinit(sample);
+  kiln_free(sample);
+  kiln_buf_deinit(&ptx);
+  if (st) {
+    fprintf(stderr, "vmfb_fixtures: %s for %s: %s\n", l->source->path, l->target->id, kiln_status_message(st));
+    kiln_status_free(st);
+    return -1;
+  }
+  return 0;
+}
+
+/* Reads a legacy file back: LEGACY, the target recorded, and an embedded source
+ * that extracts to the source's bytes. Prints the line when `print`. */
+static int legacy_check(const legacy_t *l, const char *path, const kiln_buf_t *file, bool print) {
+  kiln_vmfb_info_t info;
+  kiln_status_free(kiln_vmfb_read((const uint8_t *)file->data, file->len, &info));
+  const char *target = kiln_vmfb_info_attr(&info, "kiln.target");
+  int rc = 0;
+  if (info.cls != KILN_VMFB_CLASS_LEGACY) {
+    fprintf(stderr, "vmfb_fixtures: %s reads as %s, not LEGACY: %s\n", path, kiln_vmfb_class_name(info.cls),
+            info.reason);
+    rc = 1;
+  } else if (!target || strcmp(target, l->target->id) != 0) {
+    fprintf(stderr, "vmfb_fixtures: %s records target %s, not %s\n", path, target ? target : "(none)", l->target->id);
+    rc = 1;
+  }
+  if (print) printf("%s %s %s\n", path, kiln_vmfb_class_name(info.cls), info.reason);
+  kiln_vmfb_info_deinit(&info);
+  if (rc || !l->embed) return rc;
+  uint8_t *src = NULL;
+  size_t len = 0;
+  kiln_status_t st = kiln_vmfb_source_extract((const uint8_t *)file->data, file->len, &src, &len);
+  if (st || len != l->source->len || memcmp(src, l->source->data, len) != 0) {
+    fprintf(stderr, "vmfb_fixtures: %s: the embedded source does not read back as %s%s%s\n", path, l->source->path,
+            st ? ": " : "", st ? kiln_status_message(st) : "");
+    rc = 1;
+  }
+  kiln_status_free(st);
+  kiln_free(src);
+  return rc;
+}
+
+/* Builds, writes and checks one legacy file: 0, 1 (wrong class) or 2. */
+static int legacy_emit(const legacy_t *l, const char *path, bool print) {
+  kiln_buf_t buf;
+  kiln_buf_init(&buf);
+  int rc = legacy_build(l, &buf) != 0 ? 2 : 0;
+  if (rc == 0) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(buf.data, 1, buf.len, f) != buf.len || fclose(f) != 0) {
+      fprintf(stderr, "vmfb_fixtures: cannot write %s: %s\n", path, strerror(errno));
+      rc = 2;
+    }
+  }
+  if (rc == 0) rc = legacy_check(l, path, &buf, print);
+  kiln_buf_deinit(&buf);
+  return rc;
+}
+
+static int mkdir_p(const char *path) {
+  kiln_buf_t p;
+  kiln_buf_init(&p);
+  kiln_buf_append_str(&p, path);
+  int rc = 0;
+  for (char *c = p.data + 1; rc == 0; c++) {
+    bool end = *c == '\0';
+    if (*c != '/' && !end) continue;
+    *c = '\0';
+    if (mkdir(p.data, 0755) != 0 && errno != EEXIST) {
+      fprintf(stderr, "vmfb_fixtures: cannot create %s: %s\n", p.data, strerror(errno));
+      rc = -1;
+    }
+    if (end) break;
+    *c = '/';
+  }
+  kiln_buf_deinit(&p);
+  return rc;
+}
+
+static int usage_legacy(void) {
+  fprintf(stderr,
+          "usage: vmfb_fixtures OUTDIR\n"
+          "       vmfb_fixtures legacy OUT.vmfb --source FILE --target T [--shape SHAPE]\n"
+          "                     [--embed] [--no-digest] [--flags \"F ...\"] [--stamp S]\n"
+          "       vmfb_fixtures fleet OUTDIR --sources S1,S2,... --targets T1,T2,... --copies K\n"
+          "                     [--embed | --digest-only] [--flags \"F ...\"]\n"
+          "SHAPE: hal6_zip (default), hal6_flat, noheader, bytecode16, nodeps\n");
+  return 2;
+}
+
+/* The value after option argv[*i], or NULL (usage) when it is missing. */
+static char *option_value(int argc, char **argv, int *i) {
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "vmfb_fixtures: %s needs a value\n", argv[*i]);
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+static int legacy_main(int argc, char **argv) {
+  const char *out = argv[2], *source_path = NULL, *target_name = NULL;
+  legacy_t l = {.shape = SHAPE_HAL6_ZIP, .digest = true};
+  for (int i = 3; i < argc; i++) {
+    const char *a = argv[i], *v = NULL;
+    if (strcmp(a, "--embed") == 0) {
+      l.embed = true;
+    } else if (strcmp(a, "--no-digest") == 0) {
+      l.digest = false;
+    } else if (strcmp(a, "--source") == 0 || strcmp(a, "--target") == 0 || strcmp(a, "--shape") == 0 ||
+               strcmp(a, "--flags") == 0 || strcmp(a, "--stamp") == 0) {
+      if (!(v = option_value(argc, argv, &i))) return usage_legacy();
+      if (strcmp(a, "--source") == 0) source_path = v;
+      else if (strcmp(a, "--target") == 0) target_name = v;
+      else if (strcmp(a, "--flags") == 0) l.flags = v;
+      else if (strcmp(a, "--stamp") == 0) l.stamp = v;
+      else if (shape_parse(v, &l.shape) != 0) return 2;
+    } else {
+      fprintf(stderr, "vmfb_fixtures: unknown option %s\n", a);
+      return usage_legacy();
+    }
+  }
+  if (!source_path || !target_name) {
+    fprintf(stderr, "vmfb_fixtures: legacy needs --source FILE and --target T\n");
+    return usage_legacy();
+  }
+  source_t source;
+  if (source_load(source_path, &source) != 0 || target_load(target_name, &l.target) != 0) {
+    kiln_free(source.data);
+    return 2;
+  }
+  l.source = &source;
+  int rc = legacy_emit(&l, out, true);
+  kiln_free(source.data);
+  return rc;
+}
+
+/* Splits a comma-separated list in place; returns the count (at most `cap`). */
+static size_t split_list(char *list, char **out, size_t cap) {
+  size_t n = 0;
+  for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok && n < cap; tok = strtok_r(NULL, ",", &save)) {
+    out[n++] = tok;
+  }
+  return n;
+}
+
+#define FLEET_MAX 256
+
+static int fleet_main(int argc, char **argv) {
+  const char *dir = argv[2];
+  char *sources_arg = NULL, *targets_arg = NULL; /* argv's strings, split in place */
+  long copies = 0;
+  legacy_t base = {.digest = true};
+  for (int i = 3; i < argc; i++) {
+    const char *a = argv[i];
+    char *v = NULL;
+    if (strcmp(a, "--embed") == 0) {
+      base.embed = true;
+    } else if (strcmp(a, "--digest-only") == 0) {
+      base.embed = false;
+    } else if (strcmp(a, "--sources") == 0 || strcmp(a, "--targets") == 0 || strcmp(a, "--copies") == 0 ||
+               strcmp(a, "--flags") == 0) {
+      if (!(v = option_value(argc, argv, &i))) return usage_legacy();
+      if (strcmp(a, "--sources") == 0) sources_arg = v;
+      else if (strcmp(a, "--targets") == 0) targets_arg = v;
+      else if (strcmp(a, "--flags") == 0) base.flags = v;
+      else copies = strtol(v, NULL, 10);
+    } else {
+      fprintf(stderr, "vmfb_fixtures: unknown option %s\n", a);
+      return usage_legacy();
+    }
+  }
+  char *source_names[FLEET_MAX], *target_names[FLEET_MAX];
+  size_t n_sources = sources_arg ? split_list(sources_arg, source_names, FLEET_MAX) : 0;
+  size_t n_targets = targets_arg ? split_list(targets_arg, target_names, FLEET_MAX) : 0;
+  if (!n_sources || !n_targets || copies < 1 || copies > 100000) {
+    fprintf(stderr, "vmfb_fixtures: fleet needs --sources, --targets (up to %d each) and --copies 1..100000\n",
+            FLEET_MAX);
+    return usage_legacy();
+  }
+  source_t *sources = kiln_calloc(n_sources, sizeof *sources);
+  const kiln_target_t *targets[FLEET_MAX];
+  int rc = 0;
+  for (size_t s = 0; s < n_sources && rc == 0; s++) {
+    if (source_load(source_names[s], &sources[s]) != 0) rc = 2;
+  }
+  for (size_t t = 0; t < n_targets && rc == 0; t++) {
+    if (target_load(target_names[t], &targets[t]) != 0) rc = 2;
+  }
+  /* Shapes in turn; an embedded source needs the zip layout. */
+  shape_t shapes[N_SHAPES];
+  size_t n_shapes = 0;
+  for (size_t i = 0; i < N_SHAPES; i++) {
+    if (!(base.embed && i == SHAPE_HAL6_FLAT)) shapes[n_shapes++] = (shape_t)i;
+  }
+  size_t written = 0;
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  for (size_t s = 0; s < n_sources && rc == 0; s++) {
+    const char *name = strrchr(sources[s].path, '/');
+    name = name ? name + 1 : sources[s].path;
+    for (size_t t = 0; t < n_targets && rc == 0; t++) {
+      kiln_buf_clear(&path);
+      kiln_buf_appendf(&path, "%s/%zu_%s/%s", dir, s, name, targets[t]->id);
+      if (mkdir_p(path.data) != 0) {
+        rc = 2;
+        break;
+      }
+      size_t at = path.len;
+      for (long k = 0; k < copies && rc == 0; k++) {
+        legacy_t l = base;
+        l.source = &sources[s];
+        l.target = targets[t];
+        l.shape = shapes[(size_t)k % n_shapes];
+        char stamp[32];
+        snprintf(stamp, sizeof stamp, "fleet %ld", k);
+        l.stamp = stamp;
+        path.len = at;
+        path.data[at] = '\0';
+        kiln_buf_appendf(&path, "/%ld_%s.vmfb", k, SHAPE_NAMES[l.shape]);
+        rc = legacy_emit(&l, path.data, false);
+        if (rc == 0) written++;
+      }
+    }
+  }
+  kiln_buf_deinit(&path);
+  if (rc == 0) {
+    printf("%zu legacy VMFBs (%zu sources x %zu targets x %ld copies, %s) under %s\n", written, n_sources, n_targets,
+           copies, base.embed ? "source embedded" : "source digest only", dir);
+  }
+  for (size_t s = 0; s < n_sources; s++) kiln_free(sources[s].data);
+  kiln_free(sources);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && argv[1][0] != '-') return fixtures_main(argv[1]);
+  if (argc >= 3 && strcmp(argv[1], "legacy") == 0) return legacy_main(argc, argv);
+  if (argc >= 3 && strcmp(argv[1], "fleet") == 0) return fleet_main(argc, argv);
+  return usage_legacy();
 }
