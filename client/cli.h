@@ -21,11 +21,14 @@
 #define KILN_EXIT_NOT_SERVING 5 /* kilnd is up but reports NOT_SERVING */
 #define KILN_EXIT_LEGACY 6      /* inspect: a file is a legacy (pre-HAL 0.7) VMFB */
 #define KILN_EXIT_INVALID 7     /* inspect: a file is not a readable VMFB */
+#define KILN_EXIT_INCOMPLETE 8  /* recompile: a file failed, had no source or was invalid */
+#define KILN_EXIT_INTERRUPTED 130 /* recompile: stopped by SIGINT or SIGTERM (128 + SIGINT) */
 
 #define KILN_CLI_DEFAULT_ADDR "127.0.0.1:7477"
 #define KILN_CLI_DEFAULT_TIMEOUT_MS 10000
 #define KILN_CLI_LONG_TIMEOUT_MS (3600 * 1000) /* cache verify and gc read the whole store; watch */
 #define KILN_CLI_COMPILE_TIMEOUT_MS (30 * 60 * 1000) /* the whole compile, job included */
+#define KILN_CLI_RECOMPILE_TIMEOUT_MS (24 * 3600 * 1000) /* a whole fleet on one Recompile stream */
 
 typedef struct kiln_cli_settings_s {
   char *config;
@@ -50,6 +53,12 @@ typedef struct kiln_cli_settings_s {
   char *page_token;
   bool all;
   char *reason;              /* cancel */
+  /* recompile */
+  bool in_place;
+  bool backup;
+  char *manifest;
+  int64_t jobs;              /* items unanswered on the stream at most; 0: the default */
+  bool force;
 } kiln_cli_settings_t;
 
 const kiln_config_table_t *kiln_cli_settings_table(void);
@@ -83,6 +92,25 @@ int kiln_cli_inspect(const kiln_cli_settings_t *settings, int argc, const char *
 /* `kiln scan PATH...`: local, no kilnd; finds VMFBs under each PATH and says which
  * are legacy and whether their source can be found; exit status as inspect's. */
 int kiln_cli_scan(const kiln_cli_settings_t *settings, int argc, const char **argv);
+/* One file found by kiln_cli_vmfb_find: its path and the index of the argument
+ * it was found under. */
+typedef struct kiln_cli_found_s {
+  char *path;
+  int arg;
+} kiln_cli_found_t;
+/* The VMFBs under argv[0..argc) as `scan` and `recompile` see them: a directory
+ * is walked without following links and only its *.vmfb files count (sorted by
+ * path within each directory argument); a file named on the command line counts
+ * whatever its name. Each argument that cannot be read or walked is named on
+ * stderr ("kiln: <command>: ..."), the rest is still listed, and the result is
+ * KILN_EXIT_USAGE; else KILN_EXIT_OK. *out_found (an array of *out_n) is owned by
+ * the caller: kiln_cli_found_free. */
+int kiln_cli_vmfb_find(const char *command, int argc, const char **argv, kiln_cli_found_t **out_found,
+                       size_t *out_n);
+void kiln_cli_found_free(kiln_cli_found_t *found, size_t n);
+/* The target a VMFB was built for, into out[cap]: kiln's provenance (kiln.target),
+ * else its executables' chips or formats, comma-separated; "-" when none. */
+void kiln_cli_vmfb_target_describe(const kiln_vmfb_info_t *info, char *out, size_t cap);
 /* Reads and classifies one file (at most 4 GiB): always fills *out_info (a file that
  * cannot be read is INVALID, the reason saying why); *out_data (owned, may be NULL)
  * holds its bytes. Free both. */
@@ -90,6 +118,11 @@ void kiln_cli_vmfb_load(const char *path, uint8_t **out_data, size_t *out_len, k
 /* The exit status so far combined with one more file's class: invalid beats legacy
  * beats current. */
 int kiln_cli_vmfb_worst(int worst, kiln_vmfb_class_t cls);
+/* `kiln recompile PATH... [-o DIR | --in-place [--backup]] [--manifest FILE]
+ * [--jobs N] [--dry-run] [--force]`: bulk recompile of legacy VMFBs on one
+ * Recompile stream (cmd_recompile.c says how). */
+int kiln_cli_recompile(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
+                       const char **argv);
 /* `kiln cache stats|verify|gc|pin|unpin`. */
 int kiln_cli_cache(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 /* The deadline a command uses: --timeout when given, else its default. */
@@ -134,6 +167,13 @@ typedef enum kiln_cli_show_e {
 
 /* The mode for these settings and this stdout. */
 kiln_cli_show_t kiln_cli_show_mode(const kiln_cli_settings_t *settings);
+
+/* True when `fd` is a terminal that takes cursor movement (not TERM=dumb): where
+ * a live display may be drawn. */
+bool kiln_cli_is_live_terminal(int fd);
+/* The columns a live display may use on terminal `fd` (its width less one, so
+ * that no line wraps); 79 when unknown. */
+size_t kiln_cli_terminal_width(int fd);
 
 /* Catches SIGINT and SIGTERM into a flag (on) or restores the previous handlers
  * (off). `compile` turns it on before it submits, so an interrupt at any point

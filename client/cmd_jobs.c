@@ -68,16 +68,19 @@ bool kiln_cli_interrupted(void) { return interrupted != 0; }
 /* Cancels the job on kilnd after an interrupt: a CI run that is stopped should
  * not leave its compile running. Reports what happened; returns the exit code. */
 
-kiln_cli_show_t kiln_cli_show_mode(const kiln_cli_settings_t *settings) {
-  if (settings->json) return KILN_CLI_SHOW_NONE;
+bool kiln_cli_is_live_terminal(int fd) {
   const char *term = getenv("TERM");
-  if (isatty(STDOUT_FILENO) && !(term && strcmp(term, "dumb") == 0)) return KILN_CLI_SHOW_LIVE;
-  return KILN_CLI_SHOW_PLAIN;
+  return isatty(fd) && !(term && strcmp(term, "dumb") == 0);
 }
 
-static size_t terminal_width(void) {
+kiln_cli_show_t kiln_cli_show_mode(const kiln_cli_settings_t *settings) {
+  if (settings->json) return KILN_CLI_SHOW_NONE;
+  return kiln_cli_is_live_terminal(STDOUT_FILENO) ? KILN_CLI_SHOW_LIVE : KILN_CLI_SHOW_PLAIN;
+}
+
+size_t kiln_cli_terminal_width(int fd) {
   struct winsize ws;
-  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1) return ws.ws_col - 1;
+  if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1) return ws.ws_col - 1;
   return 79;
 }
 
@@ -95,7 +98,7 @@ typedef struct live_s {
 static void draw(const kiln_cli_job_t *job, live_t *live) {
   kiln_buf_t out;
   kiln_buf_init(&out);
-  live->lines = kiln_cli_job_render_frame(job, live->lines, terminal_width(), &out);
+  live->lines = kiln_cli_job_render_frame(job, live->lines, kiln_cli_terminal_width(STDOUT_FILENO), &out);
   fputs(out.data, stdout);
   fflush(stdout);
   kiln_buf_deinit(&out);

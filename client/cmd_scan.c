@@ -24,19 +24,19 @@
 #include "client/cli.h"
 #include "client/json.h"
 
-typedef struct found_s {
-  char **paths;
-  size_t n, cap;
-} found_t;
+/* The walk in progress: nftw has no user pointer. */
+static kiln_cli_found_t *walk_found;
+static size_t walk_n, walk_cap;
+static int walk_arg;
 
-static found_t *walking; /* nftw has no user pointer: the walk in progress */
-
-static void add_path(found_t *f, const char *path) {
-  if (f->n == f->cap) {
-    f->cap = f->cap ? f->cap * 2 : 64;
-    f->paths = kiln_realloc(f->paths, f->cap * sizeof *f->paths);
+static void add_path(const char *path, int arg) {
+  if (walk_n == walk_cap) {
+    walk_cap = walk_cap ? walk_cap * 2 : 64;
+    walk_found = kiln_realloc(walk_found, walk_cap * sizeof *walk_found);
   }
-  f->paths[f->n++] = kiln_strdup(path);
+  walk_found[walk_n].path = kiln_strdup(path);
+  walk_found[walk_n].arg = arg;
+  walk_n++;
 }
 
 static bool is_vmfb_name(const char *path) {
@@ -46,11 +46,49 @@ static bool is_vmfb_name(const char *path) {
 
 static int visit(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
   (void)sb, (void)ftw;
-  if (type == FTW_F && is_vmfb_name(path)) add_path(walking, path);
+  if (type == FTW_F && is_vmfb_name(path)) add_path(path, walk_arg);
   return 0;
 }
 
-static int by_path(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int by_path(const void *a, const void *b) {
+  return strcmp(((const kiln_cli_found_t *)a)->path, ((const kiln_cli_found_t *)b)->path);
+}
+
+int kiln_cli_vmfb_find(const char *command, int argc, const char **argv, kiln_cli_found_t **out_found,
+                       size_t *out_n) {
+  walk_found = NULL;
+  walk_n = walk_cap = 0;
+  int rc = KILN_EXIT_OK;
+  for (int i = 0; i < argc; i++) {
+    struct stat st;
+    if (stat(argv[i], &st) != 0) {
+      fprintf(stderr, "kiln: %s: cannot read %s: %s\n", command, argv[i], strerror(errno));
+      rc = KILN_EXIT_USAGE;
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      size_t before = walk_n;
+      walk_arg = i;
+      if (nftw(argv[i], visit, 32, FTW_PHYS) != 0) {
+        fprintf(stderr, "kiln: %s: cannot walk %s: %s\n", command, argv[i], strerror(errno));
+        rc = KILN_EXIT_USAGE;
+      }
+      qsort(walk_found + before, walk_n - before, sizeof *walk_found, by_path);
+    } else {
+      add_path(argv[i], i);
+    }
+  }
+  *out_found = walk_found;
+  *out_n = walk_n;
+  walk_found = NULL;
+  walk_n = walk_cap = 0;
+  return rc;
+}
+
+void kiln_cli_found_free(kiln_cli_found_t *found, size_t n) {
+  for (size_t i = 0; i < n; i++) kiln_free(found[i].path);
+  kiln_free(found);
+}
 
 /* Where a legacy file's source would come from. */
 typedef enum source_kind_e { SOURCE_EMBEDDED, SOURCE_PROVENANCE, SOURCE_UNKNOWN, SOURCE_DAMAGED } source_kind_t;
@@ -74,8 +112,7 @@ static source_kind_t find_source(const uint8_t *data, size_t len, const kiln_vmf
   return *out_digest ? SOURCE_PROVENANCE : SOURCE_UNKNOWN;
 }
 
-/* The target it was built for: kiln's provenance, else its executables' formats. */
-static void describe_target(const kiln_vmfb_info_t *info, char *out, size_t cap) {
+void kiln_cli_vmfb_target_describe(const kiln_vmfb_info_t *info, char *out, size_t cap) {
   const char *t = kiln_vmfb_info_attr(info, "kiln.target");
   if (t) {
     snprintf(out, cap, "%s", t);
@@ -98,39 +135,19 @@ int kiln_cli_scan(const kiln_cli_settings_t *settings, int argc, const char **ar
     fprintf(stderr, "kiln: scan needs at least one file or directory (kiln scan PATH...)\n");
     return KILN_EXIT_USAGE;
   }
-  found_t found = {0};
-  int worst = KILN_EXIT_OK;
-  for (int i = 0; i < argc; i++) {
-    struct stat st;
-    if (stat(argv[i], &st) != 0) {
-      fprintf(stderr, "kiln: scan: cannot read %s: %s\n", argv[i], strerror(errno));
-      worst = KILN_EXIT_USAGE;
-      continue;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      size_t before = found.n;
-      walking = &found;
-      if (nftw(argv[i], visit, 32, FTW_PHYS) != 0) {
-        fprintf(stderr, "kiln: scan: cannot walk %s: %s\n", argv[i], strerror(errno));
-        worst = KILN_EXIT_USAGE;
-      }
-      walking = NULL;
-      qsort(found.paths + before, found.n - before, sizeof *found.paths, by_path);
-    } else {
-      add_path(&found, argv[i]);
-    }
-  }
+  kiln_cli_found_t *found = NULL;
+  size_t n_found = 0;
+  int worst = kiln_cli_vmfb_find("scan", argc, argv, &found, &n_found);
   if (worst == KILN_EXIT_USAGE) {
-    for (size_t i = 0; i < found.n; i++) kiln_free(found.paths[i]);
-    kiln_free(found.paths);
+    kiln_cli_found_free(found, n_found);
     return worst;
   }
 
   size_t counts[3] = {0, 0, 0}, by_source[4] = {0, 0, 0, 0};
   json_object *files = settings->json ? json_object_new_array() : NULL;
   if (!files) printf("%-8s %-10s %-14s %s\n", "CLASS", "SOURCE", "TARGET", "FILE");
-  for (size_t i = 0; i < found.n; i++) {
-    const char *path = found.paths[i];
+  for (size_t i = 0; i < n_found; i++) {
+    const char *path = found[i].path;
     uint8_t *data = NULL;
     size_t len = 0;
     kiln_vmfb_info_t info;
@@ -138,7 +155,7 @@ int kiln_cli_scan(const kiln_cli_settings_t *settings, int argc, const char **ar
     const char *digest = NULL;
     source_kind_t src = info.cls == KILN_VMFB_CLASS_INVALID ? SOURCE_UNKNOWN : find_source(data, len, &info, &digest);
     char target[128];
-    describe_target(&info, target, sizeof target);
+    kiln_cli_vmfb_target_describe(&info, target, sizeof target);
     counts[info.cls]++;
     if (info.cls == KILN_VMFB_CLASS_LEGACY) by_source[src]++;
     worst = kiln_cli_vmfb_worst(worst, info.cls);
@@ -165,7 +182,7 @@ int kiln_cli_scan(const kiln_cli_settings_t *settings, int argc, const char **ar
     json_object *doc = json_object_new_object();
     json_object_object_add(doc, "files", files);
     json_object *sum = json_object_new_object();
-    json_object_object_add(sum, "files", json_object_new_int64((int64_t)found.n));
+    json_object_object_add(sum, "files", json_object_new_int64((int64_t)n_found));
     json_object_object_add(sum, "current", json_object_new_int64((int64_t)counts[KILN_VMFB_CLASS_CURRENT]));
     json_object_object_add(sum, "legacy", json_object_new_int64((int64_t)counts[KILN_VMFB_CLASS_LEGACY]));
     json_object_object_add(sum, "invalid", json_object_new_int64((int64_t)counts[KILN_VMFB_CLASS_INVALID]));
@@ -175,7 +192,7 @@ int kiln_cli_scan(const kiln_cli_settings_t *settings, int argc, const char **ar
     json_object_object_add(doc, "summary", sum);
     kiln_client_json_print(doc);
   } else {
-    printf("\n%zu file(s): %zu current, %zu legacy, %zu invalid\n", found.n, counts[KILN_VMFB_CLASS_CURRENT],
+    printf("\n%zu file(s): %zu current, %zu legacy, %zu invalid\n", n_found, counts[KILN_VMFB_CLASS_CURRENT],
            counts[KILN_VMFB_CLASS_LEGACY], counts[KILN_VMFB_CLASS_INVALID]);
     if (counts[KILN_VMFB_CLASS_LEGACY]) {
       printf("legacy sources: %zu embedded, %zu by provenance digest (kilnd's cache may hold them), %zu unknown "
@@ -184,7 +201,6 @@ int kiln_cli_scan(const kiln_cli_settings_t *settings, int argc, const char **ar
              by_source[SOURCE_DAMAGED] ? ", some with a damaged embedded source" : "");
     }
   }
-  for (size_t i = 0; i < found.n; i++) kiln_free(found.paths[i]);
-  kiln_free(found.paths);
+  kiln_cli_found_free(found, n_found);
   return worst;
 }

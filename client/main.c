@@ -30,6 +30,10 @@ static const struct {
     {"scan", NULL,
      "PATH...: find VMFBs under files and directories locally (no kilnd): class, and where a "
      "legacy one's source would come from"},
+    {"recompile", kiln_cli_recompile,
+     "PATH... [-o DIR | --in-place [--backup]] [--manifest FILE] [--jobs N] [--dry-run] [--force]: "
+     "recompile every legacy VMFB under PATHs on kilnd (default output NAME.hal7.vmfb beside "
+     "NAME.vmfb); a table or --json report"},
     {"cache", kiln_cli_cache,
      "the artifact cache: stats | verify [--dry-run] | gc [--max-bytes SIZE] | pin DIGEST | unpin DIGEST"},
 };

@@ -6,10 +6,15 @@
  * request and the half-close), the status batch (RECV_STATUS_ON_CLIENT, started at
  * once and plucked when the call ends: it is how the call's end is learned even
  * when a send fails), one receive batch at a time, one write batch at a time.
+ * gRPC allows one read and one write in flight on a call at once, and the pluck
+ * queue hands each completion to whoever plucks its tag, so a bidi stream may have
+ * a read and a write pending together (Recompile): a bounded read leaves its batch
+ * pending while a write is started, and a write may be waited for in bounded
+ * slices (write_poll) while reads go on.
  * Invariant: every batch that was started is plucked exactly once before the call
  * is unreffed (kiln_client_stream_destroy cancels first so pending ones finish);
- * `send_pending`, `recv_pending` and `status_pending` say which are still
- * outstanding. The opening send batch is not waited for when the call starts (it
+ * `send_pending`, `recv_pending`, `write_pending` and `status_pending` say which
+ * are still outstanding. The opening send batch is not waited for when the call starts (it
  * completes only once a connection is up); it is plucked before the next write,
  * and with the status. A read that
  * times out leaves its batch pending, and the next read plucks that same batch. */
@@ -202,6 +207,8 @@ struct kiln_client_stream_s {
   bool initial_md_requested;
   bool send_pending; /* the opening send batch: it waits for a connection */
   bool recv_pending;
+  bool write_pending; /* a write (or the half-close) started by write_begin */
+  grpc_byte_buffer *write_buffer; /* the pending write's message */
   bool status_pending;
   bool ended;       /* the final status is known (status_code/details valid) */
   bool write_failed;
@@ -536,23 +543,54 @@ static kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessag
   return final_status(s);
 }
 
-bool kiln_client_stream_write(kiln_client_stream_t *stream, const ProtobufCMessage *message) {
+/* Ends the pending write once its batch was plucked with `success`. */
+static void write_completed(kiln_client_stream_t *s, bool success) {
+  s->write_pending = false;
+  if (s->write_buffer) grpc_byte_buffer_destroy(s->write_buffer);
+  s->write_buffer = NULL;
+  if (!success) s->write_failed = true;
+}
+
+bool kiln_client_stream_write_begin(kiln_client_stream_t *stream, const ProtobufCMessage *message) {
   kiln_client_stream_t *s = stream;
-  if (s->start_error || s->write_failed || s->half_closed || s->ended) return false;
-  wait_send(s); /* one send batch at a time; writes block anyway */
-  grpc_byte_buffer *buffer = pack(message);
+  if (s->start_error || s->write_failed || s->half_closed || s->ended || s->write_pending) return false;
+  wait_send(s); /* the opening batch first: it completes once the connection is up */
   grpc_op op;
   memset(&op, 0, sizeof op);
-  op.op = GRPC_OP_SEND_MESSAGE;
-  op.data.send_message.send_message = buffer;
-  bool ok = false;
-  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_write, NULL) == GRPC_CALL_OK) {
-    grpc_event ev = grpc_completion_queue_pluck(s->client->cq, &s->tag_write,
-                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    ok = ev.success != 0;
+  if (message) {
+    s->write_buffer = pack(message);
+    op.op = GRPC_OP_SEND_MESSAGE;
+    op.data.send_message.send_message = s->write_buffer;
+  } else {
+    op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    s->half_closed = true;
   }
-  grpc_byte_buffer_destroy(buffer);
-  if (!ok) s->write_failed = true;
+  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_write, NULL) != GRPC_CALL_OK) {
+    write_completed(s, false);
+    return false;
+  }
+  s->write_pending = true;
+  return true;
+}
+
+bool kiln_client_stream_write_poll(kiln_client_stream_t *stream, int64_t wait_ms, bool *out_ok) {
+  kiln_client_stream_t *s = stream;
+  if (s->write_pending) {
+    gpr_timespec until = wait_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME)
+                                     : gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
+                                                    gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_pluck(s->client->cq, &s->tag_write, until, NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) return false;
+    write_completed(s, ev.success != 0);
+  }
+  if (out_ok) *out_ok = !s->write_failed && !s->start_error;
+  return true;
+}
+
+bool kiln_client_stream_write(kiln_client_stream_t *stream, const ProtobufCMessage *message) {
+  if (!kiln_client_stream_write_begin(stream, message)) return false;
+  bool ok = false;
+  kiln_client_stream_write_poll(stream, -1, &ok);
   return ok;
 }
 
@@ -562,6 +600,7 @@ kiln_status_t kiln_client_stream_finish(kiln_client_stream_t *stream,
   kiln_client_stream_t *s = stream;
   *out_response = NULL;
   if (s->start_error) return final_status(s);
+  kiln_client_stream_write_poll(s, -1, NULL);
   wait_send(s);
   if (!s->half_closed && !s->ended) {
     grpc_op op;
@@ -612,7 +651,10 @@ void kiln_client_stream_destroy(kiln_client_stream_t *stream) {
   kiln_client_stream_t *s = stream;
   if (!s) return;
   if (s->call) {
-    if (s->recv_pending || s->status_pending || s->send_pending) grpc_call_cancel(s->call, NULL);
+    if (s->recv_pending || s->status_pending || s->send_pending || s->write_pending) {
+      grpc_call_cancel(s->call, NULL);
+    }
+    kiln_client_stream_write_poll(s, -1, NULL);
     if (s->recv_pending) {
       pluck(s, &s->tag_recv);
       s->recv_pending = false;

@@ -43,7 +43,9 @@ kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
  *
  * One kiln_client_stream_t is one call. Server-streaming (WatchJob, GetArtifact):
  * open with the request, then read until a read returns the end. Client-streaming
- * (PutSource): open with request NULL, write each message, then finish. Every
+ * (PutSource): open with request NULL, write each message, then finish. Bidi
+ * (Recompile): open with request NULL, interleave write_begin/write_poll and
+ * bounded reads, half-close with write_begin(NULL), read to the end. Every
  * operation blocks the calling thread on the client's completion queue; the call's
  * deadline is the client's timeout when it is opened. A stream must be destroyed
  * before its client. */
@@ -93,11 +95,30 @@ kiln_status_t kiln_client_stream_read_split(kiln_client_stream_t *stream,
                                             const kiln_client_piece_t **out_pieces, size_t *out_count,
                                             bool *out_timed_out);
 
-/* Sends one message (client-streaming). Returns true when it was handed to the
- * transport; false when the call has already ended (the server answered early, as
- * PutSource does for a source it already has, or failed it, or it was cancelled):
- * stop writing and call kiln_client_stream_finish to learn the outcome. */
+/* Sends one message (client-streaming or bidi) and waits until it was handed to
+ * the transport. Returns true when it was; false when the call has already ended
+ * (the server answered early, as PutSource does for a source it already has, or
+ * failed it, or it was cancelled): stop writing and call kiln_client_stream_finish
+ * (or read) to learn the outcome. `message` NULL half-closes the client's side. */
 bool kiln_client_stream_write(kiln_client_stream_t *stream, const ProtobufCMessage *message);
+
+/* Bidi streams (Recompile): a write that does not block. gRPC allows one write and
+ * one read in flight on a call at the same time, so a write may be started while a
+ * read is pending (a bounded read that timed out) and reads may go on while the
+ * write waits for HTTP/2 flow control.
+ *
+ * write_begin starts sending `message` (packed at once: the caller may free it on
+ * return), or half-closes the client's side when `message` is NULL. Returns false
+ * without starting anything when the call has ended, the client's side is closed,
+ * an earlier write failed, or a write is still pending (poll it first).
+ *
+ * write_poll waits at most `wait_ms` (< 0: without limit) for the pending write:
+ * false when it is still pending (it stays so; poll again, or destroy the stream,
+ * which cancels it); true when none is pending any more, with *out_ok (may be
+ * NULL) saying whether every write so far was handed to the transport (false:
+ * the call ended; a read returns its status). */
+bool kiln_client_stream_write_begin(kiln_client_stream_t *stream, const ProtobufCMessage *message);
+bool kiln_client_stream_write_poll(kiln_client_stream_t *stream, int64_t wait_ms, bool *out_ok);
 
 /* Client-streaming: closes the client's side (if still open), then receives the
  * server's single response as `descriptor` and the call's status. On OK

@@ -179,34 +179,123 @@ static void fsync_parent(const char *path) {
   kiln_free(copy);
 }
 
+/* The first half of an atomic write: creates the temporary file beside `path`
+ * (its name into *tmp) and returns its descriptor in *out_fd. */
+static kiln_status_t atomic_open(const char *path, kiln_buf_t *tmp, int *out_fd) {
+  kiln_buf_init(tmp);
+  kiln_buf_appendf(tmp, "%s.tmp.%ld", path, (long)getpid());
+  *out_fd = open(tmp->data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (*out_fd < 0) return KILN_STATUS_ERRNO(errno, "cannot create %s", tmp->data);
+  return NULL;
+}
+
+/* The second half: with `status` NULL (everything written), flushes, closes and
+ * renames the temporary file over `path`; otherwise (or when that fails) closes
+ * and removes it. Frees `tmp`; returns the outcome. */
+static kiln_status_t atomic_close(int fd, kiln_buf_t *tmp, const char *path, kiln_status_t status) {
+  if (!status && fsync(fd) != 0) status = KILN_STATUS_ERRNO(errno, "cannot flush %s", tmp->data);
+  if (close(fd) != 0 && !status) status = KILN_STATUS_ERRNO(errno, "cannot write %s", tmp->data);
+  if (!status && rename(tmp->data, path) != 0) {
+    status = KILN_STATUS_ERRNO(errno, "cannot rename %s to %s", tmp->data, path);
+  }
+  if (status) unlink(tmp->data);
+  else fsync_parent(path);
+  kiln_buf_deinit(tmp);
+  return status;
+}
+
 kiln_status_t kiln_cli_write_atomic(const char *path, const void *data, size_t len) {
   kiln_buf_t tmp;
-  kiln_buf_init(&tmp);
-  kiln_buf_appendf(&tmp, "%s.tmp.%ld", path, (long)getpid());
-  kiln_status_t status = NULL;
-  int fd = open(tmp.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    status = KILN_STATUS_ERRNO(errno, "cannot create %s", tmp.data);
-  } else {
-    const uint8_t *p = data;
-    size_t left = len;
-    while (left && !status) {
-      ssize_t n = write(fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) status = KILN_STATUS_ERRNO(errno, "cannot write %s", tmp.data);
-      else {
-        p += n;
-        left -= (size_t)n;
+  int fd = -1;
+  kiln_status_t status = atomic_open(path, &tmp, &fd);
+  if (status) {
+    kiln_buf_deinit(&tmp);
+    return status;
+  }
+  const uint8_t *p = data;
+  size_t left = len;
+  while (left && !status) {
+    ssize_t n = write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) status = KILN_STATUS_ERRNO(errno, "cannot write %s", tmp.data);
+    else {
+      p += n;
+      left -= (size_t)n;
+    }
+  }
+  return atomic_close(fd, &tmp, path, status);
+}
+
+/* Copies all of `in` to `out` from their current offsets: copy_file_range (the
+ * kernel copies, or shares extents where the file system can), else read/write. */
+static kiln_status_t copy_fd(int in, int out, const char *from, const char *to) {
+  bool plain = false;
+  char *block = NULL;
+  for (;;) {
+    ssize_t n;
+    if (!plain) {
+      n = copy_file_range(in, NULL, out, NULL, 1 << 30, 0);
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+        plain = true;
+        continue;
+      }
+    } else {
+      if (!block) block = kiln_malloc(READ_BLOCK);
+      n = read(in, block, READ_BLOCK);
+      for (ssize_t done = 0, w; n > 0 && done < n; done += w) {
+        w = write(out, block + done, (size_t)(n - done));
+        if (w < 0 && errno == EINTR) w = 0;
+        else if (w < 0) {
+          kiln_free(block);
+          return KILN_STATUS_ERRNO(errno, "cannot write %s", to);
+        }
       }
     }
-    if (!status && fsync(fd) != 0) status = KILN_STATUS_ERRNO(errno, "cannot flush %s", tmp.data);
-    if (close(fd) != 0 && !status) status = KILN_STATUS_ERRNO(errno, "cannot write %s", tmp.data);
-    if (!status && rename(tmp.data, path) != 0) {
-      status = KILN_STATUS_ERRNO(errno, "cannot rename %s to %s", tmp.data, path);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      kiln_free(block);
+      return KILN_STATUS_ERRNO(errno, "cannot copy %s to %s", from, to);
     }
-    if (status) unlink(tmp.data);
-    else fsync_parent(path);
+    if (n == 0) break;
   }
+  kiln_free(block);
+  return NULL;
+}
+
+kiln_status_t kiln_cli_copy_atomic(const char *from, const char *to) {
+  int in = open(from, O_RDONLY | O_CLOEXEC);
+  if (in < 0) return KILN_STATUS_ERRNO(errno, "cannot open %s", from);
+  kiln_buf_t tmp;
+  int fd = -1;
+  kiln_status_t status = atomic_open(to, &tmp, &fd);
+  if (status) {
+    kiln_buf_deinit(&tmp);
+  } else {
+    status = atomic_close(fd, &tmp, to, copy_fd(in, fd, from, tmp.data));
+  }
+  close(in);
+  return status;
+}
+
+kiln_status_t kiln_cli_backup_keep(const char *path, const char *backup) {
+  if (link(path, backup) == 0) {
+    fsync_parent(backup);
+    return NULL;
+  }
+  if (errno == EEXIST) return NULL;
+  if (errno != EPERM && errno != EXDEV && errno != EOPNOTSUPP && errno != EMLINK) {
+    return KILN_STATUS_ERRNO(errno, "cannot keep %s as %s", path, backup);
+  }
+  /* No hard links here (some network and FAT file systems): a copy, published
+   * with link() so that a .bak that appeared meanwhile still wins. */
+  kiln_buf_t tmp;
+  kiln_buf_init(&tmp);
+  kiln_buf_appendf(&tmp, "%s.tmp.%ld", backup, (long)getpid());
+  kiln_status_t status = kiln_cli_copy_atomic(path, tmp.data);
+  if (!status && link(tmp.data, backup) != 0 && errno != EEXIST) {
+    status = KILN_STATUS_ERRNO(errno, "cannot create %s", backup);
+  }
+  unlink(tmp.data);
   kiln_buf_deinit(&tmp);
   return status;
 }

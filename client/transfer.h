@@ -74,6 +74,15 @@ kiln_status_t kiln_cli_artifact_download(kiln_client_t *client, const kiln_cli_a
 /* Writes `len` bytes to `path` atomically (temp file beside it, fsync, rename). */
 kiln_status_t kiln_cli_write_atomic(const char *path, const void *data, size_t len);
 
+/* Copies the file `from` to `to` atomically (temp file beside `to`, the kernel's
+ * copy_file_range where it can, fsync, rename). Errors name the file. */
+kiln_status_t kiln_cli_copy_atomic(const char *from, const char *to);
+
+/* Keeps the file at `path` as `backup` unless `backup` already exists (the first,
+ * oldest one is never overwritten): a hard link, or a copy where the file system
+ * has none. `path` itself is left as it is. Errors name the file. */
+kiln_status_t kiln_cli_backup_keep(const char *path, const char *backup);
+
 /* Creates `dir` and any missing parents (mode 0777 before umask); an existing
  * directory is fine, an existing non-directory is FAILED_PRECONDITION. */
 kiln_status_t kiln_cli_mkdirs(const char *dir);
