@@ -1,16 +1,27 @@
-/* Shared pieces of the benchmarks' output. */
+/* Shared pieces of the benchmarks (benchlib.h). The scratch directory and the
+ * kilnd pid are process-wide so that signal handlers can clean up after them. */
 #include "bench/benchlib.h"
 
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/time.h"
+
+extern char **environ;
 
 void kiln_bench_cpu_model(char *out, size_t cap) {
   snprintf(out, cap, "unknown");
@@ -157,4 +168,183 @@ const char *kiln_bench_fs_name(long type) {
     case 0x01021997: return "9p";
     default: return "unknown";
   }
+}
+
+/* ---- failing ---- */
+
+static const char *die_name = "bench";
+static void (*die_cleanup)(void);
+static atomic_flag dying = ATOMIC_FLAG_INIT;
+
+void kiln_bench_die_setup(const char *name, void (*cleanup)(void)) {
+  die_name = name;
+  die_cleanup = cleanup;
+}
+
+_Noreturn void kiln_bench_die(const char *fmt, ...) {
+  if (atomic_flag_test_and_set(&dying)) {
+    for (;;) pause();
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: ", die_name);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  if (die_cleanup) die_cleanup();
+  exit(1);
+}
+
+/* ---- files and processes ---- */
+
+int kiln_bench_write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  bool ok = fwrite(data, 1, len, f) == len;
+  int e = errno;
+  if (fclose(f) != 0) return -1;
+  if (!ok) errno = e;
+  return ok ? 0 : -1;
+}
+
+pid_t kiln_bench_spawn(const char *const *argv, const char *out_path, const char *err_path) {
+  size_t n_env = 0;
+  while (environ[n_env]) n_env++;
+  char **env = kiln_calloc(n_env + 1, sizeof *env);
+  for (size_t i = 0, k = 0; i < n_env; i++) {
+    if (strncmp(environ[i], "KILN_", 5) != 0 && strncmp(environ[i], "KILND_", 6) != 0) env[k++] = environ[i];
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out_path ? out_path : "/dev/null",
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (err_path) {
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  } else {
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  }
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, env);
+  posix_spawn_file_actions_destroy(&fa);
+  kiln_free(env);
+  if (rc != 0) {
+    errno = rc;
+    return -1;
+  }
+  return pid;
+}
+
+int kiln_bench_wait(pid_t pid) {
+  int status;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return status;
+}
+
+/* ---- a kilnd of the benchmark's own ---- */
+
+int kiln_bench_kilnd_start(kiln_bench_kilnd_t *d, const char *kilnd_path, const char *state_dir,
+                           const char *log_path, const char *const *extra_args, int64_t timeout_ms, char *err,
+                           size_t err_cap) {
+  d->pid = 0;
+  d->addr[0] = '\0';
+  if (state_dir != d->state_dir) snprintf(d->state_dir, sizeof d->state_dir, "%s", state_dir);
+  if (log_path != d->log_path) snprintf(d->log_path, sizeof d->log_path, "%s", log_path);
+  const char *argv[32] = {kilnd_path, "--listen", "127.0.0.1:0", "--state-dir", d->state_dir, "--log-level", "warn"};
+  size_t n = 7;
+  for (size_t i = 0; extra_args && extra_args[i]; i++) {
+    if (n + 1 >= sizeof argv / sizeof argv[0]) {
+      snprintf(err, err_cap, "too many kilnd arguments");
+      return -1;
+    }
+    argv[n++] = extra_args[i];
+  }
+  argv[n] = NULL;
+  pid_t pid = kiln_bench_spawn(argv, d->log_path, NULL);
+  if (pid < 0) {
+    snprintf(err, err_cap, "cannot start %s: %s; build it (cmake --build build --target kilnd)", kilnd_path,
+             strerror(errno));
+    return -1;
+  }
+  d->pid = pid;
+  char addr_path[PATH_MAX + 16];
+  snprintf(addr_path, sizeof addr_path, "%s/kilnd.addr", d->state_dir);
+  int64_t until = kiln_time_monotonic_ns() + timeout_ms * 1000000;
+  while (kiln_time_monotonic_ns() < until) {
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      d->pid = 0;
+      snprintf(err, err_cap, "kilnd exited (status 0x%x) before it published its address", status);
+      return -1;
+    }
+    FILE *f = fopen(addr_path, "r");
+    if (f) {
+      size_t got = fread(d->addr, 1, sizeof d->addr - 1, f);
+      fclose(f);
+      d->addr[got] = '\0';
+      if (got > 0 && d->addr[got - 1] == '\n') {
+        d->addr[got - 1] = '\0';
+        return 0;
+      }
+    }
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  kiln_bench_kilnd_stop(d, 1000);
+  snprintf(err, err_cap, "kilnd did not publish its address in %s within %lld s", addr_path,
+           (long long)(timeout_ms / 1000));
+  return -1;
+}
+
+int kiln_bench_kilnd_stop(kiln_bench_kilnd_t *d, int64_t grace_ms) {
+  pid_t pid = d->pid;
+  if (pid <= 0) return 0;
+  kill(pid, SIGTERM);
+  int status = 0;
+  int64_t until = kiln_time_monotonic_ns() + grace_ms * 1000000;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) break;
+    if (kiln_time_monotonic_ns() > until) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    usleep(10000);
+  }
+  d->pid = 0;
+  return status;
+}
+
+void kiln_bench_kilnd_print_log_tail(const kiln_bench_kilnd_t *d, const char *who) {
+  FILE *f = d->log_path[0] ? fopen(d->log_path, "r") : NULL;
+  if (!f) return;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, size > 4000 ? size - 4000 : 0, SEEK_SET);
+  char buf[4001];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  if (n) fprintf(stderr, "%s: the end of kilnd's log:\n%s\n", who, buf);
+}
+
+/* ---- model variants ---- */
+
+char *kiln_bench_model_variant(const char *model, size_t model_len, const char *tag, const char *needle,
+                               double base, uint64_t serial, size_t *out_len) {
+  const char *at = strstr(model, needle);
+  size_t cap = model_len + strlen(tag) + 128;
+  char *text = kiln_malloc(cap);
+  int n = snprintf(text, cap, "// %s variant %llu\n", tag, (unsigned long long)serial);
+  if (at) {
+    n += snprintf(text + n, cap - (size_t)n, "%.*sdense<%.10g>%s", (int)(at - model), model,
+                  base - (double)serial / 1024.0, at + strlen(needle));
+  } else {
+    n += snprintf(text + n, cap - (size_t)n, "%s", model);
+  }
+  *out_len = (size_t)n;
+  return text;
 }

@@ -1,11 +1,15 @@
 /* What every benchmark in bench/ shares: the machine description in its header,
- * and medians. Single-threaded use. */
+ * medians, the command line, the scratch directory, failing, child processes and
+ * a kilnd of its own, and model variants. Single-threaded use, except where a
+ * declaration says otherwise. */
 #ifndef KILN_BENCH_BENCHLIB_H
 #define KILN_BENCH_BENCHLIB_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <limits.h>
+#include <sys/types.h>
 
 /* The CPU's model name from /proc/cpuinfo ("unknown" when absent). */
 void kiln_bench_cpu_model(char *out, size_t cap);
@@ -46,5 +50,70 @@ const char *kiln_bench_scratch_make(const char *base, void (*before_signal)(void
 
 /* Removes the scratch directory and its contents; afterwards the path reads "". */
 void kiln_bench_scratch_remove(void);
+
+/* ---- failing ---- */
+
+/* Names the benchmark for kiln_bench_die's messages and registers what it runs
+ * before exiting (may be NULL): stop kilnd, print its log, remove the scratch
+ * directory. */
+void kiln_bench_die_setup(const char *name, void (*cleanup)(void));
+
+/* Prints "<name>: <message>" to stderr, runs the cleanup and exits 1: the
+ * benchmark itself cannot go on. Thread-safe: the first caller cleans up and
+ * exits, later ones wait for it. */
+_Noreturn void kiln_bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- files and processes ---- */
+
+/* Writes `len` bytes to `path` (created or truncated). 0, or -1 with errno. */
+int kiln_bench_write_file(const char *path, const void *data, size_t len);
+
+/* Starts argv[0] (a path) with stdin from /dev/null, stdout to `out_path` (NULL:
+ * /dev/null) and stderr to `err_path` (NULL: where stdout goes), both truncated.
+ * KILN_* and KILND_* variables are dropped from its environment, so the shell that
+ * runs the benchmark cannot change the settings of what it measures. Returns the
+ * child's pid, or -1 with errno set. */
+pid_t kiln_bench_spawn(const char *const *argv, const char *out_path, const char *err_path);
+
+/* Waits for child `pid` (through EINTR); returns its wait status, or -1 with errno. */
+int kiln_bench_wait(pid_t pid);
+
+/* ---- a kilnd of the benchmark's own ---- */
+
+typedef struct kiln_bench_kilnd_s {
+  volatile pid_t pid; /* 0 when not running; read by signal handlers */
+  char addr[256];     /* "127.0.0.1:PORT" once started */
+  char state_dir[PATH_MAX];
+  char log_path[PATH_MAX];
+} kiln_bench_kilnd_t;
+
+/* Starts `kilnd_path` --listen 127.0.0.1:0 --state-dir STATE --log-level warn,
+ * then `extra_args` (NULL-terminated; may be NULL), its stdout and stderr to
+ * LOG, and waits up to `timeout_ms` for the address it publishes in
+ * STATE/kilnd.addr. `state_dir` and `log_path` are copied into *d (they may be
+ * d->state_dir and d->log_path themselves). 0 on success;
+ * -1 with the reason in `err` (kilnd then is not running). */
+int kiln_bench_kilnd_start(kiln_bench_kilnd_t *d, const char *kilnd_path, const char *state_dir,
+                           const char *log_path, const char *const *extra_args, int64_t timeout_ms, char *err,
+                           size_t err_cap);
+
+/* Stops kilnd: SIGTERM, then SIGKILL when it has not exited within `grace_ms`.
+ * Returns its wait status (0 when it was not running). */
+int kiln_bench_kilnd_stop(kiln_bench_kilnd_t *d, int64_t grace_ms);
+
+/* Prints the last lines of kilnd's log to stderr under "<who>: the end of
+ * kilnd's log:": why it did not answer. */
+void kiln_bench_kilnd_print_log_tail(const kiln_bench_kilnd_t *d, const char *who);
+
+/* ---- model variants ---- */
+
+/* `model` with a first line "// <tag> variant <serial>" and the first `needle`
+ * (a splat such as "dense<-0.2>") replaced by dense<base - serial/1024>: the
+ * bytes differ (kilnd keys on the bytes' digest) and so does the IR's meaning (in
+ * case it keys on a semantic fingerprint later), while the compile work stays
+ * the same. Without the needle only the comment is added. Owned by the caller
+ * (kiln_free). */
+char *kiln_bench_model_variant(const char *model, size_t model_len, const char *tag, const char *needle,
+                               double base, uint64_t serial, size_t *out_len);
 
 #endif /* KILN_BENCH_BENCHLIB_H */

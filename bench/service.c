@@ -61,8 +61,6 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -130,78 +128,25 @@ typedef struct plan_s {
 /* ---- state shared with cleanup ---- */
 
 static const char *scratch = ""; /* the temporary directory (benchlib's); "" when none */
-static char state_dir[PATH_MAX];
-static char log_path[PATH_MAX];
-static volatile pid_t kilnd_pid; /* 0 when not running */
-static char kilnd_addr[256];
-static atomic_flag dying = ATOMIC_FLAG_INIT;
-
-extern char **environ;
+static kiln_bench_kilnd_t kilnd; /* state_dir and log_path under scratch */
 
 /* ---- failure and cleanup ---- */
 
-/* Stops kilnd: SIGTERM, then SIGKILL if it has not exited within `grace_ms`. */
-static int kilnd_stop(int64_t grace_ms) {
-  pid_t pid = kilnd_pid;
-  if (pid <= 0) return 0;
-  kill(pid, SIGTERM);
-  int status = 0;
-  int64_t until = kiln_time_monotonic_ns() + grace_ms * 1000000;
-  for (;;) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid || (r < 0 && errno != EINTR)) break;
-    if (kiln_time_monotonic_ns() > until) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      break;
-    }
-    usleep(10000);
-  }
-  kilnd_pid = 0;
-  return status;
+static void cleanup(void) {
+  kiln_bench_kilnd_stop(&kilnd, 5000);
+  kiln_bench_scratch_remove();
 }
 
-static void cleanup(void) {
-  kilnd_stop(5000);
-  kiln_bench_scratch_remove();
+/* kiln_bench_die's cleanup: why kilnd did not answer, then the same as at the end. */
+static void die_cleanup(void) {
+  kiln_bench_kilnd_print_log_tail(&kilnd, "bench_service");
+  cleanup();
 }
 
 /* Ctrl-C must not leave kilnd running or 256 MiB behind: the scratch handler
  * calls this first (its workers see their pipes close and exit). */
 static void kill_kilnd(void) {
-  if (kilnd_pid > 0) kill(kilnd_pid, SIGKILL);
-}
-
-
-/* The last lines of kilnd's log, to stderr: why it did not answer. */
-static void print_log_tail(void) {
-  FILE *f = log_path[0] ? fopen(log_path, "r") : NULL;
-  if (!f) return;
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, size > 4000 ? size - 4000 : 0, SEEK_SET);
-  char buf[4001];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  if (n) fprintf(stderr, "bench_service: the end of kilnd's log:\n%s\n", buf);
-}
-
-/* Any thread may die; the first one cleans up and exits, others wait for it. */
-static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static _Noreturn void die(const char *fmt, ...) {
-  if (atomic_flag_test_and_set(&dying)) {
-    for (;;) pause();
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("bench_service: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  print_log_tail();
-  cleanup();
-  exit(1);
+  if (kilnd.pid > 0) kill(kilnd.pid, SIGKILL);
 }
 
 /* Consumes `st`; on failure reports what failed and exits 1. */
@@ -211,7 +156,7 @@ static void check(kiln_status_t st, const char *what) {
   snprintf(msg, sizeof msg, "%s", kiln_status_message(st));
   kiln_status_code_t code = kiln_status_code(st);
   kiln_status_free(st);
-  die("%s failed: %s: %s", what, kiln_status_code_name(code), msg);
+  kiln_bench_die("%s failed: %s: %s", what, kiln_status_code_name(code), msg);
 }
 
 /* ---- small helpers ---- */
@@ -237,20 +182,13 @@ static void sleep_ms(int64_t t) {
 
 static void path_join(char *out, const char *dir, const char *name) {
   if ((size_t)snprintf(out, PATH_MAX, "%s/%s", dir, name) >= PATH_MAX) {
-    die("path too long: %s/%s; pick a shorter DIR", dir, name);
-  }
-}
-
-static void write_file(const char *path, const void *data, size_t len) {
-  FILE *f = fopen(path, "wb");
-  if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
-    die("cannot write %s: %s", path, strerror(errno));
+    kiln_bench_die("path too long: %s/%s; pick a shorter DIR", dir, name);
   }
 }
 
 static char *read_file(const char *path, size_t *out_len) {
   FILE *f = fopen(path, "rb");
-  if (!f) die("cannot open %s: %s", path, strerror(errno));
+  if (!f) kiln_bench_die("cannot open %s: %s", path, strerror(errno));
   size_t cap = 4096, len = 0;
   char *data = kiln_malloc(cap + 1);
   size_t n;
@@ -258,7 +196,7 @@ static char *read_file(const char *path, size_t *out_len) {
     len += n;
     if (len == cap) data = kiln_realloc(data, (cap *= 2) + 1);
   }
-  if (ferror(f)) die("cannot read %s", path);
+  if (ferror(f)) kiln_bench_die("cannot read %s", path);
   fclose(f);
   data[len] = '\0';
   *out_len = len;
@@ -355,73 +293,20 @@ static double kib_mib(int64_t kib) { return (double)kib / 1024.0; }
 /* Runs argv to completion with stdout to /dev/null and stderr to `err_path`;
  * returns the wait status. */
 static int run_process(const char *const *argv, const char *err_path) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path, O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) die("cannot start %s: %s", argv[0], strerror(rc));
-  int status;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) die("waitpid: %s", strerror(errno));
-  }
+  pid_t pid = kiln_bench_spawn(argv, NULL, err_path);
+  if (pid < 0) kiln_bench_die("cannot start %s: %s", argv[0], strerror(errno));
+  int status = kiln_bench_wait(pid);
+  if (status < 0) kiln_bench_die("waitpid: %s", strerror(errno));
   return status;
 }
 
-/* Starts kilnd on 127.0.0.1:0 with the state directory and waits for its address.
- * KILND_* variables are dropped from its environment so the outside cannot change
- * its settings. */
+/* Starts kilnd on 127.0.0.1:0 with the state directory and waits for its address. */
 static void kilnd_start(void) {
-  size_t n_env = 0;
-  while (environ[n_env]) n_env++;
-  char **env = kiln_calloc(n_env + 1, sizeof *env);
-  for (size_t i = 0, k = 0; i < n_env; i++) {
-    if (strncmp(environ[i], "KILND_", 6) != 0) env[k++] = environ[i];
+  char err[PATH_MAX + 200];
+  if (kiln_bench_kilnd_start(&kilnd, KILND_PATH, kilnd.state_dir, kilnd.log_path, NULL, START_TIMEOUT_MS, err,
+                             sizeof err) != 0) {
+    kiln_bench_die("%s", err);
   }
-  const char *argv[] = {KILND_PATH, "--listen",    "127.0.0.1:0", "--state-dir",
-                        state_dir,  "--log-level", "warn",        NULL};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path, O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, env);
-  posix_spawn_file_actions_destroy(&fa);
-  kiln_free(env);
-  if (rc != 0) {
-    die("cannot start %s: %s; build it (cmake --build build --target kilnd)", argv[0],
-        strerror(rc));
-  }
-  kilnd_pid = pid;
-
-  char addr_path[PATH_MAX];
-  path_join(addr_path, state_dir, "kilnd.addr");
-  int64_t until = kiln_time_monotonic_ns() + (int64_t)START_TIMEOUT_MS * 1000000;
-  while (kiln_time_monotonic_ns() < until) {
-    int status;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      kilnd_pid = 0;
-      die("kilnd exited (status 0x%x) before it published its address", status);
-    }
-    FILE *f = fopen(addr_path, "r");
-    if (f) {
-      size_t n = fread(kilnd_addr, 1, sizeof kilnd_addr - 1, f);
-      fclose(f);
-      kilnd_addr[n] = '\0';
-      if (n > 0 && kilnd_addr[n - 1] == '\n') {
-        kilnd_addr[n - 1] = '\0';
-        return;
-      }
-    }
-    sleep_ms(10);
-  }
-  die("kilnd did not publish its address in %s within %d s", addr_path, START_TIMEOUT_MS / 1000);
 }
 
 /* ---- calls ---- */
@@ -430,7 +315,7 @@ static void kilnd_start(void) {
  * makes its channel arguments unique. */
 static kiln_client_t *client_open(size_t index) {
   kiln_client_t *client;
-  check(kiln_client_create(kilnd_addr, CALL_TIMEOUT_MS, MAX_MESSAGE_BYTES + index, &client),
+  check(kiln_client_create(kilnd.addr, CALL_TIMEOUT_MS, MAX_MESSAGE_BYTES + index, &client),
         "kiln_client_create");
   return client;
 }
@@ -462,7 +347,7 @@ static void hit_call(kiln_client_t *client, const char *src, size_t len, char **
   bool all_cached = resp->n_targets == N_MISSION;
   for (size_t i = 0; all_cached && i < resp->n_targets; i++) all_cached = resp->targets[i]->cached;
   if (resp->state != KILN__V1__JOB_STATE__JOB_STATE_DONE || !all_cached) {
-    die("a warm Compile was not answered from the cache (state %d, %zu targets)", (int)resp->state,
+    kiln_bench_die("a warm Compile was not answered from the cache (state %d, %zu targets)", (int)resp->state,
         resp->n_targets);
   }
   if (out_job) *out_job = kiln_strdup(resp->job_id);
@@ -528,7 +413,7 @@ static void watch_call(kiln_client_t *client, const char *job_id, job_outcome_t 
   }
   kiln_client_stream_destroy(s);
   if (out->state == KILN__V1__JOB_STATE__JOB_STATE_UNSPECIFIED) {
-    die("WatchJob of %s ended without a Terminal event", job_id);
+    kiln_bench_die("WatchJob of %s ended without a Terminal event", job_id);
   }
 }
 
@@ -560,7 +445,7 @@ static uint64_t get_artifact_call(kiln_client_t *client, const char *digest) {
   }
   kiln_client_stream_destroy(s);
   if (got != size) {
-    die("GetArtifact %s sent %llu bytes of %llu", digest, (unsigned long long)got,
+    kiln_bench_die("GetArtifact %s sent %llu bytes of %llu", digest, (unsigned long long)got,
         (unsigned long long)size);
   }
   return got;
@@ -572,25 +457,10 @@ static char *model;
 static size_t model_len;
 static uint64_t next_variant = 1;
 
-/* mlp.mlir with a comment and one constant that no earlier variant had: the bytes
- * differ (kilnd keys on the bytes' digest today) and so does the IR's meaning (in
- * case it keys on a semantic fingerprint later), while the work stays the same.
- * Owned by the caller. */
+/* mlp.mlir with a comment and one constant that no earlier variant had
+ * (kiln_bench_model_variant). Owned by the caller. */
 static char *variant(size_t *out_len) {
-  static const char needle[] = "dense<-0.2>";
-  uint64_t serial = next_variant++;
-  const char *at = strstr(model, needle);
-  size_t cap = model_len + 128;
-  char *text = kiln_malloc(cap);
-  int n = snprintf(text, cap, "// bench_service variant %llu\n", (unsigned long long)serial);
-  if (at) {
-    n += snprintf(text + n, cap - (size_t)n, "%.*sdense<%.10g>%s", (int)(at - model), model,
-                  -0.2 - (double)serial / 1024.0, at + sizeof needle - 1);
-  } else {
-    n += snprintf(text + n, cap - (size_t)n, "%s", model);
-  }
-  *out_len = (size_t)n;
-  return text;
+  return kiln_bench_model_variant(model, model_len, "bench_service", "dense<-0.2>", -0.2, next_variant++, out_len);
 }
 
 /* ---- section 1: cold compiles ---- */
@@ -611,7 +481,7 @@ static void kilnd_cold(kiln_client_t *client, int64_t *out_terminal_ns, int64_t 
   Kiln__V1__CompileResponse *resp = compile_call(client, src, len);
   for (size_t i = 0; i < resp->n_targets; i++) {
     if (resp->targets[i]->cached) {
-      die("a fresh source was answered from the cache (%s)", resp->targets[i]->target);
+      kiln_bench_die("a fresh source was answered from the cache (%s)", resp->targets[i]->target);
     }
   }
   char *job = kiln_strdup(resp->job_id);
@@ -620,7 +490,7 @@ static void kilnd_cold(kiln_client_t *client, int64_t *out_terminal_ns, int64_t 
   watch_call(client, job, &out);
   int64_t t1 = kiln_time_monotonic_ns();
   if (out.state != KILN__V1__JOB_STATE__JOB_STATE_DONE || out.n_done != N_MISSION) {
-    die("cold compile job %s ended in state %d with %zu of %zu targets: %s", job, (int)out.state,
+    kiln_bench_die("cold compile job %s ended in state %d with %zu of %zu targets: %s", job, (int)out.state,
         out.n_done, N_MISSION, out.failure[0] ? out.failure : "(no message)");
   }
   for (size_t i = 0; i < N_MISSION; i++) get_artifact_call(client, out.digests[i]);
@@ -640,7 +510,7 @@ static int64_t kilnc_cold(bool all) {
   path_join(path, scratch, "variant.mlir");
   path_join(out_dir, scratch, "kilnc-out");
   path_join(err_path, scratch, "kilnc.err");
-  write_file(path, src, len);
+  if (kiln_bench_write_file(path, src, len) != 0) kiln_bench_die("cannot write %s: %s", path, strerror(errno));
   kiln_free(src);
   char joined[256] = "";
   for (size_t i = 0; i < N_MISSION; i++) {
@@ -655,7 +525,7 @@ static int64_t kilnc_cold(bool all) {
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       size_t n;
       char *err = read_file(err_path, &n);
-      die("%s %s -t %s failed (status 0x%x): %.400s", KILNC_PATH, path, argv[3], status, err);
+      kiln_bench_die("%s %s -t %s failed (status 0x%x): %.400s", KILNC_PATH, path, argv[3], status, err);
     }
   }
   return kiln_time_monotonic_ns() - t0;
@@ -793,7 +663,7 @@ static void *loader_main(void *arg) {
       job_outcome_t out;
       watch_call(l->client, job, &out);
       if (out.state != KILN__V1__JOB_STATE__JOB_STATE_DONE) {
-        die("cached job %s ended in state %d", job, (int)out.state);
+        kiln_bench_die("cached job %s ended in state %d", job, (int)out.state);
       }
       kiln_free(job);
     }
@@ -824,7 +694,7 @@ static double load_run(load_kind_t kind, loader_t *loaders, kiln_client_t **clie
     loaders[i].calls = 0;
     loaders[i].n_lat = 0;
     int rc = pthread_create(&loaders[i].thread, NULL, loader_main, &loaders[i]);
-    if (rc != 0) die("cannot start client thread %zu of %zu: %s", i + 1, n, strerror(rc));
+    if (rc != 0) kiln_bench_die("cannot start client thread %zu of %zu: %s", i + 1, n, strerror(rc));
   }
   pthread_barrier_wait(&load.start);
   int64_t t0 = kiln_time_monotonic_ns();
@@ -833,10 +703,10 @@ static double load_run(load_kind_t kind, loader_t *loaders, kiln_client_t **clie
     memset(watch, 0, sizeof *watch);
     bool counted = false;
     while (kiln_time_monotonic_ns() < until) {
-      int64_t rss = proc_status_kib(kilnd_pid, "VmRSS:");
+      int64_t rss = proc_status_kib(kilnd.pid, "VmRSS:");
       if (rss > watch->max_rss_kib) watch->max_rss_kib = rss;
       if (!counted && kiln_time_monotonic_ns() > t0 + duration_ms * 500000) {
-        watch->sockets = socket_count(kilnd_pid);
+        watch->sockets = socket_count(kilnd.pid);
         counted = true;
       }
       sleep_ms(RSS_SAMPLE_MS);
@@ -874,10 +744,10 @@ static double bench_throughput(const plan_t *plan, double *out_hit, double *out_
   for (size_t r = 0; r < rounds; r++) {
     for (int arm = 0; arm < 2; arm++) {
       bool hit_turn = (arm == 0) == (r % 2 == 0);
-      int64_t c0 = proc_cpu_ns(kilnd_pid);
+      int64_t c0 = proc_cpu_ns(kilnd.pid);
       double rate = load_run(hit_turn ? LOAD_HIT : LOAD_HEALTH, loaders, clients, n, plan->tput_ms,
                              false, NULL, &calls[hit_turn ? 0 : 1]);
-      cpu[hit_turn ? 0 : 1] += proc_cpu_ns(kilnd_pid) - c0;
+      cpu[hit_turn ? 0 : 1] += proc_cpu_ns(kilnd.pid) - c0;
       *(hit_turn ? &hit[r] : &health[r]) = (int64_t)rate;
     }
   }
@@ -910,7 +780,7 @@ static double bench_throughput(const plan_t *plan, double *out_hit, double *out_
  * starts) and writes its digest and the path of its blob file. */
 static void seed_artifact(size_t bytes, char *out_digest, char *out_blob_path) {
   char cache_dir[PATH_MAX];
-  path_join(cache_dir, state_dir, "cache");
+  path_join(cache_dir, kilnd.state_dir, "cache");
   kiln_cache_options_t opts = {.compression = KILN_BLOB_COMPRESSION_OFF};
   kiln_cache_t *cache;
   check(kiln_cache_open(cache_dir, &opts, &cache, NULL), "kiln_cache_open");
@@ -937,24 +807,24 @@ static void seed_artifact(size_t bytes, char *out_digest, char *out_blob_path) {
   path_join(blobs, cache_dir, "blobs");
   path_join(shard, blobs, name);
   path_join(out_blob_path, shard, out_digest);
-  if (access(out_blob_path, R_OK) != 0) die("the seeded blob is not at %s", out_blob_path);
+  if (access(out_blob_path, R_OK) != 0) kiln_bench_die("the seeded blob is not at %s", out_blob_path);
 }
 
 /* read() of the whole file in `chunk`-sized pieces into one reused buffer. */
 static int64_t read_file_timed(const char *path, unsigned char *buf, size_t chunk, size_t expect) {
   int64_t t0 = kiln_time_monotonic_ns();
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) die("cannot open %s: %s", path, strerror(errno));
+  if (fd < 0) kiln_bench_die("cannot open %s: %s", path, strerror(errno));
   size_t total = 0;
   for (;;) {
     ssize_t n = read(fd, buf, chunk);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) die("cannot read %s: %s", path, strerror(errno));
+    if (n < 0) kiln_bench_die("cannot read %s: %s", path, strerror(errno));
     if (n == 0) break;
     total += (size_t)n;
   }
   close(fd);
-  if (total != expect) die("%s has %zu bytes, expected %zu", path, total, expect);
+  if (total != expect) kiln_bench_die("%s has %zu bytes, expected %zu", path, total, expect);
   return kiln_time_monotonic_ns() - t0;
 }
 
@@ -995,26 +865,28 @@ static int64_t loopback_copy_timed(const char *path, unsigned char *buf, size_t 
   socklen_t alen = sizeof a;
   if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 1) != 0 ||
       getsockname(lfd, (struct sockaddr *)&a, &alen) != 0) {
-    die("cannot listen on loopback: %s", strerror(errno));
+    kiln_bench_die("cannot listen on loopback: %s", strerror(errno));
   }
   int64_t t0 = kiln_time_monotonic_ns();
   int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (cfd < 0 || connect(cfd, (struct sockaddr *)&a, sizeof a) != 0) die("cannot connect: %s", strerror(errno));
+  if (cfd < 0 || connect(cfd, (struct sockaddr *)&a, sizeof a) != 0) {
+    kiln_bench_die("cannot connect: %s", strerror(errno));
+  }
   sender_t sd = {path, accept(lfd, NULL, NULL), chunk};
-  if (sd.fd < 0) die("cannot accept: %s", strerror(errno));
+  if (sd.fd < 0) kiln_bench_die("cannot accept: %s", strerror(errno));
   close(lfd);
   pthread_t t;
-  if (pthread_create(&t, NULL, send_file, &sd) != 0) die("cannot start the sender thread");
+  if (pthread_create(&t, NULL, send_file, &sd) != 0) kiln_bench_die("cannot start the sender thread");
   size_t total = 0;
   for (ssize_t n; (n = read(cfd, buf, chunk)) != 0;) {
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) die("loopback read: %s", strerror(errno));
+    if (n < 0) kiln_bench_die("loopback read: %s", strerror(errno));
     total += (size_t)n;
   }
   pthread_join(t, NULL);
   int64_t elapsed = kiln_time_monotonic_ns() - t0;
   close(cfd);
-  if (total != expect) die("the loopback copy moved %zu bytes, expected %zu", total, expect);
+  if (total != expect) kiln_bench_die("the loopback copy moved %zu bytes, expected %zu", total, expect);
   return elapsed;
 }
 
@@ -1104,8 +976,8 @@ typedef struct rss_sample_s {
 
 static rss_sample_t rss_sample(void) {
   rss_sample_t s;
-  s.kilnd_kib = proc_status_kib(kilnd_pid, "VmRSS:");
-  s.workers_kib = children_rss_kib(kilnd_pid, &s.n_workers);
+  s.kilnd_kib = proc_status_kib(kilnd.pid, "VmRSS:");
+  s.workers_kib = children_rss_kib(kilnd.pid, &s.n_workers);
   return s;
 }
 
@@ -1152,7 +1024,7 @@ static void bench_crowd(const plan_t *plan, kiln_client_t *client, rss_result_t 
     print_rss_line(what, &res->section[i]);
   }
   uint64_t jobs_before = jobs_submitted(client);
-  size_t sockets_idle = socket_count(kilnd_pid);
+  size_t sockets_idle = socket_count(kilnd.pid);
 
   kiln_client_t **clients = kiln_calloc(n, sizeof *clients);
   loader_t *loaders = kiln_calloc(n, sizeof *loaders);
@@ -1180,7 +1052,7 @@ static void bench_crowd(const plan_t *plan, kiln_client_t *client, rss_result_t 
   sleep_ms(1000);
   res->after = rss_sample();
   print_rss_line("1 s after the clients disconnected", &res->after);
-  res->hwm_kib = proc_status_kib(kilnd_pid, "VmHWM:");
+  res->hwm_kib = proc_status_kib(kilnd.pid, "VmHWM:");
   printf("  VmHWM (kilnd's peak over the whole run, all sections): %.1f MiB\n",
          kib_mib(res->hwm_kib));
   uint64_t jobs_after = jobs_submitted(client);
@@ -1211,7 +1083,7 @@ static void print_header(const plan_t *plan, const char *dir, uint64_t workers) 
   char cpu[128];
   kiln_bench_cpu_model(cpu, sizeof cpu);
   struct statfs fs;
-  if (statfs(dir, &fs) != 0) die("cannot statfs %s: %s", dir, strerror(errno));
+  if (statfs(dir, &fs) != 0) kiln_bench_die("cannot statfs %s: %s", dir, strerror(errno));
   printf(
       "kiln service benchmark (%s): kilnd over gRPC on loopback vs the baselines of its\n"
       "goals, side by side in one run\n",
@@ -1225,7 +1097,7 @@ static void print_header(const plan_t *plan, const char *dir, uint64_t workers) 
   printf(
       "  kilnd: %s, default settings, on %s\n"
       "  (state dir on %s); clients: the CLI's client library (client/rpc.h)\n",
-      KILND_PATH, kilnd_addr, kiln_bench_fs_name((long)fs.f_type));
+      KILND_PATH, kilnd.addr, kiln_bench_fs_name((long)fs.f_type));
   kiln_bench_print_load("times");
   printf(
       "method: medians of alternating runs (percentiles for latency); every baseline runs in\n"
@@ -1268,20 +1140,21 @@ int main(int argc, char **argv) {
     plan.crowd_ms = 1500;
   }
   kiln_log_configure(KILN_LOG_WARN, STDERR_FILENO);
+  kiln_bench_die_setup("bench_service", die_cleanup);
   signal(SIGPIPE, SIG_IGN);
   char err[PATH_MAX + 200];
   const char *made = kiln_bench_scratch_make(base, kill_kilnd, false, err, sizeof err);
-  if (!made) die("%s", err);
+  if (!made) kiln_bench_die("%s", err);
   scratch = made;
   int64_t t0 = kiln_time_monotonic_ns();
-  path_join(state_dir, scratch, "state");
-  path_join(log_path, scratch, "kilnd.log");
+  path_join(kilnd.state_dir, scratch, "state");
+  path_join(kilnd.log_path, scratch, "kilnd.log");
   char model_path[PATH_MAX];
   path_join(model_path, KILN_SOURCE_DIR, "examples/mlp.mlir");
   model = read_file(model_path, &model_len);
 
   char digest[65], blob_path[PATH_MAX];
-  if (mkdir(state_dir, 0700) != 0) die("cannot create %s: %s", state_dir, strerror(errno));
+  if (mkdir(kilnd.state_dir, 0700) != 0) kiln_bench_die("cannot create %s: %s", kilnd.state_dir, strerror(errno));
   seed_artifact(plan.artifact_bytes, digest, blob_path);
   kilnd_start();
   sleep_ms(1000); /* the workers start and load the compiler */
@@ -1291,7 +1164,7 @@ int main(int argc, char **argv) {
   Kiln__V1__GetStatsResponse *stats = stats_call(client);
   cold.workers = stats->jobs ? stats->jobs->workers : 0;
   protobuf_c_message_free_unpacked(&stats->base, NULL);
-  print_header(&plan, state_dir, cold.workers);
+  print_header(&plan, kilnd.state_dir, cold.workers);
   fflush(stdout);
 
   int64_t marks[6];
@@ -1305,7 +1178,7 @@ int main(int argc, char **argv) {
   watch_call(client, first->job_id, &out);
   protobuf_c_message_free_unpacked(&first->base, NULL);
   if (out.state != KILN__V1__JOB_STATE__JOB_STATE_DONE) {
-    die("examples/mlp.mlir did not compile: %s", out.failure);
+    kiln_bench_die("examples/mlp.mlir did not compile: %s", out.failure);
   }
   marks[1] = kiln_time_monotonic_ns();
   hit_result_t hit;
@@ -1361,7 +1234,7 @@ int main(int argc, char **argv) {
   printf("  %-52s %14s %12s\n", what, buf, "(none given)");
   printf("\n");
 
-  int stop = kilnd_stop(30000);
+  int stop = kiln_bench_kilnd_stop(&kilnd, 30000);
   char where[PATH_MAX];
   snprintf(where, sizeof where, "%s", scratch);
   cleanup();
