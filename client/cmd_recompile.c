@@ -123,6 +123,8 @@ typedef struct file_s {
   char digest[KILN_DIGEST_HEX_LEN + 1]; /* of the file; "" before it is read */
   char *legacy_digest, *source_digest, *job_id; /* kilnd's */
   bool attr_source; /* the item named the source by the file's kiln.source.sha256 */
+  bool digest_only; /* too large to send, and no source here: named by vmfb_digest */
+  uint64_t size;
   target_t *targets;
   size_t n_targets;
   struct timespec mtime;
@@ -483,6 +485,13 @@ static void write_outputs(recompile_t *r, file_t *f) {
 
 /* ---- results ------------------------------------------------------------- */
 
+/* The most an item's bytes (VMFB and inline source) may take. */
+static uint64_t message_budget(const recompile_t *r) {
+  uint64_t max = r->info && r->info->max_message_bytes ? r->info->max_message_bytes : DEFAULT_MAX_MESSAGE;
+  return max > MESSAGE_HEADROOM ? max - MESSAGE_HEADROOM : 0;
+}
+
+
 static void take_result(recompile_t *r, const Kiln__V1__RecompileItemResult *res) {
   char *end = NULL;
   errno = 0;
@@ -549,8 +558,15 @@ static void take_result(recompile_t *r, const Kiln__V1__RecompileItemResult *res
       break;
     case KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_NO_SOURCE: set_outcome(r, f, OUTCOME_NO_SOURCE); break;
     case KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED:
-      /* The source its kiln.source.sha256 names is not on kilnd: no source. */
-      set_outcome(r, f, f->attr_source && res->code == KILN_STATUS_NOT_FOUND ? OUTCOME_NO_SOURCE : OUTCOME_FAILED);
+      /* The source its kiln.source.sha256 names is not on kilnd, or kilnd does not
+       * know a VMFB too large to send: no source that this run can give. */
+      if (res->code == KILN_STATUS_NOT_FOUND && f->digest_only) {
+        set_reason(f, "too large to send (%llu bytes; kilnd takes messages up to %llu) and kilnd did not build it; "
+                   "name its source in a --manifest",
+                   (unsigned long long)f->size, (unsigned long long)(message_budget(r) + MESSAGE_HEADROOM));
+      }
+      set_outcome(r, f, res->code == KILN_STATUS_NOT_FOUND && (f->attr_source || f->digest_only) ? OUTCOME_NO_SOURCE
+                                                                                                 : OUTCOME_FAILED);
       break;
     default:
       f->code = KILN_STATUS_INTERNAL;
@@ -668,11 +684,6 @@ static bool open_stream(recompile_t *r) {
 }
 
 /* ---- items --------------------------------------------------------------- */
-
-static uint64_t message_budget(const recompile_t *r) {
-  uint64_t max = r->info && r->info->max_message_bytes ? r->info->max_message_bytes : DEFAULT_MAX_MESSAGE;
-  return max > MESSAGE_HEADROOM ? max - MESSAGE_HEADROOM : 0;
-}
 
 static bool was_uploaded(const recompile_t *r, const char *digest) {
   for (size_t i = 0; i < r->n_uploaded; i++) {
@@ -792,10 +803,11 @@ static kiln_status_t build_item(recompile_t *r, file_t *f, kiln_cli_source_entry
     item->vmfb.data = (uint8_t *)data;
     item->vmfb.len = len;
   } else {
-    /* Too large for a message: kilnd knows the VMFBs it built by digest; a source
-     * we hold goes up with PutSource, with the targets and flags the file records. */
-    item->legacy_case = KILN__V1__RECOMPILE_ITEM__LEGACY_VMFB_DIGEST;
-    item->vmfb_digest = f->digest;
+    /* Too large for a message. kilnd resolves a vmfb_digest only among the VMFBs
+     * it built, and fails the item when the digest is unknown even if a source
+     * comes with it; so a source held here (the manifest's, the embedded one,
+     * the stored one kiln.source.sha256 names) goes without the VMFB, with the
+     * targets and flags the file records. Only with none: the digest. */
     if (!entry && info->has_source) {
       status = kiln_vmfb_source_extract(data, len, &parts->source, &parts->source_len);
       if (!status) {
@@ -807,7 +819,7 @@ static kiln_status_t build_item(recompile_t *r, file_t *f, kiln_cli_source_entry
         item->replacement_case = KILN__V1__RECOMPILE_ITEM__REPLACEMENT_SOURCE_DIGEST;
         item->source_digest = parts->source_digest.text;
       } else {
-        kiln_status_free(status); /* damaged: kilnd may still know the VMFB */
+        kiln_status_free(status); /* damaged: the recorded digest may still do */
         status = NULL;
       }
     }
@@ -819,7 +831,11 @@ static kiln_status_t build_item(recompile_t *r, file_t *f, kiln_cli_source_entry
         f->attr_source = true;
       }
     }
-    if (item->replacement_case != KILN__V1__RECOMPILE_ITEM__REPLACEMENT__NOT_SET) {
+    if (item->replacement_case == KILN__V1__RECOMPILE_ITEM__REPLACEMENT__NOT_SET) {
+      item->legacy_case = KILN__V1__RECOMPILE_ITEM__LEGACY_VMFB_DIGEST;
+      item->vmfb_digest = f->digest;
+      f->digest_only = true;
+    } else {
       if (!parts->targets.n) strs_split(&parts->targets, kiln_vmfb_info_attr(info, "kiln.target"), "");
       const char *flags = kiln_vmfb_info_attr(info, "kiln.flags");
       if (!item->ignore_recorded_flags && flags) {
@@ -876,6 +892,7 @@ static void process_file(recompile_t *r, size_t index) {
   kiln_digest_of(data, len, &d);
   kiln_digest_to_hex(&d, &hex);
   memcpy(f->digest, hex.text, sizeof f->digest);
+  f->size = len;
   if (info.cls == KILN_VMFB_CLASS_LEGACY) r->legacy++;
   if (info.cls == KILN_VMFB_CLASS_CURRENT && !r->settings->force) {
     set_reason(f, "%s", info.reason ? info.reason : "already current");
@@ -1180,7 +1197,7 @@ static int prepare(recompile_t *r, int argc, const char **argv) {
   kiln_cli_found_free(found, n);
   r->counts[OUTCOME_PENDING] = r->n_files;
   plan_outputs(r);
-  if (to_dir) {
+  if (to_dir && !s->dry_run) {
     status = kiln_cli_mkdirs(s->output);
     if (status) {
       fprintf(stderr, "kiln: recompile: -o %s: %s\n", s->output, kiln_status_message(status));

@@ -41,7 +41,7 @@ static const struct {
 static void print_usage(void) {
   printf("usage: kiln [options] COMMAND\n\nThe kiln client: talks to kilnd over gRPC.\n\ncommands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-    printf("  %-8s %s\n", commands[i].name, commands[i].summary);
+    printf("  %-9s %s\n", commands[i].name, commands[i].summary);
   }
   printf("\noptions (before or after the command):\n");
   kiln_config_print_help(kiln_cli_settings_table(), stdout);
@@ -55,7 +55,9 @@ static void print_usage(void) {
          "  4  kilnd did not answer within --timeout (compile: the compile ran past it)\n"
          "  5  kilnd is up but not serving\n"
          "  6  inspect, scan: a file is a legacy (pre-HAL 0.7) VMFB\n"
-         "  7  inspect, scan: a file is not a readable VMFB\n");
+         "  7  inspect, scan: a file is not a readable VMFB\n"
+         "  8  recompile: a file failed, had no source or was invalid (the report says which)\n"
+         "  130 recompile: interrupted (SIGINT or SIGTERM); run it again to resume\n");
 }
 
 int main(int argc, char **argv) {
