@@ -37,6 +37,7 @@
 #include "base/digest.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "daemon/diags.h"
 #include "kiln/v1/kiln.pb-c.h"
 
 #define SWEEP_INTERVAL_MS 500
@@ -76,6 +77,10 @@ typedef struct item_s {
   waiter_t *waiters;
   size_t n_waiters;
   job_t *owner; /* the job whose admission created it: its result is no cache hit */
+  /* Its last waiter left and its task is being cancelled: it only waits for the
+   * worker's failure report now. Admission never merges into it (a job for the same
+   * key gets a fresh item instead of the cancellation). */
+  bool abandoned;
   struct item_s *next; /* live list */
 } item_t;
 
@@ -133,6 +138,14 @@ typedef struct watcher_s {
   struct watcher_s *next;
 } watcher_t;
 
+/* Someone waiting in-process for a job to end (kilnd_jobs_listen). */
+struct kilnd_job_listener_s {
+  job_t *job;
+  kilnd_job_finished_fn_t fn;
+  void *user;
+  struct kilnd_job_listener_s *next;
+};
+
 struct job_s {
   char id[KILND_JOB_ID_LEN + 1];
   kilnd_job_state_t state;
@@ -161,6 +174,7 @@ struct job_s {
   bool events_deferred;
   int64_t event_time_ms; /* non-zero: the time materialize() stamps on events */
   watcher_t *watchers;
+  kilnd_job_listener_t *listeners;
   kilnd_job_admission_t admission; /* the original answer, for request_id retries */
   struct job_s *next;
   struct job_s *id_next, *rid_next; /* hash chains (index_*) */
@@ -413,104 +427,6 @@ static void emit_target_done(kilnd_jobs_t *jobs, job_t *job, size_t t, const cha
   emit(jobs, job, &ev);
 }
 
-/* The compiler's diagnostics, as kiln's compiler formats them (source.c): one per
- * line, "<file>:<line>:<col>: <severity>: <message>", notes indented by two spaces
- * under the diagnostic they belong to. Lines of another shape (a heading such as
- * "bad.mlir does not parse as MLIR:") are not diagnostics. The result lives in
- * `arena` (a kiln_buf_t of allocations freed by diag_free). */
-typedef struct diags_s {
-  Kiln__V1__Diagnostic **items;
-  size_t n;
-  void **owned;
-  size_t n_owned;
-} diags_t;
-
-static void *diag_alloc(diags_t *d, size_t size) {
-  void *p = kiln_calloc(1, size);
-  d->owned = kiln_realloc(d->owned, (d->n_owned + 1) * sizeof *d->owned);
-  d->owned[d->n_owned++] = p;
-  return p;
-}
-
-static char *diag_strndup(diags_t *d, const char *s, size_t n) {
-  char *p = diag_alloc(d, n + 1);
-  memcpy(p, s, n);
-  return p;
-}
-
-static void diag_free(diags_t *d) {
-  for (size_t i = 0; i < d->n_owned; i++) kiln_free(d->owned[i]);
-  kiln_free(d->owned);
-  memset(d, 0, sizeof *d);
-}
-
-static bool parse_diag_line(diags_t *d, const char *line, size_t len, const char *target, Kiln__V1__Diagnostic **out,
-                            bool *out_note) {
-  size_t indent = 0;
-  while (indent < len && line[indent] == ' ') indent++;
-  const char *p = line + indent, *end = line + len;
-  static const struct {
-    const char *word;
-    Kiln__V1__Severity sev;
-  } sevs[] = {{": error: ", KILN__V1__SEVERITY__SEVERITY_ERROR},
-              {": warning: ", KILN__V1__SEVERITY__SEVERITY_WARNING},
-              {": note: ", KILN__V1__SEVERITY__SEVERITY_NOTE},
-              {": remark: ", KILN__V1__SEVERITY__SEVERITY_REMARK}};
-  for (size_t k = 0; k < sizeof sevs / sizeof sevs[0]; k++) {
-    const char *hit = memmem(p, (size_t)(end - p), sevs[k].word, strlen(sevs[k].word));
-    if (!hit) continue;
-    /* hit is after "<file>:<line>:<col>": read the two numbers backwards. */
-    const char *c = hit;
-    const char *col_start = c;
-    while (col_start > p && col_start[-1] >= '0' && col_start[-1] <= '9') col_start--;
-    if (col_start == c || col_start == p || col_start[-1] != ':') return false;
-    const char *line_end = col_start - 1, *line_start = line_end;
-    while (line_start > p && line_start[-1] >= '0' && line_start[-1] <= '9') line_start--;
-    if (line_start == line_end || line_start == p || line_start[-1] != ':') return false;
-    Kiln__V1__Diagnostic *dg = diag_alloc(d, sizeof *dg);
-    kiln__v1__diagnostic__init(dg);
-    Kiln__V1__SourceLocation *loc = diag_alloc(d, sizeof *loc);
-    kiln__v1__source_location__init(loc);
-    loc->file = diag_strndup(d, p, (size_t)(line_start - 1 - p));
-    loc->line = (uint32_t)strtoul(line_start, NULL, 10);
-    loc->column = (uint32_t)strtoul(col_start, NULL, 10);
-    dg->location = loc;
-    dg->severity = sevs[k].sev;
-    const char *msg = hit + strlen(sevs[k].word);
-    dg->message = diag_strndup(d, msg, (size_t)(end - msg));
-    dg->target = (char *)target;
-    *out = dg;
-    *out_note = indent > 0;
-    return true;
-  }
-  return false;
-}
-
-static void parse_diags(diags_t *d, const char *text, const char *target) {
-  Kiln__V1__Diagnostic *last = NULL;
-  for (const char *line = text; line && *line;) {
-    const char *nl = strchr(line, '\n');
-    size_t len = nl ? (size_t)(nl - line) : strlen(line);
-    Kiln__V1__Diagnostic *dg = NULL;
-    bool note = false;
-    if (d->n < 64 && parse_diag_line(d, line, len, target, &dg, &note)) {
-      if (note && last) {
-        Kiln__V1__Diagnostic **notes = diag_alloc(d, (last->n_notes + 1) * sizeof *notes);
-        if (last->n_notes) memcpy(notes, last->notes, last->n_notes * sizeof *notes);
-        notes[last->n_notes++] = dg;
-        last->notes = notes;
-      } else {
-        Kiln__V1__Diagnostic **items = diag_alloc(d, (d->n + 1) * sizeof *items);
-        if (d->n) memcpy(items, d->items, d->n * sizeof *items);
-        items[d->n++] = dg;
-        d->items = items;
-        last = dg;
-      }
-    }
-    line = nl ? nl + 1 : NULL;
-  }
-}
-
 static void emit_target_failed(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_status_code_t code,
                                const char *message) {
   Kiln__V1__JobEvent__TargetFailed f = KILN__V1__JOB_EVENT__TARGET_FAILED__INIT;
@@ -519,8 +435,8 @@ static void emit_target_failed(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_st
   f.message = (char *)(message ? message : "");
   /* The compiler's diagnostics, structured: sent first as Diagnostic events, then
    * again inside TargetFailed (kiln.proto). */
-  diags_t diags = {0};
-  if (code == KILN_STATUS_INVALID_ARGUMENT) parse_diags(&diags, f.message, job->targets[t].target);
+  kilnd_diags_t diags = {0};
+  if (code == KILN_STATUS_INVALID_ARGUMENT) kilnd_diags_parse(&diags, f.message, job->targets[t].target);
   for (size_t i = 0; i < diags.n; i++) {
     Kiln__V1__JobEvent dev = KILN__V1__JOB_EVENT__INIT;
     dev.event_case = KILN__V1__JOB_EVENT__EVENT_DIAGNOSTIC;
@@ -536,7 +452,7 @@ static void emit_target_failed(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_st
   ev.event_case = KILN__V1__JOB_EVENT__EVENT_TARGET_FAILED;
   ev.target_failed = &f;
   emit(jobs, job, &ev);
-  diag_free(&diags);
+  kilnd_diags_free(&diags);
 }
 
 static void persist_later(kilnd_jobs_t *jobs, job_t *job);
@@ -552,12 +468,45 @@ static void emit_terminal_event(kilnd_jobs_t *jobs, job_t *job, const char *mess
   emit(jobs, job, &ev);
 }
 
+/* Under mu: tells every listener how `job` ended (or that kilnd closes under it)
+ * and forgets them. Each is unlinked before its callback runs. */
+static void notify_listeners(job_t *job, bool shutdown, const char *message) {
+  if (!job->listeners) return;
+  kilnd_job_outcome_target_t stack[16];
+  kilnd_job_outcome_target_t *targets =
+      job->n_targets <= 16 ? stack : kiln_malloc(job->n_targets * sizeof *targets);
+  for (size_t i = 0; i < job->n_targets; i++) {
+    const job_target_t *jt = &job->targets[i];
+    bool ok = jt->state == TARGET_DONE;
+    targets[i] = (kilnd_job_outcome_target_t){.target = jt->target,
+                                              .artifact_digest = ok ? jt->digest : "",
+                                              .size_bytes = ok ? jt->size : 0,
+                                              .cache_hit = ok && jt->cache_hit,
+                                              .code = ok ? 0 : jt->code,
+                                              .message = ok || !jt->message ? "" : jt->message};
+  }
+  kilnd_job_outcome_t outcome = {.job_id = job->id,
+                                 .state = job->state,
+                                 .shutdown = shutdown,
+                                 .message = message ? message : "",
+                                 .targets = targets,
+                                 .n_targets = job->n_targets};
+  while (job->listeners) {
+    kilnd_job_listener_t *l = job->listeners;
+    job->listeners = l->next;
+    l->fn(l->user, &outcome);
+    kiln_free(l);
+  }
+  if (targets != stack) kiln_free(targets);
+}
+
 static void emit_terminal(kilnd_jobs_t *jobs, job_t *job, const char *message) {
   job->finished_unix_ms = kiln_time_unix_ms();
   kiln_free(job->terminal_message);
   job->terminal_message = kiln_strdup(message ? message : "");
   persist_later(jobs, job);
   emit_terminal_event(jobs, job, message);
+  notify_listeners(job, false, job->terminal_message);
 }
 
 /* ---- job completion ---- */
@@ -592,7 +541,7 @@ static void maybe_finish_job(kilnd_jobs_t *jobs, job_t *job) {
 
 static item_t *find_item(kilnd_jobs_t *jobs, const char *key) {
   for (item_t *it = jobs->items; it; it = it->next) {
-    if (strcmp(it->key, key) == 0) return it;
+    if (!it->abandoned && strcmp(it->key, key) == 0) return it;
   }
   return NULL;
 }
@@ -782,6 +731,9 @@ static void leave_item(kilnd_jobs_t *jobs, item_t *item, job_t *job) {
     for (size_t i = 0; i < task->n_items; i++) {
       if (task->items[i]->n_waiters > 0) return;
     }
+    for (size_t i = 0; i < task->n_items; i++) {
+      if (task->items[i]->state != ITEM_STORING) task->items[i]->abandoned = true;
+    }
     kilnd_workers_cancel(jobs->workers, task->id); /* reports failures, then FINISHED */
   }
 }
@@ -906,6 +858,11 @@ static void flush_watchers(kilnd_jobs_t *jobs, job_t *job) {
 /* ---- retention and deadlines ---- */
 
 static void job_free(job_t *job) {
+  while (job->listeners) { /* none by then: they go when the job ends or kilnd closes */
+    kilnd_job_listener_t *l = job->listeners;
+    job->listeners = l->next;
+    kiln_free(l);
+  }
   for (size_t i = 0; i < job->n_events; i++) kiln_free(job->events[i].packed);
   kiln_free(job->events);
   kiln_free(job->flags);
@@ -1727,6 +1684,45 @@ kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const ch
   return NULL;
 }
 
+kiln_status_t kilnd_jobs_listen(kilnd_jobs_t *jobs, const char *job_id, kilnd_job_finished_fn_t fn, void *user,
+                                kilnd_job_listener_t **out_listener) {
+  if (out_listener) *out_listener = NULL;
+  uv_mutex_lock(&jobs->mu);
+  job_t *job = find_job(jobs, job_id);
+  if (!job) {
+    uv_mutex_unlock(&jobs->mu);
+    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "no job %s on this server (or it finished long ago and was forgotten)",
+                       job_id);
+  }
+  kilnd_job_listener_t *l = kiln_calloc(1, sizeof *l);
+  l->job = job;
+  l->fn = fn;
+  l->user = user;
+  l->next = job->listeners;
+  job->listeners = l;
+  if (job_terminal(job)) {
+    notify_listeners(job, false, job->terminal_message);
+  } else if (out_listener) {
+    *out_listener = l;
+  }
+  uv_mutex_unlock(&jobs->mu);
+  return NULL;
+}
+
+void kilnd_jobs_unlisten(kilnd_jobs_t *jobs, kilnd_job_listener_t *listener) {
+  if (!listener) return;
+  uv_mutex_lock(&jobs->mu);
+  job_t *job = listener->job;
+  for (kilnd_job_listener_t **p = &job->listeners; *p; p = &(*p)->next) {
+    if (*p == listener) {
+      *p = listener->next;
+      kiln_free(listener);
+      break;
+    }
+  }
+  uv_mutex_unlock(&jobs->mu);
+}
+
 /* Under mu: the event log a job answered from the cache did not keep, as admission
  * would have written it (Queued, a TargetDone per target, Terminal), stamped with
  * the job's own times. */
@@ -2063,6 +2059,8 @@ void kilnd_jobs_close(kilnd_jobs_t *jobs, void (*done)(void *user), void *user) 
       }
     }
   }
+  /* In-process listeners of live jobs hear that kilnd closes under them. */
+  for (job_t *j = jobs->jobs; j; j = j->next) notify_listeners(j, true, SHUTDOWN_MESSAGE);
   /* Detached watchers are off their jobs' lists now. */
   for (job_t *j = jobs->jobs; j; j = j->next) {
     for (watcher_t **p = &j->watchers; *p;) {

@@ -127,6 +127,43 @@ kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r
 kiln_status_t kilnd_jobs_try_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *request,
                                     kilnd_job_admission_t *out_admission, bool *out_would_block);
 
+/* A finished job, as kilnd_jobs_listen reports it. Borrowed for the callback. */
+typedef struct kilnd_job_outcome_target_s {
+  const char *target;          /* canonical id */
+  const char *artifact_digest; /* "" when this target failed */
+  uint64_t size_bytes;
+  bool cache_hit;              /* answered from the cache, not compiled for this job */
+  int code;                    /* kiln_status_code_t; 0 when it succeeded */
+  const char *message;         /* "" when it succeeded; else the reason (compiler diagnostics
+                                  for INVALID_ARGUMENT) */
+} kilnd_job_outcome_target_t;
+
+typedef struct kilnd_job_outcome_s {
+  const char *job_id;
+  /* DONE, FAILED or CANCELLED; QUEUED or RUNNING with `shutdown` set when kilnd closes
+   * under a live job (the job is kept in the store and resumes after a restart). */
+  kilnd_job_state_t state;
+  bool shutdown;
+  const char *message;
+  const kilnd_job_outcome_target_t *targets; /* in the job's target order */
+  size_t n_targets;
+} kilnd_job_outcome_t;
+
+typedef void (*kilnd_job_finished_fn_t)(void *user, const kilnd_job_outcome_t *outcome);
+typedef struct kilnd_job_listener_s kilnd_job_listener_t;
+
+/* Calls `fn` once on the loop when job `job_id` has finished (or kilnd closes under
+ * it): at once, before this returns, when it already has. Otherwise *out_listener
+ * (may be NULL) is a handle for kilnd_jobs_unlisten, valid until `fn` runs. The
+ * callback runs under the engine's lock: it may send on streams and call the other
+ * loop-thread functions here, nothing that blocks. NOT_FOUND for an unknown job.
+ * Loop thread. */
+kiln_status_t kilnd_jobs_listen(kilnd_jobs_t *jobs, const char *job_id, kilnd_job_finished_fn_t fn, void *user,
+                                kilnd_job_listener_t **out_listener);
+
+/* Drops a listener whose callback has not run (it never will). Loop thread. */
+void kilnd_jobs_unlisten(kilnd_jobs_t *jobs, kilnd_job_listener_t *listener);
+
 /* Cancels a job (loop thread). NOT_FOUND for an unknown job. */
 kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const char *reason,
                                 kilnd_job_state_t *out_state, bool *out_cancelled);

@@ -44,6 +44,8 @@ static const kilnd_method_t methods[] = {
     UNARY("/kiln.v1.Kiln/CancelJob", kiln__v1__cancel_job_request, kilnd_rpc_cancel_job, false),
     STREAM("/kiln.v1.Kiln/WatchJob", kiln__v1__watch_job_request, KILND_METHOD_SERVER_STREAMING,
            kilnd_rpc_watch_job),
+    STREAM("/kiln.v1.Kiln/Recompile", kiln__v1__recompile_request, KILND_METHOD_BIDI_STREAMING,
+           kilnd_rpc_recompile),
 };
 
 /* The contract's methods that later issues implement, each with the capability it
@@ -52,7 +54,6 @@ static const struct {
   const char *path;
   const char *capability;
 } later[] = {
-    {"/kiln.v1.Kiln/Recompile", "bulk recompile"},
     {"/grpc.health.v1.Health/Watch", "streaming health checks"},
 };
 

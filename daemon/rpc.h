@@ -157,6 +157,9 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
 kiln_status_t kilnd_rpc_cancel_job(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                    const ProtobufCMessage *request, ProtobufCMessage **out_response);
 void kilnd_rpc_watch_job(const kilnd_rpc_env_t *env, kilnd_stream_t *stream, const ProtobufCMessage *request);
+/* Recompile (rpc_recompile.c): bidi-streaming bulk recompile of legacy VMFBs; each
+ * item is resolved on the thread pool and compiled as a job of its own. */
+void kilnd_rpc_recompile(const kilnd_rpc_env_t *env, kilnd_stream_t *stream, const ProtobufCMessage *request);
 
 /* ---- limits and keys shared by the artifact and source RPCs (and Compile) ---- */
 

@@ -152,6 +152,12 @@ Kiln__V1__ArtifactMetadata *kilnd_artifact_metadata(kiln_arena_t *arena,
     e->value = kiln_arena_strdup(arena, rec->labels[i].value);
     p->labels[i] = e;
   }
+  /* Recompile records what an artifact replaces as a label (rpc_recompile.c). */
+  for (size_t i = 0; i < rec->n_labels; i++) {
+    if (strcmp(rec->labels[i].key, "kiln.recompiled_from") == 0) {
+      p->recompiled_from = p->labels[i]->value;
+    }
+  }
   if (rec->submitter) p->submitter = kiln_arena_strdup(arena, rec->submitter);
   p->job_id = kiln_arena_strdup(arena, rec->job_id ? rec->job_id : "");
   p->source_name = kiln_arena_strdup(arena, rec->source_name ? rec->source_name : "");

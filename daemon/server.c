@@ -768,6 +768,22 @@ kiln_status_t kilnd_stream_send_bytes(kilnd_stream_t *s, const uint8_t *head, si
   return send_buffer(s, buf, size, on_sent, user);
 }
 
+static void free_packed(void *data) { kiln_free(data); }
+
+kiln_status_t kilnd_stream_send_packed(kilnd_stream_t *s, uint8_t *data, size_t len,
+                                       kilnd_stream_sent_fn_t on_sent, void *user) {
+  kiln_status_t st = send_refusal(s, "message", len);
+  if (st) {
+    kiln_free(data);
+    return st;
+  }
+  grpc_slice slice = len ? grpc_slice_new_with_user_data(data, len, free_packed, data) : grpc_empty_slice();
+  if (!len) kiln_free(data);
+  grpc_byte_buffer *buf = grpc_raw_byte_buffer_create(&slice, 1);
+  grpc_slice_unref(slice); /* the byte buffer holds it */
+  return send_buffer(s, buf, len, on_sent, user);
+}
+
 static kiln_status_t send_buffer(kilnd_stream_t *s, grpc_byte_buffer *buf, size_t size,
                                  kilnd_stream_sent_fn_t on_sent, void *user) {
   call_t *c = s->call;

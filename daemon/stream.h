@@ -87,6 +87,13 @@ kiln_status_t kilnd_stream_send_bytes(kilnd_stream_t *stream, const uint8_t *hea
                                       uint32_t field, void *data, size_t len, void (*release)(void *data),
                                       kilnd_stream_sent_fn_t on_sent, void *user);
 
+/* Sends one message already packed: `data` (`len` bytes, kiln_malloc'd) is owned by
+ * the stream from this call on, sent without a copy and freed once gRPC is done
+ * with it (also when the send fails). For senders that queue messages as bytes
+ * (Recompile's results). Otherwise as kilnd_stream_send. */
+kiln_status_t kilnd_stream_send_packed(kilnd_stream_t *stream, uint8_t *data, size_t len,
+                                       kilnd_stream_sent_fn_t on_sent, void *user);
+
 /* Receives the next client message as `descriptor`; on_message gets it. Fails with
  * FAILED_PRECONDITION when a receive is already outstanding or the stream was
  * finished, INTERNAL if gRPC refuses the batch (then on_message is not called).

@@ -56,9 +56,10 @@ class InteropTest(KilnTestCase):
         self.assertEqual(info.compiler.name, "kiln-mlir")
         self.assertTrue(info.compiler.llvm_version.startswith("22."), info.compiler.llvm_version)
         self.assertEqual(info.max_message_bytes, 64 * 1024)
-        for served in ("GetServerInfo", "Compile", "WatchJob", "CancelJob", "GetArtifact", "PutSource"):
+        for served in ("GetServerInfo", "Compile", "WatchJob", "CancelJob", "GetArtifact", "PutSource",
+                       "Recompile"):
             self.assertIn(served, info.features)
-        self.assertNotIn("Recompile", info.features)
+        self.assertNotIn("Watch", info.features)  # grpc.health.v1.Health/Watch
         targets = {t.id: t for t in info.targets}
         self.assertEqual(targets["sm_89"].kind, kiln_pb2.TARGET_KIND_CUDA)
         self.assertEqual(targets["sm_89"].executable_format, "cuda-nvptx-fb")
@@ -87,14 +88,33 @@ class InteropTest(KilnTestCase):
     def test_unserved_methods_answer_unimplemented(self):
         ch = self.channel
         calls = {
-            "Recompile": lambda: list(ch.stream_stream(KILN + "Recompile")(iter([b""]), timeout=10)),
+            "/grpc.health.v1.Health/Watch":
+                lambda: list(ch.unary_stream("/grpc.health.v1.Health/Watch")(b"", timeout=10)),
         }
         for name, call in calls.items():
             with self.subTest(method=name):
                 e = self.assertStatus(grpc.StatusCode.UNIMPLEMENTED, call)
-                self.assertIn(f"/kiln.v1.Kiln/{name}", e.details())
+                self.assertIn(name, e.details())
         self.assertStatus(grpc.StatusCode.UNIMPLEMENTED, raw_unary, ch, "/no.Such/Method", b"",
                           words="unknown method '/no.Such/Method'")
+
+    def test_recompile_hostile_messages(self):
+        recompile = self.channel.stream_stream(KILN + "Recompile")
+        # Bytes that are no RecompileRequest.
+        self.assertStatus(grpc.StatusCode.INVALID_ARGUMENT,
+                          lambda: list(recompile(iter([b"\xff\xff\xff"]), timeout=10)))
+        # An inline VMFB over this daemon's 64 KiB message limit.
+        big = kiln_pb2.RecompileRequest(item=kiln_pb2.RecompileItem(item_id="big", vmfb=b"PK" + b"\0" * (100 * 1024)))
+        self.assertStatus(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          lambda: list(recompile(iter([big.SerializeToString()]), timeout=10)))
+        # A VMFB that is no VMFB: the item fails, the call does not.
+        junk = kiln_pb2.RecompileRequest(item=kiln_pb2.RecompileItem(item_id="junk", vmfb=b"\0" * 1000))
+        events = [kiln_pb2.RecompileEvent.FromString(b) for b in recompile(iter([junk.SerializeToString()]), timeout=30)]
+        self.assertEqual([e.WhichOneof("kind") for e in events], ["result", "summary"])
+        self.assertEqual(events[0].result.outcome, kiln_pb2.RECOMPILE_OUTCOME_FAILED)
+        self.assertEqual(events[0].result.code, grpc.StatusCode.INVALID_ARGUMENT.value[0])
+        self.assertEqual(events[1].summary.failed, 1)
+        self.assertAlive()
 
     def test_malformed_request(self):
         self.assertStatus(grpc.StatusCode.INVALID_ARGUMENT, raw_unary, self.channel,
