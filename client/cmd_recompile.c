@@ -206,15 +206,13 @@ static void progress_text(const recompile_t *r, kiln_buf_t *out) {
   size_t finished = r->n_files - r->counts[OUTCOME_PENDING] - r->counts[OUTCOME_SENT];
   double secs = (double)(now_ms() - r->start_ms) / 1000.0;
   double rate = secs > 0.05 ? (double)finished / secs : 0.0;
-  kiln_buf_appendf(out, "recompile: %zu/%zu seen, %zu legacy, %zu %s, %zu cached, %zu failed", r->seen,
-                   r->n_files, r->legacy,
-                   r->counts[OUTCOME_RECOMPILED] + r->counts[OUTCOME_WOULD_RECOMPILE],
+  kiln_buf_appendf(out, "%zu/%zu files, %zu legacy: %zu %s, %zu cached, %zu failed | %.1f/s", r->seen, r->n_files,
+                   r->legacy, r->counts[OUTCOME_RECOMPILED] + r->counts[OUTCOME_WOULD_RECOMPILE],
                    r->settings->dry_run ? "would recompile" : "recompiled", r->counts[OUTCOME_CACHED],
-                   r->counts[OUTCOME_FAILED] + r->counts[OUTCOME_NO_SOURCE] + r->counts[OUTCOME_INVALID]);
-  kiln_buf_appendf(out, " | %.1f files/s", rate);
+                   r->counts[OUTCOME_FAILED] + r->counts[OUTCOME_NO_SOURCE] + r->counts[OUTCOME_INVALID], rate);
   if (rate > 0 && finished < r->n_files) {
     long eta = (long)((double)(r->n_files - finished) / rate + 0.5);
-    kiln_buf_appendf(out, ", ETA %ldm%02lds", eta / 60, eta % 60);
+    kiln_buf_appendf(out, " ETA %ld:%02ld", eta / 60, eta % 60);
   }
 }
 
@@ -538,7 +536,7 @@ static void take_result(recompile_t *r, const Kiln__V1__RecompileItemResult *res
     kiln_cli_diagnostic_format(res->diagnostics[0], &d);
     char *nl = d.data ? strchr(d.data, '\n') : NULL;
     if (nl) *nl = '\0';
-    if (d.data) kiln_buf_appendf(&why, "%s%s", why.len ? "; " : "", d.data);
+    if (d.len && !(why.len && strstr(why.data, d.data))) kiln_buf_appendf(&why, "%s%s", why.len ? "; " : "", d.data);
     kiln_buf_deinit(&d);
   }
   if (why.len) {
@@ -1051,6 +1049,21 @@ static void human_size(uint64_t bytes, char *out, size_t cap) {
   else snprintf(out, cap, "%llu bytes", (unsigned long long)bytes);
 }
 
+/* `text` with each run of blanks that holds a newline made one "; " (compiler
+ * messages span lines; a table row must not). */
+static void append_one_line(kiln_buf_t *out, const char *text) {
+  for (const char *p = text; *p;) {
+    if (*p == '\n' || *p == '\r') {
+      while (out->len && (out->data[out->len - 1] == ' ' || out->data[out->len - 1] == ':')) out->len--;
+      while (*p == '\n' || *p == '\r' || *p == ' ' || *p == '\t') p++;
+      if (*p) kiln_buf_append_str(out, "; ");
+      continue;
+    }
+    kiln_buf_append_char(out, *p++);
+  }
+  if (out->data) out->data[out->len] = '\0';
+}
+
 static void print_table(const recompile_t *r, int64_t elapsed_ms) {
   size_t w = 4;
   for (size_t i = 0; i < r->n_files; i++) {
@@ -1076,7 +1089,7 @@ static void print_table(const recompile_t *r, int64_t elapsed_ms) {
       }
     }
     if (out) kiln_buf_append_str(&detail, out);
-    else if (!wrote && f->reason) kiln_buf_append_str(&detail, f->reason);
+    else if (!wrote && f->reason) append_one_line(&detail, f->reason);
     else if (!wrote && f->outcome == OUTCOME_WOULD_RECOMPILE && f->output) kiln_buf_appendf(&detail, "-> %s", f->output);
     else if (!wrote && f->outcome == OUTCOME_CACHED && f->output) kiln_buf_appendf(&detail, "-> %s", f->output);
     printf("%-*s  %-15s  %-14s  %s\n", (int)w, f->path, outcome_names[f->outcome], target,

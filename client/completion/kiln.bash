@@ -6,7 +6,9 @@
 # Completes commands, options (with their values where they have a fixed set:
 # --priority, and target names, which are asked of kilnd itself with a short
 # timeout through `kiln info`, honouring --addr/-a and KILN_ADDR), MLIR files for
-# compile and explain, directories for compile -o, and sub-commands of cache.
+# compile and explain, VMFB files and directories for inspect, scan and recompile,
+# directories for compile and recompile -o, JSON and CSV files for --manifest, and
+# sub-commands of cache.
 
 _kiln_targets() {
     # The target ids kilnd lists under "ID KIND ..." in `kiln info`.
@@ -47,7 +49,7 @@ _kiln() {
         cword=$COMP_CWORD
     fi
 
-    local commands="compile fetch find status watch cancel explain info health stats inspect scan cache help"
+    local commands="compile fetch find status watch cancel explain info health stats inspect scan recompile cache help"
     local global="--addr --timeout --json --config --max-message-bytes --help --version"
 
     # The command is the first word that is not an option or an option's value.
@@ -57,7 +59,7 @@ _kiln() {
         case "$w" in
             -a|--addr|-t|--timeout|-c|--config|--max-message-bytes|--service|--max-bytes|\
             --target|-o|--output|--flag|--label|--priority|--request-id|--source|--limit|\
-            --page-token|--reason)
+            --page-token|--reason|--manifest|--jobs)
                 ((i++)) ;;
             -*) ;;
             *) cmd="$w"; break ;;
@@ -78,8 +80,10 @@ _kiln() {
             return ;;
         --priority)
             COMPREPLY=($(compgen -W "interactive batch bulk" -- "$cur")); return ;;
+        --manifest)
+            _kiln_files "$cur" json csv; return ;;
         -o|--output)
-            if [[ "$cmd" == compile ]]; then
+            if [[ "$cmd" == compile || "$cmd" == recompile ]]; then
                 COMPREPLY=($(compgen -d -- "$cur"))
             else
                 COMPREPLY=($(compgen -f -- "$cur"))
@@ -88,7 +92,7 @@ _kiln() {
         -c|--config|--source)
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
         -a|--addr|-t|--timeout|--max-message-bytes|--service|--max-bytes|--flag|--label|\
-        --request-id|--limit|--page-token|--reason)
+        --request-id|--limit|--page-token|--reason|--jobs)
             return ;;
     esac
 
@@ -110,6 +114,7 @@ _kiln() {
         explain) opts+=" --source --target --flag" ;;
         health) opts+=" --service" ;;
         cache) opts+=" --dry-run --max-bytes" ;;
+        recompile) opts+=" --output -o --in-place --backup --manifest --jobs --dry-run --force --priority --label" ;;
     esac
     if [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
@@ -118,7 +123,7 @@ _kiln() {
     case "$cmd" in
         compile|explain) _kiln_files "$cur" mlir mlirbc ;;
         inspect) _kiln_files "$cur" vmfb ;;
-        scan) _kiln_files "$cur" vmfb ;;
+        scan|recompile) _kiln_files "$cur" vmfb ;;
         cache)
             COMPREPLY=($(compgen -W "stats verify gc pin unpin" -- "$cur")) ;;
     esac
