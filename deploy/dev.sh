@@ -66,10 +66,25 @@ demo() {
   "${kiln[@]}" fetch "$digest" -o "$out/fetched.vmfb"
   echo "== kiln inspect: the fetched artifact (an IREE 3.12 VMFB, read without kilnd)"
   build/client/kiln inspect "$out/fetched.vmfb"
+  local fleet="$root/.kiln-demo/fleet"
+  rm -rf "$fleet"
+  echo "== a fleet of legacy VMFBs: 3 old builds (hal 0.6, no executable header, bytecode 16) of"
+  echo "   mlp and convnet for sm_89 and gfx950, sources embedded (made by tests/tools/vmfb_fixtures)"
+  build/tests/vmfb_fixtures fleet "$fleet/models" --sources examples/mlp.mlir,examples/convnet.mlir \
+    --targets sm_89,gfx950 --copies 3 --embed
+  echo "== kiln scan: the audit, locally (exit 6: legacy files found)"
+  local rc_scan=0
+  build/client/kiln scan "$fleet/models" || rc_scan=$?
+  [ "$rc_scan" -eq 6 ] || { echo "kiln scan exited $rc_scan, expected 6" >&2; return 1; }
+  echo "== kiln recompile: 12 files, 4 unique (source, target) pairs -> 4 compiles at most"
+  "${kiln[@]}" recompile "$fleet/models" -o "$fleet/hal7"
+  echo "== kiln scan of the output: every file current"
+  build/client/kiln scan "$fleet/hal7"
   echo "== kiln stats: calls, jobs (compiles, merged requests), cache"
   "${kiln[@]}" stats
   echo "== where everything is"
   echo "  VMFBs and manifests:  ${out#"$root"/}/<model>/<target>.vmfb, kiln-manifest.json"
+  echo "  the recompiled fleet: ${fleet#"$root"/}/hal7 (from ${fleet#"$root"/}/models)"
   echo "  kilnd's state:        ${state#"$root"/} (cache/ blobs and index, jobs.db, crashes/)"
   echo "  kilnd's log:          ${log#"$root"/}"
   echo "== stopping kilnd (SIGTERM drains in-flight calls)"
