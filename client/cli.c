@@ -1,6 +1,7 @@
 /* Settings table, exit-code mapping and error reporting for the kiln CLI. */
 #include "client/cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -109,27 +110,28 @@ void kiln_cli_strings_free(char **strings, size_t n) {
   kiln_free(strings);
 }
 
+void kiln_cli_strings_split(const char *text, const char *seps, char ***items, size_t *n) {
+  while (text && *text) {
+    size_t len = strcspn(text, seps);
+    const char *a = text, *b = text + len;
+    while (a < b && isspace((unsigned char)*a)) a++;
+    while (b > a && isspace((unsigned char)b[-1])) b--;
+    if (b > a) {
+      *items = kiln_realloc(*items, (*n + 1) * sizeof **items);
+      char *item = kiln_malloc((size_t)(b - a) + 1);
+      memcpy(item, a, (size_t)(b - a));
+      item[b - a] = '\0';
+      (*items)[(*n)++] = item;
+    }
+    text += len;
+    if (*text) text++;
+  }
+}
+
 void kiln_cli_targets_split(const kiln_config_list_t *targets, char ***out_names, size_t *out_n) {
   char **names = NULL;
   size_t n = 0;
-  for (size_t i = 0; i < targets->count; i++) {
-    const char *p = targets->items[i];
-    while (*p) {
-      const char *end = strchr(p, ',');
-      if (!end) end = p + strlen(p);
-      const char *a = p, *b = end;
-      while (a < b && (*a == ' ' || *a == '\t')) a++;
-      while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
-      if (b > a) {
-        names = kiln_realloc(names, (n + 1) * sizeof *names);
-        names[n] = kiln_malloc((size_t)(b - a) + 1);
-        memcpy(names[n], a, (size_t)(b - a));
-        names[n][b - a] = '\0';
-        n++;
-      }
-      p = *end ? end + 1 : end;
-    }
-  }
+  for (size_t i = 0; i < targets->count; i++) kiln_cli_strings_split(targets->items[i], ",", &names, &n);
   *out_names = names;
   *out_n = n;
 }

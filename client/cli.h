@@ -201,6 +201,12 @@ int kiln_cli_job_follow(const kiln_cli_settings_t *settings, kiln_client_t *clie
  * caller (kiln_cli_strings_free). Never fails. */
 void kiln_cli_targets_split(const kiln_config_list_t *targets, char ***out_names, size_t *out_n);
 
+/* Appends the items of `text` split at any character of `seps` ("" keeps it
+ * whole) to (*items, *n), each trimmed of blanks, empty ones dropped; `text` NULL
+ * appends nothing. The strings and the array belong to the caller
+ * (kiln_cli_strings_free). Never fails. */
+void kiln_cli_strings_split(const char *text, const char *seps, char ***items, size_t *n);
+
 /* One label. */
 typedef struct kiln_cli_label_s {
   char *key;

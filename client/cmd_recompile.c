@@ -727,17 +727,7 @@ static void strs_free(strs_t *s) {
 }
 
 static void strs_split(strs_t *s, const char *text, const char *seps) {
-  while (text && *text) {
-    size_t len = strcspn(text, seps);
-    if (len) {
-      s->items = kiln_realloc(s->items, (s->n + 1) * sizeof *s->items);
-      s->items[s->n] = kiln_malloc(len + 1);
-      memcpy(s->items[s->n], text, len);
-      s->items[s->n++][len] = '\0';
-    }
-    text += len;
-    if (*text) text++;
-  }
+  kiln_cli_strings_split(text, seps, &s->items, &s->n);
 }
 
 /* Everything an item points into, freed after it was sent. */

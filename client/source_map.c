@@ -16,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "client/cli.h"
 #include "client/transfer.h"
 
 #define MAX_MANIFEST_BYTES (256ull << 20)
@@ -32,27 +33,6 @@ typedef struct raw_s {
   size_t n_flag_list;
   bool has_targets, has_flags;
 } raw_t;
-
-static void strings_push(char ***items, size_t *n, const char *s, size_t len) {
-  *items = kiln_realloc(*items, (*n + 1) * sizeof **items);
-  char *copy = kiln_malloc(len + 1);
-  memcpy(copy, s, len);
-  copy[len] = '\0';
-  (*items)[(*n)++] = copy;
-}
-
-/* Splits `s` at any character of `seps` (and trims blanks), dropping empty items. */
-static void split_into(const char *s, const char *seps, char ***items, size_t *n) {
-  while (*s) {
-    size_t len = strcspn(s, seps);
-    const char *a = s, *b = s + len;
-    while (a < b && isspace((unsigned char)*a)) a++;
-    while (b > a && isspace((unsigned char)b[-1])) b--;
-    if (b > a) strings_push(items, n, a, (size_t)(b - a));
-    s += len;
-    if (*s) s++;
-  }
-}
 
 /* `rel` joined with the manifest's directory unless it is absolute. */
 static char *join_dir(const char *manifest, const char *rel) {
@@ -114,13 +94,13 @@ static kiln_status_t add_entry(kiln_cli_source_map_t *map, const char *where, co
       e->vmfb_path = joined; /* matches nothing; the caller says so */
     }
   }
-  if (raw->targets) split_into(raw->targets, ";,", &e->targets, &e->n_targets);
-  for (size_t i = 0; i < raw->n_target_list; i++) split_into(raw->target_list[i], ";,", &e->targets, &e->n_targets);
-  e->has_flags = raw->has_flags;
-  if (raw->flags) split_into(raw->flags, " \t\r\n", &e->flags, &e->n_flags);
-  for (size_t i = 0; i < raw->n_flag_list; i++) {
-    strings_push(&e->flags, &e->n_flags, raw->flag_list[i], strlen(raw->flag_list[i]));
+  kiln_cli_strings_split(raw->targets, ";,", &e->targets, &e->n_targets);
+  for (size_t i = 0; i < raw->n_target_list; i++) {
+    kiln_cli_strings_split(raw->target_list[i], ";,", &e->targets, &e->n_targets);
   }
+  e->has_flags = raw->has_flags;
+  kiln_cli_strings_split(raw->flags, " \t\r\n", &e->flags, &e->n_flags);
+  for (size_t i = 0; i < raw->n_flag_list; i++) kiln_cli_strings_split(raw->flag_list[i], "", &e->flags, &e->n_flags);
   return NULL;
 }
 
@@ -299,7 +279,11 @@ static kiln_status_t csv_record(const kiln_cli_source_map_t *map, const char *te
         while (a < b && isspace((unsigned char)field.data[a])) a++;
         while (b > a && isspace((unsigned char)field.data[b - 1])) b--;
       }
-      strings_push(&out->fields, &out->n, field.data ? field.data + a : "", b - a);
+      out->fields = kiln_realloc(out->fields, (out->n + 1) * sizeof *out->fields);
+      char *value = kiln_malloc(b - a + 1);
+      memcpy(value, field.data + a, b - a);
+      value[b - a] = '\0';
+      out->fields[out->n++] = value;
       kiln_buf_clear(&field);
       was_quoted = false;
       i++;
@@ -455,10 +439,8 @@ void kiln_cli_source_map_deinit(kiln_cli_source_map_t *map) {
     kiln_free(e->vmfb_path);
     kiln_free(e->vmfb_digest);
     kiln_free(e->source);
-    for (size_t k = 0; k < e->n_targets; k++) kiln_free(e->targets[k]);
-    kiln_free(e->targets);
-    for (size_t k = 0; k < e->n_flags; k++) kiln_free(e->flags[k]);
-    kiln_free(e->flags);
+    kiln_cli_strings_free(e->targets, e->n_targets);
+    kiln_cli_strings_free(e->flags, e->n_flags);
   }
   kiln_free(map->entries);
   kiln_free(map->path);

@@ -325,7 +325,10 @@ class RecompileTest(TempDirTest):
                     "--flags", "--iree-opt-level=O2")
         make_legacy(self.path("d", "digest.vmfb"), example("convnet.mlir"), "sm_89")
         make_legacy(self.path("d", "unknown.vmfb"), example("attention.mlir"), "sm_89", "--no-digest")
+        uploads = self.calls("PutSource")
         r, doc, files = self.recompile_json(self.path("d"), "-o", self.path("out"), expect=EXIT_INCOMPLETE)
+        # No VMFB went inline: the embedded source went up with PutSource instead.
+        self.assertEqual(self.calls("PutSource") - uploads, 1)
         self.assertEqual(files[self.path("d", "embedded.vmfb")]["outcome"], "recompiled")
         self.assertEqual(files[self.path("d", "digest.vmfb")]["outcome"], "recompiled")
         unknown = files[self.path("d", "unknown.vmfb")]
