@@ -82,7 +82,8 @@ typedef struct run_s {
   int64_t ns;                /* client processes' start to their exit */
   uint64_t targets_compiled; /* kilnd's GetStats after the run */
   /* Recompile arms: the summary `kiln recompile --json` printed. */
-  uint64_t items, recompiled, cached, skipped, no_source, failed;
+  uint64_t files, recompiled, cached, current, no_source, failed, invalid, not_processed;
+  uint64_t fetched, copied; /* artifacts fetched from kilnd, and copied locally from those */
 } run_t;
 
 /* ---- state shared with cleanup ---- */
@@ -257,8 +258,7 @@ static void recompile(const char *run_dir, run_t *run) {
   pathf(out_dir, "%s/out", run_dir);
   pathf(json, "%s/recompile.json", run_dir);
   pathf(err, "%s/recompile.err", run_dir);
-  const char *argv[] = {KILN_PATH, "--addr", kilnd.addr, "--timeout", "30m", "recompile", fleet_dir,
-                        "-o",      out_dir,  "--json",   NULL};
+  const char *argv[] = {KILN_PATH, "--addr", kilnd.addr, "recompile", fleet_dir, "-o", out_dir, "--json", NULL};
   wait_ok(spawn_or_die(argv, json, err), "kiln recompile", err);
   json_object *values = read_json_values(json);
   json_object *summary = json_find(values, "summary");
@@ -266,19 +266,25 @@ static void recompile(const char *run_dir, run_t *run) {
     json_object_put(values);
     kiln_bench_die("kiln recompile --json printed no summary (in %s)", json);
   }
-  run->items = json_count(summary, "items");
+  run->files = json_count(summary, "files");
   run->recompiled = json_count(summary, "recompiled");
   run->cached = json_count(summary, "cached");
-  run->skipped = json_count(summary, "skipped_current");
+  run->current = json_count(summary, "current");
   run->no_source = json_count(summary, "no_source");
   run->failed = json_count(summary, "failed");
+  run->invalid = json_count(summary, "invalid");
+  run->not_processed = json_count(summary, "not_processed");
+  run->fetched = json_count(summary, "artifacts_fetched");
+  run->copied = json_count(summary, "artifacts_copied");
   json_object_put(values);
   size_t files = plan.n_sources * plan.n_targets * plan.copies;
-  if (run->items != files || run->failed || run->no_source || run->skipped) {
-    kiln_bench_die("kiln recompile of %zu legacy files: %llu items, %llu failed, %llu without a source, %llu "
-                   "skipped as current (see %s)",
-                   files, (unsigned long long)run->items, (unsigned long long)run->failed,
-                   (unsigned long long)run->no_source, (unsigned long long)run->skipped, json);
+  if (run->files != files || run->recompiled + run->cached != files) {
+    kiln_bench_die("kiln recompile of %zu legacy files reported %llu files: %llu recompiled, %llu cached, %llu "
+                   "current, %llu without a source, %llu failed, %llu invalid, %llu not processed (see %s)",
+                   files, (unsigned long long)run->files, (unsigned long long)run->recompiled,
+                   (unsigned long long)run->cached, (unsigned long long)run->current,
+                   (unsigned long long)run->no_source, (unsigned long long)run->failed,
+                   (unsigned long long)run->invalid, (unsigned long long)run->not_processed, json);
   }
 }
 
@@ -390,9 +396,10 @@ static void print_header(int64_t fleet_ns) {
          KILND_PATH,
          kiln_bench_fs_name((long)fs.f_type));
   kiln_bench_print_load("times");
-  printf("fleet: %zu legacy VMFBs = %zu sources (examples/convnet.mlir, one constant varied) x %zu\n"
-         "  targets (%s) x %zu copies (five legacy shapes, each copy stamped: distinct\n"
-         "  bytes), sources embedded; written in %.1f s by vmfb_fixtures fleet\n",
+  printf("fleet: %zu legacy VMFBs = %zu sources (examples/convnet.mlir, one constant varied)\n"
+         "  x %zu targets (%s)\n"
+         "  x %zu copies (five legacy shapes, each copy stamped: distinct bytes), sources embedded;\n"
+         "  written in %.1f s by vmfb_fixtures fleet\n",
          plan.n_sources * plan.n_targets * plan.copies, plan.n_sources, plan.n_targets, targets_csv, plan.copies,
          secs(fleet_ns));
   printf("method: medians of %zu alternating runs per arm, each on a fresh kilnd (empty state,\n"
@@ -484,10 +491,10 @@ int main(int argc, char **argv) {
          unique_only ? "the unique pairs only" : "NOT the unique pairs only");
   printf("  beyond the unique work: %.2f ms per file; the unique work: %.1f ms per (source, target)\n",
          ms(med[ARM_RECOMPILE_N] - med[ARM_UNIQUE_N]) / (double)files, ms(med[ARM_UNIQUE_N]) / (double)pairs);
-  printf("  recompile summary (last run): %llu items, %llu recompiled, %llu cached, %llu failed,\n"
-         "  %llu without a source\n\n",
-         (unsigned long long)last->items, (unsigned long long)last->recompiled, (unsigned long long)last->cached,
-         (unsigned long long)last->failed, (unsigned long long)last->no_source);
+  printf("  kiln recompile's summary (last run): %llu files, %llu recompiled, %llu cached; %llu artifacts\n"
+         "  fetched from kilnd, %llu copied locally from those\n\n",
+         (unsigned long long)last->files, (unsigned long long)last->recompiled, (unsigned long long)last->cached,
+         (unsigned long long)last->fetched, (unsigned long long)last->copied);
 
   double speedup_re = (double)med[ARM_RECOMPILE_1] / (double)med[ARM_RECOMPILE_N];
   double speedup_un = (double)med[ARM_UNIQUE_1] / (double)med[ARM_UNIQUE_N];
