@@ -3,6 +3,7 @@
 #include "bench/benchlib.h"
 
 #define _XOPEN_SOURCE 700 /* nftw */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -241,6 +242,53 @@ int kiln_bench_wait(pid_t pid) {
     if (errno != EINTR) return -1;
   }
   return status;
+}
+
+/* ---- /proc ---- */
+
+/* The fields of /proc/PID/stat after the command name (which may hold spaces),
+ * into `buf`; NULL when the process is gone. */
+static const char *proc_stat_fields(pid_t pid, char *buf, size_t cap) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  size_t n = fread(buf, 1, cap - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')');
+  return p && p[1] == ' ' ? p + 2 : NULL;
+}
+
+int64_t kiln_bench_proc_cpu_ns(pid_t pid, bool reaped) {
+  char text[1024];
+  const char *p = proc_stat_fields(pid, text, sizeof text);
+  unsigned long long utime = 0, stime = 0, cutime = 0, cstime = 0;
+  if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &utime, &stime, &cutime,
+                   &cstime) != 4) {
+    return 0;
+  }
+  unsigned long long ticks = utime + stime + (reaped ? cutime + cstime : 0);
+  return (int64_t)(ticks * (1000000000ull / (unsigned long long)sysconf(_SC_CLK_TCK)));
+}
+
+size_t kiln_bench_proc_children(pid_t parent, pid_t *out, size_t cap) {
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char *end, text[1024];
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0) continue;
+    const char *p = proc_stat_fields((pid_t)pid, text, sizeof text);
+    int ppid = 0;
+    if (!p || sscanf(p, "%*c %d", &ppid) != 1 || ppid != parent) continue;
+    if (n < cap) out[n] = (pid_t)pid;
+    n++;
+  }
+  closedir(d);
+  return n;
 }
 
 /* ---- a kilnd of the benchmark's own ---- */

@@ -78,6 +78,16 @@ pid_t kiln_bench_spawn(const char *const *argv, const char *out_path, const char
 /* Waits for child `pid` (through EINTR); returns its wait status, or -1 with errno. */
 int kiln_bench_wait(pid_t pid);
 
+/* ---- /proc ---- */
+
+/* User + system CPU time of process `pid`, all its threads, in nanoseconds; with
+ * `reaped`, plus that of the children it has waited for. 0 when it is gone. */
+int64_t kiln_bench_proc_cpu_ns(pid_t pid, bool reaped);
+
+/* The direct children of `parent` (kilnd's workers), up to `cap` of them into
+ * `out`; returns how many there are (more than `cap` when they did not fit). */
+size_t kiln_bench_proc_children(pid_t parent, pid_t *out, size_t cap);
+
 /* ---- a kilnd of the benchmark's own ---- */
 
 typedef struct kiln_bench_kilnd_s {

@@ -231,22 +231,16 @@ static int64_t proc_status_kib(pid_t pid, const char *field) {
 /* The summed VmRSS of `parent`'s direct children (kilnd's workers) and their count. */
 static int64_t children_rss_kib(pid_t parent, size_t *out_count) {
   *out_count = 0;
-  DIR *d = opendir("/proc");
-  if (!d) return -1;
+  pid_t kids[256];
+  size_t n = kiln_bench_proc_children(parent, kids, 256);
   int64_t sum = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    char *end;
-    long pid = strtol(e->d_name, &end, 10);
-    if (*end || pid <= 0) continue;
-    if (proc_status_kib((pid_t)pid, "PPid:") != parent) continue;
-    int64_t rss = proc_status_kib((pid_t)pid, "VmRSS:");
+  for (size_t i = 0; i < n && i < 256; i++) {
+    int64_t rss = proc_status_kib(kids[i], "VmRSS:");
     if (rss > 0) {
       sum += rss;
       (*out_count)++;
     }
   }
-  closedir(d);
   return sum;
 }
 
@@ -266,24 +260,6 @@ static size_t socket_count(pid_t pid) {
   }
   closedir(d);
   return n;
-}
-
-/* User + system CPU time of process `pid`, all its threads, in nanoseconds. */
-static int64_t proc_cpu_ns(pid_t pid) {
-  char path[64], text[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(text, 1, sizeof text - 1, f);
-  fclose(f);
-  text[n] = '\0';
-  const char *p = strrchr(text, ')'); /* the command name may hold spaces */
-  unsigned long long utime = 0, stime = 0;
-  if (!p ||
-      sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2) {
-    return 0;
-  }
-  return (int64_t)((utime + stime) * (1000000000ull / (unsigned long long)sysconf(_SC_CLK_TCK)));
 }
 
 static double kib_mib(int64_t kib) { return (double)kib / 1024.0; }
@@ -744,10 +720,10 @@ static double bench_throughput(const plan_t *plan, double *out_hit, double *out_
   for (size_t r = 0; r < rounds; r++) {
     for (int arm = 0; arm < 2; arm++) {
       bool hit_turn = (arm == 0) == (r % 2 == 0);
-      int64_t c0 = proc_cpu_ns(kilnd.pid);
+      int64_t c0 = kiln_bench_proc_cpu_ns(kilnd.pid, false);
       double rate = load_run(hit_turn ? LOAD_HIT : LOAD_HEALTH, loaders, clients, n, plan->tput_ms,
                              false, NULL, &calls[hit_turn ? 0 : 1]);
-      cpu[hit_turn ? 0 : 1] += proc_cpu_ns(kilnd.pid) - c0;
+      cpu[hit_turn ? 0 : 1] += kiln_bench_proc_cpu_ns(kilnd.pid, false) - c0;
       *(hit_turn ? &hit[r] : &health[r]) = (int64_t)rate;
     }
   }
