@@ -154,7 +154,6 @@ typedef struct recompile_s {
   bool stream_over;           /* a read returned the end */
   kiln_status_t call_status;  /* why the call failed; owned */
   size_t in_flight;
-  bool summary_seen;
   known_t *known;
   size_t n_known, cap_known;
   char **uploaded;
@@ -606,11 +605,8 @@ static void pump(recompile_t *r, int64_t wait_ms) {
       return;
     }
     const Kiln__V1__RecompileEvent *ev = (const Kiln__V1__RecompileEvent *)msg;
-    if (ev->kind_case == KILN__V1__RECOMPILE_EVENT__KIND_RESULT && ev->result) {
-      take_result(r, ev->result);
-    } else if (ev->kind_case == KILN__V1__RECOMPILE_EVENT__KIND_SUMMARY) {
-      r->summary_seen = true;
-    }
+    /* The summary repeats what the results said; the report counts for itself. */
+    if (ev->kind_case == KILN__V1__RECOMPILE_EVENT__KIND_RESULT && ev->result) take_result(r, ev->result);
     protobuf_c_message_free_unpacked(msg, NULL);
     progress_draw(r, false);
     wait_ms = 0;

@@ -215,6 +215,33 @@ class RecompileTest(TempDirTest):
         self.assertEqual(files[produced]["outcome"], "current")
         self.assertEqual(doc["summary"]["artifacts_fetched"], 0)
 
+    def test_progress_on_a_terminal_only(self):
+        make_fleet(self.path("fleet"), [example("mlp.mlir")], ["gfx942"], 4, "--embed")
+        master, slave = os.openpty()
+        try:
+            proc = subprocess.Popen([KILN, "--addr", self.kilnd.addr, "recompile", self.path("fleet"), "-o",
+                                     self.path("out")], stdout=subprocess.PIPE, stderr=slave, env=clean_env())
+            os.close(slave)
+            seen = b""
+            while True:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            stdout = proc.communicate(timeout=60 * SLOW)[0].decode()
+        finally:
+            os.close(master)
+        self.assertEqual(proc.returncode, EXIT_OK, stdout)
+        text = seen.decode(errors="replace")
+        self.assertRegex(text, r"\d+/4 files, \d+ legacy: \d+ recompiled, \d+ cached, 0 failed \| [0-9.]+/s")
+        self.assertIn("\x1b[1A\x1b[J", text)  # each frame replaces the last, the last one is erased
+        self.assertTrue(text.rstrip("\r\n").endswith("\x1b[J"), repr(text[-80:]))
+        self.assertNotIn("\x1b", stdout)
+        self.assertIn("4 file(s)", stdout)
+
     # ---- the manifest -----------------------------------------------------
 
     def test_manifest_json_and_csv(self):
