@@ -17,8 +17,14 @@
  *    VMFBs to disk. Goal: recompile / unique <= 1.2x. Beside it, the number of
  *    targets kilnd compiled in each run (GetStats targets_compiled, through `kiln
  *    stats --json`): S x T on both sides means the fleet cost unique work only.
+ *    Beside them, the same recompile again on that kilnd with every pair cached:
+ *    the per-file cost alone (in the first pass it overlaps the compiles).
  * 2. Workers: the same recompile, and the unique compiles, with kilnd --workers 1
- *    against --workers N: the speed-up from 1 to N workers.
+ *    against --workers N: the speed-up from 1 to N workers. Each row also shows
+ *    kilnd's CPU time (its workers and their fan-out children included, from
+ *    /proc) over the wall time: the cores it kept busy. A worker forks a job's
+ *    back halves on CPUs / workers processes, so one worker can still use every
+ *    core for a multi-target job.
  *
  * Method: every timed run starts its own kilnd (the built binary, --listen
  * 127.0.0.1:0, a fresh --state-dir, as bench_service does through benchlib) so
