@@ -158,6 +158,7 @@ typedef struct recompile_s {
   size_t n_known, cap_known;
   char **uploaded;
   size_t n_uploaded;
+  char *last_dir; /* the output directory made last */
   size_t counts[OUTCOME_COUNT];
   size_t seen, legacy;
   size_t fetched, copied;
@@ -397,14 +398,20 @@ static void known_add(recompile_t *r, const char *digest, const char *path) {
   r->known[r->n_known++] = (known_t){kiln_strdup(digest), kiln_strdup(path)};
 }
 
-static kiln_status_t parent_dirs(const char *path) {
+/* Creates the directory `path` goes in (outputs come in runs per directory: the
+ * last one made is remembered). */
+static kiln_status_t parent_dirs(recompile_t *r, const char *path) {
   const char *slash = strrchr(path, '/');
   if (!slash || slash == path) return NULL;
-  char *dir = kiln_malloc((size_t)(slash - path) + 1);
-  memcpy(dir, path, (size_t)(slash - path));
-  dir[slash - path] = '\0';
+  size_t n = (size_t)(slash - path);
+  if (r->last_dir && strlen(r->last_dir) == n && memcmp(r->last_dir, path, n) == 0) return NULL;
+  char *dir = kiln_malloc(n + 1);
+  memcpy(dir, path, n);
+  dir[n] = '\0';
   kiln_status_t status = kiln_cli_mkdirs(dir);
-  kiln_free(dir);
+  kiln_free(r->last_dir);
+  r->last_dir = status ? NULL : dir;
+  if (status) kiln_free(dir);
   return status;
 }
 
@@ -412,7 +419,7 @@ static kiln_status_t parent_dirs(const char *path) {
  * holds it; a local copy when some file already holds it; else one GetArtifact. */
 static kiln_status_t materialize(recompile_t *r, const file_t *f, const char *digest, const char *out) {
   if (strcmp(digest, f->digest) == 0 && strcmp(out, f->path) == 0) return NULL;
-  kiln_status_t status = parent_dirs(out);
+  kiln_status_t status = parent_dirs(r, out);
   if (status) return status;
   const char *have = strcmp(digest, f->digest) == 0 ? f->path : known_path(r, digest);
   if (have && strcmp(have, out) != 0) {
@@ -1126,6 +1133,7 @@ static void recompile_deinit(recompile_t *r) {
   }
   kiln_free(r->known);
   kiln_cli_strings_free(r->uploaded, r->n_uploaded);
+  kiln_free(r->last_dir);
   if (r->have_map) kiln_cli_source_map_deinit(&r->map);
   kiln_cli_labels_free(r->labels, r->n_labels);
   kiln_client_stream_destroy(r->stream);
