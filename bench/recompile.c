@@ -172,17 +172,24 @@ static void remove_tree(const char *path) {
 
 /* ---- JSON from the CLI ---- */
 
+/* Appends the bytes of `path` to `out`; a file that cannot be read ends the run. */
+static void read_into(const char *path, kiln_buf_t *out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) kiln_bench_die("cannot open %s: %s", path, strerror(errno));
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(out, chunk, n);
+  bool bad = ferror(f);
+  fclose(f);
+  if (bad) kiln_bench_die("cannot read %s", path);
+}
+
 /* Every JSON value in `path`, one after another (a file may hold one document or
  * JSON lines). Owned by the caller (json_object_put). */
 static json_object *read_json_values(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) kiln_bench_die("cannot open %s: %s", path, strerror(errno));
   kiln_buf_t text;
   kiln_buf_init(&text);
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(&text, chunk, n);
-  fclose(f);
+  read_into(path, &text);
   json_object *all = json_object_new_array();
   json_tokener *tok = json_tokener_new();
   const char *p = text.data, *end = text.data + text.len;
@@ -345,14 +352,9 @@ static run_t run_arm(arm_t arm, size_t serial) {
 static void write_sources(void) {
   char path[PATH_MAX], dir[PATH_MAX];
   pathf(path, "%s/examples/convnet.mlir", KILN_SOURCE_DIR);
-  FILE *f = fopen(path, "rb");
-  if (!f) kiln_bench_die("cannot open %s: %s", path, strerror(errno));
   kiln_buf_t model;
   kiln_buf_init(&model);
-  char chunk[4096];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(&model, chunk, n);
-  fclose(f);
+  read_into(path, &model);
   if (!strstr(model.data, "dense<0.01>")) kiln_bench_die("%s no longer holds dense<0.01>: pick another constant", path);
   pathf(dir, "%s/sources", scratch);
   make_dir(dir);
