@@ -1663,16 +1663,21 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
 
 /* ---- the rest of the API ---- */
 
+/* Takes mu and finds job `job_id`; on NOT_FOUND mu is released again. */
+static kiln_status_t lock_job(kilnd_jobs_t *jobs, const char *job_id, job_t **out_job) {
+  uv_mutex_lock(&jobs->mu);
+  *out_job = find_job(jobs, job_id);
+  if (*out_job) return NULL;
+  uv_mutex_unlock(&jobs->mu);
+  return KILN_STATUS(KILN_STATUS_NOT_FOUND, "no job %s on this server (or it finished long ago and was forgotten)",
+                     job_id);
+}
+
 kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const char *reason,
                                 kilnd_job_state_t *out_state, bool *out_cancelled) {
   *out_cancelled = false;
-  uv_mutex_lock(&jobs->mu);
-  job_t *job = find_job(jobs, job_id);
-  if (!job) {
-    uv_mutex_unlock(&jobs->mu);
-    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "no job %s on this server (or it finished long ago and was forgotten)",
-                       job_id);
-  }
+  job_t *job = NULL;
+  KILN_RETURN_IF_ERROR(lock_job(jobs, job_id, &job));
   if (!job_terminal(job)) {
     char message[1200];
     snprintf(message, sizeof message, "cancelled%s%s", reason && *reason ? ": " : "", reason ? reason : "");
@@ -1687,13 +1692,8 @@ kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const ch
 kiln_status_t kilnd_jobs_listen(kilnd_jobs_t *jobs, const char *job_id, kilnd_job_finished_fn_t fn, void *user,
                                 kilnd_job_listener_t **out_listener) {
   if (out_listener) *out_listener = NULL;
-  uv_mutex_lock(&jobs->mu);
-  job_t *job = find_job(jobs, job_id);
-  if (!job) {
-    uv_mutex_unlock(&jobs->mu);
-    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "no job %s on this server (or it finished long ago and was forgotten)",
-                       job_id);
-  }
+  job_t *job = NULL;
+  KILN_RETURN_IF_ERROR(lock_job(jobs, job_id, &job));
   kilnd_job_listener_t *l = kiln_calloc(1, sizeof *l);
   l->job = job;
   l->fn = fn;
@@ -1744,13 +1744,8 @@ static void materialize(kilnd_jobs_t *jobs, job_t *job) {
 
 kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from_start,
                                uint64_t after_sequence, kilnd_stream_t *stream) {
-  uv_mutex_lock(&jobs->mu);
-  job_t *job = find_job(jobs, job_id);
-  if (!job) {
-    uv_mutex_unlock(&jobs->mu);
-    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "no job %s on this server (or it finished long ago and was forgotten)",
-                       job_id);
-  }
+  job_t *job = NULL;
+  KILN_RETURN_IF_ERROR(lock_job(jobs, job_id, &job));
   materialize(jobs, job);
   watcher_t *w = kiln_calloc(1, sizeof *w);
   w->jobs = jobs;
