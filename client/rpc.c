@@ -487,6 +487,16 @@ static ProtobufCMessage *decode_split(kiln_client_stream_t *s, const ProtobufCMe
 }
 
 /* The body of both reads: `split_field` 0 decodes whole. */
+/* A pluck deadline `wait_ms` from now (< 0: none). 0 is "only what is there": an
+ * infinitely past deadline, which gRPC polls with a zero timeout; a deadline of
+ * "now" is rounded up to a 1 ms epoll wait, and a bulk stream that checks for
+ * results between writes would spend a millisecond per check. */
+static gpr_timespec wait_until(int64_t wait_ms) {
+  if (wait_ms < 0) return gpr_inf_future(GPR_CLOCK_REALTIME);
+  if (wait_ms == 0) return gpr_inf_past(GPR_CLOCK_REALTIME);
+  return gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
+}
+
 static kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
                                   uint32_t split_field, int64_t wait_ms, ProtobufCMessage **out_message,
                                   bool *out_timed_out);
@@ -521,9 +531,7 @@ static kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessag
     wait_status(s);
     return final_status(s);
   }
-  gpr_timespec until = wait_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME)
-                                   : gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
-                                                  gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
+  gpr_timespec until = wait_until(wait_ms);
   grpc_event ev = grpc_completion_queue_pluck(s->client->cq, &s->tag_recv, until, NULL);
   if (ev.type == GRPC_QUEUE_TIMEOUT) {
     *out_timed_out = true;
@@ -576,9 +584,7 @@ bool kiln_client_stream_write_begin(kiln_client_stream_t *stream, const Protobuf
 bool kiln_client_stream_write_poll(kiln_client_stream_t *stream, int64_t wait_ms, bool *out_ok) {
   kiln_client_stream_t *s = stream;
   if (s->write_pending) {
-    gpr_timespec until = wait_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME)
-                                     : gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
-                                                    gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
+    gpr_timespec until = wait_until(wait_ms);
     grpc_event ev = grpc_completion_queue_pluck(s->client->cq, &s->tag_write, until, NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT) return false;
     write_completed(s, ev.success != 0);
