@@ -41,9 +41,11 @@ int kiln_cli_stats(const kiln_cli_settings_t *settings, kiln_client_t *client, i
       printf("jobs       %llu submitted: %llu done, %llu failed, %llu cancelled; %llu queued, %llu running now\n",
              (unsigned long long)j->submitted, (unsigned long long)j->done, (unsigned long long)j->failed,
              (unsigned long long)j->cancelled, (unsigned long long)j->queued, (unsigned long long)j->running);
-      printf("compiles   %llu target(s) compiled (%.1f s in total), %llu failed, %llu merged into identical work\n",
+      printf("compiles   %llu target(s) compiled (%.1f s in total), %llu failed, %llu merged into identical work, "
+             "%llu fused with queued work of the same model\n",
              (unsigned long long)j->targets_compiled, (double)j->compile_ms_total / 1000.0,
-             (unsigned long long)j->targets_failed, (unsigned long long)j->merged_requests);
+             (unsigned long long)j->targets_failed, (unsigned long long)j->merged_requests,
+             (unsigned long long)j->tasks_fused);
       printf("workers    %llu, %llu busy, %llu restart(s)\n", (unsigned long long)j->workers,
              (unsigned long long)j->workers_busy, (unsigned long long)j->worker_restarts);
     }

@@ -639,10 +639,44 @@ static uint32_t queue_position(kilnd_jobs_t *jobs, kilnd_priority_t p) {
 
 static void unlink_running(kilnd_jobs_t *jobs, task_t *task);
 
+static bool same_flags(const task_t *a, const task_t *b) {
+  if (a->n_flags != b->n_flags) return false;
+  for (size_t i = 0; i < a->n_flags; i++) {
+    if (strcmp(a->flags[i], b->flags[i]) != 0) return false;
+  }
+  return true;
+}
+
+/* Folds queued tasks of the same class, source and flags into `task` (just popped),
+ * up to FUSE_MAX_ITEMS items: their targets then share one front half (parse,
+ * optimize) on one worker, as the targets of one request do. Jobs that asked for
+ * the same model one target at a time (a bulk recompile: one legacy file, one
+ * target) would otherwise parse and optimize it once per target. */
+#define FUSE_MAX_ITEMS 16
+static void fuse_queued(kilnd_jobs_t *jobs, task_t *task) {
+  for (client_queue_t *q = jobs->queues[task->priority]; q; q = q->next) {
+    for (task_t *t = q->head, *next; t; t = next) {
+      next = t->next;
+      if (task->n_items + t->n_items > FUSE_MAX_ITEMS) continue;
+      if (strcmp(t->source->digest, task->source->digest) != 0 || !same_flags(t, task)) continue;
+      dequeue_task(jobs, t);
+      task->items = kiln_realloc(task->items, (task->n_items + t->n_items) * sizeof *task->items);
+      for (size_t i = 0; i < t->n_items; i++) {
+        t->items[i]->task = task;
+        task->items[task->n_items++] = t->items[i];
+      }
+      t->n_items = 0;
+      task_free(t);
+      jobs->stats.tasks_fused++;
+    }
+  }
+}
+
 static void schedule(kilnd_jobs_t *jobs) {
   while (!jobs->closing && kilnd_workers_idle(jobs->workers) > 0) {
     task_t *task = pop_next_task(jobs);
     if (!task) return;
+    fuse_queued(jobs, task);
     const char **targets = kiln_calloc(task->n_items ? task->n_items : 1, sizeof *targets);
     for (size_t i = 0; i < task->n_items; i++) targets[i] = task->items[i]->target;
     kilnd_task_t wt = {.id = task->id,

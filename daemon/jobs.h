@@ -188,6 +188,7 @@ typedef struct kilnd_jobs_stats_s {
   uint64_t queued, running, done, failed, cancelled, submitted, merged_requests;
   uint64_t targets_compiled, targets_failed, compile_ms_total;
   uint64_t queue_depth;
+  uint64_t tasks_fused; /* queued tasks folded into another of the same source and flags */
   kilnd_workers_stats_t workers;
 } kilnd_jobs_stats_t;
 

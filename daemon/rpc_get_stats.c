@@ -72,6 +72,7 @@ kiln_status_t kilnd_rpc_get_stats(const kilnd_rpc_env_t *env, const kilnd_call_c
     j->cancelled = js.cancelled;
     j->submitted = js.submitted;
     j->merged_requests = js.merged_requests;
+    j->tasks_fused = js.tasks_fused;
     j->targets_compiled = js.targets_compiled;
     j->targets_failed = js.targets_failed;
     j->compile_ms_total = js.compile_ms_total;
