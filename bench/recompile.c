@@ -89,6 +89,7 @@ typedef struct run_s {
   int64_t cpu_ns;            /* kilnd's and its workers' CPU time (fan-out children included) meanwhile */
   int64_t warm_ns;           /* ARM_RECOMPILE_N: the same recompile again on that kilnd, all cached */
   uint64_t targets_compiled; /* kilnd's GetStats after the run */
+  uint64_t tasks_fused;      /* queued tasks folded into another of the same model */
   /* Recompile arms: the summary `kiln recompile --json` printed. */
   uint64_t files, recompiled, cached, current, no_source, failed, invalid, not_processed;
   uint64_t fetched, copied; /* artifacts fetched from kilnd, and copied locally from those */
@@ -239,17 +240,17 @@ static void kilnd_start_fresh(const char *run_dir, int workers) {
   usleep(WORKER_WARMUP_US); /* the workers start and load the compiler */
 }
 
-/* GetStats' jobs.targets_compiled, through `kiln stats --json`. */
-static uint64_t targets_compiled(const char *run_dir) {
+/* GetStats' jobs.targets_compiled and jobs.tasks_fused, through `kiln stats --json`. */
+static void read_stats(const char *run_dir, run_t *run) {
   char out[PATH_MAX], err[PATH_MAX];
   pathf(out, "%s/stats.json", run_dir);
   pathf(err, "%s/stats.err", run_dir);
   const char *argv[] = {KILN_PATH, "--addr", kilnd.addr, "--json", "stats", NULL};
   wait_ok(spawn_or_die(argv, out, err), "kiln stats --json", err);
   json_object *values = read_json_values(out);
-  uint64_t n = json_count(json_find(values, "jobs"), "targets_compiled");
+  run->targets_compiled = json_count(json_find(values, "jobs"), "targets_compiled");
+  run->tasks_fused = json_count(json_find(values, "jobs"), "tasks_fused");
   json_object_put(values);
-  return n;
 }
 
 /* S `kiln compile SOURCE --target ALL -o DIR` processes at once. */
@@ -337,7 +338,7 @@ static run_t run_arm(arm_t arm, size_t serial) {
     recompile(run_dir, 2, &again);
     run.warm_ns = kiln_time_monotonic_ns() - t1;
   }
-  run.targets_compiled = targets_compiled(run_dir);
+  read_stats(run_dir, &run);
   int status = kiln_bench_kilnd_stop(&kilnd, 30000);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     kiln_bench_die("kilnd did not exit cleanly after the %s run (status 0x%x)", names[arm], status);
@@ -541,9 +542,10 @@ int main(int argc, char **argv) {
          ms(med[ARM_RECOMPILE_N] - med[ARM_UNIQUE_N]) / (double)files, ms(warm) / (double)files,
          ms(med[ARM_UNIQUE_N]) / (double)pairs);
   printf("  kiln recompile's summary (last run): %llu files, %llu recompiled, %llu cached; %llu artifacts\n"
-         "  fetched from kilnd, %llu copied locally from those\n\n",
+         "  fetched from kilnd, %llu copied locally from those; %llu one-target tasks fused with\n"
+         "  queued work of the same model (one parse and optimization for their targets)\n\n",
          (unsigned long long)last->files, (unsigned long long)last->recompiled, (unsigned long long)last->cached,
-         (unsigned long long)last->fetched, (unsigned long long)last->copied);
+         (unsigned long long)last->fetched, (unsigned long long)last->copied, (unsigned long long)last->tasks_fused);
 
   double speedup_re = (double)med[ARM_RECOMPILE_1] / (double)med[ARM_RECOMPILE_N];
   double speedup_un = (double)med[ARM_UNIQUE_1] / (double)med[ARM_UNIQUE_N];

@@ -70,7 +70,7 @@ static const kiln_config_option_t options[] = {
      "recompile: JSON or CSV mapping VMFB paths or digests to source, targets and flags", 0, 0,
      NULL, KILN_CONFIG_CLI_ONLY},
     {"jobs", 0, KILN_CONFIG_INT, offsetof(kiln_cli_settings_t, jobs), NULL, "N",
-     "recompile: files in flight on kilnd at most, 1..4096 (default 64)", 1, 4096, NULL,
+     "recompile: files in flight on kilnd at most, 1..4096 (default 1024)", 1, 4096, NULL,
      KILN_CONFIG_CLI_ONLY},
     {"force", 0, KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, force), NULL, NULL,
      "recompile: also recompile files that are already current", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},

@@ -66,7 +66,11 @@
 #include "client/transfer.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-#define DEFAULT_JOBS 64
+/* Files sent and not yet answered. Large, because copies of one (source, target)
+ * wait on its one compile: a window of 64 filled with copies of the first pair
+ * would hide the next pairs from kilnd until that compile ended, and they could
+ * neither run on other workers nor fuse with it. kilnd bounds its own memory. */
+#define DEFAULT_JOBS 1024
 #define INLINE_SOURCE_MAX (1u << 20)
 #define MESSAGE_HEADROOM (64u << 10) /* the rest of a RecompileRequest besides the bytes */
 #define DEFAULT_MAX_MESSAGE (4u << 20) /* gRPC's default, when kilnd does not say */

@@ -94,6 +94,7 @@ typedef struct task_s {
   item_t **items;
   size_t n_items;
   bool running;
+  int64_t queued_ns; /* when it was queued (monotonic): BULK tasks wait BULK_GATHER_MS */
   struct task_s *next; /* in its client's FIFO while queued; in `running` while running */
 } task_t;
 
@@ -188,6 +189,7 @@ struct kilnd_jobs_s {
   kilnd_workers_t *workers;
   uv_async_t kick;
   uv_timer_t sweep;
+  uv_timer_t gather; /* dispatches BULK tasks once their gathering time is over */
   bool closing;
   void (*close_done)(void *user);
   void *close_user;
@@ -585,6 +587,7 @@ static client_queue_t *client_queue(kilnd_jobs_t *jobs, kilnd_priority_t p, cons
 static void enqueue_task(kilnd_jobs_t *jobs, task_t *task) {
   client_queue_t *q = client_queue(jobs, task->priority, task->client, true);
   task->next = NULL;
+  task->queued_ns = kiln_time_monotonic_ns();
   if (q->tail) q->tail->next = task;
   else q->head = task;
   q->tail = task;
@@ -606,15 +609,26 @@ static void dequeue_task(kilnd_jobs_t *jobs, task_t *task) {
   }
 }
 
-/* Round robin inside the highest non-empty class. */
-static task_t *pop_next_task(kilnd_jobs_t *jobs) {
+/* BULK work is for throughput, not latency: a BULK task waits this long after it
+ * was queued before a worker may take it, so that the one-target jobs of one model
+ * a bulk recompile submits within milliseconds are queued together and fuse into
+ * one task (fuse_queued) instead of the first few starting alone on idle workers. */
+#define BULK_GATHER_MS 25
+
+/* Round robin inside the highest non-empty class. A BULK task still gathering is
+ * not taken; *out_wait_ms (when not NULL) is then how long until one is ready. */
+static task_t *pop_next_task(kilnd_jobs_t *jobs, int64_t *out_wait_ms) {
+  int64_t now = kiln_time_monotonic_ns();
   for (int p = KILND_PRIORITY_INTERACTIVE; p <= KILND_PRIORITY_BULK; p++) {
     if (!jobs->queued_tasks[p]) continue;
     client_queue_t *start = jobs->turn[p] ? jobs->turn[p] : jobs->queues[p];
     client_queue_t *q = start;
     do {
       if (!q) q = jobs->queues[p];
-      if (q->head) {
+      if (q->head && p == KILND_PRIORITY_BULK && now - q->head->queued_ns < (int64_t)BULK_GATHER_MS * 1000000) {
+        int64_t wait_ms = BULK_GATHER_MS - (now - q->head->queued_ns) / 1000000;
+        if (out_wait_ms && (*out_wait_ms < 0 || wait_ms < *out_wait_ms)) *out_wait_ms = wait_ms > 0 ? wait_ms : 1;
+      } else if (q->head) {
         task_t *t = q->head;
         q->head = t->next;
         if (!q->head) q->tail = NULL;
@@ -672,10 +686,16 @@ static void fuse_queued(kilnd_jobs_t *jobs, task_t *task) {
   }
 }
 
+static void on_gather(uv_timer_t *timer);
+
 static void schedule(kilnd_jobs_t *jobs) {
   while (!jobs->closing && kilnd_workers_idle(jobs->workers) > 0) {
-    task_t *task = pop_next_task(jobs);
-    if (!task) return;
+    int64_t wait_ms = -1;
+    task_t *task = pop_next_task(jobs, &wait_ms);
+    if (!task) {
+      if (wait_ms >= 0) uv_timer_start(&jobs->gather, on_gather, (uint64_t)wait_ms, 0);
+      return;
+    }
     fuse_queued(jobs, task);
     const char **targets = kiln_calloc(task->n_items ? task->n_items : 1, sizeof *targets);
     for (size_t i = 0; i < task->n_items; i++) targets[i] = task->items[i]->target;
@@ -711,6 +731,13 @@ static void schedule(kilnd_jobs_t *jobs) {
       return;
     }
   }
+}
+
+static void on_gather(uv_timer_t *timer) {
+  kilnd_jobs_t *jobs = timer->data;
+  uv_mutex_lock(&jobs->mu);
+  schedule(jobs);
+  uv_mutex_unlock(&jobs->mu);
 }
 
 static task_t *find_running(kilnd_jobs_t *jobs, uint64_t id) {
@@ -1987,6 +2014,8 @@ kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache, const kiln
   uv_async_init(loop, &jobs->kick, on_kick);
   jobs->kick.data = jobs;
   uv_timer_init(loop, &jobs->sweep);
+  uv_timer_init(loop, &jobs->gather);
+  jobs->gather.data = jobs;
   jobs->sweep.data = jobs;
   uv_timer_start(&jobs->sweep, on_sweep, SWEEP_INTERVAL_MS, SWEEP_INTERVAL_MS);
   jobs->store = options->store;
@@ -2098,8 +2127,9 @@ void kilnd_jobs_close(kilnd_jobs_t *jobs, void (*done)(void *user), void *user) 
     }
   }
   uv_mutex_unlock(&jobs->mu);
-  jobs->handles_open += 3;
+  jobs->handles_open += 4;
   uv_close((uv_handle_t *)&jobs->kick, on_handle_closed);
   uv_close((uv_handle_t *)&jobs->sweep, on_handle_closed);
+  uv_close((uv_handle_t *)&jobs->gather, on_handle_closed);
   kilnd_workers_close(jobs->workers, on_workers_closed, jobs);
 }

@@ -846,6 +846,10 @@ submit: {
     goto out;
   }
   it->admitted = true;
+  /* The engine holds its own copy now; a long wait for the job holds no source. */
+  kiln_free(it->source);
+  it->source = NULL;
+  it->source_len = 0;
   memcpy(it->job_id, it->admission.job_id, sizeof it->job_id);
   memcpy(it->source_digest, it->admission.source_digest, sizeof it->source_digest);
   if (it->admission.state == KILND_JOB_DONE) { /* every target cached */
