@@ -13,7 +13,9 @@
  *
  * Scheduling: three classes (INTERACTIVE > BATCH > BULK); inside a class, clients
  * take turns (round robin over per-client FIFOs), so one client's burst cannot
- * starve another. Each class holds at most `queue_capacity` queued tasks; more is
+ * starve another. A task taken by a worker absorbs queued tasks of the same class,
+ * source and flags (their targets share one front half); BULK tasks wait 25 ms
+ * after they were queued, so that one-target jobs of one model fuse. Each class holds at most `queue_capacity` queued tasks; more is
  * RESOURCE_EXHAUSTED.
  *
  * Every job keeps its events (sequence 1, 2, ...) for WatchJob until it has been
