@@ -73,6 +73,21 @@ void kiln_buf_appendf(kiln_buf_t *buf, const char *fmt, ...) {
   va_end(ap);
 }
 
+char *kiln_buf_vsprintf(const char *fmt, va_list ap) {
+  kiln_buf_t buf;
+  kiln_buf_init(&buf);
+  kiln_buf_appendvf(&buf, fmt, ap);
+  return kiln_buf_take(&buf);
+}
+
+char *kiln_buf_sprintf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = kiln_buf_vsprintf(fmt, ap);
+  va_end(ap);
+  return s;
+}
+
 void kiln_buf_append_logfmt_value(kiln_buf_t *buf, const char *s) {
   if (!s) s = "";
   int bare = *s != '\0';

@@ -30,6 +30,10 @@ void kiln_buf_appendvf(kiln_buf_t *buf, const char *fmt, va_list ap)
  * '=' or control character; otherwise double-quoted with \" \\ \n \t and \xHH
  * escapes. */
 void kiln_buf_append_logfmt_value(kiln_buf_t *buf, const char *s);
+/* A new string formatted as by printf (free with kiln_free): the buffer dance of
+ * init, appendvf and take in one call. */
+char *kiln_buf_vsprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+char *kiln_buf_sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Hands the string to the caller (free with kiln_free). The buffer is left empty
  * and holding no memory (data NULL): it may be appended to again, and
  * kiln_buf_deinit on it is a no-op. */

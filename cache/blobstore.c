@@ -118,17 +118,6 @@ static void path_format(path_t *out, const char *fmt, ...) {
   if (n < 0 || (size_t)n >= sizeof out->s) abort(); /* unreachable after open's check */
 }
 
-static char *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *str_printf(const char *fmt, ...) {
-  kiln_buf_t buf;
-  kiln_buf_init(&buf);
-  va_list ap;
-  va_start(ap, fmt);
-  kiln_buf_appendvf(&buf, fmt, ap);
-  va_end(ap);
-  return kiln_buf_take(&buf);
-}
-
 static void blob_path(const kiln_blobstore_t *store, const kiln_digest_hex_t *hex, bool zst,
                       path_t *out) {
   path_format(out, "%s/%.2s/%s%s", store->blobs_dir, hex->text, hex->text, zst ? ZST_SUFFIX : "");
@@ -287,7 +276,7 @@ static kiln_status_t remove_tree_at(int parent_fd, const char *name, const char 
     close(fd);
     return KILN_STATUS_ERRNO(err, "cannot remove %s/%s", where, name);
   }
-  char *sub = str_printf("%s/%s", where, name);
+  char *sub = kiln_buf_sprintf("%s/%s", where, name);
   kiln_status_t status = NULL;
   struct dirent *e;
   while (!status && (e = readdir(d)) != NULL) {
@@ -396,9 +385,9 @@ kiln_status_t kiln_blobstore_open(const char *dir, const kiln_blobstore_options_
   }
 
   kiln_blobstore_t *store = kiln_calloc(1, sizeof *store);
-  store->blobs_dir = str_printf("%s/blobs", dir);
-  store->tmp_dir = str_printf("%s/tmp", dir);
-  store->quarantine_dir = str_printf("%s/quarantine", dir);
+  store->blobs_dir = kiln_buf_sprintf("%s/blobs", dir);
+  store->tmp_dir = kiln_buf_sprintf("%s/tmp", dir);
+  store->quarantine_dir = kiln_buf_sprintf("%s/quarantine", dir);
   store->compression = o.compression;
   store->min_bytes = o.compress_min_bytes ? o.compress_min_bytes : DEFAULT_MIN_BYTES;
   store->max_ratio = o.compress_max_ratio > 0 ? o.compress_max_ratio : DEFAULT_MAX_RATIO;

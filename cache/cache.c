@@ -471,13 +471,10 @@ static void add_problem(scan_t *scan, kiln_cache_problem_kind_t kind, const kiln
     kiln_digest_to_hex(digest, &hex);
     memcpy(p->digest, hex.text, sizeof p->digest);
   }
-  kiln_buf_t buf;
-  kiln_buf_init(&buf);
   va_list ap;
   va_start(ap, fmt);
-  kiln_buf_appendvf(&buf, fmt, ap);
+  p->detail = kiln_buf_vsprintf(fmt, ap);
   va_end(ap);
-  p->detail = kiln_buf_take(&buf);
   p->repaired = repaired;
 }
 
@@ -612,10 +609,7 @@ static kiln_status_t scan_store(scan_t *scan) {
     scan->repair.dangling_rows += rows;
     p->repaired = true;
     kiln_free(p->detail);
-    kiln_buf_t buf;
-    kiln_buf_init(&buf);
-    kiln_buf_appendf(&buf, "blob %s is missing; dropped %zu index row(s)", p->digest, rows);
-    p->detail = kiln_buf_take(&buf);
+    p->detail = kiln_buf_sprintf("blob %s is missing; dropped %zu index row(s)", p->digest, rows);
   }
   size_t kept = 0;
   for (size_t i = 0; i < scan->report.n_problems; i++) {

@@ -108,12 +108,7 @@ static void draw(const kiln_cli_job_t *job, live_t *live) {
 /* Erases the live display (if shown), so that other output starts on a clean line. */
 static void live_clear(live_t *live, kiln_cli_show_t show) {
   if (show != KILN_CLI_SHOW_LIVE || !live->lines) return;
-  kiln_buf_t erase;
-  kiln_buf_init(&erase);
-  kiln_cli_live_erase(live->lines, &erase);
-  fputs(erase.data, stdout);
-  fflush(stdout);
-  kiln_buf_deinit(&erase);
+  kiln_cli_live_clear(stdout, live->lines);
   live->lines = 0;
 }
 

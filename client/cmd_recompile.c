@@ -186,14 +186,12 @@ static void set_outcome(recompile_t *r, file_t *f, outcome_t o) {
 
 static void set_reason(file_t *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_reason(file_t *f, const char *fmt, ...) {
-  kiln_buf_t b;
-  kiln_buf_init(&b);
   va_list ap;
   va_start(ap, fmt);
-  kiln_buf_appendvf(&b, fmt, ap);
+  char *reason = kiln_buf_vsprintf(fmt, ap);
   va_end(ap);
   kiln_free(f->reason);
-  f->reason = kiln_buf_take(&b);
+  f->reason = reason;
 }
 
 /* Ends a file with `o`, its reason taken from `status` (freed). */
@@ -242,12 +240,7 @@ static void progress_draw(recompile_t *r, bool force) {
 
 static void progress_clear(recompile_t *r) {
   if (!r->progress || !r->bar_lines) return;
-  kiln_buf_t out;
-  kiln_buf_init(&out);
-  kiln_cli_live_erase(r->bar_lines, &out);
-  fputs(out.data, stderr);
-  fflush(stderr);
-  kiln_buf_deinit(&out);
+  kiln_cli_live_clear(stderr, r->bar_lines);
   r->bar_lines = 0;
 }
 

@@ -364,6 +364,15 @@ void kiln_cli_live_erase(size_t lines, kiln_buf_t *out) {
   kiln_buf_appendf(out, "\r\x1b[%zuA\x1b[J", lines);
 }
 
+void kiln_cli_live_clear(FILE *stream, size_t lines) {
+  kiln_buf_t erase;
+  kiln_buf_init(&erase);
+  kiln_cli_live_erase(lines, &erase);
+  fputs(erase.data, stream);
+  fflush(stream);
+  kiln_buf_deinit(&erase);
+}
+
 size_t kiln_cli_job_render_frame(const kiln_cli_job_t *job, size_t prev_lines, size_t width,
                                  kiln_buf_t *out) {
   if (prev_lines) kiln_buf_appendf(out, "\r\x1b[%zuA", prev_lines);

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/buf.h"
 #include "kiln/v1/kiln.pb-c.h"
@@ -98,6 +99,9 @@ size_t kiln_cli_job_render_frame(const kiln_cli_job_t *job, size_t prev_lines, s
 /* Erases `lines` lines of a live display drawn before (cursor back to its top),
  * so other output can be printed there. */
 void kiln_cli_live_erase(size_t lines, kiln_buf_t *out);
+
+/* kiln_cli_live_erase written to `stream` at once (and flushed). */
+void kiln_cli_live_clear(FILE *stream, size_t lines);
 
 /* The manifest: {"job_id", "source_digest", "state", "message", "targets":
  * {canonical: {"digest", "size", "cache_hit", "file", "compile_ms"}}, "failed":

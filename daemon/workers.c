@@ -533,14 +533,12 @@ static void kill_worker(worker_t *w, kill_reason_t reason, const char *detail) {
 
 static void protocol_violation(worker_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void protocol_violation(worker_t *w, const char *fmt, ...) {
-  kiln_buf_t b;
-  kiln_buf_init(&b);
   va_list ap;
   va_start(ap, fmt);
-  kiln_buf_appendvf(&b, fmt, ap);
+  char *why = kiln_buf_vsprintf(fmt, ap);
   va_end(ap);
-  kill_worker(w, KILL_PROTOCOL, b.data);
-  kiln_buf_deinit(&b);
+  kill_worker(w, KILL_PROTOCOL, why);
+  kiln_free(why);
 }
 
 /* ---- Timers ---------------------------------------------------------------------- */

@@ -284,15 +284,12 @@ static bool read_executable(const uint8_t *data, size_t len, uint32_t ordinal,
 static void set_reason(kiln_vmfb_info_t *info, kiln_vmfb_class_t cls, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void set_reason(kiln_vmfb_info_t *info, kiln_vmfb_class_t cls, const char *fmt, ...) {
-  kiln_buf_t b;
-  kiln_buf_init(&b);
   va_list ap;
   va_start(ap, fmt);
-  kiln_buf_appendvf(&b, fmt, ap);
+  char *reason = kiln_buf_vsprintf(fmt, ap); /* before the free: an argument may be the old reason */
   va_end(ap);
   kiln_free(info->reason);
-  info->reason = kiln_buf_take(&b);
-  kiln_buf_deinit(&b);
+  info->reason = reason;
   info->cls = cls;
 }
 
