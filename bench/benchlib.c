@@ -175,6 +175,7 @@ const char *kiln_bench_fs_name(long type) {
 
 static const char *die_name = "bench";
 static void (*die_cleanup)(void);
+static kiln_bench_kilnd_t *guarded; /* kiln_bench_begin's kilnd */
 static atomic_flag dying = ATOMIC_FLAG_INIT;
 
 void kiln_bench_die_setup(const char *name, void (*cleanup)(void)) {
@@ -395,4 +396,30 @@ char *kiln_bench_model_variant(const char *model, size_t model_len, const char *
   }
   *out_len = (size_t)n;
   return text;
+}
+
+/* ---- the run's begin and end ---- */
+
+void kiln_bench_end(void) {
+  if (guarded) kiln_bench_kilnd_stop(guarded, 5000);
+  kiln_bench_scratch_remove();
+}
+
+static void end_after_failure(void) {
+  if (guarded) kiln_bench_kilnd_print_log_tail(guarded, die_name);
+  kiln_bench_end();
+}
+
+/* Async-signal-safe: the scratch handler runs it before removing the directory. */
+static void kill_guarded(void) {
+  if (guarded && guarded->pid > 0) kill(guarded->pid, SIGKILL);
+}
+
+const char *kiln_bench_begin(const char *name, const char *base, kiln_bench_kilnd_t *kilnd) {
+  guarded = kilnd;
+  kiln_bench_die_setup(name, end_after_failure);
+  char err[PATH_MAX + 200];
+  const char *made = kiln_bench_scratch_make(base, kill_guarded, false, err, sizeof err);
+  if (!made) kiln_bench_die("%s", err);
+  return made;
 }

@@ -115,6 +115,17 @@ int kiln_bench_kilnd_stop(kiln_bench_kilnd_t *d, int64_t grace_ms);
  * kilnd's log:": why it did not answer. */
 void kiln_bench_kilnd_print_log_tail(const kiln_bench_kilnd_t *d, const char *who);
 
+/* The usual start and end of a benchmark with one kilnd at a time: names it for
+ * kiln_bench_die, makes the scratch directory under `base` (NULL: the default),
+ * and arranges that a failure prints the end of `kilnd`'s log, stops it and
+ * removes the scratch directory, and that a signal kills kilnd first. Returns the
+ * scratch path, or dies. `kilnd` is borrowed for the whole run. */
+const char *kiln_bench_begin(const char *name, const char *base, kiln_bench_kilnd_t *kilnd);
+
+/* Stops the kilnd given to kiln_bench_begin (if running) and removes the scratch
+ * directory: the end of a successful run. */
+void kiln_bench_end(void);
+
 /* ---- model variants ---- */
 
 /* `model` with a first line "// <tag> variant <serial>" and the first `needle`

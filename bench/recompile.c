@@ -105,20 +105,6 @@ static char fleet_dir[PATH_MAX];
 static char targets_csv[128];
 static long cores;
 
-static void cleanup(void) {
-  kiln_bench_kilnd_stop(&kilnd, 5000);
-  kiln_bench_scratch_remove();
-}
-
-static void die_cleanup(void) {
-  kiln_bench_kilnd_print_log_tail(&kilnd, "bench_recompile");
-  cleanup();
-}
-
-static void kill_kilnd(void) {
-  if (kilnd.pid > 0) kill(kilnd.pid, SIGKILL);
-}
-
 /* ---- small helpers ---- */
 
 static double ms(int64_t ns) { return (double)ns / 1e6; }
@@ -471,14 +457,10 @@ int main(int argc, char **argv) {
   int rc = kiln_bench_parse_args(argc, argv, true, usage, &plan.quick, &base);
   if (rc >= 0) return rc;
   if (plan.quick) plan = (plan_t){.quick = true, .n_sources = 2, .n_targets = 2, .copies = 5, .rounds = 1};
-  kiln_bench_die_setup("bench_recompile", die_cleanup);
   signal(SIGPIPE, SIG_IGN);
   cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores < 1) cores = 1;
-  char err[PATH_MAX + 200];
-  const char *made = kiln_bench_scratch_make(base, kill_kilnd, false, err, sizeof err);
-  if (!made) kiln_bench_die("%s", err);
-  scratch = made;
+  scratch = kiln_bench_begin("bench_recompile", base, &kilnd);
   int64_t t0 = kiln_time_monotonic_ns();
   for (size_t t = 0; t < plan.n_targets; t++) {
     snprintf(targets_csv + strlen(targets_csv), sizeof targets_csv - strlen(targets_csv), "%s%s", t ? "," : "",
@@ -582,7 +564,7 @@ int main(int argc, char **argv) {
 
   char where[PATH_MAX];
   snprintf(where, sizeof where, "%s", scratch);
-  cleanup();
+  kiln_bench_end();
   printf("total %.1f s; removed %s\n", secs(kiln_time_monotonic_ns() - t0), where);
   kiln_free(runs);
   return 0;

@@ -130,25 +130,6 @@ typedef struct plan_s {
 static const char *scratch = ""; /* the temporary directory (benchlib's); "" when none */
 static kiln_bench_kilnd_t kilnd; /* state_dir and log_path under scratch */
 
-/* ---- failure and cleanup ---- */
-
-static void cleanup(void) {
-  kiln_bench_kilnd_stop(&kilnd, 5000);
-  kiln_bench_scratch_remove();
-}
-
-/* kiln_bench_die's cleanup: why kilnd did not answer, then the same as at the end. */
-static void die_cleanup(void) {
-  kiln_bench_kilnd_print_log_tail(&kilnd, "bench_service");
-  cleanup();
-}
-
-/* Ctrl-C must not leave kilnd running or 256 MiB behind: the scratch handler
- * calls this first (its workers see their pipes close and exit). */
-static void kill_kilnd(void) {
-  if (kilnd.pid > 0) kill(kilnd.pid, SIGKILL);
-}
-
 /* Consumes `st`; on failure reports what failed and exits 1. */
 static void check(kiln_status_t st, const char *what) {
   if (!st) return;
@@ -1116,12 +1097,8 @@ int main(int argc, char **argv) {
     plan.crowd_ms = 1500;
   }
   kiln_log_configure(KILN_LOG_WARN, STDERR_FILENO);
-  kiln_bench_die_setup("bench_service", die_cleanup);
   signal(SIGPIPE, SIG_IGN);
-  char err[PATH_MAX + 200];
-  const char *made = kiln_bench_scratch_make(base, kill_kilnd, false, err, sizeof err);
-  if (!made) kiln_bench_die("%s", err);
-  scratch = made;
+  scratch = kiln_bench_begin("bench_service", base, &kilnd);
   int64_t t0 = kiln_time_monotonic_ns();
   path_join(kilnd.state_dir, scratch, "state");
   path_join(kilnd.log_path, scratch, "kilnd.log");
@@ -1213,7 +1190,7 @@ int main(int argc, char **argv) {
   int stop = kiln_bench_kilnd_stop(&kilnd, 30000);
   char where[PATH_MAX];
   snprintf(where, sizeof where, "%s", scratch);
-  cleanup();
+  kiln_bench_end();
   printf(
       "total %.1f s (start %.1f, cold %.1f, hit %.1f, throughput %.1f, artifact %.1f, clients "
       "%.1f);"
