@@ -38,6 +38,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "daemon/diags.h"
+#include "daemon/metrics.h"
 #include "kiln/v1/kiln.pb-c.h"
 
 #define SWEEP_INTERVAL_MS 500
@@ -210,6 +211,9 @@ struct kilnd_jobs_s {
   task_t *running;
   uint64_t next_task_id;
   kilnd_jobs_stats_t stats;
+  kilnd_histograms_t compile_seconds; /* by target, for /metrics */
+  void (*on_ready)(void *user);       /* kilnd_jobs_on_ready: once, at the first ready worker */
+  void *on_ready_user;
   uint8_t id_prefix[8];
   uint32_t id_counter;
   bool id_seeded;
@@ -1027,6 +1031,7 @@ static void complete_item(kilnd_jobs_t *jobs, item_t *item, const char *digest, 
   item->state = ITEM_DONE;
   jobs->stats.targets_compiled++;
   jobs->stats.compile_ms_total += (uint64_t)(ms > 0 ? ms : 0);
+  kilnd_histograms_observe(&jobs->compile_seconds, item->target, (double)(ms > 0 ? ms : 0) / 1000.0);
   unlink_item(jobs, item);
   if (item->task) task_remove_item(item->task, item);
   for (size_t i = 0; i < item->n_waiters; i++) {
@@ -1160,6 +1165,7 @@ static void on_task_event(void *user, uint64_t task_id, const kilnd_task_event_t
         jobs->compiler = kiln_strdup(kilnd_workers_compiler(jobs->workers));
         uv_cond_broadcast(&jobs->ready);
         start_readmit(jobs);
+        if (jobs->on_ready) jobs->on_ready(jobs->on_ready_user);
       }
       schedule(jobs);
       break;
@@ -1858,10 +1864,26 @@ void kilnd_jobs_stats(kilnd_jobs_t *jobs, kilnd_jobs_stats_t *out) {
     out->running += j->state == KILND_JOB_RUNNING;
   }
   out->queue_depth = jobs->queued_tasks[1] + jobs->queued_tasks[2] + jobs->queued_tasks[3];
+  for (int c = 0; c < 3; c++) out->queued_by_class[c] = jobs->queued_tasks[c + 1];
   uint64_t tasks = jobs->stats.workers.tasks;
   kilnd_workers_stats(jobs->workers, &out->workers);
   out->workers.tasks = tasks;
   uv_mutex_unlock(&jobs->mu);
+}
+
+void kilnd_jobs_compile_histograms(kilnd_jobs_t *jobs, kilnd_histograms_t *out) {
+  uv_mutex_lock(&jobs->mu);
+  *out = jobs->compile_seconds;
+  uv_mutex_unlock(&jobs->mu);
+}
+
+void kilnd_jobs_on_ready(kilnd_jobs_t *jobs, void (*fn)(void *user), void *user) {
+  uv_mutex_lock(&jobs->mu);
+  jobs->on_ready = fn;
+  jobs->on_ready_user = user;
+  bool already = jobs->compiler != NULL;
+  uv_mutex_unlock(&jobs->mu);
+  if (already && fn) fn(user);
 }
 
 const char *kilnd_jobs_compiler_wait(kilnd_jobs_t *jobs, int64_t timeout_ms) {

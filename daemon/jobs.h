@@ -190,12 +190,23 @@ typedef struct kilnd_jobs_stats_s {
   uint64_t queued, running, done, failed, cancelled, submitted, merged_requests;
   uint64_t targets_compiled, targets_failed, compile_ms_total;
   uint64_t queue_depth;
+  uint64_t queued_by_class[3]; /* queue_depth by class: interactive, batch, bulk */
   uint64_t tasks_fused; /* queued tasks folded into another of the same source and flags */
   kilnd_workers_stats_t workers;
 } kilnd_jobs_stats_t;
 
 /* Counters (loop thread). */
 void kilnd_jobs_stats(kilnd_jobs_t *jobs, kilnd_jobs_stats_t *out_stats);
+
+/* Copies the compile durations by target (metrics.h) that complete_item counted:
+ * one observation per target compiled and stored. Loop thread. */
+struct kilnd_histograms_s;
+void kilnd_jobs_compile_histograms(kilnd_jobs_t *jobs, struct kilnd_histograms_s *out);
+
+/* Calls fn(user) on the loop once, when the first compile worker is ready (at
+ * once, before this returns, when one already is); a later call replaces the hook.
+ * kilnd's readiness (sd_notify READY=1) waits for it. Loop thread. */
+void kilnd_jobs_on_ready(kilnd_jobs_t *jobs, void (*fn)(void *user), void *user);
 
 /* Stops admitting; jobs in flight keep running (loop thread). */
 void kilnd_jobs_drain(kilnd_jobs_t *jobs);

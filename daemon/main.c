@@ -7,6 +7,13 @@
  * published address; then the loop runs until SIGTERM/SIGINT has drained
  * in-flight calls.
  *
+ * Operators: unless metrics-listen is off, an HTTP endpoint (http.c) serves
+ * /metrics, /healthz and /readyz and publishes its address in
+ * STATE/kilnd.metrics-addr. Under systemd (NOTIFY_SOCKET set), kilnd sends
+ * READY=1 once the gRPC server listens and a compile worker is ready (the same
+ * condition as /readyz), STATUS= lines, and STOPPING=1 when the drain starts;
+ * without NOTIFY_SOCKET sd_notify does nothing.
+ *
  * The artifact cache lives in STATE/cache; opening it repairs what a crash left
  * (see cache/cache.h). `kilnd --verify` checks it offline instead of serving.
  *
@@ -17,6 +24,7 @@
  */
 #include <signal.h>
 #include <stdio.h>
+#include <systemd/sd-daemon.h>
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,9 +32,11 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/log.h"
+#include "base/time.h"
 #include "cache/cache.h"
 #include "cache/jobstore.h"
 #include "compiler/identity.h"
+#include "daemon/http.h"
 #include "daemon/jobs.h"
 #include "daemon/server.h"
 #include "daemon/settings.h"
@@ -55,12 +65,56 @@ static char *default_worker_path(const char *setting) {
   return out;
 }
 
+/* What the loop-thread hooks below share. Loop thread only. */
+typedef struct daemon_s {
+  kilnd_server_t *server;
+  kilnd_jobs_t *jobs;
+  kiln_cache_t *cache;
+  bool jobs_closed; /* the engine is closing or gone: read it no more */
+  bool ready_sent;
+  char compiler[256];
+} daemon_t;
+
 /* On SIGTERM: no new jobs; watchers end UNAVAILABLE; workers stop. Unfinished
  * jobs are in the job store and run again at the next start. */
-static bool jobs_closed;
 static void on_drain(void *user) {
-  jobs_closed = true;
-  kilnd_jobs_close(user, NULL, NULL);
+  daemon_t *d = user;
+  sd_notify(0, "STOPPING=1\nSTATUS=draining: finishing in-flight calls, taking no new work");
+  d->jobs_closed = true;
+  kilnd_jobs_close(d->jobs, NULL, NULL);
+}
+
+/* The first compile worker is ready: with the gRPC server already listening, kilnd
+ * is ready (the /readyz condition). Runs under the engine's lock: only a datagram. */
+static void on_jobs_ready(void *user) {
+  daemon_t *d = user;
+  if (d->ready_sent || kilnd_server_draining(d->server)) return;
+  d->ready_sent = true;
+  sd_notifyf(0, "READY=1\nSTATUS=serving on %s", kilnd_server_address(d->server));
+}
+
+/* http.c's collect: the loop-thread state of a metrics snapshot. */
+static void collect_metrics(void *user, kilnd_metrics_snapshot_t *snap) {
+  daemon_t *d = user;
+  snap->version = KILN_VERSION;
+  snap->compiler = d->compiler;
+  snap->start_unix_ms = kilnd_server_start_unix_ms(d->server);
+  snap->uptime_ms = kiln_time_unix_ms() - snap->start_unix_ms;
+  snap->draining = kilnd_server_draining(d->server);
+  snap->listening = !snap->draining; /* bound since create; shutdown stops accepting */
+  snap->calls = *kilnd_server_stats(d->server);
+  if (d->jobs && !d->jobs_closed) {
+    /* After close the last counters stay (a restart of the series would read as a reset). */
+    snap->has_jobs = true;
+    kilnd_jobs_stats(d->jobs, &snap->jobs);
+    kilnd_jobs_compile_histograms(d->jobs, &snap->compile);
+  } else {
+    snap->jobs.workers.ready = 0;
+  }
+  if (d->cache) {
+    snap->has_cache = true;
+    kiln_cache_counters(d->cache, &snap->cache); /* a mutex; http.c adds the totals off the loop */
+  }
 }
 
 /* kilnd --verify: the offline check. */
@@ -184,6 +238,13 @@ int main(int argc, char **argv) {
   }
   if (!status) status = kilnd_server_create(&settings, cache, &server);
   kilnd_jobs_t *jobs = NULL;
+  kilnd_http_t *http = NULL;
+  daemon_t kd = {.server = server, .cache = cache};
+  {
+    kiln_compiler_identity_t id;
+    kiln_compiler_identity_get(&id);
+    snprintf(kd.compiler, sizeof kd.compiler, "%s %s llvm %s", id.name, id.version, id.llvm_version);
+  }
   kiln_jobstore_t *store = NULL;
   char *worker_path = NULL, *crash_dir = NULL;
   if (!status) {
@@ -220,9 +281,17 @@ int main(int argc, char **argv) {
     };
     status = kilnd_jobs_create(kilnd_server_loop(server), cache, &jo, &wo, &jobs);
     if (!status) {
+      kd.jobs = jobs;
       kilnd_server_set_jobs(server, jobs);
-      kilnd_server_on_drain(server, on_drain, jobs);
+      kilnd_server_on_drain(server, on_drain, &kd);
+      sd_notify(0, "STATUS=starting compile workers");
+      kilnd_jobs_on_ready(jobs, on_jobs_ready, &kd);
     }
+  }
+  if (!status && strcmp(settings.metrics_listen, "off") != 0) {
+    status = kilnd_http_create(kilnd_server_loop(server), settings.metrics_listen, cache, collect_metrics,
+                               &kd, &http);
+    if (!status) status = kilnd_statedir_publish_metrics_address(&state, kilnd_http_address(http));
   }
   if (!status) status = kilnd_statedir_publish_address(&state, kilnd_server_address(server));
   if (status) {
@@ -235,6 +304,7 @@ int main(int argc, char **argv) {
     kiln_log_kv_str(&fields, "state_dir", state.path);
     kiln_buf_appendf(&fields, " pid=%ld version=%s max_message_bytes=%llu", (long)getpid(),
                      KILN_VERSION, (unsigned long long)settings.max_message_bytes);
+    if (http) kiln_log_kv_str(&fields, "metrics_addr", kilnd_http_address(http));
     kiln_log_fields(KILN_LOG_INFO, "listening", &fields);
     kiln_buf_deinit(&fields);
     status = kilnd_server_run(server);
@@ -244,10 +314,11 @@ int main(int argc, char **argv) {
     }
   }
   kiln_status_free(status);
-  if (jobs && !jobs_closed) {
+  if (jobs && !kd.jobs_closed) {
     /* Start-up failed after the engine existed: close it on the loop. */
     kilnd_jobs_close(jobs, NULL, NULL);
   }
+  kilnd_http_destroy(http); /* before the server's last loop run, which frees it */
   kilnd_server_destroy(server);
   kiln_jobstore_close(store);
   kiln_free(worker_path);

@@ -54,7 +54,20 @@ typedef struct kilnd_call_ctx_s {
   bool may_block;
   bool *run_off_loop;
   void *owner; /* the server's own record of the call; NULL outside a server */
+  /* The call's request id (the client's x-request-id, or one kilnd made up); kilnd
+   * logs it with the call and returns it as kiln-request-id metadata. NULL outside
+   * a server. */
+  const char *request_id;
 } kilnd_call_ctx_t;
+
+/* Request ids: what the client may send, and what kilnd answers with. */
+#define KILND_REQUEST_ID_HEADER_IN "x-request-id"
+#define KILND_REQUEST_ID_HEADER_OUT "kiln-request-id"
+#define KILND_REQUEST_ID_MAX 128
+
+/* True when `id` (len bytes) is a request id kilnd takes from a client: 1 to 128
+ * visible ASCII characters (0x21..0x7e). Thread-safe. */
+bool kilnd_request_id_valid(const char *id, size_t len);
 
 /* True once the call's deadline has passed or the server is cancelling in-flight
  * work: long handlers stop and return. Thread-safe. */

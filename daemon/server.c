@@ -58,6 +58,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -140,8 +141,11 @@ struct call_s {
   const char *message;          /* in the arena */
   size_t request_bytes;
   size_t response_bytes;
-  grpc_metadata trailing[1]; /* kilnd_call_set_diagnostics */
+  /* [0] kiln-request-id, always; [1] kiln-diagnostics-bin (kilnd_call_set_diagnostics) */
+  grpc_metadata trailing[2];
   size_t n_trailing;
+  grpc_metadata initial[1]; /* kiln-request-id */
+  char request_id[KILND_REQUEST_ID_MAX + 1];
   kilnd_stream_t stream; /* streaming methods only */
 };
 
@@ -191,6 +195,8 @@ struct kilnd_server_s {
   bool server_destroyed;
   bool handles_closed;
   tag_t shutdown_tag;
+  char request_id_prefix[16]; /* random per process: generated ids never repeat across restarts */
+  uint64_t request_id_counter;
   void (*drain_fn)(void *user); /* kilnd_server_on_drain */
   void *drain_user;
 };
@@ -334,6 +340,42 @@ static kiln_status_t encode_response(kilnd_server_t *server, call_t *c,
   return NULL;
 }
 
+/* The initial metadata of every call: kiln-request-id (static slices: the call
+ * outlives its batches). */
+static void set_initial_metadata(grpc_op *op, call_t *c) {
+  op->op = GRPC_OP_SEND_INITIAL_METADATA;
+  c->initial[0].key = grpc_slice_from_static_string(KILND_REQUEST_ID_HEADER_OUT);
+  c->initial[0].value = grpc_slice_from_static_string(c->request_id);
+  op->data.send_initial_metadata.count = 1;
+  op->data.send_initial_metadata.metadata = c->initial;
+}
+
+bool kilnd_request_id_valid(const char *id, size_t len) {
+  if (len == 0 || len > KILND_REQUEST_ID_MAX) return false;
+  for (size_t i = 0; i < len; i++) {
+    if (id[i] < 0x21 || id[i] > 0x7e) return false; /* visible ASCII: one logfmt token */
+  }
+  return true;
+}
+
+/* The call's request id: the client's x-request-id when it is valid, else
+ * "k-<process prefix>-<counter>". */
+static void assign_request_id(kilnd_server_t *server, call_t *c) {
+  for (size_t i = 0; i < c->request_md.count; i++) {
+    const grpc_metadata *md = &c->request_md.metadata[i];
+    if (grpc_slice_str_cmp(md->key, KILND_REQUEST_ID_HEADER_IN) != 0) continue;
+    size_t len = GRPC_SLICE_LENGTH(md->value);
+    if (kilnd_request_id_valid((const char *)GRPC_SLICE_START_PTR(md->value), len)) {
+      memcpy(c->request_id, GRPC_SLICE_START_PTR(md->value), len);
+      c->request_id[len] = '\0';
+      return;
+    }
+    break; /* not a valid id (logged as ours instead: it might not be printable) */
+  }
+  snprintf(c->request_id, sizeof c->request_id, "k-%s-%" PRIu64, server->request_id_prefix,
+           ++server->request_id_counter);
+}
+
 static void send_reply(kilnd_server_t *server, call_t *c, kiln_status_t status) {
   c->code = kiln_status_code(status);
   c->message = kiln_arena_strdup(&c->arena, kiln_status_message(status));
@@ -343,7 +385,7 @@ static void send_reply(kilnd_server_t *server, call_t *c, kiln_status_t status) 
   grpc_op ops[4];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
-  ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  set_initial_metadata(&ops[n++], c);
   if (c->response && c->code == KILN_STATUS_OK) {
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = c->response;
@@ -386,9 +428,9 @@ static void on_work_done(uv_work_t *work, int status) {
 void kilnd_call_set_diagnostics(const kilnd_call_ctx_t *call, const uint8_t *packed, size_t len) {
   call_t *c = call->owner;
   if (!c) return; /* a handler called outside a server */
-  c->trailing[0].key = grpc_slice_from_static_string("kiln-diagnostics-bin");
-  c->trailing[0].value = grpc_slice_from_static_buffer(packed, len); /* the arena outlives the batch */
-  c->n_trailing = 1;
+  c->trailing[1].key = grpc_slice_from_static_string("kiln-diagnostics-bin");
+  c->trailing[1].value = grpc_slice_from_static_buffer(packed, len); /* the arena outlives the batch */
+  c->n_trailing = 2;
 }
 
 static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
@@ -403,6 +445,11 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
   server->live_calls++;
   server->stats.calls_in_flight++;
   c->start_ns = kiln_time_monotonic_ns();
+  assign_request_id(server, c);
+  c->trailing[0].key = grpc_slice_from_static_string(KILND_REQUEST_ID_HEADER_OUT);
+  c->trailing[0].value = grpc_slice_from_static_string(c->request_id);
+  c->n_trailing = 1;
+  c->ctx.request_id = c->request_id;
   if (!server->draining) arm(server, c->method, c->method_index);
   /* The client's deadline on our monotonic clock (gRPC's clocks have other epochs). */
   gpr_timespec now = gpr_now(c->deadline.clock_type);
@@ -494,6 +541,7 @@ static void call_finished(kilnd_server_t *server, call_t *c, kiln_status_code_t 
     char *peer = grpc_call_get_peer(c->call);
     kiln_log_kv_str(&fields, "peer", peer);
     gpr_free(peer);
+    kiln_log_kv_str(&fields, "request_id", c->request_id);
     kiln_buf_appendf(&fields, " code=%s dur_us=%" PRId64 " req_bytes=%zu resp_bytes=%zu",
                      kiln_status_code_name(code), (kiln_time_monotonic_ns() - c->start_ns) / 1000,
                      c->request_bytes, c->response_bytes);
@@ -539,7 +587,7 @@ static void stream_start_status(kilnd_stream_t *s) {
   grpc_op ops[2];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
-  if (!s->md_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  if (!s->md_sent) set_initial_metadata(&ops[n++], c);
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = (grpc_status_code)c->code;
   ops[n].data.send_status_from_server.trailing_metadata_count = c->n_trailing;
@@ -792,7 +840,7 @@ static kiln_status_t send_buffer(kilnd_stream_t *s, grpc_byte_buffer *buf, size_
   grpc_op ops[2];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
-  if (!s->md_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  if (!s->md_sent) set_initial_metadata(&ops[n++], c);
   ops[n].op = GRPC_OP_SEND_MESSAGE;
   ops[n++].data.send_message.send_message = s->send_buf;
   s->on_sent = on_sent;
@@ -929,6 +977,12 @@ void kilnd_server_on_drain(kilnd_server_t *server, void (*fn)(void *user), void 
 
 uv_loop_t *kilnd_server_loop(kilnd_server_t *server) { return &server->loop; }
 
+const kilnd_stats_t *kilnd_server_stats(const kilnd_server_t *server) { return &server->stats; }
+
+bool kilnd_server_draining(const kilnd_server_t *server) { return server->draining; }
+
+int64_t kilnd_server_start_unix_ms(const kilnd_server_t *server) { return server->env.start_unix_ms; }
+
 static void on_signal(uv_signal_t *handle, int signum) {
   kilnd_server_t *server = handle->data;
   kiln_log(KILN_LOG_INFO, "signal", "signal=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -1010,6 +1064,14 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
   server->env.hostname = server->hostname;
   server->env.start_unix_ms = kiln_time_unix_ms();
   server->env.start_monotonic_ns = kiln_time_monotonic_ns();
+  uint8_t seed[6];
+  if (getrandom(seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed) {
+    uint64_t t = (uint64_t)kiln_time_unix_ms() ^ (uint64_t)getpid() << 24;
+    memcpy(seed, &t, sizeof seed);
+  }
+  for (size_t i = 0; i < sizeof seed; i++) {
+    snprintf(server->request_id_prefix + 2 * i, 3, "%02x", seed[i]);
+  }
 
   kiln_status_t status = kilnd_listen_parse(settings->listen, &server->listen);
   if (!status) status = kilnd_listen_preflight(&server->listen);

@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "cache/cache.h"
 #include "daemon/settings.h"
+#include "daemon/stats.h"
 
 typedef struct kilnd_server_s kilnd_server_t;
 
@@ -50,6 +51,15 @@ void kilnd_server_set_jobs(kilnd_server_t *server, struct kilnd_jobs_s *jobs);
 /* The loop that run() runs: for the job engine and worker pool's handles, timers
  * and uv_queue_work. Borrowed, valid until destroy. */
 uv_loop_t *kilnd_server_loop(kilnd_server_t *server);
+
+/* Finished-call counters by method and code (stats.h). Borrowed. Loop thread. */
+const kilnd_stats_t *kilnd_server_stats(const kilnd_server_t *server);
+
+/* True once the drain started: gRPC accepts no new calls. Loop thread. */
+bool kilnd_server_draining(const kilnd_server_t *server);
+
+/* When the server was created (Unix ms). */
+int64_t kilnd_server_start_unix_ms(const kilnd_server_t *server);
 
 void kilnd_server_destroy(kilnd_server_t *server);
 

@@ -14,6 +14,9 @@ static const kiln_config_option_t options[] = {
      "read settings from FILE (name = value lines)", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
     OPT("listen", 'l', KILN_CONFIG_STRING, listen, KILN_DEFAULT_LISTEN, "ADDR",
         "listen on HOST:PORT, [IPV6]:PORT or unix:PATH (port 0 picks a free port)"),
+    OPT("metrics-listen", 0, KILN_CONFIG_STRING, metrics_listen, KILN_DEFAULT_METRICS_LISTEN, "ADDR",
+        "serve HTTP GET /metrics (Prometheus), /healthz and /readyz on HOST:PORT or [IPV6]:PORT "
+        "(port 0 picks a free port; off: no HTTP endpoint)"),
     OPT("state-dir", 's', KILN_CONFIG_STRING, state_dir, "kiln-state", "DIR",
         "state directory: cache, index, lock and address files (created if missing)"),
     {"log-level", 0, KILN_CONFIG_STRING, offsetof(kilnd_settings_t, log_level), "info", "LEVEL",

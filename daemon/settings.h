@@ -10,10 +10,12 @@
 #include "base/config.h"
 
 #define KILN_DEFAULT_LISTEN "127.0.0.1:7477"
+#define KILN_DEFAULT_METRICS_LISTEN "127.0.0.1:7478"
 
 typedef struct kilnd_settings_s {
   char *config;            /* --config FILE (read before everything but defaults) */
   char *listen;            /* HOST:PORT, [V6]:PORT or unix:PATH */
+  char *metrics_listen;    /* HTTP /metrics, /healthz, /readyz: HOST:PORT, [V6]:PORT or "off" */
   char *state_dir;         /* cache, index, lock and address files */
   char *log_level;         /* debug|info|warn|error */
   uint64_t max_message_bytes; /* largest gRPC message received or sent */

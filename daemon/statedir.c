@@ -149,12 +149,12 @@ kiln_status_t kilnd_statedir_open(const char *path, kilnd_statedir_t *out_dir) {
   return NULL;
 }
 
-kiln_status_t kilnd_statedir_publish_address(kilnd_statedir_t *dir, const char *address) {
+static kiln_status_t publish(kilnd_statedir_t *dir, const char *name, const char *address) {
   kiln_buf_t tmp, final;
   kiln_buf_init(&tmp);
   kiln_buf_init(&final);
-  kiln_buf_appendf(&tmp, "%s/.kilnd.addr.tmp", dir->path);
-  kiln_buf_appendf(&final, "%s/kilnd.addr", dir->path);
+  kiln_buf_appendf(&tmp, "%s/.%s.tmp", dir->path, name);
+  kiln_buf_appendf(&final, "%s/%s", dir->path, name);
   kiln_status_t status = NULL;
   int fd = open(tmp.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -179,11 +179,22 @@ kiln_status_t kilnd_statedir_publish_address(kilnd_statedir_t *dir, const char *
   return status;
 }
 
+kiln_status_t kilnd_statedir_publish_address(kilnd_statedir_t *dir, const char *address) {
+  return publish(dir, "kilnd.addr", address);
+}
+
+kiln_status_t kilnd_statedir_publish_metrics_address(kilnd_statedir_t *dir, const char *address) {
+  return publish(dir, "kilnd.metrics-addr", address);
+}
+
 void kilnd_statedir_close(kilnd_statedir_t *dir) {
   if (dir->path) {
     kiln_buf_t addr;
     kiln_buf_init(&addr);
     kiln_buf_appendf(&addr, "%s/kilnd.addr", dir->path);
+    unlink(addr.data);
+    kiln_buf_clear(&addr);
+    kiln_buf_appendf(&addr, "%s/kilnd.metrics-addr", dir->path);
     unlink(addr.data);
     kiln_buf_deinit(&addr);
   }

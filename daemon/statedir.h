@@ -23,7 +23,11 @@ kiln_status_t kilnd_statedir_open(const char *path, kilnd_statedir_t *out_dir);
 /* Atomically replaces DIR/kilnd.addr with `address` and a newline. */
 kiln_status_t kilnd_statedir_publish_address(kilnd_statedir_t *dir, const char *address);
 
-/* Removes DIR/kilnd.addr and releases the lock. Safe on a zeroed struct. */
+/* The same for DIR/kilnd.metrics-addr: where the HTTP endpoint (/metrics) listens. */
+kiln_status_t kilnd_statedir_publish_metrics_address(kilnd_statedir_t *dir, const char *address);
+
+/* Removes DIR/kilnd.addr and DIR/kilnd.metrics-addr and releases the lock. Safe on
+ * a zeroed struct. */
 void kilnd_statedir_close(kilnd_statedir_t *dir);
 
 #endif /* KILN_DAEMON_STATEDIR_H */

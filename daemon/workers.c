@@ -1193,8 +1193,11 @@ void kilnd_workers_cancel(kilnd_workers_t *workers, uint64_t task_id) {
 
 void kilnd_workers_stats(const kilnd_workers_t *workers, kilnd_workers_stats_t *out_stats) {
   *out_stats = workers->stats;
-  out_stats->busy = 0;
-  for (const worker_t *w = workers->all; w; w = w->next) out_stats->busy += w->state == W_BUSY;
+  out_stats->busy = out_stats->ready = 0;
+  for (const worker_t *w = workers->all; w; w = w->next) {
+    out_stats->busy += w->state == W_BUSY;
+    out_stats->ready += w->state == W_BUSY || w->state == W_IDLE;
+  }
 }
 
 const char *kilnd_workers_compiler(const kilnd_workers_t *workers) { return workers->compiler; }

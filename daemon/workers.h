@@ -110,6 +110,7 @@ typedef void (*kilnd_task_event_fn_t)(void *user, uint64_t task_id, const kilnd_
 typedef struct kilnd_workers_stats_s {
   size_t count;          /* configured workers */
   size_t busy;           /* running a task now */
+  size_t ready;          /* past their Hello: idle or busy */
   uint64_t tasks;        /* tasks finished */
   uint64_t restarts;     /* workers replaced after a crash, kill, timeout or cancel */
   uint64_t crashes;      /* of which died on their own (signal or bad exit) */

@@ -17,8 +17,13 @@ packages=(
   # XXH3-128 from xxHash: the fast at-rest integrity check on every blob read
   # (SHA-256 stays the content address and the audit of kiln cache verify)
   libxxhash-dev
+  # observability: /metrics, /healthz and /readyz over libmicrohttpd (a well-kept
+  # HTTP/1.1 server: no hand-written HTTP parsing); sd_notify readiness from libsystemd
+  libmicrohttpd-dev libsystemd-dev
   # tests: cmocka units; the interop client is Python with Debian's grpcio
   libcmocka-dev protobuf-compiler python3 python3-grpcio python3-protobuf valgrind
+  # promtool (from prometheus): test_metrics checks the /metrics exposition with it
+  prometheus
   # validating generated device code: spirv-val (llvm-readobj comes with llvm-22)
   spirv-tools
   # the VMFB reader's libFuzzer target (clang with its runtime)
