@@ -22,6 +22,8 @@ packages=(
   libmicrohttpd-dev libsystemd-dev
   # tests: cmocka units; the interop client is Python with Debian's grpcio
   libcmocka-dev protobuf-compiler python3 python3-grpcio python3-protobuf valgrind
+  # test_deploy parses the Kubernetes manifests (deploy/k8s) with PyYAML
+  python3-yaml
   # promtool (from prometheus): test_metrics checks the /metrics exposition with it
   prometheus
   # validating generated device code: spirv-val (llvm-readobj comes with llvm-22)
