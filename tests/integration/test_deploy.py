@@ -33,7 +33,7 @@ import unittest
 import yaml
 
 from kilnharness import (KILN, KILND, START_TIMEOUT, Kilnd, KilnTestCase, clean_env,
-                         free_tcp_port, run_kiln, run_kilnd_once)
+                         run_kiln, run_kilnd_once)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEPLOY = os.path.join(ROOT, "deploy")
@@ -221,17 +221,17 @@ class ManifestKilnd(Kilnd):
 
 
 def rewrite_conf(pairs, tmp):
-    """The config moved into `tmp`: state-dir there, listen on a free port (host
-    kept), metrics-listen on a free port (host kept). Returns (text, metrics addr)."""
-    lines, metrics = [], None
+    """The config moved into `tmp`: state-dir there, listen and metrics-listen on
+    port 0 (hosts kept). Returns (text, whether metrics-listen is set)."""
+    lines, metrics = [], False
     for name, value in pairs:
         if name == "state-dir":
             value = os.path.join(tmp, "state")
         elif name == "listen" and not value.startswith("unix:"):
             value = f"{host_of(value)}:0"
         elif name == "metrics-listen":
-            value = f"{host_of(value)}:{free_tcp_port()}"
-            metrics = value
+            value = f"{host_of(value)}:0"
+            metrics = True
         lines.append(f'{name} = "{value}"')
     return "\n".join(lines) + "\n", metrics
 
@@ -580,6 +580,9 @@ class CommandLinesServe(KilnTestCase):
         r = run_kiln("health", addr=kd.addr)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr + kd.log())
         if metrics:
+            # kilnd publishes the bound HTTP address as it does the gRPC one.
+            with open(os.path.join(state_dir, "kilnd.metrics-addr")) as f:
+                metrics = f.read().strip()
             got = wait_http_ok(metrics, "/healthz", START_TIMEOUT)
             self.assertEqual(got[0] if isinstance(got, tuple) else got, 200, kd.log())
             got = wait_http_ok(metrics, "/readyz", START_TIMEOUT)
@@ -624,12 +627,11 @@ class CommandLinesServe(KilnTestCase):
         argv = entrypoint_argv()
         opts = dict(zip(argv[1::2], argv[2::2]))
         state = os.path.join(tmp, "state")
-        metrics = f"{host_of(opts['--metrics-listen'])}:{free_tcp_port()}"
         moved = {INSTALLED_KILND: KILND, opts["--state-dir"]: state,
                  opts["--listen"]: f"{host_of(opts['--listen'])}:0",
-                 opts["--metrics-listen"]: metrics}
+                 opts["--metrics-listen"]: f"{host_of(opts['--metrics-listen'])}:0"}
         # A container has its own CPUs' worth of workers; one is enough here.
-        kd = self._serve([moved.get(a, a) for a in argv] + ["--workers", "1"], state, metrics)
+        kd = self._serve([moved.get(a, a) for a in argv] + ["--workers", "1"], state, True)
         health = [a for s, i, a in containerfile() if i == "HEALTHCHECK"][-1]
         cmd = exec_form(health[health.index("CMD") + 3:].strip())
         default_addr = "127.0.0.1:" + opts["--listen"].rsplit(":", 1)[1]
