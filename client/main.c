@@ -100,6 +100,11 @@ int main(int argc, char **argv) {
         kiln_status_free(status);
       } else {
         code = commands[i].fn(&settings, client, (int)npos - 1, positional + 1);
+        /* kilnd logs every call with its request id: name the failed one. */
+        const char *failed_id = kiln_client_failed_request_id(client);
+        if (code != KILN_EXIT_OK && failed_id) {
+          fprintf(stderr, "kiln: request id: %s (search kilnd's log for it)\n", failed_id);
+        }
         kiln_client_destroy(client);
       }
     }

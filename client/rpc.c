@@ -25,8 +25,11 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <fcntl.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "kiln/v1/kiln.pb-c.h"
@@ -38,7 +41,27 @@ struct kiln_client_s {
   grpc_channel *channel;
   grpc_completion_queue *cq;
   int64_t timeout_ms;
+  char request_id_base[16];   /* "c-" + 12 hex, random per client */
+  unsigned call_seq;
+  char failed_request_id[40]; /* the last call that failed; "" when none did */
 };
+
+/* Every call sends x-request-id "<base>-<n>"; kilnd logs it and answers with it. */
+static void next_request_id(kiln_client_t *client, char *out, size_t cap) {
+  snprintf(out, cap, "%s-%u", client->request_id_base, ++client->call_seq);
+}
+
+static void set_request_id_md(grpc_op *op, grpc_metadata *md, const char *id) {
+  op->op = GRPC_OP_SEND_INITIAL_METADATA;
+  md->key = grpc_slice_from_static_string("x-request-id");
+  md->value = grpc_slice_from_static_string(id); /* the caller keeps `id` until the batch completes */
+  op->data.send_initial_metadata.count = 1;
+  op->data.send_initial_metadata.metadata = md;
+}
+
+const char *kiln_client_failed_request_id(const kiln_client_t *client) {
+  return client->failed_request_id[0] ? client->failed_request_id : NULL;
+}
 
 kiln_status_t kiln_client_create(const char *address, int64_t timeout_ms,
                                  uint64_t max_message_bytes, kiln_client_t **out_client) {
@@ -51,6 +74,15 @@ kiln_status_t kiln_client_create(const char *address, int64_t timeout_ms,
   kiln_client_t *client = kiln_calloc(1, sizeof *client);
   client->address = kiln_strdup(address);
   client->timeout_ms = timeout_ms;
+  uint8_t seed[6] = {0};
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || read(fd, seed, sizeof seed) != (ssize_t)sizeof seed) {
+    uint64_t t = (uint64_t)getpid() ^ (uint64_t)gpr_now(GPR_CLOCK_REALTIME).tv_nsec << 16;
+    memcpy(seed, &t, sizeof seed);
+  }
+  if (fd >= 0) close(fd);
+  snprintf(client->request_id_base, sizeof client->request_id_base, "c-%02x%02x%02x%02x%02x%02x", seed[0],
+           seed[1], seed[2], seed[3], seed[4], seed[5]);
   grpc_arg args[1];
   memset(args, 0, sizeof args);
   args[0].type = GRPC_ARG_INTEGER;
@@ -139,9 +171,12 @@ kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
   grpc_slice details = grpc_empty_slice();
   const char *error_string = NULL;
 
+  char request_id[sizeof client->failed_request_id];
+  next_request_id(client, request_id, sizeof request_id);
+  grpc_metadata request_md;
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  set_request_id_md(&ops[0], &request_md, request_id);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = request_buffer;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -192,6 +227,7 @@ kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
   grpc_slice_unref(details);
   gpr_free((void *)error_string);
   grpc_call_unref(call);
+  if (status) memcpy(client->failed_request_id, request_id, sizeof request_id);
   return status;
 }
 
@@ -226,6 +262,8 @@ struct kiln_client_stream_s {
   const char *error_string;
   grpc_byte_buffer *request_buffer;
   kiln_status_t decode_error; /* a message that did not decode ends the stream too */
+  char request_id[40];        /* x-request-id of this call */
+  grpc_metadata request_md;
 };
 
 static grpc_byte_buffer *pack(const ProtobufCMessage *message) {
@@ -258,8 +296,17 @@ static void wait_status(kiln_client_stream_t *s) {
   }
 }
 
-/* The final outcome as a fresh status (NULL for OK). */
+static kiln_status_t final_status_of(const kiln_client_stream_t *s);
+
+/* The final outcome as a fresh status (NULL for OK); a failure records the call's
+ * request id as the client's last failed one. */
 static kiln_status_t final_status(const kiln_client_stream_t *s) {
+  kiln_status_t st = final_status_of(s);
+  if (st) snprintf(s->client->failed_request_id, sizeof s->client->failed_request_id, "%s", s->request_id);
+  return st;
+}
+
+static kiln_status_t final_status_of(const kiln_client_stream_t *s) {
   if (s->start_error) {
     return KILN_STATUS(kiln_status_code(s->start_error), "%s", kiln_status_message(s->start_error));
   }
@@ -275,6 +322,7 @@ kiln_client_stream_t *kiln_client_stream_open(kiln_client_t *client, const char 
   kiln_client_stream_t *s = kiln_calloc(1, sizeof *s);
   s->client = client;
   s->method = kiln_strdup(method);
+  next_request_id(client, s->request_id, sizeof s->request_id);
   s->status_code = GRPC_STATUS_UNKNOWN;
   s->status_details = grpc_empty_slice();
   grpc_metadata_array_init(&s->initial_md);
@@ -305,7 +353,7 @@ kiln_client_stream_t *kiln_client_stream_open(kiln_client_t *client, const char 
   grpc_op ops[3];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
-  ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  set_request_id_md(&ops[n++], &s->request_md, s->request_id);
   grpc_byte_buffer *request_buffer = NULL;
   if (request) {
     request_buffer = pack(request);

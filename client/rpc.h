@@ -26,6 +26,12 @@ void kiln_client_set_timeout(kiln_client_t *client, int64_t timeout_ms);
 /* The deadline of calls, in milliseconds. */
 int64_t kiln_client_timeout(const kiln_client_t *client);
 
+/* Every call sends the metadata x-request-id ("c-<12 hex, random per client>-<n>");
+ * kilnd logs it with the call (request_id=). The id of the last call that failed
+ * (a unary call, or a stream whose final status was read as a failure), or NULL
+ * when none has. Borrowed, valid until the next call. */
+const char *kiln_client_failed_request_id(const kiln_client_t *client);
+
 /* The address the client dials. Borrowed. */
 const char *kiln_client_address(const kiln_client_t *client);
 

@@ -80,6 +80,9 @@ class Kilnd:
             cmd += ["--listen", self.listen]
         if self.state_dir is not None:
             cmd += ["--state-dir", self.state_dir]
+        if not any(a == "--metrics-listen" or a.startswith("--metrics-listen=") for a in self.args):
+            # The default (127.0.0.1:7478) would collide between tests run in parallel.
+            cmd += ["--metrics-listen", "127.0.0.1:0"]
         return self.wrapper + cmd + self.args
 
     def start(self, expect_ready=True):
