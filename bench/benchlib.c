@@ -301,8 +301,11 @@ int kiln_bench_kilnd_start(kiln_bench_kilnd_t *d, const char *kilnd_path, const 
   d->addr[0] = '\0';
   if (state_dir != d->state_dir) snprintf(d->state_dir, sizeof d->state_dir, "%s", state_dir);
   if (log_path != d->log_path) snprintf(d->log_path, sizeof d->log_path, "%s", log_path);
-  const char *argv[32] = {kilnd_path, "--listen", "127.0.0.1:0", "--state-dir", d->state_dir, "--log-level", "warn"};
-  size_t n = 7;
+  /* No metrics endpoint: its default port would collide between benchmarks run at
+   * once (ctest -j) and with a kilnd the user runs. */
+  const char *argv[32] = {kilnd_path, "--listen", "127.0.0.1:0", "--state-dir", d->state_dir,
+                          "--log-level", "warn", "--metrics-listen", "off"};
+  size_t n = 9;
   for (size_t i = 0; extra_args && extra_args[i]; i++) {
     if (n + 1 >= sizeof argv / sizeof argv[0]) {
       snprintf(err, err_cap, "too many kilnd arguments");

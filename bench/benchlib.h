@@ -97,7 +97,8 @@ typedef struct kiln_bench_kilnd_s {
   char log_path[PATH_MAX];
 } kiln_bench_kilnd_t;
 
-/* Starts `kilnd_path` --listen 127.0.0.1:0 --state-dir STATE --log-level warn,
+/* Starts `kilnd_path` --listen 127.0.0.1:0 --state-dir STATE --log-level warn
+ * --metrics-listen off,
  * then `extra_args` (NULL-terminated; may be NULL), its stdout and stderr to
  * LOG, and waits up to `timeout_ms` for the address it publishes in
  * STATE/kilnd.addr. `state_dir` and `log_path` are copied into *d (they may be
