@@ -74,6 +74,20 @@ static const kiln_config_option_t options[] = {
      KILN_CONFIG_CLI_ONLY},
     {"force", 0, KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, force), NULL, NULL,
      "recompile: also recompile files that are already current", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
+    {"tls", 0, KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, tls), NULL, NULL,
+     "talk TLS to kilnd, verifying it with gRPC's default roots (implied by --tls-ca)", 0, 0, NULL, 0},
+    {"tls-ca", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, tls_ca), NULL, "FILE",
+     "talk TLS to kilnd and verify its certificate with this PEM CA", 0, 0, NULL, 0},
+    {"tls-cert", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, tls_cert), NULL, "FILE",
+     "mutual TLS: present this PEM client certificate (with --tls-key)", 0, 0, NULL, 0},
+    {"tls-key", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, tls_key), NULL, "FILE",
+     "the PEM private key of --tls-cert", 0, 0, NULL, 0},
+    {"tls-server-name", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, tls_server_name), NULL,
+     "NAME", "the name kilnd's certificate must carry, when it differs from --addr's host", 0, 0,
+     NULL, 0},
+    {"token-file", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, token_file), NULL, "FILE",
+     "send the bearer token on this file's first line with every call (default: the "
+     "KILN_TOKEN variable, if set)", 0, 0, NULL, 0},
     {"json", 'j', KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, json), NULL, NULL,
      "print machine-readable JSON (field names as in kiln.proto)", 0, 0, NULL, 0},
     {"help", 'h', KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, help), NULL, NULL,
@@ -225,6 +239,8 @@ int kiln_cli_exit_code(const kiln_status_t status) {
     case KILN_STATUS_OK: return KILN_EXIT_OK;
     case KILN_STATUS_UNAVAILABLE: return KILN_EXIT_UNREACHABLE;
     case KILN_STATUS_DEADLINE_EXCEEDED: return KILN_EXIT_TIMEOUT;
+    case KILN_STATUS_UNAUTHENTICATED:
+    case KILN_STATUS_PERMISSION_DENIED: return KILN_EXIT_DENIED;
     default: return KILN_EXIT_FAILED;
   }
 }
@@ -239,6 +255,20 @@ int kiln_cli_report(const kiln_cli_settings_t *settings, const char *what, int64
             "kiln: is kilnd running? Start it with `kilnd --listen %s`, or point --addr or "
             "KILN_ADDR at a running one.\n",
             what, settings->addr, kiln_status_message(status), settings->addr);
+    if (!settings->tls && !settings->tls_ca && !settings->tls_cert) {
+      fprintf(stderr, "kiln: if kilnd serves TLS, pass --tls-ca FILE (or --tls).\n");
+    } else {
+      /* gRPC reports a failed handshake only as a closed socket. */
+      fprintf(stderr, "kiln: if kilnd is running, the TLS handshake may have failed: check --tls-ca (the "
+                      "CA that signed kilnd's certificate), --tls-server-name, and whether kilnd wants a "
+                      "client certificate (--tls-cert, --tls-key).\n");
+    }
+  } else if (code == KILN_EXIT_DENIED) {
+    fprintf(stderr, "kiln: %s: kilnd refused the call: %s: %s\n", what, kiln_status_code_name(grpc_code),
+            kiln_status_message(status));
+    fprintf(stderr, grpc_code == KILN_STATUS_UNAUTHENTICATED
+                        ? "kiln: pass a token kilnd knows with --token-file FILE or KILN_TOKEN.\n"
+                        : "kiln: use a token whose role allows this (read < submit < admin).\n");
   } else if (code == KILN_EXIT_TIMEOUT) {
     fprintf(stderr, "kiln: %s: kilnd at %s did not answer within %lld ms (%s); raise --timeout?\n",
             what, settings->addr, (long long)timeout_ms, kiln_status_message(status));

@@ -22,6 +22,7 @@
 #define KILN_EXIT_LEGACY 6      /* inspect: a file is a legacy (pre-HAL 0.7) VMFB */
 #define KILN_EXIT_INVALID 7     /* inspect: a file is not a readable VMFB */
 #define KILN_EXIT_INCOMPLETE 8  /* recompile: a file failed, had no source or was invalid */
+#define KILN_EXIT_DENIED 9      /* kilnd refused the credentials (UNAUTHENTICATED, PERMISSION_DENIED) */
 #define KILN_EXIT_INTERRUPTED 130 /* recompile: stopped by SIGINT or SIGTERM (128 + SIGINT) */
 
 #define KILN_CLI_DEFAULT_ADDR "127.0.0.1:7477"
@@ -39,6 +40,13 @@ typedef struct kiln_cli_settings_s {
   bool dry_run;
   uint64_t max_bytes;
   bool json;
+  /* How to reach and prove ourselves to kilnd (rpc.h kiln_client_options_t). */
+  bool tls;
+  char *tls_ca;
+  char *tls_cert;
+  char *tls_key;
+  char *tls_server_name;
+  char *token_file;          /* its first line is the token; else KILN_TOKEN */
   bool help;
   bool version;
   /* compile, fetch, find, explain */

@@ -1,8 +1,12 @@
 /* kiln: the thin CLI for kilnd. Parses settings (defaults < config file < KILN_*
  * environment < flags), finds the command, makes its RPCs, prints, and exits with
  * a code that says what class of failure happened. Links no MLIR or LLVM. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "base/alloc.h"
 
 #include "client/cli.h"
 
@@ -57,7 +61,41 @@ static void print_usage(void) {
          "  6  inspect, scan: a file is a legacy (pre-HAL 0.7) VMFB\n"
          "  7  inspect, scan: a file is not a readable VMFB\n"
          "  8  recompile: a file failed, had no source or was invalid (the report says which)\n"
+         "  9  kilnd refused the credentials: no or unknown token (UNAUTHENTICATED), or the\n"
+         "     token's role does not allow the command (PERMISSION_DENIED)\n"
          "  130 recompile: interrupted (SIGINT or SIGTERM); run it again to resume\n");
+}
+
+/* The bearer token: the first line of --token-file, else KILN_TOKEN, else none
+ * (*out_token NULL). Returns 0, or KILN_EXIT_USAGE after saying why. The token is
+ * never printed. */
+static int load_token(const kiln_cli_settings_t *settings, char **out_token) {
+  *out_token = NULL;
+  if (settings->token_file && *settings->token_file) {
+    FILE *f = fopen(settings->token_file, "r");
+    if (!f) {
+      fprintf(stderr, "kiln: --token-file %s: cannot open it: %s\n", settings->token_file, strerror(errno));
+      return KILN_EXIT_USAGE;
+    }
+    char line[4200];
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    size_t len = got ? strcspn(line, "\r\n") : 0;
+    while (len && (line[len - 1] == ' ' || line[len - 1] == '\t')) len--;
+    size_t start = 0;
+    while (start < len && (line[start] == ' ' || line[start] == '\t')) start++;
+    if (len == start) {
+      fprintf(stderr, "kiln: --token-file %s: the first line holds no token\n", settings->token_file);
+      return KILN_EXIT_USAGE;
+    }
+    line[len] = '\0';
+    *out_token = kiln_strdup(line + start);
+    memset(line, 0, sizeof line);
+    return 0;
+  }
+  const char *env = getenv("KILN_TOKEN");
+  if (env && *env) *out_token = kiln_strdup(env);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -93,8 +131,25 @@ int main(int argc, char **argv) {
                                                    : kiln_cli_inspect(&settings, (int)npos - 1, positional + 1);
     } else {
       kiln_client_t *client = NULL;
-      status = kiln_client_create(settings.addr, kiln_cli_timeout_ms(&settings, false),
-                                  settings.max_message_bytes, &client);
+      char *token = NULL;
+      if (load_token(&settings, &token) != 0) {
+        kiln_config_deinit(table, &settings);
+        return KILN_EXIT_USAGE;
+      }
+      kiln_client_options_t options = {
+          .tls = settings.tls,
+          .tls_ca = settings.tls_ca,
+          .tls_cert = settings.tls_cert,
+          .tls_key = settings.tls_key,
+          .tls_server_name = settings.tls_server_name,
+          .token = token,
+      };
+      status = kiln_client_create_ex(settings.addr, kiln_cli_timeout_ms(&settings, false),
+                                     settings.max_message_bytes, &options, &client);
+      if (token) {
+        memset(token, 0, strlen(token));
+        kiln_free(token);
+      }
       if (status) {
         fprintf(stderr, "kiln: %s\n", kiln_status_message(status));
         kiln_status_free(status);

@@ -25,6 +25,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -44,6 +45,7 @@ struct kiln_client_s {
   char request_id_base[16];   /* "c-" + 12 hex, random per client */
   unsigned call_seq;
   char failed_request_id[40]; /* the last call that failed; "" when none did */
+  char *authorization;        /* "Bearer <token>", or NULL */
 };
 
 /* Every call sends x-request-id "<base>-<n>"; kilnd logs it and answers with it. */
@@ -51,11 +53,19 @@ static void next_request_id(kiln_client_t *client, char *out, size_t cap) {
   snprintf(out, cap, "%s-%u", client->request_id_base, ++client->call_seq);
 }
 
-static void set_request_id_md(grpc_op *op, grpc_metadata *md, const char *id) {
+/* The metadata of every call: x-request-id, and `authorization: Bearer <token>`
+ * when the client has a token. `md` has room for two. */
+static void set_request_id_md(const kiln_client_t *client, grpc_op *op, grpc_metadata *md, const char *id) {
   op->op = GRPC_OP_SEND_INITIAL_METADATA;
-  md->key = grpc_slice_from_static_string("x-request-id");
-  md->value = grpc_slice_from_static_string(id); /* the caller keeps `id` until the batch completes */
-  op->data.send_initial_metadata.count = 1;
+  md[0].key = grpc_slice_from_static_string("x-request-id");
+  md[0].value = grpc_slice_from_static_string(id); /* the caller keeps `id` until the batch completes */
+  size_t n = 1;
+  if (client->authorization) {
+    md[1].key = grpc_slice_from_static_string("authorization");
+    md[1].value = grpc_slice_from_static_string(client->authorization); /* lives as long as the client */
+    n = 2;
+  }
+  op->data.send_initial_metadata.count = n;
   op->data.send_initial_metadata.metadata = md;
 }
 
@@ -63,14 +73,97 @@ const char *kiln_client_failed_request_id(const kiln_client_t *client) {
   return client->failed_request_id[0] ? client->failed_request_id : NULL;
 }
 
+/* A PEM file's text for `option`, NUL-terminated. */
+static kiln_status_t read_pem(const char *option, const char *path, char **out_text) {
+  *out_text = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) return KILN_STATUS_ERRNO(errno, "%s %s: cannot open it", option, path);
+  kiln_buf_t text;
+  kiln_buf_init(&text);
+  char chunk[4096];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && text.len <= (1u << 20)) kiln_buf_append(&text, chunk, n);
+  int err = ferror(f) ? errno : 0;
+  fclose(f);
+  if (err || text.len == 0 || text.len > (1u << 20) || !strstr(text.data, "-----BEGIN ")) {
+    kiln_buf_deinit(&text);
+    if (err) return KILN_STATUS_ERRNO(err, "%s %s: cannot read it", option, path);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s %s: not a PEM file (no -----BEGIN line)", option, path);
+  }
+  kiln_buf_append_char(&text, '\0');
+  *out_text = kiln_buf_take(&text);
+  kiln_buf_deinit(&text);
+  return NULL;
+}
+
+/* The channel's credentials for `options`: insecure without TLS. */
+static kiln_status_t channel_credentials(const kiln_client_options_t *options,
+                                         grpc_channel_credentials **out_creds) {
+  *out_creds = NULL;
+  bool tls = options && (options->tls || options->tls_ca || options->tls_cert || options->tls_key);
+  if (!tls) {
+    *out_creds = grpc_insecure_credentials_create();
+    return NULL;
+  }
+  if (!options->tls_cert != !options->tls_key) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "--%s is given without --%s: a client certificate needs its key and the reverse",
+                       options->tls_cert ? "tls-cert" : "tls-key", options->tls_cert ? "tls-key" : "tls-cert");
+  }
+  char *ca = NULL, *cert = NULL, *key = NULL;
+  kiln_status_t status = NULL;
+  if (options->tls_ca) status = read_pem("--tls-ca", options->tls_ca, &ca);
+  if (!status && options->tls_cert) status = read_pem("--tls-cert", options->tls_cert, &cert);
+  if (!status && options->tls_key) status = read_pem("--tls-key", options->tls_key, &key);
+  if (!status) {
+    grpc_ssl_pem_key_cert_pair pair = {key, cert};
+    /* NULL roots: gRPC's default roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, else its bundle). */
+    *out_creds = grpc_ssl_credentials_create_ex(ca, cert ? &pair : NULL, NULL, NULL);
+    if (!*out_creds) {
+      status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cannot set up TLS with the given --tls-* files");
+    }
+  }
+  kiln_free(ca);
+  kiln_free(cert);
+  if (key) {
+    memset(key, 0, strlen(key));
+    kiln_free(key);
+  }
+  return status;
+}
+
 kiln_status_t kiln_client_create(const char *address, int64_t timeout_ms,
                                  uint64_t max_message_bytes, kiln_client_t **out_client) {
+  return kiln_client_create_ex(address, timeout_ms, max_message_bytes, NULL, out_client);
+}
+
+kiln_status_t kiln_client_create_ex(const char *address, int64_t timeout_ms, uint64_t max_message_bytes,
+                                    const kiln_client_options_t *options, kiln_client_t **out_client) {
   *out_client = NULL;
   if (!address || !*address) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "no daemon address: pass --addr HOST:PORT or set KILN_ADDR");
   }
+  if (options && options->token) {
+    size_t len = strlen(options->token);
+    for (size_t i = 0; i < len; i++) {
+      if (options->token[i] < 0x21 || options->token[i] > 0x7e) {
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                           "the token (--token-file or KILN_TOKEN) has a character that is not "
+                           "visible ASCII");
+      }
+    }
+    if (len == 0) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the token (--token-file or KILN_TOKEN) is empty");
+    }
+  }
   grpc_init();
+  grpc_channel_credentials *creds = NULL;
+  kiln_status_t status = channel_credentials(options, &creds);
+  if (status) {
+    grpc_shutdown();
+    return status;
+  }
   kiln_client_t *client = kiln_calloc(1, sizeof *client);
   client->address = kiln_strdup(address);
   client->timeout_ms = timeout_ms;
@@ -83,13 +176,26 @@ kiln_status_t kiln_client_create(const char *address, int64_t timeout_ms,
   if (fd >= 0) close(fd);
   snprintf(client->request_id_base, sizeof client->request_id_base, "c-%02x%02x%02x%02x%02x%02x", seed[0],
            seed[1], seed[2], seed[3], seed[4], seed[5]);
-  grpc_arg args[1];
+  if (options && options->token) {
+    kiln_buf_t auth;
+    kiln_buf_init(&auth);
+    kiln_buf_appendf(&auth, "Bearer %s", options->token);
+    client->authorization = kiln_buf_take(&auth);
+    kiln_buf_deinit(&auth);
+  }
+  grpc_arg args[2];
   memset(args, 0, sizeof args);
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = max_message_bytes > INT32_MAX ? INT32_MAX : (int)max_message_bytes;
-  grpc_channel_args channel_args = {1, args};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  size_t n_args = 1;
+  if (options && options->tls_server_name && *options->tls_server_name) {
+    args[1].type = GRPC_ARG_STRING;
+    args[1].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+    args[1].value.string = (char *)options->tls_server_name;
+    n_args = 2;
+  }
+  grpc_channel_args channel_args = {n_args, args};
   client->channel = grpc_channel_create(address, creds, &channel_args);
   grpc_channel_credentials_release(creds);
   client->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -106,6 +212,10 @@ void kiln_client_destroy(kiln_client_t *client) {
   }
   grpc_completion_queue_destroy(client->cq);
   kiln_free(client->address);
+  if (client->authorization) {
+    memset(client->authorization, 0, strlen(client->authorization));
+    kiln_free(client->authorization);
+  }
   kiln_free(client);
   grpc_shutdown();
 }
@@ -173,10 +283,10 @@ kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
 
   char request_id[sizeof client->failed_request_id];
   next_request_id(client, request_id, sizeof request_id);
-  grpc_metadata request_md;
+  grpc_metadata request_md[2];
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);
-  set_request_id_md(&ops[0], &request_md, request_id);
+  set_request_id_md(client, &ops[0], request_md, request_id);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = request_buffer;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -263,7 +373,7 @@ struct kiln_client_stream_s {
   grpc_byte_buffer *request_buffer;
   kiln_status_t decode_error; /* a message that did not decode ends the stream too */
   char request_id[40];        /* x-request-id of this call */
-  grpc_metadata request_md;
+  grpc_metadata request_md[2];
 };
 
 static grpc_byte_buffer *pack(const ProtobufCMessage *message) {
@@ -353,7 +463,7 @@ kiln_client_stream_t *kiln_client_stream_open(kiln_client_t *client, const char 
   grpc_op ops[3];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
-  set_request_id_md(&ops[n++], &s->request_md, s->request_id);
+  set_request_id_md(s->client, &ops[n++], s->request_md, s->request_id);
   grpc_byte_buffer *request_buffer = NULL;
   if (request) {
     request_buffer = pack(request);

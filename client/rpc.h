@@ -19,6 +19,25 @@ typedef struct kiln_client_s kiln_client_t;
  * `max_message_bytes` are accepted. Owned by the caller. */
 kiln_status_t kiln_client_create(const char *address, int64_t timeout_ms,
                                  uint64_t max_message_bytes, kiln_client_t **out_client);
+
+/* How the client reaches and proves itself to kilnd. Every field may be NULL/false;
+ * all are borrowed for the create call only. */
+typedef struct kiln_client_options_s {
+  bool tls;                    /* TLS, verifying kilnd with gRPC's default roots */
+  const char *tls_ca;          /* PEM CA file to verify kilnd with (implies tls) */
+  const char *tls_cert;        /* PEM client certificate for mutual TLS (with tls_key) */
+  const char *tls_key;         /* its PEM private key */
+  const char *tls_server_name; /* the name kilnd's certificate must carry instead of the host */
+  const char *token;           /* bearer token sent as `authorization` on every call */
+} kiln_client_options_t;
+
+/* kiln_client_create with TLS and a token. INVALID_ARGUMENT (or the errno's code)
+ * naming the option and the file for files that cannot be read or are not PEM, a
+ * certificate without its key, or a token with characters that metadata cannot
+ * carry; nothing is dialled yet (a handshake failure comes from the first call,
+ * UNAVAILABLE). */
+kiln_status_t kiln_client_create_ex(const char *address, int64_t timeout_ms, uint64_t max_message_bytes,
+                                    const kiln_client_options_t *options, kiln_client_t **out_client);
 void kiln_client_destroy(kiln_client_t *client);
 
 /* Changes the deadline of later calls. */

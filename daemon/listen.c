@@ -1,8 +1,10 @@
 /* Listen address parsing and preflight; see listen.h for why the preflight exists. */
 #include "daemon/listen.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,4 +197,17 @@ void kilnd_listen_addr_deinit(kilnd_listen_addr_t *addr) {
   kiln_free(addr->host);
   kiln_free(addr->path);
   memset(addr, 0, sizeof *addr);
+}
+
+bool kilnd_listen_is_loopback(const kilnd_listen_addr_t *addr) {
+  if (addr->is_unix || !addr->host) return false;
+  if (strcmp(addr->host, "localhost") == 0) return true;
+  struct in_addr v4;
+  if (inet_pton(AF_INET, addr->host, &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  struct in6_addr v6;
+  if (inet_pton(AF_INET6, addr->host, &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+  }
+  return false;
 }

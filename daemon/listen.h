@@ -35,6 +35,10 @@ char *kilnd_listen_grpc_target(const kilnd_listen_addr_t *addr);
  * by the caller (kiln_free). */
 char *kilnd_listen_client_address(const kilnd_listen_addr_t *addr, int bound_port);
 
+/* True for a TCP address only this host can reach: 127.0.0.0/8, ::1 (or a v4-mapped
+ * 127.x) or "localhost". False for unix sockets, wildcards and anything else. */
+bool kilnd_listen_is_loopback(const kilnd_listen_addr_t *addr);
+
 void kilnd_listen_addr_deinit(kilnd_listen_addr_t *addr);
 
 #endif /* KILN_DAEMON_LISTEN_H */

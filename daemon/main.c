@@ -17,10 +17,16 @@
  * The artifact cache lives in STATE/cache; opening it repairs what a crash left
  * (see cache/cache.h). `kilnd --verify` checks it offline instead of serving.
  *
+ * Security: kilnd refuses to run as root unless allow-root is set (it needs no
+ * privilege: its state directory, an unprivileged port, its own workers). The TLS
+ * files and the token file are read and checked before anything else starts; a
+ * half configuration or a bad file is a settings error (exit 2).
+ *
  * Exit codes: 0 clean stop (also after --help, --version, --print-config, and a
  * --verify that found nothing wrong); 1 could not start (address in use, state
  * directory or cache unusable) or failed while running; 2 bad flags, environment
- * or config file; 3 --verify found problems (repaired unless --dry-run).
+ * or config file (also: unusable TLS or token files, or running as root without
+ * allow-root); 3 --verify found problems (repaired unless --dry-run).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -36,11 +42,13 @@
 #include "cache/cache.h"
 #include "cache/jobstore.h"
 #include "compiler/identity.h"
+#include "daemon/auth.h"
 #include "daemon/http.h"
 #include "daemon/jobs.h"
 #include "daemon/server.h"
 #include "daemon/settings.h"
 #include "daemon/statedir.h"
+#include "daemon/tls.h"
 
 #define EXIT_START_FAILURE 1
 #define EXIT_USAGE 2
@@ -223,6 +231,28 @@ int main(int argc, char **argv) {
   kiln_log_level_parse(settings.log_level, &level); /* validated by the table's choices */
   kiln_log_configure(level, STDERR_FILENO);
 
+  if (geteuid() == 0 && !settings.allow_root) {
+    fprintf(stderr,
+            "kilnd: refusing to run as root (uid 0): kilnd needs no privilege, and a compile "
+            "daemon that parses untrusted input should not have it. Run it as an unprivileged "
+            "user (the systemd unit's `kiln`, the container image's uid 10001). Where root is "
+            "unavoidable (a container whose root maps to an unprivileged host uid), pass "
+            "--allow-root or set KILND_ALLOW_ROOT=1.\n");
+    kiln_config_deinit(table, &settings);
+    return EXIT_USAGE;
+  }
+  kilnd_tls_t *tls = NULL;
+  kilnd_tokens_t *tokens = NULL;
+  status = kilnd_tls_create(settings.tls_cert, settings.tls_key, settings.tls_client_ca, &tls);
+  if (!status && *settings.token_file) status = kilnd_tokens_load(settings.token_file, &tokens);
+  if (status) {
+    fprintf(stderr, "kilnd: %s\n", kiln_status_message(status));
+    kiln_status_free(status);
+    kilnd_tls_destroy(tls);
+    kiln_config_deinit(table, &settings);
+    return EXIT_USAGE;
+  }
+
   int exit_code = 0;
   kilnd_statedir_t state = {NULL, -1};
   kilnd_server_t *server = NULL;
@@ -231,12 +261,18 @@ int main(int argc, char **argv) {
   if (!status) status = open_cache(&settings, &state, &cache);
   if (!status && settings.verify) {
     exit_code = verify_offline(cache, settings.dry_run);
+    kilnd_tokens_destroy(tokens);
+    kilnd_tls_destroy(tls);
     kiln_cache_close(cache);
     kilnd_statedir_close(&state);
     kiln_config_deinit(table, &settings);
     return exit_code;
   }
-  if (!status) status = kilnd_server_create(&settings, cache, &server);
+  if (!status) {
+    status = kilnd_server_create(&settings, cache, tls, tokens, &server);
+  } else {
+    kilnd_tokens_destroy(tokens);
+  }
   kilnd_jobs_t *jobs = NULL;
   kilnd_http_t *http = NULL;
   daemon_t kd = {.server = server, .cache = cache};
@@ -320,6 +356,7 @@ int main(int argc, char **argv) {
   }
   kilnd_http_destroy(http); /* before the server's last loop run, which frees it */
   kilnd_server_destroy(server);
+  kilnd_tls_destroy(tls); /* after the server: gRPC's handshakes fetch from it */
   kiln_jobstore_close(store);
   kiln_free(worker_path);
   kiln_free(crash_dir);

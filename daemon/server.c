@@ -38,6 +38,15 @@
  *   is a live call until it is freed, so the shutdown order below holds for
  *   streams too; the handler must always finish (also after on_cancel).
  *
+ * Security, at arrival and before anything is decoded: with mutual TLS the
+ * client is the certificate's CN (or first SAN) instead of the peer's host; with a
+ * token set (auth.h) the `authorization` metadata must hold a token whose role
+ * covers the method, else the call is answered UNAUTHENTICATED or
+ * PERMISSION_DENIED at once (streams included: no handler runs), and the token's
+ * name becomes the client. SIGHUP queues one reload on the pool (the TLS files,
+ * the token file); its completion swaps the token set on the loop, so calls read
+ * the set without a lock. A failed reload keeps the old set and files.
+ *
  * Shutdown (SIGTERM/SIGINT): grpc_server_shutdown_and_notify stops new calls and
  * fails the armed requests; in-flight calls finish until drain-timeout, then are
  * cancelled (a second signal cancels at once); streams open at SIGTERM go on
@@ -67,10 +76,12 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "daemon/auth.h"
 #include "daemon/listen.h"
 #include "daemon/rpc.h"
 #include "daemon/stats.h"
 #include "daemon/stream.h"
+#include "daemon/tls.h"
 
 typedef struct tag_s tag_t;
 typedef void (*tag_fn_t)(kilnd_server_t *server, tag_t *tag, bool ok);
@@ -146,6 +157,7 @@ struct call_s {
   size_t n_trailing;
   grpc_metadata initial[1]; /* kiln-request-id */
   char request_id[KILND_REQUEST_ID_MAX + 1];
+  const char *peer_host; /* the peer's host (in the arena), when the client is something else */
   kilnd_stream_t stream; /* streaming methods only */
 };
 
@@ -166,6 +178,7 @@ struct kilnd_server_s {
   uv_async_t async;
   uv_signal_t sigterm;
   uv_signal_t sigint;
+  uv_signal_t sighup;
   uv_timer_t drain_timer;
   uv_timer_t gc_timer;
   uv_work_t gc_work;
@@ -199,6 +212,16 @@ struct kilnd_server_s {
   uint64_t request_id_counter;
   void (*drain_fn)(void *user); /* kilnd_server_on_drain */
   void *drain_user;
+
+  /* Security (loop thread, but tls is thread-safe). */
+  kilnd_tls_t *tls;       /* borrowed; NULL: plaintext */
+  kilnd_tokens_t *tokens; /* owned; NULL: no tokens required */
+  uv_work_t reload_work;
+  bool reload_running;
+  bool reload_again;      /* a SIGHUP came while a reload ran */
+  kiln_status_t reload_tls_status;
+  kiln_status_t reload_tokens_status;
+  kilnd_tokens_t *reload_tokens;
 };
 
 /* ---- completion-queue thread ------------------------------------------------ */
@@ -433,6 +456,60 @@ void kilnd_call_set_diagnostics(const kilnd_call_ctx_t *call, const uint8_t *pac
   c->n_trailing = 2;
 }
 
+/* The name a mutual-TLS client's certificate gives (CN, else the first SAN), in
+ * the call's arena; NULL when there is none. */
+static const char *certificate_name(call_t *c) {
+  grpc_auth_context *auth = grpc_call_auth_context(c->call);
+  if (!auth) return NULL;
+  const char *name = NULL;
+  const char *props[] = {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME};
+  for (size_t i = 0; i < 2 && !name; i++) {
+    grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(auth, props[i]);
+    const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
+    if (p && p->value_length > 0 && p->value_length <= 256) {
+      char *v = kiln_arena_alloc(&c->arena, p->value_length + 1);
+      memcpy(v, p->value, p->value_length);
+      v[p->value_length] = '\0';
+      name = v;
+    }
+  }
+  grpc_auth_context_release(auth);
+  return name;
+}
+
+/* Who the call is, and whether it may run: sets ctx.client to the certificate's
+ * or the token's name; NULL when the call may go on, else its status. */
+static kiln_status_t authenticate(kilnd_server_t *server, call_t *c) {
+  if (kilnd_tls_mutual(server->tls)) {
+    const char *name = certificate_name(c);
+    if (name) {
+      c->peer_host = c->ctx.client;
+      c->ctx.client = name;
+    }
+  }
+  if (!server->tokens) return NULL;
+  char *path_owned = NULL;
+  const char *path = c->method ? c->method->path : NULL;
+  if (!path) path = path_owned = grpc_slice_to_c_string(c->details.method);
+  const char *value = NULL;
+  size_t len = 0;
+  for (size_t i = 0; i < c->request_md.count; i++) {
+    const grpc_metadata *md = &c->request_md.metadata[i];
+    if (grpc_slice_str_cmp(md->key, "authorization") != 0) continue;
+    value = (const char *)GRPC_SLICE_START_PTR(md->value);
+    len = GRPC_SLICE_LENGTH(md->value);
+    break;
+  }
+  const char *name = NULL;
+  kiln_status_t status = kilnd_tokens_authorize(server->tokens, path, value, len, &name);
+  gpr_free(path_owned);
+  if (!status && name) {
+    if (!c->peer_host) c->peer_host = c->ctx.client;
+    c->ctx.client = kiln_arena_strdup(&c->arena, name); /* the set may be swapped before the call ends */
+  }
+  return status;
+}
+
 static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
   call_t *c = (call_t *)tag;
   server->armed--;
@@ -474,6 +551,11 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
       if (colon && colon > client + 4) *colon = '\0';
     }
     c->ctx.client = client;
+  }
+  kiln_status_t denied = authenticate(server, c);
+  if (denied) {
+    send_reply(server, c, denied); /* nothing decoded, no handler run, streams included */
+    return;
   }
 
   if (c->method && c->method->kind != KILND_METHOD_UNARY) {
@@ -541,6 +623,7 @@ static void call_finished(kilnd_server_t *server, call_t *c, kiln_status_code_t 
     char *peer = grpc_call_get_peer(c->call);
     kiln_log_kv_str(&fields, "peer", peer);
     gpr_free(peer);
+    if (c->ctx.client) kiln_log_kv_str(&fields, "client", c->ctx.client);
     kiln_log_kv_str(&fields, "request_id", c->request_id);
     kiln_buf_appendf(&fields, " code=%s dur_us=%" PRId64 " req_bytes=%zu resp_bytes=%zu",
                      kiln_status_code_name(code), (kiln_time_monotonic_ns() - c->start_ns) / 1000,
@@ -918,6 +1001,7 @@ static void close_handles(kilnd_server_t *server) {
   uv_close((uv_handle_t *)&server->async, NULL);
   uv_close((uv_handle_t *)&server->sigterm, NULL);
   uv_close((uv_handle_t *)&server->sigint, NULL);
+  uv_close((uv_handle_t *)&server->sighup, NULL);
   uv_close((uv_handle_t *)&server->drain_timer, NULL);
   uv_close((uv_handle_t *)&server->gc_timer, NULL);
 }
@@ -989,6 +1073,82 @@ static void on_signal(uv_signal_t *handle, int signum) {
   kilnd_server_request_stop(server);
 }
 
+/* ---- reload on SIGHUP -------------------------------------------------------------- */
+
+static void on_reload_work(uv_work_t *work) {
+  kilnd_server_t *server = work->data;
+  if (server->tls) server->reload_tls_status = kilnd_tls_reload(server->tls);
+  if (server->tokens) {
+    server->reload_tokens_status = kilnd_tokens_load(server->settings->token_file, &server->reload_tokens);
+  }
+}
+
+static void start_reload(kilnd_server_t *server);
+
+static void on_reload_done(uv_work_t *work, int status) {
+  (void)status;
+  kilnd_server_t *server = work->data;
+  server->reload_running = false;
+  if (server->tls) {
+    if (server->reload_tls_status) {
+      kiln_log_status(KILN_LOG_ERROR, "reload_failed", server->reload_tls_status,
+                      "what=tls kept=previous_certificate");
+      kiln_status_free(server->reload_tls_status);
+      server->reload_tls_status = NULL;
+    } else {
+      char describe[512];
+      kilnd_tls_describe(server->tls, describe, sizeof describe);
+      kiln_buf_t fields;
+      kiln_buf_init(&fields);
+      kiln_buf_appendf(&fields, "what=tls");
+      kiln_log_kv_str(&fields, "cert", describe);
+      kiln_log_fields(KILN_LOG_INFO, "reload", &fields);
+      kiln_buf_deinit(&fields);
+    }
+  }
+  if (server->tokens) {
+    if (server->reload_tokens_status) {
+      kiln_log_status(KILN_LOG_ERROR, "reload_failed", server->reload_tokens_status,
+                      "what=tokens kept=previous_tokens");
+      kiln_status_free(server->reload_tokens_status);
+      server->reload_tokens_status = NULL;
+    } else {
+      kilnd_tokens_destroy(server->tokens);
+      server->tokens = server->reload_tokens;
+      server->reload_tokens = NULL;
+      kiln_log(KILN_LOG_INFO, "reload", "what=tokens tokens=%zu", kilnd_tokens_count(server->tokens));
+    }
+  }
+  if (server->reload_again && !server->handles_closed) {
+    server->reload_again = false;
+    start_reload(server);
+  }
+}
+
+static void start_reload(kilnd_server_t *server) {
+  if (server->reload_running) {
+    server->reload_again = true; /* the files may have changed after it read them */
+    return;
+  }
+  if (!server->tls && !server->tokens) {
+    kiln_log(KILN_LOG_INFO, "reload", "what=nothing (no tls-cert, no token-file)");
+    return;
+  }
+  server->reload_running = true;
+  server->reload_work.data = server;
+  if (uv_queue_work(&server->loop, &server->reload_work, on_reload_work, on_reload_done) != 0) {
+    server->reload_running = false;
+    kiln_log(KILN_LOG_ERROR, "reload_failed", "msg=\"cannot queue the reload\"");
+  }
+}
+
+static void on_sighup(uv_signal_t *handle, int signum) {
+  (void)signum;
+  kilnd_server_t *server = handle->data;
+  kiln_log(KILN_LOG_INFO, "signal", "signal=SIGHUP");
+  start_reload(server);
+}
+
 /* ---- background eviction ----------------------------------------------------------- */
 
 static void on_gc_work(uv_work_t *work) {
@@ -1051,10 +1211,13 @@ static void on_async(uv_async_t *handle) {
 /* ---- public ---------------------------------------------------------------------- */
 
 kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t *cache,
+                                  kilnd_tls_t *tls, kilnd_tokens_t *tokens_owned,
                                   kilnd_server_t **out_server) {
   *out_server = NULL;
   kilnd_server_t *server = kiln_calloc(1, sizeof *server);
   server->settings = settings;
+  server->tls = tls;
+  server->tokens = tokens_owned;
   server->env.cache = cache;
   server->shutdown_tag.fn = on_shutdown_notified;
   kilnd_stats_init(&server->stats);
@@ -1077,6 +1240,7 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
   if (!status) status = kilnd_listen_preflight(&server->listen);
   if (status) {
     kilnd_listen_addr_deinit(&server->listen);
+    kilnd_tokens_destroy(server->tokens);
     kiln_free(server);
     return status;
   }
@@ -1112,7 +1276,8 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
   }
 
   char *target = kilnd_listen_grpc_target(&server->listen);
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  grpc_server_credentials *creds =
+      tls ? kilnd_tls_server_credentials(tls) : grpc_insecure_server_credentials_create();
   int port = grpc_server_add_http2_port(server->server, target, creds);
   grpc_server_credentials_release(creds);
   if (port == 0) {
@@ -1127,11 +1292,36 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
     grpc_shutdown();
     kiln_free(server->method_handles);
     kilnd_listen_addr_deinit(&server->listen);
+    kilnd_tokens_destroy(server->tokens);
     kiln_free(server);
     return status;
   }
   kiln_free(target);
   server->address = kilnd_listen_client_address(&server->listen, port);
+  if (!tls && !server->listen.is_unix && !kilnd_listen_is_loopback(&server->listen)) {
+    kiln_buf_t fields;
+    kiln_buf_init(&fields);
+    kiln_log_kv_str(&fields, "addr", server->address);
+    kiln_log_kv_str(&fields, "msg", server->tokens
+                                        ? "plaintext gRPC beyond loopback: bearer tokens travel in the clear; "
+                                          "set tls-cert and tls-key"
+                                        : "plaintext gRPC beyond loopback, no authentication: anyone who "
+                                          "reaches this address can compile, read and evict; set tls-cert, "
+                                          "tls-key and token-file (or tls-client-ca)");
+    kiln_log_fields(KILN_LOG_WARN, "insecure_listen", &fields);
+    kiln_buf_deinit(&fields);
+  }
+  if (tls) {
+    char describe[512];
+    kilnd_tls_describe(tls, describe, sizeof describe);
+    kiln_buf_t fields;
+    kiln_buf_init(&fields);
+    kiln_buf_appendf(&fields, "mutual=%s", kilnd_tls_mutual(tls) ? "true" : "false");
+    kiln_log_kv_str(&fields, "cert", describe);
+    kiln_log_fields(KILN_LOG_INFO, "tls", &fields);
+    kiln_buf_deinit(&fields);
+  }
+  if (server->tokens) kiln_log(KILN_LOG_INFO, "tokens", "tokens=%zu", kilnd_tokens_count(server->tokens));
 
   uv_loop_init(&server->loop);
   server->loop_initialized = true;
@@ -1144,6 +1334,9 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
   uv_signal_init(&server->loop, &server->sigint);
   server->sigint.data = server;
   uv_signal_start(&server->sigint, on_signal, SIGINT);
+  uv_signal_init(&server->loop, &server->sighup);
+  server->sighup.data = server;
+  uv_signal_start(&server->sighup, on_sighup, SIGHUP);
   uv_timer_init(&server->loop, &server->drain_timer);
   server->drain_timer.data = server;
   uv_timer_init(&server->loop, &server->gc_timer);
@@ -1201,5 +1394,7 @@ void kilnd_server_destroy(kilnd_server_t *server) {
   kiln_free(server->method_handles);
   kiln_free(server->address);
   kilnd_listen_addr_deinit(&server->listen);
+  kilnd_tokens_destroy(server->tokens);
+  kilnd_tokens_destroy(server->reload_tokens);
   kiln_free(server);
 }

@@ -18,13 +18,24 @@
 
 typedef struct kilnd_server_s kilnd_server_t;
 
-/* Binds settings->listen and starts the gRPC server. `settings` and `cache` (may be
+struct kilnd_tls_s;    /* tls.h */
+struct kilnd_tokens_s; /* auth.h */
+
+/* Binds settings->listen and starts the gRPC server. With `tls` (borrowed; NULL:
+ * plaintext; it must outlive the server) the port speaks TLS, and with mutual TLS
+ * a call's client is its certificate's CN (or first SAN). With `tokens_owned`
+ * (taken, also on failure; NULL: no tokens) every call but health checks must
+ * carry a bearer token of a role its method needs (auth.h), checked before the
+ * request is decoded; the token's name is then the call's client. SIGHUP re-reads
+ * the TLS files and settings->token_file on the thread pool; a reload that fails
+ * keeps what was loaded and logs why (event=reload_failed). `settings` and `cache` (may be
  * NULL: cache RPCs then fail with FAILED_PRECONDITION) are borrowed and must
  * outlive the server. When settings->cache_capacity and gc_interval_ms are set,
  * eviction runs on the thread pool every gc_interval_ms. On success *out_server is owned by the caller; the address
  * clients should use is kilnd_server_address(). Errors name the address and why
  * (in use: UNAVAILABLE; malformed: INVALID_ARGUMENT). */
 kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t *cache,
+                                  struct kilnd_tls_s *tls, struct kilnd_tokens_s *tokens_owned,
                                   kilnd_server_t **out_server);
 
 /* "127.0.0.1:41234" or "unix:/run/kiln.sock": where clients reach this server.

@@ -58,6 +58,21 @@ static const kiln_config_option_t options[] = {
      "DURATION", "how long a finished job stays watchable", 1000, 30LL * 24 * 3600 * 1000, NULL, 0},
     {"embed-source", 0, KILN_CONFIG_BOOL, offsetof(kilnd_settings_t, embed_source), NULL, NULL,
      "artifacts carry their source (zstd), so they can be recompiled with nothing else", 0, 0, NULL, 0},
+    {"tls-cert", 0, KILN_CONFIG_STRING, offsetof(kilnd_settings_t, tls_cert), "", "FILE",
+     "serve gRPC over TLS with this PEM certificate (chain); needs tls-key; SIGHUP re-reads it",
+     0, 0, NULL, 0},
+    {"tls-key", 0, KILN_CONFIG_STRING, offsetof(kilnd_settings_t, tls_key), "", "FILE",
+     "the PEM private key of tls-cert (unencrypted; keep it readable by kilnd's user only)",
+     0, 0, NULL, 0},
+    {"tls-client-ca", 0, KILN_CONFIG_STRING, offsetof(kilnd_settings_t, tls_client_ca), "", "FILE",
+     "mutual TLS: clients must present a certificate signed by this PEM CA; the certificate's "
+     "CN (or first SAN) becomes the client's name", 0, 0, NULL, 0},
+    {"token-file", 0, KILN_CONFIG_STRING, offsetof(kilnd_settings_t, token_file), "", "FILE",
+     "require `authorization: Bearer TOKEN` on every call but health checks; lines `NAME ROLE "
+     "TOKEN`, ROLE read, submit or admin; SIGHUP re-reads it", 0, 0, NULL, 0},
+    {"allow-root", 0, KILN_CONFIG_BOOL, offsetof(kilnd_settings_t, allow_root), NULL, NULL,
+     "start even when running as root (uid 0), e.g. in a container whose root is unprivileged "
+     "on the host; otherwise kilnd refuses", 0, 0, NULL, 0},
     {"test-hooks", 0, KILN_CONFIG_BOOL, offsetof(kilnd_settings_t, test_hooks), NULL, NULL,
      "tests only: workers honour crash/hang/oom markers in sources", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
     {"verify", 0, KILN_CONFIG_BOOL, offsetof(kilnd_settings_t, verify), NULL, NULL,

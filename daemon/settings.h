@@ -32,6 +32,11 @@ typedef struct kilnd_settings_s {
   int64_t queue_capacity;     /* queued compile tasks per priority class */
   int64_t job_retention_ms;   /* finished jobs stay watchable this long */
   bool embed_source;          /* artifacts carry their source (zstd) */
+  char *tls_cert;             /* PEM certificate chain of the gRPC port; "": plaintext */
+  char *tls_key;              /* its PEM private key */
+  char *tls_client_ca;        /* PEM CA that signs client certificates: mutual TLS; "": none */
+  char *token_file;           /* NAME ROLE TOKEN lines (auth.h); "": no bearer tokens */
+  bool allow_root;            /* start even as uid 0 */
   bool test_hooks;            /* tests only: honour the workers' crash/hang markers */
   bool verify;                /* verify the cache offline and exit */
   bool dry_run;               /* with verify: report, change nothing */
