@@ -223,7 +223,10 @@ static grpc_ssl_certificate_config_reload_status fetch(void *user, grpc_ssl_serv
   uv_mutex_lock(&tls->lock);
   if (tls->served != tls->generation) {
     grpc_ssl_pem_key_cert_pair pair = {tls->key_pem, tls->cert_pem};
-    *config = grpc_ssl_server_certificate_config_create(tls->ca_pem, &pair, 1);
+    /* gRPC 1.51 asserts that a fetched config has root certificates even when no
+     * client certificate is requested; they are unused then, so the server's own
+     * chain stands in. */
+    *config = grpc_ssl_server_certificate_config_create(tls->ca_pem ? tls->ca_pem : tls->cert_pem, &pair, 1);
     tls->served = tls->generation;
     result = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_NEW;
   }
