@@ -64,6 +64,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <inttypes.h>
+#include <openssl/crypto.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
@@ -1081,6 +1082,9 @@ static void on_reload_work(uv_work_t *work) {
   if (server->tokens) {
     server->reload_tokens_status = kilnd_tokens_load(server->settings->token_file, &server->reload_tokens);
   }
+  /* OpenSSL keeps per-thread state (the error queue a refused PEM filled); libuv's
+   * pool threads live until exit and would keep it past OpenSSL's cleanup. */
+  OPENSSL_thread_stop();
 }
 
 static void start_reload(kilnd_server_t *server);
