@@ -26,6 +26,9 @@ packages=(
   python3-yaml
   # promtool (from prometheus): test_metrics checks the /metrics exposition with it
   prometheus
+  # scale-out: several kilnd behind HAProxy (Debian's 2.6) hashing on the
+  # kiln-source-digest header (deploy/haproxy/); test_scale and bench_scale run it
+  haproxy
   # validating generated device code: spirv-val (llvm-readobj comes with llvm-22)
   spirv-tools
   # the VMFB reader's libFuzzer target (clang with its runtime)
