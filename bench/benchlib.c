@@ -1,5 +1,6 @@
 /* Shared pieces of the benchmarks (benchlib.h). The scratch directory and the
- * kilnd pid are process-wide so that signal handlers can clean up after them. */
+ * guarded kilnd and child pids are process-wide so that signal handlers can clean
+ * up after them. */
 #include "bench/benchlib.h"
 
 #define _XOPEN_SOURCE 700 /* nftw */
@@ -18,6 +19,12 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
 
 #include "base/alloc.h"
 #include "base/time.h"
@@ -175,7 +182,11 @@ const char *kiln_bench_fs_name(long type) {
 
 static const char *die_name = "bench";
 static void (*die_cleanup)(void);
-static kiln_bench_kilnd_t *guarded; /* kiln_bench_begin's kilnd */
+/* kiln_bench_begin's (or kiln_bench_begin_fleet's) kilnd and other children. */
+static kiln_bench_kilnd_t *guarded;
+static size_t n_guarded;
+static volatile pid_t *guarded_pids;
+static size_t n_guarded_pids;
 static atomic_flag dying = ATOMIC_FLAG_INIT;
 
 void kiln_bench_die_setup(const char *name, void (*cleanup)(void)) {
@@ -210,12 +221,20 @@ int kiln_bench_write_file(const char *path, const void *data, size_t len) {
 }
 
 pid_t kiln_bench_spawn(const char *const *argv, const char *out_path, const char *err_path) {
-  size_t n_env = 0;
+  return kiln_bench_spawn_env(argv, NULL, out_path, err_path);
+}
+
+pid_t kiln_bench_spawn_env(const char *const *argv, const char *const *env_add, const char *out_path,
+                           const char *err_path) {
+  size_t n_env = 0, n_add = 0;
   while (environ[n_env]) n_env++;
-  char **env = kiln_calloc(n_env + 1, sizeof *env);
-  for (size_t i = 0, k = 0; i < n_env; i++) {
+  while (env_add && env_add[n_add]) n_add++;
+  char **env = kiln_calloc(n_env + n_add + 1, sizeof *env);
+  size_t k = 0;
+  for (size_t i = 0; i < n_env; i++) {
     if (strncmp(environ[i], "KILN_", 5) != 0 && strncmp(environ[i], "KILND_", 6) != 0) env[k++] = environ[i];
   }
+  for (size_t i = 0; i < n_add; i++) env[k++] = (char *)env_add[i];
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
@@ -314,7 +333,11 @@ int kiln_bench_kilnd_start(kiln_bench_kilnd_t *d, const char *kilnd_path, const 
     argv[n++] = extra_args[i];
   }
   argv[n] = NULL;
-  pid_t pid = kiln_bench_spawn(argv, d->log_path, NULL);
+  /* kilnd refuses to run as root unless allowed; a benchmark runs as whoever runs it
+   * (CI containers run as root). The environment, not --allow-root, so that a kilnd
+   * without that setting ignores it. */
+  const char *env[] = {"KILND_ALLOW_ROOT=1", NULL};
+  pid_t pid = kiln_bench_spawn_env(argv, geteuid() == 0 ? env : NULL, d->log_path, NULL);
   if (pid < 0) {
     snprintf(err, err_cap, "cannot start %s: %s; build it (cmake --build build --target kilnd)", kilnd_path,
              strerror(errno));
@@ -404,25 +427,163 @@ char *kiln_bench_model_variant(const char *model, size_t model_len, const char *
 /* ---- the run's begin and end ---- */
 
 void kiln_bench_end(void) {
-  if (guarded) kiln_bench_kilnd_stop(guarded, 5000);
+  for (size_t i = 0; i < n_guarded; i++) kiln_bench_kilnd_stop(&guarded[i], 5000);
+  for (size_t i = 0; i < n_guarded_pids; i++) {
+    pid_t pid = guarded_pids[i];
+    if (pid <= 0) continue;
+    kill(pid, SIGTERM);
+    kiln_bench_wait(pid);
+    guarded_pids[i] = 0;
+  }
   kiln_bench_scratch_remove();
 }
 
 static void end_after_failure(void) {
-  if (guarded) kiln_bench_kilnd_print_log_tail(guarded, die_name);
+  for (size_t i = 0; i < n_guarded; i++) kiln_bench_kilnd_print_log_tail(&guarded[i], die_name);
   kiln_bench_end();
 }
 
 /* Async-signal-safe: the scratch handler runs it before removing the directory. */
 static void kill_guarded(void) {
-  if (guarded && guarded->pid > 0) kill(guarded->pid, SIGKILL);
+  for (size_t i = 0; i < n_guarded; i++) {
+    if (guarded[i].pid > 0) kill(guarded[i].pid, SIGKILL);
+  }
+  for (size_t i = 0; i < n_guarded_pids; i++) {
+    if (guarded_pids[i] > 0) kill(guarded_pids[i], SIGKILL);
+  }
 }
 
 const char *kiln_bench_begin(const char *name, const char *base, kiln_bench_kilnd_t *kilnd) {
-  guarded = kilnd;
+  return kiln_bench_begin_fleet(name, base, kilnd, 1, NULL, 0);
+}
+
+const char *kiln_bench_begin_fleet(const char *name, const char *base, kiln_bench_kilnd_t *kilnds, size_t n,
+                                   volatile pid_t *pids, size_t n_pids) {
+  guarded = kilnds;
+  n_guarded = n;
+  guarded_pids = pids;
+  n_guarded_pids = n_pids;
   kiln_bench_die_setup(name, end_after_failure);
   char err[PATH_MAX + 200];
   const char *made = kiln_bench_scratch_make(base, kill_guarded, false, err, sizeof err);
   if (!made) kiln_bench_die("%s", err);
   return made;
+}
+
+/* ---- gRPC calls with request metadata ---- */
+
+/* One channel and one pluck queue; each call is one batch of every op, as the CLI's
+ * client does (client/rpc.c), plus one metadata pair of the caller's. */
+struct kiln_bench_channel_s {
+  grpc_channel *channel;
+  grpc_completion_queue *cq;
+};
+
+kiln_bench_channel_t *kiln_bench_channel_open(const char *addr) {
+  grpc_init();
+  kiln_bench_channel_t *ch = kiln_calloc(1, sizeof *ch);
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  ch->channel = grpc_channel_create(addr, creds, NULL);
+  grpc_channel_credentials_release(creds);
+  ch->cq = grpc_completion_queue_create_for_pluck(NULL);
+  return ch;
+}
+
+void kiln_bench_channel_close(kiln_bench_channel_t *ch) {
+  if (!ch) return;
+  grpc_channel_destroy(ch->channel);
+  grpc_completion_queue_shutdown(ch->cq);
+  while (grpc_completion_queue_pluck(ch->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+         GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(ch->cq);
+  kiln_free(ch);
+  grpc_shutdown();
+}
+
+int kiln_bench_unary(kiln_bench_channel_t *ch, const char *method, const ProtobufCMessage *request,
+                     const ProtobufCMessageDescriptor *response_descriptor, const char *md_key, const char *md_value,
+                     int64_t timeout_ms, ProtobufCMessage **out_response, char *err, size_t err_cap) {
+  *out_response = NULL;
+  gpr_timespec deadline =
+      gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+  grpc_slice method_slice = grpc_slice_from_copied_string(method);
+  grpc_call *call =
+      grpc_channel_create_call(ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, ch->cq, method_slice, NULL, deadline, NULL);
+  grpc_slice_unref(method_slice);
+
+  size_t size = protobuf_c_message_get_packed_size(request);
+  grpc_slice request_slice = grpc_slice_malloc(size);
+  protobuf_c_message_pack(request, GRPC_SLICE_START_PTR(request_slice));
+  grpc_byte_buffer *request_buffer = grpc_raw_byte_buffer_create(&request_slice, 1);
+  grpc_slice_unref(request_slice);
+
+  grpc_metadata md;
+  memset(&md, 0, sizeof md);
+  grpc_metadata_array initial_md, trailing_md;
+  grpc_metadata_array_init(&initial_md);
+  grpc_metadata_array_init(&trailing_md);
+  grpc_byte_buffer *response_buffer = NULL;
+  grpc_status_code code = GRPC_STATUS_UNKNOWN;
+  grpc_slice details = grpc_empty_slice();
+  const char *error_string = NULL;
+  grpc_op ops[6];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  if (md_key) {
+    md.key = grpc_slice_from_static_string(md_key);
+    md.value = grpc_slice_from_static_string(md_value); /* both outlive the batch */
+    ops[0].data.send_initial_metadata.count = 1;
+    ops[0].data.send_initial_metadata.metadata = &md;
+  }
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = request_buffer;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &response_buffer;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
+  ops[5].data.recv_status_on_client.status = &code;
+  ops[5].data.recv_status_on_client.status_details = &details;
+  ops[5].data.recv_status_on_client.error_string = &error_string;
+
+  int rc = -1;
+  grpc_call_error started = grpc_call_start_batch(call, ops, 6, call, NULL);
+  if (started != GRPC_CALL_OK) {
+    snprintf(err, err_cap, "%s: cannot start the call (grpc_call_error %d)", method, (int)started);
+  } else {
+    grpc_completion_queue_pluck(ch->cq, call, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (code != GRPC_STATUS_OK) {
+      char *text = grpc_slice_to_c_string(details);
+      snprintf(err, err_cap, "%s: status %d: %s", method, (int)code, text);
+      gpr_free(text);
+      rc = (int)code;
+    } else if (!response_buffer) {
+      snprintf(err, err_cap, "%s: OK without a message", method);
+    } else {
+      grpc_byte_buffer_reader reader;
+      if (grpc_byte_buffer_reader_init(&reader, response_buffer)) {
+        grpc_slice bytes = grpc_byte_buffer_reader_readall(&reader);
+        grpc_byte_buffer_reader_destroy(&reader);
+        *out_response = protobuf_c_message_unpack(response_descriptor, NULL, GRPC_SLICE_LENGTH(bytes),
+                                                  GRPC_SLICE_START_PTR(bytes));
+        grpc_slice_unref(bytes);
+      }
+      if (*out_response) {
+        rc = 0;
+      } else {
+        snprintf(err, err_cap, "%s: the answer is not a %s", method, response_descriptor->name);
+      }
+    }
+  }
+  grpc_byte_buffer_destroy(request_buffer);
+  if (response_buffer) grpc_byte_buffer_destroy(response_buffer);
+  grpc_metadata_array_destroy(&initial_md);
+  grpc_metadata_array_destroy(&trailing_md);
+  grpc_slice_unref(details);
+  gpr_free((void *)error_string);
+  grpc_call_unref(call);
+  return rc;
 }

@@ -1,7 +1,7 @@
 /* What every benchmark in bench/ shares: the machine description in its header,
  * medians, the command line, the scratch directory, failing, child processes and
- * a kilnd of its own, and model variants. Single-threaded use, except where a
- * declaration says otherwise. */
+ * a kilnd (or several) of its own, model variants, and gRPC calls with request
+ * metadata. Single-threaded use, except where a declaration says otherwise. */
 #ifndef KILN_BENCH_BENCHLIB_H
 #define KILN_BENCH_BENCHLIB_H
 
@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <limits.h>
+#include <protobuf-c/protobuf-c.h>
 #include <sys/types.h>
 
 /* The CPU's model name from /proc/cpuinfo ("unknown" when absent). */
@@ -75,6 +76,12 @@ int kiln_bench_write_file(const char *path, const void *data, size_t len);
  * child's pid, or -1 with errno set. */
 pid_t kiln_bench_spawn(const char *const *argv, const char *out_path, const char *err_path);
 
+/* kiln_bench_spawn with `env_add` ("NAME=VALUE" strings, NULL-terminated; may be
+ * NULL) added to the environment after the KILN_* and KILND_* variables were
+ * dropped: settings the benchmark itself chooses for the child. */
+pid_t kiln_bench_spawn_env(const char *const *argv, const char *const *env_add, const char *out_path,
+                           const char *err_path);
+
 /* Waits for child `pid` (through EINTR); returns its wait status, or -1 with errno. */
 int kiln_bench_wait(pid_t pid);
 
@@ -98,7 +105,7 @@ typedef struct kiln_bench_kilnd_s {
 } kiln_bench_kilnd_t;
 
 /* Starts `kilnd_path` --listen 127.0.0.1:0 --state-dir STATE --log-level warn
- * --metrics-listen off,
+ * --metrics-listen off (and KILND_ALLOW_ROOT=1 when run as root),
  * then `extra_args` (NULL-terminated; may be NULL), its stdout and stderr to
  * LOG, and waits up to `timeout_ms` for the address it publishes in
  * STATE/kilnd.addr. `state_dir` and `log_path` are copied into *d (they may be
@@ -123,8 +130,17 @@ void kiln_bench_kilnd_print_log_tail(const kiln_bench_kilnd_t *d, const char *wh
  * scratch path, or dies. `kilnd` is borrowed for the whole run. */
 const char *kiln_bench_begin(const char *name, const char *base, kiln_bench_kilnd_t *kilnd);
 
-/* Stops the kilnd given to kiln_bench_begin (if running) and removes the scratch
- * directory: the end of a successful run. */
+/* kiln_bench_begin for several kilnd (`n` of them at `kilnds`) and `n_pids` other
+ * child processes (a proxy: their pids in `pids`, each 0 while not running): a
+ * failure prints the end of every kilnd's log and stops them all; a signal kills
+ * them all first. Both arrays are borrowed for the whole run. */
+const char *kiln_bench_begin_fleet(const char *name, const char *base, kiln_bench_kilnd_t *kilnds, size_t n,
+                                   volatile pid_t *pids, size_t n_pids);
+
+/* Stops the kilnd given to kiln_bench_begin or kiln_bench_begin_fleet (those
+ * running: SIGTERM, SIGKILL after 5 s), SIGTERMs and reaps the other children of
+ * kiln_bench_begin_fleet, and removes the scratch directory: the end of a
+ * successful run. */
 void kiln_bench_end(void);
 
 /* ---- model variants ---- */
@@ -137,5 +153,25 @@ void kiln_bench_end(void);
  * (kiln_free). */
 char *kiln_bench_model_variant(const char *model, size_t model_len, const char *tag, const char *needle,
                                double base, uint64_t serial, size_t *out_len);
+
+/* ---- gRPC calls with request metadata ---- */
+
+/* A plain-text gRPC channel to `addr` for calls the CLI's client (client/rpc.h)
+ * cannot make: ones that carry a metadata pair of the benchmark's choosing, such
+ * as the kiln-source-digest routing header. Owned by the caller
+ * (kiln_bench_channel_close). One thread at a time per channel. */
+typedef struct kiln_bench_channel_s kiln_bench_channel_t;
+kiln_bench_channel_t *kiln_bench_channel_open(const char *addr);
+void kiln_bench_channel_close(kiln_bench_channel_t *ch);
+
+/* Calls `method` ("/kiln.v1.Kiln/Compile") with `request`, sending the metadata
+ * `md_key`: `md_value` when `md_key` is non-NULL (lowercase key; both borrowed for
+ * the call), with a deadline of `timeout_ms`. Returns 0 with *out_response set
+ * (owned by the caller: protobuf_c_message_free_unpacked(msg, NULL)); the gRPC
+ * status code (> 0) when the call failed; -1 when it could not be made or its
+ * answer does not decode. On failure `err` says why. */
+int kiln_bench_unary(kiln_bench_channel_t *ch, const char *method, const ProtobufCMessage *request,
+                     const ProtobufCMessageDescriptor *response_descriptor, const char *md_key, const char *md_value,
+                     int64_t timeout_ms, ProtobufCMessage **out_response, char *err, size_t err_cap);
 
 #endif /* KILN_BENCH_BENCHLIB_H */
