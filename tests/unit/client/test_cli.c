@@ -100,7 +100,9 @@ static void test_exit_code_mapping(void **state) {
     kiln_status_t st = KILN_STATUS((kiln_status_code_t)c, "code %d", c);
     int expected = c == KILN_STATUS_UNAVAILABLE       ? KILN_EXIT_UNREACHABLE
                    : c == KILN_STATUS_DEADLINE_EXCEEDED ? KILN_EXIT_TIMEOUT
-                                                       : KILN_EXIT_FAILED;
+                   : (c == KILN_STATUS_UNAUTHENTICATED || c == KILN_STATUS_PERMISSION_DENIED)
+                       ? KILN_EXIT_DENIED
+                       : KILN_EXIT_FAILED;
     int got = kiln_cli_exit_code(st);
     if (got != expected) {
       fail_msg("%s: exit code %d, expected %d", kiln_status_code_name((kiln_status_code_t)c), got,
