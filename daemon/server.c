@@ -158,7 +158,6 @@ struct call_s {
   size_t n_trailing;
   grpc_metadata initial[1]; /* kiln-request-id */
   char request_id[KILND_REQUEST_ID_MAX + 1];
-  const char *peer_host; /* the peer's host (in the arena), when the client is something else */
   kilnd_stream_t stream; /* streaming methods only */
 };
 
@@ -483,10 +482,7 @@ static const char *certificate_name(call_t *c) {
 static kiln_status_t authenticate(kilnd_server_t *server, call_t *c) {
   if (kilnd_tls_mutual(server->tls)) {
     const char *name = certificate_name(c);
-    if (name) {
-      c->peer_host = c->ctx.client;
-      c->ctx.client = name;
-    }
+    if (name) c->ctx.client = name; /* peer= still logs the address */
   }
   if (!server->tokens) return NULL;
   char *path_owned = NULL;
@@ -505,7 +501,6 @@ static kiln_status_t authenticate(kilnd_server_t *server, call_t *c) {
   kiln_status_t status = kilnd_tokens_authorize(server->tokens, path, value, len, &name);
   gpr_free(path_owned);
   if (!status && name) {
-    if (!c->peer_host) c->peer_host = c->ctx.client;
     c->ctx.client = kiln_arena_strdup(&c->arena, name); /* the set may be swapped before the call ends */
   }
   return status;
