@@ -373,6 +373,9 @@ int kiln_cli_compile(const kiln_cli_settings_t *settings, kiln_client_t *client,
   if (rc) goto done;
   c.info = (Kiln__V1__GetServerInfoResponse *)info;
   if ((rc = load_source(&c))) goto done;
+  /* Every later call is about this model: behind a router that hashes on it
+   * (deploy/haproxy), upload, compile, watch and downloads meet one kilnd. */
+  kiln_client_set_route(client, c.digest.text);
   if (uploads(&c) && (rc = upload(&c))) goto done;
   kiln_cli_interrupts_catch(true); /* from here an interrupt cancels the job */
   if ((rc = submit(&c))) goto done;

@@ -86,6 +86,7 @@ int kiln_cli_explain(const kiln_cli_settings_t *settings, kiln_client_t *client,
     kiln_status_free(status);
     return KILN_EXIT_USAGE;
   }
+  kiln_client_set_route(client, source.text); /* the kilnd that holds this model, behind a router */
   char **names = NULL;
   size_t n_names = 0;
   kiln_cli_targets_split(&settings->target, &names, &n_names);

@@ -61,6 +61,7 @@ int kiln_cli_fetch(const kiln_cli_settings_t *settings, kiln_client_t *client, i
     return rc;
   }
   kiln_client_set_timeout(client, kiln_cli_timeout_ms(settings, true));
+  kiln_client_set_route(client, ref.source_digest); /* by digest alone there is no model to route by */
   Kiln__V1__ArtifactChunk *meta = NULL;
   char *path = NULL;
   uint64_t resumed = 0;

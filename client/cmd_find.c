@@ -76,6 +76,7 @@ int kiln_cli_find(const kiln_cli_settings_t *settings, kiln_client_t *client, in
     kiln_cli_labels_free(labels, n_labels);
     return rc;
   }
+  if (settings->source) kiln_client_set_route(client, source.text);
   Kiln__V1__FindArtifactsRequest req = KILN__V1__FIND_ARTIFACTS_REQUEST__INIT;
   req.source_digest = settings->source ? source.text : (char *)"";
   req.target = n_targets ? targets[0] : (char *)"";

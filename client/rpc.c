@@ -35,6 +35,7 @@
 #include "base/alloc.h"
 #include "kiln/v1/kiln.pb-c.h"
 #include "base/buf.h"
+#include "base/digest.h"
 #include "client/job.h"
 
 struct kiln_client_s {
@@ -46,6 +47,7 @@ struct kiln_client_s {
   unsigned call_seq;
   char failed_request_id[40]; /* the last call that failed; "" when none did */
   char *authorization;        /* "Bearer <token>", or NULL */
+  char route[65];             /* kiln-source-digest of later calls; "" for none */
 };
 
 /* Every call sends x-request-id "<base>-<n>"; kilnd logs it and answers with it. */
@@ -53,8 +55,10 @@ static void next_request_id(kiln_client_t *client, char *out, size_t cap) {
   snprintf(out, cap, "%s-%u", client->request_id_base, ++client->call_seq);
 }
 
-/* The metadata of every call: x-request-id, and `authorization: Bearer <token>`
- * when the client has a token. `md` has room for two. */
+/* The metadata of every call: x-request-id, `authorization: Bearer <token>` when
+ * the client has a token, and `kiln-source-digest` when a command named the model
+ * its calls are about (kiln_client_set_route). `md` has room for REQUEST_MD. */
+#define REQUEST_MD 3
 static void set_request_id_md(const kiln_client_t *client, grpc_op *op, grpc_metadata *md, const char *id) {
   op->op = GRPC_OP_SEND_INITIAL_METADATA;
   md[0].key = grpc_slice_from_static_string("x-request-id");
@@ -65,8 +69,18 @@ static void set_request_id_md(const kiln_client_t *client, grpc_op *op, grpc_met
     md[1].value = grpc_slice_from_static_string(client->authorization); /* lives as long as the client */
     n = 2;
   }
+  if (client->route[0]) {
+    md[n].key = grpc_slice_from_static_string("kiln-source-digest");
+    md[n].value = grpc_slice_from_static_string(client->route); /* set between calls only */
+    n++;
+  }
   op->data.send_initial_metadata.count = n;
   op->data.send_initial_metadata.metadata = md;
+}
+
+void kiln_client_set_route(kiln_client_t *client, const char *source_digest) {
+  snprintf(client->route, sizeof client->route, "%s",
+           source_digest && kiln_digest_is_valid_hex(source_digest) ? source_digest : "");
 }
 
 const char *kiln_client_failed_request_id(const kiln_client_t *client) {
@@ -283,7 +297,7 @@ kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
 
   char request_id[sizeof client->failed_request_id];
   next_request_id(client, request_id, sizeof request_id);
-  grpc_metadata request_md[2];
+  grpc_metadata request_md[REQUEST_MD];
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);
   set_request_id_md(client, &ops[0], request_md, request_id);
@@ -373,7 +387,7 @@ struct kiln_client_stream_s {
   grpc_byte_buffer *request_buffer;
   kiln_status_t decode_error; /* a message that did not decode ends the stream too */
   char request_id[40];        /* x-request-id of this call */
-  grpc_metadata request_md[2];
+  grpc_metadata request_md[REQUEST_MD];
 };
 
 static grpc_byte_buffer *pack(const ProtobufCMessage *message) {

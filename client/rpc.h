@@ -51,6 +51,13 @@ int64_t kiln_client_timeout(const kiln_client_t *client);
  * when none has. Borrowed, valid until the next call. */
 const char *kiln_client_failed_request_id(const kiln_client_t *client);
 
+/* Later calls carry `kiln-source-digest: SOURCE_DIGEST` (NULL or a malformed
+ * digest: none), so an HTTP/2 proxy that hashes on it (deploy/haproxy) sends every
+ * call about one model to the same kilnd, the one whose cache holds it. Commands
+ * set it once they know the model: compile, explain, fetch/find --source. Call it
+ * between calls, not while one is being started (the header is not copied). */
+void kiln_client_set_route(kiln_client_t *client, const char *source_digest);
+
 /* The address the client dials. Borrowed. */
 const char *kiln_client_address(const kiln_client_t *client);
 

@@ -11,9 +11,9 @@ kiln-source-digest header (the SHA-256 of the model) on every call about one mod
 - after one kilnd is killed (SIGKILL) its models move to the others and still
   compile (a miss on the new node, then hits), and the other models keep their node.
 
-The kiln CLI does not send the header yet: test_kiln_cli_routes_by_source_digest
-runs only with KILN_TEST_CLI_ROUTING=1 (see its docstring). Skipped when haproxy is
-not installed (deploy/deps.sh installs it)."""
+The kiln CLI sends the header on every call about a model (compile, explain,
+fetch/find --source): test_kiln_cli_routes_by_source_digest drives it through the
+router. Skipped when haproxy is not installed (deploy/deps.sh installs it)."""
 import csv
 import hashlib
 import io
@@ -388,9 +388,6 @@ class RoutingTest(Fleet):
                         kiln_pb2.GetServerInfoResponse).start_time_unix_ms for n in self.nodes}
         self.assertLessEqual(seen, starts)
 
-    @unittest.skipUnless(os.environ.get("KILN_TEST_CLI_ROUTING"),
-                         "the kiln CLI does not send kiln-source-digest yet; set KILN_TEST_CLI_ROUTING=1 once "
-                         "it does (then drop this skip)")
     def test_kiln_cli_routes_by_source_digest(self):
         """The real CLI through the router: `kiln compile` (Compile, WatchJob and
         GetArtifact) of each model twice. Only the header spreads models over the
