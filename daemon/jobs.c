@@ -19,6 +19,13 @@
  * kilnd_workers_submit/cancel never call back synchronously, so holding `mu` across
  * them cannot deadlock.
  *
+ * Per-client usage. `usage` counts each client's unfinished jobs: usage_add when a
+ * job that needs a compile is admitted (or restored unfinished from the store),
+ * usage_drop when it turns terminal (count_terminal: every terminal transition
+ * passes there); job->usage marks a counted job, so each is dropped exactly once.
+ * Each client queue counts its queued tasks beside the class total (queue_count,
+ * the one place either changes). Both only under `mu`.
+ *
  * Artifacts. A worker's TARGET_DONE carries the VMFB bytes; storing them (SQLite,
  * disk) runs on the thread pool, then the item completes on the loop.
  */
@@ -102,6 +109,7 @@ typedef struct task_s {
 typedef struct client_queue_s {
   char *client;
   task_t *head, *tail;
+  size_t n_queued; /* tasks in the FIFO: client-queue-share */
   struct client_queue_s *next;
 } client_queue_t;
 
@@ -148,6 +156,14 @@ struct kilnd_job_listener_s {
   struct kilnd_job_listener_s *next;
 };
 
+/* One client's unfinished jobs (client-max-jobs); freed when the count drops to 0. */
+typedef struct client_usage_s {
+  char *client;
+  size_t jobs;
+  struct client_usage_s *next;
+} client_usage_t;
+#define USAGE_BUCKETS 64
+
 struct job_s {
   char id[KILND_JOB_ID_LEN + 1];
   kilnd_job_state_t state;
@@ -165,6 +181,7 @@ struct job_s {
   char source_digest[65];
   char *terminal_message;
   bool ephemeral; /* every target was cached at admission: not written to the store */
+  client_usage_t *usage; /* counted in its client's unfinished jobs (usage_add) until terminal */
   kiln_index_label_t *labels; /* recorded on the artifacts its compiles produce */
   size_t n_labels;
   int64_t finished_monotonic_ns; /* 0 while live */
@@ -208,6 +225,7 @@ struct kilnd_jobs_s {
   client_queue_t *queues[4]; /* by priority class 1..3 */
   client_queue_t *turn[4];   /* whose turn it is in each class */
   size_t queued_tasks[4];
+  client_usage_t *usage[USAGE_BUCKETS]; /* unfinished jobs by client, hashed */
   task_t *running;
   uint64_t next_task_id;
   kilnd_jobs_stats_t stats;
@@ -517,10 +535,15 @@ static void emit_terminal(kilnd_jobs_t *jobs, job_t *job, const char *message) {
 
 /* ---- job completion ---- */
 
-static void count_terminal(kilnd_jobs_t *jobs, kilnd_job_state_t state) {
+static void usage_drop(kilnd_jobs_t *jobs, job_t *job);
+
+/* Every job's turn to a terminal state passes here once. */
+static void count_terminal(kilnd_jobs_t *jobs, job_t *job) {
+  kilnd_job_state_t state = job->state;
   if (state == KILND_JOB_DONE) jobs->stats.done++;
   else if (state == KILND_JOB_FAILED) jobs->stats.failed++;
   else if (state == KILND_JOB_CANCELLED) jobs->stats.cancelled++;
+  usage_drop(jobs, job);
 }
 
 /* Ends the job when every target is settled. */
@@ -533,7 +556,7 @@ static void maybe_finish_job(kilnd_jobs_t *jobs, job_t *job) {
   }
   job->state = failed ? KILND_JOB_FAILED : KILND_JOB_DONE;
   job->finished_monotonic_ns = kiln_time_monotonic_ns();
-  count_terminal(jobs, job->state);
+  count_terminal(jobs, job);
   char message[128];
   if (failed) {
     snprintf(message, sizeof message, "%zu of %zu target(s) failed", failed, job->n_targets);
@@ -541,6 +564,96 @@ static void maybe_finish_job(kilnd_jobs_t *jobs, job_t *job) {
     snprintf(message, sizeof message, "%zu target(s) done", job->n_targets);
   }
   emit_terminal(jobs, job, message);
+}
+
+/* ---- per-client usage ---- */
+
+static client_usage_t **usage_slot(kilnd_jobs_t *jobs, const char *client) {
+  client_usage_t **p = &jobs->usage[str_hash(client) & (USAGE_BUCKETS - 1)];
+  while (*p && strcmp((*p)->client, client) != 0) p = &(*p)->next;
+  return p;
+}
+
+static size_t usage_jobs(kilnd_jobs_t *jobs, const char *client) {
+  client_usage_t *u = *usage_slot(jobs, client);
+  return u ? u->jobs : 0;
+}
+
+/* Under mu: counts `job` (unfinished, not yet counted) for its client. The only
+ * increment. */
+static void usage_add(kilnd_jobs_t *jobs, job_t *job) {
+  if (job->usage) return;
+  client_usage_t **p = usage_slot(jobs, job->client);
+  if (!*p) {
+    *p = kiln_calloc(1, sizeof **p);
+    (*p)->client = kiln_strdup(job->client);
+  }
+  (*p)->jobs++;
+  job->usage = *p;
+}
+
+/* Under mu: `job` ended (or is freed): it no longer counts. The only decrement. */
+static void usage_drop(kilnd_jobs_t *jobs, job_t *job) {
+  client_usage_t *u = job->usage;
+  if (!u) return;
+  job->usage = NULL;
+  if (--u->jobs > 0) return;
+  for (client_usage_t **p = usage_slot(jobs, u->client); *p; p = &(*p)->next) {
+    if (*p == u) {
+      *p = u->next;
+      break;
+    }
+  }
+  kiln_free(u->client);
+  kiln_free(u);
+}
+
+const char *kilnd_limit_name(kilnd_limit_t limit) {
+  switch (limit) {
+    case KILND_LIMIT_REQUEST_BYTES: return "client-max-request-bytes";
+    case KILND_LIMIT_JOBS: return "client-max-jobs";
+    case KILND_LIMIT_QUEUE_SHARE: return "client-queue-share";
+  }
+  return "?";
+}
+
+/* Under mu (recursive): counts and logs one refusal. */
+static void limit_refused(kilnd_jobs_t *jobs, kilnd_limit_t limit, const char *client) {
+  if ((unsigned)limit < KILND_LIMIT_COUNT) jobs->stats.limit_refusals[limit]++;
+  kiln_buf_t fields;
+  kiln_buf_init(&fields);
+  kiln_log_kv_str(&fields, "client", client && *client ? client : "anonymous");
+  kiln_log_kv_str(&fields, "limit", kilnd_limit_name(limit));
+  kiln_log_fields(KILN_LOG_INFO, "limit_hit", &fields);
+  kiln_buf_deinit(&fields);
+}
+
+void kilnd_jobs_limit_refused(kilnd_jobs_t *jobs, kilnd_limit_t limit, const char *client) {
+  uv_mutex_lock(&jobs->mu);
+  limit_refused(jobs, limit, client);
+  uv_mutex_unlock(&jobs->mu);
+}
+
+kiln_status_t kilnd_jobs_check_request_bytes(kilnd_jobs_t *jobs, const char *client, uint64_t bytes,
+                                             uint64_t max) {
+  if (!max || bytes <= max) return NULL;
+  if (jobs) kilnd_jobs_limit_refused(jobs, KILND_LIMIT_REQUEST_BYTES, client);
+  return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
+                     "request of %" PRIu64 " bytes is over this client's limit client-max-request-bytes = %" PRIu64
+                     "; send less per request (a large source goes through PutSource, up to the same limit)",
+                     bytes, max);
+}
+
+void kilnd_jobs_client_wait_state(kilnd_jobs_t *jobs, const char *client, bool *out_at_limit,
+                                  bool *out_can_clear) {
+  const char *who = client && *client ? client : "anonymous";
+  uv_mutex_lock(&jobs->mu);
+  size_t mine = usage_jobs(jobs, who);
+  *out_at_limit = jobs->options.client_max_jobs && mine >= jobs->options.client_max_jobs;
+  bool busy = jobs->running || jobs->queued_tasks[1] || jobs->queued_tasks[2] || jobs->queued_tasks[3];
+  for (job_t *j = jobs->jobs; !busy && j; j = j->next) busy = !job_terminal(j);
+  *out_can_clear = mine > 0 || busy;
+  uv_mutex_unlock(&jobs->mu);
 }
 
 /* ---- items and tasks ---- */
@@ -588,6 +701,18 @@ static client_queue_t *client_queue(kilnd_jobs_t *jobs, kilnd_priority_t p, cons
   return q;
 }
 
+/* Under mu: the one place queued-task counts change (the class's and the
+ * client's). */
+static void queue_count(kilnd_jobs_t *jobs, client_queue_t *q, kilnd_priority_t p, int delta) {
+  if (delta > 0) {
+    jobs->queued_tasks[p]++;
+    q->n_queued++;
+  } else {
+    jobs->queued_tasks[p]--;
+    q->n_queued--;
+  }
+}
+
 static void enqueue_task(kilnd_jobs_t *jobs, task_t *task) {
   client_queue_t *q = client_queue(jobs, task->priority, task->client, true);
   task->next = NULL;
@@ -595,7 +720,7 @@ static void enqueue_task(kilnd_jobs_t *jobs, task_t *task) {
   if (q->tail) q->tail->next = task;
   else q->head = task;
   q->tail = task;
-  jobs->queued_tasks[task->priority]++;
+  queue_count(jobs, q, task->priority, +1);
 }
 
 /* Removes a queued task from its client's FIFO (the queue itself stays). */
@@ -608,7 +733,7 @@ static void dequeue_task(kilnd_jobs_t *jobs, task_t *task) {
     if (prev) prev->next = t->next;
     else q->head = t->next;
     if (q->tail == t) q->tail = prev;
-    jobs->queued_tasks[task->priority]--;
+    queue_count(jobs, q, task->priority, -1);
     return;
   }
 }
@@ -636,7 +761,7 @@ static task_t *pop_next_task(kilnd_jobs_t *jobs, int64_t *out_wait_ms) {
         task_t *t = q->head;
         q->head = t->next;
         if (!q->head) q->tail = NULL;
-        jobs->queued_tasks[p]--;
+        queue_count(jobs, q, (kilnd_priority_t)p, -1);
         jobs->turn[p] = q->next; /* next time, the next client first */
         t->next = NULL;
         return t;
@@ -731,7 +856,7 @@ static void schedule(kilnd_jobs_t *jobs) {
       task->next = q->head;
       q->head = task;
       if (!q->tail) q->tail = task;
-      jobs->queued_tasks[task->priority]++;
+      queue_count(jobs, q, task->priority, +1);
       return;
     }
   }
@@ -821,7 +946,7 @@ static void stop_job(kilnd_jobs_t *jobs, job_t *job, kilnd_job_state_t state, ki
   if (job_terminal(job)) return;
   job->state = state;
   job->finished_monotonic_ns = kiln_time_monotonic_ns();
-  count_terminal(jobs, state);
+  count_terminal(jobs, job);
   emit_terminal(jobs, job, message);
 }
 
@@ -1441,6 +1566,40 @@ kiln_status_t kilnd_jobs_try_submit(kilnd_jobs_t *jobs, const kilnd_job_request_
   return admit(jobs, r, NULL, 0, out, out_would_block);
 }
 
+/* Under mu: the per-client limits for a request that needs `misses` compiles,
+ * `new_items` of them not yet queued or running for anyone, at class `p`. NULL
+ * when they allow it; else RESOURCE_EXHAUSTED naming the limit (counted, logged). */
+static kiln_status_t client_limits(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, kilnd_priority_t p,
+                                   size_t misses, size_t new_items) {
+  const char *client = r->client && *r->client ? r->client : "anonymous";
+  size_t max_jobs = jobs->options.client_max_jobs;
+  if (max_jobs && misses > 0) {
+    size_t mine = usage_jobs(jobs, client);
+    if (mine >= max_jobs) {
+      limit_refused(jobs, KILND_LIMIT_JOBS, client);
+      return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
+                         "client %s has %zu unfinished jobs, the limit client-max-jobs = %zu; wait for some to "
+                         "finish",
+                         client, mine, max_jobs);
+    }
+  }
+  unsigned share = jobs->options.client_queue_share;
+  if (share && new_items > 0) {
+    size_t cap = jobs->options.queue_capacity * share / 100;
+    if (cap < 1) cap = 1;
+    client_queue_t *q = client_queue(jobs, p, client, false);
+    if (q && q->n_queued >= cap) {
+      static const char *const names[] = {"", "INTERACTIVE", "BATCH", "BULK"};
+      limit_refused(jobs, KILND_LIMIT_QUEUE_SHARE, client);
+      return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
+                         "client %s holds %zu queued compiles of the %s queue, the limit client-queue-share = "
+                         "%u%% of queue-capacity %zu (%zu); wait for some to start",
+                         client, q->n_queued, names[p], share, jobs->options.queue_capacity, cap);
+    }
+  }
+  return NULL;
+}
+
 /* Admission; `forced_id` and `created_unix_ms` (non-zero) restore a job the store
  * remembers. With `would_block` non-NULL nothing may block (the caller is the
  * loop): admission goes ahead only for a request the cache's memory answers
@@ -1591,6 +1750,8 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
                        "the %s queue is full (%zu queued compiles, queue-capacity %zu): retry later or at "
                        "another priority",
                        names[p], jobs->queued_tasks[p], jobs->options.queue_capacity);
+    } else if (!forced_id && (st = client_limits(jobs, r, p, misses, new_items)) != NULL) {
+      /* refused (a job restored from the store was admitted before: never refused) */
     } else {
       /* A job restored from the store as a placeholder (watchable since start-up)
        * is filled in place, keeping its events and watchers. */
@@ -1641,6 +1802,7 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
       } else {
         index_add(jobs, job);
       }
+      if (misses > 0) usage_add(jobs, job); /* a placeholder was counted at start-up */
 
       task_t *task = NULL;
       bool merged_running = false;
@@ -1963,7 +2125,7 @@ static void placeholder(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
   snprintf(job->id, sizeof job->id, "%s", rec->id);
   job->state = KILND_JOB_QUEUED;
   job->priority = (kilnd_priority_t)rec->priority;
-  job->client = kiln_strdup(rec->client ? rec->client : "");
+  job->client = kiln_strdup(rec->client && *rec->client ? rec->client : "anonymous");
   job->request_id = rec->request_id ? kiln_strdup(rec->request_id) : NULL;
   memcpy(job->request_hash, rec->request_hash, sizeof job->request_hash);
   memcpy(job->source_digest, rec->source_digest, sizeof job->source_digest);
@@ -1978,6 +2140,7 @@ static void placeholder(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
     memcpy(job->targets[i].key, rec->targets[i].cache_key, sizeof job->targets[i].key);
   }
   job_link(jobs, job);
+  usage_add(jobs, job); /* unfinished: it counts from start-up, before it is admitted again */
   emit_queued(jobs, job, 0);
 }
 
@@ -2057,6 +2220,14 @@ static void free_everything(kilnd_jobs_t *jobs) {
   }
   kiln_free(jobs->by_id);
   kiln_free(jobs->by_rid);
+  for (size_t b = 0; b < USAGE_BUCKETS; b++) {
+    while (jobs->usage[b]) {
+      client_usage_t *u = jobs->usage[b];
+      jobs->usage[b] = u->next;
+      kiln_free(u->client);
+      kiln_free(u);
+    }
+  }
   while (jobs->items) {
     item_t *it = jobs->items;
     jobs->items = it->next;

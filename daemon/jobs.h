@@ -18,6 +18,14 @@
  * after they were queued, so that one-target jobs of one model fuse. Each class holds at most `queue_capacity` queued tasks; more is
  * RESOURCE_EXHAUSTED.
  *
+ * Per-client limits (0: none): a client (the request's `client`) may have at most
+ * `client_max_jobs` unfinished jobs (QUEUED or RUNNING; a job answered wholly from
+ * the cache at admission is never counted, a merged one counts for its own client,
+ * one restored from the job store counts from start-up), and hold at most
+ * `client_queue_share` percent of a class's `queue_capacity` queued tasks (at least
+ * one). Either refusal is RESOURCE_EXHAUSTED naming the setting. Both are issued
+ * only while the client itself has unfinished work, so each clears by waiting.
+ *
  * Every job keeps its events (sequence 1, 2, ...) for WatchJob until it has been
  * finished for `retention_ms`, or until 10000 newer jobs have finished.
  *
@@ -66,7 +74,20 @@ typedef struct kilnd_jobs_options_s {
   uint32_t bytecode_version;
   bool embed_source;      /* artifacts carry their source */
   kiln_jobstore_t *store; /* job records across restarts (borrowed; may be NULL) */
+  size_t client_max_jobs;     /* unfinished jobs per client; 0: no limit */
+  unsigned client_queue_share; /* percent (1..100) of queue_capacity per client and class; 0: no limit */
 } kilnd_jobs_options_t;
+
+/* The per-client limits, as /metrics labels them (the settings' names). */
+typedef enum kilnd_limit_e {
+  KILND_LIMIT_REQUEST_BYTES = 0, /* client-max-request-bytes (enforced by the RPC layer) */
+  KILND_LIMIT_JOBS = 1,          /* client-max-jobs */
+  KILND_LIMIT_QUEUE_SHARE = 2,   /* client-queue-share */
+} kilnd_limit_t;
+#define KILND_LIMIT_COUNT 3
+
+/* The setting's name ("client-max-jobs"); static storage. Thread-safe. */
+const char *kilnd_limit_name(kilnd_limit_t limit);
 
 /* One Compile request, resolved: canonical targets, normalized flags. Borrowed. */
 typedef struct kilnd_job_request_s {
@@ -117,10 +138,31 @@ kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache,
 
 /* Admits a request (thread pool: blocks on the cache). NOT_FOUND / DATA_LOSS for
  * a source digest the cache cannot give; RESOURCE_EXHAUSTED when the priority
- * class's queue is full; ALREADY_EXISTS for a reused request_id with another
+ * class's queue is full or a per-client limit is hit (the message names the
+ * setting; the refusal is counted and logged here); ALREADY_EXISTS for a reused request_id with another
  * request; UNAVAILABLE while draining. Thread-safe. */
 kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *request,
                                 kilnd_job_admission_t *out_admission);
+
+/* Records a per-client refusal made outside the engine (the RPC layer's
+ * client-max-request-bytes): counts it for /metrics and logs `limit_hit`.
+ * Thread-safe. */
+void kilnd_jobs_limit_refused(kilnd_jobs_t *jobs, kilnd_limit_t limit, const char *client);
+
+/* client-max-request-bytes: NULL when a request of `bytes` from `client` is
+ * within `max` (0: no limit); else RESOURCE_EXHAUSTED naming the setting, counted
+ * and logged (kilnd_jobs_limit_refused; `jobs` may be NULL: then only the
+ * status). Thread-safe. */
+kiln_status_t kilnd_jobs_check_request_bytes(kilnd_jobs_t *jobs, const char *client, uint64_t bytes,
+                                             uint64_t max);
+
+/* For a caller that retries a RESOURCE_EXHAUSTED admission (Recompile):
+ * *out_at_limit is true while `client` is at client-max-jobs (a retry now would be
+ * refused: wait without resubmitting); *out_can_clear is false when neither the
+ * client nor anyone else has unfinished work, so that no refusal can clear by
+ * waiting (then stop retrying). Thread-safe. */
+void kilnd_jobs_client_wait_state(kilnd_jobs_t *jobs, const char *client, bool *out_at_limit,
+                                  bool *out_can_clear);
 
 /* kilnd_jobs_submit without blocking, for the loop thread: admits a request the
  * cache's memory answers whole (every target a memoized hit) at once; for any
@@ -192,6 +234,7 @@ typedef struct kilnd_jobs_stats_s {
   uint64_t queue_depth;
   uint64_t queued_by_class[3]; /* queue_depth by class: interactive, batch, bulk */
   uint64_t tasks_fused; /* queued tasks folded into another of the same source and flags */
+  uint64_t limit_refusals[KILND_LIMIT_COUNT]; /* per-client refusals, by kilnd_limit_t */
   kilnd_workers_stats_t workers;
 } kilnd_jobs_stats_t;
 

@@ -310,6 +310,8 @@ int main(int argc, char **argv) {
     kilnd_jobs_options_t jo = {
         .queue_capacity = (size_t)settings.queue_capacity,
         .retention_ms = settings.job_retention_ms,
+        .client_max_jobs = (size_t)settings.client_max_jobs,
+        .client_queue_share = (unsigned)settings.client_queue_share,
         .hal_version = kiln_compiler_hal_module_version(),
         .bytecode_version = kiln_compiler_vm_bytecode_version(),
         .embed_source = settings.embed_source,

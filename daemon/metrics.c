@@ -158,6 +158,11 @@ void kilnd_metrics_write(const kilnd_metrics_snapshot_t *snap, kiln_buf_t *out) 
     family(out, "kiln_queue_depth", "gauge", "Compile tasks waiting for a worker, by priority class.");
     static const char *const classes[3] = {"interactive", "batch", "bulk"};
     for (int c = 0; c < 3; c++) sample_l(out, "kiln_queue_depth", "priority", classes[c], j->queued_by_class[c]);
+    family(out, "kiln_limit_refusals_total", "counter",
+           "Requests refused RESOURCE_EXHAUSTED by a per-client limit, by the limit's setting.");
+    for (int l = 0; l < KILND_LIMIT_COUNT; l++) {
+      sample_l(out, "kiln_limit_refusals_total", "limit", kilnd_limit_name((kilnd_limit_t)l), j->limit_refusals[l]);
+    }
     one_u(out, "kiln_targets_compiled_total", "counter", "Targets compiled and stored.", j->targets_compiled);
     one_u(out, "kiln_target_compiles_failed_total", "counter", "Target compiles that failed.", j->targets_failed);
     write_histograms(&snap->compile, out);

@@ -33,6 +33,9 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
   const Kiln__V1__CompileRequest *req = (const Kiln__V1__CompileRequest *)request;
   kiln_arena_t *arena = call->arena;
   if (!env->jobs) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is starting: no job engine yet");
+  /* client-max-request-bytes, before anything is done with the bytes. */
+  KILN_RETURN_IF_ERROR(kilnd_jobs_check_request_bytes(env->jobs, call->client, protobuf_c_message_get_packed_size(request),
+                                                      env->settings->client_max_request_bytes));
 
   /* The source. */
   const uint8_t *source = NULL;

@@ -3,8 +3,8 @@
  * Flow (loop thread; every disk, SQLite and hashing step is a pool job, and the
  * next message is received only after the previous one's job finished, so one
  * chunk is in memory at a time and HTTP/2 flow control paces the client):
- *   recv metadata -> check it (RESOURCE_EXHAUSTED over KILND_MAX_SOURCE_BYTES,
- *   before any data) -> BEGIN (pool: already stored? else open a spool file
+ *   recv metadata -> check it (RESOURCE_EXHAUSTED over KILND_MAX_SOURCE_BYTES or
+ *   this client's client-max-request-bytes, before any data) -> BEGIN (pool: already stored? else open a spool file
  *   through kiln_cache_source_upload_begin) -> already present: answer at once
  *   without reading data | recv data -> WRITE (pool: check the format, append
  *   and hash) -> recv data ... -> end of messages -> COMMIT (pool: size, digest,
@@ -25,6 +25,7 @@
 
 #include "base/alloc.h"
 #include "base/digest.h"
+#include "daemon/jobs.h"
 #include "daemon/rpc.h"
 #include "daemon/source_check.h"
 #include "daemon/stream.h"
@@ -323,6 +324,13 @@ static void on_metadata(kilnd_stream_t *stream, const ProtobufCMessage *message,
                          "PutSource: no messages; the first must carry `metadata`");
   }
   if (!status) status = check_metadata((const Kiln__V1__PutSourceChunk *)message);
+  if (!status) { /* client-max-request-bytes bounds the whole upload, refused before any data */
+    const kilnd_call_ctx_t *ctx = kilnd_stream_ctx(stream);
+    status = kilnd_jobs_check_request_bytes(p->env->jobs, ctx->client,
+                                            ((const Kiln__V1__PutSourceChunk *)message)->metadata->size_bytes,
+                                            p->env->settings->client_max_request_bytes);
+    if (status) status = kiln_status_annotate(status, "PutSource: metadata.size_bytes");
+  }
   if (status) {
     put_end(p, status);
     return;

@@ -57,8 +57,16 @@
 /* Items received but not yet resolved (their bytes are held until then). */
 #define MAX_LIVE 64
 #define MAX_LIVE_BYTES ((size_t)256 << 20)
-/* A full BULK queue: the item is admitted again after this. */
+/* A full BULK queue or a per-client limit (client-max-jobs, client-queue-share):
+ * the item is admitted again after this. A refusal that no waiting can clear
+ * (nothing unfinished anywhere: the engine says so) fails the item instead, and so
+ * does the call's deadline, so an item never waits without end; while the client
+ * is at client-max-jobs the timer re-arms without admitting anything. Items waiting
+ * to retry count against MAX_LIVE, so the client's stream is held back meanwhile. */
 #define RETRY_MS 200
+/* Admissions tried at once when the engine says no refusal can clear (a job of the
+ * client may finish between the refusal and the question). */
+#define RETRY_NOW_MAX 3
 /* The label recording which legacy VMFB an artifact replaces (ArtifactMetadata
  * provenance.recompiled_from reads it back). */
 #define RECOMPILED_FROM_LABEL "kiln.recompiled_from"
@@ -149,6 +157,7 @@ struct rc_call_s {
   size_t live_bytes;
   size_t n_pool;      /* pool jobs out: the call is not freed before they are back */
   rc_item_t *retry;   /* waiting for the timer */
+  size_t n_retry;     /* on `retry`: they count against MAX_LIVE */
   bool timer_armed;
 
   /* Output. */
@@ -835,12 +844,28 @@ submit: {
       .n_labels = it->n_labels,
   };
   st = kilnd_jobs_submit(env->jobs, &jr, &it->admission);
-  kiln_free(targets);
-  if (kiln_status_code(st) == KILN_STATUS_RESOURCE_EXHAUSTED) {
+  for (int tries = 1; kiln_status_code(st) == KILN_STATUS_RESOURCE_EXHAUSTED; tries++) {
+    bool at_limit = false, can_clear = true;
+    kilnd_jobs_client_wait_state(env->jobs, ctx->client, &at_limit, &can_clear);
+    if (can_clear && kiln_time_monotonic_ns() >= ctx->deadline_monotonic_ns) {
+      st = kiln_status_annotate(st, "the Recompile call's deadline passed while the item waited for admission");
+      break;
+    }
+    if (can_clear) {
+      kiln_status_free(st);
+      st = NULL;
+      it->retry = true;
+      break;
+    }
+    if (tries >= RETRY_NOW_MAX) {
+      st = kiln_status_annotate(st, "nothing is queued or running that could make room; not retried");
+      break;
+    }
     kiln_status_free(st);
-    it->retry = true;
-    goto out;
+    st = kilnd_jobs_submit(env->jobs, &jr, &it->admission);
   }
+  kiln_free(targets);
+  if (it->retry) goto out;
   if (st) {
     item_fail(it, KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED, st);
     goto out;
@@ -879,9 +904,20 @@ static void start_resolve(rc_call_t *c, rc_item_t *it);
 static void on_retry_timer(uv_timer_t *timer) {
   rc_call_t *c = timer->data;
   c->timer_armed = false;
+  /* At client-max-jobs every admission would be refused: wait on, cheaply (a few
+   * counters under the engine's lock, no pool work). */
+  bool at_limit = false, can_clear = true;
+  kilnd_jobs_client_wait_state(c->env->jobs, kilnd_stream_ctx(c->stream)->client, &at_limit, &can_clear);
+  if (c->retry && at_limit && !atomic_load(&c->cancelled) &&
+      kiln_time_monotonic_ns() < kilnd_stream_ctx(c->stream)->deadline_monotonic_ns) {
+    c->timer_armed = true;
+    uv_timer_start(&c->retry_timer, on_retry_timer, RETRY_MS, 0);
+    return;
+  }
   while (c->retry) {
     rc_item_t *it = c->retry;
     c->retry = it->next;
+    c->n_retry--;
     it->next = c->live;
     c->live = it;
     start_resolve(c, it);
@@ -911,6 +947,7 @@ static void resolve_done(uv_work_t *work, int status) {
     live_remove(c, it);
     it->next = c->retry;
     c->retry = it;
+    c->n_retry++;
     if (!c->timer_armed) {
       c->timer_armed = true;
       uv_timer_start(&c->retry_timer, on_retry_timer, RETRY_MS, 0);
@@ -1004,6 +1041,11 @@ static void take_item(rc_call_t *c, const Kiln__V1__RecompileItem *req) {
   c->live = it;
   c->totals.items++;
   kiln_status_t st = check_item(req);
+  if (!st) { /* client-max-request-bytes: this item fails alone, the call goes on */
+    st = kilnd_jobs_check_request_bytes(c->env->jobs, kilnd_stream_ctx(c->stream)->client,
+                                        protobuf_c_message_get_packed_size(&req->base),
+                                        c->env->settings->client_max_request_bytes);
+  }
   if (!st) {
     for (size_t i = 0; i < c->n_labels; i++) labels_set(&it->labels, &it->n_labels, c->labels[i].key, c->labels[i].value);
     for (size_t i = 0; !st && i < req->n_labels; i++) {
@@ -1127,7 +1169,7 @@ static void on_message(kilnd_stream_t *stream, const ProtobufCMessage *message, 
 /* Receives the next message while the window has room. */
 static void recv_more(rc_call_t *c) {
   if (c->finishing || c->receiving || c->input_done) return;
-  if (c->n_unresolved >= MAX_LIVE || c->live_bytes >= MAX_LIVE_BYTES) return;
+  if (c->n_unresolved + c->n_retry >= MAX_LIVE || c->live_bytes >= MAX_LIVE_BYTES) return;
   c->receiving = true;
   kiln_status_t st = kilnd_stream_recv(c->stream, &kiln__v1__recompile_request__descriptor, on_message, c);
   if (st) {

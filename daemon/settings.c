@@ -54,6 +54,15 @@ static const kiln_config_option_t options[] = {
      0, 0, NULL, 0},
     {"queue-capacity", 0, KILN_CONFIG_INT, offsetof(kilnd_settings_t, queue_capacity), "1024", "N",
      "queued compile tasks per priority class; more is RESOURCE_EXHAUSTED", 1, 1000000, NULL, 0},
+    {"client-max-request-bytes", 0, KILN_CONFIG_SIZE, offsetof(kilnd_settings_t, client_max_request_bytes), "0",
+     "SIZE", "per client: the largest request message, and the largest PutSource upload; more is "
+     "RESOURCE_EXHAUSTED (0: no limit beyond max-message-bytes)", 0, 0, NULL, 0},
+    {"client-max-jobs", 0, KILN_CONFIG_INT, offsetof(kilnd_settings_t, client_max_jobs), "0", "N",
+     "per client: unfinished compile jobs (queued or running; cache hits do not count); more is "
+     "RESOURCE_EXHAUSTED (0: no limit)", 0, 1000000, NULL, 0},
+    {"client-queue-share", 0, KILN_CONFIG_INT, offsetof(kilnd_settings_t, client_queue_share), "0", "PERCENT",
+     "per client: the share of each priority class's queue-capacity one client may hold (at least one "
+     "task); more is RESOURCE_EXHAUSTED (0: no limit)", 0, 100, NULL, 0},
     {"job-retention", 0, KILN_CONFIG_DURATION, offsetof(kilnd_settings_t, job_retention_ms), "1h",
      "DURATION", "how long a finished job stays watchable", 1000, 30LL * 24 * 3600 * 1000, NULL, 0},
     {"embed-source", 0, KILN_CONFIG_BOOL, offsetof(kilnd_settings_t, embed_source), NULL, NULL,

@@ -31,6 +31,9 @@ typedef struct kilnd_settings_s {
   char *external_compiler_args; /* its argument template (see README) */
   int64_t queue_capacity;     /* queued compile tasks per priority class */
   int64_t job_retention_ms;   /* finished jobs stay watchable this long */
+  uint64_t client_max_request_bytes; /* largest request (and PutSource upload) per client; 0: none */
+  int64_t client_max_jobs;    /* unfinished jobs per client; 0: none */
+  int64_t client_queue_share; /* percent of a class's queue-capacity one client may hold; 0: none */
   bool embed_source;          /* artifacts carry their source (zstd) */
   char *tls_cert;             /* PEM certificate chain of the gRPC port; "": plaintext */
   char *tls_key;              /* its PEM private key */
