@@ -9,7 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <limits.h>
-#include <protobuf-c/protobuf-c.h>
 #include <sys/types.h>
 
 /* The CPU's model name from /proc/cpuinfo ("unknown" when absent). */
@@ -154,24 +153,5 @@ void kiln_bench_end(void);
 char *kiln_bench_model_variant(const char *model, size_t model_len, const char *tag, const char *needle,
                                double base, uint64_t serial, size_t *out_len);
 
-/* ---- gRPC calls with request metadata ---- */
-
-/* A plain-text gRPC channel to `addr` for calls the CLI's client (client/rpc.h)
- * cannot make: ones that carry a metadata pair of the benchmark's choosing, such
- * as the kiln-source-digest routing header. Owned by the caller
- * (kiln_bench_channel_close). One thread at a time per channel. */
-typedef struct kiln_bench_channel_s kiln_bench_channel_t;
-kiln_bench_channel_t *kiln_bench_channel_open(const char *addr);
-void kiln_bench_channel_close(kiln_bench_channel_t *ch);
-
-/* Calls `method` ("/kiln.v1.Kiln/Compile") with `request`, sending the metadata
- * `md_key`: `md_value` when `md_key` is non-NULL (lowercase key; both borrowed for
- * the call), with a deadline of `timeout_ms`. Returns 0 with *out_response set
- * (owned by the caller: protobuf_c_message_free_unpacked(msg, NULL)); the gRPC
- * status code (> 0) when the call failed; -1 when it could not be made or its
- * answer does not decode. On failure `err` says why. */
-int kiln_bench_unary(kiln_bench_channel_t *ch, const char *method, const ProtobufCMessage *request,
-                     const ProtobufCMessageDescriptor *response_descriptor, const char *md_key, const char *md_value,
-                     int64_t timeout_ms, ProtobufCMessage **out_response, char *err, size_t err_cap);
 
 #endif /* KILN_BENCH_BENCHLIB_H */

@@ -2,8 +2,8 @@
  * real kilnd behind Debian's HAProxy running the checked-in
  * deploy/haproxy/haproxy.cfg (only its servers block is replaced by these kilnd on
  * loopback, as tests/integration/test_scale.py does), driven over gRPC with the
- * kiln-source-digest header on every call (benchlib's kiln_bench_unary: the CLI
- * does not send the header yet).
+ * kiln-source-digest header on every call (the CLI's client library,
+ * kiln_client_set_route, as `kiln compile` sends it).
  *
  * 1. Cold-compile throughput through HAProxy with 1, 2 and 3 kilnd of one worker
  *    each (--workers 1), beside one kilnd with a worker per CPU behind the same
@@ -54,6 +54,7 @@
 #include "base/digest.h"
 #include "base/time.h"
 #include "bench/benchlib.h"
+#include "client/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
 #define TARGET "sm_89"
@@ -68,7 +69,7 @@
 static const char *router_cfg_path = KILN_SOURCE_DIR "/deploy/haproxy/haproxy.cfg";
 
 static kiln_bench_kilnd_t nodes[N_NODES];
-static kiln_bench_channel_t *direct[N_NODES]; /* each node asked by its own address */
+static kiln_client_t *direct[N_NODES]; /* each node asked by its own address */
 static int64_t node_start_ms[N_NODES];
 
 /* The HAProxy instances, one per set of nodes. */
@@ -80,7 +81,7 @@ typedef struct router_s {
   char addr[64];
   char admin[PATH_MAX];
   char log[PATH_MAX];
-  kiln_bench_channel_t *ch;
+  kiln_client_t *ch;
 } router_t;
 static router_t routers[N_ROUTERS] = {
     [R_ONE] = {"one", 1, {0}},
@@ -160,6 +161,28 @@ static _Noreturn void die_with_file(const char *path, const char *fmt, ...) {
 
 /* ---- kilnd ---- */
 
+/* A client of the CLI's own library (client/rpc.h): it sends kiln-source-digest
+ * once told the model (kiln_client_set_route), as `kiln compile` does. */
+static kiln_client_t *open_client(const char *addr) {
+  kiln_client_t *client = NULL;
+  kiln_status_t st = kiln_client_create(addr, CALL_TIMEOUT_MS, 64u << 20, &client);
+  if (st) kiln_bench_die("cannot open a channel to %s: %s", addr, kiln_status_message(st));
+  return client;
+}
+
+/* One unary call about the model `route` (its source digest; NULL: none). 0 with
+ * *out_response set; otherwise -1 and `err` says why. */
+static int call(kiln_client_t *client, const char *route, const char *method, const ProtobufCMessage *request,
+                const ProtobufCMessageDescriptor *response_descriptor, ProtobufCMessage **out_response, char *err,
+                size_t err_cap) {
+  kiln_client_set_route(client, route);
+  kiln_status_t st = kiln_client_unary(client, method, request, response_descriptor, out_response);
+  if (!st) return 0;
+  snprintf(err, err_cap, "%s: %s", method, kiln_status_message(st));
+  kiln_status_free(st);
+  return -1;
+}
+
 static void node_start(size_t i, long workers) {
   char state[PATH_MAX], log[PATH_MAX], w[32], err[PATH_MAX + 200];
   pathf(state, "%s/node%zu", scratch, i);
@@ -170,7 +193,7 @@ static void node_start(size_t i, long workers) {
   if (kiln_bench_kilnd_start(&nodes[i], KILND_PATH, state, log, extra, READY_TIMEOUT_MS, err, sizeof err) != 0) {
     kiln_bench_die("kilnd %zu: %s", i, err);
   }
-  direct[i] = kiln_bench_channel_open(nodes[i].addr);
+  direct[i] = open_client(nodes[i].addr);
 }
 
 /* The HTTP port kilnd published in STATE/kilnd.metrics-addr. */
@@ -198,20 +221,19 @@ static Kiln__V1__GetStatsResponse *node_stats(size_t i) {
   Kiln__V1__GetStatsRequest req = KILN__V1__GET_STATS_REQUEST__INIT;
   ProtobufCMessage *resp;
   char err[512];
-  if (kiln_bench_unary(direct[i], "/kiln.v1.Kiln/GetStats", &req.base, &kiln__v1__get_stats_response__descriptor,
-                       NULL, NULL, CALL_TIMEOUT_MS, &resp, err, sizeof err) != 0) {
+  if (call(direct[i], NULL, "/kiln.v1.Kiln/GetStats", &req.base, &kiln__v1__get_stats_response__descriptor, &resp,
+           err, sizeof err) != 0) {
     kiln_bench_die("kilnd %zu: %s", i, err);
   }
   return (Kiln__V1__GetStatsResponse *)resp;
 }
 
-static int64_t server_info_start_ms(kiln_bench_channel_t *ch, const char *digest_hex, const char *who) {
+static int64_t server_info_start_ms(kiln_client_t *ch, const char *digest_hex, const char *who) {
   Kiln__V1__GetServerInfoRequest req = KILN__V1__GET_SERVER_INFO_REQUEST__INIT;
   ProtobufCMessage *resp;
   char err[512];
-  if (kiln_bench_unary(ch, "/kiln.v1.Kiln/GetServerInfo", &req.base, &kiln__v1__get_server_info_response__descriptor,
-                       digest_hex ? "kiln-source-digest" : NULL, digest_hex, CALL_TIMEOUT_MS, &resp, err,
-                       sizeof err) != 0) {
+  if (call(ch, digest_hex, "/kiln.v1.Kiln/GetServerInfo", &req.base, &kiln__v1__get_server_info_response__descriptor,
+           &resp, err, sizeof err) != 0) {
     kiln_bench_die("%s: %s", who, err);
   }
   int64_t start = ((Kiln__V1__GetServerInfoResponse *)resp)->start_time_unix_ms;
@@ -277,7 +299,7 @@ static void router_start(size_t ri, const char *shipped, const int *metrics_port
   pid_t pid = kiln_bench_spawn_env(argv, env, r->log, NULL);
   if (pid < 0) kiln_bench_die("cannot start %s: %s", haproxy, strerror(errno));
   router_pids[ri] = pid;
-  r->ch = kiln_bench_channel_open(r->addr);
+  r->ch = open_client(r->addr);
 }
 
 /* HAProxy's `show stat` on its admin socket; NULL while it does not answer. */
@@ -405,8 +427,8 @@ static double run_arm(size_t arm, size_t m, size_t *per_server) {
     req.targets = targets;
     ProtobufCMessage *resp;
     char err[512];
-    if (kiln_bench_unary(r->ch, "/kiln.v1.Kiln/Compile", &req.base, &kiln__v1__compile_response__descriptor,
-                         "kiln-source-digest", hex.text, CALL_TIMEOUT_MS, &resp, err, sizeof err) != 0) {
+    if (call(r->ch, hex.text, "/kiln.v1.Kiln/Compile", &req.base, &kiln__v1__compile_response__descriptor, &resp, err,
+             sizeof err) != 0) {
       die_with_file(r->log, "%s", err);
     }
     Kiln__V1__CompileResponse *c = (Kiln__V1__CompileResponse *)resp;
@@ -568,8 +590,8 @@ int main(int argc, char **argv) {
   printf("  (rehashing by key mod N would move 3/4 of them; HAProxy's ring has weight x 16 points\n"
          "   per server, weight 100 in the config: the fewer points, the less even the shares)\n");
 
-  for (size_t ri = 0; ri < N_ROUTERS; ri++) kiln_bench_channel_close(routers[ri].ch);
-  for (size_t i = 0; i < N_NODES; i++) kiln_bench_channel_close(direct[i]);
+  for (size_t ri = 0; ri < N_ROUTERS; ri++) kiln_client_destroy(routers[ri].ch);
+  for (size_t i = 0; i < N_NODES; i++) kiln_client_destroy(direct[i]);
   kiln_free(mlp);
   kiln_bench_end();
   return 0;
