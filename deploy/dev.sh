@@ -32,7 +32,14 @@ demo() {
   mkdir -p "$root/.kiln-demo"
   echo "== starting kilnd on $addr (state in ${state#"$root"/}, log in ${log#"$root"/})"
   rm -f "$state/kilnd.addr"
-  build/daemon/kilnd --listen "$addr" --state-dir "$state" 2>"$log" &
+  local as_root=()
+  if [ "$(id -u)" -eq 0 ]; then
+    # kilnd refuses uid 0 unless told (README: Operations > Security); a fresh
+    # machine's first login is often root.
+    echo "   (running as root: kilnd gets --allow-root; deploy it as a dedicated user)"
+    as_root=(--allow-root)
+  fi
+  build/daemon/kilnd --listen "$addr" --state-dir "$state" "${as_root[@]}" 2>"$log" &
   local pid=$!
   trap 'kill -TERM $pid 2>/dev/null || true' EXIT
   for _ in $(seq 1 200); do
