@@ -32,7 +32,7 @@ import unittest
 
 import yaml
 
-from kilnharness import (KILN, KILND, START_TIMEOUT, Kilnd, KilnTestCase, clean_env,
+from kilnharness import (KILN, KILND, SANITIZED, START_TIMEOUT, Kilnd, KilnTestCase, clean_env,
                          run_kiln, run_kilnd_once)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -541,6 +541,10 @@ class Container(unittest.TestCase):
     def test_runtime_stage_installs_every_needed_library(self):
         if not shutil.which("dpkg") or not shutil.which("readelf"):
             self.skipTest("needs dpkg and readelf")
+        if SANITIZED:
+            # The image is a release build; the ASan build links more of gRPC's
+            # dependencies directly (re2, abseil) and the sanitizer runtime.
+            self.skipTest("the sanitized build's libraries are not the release image's")
         last = max(s for s, i, a in containerfile())
         installed = set()
         for s, i, a in containerfile():
@@ -555,8 +559,8 @@ class Container(unittest.TestCase):
             ldd = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
             where = dict(re.findall(r"^\s*(\S+) => (/\S+)", ldd, re.M))
             for lib in needed:
-                if lib not in where or re.match(r"lib(asan|ubsan|lsan|tsan)\.so", lib):
-                    continue  # the sanitizer build's runtime: never in a release image
+                if lib not in where:
+                    continue
                 real = os.path.realpath(where[lib])
                 pkg = None
                 for candidate in (real, re.sub(r"^/usr", "", real), "/usr" + real):
