@@ -36,6 +36,7 @@
 #include "kiln/v1/kiln.pb-c.h"
 #include "base/buf.h"
 #include "base/digest.h"
+#include "base/pem.h"
 #include "client/job.h"
 
 struct kiln_client_s {
@@ -87,29 +88,6 @@ const char *kiln_client_failed_request_id(const kiln_client_t *client) {
   return client->failed_request_id[0] ? client->failed_request_id : NULL;
 }
 
-/* A PEM file's text for `option`, NUL-terminated. */
-static kiln_status_t read_pem(const char *option, const char *path, char **out_text) {
-  *out_text = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return KILN_STATUS_ERRNO(errno, "%s %s: cannot open it", option, path);
-  kiln_buf_t text;
-  kiln_buf_init(&text);
-  char chunk[4096];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && text.len <= (1u << 20)) kiln_buf_append(&text, chunk, n);
-  int err = ferror(f) ? errno : 0;
-  fclose(f);
-  if (err || text.len == 0 || text.len > (1u << 20) || !strstr(text.data, "-----BEGIN ")) {
-    kiln_buf_deinit(&text);
-    if (err) return KILN_STATUS_ERRNO(err, "%s %s: cannot read it", option, path);
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s %s: not a PEM file (no -----BEGIN line)", option, path);
-  }
-  kiln_buf_append_char(&text, '\0');
-  *out_text = kiln_buf_take(&text);
-  kiln_buf_deinit(&text);
-  return NULL;
-}
-
 /* The channel's credentials for `options`: insecure without TLS. */
 static kiln_status_t channel_credentials(const kiln_client_options_t *options,
                                          grpc_channel_credentials **out_creds) {
@@ -126,9 +104,9 @@ static kiln_status_t channel_credentials(const kiln_client_options_t *options,
   }
   char *ca = NULL, *cert = NULL, *key = NULL;
   kiln_status_t status = NULL;
-  if (options->tls_ca) status = read_pem("--tls-ca", options->tls_ca, &ca);
-  if (!status && options->tls_cert) status = read_pem("--tls-cert", options->tls_cert, &cert);
-  if (!status && options->tls_key) status = read_pem("--tls-key", options->tls_key, &key);
+  if (options->tls_ca) status = kiln_pem_read("--tls-ca", options->tls_ca, &ca);
+  if (!status && options->tls_cert) status = kiln_pem_read("--tls-cert", options->tls_cert, &cert);
+  if (!status && options->tls_key) status = kiln_pem_read("--tls-key", options->tls_key, &key);
   if (!status) {
     grpc_ssl_pem_key_cert_pair pair = {key, cert};
     /* NULL roots: gRPC's default roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, else its bundle). */
@@ -137,12 +115,9 @@ static kiln_status_t channel_credentials(const kiln_client_options_t *options,
       status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cannot set up TLS with the given --tls-* files");
     }
   }
-  kiln_free(ca);
-  kiln_free(cert);
-  if (key) {
-    memset(key, 0, strlen(key));
-    kiln_free(key);
-  }
+  kiln_pem_free(ca);
+  kiln_pem_free(cert);
+  kiln_pem_free(key);
   return status;
 }
 

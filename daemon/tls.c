@@ -21,6 +21,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/pem.h"
 
 struct kilnd_tls_s {
   char *cert_file, *key_file, *ca_file; /* ca_file NULL: no client certificates */
@@ -30,45 +31,6 @@ struct kilnd_tls_s {
   unsigned long generation, served;
 };
 
-#define MAX_PEM_BYTES (1u << 20)
-
-static void free_secret(char *text) {
-  if (!text) return;
-  OPENSSL_cleanse(text, strlen(text));
-  kiln_free(text);
-}
-
-/* The file's text, NUL-terminated. */
-static kiln_status_t read_pem(const char *setting, const char *path, char **out_text) {
-  *out_text = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return KILN_STATUS_ERRNO(errno, "%s %s: cannot open it", setting, path);
-  kiln_buf_t text;
-  kiln_buf_init(&text);
-  char chunk[4096];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && text.len <= MAX_PEM_BYTES) kiln_buf_append(&text, chunk, n);
-  int err = ferror(f) ? errno : 0;
-  fclose(f);
-  OPENSSL_cleanse(chunk, sizeof chunk);
-  kiln_status_t status = NULL;
-  if (err) {
-    status = KILN_STATUS_ERRNO(err, "%s %s: cannot read it", setting, path);
-  } else if (text.len > MAX_PEM_BYTES) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s %s: over 1 MiB; is it a PEM file?", setting, path);
-  } else if (text.len == 0) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s %s: the file is empty", setting, path);
-  }
-  if (status) {
-    if (text.data) OPENSSL_cleanse(text.data, text.len);
-    kiln_buf_deinit(&text);
-    return status;
-  }
-  kiln_buf_append_char(&text, '\0');
-  *out_text = kiln_buf_take(&text);
-  kiln_buf_deinit(&text);
-  return NULL;
-}
 
 /* An encrypted key is refused rather than prompting on a terminal. */
 static int no_passphrase(char *buf, int size, int rwflag, void *u) {
@@ -150,13 +112,13 @@ static kiln_status_t check_set(const kilnd_tls_t *tls, const char *cert_pem, con
 static kiln_status_t load(kilnd_tls_t *tls) {
   char *cert = NULL, *key = NULL, *ca = NULL;
   char describe[sizeof tls->describe];
-  kiln_status_t status = read_pem("tls-cert", tls->cert_file, &cert);
-  if (!status) status = read_pem("tls-key", tls->key_file, &key);
-  if (!status && tls->ca_file) status = read_pem("tls-client-ca", tls->ca_file, &ca);
+  kiln_status_t status = kiln_pem_read("tls-cert", tls->cert_file, &cert);
+  if (!status) status = kiln_pem_read("tls-key", tls->key_file, &key);
+  if (!status && tls->ca_file) status = kiln_pem_read("tls-client-ca", tls->ca_file, &ca);
   if (!status) status = check_set(tls, cert, key, ca, describe, sizeof describe);
   if (status) {
     kiln_free(cert);
-    free_secret(key);
+    kiln_pem_free(key);
     kiln_free(ca);
     return status;
   }
@@ -169,7 +131,7 @@ static kiln_status_t load(kilnd_tls_t *tls) {
   tls->generation++;
   uv_mutex_unlock(&tls->lock);
   kiln_free(old_cert);
-  free_secret(old_key);
+  kiln_pem_free(old_key);
   kiln_free(old_ca);
   return NULL;
 }
@@ -247,7 +209,7 @@ void kilnd_tls_destroy(kilnd_tls_t *tls) {
   if (!tls) return;
   uv_mutex_destroy(&tls->lock);
   kiln_free(tls->cert_pem);
-  free_secret(tls->key_pem);
+  kiln_pem_free(tls->key_pem);
   kiln_free(tls->ca_pem);
   kiln_free(tls->cert_file);
   kiln_free(tls->key_file);
