@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/buf.h"
 #include "base/time.h"
 
 extern char **environ;
@@ -464,3 +465,38 @@ const char *kiln_bench_begin_fleet(const char *name, const char *base, kiln_benc
   return made;
 }
 
+
+/* ---- files ---- */
+
+char *kiln_bench_read_file(const char *path, size_t *out_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(&b, chunk, n);
+  int err = ferror(f) ? (errno ? errno : EIO) : 0;
+  fclose(f);
+  if (err) {
+    kiln_buf_deinit(&b);
+    errno = err;
+    return NULL;
+  }
+  if (out_len) *out_len = b.len;
+  return kiln_buf_take(&b);
+}
+
+char *kiln_bench_read_file_or_die(const char *path, size_t *out_len) {
+  char *text = kiln_bench_read_file(path, out_len);
+  if (!text) kiln_bench_die("cannot read %s: %s", path, strerror(errno));
+  return text;
+}
+
+void kiln_bench_pathf(char *out, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(out, PATH_MAX, fmt, ap);
+  va_end(ap);
+  if (n < 0 || n >= PATH_MAX) kiln_bench_die("a path is longer than PATH_MAX (%.120s...); pick a shorter DIR", out);
+}

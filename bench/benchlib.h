@@ -51,6 +51,19 @@ const char *kiln_bench_scratch_make(const char *base, void (*before_signal)(void
 /* Removes the scratch directory and its contents; afterwards the path reads "". */
 void kiln_bench_scratch_remove(void);
 
+/* ---- files ---- */
+
+/* The whole file at `path`, NUL-terminated (free with kiln_free), its length in
+ * *out_len (may be NULL); NULL with errno set when it cannot be opened or read. */
+char *kiln_bench_read_file(const char *path, size_t *out_len);
+
+/* kiln_bench_read_file, or kiln_bench_die naming the file and why. */
+char *kiln_bench_read_file_or_die(const char *path, size_t *out_len);
+
+/* Formats a path into `out` (PATH_MAX bytes); a longer one ends the run
+ * (kiln_bench_die: pick a shorter scratch DIR). */
+void kiln_bench_pathf(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* ---- failing ---- */
 
 /* Names the benchmark for kiln_bench_die's messages and registers what it runs

@@ -110,16 +110,6 @@ static long cores;
 static double ms(int64_t ns) { return (double)ns / 1e6; }
 static double secs(int64_t ns) { return (double)ns / 1e9; }
 
-/* Formats a path into `out` (PATH_MAX bytes); a path too long ends the run. */
-static void pathf(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void pathf(char *out, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(out, PATH_MAX, fmt, ap);
-  va_end(ap);
-  if (n < 0 || n >= PATH_MAX) kiln_bench_die("path too long under %s; pick a shorter DIR", scratch);
-}
-
 static void make_dir(const char *path) {
   if (mkdir(path, 0700) != 0) kiln_bench_die("cannot create %s: %s", path, strerror(errno));
 }
@@ -159,38 +149,25 @@ static void remove_tree(const char *path) {
 
 /* ---- JSON from the CLI ---- */
 
-/* Appends the bytes of `path` to `out`; a file that cannot be read ends the run. */
-static void read_into(const char *path, kiln_buf_t *out) {
-  FILE *f = fopen(path, "rb");
-  if (!f) kiln_bench_die("cannot open %s: %s", path, strerror(errno));
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(out, chunk, n);
-  bool bad = ferror(f);
-  fclose(f);
-  if (bad) kiln_bench_die("cannot read %s", path);
-}
-
 /* Every JSON value in `path`, one after another (a file may hold one document or
  * JSON lines). Owned by the caller (json_object_put). */
 static json_object *read_json_values(const char *path) {
-  kiln_buf_t text;
-  kiln_buf_init(&text);
-  read_into(path, &text);
+  size_t text_len = 0;
+  char *text = kiln_bench_read_file_or_die(path, &text_len);
   json_object *all = json_object_new_array();
   json_tokener *tok = json_tokener_new();
-  const char *p = text.data, *end = text.data + text.len;
+  const char *p = text, *end = text + text_len;
   while (p < end) {
     while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
     if (p == end) break;
     json_object *v = json_tokener_parse_ex(tok, p, (int)(end - p));
-    if (!v) kiln_bench_die("%s is not JSON at byte %zu", path, (size_t)(p - text.data));
+    if (!v) kiln_bench_die("%s is not JSON at byte %zu", path, (size_t)(p - text));
     json_object_array_add(all, v);
     p += json_tokener_get_parse_end(tok);
     json_tokener_reset(tok);
   }
   json_tokener_free(tok);
-  kiln_buf_deinit(&text);
+  kiln_free(text);
   return all;
 }
 
@@ -215,8 +192,8 @@ static json_object *json_find(json_object *values, const char *key) {
 
 static void kilnd_start_fresh(const char *run_dir, int workers) {
   char state[PATH_MAX], log[PATH_MAX], err[PATH_MAX + 200], w[16];
-  pathf(state, "%s/state", run_dir);
-  pathf(log, "%s/kilnd.log", run_dir);
+  kiln_bench_pathf(state, "%s/state", run_dir);
+  kiln_bench_pathf(log, "%s/kilnd.log", run_dir);
   make_dir(state);
   snprintf(w, sizeof w, "%d", workers);
   const char *extra[] = {"--workers", w, NULL};
@@ -229,8 +206,8 @@ static void kilnd_start_fresh(const char *run_dir, int workers) {
 /* GetStats' jobs.targets_compiled and jobs.tasks_fused, through `kiln stats --json`. */
 static void read_stats(const char *run_dir, run_t *run) {
   char out[PATH_MAX], err[PATH_MAX];
-  pathf(out, "%s/stats.json", run_dir);
-  pathf(err, "%s/stats.err", run_dir);
+  kiln_bench_pathf(out, "%s/stats.json", run_dir);
+  kiln_bench_pathf(err, "%s/stats.err", run_dir);
   const char *argv[] = {KILN_PATH, "--addr", kilnd.addr, "--json", "stats", NULL};
   wait_ok(spawn_or_die(argv, out, err), "kiln stats --json", err);
   json_object *values = read_json_values(out);
@@ -245,8 +222,8 @@ static void unique_compiles(const char *run_dir) {
   char errs[MAX_SOURCES][PATH_MAX];
   for (size_t s = 0; s < plan.n_sources; s++) {
     char out_dir[PATH_MAX];
-    pathf(out_dir, "%s/out-%zu", run_dir, s);
-    pathf(errs[s], "%s/compile-%zu.err", run_dir, s);
+    kiln_bench_pathf(out_dir, "%s/out-%zu", run_dir, s);
+    kiln_bench_pathf(errs[s], "%s/compile-%zu.err", run_dir, s);
     const char *argv[] = {KILN_PATH, "--addr", kilnd.addr, "compile", sources[s], "--target", targets_csv,
                           "-o",      out_dir,  NULL};
     pids[s] = spawn_or_die(argv, NULL, errs[s]);
@@ -267,9 +244,9 @@ static int64_t kilnd_tree_cpu_ns(void) {
 /* `kiln recompile FLEET -o OUT<pass> --json`; its summary into *run. */
 static void recompile(const char *run_dir, int pass, run_t *run) {
   char out_dir[PATH_MAX], json[PATH_MAX], err[PATH_MAX];
-  pathf(out_dir, "%s/out%d", run_dir, pass);
-  pathf(json, "%s/recompile%d.json", run_dir, pass);
-  pathf(err, "%s/recompile%d.err", run_dir, pass);
+  kiln_bench_pathf(out_dir, "%s/out%d", run_dir, pass);
+  kiln_bench_pathf(json, "%s/recompile%d.json", run_dir, pass);
+  kiln_bench_pathf(err, "%s/recompile%d.err", run_dir, pass);
   const char *argv[] = {KILN_PATH, "--addr", kilnd.addr, "recompile", fleet_dir, "-o", out_dir, "--json", NULL};
   wait_ok(spawn_or_die(argv, json, err), "kiln recompile", err);
   json_object *values = read_json_values(json);
@@ -303,7 +280,7 @@ static void recompile(const char *run_dir, int pass, run_t *run) {
 static run_t run_arm(arm_t arm, size_t serial) {
   static const char *const names[N_ARMS] = {"unique-n", "recompile-n", "recompile-1", "unique-1"};
   char run_dir[PATH_MAX];
-  pathf(run_dir, "%s/run-%zu-%s", scratch, serial, names[arm]);
+  kiln_bench_pathf(run_dir, "%s/run-%zu-%s", scratch, serial, names[arm]);
   make_dir(run_dir);
   bool one = arm == ARM_RECOMPILE_1 || arm == ARM_UNIQUE_1;
   kilnd_start_fresh(run_dir, one ? 1 : (int)cores);
@@ -338,23 +315,22 @@ static run_t run_arm(arm_t arm, size_t serial) {
 /* S variants of examples/convnet.mlir under scratch/sources. */
 static void write_sources(void) {
   char path[PATH_MAX], dir[PATH_MAX];
-  pathf(path, "%s/examples/convnet.mlir", KILN_SOURCE_DIR);
-  kiln_buf_t model;
-  kiln_buf_init(&model);
-  read_into(path, &model);
-  if (!strstr(model.data, "dense<0.01>")) kiln_bench_die("%s no longer holds dense<0.01>: pick another constant", path);
-  pathf(dir, "%s/sources", scratch);
+  kiln_bench_pathf(path, "%s/examples/convnet.mlir", KILN_SOURCE_DIR);
+  size_t model_len = 0;
+  char *model = kiln_bench_read_file_or_die(path, &model_len);
+  if (!strstr(model, "dense<0.01>")) kiln_bench_die("%s no longer holds dense<0.01>: pick another constant", path);
+  kiln_bench_pathf(dir, "%s/sources", scratch);
   make_dir(dir);
   for (size_t s = 0; s < plan.n_sources; s++) {
     size_t len;
-    char *text = kiln_bench_model_variant(model.data, model.len, "bench_recompile", "dense<0.01>", 0.01, s + 1, &len);
-    pathf(sources[s], "%s/convnet_%zu.mlir", dir, s);
+    char *text = kiln_bench_model_variant(model, model_len, "bench_recompile", "dense<0.01>", 0.01, s + 1, &len);
+    kiln_bench_pathf(sources[s], "%s/convnet_%zu.mlir", dir, s);
     if (kiln_bench_write_file(sources[s], text, len) != 0) {
       kiln_bench_die("cannot write %s: %s", sources[s], strerror(errno));
     }
     kiln_free(text);
   }
-  kiln_buf_deinit(&model);
+  kiln_free(model);
 }
 
 /* The fleet, by vmfb_fixtures in one process; returns the time it took. */
@@ -364,9 +340,9 @@ static int64_t write_fleet(void) {
   for (size_t s = 0; s < plan.n_sources; s++) kiln_buf_appendf(&list, "%s%s", s ? "," : "", sources[s]);
   char copies[24], out[PATH_MAX], err[PATH_MAX];
   snprintf(copies, sizeof copies, "%zu", plan.copies);
-  pathf(fleet_dir, "%s/fleet", scratch);
-  pathf(out, "%s/fleet.out", scratch);
-  pathf(err, "%s/fleet.err", scratch);
+  kiln_bench_pathf(fleet_dir, "%s/fleet", scratch);
+  kiln_bench_pathf(out, "%s/fleet.out", scratch);
+  kiln_bench_pathf(err, "%s/fleet.err", scratch);
   const char *argv[] = {VMFB_FIXTURES_PATH, "fleet",  fleet_dir, "--sources", list.data, "--targets",
                         targets_csv,        "--copies", copies,  "--embed",   NULL};
   int64_t t0 = kiln_time_monotonic_ns();
@@ -379,7 +355,7 @@ static int64_t write_fleet(void) {
 /* Whether this kiln has the recompile command at all (it came with issue 7). */
 static void require_recompile_command(void) {
   char out[PATH_MAX];
-  pathf(out, "%s/recompile-help.txt", scratch);
+  kiln_bench_pathf(out, "%s/recompile-help.txt", scratch);
   const char *argv[] = {KILN_PATH, "recompile", "--help", NULL};
   int status = kiln_bench_wait(spawn_or_die(argv, out, NULL));
   FILE *f = fopen(out, "r");

@@ -103,32 +103,10 @@ static void usage(void) {
           "  kilnd, and the fraction of keys that move when a 4th joins; scratch files under DIR\n");
 }
 
-static void pathf(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void pathf(char *out, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(out, PATH_MAX, fmt, ap);
-  va_end(ap);
-  if (n < 0 || n >= PATH_MAX) kiln_bench_die("path too long: %s", out);
-}
-
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
-}
-
-static char *read_file(const char *path, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  kiln_buf_t b;
-  kiln_buf_init(&b);
-  char chunk[8192];
-  size_t got;
-  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(&b, chunk, got);
-  fclose(f);
-  if (out_len) *out_len = b.len;
-  return kiln_buf_take(&b);
 }
 
 static bool find_haproxy(void) {
@@ -145,7 +123,7 @@ static bool find_haproxy(void) {
 /* kiln_bench_die after printing the end of `path` (HAProxy's log). */
 static _Noreturn void die_with_file(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static _Noreturn void die_with_file(const char *path, const char *fmt, ...) {
-  char *text = read_file(path, NULL);
+  char *text = kiln_bench_read_file(path, NULL);
   if (text) {
     size_t len = strlen(text);
     fprintf(stderr, "bench_scale: %s says:\n%s\n", path, len > 4000 ? text + len - 4000 : text);
@@ -185,8 +163,8 @@ static int call(kiln_client_t *client, const char *route, const char *method, co
 
 static void node_start(size_t i, long workers) {
   char state[PATH_MAX], log[PATH_MAX], w[32], err[PATH_MAX + 200];
-  pathf(state, "%s/node%zu", scratch, i);
-  pathf(log, "%s/node%zu.log", scratch, i);
+  kiln_bench_pathf(state, "%s/node%zu", scratch, i);
+  kiln_bench_pathf(log, "%s/node%zu.log", scratch, i);
   snprintf(w, sizeof w, "%ld", workers);
   /* After benchlib's --metrics-listen off (the last one wins): HAProxy checks /readyz. */
   const char *extra[] = {"--workers", w, "--metrics-listen", "127.0.0.1:0", NULL};
@@ -199,11 +177,11 @@ static void node_start(size_t i, long workers) {
 /* The HTTP port kilnd published in STATE/kilnd.metrics-addr. */
 static int node_metrics_port(size_t i) {
   char path[PATH_MAX];
-  pathf(path, "%s/kilnd.metrics-addr", nodes[i].state_dir);
+  kiln_bench_pathf(path, "%s/kilnd.metrics-addr", nodes[i].state_dir);
   int64_t until = kiln_time_monotonic_ns() + (int64_t)READY_TIMEOUT_MS * 1000000;
   while (kiln_time_monotonic_ns() < until) {
     size_t len;
-    char *text = read_file(path, &len);
+    char *text = kiln_bench_read_file(path, &len);
     if (text && len > 0 && text[len - 1] == '\n') {
       const char *colon = strrchr(text, ':');
       int port = colon ? atoi(colon + 1) : 0;
@@ -283,9 +261,9 @@ static int free_port(void) {
 static void router_start(size_t ri, const char *shipped, const int *metrics_port) {
   router_t *r = &routers[ri];
   char cfg[PATH_MAX];
-  pathf(cfg, "%s/haproxy-%s.cfg", scratch, r->name);
-  pathf(r->admin, "%s/haproxy-%s.sock", scratch, r->name);
-  pathf(r->log, "%s/haproxy-%s.log", scratch, r->name);
+  kiln_bench_pathf(cfg, "%s/haproxy-%s.cfg", scratch, r->name);
+  kiln_bench_pathf(r->admin, "%s/haproxy-%s.sock", scratch, r->name);
+  kiln_bench_pathf(r->log, "%s/haproxy-%s.log", scratch, r->name);
   snprintf(r->addr, sizeof r->addr, "127.0.0.1:%d", free_port());
   char *text = render_config(shipped, r, metrics_port);
   if (kiln_bench_write_file(cfg, text, strlen(text)) != 0) kiln_bench_die("cannot write %s: %s", cfg, strerror(errno));
@@ -495,11 +473,11 @@ int main(int argc, char **argv) {
 
   scratch = kiln_bench_begin_fleet("bench_scale", dir, nodes, N_NODES, router_pids, N_ROUTERS);
   size_t shipped_len;
-  char *shipped = read_file(router_cfg_path, &shipped_len);
+  char *shipped = kiln_bench_read_file(router_cfg_path, &shipped_len);
   if (!shipped) kiln_bench_die("cannot read %s: %s", router_cfg_path, strerror(errno));
   char mlp_path[PATH_MAX];
-  pathf(mlp_path, "%s/examples/mlp.mlir", KILN_SOURCE_DIR);
-  mlp = read_file(mlp_path, &mlp_len);
+  kiln_bench_pathf(mlp_path, "%s/examples/mlp.mlir", KILN_SOURCE_DIR);
+  mlp = kiln_bench_read_file(mlp_path, &mlp_len);
   if (!mlp) kiln_bench_die("cannot read %s: %s", mlp_path, strerror(errno));
 
   /* Nodes one after another: each start time (ms) then names its node. */

@@ -167,23 +167,6 @@ static void path_join(char *out, const char *dir, const char *name) {
   }
 }
 
-static char *read_file(const char *path, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) kiln_bench_die("cannot open %s: %s", path, strerror(errno));
-  size_t cap = 4096, len = 0;
-  char *data = kiln_malloc(cap + 1);
-  size_t n;
-  while ((n = fread(data + len, 1, cap - len, f)) > 0) {
-    len += n;
-    if (len == cap) data = kiln_realloc(data, (cap *= 2) + 1);
-  }
-  if (ferror(f)) kiln_bench_die("cannot read %s", path);
-  fclose(f);
-  data[len] = '\0';
-  *out_len = len;
-  return data;
-}
-
 static void fill_random(unsigned char *buf, size_t len) {
   uint64_t state = 0x6b696c6e73727663ull; /* fixed: runs are repeatable */
   kiln_bench_fill_random(buf, len, &state);
@@ -481,7 +464,7 @@ static int64_t kilnc_cold(bool all) {
     int status = run_process(argv, err_path);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       size_t n;
-      char *err = read_file(err_path, &n);
+      char *err = kiln_bench_read_file_or_die(err_path, &n);
       kiln_bench_die("%s %s -t %s failed (status 0x%x): %.400s", KILNC_PATH, path, argv[3], status, err);
     }
   }
@@ -1104,7 +1087,7 @@ int main(int argc, char **argv) {
   path_join(kilnd.log_path, scratch, "kilnd.log");
   char model_path[PATH_MAX];
   path_join(model_path, KILN_SOURCE_DIR, "examples/mlp.mlir");
-  model = read_file(model_path, &model_len);
+  model = kiln_bench_read_file_or_die(model_path, &model_len);
 
   char digest[65], blob_path[PATH_MAX];
   if (mkdir(kilnd.state_dir, 0700) != 0) kiln_bench_die("cannot create %s: %s", kilnd.state_dir, strerror(errno));
