@@ -4,7 +4,9 @@
 # Runs apt-get as root, or through sudo.
 set -euo pipefail
 
-packages=(
+# What building kiln needs (`deps.sh --build` installs only these: the container
+# image's build stage), then what testing it needs on top.
+build_packages=(
   # toolchain
   build-essential cmake pkg-config
   # LLVM/MLIR 22: the built-in compiler; lld links AMDGPU code objects
@@ -20,6 +22,8 @@ packages=(
   # observability: /metrics, /healthz and /readyz over libmicrohttpd (a well-kept
   # HTTP/1.1 server: no hand-written HTTP parsing); sd_notify readiness from libsystemd
   libmicrohttpd-dev libsystemd-dev
+)
+test_packages=(
   # tests: cmocka units; the interop client is Python with Debian's grpcio
   libcmocka-dev protobuf-compiler python3 python3-grpcio python3-protobuf valgrind
   # test_deploy parses the Kubernetes manifests (deploy/k8s) with PyYAML
@@ -34,6 +38,12 @@ packages=(
   # the VMFB reader's libFuzzer target (clang with its runtime)
   clang-22 libclang-rt-22-dev
 )
+
+case "${1:-}" in
+  "") packages=("${build_packages[@]}" "${test_packages[@]}") ;;
+  --build) packages=("${build_packages[@]}") ;;
+  *) echo "usage: deploy/deps.sh [--build]  (--build: only what building needs)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

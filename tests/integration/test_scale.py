@@ -37,6 +37,10 @@ KILN = "/kiln.v1.Kiln/"
 HAPROXY = shutil.which("haproxy") or (os.path.exists("/usr/sbin/haproxy") and "/usr/sbin/haproxy") or None
 ROUTER_CFG = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "haproxy",
                                           "haproxy.cfg"))
+# The Kubernetes router's config (deploy/k8s/router.yaml): the same file with a
+# servers block naming the StatefulSet's replicas. deploy/container/smoke.sh runs
+# it in the router image over kilnd containers under those names.
+K8S_ROUTER_CFG = os.path.join(os.path.dirname(os.path.dirname(ROUTER_CFG)), "k8s", "haproxy.cfg")
 MLP = os.path.join(EXAMPLES, "mlp.mlir")
 TARGET = "sm_89"
 # Under valgrind kilnd answers (and becomes ready) several times slower.
@@ -175,6 +179,30 @@ class ConfigTest(unittest.TestCase):
                 r = subprocess.run([HAPROXY, "-c", "-f", ROUTER_CFG], capture_output=True, text=True,
                                    env=clean_env(**extra))
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_k8s_router_config_differs_only_in_its_servers(self):
+        with open(ROUTER_CFG) as f:
+            shipped = f.read()
+        with open(K8S_ROUTER_CFG) as f:
+            k8s = f.read()
+        self.assertEqual(SERVERS_BLOCK.sub("", k8s), SERVERS_BLOCK.sub("", shipped),
+                         "deploy/k8s/haproxy.cfg must be deploy/haproxy/haproxy.cfg with its own servers "
+                         "block: copy the edited file over it, keeping that block")
+        servers = [l for l in SERVERS_BLOCK.search(k8s).group(0).splitlines() if l.strip().startswith("server ")]
+        self.assertGreaterEqual(len(servers), 3)
+        for line in servers:
+            self.assertRegex(line, r"\bid \d+\b", "every server has a fixed id (its ring position)")
+
+    def test_k8s_router_config_is_valid(self):
+        # As the router Deployment runs it. The replicas' names do not resolve here:
+        # HAProxy must start with them in maintenance (init-addr none), not refuse.
+        with tempfile.TemporaryDirectory(prefix="kiln-router-") as tmp:
+            env = clean_env(POD_NAMESPACE="kiln", KILN_ROUTER_UNPRIVILEGED="1", KILN_ROUTER_HEALTH=":7479",
+                            KILN_ROUTER_ADMIN=os.path.join(tmp, "admin.sock"))
+            r = subprocess.run([HAPROXY, "-c", "-f", K8S_ROUTER_CFG], capture_output=True, text=True,
+                               env=env, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn("ALERT", r.stdout + r.stderr)
 
     def test_tests_replace_only_the_servers_block(self):
         with open(ROUTER_CFG) as f:
