@@ -52,8 +52,13 @@ int kiln_cli_info(const kiln_cli_settings_t *settings, kiln_client_t *client, in
            info->hostname, up.data);
     kiln_buf_deinit(&up);
     if (info->compiler) {
-      printf("compiler   %s %s (LLVM %s, MLIR %s)\n", info->compiler->name, info->compiler->version,
-             info->compiler->llvm_version, info->compiler->mlir_version);
+      /* Empty LLVM and MLIR versions: an external compiler, or no worker of
+       * kilnd's had said hello in time (kilnd links no compiler to ask). */
+      const Kiln__V1__CompilerIdentity *c = info->compiler;
+      printf("compiler   %s %s", c->name, c->version);
+      if (*c->llvm_version) printf(" (LLVM %s, MLIR %s)", c->llvm_version, c->mlir_version);
+      if (!*c->llvm_version && !strcmp(c->name, "kiln-mlir")) printf(" (no compile worker ready yet)");
+      printf("\n");
     }
     printf("artifacts  HAL module version %u (HAL 0.%u), VM bytecode %u.%u\n",
            info->hal_module_version, info->hal_module_version, info->vm_bytecode_version_major,

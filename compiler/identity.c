@@ -1,7 +1,10 @@
 /* Compiler identity. The only state is the LLVM version string, formatted once
  * under pthread_once from LLVMGetVersion (the library actually loaded, which may
  * be a newer patch release than the headers kiln was built with) into a static
- * buffer that is read-only afterwards. */
+ * buffer that is read-only afterwards. The ABI versions of identity.h live in
+ * abi.c: kiln_compiler is a static archive, linked object by object, and kilnd
+ * uses them without linking libLLVM, which this object's LLVMGetVersion would
+ * pull in. */
 #include "compiler/identity.h"
 
 #include <pthread.h>
@@ -29,10 +32,4 @@ void kiln_compiler_identity_get(kiln_compiler_identity_t *out_identity) {
   out_identity->version = KILN_VERSION;
   out_identity->llvm_version = llvm_version;
   out_identity->mlir_version = llvm_version;
-}
-
-uint32_t kiln_compiler_hal_module_version(void) { return KILN_HAL_MODULE_VERSION; }
-
-uint32_t kiln_compiler_vm_bytecode_version(void) {
-  return (KILN_VM_BYTECODE_VERSION_MAJOR << 16) | KILN_VM_BYTECODE_VERSION_MINOR;
 }

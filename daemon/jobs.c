@@ -204,6 +204,7 @@ struct kilnd_jobs_s {
   kiln_cache_t *cache;
   kilnd_jobs_options_t options;
   char *compiler;
+  kilnd_compiler_info_t identity; /* the same compiler, field by field; set with it */
   kilnd_workers_t *workers;
   uv_async_t kick;
   uv_timer_t sweep;
@@ -1288,6 +1289,7 @@ static void on_task_event(void *user, uint64_t task_id, const kilnd_task_event_t
     case KILND_TASK_WORKER_READY:
       if (!jobs->compiler && kilnd_workers_compiler(jobs->workers)) {
         jobs->compiler = kiln_strdup(kilnd_workers_compiler(jobs->workers));
+        kilnd_workers_identity(jobs->workers, &jobs->identity);
         uv_cond_broadcast(&jobs->ready);
         start_readmit(jobs);
         if (jobs->on_ready) jobs->on_ready(jobs->on_ready_user);
@@ -2064,6 +2066,15 @@ const char *kilnd_jobs_compiler(kilnd_jobs_t *jobs) {
   const char *c = jobs->compiler;
   uv_mutex_unlock(&jobs->mu);
   return c;
+}
+
+bool kilnd_jobs_identity(kilnd_jobs_t *jobs, kilnd_compiler_info_t *out_info) {
+  memset(out_info, 0, sizeof *out_info);
+  uv_mutex_lock(&jobs->mu);
+  bool known = jobs->compiler != NULL;
+  if (known) *out_info = jobs->identity;
+  uv_mutex_unlock(&jobs->mu);
+  return known;
 }
 
 void kilnd_jobs_drain(kilnd_jobs_t *jobs) {

@@ -228,6 +228,13 @@ const char *kilnd_jobs_compiler(kilnd_jobs_t *jobs);
  * blocks). NULL when none came. */
 const char *kilnd_jobs_compiler_wait(kilnd_jobs_t *jobs, int64_t timeout_ms);
 
+/* The workers' compiler field by field (workers.h: kilnd_compiler_info_t), from
+ * the first worker's Hello: copied into *out_info (caller-owned) under the lock,
+ * returning true; false, with *out_info cleared, while no worker has said Hello.
+ * kilnd itself links no compiler, so this is the only truthful identity it has.
+ * Thread-safe. */
+bool kilnd_jobs_identity(kilnd_jobs_t *jobs, kilnd_compiler_info_t *out_info);
+
 typedef struct kilnd_jobs_stats_s {
   uint64_t queued, running, done, failed, cancelled, submitted, merged_requests;
   uint64_t targets_compiled, targets_failed, compile_ms_total;

@@ -22,17 +22,28 @@
  * files and the token file are read and checked before anything else starts; a
  * half configuration or a bad file is a settings error (exit 2).
  *
+ * kilnd links no compiler (kiln-worker does; kilnd takes only target tables and
+ * the VMFB reader from kiln_compiler, so it never maps libLLVM). The compiler
+ * identity it reports is therefore the workers': GetServerInfo and the
+ * kiln_build_info metric take it from the first worker's Hello, and --version
+ * runs the worker it would spawn with --version.
+ *
  * Exit codes: 0 clean stop (also after --help, --version, --print-config, and a
  * --verify that found nothing wrong); 1 could not start (address in use, state
  * directory or cache unusable) or failed while running; 2 bad flags, environment
  * or config file (also: unusable TLS or token files, or running as root without
  * allow-root); 3 --verify found problems (repaired unless --dry-run).
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <systemd/sd-daemon.h>
 #include <stdbool.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -41,7 +52,7 @@
 #include "base/time.h"
 #include "cache/cache.h"
 #include "cache/jobstore.h"
-#include "compiler/identity.h"
+#include "compiler/identity.h" /* the ABI version macros only: kilnd links no compiler */
 #include "daemon/auth.h"
 #include "daemon/http.h"
 #include "daemon/jobs.h"
@@ -80,7 +91,7 @@ typedef struct daemon_s {
   kiln_cache_t *cache;
   bool jobs_closed; /* the engine is closing or gone: read it no more */
   bool ready_sent;
-  char compiler[256];
+  char compiler[256]; /* the workers' compiler (kilnd_jobs_compiler); "" until known */
 } daemon_t;
 
 /* On SIGTERM: no new jobs; watchers end UNAVAILABLE; workers stop. Unfinished
@@ -105,7 +116,11 @@ static void on_jobs_ready(void *user) {
 static void collect_metrics(void *user, kilnd_metrics_snapshot_t *snap) {
   daemon_t *d = user;
   snap->version = KILN_VERSION;
-  snap->compiler = d->compiler;
+  if (!d->compiler[0] && d->jobs && !d->jobs_closed) {
+    const char *compiler = kilnd_jobs_compiler(d->jobs); /* set once, at the first Hello */
+    if (compiler) snprintf(d->compiler, sizeof d->compiler, "%s", compiler);
+  }
+  snprintf(snap->compiler, sizeof snap->compiler, "%s", d->compiler);
   snap->start_unix_ms = kilnd_server_start_unix_ms(d->server);
   snap->uptime_ms = kiln_time_unix_ms() - snap->start_unix_ms;
   snap->draining = kilnd_server_draining(d->server);
@@ -180,6 +195,130 @@ static kiln_status_t open_cache(const kilnd_settings_t *settings, const kilnd_st
   return status;
 }
 
+/* How long `kiln-worker --version` may take (it loads libLLVM: well under a second). */
+#define WORKER_VERSION_TIMEOUT_MS 10000
+
+/* Runs `worker [--external COMPILER] --version` (stdin /dev/null, stdout and
+ * stderr into one pipe) and returns what it printed (heap, caller frees) on exit
+ * status 0; otherwise NULL with *out_why (heap) saying what went wrong. */
+static char *run_worker_version(const char *worker, const char *external, char **out_why) {
+  *out_why = NULL;
+  kiln_buf_t why;
+  kiln_buf_init(&why);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    kiln_buf_appendf(&why, "cannot make a pipe: %s", strerror(errno));
+    *out_why = kiln_buf_take(&why);
+    return NULL;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
+  char *argv[5];
+  int argc = 0;
+  argv[argc++] = (char *)worker;
+  if (external) {
+    argv[argc++] = "--external";
+    argv[argc++] = (char *)external;
+  }
+  argv[argc++] = "--version";
+  argv[argc] = NULL;
+  extern char **environ;
+  pid_t pid;
+  int err = posix_spawn(&pid, worker, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  if (err) {
+    close(fds[0]);
+    kiln_buf_appendf(&why, "cannot run %s: %s; install kiln-worker next to kilnd or set worker-path",
+                     worker, strerror(err));
+    *out_why = kiln_buf_take(&why);
+    return NULL;
+  }
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  int64_t deadline = kiln_time_monotonic_ns() + (int64_t)WORKER_VERSION_TIMEOUT_MS * 1000000;
+  bool timed_out = false;
+  for (;;) {
+    int64_t left_ms = (deadline - kiln_time_monotonic_ns()) / 1000000;
+    struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+    int ready = left_ms > 0 ? poll(&pfd, 1, (int)left_ms + 1) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      timed_out = true;
+      kill(pid, SIGKILL);
+      break;
+    }
+    char chunk[4096];
+    ssize_t got = read(fds[0], chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    if (out.len < 65536) kiln_buf_append(&out, chunk, (size_t)got);
+  }
+  close(fds[0]);
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  /* The first line, for the reasons below. */
+  const char *text = out.data ? out.data : "";
+  int first_len = (int)strcspn(text, "\n");
+  if (timed_out) {
+    kiln_buf_appendf(&why, "%s --version did not finish within %d s", worker,
+                     WORKER_VERSION_TIMEOUT_MS / 1000);
+  } else if (WIFSIGNALED(wstatus)) {
+    kiln_buf_appendf(&why, "%s --version was killed by signal %d (%s)", worker, WTERMSIG(wstatus),
+                     strsignal(WTERMSIG(wstatus)));
+  } else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+    kiln_buf_appendf(&why, "%s --version exited with status %d%s%.*s", worker,
+                     WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, first_len ? ": " : "", first_len, text);
+  }
+  if (why.len) {
+    kiln_buf_deinit(&out);
+    *out_why = kiln_buf_take(&why);
+    return NULL;
+  }
+  kiln_buf_deinit(&why);
+  char *result = kiln_strdup(text);
+  kiln_buf_deinit(&out);
+  return result;
+}
+
+/* kilnd --version: kilnd's own line, then the compiler it would use. kilnd links
+ * no compiler, so that is whatever the worker it would spawn reports
+ * (daemon/worker_main.c: "kiln-worker 0.1.0 (compiler IDENTITY)"). A worker that
+ * cannot say makes it "compiler: unavailable (REASON)"; the exit status stays 0. */
+static void print_version(const kilnd_settings_t *settings) {
+  char *worker = default_worker_path(settings->worker_path);
+  const char *external = *settings->external_compiler ? settings->external_compiler : NULL;
+  char *why = NULL;
+  char *out = run_worker_version(worker, external, &why);
+  printf("kilnd %s (HAL module version %u, VM bytecode %u.%u); ", KILN_VERSION, KILN_HAL_MODULE_VERSION,
+         KILN_VM_BYTECODE_VERSION_MAJOR, KILN_VM_BYTECODE_VERSION_MINOR);
+  if (out) {
+    static const char marker[] = "(compiler ";
+    char *identity = strstr(out, marker);
+    if (identity) {
+      identity[strcspn(identity, "\n")] = '\0';
+      identity += sizeof marker - 1;
+    }
+    char *close = identity ? strrchr(identity, ')') : NULL; /* the last: identities nest them */
+    if (close && close > identity) {
+      printf("compiler: %.*s (%s)\n", (int)(close - identity), identity, worker);
+    } else {
+      out[strcspn(out, "\n")] = '\0';
+      printf("compiler: unavailable (%s --version printed no compiler identity, \"%s\": set worker-path "
+             "to kiln-worker)\n", worker, out);
+    }
+  } else {
+    printf("compiler: unavailable (%s)\n", why);
+  }
+  kiln_free(out);
+  kiln_free(why);
+  kiln_free(worker);
+}
+
 static void print_usage(const kiln_config_table_t *table) {
   printf("usage: kilnd [--listen ADDR] [--state-dir DIR] [--config FILE] [options]\n\n"
          "The kiln compile daemon: serves the kiln.v1.Kiln gRPC service.\n\n"
@@ -211,11 +350,7 @@ int main(int argc, char **argv) {
     if (settings.help) {
       print_usage(table);
     } else if (settings.version) {
-      kiln_compiler_identity_t id;
-      kiln_compiler_identity_get(&id);
-      printf("kilnd %s (compiler %s %s, LLVM %s, HAL module version %u, VM bytecode %u.%u)\n",
-             KILN_VERSION, id.name, id.version, id.llvm_version, KILN_HAL_MODULE_VERSION,
-             KILN_VM_BYTECODE_VERSION_MAJOR, KILN_VM_BYTECODE_VERSION_MINOR);
+      print_version(&settings);
     } else {
       kiln_buf_t dump;
       kiln_buf_init(&dump);
@@ -276,11 +411,6 @@ int main(int argc, char **argv) {
   kilnd_jobs_t *jobs = NULL;
   kilnd_http_t *http = NULL;
   daemon_t kd = {.server = server, .cache = cache};
-  {
-    kiln_compiler_identity_t id;
-    kiln_compiler_identity_get(&id);
-    snprintf(kd.compiler, sizeof kd.compiler, "%s %s llvm %s", id.name, id.version, id.llvm_version);
-  }
   kiln_jobstore_t *store = NULL;
   char *worker_path = NULL, *crash_dir = NULL;
   if (!status) {

@@ -49,7 +49,10 @@ void kilnd_histograms_observe(kilnd_histograms_t *h, const char *target, double 
 
 typedef struct kilnd_metrics_snapshot_s {
   const char *version;  /* static storage */
-  const char *compiler; /* static storage: the built-in compiler's identity */
+  /* The workers' compiler as cache keys spell it ("kiln-mlir 0.1.0 llvm 22.1.8"),
+   * from the first worker's Hello; "" until then. A copy: kilnd links no compiler
+   * of its own to ask, and the snapshot outlives the loop turn that took it. */
+  char compiler[256];
   int64_t start_unix_ms;
   int64_t uptime_ms;
   bool listening; /* the gRPC server is bound and accepting */

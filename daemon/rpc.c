@@ -19,8 +19,8 @@
 #define STREAM(path, request, kind, entry) {path, &request##__descriptor, NULL, false, false, kind, entry}
 
 static const kilnd_method_t methods[] = {
-    UNARY("/kiln.v1.Kiln/GetServerInfo", kiln__v1__get_server_info_request,
-          kilnd_rpc_get_server_info, false),
+    UNARY_TRY_ON_LOOP("/kiln.v1.Kiln/GetServerInfo", kiln__v1__get_server_info_request,
+                      kilnd_rpc_get_server_info),
     UNARY("/kiln.v1.Kiln/GetStats", kiln__v1__get_stats_request, kilnd_rpc_get_stats, false),
     UNARY("/kiln.v1.Kiln/GetCacheStats", kiln__v1__get_cache_stats_request,
           kilnd_rpc_get_cache_stats, true),

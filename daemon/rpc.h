@@ -27,8 +27,10 @@
 
 /* What handlers may read about the server. Owned by the server; borrowed.
  * Offloaded handlers (kilnd_method_t.offload) run on a worker thread and may use
- * only `settings` (read-only after start-up) and `cache` (thread-safe); the rest
- * is loop-thread state. */
+ * only `settings` (read-only after start-up), `cache` (thread-safe), the
+ * thread-safe calls of `jobs`, and the fields fixed at start-up
+ * (`start_unix_ms`, `start_monotonic_ns`, `hostname`); the rest is loop-thread
+ * state. */
 typedef struct kilnd_rpc_env_s {
   const kilnd_settings_t *settings;
   kiln_cache_t *cache; /* thread-safe */
@@ -127,7 +129,8 @@ const char *const *kilnd_rpc_known_paths(void);
  * path that is not in the contract at all. Thread-safe. */
 kiln_status_t kilnd_rpc_unserved(const char *path);
 
-/* Handlers (one rpc_<method>.c each). */
+/* Handlers (one rpc_<method>.c each). GetServerInfo is tried on the loop and goes
+ * to the pool only to wait for the first worker's Hello (the compiler identity). */
 kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                         const ProtobufCMessage *request,
                                         ProtobufCMessage **out_response);
@@ -186,16 +189,12 @@ uint64_t kilnd_chunk_size(const kilnd_settings_t *settings);
 /* Largest source PutSource accepts (the contract's max_source_bytes); a larger
  * size_bytes is RESOURCE_EXHAUSTED before any data is read. */
 #define KILND_MAX_SOURCE_BYTES ((uint64_t)2 << 30)
-/* This server's compiler identity as cache keys spell it:
- * "<name> <version> llvm <llvm version>", e.g. "kiln-mlir 0.1.0 llvm 22.1.8".
- * Static storage. Thread-safe. */
-const char *kilnd_compiler_identity_key(void);
-
 /* The cache key Compile and GetArtifact use for (source, target, flags): the
  * source's digest as uploaded, the target's canonical id, the flags as
- * kilnd_flags_normalize (flags.h) returned them, and this server's compiler
- * identity (kilnd_compiler_identity_key), HAL module and VM bytecode versions.
- * INVALID_ARGUMENT for a malformed part. Thread-safe. */
+ * kilnd_flags_normalize (flags.h) returned them, the compiler identity
+ * `compiler` (the workers', kilnd_jobs_compiler: "kiln-mlir 0.1.0 llvm 22.1.8"),
+ * and the HAL module and VM bytecode versions. INVALID_ARGUMENT for a malformed
+ * part. Thread-safe. */
 kiln_status_t kilnd_artifact_key(const char *compiler, const char *source_digest, const kiln_target_t *target,
                                  char *const *normalized_flags, size_t n_flags,
                                  kiln_digest_hex_t *out_key);

@@ -1,6 +1,5 @@
 /* GetArtifact: one artifact, streamed as a metadata message and then data chunks;
- * and the helpers the artifact RPCs share (compiler identity, cache keys,
- * ArtifactMetadata).
+ * and the helpers the artifact RPCs share (cache keys, ArtifactMetadata).
  *
  * Flow (a server-streaming handler on the loop; every SQLite and disk step runs on
  * libuv's pool, and the loop only sends):
@@ -26,7 +25,6 @@
  * Cancellation: on_cancel sets an atomic flag that the pool work polls between
  * reads; whichever step is outstanding (a pool job or a send) then ends the call.
  */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,26 +42,11 @@
 
 /* ---- shared helpers --------------------------------------------------------------- */
 
-static char identity_key[160];
-static pthread_once_t identity_once = PTHREAD_ONCE_INIT;
-
-static void format_identity_key(void) {
-  kiln_compiler_identity_t id;
-  kiln_compiler_identity_get(&id);
-  snprintf(identity_key, sizeof identity_key, "%s %s llvm %s", id.name, id.version,
-           id.llvm_version);
-}
-
 uint64_t kilnd_chunk_size(const kilnd_settings_t *settings) {
   /* A data message is the bytes plus a few tag and length bytes; 1 KiB is room to
    * spare. max-message-bytes is at least 64 KiB (settings.c). */
   uint64_t room = settings->max_message_bytes > 1024 ? settings->max_message_bytes - 1024 : 1;
   return room < KILND_CHUNK_SIZE_BYTES ? room : KILND_CHUNK_SIZE_BYTES;
-}
-
-const char *kilnd_compiler_identity_key(void) {
-  pthread_once(&identity_once, format_identity_key);
-  return identity_key;
 }
 
 kiln_status_t kilnd_artifact_key(const char *compiler, const char *source_digest, const kiln_target_t *target,

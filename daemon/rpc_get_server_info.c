@@ -1,39 +1,64 @@
 /* GetServerInfo: who this kilnd is, what it compiles with, for which targets, and
- * which HAL module and VM bytecode versions its artifacts carry. Pure: reads the
- * static target registry and the compiler identity. */
+ * which HAL module and VM bytecode versions its artifacts carry. Reads the static
+ * target registry and the workers' compiler identity.
+ *
+ * kilnd links no compiler (kiln-worker does), so the compiler identity is the one
+ * the first worker's Hello named, which is also what the cache keys use. On the
+ * loop the call answers at once when that is known; otherwise it goes to the
+ * thread pool and waits for the first Hello (at most WORKER_WAIT_MS, and never
+ * past the client's deadline), so a client that asks right after start-up still
+ * learns the real compiler. When none came: name "kiln-mlir", version
+ * KILN_VERSION, empty LLVM and MLIR versions. */
 #include <string.h>
 
+#include "base/time.h"
 #include "compiler/identity.h"
 #include "compiler/targets.h"
 #include "daemon/jobs.h"
 #include "daemon/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
+/* How long a GetServerInfo waits for the first worker: kiln-worker is ready well
+ * under a second after start, so this only covers a loaded or slow machine. */
+#define WORKER_WAIT_MS 5000
+
+/* The workers' identity into *out, waiting for it only where the call may block.
+ * False when it is not known (yet). */
+static bool workers_identity(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+                             kilnd_compiler_info_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!env->jobs) return false;
+  if (kilnd_jobs_identity(env->jobs, out)) return true;
+  if (!call->may_block) return false;
+  /* Leave room to answer before the deadline: a tenth of it, at least 100 ms. */
+  int64_t left_ms = (call->deadline_monotonic_ns - kiln_time_monotonic_ns()) / 1000000;
+  int64_t room_ms = left_ms / 10 > 100 ? left_ms / 10 : 100;
+  int64_t wait_ms = left_ms - room_ms < WORKER_WAIT_MS ? left_ms - room_ms : WORKER_WAIT_MS;
+  if (wait_ms > 0) kilnd_jobs_compiler_wait(env->jobs, wait_ms);
+  return kilnd_jobs_identity(env->jobs, out);
+}
+
 kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                         const ProtobufCMessage *request,
                                         ProtobufCMessage **out_response) {
   kiln_arena_t *arena = call->arena;
   (void)request; /* no fields */
+  kilnd_compiler_info_t id;
+  bool known = workers_identity(env, call, &id);
+  if (!known && env->jobs && !call->may_block && call->run_off_loop) {
+    *call->run_off_loop = true; /* wait on the pool for the first worker */
+    return NULL;
+  }
   Kiln__V1__GetServerInfoResponse *resp = kiln_arena_alloc(arena, sizeof *resp);
   kiln__v1__get_server_info_response__init(resp);
   resp->kiln_version = kiln_arena_strdup(arena, KILN_VERSION);
 
-  kiln_compiler_identity_t id;
-  kiln_compiler_identity_get(&id);
   Kiln__V1__CompilerIdentity *compiler = kiln_arena_alloc(arena, sizeof *compiler);
   kiln__v1__compiler_identity__init(compiler);
-  compiler->name = kiln_arena_strdup(arena, id.name);
-  compiler->version = kiln_arena_strdup(arena, id.version);
-  compiler->llvm_version = kiln_arena_strdup(arena, id.llvm_version);
-  compiler->mlir_version = kiln_arena_strdup(arena, id.mlir_version);
-  /* With an external compiler the workers' identity is what keys the cache. */
-  const char *workers = env->jobs ? kilnd_jobs_compiler(env->jobs) : NULL;
-  if (workers && strncmp(workers, "external ", 9) == 0) {
-    compiler->name = kiln_arena_strdup(arena, "external");
-    compiler->version = kiln_arena_strdup(arena, workers + 9);
-    compiler->llvm_version = kiln_arena_strdup(arena, "");
-    compiler->mlir_version = kiln_arena_strdup(arena, "");
-  }
+  compiler->name = kiln_arena_strdup(arena, known ? id.name : "kiln-mlir");
+  compiler->version = kiln_arena_strdup(arena, known ? id.version : KILN_VERSION);
+  compiler->llvm_version = kiln_arena_strdup(arena, known ? id.llvm_version : "");
+  compiler->mlir_version = kiln_arena_strdup(arena, known ? id.mlir_version : "");
   resp->compiler = compiler;
 
   /* Every target Compile accepts: the GPU ones (the host CPU has no VMFB format). */

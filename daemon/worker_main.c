@@ -2,6 +2,7 @@
  *
  *   kiln-worker [--jobs N] [--memory-limit BYTES] [--log-level L]
  *               [--external COMPILER [--external-args TEMPLATE]] [--test-hooks]
+ *   kiln-worker [--external COMPILER] --version
  *
  * Design. kilnd never compiles in its own process: it runs N of these and talks to
  * each over stdin/stdout with length-prefixed kiln.worker.v1 messages
@@ -55,8 +56,14 @@
  *                         --memory-limit it fails the task's targets with
  *                         FAILED_PRECONDITION instead of eating the machine
  *
- * Exit status: 0 stdin closed; 1 kilnd went away or sent something broken;
- * 2 bad arguments or the compiler could not be set up.
+ * --version prints the compiler this worker would compile with, on one line,
+ * and exits: "kiln-worker 0.1.0 (compiler kiln-mlir 0.1.0, LLVM 22.1.8)", or with
+ * --external "kiln-worker 0.1.0 (compiler external PATH (ITS --version))". kilnd
+ * links no compiler, so `kilnd --version` runs this and reports what is inside
+ * "(compiler ...)" (daemon/main.c reads it back: keep the form).
+ *
+ * Exit status: 0 stdin closed (or --help, --version); 1 kilnd went away or sent
+ * something broken; 2 bad arguments or the compiler could not be set up.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -120,6 +127,7 @@ typedef struct options_s {
   const char *external;
   const char *external_args;
   bool test_hooks;
+  bool version; /* --version: print the compiler identity and exit */
   kiln_log_level_t log_level;
 } options_t;
 
@@ -957,8 +965,9 @@ static void compile_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task)
 static void usage(void) {
   fputs("usage: kiln-worker [--jobs N] [--memory-limit BYTES] [--log-level L]\n"
         "                   [--external COMPILER [--external-args TEMPLATE]] [--test-hooks]\n"
+        "       kiln-worker [--external COMPILER] --version\n"
         "A compile worker of kilnd: reads kiln.worker.v1 tasks on stdin, answers on stdout.\n"
-        "It is started by kilnd, not by hand.\n",
+        "It is started by kilnd, not by hand. --version prints the compiler it runs.\n",
         stderr);
 }
 
@@ -982,6 +991,10 @@ static int parse_options(int argc, char **argv, options_t *o) {
     uint64_t n = 0;
     if (!strcmp(a, "--test-hooks")) {
       o->test_hooks = true;
+      continue;
+    }
+    if (!strcmp(a, "--version")) {
+      o->version = true;
       continue;
     }
     if (!strcmp(a, "--help")) {
@@ -1127,6 +1140,23 @@ static kiln_status_t setup_external(worker_t *w) {
   return NULL;
 }
 
+/* --version: the compiler identity the Hello would carry, in the one-line form the
+ * design block shows (kilnd --version parses it). Exit status for main. */
+static int print_version(const options_t *o) {
+  if (o->external) {
+    char *v = external_version(o->external);
+    printf("kiln-worker %s (compiler external %s (%s))\n", KILN_VERSION, o->external,
+           *v ? v : "no --version");
+    kiln_free(v);
+  } else {
+    kiln_compiler_identity_t id;
+    kiln_compiler_identity_get(&id);
+    printf("kiln-worker %s (compiler %s %s, LLVM %s)\n", KILN_VERSION, id.name, id.version,
+           id.llvm_version);
+  }
+  return fflush(stdout) == 0 && !ferror(stdout) ? 0 : EXIT_SETUP;
+}
+
 static void send_hello(const worker_t *w) {
   kiln_compiler_identity_t id;
   kiln_compiler_identity_get(&id);
@@ -1164,6 +1194,7 @@ int main(int argc, char **argv) {
     usage();
     return EXIT_SETUP;
   }
+  if (w.opt.version) return print_version(&w.opt);
   kiln_log_configure(w.opt.log_level, STDERR_FILENO);
   kiln_status_t st = apply_memory_limit(&w);
   if (!st && w.opt.external) {

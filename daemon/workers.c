@@ -164,6 +164,7 @@ struct kilnd_workers_s {
   size_t open_slot_timers;
   size_t pending_dumps;
   char *compiler;
+  kilnd_compiler_info_t identity; /* valid once `compiler` is set */
   kilnd_workers_stats_t stats;
   bool closing;
   bool done_called;
@@ -585,12 +586,19 @@ static void handle_hello(worker_t *w, const Kiln__Worker__V1__Hello *h) {
   if (!pool->compiler) {
     kiln_buf_t c;
     kiln_buf_init(&c);
+    kilnd_compiler_info_t *id = &pool->identity;
     if (h->external) {
       kiln_buf_appendf(&c, "external %s (%s)", h->external->path,
                        h->external->version && *h->external->version ? h->external->version : "no --version");
+      snprintf(id->name, sizeof id->name, "external");
+      snprintf(id->version, sizeof id->version, "%s", c.data + strlen("external "));
     } else {
       /* The cache index's form of a compiler identity: "<name> <version> llvm <llvm>". */
       kiln_buf_appendf(&c, "%s %s llvm %s", h->compiler_name, h->compiler_version, h->llvm_version);
+      snprintf(id->name, sizeof id->name, "%s", h->compiler_name);
+      snprintf(id->version, sizeof id->version, "%s", h->compiler_version);
+      snprintf(id->llvm_version, sizeof id->llvm_version, "%s", h->llvm_version);
+      snprintf(id->mlir_version, sizeof id->mlir_version, "%s", h->mlir_version);
     }
     pool->compiler = kiln_buf_take(&c);
   }
@@ -1201,6 +1209,13 @@ void kilnd_workers_stats(const kilnd_workers_t *workers, kilnd_workers_stats_t *
 }
 
 const char *kilnd_workers_compiler(const kilnd_workers_t *workers) { return workers->compiler; }
+
+bool kilnd_workers_identity(const kilnd_workers_t *workers, kilnd_compiler_info_t *out_info) {
+  memset(out_info, 0, sizeof *out_info);
+  if (!workers->compiler) return false;
+  *out_info = workers->identity;
+  return true;
+}
 
 void kilnd_workers_close(kilnd_workers_t *workers, void (*done)(void *user), void *user) {
   kilnd_workers_t *pool = workers;

@@ -150,6 +150,24 @@ void kilnd_workers_stats(const kilnd_workers_t *workers, kilnd_workers_stats_t *
  * NULL until a worker is ready. Borrowed: valid until close. */
 const char *kilnd_workers_compiler(const kilnd_workers_t *workers);
 
+/* The compiler the workers run, field by field, as GetServerInfo reports it: from
+ * the first worker's Hello, the built-in compiler's name, version and LLVM and
+ * MLIR releases ("kiln-mlir", "0.1.0", "22.1.8", "22.1.8"); in external mode name
+ * "external", version "<path> (<its --version>)" (kilnd_workers_compiler without
+ * the "external " prefix) and empty LLVM and MLIR versions (they are the external
+ * compiler's business). Each field is a copy, cut to fit its array. */
+typedef struct kilnd_compiler_info_s {
+  char name[64];
+  char version[1024];
+  char llvm_version[64];
+  char mlir_version[64];
+} kilnd_compiler_info_t;
+
+/* Fills *out_info (caller-owned) with the compiler the workers run and returns
+ * true; before the first worker's Hello clears it and returns false. Loop thread
+ * only. */
+bool kilnd_workers_identity(const kilnd_workers_t *workers, kilnd_compiler_info_t *out_info);
+
 /* Stops every worker and closes the pool's handles; `done` (may be NULL) runs on
  * the loop once all are closed and every worker reaped, after which the pool is
  * freed. Idle workers are told to exit (end of file on their stdin) and killed if

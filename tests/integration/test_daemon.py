@@ -12,8 +12,8 @@ import tempfile
 import time
 import unittest
 
-from kilnharness import (KILN, Kilnd, KilnTestCase, clean_env, free_tcp_port,
-                         run_kiln, run_kilnd_once)
+from kilnharness import (KILN, KILND, SANITIZED, WRAPPED, Kilnd, KilnTestCase, clean_env,
+                         free_tcp_port, run_kiln, run_kilnd_once)
 
 
 class ServeTest(KilnTestCase):
@@ -83,6 +83,29 @@ class ServeTest(KilnTestCase):
                 self.assertIn("already in use", r.stderr)
                 r = run_kiln("health", addr=d.addr)
                 self.assertEqual(r.returncode, 0, "first daemon lost its socket: " + r.stderr)
+                self.assertCleanStop(d)
+
+    def test_info_before_any_worker_is_ready(self):
+        # A worker that never says Hello: GetServerInfo waits for one within the
+        # call's deadline, then names the fallback compiler with no LLVM version
+        # (kilnd has none of its own to ask).
+        with tempfile.TemporaryDirectory() as tmp:
+            mute = os.path.join(tmp, "mute-worker")
+            with open(mute, "w") as f:
+                f.write("#!/bin/sh\nexec sleep 60\n")
+            os.chmod(mute, 0o755)
+            # Natively the wait ends near the 2 s deadline (before its 5 s cap);
+            # under valgrind or ASan at the cap, well inside 20 s.
+            timeout = "20s" if (WRAPPED or SANITIZED) else "2s"
+            with Kilnd("--worker-path", mute) as d:
+                r = run_kiln("info", "--json", "--timeout", timeout, addr=d.addr)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(json.loads(r.stdout)["compiler"],
+                                 {"name": "kiln-mlir", "version": "0.1.0", "llvm_version": "",
+                                  "mlir_version": ""})
+                r = run_kiln("info", "--timeout", timeout, addr=d.addr)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("compiler   kiln-mlir 0.1.0 (no compile worker ready yet)\n", r.stdout)
                 self.assertCleanStop(d)
 
     def test_kiln_addr_environment(self):
@@ -217,6 +240,25 @@ class StartFailureTest(KilnTestCase):
         r = run_kilnd_once("--version")
         self.assertEqual(r.returncode, 0)
         self.assertRegex(r.stdout, r"^kilnd 0\.1\.0 .*LLVM 22\.")
+        # kilnd links no LLVM: the compiler is what the worker it would spawn says.
+        worker = os.path.join(os.path.dirname(KILND), "kiln-worker")
+        self.assertEqual(
+            r.stdout, "kilnd 0.1.0 (HAL module version 7, VM bytecode 17.0); compiler: kiln-mlir 0.1.0, "
+            f"LLVM {self.worker_llvm(worker)} ({worker})\n")
+        # A worker that cannot run: still exit 0, saying why.
+        with tempfile.TemporaryDirectory() as tmp:
+            missing = os.path.join(tmp, "no-such-worker")
+            r = run_kilnd_once("--version", "--worker-path", missing)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stdout, r"^kilnd 0\.1\.0 \(HAL module version 7, VM bytecode 17\.0\); "
+                             r"compiler: unavailable \(cannot run .*no-such-worker: No such file")
+
+    def worker_llvm(self, worker):
+        r = subprocess.run([worker, "--version"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        m = re.fullmatch(r"kiln-worker 0\.1\.0 \(compiler kiln-mlir 0\.1\.0, LLVM (22\.\d+\.\d+)\)\n", r.stdout)
+        self.assertIsNotNone(m, r.stdout)
+        return m.group(1)
 
 
 class ConfigTest(KilnTestCase):
@@ -310,6 +352,11 @@ class ClientFailureTest(KilnTestCase):
 
     def test_client_does_not_link_llvm(self):
         out = subprocess.run(["ldd", KILN], capture_output=True, text=True).stdout
+        self.assertNotRegex(out, r"libLLVM|libMLIR")
+
+    def test_daemon_does_not_link_llvm(self):
+        # kilnd never compiles in its own process (kiln-worker does).
+        out = subprocess.run(["ldd", KILND], capture_output=True, text=True).stdout
         self.assertNotRegex(out, r"libLLVM|libMLIR")
 
 

@@ -53,8 +53,11 @@ class InteropTest(KilnTestCase):
         self.assertEqual(info.kiln_version, "0.1.0")
         self.assertEqual(info.hal_module_version, 7)
         self.assertEqual((info.vm_bytecode_version_major, info.vm_bytecode_version_minor), (17, 0))
+        # kiln-worker's identity (kilnd links no LLVM of its own), from its Hello.
         self.assertEqual(info.compiler.name, "kiln-mlir")
-        self.assertTrue(info.compiler.llvm_version.startswith("22."), info.compiler.llvm_version)
+        self.assertEqual(info.compiler.version, "0.1.0")
+        self.assertRegex(info.compiler.llvm_version, r"^22\.\d+\.\d+$")
+        self.assertEqual(info.compiler.mlir_version, info.compiler.llvm_version)
         self.assertEqual(info.max_message_bytes, 64 * 1024)
         for served in ("GetServerInfo", "Compile", "WatchJob", "CancelJob", "GetArtifact", "PutSource",
                        "Recompile"):

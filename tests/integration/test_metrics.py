@@ -161,7 +161,10 @@ class MetricsTest(KilnTestCase):
             status, body, _ = http(d.metrics_addr, "/readyz")
             self.assertEqual((status, body), (503, "no compile worker is ready yet\n"))
             self.assertEqual(http(d.metrics_addr, "/healthz")[0], 200)
-            self.assertEqual(value(parse(http(d.metrics_addr, "/metrics")[1]), "kiln_ready"), 0)
+            text = http(d.metrics_addr, "/metrics")[1]
+            self.assertEqual(value(parse(text), "kiln_ready"), 0)
+            # The compiler comes from a worker's Hello: unknown until then.
+            self.assertRegex(text, r'(?m)^kiln_build_info\{version="0\.1\.0",compiler=""\} 1$')
             self.assertCleanStop(d)
 
         with MetricsKilnd("--drain-timeout", f"{5 * SLOW}s") as d:

@@ -3,7 +3,7 @@
  * the target fold past KILND_HISTOGRAM_MAX_TARGETS, the readiness reasons in
  * order, and the exposition: HELP/TYPE before samples, cumulative buckets ending
  * in +Inf equal to _count, escaped label values, families left out without the
- * job engine or the cache. */
+ * job engine or the cache (and an empty compiler label before any worker's Hello). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,7 +21,7 @@ static int setup(void **state) {
   kilnd_metrics_snapshot_t *snap = calloc(1, sizeof *snap);
   if (!snap) return -1;
   snap->version = "0.1.0";
-  snap->compiler = "kiln-mlir 0.1.0 llvm 22";
+  snprintf(snap->compiler, sizeof snap->compiler, "kiln-mlir 0.1.0 llvm 22");
   snap->listening = true;
   snap->has_jobs = true;
   snap->jobs.workers.ready = 1;
@@ -126,7 +126,9 @@ static void test_without_engine_or_cache(void **state) {
   kilnd_metrics_snapshot_t *snap = *state;
   snap->has_jobs = false;
   snap->has_cache = false;
+  snap->compiler[0] = '\0'; /* no worker has said Hello: the compiler is unknown */
   char *text = write_text(snap);
+  assert_non_null(strstr(text, "kiln_build_info{version=\"0.1.0\",compiler=\"\"} 1\n"));
   assert_null(strstr(text, "kiln_jobs"));
   assert_null(strstr(text, "kiln_cache_"));
   assert_non_null(strstr(text, "kiln_ready 0\n"));

@@ -1,6 +1,7 @@
 /* Unit tests for daemon/rpc and its handlers, called directly with an env built
  * here (kilnd's default settings, a stats table filled by the test) and a fresh
- * arena per test. GetServerInfo: kiln version, compiler identity (LLVM/MLIR 22.x),
+ * arena per test. GetServerInfo: kiln version, the compiler identity's fallback
+ * before any worker's Hello (kiln-mlir, KILN_VERSION, empty LLVM/MLIR versions),
  * HAL module 7, VM bytecode 17.0, start time, host name, max message size, every
  * registry target with its fields and aliases, the features list of served Kiln
  * methods, each target's compile flags. GetStats: uptime, calls in flight, methods
@@ -27,7 +28,6 @@
 #include "base/config.h"
 #include "base/status.h"
 #include "base/time.h"
-#include "compiler/identity.h"
 #include "compiler/targets.h"
 #include "daemon/rpc.h"
 #include "daemon/settings.h"
@@ -131,21 +131,15 @@ static ProtobufCMessage *get_stats(fixture_t *f) {
 static void check_server_info(const fixture_t *f, const Kiln__V1__GetServerInfoResponse *r) {
   assert_string_equal(r->kiln_version, KILN_VERSION);
 
-  kiln_compiler_identity_t id;
-  kiln_compiler_identity_get(&id);
+  /* No job engine here, so no worker has said Hello: the documented fallback.
+   * The real identity (LLVM 22.x.y from kiln-worker's Hello) is checked against a
+   * running kilnd (tests/integration/test_interop.py) and field by field at the
+   * pool (test_workers.c). */
   assert_non_null(r->compiler);
-  assert_string_equal(r->compiler->name, id.name);
-  assert_true(strlen(r->compiler->name) > 0);
+  assert_string_equal(r->compiler->name, "kiln-mlir");
   assert_string_equal(r->compiler->version, KILN_VERSION);
-  if (strncmp(r->compiler->llvm_version, "22.", 3) != 0) {
-    fail_msg("llvm_version '%s' is not 22.x", r->compiler->llvm_version);
-  }
-  unsigned major, minor, patch;
-  char extra;
-  if (sscanf(r->compiler->llvm_version, "%u.%u.%u%c", &major, &minor, &patch, &extra) != 3) {
-    fail_msg("llvm_version '%s' is not major.minor.patch", r->compiler->llvm_version);
-  }
-  assert_string_equal(r->compiler->mlir_version, r->compiler->llvm_version);
+  assert_string_equal(r->compiler->llvm_version, "");
+  assert_string_equal(r->compiler->mlir_version, "");
 
   assert_int_equal(r->hal_module_version, 7);
   assert_int_equal(r->vm_bytecode_version_major, 17);

@@ -2,7 +2,10 @@
  * real kiln-worker processes (KILN_WORKER_PATH) and, for external mode, the real
  * kilnc (KILN_KILNC_PATH).
  *
- * Covered: examples/mlp.mlir for sm_89 + arm5gen (STARTED, PROGRESS, two
+ * Covered: the compiler identity from the first Hello (the key string and, field
+ * by field, the worker's name, version and LLVM/MLIR 22.x.y; "external" and the
+ * external compiler's version; none before any Hello);
+ * examples/mlp.mlir for sm_89 + arm5gen (STARTED, PROGRESS, two
  * TARGET_DONE with VMFB bytes "PK\3\4" ... "IREE" at 72, FINISHED last); bad IR
  * (INVALID_ARGUMENT with file:line:col); the test hooks: a crash (INTERNAL naming
  * the signal and the kept IR, worker replaced, next task compiles), a hang past
@@ -38,6 +41,7 @@
 
 #include "base/status.h"
 #include "base/time.h"
+#include "compiler/identity.h"
 #include "daemon/workers.h"
 #include "tests/unit/support/testing.h"
 
@@ -309,6 +313,21 @@ static void test_compile_two_targets(void **state) {
   const char *compiler = kilnd_workers_compiler(f->pool);
   assert_non_null(compiler);
   assert_contains(compiler, "kiln-mlir");
+  /* The Hello's fields, as GetServerInfo reports them: the worker's own LLVM. */
+  kilnd_compiler_info_t info;
+  assert_true(kilnd_workers_identity(f->pool, &info));
+  kiln_compiler_identity_t id;
+  kiln_compiler_identity_get(&id);
+  assert_string_equal(info.name, id.name);
+  assert_string_equal(info.version, id.version);
+  assert_string_equal(info.llvm_version, id.llvm_version);
+  assert_string_equal(info.mlir_version, id.mlir_version);
+  if (strncmp(info.llvm_version, "22.", 3) != 0) fail_msg("llvm_version '%s' is not 22.x", info.llvm_version);
+  unsigned major, minor, patch;
+  char extra;
+  if (sscanf(info.llvm_version, "%u.%u.%u%c", &major, &minor, &patch, &extra) != 3) {
+    fail_msg("llvm_version '%s' is not major.minor.patch", info.llvm_version);
+  }
   size_t len = 0;
   char *src = mlp_source(NULL, &len);
   submit(f, 1, "mlp.mlir", src, len, TWO, 2);
@@ -589,6 +608,13 @@ static void test_external_kilnc_same_bytes(void **state) {
   start_pool(f, &o);
   assert_contains(kilnd_workers_compiler(f->pool), "external ");
   assert_contains(kilnd_workers_compiler(f->pool), "kilnc");
+  /* Field by field: "external", the key's version part, no LLVM or MLIR of ours. */
+  kilnd_compiler_info_t info;
+  assert_true(kilnd_workers_identity(f->pool, &info));
+  assert_string_equal(info.name, "external");
+  assert_string_equal(info.version, kilnd_workers_compiler(f->pool) + strlen("external "));
+  assert_string_equal(info.llvm_version, "");
+  assert_string_equal(info.mlir_version, "");
   submit(f, 42, "mlp.mlir", src, len, SM89, 1);
   assert_true(wait_for(f, finished, 42, WAIT_MS));
   const rec_t *builtin = find(f, 41, KILND_TASK_TARGET_DONE, "sm_89");
@@ -754,6 +780,13 @@ static void test_instant_death_backs_off(void **state) {
   if (s.crashes < 2 || s.crashes > 6) fail_msg("%llu deaths in 1.3 s", (unsigned long long)s.crashes);
   assert_int_equal(kilnd_workers_idle(f->pool), 0);
   assert_int_equal(f->ready, 0);
+  /* No Hello: no compiler identity, and the out-param cleared. */
+  assert_null(kilnd_workers_compiler(f->pool));
+  kilnd_compiler_info_t info;
+  memset(&info, 'x', sizeof info);
+  assert_false(kilnd_workers_identity(f->pool, &info));
+  assert_string_equal(info.name, "");
+  assert_string_equal(info.version, "");
   kilnd_task_t t = {.id = 1, .source = (const uint8_t *)"x", .source_len = 1, .targets = SM89, .n_targets = 1};
   st = kilnd_workers_submit(f->pool, &t);
   assert_int_equal(kiln_status_consume_code(st), KILN_STATUS_FAILED_PRECONDITION);
