@@ -19,6 +19,14 @@
 #   - a third replica joins once its name resolves and takes new models;
 #   - a removed replica leaves, and every model still compiles.
 #
+# kilnd under systemd (podman only: systemd 252 as PID 1 of a privileged container,
+# so the unit's sandbox applies), installed as deploy/systemd/kilnd.service says:
+#   - `systemctl start` returns once kilnd sent READY=1; kilnd runs as user kiln in
+#     a read-only root with its state directory writable;
+#   - it compiles for a GPU of each vendor; `systemctl reload` (SIGHUP) and
+#     `systemctl stop` (a drain, exit 0) succeed; started again, it answers the
+#     same compile from its cache.
+#
 # The host side is the kiln CLI of build/ (KILN=path overrides): build it first
 # (`deploy/dev.sh build`). Where debian:12 cannot be pulled (an offline builder),
 # tag a Debian 12 root file system as debian:12 and debian:12-slim first, e.g.
@@ -225,5 +233,65 @@ compile_models 1 24
 d0="$(compiled "$(replica_addr 0)")"
 d2="$(compiled "$(replica_addr 2)")"
 echo "kilnd-1's models compiled again elsewhere: kilnd-0 $c0 -> $d0, kilnd-2 $c2 -> $d2 targets compiled"
+# ---- kilnd under systemd ----
+if [ "$engine" != podman ]; then
+  step "kilnd under systemd: SKIPPED (needs podman's --systemd=always)"
+else
+  step "kilnd under systemd 252 (PID 1), installed from deploy/systemd"
+  sd="$work/systemd"
+  mkdir -p "$sd"
+  cp deploy/systemd/kilnd.service deploy/systemd/kilnd.conf deploy/systemd/kiln.sysusers \
+    examples/convnet.mlir "$sd/"
+  {
+    echo "FROM $image"
+    echo "USER 0"
+    echo "RUN apt-get update && apt-get install -y --no-install-recommends systemd systemd-sysv \\"
+    echo " && rm -rf /var/lib/apt/lists/*"
+    echo "# The image's kiln user goes: systemd-sysusers makes it from kiln.sysusers."
+    echo "RUN userdel kiln && (groupdel kiln || true)"
+    echo "COPY kiln.sysusers /usr/lib/sysusers.d/kiln.conf"
+    echo "COPY kilnd.conf /etc/kiln/kilnd.conf"
+    echo "COPY kilnd.service /etc/systemd/system/kilnd.service"
+    echo "COPY convnet.mlir /root/convnet.mlir"
+    echo "RUN systemctl enable kilnd"
+    echo "STOPSIGNAL SIGRTMIN+3"
+    echo 'ENTRYPOINT ["/sbin/init"]'
+  } >"$sd/Containerfile"
+  quiet "$engine" build --format docker -t "$image-systemd" "$sd" || fail "building the systemd image"
+  containers+=("$prefix-systemd")
+  quiet "$engine" run -d --name "$prefix-systemd" --privileged --systemd=always "$image-systemd" ||
+    fail "starting systemd"
+  in_sd() { "$engine" exec "$prefix-systemd" sh -c "$1"; }
+  sd_log() { in_sd 'journalctl -u kilnd --no-pager | tail -20' 2>&1 || true; }
+  st=unknown
+  for ((i = 0; i < 150; i++)); do
+    st="$(in_sd 'systemctl is-active kilnd' 2>/dev/null || true)"
+    if [ "$st" = active ] || [ "$st" = failed ]; then break; fi
+    sleep 0.2
+  done
+  [ "$st" = active ] || fail "kilnd.service is $st: $(sd_log)"
+  # shellcheck disable=SC2016 # expanded inside the container
+  in_sd 'stat -c %U /proc/$(systemctl show -p MainPID --value kilnd)' | grep -qx kiln ||
+    fail "kilnd does not run as user kiln"
+  # shellcheck disable=SC2016
+  in_sd 'awk "\$5 == \"/\" && \$6 ~ /^ro/" /proc/$(systemctl show -p MainPID --value kilnd)/mountinfo' |
+    grep -q . || fail "kilnd's root is not read-only (ProtectSystem=strict)"
+  echo "active after READY=1 (status: $(in_sd 'systemctl show -p StatusText --value kilnd')), user kiln, root read-only"
+  # shellcheck disable=SC2016
+  in_sd 'kiln compile /root/convnet.mlir --target sm_89,gfx950,arm5gen -o /root/out >/dev/null 2>&1 &&
+         for t in sm_89 gfx950 arm5gen; do kiln inspect /root/out/$t.vmfb | grep -q ": current$" || exit 1; done' ||
+    fail "compiling under the unit's sandbox: $(sd_log)"
+  in_sd 'systemctl reload kilnd' || fail "systemctl reload kilnd: $(sd_log)"
+  in_sd 'journalctl -u kilnd --no-pager | grep -q "event=reload"' || fail "kilnd logged no reload: $(sd_log)"
+  in_sd 'systemctl stop kilnd'
+  r="$(in_sd 'systemctl show -p Result -p ExecMainStatus kilnd' | tr '\n' ' ')"
+  [ "$r" = "Result=success ExecMainStatus=0 " ] || fail "after systemctl stop: $r $(sd_log)"
+  in_sd 'systemctl start kilnd && kiln compile /root/convnet.mlir --target sm_89,gfx950,arm5gen -o /root/out2 >/dev/null 2>&1' ||
+    fail "kilnd after a restart: $(sd_log)"
+  n="$(in_sd 'kiln stats' | awk '$1 == "compiles" { print $2; exit }')"
+  [ "$n" = 0 ] || fail "kilnd compiled $n target(s) after the restart under systemd"
+  echo "3 targets compiled in the sandbox (VMFBs current); reload, stop (exit 0), restart from the cache"
+fi
+
 size() { "$engine" image inspect -f '{{.Size}}' "$1" | awk '{ printf "%.0f MB", $1 / 1e6 }'; }
 echo "smoke: PASSED ($engine; $image $(size "$image"), $router_image $(size "$router_image"))"

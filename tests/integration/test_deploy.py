@@ -494,6 +494,28 @@ class Systemd(unittest.TestCase):
             self.assertIn(name, names, f"kilnd.conf sets {name}, which is no kilnd setting")
         self.assertEqual(dict(conf)["state-dir"], "/var/lib/" + unit_value("StateDirectory"))
 
+    def test_unit_runs_only_programs_every_debian_has(self):
+        # Found under systemd: ExecReload=/bin/kill failed on a minimal Debian 12,
+        # where /bin/kill (procps) is not installed. Every program the unit runs is
+        # kilnd or one of an Essential package.
+        if not shutil.which("dpkg-query"):
+            self.skipTest("no dpkg")
+        for s, key, value in unit_entries():
+            if s != "Service" or not key.startswith("Exec"):
+                continue
+            prog = shlex.split(value.lstrip("-@:+!"))[0]
+            if prog == INSTALLED_KILND:
+                continue
+            owner = subprocess.run(["dpkg-query", "-S", os.path.realpath(prog)], capture_output=True, text=True)
+            if owner.returncode != 0:  # merged /usr: dpkg may know the /bin path only
+                owner = subprocess.run(["dpkg-query", "-S", prog], capture_output=True, text=True)
+            self.assertEqual(owner.returncode, 0, f"{key}: no package owns {prog}")
+            # "dash: /bin/sh" (after "diversion by ..." lines, for a diverted path)
+            pkg = [l for l in owner.stdout.splitlines() if not l.startswith("diversion ")][-1].split(":")[0]
+            essential = subprocess.run(["dpkg-query", "-W", "-f=${Essential}", pkg],
+                                       capture_output=True, text=True).stdout.strip()
+            self.assertEqual(essential, "yes", f"{key} runs {prog} from {pkg}, which a minimal Debian may lack")
+
     def _unit_copy(self, tmp):
         """The unit with ExecStart on the built kilnd (verify wants an executable)."""
         with open(UNIT) as f:
