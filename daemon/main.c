@@ -109,7 +109,7 @@ static void on_jobs_ready(void *user) {
   daemon_t *d = user;
   if (d->ready_sent || kilnd_server_draining(d->server)) return;
   d->ready_sent = true;
-  sd_notifyf(0, "READY=1\nSTATUS=serving on %s", kilnd_server_address(d->server));
+  sd_notifyf(0, "READY=1\nSTATUS=serving on %s", kilnd_server_bind_address(d->server));
 }
 
 /* http.c's collect: the loop-thread state of a metrics snapshot. */
@@ -469,6 +469,7 @@ int main(int argc, char **argv) {
     kiln_buf_t fields;
     kiln_buf_init(&fields);
     kiln_log_kv_str(&fields, "addr", kilnd_server_address(server));
+    kiln_log_kv_str(&fields, "bind", kilnd_server_bind_address(server));
     kiln_log_kv_str(&fields, "state_dir", state.path);
     kiln_buf_appendf(&fields, " pid=%ld version=%s max_message_bytes=%llu", (long)getpid(),
                      KILN_VERSION, (unsigned long long)settings.max_message_bytes);

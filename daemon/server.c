@@ -164,7 +164,8 @@ struct call_s {
 struct kilnd_server_s {
   const kilnd_settings_t *settings;
   kilnd_listen_addr_t listen;
-  char *address;
+  char *address;      /* what clients on this host dial (a wildcard becomes loopback) */
+  char *bind_address; /* what the listener is bound to, with the bound port */
   char hostname[256];
 
   grpc_server *server;
@@ -1297,10 +1298,15 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
   }
   kiln_free(target);
   server->address = kilnd_listen_client_address(&server->listen, port);
+  {
+    kilnd_listen_addr_t bound = server->listen;
+    if (!bound.is_unix) bound.port = port;
+    server->bind_address = kilnd_listen_grpc_target(&bound);
+  }
   if (!tls && !server->listen.is_unix && !kilnd_listen_is_loopback(&server->listen)) {
     kiln_buf_t fields;
     kiln_buf_init(&fields);
-    kiln_log_kv_str(&fields, "addr", server->address);
+    kiln_log_kv_str(&fields, "addr", server->bind_address);
     kiln_log_kv_str(&fields, "msg", server->tokens
                                         ? "plaintext gRPC beyond loopback: bearer tokens travel in the clear; "
                                           "set tls-cert and tls-key"
@@ -1354,6 +1360,8 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
 
 const char *kilnd_server_address(const kilnd_server_t *server) { return server->address; }
 
+const char *kilnd_server_bind_address(const kilnd_server_t *server) { return server->bind_address; }
+
 kiln_status_t kilnd_server_run(kilnd_server_t *server) {
   if (uv_thread_create(&server->cq_thread, cq_thread_main, server) != 0) {
     return KILN_STATUS(KILN_STATUS_INTERNAL, "cannot start the completion-queue thread");
@@ -1392,6 +1400,7 @@ void kilnd_server_destroy(kilnd_server_t *server) {
   kiln_free(server->draining_events);
   kiln_free(server->method_handles);
   kiln_free(server->address);
+  kiln_free(server->bind_address);
   kilnd_listen_addr_deinit(&server->listen);
   kilnd_tokens_destroy(server->tokens);
   kilnd_tokens_destroy(server->reload_tokens);

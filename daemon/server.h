@@ -42,6 +42,11 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
  * Borrowed, valid until destroy. */
 const char *kilnd_server_address(const kilnd_server_t *server);
 
+/* The address the gRPC listener is bound to, with the bound port ("0.0.0.0:7477",
+ * "unix:/run/kiln/kiln.sock"): what the logs and systemd's status say kilnd
+ * listens on. Owned by the server. */
+const char *kilnd_server_bind_address(const kilnd_server_t *server);
+
 /* Runs until shut down by a signal; returns NULL after a clean drain. */
 kiln_status_t kilnd_server_run(kilnd_server_t *server);
 

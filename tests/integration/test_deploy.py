@@ -673,6 +673,11 @@ class CommandLinesServe(KilnTestCase):
                          env={"NOTIFY_SOCKET": notify.path})
         self.assertTrue(notify.wait_for("READY=1", START_TIMEOUT),
                         f"Type=notify, but kilnd sent no READY=1: {notify.messages}")
+        # systemctl status shows what kilnd is bound to (0.0.0.0:PORT), not the
+        # loopback address local clients dial.
+        bind = f"{host_of(dict(parse_conf(text))['listen'])}:{port_of(kd.addr)}"
+        self.assertTrue(any(f"STATUS=serving on {bind}" in m for m in notify.messages), notify.messages)
+        self.assertIn(f"bind={bind}", kd.log())
         self.assertCleanStop(kd)
         self.assertTrue(notify.wait_for("STOPPING=1", 5),
                         f"kilnd sent no STOPPING=1 on SIGTERM: {notify.messages}")
