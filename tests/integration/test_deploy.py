@@ -304,6 +304,40 @@ class Kubernetes(unittest.TestCase):
                 if d["kind"] != "Kustomization":
                     self.assertIn("name", d.get("metadata", {}), f"{name}: {d['kind']} without a name")
 
+    def test_kustomize_renders_the_whole_deployment(self):
+        # What `kubectl apply -k deploy/k8s` would send, rendered by kubectl's own
+        # kustomize (no cluster needed). Not a Debian 12 package kiln installs: the
+        # test runs where kubectl is already installed.
+        kubectl = shutil.which("kubectl")
+        if not kubectl:
+            self.skipTest("kubectl is not installed")
+        r = subprocess.run([kubectl, "kustomize", K8S], capture_output=True, text=True, timeout=120,
+                           env=clean_env(HOME=tempfile.gettempdir()))
+        if r.returncode != 0 and "unknown command" in r.stderr:
+            self.skipTest("this kubectl has no kustomize")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        objs = [d for d in yaml.safe_load_all(r.stdout) if d]
+        by_kind = {}
+        for d in objs:
+            by_kind.setdefault(d["kind"], []).append(d)
+        want = {(d["kind"], d["metadata"]["name"]) for d in k8s_objects() if d["kind"] != "Kustomization"}
+        got = {(d["kind"], d["metadata"]["name"]) for d in objs}
+        self.assertTrue(want <= got, f"kustomize left out {want - got}")
+        # The generated router config map: a content-hashed name, which the router
+        # Deployment's volume must follow, holding deploy/k8s/haproxy.cfg byte for byte.
+        cms = [c for c in by_kind["ConfigMap"] if c["metadata"]["name"].startswith("kiln-router-config-")]
+        self.assertEqual(len(cms), 1, [c["metadata"]["name"] for c in by_kind["ConfigMap"]])
+        with open(os.path.join(K8S, "haproxy.cfg")) as f:
+            self.assertEqual(cms[0]["data"]["haproxy.cfg"], f.read())
+        router = [d for d in by_kind["Deployment"] if d["metadata"]["name"] == "kiln-router"][0]
+        vols = [v["configMap"]["name"] for v in router["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+        self.assertEqual(vols, [cms[0]["metadata"]["name"]])
+        with open(os.path.join(K8S, "kustomization.yaml")) as f:
+            images = {i["name"]: f"{i['newName']}:{i['newTag']}" for i in yaml.safe_load(f)["images"]}
+        for d in by_kind["Deployment"] + by_kind["StatefulSet"]:
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                self.assertIn(c["image"], images.values(), f"{d['metadata']['name']}: {c['image']}")
+
     def test_kustomization_lists_every_manifest(self):
         path = os.path.join(K8S, "kustomization.yaml")
         if not os.path.exists(path):
