@@ -20,6 +20,8 @@
  *      a local copy of the first one (copy_file_range), so a fleet of copies costs
  *      one fetch per unique (source, target, flags).
  *   5. After the last file: `done`, the half-close, and results to the end.
+ *   6. A call that kilnd could not finish is made again (a drain, a restart, a
+ *      lost connection): see "Another call" below.
  *
  * Item contents. The VMFB goes inline when it fits a message (kilnd's
  * max_message_bytes less MESSAGE_HEADROOM and any inline source); kilnd then
@@ -39,14 +41,41 @@
  * write is atomic (temp file beside it, fsync, rename); a write that fails fails
  * that file only.
  *
+ * Another call. kilnd draining (SIGTERM: it ends the jobs of unfinished items
+ * and refuses new ones with UNAVAILABLE results; a call still open at
+ * drain-timeout is cancelled), killed, restarting or out of reach says
+ * UNAVAILABLE, and only that is worth a new call: every other code
+ * (INVALID_ARGUMENT, PERMISSION_DENIED, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED,
+ * ...) would come back the same. Once a Recompile call has been opened in this
+ * run (a kilnd unreachable from the start fails at once, as every command), a
+ * call that ends UNAVAILABLE, or that left files failed because kilnd went away
+ * (their item's result UNAVAILABLE, or the fetch of their artifact UNAVAILABLE,
+ * or CANCELLED: a stopping kilnd cuts a download off so, and this client
+ * cancels none), is followed by another after a wait: RETRY_BASE_MS, doubled
+ * for each further call in a row that finished no file; after CALL_ATTEMPTS
+ * such calls the run ends as one failed call does. Between calls (call_reset):
+ * the stream, its status, the window and the GetServerInfo answer go (the next
+ * call may reach another kilnd behind a router: its limits, and none of the
+ * sources uploaded to the last one, so uploads start afresh); files SENT
+ * without a result and files failed because kilnd went away go back to PENDING
+ * with all their last call said (file_requeue), and are sent again after a new
+ * options message. What stays: finished files, the outputs written (whole
+ * files), the artifacts known to be on disk. The gRPC channel reconnects by
+ * itself, on its own backoff (1 s growing 1.6x): a call made before its next
+ * attempt fails UNAVAILABLE at once and counts as a failed call, so a kilnd
+ * that takes longer than about 9 s to come back on the same address can be
+ * missed.
+ *
  * A file's outcome: PENDING -> SENT -> one of RECOMPILED, CACHED, CURRENT,
  * NO_SOURCE, FAILED (WOULD_RECOMPILE in a dry run); or at once CURRENT, DONE,
- * INVALID, FAILED (no output possible). Files an interrupt or a failed call left
- * behind end NOT_PROCESSED. Exit 0 when every file ended recompiled, cached,
- * current or done (would_recompile in a dry run); 8 when any failed, had no
- * source or was invalid; 130 after SIGINT/SIGTERM (the stream is cancelled, what
- * was written stays, the partial report is printed); a failed call as every
- * command (3 unreachable, 4 deadline, 1 otherwise); 2 for usage.
+ * INVALID, FAILED (no output possible). SENT, and FAILED because kilnd went
+ * away (f->retry), go back to PENDING when another call is made. Files an
+ * interrupt or a failed call left behind end NOT_PROCESSED. Exit 0 when every
+ * file ended recompiled, cached, current or done (would_recompile in a dry run);
+ * 8 when any failed, had no source or was invalid; 130 after SIGINT/SIGTERM (the
+ * stream is cancelled, what was written stays, the partial report is printed); a
+ * failed call as every command (3 unreachable, 4 deadline, 1 otherwise); 2 for
+ * usage.
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -54,6 +83,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -79,6 +109,13 @@
 #define WRITE_SLICE_MS 20  /* a wait for a write, between reads */
 #define REDRAW_EVERY_MS 100
 #define OUTPUT_SUFFIX ".hal7.vmfb"
+/* A first call and 5 more in a row that finish no file; waits of 0.5, 1, 2, 4, 8 s
+ * between them. A kilnd behind a router drains and restarts within that. */
+#define CALL_ATTEMPTS 6
+#define RETRY_BASE_MS 500
+/* For tests only: the first wait in milliseconds instead of RETRY_BASE_MS. */
+#define RETRY_BASE_ENV "KILN_RETRY_BASE_MS"
+#define RETRY_BASE_MAX_MS 60000
 
 static const char usage[] =
     "recompile PATH... [-o DIR | --in-place [--backup]] [--manifest FILE] [--jobs N] [--dry-run] "
@@ -128,6 +165,8 @@ typedef struct file_s {
   char *legacy_digest, *source_digest, *job_id; /* kilnd's */
   bool attr_source; /* the item named the source by the file's kiln.source.sha256 */
   bool digest_only; /* too large to send, and no source here: named by vmfb_digest */
+  bool retry;       /* FAILED because kilnd went away: another call may still finish it */
+  bool was_sent;    /* sent on some call (PENDING again: on one that ended without its result) */
   uint64_t size;
   target_t *targets;
   size_t n_targets;
@@ -153,15 +192,21 @@ typedef struct recompile_s {
   kiln_cli_label_t *labels;
   size_t n_labels;
   size_t jobs;
+  /* Per call (call_reset clears them for the next one). */
   Kiln__V1__GetServerInfoResponse *info;
   kiln_client_stream_t *stream;
   bool stream_over;           /* a read returned the end */
   kiln_status_t call_status;  /* why the call failed; owned */
   size_t in_flight;
+  bool unavailable;           /* kilnd went away for a file (retry): send no more on this call */
+  size_t finished;            /* files this call finished (not counting retry ones) */
+  char **uploaded;            /* sources PutSource gave the kilnd of this call */
+  size_t n_uploaded;
+  /* The run. */
+  bool opened;                /* a Recompile call was opened: an UNAVAILABLE end may be retried */
+  int64_t retry_base_ms;
   known_t *known;
   size_t n_known, cap_known;
-  char **uploaded;
-  size_t n_uploaded;
   char *last_dir; /* the output directory made last */
   size_t counts[OUTCOME_COUNT];
   size_t seen, legacy;
@@ -471,6 +516,11 @@ static void write_outputs(recompile_t *r, file_t *f) {
     char *out = with_artifact > 1 ? target_output(f->output, t->target) : kiln_strdup(f->output);
     kiln_status_t status = materialize(r, f, t->digest, out);
     if (status) {
+      /* kilnd went away while the artifact was fetched: UNAVAILABLE, or CANCELLED
+       * when a stopping kilnd cut the download (this client cancels none). The
+       * artifact is in its cache; another call answers the file again. */
+      kiln_status_code_t code = kiln_status_code(status);
+      if (code == KILN_STATUS_UNAVAILABLE || code == KILN_STATUS_CANCELLED) f->retry = true;
       kiln_buf_t what;
       kiln_buf_init(&what);
       kiln_buf_appendf(&what, "recompiled (%s), but writing %s failed", t->digest, out);
@@ -579,10 +629,18 @@ static void take_result(recompile_t *r, const Kiln__V1__RecompileItemResult *res
     set_reason(f, "%s", f->outcome == OUTCOME_NO_SOURCE ? "no source found: name one in a --manifest"
                                                         : "kilnd gave no reason");
   }
-  if (dry) return;
-  bool write = f->outcome == OUTCOME_RECOMPILED || f->outcome == OUTCOME_CACHED ||
-               (f->outcome == OUTCOME_CURRENT && r->settings->force && f->n_targets);
+  bool write = !dry && (f->outcome == OUTCOME_RECOMPILED || f->outcome == OUTCOME_CACHED ||
+                        (f->outcome == OUTCOME_CURRENT && r->settings->force && f->n_targets));
   if (write) write_outputs(r, f);
+  /* kilnd ending the job or refusing the item while it drains ("retry on another
+   * server"), or its artifact out of reach: another call may finish it. */
+  if (f->outcome == OUTCOME_FAILED && f->code == KILN_STATUS_UNAVAILABLE) f->retry = true;
+  if (f->outcome == OUTCOME_FAILED && f->retry) {
+    r->unavailable = true;
+  } else {
+    f->retry = false;
+    r->finished++;
+  }
 }
 
 /* The call ended (a read returned its end): keeps its status. */
@@ -641,8 +699,8 @@ static bool send_request(recompile_t *r, const Kiln__V1__RecompileRequest *req) 
   }
 }
 
-/* GetServerInfo, then the stream and its options; once. False when the call
- * could not start (r->call_status says why). */
+/* GetServerInfo, then the stream and its options; once per call. False when the
+ * call could not start (r->call_status says why). */
 static bool open_stream(recompile_t *r) {
   if (r->stream) return !r->stream_over;
   if (r->call_status) return false;
@@ -658,6 +716,7 @@ static bool open_stream(recompile_t *r) {
   r->info = (Kiln__V1__GetServerInfoResponse *)msg;
   kiln_client_set_timeout(r->client, kiln_cli_timeout_or(r->settings, KILN_CLI_RECOMPILE_TIMEOUT_MS));
   r->stream = kiln_client_stream_open(r->client, "/kiln.v1.Kiln/Recompile", NULL);
+  r->opened = true;
   Kiln__V1__RecompileOptions options = KILN__V1__RECOMPILE_OPTIONS__INIT;
   options.priority = (Kiln__V1__Priority)kiln_cli_priority_value(r->settings->priority);
   options.dry_run = r->settings->dry_run;
@@ -841,7 +900,7 @@ static kiln_status_t build_item(recompile_t *r, file_t *f, kiln_cli_source_entry
 
 /* Waits until the window has room (or the call ended, or an interrupt). */
 static void wait_for_room(recompile_t *r) {
-  while (r->in_flight >= r->jobs && !r->stream_over && !r->interrupted) {
+  while (r->in_flight >= r->jobs && !r->stream_over && !r->interrupted && !r->unavailable) {
     pump(r, READ_SLICE_MS);
     progress_draw(r, false);
     check_interrupt(r);
@@ -863,11 +922,13 @@ static void process_file(recompile_t *r, size_t index) {
   size_t len = 0;
   kiln_vmfb_info_t info;
   kiln_cli_vmfb_load(f->path, &data, &len, &info);
+  bool again = f->classified; /* read again to be sent on another call: counted once */
   f->classified = true;
   f->cls = info.cls;
-  r->seen++;
+  if (!again) r->seen++;
   char target[128];
   kiln_cli_vmfb_target_describe(&info, target, sizeof target);
+  kiln_free(f->target_desc);
   f->target_desc = kiln_strdup(info.cls == KILN_VMFB_CLASS_INVALID ? "-" : target);
   if (info.cls == KILN_VMFB_CLASS_INVALID) {
     f->code = KILN_STATUS_INVALID_ARGUMENT;
@@ -881,7 +942,7 @@ static void process_file(recompile_t *r, size_t index) {
   kiln_digest_to_hex(&d, &hex);
   memcpy(f->digest, hex.text, sizeof f->digest);
   f->size = len;
-  if (info.cls == KILN_VMFB_CLASS_LEGACY) r->legacy++;
+  if (info.cls == KILN_VMFB_CLASS_LEGACY && !again) r->legacy++;
   if (info.cls == KILN_VMFB_CLASS_CURRENT && !r->settings->force) {
     set_reason(f, "%s", info.reason ? info.reason : "already current");
     set_outcome(r, f, OUTCOME_CURRENT);
@@ -905,7 +966,8 @@ static void process_file(recompile_t *r, size_t index) {
     goto out;
   }
   wait_for_room(r);
-  if (r->interrupted || !open_stream(r)) goto out;
+  /* Left PENDING: the next call sends it. */
+  if (r->interrupted || r->unavailable || !open_stream(r)) goto out;
   Kiln__V1__RecompileItem item = KILN__V1__RECOMPILE_ITEM__INIT;
   item_parts_t parts;
   memset(&parts, 0, sizeof parts);
@@ -921,6 +983,7 @@ static void process_file(recompile_t *r, size_t index) {
     req.item = &item;
     /* Counted before the write: a result may be read while it is pending. */
     set_outcome(r, f, OUTCOME_SENT);
+    f->was_sent = true;
     r->in_flight++;
     /* A failed send leaves it SENT: the interrupt or the call's failure names it. */
     (void)send_request(r, &req);
@@ -951,6 +1014,132 @@ static void finish_stream(recompile_t *r) {
                                  "kilnd ended the Recompile call without results for %zu file(s) (kilnd bug?)",
                                  r->in_flight);
   }
+}
+
+/* Every file whose turn in this call came: PENDING ones in order, each read,
+ * classified and (when it needs recompiling) sent; stops at an interrupt, the
+ * call's end or kilnd saying UNAVAILABLE. */
+static void send_pending(recompile_t *r) {
+  for (size_t i = 0; i < r->n_files; i++) {
+    if (r->files[i].outcome != OUTCOME_PENDING) continue;
+    check_interrupt(r);
+    if (r->stream_over && !r->call_status) {
+      r->call_status = KILN_STATUS(KILN_STATUS_INTERNAL, "kilnd ended the Recompile call before the last item "
+                                                        "was sent (kilnd bug?)");
+    }
+    if (r->interrupted || r->call_status || r->unavailable) break;
+    process_file(r, i);
+    pump(r, 0);
+    progress_draw(r, false);
+  }
+}
+
+/* ---- another call -------------------------------------------------------- */
+
+static void targets_free(file_t *f) {
+  for (size_t k = 0; k < f->n_targets; k++) {
+    kiln_free(f->targets[k].target);
+    kiln_free(f->targets[k].digest);
+    kiln_free(f->targets[k].message);
+    kiln_free(f->targets[k].output);
+  }
+  kiln_free(f->targets);
+  f->targets = NULL;
+  f->n_targets = 0;
+}
+
+/* Puts a file the last call did not finish back to PENDING, forgetting all that
+ * call said of it. Outputs it wrote stay on disk (and known); the next result
+ * writes them again, so they are not counted twice. */
+static void file_requeue(recompile_t *r, file_t *f) {
+  for (size_t k = 0; k < f->n_targets; k++) {
+    if (f->targets[k].output) r->bytes_written -= f->targets[k].size;
+  }
+  targets_free(f);
+  kiln_free(f->legacy_digest);
+  kiln_free(f->source_digest);
+  kiln_free(f->job_id);
+  kiln_free(f->reason);
+  f->legacy_digest = f->source_digest = f->job_id = f->reason = NULL;
+  f->code = 0;
+  f->attr_source = f->digest_only = f->retry = false;
+  set_outcome(r, f, OUTCOME_PENDING);
+}
+
+/* Ends the last call's state so that open_stream starts a new call from
+ * scratch: GetServerInfo again, the options again, uploads again. */
+static void call_reset(recompile_t *r) {
+  kiln_client_stream_destroy(r->stream);
+  r->stream = NULL;
+  r->stream_over = false;
+  kiln_status_free(r->call_status);
+  r->call_status = NULL;
+  r->in_flight = 0;
+  r->unavailable = false;
+  r->finished = 0;
+  if (r->info) protobuf_c_message_free_unpacked(&r->info->base, NULL);
+  r->info = NULL;
+  kiln_cli_strings_free(r->uploaded, r->n_uploaded);
+  r->uploaded = NULL;
+  r->n_uploaded = 0;
+  for (size_t i = 0; i < r->n_files; i++) {
+    file_t *f = &r->files[i];
+    if (f->outcome == OUTCOME_SENT || (f->outcome == OUTCOME_FAILED && f->retry)) file_requeue(r, f);
+  }
+}
+
+/* Waits `ms`, in slices, returning early (false) on an interrupt. */
+static bool backoff(recompile_t *r, int64_t ms) {
+  int64_t until = now_ms() + ms;
+  for (;;) {
+    check_interrupt(r);
+    if (r->interrupted) return false;
+    int64_t left = until - now_ms();
+    if (left <= 0) return true;
+    if (left > READ_SLICE_MS) left = READ_SLICE_MS;
+    struct timespec ts = {left / 1000, (long)(left % 1000) * 1000000L};
+    nanosleep(&ts, NULL); /* a signal cuts it short: checked above */
+  }
+}
+
+/* After a call ended: true when another is to be made (the state is reset and
+ * the backoff waited); false when the run ends here, with the call's status and
+ * every file as they are. `failures` counts the calls in a row that ended
+ * UNAVAILABLE; a call that finished a file starts the count again. */
+static bool next_call(recompile_t *r, int *failures) {
+  if (r->interrupted || !r->opened) return false;
+  if (r->call_status && kiln_status_code(r->call_status) != KILN_STATUS_UNAVAILABLE) return false;
+  const file_t *why = NULL;
+  size_t retry = 0;
+  for (size_t i = 0; i < r->n_files; i++) {
+    if (r->files[i].outcome != OUTCOME_FAILED || !r->files[i].retry) continue;
+    if (!why) why = &r->files[i];
+    retry++;
+  }
+  size_t unfinished = r->counts[OUTCOME_PENDING] + r->counts[OUTCOME_SENT] + retry;
+  if (!unfinished) {
+    /* Every file has its result: the call's end lost nothing. */
+    kiln_status_free(r->call_status);
+    r->call_status = NULL;
+    return false;
+  }
+  if (!r->call_status && !retry) return false;
+  *failures = r->finished ? 1 : *failures + 1;
+  if (*failures >= CALL_ATTEMPTS) return false;
+  int64_t wait_ms = r->retry_base_ms << (*failures - 1);
+  progress_clear(r);
+  if (r->call_status) {
+    fprintf(stderr, "kiln: recompile: the Recompile call ended (UNAVAILABLE: %s)",
+            kiln_status_message(r->call_status));
+  } else {
+    fprintf(stderr, "kiln: recompile: kilnd could not finish %zu file(s) (%s: %s)", retry,
+            kiln_status_code_name((kiln_status_code_t)why->code), why->reason ? why->reason : "no reason given");
+  }
+  fprintf(stderr, "; %zu file(s) unfinished, retrying in %.1f s (attempt %d of %d)\n", unfinished,
+          (double)wait_ms / 1000.0, *failures + 1, CALL_ATTEMPTS);
+  fflush(stderr);
+  call_reset(r);
+  return backoff(r, wait_ms);
 }
 
 /* ---- the report ---------------------------------------------------------- */
@@ -1115,13 +1304,7 @@ static void recompile_deinit(recompile_t *r) {
     kiln_free(f->legacy_digest);
     kiln_free(f->source_digest);
     kiln_free(f->job_id);
-    for (size_t k = 0; k < f->n_targets; k++) {
-      kiln_free(f->targets[k].target);
-      kiln_free(f->targets[k].digest);
-      kiln_free(f->targets[k].message);
-      kiln_free(f->targets[k].output);
-    }
-    kiln_free(f->targets);
+    targets_free(f);
   }
   kiln_free(r->files);
   for (size_t i = 0; i < r->n_known; i++) {
@@ -1162,6 +1345,19 @@ static int prepare(recompile_t *r, int argc, const char **argv) {
     int rc = usage_error("%s", kiln_status_message(status));
     kiln_status_free(status);
     return rc;
+  }
+  r->retry_base_ms = RETRY_BASE_MS;
+  const char *base = getenv(RETRY_BASE_ENV);
+  if (base && *base) {
+    char *end = NULL;
+    errno = 0;
+    long long ms = strtoll(base, &end, 10);
+    if (errno || *end || ms < 1 || ms > RETRY_BASE_MAX_MS) {
+      return usage_error("%s=%s: the first wait between Recompile calls is a number of milliseconds, 1 to %d "
+                         "(unset it for the default, %d)",
+                         RETRY_BASE_ENV, base, RETRY_BASE_MAX_MS, RETRY_BASE_MS);
+    }
+    r->retry_base_ms = ms;
   }
   if (s->manifest && *s->manifest) {
     r->have_map = true;
@@ -1228,26 +1424,19 @@ int kiln_cli_recompile(const kiln_cli_settings_t *settings, kiln_client_t *clien
   }
   r.progress = !settings->json && kiln_cli_is_live_terminal(STDERR_FILENO);
   kiln_cli_interrupts_catch(true);
-  for (size_t i = 0; i < r.n_files; i++) {
+  int failures = 0;
+  do {
+    send_pending(&r);
+    finish_stream(&r);
     check_interrupt(&r);
-    if (r.stream_over && !r.call_status) {
-      r.call_status = KILN_STATUS(KILN_STATUS_INTERNAL, "kilnd ended the Recompile call before the last item "
-                                                        "was sent (kilnd bug?)");
-    }
-    if (r.interrupted || r.call_status) break;
-    process_file(&r, i);
-    pump(&r, 0);
-    progress_draw(&r, false);
-  }
-  finish_stream(&r);
-  check_interrupt(&r);
+  } while (next_call(&r, &failures));
   if (r.interrupted && r.stream) kiln_client_stream_cancel(r.stream);
   kiln_cli_interrupts_catch(false);
   for (size_t i = 0; i < r.n_files; i++) {
     file_t *f = &r.files[i];
     if (f->outcome != OUTCOME_PENDING && f->outcome != OUTCOME_SENT) continue;
     set_reason(f, "%s", r.interrupted ? "interrupted before it was done; run again to resume"
-                        : f->outcome == OUTCOME_SENT ? "no result: the Recompile call ended first; run again to resume"
+                        : f->was_sent ? "no result: the Recompile call ended first; run again to resume"
                                                      : "not reached: the Recompile call failed first");
     set_outcome(&r, f, OUTCOME_NOT_PROCESSED);
   }
