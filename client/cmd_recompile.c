@@ -60,11 +60,10 @@
  * without a result and files failed because kilnd went away go back to PENDING
  * with all their last call said (file_requeue), and are sent again after a new
  * options message. What stays: finished files, the outputs written (whole
- * files), the artifacts known to be on disk. The gRPC channel reconnects by
- * itself, on its own backoff (1 s growing 1.6x): a call made before its next
- * attempt fails UNAVAILABLE at once and counts as a failed call, so a kilnd
- * that takes longer than about 9 s to come back on the same address can be
- * missed.
+ * files), the artifacts known to be on disk. Before each new call the gRPC
+ * channel's reconnect backoff is reset and the call waits up to 1 s for a
+ * connection (kiln_client_reconnect_now), so a kilnd back on the same address
+ * is found at the next attempt, not at the channel's own next try.
  *
  * A file's outcome: PENDING -> SENT -> one of RECOMPILED, CACHED, CURRENT,
  * NO_SOURCE, FAILED (WOULD_RECOMPILE in a dry run); or at once CURRENT, DONE,
@@ -1139,7 +1138,11 @@ static bool next_call(recompile_t *r, int *failures) {
           (double)wait_ms / 1000.0, *failures + 1, CALL_ATTEMPTS);
   fflush(stderr);
   call_reset(r);
-  return backoff(r, wait_ms);
+  if (!backoff(r, wait_ms)) return false;
+  /* A kilnd back on the same address is found now, not at the channel's next
+   * scheduled attempt; not ready within 1 s, the call fails and counts. */
+  (void)kiln_client_reconnect_now(r->client, 1000);
+  return true;
 }
 
 /* ---- the report ---------------------------------------------------------- */

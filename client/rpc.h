@@ -41,6 +41,11 @@ kiln_status_t kiln_client_create_ex(const char *address, int64_t timeout_ms, uin
 void kiln_client_destroy(kiln_client_t *client);
 
 /* Changes the deadline of later calls. */
+/* Makes the channel try to connect now, whatever its reconnect backoff, and
+ * waits up to `wait_ms` for it to be ready; true when it is. For a command that
+ * calls again after kilnd went away. */
+bool kiln_client_reconnect_now(kiln_client_t *client, int64_t wait_ms);
+
 void kiln_client_set_timeout(kiln_client_t *client, int64_t timeout_ms);
 /* The deadline of calls, in milliseconds. */
 int64_t kiln_client_timeout(const kiln_client_t *client);

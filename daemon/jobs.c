@@ -210,6 +210,7 @@ struct kilnd_jobs_s {
   uv_timer_t sweep;
   uv_timer_t gather; /* dispatches BULK tasks once their gathering time is over */
   bool closing;
+  bool closed; /* free_everything ran: no jobs, queues or indexes; kilnd_jobs_destroy frees */
   void (*close_done)(void *user);
   void *close_user;
   int handles_open;
@@ -1619,8 +1620,8 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
     *would_block = true;
     return NULL;
   }
-  char *compiler = known ? kiln_strdup(known) : NULL;
   if (draining) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is shutting down; retry on another server");
+  char *compiler = known ? kiln_strdup(known) : NULL;
   if (!compiler) {
     return KILN_STATUS(KILN_STATUS_UNAVAILABLE,
                        "no compile worker has started yet (kiln-worker or the external compiler is failing "
@@ -1897,6 +1898,12 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
 /* Takes mu and finds job `job_id`; on NOT_FOUND mu is released again. */
 static kiln_status_t lock_job(kilnd_jobs_t *jobs, const char *job_id, job_t **out_job) {
   uv_mutex_lock(&jobs->mu);
+  if (jobs->closing) {
+    /* Its watchers and listeners were told already; a new one would never be. */
+    *out_job = NULL;
+    uv_mutex_unlock(&jobs->mu);
+    return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "%s", SHUTDOWN_MESSAGE);
+  }
   *out_job = find_job(jobs, job_id);
   if (*out_job) return NULL;
   uv_mutex_unlock(&jobs->mu);
@@ -2030,7 +2037,7 @@ void kilnd_jobs_stats(kilnd_jobs_t *jobs, kilnd_jobs_stats_t *out) {
   out->queue_depth = jobs->queued_tasks[1] + jobs->queued_tasks[2] + jobs->queued_tasks[3];
   for (int c = 0; c < 3; c++) out->queued_by_class[c] = jobs->queued_tasks[c + 1];
   uint64_t tasks = jobs->stats.workers.tasks;
-  kilnd_workers_stats(jobs->workers, &out->workers);
+  if (jobs->workers) kilnd_workers_stats(jobs->workers, &out->workers); /* NULL once closed */
   out->workers.tasks = tasks;
   uv_mutex_unlock(&jobs->mu);
 }
@@ -2231,6 +2238,8 @@ static void free_everything(kilnd_jobs_t *jobs) {
   }
   kiln_free(jobs->by_id);
   kiln_free(jobs->by_rid);
+  jobs->by_id = jobs->by_rid = NULL;
+  jobs->n_buckets = 0; /* find_job and find_request find nothing from now on */
   for (size_t b = 0; b < USAGE_BUCKETS; b++) {
     while (jobs->usage[b]) {
       client_usage_t *u = jobs->usage[b];
@@ -2264,16 +2273,33 @@ static void free_everything(kilnd_jobs_t *jobs) {
   }
 }
 
+/* The engine's work is over: its jobs, queues and indexes go, under the lock (a
+ * call still in flight on the thread pool may be asking for a job). The struct,
+ * its lock and the compiler identity stay until kilnd_jobs_destroy: calls that
+ * outlive the drain (a Recompile's items on the pool, a /metrics scrape) find a
+ * closed engine, not freed memory. */
 static void maybe_closed(kilnd_jobs_t *jobs) {
-  if (!jobs->closing || jobs->handles_open > 0) return;
+  if (!jobs->closing || jobs->handles_open > 0 || jobs->closed) return;
   void (*done)(void *) = jobs->close_done;
   void *user = jobs->close_user;
+  uv_mutex_lock(&jobs->mu);
   free_everything(jobs);
+  jobs->closed = true;
+  uv_mutex_unlock(&jobs->mu);
+  if (done) done(user);
+}
+
+void kilnd_jobs_destroy(kilnd_jobs_t *jobs) {
+  if (!jobs) return;
+  if (!jobs->closed) {
+    /* Its handles are still on the loop: freeing it now would crash later. */
+    kiln_log(KILN_LOG_ERROR, "jobs_destroy_open", "msg=\"the job engine was not closed; leaking it\"");
+    return;
+  }
   uv_cond_destroy(&jobs->ready);
   uv_mutex_destroy(&jobs->mu);
   kiln_free(jobs->compiler);
   kiln_free(jobs);
-  if (done) done(user);
 }
 
 static void on_handle_closed(uv_handle_t *handle) {

@@ -262,7 +262,12 @@ void kilnd_jobs_on_ready(kilnd_jobs_t *jobs, void (*fn)(void *user), void *user)
 void kilnd_jobs_drain(kilnd_jobs_t *jobs);
 
 /* Cancels everything, closes the pool and the engine's handles, then runs `done`
- * (loop thread); the engine is freed after. */
+ * (loop thread). The closed engine stays valid for calls still in flight (they
+ * are refused UNAVAILABLE or find no job) until kilnd_jobs_destroy. */
 void kilnd_jobs_close(kilnd_jobs_t *jobs, void (*done)(void *user), void *user);
+
+/* Frees a closed engine, once nothing can call it any more (after the loop's last
+ * run). An engine not yet closed is left alone (logged: a leak, not a crash). */
+void kilnd_jobs_destroy(kilnd_jobs_t *jobs);
 
 #endif /* KILN_DAEMON_JOBS_H */

@@ -489,6 +489,7 @@ int main(int argc, char **argv) {
   }
   kilnd_http_destroy(http); /* before the server's last loop run, which frees it */
   kilnd_server_destroy(server);
+  kilnd_jobs_destroy(jobs); /* after the loop's last run: no call can reach it now */
   kilnd_tls_destroy(tls); /* after the server: gRPC's handshakes fetch from it */
   kiln_jobstore_close(store);
   kiln_free(worker_path);

@@ -962,7 +962,8 @@ static void resolve_done(uv_work_t *work, int status) {
                 kiln_status_annotate(st, "following job %s", it->job_id));
       item_finish(c, it);
     } else {
-      it->listener = l; /* NULL when it finished at once (the item is gone then) */
+      /* NULL when it had finished: on_job_finished ran and freed the item. */
+      if (l) it->listener = l;
     }
   }
   recv_more(c);

@@ -467,23 +467,6 @@ class RecompileRetryTest(TempDirTest):
         self.kilnds.append(kilnd)
         return kilnd.start()
 
-    def stop_gracefully(self, kilnd):
-        """SIGTERM: kilnd drains and exits 0.
-
-        KNOWN KILND BUGS: not checked under valgrind, which finds three on these
-        paths; once they are fixed in daemon/, this is assertCleanStop again.
-        - The drain frees the job engine (jobs.c maybe_closed) while Recompile
-          items are still resolved on the thread pool: admit() (jobs.c) locks the
-          freed engine's mutex (use after free; abort).
-        - admit() leaks its copy of the compiler id when it refuses an item because
-          kilnd is draining (jobs.c, `if (draining) return ...`).
-        - resolve_done (rpc_recompile.c) stores it->listener after
-          kilnd_jobs_listen() found the job already finished and item_finish()
-          freed the item (a kilnd that readmitted jobs from its store)."""
-        rc = kilnd.stop(signal.SIGTERM)
-        if not WRAPPED:
-            self.assertEqual(rc, 0, f"kilnd exited {rc}; log:\n{kilnd.log()}")
-
     def fleet(self):
         for i, flags in enumerate(self.FLAG_SETS):
             make_fleet(self.path("fleet", f"set{i}"), [example(n) for n in self.SOURCES], self.TARGETS, 1,
@@ -529,7 +512,7 @@ class RecompileRetryTest(TempDirTest):
         proc = self.start_recompile(kilnd.addr, tree, out, 500 * SLOW)
         self.wait_for_outputs(proc, out, 2)
         if sig == signal.SIGTERM:
-            self.stop_gracefully(kilnd)
+            self.assertCleanStop(kilnd)
         else:
             kilnd.stop(sig)
         before = self.snapshot(out)  # whole files (written atomically), finished on the first kilnd
@@ -569,12 +552,12 @@ class RecompileRetryTest(TempDirTest):
         # shutting down") and, when the call outlives the drain, the call itself.
         self.assertRegex(stderr, r"kilnd could not finish \d+ file\(s\) \(UNAVAILABLE: |"
                                  r"the Recompile call ended \(UNAVAILABLE: ")
-        self.stop_gracefully(again)
+        self.assertCleanStop(again)
 
     def test_killed_kilnd_replaced_mid_run(self):
         stderr, again = self.replaced_mid_run(signal.SIGKILL)
         self.assertIn("the Recompile call ended (UNAVAILABLE: ", stderr)
-        self.stop_gracefully(again)
+        self.assertCleanStop(again)
 
     def test_kilnd_gone_for_good(self):
         kilnd = self.start_kilnd()
@@ -582,7 +565,7 @@ class RecompileRetryTest(TempDirTest):
         out = self.path("out")
         proc = self.start_recompile(kilnd.addr, tree, out, 20)
         self.wait_for_outputs(proc, out, 2)
-        self.stop_gracefully(kilnd)
+        self.assertCleanStop(kilnd)
         stderr, doc, files = self.finish(proc)
         self.assertEqual(proc.returncode, EXIT_UNREACHABLE, stderr)
         attempts = [int(a) for a in re.findall(RETRY_LINE, stderr)]
@@ -606,7 +589,7 @@ class RecompileRetryTest(TempDirTest):
         self.assertEqual({p for p, o in outcomes.items() if o == "done"}, finished)
         self.assertEqual(len(vmfbs(out)), n)
         self.assertNotRegex(r.stderr, RETRY_LINE)
-        self.stop_gracefully(kilnd)
+        self.assertCleanStop(kilnd)
 
     def test_interrupt_while_waiting_to_retry(self):
         kilnd = self.start_kilnd()
@@ -614,7 +597,7 @@ class RecompileRetryTest(TempDirTest):
         out = self.path("out")
         proc = self.start_recompile(kilnd.addr, tree, out, 60000)  # a minute before the next call
         self.wait_for_outputs(proc, out, 2)
-        self.stop_gracefully(kilnd)
+        self.assertCleanStop(kilnd)
         line = proc.stderr.readline()
         self.assertRegex(line, RETRY_LINE)
         waited = time.monotonic()
