@@ -142,12 +142,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
  * only that it failed) and the bound port. */
 static kiln_status_t bind_socket(const kilnd_listen_addr_t *addr, const char *text, int *out_fd, int *out_port) {
   *out_fd = -1;
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-  char port[8];
-  snprintf(port, sizeof port, "%d", addr->port);
   struct addrinfo *res = NULL;
-  int gai = getaddrinfo(addr->host, port, &hints, &res);
+  int gai = kilnd_listen_addrinfo(addr, &res);
   if (gai != 0) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cannot listen on metrics-listen %s: %s", text,
                        gai_strerror(gai));

@@ -116,13 +116,18 @@ static kiln_status_t preflight_unix(const char *path) {
   return NULL; /* a stale socket: gRPC unlinks and rebinds it */
 }
 
-static kiln_status_t preflight_tcp(const kilnd_listen_addr_t *addr) {
+int kilnd_listen_addrinfo(const kilnd_listen_addr_t *addr, struct addrinfo **out_res) {
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
   char port[8];
   snprintf(port, sizeof port, "%d", addr->port);
+  *out_res = NULL;
+  return getaddrinfo(addr->host, port, &hints, out_res);
+}
+
+static kiln_status_t preflight_tcp(const kilnd_listen_addr_t *addr) {
   struct addrinfo *res = NULL;
-  int gai = getaddrinfo(addr->host, port, &hints, &res);
+  int gai = kilnd_listen_addrinfo(addr, &res);
   if (gai != 0) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cannot listen on %s:%d: %s", addr->host,
                        addr->port, gai_strerror(gai));

@@ -23,6 +23,13 @@ typedef struct kilnd_listen_addr_s {
  * text and the accepted forms. */
 kiln_status_t kilnd_listen_parse(const char *text, kilnd_listen_addr_t *out_addr);
 
+struct addrinfo;
+
+/* getaddrinfo for binding a TCP `addr` (passive, stream, numeric port): its return
+ * value (0, or an EAI_ code for gai_strerror); on 0 the caller freeaddrinfo()s
+ * *out_res. */
+int kilnd_listen_addrinfo(const kilnd_listen_addr_t *addr, struct addrinfo **out_res);
+
 /* Fails with UNAVAILABLE when the address is in use (naming it), or with the
  * errno's code when it cannot be bound at all (no such address, bad path). */
 kiln_status_t kilnd_listen_preflight(const kilnd_listen_addr_t *addr);

@@ -178,17 +178,24 @@ class RequestBytesTest(KilnTestCase):
         self.assertIsNotNone(summary)
 
 
-class MaxJobsTest(KilnTestCase):
+class LimitedKilndTest(KilnTestCase):
+    """A kilnd with test hooks, the token file's clients, KILND_ARGS' limits, and
+    a channel to it."""
+    KILND_ARGS = ()
+
     def setUp(self):
         self.tokens = TokenKilnd()
-        self.kilnd = Kilnd("--workers", "2", "--test-hooks", "--client-max-jobs", "2",
-                           token_file=self.tokens.path).start()
+        self.kilnd = Kilnd("--test-hooks", *self.KILND_ARGS, token_file=self.tokens.path).start()
         self.channel = grpc.insecure_channel(self.kilnd.addr)
 
     def tearDown(self):
         self.channel.close()
         self.assertCleanStop(self.kilnd)
         self.tokens.tmp.cleanup()
+
+
+class MaxJobsTest(LimitedKilndTest):
+    KILND_ARGS = ("--workers", "2", "--client-max-jobs", "2")
 
     def test_third_unfinished_job_is_refused_and_clients_count_apart(self):
         alice, bob = TokenKilnd.md("alice"), TokenKilnd.md("bob")
@@ -239,17 +246,8 @@ class MaxJobsTest(KilnTestCase):
         cancel(self.channel, blocker, alice)
 
 
-class QueueShareTest(KilnTestCase):
-    def setUp(self):
-        self.tokens = TokenKilnd()
-        self.kilnd = Kilnd("--workers", "1", "--test-hooks", "--queue-capacity", "4", "--client-queue-share", "50",
-                           token_file=self.tokens.path).start()
-        self.channel = grpc.insecure_channel(self.kilnd.addr)
-
-    def tearDown(self):
-        self.channel.close()
-        self.assertCleanStop(self.kilnd)
-        self.tokens.tmp.cleanup()
+class QueueShareTest(LimitedKilndTest):
+    KILND_ARGS = ("--workers", "1", "--queue-capacity", "4", "--client-queue-share", "50")
 
     def test_one_client_holds_at_most_its_share(self):
         alice, bob = TokenKilnd.md("alice"), TokenKilnd.md("bob")
