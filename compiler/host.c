@@ -20,6 +20,9 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/buf.h"
+
+static void append_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
 
 static bool op_is(MlirOperation op, const char *name) {
   MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
@@ -114,23 +117,49 @@ typedef struct reader_s {
   uint32_t next_kernel;
 } reader_t;
 
+/* MLIR element types and IREE's codes for them (plan.h): one row per type. */
 static kiln_status_t element_type(const reader_t *r, MlirType t, uint32_t *out) {
-  if (mlirTypeIsAF32(t)) *out = KILN_VMFB_ELEMENT_FLOAT_32;
-  else if (mlirTypeIsAF16(t)) *out = KILN_VMFB_ELEMENT_FLOAT_16;
-  else if (mlirTypeIsABF16(t)) *out = KILN_VMFB_ELEMENT_BFLOAT_16;
-  else if (mlirTypeIsAF64(t)) *out = KILN_VMFB_ELEMENT_FLOAT_64;
-  else if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 1) *out = KILN_VMFB_ELEMENT_BOOL_8;
-  else if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 8) *out = KILN_VMFB_ELEMENT_INT_8;
-  else if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 16) *out = KILN_VMFB_ELEMENT_INT_16;
-  else if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 32) *out = KILN_VMFB_ELEMENT_INT_32;
-  else if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 64) *out = KILN_VMFB_ELEMENT_INT_64;
-  else {
-    return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                       "%s: function %s: an element type kiln's VMFB host program does not "
-                       "support (use f16/bf16/f32/f64 or i1/i8/i16/i32/i64)",
-                       r->name, r->fn->name);
+  static const struct {
+    bool (*is)(MlirType);
+    uint32_t code;
+  } floats[] = {
+      {mlirTypeIsAF16, KILN_VMFB_ELEMENT_FLOAT_16},
+      {mlirTypeIsAF32, KILN_VMFB_ELEMENT_FLOAT_32},
+      {mlirTypeIsAF64, KILN_VMFB_ELEMENT_FLOAT_64},
+      {mlirTypeIsABF16, KILN_VMFB_ELEMENT_BFLOAT_16},
+      {mlirTypeIsAFloat8E5M2, KILN_VMFB_ELEMENT_FLOAT_8_E5M2},
+      {mlirTypeIsAFloat8E4M3FN, KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FN},
+      {mlirTypeIsAFloat8E5M2FNUZ, KILN_VMFB_ELEMENT_FLOAT_8_E5M2_FNUZ},
+      {mlirTypeIsAFloat8E4M3FNUZ, KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FNUZ},
+      {mlirTypeIsAFloat8E8M0FNU, KILN_VMFB_ELEMENT_FLOAT_8_E8M0_FNU},
+  };
+  for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
+    if (floats[i].is(t)) {
+      *out = floats[i].code;
+      return NULL;
+    }
   }
-  return NULL;
+  if (mlirTypeIsAInteger(t)) {
+    switch (mlirIntegerTypeGetWidth(t)) {
+      case 1: *out = KILN_VMFB_ELEMENT_BOOL_8; return NULL;
+      case 2: *out = KILN_VMFB_ELEMENT_INT_2; return NULL;
+      case 4: *out = KILN_VMFB_ELEMENT_INT_4; return NULL;
+      case 8: *out = KILN_VMFB_ELEMENT_INT_8; return NULL;
+      case 16: *out = KILN_VMFB_ELEMENT_INT_16; return NULL;
+      case 32: *out = KILN_VMFB_ELEMENT_INT_32; return NULL;
+      case 64: *out = KILN_VMFB_ELEMENT_INT_64; return NULL;
+      default: break;
+    }
+  }
+  kiln_buf_t text;
+  kiln_buf_init(&text);
+  mlirTypePrint(t, append_cb, &text);
+  kiln_status_t st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                                 "%s: function %s: element type %s has no IREE buffer view type "
+                                 "(use i1/i2/i4/i8/i16/i32/i64, f16/bf16/f32/f64 or an f8 type)",
+                                 r->name, r->fn->name, text.len ? text.data : "?");
+  kiln_buf_deinit(&text);
+  return st;
 }
 
 /* A static-shaped memref type as a tensor type. */
@@ -149,8 +178,8 @@ static kiln_status_t tensor_type(const reader_t *r, MlirType t, kiln_vmfb_tensor
 }
 
 static uint64_t type_bytes(const kiln_vmfb_tensor_type_t *t) {
-  uint64_t n = kiln_vmfb_element_bytes(t->element_type);
-  for (uint32_t d = 0; d < t->rank; d++) n *= (uint64_t)t->dims[d];
+  uint64_t n = 0;
+  (void)kiln_vmfb_tensor_type_bytes(t, &n); /* static MLIR shapes fit: MLIR caps them */
   return n;
 }
 
@@ -205,15 +234,29 @@ static kiln_status_t global_bytes(reader_t *r, MlirOperation get, kiln_vmfb_buff
   MlirType type = mlirValueGetType(mlirOperationGetResult(get, 0));
   kiln_vmfb_tensor_type_t tt;
   KILN_RETURN_IF_ERROR(tensor_type(r, type, &tt));
-  if (mlirAttributeIsNull(init) || !mlirAttributeIsADenseElements(init) ||
-      tt.element_type == KILN_VMFB_ELEMENT_BOOL_8) {
-    return unsupported(r, get, "reads a global without a dense numeric initializer");
+  if (mlirAttributeIsNull(init) || !mlirAttributeIsADenseElements(init)) {
+    return unsupported(r, get, "reads a global without a dense initializer");
   }
   uint64_t size = type_bytes(&tt);
-  uint64_t elem = kiln_vmfb_element_bytes(tt.element_type);
-  uint8_t *data = kiln_malloc(size ? size : 1);
+  uint64_t count = (uint64_t)mlirElementsAttrGetNumElements(init);
+  uint32_t bits = kiln_vmfb_element_bits(tt.element_type);
+  bool splat = mlirDenseElementsAttrIsSplat(init);
+  uint8_t *data = kiln_calloc(size ? size : 1, 1);
   const uint8_t *raw = mlirDenseElementsAttrGetRawData(init);
-  if (mlirDenseElementsAttrIsSplat(init)) {
+  if (tt.element_type == KILN_VMFB_ELEMENT_BOOL_8) {
+    /* MLIR keeps i1 constants a bit each; IREE's BOOL_8 is a byte each. */
+    for (uint64_t i = 0; i < size; i++) {
+      data[i] = splat ? mlirDenseElementsAttrGetBoolSplatValue(init)
+                      : mlirDenseElementsAttrGetBoolValue(init, (intptr_t)i);
+    }
+  } else if (bits < 8) {
+    /* i2/i4: MLIR keeps a byte per element; IREE packs them, low bits first. */
+    for (uint64_t i = 0; i < count; i++) {
+      uint8_t v = (uint8_t)(raw[splat ? 0 : i] & ((1u << bits) - 1u));
+      data[i * bits / 8] |= (uint8_t)(v << (i * bits % 8));
+    }
+  } else if (splat) {
+    uint64_t elem = bits / 8;
     for (uint64_t i = 0; i < size; i += elem) memcpy(data + i, raw, elem);
   } else {
     memcpy(data, raw, size);
@@ -330,7 +373,9 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
     uint32_t elem = 0;
     KILN_RETURN_IF_ERROR(element_type(r, mlirShapedTypeGetElementType(t), &elem));
     /* The type's offset is from the root's start (views compose their offsets). */
-    add_view(r, mlirOperationGetResult(op, 0), source->buffer, offset * kiln_vmfb_element_bytes(elem));
+    uint64_t bytes = 0;
+    (void)kiln_vmfb_packed_bytes(elem, offset, &bytes);
+    add_view(r, mlirOperationGetResult(op, 0), source->buffer, bytes);
     return NULL;
   }
   if (op_is(op, "gpu.launch_func")) return read_launch(r, op);

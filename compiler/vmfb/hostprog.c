@@ -317,18 +317,7 @@ static char *entry_name(const char *a, const char *b, const char *ext) {
 }
 
 static const char *element_name(uint32_t element_type) {
-  switch (element_type) {
-    case KILN_VMFB_ELEMENT_INT_8: return "i8";
-    case KILN_VMFB_ELEMENT_INT_16: return "i16";
-    case KILN_VMFB_ELEMENT_INT_32: return "i32";
-    case KILN_VMFB_ELEMENT_INT_64: return "i64";
-    case KILN_VMFB_ELEMENT_FLOAT_16: return "f16";
-    case KILN_VMFB_ELEMENT_FLOAT_32: return "f32";
-    case KILN_VMFB_ELEMENT_FLOAT_64: return "f64";
-    case KILN_VMFB_ELEMENT_BFLOAT_16: return "bf16";
-    case KILN_VMFB_ELEMENT_BOOL_8: return "i1";
-    default: return NULL;
-  }
+  return kiln_vmfb_element_name(element_type);
 }
 
 /* Validates a tensor type and returns its byte size. */
@@ -345,15 +334,12 @@ static kiln_status_t tensor_bytes(const kiln_vmfb_function_t *fn, const char *wh
                        "host program: function %s %s %zu has rank %" PRIu32 " (max %d)", fn->name,
                        what, index, t->rank, KILN_VMFB_MAX_RANK);
   }
-  uint64_t bytes = kiln_vmfb_element_bytes(t->element_type);
-  for (uint32_t d = 0; d < t->rank; d++) {
-    if (t->dims[d] < 0 || __builtin_mul_overflow(bytes, (uint64_t)t->dims[d], &bytes) ||
-        bytes > (uint64_t)INT64_MAX) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "host program: function %s %s %zu has dimension %u of %" PRId64
-                         " (dimensions must be static, >= 0, and the tensor < 2^63 bytes)",
-                         fn->name, what, index, d, t->dims[d]);
-    }
+  uint64_t bytes = 0;
+  if (!kiln_vmfb_tensor_type_bytes(t, &bytes)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "host program: function %s %s %zu has a dimension < 0 or is 2^63 bytes "
+                       "or more (dimensions must be static and >= 0)",
+                       fn->name, what, index);
   }
   *out_bytes = bytes;
   return NULL;
@@ -695,8 +681,8 @@ static void emit_result(emit_t *e, const kiln_vmfb_function_t *fn, size_t r,
                         const kiln_vmfb_reg_t *buffers, kiln_vmfb_reg_t view) {
   const kiln_vmfb_result_t *res = &fn->results[r];
   scope_t s = scope_begin(e);
-  uint64_t bytes = kiln_vmfb_element_bytes(res->type.element_type);
-  for (uint32_t d = 0; d < res->type.rank; d++) bytes *= (uint64_t)res->type.dims[d];
+  uint64_t bytes = 0;
+  (void)kiln_vmfb_tensor_type_bytes(&res->type, &bytes); /* validated by tensor_bytes */
   kiln_vmfb_reg_t args[5 + KILN_VMFB_MAX_RANK];
   size_t n = 0;
   args[n++] = buffers[res->buffer];

@@ -1,6 +1,7 @@
-/* The host plan's one destructor. */
+/* The host plan's destructor and its element type table. */
 #include "compiler/vmfb/plan.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -22,4 +23,56 @@ void kiln_vmfb_plan_deinit(kiln_vmfb_plan_t *plan) {
   }
   kiln_free(plan->functions);
   memset(plan, 0, sizeof *plan);
+}
+
+static const struct {
+  uint32_t type;
+  const char *name;
+} element_names[] = {
+    {KILN_VMFB_ELEMENT_BOOL_8, "i1"},
+    {KILN_VMFB_ELEMENT_INT_2, "i2"},
+    {KILN_VMFB_ELEMENT_INT_4, "i4"},
+    {KILN_VMFB_ELEMENT_INT_8, "i8"},
+    {KILN_VMFB_ELEMENT_INT_16, "i16"},
+    {KILN_VMFB_ELEMENT_INT_32, "i32"},
+    {KILN_VMFB_ELEMENT_INT_64, "i64"},
+    {KILN_VMFB_ELEMENT_FLOAT_16, "f16"},
+    {KILN_VMFB_ELEMENT_FLOAT_32, "f32"},
+    {KILN_VMFB_ELEMENT_FLOAT_64, "f64"},
+    {KILN_VMFB_ELEMENT_BFLOAT_16, "bf16"},
+    {KILN_VMFB_ELEMENT_FLOAT_8_E5M2, "f8E5M2"},
+    {KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FN, "f8E4M3FN"},
+    {KILN_VMFB_ELEMENT_FLOAT_8_E5M2_FNUZ, "f8E5M2FNUZ"},
+    {KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FNUZ, "f8E4M3FNUZ"},
+    {KILN_VMFB_ELEMENT_FLOAT_8_E8M0_FNU, "f8E8M0FNU"},
+};
+
+const char *kiln_vmfb_element_name(uint32_t element_type) {
+  for (size_t i = 0; i < sizeof element_names / sizeof element_names[0]; i++) {
+    if (element_names[i].type == element_type) return element_names[i].name;
+  }
+  return NULL;
+}
+
+bool kiln_vmfb_packed_bytes(uint32_t element_type, uint64_t elements, uint64_t *out_bytes) {
+  uint64_t bits = kiln_vmfb_element_bits(element_type);
+  /* i1 is stored a byte per element (IREE's BOOL_8), like every type of 8 bits
+   * or more: only i2 and i4 pack. */
+  uint64_t total;
+  if (__builtin_mul_overflow(elements, bits, &total) || total / 8 + 1 > (uint64_t)INT64_MAX) {
+    return false;
+  }
+  *out_bytes = (total + 7) / 8;
+  return true;
+}
+
+bool kiln_vmfb_tensor_type_bytes(const kiln_vmfb_tensor_type_t *t, uint64_t *out_bytes) {
+  uint64_t elements = 1;
+  if (t->rank > KILN_VMFB_MAX_RANK) return false;
+  for (uint32_t d = 0; d < t->rank; d++) {
+    if (t->dims[d] < 0 || __builtin_mul_overflow(elements, (uint64_t)t->dims[d], &elements)) {
+      return false;
+    }
+  }
+  return kiln_vmfb_packed_bytes(t->element_type, elements, out_bytes);
 }

@@ -15,7 +15,14 @@
 
 #define KILN_VMFB_MAX_RANK 8
 
-/* IREE's HAL element types (iree_hal_element_type_t): numerical type << 24 | bits. */
+/* IREE's HAL element types (iree_hal_element_type_t, runtime/src/iree/hal/
+ * buffer_view.h): numerical type << 24 | bits. Numerical types: 0x10 signless
+ * integer, 0x13 boolean, 0x21 IEEE float, 0x22 brain float, 0x24..0x28 the 8-bit
+ * floats (E5M2, E4M3FN, E5M2FNUZ, E4M3FNUZ, E8M0FNU). kiln writes signless
+ * integers, as iree-compile does for MLIR's signless iN. */
+#define KILN_VMFB_ELEMENT_BOOL_8 0x13000008u
+#define KILN_VMFB_ELEMENT_INT_2 0x10000002u
+#define KILN_VMFB_ELEMENT_INT_4 0x10000004u
 #define KILN_VMFB_ELEMENT_INT_8 0x10000008u
 #define KILN_VMFB_ELEMENT_INT_16 0x10000010u
 #define KILN_VMFB_ELEMENT_INT_32 0x10000020u
@@ -24,7 +31,11 @@
 #define KILN_VMFB_ELEMENT_FLOAT_32 0x21000020u
 #define KILN_VMFB_ELEMENT_FLOAT_64 0x21000040u
 #define KILN_VMFB_ELEMENT_BFLOAT_16 0x22000010u
-#define KILN_VMFB_ELEMENT_BOOL_8 0x01000008u
+#define KILN_VMFB_ELEMENT_FLOAT_8_E5M2 0x24000008u
+#define KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FN 0x25000008u
+#define KILN_VMFB_ELEMENT_FLOAT_8_E5M2_FNUZ 0x26000008u
+#define KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FNUZ 0x27000008u
+#define KILN_VMFB_ELEMENT_FLOAT_8_E8M0_FNU 0x28000008u
 
 /* A dense row-major tensor type: the signature of an input or a result. */
 typedef struct kiln_vmfb_tensor_type_s {
@@ -99,10 +110,24 @@ typedef struct kiln_vmfb_plan_s {
   size_t n_functions;
 } kiln_vmfb_plan_t;
 
-/* Bytes of one element of `element_type` (its low 8 bits, rounded up to bytes). */
-static inline uint64_t kiln_vmfb_element_bytes(uint32_t element_type) {
-  return ((element_type & 0xFFu) + 7u) / 8u;
+/* Bits of one element of `element_type` (its low 8 bits). */
+static inline uint32_t kiln_vmfb_element_bits(uint32_t element_type) {
+  return element_type & 0xFFu;
 }
+
+/* MLIR's spelling of a KILN_VMFB_ELEMENT_* type ("f32", "i1", "f8E4M3FN"), the
+ * one table of the element types kiln writes; NULL for any other value.
+ * Thread-safe (static data). */
+const char *kiln_vmfb_element_name(uint32_t element_type);
+
+/* Bytes of a tensor of `elements` elements of `element_type`, packed as IREE
+ * packs sub-byte types (i2, i4: several to a byte, the last byte rounded up).
+ * Returns false on overflow past INT64_MAX bytes. Thread-safe. */
+bool kiln_vmfb_packed_bytes(uint32_t element_type, uint64_t elements, uint64_t *out_bytes);
+
+/* Bytes of a tensor of type `t` (packed as above). Returns false when a dimension
+ * is negative or the size overflows INT64_MAX bytes. Thread-safe. */
+bool kiln_vmfb_tensor_type_bytes(const kiln_vmfb_tensor_type_t *t, uint64_t *out_bytes);
 
 /* Frees everything a plan owns (each function's name, arrays, and the bindings and
  * constants of its steps; CONSTANT data is freed too). Safe on a zeroed plan. */
