@@ -8,6 +8,14 @@
  * offset themselves, so every binding is its root buffer from byte 0. Results
  * carry their byte offset (a function may return a view).
  *
+ * Word padding. SPIR-V kernels on profiles without 8- and 16-bit storage reach
+ * i1/i8/i16/f16/bf16 buffers through 32-bit words, and a device drops (robust
+ * access) the word that straddles the end of a binding. So every buffer a kernel
+ * binds spans whole words: allocations and constants are rounded up to 4 bytes,
+ * and an input whose size is not a multiple of 4 is first copied into a rounded
+ * transient buffer (one copy step at the start), which the kernels bind. Results
+ * keep their exact sizes: a buffer view over the first bytes of a bigger buffer.
+ *
  * Kernels. gpu-launch-sink-index-computations moved every constant a kernel uses
  * into it, so launches pass memrefs only; a scalar that is still passed must be a
  * constant (a push constant) or the plan is UNIMPLEMENTED.
@@ -183,10 +191,18 @@ static uint64_t type_bytes(const kiln_vmfb_tensor_type_t *t) {
   return n;
 }
 
+/* Buffer sizes rounded up to whole 32-bit words (see Word padding). */
+static uint64_t word_round(uint64_t bytes) { return (bytes + 3u) & ~(uint64_t)3u; }
+
 static uint32_t add_buffer(kiln_vmfb_function_t *fn, kiln_vmfb_buffer_t b) {
   fn->buffers = kiln_realloc(fn->buffers, (fn->n_buffers + 1) * sizeof *fn->buffers);
   fn->buffers[fn->n_buffers] = b;
   return (uint32_t)fn->n_buffers++;
+}
+
+static void add_step(kiln_vmfb_function_t *fn, kiln_vmfb_step_t step) {
+  fn->steps = kiln_realloc(fn->steps, (fn->n_steps + 1) * sizeof *fn->steps);
+  fn->steps[fn->n_steps++] = step;
 }
 
 static void add_view(reader_t *r, MlirValue v, uint32_t buffer, uint64_t offset) {
@@ -241,7 +257,7 @@ static kiln_status_t global_bytes(reader_t *r, MlirOperation get, kiln_vmfb_buff
   uint64_t count = (uint64_t)mlirElementsAttrGetNumElements(init);
   uint32_t bits = kiln_vmfb_element_bits(tt.element_type);
   bool splat = mlirDenseElementsAttrIsSplat(init);
-  uint8_t *data = kiln_calloc(size ? size : 1, 1);
+  uint8_t *data = kiln_calloc(word_round(size) ? word_round(size) : 1, 1);
   const uint8_t *raw = mlirDenseElementsAttrGetRawData(init);
   if (tt.element_type == KILN_VMFB_ELEMENT_BOOL_8) {
     /* MLIR keeps i1 constants a bit each; IREE's BOOL_8 is a byte each. */
@@ -261,7 +277,7 @@ static kiln_status_t global_bytes(reader_t *r, MlirOperation get, kiln_vmfb_buff
   } else {
     memcpy(data, raw, size);
   }
-  *out = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = data, .size_bytes = size};
+  *out = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = data, .size_bytes = word_round(size)};
   return NULL;
 }
 
@@ -335,9 +351,7 @@ static kiln_status_t read_launch(reader_t *r, MlirOperation op) {
     kiln_free(step.constants);
     return st;
   }
-  kiln_vmfb_function_t *fn = r->fn;
-  fn->steps = kiln_realloc(fn->steps, (fn->n_steps + 1) * sizeof *fn->steps);
-  fn->steps[fn->n_steps++] = step;
+  add_step(r->fn, step);
   return NULL;
 }
 
@@ -350,7 +364,7 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
     if (mlirOperationGetNumOperands(op) != 0) return unsupported(r, op, "allocates a dynamic size");
     KILN_RETURN_IF_ERROR(tensor_type(r, t, &tt));
     uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT,
-                                                     .size_bytes = type_bytes(&tt)});
+                                                     .size_bytes = word_round(type_bytes(&tt))});
     add_view(r, mlirOperationGetResult(op, 0), b, 0);
     return NULL;
   }
@@ -419,9 +433,17 @@ static kiln_status_t read_function(reader_t *r, MlirOperation func) {
     MlirValue arg = mlirBlockGetArgument(entry, i);
     KILN_RETURN_IF_ERROR(tensor_type(r, mlirValueGetType(arg), &fn->inputs[i]));
     fn->n_inputs++;
+    uint64_t bytes = type_bytes(&fn->inputs[i]);
     uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT,
                                                      .input = (uint32_t)i,
-                                                     .size_bytes = type_bytes(&fn->inputs[i])});
+                                                     .size_bytes = bytes});
+    if (bytes % 4 != 0) {
+      uint32_t padded = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT,
+                                                            .size_bytes = word_round(bytes)});
+      add_step(fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY, .src = b, .dst = padded,
+                                      .length = bytes});
+      b = padded;
+    }
     add_view(r, arg, b, 0);
   }
   for (MlirOperation op = mlirBlockGetFirstOperation(entry); !mlirOperationIsNull(op);

@@ -30,6 +30,7 @@
 #include "base/time.h"
 #include "compiler/host.h"
 #include "compiler/internal.h"
+#include "compiler/kernel_types.h"
 
 /* Tile sizes of the (up to) three outermost parallel loop dimensions: the
  * workgroup shape. 4 x 32 = 128 invocations fits every target's limits. Tiles
@@ -518,11 +519,12 @@ static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_
       /* Serialized separately (spirv_serialize): the converted spirv.modules land
        * beside their gpu.modules and must be moved inside first. */
       kiln_buf_appendf(out,
-                       "builtin.module(spirv-attach-target{ver=v%u.%u caps=Shader "
-                       "exts=SPV_KHR_storage_buffer_storage_class client_api=Vulkan},"
+                       "builtin.module(spirv-attach-target{ver=v%u.%u caps=%s exts=%s "
+                       "client_api=Vulkan},"
                        "gpu.module(lower-affine,convert-math-to-spirv),convert-gpu-to-spirv{use-64bit-index=false},"
                        "spirv.module(spirv-lower-abi-attrs,spirv-update-vce))",
-                       t->spirv_version_major, t->spirv_version_minor);
+                       t->spirv_version_major, t->spirv_version_minor, t->spirv_capabilities,
+                       t->spirv_extensions);
       return NULL;
     case KILN_TARGET_KIND_CPU:
       kiln_buf_append_str(out, cpu_pipeline);
@@ -569,6 +571,47 @@ static void set_spirv_version(MlirContext mlir, MlirOperation spirv_module, cons
     kiln_buf_deinit(&fixed);
   }
   kiln_buf_deinit(&text);
+}
+
+/* Whether a comma-separated list holds `item`. */
+static bool list_has(const char *list, const char *item) {
+  size_t n = strlen(item);
+  for (const char *p = list; p && *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == n && memcmp(p, item, n) == 0) return true;
+    p = comma ? comma + 1 : NULL;
+  }
+  return false;
+}
+
+/* Float types SPIR-V cannot hold on this profile keep their bits in 16-bit
+ * integers and compute in f32 (kernel_types.h): bf16 everywhere, f16 where the
+ * profile lacks Float16. The host code goes first (it is read already). */
+static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirModule module,
+                                         const kiln_target_t *t, const char *name,
+                                         const char *stage) {
+  bool float16 = list_has(t->spirv_capabilities, "Float16");
+  bool int64 = list_has(t->spirv_capabilities, "Int64");
+  kiln_compiler_kernels_only(module);
+  kiln_compiler_kernels_floats_as_bits(context->mlir, module, !float16);
+  /* i64 without Int64: pairs of i32 (arith-emulate-wide-int), memrefs included. */
+  kiln_buf_t passes;
+  kiln_buf_init(&passes);
+  kiln_buf_appendf(&passes,
+                   "builtin.module(gpu.module(%sarith-emulate-unsupported-floats{source-types=%s "
+                   "target-type=f32},arith-expand{include-bf16=true}))",
+                   int64 ? "" : "arith-emulate-wide-int{widest-int-supported=32},",
+                   float16 ? "bf16" : "bf16,f16");
+  kiln_status_t st = run_pipeline(context, module, passes.data, name, stage);
+  kiln_buf_deinit(&passes);
+  KILN_RETURN_IF_ERROR(st);
+  /* No canonicalize before the f16 expansion: it folds truncf(sitofp) back into an
+   * f16 sitofp. After it, canonicalize folds the bitcast pairs. */
+  if (!float16) KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_f16(context->mlir, module));
+  KILN_RETURN_IF_ERROR(
+      run_pipeline(context, module, "builtin.module(gpu.module(canonicalize))", name, stage));
+  return kiln_compiler_kernels_check_floats(context->mlir, module, !float16, name, t->id);
 }
 
 static kiln_status_t spirv_serialize(kiln_compiler_context_t *context, MlirModule module,
@@ -716,7 +759,10 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
     mlirOperationWalk(mlirModuleGetOperation(module), annotate_kernel, &a, MlirWalkPreOrder);
     char stage[64];
     snprintf(stage, sizeof stage, "code generation for %s", out->target->id);
-    out->status = run_pipeline(context, module, pipeline.data, name, stage);
+    if (out->target->kind == KILN_TARGET_KIND_VULKAN) {
+      out->status = spirv_prepare_types(context, module, out->target, name, stage);
+    }
+    if (!out->status) out->status = run_pipeline(context, module, pipeline.data, name, stage);
     if (!out->status && out->target->kind == KILN_TARGET_KIND_VULKAN) {
       out->status = spirv_serialize(context, module, out->target, name, stage);
     }

@@ -116,6 +116,23 @@ static const char *const x86_64_aliases[] = {"host", "cpu", "llvm-cpu", "x86-64"
  * 32 KiB; 5th-gen Arm GPUs (Mali-G720 onwards) with 1024 invocations. */
 #define VALHALL_LIMITS {16, {512, 512, 512}, 512, 32 * 1024}
 
+/* SPIR-V features. Arm Valhall and 5th-gen GPUs compute on f16, i16 and i8 and
+ * store 8- and 16-bit types in buffers (KnownTargets.cpp gives Valhall those
+ * compute widths and every storage width; Mesa's panvk and Arm's driver report
+ * the features); their Int64 is left out, as IREE does. VideoCore VII's driver
+ * (Mesa v3dv) stores 8- and 16-bit types but computes on none of them
+ * (shaderInt16, shaderInt8 and shaderFloat16 are false), and MLIR's SPIR-V
+ * conversion cannot use storage without the matching arithmetic: kiln declares
+ * Shader alone there, so i8/i16 live in packed 32-bit words and f16 as integer
+ * bits (kernel_types.h). */
+#define MALI_SPIRV                                                                        \
+  .spirv_capabilities = "Shader,Float16,Int16,Int8,StorageBuffer16BitAccess,"             \
+                        "StorageBuffer8BitAccess,UniformAndStorageBuffer8BitAccess",      \
+  .spirv_extensions = "SPV_KHR_storage_buffer_storage_class,SPV_KHR_16bit_storage,"       \
+                      "SPV_KHR_8bit_storage"
+#define VIDEOCORE_SPIRV                                                                   \
+  .spirv_capabilities = "Shader", .spirv_extensions = "SPV_KHR_storage_buffer_storage_class"
+
 /* ---- The table --------------------------------------------------------------- */
 
 static const kiln_target_t targets[] = {
@@ -153,23 +170,23 @@ static const kiln_target_t targets[] = {
     /* Vulkan. IREE gives every Arm target the features "spirv:v1.6,cap:Shader". */
     {.id = "arm5gen", VULKAN_FIELDS, .chip = "arm5gen",
      .description = "Arm 5th-gen GPU architecture (Vulkan): Mali-G720, Mali-G725, Mali-G1",
-     .aliases = arm5gen_aliases, .spirv_version_major = 1, .spirv_version_minor = 6,
+     .aliases = arm5gen_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
      .limits = {16, {1024, 1024, 1024}, 1024, 32 * 1024}},
     {.id = "valhall1", VULKAN_FIELDS, .chip = "valhall1",
      .description = "Arm Valhall gen 1 (Vulkan): Mali-G77, Mali-G57",
-     .aliases = valhall1_aliases, .spirv_version_major = 1, .spirv_version_minor = 6,
+     .aliases = valhall1_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
      .limits = VALHALL_LIMITS},
     {.id = "valhall2", VULKAN_FIELDS, .chip = "valhall2",
      .description = "Arm Valhall gen 2 (Vulkan): Mali-G78",
-     .aliases = valhall2_aliases, .spirv_version_major = 1, .spirv_version_minor = 6,
+     .aliases = valhall2_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
      .limits = VALHALL_LIMITS},
     {.id = "valhall3", VULKAN_FIELDS, .chip = "valhall3",
      .description = "Arm Valhall gen 3 (Vulkan): Mali-G710, Mali-G510, Mali-G310",
-     .aliases = valhall3_aliases, .spirv_version_major = 1, .spirv_version_minor = 6,
+     .aliases = valhall3_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
      .limits = VALHALL_LIMITS},
     {.id = "valhall4", VULKAN_FIELDS, .chip = "valhall4",
      .description = "Arm Valhall gen 4 (Vulkan): Mali-G715, Mali-G615",
-     .aliases = valhall4_aliases, .spirv_version_major = 1, .spirv_version_minor = 6,
+     .aliases = valhall4_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
      .limits = VALHALL_LIMITS},
     /* KnownTargets.cpp (from vulkaninfo on a Raspberry Pi 5): SPIR-V 1.3, subgroup
      * 16, workgroup dimensions up to 256, 16 KiB shared memory. The device reports
@@ -178,7 +195,7 @@ static const kiln_target_t targets[] = {
      * to stay under that. */
     {.id = "videocore_vii", VULKAN_FIELDS, .chip = "videocore_vii",
      .description = "Broadcom VideoCore VII (Vulkan): Raspberry Pi 5",
-     .aliases = videocore_vii_aliases, .spirv_version_major = 1, .spirv_version_minor = 3,
+     .aliases = videocore_vii_aliases, .spirv_version_major = 1, .spirv_version_minor = 3, VIDEOCORE_SPIRV,
      .limits = {16, {256, 256, 256}, 256, 16 * 1024}},
 
     /* Host CPU through IREE's embedded ELF loader. */

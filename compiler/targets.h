@@ -62,6 +62,10 @@ typedef struct kiln_target_s {
                                     "+ptx78"); 0 for other kinds */
   uint32_t spirv_version_major;  /* Vulkan only: SPIR-V version of the device profile */
   uint32_t spirv_version_minor;  /* (1.6 for Arm Mali, 1.3 for VideoCore VII); 0 otherwise */
+  const char *spirv_capabilities; /* Vulkan only: the SPIR-V capabilities the profile's
+                                     devices support, spirv-attach-target's `caps` list
+                                     ("Shader,Float16,..."); NULL otherwise */
+  const char *spirv_extensions;   /* Vulkan only: likewise, its `exts` list */
   kiln_target_gpu_limits_t limits; /* GPU kinds only; all zero for CPU */
 } kiln_target_t;
 

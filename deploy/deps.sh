@@ -35,6 +35,9 @@ test_packages=(
   haproxy
   # validating generated device code: spirv-val (llvm-readobj comes with llvm-22)
   spirv-tools
+  # running it: the coverage corpus's Vulkan kernels execute on Mesa's software
+  # Vulkan device (lavapipe), through the Vulkan loader
+  mesa-vulkan-drivers libvulkan-dev
   # the VMFB reader's libFuzzer target (clang with its runtime)
   clang-22 libclang-rt-22-dev
 )

@@ -1,0 +1,416 @@
+/* Kernel element types a SPIR-V profile cannot store or compute on (see the
+ * header for why). Rewrites go in two steps so that no walk mutates what it is
+ * walking: collect the ops, then change them.
+ *
+ * Invariant after kiln_compiler_kernels_floats_as_bits: no memref inside a kernel
+ * has a rewritten float element type, so MLIR's type conversion never sees one;
+ * the float values that remain are SSA values between a load's bitcast and a
+ * store's, which arith-emulate-unsupported-floats widens to f32 and the expansions
+ * (arith-expand for bf16, kiln_compiler_kernels_expand_f16 for f16) turn into
+ * integer code, leaving bitcast pairs that canonicalize folds away.
+ */
+#include "compiler/kernel_types.h"
+
+#include <mlir-c/BuiltinAttributes.h>
+#include <mlir-c/BuiltinTypes.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+static bool op_is(MlirOperation op, const char *name) {
+  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
+  return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
+}
+
+static MlirStringRef sref(const char *s) { return mlirStringRefCreateFromCString(s); }
+
+void kiln_compiler_kernels_only(MlirModule module) {
+  MlirBlock body = mlirModuleGetBody(module);
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);) {
+    MlirOperation next = mlirOperationGetNextInBlock(op);
+    if (!op_is(op, "gpu.module")) mlirOperationDestroy(op);
+    op = next;
+  }
+}
+
+/* ---- floats as bits ---- */
+
+typedef struct ops_s {
+  MlirOperation *items;
+  size_t n;
+} ops_t;
+
+static void ops_push(ops_t *ops, MlirOperation op) {
+  ops->items = kiln_realloc(ops->items, (ops->n + 1) * sizeof *ops->items);
+  ops->items[ops->n++] = op;
+}
+
+static MlirWalkResult collect_all(MlirOperation op, void *user) {
+  ops_push(user, op);
+  return MlirWalkResultAdvance;
+}
+
+typedef struct retype_s {
+  MlirContext ctx;
+  bool f16_too;
+} retype_t;
+
+static bool rewritten_float(const retype_t *r, MlirType t) {
+  return mlirTypeIsABF16(t) || (r->f16_too && mlirTypeIsAF16(t));
+}
+
+/* memref<...xbf16, layout, space> -> memref<...xi16, layout, space>; else null. */
+static MlirType bits_memref(const retype_t *r, MlirType t) {
+  if (!mlirTypeIsAMemRef(t) || !rewritten_float(r, mlirShapedTypeGetElementType(t))) {
+    return (MlirType){NULL};
+  }
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  int64_t *shape = kiln_calloc(rank ? (size_t)rank : 1, sizeof *shape);
+  for (intptr_t d = 0; d < rank; d++) shape[d] = mlirShapedTypeGetDimSize(t, d);
+  MlirType out = mlirMemRefTypeGet(mlirIntegerTypeGet(r->ctx, 16), rank, shape,
+                                   mlirMemRefTypeGetLayout(t), mlirMemRefTypeGetMemorySpace(t));
+  kiln_free(shape);
+  return out;
+}
+
+static MlirOperation bitcast(MlirValue v, MlirType to, MlirLocation loc) {
+  MlirOperationState state = mlirOperationStateGet(sref("arith.bitcast"), loc);
+  mlirOperationStateAddOperands(&state, 1, &v);
+  mlirOperationStateAddResults(&state, 1, &to);
+  return mlirOperationCreate(&state);
+}
+
+static void retype_func(const retype_t *r, MlirOperation func) {
+  MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
+  if (mlirBlockIsNull(entry)) return;
+  intptr_t n = mlirBlockGetNumArguments(entry);
+  MlirType *inputs = kiln_calloc(n ? (size_t)n : 1, sizeof *inputs);
+  bool changed = false;
+  for (intptr_t i = 0; i < n; i++) {
+    MlirValue arg = mlirBlockGetArgument(entry, i);
+    MlirType t = bits_memref(r, mlirValueGetType(arg));
+    if (!mlirTypeIsNull(t)) {
+      mlirValueSetType(arg, t);
+      changed = true;
+    }
+    inputs[i] = mlirValueGetType(arg);
+  }
+  if (changed) {
+    mlirOperationSetInherentAttributeByName(
+        func, sref("function_type"), mlirTypeAttrGet(mlirFunctionTypeGet(r->ctx, n, inputs, 0, NULL)));
+  }
+  kiln_free(inputs);
+}
+
+static void retype_op(const retype_t *r, MlirOperation op) {
+  for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) {
+    MlirValue v = mlirOperationGetResult(op, i);
+    MlirType t = bits_memref(r, mlirValueGetType(v));
+    if (!mlirTypeIsNull(t)) mlirValueSetType(v, t);
+  }
+  MlirLocation loc = mlirOperationGetLocation(op);
+  MlirType i16 = mlirIntegerTypeGet(r->ctx, 16);
+  if (op_is(op, "memref.load")) {
+    MlirValue v = mlirOperationGetResult(op, 0);
+    MlirType f = mlirValueGetType(v);
+    if (!rewritten_float(r, f)) return;
+    mlirValueSetType(v, i16);
+    MlirOperation cast = bitcast(v, f, loc);
+    mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(op), op, cast);
+    mlirValueReplaceAllUsesExcept(v, mlirOperationGetResult(cast, 0), 1, &cast);
+  } else if (op_is(op, "memref.store")) {
+    MlirValue v = mlirOperationGetOperand(op, 0);
+    if (!rewritten_float(r, mlirValueGetType(v))) return;
+    MlirOperation cast = bitcast(v, i16, loc);
+    mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, cast);
+    mlirOperationSetOperand(op, 0, mlirOperationGetResult(cast, 0));
+  }
+}
+
+/* Ops arith-emulate-unsupported-floats leaves alone (it widens arith's float
+ * arithmetic only): the math dialect, the int/float casts, select. */
+static bool widened_elsewhere(MlirOperation op) {
+  MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(op));
+  if (n.length > 5 && memcmp(n.data, "math.", 5) == 0) return true;
+  return op_is(op, "arith.sitofp") || op_is(op, "arith.uitofp") || op_is(op, "arith.fptosi") ||
+         op_is(op, "arith.fptoui") || op_is(op, "arith.select");
+}
+
+static MlirOperation cast_op(const char *name, MlirValue v, MlirType to, MlirLocation loc) {
+  MlirOperationState state = mlirOperationStateGet(sref(name), loc);
+  mlirOperationStateAddOperands(&state, 1, &v);
+  mlirOperationStateAddResults(&state, 1, &to);
+  return mlirOperationCreate(&state);
+}
+
+/* The op again on f32: rewritten-float operands extended, results truncated back. */
+static void widen_op(const retype_t *r, MlirOperation op) {
+  intptr_t n_in = mlirOperationGetNumOperands(op), n_out = mlirOperationGetNumResults(op);
+  bool any = false;
+  for (intptr_t i = 0; i < n_in; i++) any = any || rewritten_float(r, mlirValueGetType(mlirOperationGetOperand(op, i)));
+  for (intptr_t i = 0; i < n_out; i++) any = any || rewritten_float(r, mlirValueGetType(mlirOperationGetResult(op, i)));
+  if (!any || mlirOperationGetNumRegions(op) != 0) return;
+  MlirLocation loc = mlirOperationGetLocation(op);
+  MlirBlock block = mlirOperationGetBlock(op);
+  MlirType f32 = mlirF32TypeGet(r->ctx);
+  MlirValue *operands = kiln_calloc(n_in ? (size_t)n_in : 1, sizeof *operands);
+  MlirType *results = kiln_calloc(n_out ? (size_t)n_out : 1, sizeof *results);
+  for (intptr_t i = 0; i < n_in; i++) {
+    operands[i] = mlirOperationGetOperand(op, i);
+    if (rewritten_float(r, mlirValueGetType(operands[i]))) {
+      MlirOperation ext = cast_op("arith.extf", operands[i], f32, loc);
+      mlirBlockInsertOwnedOperationBefore(block, op, ext);
+      operands[i] = mlirOperationGetResult(ext, 0);
+    }
+  }
+  for (intptr_t i = 0; i < n_out; i++) {
+    MlirType t = mlirValueGetType(mlirOperationGetResult(op, i));
+    results[i] = rewritten_float(r, t) ? f32 : t;
+  }
+  MlirOperationState state = mlirOperationStateGet(mlirIdentifierStr(mlirOperationGetName(op)), loc);
+  mlirOperationStateAddOperands(&state, n_in, operands);
+  mlirOperationStateAddResults(&state, n_out, results);
+  for (intptr_t i = 0; i < mlirOperationGetNumAttributes(op); i++) {
+    MlirNamedAttribute a = mlirOperationGetAttribute(op, i);
+    mlirOperationStateAddAttributes(&state, 1, &a);
+  }
+  MlirOperation wide = mlirOperationCreate(&state);
+  mlirBlockInsertOwnedOperationBefore(block, op, wide);
+  for (intptr_t i = 0; i < n_out; i++) {
+    MlirValue old = mlirOperationGetResult(op, i);
+    MlirValue now = mlirOperationGetResult(wide, i);
+    MlirType t = mlirValueGetType(old);
+    if (rewritten_float(r, t)) {
+      MlirOperation trunc = cast_op("arith.truncf", now, t, loc);
+      mlirBlockInsertOwnedOperationBefore(block, op, trunc);
+      now = mlirOperationGetResult(trunc, 0);
+    }
+    mlirValueReplaceAllUsesOfWith(old, now);
+  }
+  mlirOperationDestroy(op);
+  kiln_free(operands);
+  kiln_free(results);
+}
+
+void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module, bool f16_too) {
+  retype_t r = {context, f16_too};
+  ops_t ops = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_all, &ops, MlirWalkPreOrder);
+  for (size_t i = 0; i < ops.n; i++) {
+    if (op_is(ops.items[i], "gpu.func")) retype_func(&r, ops.items[i]);
+  }
+  for (size_t i = 0; i < ops.n; i++) {
+    if (widened_elsewhere(ops.items[i])) widen_op(&r, ops.items[i]);
+    else retype_op(&r, ops.items[i]);
+  }
+  kiln_free(ops.items);
+}
+
+typedef struct leftover_s {
+  retype_t r;
+  MlirOperation found;
+} leftover_t;
+
+static MlirWalkResult find_leftover(MlirOperation op, void *user) {
+  leftover_t *l = user;
+  for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) {
+    MlirType t = mlirValueGetType(mlirOperationGetResult(op, i));
+    if (rewritten_float(&l->r, t) ||
+        (mlirTypeIsAShaped(t) && rewritten_float(&l->r, mlirShapedTypeGetElementType(t)))) {
+      l->found = op;
+      return MlirWalkResultInterrupt;
+    }
+  }
+  return MlirWalkResultAdvance;
+}
+
+kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule module, bool f16_too,
+                                                 const char *name, const char *target) {
+  leftover_t l = {{context, f16_too}, {NULL}};
+  mlirOperationWalk(mlirModuleGetOperation(module), find_leftover, &l, MlirWalkPreOrder);
+  if (mlirOperationIsNull(l.found)) return NULL;
+  MlirStringRef op = mlirIdentifierStr(mlirOperationGetName(l.found));
+  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                     "%s: %s: a kernel's %.*s computes on %s, which %s cannot (no such SPIR-V "
+                     "type on its profile) and kiln does not yet emulate for this op",
+                     name, target, (int)op.length, op.data, f16_too ? "f16 or bf16" : "bf16", target);
+}
+
+/* ---- f16 conversions in integer code ---- */
+
+/* f16 bits -> f32: sign moves up 16 bits; normals rebias the exponent (15 -> 127,
+ * +112) and widen the mantissa; exponent 31 is infinity or NaN (mantissa kept);
+ * exponent 0 is zero or a subnormal, exactly mantissa * 2^-24, computed in f32. */
+static const char f16_to_f32[] =
+    "func.func private @__kiln_f16_to_f32(%h: f16) -> f32 {\n"
+    "  %c10 = arith.constant 10 : i32\n"
+    "  %c13 = arith.constant 13 : i32\n"
+    "  %c16 = arith.constant 16 : i32\n"
+    "  %c23 = arith.constant 23 : i32\n"
+    "  %c0 = arith.constant 0 : i32\n"
+    "  %c31 = arith.constant 31 : i32\n"
+    "  %c112 = arith.constant 112 : i32\n"
+    "  %sign_mask = arith.constant 32768 : i32\n"
+    "  %man_mask = arith.constant 1023 : i32\n"
+    "  %inf = arith.constant 2139095040 : i32\n"
+    "  %ulp = arith.constant 5.9604644775390625e-08 : f32\n"
+    "  %b = arith.bitcast %h : f16 to i16\n"
+    "  %x = arith.extui %b : i16 to i32\n"
+    "  %s0 = arith.andi %x, %sign_mask : i32\n"
+    "  %sign = arith.shli %s0, %c16 : i32\n"
+    "  %e0 = arith.shrui %x, %c10 : i32\n"
+    "  %exp = arith.andi %e0, %c31 : i32\n"
+    "  %man = arith.andi %x, %man_mask : i32\n"
+    "  %man23 = arith.shli %man, %c13 : i32\n"
+    "  %e1 = arith.addi %exp, %c112 : i32\n"
+    "  %e2 = arith.shli %e1, %c23 : i32\n"
+    "  %normal = arith.ori %e2, %man23 : i32\n"
+    "  %special = arith.ori %inf, %man23 : i32\n"
+    "  %mf = arith.uitofp %man : i32 to f32\n"
+    "  %sf = arith.mulf %mf, %ulp : f32\n"
+    "  %sub = arith.bitcast %sf : f32 to i32\n"
+    "  %is_special = arith.cmpi eq, %exp, %c31 : i32\n"
+    "  %is_small = arith.cmpi eq, %exp, %c0 : i32\n"
+    "  %r0 = arith.select %is_special, %special, %normal : i32\n"
+    "  %r1 = arith.select %is_small, %sub, %r0 : i32\n"
+    "  %r = arith.ori %r1, %sign : i32\n"
+    "  %f = arith.bitcast %r : i32 to f32\n"
+    "  return %f : f32\n"
+    "}";
+
+/* f32 -> f16 bits, rounding to nearest even: NaN stays a (quiet) NaN, infinity and
+ * everything from 65520 up becomes infinity; below 2^-14 the f16 subnormal is read
+ * off an f32 addition of 0.5 (whose ulp is 2^-24, an f16 subnormal's unit); normals
+ * rebias by -112 << 23 and add the rounding bias 0xfff plus the mantissa's lowest
+ * kept bit before the shift, which carries into the exponent when it must. */
+static const char f32_to_f16[] =
+    "func.func private @__kiln_f32_to_f16(%f: f32) -> f16 {\n"
+    "  %c1 = arith.constant 1 : i32\n"
+    "  %c13 = arith.constant 13 : i32\n"
+    "  %c16 = arith.constant 16 : i32\n"
+    "  %sign_mask = arith.constant 32768 : i32\n"
+    "  %abs_mask = arith.constant 2147483647 : i32\n"
+    "  %inf32 = arith.constant 2139095040 : i32\n"
+    "  %over = arith.constant 1199570944 : i32\n"
+    "  %min_normal = arith.constant 947912704 : i32\n"
+    "  %half_bits = arith.constant 1056964608 : i32\n"
+    "  %bias = arith.constant -939520001 : i32\n"
+    "  %inf16 = arith.constant 31744 : i32\n"
+    "  %nan16 = arith.constant 32256 : i32\n"
+    "  %half = arith.constant 0.5 : f32\n"
+    "  %x = arith.bitcast %f : f32 to i32\n"
+    "  %s0 = arith.shrui %x, %c16 : i32\n"
+    "  %sign = arith.andi %s0, %sign_mask : i32\n"
+    "  %ax = arith.andi %x, %abs_mask : i32\n"
+    "  %is_naninf = arith.cmpi uge, %ax, %inf32 : i32\n"
+    "  %is_nan = arith.cmpi ugt, %ax, %inf32 : i32\n"
+    "  %naninf = arith.select %is_nan, %nan16, %inf16 : i32\n"
+    "  %is_over = arith.cmpi uge, %ax, %over : i32\n"
+    "  %is_sub = arith.cmpi ult, %ax, %min_normal : i32\n"
+    "  %axf = arith.bitcast %ax : i32 to f32\n"
+    "  %sf = arith.addf %axf, %half : f32\n"
+    "  %sb = arith.bitcast %sf : f32 to i32\n"
+    "  %sub = arith.subi %sb, %half_bits : i32\n"
+    "  %o0 = arith.shrui %ax, %c13 : i32\n"
+    "  %odd = arith.andi %o0, %c1 : i32\n"
+    "  %n0 = arith.addi %ax, %bias : i32\n"
+    "  %n1 = arith.addi %n0, %odd : i32\n"
+    "  %normal = arith.shrui %n1, %c13 : i32\n"
+    "  %r0 = arith.select %is_sub, %sub, %normal : i32\n"
+    "  %r1 = arith.select %is_over, %inf16, %r0 : i32\n"
+    "  %r2 = arith.select %is_naninf, %naninf, %r1 : i32\n"
+    "  %r3 = arith.ori %r2, %sign : i32\n"
+    "  %t = arith.trunci %r3 : i32 to i16\n"
+    "  %h = arith.bitcast %t : i16 to f16\n"
+    "  return %h : f16\n"
+    "}";
+
+typedef struct expand_s {
+  ops_t ext, trunc;
+} expand_t;
+
+static MlirWalkResult collect_f16_casts(MlirOperation op, void *user) {
+  expand_t *x = user;
+  if (op_is(op, "arith.extf")) {
+    if (mlirTypeIsAF16(mlirValueGetType(mlirOperationGetOperand(op, 0))) &&
+        mlirTypeIsAF32(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
+      ops_push(&x->ext, op);
+    }
+  } else if (op_is(op, "arith.truncf")) {
+    if (mlirTypeIsAF32(mlirValueGetType(mlirOperationGetOperand(op, 0))) &&
+        mlirTypeIsAF16(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
+      ops_push(&x->trunc, op);
+    }
+  }
+  return MlirWalkResultAdvance;
+}
+
+/* A value map for cloning a helper's body: helper value -> value at the site. */
+typedef struct vmap_s {
+  MlirValue *from, *to;
+  size_t n;
+} vmap_t;
+
+static void vmap_put(vmap_t *m, MlirValue from, MlirValue to) {
+  m->from = kiln_realloc(m->from, (m->n + 1) * sizeof *m->from);
+  m->to = kiln_realloc(m->to, (m->n + 1) * sizeof *m->to);
+  m->from[m->n] = from;
+  m->to[m->n++] = to;
+}
+
+static MlirValue vmap_get(const vmap_t *m, MlirValue v) {
+  for (size_t i = 0; i < m->n; i++) {
+    if (mlirValueEqual(m->from[i], v)) return m->to[i];
+  }
+  return v;
+}
+
+/* Replaces `op` (one operand, one result) with a copy of the body of `helper`, a
+ * parsed one-argument func.func: the ops are cloned before `op` with the argument
+ * bound to op's operand, and op's result replaced by what the helper returns. */
+static void inline_helper(MlirOperation helper, MlirOperation op) {
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(helper, 0));
+  MlirBlock site = mlirOperationGetBlock(op);
+  vmap_t map = {0};
+  vmap_put(&map, mlirBlockGetArgument(body, 0), mlirOperationGetOperand(op, 0));
+  for (MlirOperation h = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(h);
+       h = mlirOperationGetNextInBlock(h)) {
+    if (op_is(h, "func.return")) {
+      MlirValue result = vmap_get(&map, mlirOperationGetOperand(h, 0));
+      mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), result);
+      break;
+    }
+    MlirOperation clone = mlirOperationClone(h);
+    for (intptr_t i = 0; i < mlirOperationGetNumOperands(clone); i++) {
+      mlirOperationSetOperand(clone, i, vmap_get(&map, mlirOperationGetOperand(h, i)));
+    }
+    mlirBlockInsertOwnedOperationBefore(site, op, clone);
+    for (intptr_t i = 0; i < mlirOperationGetNumResults(h); i++) {
+      vmap_put(&map, mlirOperationGetResult(h, i), mlirOperationGetResult(clone, i));
+    }
+  }
+  mlirOperationDestroy(op);
+  kiln_free(map.from);
+  kiln_free(map.to);
+}
+
+static kiln_status_t expand_all(MlirContext ctx, const ops_t *ops, const char *text) {
+  if (!ops->n) return NULL;
+  MlirOperation helper = mlirOperationCreateParse(ctx, sref(text), sref("kiln-f16-helpers"));
+  if (mlirOperationIsNull(helper)) {
+    return KILN_STATUS(KILN_STATUS_INTERNAL, "kiln's f16 conversion helper does not parse");
+  }
+  for (size_t i = 0; i < ops->n; i++) inline_helper(helper, ops->items[i]);
+  mlirOperationDestroy(helper);
+  return NULL;
+}
+
+kiln_status_t kiln_compiler_kernels_expand_f16(MlirContext context, MlirModule module) {
+  expand_t x = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_f16_casts, &x, MlirWalkPreOrder);
+  kiln_status_t st = expand_all(context, &x.ext, f16_to_f32);
+  if (!st) st = expand_all(context, &x.trunc, f32_to_f16);
+  kiln_free(x.ext.items);
+  kiln_free(x.trunc.items);
+  return st;
+}

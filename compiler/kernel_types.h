@@ -1,0 +1,50 @@
+/* Element types a device can neither store nor compute on, rewritten inside the
+ * outlined kernels before a SPIR-V back half converts them. Inside compiler/ only
+ * (includes mlir-c). One thread at a time per context.
+ *
+ * MLIR's SPIR-V type conversion stores a float type the target cannot compute
+ * on (bf16 everywhere, f16 on profiles without Float16) as 32-bit words with the
+ * 16-bit element count: f16 and bf16 tensors were read and written as f32. kiln
+ * keeps their bits instead: the buffers become 16-bit integers (which SPIR-V
+ * stores natively with 16-bit storage, or in packed 32-bit words without it), the
+ * loads and stores bitcast, arithmetic runs in f32
+ * (arith-emulate-unsupported-floats), and the conversions between the 16-bit
+ * formats and f32 are integer code: arith-expand's for bf16, kiln's for f16.
+ */
+#ifndef KILN_COMPILER_KERNEL_TYPES_H_
+#define KILN_COMPILER_KERNEL_TYPES_H_
+
+#include <mlir-c/IR.h>
+#include <stdbool.h>
+
+#include "base/status.h"
+
+/* Removes every top-level op of `module` except gpu.modules: the host functions
+ * and globals, which a device back half neither needs nor could keep consistent
+ * once kernel signatures change. The host plan is read before (host.h). */
+void kiln_compiler_kernels_only(MlirModule module);
+
+/* In every gpu.func of `module`: each memref of bf16 (and of f16 when `f16_too`)
+ * becomes a memref of i16 with the same shape, layout and memory space (kernel
+ * arguments, views, allocations, and the gpu.func's type), each memref.load of one
+ * is followed by an arith.bitcast back to the float type, and each memref.store is
+ * preceded by an arith.bitcast to i16. Ops that arith-emulate-unsupported-floats
+ * does not widen (math.*, int/float casts, select) are rebuilt on f32 between an
+ * arith.extf and an arith.truncf. Call kiln_compiler_kernels_only first. */
+void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module, bool f16_too);
+
+/* After the emulation passes and the expansions: UNIMPLEMENTED naming the op when
+ * a kernel still holds a value of a rewritten float type (one the emulation does
+ * not cover), so such a kernel fails to compile instead of computing garbage. */
+kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule module, bool f16_too,
+                                                 const char *name, const char *target);
+
+/* Replaces every arith.extf from f16 to f32 and arith.truncf from f32 to f16 in
+ * the kernels with integer code over the f16 bits, in place (canonicalize after,
+ * to fold the bitcast pairs and share the constants):
+ * extension is exact (normals, subnormals, infinities, NaN), truncation rounds to
+ * nearest even, overflows to infinity, keeps NaN quiet. For profiles without the
+ * Float16 capability. INTERNAL if a helper does not parse. */
+kiln_status_t kiln_compiler_kernels_expand_f16(MlirContext context, MlirModule module);
+
+#endif /* KILN_COMPILER_KERNEL_TYPES_H_ */

@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""Writes kiln's coverage corpus: tests/corpus/<group>.mlir, each a module of
+op-level functions with their inputs and reference outputs in comments, which
+tests/tools/corpus_check (and, outside CI, iree-run-module) reads.
+
+The references are computed here in plain Python, independently of kiln's
+compiler: integers wrap as the type wraps, floats are computed in double and
+rounded to the element type once per op (f32 with struct 'f', f16 with struct
+'e', bf16 by rounding the f32 bits to nearest even), which is what a correct
+kernel computes up to the tolerance the checker allows.
+
+Run it after changing a case: python3 tests/corpus/gen.py (it rewrites the files
+it owns and nothing else).
+"""
+import math
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# ---- element types ----
+
+
+def f32(x):
+    return struct.unpack('<f', struct.pack('<f', x))[0] if math.isfinite(x) else x
+
+
+def f16(x):
+    if math.isnan(x):
+        return x
+    try:
+        return struct.unpack('<e', struct.pack('<e', x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def bf16(x):
+    if not math.isfinite(x):
+        return x
+    bits = struct.unpack('<I', struct.pack('<f', f32(x)))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack('<f', struct.pack('<I', bits))[0]
+
+
+def wrap(bits):
+    def w(x):
+        x = int(x) & ((1 << bits) - 1)
+        return x - (1 << bits) if x >> (bits - 1) else x
+    return w
+
+
+ROUND = {'f32': f32, 'f16': f16, 'bf16': bf16, 'f64': float,
+         'i8': wrap(8), 'i16': wrap(16), 'i32': wrap(32), 'i64': wrap(64),
+         'i1': lambda x: 1 if x else 0}
+FLOATS = ('f16', 'bf16', 'f32', 'f64')
+
+
+def fmt(v):
+    if isinstance(v, float):
+        if math.isnan(v):
+            return 'nan'
+        if math.isinf(v):
+            return 'inf' if v > 0 else '-inf'
+        return repr(v)
+    return str(int(v))
+
+
+def ttype(shape, et):
+    return 'tensor<%s>' % 'x'.join([str(d) for d in shape] + [et])
+
+
+def count(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def values(shape, et, seed=1, lo=-4, hi=4):
+    """Deterministic test data that fits every type: small integers for ints,
+    halves and quarters for floats (exact in bf16 too)."""
+    out = []
+    x = seed * 2654435761 % 4294967296
+    for _ in range(count(shape)):
+        x = (x * 1103515245 + 12345) % 2147483648
+        if et == 'i1':
+            out.append((x >> 16) & 1)
+        elif et in FLOATS:
+            out.append(ROUND[et](lo + ((x >> 8) % ((hi - lo) * 4 + 1)) / 4.0))
+        else:
+            out.append(lo + (x >> 8) % (hi - lo + 1))
+    return out
+
+
+class Case:
+    def __init__(self, name, body, inputs, outputs, tol=None, xfail=None):
+        self.name, self.body, self.inputs, self.outputs, self.tol = name, body, inputs, outputs, tol
+        self.xfail = xfail  # (targets, reason): a known gap, checked to still fail
+
+    def text(self):
+        lines = ['// CASE @' + self.name]
+        for shape, et, vals in self.inputs:
+            lines.append('// INPUT %s %s' % ('x'.join([str(d) for d in shape] + [et]),
+                                             ' '.join(fmt(v) for v in vals)))
+        for shape, et, vals in self.outputs:
+            lines.append('// OUTPUT %s %s' % ('x'.join([str(d) for d in shape] + [et]),
+                                              ' '.join(fmt(v) for v in vals)))
+        if self.tol:
+            lines.append('// TOL %g' % self.tol)
+        if self.xfail:
+            lines.append('// XFAIL %s %s' % self.xfail)
+        return '\n'.join(lines) + '\n' + self.body.strip('\n') + '\n'
+
+
+def elementwise(name, shapes_types, out_type, op_lines, ref, seeds=None):
+    """A linalg.generic over 1-D..n-D identity maps: op_lines compute %r from the
+    block arguments %a0, %a1, ... ; ref computes the reference from Python values."""
+    shape = shapes_types[0][0]
+    rank = len(shape)
+    dims = ', '.join('d%d' % i for i in range(rank))
+    amap = 'affine_map<(%s) -> (%s)>' % (dims, dims)
+    args = ', '.join('%%in%d: %s' % (i, ttype(s, t)) for i, (s, t) in enumerate(shapes_types))
+    ins = ', '.join('%%in%d' % i for i in range(len(shapes_types)))
+    ins_t = ', '.join(ttype(s, t) for s, t in shapes_types)
+    bargs = ', '.join('%%a%d: %s' % (i, t) for i, (s, t) in enumerate(shapes_types))
+    out_t = ttype(shape, out_type)
+    body = '''func.func @%s(%s) -> %s {
+  %%e = tensor.empty() : %s
+  %%r = linalg.generic {indexing_maps = [%s], iterator_types = [%s]}
+      ins(%s : %s) outs(%%e : %s) {
+  ^bb0(%s, %%o: %s):
+%s
+    linalg.yield %%r : %s
+  } -> %s
+  return %%r : %s
+}''' % (name, args, out_t, out_t, ', '.join([amap] * (len(shapes_types) + 1)),
+        ', '.join(['"parallel"'] * rank), ins, ins_t, out_t, bargs, out_type,
+        '\n'.join('    ' + l for l in op_lines), out_type, out_t, out_t)
+    seeds = seeds or list(range(1, len(shapes_types) + 1))
+    ins_v = [values(s, t, seed) for (s, t), seed in zip(shapes_types, seeds)]
+    out_v = [ROUND[out_type](ref(*xs)) for xs in zip(*ins_v)]
+    return Case(name, body, [(s, t, v) for (s, t), v in zip(shapes_types, ins_v)],
+                [(shape, out_type, out_v)])
+
+
+# ---- groups ----
+
+
+def group_types():
+    """Every element type through one kernel, at odd sizes (issue 15: A, B, C)."""
+    cases = []
+    for et in ('i8', 'i16', 'i32', 'i64', 'f16', 'bf16', 'f32'):
+        op = 'arith.addf' if et in FLOATS else 'arith.addi'
+        new = []
+        for n in (1, 3, 5, 13):
+            new.append(elementwise('add_%s_%d' % (et, n), [((n,), et), ((n,), et)], et,
+                                   ['%%r = %s %%a0, %%a1 : %s' % (op, et)],
+                                   lambda a, b: a + b))
+        mop = 'arith.mulf' if et in FLOATS else 'arith.muli'
+        new.append(elementwise('mul_%s_3x5' % et, [((3, 5), et), ((3, 5), et)], et,
+                               ['%%r = %s %%a0, %%a1 : %s' % (mop, et)], lambda a, b: a * b))
+        if et == 'i64':
+            # Neither profile has Int64; arith-emulate-wide-int does not cover the
+            # kernels' memref loads and stores yet.
+            for c in new:
+                c.xfail = ('arm5gen,videocore_vii,valhall1,valhall2,valhall3,valhall4',
+                           'i64 buffers on SPIR-V profiles without Int64 (issue 15, class 6)')
+        cases += new
+    # Wrapping integer arithmetic.
+    cases.append(elementwise('add_i8_wraps', [((7,), 'i8'), ((7,), 'i8')], 'i8',
+                             ['%c = arith.constant 100 : i8', '%s = arith.addi %a0, %a1 : i8',
+                              '%r = arith.addi %s, %c : i8'],
+                             lambda a, b: a + b + 100))
+    # Conversions between every float width and f32, both ways.
+    for et in ('f16', 'bf16'):
+        for n in (3, 8):
+            cases.append(elementwise('extf_%s_%d' % (et, n), [((n,), et)], 'f32',
+                                     ['%%r = arith.extf %%a0 : %s to f32' % et], lambda a: a))
+            cases.append(elementwise('truncf_%s_%d' % (et, n), [((n,), 'f32')], et,
+                                     ['%%r = arith.truncf %%a0 : f32 to %s' % et], lambda a: a))
+    # Values that exercise every branch of an f16/bf16 conversion: zero, signs,
+    # subnormals, the largest normal, rounding ties, overflow, infinity, NaN.
+    special = [0.0, -0.0, 1.0, -2.5, 5.960464477539063e-08, 6.097555160522461e-05,
+               6.103515625e-05, 65504.0, 65519.0, 65520.0, 1e6, -1e6, math.inf, -math.inf,
+               math.nan, 1.0009765625, 1.00048828125, 1.00146484375, 3.14159265, 1e-10, 2049.0,
+               2051.0, 0.333333343]
+    n = len(special)
+    for et in ('f16', 'bf16'):
+        vals = [f32(v) for v in special]
+        c = Case('truncf_%s_special' % et, '''func.func @truncf_%s_special(%%x: tensor<%dxf32>) -> tensor<%dx%s> {
+  %%e = tensor.empty() : tensor<%dx%s>
+  %%r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%%x : tensor<%dxf32>) outs(%%e : tensor<%dx%s>) {
+  ^bb0(%%a: f32, %%o: %s):
+    %%t = arith.truncf %%a : f32 to %s
+    linalg.yield %%t : %s
+  } -> tensor<%dx%s>
+  return %%r : tensor<%dx%s>
+}''' % (et, n, n, et, n, et, n, n, et, et, et, et, n, et, n, et),
+                 [((n,), 'f32', vals)], [((n,), et, [ROUND[et](v) for v in vals])], tol=1e-9)
+        cases.append(c)
+        hvals = [ROUND[et](v) for v in vals]
+        cases.append(Case('extf_%s_special' % et, '''func.func @extf_%s_special(%%x: tensor<%dx%s>) -> tensor<%dxf32> {
+  %%e = tensor.empty() : tensor<%dxf32>
+  %%r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%%x : tensor<%dx%s>) outs(%%e : tensor<%dxf32>) {
+  ^bb0(%%a: %s, %%o: f32):
+    %%t = arith.extf %%a : %s to f32
+    linalg.yield %%t : f32
+  } -> tensor<%dxf32>
+  return %%r : tensor<%dxf32>
+}''' % (et, n, et, n, n, n, et, n, et, et, n, n),
+                          [((n,), et, hvals)], [((n,), 'f32', hvals)], tol=1e-9))
+    # i1 in and out (C): compare, select, logical ops.
+    cases.append(elementwise('cmp_f32_to_i1_5', [((5,), 'f32'), ((5,), 'f32')], 'i1',
+                             ['%r = arith.cmpf olt, %a0, %a1 : f32'], lambda a, b: a < b,
+                             seeds=[3, 4]))
+    cases.append(elementwise('select_i1_7', [((7,), 'i1'), ((7,), 'f32'), ((7,), 'f32')], 'f32',
+                             ['%r = arith.select %a0, %a1, %a2 : f32'],
+                             lambda c, a, b: a if c else b, seeds=[5, 6, 7]))
+    cases.append(elementwise('xor_i1_6', [((6,), 'i1'), ((6,), 'i1')], 'i1',
+                             ['%r = arith.xori %a0, %a1 : i1'], lambda a, b: a ^ b, seeds=[8, 9]))
+    cases.append(elementwise('cmp_i8_to_i1_3', [((3,), 'i8'), ((3,), 'i8')], 'i1',
+                             ['%r = arith.cmpi sge, %a0, %a1 : i8'], lambda a, b: a >= b,
+                             seeds=[10, 11]))
+    # Widening and narrowing between integer widths.
+    cases.append(elementwise('extsi_i8_i32_5', [((5,), 'i8')], 'i32',
+                             ['%r = arith.extsi %a0 : i8 to i32'], lambda a: a))
+    cases.append(elementwise('trunci_i32_i16_3', [((3,), 'i32')], 'i16',
+                             ['%r = arith.trunci %a0 : i32 to i16'], lambda a: a))
+    cases.append(elementwise('sitofp_i16_f16_5', [((5,), 'i16')], 'f16',
+                             ['%r = arith.sitofp %a0 : i16 to f16'], lambda a: a))
+    cases.append(elementwise('fptosi_bf16_i8_3', [((3,), 'bf16')], 'i8',
+                             ['%r = arith.fptosi %a0 : bf16 to i8'], lambda a: math.trunc(a)))
+    # Float arithmetic in the narrow types: every op is computed in f32 by the
+    # kernel and rounded once, as the reference does.
+    for et in ('f16', 'bf16'):
+        cases.append(elementwise('fma_%s_7' % et, [((7,), et), ((7,), et), ((7,), et)], et,
+                                 ['%%m = arith.mulf %%a0, %%a1 : %s' % et,
+                                  '%%r = arith.addf %%m, %%a2 : %s' % et],
+                                 lambda a, b, c: ROUND[et](ROUND[et](a * b) + c)))
+        cases.append(elementwise('div_%s_5' % et, [((5,), et), ((5,), et)], et,
+                                 ['%%r = arith.divf %%a0, %%a1 : %s' % et],
+                                 lambda a, b: a / b if b else math.copysign(math.inf, a) if a else math.nan,
+                                 seeds=[12, 13]))
+        cases.append(elementwise('max_%s_3' % et, [((3,), et), ((3,), et)], et,
+                                 ['%%r = arith.maximumf %%a0, %%a1 : %s' % et], max))
+    return cases
+
+
+def tosa_case(name, args, result, body_lines, inputs, outputs, tol=None):
+    sig = ', '.join('%%arg%d: %s' % (i, a) for i, a in enumerate(args))
+    body = 'func.func @%s(%s) -> %s {\n%s\n}' % (name, sig, result,
+                                                 '\n'.join('  ' + l for l in body_lines))
+    return Case(name, body, inputs, outputs, tol)
+
+
+def group_tensor_ops():
+    """Data movement in narrow types and odd sizes (issue 15, B)."""
+    cases = []
+    for et in ('i8', 'i16', 'f16', 'bf16'):
+        a = values((3,), et, 21)
+        b = values((2,), et, 22)
+        cases.append(tosa_case('concat_%s_3_2' % et, ['tensor<3x%s>' % et, 'tensor<2x%s>' % et],
+                               'tensor<5x%s>' % et,
+                               ['%%0 = tosa.concat %%arg0, %%arg1 {axis = 0 : i32} : (tensor<3x%s>, tensor<2x%s>) -> tensor<5x%s>' % (et, et, et),
+                                'return %%0 : tensor<5x%s>' % et],
+                               [((3,), et, a), ((2,), et, b)], [((5,), et, a + b)]))
+        # 3x3 max pool, stride 2, over a 1x5x5x1 image: 2x2 outputs.
+        img = values((1, 5, 5, 1), et, 23)
+        out = []
+        for y in range(2):
+            for x in range(2):
+                out.append(max(img[(2 * y + dy) * 5 + 2 * x + dx] for dy in range(3) for dx in range(3)))
+        cases.append(tosa_case('maxpool_%s' % et, ['tensor<1x5x5x1x%s>' % et], 'tensor<1x2x2x1x%s>' % et,
+                               ['%%0 = tosa.max_pool2d %%arg0 {kernel = array<i64: 3, 3>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x5x5x1x%s>) -> tensor<1x2x2x1x%s>' % (et, et),
+                                'return %%0 : tensor<1x2x2x1x%s>' % et],
+                               [((1, 5, 5, 1), et, img)], [((1, 2, 2, 1), et, out)]))
+        # transpose of a 3x5
+        m = values((3, 5), et, 24)
+        t = [m[r * 5 + c] for c in range(5) for r in range(3)]
+        cases.append(tosa_case('transpose_%s_3x5' % et, ['tensor<3x5x%s>' % et], 'tensor<5x3x%s>' % et,
+                               ['%%0 = tosa.transpose %%arg0 {perms = array<i32: 1, 0>} : (tensor<3x5x%s>) -> tensor<5x3x%s>' % (et, et),
+                                'return %%0 : tensor<5x3x%s>' % et],
+                               [((3, 5), et, m)], [((5, 3), et, t)]))
+    return cases
+
+
+def group_reductions():
+    """Reductions and a matmul in the narrow float types (issue 15, A)."""
+    cases = []
+    for et, tol in (('f16', 4e-3), ('bf16', 3e-2), ('f32', 1e-5)):
+        m = values((3, 7), et, 31)
+        sums = [ROUND[et](sum(m[r * 7:(r + 1) * 7])) for r in range(3)]
+        cases.append(tosa_case('reduce_sum_%s_3x7' % et, ['tensor<3x7x%s>' % et], 'tensor<3x1x%s>' % et,
+                               ['%%0 = tosa.reduce_sum %%arg0 {axis = 1 : i32} : (tensor<3x7x%s>) -> tensor<3x1x%s>' % (et, et),
+                                'return %%0 : tensor<3x1x%s>' % et],
+                               [((3, 7), et, m)], [((3, 1), et, sums)], tol))
+        a = values((3, 5), et, 32)
+        b = values((5, 6), et, 33)
+        c = [ROUND[et](sum(a[i * 5 + k] * b[k * 6 + j] for k in range(5))) for i in range(3) for j in range(6)]
+        cases.append(Case('matmul_%s_3x5x6' % et, '''func.func @matmul_%s_3x5x6(%%a: tensor<3x5x%s>, %%b: tensor<5x6x%s>) -> tensor<3x6x%s> {
+  %%z = arith.constant 0.0 : %s
+  %%e = tensor.empty() : tensor<3x6x%s>
+  %%f = linalg.fill ins(%%z : %s) outs(%%e : tensor<3x6x%s>) -> tensor<3x6x%s>
+  %%r = linalg.matmul ins(%%a, %%b : tensor<3x5x%s>, tensor<5x6x%s>) outs(%%f : tensor<3x6x%s>) -> tensor<3x6x%s>
+  return %%r : tensor<3x6x%s>
+}''' % ((et,) * 14), [((3, 5), et, a), ((5, 6), et, b)], [((3, 6), et, c)], tol))
+    return cases
+
+
+GROUPS = {
+    'types': group_types,
+    'tensor_ops': group_tensor_ops,
+    'reductions': group_reductions,
+}
+
+
+def main():
+    total = 0
+    for name, fn in GROUPS.items():
+        cases = fn()
+        total += len(cases)
+        path = os.path.join(HERE, name + '.mlir')
+        with open(path, 'w') as f:
+            f.write('// %s\n// Generated by tests/corpus/gen.py: edit gen.py and rerun it, not this file.\n\n'
+                    % fn.__doc__.strip().splitlines()[0])
+            f.write('\n'.join(c.text() for c in cases))
+    print('wrote %d cases in %d files' % (total, len(GROUPS)))
+
+
+if __name__ == '__main__':
+    main()

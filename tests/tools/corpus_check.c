@@ -1,0 +1,732 @@
+/* corpus_check: compiles the coverage corpus with kiln's compiler and runs what it
+ * emits for Vulkan targets on a real Vulkan device (Mesa's lavapipe in CI),
+ * comparing every result with the reference values the corpus file carries.
+ *
+ *   corpus_check [--targets T,...] [--list] FILE.mlir...
+ *
+ * A corpus file is MLIR with its cases in comments, one block per function:
+ *
+ *   // CASE @name            (the function; a file may hold several)
+ *   // INPUT 3xi8 1 2 3      (one line per argument, in order: shape x type, values)
+ *   // OUTPUT 3xi8 2 4 6     (one line per result)
+ *   // TOL 1e-3              (optional: relative float tolerance, default per type)
+ *   // COMPILE-ONLY          (optional: compile and validate, do not run)
+ *   // XFAIL T,... reason     (optional: known to fail on these targets; counted as
+ *                            "xfail", and as a failure when it passes, so the
+ *                            mark goes when the gap is closed)
+ *
+ * What runs is what the VMFB's host program encodes: the compiler's host plan
+ * (the writer turns exactly it into VM bytecode), buffer by buffer and step by
+ * step: each dispatch binds its buffers at set 0, binding i, with the plan's byte
+ * ranges, pushes its constants and dispatches its grid; each copy copies; a
+ * barrier separates steps as IREE's command buffers do. Buffers are allocated at
+ * the plan's sizes. The device code is the target's SPIR-V, entry point by kernel
+ * name. The reference values are computed independently of kiln (by the script
+ * that wrote the corpus, tests/corpus/gen.py, in plain Python).
+ *
+ * Prints one line per (case, target) and closes with "N passed, M failed"; exits
+ * 1 when any failed, 2 on usage errors, 77 (skip) when no Vulkan device exists.
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vulkan/vulkan.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/status.h"
+#include "compiler/pipeline.h"
+#include "compiler/source.h"
+#include "compiler/targets.h"
+#include "compiler/vmfb/plan.h"
+
+/* ---- values ---- */
+
+typedef struct tensor_s {
+  kiln_vmfb_tensor_type_t type;
+  uint8_t *bytes; /* packed as IREE packs them */
+  uint64_t len;
+} tensor_t;
+
+typedef struct case_s {
+  char *function;
+  tensor_t inputs[16], outputs[16];
+  size_t n_inputs, n_outputs;
+  double tol; /* 0: the type's default */
+  bool compile_only;
+  char *xfail; /* comma-separated target ids, or NULL */
+  const char *text; /* the case's block of the file: its own module */
+  size_t text_len;
+} case_t;
+
+static uint16_t f32_to_f16(float f) {
+  /* Reference conversion for test data (round to nearest even via double). */
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  double a = fabs((double)f);
+  if (isnan(f)) return (uint16_t)(sign | 0x7e00u);
+  if (a >= 65520.0) return (uint16_t)(sign | 0x7c00u);
+  if (a < 6.103515625e-05) return (uint16_t)(sign | (uint16_t)nearbyint(a / 5.9604644775390625e-08));
+  int e;
+  double m = frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+  uint32_t man = (uint32_t)nearbyint((m * 2.0 - 1.0) * 1024.0);
+  uint32_t exp = (uint32_t)(e - 1 + 15);
+  if (man == 1024) {
+    man = 0;
+    exp++;
+  }
+  if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
+  return (uint16_t)(sign | exp << 10 | man);
+}
+
+static double f16_to_double(uint16_t h) {
+  int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  double v = exp == 0 ? ldexp(man, -24) : exp == 31 ? (man ? NAN : INFINITY) : ldexp(man + 1024, exp - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+static double bf16_to_double(uint16_t b) {
+  uint32_t x = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static uint16_t double_to_bf16(double d) {
+  float f = (float)d;
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if (isnan(f)) return (uint16_t)((x >> 16) | 0x40);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+/* "2x3xf32" -> type. */
+static bool parse_type(const char *s, kiln_vmfb_tensor_type_t *t) {
+  memset(t, 0, sizeof *t);
+  for (;;) {
+    char *end;
+    if (*s >= '0' && *s <= '9') {
+      long long d = strtoll(s, &end, 10);
+      if (*end != 'x' || t->rank >= KILN_VMFB_MAX_RANK) return false;
+      t->dims[t->rank++] = d;
+      s = end + 1;
+      continue;
+    }
+    break;
+  }
+  static const uint32_t types[] = {
+      KILN_VMFB_ELEMENT_BOOL_8, KILN_VMFB_ELEMENT_INT_8, KILN_VMFB_ELEMENT_INT_16,
+      KILN_VMFB_ELEMENT_INT_32, KILN_VMFB_ELEMENT_INT_64, KILN_VMFB_ELEMENT_FLOAT_16,
+      KILN_VMFB_ELEMENT_FLOAT_32, KILN_VMFB_ELEMENT_FLOAT_64, KILN_VMFB_ELEMENT_BFLOAT_16,
+  };
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    if (strcmp(s, kiln_vmfb_element_name(types[i])) == 0) {
+      t->element_type = types[i];
+      return true;
+    }
+  }
+  return false;
+}
+
+static bool is_float(uint32_t et) { return (et >> 24) >= 0x20; }
+
+static void put_value(tensor_t *t, uint64_t i, double v) {
+  uint8_t *p = t->bytes + i * (kiln_vmfb_element_bits(t->type.element_type) / 8);
+  switch (t->type.element_type) {
+    case KILN_VMFB_ELEMENT_BOOL_8: *p = v != 0; break;
+    case KILN_VMFB_ELEMENT_INT_8: *(int8_t *)p = (int8_t)(int64_t)v; break;
+    case KILN_VMFB_ELEMENT_INT_16: { int16_t x = (int16_t)(int64_t)v; memcpy(p, &x, 2); break; }
+    case KILN_VMFB_ELEMENT_INT_32: { int32_t x = (int32_t)(int64_t)v; memcpy(p, &x, 4); break; }
+    case KILN_VMFB_ELEMENT_INT_64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
+    case KILN_VMFB_ELEMENT_FLOAT_16: { uint16_t x = f32_to_f16((float)v); memcpy(p, &x, 2); break; }
+    case KILN_VMFB_ELEMENT_BFLOAT_16: { uint16_t x = double_to_bf16(v); memcpy(p, &x, 2); break; }
+    case KILN_VMFB_ELEMENT_FLOAT_32: { float x = (float)v; memcpy(p, &x, 4); break; }
+    case KILN_VMFB_ELEMENT_FLOAT_64: memcpy(p, &v, 8); break;
+    default: break;
+  }
+}
+
+static double get_value(uint32_t et, const uint8_t *bytes, uint64_t i) {
+  const uint8_t *p = bytes + i * (kiln_vmfb_element_bits(et) / 8);
+  switch (et) {
+    case KILN_VMFB_ELEMENT_BOOL_8: return *p;
+    case KILN_VMFB_ELEMENT_INT_8: return *(const int8_t *)p;
+    case KILN_VMFB_ELEMENT_INT_16: { int16_t x; memcpy(&x, p, 2); return x; }
+    case KILN_VMFB_ELEMENT_INT_32: { int32_t x; memcpy(&x, p, 4); return x; }
+    case KILN_VMFB_ELEMENT_INT_64: { int64_t x; memcpy(&x, p, 8); return (double)x; }
+    case KILN_VMFB_ELEMENT_FLOAT_16: { uint16_t x; memcpy(&x, p, 2); return f16_to_double(x); }
+    case KILN_VMFB_ELEMENT_BFLOAT_16: { uint16_t x; memcpy(&x, p, 2); return bf16_to_double(x); }
+    case KILN_VMFB_ELEMENT_FLOAT_32: { float x; memcpy(&x, p, 4); return x; }
+    case KILN_VMFB_ELEMENT_FLOAT_64: { double x; memcpy(&x, p, 8); return x; }
+    default: return NAN;
+  }
+}
+
+static uint64_t elements(const kiln_vmfb_tensor_type_t *t) {
+  uint64_t n = 1;
+  for (uint32_t d = 0; d < t->rank; d++) n *= (uint64_t)t->dims[d];
+  return n;
+}
+
+/* "3xi8 1 2 3" (values separated by spaces or commas; nan, inf, -inf allowed). */
+static bool parse_tensor(const char *line, tensor_t *t) {
+  char type[64];
+  int used = 0;
+  if (sscanf(line, "%63s%n", type, &used) != 1 || !parse_type(type, &t->type)) return false;
+  if (!kiln_vmfb_tensor_type_bytes(&t->type, &t->len)) return false;
+  t->bytes = kiln_calloc(t->len ? t->len : 1, 1);
+  const char *p = line + used;
+  uint64_t n = elements(&t->type);
+  for (uint64_t i = 0; i < n; i++) {
+    while (*p == ' ' || *p == ',' || *p == '\t') p++;
+    char *end;
+    double v = strtod(p, &end);
+    if (end == p) return false;
+    put_value(t, i, v);
+    p = end;
+  }
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+  return *p == '\0';
+}
+
+static void case_free(case_t *c) {
+  kiln_free(c->function);
+  kiln_free(c->xfail);
+  for (size_t i = 0; i < c->n_inputs; i++) kiln_free(c->inputs[i].bytes);
+  for (size_t i = 0; i < c->n_outputs; i++) kiln_free(c->outputs[i].bytes);
+  memset(c, 0, sizeof *c);
+}
+
+/* Reads every "// CASE" block of a file. */
+static bool parse_cases(const char *path, const char *text, case_t **out, size_t *n_out) {
+  case_t *cases = NULL;
+  size_t n = 0;
+  bool ok = true;
+  for (const char *line = text; line && *line && ok;) {
+    const char *nl = strchr(line, '\n');
+    size_t len = nl ? (size_t)(nl - line) : strlen(line);
+    char *l = kiln_strndup(line, len);
+    if (strncmp(l, "// CASE @", 9) == 0) {
+      cases = kiln_realloc(cases, (n + 1) * sizeof *cases);
+      memset(&cases[n], 0, sizeof cases[n]);
+      cases[n].text = line;
+      if (n) cases[n - 1].text_len = (size_t)(line - cases[n - 1].text);
+      cases[n++].function = kiln_strdup(l + 9);
+    } else if (n && strncmp(l, "// INPUT ", 9) == 0 && cases[n - 1].n_inputs < 16) {
+      ok = parse_tensor(l + 9, &cases[n - 1].inputs[cases[n - 1].n_inputs++]);
+    } else if (n && strncmp(l, "// OUTPUT ", 10) == 0 && cases[n - 1].n_outputs < 16) {
+      ok = parse_tensor(l + 10, &cases[n - 1].outputs[cases[n - 1].n_outputs++]);
+    } else if (n && strncmp(l, "// TOL ", 7) == 0) {
+      cases[n - 1].tol = strtod(l + 7, NULL);
+    } else if (n && strncmp(l, "// XFAIL ", 9) == 0) {
+      char *sp = strchr(l + 9, ' ');
+      cases[n - 1].xfail = kiln_strndup(l + 9, sp ? (size_t)(sp - (l + 9)) : strlen(l + 9));
+    } else if (n && strcmp(l, "// COMPILE-ONLY") == 0) {
+      cases[n - 1].compile_only = true;
+    }
+    if (!ok) fprintf(stderr, "corpus_check: %s: bad line: %s\n", path, l);
+    kiln_free(l);
+    line = nl ? nl + 1 : NULL;
+  }
+  if (n) cases[n - 1].text_len = strlen(cases[n - 1].text);
+  *out = cases;
+  *n_out = n;
+  return ok;
+}
+
+/* ---- Vulkan ---- */
+
+typedef struct vk_s {
+  VkInstance instance;
+  VkPhysicalDevice physical;
+  VkDevice device;
+  VkQueue queue;
+  uint32_t queue_family;
+  uint32_t memory_type;
+  VkCommandPool pool;
+  char name[256];
+} vk_t;
+
+#define VK_OK(call)                                                                          \
+  do {                                                                                       \
+    VkResult r_ = (call);                                                                    \
+    if (r_ != VK_SUCCESS) {                                                                  \
+      snprintf(err, err_cap, "%s failed: VkResult %d", #call, (int)r_);                      \
+      goto done;                                                                             \
+    }                                                                                        \
+  } while (0)
+
+static bool vk_init(vk_t *vk) {
+  memset(vk, 0, sizeof *vk);
+  VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                           .pApplicationName = "kiln corpus_check",
+                           .apiVersion = VK_API_VERSION_1_2};
+  VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+  if (vkCreateInstance(&ici, NULL, &vk->instance) != VK_SUCCESS) return false;
+  uint32_t n = 0;
+  vkEnumeratePhysicalDevices(vk->instance, &n, NULL);
+  if (n == 0) return false;
+  VkPhysicalDevice devices[16];
+  if (n > 16) n = 16;
+  vkEnumeratePhysicalDevices(vk->instance, &n, devices);
+  vk->physical = devices[0];
+  VkPhysicalDeviceProperties props;
+  vkGetPhysicalDeviceProperties(vk->physical, &props);
+  snprintf(vk->name, sizeof vk->name, "%s", props.deviceName);
+  uint32_t nq = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(vk->physical, &nq, NULL);
+  VkQueueFamilyProperties qf[16];
+  if (nq > 16) nq = 16;
+  vkGetPhysicalDeviceQueueFamilyProperties(vk->physical, &nq, qf);
+  vk->queue_family = UINT32_MAX;
+  for (uint32_t i = 0; i < nq; i++) {
+    if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+      vk->queue_family = i;
+      break;
+    }
+  }
+  if (vk->queue_family == UINT32_MAX) return false;
+  VkPhysicalDeviceMemoryProperties mem;
+  vkGetPhysicalDeviceMemoryProperties(vk->physical, &mem);
+  vk->memory_type = UINT32_MAX;
+  VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  for (uint32_t i = 0; i < mem.memoryTypeCount; i++) {
+    if ((mem.memoryTypes[i].propertyFlags & want) == want) {
+      vk->memory_type = i;
+      break;
+    }
+  }
+  if (vk->memory_type == UINT32_MAX) return false;
+  /* Everything a profile may declare: 8/16-bit storage and arithmetic, Int64,
+   * Float64 (lavapipe has them all; a missing one fails the device creation). */
+  VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
+                                          .pNext = &f12};
+  VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f11};
+  vkGetPhysicalDeviceFeatures2(vk->physical, &f2);
+  float priority = 1.0f;
+  VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                 .queueFamilyIndex = vk->queue_family,
+                                 .queueCount = 1,
+                                 .pQueuePriorities = &priority};
+  VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                            .pNext = &f2,
+                            .queueCreateInfoCount = 1,
+                            .pQueueCreateInfos = &qci};
+  if (vkCreateDevice(vk->physical, &dci, NULL, &vk->device) != VK_SUCCESS) return false;
+  vkGetDeviceQueue(vk->device, vk->queue_family, 0, &vk->queue);
+  VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                 .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                 .queueFamilyIndex = vk->queue_family};
+  return vkCreateCommandPool(vk->device, &pci, NULL, &vk->pool) == VK_SUCCESS;
+}
+
+static void vk_deinit(vk_t *vk) {
+  if (vk->pool) vkDestroyCommandPool(vk->device, vk->pool, NULL);
+  if (vk->device) vkDestroyDevice(vk->device, NULL);
+  if (vk->instance) vkDestroyInstance(vk->instance, NULL);
+}
+
+typedef struct vbuf_s {
+  VkBuffer buffer;
+  VkDeviceMemory memory;
+  void *map;
+  uint64_t size;
+} vbuf_t;
+
+/* Runs function `fn` of `plan` with `kernels`; writes its results into outs. */
+static bool vk_run(vk_t *vk, const kiln_vmfb_function_t *fn, const kiln_compiler_kernel_t *kernels,
+                   size_t n_kernels, const case_t *c, uint8_t **outs, char *err, size_t err_cap) {
+  bool ok = false;
+  vbuf_t *bufs = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *bufs);
+  VkShaderModule *modules = kiln_calloc(fn->n_steps ? fn->n_steps : 1, sizeof *modules);
+  VkPipeline *pipelines = kiln_calloc(fn->n_steps ? fn->n_steps : 1, sizeof *pipelines);
+  VkPipelineLayout *layouts = kiln_calloc(fn->n_steps ? fn->n_steps : 1, sizeof *layouts);
+  VkDescriptorSetLayout *set_layouts = kiln_calloc(fn->n_steps ? fn->n_steps : 1, sizeof *set_layouts);
+  VkDescriptorPool dpool = VK_NULL_HANDLE;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  VkFence fence = VK_NULL_HANDLE;
+
+  for (size_t i = 0; i < fn->n_buffers; i++) {
+    const kiln_vmfb_buffer_t *b = &fn->buffers[i];
+    uint64_t size = b->size_bytes ? b->size_bytes : 4;
+    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                              .size = size,
+                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    VK_OK(vkCreateBuffer(vk->device, &bci, NULL, &bufs[i].buffer));
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(vk->device, bufs[i].buffer, &req);
+    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                .allocationSize = req.size,
+                                .memoryTypeIndex = vk->memory_type};
+    VK_OK(vkAllocateMemory(vk->device, &mai, NULL, &bufs[i].memory));
+    VK_OK(vkBindBufferMemory(vk->device, bufs[i].buffer, bufs[i].memory, 0));
+    VK_OK(vkMapMemory(vk->device, bufs[i].memory, 0, size, 0, &bufs[i].map));
+    bufs[i].size = size;
+    /* Garbage, not zeros, in what a kernel must write: a skipped store shows. */
+    memset(bufs[i].map, 0xA5, size);
+    if (b->kind == KILN_VMFB_BUFFER_INPUT) {
+      if (b->input >= c->n_inputs || c->inputs[b->input].len > size) {
+        snprintf(err, err_cap, "input %u: the case gives %zu inputs", b->input, c->n_inputs);
+        goto done;
+      }
+      memcpy(bufs[i].map, c->inputs[b->input].bytes, c->inputs[b->input].len);
+    } else if (b->kind == KILN_VMFB_BUFFER_CONSTANT) {
+      memcpy(bufs[i].map, b->data, b->size_bytes);
+    }
+  }
+
+  VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 64 * (uint32_t)(fn->n_steps + 1)};
+  VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                     .maxSets = (uint32_t)fn->n_steps + 1,
+                                     .poolSizeCount = 1,
+                                     .pPoolSizes = &ps};
+  VK_OK(vkCreateDescriptorPool(vk->device, &dpci, NULL, &dpool));
+  VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                     .commandPool = vk->pool,
+                                     .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                     .commandBufferCount = 1};
+  VK_OK(vkAllocateCommandBuffers(vk->device, &cai, &cmd));
+  VkCommandBufferBeginInfo cbi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                  .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+  VK_OK(vkBeginCommandBuffer(cmd, &cbi));
+  VkMemoryBarrier barrier = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                             .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                             .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                              VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+  for (size_t s = 0; s < fn->n_steps; s++) {
+    const kiln_vmfb_step_t *st = &fn->steps[s];
+    if (st->kind == KILN_VMFB_STEP_COPY) {
+      VkBufferCopy region = {st->src_offset, st->dst_offset, st->length};
+      vkCmdCopyBuffer(cmd, bufs[st->src].buffer, bufs[st->dst].buffer, 1, &region);
+    } else {
+      if (st->kernel >= n_kernels) {
+        snprintf(err, err_cap, "step %zu dispatches kernel %u of %zu", s, st->kernel, n_kernels);
+        goto done;
+      }
+      const kiln_compiler_kernel_t *k = &kernels[st->kernel];
+      VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                       .codeSize = k->binary_len,
+                                       .pCode = (const uint32_t *)k->binary};
+      VK_OK(vkCreateShaderModule(vk->device, &smci, NULL, &modules[s]));
+      VkDescriptorSetLayoutBinding lb[64];
+      if (st->n_bindings > 64) {
+        snprintf(err, err_cap, "step %zu: %zu bindings", s, st->n_bindings);
+        goto done;
+      }
+      for (size_t b = 0; b < st->n_bindings; b++) {
+        lb[b] = (VkDescriptorSetLayoutBinding){(uint32_t)b, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1,
+                                               VK_SHADER_STAGE_COMPUTE_BIT, NULL};
+      }
+      VkDescriptorSetLayoutCreateInfo dslci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                                               .bindingCount = (uint32_t)st->n_bindings,
+                                               .pBindings = lb};
+      VK_OK(vkCreateDescriptorSetLayout(vk->device, &dslci, NULL, &set_layouts[s]));
+      VkPushConstantRange pcr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)(4 * st->n_constants)};
+      VkPipelineLayoutCreateInfo plci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                         .setLayoutCount = 1,
+                                         .pSetLayouts = &set_layouts[s],
+                                         .pushConstantRangeCount = st->n_constants ? 1 : 0,
+                                         .pPushConstantRanges = &pcr};
+      VK_OK(vkCreatePipelineLayout(vk->device, &plci, NULL, &layouts[s]));
+      VkComputePipelineCreateInfo cpci = {
+          .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+          .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                    .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                    .module = modules[s],
+                    .pName = k->name},
+          .layout = layouts[s]};
+      VK_OK(vkCreateComputePipelines(vk->device, VK_NULL_HANDLE, 1, &cpci, NULL, &pipelines[s]));
+      VkDescriptorSet set;
+      VkDescriptorSetAllocateInfo dsai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                          .descriptorPool = dpool,
+                                          .descriptorSetCount = 1,
+                                          .pSetLayouts = &set_layouts[s]};
+      VK_OK(vkAllocateDescriptorSets(vk->device, &dsai, &set));
+      VkDescriptorBufferInfo infos[64];
+      VkWriteDescriptorSet writes[64];
+      for (size_t b = 0; b < st->n_bindings; b++) {
+        const kiln_vmfb_binding_t *bd = &st->bindings[b];
+        if (bd->buffer >= fn->n_buffers || bd->offset + bd->length > bufs[bd->buffer].size) {
+          snprintf(err, err_cap, "step %zu binding %zu: range [%llu, +%llu) outside buffer %u", s, b,
+                   (unsigned long long)bd->offset, (unsigned long long)bd->length, bd->buffer);
+          goto done;
+        }
+        infos[b] = (VkDescriptorBufferInfo){bufs[bd->buffer].buffer, bd->offset,
+                                            bd->length ? bd->length : VK_WHOLE_SIZE};
+        writes[b] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                           .dstSet = set,
+                                           .dstBinding = (uint32_t)b,
+                                           .descriptorCount = 1,
+                                           .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                           .pBufferInfo = &infos[b]};
+      }
+      vkUpdateDescriptorSets(vk->device, (uint32_t)st->n_bindings, writes, 0, NULL);
+      vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipelines[s]);
+      vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, layouts[s], 0, 1, &set, 0, NULL);
+      if (st->n_constants) {
+        vkCmdPushConstants(cmd, layouts[s], VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                           (uint32_t)(4 * st->n_constants), st->constants);
+      }
+      vkCmdDispatch(cmd, st->workgroups[0], st->workgroups[1], st->workgroups[2]);
+    }
+    vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
+                         &barrier, 0, NULL, 0, NULL);
+  }
+  VK_OK(vkEndCommandBuffer(cmd));
+  VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VK_OK(vkCreateFence(vk->device, &fci, NULL, &fence));
+  VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+  VK_OK(vkQueueSubmit(vk->queue, 1, &si, fence));
+  VK_OK(vkWaitForFences(vk->device, 1, &fence, VK_TRUE, UINT64_C(120000000000)));
+  for (size_t r = 0; r < fn->n_results; r++) {
+    const kiln_vmfb_result_t *res = &fn->results[r];
+    uint64_t bytes = 0;
+    kiln_vmfb_tensor_type_bytes(&res->type, &bytes);
+    if (res->buffer >= fn->n_buffers || res->offset + bytes > bufs[res->buffer].size) {
+      snprintf(err, err_cap, "result %zu lies outside its buffer", r);
+      goto done;
+    }
+    outs[r] = kiln_malloc(bytes ? bytes : 1);
+    memcpy(outs[r], (uint8_t *)bufs[res->buffer].map + res->offset, bytes);
+  }
+  ok = true;
+done:
+  if (fence) vkDestroyFence(vk->device, fence, NULL);
+  if (cmd) vkFreeCommandBuffers(vk->device, vk->pool, 1, &cmd);
+  if (dpool) vkDestroyDescriptorPool(vk->device, dpool, NULL);
+  for (size_t s = 0; s < fn->n_steps; s++) {
+    if (pipelines[s]) vkDestroyPipeline(vk->device, pipelines[s], NULL);
+    if (layouts[s]) vkDestroyPipelineLayout(vk->device, layouts[s], NULL);
+    if (set_layouts[s]) vkDestroyDescriptorSetLayout(vk->device, set_layouts[s], NULL);
+    if (modules[s]) vkDestroyShaderModule(vk->device, modules[s], NULL);
+  }
+  for (size_t i = 0; i < fn->n_buffers; i++) {
+    if (bufs[i].map) vkUnmapMemory(vk->device, bufs[i].memory);
+    if (bufs[i].buffer) vkDestroyBuffer(vk->device, bufs[i].buffer, NULL);
+    if (bufs[i].memory) vkFreeMemory(vk->device, bufs[i].memory, NULL);
+  }
+  kiln_free(bufs);
+  kiln_free(modules);
+  kiln_free(pipelines);
+  kiln_free(layouts);
+  kiln_free(set_layouts);
+  return ok;
+}
+
+/* ---- comparing ---- */
+
+static double default_tol(uint32_t et) {
+  switch (et) {
+    case KILN_VMFB_ELEMENT_FLOAT_16: return 2e-3;
+    case KILN_VMFB_ELEMENT_BFLOAT_16: return 1.6e-2;
+    case KILN_VMFB_ELEMENT_FLOAT_32: return 1e-5;
+    case KILN_VMFB_ELEMENT_FLOAT_64: return 1e-12;
+    default: return 0;
+  }
+}
+
+static bool compare(const tensor_t *want, const kiln_vmfb_result_t *res, const uint8_t *got,
+                    double tol, char *err, size_t err_cap) {
+  uint32_t et = want->type.element_type;
+  if (res->type.element_type != et || res->type.rank != want->type.rank ||
+      memcmp(res->type.dims, want->type.dims, sizeof(int64_t) * want->type.rank) != 0) {
+    snprintf(err, err_cap, "result type %s (rank %u) differs from the case's %s",
+             kiln_vmfb_element_name(res->type.element_type) ? kiln_vmfb_element_name(res->type.element_type)
+                                                            : "?",
+             res->type.rank, kiln_vmfb_element_name(et));
+    return false;
+  }
+  uint64_t n = elements(&want->type);
+  if (!tol) tol = default_tol(et);
+  for (uint64_t i = 0; i < n; i++) {
+    double w = get_value(et, want->bytes, i), g = get_value(et, got, i);
+    bool same;
+    if (!is_float(et)) {
+      same = w == g;
+    } else if (isnan(w) || isnan(g)) {
+      same = isnan(w) && isnan(g);
+    } else if (isinf(w) || isinf(g)) {
+      same = w == g;
+    } else {
+      /* Relative to the magnitude, with an absolute floor near zero. */
+      same = fabs(w - g) <= tol * fmax(1.0, fabs(w));
+    }
+    if (!same) {
+      snprintf(err, err_cap, "element %llu: want %.9g, got %.9g (%llu elements, tolerance %g)",
+               (unsigned long long)i, w, g, (unsigned long long)n, tol);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* ---- main ---- */
+
+/* The first two lines of a message (MLIR's error and its location), for one
+ * readable line per failure; a static buffer, one use at a time. */
+static const char *first_line(const char *msg) {
+  static char line[512];
+  size_t n = 0;
+  int newlines = 0;
+  for (const char *p = msg; *p && n + 1 < sizeof line; p++) {
+    if (*p == '\n' && ++newlines == 2) break;
+    line[n++] = *p == '\n' ? ' ' : *p;
+  }
+  line[n] = '\0';
+  return line;
+}
+
+static char *read_file(const char *path, size_t *out_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(&b, chunk, n);
+  fclose(f);
+  *out_len = b.len;
+  char *s = kiln_buf_take(&b);
+  kiln_buf_deinit(&b);
+  return s;
+}
+
+static const kiln_vmfb_function_t *find_function(const kiln_vmfb_plan_t *plan, const char *name) {
+  for (size_t i = 0; i < plan->n_functions; i++) {
+    if (strcmp(plan->functions[i].name, name) == 0) return &plan->functions[i];
+  }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  const char *target_list = "arm5gen,videocore_vii";
+  int first = 1;
+  bool list = false;
+  for (; first < argc && argv[first][0] == '-'; first++) {
+    if (strcmp(argv[first], "--targets") == 0 && first + 1 < argc) {
+      target_list = argv[++first];
+    } else if (strcmp(argv[first], "--list") == 0) {
+      list = true;
+    } else {
+      fprintf(stderr, "usage: corpus_check [--targets T,...] [--list] FILE.mlir...\n");
+      return 2;
+    }
+  }
+  const kiln_target_t *targets[32];
+  size_t n_targets = 0;
+  kiln_status_t st = kiln_compiler_target_resolve_list(target_list, targets, 32, &n_targets);
+  if (st) {
+    fprintf(stderr, "corpus_check: %s\n", kiln_status_message(st));
+    kiln_status_free(st);
+    return 2;
+  }
+  vk_t vk;
+  bool have_vk = vk_init(&vk);
+  if (!have_vk) {
+    fprintf(stderr, "corpus_check: no Vulkan device (install mesa-vulkan-drivers for lavapipe)\n");
+    vk_deinit(&vk);
+    return 77;
+  }
+  printf("corpus_check: running Vulkan targets on %s\n", vk.name);
+  kiln_compiler_context_t *context = NULL;
+  st = kiln_compiler_context_create(&context);
+  if (st) {
+    fprintf(stderr, "corpus_check: %s\n", kiln_status_message(st));
+    return 1;
+  }
+  kiln_compiler_context_set_jobs(context, 1);
+  size_t passed = 0, failed = 0, xfailed = 0;
+  for (int a = first; a < argc; a++) {
+    size_t len = 0;
+    char *text = read_file(argv[a], &len);
+    const char *base = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
+    if (!text) {
+      printf("FAIL %s: cannot read\n", base);
+      failed++;
+      continue;
+    }
+    case_t *cases = NULL;
+    size_t n_cases = 0;
+    if (!parse_cases(argv[a], text, &cases, &n_cases) || n_cases == 0) {
+      printf("FAIL %s: no cases, or a bad CASE/INPUT/OUTPUT line\n", base);
+      failed++;
+    }
+    if (list) {
+      for (size_t i = 0; i < n_cases; i++) printf("%s @%s\n", base, cases[i].function);
+    }
+    for (size_t i = 0; i < n_cases && !list; i++) {
+      const case_t *c = &cases[i];
+      kiln_compiler_output_t out;
+      /* Each case is its own module, so one unsupported op fails one case. */
+      st = kiln_compiler_compile(context, c->text, c->text_len, base, targets, n_targets, &out);
+      if (st) {
+        printf("FAIL %s @%s: %s\n", base, c->function, first_line(kiln_status_message(st)));
+        failed += n_targets;
+        kiln_status_free(st);
+        continue;
+      }
+      bool expect_fail[32] = {false};
+      for (size_t t = 0; t < out.n_targets && c->xfail; t++) {
+        char *ids = kiln_strdup(c->xfail);
+        for (char *save = NULL, *tok = strtok_r(ids, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+          if (strcmp(tok, out.targets[t].target->id) == 0) expect_fail[t] = true;
+        }
+        kiln_free(ids);
+      }
+      for (size_t t = 0; t < out.n_targets; t++) {
+        const kiln_compiler_target_output_t *to = &out.targets[t];
+        char err[1024] = "";
+        const kiln_vmfb_function_t *fn = out.plan_status ? NULL : find_function(&out.plan, c->function);
+        bool ok = false;
+        if (to->status) {
+          snprintf(err, sizeof err, "%s", kiln_status_message(to->status));
+        } else if (out.plan_status) {
+          snprintf(err, sizeof err, "no host program: %s", kiln_status_message(out.plan_status));
+        } else if (!fn) {
+          snprintf(err, sizeof err, "no exported function @%s", c->function);
+        } else if (c->compile_only || to->target->kind != KILN_TARGET_KIND_VULKAN) {
+          ok = true;
+        } else if (fn->n_results != c->n_outputs) {
+          snprintf(err, sizeof err, "%zu results, the case expects %zu", fn->n_results, c->n_outputs);
+        } else {
+          uint8_t *outs[16] = {0};
+          ok = vk_run(&vk, fn, to->kernels, to->n_kernels, c, outs, err, sizeof err);
+          for (size_t r = 0; ok && r < fn->n_results; r++) {
+            ok = compare(&c->outputs[r], &fn->results[r], outs[r], c->tol, err, sizeof err);
+          }
+          for (size_t r = 0; r < 16; r++) kiln_free(outs[r]);
+        }
+        if (expect_fail[t]) {
+          printf("%s %s @%s %s%s%s\n", ok ? "FAIL" : "xfail", base, c->function, to->target->id,
+                 ok ? ": passes, but is marked XFAIL: drop the mark" : ": ",
+                 ok ? "" : first_line(err));
+          if (ok) failed++;
+          else xfailed++;
+          continue;
+        }
+        printf("%s %s @%s %s%s%s\n", ok ? "ok  " : "FAIL", base, c->function, to->target->id,
+               ok ? "" : ": ", ok ? "" : first_line(err));
+        if (ok) passed++;
+        else failed++;
+      }
+      kiln_compiler_output_deinit(&out);
+    }
+    for (size_t i = 0; i < n_cases; i++) case_free(&cases[i]);
+    kiln_free(cases);
+    kiln_free(text);
+  }
+  kiln_compiler_context_destroy(context);
+  vk_deinit(&vk);
+  if (xfailed) printf("%zu known failures (XFAIL)\n", xfailed);
+  printf("%zu passed, %zu failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
