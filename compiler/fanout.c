@@ -13,12 +13,20 @@
  *    (kiln_compiler_context_create disables MLIR's thread pool), so no lock can be
  *    held by a thread that does not exist in the child;
  *  - a child that crashes, is killed or writes a short record fails only its own
- *    target, with the signal or exit status in the message;
+ *    target, with the signal or exit status in the message and the end of what
+ *    it wrote to stderr (LLVM reports a fatal error, "no libcall available for
+ *    ftanh", on stderr and exits the process): each child's stderr is an
+ *    unnamed temporary file the parent reads back;
+ *  - back halves always run in children, even one target at -j 1: a fatal error
+ *    inside LLVM must cost one target, never the caller's process (kilnc, or a
+ *    kilnd worker running its task in-process);
  *  - results land in the caller's array by target index, so the output is the same
  *    whichever child finishes first.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -125,9 +133,38 @@ static bool deserialize(const uint8_t *data, size_t len, kiln_compiler_target_ou
 typedef struct child_s {
   pid_t pid;
   int fd;
+  int err_fd; /* the child's stderr: an unnamed temporary file, or -1 */
   size_t target;
   kiln_buf_t data;
 } child_t;
+
+/* An unnamed temporary file for a child's stderr (-1 if none can be made: the
+ * child then keeps the parent's). */
+static int stderr_file(void) {
+  const char *tmp = getenv("TMPDIR");
+  int fd = open(tmp && *tmp ? tmp : "/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0 && tmp && *tmp) fd = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  return fd;
+}
+
+/* The last line or two a failed child wrote to stderr, trimmed, in `out`. */
+static void stderr_tail(int fd, char *out, size_t cap) {
+  out[0] = '\0';
+  if (fd < 0) return;
+  off_t end = lseek(fd, 0, SEEK_END);
+  if (end <= 0) return;
+  off_t start = end > (off_t)(cap - 1) ? end - (off_t)(cap - 1) : 0;
+  ssize_t n = pread(fd, out, (size_t)(end - start), start);
+  if (n <= 0) {
+    out[0] = '\0';
+    return;
+  }
+  out[n] = '\0';
+  while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' ')) out[--n] = '\0';
+  for (ssize_t i = 0; i < n; i++) {
+    if (out[i] == '\n') out[i] = ' ';
+  }
+}
 
 static void write_all(int fd, const void *p, size_t n) {
   const uint8_t *b = p;
@@ -145,14 +182,21 @@ static void finish_child(child_t *c, kiln_compiler_target_output_t *out, const c
   while (waitpid(c->pid, &wstatus, 0) < 0 && errno == EINTR) {
   }
   const char *target = out->target->id;
+  char said[512];
+  stderr_tail(c->err_fd, said, sizeof said);
+  if (c->err_fd >= 0) close(c->err_fd);
   if (WIFSIGNALED(wstatus)) {
     out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
-                              "%s: code generation for %s crashed (signal %d, %s); the other targets "
-                              "are unaffected",
-                              name, target, WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)));
+                              "%s: code generation for %s crashed (signal %d, %s)%s%s; the other "
+                              "targets are unaffected",
+                              name, target, WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)),
+                              said[0] ? ": " : "", said);
   } else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-    out->status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: code generation for %s exited with status %d", name,
-                              target, WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
+    out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
+                              "%s: code generation for %s failed inside LLVM (exit status %d)%s%s; "
+                              "the other targets are unaffected",
+                              name, target, WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1,
+                              said[0] ? ": " : "", said);
   } else if (!deserialize((const uint8_t *)c->data.data, c->data.len, out)) {
     kiln_compiler_target_output_clear(out);
     out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
@@ -165,13 +209,8 @@ static void finish_child(child_t *c, kiln_compiler_target_output_t *out, const c
 void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t fn, void *user,
                               kiln_compiler_target_output_t *outs, const char *name,
                               void (*ready)(void *user, size_t index)) {
-  if (jobs < 2 || n < 2) {
-    for (size_t i = 0; i < n; i++) {
-      fn(user, i, &outs[i]);
-      if (ready) ready(user, i);
-    }
-    return;
-  }
+  if (jobs < 1) jobs = 1;
+  if (jobs > 64) jobs = 64; /* the poll set below holds 64 */
   child_t *children = kiln_calloc(jobs, sizeof *children);
   struct pollfd *fds = kiln_calloc(jobs, sizeof *fds);
   size_t next = 0, running = 0;
@@ -180,15 +219,20 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
     while (running < jobs && next < n) {
       int p[2];
       pid_t pid = -1;
+      int err_fd = -1;
       if (pipe(p) == 0) {
+        err_fd = stderr_file();
         pid = fork();
         if (pid < 0) {
           close(p[0]);
           close(p[1]);
+          if (err_fd >= 0) close(err_fd);
+          err_fd = -1;
         }
       }
       if (pid == 0) {
         close(p[0]);
+        if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
         kiln_compiler_target_output_t mine = outs[next];
         fn(user, next, &mine);
         kiln_buf_t b;
@@ -211,6 +255,7 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
       }
       c->pid = pid;
       c->fd = p[0];
+      c->err_fd = err_fd;
       c->target = next++;
       kiln_buf_init(&c->data);
       running++;

@@ -37,6 +37,10 @@ static bool op_is(MlirOperation op, const char *name) {
   return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
 }
 
+static bool string_is(MlirStringRef s, const char *want) {
+  return s.length == strlen(want) && memcmp(s.data, want, s.length) == 0;
+}
+
 static MlirAttribute attr(MlirOperation op, const char *name) {
   return mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString(name));
 }
@@ -466,8 +470,13 @@ kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
         mlirBlockIsNull(mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0)))) {
       continue;
     }
+    /* Public functions are entry points; no sym_visibility means public, and
+     * JAX and StableHLO exports spell it out (func.func public @main). */
     MlirAttribute visibility = attr(op, "sym_visibility");
-    if (!mlirAttributeIsNull(visibility)) continue; /* private helpers are not entry points */
+    if (!mlirAttributeIsNull(visibility) && !(mlirAttributeIsAString(visibility) &&
+                                              string_is(mlirStringAttrGetValue(visibility), "public"))) {
+      continue;
+    }
     plan.functions = kiln_realloc(plan.functions, (plan.n_functions + 1) * sizeof *plan.functions);
     memset(&plan.functions[plan.n_functions], 0, sizeof *plan.functions);
     r.fn = &plan.functions[plan.n_functions++];

@@ -47,9 +47,10 @@ kiln_status_t kiln_compiler_parse(kiln_compiler_context_t *context, const void *
 /* Compiles target `index` into *out (whose `target` is set). */
 typedef void (*kiln_compiler_fanout_fn_t)(void *user, size_t index, kiln_compiler_target_output_t *out);
 
-/* Runs fn for targets 0..n-1, up to `jobs` at a time in forked children (fanout.c),
- * or in order in this process when jobs < 2 or n < 2. A child that dies fails only
- * its target. `name` names the source in errors. */
+/* Runs fn for targets 0..n-1, up to `jobs` (at least 1) at a time in forked
+ * children (fanout.c), always in children, so a fatal error inside LLVM fails one
+ * target and not the process. A child that dies fails only its target, with what
+ * it said on stderr. `name` names the source in errors. */
 void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t fn, void *user,
                               kiln_compiler_target_output_t *outs, const char *name,
                               void (*ready)(void *user, size_t index));

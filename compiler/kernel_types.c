@@ -365,14 +365,16 @@ static MlirValue vmap_get(const vmap_t *m, MlirValue v) {
   return v;
 }
 
-/* Replaces `op` (one operand, one result) with a copy of the body of `helper`, a
- * parsed one-argument func.func: the ops are cloned before `op` with the argument
- * bound to op's operand, and op's result replaced by what the helper returns. */
+/* Replaces `op` (N operands, one result) with a copy of the body of `helper`, a
+ * parsed N-argument func.func: the ops are cloned before `op` with the arguments
+ * bound to op's operands, and op's result replaced by what the helper returns. */
 static void inline_helper(MlirOperation helper, MlirOperation op) {
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(helper, 0));
   MlirBlock site = mlirOperationGetBlock(op);
   vmap_t map = {0};
-  vmap_put(&map, mlirBlockGetArgument(body, 0), mlirOperationGetOperand(op, 0));
+  for (intptr_t i = 0; i < mlirBlockGetNumArguments(body) && i < mlirOperationGetNumOperands(op); i++) {
+    vmap_put(&map, mlirBlockGetArgument(body, i), mlirOperationGetOperand(op, i));
+  }
   for (MlirOperation h = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(h);
        h = mlirOperationGetNextInBlock(h)) {
     if (op_is(h, "func.return")) {
@@ -394,13 +396,14 @@ static void inline_helper(MlirOperation helper, MlirOperation op) {
   kiln_free(map.to);
 }
 
-static kiln_status_t expand_all(MlirContext ctx, const ops_t *ops, const char *text) {
-  if (!ops->n) return NULL;
-  MlirOperation helper = mlirOperationCreateParse(ctx, sref(text), sref("kiln-f16-helpers"));
+kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, MlirOperation *ops, size_t n,
+                                                        const char *helper_text) {
+  if (!n) return NULL;
+  MlirOperation helper = mlirOperationCreateParse(context, sref(helper_text), sref("kiln-helpers"));
   if (mlirOperationIsNull(helper)) {
-    return KILN_STATUS(KILN_STATUS_INTERNAL, "kiln's f16 conversion helper does not parse");
+    return KILN_STATUS(KILN_STATUS_INTERNAL, "a kiln kernel helper does not parse");
   }
-  for (size_t i = 0; i < ops->n; i++) inline_helper(helper, ops->items[i]);
+  for (size_t i = 0; i < n; i++) inline_helper(helper, ops[i]);
   mlirOperationDestroy(helper);
   return NULL;
 }
@@ -408,8 +411,8 @@ static kiln_status_t expand_all(MlirContext ctx, const ops_t *ops, const char *t
 kiln_status_t kiln_compiler_kernels_expand_f16(MlirContext context, MlirModule module) {
   expand_t x = {0};
   mlirOperationWalk(mlirModuleGetOperation(module), collect_f16_casts, &x, MlirWalkPreOrder);
-  kiln_status_t st = expand_all(context, &x.ext, f16_to_f32);
-  if (!st) st = expand_all(context, &x.trunc, f32_to_f16);
+  kiln_status_t st = kiln_compiler_kernels_replace_with_helper(context, x.ext.items, x.ext.n, f16_to_f32);
+  if (!st) st = kiln_compiler_kernels_replace_with_helper(context, x.trunc.items, x.trunc.n, f32_to_f16);
   kiln_free(x.ext.items);
   kiln_free(x.trunc.items);
   return st;

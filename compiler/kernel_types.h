@@ -47,4 +47,18 @@ kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule
  * Float16 capability. INTERNAL if a helper does not parse. */
 kiln_status_t kiln_compiler_kernels_expand_f16(MlirContext context, MlirModule module);
 
+/* Replaces each of `ops` (N operands, one result) with a copy of the body of the
+ * func.func in `helper_text` (N arguments, one result), in place: how kiln puts
+ * its own integer or polynomial code where an op was. INTERNAL if the helper does
+ * not parse. */
+kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, MlirOperation *ops, size_t n,
+                                                        const char *helper_text);
+
+/* Math functions a backend lacks, in kiln's own f32 code (kernel_math.c): every
+ * f32 math.<name> in the kernels whose name is in the comma-separated `ops`
+ * (erf, cbrt, atan, atan2, asin, acos) is replaced with code built from
+ * exp, log, sqrt and arithmetic. Accuracy, per function, is in the design note.
+ * INTERNAL if a helper does not parse. */
+kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops);
+
 #endif /* KILN_COMPILER_KERNEL_TYPES_H_ */

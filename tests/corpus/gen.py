@@ -309,7 +309,96 @@ def group_reductions():
     return cases
 
 
+def group_math():
+    """math and arith functions on f32 and f16, elementwise on tensors (issue 15: 5, 8, 11)."""
+    cases = []
+
+    def pos(n, seed):
+        return [0.25 + abs(v) for v in values((n,), 'f32', seed)]
+
+    unary = [
+        ('exp', math.exp, None), ('exp2', lambda x: 2.0 ** x, None), ('expm1', math.expm1, None),
+        ('log', math.log, 'pos'), ('log2', math.log2, 'pos'), ('log1p', math.log1p, 'pos'),
+        ('sqrt', math.sqrt, 'pos'), ('rsqrt', lambda x: 1 / math.sqrt(x), 'pos'),
+        ('tanh', math.tanh, None), ('sin', math.sin, None), ('cos', math.cos, None),
+        ('atan', math.atan, None), ('erf', math.erf, None), ('floor', math.floor, None),
+        ('ceil', math.ceil, None), ('absf', abs, None),
+        ('cbrt', lambda x: math.copysign(abs(x) ** (1 / 3), x), None),
+        ('sinh', math.sinh, None), ('cosh', math.cosh, None), ('asin', math.asin, 'unit'),
+        ('acos', math.acos, 'unit'), ('roundeven', lambda x: float(round(x)), None),
+    ]
+    unary_body = """func.func @math_%s_f32(%%x: tensor<%dxf32>) -> tensor<%dxf32> {
+  %%0 = math.%s %%x : tensor<%dxf32>
+  return %%0 : tensor<%dxf32>
+}"""
+    for name, ref, domain in unary:
+        n = 7
+        if domain is None:
+            xs = values((n,), 'f32', 41)
+        elif domain == 'unit':
+            xs = [v / 4.5 for v in values((n,), 'f32', 42)]
+        else:
+            xs = pos(n, 43)
+        xs = [f32(x) for x in xs]
+        cases.append(Case('math_%s_f32' % name, unary_body % (name, n, n, name, n, n),
+                          [((n,), 'f32', xs)], [((n,), 'f32', [f32(ref(x)) for x in xs])], tol=2e-5))
+    # Wide arguments: range reduction of sin and cos, floor and ceil past 2^23.
+    wide = [f32(v) for v in (0.1, -0.7, 3.3, -12.9, 100.25, -1000.125, 12345.678, 31415.9265)]
+    big = [f32(v) for v in (0.5, -0.5, 2.999999, -2.000001, 8388607.5, -8388607.5, 16777216.0, -1e9,
+                            1e30, math.inf, -math.inf, 0.0)]
+    for name, ref, xs, tol in (('sin', math.sin, wide, 2e-5), ('cos', math.cos, wide, 2e-5),
+                               ('floor', math.floor, big, 0), ('ceil', math.ceil, big, 0)):
+        n = len(xs)
+        exact = [f32(ref(x)) if math.isfinite(x) else x for x in xs]
+        cases.append(Case('math_%s_wide_f32' % name, unary_body.replace('_f32(', '_wide_f32(', 1) % (name, n, n, name, n, n),
+                          [((n,), 'f32', xs)], [((n,), 'f32', exact)], tol=tol or 1e-12))
+    # Binary math and arith on whole tensors.
+    a = values((5,), 'f32', 44)
+    b = pos(5, 45)
+    binary_body = """func.func @tensor_%s_f32(%%x: tensor<5xf32>, %%y: tensor<5xf32>) -> tensor<5xf32> {
+  %%0 = %s %%x, %%y : tensor<5xf32>
+  return %%0 : tensor<5xf32>
+}"""
+    for name, op, ref in (('powf', 'math.powf', lambda x, y: x ** y),
+                          ('atan2', 'math.atan2', math.atan2),
+                          ('addf', 'arith.addf', lambda x, y: x + y),
+                          ('maximumf', 'arith.maximumf', max)):
+        xs = [abs(v) + 0.5 for v in a] if name == 'powf' else a
+        cases.append(Case('tensor_%s_f32' % name, binary_body % (name, op),
+                          [((5,), 'f32', xs), ((5,), 'f32', b)],
+                          [((5,), 'f32', [f32(ref(x, y)) for x, y in zip(xs, b)])], tol=2e-5))
+    # In f16: computed in f32 where the device has no f16 arithmetic.
+    xs = values((5,), 'f16', 46)
+    f16_body = """func.func @math_%s_f16(%%x: tensor<5xf16>) -> tensor<5xf16> {
+  %%0 = math.%s %%x : tensor<5xf16>
+  return %%0 : tensor<5xf16>
+}"""
+    for name, ref in (('exp', math.exp), ('tanh', math.tanh), ('sqrt', math.sqrt)):
+        vals = [abs(v) for v in xs] if name == 'sqrt' else xs
+        cases.append(Case('math_%s_f16' % name, f16_body % (name, name), [((5,), 'f16', vals)],
+                          [((5,), 'f16', [f16(ref(v)) for v in vals])], tol=2e-3))
+    # TOSA's activation functions.
+    xs = values((6,), 'f32', 47)
+    cases.append(tosa_case('tosa_sigmoid_f32', ['tensor<6xf32>'], 'tensor<6xf32>',
+                           ['%0 = tosa.sigmoid %arg0 : (tensor<6xf32>) -> tensor<6xf32>',
+                            'return %0 : tensor<6xf32>'],
+                           [((6,), 'f32', xs)],
+                           [((6,), 'f32', [f32(1 / (1 + math.exp(-x))) for x in xs])], 2e-5))
+    cases.append(tosa_case('tosa_erf_f32', ['tensor<6xf32>'], 'tensor<6xf32>',
+                           ['%0 = tosa.erf %arg0 : (tensor<6xf32>) -> tensor<6xf32>',
+                            'return %0 : tensor<6xf32>'],
+                           [((6,), 'f32', xs)], [((6,), 'f32', [f32(math.erf(x)) for x in xs])], 2e-5))
+    # Bit counting (math.ctlz on CUDA had no translation).
+    ints = [0, 1, 2, 255, 4096, -1, 65535]
+    cases.append(Case('math_ctlz_i32', """func.func @math_ctlz_i32(%x: tensor<7xi32>) -> tensor<7xi32> {
+  %0 = math.ctlz %x : tensor<7xi32>
+  return %0 : tensor<7xi32>
+}""", [((7,), 'i32', ints)], [((7,), 'i32', [32 - (v & 0xffffffff).bit_length() for v in ints])]))
+    return cases
+
+
 GROUPS = {
+    'math': group_math,
     'types': group_types,
     'tensor_ops': group_tensor_ops,
     'reductions': group_reductions,

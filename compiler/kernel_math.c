@@ -1,0 +1,375 @@
+/* Math functions some GPU backends lack, as kiln's own f32 code inside the
+ * kernels (kernel_types.h: kiln_compiler_kernels_expand_math).
+ *
+ * SPIR-V's GLSL instructions have no erf, cbrt or two-argument atan, and Vulkan
+ * leaves GL.Asin/GL.Acos precision to the driver (lavapipe is off by 4e-4);
+ * LLVM's AMDGPU backend has no atan, asin, acos, atan2, erf or cbrt at all
+ * without ROCm's device libraries, and MLIR's ROCDL conversion refuses the LLVM
+ * intrinsics for floor, ceil, log2, sin and cos (it wants those libraries). Each helper below is a func.func over f32 built
+ * only from exp, log, sqrt, absolute value and arithmetic, which every backend
+ * lowers; kiln_compiler_kernels_replace_with_helper copies its body in place of
+ * each use. A helper may use another function (asin uses atan): the expansion
+ * repeats until no listed function is left.
+ *
+ * Accuracy (f32, against libm in double): erf: Taylor series to x^11 below 0.5
+ * (relative error under 1e-7), Abramowitz and Stegun 7.1.26 above (absolute
+ * error under 1.5e-7); atan: reduced to [0, tan(pi/8)] by 1/x and
+ * (x-1)/(x+1), then the odd Taylor series to w^15 (error under 2e-8); atan2,
+ * asin and acos through atan (acos as 2 atan(sqrt((1-x)/(1+x))), which keeps
+ * its relative accuracy near 1); cbrt as exp(log|x|/3) with the sign restored;
+ * floor and ceil exact; log2 as log(x)/ln 2; sin and cos as described at
+ * SINCOS_REDUCE (for |x| up to about 1e5).
+ */
+#include <mlir-c/BuiltinTypes.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "compiler/kernel_types.h"
+
+static const char erf_f32[] =
+    "func.func private @erf(%x: f32) -> f32 {\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %half = arith.constant 0.5 : f32\n"
+    "  %zero = arith.constant 0.0 : f32\n"
+    "  %c1 = arith.constant -7.5757575757575758e-04 : f32\n" /* -1/1320 */
+    "  %c2 = arith.constant 4.6296296296296296e-03 : f32\n"  /* 1/216 */
+    "  %c3 = arith.constant -2.3809523809523808e-02 : f32\n" /* -1/42 */
+    "  %c4 = arith.constant 0.1 : f32\n"
+    "  %c5 = arith.constant -0.33333333333333331 : f32\n"
+    "  %two_over_sqrt_pi = arith.constant 1.1283791670955126 : f32\n"
+    "  %p = arith.constant 0.3275911 : f32\n"
+    "  %a1 = arith.constant 0.254829592 : f32\n"
+    "  %a2 = arith.constant -0.284496736 : f32\n"
+    "  %a3 = arith.constant 1.421413741 : f32\n"
+    "  %a4 = arith.constant -1.453152027 : f32\n"
+    "  %a5 = arith.constant 1.061405429 : f32\n"
+    "  %ax = math.absf %x : f32\n"
+    "  %x2 = arith.mulf %x, %x : f32\n"
+    "  %s1 = arith.mulf %c1, %x2 : f32\n"
+    "  %s2 = arith.addf %s1, %c2 : f32\n"
+    "  %s3 = arith.mulf %s2, %x2 : f32\n"
+    "  %s4 = arith.addf %s3, %c3 : f32\n"
+    "  %s5 = arith.mulf %s4, %x2 : f32\n"
+    "  %s6 = arith.addf %s5, %c4 : f32\n"
+    "  %s7 = arith.mulf %s6, %x2 : f32\n"
+    "  %s8 = arith.addf %s7, %c5 : f32\n"
+    "  %s9 = arith.mulf %s8, %x2 : f32\n"
+    "  %s10 = arith.addf %s9, %one : f32\n"
+    "  %s11 = arith.mulf %s10, %x : f32\n"
+    "  %small = arith.mulf %s11, %two_over_sqrt_pi : f32\n"
+    "  %pt = arith.mulf %p, %ax : f32\n"
+    "  %den = arith.addf %pt, %one : f32\n"
+    "  %t = arith.divf %one, %den : f32\n"
+    "  %l1 = arith.mulf %a5, %t : f32\n"
+    "  %l2 = arith.addf %l1, %a4 : f32\n"
+    "  %l3 = arith.mulf %l2, %t : f32\n"
+    "  %l4 = arith.addf %l3, %a3 : f32\n"
+    "  %l5 = arith.mulf %l4, %t : f32\n"
+    "  %l6 = arith.addf %l5, %a2 : f32\n"
+    "  %l7 = arith.mulf %l6, %t : f32\n"
+    "  %l8 = arith.addf %l7, %a1 : f32\n"
+    "  %l9 = arith.mulf %l8, %t : f32\n"
+    "  %nx2 = arith.negf %x2 : f32\n"
+    "  %e = math.exp %nx2 : f32\n"
+    "  %l10 = arith.mulf %l9, %e : f32\n"
+    "  %y = arith.subf %one, %l10 : f32\n"
+    "  %ny = arith.negf %y : f32\n"
+    "  %neg = arith.cmpf olt, %x, %zero : f32\n"
+    "  %large = arith.select %neg, %ny, %y : f32\n"
+    "  %is_small = arith.cmpf olt, %ax, %half : f32\n"
+    "  %r = arith.select %is_small, %small, %large : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+static const char atan_f32[] =
+    "func.func private @atan(%x: f32) -> f32 {\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %zero = arith.constant 0.0 : f32\n"
+    "  %tan_pi_8 = arith.constant 0.41421356237309503 : f32\n"
+    "  %pi_4 = arith.constant 0.78539816339744828 : f32\n"
+    "  %pi_2 = arith.constant 1.5707963267948966 : f32\n"
+    "  %k15 = arith.constant -0.066666666666666666 : f32\n"
+    "  %k13 = arith.constant 0.076923076923076927 : f32\n"
+    "  %k11 = arith.constant -0.090909090909090912 : f32\n"
+    "  %k9 = arith.constant 0.1111111111111111 : f32\n"
+    "  %k7 = arith.constant -0.14285714285714285 : f32\n"
+    "  %k5 = arith.constant 0.2 : f32\n"
+    "  %k3 = arith.constant -0.33333333333333331 : f32\n"
+    "  %ax = math.absf %x : f32\n"
+    "  %big = arith.cmpf ogt, %ax, %one : f32\n"
+    "  %inv = arith.divf %one, %ax : f32\n"
+    "  %z = arith.select %big, %inv, %ax : f32\n"
+    "  %mid = arith.cmpf ogt, %z, %tan_pi_8 : f32\n"
+    "  %zm1 = arith.subf %z, %one : f32\n"
+    "  %zp1 = arith.addf %z, %one : f32\n"
+    "  %wr = arith.divf %zm1, %zp1 : f32\n"
+    "  %w = arith.select %mid, %wr, %z : f32\n"
+    "  %off = arith.select %mid, %pi_4, %zero : f32\n"
+    "  %w2 = arith.mulf %w, %w : f32\n"
+    "  %p1 = arith.mulf %k15, %w2 : f32\n"
+    "  %p2 = arith.addf %p1, %k13 : f32\n"
+    "  %p3 = arith.mulf %p2, %w2 : f32\n"
+    "  %p4 = arith.addf %p3, %k11 : f32\n"
+    "  %p5 = arith.mulf %p4, %w2 : f32\n"
+    "  %p6 = arith.addf %p5, %k9 : f32\n"
+    "  %p7 = arith.mulf %p6, %w2 : f32\n"
+    "  %p8 = arith.addf %p7, %k7 : f32\n"
+    "  %p9 = arith.mulf %p8, %w2 : f32\n"
+    "  %p10 = arith.addf %p9, %k5 : f32\n"
+    "  %p11 = arith.mulf %p10, %w2 : f32\n"
+    "  %p12 = arith.addf %p11, %k3 : f32\n"
+    "  %p13 = arith.mulf %p12, %w2 : f32\n"
+    "  %p14 = arith.addf %p13, %one : f32\n"
+    "  %wp = arith.mulf %w, %p14 : f32\n"
+    "  %a = arith.addf %off, %wp : f32\n"
+    "  %comp = arith.subf %pi_2, %a : f32\n"
+    "  %r = arith.select %big, %comp, %a : f32\n"
+    "  %nr = arith.negf %r : f32\n"
+    "  %neg = arith.cmpf olt, %x, %zero : f32\n"
+    "  %res = arith.select %neg, %nr, %r : f32\n"
+    "  return %res : f32\n"
+    "}";
+
+static const char atan2_f32[] =
+    "func.func private @atan2(%y: f32, %x: f32) -> f32 {\n"
+    "  %zero = arith.constant 0.0 : f32\n"
+    "  %pi = arith.constant 3.1415926535897931 : f32\n"
+    "  %npi = arith.constant -3.1415926535897931 : f32\n"
+    "  %q = arith.divf %y, %x : f32\n"
+    "  %a = math.atan %q : f32\n"
+    "  %yneg = arith.cmpf olt, %y, %zero : f32\n"
+    "  %adj = arith.select %yneg, %npi, %pi : f32\n"
+    "  %shifted = arith.addf %a, %adj : f32\n"
+    "  %xneg = arith.cmpf olt, %x, %zero : f32\n"
+    "  %r = arith.select %xneg, %shifted, %a : f32\n"
+    "  %x0 = arith.cmpf oeq, %x, %zero : f32\n"
+    "  %y0 = arith.cmpf oeq, %y, %zero : f32\n"
+    "  %both = arith.andi %x0, %y0 : i1\n"
+    "  %res = arith.select %both, %zero, %r : f32\n"
+    "  return %res : f32\n"
+    "}";
+
+static const char asin_f32[] =
+    "func.func private @asin(%x: f32) -> f32 {\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %a = arith.subf %one, %x : f32\n"
+    "  %b = arith.addf %one, %x : f32\n"
+    "  %ab = arith.mulf %a, %b : f32\n"
+    "  %s = math.sqrt %ab : f32\n"
+    "  %q = arith.divf %x, %s : f32\n"
+    "  %r = math.atan %q : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+static const char acos_f32[] =
+    "func.func private @acos(%x: f32) -> f32 {\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %two = arith.constant 2.0 : f32\n"
+    "  %a = arith.subf %one, %x : f32\n"
+    "  %b = arith.addf %one, %x : f32\n"
+    "  %q = arith.divf %a, %b : f32\n"
+    "  %s = math.sqrt %q : f32\n"
+    "  %t = math.atan %s : f32\n"
+    "  %r = arith.mulf %t, %two : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+static const char cbrt_f32[] =
+    "func.func private @cbrt(%x: f32) -> f32 {\n"
+    "  %zero = arith.constant 0.0 : f32\n"
+    "  %third = arith.constant 0.33333333333333331 : f32\n"
+    "  %ax = math.absf %x : f32\n"
+    "  %l = math.log %ax : f32\n"
+    "  %l3 = arith.mulf %l, %third : f32\n"
+    "  %e = math.exp %l3 : f32\n"
+    "  %ne = arith.negf %e : f32\n"
+    "  %neg = arith.cmpf olt, %x, %zero : f32\n"
+    "  %r = arith.select %neg, %ne, %e : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+/* floor and ceil through an integer conversion: below 2^23 in magnitude the
+ * truncation is exact and one correction gives the result; from 2^23 on, every
+ * f32 is an integer already (as are infinities; NaN stays NaN through the
+ * select's comparison). */
+static const char floor_f32[] =
+    "func.func private @floor(%x: f32) -> f32 {\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %big = arith.constant 8388608.0 : f32\n"
+    "  %ax = math.absf %x : f32\n"
+    "  %i = arith.fptosi %x : f32 to i32\n"
+    "  %t = arith.sitofp %i : i32 to f32\n"
+    "  %over = arith.cmpf ogt, %t, %x : f32\n"
+    "  %tm1 = arith.subf %t, %one : f32\n"
+    "  %f = arith.select %over, %tm1, %t : f32\n"
+    "  %small = arith.cmpf olt, %ax, %big : f32\n"
+    "  %r = arith.select %small, %f, %x : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+static const char ceil_f32[] =
+    "func.func private @ceil(%x: f32) -> f32 {\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %big = arith.constant 8388608.0 : f32\n"
+    "  %ax = math.absf %x : f32\n"
+    "  %i = arith.fptosi %x : f32 to i32\n"
+    "  %t = arith.sitofp %i : i32 to f32\n"
+    "  %under = arith.cmpf olt, %t, %x : f32\n"
+    "  %tp1 = arith.addf %t, %one : f32\n"
+    "  %c = arith.select %under, %tp1, %t : f32\n"
+    "  %small = arith.cmpf olt, %ax, %big : f32\n"
+    "  %r = arith.select %small, %c, %x : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+static const char log2_f32[] =
+    "func.func private @log2(%x: f32) -> f32 {\n"
+    "  %inv_ln2 = arith.constant 1.4426950408889634 : f32\n"
+    "  %l = math.log %x : f32\n"
+    "  %r = arith.mulf %l, %inv_ln2 : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+/* sin and cos: x = k pi/2 + r with |r| <= pi/4, pi/2 split in three parts
+ * (Cody and Waite) so the reduction stays exact for |x| up to about 1e5; then
+ * Taylor polynomials on r (errors under 2e-9) and the quadrant k mod 4. */
+#define SINCOS_REDUCE                                                                         \
+  "  %two_over_pi = arith.constant 0.63661977236758138 : f32\n"                              \
+  "  %half = arith.constant 0.5 : f32\n"                                                     \
+  "  %c1 = arith.constant 1.5703125 : f32\n"                                                 \
+  "  %c2 = arith.constant 4.837512969970703125e-4 : f32\n"                                   \
+  "  %c3 = arith.constant 7.54978995489188216e-8 : f32\n"                                    \
+  "  %three = arith.constant 3 : i32\n"                                                      \
+  "  %i1 = arith.constant 1 : i32\n"                                                         \
+  "  %i2 = arith.constant 2 : i32\n"                                                         \
+  "  %s3 = arith.constant -0.16666666666666666 : f32\n"                                      \
+  "  %s5 = arith.constant 8.3333333333333332e-03 : f32\n"                                    \
+  "  %s7 = arith.constant -1.9841269841269841e-04 : f32\n"                                   \
+  "  %s9 = arith.constant 2.7557319223985893e-06 : f32\n"                                    \
+  "  %k2 = arith.constant -0.5 : f32\n"                                                      \
+  "  %k4 = arith.constant 4.1666666666666664e-02 : f32\n"                                    \
+  "  %k6 = arith.constant -1.3888888888888889e-03 : f32\n"                                   \
+  "  %k8 = arith.constant 2.4801587301587302e-05 : f32\n"                                    \
+  "  %k10 = arith.constant -2.7557319223985888e-07 : f32\n"                                  \
+  "  %one = arith.constant 1.0 : f32\n"                                                      \
+  "  %y = arith.mulf %x, %two_over_pi : f32\n"                                               \
+  "  %yh = arith.addf %y, %half : f32\n"                                                     \
+  "  %kf0 = math.floor %yh : f32\n"                                                          \
+  "  %k = arith.fptosi %kf0 : f32 to i32\n"                                                  \
+  "  %kf = arith.sitofp %k : i32 to f32\n"                                                   \
+  "  %m1 = arith.mulf %kf, %c1 : f32\n"                                                      \
+  "  %r1 = arith.subf %x, %m1 : f32\n"                                                       \
+  "  %m2 = arith.mulf %kf, %c2 : f32\n"                                                      \
+  "  %r2 = arith.subf %r1, %m2 : f32\n"                                                      \
+  "  %m3 = arith.mulf %kf, %c3 : f32\n"                                                      \
+  "  %r = arith.subf %r2, %m3 : f32\n"                                                       \
+  "  %r2s = arith.mulf %r, %r : f32\n"                                                       \
+  "  %sa = arith.mulf %s9, %r2s : f32\n"                                                     \
+  "  %sb = arith.addf %sa, %s7 : f32\n"                                                      \
+  "  %sc = arith.mulf %sb, %r2s : f32\n"                                                     \
+  "  %sd = arith.addf %sc, %s5 : f32\n"                                                      \
+  "  %se = arith.mulf %sd, %r2s : f32\n"                                                     \
+  "  %sf = arith.addf %se, %s3 : f32\n"                                                      \
+  "  %sg = arith.mulf %sf, %r2s : f32\n"                                                     \
+  "  %sh = arith.mulf %sg, %r : f32\n"                                                       \
+  "  %sin_r = arith.addf %sh, %r : f32\n"                                                    \
+  "  %ca = arith.mulf %k10, %r2s : f32\n"                                                    \
+  "  %cb = arith.addf %ca, %k8 : f32\n"                                                      \
+  "  %cc = arith.mulf %cb, %r2s : f32\n"                                                     \
+  "  %cd = arith.addf %cc, %k6 : f32\n"                                                      \
+  "  %ce = arith.mulf %cd, %r2s : f32\n"                                                     \
+  "  %cf = arith.addf %ce, %k4 : f32\n"                                                      \
+  "  %cg = arith.mulf %cf, %r2s : f32\n"                                                     \
+  "  %ch = arith.addf %cg, %k2 : f32\n"                                                      \
+  "  %ci = arith.mulf %ch, %r2s : f32\n"                                                     \
+  "  %cos_r = arith.addf %ci, %one : f32\n"                                                  \
+  "  %q = arith.andi %k, %three : i32\n"                                                     \
+  "  %nsin = arith.negf %sin_r : f32\n"                                                      \
+  "  %ncos = arith.negf %cos_r : f32\n"                                                      \
+  "  %odd0 = arith.andi %q, %i1 : i32\n"                                                     \
+  "  %odd = arith.cmpi ne, %odd0, %c0i : i32\n"                                              \
+  "  %hi0 = arith.andi %q, %i2 : i32\n"                                                      \
+  "  %hi = arith.cmpi ne, %hi0, %c0i : i32\n"
+
+static const char sin_f32[] =
+    "func.func private @sin(%x: f32) -> f32 {\n"
+    "  %c0i = arith.constant 0 : i32\n" SINCOS_REDUCE
+    /* q: 0 sin, 1 cos, 2 -sin, 3 -cos */
+    "  %pos = arith.select %odd, %cos_r, %sin_r : f32\n"
+    "  %neg = arith.select %odd, %ncos, %nsin : f32\n"
+    "  %res = arith.select %hi, %neg, %pos : f32\n"
+    "  return %res : f32\n"
+    "}";
+
+static const char cos_f32[] =
+    "func.func private @cos(%x: f32) -> f32 {\n"
+    "  %c0i = arith.constant 0 : i32\n" SINCOS_REDUCE
+    /* q: 0 cos, 1 -sin, 2 -cos, 3 sin */
+    "  %b = arith.xori %odd, %hi : i1\n"
+    "  %mag = arith.select %odd, %sin_r, %cos_r : f32\n"
+    "  %nmag = arith.select %odd, %nsin, %ncos : f32\n"
+    "  %res = arith.select %b, %nmag, %mag : f32\n"
+    "  return %res : f32\n"
+    "}";
+
+static const struct {
+  const char *name; /* the math dialect function, without "math." */
+  const char *helper;
+} helpers[] = {
+    {"erf", erf_f32},   {"atan", atan_f32}, {"atan2", atan2_f32},
+    {"asin", asin_f32}, {"acos", acos_f32}, {"cbrt", cbrt_f32}, {"floor", floor_f32},
+    {"ceil", ceil_f32}, {"log2", log2_f32}, {"sin", sin_f32},   {"cos", cos_f32},
+};
+
+enum { N_HELPERS = sizeof helpers / sizeof helpers[0] };
+
+typedef struct found_s {
+  const char *ops;                /* the caller's list */
+  MlirOperation *items[N_HELPERS]; /* per helper, the ops found */
+  size_t n[N_HELPERS];
+  size_t total;
+} found_t;
+
+static bool listed(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p && *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == n && memcmp(p, name, n) == 0) return true;
+    p = comma ? comma + 1 : NULL;
+  }
+  return false;
+}
+
+static MlirWalkResult find_math(MlirOperation op, void *user) {
+  found_t *f = user;
+  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
+  if (name.length < 6 || memcmp(name.data, "math.", 5) != 0 || mlirOperationGetNumResults(op) != 1 ||
+      !mlirTypeIsAF32(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
+    return MlirWalkResultAdvance;
+  }
+  for (size_t h = 0; h < N_HELPERS; h++) {
+    if (name.length - 5 == strlen(helpers[h].name) &&
+        memcmp(name.data + 5, helpers[h].name, name.length - 5) == 0 && listed(f->ops, helpers[h].name)) {
+      f->items[h] = kiln_realloc(f->items[h], (f->n[h] + 1) * sizeof *f->items[h]);
+      f->items[h][f->n[h]++] = op;
+      f->total++;
+    }
+  }
+  return MlirWalkResultAdvance;
+}
+
+kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops) {
+  kiln_status_t st = NULL;
+  /* asin and acos bring atan, sin and cos bring floor: at most two more rounds. */
+  for (int round = 0; round < 4 && !st; round++) {
+    found_t f = {.ops = ops};
+    mlirOperationWalk(mlirModuleGetOperation(module), find_math, &f, MlirWalkPostOrder);
+    for (size_t h = 0; h < N_HELPERS; h++) {
+      if (!st) st = kiln_compiler_kernels_replace_with_helper(context, f.items[h], f.n[h], helpers[h].helper);
+      kiln_free(f.items[h]);
+    }
+    if (f.total == 0) break;
+  }
+  return st;
+}
