@@ -520,10 +520,12 @@ static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_
                        t->chip, t->ptx_version, cuda_kernel_lowering);
       return NULL;
     case KILN_TARGET_KIND_HIP: {
+      /* Code object v5 (abi=500), as IREE 3.12 pins it: LLVM 22 defaults to v6,
+       * which ROCm releases before 6.3 cannot load. */
       const char *toolkit = NULL;
       KILN_RETURN_IF_ERROR(toolkit_dir(context, &toolkit));
       kiln_buf_appendf(out,
-                       "builtin.module(rocdl-attach-target{chip=%s O=3 wave64=%s},"
+                       "builtin.module(rocdl-attach-target{chip=%s O=3 abi=500 wave64=%s},"
                        "gpu.module(%s,convert-gpu-to-rocdl{index-bitwidth=64 use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
                        "reconcile-unrealized-casts),gpu-module-to-binary{format=bin toolkit=%s})",
                        t->chip, t->limits.subgroup_size == 64 ? "true" : "false", hip_kernel_lowering,

@@ -103,9 +103,61 @@ void kiln_compiler_diag_detach(kiln_diag_capture_t *capture) {
   kiln_buf_deinit(&capture->text);
 }
 
+/* MLIR's parser, verifier and printer recurse once per nesting level of regions,
+ * attributes and types: 100,000 nested '[' or 20,000 nested regions overflow a
+ * worker's stack (SIGSEGV). Real models nest a few dozen levels; text deeper than
+ * this is refused before parsing. Bytecode has no such cheap scan (it is checked
+ * by the parser's own limits, and the worker survives a crash: daemon.md). */
+enum { MAX_NESTING = 512 };
+
+/* The deepest nesting of (), [] and {} in MLIR text, outside string literals and
+ * // comments. Stops counting (and returns it) once past `limit`. */
+static size_t text_nesting(const char *p, size_t len, size_t limit, size_t *out_line) {
+  size_t depth = 0, deepest = 0, line = 1;
+  bool in_string = false, in_comment = false;
+  for (size_t i = 0; i < len; i++) {
+    char c = p[i];
+    if (c == '\n') {
+      line++;
+      in_comment = false;
+      continue;
+    }
+    if (in_comment) continue;
+    if (in_string) {
+      if (c == '\\' && i + 1 < len) i++;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '/' && i + 1 < len && p[i + 1] == '/') in_comment = true;
+    else if (c == '(' || c == '[' || c == '{') {
+      if (++depth > deepest) deepest = depth;
+      if (deepest > limit) {
+        *out_line = line;
+        return deepest;
+      }
+    } else if ((c == ')' || c == ']' || c == '}') && depth > 0) {
+      depth--;
+    }
+  }
+  return deepest;
+}
+
+/* MLIR bytecode starts with "ML\xefR". */
+static bool is_bytecode(const void *source, size_t len) {
+  return len >= 4 && memcmp(source, "ML\xefR", 4) == 0;
+}
+
 kiln_status_t kiln_compiler_parse(kiln_compiler_context_t *context, const void *source, size_t len,
                                   const char *name, MlirModule *out_module) {
   *out_module = (MlirModule){NULL};
+  size_t line = 0;
+  if (!is_bytecode(source, len) && text_nesting(source, len, MAX_NESTING, &line) > MAX_NESTING) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "%s:%zu: nesting deeper than %d levels of (), [] and {} (regions, "
+                       "attributes or types); kiln refuses it before parsing, as no model needs it",
+                       name && *name ? name : "<source>", line, MAX_NESTING);
+  }
   kiln_diag_capture_t diags;
   kiln_compiler_diag_attach(context, name, &diags);
   MlirModule module = mlirModuleCreateParse(context->mlir, (MlirStringRef){source, len});

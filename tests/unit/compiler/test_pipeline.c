@@ -148,6 +148,10 @@ static void test_hip_hsaco(void **state) {
       uint16_t machine;
       memcpy(&machine, kern->binary + 18, 2);
       assert_int_equal(machine, 224); /* EM_AMDGPU */
+      /* Code object v5, as IREE 3.12 pins (amdhsa_code_object_version 500): ELF
+       * OS/ABI 64 (AMDGPU_HSA), ABI version 3 (v4 is 2, v6 is 4). */
+      assert_int_equal(kern->binary[7], 64);
+      assert_int_equal(kern->binary[8], 3);
       /* llvm-readobj sees an AMDGPU code object for the chip, with the kernel's
        * symbol and its kernel descriptor. */
       char output[65536];

@@ -13,7 +13,9 @@
 
 #include <cmocka.h>
 
+#include "base/buf.h"
 #include "compiler/source.h"
+#include "tests/unit/support/testing.h"
 
 static const char *const base_ir =
     "func.func @mlp(%x: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {\n"
@@ -115,6 +117,47 @@ static void test_garbage_and_empty_inputs(void **state) {
   assert_null(kiln_compiler_fingerprint(*state, "", 0, "e.mlir", &empty));
 }
 
+/* Nesting that would overflow the parser's stack is refused before parsing, with
+ * the line where it passed the limit; brackets in strings and comments do not
+ * count; the deepest nesting a model could want still parses. */
+static void test_deep_nesting_is_refused(void **state) {
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  kiln_buf_append_str(&b, "func.func @f() {\n  return\n}\nfunc.func @g() attributes {x = ");
+  for (int i = 0; i < 100000; i++) kiln_buf_append_str(&b, "[");
+  for (int i = 0; i < 100000; i++) kiln_buf_append_str(&b, "]");
+  kiln_buf_append_str(&b, "} {\n  return\n}\n");
+  kiln_digest_hex_t out;
+  kiln_status_t st = kiln_compiler_fingerprint(*state, b.data, b.len, "deep.mlir", &out);
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+  if (!strstr(kiln_status_message(st), "deep.mlir:4: nesting deeper than")) {
+    fail_msg("no line or reason in: %s", kiln_status_message(st));
+  }
+  kiln_status_free(st);
+  /* 20,000 nested regions. */
+  kiln_buf_clear(&b);
+  kiln_buf_append_str(&b, "func.func @f() {\n");
+  for (int i = 0; i < 20000; i++) kiln_buf_append_str(&b, "scf.execute_region {\n");
+  for (int i = 0; i < 20000; i++) kiln_buf_append_str(&b, "scf.yield\n}\n");
+  kiln_buf_append_str(&b, "return\n}\n");
+  st = kiln_compiler_fingerprint(*state, b.data, b.len, "regions.mlir", &out);
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+  kiln_status_free(st);
+  /* 300 levels of a nested array attribute, with 1000 '[' in a string and a
+   * comment beside them: accepted. */
+  kiln_buf_clear(&b);
+  kiln_buf_append_str(&b, "// ");
+  for (int i = 0; i < 1000; i++) kiln_buf_append_str(&b, "[");
+  kiln_buf_append_str(&b, "\nfunc.func @g() attributes {s = \"");
+  for (int i = 0; i < 1000; i++) kiln_buf_append_str(&b, "{");
+  kiln_buf_append_str(&b, "\", x = ");
+  for (int i = 0; i < 300; i++) kiln_buf_append_str(&b, "[");
+  for (int i = 0; i < 300; i++) kiln_buf_append_str(&b, "]");
+  kiln_buf_append_str(&b, "} {\n  return\n}\n");
+  kiln_test_assert_ok(kiln_compiler_fingerprint(*state, b.data, b.len, "ok.mlir", &out));
+  kiln_buf_deinit(&b);
+}
+
 /* The bytecode of a module fingerprints like its text. Bytecode comes from the
  * real mlir-opt-22 (mlir-22-tools, installed by deploy/deps.sh). */
 static void test_bytecode_matches_text(void **state) {
@@ -148,6 +191,7 @@ int main(void) {
       cmocka_unit_test(test_verifier_failure_is_invalid_argument),
       cmocka_unit_test(test_garbage_and_empty_inputs),
       cmocka_unit_test(test_bytecode_matches_text),
+      cmocka_unit_test(test_deep_nesting_is_refused),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
