@@ -235,6 +235,24 @@ static bool static_offset(MlirType t, uint64_t *out) {
   return ok;
 }
 
+/* Whether a static memref's elements lie row-major without gaps (a byte range). */
+static bool contiguous(MlirType t) {
+  if (!mlirTypeIsAMemRef(t) || !mlirShapedTypeHasStaticShape(t)) return false;
+  if (mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t))) return true;
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  int64_t *strides = kiln_calloc(rank ? (size_t)rank : 1, sizeof *strides);
+  int64_t offset = 0;
+  bool ok = mlirLogicalResultIsSuccess(mlirMemRefTypeGetStridesAndOffset(t, strides, &offset));
+  int64_t want = 1;
+  for (intptr_t d = rank - 1; ok && d >= 0; d--) {
+    int64_t size = mlirShapedTypeGetDimSize(t, d);
+    if (size != 1 && strides[d] != want) ok = false;
+    want *= size;
+  }
+  kiln_free(strides);
+  return ok;
+}
+
 static kiln_status_t unsupported(const reader_t *r, MlirOperation op, const char *why) {
   MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
   return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
@@ -396,6 +414,25 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
     add_view(r, mlirOperationGetResult(op, 0), source->buffer, bytes);
     return NULL;
   }
+  if (op_is(op, "bufferization.clone")) {
+    /* The deallocation pipeline clones a buffer the function does not own (an
+     * argument, a constant) before returning it or writing into it: a new
+     * buffer and one copy step. */
+    const view_t *source = find_view(r, mlirOperationGetOperand(op, 0));
+    MlirType src_type = mlirValueGetType(mlirOperationGetOperand(op, 0));
+    MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
+    if (!source) return unsupported(r, op, "clones a buffer kiln could not trace");
+    if (!contiguous(src_type)) return unsupported(r, op, "clones a strided view");
+    kiln_vmfb_tensor_type_t tt;
+    KILN_RETURN_IF_ERROR(tensor_type(r, t, &tt));
+    uint64_t bytes = type_bytes(&tt);
+    uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT,
+                                                     .size_bytes = word_round(bytes)});
+    add_step(fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY, .src = source->buffer,
+                                    .src_offset = source->offset, .dst = b, .length = bytes});
+    add_view(r, mlirOperationGetResult(op, 0), b, 0);
+    return NULL;
+  }
   if (op_is(op, "gpu.launch_func")) return read_launch(r, op);
   if (op_is(op, "func.return")) {
     intptr_t n = mlirOperationGetNumOperands(op);
@@ -404,13 +441,21 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
       MlirValue v = mlirOperationGetOperand(op, i);
       const view_t *view = find_view(r, v);
       if (!view) return unsupported(r, op, "returns a value that is not a traced buffer");
-      if (fn->buffers[view->buffer].kind == KILN_VMFB_BUFFER_CONSTANT) {
-        return unsupported(r, op, "returns a constant global");
-      }
       kiln_vmfb_result_t *res = &fn->results[fn->n_results];
       KILN_RETURN_IF_ERROR(tensor_type(r, mlirValueGetType(v), &res->type));
       res->buffer = view->buffer;
       res->offset = view->offset;
+      if (fn->buffers[view->buffer].kind == KILN_VMFB_BUFFER_CONSTANT) {
+        /* A constant (or a view of one) is returned as a copy: the caller owns
+         * its results and may write them; the constant serves every call. */
+        uint64_t bytes = type_bytes(&res->type);
+        uint32_t copy = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT,
+                                                            .size_bytes = word_round(bytes)});
+        add_step(fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY, .src = view->buffer,
+                                        .src_offset = view->offset, .dst = copy, .length = bytes});
+        res->buffer = copy;
+        res->offset = 0;
+      }
       fn->n_results++;
     }
     return NULL;

@@ -10,7 +10,9 @@
  *             per CONSTANT plan buffer; bytes: an i64 function id per dispatched
  *             kernel (HAL 0.7), then an i32 "constants uploaded" flag per plan
  *             function that has constants.
- *   rodata    0 the executable (external), 1 its format string, then strings
+ *   rodata    0 the executable (external), 1 its format string (both absent when
+ *             no function dispatches anything: then no executable is created),
+ *             then strings
  *             (kernel names, assert messages; deduplicated) and constant data
  *             (external when >= 4 KiB, as iree-compile splits it).
  *   functions the plan's functions in order (exported under their names), then
@@ -831,6 +833,11 @@ static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *
 
 /* ---- __init ---- */
 
+/* A module whose functions dispatch nothing (they return constants, inputs or
+ * views of them) creates no executable: no hal.executable.create, no executable
+ * rodata, a null executable global. */
+static bool has_executable(const gen_t *g) { return g->exe->n_kernels > 0; }
+
 static kiln_status_t emit_init(gen_t *g, kiln_vmfb_vm_function_t *out) {
   emit_t e = {.g = g};
   kiln_status_t st = kiln_vmfb_bytecode_create("0v_v", &e.bc);
@@ -852,6 +859,7 @@ static kiln_status_t emit_init(gen_t *g, kiln_vmfb_vm_function_t *out) {
                           "device of the module's target (e.g. --device=cuda)");
   begin(&e, found);
   call(&e, I_DEVICE_ALLOCATOR, &device, 1, &allocator, 1);
+  if (!has_executable(g)) goto publish; /* nothing to dispatch: no executable */
   kiln_vmfb_reg_t format = kiln_vmfb_bytecode_ref(bc);
   kiln_vmfb_reg_t data = kiln_vmfb_bytecode_ref(bc);
   kiln_vmfb_reg_t none = kiln_vmfb_bytecode_ref(bc);
@@ -873,9 +881,10 @@ static kiln_status_t emit_init(gen_t *g, kiln_vmfb_vm_function_t *out) {
       scope_end(&e, s);
     }
   }
+  kiln_vmfb_bytecode_global_store_ref(bc, G_EXECUTABLE, T_EXECUTABLE, executable);
+publish:
   kiln_vmfb_bytecode_global_store_ref(bc, G_DEVICE, T_DEVICE, device);
   kiln_vmfb_bytecode_global_store_ref(bc, G_ALLOCATOR, T_ALLOCATOR, allocator);
-  kiln_vmfb_bytecode_global_store_ref(bc, G_EXECUTABLE, T_EXECUTABLE, executable);
   kiln_vmfb_bytecode_return(bc, NULL, 0);
   st = kiln_vmfb_bytecode_finish(bc, out);
   kiln_vmfb_bytecode_destroy(bc);
@@ -890,7 +899,8 @@ static kiln_status_t emit_init(gen_t *g, kiln_vmfb_vm_function_t *out) {
 
 static void select_imports(gen_t *g) {
   bool used[I_COUNT] = {false};
-  used[I_DEVICES_GET] = used[I_DEVICE_ALLOCATOR] = used[I_EXECUTABLE_CREATE] = true;
+  used[I_DEVICES_GET] = used[I_DEVICE_ALLOCATOR] = true;
+  used[I_EXECUTABLE_CREATE] = has_executable(g);
   used[I_COMMAND_BUFFER_CREATE] = used[I_COMMAND_BUFFER_FINALIZE] = true;
   used[I_FENCE_CREATE] = used[I_DEVICE_QUEUE_EXECUTE] = used[I_FENCE_AWAIT] = true;
   for (size_t f = 0; f < g->plan->n_functions; f++) {
@@ -938,7 +948,7 @@ static kiln_status_t build(gen_t *g, const char *module_name) {
   if (!plan->n_functions || !plan->functions) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "host program: the plan has no functions");
   }
-  if (!exe->format || !*exe->format || (!exe->data && exe->len) ||
+  if ((exe->n_kernels && (!exe->format || !*exe->format)) || (!exe->data && exe->len) ||
       (exe->n_kernels && !exe->kernels)) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "host program: the executable needs a format string, its bytes and its "
@@ -960,10 +970,12 @@ static kiln_status_t build(gen_t *g, const char *module_name) {
   select_imports(g);
 
   /* rodata: the executable, its format, kernel names, then constants */
-  char *exe_name = entry_name(module_name, exe->format, ".fb");
-  g->rodata_exe = rodata_add(g, exe_name, exe->data, exe->len, true);
-  kiln_free(exe_name);
-  g->rodata_format = rodata_string(g, exe->format);
+  if (has_executable(g)) {
+    char *exe_name = entry_name(module_name, exe->format, ".fb");
+    g->rodata_exe = rodata_add(g, exe_name, exe->data, exe->len, true);
+    kiln_free(exe_name);
+    g->rodata_format = rodata_string(g, exe->format);
+  }
   /* globals: i64 function ids first (8-aligned), then the i32 flags */
   uint32_t bytes = 0;
   for (size_t k = 0; k < exe->n_kernels; k++) {

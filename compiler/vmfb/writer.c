@@ -417,7 +417,10 @@ kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *p
 
   kiln_buf_t exe_bytes;
   kiln_buf_init(&exe_bytes);
-  kiln_status_t st = kiln_vmfb_executable_serialize(exe, !options->no_executable_header, &exe_bytes);
+  /* A module that dispatches nothing carries no executable (hostprog.c). */
+  kiln_status_t st = exe->n_kernels == 0
+                         ? NULL
+                         : kiln_vmfb_executable_serialize(exe, !options->no_executable_header, &exe_bytes);
   const char **kernel_names = kiln_calloc(exe->n_kernels ? exe->n_kernels : 1, sizeof *kernel_names);
   for (size_t i = 0; i < exe->n_kernels; i++) kernel_names[i] = exe->kernels[i].name;
   kiln_vmfb_vm_module_t m;

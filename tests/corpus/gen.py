@@ -397,7 +397,72 @@ def group_math():
     return cases
 
 
+def group_no_dispatch():
+    """Functions with no kernel: constants, inputs and views of them (issue 15: 1, 2)."""
+    cases = []
+    cases.append(Case('const_f32', """func.func @const_f32() -> tensor<2x3xf32> {
+  %c = arith.constant dense<[[1.5, 2.0, -3.0], [4.0, 5.25, 6.0]]> : tensor<2x3xf32>
+  return %c : tensor<2x3xf32>
+}""", [], [((2, 3), 'f32', [1.5, 2.0, -3.0, 4.0, 5.25, 6.0])]))
+    cases.append(Case('const_splat_i8', """func.func @const_splat_i8() -> tensor<5xi8> {
+  %c = arith.constant dense<-7> : tensor<5xi8>
+  return %c : tensor<5xi8>
+}""", [], [((5,), 'i8', [-7] * 5)]))
+    cases.append(Case('const_i1', """func.func @const_i1() -> tensor<6xi1> {
+  %c = arith.constant dense<[true, false, true, true, false, true]> : tensor<6xi1>
+  return %c : tensor<6xi1>
+}""", [], [((6,), 'i1', [1, 0, 1, 1, 0, 1])]))
+    cases.append(Case('const_f16', """func.func @const_f16() -> tensor<3xf16> {
+  %c = arith.constant dense<[0.5, -2.0, 65504.0]> : tensor<3xf16>
+  return %c : tensor<3xf16>
+}""", [], [((3,), 'f16', [0.5, -2.0, 65504.0])]))
+    a = values((3,), 'i8', 51)
+    cases.append(Case('identity_i8', """func.func @identity_i8(%a: tensor<3xi8>) -> tensor<3xi8> {
+  return %a : tensor<3xi8>
+}""", [((3,), 'i8', a)], [((3,), 'i8', a)]))
+    m = values((2, 3), 'f32', 52)
+    cases.append(Case('twice_f32', """func.func @twice_f32(%a: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>) {
+  return %a, %a : tensor<2x3xf32>, tensor<2x3xf32>
+}""", [((2, 3), 'f32', m)], [((2, 3), 'f32', m), ((2, 3), 'f32', m)]))
+    cases.append(Case('reshape_f32', """func.func @reshape_f32(%a: tensor<2x3xf32>) -> tensor<3x2xf32> {
+  %s = tosa.const_shape {values = dense<[3, 2]> : tensor<2xindex>} : () -> !tosa.shape<2>
+  %r = tosa.reshape %a, %s : (tensor<2x3xf32>, !tosa.shape<2>) -> tensor<3x2xf32>
+  return %r : tensor<3x2xf32>
+}""", [((2, 3), 'f32', m)], [((3, 2), 'f32', m)]))
+    cases.append(Case('expand_shape_f16', """func.func @expand_shape_f16(%a: tensor<6xf16>) -> tensor<1x2x3xf16> {
+  %r = tensor.expand_shape %a [[0, 1, 2]] output_shape [1, 2, 3] : tensor<6xf16> into tensor<1x2x3xf16>
+  return %r : tensor<1x2x3xf16>
+}""", [((6,), 'f16', values((6,), 'f16', 53))], [((1, 2, 3), 'f16', values((6,), 'f16', 53))]))
+    rows = values((4, 3), 'f32', 54)
+    cases.append(Case('slice_rows_f32', """func.func @slice_rows_f32(%a: tensor<4x3xf32>) -> tensor<2x3xf32> {
+  %r = tensor.extract_slice %a[1, 0] [2, 3] [1, 1] : tensor<4x3xf32> to tensor<2x3xf32>
+  return %r : tensor<2x3xf32>
+}""", [((4, 3), 'f32', rows)], [((2, 3), 'f32', rows[3:9])]))
+    cases.append(Case('slice_const_f32', """func.func @slice_const_f32() -> tensor<2xf32> {
+  %c = arith.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %r = tensor.extract_slice %c[2] [2] [1] : tensor<4xf32> to tensor<2xf32>
+  return %r : tensor<2xf32>
+}""", [], [((2,), 'f32', [3.0, 4.0])]))
+    # A linalg outs that is a function argument (the clone on the host).
+    v = values((3,), 'f32', 55)
+    mat = values((2, 3), 'f32', 56)
+    acc = values((2,), 'f32', 57)
+    cases.append(Case('matvec_into_arg', """func.func @matvec_into_arg(%m: tensor<2x3xf32>, %v: tensor<3xf32>, %acc: tensor<2xf32>) -> tensor<2xf32> {
+  %r = linalg.matvec ins(%m, %v : tensor<2x3xf32>, tensor<3xf32>) outs(%acc : tensor<2xf32>) -> tensor<2xf32>
+  return %r : tensor<2xf32>
+}""", [((2, 3), 'f32', mat), ((3,), 'f32', v), ((2,), 'f32', acc)],
+        [((2,), 'f32', [f32(acc[i] + sum(mat[i * 3 + k] * v[k] for k in range(3))) for i in range(2)])]))
+    dst = values((5,), 'f32', 58)
+    src = values((2,), 'f32', 59)
+    cases.append(Case('insert_slice_into_arg', """func.func @insert_slice_into_arg(%d: tensor<5xf32>, %s: tensor<2xf32>) -> tensor<5xf32> {
+  %r = tensor.insert_slice %s into %d[1] [2] [1] : tensor<2xf32> into tensor<5xf32>
+  return %r : tensor<5xf32>
+}""", [((5,), 'f32', dst), ((2,), 'f32', src)], [((5,), 'f32', dst[:1] + src + dst[3:])]))
+    return cases
+
+
 GROUPS = {
+    'no_dispatch': group_no_dispatch,
     'math': group_math,
     'types': group_types,
     'tensor_ops': group_tensor_ops,
