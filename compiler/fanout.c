@@ -58,8 +58,11 @@ static void serialize(const kiln_compiler_target_output_t *t, kiln_buf_t *b) {
     put_str(b, kk->name);
     put_str(b, kk->module_name);
     kiln_buf_append(b, kk->block_size, sizeof kk->block_size);
-    put_bytes(b, kk->binary, kk->binary_len);
-    put_bytes(b, kk->cubin, kk->cubin_len);
+    put_u64(b, kk->same_as);
+    if (!kk->same_as) {
+      put_bytes(b, kk->binary, kk->binary_len);
+      put_bytes(b, kk->cubin, kk->cubin_len);
+    }
     put_bytes(b, kk->args, kk->n_args * sizeof *kk->args);
   }
 }
@@ -119,8 +122,22 @@ static bool deserialize(const uint8_t *data, size_t len, kiln_compiler_target_ou
     }
     memcpy(kk->block_size, r.p, sizeof kk->block_size);
     r.p += sizeof kk->block_size;
-    kk->binary = get_bytes(&r, &kk->binary_len, false);
-    kk->cubin = get_bytes(&r, &kk->cubin_len, true);
+    uint64_t same_as = get_u64(&r);
+    if (same_as > k) { /* borrows from an earlier kernel only */
+      r.bad = true;
+      break;
+    }
+    kk->same_as = (uint32_t)same_as;
+    if (same_as) {
+      const kiln_compiler_kernel_t *owner = &t->kernels[same_as - 1];
+      kk->binary = owner->binary;
+      kk->binary_len = owner->binary_len;
+      kk->cubin = owner->cubin;
+      kk->cubin_len = owner->cubin_len;
+    } else {
+      kk->binary = get_bytes(&r, &kk->binary_len, false);
+      kk->cubin = get_bytes(&r, &kk->cubin_len, true);
+    }
     size_t args_bytes = 0;
     kk->args = (kiln_compiler_arg_t *)get_bytes(&r, &args_bytes, false);
     kk->n_args = args_bytes / sizeof *kk->args;

@@ -111,6 +111,89 @@ void kiln_compiler_copies_to_kernels(MlirContext context, MlirModule module) {
   }
 }
 
+/* ---- fusion bounds (host.h) ---- */
+
+static const char depth_attr[] = "kiln.chain_depth";
+static const char barrier_attr[] = "kiln.fusion_barrier";
+
+/* The chain depth recorded on the generic that defines `v`, or 0. */
+static int64_t producer_depth(MlirValue v) {
+  if (!mlirValueIsAOpResult(v)) return 0;
+  MlirOperation def = mlirOpResultGetOwner(v);
+  if (!op_is(def, "linalg.generic")) return 0;
+  MlirAttribute a = attr(def, depth_attr);
+  return mlirAttributeIsNull(a) ? 0 : mlirIntegerAttrGetValueInt(a);
+}
+
+static void barriers_in_block(MlirContext ctx, MlirBlock block, int64_t limit) {
+  MlirType i64 = mlirIntegerTypeGet(ctx, 64);
+  MlirStringRef key = mlirStringRefCreateFromCString(depth_attr);
+  for (MlirOperation op = mlirBlockGetFirstOperation(block); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (!op_is(op, "linalg.generic")) continue;
+    int64_t depth = 0;
+    for (intptr_t i = 0; i < mlirOperationGetNumOperands(op); i++) {
+      int64_t d = producer_depth(mlirOperationGetOperand(op, i));
+      if (d > depth) depth = d;
+    }
+    depth++;
+    if (depth >= limit && mlirOperationGetNumResults(op) > 0) {
+      for (intptr_t r = 0; r < mlirOperationGetNumResults(op); r++) {
+        MlirValue v = mlirOperationGetResult(op, r);
+        MlirOperationState state = mlirOperationStateGet(
+            mlirStringRefCreateFromCString("bufferization.dealloc_tensor"), mlirOperationGetLocation(op));
+        mlirOperationStateAddOperands(&state, 1, &v);
+        MlirOperation barrier = mlirOperationCreate(&state);
+        mlirOperationSetDiscardableAttributeByName(barrier, mlirStringRefCreateFromCString(barrier_attr),
+                                                   mlirUnitAttrGet(ctx));
+        mlirBlockInsertOwnedOperationAfter(block, op, barrier);
+      }
+      depth = 0;
+    }
+    mlirOperationSetDiscardableAttributeByName(op, key, mlirIntegerAttrGet(i64, depth));
+  }
+}
+
+void kiln_compiler_fusion_barriers_insert(MlirContext context, MlirModule module, int64_t limit) {
+  MlirBlock body = mlirModuleGetBody(module);
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (!op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1) continue;
+    MlirRegion region = mlirOperationGetRegion(op, 0);
+    for (MlirBlock b = mlirRegionGetFirstBlock(region); !mlirBlockIsNull(b); b = mlirBlockGetNextInRegion(b)) {
+      barriers_in_block(context, b, limit);
+    }
+  }
+}
+
+typedef struct barriers_s {
+  MlirOperation *items;
+  size_t n;
+} barriers_t;
+
+static MlirWalkResult find_barrier(MlirOperation op, void *user) {
+  if (op_is(op, "bufferization.dealloc_tensor") && !mlirAttributeIsNull(attr(op, barrier_attr))) {
+    barriers_t *b = user;
+    b->items = kiln_realloc(b->items, (b->n + 1) * sizeof *b->items);
+    b->items[b->n++] = op;
+  }
+  return MlirWalkResultAdvance;
+}
+
+static MlirWalkResult remove_depth(MlirOperation op, void *user) {
+  (void)user;
+  mlirOperationRemoveDiscardableAttributeByName(op, mlirStringRefCreateFromCString(depth_attr));
+  return MlirWalkResultAdvance;
+}
+
+void kiln_compiler_fusion_barriers_remove(MlirModule module) {
+  barriers_t b = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), find_barrier, &b, MlirWalkPreOrder);
+  for (size_t i = 0; i < b.n; i++) mlirOperationDestroy(b.items[i]);
+  kiln_free(b.items);
+  mlirOperationWalk(mlirModuleGetOperation(module), remove_depth, NULL, MlirWalkPreOrder);
+}
+
 /* ---- the host plan ---- */
 
 /* A host value's root buffer and its byte offset from the root's start. */

@@ -22,6 +22,19 @@
  * tile and map like any other kernel. */
 void kiln_compiler_copies_to_kernels(MlirContext context, MlirModule module);
 
+/* Fusion bounds. linalg-fuse-elementwise-ops copies the producer's body into the
+ * consumer at every step, so a chain of N elementwise ops costs O(N^2) (5,000
+ * tosa.add took 10.8 s, 20,000 did not finish in 100 s). Before fusion,
+ * kiln_compiler_fusion_barriers_insert walks each function's linalg.generic ops in
+ * order, tracking the longest chain of generics behind each, and every `limit`
+ * generics along a chain gives the result a second use (a
+ * bufferization.dealloc_tensor, which has an effect, so nothing folds or erases
+ * it): the pass fuses only single-use producers, so no fused kernel holds a chain
+ * longer than `limit`, and fusion costs O(N * limit). After fusion,
+ * kiln_compiler_fusion_barriers_remove erases the barriers. */
+void kiln_compiler_fusion_barriers_insert(MlirContext context, MlirModule module, int64_t limit);
+void kiln_compiler_fusion_barriers_remove(MlirModule module);
+
 /* Reads the plan of every public host func.func of an outlined module: inputs,
  * results, buffers (arguments, constants from memref.global, allocations) and one
  * dispatch step per gpu.launch_func, numbered in walk (program) order, the numbering

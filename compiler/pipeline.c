@@ -43,13 +43,24 @@
  * CPU's numerics check the tiling as well), in two pipelines: between them
  * kiln_compiler_copies_to_kernels turns host memref.copy ops (a padded
  * convolution's interior) into linalg.generic, so they become kernels too. */
-#define BUFFERIZE_PASSES                                                             \
+#define LINALG_PASSES                                                                \
   "func.func(tosa-to-linalg-named,tosa-to-linalg,tosa-to-arith,tosa-to-tensor,"    \
   "convert-elementwise-to-linalg),"                                                  \
-  "canonicalize,linalg-fuse-elementwise-ops,"                                       \
+  "canonicalize"
+#define FUSE_PASSES "linalg-fuse-elementwise-ops"
+#define ONLY_BUFFERIZE_PASSES                                                        \
   "one-shot-bufferize{bufferize-function-boundaries "                               \
   "function-boundary-type-conversion=identity-layout-map},"                         \
   "func.func(buffer-hoisting),buffer-deallocation-pipeline,canonicalize"
+#define BUFFERIZE_PASSES LINALG_PASSES "," FUSE_PASSES "," ONLY_BUFFERIZE_PASSES
+
+/* The longest chain of elementwise ops one fused kernel may hold (host.h: Fusion
+ * bounds): fusion then costs time linear in the op count. */
+#define FUSION_CHAIN_LIMIT 64
+
+static const char linalg_pipeline[] = "builtin.module(" LINALG_PASSES ")";
+static const char fuse_pipeline[] = "builtin.module(" FUSE_PASSES ")";
+static const char only_bufferize_pipeline[] = "builtin.module(" ONLY_BUFFERIZE_PASSES ")";
 #define LOOP_PASSES                                                                  \
   "func.func(convert-linalg-to-parallel-loops,"                                     \
   "scf-parallel-loop-tiling{parallel-loop-tile-sizes=" FRONT_TILE " no-min-max-bounds})"
@@ -136,7 +147,12 @@ static kiln_status_t run_pipeline(kiln_compiler_context_t *context, MlirModule m
 /* The common half: bufferize, copies to kernels, loops and tiles. */
 static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule module,
                                 const char *name) {
-  KILN_RETURN_IF_ERROR(run_pipeline(context, module, bufferize_pipeline, name, "the front half"));
+  KILN_RETURN_IF_ERROR(run_pipeline(context, module, linalg_pipeline, name, "the front half"));
+  kiln_compiler_fusion_barriers_insert(context->mlir, module, FUSION_CHAIN_LIMIT);
+  kiln_status_t st = run_pipeline(context, module, fuse_pipeline, name, "the front half");
+  kiln_compiler_fusion_barriers_remove(module);
+  KILN_RETURN_IF_ERROR(st);
+  KILN_RETURN_IF_ERROR(run_pipeline(context, module, only_bufferize_pipeline, name, "the front half"));
   kiln_compiler_copies_to_kernels(context->mlir, module);
   return run_pipeline(context, module, loop_pipeline, name, "the front half");
 }
@@ -355,12 +371,24 @@ static MlirWalkResult harvest_binary(MlirOperation op, void *user) {
     kiln_compiler_target_output_t *o = h->out;
     kiln_compiler_kernel_t *k = &o->kernels[i];
     if (k->binary) continue; /* already harvested */
+    /* The first kernel of a module owns its bytes; the others borrow them. */
+    const kiln_compiler_kernel_t *owner = NULL;
+    for (size_t j = 0; j < i && !owner; j++) {
+      const kiln_compiler_kernel_t *p = &o->kernels[j];
+      if (p->binary && !p->same_as && p->module_name && strcmp(p->module_name, l->module_name) == 0) owner = p;
+    }
     o->n_kernels++;
     k->args = kiln_memdup(l->args, (l->n_args ? l->n_args : 1) * sizeof *l->args);
     k->n_args = l->n_args;
     k->name = kiln_strdup(l->kernel_name);
     k->module_name = kiln_strdup(l->module_name);
     memcpy(k->block_size, l->block, sizeof k->block_size);
+    if (owner) {
+      k->binary = owner->binary;
+      k->binary_len = owner->binary_len;
+      k->same_as = (uint32_t)(owner - o->kernels) + 1;
+      continue;
+    }
     /* One byte more, always NUL: PTX is text and may be used as a C string. */
     k->binary = kiln_malloc(bytes.length + 1);
     memcpy(k->binary, bytes.data, bytes.length);
@@ -826,20 +854,13 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
       const char *ptxas =
           out->target->kind == KILN_TARGET_KIND_CUDA ? find_ptxas(found, sizeof found) : NULL;
       for (size_t k = 0; ptxas && !out->status && k < out->n_kernels; k++) {
-        /* Kernels share their device module: assemble each distinct PTX once. */
-        const kiln_compiler_kernel_t *same = NULL;
-        for (size_t j = 0; j < k && !same; j++) {
-          const kiln_compiler_kernel_t *o = &out->kernels[j];
-          if (o->cubin && o->binary_len == out->kernels[k].binary_len &&
-              memcmp(o->binary, out->kernels[k].binary, o->binary_len) == 0) {
-            same = o;
-          }
-        }
-        if (same) {
-          out->kernels[k].cubin = kiln_memdup(same->cubin, same->cubin_len);
-          out->kernels[k].cubin_len = same->cubin_len;
+        /* Kernels share their device module: assemble each module once. */
+        kiln_compiler_kernel_t *kk = &out->kernels[k];
+        if (kk->same_as) {
+          kk->cubin = out->kernels[kk->same_as - 1].cubin;
+          kk->cubin_len = out->kernels[kk->same_as - 1].cubin_len;
         } else {
-          out->status = assemble_cubin(ptxas, out->target, &out->kernels[k]);
+          out->status = assemble_cubin(ptxas, out->target, kk);
         }
       }
     }
@@ -1119,8 +1140,10 @@ void kiln_compiler_target_output_clear(kiln_compiler_target_output_t *t) {
   for (size_t k = 0; k < t->n_kernels; k++) {
     kiln_free(t->kernels[k].name);
     kiln_free(t->kernels[k].module_name);
-    kiln_free(t->kernels[k].binary);
-    kiln_free(t->kernels[k].cubin);
+    if (!t->kernels[k].same_as) {
+      kiln_free(t->kernels[k].binary);
+      kiln_free(t->kernels[k].cubin);
+    }
     kiln_free(t->kernels[k].args);
   }
   kiln_free(t->kernels);

@@ -54,6 +54,10 @@ typedef struct kiln_compiler_kernel_s {
   unsigned char *cubin;   /* CUDA only, when ptxas is installed: the PTX assembled
                              for the chip (an EM_CUDA ELF); NULL otherwise */
   size_t cubin_len;
+  uint32_t same_as;        /* 0: this kernel owns `binary` and `cubin`; otherwise they
+                              are borrowed from kernel same_as - 1 of the same target,
+                              an earlier kernel of the same device module (a module of
+                              N kernels is stored once, not N times) */
   kiln_compiler_arg_t *args; /* GPU kernels: the arguments, in order */
   size_t n_args;
 } kiln_compiler_kernel_t;
