@@ -111,6 +111,160 @@ void kiln_compiler_copies_to_kernels(MlirContext context, MlirModule module) {
   }
 }
 
+/* ---- host loops to kernels (host.h) ---- */
+
+static MlirOperation index_constant(MlirContext ctx, MlirLocation loc, int64_t v) {
+  MlirType index = mlirIndexTypeGet(ctx);
+  MlirNamedAttribute value = mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("value")),
+                                                   mlirIntegerAttrGet(index, v));
+  MlirOperationState state = mlirOperationStateGet(mlirStringRefCreateFromCString("arith.constant"), loc);
+  mlirOperationStateAddResults(&state, 1, &index);
+  mlirOperationStateAddAttributes(&state, 1, &value);
+  return mlirOperationCreate(&state);
+}
+
+/* Wraps the ops from `first` to `last` (a store or loop and the producers
+ * gather_producers put before it) in a one-iteration scf.parallel. */
+static void wrap_group(MlirContext ctx, MlirBlock block, MlirOperation first, MlirOperation last) {
+  MlirLocation loc = mlirOperationGetLocation(last);
+  MlirType index = mlirIndexTypeGet(ctx);
+  MlirOperation c0 = index_constant(ctx, loc, 0);
+  MlirOperation c1 = index_constant(ctx, loc, 1);
+  mlirBlockInsertOwnedOperationBefore(block, first, c0);
+  mlirBlockInsertOwnedOperationBefore(block, first, c1);
+  MlirBlock body = mlirBlockCreate(1, &index, &loc);
+  MlirRegion region = mlirRegionCreate();
+  mlirRegionAppendOwnedBlock(region, body);
+  MlirValue bounds[3] = {mlirOperationGetResult(c0, 0), mlirOperationGetResult(c1, 0),
+                         mlirOperationGetResult(c1, 0)};
+  int32_t segments[4] = {1, 1, 1, 0};
+  MlirNamedAttribute seg = mlirNamedAttributeGet(
+      mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("operandSegmentSizes")),
+      mlirDenseI32ArrayGet(ctx, 4, segments));
+  MlirOperationState ps = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.parallel"), loc);
+  mlirOperationStateAddOperands(&ps, 3, bounds);
+  mlirOperationStateAddAttributes(&ps, 1, &seg);
+  mlirOperationStateAddOwnedRegions(&ps, 1, &region);
+  MlirOperation par = mlirOperationCreate(&ps);
+  mlirBlockInsertOwnedOperationBefore(block, first, par);
+  for (MlirOperation o = first; !mlirOperationIsNull(o);) {
+    MlirOperation next = mlirOperationGetNextInBlock(o);
+    bool end = mlirOperationEqual(o, last);
+    mlirOperationRemoveFromParent(o);
+    mlirBlockAppendOwnedOperation(body, o);
+    if (end) break;
+    o = next;
+  }
+  MlirOperationState rs = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.reduce"), loc);
+  mlirBlockAppendOwnedOperation(body, mlirOperationCreate(&rs));
+}
+
+/* The single scf.parallel (no results) that is all of a result-free scf.for's
+ * body besides its scf.yield, or null. */
+static MlirOperation lone_parallel(MlirOperation loop) {
+  if (!op_is(loop, "scf.for") || mlirOperationGetNumResults(loop) != 0) return (MlirOperation){NULL};
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
+  MlirOperation first = mlirBlockGetFirstOperation(body);
+  if (mlirOperationIsNull(first) || !op_is(first, "scf.parallel") || mlirOperationGetNumResults(first) != 0) {
+    return (MlirOperation){NULL};
+  }
+  MlirOperation second = mlirOperationGetNextInBlock(first);
+  if (mlirOperationIsNull(second) || !op_is(second, "scf.yield") ||
+      !mlirOperationIsNull(mlirOperationGetNextInBlock(second))) {
+    return (MlirOperation){NULL};
+  }
+  return first;
+}
+
+/* scf.for %i { scf.parallel (%j) { B } } -> scf.parallel (%j) { scf.for %i { B } }.
+ * Valid for the loops convert-linalg-to-parallel-loops makes: a linalg op's
+ * parallel dimensions are independent, so each %j may run its own %i loop. Done
+ * by moving ops: B keeps its uses of %i and %j, which still dominate it. The
+ * parallel's bounds are defined above the for (linalg's loops take constants). */
+static void interchange(MlirBlock block, MlirOperation loop, MlirOperation par) {
+  MlirBlock for_body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
+  MlirBlock par_body = mlirRegionGetFirstBlock(mlirOperationGetRegion(par, 0));
+  MlirOperation yield = mlirBlockGetTerminator(for_body);
+  mlirOperationRemoveFromParent(par);
+  mlirBlockInsertOwnedOperationBefore(block, loop, par);
+  mlirOperationRemoveFromParent(loop);
+  mlirBlockInsertOwnedOperationBefore(par_body, mlirBlockGetFirstOperation(par_body), loop);
+  for (MlirOperation op = mlirOperationGetNextInBlock(loop); !mlirOperationIsNull(op);) {
+    MlirOperation next = mlirOperationGetNextInBlock(op);
+    if (op_is(op, "scf.reduce")) break;
+    mlirOperationRemoveFromParent(op);
+    mlirBlockInsertOwnedOperationBefore(for_body, yield, op);
+    op = next;
+  }
+}
+
+/* Whether `op` is host work a kernel must do: a store, or a loop that makes no
+ * values (a reduction with no parallel dimension). */
+static bool host_work(MlirOperation op) {
+  return (op_is(op, "scf.for") && mlirOperationGetNumResults(op) == 0) || op_is(op, "memref.store");
+}
+
+/* Moves the single-use, non-constant producers of `op`'s scalar operands that sit
+ * in `block` (a load feeding a store, arithmetic on it) in front of `op`, so they
+ * go into the kernel with it. Returns the first op of the group. */
+static MlirOperation gather_producers(MlirBlock block, MlirOperation op) {
+  MlirOperation first = op;
+  for (intptr_t i = 0; i < mlirOperationGetNumOperands(op); i++) {
+    MlirValue v = mlirOperationGetOperand(op, i);
+    if (!mlirValueIsAOpResult(v) || mlirTypeIsAMemRef(mlirValueGetType(v))) continue;
+    MlirOperation def = mlirOpResultGetOwner(v);
+    if (!mlirBlockEqual(mlirOperationGetBlock(def), block) || op_is(def, "arith.constant") ||
+        mlirOperationGetNumResults(def) != 1) {
+      continue;
+    }
+    MlirOpOperand use = mlirValueGetFirstUse(v);
+    if (mlirOpOperandIsNull(use) || !mlirOpOperandIsNull(mlirOpOperandGetNextUse(use))) continue;
+    mlirOperationMoveBefore(def, first);
+    first = gather_producers(block, def);
+  }
+  return first;
+}
+
+void kiln_compiler_host_loops_to_kernels(MlirContext context, MlirModule module) {
+  MlirBlock body = mlirModuleGetBody(module);
+  for (MlirOperation f = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(f);
+       f = mlirOperationGetNextInBlock(f)) {
+    if (!op_is(f, "func.func") || mlirOperationGetNumRegions(f) < 1) continue;
+    MlirRegion region = mlirOperationGetRegion(f, 0);
+    for (MlirBlock b = mlirRegionGetFirstBlock(region); !mlirBlockIsNull(b); b = mlirBlockGetNextInRegion(b)) {
+      /* Reductions over outer dimensions: the parallel loops go outside. A nest
+       * of several reduction loops takes one interchange per loop. */
+      for (bool changed = true; changed;) {
+        changed = false;
+        for (MlirOperation op = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(op);) {
+          MlirOperation next = mlirOperationGetNextInBlock(op);
+          MlirOperation inner = op;
+          /* Find for(...for(par)) at any depth of a for-only nest under op. */
+          while (op_is(inner, "scf.for") && mlirOperationGetNumResults(inner) == 0) {
+            MlirOperation par = lone_parallel(inner);
+            if (!mlirOperationIsNull(par)) {
+              interchange(mlirOperationGetBlock(inner), inner, par);
+              changed = true;
+              break;
+            }
+            MlirBlock ib = mlirRegionGetFirstBlock(mlirOperationGetRegion(inner, 0));
+            MlirOperation only = mlirBlockGetFirstOperation(ib);
+            if (mlirOperationIsNull(only) || !op_is(mlirOperationGetNextInBlock(only), "scf.yield")) break;
+            inner = only;
+          }
+          op = next;
+        }
+      }
+      /* What is still host work becomes a one-invocation kernel. */
+      for (MlirOperation op = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(op);) {
+        MlirOperation next = mlirOperationGetNextInBlock(op);
+        if (host_work(op)) wrap_group(context, b, gather_producers(b, op), op);
+        op = next;
+      }
+    }
+  }
+}
+
 /* ---- fusion bounds (host.h) ---- */
 
 static const char depth_attr[] = "kiln.chain_depth";

@@ -35,6 +35,15 @@ void kiln_compiler_copies_to_kernels(MlirContext context, MlirModule module);
 void kiln_compiler_fusion_barriers_insert(MlirContext context, MlirModule module, int64_t limit);
 void kiln_compiler_fusion_barriers_remove(MlirModule module);
 
+/* Loops left on the host. convert-linalg-to-parallel-loops turns a linalg op with
+ * no parallel dimension (a full reduction: tosa.reduce_sum of every axis, a dot
+ * product) into a bare scf.for nest, which no GPU pass touches: it stayed a host
+ * loop and the VMFB was refused. Each scf.for directly in a host function's body
+ * that produces no values is wrapped in a one-iteration scf.parallel, so it
+ * becomes a kernel of one invocation that runs the loop on the device. (Serial;
+ * a workgroup tree reduction is kernel quality, issue 17.) */
+void kiln_compiler_host_loops_to_kernels(MlirContext context, MlirModule module);
+
 /* Reads the plan of every public host func.func of an outlined module: inputs,
  * results, buffers (arguments, constants from memref.global, allocations) and one
  * dispatch step per gpu.launch_func, numbered in walk (program) order, the numbering

@@ -43,8 +43,11 @@
  * CPU's numerics check the tiling as well), in two pipelines: between them
  * kiln_compiler_copies_to_kernels turns host memref.copy ops (a padded
  * convolution's interior) into linalg.generic, so they become kernels too. */
+/* tosa-to-arith also lowers tosa.apply_scale (what tosa.rescale becomes), in 32-bit
+ * arithmetic: SPIR-V profiles without Int64 need it, and it is exact. */
 #define LINALG_PASSES                                                                \
-  "func.func(tosa-to-linalg-named,tosa-to-linalg,tosa-to-arith,tosa-to-tensor,"    \
+  "func.func(tosa-to-linalg-named,tosa-to-linalg,"                                  \
+  "tosa-to-arith{include-apply-rescale=true use-32-bit=true},tosa-to-tensor,"       \
   "convert-elementwise-to-linalg),"                                                  \
   "canonicalize"
 #define FUSE_PASSES "linalg-fuse-elementwise-ops"
@@ -61,12 +64,15 @@
 static const char linalg_pipeline[] = "builtin.module(" LINALG_PASSES ")";
 static const char fuse_pipeline[] = "builtin.module(" FUSE_PASSES ")";
 static const char only_bufferize_pipeline[] = "builtin.module(" ONLY_BUFFERIZE_PASSES ")";
-#define LOOP_PASSES                                                                  \
-  "func.func(convert-linalg-to-parallel-loops,"                                     \
-  "scf-parallel-loop-tiling{parallel-loop-tile-sizes=" FRONT_TILE " no-min-max-bounds})"
+#define TO_LOOPS_PASSES "func.func(convert-linalg-to-parallel-loops)"
+#define TILE_PASSES                                                                  \
+  "func.func(scf-parallel-loop-tiling{parallel-loop-tile-sizes=" FRONT_TILE " no-min-max-bounds})"
+#define LOOP_PASSES TO_LOOPS_PASSES "," TILE_PASSES
 
 static const char bufferize_pipeline[] = "builtin.module(" BUFFERIZE_PASSES ")";
 static const char loop_pipeline[] = "builtin.module(" LOOP_PASSES ")";
+static const char to_loops_pipeline[] = "builtin.module(" TO_LOOPS_PASSES ")";
+static const char tile_pipeline[] = "builtin.module(" TILE_PASSES ")";
 
 /* Then, once for all GPU targets: the grid mapping and kernel outlining. Constants
  * the kernels use are sunk into them first (after canonicalize folds the index
@@ -154,7 +160,9 @@ static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule mod
   KILN_RETURN_IF_ERROR(st);
   KILN_RETURN_IF_ERROR(run_pipeline(context, module, only_bufferize_pipeline, name, "the front half"));
   kiln_compiler_copies_to_kernels(context->mlir, module);
-  return run_pipeline(context, module, loop_pipeline, name, "the front half");
+  KILN_RETURN_IF_ERROR(run_pipeline(context, module, to_loops_pipeline, name, "the front half"));
+  kiln_compiler_host_loops_to_kernels(context->mlir, module);
+  return run_pipeline(context, module, tile_pipeline, name, "the front half");
 }
 
 /* ---- walking ---- */

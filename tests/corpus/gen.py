@@ -306,6 +306,29 @@ def group_reductions():
   %%r = linalg.matmul ins(%%a, %%b : tensor<3x5x%s>, tensor<5x6x%s>) outs(%%f : tensor<3x6x%s>) -> tensor<3x6x%s>
   return %%r : tensor<3x6x%s>
 }''' % ((et,) * 14), [((3, 5), et, a), ((5, 6), et, b)], [((3, 6), et, c)], tol))
+    # Full reductions: no parallel dimension left (issue 15: 3).
+    for et, tol in (('f32', 1e-5), ('i32', 0), ('f16', 4e-3)):
+        v = values((13,), et, 34)
+        total = ROUND[et](sum(v))
+        cases.append(tosa_case('reduce_sum_all_%s_13' % et, ['tensor<13x%s>' % et], 'tensor<1x%s>' % et,
+                               ['%%0 = tosa.reduce_sum %%arg0 {axis = 0 : i32} : (tensor<13x%s>) -> tensor<1x%s>' % (et, et),
+                                'return %%0 : tensor<1x%s>' % et],
+                               [((13,), et, v)], [((1,), et, [total])], tol or None))
+    m = values((3, 4), 'f32', 35)
+    cases.append(tosa_case('reduce_max_all_f32_3x4', ['tensor<3x4xf32>'], 'tensor<1x1xf32>',
+                           ['%0 = tosa.reduce_max %arg0 {axis = 0 : i32} : (tensor<3x4xf32>) -> tensor<1x4xf32>',
+                            '%1 = tosa.reduce_max %0 {axis = 1 : i32} : (tensor<1x4xf32>) -> tensor<1x1xf32>',
+                            'return %1 : tensor<1x1xf32>'],
+                           [((3, 4), 'f32', m)], [((1, 1), 'f32', [max(m)])]))
+    a = values((7,), 'f32', 36)
+    b = values((7,), 'f32', 37)
+    cases.append(Case('dot_f32_7', """func.func @dot_f32_7(%a: tensor<7xf32>, %b: tensor<7xf32>) -> tensor<f32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<f32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<f32>) -> tensor<f32>
+  %r = linalg.dot ins(%a, %b : tensor<7xf32>, tensor<7xf32>) outs(%f : tensor<f32>) -> tensor<f32>
+  return %r : tensor<f32>
+}""", [((7,), 'f32', a), ((7,), 'f32', b)], [((), 'f32', [f32(sum(x * y for x, y in zip(a, b)))])]))
     return cases
 
 
@@ -461,7 +484,83 @@ def group_no_dispatch():
     return cases
 
 
+def apply_scale(value, multiplier, shift, double_round):
+    """TOSA's apply_scale_32, in Python integers (exact)."""
+    rnd = 1 << (shift - 1)
+    if double_round and shift > 31:
+        rnd += (1 << 30) if value >= 0 else -(1 << 30)
+    return (value * multiplier + rnd) >> shift
+
+
+def group_quantized():
+    """int8 quantization: tosa.rescale and an int8 conv with requantization (issue 15: 7)."""
+    cases = []
+    params = [('i8', 'i8', 1073741824, 31, 3, -2, False),
+              ('i32', 'i8', 1518500250, 38, 0, 5, False),
+              ('i32', 'i16', 1395864371, 36, 0, 0, True),
+              ('i16', 'i8', 1717986918, 34, 0, 1, False)]
+    ranges = {'i8': (-128, 127), 'i16': (-32768, 32767), 'i32': (-(1 << 31), (1 << 31) - 1)}
+    for n, (it, ot, mult, shift, izp, ozp, dbl) in enumerate(params):
+        lo, hi = {'i8': (-100, 100), 'i16': (-3000, 3000), 'i32': (-200000, 200000)}[it]
+        xs = [lo + ((i * 7919 + n * 104729) % (hi - lo + 1)) for i in range(9)]
+        olo, ohi = ranges[ot]
+        ys = [min(ohi, max(olo, apply_scale(x - izp, mult, shift, dbl) + ozp)) for x in xs]
+        zp_t = it if it != 'i32' else 'i32'
+        body = """func.func @rescale_%d_%s_%s(%%x: tensor<9x%s>) -> tensor<9x%s> {
+  %%m = "tosa.const"() {values = dense<%d> : tensor<1xi32>} : () -> tensor<1xi32>
+  %%s = "tosa.const"() {values = dense<%d> : tensor<1xi8>} : () -> tensor<1xi8>
+  %%izp = "tosa.const"() {values = dense<%d> : tensor<1x%s>} : () -> tensor<1x%s>
+  %%ozp = "tosa.const"() {values = dense<%d> : tensor<1x%s>} : () -> tensor<1x%s>
+  %%r = tosa.rescale %%x, %%m, %%s, %%izp, %%ozp {scale32 = true, rounding_mode = %s, per_channel = false, input_unsigned = false, output_unsigned = false} : (tensor<9x%s>, tensor<1xi32>, tensor<1xi8>, tensor<1x%s>, tensor<1x%s>) -> tensor<9x%s>
+  return %%r : tensor<9x%s>
+}""" % (n, it, ot, it, ot, mult, shift, izp, zp_t, zp_t, ozp, ot, ot,
+        'DOUBLE_ROUND' if dbl else 'SINGLE_ROUND', it, zp_t, ot, ot, ot)
+        cases.append(Case('rescale_%d_%s_%s' % (n, it, ot), body, [((9,), it, xs)], [((9,), ot, ys)]))
+    # A quantized 3x3 conv (int8 in, int32 accumulate), then a per-tensor rescale
+    # to int8: the shape of every int8 TFLite/TOSA model's layers.
+    H = W = 5
+    C, F = 2, 3
+    img = [((i * 37) % 23) - 11 for i in range(H * W * C)]
+    wts = [((i * 53) % 15) - 7 for i in range(F * 3 * 3 * C)]
+    bias = [100, -50, 7]
+    izp, wzp = 0, 0
+    acc = []
+    for y in range(H - 2):
+        for x in range(W - 2):
+            for f in range(F):
+                s_ = bias[f]
+                for ky in range(3):
+                    for kx in range(3):
+                        for c in range(C):
+                            s_ += (img[((y + ky) * W + (x + kx)) * C + c] - izp) * (wts[((f * 3 + ky) * 3 + kx) * C + c] - wzp)
+                acc.append(s_)
+    mult, shift, ozp = 1431655765, 36, -3
+    q = [min(127, max(-128, apply_scale(a, mult, shift, False) + ozp)) for a in acc]
+    body = """func.func @qconv_int8(%%x: tensor<1x5x5x2xi8>) -> tensor<1x3x3x3xi8> {
+  %%w = "tosa.const"() {values = dense<%s> : tensor<3x3x3x2xi8>} : () -> tensor<3x3x3x2xi8>
+  %%b = "tosa.const"() {values = dense<%s> : tensor<3xi32>} : () -> tensor<3xi32>
+  %%zp = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %%c = tosa.conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = i32, dilation = array<i64: 1, 1>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x5x5x2xi8>, tensor<3x3x3x2xi8>, tensor<3xi32>, tensor<1xi8>, tensor<1xi8>) -> tensor<1x3x3x3xi32>
+  %%m = "tosa.const"() {values = dense<%d> : tensor<1xi32>} : () -> tensor<1xi32>
+  %%s = "tosa.const"() {values = dense<%d> : tensor<1xi8>} : () -> tensor<1xi8>
+  %%izp = "tosa.const"() {values = dense<0> : tensor<1xi32>} : () -> tensor<1xi32>
+  %%ozp = "tosa.const"() {values = dense<%d> : tensor<1xi8>} : () -> tensor<1xi8>
+  %%r = tosa.rescale %%c, %%m, %%s, %%izp, %%ozp {scale32 = true, rounding_mode = SINGLE_ROUND, per_channel = false, input_unsigned = false, output_unsigned = false} : (tensor<1x3x3x3xi32>, tensor<1xi32>, tensor<1xi8>, tensor<1xi32>, tensor<1xi8>) -> tensor<1x3x3x3xi8>
+  return %%r : tensor<1x3x3x3xi8>
+}""" % ('[' + ', '.join(str(v) for v in wts) + ']', '[' + ', '.join(str(v) for v in bias) + ']', mult, shift, ozp)
+    # dense<[...]> must be nested by shape: build it properly.
+    def nest(vals, shape):
+        if len(shape) == 1:
+            return '[' + ', '.join(str(v) for v in vals) + ']'
+        step = len(vals) // shape[0]
+        return '[' + ', '.join(nest(vals[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])) + ']'
+    body = body.replace('[' + ', '.join(str(v) for v in wts) + ']', nest(wts, [3, 3, 3, 2]))
+    cases.append(Case('qconv_int8', body, [((1, 5, 5, 2), 'i8', img)], [((1, 3, 3, 3), 'i8', q)]))
+    return cases
+
+
 GROUPS = {
+    'quantized': group_quantized,
     'no_dispatch': group_no_dispatch,
     'math': group_math,
     'types': group_types,

@@ -66,3 +66,50 @@ func.func @matmul_f32_3x5x6(%a: tensor<3x5xf32>, %b: tensor<5x6xf32>) -> tensor<
   %r = linalg.matmul ins(%a, %b : tensor<3x5xf32>, tensor<5x6xf32>) outs(%f : tensor<3x6xf32>) -> tensor<3x6xf32>
   return %r : tensor<3x6xf32>
 }
+
+// CASE @reduce_sum_all_f32_13
+// INPUT 13xf32 -1.5 -4.0 1.0 -0.5 2.5 1.75 -0.25 -1.0 0.25 -2.5 2.0 0.0 2.0
+// OUTPUT 1xf32 -0.25
+// TOL 1e-05
+func.func @reduce_sum_all_f32_13(%arg0: tensor<13xf32>) -> tensor<1xf32> {
+  %0 = tosa.reduce_sum %arg0 {axis = 0 : i32} : (tensor<13xf32>) -> tensor<1xf32>
+  return %0 : tensor<1xf32>
+}
+
+// CASE @reduce_sum_all_i32_13
+// INPUT 13xi32 0 2 -2 1 -2 -2 2 -4 -2 -1 -4 -3 -4
+// OUTPUT 1xi32 -19
+func.func @reduce_sum_all_i32_13(%arg0: tensor<13xi32>) -> tensor<1xi32> {
+  %0 = tosa.reduce_sum %arg0 {axis = 0 : i32} : (tensor<13xi32>) -> tensor<1xi32>
+  return %0 : tensor<1xi32>
+}
+
+// CASE @reduce_sum_all_f16_13
+// INPUT 13xf16 -1.5 -4.0 1.0 -0.5 2.5 1.75 -0.25 -1.0 0.25 -2.5 2.0 0.0 2.0
+// OUTPUT 1xf16 -0.25
+// TOL 0.004
+func.func @reduce_sum_all_f16_13(%arg0: tensor<13xf16>) -> tensor<1xf16> {
+  %0 = tosa.reduce_sum %arg0 {axis = 0 : i32} : (tensor<13xf16>) -> tensor<1xf16>
+  return %0 : tensor<1xf16>
+}
+
+// CASE @reduce_max_all_f32_3x4
+// INPUT 3x4xf32 3.25 1.5 -0.25 -4.0 2.0 -3.25 -2.5 1.5 -0.25 -3.5 -0.25 3.0
+// OUTPUT 1x1xf32 3.25
+func.func @reduce_max_all_f32_3x4(%arg0: tensor<3x4xf32>) -> tensor<1x1xf32> {
+  %0 = tosa.reduce_max %arg0 {axis = 0 : i32} : (tensor<3x4xf32>) -> tensor<1x4xf32>
+  %1 = tosa.reduce_max %0 {axis = 1 : i32} : (tensor<1x4xf32>) -> tensor<1x1xf32>
+  return %1 : tensor<1x1xf32>
+}
+
+// CASE @dot_f32_7
+// INPUT 7xf32 2.0 0.75 -1.25 2.75 3.25 1.75 3.75
+// INPUT 7xf32 -1.5 -2.25 3.75 -0.75 2.5 -1.5 3.5
+// OUTPUT f32 7.1875
+func.func @dot_f32_7(%a: tensor<7xf32>, %b: tensor<7xf32>) -> tensor<f32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<f32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<f32>) -> tensor<f32>
+  %r = linalg.dot ins(%a, %b : tensor<7xf32>, tensor<7xf32>) outs(%f : tensor<f32>) -> tensor<f32>
+  return %r : tensor<f32>
+}
