@@ -12,6 +12,7 @@
 #include "compiler/kernel_types.h"
 
 #include <mlir-c/BuiltinAttributes.h>
+#include <mlir-c/AffineMap.h>
 #include <mlir-c/BuiltinTypes.h>
 #include <string.h>
 
@@ -416,4 +417,146 @@ kiln_status_t kiln_compiler_kernels_expand_f16(MlirContext context, MlirModule m
   kiln_free(x.ext.items);
   kiln_free(x.trunc.items);
   return st;
+}
+
+/* ---- i64 buffers as pairs of i32 ---- */
+
+static MlirValue index_const(MlirContext ctx, MlirBlock block, MlirOperation before, int64_t v) {
+  MlirType index = mlirIndexTypeGet(ctx);
+  MlirNamedAttribute value = mlirNamedAttributeGet(mlirIdentifierGet(ctx, sref("value")), mlirIntegerAttrGet(index, v));
+  MlirOperationState st = mlirOperationStateGet(sref("arith.constant"), mlirOperationGetLocation(before));
+  mlirOperationStateAddResults(&st, 1, &index);
+  mlirOperationStateAddAttributes(&st, 1, &value);
+  MlirOperation c = mlirOperationCreate(&st);
+  mlirBlockInsertOwnedOperationBefore(block, before, c);
+  return mlirOperationGetResult(c, 0);
+}
+
+static MlirValue int_const(MlirContext ctx, MlirBlock block, MlirOperation before, MlirType t, int64_t v) {
+  MlirNamedAttribute value = mlirNamedAttributeGet(mlirIdentifierGet(ctx, sref("value")), mlirIntegerAttrGet(t, v));
+  MlirOperationState st = mlirOperationStateGet(sref("arith.constant"), mlirOperationGetLocation(before));
+  mlirOperationStateAddResults(&st, 1, &t);
+  mlirOperationStateAddAttributes(&st, 1, &value);
+  MlirOperation c = mlirOperationCreate(&st);
+  mlirBlockInsertOwnedOperationBefore(block, before, c);
+  return mlirOperationGetResult(c, 0);
+}
+
+/* A two-operand arith op inserted before `before`. */
+static MlirValue binop(const char *name, MlirValue a, MlirValue b, MlirType t, MlirBlock block,
+                       MlirOperation before) {
+  MlirOperationState st = mlirOperationStateGet(sref(name), mlirOperationGetLocation(before));
+  MlirValue operands[2] = {a, b};
+  mlirOperationStateAddOperands(&st, 2, operands);
+  mlirOperationStateAddResults(&st, 1, &t);
+  MlirOperation op = mlirOperationCreate(&st);
+  mlirBlockInsertOwnedOperationBefore(block, before, op);
+  return mlirOperationGetResult(op, 0);
+}
+
+static MlirValue unop(const char *name, MlirValue a, MlirType t, MlirBlock block, MlirOperation before) {
+  MlirOperation op = cast_op(name, a, t, mlirOperationGetLocation(before));
+  mlirBlockInsertOwnedOperationBefore(block, before, op);
+  return mlirOperationGetResult(op, 0);
+}
+
+/* memref.load or memref.store on `mem` (the new i32 pair buffer) at the old
+ * indices plus `half` (0 low word, 1 high word). */
+static MlirOperation pair_access(MlirOperation old, bool store, MlirValue value, MlirValue mem, MlirValue half,
+                                 MlirType i32) {
+  intptr_t first_index = store ? 2 : 1;
+  intptr_t n = mlirOperationGetNumOperands(old) - first_index;
+  MlirValue *operands = kiln_calloc((size_t)n + 3, sizeof *operands);
+  size_t k = 0;
+  if (store) operands[k++] = value;
+  operands[k++] = mem;
+  for (intptr_t i = 0; i < n; i++) operands[k++] = mlirOperationGetOperand(old, first_index + i);
+  operands[k++] = half;
+  MlirOperationState st = mlirOperationStateGet(sref(store ? "memref.store" : "memref.load"),
+                                                mlirOperationGetLocation(old));
+  mlirOperationStateAddOperands(&st, (intptr_t)k, operands);
+  if (!store) mlirOperationStateAddResults(&st, 1, &i32);
+  kiln_free(operands);
+  MlirOperation op = mlirOperationCreate(&st);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(old), old, op);
+  return op;
+}
+
+/* Whether every use of `v` is as the buffer of a memref.load or memref.store. */
+static bool only_loads_and_stores(MlirValue v, ops_t *users) {
+  for (MlirOpOperand u = mlirValueGetFirstUse(v); !mlirOpOperandIsNull(u); u = mlirOpOperandGetNextUse(u)) {
+    MlirOperation owner = mlirOpOperandGetOwner(u);
+    unsigned at = mlirOpOperandGetOperandNumber(u);
+    bool ok = (op_is(owner, "memref.load") && at == 0) || (op_is(owner, "memref.store") && at == 1);
+    if (!ok) return false;
+    ops_push(users, owner);
+  }
+  return true;
+}
+
+void kiln_compiler_kernels_split_i64(MlirContext context, MlirModule module) {
+  ops_t funcs = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_all, &funcs, MlirWalkPreOrder);
+  MlirType i32 = mlirIntegerTypeGet(context, 32), i64 = mlirIntegerTypeGet(context, 64);
+  for (size_t f = 0; f < funcs.n; f++) {
+    MlirOperation func = funcs.items[f];
+    if (!op_is(func, "gpu.func")) continue;
+    MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
+    intptr_t n_args = mlirBlockGetNumArguments(entry);
+    bool changed = false;
+    for (intptr_t a = 0; a < n_args; a++) {
+      MlirValue arg = mlirBlockGetArgument(entry, a);
+      MlirType t = mlirValueGetType(arg);
+      if (!mlirTypeIsAMemRef(t) || !mlirTypeIsAInteger(mlirShapedTypeGetElementType(t)) ||
+          mlirIntegerTypeGetWidth(mlirShapedTypeGetElementType(t)) != 64 ||
+          !mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t))) {
+        continue;
+      }
+      ops_t users = {0};
+      if (!only_loads_and_stores(arg, &users)) {
+        kiln_free(users.items);
+        continue; /* left to the emulation, whose error names the op */
+      }
+      intptr_t rank = mlirShapedTypeGetRank(t);
+      int64_t *shape = kiln_calloc((size_t)rank + 1, sizeof *shape);
+      for (intptr_t d = 0; d < rank; d++) shape[d] = mlirShapedTypeGetDimSize(t, d);
+      shape[rank] = 2;
+      MlirType pair = mlirMemRefTypeGet(i32, rank + 1, shape, mlirAttributeGetNull(),
+                                        mlirMemRefTypeGetMemorySpace(t));
+      kiln_free(shape);
+      mlirValueSetType(arg, pair);
+      changed = true;
+      for (size_t u = 0; u < users.n; u++) {
+        MlirOperation old = users.items[u];
+        MlirBlock block = mlirOperationGetBlock(old);
+        MlirValue c0 = index_const(context, block, old, 0), c1 = index_const(context, block, old, 1);
+        if (op_is(old, "memref.load")) {
+          MlirValue lo = mlirOperationGetResult(pair_access(old, false, (MlirValue){NULL}, arg, c0, i32), 0);
+          MlirValue hi = mlirOperationGetResult(pair_access(old, false, (MlirValue){NULL}, arg, c1, i32), 0);
+          MlirValue lo64 = unop("arith.extui", lo, i64, block, old);
+          MlirValue hi64 = unop("arith.extui", hi, i64, block, old);
+          MlirValue shifted = binop("arith.shli", hi64, int_const(context, block, old, i64, 32), i64, block, old);
+          MlirValue v = binop("arith.ori", shifted, lo64, i64, block, old);
+          mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(old, 0), v);
+        } else {
+          MlirValue v = mlirOperationGetOperand(old, 0);
+          MlirValue lo = unop("arith.trunci", v, i32, block, old);
+          MlirValue high = binop("arith.shrui", v, int_const(context, block, old, i64, 32), i64, block, old);
+          MlirValue hi = unop("arith.trunci", high, i32, block, old);
+          pair_access(old, true, lo, arg, c0, i32);
+          pair_access(old, true, hi, arg, c1, i32);
+        }
+        mlirOperationDestroy(old);
+      }
+      kiln_free(users.items);
+    }
+    if (changed) {
+      MlirType *inputs = kiln_calloc(n_args ? (size_t)n_args : 1, sizeof *inputs);
+      for (intptr_t a = 0; a < n_args; a++) inputs[a] = mlirValueGetType(mlirBlockGetArgument(entry, a));
+      mlirOperationSetInherentAttributeByName(
+          func, sref("function_type"), mlirTypeAttrGet(mlirFunctionTypeGet(context, n_args, inputs, 0, NULL)));
+      kiln_free(inputs);
+    }
+  }
+  kiln_free(funcs.items);
 }

@@ -61,4 +61,12 @@ kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, Mli
  * INTERNAL if a helper does not parse. */
 kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops);
 
+/* For profiles without Int64 (before arith-emulate-wide-int): each kernel argument
+ * that is an identity-layout memref of i64 used only by loads and stores becomes a
+ * memref of i32 pairs (one more dimension of 2: the low word, then the high word,
+ * the same bytes), each load two loads joined into an i64 and each store an i64
+ * split into two stores; emulate-wide-int then turns the i64 arithmetic into i32
+ * pairs. Other i64 buffers are left alone (the emulation then names the op). */
+void kiln_compiler_kernels_split_i64(MlirContext context, MlirModule module);
+
 #endif /* KILN_COMPILER_KERNEL_TYPES_H_ */

@@ -674,7 +674,8 @@ static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirM
   const char *math_ops = getenv("KILN_TEST_SPIRV_MATH");
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_math(
       context->mlir, module, math_ops && *math_ops ? math_ops : "erf,cbrt,atan2,asin,acos"));
-  /* i64 without Int64: pairs of i32 (arith-emulate-wide-int), memrefs included. */
+  /* i64 without Int64: pairs of i32 (arith-emulate-wide-int; the buffers by kiln). */
+  if (!int64) kiln_compiler_kernels_split_i64(context->mlir, module);
   kiln_buf_t passes;
   kiln_buf_init(&passes);
   kiln_buf_appendf(&passes,

@@ -159,13 +159,33 @@ def group_types():
         mop = 'arith.mulf' if et in FLOATS else 'arith.muli'
         new.append(elementwise('mul_%s_3x5' % et, [((3, 5), et), ((3, 5), et)], et,
                                ['%%r = %s %%a0, %%a1 : %s' % (mop, et)], lambda a, b: a * b))
-        if et == 'i64':
-            # Neither profile has Int64; arith-emulate-wide-int does not cover the
-            # kernels' memref loads and stores yet.
-            for c in new:
-                c.xfail = ('arm5gen,videocore_vii,valhall1,valhall2,valhall3,valhall4',
-                           'i64 buffers on SPIR-V profiles without Int64 (issue 15, class 6)')
         cases += new
+    # i64 past 32 bits (SPIR-V profiles without Int64 emulate it with i32 pairs).
+    big = [5000000000, -5000000000, (1 << 62) + 12345, -1, 4294967295, 4294967296, -(1 << 63)]
+    other = [3, -7, 2, 4294967297, -1, 1 << 32, -1]
+    n = len(big)
+    for name, op, ref in (('add', 'arith.addi', lambda a, b: a + b), ('mul', 'arith.muli', lambda a, b: a * b),
+                          ('sub', 'arith.subi', lambda a, b: a - b), ('shrsi', 'arith.shrsi', None)):
+        if name == 'shrsi':
+            rhs = [1, 4, 33, 63, 0, 32, 62]
+            vals = [ROUND['i64'](a >> b) for a, b in zip(big, rhs)]
+        else:
+            rhs = other
+            vals = [ROUND['i64'](ref(a, b)) for a, b in zip(big, rhs)]
+        c = elementwise('%s_i64_big' % name, [((n,), 'i64'), ((n,), 'i64')], 'i64',
+                        ['%%r = %s %%a0, %%a1 : i64' % op], lambda a, b: 0)
+        c.inputs = [((n,), 'i64', big), ((n,), 'i64', rhs)]
+        c.outputs = [((n,), 'i64', vals)]
+        cases.append(c)
+    c = elementwise('cmp_i64_big', [((n,), 'i64'), ((n,), 'i64')], 'i1',
+                    ['%r = arith.cmpi slt, %a0, %a1 : i64'], lambda a, b: 0)
+    c.inputs = [((n,), 'i64', big), ((n,), 'i64', other)]
+    c.outputs = [((n,), 'i1', [1 if a < b else 0 for a, b in zip(big, other)])]
+    cases.append(c)
+    c = elementwise('trunci_i64_i32', [((n,), 'i64')], 'i32', ['%r = arith.trunci %a0 : i64 to i32'], lambda a: 0)
+    c.inputs = [((n,), 'i64', big)]
+    c.outputs = [((n,), 'i32', [ROUND['i32'](a) for a in big])]
+    cases.append(c)
     # Wrapping integer arithmetic.
     cases.append(elementwise('add_i8_wraps', [((7,), 'i8'), ((7,), 'i8')], 'i8',
                              ['%c = arith.constant 100 : i8', '%s = arith.addi %a0, %a1 : i8',

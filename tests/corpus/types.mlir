@@ -230,7 +230,6 @@ func.func @mul_i32_3x5(%in0: tensor<3x5xi32>, %in1: tensor<3x5xi32>) -> tensor<3
 // INPUT 1xi64 -1
 // INPUT 1xi64 3
 // OUTPUT 1xi64 2
-// XFAIL arm5gen,videocore_vii,valhall1,valhall2,valhall3,valhall4 i64 buffers on SPIR-V profiles without Int64 (issue 15, class 6)
 func.func @add_i64_1(%in0: tensor<1xi64>, %in1: tensor<1xi64>) -> tensor<1xi64> {
   %e = tensor.empty() : tensor<1xi64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -246,7 +245,6 @@ func.func @add_i64_1(%in0: tensor<1xi64>, %in1: tensor<1xi64>) -> tensor<1xi64> 
 // INPUT 3xi64 -1 -2 2
 // INPUT 3xi64 3 1 3
 // OUTPUT 3xi64 2 -1 5
-// XFAIL arm5gen,videocore_vii,valhall1,valhall2,valhall3,valhall4 i64 buffers on SPIR-V profiles without Int64 (issue 15, class 6)
 func.func @add_i64_3(%in0: tensor<3xi64>, %in1: tensor<3xi64>) -> tensor<3xi64> {
   %e = tensor.empty() : tensor<3xi64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -262,7 +260,6 @@ func.func @add_i64_3(%in0: tensor<3xi64>, %in1: tensor<3xi64>) -> tensor<3xi64> 
 // INPUT 5xi64 -1 -2 2 1 -4
 // INPUT 5xi64 3 1 3 -1 -4
 // OUTPUT 5xi64 2 -1 5 0 -8
-// XFAIL arm5gen,videocore_vii,valhall1,valhall2,valhall3,valhall4 i64 buffers on SPIR-V profiles without Int64 (issue 15, class 6)
 func.func @add_i64_5(%in0: tensor<5xi64>, %in1: tensor<5xi64>) -> tensor<5xi64> {
   %e = tensor.empty() : tensor<5xi64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -278,7 +275,6 @@ func.func @add_i64_5(%in0: tensor<5xi64>, %in1: tensor<5xi64>) -> tensor<5xi64> 
 // INPUT 13xi64 -1 -2 2 1 -4 -3 3 -3 1 -3 -3 -1 2
 // INPUT 13xi64 3 1 3 -1 -4 0 0 1 -1 -3 -2 -1 -2
 // OUTPUT 13xi64 2 -1 5 0 -8 -3 3 -2 0 -6 -5 -2 0
-// XFAIL arm5gen,videocore_vii,valhall1,valhall2,valhall3,valhall4 i64 buffers on SPIR-V profiles without Int64 (issue 15, class 6)
 func.func @add_i64_13(%in0: tensor<13xi64>, %in1: tensor<13xi64>) -> tensor<13xi64> {
   %e = tensor.empty() : tensor<13xi64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -294,7 +290,6 @@ func.func @add_i64_13(%in0: tensor<13xi64>, %in1: tensor<13xi64>) -> tensor<13xi
 // INPUT 3x5xi64 -1 -2 2 1 -4 -3 3 -3 1 -3 -3 -1 2 1 1
 // INPUT 3x5xi64 3 1 3 -1 -4 0 0 1 -1 -3 -2 -1 -2 -1 -3
 // OUTPUT 3x5xi64 -3 -2 6 -1 16 0 0 -3 -1 9 6 1 -4 -1 -3
-// XFAIL arm5gen,videocore_vii,valhall1,valhall2,valhall3,valhall4 i64 buffers on SPIR-V profiles without Int64 (issue 15, class 6)
 func.func @mul_i64_3x5(%in0: tensor<3x5xi64>, %in1: tensor<3x5xi64>) -> tensor<3x5xi64> {
   %e = tensor.empty() : tensor<3x5xi64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]}
@@ -529,6 +524,95 @@ func.func @mul_f32_3x5(%in0: tensor<3x5xf32>, %in1: tensor<3x5xf32>) -> tensor<3
     linalg.yield %r : f32
   } -> tensor<3x5xf32>
   return %r : tensor<3x5xf32>
+}
+
+// CASE @add_i64_big
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 -1
+// OUTPUT 7xi64 5000000003 -5000000007 4611686018427400251 4294967296 4294967294 8589934592 9223372036854775807
+func.func @add_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi64> {
+  %e = tensor.empty() : tensor<7xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<7xi64>, tensor<7xi64>) outs(%e : tensor<7xi64>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i64):
+    %r = arith.addi %a0, %a1 : i64
+    linalg.yield %r : i64
+  } -> tensor<7xi64>
+  return %r : tensor<7xi64>
+}
+
+// CASE @mul_i64_big
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 -1
+// OUTPUT 7xi64 15000000000 35000000000 -9223372036854751118 -4294967297 -4294967295 0 -9223372036854775808
+func.func @mul_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi64> {
+  %e = tensor.empty() : tensor<7xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<7xi64>, tensor<7xi64>) outs(%e : tensor<7xi64>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i64):
+    %r = arith.muli %a0, %a1 : i64
+    linalg.yield %r : i64
+  } -> tensor<7xi64>
+  return %r : tensor<7xi64>
+}
+
+// CASE @sub_i64_big
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 -1
+// OUTPUT 7xi64 4999999997 -4999999993 4611686018427400247 -4294967298 4294967296 0 -9223372036854775807
+func.func @sub_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi64> {
+  %e = tensor.empty() : tensor<7xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<7xi64>, tensor<7xi64>) outs(%e : tensor<7xi64>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i64):
+    %r = arith.subi %a0, %a1 : i64
+    linalg.yield %r : i64
+  } -> tensor<7xi64>
+  return %r : tensor<7xi64>
+}
+
+// CASE @shrsi_i64_big
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// INPUT 7xi64 1 4 33 63 0 32 62
+// OUTPUT 7xi64 2500000000 -312500000 536870912 -1 4294967295 1 -2
+func.func @shrsi_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi64> {
+  %e = tensor.empty() : tensor<7xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<7xi64>, tensor<7xi64>) outs(%e : tensor<7xi64>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i64):
+    %r = arith.shrsi %a0, %a1 : i64
+    linalg.yield %r : i64
+  } -> tensor<7xi64>
+  return %r : tensor<7xi64>
+}
+
+// CASE @cmp_i64_big
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 -1
+// OUTPUT 7xi1 0 1 0 1 0 0 1
+func.func @cmp_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi1> {
+  %e = tensor.empty() : tensor<7xi1>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<7xi64>, tensor<7xi64>) outs(%e : tensor<7xi1>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i1):
+    %r = arith.cmpi slt, %a0, %a1 : i64
+    linalg.yield %r : i1
+  } -> tensor<7xi1>
+  return %r : tensor<7xi1>
+}
+
+// CASE @trunci_i64_i32
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// OUTPUT 7xi32 705032704 -705032704 12345 -1 -1 0 0
+func.func @trunci_i64_i32(%in0: tensor<7xi64>) -> tensor<7xi32> {
+  %e = tensor.empty() : tensor<7xi32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<7xi64>) outs(%e : tensor<7xi32>) {
+  ^bb0(%a0: i64, %o: i32):
+    %r = arith.trunci %a0 : i64 to i32
+    linalg.yield %r : i32
+  } -> tensor<7xi32>
+  return %r : tensor<7xi32>
 }
 
 // CASE @add_i8_wraps

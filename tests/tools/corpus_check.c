@@ -135,19 +135,32 @@ static bool parse_type(const char *s, kiln_vmfb_tensor_type_t *t) {
 
 static bool is_float(uint32_t et) { return (et >> 24) >= 0x20; }
 
-static void put_value(tensor_t *t, uint64_t i, double v) {
+/* Integers are read and compared as int64 (exact, unlike a double past 2^53). */
+static void put_value(tensor_t *t, uint64_t i, double v, int64_t iv) {
   uint8_t *p = t->bytes + i * (kiln_vmfb_element_bits(t->type.element_type) / 8);
   switch (t->type.element_type) {
-    case KILN_VMFB_ELEMENT_BOOL_8: *p = v != 0; break;
-    case KILN_VMFB_ELEMENT_INT_8: *(int8_t *)p = (int8_t)(int64_t)v; break;
-    case KILN_VMFB_ELEMENT_INT_16: { int16_t x = (int16_t)(int64_t)v; memcpy(p, &x, 2); break; }
-    case KILN_VMFB_ELEMENT_INT_32: { int32_t x = (int32_t)(int64_t)v; memcpy(p, &x, 4); break; }
-    case KILN_VMFB_ELEMENT_INT_64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
+    case KILN_VMFB_ELEMENT_BOOL_8: *p = iv != 0; break;
+    case KILN_VMFB_ELEMENT_INT_8: *(int8_t *)p = (int8_t)iv; break;
+    case KILN_VMFB_ELEMENT_INT_16: { int16_t x = (int16_t)iv; memcpy(p, &x, 2); break; }
+    case KILN_VMFB_ELEMENT_INT_32: { int32_t x = (int32_t)iv; memcpy(p, &x, 4); break; }
+    case KILN_VMFB_ELEMENT_INT_64: memcpy(p, &iv, 8); break;
     case KILN_VMFB_ELEMENT_FLOAT_16: { uint16_t x = f32_to_f16((float)v); memcpy(p, &x, 2); break; }
     case KILN_VMFB_ELEMENT_BFLOAT_16: { uint16_t x = double_to_bf16(v); memcpy(p, &x, 2); break; }
     case KILN_VMFB_ELEMENT_FLOAT_32: { float x = (float)v; memcpy(p, &x, 4); break; }
     case KILN_VMFB_ELEMENT_FLOAT_64: memcpy(p, &v, 8); break;
     default: break;
+  }
+}
+
+static int64_t get_int(uint32_t et, const uint8_t *bytes, uint64_t i) {
+  const uint8_t *p = bytes + i * (kiln_vmfb_element_bits(et) / 8);
+  switch (et) {
+    case KILN_VMFB_ELEMENT_BOOL_8: return *p;
+    case KILN_VMFB_ELEMENT_INT_8: return *(const int8_t *)p;
+    case KILN_VMFB_ELEMENT_INT_16: { int16_t x; memcpy(&x, p, 2); return x; }
+    case KILN_VMFB_ELEMENT_INT_32: { int32_t x; memcpy(&x, p, 4); return x; }
+    case KILN_VMFB_ELEMENT_INT_64: { int64_t x; memcpy(&x, p, 8); return x; }
+    default: return 0;
   }
 }
 
@@ -187,7 +200,13 @@ static bool parse_tensor(const char *line, tensor_t *t) {
     char *end;
     double v = strtod(p, &end);
     if (end == p) return false;
-    put_value(t, i, v);
+    int64_t iv = 0;
+    if (!is_float(t->type.element_type)) {
+      char *iend;
+      iv = strtoll(p, &iend, 10);
+      if (iend != end) return false; /* an integer type takes integers */
+    }
+    put_value(t, i, v, iv);
     p = end;
   }
   while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
@@ -551,7 +570,13 @@ static bool compare(const tensor_t *want, const kiln_vmfb_result_t *res, const u
     double w = get_value(et, want->bytes, i), g = get_value(et, got, i);
     bool same;
     if (!is_float(et)) {
-      same = w == g;
+      int64_t wi = get_int(et, want->bytes, i), gi = get_int(et, got, i);
+      same = wi == gi;
+      if (!same) {
+        snprintf(err, err_cap, "element %llu: want %lld, got %lld (%llu elements)", (unsigned long long)i,
+                 (long long)wi, (long long)gi, (unsigned long long)n);
+        return false;
+      }
     } else if (isnan(w) || isnan(g)) {
       same = isnan(w) && isnan(g);
     } else if (isinf(w) || isinf(g)) {
