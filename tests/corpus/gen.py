@@ -579,7 +579,241 @@ def group_quantized():
     return cases
 
 
+def shape_const(name, vals):
+    return '%%%s = tosa.const_shape {values = dense<[%s]> : tensor<%dxindex>} : () -> !tosa.shape<%d>' % (
+        name, ', '.join(str(v) for v in vals), len(vals), len(vals))
+
+
+def scalar_const(name, et, v):
+    return '%%%s = "tosa.const"() {values = dense<%s> : tensor<1x%s>} : () -> tensor<1x%s>' % (name, fmt(v), et, et)
+
+
+def group_tosa():
+    """TOSA ops one by one, the way TFLite and PyTorch exports use them (issue 15: corpus)."""
+    cases = []
+    n = 7
+    t = lambda et, shape=(n,): ttype(shape, et)
+
+    def unary(op, et, ref, xs, extra='', tol=None, out_et=None, name=None):
+        out_et = out_et or et
+        nm = name or 'tosa_%s_%s' % (op, et)
+        body = ['%%0 = tosa.%s %%arg0%s : (%s) -> %s' % (op, extra, t(et, (len(xs),)), t(out_et, (len(xs),))),
+                'return %%0 : %s' % t(out_et, (len(xs),))]
+        cases.append(tosa_case(nm, [t(et, (len(xs),))], t(out_et, (len(xs),)), body,
+                               [((len(xs),), et, xs)], [((len(xs),), out_et, [ROUND[out_et](ref(x)) for x in xs])], tol))
+
+    def binary(op, et, ref, xs, ys, out_et=None, extra_ops=(), extra_args='', attrs='', name=None):
+        out_et = out_et or et
+        nm = name or 'tosa_%s_%s' % (op, et)
+        ins = ', '.join([t(et, (len(xs),)), t(et, (len(ys),))] + [a[1] for a in extra_ops])
+        body = [e[0] for e in extra_ops if e[0]] + [
+            '%%0 = tosa.%s %%arg0, %%arg1%s%s : (%s) -> %s' % (op, extra_args, attrs, ins, t(out_et, (len(xs),))),
+            'return %%0 : %s' % t(out_et, (len(xs),))]
+        cases.append(tosa_case(nm, [t(et, (len(xs),)), t(et, (len(ys),))], t(out_et, (len(xs),)), body,
+                               [((len(xs),), et, xs), ((len(ys),), et, ys)],
+                               [((len(xs),), out_et, [ROUND[out_et](ref(a, b)) for a, b in zip(xs, ys)])]))
+
+    fx = [f32(v) for v in values((n,), 'f32', 61)]
+    fy = [f32(v) for v in values((n,), 'f32', 62)]
+    pos = [0.25 + abs(v) for v in fx]
+    ix = [int(v) for v in values((n,), 'i32', 63, -40, 40)]
+    iy = [int(v) for v in values((n,), 'i32', 64, 1, 9)]
+    bx = [int(v) for v in values((n,), 'i1', 65)]
+    by = [int(v) for v in values((n,), 'i1', 66)]
+
+    unary('abs', 'f32', abs, fx)
+    unary('abs', 'i32', abs, ix)
+    unary('reciprocal', 'f32', lambda x: 1 / x, pos, tol=1e-5)
+    unary('rsqrt', 'f32', lambda x: 1 / math.sqrt(x), pos, tol=1e-5)
+    unary('exp', 'f32', math.exp, fx, tol=2e-5)
+    unary('log', 'f32', math.log, pos, tol=2e-5)
+    unary('ceil', 'f32', math.ceil, fx)
+    unary('floor', 'f32', math.floor, fx)
+    unary('sin', 'f32', math.sin, fx, tol=2e-5)
+    unary('cos', 'f32', math.cos, fx, tol=2e-5)
+    unary('tanh', 'f32', math.tanh, fx, tol=2e-5)
+    unary('tanh', 'f16', math.tanh, [f16(v) for v in fx], tol=2e-3)
+    unary('clz', 'i32', lambda x: 32 - (x & 0xffffffff).bit_length(), ix)
+    unary('bitwise_not', 'i32', lambda x: ~x, ix)
+    unary('logical_not', 'i1', lambda x: 1 - x, bx)
+    unary('identity', 'f32', lambda x: x, fx)
+    unary('clamp', 'f32', lambda x: min(2.0, max(-1.5, x)), fx, extra=' {max_val = 2.0 : f32, min_val = -1.5 : f32}')
+    unary('clamp', 'i8', lambda x: min(3, max(-2, x)), [int(v) for v in values((n,), 'i8', 67)],
+          extra=' {max_val = 3 : i8, min_val = -2 : i8}')
+    unary('cast', 'f32', lambda x: int(round(x)) if abs(x - math.trunc(x)) != 0.5 else 2 * round(x / 2),
+          fx, out_et='i32', name='tosa_cast_f32_i32')
+    unary('cast', 'i32', float, ix, out_et='f32', name='tosa_cast_i32_f32')
+    unary('cast', 'f32', f16, fx, out_et='f16', name='tosa_cast_f32_f16', tol=2e-3)
+    unary('cast', 'i32', lambda x: x, ix, out_et='i8', name='tosa_cast_i32_i8')
+    unary('cast', 'i1', lambda x: x, bx, out_et='i32', name='tosa_cast_i1_i32')
+    unary('cast', 'f32', lambda x: 1 if x != 0 else 0, fx, out_et='i1', name='tosa_cast_f32_i1')
+    # negate takes zero points.
+    for et, xs in (('f32', fx), ('i8', [int(v) for v in values((n,), 'i8', 68)])):
+        zp = 0.0 if et == 'f32' else 0
+        cases.append(tosa_case('tosa_negate_%s' % et, [t(et)], t(et),
+                               [scalar_const('izp', et, zp), scalar_const('ozp', et, zp),
+                                '%%0 = tosa.negate %%arg0, %%izp, %%ozp : (%s, tensor<1x%s>, tensor<1x%s>) -> %s' % (t(et), et, et, t(et)),
+                                'return %%0 : %s' % t(et)],
+                               [((n,), et, xs)], [((n,), et, [ROUND[et](-x) for x in xs])]))
+    binary('add', 'f32', lambda a, b: a + b, fx, fy)
+    binary('sub', 'i32', lambda a, b: a - b, ix, iy)
+    binary('maximum', 'f32', max, fx, fy)
+    binary('minimum', 'i32', min, ix, iy)
+    binary('pow', 'f32', lambda a, b: a ** b, pos, fy)
+    binary('bitwise_and', 'i32', lambda a, b: a & b, ix, iy)
+    binary('bitwise_or', 'i32', lambda a, b: a | b, ix, iy)
+    binary('bitwise_xor', 'i32', lambda a, b: a ^ b, ix, iy)
+    binary('logical_and', 'i1', lambda a, b: a & b, bx, by)
+    binary('logical_or', 'i1', lambda a, b: a | b, bx, by)
+    binary('logical_xor', 'i1', lambda a, b: a ^ b, bx, by)
+    binary('logical_left_shift', 'i32', lambda a, b: a << b, ix, iy)
+    binary('logical_right_shift', 'i32', lambda a, b: (a & 0xffffffff) >> b, ix, iy)
+    binary('arithmetic_right_shift', 'i32', lambda a, b: a >> b, ix, iy, attrs=' {round = false}')
+    binary('intdiv', 'i32', lambda a, b: int(a / b), ix, iy)
+    binary('equal', 'f32', lambda a, b: a == b, fx, fx[:3] + fy[3:], out_et='i1')
+    binary('greater', 'i32', lambda a, b: a > b, ix, iy, out_et='i1')
+    binary('greater_equal', 'f32', lambda a, b: a >= b, fx, fy, out_et='i1')
+    binary('mul', 'f32', lambda a, b: a * b, fx, fy, extra_ops=[(scalar_const('shift', 'i8', 0), 'tensor<1xi8>')],
+           extra_args=', %shift')
+    binary('mul', 'i32', lambda a, b: (a * b + 2) >> 2, ix, iy,
+           extra_ops=[(scalar_const('shift', 'i8', 2), 'tensor<1xi8>')], extra_args=', %shift', name='tosa_mul_i32_shift2')
+    # select, reductions of booleans, argmax
+    cases.append(tosa_case('tosa_select_f32', ['tensor<7xi1>', t('f32'), t('f32')], t('f32'),
+                           ['%0 = tosa.select %arg0, %arg1, %arg2 : (tensor<7xi1>, tensor<7xf32>, tensor<7xf32>) -> tensor<7xf32>',
+                            'return %0 : tensor<7xf32>'],
+                           [((n,), 'i1', bx), ((n,), 'f32', fx), ((n,), 'f32', fy)],
+                           [((n,), 'f32', [a if c else b for c, a, b in zip(bx, fx, fy)])]))
+    m = values((3, 4), 'f32', 69)
+    bm = values((3, 4), 'i1', 70)
+    for op, et, src, ref in (('reduce_all', 'i1', bm, lambda r: int(all(r))), ('reduce_any', 'i1', bm, lambda r: int(any(r))),
+                             ('reduce_min', 'f32', m, min), ('reduce_product', 'f32', m, lambda r: math.prod(r))):
+        rows = [src[i * 4:(i + 1) * 4] for i in range(3)]
+        cases.append(tosa_case('tosa_%s_%s' % (op, et), ['tensor<3x4x%s>' % et], 'tensor<3x1x%s>' % et,
+                               ['%%0 = tosa.%s %%arg0 {axis = 1 : i32} : (tensor<3x4x%s>) -> tensor<3x1x%s>' % (op, et, et),
+                                'return %%0 : tensor<3x1x%s>' % et],
+                               [((3, 4), et, src)], [((3, 1), et, [ROUND[et](ref(r)) for r in rows])], 1e-5 if et == 'f32' else None))
+    rows = [m[i * 4:(i + 1) * 4] for i in range(3)]
+    cases.append(tosa_case('tosa_argmax_f32', ['tensor<3x4xf32>'], 'tensor<3xi32>',
+                           ['%0 = tosa.argmax %arg0 {axis = 1 : i32} : (tensor<3x4xf32>) -> tensor<3xi32>',
+                            'return %0 : tensor<3xi32>'],
+                           [((3, 4), 'f32', m)], [((3,), 'i32', [r.index(max(r)) for r in rows])]))
+    # data movement
+    img = values((2, 3), 'f32', 71)
+    cases.append(tosa_case('tosa_pad_f32', ['tensor<2x3xf32>'], 'tensor<3x6xf32>',
+                           [shape_const('p', [1, 0, 2, 1]), scalar_const('c', 'f32', 0.5),
+                            '%0 = tosa.pad %arg0, %p, %c : (tensor<2x3xf32>, !tosa.shape<4>, tensor<1xf32>) -> tensor<3x6xf32>',
+                            'return %0 : tensor<3x6xf32>'],
+                           [((2, 3), 'f32', img)],
+                           [((3, 6), 'f32', [0.5] * 6 + [0.5, 0.5] + img[0:3] + [0.5, 0.5, 0.5] + img[3:6] + [0.5])]))
+    big = values((4, 5), 'i8', 72)
+    cases.append(tosa_case('tosa_slice_i8', ['tensor<4x5xi8>'], 'tensor<2x3xi8>',
+                           [shape_const('start', [1, 2]), shape_const('size', [2, 3]),
+                            '%0 = tosa.slice %arg0, %start, %size : (tensor<4x5xi8>, !tosa.shape<2>, !tosa.shape<2>) -> tensor<2x3xi8>',
+                            'return %0 : tensor<2x3xi8>'],
+                           [((4, 5), 'i8', big)], [((2, 3), 'i8', big[7:10] + big[12:15])]))
+    row = values((1, 3), 'f16', 73)
+    cases.append(tosa_case('tosa_tile_f16', ['tensor<1x3xf16>'], 'tensor<2x6xf16>',
+                           [shape_const('m', [2, 2]),
+                            '%0 = tosa.tile %arg0, %m : (tensor<1x3xf16>, !tosa.shape<2>) -> tensor<2x6xf16>',
+                            'return %0 : tensor<2x6xf16>'],
+                           [((1, 3), 'f16', row)], [((2, 6), 'f16', row * 4)]))
+    cases.append(tosa_case('tosa_reverse_i32', ['tensor<4x5xi32>'], 'tensor<4x5xi32>',
+                           ['%0 = tosa.reverse %arg0 {axis = 1 : i32} : (tensor<4x5xi32>) -> tensor<4x5xi32>',
+                            'return %0 : tensor<4x5xi32>'],
+                           [((4, 5), 'i32', big)], [((4, 5), 'i32', sum([big[r * 5:(r + 1) * 5][::-1] for r in range(4)], []))]))
+    vals = values((1, 5, 2), 'f32', 74)
+    idx = [4, 0, 2]
+    cases.append(tosa_case('tosa_gather_f32', ['tensor<1x5x2xf32>', 'tensor<1x3xi32>'], 'tensor<1x3x2xf32>',
+                           ['%0 = tosa.gather %arg0, %arg1 : (tensor<1x5x2xf32>, tensor<1x3xi32>) -> tensor<1x3x2xf32>',
+                            'return %0 : tensor<1x3x2xf32>'],
+                           [((1, 5, 2), 'f32', vals), ((1, 3), 'i32', idx)],
+                           [((1, 3, 2), 'f32', sum([vals[i * 2:i * 2 + 2] for i in idx], []))]))
+    table = [((i * 37) % 256) - 128 for i in range(256)]
+    tx = [int(v) for v in values((n,), 'i8', 75)]
+    cases.append(tosa_case('tosa_table_i8', ['tensor<7xi8>'], 'tensor<7xi8>',
+                           ['%%t = "tosa.const"() {values = dense<[%s]> : tensor<256xi8>} : () -> tensor<256xi8>' % ', '.join(str(v) for v in table),
+                            '%0 = tosa.table %arg0, %t : (tensor<7xi8>, tensor<256xi8>) -> tensor<7xi8>',
+                            'return %0 : tensor<7xi8>'],
+                           [((n,), 'i8', tx)], [((n,), 'i8', [table[x + 128] for x in tx])]))
+    # pooling and convolutions in f32
+    im = values((1, 4, 4, 1), 'f32', 76)
+    ap = [f32(sum(im[(2 * y + dy) * 4 + 2 * x + dx] for dy in (0, 1) for dx in (0, 1)) / 4) for y in (0, 1) for x in (0, 1)]
+    cases.append(tosa_case('tosa_avg_pool2d_f32', ['tensor<1x4x4x1xf32>'], 'tensor<1x2x2x1xf32>',
+                           [scalar_const('zp', 'f32', 0.0),
+                            '%0 = tosa.avg_pool2d %arg0, %zp, %zp {acc_type = f32, kernel = array<i64: 2, 2>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x4x4x1xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x2x2x1xf32>',
+                            'return %0 : tensor<1x2x2x1xf32>'],
+                           [((1, 4, 4, 1), 'f32', im)], [((1, 2, 2, 1), 'f32', ap)], 1e-5))
+    # depthwise 3x3, 2 channels, multiplier 1, pad 1
+    H = W = 4
+    C = 2
+    x = values((1, H, W, C), 'f32', 77)
+    w = values((3, 3, C, 1), 'f32', 78)
+    out = []
+    for yy in range(H):
+        for xx in range(W):
+            for c in range(C):
+                s_ = 0.0
+                for ky in range(3):
+                    for kx in range(3):
+                        iy_, ix_ = yy + ky - 1, xx + kx - 1
+                        if 0 <= iy_ < H and 0 <= ix_ < W:
+                            s_ += x[(iy_ * W + ix_) * C + c] * w[(ky * 3 + kx) * C + c]
+                out.append(f32(s_))
+    cases.append(tosa_case('tosa_depthwise_conv2d_f32', ['tensor<1x4x4x2xf32>', 'tensor<3x3x2x1xf32>'], 'tensor<1x4x4x2xf32>',
+                           ['%b = "tosa.const"() {values = dense<0.0> : tensor<2xf32>} : () -> tensor<2xf32>',
+                            scalar_const('zp', 'f32', 0.0),
+                            '%0 = tosa.depthwise_conv2d %arg0, %arg1, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x4x4x2xf32>, tensor<3x3x2x1xf32>, tensor<2xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x4x4x2xf32>',
+                            'return %0 : tensor<1x4x4x2xf32>'],
+                           [((1, H, W, C), 'f32', x), ((3, 3, C, 1), 'f32', w)], [((1, H, W, C), 'f32', out)], 1e-5))
+    # conv2d, stride 2, 3 input 2 output channels, bias
+    x = values((1, 5, 5, 3), 'f32', 79)
+    w = values((2, 3, 3, 3), 'f32', 80)
+    bias = [0.5, -1.0]
+    out = []
+    for yy in range(2):
+        for xx in range(2):
+            for f in range(2):
+                s_ = bias[f]
+                for ky in range(3):
+                    for kx in range(3):
+                        for c in range(3):
+                            s_ += x[((2 * yy + ky) * 5 + 2 * xx + kx) * 3 + c] * w[((f * 3 + ky) * 3 + kx) * 3 + c]
+                out.append(f32(s_))
+    cases.append(tosa_case('tosa_conv2d_stride2_f32', ['tensor<1x5x5x3xf32>', 'tensor<2x3x3x3xf32>'], 'tensor<1x2x2x2xf32>',
+                           ['%b = "tosa.const"() {values = dense<[0.5, -1.0]> : tensor<2xf32>} : () -> tensor<2xf32>',
+                            scalar_const('zp', 'f32', 0.0),
+                            '%0 = tosa.conv2d %arg0, %arg1, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x5x5x3xf32>, tensor<2x3x3x3xf32>, tensor<2xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x2x2x2xf32>',
+                            'return %0 : tensor<1x2x2x2xf32>'],
+                           [((1, 5, 5, 3), 'f32', x), ((2, 3, 3, 3), 'f32', w)], [((1, 2, 2, 2), 'f32', out)], 1e-5))
+    # batched matmul (TOSA's is always 3-D) in f16 with f32 accumulation
+    a = values((2, 2, 3), 'f16', 81)
+    b = values((2, 3, 2), 'f16', 82)
+    c = []
+    for bb in range(2):
+        for i in range(2):
+            for j in range(2):
+                c.append(f32(sum(a[bb * 6 + i * 3 + k] * b[bb * 6 + k * 2 + j] for k in range(3))))
+    cases.append(tosa_case('tosa_matmul_f16_f32acc', ['tensor<2x2x3xf16>', 'tensor<2x3x2xf16>'], 'tensor<2x2x2xf32>',
+                           [scalar_const('zp', 'f16', 0.0),
+                            '%0 = tosa.matmul %arg0, %arg1, %zp, %zp : (tensor<2x2x3xf16>, tensor<2x3x2xf16>, tensor<1xf16>, tensor<1xf16>) -> tensor<2x2x2xf32>',
+                            'return %0 : tensor<2x2x2xf32>'],
+                           [((2, 2, 3), 'f16', a), ((2, 3, 2), 'f16', b)], [((2, 2, 2), 'f32', c)], 1e-5))
+    # nearest-neighbour resize 2x
+    small = values((1, 2, 2, 1), 'f32', 83)
+    # TOSA's nearest neighbour: position y * d / n, a remainder of at least half rounds up,
+    # then the index is clamped to the image (scale n/d = 4/2).
+    near = lambda y: min(1, (2 * y) // 4 + (1 if (2 * y) % 4 >= 2 else 0))
+    up = [small[near(y) * 2 + near(x_)] for y in range(4) for x_ in range(4)]
+    cases.append(tosa_case('tosa_resize_nearest_f32', ['tensor<1x2x2x1xf32>'], 'tensor<1x4x4x1xf32>',
+                           [shape_const('scale', [4, 2, 4, 2]), shape_const('offset', [0, 0]), shape_const('border', [2, 2]),
+                            '%0 = tosa.resize %arg0, %scale, %offset, %border {mode = NEAREST_NEIGHBOR} : (tensor<1x2x2x1xf32>, !tosa.shape<4>, !tosa.shape<2>, !tosa.shape<2>) -> tensor<1x4x4x1xf32>',
+                            'return %0 : tensor<1x4x4x1xf32>'],
+                           [((1, 2, 2, 1), 'f32', small)], [((1, 4, 4, 1), 'f32', up)]))
+    return cases
+
+
 GROUPS = {
+    'tosa': group_tosa,
     'quantized': group_quantized,
     'no_dispatch': group_no_dispatch,
     'math': group_math,
