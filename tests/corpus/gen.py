@@ -812,7 +812,259 @@ def group_tosa():
     return cases
 
 
+def mlir_literal(v):
+    """A number as MLIR's lexer reads it: floats always carry a '.'."""
+    text = fmt(v)
+    if isinstance(v, float) and math.isfinite(v) and '.' not in text:
+        text = text.replace('e', '.0e') if 'e' in text else text + '.0'
+    return text
+
+
+def dense(vals, shape, et='f32'):
+    def nest(v, sh):
+        if len(sh) == 1:
+            return '[' + ', '.join(mlir_literal(x) for x in v) + ']'
+        step = len(v) // sh[0]
+        return '[' + ', '.join(nest(v[i * step:(i + 1) * step], sh[1:]) for i in range(sh[0])) + ']'
+    return 'dense<%s> : %s' % (nest(vals, list(shape)), ttype(shape, et))
+
+
+def const(name, vals, shape, et='f32'):
+    return '%%%s = "tosa.const"() {values = %s} : () -> %s' % (name, dense(vals, shape, et), ttype(shape, et))
+
+
+def ref_conv(x, H, W, C, w, F, K, bias, pad):
+    """NHWC input, OHWI weights, stride 1, symmetric zero padding: NHWF output."""
+    out = []
+    OH, OW = H + 2 * pad - K + 1, W + 2 * pad - K + 1
+    for y in range(OH):
+        for xx in range(OW):
+            for f in range(F):
+                s_ = bias[f]
+                for ky in range(K):
+                    for kx in range(K):
+                        iy, ix = y + ky - pad, xx + kx - pad
+                        if 0 <= iy < H and 0 <= ix < W:
+                            for c in range(C):
+                                s_ += x[(iy * W + ix) * C + c] * w[((f * K + ky) * K + kx) * C + c]
+                out.append(s_)
+    return out
+
+
+def small_weights(count, seed, scale=0.25):
+    return [f32(v * scale) for v in values((count,), 'f32', seed)]
+
+
+def conv_line(res, inp, w, b, in_t, w_t, out_t, pad):
+    return ('%%%s = tosa.conv2d %%%s, %%%s, %%%s, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, '
+            'pad = array<i64: %d, %d, %d, %d>, stride = array<i64: 1, 1>} : (%s, %s, %s, tensor<1xf32>, tensor<1xf32>) -> %s'
+            % (res, inp, w, b, pad, pad, pad, pad, in_t, w_t, ttype((w_t_shape(w_t)[0],), 'f32'), out_t))
+
+
+def w_t_shape(t):
+    return [int(d) for d in t[len('tensor<'):-1].split('x')[:-1]]
+
+
+def group_models():
+    """Whole models: a residual block, a transformer encoder layer, a depthwise-separable block, an RNN cell (issue 15)."""
+    cases = []
+    relu = lambda v: max(0.0, v)
+    # ---- ResNet-style residual block ----
+    H = W = 5
+    C = 4
+    x = values((1, H, W, C), 'f32', 91)
+    w1, w2 = small_weights(C * 9 * C, 92), small_weights(C * 9 * C, 93)
+    b1, b2 = small_weights(C, 94), small_weights(C, 95)
+    h = [relu(v) for v in ref_conv(x, H, W, C, w1, C, 3, b1, 1)]
+    y = ref_conv(h, H, W, C, w2, C, 3, b2, 1)
+    out = [f32(relu(a + b)) for a, b in zip(y, x)]
+    xt = ttype((1, H, W, C), 'f32')
+    wt = ttype((C, 3, 3, C), 'f32')
+    big = '3.40282347E+38'
+    body = [const('w1', w1, (C, 3, 3, C)), const('w2', w2, (C, 3, 3, C)), const('b1', b1, (C,)), const('b2', b2, (C,)),
+            scalar_const('zp', 'f32', 0.0),
+            conv_line('c1', 'arg0', 'w1', 'b1', xt, wt, xt, 1),
+            '%%r1 = tosa.clamp %%c1 {max_val = %s : f32, min_val = 0.0 : f32} : (%s) -> %s' % (big, xt, xt),
+            conv_line('c2', 'r1', 'w2', 'b2', xt, wt, xt, 1),
+            '%%s = tosa.add %%c2, %%arg0 : (%s, %s) -> %s' % (xt, xt, xt),
+            '%%r2 = tosa.clamp %%s {max_val = %s : f32, min_val = 0.0 : f32} : (%s) -> %s' % (big, xt, xt),
+            'return %%r2 : %s' % xt]
+    cases.append(tosa_case('model_resnet_block', [xt], xt, body, [((1, H, W, C), 'f32', x)],
+                           [((1, H, W, C), 'f32', out)], 1e-4))
+    # ---- MobileNet depthwise-separable block (relu6) ----
+    C, F = 3, 5
+    x = values((1, H, W, C), 'f32', 96)
+    dw = small_weights(9 * C, 97)
+    db = small_weights(C, 98)
+    pw = small_weights(F * C, 99)
+    pb = small_weights(F, 100)
+    relu6 = lambda v: min(6.0, max(0.0, v))
+    d = []
+    for yy in range(H):
+        for xx in range(W):
+            for c in range(C):
+                s_ = db[c]
+                for ky in range(3):
+                    for kx in range(3):
+                        iy, ix = yy + ky - 1, xx + kx - 1
+                        if 0 <= iy < H and 0 <= ix < W:
+                            s_ += x[(iy * W + ix) * C + c] * dw[(ky * 3 + kx) * C + c]
+                d.append(relu6(s_))
+    p = [f32(relu6(v)) for v in ref_conv(d, H, W, C, pw, F, 1, pb, 0)]
+    xt, dt, ot = ttype((1, H, W, C), 'f32'), ttype((3, 3, C, 1), 'f32'), ttype((1, H, W, F), 'f32')
+    pt = ttype((F, 1, 1, C), 'f32')
+    body = [const('dw', dw, (3, 3, C, 1)), const('db', db, (C,)), const('pw', pw, (F, 1, 1, C)), const('pb', pb, (F,)),
+            scalar_const('zp', 'f32', 0.0),
+            '%%d = tosa.depthwise_conv2d %%arg0, %%dw, %%db, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (%s, %s, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> %s' % (xt, dt, C, xt),
+            '%%r = tosa.clamp %%d {max_val = 6.0 : f32, min_val = 0.0 : f32} : (%s) -> %s' % (xt, xt),
+            conv_line('p', 'r', 'pw', 'pb', xt, pt, ot, 0),
+            '%%o = tosa.clamp %%p {max_val = 6.0 : f32, min_val = 0.0 : f32} : (%s) -> %s' % (ot, ot),
+            'return %%o : %s' % ot]
+    cases.append(tosa_case('model_mobilenet_block', [xt], ot, body, [((1, H, W, C), 'f32', x)],
+                           [((1, H, W, F), 'f32', p)], 1e-4))
+    # ---- transformer encoder layer: seq 4, model 8, FFN 16, one head ----
+    S, D, Fh = 4, 8, 16
+    x = values((1, S, D), 'f32', 101)
+    wq, wk, wv, wo = (small_weights(D * D, s, 0.125) for s in (102, 103, 104, 105))
+    w1, w2 = small_weights(D * Fh, 106, 0.125), small_weights(Fh * D, 107, 0.125)
+
+    def mm(a, b, n, k, m):
+        return [sum(a[i * k + t_] * b[t_ * m + j] for t_ in range(k)) for i in range(n) for j in range(m)]
+
+    def layernorm(v):
+        out_ = []
+        for i in range(S):
+            row = v[i * D:(i + 1) * D]
+            mu = sum(row) / D
+            var = sum((r - mu) ** 2 for r in row) / D
+            out_ += [(r - mu) / math.sqrt(var + 1e-5) for r in row]
+        return out_
+
+    def gelu(v):
+        return 0.5 * v * (1 + math.tanh(0.7978845608028654 * (v + 0.044715 * v ** 3)))
+
+    hn = layernorm(x)
+    q, k, v = mm(hn, wq, S, D, D), mm(hn, wk, S, D, D), mm(hn, wv, S, D, D)
+    scores = [sum(q[i * D + t_] * k[j * D + t_] for t_ in range(D)) / math.sqrt(D) for i in range(S) for j in range(S)]
+    probs = []
+    for i in range(S):
+        row = scores[i * S:(i + 1) * S]
+        mx = max(row)
+        e = [math.exp(r - mx) for r in row]
+        probs += [ee / sum(e) for ee in e]
+    ctx = mm(probs, v, S, S, D)
+    attn = mm(ctx, wo, S, D, D)
+    x1 = [a + b for a, b in zip(x, attn)]
+    h2 = layernorm(x1)
+    ff = mm([gelu(u) for u in mm(h2, w1, S, D, Fh)], w2, S, Fh, D)
+    out = [f32(a + b) for a, b in zip(x1, ff)]
+    T = lambda *sh: ttype(sh, 'f32')
+    body = [const('wq', wq, (1, D, D)), const('wk', wk, (1, D, D)), const('wv', wv, (1, D, D)), const('wo', wo, (1, D, D)),
+            const('w1', w1, (1, D, Fh)), const('w2', w2, (1, Fh, D)), scalar_const('zp', 'f32', 0.0),
+            scalar_const('shift', 'i8', 0),
+            const('invd', [1.0 / D], (1, 1, 1)), const('eps', [1e-5], (1, 1, 1)),
+            const('scale', [1 / math.sqrt(D)], (1, 1, 1)), const('half', [0.5], (1, 1, 1)), const('one', [1.0], (1, 1, 1)),
+            const('c0', [0.7978845608028654], (1, 1, 1)), const('c1', [0.044715], (1, 1, 1)),
+            shape_const('perm_dummy', [0])]
+    body.pop()  # (no shape constant needed)
+
+    def ln(res, inp):
+        return ['%%%s_s = tosa.reduce_sum %%%s {axis = 2 : i32} : (%s) -> %s' % (res, inp, T(1, S, D), T(1, S, 1)),
+                '%%%s_m = tosa.mul %%%s_s, %%invd, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (res, res, T(1, S, 1), T(1, 1, 1), T(1, S, 1)),
+                '%%%s_c = tosa.sub %%%s, %%%s_m : (%s, %s) -> %s' % (res, inp, res, T(1, S, D), T(1, S, 1), T(1, S, D)),
+                '%%%s_q = tosa.mul %%%s_c, %%%s_c, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (res, res, res, T(1, S, D), T(1, S, D), T(1, S, D)),
+                '%%%s_vs = tosa.reduce_sum %%%s_q {axis = 2 : i32} : (%s) -> %s' % (res, res, T(1, S, D), T(1, S, 1)),
+                '%%%s_v = tosa.mul %%%s_vs, %%invd, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (res, res, T(1, S, 1), T(1, 1, 1), T(1, S, 1)),
+                '%%%s_ve = tosa.add %%%s_v, %%eps : (%s, %s) -> %s' % (res, res, T(1, S, 1), T(1, 1, 1), T(1, S, 1)),
+                '%%%s_r = tosa.rsqrt %%%s_ve : (%s) -> %s' % (res, res, T(1, S, 1), T(1, S, 1)),
+                '%%%s = tosa.mul %%%s_c, %%%s_r, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (res, res, res, T(1, S, D), T(1, S, 1), T(1, S, D))]
+
+    def matmul(res, a, b, at, bt, rt):
+        return '%%%s = tosa.matmul %%%s, %%%s, %%zp, %%zp : (%s, %s, tensor<1xf32>, tensor<1xf32>) -> %s' % (res, a, b, at, bt, rt)
+
+    body += ln('h', 'arg0')
+    body += [matmul('q', 'h', 'wq', T(1, S, D), T(1, D, D), T(1, S, D)),
+             matmul('k', 'h', 'wk', T(1, S, D), T(1, D, D), T(1, S, D)),
+             matmul('v', 'h', 'wv', T(1, S, D), T(1, D, D), T(1, S, D)),
+             '%%kt = tosa.transpose %%k {perms = array<i32: 0, 2, 1>} : (%s) -> %s' % (T(1, S, D), T(1, D, S)),
+             matmul('sc', 'q', 'kt', T(1, S, D), T(1, D, S), T(1, S, S)),
+             '%%ss = tosa.mul %%sc, %%scale, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (T(1, S, S), T(1, 1, 1), T(1, S, S)),
+             '%%mx = tosa.reduce_max %%ss {axis = 2 : i32} : (%s) -> %s' % (T(1, S, S), T(1, S, 1)),
+             '%%sh = tosa.sub %%ss, %%mx : (%s, %s) -> %s' % (T(1, S, S), T(1, S, 1), T(1, S, S)),
+             '%%ex = tosa.exp %%sh : (%s) -> %s' % (T(1, S, S), T(1, S, S)),
+             '%%sm = tosa.reduce_sum %%ex {axis = 2 : i32} : (%s) -> %s' % (T(1, S, S), T(1, S, 1)),
+             '%%rc = tosa.reciprocal %%sm : (%s) -> %s' % (T(1, S, 1), T(1, S, 1)),
+             '%%pr = tosa.mul %%ex, %%rc, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (T(1, S, S), T(1, S, 1), T(1, S, S)),
+             matmul('cx', 'pr', 'v', T(1, S, S), T(1, S, D), T(1, S, D)),
+             matmul('at', 'cx', 'wo', T(1, S, D), T(1, D, D), T(1, S, D)),
+             '%%x1 = tosa.add %%arg0, %%at : (%s, %s) -> %s' % (T(1, S, D), T(1, S, D), T(1, S, D))]
+    body += ln('h2', 'x1')
+    body += [matmul('f1', 'h2', 'w1', T(1, S, D), T(1, D, Fh), T(1, S, Fh)),
+             '%%g3 = tosa.mul %%f1, %%f1, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (T(1, S, Fh), T(1, S, Fh), T(1, S, Fh)),
+             '%%g4 = tosa.mul %%g3, %%f1, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (T(1, S, Fh), T(1, S, Fh), T(1, S, Fh)),
+             '%%g5 = tosa.mul %%g4, %%c1, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (T(1, S, Fh), T(1, 1, 1), T(1, S, Fh)),
+             '%%g6 = tosa.add %%f1, %%g5 : (%s, %s) -> %s' % (T(1, S, Fh), T(1, S, Fh), T(1, S, Fh)),
+             '%%g7 = tosa.mul %%g6, %%c0, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (T(1, S, Fh), T(1, 1, 1), T(1, S, Fh)),
+             '%%g8 = tosa.tanh %%g7 : (%s) -> %s' % (T(1, S, Fh), T(1, S, Fh)),
+             '%%g9 = tosa.add %%g8, %%one : (%s, %s) -> %s' % (T(1, S, Fh), T(1, 1, 1), T(1, S, Fh)),
+             '%%g10 = tosa.mul %%f1, %%g9, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (T(1, S, Fh), T(1, S, Fh), T(1, S, Fh)),
+             '%%g = tosa.mul %%g10, %%half, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (T(1, S, Fh), T(1, 1, 1), T(1, S, Fh)),
+             matmul('f2', 'g', 'w2', T(1, S, Fh), T(1, Fh, D), T(1, S, D)),
+             '%%out = tosa.add %%x1, %%f2 : (%s, %s) -> %s' % (T(1, S, D), T(1, S, D), T(1, S, D)),
+             'return %%out : %s' % T(1, S, D)]
+    cases.append(tosa_case('model_transformer_encoder', [T(1, S, D)], T(1, S, D), body, [((1, S, D), 'f32', x)],
+                           [((1, S, D), 'f32', out)], 1e-4))
+    # ---- control flow: a conditional and an RNN cell's loop (not supported yet) ----
+    cf = ('sm_89,sm_120,gfx950,gfx1100,arm5gen,videocore_vii',
+          'host control flow: tosa.cond_if / tosa.while_loop (issue 15, class 4)')
+    a = values((4,), 'f32', 108)
+    c = Case('cond_if_f32', """func.func @cond_if_f32(%c: tensor<1xi1>, %a: tensor<4xf32>) -> tensor<4xf32> {
+  %r = tosa.cond_if %c (%x = %a) : tensor<1xi1> (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%x: tensor<4xf32>):
+    %0 = tosa.add %x, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    tosa.yield %0 : tensor<4xf32>
+  } else {
+  ^bb0(%x: tensor<4xf32>):
+    %0 = tosa.sub %x, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    tosa.yield %0 : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}""", [((1,), 'i1', [1]), ((4,), 'f32', a)], [((4,), 'f32', [2 * v for v in a])], xfail=cf)
+    cases.append(c)
+    # h_{t+1} = tanh(W h_t + x) for 3 steps, in a tosa.while_loop.
+    Hd = 4
+    wr = small_weights(Hd * Hd, 109, 0.5)
+    xin = values((1, 1, Hd), 'f32', 110)
+    hstate = [0.0] * Hd
+    for _ in range(3):
+        hstate = [math.tanh(sum(hstate[j] * wr[j * Hd + i] for j in range(Hd)) + xin[i]) for i in range(Hd)]
+    body = """func.func @rnn_while_f32(%%x: tensor<1x1x4xf32>) -> tensor<1x1x4xf32> {
+  %s
+  %%zp = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %%h0 = "tosa.const"() {values = dense<0.0> : tensor<1x1x4xf32>} : () -> tensor<1x1x4xf32>
+  %%i0 = "tosa.const"() {values = dense<0> : tensor<i32>} : () -> tensor<i32>
+  %%r:2 = tosa.while_loop (%%i = %%i0, %%h = %%h0) : (tensor<i32>, tensor<1x1x4xf32>) -> (tensor<i32>, tensor<1x1x4xf32>) {
+    %%three = "tosa.const"() {values = dense<3> : tensor<i32>} : () -> tensor<i32>
+    %%go = tosa.greater %%three, %%i : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    tosa.yield %%go : tensor<i1>
+  } do {
+  ^bb0(%%i: tensor<i32>, %%h: tensor<1x1x4xf32>):
+    %%one = "tosa.const"() {values = dense<1> : tensor<i32>} : () -> tensor<i32>
+    %%n = tosa.add %%i, %%one : (tensor<i32>, tensor<i32>) -> tensor<i32>
+    %%m = tosa.matmul %%h, %%w, %%zp, %%zp : (tensor<1x1x4xf32>, tensor<1x4x4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x1x4xf32>
+    %%s = tosa.add %%m, %%x : (tensor<1x1x4xf32>, tensor<1x1x4xf32>) -> tensor<1x1x4xf32>
+    %%t = tosa.tanh %%s : (tensor<1x1x4xf32>) -> tensor<1x1x4xf32>
+    tosa.yield %%n, %%t : tensor<i32>, tensor<1x1x4xf32>
+  }
+  return %%r#1 : tensor<1x1x4xf32>
+}""" % const('w', wr, (1, Hd, Hd))
+    cases.append(Case('rnn_while_f32', body, [((1, 1, Hd), 'f32', xin)], [((1, 1, Hd), 'f32', [f32(v) for v in hstate])],
+                      tol=1e-5, xfail=cf))
+    return cases
+
+
 GROUPS = {
+    'models': group_models,
     'tosa': group_tosa,
     'quantized': group_quantized,
     'no_dispatch': group_no_dispatch,

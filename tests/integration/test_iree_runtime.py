@@ -31,8 +31,6 @@ RUN_MODULE = os.path.join(TOOLS, "iree-run-module")
 VULKAN_TARGETS = ("arm5gen", "videocore_vii")
 LINK_TARGETS = ("sm_89", "sm_120", "gfx950", "gfx1100")
 
-NPY_TYPES = {"<f2": ("e", 2), "<f4": ("f", 4), "<f8": ("d", 8), "|i1": ("b", 1), "<i2": ("h", 2),
-             "<i4": ("i", 4), "<i8": ("q", 8), "|b1": ("?", 1), "|u1": ("B", 1)}
 DEFAULT_TOL = {"f16": 2e-3, "bf16": 1.6e-2, "f32": 1e-5, "f64": 1e-12}
 
 
@@ -59,29 +57,22 @@ def parse_cases(path):
     return cases
 
 
-def read_npy(path):
-    """(dtype, values) of every array in an .npy file iree-run-module wrote."""
-    arrays = []
+RAW = {"i1": ("B", 1), "i8": ("b", 1), "i16": ("h", 2), "i32": ("i", 4), "i64": ("q", 8),
+       "f16": ("e", 2), "bf16": ("H", 2), "f32": ("f", 4), "f64": ("d", 8)}
+
+
+def read_raw(path, et, count):
+    """An output iree-run-module wrote as raw bytes (--output=@FILE.bin): .npy has
+    no bf16, so every type is read raw and decoded here."""
+    fmt_, size = RAW[et]
     with open(path, "rb") as f:
         data = f.read()
-    pos = 0
-    while pos < len(data):
-        if data[pos:pos + 6] != b"\x93NUMPY":
-            raise ValueError("not an .npy stream")
-        major = data[pos + 6]
-        hlen_size = 2 if major == 1 else 4
-        hlen = int.from_bytes(data[pos + 8:pos + 8 + hlen_size], "little")
-        header = data[pos + 8 + hlen_size:pos + 8 + hlen_size + hlen].decode("latin1")
-        pos += 8 + hlen_size + hlen
-        descr = re.search(r"'descr':\s*'([^']+)'", header).group(1)
-        shape = re.search(r"'shape':\s*\(([^)]*)\)", header).group(1)
-        count = 1
-        for d in [x for x in shape.replace(" ", "").split(",") if x]:
-            count *= int(d)
-        fmt, size = NPY_TYPES[descr]
-        arrays.append(list(struct.unpack("<%d%s" % (count, fmt), data[pos:pos + count * size])))
-        pos += count * size
-    return arrays
+    if len(data) != count * size:
+        raise ValueError("%d bytes, want %d" % (len(data), count * size))
+    vals = list(struct.unpack("<%d%s" % (count, fmt_), data))
+    if et == "bf16":
+        vals = [struct.unpack("<f", struct.pack("<I", v << 16))[0] for v in vals]
+    return vals
 
 
 def same(want, got, et, tol):
@@ -95,14 +86,21 @@ def same(want, got, et, tol):
     return int(want) == int(got)
 
 
-def values_of(spec):
-    return [float(v) for v in spec.replace(",", " ").split()]
+def values_of(spec, et="f32"):
+    """Integers stay exact (a float loses i64 past 2^53)."""
+    if et in DEFAULT_TOL:
+        return [float(v) for v in spec.replace(",", " ").split()]
+    return [int(v) for v in spec.replace(",", " ").split()]
 
 
 def input_flag(type_spec, values):
     et = type_spec.rsplit("x", 1)[-1]
-    vals = [str(int(v)) if et not in DEFAULT_TOL else repr(v) for v in values_of(values)]
-    return "--input=%s=%s" % (type_spec, ",".join(vals) if vals else "")
+    vals = values_of(values, et)
+    if et == "i1":
+        # IREE reads i1 as hex bytes, two digits each, as it prints them.
+        return "--input=%s=%s" % (type_spec, " ".join("%02x" % v for v in vals))
+    text = [repr(v) if et in DEFAULT_TOL else str(v) for v in vals]
+    return "--input=%s=%s" % (type_spec, ",".join(text))
 
 
 @unittest.skipUnless(os.access(RUN_MODULE, os.X_OK),
@@ -145,26 +143,20 @@ class IreeRuntimeTest(unittest.TestCase):
         vmfb, err = self.compile(case, target, out)
         if not vmfb:
             return False, "kilnc: %s" % err
-        npy = os.path.join(out, "out.npy")
-        if os.path.exists(npy):
-            os.unlink(npy)
+        files = [os.path.join(out, "out%d.bin" % i) for i in range(len(case["outputs"]))]
         args = [RUN_MODULE, "--device=vulkan", "--module=" + vmfb, "--function=" + case["name"]]
         args += [input_flag(spec[0], spec[1] if len(spec) > 1 else "") for spec in case["inputs"]]
-        args += ["--output=+" + npy for _ in case["outputs"]]
+        args += ["--output=@" + f for f in files]
         r = subprocess.run(args, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             return False, (r.stderr or r.stdout).strip().splitlines()[-1:]
-        try:
-            arrays = read_npy(npy)
-        except (OSError, ValueError, KeyError) as e:
-            return False, "reading the outputs: %s" % e
-        if len(arrays) != len(case["outputs"]):
-            return False, "%d outputs, want %d" % (len(arrays), len(case["outputs"]))
-        for (type_spec, *vals), got in zip(case["outputs"], arrays):
-            want = values_of(vals[0] if vals else "")
+        for (type_spec, *vals), path in zip(case["outputs"], files):
             et = type_spec.rsplit("x", 1)[-1]
-            if et == "bf16":
-                got = [struct.unpack("<f", struct.pack("<I", (int(g) & 0xFFFF) << 16))[0] for g in got]
+            want = values_of(vals[0] if vals else "", et)
+            try:
+                got = read_raw(path, et, len(want))
+            except (OSError, ValueError) as e:
+                return False, "reading an output: %s" % e
             for i, (w, g) in enumerate(zip(want, got)):
                 if not same(w, g, et, case["tol"]):
                     return False, "element %d: want %r, got %r" % (i, w, g)
@@ -179,7 +171,7 @@ class IreeRuntimeTest(unittest.TestCase):
             for name in sorted(os.listdir(CORPUS)):
                 if not name.endswith(".mlir"):
                     continue
-                for case in parse_cases(os.path.join(CORPUS, name))[:3]:
+                for case in parse_cases(os.path.join(CORPUS, name)):
                     for target in LINK_TARGETS:
                         vmfb, err = self.compile(case, target, out)
                         if not vmfb:
@@ -190,8 +182,12 @@ class IreeRuntimeTest(unittest.TestCase):
                                            text=True, timeout=60)
                         text = r.stderr + r.stdout
                         checked += 1
-                        if "signature mismatch" in text or "not found" in text and "import" in text \
-                                or "verif" in text.lower():
+                        # Past verification and import resolution, a module either
+                        # reaches hal.executable.create (which local-sync refuses for a
+                        # GPU format) or, creating no executable, its inputs.
+                        reached = ("no executable loader registered" in text or
+                                   "parsing function inputs" in text or r.returncode == 0)
+                        if not reached:
                             failed.append("%s @%s %s: %s" % (name, case["name"], target,
                                                              text.strip().splitlines()[-1:]))
         print("CUDA/HIP artifacts loaded by the 3.12 runtime: %d checked, %d failed"
