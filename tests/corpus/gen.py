@@ -1015,7 +1015,7 @@ def group_models():
     cases.append(tosa_case('model_transformer_encoder', [T(1, S, D)], T(1, S, D), body, [((1, S, D), 'f32', x)],
                            [((1, S, D), 'f32', out)], 1e-4))
     # ---- control flow: a conditional and an RNN cell's loop (not supported yet) ----
-    cf = ('sm_89,sm_120,gfx950,gfx1100,arm5gen,videocore_vii',
+    cf = ('*',
           'host control flow: tosa.cond_if / tosa.while_loop (issue 15, class 4)')
     a = values((4,), 'f32', 108)
     c = Case('cond_if_f32', """func.func @cond_if_f32(%c: tensor<1xi1>, %a: tensor<4xf32>) -> tensor<4xf32> {

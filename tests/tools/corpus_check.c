@@ -11,7 +11,7 @@
  *   // OUTPUT 3xi8 2 4 6     (one line per result)
  *   // TOL 1e-3              (optional: relative float tolerance, default per type)
  *   // COMPILE-ONLY          (optional: compile and validate, do not run)
- *   // XFAIL T,... reason     (optional: known to fail on these targets; counted as
+ *   // XFAIL T,... reason     (optional: known to fail on these targets, * for all; counted as
  *                            "xfail", and as a failure when it passes, so the
  *                            mark goes when the gap is closed)
  *
@@ -697,7 +697,7 @@ int main(int argc, char **argv) {
       for (size_t t = 0; t < n_targets && c->xfail; t++) {
         char *ids = kiln_strdup(c->xfail);
         for (char *save = NULL, *tok = strtok_r(ids, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-          if (strcmp(tok, targets[t]->id) == 0) expect_fail[t] = true;
+          if (strcmp(tok, targets[t]->id) == 0 || strcmp(tok, "*") == 0) expect_fail[t] = true;
         }
         kiln_free(ids);
       }
