@@ -186,7 +186,15 @@ typedef struct launch_s {
 typedef struct launches_s {
   launch_t *items;
   size_t n;
+  /* The first launch whose sizes could not be read as a static grid in the
+   * devices' limits, and why; such a model is refused (a launch left out would
+   * leave its kernel out of the executable). */
+  kiln_status_t refused;
 } launches_t;
+
+/* Grid dimensions Vulkan devices commonly allow (maxComputeWorkGroupCount), and
+ * the bound on CUDA's y and z and on kiln's one plan shared by every target. */
+#define MAX_GRID 65535
 
 static bool constant_index(MlirValue v, uint32_t *out) {
   if (!mlirValueIsAOpResult(v)) return false;
@@ -197,6 +205,17 @@ static bool constant_index(MlirValue v, uint32_t *out) {
   int64_t x = mlirIntegerAttrGetValueInt(value);
   if (x <= 0 || x > 65535) return false;
   *out = (uint32_t)x;
+  return true;
+}
+
+/* The value of an index constant, whatever its size. */
+static bool raw_index(MlirValue v, int64_t *out) {
+  if (!mlirValueIsAOpResult(v)) return false;
+  MlirOperation def = mlirOpResultGetOwner(v);
+  if (!op_is(def, "arith.constant")) return false;
+  MlirAttribute value = mlirOperationGetAttributeByName(def, mlirStringRefCreateFromCString("value"));
+  if (mlirAttributeIsNull(value) || !mlirAttributeIsAInteger(value)) return false;
+  *out = mlirIntegerAttrGetValueInt(value);
   return true;
 }
 
@@ -215,11 +234,30 @@ static MlirWalkResult collect_launch(MlirOperation op, void *user) {
     first_block = mlirDenseI32ArrayGetElement(segments, 0) + 3;
   }
   launch_t l = {0};
+  MlirStringRef kname = mlirFlatSymbolRefAttrGetValue(mlirSymbolRefAttrGetNestedReference(kernel, 0));
   for (int i = 0; i < 3; i++) {
+    int64_t grid = 0;
+    bool static_grid = first_block + i < mlirOperationGetNumOperands(op) &&
+                       raw_index(mlirOperationGetOperand(op, first_block - 3 + i), &grid);
+    if (static_grid && (grid < 1 || grid > MAX_GRID) && !launches->refused) {
+      launches->refused = KILN_STATUS(
+          KILN_STATUS_UNIMPLEMENTED,
+          "kernel %.*s needs %lld workgroups along %c; kiln plans at most %d per dimension (its "
+          "workgroups are fixed tiles of 1x4x32 invocations): the tensor is too large for kiln's "
+          "tiling",
+          (int)kname.length, kname.data, (long long)grid, "xyz"[i], MAX_GRID);
+    }
     if (first_block + i >= mlirOperationGetNumOperands(op) ||
         !constant_index(mlirOperationGetOperand(op, first_block + i), &l.block[i]) ||
         !constant_index(mlirOperationGetOperand(op, first_block - 3 + i), &l.grid[i])) {
-      return MlirWalkResultAdvance; /* dynamic sizes: left without known sizes */
+      if (!launches->refused) {
+        launches->refused = KILN_STATUS(
+            KILN_STATUS_UNIMPLEMENTED,
+            "kernel %.*s has a grid or workgroup size that is not a constant (a dynamic "
+            "dimension): kiln compiles static shapes only",
+            (int)kname.length, kname.data);
+      }
+      return MlirWalkResultAdvance;
     }
   }
   l.module_name = string_of(mlirSymbolRefAttrGetRootReference(kernel));
@@ -230,6 +268,7 @@ static MlirWalkResult collect_launch(MlirOperation op, void *user) {
 }
 
 static void launches_deinit(launches_t *launches) {
+  kiln_status_free(launches->refused);
   for (size_t i = 0; i < launches->n; i++) {
     kiln_free(launches->items[i].module_name);
     kiln_free(launches->items[i].kernel_name);
@@ -977,6 +1016,39 @@ static void compile_one(void *user, size_t index, kiln_compiler_target_output_t 
   }
 }
 
+/* Dynamic shapes are refused up front, naming the function, the argument or
+ * result and its type, instead of failing inside every back half. */
+static kiln_status_t check_static_signatures(MlirModule module, const char *name) {
+  for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module)); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (!op_is(op, "func.func")) continue;
+    MlirAttribute ft = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("function_type"));
+    MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
+    if (mlirAttributeIsNull(ft) || mlirAttributeIsNull(sym)) continue;
+    MlirType fn = mlirTypeAttrGetValue(ft);
+    for (int results = 0; results < 2; results++) {
+      intptr_t n = results ? mlirFunctionTypeGetNumResults(fn) : mlirFunctionTypeGetNumInputs(fn);
+      for (intptr_t i = 0; i < n; i++) {
+        MlirType t = results ? mlirFunctionTypeGetResult(fn, i) : mlirFunctionTypeGetInput(fn, i);
+        if (!mlirTypeIsAShaped(t) || (mlirShapedTypeHasRank(t) && mlirShapedTypeHasStaticShape(t))) continue;
+        kiln_buf_t text;
+        kiln_buf_init(&text);
+        mlirTypePrint(t, append_cb, &text);
+        MlirStringRef fname = mlirStringAttrGetValue(sym);
+        kiln_status_t st = KILN_STATUS(
+            KILN_STATUS_UNIMPLEMENTED,
+            "%s: function @%.*s %s %zd is %s: kiln compiles static shapes only (dynamic "
+            "dimensions are not supported yet); export the model with fixed sizes",
+            name, (int)fname.length, fname.data, results ? "result" : "argument", (ssize_t)i,
+            text.len ? text.data : "?");
+        kiln_buf_deinit(&text);
+        return st;
+      }
+    }
+  }
+  return NULL;
+}
+
 kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source,
                                     size_t len, const char *name,
                                     const kiln_target_t *const *targets, size_t n_targets,
@@ -986,6 +1058,11 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   int64_t t0 = kiln_time_monotonic_ns();
   MlirModule common;
   KILN_RETURN_IF_ERROR(kiln_compiler_parse(context, source, len, name, &common));
+  kiln_status_t shapes = check_static_signatures(common, name);
+  if (shapes) {
+    mlirModuleDestroy(common);
+    return shapes;
+  }
   if (context->on_stage) context->on_stage(context->on_stage_user, "optimize", 1);
   /* gpu-dialect input (a host function launching gpu.module kernels) is already
    * past the front half: it goes straight to the back halves. */
@@ -1019,6 +1096,10 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
       /* No kernel at all is fine: functions that return constants, their inputs
        * or views of them are host programs without dispatches. */
       mlirOperationWalk(mlirModuleGetOperation(gpu), describe_kernel, &launches, MlirWalkPreOrder);
+      if (launches.refused) {
+        status = kiln_status_annotate(launches.refused, "%s", name);
+        launches.refused = NULL;
+      }
     }
   }
   if (status) {

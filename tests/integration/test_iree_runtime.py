@@ -173,6 +173,8 @@ class IreeRuntimeTest(unittest.TestCase):
                     continue
                 for case in parse_cases(os.path.join(CORPUS, name)):
                     for target in LINK_TARGETS:
+                        if target in case["xfail"] or "*" in case["xfail"]:
+                            continue  # a known gap: corpus_check tracks it
                         vmfb, err = self.compile(case, target, out)
                         if not vmfb:
                             failed.append("%s @%s %s: kilnc: %s" % (name, case["name"], target, err))

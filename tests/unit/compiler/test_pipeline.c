@@ -19,6 +19,7 @@
 #include "compiler/artifact.h"
 #include "compiler/pipeline.h"
 #include "compiler/vmfb/reader.h"
+#include "tests/unit/support/testing.h"
 
 static char *mlp;
 static size_t mlp_len;
@@ -356,6 +357,68 @@ static char *slurp(const char *path, size_t *out_len) {
   return b;
 }
 
+/* Models the compiler refuses as a whole: a message naming the function, the
+ * value and the reason, UNIMPLEMENTED (not bad IR), and no target compiled. */
+static void test_refused_models(void **state) {
+  static const struct {
+    const char *text, *needle;
+  } models[] = {
+      {"func.func @dyn(%a: tensor<?x16xf32>) -> tensor<?x16xf32> {\n"
+       "  %0 = tosa.add %a, %a : (tensor<?x16xf32>, tensor<?x16xf32>) -> tensor<?x16xf32>\n"
+       "  return %0 : tensor<?x16xf32>\n}\n",
+       "function @dyn argument 0 is tensor<?x16xf32>"},
+      {"func.func @huge(%a: tensor<100000x100000xf32>) -> tensor<100000x100000xf32> {\n"
+       "  %0 = tosa.add %a, %a : (tensor<100000x100000xf32>, tensor<100000x100000xf32>) -> "
+       "tensor<100000x100000xf32>\n  return %0 : tensor<100000x100000xf32>\n}\n",
+       "needs 100000 workgroups along x"},
+  };
+  const kiln_target_t *targets[2] = {target("sm_89"), target("arm5gen")};
+  for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+    kiln_compiler_output_t out;
+    kiln_status_t st = kiln_compiler_compile(*state, models[i].text, strlen(models[i].text), "m.mlir",
+                                             targets, 2, &out);
+    assert_int_equal(kiln_status_code(st), KILN_STATUS_UNIMPLEMENTED);
+    if (!strstr(kiln_status_message(st), models[i].needle)) {
+      fail_msg("want \"%s\" in: %s", models[i].needle, kiln_status_message(st));
+    }
+    kiln_status_free(st);
+  }
+}
+
+/* Valid programs without a kernel still make VMFBs (a returned constant, an input
+ * passed through, a reshape of it), and JAX's `func.func public @main` is an entry
+ * point. The VMFB reads back as current with the function exported. */
+static void test_programs_without_kernels(void **state) {
+  static const char text[] =
+      "func.func public @main(%a: tensor<2x3xf32>) -> (tensor<3x2xf32>, tensor<2xi1>) {\n"
+      "  %c = arith.constant dense<[true, false]> : tensor<2xi1>\n"
+      "  %s = tosa.const_shape {values = dense<[3, 2]> : tensor<2xindex>} : () -> !tosa.shape<2>\n"
+      "  %r = tosa.reshape %a, %s : (tensor<2x3xf32>, !tosa.shape<2>) -> tensor<3x2xf32>\n"
+      "  return %r, %c : tensor<3x2xf32>, tensor<2xi1>\n}\n";
+  const kiln_target_t *targets[2] = {target("gfx1100"), target("videocore_vii")};
+  kiln_compiler_output_t out;
+  kiln_test_assert_ok(kiln_compiler_compile(*state, text, sizeof text - 1, "nok.mlir", targets, 2, &out));
+  assert_null(out.plan_status);
+  assert_int_equal(out.plan.n_functions, 1);
+  assert_string_equal(out.plan.functions[0].name, "main");
+  assert_int_equal(out.plan.functions[0].n_results, 2);
+  assert_int_equal(out.plan.functions[0].results[1].type.element_type, KILN_VMFB_ELEMENT_BOOL_8);
+  for (size_t t = 0; t < 2; t++) {
+    assert_null(out.targets[t].status);
+    assert_int_equal(out.targets[t].n_kernels, 0);
+    kiln_buf_t vmfb;
+    kiln_buf_init(&vmfb);
+    kiln_compiler_artifact_options_t options = {.source = text, .source_len = sizeof text - 1};
+    kiln_test_assert_ok(kiln_compiler_artifact_write(&out, t, &options, &vmfb));
+    kiln_vmfb_info_t info;
+    kiln_test_assert_ok(kiln_vmfb_read((const uint8_t *)vmfb.data, vmfb.len, &info));
+    assert_int_equal(info.cls, KILN_VMFB_CLASS_CURRENT);
+    kiln_vmfb_info_deinit(&info);
+    kiln_buf_deinit(&vmfb);
+  }
+  kiln_compiler_output_deinit(&out);
+}
+
 static void test_examples_all_gpu_targets(void **state) {
   static const char *const models[] = {"mlp", "convnet", "attention"};
   const kiln_target_t *targets[32];
@@ -457,6 +520,8 @@ int main(void) {
       cmocka_unit_test(test_metadata),
       cmocka_unit_test(test_copies_become_kernels),
       cmocka_unit_test(test_gpu_dialect_input),
+      cmocka_unit_test(test_refused_models),
+      cmocka_unit_test(test_programs_without_kernels),
       cmocka_unit_test(test_examples_all_gpu_targets),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
