@@ -29,6 +29,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "compiler/kernel_types.h"
 
 static void append_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
 
@@ -99,37 +100,38 @@ static void rewrite_block(MlirContext ctx, MlirBlock block) {
   }
 }
 
-void kiln_compiler_copies_to_kernels(MlirContext context, MlirModule module) {
+/* Calls fn on every block of every func.func at the top of `module`. */
+static void for_each_function_block(MlirContext context, MlirModule module,
+                                    void (*fn)(MlirContext, MlirBlock, void *), void *user) {
   MlirBlock body = mlirModuleGetBody(module);
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
     if (!op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1) continue;
     MlirRegion region = mlirOperationGetRegion(op, 0);
     for (MlirBlock b = mlirRegionGetFirstBlock(region); !mlirBlockIsNull(b); b = mlirBlockGetNextInRegion(b)) {
-      rewrite_block(context, b);
+      fn(context, b, user);
     }
   }
 }
 
-/* ---- host loops to kernels (host.h) ---- */
-
-static MlirOperation index_constant(MlirContext ctx, MlirLocation loc, int64_t v) {
-  MlirType index = mlirIndexTypeGet(ctx);
-  MlirNamedAttribute value = mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("value")),
-                                                   mlirIntegerAttrGet(index, v));
-  MlirOperationState state = mlirOperationStateGet(mlirStringRefCreateFromCString("arith.constant"), loc);
-  mlirOperationStateAddResults(&state, 1, &index);
-  mlirOperationStateAddAttributes(&state, 1, &value);
-  return mlirOperationCreate(&state);
+static void rewrite_copies_in(MlirContext context, MlirBlock block, void *user) {
+  (void)user;
+  rewrite_block(context, block);
 }
+
+void kiln_compiler_copies_to_kernels(MlirContext context, MlirModule module) {
+  for_each_function_block(context, module, rewrite_copies_in, NULL);
+}
+
+/* ---- host loops to kernels (host.h) ---- */
 
 /* Wraps the ops from `first` to `last` (a store or loop and the producers
  * gather_producers put before it) in a one-iteration scf.parallel. */
 static void wrap_group(MlirContext ctx, MlirBlock block, MlirOperation first, MlirOperation last) {
   MlirLocation loc = mlirOperationGetLocation(last);
   MlirType index = mlirIndexTypeGet(ctx);
-  MlirOperation c0 = index_constant(ctx, loc, 0);
-  MlirOperation c1 = index_constant(ctx, loc, 1);
+  MlirOperation c0 = kiln_compiler_int_constant(ctx, loc, index, 0);
+  MlirOperation c1 = kiln_compiler_int_constant(ctx, loc, index, 1);
   mlirBlockInsertOwnedOperationBefore(block, first, c0);
   mlirBlockInsertOwnedOperationBefore(block, first, c1);
   MlirBlock body = mlirBlockCreate(1, &index, &loc);
@@ -225,44 +227,42 @@ static MlirOperation gather_producers(MlirBlock block, MlirOperation op) {
   return first;
 }
 
-void kiln_compiler_host_loops_to_kernels(MlirContext context, MlirModule module) {
-  MlirBlock body = mlirModuleGetBody(module);
-  for (MlirOperation f = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(f);
-       f = mlirOperationGetNextInBlock(f)) {
-    if (!op_is(f, "func.func") || mlirOperationGetNumRegions(f) < 1) continue;
-    MlirRegion region = mlirOperationGetRegion(f, 0);
-    for (MlirBlock b = mlirRegionGetFirstBlock(region); !mlirBlockIsNull(b); b = mlirBlockGetNextInRegion(b)) {
-      /* Reductions over outer dimensions: the parallel loops go outside. A nest
-       * of several reduction loops takes one interchange per loop. */
-      for (bool changed = true; changed;) {
-        changed = false;
-        for (MlirOperation op = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(op);) {
-          MlirOperation next = mlirOperationGetNextInBlock(op);
-          MlirOperation inner = op;
-          /* Find for(...for(par)) at any depth of a for-only nest under op. */
-          while (op_is(inner, "scf.for") && mlirOperationGetNumResults(inner) == 0) {
-            MlirOperation par = lone_parallel(inner);
-            if (!mlirOperationIsNull(par)) {
-              interchange(mlirOperationGetBlock(inner), inner, par);
-              changed = true;
-              break;
-            }
-            MlirBlock ib = mlirRegionGetFirstBlock(mlirOperationGetRegion(inner, 0));
-            MlirOperation only = mlirBlockGetFirstOperation(ib);
-            if (mlirOperationIsNull(only) || !op_is(mlirOperationGetNextInBlock(only), "scf.yield")) break;
-            inner = only;
-          }
-          op = next;
+static void loops_to_kernels_in(MlirContext context, MlirBlock b, void *user) {
+  (void)user;
+  /* Reductions over outer dimensions: the parallel loops go outside. A nest
+   * of several reduction loops takes one interchange per loop. */
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (MlirOperation op = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(op);) {
+      MlirOperation next = mlirOperationGetNextInBlock(op);
+      MlirOperation inner = op;
+      /* Find for(...for(par)) at any depth of a for-only nest under op. */
+      while (op_is(inner, "scf.for") && mlirOperationGetNumResults(inner) == 0) {
+        MlirOperation par = lone_parallel(inner);
+        if (!mlirOperationIsNull(par)) {
+          interchange(mlirOperationGetBlock(inner), inner, par);
+          changed = true;
+          break;
         }
+        MlirBlock ib = mlirRegionGetFirstBlock(mlirOperationGetRegion(inner, 0));
+        MlirOperation only = mlirBlockGetFirstOperation(ib);
+        MlirOperation after = mlirOperationIsNull(only) ? only : mlirOperationGetNextInBlock(only);
+        if (mlirOperationIsNull(after) || !op_is(after, "scf.yield")) break;
+        inner = only;
       }
-      /* What is still host work becomes a one-invocation kernel. */
-      for (MlirOperation op = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(op);) {
-        MlirOperation next = mlirOperationGetNextInBlock(op);
-        if (host_work(op)) wrap_group(context, b, gather_producers(b, op), op);
-        op = next;
-      }
+      op = next;
     }
   }
+  /* What is still host work becomes a one-invocation kernel. */
+  for (MlirOperation op = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(op);) {
+    MlirOperation next = mlirOperationGetNextInBlock(op);
+    if (host_work(op)) wrap_group(context, b, gather_producers(b, op), op);
+    op = next;
+  }
+}
+
+void kiln_compiler_host_loops_to_kernels(MlirContext context, MlirModule module) {
+  for_each_function_block(context, module, loops_to_kernels_in, NULL);
 }
 
 /* ---- fusion bounds (host.h) ---- */
@@ -308,16 +308,12 @@ static void barriers_in_block(MlirContext ctx, MlirBlock block, int64_t limit) {
   }
 }
 
+static void barriers_in(MlirContext context, MlirBlock block, void *user) {
+  barriers_in_block(context, block, *(const int64_t *)user);
+}
+
 void kiln_compiler_fusion_barriers_insert(MlirContext context, MlirModule module, int64_t limit) {
-  MlirBlock body = mlirModuleGetBody(module);
-  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op)) {
-    if (!op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1) continue;
-    MlirRegion region = mlirOperationGetRegion(op, 0);
-    for (MlirBlock b = mlirRegionGetFirstBlock(region); !mlirBlockIsNull(b); b = mlirBlockGetNextInRegion(b)) {
-      barriers_in_block(context, b, limit);
-    }
-  }
+  for_each_function_block(context, module, barriers_in, &limit);
 }
 
 typedef struct barriers_s {

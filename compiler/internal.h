@@ -55,6 +55,10 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
                               kiln_compiler_target_output_t *outs, const char *name,
                               void (*ready)(void *user, size_t index));
 
+/* Whether the comma-separated `list` (NULL: empty) holds `item` exactly: SPIR-V
+ * capability lists, the math functions a backend lacks. Thread-safe. */
+bool kiln_compiler_list_has(const char *list, const char *item);
+
 /* Frees one target's kernels and status and clears them (keeps `target`). */
 void kiln_compiler_target_output_clear(kiln_compiler_target_output_t *t);
 

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "compiler/internal.h"
 #include "compiler/kernel_types.h"
 
 static const char erf_f32[] =
@@ -330,12 +331,12 @@ typedef struct found_s {
   size_t total;
 } found_t;
 
-static bool listed(const char *list, const char *name) {
-  size_t n = strlen(name);
+bool kiln_compiler_list_has(const char *list, const char *item) {
+  size_t n = strlen(item);
   for (const char *p = list; p && *p;) {
     const char *comma = strchr(p, ',');
     size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    if (len == n && memcmp(p, name, n) == 0) return true;
+    if (len == n && memcmp(p, item, n) == 0) return true;
     p = comma ? comma + 1 : NULL;
   }
   return false;
@@ -350,7 +351,7 @@ static MlirWalkResult find_math(MlirOperation op, void *user) {
   }
   for (size_t h = 0; h < N_HELPERS; h++) {
     if (name.length - 5 == strlen(helpers[h].name) &&
-        memcmp(name.data + 5, helpers[h].name, name.length - 5) == 0 && listed(f->ops, helpers[h].name)) {
+        memcmp(name.data + 5, helpers[h].name, name.length - 5) == 0 && kiln_compiler_list_has(f->ops, helpers[h].name)) {
       f->items[h] = kiln_realloc(f->items[h], (f->n[h] + 1) * sizeof *f->items[h]);
       f->items[h][f->n[h]++] = op;
       f->total++;

@@ -421,25 +421,23 @@ kiln_status_t kiln_compiler_kernels_expand_f16(MlirContext context, MlirModule m
 
 /* ---- i64 buffers as pairs of i32 ---- */
 
-static MlirValue index_const(MlirContext ctx, MlirBlock block, MlirOperation before, int64_t v) {
-  MlirType index = mlirIndexTypeGet(ctx);
-  MlirNamedAttribute value = mlirNamedAttributeGet(mlirIdentifierGet(ctx, sref("value")), mlirIntegerAttrGet(index, v));
-  MlirOperationState st = mlirOperationStateGet(sref("arith.constant"), mlirOperationGetLocation(before));
-  mlirOperationStateAddResults(&st, 1, &index);
-  mlirOperationStateAddAttributes(&st, 1, &value);
-  MlirOperation c = mlirOperationCreate(&st);
+MlirOperation kiln_compiler_int_constant(MlirContext context, MlirLocation loc, MlirType type, int64_t value) {
+  MlirNamedAttribute attr =
+      mlirNamedAttributeGet(mlirIdentifierGet(context, sref("value")), mlirIntegerAttrGet(type, value));
+  MlirOperationState st = mlirOperationStateGet(sref("arith.constant"), loc);
+  mlirOperationStateAddResults(&st, 1, &type);
+  mlirOperationStateAddAttributes(&st, 1, &attr);
+  return mlirOperationCreate(&st);
+}
+
+static MlirValue int_const(MlirContext ctx, MlirBlock block, MlirOperation before, MlirType t, int64_t v) {
+  MlirOperation c = kiln_compiler_int_constant(ctx, mlirOperationGetLocation(before), t, v);
   mlirBlockInsertOwnedOperationBefore(block, before, c);
   return mlirOperationGetResult(c, 0);
 }
 
-static MlirValue int_const(MlirContext ctx, MlirBlock block, MlirOperation before, MlirType t, int64_t v) {
-  MlirNamedAttribute value = mlirNamedAttributeGet(mlirIdentifierGet(ctx, sref("value")), mlirIntegerAttrGet(t, v));
-  MlirOperationState st = mlirOperationStateGet(sref("arith.constant"), mlirOperationGetLocation(before));
-  mlirOperationStateAddResults(&st, 1, &t);
-  mlirOperationStateAddAttributes(&st, 1, &value);
-  MlirOperation c = mlirOperationCreate(&st);
-  mlirBlockInsertOwnedOperationBefore(block, before, c);
-  return mlirOperationGetResult(c, 0);
+static MlirValue index_const(MlirContext ctx, MlirBlock block, MlirOperation before, int64_t v) {
+  return int_const(ctx, block, before, mlirIndexTypeGet(ctx), v);
 }
 
 /* A two-operand arith op inserted before `before`. */

@@ -19,6 +19,10 @@
 
 #include "base/status.h"
 
+/* A new arith.constant of integer or index type `type` holding `value`, at `loc`,
+ * not yet in any block (the caller inserts it). */
+MlirOperation kiln_compiler_int_constant(MlirContext context, MlirLocation loc, MlirType type, int64_t value);
+
 /* Removes every top-level op of `module` except gpu.modules: the host functions
  * and globals, which a device back half neither needs nor could keep consistent
  * once kernel signatures change. The host plan is read before (host.h). */

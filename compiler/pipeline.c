@@ -666,26 +666,14 @@ static void set_spirv_version(MlirContext mlir, MlirOperation spirv_module, cons
   kiln_buf_deinit(&text);
 }
 
-/* Whether a comma-separated list holds `item`. */
-static bool list_has(const char *list, const char *item) {
-  size_t n = strlen(item);
-  for (const char *p = list; p && *p;) {
-    const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    if (len == n && memcmp(p, item, n) == 0) return true;
-    p = comma ? comma + 1 : NULL;
-  }
-  return false;
-}
-
 /* Float types SPIR-V cannot hold on this profile keep their bits in 16-bit
  * integers and compute in f32 (kernel_types.h): bf16 everywhere, f16 where the
  * profile lacks Float16. The host code goes first (it is read already). */
 static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirModule module,
                                          const kiln_target_t *t, const char *name,
                                          const char *stage) {
-  bool float16 = list_has(t->spirv_capabilities, "Float16");
-  bool int64 = list_has(t->spirv_capabilities, "Int64");
+  bool float16 = kiln_compiler_list_has(t->spirv_capabilities, "Float16");
+  bool int64 = kiln_compiler_list_has(t->spirv_capabilities, "Int64");
   kiln_compiler_kernels_only(module);
   /* convert-math-to-spirv, run on its own, reads the profile from a
    * spirv.target_env attribute, not from the gpu.module's targets, and without
