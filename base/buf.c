@@ -3,6 +3,7 @@
  * no memory (data NULL, capacity 0) until the next append. */
 #include "base/buf.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,21 @@ void kiln_buf_append(kiln_buf_t *buf, const void *data, size_t len) {
 }
 
 void kiln_buf_append_str(kiln_buf_t *buf, const char *s) { kiln_buf_append(buf, s, strlen(s)); }
+
+int kiln_buf_append_file(kiln_buf_t *buf, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(buf, chunk, n);
+  int err = ferror(f) ? EIO : 0;
+  fclose(f);
+  if (err) {
+    errno = err;
+    return -1;
+  }
+  return 0;
+}
 
 void kiln_buf_append_char(kiln_buf_t *buf, char c) { kiln_buf_append(buf, &c, 1); }
 

@@ -22,6 +22,10 @@ void kiln_buf_clear(kiln_buf_t *buf);
 void kiln_buf_reserve(kiln_buf_t *buf, size_t extra);
 void kiln_buf_append(kiln_buf_t *buf, const void *data, size_t len);
 void kiln_buf_append_str(kiln_buf_t *buf, const char *s);
+
+/* Appends the whole file at `path` (borrowed). Returns 0, or -1 with errno set when
+ * it cannot be opened or read (what was read stays appended). */
+int kiln_buf_append_file(kiln_buf_t *buf, const char *path);
 void kiln_buf_append_char(kiln_buf_t *buf, char c);
 void kiln_buf_appendf(kiln_buf_t *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void kiln_buf_appendvf(kiln_buf_t *buf, const char *fmt, va_list ap)

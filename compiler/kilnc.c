@@ -82,21 +82,16 @@ static int add_targets(const char *list, const kiln_target_t **targets, size_t *
 }
 
 static char *read_file(const char *path, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
   kiln_buf_t buf;
   kiln_buf_init(&buf);
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(&buf, chunk, n);
-  bool failed = ferror(f) != 0;
-  fclose(f);
-  if (failed) {
+  if (kiln_buf_append_file(&buf, path) != 0) {
     kiln_buf_deinit(&buf);
     return NULL;
   }
   *out_len = buf.len;
-  return kiln_buf_take(&buf);
+  char *text = kiln_buf_take(&buf);
+  kiln_buf_deinit(&buf);
+  return text;
 }
 
 static int write_file(const char *path, const void *data, size_t len) {

@@ -611,14 +611,12 @@ static const char *first_line(const char *msg) {
 }
 
 static char *read_file(const char *path, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
   kiln_buf_t b;
   kiln_buf_init(&b);
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(&b, chunk, n);
-  fclose(f);
+  if (kiln_buf_append_file(&b, path) != 0) {
+    kiln_buf_deinit(&b);
+    return NULL;
+  }
   *out_len = b.len;
   char *s = kiln_buf_take(&b);
   kiln_buf_deinit(&b);

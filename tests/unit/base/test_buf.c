@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -370,6 +371,32 @@ static void reserve_in_child(size_t extra, const char *what) {
   }
 }
 
+/* A whole file is appended, bytes as they are (a NUL and more than one read's worth
+ * included); a missing file is -1 with errno and leaves the buffer as it was. */
+static void test_append_file(void **state) {
+  kiln_buf_t *b = *state;
+  char path[] = "/tmp/kiln-buf-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  size_t n = 200000;
+  char *data = malloc(n);
+  for (size_t i = 0; i < n; i++) data[i] = (char)(i * 7);
+  assert_int_equal(write(fd, data, n), (ssize_t)n);
+  close(fd);
+  kiln_buf_append_str(b, "head:");
+  assert_int_equal(kiln_buf_append_file(b, path), 0);
+  assert_int_equal(b->len, 5 + n);
+  assert_memory_equal(b->data, "head:", 5);
+  assert_memory_equal(b->data + 5, data, n);
+  assert_int_equal(b->data[b->len], '\0');
+  unlink(path);
+  errno = 0;
+  assert_int_equal(kiln_buf_append_file(b, path), -1);
+  assert_int_equal(errno, ENOENT);
+  assert_int_equal(b->len, 5 + n);
+  free(data);
+}
+
 static void test_reserve_impossible_sizes_abort(void **state) {
   (void)state;
   reserve_in_child(SIZE_MAX / 2 + 1, "SIZE_MAX/2 + 1");
@@ -391,6 +418,7 @@ int main(void) {
       T(test_take_hands_over_and_empties),
       T(test_every_append_works_after_take),
       T(test_clear_keeps_memory),
+      T(test_append_file),
       cmocka_unit_test(test_logfmt_bare_values),
       cmocka_unit_test(test_logfmt_quoted_values),
       T(test_logfmt_appends),
