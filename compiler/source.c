@@ -60,6 +60,9 @@ void kiln_compiler_context_destroy(kiln_compiler_context_t *context) {
 
 static void append_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
 
+/* The most of one diagnostic's own text kept in a message (notes count apart). */
+enum { DIAG_MAX_BYTES = 1024 };
+
 static void append_one(kiln_diag_capture_t *d, MlirDiagnostic diag, int depth) {
   static const char *const severity[] = {"error", "warning", "note", "remark"};
   MlirDiagnosticSeverity sev = mlirDiagnosticGetSeverity(diag);
@@ -75,7 +78,19 @@ static void append_one(kiln_diag_capture_t *d, MlirDiagnostic diag, int depth) {
     kiln_buf_appendf(&d->text, "%s: ", d->name);
   }
   kiln_buf_appendf(&d->text, "%s: ", (unsigned)sev < 4 ? severity[sev] : "error");
+  size_t start = d->text.len;
   mlirDiagnosticPrint(diag, append_cb, &d->text);
+  /* MLIR's "see current operation:" notes print whole ops: a gpu.module with every
+   * kernel, tens of kilobytes in a user's error. Each diagnostic keeps its head. */
+  if (d->text.len - start > DIAG_MAX_BYTES) {
+    size_t cut = start + DIAG_MAX_BYTES;
+    /* Never inside a UTF-8 sequence: the message travels in protobuf strings. */
+    while (cut > start && ((unsigned char)d->text.data[cut] & 0xC0u) == 0x80u) cut--;
+    size_t left = d->text.len - cut;
+    d->text.len = cut;
+    d->text.data[cut] = '\0';
+    kiln_buf_appendf(&d->text, " ... (%zu more bytes of MLIR's dump left out)", left);
+  }
   if (sev == MlirDiagnosticError) d->errors++;
   intptr_t notes = mlirDiagnosticGetNumNotes(diag);
   for (intptr_t i = 0; i < notes; i++) append_one(d, mlirDiagnosticGetNote(diag, i), depth + 1);
