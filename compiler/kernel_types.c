@@ -492,9 +492,17 @@ static bool only_loads_and_stores(MlirValue v, ops_t *users) {
   return true;
 }
 
+static MlirWalkResult collect_gpu_funcs(MlirOperation op, void *user) {
+  if (!op_is(op, "gpu.func")) return MlirWalkResultAdvance;
+  ops_push(user, op);
+  return MlirWalkResultSkip; /* no gpu.func inside another */
+}
+
 void kiln_compiler_kernels_split_i64(MlirContext context, MlirModule module) {
+  /* Only the functions: the loads and stores rewritten below are destroyed, and a
+   * list of every op would then hold freed ones. */
   ops_t funcs = {0};
-  mlirOperationWalk(mlirModuleGetOperation(module), collect_all, &funcs, MlirWalkPreOrder);
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_gpu_funcs, &funcs, MlirWalkPreOrder);
   MlirType i32 = mlirIntegerTypeGet(context, 32), i64 = mlirIntegerTypeGet(context, 64);
   for (size_t f = 0; f < funcs.n; f++) {
     MlirOperation func = funcs.items[f];
