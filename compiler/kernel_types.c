@@ -74,8 +74,9 @@ static MlirType bits_memref(const retype_t *r, MlirType t) {
   return out;
 }
 
-static MlirOperation bitcast(MlirValue v, MlirType to, MlirLocation loc) {
-  MlirOperationState state = mlirOperationStateGet(sref("arith.bitcast"), loc);
+/* A one-operand, one-result op (a cast) at `loc`, not yet in any block. */
+static MlirOperation cast_op(const char *name, MlirValue v, MlirType to, MlirLocation loc) {
+  MlirOperationState state = mlirOperationStateGet(sref(name), loc);
   mlirOperationStateAddOperands(&state, 1, &v);
   mlirOperationStateAddResults(&state, 1, &to);
   return mlirOperationCreate(&state);
@@ -116,13 +117,13 @@ static void retype_op(const retype_t *r, MlirOperation op) {
     MlirType f = mlirValueGetType(v);
     if (!rewritten_float(r, f)) return;
     mlirValueSetType(v, i16);
-    MlirOperation cast = bitcast(v, f, loc);
+    MlirOperation cast = cast_op("arith.bitcast", v, f, loc);
     mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(op), op, cast);
     mlirValueReplaceAllUsesExcept(v, mlirOperationGetResult(cast, 0), 1, &cast);
   } else if (op_is(op, "memref.store")) {
     MlirValue v = mlirOperationGetOperand(op, 0);
     if (!rewritten_float(r, mlirValueGetType(v))) return;
-    MlirOperation cast = bitcast(v, i16, loc);
+    MlirOperation cast = cast_op("arith.bitcast", v, i16, loc);
     mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, cast);
     mlirOperationSetOperand(op, 0, mlirOperationGetResult(cast, 0));
   }
@@ -137,12 +138,6 @@ static bool widened_elsewhere(MlirOperation op) {
          op_is(op, "arith.fptoui") || op_is(op, "arith.select");
 }
 
-static MlirOperation cast_op(const char *name, MlirValue v, MlirType to, MlirLocation loc) {
-  MlirOperationState state = mlirOperationStateGet(sref(name), loc);
-  mlirOperationStateAddOperands(&state, 1, &v);
-  mlirOperationStateAddResults(&state, 1, &to);
-  return mlirOperationCreate(&state);
-}
 
 /* The op again on f32: rewritten-float operands extended, results truncated back. */
 static void widen_op(const retype_t *r, MlirOperation op) {

@@ -196,18 +196,6 @@ typedef struct launches_s {
  * the bound on CUDA's y and z and on kiln's one plan shared by every target. */
 #define MAX_GRID 65535
 
-static bool constant_index(MlirValue v, uint32_t *out) {
-  if (!mlirValueIsAOpResult(v)) return false;
-  MlirOperation def = mlirOpResultGetOwner(v);
-  if (!op_is(def, "arith.constant")) return false;
-  MlirAttribute value = mlirOperationGetAttributeByName(def, mlirStringRefCreateFromCString("value"));
-  if (mlirAttributeIsNull(value) || !mlirAttributeIsAInteger(value)) return false;
-  int64_t x = mlirIntegerAttrGetValueInt(value);
-  if (x <= 0 || x > 65535) return false;
-  *out = (uint32_t)x;
-  return true;
-}
-
 /* The value of an index constant, whatever its size. */
 static bool raw_index(MlirValue v, int64_t *out) {
   if (!mlirValueIsAOpResult(v)) return false;
@@ -236,20 +224,10 @@ static MlirWalkResult collect_launch(MlirOperation op, void *user) {
   launch_t l = {0};
   MlirStringRef kname = mlirFlatSymbolRefAttrGetValue(mlirSymbolRefAttrGetNestedReference(kernel, 0));
   for (int i = 0; i < 3; i++) {
-    int64_t grid = 0;
-    bool static_grid = first_block + i < mlirOperationGetNumOperands(op) &&
-                       raw_index(mlirOperationGetOperand(op, first_block - 3 + i), &grid);
-    if (static_grid && (grid < 1 || grid > MAX_GRID) && !launches->refused) {
-      launches->refused = KILN_STATUS(
-          KILN_STATUS_UNIMPLEMENTED,
-          "kernel %.*s needs %lld workgroups along %c; kiln plans at most %d per dimension (its "
-          "workgroups are fixed tiles of 1x4x32 invocations): the tensor is too large for kiln's "
-          "tiling",
-          (int)kname.length, kname.data, (long long)grid, "xyz"[i], MAX_GRID);
-    }
+    int64_t grid = 0, block = 0;
     if (first_block + i >= mlirOperationGetNumOperands(op) ||
-        !constant_index(mlirOperationGetOperand(op, first_block + i), &l.block[i]) ||
-        !constant_index(mlirOperationGetOperand(op, first_block - 3 + i), &l.grid[i])) {
+        !raw_index(mlirOperationGetOperand(op, first_block + i), &block) ||
+        !raw_index(mlirOperationGetOperand(op, first_block - 3 + i), &grid)) {
       if (!launches->refused) {
         launches->refused = KILN_STATUS(
             KILN_STATUS_UNIMPLEMENTED,
@@ -259,6 +237,19 @@ static MlirWalkResult collect_launch(MlirOperation op, void *user) {
       }
       return MlirWalkResultAdvance;
     }
+    if (grid < 1 || grid > MAX_GRID || block < 1 || block > MAX_GRID) {
+      if (!launches->refused) {
+        launches->refused = KILN_STATUS(
+            KILN_STATUS_UNIMPLEMENTED,
+            "kernel %.*s needs %lld workgroups along %c; kiln plans at most %d per dimension (its "
+            "workgroups are fixed tiles of 1x4x32 invocations): the tensor is too large for kiln's "
+            "tiling",
+            (int)kname.length, kname.data, (long long)grid, "xyz"[i], MAX_GRID);
+      }
+      return MlirWalkResultAdvance;
+    }
+    l.grid[i] = (uint32_t)grid;
+    l.block[i] = (uint32_t)block;
   }
   l.module_name = string_of(mlirSymbolRefAttrGetRootReference(kernel));
   l.kernel_name = string_of(mlirFlatSymbolRefAttrGetValue(mlirSymbolRefAttrGetNestedReference(kernel, 0)));

@@ -61,6 +61,18 @@ RAW = {"i1": ("B", 1), "i8": ("b", 1), "i16": ("h", 2), "i32": ("i", 4), "i64": 
        "f16": ("e", 2), "bf16": ("H", 2), "f32": ("f", 4), "f64": ("d", 8)}
 
 
+def corpus_cases():
+    """(file name, case) for every case of every corpus file, in order."""
+    for name in sorted(os.listdir(CORPUS)):
+        if name.endswith(".mlir"):
+            for case in parse_cases(os.path.join(CORPUS, name)):
+                yield name, case
+
+
+def known_gap(case, target):
+    return target in case["xfail"] or "*" in case["xfail"]
+
+
 def read_raw(path, et, count):
     """An output iree-run-module wrote as raw bytes (--output=@FILE.bin): .npy has
     no bf16, so every type is read raw and decoded here."""
@@ -119,20 +131,17 @@ class IreeRuntimeTest(unittest.TestCase):
         targets = os.environ.get("KILN_IREE_TARGETS", ",".join(VULKAN_TARGETS)).split(",")
         passed, failed, xfailed = 0, [], 0
         with tempfile.TemporaryDirectory() as out:
-            for name in sorted(os.listdir(CORPUS)):
-                if not name.endswith(".mlir"):
-                    continue
-                for case in parse_cases(os.path.join(CORPUS, name)):
-                    for target in targets:
-                        ok, why = self.run_case(case, target, out)
-                        if target in case["xfail"] or "*" in case["xfail"]:
-                            xfailed += not ok
-                            if ok:
-                                failed.append("%s @%s %s: passes but is XFAIL" % (name, case["name"], target))
-                        elif ok:
-                            passed += 1
-                        else:
-                            failed.append("%s @%s %s: %s" % (name, case["name"], target, why))
+            for name, case in corpus_cases():
+                for target in targets:
+                    ok, why = self.run_case(case, target, out)
+                    if known_gap(case, target):
+                        xfailed += not ok
+                        if ok:
+                            failed.append("%s @%s %s: passes but is XFAIL" % (name, case["name"], target))
+                    elif ok:
+                        passed += 1
+                    else:
+                        failed.append("%s @%s %s: %s" % (name, case["name"], target, why))
         for line in failed:
             print("FAIL", line, file=sys.stderr)
         print("iree-run-module --device=vulkan: %d passed, %d failed, %d known failures"
@@ -168,31 +177,28 @@ class IreeRuntimeTest(unittest.TestCase):
         failed = []
         checked = 0
         with tempfile.TemporaryDirectory() as out:
-            for name in sorted(os.listdir(CORPUS)):
-                if not name.endswith(".mlir"):
-                    continue
-                for case in parse_cases(os.path.join(CORPUS, name)):
-                    for target in LINK_TARGETS:
-                        if target in case["xfail"] or "*" in case["xfail"]:
-                            continue  # a known gap: corpus_check tracks it
-                        vmfb, err = self.compile(case, target, out)
-                        if not vmfb:
-                            failed.append("%s @%s %s: kilnc: %s" % (name, case["name"], target, err))
-                            continue
-                        r = subprocess.run([RUN_MODULE, "--device=local-sync", "--module=" + vmfb,
-                                            "--function=" + case["name"]], capture_output=True,
-                                           text=True, timeout=60)
-                        text = r.stderr + r.stdout
-                        checked += 1
-                        # Past verification and import resolution, a module either
-                        # reaches hal.executable.create (which local-sync refuses for a
-                        # GPU format) or, creating no executable, the call itself
-                        # ("EXEC @f", then a complaint about the missing inputs).
-                        reached = ("no executable loader registered" in text or
-                                   "EXEC @" in text or r.returncode == 0)
-                        if not reached:
-                            failed.append("%s @%s %s: %s" % (name, case["name"], target,
-                                                             text.strip().splitlines()[-1:]))
+            for name, case in corpus_cases():
+                for target in LINK_TARGETS:
+                    if known_gap(case, target):
+                        continue  # a known gap: corpus_check tracks it
+                    vmfb, err = self.compile(case, target, out)
+                    if not vmfb:
+                        failed.append("%s @%s %s: kilnc: %s" % (name, case["name"], target, err))
+                        continue
+                    r = subprocess.run([RUN_MODULE, "--device=local-sync", "--module=" + vmfb,
+                                        "--function=" + case["name"]], capture_output=True,
+                                       text=True, timeout=60)
+                    text = r.stderr + r.stdout
+                    checked += 1
+                    # Past verification and import resolution, a module either
+                    # reaches hal.executable.create (which local-sync refuses for a
+                    # GPU format) or, creating no executable, the call itself
+                    # ("EXEC @f", then a complaint about the missing inputs).
+                    reached = ("no executable loader registered" in text or
+                               "EXEC @" in text or r.returncode == 0)
+                    if not reached:
+                        failed.append("%s @%s %s: %s" % (name, case["name"], target,
+                                                         text.strip().splitlines()[-1:]))
         print("CUDA/HIP artifacts loaded by the 3.12 runtime: %d checked, %d failed"
               % (checked, len(failed)), file=sys.stderr)
         self.assertEqual(failed, [])
