@@ -100,17 +100,30 @@ static void rewrite_block(MlirContext ctx, MlirBlock block) {
   }
 }
 
-/* Calls fn on every block of every func.func at the top of `module`. */
-static void for_each_function_block(MlirContext context, MlirModule module,
-                                    void (*fn)(MlirContext, MlirBlock, void *), void *user) {
+typedef void (*block_fn_t)(MlirContext, MlirBlock, void *);
+
+/* Calls fn on every block of `region`, then on the blocks of the host control
+ * flow (scf.if, scf.while) in them: host blocks, whose ops run on the host. */
+static void for_each_host_block(MlirContext context, MlirRegion region, block_fn_t fn, void *user) {
+  for (MlirBlock b = mlirRegionGetFirstBlock(region); !mlirBlockIsNull(b); b = mlirBlockGetNextInRegion(b)) {
+    fn(context, b, user);
+    for (MlirOperation op = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(op);
+         op = mlirOperationGetNextInBlock(op)) {
+      if (!op_is(op, "scf.if") && !op_is(op, "scf.while")) continue;
+      for (intptr_t r = 0; r < mlirOperationGetNumRegions(op); r++) {
+        for_each_host_block(context, mlirOperationGetRegion(op, r), fn, user);
+      }
+    }
+  }
+}
+
+/* Calls fn on every host block of every func.func at the top of `module`. */
+static void for_each_function_block(MlirContext context, MlirModule module, block_fn_t fn, void *user) {
   MlirBlock body = mlirModuleGetBody(module);
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
     if (!op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1) continue;
-    MlirRegion region = mlirOperationGetRegion(op, 0);
-    for (MlirBlock b = mlirRegionGetFirstBlock(region); !mlirBlockIsNull(b); b = mlirBlockGetNextInRegion(b)) {
-      fn(context, b, user);
-    }
+    for_each_host_block(context, mlirOperationGetRegion(op, 0), fn, user);
   }
 }
 
@@ -227,8 +240,54 @@ static MlirOperation gather_producers(MlirBlock block, MlirOperation op) {
   return first;
 }
 
+/* The condition operand of host control flow (scf.if, scf.condition), or null. */
+static MlirValue host_condition(MlirOperation op) {
+  if ((op_is(op, "scf.if") || op_is(op, "scf.condition")) && mlirOperationGetNumOperands(op) > 0) {
+    return mlirOperationGetOperand(op, 0);
+  }
+  return (MlirValue){NULL};
+}
+
+/* A condition the host computes from scalars (arith on a value it loaded):
+ * stored into a fresh memref<i1> and loaded back, so the computation becomes a
+ * one-invocation kernel (the store is host work) and the host reads an i1 a
+ * kernel wrote, which is what its program can branch on. */
+static void conditions_to_device(MlirContext ctx, MlirBlock b) {
+  for (MlirOperation op = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    MlirValue cond = host_condition(op);
+    if (mlirValueIsNull(cond) || !mlirValueIsAOpResult(cond)) continue;
+    MlirOperation def = mlirOpResultGetOwner(cond);
+    if (op_is(def, "memref.load") || !mlirBlockEqual(mlirOperationGetBlock(def), b)) continue;
+    MlirLocation loc = mlirOperationGetLocation(op);
+    MlirType i1 = mlirValueGetType(cond);
+    MlirType buf_type = mlirMemRefTypeGet(i1, 0, NULL, mlirAttributeGetNull(), mlirAttributeGetNull());
+    int32_t segments[2] = {0, 0};
+    MlirNamedAttribute seg = mlirNamedAttributeGet(
+        mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("operandSegmentSizes")),
+        mlirDenseI32ArrayGet(ctx, 2, segments));
+    MlirOperationState as = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.alloc"), loc);
+    mlirOperationStateAddResults(&as, 1, &buf_type);
+    mlirOperationStateAddAttributes(&as, 1, &seg);
+    MlirOperation alloc = mlirOperationCreate(&as);
+    mlirBlockInsertOwnedOperationBefore(b, op, alloc);
+    MlirValue buf = mlirOperationGetResult(alloc, 0);
+    MlirOperationState ss = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.store"), loc);
+    MlirValue store_operands[2] = {cond, buf};
+    mlirOperationStateAddOperands(&ss, 2, store_operands);
+    mlirBlockInsertOwnedOperationBefore(b, op, mlirOperationCreate(&ss));
+    MlirOperationState ls = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.load"), loc);
+    mlirOperationStateAddOperands(&ls, 1, &buf);
+    mlirOperationStateAddResults(&ls, 1, &i1);
+    MlirOperation load = mlirOperationCreate(&ls);
+    mlirBlockInsertOwnedOperationBefore(b, op, load);
+    mlirOperationSetOperand(op, 0, mlirOperationGetResult(load, 0));
+  }
+}
+
 static void loops_to_kernels_in(MlirContext context, MlirBlock b, void *user) {
   (void)user;
+  conditions_to_device(context, b);
   /* Reductions over outer dimensions: the parallel loops go outside. A nest
    * of several reduction loops takes one interchange per loop. */
   for (bool changed = true; changed;) {
@@ -353,12 +412,22 @@ typedef struct view_s {
   uint64_t offset;
 } view_t;
 
+/* A scalar the host reads back from a device buffer (a condition). */
+typedef struct scalar_s {
+  MlirValue value;
+  uint32_t buffer;
+  uint64_t offset; /* bytes */
+  uint32_t bytes;
+} scalar_t;
+
 typedef struct reader_s {
   MlirModule module;
   const char *name;
   kiln_vmfb_function_t *fn;
   view_t *views;
   size_t n_views;
+  scalar_t *scalars;
+  size_t n_scalars;
   uint32_t next_kernel;
 } reader_t;
 
@@ -610,9 +679,132 @@ static kiln_status_t read_launch(reader_t *r, MlirOperation op) {
   return NULL;
 }
 
+static kiln_status_t read_op(reader_t *r, MlirOperation op);
+
+static kiln_status_t read_block(reader_t *r, MlirBlock block) {
+  for (MlirOperation op = mlirBlockGetFirstOperation(block); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    KILN_RETURN_IF_ERROR(read_op(r, op));
+  }
+  return NULL;
+}
+
+/* memref.load %buf[constant indices] : i1 on the host: a condition the host
+ * program reads back from the device. */
+static kiln_status_t read_load(reader_t *r, MlirOperation op) {
+  MlirValue src = mlirOperationGetOperand(op, 0);
+  MlirType t = mlirValueGetType(src);
+  const view_t *view = find_view(r, src);
+  MlirValue result = mlirOperationGetResult(op, 0);
+  MlirType elem = mlirValueGetType(result);
+  if (!view) return unsupported(r, op, "reads a buffer kiln could not trace");
+  if (!mlirTypeIsAInteger(elem) || mlirIntegerTypeGetWidth(elem) != 1) {
+    return unsupported(r, op, "reads a value other than an i1 condition back from the device");
+  }
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  int64_t *strides = kiln_calloc(rank ? (size_t)rank : 1, sizeof *strides);
+  int64_t offset = 0;
+  bool ok = mlirLogicalResultIsSuccess(mlirMemRefTypeGetStridesAndOffset(t, strides, &offset));
+  int64_t element = 0;
+  for (intptr_t d = 0; ok && d < rank; d++) {
+    int64_t index = 0;
+    MlirValue v = mlirOperationGetOperand(op, 1 + d);
+    MlirOperation def = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
+    MlirAttribute a = mlirOperationIsNull(def) || !op_is(def, "arith.constant") ? (MlirAttribute){NULL}
+                                                                                : attr(def, "value");
+    ok = !mlirAttributeIsNull(a) && mlirAttributeIsAInteger(a) && !mlirShapedTypeIsDynamicStrideOrOffset(strides[d]);
+    if (ok) index = mlirIntegerAttrGetValueInt(a);
+    element += index * (ok ? strides[d] : 0);
+  }
+  kiln_free(strides);
+  if (!ok) return unsupported(r, op, "reads an element at an index that is not a constant");
+  /* The view's offset already counts the type's static offset (read_op). */
+  r->scalars = kiln_realloc(r->scalars, (r->n_scalars + 1) * sizeof *r->scalars);
+  r->scalars[r->n_scalars++] =
+      (scalar_t){result, view->buffer, view->offset + (uint64_t)element, 1};
+  return NULL;
+}
+
+static const scalar_t *find_scalar(const reader_t *r, MlirValue v) {
+  for (size_t i = 0; i < r->n_scalars; i++) {
+    if (mlirValueEqual(r->scalars[i].value, v)) return &r->scalars[i];
+  }
+  return NULL;
+}
+
+/* A BRANCH on condition `cond` (of `op`); its target is patched later. */
+static kiln_status_t add_branch(reader_t *r, MlirOperation op, MlirValue cond, size_t *out_index) {
+  const scalar_t *c = find_scalar(r, cond);
+  if (!c) {
+    return unsupported(r, op, "branches on a value computed on the host (kiln reads conditions a "
+                              "kernel wrote: a tosa.cond_if or tosa.while_loop condition)");
+  }
+  *out_index = r->fn->n_steps;
+  add_step(r->fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_BRANCH, .src = c->buffer,
+                                     .src_offset = c->offset, .length = c->bytes});
+  return NULL;
+}
+
+/* The only block of region `i` of op, or null. */
+static MlirBlock region_block(MlirOperation op, intptr_t i) {
+  return mlirRegionGetFirstBlock(mlirOperationGetRegion(op, i));
+}
+
+/* scf.if %c { A } else { B }:  BRANCH %c -> else; A; JUMP -> end; else: B; end: */
+static kiln_status_t read_if(reader_t *r, MlirOperation op) {
+  if (mlirOperationGetNumResults(op) != 0) {
+    return unsupported(r, op, "yields values kiln could not give fixed buffers (scalars or dynamic shapes)");
+  }
+  size_t branch = 0;
+  KILN_RETURN_IF_ERROR(add_branch(r, op, mlirOperationGetOperand(op, 0), &branch));
+  KILN_RETURN_IF_ERROR(read_block(r, region_block(op, 0)));
+  MlirBlock other = region_block(op, 1);
+  if (!mlirBlockIsNull(other)) {
+    size_t jump = r->fn->n_steps;
+    add_step(r->fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_JUMP});
+    r->fn->steps[branch].target = (uint32_t)r->fn->n_steps;
+    KILN_RETURN_IF_ERROR(read_block(r, other));
+    r->fn->steps[jump].target = (uint32_t)r->fn->n_steps;
+  } else {
+    r->fn->steps[branch].target = (uint32_t)r->fn->n_steps;
+  }
+  return NULL;
+}
+
+/* scf.while { C; condition(%go) } do { D }:  head: C; BRANCH %go -> end; D; JUMP -> head; end: */
+static kiln_status_t read_while(reader_t *r, MlirOperation op) {
+  MlirBlock before = region_block(op, 0);
+  MlirBlock after = region_block(op, 1);
+  if (mlirOperationGetNumResults(op) != 0 || mlirOperationGetNumOperands(op) != 0 ||
+      mlirBlockIsNull(before) || mlirBlockIsNull(after)) {
+    return unsupported(r, op, "carries values kiln could not give fixed buffers (scalars or dynamic shapes)");
+  }
+  uint32_t head = (uint32_t)r->fn->n_steps;
+  size_t branch = 0;
+  for (MlirOperation o = mlirBlockGetFirstOperation(before); !mlirOperationIsNull(o);
+       o = mlirOperationGetNextInBlock(o)) {
+    if (op_is(o, "scf.condition")) {
+      if (mlirOperationGetNumOperands(o) != 1) return unsupported(r, o, "forwards values");
+      KILN_RETURN_IF_ERROR(add_branch(r, o, mlirOperationGetOperand(o, 0), &branch));
+      break;
+    }
+    KILN_RETURN_IF_ERROR(read_op(r, o));
+  }
+  KILN_RETURN_IF_ERROR(read_block(r, after));
+  add_step(r->fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_JUMP, .target = head});
+  r->fn->steps[branch].target = (uint32_t)r->fn->n_steps;
+  return NULL;
+}
+
 static kiln_status_t read_op(reader_t *r, MlirOperation op) {
   kiln_vmfb_function_t *fn = r->fn;
   if (op_is(op, "arith.constant") || op_is(op, "memref.dealloc")) return NULL;
+  if (op_is(op, "memref.load")) return read_load(r, op);
+  if (op_is(op, "scf.if")) return read_if(r, op);
+  if (op_is(op, "scf.while")) return read_while(r, op);
+  if (op_is(op, "scf.yield")) {
+    return mlirOperationGetNumOperands(op) ? unsupported(r, op, "yields values") : NULL;
+  }
   if (op_is(op, "memref.alloc") || op_is(op, "memref.alloca")) {
     MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
     kiln_vmfb_tensor_type_t tt;
@@ -629,9 +821,16 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
     add_view(r, mlirOperationGetResult(op, 0), add_buffer(fn, buffer), 0);
     return NULL;
   }
+  if (op_is(op, "memref.cast")) {
+    /* A cast moves nothing: the view of its source (even when the cast's type
+     * erases the static offset, as a fixed buffer's cast does). */
+    const view_t *source = find_view(r, mlirOperationGetOperand(op, 0));
+    if (!source) return unsupported(r, op, "views a buffer kiln could not trace");
+    add_view(r, mlirOperationGetResult(op, 0), source->buffer, source->offset);
+    return NULL;
+  }
   if (op_is(op, "memref.subview") || op_is(op, "memref.expand_shape") ||
-      op_is(op, "memref.collapse_shape") || op_is(op, "memref.cast") ||
-      op_is(op, "memref.reinterpret_cast")) {
+      op_is(op, "memref.collapse_shape") || op_is(op, "memref.reinterpret_cast")) {
     const view_t *source = find_view(r, mlirOperationGetOperand(op, 0));
     MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
     uint64_t offset = 0;
@@ -728,11 +927,7 @@ static kiln_status_t read_function(reader_t *r, MlirOperation func) {
     }
     add_view(r, arg, b, 0);
   }
-  for (MlirOperation op = mlirBlockGetFirstOperation(entry); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op)) {
-    KILN_RETURN_IF_ERROR(read_op(r, op));
-  }
-  return NULL;
+  return read_block(r, entry);
 }
 
 kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
@@ -759,9 +954,11 @@ kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
     memset(&plan.functions[plan.n_functions], 0, sizeof *plan.functions);
     r.fn = &plan.functions[plan.n_functions++];
     r.n_views = 0;
+    r.n_scalars = 0;
     st = read_function(&r, op);
   }
   kiln_free(r.views);
+  kiln_free(r.scalars);
   if (!st && plan.n_functions == 0) {
     st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: no public function to export", name);
   }

@@ -35,6 +35,21 @@ void kiln_compiler_copies_to_kernels(MlirContext context, MlirModule module);
 void kiln_compiler_fusion_barriers_insert(MlirContext context, MlirModule module, int64_t limit);
 void kiln_compiler_fusion_barriers_remove(MlirModule module);
 
+/* Control flow (control.c). tosa.cond_if and tosa.while_loop run on the host:
+ * they become scf.if and scf.while, their regions' ops become kernels,
+ * and the host program reads each condition back from the device.
+ *  - kiln_compiler_tosa_control_to_scf, before the TOSA lowering: tosa.cond_if
+ *    and tosa.while_loop become scf.if and scf.while over tensors, the condition
+ *    (tensor<i1> or tensor<1xi1>) read with tensor.extract (upstream tosa-to-scf
+ *    fails on nested loops and on one-element rank-1 conditions);
+ *  - kiln_compiler_carried_buffers_fix, right after one-shot-bufferize: every
+ *    buffer an scf.if yields or an scf.while carries gets a fixed buffer
+ *    allocated before the op, which the region copies its value into, so the ops
+ *    yield nothing and the host plan's buffers stay one set per call. Ops that
+ *    carry scalars or dynamic shapes are left as they are (the plan refuses them). */
+void kiln_compiler_tosa_control_to_scf(MlirContext context, MlirModule module);
+void kiln_compiler_carried_buffers_fix(MlirContext context, MlirModule module);
+
 /* Loops left on the host. convert-linalg-to-parallel-loops turns a linalg op with
  * no parallel dimension (a full reduction: tosa.reduce_sum of every axis, a dot
  * product) into a bare scf.for nest, which no GPU pass touches: it stayed a host

@@ -51,10 +51,13 @@
   "convert-elementwise-to-linalg),"                                                  \
   "canonicalize"
 #define FUSE_PASSES "linalg-fuse-elementwise-ops"
-#define ONLY_BUFFERIZE_PASSES                                                        \
+/* allow-return-allocs-from-loops: a while loop's body yields new buffers, which
+ * kiln_compiler_carried_buffers_fix then turns into fixed ones (host.h). */
+#define ONE_SHOT_PASSES                                                              \
   "one-shot-bufferize{bufferize-function-boundaries "                               \
-  "function-boundary-type-conversion=identity-layout-map},"                         \
-  "func.func(buffer-hoisting),buffer-deallocation-pipeline,canonicalize"
+  "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}"
+#define DEALLOC_PASSES "func.func(buffer-hoisting),buffer-deallocation-pipeline,canonicalize"
+#define ONLY_BUFFERIZE_PASSES ONE_SHOT_PASSES "," DEALLOC_PASSES
 #define BUFFERIZE_PASSES LINALG_PASSES "," FUSE_PASSES "," ONLY_BUFFERIZE_PASSES
 
 /* The longest chain of elementwise ops one fused kernel may hold (host.h: Fusion
@@ -63,7 +66,8 @@
 
 static const char linalg_pipeline[] = "builtin.module(" LINALG_PASSES ")";
 static const char fuse_pipeline[] = "builtin.module(" FUSE_PASSES ")";
-static const char only_bufferize_pipeline[] = "builtin.module(" ONLY_BUFFERIZE_PASSES ")";
+static const char one_shot_pipeline[] = "builtin.module(" ONE_SHOT_PASSES ")";
+static const char dealloc_pipeline[] = "builtin.module(" DEALLOC_PASSES ")";
 #define TO_LOOPS_PASSES "func.func(convert-linalg-to-parallel-loops)"
 #define TILE_PASSES                                                                  \
   "func.func(scf-parallel-loop-tiling{parallel-loop-tile-sizes=" FRONT_TILE " no-min-max-bounds})"
@@ -153,12 +157,15 @@ static kiln_status_t run_pipeline(kiln_compiler_context_t *context, MlirModule m
 /* The common half: bufferize, copies to kernels, loops and tiles. */
 static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule module,
                                 const char *name) {
+  kiln_compiler_tosa_control_to_scf(context->mlir, module);
   KILN_RETURN_IF_ERROR(run_pipeline(context, module, linalg_pipeline, name, "the front half"));
   kiln_compiler_fusion_barriers_insert(context->mlir, module, FUSION_CHAIN_LIMIT);
   kiln_status_t st = run_pipeline(context, module, fuse_pipeline, name, "the front half");
   kiln_compiler_fusion_barriers_remove(module);
   KILN_RETURN_IF_ERROR(st);
-  KILN_RETURN_IF_ERROR(run_pipeline(context, module, only_bufferize_pipeline, name, "the front half"));
+  KILN_RETURN_IF_ERROR(run_pipeline(context, module, one_shot_pipeline, name, "the front half"));
+  kiln_compiler_carried_buffers_fix(context->mlir, module);
+  KILN_RETURN_IF_ERROR(run_pipeline(context, module, dealloc_pipeline, name, "the front half"));
   kiln_compiler_copies_to_kernels(context->mlir, module);
   KILN_RETURN_IF_ERROR(run_pipeline(context, module, to_loops_pipeline, name, "the front half"));
   kiln_compiler_host_loops_to_kernels(context->mlir, module);

@@ -56,12 +56,15 @@
 /* ---- HAL constants (runtime/src/iree/hal/buffer.h, command_buffer.h) ---- */
 
 enum {
+  MEMORY_TYPE_HOST_VISIBLE = 1u << 1,
   MEMORY_TYPE_DEVICE_VISIBLE = 1u << 4,
   MEMORY_TYPE_DEVICE_LOCAL = (1u << 4) | (1u << 5),
   USAGE_TRANSFER_SOURCE = 1u << 0,
   USAGE_TRANSFER_TARGET = 1u << 1,
   USAGE_DISPATCH_STORAGE_READ = 1u << 10,
   USAGE_DISPATCH_STORAGE_WRITE = 1u << 11,
+  /* MAPPING_SCOPED | MAPPING_ACCESS_RANDOM: IREE_HAL_BUFFER_USAGE_MAPPING. */
+  USAGE_MAPPING = (1u << 24) | (1u << 27),
   /* TRANSFER | DISPATCH_STORAGE: IREE_HAL_BUFFER_USAGE_DEFAULT. */
   USAGE_DEFAULT = USAGE_TRANSFER_SOURCE | USAGE_TRANSFER_TARGET | USAGE_DISPATCH_STORAGE_READ |
                   USAGE_DISPATCH_STORAGE_WRITE,
@@ -113,6 +116,7 @@ static const char *const TYPE_NAMES[T_COUNT] = {
 typedef enum import_e {
   I_ALLOCATOR_ALLOCATE,
   I_BUFFER_ASSERT,
+  I_BUFFER_LOAD,
   I_BUFFER_VIEW_ASSERT,
   I_BUFFER_VIEW_BUFFER,
   I_BUFFER_VIEW_CREATE,
@@ -141,6 +145,7 @@ static const struct {
 } IMPORTS[I_COUNT] = {
     [I_ALLOCATOR_ALLOCATE] = {"hal.allocator.allocate", "0rIiiI_r"},
     [I_BUFFER_ASSERT] = {"hal.buffer.assert", "0rrrIii_v"},
+    [I_BUFFER_LOAD] = {"hal.buffer.load", "0rIi_i"},
     [I_BUFFER_VIEW_ASSERT] = {"hal.buffer_view.assert", "0rriiCID_v"},
     [I_BUFFER_VIEW_BUFFER] = {"hal.buffer_view.buffer", "0r_r"},
     [I_BUFFER_VIEW_CREATE] = {"hal.buffer_view.create", "0rIIiiCID_r"},
@@ -176,6 +181,7 @@ typedef struct fn_info_s {
   uint32_t *usage;       /* per plan buffer: the HAL usage its steps need */
   uint32_t *rodata;      /* per plan buffer: the rodata of CONSTANT buffers */
   size_t n_constants;
+  bool has_branches; /* BRANCH steps: a host-visible staging buffer */
 } fn_info_t;
 
 typedef struct gen_s {
@@ -512,6 +518,27 @@ static kiln_status_t check_function(gen_t *g, size_t f) {
       }
       info->usage[step->src] |= USAGE_TRANSFER_SOURCE;
       info->usage[step->dst] |= USAGE_TRANSFER_TARGET;
+    } else if (step->kind == KILN_VMFB_STEP_BRANCH || step->kind == KILN_VMFB_STEP_JUMP) {
+      if (step->target > fn->n_steps) {
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                           "host program: function %s step %zu continues at step %" PRIu32
+                           " of %zu",
+                           fn->name, s, step->target, fn->n_steps);
+      }
+      if (step->kind == KILN_VMFB_STEP_BRANCH) {
+        if (step->src >= fn->n_buffers || step->length < 1 ||
+            step->length > KILN_VMFB_BRANCH_MAX_BYTES ||
+            !range_ok(step->src_offset, step->length, fn->buffers[step->src].size_bytes)) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s step %zu branches on %" PRIu64
+                             " bytes at buffer %" PRIu32 "+%" PRIu64
+                             ", outside it (or not 1..%u bytes)",
+                             fn->name, s, step->length, step->src, step->src_offset,
+                             KILN_VMFB_BRANCH_MAX_BYTES);
+        }
+        info->usage[step->src] |= USAGE_TRANSFER_SOURCE;
+        info->has_branches = true;
+      }
     } else {
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                          "host program: function %s step %zu has unknown kind %d", fn->name, s,
@@ -663,17 +690,18 @@ static void emit_dispatch(emit_t *e, const kiln_vmfb_step_t *step, const kiln_vm
   kiln_free(args);
 }
 
-static void emit_copy(emit_t *e, const kiln_vmfb_step_t *step, const kiln_vmfb_reg_t *buffers,
-                      kiln_vmfb_reg_t cmd) {
+/* length bytes from (src, src_offset) to (dst, dst_offset). */
+static void emit_copy(emit_t *e, kiln_vmfb_reg_t cmd, kiln_vmfb_reg_t src, uint64_t src_offset,
+                      kiln_vmfb_reg_t dst, uint64_t dst_offset, uint64_t length) {
   kiln_vmfb_reg_t args[9] = {
       cmd,
       ci32(e, 0), /* source slot */
       ci32(e, 0), /* target slot */
-      buffers[step->src],
-      ci64(e, (int64_t)step->src_offset),
-      buffers[step->dst],
-      ci64(e, (int64_t)step->dst_offset),
-      ci64(e, (int64_t)step->length),
+      src,
+      ci64(e, (int64_t)src_offset),
+      dst,
+      ci64(e, (int64_t)dst_offset),
+      ci64(e, (int64_t)length),
       ci64(e, 0), /* flags */
   };
   call(e, I_COMMAND_BUFFER_COPY_BUFFER, args, 9, NULL, 0);
@@ -696,6 +724,137 @@ static void emit_result(emit_t *e, const kiln_vmfb_function_t *fn, size_t r,
   uint16_t rank = (uint16_t)res->type.rank;
   call_variadic(e, I_BUFFER_VIEW_CREATE, &rank, 1, args, n, &view, 1);
   scope_end(e, s);
+}
+
+/* Host control flow. The steps run in segments: a segment is recorded into a
+ * fresh command buffer, which is submitted and waited for where the segment
+ * ends: at a BRANCH (whose condition the host then reads back), a JUMP, or a
+ * step another step continues at. A plan without BRANCH or JUMP is one segment:
+ * one command buffer per call, as before. */
+typedef struct segments_s {
+  const kiln_vmfb_function_t *fn;
+  kiln_vmfb_reg_t device, cmd, wait, status, fence, staging;
+  kiln_vmfb_block_t failed, done;
+  kiln_vmfb_block_t *blocks; /* per step: the block its segment starts, or 0 */
+} segments_t;
+
+/* The host-visible buffer a BRANCH copies its condition into before reading it. */
+static void emit_staging(emit_t *e, kiln_vmfb_reg_t allocator, kiln_vmfb_reg_t staging) {
+  scope_t s = scope_begin(e);
+  kiln_vmfb_reg_t args[5] = {allocator, ci64(e, QUEUE_AFFINITY_ANY),
+                             ci32(e, MEMORY_TYPE_HOST_VISIBLE | MEMORY_TYPE_DEVICE_VISIBLE),
+                             ci32(e, USAGE_TRANSFER_TARGET | USAGE_MAPPING),
+                             ci64(e, KILN_VMFB_BRANCH_MAX_BYTES)};
+  call(e, I_ALLOCATOR_ALLOCATE, args, 5, &staging, 1);
+  scope_end(e, s);
+}
+
+static void emit_create_cmd(emit_t *e, segments_t *sg) {
+  scope_t s = scope_begin(e);
+  kiln_vmfb_reg_t args[5] = {sg->device, ci32(e, COMMAND_BUFFER_MODE_ONE_SHOT),
+                             ci32(e, COMMAND_CATEGORY_ANY), ci64(e, QUEUE_AFFINITY_ANY),
+                             ci32(e, 0) /* binding capacity: direct buffers only */};
+  call(e, I_COMMAND_BUFFER_CREATE, args, 5, &sg->cmd, 1);
+  scope_end(e, s);
+}
+
+/* Finalizes and submits the segment's command buffer (after `wait`, which is
+ * then cleared: the host waits for each segment) and waits for it; when the wait
+ * succeeded, execution goes on at block `next`, or (next == 0) emission
+ * continues in a fresh block. */
+static void emit_submit_wait(emit_t *e, segments_t *sg, kiln_vmfb_block_t next) {
+  kiln_vmfb_bytecode_t *bc = e->bc;
+  call(e, I_COMMAND_BUFFER_FINALIZE, &sg->cmd, 1, NULL, 0);
+  kiln_vmfb_block_t waited = kiln_vmfb_bytecode_block_declare(bc);
+  kiln_vmfb_block_t ok = next ? next : kiln_vmfb_bytecode_block_declare(bc);
+  scope_t s = scope_begin(e);
+  kiln_vmfb_reg_t fargs[2] = {sg->device, ci64(e, 0)};
+  call(e, I_FENCE_CREATE, fargs, 2, &sg->fence, 1);
+  kiln_vmfb_reg_t xargs[6] = {sg->device, ci64(e, QUEUE_AFFINITY_ANY), sg->wait, sg->fence, sg->cmd,
+                              ci64(e, 0)};
+  call(e, I_DEVICE_QUEUE_EXECUTE, xargs, 6, NULL, 0);
+  kiln_vmfb_bytecode_const_ref_zero(bc, sg->wait);
+  kiln_vmfb_reg_t wargs[3] = {ci32(e, TIMEOUT_INFINITE), ci64(e, 0), sg->fence};
+  uint16_t one = 1;
+  kiln_vmfb_bytecode_call_variadic_yieldable(bc, import_callee(e, I_FENCE_AWAIT),
+                                             import_cconv(e->g, I_FENCE_AWAIT), &one, 1, wargs, 3,
+                                             &sg->status, 1, waited);
+  scope_end(e, s);
+  begin(e, waited);
+  kiln_vmfb_bytecode_cond_br(bc, sg->status, sg->failed, ok);
+  if (!next) begin(e, ok);
+}
+
+static kiln_vmfb_block_t block_at(const segments_t *sg, uint32_t step) {
+  return step >= sg->fn->n_steps ? sg->done : sg->blocks[step];
+}
+
+static void emit_steps(emit_t *e, segments_t *sg, const kiln_vmfb_reg_t *buffers,
+                       kiln_vmfb_reg_t executable) {
+  const kiln_vmfb_function_t *fn = sg->fn;
+  kiln_vmfb_bytecode_t *bc = e->bc;
+  size_t n = fn->n_steps;
+  sg->blocks = kiln_calloc(n ? n : 1, sizeof *sg->blocks);
+  /* Segment starts: steps a BRANCH or JUMP continues at, and the steps after
+   * them. The first segment starts in the current block unless a step jumps to
+   * it (a loop at the top). */
+  bool *starts = kiln_calloc(n ? n : 1, sizeof *starts);
+  for (size_t i = 0; i < n; i++) {
+    const kiln_vmfb_step_t *st = &fn->steps[i];
+    if (st->kind != KILN_VMFB_STEP_BRANCH && st->kind != KILN_VMFB_STEP_JUMP) continue;
+    if (st->target < n) starts[st->target] = true;
+    if (i + 1 < n) starts[i + 1] = true;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (starts[i]) sg->blocks[i] = kiln_vmfb_bytecode_block_declare(bc);
+  }
+  bool open = false;       /* a command buffer is being recorded */
+  bool recorded = false;   /* ... and holds a step (the next needs a barrier) */
+  bool terminated = false; /* the current block has ended */
+  if (!n || !starts[0]) emit_create_cmd(e, sg), open = true;
+  for (size_t i = 0; i < n; i++) {
+    const kiln_vmfb_step_t *st = &fn->steps[i];
+    if (starts[i]) {
+      if (open && !terminated) {
+        emit_submit_wait(e, sg, sg->blocks[i]);
+      } else if (!terminated) {
+        kiln_vmfb_bytecode_br(bc, sg->blocks[i]);
+      }
+      begin(e, sg->blocks[i]);
+      emit_create_cmd(e, sg);
+      open = true, recorded = false, terminated = false;
+    }
+    scope_t s = scope_begin(e);
+    if (recorded && st->kind != KILN_VMFB_STEP_JUMP) emit_barrier(e, sg->cmd);
+    switch (st->kind) {
+      case KILN_VMFB_STEP_DISPATCH:
+        emit_dispatch(e, st, buffers, sg->cmd, executable);
+        recorded = true;
+        break;
+      case KILN_VMFB_STEP_COPY:
+        emit_copy(e, sg->cmd, buffers[st->src], st->src_offset, buffers[st->dst], st->dst_offset,
+                  st->length);
+        recorded = true;
+        break;
+      case KILN_VMFB_STEP_BRANCH: {
+        emit_copy(e, sg->cmd, buffers[st->src], st->src_offset, sg->staging, 0, st->length);
+        emit_submit_wait(e, sg, 0);
+        kiln_vmfb_reg_t value = kiln_vmfb_bytecode_i32(bc);
+        kiln_vmfb_reg_t largs[3] = {sg->staging, ci64(e, 0), ci32(e, (int32_t)st->length)};
+        call(e, I_BUFFER_LOAD, largs, 3, &value, 1);
+        kiln_vmfb_bytecode_cond_br(bc, value, block_at(sg, (uint32_t)(i + 1)), block_at(sg, st->target));
+        terminated = true;
+        break;
+      }
+      case KILN_VMFB_STEP_JUMP:
+        emit_submit_wait(e, sg, block_at(sg, st->target));
+        terminated = true;
+        break;
+    }
+    scope_end(e, s);
+  }
+  if (!terminated) emit_submit_wait(e, sg, sg->done);
+  kiln_free(starts);
 }
 
 static char *function_cconv(size_t n_inputs, size_t n_results) {
@@ -737,14 +896,6 @@ static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *
       emit_allocate(&e, allocator, fn->buffers[b].size_bytes, buffers[b]);
     }
   }
-  {
-    scope_t s = scope_begin(&e);
-    kiln_vmfb_reg_t args[5] = {device, ci32(&e, COMMAND_BUFFER_MODE_ONE_SHOT),
-                               ci32(&e, COMMAND_CATEGORY_ANY), ci64(&e, QUEUE_AFFINITY_ANY),
-                               ci32(&e, 0) /* binding capacity: direct buffers only */};
-    call(&e, I_COMMAND_BUFFER_CREATE, args, 5, &cmd, 1);
-    scope_end(&e, s);
-  }
   kiln_vmfb_bytecode_const_ref_zero(bc, wait);
   kiln_vmfb_block_t main_block = kiln_vmfb_bytecode_block_declare(bc);
   if (info->n_constants) {
@@ -759,7 +910,7 @@ static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *
   }
   kiln_vmfb_bytecode_br(bc, main_block);
 
-  /* main: the steps */
+  /* main: the constant buffers, then the steps, segment by segment */
   begin(&e, main_block);
   uint32_t global = info->const_global;
   for (size_t b = 0; b < fn->n_buffers; b++) {
@@ -767,46 +918,23 @@ static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *
       kiln_vmfb_bytecode_global_load_ref(bc, global++, T_BUFFER, buffers[b]);
     }
   }
-  for (size_t i = 0; i < fn->n_steps; i++) {
-    scope_t s = scope_begin(&e);
-    if (i > 0) emit_barrier(&e, cmd); /* each step depends on all before it */
-    if (fn->steps[i].kind == KILN_VMFB_STEP_DISPATCH) {
-      emit_dispatch(&e, &fn->steps[i], buffers, cmd, executable);
-    } else {
-      emit_copy(&e, &fn->steps[i], buffers, cmd);
-    }
-    scope_end(&e, s);
-  }
-  call(&e, I_COMMAND_BUFFER_FINALIZE, &cmd, 1, NULL, 0);
-  kiln_vmfb_reg_t fence = kiln_vmfb_bytecode_ref(bc);
-  kiln_vmfb_reg_t status = kiln_vmfb_bytecode_i32(bc);
-  kiln_vmfb_block_t waited = kiln_vmfb_bytecode_block_declare(bc);
-  {
-    scope_t s = scope_begin(&e);
-    kiln_vmfb_reg_t fargs[2] = {device, ci64(&e, 0)};
-    call(&e, I_FENCE_CREATE, fargs, 2, &fence, 1);
-    kiln_vmfb_reg_t xargs[6] = {device,     ci64(&e, QUEUE_AFFINITY_ANY), wait, fence, cmd,
-                                ci64(&e, 0)};
-    call(&e, I_DEVICE_QUEUE_EXECUTE, xargs, 6, NULL, 0);
-    kiln_vmfb_reg_t wargs[3] = {ci32(&e, TIMEOUT_INFINITE), ci64(&e, 0), fence};
-    uint16_t one = 1;
-    kiln_vmfb_bytecode_call_variadic_yieldable(bc, import_callee(&e, I_FENCE_AWAIT),
-                                               import_cconv(g, I_FENCE_AWAIT), &one, 1, wargs, 3,
-                                               &status, 1, waited);
-    scope_end(&e, s);
-  }
+  segments_t sg = {.device = device, .cmd = cmd, .wait = wait, .fn = fn};
+  sg.status = kiln_vmfb_bytecode_i32(bc);
+  sg.fence = kiln_vmfb_bytecode_ref(bc);
+  sg.staging = kiln_vmfb_bytecode_ref(bc);
+  sg.failed = kiln_vmfb_bytecode_block_declare(bc);
+  sg.done = kiln_vmfb_bytecode_block_declare(bc);
+  if (info->has_branches) emit_staging(&e, allocator, sg.staging);
+  emit_steps(&e, &sg, buffers, executable);
 
-  /* waited: check the wait, then publish the constants and wrap the results */
-  kiln_vmfb_block_t failed = kiln_vmfb_bytecode_block_declare(bc);
-  kiln_vmfb_block_t done = kiln_vmfb_bytecode_block_declare(bc);
-  begin(&e, waited);
-  kiln_vmfb_bytecode_cond_br(bc, status, failed, done);
-  begin(&e, failed);
+  begin(&e, sg.failed);
   char message[256];
   snprintf(message, sizeof message,
            "kiln: %s: the device failed while running the dispatches (hal.fence.await)", fn->name);
-  kiln_vmfb_bytecode_fail(bc, status, message);
-  begin(&e, done);
+  kiln_vmfb_bytecode_fail(bc, sg.status, message);
+
+  /* done: publish the constants and wrap the results */
+  begin(&e, sg.done);
   if (info->n_constants) {
     scope_t s = scope_begin(&e);
     kiln_vmfb_bytecode_global_store_i32(bc, info->ready_offset, ci32(&e, 1));
@@ -821,6 +949,7 @@ static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *
   kiln_vmfb_bytecode_destroy(bc);
   kiln_free(views);
   kiln_free(buffers);
+  kiln_free(sg.blocks);
   kiln_free(e.konsts);
   if (st) return kiln_status_annotate(st, "host program: function %s", fn->name);
   out->name = kiln_strdup(fn->name);
@@ -921,6 +1050,9 @@ static void select_imports(gen_t *g) {
     }
     for (size_t s = 0; s < fn->n_steps; s++) {
       if (fn->steps[s].kind == KILN_VMFB_STEP_COPY) used[I_COMMAND_BUFFER_COPY_BUFFER] = true;
+      if (fn->steps[s].kind == KILN_VMFB_STEP_BRANCH) {
+        used[I_COMMAND_BUFFER_COPY_BUFFER] = used[I_BUFFER_LOAD] = used[I_ALLOCATOR_ALLOCATE] = true;
+      }
       if (fn->steps[s].kind == KILN_VMFB_STEP_DISPATCH) {
         used[I_COMMAND_BUFFER_DISPATCH] = true;
         used[I_EXECUTABLE_LOOKUP_FUNCTION] |= g->hal_version >= KILN_VMFB_HAL_VERSION_0_7;

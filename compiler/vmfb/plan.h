@@ -68,9 +68,20 @@ typedef struct kiln_vmfb_binding_s {
 typedef enum kiln_vmfb_step_kind_e {
   KILN_VMFB_STEP_DISPATCH = 1,
   KILN_VMFB_STEP_COPY = 2,
+  /* Host control flow: the host waits for every step before it, reads `length`
+   * bytes (1..4) at (src, src_offset) back from the device, and continues at
+   * step `target` when they are all zero, else at the next step. */
+  KILN_VMFB_STEP_BRANCH = 3,
+  /* Continues at step `target`. */
+  KILN_VMFB_STEP_JUMP = 4,
 } kiln_vmfb_step_kind_t;
 
-/* One host step, in program order; each step depends on all before it. */
+/* The most bytes a BRANCH reads back (what hal.buffer.load returns as an i32). */
+#define KILN_VMFB_BRANCH_MAX_BYTES 4u
+
+/* One host step, in program order: each step depends on every step run before
+ * it. BRANCH and JUMP make the order a flow graph (an if, a while loop); a
+ * target of n_steps ends the function. */
 typedef struct kiln_vmfb_step_s {
   kiln_vmfb_step_kind_t kind;
   /* DISPATCH */
@@ -80,9 +91,12 @@ typedef struct kiln_vmfb_step_s {
   size_t n_bindings;
   uint32_t *constants; /* 32-bit push constants, in kernel order */
   size_t n_constants;
-  /* COPY: length bytes from (src, src_offset) to (dst, dst_offset) */
+  /* COPY: length bytes from (src, src_offset) to (dst, dst_offset); BRANCH: the
+   * condition is length bytes at (src, src_offset) */
   uint32_t src, dst;
   uint64_t src_offset, dst_offset, length;
+  /* BRANCH, JUMP: the step to continue at (0..n_steps) */
+  uint32_t target;
 } kiln_vmfb_step_t;
 
 typedef struct kiln_vmfb_result_s {

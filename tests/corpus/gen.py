@@ -1014,23 +1014,7 @@ def group_models():
              'return %%out : %s' % T(1, S, D)]
     cases.append(tosa_case('model_transformer_encoder', [T(1, S, D)], T(1, S, D), body, [((1, S, D), 'f32', x)],
                            [((1, S, D), 'f32', out)], 1e-4))
-    # ---- control flow: a conditional and an RNN cell's loop (not supported yet) ----
-    cf = ('*',
-          'host control flow: tosa.cond_if / tosa.while_loop (issue 15, class 4)')
-    a = values((4,), 'f32', 108)
-    c = Case('cond_if_f32', """func.func @cond_if_f32(%c: tensor<1xi1>, %a: tensor<4xf32>) -> tensor<4xf32> {
-  %r = tosa.cond_if %c (%x = %a) : tensor<1xi1> (tensor<4xf32>) -> tensor<4xf32> {
-  ^bb0(%x: tensor<4xf32>):
-    %0 = tosa.add %x, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
-    tosa.yield %0 : tensor<4xf32>
-  } else {
-  ^bb0(%x: tensor<4xf32>):
-    %0 = tosa.sub %x, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
-    tosa.yield %0 : tensor<4xf32>
-  }
-  return %r : tensor<4xf32>
-}""", [((1,), 'i1', [1]), ((4,), 'f32', a)], [((4,), 'f32', [2 * v for v in a])], xfail=cf)
-    cases.append(c)
+    # ---- an RNN cell's loop ----
     # h_{t+1} = tanh(W h_t + x) for 3 steps, in a tosa.while_loop.
     Hd = 4
     wr = small_weights(Hd * Hd, 109, 0.5)
@@ -1059,11 +1043,157 @@ def group_models():
   return %%r#1 : tensor<1x1x4xf32>
 }""" % const('w', wr, (1, Hd, Hd))
     cases.append(Case('rnn_while_f32', body, [((1, 1, Hd), 'f32', xin)], [((1, 1, Hd), 'f32', [f32(v) for v in hstate])],
-                      tol=1e-5, xfail=cf))
+                      tol=1e-5))
+    return cases
+
+COND_IF_BODY = """func.func @%s(%%c: tensor<1xi1>, %%a: tensor<4xf32>) -> tensor<4xf32> {
+  %%r = tosa.cond_if %%c (%%x = %%a) : tensor<1xi1> (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%%x: tensor<4xf32>):
+    %%0 = tosa.add %%x, %%x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    tosa.yield %%0 : tensor<4xf32>
+  } else {
+  ^bb0(%%x: tensor<4xf32>):
+    %%0 = tosa.sub %%x, %%x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    tosa.yield %%0 : tensor<4xf32>
+  }
+  return %%r : tensor<4xf32>
+}"""
+
+
+def group_control():
+    """Host control flow: tosa.cond_if and tosa.while_loop, whose conditions the
+    host program reads back from the device."""
+    cases = []
+    a = values((4,), 'f32', 108)
+    cases.append(Case('cond_if_true_f32', COND_IF_BODY % 'cond_if_true_f32', [((1,), 'i1', [1]), ((4,), 'f32', a)],
+                      [((4,), 'f32', [2 * v for v in a])]))
+    cases.append(Case('cond_if_false_f32', COND_IF_BODY % 'cond_if_false_f32', [((1,), 'i1', [0]), ((4,), 'f32', a)],
+                      [((4,), 'f32', [0.0] * 4)]))
+    # A rank-0 condition the graph computes (sum > 0), two results, and a branch
+    # that passes an argument through.
+    for name, seed in (('cond_if_computed_pos', 111), ('cond_if_computed_neg', 112)):
+        x = values((4,), 'f32', seed)
+        y = values((4,), 'f32', seed + 10)
+        go = sum(x) > 0
+        if go:
+            want = ([v * 2 for v in x], y)
+        else:
+            want = ([u - v for u, v in zip(x, y)], [v + 1 for v in y])
+        body = """func.func @%s(%%x: tensor<4xf32>, %%y: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %%zero = "tosa.const"() {values = dense<0.0> : tensor<f32>} : () -> tensor<f32>
+  %%one = "tosa.const"() {values = dense<1.0> : tensor<4xf32>} : () -> tensor<4xf32>
+  %%s = tosa.reduce_sum %%x {axis = 0 : i32} : (tensor<4xf32>) -> tensor<1xf32>
+  %%shape = tosa.const_shape {values = dense<> : tensor<0xindex>} : () -> !tosa.shape<0>
+  %%s0 = tosa.reshape %%s, %%shape : (tensor<1xf32>, !tosa.shape<0>) -> tensor<f32>
+  %%c = tosa.greater %%s0, %%zero : (tensor<f32>, tensor<f32>) -> tensor<i1>
+  %%r:2 = tosa.cond_if %%c (%%p = %%x, %%q = %%y) : tensor<i1> (tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  ^bb0(%%p: tensor<4xf32>, %%q: tensor<4xf32>):
+    %%0 = tosa.add %%p, %%p : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    tosa.yield %%0, %%q : tensor<4xf32>, tensor<4xf32>
+  } else {
+  ^bb0(%%p: tensor<4xf32>, %%q: tensor<4xf32>):
+    %%0 = tosa.sub %%p, %%q : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %%1 = tosa.add %%q, %%one : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    tosa.yield %%0, %%1 : tensor<4xf32>, tensor<4xf32>
+  }
+  return %%r#0, %%r#1 : tensor<4xf32>, tensor<4xf32>
+}""" % name
+        cases.append(Case(name, body, [((4,), 'f32', x), ((4,), 'f32', y)],
+                          [((4,), 'f32', want[0]), ((4,), 'f32', want[1])]))
+    # A counted loop on i16 state whose trip count is an input: 0 trips returns
+    # the initial value; 5 trips, and an if inside the body (odd/even steps).
+    for name, n in (('while_zero_trips_i16', 0), ('while_if_body_i16', 5)):
+        h = [1, -2, 3, 5, 7]
+        for i in range(n):
+            h = [v + 3 for v in h] if i % 2 == 0 else [v * 2 for v in h]
+        body = """func.func @%s(%%n: tensor<1xi32>, %%h0: tensor<5xi16>) -> tensor<5xi16> {
+  %%i0 = "tosa.const"() {values = dense<0> : tensor<1xi32>} : () -> tensor<1xi32>
+  %%r:2 = tosa.while_loop (%%i = %%i0, %%h = %%h0) : (tensor<1xi32>, tensor<5xi16>) -> (tensor<1xi32>, tensor<5xi16>) {
+    %%go = tosa.greater %%n, %%i : (tensor<1xi32>, tensor<1xi32>) -> tensor<1xi1>
+    tosa.yield %%go : tensor<1xi1>
+  } do {
+  ^bb0(%%i: tensor<1xi32>, %%h: tensor<5xi16>):
+    %%one = "tosa.const"() {values = dense<1> : tensor<1xi32>} : () -> tensor<1xi32>
+    %%zero = "tosa.const"() {values = dense<0> : tensor<1xi32>} : () -> tensor<1xi32>
+    %%bit = tosa.bitwise_and %%i, %%one : (tensor<1xi32>, tensor<1xi32>) -> tensor<1xi32>
+    %%even = tosa.equal %%bit, %%zero : (tensor<1xi32>, tensor<1xi32>) -> tensor<1xi1>
+    %%next = tosa.cond_if %%even (%%g = %%h) : tensor<1xi1> (tensor<5xi16>) -> tensor<5xi16> {
+    ^bb0(%%g: tensor<5xi16>):
+      %%three = "tosa.const"() {values = dense<3> : tensor<5xi16>} : () -> tensor<5xi16>
+      %%0 = tosa.add %%g, %%three : (tensor<5xi16>, tensor<5xi16>) -> tensor<5xi16>
+      tosa.yield %%0 : tensor<5xi16>
+    } else {
+    ^bb0(%%g: tensor<5xi16>):
+      %%0 = tosa.add %%g, %%g : (tensor<5xi16>, tensor<5xi16>) -> tensor<5xi16>
+      tosa.yield %%0 : tensor<5xi16>
+    }
+    %%i1 = tosa.add %%i, %%one : (tensor<1xi32>, tensor<1xi32>) -> tensor<1xi32>
+    tosa.yield %%i1, %%next : tensor<1xi32>, tensor<5xi16>
+  }
+  return %%r#1 : tensor<5xi16>
+}""" % name
+        cases.append(Case(name, body, [((1,), 'i32', [n]), ((5,), 'i16', [1, -2, 3, 5, 7])], [((5,), 'i16', h)]))
+    # scf.if (as StableHLO-style lowerings write it) on a condition computed from
+    # an element of the input: the comparison runs in a kernel of its own.
+    for name, first in (('scf_if_scalar_condition_pos', 1.5), ('scf_if_scalar_condition_neg', -1.5)):
+        x = [first, 2.0, -3.25, 4.0]
+        want = x if first > 0 else [-v for v in x]
+        body = """func.func @%s(%%a: tensor<4xf32>) -> tensor<4xf32> {
+  %%c0 = arith.constant 0 : index
+  %%x = tensor.extract %%a[%%c0] : tensor<4xf32>
+  %%z = arith.constant 0.0 : f32
+  %%p = arith.cmpf ogt, %%x, %%z : f32
+  %%r = scf.if %%p -> tensor<4xf32> {
+    scf.yield %%a : tensor<4xf32>
+  } else {
+    %%n = arith.negf %%a : tensor<4xf32>
+    scf.yield %%n : tensor<4xf32>
+  }
+  return %%r : tensor<4xf32>
+}""" % name
+        cases.append(Case(name, body, [((4,), 'f32', x)], [((4,), 'f32', want)]))
+    # Nested loops: for i < 2 { for j < 3 { acc += x } ; acc *= 0.5 }.
+    x = values((3,), 'f32', 113)
+    acc = [0.0] * 3
+    for _ in range(2):
+        for _ in range(3):
+            acc = [u + v for u, v in zip(acc, x)]
+        acc = [u * 0.5 for u in acc]
+    body = """func.func @while_nested_f32(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %i0 = "tosa.const"() {values = dense<0> : tensor<i32>} : () -> tensor<i32>
+  %a0 = "tosa.const"() {values = dense<0.0> : tensor<3xf32>} : () -> tensor<3xf32>
+  %r:2 = tosa.while_loop (%i = %i0, %a = %a0) : (tensor<i32>, tensor<3xf32>) -> (tensor<i32>, tensor<3xf32>) {
+    %two = "tosa.const"() {values = dense<2> : tensor<i32>} : () -> tensor<i32>
+    %go = tosa.greater %two, %i : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    tosa.yield %go : tensor<i1>
+  } do {
+  ^bb0(%i: tensor<i32>, %a: tensor<3xf32>):
+    %s:2 = tosa.while_loop (%j = %i0, %b = %a) : (tensor<i32>, tensor<3xf32>) -> (tensor<i32>, tensor<3xf32>) {
+      %three = "tosa.const"() {values = dense<3> : tensor<i32>} : () -> tensor<i32>
+      %go = tosa.greater %three, %j : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      tosa.yield %go : tensor<i1>
+    } do {
+    ^bb0(%j: tensor<i32>, %b: tensor<3xf32>):
+      %one = "tosa.const"() {values = dense<1> : tensor<i32>} : () -> tensor<i32>
+      %j1 = tosa.add %j, %one : (tensor<i32>, tensor<i32>) -> tensor<i32>
+      %b1 = tosa.add %b, %x : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+      tosa.yield %j1, %b1 : tensor<i32>, tensor<3xf32>
+    }
+    %half = "tosa.const"() {values = dense<0.5> : tensor<3xf32>} : () -> tensor<3xf32>
+    %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+    %h = tosa.mul %s#1, %half, %shift : (tensor<3xf32>, tensor<3xf32>, tensor<1xi8>) -> tensor<3xf32>
+    %one = "tosa.const"() {values = dense<1> : tensor<i32>} : () -> tensor<i32>
+    %i1 = tosa.add %i, %one : (tensor<i32>, tensor<i32>) -> tensor<i32>
+    tosa.yield %i1, %h : tensor<i32>, tensor<3xf32>
+  }
+  return %r#1 : tensor<3xf32>
+}"""
+    cases.append(Case('while_nested_f32', body, [((3,), 'f32', x)], [((3,), 'f32', acc)]))
     return cases
 
 
 GROUPS = {
+    'control': group_control,
     'models': group_models,
     'tosa': group_tosa,
     'quantized': group_quantized,

@@ -104,29 +104,10 @@ func.func @model_transformer_encoder(%arg0: tensor<1x4x8xf32>) -> tensor<1x4x8xf
   return %out : tensor<1x4x8xf32>
 }
 
-// CASE @cond_if_f32
-// INPUT 1xi1 1
-// INPUT 4xf32 2.5 3.0 2.25 3.5
-// OUTPUT 4xf32 5.0 6.0 4.5 7.0
-// XFAIL * host control flow: tosa.cond_if / tosa.while_loop (issue 15, class 4)
-func.func @cond_if_f32(%c: tensor<1xi1>, %a: tensor<4xf32>) -> tensor<4xf32> {
-  %r = tosa.cond_if %c (%x = %a) : tensor<1xi1> (tensor<4xf32>) -> tensor<4xf32> {
-  ^bb0(%x: tensor<4xf32>):
-    %0 = tosa.add %x, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
-    tosa.yield %0 : tensor<4xf32>
-  } else {
-  ^bb0(%x: tensor<4xf32>):
-    %0 = tosa.sub %x, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
-    tosa.yield %0 : tensor<4xf32>
-  }
-  return %r : tensor<4xf32>
-}
-
 // CASE @rnn_while_f32
 // INPUT 1x1x4xf32 -2.25 -2.75 -0.25 -3.5
 // OUTPUT 1x1x4xf32 -0.3466601073741913 -0.999920129776001 0.8736522793769836 -0.9999610185623169
 // TOL 1e-05
-// XFAIL * host control flow: tosa.cond_if / tosa.while_loop (issue 15, class 4)
 func.func @rnn_while_f32(%x: tensor<1x1x4xf32>) -> tensor<1x1x4xf32> {
   %w = "tosa.const"() {values = dense<[[[-0.5, 0.0, 0.5, 0.0], [-1.25, 1.125, -1.125, 0.375], [-1.25, -1.875, 1.125, 2.0], [-1.125, 1.0, 0.0, 1.75]]]> : tensor<1x4x4xf32>} : () -> tensor<1x4x4xf32>
   %zp = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>

@@ -11,7 +11,8 @@ executable format; a verifier or import error fails the case.
 
 Tools: $KILN_IREE_TOOLS, or ../iree-build/tools beside the repository (the
 iree-run-module there must carry the staging-buffer patch the doc describes to read
-results back from lavapipe). KILN_IREE_TARGETS overrides the targets.
+results back from lavapipe). KILN_IREE_TARGETS overrides the targets;
+KILN_IREE_CORPUS=control.mlir,models.mlir limits the run to those files.
 """
 import math
 import os
@@ -62,9 +63,11 @@ RAW = {"i1": ("B", 1), "i8": ("b", 1), "i16": ("h", 2), "i32": ("i", 4), "i64": 
 
 
 def corpus_cases():
-    """(file name, case) for every case of every corpus file, in order."""
+    """(file name, case) for every case of every corpus file, in order (only the
+    files KILN_IREE_CORPUS names, comma-separated, when it is set)."""
+    only = [n for n in os.environ.get("KILN_IREE_CORPUS", "").split(",") if n]
     for name in sorted(os.listdir(CORPUS)):
-        if name.endswith(".mlir"):
+        if name.endswith(".mlir") and (not only or name in only):
             for case in parse_cases(os.path.join(CORPUS, name)):
                 yield name, case
 

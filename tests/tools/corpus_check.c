@@ -367,6 +367,7 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_function_t *fn, const kiln_compiler
   VkPipeline *pipelines = kiln_calloc(fn->n_steps ? fn->n_steps : 1, sizeof *pipelines);
   VkPipelineLayout *layouts = kiln_calloc(fn->n_steps ? fn->n_steps : 1, sizeof *layouts);
   VkDescriptorSetLayout *set_layouts = kiln_calloc(fn->n_steps ? fn->n_steps : 1, sizeof *set_layouts);
+  VkDescriptorSet *sets = kiln_calloc(fn->n_steps ? fn->n_steps : 1, sizeof *sets);
   VkDescriptorPool dpool = VK_NULL_HANDLE;
   VkCommandBuffer cmd = VK_NULL_HANDLE;
   VkFence fence = VK_NULL_HANDLE;
@@ -408,88 +409,125 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_function_t *fn, const kiln_compiler
                                      .poolSizeCount = 1,
                                      .pPoolSizes = &ps};
   VK_OK(vkCreateDescriptorPool(vk->device, &dpci, NULL, &dpool));
+  /* Pipelines and descriptor sets, once per dispatch step. */
+  for (size_t s = 0; s < fn->n_steps; s++) {
+    const kiln_vmfb_step_t *st = &fn->steps[s];
+    if (st->kind != KILN_VMFB_STEP_DISPATCH) continue;
+    if (st->kernel >= n_kernels) {
+      snprintf(err, err_cap, "step %zu dispatches kernel %u of %zu", s, st->kernel, n_kernels);
+      goto done;
+    }
+    const kiln_compiler_kernel_t *k = &kernels[st->kernel];
+    VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                     .codeSize = k->binary_len,
+                                     .pCode = (const uint32_t *)k->binary};
+    VK_OK(vkCreateShaderModule(vk->device, &smci, NULL, &modules[s]));
+    VkDescriptorSetLayoutBinding lb[64];
+    if (st->n_bindings > 64) {
+      snprintf(err, err_cap, "step %zu: %zu bindings", s, st->n_bindings);
+      goto done;
+    }
+    for (size_t b = 0; b < st->n_bindings; b++) {
+      lb[b] = (VkDescriptorSetLayoutBinding){(uint32_t)b, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1,
+                                             VK_SHADER_STAGE_COMPUTE_BIT, NULL};
+    }
+    VkDescriptorSetLayoutCreateInfo dslci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                                             .bindingCount = (uint32_t)st->n_bindings,
+                                             .pBindings = lb};
+    VK_OK(vkCreateDescriptorSetLayout(vk->device, &dslci, NULL, &set_layouts[s]));
+    VkPushConstantRange pcr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)(4 * st->n_constants)};
+    VkPipelineLayoutCreateInfo plci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                       .setLayoutCount = 1,
+                                       .pSetLayouts = &set_layouts[s],
+                                       .pushConstantRangeCount = st->n_constants ? 1 : 0,
+                                       .pPushConstantRanges = &pcr};
+    VK_OK(vkCreatePipelineLayout(vk->device, &plci, NULL, &layouts[s]));
+    VkComputePipelineCreateInfo cpci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                  .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = modules[s],
+                  .pName = k->name},
+        .layout = layouts[s]};
+    VK_OK(vkCreateComputePipelines(vk->device, VK_NULL_HANDLE, 1, &cpci, NULL, &pipelines[s]));
+    VkDescriptorSetAllocateInfo dsai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                        .descriptorPool = dpool,
+                                        .descriptorSetCount = 1,
+                                        .pSetLayouts = &set_layouts[s]};
+    VK_OK(vkAllocateDescriptorSets(vk->device, &dsai, &sets[s]));
+    VkDescriptorBufferInfo infos[64];
+    VkWriteDescriptorSet writes[64];
+    for (size_t b = 0; b < st->n_bindings; b++) {
+      const kiln_vmfb_binding_t *bd = &st->bindings[b];
+      if (bd->buffer >= fn->n_buffers || bd->offset + bd->length > bufs[bd->buffer].size) {
+        snprintf(err, err_cap, "step %zu binding %zu: range [%llu, +%llu) outside buffer %u", s, b,
+                 (unsigned long long)bd->offset, (unsigned long long)bd->length, bd->buffer);
+        goto done;
+      }
+      infos[b] = (VkDescriptorBufferInfo){bufs[bd->buffer].buffer, bd->offset,
+                                          bd->length ? bd->length : VK_WHOLE_SIZE};
+      writes[b] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                         .dstSet = sets[s],
+                                         .dstBinding = (uint32_t)b,
+                                         .descriptorCount = 1,
+                                         .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                         .pBufferInfo = &infos[b]};
+    }
+    vkUpdateDescriptorSets(vk->device, (uint32_t)st->n_bindings, writes, 0, NULL);
+  }
+
   VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
                                      .commandPool = vk->pool,
                                      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                      .commandBufferCount = 1};
   VK_OK(vkAllocateCommandBuffers(vk->device, &cai, &cmd));
+  VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VK_OK(vkCreateFence(vk->device, &fci, NULL, &fence));
   VkCommandBufferBeginInfo cbi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-  VK_OK(vkBeginCommandBuffer(cmd, &cbi));
   VkMemoryBarrier barrier = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                              .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                              .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                                              VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
-  for (size_t s = 0; s < fn->n_steps; s++) {
+                                              VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                                              VK_ACCESS_HOST_READ_BIT};
+  VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+  /* Run the steps as the host program does: record until a BRANCH, submit, wait,
+   * read the condition (every buffer here is host-visible), go on. A step budget
+   * stops a loop that never ends. */
+  VK_OK(vkBeginCommandBuffer(cmd, &cbi));
+  size_t budget = 100000;
+  for (size_t s = 0; s < fn->n_steps;) {
     const kiln_vmfb_step_t *st = &fn->steps[s];
+    if (budget-- == 0) {
+      snprintf(err, err_cap, "the host program ran 100000 steps: a loop that never ends?");
+      goto done;
+    }
+    if (st->kind == KILN_VMFB_STEP_JUMP) {
+      s = st->target;
+      continue;
+    }
+    if (st->kind == KILN_VMFB_STEP_BRANCH) {
+      VK_OK(vkEndCommandBuffer(cmd));
+      VK_OK(vkQueueSubmit(vk->queue, 1, &si, fence));
+      VK_OK(vkWaitForFences(vk->device, 1, &fence, VK_TRUE, UINT64_C(120000000000)));
+      VK_OK(vkResetFences(vk->device, 1, &fence));
+      VK_OK(vkResetCommandBuffer(cmd, 0));
+      VK_OK(vkBeginCommandBuffer(cmd, &cbi));
+      if (st->src >= fn->n_buffers || st->src_offset + st->length > bufs[st->src].size || st->length > 4) {
+        snprintf(err, err_cap, "step %zu: condition outside buffer %u", s, st->src);
+        goto done;
+      }
+      uint32_t value = 0;
+      memcpy(&value, (uint8_t *)bufs[st->src].map + st->src_offset, st->length);
+      s = value ? s + 1 : st->target;
+      continue;
+    }
     if (st->kind == KILN_VMFB_STEP_COPY) {
       VkBufferCopy region = {st->src_offset, st->dst_offset, st->length};
       vkCmdCopyBuffer(cmd, bufs[st->src].buffer, bufs[st->dst].buffer, 1, &region);
     } else {
-      if (st->kernel >= n_kernels) {
-        snprintf(err, err_cap, "step %zu dispatches kernel %u of %zu", s, st->kernel, n_kernels);
-        goto done;
-      }
-      const kiln_compiler_kernel_t *k = &kernels[st->kernel];
-      VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                       .codeSize = k->binary_len,
-                                       .pCode = (const uint32_t *)k->binary};
-      VK_OK(vkCreateShaderModule(vk->device, &smci, NULL, &modules[s]));
-      VkDescriptorSetLayoutBinding lb[64];
-      if (st->n_bindings > 64) {
-        snprintf(err, err_cap, "step %zu: %zu bindings", s, st->n_bindings);
-        goto done;
-      }
-      for (size_t b = 0; b < st->n_bindings; b++) {
-        lb[b] = (VkDescriptorSetLayoutBinding){(uint32_t)b, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1,
-                                               VK_SHADER_STAGE_COMPUTE_BIT, NULL};
-      }
-      VkDescriptorSetLayoutCreateInfo dslci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                               .bindingCount = (uint32_t)st->n_bindings,
-                                               .pBindings = lb};
-      VK_OK(vkCreateDescriptorSetLayout(vk->device, &dslci, NULL, &set_layouts[s]));
-      VkPushConstantRange pcr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)(4 * st->n_constants)};
-      VkPipelineLayoutCreateInfo plci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
-                                         .setLayoutCount = 1,
-                                         .pSetLayouts = &set_layouts[s],
-                                         .pushConstantRangeCount = st->n_constants ? 1 : 0,
-                                         .pPushConstantRanges = &pcr};
-      VK_OK(vkCreatePipelineLayout(vk->device, &plci, NULL, &layouts[s]));
-      VkComputePipelineCreateInfo cpci = {
-          .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-          .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                    .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                    .module = modules[s],
-                    .pName = k->name},
-          .layout = layouts[s]};
-      VK_OK(vkCreateComputePipelines(vk->device, VK_NULL_HANDLE, 1, &cpci, NULL, &pipelines[s]));
-      VkDescriptorSet set;
-      VkDescriptorSetAllocateInfo dsai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                          .descriptorPool = dpool,
-                                          .descriptorSetCount = 1,
-                                          .pSetLayouts = &set_layouts[s]};
-      VK_OK(vkAllocateDescriptorSets(vk->device, &dsai, &set));
-      VkDescriptorBufferInfo infos[64];
-      VkWriteDescriptorSet writes[64];
-      for (size_t b = 0; b < st->n_bindings; b++) {
-        const kiln_vmfb_binding_t *bd = &st->bindings[b];
-        if (bd->buffer >= fn->n_buffers || bd->offset + bd->length > bufs[bd->buffer].size) {
-          snprintf(err, err_cap, "step %zu binding %zu: range [%llu, +%llu) outside buffer %u", s, b,
-                   (unsigned long long)bd->offset, (unsigned long long)bd->length, bd->buffer);
-          goto done;
-        }
-        infos[b] = (VkDescriptorBufferInfo){bufs[bd->buffer].buffer, bd->offset,
-                                            bd->length ? bd->length : VK_WHOLE_SIZE};
-        writes[b] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-                                           .dstSet = set,
-                                           .dstBinding = (uint32_t)b,
-                                           .descriptorCount = 1,
-                                           .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                           .pBufferInfo = &infos[b]};
-      }
-      vkUpdateDescriptorSets(vk->device, (uint32_t)st->n_bindings, writes, 0, NULL);
       vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipelines[s]);
-      vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, layouts[s], 0, 1, &set, 0, NULL);
+      vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, layouts[s], 0, 1, &sets[s], 0, NULL);
       if (st->n_constants) {
         vkCmdPushConstants(cmd, layouts[s], VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            (uint32_t)(4 * st->n_constants), st->constants);
@@ -497,13 +535,12 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_function_t *fn, const kiln_compiler
       vkCmdDispatch(cmd, st->workgroups[0], st->workgroups[1], st->workgroups[2]);
     }
     vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
-                         &barrier, 0, NULL, 0, NULL);
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+                             VK_PIPELINE_STAGE_HOST_BIT,
+                         0, 1, &barrier, 0, NULL, 0, NULL);
+    s++;
   }
   VK_OK(vkEndCommandBuffer(cmd));
-  VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  VK_OK(vkCreateFence(vk->device, &fci, NULL, &fence));
-  VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
   VK_OK(vkQueueSubmit(vk->queue, 1, &si, fence));
   VK_OK(vkWaitForFences(vk->device, 1, &fence, VK_TRUE, UINT64_C(120000000000)));
   for (size_t r = 0; r < fn->n_results; r++) {
@@ -538,6 +575,7 @@ done:
   kiln_free(pipelines);
   kiln_free(layouts);
   kiln_free(set_layouts);
+  kiln_free(sets);
   return ok;
 }
 

@@ -137,6 +137,7 @@ static const struct {
 } HAL_0_7_EXPORTS[] = {
     {"hal.allocator.allocate", "rIiiI", "r"},
     {"hal.buffer.assert", "rrrIii", "v"},
+    {"hal.buffer.load", "rIi", "i"},
     {"hal.buffer_view.assert", "rriiCID", "v"},
     {"hal.buffer_view.buffer", "r", "r"},
     {"hal.buffer_view.create", "rIIiiCID", "r"},
@@ -665,6 +666,62 @@ static void test_inconsistent_plans_are_refused(void **state) {
   assert_zeroed(&m);
 }
 
+/* A loop: k0; head: k1 writes a condition; BRANCH (zero: end); k0; JUMP head. */
+static void test_branch_and_loop(void **state) {
+  (void)state;
+  plan_a_t p;
+  plan_a(&p);
+  kiln_vmfb_buffer_t buffers[3] = {p.buffers[0], p.buffers[1],
+                                   {.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = 4}};
+  kiln_vmfb_binding_t cond_bindings[2] = {{.buffer = 1, .length = 16, .read_only = true},
+                                          {.buffer = 2, .length = 4}};
+  kiln_vmfb_step_t steps[5] = {
+      p.steps[0],
+      {.kind = KILN_VMFB_STEP_DISPATCH, .kernel = 1, .workgroups = {1, 1, 1},
+       .bindings = cond_bindings, .n_bindings = 2},
+      {.kind = KILN_VMFB_STEP_BRANCH, .src = 2, .src_offset = 1, .length = 1, .target = 5},
+      p.steps[0],
+      {.kind = KILN_VMFB_STEP_JUMP, .target = 1},
+  };
+  p.fn.buffers = buffers;
+  p.fn.n_buffers = 3;
+  p.fn.steps = steps;
+  p.fn.n_steps = 5;
+  kiln_vmfb_host_executable_t exe = executable();
+  kiln_vmfb_vm_module_t m;
+  assert_ok(kiln_vmfb_host_program_build(&p.plan, &exe, NULL, &m));
+  verify_all(&m);
+  assert_imports_match_hal(&m, 7);
+  assert_true(import_index(&m, "hal.buffer.load") >= 0);
+  const kiln_vmfb_vm_function_t *fn = &m.functions[0];
+  /* Three segments end in a submission and a wait: before the loop head, at the
+   * BRANCH (whose condition is copied to staging and loaded), at the JUMP. */
+  assert_int_equal(calls_to(&m, fn, "hal.fence.await"), 3);
+  assert_int_equal(calls_to(&m, fn, "hal.device.queue.execute"), 3);
+  assert_int_equal(calls_to(&m, fn, "hal.command_buffer.create"), 3);
+  assert_int_equal(calls_to(&m, fn, "hal.command_buffer.copy_buffer"), 1);
+  assert_int_equal(calls_to(&m, fn, "hal.buffer.load"), 1);
+  assert_int_equal(calls_to(&m, fn, "hal.command_buffer.dispatch"), 3);
+  /* two transients and the staging buffer */
+  assert_int_equal(calls_to(&m, fn, "hal.allocator.allocate"), 3);
+  assert_clean_return(fn, 1);
+  kiln_vmfb_vm_module_deinit(&m);
+
+  /* Refused: a target past the end, a condition of 0 or 5 bytes, or outside its buffer. */
+  steps[4].target = 6;
+  expect_refused(&p.plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+  steps[4].target = 1;
+  steps[2].length = 0;
+  expect_refused(&p.plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+  steps[2].length = 5;
+  expect_refused(&p.plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+  steps[2].length = 4; /* bytes 1..4 of a 4-byte buffer */
+  expect_refused(&p.plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+  steps[2].src = 3;
+  steps[2].length = 1;
+  expect_refused(&p.plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_dispatch),
@@ -673,6 +730,7 @@ int main(void) {
       cmocka_unit_test(test_legacy_hal_0_6),
       cmocka_unit_test(test_many_steps_keep_registers_bounded),
       cmocka_unit_test(test_inconsistent_plans_are_refused),
+      cmocka_unit_test(test_branch_and_loop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,335 @@
+/* Host control flow before and after bufferization (host.h: Control flow).
+ *
+ * tosa.cond_if and tosa.while_loop become scf.if and scf.while (kiln's own
+ * rewrite: upstream tosa-to-scf fails on nested loops and on tensor<1xi1>
+ * conditions), which one-shot-bufferize turns into memref-valued regions: a branch yields a
+ * buffer, a loop carries buffers from one iteration to the next. kiln's host plan
+ * has a fixed set of buffers per call, so after bufferization each value that
+ * crosses a region boundary gets a fixed buffer of its own, allocated before the
+ * op, and the region copies what it yields into it:
+ *
+ *   scf.if %c -> (memref) { A; yield %a } else { B; yield %b }
+ *     =>  %r = alloc; scf.if %c { A; copy %a, %r } else { B; copy %b, %r }
+ *
+ *   scf.while (%x = %init) { C(%x); condition(%go) %v } do { ^(%y): D(%y); yield %n }
+ *     =>  %X = alloc; %Y = alloc; copy %init, %X;
+ *         scf.while { C(%X); copy %v, %Y; condition(%go) } do { D(%Y); copy %n, %X }
+ *
+ * No copy reads a buffer another copy of the same group writes: %X and %Y are new,
+ * the before region cannot name %Y and the after region sees %X only through %Y.
+ * The copies become kernels (kiln_compiler_copies_to_kernels), and the condition,
+ * a memref.load of an i1 a kernel wrote, is what the host program reads back.
+ */
+#include <mlir-c/BuiltinAttributes.h>
+#include <mlir-c/BuiltinTypes.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "compiler/host.h"
+#include "compiler/kernel_types.h"
+
+static bool op_is(MlirOperation op, const char *name) {
+  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
+  return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
+}
+
+typedef struct ops_s {
+  MlirOperation *items;
+  size_t n;
+} ops_t;
+
+static void ops_push(ops_t *ops, MlirOperation op) {
+  ops->items = kiln_realloc(ops->items, (ops->n + 1) * sizeof *ops->items);
+  ops->items[ops->n++] = op;
+}
+
+/* ---- TOSA control flow to scf ---- */
+
+static MlirWalkResult find_tosa_control(MlirOperation op, void *user) {
+  if (op_is(op, "tosa.cond_if") || op_is(op, "tosa.while_loop")) ops_push(user, op);
+  return MlirWalkResultAdvance;
+}
+
+/* %b = tensor.extract %cond[0, ...] : i1, before `before`: the condition of a
+ * tensor<i1> or tensor<1xi1> (TOSA allows both). */
+static MlirValue condition_scalar(MlirContext ctx, MlirValue cond, MlirOperation before) {
+  MlirLocation loc = mlirOperationGetLocation(before);
+  MlirBlock block = mlirOperationGetBlock(before);
+  MlirType t = mlirValueGetType(cond);
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  MlirValue *operands = kiln_calloc((size_t)rank + 1, sizeof *operands);
+  operands[0] = cond;
+  if (rank > 0) {
+    MlirOperation zero = kiln_compiler_int_constant(ctx, loc, mlirIndexTypeGet(ctx), 0);
+    mlirBlockInsertOwnedOperationBefore(block, before, zero);
+    for (intptr_t d = 0; d < rank; d++) operands[1 + d] = mlirOperationGetResult(zero, 0);
+  }
+  MlirType elem = mlirShapedTypeGetElementType(t);
+  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("tensor.extract"), loc);
+  mlirOperationStateAddOperands(&s, rank + 1, operands);
+  mlirOperationStateAddResults(&s, 1, &elem);
+  MlirOperation extract = mlirOperationCreate(&s);
+  mlirBlockInsertOwnedOperationBefore(block, before, extract);
+  kiln_free(operands);
+  return mlirOperationGetResult(extract, 0);
+}
+
+/* Replaces terminator `old` (a tosa.yield) with an op `name` whose operands are
+ * `first` (when not null) then old's operands. */
+static void replace_terminator(MlirOperation old, const char *name, MlirValue first) {
+  intptr_t n = mlirOperationGetNumOperands(old);
+  MlirValue *operands = kiln_calloc((size_t)n + 2, sizeof *operands);
+  intptr_t k = 0;
+  if (!mlirValueIsNull(first)) operands[k++] = first;
+  for (intptr_t i = 0; i < n; i++) operands[k++] = mlirOperationGetOperand(old, i);
+  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString(name), mlirOperationGetLocation(old));
+  mlirOperationStateAddOperands(&s, k, operands);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(old), old, mlirOperationCreate(&s));
+  mlirOperationDestroy(old);
+  kiln_free(operands);
+}
+
+/* A new op `name` before `old` with `operands`, old's result types, and old's
+ * regions' bodies; old's results are replaced by its results. */
+static MlirOperation rebuild_with_results(const char *name, MlirOperation old, const MlirValue *operands,
+                                          intptr_t n_operands) {
+  intptr_t n_res = mlirOperationGetNumResults(old);
+  intptr_t n_regions = mlirOperationGetNumRegions(old);
+  MlirType *types = kiln_calloc((size_t)n_res + 1, sizeof *types);
+  for (intptr_t i = 0; i < n_res; i++) types[i] = mlirValueGetType(mlirOperationGetResult(old, i));
+  MlirRegion regions[2];
+  for (intptr_t i = 0; i < n_regions && i < 2; i++) regions[i] = mlirRegionCreate();
+  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString(name), mlirOperationGetLocation(old));
+  mlirOperationStateAddOperands(&s, n_operands, operands);
+  mlirOperationStateAddResults(&s, n_res, types);
+  mlirOperationStateAddOwnedRegions(&s, n_regions, regions);
+  MlirOperation op = mlirOperationCreate(&s);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(old), old, op);
+  for (intptr_t i = 0; i < n_regions; i++) {
+    mlirRegionTakeBody(mlirOperationGetRegion(op, i), mlirOperationGetRegion(old, i));
+  }
+  for (intptr_t i = 0; i < n_res; i++) {
+    mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(old, i), mlirOperationGetResult(op, i));
+  }
+  kiln_free(types);
+  return op;
+}
+
+/* tosa.cond_if %c (%x = %a) {^(%x): A; yield} else {^(%x): B; yield}
+ *   => %b = tensor.extract %c; scf.if %b {A[%x := %a]; scf.yield} else {...} */
+static void cond_if_to_scf(MlirContext ctx, MlirOperation op) {
+  MlirValue cond = condition_scalar(ctx, mlirOperationGetOperand(op, 0), op);
+  MlirOperation fixed = rebuild_with_results("scf.if", op, &cond, 1);
+  for (intptr_t r = 0; r < 2; r++) {
+    MlirBlock b = mlirRegionGetFirstBlock(mlirOperationGetRegion(fixed, r));
+    if (mlirBlockIsNull(b)) continue;
+    intptr_t n = mlirBlockGetNumArguments(b);
+    for (intptr_t i = 0; i < n; i++) {
+      mlirValueReplaceAllUsesOfWith(mlirBlockGetArgument(b, i), mlirOperationGetOperand(op, 1 + i));
+    }
+    for (intptr_t i = n - 1; i >= 0; i--) mlirBlockEraseArgument(b, (unsigned)i);
+    replace_terminator(mlirBlockGetTerminator(b), "scf.yield", (MlirValue){NULL});
+  }
+  mlirOperationDestroy(op);
+}
+
+/* tosa.while_loop (%x = %init) {^(%x): C; yield %go} do {^(%x): D; yield %n}
+ *   => scf.while (%x = %init) {^(%x): C; %b = extract %go; scf.condition(%b) %x}
+ *      do {^(%x): D; scf.yield %n} */
+static void while_to_scf(MlirContext ctx, MlirOperation op) {
+  intptr_t n = mlirOperationGetNumOperands(op);
+  MlirValue *inits = kiln_calloc((size_t)n + 1, sizeof *inits);
+  for (intptr_t i = 0; i < n; i++) inits[i] = mlirOperationGetOperand(op, i);
+  MlirOperation fixed = rebuild_with_results("scf.while", op, inits, n);
+  mlirOperationDestroy(op);
+  kiln_free(inits);
+  MlirBlock before = mlirRegionGetFirstBlock(mlirOperationGetRegion(fixed, 0));
+  MlirOperation yield = mlirBlockGetTerminator(before);
+  MlirValue go = condition_scalar(ctx, mlirOperationGetOperand(yield, 0), yield);
+  MlirValue *forwarded = kiln_calloc((size_t)n + 2, sizeof *forwarded);
+  forwarded[0] = go;
+  for (intptr_t i = 0; i < n; i++) forwarded[1 + i] = mlirBlockGetArgument(before, i);
+  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.condition"),
+                                               mlirOperationGetLocation(yield));
+  mlirOperationStateAddOperands(&s, n + 1, forwarded);
+  mlirBlockInsertOwnedOperationBefore(before, yield, mlirOperationCreate(&s));
+  mlirOperationDestroy(yield);
+  kiln_free(forwarded);
+  MlirBlock after = mlirRegionGetFirstBlock(mlirOperationGetRegion(fixed, 1));
+  replace_terminator(mlirBlockGetTerminator(after), "scf.yield", (MlirValue){NULL});
+}
+
+void kiln_compiler_tosa_control_to_scf(MlirContext context, MlirModule module) {
+  ops_t ops = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), find_tosa_control, &ops, MlirWalkPostOrder);
+  for (size_t i = 0; i < ops.n; i++) {
+    if (op_is(ops.items[i], "tosa.cond_if")) {
+      cond_if_to_scf(context, ops.items[i]);
+    } else {
+      while_to_scf(context, ops.items[i]);
+    }
+  }
+  kiln_free(ops.items);
+}
+
+/* ---- fixed buffers for carried values ---- */
+
+static MlirWalkResult find_scf_control(MlirOperation op, void *user) {
+  if (op_is(op, "scf.if") || op_is(op, "scf.while")) ops_push(user, op);
+  return MlirWalkResultAdvance;
+}
+
+/* Whether every value in `values` is a memref of static shape (what a fixed
+ * buffer can hold), and there is at least one. */
+static bool all_static_memrefs(const MlirValue *values, intptr_t n) {
+  for (intptr_t i = 0; i < n; i++) {
+    MlirType t = mlirValueGetType(values[i]);
+    if (!mlirTypeIsAMemRef(t) || !mlirShapedTypeHasStaticShape(t)) return false;
+  }
+  return n > 0;
+}
+
+/* %buf = memref.alloc() : memref<shape x elem> (identity layout) before `op`; if
+ * `as` differs, a memref.cast to it follows. Returns the cast (or the buffer). */
+static MlirValue fixed_buffer(MlirContext ctx, MlirOperation op, MlirType as, MlirValue *out_buffer) {
+  MlirLocation loc = mlirOperationGetLocation(op);
+  MlirBlock block = mlirOperationGetBlock(op);
+  intptr_t rank = mlirShapedTypeGetRank(as);
+  int64_t *shape = kiln_calloc(rank ? (size_t)rank : 1, sizeof *shape);
+  for (intptr_t d = 0; d < rank; d++) shape[d] = mlirShapedTypeGetDimSize(as, d);
+  MlirType plain = mlirMemRefTypeGet(mlirShapedTypeGetElementType(as), rank, shape, mlirAttributeGetNull(),
+                                     mlirMemRefTypeGetMemorySpace(as));
+  kiln_free(shape);
+  int32_t segments[2] = {0, 0};
+  MlirNamedAttribute seg = mlirNamedAttributeGet(
+      mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("operandSegmentSizes")),
+      mlirDenseI32ArrayGet(ctx, 2, segments));
+  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.alloc"), loc);
+  mlirOperationStateAddResults(&s, 1, &plain);
+  mlirOperationStateAddAttributes(&s, 1, &seg);
+  MlirOperation alloc = mlirOperationCreate(&s);
+  mlirBlockInsertOwnedOperationBefore(block, op, alloc);
+  MlirValue buffer = mlirOperationGetResult(alloc, 0);
+  *out_buffer = buffer;
+  if (mlirTypeEqual(plain, as)) return buffer;
+  MlirOperationState c = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.cast"), loc);
+  mlirOperationStateAddOperands(&c, 1, &buffer);
+  mlirOperationStateAddResults(&c, 1, &as);
+  MlirOperation cast = mlirOperationCreate(&c);
+  mlirBlockInsertOwnedOperationBefore(block, op, cast);
+  return mlirOperationGetResult(cast, 0);
+}
+
+static void copy_before(MlirOperation before, MlirValue src, MlirValue dst) {
+  MlirOperationState s =
+      mlirOperationStateGet(mlirStringRefCreateFromCString("memref.copy"), mlirOperationGetLocation(before));
+  MlirValue operands[2] = {src, dst};
+  mlirOperationStateAddOperands(&s, 2, operands);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, mlirOperationCreate(&s));
+}
+
+/* An op named `name` with `operands`, no results and `n_regions` empty regions
+ * before `old`, whose region bodies it takes. */
+static MlirOperation rebuild(const char *name, MlirOperation old, const MlirValue *operands, intptr_t n_operands) {
+  intptr_t n_regions = mlirOperationGetNumRegions(old);
+  MlirRegion regions[2];
+  for (intptr_t i = 0; i < n_regions && i < 2; i++) regions[i] = mlirRegionCreate();
+  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString(name), mlirOperationGetLocation(old));
+  mlirOperationStateAddOperands(&s, n_operands, operands);
+  mlirOperationStateAddOwnedRegions(&s, n_regions, regions);
+  MlirOperation op = mlirOperationCreate(&s);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(old), old, op);
+  for (intptr_t i = 0; i < n_regions; i++) {
+    mlirRegionTakeBody(mlirOperationGetRegion(op, i), mlirOperationGetRegion(old, i));
+  }
+  return op;
+}
+
+/* The terminator of region `r`'s only block, or null. */
+static MlirOperation region_terminator(MlirOperation op, intptr_t r) {
+  MlirBlock b = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, r));
+  return mlirBlockIsNull(b) ? (MlirOperation){NULL} : mlirBlockGetTerminator(b);
+}
+
+static void fix_if(MlirContext ctx, MlirOperation op) {
+  intptr_t n = mlirOperationGetNumResults(op);
+  MlirValue *results = kiln_calloc((size_t)n + 1, sizeof *results);
+  for (intptr_t i = 0; i < n; i++) results[i] = mlirOperationGetResult(op, i);
+  if (!all_static_memrefs(results, n)) {
+    kiln_free(results);
+    return;
+  }
+  MlirValue *buffers = kiln_calloc((size_t)n, sizeof *buffers);
+  for (intptr_t i = 0; i < n; i++) {
+    MlirValue as = fixed_buffer(ctx, op, mlirValueGetType(results[i]), &buffers[i]);
+    mlirValueReplaceAllUsesOfWith(results[i], as);
+  }
+  MlirValue cond = mlirOperationGetOperand(op, 0);
+  MlirOperation fixed = rebuild("scf.if", op, &cond, 1);
+  for (intptr_t r = 0; r < 2; r++) {
+    MlirOperation yield = region_terminator(fixed, r);
+    if (mlirOperationIsNull(yield)) continue;
+    for (intptr_t i = 0; i < n; i++) copy_before(yield, mlirOperationGetOperand(yield, i), buffers[i]);
+    mlirOperationSetOperands(yield, 0, NULL);
+  }
+  mlirOperationDestroy(op);
+  kiln_free(buffers);
+  kiln_free(results);
+}
+
+static void fix_while(MlirContext ctx, MlirOperation op) {
+  intptr_t n_init = mlirOperationGetNumOperands(op);
+  intptr_t n_res = mlirOperationGetNumResults(op);
+  MlirBlock before = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
+  MlirBlock after = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 1));
+  if (mlirBlockIsNull(before) || mlirBlockIsNull(after)) return;
+  MlirValue *vals = kiln_calloc((size_t)(n_init + n_res) + 1, sizeof *vals);
+  for (intptr_t i = 0; i < n_init; i++) vals[i] = mlirBlockGetArgument(before, i);
+  for (intptr_t i = 0; i < n_res; i++) vals[n_init + i] = mlirOperationGetResult(op, i);
+  if (!all_static_memrefs(vals, n_init + n_res)) {
+    kiln_free(vals);
+    return;
+  }
+  MlirValue *carried = kiln_calloc((size_t)n_init + 1, sizeof *carried);
+  MlirValue *forwarded = kiln_calloc((size_t)n_res + 1, sizeof *forwarded);
+  for (intptr_t i = 0; i < n_init; i++) {
+    MlirValue arg = mlirBlockGetArgument(before, i);
+    MlirValue as = fixed_buffer(ctx, op, mlirValueGetType(arg), &carried[i]);
+    copy_before(op, mlirOperationGetOperand(op, i), carried[i]);
+    mlirValueReplaceAllUsesOfWith(arg, as);
+  }
+  for (intptr_t i = 0; i < n_res; i++) {
+    MlirValue res = mlirOperationGetResult(op, i);
+    MlirValue as = fixed_buffer(ctx, op, mlirValueGetType(res), &forwarded[i]);
+    mlirValueReplaceAllUsesOfWith(res, as);
+    MlirValue arg = mlirBlockGetArgument(after, i);
+    mlirValueReplaceAllUsesOfWith(arg, as);
+  }
+  MlirOperation fixed = rebuild("scf.while", op, NULL, 0);
+  MlirOperation condition = region_terminator(fixed, 0);
+  MlirValue go = mlirOperationGetOperand(condition, 0);
+  for (intptr_t i = 0; i < n_res; i++) copy_before(condition, mlirOperationGetOperand(condition, 1 + i), forwarded[i]);
+  mlirOperationSetOperands(condition, 1, &go);
+  MlirOperation yield = region_terminator(fixed, 1);
+  for (intptr_t i = 0; i < n_init; i++) copy_before(yield, mlirOperationGetOperand(yield, i), carried[i]);
+  mlirOperationSetOperands(yield, 0, NULL);
+  for (intptr_t i = n_init - 1; i >= 0; i--) mlirBlockEraseArgument(before, (unsigned)i);
+  for (intptr_t i = n_res - 1; i >= 0; i--) mlirBlockEraseArgument(after, (unsigned)i);
+  mlirOperationDestroy(op);
+  kiln_free(forwarded);
+  kiln_free(carried);
+  kiln_free(vals);
+}
+
+void kiln_compiler_carried_buffers_fix(MlirContext context, MlirModule module) {
+  ops_t ops = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), find_scf_control, &ops, MlirWalkPostOrder);
+  for (size_t i = 0; i < ops.n; i++) {
+    if (op_is(ops.items[i], "scf.if")) {
+      fix_if(context, ops.items[i]);
+    } else {
+      fix_while(context, ops.items[i]);
+    }
+  }
+  kiln_free(ops.items);
+}
