@@ -251,12 +251,87 @@ static MlirOperation region_terminator(MlirOperation op, intptr_t r) {
   return mlirBlockIsNull(b) ? (MlirOperation){NULL} : mlirBlockGetTerminator(b);
 }
 
+/* Whether `v` is defined outside `op` (not in any of its regions). */
+static bool defined_outside(MlirValue v, MlirOperation op) {
+  MlirOperation owner = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v)
+                                                : mlirBlockGetParentOperation(mlirBlockArgumentGetOwner(v));
+  for (MlirOperation p = owner; !mlirOperationIsNull(p); p = mlirOperationGetParentOperation(p)) {
+    if (mlirOperationEqual(p, op)) return false;
+  }
+  return true;
+}
+
+/* Ops that may run whether or not the branch is taken: sizes (not divisions,
+ * which the condition may guard) and allocations. */
+static bool hoistable(MlirOperation o) {
+  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(o));
+  bool divides = false;
+  for (size_t i = 0; i + 3 <= name.length; i++) {
+    divides = divides || memcmp(name.data + i, "div", 3) == 0 || memcmp(name.data + i, "rem", 3) == 0;
+  }
+  bool scalar = ((name.length > 6 && memcmp(name.data, "arith.", 6) == 0) || op_is(o, "memref.dim") ||
+                 op_is(o, "affine.apply")) && !divides;
+  return (scalar || op_is(o, "memref.alloc")) && mlirOperationGetNumRegions(o) == 0;
+}
+
+/* An scf.if of dynamic-shape results whose branches only allocate (and compute
+ * sizes) before yielding: a dynamic broadcast ("if this dimension is 1, expand
+ * the input into a new buffer, else use it as it is"). The sizes and allocations
+ * move above the if, which then yields nothing, and each result becomes an
+ * arith.select between the two yielded buffers (a SELECT buffer of the plan).
+ * Returns false when the branches yield something else. */
+static bool fix_dynamic_if(MlirContext ctx, MlirOperation op) {
+  (void)ctx;
+  for (intptr_t r = 0; r < mlirOperationGetNumRegions(op); r++) {
+    MlirBlock b = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, r));
+    if (mlirBlockIsNull(b)) return false;
+    for (MlirOperation o = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(o);) {
+      MlirOperation next = mlirOperationGetNextInBlock(o);
+      bool outside = hoistable(o);
+      for (intptr_t i = 0; outside && i < mlirOperationGetNumOperands(o); i++) {
+        outside = defined_outside(mlirOperationGetOperand(o, i), op);
+      }
+      if (outside) mlirOperationMoveBefore(o, op);
+      o = next;
+    }
+  }
+  MlirOperation yields[2] = {region_terminator(op, 0), region_terminator(op, 1)};
+  intptr_t n = mlirOperationGetNumResults(op);
+  if (mlirOperationIsNull(yields[0]) || mlirOperationIsNull(yields[1])) return false;
+  for (intptr_t i = 0; i < n; i++) {
+    if (!defined_outside(mlirOperationGetOperand(yields[0], i), op) ||
+        !defined_outside(mlirOperationGetOperand(yields[1], i), op)) {
+      return false;
+    }
+  }
+  MlirValue cond = mlirOperationGetOperand(op, 0);
+  for (intptr_t i = 0; i < n; i++) {
+    MlirValue result = mlirOperationGetResult(op, i);
+    MlirType t = mlirValueGetType(result);
+    MlirValue operands[3] = {cond, mlirOperationGetOperand(yields[0], i), mlirOperationGetOperand(yields[1], i)};
+    MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("arith.select"),
+                                                 mlirOperationGetLocation(op));
+    mlirOperationStateAddOperands(&s, 3, operands);
+    mlirOperationStateAddResults(&s, 1, &t);
+    MlirOperation sel = mlirOperationCreate(&s);
+    mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(op), op, sel);
+    mlirValueReplaceAllUsesOfWith(result, mlirOperationGetResult(sel, 0));
+  }
+  MlirOperation fixed = rebuild("scf.if", op, &cond, 1);
+  for (intptr_t r = 0; r < 2; r++) mlirOperationSetOperands(region_terminator(fixed, r), 0, NULL);
+  mlirOperationDestroy(op);
+  return true;
+}
+
 static void fix_if(MlirContext ctx, MlirOperation op) {
   intptr_t n = mlirOperationGetNumResults(op);
   MlirValue *results = kiln_calloc((size_t)n + 1, sizeof *results);
   for (intptr_t i = 0; i < n; i++) results[i] = mlirOperationGetResult(op, i);
   if (!all_static_memrefs(results, n)) {
+    bool memrefs = n > 0;
+    for (intptr_t i = 0; i < n; i++) memrefs = memrefs && mlirTypeIsAMemRef(mlirValueGetType(results[i]));
     kiln_free(results);
+    if (memrefs) fix_dynamic_if(ctx, op);
     return;
   }
   MlirValue *buffers = kiln_calloc((size_t)n, sizeof *buffers);

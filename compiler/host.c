@@ -22,6 +22,7 @@
  */
 #include "compiler/host.h"
 
+#include <mlir-c/AffineExpr.h>
 #include <mlir-c/AffineMap.h>
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
@@ -410,7 +411,14 @@ typedef struct view_s {
   MlirValue value;
   uint32_t buffer;
   uint64_t offset;
+  uint32_t dims[KILN_VMFB_MAX_RANK]; /* expressions of dynamic dimensions (0: static) */
 } view_t;
+
+/* A host scalar (a dimension, a size, a condition on them) as an expression. */
+typedef struct host_value_s {
+  MlirValue value;
+  uint32_t expr;
+} host_value_t;
 
 /* A scalar the host reads back from a device buffer (a condition). */
 typedef struct scalar_s {
@@ -428,6 +436,8 @@ typedef struct reader_s {
   size_t n_views;
   scalar_t *scalars;
   size_t n_scalars;
+  host_value_t *values;
+  size_t n_values;
   uint32_t next_kernel;
 } reader_t;
 
@@ -476,19 +486,26 @@ static kiln_status_t element_type(const reader_t *r, MlirType t, uint32_t *out) 
   return st;
 }
 
-/* A static-shaped memref type as a tensor type. */
-static kiln_status_t tensor_type(const reader_t *r, MlirType t, kiln_vmfb_tensor_type_t *out) {
+/* A memref type as a tensor type; a dynamic dimension is -1 when `dynamic_ok`. */
+static kiln_status_t tensor_type_of(const reader_t *r, MlirType t, bool dynamic_ok,
+                                    kiln_vmfb_tensor_type_t *out) {
   memset(out, 0, sizeof *out);
-  if (!mlirTypeIsAMemRef(t) || !mlirShapedTypeHasStaticShape(t) ||
+  if (!mlirTypeIsAMemRef(t) || (!dynamic_ok && !mlirShapedTypeHasStaticShape(t)) ||
       mlirShapedTypeGetRank(t) > KILN_VMFB_MAX_RANK) {
     return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                       "%s: function %s: inputs and results must be tensors of static shape and "
-                       "rank <= %d (dynamic shapes are not supported yet)",
+                       "%s: function %s: a buffer here must be of static shape and rank <= %d",
                        r->name, r->fn->name, KILN_VMFB_MAX_RANK);
   }
   out->rank = (uint32_t)mlirShapedTypeGetRank(t);
-  for (uint32_t d = 0; d < out->rank; d++) out->dims[d] = mlirShapedTypeGetDimSize(t, d);
+  for (uint32_t d = 0; d < out->rank; d++) {
+    int64_t size = mlirShapedTypeGetDimSize(t, d);
+    out->dims[d] = mlirShapedTypeIsDynamicSize(size) ? -1 : size;
+  }
   return element_type(r, mlirShapedTypeGetElementType(t), &out->element_type);
+}
+
+static kiln_status_t tensor_type(const reader_t *r, MlirType t, kiln_vmfb_tensor_type_t *out) {
+  return tensor_type_of(r, t, false, out);
 }
 
 static uint64_t type_bytes(const kiln_vmfb_tensor_type_t *t) {
@@ -511,9 +528,80 @@ static void add_step(kiln_vmfb_function_t *fn, kiln_vmfb_step_t step) {
   fn->steps[fn->n_steps++] = step;
 }
 
-static void add_view(reader_t *r, MlirValue v, uint32_t buffer, uint64_t offset) {
+static void add_view_dims(reader_t *r, MlirValue v, uint32_t buffer, uint64_t offset, const uint32_t *dims) {
   r->views = kiln_realloc(r->views, (r->n_views + 1) * sizeof *r->views);
-  r->views[r->n_views++] = (view_t){v, buffer, offset};
+  view_t *view = &r->views[r->n_views++];
+  *view = (view_t){.value = v, .buffer = buffer, .offset = offset};
+  if (dims) memcpy(view->dims, dims, sizeof view->dims);
+}
+
+static void add_view(reader_t *r, MlirValue v, uint32_t buffer, uint64_t offset) {
+  add_view_dims(r, v, buffer, offset, NULL);
+}
+
+/* ---- host expressions (plan.h) ---- */
+
+static uint32_t add_expr(reader_t *r, kiln_vmfb_expr_kind_t kind, uint32_t a, uint32_t b, uint32_t c,
+                         int64_t value) {
+  kiln_vmfb_function_t *fn = r->fn;
+  /* Constants and input dimensions are shared. */
+  if (kind == KILN_VMFB_EXPR_CONST || kind == KILN_VMFB_EXPR_INPUT_DIM) {
+    for (size_t i = 0; i < fn->n_exprs; i++) {
+      const kiln_vmfb_expr_t *x = &fn->exprs[i];
+      if (x->kind == kind && x->a == a && x->b == b && x->value == value) return (uint32_t)i + 1;
+    }
+  }
+  fn->exprs = kiln_realloc(fn->exprs, (fn->n_exprs + 1) * sizeof *fn->exprs);
+  fn->exprs[fn->n_exprs++] = (kiln_vmfb_expr_t){kind, a, b, c, value};
+  return (uint32_t)fn->n_exprs;
+}
+
+static uint32_t const_expr(reader_t *r, int64_t v) { return add_expr(r, KILN_VMFB_EXPR_CONST, 0, 0, 0, v); }
+
+static uint32_t bin(reader_t *r, kiln_vmfb_expr_kind_t kind, uint32_t a, uint32_t b) {
+  return add_expr(r, kind, a, b, 0, 0);
+}
+
+static uint32_t not_expr(reader_t *r, uint32_t a) { return bin(r, KILN_VMFB_EXPR_XOR, a, const_expr(r, 1)); }
+
+/* Dimension d of a view of type t: a constant, or the view's expression. */
+static uint32_t dim_expr(reader_t *r, const view_t *v, MlirType t, intptr_t d) {
+  int64_t size = mlirShapedTypeGetDimSize(t, d);
+  if (!mlirShapedTypeIsDynamicSize(size)) return const_expr(r, size);
+  return v->dims[d];
+}
+
+/* Bytes of a memref of type t (element count from dims, packed as plan.h says). */
+static uint32_t bytes_expr(reader_t *r, MlirType t, const uint32_t *dims, uint32_t element_type) {
+  uint32_t n = const_expr(r, 1);
+  for (intptr_t d = 0; d < mlirShapedTypeGetRank(t); d++) {
+    int64_t size = mlirShapedTypeGetDimSize(t, d);
+    n = bin(r, KILN_VMFB_EXPR_MUL, n, mlirShapedTypeIsDynamicSize(size) ? dims[d] : const_expr(r, size));
+  }
+  uint32_t bits = kiln_vmfb_element_bits(element_type);
+  if (bits < 8) {
+    return bin(r, KILN_VMFB_EXPR_DIV_U, bin(r, KILN_VMFB_EXPR_ADD, bin(r, KILN_VMFB_EXPR_MUL, n, const_expr(r, bits)),
+                                            const_expr(r, 7)),
+               const_expr(r, 8));
+  }
+  return bin(r, KILN_VMFB_EXPR_MUL, n, const_expr(r, bits / 8));
+}
+
+/* bytes rounded up to whole words, at least one word (see Word padding). */
+static uint32_t word_round_expr(reader_t *r, uint32_t bytes) {
+  uint32_t words = bin(r, KILN_VMFB_EXPR_DIV_U, bin(r, KILN_VMFB_EXPR_ADD, bytes, const_expr(r, 3)), const_expr(r, 4));
+  return bin(r, KILN_VMFB_EXPR_MUL, bin(r, KILN_VMFB_EXPR_MAX_U, words, const_expr(r, 1)), const_expr(r, 4));
+}
+
+/* A buffer's size in bytes as an expression. */
+static uint32_t buffer_size_expr(reader_t *r, uint32_t b) {
+  const kiln_vmfb_buffer_t *buf = &r->fn->buffers[b];
+  return buf->size_expr ? buf->size_expr : const_expr(r, (int64_t)buf->size_bytes);
+}
+
+static void set_value(reader_t *r, MlirValue v, uint32_t expr) {
+  r->values = kiln_realloc(r->values, (r->n_values + 1) * sizeof *r->values);
+  r->values[r->n_values++] = (host_value_t){v, expr};
 }
 
 static const view_t *find_view(const reader_t *r, MlirValue v) {
@@ -560,6 +648,169 @@ static kiln_status_t unsupported(const reader_t *r, MlirOperation op, const char
   return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
                      "%s: function %s: host op %.*s %s; kiln's VMFB host program cannot express it",
                      r->name, r->fn->name, (int)s.length, s.data, why);
+}
+
+/* The expression of host scalar `v` (an integer or index constant, or a value an
+ * earlier host op computed), for op `user`. */
+static kiln_status_t value_expr(reader_t *r, MlirOperation user, MlirValue v, uint32_t *out) {
+  for (size_t i = r->n_values; i > 0; i--) {
+    if (mlirValueEqual(r->values[i - 1].value, v)) {
+      *out = r->values[i - 1].expr;
+      return NULL;
+    }
+  }
+  MlirOperation def = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
+  MlirAttribute a = mlirOperationIsNull(def) || !op_is(def, "arith.constant") ? (MlirAttribute){NULL}
+                                                                              : attr(def, "value");
+  if (!mlirAttributeIsNull(a) && mlirAttributeIsAInteger(a)) {
+    MlirType t = mlirValueGetType(v);
+    int64_t value = mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 1 ? (mlirIntegerAttrGetValueInt(a) & 1)
+                                                                             : mlirIntegerAttrGetValueInt(a);
+    *out = const_expr(r, value);
+    return NULL;
+  }
+  return unsupported(r, user, "uses a host value kiln cannot compute (only sizes: integer arithmetic on "
+                              "dimensions and constants)");
+}
+
+/* An affine expression over `operands` (dims, then symbols). */
+static kiln_status_t affine_expr(reader_t *r, MlirOperation op, MlirAffineExpr e, intptr_t n_dims,
+                                 uint32_t *out) {
+  if (mlirAffineExprIsAConstant(e)) {
+    *out = const_expr(r, mlirAffineConstantExprGetValue(e));
+    return NULL;
+  }
+  if (mlirAffineExprIsADim(e)) {
+    return value_expr(r, op, mlirOperationGetOperand(op, (intptr_t)mlirAffineDimExprGetPosition(e)), out);
+  }
+  if (mlirAffineExprIsASymbol(e)) {
+    return value_expr(r, op, mlirOperationGetOperand(op, n_dims + (intptr_t)mlirAffineSymbolExprGetPosition(e)),
+                      out);
+  }
+  if (!mlirAffineExprIsABinary(e)) return unsupported(r, op, "has an affine expression kiln cannot read");
+  uint32_t a = 0, b = 0;
+  KILN_RETURN_IF_ERROR(affine_expr(r, op, mlirAffineBinaryOpExprGetLHS(e), n_dims, &a));
+  KILN_RETURN_IF_ERROR(affine_expr(r, op, mlirAffineBinaryOpExprGetRHS(e), n_dims, &b));
+  if (mlirAffineExprIsAAdd(e)) {
+    *out = bin(r, KILN_VMFB_EXPR_ADD, a, b);
+  } else if (mlirAffineExprIsAMul(e)) {
+    *out = bin(r, KILN_VMFB_EXPR_MUL, a, b);
+  } else {
+    /* floordiv, ceildiv, mod: affine's divisors are positive constants. */
+    uint32_t q = bin(r, KILN_VMFB_EXPR_DIV_S, a, b), m = bin(r, KILN_VMFB_EXPR_REM_S, a, b);
+    uint32_t inexact = bin(r, KILN_VMFB_EXPR_NE, m, const_expr(r, 0));
+    uint32_t negative = bin(r, KILN_VMFB_EXPR_LT_S, m, const_expr(r, 0));
+    if (mlirAffineExprIsAFloorDiv(e)) {
+      *out = bin(r, KILN_VMFB_EXPR_SUB, q, bin(r, KILN_VMFB_EXPR_AND, inexact, negative));
+    } else if (mlirAffineExprIsACeilDiv(e)) {
+      *out = bin(r, KILN_VMFB_EXPR_ADD, q, bin(r, KILN_VMFB_EXPR_AND, inexact, not_expr(r, negative)));
+    } else {
+      *out = add_expr(r, KILN_VMFB_EXPR_SELECT, negative, bin(r, KILN_VMFB_EXPR_ADD, m, b), m, 0);
+    }
+  }
+  return NULL;
+}
+
+static const struct {
+  const char *op;
+  kiln_vmfb_expr_kind_t kind;
+} ARITH_BINARY[] = {
+    {"arith.addi", KILN_VMFB_EXPR_ADD},   {"arith.subi", KILN_VMFB_EXPR_SUB},
+    {"arith.muli", KILN_VMFB_EXPR_MUL},   {"arith.divsi", KILN_VMFB_EXPR_DIV_S},
+    {"arith.divui", KILN_VMFB_EXPR_DIV_U}, {"arith.remsi", KILN_VMFB_EXPR_REM_S},
+    {"arith.remui", KILN_VMFB_EXPR_REM_U}, {"arith.minsi", KILN_VMFB_EXPR_MIN_S},
+    {"arith.minui", KILN_VMFB_EXPR_MIN_U}, {"arith.maxsi", KILN_VMFB_EXPR_MAX_S},
+    {"arith.maxui", KILN_VMFB_EXPR_MAX_U}, {"arith.andi", KILN_VMFB_EXPR_AND},
+    {"arith.ori", KILN_VMFB_EXPR_OR},     {"arith.xori", KILN_VMFB_EXPR_XOR},
+};
+
+/* Host integer arithmetic (sizes and conditions on them) as expressions; sets
+ * *handled when op is such an op. */
+static kiln_status_t read_scalar_op(reader_t *r, MlirOperation op, bool *handled) {
+  *handled = true;
+  if (mlirOperationGetNumResults(op) != 1) {
+    *handled = false;
+    return NULL;
+  }
+  MlirValue result = mlirOperationGetResult(op, 0);
+  MlirType rt = mlirValueGetType(result);
+  if (!mlirTypeIsAIndex(rt) && !mlirTypeIsAInteger(rt)) {
+    *handled = false;
+    return NULL;
+  }
+  uint32_t a = 0, b = 0, c = 0, x = 0;
+  for (size_t i = 0; i < sizeof ARITH_BINARY / sizeof ARITH_BINARY[0]; i++) {
+    if (!op_is(op, ARITH_BINARY[i].op)) continue;
+    KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &a));
+    KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 1), &b));
+    set_value(r, result, bin(r, ARITH_BINARY[i].kind, a, b));
+    return NULL;
+  }
+  if (op_is(op, "arith.index_cast") || op_is(op, "arith.index_castui") || op_is(op, "arith.extsi") ||
+      op_is(op, "arith.extui") || op_is(op, "arith.trunci")) {
+    /* Sizes fit every width kiln uses; words are truncated where they are written. */
+    KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &a));
+    set_value(r, result, a);
+    return NULL;
+  }
+  if (op_is(op, "arith.ceildivsi") || op_is(op, "arith.ceildivui") || op_is(op, "arith.floordivsi")) {
+    KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &a));
+    KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 1), &b));
+    bool u = op_is(op, "arith.ceildivui");
+    uint32_t q = bin(r, u ? KILN_VMFB_EXPR_DIV_U : KILN_VMFB_EXPR_DIV_S, a, b);
+    uint32_t m = bin(r, u ? KILN_VMFB_EXPR_REM_U : KILN_VMFB_EXPR_REM_S, a, b);
+    uint32_t inexact = bin(r, KILN_VMFB_EXPR_NE, m, const_expr(r, 0));
+    if (u) {
+      x = bin(r, KILN_VMFB_EXPR_ADD, q, inexact);
+    } else {
+      /* The quotient rounds toward zero; move it when the exact one is not there. */
+      uint32_t zero = const_expr(r, 0);
+      uint32_t opposite = bin(r, KILN_VMFB_EXPR_NE, bin(r, KILN_VMFB_EXPR_LT_S, a, zero),
+                              bin(r, KILN_VMFB_EXPR_LT_S, b, zero));
+      if (op_is(op, "arith.ceildivsi")) {
+        x = bin(r, KILN_VMFB_EXPR_ADD, q, bin(r, KILN_VMFB_EXPR_AND, inexact, not_expr(r, opposite)));
+      } else {
+        x = bin(r, KILN_VMFB_EXPR_SUB, q, bin(r, KILN_VMFB_EXPR_AND, inexact, opposite));
+      }
+    }
+    set_value(r, result, x);
+    return NULL;
+  }
+  if (op_is(op, "arith.cmpi")) {
+    KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &a));
+    KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 1), &b));
+    switch (mlirIntegerAttrGetValueInt(attr(op, "predicate"))) {
+      case 0: x = bin(r, KILN_VMFB_EXPR_EQ, a, b); break;
+      case 1: x = bin(r, KILN_VMFB_EXPR_NE, a, b); break;
+      case 2: x = bin(r, KILN_VMFB_EXPR_LT_S, a, b); break;
+      case 3: x = not_expr(r, bin(r, KILN_VMFB_EXPR_LT_S, b, a)); break;
+      case 4: x = bin(r, KILN_VMFB_EXPR_LT_S, b, a); break;
+      case 5: x = not_expr(r, bin(r, KILN_VMFB_EXPR_LT_S, a, b)); break;
+      case 6: x = bin(r, KILN_VMFB_EXPR_LT_U, a, b); break;
+      case 7: x = not_expr(r, bin(r, KILN_VMFB_EXPR_LT_U, b, a)); break;
+      case 8: x = bin(r, KILN_VMFB_EXPR_LT_U, b, a); break;
+      case 9: x = not_expr(r, bin(r, KILN_VMFB_EXPR_LT_U, a, b)); break;
+      default: return unsupported(r, op, "has an unknown predicate");
+    }
+    set_value(r, result, x);
+    return NULL;
+  }
+  if (op_is(op, "arith.select")) {
+    KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &c));
+    KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 1), &a));
+    KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 2), &b));
+    set_value(r, result, add_expr(r, KILN_VMFB_EXPR_SELECT, c, a, b, 0));
+    return NULL;
+  }
+  if (op_is(op, "affine.apply")) {
+    MlirAffineMap map = mlirAffineMapAttrGetValue(attr(op, "map"));
+    if (mlirAffineMapGetNumResults(map) != 1) return unsupported(r, op, "has more than one result");
+    KILN_RETURN_IF_ERROR(affine_expr(r, op, mlirAffineMapGetResult(map, 0), mlirAffineMapGetNumDims(map), &x));
+    set_value(r, result, x);
+    return NULL;
+  }
+  *handled = false;
+  return NULL;
 }
 
 /* The bytes of a memref.global's initializer (splats expanded). */
@@ -623,9 +874,14 @@ static kiln_status_t read_launch(reader_t *r, MlirOperation op) {
     MlirOperation def = mlirValueIsAOpResult(g) ? mlirOpResultGetOwner(g) : (MlirOperation){NULL};
     MlirAttribute v = mlirOperationIsNull(def) || !op_is(def, "arith.constant") ? (MlirAttribute){NULL}
                                                                                 : attr(def, "value");
-    if (mlirAttributeIsNull(v) || !mlirAttributeIsAInteger(v) || mlirIntegerAttrGetValueInt(v) < 1 ||
+    if (mlirAttributeIsNull(v)) {
+      /* Sized by a dynamic dimension: computed per call. */
+      KILN_RETURN_IF_ERROR(value_expr(r, op, g, &step.workgroup_exprs[d]));
+      continue;
+    }
+    if (!mlirAttributeIsAInteger(v) || mlirIntegerAttrGetValueInt(v) < 1 ||
         mlirIntegerAttrGetValueInt(v) > UINT32_MAX) {
-      return unsupported(r, op, "has a grid size that is not a constant");
+      return unsupported(r, op, "has a grid size out of range");
     }
     step.workgroups[d] = (uint32_t)mlirIntegerAttrGetValueInt(v);
   }
@@ -639,9 +895,11 @@ static kiln_status_t read_launch(reader_t *r, MlirOperation op) {
         st = unsupported(r, op, "passes a buffer kiln could not trace to an argument, global or allocation");
         break;
       }
+      uint32_t buffer = view->buffer;
+      const kiln_vmfb_buffer_t *root = &r->fn->buffers[buffer];
       step.bindings = kiln_realloc(step.bindings, (step.n_bindings + 1) * sizeof *step.bindings);
       step.bindings[step.n_bindings++] = (kiln_vmfb_binding_t){
-          .buffer = view->buffer, .offset = 0, .length = r->fn->buffers[view->buffer].size_bytes};
+          .buffer = buffer, .offset = 0, .length = root->size_bytes, .length_expr = root->size_expr};
       continue;
     }
     MlirOperation def = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
@@ -680,6 +938,138 @@ static kiln_status_t read_launch(reader_t *r, MlirOperation op) {
 }
 
 static kiln_status_t read_op(reader_t *r, MlirOperation op);
+
+/* memref.dim %buffer, %constant: the view's dimension. */
+static kiln_status_t read_dim(reader_t *r, MlirOperation op) {
+  const view_t *found = find_view(r, mlirOperationGetOperand(op, 0));
+  if (!found) return unsupported(r, op, "reads a dimension of a buffer kiln could not trace");
+  view_t v = *found;
+  uint32_t d = 0;
+  KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 1), &d));
+  const kiln_vmfb_expr_t *x = &r->fn->exprs[d - 1];
+  MlirType t = mlirValueGetType(mlirOperationGetOperand(op, 0));
+  if (x->kind != KILN_VMFB_EXPR_CONST || x->value < 0 || x->value >= mlirShapedTypeGetRank(t)) {
+    return unsupported(r, op, "reads a dimension whose index is not a constant in range");
+  }
+  set_value(r, mlirOperationGetResult(op, 0), dim_expr(r, &v, t, (intptr_t)x->value));
+  return NULL;
+}
+
+/* memref.alloc(%sizes...): a transient buffer whose size is computed per call. */
+static kiln_status_t read_dynamic_alloc(reader_t *r, MlirOperation op) {
+  MlirValue result = mlirOperationGetResult(op, 0);
+  MlirType t = mlirValueGetType(result);
+  kiln_vmfb_tensor_type_t tt;
+  KILN_RETURN_IF_ERROR(tensor_type_of(r, t, true, &tt));
+  if (!mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t))) {
+    return unsupported(r, op, "allocates a strided buffer of dynamic shape");
+  }
+  uint32_t dims[KILN_VMFB_MAX_RANK] = {0};
+  intptr_t next = 0;
+  for (uint32_t d = 0; d < tt.rank; d++) {
+    if (tt.dims[d] >= 0) continue;
+    if (next >= mlirOperationGetNumOperands(op)) return unsupported(r, op, "has fewer sizes than dynamic dimensions");
+    KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, next++), &dims[d]));
+  }
+  uint32_t size = word_round_expr(r, bytes_expr(r, t, dims, tt.element_type));
+  uint32_t b = add_buffer(r->fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_expr = size});
+  add_view_dims(r, result, b, 0, dims);
+  return NULL;
+}
+
+/* A subview, expand_shape or collapse_shape of dynamic shape: the offset from its
+ * type (static), the dimensions from its operands or its source's. */
+static kiln_status_t read_dynamic_view(reader_t *r, MlirOperation op) {
+  const view_t *found = find_view(r, mlirOperationGetOperand(op, 0));
+  if (!found) return unsupported(r, op, "views a buffer kiln could not trace");
+  view_t source = *found;
+  MlirType src = mlirValueGetType(mlirOperationGetOperand(op, 0));
+  MlirValue result = mlirOperationGetResult(op, 0);
+  MlirType t = mlirValueGetType(result);
+  uint64_t offset = 0;
+  if (!static_offset(t, &offset)) return unsupported(r, op, "makes a view of dynamic offset");
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  if (rank > KILN_VMFB_MAX_RANK) return unsupported(r, op, "makes a view of rank above 8");
+  uint32_t dims[KILN_VMFB_MAX_RANK] = {0};
+  if (op_is(op, "memref.collapse_shape")) {
+    MlirAttribute groups = attr(op, "reassociation");
+    for (intptr_t d = 0; d < rank && d < mlirArrayAttrGetNumElements(groups); d++) {
+      MlirAttribute g = mlirArrayAttrGetElement(groups, d);
+      uint32_t n = const_expr(r, 1);
+      for (intptr_t k = 0; k < mlirArrayAttrGetNumElements(g); k++) {
+        intptr_t sd = (intptr_t)mlirIntegerAttrGetValueInt(mlirArrayAttrGetElement(g, k));
+        n = bin(r, KILN_VMFB_EXPR_MUL, n, dim_expr(r, &source, src, sd));
+      }
+      dims[d] = n;
+    }
+  } else {
+    /* expand_shape: output_shape operands; subview: its size operands (after the
+     * source and the offsets). Both name the dynamic dimensions in order. */
+    intptr_t next = 1;
+    if (op_is(op, "memref.subview")) {
+      MlirAttribute seg = attr(op, "operandSegmentSizes");
+      next = 1 + mlirDenseI32ArrayGetElement(seg, 1);
+      if (mlirShapedTypeGetRank(src) != rank) return unsupported(r, op, "drops dimensions of a dynamic view");
+    }
+    for (intptr_t d = 0; d < rank; d++) {
+      if (!mlirShapedTypeIsDynamicSize(mlirShapedTypeGetDimSize(t, d))) continue;
+      if (next >= mlirOperationGetNumOperands(op)) return unsupported(r, op, "has fewer sizes than dynamic dimensions");
+      KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, next++), &dims[d]));
+    }
+  }
+  uint32_t elem = 0;
+  KILN_RETURN_IF_ERROR(element_type(r, mlirShapedTypeGetElementType(t), &elem));
+  uint64_t bytes = 0;
+  (void)kiln_vmfb_packed_bytes(elem, offset, &bytes);
+  add_view_dims(r, result, source.buffer, bytes, dims);
+  return NULL;
+}
+
+/* arith.select %c, %a, %b on buffers: a SELECT buffer (one of two, per call). */
+static kiln_status_t read_buffer_select(reader_t *r, MlirOperation op) {
+  uint32_t cond = 0;
+  KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &cond));
+  const view_t *fa = find_view(r, mlirOperationGetOperand(op, 1));
+  const view_t *fb = find_view(r, mlirOperationGetOperand(op, 2));
+  if (!fa || !fb) return unsupported(r, op, "selects a buffer kiln could not trace");
+  view_t a = *fa, b = *fb;
+  if (a.offset != b.offset) return unsupported(r, op, "selects between views at different offsets");
+  MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
+  MlirType ta = mlirValueGetType(mlirOperationGetOperand(op, 1));
+  MlirType tb = mlirValueGetType(mlirOperationGetOperand(op, 2));
+  uint32_t dims[KILN_VMFB_MAX_RANK] = {0};
+  for (intptr_t d = 0; d < mlirShapedTypeGetRank(t) && d < KILN_VMFB_MAX_RANK; d++) {
+    if (!mlirShapedTypeIsDynamicSize(mlirShapedTypeGetDimSize(t, d))) continue;
+    dims[d] = add_expr(r, KILN_VMFB_EXPR_SELECT, cond, dim_expr(r, &a, ta, d), dim_expr(r, &b, tb, d), 0);
+  }
+  uint32_t size =
+      add_expr(r, KILN_VMFB_EXPR_SELECT, cond, buffer_size_expr(r, a.buffer), buffer_size_expr(r, b.buffer), 0);
+  uint32_t sel = add_buffer(r->fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_SELECT,
+                                                        .size_expr = size,
+                                                        .select_cond = cond,
+                                                        .select_a = a.buffer,
+                                                        .select_b = b.buffer});
+  add_view_dims(r, mlirOperationGetResult(op, 0), sel, a.offset, dims);
+  return NULL;
+}
+
+/* memref.store %word, %args[%slot]: a word of a kernel argument buffer. */
+static kiln_status_t read_args_store(reader_t *r, MlirOperation op) {
+  const view_t *v = find_view(r, mlirOperationGetOperand(op, 1));
+  if (!v || r->fn->buffers[v->buffer].kind != KILN_VMFB_BUFFER_ARGS || mlirOperationGetNumOperands(op) != 3) {
+    return unsupported(r, op, "stores into a buffer on the host");
+  }
+  uint32_t value = 0, slot = 0;
+  KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &value));
+  KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 2), &slot));
+  const kiln_vmfb_expr_t *x = &r->fn->exprs[slot - 1];
+  kiln_vmfb_buffer_t *args = &r->fn->buffers[v->buffer];
+  if (x->kind != KILN_VMFB_EXPR_CONST || x->value < 0 || (uint64_t)x->value >= args->n_words) {
+    return unsupported(r, op, "stores a kernel argument at an index that is not a constant in range");
+  }
+  args->words[x->value] = value;
+  return NULL;
+}
 
 static kiln_status_t read_block(reader_t *r, MlirBlock block) {
   for (MlirOperation op = mlirBlockGetFirstOperation(block); !mlirOperationIsNull(op);
@@ -735,11 +1125,14 @@ static const scalar_t *find_scalar(const reader_t *r, MlirValue v) {
 /* A BRANCH on condition `cond` (of `op`); its target is patched later. */
 static kiln_status_t add_branch(reader_t *r, MlirOperation op, MlirValue cond, size_t *out_index) {
   const scalar_t *c = find_scalar(r, cond);
-  if (!c) {
-    return unsupported(r, op, "branches on a value computed on the host (kiln reads conditions a "
-                              "kernel wrote: a tosa.cond_if or tosa.while_loop condition)");
-  }
   *out_index = r->fn->n_steps;
+  if (!c) {
+    /* A condition on sizes (a dynamic broadcast's "is this dimension 1?"). */
+    uint32_t expr = 0;
+    KILN_RETURN_IF_ERROR(value_expr(r, op, cond, &expr));
+    add_step(r->fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_BRANCH, .cond_expr = expr});
+    return NULL;
+  }
   add_step(r->fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_BRANCH, .src = c->buffer,
                                      .src_offset = c->offset, .length = c->bytes});
   return NULL;
@@ -799,6 +1192,14 @@ static kiln_status_t read_while(reader_t *r, MlirOperation op) {
 static kiln_status_t read_op(reader_t *r, MlirOperation op) {
   kiln_vmfb_function_t *fn = r->fn;
   if (op_is(op, "arith.constant") || op_is(op, "memref.dealloc")) return NULL;
+  if (op_is(op, "arith.select") && mlirTypeIsAMemRef(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
+    return read_buffer_select(r, op);
+  }
+  bool handled = false;
+  KILN_RETURN_IF_ERROR(read_scalar_op(r, op, &handled));
+  if (handled) return NULL;
+  if (op_is(op, "memref.dim")) return read_dim(r, op);
+  if (op_is(op, "memref.store")) return read_args_store(r, op);
   if (op_is(op, "memref.load")) return read_load(r, op);
   if (op_is(op, "scf.if")) return read_if(r, op);
   if (op_is(op, "scf.while")) return read_while(r, op);
@@ -808,7 +1209,17 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
   if (op_is(op, "memref.alloc") || op_is(op, "memref.alloca")) {
     MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
     kiln_vmfb_tensor_type_t tt;
-    if (mlirOperationGetNumOperands(op) != 0) return unsupported(r, op, "allocates a dynamic size");
+    if (!mlirAttributeIsNull(attr(op, "kiln.args"))) {
+      KILN_RETURN_IF_ERROR(tensor_type(r, t, &tt));
+      size_t words = (size_t)tt.dims[0];
+      uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_ARGS,
+                                                       .size_bytes = 4 * words,
+                                                       .words = kiln_calloc(words ? words : 1, sizeof(uint32_t)),
+                                                       .n_words = words});
+      add_view(r, mlirOperationGetResult(op, 0), b, 0);
+      return NULL;
+    }
+    if (mlirOperationGetNumOperands(op) != 0) return read_dynamic_alloc(r, op);
     KILN_RETURN_IF_ERROR(tensor_type(r, t, &tt));
     uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT,
                                                      .size_bytes = word_round(type_bytes(&tt))});
@@ -824,10 +1235,21 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
   if (op_is(op, "memref.cast")) {
     /* A cast moves nothing: the view of its source (even when the cast's type
      * erases the static offset, as a fixed buffer's cast does). */
-    const view_t *source = find_view(r, mlirOperationGetOperand(op, 0));
-    if (!source) return unsupported(r, op, "views a buffer kiln could not trace");
-    add_view(r, mlirOperationGetResult(op, 0), source->buffer, source->offset);
+    const view_t *found = find_view(r, mlirOperationGetOperand(op, 0));
+    if (!found) return unsupported(r, op, "views a buffer kiln could not trace");
+    view_t source = *found;
+    MlirType from = mlirValueGetType(mlirOperationGetOperand(op, 0));
+    MlirType to = mlirValueGetType(mlirOperationGetResult(op, 0));
+    uint32_t dims[KILN_VMFB_MAX_RANK] = {0};
+    for (intptr_t d = 0; d < mlirShapedTypeGetRank(to) && d < KILN_VMFB_MAX_RANK; d++) {
+      if (mlirShapedTypeIsDynamicSize(mlirShapedTypeGetDimSize(to, d))) dims[d] = dim_expr(r, &source, from, d);
+    }
+    add_view_dims(r, mlirOperationGetResult(op, 0), source.buffer, source.offset, dims);
     return NULL;
+  }
+  if ((op_is(op, "memref.subview") || op_is(op, "memref.expand_shape") || op_is(op, "memref.collapse_shape")) &&
+      !mlirShapedTypeHasStaticShape(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
+    return read_dynamic_view(r, op);
   }
   if (op_is(op, "memref.subview") || op_is(op, "memref.expand_shape") ||
       op_is(op, "memref.collapse_shape") || op_is(op, "memref.reinterpret_cast")) {
@@ -871,12 +1293,23 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
     fn->results = kiln_calloc(n ? (size_t)n : 1, sizeof *fn->results);
     for (intptr_t i = 0; i < n; i++) {
       MlirValue v = mlirOperationGetOperand(op, i);
-      const view_t *view = find_view(r, v);
-      if (!view) return unsupported(r, op, "returns a value that is not a traced buffer");
+      const view_t *found = find_view(r, v);
+      if (!found) return unsupported(r, op, "returns a value that is not a traced buffer");
+      view_t view_copy = *found;
+      const view_t *view = &view_copy;
       kiln_vmfb_result_t *res = &fn->results[fn->n_results];
-      KILN_RETURN_IF_ERROR(tensor_type(r, mlirValueGetType(v), &res->type));
+      MlirType t = mlirValueGetType(v);
+      KILN_RETURN_IF_ERROR(tensor_type_of(r, t, true, &res->type));
       res->buffer = view->buffer;
       res->offset = view->offset;
+      if (!mlirShapedTypeHasStaticShape(t)) {
+        for (uint32_t d = 0; d < res->type.rank; d++) {
+          if (res->type.dims[d] < 0) res->dim_exprs[d] = view->dims[d];
+        }
+        res->size_expr = bytes_expr(r, t, view->dims, res->type.element_type);
+        fn->n_results++;
+        continue;
+      }
       if (fn->buffers[view->buffer].kind == KILN_VMFB_BUFFER_CONSTANT) {
         /* A constant (or a view of one) is returned as a copy: the caller owns
          * its results and may write them; the constant serves every call. */
@@ -912,8 +1345,30 @@ static kiln_status_t read_function(reader_t *r, MlirOperation func) {
   fn->inputs = kiln_calloc(n_args ? (size_t)n_args : 1, sizeof *fn->inputs);
   for (intptr_t i = 0; i < n_args; i++) {
     MlirValue arg = mlirBlockGetArgument(entry, i);
-    KILN_RETURN_IF_ERROR(tensor_type(r, mlirValueGetType(arg), &fn->inputs[i]));
+    MlirType t = mlirValueGetType(arg);
+    KILN_RETURN_IF_ERROR(tensor_type_of(r, t, true, &fn->inputs[i]));
     fn->n_inputs++;
+    if (!mlirShapedTypeHasStaticShape(t)) {
+      /* Dynamic: the dimensions are read from the buffer view per call; the
+       * kernels bind a word-rounded copy when the element is narrower than a word. */
+      uint32_t dims[KILN_VMFB_MAX_RANK] = {0};
+      for (uint32_t d = 0; d < fn->inputs[i].rank; d++) {
+        if (fn->inputs[i].dims[d] < 0) dims[d] = add_expr(r, KILN_VMFB_EXPR_INPUT_DIM, (uint32_t)i, d, 0, 0);
+      }
+      uint32_t bytes = bytes_expr(r, t, dims, fn->inputs[i].element_type);
+      uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT,
+                                                       .input = (uint32_t)i,
+                                                       .size_expr = bytes});
+      if (kiln_vmfb_element_bits(fn->inputs[i].element_type) < 32) {
+        uint32_t padded = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT,
+                                                              .size_expr = word_round_expr(r, bytes)});
+        add_step(fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY, .src = b, .dst = padded,
+                                        .length_expr = bytes});
+        b = padded;
+      }
+      add_view_dims(r, arg, b, 0, dims);
+      continue;
+    }
     uint64_t bytes = type_bytes(&fn->inputs[i]);
     uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT,
                                                      .input = (uint32_t)i,
@@ -955,10 +1410,12 @@ kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
     r.fn = &plan.functions[plan.n_functions++];
     r.n_views = 0;
     r.n_scalars = 0;
+    r.n_values = 0;
     st = read_function(&r, op);
   }
   kiln_free(r.views);
   kiln_free(r.scalars);
+  kiln_free(r.values);
   if (!st && plan.n_functions == 0) {
     st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: no public function to export", name);
   }

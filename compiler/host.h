@@ -50,6 +50,16 @@ void kiln_compiler_fusion_barriers_remove(MlirModule module);
 void kiln_compiler_tosa_control_to_scf(MlirContext context, MlirModule module);
 void kiln_compiler_carried_buffers_fix(MlirContext context, MlirModule module);
 
+/* Dynamic shapes (dynamic.c), after kernel outlining: kernels take no memref of
+ * dynamic shape and no scalar. Each dynamic memref argument becomes a flat static
+ * one indexed row-major, its dynamic sizes index arguments the host computes
+ * (memref.dim); then every scalar argument becomes a 32-bit word of a kiln.args
+ * buffer (memref<M x i32> at the top of the host function) that the host stores
+ * before the launch and the kernel loads. UNIMPLEMENTED naming the kernel when a
+ * dynamic buffer is used other than by load, store, atomics and memref.dim, or a
+ * scalar is not an integer. */
+kiln_status_t kiln_compiler_dynamic_kernel_args(MlirContext context, MlirModule module, const char *name);
+
 /* Loops left on the host. convert-linalg-to-parallel-loops turns a linalg op with
  * no parallel dimension (a full reduction: tosa.reduce_sum of every axis, a dot
  * product) into a bare scf.for nest, which no GPU pass touches: it stayed a host

@@ -233,17 +233,18 @@ static MlirWalkResult collect_launch(MlirOperation op, void *user) {
   for (int i = 0; i < 3; i++) {
     int64_t grid = 0, block = 0;
     if (first_block + i >= mlirOperationGetNumOperands(op) ||
-        !raw_index(mlirOperationGetOperand(op, first_block + i), &block) ||
-        !raw_index(mlirOperationGetOperand(op, first_block - 3 + i), &grid)) {
+        !raw_index(mlirOperationGetOperand(op, first_block + i), &block)) {
       if (!launches->refused) {
         launches->refused = KILN_STATUS(
             KILN_STATUS_UNIMPLEMENTED,
-            "kernel %.*s has a grid or workgroup size that is not a constant (a dynamic "
-            "dimension): kiln compiles static shapes only",
+            "kernel %.*s has a workgroup size that is not a constant: kiln's workgroups are fixed tiles",
             (int)kname.length, kname.data);
       }
       return MlirWalkResultAdvance;
     }
+    /* A grid sized by a dynamic dimension is computed by the host program. */
+    bool dynamic_grid = !raw_index(mlirOperationGetOperand(op, first_block - 3 + i), &grid);
+    if (dynamic_grid) grid = 1;
     if (grid < 1 || grid > MAX_GRID || block < 1 || block > MAX_GRID) {
       if (!launches->refused) {
         launches->refused = KILN_STATUS(
@@ -1002,8 +1003,9 @@ static void compile_one(void *user, size_t index, kiln_compiler_target_output_t 
   }
 }
 
-/* Dynamic shapes are refused up front, naming the function, the argument or
- * result and its type, instead of failing inside every back half. */
+/* Unranked tensors are refused up front, naming the function, the argument or
+ * result and its type, instead of failing inside every back half. (Dynamic
+ * dimensions of ranked tensors compile: host.h, Dynamic shapes.) */
 static kiln_status_t check_static_signatures(MlirModule module, const char *name) {
   for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module)); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
@@ -1016,15 +1018,15 @@ static kiln_status_t check_static_signatures(MlirModule module, const char *name
       intptr_t n = results ? mlirFunctionTypeGetNumResults(fn) : mlirFunctionTypeGetNumInputs(fn);
       for (intptr_t i = 0; i < n; i++) {
         MlirType t = results ? mlirFunctionTypeGetResult(fn, i) : mlirFunctionTypeGetInput(fn, i);
-        if (!mlirTypeIsAShaped(t) || (mlirShapedTypeHasRank(t) && mlirShapedTypeHasStaticShape(t))) continue;
+        if (!mlirTypeIsAShaped(t) || mlirShapedTypeHasRank(t)) continue;
         kiln_buf_t text;
         kiln_buf_init(&text);
         mlirTypePrint(t, append_cb, &text);
         MlirStringRef fname = mlirStringAttrGetValue(sym);
         kiln_status_t st = KILN_STATUS(
             KILN_STATUS_UNIMPLEMENTED,
-            "%s: function @%.*s %s %zd is %s: kiln compiles static shapes only (dynamic "
-            "dimensions are not supported yet); export the model with fixed sizes",
+            "%s: function @%.*s %s %zd is %s: kiln compiles ranked tensors only (an unranked "
+            "tensor has no rank to plan buffers by); export the model with ranks",
             name, (int)fname.length, fname.data, results ? "result" : "argument", (ssize_t)i,
             text.len ? text.data : "?");
         kiln_buf_deinit(&text);
@@ -1076,6 +1078,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
     if (!pre_outlined) {
       status = run_pipeline(context, gpu, gpu_front_pipeline, name, "the GPU front half");
     }
+    if (!status) status = kiln_compiler_dynamic_kernel_args(context->mlir, gpu, name);
     if (!status) merge_kernel_modules(context->mlir, gpu);
     if (!status) {
       mlirOperationWalk(mlirModuleGetOperation(gpu), collect_launch, &launches, MlirWalkPreOrder);

@@ -55,8 +55,12 @@ enum {
   OP_CONST_REF_ZERO = 0x10,
   OP_CONST_REF_RODATA = 0x11,
   OP_LIST_GET_REF = 0x1A,
+  OP_SELECT_I64 = 0x1D,
+  OP_SELECT_REF = 0x1E,
   OP_ADD_I32 = 0x22,
   OP_ADD_I64 = 0x2A,
+  OP_TRUNC_I64_I32 = 0x42,
+  OP_EXT_I32_I64_U = 0x48,
   OP_CMP_EQ_I32 = 0x49,
   OP_CMP_NE_I32 = 0x4A,
   OP_CMP_NZ_I32 = 0x4D,
@@ -596,6 +600,62 @@ void kiln_vmfb_bytecode_add_i64(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kil
   reg_op(bc, OP_ADD_I64, "add.i64", KILN_VMFB_REG_I64, ops, 2, KILN_VMFB_REG_I64, dst);
 }
 
+void kiln_vmfb_bytecode_i64_binary(kiln_vmfb_bytecode_t *bc, kiln_vmfb_i64_op_t op, kiln_vmfb_reg_t a,
+                                   kiln_vmfb_reg_t b, kiln_vmfb_reg_t dst) {
+  kiln_vmfb_reg_t ops[2] = {a, b};
+  bool compare = op == KILN_VMFB_I64_CMP_EQ || op == KILN_VMFB_I64_CMP_NE || op == KILN_VMFB_I64_CMP_LT_S ||
+                 op == KILN_VMFB_I64_CMP_LT_U;
+  bool known = compare || (op >= KILN_VMFB_I64_ADD && op <= KILN_VMFB_I64_REM_U) ||
+               (op >= KILN_VMFB_I64_AND && op <= KILN_VMFB_I64_XOR) ||
+               (op >= KILN_VMFB_I64_MIN_S && op <= KILN_VMFB_I64_MAX_U);
+  if (!known) {
+    record(bc, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "bytecode: opcode 0x%02X is not an i64 binary op",
+                           (unsigned)op));
+    return;
+  }
+  reg_op(bc, (uint8_t)op, "i64 binary op", KILN_VMFB_REG_I64, ops, 2,
+         compare ? KILN_VMFB_REG_I32 : KILN_VMFB_REG_I64, dst);
+}
+
+void kiln_vmfb_bytecode_trunc_i64_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kiln_vmfb_reg_t dst) {
+  reg_op(bc, OP_TRUNC_I64_I32, "trunc.i64.i32", KILN_VMFB_REG_I64, &a, 1, KILN_VMFB_REG_I32, dst);
+}
+
+void kiln_vmfb_bytecode_ext_i32_i64_u(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kiln_vmfb_reg_t dst) {
+  reg_op(bc, OP_EXT_I32_I64_U, "ext.i32.i64.u", KILN_VMFB_REG_I32, &a, 1, KILN_VMFB_REG_I64, dst);
+}
+
+void kiln_vmfb_bytecode_select_i64(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t cond, kiln_vmfb_reg_t a,
+                                   kiln_vmfb_reg_t b, kiln_vmfb_reg_t dst) {
+  if (!ready(bc, "select.i64") || !reg_check(bc, cond, KILN_VMFB_REG_I32, "select.i64", "condition") ||
+      !reg_check(bc, a, KILN_VMFB_REG_I64, "select.i64", "operand") ||
+      !reg_check(bc, b, KILN_VMFB_REG_I64, "select.i64", "operand") ||
+      !reg_check(bc, dst, KILN_VMFB_REG_I64, "select.i64", "result")) {
+    return;
+  }
+  put_u8(bc, OP_SELECT_I64);
+  put_reg(bc, cond);
+  put_reg(bc, a);
+  put_reg(bc, b);
+  put_reg(bc, dst);
+}
+
+void kiln_vmfb_bytecode_select_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t cond, uint32_t type,
+                                   kiln_vmfb_reg_t a, kiln_vmfb_reg_t b, kiln_vmfb_reg_t dst) {
+  if (!ready(bc, "select.ref") || !reg_check(bc, cond, KILN_VMFB_REG_I32, "select.ref", "condition") ||
+      !reg_check(bc, a, KILN_VMFB_REG_REF, "select.ref", "operand") ||
+      !reg_check(bc, b, KILN_VMFB_REG_REF, "select.ref", "operand") ||
+      !reg_check(bc, dst, KILN_VMFB_REG_REF, "select.ref", "result")) {
+    return;
+  }
+  put_u8(bc, OP_SELECT_REF);
+  put_reg(bc, cond);
+  put_u32(bc, type);
+  put_reg(bc, a);
+  put_reg(bc, b);
+  put_reg(bc, dst);
+}
+
 void kiln_vmfb_bytecode_cmp_eq_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kiln_vmfb_reg_t b,
                                    kiln_vmfb_reg_t dst) {
   kiln_vmfb_reg_t ops[2] = {a, b};
@@ -1006,7 +1066,17 @@ static const char *op_fields(uint8_t opcode) {
     case 0x30: /* i64 arith */
     case 0x37:
     case 0x38:
-    case 0x39: return "III";
+    case 0x39:
+    case 0x7E:
+    case 0x7F:
+    case 0x80:
+    case 0x81: /* min/max i64 */ return "III";
+    case 0x1C: return "iiii"; /* select.i32 */
+    case OP_SELECT_I64: return "iIII";
+    case OP_SELECT_REF: return "itRRR";
+    case OP_TRUNC_I64_I32: return "Ii";
+    case 0x47:
+    case OP_EXT_I32_I64_U: return "iI";
     case 0x4D: return "ii"; /* cmp.nz.i32 */
     case 0x4E:
     case 0x4F:

@@ -173,6 +173,41 @@ void kiln_vmfb_bytecode_cmp_eq_i64(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, 
 void kiln_vmfb_bytecode_cmp_nz_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a,
                                    kiln_vmfb_reg_t dst);
 
+/* i64 binary ops (their opcodes): arithmetic, bitwise and min/max write an i64,
+ * comparisons an i32 0/1. */
+typedef enum kiln_vmfb_i64_op_e {
+  KILN_VMFB_I64_ADD = 0x2A,
+  KILN_VMFB_I64_SUB = 0x2B,
+  KILN_VMFB_I64_MUL = 0x2C,
+  KILN_VMFB_I64_DIV_S = 0x2D,
+  KILN_VMFB_I64_DIV_U = 0x2E,
+  KILN_VMFB_I64_REM_S = 0x2F,
+  KILN_VMFB_I64_REM_U = 0x30,
+  KILN_VMFB_I64_AND = 0x37,
+  KILN_VMFB_I64_OR = 0x38,
+  KILN_VMFB_I64_XOR = 0x39,
+  KILN_VMFB_I64_CMP_EQ = 0x4E,
+  KILN_VMFB_I64_CMP_NE = 0x4F,
+  KILN_VMFB_I64_CMP_LT_S = 0x50,
+  KILN_VMFB_I64_CMP_LT_U = 0x51,
+  KILN_VMFB_I64_MIN_S = 0x7E,
+  KILN_VMFB_I64_MIN_U = 0x7F,
+  KILN_VMFB_I64_MAX_S = 0x80,
+  KILN_VMFB_I64_MAX_U = 0x81,
+} kiln_vmfb_i64_op_t;
+
+void kiln_vmfb_bytecode_i64_binary(kiln_vmfb_bytecode_t *bc, kiln_vmfb_i64_op_t op, kiln_vmfb_reg_t a,
+                                   kiln_vmfb_reg_t b, kiln_vmfb_reg_t dst);
+/* trunc.i64.i32 (0x42), ext.i32.i64.u (0x48). */
+void kiln_vmfb_bytecode_trunc_i64_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kiln_vmfb_reg_t dst);
+void kiln_vmfb_bytecode_ext_i32_i64_u(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kiln_vmfb_reg_t dst);
+/* select.i64 (0x1D): dst = cond != 0 ? a : b; select.ref (0x1E) likewise for refs
+ * of `type` (a types ordinal); the result is retained. */
+void kiln_vmfb_bytecode_select_i64(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t cond, kiln_vmfb_reg_t a,
+                                   kiln_vmfb_reg_t b, kiln_vmfb_reg_t dst);
+void kiln_vmfb_bytecode_select_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t cond, uint32_t type,
+                                   kiln_vmfb_reg_t a, kiln_vmfb_reg_t b, kiln_vmfb_reg_t dst);
+
 /* Lists and byte buffers (VMVX-style kernels, tests): list.get.ref 0x1A (element
  * `type` is a `types` ordinal), buffer.load.i32 0x66 / buffer.store.i32 0x6A
  * (`index` is an i64 element index into a !vm.buffer, not a byte offset). */

@@ -117,9 +117,11 @@ typedef enum import_e {
   I_ALLOCATOR_ALLOCATE,
   I_BUFFER_ASSERT,
   I_BUFFER_LOAD,
+  I_BUFFER_STORE,
   I_BUFFER_VIEW_ASSERT,
   I_BUFFER_VIEW_BUFFER,
   I_BUFFER_VIEW_CREATE,
+  I_BUFFER_VIEW_DIM,
   I_COMMAND_BUFFER_COPY_BUFFER,
   I_COMMAND_BUFFER_CREATE,
   I_COMMAND_BUFFER_DISPATCH,
@@ -146,9 +148,11 @@ static const struct {
     [I_ALLOCATOR_ALLOCATE] = {"hal.allocator.allocate", "0rIiiI_r"},
     [I_BUFFER_ASSERT] = {"hal.buffer.assert", "0rrrIii_v"},
     [I_BUFFER_LOAD] = {"hal.buffer.load", "0rIi_i"},
+    [I_BUFFER_STORE] = {"hal.buffer.store", "0irIi_v"},
     [I_BUFFER_VIEW_ASSERT] = {"hal.buffer_view.assert", "0rriiCID_v"},
     [I_BUFFER_VIEW_BUFFER] = {"hal.buffer_view.buffer", "0r_r"},
     [I_BUFFER_VIEW_CREATE] = {"hal.buffer_view.create", "0rIIiiCID_r"},
+    [I_BUFFER_VIEW_DIM] = {"hal.buffer_view.dim", "0ri_I"},
     [I_COMMAND_BUFFER_COPY_BUFFER] = {"hal.command_buffer.copy_buffer", "0riirIrIII_v"},
     [I_COMMAND_BUFFER_CREATE] = {"hal.command_buffer.create", "0riiIi_r"},
     [I_COMMAND_BUFFER_DISPATCH] = {"hal.command_buffer.dispatch", NULL},
@@ -182,6 +186,7 @@ typedef struct fn_info_s {
   uint32_t *rodata;      /* per plan buffer: the rodata of CONSTANT buffers */
   size_t n_constants;
   bool has_branches; /* BRANCH steps: a host-visible staging buffer */
+  bool has_args;     /* ARGS buffers: hal.buffer.store */
 } fn_info_t;
 
 typedef struct gen_s {
@@ -207,6 +212,7 @@ typedef struct konst_s {
 typedef struct emit_s {
   gen_t *g;
   kiln_vmfb_bytecode_t *bc;
+  kiln_vmfb_reg_t *ex; /* the function's expressions: ex[id - 1], i64 */
   konst_t *konsts;
   size_t n_konsts;
   uint32_t block; /* serial of the current block */
@@ -251,6 +257,26 @@ static kiln_vmfb_reg_t konst(emit_t *e, kiln_vmfb_reg_kind_t kind, int64_t value
 
 static kiln_vmfb_reg_t ci32(emit_t *e, int32_t v) { return konst(e, KILN_VMFB_REG_I32, v); }
 static kiln_vmfb_reg_t ci64(emit_t *e, int64_t v) { return konst(e, KILN_VMFB_REG_I64, v); }
+
+/* An i64 size: expression `expr`, or the static `value` when expr is 0. */
+static kiln_vmfb_reg_t size_i64(emit_t *e, uint32_t expr, int64_t value) {
+  return expr ? e->ex[expr - 1] : ci64(e, value);
+}
+
+/* An i32: expression `expr` truncated, or the static `value`. */
+static kiln_vmfb_reg_t size_i32(emit_t *e, uint32_t expr, int32_t value) {
+  if (!expr) return ci32(e, value);
+  kiln_vmfb_reg_t r = kiln_vmfb_bytecode_i32(e->bc);
+  kiln_vmfb_bytecode_trunc_i64_i32(e->bc, e->ex[expr - 1], r);
+  return r;
+}
+
+/* expression `expr` != 0, as an i32 0/1. */
+static kiln_vmfb_reg_t nonzero(emit_t *e, uint32_t expr) {
+  kiln_vmfb_reg_t r = kiln_vmfb_bytecode_i32(e->bc);
+  kiln_vmfb_bytecode_i64_binary(e->bc, KILN_VMFB_I64_CMP_NE, e->ex[expr - 1], ci64(e, 0), r);
+  return r;
+}
 
 static uint32_t import_callee(emit_t *e, import_t id) {
   /* Imports are selected before emission; a miss is a generator bug, which the
@@ -328,9 +354,17 @@ static const char *element_name(uint32_t element_type) {
   return kiln_vmfb_element_name(element_type);
 }
 
-/* Validates a tensor type and returns its byte size. */
-static kiln_status_t tensor_bytes(const kiln_vmfb_function_t *fn, const char *what, size_t index,
-                                  const kiln_vmfb_tensor_type_t *t, uint64_t *out_bytes) {
+static bool has_dynamic_dims(const kiln_vmfb_tensor_type_t *t) {
+  for (uint32_t d = 0; d < t->rank && d < KILN_VMFB_MAX_RANK; d++) {
+    if (t->dims[d] == -1) return true;
+  }
+  return false;
+}
+
+/* Validates a tensor type and returns its byte size (0 when a dimension is
+ * dynamic, which `dynamic_ok` allows). */
+static kiln_status_t tensor_bytes_of(const kiln_vmfb_function_t *fn, const char *what, size_t index,
+                                     const kiln_vmfb_tensor_type_t *t, bool dynamic_ok, uint64_t *out_bytes) {
   if (!element_name(t->element_type)) {
     return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
                        "host program: function %s %s %zu has element type 0x%08" PRIX32
@@ -343,6 +377,13 @@ static kiln_status_t tensor_bytes(const kiln_vmfb_function_t *fn, const char *wh
                        what, index, t->rank, KILN_VMFB_MAX_RANK);
   }
   uint64_t bytes = 0;
+  if (dynamic_ok && has_dynamic_dims(t)) {
+    kiln_vmfb_tensor_type_t fixed = *t;
+    for (uint32_t d = 0; d < t->rank; d++) fixed.dims[d] = t->dims[d] == -1 ? 1 : t->dims[d];
+    if (!kiln_vmfb_tensor_type_bytes(&fixed, &bytes)) bytes = UINT64_MAX;
+    *out_bytes = 0;
+    if (bytes != UINT64_MAX) return NULL;
+  }
   if (!kiln_vmfb_tensor_type_bytes(t, &bytes)) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "host program: function %s %s %zu has a dimension < 0 or is 2^63 bytes "
@@ -355,7 +396,13 @@ static kiln_status_t tensor_bytes(const kiln_vmfb_function_t *fn, const char *wh
 
 static void tensor_text(kiln_buf_t *buf, const kiln_vmfb_tensor_type_t *t) {
   kiln_buf_append_str(buf, "tensor<");
-  for (uint32_t d = 0; d < t->rank; d++) kiln_buf_appendf(buf, "%" PRId64 "x", t->dims[d]);
+  for (uint32_t d = 0; d < t->rank; d++) {
+    if (t->dims[d] < 0) {
+      kiln_buf_append_str(buf, "?x");
+    } else {
+      kiln_buf_appendf(buf, "%" PRId64 "x", t->dims[d]);
+    }
+  }
   kiln_buf_appendf(buf, "%s>", element_name(t->element_type));
 }
 
@@ -393,6 +440,46 @@ static bool name_ok(const char *name) {
   return true;
 }
 
+static kiln_status_t bad_expr(const kiln_vmfb_function_t *fn, const char *what, size_t index) {
+  return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                     "host program: function %s %s %zu names no expression of the function's %zu",
+                     fn->name, what, index, fn->n_exprs);
+}
+
+/* Each expression's operands come before it; input dimensions exist. */
+static kiln_status_t check_exprs(const kiln_vmfb_function_t *fn) {
+  if (fn->n_exprs > KILN_VMFB_MAX_EXPRS || (fn->n_exprs && !fn->exprs)) {
+    return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
+                       "host program: function %s computes %zu sizes at run time (at most %u)", fn->name,
+                       fn->n_exprs, KILN_VMFB_MAX_EXPRS);
+  }
+  for (size_t i = 0; i < fn->n_exprs; i++) {
+    const kiln_vmfb_expr_t *x = &fn->exprs[i];
+    uint32_t id = (uint32_t)i + 1;
+    bool ok;
+    switch (x->kind) {
+      case KILN_VMFB_EXPR_CONST: ok = true; break;
+      case KILN_VMFB_EXPR_INPUT_DIM:
+        ok = x->a < fn->n_inputs && x->b < fn->inputs[x->a].rank;
+        break;
+      case KILN_VMFB_EXPR_SELECT:
+        ok = x->a && x->a < id && x->b && x->b < id && x->c && x->c < id;
+        break;
+      default:
+        ok = x->kind >= KILN_VMFB_EXPR_ADD && x->kind <= KILN_VMFB_EXPR_LT_U && x->a && x->a < id && x->b &&
+             x->b < id;
+        break;
+    }
+    if (!ok) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "host program: function %s expression %u is malformed (kind %d; operands must "
+                         "be earlier expressions, dimensions must exist)",
+                         fn->name, id, (int)x->kind);
+    }
+  }
+  return NULL;
+}
+
 /* Checks one plan function and works out the usage each buffer needs. */
 static kiln_status_t check_function(gen_t *g, size_t f) {
   const kiln_vmfb_function_t *fn = &g->plan->functions[f];
@@ -412,8 +499,9 @@ static kiln_status_t check_function(gen_t *g, size_t f) {
   }
   uint64_t bytes;
   for (size_t i = 0; i < fn->n_inputs; i++) {
-    KILN_RETURN_IF_ERROR(tensor_bytes(fn, "input", i, &fn->inputs[i], &bytes));
+    KILN_RETURN_IF_ERROR(tensor_bytes_of(fn, "input", i, &fn->inputs[i], true, &bytes));
   }
+  KILN_RETURN_IF_ERROR(check_exprs(fn));
   info->usage = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *info->usage);
   info->rodata = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *info->rodata);
   for (size_t b = 0; b < fn->n_buffers; b++) {
@@ -427,8 +515,14 @@ static kiln_status_t check_function(gen_t *g, size_t f) {
                              fn->name, b, buf->input, fn->n_inputs);
         }
         KILN_RETURN_IF_ERROR(
-            tensor_bytes(fn, "input", buf->input, &fn->inputs[buf->input], &bytes));
-        if (buf->size_bytes > bytes) {
+            tensor_bytes_of(fn, "input", buf->input, &fn->inputs[buf->input], true, &bytes));
+        if (has_dynamic_dims(&fn->inputs[buf->input]) != (buf->size_expr != 0)) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s buffer %zu: input %" PRIu32
+                             " has dynamic dimensions exactly when its buffer has a size expression",
+                             fn->name, b, buf->input);
+        }
+        if (!buf->size_expr && buf->size_bytes > bytes) {
           return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                              "host program: function %s buffer %zu claims %" PRIu64
                              " bytes of input %" PRIu32 ", which has %" PRIu64,
@@ -455,11 +549,34 @@ static kiln_status_t check_function(gen_t *g, size_t f) {
                              fn->name, b);
         }
         break;
+      case KILN_VMFB_BUFFER_ARGS:
+        if (!buf->n_words || buf->n_words > 0xFFFF || (!buf->words) || buf->size_bytes != 4 * buf->n_words) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s argument buffer %zu needs 1..65535 words, "
+                             "4 bytes each",
+                             fn->name, b);
+        }
+        for (size_t w = 0; w < buf->n_words; w++) {
+          if (buf->words[w] > fn->n_exprs) return bad_expr(fn, "argument buffer word", b);
+        }
+        info->has_args = true;
+        break;
+      case KILN_VMFB_BUFFER_SELECT:
+        if (buf->select_a >= b || buf->select_b >= b || !buf->select_cond || buf->select_cond > fn->n_exprs ||
+            !buf->size_expr) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s buffer %zu selects between buffers that do "
+                             "not come before it, or lacks its condition or size",
+                             fn->name, b);
+        }
+        break;
       default:
         return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                            "host program: function %s buffer %zu has unknown kind %d", fn->name, b,
                            (int)buf->kind);
     }
+    if (buf->size_expr > fn->n_exprs) return bad_expr(fn, "buffer size", b);
+    if (buf->size_expr && buf->kind == KILN_VMFB_BUFFER_CONSTANT) return bad_expr(fn, "constant buffer", b);
   }
   for (size_t s = 0; s < fn->n_steps; s++) {
     const kiln_vmfb_step_t *step = &fn->steps[s];
@@ -479,6 +596,8 @@ static kiln_status_t check_function(gen_t *g, size_t f) {
                            fn->name, s, step->n_constants, step->n_bindings);
       }
       for (uint32_t d = 0; d < 3; d++) {
+        if (step->workgroup_exprs[d] > fn->n_exprs) return bad_expr(fn, "workgroup count of step", s);
+        if (step->workgroup_exprs[d]) continue;
         if (step->workgroups[d] > (uint32_t)INT32_MAX) {
           return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                              "host program: function %s step %zu has a workgroup count of %" PRIu32,
@@ -487,8 +606,10 @@ static kiln_status_t check_function(gen_t *g, size_t f) {
       }
       for (size_t i = 0; i < step->n_bindings; i++) {
         const kiln_vmfb_binding_t *bd = &step->bindings[i];
+        if (bd->length_expr > fn->n_exprs) return bad_expr(fn, "binding length of step", s);
+        bool dynamic = bd->buffer < fn->n_buffers && (bd->length_expr || fn->buffers[bd->buffer].size_expr);
         if (bd->buffer >= fn->n_buffers ||
-            !range_ok(bd->offset, bd->length, fn->buffers[bd->buffer].size_bytes)) {
+            (!dynamic && !range_ok(bd->offset, bd->length, fn->buffers[bd->buffer].size_bytes))) {
           return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                              "host program: function %s step %zu binding %zu is bytes [%" PRIu64
                              ", +%" PRIu64 ") of buffer %" PRIu32 ", outside it",
@@ -499,9 +620,12 @@ static kiln_status_t check_function(gen_t *g, size_t f) {
       }
       if (g->kernel_offset[step->kernel] == UINT32_MAX) g->kernel_offset[step->kernel] = 0;
     } else if (step->kind == KILN_VMFB_STEP_COPY) {
-      bool ok = step->src < fn->n_buffers && step->dst < fn->n_buffers && step->length > 0 &&
-                range_ok(step->src_offset, step->length, fn->buffers[step->src].size_bytes) &&
-                range_ok(step->dst_offset, step->length, fn->buffers[step->dst].size_bytes);
+      if (step->length_expr > fn->n_exprs) return bad_expr(fn, "copy length of step", s);
+      bool ok = step->src < fn->n_buffers && step->dst < fn->n_buffers &&
+                (step->length_expr ||
+                 (step->length > 0 &&
+                  range_ok(step->src_offset, step->length, fn->buffers[step->src].size_bytes) &&
+                  range_ok(step->dst_offset, step->length, fn->buffers[step->dst].size_bytes)));
       if (!ok) {
         return KILN_STATUS(
             KILN_STATUS_INVALID_ARGUMENT,
@@ -525,7 +649,9 @@ static kiln_status_t check_function(gen_t *g, size_t f) {
                            " of %zu",
                            fn->name, s, step->target, fn->n_steps);
       }
-      if (step->kind == KILN_VMFB_STEP_BRANCH) {
+      if (step->kind == KILN_VMFB_STEP_BRANCH && step->cond_expr) {
+        if (step->cond_expr > fn->n_exprs) return bad_expr(fn, "condition of step", s);
+      } else if (step->kind == KILN_VMFB_STEP_BRANCH) {
         if (step->src >= fn->n_buffers || step->length < 1 ||
             step->length > KILN_VMFB_BRANCH_MAX_BYTES ||
             !range_ok(step->src_offset, step->length, fn->buffers[step->src].size_bytes)) {
@@ -547,14 +673,31 @@ static kiln_status_t check_function(gen_t *g, size_t f) {
   }
   for (size_t r = 0; r < fn->n_results; r++) {
     const kiln_vmfb_result_t *res = &fn->results[r];
-    KILN_RETURN_IF_ERROR(tensor_bytes(fn, "result", r, &res->type, &bytes));
+    KILN_RETURN_IF_ERROR(tensor_bytes_of(fn, "result", r, &res->type, true, &bytes));
+    bool dynamic = has_dynamic_dims(&res->type);
+    if (dynamic) {
+      if (!res->size_expr || res->size_expr > fn->n_exprs) return bad_expr(fn, "size of result", r);
+      for (uint32_t d = 0; d < res->type.rank; d++) {
+        if (res->type.dims[d] == -1 && (!res->dim_exprs[d] || res->dim_exprs[d] > fn->n_exprs)) {
+          return bad_expr(fn, "dimension of result", r);
+        }
+      }
+    }
     if (res->buffer >= fn->n_buffers ||
-        !range_ok(res->offset, bytes, fn->buffers[res->buffer].size_bytes)) {
+        (!dynamic && !fn->buffers[res->buffer].size_expr &&
+         !range_ok(res->offset, bytes, fn->buffers[res->buffer].size_bytes))) {
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                          "host program: function %s result %zu is %" PRIu64 " bytes at +%" PRIu64
                          " of buffer %" PRIu32 ", outside it",
                          fn->name, r, bytes, res->offset, res->buffer);
     }
+  }
+  /* A SELECT buffer is one of two others: they need its usage. */
+  for (size_t b = fn->n_buffers; b > 0; b--) {
+    const kiln_vmfb_buffer_t *buf = &fn->buffers[b - 1];
+    if (buf->kind != KILN_VMFB_BUFFER_SELECT) continue;
+    info->usage[buf->select_a] |= info->usage[b - 1];
+    info->usage[buf->select_b] |= info->usage[b - 1];
   }
   return NULL;
 }
@@ -576,8 +719,17 @@ static void emit_input_asserts(emit_t *e, const kiln_vmfb_function_t *fn, const 
     args[n++] = message;
     args[n++] = ci32(e, (int32_t)t->element_type);
     args[n++] = ci32(e, ENCODING_DENSE_ROW_MAJOR);
-    for (uint32_t d = 0; d < t->rank && d < KILN_VMFB_MAX_RANK; d++)
-      args[n++] = ci64(e, t->dims[d]);
+    for (uint32_t d = 0; d < t->rank && d < KILN_VMFB_MAX_RANK; d++) {
+      if (t->dims[d] >= 0) {
+        args[n++] = ci64(e, t->dims[d]);
+        continue;
+      }
+      /* A dynamic dimension: whatever the view holds (the assert checks the rest). */
+      kiln_vmfb_reg_t dim = kiln_vmfb_bytecode_i64(e->bc);
+      kiln_vmfb_reg_t dargs[2] = {args[0], ci32(e, (int32_t)d)};
+      call(e, I_BUFFER_VIEW_DIM, dargs, 2, &dim, 1);
+      args[n++] = dim;
+    }
     uint16_t rank = (uint16_t)t->rank;
     call_variadic(e, I_BUFFER_VIEW_ASSERT, &rank, 1, args, n, NULL, 0);
     for (size_t b = 0; b < fn->n_buffers; b++) {
@@ -587,7 +739,7 @@ static void emit_input_asserts(emit_t *e, const kiln_vmfb_function_t *fn, const 
       kiln_vmfb_reg_t bargs[6] = {buffers[b],
                                   message,
                                   allocator,
-                                  ci64(e, (int64_t)need),
+                                  size_i64(e, fn->buffers[b].size_expr, (int64_t)need),
                                   ci32(e, MEMORY_TYPE_DEVICE_VISIBLE),
                                   ci32(e, (int32_t)info->usage[b])};
       call(e, I_BUFFER_ASSERT, bargs, 6, NULL, 0);
@@ -596,14 +748,22 @@ static void emit_input_asserts(emit_t *e, const kiln_vmfb_function_t *fn, const 
   }
 }
 
+/* A buffer of `size` bytes (a register), of memory `type` for `usage`. */
+static void emit_allocate_sized(emit_t *e, kiln_vmfb_reg_t allocator, uint32_t type, uint32_t usage,
+                                kiln_vmfb_reg_t size, kiln_vmfb_reg_t result) {
+  scope_t s = scope_begin(e);
+  kiln_vmfb_reg_t args[5] = {allocator, ci64(e, QUEUE_AFFINITY_ANY), ci32(e, (int32_t)type),
+                             ci32(e, (int32_t)usage), size};
+  call(e, I_ALLOCATOR_ALLOCATE, args, 5, &result, 1);
+  scope_end(e, s);
+}
+
 static void emit_allocate(emit_t *e, kiln_vmfb_reg_t allocator, uint64_t size,
                           kiln_vmfb_reg_t result) {
   scope_t s = scope_begin(e);
   /* At least one byte: a zero-sized result still needs a buffer to view. */
-  kiln_vmfb_reg_t args[5] = {allocator, ci64(e, QUEUE_AFFINITY_ANY),
-                             ci32(e, MEMORY_TYPE_DEVICE_LOCAL), ci32(e, USAGE_DEFAULT),
-                             ci64(e, (int64_t)(size ? size : 1))};
-  call(e, I_ALLOCATOR_ALLOCATE, args, 5, &result, 1);
+  emit_allocate_sized(e, allocator, MEMORY_TYPE_DEVICE_LOCAL, USAGE_DEFAULT,
+                      ci64(e, (int64_t)(size ? size : 1)), result);
   scope_end(e, s);
 }
 
@@ -674,7 +834,7 @@ static void emit_dispatch(emit_t *e, const kiln_vmfb_step_t *step, const kiln_vm
   } else {
     args[k++] = ci32(e, (int32_t)step->kernel);
   }
-  for (int d = 0; d < 3; d++) args[k++] = ci32(e, (int32_t)step->workgroups[d]);
+  for (int d = 0; d < 3; d++) args[k++] = size_i32(e, step->workgroup_exprs[d], (int32_t)step->workgroups[d]);
   args[k++] = ci64(e, 0); /* flags */
   for (size_t i = 0; i < step->n_constants; i++) args[k++] = ci32(e, (int32_t)step->constants[i]);
   for (size_t i = 0; i < step->n_bindings; i++) {
@@ -683,7 +843,7 @@ static void emit_dispatch(emit_t *e, const kiln_vmfb_step_t *step, const kiln_vm
     args[k++] = ci32(e, 0); /* binding table slot: unused with a direct buffer */
     args[k++] = buffers[bd->buffer];
     args[k++] = ci64(e, (int64_t)bd->offset);
-    args[k++] = ci64(e, (int64_t)bd->length);
+    args[k++] = size_i64(e, bd->length_expr, (int64_t)bd->length);
   }
   uint16_t spans[2] = {(uint16_t)step->n_constants, (uint16_t)step->n_bindings};
   call_variadic(e, I_COMMAND_BUFFER_DISPATCH, spans, 2, args, k, NULL, 0);
@@ -692,7 +852,7 @@ static void emit_dispatch(emit_t *e, const kiln_vmfb_step_t *step, const kiln_vm
 
 /* length bytes from (src, src_offset) to (dst, dst_offset). */
 static void emit_copy(emit_t *e, kiln_vmfb_reg_t cmd, kiln_vmfb_reg_t src, uint64_t src_offset,
-                      kiln_vmfb_reg_t dst, uint64_t dst_offset, uint64_t length) {
+                      kiln_vmfb_reg_t dst, uint64_t dst_offset, kiln_vmfb_reg_t length) {
   kiln_vmfb_reg_t args[9] = {
       cmd,
       ci32(e, 0), /* source slot */
@@ -701,7 +861,7 @@ static void emit_copy(emit_t *e, kiln_vmfb_reg_t cmd, kiln_vmfb_reg_t src, uint6
       ci64(e, (int64_t)src_offset),
       dst,
       ci64(e, (int64_t)dst_offset),
-      ci64(e, (int64_t)length),
+      length,
       ci64(e, 0), /* flags */
   };
   call(e, I_COMMAND_BUFFER_COPY_BUFFER, args, 9, NULL, 0);
@@ -717,10 +877,12 @@ static void emit_result(emit_t *e, const kiln_vmfb_function_t *fn, size_t r,
   size_t n = 0;
   args[n++] = buffers[res->buffer];
   args[n++] = ci64(e, (int64_t)res->offset);
-  args[n++] = ci64(e, (int64_t)bytes);
+  args[n++] = size_i64(e, res->size_expr, (int64_t)bytes);
   args[n++] = ci32(e, (int32_t)res->type.element_type);
   args[n++] = ci32(e, ENCODING_DENSE_ROW_MAJOR);
-  for (uint32_t d = 0; d < res->type.rank; d++) args[n++] = ci64(e, res->type.dims[d]);
+  for (uint32_t d = 0; d < res->type.rank; d++) {
+    args[n++] = res->type.dims[d] < 0 ? e->ex[res->dim_exprs[d] - 1] : ci64(e, res->type.dims[d]);
+  }
   uint16_t rank = (uint16_t)res->type.rank;
   call_variadic(e, I_BUFFER_VIEW_CREATE, &rank, 1, args, n, &view, 1);
   scope_end(e, s);
@@ -741,11 +903,8 @@ typedef struct segments_s {
 /* The host-visible buffer a BRANCH copies its condition into before reading it. */
 static void emit_staging(emit_t *e, kiln_vmfb_reg_t allocator, kiln_vmfb_reg_t staging) {
   scope_t s = scope_begin(e);
-  kiln_vmfb_reg_t args[5] = {allocator, ci64(e, QUEUE_AFFINITY_ANY),
-                             ci32(e, MEMORY_TYPE_HOST_VISIBLE | MEMORY_TYPE_DEVICE_VISIBLE),
-                             ci32(e, USAGE_TRANSFER_TARGET | USAGE_MAPPING),
-                             ci64(e, KILN_VMFB_BRANCH_MAX_BYTES)};
-  call(e, I_ALLOCATOR_ALLOCATE, args, 5, &staging, 1);
+  emit_allocate_sized(e, allocator, MEMORY_TYPE_HOST_VISIBLE | MEMORY_TYPE_DEVICE_VISIBLE,
+                      USAGE_TRANSFER_TARGET | USAGE_MAPPING, ci64(e, KILN_VMFB_BRANCH_MAX_BYTES), staging);
   scope_end(e, s);
 }
 
@@ -833,15 +992,23 @@ static void emit_steps(emit_t *e, segments_t *sg, const kiln_vmfb_reg_t *buffers
         break;
       case KILN_VMFB_STEP_COPY:
         emit_copy(e, sg->cmd, buffers[st->src], st->src_offset, buffers[st->dst], st->dst_offset,
-                  st->length);
+                  size_i64(e, st->length_expr, (int64_t)st->length));
         recorded = true;
         break;
       case KILN_VMFB_STEP_BRANCH: {
-        emit_copy(e, sg->cmd, buffers[st->src], st->src_offset, sg->staging, 0, st->length);
-        emit_submit_wait(e, sg, 0);
-        kiln_vmfb_reg_t value = kiln_vmfb_bytecode_i32(bc);
-        kiln_vmfb_reg_t largs[3] = {sg->staging, ci64(e, 0), ci32(e, (int32_t)st->length)};
-        call(e, I_BUFFER_LOAD, largs, 3, &value, 1);
+        kiln_vmfb_reg_t value;
+        if (st->cond_expr) {
+          /* A condition on sizes: nothing to read back, but blocks begin segments. */
+          emit_submit_wait(e, sg, 0);
+          value = nonzero(e, st->cond_expr);
+        } else {
+          emit_copy(e, sg->cmd, buffers[st->src], st->src_offset, sg->staging, 0,
+                    ci64(e, (int64_t)st->length));
+          emit_submit_wait(e, sg, 0);
+          value = kiln_vmfb_bytecode_i32(bc);
+          kiln_vmfb_reg_t largs[3] = {sg->staging, ci64(e, 0), ci32(e, (int32_t)st->length)};
+          call(e, I_BUFFER_LOAD, largs, 3, &value, 1);
+        }
         kiln_vmfb_bytecode_cond_br(bc, value, block_at(sg, (uint32_t)(i + 1)), block_at(sg, st->target));
         terminated = true;
         break;
@@ -855,6 +1022,65 @@ static void emit_steps(emit_t *e, segments_t *sg, const kiln_vmfb_reg_t *buffers
   }
   if (!terminated) emit_submit_wait(e, sg, sg->done);
   kiln_free(starts);
+}
+
+/* Every expression of the function, in order, into registers that live for the
+ * whole call (plan.h: expressions). */
+static void emit_exprs(emit_t *e, const kiln_vmfb_function_t *fn) {
+  static const struct {
+    kiln_vmfb_expr_kind_t kind;
+    kiln_vmfb_i64_op_t op;
+  } BINARY[] = {
+      {KILN_VMFB_EXPR_ADD, KILN_VMFB_I64_ADD},     {KILN_VMFB_EXPR_SUB, KILN_VMFB_I64_SUB},
+      {KILN_VMFB_EXPR_MUL, KILN_VMFB_I64_MUL},     {KILN_VMFB_EXPR_DIV_S, KILN_VMFB_I64_DIV_S},
+      {KILN_VMFB_EXPR_DIV_U, KILN_VMFB_I64_DIV_U}, {KILN_VMFB_EXPR_REM_S, KILN_VMFB_I64_REM_S},
+      {KILN_VMFB_EXPR_REM_U, KILN_VMFB_I64_REM_U}, {KILN_VMFB_EXPR_MIN_S, KILN_VMFB_I64_MIN_S},
+      {KILN_VMFB_EXPR_MIN_U, KILN_VMFB_I64_MIN_U}, {KILN_VMFB_EXPR_MAX_S, KILN_VMFB_I64_MAX_S},
+      {KILN_VMFB_EXPR_MAX_U, KILN_VMFB_I64_MAX_U}, {KILN_VMFB_EXPR_AND, KILN_VMFB_I64_AND},
+      {KILN_VMFB_EXPR_OR, KILN_VMFB_I64_OR},       {KILN_VMFB_EXPR_XOR, KILN_VMFB_I64_XOR},
+      {KILN_VMFB_EXPR_EQ, KILN_VMFB_I64_CMP_EQ},   {KILN_VMFB_EXPR_NE, KILN_VMFB_I64_CMP_NE},
+      {KILN_VMFB_EXPR_LT_S, KILN_VMFB_I64_CMP_LT_S}, {KILN_VMFB_EXPR_LT_U, KILN_VMFB_I64_CMP_LT_U},
+  };
+  kiln_vmfb_bytecode_t *bc = e->bc;
+  for (size_t i = 0; i < fn->n_exprs; i++) e->ex[i] = kiln_vmfb_bytecode_i64(bc);
+  for (size_t i = 0; i < fn->n_exprs; i++) {
+    const kiln_vmfb_expr_t *x = &fn->exprs[i];
+    kiln_vmfb_reg_t dst = e->ex[i];
+    scope_t s = scope_begin(e);
+    if (x->kind == KILN_VMFB_EXPR_CONST) {
+      kiln_vmfb_bytecode_const_i64(bc, x->value, dst);
+    } else if (x->kind == KILN_VMFB_EXPR_INPUT_DIM) {
+      kiln_vmfb_reg_t args[2] = {kiln_vmfb_bytecode_arg(bc, x->a), ci32(e, (int32_t)x->b)};
+      call(e, I_BUFFER_VIEW_DIM, args, 2, &dst, 1);
+    } else if (x->kind == KILN_VMFB_EXPR_SELECT) {
+      kiln_vmfb_bytecode_select_i64(bc, nonzero(e, x->a), e->ex[x->b - 1], e->ex[x->c - 1], dst);
+    } else {
+      for (size_t k = 0; k < sizeof BINARY / sizeof BINARY[0]; k++) {
+        if (BINARY[k].kind != x->kind) continue;
+        bool compare = x->kind >= KILN_VMFB_EXPR_EQ;
+        kiln_vmfb_reg_t out = compare ? kiln_vmfb_bytecode_i32(bc) : dst;
+        kiln_vmfb_bytecode_i64_binary(bc, BINARY[k].op, e->ex[x->a - 1], e->ex[x->b - 1], out);
+        if (compare) kiln_vmfb_bytecode_ext_i32_i64_u(bc, out, dst);
+      }
+    }
+    scope_end(e, s);
+  }
+}
+
+/* A kernel argument buffer: host-visible, filled word by word (hal.buffer.store)
+ * before any step runs. */
+static void emit_args(emit_t *e, const kiln_vmfb_buffer_t *buf, kiln_vmfb_reg_t allocator, kiln_vmfb_reg_t dst) {
+  scope_t s = scope_begin(e);
+  emit_allocate_sized(e, allocator, MEMORY_TYPE_HOST_VISIBLE | MEMORY_TYPE_DEVICE_VISIBLE,
+                      USAGE_DISPATCH_STORAGE_READ | USAGE_DISPATCH_STORAGE_WRITE | USAGE_MAPPING,
+                      ci64(e, (int64_t)buf->size_bytes), dst);
+  for (size_t w = 0; w < buf->n_words; w++) {
+    scope_t ws = scope_begin(e);
+    kiln_vmfb_reg_t args[4] = {size_i32(e, buf->words[w], 0), dst, ci64(e, (int64_t)(4 * w)), ci32(e, 4)};
+    call(e, I_BUFFER_STORE, args, 4, NULL, 0);
+    scope_end(e, ws);
+  }
+  scope_end(e, s);
 }
 
 static char *function_cconv(size_t n_inputs, size_t n_results) {
@@ -890,10 +1116,21 @@ static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *
   kiln_vmfb_bytecode_global_load_ref(bc, G_DEVICE, T_DEVICE, device);
   kiln_vmfb_bytecode_global_load_ref(bc, G_ALLOCATOR, T_ALLOCATOR, allocator);
   kiln_vmfb_bytecode_global_load_ref(bc, G_EXECUTABLE, T_EXECUTABLE, executable);
+  /* Sizes first: an input's assert needs the sizes its dynamic dimensions give. */
+  e.ex = kiln_calloc(fn->n_exprs ? fn->n_exprs : 1, sizeof *e.ex);
+  emit_exprs(&e, fn);
   emit_input_asserts(&e, fn, info, buffers, allocator);
   for (size_t b = 0; b < fn->n_buffers; b++) {
-    if (fn->buffers[b].kind == KILN_VMFB_BUFFER_TRANSIENT) {
-      emit_allocate(&e, allocator, fn->buffers[b].size_bytes, buffers[b]);
+    const kiln_vmfb_buffer_t *buf = &fn->buffers[b];
+    if (buf->kind == KILN_VMFB_BUFFER_TRANSIENT && buf->size_expr) {
+      scope_t s = scope_begin(&e);
+      emit_allocate_sized(&e, allocator, MEMORY_TYPE_DEVICE_LOCAL, USAGE_DEFAULT, e.ex[buf->size_expr - 1],
+                          buffers[b]);
+      scope_end(&e, s);
+    } else if (buf->kind == KILN_VMFB_BUFFER_TRANSIENT) {
+      emit_allocate(&e, allocator, buf->size_bytes, buffers[b]);
+    } else if (buf->kind == KILN_VMFB_BUFFER_ARGS) {
+      emit_args(&e, buf, allocator, buffers[b]);
     }
   }
   kiln_vmfb_bytecode_const_ref_zero(bc, wait);
@@ -914,8 +1151,14 @@ static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *
   begin(&e, main_block);
   uint32_t global = info->const_global;
   for (size_t b = 0; b < fn->n_buffers; b++) {
-    if (fn->buffers[b].kind == KILN_VMFB_BUFFER_CONSTANT) {
+    const kiln_vmfb_buffer_t *buf = &fn->buffers[b];
+    if (buf->kind == KILN_VMFB_BUFFER_CONSTANT) {
       kiln_vmfb_bytecode_global_load_ref(bc, global++, T_BUFFER, buffers[b]);
+    } else if (buf->kind == KILN_VMFB_BUFFER_SELECT) {
+      scope_t s = scope_begin(&e);
+      kiln_vmfb_bytecode_select_ref(bc, nonzero(&e, buf->select_cond), T_BUFFER, buffers[buf->select_a],
+                                    buffers[buf->select_b], buffers[b]);
+      scope_end(&e, s);
     }
   }
   segments_t sg = {.device = device, .cmd = cmd, .wait = wait, .fn = fn};
@@ -950,6 +1193,7 @@ static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *
   kiln_free(views);
   kiln_free(buffers);
   kiln_free(sg.blocks);
+  kiln_free(e.ex);
   kiln_free(e.konsts);
   if (st) return kiln_status_annotate(st, "host program: function %s", fn->name);
   out->name = kiln_strdup(fn->name);
@@ -1037,10 +1281,13 @@ static void select_imports(gen_t *g) {
     if (fn->n_inputs) {
       used[I_BUFFER_VIEW_ASSERT] = used[I_BUFFER_VIEW_BUFFER] = used[I_BUFFER_ASSERT] = true;
     }
+    for (size_t i = 0; i < fn->n_inputs; i++) used[I_BUFFER_VIEW_DIM] |= has_dynamic_dims(&fn->inputs[i]);
+    for (size_t x = 0; x < fn->n_exprs; x++) used[I_BUFFER_VIEW_DIM] |= fn->exprs[x].kind == KILN_VMFB_EXPR_INPUT_DIM;
     if (fn->n_results) used[I_BUFFER_VIEW_CREATE] = true;
     if (fn->n_steps > 1) used[I_COMMAND_BUFFER_EXECUTION_BARRIER] = true;
     for (size_t b = 0; b < fn->n_buffers; b++) {
       if (fn->buffers[b].kind == KILN_VMFB_BUFFER_TRANSIENT) used[I_ALLOCATOR_ALLOCATE] = true;
+      if (fn->buffers[b].kind == KILN_VMFB_BUFFER_ARGS) used[I_ALLOCATOR_ALLOCATE] = used[I_BUFFER_STORE] = true;
       if (fn->buffers[b].kind == KILN_VMFB_BUFFER_CONSTANT) {
         used[I_ALLOCATOR_ALLOCATE] = true;
         if (fn->buffers[b].size_bytes > 0) {
@@ -1050,7 +1297,7 @@ static void select_imports(gen_t *g) {
     }
     for (size_t s = 0; s < fn->n_steps; s++) {
       if (fn->steps[s].kind == KILN_VMFB_STEP_COPY) used[I_COMMAND_BUFFER_COPY_BUFFER] = true;
-      if (fn->steps[s].kind == KILN_VMFB_STEP_BRANCH) {
+      if (fn->steps[s].kind == KILN_VMFB_STEP_BRANCH && !fn->steps[s].cond_expr) {
         used[I_COMMAND_BUFFER_COPY_BUFFER] = used[I_BUFFER_LOAD] = used[I_ALLOCATOR_ALLOCATE] = true;
       }
       if (fn->steps[s].kind == KILN_VMFB_STEP_DISPATCH) {

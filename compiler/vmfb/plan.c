@@ -6,6 +6,61 @@
 
 #include "base/alloc.h"
 
+bool kiln_vmfb_exprs_eval(const kiln_vmfb_function_t *fn, const int64_t (*dims)[KILN_VMFB_MAX_RANK],
+                          int64_t *values) {
+  for (size_t i = 0; i < fn->n_exprs; i++) {
+    const kiln_vmfb_expr_t *x = &fn->exprs[i];
+    uint32_t id = (uint32_t)i + 1;
+    bool binary = x->kind >= KILN_VMFB_EXPR_ADD;
+    if (binary && (x->a == 0 || x->a >= id || x->b == 0 || x->b >= id)) return false;
+    if (x->kind == KILN_VMFB_EXPR_SELECT && (x->c == 0 || x->c >= id)) return false;
+    int64_t a = binary ? values[x->a - 1] : 0, b = binary ? values[x->b - 1] : 0;
+    uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+    int64_t v = 0;
+    switch (x->kind) {
+      case KILN_VMFB_EXPR_CONST: v = x->value; break;
+      case KILN_VMFB_EXPR_INPUT_DIM:
+        if (x->a >= fn->n_inputs || x->b >= KILN_VMFB_MAX_RANK) return false;
+        v = dims[x->a][x->b];
+        break;
+      case KILN_VMFB_EXPR_ADD: v = (int64_t)(ua + ub); break;
+      case KILN_VMFB_EXPR_SUB: v = (int64_t)(ua - ub); break;
+      case KILN_VMFB_EXPR_MUL: v = (int64_t)(ua * ub); break;
+      case KILN_VMFB_EXPR_DIV_S:
+        if (b == 0 || (a == INT64_MIN && b == -1)) return false;
+        v = a / b;
+        break;
+      case KILN_VMFB_EXPR_DIV_U:
+        if (ub == 0) return false;
+        v = (int64_t)(ua / ub);
+        break;
+      case KILN_VMFB_EXPR_REM_S:
+        if (b == 0 || (a == INT64_MIN && b == -1)) return false;
+        v = a % b;
+        break;
+      case KILN_VMFB_EXPR_REM_U:
+        if (ub == 0) return false;
+        v = (int64_t)(ua % ub);
+        break;
+      case KILN_VMFB_EXPR_MIN_S: v = a < b ? a : b; break;
+      case KILN_VMFB_EXPR_MIN_U: v = (int64_t)(ua < ub ? ua : ub); break;
+      case KILN_VMFB_EXPR_MAX_S: v = a > b ? a : b; break;
+      case KILN_VMFB_EXPR_MAX_U: v = (int64_t)(ua > ub ? ua : ub); break;
+      case KILN_VMFB_EXPR_AND: v = a & b; break;
+      case KILN_VMFB_EXPR_OR: v = a | b; break;
+      case KILN_VMFB_EXPR_XOR: v = a ^ b; break;
+      case KILN_VMFB_EXPR_EQ: v = a == b; break;
+      case KILN_VMFB_EXPR_NE: v = a != b; break;
+      case KILN_VMFB_EXPR_LT_S: v = a < b; break;
+      case KILN_VMFB_EXPR_LT_U: v = ua < ub; break;
+      case KILN_VMFB_EXPR_SELECT: v = a ? b : values[x->c - 1]; break;
+      default: return false;
+    }
+    values[i] = v;
+  }
+  return true;
+}
+
 void kiln_vmfb_plan_deinit(kiln_vmfb_plan_t *plan) {
   if (!plan) return;
   for (size_t f = 0; f < plan->n_functions; f++) {
@@ -14,7 +69,11 @@ void kiln_vmfb_plan_deinit(kiln_vmfb_plan_t *plan) {
       kiln_free(fn->steps[i].bindings);
       kiln_free(fn->steps[i].constants);
     }
-    for (size_t i = 0; i < fn->n_buffers; i++) kiln_free(fn->buffers[i].data);
+    for (size_t i = 0; i < fn->n_buffers; i++) {
+      kiln_free(fn->buffers[i].data);
+      kiln_free(fn->buffers[i].words);
+    }
+    kiln_free(fn->exprs);
     kiln_free(fn->name);
     kiln_free(fn->inputs);
     kiln_free(fn->results);

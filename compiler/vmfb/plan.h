@@ -37,7 +37,49 @@
 #define KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FNUZ 0x27000008u
 #define KILN_VMFB_ELEMENT_FLOAT_8_E8M0_FNU 0x28000008u
 
-/* A dense row-major tensor type: the signature of an input or a result. */
+/* Sizes known only at run time (dynamic dimensions): expressions over the
+ * inputs' dimensions, one i64 value each, evaluated once per call before any
+ * step runs. A function's expressions are numbered from 1 (0 is "none": the
+ * field it sits in is static); an expression's operands a, b, c are ids of
+ * earlier expressions. Division and remainder by zero are the caller's bug:
+ * kiln divides by constant tile sizes and element widths only. */
+typedef enum kiln_vmfb_expr_kind_e {
+  KILN_VMFB_EXPR_CONST = 1,     /* value */
+  KILN_VMFB_EXPR_INPUT_DIM = 2, /* dimension `b` of input `a` (hal.buffer_view.dim) */
+  KILN_VMFB_EXPR_ADD = 3,       /* a + b, and so on for the binary ops */
+  KILN_VMFB_EXPR_SUB = 4,
+  KILN_VMFB_EXPR_MUL = 5,
+  KILN_VMFB_EXPR_DIV_S = 6,
+  KILN_VMFB_EXPR_DIV_U = 7,
+  KILN_VMFB_EXPR_REM_S = 8,
+  KILN_VMFB_EXPR_REM_U = 9,
+  KILN_VMFB_EXPR_MIN_S = 10,
+  KILN_VMFB_EXPR_MIN_U = 11,
+  KILN_VMFB_EXPR_MAX_S = 12,
+  KILN_VMFB_EXPR_MAX_U = 13,
+  KILN_VMFB_EXPR_AND = 14,
+  KILN_VMFB_EXPR_OR = 15,
+  KILN_VMFB_EXPR_XOR = 16,
+  KILN_VMFB_EXPR_EQ = 17, /* comparisons are 0 or 1 */
+  KILN_VMFB_EXPR_NE = 18,
+  KILN_VMFB_EXPR_LT_S = 19,
+  KILN_VMFB_EXPR_LT_U = 20,
+  KILN_VMFB_EXPR_SELECT = 21, /* a != 0 ? b : c */
+} kiln_vmfb_expr_kind_t;
+
+#define KILN_VMFB_EXPR_NONE 0u
+/* The most expressions one function may hold (each is a register of its host
+ * function for the whole call). */
+#define KILN_VMFB_MAX_EXPRS 2048u
+
+typedef struct kiln_vmfb_expr_s {
+  kiln_vmfb_expr_kind_t kind;
+  uint32_t a, b, c;
+  int64_t value;
+} kiln_vmfb_expr_t;
+
+/* A dense row-major tensor type: the signature of an input or a result. An
+ * input's dimension may be -1 (dynamic: any size, read from the buffer view). */
 typedef struct kiln_vmfb_tensor_type_s {
   uint32_t element_type; /* KILN_VMFB_ELEMENT_* */
   uint32_t rank;
@@ -48,21 +90,33 @@ typedef enum kiln_vmfb_buffer_kind_e {
   KILN_VMFB_BUFFER_INPUT = 1,     /* the buffer of input argument `input` */
   KILN_VMFB_BUFFER_CONSTANT = 2,  /* `data` (size_bytes), uploaded from rodata */
   KILN_VMFB_BUFFER_TRANSIENT = 3, /* allocated per call: intermediates and results */
+  /* Kernel arguments known only at run time (dynamic sizes): host-visible,
+   * allocated per call and filled by the host before any step with one 32-bit
+   * word per entry of `words` (expression ids, truncated to 32 bits). */
+  KILN_VMFB_BUFFER_ARGS = 4,
+  /* Another buffer, chosen per call: `select_a` when expression `select_cond` is
+   * nonzero, else `select_b` (both earlier buffers of the function). */
+  KILN_VMFB_BUFFER_SELECT = 5,
 } kiln_vmfb_buffer_kind_t;
 
 typedef struct kiln_vmfb_buffer_s {
   kiln_vmfb_buffer_kind_t kind;
   uint32_t input;       /* INPUT: the argument's index */
   uint8_t *data;        /* CONSTANT: the bytes (size_bytes of them) */
-  uint64_t size_bytes;
+  uint64_t size_bytes;  /* static size; with size_expr, unused */
+  uint32_t size_expr;   /* INPUT, TRANSIENT, SELECT: the size in bytes when dynamic */
+  uint32_t *words;      /* ARGS: expression ids (size_bytes is 4 * n_words) */
+  size_t n_words;
+  uint32_t select_cond, select_a, select_b; /* SELECT */
 } kiln_vmfb_buffer_t;
 
 /* One buffer argument of a kernel: a byte range of one plan buffer. */
 typedef struct kiln_vmfb_binding_s {
-  uint32_t buffer; /* index into the function's buffers */
-  uint64_t offset; /* bytes */
-  uint64_t length; /* bytes */
-  bool read_only;  /* the kernel never writes it */
+  uint32_t buffer;      /* index into the function's buffers */
+  uint64_t offset;      /* bytes */
+  uint64_t length;      /* bytes */
+  uint32_t length_expr; /* the length when dynamic */
+  bool read_only;       /* the kernel never writes it */
 } kiln_vmfb_binding_t;
 
 typedef enum kiln_vmfb_step_kind_e {
@@ -87,14 +141,17 @@ typedef struct kiln_vmfb_step_s {
   /* DISPATCH */
   uint32_t kernel;        /* export ordinal in the executable */
   uint32_t workgroups[3]; /* grid: workgroup counts x, y, z */
+  uint32_t workgroup_exprs[3]; /* ... when dynamic */
   kiln_vmfb_binding_t *bindings;
   size_t n_bindings;
   uint32_t *constants; /* 32-bit push constants, in kernel order */
   size_t n_constants;
   /* COPY: length bytes from (src, src_offset) to (dst, dst_offset); BRANCH: the
-   * condition is length bytes at (src, src_offset) */
+   * condition is length bytes at (src, src_offset), or expression cond_expr */
   uint32_t src, dst;
   uint64_t src_offset, dst_offset, length;
+  uint32_t length_expr; /* COPY: the length when dynamic */
+  uint32_t cond_expr;   /* BRANCH: a host-computed condition (nothing is read back) */
   /* BRANCH, JUMP: the step to continue at (0..n_steps) */
   uint32_t target;
 } kiln_vmfb_step_t;
@@ -102,7 +159,9 @@ typedef struct kiln_vmfb_step_s {
 typedef struct kiln_vmfb_result_s {
   uint32_t buffer; /* the plan buffer holding it (TRANSIENT, or an INPUT passed through) */
   uint64_t offset; /* bytes */
-  kiln_vmfb_tensor_type_t type;
+  kiln_vmfb_tensor_type_t type; /* a dynamic dimension is -1, with its dim_exprs entry */
+  uint32_t dim_exprs[KILN_VMFB_MAX_RANK];
+  uint32_t size_expr; /* bytes, when a dimension is dynamic */
 } kiln_vmfb_result_t;
 
 /* One exported function. */
@@ -116,6 +175,8 @@ typedef struct kiln_vmfb_function_s {
   size_t n_buffers;
   kiln_vmfb_step_t *steps;
   size_t n_steps;
+  kiln_vmfb_expr_t *exprs; /* expression id i is exprs[i - 1] */
+  size_t n_exprs;
 } kiln_vmfb_function_t;
 
 /* The whole host side of a module: its exported functions. */
@@ -143,8 +204,15 @@ bool kiln_vmfb_packed_bytes(uint32_t element_type, uint64_t elements, uint64_t *
  * is negative or the size overflows INT64_MAX bytes. Thread-safe. */
 bool kiln_vmfb_tensor_type_bytes(const kiln_vmfb_tensor_type_t *t, uint64_t *out_bytes);
 
-/* Frees everything a plan owns (each function's name, arrays, and the bindings and
- * constants of its steps; CONSTANT data is freed too). Safe on a zeroed plan. */
+/* Evaluates every expression of `fn` for inputs whose dimensions are `dims`
+ * (dims[i][d] for input i) into values[0..n_exprs) (values[id - 1]), as the
+ * host program does. Returns false on a division by zero or an operand id that
+ * is not earlier. For tools that run plans (corpus_check). Thread-safe. */
+bool kiln_vmfb_exprs_eval(const kiln_vmfb_function_t *fn, const int64_t (*dims)[KILN_VMFB_MAX_RANK],
+                          int64_t *values);
+
+/* Frees everything a plan owns (each function's name, arrays, expressions, and
+ * the bindings and constants of its steps; CONSTANT data and ARGS words too). Safe on a zeroed plan. */
 void kiln_vmfb_plan_deinit(kiln_vmfb_plan_t *plan);
 
 #endif /* KILN_COMPILER_VMFB_PLAN_H_ */

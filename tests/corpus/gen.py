@@ -1192,7 +1192,122 @@ def group_control():
     return cases
 
 
+def group_dynamic():
+    """Dynamic dimensions: batch and sequence sizes read from the inputs per call."""
+    cases = []
+    T = lambda *dims: 'tensor<%s>' % 'x'.join([str(d) for d in dims[:-1]] + [dims[-1]])
+
+    def case(name, sig, result, lines, inputs, outputs, tol=None):
+        body = 'func.func @%s(%s) -> %s {\n%s\n}' % (name, sig, result, '\n'.join('  ' + l for l in lines))
+        cases.append(Case(name, body.replace('%%', '%'), inputs, outputs, tol))
+
+    # Elementwise on a dynamic batch: the same batch, then a batch of 1 broadcast.
+    for name, bb in (('dyn_add_tanh_batch', 3), ('dyn_broadcast_batch', 1)):
+        a = values((3, 16), 'f32', 201)
+        b = values((bb, 16), 'f32', 202)
+        out = [f32(math.tanh(a[i] + b[(i // 16 if bb > 1 else 0) * 16 + i % 16])) for i in range(48)]
+        case(name, '%%a: %s, %%b: %s' % (T('?', 16, 'f32'), T('?', 16, 'f32')), T('?', 16, 'f32'),
+             ['%%0 = tosa.add %%a, %%b : (%s, %s) -> %s' % (T('?', 16, 'f32'), T('?', 16, 'f32'), T('?', 16, 'f32')),
+              '%%1 = tosa.tanh %%0 : (%s) -> %s' % (T('?', 16, 'f32'), T('?', 16, 'f32')),
+              'return %%1 : %s' % T('?', 16, 'f32')],
+             [((3, 16), 'f32', a), ((bb, 16), 'f32', b)], [((3, 16), 'f32', out)], 1e-5)
+    # Two dynamic dimensions, i32.
+    a = values((2, 5), 'i32', 203)
+    b = values((2, 5), 'i32', 204)
+    case('dyn_2d_sub_i32', '%%a: %s, %%b: %s' % (T('?', '?', 'i32'), T('?', '?', 'i32')), T('?', '?', 'i32'),
+         ['%%0 = tosa.sub %%a, %%b : (%s, %s) -> %s' % (T('?', '?', 'i32'), T('?', '?', 'i32'), T('?', '?', 'i32')),
+          'return %%0 : %s' % T('?', '?', 'i32')],
+         [((2, 5), 'i32', a), ((2, 5), 'i32', b)], [((2, 5), 'i32', [x - y for x, y in zip(a, b)])])
+    # A dynamic i8 vector of odd length (the host pads it to whole words).
+    a = values((5,), 'i8', 205)
+    case('dyn_add_i8_odd', '%%a: %s' % T('?', 'i8'), T('?', 'i8'),
+         ['%%0 = tosa.add %%a, %%a : (%s, %s) -> %s' % (T('?', 'i8'), T('?', 'i8'), T('?', 'i8')),
+          'return %%0 : %s' % T('?', 'i8')],
+         [((5,), 'i8', a)], [((5,), 'i8', [2 * x for x in a])])
+    # Batched matmul with a dynamic batch.
+    B, M, K, N = 2, 3, 4, 5
+    x = values((B, M, K), 'f32', 206)
+    w = values((B, K, N), 'f32', 207)
+    out = [sum(x[(b * M + i) * K + k] * w[(b * K + k) * N + j] for k in range(K))
+           for b in range(B) for i in range(M) for j in range(N)]
+    case('dyn_matmul_batch', '%%x: %s, %%w: %s' % (T('?', M, K, 'f32'), T('?', K, N, 'f32')), T('?', M, N, 'f32'),
+         ['%%zp = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>',
+          '%%0 = tosa.matmul %%x, %%w, %%zp, %%zp : (%s, %s, tensor<1xf32>, tensor<1xf32>) -> %s'
+          % (T('?', M, K, 'f32'), T('?', K, N, 'f32'), T('?', M, N, 'f32')),
+          'return %%0 : %s' % T('?', M, N, 'f32')],
+         [((B, M, K), 'f32', x), ((B, K, N), 'f32', w)], [((B, M, N), 'f32', out)], 1e-5)
+    # linalg.matmul with a dynamic sequence length (M), as torch-mlir writes it.
+    S, K, N = 7, 8, 6
+    x = values((S, K), 'f32', 208)
+    w = small_weights(K * N, 209)
+    out = [sum(x[i * K + k] * w[k * N + j] for k in range(K)) for i in range(S) for j in range(N)]
+    case('dyn_linalg_matmul_seq', '%%x: %s' % T('?', K, 'f32'), T('?', N, 'f32'),
+         ['%%c0 = arith.constant 0 : index',
+          '%%s = tensor.dim %%x, %%c0 : %s' % T('?', K, 'f32'),
+          '%%w = arith.constant %s' % dense(w, (K, N), 'f32'),
+          '%%z = arith.constant 0.0 : f32',
+          '%%e = tensor.empty(%%s) : %s' % T('?', N, 'f32'),
+          '%%f = linalg.fill ins(%%z : f32) outs(%%e : %s) -> %s' % (T('?', N, 'f32'), T('?', N, 'f32')),
+          '%%m = linalg.matmul ins(%%x, %%w : %s, %s) outs(%%f : %s) -> %s'
+          % (T('?', K, 'f32'), T(K, N, 'f32'), T('?', N, 'f32'), T('?', N, 'f32')),
+          'return %%m : %s' % T('?', N, 'f32')],
+         [((S, K), 'f32', x)], [((S, N), 'f32', out)], 1e-5)
+    # Softmax over a dynamic sequence: max, exp, sum, reciprocal.
+    R, S = 2, 9
+    x = values((R, S), 'f32', 210)
+    out = []
+    for r in range(R):
+        row = x[r * S:(r + 1) * S]
+        m = max(row)
+        e = [math.exp(v - m) for v in row]
+        out += [v / sum(e) for v in e]
+    t, t1 = T(R, '?', 'f32'), T(R, 1, 'f32')
+    case('dyn_softmax_seq', '%%x: %s' % t, t,
+         ['%%m = tosa.reduce_max %%x {axis = 1 : i32} : (%s) -> %s' % (t, t1),
+          '%%d = tosa.sub %%x, %%m : (%s, %s) -> %s' % (t, t1, t),
+          '%%e = tosa.exp %%d : (%s) -> %s' % (t, t),
+          '%%s = tosa.reduce_sum %%e {axis = 1 : i32} : (%s) -> %s' % (t, t1),
+          '%%r = tosa.reciprocal %%s : (%s) -> %s' % (t1, t1),
+          '%%shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>',
+          '%%o = tosa.mul %%e, %%r, %%shift : (%s, %s, tensor<1xi8>) -> %s' % (t, t1, t),
+          'return %%o : %s' % t],
+         [((R, S), 'f32', x)], [((R, S), 'f32', out)], 1e-5)
+    # Concatenation and transposition with a dynamic batch.
+    a = values((3, 4), 'f32', 211)
+    b = values((3, 2), 'f32', 212)
+    out = []
+    for i in range(3):
+        out += a[i * 4:(i + 1) * 4] + b[i * 2:(i + 1) * 2]
+    case('dyn_concat_batch', '%%a: %s, %%b: %s' % (T('?', 4, 'f32'), T('?', 2, 'f32')), T('?', 6, 'f32'),
+         ['%%0 = tosa.concat %%a, %%b {axis = 1 : i32} : (%s, %s) -> %s' % (T('?', 4, 'f32'), T('?', 2, 'f32'), T('?', 6, 'f32')),
+          'return %%0 : %s' % T('?', 6, 'f32')],
+         [((3, 4), 'f32', a), ((3, 2), 'f32', b)], [((3, 6), 'f32', out)])
+    a = values((3, 5), 'f16', 213)
+    case('dyn_transpose_f16', '%%a: %s' % T('?', 5, 'f16'), T(5, '?', 'f16'),
+         ['%%0 = tosa.transpose %%a {perms = array<i32: 1, 0>} : (%s) -> %s' % (T('?', 5, 'f16'), T(5, '?', 'f16')),
+          'return %%0 : %s' % T(5, '?', 'f16')],
+         [((3, 5), 'f16', a)], [((5, 3), 'f16', [a[i * 5 + j] for j in range(5) for i in range(3)])])
+    # A convolution over a dynamic batch of images.
+    Bn, H, W, C, F = 2, 5, 5, 3, 4
+    img = values((Bn, H, W, C), 'f32', 214)
+    wt = small_weights(F * 3 * 3 * C, 215)
+    bias = small_weights(F, 216)
+    out = []
+    for b in range(Bn):
+        out += ref_conv(img[b * H * W * C:(b + 1) * H * W * C], H, W, C, wt, F, 3, bias, 1)
+    ti, to = T('?', H, W, C, 'f32'), T('?', H, W, F, 'f32')
+    case('dyn_conv_batch', '%%x: %s' % ti, to,
+         [const('w', wt, (F, 3, 3, C)), const('b', bias, (F,)),
+          '%%zp = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>',
+          '%%0 = tosa.conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (%s, %s, %s, tensor<1xf32>, tensor<1xf32>) -> %s'
+          % (ti, T(F, 3, 3, C, 'f32'), T(F, 'f32'), to),
+          'return %%0 : %s' % to],
+         [((Bn, H, W, C), 'f32', img)], [((Bn, H, W, F), 'f32', out)], 1e-4)
+    return cases
+
+
 GROUPS = {
+    'dynamic': group_dynamic,
     'control': group_control,
     'models': group_models,
     'tosa': group_tosa,

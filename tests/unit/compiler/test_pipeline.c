@@ -363,10 +363,9 @@ static void test_refused_models(void **state) {
   static const struct {
     const char *text, *needle;
   } models[] = {
-      {"func.func @dyn(%a: tensor<?x16xf32>) -> tensor<?x16xf32> {\n"
-       "  %0 = tosa.add %a, %a : (tensor<?x16xf32>, tensor<?x16xf32>) -> tensor<?x16xf32>\n"
-       "  return %0 : tensor<?x16xf32>\n}\n",
-       "function @dyn argument 0 is tensor<?x16xf32>"},
+      {"func.func @unranked(%a: tensor<*xf32>) -> tensor<*xf32> {\n"
+       "  return %a : tensor<*xf32>\n}\n",
+       "function @unranked argument 0 is tensor<*xf32>: kiln compiles ranked tensors only"},
       {"func.func @huge(%a: tensor<100000x100000xf32>) -> tensor<100000x100000xf32> {\n"
        "  %0 = tosa.add %a, %a : (tensor<100000x100000xf32>, tensor<100000x100000xf32>) -> "
        "tensor<100000x100000xf32>\n  return %0 : tensor<100000x100000xf32>\n}\n",
@@ -383,6 +382,49 @@ static void test_refused_models(void **state) {
     }
     kiln_status_free(st);
   }
+}
+
+
+/* Dynamic dimensions: the plan reads them from the input's buffer view and
+ * computes the grid, the sizes and the result's shape from them; the kernels
+ * take flat buffers and read the sizes from the argument buffer (no scalars). */
+static void test_dynamic_plan(void **state) {
+  static const char text[] =
+      "func.func @dyn(%a: tensor<?x16xf32>) -> tensor<?x16xf32> {\n"
+      "  %0 = tosa.tanh %a : (tensor<?x16xf32>) -> tensor<?x16xf32>\n"
+      "  return %0 : tensor<?x16xf32>\n}\n";
+  const kiln_target_t *targets[2] = {target("sm_89"), target("arm5gen")};
+  kiln_compiler_output_t out;
+  assert_null(kiln_compiler_compile(*state, text, strlen(text), "dyn.mlir", targets, 2, &out));
+  assert_null(out.plan_status);
+  const kiln_vmfb_function_t *fn = &out.plan.functions[0];
+  assert_int_equal(fn->inputs[0].dims[0], -1);
+  assert_int_equal(fn->inputs[0].dims[1], 16);
+  assert_int_equal(fn->results[0].type.dims[0], -1);
+  assert_true(fn->results[0].dim_exprs[0] > 0 && fn->results[0].size_expr > 0);
+  bool has_args = false, dynamic_grid = false;
+  for (size_t b = 0; b < fn->n_buffers; b++) has_args = has_args || fn->buffers[b].kind == KILN_VMFB_BUFFER_ARGS;
+  for (size_t s = 0; s < fn->n_steps; s++) {
+    for (int d = 0; d < 3; d++) dynamic_grid = dynamic_grid || fn->steps[s].workgroup_exprs[d];
+  }
+  assert_true(has_args);
+  assert_true(dynamic_grid);
+  for (size_t t = 0; t < 2; t++) {
+    assert_null(out.targets[t].status);
+    for (size_t k = 0; k < out.targets[t].n_kernels; k++) {
+      for (size_t a = 0; a < out.targets[t].kernels[k].n_args; a++) {
+        assert_int_equal(out.targets[t].kernels[k].args[a].kind, KILN_COMPILER_ARG_BUFFER);
+      }
+    }
+  }
+  /* 5 rows: the result is 5x16, whatever the sizes evaluate through. */
+  int64_t dims[1][KILN_VMFB_MAX_RANK] = {{5, 16}};
+  int64_t *values = calloc(fn->n_exprs + 1, sizeof *values);
+  assert_true(kiln_vmfb_exprs_eval(fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, values));
+  assert_int_equal(values[fn->results[0].dim_exprs[0] - 1], 5);
+  assert_int_equal(values[fn->results[0].size_expr - 1], 5 * 16 * 4);
+  free(values);
+  kiln_compiler_output_deinit(&out);
 }
 
 /* A target's failure says what failed without MLIR's whole-op dumps: AMD has no
@@ -540,6 +582,7 @@ int main(void) {
       cmocka_unit_test(test_copies_become_kernels),
       cmocka_unit_test(test_gpu_dialect_input),
       cmocka_unit_test(test_refused_models),
+      cmocka_unit_test(test_dynamic_plan),
       cmocka_unit_test(test_programs_without_kernels),
       cmocka_unit_test(test_failure_messages_stay_short),
       cmocka_unit_test(test_examples_all_gpu_targets),

@@ -138,9 +138,11 @@ static const struct {
     {"hal.allocator.allocate", "rIiiI", "r"},
     {"hal.buffer.assert", "rrrIii", "v"},
     {"hal.buffer.load", "rIi", "i"},
+    {"hal.buffer.store", "irIi", "v"},
     {"hal.buffer_view.assert", "rriiCID", "v"},
     {"hal.buffer_view.buffer", "r", "r"},
     {"hal.buffer_view.create", "rIIiiCID", "r"},
+    {"hal.buffer_view.dim", "ri", "I"},
     {"hal.command_buffer.copy_buffer", "riirIrIII", "v"},
     {"hal.command_buffer.create", "riiIi", "r"},
     {"hal.command_buffer.dispatch", "rrIiiiICiDCiirIID", "v"},
@@ -722,6 +724,74 @@ static void test_branch_and_loop(void **state) {
   expect_refused(&p.plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
 }
 
+/* main(tensor<?x4xf32>) -> tensor<?x4xf32> with every dynamic part: sizes from
+ * the view, a dynamic transient, a kernel argument buffer, a buffer chosen per
+ * call, a dynamic grid, a branch on a size and a result of dynamic shape. */
+static void test_dynamic_sizes(void **state) {
+  (void)state;
+  kiln_vmfb_tensor_type_t inputs[1] = {tensor(KILN_VMFB_ELEMENT_FLOAT_32, 2, -1, 4)};
+  kiln_vmfb_expr_t exprs[5] = {
+      {.kind = KILN_VMFB_EXPR_INPUT_DIM, .a = 0, .b = 0},
+      {.kind = KILN_VMFB_EXPR_CONST, .value = 16},
+      {.kind = KILN_VMFB_EXPR_MUL, .a = 1, .b = 2},
+      {.kind = KILN_VMFB_EXPR_CONST, .value = 1},
+      {.kind = KILN_VMFB_EXPR_EQ, .a = 1, .b = 4},
+  };
+  uint32_t words[1] = {1};
+  kiln_vmfb_buffer_t buffers[4] = {
+      {.kind = KILN_VMFB_BUFFER_INPUT, .input = 0, .size_expr = 3},
+      {.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_expr = 3},
+      {.kind = KILN_VMFB_BUFFER_ARGS, .size_bytes = 4, .words = words, .n_words = 1},
+      {.kind = KILN_VMFB_BUFFER_SELECT, .size_expr = 3, .select_cond = 5, .select_a = 0, .select_b = 1},
+  };
+  kiln_vmfb_binding_t bindings[3] = {{.buffer = 3, .length_expr = 3, .read_only = true},
+                                     {.buffer = 1, .length_expr = 3},
+                                     {.buffer = 2, .length = 4, .read_only = true}};
+  kiln_vmfb_step_t steps[3] = {
+      {.kind = KILN_VMFB_STEP_BRANCH, .cond_expr = 5, .target = 2},
+      {.kind = KILN_VMFB_STEP_DISPATCH, .kernel = 0, .workgroups = {0, 1, 1}, .workgroup_exprs = {1, 0, 0},
+       .bindings = bindings, .n_bindings = 3},
+      {.kind = KILN_VMFB_STEP_DISPATCH, .kernel = 1, .workgroups = {0, 1, 1}, .workgroup_exprs = {1, 0, 0},
+       .bindings = bindings, .n_bindings = 3},
+  };
+  kiln_vmfb_result_t results[1] = {{.buffer = 1, .type = inputs[0], .dim_exprs = {1}, .size_expr = 3}};
+  kiln_vmfb_function_t fn = {.name = "main", .inputs = inputs, .n_inputs = 1, .results = results,
+                             .n_results = 1, .buffers = buffers, .n_buffers = 4, .steps = steps,
+                             .n_steps = 3, .exprs = exprs, .n_exprs = 5};
+  kiln_vmfb_plan_t plan = {.functions = &fn, .n_functions = 1};
+  kiln_vmfb_host_executable_t exe = executable();
+  kiln_vmfb_vm_module_t m;
+  assert_ok(kiln_vmfb_host_program_build(&plan, &exe, NULL, &m));
+  verify_all(&m);
+  assert_imports_match_hal(&m, 7);
+  const kiln_vmfb_vm_function_t *f = &m.functions[0];
+  assert_string_equal(f->attrs[0].value, "sync func @main(%input0: tensor<?x4xf32>) -> (%output0: tensor<?x4xf32>)");
+  assert_int_equal(calls_to(&m, f, "hal.buffer_view.dim"), 2); /* the size, and the assert's */
+  assert_int_equal(calls_to(&m, f, "hal.buffer.store"), 1);
+  assert_int_equal(calls_to(&m, f, "hal.buffer.load"), 0); /* a size condition reads nothing back */
+  assert_int_equal(calls_to(&m, f, "hal.allocator.allocate"), 2); /* the transient and the arguments */
+  assert_clean_return(f, 1);
+  kiln_vmfb_vm_module_deinit(&m);
+
+  /* Refused: an operand that is not earlier, a size naming no expression, a
+   * select of a later buffer, a dynamic result without its dimension, a dynamic
+   * input without a size. */
+  exprs[2].a = 3;
+  expect_refused(&plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+  exprs[2].a = 1;
+  buffers[1].size_expr = 6;
+  expect_refused(&plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+  buffers[1].size_expr = 3;
+  buffers[3].select_b = 3;
+  expect_refused(&plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+  buffers[3].select_b = 1;
+  results[0].dim_exprs[0] = 0;
+  expect_refused(&plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+  results[0].dim_exprs[0] = 1;
+  buffers[0].size_expr = 0;
+  expect_refused(&plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_dispatch),
@@ -731,6 +801,7 @@ int main(void) {
       cmocka_unit_test(test_many_steps_keep_registers_bounded),
       cmocka_unit_test(test_inconsistent_plans_are_refused),
       cmocka_unit_test(test_branch_and_loop),
+      cmocka_unit_test(test_dynamic_sizes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -91,10 +91,53 @@ static void test_sizes(void **state) {
   assert_false(kiln_vmfb_tensor_type_bytes(&t, &n));
 }
 
+/* Expressions evaluate as the host program computes them: ceil-division of a
+ * dimension by a tile, a broadcast's select, unsigned compare; malformed ones
+ * (an operand not earlier, a division by zero) are refused. */
+static void test_exprs_eval(void **state) {
+  (void)state;
+  kiln_vmfb_tensor_type_t inputs[1] = {{.element_type = 0x21000020u, .rank = 2, .dims = {-1, 16}}};
+  kiln_vmfb_expr_t x[] = {
+      {.kind = KILN_VMFB_EXPR_INPUT_DIM, .a = 0, .b = 0},      /* 1: d */
+      {.kind = KILN_VMFB_EXPR_CONST, .value = 4},              /* 2 */
+      {.kind = KILN_VMFB_EXPR_CONST, .value = 3},              /* 3 */
+      {.kind = KILN_VMFB_EXPR_ADD, .a = 1, .b = 3},            /* 4: d + 3 */
+      {.kind = KILN_VMFB_EXPR_DIV_U, .a = 4, .b = 2},          /* 5: (d + 3) / 4 */
+      {.kind = KILN_VMFB_EXPR_CONST, .value = 1},              /* 6 */
+      {.kind = KILN_VMFB_EXPR_EQ, .a = 1, .b = 6},             /* 7: d == 1 */
+      {.kind = KILN_VMFB_EXPR_SELECT, .a = 7, .b = 2, .c = 5}, /* 8 */
+      {.kind = KILN_VMFB_EXPR_CONST, .value = -1},             /* 9 */
+      {.kind = KILN_VMFB_EXPR_LT_U, .a = 1, .b = 9},           /* 10: unsigned: d < 2^64-1 */
+      {.kind = KILN_VMFB_EXPR_REM_S, .a = 9, .b = 3},          /* 11: -1 % 3 = -1 */
+  };
+  kiln_vmfb_function_t fn = {.name = "f", .inputs = inputs, .n_inputs = 1, .exprs = x,
+                             .n_exprs = sizeof x / sizeof x[0]};
+  int64_t dims[1][KILN_VMFB_MAX_RANK] = {{9, 16}};
+  int64_t v[16];
+  assert_true(kiln_vmfb_exprs_eval(&fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, v));
+  assert_int_equal(v[4], 3);  /* ceil(9 / 4) */
+  assert_int_equal(v[6], 0);
+  assert_int_equal(v[7], 3);
+  assert_int_equal(v[9], 1);
+  assert_int_equal(v[10], -1);
+  dims[0][0] = 1;
+  assert_true(kiln_vmfb_exprs_eval(&fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, v));
+  assert_int_equal(v[7], 4);
+  x[4].b = 5; /* not earlier */
+  assert_false(kiln_vmfb_exprs_eval(&fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, v));
+  x[4].b = 2;
+  x[1].value = 0; /* division by zero */
+  assert_false(kiln_vmfb_exprs_eval(&fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, v));
+  x[1].value = 4;
+  x[0].a = 1; /* no such input */
+  assert_false(kiln_vmfb_exprs_eval(&fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, v));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_codes_are_irees),
       cmocka_unit_test(test_sizes),
+      cmocka_unit_test(test_exprs_eval),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
