@@ -313,13 +313,224 @@ static const char cos_f32[] =
     "  return %res : f32\n"
     "}";
 
+/* log10 as log(x) / ln 10, like log2. */
+static const char log10_f32[] =
+    "func.func private @log10(%x: f32) -> f32 {\n"
+    "  %inv_ln10 = arith.constant 0.43429448190325182 : f32\n"
+    "  %l = math.log %x : f32\n"
+    "  %r = arith.mulf %l, %inv_ln10 : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+/* tan as sin / cos (each kiln's, where the backend has none). */
+static const char tan_f32[] =
+    "func.func private @tan(%x: f32) -> f32 {\n"
+    "  %s = math.sin %x : f32\n"
+    "  %c = math.cos %x : f32\n"
+    "  %r = arith.divf %s, %c : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+/* trunc: floor of |x| with the sign put back (floor is exact). */
+static const char trunc_f32[] =
+    "func.func private @trunc(%x: f32) -> f32 {\n"
+    "  %ax = math.absf %x : f32\n"
+    "  %f = math.floor %ax : f32\n"
+    "  %r = math.copysign %f, %x : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+/* erfc by the Chebyshev fit of Numerical Recipes' erfcc (fractional error under
+ * 1.2e-7 everywhere, where 1 - erf(x) loses everything past x = 4):
+ * t = 1/(1 + |x|/2), erfc(|x|) = t exp(-x^2 + P(t)), erfc(-x) = 2 - erfc(x). */
+static const char erfc_f32[] =
+    "func.func private @erfc(%x: f32) -> f32 {\n"
+    "  %zero = arith.constant 0.0 : f32\n"
+    "  %half = arith.constant 0.5 : f32\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %two = arith.constant 2.0 : f32\n"
+    "  %a0 = arith.constant -1.26551223 : f32\n"
+    "  %a1 = arith.constant 1.00002368 : f32\n"
+    "  %a2 = arith.constant 0.37409196 : f32\n"
+    "  %a3 = arith.constant 0.09678418 : f32\n"
+    "  %a4 = arith.constant -0.18628806 : f32\n"
+    "  %a5 = arith.constant 0.27886807 : f32\n"
+    "  %a6 = arith.constant -1.13520398 : f32\n"
+    "  %a7 = arith.constant 1.48851587 : f32\n"
+    "  %a8 = arith.constant -0.82215223 : f32\n"
+    "  %a9 = arith.constant 0.17087277 : f32\n"
+    "  %z = math.absf %x : f32\n"
+    "  %hz = arith.mulf %half, %z : f32\n"
+    "  %den = arith.addf %one, %hz : f32\n"
+    "  %t = arith.divf %one, %den : f32\n"
+    "  %p9 = arith.mulf %t, %a9 : f32\n"
+    "  %p8 = arith.addf %a8, %p9 : f32\n"
+    "  %q8 = arith.mulf %t, %p8 : f32\n"
+    "  %p7 = arith.addf %a7, %q8 : f32\n"
+    "  %q7 = arith.mulf %t, %p7 : f32\n"
+    "  %p6 = arith.addf %a6, %q7 : f32\n"
+    "  %q6 = arith.mulf %t, %p6 : f32\n"
+    "  %p5 = arith.addf %a5, %q6 : f32\n"
+    "  %q5 = arith.mulf %t, %p5 : f32\n"
+    "  %p4 = arith.addf %a4, %q5 : f32\n"
+    "  %q4 = arith.mulf %t, %p4 : f32\n"
+    "  %p3 = arith.addf %a3, %q4 : f32\n"
+    "  %q3 = arith.mulf %t, %p3 : f32\n"
+    "  %p2 = arith.addf %a2, %q3 : f32\n"
+    "  %q2 = arith.mulf %t, %p2 : f32\n"
+    "  %p1 = arith.addf %a1, %q2 : f32\n"
+    "  %q1 = arith.mulf %t, %p1 : f32\n"
+    "  %p0 = arith.addf %a0, %q1 : f32\n"
+    "  %z2 = arith.mulf %z, %z : f32\n"
+    "  %e0 = arith.subf %p0, %z2 : f32\n"
+    "  %e = math.exp %e0 : f32\n"
+    "  %ans = arith.mulf %t, %e : f32\n"
+    "  %neg = arith.cmpf olt, %x, %zero : f32\n"
+    "  %other = arith.subf %two, %ans : f32\n"
+    "  %r = arith.select %neg, %other, %ans : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+/* Population count (SWAR) and trailing zeros (through ctlz of the lowest set bit)
+ * of an i32: CUDA's conversion and SPIR-V's have neither. */
+static const char ctpop_i32[] =
+    "func.func private @ctpop(%x: i32) -> i32 {\n"
+    "  %c1 = arith.constant 1 : i32\n"
+    "  %c2 = arith.constant 2 : i32\n"
+    "  %c4 = arith.constant 4 : i32\n"
+    "  %c24 = arith.constant 24 : i32\n"
+    "  %m1 = arith.constant 1431655765 : i32\n"
+    "  %m2 = arith.constant 858993459 : i32\n"
+    "  %m4 = arith.constant 252645135 : i32\n"
+    "  %h01 = arith.constant 16843009 : i32\n"
+    "  %s1 = arith.shrui %x, %c1 : i32\n"
+    "  %a1 = arith.andi %s1, %m1 : i32\n"
+    "  %x1 = arith.subi %x, %a1 : i32\n"
+    "  %b2 = arith.andi %x1, %m2 : i32\n"
+    "  %s2 = arith.shrui %x1, %c2 : i32\n"
+    "  %c2m = arith.andi %s2, %m2 : i32\n"
+    "  %x2 = arith.addi %b2, %c2m : i32\n"
+    "  %s4 = arith.shrui %x2, %c4 : i32\n"
+    "  %x3 = arith.addi %x2, %s4 : i32\n"
+    "  %x4 = arith.andi %x3, %m4 : i32\n"
+    "  %x5 = arith.muli %x4, %h01 : i32\n"
+    "  %r = arith.shrui %x5, %c24 : i32\n"
+    "  return %r : i32\n"
+    "}";
+
+static const char cttz_i32[] =
+    "func.func private @cttz(%x: i32) -> i32 {\n"
+    "  %c0 = arith.constant 0 : i32\n"
+    "  %c31 = arith.constant 31 : i32\n"
+    "  %c32 = arith.constant 32 : i32\n"
+    "  %neg = arith.subi %c0, %x : i32\n"
+    "  %low = arith.andi %x, %neg : i32\n"
+    "  %lz = math.ctlz %low : i32\n"
+    "  %t = arith.subi %c31, %lz : i32\n"
+    "  %is_zero = arith.cmpi eq, %x, %c0 : i32\n"
+    "  %r = arith.select %is_zero, %c32, %t : i32\n"
+    "  return %r : i32\n"
+    "}";
+
+/* fmod, exact (arith.remf; AMD's is OCML's, in ROCm's device libraries): the
+ * integer shift-and-subtract of the mantissas, one exponent step per iteration
+ * (at most 277), as C libraries do it. Subnormals are normalized with ctlz first.
+ * y == 0, x infinite or either NaN give NaN; |x| < |y| gives x. The loop carries
+ * everything it reads (the helper inliner copies regions without remapping
+ * values from outside them). */
+static const char fmod_f32[] =
+    "func.func private @fmod(%x: f32, %y: f32) -> f32 {\n"
+    "  %c0 = arith.constant 0 : i32\n"
+    "  %c1 = arith.constant 1 : i32\n"
+    "  %c8 = arith.constant 8 : i32\n"
+    "  %c23 = arith.constant 23 : i32\n"
+    "  %sign_mask = arith.constant -2147483648 : i32\n"
+    "  %abs_mask = arith.constant 2147483647 : i32\n"
+    "  %man_mask = arith.constant 8388607 : i32\n"
+    "  %implicit = arith.constant 8388608 : i32\n"
+    "  %inf = arith.constant 2139095040 : i32\n"
+    "  %nan = arith.constant 0x7FC00000 : f32\n"
+    "  %ux = arith.bitcast %x : f32 to i32\n"
+    "  %uy = arith.bitcast %y : f32 to i32\n"
+    "  %sx = arith.andi %ux, %sign_mask : i32\n"
+    "  %ax = arith.andi %ux, %abs_mask : i32\n"
+    "  %ay = arith.andi %uy, %abs_mask : i32\n"
+    /* x: exponent and mantissa with the implicit bit, subnormals normalized */
+    "  %ex0 = arith.shrui %ax, %c23 : i32\n"
+    "  %xsub = arith.cmpi eq, %ex0, %c0 : i32\n"
+    "  %xlz = math.ctlz %ax : i32\n"
+    "  %xsh = arith.subi %xlz, %c8 : i32\n"
+    "  %xsm = arith.shli %ax, %xsh : i32\n"
+    "  %xse = arith.subi %c1, %xsh : i32\n"
+    "  %xm0 = arith.andi %ax, %man_mask : i32\n"
+    "  %xnm = arith.ori %xm0, %implicit : i32\n"
+    "  %ex = arith.select %xsub, %xse, %ex0 : i32\n"
+    "  %mx = arith.select %xsub, %xsm, %xnm : i32\n"
+    /* y likewise */
+    "  %ey0 = arith.shrui %ay, %c23 : i32\n"
+    "  %ysub = arith.cmpi eq, %ey0, %c0 : i32\n"
+    "  %ylz = math.ctlz %ay : i32\n"
+    "  %ysh = arith.subi %ylz, %c8 : i32\n"
+    "  %ysm = arith.shli %ay, %ysh : i32\n"
+    "  %yse = arith.subi %c1, %ysh : i32\n"
+    "  %ym0 = arith.andi %ay, %man_mask : i32\n"
+    "  %ynm = arith.ori %ym0, %implicit : i32\n"
+    "  %ey = arith.select %ysub, %yse, %ey0 : i32\n"
+    "  %my = arith.select %ysub, %ysm, %ynm : i32\n"
+    /* while ex > ey: if mx >= my, mx -= my; mx <<= 1; ex -= 1 */
+    "  %r:4 = scf.while (%e = %ex, %m = %mx, %f = %ey, %n = %my) : (i32, i32, i32, i32) -> (i32, i32, i32, i32) {\n"
+    "    %go = arith.cmpi sgt, %e, %f : i32\n"
+    "    scf.condition(%go) %e, %m, %f, %n : i32, i32, i32, i32\n"
+    "  } do {\n"
+    "  ^bb0(%e: i32, %m: i32, %f: i32, %n: i32):\n"
+    "    %k0 = arith.constant 0 : i32\n"
+    "    %k1 = arith.constant 1 : i32\n"
+    "    %d = arith.subi %m, %n : i32\n"
+    "    %ge = arith.cmpi sge, %d, %k0 : i32\n"
+    "    %m1 = arith.select %ge, %d, %m : i32\n"
+    "    %m2 = arith.shli %m1, %k1 : i32\n"
+    "    %e1 = arith.subi %e, %k1 : i32\n"
+    "    scf.yield %e1, %m2, %f, %n : i32, i32, i32, i32\n"
+    "  }\n"
+    "  %d = arith.subi %r#1, %my : i32\n"
+    "  %ge = arith.cmpi sge, %d, %c0 : i32\n"
+    "  %mr = arith.select %ge, %d, %r#1 : i32\n"
+    /* back to a float: normalize, then a normal or a subnormal result */
+    "  %lz = math.ctlz %mr : i32\n"
+    "  %sh = arith.subi %lz, %c8 : i32\n"
+    "  %mn = arith.shli %mr, %sh : i32\n"
+    "  %en = arith.subi %r#0, %sh : i32\n"
+    "  %normal_e = arith.shli %en, %c23 : i32\n"
+    "  %normal_m = arith.andi %mn, %man_mask : i32\n"
+    "  %normal = arith.ori %normal_e, %normal_m : i32\n"
+    "  %sub_sh = arith.subi %c1, %en : i32\n"
+    "  %sub = arith.shrui %mn, %sub_sh : i32\n"
+    "  %is_normal = arith.cmpi sgt, %en, %c0 : i32\n"
+    "  %mag0 = arith.select %is_normal, %normal, %sub : i32\n"
+    "  %is_zero = arith.cmpi eq, %mr, %c0 : i32\n"
+    "  %mag = arith.select %is_zero, %c0, %mag0 : i32\n"
+    "  %bits = arith.ori %mag, %sx : i32\n"
+    "  %res0 = arith.bitcast %bits : i32 to f32\n"
+    "  %small = arith.cmpi ult, %ax, %ay : i32\n"
+    "  %res1 = arith.select %small, %x, %res0 : f32\n"
+    "  %y_zero = arith.cmpi eq, %ay, %c0 : i32\n"
+    "  %x_inf = arith.cmpi uge, %ax, %inf : i32\n"
+    "  %y_nan = arith.cmpi ugt, %ay, %inf : i32\n"
+    "  %bad0 = arith.ori %y_zero, %x_inf : i1\n"
+    "  %bad = arith.ori %bad0, %y_nan : i1\n"
+    "  %res = arith.select %bad, %nan, %res1 : f32\n"
+    "  return %res : f32\n"
+    "}";
+
 static const struct {
-  const char *name; /* the math dialect function, without "math." */
+  const char *name; /* the math dialect function, without "math." ("remf": arith.remf) */
   const char *helper;
 } helpers[] = {
     {"erf", erf_f32},   {"atan", atan_f32}, {"atan2", atan2_f32},
     {"asin", asin_f32}, {"acos", acos_f32}, {"cbrt", cbrt_f32}, {"floor", floor_f32},
     {"ceil", ceil_f32}, {"log2", log2_f32}, {"sin", sin_f32},   {"cos", cos_f32},
+    {"remf", fmod_f32}, {"log10", log10_f32}, {"tan", tan_f32}, {"trunc", trunc_f32},
+    {"erfc", erfc_f32}, {"ctpop", ctpop_i32}, {"cttz", cttz_i32},
 };
 
 enum { N_HELPERS = sizeof helpers / sizeof helpers[0] };
@@ -345,10 +556,17 @@ bool kiln_compiler_list_has(const char *list, const char *item) {
 static MlirWalkResult find_math(MlirOperation op, void *user) {
   found_t *f = user;
   MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
-  if (name.length < 6 || memcmp(name.data, "math.", 5) != 0 || mlirOperationGetNumResults(op) != 1 ||
-      !mlirTypeIsAF32(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
+  if (name.length == 10 && memcmp(name.data, "arith.remf", 10) == 0) {
+    name = mlirStringRefCreate("math.remf", 9); /* the helper table's key */
+  }
+  MlirType rt = mlirOperationGetNumResults(op) == 1 ? mlirValueGetType(mlirOperationGetResult(op, 0)) : (MlirType){NULL};
+  bool i32 = !mlirTypeIsNull(rt) && mlirTypeIsAInteger(rt) && mlirIntegerTypeGetWidth(rt) == 32;
+  if (name.length < 6 || memcmp(name.data, "math.", 5) != 0 || mlirTypeIsNull(rt) || (!mlirTypeIsAF32(rt) && !i32)) {
     return MlirWalkResultAdvance;
   }
+  /* The integer helpers are i32 functions; the rest are f32. */
+  bool int_helper = name.length >= 7 && (memcmp(name.data + 5, "ctpop", 5) == 0 || memcmp(name.data + 5, "cttz", 4) == 0);
+  if (int_helper != i32) return MlirWalkResultAdvance;
   for (size_t h = 0; h < N_HELPERS; h++) {
     if (name.length - 5 == strlen(helpers[h].name) &&
         memcmp(name.data + 5, helpers[h].name, name.length - 5) == 0 && kiln_compiler_list_has(f->ops, helpers[h].name)) {

@@ -53,11 +53,24 @@ static MlirWalkResult collect_all(MlirOperation op, void *user) {
 
 typedef struct retype_s {
   MlirContext ctx;
-  bool f16_too;
+  unsigned which; /* KILN_FLOATS_* */
 } retype_t;
 
+bool kiln_compiler_is_small_float(MlirType t) {
+  return mlirTypeIsAFloat8E5M2(t) || mlirTypeIsAFloat8E4M3FN(t) || mlirTypeIsAFloat8E5M2FNUZ(t) ||
+         mlirTypeIsAFloat8E4M3FNUZ(t) || mlirTypeIsAFloat8E4M3B11FNUZ(t) || mlirTypeIsAFloat8E4M3(t) ||
+         mlirTypeIsAFloat8E3M4(t) || mlirTypeIsAFloat8E8M0FNU(t) || mlirTypeIsAFloat4E2M1FN(t) ||
+         mlirTypeIsAFloat6E2M3FN(t) || mlirTypeIsAFloat6E3M2FN(t);
+}
+
 static bool rewritten_float(const retype_t *r, MlirType t) {
-  return mlirTypeIsABF16(t) || (r->f16_too && mlirTypeIsAF16(t));
+  return ((r->which & KILN_FLOATS_BF16) && mlirTypeIsABF16(t)) || ((r->which & KILN_FLOATS_F16) && mlirTypeIsAF16(t)) ||
+         ((r->which & KILN_FLOATS_SMALL) && kiln_compiler_is_small_float(t));
+}
+
+/* The integer type of a rewritten float's bits (i16 for bf16, i8 for f8E4M3FN). */
+static MlirType bits_of(const retype_t *r, MlirType f) {
+  return mlirIntegerTypeGet(r->ctx, mlirFloatTypeGetWidth(f));
 }
 
 /* memref<...xbf16, layout, space> -> memref<...xi16, layout, space>; else null. */
@@ -68,7 +81,7 @@ static MlirType bits_memref(const retype_t *r, MlirType t) {
   intptr_t rank = mlirShapedTypeGetRank(t);
   int64_t *shape = kiln_calloc(rank ? (size_t)rank : 1, sizeof *shape);
   for (intptr_t d = 0; d < rank; d++) shape[d] = mlirShapedTypeGetDimSize(t, d);
-  MlirType out = mlirMemRefTypeGet(mlirIntegerTypeGet(r->ctx, 16), rank, shape,
+  MlirType out = mlirMemRefTypeGet(bits_of(r, mlirShapedTypeGetElementType(t)), rank, shape,
                                    mlirMemRefTypeGetLayout(t), mlirMemRefTypeGetMemorySpace(t));
   kiln_free(shape);
   return out;
@@ -111,19 +124,18 @@ static void retype_op(const retype_t *r, MlirOperation op) {
     if (!mlirTypeIsNull(t)) mlirValueSetType(v, t);
   }
   MlirLocation loc = mlirOperationGetLocation(op);
-  MlirType i16 = mlirIntegerTypeGet(r->ctx, 16);
   if (op_is(op, "memref.load")) {
     MlirValue v = mlirOperationGetResult(op, 0);
     MlirType f = mlirValueGetType(v);
     if (!rewritten_float(r, f)) return;
-    mlirValueSetType(v, i16);
+    mlirValueSetType(v, bits_of(r, f));
     MlirOperation cast = cast_op("arith.bitcast", v, f, loc);
     mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(op), op, cast);
     mlirValueReplaceAllUsesExcept(v, mlirOperationGetResult(cast, 0), 1, &cast);
   } else if (op_is(op, "memref.store")) {
     MlirValue v = mlirOperationGetOperand(op, 0);
     if (!rewritten_float(r, mlirValueGetType(v))) return;
-    MlirOperation cast = cast_op("arith.bitcast", v, i16, loc);
+    MlirOperation cast = cast_op("arith.bitcast", v, bits_of(r, mlirValueGetType(v)), loc);
     mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, cast);
     mlirOperationSetOperand(op, 0, mlirOperationGetResult(cast, 0));
   }
@@ -188,8 +200,8 @@ static void widen_op(const retype_t *r, MlirOperation op) {
   kiln_free(results);
 }
 
-void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module, bool f16_too) {
-  retype_t r = {context, f16_too};
+void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module, unsigned which) {
+  retype_t r = {context, which};
   ops_t ops = {0};
   mlirOperationWalk(mlirModuleGetOperation(module), collect_all, &ops, MlirWalkPreOrder);
   for (size_t i = 0; i < ops.n; i++) {
@@ -220,16 +232,17 @@ static MlirWalkResult find_leftover(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule module, bool f16_too,
+kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule module, unsigned which,
                                                  const char *name, const char *target) {
-  leftover_t l = {{context, f16_too}, {NULL}};
+  leftover_t l = {{context, which}, {NULL}};
   mlirOperationWalk(mlirModuleGetOperation(module), find_leftover, &l, MlirWalkPreOrder);
   if (mlirOperationIsNull(l.found)) return NULL;
   MlirStringRef op = mlirIdentifierStr(mlirOperationGetName(l.found));
   return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                     "%s: %s: a kernel's %.*s computes on %s, which %s cannot (no such SPIR-V "
-                     "type on its profile) and kiln does not yet emulate for this op",
-                     name, target, (int)op.length, op.data, f16_too ? "f16 or bf16" : "bf16", target);
+                     "%s: %s: a kernel's %.*s computes on a float type %s has no instructions for "
+                     "(%s%s%s) and kiln does not yet emulate for this op",
+                     name, target, (int)op.length, op.data, target, (which & KILN_FLOATS_BF16) ? "bf16 " : "",
+                     (which & KILN_FLOATS_F16) ? "f16 " : "", (which & KILN_FLOATS_SMALL) ? "f8/f6/f4" : "");
 }
 
 /* ---- f16 conversions in integer code ---- */

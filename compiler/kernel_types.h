@@ -28,19 +28,32 @@ MlirOperation kiln_compiler_int_constant(MlirContext context, MlirLocation loc, 
  * once kernel signatures change. The host plan is read before (host.h). */
 void kiln_compiler_kernels_only(MlirModule module);
 
-/* In every gpu.func of `module`: each memref of bf16 (and of f16 when `f16_too`)
- * becomes a memref of i16 with the same shape, layout and memory space (kernel
- * arguments, views, allocations, and the gpu.func's type), each memref.load of one
- * is followed by an arith.bitcast back to the float type, and each memref.store is
- * preceded by an arith.bitcast to i16. Ops that arith-emulate-unsupported-floats
- * does not widen (math.*, int/float casts, select) are rebuilt on f32 between an
+/* The float types kiln keeps as their bits (flags). SMALL: the 8-, 6- and 4-bit
+ * floats (f8E4M3FN, f8E5M2, their FNUZ forms, f8E8M0FNU, f4E2M1FN, ...), which no
+ * backend kiln drives computes on. */
+enum {
+  KILN_FLOATS_BF16 = 1u << 0,
+  KILN_FLOATS_F16 = 1u << 1,
+  KILN_FLOATS_SMALL = 1u << 2,
+};
+
+/* Whether t is one of the SMALL floats. */
+bool kiln_compiler_is_small_float(MlirType t);
+
+/* In every gpu.func of `module`: each memref of a float type in `which` becomes a
+ * memref of the integer of its width (bf16 -> i16, f8E4M3FN -> i8, f4E2M1FN ->
+ * i4) with the same shape, layout and memory space (kernel arguments, views,
+ * allocations, and the gpu.func's type), each memref.load of one is followed by
+ * an arith.bitcast back to the float type, and each memref.store is preceded by
+ * an arith.bitcast to the integer. Ops that arith-emulate-unsupported-floats does
+ * not widen (math.*, int/float casts, select) are rebuilt on f32 between an
  * arith.extf and an arith.truncf. Call kiln_compiler_kernels_only first. */
-void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module, bool f16_too);
+void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module, unsigned which);
 
 /* After the emulation passes and the expansions: UNIMPLEMENTED naming the op when
  * a kernel still holds a value of a rewritten float type (one the emulation does
  * not cover), so such a kernel fails to compile instead of computing garbage. */
-kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule module, bool f16_too,
+kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule module, unsigned which,
                                                  const char *name, const char *target);
 
 /* Replaces every arith.extf from f16 to f32 and arith.truncf from f32 to f16 in
@@ -51,6 +64,27 @@ kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule
  * Float16 capability. INTERNAL if a helper does not parse. */
 kiln_status_t kiln_compiler_kernels_expand_f16(MlirContext context, MlirModule module);
 
+/* Replaces every arith.extf to f32 and arith.truncf from f32 of the 8-bit IEEE-like
+ * floats (f8E5M2, f8E4M3, f8E3M4, f8E4M3FN, and the FNUZ forms) in the kernels
+ * with integer code over their bits (kernel_small.c): exact extension; rounding
+ * to nearest even, overflow to infinity (IEEE) or NaN (FN, FNUZ), as APFloat
+ * does. Canonicalize after. INTERNAL if a helper does not parse. */
+kiln_status_t kiln_compiler_kernels_expand_f8(MlirContext context, MlirModule module);
+
+/* Each kernel argument that is a memref of i2 or i4 (static shape and layout)
+ * becomes a flat memref of 32-bit words holding IREE's packed layout: loads shift
+ * the element out of its word, stores clear and set its bits with atomic and/or.
+ * UNIMPLEMENTED naming the use when the buffer is used other than by loads and
+ * stores, or its shape or layout is dynamic. */
+kiln_status_t kiln_compiler_kernels_pack_sub_byte(MlirContext context, MlirModule module, const char *name);
+
+/* SPIR-V has no i2/i4 and its own narrow-integer emulation stops at unsigned
+ * ops: after kiln_compiler_kernels_pack_sub_byte and the f4 expansion, every
+ * kernel op on i2/i4 is rebuilt on i32 holding the value zero-extended (signed
+ * ops see it sign-extended; results that can leave the N bits are masked).
+ * UNIMPLEMENTED naming any other op on those types. */
+kiln_status_t kiln_compiler_kernels_widen_sub_byte(MlirContext context, MlirModule module, const char *name);
+
 /* Replaces each of `ops` (N operands, one result) with a copy of the body of the
  * func.func in `helper_text` (N arguments, one result), in place: how kiln puts
  * its own integer or polynomial code where an op was. INTERNAL if the helper does
@@ -60,7 +94,8 @@ kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, Mli
 
 /* Math functions a backend lacks, in kiln's own f32 code (kernel_math.c): every
  * f32 math.<name> in the kernels whose name is in the comma-separated `ops`
- * (erf, cbrt, atan, atan2, asin, acos) is replaced with code built from
+ * (erf, cbrt, atan, atan2, asin, acos, floor, ceil, log2, sin, cos; and "remf",
+ * arith.remf, exactly) is replaced with code built from
  * exp, log, sqrt and arithmetic. Accuracy, per function, is in the design note.
  * INTERNAL if a helper does not parse. */
 kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops);

@@ -668,6 +668,55 @@ static void set_spirv_version(MlirContext mlir, MlirOperation spirv_module, cons
 /* Float types SPIR-V cannot hold on this profile keep their bits in 16-bit
  * integers and compute in f32 (kernel_types.h): bf16 everywhere, f16 where the
  * profile lacks Float16. The host code goes first (it is read already). */
+static MlirWalkResult find_small(MlirOperation op, void *user) {
+  bool *found = user;
+  for (intptr_t i = 0; i < mlirOperationGetNumResults(op) && !*found; i++) {
+    MlirType t = mlirValueGetType(mlirOperationGetResult(op, i));
+    if (mlirTypeIsAShaped(t)) t = mlirShapedTypeGetElementType(t);
+    *found = kiln_compiler_is_small_float(t) ||
+             (mlirTypeIsAInteger(t) && (mlirIntegerTypeGetWidth(t) == 2 || mlirIntegerTypeGetWidth(t) == 4));
+  }
+  if (op_is(op, "gpu.func")) {
+    MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
+    for (intptr_t i = 0; i < mlirBlockGetNumArguments(entry) && !*found; i++) {
+      MlirType t = mlirValueGetType(mlirBlockGetArgument(entry, i));
+      if (mlirTypeIsAShaped(t)) t = mlirShapedTypeGetElementType(t);
+      *found = kiln_compiler_is_small_float(t) ||
+               (mlirTypeIsAInteger(t) && (mlirIntegerTypeGetWidth(t) == 2 || mlirIntegerTypeGetWidth(t) == 4));
+    }
+  }
+  return *found ? MlirWalkResultInterrupt : MlirWalkResultAdvance;
+}
+
+/* Every GPU target: the host functions go (the plan was read before), then the
+ * 8/6/4-bit floats and the i2/i4 buffers, which no backend handles as IREE lays
+ * them out (kernel_types.h): floats keep their bits and compute in f32 (the
+ * conversions in integer code: arith-expand for f8E8M0FNU and f4E2M1FN, kiln's
+ * for the other f8 types, scaling_extf/truncf expanded too), sub-byte buffers
+ * become packed 32-bit words. */
+static kiln_status_t prepare_small_types(kiln_compiler_context_t *context, MlirModule module,
+                                         const kiln_target_t *t, const char *name, const char *stage) {
+  kiln_compiler_kernels_only(module);
+  bool found = false;
+  mlirOperationWalk(mlirModuleGetOperation(module), find_small, &found, MlirWalkPreOrder);
+  if (!found) return NULL;
+  kiln_compiler_kernels_floats_as_bits(context->mlir, module, KILN_FLOATS_SMALL);
+  KILN_RETURN_IF_ERROR(kiln_compiler_kernels_pack_sub_byte(context->mlir, module, name));
+  KILN_RETURN_IF_ERROR(run_pipeline(
+      context, module,
+      "builtin.module(gpu.module(arith-expand{include-f8e8m0=true include-f4e2m1=true},"
+      "arith-emulate-unsupported-floats{source-types=f8E5M2,f8E4M3,f8E3M4,f8E4M3FN,f8E5M2FNUZ,"
+      "f8E4M3FNUZ,f8E8M0FNU,f4E2M1FN target-type=f32},"
+      "arith-expand{include-f8e8m0=true include-f4e2m1=true}))",
+      name, stage));
+  KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_f8(context->mlir, module));
+  KILN_RETURN_IF_ERROR(run_pipeline(context, module, "builtin.module(gpu.module(canonicalize))", name, stage));
+  if (t->kind == KILN_TARGET_KIND_VULKAN) {
+    KILN_RETURN_IF_ERROR(kiln_compiler_kernels_widen_sub_byte(context->mlir, module, name));
+  }
+  return kiln_compiler_kernels_check_floats(context->mlir, module, KILN_FLOATS_SMALL, name, t->id);
+}
+
 static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirModule module,
                                          const kiln_target_t *t, const char *name,
                                          const char *stage) {
@@ -692,14 +741,16 @@ static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirM
        op = mlirOperationGetNextInBlock(op)) {
     mlirOperationSetDiscardableAttributeByName(op, mlirStringRefCreateFromCString("spirv.target_env"), env_attr);
   }
-  kiln_compiler_kernels_floats_as_bits(context->mlir, module, !float16);
-  /* SPIR-V has no erf, cbrt or atan2, and leaves asin/acos precision to the driver.
+  kiln_compiler_kernels_floats_as_bits(context->mlir, module,
+                                       KILN_FLOATS_BF16 | (float16 ? 0u : KILN_FLOATS_F16));
+  /* SPIR-V has no erf, cbrt or atan2, and leaves asin/acos and OpFRem precision to
+   * the driver (lavapipe's fmod of 1e30 by 3.3 was 0).
    * KILN_TEST_SPIRV_MATH (a test hook, never set in production) widens the list,
    * so the helpers only AMD uses run on lavapipe in CI and their numbers are
    * checked (tests/CMakeLists.txt: corpus.lavapipe_math_helpers). */
   const char *math_ops = getenv("KILN_TEST_SPIRV_MATH");
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_math(
-      context->mlir, module, math_ops && *math_ops ? math_ops : "erf,cbrt,atan2,asin,acos"));
+      context->mlir, module, math_ops && *math_ops ? math_ops : "erf,cbrt,atan2,asin,acos,remf,erfc,trunc,ctpop,cttz"));
   /* i64 without Int64: pairs of i32 (arith-emulate-wide-int; the buffers by kiln). */
   if (!int64) kiln_compiler_kernels_split_i64(context->mlir, module);
   kiln_buf_t passes;
@@ -717,7 +768,8 @@ static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirM
   if (!float16) KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_f16(context->mlir, module));
   KILN_RETURN_IF_ERROR(
       run_pipeline(context, module, "builtin.module(gpu.module(canonicalize))", name, stage));
-  return kiln_compiler_kernels_check_floats(context->mlir, module, !float16, name, t->id);
+  return kiln_compiler_kernels_check_floats(context->mlir, module,
+                                            KILN_FLOATS_BF16 | (float16 ? 0u : KILN_FLOATS_F16), name, t->id);
 }
 
 static kiln_status_t spirv_serialize(kiln_compiler_context_t *context, MlirModule module,
@@ -865,12 +917,24 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
     mlirOperationWalk(mlirModuleGetOperation(module), annotate_kernel, &a, MlirWalkPreOrder);
     char stage[64];
     snprintf(stage, sizeof stage, "code generation for %s", out->target->id);
-    if (out->target->kind == KILN_TARGET_KIND_VULKAN) {
+    out->status = prepare_small_types(context, module, out->target, name, stage);
+    if (out->status) {
+      /* reported below */
+    } else if (out->target->kind == KILN_TARGET_KIND_VULKAN) {
       out->status = spirv_prepare_types(context, module, out->target, name, stage);
+    } else if (out->target->kind == KILN_TARGET_KIND_CUDA) {
+      /* NVPTX expands frem as x - y*trunc(x/y), wrong past quotients of 2^24. */
+      out->status = kiln_compiler_kernels_expand_math(context->mlir, module, "remf,trunc,ctpop,cttz");
     } else if (out->target->kind == KILN_TARGET_KIND_HIP) {
-      /* Without ROCm's device libraries the AMDGPU backend has none of these. */
-      out->status = kiln_compiler_kernels_expand_math(context->mlir, module,
-                                                      "erf,cbrt,atan,atan2,asin,acos,floor,ceil,log2,sin,cos");
+      /* Without ROCm's device libraries the AMDGPU backend has none of these. f16
+       * and bf16 math runs in f32 first, so kiln's f32 code covers it too. */
+      out->status = run_pipeline(context, module, "builtin.module(gpu.module(math-extend-to-supported-types))",
+                                 name, stage);
+      if (!out->status) {
+        out->status = kiln_compiler_kernels_expand_math(context->mlir, module,
+                                                        "erf,cbrt,atan,atan2,asin,acos,floor,ceil,log2,sin,cos,remf,"
+                                                        "log10,tan,erfc");
+      }
     }
     if (!out->status) out->status = run_pipeline(context, module, pipeline.data, name, stage);
     if (!out->status && out->target->kind == KILN_TARGET_KIND_VULKAN) {

@@ -369,6 +369,8 @@ def group_math():
         ('cbrt', lambda x: math.copysign(abs(x) ** (1 / 3), x), None),
         ('sinh', math.sinh, None), ('cosh', math.cosh, None), ('asin', math.asin, 'unit'),
         ('acos', math.acos, 'unit'), ('roundeven', lambda x: float(round(x)), None),
+        ('erfc', math.erfc, None), ('log10', math.log10, 'pos'), ('tan', math.tan, None),
+        ('trunc', lambda x: float(math.trunc(x)), None),
     ]
     unary_body = """func.func @math_%s_f32(%%x: tensor<%dxf32>) -> tensor<%dxf32> {
   %%0 = math.%s %%x : tensor<%dxf32>
@@ -410,13 +412,25 @@ def group_math():
         cases.append(Case('tensor_%s_f32' % name, binary_body % (name, op),
                           [((5,), 'f32', xs), ((5,), 'f32', b)],
                           [((5,), 'f32', [f32(ref(x, y)) for x, y in zip(xs, b)])], tol=2e-5))
+    # remf is exact (C's fmod): huge quotients, subnormals, signs, the special cases.
+    rx = [f32(v) for v in (5.5, -5.5, 1e30, 3.0, 7.25, 1e-40, 16777216.0, -0.0, math.inf, 2.0, 1e38, 0.1)]
+    ry = [f32(v) for v in (2.0, 2.0, 3.3, 1e-30, -0.5, 3e-41, 3.0, 1.0, 1.0, 0.0, 1e-38, math.inf)]
+
+    def fmod(x, y):
+        return math.nan if y == 0 or math.isinf(x) else math.fmod(x, y)
+
+    n = len(rx)
+    cases.append(Case('tensor_remf_f32', binary_body.replace('5x', '%dx' % n) % ('remf', 'arith.remf'),
+                      [((n,), 'f32', rx), ((n,), 'f32', ry)], [((n,), 'f32', [f32(fmod(x, y)) for x, y in zip(rx, ry)])],
+                      tol=1e-30))
     # In f16: computed in f32 where the device has no f16 arithmetic.
     xs = values((5,), 'f16', 46)
     f16_body = """func.func @math_%s_f16(%%x: tensor<5xf16>) -> tensor<5xf16> {
   %%0 = math.%s %%x : tensor<5xf16>
   return %%0 : tensor<5xf16>
 }"""
-    for name, ref in (('exp', math.exp), ('tanh', math.tanh), ('sqrt', math.sqrt)):
+    for name, ref in (('exp', math.exp), ('tanh', math.tanh), ('sqrt', math.sqrt), ('floor', math.floor),
+                      ('ceil', math.ceil), ('sin', math.sin), ('cos', math.cos)):
         vals = [abs(v) for v in xs] if name == 'sqrt' else xs
         cases.append(Case('math_%s_f16' % name, f16_body % (name, name), [((5,), 'f16', vals)],
                           [((5,), 'f16', [f16(ref(v)) for v in vals])], tol=2e-3))
@@ -431,8 +445,17 @@ def group_math():
                            ['%0 = tosa.erf %arg0 : (tensor<6xf32>) -> tensor<6xf32>',
                             'return %0 : tensor<6xf32>'],
                            [((6,), 'f32', xs)], [((6,), 'f32', [f32(math.erf(x)) for x in xs])], 2e-5))
-    # Bit counting (math.ctlz on CUDA had no translation).
+    # Bit counting (CUDA's and SPIR-V's conversions had none of these).
     ints = [0, 1, 2, 255, 4096, -1, 65535]
+    cases.append(Case('math_ctpop_i32', """func.func @math_ctpop_i32(%x: tensor<7xi32>) -> tensor<7xi32> {
+  %0 = math.ctpop %x : tensor<7xi32>
+  return %0 : tensor<7xi32>
+}""", [((7,), 'i32', ints)], [((7,), 'i32', [bin(v & 0xffffffff).count('1') for v in ints])]))
+    cases.append(Case('math_cttz_i32', """func.func @math_cttz_i32(%x: tensor<7xi32>) -> tensor<7xi32> {
+  %0 = math.cttz %x : tensor<7xi32>
+  return %0 : tensor<7xi32>
+}""", [((7,), 'i32', ints)],
+                      [((7,), 'i32', [32 if v & 0xffffffff == 0 else ((v & -v) & 0xffffffff).bit_length() - 1 for v in ints])]))
     cases.append(Case('math_ctlz_i32', """func.func @math_ctlz_i32(%x: tensor<7xi32>) -> tensor<7xi32> {
   %0 = math.ctlz %x : tensor<7xi32>
   return %0 : tensor<7xi32>
@@ -1306,7 +1329,157 @@ def group_dynamic():
     return cases
 
 
+# The 8-bit floats, defined by their parameters: (exponent bits, mantissa bits,
+# bias, kind). Values come from enumerating every code (independent of kiln's
+# bit-level helpers); rounding picks the nearest code, ties to an even mantissa.
+F8 = {
+    'f8E4M3FN': (4, 3, 7, 'fn'),
+    'f8E5M2': (5, 2, 15, 'ieee'),
+    'f8E5M2FNUZ': (5, 2, 16, 'fnuz'),
+    'f8E4M3FNUZ': (4, 3, 8, 'fnuz'),
+}
+
+
+def f8_value(fmt, code):
+    e, m, bias, kind = F8[fmt]
+    exp, man, neg = (code >> m) & ((1 << e) - 1), code & ((1 << m) - 1), code & 0x80
+    if kind == 'fnuz' and code == 0x80:
+        return math.nan
+    if kind == 'fn' and code & 0x7F == 0x7F:
+        return math.nan
+    if kind == 'ieee' and exp == (1 << e) - 1:
+        return math.nan if man else (-math.inf if neg else math.inf)
+    v = math.ldexp(man, 1 - bias - m) if exp == 0 else math.ldexp(man + (1 << m), exp - bias - m)
+    return -v if neg else v
+
+
+def f8_round(fmt, x):
+    """f32 -> the format's value, rounding to nearest with ties to an even code, as
+    APFloat does; a magnitude nearest the code past the largest finite one
+    overflows (to infinity, or NaN where the format has none)."""
+    e, m, bias, kind = F8[fmt]
+    if math.isnan(x):
+        return math.nan
+    mag = abs(x)
+    finite = [(c, f8_value(fmt, c)) for c in range(128)]
+    finite = [(c, v) for c, v in finite if not math.isnan(v) and not math.isinf(v)]
+    top_code, top = max(finite, key=lambda cv: cv[1])
+    ulp = math.ldexp(1, (top_code >> m) - bias - m)
+    cands = finite + [(top_code + 1, top + ulp)]
+    best = None
+    for c, v in cands:
+        d = abs(v - mag)
+        if best is None or d < best[0] or (d == best[0] and c % 2 == 0 and best[1] % 2 == 1):
+            best = (d, c, v)
+    if best[1] == top_code + 1:
+        return math.copysign(math.inf, x) if kind == 'ieee' else math.nan
+    v = best[2]
+    if kind == 'fnuz':
+        return v if v == 0 else math.copysign(v, x)
+    return math.copysign(v, x)
+
+
+def group_narrow():
+    """8-bit floats, 4-bit floats with their scales, and packed i2/i4 (issue 15, class 6)."""
+    cases = []
+
+    def generic(name, args, result, in_t, out_t, line, inputs, outputs):
+        body = """func.func @%s(%s) -> %s {
+  %%e = tensor.empty() : %s
+  %%r = linalg.generic {indexing_maps = [%s], iterator_types = ["parallel"]}
+      ins(%s : %s) outs(%%e : %s) {
+  ^bb0(%s, %%o: %s):
+    %s
+    linalg.yield %%y : %s
+  } -> %s
+  return %%r : %s
+}""" % (name, ', '.join('%%a%d: %s' % (i, a) for i, a in enumerate(args)), result, result,
+            ', '.join(['affine_map<(d0) -> (d0)>'] * (len(args) + 1)),
+            ', '.join('%%a%d' % i for i in range(len(args))), ', '.join(args), result,
+            ', '.join('%%x%d: %s' % (i, t) for i, t in enumerate(in_t)), out_t, line, out_t, result, result)
+        cases.append(Case(name, body, inputs, outputs))
+
+    specials = {
+        'f8E4M3FN': [1.5, -0.25, 448.0, math.ldexp(1, -9), 3.25, -0.0, math.ldexp(7, -9)],
+        'f8E5M2': [1.5, -0.3125, 57344.0, math.ldexp(1, -16), 3.5, -0.0, math.inf],
+        'f8E5M2FNUZ': [1.5, -0.3125, 57344.0, math.ldexp(1, -17), 3.5, 0.0, -2.0],
+        'f8E4M3FNUZ': [1.5, -0.25, 240.0, math.ldexp(1, -10), 3.25, 0.0, -2.0],
+    }
+    for fmt in F8:
+        vals = specials[fmt]
+        n = len(vals)
+        generic('extf_%s' % fmt, ['tensor<%dx%s>' % (n, fmt)], 'tensor<%dxf32>' % n, [fmt], 'f32',
+                '%%y = arith.extf %%x0 : %s to f32' % fmt, [((n,), fmt, vals)], [((n,), 'f32', vals)])
+        src = [1.5, -0.3, 60000.0, 1e-6, 3.3, 0.0625 * 1.0625, 1000.0, -1e-3, 0.5 + 0.0625 / 2]
+        n = len(src)
+        generic('truncf_%s' % fmt, ['tensor<%dxf32>' % n], 'tensor<%dx%s>' % (n, fmt), ['f32'], fmt,
+                '%%y = arith.truncf %%x0 : f32 to %s' % fmt, [((n,), 'f32', [f32(v) for v in src])],
+                [((n,), fmt, [f8_round(fmt, f32(v)) for v in src])])
+        a = [0.5, 1.5, -2.0, 3.0, 0.125]
+        b = [0.25, 1.75, 2.5, -1.0, 0.125]
+        generic('add_%s' % fmt, ['tensor<5x%s>' % fmt, 'tensor<5x%s>' % fmt], 'tensor<5x%s>' % fmt, [fmt, fmt], fmt,
+                '%%y = arith.addf %%x0, %%x1 : %s' % fmt, [((5,), fmt, a), ((5,), fmt, b)],
+                [((5,), fmt, [f8_round(fmt, x + y) for x, y in zip(a, b)])])
+    # f8E8M0FNU: a power of two per code.
+    vals = [1.0, 2.0, 0.5, math.ldexp(1, -127), math.ldexp(1, 127)]
+    generic('extf_f8E8M0FNU', ['tensor<5xf8E8M0FNU>'], 'tensor<5xf32>', ['f8E8M0FNU'], 'f32',
+            '%y = arith.extf %x0 : f8E8M0FNU to f32', [((5,), 'f8E8M0FNU', vals)], [((5,), 'f32', vals)])
+    # MX scaling: 4-bit floats (their bits arrive as packed i4) times an E8M0 scale.
+    F4 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+    codes = [1, 10, 3, 7, 15, 0, 12, 5]
+    scales = [1.0, 2.0, 0.5, 4.0, 1.0, 8.0, 0.25, 2.0]
+    f4 = [(-1 if c & 8 else 1) * F4[c & 7] for c in codes]
+    body = """func.func @scaling_extf_f4(%a: tensor<8xi4>, %s: tensor<8xf8E8M0FNU>) -> tensor<8xf32> {
+  %f = arith.bitcast %a : tensor<8xi4> to tensor<8xf4E2M1FN>
+  %e = tensor.empty() : tensor<8xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%f, %s : tensor<8xf4E2M1FN>, tensor<8xf8E8M0FNU>) outs(%e : tensor<8xf32>) {
+  ^bb0(%x: f4E2M1FN, %k: f8E8M0FNU, %o: f32):
+    %y = arith.scaling_extf %x, %k : f4E2M1FN, f8E8M0FNU to f32
+    linalg.yield %y : f32
+  } -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}"""
+    cases.append(Case('scaling_extf_f4', body, [((8,), 'i4', [c - 16 if c >= 8 else c for c in codes]),
+                                                ((8,), 'f8E8M0FNU', scales)],
+                      [((8,), 'f32', [v * k for v, k in zip(f4, scales)])]))
+    # Packed i4 and i2 arithmetic (wrapping), and conversions to and from i8.
+    a = [1, 2, 3, -1, -8, 7, 5, -3, 6]
+    b = [1, 1, 4, -2, -1, 1, 5, -6, -7]
+    wrap4 = lambda v: ((v + 8) % 16) - 8
+    wrap2 = lambda v: ((v + 2) % 4) - 2
+    for op, fn in (('addi', lambda x, y: x + y), ('muli', lambda x, y: x * y), ('subi', lambda x, y: x - y)):
+        generic('%s_i4_9' % op, ['tensor<9xi4>', 'tensor<9xi4>'], 'tensor<9xi4>', ['i4', 'i4'], 'i4',
+                '%%y = arith.%s %%x0, %%x1 : i4' % op, [((9,), 'i4', a), ((9,), 'i4', b)],
+                [((9,), 'i4', [wrap4(fn(x, y)) for x, y in zip(a, b)])])
+    generic('maxsi_i4_9', ['tensor<9xi4>', 'tensor<9xi4>'], 'tensor<9xi4>', ['i4', 'i4'], 'i4',
+            '%y = arith.maxsi %x0, %x1 : i4', [((9,), 'i4', a), ((9,), 'i4', b)],
+            [((9,), 'i4', [max(x, y) for x, y in zip(a, b)])])
+    generic('divui_i4_9', ['tensor<9xi4>', 'tensor<9xi4>'], 'tensor<9xi4>', ['i4', 'i4'], 'i4',
+            '%y = arith.divui %x0, %x1 : i4', [((9,), 'i4', a), ((9,), 'i4', b)],
+            [((9,), 'i4', [wrap4((x % 16) // (y % 16)) for x, y in zip(a, b)])])
+    generic('extsi_i4_i8_9', ['tensor<9xi4>'], 'tensor<9xi8>', ['i4'], 'i8',
+            '%y = arith.extsi %x0 : i4 to i8', [((9,), 'i4', a)], [((9,), 'i8', a)])
+    generic('extui_i4_i32_9', ['tensor<9xi4>'], 'tensor<9xi32>', ['i4'], 'i32',
+            '%y = arith.extui %x0 : i4 to i32', [((9,), 'i4', a)], [((9,), 'i32', [x % 16 for x in a])])
+    c8 = [17, -20, 7, 100, -128, 15, 8, -9, 0]
+    generic('trunci_i8_i4_9', ['tensor<9xi8>'], 'tensor<9xi4>', ['i8'], 'i4',
+            '%y = arith.trunci %x0 : i8 to i4', [((9,), 'i8', c8)], [((9,), 'i4', [wrap4(x) for x in c8])])
+    generic('cmpi_ult_i4_9', ['tensor<9xi4>', 'tensor<9xi4>'], 'tensor<9xi1>', ['i4', 'i4'], 'i1',
+            '%y = arith.cmpi ult, %x0, %x1 : i4', [((9,), 'i4', a), ((9,), 'i4', b)],
+            [((9,), 'i1', [int(x % 16 < y % 16) for x, y in zip(a, b)])])
+    p = [1, -2, 0, -1, 1, -1, 0]
+    q = [1, 1, -2, -1, -2, 0, 1]
+    generic('addi_i2_7', ['tensor<7xi2>', 'tensor<7xi2>'], 'tensor<7xi2>', ['i2', 'i2'], 'i2',
+            '%y = arith.addi %x0, %x1 : i2', [((7,), 'i2', p), ((7,), 'i2', q)],
+            [((7,), 'i2', [wrap2(x + y) for x, y in zip(p, q)])])
+    generic('sitofp_i2_f32_7', ['tensor<7xi2>'], 'tensor<7xf32>', ['i2'], 'f32',
+            '%y = arith.sitofp %x0 : i2 to f32', [((7,), 'i2', p)], [((7,), 'f32', [float(x) for x in p])])
+    return cases
+
+
 GROUPS = {
+    'narrow': group_narrow,
     'dynamic': group_dynamic,
     'control': group_control,
     'models': group_models,

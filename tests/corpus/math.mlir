@@ -199,6 +199,42 @@ func.func @math_roundeven_f32(%x: tensor<7xf32>) -> tensor<7xf32> {
   return %0 : tensor<7xf32>
 }
 
+// CASE @math_erfc_f32
+// INPUT 7xf32 3.5 -3.5 -1.25 1.5 3.75 -1.75 3.25
+// OUTPUT 7xf32 7.430983828271565e-07 1.9999992847442627 1.9229000806808472 0.0338948518037796 1.1372725339242606e-07 1.9866716861724854 4.3027794163208455e-06
+// TOL 2e-05
+func.func @math_erfc_f32(%x: tensor<7xf32>) -> tensor<7xf32> {
+  %0 = math.erfc %x : tensor<7xf32>
+  return %0 : tensor<7xf32>
+}
+
+// CASE @math_log10_f32
+// INPUT 7xf32 1.75 1.0 3.75 2.75 2.5 2.25 1.25
+// OUTPUT 7xf32 0.24303804337978363 0.0 0.5740312933921814 0.4393326938152313 0.3979400098323822 0.3521825075149536 0.0969100147485733
+// TOL 2e-05
+func.func @math_log10_f32(%x: tensor<7xf32>) -> tensor<7xf32> {
+  %0 = math.log10 %x : tensor<7xf32>
+  return %0 : tensor<7xf32>
+}
+
+// CASE @math_tan_f32
+// INPUT 7xf32 3.5 -3.5 -1.25 1.5 3.75 -1.75 3.25
+// OUTPUT 7xf32 0.3745856285095215 -0.3745856285095215 -3.0095696449279785 14.101420402526855 0.6965508460998535 5.520380020141602 0.10883402824401855
+// TOL 2e-05
+func.func @math_tan_f32(%x: tensor<7xf32>) -> tensor<7xf32> {
+  %0 = math.tan %x : tensor<7xf32>
+  return %0 : tensor<7xf32>
+}
+
+// CASE @math_trunc_f32
+// INPUT 7xf32 3.5 -3.5 -1.25 1.5 3.75 -1.75 3.25
+// OUTPUT 7xf32 3.0 -3.0 -1.0 1.0 3.0 -1.0 3.0
+// TOL 2e-05
+func.func @math_trunc_f32(%x: tensor<7xf32>) -> tensor<7xf32> {
+  %0 = math.trunc %x : tensor<7xf32>
+  return %0 : tensor<7xf32>
+}
+
 // CASE @math_sin_wide_f32
 // INPUT 8xf32 0.10000000149011612 -0.699999988079071 3.299999952316284 -12.899999618530273 100.25 -1000.125 12345.677734375 31415.92578125
 // OUTPUT 8xf32 0.0998334214091301 -0.6442176699638367 -0.15774564445018768 -0.32747408747673035 -0.27728286385536194 -0.8905423879623413 -0.7042698860168457 -0.0007546478882431984
@@ -275,6 +311,16 @@ func.func @tensor_maximumf_f32(%x: tensor<5xf32>, %y: tensor<5xf32>) -> tensor<5
   return %0 : tensor<5xf32>
 }
 
+// CASE @tensor_remf_f32
+// INPUT 12xf32 5.5 -5.5 1.0000000150474662e+30 3.0 7.25 9.99994610111476e-41 16777216.0 -0.0 inf 2.0 9.999999680285692e+37 0.10000000149011612
+// INPUT 12xf32 2.0 2.0 3.299999952316284 1.0000000031710769e-30 -0.5 3.000039882273001e-41 3.0 1.0 1.0 0.0 9.999999350456404e-39 inf
+// OUTPUT 12xf32 1.5 -1.5 2.613457679748535 1.8163024008340687e-31 0.25 9.99826454295757e-42 1.0 -0.0 nan nan 9.639159390698906e-39 0.10000000149011612
+// TOL 1e-30
+func.func @tensor_remf_f32(%x: tensor<12xf32>, %y: tensor<12xf32>) -> tensor<12xf32> {
+  %0 = arith.remf %x, %y : tensor<12xf32>
+  return %0 : tensor<12xf32>
+}
+
 // CASE @math_exp_f16
 // INPUT 5xf16 -1.5 -1.25 1.0 2.0 2.25
 // OUTPUT 5xf16 0.22314453125 0.28662109375 2.71875 7.390625 9.484375
@@ -302,6 +348,42 @@ func.func @math_sqrt_f16(%x: tensor<5xf16>) -> tensor<5xf16> {
   return %0 : tensor<5xf16>
 }
 
+// CASE @math_floor_f16
+// INPUT 5xf16 -1.5 -1.25 1.0 2.0 2.25
+// OUTPUT 5xf16 -2.0 -2.0 1.0 2.0 2.0
+// TOL 0.002
+func.func @math_floor_f16(%x: tensor<5xf16>) -> tensor<5xf16> {
+  %0 = math.floor %x : tensor<5xf16>
+  return %0 : tensor<5xf16>
+}
+
+// CASE @math_ceil_f16
+// INPUT 5xf16 -1.5 -1.25 1.0 2.0 2.25
+// OUTPUT 5xf16 -1.0 -1.0 1.0 2.0 3.0
+// TOL 0.002
+func.func @math_ceil_f16(%x: tensor<5xf16>) -> tensor<5xf16> {
+  %0 = math.ceil %x : tensor<5xf16>
+  return %0 : tensor<5xf16>
+}
+
+// CASE @math_sin_f16
+// INPUT 5xf16 -1.5 -1.25 1.0 2.0 2.25
+// OUTPUT 5xf16 -0.99755859375 -0.94921875 0.84130859375 0.9091796875 0.77783203125
+// TOL 0.002
+func.func @math_sin_f16(%x: tensor<5xf16>) -> tensor<5xf16> {
+  %0 = math.sin %x : tensor<5xf16>
+  return %0 : tensor<5xf16>
+}
+
+// CASE @math_cos_f16
+// INPUT 5xf16 -1.5 -1.25 1.0 2.0 2.25
+// OUTPUT 5xf16 0.07073974609375 0.3154296875 0.54052734375 -0.416259765625 -0.6279296875
+// TOL 0.002
+func.func @math_cos_f16(%x: tensor<5xf16>) -> tensor<5xf16> {
+  %0 = math.cos %x : tensor<5xf16>
+  return %0 : tensor<5xf16>
+}
+
 // CASE @tosa_sigmoid_f32
 // INPUT 6xf32 3.5 -2.0 -0.25 -1.5 3.5 -2.25
 // OUTPUT 6xf32 0.970687747001648 0.11920291930437088 0.43782350420951843 0.18242552876472473 0.970687747001648 0.09534946829080582
@@ -318,6 +400,22 @@ func.func @tosa_sigmoid_f32(%arg0: tensor<6xf32>) -> tensor<6xf32> {
 func.func @tosa_erf_f32(%arg0: tensor<6xf32>) -> tensor<6xf32> {
   %0 = tosa.erf %arg0 : (tensor<6xf32>) -> tensor<6xf32>
   return %0 : tensor<6xf32>
+}
+
+// CASE @math_ctpop_i32
+// INPUT 7xi32 0 1 2 255 4096 -1 65535
+// OUTPUT 7xi32 0 1 1 8 1 32 16
+func.func @math_ctpop_i32(%x: tensor<7xi32>) -> tensor<7xi32> {
+  %0 = math.ctpop %x : tensor<7xi32>
+  return %0 : tensor<7xi32>
+}
+
+// CASE @math_cttz_i32
+// INPUT 7xi32 0 1 2 255 4096 -1 65535
+// OUTPUT 7xi32 32 0 1 0 12 0 0
+func.func @math_cttz_i32(%x: tensor<7xi32>) -> tensor<7xi32> {
+  %0 = math.cttz %x : tensor<7xi32>
+  return %0 : tensor<7xi32>
 }
 
 // CASE @math_ctlz_i32

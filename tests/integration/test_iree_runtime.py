@@ -76,12 +76,41 @@ def known_gap(case, target):
     return target in case["xfail"] or "*" in case["xfail"]
 
 
+# The 8-bit floats: (exponent bits, mantissa bits, bias, kind), decoded from
+# their definitions (tests/corpus/gen.py writes the references the same way).
+F8 = {"f8E4M3FN": (4, 3, 7, "fn"), "f8E5M2": (5, 2, 15, "ieee"), "f8E5M2FNUZ": (5, 2, 16, "fnuz"),
+      "f8E4M3FNUZ": (4, 3, 8, "fnuz")}
+
+
+def f8_value(et, code):
+    if et == "f8E8M0FNU":
+        return math.nan if code == 0xFF else math.ldexp(1.0, code - 127)
+    e, m, bias, kind = F8[et]
+    exp, man, neg = (code >> m) & ((1 << e) - 1), code & ((1 << m) - 1), code & 0x80
+    if (kind == "fnuz" and code == 0x80) or (kind == "fn" and code & 0x7F == 0x7F):
+        return math.nan
+    if kind == "ieee" and exp == (1 << e) - 1:
+        return math.nan if man else (-math.inf if neg else math.inf)
+    v = math.ldexp(man, 1 - bias - m) if exp == 0 else math.ldexp(man + (1 << m), exp - bias - m)
+    return -v if neg else v
+
+
 def read_raw(path, et, count):
     """An output iree-run-module wrote as raw bytes (--output=@FILE.bin): .npy has
     no bf16, so every type is read raw and decoded here."""
-    fmt_, size = RAW[et]
     with open(path, "rb") as f:
         data = f.read()
+    if et in ("i2", "i4"):
+        bits = int(et[1:])
+        if len(data) < (count * bits + 7) // 8:
+            raise ValueError("%d bytes for %d %s" % (len(data), count, et))
+        vals = [(data[i * bits // 8] >> (i * bits % 8)) & ((1 << bits) - 1) for i in range(count)]
+        return [v - (1 << bits) if v >= 1 << (bits - 1) else v for v in vals]
+    if et in F8 or et == "f8E8M0FNU":
+        if len(data) != count:
+            raise ValueError("%d bytes, want %d" % (len(data), count))
+        return [f8_value(et, b) for b in data]
+    fmt_, size = RAW[et]
     if len(data) != count * size:
         raise ValueError("%d bytes, want %d" % (len(data), count * size))
     vals = list(struct.unpack("<%d%s" % (count, fmt_), data))
@@ -91,6 +120,8 @@ def read_raw(path, et, count):
 
 
 def same(want, got, et, tol):
+    if et.startswith("f8"):
+        return (math.isnan(want) and math.isnan(got)) or want == got
     if et in DEFAULT_TOL:
         tol = tol or DEFAULT_TOL[et]
         if math.isnan(want) or math.isnan(got):
@@ -103,7 +134,7 @@ def same(want, got, et, tol):
 
 def values_of(spec, et="f32"):
     """Integers stay exact (a float loses i64 past 2^53)."""
-    if et in DEFAULT_TOL:
+    if et in DEFAULT_TOL or et.startswith("f8"):
         return [float(v) for v in spec.replace(",", " ").split()]
     return [int(v) for v in spec.replace(",", " ").split()]
 
@@ -111,10 +142,17 @@ def values_of(spec, et="f32"):
 def input_flag(type_spec, values):
     et = type_spec.rsplit("x", 1)[-1]
     vals = values_of(values, et)
+    if et in ("i2", "i4"):
+        # Sub-byte types are read as hex bytes of the packed buffer, low bits first.
+        bits = int(et[1:])
+        packed = bytearray((len(vals) * bits + 7) // 8)
+        for i, v in enumerate(vals):
+            packed[i * bits // 8] |= (v & ((1 << bits) - 1)) << (i * bits % 8)
+        return "--input=%s=%s" % (type_spec, " ".join("%02X" % b for b in packed))
     if et == "i1":
         # IREE reads i1 as hex bytes, two digits each, as it prints them.
         return "--input=%s=%s" % (type_spec, " ".join("%02x" % v for v in vals))
-    text = [repr(v) if et in DEFAULT_TOL else str(v) for v in vals]
+    text = [repr(v) if et in DEFAULT_TOL or et.startswith("f8") else str(v) for v in vals]
     return "--input=%s=%s" % (type_spec, ",".join(text))
 
 

@@ -105,6 +105,43 @@ static uint16_t double_to_bf16(double d) {
   return (uint16_t)(x >> 16);
 }
 
+/* The 8-bit floats IREE has buffer views for, decoded independently of the
+ * compiler's helpers (from each format's definition); encoding picks the code
+ * whose value is nearest (test inputs are exact). */
+static double f8_to_double(uint32_t et, uint8_t c) {
+  int e, m, bias;
+  switch (et) {
+    case KILN_VMFB_ELEMENT_FLOAT_8_E5M2: e = 5, m = 2, bias = 15; break;
+    case KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FN: e = 4, m = 3, bias = 7; break;
+    case KILN_VMFB_ELEMENT_FLOAT_8_E5M2_FNUZ: e = 5, m = 2, bias = 16; break;
+    case KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FNUZ: e = 4, m = 3, bias = 8; break;
+    case KILN_VMFB_ELEMENT_FLOAT_8_E8M0_FNU: return c == 0xFF ? NAN : ldexp(1.0, c - 127);
+    default: return NAN;
+  }
+  int exp = (c >> m) & ((1 << e) - 1), man = c & ((1 << m) - 1);
+  bool neg = c & 0x80;
+  bool fnuz = et == KILN_VMFB_ELEMENT_FLOAT_8_E5M2_FNUZ || et == KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FNUZ;
+  if (fnuz && c == 0x80) return NAN;
+  if (et == KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FN && (c & 0x7F) == 0x7F) return NAN;
+  if (et == KILN_VMFB_ELEMENT_FLOAT_8_E5M2 && exp == 31) return man ? NAN : (neg ? -INFINITY : INFINITY);
+  double v = exp == 0 ? ldexp(man, 1 - bias - m) : ldexp(man + (1 << m), exp - bias - m);
+  return neg ? -v : v;
+}
+
+static uint8_t double_to_f8(uint32_t et, double v) {
+  int best = 0;
+  double best_d = INFINITY;
+  for (int c = 0; c < 256; c++) {
+    double x = f8_to_double(et, (uint8_t)c);
+    if ((isnan(v) && isnan(x)) || (x == v && signbit(x) == signbit(v))) return (uint8_t)c;
+    double d = fabs(x - v);
+    if (!isnan(x) && (d < best_d || (d == best_d && signbit(x) == signbit(v)))) best = c, best_d = d;
+  }
+  return (uint8_t)best;
+}
+
+static bool is_f8(uint32_t et) { return kiln_vmfb_element_bits(et) == 8 && (et >> 24) >= 0x24; }
+
 /* "2x3xf32" -> type. */
 static bool parse_type(const char *s, kiln_vmfb_tensor_type_t *t) {
   memset(t, 0, sizeof *t);
@@ -123,6 +160,9 @@ static bool parse_type(const char *s, kiln_vmfb_tensor_type_t *t) {
       KILN_VMFB_ELEMENT_BOOL_8, KILN_VMFB_ELEMENT_INT_8, KILN_VMFB_ELEMENT_INT_16,
       KILN_VMFB_ELEMENT_INT_32, KILN_VMFB_ELEMENT_INT_64, KILN_VMFB_ELEMENT_FLOAT_16,
       KILN_VMFB_ELEMENT_FLOAT_32, KILN_VMFB_ELEMENT_FLOAT_64, KILN_VMFB_ELEMENT_BFLOAT_16,
+      KILN_VMFB_ELEMENT_INT_2, KILN_VMFB_ELEMENT_INT_4, KILN_VMFB_ELEMENT_FLOAT_8_E5M2,
+      KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FN, KILN_VMFB_ELEMENT_FLOAT_8_E5M2_FNUZ,
+      KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FNUZ, KILN_VMFB_ELEMENT_FLOAT_8_E8M0_FNU,
   };
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     if (strcmp(s, kiln_vmfb_element_name(types[i])) == 0) {
@@ -137,7 +177,17 @@ static bool is_float(uint32_t et) { return (et >> 24) >= 0x20; }
 
 /* Integers are read and compared as int64 (exact, unlike a double past 2^53). */
 static void put_value(tensor_t *t, uint64_t i, double v, int64_t iv) {
-  uint8_t *p = t->bytes + i * (kiln_vmfb_element_bits(t->type.element_type) / 8);
+  uint32_t bits = kiln_vmfb_element_bits(t->type.element_type);
+  if (bits < 8) { /* i2/i4: packed, low bits first */
+    uint8_t mask = (uint8_t)((1u << bits) - 1u);
+    t->bytes[i * bits / 8] |= (uint8_t)(((uint8_t)iv & mask) << (i * bits % 8));
+    return;
+  }
+  uint8_t *p = t->bytes + i * (bits / 8);
+  if (is_f8(t->type.element_type)) {
+    *p = double_to_f8(t->type.element_type, v);
+    return;
+  }
   switch (t->type.element_type) {
     case KILN_VMFB_ELEMENT_BOOL_8: *p = iv != 0; break;
     case KILN_VMFB_ELEMENT_INT_8: *(int8_t *)p = (int8_t)iv; break;
@@ -153,7 +203,12 @@ static void put_value(tensor_t *t, uint64_t i, double v, int64_t iv) {
 }
 
 static int64_t get_int(uint32_t et, const uint8_t *bytes, uint64_t i) {
-  const uint8_t *p = bytes + i * (kiln_vmfb_element_bits(et) / 8);
+  uint32_t bits = kiln_vmfb_element_bits(et);
+  if (bits < 8) { /* sign-extended, as MLIR's signless iN reads as a signed value */
+    int64_t x = (bytes[i * bits / 8] >> (i * bits % 8)) & ((1 << bits) - 1);
+    return x >= (1 << (bits - 1)) ? x - (1 << bits) : x;
+  }
+  const uint8_t *p = bytes + i * (bits / 8);
   switch (et) {
     case KILN_VMFB_ELEMENT_BOOL_8: return *p;
     case KILN_VMFB_ELEMENT_INT_8: return *(const int8_t *)p;
@@ -165,7 +220,9 @@ static int64_t get_int(uint32_t et, const uint8_t *bytes, uint64_t i) {
 }
 
 static double get_value(uint32_t et, const uint8_t *bytes, uint64_t i) {
+  if (kiln_vmfb_element_bits(et) < 8) return (double)get_int(et, bytes, i);
   const uint8_t *p = bytes + i * (kiln_vmfb_element_bits(et) / 8);
+  if (is_f8(et)) return f8_to_double(et, *p);
   switch (et) {
     case KILN_VMFB_ELEMENT_BOOL_8: return *p;
     case KILN_VMFB_ELEMENT_INT_8: return *(const int8_t *)p;
