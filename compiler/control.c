@@ -22,6 +22,7 @@
  */
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
+#include <mlir-c/Dialect/Func.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -407,4 +408,84 @@ void kiln_compiler_carried_buffers_fix(MlirContext context, MlirModule module) {
     }
   }
   kiln_free(ops.items);
+}
+
+/* ---- read-only arguments ---- */
+
+void kiln_compiler_arguments_read_only(MlirContext context, MlirModule module) {
+  MlirAttribute no = mlirBoolAttrGet(context, 0);
+  for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module)); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (!op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1) continue;
+    MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
+    if (mlirBlockIsNull(entry)) continue;
+    for (intptr_t i = 0; i < mlirBlockGetNumArguments(entry); i++) {
+      if (!mlirTypeIsARankedTensor(mlirValueGetType(mlirBlockGetArgument(entry, i)))) continue;
+      mlirFuncSetArgAttr(op, i, mlirStringRefCreateFromCString("bufferization.writable"), no);
+    }
+  }
+}
+
+/* ---- the index dialect in arith ---- */
+
+static MlirWalkResult collect_index_ops(MlirOperation op, void *user) {
+  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
+  if (s.length > 6 && memcmp(s.data, "index.", 6) == 0) ops_push(user, op);
+  return MlirWalkResultAdvance;
+}
+
+kiln_status_t kiln_compiler_index_to_arith(MlirContext context, MlirModule module, const char *name) {
+  (void)context;
+  static const struct {
+    const char *from, *to;
+  } SAME[] = {
+      {"index.add", "arith.addi"},   {"index.sub", "arith.subi"},   {"index.mul", "arith.muli"},
+      {"index.divs", "arith.divsi"}, {"index.divu", "arith.divui"}, {"index.rems", "arith.remsi"},
+      {"index.remu", "arith.remui"}, {"index.maxs", "arith.maxsi"}, {"index.maxu", "arith.maxui"},
+      {"index.mins", "arith.minsi"}, {"index.minu", "arith.minui"}, {"index.shl", "arith.shli"},
+      {"index.shrs", "arith.shrsi"}, {"index.shru", "arith.shrui"}, {"index.and", "arith.andi"},
+      {"index.or", "arith.ori"},     {"index.xor", "arith.xori"},   {"index.ceildivs", "arith.ceildivsi"},
+      {"index.ceildivu", "arith.ceildivui"}, {"index.floordivs", "arith.floordivsi"},
+      {"index.casts", "arith.index_cast"},   {"index.castu", "arith.index_castui"},
+  };
+  ops_t ops = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_index_ops, &ops, MlirWalkPreOrder);
+  kiln_status_t st = NULL;
+  for (size_t i = 0; i < ops.n && !st; i++) {
+    MlirOperation op = ops.items[i];
+    const char *to = NULL;
+    for (size_t k = 0; k < sizeof SAME / sizeof SAME[0] && !to; k++) {
+      if (op_is(op, SAME[k].from)) to = SAME[k].to;
+    }
+    if (!to && op_is(op, "index.constant")) {
+      MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
+      MlirAttribute v = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("value"));
+      MlirOperation c = kiln_compiler_int_constant(mlirOperationGetContext(op), mlirOperationGetLocation(op), t,
+                                                   mlirIntegerAttrGetValueInt(v));
+      mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, c);
+      mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), mlirOperationGetResult(c, 0));
+      mlirOperationDestroy(op);
+      continue;
+    }
+    if (!to) {
+      MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
+      st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s: %.*s (index dialect) is not lowered by kiln yet", name,
+                       (int)s.length, s.data);
+      break;
+    }
+    intptr_t n = mlirOperationGetNumOperands(op);
+    MlirValue *operands = kiln_calloc((size_t)n + 1, sizeof *operands);
+    for (intptr_t k = 0; k < n; k++) operands[k] = mlirOperationGetOperand(op, k);
+    MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
+    MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString(to), mlirOperationGetLocation(op));
+    mlirOperationStateAddOperands(&s, n, operands);
+    mlirOperationStateAddResults(&s, 1, &t);
+    MlirOperation now = mlirOperationCreate(&s);
+    mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, now);
+    mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), mlirOperationGetResult(now, 0));
+    mlirOperationDestroy(op);
+    kiln_free(operands);
+  }
+  kiln_free(ops.items);
+  return st;
 }

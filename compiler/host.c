@@ -49,6 +49,11 @@ static MlirAttribute attr(MlirOperation op, const char *name) {
 
 /* ---- copies to kernels ---- */
 
+typedef struct ops_list_s {
+  MlirOperation *items;
+  size_t n;
+} ops_list_t;
+
 static void rewrite_copy(MlirContext ctx, MlirOperation copy) {
   MlirValue src = mlirOperationGetOperand(copy, 0);
   MlirValue dst = mlirOperationGetOperand(copy, 1);
@@ -93,10 +98,99 @@ static void rewrite_copy(MlirContext ctx, MlirOperation copy) {
   mlirOperationDestroy(copy);
 }
 
+/* A memref.copy inside a host loop (a scatter's row copies): a sequential nest of
+ * scf.for over its dimensions, loading and storing element by element; the host
+ * loop around it then becomes a one-invocation kernel (host loops to kernels). */
+static void copy_as_loops(MlirContext ctx, MlirOperation copy) {
+  MlirValue src = mlirOperationGetOperand(copy, 0);
+  MlirValue dst = mlirOperationGetOperand(copy, 1);
+  MlirType type = mlirValueGetType(src);
+  intptr_t rank = mlirShapedTypeGetRank(type);
+  MlirLocation loc = mlirOperationGetLocation(copy);
+  MlirType index = mlirIndexTypeGet(ctx);
+  MlirOperation before = copy;
+  MlirValue *ivs = kiln_calloc((size_t)rank + 1, sizeof *ivs);
+  MlirOperation c0 = kiln_compiler_int_constant(ctx, loc, index, 0);
+  MlirOperation c1 = kiln_compiler_int_constant(ctx, loc, index, 1);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(copy), copy, c0);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(copy), copy, c1);
+  for (intptr_t d = 0; d < rank; d++) {
+    MlirBlock block = mlirOperationGetBlock(before);
+    MlirValue ub;
+    int64_t size = mlirShapedTypeGetDimSize(type, d);
+    if (mlirShapedTypeIsDynamicSize(size)) {
+      MlirOperation cd = kiln_compiler_int_constant(ctx, loc, index, d);
+      mlirBlockInsertOwnedOperationBefore(block, before, cd);
+      MlirValue dim_ops[2] = {src, mlirOperationGetResult(cd, 0)};
+      MlirOperationState ds = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.dim"), loc);
+      mlirOperationStateAddOperands(&ds, 2, dim_ops);
+      mlirOperationStateAddResults(&ds, 1, &index);
+      MlirOperation dim = mlirOperationCreate(&ds);
+      mlirBlockInsertOwnedOperationBefore(block, before, dim);
+      ub = mlirOperationGetResult(dim, 0);
+    } else {
+      MlirOperation cs = kiln_compiler_int_constant(ctx, loc, index, size);
+      mlirBlockInsertOwnedOperationBefore(block, before, cs);
+      ub = mlirOperationGetResult(cs, 0);
+    }
+    MlirBlock body = mlirBlockCreate(1, &index, &loc);
+    MlirRegion region = mlirRegionCreate();
+    mlirRegionAppendOwnedBlock(region, body);
+    MlirValue bounds[3] = {mlirOperationGetResult(c0, 0), ub, mlirOperationGetResult(c1, 0)};
+    MlirOperationState fs = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.for"), loc);
+    mlirOperationStateAddOperands(&fs, 3, bounds);
+    mlirOperationStateAddOwnedRegions(&fs, 1, &region);
+    MlirOperation loop = mlirOperationCreate(&fs);
+    mlirBlockInsertOwnedOperationBefore(block, before, loop);
+    MlirOperationState ys = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.yield"), loc);
+    MlirOperation yield = mlirOperationCreate(&ys);
+    mlirBlockAppendOwnedOperation(body, yield);
+    ivs[d] = mlirBlockGetArgument(body, 0);
+    before = yield;
+  }
+  MlirBlock inner = mlirOperationGetBlock(before);
+  MlirValue *load_ops = kiln_calloc((size_t)rank + 2, sizeof *load_ops);
+  load_ops[0] = src;
+  for (intptr_t d = 0; d < rank; d++) load_ops[1 + d] = ivs[d];
+  MlirType elem = mlirShapedTypeGetElementType(type);
+  MlirOperationState ls = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.load"), loc);
+  mlirOperationStateAddOperands(&ls, rank + 1, load_ops);
+  mlirOperationStateAddResults(&ls, 1, &elem);
+  MlirOperation load = mlirOperationCreate(&ls);
+  mlirBlockInsertOwnedOperationBefore(inner, before, load);
+  MlirValue *store_ops = kiln_calloc((size_t)rank + 3, sizeof *store_ops);
+  store_ops[0] = mlirOperationGetResult(load, 0);
+  store_ops[1] = dst;
+  for (intptr_t d = 0; d < rank; d++) store_ops[2 + d] = ivs[d];
+  MlirOperationState ss = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.store"), loc);
+  mlirOperationStateAddOperands(&ss, rank + 2, store_ops);
+  mlirBlockInsertOwnedOperationBefore(inner, before, mlirOperationCreate(&ss));
+  mlirOperationDestroy(copy);
+  kiln_free(ivs);
+  kiln_free(load_ops);
+  kiln_free(store_ops);
+}
+
+static MlirWalkResult collect_loop_copies(MlirOperation op, void *user) {
+  if (op_is(op, "memref.copy")) {
+    ops_list_t *l = user;
+    l->items = kiln_realloc(l->items, (l->n + 1) * sizeof *l->items);
+    l->items[l->n++] = op;
+  }
+  return MlirWalkResultAdvance;
+}
+
 static void rewrite_block(MlirContext ctx, MlirBlock block) {
   for (MlirOperation op = mlirBlockGetFirstOperation(block); !mlirOperationIsNull(op);) {
     MlirOperation next = mlirOperationGetNextInBlock(op);
-    if (op_is(op, "memref.copy")) rewrite_copy(ctx, op);
+    if (op_is(op, "memref.copy")) {
+      rewrite_copy(ctx, op);
+    } else if (op_is(op, "scf.for")) {
+      ops_list_t copies = {0};
+      mlirOperationWalk(op, collect_loop_copies, &copies, MlirWalkPreOrder);
+      for (size_t i = 0; i < copies.n; i++) copy_as_loops(ctx, copies.items[i]);
+      kiln_free(copies.items);
+    }
     op = next;
   }
 }

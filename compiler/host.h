@@ -48,6 +48,18 @@ void kiln_compiler_fusion_barriers_remove(MlirModule module);
  *    yield nothing and the host plan's buffers stay one set per call. Ops that
  *    carry scalars or dynamic shapes are left as they are (the plan refuses them). */
 void kiln_compiler_tosa_control_to_scf(MlirContext context, MlirModule module);
+
+/* Marks every tensor argument of every func.func bufferization.writable = false:
+ * a caller's inputs are read, never written (one-shot-bufferize otherwise writes
+ * a result into an argument it no longer reads: a scatter, a linalg outs that is
+ * an argument). */
+void kiln_compiler_arguments_read_only(MlirContext context, MlirModule module);
+
+/* The index dialect's arithmetic (tosa.fft2d's lowering writes index.mul and
+ * index.remu) as the same arith ops, which every backend converts; SPIR-V's
+ * conversion of the index dialect leaves casts its GPU conversion refuses.
+ * UNIMPLEMENTED naming an index op with no arith twin (index.cmp, sizeof). */
+kiln_status_t kiln_compiler_index_to_arith(MlirContext context, MlirModule module, const char *name);
 void kiln_compiler_carried_buffers_fix(MlirContext context, MlirModule module);
 
 /* Dynamic shapes (dynamic.c), after kernel outlining: kernels take no memref of

@@ -46,7 +46,7 @@
 /* tosa-to-arith also lowers tosa.apply_scale (what tosa.rescale becomes), in 32-bit
  * arithmetic: SPIR-V profiles without Int64 need it, and it is exact. */
 #define LINALG_PASSES                                                                \
-  "func.func(tosa-to-linalg-named,tosa-to-linalg,"                                  \
+  "func.func(tosa-optional-decompositions,tosa-to-scf,tosa-to-linalg-named,tosa-to-linalg," \
   "tosa-to-arith{include-apply-rescale=true use-32-bit=true},tosa-to-tensor,"       \
   "convert-elementwise-to-linalg),"                                                  \
   "canonicalize"
@@ -81,10 +81,13 @@ static const char tile_pipeline[] = "builtin.module(" TILE_PASSES ")";
 /* Then, once for all GPU targets: the grid mapping and kernel outlining. Constants
  * the kernels use are sunk into them first (after canonicalize folds the index
  * arithmetic into constants), so kernels take buffers only, as IREE's HAL ABI
- * passes them: one pointer per binding. */
+ * passes them: one pointer per binding. Views made inside a kernel (a scatter's
+ * row, at an offset it reads) fold into the loads and stores, which bare-pointer
+ * arguments need. */
 #define GPU_FRONT_PASSES                                                             \
   "func.func(gpu-map-parallel-loops,convert-parallel-loops-to-gpu,canonicalize,"    \
-  "gpu-launch-sink-index-computations),gpu-kernel-outlining,canonicalize,cse"
+  "gpu-launch-sink-index-computations),gpu-kernel-outlining,canonicalize,cse,"       \
+  "gpu.module(fold-memref-alias-ops)"
 
 static const char gpu_front_pipeline[] = "builtin.module(" GPU_FRONT_PASSES ")";
 
@@ -158,7 +161,9 @@ static kiln_status_t run_pipeline(kiln_compiler_context_t *context, MlirModule m
 static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule module,
                                 const char *name) {
   kiln_compiler_tosa_control_to_scf(context->mlir, module);
+  kiln_compiler_arguments_read_only(context->mlir, module);
   KILN_RETURN_IF_ERROR(run_pipeline(context, module, linalg_pipeline, name, "the front half"));
+  KILN_RETURN_IF_ERROR(kiln_compiler_index_to_arith(context->mlir, module, name));
   kiln_compiler_fusion_barriers_insert(context->mlir, module, FUSION_CHAIN_LIMIT);
   kiln_status_t st = run_pipeline(context, module, fuse_pipeline, name, "the front half");
   kiln_compiler_fusion_barriers_remove(module);

@@ -832,6 +832,103 @@ def group_tosa():
                             '%0 = tosa.resize %arg0, %scale, %offset, %border {mode = NEAREST_NEIGHBOR} : (tensor<1x2x2x1xf32>, !tosa.shape<4>, !tosa.shape<2>, !tosa.shape<2>) -> tensor<1x4x4x1xf32>',
                             'return %0 : tensor<1x4x4x1xf32>'],
                            [((1, 2, 2, 1), 'f32', small)], [((1, 4, 4, 1), 'f32', up)]))
+    # conv3d: NDHWC input, ODHWI weights, stride 1, no padding.
+    D = H = W = 3
+    C, F, K = 2, 3, 2
+    x = values((1, D, H, W, C), 'f32', 84)
+    w = small_weights(F * K * K * K * C, 85)
+    bias = small_weights(F, 86)
+    out = []
+    for z in range(D - K + 1):
+        for y in range(H - K + 1):
+            for x_ in range(W - K + 1):
+                for f in range(F):
+                    acc = bias[f]
+                    for kz in range(K):
+                        for ky in range(K):
+                            for kx in range(K):
+                                for c in range(C):
+                                    acc += (x[(((z + kz) * H + y + ky) * W + x_ + kx) * C + c] *
+                                            w[((((f * K + kz) * K + ky) * K + kx) * C) + c])
+                    out.append(acc)
+    O = D - K + 1
+    cases.append(tosa_case('tosa_conv3d_f32', ['tensor<1x3x3x3x2xf32>'], 'tensor<1x2x2x2x3xf32>',
+                           [const('w', w, (F, K, K, K, C)), const('b', bias, (F,)),
+                            '%zp = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>',
+                            '%0 = tosa.conv3d %arg0, %w, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1, 1>, pad = array<i64: 0, 0, 0, 0, 0, 0>, stride = array<i64: 1, 1, 1>} : (tensor<1x3x3x3x2xf32>, tensor<3x2x2x2x2xf32>, tensor<3xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x2x2x2x3xf32>',
+                            'return %0 : tensor<1x2x2x2x3xf32>'],
+                           [((1, D, H, W, C), 'f32', x)], [((1, O, O, O, F), 'f32', out)], 1e-5))
+    # transpose_conv2d, stride 2: each input pixel scatters a KxK weight patch.
+    H = W = 3
+    C, F, K, S = 2, 4, 2, 2
+    x = values((1, H, W, C), 'f32', 87)
+    w = small_weights(F * K * K * C, 88)
+    bias = small_weights(F, 89)
+    OH = (H - 1) * S + K
+    acc = [bias[i % F] for i in range(OH * OH * F)]
+    for iy in range(H):
+        for ix in range(W):
+            for ky in range(K):
+                for kx in range(K):
+                    for f in range(F):
+                        for c in range(C):
+                            acc[((iy * S + ky) * OH + ix * S + kx) * F + f] += (
+                                x[(iy * W + ix) * C + c] * w[((f * K + ky) * K + kx) * C + c])
+    cases.append(tosa_case('tosa_transpose_conv2d_f32', ['tensor<1x3x3x2xf32>'], 'tensor<1x6x6x4xf32>',
+                           [const('w', w, (F, K, K, C)), const('b', bias, (F,)),
+                            '%zp = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>',
+                            '%0 = tosa.transpose_conv2d %arg0, %w, %b, %zp, %zp {acc_type = f32, out_pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x3x3x2xf32>, tensor<4x2x2x2xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x6x6x4xf32>',
+                            'return %0 : tensor<1x6x6x4xf32>'],
+                           [((1, H, W, C), 'f32', x)], [((1, OH, OH, F), 'f32', acc)], 1e-5))
+    # fft2d and rfft2d (TOSA's sign convention: exp(-2 pi i ...) forward).
+    N = 4
+    re = values((1, N, N), 'f32', 90)
+    im = values((1, N, N), 'f32', 91)
+
+    def dft(re, im, inverse):
+        ore, oim = [], []
+        sgn = 1 if inverse else -1
+        for u in range(N):
+            for v in range(N):
+                sr = si = 0.0
+                for y in range(N):
+                    for x_ in range(N):
+                        a = sgn * 2 * math.pi * (u * y + v * x_) / N
+                        r, i_ = re[y * N + x_], im[y * N + x_]
+                        sr += r * math.cos(a) - i_ * math.sin(a)
+                        si += r * math.sin(a) + i_ * math.cos(a)
+                ore.append(sr)
+                oim.append(si)
+        return ore, oim
+
+    fre, fim = dft(re, im, False)
+    cases.append(tosa_case('tosa_fft2d_f32', ['tensor<1x4x4xf32>', 'tensor<1x4x4xf32>'],
+                           '(tensor<1x4x4xf32>, tensor<1x4x4xf32>)',
+                           ['%0, %1 = tosa.fft2d %arg0, %arg1 {inverse = false} : (tensor<1x4x4xf32>, tensor<1x4x4xf32>) -> (tensor<1x4x4xf32>, tensor<1x4x4xf32>)',
+                            'return %0, %1 : tensor<1x4x4xf32>, tensor<1x4x4xf32>'],
+                           [((1, N, N), 'f32', re), ((1, N, N), 'f32', im)],
+                           [((1, N, N), 'f32', fre), ((1, N, N), 'f32', fim)], 1e-4))
+    rre, rim = dft(re, [0.0] * (N * N), False)
+    half = N // 2 + 1
+    cases.append(tosa_case('tosa_rfft2d_f32', ['tensor<1x4x4xf32>'], '(tensor<1x4x3xf32>, tensor<1x4x3xf32>)',
+                           ['%0, %1 = tosa.rfft2d %arg0 : (tensor<1x4x4xf32>) -> (tensor<1x4x3xf32>, tensor<1x4x3xf32>)',
+                            'return %0, %1 : tensor<1x4x3xf32>, tensor<1x4x3xf32>'],
+                           [((1, N, N), 'f32', re)],
+                           [((1, N, half), 'f32', [rre[u * N + v] for u in range(N) for v in range(half)]),
+                            ((1, N, half), 'f32', [rim[u * N + v] for u in range(N) for v in range(half)])], 1e-4))
+    # scatter: rows of the input replace rows of the values (its inputs stay as they were).
+    vals = values((1, 5, 2), 'f32', 92)
+    rows = values((1, 2, 2), 'f32', 93)
+    idx = [3, 1]
+    want = list(vals)
+    for k, r in enumerate(idx):
+        want[r * 2:r * 2 + 2] = rows[k * 2:k * 2 + 2]
+    cases.append(tosa_case('tosa_scatter_f32', ['tensor<1x5x2xf32>', 'tensor<1x2xi32>', 'tensor<1x2x2xf32>'],
+                           'tensor<1x5x2xf32>',
+                           ['%0 = tosa.scatter %arg0, %arg1, %arg2 : (tensor<1x5x2xf32>, tensor<1x2xi32>, tensor<1x2x2xf32>) -> tensor<1x5x2xf32>',
+                            'return %0 : tensor<1x5x2xf32>'],
+                           [((1, 5, 2), 'f32', vals), ((1, 2), 'i32', idx), ((1, 2, 2), 'f32', rows)],
+                           [((1, 5, 2), 'f32', want)]))
     return cases
 
 

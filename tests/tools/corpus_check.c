@@ -649,6 +649,16 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_function_t *fn, const kiln_compiler
     outs[r] = kiln_malloc(bytes ? bytes : 1);
     memcpy(outs[r], (uint8_t *)bufs[res->buffer].map + res->offset, bytes);
   }
+  /* A caller's inputs are read, never written (IREE's ABI; an in-place scatter
+   * or a linalg outs on an argument once wrote results into them). */
+  for (size_t i = 0; i < fn->n_buffers; i++) {
+    const kiln_vmfb_buffer_t *b = &fn->buffers[i];
+    if (b->kind != KILN_VMFB_BUFFER_INPUT || alias[i]) continue;
+    if (memcmp(bufs[i].map, c->inputs[b->input].bytes, c->inputs[b->input].len) != 0) {
+      snprintf(err, err_cap, "input %u was written by the program", b->input);
+      goto done;
+    }
+  }
   ok = true;
 done:
   if (fence) vkDestroyFence(vk->device, fence, NULL);
