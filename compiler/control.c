@@ -34,15 +34,8 @@ static bool op_is(MlirOperation op, const char *name) {
   return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
 }
 
-typedef struct ops_s {
-  MlirOperation *items;
-  size_t n;
-} ops_t;
-
-static void ops_push(ops_t *ops, MlirOperation op) {
-  ops->items = kiln_realloc(ops->items, (ops->n + 1) * sizeof *ops->items);
-  ops->items[ops->n++] = op;
-}
+typedef kiln_compiler_ops_t ops_t;
+#define ops_push kiln_compiler_ops_push
 
 /* ---- TOSA control flow to scf ---- */
 
@@ -201,14 +194,7 @@ static MlirValue fixed_buffer(MlirContext ctx, MlirOperation op, MlirType as, Ml
   MlirType plain = mlirMemRefTypeGet(mlirShapedTypeGetElementType(as), rank, shape, mlirAttributeGetNull(),
                                      mlirMemRefTypeGetMemorySpace(as));
   kiln_free(shape);
-  int32_t segments[2] = {0, 0};
-  MlirNamedAttribute seg = mlirNamedAttributeGet(
-      mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("operandSegmentSizes")),
-      mlirDenseI32ArrayGet(ctx, 2, segments));
-  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.alloc"), loc);
-  mlirOperationStateAddResults(&s, 1, &plain);
-  mlirOperationStateAddAttributes(&s, 1, &seg);
-  MlirOperation alloc = mlirOperationCreate(&s);
+  MlirOperation alloc = kiln_compiler_static_alloc(ctx, loc, plain);
   mlirBlockInsertOwnedOperationBefore(block, op, alloc);
   MlirValue buffer = mlirOperationGetResult(alloc, 0);
   *out_buffer = buffer;

@@ -56,13 +56,7 @@ static MlirValue index_const(MlirContext ctx, MlirOperation before, int64_t v) {
 }
 
 /* One-result op `name` of `operands` and result type `type` before `before`. */
-static MlirValue make(const char *name, MlirOperation before, const MlirValue *operands, intptr_t n,
-                      MlirType type) {
-  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString(name), mlirOperationGetLocation(before));
-  mlirOperationStateAddOperands(&s, n, operands);
-  mlirOperationStateAddResults(&s, 1, &type);
-  return mlirOperationGetResult(insert_before(before, mlirOperationCreate(&s)), 0);
-}
+#define make kiln_compiler_build_before
 
 typedef struct launch_s {
   MlirOperation launch;
@@ -425,14 +419,9 @@ static MlirValue args_buffer(MlirContext ctx, MlirOperation host_func, int64_t w
   MlirOperation first = mlirBlockGetFirstOperation(entry);
   MlirType type = mlirMemRefTypeGet(mlirIntegerTypeGet(ctx, 32), 1, &words, mlirAttributeGetNull(),
                                     mlirAttributeGetNull());
-  int32_t segments[2] = {0, 0};
-  MlirNamedAttribute attrs[2] = {named(ctx, "operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 2, segments)),
-                                 named(ctx, "kiln.args", mlirUnitAttrGet(ctx))};
-  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.alloc"),
-                                               mlirOperationGetLocation(host_func));
-  mlirOperationStateAddResults(&s, 1, &type);
-  mlirOperationStateAddAttributes(&s, 2, attrs);
-  return mlirOperationGetResult(insert_before(first, mlirOperationCreate(&s)), 0);
+  MlirOperation alloc = kiln_compiler_static_alloc(ctx, mlirOperationGetLocation(host_func), type);
+  mlirOperationSetDiscardableAttributeByName(alloc, mlirStringRefCreateFromCString("kiln.args"), mlirUnitAttrGet(ctx));
+  return mlirOperationGetResult(insert_before(first, alloc), 0);
 }
 
 kiln_status_t kiln_compiler_dynamic_kernel_args(MlirContext context, MlirModule module, const char *name) {

@@ -49,11 +49,6 @@ static MlirAttribute attr(MlirOperation op, const char *name) {
 
 /* ---- copies to kernels ---- */
 
-typedef struct ops_list_s {
-  MlirOperation *items;
-  size_t n;
-} ops_list_t;
-
 static void rewrite_copy(MlirContext ctx, MlirOperation copy) {
   MlirValue src = mlirOperationGetOperand(copy, 0);
   MlirValue dst = mlirOperationGetOperand(copy, 1);
@@ -172,11 +167,7 @@ static void copy_as_loops(MlirContext ctx, MlirOperation copy) {
 }
 
 static MlirWalkResult collect_loop_copies(MlirOperation op, void *user) {
-  if (op_is(op, "memref.copy")) {
-    ops_list_t *l = user;
-    l->items = kiln_realloc(l->items, (l->n + 1) * sizeof *l->items);
-    l->items[l->n++] = op;
-  }
+  if (op_is(op, "memref.copy")) kiln_compiler_ops_push(user, op);
   return MlirWalkResultAdvance;
 }
 
@@ -186,7 +177,7 @@ static void rewrite_block(MlirContext ctx, MlirBlock block) {
     if (op_is(op, "memref.copy")) {
       rewrite_copy(ctx, op);
     } else if (op_is(op, "scf.for")) {
-      ops_list_t copies = {0};
+      kiln_compiler_ops_t copies = {0};
       mlirOperationWalk(op, collect_loop_copies, &copies, MlirWalkPreOrder);
       for (size_t i = 0; i < copies.n; i++) copy_as_loops(ctx, copies.items[i]);
       kiln_free(copies.items);
@@ -357,14 +348,7 @@ static void conditions_to_device(MlirContext ctx, MlirBlock b) {
     MlirLocation loc = mlirOperationGetLocation(op);
     MlirType i1 = mlirValueGetType(cond);
     MlirType buf_type = mlirMemRefTypeGet(i1, 0, NULL, mlirAttributeGetNull(), mlirAttributeGetNull());
-    int32_t segments[2] = {0, 0};
-    MlirNamedAttribute seg = mlirNamedAttributeGet(
-        mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("operandSegmentSizes")),
-        mlirDenseI32ArrayGet(ctx, 2, segments));
-    MlirOperationState as = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.alloc"), loc);
-    mlirOperationStateAddResults(&as, 1, &buf_type);
-    mlirOperationStateAddAttributes(&as, 1, &seg);
-    MlirOperation alloc = mlirOperationCreate(&as);
+    MlirOperation alloc = kiln_compiler_static_alloc(ctx, loc, buf_type);
     mlirBlockInsertOwnedOperationBefore(b, op, alloc);
     MlirValue buf = mlirOperationGetResult(alloc, 0);
     MlirOperationState ss = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.store"), loc);

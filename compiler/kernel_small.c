@@ -265,14 +265,7 @@ static bool sub_byte(MlirType t) {
   return mlirTypeIsAInteger(t) && (mlirIntegerTypeGetWidth(t) == 2 || mlirIntegerTypeGetWidth(t) == 4);
 }
 
-static MlirValue op1(const char *name, MlirOperation before, const MlirValue *operands, intptr_t n, MlirType t) {
-  MlirOperationState s = mlirOperationStateGet(sref(name), mlirOperationGetLocation(before));
-  mlirOperationStateAddOperands(&s, n, operands);
-  mlirOperationStateAddResults(&s, 1, &t);
-  MlirOperation op = mlirOperationCreate(&s);
-  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, op);
-  return mlirOperationGetResult(op, 0);
-}
+#define op1 kiln_compiler_build_before
 
 static MlirValue bin(const char *name, MlirOperation before, MlirValue a, MlirValue b) {
   MlirValue ops[2] = {a, b};
@@ -387,15 +380,11 @@ static kiln_status_t pack_arg(MlirContext ctx, MlirValue arg, const char *name) 
   return NULL;
 }
 
-typedef struct funcs_s {
-  MlirOperation *items;
-  size_t n;
-} funcs_t;
+typedef kiln_compiler_ops_t funcs_t;
 
 static MlirWalkResult collect_funcs(MlirOperation op, void *user) {
   if (!op_is(op, "gpu.func")) return MlirWalkResultAdvance;
-  funcs_t *f = user;
-  push(&f->items, &f->n, op);
+  kiln_compiler_ops_push(user, op);
   return MlirWalkResultSkip;
 }
 
@@ -571,15 +560,9 @@ static kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *w, MlirOperati
   return NULL;
 }
 
-static MlirWalkResult collect_ops(MlirOperation op, void *user) {
-  funcs_t *f = user;
-  push(&f->items, &f->n, op);
-  return MlirWalkResultAdvance;
-}
-
 kiln_status_t kiln_compiler_kernels_widen_sub_byte(MlirContext context, MlirModule module, const char *name) {
   funcs_t ops = {0};
-  mlirOperationWalk(mlirModuleGetOperation(module), collect_ops, &ops, MlirWalkPreOrder);
+  mlirOperationWalk(mlirModuleGetOperation(module), kiln_compiler_ops_collect_all, &ops, MlirWalkPreOrder);
   narrow_t w = {0};
   kiln_status_t st = NULL;
   for (size_t i = 0; i < ops.n && !st; i++) {

@@ -36,17 +36,16 @@ void kiln_compiler_kernels_only(MlirModule module) {
 
 /* ---- floats as bits ---- */
 
-typedef struct ops_s {
-  MlirOperation *items;
-  size_t n;
-} ops_t;
+typedef kiln_compiler_ops_t ops_t;
 
-static void ops_push(ops_t *ops, MlirOperation op) {
+void kiln_compiler_ops_push(kiln_compiler_ops_t *ops, MlirOperation op) {
   ops->items = kiln_realloc(ops->items, (ops->n + 1) * sizeof *ops->items);
   ops->items[ops->n++] = op;
 }
 
-static MlirWalkResult collect_all(MlirOperation op, void *user) {
+static void ops_push(ops_t *ops, MlirOperation op) { kiln_compiler_ops_push(ops, op); }
+
+MlirWalkResult kiln_compiler_ops_collect_all(MlirOperation op, void *user) {
   ops_push(user, op);
   return MlirWalkResultAdvance;
 }
@@ -203,7 +202,7 @@ static void widen_op(const retype_t *r, MlirOperation op) {
 void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module, unsigned which) {
   retype_t r = {context, which};
   ops_t ops = {0};
-  mlirOperationWalk(mlirModuleGetOperation(module), collect_all, &ops, MlirWalkPreOrder);
+  mlirOperationWalk(mlirModuleGetOperation(module), kiln_compiler_ops_collect_all, &ops, MlirWalkPreOrder);
   for (size_t i = 0; i < ops.n; i++) {
     if (op_is(ops.items[i], "gpu.func")) retype_func(&r, ops.items[i]);
   }
@@ -436,6 +435,26 @@ MlirOperation kiln_compiler_int_constant(MlirContext context, MlirLocation loc, 
   mlirOperationStateAddResults(&st, 1, &type);
   mlirOperationStateAddAttributes(&st, 1, &attr);
   return mlirOperationCreate(&st);
+}
+
+MlirOperation kiln_compiler_static_alloc(MlirContext context, MlirLocation loc, MlirType type) {
+  int32_t segments[2] = {0, 0}; /* no dynamic sizes, no symbols */
+  MlirNamedAttribute seg = mlirNamedAttributeGet(mlirIdentifierGet(context, sref("operandSegmentSizes")),
+                                                 mlirDenseI32ArrayGet(context, 2, segments));
+  MlirOperationState st = mlirOperationStateGet(sref("memref.alloc"), loc);
+  mlirOperationStateAddResults(&st, 1, &type);
+  mlirOperationStateAddAttributes(&st, 1, &seg);
+  return mlirOperationCreate(&st);
+}
+
+MlirValue kiln_compiler_build_before(const char *name, MlirOperation before, const MlirValue *operands, intptr_t n,
+                                     MlirType type) {
+  MlirOperationState st = mlirOperationStateGet(sref(name), mlirOperationGetLocation(before));
+  mlirOperationStateAddOperands(&st, n, operands);
+  mlirOperationStateAddResults(&st, 1, &type);
+  MlirOperation op = mlirOperationCreate(&st);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, op);
+  return mlirOperationGetResult(op, 0);
 }
 
 static MlirValue int_const(MlirContext ctx, MlirBlock block, MlirOperation before, MlirType t, int64_t v) {

@@ -23,6 +23,26 @@
  * not yet in any block (the caller inserts it). */
 MlirOperation kiln_compiler_int_constant(MlirContext context, MlirLocation loc, MlirType type, int64_t value);
 
+/* A new memref.alloc of the static memref type `type` (no sizes), at `loc`, not yet
+ * in any block. */
+MlirOperation kiln_compiler_static_alloc(MlirContext context, MlirLocation loc, MlirType type);
+
+/* A new op `name` with `operands` and one result of `type`, inserted before
+ * `before`; returns its result. */
+MlirValue kiln_compiler_build_before(const char *name, MlirOperation before, const MlirValue *operands, intptr_t n,
+                                     MlirType type);
+
+/* A growing list of ops (what a walk collects before a rewrite changes the IR). */
+typedef struct kiln_compiler_ops_s {
+  MlirOperation *items;
+  size_t n;
+} kiln_compiler_ops_t;
+
+void kiln_compiler_ops_push(kiln_compiler_ops_t *ops, MlirOperation op);
+
+/* A walk callback that pushes every op onto the kiln_compiler_ops_t `user`. */
+MlirWalkResult kiln_compiler_ops_collect_all(MlirOperation op, void *user);
+
 /* Removes every top-level op of `module` except gpu.modules: the host functions
  * and globals, which a device back half neither needs nor could keep consistent
  * once kernel signatures change. The host plan is read before (host.h). */
