@@ -1106,6 +1106,44 @@ static kiln_status_t check_static_signatures(MlirModule module, const char *name
   return NULL;
 }
 
+/* TOSA ops kiln does not compile, refused up front with the reason (they failed
+ * inside the front half as "failed to legalize", which read as bad IR). */
+static const struct {
+  const char *op, *why;
+} REFUSED_OPS[] = {
+    {"tosa.variable", "stateful variables (MLIR 22's tosa-to-mlprogram and bufferization lose the written value)"},
+    {"tosa.variable_read", "stateful variables (MLIR 22's tosa-to-mlprogram and bufferization lose the written value)"},
+    {"tosa.variable_write", "stateful variables (MLIR 22's tosa-to-mlprogram and bufferization lose the written value)"},
+    {"tosa.custom", "a custom op has no definition kiln could compile"},
+    {"tosa.cast_to_block_scaled", "block-scaled MX ops have no lowering in MLIR 22"},
+    {"tosa.matmul_t_block_scaled", "block-scaled MX ops have no lowering in MLIR 22"},
+};
+
+typedef struct refused_s {
+  const char *name;
+  kiln_status_t status;
+} refused_t;
+
+static MlirWalkResult find_refused(MlirOperation op, void *user) {
+  refused_t *r = user;
+  for (size_t i = 0; i < sizeof REFUSED_OPS / sizeof REFUSED_OPS[0]; i++) {
+    if (!op_is(op, REFUSED_OPS[i].op)) continue;
+    MlirLocation loc = mlirOperationGetLocation(op);
+    kiln_buf_t where;
+    kiln_buf_init(&where);
+    mlirLocationPrint(loc, append_cb, &where);
+    /* loc("file":line:col) -> line:col */
+    const char *lc = where.len ? strstr(where.data, "\":") : NULL;
+    int line = 0, col = 0;
+    if (!lc || sscanf(lc, "\":%d:%d", &line, &col) != 2) line = col = 0;
+    r->status = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s:%d:%d: %s: kiln does not compile it yet: %s", r->name,
+                            line, col, REFUSED_OPS[i].op, REFUSED_OPS[i].why);
+    kiln_buf_deinit(&where);
+    return MlirWalkResultInterrupt;
+  }
+  return MlirWalkResultAdvance;
+}
+
 kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source,
                                     size_t len, const char *name,
                                     const kiln_target_t *const *targets, size_t n_targets,
@@ -1116,6 +1154,11 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   MlirModule common;
   KILN_RETURN_IF_ERROR(kiln_compiler_parse(context, source, len, name, &common));
   kiln_status_t shapes = check_static_signatures(common, name);
+  if (!shapes) {
+    refused_t r = {name, NULL};
+    mlirOperationWalk(mlirModuleGetOperation(common), find_refused, &r, MlirWalkPreOrder);
+    shapes = r.status;
+  }
   if (shapes) {
     mlirModuleDestroy(common);
     return shapes;

@@ -1540,6 +1540,24 @@ def group_narrow():
     cases.append(Case('scaling_extf_f4', body, [((8,), 'i4', [c - 16 if c >= 8 else c for c in codes]),
                                                 ((8,), 'f8E8M0FNU', scales)],
                       [((8,), 'f32', [v * k for v, k in zip(f4, scales)])]))
+    # scaling_truncf to f4 (values whose quotients f4 holds exactly), its bits out as i4.
+    xs = [1.0, -12.0, 24.0, 0.25, -0.75, 3.0]
+    ks = [1.0, 4.0, 4.0, 0.5, 0.5, 0.5]
+    q = [x / k for x, k in zip(xs, ks)]
+    code = lambda v: (8 if v < 0 else 0) | F4.index(abs(v))
+    body = """func.func @scaling_truncf_f4(%a: tensor<6xf32>, %s: tensor<6xf8E8M0FNU>) -> tensor<6xi4> {
+  %e = tensor.empty() : tensor<6xf4E2M1FN>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%a, %s : tensor<6xf32>, tensor<6xf8E8M0FNU>) outs(%e : tensor<6xf4E2M1FN>) {
+  ^bb0(%x: f32, %k: f8E8M0FNU, %o: f4E2M1FN):
+    %y = arith.scaling_truncf %x, %k : f32, f8E8M0FNU to f4E2M1FN
+    linalg.yield %y : f4E2M1FN
+  } -> tensor<6xf4E2M1FN>
+  %b = arith.bitcast %r : tensor<6xf4E2M1FN> to tensor<6xi4>
+  return %b : tensor<6xi4>
+}"""
+    cases.append(Case('scaling_truncf_f4', body, [((6,), 'f32', xs), ((6,), 'f8E8M0FNU', ks)],
+                      [((6,), 'i4', [c - 16 if c >= 8 else c for c in (code(v) for v in q)])]))
     # Packed i4 and i2 arithmetic (wrapping), and conversions to and from i8.
     a = [1, 2, 3, -1, -8, 7, 5, -3, 6]
     b = [1, 1, 4, -2, -1, 1, 5, -6, -7]

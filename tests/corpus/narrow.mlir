@@ -203,6 +203,22 @@ func.func @scaling_extf_f4(%a: tensor<8xi4>, %s: tensor<8xf8E8M0FNU>) -> tensor<
   return %r : tensor<8xf32>
 }
 
+// CASE @scaling_truncf_f4
+// INPUT 6xf32 1.0 -12.0 24.0 0.25 -0.75 3.0
+// INPUT 6xf8E8M0FNU 1.0 4.0 4.0 0.5 0.5 0.5
+// OUTPUT 6xi4 2 -3 7 1 -5 7
+func.func @scaling_truncf_f4(%a: tensor<6xf32>, %s: tensor<6xf8E8M0FNU>) -> tensor<6xi4> {
+  %e = tensor.empty() : tensor<6xf4E2M1FN>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%a, %s : tensor<6xf32>, tensor<6xf8E8M0FNU>) outs(%e : tensor<6xf4E2M1FN>) {
+  ^bb0(%x: f32, %k: f8E8M0FNU, %o: f4E2M1FN):
+    %y = arith.scaling_truncf %x, %k : f32, f8E8M0FNU to f4E2M1FN
+    linalg.yield %y : f4E2M1FN
+  } -> tensor<6xf4E2M1FN>
+  %b = arith.bitcast %r : tensor<6xf4E2M1FN> to tensor<6xi4>
+  return %b : tensor<6xi4>
+}
+
 // CASE @addi_i4_9
 // INPUT 9xi4 1 2 3 -1 -8 7 5 -3 6
 // INPUT 9xi4 1 1 4 -2 -1 1 5 -6 -7
