@@ -475,3 +475,134 @@ kiln_status_t kiln_compiler_index_to_arith(MlirContext context, MlirModule modul
   kiln_free(ops.items);
   return st;
 }
+
+/* ---- TOSA variables ---- */
+
+static MlirWalkResult collect_variable_ops(MlirOperation op, void *user) {
+  if (op_is(op, "tosa.variable") || op_is(op, "tosa.variable_read") || op_is(op, "tosa.variable_write")) {
+    ops_push(user, op);
+  }
+  return MlirWalkResultAdvance;
+}
+
+static MlirNamedAttribute named_attr(MlirContext ctx, const char *name, MlirAttribute a) {
+  return mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString(name)), a);
+}
+
+/* memref<shape x elem> of a tensor type. */
+static MlirType memref_of(MlirType tensor) {
+  intptr_t rank = mlirShapedTypeGetRank(tensor);
+  int64_t *shape = kiln_calloc((size_t)rank + 1, sizeof *shape);
+  for (intptr_t d = 0; d < rank; d++) shape[d] = mlirShapedTypeGetDimSize(tensor, d);
+  MlirType t = mlirMemRefTypeGet(mlirShapedTypeGetElementType(tensor), rank, shape, mlirAttributeGetNull(),
+                                 mlirAttributeGetNull());
+  kiln_free(shape);
+  return t;
+}
+
+static MlirValue get_global(MlirContext ctx, MlirOperation before, MlirAttribute name, MlirType memref) {
+  MlirNamedAttribute a = named_attr(ctx, "name", mlirFlatSymbolRefAttrGet(ctx, mlirStringAttrGetValue(name)));
+  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.get_global"),
+                                               mlirOperationGetLocation(before));
+  mlirOperationStateAddResults(&s, 1, &memref);
+  mlirOperationStateAddAttributes(&s, 1, &a);
+  MlirOperation op = mlirOperationCreate(&s);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, op);
+  return mlirOperationGetResult(op, 0);
+}
+
+static MlirOperation find_global(MlirModule module, MlirStringRef name) {
+  for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module)); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
+    if (!op_is(op, "memref.global") || mlirAttributeIsNull(sym)) continue;
+    MlirStringRef s = mlirStringAttrGetValue(sym);
+    if (s.length == name.length && memcmp(s.data, name.data, name.length) == 0) return op;
+  }
+  return (MlirOperation){NULL};
+}
+
+kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule module, const char *name) {
+  ops_t ops = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_variable_ops, &ops, MlirWalkPreOrder);
+  kiln_status_t st = NULL;
+  /* The variables first: each a mutable memref.global with its initial value. */
+  for (size_t i = 0; i < ops.n; i++) {
+    MlirOperation op = ops.items[i];
+    if (!op_is(op, "tosa.variable")) continue;
+    MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
+    MlirAttribute shape = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("var_shape"));
+    MlirAttribute elem = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("type"));
+    MlirAttribute init = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("initial_value"));
+    intptr_t rank = mlirElementsAttrGetNumElements(shape);
+    int64_t *dims = kiln_calloc((size_t)rank + 1, sizeof *dims);
+    for (intptr_t d = 0; d < rank; d++) dims[d] = mlirDenseElementsAttrGetInt64Value(shape, d);
+    MlirType tensor = mlirRankedTensorTypeGet(rank, dims, mlirTypeAttrGetValue(elem), mlirAttributeGetNull());
+    kiln_free(dims);
+    if (!mlirShapedTypeHasStaticShape(tensor)) {
+      st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s: tosa.variable @%.*s has a dynamic shape", name,
+                       (int)mlirStringAttrGetValue(sym).length, mlirStringAttrGetValue(sym).data);
+      break;
+    }
+    MlirNamedAttribute attrs[4] = {
+        named_attr(context, "sym_name", sym),
+        named_attr(context, "sym_visibility", mlirStringAttrGet(context, mlirStringRefCreateFromCString("private"))),
+        named_attr(context, "type", mlirTypeAttrGet(memref_of(tensor))),
+        named_attr(context, "initial_value", mlirAttributeIsNull(init) ? mlirUnitAttrGet(context) : init),
+    };
+    MlirOperationState s =
+        mlirOperationStateGet(mlirStringRefCreateFromCString("memref.global"), mlirOperationGetLocation(op));
+    mlirOperationStateAddAttributes(&s, 4, attrs);
+    mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, mlirOperationCreate(&s));
+    mlirOperationDestroy(op);
+  }
+  /* A read copies the variable where it stands (a later write must not change
+   * it); a write puts the value into the variable's memory. */
+  for (size_t i = 0; i < ops.n && !st; i++) {
+    MlirOperation op = ops.items[i];
+    if (op_is(op, "tosa.variable")) continue;
+    MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("name"));
+    MlirOperation global = mlirAttributeIsNull(sym) ? (MlirOperation){NULL} : find_global(module, mlirStringAttrGetValue(sym));
+    if (mlirOperationIsNull(global)) {
+      st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: a tosa variable access names no tosa.variable", name);
+      break;
+    }
+    MlirType memref =
+        mlirTypeAttrGetValue(mlirOperationGetAttributeByName(global, mlirStringRefCreateFromCString("type")));
+    MlirValue m = get_global(context, op, sym, memref);
+    MlirLocation loc = mlirOperationGetLocation(op);
+    if (op_is(op, "tosa.variable_read")) {
+      MlirValue result = mlirOperationGetResult(op, 0);
+      MlirType tensor = mlirValueGetType(result);
+      MlirNamedAttribute restrict_attr = named_attr(context, "restrict", mlirUnitAttrGet(context));
+      MlirOperationState ts = mlirOperationStateGet(mlirStringRefCreateFromCString("bufferization.to_tensor"), loc);
+      mlirOperationStateAddOperands(&ts, 1, &m);
+      mlirOperationStateAddResults(&ts, 1, &tensor);
+      mlirOperationStateAddAttributes(&ts, 1, &restrict_attr);
+      MlirOperation to_tensor = mlirOperationCreate(&ts);
+      mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, to_tensor);
+      MlirValue view = mlirOperationGetResult(to_tensor, 0);
+      int32_t segments[3] = {0, 1, 0}; /* dynamic sizes, copy, size hint */
+      MlirNamedAttribute seg = named_attr(context, "operandSegmentSizes", mlirDenseI32ArrayGet(context, 3, segments));
+      MlirOperationState as = mlirOperationStateGet(mlirStringRefCreateFromCString("bufferization.alloc_tensor"), loc);
+      mlirOperationStateAddOperands(&as, 1, &view);
+      mlirOperationStateAddResults(&as, 1, &tensor);
+      mlirOperationStateAddAttributes(&as, 1, &seg);
+      MlirOperation copy = mlirOperationCreate(&as);
+      mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, copy);
+      mlirValueReplaceAllUsesOfWith(result, mlirOperationGetResult(copy, 0));
+    } else {
+      MlirValue operands[2] = {mlirOperationGetOperand(op, 0), m};
+      MlirNamedAttribute flags[2] = {named_attr(context, "restrict", mlirUnitAttrGet(context)),
+                                     named_attr(context, "writable", mlirUnitAttrGet(context))};
+      MlirOperationState ws = mlirOperationStateGet(
+          mlirStringRefCreateFromCString("bufferization.materialize_in_destination"), loc);
+      mlirOperationStateAddOperands(&ws, 2, operands);
+      mlirOperationStateAddAttributes(&ws, 2, flags);
+      mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, mlirOperationCreate(&ws));
+    }
+    mlirOperationDestroy(op);
+  }
+  kiln_free(ops.items);
+  return st;
+}

@@ -509,6 +509,7 @@ typedef struct scalar_s {
 typedef struct reader_s {
   MlirModule module;
   const char *name;
+  kiln_vmfb_plan_t *plan;
   kiln_vmfb_function_t *fn;
   view_t *views;
   size_t n_views;
@@ -891,7 +892,11 @@ static kiln_status_t read_scalar_op(reader_t *r, MlirOperation op, bool *handled
   return NULL;
 }
 
-/* The bytes of a memref.global's initializer (splats expanded). */
+static kiln_status_t dense_bytes(MlirAttribute init, const kiln_vmfb_tensor_type_t *ttp, kiln_vmfb_buffer_t *out);
+
+/* The bytes of a memref.global's initializer (splats expanded): a CONSTANT
+ * buffer, or for a mutable global (a TOSA variable) a VARIABLE buffer naming the
+ * plan's variable of that name (added the first time; no initializer is zeros). */
 static kiln_status_t global_bytes(reader_t *r, MlirOperation get, kiln_vmfb_buffer_t *out) {
   MlirAttribute sym = attr(get, "name");
   MlirSymbolTable table = mlirSymbolTableCreate(mlirModuleGetOperation(r->module));
@@ -903,9 +908,37 @@ static kiln_status_t global_bytes(reader_t *r, MlirOperation get, kiln_vmfb_buff
   MlirType type = mlirValueGetType(mlirOperationGetResult(get, 0));
   kiln_vmfb_tensor_type_t tt;
   KILN_RETURN_IF_ERROR(tensor_type(r, type, &tt));
+  bool variable = !mlirOperationIsNull(global) && mlirAttributeIsNull(attr(global, "constant"));
+  if (variable) {
+    MlirStringRef name = mlirFlatSymbolRefAttrGetValue(sym);
+    size_t v = 0;
+    while (v < r->plan->n_variables && !string_is(name, r->plan->variables[v].name)) v++;
+    if (v == r->plan->n_variables) {
+      kiln_vmfb_buffer_t bytes = {0};
+      if (!mlirAttributeIsNull(init) && mlirAttributeIsADenseElements(init)) {
+        KILN_RETURN_IF_ERROR(dense_bytes(init, &tt, &bytes));
+      } else {
+        bytes.size_bytes = word_round(type_bytes(&tt));
+        bytes.data = kiln_calloc(bytes.size_bytes ? bytes.size_bytes : 1, 1);
+      }
+      r->plan->variables = kiln_realloc(r->plan->variables, (v + 1) * sizeof *r->plan->variables);
+      r->plan->variables[v] = (kiln_vmfb_variable_t){kiln_strndup(name.data, name.length), bytes.data, bytes.size_bytes};
+      r->plan->n_variables++;
+    }
+    *out = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_VARIABLE, .variable = (uint32_t)v,
+                                .size_bytes = r->plan->variables[v].size_bytes};
+    return NULL;
+  }
   if (mlirAttributeIsNull(init) || !mlirAttributeIsADenseElements(init)) {
     return unsupported(r, get, "reads a global without a dense initializer");
   }
+  return dense_bytes(init, &tt, out);
+}
+
+/* A dense initializer as IREE lays the type out (word-rounded). */
+
+static kiln_status_t dense_bytes(MlirAttribute init, const kiln_vmfb_tensor_type_t *ttp, kiln_vmfb_buffer_t *out) {
+  kiln_vmfb_tensor_type_t tt = *ttp;
   uint64_t size = type_bytes(&tt);
   uint64_t count = (uint64_t)mlirElementsAttrGetNumElements(init);
   uint32_t bits = kiln_vmfb_element_bits(tt.element_type);
@@ -1388,7 +1421,8 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
         fn->n_results++;
         continue;
       }
-      if (fn->buffers[view->buffer].kind == KILN_VMFB_BUFFER_CONSTANT) {
+      if (fn->buffers[view->buffer].kind == KILN_VMFB_BUFFER_CONSTANT ||
+          fn->buffers[view->buffer].kind == KILN_VMFB_BUFFER_VARIABLE) {
         /* A constant (or a view of one) is returned as a copy: the caller owns
          * its results and may write them; the constant serves every call. */
         uint64_t bytes = type_bytes(&res->type);
@@ -1467,7 +1501,7 @@ kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
                                            kiln_vmfb_plan_t *out_plan) {
   memset(out_plan, 0, sizeof *out_plan);
   kiln_vmfb_plan_t plan = {0};
-  reader_t r = {.module = module, .name = name};
+  reader_t r = {.module = module, .name = name, .plan = &plan};
   kiln_status_t st = NULL;
   MlirBlock body = mlirModuleGetBody(module);
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op) && !st;

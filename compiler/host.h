@@ -55,6 +55,15 @@ void kiln_compiler_tosa_control_to_scf(MlirContext context, MlirModule module);
  * an argument). */
 void kiln_compiler_arguments_read_only(MlirContext context, MlirModule module);
 
+/* TOSA's stateful variables, before bufferization: each tosa.variable becomes a
+ * mutable memref.global holding its initial value; a variable_read a copy of the
+ * global's memory where it stands (bufferization.to_tensor + alloc_tensor copy:
+ * a later write must not change what was read), a variable_write
+ * bufferization.materialize_in_destination into it. The host plan keeps each
+ * variable in a module global across calls. INVALID_ARGUMENT for an access that
+ * names no variable; UNIMPLEMENTED for a variable of dynamic shape. */
+kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule module, const char *name);
+
 /* The index dialect's arithmetic (tosa.fft2d's lowering writes index.mul and
  * index.remu) as the same arith ops, which every backend converts; SPIR-V's
  * conversion of the index dialect leaves casts its GPU conversion refuses.

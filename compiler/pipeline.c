@@ -161,6 +161,7 @@ static kiln_status_t run_pipeline(kiln_compiler_context_t *context, MlirModule m
 static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule module,
                                 const char *name) {
   kiln_compiler_tosa_control_to_scf(context->mlir, module);
+  KILN_RETURN_IF_ERROR(kiln_compiler_tosa_variables(context->mlir, module, name));
   kiln_compiler_arguments_read_only(context->mlir, module);
   KILN_RETURN_IF_ERROR(run_pipeline(context, module, linalg_pipeline, name, "the front half"));
   KILN_RETURN_IF_ERROR(kiln_compiler_index_to_arith(context->mlir, module, name));
@@ -1111,9 +1112,6 @@ static kiln_status_t check_static_signatures(MlirModule module, const char *name
 static const struct {
   const char *op, *why;
 } REFUSED_OPS[] = {
-    {"tosa.variable", "stateful variables (MLIR 22's tosa-to-mlprogram and bufferization lose the written value)"},
-    {"tosa.variable_read", "stateful variables (MLIR 22's tosa-to-mlprogram and bufferization lose the written value)"},
-    {"tosa.variable_write", "stateful variables (MLIR 22's tosa-to-mlprogram and bufferization lose the written value)"},
     {"tosa.custom", "a custom op has no definition kiln could compile"},
     {"tosa.cast_to_block_scaled", "block-scaled MX ops have no lowering in MLIR 22"},
     {"tosa.matmul_t_block_scaled", "block-scaled MX ops have no lowering in MLIR 22"},

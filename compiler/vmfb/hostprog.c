@@ -199,6 +199,9 @@ typedef struct gen_s {
   uint32_t *kernel_rodata;         /* per kernel: its name's rodata */
   fn_info_t *fns;
   uint32_t rodata_exe, rodata_format;
+  uint32_t var_global;  /* ref global of the first module variable */
+  uint32_t *var_ready;  /* per variable: byte offset of its "created" flag */
+  uint32_t *var_rodata; /* per variable: its initial bytes */
 } gen_t;
 
 /* One function being emitted: the assembler plus a scoped cache of constants. */
@@ -561,6 +564,16 @@ static kiln_status_t check_function(gen_t *g, size_t f) {
         }
         info->has_args = true;
         break;
+      case KILN_VMFB_BUFFER_VARIABLE:
+        if (buf->variable >= g->plan->n_variables || !g->plan->variables[buf->variable].name ||
+            (!g->plan->variables[buf->variable].data && g->plan->variables[buf->variable].size_bytes) ||
+            buf->size_bytes != g->plan->variables[buf->variable].size_bytes) {
+          return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                             "host program: function %s buffer %zu is variable %" PRIu32
+                             " of %zu, or not its size",
+                             fn->name, b, buf->variable, g->plan->n_variables);
+        }
+        break;
       case KILN_VMFB_BUFFER_SELECT:
         if (buf->select_a >= b || buf->select_b >= b || !buf->select_cond || buf->select_cond > fn->n_exprs ||
             !buf->size_expr) {
@@ -780,42 +793,81 @@ static void emit_barrier(emit_t *e, kiln_vmfb_reg_t cmd) {
  * no size limit, unlike command-buffer updates, which some drivers cap at 2 KiB).
  * The reads are chained through fences; `wait` ends up holding the last one,
  * which the command buffer's submission waits on. */
+/* One buffer of `size` bytes from rodata `rodata`, published in ref global
+ * `global`; the read waits on `wait`, which then holds the read's fence. */
+static void emit_upload_one(emit_t *e, kiln_vmfb_reg_t device, kiln_vmfb_reg_t allocator, kiln_vmfb_reg_t wait,
+                            uint32_t rodata, uint64_t size, uint32_t global) {
+  scope_t s = scope_begin(e);
+  kiln_vmfb_reg_t target = kiln_vmfb_bytecode_ref(e->bc);
+  emit_allocate(e, allocator, size, target);
+  kiln_vmfb_bytecode_global_store_ref(e->bc, global, T_BUFFER, target);
+  if (size) {
+    kiln_vmfb_reg_t source = kiln_vmfb_bytecode_ref(e->bc);
+    kiln_vmfb_reg_t file = kiln_vmfb_bytecode_ref(e->bc);
+    kiln_vmfb_reg_t signal = kiln_vmfb_bytecode_ref(e->bc);
+    kiln_vmfb_reg_t length = ci64(e, (int64_t)size);
+    kiln_vmfb_bytecode_const_ref_rodata(e->bc, rodata, source);
+    kiln_vmfb_reg_t margs[7] = {device,
+                                ci64(e, QUEUE_AFFINITY_ANY),
+                                ci32(e, MEMORY_ACCESS_READ),
+                                source,
+                                ci64(e, 0),
+                                length,
+                                ci32(e, 0)};
+    call(e, I_EX_FILE_FROM_MEMORY, margs, 7, &file, 1);
+    kiln_vmfb_reg_t fargs[2] = {device, ci64(e, 0)};
+    call(e, I_FENCE_CREATE, fargs, 2, &signal, 1);
+    kiln_vmfb_reg_t rargs[10] = {device, ci64(e, QUEUE_AFFINITY_ANY),
+                                 wait,   signal,
+                                 file,   ci64(e, 0),
+                                 target, ci64(e, 0),
+                                 length, ci64(e, 0)};
+    call(e, I_DEVICE_QUEUE_READ, rargs, 10, NULL, 0);
+    /* The next read (or the submission) waits on this one. */
+    kiln_vmfb_bytecode_assign_ref(e->bc, signal, wait);
+  }
+  scope_end(e, s);
+}
+
 static void emit_upload(emit_t *e, const kiln_vmfb_function_t *fn, const fn_info_t *info,
                         kiln_vmfb_reg_t device, kiln_vmfb_reg_t allocator, kiln_vmfb_reg_t wait) {
   uint32_t global = info->const_global;
   for (size_t b = 0; b < fn->n_buffers; b++) {
     const kiln_vmfb_buffer_t *buf = &fn->buffers[b];
     if (buf->kind != KILN_VMFB_BUFFER_CONSTANT) continue;
-    scope_t s = scope_begin(e);
-    kiln_vmfb_reg_t target = kiln_vmfb_bytecode_ref(e->bc);
-    emit_allocate(e, allocator, buf->size_bytes, target);
-    kiln_vmfb_bytecode_global_store_ref(e->bc, global++, T_BUFFER, target);
-    if (buf->size_bytes) {
-      kiln_vmfb_reg_t source = kiln_vmfb_bytecode_ref(e->bc);
-      kiln_vmfb_reg_t file = kiln_vmfb_bytecode_ref(e->bc);
-      kiln_vmfb_reg_t signal = kiln_vmfb_bytecode_ref(e->bc);
-      kiln_vmfb_reg_t length = ci64(e, (int64_t)buf->size_bytes);
-      kiln_vmfb_bytecode_const_ref_rodata(e->bc, info->rodata[b], source);
-      kiln_vmfb_reg_t margs[7] = {device,
-                                  ci64(e, QUEUE_AFFINITY_ANY),
-                                  ci32(e, MEMORY_ACCESS_READ),
-                                  source,
-                                  ci64(e, 0),
-                                  length,
-                                  ci32(e, 0)};
-      call(e, I_EX_FILE_FROM_MEMORY, margs, 7, &file, 1);
-      kiln_vmfb_reg_t fargs[2] = {device, ci64(e, 0)};
-      call(e, I_FENCE_CREATE, fargs, 2, &signal, 1);
-      kiln_vmfb_reg_t rargs[10] = {device, ci64(e, QUEUE_AFFINITY_ANY),
-                                   wait,   signal,
-                                   file,   ci64(e, 0),
-                                   target, ci64(e, 0),
-                                   length, ci64(e, 0)};
-      call(e, I_DEVICE_QUEUE_READ, rargs, 10, NULL, 0);
-      /* The next read (or the submission) waits on this one. */
-      kiln_vmfb_bytecode_assign_ref(e->bc, signal, wait);
+    emit_upload_one(e, device, allocator, wait, info->rodata[b], buf->size_bytes, global++);
+  }
+}
+
+/* Module variables this function uses, each created (with its initial bytes)
+ * by the first call of any function that finds it missing; the flag is module
+ * wide, so every function shares the one buffer. */
+static void emit_variables(emit_t *e, const kiln_vmfb_function_t *fn, kiln_vmfb_reg_t device,
+                           kiln_vmfb_reg_t allocator, kiln_vmfb_reg_t wait) {
+  gen_t *g = e->g;
+  for (size_t b = 0; b < fn->n_buffers; b++) {
+    const kiln_vmfb_buffer_t *buf = &fn->buffers[b];
+    if (buf->kind != KILN_VMFB_BUFFER_VARIABLE) continue;
+    bool seen = false;
+    for (size_t k = 0; k < b && !seen; k++) {
+      seen = fn->buffers[k].kind == KILN_VMFB_BUFFER_VARIABLE && fn->buffers[k].variable == buf->variable;
     }
+    if (seen) continue;
+    uint32_t v = buf->variable;
+    kiln_vmfb_block_t init = kiln_vmfb_bytecode_block_declare(e->bc);
+    kiln_vmfb_block_t ready_block = kiln_vmfb_bytecode_block_declare(e->bc);
+    scope_t s = scope_begin(e);
+    kiln_vmfb_reg_t ready = kiln_vmfb_bytecode_i32(e->bc);
+    kiln_vmfb_bytecode_global_load_i32(e->bc, g->var_ready[v], ready);
+    kiln_vmfb_bytecode_cond_br(e->bc, ready, ready_block, init);
     scope_end(e, s);
+    begin(e, init);
+    emit_upload_one(e, device, allocator, wait, g->var_rodata[v], g->plan->variables[v].size_bytes, g->var_global + v);
+    s = scope_begin(e);
+    kiln_vmfb_bytecode_global_store_i32(e->bc, g->var_ready[v], ci32(e, 1));
+    scope_end(e, s);
+    kiln_vmfb_bytecode_br(e->bc, ready_block);
+    begin(e, ready_block);
   }
 }
 
@@ -1134,6 +1186,7 @@ static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *
     }
   }
   kiln_vmfb_bytecode_const_ref_zero(bc, wait);
+  emit_variables(&e, fn, device, allocator, wait);
   kiln_vmfb_block_t main_block = kiln_vmfb_bytecode_block_declare(bc);
   if (info->n_constants) {
     kiln_vmfb_block_t upload = kiln_vmfb_bytecode_block_declare(bc);
@@ -1154,6 +1207,8 @@ static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *
     const kiln_vmfb_buffer_t *buf = &fn->buffers[b];
     if (buf->kind == KILN_VMFB_BUFFER_CONSTANT) {
       kiln_vmfb_bytecode_global_load_ref(bc, global++, T_BUFFER, buffers[b]);
+    } else if (buf->kind == KILN_VMFB_BUFFER_VARIABLE) {
+      kiln_vmfb_bytecode_global_load_ref(bc, g->var_global + buf->variable, T_BUFFER, buffers[b]);
     } else if (buf->kind == KILN_VMFB_BUFFER_SELECT) {
       scope_t s = scope_begin(&e);
       kiln_vmfb_bytecode_select_ref(bc, nonzero(&e, buf->select_cond), T_BUFFER, buffers[buf->select_a],
@@ -1288,6 +1343,12 @@ static void select_imports(gen_t *g) {
     for (size_t b = 0; b < fn->n_buffers; b++) {
       if (fn->buffers[b].kind == KILN_VMFB_BUFFER_TRANSIENT) used[I_ALLOCATOR_ALLOCATE] = true;
       if (fn->buffers[b].kind == KILN_VMFB_BUFFER_ARGS) used[I_ALLOCATOR_ALLOCATE] = used[I_BUFFER_STORE] = true;
+      if (fn->buffers[b].kind == KILN_VMFB_BUFFER_VARIABLE) {
+        used[I_ALLOCATOR_ALLOCATE] = true;
+        if (fn->buffers[b].size_bytes > 0) {
+          used[I_EX_FILE_FROM_MEMORY] = used[I_DEVICE_QUEUE_READ] = used[I_FENCE_CREATE] = true;
+        }
+      }
       if (fn->buffers[b].kind == KILN_VMFB_BUFFER_CONSTANT) {
         used[I_ALLOCATOR_ALLOCATE] = true;
         if (fn->buffers[b].size_bytes > 0) {
@@ -1386,6 +1447,18 @@ static kiln_status_t build(gen_t *g, const char *module_name) {
       refs++;
     }
   }
+  g->var_global = refs;
+  g->var_ready = kiln_calloc(plan->n_variables + 1, sizeof *g->var_ready);
+  g->var_rodata = kiln_calloc(plan->n_variables + 1, sizeof *g->var_rodata);
+  for (size_t v = 0; v < plan->n_variables; v++) {
+    const kiln_vmfb_variable_t *var = &plan->variables[v];
+    g->var_ready[v] = bytes;
+    bytes += 4;
+    char *name = entry_name("variable", var->name, ".bin");
+    g->var_rodata[v] = rodata_add(g, name, var->data, (size_t)var->size_bytes, var->size_bytes >= EMBED_MAX_BYTES);
+    kiln_free(name);
+    refs++;
+  }
   m->global_bytes_capacity = bytes;
   m->global_ref_count = refs;
 
@@ -1431,6 +1504,8 @@ kiln_status_t kiln_vmfb_host_program_build(const kiln_vmfb_plan_t *plan,
   }
   kiln_free(g.fns);
   kiln_free(g.kernel_offset);
+  kiln_free(g.var_ready);
+  kiln_free(g.var_rodata);
   kiln_free(g.kernel_rodata);
   if (st) {
     kiln_vmfb_vm_module_deinit(&module);

@@ -81,6 +81,11 @@ void kiln_vmfb_plan_deinit(kiln_vmfb_plan_t *plan) {
     kiln_free(fn->steps);
   }
   kiln_free(plan->functions);
+  for (size_t v = 0; v < plan->n_variables; v++) {
+    kiln_free(plan->variables[v].name);
+    kiln_free(plan->variables[v].data);
+  }
+  kiln_free(plan->variables);
   memset(plan, 0, sizeof *plan);
 }
 

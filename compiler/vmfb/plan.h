@@ -97,6 +97,10 @@ typedef enum kiln_vmfb_buffer_kind_e {
   /* Another buffer, chosen per call: `select_a` when expression `select_cond` is
    * nonzero, else `select_b` (both earlier buffers of the function). */
   KILN_VMFB_BUFFER_SELECT = 5,
+  /* Module variable `variable` (the plan's variables): one buffer for the whole
+   * module, created with the variable's initial bytes by the first call that
+   * needs it and kept across calls and functions (a model's state). */
+  KILN_VMFB_BUFFER_VARIABLE = 6,
 } kiln_vmfb_buffer_kind_t;
 
 typedef struct kiln_vmfb_buffer_s {
@@ -108,7 +112,15 @@ typedef struct kiln_vmfb_buffer_s {
   uint32_t *words;      /* ARGS: expression ids (size_bytes is 4 * n_words) */
   size_t n_words;
   uint32_t select_cond, select_a, select_b; /* SELECT */
+  uint32_t variable;                        /* VARIABLE: index into the plan's variables */
 } kiln_vmfb_buffer_t;
+
+/* A module variable: its name and initial bytes (size_bytes of them, word-rounded). */
+typedef struct kiln_vmfb_variable_s {
+  char *name;
+  uint8_t *data;
+  uint64_t size_bytes;
+} kiln_vmfb_variable_t;
 
 /* One buffer argument of a kernel: a byte range of one plan buffer. */
 typedef struct kiln_vmfb_binding_s {
@@ -179,10 +191,12 @@ typedef struct kiln_vmfb_function_s {
   size_t n_exprs;
 } kiln_vmfb_function_t;
 
-/* The whole host side of a module: its exported functions. */
+/* The whole host side of a module: its exported functions and variables. */
 typedef struct kiln_vmfb_plan_s {
   kiln_vmfb_function_t *functions;
   size_t n_functions;
+  kiln_vmfb_variable_t *variables;
+  size_t n_variables;
 } kiln_vmfb_plan_t;
 
 /* Bits of one element of `element_type` (its low 8 bits). */

@@ -916,6 +916,26 @@ def group_tosa():
                            [((1, N, N), 'f32', re)],
                            [((1, N, half), 'f32', [rre[u * N + v] for u in range(N) for v in range(half)]),
                             ((1, N, half), 'f32', [rim[u * N + v] for u in range(N) for v in range(half)])], 1e-4))
+    # Stateful variables: read (a copy), write, read again, and one without an
+    # initial value (zeros); what one call from a fresh module computes.
+    xs = values((4,), 'f32', 94)
+    init = [0.5, -1.0, 2.0, 0.25]
+    body = """tosa.variable @acc = %s : tensor<4xf32>
+tosa.variable @count : tensor<1xi32>
+func.func @tosa_variable_f32(%%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<1xi32>) {
+  %%old = tosa.variable_read @acc : tensor<4xf32>
+  %%new = tosa.add %%old, %%x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  tosa.variable_write @acc, %%new : tensor<4xf32>
+  %%again = tosa.variable_read @acc : tensor<4xf32>
+  %%two = tosa.add %%again, %%again : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %%c = tosa.variable_read @count : tensor<1xi32>
+  %%one = "tosa.const"() {values = dense<1> : tensor<1xi32>} : () -> tensor<1xi32>
+  %%c1 = tosa.add %%c, %%one : (tensor<1xi32>, tensor<1xi32>) -> tensor<1xi32>
+  tosa.variable_write @count, %%c1 : tensor<1xi32>
+  return %%old, %%two, %%c1 : tensor<4xf32>, tensor<4xf32>, tensor<1xi32>
+}""" % dense(init, (4,), 'f32').split(' : ')[0]
+    cases.append(Case('tosa_variable_f32', body, [((4,), 'f32', xs)],
+                      [((4,), 'f32', init), ((4,), 'f32', [2 * (a + b) for a, b in zip(init, xs)]), ((1,), 'i32', [1])]))
     # scatter: rows of the input replace rows of the values (its inputs stay as they were).
     vals = values((1, 5, 2), 'f32', 92)
     rows = values((1, 2, 2), 'f32', 93)

@@ -612,6 +612,26 @@ func.func @tosa_rfft2d_f32(%arg0: tensor<1x4x4xf32>) -> (tensor<1x4x3xf32>, tens
   return %0, %1 : tensor<1x4x3xf32>, tensor<1x4x3xf32>
 }
 
+// CASE @tosa_variable_f32
+// INPUT 4xf32 -1.0 3.75 -3.5 0.0
+// OUTPUT 4xf32 0.5 -1.0 2.0 0.25
+// OUTPUT 4xf32 -1.0 5.5 -3.0 0.5
+// OUTPUT 1xi32 1
+tosa.variable @acc = dense<[0.5, -1.0, 2.0, 0.25]> : tensor<4xf32>
+tosa.variable @count : tensor<1xi32>
+func.func @tosa_variable_f32(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<1xi32>) {
+  %old = tosa.variable_read @acc : tensor<4xf32>
+  %new = tosa.add %old, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  tosa.variable_write @acc, %new : tensor<4xf32>
+  %again = tosa.variable_read @acc : tensor<4xf32>
+  %two = tosa.add %again, %again : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %c = tosa.variable_read @count : tensor<1xi32>
+  %one = "tosa.const"() {values = dense<1> : tensor<1xi32>} : () -> tensor<1xi32>
+  %c1 = tosa.add %c, %one : (tensor<1xi32>, tensor<1xi32>) -> tensor<1xi32>
+  tosa.variable_write @count, %c1 : tensor<1xi32>
+  return %old, %two, %c1 : tensor<4xf32>, tensor<4xf32>, tensor<1xi32>
+}
+
 // CASE @tosa_scatter_f32
 // INPUT 1x5x2xf32 -2.5 1.25 -1.0 -1.25 3.75 -1.25 -2.75 0.5 -2.25 2.75
 // INPUT 1x2xi32 3 1

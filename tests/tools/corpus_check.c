@@ -423,9 +423,9 @@ static uint64_t sized(const int64_t *values, uint32_t expr, uint64_t value) {
 
 /* Runs function `fn` of `plan` with `kernels`; writes its results into outs and
  * their types (dynamic dimensions resolved) into out_types. */
-static bool vk_run(vk_t *vk, const kiln_vmfb_function_t *fn, const kiln_compiler_kernel_t *kernels,
-                   size_t n_kernels, const case_t *c, uint8_t **outs, kiln_vmfb_tensor_type_t *out_types,
-                   char *err, size_t err_cap) {
+static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_function_t *fn,
+                   const kiln_compiler_kernel_t *kernels, size_t n_kernels, const case_t *c, uint8_t **outs,
+                   kiln_vmfb_tensor_type_t *out_types, char *err, size_t err_cap) {
   bool ok = false;
   vbuf_t *bufs = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *bufs);
   bool *alias = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *alias);
@@ -480,6 +480,13 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_function_t *fn, const kiln_compiler
       memcpy(bufs[i].map, c->inputs[b->input].bytes, c->inputs[b->input].len);
     } else if (b->kind == KILN_VMFB_BUFFER_CONSTANT) {
       memcpy(bufs[i].map, b->data, b->size_bytes);
+    } else if (b->kind == KILN_VMFB_BUFFER_VARIABLE) {
+      /* One call: the variable as the module starts (its initial bytes). */
+      if (b->variable >= plan->n_variables || plan->variables[b->variable].size_bytes > size) {
+        snprintf(err, err_cap, "buffer %zu names variable %u of %zu", i, b->variable, plan->n_variables);
+        goto done;
+      }
+      memcpy(bufs[i].map, plan->variables[b->variable].data, plan->variables[b->variable].size_bytes);
     } else if (b->kind == KILN_VMFB_BUFFER_ARGS) {
       for (size_t w = 0; w < b->n_words; w++) {
         uint32_t word = (uint32_t)sized(values, b->words[w], 0);
@@ -875,7 +882,7 @@ int main(int argc, char **argv) {
         } else {
           uint8_t *outs[16] = {0};
           kiln_vmfb_tensor_type_t types[16];
-          ok = fn->n_results <= 16 && vk_run(&vk, fn, to->kernels, to->n_kernels, c, outs, types, err, sizeof err);
+          ok = fn->n_results <= 16 && vk_run(&vk, &out.plan, fn, to->kernels, to->n_kernels, c, outs, types, err, sizeof err);
           for (size_t r = 0; ok && r < fn->n_results; r++) {
             ok = compare(&c->outputs[r], &types[r], outs[r], c->tol, err, sizeof err);
           }

@@ -792,6 +792,47 @@ static void test_dynamic_sizes(void **state) {
   expect_refused(&plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
 }
 
+/* A module variable shared by two functions: one ref global and one "created"
+ * flag for the module (not per function), each function creating it when it
+ * finds it missing, reading its initial bytes from rodata. */
+static void test_module_variable(void **state) {
+  (void)state;
+  plan_a_t p;
+  plan_a(&p);
+  uint8_t init[16] = {1, 2, 3, 4};
+  kiln_vmfb_variable_t var = {.name = "acc", .data = init, .size_bytes = 16};
+  kiln_vmfb_buffer_t buffers[3] = {p.buffers[0], p.buffers[1],
+                                   {.kind = KILN_VMFB_BUFFER_VARIABLE, .variable = 0, .size_bytes = 16}};
+  kiln_vmfb_binding_t bindings[2] = {{.buffer = 2, .length = 16}, {.buffer = 1, .length = 16}};
+  kiln_vmfb_step_t step = p.steps[0];
+  step.bindings = bindings;
+  p.fn.buffers = buffers;
+  p.fn.n_buffers = 3;
+  p.fn.steps = &step;
+  kiln_vmfb_function_t fns[2] = {p.fn, p.fn};
+  fns[1].name = "other";
+  kiln_vmfb_plan_t plan = {.functions = fns, .n_functions = 2, .variables = &var, .n_variables = 1};
+  kiln_vmfb_host_executable_t exe = executable();
+  kiln_vmfb_vm_module_t m;
+  assert_ok(kiln_vmfb_host_program_build(&plan, &exe, NULL, &m));
+  verify_all(&m);
+  assert_imports_match_hal(&m, 7);
+  assert_int_equal(m.global_ref_count, 3 + 1); /* device, allocator, executable; the variable */
+  assert_true(rodata_find(&m, init, sizeof init) >= 0);
+  for (size_t f = 0; f < 2; f++) {
+    assert_int_equal(calls_to(&m, &m.functions[f], "hal.device.queue.read"), 1);
+    assert_int_equal(calls_to(&m, &m.functions[f], "hal.ex.file.from_memory"), 1);
+    assert_clean_return(&m.functions[f], 1);
+  }
+  kiln_vmfb_vm_module_deinit(&m);
+
+  buffers[2].variable = 1; /* no such variable */
+  expect_refused(&plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+  buffers[2].variable = 0;
+  buffers[2].size_bytes = 8; /* not the variable's size */
+  expect_refused(&plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_dispatch),
@@ -802,6 +843,7 @@ int main(void) {
       cmocka_unit_test(test_inconsistent_plans_are_refused),
       cmocka_unit_test(test_branch_and_loop),
       cmocka_unit_test(test_dynamic_sizes),
+      cmocka_unit_test(test_module_variable),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
