@@ -555,12 +555,13 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
     mlirOperationStateAddAttributes(&s, 4, attrs);
     mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, mlirOperationCreate(&s));
     mlirOperationDestroy(op);
+    ops.items[i] = (MlirOperation){NULL}; /* gone: the accesses below skip it */
   }
   /* A read copies the variable where it stands (a later write must not change
    * it); a write puts the value into the variable's memory. */
   for (size_t i = 0; i < ops.n && !st; i++) {
     MlirOperation op = ops.items[i];
-    if (op_is(op, "tosa.variable")) continue;
+    if (mlirOperationIsNull(op) || op_is(op, "tosa.variable")) continue;
     MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("name"));
     MlirOperation global = mlirAttributeIsNull(sym) ? (MlirOperation){NULL} : find_global(module, mlirStringAttrGetValue(sym));
     if (mlirOperationIsNull(global)) {
