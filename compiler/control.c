@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/buf.h"
 #include "compiler/host.h"
 #include "compiler/kernel_types.h"
 
@@ -603,6 +604,99 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
       mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, mlirOperationCreate(&ws));
     }
     mlirOperationDestroy(op);
+  }
+  kiln_free(ops.items);
+  return st;
+}
+
+/* ---- block-scaled matmul ---- */
+
+static MlirWalkResult collect_block_scaled(MlirOperation op, void *user) {
+  if (op_is(op, "tosa.matmul_t_block_scaled")) ops_push(user, op);
+  return MlirWalkResultAdvance;
+}
+
+static void print_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
+
+/* "NxHxK" + "x" of a static tensor type's shape. */
+static void append_type(kiln_buf_t *b, MlirType t) { mlirTypePrint(t, print_cb, b); }
+
+kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule module, const char *name) {
+  ops_t ops = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_block_scaled, &ops, MlirWalkPreOrder);
+  kiln_status_t st = NULL;
+  for (size_t i = 0; i < ops.n && !st; i++) {
+    MlirOperation op = ops.items[i];
+    MlirType ta = mlirValueGetType(mlirOperationGetOperand(op, 0));
+    MlirType tsa = mlirValueGetType(mlirOperationGetOperand(op, 1));
+    MlirType tb = mlirValueGetType(mlirOperationGetOperand(op, 2));
+    MlirType tsb = mlirValueGetType(mlirOperationGetOperand(op, 3));
+    MlirType tr = mlirValueGetType(mlirOperationGetResult(op, 0));
+    bool ok = mlirShapedTypeHasStaticShape(ta) && mlirShapedTypeHasStaticShape(tsa) &&
+              mlirShapedTypeHasStaticShape(tb) && mlirShapedTypeHasStaticShape(tsb) &&
+              mlirShapedTypeHasStaticShape(tr) && mlirShapedTypeGetRank(ta) == 3 && mlirShapedTypeGetRank(tsa) == 3;
+    int64_t k = ok ? mlirShapedTypeGetDimSize(ta, 2) : 0, kb = ok ? mlirShapedTypeGetDimSize(tsa, 2) : 0;
+    if (!ok || kb <= 0 || k % kb != 0) {
+      st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                       "%s: tosa.matmul_t_block_scaled of dynamic or uneven shapes is not compiled by kiln yet", name);
+      break;
+    }
+    /* out[n,h,w] = sum_k scaling_extf(a[n,h,k], sa[n,h,k/bs]) * scaling_extf(b[n,w,k], sb[n,w,k/bs]) */
+    kiln_buf_t t;
+    kiln_buf_init(&t);
+    kiln_buf_t ea, eb;
+    kiln_buf_init(&ea);
+    kiln_buf_init(&eb);
+    append_type(&ea, mlirShapedTypeGetElementType(ta));
+    append_type(&eb, mlirShapedTypeGetElementType(tb));
+    kiln_buf_append_str(&t, "func.func private @mm(%a: ");
+    append_type(&t, ta);
+    kiln_buf_append_str(&t, ", %sa: ");
+    append_type(&t, tsa);
+    kiln_buf_append_str(&t, ", %b: ");
+    append_type(&t, tb);
+    kiln_buf_append_str(&t, ", %sb: ");
+    append_type(&t, tsb);
+    kiln_buf_append_str(&t, ") -> ");
+    append_type(&t, tr);
+    kiln_buf_append_str(&t, " {\n  %z = arith.constant 0.0 : f32\n  %e = tensor.empty() : ");
+    append_type(&t, tr);
+    kiln_buf_append_str(&t, "\n  %f = linalg.fill ins(%z : f32) outs(%e : ");
+    append_type(&t, tr);
+    kiln_buf_append_str(&t, ") -> ");
+    append_type(&t, tr);
+    kiln_buf_appendf(&t,
+                     "\n  %%r = linalg.generic {indexing_maps = [affine_map<(n, h, w, k) -> (n, h, k)>, "
+                     "affine_map<(n, h, w, k) -> (n, h, k floordiv %lld)>, affine_map<(n, h, w, k) -> (n, w, k)>, "
+                     "affine_map<(n, h, w, k) -> (n, w, k floordiv %lld)>, affine_map<(n, h, w, k) -> (n, h, w)>], "
+                     "iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"reduction\"]} "
+                     "ins(%%a, %%sa, %%b, %%sb : ",
+                     (long long)(k / kb), (long long)(k / kb));
+    append_type(&t, ta);
+    kiln_buf_append_str(&t, ", ");
+    append_type(&t, tsa);
+    kiln_buf_append_str(&t, ", ");
+    append_type(&t, tb);
+    kiln_buf_append_str(&t, ", ");
+    append_type(&t, tsb);
+    kiln_buf_append_str(&t, ") outs(%f : ");
+    append_type(&t, tr);
+    kiln_buf_appendf(&t,
+                     ") {\n  ^bb0(%%x: %s, %%xs: f8E8M0FNU, %%y: %s, %%ys: f8E8M0FNU, %%acc: f32):\n"
+                     "    %%fx = arith.scaling_extf %%x, %%xs : %s, f8E8M0FNU to f32\n"
+                     "    %%fy = arith.scaling_extf %%y, %%ys : %s, f8E8M0FNU to f32\n"
+                     "    %%p = arith.mulf %%fx, %%fy : f32\n"
+                     "    %%s = arith.addf %%acc, %%p : f32\n"
+                     "    linalg.yield %%s : f32\n  } -> ",
+                     ea.data, eb.data, ea.data, eb.data);
+    append_type(&t, tr);
+    kiln_buf_append_str(&t, "\n  return %r : ");
+    append_type(&t, tr);
+    kiln_buf_append_str(&t, "\n}");
+    st = kiln_compiler_kernels_replace_with_helper(context, &op, 1, t.data);
+    kiln_buf_deinit(&t);
+    kiln_buf_deinit(&ea);
+    kiln_buf_deinit(&eb);
   }
   kiln_free(ops.items);
   return st;

@@ -64,6 +64,12 @@ void kiln_compiler_arguments_read_only(MlirContext context, MlirModule module);
  * names no variable; UNIMPLEMENTED for a variable of dynamic shape. */
 kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule module, const char *name);
 
+/* tosa.matmul_t_block_scaled (MX data with E8M0 scales, B transposed) as one
+ * linalg.generic: out[n,h,w] = sum over k of scaling_extf(a[n,h,k], sa[n,h,k/bs])
+ * * scaling_extf(b[n,w,k], sb[n,w,k/bs]), accumulated in f32. UNIMPLEMENTED for
+ * dynamic or uneven shapes. */
+kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule module, const char *name);
+
 /* The index dialect's arithmetic (tosa.fft2d's lowering writes index.mul and
  * index.remu) as the same arith ops, which every backend converts; SPIR-V's
  * conversion of the index dialect leaves casts its GPU conversion refuses.

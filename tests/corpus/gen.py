@@ -936,6 +936,29 @@ func.func @tosa_variable_f32(%%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32
 }""" % dense(init, (4,), 'f32').split(' : ')[0]
     cases.append(Case('tosa_variable_f32', body, [((4,), 'f32', xs)],
                       [((4,), 'f32', init), ((4,), 'f32', [2 * (a + b) for a, b in zip(init, xs)]), ((1,), 'i32', [1])]))
+    # matmul_t_block_scaled: MX f8 data with E8M0 scales per 32-element block of K,
+    # B given transposed ([N, W, K]); products accumulated in f32.
+    N_, H_, W_, K_ = 1, 2, 3, 64
+    codes = [v for v in (f8_value('f8E4M3FN', c) for c in range(256)) if not math.isnan(v) and abs(v) <= 4]
+    ad = [codes[(i * 37 + 11) % len(codes)] for i in range(N_ * H_ * K_)]
+    bd = [codes[(i * 53 + 5) % len(codes)] for i in range(N_ * W_ * K_)]
+    sa = [0.5, 2.0, 1.0, 0.25]
+    sb = [1.0, 0.5, 4.0, 2.0, 0.125, 1.0]
+    out = []
+    for h in range(H_):
+        for w in range(W_):
+            acc = 0.0
+            for k in range(K_):
+                acc += ad[h * K_ + k] * sa[h * 2 + k // 32] * bd[w * K_ + k] * sb[w * 2 + k // 32]
+            out.append(acc)
+    cases.append(tosa_case('tosa_matmul_t_block_scaled_f8', ['tensor<1x2x64xf8E4M3FN>', 'tensor<1x2x2xf8E8M0FNU>',
+                                                             'tensor<1x3x64xf8E4M3FN>', 'tensor<1x3x2xf8E8M0FNU>'],
+                           'tensor<1x2x3xf32>',
+                           ['%0 = tosa.matmul_t_block_scaled %arg0, %arg1, %arg2, %arg3 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : (tensor<1x2x64xf8E4M3FN>, tensor<1x2x2xf8E8M0FNU>, tensor<1x3x64xf8E4M3FN>, tensor<1x3x2xf8E8M0FNU>) -> tensor<1x2x3xf32>',
+                            'return %0 : tensor<1x2x3xf32>'],
+                           [((1, 2, 64), 'f8E4M3FN', ad), ((1, 2, 2), 'f8E8M0FNU', sa),
+                            ((1, 3, 64), 'f8E4M3FN', bd), ((1, 3, 2), 'f8E8M0FNU', sb)],
+                           [((1, 2, 3), 'f32', out)], 1e-5))
     # scatter: rows of the input replace rows of the values (its inputs stay as they were).
     vals = values((1, 5, 2), 'f32', 92)
     rows = values((1, 2, 2), 'f32', 93)
