@@ -30,18 +30,13 @@
 #include "compiler/host.h"
 #include "compiler/kernel_types.h"
 
-static bool op_is(MlirOperation op, const char *name) {
-  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
-  return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
-}
-
 typedef kiln_compiler_ops_t ops_t;
 #define ops_push kiln_compiler_ops_push
 
 /* ---- TOSA control flow to scf ---- */
 
 static MlirWalkResult find_tosa_control(MlirOperation op, void *user) {
-  if (op_is(op, "tosa.cond_if") || op_is(op, "tosa.while_loop")) ops_push(user, op);
+  if (kiln_compiler_op_is(op, "tosa.cond_if") || kiln_compiler_op_is(op, "tosa.while_loop")) ops_push(user, op);
   return MlirWalkResultAdvance;
 }
 
@@ -158,7 +153,7 @@ void kiln_compiler_tosa_control_to_scf(MlirContext context, MlirModule module) {
   ops_t ops = {0};
   mlirOperationWalk(mlirModuleGetOperation(module), find_tosa_control, &ops, MlirWalkPostOrder);
   for (size_t i = 0; i < ops.n; i++) {
-    if (op_is(ops.items[i], "tosa.cond_if")) {
+    if (kiln_compiler_op_is(ops.items[i], "tosa.cond_if")) {
       cond_if_to_scf(context, ops.items[i]);
     } else {
       while_to_scf(context, ops.items[i]);
@@ -170,7 +165,7 @@ void kiln_compiler_tosa_control_to_scf(MlirContext context, MlirModule module) {
 /* ---- fixed buffers for carried values ---- */
 
 static MlirWalkResult find_scf_control(MlirOperation op, void *user) {
-  if (op_is(op, "scf.if") || op_is(op, "scf.while")) ops_push(user, op);
+  if (kiln_compiler_op_is(op, "scf.if") || kiln_compiler_op_is(op, "scf.while")) ops_push(user, op);
   return MlirWalkResultAdvance;
 }
 
@@ -257,9 +252,9 @@ static bool hoistable(MlirOperation o) {
   for (size_t i = 0; i + 3 <= name.length; i++) {
     divides = divides || memcmp(name.data + i, "div", 3) == 0 || memcmp(name.data + i, "rem", 3) == 0;
   }
-  bool scalar = ((name.length > 6 && memcmp(name.data, "arith.", 6) == 0) || op_is(o, "memref.dim") ||
-                 op_is(o, "affine.apply")) && !divides;
-  return (scalar || op_is(o, "memref.alloc")) && mlirOperationGetNumRegions(o) == 0;
+  bool scalar = ((name.length > 6 && memcmp(name.data, "arith.", 6) == 0) || kiln_compiler_op_is(o, "memref.dim") ||
+                 kiln_compiler_op_is(o, "affine.apply")) && !divides;
+  return (scalar || kiln_compiler_op_is(o, "memref.alloc")) && mlirOperationGetNumRegions(o) == 0;
 }
 
 /* An scf.if of dynamic-shape results whose branches only allocate (and compute
@@ -388,7 +383,7 @@ void kiln_compiler_carried_buffers_fix(MlirContext context, MlirModule module) {
   ops_t ops = {0};
   mlirOperationWalk(mlirModuleGetOperation(module), find_scf_control, &ops, MlirWalkPostOrder);
   for (size_t i = 0; i < ops.n; i++) {
-    if (op_is(ops.items[i], "scf.if")) {
+    if (kiln_compiler_op_is(ops.items[i], "scf.if")) {
       fix_if(context, ops.items[i]);
     } else {
       fix_while(context, ops.items[i]);
@@ -403,7 +398,7 @@ void kiln_compiler_arguments_read_only(MlirContext context, MlirModule module) {
   MlirAttribute no = mlirBoolAttrGet(context, 0);
   for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module)); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
-    if (!op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1) continue;
+    if (!kiln_compiler_op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1) continue;
     MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
     if (mlirBlockIsNull(entry)) continue;
     for (intptr_t i = 0; i < mlirBlockGetNumArguments(entry); i++) {
@@ -442,9 +437,9 @@ kiln_status_t kiln_compiler_index_to_arith(MlirContext context, MlirModule modul
     MlirOperation op = ops.items[i];
     const char *to = NULL;
     for (size_t k = 0; k < sizeof SAME / sizeof SAME[0] && !to; k++) {
-      if (op_is(op, SAME[k].from)) to = SAME[k].to;
+      if (kiln_compiler_op_is(op, SAME[k].from)) to = SAME[k].to;
     }
-    if (!to && op_is(op, "index.constant")) {
+    if (!to && kiln_compiler_op_is(op, "index.constant")) {
       MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
       MlirAttribute v = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("value"));
       MlirOperation c = kiln_compiler_int_constant(mlirOperationGetContext(op), mlirOperationGetLocation(op), t,
@@ -480,14 +475,10 @@ kiln_status_t kiln_compiler_index_to_arith(MlirContext context, MlirModule modul
 /* ---- TOSA variables ---- */
 
 static MlirWalkResult collect_variable_ops(MlirOperation op, void *user) {
-  if (op_is(op, "tosa.variable") || op_is(op, "tosa.variable_read") || op_is(op, "tosa.variable_write")) {
+  if (kiln_compiler_op_is(op, "tosa.variable") || kiln_compiler_op_is(op, "tosa.variable_read") || kiln_compiler_op_is(op, "tosa.variable_write")) {
     ops_push(user, op);
   }
   return MlirWalkResultAdvance;
-}
-
-static MlirNamedAttribute named_attr(MlirContext ctx, const char *name, MlirAttribute a) {
-  return mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString(name)), a);
 }
 
 /* memref<shape x elem> of a tensor type. */
@@ -502,7 +493,7 @@ static MlirType memref_of(MlirType tensor) {
 }
 
 static MlirValue get_global(MlirContext ctx, MlirOperation before, MlirAttribute name, MlirType memref) {
-  MlirNamedAttribute a = named_attr(ctx, "name", mlirFlatSymbolRefAttrGet(ctx, mlirStringAttrGetValue(name)));
+  MlirNamedAttribute a = kiln_compiler_named_attr(ctx, "name", mlirFlatSymbolRefAttrGet(ctx, mlirStringAttrGetValue(name)));
   MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.get_global"),
                                                mlirOperationGetLocation(before));
   mlirOperationStateAddResults(&s, 1, &memref);
@@ -516,7 +507,7 @@ static MlirOperation find_global(MlirModule module, MlirStringRef name) {
   for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module)); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
     MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
-    if (!op_is(op, "memref.global") || mlirAttributeIsNull(sym)) continue;
+    if (!kiln_compiler_op_is(op, "memref.global") || mlirAttributeIsNull(sym)) continue;
     MlirStringRef s = mlirStringAttrGetValue(sym);
     if (s.length == name.length && memcmp(s.data, name.data, name.length) == 0) return op;
   }
@@ -530,7 +521,7 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
   /* The variables first: each a mutable memref.global with its initial value. */
   for (size_t i = 0; i < ops.n; i++) {
     MlirOperation op = ops.items[i];
-    if (!op_is(op, "tosa.variable")) continue;
+    if (!kiln_compiler_op_is(op, "tosa.variable")) continue;
     MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
     MlirAttribute shape = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("var_shape"));
     MlirAttribute elem = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("type"));
@@ -546,10 +537,10 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
       break;
     }
     MlirNamedAttribute attrs[4] = {
-        named_attr(context, "sym_name", sym),
-        named_attr(context, "sym_visibility", mlirStringAttrGet(context, mlirStringRefCreateFromCString("private"))),
-        named_attr(context, "type", mlirTypeAttrGet(memref_of(tensor))),
-        named_attr(context, "initial_value", mlirAttributeIsNull(init) ? mlirUnitAttrGet(context) : init),
+        kiln_compiler_named_attr(context, "sym_name", sym),
+        kiln_compiler_named_attr(context, "sym_visibility", mlirStringAttrGet(context, mlirStringRefCreateFromCString("private"))),
+        kiln_compiler_named_attr(context, "type", mlirTypeAttrGet(memref_of(tensor))),
+        kiln_compiler_named_attr(context, "initial_value", mlirAttributeIsNull(init) ? mlirUnitAttrGet(context) : init),
     };
     MlirOperationState s =
         mlirOperationStateGet(mlirStringRefCreateFromCString("memref.global"), mlirOperationGetLocation(op));
@@ -562,7 +553,7 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
    * it); a write puts the value into the variable's memory. */
   for (size_t i = 0; i < ops.n && !st; i++) {
     MlirOperation op = ops.items[i];
-    if (mlirOperationIsNull(op) || op_is(op, "tosa.variable")) continue;
+    if (mlirOperationIsNull(op) || kiln_compiler_op_is(op, "tosa.variable")) continue;
     MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("name"));
     MlirOperation global = mlirAttributeIsNull(sym) ? (MlirOperation){NULL} : find_global(module, mlirStringAttrGetValue(sym));
     if (mlirOperationIsNull(global)) {
@@ -573,10 +564,10 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
         mlirTypeAttrGetValue(mlirOperationGetAttributeByName(global, mlirStringRefCreateFromCString("type")));
     MlirValue m = get_global(context, op, sym, memref);
     MlirLocation loc = mlirOperationGetLocation(op);
-    if (op_is(op, "tosa.variable_read")) {
+    if (kiln_compiler_op_is(op, "tosa.variable_read")) {
       MlirValue result = mlirOperationGetResult(op, 0);
       MlirType tensor = mlirValueGetType(result);
-      MlirNamedAttribute restrict_attr = named_attr(context, "restrict", mlirUnitAttrGet(context));
+      MlirNamedAttribute restrict_attr = kiln_compiler_named_attr(context, "restrict", mlirUnitAttrGet(context));
       MlirOperationState ts = mlirOperationStateGet(mlirStringRefCreateFromCString("bufferization.to_tensor"), loc);
       mlirOperationStateAddOperands(&ts, 1, &m);
       mlirOperationStateAddResults(&ts, 1, &tensor);
@@ -585,7 +576,7 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
       mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, to_tensor);
       MlirValue view = mlirOperationGetResult(to_tensor, 0);
       int32_t segments[3] = {0, 1, 0}; /* dynamic sizes, copy, size hint */
-      MlirNamedAttribute seg = named_attr(context, "operandSegmentSizes", mlirDenseI32ArrayGet(context, 3, segments));
+      MlirNamedAttribute seg = kiln_compiler_named_attr(context, "operandSegmentSizes", mlirDenseI32ArrayGet(context, 3, segments));
       MlirOperationState as = mlirOperationStateGet(mlirStringRefCreateFromCString("bufferization.alloc_tensor"), loc);
       mlirOperationStateAddOperands(&as, 1, &view);
       mlirOperationStateAddResults(&as, 1, &tensor);
@@ -595,8 +586,8 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
       mlirValueReplaceAllUsesOfWith(result, mlirOperationGetResult(copy, 0));
     } else {
       MlirValue operands[2] = {mlirOperationGetOperand(op, 0), m};
-      MlirNamedAttribute flags[2] = {named_attr(context, "restrict", mlirUnitAttrGet(context)),
-                                     named_attr(context, "writable", mlirUnitAttrGet(context))};
+      MlirNamedAttribute flags[2] = {kiln_compiler_named_attr(context, "restrict", mlirUnitAttrGet(context)),
+                                     kiln_compiler_named_attr(context, "writable", mlirUnitAttrGet(context))};
       MlirOperationState ws = mlirOperationStateGet(
           mlirStringRefCreateFromCString("bufferization.materialize_in_destination"), loc);
       mlirOperationStateAddOperands(&ws, 2, operands);
@@ -612,7 +603,7 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
 /* ---- block-scaled matmul ---- */
 
 static MlirWalkResult collect_block_scaled(MlirOperation op, void *user) {
-  if (op_is(op, "tosa.matmul_t_block_scaled")) ops_push(user, op);
+  if (kiln_compiler_op_is(op, "tosa.matmul_t_block_scaled")) ops_push(user, op);
   return MlirWalkResultAdvance;
 }
 

@@ -32,17 +32,8 @@
  * small enough that 8-byte elements stay under 2^31 bytes. */
 #define FLAT_ELEMENTS (INT64_C(1) << 28)
 
-static bool op_is(MlirOperation op, const char *name) {
-  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
-  return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
-}
-
 static MlirAttribute attr(MlirOperation op, const char *name) {
   return mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString(name));
-}
-
-static MlirNamedAttribute named(MlirContext ctx, const char *name, MlirAttribute a) {
-  return mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString(name)), a);
 }
 
 static MlirOperation insert_before(MlirOperation before, MlirOperation op) {
@@ -51,8 +42,7 @@ static MlirOperation insert_before(MlirOperation before, MlirOperation op) {
 }
 
 static MlirValue index_const(MlirContext ctx, MlirOperation before, int64_t v) {
-  MlirOperation c = kiln_compiler_int_constant(ctx, mlirOperationGetLocation(before), mlirIndexTypeGet(ctx), v);
-  return mlirOperationGetResult(insert_before(before, c), 0);
+  return kiln_compiler_int_const_before(ctx, before, mlirIndexTypeGet(ctx), v);
 }
 
 /* One-result op `name` of `operands` and result type `type` before `before`. */
@@ -130,13 +120,13 @@ static MlirOperation find_gpu_func(MlirModule module, MlirAttribute kernel) {
   MlirStringRef fn = mlirFlatSymbolRefAttrGetValue(mlirSymbolRefAttrGetNestedReference(kernel, 0));
   for (MlirOperation m = mlirBlockGetFirstOperation(mlirModuleGetBody(module)); !mlirOperationIsNull(m);
        m = mlirOperationGetNextInBlock(m)) {
-    if (!op_is(m, "gpu.module")) continue;
+    if (!kiln_compiler_op_is(m, "gpu.module")) continue;
     MlirStringRef ms = mlirStringAttrGetValue(attr(m, "sym_name"));
     if (ms.length != mod.length || memcmp(ms.data, mod.data, mod.length) != 0) continue;
     MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(m, 0));
     for (MlirOperation f = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(f);
          f = mlirOperationGetNextInBlock(f)) {
-      if (!op_is(f, "gpu.func")) continue;
+      if (!kiln_compiler_op_is(f, "gpu.func")) continue;
       MlirStringRef fs = mlirStringAttrGetValue(attr(f, "sym_name"));
       if (fs.length == fn.length && memcmp(fs.data, fn.data, fn.length) == 0) return f;
     }
@@ -146,14 +136,14 @@ static MlirOperation find_gpu_func(MlirModule module, MlirAttribute kernel) {
 
 static MlirWalkResult collect(MlirOperation op, void *user) {
   state_t *st = user;
-  if (!op_is(op, "gpu.launch_func")) return MlirWalkResultAdvance;
+  if (!kiln_compiler_op_is(op, "gpu.launch_func")) return MlirWalkResultAdvance;
   MlirAttribute kernel = attr(op, "kernel");
   MlirOperation f = mlirAttributeIsNull(kernel) || mlirSymbolRefAttrGetNumNestedReferences(kernel) != 1
                         ? (MlirOperation){NULL}
                         : find_gpu_func(st->module, kernel);
   if (mlirOperationIsNull(f)) return MlirWalkResultAdvance;
   MlirOperation host = mlirOperationGetParentOperation(op);
-  while (!mlirOperationIsNull(host) && !op_is(host, "func.func")) host = mlirOperationGetParentOperation(host);
+  while (!mlirOperationIsNull(host) && !kiln_compiler_op_is(host, "func.func")) host = mlirOperationGetParentOperation(host);
   st->launches = kiln_realloc(st->launches, (st->n_launches + 1) * sizeof *st->launches);
   st->launches[st->n_launches++] = (launch_t){.launch = op, .func = f, .host_func = host};
   return MlirWalkResultAdvance;
@@ -224,11 +214,11 @@ static kiln_status_t flatten_uses(state_t *st, MlirOperation func, const flat_t 
   kiln_status_t status = NULL;
   for (size_t i = 0; i < n && !status; i++) {
     MlirOperation u = users[i];
-    if (op_is(u, "memref.dim")) {
+    if (kiln_compiler_op_is(u, "memref.dim")) {
       int64_t d = -1;
       MlirValue dv = mlirOperationGetOperand(u, 1);
       MlirOperation def = mlirValueIsAOpResult(dv) ? mlirOpResultGetOwner(dv) : (MlirOperation){NULL};
-      MlirAttribute a = mlirOperationIsNull(def) || !op_is(def, "arith.constant") ? (MlirAttribute){NULL}
+      MlirAttribute a = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant") ? (MlirAttribute){NULL}
                                                                                   : attr(def, "value");
       if (!mlirAttributeIsNull(a) && mlirAttributeIsAInteger(a)) d = mlirIntegerAttrGetValueInt(a);
       if (d < 0 || d >= f->rank) {
@@ -237,9 +227,9 @@ static kiln_status_t flatten_uses(state_t *st, MlirOperation func, const flat_t 
       }
       mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(u, 0), f->sizes[d]);
       mlirOperationDestroy(u);
-    } else if (op_is(u, "memref.load") || op_is(u, "memref.generic_atomic_rmw")) {
+    } else if (kiln_compiler_op_is(u, "memref.load") || kiln_compiler_op_is(u, "memref.generic_atomic_rmw")) {
       linearize(st->ctx, f, u, 1);
-    } else if (op_is(u, "memref.store") || op_is(u, "memref.atomic_rmw")) {
+    } else if (kiln_compiler_op_is(u, "memref.store") || kiln_compiler_op_is(u, "memref.atomic_rmw")) {
       linearize(st->ctx, f, u, 2);
     } else {
       MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(u));
@@ -258,10 +248,10 @@ static MlirValue host_flat_view(MlirContext ctx, MlirOperation before, MlirValue
   int64_t zero = 0, size = FLAT_ELEMENTS, one = 1;
   int32_t segments[4] = {1, 0, 0, 0};
   MlirNamedAttribute attrs[4] = {
-      named(ctx, "static_offsets", mlirDenseI64ArrayGet(ctx, 1, &zero)),
-      named(ctx, "static_sizes", mlirDenseI64ArrayGet(ctx, 1, &size)),
-      named(ctx, "static_strides", mlirDenseI64ArrayGet(ctx, 1, &one)),
-      named(ctx, "operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 4, segments)),
+      kiln_compiler_named_attr(ctx, "static_offsets", mlirDenseI64ArrayGet(ctx, 1, &zero)),
+      kiln_compiler_named_attr(ctx, "static_sizes", mlirDenseI64ArrayGet(ctx, 1, &size)),
+      kiln_compiler_named_attr(ctx, "static_strides", mlirDenseI64ArrayGet(ctx, 1, &one)),
+      kiln_compiler_named_attr(ctx, "operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 4, segments)),
   };
   MlirOperationState s =
       mlirOperationStateGet(mlirStringRefCreateFromCString("memref.reinterpret_cast"), mlirOperationGetLocation(before));

@@ -34,11 +34,6 @@
 
 static void append_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
 
-static bool op_is(MlirOperation op, const char *name) {
-  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
-  return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
-}
-
 static bool string_is(MlirStringRef s, const char *want) {
   return s.length == strlen(want) && memcmp(s.data, want, s.length) == 0;
 }
@@ -167,16 +162,16 @@ static void copy_as_loops(MlirContext ctx, MlirOperation copy) {
 }
 
 static MlirWalkResult collect_loop_copies(MlirOperation op, void *user) {
-  if (op_is(op, "memref.copy")) kiln_compiler_ops_push(user, op);
+  if (kiln_compiler_op_is(op, "memref.copy")) kiln_compiler_ops_push(user, op);
   return MlirWalkResultAdvance;
 }
 
 static void rewrite_block(MlirContext ctx, MlirBlock block) {
   for (MlirOperation op = mlirBlockGetFirstOperation(block); !mlirOperationIsNull(op);) {
     MlirOperation next = mlirOperationGetNextInBlock(op);
-    if (op_is(op, "memref.copy")) {
+    if (kiln_compiler_op_is(op, "memref.copy")) {
       rewrite_copy(ctx, op);
-    } else if (op_is(op, "scf.for")) {
+    } else if (kiln_compiler_op_is(op, "scf.for")) {
       kiln_compiler_ops_t copies = {0};
       mlirOperationWalk(op, collect_loop_copies, &copies, MlirWalkPreOrder);
       for (size_t i = 0; i < copies.n; i++) copy_as_loops(ctx, copies.items[i]);
@@ -195,7 +190,7 @@ static void for_each_host_block(MlirContext context, MlirRegion region, block_fn
     fn(context, b, user);
     for (MlirOperation op = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(op);
          op = mlirOperationGetNextInBlock(op)) {
-      if (!op_is(op, "scf.if") && !op_is(op, "scf.while")) continue;
+      if (!kiln_compiler_op_is(op, "scf.if") && !kiln_compiler_op_is(op, "scf.while")) continue;
       for (intptr_t r = 0; r < mlirOperationGetNumRegions(op); r++) {
         for_each_host_block(context, mlirOperationGetRegion(op, r), fn, user);
       }
@@ -208,7 +203,7 @@ static void for_each_function_block(MlirContext context, MlirModule module, bloc
   MlirBlock body = mlirModuleGetBody(module);
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
-    if (!op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1) continue;
+    if (!kiln_compiler_op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1) continue;
     for_each_host_block(context, mlirOperationGetRegion(op, 0), fn, user);
   }
 }
@@ -263,14 +258,14 @@ static void wrap_group(MlirContext ctx, MlirBlock block, MlirOperation first, Ml
 /* The single scf.parallel (no results) that is all of a result-free scf.for's
  * body besides its scf.yield, or null. */
 static MlirOperation lone_parallel(MlirOperation loop) {
-  if (!op_is(loop, "scf.for") || mlirOperationGetNumResults(loop) != 0) return (MlirOperation){NULL};
+  if (!kiln_compiler_op_is(loop, "scf.for") || mlirOperationGetNumResults(loop) != 0) return (MlirOperation){NULL};
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
   MlirOperation first = mlirBlockGetFirstOperation(body);
-  if (mlirOperationIsNull(first) || !op_is(first, "scf.parallel") || mlirOperationGetNumResults(first) != 0) {
+  if (mlirOperationIsNull(first) || !kiln_compiler_op_is(first, "scf.parallel") || mlirOperationGetNumResults(first) != 0) {
     return (MlirOperation){NULL};
   }
   MlirOperation second = mlirOperationGetNextInBlock(first);
-  if (mlirOperationIsNull(second) || !op_is(second, "scf.yield") ||
+  if (mlirOperationIsNull(second) || !kiln_compiler_op_is(second, "scf.yield") ||
       !mlirOperationIsNull(mlirOperationGetNextInBlock(second))) {
     return (MlirOperation){NULL};
   }
@@ -292,7 +287,7 @@ static void interchange(MlirBlock block, MlirOperation loop, MlirOperation par) 
   mlirBlockInsertOwnedOperationBefore(par_body, mlirBlockGetFirstOperation(par_body), loop);
   for (MlirOperation op = mlirOperationGetNextInBlock(loop); !mlirOperationIsNull(op);) {
     MlirOperation next = mlirOperationGetNextInBlock(op);
-    if (op_is(op, "scf.reduce")) break;
+    if (kiln_compiler_op_is(op, "scf.reduce")) break;
     mlirOperationRemoveFromParent(op);
     mlirBlockInsertOwnedOperationBefore(for_body, yield, op);
     op = next;
@@ -302,7 +297,7 @@ static void interchange(MlirBlock block, MlirOperation loop, MlirOperation par) 
 /* Whether `op` is host work a kernel must do: a store, or a loop that makes no
  * values (a reduction with no parallel dimension). */
 static bool host_work(MlirOperation op) {
-  return (op_is(op, "scf.for") && mlirOperationGetNumResults(op) == 0) || op_is(op, "memref.store");
+  return (kiln_compiler_op_is(op, "scf.for") && mlirOperationGetNumResults(op) == 0) || kiln_compiler_op_is(op, "memref.store");
 }
 
 /* Moves the single-use, non-constant producers of `op`'s scalar operands that sit
@@ -314,7 +309,7 @@ static MlirOperation gather_producers(MlirBlock block, MlirOperation op) {
     MlirValue v = mlirOperationGetOperand(op, i);
     if (!mlirValueIsAOpResult(v) || mlirTypeIsAMemRef(mlirValueGetType(v))) continue;
     MlirOperation def = mlirOpResultGetOwner(v);
-    if (!mlirBlockEqual(mlirOperationGetBlock(def), block) || op_is(def, "arith.constant") ||
+    if (!mlirBlockEqual(mlirOperationGetBlock(def), block) || kiln_compiler_op_is(def, "arith.constant") ||
         mlirOperationGetNumResults(def) != 1) {
       continue;
     }
@@ -328,7 +323,7 @@ static MlirOperation gather_producers(MlirBlock block, MlirOperation op) {
 
 /* The condition operand of host control flow (scf.if, scf.condition), or null. */
 static MlirValue host_condition(MlirOperation op) {
-  if ((op_is(op, "scf.if") || op_is(op, "scf.condition")) && mlirOperationGetNumOperands(op) > 0) {
+  if ((kiln_compiler_op_is(op, "scf.if") || kiln_compiler_op_is(op, "scf.condition")) && mlirOperationGetNumOperands(op) > 0) {
     return mlirOperationGetOperand(op, 0);
   }
   return (MlirValue){NULL};
@@ -344,7 +339,7 @@ static void conditions_to_device(MlirContext ctx, MlirBlock b) {
     MlirValue cond = host_condition(op);
     if (mlirValueIsNull(cond) || !mlirValueIsAOpResult(cond)) continue;
     MlirOperation def = mlirOpResultGetOwner(cond);
-    if (op_is(def, "memref.load") || !mlirBlockEqual(mlirOperationGetBlock(def), b)) continue;
+    if (kiln_compiler_op_is(def, "memref.load") || !mlirBlockEqual(mlirOperationGetBlock(def), b)) continue;
     MlirLocation loc = mlirOperationGetLocation(op);
     MlirType i1 = mlirValueGetType(cond);
     MlirType buf_type = mlirMemRefTypeGet(i1, 0, NULL, mlirAttributeGetNull(), mlirAttributeGetNull());
@@ -375,7 +370,7 @@ static void loops_to_kernels_in(MlirContext context, MlirBlock b, void *user) {
       MlirOperation next = mlirOperationGetNextInBlock(op);
       MlirOperation inner = op;
       /* Find for(...for(par)) at any depth of a for-only nest under op. */
-      while (op_is(inner, "scf.for") && mlirOperationGetNumResults(inner) == 0) {
+      while (kiln_compiler_op_is(inner, "scf.for") && mlirOperationGetNumResults(inner) == 0) {
         MlirOperation par = lone_parallel(inner);
         if (!mlirOperationIsNull(par)) {
           interchange(mlirOperationGetBlock(inner), inner, par);
@@ -385,7 +380,7 @@ static void loops_to_kernels_in(MlirContext context, MlirBlock b, void *user) {
         MlirBlock ib = mlirRegionGetFirstBlock(mlirOperationGetRegion(inner, 0));
         MlirOperation only = mlirBlockGetFirstOperation(ib);
         MlirOperation after = mlirOperationIsNull(only) ? only : mlirOperationGetNextInBlock(only);
-        if (mlirOperationIsNull(after) || !op_is(after, "scf.yield")) break;
+        if (mlirOperationIsNull(after) || !kiln_compiler_op_is(after, "scf.yield")) break;
         inner = only;
       }
       op = next;
@@ -412,7 +407,7 @@ static const char barrier_attr[] = "kiln.fusion_barrier";
 static int64_t producer_depth(MlirValue v) {
   if (!mlirValueIsAOpResult(v)) return 0;
   MlirOperation def = mlirOpResultGetOwner(v);
-  if (!op_is(def, "linalg.generic")) return 0;
+  if (!kiln_compiler_op_is(def, "linalg.generic")) return 0;
   MlirAttribute a = attr(def, depth_attr);
   return mlirAttributeIsNull(a) ? 0 : mlirIntegerAttrGetValueInt(a);
 }
@@ -422,7 +417,7 @@ static void barriers_in_block(MlirContext ctx, MlirBlock block, int64_t limit) {
   MlirStringRef key = mlirStringRefCreateFromCString(depth_attr);
   for (MlirOperation op = mlirBlockGetFirstOperation(block); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
-    if (!op_is(op, "linalg.generic")) continue;
+    if (!kiln_compiler_op_is(op, "linalg.generic")) continue;
     int64_t depth = 0;
     for (intptr_t i = 0; i < mlirOperationGetNumOperands(op); i++) {
       int64_t d = producer_depth(mlirOperationGetOperand(op, i));
@@ -460,7 +455,7 @@ typedef struct barriers_s {
 } barriers_t;
 
 static MlirWalkResult find_barrier(MlirOperation op, void *user) {
-  if (op_is(op, "bufferization.dealloc_tensor") && !mlirAttributeIsNull(attr(op, barrier_attr))) {
+  if (kiln_compiler_op_is(op, "bufferization.dealloc_tensor") && !mlirAttributeIsNull(attr(op, barrier_attr))) {
     barriers_t *b = user;
     b->items = kiln_realloc(b->items, (b->n + 1) * sizeof *b->items);
     b->items[b->n++] = op;
@@ -739,7 +734,7 @@ static kiln_status_t value_expr(reader_t *r, MlirOperation user, MlirValue v, ui
     }
   }
   MlirOperation def = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
-  MlirAttribute a = mlirOperationIsNull(def) || !op_is(def, "arith.constant") ? (MlirAttribute){NULL}
+  MlirAttribute a = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant") ? (MlirAttribute){NULL}
                                                                               : attr(def, "value");
   if (!mlirAttributeIsNull(a) && mlirAttributeIsAInteger(a)) {
     MlirType t = mlirValueGetType(v);
@@ -819,23 +814,23 @@ static kiln_status_t read_scalar_op(reader_t *r, MlirOperation op, bool *handled
   }
   uint32_t a = 0, b = 0, c = 0, x = 0;
   for (size_t i = 0; i < sizeof ARITH_BINARY / sizeof ARITH_BINARY[0]; i++) {
-    if (!op_is(op, ARITH_BINARY[i].op)) continue;
+    if (!kiln_compiler_op_is(op, ARITH_BINARY[i].op)) continue;
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &a));
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 1), &b));
     set_value(r, result, bin(r, ARITH_BINARY[i].kind, a, b));
     return NULL;
   }
-  if (op_is(op, "arith.index_cast") || op_is(op, "arith.index_castui") || op_is(op, "arith.extsi") ||
-      op_is(op, "arith.extui") || op_is(op, "arith.trunci")) {
+  if (kiln_compiler_op_is(op, "arith.index_cast") || kiln_compiler_op_is(op, "arith.index_castui") || kiln_compiler_op_is(op, "arith.extsi") ||
+      kiln_compiler_op_is(op, "arith.extui") || kiln_compiler_op_is(op, "arith.trunci")) {
     /* Sizes fit every width kiln uses; words are truncated where they are written. */
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &a));
     set_value(r, result, a);
     return NULL;
   }
-  if (op_is(op, "arith.ceildivsi") || op_is(op, "arith.ceildivui") || op_is(op, "arith.floordivsi")) {
+  if (kiln_compiler_op_is(op, "arith.ceildivsi") || kiln_compiler_op_is(op, "arith.ceildivui") || kiln_compiler_op_is(op, "arith.floordivsi")) {
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &a));
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 1), &b));
-    bool u = op_is(op, "arith.ceildivui");
+    bool u = kiln_compiler_op_is(op, "arith.ceildivui");
     uint32_t q = bin(r, u ? KILN_VMFB_EXPR_DIV_U : KILN_VMFB_EXPR_DIV_S, a, b);
     uint32_t m = bin(r, u ? KILN_VMFB_EXPR_REM_U : KILN_VMFB_EXPR_REM_S, a, b);
     uint32_t inexact = bin(r, KILN_VMFB_EXPR_NE, m, const_expr(r, 0));
@@ -846,7 +841,7 @@ static kiln_status_t read_scalar_op(reader_t *r, MlirOperation op, bool *handled
       uint32_t zero = const_expr(r, 0);
       uint32_t opposite = bin(r, KILN_VMFB_EXPR_NE, bin(r, KILN_VMFB_EXPR_LT_S, a, zero),
                               bin(r, KILN_VMFB_EXPR_LT_S, b, zero));
-      if (op_is(op, "arith.ceildivsi")) {
+      if (kiln_compiler_op_is(op, "arith.ceildivsi")) {
         x = bin(r, KILN_VMFB_EXPR_ADD, q, bin(r, KILN_VMFB_EXPR_AND, inexact, not_expr(r, opposite)));
       } else {
         x = bin(r, KILN_VMFB_EXPR_SUB, q, bin(r, KILN_VMFB_EXPR_AND, inexact, opposite));
@@ -855,7 +850,7 @@ static kiln_status_t read_scalar_op(reader_t *r, MlirOperation op, bool *handled
     set_value(r, result, x);
     return NULL;
   }
-  if (op_is(op, "arith.cmpi")) {
+  if (kiln_compiler_op_is(op, "arith.cmpi")) {
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &a));
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 1), &b));
     switch (mlirIntegerAttrGetValueInt(attr(op, "predicate"))) {
@@ -874,14 +869,14 @@ static kiln_status_t read_scalar_op(reader_t *r, MlirOperation op, bool *handled
     set_value(r, result, x);
     return NULL;
   }
-  if (op_is(op, "arith.select")) {
+  if (kiln_compiler_op_is(op, "arith.select")) {
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &c));
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 1), &a));
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 2), &b));
     set_value(r, result, add_expr(r, KILN_VMFB_EXPR_SELECT, c, a, b, 0));
     return NULL;
   }
-  if (op_is(op, "affine.apply")) {
+  if (kiln_compiler_op_is(op, "affine.apply")) {
     MlirAffineMap map = mlirAffineMapAttrGetValue(attr(op, "map"));
     if (mlirAffineMapGetNumResults(map) != 1) return unsupported(r, op, "has more than one result");
     KILN_RETURN_IF_ERROR(affine_expr(r, op, mlirAffineMapGetResult(map, 0), mlirAffineMapGetNumDims(map), &x));
@@ -983,7 +978,7 @@ static kiln_status_t read_launch(reader_t *r, MlirOperation op) {
   for (int d = 0; d < 3; d++) {
     MlirValue g = mlirOperationGetOperand(op, grid0 + d);
     MlirOperation def = mlirValueIsAOpResult(g) ? mlirOpResultGetOwner(g) : (MlirOperation){NULL};
-    MlirAttribute v = mlirOperationIsNull(def) || !op_is(def, "arith.constant") ? (MlirAttribute){NULL}
+    MlirAttribute v = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant") ? (MlirAttribute){NULL}
                                                                                 : attr(def, "value");
     if (mlirAttributeIsNull(v)) {
       /* Sized by a dynamic dimension: computed per call. */
@@ -1014,7 +1009,7 @@ static kiln_status_t read_launch(reader_t *r, MlirOperation op) {
       continue;
     }
     MlirOperation def = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
-    MlirAttribute value = mlirOperationIsNull(def) || !op_is(def, "arith.constant") ? (MlirAttribute){NULL}
+    MlirAttribute value = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant") ? (MlirAttribute){NULL}
                                                                                     : attr(def, "value");
     if (mlirAttributeIsNull(value)) {
       st = unsupported(r, op, "passes a scalar that is not a constant");
@@ -1102,7 +1097,7 @@ static kiln_status_t read_dynamic_view(reader_t *r, MlirOperation op) {
   intptr_t rank = mlirShapedTypeGetRank(t);
   if (rank > KILN_VMFB_MAX_RANK) return unsupported(r, op, "makes a view of rank above 8");
   uint32_t dims[KILN_VMFB_MAX_RANK] = {0};
-  if (op_is(op, "memref.collapse_shape")) {
+  if (kiln_compiler_op_is(op, "memref.collapse_shape")) {
     MlirAttribute groups = attr(op, "reassociation");
     for (intptr_t d = 0; d < rank && d < mlirArrayAttrGetNumElements(groups); d++) {
       MlirAttribute g = mlirArrayAttrGetElement(groups, d);
@@ -1117,7 +1112,7 @@ static kiln_status_t read_dynamic_view(reader_t *r, MlirOperation op) {
     /* expand_shape: output_shape operands; subview: its size operands (after the
      * source and the offsets). Both name the dynamic dimensions in order. */
     intptr_t next = 1;
-    if (op_is(op, "memref.subview")) {
+    if (kiln_compiler_op_is(op, "memref.subview")) {
       MlirAttribute seg = attr(op, "operandSegmentSizes");
       next = 1 + mlirDenseI32ArrayGetElement(seg, 1);
       if (mlirShapedTypeGetRank(src) != rank) return unsupported(r, op, "drops dimensions of a dynamic view");
@@ -1211,7 +1206,7 @@ static kiln_status_t read_load(reader_t *r, MlirOperation op) {
     int64_t index = 0;
     MlirValue v = mlirOperationGetOperand(op, 1 + d);
     MlirOperation def = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
-    MlirAttribute a = mlirOperationIsNull(def) || !op_is(def, "arith.constant") ? (MlirAttribute){NULL}
+    MlirAttribute a = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant") ? (MlirAttribute){NULL}
                                                                                 : attr(def, "value");
     ok = !mlirAttributeIsNull(a) && mlirAttributeIsAInteger(a) && !mlirShapedTypeIsDynamicStrideOrOffset(strides[d]);
     if (ok) index = mlirIntegerAttrGetValueInt(a);
@@ -1287,7 +1282,7 @@ static kiln_status_t read_while(reader_t *r, MlirOperation op) {
   size_t branch = 0;
   for (MlirOperation o = mlirBlockGetFirstOperation(before); !mlirOperationIsNull(o);
        o = mlirOperationGetNextInBlock(o)) {
-    if (op_is(o, "scf.condition")) {
+    if (kiln_compiler_op_is(o, "scf.condition")) {
       if (mlirOperationGetNumOperands(o) != 1) return unsupported(r, o, "forwards values");
       KILN_RETURN_IF_ERROR(add_branch(r, o, mlirOperationGetOperand(o, 0), &branch));
       break;
@@ -1302,22 +1297,22 @@ static kiln_status_t read_while(reader_t *r, MlirOperation op) {
 
 static kiln_status_t read_op(reader_t *r, MlirOperation op) {
   kiln_vmfb_function_t *fn = r->fn;
-  if (op_is(op, "arith.constant") || op_is(op, "memref.dealloc")) return NULL;
-  if (op_is(op, "arith.select") && mlirTypeIsAMemRef(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
+  if (kiln_compiler_op_is(op, "arith.constant") || kiln_compiler_op_is(op, "memref.dealloc")) return NULL;
+  if (kiln_compiler_op_is(op, "arith.select") && mlirTypeIsAMemRef(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
     return read_buffer_select(r, op);
   }
   bool handled = false;
   KILN_RETURN_IF_ERROR(read_scalar_op(r, op, &handled));
   if (handled) return NULL;
-  if (op_is(op, "memref.dim")) return read_dim(r, op);
-  if (op_is(op, "memref.store")) return read_args_store(r, op);
-  if (op_is(op, "memref.load")) return read_load(r, op);
-  if (op_is(op, "scf.if")) return read_if(r, op);
-  if (op_is(op, "scf.while")) return read_while(r, op);
-  if (op_is(op, "scf.yield")) {
+  if (kiln_compiler_op_is(op, "memref.dim")) return read_dim(r, op);
+  if (kiln_compiler_op_is(op, "memref.store")) return read_args_store(r, op);
+  if (kiln_compiler_op_is(op, "memref.load")) return read_load(r, op);
+  if (kiln_compiler_op_is(op, "scf.if")) return read_if(r, op);
+  if (kiln_compiler_op_is(op, "scf.while")) return read_while(r, op);
+  if (kiln_compiler_op_is(op, "scf.yield")) {
     return mlirOperationGetNumOperands(op) ? unsupported(r, op, "yields values") : NULL;
   }
-  if (op_is(op, "memref.alloc") || op_is(op, "memref.alloca")) {
+  if (kiln_compiler_op_is(op, "memref.alloc") || kiln_compiler_op_is(op, "memref.alloca")) {
     MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
     kiln_vmfb_tensor_type_t tt;
     if (!mlirAttributeIsNull(attr(op, "kiln.args"))) {
@@ -1337,13 +1332,13 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
     add_view(r, mlirOperationGetResult(op, 0), b, 0);
     return NULL;
   }
-  if (op_is(op, "memref.get_global")) {
+  if (kiln_compiler_op_is(op, "memref.get_global")) {
     kiln_vmfb_buffer_t buffer;
     KILN_RETURN_IF_ERROR(global_bytes(r, op, &buffer));
     add_view(r, mlirOperationGetResult(op, 0), add_buffer(fn, buffer), 0);
     return NULL;
   }
-  if (op_is(op, "memref.cast")) {
+  if (kiln_compiler_op_is(op, "memref.cast")) {
     /* A cast moves nothing: the view of its source (even when the cast's type
      * erases the static offset, as a fixed buffer's cast does). */
     const view_t *found = find_view(r, mlirOperationGetOperand(op, 0));
@@ -1358,12 +1353,12 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
     add_view_dims(r, mlirOperationGetResult(op, 0), source.buffer, source.offset, dims);
     return NULL;
   }
-  if ((op_is(op, "memref.subview") || op_is(op, "memref.expand_shape") || op_is(op, "memref.collapse_shape")) &&
+  if ((kiln_compiler_op_is(op, "memref.subview") || kiln_compiler_op_is(op, "memref.expand_shape") || kiln_compiler_op_is(op, "memref.collapse_shape")) &&
       !mlirShapedTypeHasStaticShape(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
     return read_dynamic_view(r, op);
   }
-  if (op_is(op, "memref.subview") || op_is(op, "memref.expand_shape") ||
-      op_is(op, "memref.collapse_shape") || op_is(op, "memref.reinterpret_cast")) {
+  if (kiln_compiler_op_is(op, "memref.subview") || kiln_compiler_op_is(op, "memref.expand_shape") ||
+      kiln_compiler_op_is(op, "memref.collapse_shape") || kiln_compiler_op_is(op, "memref.reinterpret_cast")) {
     const view_t *source = find_view(r, mlirOperationGetOperand(op, 0));
     MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
     uint64_t offset = 0;
@@ -1379,7 +1374,7 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
     add_view(r, mlirOperationGetResult(op, 0), source->buffer, bytes);
     return NULL;
   }
-  if (op_is(op, "bufferization.clone")) {
+  if (kiln_compiler_op_is(op, "bufferization.clone")) {
     /* The deallocation pipeline clones a buffer the function does not own (an
      * argument, a constant) before returning it or writing into it: a new
      * buffer and one copy step. */
@@ -1398,8 +1393,8 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
     add_view(r, mlirOperationGetResult(op, 0), b, 0);
     return NULL;
   }
-  if (op_is(op, "gpu.launch_func")) return read_launch(r, op);
-  if (op_is(op, "func.return")) {
+  if (kiln_compiler_op_is(op, "gpu.launch_func")) return read_launch(r, op);
+  if (kiln_compiler_op_is(op, "func.return")) {
     intptr_t n = mlirOperationGetNumOperands(op);
     fn->results = kiln_calloc(n ? (size_t)n : 1, sizeof *fn->results);
     for (intptr_t i = 0; i < n; i++) {
@@ -1506,7 +1501,7 @@ kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
   MlirBlock body = mlirModuleGetBody(module);
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op) && !st;
        op = mlirOperationGetNextInBlock(op)) {
-    if (!op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1 ||
+    if (!kiln_compiler_op_is(op, "func.func") || mlirOperationGetNumRegions(op) < 1 ||
         mlirBlockIsNull(mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0)))) {
       continue;
     }

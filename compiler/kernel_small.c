@@ -29,11 +29,6 @@
 #include "base/buf.h"
 #include "compiler/kernel_types.h"
 
-static bool op_is(MlirOperation op, const char *name) {
-  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
-  return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
-}
-
 static MlirStringRef sref(const char *s) { return mlirStringRefCreateFromCString(s); }
 
 /* ---- 8-bit floats ---- */
@@ -227,7 +222,7 @@ static void push(MlirOperation **items, size_t *n, MlirOperation op) {
 
 static MlirWalkResult collect_casts(MlirOperation op, void *user) {
   casts_t *c = user;
-  bool ext = op_is(op, "arith.extf"), trunc = op_is(op, "arith.truncf");
+  bool ext = kiln_compiler_op_is(op, "arith.extf"), trunc = kiln_compiler_op_is(op, "arith.truncf");
   if (!ext && !trunc) return MlirWalkResultAdvance;
   MlirType from = mlirValueGetType(mlirOperationGetOperand(op, 0));
   MlirType to = mlirValueGetType(mlirOperationGetResult(op, 0));
@@ -261,21 +256,17 @@ kiln_status_t kiln_compiler_kernels_expand_f8(MlirContext context, MlirModule mo
 
 /* ---- sub-byte buffers as 32-bit words ---- */
 
-static bool sub_byte(MlirType t) {
+bool kiln_compiler_is_sub_byte_int(MlirType t) {
   return mlirTypeIsAInteger(t) && (mlirIntegerTypeGetWidth(t) == 2 || mlirIntegerTypeGetWidth(t) == 4);
 }
+
+static bool sub_byte(MlirType t) { return kiln_compiler_is_sub_byte_int(t); }
 
 #define op1 kiln_compiler_build_before
 
 static MlirValue bin(const char *name, MlirOperation before, MlirValue a, MlirValue b) {
   MlirValue ops[2] = {a, b};
   return op1(name, before, ops, 2, mlirValueGetType(a));
-}
-
-static MlirValue iconst(MlirContext ctx, MlirOperation before, MlirType t, int64_t v) {
-  MlirOperation c = kiln_compiler_int_constant(ctx, mlirOperationGetLocation(before), t, v);
-  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, c);
-  return mlirOperationGetResult(c, 0);
 }
 
 typedef struct packed_s {
@@ -288,12 +279,12 @@ typedef struct packed_s {
 /* The element's bit position: (offset + sum(index_d * stride_d)) * bits, as index. */
 static MlirValue bit_position(const packed_t *p, MlirOperation op, intptr_t first) {
   MlirType index = mlirIndexTypeGet(p->ctx);
-  MlirValue lin = iconst(p->ctx, op, index, p->offset);
+  MlirValue lin = kiln_compiler_int_const_before(p->ctx, op, index, p->offset);
   for (intptr_t d = 0; d < mlirShapedTypeGetRank(p->type); d++) {
-    MlirValue term = bin("arith.muli", op, mlirOperationGetOperand(op, first + d), iconst(p->ctx, op, index, p->strides[d]));
+    MlirValue term = bin("arith.muli", op, mlirOperationGetOperand(op, first + d), kiln_compiler_int_const_before(p->ctx, op, index, p->strides[d]));
     lin = bin("arith.addi", op, lin, term);
   }
-  return bin("arith.muli", op, lin, iconst(p->ctx, op, index, p->bits));
+  return bin("arith.muli", op, lin, kiln_compiler_int_const_before(p->ctx, op, index, p->bits));
 }
 
 /* arith::AtomicRMWKind values (the enum's generic form, as mlir-opt prints it). */
@@ -339,7 +330,7 @@ static kiln_status_t pack_arg(MlirContext ctx, MlirValue arg, const char *name) 
     users[n++] = mlirOpOperandGetOwner(u);
   }
   for (size_t i = 0; i < n; i++) {
-    if (!op_is(users[i], "memref.load") && !op_is(users[i], "memref.store")) {
+    if (!kiln_compiler_op_is(users[i], "memref.load") && !kiln_compiler_op_is(users[i], "memref.store")) {
       MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(users[i]));
       kiln_free(users);
       return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
@@ -355,10 +346,10 @@ static kiln_status_t pack_arg(MlirContext ctx, MlirValue arg, const char *name) 
   mlirValueSetType(arg, flat);
   for (size_t i = 0; i < n; i++) {
     MlirOperation op = users[i];
-    bool store = op_is(op, "memref.store");
+    bool store = kiln_compiler_op_is(op, "memref.store");
     MlirValue bitpos = bit_position(&p, op, store ? 2 : 1);
-    MlirValue word = bin("arith.shrui", op, bitpos, iconst(ctx, op, index, 5));
-    MlirValue in_word = bin("arith.andi", op, bitpos, iconst(ctx, op, index, 31));
+    MlirValue word = bin("arith.shrui", op, bitpos, kiln_compiler_int_const_before(ctx, op, index, 5));
+    MlirValue in_word = bin("arith.andi", op, bitpos, kiln_compiler_int_const_before(ctx, op, index, 31));
     MlirValue sh = op1("arith.index_cast", op, &in_word, 1, i32);
     if (!store) {
       MlirValue load_ops[2] = {arg, word};
@@ -369,8 +360,8 @@ static kiln_status_t pack_arg(MlirContext ctx, MlirValue arg, const char *name) 
     } else {
       MlirValue value = mlirOperationGetOperand(op, 0);
       MlirValue wide = op1("arith.extui", op, &value, 1, i32);
-      MlirValue mask = bin("arith.shli", op, iconst(ctx, op, i32, (1 << p.bits) - 1), sh);
-      MlirValue keep = bin("arith.xori", op, mask, iconst(ctx, op, i32, -1));
+      MlirValue mask = bin("arith.shli", op, kiln_compiler_int_const_before(ctx, op, i32, (1 << p.bits) - 1), sh);
+      MlirValue keep = bin("arith.xori", op, mask, kiln_compiler_int_const_before(ctx, op, i32, -1));
       atomic(ctx, op, ATOMIC_ANDI, keep, arg, word);
       atomic(ctx, op, ATOMIC_ORI, bin("arith.shli", op, wide, sh), arg, word);
     }
@@ -383,7 +374,7 @@ static kiln_status_t pack_arg(MlirContext ctx, MlirValue arg, const char *name) 
 typedef kiln_compiler_ops_t funcs_t;
 
 static MlirWalkResult collect_funcs(MlirOperation op, void *user) {
-  if (!op_is(op, "gpu.func")) return MlirWalkResultAdvance;
+  if (!kiln_compiler_op_is(op, "gpu.func")) return MlirWalkResultAdvance;
   kiln_compiler_ops_push(user, op);
   return MlirWalkResultSkip;
 }
@@ -443,12 +434,12 @@ static void narrow_put(narrow_t *w, MlirValue v, unsigned bits) {
 /* v (an i32 holding N zero-extended bits) sign-extended to 32 bits. */
 static MlirValue sext32(MlirContext ctx, MlirOperation before, MlirValue v, unsigned bits) {
   MlirType i32 = mlirIntegerTypeGet(ctx, 32);
-  MlirValue k = iconst(ctx, before, i32, 32 - bits);
+  MlirValue k = kiln_compiler_int_const_before(ctx, before, i32, 32 - bits);
   return bin("arith.shrsi", before, bin("arith.shli", before, v, k), k);
 }
 
 static MlirValue mask32(MlirContext ctx, MlirOperation before, MlirValue v, unsigned bits) {
-  return bin("arith.andi", before, v, iconst(ctx, before, mlirIntegerTypeGet(ctx, 32), (1 << bits) - 1));
+  return bin("arith.andi", before, v, kiln_compiler_int_const_before(ctx, before, mlirIntegerTypeGet(ctx, 32), (1 << bits) - 1));
 }
 
 /* An operand as i32: the widened value, or an iN one (not widened yet) extended. */
@@ -458,20 +449,20 @@ static MlirValue wide_operand(MlirContext ctx, MlirOperation op, MlirValue v) {
 }
 
 static bool signed_op(MlirOperation op) {
-  if (op_is(op, "arith.cmpi")) {
+  if (kiln_compiler_op_is(op, "arith.cmpi")) {
     int64_t p = mlirIntegerAttrGetValueInt(mlirOperationGetAttributeByName(op, sref("predicate")));
     return p >= 2 && p <= 5;
   }
-  return op_is(op, "arith.divsi") || op_is(op, "arith.remsi") || op_is(op, "arith.maxsi") ||
-         op_is(op, "arith.minsi") || op_is(op, "arith.shrsi") || op_is(op, "arith.sitofp") ||
-         op_is(op, "arith.extsi") || op_is(op, "arith.ceildivsi") || op_is(op, "arith.floordivsi");
+  return kiln_compiler_op_is(op, "arith.divsi") || kiln_compiler_op_is(op, "arith.remsi") || kiln_compiler_op_is(op, "arith.maxsi") ||
+         kiln_compiler_op_is(op, "arith.minsi") || kiln_compiler_op_is(op, "arith.shrsi") || kiln_compiler_op_is(op, "arith.sitofp") ||
+         kiln_compiler_op_is(op, "arith.extsi") || kiln_compiler_op_is(op, "arith.ceildivsi") || kiln_compiler_op_is(op, "arith.floordivsi");
 }
 
 /* Ops whose iN result may leave the N bits (wrap, or a signed result). */
 static bool needs_mask(MlirOperation op) {
-  return op_is(op, "arith.addi") || op_is(op, "arith.subi") || op_is(op, "arith.muli") ||
-         op_is(op, "arith.shli") || signed_op(op) || op_is(op, "arith.trunci") || op_is(op, "arith.fptosi") ||
-         op_is(op, "arith.fptoui");
+  return kiln_compiler_op_is(op, "arith.addi") || kiln_compiler_op_is(op, "arith.subi") || kiln_compiler_op_is(op, "arith.muli") ||
+         kiln_compiler_op_is(op, "arith.shli") || signed_op(op) || kiln_compiler_op_is(op, "arith.trunci") || kiln_compiler_op_is(op, "arith.fptosi") ||
+         kiln_compiler_op_is(op, "arith.fptoui");
 }
 
 static kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *w, MlirOperation op, const char *name) {
@@ -488,42 +479,42 @@ static kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *w, MlirOperati
   MlirType i32 = mlirIntegerTypeGet(ctx, 32);
   MlirValue result = n_out == 1 ? mlirOperationGetResult(op, 0) : (MlirValue){NULL};
   MlirValue now = {NULL};
-  if (op_is(op, "arith.constant")) {
+  if (kiln_compiler_op_is(op, "arith.constant")) {
     int64_t v = mlirIntegerAttrGetValueInt(mlirOperationGetAttributeByName(op, sref("value")));
-    now = iconst(ctx, op, i32, v & ((1 << out_bits) - 1));
-  } else if (op_is(op, "arith.extui") || op_is(op, "arith.extsi")) {
+    now = kiln_compiler_int_const_before(ctx, op, i32, v & ((1 << out_bits) - 1));
+  } else if (kiln_compiler_op_is(op, "arith.extui") || kiln_compiler_op_is(op, "arith.extsi")) {
     MlirValue v = mlirOperationGetOperand(op, 0);
     if (sub_byte(mlirValueGetType(v))) v = op1("arith.extui", op, &v, 1, i32);
-    if (op_is(op, "arith.extsi")) v = sext32(ctx, op, v, in_bits);
+    if (kiln_compiler_op_is(op, "arith.extsi")) v = sext32(ctx, op, v, in_bits);
     MlirType to = mlirValueGetType(result);
     if (out_bits) {
       now = mask32(ctx, op, v, out_bits); /* i2 -> i4 */
     } else {
       /* A value of its own (not the widened one), even when the width is 32. */
       unsigned tw = mlirIntegerTypeGetWidth(to);
-      if (!op_is(op, "arith.extsi")) v = mask32(ctx, op, v, in_bits);
-      now = tw == 32 ? v : op1(tw < 32 ? "arith.trunci" : (op_is(op, "arith.extsi") ? "arith.extsi" : "arith.extui"), op, &v, 1, to);
+      if (!kiln_compiler_op_is(op, "arith.extsi")) v = mask32(ctx, op, v, in_bits);
+      now = tw == 32 ? v : op1(tw < 32 ? "arith.trunci" : (kiln_compiler_op_is(op, "arith.extsi") ? "arith.extsi" : "arith.extui"), op, &v, 1, to);
     }
-  } else if (op_is(op, "arith.trunci") && out_bits && !in_bits) {
+  } else if (kiln_compiler_op_is(op, "arith.trunci") && out_bits && !in_bits) {
     MlirValue v = mlirOperationGetOperand(op, 0);
     unsigned fw = mlirIntegerTypeGetWidth(mlirValueGetType(v));
     if (fw != 32) v = op1(fw < 32 ? "arith.extui" : "arith.trunci", op, &v, 1, i32);
     now = mask32(ctx, op, v, out_bits);
-  } else if (op_is(op, "arith.uitofp") || op_is(op, "arith.sitofp")) {
+  } else if (kiln_compiler_op_is(op, "arith.uitofp") || kiln_compiler_op_is(op, "arith.sitofp")) {
     MlirValue v = wide_operand(ctx, op, mlirOperationGetOperand(op, 0));
-    if (op_is(op, "arith.sitofp")) v = sext32(ctx, op, v, in_bits);
-    now = op1(op_is(op, "arith.sitofp") ? "arith.sitofp" : "arith.uitofp", op, &v, 1, mlirValueGetType(result));
-  } else if (op_is(op, "arith.fptoui") || op_is(op, "arith.fptosi")) {
+    if (kiln_compiler_op_is(op, "arith.sitofp")) v = sext32(ctx, op, v, in_bits);
+    now = op1(kiln_compiler_op_is(op, "arith.sitofp") ? "arith.sitofp" : "arith.uitofp", op, &v, 1, mlirValueGetType(result));
+  } else if (kiln_compiler_op_is(op, "arith.fptoui") || kiln_compiler_op_is(op, "arith.fptosi")) {
     MlirValue v = mlirOperationGetOperand(op, 0);
-    now = mask32(ctx, op, op1(op_is(op, "arith.fptosi") ? "arith.fptosi" : "arith.fptoui", op, &v, 1, i32), out_bits);
+    now = mask32(ctx, op, op1(kiln_compiler_op_is(op, "arith.fptosi") ? "arith.fptosi" : "arith.fptoui", op, &v, 1, i32), out_bits);
   } else if (mlirOperationGetNumRegions(op) == 0 && n_out == 1 &&
-             (op_is(op, "arith.addi") || op_is(op, "arith.subi") || op_is(op, "arith.muli") ||
-              op_is(op, "arith.andi") || op_is(op, "arith.ori") || op_is(op, "arith.xori") ||
-              op_is(op, "arith.shli") || op_is(op, "arith.shrui") || op_is(op, "arith.shrsi") ||
-              op_is(op, "arith.divui") || op_is(op, "arith.remui") || op_is(op, "arith.divsi") ||
-              op_is(op, "arith.remsi") || op_is(op, "arith.maxui") || op_is(op, "arith.minui") ||
-              op_is(op, "arith.maxsi") || op_is(op, "arith.minsi") || op_is(op, "arith.cmpi") ||
-              op_is(op, "arith.select"))) {
+             (kiln_compiler_op_is(op, "arith.addi") || kiln_compiler_op_is(op, "arith.subi") || kiln_compiler_op_is(op, "arith.muli") ||
+              kiln_compiler_op_is(op, "arith.andi") || kiln_compiler_op_is(op, "arith.ori") || kiln_compiler_op_is(op, "arith.xori") ||
+              kiln_compiler_op_is(op, "arith.shli") || kiln_compiler_op_is(op, "arith.shrui") || kiln_compiler_op_is(op, "arith.shrsi") ||
+              kiln_compiler_op_is(op, "arith.divui") || kiln_compiler_op_is(op, "arith.remui") || kiln_compiler_op_is(op, "arith.divsi") ||
+              kiln_compiler_op_is(op, "arith.remsi") || kiln_compiler_op_is(op, "arith.maxui") || kiln_compiler_op_is(op, "arith.minui") ||
+              kiln_compiler_op_is(op, "arith.maxsi") || kiln_compiler_op_is(op, "arith.minsi") || kiln_compiler_op_is(op, "arith.cmpi") ||
+              kiln_compiler_op_is(op, "arith.select"))) {
     bool sign = signed_op(op);
     MlirValue *operands = kiln_calloc((size_t)n_in + 1, sizeof *operands);
     for (intptr_t i = 0; i < n_in; i++) {
@@ -531,7 +522,7 @@ static kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *w, MlirOperati
       bool narrow = narrow_bits(w, v) != 0;
       v = wide_operand(ctx, op, v);
       /* shrsi's amount stays as it is; everything else narrow is sign-extended for signed ops */
-      if (narrow && sign && !(op_is(op, "arith.shrsi") && i == 1)) v = sext32(ctx, op, v, in_bits);
+      if (narrow && sign && !(kiln_compiler_op_is(op, "arith.shrsi") && i == 1)) v = sext32(ctx, op, v, in_bits);
       operands[i] = v;
     }
     MlirType rt = out_bits ? i32 : mlirValueGetType(result);
@@ -567,7 +558,7 @@ kiln_status_t kiln_compiler_kernels_widen_sub_byte(MlirContext context, MlirModu
   kiln_status_t st = NULL;
   for (size_t i = 0; i < ops.n && !st; i++) {
     MlirOperation op = ops.items[i];
-    if (op_is(op, "gpu.module") || op_is(op, "gpu.func") || op_is(op, "builtin.module")) continue;
+    if (kiln_compiler_op_is(op, "gpu.module") || kiln_compiler_op_is(op, "gpu.func") || kiln_compiler_op_is(op, "builtin.module")) continue;
     st = widen_op_sub_byte(context, &w, op, name);
   }
   kiln_free(ops.items);

@@ -18,9 +18,13 @@
 
 #include "base/alloc.h"
 
-static bool op_is(MlirOperation op, const char *name) {
+bool kiln_compiler_op_is(MlirOperation op, const char *name) {
   MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
   return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
+}
+
+MlirNamedAttribute kiln_compiler_named_attr(MlirContext context, const char *name, MlirAttribute a) {
+  return mlirNamedAttributeGet(mlirIdentifierGet(context, mlirStringRefCreateFromCString(name)), a);
 }
 
 static MlirStringRef sref(const char *s) { return mlirStringRefCreateFromCString(s); }
@@ -29,7 +33,7 @@ void kiln_compiler_kernels_only(MlirModule module) {
   MlirBlock body = mlirModuleGetBody(module);
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);) {
     MlirOperation next = mlirOperationGetNextInBlock(op);
-    if (!op_is(op, "gpu.module")) mlirOperationDestroy(op);
+    if (!kiln_compiler_op_is(op, "gpu.module")) mlirOperationDestroy(op);
     op = next;
   }
 }
@@ -123,7 +127,7 @@ static void retype_op(const retype_t *r, MlirOperation op) {
     if (!mlirTypeIsNull(t)) mlirValueSetType(v, t);
   }
   MlirLocation loc = mlirOperationGetLocation(op);
-  if (op_is(op, "memref.load")) {
+  if (kiln_compiler_op_is(op, "memref.load")) {
     MlirValue v = mlirOperationGetResult(op, 0);
     MlirType f = mlirValueGetType(v);
     if (!rewritten_float(r, f)) return;
@@ -131,7 +135,7 @@ static void retype_op(const retype_t *r, MlirOperation op) {
     MlirOperation cast = cast_op("arith.bitcast", v, f, loc);
     mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(op), op, cast);
     mlirValueReplaceAllUsesExcept(v, mlirOperationGetResult(cast, 0), 1, &cast);
-  } else if (op_is(op, "memref.store")) {
+  } else if (kiln_compiler_op_is(op, "memref.store")) {
     MlirValue v = mlirOperationGetOperand(op, 0);
     if (!rewritten_float(r, mlirValueGetType(v))) return;
     MlirOperation cast = cast_op("arith.bitcast", v, bits_of(r, mlirValueGetType(v)), loc);
@@ -145,8 +149,8 @@ static void retype_op(const retype_t *r, MlirOperation op) {
 static bool widened_elsewhere(MlirOperation op) {
   MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(op));
   if (n.length > 5 && memcmp(n.data, "math.", 5) == 0) return true;
-  return op_is(op, "arith.sitofp") || op_is(op, "arith.uitofp") || op_is(op, "arith.fptosi") ||
-         op_is(op, "arith.fptoui") || op_is(op, "arith.select");
+  return kiln_compiler_op_is(op, "arith.sitofp") || kiln_compiler_op_is(op, "arith.uitofp") || kiln_compiler_op_is(op, "arith.fptosi") ||
+         kiln_compiler_op_is(op, "arith.fptoui") || kiln_compiler_op_is(op, "arith.select");
 }
 
 
@@ -204,7 +208,7 @@ void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module
   ops_t ops = {0};
   mlirOperationWalk(mlirModuleGetOperation(module), kiln_compiler_ops_collect_all, &ops, MlirWalkPreOrder);
   for (size_t i = 0; i < ops.n; i++) {
-    if (op_is(ops.items[i], "gpu.func")) retype_func(&r, ops.items[i]);
+    if (kiln_compiler_op_is(ops.items[i], "gpu.func")) retype_func(&r, ops.items[i]);
   }
   for (size_t i = 0; i < ops.n; i++) {
     if (widened_elsewhere(ops.items[i])) widen_op(&r, ops.items[i]);
@@ -339,12 +343,12 @@ typedef struct expand_s {
 
 static MlirWalkResult collect_f16_casts(MlirOperation op, void *user) {
   expand_t *x = user;
-  if (op_is(op, "arith.extf")) {
+  if (kiln_compiler_op_is(op, "arith.extf")) {
     if (mlirTypeIsAF16(mlirValueGetType(mlirOperationGetOperand(op, 0))) &&
         mlirTypeIsAF32(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
       ops_push(&x->ext, op);
     }
-  } else if (op_is(op, "arith.truncf")) {
+  } else if (kiln_compiler_op_is(op, "arith.truncf")) {
     if (mlirTypeIsAF32(mlirValueGetType(mlirOperationGetOperand(op, 0))) &&
         mlirTypeIsAF16(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
       ops_push(&x->trunc, op);
@@ -385,7 +389,7 @@ static void inline_helper(MlirOperation helper, MlirOperation op) {
   }
   for (MlirOperation h = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(h);
        h = mlirOperationGetNextInBlock(h)) {
-    if (op_is(h, "func.return")) {
+    if (kiln_compiler_op_is(h, "func.return")) {
       MlirValue result = vmap_get(&map, mlirOperationGetOperand(h, 0));
       mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), result);
       break;
@@ -457,6 +461,12 @@ MlirValue kiln_compiler_build_before(const char *name, MlirOperation before, con
   return mlirOperationGetResult(op, 0);
 }
 
+MlirValue kiln_compiler_int_const_before(MlirContext context, MlirOperation before, MlirType type, int64_t value) {
+  MlirOperation c = kiln_compiler_int_constant(context, mlirOperationGetLocation(before), type, value);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, c);
+  return mlirOperationGetResult(c, 0);
+}
+
 static MlirValue int_const(MlirContext ctx, MlirBlock block, MlirOperation before, MlirType t, int64_t v) {
   MlirOperation c = kiln_compiler_int_constant(ctx, mlirOperationGetLocation(before), t, v);
   mlirBlockInsertOwnedOperationBefore(block, before, c);
@@ -512,7 +522,7 @@ static bool only_loads_and_stores(MlirValue v, ops_t *users) {
   for (MlirOpOperand u = mlirValueGetFirstUse(v); !mlirOpOperandIsNull(u); u = mlirOpOperandGetNextUse(u)) {
     MlirOperation owner = mlirOpOperandGetOwner(u);
     unsigned at = mlirOpOperandGetOperandNumber(u);
-    bool ok = (op_is(owner, "memref.load") && at == 0) || (op_is(owner, "memref.store") && at == 1);
+    bool ok = (kiln_compiler_op_is(owner, "memref.load") && at == 0) || (kiln_compiler_op_is(owner, "memref.store") && at == 1);
     if (!ok) return false;
     ops_push(users, owner);
   }
@@ -520,7 +530,7 @@ static bool only_loads_and_stores(MlirValue v, ops_t *users) {
 }
 
 static MlirWalkResult collect_gpu_funcs(MlirOperation op, void *user) {
-  if (!op_is(op, "gpu.func")) return MlirWalkResultAdvance;
+  if (!kiln_compiler_op_is(op, "gpu.func")) return MlirWalkResultAdvance;
   ops_push(user, op);
   return MlirWalkResultSkip; /* no gpu.func inside another */
 }
@@ -533,7 +543,7 @@ void kiln_compiler_kernels_split_i64(MlirContext context, MlirModule module) {
   MlirType i32 = mlirIntegerTypeGet(context, 32), i64 = mlirIntegerTypeGet(context, 64);
   for (size_t f = 0; f < funcs.n; f++) {
     MlirOperation func = funcs.items[f];
-    if (!op_is(func, "gpu.func")) continue;
+    if (!kiln_compiler_op_is(func, "gpu.func")) continue;
     MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
     intptr_t n_args = mlirBlockGetNumArguments(entry);
     bool changed = false;
@@ -563,7 +573,7 @@ void kiln_compiler_kernels_split_i64(MlirContext context, MlirModule module) {
         MlirOperation old = users.items[u];
         MlirBlock block = mlirOperationGetBlock(old);
         MlirValue c0 = index_const(context, block, old, 0), c1 = index_const(context, block, old, 1);
-        if (op_is(old, "memref.load")) {
+        if (kiln_compiler_op_is(old, "memref.load")) {
           MlirValue lo = mlirOperationGetResult(pair_access(old, false, (MlirValue){NULL}, arg, c0, i32), 0);
           MlirValue hi = mlirOperationGetResult(pair_access(old, false, (MlirValue){NULL}, arg, c1, i32), 0);
           MlirValue lo64 = unop("arith.extui", lo, i64, block, old);

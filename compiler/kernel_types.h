@@ -19,9 +19,18 @@
 
 #include "base/status.h"
 
+/* Whether op is named `name` ("memref.load"). */
+bool kiln_compiler_op_is(MlirOperation op, const char *name);
+
+/* The named attribute name = a. */
+MlirNamedAttribute kiln_compiler_named_attr(MlirContext context, const char *name, MlirAttribute a);
+
 /* A new arith.constant of integer or index type `type` holding `value`, at `loc`,
  * not yet in any block (the caller inserts it). */
 MlirOperation kiln_compiler_int_constant(MlirContext context, MlirLocation loc, MlirType type, int64_t value);
+
+/* kiln_compiler_int_constant inserted before `before`; returns its value. */
+MlirValue kiln_compiler_int_const_before(MlirContext context, MlirOperation before, MlirType type, int64_t value);
 
 /* A new memref.alloc of the static memref type `type` (no sizes), at `loc`, not yet
  * in any block. */
@@ -57,8 +66,9 @@ enum {
   KILN_FLOATS_SMALL = 1u << 2,
 };
 
-/* Whether t is one of the SMALL floats. */
+/* Whether t is one of the SMALL floats; whether t is i2 or i4. */
 bool kiln_compiler_is_small_float(MlirType t);
+bool kiln_compiler_is_sub_byte_int(MlirType t);
 
 /* In every gpu.func of `module`: each memref of a float type in `which` becomes a
  * memref of the integer of its width (bf16 -> i16, f8E4M3FN -> i8, f4E2M1FN ->

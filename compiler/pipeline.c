@@ -181,11 +181,6 @@ static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule mod
 
 /* ---- walking ---- */
 
-static bool op_is(MlirOperation op, const char *name) {
-  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
-  return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
-}
-
 static char *string_of(MlirStringRef s) { return kiln_strndup(s.data, s.length); }
 
 typedef struct launch_s {
@@ -214,7 +209,7 @@ typedef struct launches_s {
 static bool raw_index(MlirValue v, int64_t *out) {
   if (!mlirValueIsAOpResult(v)) return false;
   MlirOperation def = mlirOpResultGetOwner(v);
-  if (!op_is(def, "arith.constant")) return false;
+  if (!kiln_compiler_op_is(def, "arith.constant")) return false;
   MlirAttribute value = mlirOperationGetAttributeByName(def, mlirStringRefCreateFromCString("value"));
   if (mlirAttributeIsNull(value) || !mlirAttributeIsAInteger(value)) return false;
   *out = mlirIntegerAttrGetValueInt(value);
@@ -223,7 +218,7 @@ static bool raw_index(MlirValue v, int64_t *out) {
 
 /* gpu.launch_func: [async deps..., grid x y z, block x y z, ...] */
 static MlirWalkResult collect_launch(MlirOperation op, void *user) {
-  if (!op_is(op, "gpu.launch_func")) return MlirWalkResultAdvance;
+  if (!kiln_compiler_op_is(op, "gpu.launch_func")) return MlirWalkResultAdvance;
   launches_t *launches = user;
   MlirAttribute kernel = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("kernel"));
   MlirAttribute segments =
@@ -313,9 +308,9 @@ typedef struct writes_s {
 static MlirWalkResult find_writes(MlirOperation op, void *user) {
   writes_t *w = user;
   intptr_t target = -1;
-  if (op_is(op, "memref.store") || op_is(op, "memref.atomic_rmw") || op_is(op, "memref.copy") ||
-      op_is(op, "memref.generic_atomic_rmw")) {
-    target = op_is(op, "memref.generic_atomic_rmw") ? 0 : 1;
+  if (kiln_compiler_op_is(op, "memref.store") || kiln_compiler_op_is(op, "memref.atomic_rmw") || kiln_compiler_op_is(op, "memref.copy") ||
+      kiln_compiler_op_is(op, "memref.generic_atomic_rmw")) {
+    target = kiln_compiler_op_is(op, "memref.generic_atomic_rmw") ? 0 : 1;
   }
   if (target < 0 || target >= mlirOperationGetNumOperands(op)) return MlirWalkResultAdvance;
   MlirValue v = mlirOperationGetOperand(op, target);
@@ -329,7 +324,7 @@ static MlirWalkResult find_writes(MlirOperation op, void *user) {
 /* Fills each launch's argument list from its gpu.func: memrefs are buffers (with
  * their static size and whether the kernel writes them), scalars are constants. */
 static MlirWalkResult describe_kernel(MlirOperation op, void *user) {
-  if (!op_is(op, "gpu.func")) return MlirWalkResultAdvance;
+  if (!kiln_compiler_op_is(op, "gpu.func")) return MlirWalkResultAdvance;
   launches_t *launches = user;
   MlirOperation parent = mlirOperationGetParentOperation(op);
   MlirAttribute module_sym = mlirOperationGetAttributeByName(parent, mlirStringRefCreateFromCString("sym_name"));
@@ -371,7 +366,7 @@ typedef struct annotate_s {
 
 /* Writes each kernel's workgroup size onto its gpu.func. */
 static MlirWalkResult annotate_kernel(MlirOperation op, void *user) {
-  if (!op_is(op, "gpu.func")) return MlirWalkResultAdvance;
+  if (!kiln_compiler_op_is(op, "gpu.func")) return MlirWalkResultAdvance;
   annotate_t *a = user;
   MlirOperation parent = mlirOperationGetParentOperation(op);
   MlirAttribute module_sym =
@@ -403,7 +398,7 @@ typedef struct harvest_s {
 
 /* gpu.binary @name [#gpu.object<target, "bytes">]: one per outlined module. */
 static MlirWalkResult harvest_binary(MlirOperation op, void *user) {
-  if (!op_is(op, "gpu.binary")) return MlirWalkResultAdvance;
+  if (!kiln_compiler_op_is(op, "gpu.binary")) return MlirWalkResultAdvance;
   harvest_t *h = user;
   MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
   MlirAttribute objects = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("objects"));
@@ -459,7 +454,7 @@ typedef struct rename_s {
 } rename_t;
 
 static MlirWalkResult relink_launch(MlirOperation op, void *user) {
-  if (!op_is(op, "gpu.launch_func")) return MlirWalkResultAdvance;
+  if (!kiln_compiler_op_is(op, "gpu.launch_func")) return MlirWalkResultAdvance;
   void **args = user;
   MlirContext mlir = *(MlirContext *)args[0];
   const char *merged = args[1];
@@ -495,13 +490,13 @@ static void merge_kernel_modules(MlirContext mlir, MlirModule module) {
   MlirStringRef sym_key = mlirStringRefCreateFromCString("sym_name");
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);) {
     MlirOperation next = mlirOperationGetNextInBlock(op);
-    if (op_is(op, "gpu.module")) {
+    if (kiln_compiler_op_is(op, "gpu.module")) {
       MlirAttribute name = mlirOperationGetAttributeByName(op, sym_key);
       MlirBlock mbody = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
       if (mlirOperationIsNull(first)) first = op;
       for (MlirOperation f = mlirBlockGetFirstOperation(mbody); !mlirOperationIsNull(f);) {
         MlirOperation fnext = mlirOperationGetNextInBlock(f);
-        if (op_is(f, "gpu.func")) {
+        if (kiln_compiler_op_is(f, "gpu.func")) {
           renames = kiln_realloc(renames, (n + 1) * sizeof *renames);
           renames[n].old_module = string_of(mlirStringAttrGetValue(name));
           renames[n].new_name = kiln_strdup(renames[n].old_module);
@@ -635,7 +630,7 @@ static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_
 static MlirOperation find_symbol(MlirBlock body, const char *op_name, MlirStringRef sym) {
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
-    if (!op_is(op, op_name)) continue;
+    if (!kiln_compiler_op_is(op, op_name)) continue;
     MlirAttribute name = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
     if (mlirAttributeIsNull(name)) continue;
     MlirStringRef s = mlirStringAttrGetValue(name);
@@ -675,21 +670,21 @@ static void set_spirv_version(MlirContext mlir, MlirOperation spirv_module, cons
 /* Float types SPIR-V cannot hold on this profile keep their bits in 16-bit
  * integers and compute in f32 (kernel_types.h): bf16 everywhere, f16 where the
  * profile lacks Float16. The host code goes first (it is read already). */
+/* Whether a value of type t (or its elements) is one kernel_small.c rewrites. */
+static bool small_type(MlirType t) {
+  if (mlirTypeIsAShaped(t)) t = mlirShapedTypeGetElementType(t);
+  return kiln_compiler_is_small_float(t) || kiln_compiler_is_sub_byte_int(t);
+}
+
 static MlirWalkResult find_small(MlirOperation op, void *user) {
   bool *found = user;
   for (intptr_t i = 0; i < mlirOperationGetNumResults(op) && !*found; i++) {
-    MlirType t = mlirValueGetType(mlirOperationGetResult(op, i));
-    if (mlirTypeIsAShaped(t)) t = mlirShapedTypeGetElementType(t);
-    *found = kiln_compiler_is_small_float(t) ||
-             (mlirTypeIsAInteger(t) && (mlirIntegerTypeGetWidth(t) == 2 || mlirIntegerTypeGetWidth(t) == 4));
+    *found = small_type(mlirValueGetType(mlirOperationGetResult(op, i)));
   }
-  if (op_is(op, "gpu.func")) {
+  if (kiln_compiler_op_is(op, "gpu.func")) {
     MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
     for (intptr_t i = 0; i < mlirBlockGetNumArguments(entry) && !*found; i++) {
-      MlirType t = mlirValueGetType(mlirBlockGetArgument(entry, i));
-      if (mlirTypeIsAShaped(t)) t = mlirShapedTypeGetElementType(t);
-      *found = kiln_compiler_is_small_float(t) ||
-               (mlirTypeIsAInteger(t) && (mlirIntegerTypeGetWidth(t) == 2 || mlirIntegerTypeGetWidth(t) == 4));
+      *found = small_type(mlirValueGetType(mlirBlockGetArgument(entry, i)));
     }
   }
   return *found ? MlirWalkResultInterrupt : MlirWalkResultAdvance;
@@ -788,7 +783,7 @@ static kiln_status_t spirv_serialize(kiln_compiler_context_t *context, MlirModul
   while (!mlirOperationIsNull(op)) {
     MlirOperation next = mlirOperationGetNextInBlock(op);
     MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
-    if (op_is(op, "spirv.module") && !mlirAttributeIsNull(sym)) {
+    if (kiln_compiler_op_is(op, "spirv.module") && !mlirAttributeIsNull(sym)) {
       MlirStringRef s = mlirStringAttrGetValue(sym);
       if (s.length > sizeof prefix - 1 && memcmp(s.data, prefix, sizeof prefix - 1) == 0) {
         MlirStringRef target_name = {s.data + sizeof prefix - 1, s.length - (sizeof prefix - 1)};
@@ -905,7 +900,7 @@ static kiln_status_t check_limits(const kiln_target_t *t, const launches_t *laun
 static MlirOperation find_first(MlirBlock body, const char *op_name) {
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
-    if (op_is(op, op_name)) return op;
+    if (kiln_compiler_op_is(op, op_name)) return op;
   }
   return (MlirOperation){NULL};
 }
@@ -1035,7 +1030,7 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule common, con
     for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module));
          !mlirOperationIsNull(op) && !entry; op = mlirOperationGetNextInBlock(op)) {
       MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
-      if (op_is(op, "llvm.func") && !mlirAttributeIsNull(sym) &&
+      if (kiln_compiler_op_is(op, "llvm.func") && !mlirAttributeIsNull(sym) &&
           mlirOperationGetNumRegions(op) > 0 &&
           !mlirBlockIsNull(mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0)))) {
         entry = string_of(mlirStringAttrGetValue(sym));
@@ -1080,7 +1075,7 @@ static void compile_one(void *user, size_t index, kiln_compiler_target_output_t 
 static kiln_status_t check_static_signatures(MlirModule module, const char *name) {
   for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module)); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
-    if (!op_is(op, "func.func")) continue;
+    if (!kiln_compiler_op_is(op, "func.func")) continue;
     MlirAttribute ft = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("function_type"));
     MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
     if (mlirAttributeIsNull(ft) || mlirAttributeIsNull(sym)) continue;
@@ -1125,7 +1120,7 @@ typedef struct refused_s {
 static MlirWalkResult find_refused(MlirOperation op, void *user) {
   refused_t *r = user;
   for (size_t i = 0; i < sizeof REFUSED_OPS / sizeof REFUSED_OPS[0]; i++) {
-    if (!op_is(op, REFUSED_OPS[i].op)) continue;
+    if (!kiln_compiler_op_is(op, REFUSED_OPS[i].op)) continue;
     MlirLocation loc = mlirOperationGetLocation(op);
     kiln_buf_t where;
     kiln_buf_init(&where);
