@@ -23,6 +23,7 @@
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
 #include <mlir-c/Dialect/Func.h>
+#include <math.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -603,9 +604,13 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
 /* ---- block-scaled matmul ---- */
 
 static MlirWalkResult collect_block_scaled(MlirOperation op, void *user) {
-  if (kiln_compiler_op_is(op, "tosa.matmul_t_block_scaled")) ops_push(user, op);
+  if (kiln_compiler_op_is(op, "tosa.matmul_t_block_scaled") || kiln_compiler_op_is(op, "tosa.cast_to_block_scaled")) {
+    ops_push(user, op);
+  }
   return MlirWalkResultAdvance;
 }
+
+static kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op, const char *name);
 
 static void print_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
 
@@ -618,6 +623,10 @@ kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule mo
   kiln_status_t st = NULL;
   for (size_t i = 0; i < ops.n && !st; i++) {
     MlirOperation op = ops.items[i];
+    if (kiln_compiler_op_is(op, "tosa.cast_to_block_scaled")) {
+      st = cast_to_block_scaled(context, op, name);
+      continue;
+    }
     MlirType ta = mlirValueGetType(mlirOperationGetOperand(op, 0));
     MlirType tsa = mlirValueGetType(mlirOperationGetOperand(op, 1));
     MlirType tb = mlirValueGetType(mlirOperationGetOperand(op, 2));
@@ -690,5 +699,221 @@ kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule mo
     kiln_buf_deinit(&eb);
   }
   kiln_free(ops.items);
+  return st;
+}
+
+/* ---- cast_to_block_scaled ---- */
+
+/* TOSA 1.1's CAST_TO_BLOCK_SCALED per block of the last dimension:
+ *   max_abs = max |x| (NaN if any x is NaN)
+ *   scale   = 2^-127 if max_abs == 0; NaN if max_abs is NaN or infinite; else
+ *             2^clip(e, -127, 127) with e = ceil(log2(max_abs / r)) for f8E4M3FN
+ *             and floor(log2(max_abs / r)) + 1 for the others, where
+ *             r = normal_max + half an ulp of it (the largest magnitude that
+ *             still rounds to normal_max)
+ *   out     = round_to_nearest(x / scale)
+ * kiln computes e without logarithms: r = 1.R * 2^k, max_abs = 1.m * 2^E, so
+ * e = E - k, plus one when 1.m > 1.R (ceil) or 1.m >= 1.R (floor + 1). Any
+ * max_abs below f32's smallest normal gives e <= -127 for these formats (r >= 7),
+ * so the biased exponent field alone decides it, and a GPU that flushes
+ * subnormals computes the same scale. x / scale is x times two powers of two of
+ * at most 2^64 each, exact where the result is normal. */
+typedef struct {
+  bool (*is)(MlirType);
+  const char *name;
+  double normal_max;
+  int frac_bits;
+  bool ceil;
+} block_format_t;
+
+static const block_format_t kBlockFormats[] = {
+    {mlirTypeIsAFloat8E4M3FN, "f8E4M3FN", 448.0, 3, true},
+    {mlirTypeIsAFloat8E5M2, "f8E5M2", 57344.0, 2, false},
+    {mlirTypeIsAFloat4E2M1FN, "f4E2M1FN", 6.0, 1, false},
+};
+
+static void append_dims(kiln_buf_t *b, MlirType t, int64_t last, int64_t extra) {
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  for (intptr_t d = 0; d + 1 < rank; d++) kiln_buf_appendf(b, "%lldx", (long long)mlirShapedTypeGetDimSize(t, d));
+  kiln_buf_appendf(b, "%lldx", (long long)last);
+  if (extra) kiln_buf_appendf(b, "%lldx", (long long)extra);
+}
+
+/* Identity maps over `rank` loops, and the same with the last loop dropped. */
+static void append_maps(kiln_buf_t *b, intptr_t rank, bool drop_last) {
+  kiln_buf_append_str(b, "affine_map<(");
+  for (intptr_t d = 0; d < rank; d++) kiln_buf_appendf(b, "%sd%ld", d ? ", " : "", (long)d);
+  kiln_buf_append_str(b, ") -> (");
+  for (intptr_t d = 0; d < rank - (drop_last ? 1 : 0); d++) kiln_buf_appendf(b, "%sd%ld", d ? ", " : "", (long)d);
+  kiln_buf_append_str(b, ")>");
+}
+
+static void append_iterators(kiln_buf_t *b, intptr_t rank, bool last_reduces) {
+  for (intptr_t d = 0; d < rank; d++) {
+    kiln_buf_appendf(b, "%s\"%s\"", d ? ", " : "", last_reduces && d == rank - 1 ? "reduction" : "parallel");
+  }
+}
+
+static kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op, const char *name) {
+  MlirType in = mlirValueGetType(mlirOperationGetOperand(op, 0));
+  MlirType out = mlirValueGetType(mlirOperationGetResult(op, 0));
+  MlirType scale = mlirValueGetType(mlirOperationGetResult(op, 1));
+  MlirType in_el = mlirShapedTypeGetElementType(in), out_el = mlirShapedTypeGetElementType(out);
+  const block_format_t *f = NULL;
+  for (size_t i = 0; i < sizeof kBlockFormats / sizeof kBlockFormats[0]; i++) {
+    if (kBlockFormats[i].is(out_el)) f = &kBlockFormats[i];
+  }
+  kiln_buf_t ot;
+  kiln_buf_init(&ot);
+  append_type(&ot, out_el);
+  int line, col;
+  kiln_compiler_op_line_col(op, &line, &col);
+  if (!f) {
+    kiln_status_t st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                                   "%s:%d:%d: tosa.cast_to_block_scaled to %s: kiln does not compile it yet (it "
+                                   "writes f8E4M3FN, f8E5M2 and f4E2M1FN)",
+                                   name, line, col, ot.data);
+    kiln_buf_deinit(&ot);
+    return st;
+  }
+  intptr_t rank = mlirShapedTypeHasRank(in) ? mlirShapedTypeGetRank(in) : 0;
+  int64_t len = rank ? mlirShapedTypeGetDimSize(in, rank - 1) : 0;
+  int64_t blocks = rank ? mlirShapedTypeGetDimSize(scale, rank - 1) : 0;
+  if (!rank || !mlirShapedTypeHasStaticShape(in) || !mlirShapedTypeHasStaticShape(scale) || blocks <= 0 ||
+      len % blocks != 0) {
+    kiln_buf_deinit(&ot);
+    return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                       "%s:%d:%d: tosa.cast_to_block_scaled of dynamic shapes: kiln does not compile it yet", name,
+                       line, col);
+  }
+  int64_t bs = len / blocks;
+  /* r = 1.R * 2^k */
+  double r = f->normal_max + 0.5 * ldexp(1.0, ilogb(f->normal_max) - f->frac_bits);
+  int k = ilogb(r);
+  long long r_frac = (long long)((ldexp(r, -k) - 1.0) * 8388608.0);
+
+  kiln_buf_t it, t, ex, sc;
+  kiln_buf_init(&it);
+  kiln_buf_init(&t);
+  kiln_buf_init(&ex);
+  kiln_buf_init(&sc);
+  append_type(&it, in_el);
+  append_dims(&ex, in, blocks, bs); /* "AxBx..xNBxBSx" */
+  append_dims(&sc, in, blocks, 0);  /* "AxBx..xNBx" */
+  bool is_f32 = mlirTypeIsAF32(in_el);
+  kiln_buf_t reassoc;
+  kiln_buf_init(&reassoc);
+  for (intptr_t d = 0; d + 1 < rank; d++) kiln_buf_appendf(&reassoc, "[%ld], ", (long)d);
+  kiln_buf_appendf(&reassoc, "[%ld, %ld]", (long)(rank - 1), (long)rank);
+
+  kiln_buf_append_str(&t, "func.func private @cast(%x: ");
+  append_type(&t, in);
+  kiln_buf_append_str(&t, ") -> (");
+  append_type(&t, out);
+  kiln_buf_append_str(&t, ", ");
+  append_type(&t, scale);
+  kiln_buf_appendf(&t, ") {\n  %%xe = tensor.expand_shape %%x [%s] output_shape [", reassoc.data);
+  for (intptr_t d = 0; d + 1 < rank; d++) kiln_buf_appendf(&t, "%lld, ", (long long)mlirShapedTypeGetDimSize(in, d));
+  kiln_buf_appendf(&t, "%lld, %lld] : ", (long long)blocks, (long long)bs);
+  append_type(&t, in);
+  kiln_buf_appendf(&t, " into tensor<%s%s>\n", ex.data, it.data);
+  /* max |x| per block, NaN-propagating */
+  kiln_buf_appendf(&t,
+                   "  %%z = arith.constant 0.0 : f32\n  %%me = tensor.empty() : tensor<%sf32>\n"
+                   "  %%mf = linalg.fill ins(%%z : f32) outs(%%me : tensor<%sf32>) -> tensor<%sf32>\n"
+                   "  %%m = linalg.generic {indexing_maps = [",
+                   sc.data, sc.data, sc.data);
+  append_maps(&t, rank + 1, false);
+  kiln_buf_append_str(&t, ", ");
+  append_maps(&t, rank + 1, true);
+  kiln_buf_append_str(&t, "], iterator_types = [");
+  append_iterators(&t, rank + 1, true);
+  kiln_buf_appendf(&t, "]} ins(%%xe : tensor<%s%s>) outs(%%mf : tensor<%sf32>) {\n  ^bb0(%%%s: %s, %%acc: f32):\n",
+                   ex.data, it.data, sc.data, is_f32 ? "w" : "v", it.data);
+  if (!is_f32) kiln_buf_appendf(&t, "    %%w = arith.extf %%v : %s to f32\n", it.data);
+  kiln_buf_appendf(&t,
+                   "    %%a = math.absf %%w : f32\n    %%n = arith.maximumf %%acc, %%a : f32\n"
+                   "    linalg.yield %%n : f32\n  } -> tensor<%sf32>\n",
+                   sc.data);
+  /* the scale's biased exponent, 255 for NaN */
+  kiln_buf_appendf(&t, "  %%ee = tensor.empty() : tensor<%si32>\n  %%eb = linalg.generic {indexing_maps = [", sc.data);
+  append_maps(&t, rank, false);
+  kiln_buf_append_str(&t, ", ");
+  append_maps(&t, rank, false);
+  kiln_buf_append_str(&t, "], iterator_types = [");
+  append_iterators(&t, rank, false);
+  kiln_buf_appendf(&t,
+                   "]} ins(%%m : tensor<%sf32>) outs(%%ee : tensor<%si32>) {\n  ^bb0(%%v: f32, %%o: i32):\n"
+                   "    %%b = arith.bitcast %%v : f32 to i32\n"
+                   "    %%c23 = arith.constant 23 : i32\n    %%c255 = arith.constant 255 : i32\n"
+                   "    %%c0 = arith.constant 0 : i32\n    %%c254 = arith.constant 254 : i32\n"
+                   "    %%cman = arith.constant 8388607 : i32\n    %%crf = arith.constant %lld : i32\n"
+                   "    %%ck = arith.constant %d : i32\n    %%c1 = arith.constant 1 : i32\n"
+                   "    %%sh = arith.shrui %%b, %%c23 : i32\n    %%be = arith.andi %%sh, %%c255 : i32\n"
+                   "    %%man = arith.andi %%b, %%cman : i32\n    %%up = arith.cmpi %s, %%man, %%crf : i32\n"
+                   "    %%inc = arith.select %%up, %%c1, %%c0 : i32\n"
+                   "    %%t0 = arith.subi %%be, %%ck : i32\n    %%t1 = arith.addi %%t0, %%inc : i32\n"
+                   "    %%t2 = arith.maxsi %%t1, %%c0 : i32\n    %%t3 = arith.minsi %%t2, %%c254 : i32\n"
+                   "    %%nan = arith.cmpi eq, %%be, %%c255 : i32\n    %%y = arith.select %%nan, %%c255, %%t3 : i32\n"
+                   "    linalg.yield %%y : i32\n  } -> tensor<%si32>\n",
+                   sc.data, sc.data, r_frac, k, f->ceil ? "ugt" : "uge", sc.data);
+  /* the scale tensor: those exponents as E8M0 codes */
+  kiln_buf_append_str(&t, "  %se = tensor.empty() : ");
+  append_type(&t, scale);
+  kiln_buf_append_str(&t, "\n  %s = linalg.generic {indexing_maps = [");
+  append_maps(&t, rank, false);
+  kiln_buf_append_str(&t, ", ");
+  append_maps(&t, rank, false);
+  kiln_buf_append_str(&t, "], iterator_types = [");
+  append_iterators(&t, rank, false);
+  kiln_buf_appendf(&t, "]} ins(%%eb : tensor<%si32>) outs(%%se : ", sc.data);
+  append_type(&t, scale);
+  kiln_buf_append_str(&t,
+                      ") {\n  ^bb0(%v: i32, %o: f8E8M0FNU):\n    %c23 = arith.constant 23 : i32\n"
+                      "    %p = arith.shli %v, %c23 : i32\n    %f = arith.bitcast %p : i32 to f32\n"
+                      "    %y = arith.truncf %f : f32 to f8E8M0FNU\n    linalg.yield %y : f8E8M0FNU\n  } -> ");
+  append_type(&t, scale);
+  /* the data: x * 2^(127 - e) in two factors, NaN where the scale is */
+  kiln_buf_appendf(&t, "\n  %%de = tensor.empty() : tensor<%s%s>\n  %%d = linalg.generic {indexing_maps = [", ex.data,
+                   ot.data);
+  append_maps(&t, rank + 1, false);
+  kiln_buf_append_str(&t, ", ");
+  append_maps(&t, rank + 1, true);
+  kiln_buf_append_str(&t, ", ");
+  append_maps(&t, rank + 1, false);
+  kiln_buf_append_str(&t, "], iterator_types = [");
+  append_iterators(&t, rank + 1, false);
+  kiln_buf_appendf(&t,
+                   "]} ins(%%xe, %%eb : tensor<%s%s>, tensor<%si32>) outs(%%de : tensor<%s%s>) {\n"
+                   "  ^bb0(%%%s: %s, %%e: i32, %%o: %s):\n",
+                   ex.data, it.data, sc.data, ex.data, ot.data, is_f32 ? "w" : "v", it.data, ot.data);
+  if (!is_f32) kiln_buf_appendf(&t, "    %%w = arith.extf %%v : %s to f32\n", it.data);
+  kiln_buf_appendf(&t,
+                   "    %%c127 = arith.constant 127 : i32\n    %%c2 = arith.constant 2 : i32\n"
+                   "    %%c23 = arith.constant 23 : i32\n    %%c255 = arith.constant 255 : i32\n"
+                   "    %%n = arith.subi %%c127, %%e : i32\n    %%n1 = arith.divsi %%n, %%c2 : i32\n"
+                   "    %%n2 = arith.subi %%n, %%n1 : i32\n"
+                   "    %%b1 = arith.addi %%n1, %%c127 : i32\n    %%b2 = arith.addi %%n2, %%c127 : i32\n"
+                   "    %%s1 = arith.shli %%b1, %%c23 : i32\n    %%s2 = arith.shli %%b2, %%c23 : i32\n"
+                   "    %%p1 = arith.bitcast %%s1 : i32 to f32\n    %%p2 = arith.bitcast %%s2 : i32 to f32\n"
+                   "    %%q1 = arith.mulf %%w, %%p1 : f32\n    %%q2 = arith.mulf %%q1, %%p2 : f32\n"
+                   "    %%nan = arith.cmpi eq, %%e, %%c255 : i32\n    %%cn = arith.constant 0x7FC00000 : f32\n"
+                   "    %%q = arith.select %%nan, %%cn, %%q2 : f32\n"
+                   "    %%y = arith.truncf %%q : f32 to %s\n    linalg.yield %%y : %s\n  } -> tensor<%s%s>\n",
+                   ot.data, ot.data, ex.data, ot.data);
+  kiln_buf_appendf(&t, "  %%r = tensor.collapse_shape %%d [%s] : tensor<%s%s> into ", reassoc.data, ex.data, ot.data);
+  append_type(&t, out);
+  kiln_buf_append_str(&t, "\n  return %r, %s : ");
+  append_type(&t, out);
+  kiln_buf_append_str(&t, ", ");
+  append_type(&t, scale);
+  kiln_buf_append_str(&t, "\n}");
+  kiln_status_t st = kiln_compiler_kernels_replace_with_helper(context, &op, 1, t.data);
+  kiln_buf_deinit(&t);
+  kiln_buf_deinit(&it);
+  kiln_buf_deinit(&ex);
+  kiln_buf_deinit(&sc);
+  kiln_buf_deinit(&ot);
+  kiln_buf_deinit(&reassoc);
   return st;
 }

@@ -1,17 +1,20 @@
 /* Element types narrower than a byte's worth of arithmetic, inside the kernels
  * (kernel_types.h: small floats and sub-byte buffers).
  *
- * 8-bit floats. No backend kiln drives computes on f8E4M3FN, f8E5M2 or their FNUZ
- * forms: their buffers hold the bits (kiln_compiler_kernels_floats_as_bits), their
- * arithmetic runs in f32 (arith-emulate-unsupported-floats), and what is left,
- * the conversions to and from f32, becomes integer code written here from each
- * format's parameters (arith-expand has the f8E8M0FNU and f4E2M1FN ones).
+ * 8- and 4-bit floats. No backend kiln drives computes on f8E4M3FN, f8E5M2, their
+ * FNUZ forms or f4E2M1FN: their buffers hold the bits
+ * (kiln_compiler_kernels_floats_as_bits), their arithmetic runs in f32
+ * (arith-emulate-unsupported-floats), and what is left, the conversions to and
+ * from f32, becomes integer code written here from each format's parameters
+ * (arith-expand has the f8E8M0FNU one; its f4E2M1FN truncation rounds ties away
+ * from zero and drops the sign of a zero, APFloat and TOSA do neither).
  * Extension is exact. Truncation rounds to nearest even, like APFloat: the
  * normal range by adding half an ulp (less one, plus the kept lowest bit) to the
  * f32 bits, the subnormal range by an f32 addition of a power of two whose ulp is
  * the format's smallest subnormal; overflow gives infinity (IEEE formats), NaN
- * (FN and FNUZ formats, which have no infinity), and NaN stays NaN (FNUZ: 0x80,
- * and a zero never takes the sign, 0x80 being that NaN).
+ * (FN and FNUZ formats, which have no infinity) or the largest magnitude (f4,
+ * which has neither), and NaN stays NaN (FNUZ: 0x80, and a zero never takes the
+ * sign, 0x80 being that NaN; f4 has none and writes its largest value).
  *
  * Sub-byte buffers. IREE packs i2 and i4 (and kiln's f4 bits) several to a byte,
  * low bits first. A kernel's i2/i4 buffer argument becomes a flat buffer of
@@ -37,6 +40,7 @@ typedef enum special_e {
   IEEE = 1, /* infinities and NaNs at the top exponent */
   FN = 2,   /* no infinity; NaN is every bit set below the sign */
   FNUZ = 3, /* no infinity, no negative zero; NaN is the sign bit alone */
+  FINITE = 4, /* no infinity, no NaN: out of range saturates (OCP MX's f4) */
 } special_t;
 
 typedef struct format_s {
@@ -44,16 +48,18 @@ typedef struct format_s {
   bool (*is)(MlirType);
   int e, m, bias;
   special_t special;
+  int bits; /* 8, or 4: the sign is the top one */
 } format_t;
 
 static const format_t FORMATS[] = {
-    {"f8E5M2", mlirTypeIsAFloat8E5M2, 5, 2, 15, IEEE},
-    {"f8E4M3", mlirTypeIsAFloat8E4M3, 4, 3, 7, IEEE},
-    {"f8E3M4", mlirTypeIsAFloat8E3M4, 3, 4, 3, IEEE},
-    {"f8E4M3FN", mlirTypeIsAFloat8E4M3FN, 4, 3, 7, FN},
-    {"f8E5M2FNUZ", mlirTypeIsAFloat8E5M2FNUZ, 5, 2, 16, FNUZ},
-    {"f8E4M3FNUZ", mlirTypeIsAFloat8E4M3FNUZ, 4, 3, 8, FNUZ},
-    {"f8E4M3B11FNUZ", mlirTypeIsAFloat8E4M3B11FNUZ, 4, 3, 11, FNUZ},
+    {"f8E5M2", mlirTypeIsAFloat8E5M2, 5, 2, 15, IEEE, 8},
+    {"f8E4M3", mlirTypeIsAFloat8E4M3, 4, 3, 7, IEEE, 8},
+    {"f8E3M4", mlirTypeIsAFloat8E3M4, 3, 4, 3, IEEE, 8},
+    {"f8E4M3FN", mlirTypeIsAFloat8E4M3FN, 4, 3, 7, FN, 8},
+    {"f8E5M2FNUZ", mlirTypeIsAFloat8E5M2FNUZ, 5, 2, 16, FNUZ, 8},
+    {"f8E4M3FNUZ", mlirTypeIsAFloat8E4M3FNUZ, 4, 3, 8, FNUZ, 8},
+    {"f8E4M3B11FNUZ", mlirTypeIsAFloat8E4M3B11FNUZ, 4, 3, 11, FNUZ, 8},
+    {"f4E2M1FN", mlirTypeIsAFloat4E2M1FN, 2, 1, 1, FINITE, 4},
 };
 #define N_FORMATS (sizeof FORMATS / sizeof FORMATS[0])
 
@@ -67,7 +73,7 @@ static char *decode_text(const format_t *f) {
   kiln_buf_init(&b);
   kiln_buf_appendf(&b, "func.func private @__kiln_%s_to_f32(%%h: %s) -> f32 {\n", f->name, f->name);
   kiln_buf_appendf(&b,
-                   "  %%c7 = arith.constant 7 : i32\n"
+                   "  %%c7 = arith.constant %d : i32\n"
                    "  %%c23 = arith.constant 23 : i32\n"
                    "  %%c31 = arith.constant 31 : i32\n"
                    "  %%cm = arith.constant %d : i32\n"
@@ -79,10 +85,10 @@ static char *decode_text(const format_t *f) {
                    "  %%step = arith.constant %u : i32\n"
                    "  %%inf = arith.constant 2139095040 : i32\n"
                    "  %%qnan = arith.constant 2143289344 : i32\n",
-                   f->m, top, man_mask, 127 - f->bias, 23 - f->m, f32_bits(1 - f->bias - f->m));
+                   f->bits - 1, f->m, top, man_mask, 127 - f->bias, 23 - f->m, f32_bits(1 - f->bias - f->m));
   kiln_buf_appendf(&b,
-                   "  %%b = arith.bitcast %%h : %s to i8\n"
-                   "  %%x = arith.extui %%b : i8 to i32\n"
+                   "  %%b = arith.bitcast %%h : %s to i%d\n"
+                   "  %%x = arith.extui %%b : i%d to i32\n"
                    "  %%s0 = arith.shrui %%x, %%c7 : i32\n"
                    "  %%sign = arith.shli %%s0, %%c31 : i32\n"
                    "  %%e0 = arith.shrui %%x, %%cm : i32\n"
@@ -98,7 +104,7 @@ static char *decode_text(const format_t *f) {
                    "  %%sub = arith.bitcast %%subf : f32 to i32\n"
                    "  %%is_sub = arith.cmpi eq, %%exp, %%c0 : i32\n"
                    "  %%mag0 = arith.select %%is_sub, %%sub, %%normal : i32\n",
-                   f->name);
+                   f->name, f->bits, f->bits);
   if (f->special == IEEE) {
     kiln_buf_appendf(&b,
                      "  %%is_top = arith.cmpi eq, %%exp, %%emask : i32\n"
@@ -113,6 +119,8 @@ static char *decode_text(const format_t *f) {
                      "  %%is_nan = arith.cmpi eq, %%l, %%low : i32\n"
                      "  %%mag = arith.select %%is_nan, %%qnan, %%mag0 : i32\n"
                      "  %%r = arith.ori %%mag, %%sign : i32\n");
+  } else if (f->special == FINITE) {
+    kiln_buf_append_str(&b, "  %r = arith.ori %mag0, %sign : i32\n");
   } else {
     kiln_buf_appendf(&b,
                      "  %%nan8 = arith.constant 128 : i32\n"
@@ -141,6 +149,9 @@ static char *encode_text(const format_t *f) {
       max_code = (top << f->m) | (man_mask - 1);
       overflow_code = nan_code = 0x7F;
       break;
+    case FINITE: /* saturates; a NaN becomes the largest magnitude, as arith-expand has it */
+      max_code = overflow_code = nan_code = (top << f->m) | man_mask;
+      break;
     default:
       max_code = (top << f->m) | man_mask;
       overflow_code = nan_code = 0x80;
@@ -152,7 +163,7 @@ static char *encode_text(const format_t *f) {
   kiln_buf_appendf(&b,
                    "  %%c0 = arith.constant 0 : i32\n"
                    "  %%c1 = arith.constant 1 : i32\n"
-                   "  %%c7 = arith.constant 7 : i32\n"
+                   "  %%c7 = arith.constant %d : i32\n"
                    "  %%c31 = arith.constant 31 : i32\n"
                    "  %%abs_mask = arith.constant 2147483647 : i32\n"
                    "  %%inf32 = arith.constant 2139095040 : i32\n"
@@ -164,7 +175,7 @@ static char *encode_text(const format_t *f) {
                    "  %%max_code = arith.constant %d : i32\n"
                    "  %%over_code = arith.constant %d : i32\n"
                    "  %%nan_code = arith.constant %d : i32\n",
-                   shift, (1 << (shift - 1)) - 1, (127 - f->bias) << f->m, f32_bits(1 - f->bias),
+                   f->bits - 1, shift, (1 << (shift - 1)) - 1, (127 - f->bias) << f->m, f32_bits(1 - f->bias),
                    f32_bits(1 - f->bias - f->m + 23), max_code, overflow_code, nan_code);
   kiln_buf_append_str(&b,
                       "  %x = arith.bitcast %x0 : f32 to i32\n"
@@ -202,11 +213,11 @@ static char *encode_text(const format_t *f) {
                         "  %code = arith.ori %code1n, %sign : i32\n");
   }
   kiln_buf_appendf(&b,
-                   "  %%t = arith.trunci %%code : i32 to i8\n"
-                   "  %%h = arith.bitcast %%t : i8 to %s\n"
+                   "  %%t = arith.trunci %%code : i32 to i%d\n"
+                   "  %%h = arith.bitcast %%t : i%d to %s\n"
                    "  return %%h : %s\n"
                    "}",
-                   f->name, f->name);
+                   f->bits, f->bits, f->name, f->name);
   return kiln_buf_take(&b);
 }
 

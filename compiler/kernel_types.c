@@ -14,13 +14,27 @@
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/AffineMap.h>
 #include <mlir-c/BuiltinTypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/buf.h"
 
 bool kiln_compiler_op_is(MlirOperation op, const char *name) {
   MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
   return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
+}
+
+static void append_print(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
+
+void kiln_compiler_op_line_col(MlirOperation op, int *line, int *col) {
+  kiln_buf_t where;
+  kiln_buf_init(&where);
+  mlirLocationPrint(mlirOperationGetLocation(op), append_print, &where);
+  /* loc("file":line:col) */
+  const char *lc = where.len ? strstr(where.data, "\":") : NULL;
+  if (!lc || sscanf(lc, "\":%d:%d", line, col) != 2) *line = *col = 0;
+  kiln_buf_deinit(&where);
 }
 
 MlirNamedAttribute kiln_compiler_named_attr(MlirContext context, const char *name, MlirAttribute a) {
@@ -390,8 +404,9 @@ static void inline_helper(MlirOperation helper, MlirOperation op) {
   for (MlirOperation h = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(h);
        h = mlirOperationGetNextInBlock(h)) {
     if (kiln_compiler_op_is(h, "func.return")) {
-      MlirValue result = vmap_get(&map, mlirOperationGetOperand(h, 0));
-      mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), result);
+      for (intptr_t i = 0; i < mlirOperationGetNumResults(op) && i < mlirOperationGetNumOperands(h); i++) {
+        mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, i), vmap_get(&map, mlirOperationGetOperand(h, i)));
+      }
       break;
     }
     MlirOperation clone = mlirOperationClone(h);

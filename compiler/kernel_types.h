@@ -22,6 +22,10 @@
 /* Whether op is named `name` ("memref.load"). */
 bool kiln_compiler_op_is(MlirOperation op, const char *name);
 
+/* The line and column of `op` in the model's text (0 and 0 where its location
+ * has none), for messages that point at the op. */
+void kiln_compiler_op_line_col(MlirOperation op, int *line, int *col);
+
 /* The named attribute name = a. */
 MlirNamedAttribute kiln_compiler_named_attr(MlirContext context, const char *name, MlirAttribute a);
 
@@ -115,8 +119,8 @@ kiln_status_t kiln_compiler_kernels_pack_sub_byte(MlirContext context, MlirModul
  * UNIMPLEMENTED naming any other op on those types. */
 kiln_status_t kiln_compiler_kernels_widen_sub_byte(MlirContext context, MlirModule module, const char *name);
 
-/* Replaces each of `ops` (N operands, one result) with a copy of the body of the
- * func.func in `helper_text` (N arguments, one result), in place: how kiln puts
+/* Replaces each of `ops` (N operands, M results) with a copy of the body of the
+ * func.func in `helper_text` (N arguments, M results), in place: how kiln puts
  * its own integer or polynomial code where an op was. INTERNAL if the helper does
  * not parse. */
 kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, MlirOperation *ops, size_t n,

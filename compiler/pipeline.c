@@ -693,8 +693,8 @@ static MlirWalkResult find_small(MlirOperation op, void *user) {
 /* Every GPU target: the host functions go (the plan was read before), then the
  * 8/6/4-bit floats and the i2/i4 buffers, which no backend handles as IREE lays
  * them out (kernel_types.h): floats keep their bits and compute in f32 (the
- * conversions in integer code: arith-expand for f8E8M0FNU and f4E2M1FN, kiln's
- * for the other f8 types, scaling_extf/truncf expanded too), sub-byte buffers
+ * conversions in integer code: arith-expand for f8E8M0FNU, kiln's for the other
+ * f8 types and f4E2M1FN, scaling_extf/truncf expanded too), sub-byte buffers
  * become packed 32-bit words. */
 static kiln_status_t prepare_small_types(kiln_compiler_context_t *context, MlirModule module,
                                          const kiln_target_t *t, const char *name, const char *stage) {
@@ -706,10 +706,10 @@ static kiln_status_t prepare_small_types(kiln_compiler_context_t *context, MlirM
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_pack_sub_byte(context->mlir, module, name));
   KILN_RETURN_IF_ERROR(run_pipeline(
       context, module,
-      "builtin.module(gpu.module(arith-expand{include-f8e8m0=true include-f4e2m1=true},"
+      "builtin.module(gpu.module(arith-expand{include-f8e8m0=true},"
       "arith-emulate-unsupported-floats{source-types=f8E5M2,f8E4M3,f8E3M4,f8E4M3FN,f8E5M2FNUZ,"
       "f8E4M3FNUZ,f8E8M0FNU,f4E2M1FN target-type=f32},"
-      "arith-expand{include-f8e8m0=true include-f4e2m1=true}))",
+      "arith-expand{include-f8e8m0=true}))",
       name, stage));
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_f8(context->mlir, module));
   KILN_RETURN_IF_ERROR(run_pipeline(context, module, "builtin.module(gpu.module(canonicalize))", name, stage));
@@ -1109,7 +1109,6 @@ static const struct {
   const char *op, *why;
 } REFUSED_OPS[] = {
     {"tosa.custom", "a custom op has no definition kiln could compile"},
-    {"tosa.cast_to_block_scaled", "MLIR 22 does not lower it, and its shared-exponent rules need the TOSA 1.1 text"},
 };
 
 typedef struct refused_s {
@@ -1121,17 +1120,10 @@ static MlirWalkResult find_refused(MlirOperation op, void *user) {
   refused_t *r = user;
   for (size_t i = 0; i < sizeof REFUSED_OPS / sizeof REFUSED_OPS[0]; i++) {
     if (!kiln_compiler_op_is(op, REFUSED_OPS[i].op)) continue;
-    MlirLocation loc = mlirOperationGetLocation(op);
-    kiln_buf_t where;
-    kiln_buf_init(&where);
-    mlirLocationPrint(loc, append_cb, &where);
-    /* loc("file":line:col) -> line:col */
-    const char *lc = where.len ? strstr(where.data, "\":") : NULL;
-    int line = 0, col = 0;
-    if (!lc || sscanf(lc, "\":%d:%d", &line, &col) != 2) line = col = 0;
+    int line, col;
+    kiln_compiler_op_line_col(op, &line, &col);
     r->status = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s:%d:%d: %s: kiln does not compile it yet: %s", r->name,
                             line, col, REFUSED_OPS[i].op, REFUSED_OPS[i].why);
-    kiln_buf_deinit(&where);
     return MlirWalkResultInterrupt;
   }
   return MlirWalkResultAdvance;

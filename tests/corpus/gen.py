@@ -959,6 +959,44 @@ func.func @tosa_variable_f32(%%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32
                            [((1, 2, 64), 'f8E4M3FN', ad), ((1, 2, 2), 'f8E8M0FNU', sa),
                             ((1, 3, 64), 'f8E4M3FN', bd), ((1, 3, 2), 'f8E8M0FNU', sb)],
                            [((1, 2, 3), 'f32', out)], 1e-5))
+    # cast_to_block_scaled: per 32-element block of the last dimension, a power-of-two
+    # E8M0 scale from the block's largest magnitude and the data divided by it, as
+    # TOSA 1.1's pseudocode computes them (log2 in double precision here).
+    blk = lambda seed, lo, hi: [lo + (hi - lo) * (v + 4) / 8.0 for v in values((32,), 'f32', seed, -4, 4)]
+    e4 = (blk(101, 0, 4)                                         # ordinary values
+          + [58.0 if i == 7 else v for i, v in enumerate(blk(102, -20, 20))]  # |max| = 464 * 2^-3: a tie, to 448
+          + [(-0.0 if i % 3 else 0.0) for i in range(32)]        # zeros: the smallest scale
+          + [v * 1e-37 for v in blk(103, 2, 10)]                 # tiny: the scale clips at 2^-127
+          + [math.nan if i == 5 else v for i, v in enumerate(blk(104, -4, 4))]
+          + [math.inf if i == 30 else v for i, v in enumerate(blk(105, -4, 4))]
+          + [v * 1e30 for v in blk(106, -4, 4)]                  # large
+          + [14336.0 if i == 0 else v for i, v in enumerate(blk(107, -300, 300))])  # 448 * 2^5 exactly
+    e4 = [f32(v) for v in e4]
+    d, sc = block_scaled_ref('f8E4M3FN', e4, 32)
+    cases.append(tosa_case('tosa_cast_to_block_scaled_f8e4m3', ['tensor<4x64xf32>'],
+                           '(tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>)',
+                           ['%0:2 = tosa.cast_to_block_scaled %arg0 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : (tensor<4x64xf32>) -> (tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>)',
+                            'return %0#0, %0#1 : tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>'],
+                           [((4, 64), 'f32', e4)], [((4, 64), 'f8E4M3FN', d), ((4, 2), 'f8E8M0FNU', sc)]))
+    e5 = (blk(111, -4, 4)
+          + [15.0 if i == 3 else v for i, v in enumerate(blk(112, -10, 10))]   # 61440 * 2^-12 exactly
+          + [math.nan if i == 0 else v for i, v in enumerate(blk(113, -1, 1))]
+          + [v * 1e-3 for v in blk(114, -4, 4)])
+    e5 = [f16(v) for v in e5]
+    d, sc = block_scaled_ref('f8E5M2', e5, 32)
+    cases.append(tosa_case('tosa_cast_to_block_scaled_f16_f8e5m2', ['tensor<2x2x32xf16>'],
+                           '(tensor<2x2x32xf8E5M2>, tensor<2x2x1xf8E8M0FNU>)',
+                           ['%0:2 = tosa.cast_to_block_scaled %arg0 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : (tensor<2x2x32xf16>) -> (tensor<2x2x32xf8E5M2>, tensor<2x2x1xf8E8M0FNU>)',
+                            'return %0#0, %0#1 : tensor<2x2x32xf8E5M2>, tensor<2x2x1xf8E8M0FNU>'],
+                           [((2, 2, 32), 'f16', e5)], [((2, 2, 32), 'f8E5M2', d), ((2, 2, 1), 'f8E8M0FNU', sc)]))
+    f4in = [bf16(v) for v in blk(121, -4, 4) + [28.0 if i == 9 else v for i, v in enumerate(blk(122, -20, 20))]]
+    d, sc = block_scaled_ref('f4E2M1FN', f4in, 32)
+    cases.append(tosa_case('tosa_cast_to_block_scaled_bf16_f4', ['tensor<1x64xbf16>'],
+                           '(tensor<1x64xi4>, tensor<1x2xf8E8M0FNU>)',
+                           ['%0:2 = tosa.cast_to_block_scaled %arg0 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : (tensor<1x64xbf16>) -> (tensor<1x64xf4E2M1FN>, tensor<1x2xf8E8M0FNU>)',
+                            '%1 = arith.bitcast %0#0 : tensor<1x64xf4E2M1FN> to tensor<1x64xi4>',
+                            'return %1, %0#1 : tensor<1x64xi4>, tensor<1x2xf8E8M0FNU>'],
+                           [((1, 64), 'bf16', f4in)], [((1, 64), 'i4', d), ((1, 2), 'f8E8M0FNU', sc)]))
     # scatter: rows of the input replace rows of the values (its inputs stay as they were).
     vals = values((1, 5, 2), 'f32', 92)
     rows = values((1, 2, 2), 'f32', 93)
@@ -1519,6 +1557,43 @@ def f8_round(fmt, x):
     return math.copysign(v, x)
 
 
+F4 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def f4_code(x):
+    """f32 -> f4E2M1FN's code (sign in bit 3), nearest with ties to an even code."""
+    mag = abs(x)
+    best = min(range(8), key=lambda c: (abs(F4[c] - mag), c % 2))
+    return (8 if math.copysign(1.0, x) < 0 else 0) | best
+
+
+def block_scaled_ref(fmt, xs, bs):
+    """TOSA 1.1 CAST_TO_BLOCK_SCALED over blocks of `bs` consecutive values: the data
+    (f8 values, or f4 codes as i4) and the E8M0 scales."""
+    normal_max, frac = {'f8E4M3FN': (448.0, 3), 'f8E5M2': (57344.0, 2), 'f4E2M1FN': (6.0, 1)}[fmt]
+    r = normal_max + 0.5 * 2.0 ** (math.floor(math.log2(normal_max)) - frac)
+    data, scales = [], []
+    for b in range(0, len(xs), bs):
+        block = xs[b:b + bs]
+        m = math.nan if any(math.isnan(v) for v in block) else max(abs(v) for v in block)
+        if m == 0:
+            s = 2.0 ** -127
+        elif math.isnan(m) or math.isinf(m):
+            s = math.nan
+        else:
+            e = math.ceil(math.log2(m / r)) if fmt == 'f8E4M3FN' else math.floor(math.log2(m / r)) + 1
+            s = 2.0 ** max(-127, min(127, e))
+        scales.append(s)
+        for v in block:
+            q = v / s
+            if fmt == 'f4E2M1FN':
+                c = f4_code(q)
+                data.append(c - 16 if c >= 8 else c)
+            else:
+                data.append(f8_round(fmt, q))
+    return data, scales
+
+
 def group_narrow():
     """8-bit floats, 4-bit floats with their scales, and packed i2/i4 (issue 15, class 6)."""
     cases = []
@@ -1565,7 +1640,6 @@ def group_narrow():
     generic('extf_f8E8M0FNU', ['tensor<5xf8E8M0FNU>'], 'tensor<5xf32>', ['f8E8M0FNU'], 'f32',
             '%y = arith.extf %x0 : f8E8M0FNU to f32', [((5,), 'f8E8M0FNU', vals)], [((5,), 'f32', vals)])
     # MX scaling: 4-bit floats (their bits arrive as packed i4) times an E8M0 scale.
-    F4 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
     codes = [1, 10, 3, 7, 15, 0, 12, 5]
     scales = [1.0, 2.0, 0.5, 4.0, 1.0, 8.0, 0.25, 2.0]
     f4 = [(-1 if c & 8 else 1) * F4[c & 7] for c in codes]
@@ -1601,6 +1675,23 @@ def group_narrow():
 }"""
     cases.append(Case('scaling_truncf_f4', body, [((6,), 'f32', xs), ((6,), 'f8E8M0FNU', ks)],
                       [((6,), 'i4', [c - 16 if c >= 8 else c for c in (code(v) for v in q)])]))
+    # f32 -> f4E2M1FN rounds to nearest even (ties 1.25, 2.5, 5.0 go to the even code),
+    # keeps the sign of a zero, and saturates past 6.
+    src = [1.25, 2.5, 5.0, -0.0, -0.1, 0.25, 0.75, 100.0, -7.0, 3.5, 0.3, -1.75]
+    n = len(src)
+    body = """func.func @truncf_f4E2M1FN(%%a: tensor<%dxf32>) -> tensor<%dxi4> {
+  %%e = tensor.empty() : tensor<%dxf4E2M1FN>
+  %%r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%%a : tensor<%dxf32>) outs(%%e : tensor<%dxf4E2M1FN>) {
+  ^bb0(%%x: f32, %%o: f4E2M1FN):
+    %%y = arith.truncf %%x : f32 to f4E2M1FN
+    linalg.yield %%y : f4E2M1FN
+  } -> tensor<%dxf4E2M1FN>
+  %%b = arith.bitcast %%r : tensor<%dxf4E2M1FN> to tensor<%dxi4>
+  return %%b : tensor<%dxi4>
+}""" % ((n,) * 9)
+    cases.append(Case('truncf_f4E2M1FN', body, [((n,), 'f32', src)],
+                      [((n,), 'i4', [c - 16 if c >= 8 else c for c in (f4_code(v) for v in src)])]))
     # Packed i4 and i2 arithmetic (wrapping), and conversions to and from i8.
     a = [1, 2, 3, -1, -8, 7, 5, -3, 6]
     b = [1, 1, 4, -2, -1, 1, 5, -6, -7]

@@ -219,6 +219,21 @@ func.func @scaling_truncf_f4(%a: tensor<6xf32>, %s: tensor<6xf8E8M0FNU>) -> tens
   return %b : tensor<6xi4>
 }
 
+// CASE @truncf_f4E2M1FN
+// INPUT 12xf32 1.25 2.5 5.0 -0.0 -0.1 0.25 0.75 100.0 -7.0 3.5 0.3 -1.75
+// OUTPUT 12xi4 2 4 6 -8 -8 0 2 7 -1 6 1 -4
+func.func @truncf_f4E2M1FN(%a: tensor<12xf32>) -> tensor<12xi4> {
+  %e = tensor.empty() : tensor<12xf4E2M1FN>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%a : tensor<12xf32>) outs(%e : tensor<12xf4E2M1FN>) {
+  ^bb0(%x: f32, %o: f4E2M1FN):
+    %y = arith.truncf %x : f32 to f4E2M1FN
+    linalg.yield %y : f4E2M1FN
+  } -> tensor<12xf4E2M1FN>
+  %b = arith.bitcast %r : tensor<12xf4E2M1FN> to tensor<12xi4>
+  return %b : tensor<12xi4>
+}
+
 // CASE @addi_i4_9
 // INPUT 9xi4 1 2 3 -1 -8 7 5 -3 6
 // INPUT 9xi4 1 1 4 -2 -1 1 5 -6 -7

@@ -371,6 +371,11 @@ static void test_refused_models(void **state) {
        ": (tensor<4xf32>) -> tensor<4xf32>\n"
        "  return %0 : tensor<4xf32>\n}\n",
        "m.mlir:2:8: tosa.custom: kiln does not compile it yet: a custom op has no definition"},
+      {"func.func @mx6(%x: tensor<2x32xf32>) -> (tensor<2x32xf6E3M2FN>, tensor<2x1xf8E8M0FNU>) {\n"
+       "  %0:2 = tosa.cast_to_block_scaled %x {block_size = #tosa.block_size<BLOCK_SIZE_32>} : "
+       "(tensor<2x32xf32>) -> (tensor<2x32xf6E3M2FN>, tensor<2x1xf8E8M0FNU>)\n"
+       "  return %0#0, %0#1 : tensor<2x32xf6E3M2FN>, tensor<2x1xf8E8M0FNU>\n}\n",
+       "m.mlir:2:10: tosa.cast_to_block_scaled to f6E3M2FN: kiln does not compile it yet"},
       {"func.func @huge(%a: tensor<100000x100000xf32>) -> tensor<100000x100000xf32> {\n"
        "  %0 = tosa.add %a, %a : (tensor<100000x100000xf32>, tensor<100000x100000xf32>) -> "
        "tensor<100000x100000xf32>\n  return %0 : tensor<100000x100000xf32>\n}\n",
