@@ -23,11 +23,8 @@ kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output,
     case KILN_TARGET_KIND_CUDA: format = KILN_VMFB_FORMAT_CUDA; break;
     case KILN_TARGET_KIND_HIP: format = KILN_VMFB_FORMAT_HIP; break;
     case KILN_TARGET_KIND_VULKAN: format = KILN_VMFB_FORMAT_VULKAN; break;
-    default:
-      return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                         "%s: kiln writes VMFBs for CUDA, HIP and Vulkan targets; the host CPU's "
-                         "output is an object file",
-                         t->target->id);
+    case KILN_TARGET_KIND_CPU: format = KILN_VMFB_FORMAT_ELF; break;
+    default: return KILN_STATUS(KILN_STATUS_INTERNAL, "%s: unknown target kind", t->target->id);
   }
   if (t->status) {
     return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "%s did not compile: %s", t->target->id,
@@ -72,7 +69,8 @@ kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output,
                                 .n_kernels = t->n_kernels,
                                 .modules = modules,
                                 .n_modules = n_modules,
-                                .subgroup_size = 0};
+                                .subgroup_size = 0,
+                                .format_name = t->target->executable_format};
   kiln_compiler_identity_t id;
   kiln_compiler_identity_get(&id);
   char compiler[160];

@@ -393,6 +393,189 @@ static const char erfc_f32[] =
 
 /* Population count (SWAR) and trailing zeros (through ctlz of the lowest set bit)
  * of an i32: CUDA's conversion and SPIR-V's have neither. */
+/* exp and log for targets with no libm to call (CPU executables: an embedded ELF
+ * imports nothing). exp: k = round(x log2 e), r = x - k ln 2 in two parts (the
+ * high part has 9 bits, so k * hi is exact), the Taylor polynomial to r^7
+ * (|r| <= ln 2 / 2: truncation under 3e-9), scaled by 2^k in two factors so
+ * subnormal results come out too; past the f32 range, infinity or zero. log:
+ * x = m 2^e with m in [sqrt(1/2), sqrt(2)), f = m - 1 (exact), s = f / (2 + f),
+ * log m = 2 atanh s by its odd series to s^11 (|s| <= 0.172: under 1e-9); zero
+ * gives -inf, negatives NaN, subnormals are scaled up first. log1p and expm1 by
+ * the classic corrections: log1p(x) = log(u) x / (u - 1) with u = 1 + x, and
+ * expm1(x) = (u - 1) x / log(u) with u = exp(x), exact where u rounds to 1. */
+static const char exp_f32[] =
+    "func.func private @exp(%x: f32) -> f32 {\n"
+    "  %log2e = arith.constant 1.44269504088896341 : f32\n"
+    "  %half = arith.constant 0.5 : f32\n"
+    "  %hi = arith.constant 0.693359375 : f32\n"
+    "  %lo = arith.constant -2.12194440e-4 : f32\n"
+    "  %max = arith.constant 88.7228394 : f32\n"
+    "  %min = arith.constant -103.972084 : f32\n"
+    "  %inf = arith.constant 0x7F800000 : f32\n"
+    "  %zero = arith.constant 0.0 : f32\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %p2 = arith.constant 0.5 : f32\n"
+    "  %p3 = arith.constant 0.16666666666666666 : f32\n"
+    "  %p4 = arith.constant 0.041666666666666664 : f32\n"
+    "  %p5 = arith.constant 0.0083333333333333332 : f32\n"
+    "  %p6 = arith.constant 0.0013888888888888889 : f32\n"
+    "  %p7 = arith.constant 0.00019841269841269841 : f32\n"
+    "  %two = arith.constant 2 : i32\n"
+    "  %bias = arith.constant 127 : i32\n"
+    "  %c23 = arith.constant 23 : i32\n"
+    "  %lo_k = arith.constant -150.0 : f32\n"
+    "  %hi_k = arith.constant 128.0 : f32\n"
+    "  %t = arith.mulf %x, %log2e : f32\n"
+    "  %th = arith.addf %t, %half : f32\n"
+    "  %kf0 = math.floor %th : f32\n"
+    "  %kf1 = arith.maximumf %kf0, %lo_k : f32\n"
+    "  %kf = arith.minimumf %kf1, %hi_k : f32\n"
+    "  %m1 = arith.mulf %kf, %hi : f32\n"
+    "  %r1 = arith.subf %x, %m1 : f32\n"
+    "  %m2 = arith.mulf %kf, %lo : f32\n"
+    "  %r = arith.subf %r1, %m2 : f32\n"
+    "  %q6 = arith.mulf %r, %p7 : f32\n"
+    "  %q5 = arith.addf %q6, %p6 : f32\n"
+    "  %q5r = arith.mulf %q5, %r : f32\n"
+    "  %q4 = arith.addf %q5r, %p5 : f32\n"
+    "  %q4r = arith.mulf %q4, %r : f32\n"
+    "  %q3 = arith.addf %q4r, %p4 : f32\n"
+    "  %q3r = arith.mulf %q3, %r : f32\n"
+    "  %q2 = arith.addf %q3r, %p3 : f32\n"
+    "  %q2r = arith.mulf %q2, %r : f32\n"
+    "  %q1 = arith.addf %q2r, %p2 : f32\n"
+    "  %q1r = arith.mulf %q1, %r : f32\n"
+    "  %q0 = arith.addf %q1r, %one : f32\n"
+    "  %q0r = arith.mulf %q0, %r : f32\n"
+    "  %p = arith.addf %q0r, %one : f32\n"
+    "  %k = arith.fptosi %kf : f32 to i32\n"
+    "  %k1 = arith.divsi %k, %two : i32\n"
+    "  %k2 = arith.subi %k, %k1 : i32\n"
+    "  %b1 = arith.addi %k1, %bias : i32\n"
+    "  %b2 = arith.addi %k2, %bias : i32\n"
+    "  %e1 = arith.shli %b1, %c23 : i32\n"
+    "  %e2 = arith.shli %b2, %c23 : i32\n"
+    "  %s1 = arith.bitcast %e1 : i32 to f32\n"
+    "  %s2 = arith.bitcast %e2 : i32 to f32\n"
+    "  %y1 = arith.mulf %p, %s1 : f32\n"
+    "  %y = arith.mulf %y1, %s2 : f32\n"
+    "  %over = arith.cmpf ogt, %x, %max : f32\n"
+    "  %under = arith.cmpf olt, %x, %min : f32\n"
+    "  %nan = arith.cmpf uno, %x, %x : f32\n"
+    "  %z1 = arith.select %over, %inf, %y : f32\n"
+    "  %z2 = arith.select %under, %zero, %z1 : f32\n"
+    "  %z = arith.select %nan, %x, %z2 : f32\n"
+    "  return %z : f32\n"
+    "}";
+
+static const char log_f32[] =
+    "func.func private @log(%x: f32) -> f32 {\n"
+    "  %tiny = arith.constant 1.17549435e-38 : f32\n"
+    "  %scale = arith.constant 8388608.0 : f32\n"
+    "  %sqrt2 = arith.constant 1.41421356 : f32\n"
+    "  %half = arith.constant 0.5 : f32\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %two = arith.constant 2.0 : f32\n"
+    "  %zero = arith.constant 0.0 : f32\n"
+    "  %ninf = arith.constant 0xFF800000 : f32\n"
+    "  %inf = arith.constant 0x7F800000 : f32\n"
+    "  %qnan = arith.constant 0x7FC00000 : f32\n"
+    "  %ln2hi = arith.constant 0.693359375 : f32\n"
+    "  %ln2lo = arith.constant -2.12194440e-4 : f32\n"
+    "  %a3 = arith.constant 0.66666666666666663 : f32\n"
+    "  %a5 = arith.constant 0.40000000000000002 : f32\n"
+    "  %a7 = arith.constant 0.2857142857142857 : f32\n"
+    "  %a9 = arith.constant 0.22222222222222221 : f32\n"
+    "  %a11 = arith.constant 0.18181818181818182 : f32\n"
+    "  %c23 = arith.constant 23 : i32\n"
+    "  %c255 = arith.constant 255 : i32\n"
+    "  %c127 = arith.constant 127 : i32\n"
+    "  %mmask = arith.constant 8388607 : i32\n"
+    "  %one_bits = arith.constant 1065353216 : i32\n"
+    "  %i0 = arith.constant 0 : i32\n"
+    "  %i1 = arith.constant 1 : i32\n"
+    "  %m23 = arith.constant -23 : i32\n"
+    "  %small = arith.cmpf olt, %x, %tiny : f32\n"
+    "  %xs0 = arith.mulf %x, %scale : f32\n"
+    "  %xs = arith.select %small, %xs0, %x : f32\n"
+    "  %eadj = arith.select %small, %m23, %i0 : i32\n"
+    "  %b = arith.bitcast %xs : f32 to i32\n"
+    "  %eb0 = arith.shrui %b, %c23 : i32\n"
+    "  %eb = arith.andi %eb0, %c255 : i32\n"
+    "  %e0 = arith.subi %eb, %c127 : i32\n"
+    "  %mb0 = arith.andi %b, %mmask : i32\n"
+    "  %mb = arith.ori %mb0, %one_bits : i32\n"
+    "  %m = arith.bitcast %mb : i32 to f32\n"
+    "  %big = arith.cmpf ogt, %m, %sqrt2 : f32\n"
+    "  %mh = arith.mulf %m, %half : f32\n"
+    "  %m2 = arith.select %big, %mh, %m : f32\n"
+    "  %inc = arith.select %big, %i1, %i0 : i32\n"
+    "  %e1 = arith.addi %e0, %inc : i32\n"
+    "  %e = arith.addi %e1, %eadj : i32\n"
+    "  %f = arith.subf %m2, %one : f32\n"
+    "  %d = arith.addf %f, %two : f32\n"
+    "  %s = arith.divf %f, %d : f32\n"
+    "  %z = arith.mulf %s, %s : f32\n"
+    "  %t5 = arith.mulf %z, %a11 : f32\n"
+    "  %t4 = arith.addf %t5, %a9 : f32\n"
+    "  %t4z = arith.mulf %t4, %z : f32\n"
+    "  %t3 = arith.addf %t4z, %a7 : f32\n"
+    "  %t3z = arith.mulf %t3, %z : f32\n"
+    "  %t2 = arith.addf %t3z, %a5 : f32\n"
+    "  %t2z = arith.mulf %t2, %z : f32\n"
+    "  %t1 = arith.addf %t2z, %a3 : f32\n"
+    "  %t1z = arith.mulf %t1, %z : f32\n"
+    "  %t0 = arith.addf %t1z, %two : f32\n"
+    "  %lm = arith.mulf %t0, %s : f32\n"
+    "  %ef = arith.sitofp %e : i32 to f32\n"
+    "  %h = arith.mulf %ef, %ln2hi : f32\n"
+    "  %l = arith.mulf %ef, %ln2lo : f32\n"
+    "  %low = arith.addf %l, %lm : f32\n"
+    "  %y = arith.addf %h, %low : f32\n"
+    "  %is_zero = arith.cmpf oeq, %x, %zero : f32\n"
+    "  %is_neg = arith.cmpf olt, %x, %zero : f32\n"
+    "  %is_inf = arith.cmpf oeq, %x, %inf : f32\n"
+    "  %is_nan = arith.cmpf uno, %x, %x : f32\n"
+    "  %r1 = arith.select %is_inf, %inf, %y : f32\n"
+    "  %r2 = arith.select %is_neg, %qnan, %r1 : f32\n"
+    "  %r3 = arith.select %is_zero, %ninf, %r2 : f32\n"
+    "  %r = arith.select %is_nan, %x, %r3 : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+static const char log1p_f32[] =
+    "func.func private @log1p(%x: f32) -> f32 {\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %u = arith.addf %x, %one : f32\n"
+    "  %d = arith.subf %u, %one : f32\n"
+    "  %l = math.log %u : f32\n"
+    "  %lx = arith.mulf %l, %x : f32\n"
+    "  %q = arith.divf %lx, %d : f32\n"
+    "  %exact = arith.cmpf oeq, %d, %x : f32\n"
+    "  %same = arith.cmpf oeq, %u, %one : f32\n"
+    "  %r0 = arith.select %exact, %l, %q : f32\n"
+    "  %r = arith.select %same, %x, %r0 : f32\n"
+    "  return %r : f32\n"
+    "}";
+
+static const char expm1_f32[] =
+    "func.func private @expm1(%x: f32) -> f32 {\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %mone = arith.constant -1.0 : f32\n"
+    "  %u = math.exp %x : f32\n"
+    "  %d = arith.subf %u, %one : f32\n"
+    "  %l = math.log %u : f32\n"
+    "  %dx = arith.mulf %d, %x : f32\n"
+    "  %q = arith.divf %dx, %l : f32\n"
+    "  %same = arith.cmpf oeq, %u, %one : f32\n"
+    "  %floor = arith.cmpf oeq, %d, %mone : f32\n"
+    "  %inf = arith.cmpf oeq, %u, %l : f32\n"
+    "  %r0 = arith.select %floor, %mone, %q : f32\n"
+    "  %r1 = arith.select %inf, %u, %r0 : f32\n"
+    "  %r = arith.select %same, %x, %r1 : f32\n"
+    "  return %r : f32\n"
+    "}";
+
 static const char ctpop_i32[] =
     "func.func private @ctpop(%x: i32) -> i32 {\n"
     "  %c1 = arith.constant 1 : i32\n"
@@ -530,7 +713,8 @@ static const struct {
     {"asin", asin_f32}, {"acos", acos_f32}, {"cbrt", cbrt_f32}, {"floor", floor_f32},
     {"ceil", ceil_f32}, {"log2", log2_f32}, {"sin", sin_f32},   {"cos", cos_f32},
     {"remf", fmod_f32}, {"log10", log10_f32}, {"tan", tan_f32}, {"trunc", trunc_f32},
-    {"erfc", erfc_f32}, {"ctpop", ctpop_i32}, {"cttz", cttz_i32},
+    {"erfc", erfc_f32}, {"ctpop", ctpop_i32}, {"cttz", cttz_i32}, {"exp", exp_f32},
+    {"log", log_f32},   {"log1p", log1p_f32}, {"expm1", expm1_f32},
 };
 
 enum { N_HELPERS = sizeof helpers / sizeof helpers[0] };
@@ -580,8 +764,9 @@ static MlirWalkResult find_math(MlirOperation op, void *user) {
 
 kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops) {
   kiln_status_t st = NULL;
-  /* asin and acos bring atan, sin and cos bring floor: at most two more rounds. */
-  for (int round = 0; round < 4 && !st; round++) {
+  /* asin and acos bring atan, sin and cos bring floor, expm1 brings exp and log,
+   * cbrt brings both: a few more rounds at most. */
+  for (int round = 0; round < 6 && !st; round++) {
     found_t f = {.ops = ops};
     mlirOperationWalk(mlirModuleGetOperation(module), find_math, &f, MlirWalkPostOrder);
     for (size_t h = 0; h < N_HELPERS; h++) {

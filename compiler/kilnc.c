@@ -54,7 +54,7 @@ static const char *extension(const kiln_target_t *t) {
     case KILN_TARGET_KIND_CUDA: return "ptx";
     case KILN_TARGET_KIND_HIP: return "hsaco";
     case KILN_TARGET_KIND_VULKAN: return "spv";
-    case KILN_TARGET_KIND_CPU: return "o";
+    case KILN_TARGET_KIND_CPU: return "so";
     default: return "bin";
   }
 }
@@ -280,7 +280,7 @@ int main(int argc, char **argv) {
       }
     }
     size_t vmfb_bytes = 0;
-    if (t->target->kind != KILN_TARGET_KIND_CPU) {
+    {
       kiln_buf_t vmfb;
       kiln_buf_init(&vmfb);
       st = kiln_compiler_artifact_write(&out, i, &ao, &vmfb);

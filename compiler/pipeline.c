@@ -28,6 +28,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/time.h"
+#include "compiler/cpu.h"
 #include "compiler/host.h"
 #include "compiler/internal.h"
 #include "compiler/kernel_types.h"
@@ -74,7 +75,6 @@ static const char dealloc_pipeline[] = "builtin.module(" DEALLOC_PASSES ")";
 #define LOOP_PASSES TO_LOOPS_PASSES "," TILE_PASSES
 
 static const char bufferize_pipeline[] = "builtin.module(" BUFFERIZE_PASSES ")";
-static const char loop_pipeline[] = "builtin.module(" LOOP_PASSES ")";
 static const char to_loops_pipeline[] = "builtin.module(" TO_LOOPS_PASSES ")";
 static const char tile_pipeline[] = "builtin.module(" TILE_PASSES ")";
 
@@ -90,10 +90,6 @@ static const char tile_pipeline[] = "builtin.module(" TILE_PASSES ")";
   "gpu.module(fold-memref-alias-ops)"
 
 static const char gpu_front_pipeline[] = "builtin.module(" GPU_FRONT_PASSES ")";
-
-/* The common half as text, for tools that replay it (without the copy rewrite,
- * which is C, not a pass). */
-static const char common_pipeline[] = "builtin.module(" BUFFERIZE_PASSES "," LOOP_PASSES ")";
 
 /* The GPU front half after bufferization (and kiln's copy rewrite). */
 static const char rest_front_pipeline[] = "builtin.module(" LOOP_PASSES "," GPU_FRONT_PASSES ")";
@@ -127,6 +123,22 @@ static const char hip_kernel_lowering[] =
     ",convert-math-to-llvm,"
     "lower-affine,convert-scf-to-cf";
 #define SPIRV_KERNEL_MATH EXPAND_MATH("sinh,cosh,asinh,acosh,atanh,fpowi,ctlz,exp2")
+
+/* The back half for a CPU: the same kernels as the GPUs', small types and bf16
+ * as on the GPUs (integer bits, f32 arithmetic), and every math function as code
+ * inside the ELF, since an embedded ELF imports nothing: MLIR's expansions first
+ * (tanh, the hyperbolics, powers into exp and log), then kiln's f32 helpers
+ * (kernel_math.c, exp and log included); what remains are LLVM intrinsics with
+ * instructions (sqrt, fma, floor, ceil, fabs). cpu.c makes the workgroup
+ * functions and the library. */
+#define CPU_KERNEL_EXPAND                                                                       \
+  "builtin.module(gpu.module(math-extend-to-supported-types,"                                  \
+  EXPAND_MATH("tanh,sinh,cosh,asinh,acosh,atanh,fpowi,powf,exp2,round,ctlz") "))"
+#define CPU_KERNEL_MATH_HELPERS \
+  "erf,cbrt,atan,atan2,asin,acos,log2,sin,cos,remf,log10,tan,erfc,exp,log,log1p,expm1"
+#define CPU_KERNEL_TYPES                                                                        \
+  "builtin.module(gpu.module(arith-emulate-unsupported-floats{source-types=bf16 "               \
+  "target-type=f32},arith-expand{include-bf16=true},canonicalize))"
 
 /* ---- pass pipelines ---- */
 
@@ -621,7 +633,8 @@ static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_
                        t->spirv_extensions);
       return NULL;
     case KILN_TARGET_KIND_CPU:
-      kiln_buf_append_str(out, cpu_pipeline);
+      /* Run from C (compile_cpu): this is its kernel half, then cpu.c's lowering. */
+      kiln_buf_append_str(out, CPU_KERNEL_EXPAND);
       return NULL;
   }
   return KILN_STATUS(KILN_STATUS_INTERNAL, "target %s: unknown kind", t->id);
@@ -971,79 +984,65 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
   out->backend_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
 }
 
-/* ---- the host CPU ---- */
+/* ---- CPU targets ---- */
 
-/* LLVM dialect -> LLVM IR -> an x86-64 ELF relocatable object (PIC), through the
- * LLVM C API's target machine. */
-static kiln_status_t emit_object(MlirModule module, const kiln_target_t *t, const char *name,
-                                 unsigned char **out_bytes, size_t *out_len) {
-  LLVMContextRef llvm = LLVMContextCreate();
-  LLVMModuleRef ir = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module), llvm);
-  kiln_status_t status = NULL;
-  if (!ir) {
-    status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: translation to LLVM IR failed for %s", name, t->id);
-  } else {
-    LLVMTargetRef target = NULL;
-    char *error = NULL;
-    if (LLVMGetTargetFromTriple(t->llvm_triple, &target, &error)) {
-      status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: no LLVM target for %s: %s", name,
-                           t->llvm_triple, error ? error : "?");
-      LLVMDisposeMessage(error);
-    } else {
-      LLVMTargetMachineRef tm =
-          LLVMCreateTargetMachine(target, t->llvm_triple, t->chip, "", LLVMCodeGenLevelDefault,
-                                  LLVMRelocPIC, LLVMCodeModelDefault);
-      LLVMSetTarget(ir, t->llvm_triple);
-      LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
-      LLVMSetModuleDataLayout(ir, layout);
-      LLVMMemoryBufferRef object = NULL;
-      if (LLVMTargetMachineEmitToMemoryBuffer(tm, ir, LLVMObjectFile, &error, &object)) {
-        status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: x86-64 code generation failed: %s", name,
-                             error ? error : "?");
-        LLVMDisposeMessage(error);
-      } else {
-        *out_len = LLVMGetBufferSize(object);
-        *out_bytes = kiln_memdup(LLVMGetBufferStart(object), *out_len);
-        LLVMDisposeMemoryBuffer(object);
-      }
-      LLVMDisposeTargetData(layout);
-      LLVMDisposeTargetMachine(tm);
-    }
-    LLVMDisposeModule(ir);
-  }
-  LLVMContextDispose(llvm);
-  return status;
+typedef struct cpu_run_s {
+  kiln_compiler_context_t *context;
+  const char *name, *stage;
+} cpu_run_t;
+
+static kiln_status_t cpu_run(void *user, MlirModule module, const char *pipeline) {
+  cpu_run_t *r = user;
+  return run_pipeline(r->context, module, pipeline, r->name, r->stage);
 }
 
-/* The CPU output is one "kernel" named after the module's first function: an ELF
- * object holding every function and its _mlir_ciface_ wrapper. */
-static void compile_cpu(kiln_compiler_context_t *context, MlirModule common, const char *name,
-                        kiln_compiler_target_output_t *out) {
+static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, const launches_t *launches,
+                        const char *name, kiln_compiler_target_output_t *out) {
   int64_t t0 = kiln_time_monotonic_ns();
-  MlirModule module = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(common)));
-  out->status = run_pipeline(context, module, cpu_pipeline, name, "code generation for x86_64");
-  unsigned char *bytes = NULL;
-  size_t len = 0;
-  if (!out->status) out->status = emit_object(module, out->target, name, &bytes, &len);
+  const kiln_target_t *t = out->target;
+  char stage[64];
+  snprintf(stage, sizeof stage, "code generation for %s", t->id);
+  MlirModule module = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(front)));
+  out->status = prepare_small_types(context, module, t, name, stage);
   if (!out->status) {
-    char *entry = NULL;
-    for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module));
-         !mlirOperationIsNull(op) && !entry; op = mlirOperationGetNextInBlock(op)) {
-      MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
-      if (kiln_compiler_op_is(op, "llvm.func") && !mlirAttributeIsNull(sym) &&
-          mlirOperationGetNumRegions(op) > 0 &&
-          !mlirBlockIsNull(mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0)))) {
-        entry = string_of(mlirStringAttrGetValue(sym));
-      }
-    }
-    out->kernels = kiln_calloc(1, sizeof *out->kernels);
-    out->n_kernels = 1;
-    out->kernels[0].name = entry ? entry : kiln_strdup("module");
-    out->kernels[0].module_name = kiln_strdup("module");
-    out->kernels[0].block_size[0] = out->kernels[0].block_size[1] = out->kernels[0].block_size[2] = 1;
-    out->kernels[0].binary = bytes;
-    out->kernels[0].binary_len = len;
+    kiln_compiler_kernels_floats_as_bits(context->mlir, module, KILN_FLOATS_BF16);
+    out->status = run_pipeline(context, module, CPU_KERNEL_EXPAND, name, stage);
   }
+  if (!out->status) out->status = kiln_compiler_kernels_expand_math(context->mlir, module, CPU_KERNEL_MATH_HELPERS);
+  if (!out->status) out->status = run_pipeline(context, module, CPU_KERNEL_TYPES, name, stage);
+  if (!out->status) out->status = kiln_compiler_kernels_check_floats(context->mlir, module, KILN_FLOATS_BF16, name, t->id);
+  const char **names = kiln_calloc(launches->n ? launches->n : 1, sizeof *names);
+  uint32_t(*blocks)[3] = kiln_calloc(launches->n ? launches->n : 1, sizeof *blocks);
+  for (size_t i = 0; i < launches->n; i++) {
+    names[i] = launches->items[i].kernel_name;
+    memcpy(blocks[i], launches->items[i].block, sizeof blocks[i]);
+  }
+  unsigned char *elf = NULL;
+  size_t elf_len = 0;
+  cpu_run_t r = {context, name, stage};
+  if (!out->status && launches->n) {
+    out->status = kiln_compiler_cpu_library(context->mlir, module, t, names, (const uint32_t(*)[3])blocks, launches->n,
+                                            cpu_run, &r, name, &elf, &elf_len);
+  }
+  if (!out->status) {
+    out->kernels = kiln_calloc(launches->n ? launches->n : 1, sizeof *out->kernels);
+    out->n_kernels = launches->n;
+    for (size_t i = 0; i < launches->n; i++) {
+      const launch_t *l = &launches->items[i];
+      kiln_compiler_kernel_t *k = &out->kernels[i];
+      k->name = kiln_strdup(l->kernel_name);
+      k->module_name = kiln_strdup(l->module_name);
+      memcpy(k->block_size, l->block, sizeof k->block_size);
+      k->args = kiln_memdup(l->args, (l->n_args ? l->n_args : 1) * sizeof *l->args);
+      k->n_args = l->n_args;
+      /* One ELF holds every kernel: kernel 0 owns it, the others borrow it. */
+      k->binary = elf;
+      k->binary_len = elf_len;
+      k->same_as = i ? 1 : 0;
+    }
+  }
+  kiln_free(names);
+  kiln_free(blocks);
   mlirModuleDestroy(module);
   out->backend_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
 }
@@ -1063,7 +1062,7 @@ static void compile_one(void *user, size_t index, kiln_compiler_target_output_t 
   back_job_t *job = user;
   (void)index;
   if (out->target->kind == KILN_TARGET_KIND_CPU) {
-    compile_cpu(job->context, job->common, job->name, out);
+    compile_cpu(job->context, job->gpu, job->launches, job->name, out);
   } else {
     compile_target(job->context, job->gpu, job->launches, job->name, out);
   }
@@ -1155,21 +1154,11 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
       find_first(mlirModuleGetBody(common), "gpu.module"));
   kiln_status_t status =
       pre_outlined ? NULL : run_common(context, common, name);
-  /* The GPU part of the front half, also once, when any target is a GPU. */
-  bool any_gpu = false;
-  for (size_t i = 0; i < n_targets; i++) any_gpu = any_gpu || targets[i]->kind != KILN_TARGET_KIND_CPU;
+  /* The kernel part of the front half (grid mapping, outlining), also once: CPU
+   * targets run the same kernels, a workgroup per call. */
+  bool any_gpu = n_targets > 0;
   MlirModule gpu = {NULL};
   launches_t launches = {0};
-  if (!status && pre_outlined) {
-    for (size_t i = 0; i < n_targets && !status; i++) {
-      if (targets[i]->kind == KILN_TARGET_KIND_CPU) {
-        status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                             "%s holds GPU kernels (gpu.module); it cannot be compiled for the "
-                             "host CPU (%s): pass the model before kernel outlining",
-                             name, targets[i]->id);
-      }
-    }
-  }
   if (!status && any_gpu) {
     gpu = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(common)));
     if (!pre_outlined) {
@@ -1289,7 +1278,7 @@ kiln_status_t kiln_compiler_pipeline_text(kiln_compiler_context_t *context,
     kiln_buf_deinit(&back);
     return st;
   }
-  *out_front = kiln_strdup(target->kind == KILN_TARGET_KIND_CPU ? common_pipeline : front_pipeline);
+  *out_front = kiln_strdup(front_pipeline);
   *out_back = kiln_buf_take(&back);
   kiln_buf_deinit(&back);
   return NULL;
@@ -1339,7 +1328,7 @@ kiln_status_t kiln_compiler_pipeline_stages(kiln_compiler_context_t *context, co
     return st;
   }
   *out_bufferize = kiln_strdup(bufferize_pipeline);
-  *out_rest = kiln_strdup(target->kind == KILN_TARGET_KIND_CPU ? loop_pipeline : rest_front_pipeline);
+  *out_rest = kiln_strdup(rest_front_pipeline);
   *out_back = kiln_buf_take(&back);
   kiln_buf_deinit(&back);
   return NULL;

@@ -82,9 +82,16 @@ static const char *const videocore_vii_aliases[] = {
     "videocore-vii", "videocore7", "vc7", "rpi5", "raspberrypi5", "raspberry-pi-5", NULL,
 };
 
-/* CPU. "host" and "cpu" mean the x86_64 baseline here, not -march=native: kiln
- * ships artifacts to other machines, so it never targets the daemon's own CPU. */
-static const char *const x86_64_aliases[] = {"host", "cpu", "llvm-cpu", "x86-64", "amd64", NULL};
+/* CPU. "host" and "cpu" mean the portable x86-64-v3 level here (AVX2, FMA, F16C:
+ * every x86 server since 2015), not -march=native: kiln ships artifacts to other
+ * machines, so it never targets the daemon's own CPU. Named CPUs are LLVM's. */
+static const char *const x86_64_aliases[] = {"host", "cpu", "llvm-cpu", "x86-64", "x86-64-v3", "amd64", NULL};
+static const char *const znver4_aliases[] = {"zen4", "epyc-genoa", NULL};
+static const char *const sapphirerapids_aliases[] = {"spr", "xeon-sapphire-rapids", NULL};
+static const char *const aarch64_aliases[] = {"arm64", "arm_64", "armv8-a", NULL};
+static const char *const cortex_a76_aliases[] = {"rpi5-cpu", "raspberrypi5-cpu", "a76", NULL};
+static const char *const neoverse_v2_aliases[] = {"grace", "grace-cpu", NULL};
+static const char *const cortex_x925_aliases[] = {"gb10-cpu", "dgx-spark-cpu", NULL};
 
 /* ---- Per-kind constants ------------------------------------------------------ */
 
@@ -100,6 +107,15 @@ static const char *const x86_64_aliases[] = {"host", "cpu", "llvm-cpu", "x86-64"
   .kind = KILN_TARGET_KIND_VULKAN, .hal_device = "vulkan", .hal_backend = "vulkan-spirv",  \
   .executable_format = "vulkan-spirv-fb", .chip_flag = "iree-vulkan-target",               \
   .llvm_triple = NULL
+
+#define X86_FIELDS                                                                         \
+  .kind = KILN_TARGET_KIND_CPU, .hal_device = "local", .hal_backend = "llvm-cpu",            \
+  .executable_format = "embedded-elf-x86_64", .chip_flag = "iree-llvmcpu-target-cpu",         \
+  .llvm_triple = "x86_64-unknown-linux-gnu"
+#define ARM64_FIELDS                                                                       \
+  .kind = KILN_TARGET_KIND_CPU, .hal_device = "local", .hal_backend = "llvm-cpu",            \
+  .executable_format = "embedded-elf-arm_64", .chip_flag = "iree-llvmcpu-target-cpu",         \
+  .llvm_triple = "aarch64-unknown-linux-gnu"
 
 /* KnownTargets.cpp: CDNA3 and CDNA4 are wave64 with 64 KiB and 160 KiB of LDS;
  * RDNA3/4 offer wave32 and wave64 and kiln plans for their native wave32. */
@@ -198,13 +214,23 @@ static const kiln_target_t targets[] = {
      .aliases = videocore_vii_aliases, .spirv_version_major = 1, .spirv_version_minor = 3, VIDEOCORE_SPIRV,
      .limits = {16, {256, 256, 256}, 256, 16 * 1024}},
 
-    /* Host CPU through IREE's embedded ELF loader. */
-    {.id = "x86_64", .kind = KILN_TARGET_KIND_CPU, .hal_device = "local",
-     .hal_backend = "llvm-cpu", .executable_format = "embedded-elf-x86_64",
-     .chip_flag = "iree-llvmcpu-target-cpu", .chip = "x86-64",
-     .llvm_triple = "x86_64-unknown-linux-gnu",
-     .description = "x86-64 CPU (baseline ISA) through IREE's embedded ELF loader",
-     .aliases = x86_64_aliases},
+    /* CPUs, through IREE's embedded ELF loader (local-sync and local-task). */
+    {.id = "x86_64", X86_FIELDS, .chip = "x86-64-v3",
+     .description = "x86-64 CPU, the portable x86-64-v3 level (AVX2, FMA)", .aliases = x86_64_aliases},
+    {.id = "znver4", X86_FIELDS, .chip = "znver4",
+     .description = "AMD Zen 4 (AVX-512): EPYC 9004, Ryzen 7000", .aliases = znver4_aliases},
+    {.id = "sapphirerapids", X86_FIELDS, .chip = "sapphirerapids",
+     .description = "Intel Sapphire Rapids (AVX-512, AMX): Xeon 4th generation",
+     .aliases = sapphirerapids_aliases},
+    {.id = "aarch64", ARM64_FIELDS, .chip = "generic",
+     .description = "64-bit Arm CPU, the Armv8-A baseline (NEON)", .aliases = aarch64_aliases},
+    {.id = "cortex-a76", ARM64_FIELDS, .chip = "cortex-a76",
+     .description = "Arm Cortex-A76 (NEON, dot product): Raspberry Pi 5", .aliases = cortex_a76_aliases},
+    {.id = "neoverse-v2", ARM64_FIELDS, .chip = "neoverse-v2",
+     .description = "Arm Neoverse V2 (SVE2): NVIDIA Grace", .aliases = neoverse_v2_aliases},
+    {.id = "cortex-x925", ARM64_FIELDS, .chip = "cortex-x925",
+     .description = "Arm Cortex-X925 (SVE2): the NVIDIA GB10's big cores (DGX Spark)",
+     .aliases = cortex_x925_aliases},
 };
 
 enum { TARGET_COUNT = sizeof targets / sizeof targets[0] };

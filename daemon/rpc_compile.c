@@ -92,11 +92,6 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
     const kiln_target_t *t = NULL;
     kiln_status_t st = kiln_compiler_target_resolve(req->targets[i], &t);
     if (st) return kiln_status_annotate(st, "targets[%zu]", i);
-    if (t->kind == KILN_TARGET_KIND_CPU) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "targets[%zu] '%s' is the host CPU, which has no VMFB format in kiln; name a GPU target", i,
-                         req->targets[i]);
-    }
     per_request[i] = t->id;
     size_t k = 0;
     while (k < n_canonical && strcmp(canonical[k], t->id) != 0) k++;

@@ -61,12 +61,11 @@ kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_
   compiler->mlir_version = kiln_arena_strdup(arena, known ? id.mlir_version : "");
   resp->compiler = compiler;
 
-  /* Every target Compile accepts: the GPU ones (the host CPU has no VMFB format). */
+  /* Every target Compile accepts. */
   size_t n = kiln_compiler_target_count();
   resp->targets = kiln_arena_calloc(arena, n, sizeof *resp->targets);
   for (size_t i = 0; i < n; i++) {
     const kiln_target_t *t = kiln_compiler_target_at(i);
-    if (t->kind == KILN_TARGET_KIND_CPU) continue;
     Kiln__V1__TargetInfo *info = kiln_arena_alloc(arena, sizeof *info);
     kiln__v1__target_info__init(info);
     info->id = kiln_arena_strdup(arena, t->id);

@@ -527,10 +527,6 @@ static bool source_stored(kiln_cache_t *cache, const char *digest) {
 static kiln_status_t add_target(rc_item_t *it, const char *name) {
   const kiln_target_t *t = NULL;
   KILN_RETURN_IF_ERROR(kiln_compiler_target_resolve(name, &t));
-  if (t->kind == KILN_TARGET_KIND_CPU) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "target '%s' is the host CPU, which has no VMFB format in kiln; name a GPU target", name);
-  }
   for (size_t i = 0; i < it->n_targets; i++) {
     if (strcmp(it->targets[i].canonical, t->id) == 0) return NULL;
   }

@@ -210,9 +210,40 @@ static bool header_shaped(const uint8_t *data) {
 
 /* Looks at one rodata segment; returns true (and fills *e) when it is a HAL
  * executable, with or without the 64-byte header. */
+/* An ELF shared object at the start of a rodata segment: a CPU executable
+ * (IREE's embedded-elf and system-elf formats keep the ELF itself, no header).
+ * The chip is the CPU family kiln's generic target for it names. */
+static bool read_elf_executable(const uint8_t *data, size_t len, uint32_t ordinal, kiln_vmfb_executable_info_t *e) {
+  static const struct {
+    uint16_t machine;
+    const char *format, *chip;
+  } arches[] = {{62, "embedded-elf-x86_64", "x86_64"},
+                {183, "embedded-elf-arm_64", "aarch64"},
+                {243, "embedded-elf-riscv_64", "riscv64"}};
+  if (len < 64 || memcmp(data, "\x7f" "ELF", 4) != 0 || data[4] != 2 /* 64-bit */ || data[5] != 1 /* LE */) {
+    return false;
+  }
+  uint16_t type = (uint16_t)(data[16] | data[17] << 8), machine = (uint16_t)(data[18] | data[19] << 8);
+  if (type != 3 /* ET_DYN */) return false;
+  e->rodata = ordinal;
+  memcpy(e->identifier, "ELF", 4);
+  for (size_t i = 0; i < sizeof arches / sizeof arches[0]; i++) {
+    if (arches[i].machine == machine) {
+      e->format = arches[i].format;
+      e->chip = kiln_strdup(arches[i].chip);
+    }
+  }
+  if (!e->format) e->problem = kiln_strdup("a shared object for a machine IREE's ELF loaders do not know");
+  e->n_modules = 1;
+  e->code_bytes = len;
+  e->code_kind = kiln_strdup("elf");
+  return true;
+}
+
 static bool read_executable(const uint8_t *data, size_t len, uint32_t ordinal,
                             kiln_vmfb_executable_info_t *e) {
   memset(e, 0, sizeof *e);
+  if (read_elf_executable(data, len, ordinal, e)) return true;
   const format_t *f = NULL;
   const uint8_t *content = NULL;
   size_t content_len = 0;

@@ -50,7 +50,7 @@ typedef struct kiln_vmfb_rodata_info_s {
 /* A HAL executable found in a rodata segment. */
 typedef struct kiln_vmfb_executable_info_s {
   uint32_t rodata;       /* its rodata ordinal */
-  char identifier[5];    /* "CDA1", "HIP1", "VKE1", ... */
+  char identifier[5];    /* "CDA1", "HIP1", "VKE1", ..., "ELF" for a CPU executable */
   const char *format;    /* "cuda-nvptx-fb", ... or NULL when the identifier is unknown */
   bool has_header;       /* behind the 64-byte executable header (IREE >= 3.9) */
   uint32_t header_version;
@@ -60,8 +60,9 @@ typedef struct kiln_vmfb_executable_info_s {
   uint32_t *constant_counts; /* per kernel, when the format has them (else NULL) */
   size_t n_modules;      /* device code modules (PTX/HSACO/SPIR-V) */
   uint64_t code_bytes;   /* their total size */
-  char *chip;            /* from the code: PTX .target, HSACO e_flags; NULL if unknown */
-  char *code_kind;       /* "ptx", "cubin", "hsaco", "spirv" */
+  char *chip;            /* from the code: PTX .target, HSACO e_flags, the ELF's
+                            machine ("x86_64", "aarch64"); NULL if unknown */
+  char *code_kind;       /* "ptx", "cubin", "hsaco", "spirv", "elf" */
   char *problem;         /* NULL, or why this executable would not load */
 } kiln_vmfb_executable_info_t;
 

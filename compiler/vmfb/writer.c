@@ -36,8 +36,14 @@ const char *kiln_vmfb_format_name(kiln_vmfb_format_t format) {
     case KILN_VMFB_FORMAT_CUDA: return "cuda-nvptx-fb";
     case KILN_VMFB_FORMAT_HIP: return "rocm-hsaco-fb";
     case KILN_VMFB_FORMAT_VULKAN: return "vulkan-spirv-fb";
+    case KILN_VMFB_FORMAT_ELF: return "embedded-elf";
   }
   return NULL;
+}
+
+/* The format string the host program matches against the device's. */
+static const char *executable_format_name(const kiln_vmfb_executable_t *exe) {
+  return exe->format == KILN_VMFB_FORMAT_ELF && exe->format_name ? exe->format_name : kiln_vmfb_format_name(exe->format);
 }
 
 const char *kiln_vmfb_format_identifier(kiln_vmfb_format_t format) {
@@ -45,6 +51,7 @@ const char *kiln_vmfb_format_identifier(kiln_vmfb_format_t format) {
     case KILN_VMFB_FORMAT_CUDA: return KILN_CUDA_FILE_IDENTIFIER;
     case KILN_VMFB_FORMAT_HIP: return KILN_HIP_FILE_IDENTIFIER;
     case KILN_VMFB_FORMAT_VULKAN: return KILN_VK_FILE_IDENTIFIER;
+    case KILN_VMFB_FORMAT_ELF: return NULL;
   }
   return NULL;
 }
@@ -192,6 +199,17 @@ static ref_t vulkan_executable(builder_t *b, const kiln_vmfb_executable_t *exe) 
 
 kiln_status_t kiln_vmfb_executable_serialize(const kiln_vmfb_executable_t *exe, bool header,
                                              kiln_buf_t *out) {
+  if (exe->format == KILN_VMFB_FORMAT_ELF) {
+    /* IREE's ELF loaders read the rodata as the ELF itself. */
+    static const uint8_t magic[4] = {0x7f, 'E', 'L', 'F'};
+    if (exe->n_kernels == 0 || exe->n_modules != 1 || exe->modules[0].len < 64 ||
+        memcmp(exe->modules[0].data, magic, 4) != 0) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "a %s executable is one ELF holding at least one kernel",
+                         executable_format_name(exe));
+    }
+    kiln_buf_append(out, exe->modules[0].data, exe->modules[0].len);
+    return NULL;
+  }
   const char *identifier = kiln_vmfb_format_identifier(exe->format);
   if (!identifier) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "unknown executable format %d", (int)exe->format);
   if (exe->n_kernels == 0 || exe->n_modules == 0) {
@@ -426,7 +444,7 @@ kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *p
   kiln_vmfb_vm_module_t m;
   memset(&m, 0, sizeof m);
   if (!st) {
-    kiln_vmfb_host_executable_t hx = {.format = kiln_vmfb_format_name(exe->format),
+    kiln_vmfb_host_executable_t hx = {.format = executable_format_name(exe),
                                       .data = (const uint8_t *)exe_bytes.data,
                                       .len = exe_bytes.len,
                                       .kernels = kernel_names,

@@ -27,9 +27,13 @@ typedef enum kiln_vmfb_format_e {
   KILN_VMFB_FORMAT_CUDA = 1,   /* cuda-nvptx-fb, CDA1: PTX text (or a cubin) */
   KILN_VMFB_FORMAT_HIP = 2,    /* rocm-hsaco-fb, HIP1: an AMDGPU code object */
   KILN_VMFB_FORMAT_VULKAN = 3, /* vulkan-spirv-fb, VKE1: SPIR-V words */
+  KILN_VMFB_FORMAT_ELF = 4,    /* embedded-elf-<arch> (or system-elf-<arch>): the
+                                  ELF shared object itself, no FlatBuffer, no header;
+                                  the executable's format_name says which */
 } kiln_vmfb_format_t;
 
-/* "cuda-nvptx-fb", ...; the 4-byte FlatBuffer identifier ("CDA1", ...). */
+/* "cuda-nvptx-fb", ...; the 4-byte FlatBuffer identifier ("CDA1", ...). For
+ * KILN_VMFB_FORMAT_ELF, "embedded-elf" and NULL (no FlatBuffer). */
 const char *kiln_vmfb_format_name(kiln_vmfb_format_t format);
 const char *kiln_vmfb_format_identifier(kiln_vmfb_format_t format);
 
@@ -55,6 +59,8 @@ typedef struct kiln_vmfb_executable_s {
   const kiln_vmfb_code_t *modules;
   size_t n_modules;
   uint32_t subgroup_size; /* Vulkan: the pipelines' required subgroup size (0 = any) */
+  const char *format_name; /* ELF: IREE's format string, "embedded-elf-x86_64"; one
+                              module, the ELF, whose exports are the kernels in order */
 } kiln_vmfb_executable_t;
 
 /* Serializes one executable; with `header`, behind IREE's 64-byte header

@@ -7,12 +7,15 @@ Mesa's lavapipe; its outputs, written as .npy by iree-run-module, are compared w
 the corpus's reference values. CUDA and HIP artifacts cannot run here: each is
 loaded by iree-run-module on the local-sync device, which verifies the module and
 resolves every HAL import against the 3.12 HAL module before the device refuses the
-executable format; a verifier or import error fails the case.
+executable format; a verifier or import error fails the case. The x86-64 VMFBs
+(embedded ELF) run on IREE's CPU drivers, local-sync and local-task, and match
+the same references.
 
 Tools: $KILN_IREE_TOOLS, or ../iree-build/tools beside the repository (the
 iree-run-module there must carry the staging-buffer patch the doc describes to read
 results back from lavapipe). KILN_IREE_TARGETS overrides the targets;
-KILN_IREE_CORPUS=control.mlir,models.mlir limits the run to those files.
+KILN_IREE_CPU_TARGETS the CPU ones; KILN_IREE_CORPUS=control.mlir,models.mlir
+limits the run to those files.
 """
 import math
 import os
@@ -31,6 +34,8 @@ TOOLS = os.environ.get("KILN_IREE_TOOLS") or os.path.join(REPO, "..", "iree-buil
 RUN_MODULE = os.path.join(TOOLS, "iree-run-module")
 VULKAN_TARGETS = ("arm5gen", "videocore_vii")
 LINK_TARGETS = ("sm_89", "sm_120", "gfx950", "gfx1100")
+CPU_TARGETS = ("x86_64",)
+CPU_DEVICES = ("local-sync", "local-task")
 
 DEFAULT_TOL = {"f16": 2e-3, "bf16": 1.6e-2, "f32": 1e-5, "f64": 1e-12}
 
@@ -170,11 +175,18 @@ class IreeRuntimeTest(unittest.TestCase):
 
     def test_vulkan_corpus_on_lavapipe(self):
         targets = os.environ.get("KILN_IREE_TARGETS", ",".join(VULKAN_TARGETS)).split(",")
+        self.run_corpus([(t, ("vulkan",)) for t in targets], "vulkan")
+
+    def test_cpu_corpus_on_local_drivers(self):
+        targets = os.environ.get("KILN_IREE_CPU_TARGETS", ",".join(CPU_TARGETS)).split(",")
+        self.run_corpus([(t, CPU_DEVICES) for t in targets], ",".join(CPU_DEVICES))
+
+    def run_corpus(self, plan, label):
         passed, failed, xfailed = 0, [], 0
         with tempfile.TemporaryDirectory() as out:
             for name, case in corpus_cases():
-                for target in targets:
-                    ok, why = self.run_case(case, target, out)
+                for target, devices in plan:
+                    ok, why = self.run_case(case, target, devices, out)
                     if known_gap(case, target):
                         xfailed += not ok
                         if ok:
@@ -185,31 +197,32 @@ class IreeRuntimeTest(unittest.TestCase):
                         failed.append("%s @%s %s: %s" % (name, case["name"], target, why))
         for line in failed:
             print("FAIL", line, file=sys.stderr)
-        print("iree-run-module --device=vulkan: %d passed, %d failed, %d known failures"
-              % (passed, len(failed), xfailed), file=sys.stderr)
+        print("iree-run-module --device=%s: %d passed, %d failed, %d known failures"
+              % (label, passed, len(failed), xfailed), file=sys.stderr)
         self.assertEqual(failed, [])
 
-    def run_case(self, case, target, out):
+    def run_case(self, case, target, devices, out):
         vmfb, err = self.compile(case, target, out)
         if not vmfb:
             return False, "kilnc: %s" % err
-        files = [os.path.join(out, "out%d.bin" % i) for i in range(len(case["outputs"]))]
-        args = [RUN_MODULE, "--device=vulkan", "--module=" + vmfb, "--function=" + case["name"]]
-        args += [input_flag(spec[0], spec[1] if len(spec) > 1 else "") for spec in case["inputs"]]
-        args += ["--output=@" + f for f in files]
-        r = subprocess.run(args, capture_output=True, text=True, timeout=120)
-        if r.returncode != 0:
-            return False, (r.stderr or r.stdout).strip().splitlines()[-1:]
-        for (type_spec, *vals), path in zip(case["outputs"], files):
-            et = type_spec.rsplit("x", 1)[-1]
-            want = values_of(vals[0] if vals else "", et)
-            try:
-                got = read_raw(path, et, len(want))
-            except (OSError, ValueError) as e:
-                return False, "reading an output: %s" % e
-            for i, (w, g) in enumerate(zip(want, got)):
-                if not same(w, g, et, case["tol"]):
-                    return False, "element %d: want %r, got %r" % (i, w, g)
+        for device in devices:
+            files = [os.path.join(out, "out%d.bin" % i) for i in range(len(case["outputs"]))]
+            args = [RUN_MODULE, "--device=" + device, "--module=" + vmfb, "--function=" + case["name"]]
+            args += [input_flag(spec[0], spec[1] if len(spec) > 1 else "") for spec in case["inputs"]]
+            args += ["--output=@" + f for f in files]
+            r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+            if r.returncode != 0:
+                return False, "%s: %s" % (device, (r.stderr or r.stdout).strip().splitlines()[-1:])
+            for (type_spec, *vals), path in zip(case["outputs"], files):
+                et = type_spec.rsplit("x", 1)[-1]
+                want = values_of(vals[0] if vals else "", et)
+                try:
+                    got = read_raw(path, et, len(want))
+                except (OSError, ValueError) as e:
+                    return False, "%s: reading an output: %s" % (device, e)
+                for i, (w, g) in enumerate(zip(want, got)):
+                    if not same(w, g, et, case["tol"]):
+                        return False, "%s: element %d: want %r, got %r" % (device, i, w, g)
         return True, ""
 
     def test_cuda_and_hip_imports_resolve(self):

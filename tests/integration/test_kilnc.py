@@ -90,17 +90,22 @@ class KilncTest(unittest.TestCase):
         for known in ("sm_89", "gfx950", "videocore_vii"):
             self.assertIn(known, r.stderr)
 
-    def test_host_cpu_object(self):
+    def test_cpu_vmfbs(self):
         with tempfile.TemporaryDirectory() as out:
-            r = kilnc(os.path.join(EXAMPLES, "convnet.mlir"), "-t", "host,sm_89", "-o", out)
+            r = kilnc(os.path.join(EXAMPLES, "convnet.mlir"), "-t", "host,rpi5-cpu,sm_89", "-o", out)
             self.assertEqual(r.returncode, 0, r.stderr)
-            # The host CPU has no VMFB format in kiln: its object file only.
-            self.assertEqual(sorted(os.listdir(out)), ["sm_89", "sm_89.vmfb", "x86_64"])
-            with open(os.path.join(out, "x86_64", "module.o"), "rb") as f:
-                head = f.read(20)
-            self.assertEqual(head[:4], b"\x7fELF")
-            self.assertEqual(struct.unpack("<H", head[16:18])[0], 1)   # ET_REL
-            self.assertEqual(struct.unpack("<H", head[18:20])[0], 62)  # EM_X86_64
+            self.assertEqual(sorted(os.listdir(out)), ["cortex-a76", "cortex-a76.vmfb", "sm_89", "sm_89.vmfb",
+                                                       "x86_64", "x86_64.vmfb"])
+            for target, machine in (("x86_64", 62), ("cortex-a76", 183)):
+                (so,) = os.listdir(os.path.join(out, target))
+                with open(os.path.join(out, target, so), "rb") as f:
+                    head = f.read(20)
+                self.assertEqual(head[:4], b"\x7fELF")
+                self.assertEqual(struct.unpack("<H", head[16:18])[0], 3)        # ET_DYN
+                self.assertEqual(struct.unpack("<H", head[18:20])[0], machine)  # EM_X86_64, EM_AARCH64
+                with open(os.path.join(out, target + ".vmfb"), "rb") as f:
+                    vmfb = f.read()
+                self.assertIn(b"embedded-elf-" + (b"x86_64" if machine == 62 else b"arm_64"), vmfb)
 
     def test_parallel_and_serial_compiles_agree(self):
         # Targets compile in forked children by default; -j 1 compiles in process.

@@ -206,26 +206,56 @@ static void test_bad_ir_has_diagnostics(void **state) {
   kiln_status_free(st);
 }
 
-/* The host CPU beside a GPU target: an x86-64 ELF object with the model's
- * function and its C interface. */
-static void test_cpu_object(void **state) {
-  const kiln_target_t *targets[] = {target("x86_64"), target("sm_89")};
-  kiln_compiler_output_t out;
-  assert_null(kiln_compiler_compile(*state, mlp, mlp_len, "mlp.mlir", targets, 2, &out));
-  assert_null(out.targets[0].status);
-  assert_null(out.targets[1].status);
-  assert_int_equal(out.targets[0].n_kernels, 1);
-  assert_true(out.targets[1].n_kernels > 0);
-  const kiln_compiler_kernel_t *obj = &out.targets[0].kernels[0];
-  assert_string_equal(obj->name, "mlp");
-  char output[65536];
-  int rc = run_tool("/usr/lib/llvm-22/bin/llvm-readobj --file-headers --symbols", obj->binary,
-                    obj->binary_len, output, sizeof output);
-  if (rc != 0) fail_msg("llvm-readobj: %s", output);
-  assert_non_null(strstr(output, "Machine: EM_X86_64"));
-  assert_non_null(strstr(output, "Type: Relocatable"));
-  assert_non_null(strstr(output, "Name: _mlir_ciface_mlp"));
-  kiln_compiler_output_deinit(&out);
+/* A CPU beside a GPU target: the same kernels, in one ELF shared object that
+ * IREE's embedded loader can load: ET_DYN for the machine, one exported symbol
+ * (the library query), nothing imported, and only relative relocations (the x86-64
+ * and AArch64 loaders apply few kinds). */
+static void test_cpu_library(void **state) {
+  static const struct {
+    const char *target, *machine, *relocation;
+  } cases[] = {{"x86_64", "Machine: EM_X86_64", "R_X86_64_RELATIVE"},
+               {"cortex-a76", "Machine: EM_AARCH64", "R_AARCH64_RELATIVE"}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const kiln_target_t *targets[] = {target(cases[c].target), target("sm_89")};
+    kiln_compiler_output_t out;
+    assert_null(kiln_compiler_compile(*state, mlp, mlp_len, "mlp.mlir", targets, 2, &out));
+    if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
+    assert_null(out.targets[1].status);
+    assert_true(out.targets[0].n_kernels > 0);
+    assert_int_equal(out.targets[0].n_kernels, out.targets[1].n_kernels);
+    for (size_t k = 0; k < out.targets[0].n_kernels; k++) {
+      assert_string_equal(out.targets[0].kernels[k].name, out.targets[1].kernels[k].name);
+      assert_int_equal(out.targets[0].kernels[k].same_as, k ? 1 : 0);
+    }
+    const kiln_compiler_kernel_t *lib = &out.targets[0].kernels[0];
+    char output[65536];
+    int rc = run_tool("/usr/lib/llvm-22/bin/llvm-readobj --file-headers --dyn-syms --dynamic-table --relocations",
+                      lib->binary, lib->binary_len, output, sizeof output);
+    if (rc != 0) fail_msg("llvm-readobj: %s", output);
+    assert_non_null(strstr(output, cases[c].machine));
+    assert_non_null(strstr(output, "Type: SharedObject"));
+    assert_non_null(strstr(output, "Name: iree_hal_executable_library_query"));
+    assert_null(strstr(output, "NEEDED"));
+    /* The only undefined dynamic symbol is the null one: nothing is imported. */
+    const char *undef = strstr(output, "Section: Undefined");
+    assert_non_null(undef);
+    assert_null(strstr(undef + 1, "Section: Undefined"));
+    /* Every relocation is relative: "0xOFFSET TYPE - 0xADDEND" lines. */
+    const char *relocs = strstr(output, "Relocations [");
+    assert_non_null(relocs);
+    size_t n_relocs = 0;
+    for (const char *p = strchr(relocs, '\n'); p && p[1] && p[1] != ']'; p = strchr(p + 1, '\n')) {
+      char line[256];
+      const char *eol = strchr(p + 1, '\n');
+      size_t len = eol ? (size_t)(eol - p - 1) : strlen(p + 1);
+      snprintf(line, sizeof line, "%.*s", (int)len, p + 1);
+      if (!strstr(line, "0x")) continue; /* a section's heading or closing brace */
+      if (!strstr(line, cases[c].relocation)) fail_msg("%s: not %s: %s", cases[c].target, cases[c].relocation, line);
+      n_relocs++;
+    }
+    assert_true(n_relocs > 0); /* the export tables point into the ELF */
+    kiln_compiler_output_deinit(&out);
+  }
 }
 
 static char *slurp(const char *path, size_t *out_len);
@@ -333,11 +363,15 @@ static void test_gpu_dialect_input(void **state) {
     assert_true(out.targets[t].n_kernels >= 3);
   }
   kiln_compiler_output_deinit(&out);
-  /* Kernels cannot go to the host CPU. */
+  /* The same kernels run on a CPU: one ELF, every kernel exported from it. */
   const kiln_target_t *cpu = target("x86_64");
   st = kiln_compiler_compile(*state, gpu_ir, strlen(gpu_ir), "gpu.mlir", &cpu, 1, &out);
-  assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
-  kiln_status_free(st);
+  if (st) fail_msg("%s", kiln_status_message(st));
+  if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
+  assert_true(out.targets[0].n_kernels >= 3);
+  assert_memory_equal(out.targets[0].kernels[0].binary, "\x7f" "ELF", 4);
+  assert_int_equal(out.targets[0].kernels[1].same_as, 1);
+  kiln_compiler_output_deinit(&out);
   free(gpu_ir);
 }
 
@@ -587,7 +621,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cuda_ptx),         cmocka_unit_test(test_hip_hsaco),
       cmocka_unit_test(test_vulkan_spirv),     cmocka_unit_test(test_bad_ir_has_diagnostics),
-      cmocka_unit_test(test_cpu_object),
+      cmocka_unit_test(test_cpu_library),
       cmocka_unit_test(test_metadata),
       cmocka_unit_test(test_copies_become_kernels),
       cmocka_unit_test(test_gpu_dialect_input),

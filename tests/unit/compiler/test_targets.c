@@ -105,8 +105,9 @@ static void test_every_name_resolves_case_insensitively(void **state) {
       if (status) fail_msg("resolve(\"%s\"): %s", upper, kiln_status_message(status));
       assert_ptr_equal(resolved, t);
     }
-    /* The chip name the backend wants is itself a usable name. */
-    assert_ptr_equal(kiln_compiler_target_find(t->chip), t);
+    /* The chip name the backend wants is itself a usable name (but LLVM's
+     * "generic" CPU, the Armv8-A baseline, which would be ambiguous). */
+    if (strcmp(t->chip, "generic") != 0) assert_ptr_equal(kiln_compiler_target_find(t->chip), t);
   }
 }
 
@@ -163,7 +164,9 @@ static void test_fields_consistent_with_kind(void **state) {
       assert_string_equal(t->hal_device, "local");
       assert_string_equal(t->hal_backend, "llvm-cpu");
       assert_true(starts_with(t->executable_format, "embedded-elf-"));
-      assert_string_equal(t->executable_format + strlen("embedded-elf-"), t->id);
+      /* IREE's arch names: x86_64, arm_64 (never aarch64). */
+      assert_string_equal(t->executable_format + strlen("embedded-elf-"),
+                          starts_with(t->llvm_triple, "x86_64-") ? "x86_64" : "arm_64");
       assert_string_equal(t->chip_flag, "iree-llvmcpu-target-cpu");
       assert_nonempty(t->llvm_triple);
       assert_int_equal(l->subgroup_size, 0);

@@ -658,7 +658,7 @@ static void test_serialize_cuda_and_hip(void **state) {
   kiln_vmfb_kernel_t kernels[2] = {f->sample.kernels[0], f->sample.kernels[1]};
   kernels[1].module = 1;
   kernels[1].read_only = NULL;
-  kiln_vmfb_executable_t exe = {KILN_VMFB_FORMAT_CUDA, kernels, 2, code, 2, 0};
+  kiln_vmfb_executable_t exe = {KILN_VMFB_FORMAT_CUDA, kernels, 2, code, 2, 0, NULL};
   kiln_buf_t b = serialize_ok(&exe, true);
   table_t root = exe_root(&b, KILN_VMFB_FORMAT_CUDA, true);
   vector_t exports = get_vector(root, KILN_CUDA_EXECUTABLE_EXPORTS);
@@ -738,7 +738,7 @@ static void test_serialize_vulkan(void **state) {
   /* Same bindings and constants: one shared layout. */
   kiln_vmfb_kernel_t kernels[2] = {f->sample.kernels[0], f->sample.kernels[0]};
   kernels[1].name = "other";
-  kiln_vmfb_executable_t exe = {KILN_VMFB_FORMAT_VULKAN, kernels, 2, &f->sample.code[2], 1, 0};
+  kiln_vmfb_executable_t exe = {KILN_VMFB_FORMAT_VULKAN, kernels, 2, &f->sample.code[2], 1, 0, NULL};
   kiln_buf_t b = serialize_ok(&exe, true);
   table_t root = exe_root(&b, KILN_VMFB_FORMAT_VULKAN, true);
   assert_int_equal(count_of(
