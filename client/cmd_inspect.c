@@ -100,7 +100,10 @@ static void print_human(const char *path, const kiln_vmfb_info_t *info) {
     const kiln_vmfb_executable_info_t *e = &info->executables[i];
     printf("  executable rodata %u: %s (%s), %s, %zu kernel(s), %zu module(s) of %s, %llu bytes%s%s\n",
            e->rodata, e->format ? e->format : "unknown format", e->identifier,
-           e->has_header ? "64-byte header" : "NO executable header", e->n_kernels, e->n_modules,
+           e->has_header                      ? "64-byte header"
+           : strcmp(e->identifier, "ELF") == 0 ? "the ELF itself"
+                                               : "NO executable header",
+           e->n_kernels, e->n_modules,
            e->code_kind ? e->code_kind : "?", (unsigned long long)e->code_bytes,
            e->chip ? ", chip " : "", e->chip ? e->chip : "");
     for (size_t k = 0; k < e->n_kernels; k++) {

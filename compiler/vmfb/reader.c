@@ -498,7 +498,8 @@ static void classify(kiln_vmfb_info_t *info) {
   }
   for (size_t i = 0; i < info->n_executables; i++) {
     const kiln_vmfb_executable_info_t *e = &info->executables[i];
-    if (!e->has_header) {
+    /* CPU executables are the ELF itself in every IREE version: no header. */
+    if (!e->has_header && strcmp(e->identifier, "ELF") != 0) {
       set_reason(info, KILN_VMFB_CLASS_LEGACY,
                  "executable in rodata %u (%s) has no 64-byte executable header (IREE before 3.9)", e->rodata,
                  e->format ? e->format : e->identifier);

@@ -24,7 +24,7 @@ from kilnharness import (EXAMPLES, KILN, Kilnd, KilnTestCase, clean_env, free_tc
                          run_kiln, seed_cache)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-TARGETS = ["sm_89", "gfx1100", "videocore_vii"]
+TARGETS = ["sm_89", "gfx1100", "videocore_vii", "x86_64"]
 SEED_SOURCE = "%064x" % 1  # cache_seed's first source digest; flags [--iree-opt-level=O2]
 
 

@@ -1,6 +1,8 @@
 /* corpus_check: compiles the coverage corpus with kiln's compiler and runs what it
- * emits for Vulkan targets on a real Vulkan device (Mesa's lavapipe in CI),
- * comparing every result with the reference values the corpus file carries.
+ * emits for Vulkan targets on a real Vulkan device (Mesa's lavapipe in CI) and for
+ * CPU targets of this machine's architecture through dlopen() of the executable
+ * library (as IREE's local-sync driver calls it), comparing every result with the
+ * reference values the corpus file carries.
  *
  *   corpus_check [--targets T,...] [--list] FILE.mlir...
  *
@@ -27,12 +29,14 @@
  * Prints one line per (case, target) and closes with "N passed, M failed"; exits
  * 1 when any failed, 2 on usage errors, 77 (skip) when no Vulkan device exists.
  */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <vulkan/vulkan.h>
 
 #include "base/alloc.h"
@@ -421,6 +425,79 @@ static uint64_t sized(const int64_t *values, uint32_t expr, uint64_t value) {
   return expr ? (uint64_t)values[expr - 1] : value;
 }
 
+/* Fills buffer i of a call (mapped at `map`, `size` bytes): garbage, not zeros, in
+ * what a kernel must write (a skipped store shows), then the input, constant,
+ * variable or argument words it starts with. */
+static bool fill_buffer(const kiln_vmfb_plan_t *plan, const kiln_vmfb_function_t *fn, const case_t *c,
+                        const int64_t *values, size_t i, uint8_t *map, uint64_t size, char *err, size_t err_cap) {
+  const kiln_vmfb_buffer_t *b = &fn->buffers[i];
+  memset(map, 0xA5, size);
+  if (b->kind == KILN_VMFB_BUFFER_INPUT) {
+    if (b->input >= c->n_inputs || c->inputs[b->input].len > size) {
+      snprintf(err, err_cap, "input %u: the case gives %zu inputs", b->input, c->n_inputs);
+      return false;
+    }
+    memcpy(map, c->inputs[b->input].bytes, c->inputs[b->input].len);
+  } else if (b->kind == KILN_VMFB_BUFFER_CONSTANT) {
+    memcpy(map, b->data, b->size_bytes);
+  } else if (b->kind == KILN_VMFB_BUFFER_VARIABLE) {
+    /* One call: the variable as the module starts (its initial bytes). */
+    if (b->variable >= plan->n_variables || plan->variables[b->variable].size_bytes > size) {
+      snprintf(err, err_cap, "buffer %zu names variable %u of %zu", i, b->variable, plan->n_variables);
+      return false;
+    }
+    memcpy(map, plan->variables[b->variable].data, plan->variables[b->variable].size_bytes);
+  } else if (b->kind == KILN_VMFB_BUFFER_ARGS) {
+    for (size_t w = 0; w < b->n_words; w++) {
+      uint32_t word = (uint32_t)sized(values, b->words[w], 0);
+      memcpy(map + 4 * w, &word, 4);
+    }
+  }
+  return true;
+}
+
+/* The step after `s` when it is a JUMP or a BRANCH on a host expression;
+ * `s` itself when the device must be read (or the step is work). */
+static size_t host_step(const kiln_vmfb_function_t *fn, size_t s, const int64_t *values) {
+  const kiln_vmfb_step_t *st = &fn->steps[s];
+  if (st->kind == KILN_VMFB_STEP_JUMP) return st->target;
+  if (st->kind == KILN_VMFB_STEP_BRANCH && st->cond_expr) return values[st->cond_expr - 1] ? s + 1 : st->target;
+  return s;
+}
+
+/* Copies the results out of the call's buffers (their types with dynamic
+ * dimensions resolved) and checks the caller's inputs were read, never written
+ * (IREE's ABI; an in-place scatter or a linalg outs on an argument once wrote
+ * results into them). */
+static bool take_results(const kiln_vmfb_function_t *fn, const case_t *c, const int64_t *values, uint8_t *const *maps,
+                         const uint64_t *sizes, const bool *alias, uint8_t **outs,
+                         kiln_vmfb_tensor_type_t *out_types, char *err, size_t err_cap) {
+  for (size_t r = 0; r < fn->n_results; r++) {
+    const kiln_vmfb_result_t *res = &fn->results[r];
+    out_types[r] = res->type;
+    for (uint32_t d = 0; d < res->type.rank; d++) {
+      if (res->type.dims[d] < 0) out_types[r].dims[d] = values[res->dim_exprs[d] - 1];
+    }
+    uint64_t bytes = 0;
+    kiln_vmfb_tensor_type_bytes(&out_types[r], &bytes);
+    if (res->buffer >= fn->n_buffers || res->offset + bytes > sizes[res->buffer]) {
+      snprintf(err, err_cap, "result %zu lies outside its buffer", r);
+      return false;
+    }
+    outs[r] = kiln_malloc(bytes ? bytes : 1);
+    memcpy(outs[r], maps[res->buffer] + res->offset, bytes);
+  }
+  for (size_t i = 0; i < fn->n_buffers; i++) {
+    const kiln_vmfb_buffer_t *b = &fn->buffers[i];
+    if (b->kind != KILN_VMFB_BUFFER_INPUT || alias[i]) continue;
+    if (memcmp(maps[i], c->inputs[b->input].bytes, c->inputs[b->input].len) != 0) {
+      snprintf(err, err_cap, "input %u was written by the program", b->input);
+      return false;
+    }
+  }
+  return true;
+}
+
 /* Runs function `fn` of `plan` with `kernels`; writes its results into outs and
  * their types (dynamic dimensions resolved) into out_types. */
 static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_function_t *fn,
@@ -470,29 +547,7 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_funct
     VK_OK(vkBindBufferMemory(vk->device, bufs[i].buffer, bufs[i].memory, 0));
     VK_OK(vkMapMemory(vk->device, bufs[i].memory, 0, size, 0, &bufs[i].map));
     bufs[i].size = size;
-    /* Garbage, not zeros, in what a kernel must write: a skipped store shows. */
-    memset(bufs[i].map, 0xA5, size);
-    if (b->kind == KILN_VMFB_BUFFER_INPUT) {
-      if (b->input >= c->n_inputs || c->inputs[b->input].len > size) {
-        snprintf(err, err_cap, "input %u: the case gives %zu inputs", b->input, c->n_inputs);
-        goto done;
-      }
-      memcpy(bufs[i].map, c->inputs[b->input].bytes, c->inputs[b->input].len);
-    } else if (b->kind == KILN_VMFB_BUFFER_CONSTANT) {
-      memcpy(bufs[i].map, b->data, b->size_bytes);
-    } else if (b->kind == KILN_VMFB_BUFFER_VARIABLE) {
-      /* One call: the variable as the module starts (its initial bytes). */
-      if (b->variable >= plan->n_variables || plan->variables[b->variable].size_bytes > size) {
-        snprintf(err, err_cap, "buffer %zu names variable %u of %zu", i, b->variable, plan->n_variables);
-        goto done;
-      }
-      memcpy(bufs[i].map, plan->variables[b->variable].data, plan->variables[b->variable].size_bytes);
-    } else if (b->kind == KILN_VMFB_BUFFER_ARGS) {
-      for (size_t w = 0; w < b->n_words; w++) {
-        uint32_t word = (uint32_t)sized(values, b->words[w], 0);
-        memcpy((uint8_t *)bufs[i].map + 4 * w, &word, 4);
-      }
-    }
+    if (!fill_buffer(plan, fn, c, values, i, bufs[i].map, size, err, err_cap)) goto done;
   }
 
   VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 64 * (uint32_t)(fn->n_steps + 1)};
@@ -594,12 +649,9 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_funct
       snprintf(err, err_cap, "the host program ran 100000 steps: a loop that never ends?");
       goto done;
     }
-    if (st->kind == KILN_VMFB_STEP_JUMP) {
-      s = st->target;
-      continue;
-    }
-    if (st->kind == KILN_VMFB_STEP_BRANCH && st->cond_expr) {
-      s = values[st->cond_expr - 1] ? s + 1 : st->target;
+    size_t next = host_step(fn, s, values);
+    if (next != s) {
+      s = next;
       continue;
     }
     if (st->kind == KILN_VMFB_STEP_BRANCH) {
@@ -641,32 +693,14 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_funct
   VK_OK(vkEndCommandBuffer(cmd));
   VK_OK(vkQueueSubmit(vk->queue, 1, &si, fence));
   VK_OK(vkWaitForFences(vk->device, 1, &fence, VK_TRUE, UINT64_C(120000000000)));
-  for (size_t r = 0; r < fn->n_results; r++) {
-    const kiln_vmfb_result_t *res = &fn->results[r];
-    out_types[r] = res->type;
-    for (uint32_t d = 0; d < res->type.rank; d++) {
-      if (res->type.dims[d] < 0) out_types[r].dims[d] = values[res->dim_exprs[d] - 1];
-    }
-    uint64_t bytes = 0;
-    kiln_vmfb_tensor_type_bytes(&out_types[r], &bytes);
-    if (res->buffer >= fn->n_buffers || res->offset + bytes > bufs[res->buffer].size) {
-      snprintf(err, err_cap, "result %zu lies outside its buffer", r);
-      goto done;
-    }
-    outs[r] = kiln_malloc(bytes ? bytes : 1);
-    memcpy(outs[r], (uint8_t *)bufs[res->buffer].map + res->offset, bytes);
+  {
+    uint8_t **maps = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *maps);
+    uint64_t *sizes = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *sizes);
+    for (size_t i = 0; i < fn->n_buffers; i++) maps[i] = bufs[i].map, sizes[i] = bufs[i].size;
+    ok = take_results(fn, c, values, maps, sizes, alias, outs, out_types, err, err_cap);
+    kiln_free(maps);
+    kiln_free(sizes);
   }
-  /* A caller's inputs are read, never written (IREE's ABI; an in-place scatter
-   * or a linalg outs on an argument once wrote results into them). */
-  for (size_t i = 0; i < fn->n_buffers; i++) {
-    const kiln_vmfb_buffer_t *b = &fn->buffers[i];
-    if (b->kind != KILN_VMFB_BUFFER_INPUT || alias[i]) continue;
-    if (memcmp(bufs[i].map, c->inputs[b->input].bytes, c->inputs[b->input].len) != 0) {
-      snprintf(err, err_cap, "input %u was written by the program", b->input);
-      goto done;
-    }
-  }
-  ok = true;
 done:
   if (fence) vkDestroyFence(vk->device, fence, NULL);
   if (cmd) vkFreeCommandBuffers(vk->device, vk->pool, 1, &cmd);
@@ -693,6 +727,255 @@ done:
   kiln_free(values);
   kiln_free(dims);
   return ok;
+}
+
+/* ---- CPU ---- */
+
+/* IREE's executable library ABI (runtime/src/iree/hal/local/executable_library.h),
+ * restated here from the header, independently of kiln's compiler, which lays
+ * the same structs out as LLVM constants: what IREE's local drivers would read. */
+typedef struct {
+  uint32_t version;
+  const char *name;
+  uint32_t features;
+  int32_t sanitizer;
+} lib_header_t;
+typedef struct {
+  uint32_t workgroup_size_x, workgroup_size_y;
+  uint16_t workgroup_size_z, constant_count;
+  uint32_t workgroup_count_x, workgroup_count_y;
+  uint16_t workgroup_count_z;
+  uint8_t max_concurrency, binding_count;
+  const uint32_t *constants;
+  void *const *binding_ptrs;
+  const size_t *binding_lengths;
+} dispatch_state_t;
+typedef struct {
+  uint32_t workgroup_id_x, workgroup_id_y;
+  uint16_t workgroup_id_z, reserved;
+  uint32_t processor_id;
+  void *local_memory;
+  uint32_t local_memory_size;
+} workgroup_state_t;
+typedef int (*dispatch_fn_t)(const void *environment, const dispatch_state_t *, const workgroup_state_t *);
+typedef struct {
+  uint64_t flags;
+  uint16_t local_memory_pages;
+  uint8_t constant_count, binding_count;
+  uint32_t workgroup_size_x, workgroup_size_y;
+  uint16_t workgroup_size_z, parameter_count;
+  uint64_t reserved[5];
+} dispatch_attrs_t;
+typedef struct {
+  const lib_header_t *header;
+  struct {
+    uint32_t count;
+    const char *const *symbols;
+  } imports;
+  struct {
+    uint32_t count;
+    const dispatch_fn_t *ptrs;
+    const dispatch_attrs_t *attrs;
+    const void *params, *occupancy;
+    const char *const *names, *const *tags, *const *parameter_names;
+    const void *source_locations, *stage_locations;
+  } exports;
+} library_t;
+typedef const library_t *(*query_fn_t)(uint32_t max_version, const void *environment);
+
+typedef struct cpu_lib_s {
+  void *handle;
+  const library_t *lib;
+} cpu_lib_t;
+
+/* dlopen()s the ELF (the system loader: the same file IREE's embedded loader
+ * reads) and queries its library as IREE does, checking what IREE checks. */
+static bool cpu_load(const kiln_compiler_kernel_t *kernels, size_t n_kernels, cpu_lib_t *out, char *err,
+                     size_t err_cap) {
+  memset(out, 0, sizeof *out);
+  if (!n_kernels) return true;
+  char path[] = "/tmp/kiln-corpus-XXXXXX.so";
+  int fd = mkstemps(path, 3);
+  if (fd < 0 || write(fd, kernels[0].binary, kernels[0].binary_len) != (ssize_t)kernels[0].binary_len) {
+    snprintf(err, err_cap, "cannot write %s", path);
+    if (fd >= 0) close(fd), unlink(path);
+    return false;
+  }
+  close(fd);
+  out->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  unlink(path);
+  if (!out->handle) {
+    snprintf(err, err_cap, "dlopen: %s", dlerror());
+    return false;
+  }
+  query_fn_t query = (query_fn_t)(uintptr_t)dlsym(out->handle, "iree_hal_executable_library_query");
+  uint64_t environment[32] = {0}; /* unused by kiln's kernels: no imports, no constants */
+  out->lib = query ? query(6, environment) : NULL;
+  if (!out->lib || !out->lib->header || out->lib->header->version != 6) {
+    snprintf(err, err_cap, "the ELF's library query answers no version-6 library");
+    return false;
+  }
+  if (query(5, environment) != NULL) {
+    snprintf(err, err_cap, "the library answers a reader of version 5");
+    return false;
+  }
+  if (out->lib->imports.count != 0 || out->lib->exports.count != n_kernels) {
+    snprintf(err, err_cap, "the library has %u imports and %u exports; %zu kernels", out->lib->imports.count,
+             out->lib->exports.count, n_kernels);
+    return false;
+  }
+  for (size_t k = 0; k < n_kernels; k++) {
+    const dispatch_attrs_t *a = &out->lib->exports.attrs[k];
+    if (!out->lib->exports.names || strcmp(out->lib->exports.names[k], kernels[k].name) != 0 ||
+        a->workgroup_size_x != kernels[k].block_size[0] || a->workgroup_size_y != kernels[k].block_size[1] ||
+        a->workgroup_size_z != kernels[k].block_size[2]) {
+      snprintf(err, err_cap, "export %zu does not describe kernel %s", k, kernels[k].name);
+      return false;
+    }
+  }
+  return true;
+}
+
+static void cpu_unload(cpu_lib_t *l) {
+  if (l->handle) dlclose(l->handle);
+}
+
+/* Runs `fn` on the CPU: each step in order, each dispatch over its grid one
+ * workgroup at a time, as IREE's local-sync driver does. */
+static bool cpu_run(const cpu_lib_t *l, const kiln_vmfb_plan_t *plan, const kiln_vmfb_function_t *fn,
+                    const case_t *c, uint8_t **outs, kiln_vmfb_tensor_type_t *out_types, char *err, size_t err_cap) {
+  bool ok = false;
+  size_t nb = fn->n_buffers ? fn->n_buffers : 1;
+  uint8_t **maps = kiln_calloc(nb, sizeof *maps);
+  uint64_t *sizes = kiln_calloc(nb, sizeof *sizes);
+  bool *alias = kiln_calloc(nb, sizeof *alias);
+  int64_t *values = kiln_calloc(fn->n_exprs ? fn->n_exprs : 1, sizeof *values);
+  int64_t(*dims)[KILN_VMFB_MAX_RANK] = kiln_calloc(c->n_inputs ? c->n_inputs : 1, sizeof *dims);
+  for (size_t i = 0; i < c->n_inputs; i++) memcpy(dims[i], c->inputs[i].type.dims, sizeof dims[i]);
+  if (c->n_inputs < fn->n_inputs || !kiln_vmfb_exprs_eval(fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, values)) {
+    snprintf(err, err_cap, "the plan's sizes do not evaluate for the case's inputs");
+    goto done;
+  }
+  for (size_t i = 0; i < fn->n_buffers; i++) {
+    const kiln_vmfb_buffer_t *b = &fn->buffers[i];
+    if (b->kind == KILN_VMFB_BUFFER_SELECT) continue;
+    sizes[i] = sized(values, b->size_expr, b->size_bytes);
+    if (!sizes[i]) sizes[i] = 4;
+    maps[i] = kiln_malloc(sizes[i]);
+    if (!fill_buffer(plan, fn, c, values, i, maps[i], sizes[i], err, err_cap)) goto done;
+  }
+  for (size_t i = 0; i < fn->n_buffers; i++) {
+    const kiln_vmfb_buffer_t *b = &fn->buffers[i];
+    if (b->kind != KILN_VMFB_BUFFER_SELECT) continue;
+    size_t from = values[b->select_cond - 1] ? b->select_a : b->select_b;
+    maps[i] = maps[from], sizes[i] = sizes[from], alias[i] = true;
+  }
+  size_t budget = 100000;
+  for (size_t s = 0; s < fn->n_steps;) {
+    const kiln_vmfb_step_t *st = &fn->steps[s];
+    if (budget-- == 0) {
+      snprintf(err, err_cap, "the host program ran 100000 steps: a loop that never ends?");
+      goto done;
+    }
+    size_t next = host_step(fn, s, values);
+    if (next != s) {
+      s = next;
+      continue;
+    }
+    if (st->kind == KILN_VMFB_STEP_BRANCH) {
+      uint32_t value = 0;
+      if (st->src >= fn->n_buffers || st->src_offset + st->length > sizes[st->src] || st->length > 4) {
+        snprintf(err, err_cap, "step %zu: condition outside buffer %u", s, st->src);
+        goto done;
+      }
+      memcpy(&value, maps[st->src] + st->src_offset, st->length);
+      s = value ? s + 1 : st->target;
+      continue;
+    }
+    if (st->kind == KILN_VMFB_STEP_COPY) {
+      uint64_t n = sized(values, st->length_expr, st->length);
+      if (st->src_offset + n > sizes[st->src] || st->dst_offset + n > sizes[st->dst]) {
+        snprintf(err, err_cap, "step %zu: copy outside its buffers", s);
+        goto done;
+      }
+      memmove(maps[st->dst] + st->dst_offset, maps[st->src] + st->src_offset, n);
+      s++;
+      continue;
+    }
+    if (st->kernel >= l->lib->exports.count || st->n_bindings > 64) {
+      snprintf(err, err_cap, "step %zu dispatches kernel %u of %u", s, st->kernel, l->lib->exports.count);
+      goto done;
+    }
+    const dispatch_attrs_t *attrs = &l->lib->exports.attrs[st->kernel];
+    if (attrs->binding_count != st->n_bindings || attrs->constant_count != st->n_constants) {
+      snprintf(err, err_cap, "step %zu binds %zu buffers and %zu constants; export %u declares %u and %u", s,
+               st->n_bindings, st->n_constants, st->kernel, attrs->binding_count, attrs->constant_count);
+      goto done;
+    }
+    void *ptrs[64];
+    size_t lengths[64];
+    for (size_t b = 0; b < st->n_bindings; b++) {
+      const kiln_vmfb_binding_t *bd = &st->bindings[b];
+      uint64_t length = sized(values, bd->length_expr, bd->length);
+      if (bd->buffer >= fn->n_buffers || bd->offset + length > sizes[bd->buffer]) {
+        snprintf(err, err_cap, "step %zu binding %zu: range outside buffer %u", s, b, bd->buffer);
+        goto done;
+      }
+      ptrs[b] = maps[bd->buffer] + bd->offset;
+      lengths[b] = length ? length : sizes[bd->buffer] - bd->offset;
+    }
+    uint32_t grid[3];
+    for (int d = 0; d < 3; d++) grid[d] = (uint32_t)sized(values, st->workgroup_exprs[d], st->workgroups[d]);
+    dispatch_state_t ds = {.workgroup_size_x = attrs->workgroup_size_x,
+                           .workgroup_size_y = attrs->workgroup_size_y,
+                           .workgroup_size_z = attrs->workgroup_size_z,
+                           .constant_count = (uint16_t)st->n_constants,
+                           .workgroup_count_x = grid[0],
+                           .workgroup_count_y = grid[1],
+                           .workgroup_count_z = (uint16_t)grid[2],
+                           .max_concurrency = 1,
+                           .binding_count = (uint8_t)st->n_bindings,
+                           .constants = st->constants,
+                           .binding_ptrs = ptrs,
+                           .binding_lengths = lengths};
+    uint64_t environment[32] = {0};
+    for (uint32_t z = 0; z < grid[2]; z++) {
+      for (uint32_t y = 0; y < grid[1]; y++) {
+        for (uint32_t x = 0; x < grid[0]; x++) {
+          workgroup_state_t ws = {.workgroup_id_x = x, .workgroup_id_y = y, .workgroup_id_z = (uint16_t)z};
+          int rc = l->lib->exports.ptrs[st->kernel](environment, &ds, &ws);
+          if (rc != 0) {
+            snprintf(err, err_cap, "step %zu: workgroup (%u,%u,%u) returned %d", s, x, y, z, rc);
+            goto done;
+          }
+        }
+      }
+    }
+    s++;
+  }
+  ok = take_results(fn, c, values, maps, sizes, alias, outs, out_types, err, err_cap);
+done:
+  for (size_t i = 0; i < fn->n_buffers; i++) {
+    if (!alias[i]) kiln_free(maps[i]);
+  }
+  kiln_free(maps);
+  kiln_free(sizes);
+  kiln_free(alias);
+  kiln_free(values);
+  kiln_free(dims);
+  return ok;
+}
+
+/* Whether this machine runs the target's code (the harness runs x86-64 CPUs). */
+static bool runs_here(const kiln_target_t *t) {
+#if defined(__x86_64__)
+  return t->kind == KILN_TARGET_KIND_CPU && strncmp(t->llvm_triple, "x86_64-", 7) == 0;
+#elif defined(__aarch64__)
+  return t->kind == KILN_TARGET_KIND_CPU && strncmp(t->llvm_triple, "aarch64-", 8) == 0;
+#else
+  (void)t;
+  return false;
+#endif
 }
 
 /* ---- comparing ---- */
@@ -807,13 +1090,15 @@ int main(int argc, char **argv) {
     return 2;
   }
   vk_t vk;
-  bool have_vk = vk_init(&vk);
-  if (!have_vk) {
+  memset(&vk, 0, sizeof vk);
+  bool any_vulkan = false;
+  for (size_t t = 0; t < n_targets; t++) any_vulkan = any_vulkan || targets[t]->kind == KILN_TARGET_KIND_VULKAN;
+  if (any_vulkan && !vk_init(&vk)) {
     fprintf(stderr, "corpus_check: no Vulkan device (install mesa-vulkan-drivers for lavapipe)\n");
     vk_deinit(&vk);
     return 77;
   }
-  printf("corpus_check: running Vulkan targets on %s\n", vk.name);
+  if (any_vulkan) printf("corpus_check: running Vulkan targets on %s\n", vk.name);
   kiln_compiler_context_t *context = NULL;
   st = kiln_compiler_context_create(&context);
   if (st) {
@@ -875,14 +1160,23 @@ int main(int argc, char **argv) {
           snprintf(err, sizeof err, "no host program: %s", kiln_status_message(out.plan_status));
         } else if (!fn) {
           snprintf(err, sizeof err, "no exported function @%s", c->function);
-        } else if (c->compile_only || to->target->kind != KILN_TARGET_KIND_VULKAN) {
+        } else if (c->compile_only || (to->target->kind != KILN_TARGET_KIND_VULKAN && !runs_here(to->target))) {
           ok = true;
         } else if (fn->n_results != c->n_outputs) {
           snprintf(err, sizeof err, "%zu results, the case expects %zu", fn->n_results, c->n_outputs);
         } else {
           uint8_t *outs[16] = {0};
           kiln_vmfb_tensor_type_t types[16];
-          ok = fn->n_results <= 16 && vk_run(&vk, &out.plan, fn, to->kernels, to->n_kernels, c, outs, types, err, sizeof err);
+          if (fn->n_results > 16) {
+            snprintf(err, sizeof err, "%zu results: the harness takes 16", fn->n_results);
+          } else if (to->target->kind == KILN_TARGET_KIND_VULKAN) {
+            ok = vk_run(&vk, &out.plan, fn, to->kernels, to->n_kernels, c, outs, types, err, sizeof err);
+          } else {
+            cpu_lib_t lib;
+            ok = cpu_load(to->kernels, to->n_kernels, &lib, err, sizeof err) &&
+                 cpu_run(&lib, &out.plan, fn, c, outs, types, err, sizeof err);
+            cpu_unload(&lib);
+          }
           for (size_t r = 0; ok && r < fn->n_results; r++) {
             ok = compare(&c->outputs[r], &types[r], outs[r], c->tol, err, sizeof err);
           }
