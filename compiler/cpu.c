@@ -37,6 +37,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "compiler/internal.h"
 #include "compiler/kernel_types.h"
 
 #define LIBRARY_VERSION 6
@@ -80,14 +81,6 @@ static int dimension_of(MlirOperation op) {
   }
   kiln_buf_deinit(&text);
   return d;
-}
-
-static MlirOperation first_op_named(MlirBlock block, const char *name) {
-  for (MlirOperation op = mlirBlockGetFirstOperation(block); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op)) {
-    if (kiln_compiler_op_is(op, name)) return op;
-  }
-  return (MlirOperation){NULL};
 }
 
 static MlirBlock body_of(MlirOperation op) { return mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0)); }
@@ -154,9 +147,9 @@ static kiln_status_t workgroup_function(MlirContext ctx, MlirOperation kernel, c
   MlirOperation c = mlirBlockGetFirstOperation(fbody);
   for (int d = 0; d < 3; d++, c = mlirOperationGetNextInBlock(c)) consts[d] = c;
   MlirOperation loop[3];
-  loop[0] = first_op_named(fbody, "scf.for");
-  loop[1] = first_op_named(body_of(loop[0]), "scf.for");
-  loop[2] = first_op_named(body_of(loop[1]), "scf.for");
+  loop[0] = kiln_compiler_first_op(fbody, "scf.for");
+  loop[1] = kiln_compiler_first_op(body_of(loop[0]), "scf.for");
+  loop[2] = kiln_compiler_first_op(body_of(loop[1]), "scf.for");
   MlirOperation yield = mlirBlockGetTerminator(body_of(loop[2]));
   for (MlirOperation op = mlirBlockGetFirstOperation(entry); !mlirOperationIsNull(op);) {
     MlirOperation next = mlirOperationGetNextInBlock(op);
@@ -496,12 +489,9 @@ static kiln_status_t link_elf(const kiln_buf_t *object, const kiln_target_t *t, 
                      "-z noexecstack --hash-style=sysv --discard-all --export-dynamic-symbol=" QUERY_SYMBOL
                      " -o '%s' '%s' 2>&1",
                      LLD, out.data, obj.data);
-    FILE *p = popen(cmd.data, "r");
-    char said[2048] = "";
-    size_t n = p ? fread(said, 1, sizeof said - 1, p) : 0;
-    said[n] = '\0';
-    int rc = p ? pclose(p) : -1;
-    if (rc != 0) {
+    char said[2048];
+    size_t n;
+    if (kiln_compiler_run_command(cmd.data, said, sizeof said) != 0) {
       /* An undefined symbol is a function the kernels call that the ELF lacks. */
       st = KILN_STATUS(strstr(said, "undefined symbol") ? KILN_STATUS_UNIMPLEMENTED : KILN_STATUS_INTERNAL,
                        "%s: linking the %s executable failed (kiln's CPU kernels may call only what they "
@@ -539,7 +529,7 @@ kiln_status_t kiln_compiler_cpu_library(MlirContext context, MlirModule module, 
                                         const char *name, unsigned char **out_elf, size_t *out_len) {
   *out_elf = NULL;
   *out_len = 0;
-  MlirOperation gpu = first_op_named(mlirModuleGetBody(module), "gpu.module");
+  MlirOperation gpu = kiln_compiler_first_op(mlirModuleGetBody(module), "gpu.module");
   if (mlirOperationIsNull(gpu) || n_kernels == 0) {
     return KILN_STATUS(KILN_STATUS_INTERNAL, "%s: no kernels for the %s executable", name, target->id);
   }

@@ -306,3 +306,10 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
   kiln_free(children);
   kiln_free(fds);
 }
+
+int kiln_compiler_run_command(const char *cmd, char *said, size_t cap) {
+  FILE *p = popen(cmd, "r");
+  size_t n = p && cap ? fread(said, 1, cap - 1, p) : 0;
+  if (cap) said[n] = '\0';
+  return p ? pclose(p) : -1;
+}

@@ -25,6 +25,14 @@ bool kiln_compiler_op_is(MlirOperation op, const char *name) {
   return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
 }
 
+MlirOperation kiln_compiler_first_op(MlirBlock block, const char *name) {
+  for (MlirOperation op = mlirBlockGetFirstOperation(block); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (kiln_compiler_op_is(op, name)) return op;
+  }
+  return (MlirOperation){NULL};
+}
+
 static void append_print(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
 
 void kiln_compiler_op_line_col(MlirOperation op, int *line, int *col) {

@@ -22,6 +22,9 @@
 /* Whether op is named `name` ("memref.load"). */
 bool kiln_compiler_op_is(MlirOperation op, const char *name);
 
+/* The first op named `name` directly in `block`; null if none. */
+MlirOperation kiln_compiler_first_op(MlirBlock block, const char *name);
+
 /* The line and column of `op` in the model's text (0 and 0 where its location
  * has none), for messages that point at the op. */
 void kiln_compiler_op_line_col(MlirOperation op, int *line, int *col);

@@ -860,12 +860,9 @@ static kiln_status_t assemble_cubin(const char *ptxas, const kiln_target_t *t,
   if (!st) {
     /* Paths are ours (mkdtemp) and the arch is a registry id: no quoting issues. */
     kiln_buf_appendf(&cmd, "'%s' -arch=%s -O3 -o '%s' '%s' 2>&1", ptxas, t->chip, cubin.data, ptx.data);
-    FILE *p = popen(cmd.data, "r");
-    char out[2048] = "";
-    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = '\0';
-    int rc = p ? pclose(p) : -1;
-    if (rc != 0) {
+    char out[2048];
+    size_t n;
+    if (kiln_compiler_run_command(cmd.data, out, sizeof out) != 0) {
       st = KILN_STATUS(KILN_STATUS_INTERNAL, "ptxas (%s) rejected kernel %s for %s: %s", ptxas,
                        k->name, t->chip, out);
     } else {
@@ -908,14 +905,6 @@ static kiln_status_t check_limits(const kiln_target_t *t, const launches_t *laun
     }
   }
   return NULL;
-}
-
-static MlirOperation find_first(MlirBlock body, const char *op_name) {
-  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op)) {
-    if (kiln_compiler_op_is(op, op_name)) return op;
-  }
-  return (MlirOperation){NULL};
 }
 
 static void compile_target(kiln_compiler_context_t *context, MlirModule front,
@@ -1151,7 +1140,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   /* gpu-dialect input (a host function launching gpu.module kernels) is already
    * past the front half: it goes straight to the back halves. */
   bool pre_outlined = !mlirOperationIsNull(
-      find_first(mlirModuleGetBody(common), "gpu.module"));
+      kiln_compiler_first_op(mlirModuleGetBody(common), "gpu.module"));
   kiln_status_t status =
       pre_outlined ? NULL : run_common(context, common, name);
   /* The kernel part of the front half (grid mapping, outlining), also once: CPU

@@ -972,31 +972,31 @@ func.func @tosa_variable_f32(%%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32
           + [v * 1e30 for v in blk(106, -4, 4)]                  # large
           + [14336.0 if i == 0 else v for i, v in enumerate(blk(107, -300, 300))])  # 448 * 2^5 exactly
     e4 = [f32(v) for v in e4]
-    d, sc = block_scaled_ref('f8E4M3FN', e4, 32)
-    cases.append(tosa_case('tosa_cast_to_block_scaled_f8e4m3', ['tensor<4x64xf32>'],
-                           '(tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>)',
-                           ['%0:2 = tosa.cast_to_block_scaled %arg0 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : (tensor<4x64xf32>) -> (tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>)',
-                            'return %0#0, %0#1 : tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>'],
-                           [((4, 64), 'f32', e4)], [((4, 64), 'f8E4M3FN', d), ((4, 2), 'f8E8M0FNU', sc)]))
+
+    def cast_case(name, shape, in_t, fmt, xs):
+        """tosa.cast_to_block_scaled over blocks of 32; f4 data leaves as its i4 bits."""
+        sshape = shape[:-1] + (shape[-1] // 32,)
+        dims, sdims = 'x'.join(map(str, shape)), 'x'.join(map(str, sshape))
+        data_t, scale_t = 'tensor<%sx%s>' % (dims, fmt), 'tensor<%sxf8E8M0FNU>' % sdims
+        lines = ['%%0:2 = tosa.cast_to_block_scaled %%arg0 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : '
+                 '(tensor<%sx%s>) -> (%s, %s)' % (dims, in_t, data_t, scale_t)]
+        out_t, out_et, first = data_t, fmt, '%0#0'
+        if fmt == 'f4E2M1FN':
+            out_t, out_et, first = 'tensor<%sxi4>' % dims, 'i4', '%1'
+            lines.append('%%1 = arith.bitcast %%0#0 : %s to %s' % (data_t, out_t))
+        lines.append('return %s, %%0#1 : %s, %s' % (first, out_t, scale_t))
+        d, sc = block_scaled_ref(fmt, xs, 32)
+        cases.append(tosa_case(name, ['tensor<%sx%s>' % (dims, in_t)], '(%s, %s)' % (out_t, scale_t), lines,
+                               [(shape, in_t, xs)], [(shape, out_et, d), (sshape, 'f8E8M0FNU', sc)]))
+
+    cast_case('tosa_cast_to_block_scaled_f8e4m3', (4, 64), 'f32', 'f8E4M3FN', e4)
     e5 = (blk(111, -4, 4)
           + [15.0 if i == 3 else v for i, v in enumerate(blk(112, -10, 10))]   # 61440 * 2^-12 exactly
           + [math.nan if i == 0 else v for i, v in enumerate(blk(113, -1, 1))]
           + [v * 1e-3 for v in blk(114, -4, 4)])
-    e5 = [f16(v) for v in e5]
-    d, sc = block_scaled_ref('f8E5M2', e5, 32)
-    cases.append(tosa_case('tosa_cast_to_block_scaled_f16_f8e5m2', ['tensor<2x2x32xf16>'],
-                           '(tensor<2x2x32xf8E5M2>, tensor<2x2x1xf8E8M0FNU>)',
-                           ['%0:2 = tosa.cast_to_block_scaled %arg0 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : (tensor<2x2x32xf16>) -> (tensor<2x2x32xf8E5M2>, tensor<2x2x1xf8E8M0FNU>)',
-                            'return %0#0, %0#1 : tensor<2x2x32xf8E5M2>, tensor<2x2x1xf8E8M0FNU>'],
-                           [((2, 2, 32), 'f16', e5)], [((2, 2, 32), 'f8E5M2', d), ((2, 2, 1), 'f8E8M0FNU', sc)]))
+    cast_case('tosa_cast_to_block_scaled_f16_f8e5m2', (2, 2, 32), 'f16', 'f8E5M2', [f16(v) for v in e5])
     f4in = [bf16(v) for v in blk(121, -4, 4) + [28.0 if i == 9 else v for i, v in enumerate(blk(122, -20, 20))]]
-    d, sc = block_scaled_ref('f4E2M1FN', f4in, 32)
-    cases.append(tosa_case('tosa_cast_to_block_scaled_bf16_f4', ['tensor<1x64xbf16>'],
-                           '(tensor<1x64xi4>, tensor<1x2xf8E8M0FNU>)',
-                           ['%0:2 = tosa.cast_to_block_scaled %arg0 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : (tensor<1x64xbf16>) -> (tensor<1x64xf4E2M1FN>, tensor<1x2xf8E8M0FNU>)',
-                            '%1 = arith.bitcast %0#0 : tensor<1x64xf4E2M1FN> to tensor<1x64xi4>',
-                            'return %1, %0#1 : tensor<1x64xi4>, tensor<1x2xf8E8M0FNU>'],
-                           [((1, 64), 'bf16', f4in)], [((1, 64), 'i4', d), ((1, 2), 'f8E8M0FNU', sc)]))
+    cast_case('tosa_cast_to_block_scaled_bf16_f4', (1, 64), 'bf16', 'f4E2M1FN', f4in)
     # scatter: rows of the input replace rows of the values (its inputs stay as they were).
     vals = values((1, 5, 2), 'f32', 92)
     rows = values((1, 2, 2), 'f32', 93)

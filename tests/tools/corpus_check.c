@@ -425,6 +425,16 @@ static uint64_t sized(const int64_t *values, uint32_t expr, uint64_t value) {
   return expr ? (uint64_t)values[expr - 1] : value;
 }
 
+/* The sizes of this call (the plan's expressions), from the case's input shapes. */
+static bool call_sizes(const kiln_vmfb_function_t *fn, const case_t *c, int64_t *values, char *err, size_t err_cap) {
+  int64_t(*dims)[KILN_VMFB_MAX_RANK] = kiln_calloc(c->n_inputs ? c->n_inputs : 1, sizeof *dims);
+  for (size_t i = 0; i < c->n_inputs; i++) memcpy(dims[i], c->inputs[i].type.dims, sizeof dims[i]);
+  bool ok = c->n_inputs >= fn->n_inputs && kiln_vmfb_exprs_eval(fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, values);
+  if (!ok) snprintf(err, err_cap, "the plan's sizes do not evaluate for the case's inputs");
+  kiln_free(dims);
+  return ok;
+}
+
 /* Fills buffer i of a call (mapped at `map`, `size` bytes): garbage, not zeros, in
  * what a kernel must write (a skipped store shows), then the input, constant,
  * variable or argument words it starts with. */
@@ -456,13 +466,26 @@ static bool fill_buffer(const kiln_vmfb_plan_t *plan, const kiln_vmfb_function_t
   return true;
 }
 
-/* The step after `s` when it is a JUMP or a BRANCH on a host expression;
- * `s` itself when the device must be read (or the step is work). */
-static size_t host_step(const kiln_vmfb_function_t *fn, size_t s, const int64_t *values) {
-  const kiln_vmfb_step_t *st = &fn->steps[s];
-  if (st->kind == KILN_VMFB_STEP_JUMP) return st->target;
-  if (st->kind == KILN_VMFB_STEP_BRANCH && st->cond_expr) return values[st->cond_expr - 1] ? s + 1 : st->target;
-  return s;
+/* Moves *s past JUMPs and BRANCHes on host expressions, to the next step the
+ * device takes part in (or the end). Every step spends one of *budget, which
+ * stops a loop that never ends: false, with the message, when it is spent. */
+static bool host_steps(const kiln_vmfb_function_t *fn, size_t *s, const int64_t *values, size_t *budget, char *err,
+                       size_t err_cap) {
+  while (*s < fn->n_steps) {
+    if ((*budget)-- == 0) {
+      snprintf(err, err_cap, "the host program ran 100000 steps: a loop that never ends?");
+      return false;
+    }
+    const kiln_vmfb_step_t *st = &fn->steps[*s];
+    if (st->kind == KILN_VMFB_STEP_JUMP) {
+      *s = st->target;
+    } else if (st->kind == KILN_VMFB_STEP_BRANCH && st->cond_expr) {
+      *s = values[st->cond_expr - 1] ? *s + 1 : st->target;
+    } else {
+      return true;
+    }
+  }
+  return true;
 }
 
 /* Copies the results out of the call's buffers (their types with dynamic
@@ -507,7 +530,6 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_funct
   vbuf_t *bufs = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *bufs);
   bool *alias = kiln_calloc(fn->n_buffers ? fn->n_buffers : 1, sizeof *alias);
   int64_t *values = kiln_calloc(fn->n_exprs ? fn->n_exprs : 1, sizeof *values);
-  int64_t(*dims)[KILN_VMFB_MAX_RANK] = kiln_calloc(c->n_inputs ? c->n_inputs : 1, sizeof *dims);
   VkShaderModule *modules = kiln_calloc(fn->n_steps ? fn->n_steps : 1, sizeof *modules);
   VkPipeline *pipelines = kiln_calloc(fn->n_steps ? fn->n_steps : 1, sizeof *pipelines);
   VkPipelineLayout *layouts = kiln_calloc(fn->n_steps ? fn->n_steps : 1, sizeof *layouts);
@@ -517,12 +539,7 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_funct
   VkCommandBuffer cmd = VK_NULL_HANDLE;
   VkFence fence = VK_NULL_HANDLE;
 
-  /* The sizes of this call, from the case's input shapes. */
-  for (size_t i = 0; i < c->n_inputs; i++) memcpy(dims[i], c->inputs[i].type.dims, sizeof dims[i]);
-  if (c->n_inputs < fn->n_inputs || !kiln_vmfb_exprs_eval(fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, values)) {
-    snprintf(err, err_cap, "the plan's sizes do not evaluate for the case's inputs");
-    goto done;
-  }
+  if (!call_sizes(fn, c, values, err, err_cap)) goto done;
   for (size_t i = 0; i < fn->n_buffers; i++) {
     const kiln_vmfb_buffer_t *b = &fn->buffers[i];
     if (b->kind == KILN_VMFB_BUFFER_SELECT) {
@@ -643,17 +660,10 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_funct
    * stops a loop that never ends. */
   VK_OK(vkBeginCommandBuffer(cmd, &cbi));
   size_t budget = 100000;
-  for (size_t s = 0; s < fn->n_steps;) {
+  for (size_t s = 0;;) {
+    if (!host_steps(fn, &s, values, &budget, err, err_cap)) goto done;
+    if (s >= fn->n_steps) break;
     const kiln_vmfb_step_t *st = &fn->steps[s];
-    if (budget-- == 0) {
-      snprintf(err, err_cap, "the host program ran 100000 steps: a loop that never ends?");
-      goto done;
-    }
-    size_t next = host_step(fn, s, values);
-    if (next != s) {
-      s = next;
-      continue;
-    }
     if (st->kind == KILN_VMFB_STEP_BRANCH) {
       VK_OK(vkEndCommandBuffer(cmd));
       VK_OK(vkQueueSubmit(vk->queue, 1, &si, fence));
@@ -725,7 +735,6 @@ done:
   kiln_free(sets);
   kiln_free(alias);
   kiln_free(values);
-  kiln_free(dims);
   return ok;
 }
 
@@ -850,12 +859,7 @@ static bool cpu_run(const cpu_lib_t *l, const kiln_vmfb_plan_t *plan, const kiln
   uint64_t *sizes = kiln_calloc(nb, sizeof *sizes);
   bool *alias = kiln_calloc(nb, sizeof *alias);
   int64_t *values = kiln_calloc(fn->n_exprs ? fn->n_exprs : 1, sizeof *values);
-  int64_t(*dims)[KILN_VMFB_MAX_RANK] = kiln_calloc(c->n_inputs ? c->n_inputs : 1, sizeof *dims);
-  for (size_t i = 0; i < c->n_inputs; i++) memcpy(dims[i], c->inputs[i].type.dims, sizeof dims[i]);
-  if (c->n_inputs < fn->n_inputs || !kiln_vmfb_exprs_eval(fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, values)) {
-    snprintf(err, err_cap, "the plan's sizes do not evaluate for the case's inputs");
-    goto done;
-  }
+  if (!call_sizes(fn, c, values, err, err_cap)) goto done;
   for (size_t i = 0; i < fn->n_buffers; i++) {
     const kiln_vmfb_buffer_t *b = &fn->buffers[i];
     if (b->kind == KILN_VMFB_BUFFER_SELECT) continue;
@@ -871,17 +875,10 @@ static bool cpu_run(const cpu_lib_t *l, const kiln_vmfb_plan_t *plan, const kiln
     maps[i] = maps[from], sizes[i] = sizes[from], alias[i] = true;
   }
   size_t budget = 100000;
-  for (size_t s = 0; s < fn->n_steps;) {
+  for (size_t s = 0;;) {
+    if (!host_steps(fn, &s, values, &budget, err, err_cap)) goto done;
+    if (s >= fn->n_steps) break;
     const kiln_vmfb_step_t *st = &fn->steps[s];
-    if (budget-- == 0) {
-      snprintf(err, err_cap, "the host program ran 100000 steps: a loop that never ends?");
-      goto done;
-    }
-    size_t next = host_step(fn, s, values);
-    if (next != s) {
-      s = next;
-      continue;
-    }
     if (st->kind == KILN_VMFB_STEP_BRANCH) {
       uint32_t value = 0;
       if (st->src >= fn->n_buffers || st->src_offset + st->length > sizes[st->src] || st->length > 4) {
@@ -962,7 +959,6 @@ done:
   kiln_free(sizes);
   kiln_free(alias);
   kiln_free(values);
-  kiln_free(dims);
   return ok;
 }
 
