@@ -6,6 +6,8 @@
  * iree-compile's spellings work too, so existing scripts keep working:
  *   --iree-hal-target-device=cuda|hip|vulkan  (checked against the target's kind)
  *   --iree-cuda-target=sm_89  --iree-rocm-target=gfx950  --iree-vulkan-target=videocore_vii
+ *   --iree-hal-local-target-device-backends=llvm-cpu  --iree-llvmcpu-target-cpu=znver4
+ *   --iree-llvmcpu-target-triple=aarch64-unknown-linux-gnu (alone: that arch's baseline)
  * (3.12 removed --iree-hip-*; kilnc says which flag replaces it).
  *
  * Writes OUTDIR/<target>.vmfb for every GPU target (IREE 3.12 / HAL 0.7), the raw
@@ -45,7 +47,9 @@ static void usage(FILE *out) {
           "  --list-targets       print the targets and their aliases\n"
           "  --version            print versions\n"
           "iree-compile spellings: --iree-hal-target-device=..., --iree-cuda-target=...,\n"
-          "--iree-rocm-target=..., --iree-vulkan-target=...\n"
+          "--iree-rocm-target=..., --iree-vulkan-target=...,\n"
+          "--iree-hal-local-target-device-backends=llvm-cpu, --iree-llvmcpu-target-cpu=...,\n"
+          "--iree-llvmcpu-target-triple=...\n"
           "exit status: 0 ok, 1 a target failed, 2 usage, 3 the model does not compile\n");
 }
 
@@ -104,7 +108,7 @@ static int write_file(const char *path, const void *data, size_t len) {
 int main(int argc, char **argv) {
   const kiln_target_t *targets[MAX_TARGETS];
   size_t n_targets = 0;
-  const char *model = NULL, *outdir = ".", *device = NULL;
+  const char *model = NULL, *outdir = ".", *device = NULL, *cpu = NULL, *triple = NULL;
   bool embed_source = false, flat = false;
   long jobs = 0;
   for (int i = 1; i < argc; i++) {
@@ -155,6 +159,20 @@ int main(int argc, char **argv) {
       if (add_targets(strchr(a, '=') + 1, targets, &n_targets)) return EXIT_USAGE;
     } else if (!strncmp(a, "--iree-hal-target-device=", 25)) {
       device = a + 25;
+    } else if (!strncmp(a, "--iree-hal-local-target-device-backends=", 40)) {
+      if (strcmp(a + 40, "llvm-cpu") != 0) {
+        fprintf(stderr, "kilnc: kiln's CPU backend is llvm-cpu, not '%s'\n", a + 40);
+        return EXIT_USAGE;
+      }
+    } else if (!strncmp(a, "--iree-llvmcpu-target-cpu=", 26)) {
+      cpu = a + 26;
+    } else if (!strncmp(a, "--iree-llvmcpu-target-triple=", 29)) {
+      triple = a + 29;
+    } else if (!strncmp(a, "--iree-llvmcpu-link-embedded=", 29)) {
+      if (strcmp(a + 29, "true") != 0) {
+        fprintf(stderr, "kilnc: kiln writes embedded-elf CPU executables only (no system-elf yet)\n");
+        return EXIT_USAGE;
+      }
     } else if (!strncmp(a, "--iree-hip-", 11)) {
       fprintf(stderr, "kilnc: %s was removed in IREE 3.12; use --iree-rocm-target=CHIP\n", a);
       return EXIT_USAGE;
@@ -167,6 +185,24 @@ int main(int argc, char **argv) {
       fprintf(stderr, "kilnc: one model at a time ('%s' and '%s')\n", model, a);
       return EXIT_USAGE;
     }
+  }
+  /* iree-compile's CPU flags: the CPU names the target; a triple alone, its
+   * architecture's baseline; both must agree. */
+  if (cpu || triple) {
+    bool arm = triple && (!strncmp(triple, "aarch64", 7) || !strncmp(triple, "arm64", 5));
+    if (triple && !arm && strncmp(triple, "x86_64", 6) != 0) {
+      fprintf(stderr, "kilnc: kiln's CPU targets are x86_64 and aarch64, not triple '%s'\n", triple);
+      return EXIT_USAGE;
+    }
+    const char *name = cpu ? cpu : arm ? "aarch64" : "x86_64";
+    const kiln_target_t *t = kiln_compiler_target_find(name);
+    if (!t || t->kind != KILN_TARGET_KIND_CPU ||
+        (triple && strncmp(t->llvm_triple, arm ? "aarch64" : "x86_64", arm ? 7 : 6) != 0)) {
+      fprintf(stderr, "kilnc: --iree-llvmcpu-target-cpu=%s is not one of kiln's CPUs%s%s (kilnc --list-targets)\n",
+              name, triple ? " for " : "", triple ? triple : "");
+      return EXIT_USAGE;
+    }
+    if (add_targets(t->id, targets, &n_targets)) return EXIT_USAGE;
   }
   if (flat && embed_source) {
     fprintf(stderr, "kilnc: --embed-source needs the zip layout; drop --flat\n");

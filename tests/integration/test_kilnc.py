@@ -66,6 +66,19 @@ class KilncTest(unittest.TestCase):
                       "--iree-cuda-target=sm_120", "-o", out)
             self.assertEqual(r.returncode, 2)
             self.assertIn("not --iree-hal-target-device=vulkan", r.stderr)
+            # The CPU spellings: a CPU, a triple alone, and a CPU of another architecture.
+            for flags, target in ((["--iree-llvmcpu-target-cpu=znver4"], "znver4"),
+                                  (["--iree-llvmcpu-target-triple=aarch64-unknown-linux-gnu"], "aarch64"),
+                                  (["--iree-llvmcpu-target-triple=aarch64-unknown-linux-gnu",
+                                    "--iree-llvmcpu-target-cpu=cortex-a76"], "cortex-a76")):
+                r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-hal-target-device=local",
+                          "--iree-hal-local-target-device-backends=llvm-cpu", *flags, "-o", out)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertTrue(os.path.exists(os.path.join(out, target + ".vmfb")), target)
+            r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-llvmcpu-target-triple=x86_64-linux-gnu",
+                      "--iree-llvmcpu-target-cpu=cortex-a76", "-o", out)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("not one of kiln's CPUs for x86_64-linux-gnu", r.stderr)
             r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-hip-target=gfx950", "-o", out)
             self.assertEqual(r.returncode, 2)
             self.assertIn("removed in IREE 3.12", r.stderr)
