@@ -38,6 +38,8 @@ test_packages=(
   # running it: the coverage corpus's Vulkan kernels execute on Mesa's software
   # Vulkan device (lavapipe), through the Vulkan loader
   mesa-vulkan-drivers libvulkan-dev
+  # bench_kernels measures kiln's CPU kernels against OpenBLAS (sgemm)
+  libopenblas-dev
   # the VMFB reader's libFuzzer target (clang with its runtime)
   clang-22 libclang-rt-22-dev
 )

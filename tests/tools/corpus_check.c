@@ -29,7 +29,6 @@
  * Prints one line per (case, target) and closes with "N passed, M failed"; exits
  * 1 when any failed, 2 on usage errors, 77 (skip) when no Vulkan device exists.
  */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -46,6 +45,7 @@
 #include "compiler/source.h"
 #include "compiler/targets.h"
 #include "compiler/vmfb/plan.h"
+#include "tests/tools/cpu_exec.h"
 
 /* ---- values ---- */
 
@@ -740,118 +740,33 @@ done:
 
 /* ---- CPU ---- */
 
-/* IREE's executable library ABI (runtime/src/iree/hal/local/executable_library.h),
- * restated here from the header, independently of kiln's compiler, which lays
- * the same structs out as LLVM constants: what IREE's local drivers would read. */
-typedef struct {
-  uint32_t version;
-  const char *name;
-  uint32_t features;
-  int32_t sanitizer;
-} lib_header_t;
-typedef struct {
-  uint32_t workgroup_size_x, workgroup_size_y;
-  uint16_t workgroup_size_z, constant_count;
-  uint32_t workgroup_count_x, workgroup_count_y;
-  uint16_t workgroup_count_z;
-  uint8_t max_concurrency, binding_count;
-  const uint32_t *constants;
-  void *const *binding_ptrs;
-  const size_t *binding_lengths;
-} dispatch_state_t;
-typedef struct {
-  uint32_t workgroup_id_x, workgroup_id_y;
-  uint16_t workgroup_id_z, reserved;
-  uint32_t processor_id;
-  void *local_memory;
-  uint32_t local_memory_size;
-} workgroup_state_t;
-typedef int (*dispatch_fn_t)(const void *environment, const dispatch_state_t *, const workgroup_state_t *);
-typedef struct {
-  uint64_t flags;
-  uint16_t local_memory_pages;
-  uint8_t constant_count, binding_count;
-  uint32_t workgroup_size_x, workgroup_size_y;
-  uint16_t workgroup_size_z, parameter_count;
-  uint64_t reserved[5];
-} dispatch_attrs_t;
-typedef struct {
-  const lib_header_t *header;
-  struct {
-    uint32_t count;
-    const char *const *symbols;
-  } imports;
-  struct {
-    uint32_t count;
-    const dispatch_fn_t *ptrs;
-    const dispatch_attrs_t *attrs;
-    const void *params, *occupancy;
-    const char *const *names, *const *tags, *const *parameter_names;
-    const void *source_locations, *stage_locations;
-  } exports;
-} library_t;
-typedef const library_t *(*query_fn_t)(uint32_t max_version, const void *environment);
-
-typedef struct cpu_lib_s {
-  void *handle;
-  const library_t *lib;
-} cpu_lib_t;
-
-/* dlopen()s the ELF (the system loader: the same file IREE's embedded loader
- * reads) and queries its library as IREE does, checking what IREE checks. */
-static bool cpu_load(const kiln_compiler_kernel_t *kernels, size_t n_kernels, cpu_lib_t *out, char *err,
-                     size_t err_cap) {
-  memset(out, 0, sizeof *out);
-  if (!n_kernels) return true;
-  char path[] = "/tmp/kiln-corpus-XXXXXX.so";
-  int fd = mkstemps(path, 3);
-  if (fd < 0 || write(fd, kernels[0].binary, kernels[0].binary_len) != (ssize_t)kernels[0].binary_len) {
-    snprintf(err, err_cap, "cannot write %s", path);
-    if (fd >= 0) close(fd), unlink(path);
-    return false;
+/* The target's executable library, loaded (cpu_exec.h), its exports checked
+ * against the kernels the compiler says it holds. */
+static kiln_cpu_lib_t *cpu_load(const kiln_compiler_kernel_t *kernels, size_t n_kernels, char *err, size_t err_cap) {
+  if (!n_kernels) {
+    snprintf(err, err_cap, "no kernels");
+    return NULL;
   }
-  close(fd);
-  out->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  unlink(path);
-  if (!out->handle) {
-    snprintf(err, err_cap, "dlopen: %s", dlerror());
-    return false;
+  kiln_cpu_lib_t *lib = kiln_cpu_lib_load(kernels[0].binary, kernels[0].binary_len, err, err_cap);
+  if (lib && kiln_cpu_lib_exports(lib) != n_kernels) {
+    snprintf(err, err_cap, "the library exports %u functions; %zu kernels", kiln_cpu_lib_exports(lib), n_kernels);
+    kiln_cpu_lib_unload(lib);
+    return NULL;
   }
-  query_fn_t query = (query_fn_t)(uintptr_t)dlsym(out->handle, "iree_hal_executable_library_query");
-  uint64_t environment[32] = {0}; /* unused by kiln's kernels: no imports, no constants */
-  out->lib = query ? query(6, environment) : NULL;
-  if (!out->lib || !out->lib->header || out->lib->header->version != 6) {
-    snprintf(err, err_cap, "the ELF's library query answers no version-6 library");
-    return false;
-  }
-  if (query(5, environment) != NULL) {
-    snprintf(err, err_cap, "the library answers a reader of version 5");
-    return false;
-  }
-  if (out->lib->imports.count != 0 || out->lib->exports.count != n_kernels) {
-    snprintf(err, err_cap, "the library has %u imports and %u exports; %zu kernels", out->lib->imports.count,
-             out->lib->exports.count, n_kernels);
-    return false;
-  }
-  for (size_t k = 0; k < n_kernels; k++) {
-    const dispatch_attrs_t *a = &out->lib->exports.attrs[k];
-    if (!out->lib->exports.names || strcmp(out->lib->exports.names[k], kernels[k].name) != 0 ||
-        a->workgroup_size_x != kernels[k].block_size[0] || a->workgroup_size_y != kernels[k].block_size[1] ||
-        a->workgroup_size_z != kernels[k].block_size[2]) {
+  for (size_t k = 0; lib && k < n_kernels; k++) {
+    kiln_cpu_export_t e = kiln_cpu_lib_export(lib, (uint32_t)k);
+    if (strcmp(e.name, kernels[k].name) != 0 || memcmp(e.workgroup_size, kernels[k].block_size, sizeof e.workgroup_size)) {
       snprintf(err, err_cap, "export %zu does not describe kernel %s", k, kernels[k].name);
-      return false;
+      kiln_cpu_lib_unload(lib);
+      return NULL;
     }
   }
-  return true;
-}
-
-static void cpu_unload(cpu_lib_t *l) {
-  if (l->handle) dlclose(l->handle);
+  return lib;
 }
 
 /* Runs `fn` on the CPU: each step in order, each dispatch over its grid one
  * workgroup at a time, as IREE's local-sync driver does. */
-static bool cpu_run(const cpu_lib_t *l, const kiln_vmfb_plan_t *plan, const kiln_vmfb_function_t *fn,
+static bool cpu_run(const kiln_cpu_lib_t *lib, const kiln_vmfb_plan_t *plan, const kiln_vmfb_function_t *fn,
                     const case_t *c, uint8_t **outs, kiln_vmfb_tensor_type_t *out_types, char *err, size_t err_cap) {
   bool ok = false;
   size_t nb = fn->n_buffers ? fn->n_buffers : 1;
@@ -899,14 +814,8 @@ static bool cpu_run(const cpu_lib_t *l, const kiln_vmfb_plan_t *plan, const kiln
       s++;
       continue;
     }
-    if (st->kernel >= l->lib->exports.count || st->n_bindings > 64) {
-      snprintf(err, err_cap, "step %zu dispatches kernel %u of %u", s, st->kernel, l->lib->exports.count);
-      goto done;
-    }
-    const dispatch_attrs_t *attrs = &l->lib->exports.attrs[st->kernel];
-    if (attrs->binding_count != st->n_bindings || attrs->constant_count != st->n_constants) {
-      snprintf(err, err_cap, "step %zu binds %zu buffers and %zu constants; export %u declares %u and %u", s,
-               st->n_bindings, st->n_constants, st->kernel, attrs->binding_count, attrs->constant_count);
+    if (st->n_bindings > 64) {
+      snprintf(err, err_cap, "step %zu: %zu bindings", s, st->n_bindings);
       goto done;
     }
     void *ptrs[64];
@@ -923,30 +832,11 @@ static bool cpu_run(const cpu_lib_t *l, const kiln_vmfb_plan_t *plan, const kiln
     }
     uint32_t grid[3];
     for (int d = 0; d < 3; d++) grid[d] = (uint32_t)sized(values, st->workgroup_exprs[d], st->workgroups[d]);
-    dispatch_state_t ds = {.workgroup_size_x = attrs->workgroup_size_x,
-                           .workgroup_size_y = attrs->workgroup_size_y,
-                           .workgroup_size_z = attrs->workgroup_size_z,
-                           .constant_count = (uint16_t)st->n_constants,
-                           .workgroup_count_x = grid[0],
-                           .workgroup_count_y = grid[1],
-                           .workgroup_count_z = (uint16_t)grid[2],
-                           .max_concurrency = 1,
-                           .binding_count = (uint8_t)st->n_bindings,
-                           .constants = st->constants,
-                           .binding_ptrs = ptrs,
-                           .binding_lengths = lengths};
-    uint64_t environment[32] = {0};
-    for (uint32_t z = 0; z < grid[2]; z++) {
-      for (uint32_t y = 0; y < grid[1]; y++) {
-        for (uint32_t x = 0; x < grid[0]; x++) {
-          workgroup_state_t ws = {.workgroup_id_x = x, .workgroup_id_y = y, .workgroup_id_z = (uint16_t)z};
-          int rc = l->lib->exports.ptrs[st->kernel](environment, &ds, &ws);
-          if (rc != 0) {
-            snprintf(err, err_cap, "step %zu: workgroup (%u,%u,%u) returned %d", s, x, y, z, rc);
-            goto done;
-          }
-        }
-      }
+    char why[512];
+    if (!kiln_cpu_lib_dispatch(lib, st->kernel, ptrs, lengths, st->n_bindings, st->constants, st->n_constants, grid,
+                               1, why, sizeof why)) {
+      snprintf(err, err_cap, "step %zu: %s", s, why);
+      goto done;
     }
     s++;
   }
@@ -1168,10 +1058,9 @@ int main(int argc, char **argv) {
           } else if (to->target->kind == KILN_TARGET_KIND_VULKAN) {
             ok = vk_run(&vk, &out.plan, fn, to->kernels, to->n_kernels, c, outs, types, err, sizeof err);
           } else {
-            cpu_lib_t lib;
-            ok = cpu_load(to->kernels, to->n_kernels, &lib, err, sizeof err) &&
-                 cpu_run(&lib, &out.plan, fn, c, outs, types, err, sizeof err);
-            cpu_unload(&lib);
+            kiln_cpu_lib_t *lib = cpu_load(to->kernels, to->n_kernels, err, sizeof err);
+            ok = lib && cpu_run(lib, &out.plan, fn, c, outs, types, err, sizeof err);
+            kiln_cpu_lib_unload(lib);
           }
           for (size_t r = 0; ok && r < fn->n_results; r++) {
             ok = compare(&c->outputs[r], &types[r], outs[r], c->tol, err, sizeof err);

@@ -1,0 +1,469 @@
+/* bench_kernels: the speed of kiln's CPU kernels against OpenBLAS and plain C, side
+ * by side in one run, beside the machine's peak.
+ *
+ * Each case is a TOSA function compiled in process by kiln for a CPU target (the
+ * machine's own ISA: sapphirerapids or znver4 with AVX-512, else x86_64, the
+ * x86-64-v3 level; KILN_BENCH_TARGET overrides), its executable library loaded
+ * through dlopen and its host plan run step by step (tests/tools/cpu_exec.h: every
+ * dispatch over its grid, on one thread or shared among N, as IREE's local-sync
+ * and local-task drivers run it). The baselines run on the same data:
+ *   sgemm (square 256..2048, and a transformer layer's rectangular shapes)
+ *     against OpenBLAS's cblas_sgemm;
+ *   a 3x3 convolution (1x56x56x64 -> 64, padded, NHWC) against im2col in C and
+ *     OpenBLAS's sgemm;
+ *   softmax over rows of 4096 against a plain C loop (compiled -O3).
+ * Every kiln result is compared with the baseline's (largest relative error) before
+ * it is timed. Times are medians; GFLOP/s counts 2 flops per multiply-add. The peak
+ * printed is cores x FMA units (2 assumed) x vector lanes x 2 x the clock
+ * /proc/cpuinfo reports: an estimate, for scale.
+ *
+ * Goals (issue 16), reported PASS/MISS, never asserted: sgemm 1024 >= 0.6x
+ * OpenBLAS on one thread and >= 0.5x on all cores; the 3x3 conv >= 0.8x im2col +
+ * OpenBLAS. Usage: bench_kernels [--quick] (--quick: small shapes, one run each, as
+ * CI runs it to keep the benchmark building and running). Exits 0 unless the
+ * benchmark itself cannot run.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/time.h"
+#include "bench/benchlib.h"
+#include "compiler/pipeline.h"
+#include "compiler/targets.h"
+#include "compiler/vmfb/plan.h"
+#include "tests/tools/cpu_exec.h"
+
+static bool quick;
+static kiln_compiler_context_t *context;
+static const kiln_target_t *target;
+
+static void usage(void) { fprintf(stderr, "usage: bench_kernels [--quick]\n"); }
+
+/* ---- the machine ---- */
+
+static bool cpu_has(const char *flag) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[8192];
+  bool has = false;
+  while (f && !has && fgets(line, sizeof line, f)) {
+    if (strncmp(line, "flags", 5) != 0) continue;
+    for (char *save = NULL, *tok = strtok_r(line, " \t\n", &save); tok && !has; tok = strtok_r(NULL, " \t\n", &save)) {
+      has = strcmp(tok, flag) == 0;
+    }
+    break;
+  }
+  if (f) fclose(f);
+  return has;
+}
+
+static double cpu_mhz(void) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[512];
+  double mhz = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    if (sscanf(line, "cpu MHz : %lf", &mhz) == 1) break;
+  }
+  if (f) fclose(f);
+  return mhz;
+}
+
+static const kiln_target_t *pick_target(void) {
+  const char *env = getenv("KILN_BENCH_TARGET");
+  const char *name = env && *env ? env : "x86_64";
+  if (!(env && *env) && cpu_has("avx512f") && cpu_has("avx512bw") && cpu_has("avx512vl")) {
+    name = cpu_has("avx512_fp16") ? "sapphirerapids" : "znver4";
+  }
+  const kiln_target_t *t = kiln_compiler_target_find(name);
+  if (!t || t->kind != KILN_TARGET_KIND_CPU) kiln_bench_die("%s is not a kiln CPU target", name);
+  return t;
+}
+
+/* ---- kiln's side: compile, load, run the plan ---- */
+
+typedef struct program_s {
+  kiln_compiler_output_t out;
+  const kiln_vmfb_function_t *fn;
+  kiln_cpu_lib_t *lib;
+  uint8_t **buffers; /* per plan buffer */
+} program_t;
+
+static void program_compile(program_t *p, const char *text) {
+  memset(p, 0, sizeof *p);
+  kiln_status_t st = kiln_compiler_compile(context, text, strlen(text), "bench.mlir", &target, 1, &p->out);
+  if (st) kiln_bench_die("kiln does not compile a bench case: %s", kiln_status_message(st));
+  if (p->out.targets[0].status) {
+    kiln_bench_die("kiln's %s back half failed: %s", target->id, kiln_status_message(p->out.targets[0].status));
+  }
+  if (p->out.plan_status || p->out.plan.n_functions != 1) kiln_bench_die("a bench case has no host plan");
+  p->fn = &p->out.plan.functions[0];
+  char err[512];
+  const kiln_compiler_kernel_t *k = &p->out.targets[0].kernels[0];
+  p->lib = kiln_cpu_lib_load(k->binary, k->binary_len, err, sizeof err);
+  if (!p->lib) kiln_bench_die("loading kiln's library: %s", err);
+  p->buffers = kiln_calloc(p->fn->n_buffers ? p->fn->n_buffers : 1, sizeof *p->buffers);
+  for (size_t i = 0; i < p->fn->n_buffers; i++) {
+    const kiln_vmfb_buffer_t *b = &p->fn->buffers[i];
+    if (b->size_expr || b->kind == KILN_VMFB_BUFFER_SELECT) kiln_bench_die("bench cases have static shapes");
+    p->buffers[i] = kiln_malloc(b->size_bytes ? b->size_bytes : 4);
+    if (b->kind == KILN_VMFB_BUFFER_CONSTANT) memcpy(p->buffers[i], b->data, b->size_bytes);
+  }
+}
+
+static void program_free(program_t *p) {
+  for (size_t i = 0; p->fn && i < p->fn->n_buffers; i++) kiln_free(p->buffers[i]);
+  kiln_free(p->buffers);
+  kiln_cpu_lib_unload(p->lib);
+  kiln_compiler_output_deinit(&p->out);
+}
+
+/* Input `index`'s buffer (every input is copied in once; kernels never write one). */
+static void program_input(program_t *p, uint32_t index, const float *data, size_t n) {
+  for (size_t i = 0; i < p->fn->n_buffers; i++) {
+    const kiln_vmfb_buffer_t *b = &p->fn->buffers[i];
+    if (b->kind == KILN_VMFB_BUFFER_INPUT && b->input == index) {
+      if (b->size_bytes < n * sizeof *data) kiln_bench_die("input %u is %llu bytes", index, (unsigned long long)b->size_bytes);
+      memcpy(p->buffers[i], data, n * sizeof *data);
+    }
+  }
+}
+
+static const float *program_result(const program_t *p) {
+  const kiln_vmfb_result_t *r = &p->fn->results[0];
+  return (const float *)(p->buffers[r->buffer] + r->offset);
+}
+
+/* One call: the plan's steps in order. */
+static void program_run(program_t *p, unsigned threads) {
+  for (size_t s = 0; s < p->fn->n_steps; s++) {
+    const kiln_vmfb_step_t *st = &p->fn->steps[s];
+    if (st->kind == KILN_VMFB_STEP_COPY) {
+      memmove(p->buffers[st->dst] + st->dst_offset, p->buffers[st->src] + st->src_offset, st->length);
+      continue;
+    }
+    if (st->kind != KILN_VMFB_STEP_DISPATCH || st->n_bindings > 64) kiln_bench_die("bench cases branch nowhere");
+    void *ptrs[64];
+    size_t lengths[64];
+    for (size_t b = 0; b < st->n_bindings; b++) {
+      ptrs[b] = p->buffers[st->bindings[b].buffer] + st->bindings[b].offset;
+      lengths[b] = st->bindings[b].length;
+    }
+    char err[512];
+    if (!kiln_cpu_lib_dispatch(p->lib, st->kernel, ptrs, lengths, st->n_bindings, st->constants, st->n_constants,
+                               st->workgroups, threads, err, sizeof err)) {
+      kiln_bench_die("running kiln's kernel: %s", err);
+    }
+  }
+}
+
+/* ---- timing ---- */
+
+typedef void (*run_fn_t)(void *user, unsigned threads);
+
+static void run_program(void *user, unsigned threads) { program_run(user, threads); }
+
+/* The median of `runs` timed calls after one untimed, in seconds. */
+static double time_it(run_fn_t fn, void *user, unsigned threads, int runs) {
+  fn(user, threads);
+  int64_t t[16];
+  if (runs > 16) runs = 16;
+  for (int i = 0; i < runs; i++) {
+    int64_t t0 = kiln_time_monotonic_ns();
+    fn(user, threads);
+    t[i] = kiln_time_monotonic_ns() - t0;
+  }
+  return (double)kiln_bench_median(t, (size_t)runs) / 1e9;
+}
+
+static int runs_for(double flops) {
+  if (quick) return 1;
+  return flops > 4e9 ? 3 : flops > 5e8 ? 5 : 9;
+}
+
+static void fill(float *x, size_t n, uint64_t seed) {
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = (float)((double)(seed >> 40) / (double)(1u << 24) - 0.5);
+  }
+}
+
+/* Largest |a - b| relative to the largest |b|. */
+static double rel_error(const float *a, const float *b, size_t n) {
+  double err = 0, scale = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]);
+    if (d > err || isnan(d)) err = isnan(d) ? INFINITY : d;
+    if (fabs(b[i]) > scale) scale = fabs(b[i]);
+  }
+  return err / scale;
+}
+
+static void check(const char *what, const float *kiln, const float *ref, size_t n, double tol) {
+  double e = rel_error(kiln, ref, n);
+  if (!(e <= tol)) kiln_bench_die("%s: kiln's result differs from the baseline's by %.2g (relative)", what, e);
+}
+
+/* ---- sgemm ---- */
+
+typedef struct gemm_s {
+  int m, n, k;
+  float *a, *b, *c;
+} gemm_t;
+
+static void run_blas(void *user, unsigned threads) {
+  gemm_t *g = user;
+  openblas_set_num_threads((int)threads);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->m, g->n, g->k, 1.0f, g->a, g->k, g->b, g->n, 0.0f, g->c,
+              g->n);
+}
+
+static char *matmul_text(int m, int n, int k) {
+  kiln_buf_t t;
+  kiln_buf_init(&t);
+  kiln_buf_appendf(&t,
+                   "func.func @mm(%%a: tensor<1x%dx%dxf32>, %%b: tensor<1x%dx%dxf32>) -> tensor<1x%dx%dxf32> {\n"
+                   "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+                   "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, "
+                   "tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
+                   "  return %%0 : tensor<1x%dx%dxf32>\n}\n",
+                   m, k, k, n, m, n, m, k, k, n, m, n, m, n);
+  return kiln_buf_take(&t);
+}
+
+typedef struct row_s {
+  double kiln[2], base[2]; /* GFLOP/s (or elements/ns) at 1 thread and at all */
+} row_t;
+
+static unsigned all_threads;
+
+static void print_row(const char *name, const char *unit, const row_t *r, const char *baseline) {
+  printf("%-26s %8.2f %8.2f  %6.2fx | %8.2f %8.2f  %6.2fx  (%s, %s)\n", name, r->kiln[0], r->base[0],
+         r->kiln[0] / r->base[0], r->kiln[1], r->base[1], r->kiln[1] / r->base[1], unit, baseline);
+}
+
+static row_t bench_gemm(int m, int n, int k) {
+  gemm_t g = {m, n, k, kiln_malloc(sizeof(float) * m * k), kiln_malloc(sizeof(float) * k * n),
+              kiln_malloc(sizeof(float) * m * n)};
+  fill(g.a, (size_t)m * k, 1);
+  fill(g.b, (size_t)k * n, 2);
+  char *text = matmul_text(m, n, k);
+  program_t p;
+  program_compile(&p, text);
+  kiln_free(text);
+  program_input(&p, 0, g.a, (size_t)m * k);
+  program_input(&p, 1, g.b, (size_t)k * n);
+  program_run(&p, all_threads);
+  run_blas(&g, all_threads);
+  char what[64];
+  snprintf(what, sizeof what, "sgemm %dx%dx%d", m, n, k);
+  check(what, program_result(&p), g.c, (size_t)m * n, 1e-4);
+  double flops = 2.0 * m * n * k;
+  row_t r;
+  unsigned threads[2] = {1, all_threads};
+  for (int i = 0; i < 2; i++) {
+    r.kiln[i] = flops / time_it(run_program, &p, threads[i], runs_for(flops)) / 1e9;
+    r.base[i] = flops / time_it(run_blas, &g, threads[i], runs_for(flops)) / 1e9;
+  }
+  print_row(what, "GFLOP/s", &r, "OpenBLAS");
+  program_free(&p);
+  kiln_free(g.a);
+  kiln_free(g.b);
+  kiln_free(g.c);
+  return r;
+}
+
+/* ---- conv 3x3 ---- */
+
+typedef struct conv_s {
+  int h, w, c, f;   /* NHWC input 1xHxWxC, F filters of 3x3xC, pad 1, stride 1 */
+  float *in, *wt;   /* wt: F x 3 x 3 x C (TOSA's OHWI) */
+  float *cols, *wt_t, *out;
+} conv_t;
+
+/* im2col (rows: output pixels; columns: 3x3xC taps) then out = cols x wt^T. */
+static void run_im2col(void *user, unsigned threads) {
+  conv_t *v = user;
+  int taps = 9 * v->c;
+  for (int y = 0; y < v->h; y++) {
+    for (int x = 0; x < v->w; x++) {
+      float *row = v->cols + ((size_t)y * v->w + x) * taps;
+      for (int dy = 0; dy < 3; dy++) {
+        for (int dx = 0; dx < 3; dx++) {
+          int sy = y + dy - 1, sx = x + dx - 1;
+          float *dst = row + (dy * 3 + dx) * v->c;
+          if (sy < 0 || sy >= v->h || sx < 0 || sx >= v->w) {
+            memset(dst, 0, sizeof(float) * v->c);
+          } else {
+            memcpy(dst, v->in + ((size_t)sy * v->w + sx) * v->c, sizeof(float) * v->c);
+          }
+        }
+      }
+    }
+  }
+  openblas_set_num_threads((int)threads);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, v->h * v->w, v->f, taps, 1.0f, v->cols, taps, v->wt, taps,
+              0.0f, v->out, v->f);
+}
+
+static row_t bench_conv(int h, int w, int c, int f) {
+  conv_t v = {h, w, c, f, kiln_malloc(sizeof(float) * h * w * c), kiln_malloc(sizeof(float) * f * 9 * c),
+              kiln_malloc(sizeof(float) * h * w * 9 * c), NULL, kiln_malloc(sizeof(float) * h * w * f)};
+  fill(v.in, (size_t)h * w * c, 3);
+  fill(v.wt, (size_t)f * 9 * c, 4);
+  kiln_buf_t t;
+  kiln_buf_init(&t);
+  kiln_buf_appendf(&t,
+                   "func.func @conv(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx3x3x%dxf32>) -> tensor<1x%dx%dx%dxf32> {\n"
+                   "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
+                   "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+                   "  %%0 = tosa.conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, "
+                   "pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
+                   "tensor<%dx3x3x%dxf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
+                   "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
+                   h, w, c, f, c, h, w, f, f, f, h, w, c, f, c, f, h, w, f, h, w, f);
+  program_t p;
+  program_compile(&p, t.data);
+  kiln_buf_deinit(&t);
+  program_input(&p, 0, v.in, (size_t)h * w * c);
+  program_input(&p, 1, v.wt, (size_t)f * 9 * c);
+  program_run(&p, all_threads);
+  run_im2col(&v, all_threads);
+  char what[64];
+  snprintf(what, sizeof what, "conv3x3 %dx%dx%d->%d", h, w, c, f);
+  check(what, program_result(&p), v.out, (size_t)h * w * f, 1e-4);
+  double flops = 2.0 * h * w * f * 9 * c;
+  row_t r;
+  unsigned threads[2] = {1, all_threads};
+  for (int i = 0; i < 2; i++) {
+    r.kiln[i] = flops / time_it(run_program, &p, threads[i], runs_for(flops)) / 1e9;
+    r.base[i] = flops / time_it(run_im2col, &v, threads[i], runs_for(flops)) / 1e9;
+  }
+  print_row(what, "GFLOP/s", &r, "im2col+OpenBLAS");
+  program_free(&p);
+  kiln_free(v.in);
+  kiln_free(v.wt);
+  kiln_free(v.cols);
+  kiln_free(v.out);
+  return r;
+}
+
+/* ---- softmax ---- */
+
+typedef struct softmax_s {
+  int rows, cols;
+  float *x, *y;
+} softmax_t;
+
+/* The plain C loop: max, exp and sum, scale; one thread (the baseline has none). */
+static void run_softmax_c(void *user, unsigned threads) {
+  (void)threads;
+  softmax_t *s = user;
+  for (int r = 0; r < s->rows; r++) {
+    const float *x = s->x + (size_t)r * s->cols;
+    float *y = s->y + (size_t)r * s->cols;
+    float m = x[0], sum = 0;
+    for (int i = 1; i < s->cols; i++) m = x[i] > m ? x[i] : m;
+    for (int i = 0; i < s->cols; i++) sum += y[i] = expf(x[i] - m);
+    float inv = 1.0f / sum;
+    for (int i = 0; i < s->cols; i++) y[i] *= inv;
+  }
+}
+
+static void bench_softmax(int rows, int cols) {
+  softmax_t s = {rows, cols, kiln_malloc(sizeof(float) * rows * cols), kiln_malloc(sizeof(float) * rows * cols)};
+  fill(s.x, (size_t)rows * cols, 5);
+  kiln_buf_t t;
+  kiln_buf_init(&t);
+  kiln_buf_appendf(&t,
+                   "func.func @softmax(%%x: tensor<%dx%dxf32>) -> tensor<%dx%dxf32> {\n"
+                   "  %%m = tosa.reduce_max %%x {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
+                   "  %%d = tosa.sub %%x, %%m : (tensor<%dx%dxf32>, tensor<%dx1xf32>) -> tensor<%dx%dxf32>\n"
+                   "  %%e = tosa.exp %%d : (tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
+                   "  %%s = tosa.reduce_sum %%e {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
+                   "  %%r = tosa.reciprocal %%s : (tensor<%dx1xf32>) -> tensor<%dx1xf32>\n"
+                   "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
+                   "  %%y = tosa.mul %%e, %%r, %%sh : (tensor<%dx%dxf32>, tensor<%dx1xf32>, tensor<1xi8>) -> tensor<%dx%dxf32>\n"
+                   "  return %%y : tensor<%dx%dxf32>\n}\n",
+                   rows, cols, rows, cols, rows, cols, rows, rows, cols, rows, rows, cols, rows, cols, rows, cols,
+                   rows, cols, rows, rows, rows, rows, cols, rows, rows, cols, rows, cols);
+  program_t p;
+  program_compile(&p, t.data);
+  kiln_buf_deinit(&t);
+  program_input(&p, 0, s.x, (size_t)rows * cols);
+  program_run(&p, all_threads);
+  run_softmax_c(&s, 1);
+  char what[64];
+  snprintf(what, sizeof what, "softmax %dx%d", rows, cols);
+  check(what, program_result(&p), s.y, (size_t)rows * cols, 1e-5);
+  double n = (double)rows * cols;
+  row_t r;
+  unsigned threads[2] = {1, all_threads};
+  for (int i = 0; i < 2; i++) {
+    r.kiln[i] = n / time_it(run_program, &p, threads[i], runs_for(n * 20)) / 1e9;
+    r.base[i] = n / time_it(run_softmax_c, &s, 1, runs_for(n * 20)) / 1e9;
+  }
+  print_row(what, "Gelem/s", &r, "C -O3, 1 thread");
+  program_free(&p);
+  kiln_free(s.x);
+  kiln_free(s.y);
+}
+
+static void goal(const char *what, double ratio, double want) {
+  printf("goal: %-44s %5.2fx (>= %.1fx) %s\n", what, ratio, want, ratio >= want ? "PASS" : "MISS");
+}
+
+int main(int argc, char **argv) {
+  int rc = kiln_bench_parse_args(argc, argv, false, usage, &quick, NULL);
+  if (rc >= 0) return rc;
+  kiln_bench_die_setup("bench_kernels", NULL);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  all_threads = cores > 0 ? (unsigned)cores : 1;
+  target = pick_target();
+  kiln_status_t st = kiln_compiler_context_create(&context);
+  if (st) kiln_bench_die("%s", kiln_status_message(st));
+  kiln_compiler_context_set_jobs(context, 1);
+  char model[256];
+  kiln_bench_cpu_model(model, sizeof model);
+  bool avx512 = cpu_has("avx512f");
+  double mhz = cpu_mhz();
+  int lanes = avx512 ? 16 : 8;
+  printf("bench_kernels: %s, %u core(s), %.0f MHz, kiln target %s (%s),%s\n", model, all_threads, mhz,
+         target->id, target->chip, OPENBLAS_VERSION);
+  printf("peak (estimate: 2 FMA units x %d lanes x 2 flops x clock): %.1f GFLOP/s per core, %.1f on all\n", lanes,
+         2.0 * lanes * 2 * mhz / 1e3, 2.0 * lanes * 2 * mhz / 1e3 * all_threads);
+  kiln_bench_print_load("GFLOP/s");
+  printf("%-26s %8s %8s  %7s | %8s %8s  %7s\n", "case", "kiln", "base", "ratio", "kiln", "base", "ratio");
+  printf("%-26s %-26s | %-26s\n", "", "   1 thread", "   all threads");
+  if (quick) {
+    bench_gemm(64, 64, 64);
+    bench_conv(8, 8, 8, 8);
+    bench_softmax(4, 256);
+    printf("(quick: small shapes, one run each; goals need the full run)\n");
+  } else {
+    row_t g1024;
+    memset(&g1024, 0, sizeof g1024);
+    static const int square[] = {256, 512, 1024, 2048};
+    for (size_t i = 0; i < sizeof square / sizeof square[0]; i++) {
+      row_t r = bench_gemm(square[i], square[i], square[i]);
+      if (square[i] == 1024) g1024 = r;
+    }
+    /* A transformer layer (BERT-base, sequence 128): QKV/out projections, the MLP. */
+    bench_gemm(128, 768, 768);
+    bench_gemm(128, 3072, 768);
+    bench_gemm(128, 768, 3072);
+    row_t c = bench_conv(56, 56, 64, 64);
+    bench_softmax(128, 4096);
+    goal("sgemm 1024, one thread, vs OpenBLAS", g1024.kiln[0] / g1024.base[0], 0.6);
+    goal("sgemm 1024, all cores, vs OpenBLAS", g1024.kiln[1] / g1024.base[1], 0.5);
+    goal("conv 3x3, all cores, vs im2col + OpenBLAS", c.kiln[1] / c.base[1], 0.8);
+  }
+  kiln_compiler_context_destroy(context);
+  return 0;
+}
