@@ -103,6 +103,260 @@ static MlirWalkResult collect_gpu_ops(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
+/* ---- the contiguous dimension inside the uniform loops ---- */
+
+/* An op that may run again and again with the same result and no effect: index
+ * and float arithmetic, never memory. */
+static bool pure_op(MlirOperation op) {
+  if (mlirOperationGetNumRegions(op) != 0) return false;
+  MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(op));
+  static const char *const prefixes[] = {"arith.", "index.", "math.", "affine.apply", "affine.min", "affine.max"};
+  for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+    size_t len = strlen(prefixes[i]);
+    if (n.length >= len && memcmp(n.data, prefixes[i], len) == 0) return true;
+  }
+  return false;
+}
+
+static bool inside(MlirOperation op, MlirOperation ancestor) {
+  for (MlirOperation p = op; !mlirOperationIsNull(p); p = mlirOperationGetParentOperation(p)) {
+    if (mlirOperationEqual(p, ancestor)) return true;
+  }
+  return false;
+}
+
+/* Whether `v` depends on `iv` through ops inside `scope` (depth-bounded: a
+ * chain deeper than that counts as dependent). */
+static bool depends_on(MlirValue v, MlirValue iv, MlirOperation scope, int depth) {
+  if (mlirValueEqual(v, iv)) return true;
+  if (depth > 64) return true;
+  if (!mlirValueIsAOpResult(v)) return false;
+  MlirOperation def = mlirOpResultGetOwner(v);
+  if (!inside(def, scope)) return false;
+  for (intptr_t i = 0; i < mlirOperationGetNumOperands(def); i++) {
+    if (depends_on(mlirOperationGetOperand(def, i), iv, scope, depth + 1)) return true;
+  }
+  return false;
+}
+
+/* The perfect nest of scf.for loops whose bounds do not depend on thread z,
+ * under the tz loop: its body is pure ops then (at most one scf.if with no
+ * results and no else, whose then-block is likewise) a loop, then the yield;
+ * each loop's body again. Returns how many loops (0: the kernel keeps its form). */
+static size_t uniform_nest(MlirOperation tz, MlirOperation stop, MlirOperation *loops, size_t max) {
+  MlirValue iv = mlirBlockGetArgument(body_of(tz), 0);
+  MlirBlock block = body_of(tz);
+  bool allow_if = true;
+  size_t n = 0;
+  while (n < max) {
+    MlirOperation x = mlirBlockGetFirstOperation(block);
+    while (!mlirOperationIsNull(x) && pure_op(x)) x = mlirOperationGetNextInBlock(x);
+    if (mlirOperationIsNull(x)) break;
+    MlirOperation after = mlirOperationGetNextInBlock(x);
+    if (mlirOperationIsNull(after) || !kiln_compiler_op_is(after, "scf.yield") ||
+        !mlirOperationIsNull(mlirOperationGetNextInBlock(after)) || mlirOperationGetNumResults(x) != 0) {
+      break;
+    }
+    if (kiln_compiler_op_is(x, "scf.if") && allow_if && n == 0) {
+      MlirBlock otherwise = mlirRegionGetFirstBlock(mlirOperationGetRegion(x, 1));
+      if (!mlirBlockIsNull(otherwise) &&
+          !kiln_compiler_op_is(mlirBlockGetFirstOperation(otherwise), "scf.yield")) {
+        break;
+      }
+      allow_if = false;
+      block = body_of(x);
+      continue;
+    }
+    if (!kiln_compiler_op_is(x, "scf.for") || mlirOperationGetNumOperands(x) != 3 ||
+        (!mlirOperationIsNull(stop) && mlirOperationEqual(x, stop))) {
+      break;
+    }
+    bool uniform = true;
+    for (intptr_t i = 0; i < 3 && uniform; i++) uniform = !depends_on(mlirOperationGetOperand(x, i), iv, tz, 0);
+    if (!uniform) break;
+    loops[n++] = x;
+    block = body_of(x);
+  }
+  return n;
+}
+
+typedef struct vmap_s {
+  MlirValue *from, *to;
+  size_t n;
+} vmap_t;
+
+static void vmap_put(vmap_t *m, MlirValue from, MlirValue to) {
+  m->from = kiln_realloc(m->from, (m->n + 1) * sizeof *m->from);
+  m->to = kiln_realloc(m->to, (m->n + 1) * sizeof *m->to);
+  m->from[m->n] = from;
+  m->to[m->n++] = to;
+}
+
+static bool vmap_find(const vmap_t *m, MlirValue v, MlirValue *out) {
+  for (size_t i = 0; i < m->n; i++) {
+    if (mlirValueEqual(m->from[i], v)) {
+      *out = m->to[i];
+      return true;
+    }
+  }
+  return false;
+}
+
+/* `v` as seen before `before`, outside `scope`: itself when defined outside,
+ * else its (pure) defining ops cloned there. */
+static MlirValue hoisted(MlirValue v, MlirOperation scope, MlirOperation before, vmap_t *map) {
+  MlirValue out = v;
+  if (vmap_find(map, v, &out)) return out;
+  if (!mlirValueIsAOpResult(v) || !inside(mlirOpResultGetOwner(v), scope)) return v;
+  MlirOperation def = mlirOpResultGetOwner(v);
+  MlirOperation clone = mlirOperationClone(def);
+  for (intptr_t i = 0; i < mlirOperationGetNumOperands(def); i++) {
+    mlirOperationSetOperand(clone, i, hoisted(mlirOperationGetOperand(def, i), scope, before, map));
+  }
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, clone);
+  for (intptr_t i = 0; i < mlirOperationGetNumResults(def); i++) {
+    vmap_put(map, mlirOperationGetResult(def, i), mlirOperationGetResult(clone, i));
+  }
+  vmap_find(map, v, &out);
+  return out;
+}
+
+/* An scf.for with no results or carried values, inserted before `before`. */
+static MlirOperation make_for(MlirContext ctx, MlirOperation before, MlirValue lb, MlirValue ub, MlirValue step) {
+  MlirLocation loc = mlirOperationGetLocation(before);
+  MlirType index = mlirIndexTypeGet(ctx);
+  MlirRegion region = mlirRegionCreate();
+  MlirBlock block = mlirBlockCreate(1, &index, &loc);
+  mlirRegionAppendOwnedBlock(region, block);
+  MlirOperationState ys = mlirOperationStateGet(sref("scf.yield"), loc);
+  mlirBlockAppendOwnedOperation(block, mlirOperationCreate(&ys));
+  MlirOperationState fs = mlirOperationStateGet(sref("scf.for"), loc);
+  MlirValue operands[3] = {lb, ub, step};
+  mlirOperationStateAddOperands(&fs, 3, operands);
+  mlirOperationStateAddOwnedRegions(&fs, 1, &region);
+  MlirOperation op = mlirOperationCreate(&fs);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, op);
+  return op;
+}
+
+/* Moves an invocation loop (thread z: the contiguous dimension of kiln's
+ * tiles) inside the perfect nest of loops every invocation runs alike (a
+ * matmul's k, a reduction's axis), so LLVM's loop vectorizer sees the unit-stride
+ * loop innermost, with the in-bounds guard as a mask:
+ *   for tz { pure; if (in) { pure; for k { body } } }
+ * becomes
+ *   for k { for tz { pure; if (in) { pure; body } } }
+ * Sound because the invocations of a kernel without barriers are independent and
+ * the pure ops only compute (running them once per k changes nothing); each
+ * invocation still runs its k iterations in order. */
+typedef struct stores_s {
+  MlirValue iv;
+  MlirOperation scope;
+  bool all_along; /* every store's last index depends on iv */
+  size_t n;
+} stores_t;
+
+static MlirWalkResult check_store(MlirOperation op, void *user) {
+  stores_t *s = user;
+  if (!kiln_compiler_op_is(op, "memref.store")) return MlirWalkResultAdvance;
+  intptr_t n = mlirOperationGetNumOperands(op);
+  s->n++;
+  if (n < 3 || !depends_on(mlirOperationGetOperand(op, n - 1), s->iv, s->scope, 0)) s->all_along = false;
+  return MlirWalkResultAdvance;
+}
+
+/* Whether every store under `loop` moves along memory with its variable (the
+ * last index depends on it): the loop worth vectorizing. */
+static bool stores_along(MlirOperation loop) {
+  stores_t s = {mlirBlockGetArgument(body_of(loop), 0), loop, true, 0};
+  mlirOperationWalk(loop, check_store, &s, MlirWalkPreOrder);
+  return s.n > 0 && s.all_along;
+}
+
+static bool sink_invocation_loop(MlirContext ctx, MlirOperation tz, MlirOperation stop) {
+  MlirOperation loops[8];
+  size_t n = uniform_nest(tz, stop, loops, 8);
+  if (!n) return false;
+  vmap_t map = {0};
+  MlirOperation before = tz, made[8];
+  for (size_t i = 0; i < n; i++) {
+    MlirValue b[3];
+    for (intptr_t k = 0; k < 3; k++) b[k] = hoisted(mlirOperationGetOperand(loops[i], k), tz, before, &map);
+    made[i] = make_for(ctx, before, b[0], b[1], b[2]);
+    vmap_put(&map, mlirBlockGetArgument(body_of(loops[i]), 0), mlirBlockGetArgument(body_of(made[i]), 0));
+    before = mlirBlockGetTerminator(body_of(made[i]));
+  }
+  mlirOperationMoveBefore(tz, before);
+  for (size_t i = n; i-- > 0;) {
+    MlirBlock body = body_of(loops[i]);
+    mlirValueReplaceAllUsesOfWith(mlirBlockGetArgument(body, 0), mlirBlockGetArgument(body_of(made[i]), 0));
+    for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);) {
+      MlirOperation next = mlirOperationGetNextInBlock(op);
+      if (!kiln_compiler_op_is(op, "scf.yield")) mlirOperationMoveBefore(op, loops[i]);
+      op = next;
+    }
+    mlirOperationDestroy(loops[i]);
+  }
+  kiln_free(map.from);
+  kiln_free(map.to);
+  return true;
+}
+
+typedef struct remap_s {
+  const vmap_t *map;
+} remap_t;
+
+static MlirWalkResult remap_operands(MlirOperation op, void *user) {
+  const vmap_t *map = ((remap_t *)user)->map;
+  for (intptr_t i = 0; i < mlirOperationGetNumOperands(op); i++) {
+    MlirValue to;
+    if (vmap_find(map, mlirOperationGetOperand(op, i), &to)) mlirOperationSetOperand(op, i, to);
+  }
+  return MlirWalkResultAdvance;
+}
+
+/* Replaces `loop` (constant bounds, at most `max_trip` iterations) by copies of
+ * its body, one per iteration, its variable a constant in each. */
+static bool unroll_fully(MlirContext ctx, MlirOperation loop, int64_t max_trip) {
+  int64_t lb, ub, step;
+  if (!kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 0), &lb) ||
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 1), &ub) ||
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 2), &step) || step <= 0 ||
+      (ub - lb + step - 1) / step > max_trip) {
+    return false;
+  }
+  MlirBlock body = body_of(loop);
+  MlirValue iv = mlirBlockGetArgument(body, 0);
+  for (int64_t v = lb; v < ub; v += step) {
+    vmap_t map = {0};
+    vmap_put(&map, iv, kiln_compiler_int_const_before(ctx, loop, mlirIndexTypeGet(ctx), v));
+    for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+         op = mlirOperationGetNextInBlock(op)) {
+      if (kiln_compiler_op_is(op, "scf.yield")) break;
+      MlirOperation clone = mlirOperationClone(op);
+      remap_t r = {&map};
+      mlirOperationWalk(clone, remap_operands, &r, MlirWalkPreOrder);
+      mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(loop), loop, clone);
+      for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) {
+        vmap_put(&map, mlirOperationGetResult(op, i), mlirOperationGetResult(clone, i));
+      }
+    }
+    kiln_free(map.from);
+    kiln_free(map.to);
+  }
+  mlirOperationDestroy(loop);
+  return true;
+}
+
+/* Thread z, when the kernel's stores run along it (a convolution's run along
+ * its filters, a loop inside every invocation, and stays as it is); then thread
+ * y inside the same loops, unrolled, so the rows of a tile share each loaded
+ * value of the other operand and keep their sums in registers. */
+static void sink_thread_loops(MlirContext ctx, MlirOperation ty, MlirOperation tz) {
+  if (!stores_along(tz) || !sink_invocation_loop(ctx, tz, (MlirOperation){NULL})) return;
+  if (sink_invocation_loop(ctx, ty, tz)) unroll_fully(ctx, ty, 8);
+}
+
 /* One gpu.func as func.func @name(args..., wid x y z, wcount x y z: index): its
  * body inside loops over the workgroup's invocations, thread x outermost. */
 static kiln_status_t workgroup_function(MlirContext ctx, MlirOperation kernel, const uint32_t block[3],
@@ -188,6 +442,7 @@ static kiln_status_t workgroup_function(MlirContext ctx, MlirOperation kernel, c
   }
   kiln_free(g.ids.items);
   kiln_free(sym);
+  if (!st) sink_thread_loops(ctx, loop[1], loop[2]);
   return st;
 }
 
@@ -391,7 +646,33 @@ static void merge_into(MlirModule into, MlirModule from) {
 
 /* ---- LLVM IR -> object -> ELF ---- */
 
-static kiln_status_t emit(MlirModule module, const kiln_target_t *t, const char *name, kiln_buf_t *object) {
+/* noalias on every pointer parameter of kernel functions the plan binds without
+ * overlap (inlining into the dispatch function turns it into scopes), and
+ * contraction on every floating-point instruction. */
+static void annotate(LLVMModuleRef ir, LLVMContextRef llvm, const kernel_sig_t *ks, const bool *noalias, size_t n) {
+  unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
+  LLVMAttributeRef attr = LLVMCreateEnumAttribute(llvm, kind, 0);
+  for (size_t k = 0; noalias && k < n; k++) {
+    LLVMValueRef f = noalias[k] ? LLVMGetNamedFunction(ir, ks[k].name) : NULL;
+    for (unsigned i = 0; f && i < LLVMCountParams(f); i++) {
+      if (LLVMGetTypeKind(LLVMTypeOf(LLVMGetParam(f, i))) == LLVMPointerTypeKind) {
+        LLVMAddAttributeAtIndex(f, i + 1, attr);
+      }
+    }
+  }
+  for (LLVMValueRef f = LLVMGetFirstFunction(ir); f; f = LLVMGetNextFunction(f)) {
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb)) {
+      for (LLVMValueRef inst = LLVMGetFirstInstruction(bb); inst; inst = LLVMGetNextInstruction(inst)) {
+        if (LLVMCanValueUseFastMathFlags(inst)) {
+          LLVMSetFastMathFlags(inst, LLVMGetFastMathFlags(inst) | LLVMFastMathAllowContract);
+        }
+      }
+    }
+  }
+}
+
+static kiln_status_t emit(MlirModule module, const kiln_target_t *t, const kernel_sig_t *ks, const bool *noalias,
+                          size_t n_kernels, const char *name, kiln_buf_t *object) {
   LLVMContextRef llvm = LLVMContextCreate();
   LLVMModuleRef ir = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module), llvm);
   kiln_status_t st = NULL;
@@ -416,6 +697,7 @@ static kiln_status_t emit(MlirModule module, const kiln_target_t *t, const char 
   LLVMSetModuleDataLayout(ir, layout);
   /* Everything but the query stays inside the ELF; no function may become a
    * call into a C library the loader does not have (memset, memcpy). */
+  annotate(ir, llvm, ks, noalias, n_kernels);
   LLVMAttributeRef cpu = LLVMCreateStringAttribute(llvm, "target-cpu", 10, t->chip, (unsigned)strlen(t->chip));
   LLVMAttributeRef no_builtins = LLVMCreateStringAttribute(llvm, "no-builtins", 11, "", 0);
   for (LLVMValueRef f = LLVMGetFirstFunction(ir); f; f = LLVMGetNextFunction(f)) {
@@ -525,8 +807,8 @@ static kiln_status_t link_elf(const kiln_buf_t *object, const kiln_target_t *t, 
 
 kiln_status_t kiln_compiler_cpu_library(MlirContext context, MlirModule module, const kiln_target_t *target,
                                         const char *const *kernel_names, const uint32_t (*blocks)[3],
-                                        size_t n_kernels, kiln_compiler_run_fn_t run, void *run_user,
-                                        const char *name, unsigned char **out_elf, size_t *out_len) {
+                                        const bool *noalias, size_t n_kernels, kiln_compiler_run_fn_t run,
+                                        void *run_user, const char *name, unsigned char **out_elf, size_t *out_len) {
   *out_elf = NULL;
   *out_len = 0;
   MlirOperation gpu = kiln_compiler_first_op(mlirModuleGetBody(module), "gpu.module");
@@ -587,7 +869,7 @@ kiln_status_t kiln_compiler_cpu_library(MlirContext context, MlirModule module, 
   kiln_buf_t object, elf;
   kiln_buf_init(&object);
   kiln_buf_init(&elf);
-  if (!st) st = emit(cpu, target, name, &object);
+  if (!st) st = emit(cpu, target, sigs, noalias, n_kernels, name, &object);
   if (!st) st = link_elf(&object, target, name, &elf);
   if (!st) {
     *out_len = elf.len; /* kiln_buf keeps a NUL past the end */

@@ -24,13 +24,16 @@ typedef kiln_status_t (*kiln_compiler_run_fn_t)(void *user, MlirModule module, c
 
 /* Builds the library from `module`, which holds one gpu.module of kernels (host
  * functions are ignored). Kernels are exported in `n_kernels` `kernel_names`
- * order, with the workgroup sizes in `blocks`. *out_elf is the linked ELF
+ * order, with the workgroup sizes in `blocks`; where `noalias[k]` (may be NULL),
+ * kernel k's buffers are known not to overlap one it writes (the host plan
+ * binds them so), and LLVM may keep values in registers across stores.
+ * Multiplies and adds may contract into FMAs. *out_elf is the linked ELF
  * (kiln_malloc'd, NUL-terminated past *out_len). UNIMPLEMENTED for kernels that
  * use workgroup memory, barriers or subgroup operations, or that call a function
  * the ELF cannot import (a math function with no kiln or MLIR expansion). */
 kiln_status_t kiln_compiler_cpu_library(MlirContext context, MlirModule module, const kiln_target_t *target,
                                         const char *const *kernel_names, const uint32_t (*blocks)[3],
-                                        size_t n_kernels, kiln_compiler_run_fn_t run, void *run_user,
-                                        const char *name, unsigned char **out_elf, size_t *out_len);
+                                        const bool *noalias, size_t n_kernels, kiln_compiler_run_fn_t run,
+                                        void *run_user, const char *name, unsigned char **out_elf, size_t *out_len);
 
 #endif /* KILN_COMPILER_CPU_H */

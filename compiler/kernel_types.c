@@ -25,6 +25,16 @@ bool kiln_compiler_op_is(MlirOperation op, const char *name) {
   return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
 }
 
+bool kiln_compiler_int_constant_value(MlirValue v, int64_t *out) {
+  if (!mlirValueIsAOpResult(v)) return false;
+  MlirOperation def = mlirOpResultGetOwner(v);
+  if (!kiln_compiler_op_is(def, "arith.constant")) return false;
+  MlirAttribute value = mlirOperationGetAttributeByName(def, mlirStringRefCreateFromCString("value"));
+  if (mlirAttributeIsNull(value) || !mlirAttributeIsAInteger(value)) return false;
+  *out = mlirIntegerAttrGetValueInt(value);
+  return true;
+}
+
 MlirOperation kiln_compiler_first_op(MlirBlock block, const char *name) {
   for (MlirOperation op = mlirBlockGetFirstOperation(block); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {

@@ -22,6 +22,9 @@
 /* Whether op is named `name` ("memref.load"). */
 bool kiln_compiler_op_is(MlirOperation op, const char *name);
 
+/* The value of an integer or index arith.constant; false for anything else. */
+bool kiln_compiler_int_constant_value(MlirValue v, int64_t *out);
+
 /* The first op named `name` directly in `block`; null if none. */
 MlirOperation kiln_compiler_first_op(MlirBlock block, const char *name);
 

@@ -218,15 +218,7 @@ typedef struct launches_s {
 #define MAX_GRID 65535
 
 /* The value of an index constant, whatever its size. */
-static bool raw_index(MlirValue v, int64_t *out) {
-  if (!mlirValueIsAOpResult(v)) return false;
-  MlirOperation def = mlirOpResultGetOwner(v);
-  if (!kiln_compiler_op_is(def, "arith.constant")) return false;
-  MlirAttribute value = mlirOperationGetAttributeByName(def, mlirStringRefCreateFromCString("value"));
-  if (mlirAttributeIsNull(value) || !mlirAttributeIsAInteger(value)) return false;
-  *out = mlirIntegerAttrGetValueInt(value);
-  return true;
-}
+static bool raw_index(MlirValue v, int64_t *out) { return kiln_compiler_int_constant_value(v, out); }
 
 /* gpu.launch_func: [async deps..., grid x y z, block x y z, ...] */
 static MlirWalkResult collect_launch(MlirOperation op, void *user) {
@@ -985,8 +977,44 @@ static kiln_status_t cpu_run(void *user, MlirModule module, const char *pipeline
   return run_pipeline(r->context, module, pipeline, r->name, r->stage);
 }
 
+/* Whether the host plan binds kernel k's buffers so that none it writes overlaps
+ * another binding of the same dispatch (a SELECT buffer counts as both of its
+ * choices): then its pointers are noalias. Inputs are never written, and the
+ * plan allocates whatever a kernel writes. */
+static bool bindings_disjoint(const kiln_vmfb_plan_t *plan, uint32_t kernel) {
+  for (size_t f = 0; f < plan->n_functions; f++) {
+    const kiln_vmfb_function_t *fn = &plan->functions[f];
+    for (size_t s = 0; s < fn->n_steps; s++) {
+      const kiln_vmfb_step_t *st = &fn->steps[s];
+      if (st->kind != KILN_VMFB_STEP_DISPATCH || st->kernel != kernel) continue;
+      for (size_t a = 0; a < st->n_bindings; a++) {
+        for (size_t b = 0; b < st->n_bindings; b++) {
+          const kiln_vmfb_binding_t *x = &st->bindings[a], *y = &st->bindings[b];
+          if (a == b || x->read_only) continue;
+          uint32_t xs[3] = {x->buffer, UINT32_MAX, UINT32_MAX}, ys[3] = {y->buffer, UINT32_MAX, UINT32_MAX};
+          if (x->buffer < fn->n_buffers && fn->buffers[x->buffer].kind == KILN_VMFB_BUFFER_SELECT) {
+            xs[1] = fn->buffers[x->buffer].select_a, xs[2] = fn->buffers[x->buffer].select_b;
+          }
+          if (y->buffer < fn->n_buffers && fn->buffers[y->buffer].kind == KILN_VMFB_BUFFER_SELECT) {
+            ys[1] = fn->buffers[y->buffer].select_a, ys[2] = fn->buffers[y->buffer].select_b;
+          }
+          bool same = false;
+          for (int i = 0; i < 3; i++) {
+            for (int j = 0; j < 3; j++) same = same || (xs[i] != UINT32_MAX && xs[i] == ys[j]);
+          }
+          /* The same buffer: apart only when both ranges are static and disjoint. */
+          bool apart = !x->length_expr && !y->length_expr && x->length && y->length &&
+                       (x->offset + x->length <= y->offset || y->offset + y->length <= x->offset);
+          if (same && !apart) return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
 static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, const launches_t *launches,
-                        const char *name, kiln_compiler_target_output_t *out) {
+                        const kiln_vmfb_plan_t *plan, const char *name, kiln_compiler_target_output_t *out) {
   int64_t t0 = kiln_time_monotonic_ns();
   const kiln_target_t *t = out->target;
   char stage[64];
@@ -1002,16 +1030,18 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, cons
   if (!out->status) out->status = kiln_compiler_kernels_check_floats(context->mlir, module, KILN_FLOATS_BF16, name, t->id);
   const char **names = kiln_calloc(launches->n ? launches->n : 1, sizeof *names);
   uint32_t(*blocks)[3] = kiln_calloc(launches->n ? launches->n : 1, sizeof *blocks);
+  bool *noalias = kiln_calloc(launches->n ? launches->n : 1, sizeof *noalias);
   for (size_t i = 0; i < launches->n; i++) {
     names[i] = launches->items[i].kernel_name;
     memcpy(blocks[i], launches->items[i].block, sizeof blocks[i]);
+    noalias[i] = plan && bindings_disjoint(plan, (uint32_t)i);
   }
   unsigned char *elf = NULL;
   size_t elf_len = 0;
   cpu_run_t r = {context, name, stage};
   if (!out->status && launches->n) {
-    out->status = kiln_compiler_cpu_library(context->mlir, module, t, names, (const uint32_t(*)[3])blocks, launches->n,
-                                            cpu_run, &r, name, &elf, &elf_len);
+    out->status = kiln_compiler_cpu_library(context->mlir, module, t, names, (const uint32_t(*)[3])blocks, noalias,
+                                            launches->n, cpu_run, &r, name, &elf, &elf_len);
   }
   if (!out->status) {
     out->kernels = kiln_calloc(launches->n ? launches->n : 1, sizeof *out->kernels);
@@ -1032,6 +1062,7 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, cons
   }
   kiln_free(names);
   kiln_free(blocks);
+  kiln_free(noalias);
   mlirModuleDestroy(module);
   out->backend_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
 }
@@ -1051,7 +1082,8 @@ static void compile_one(void *user, size_t index, kiln_compiler_target_output_t 
   back_job_t *job = user;
   (void)index;
   if (out->target->kind == KILN_TARGET_KIND_CPU) {
-    compile_cpu(job->context, job->gpu, job->launches, job->name, out);
+    const kiln_compiler_output_t *o = job->output;
+    compile_cpu(job->context, job->gpu, job->launches, o->plan_status ? NULL : &o->plan, job->name, out);
   } else {
     compile_target(job->context, job->gpu, job->launches, job->name, out);
   }
