@@ -20,8 +20,8 @@
  * Goals (issue 16), reported PASS/MISS, never asserted: sgemm 1024 >= 0.6x
  * OpenBLAS on one thread and >= 0.5x on all cores; the 3x3 conv >= 0.8x im2col +
  * OpenBLAS. Usage: bench_kernels [--quick] (--quick: small shapes, one run each, as
- * CI runs it to keep the benchmark building and running). Exits 0 unless the
- * benchmark itself cannot run.
+ * CI runs it to keep the benchmark building and running); KILN_BENCH_CASES=sgemm,conv
+ * runs only those cases. Exits 0 unless the benchmark itself cannot run.
  */
 #include <cblas.h>
 #include <math.h>
@@ -415,6 +415,19 @@ static void bench_softmax(int rows, int cols) {
   kiln_free(s.y);
 }
 
+/* KILN_BENCH_CASES=sgemm,softmax runs only the cases whose name holds one of them. */
+static bool wanted(const char *name) {
+  const char *only = getenv("KILN_BENCH_CASES");
+  if (!only || !*only) return true;
+  char *list = kiln_strdup(only);
+  bool yes = false;
+  for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok && !yes; tok = strtok_r(NULL, ",", &save)) {
+    yes = strstr(name, tok) != NULL;
+  }
+  kiln_free(list);
+  return yes;
+}
+
 static void goal(const char *what, double ratio, double want) {
   printf("goal: %-44s %5.2fx (>= %.1fx) %s\n", what, ratio, want, ratio >= want ? "PASS" : "MISS");
 }
@@ -447,22 +460,27 @@ int main(int argc, char **argv) {
     bench_softmax(4, 256);
     printf("(quick: small shapes, one run each; goals need the full run)\n");
   } else {
-    row_t g1024;
+    row_t g1024, c;
     memset(&g1024, 0, sizeof g1024);
+    memset(&c, 0, sizeof c);
     static const int square[] = {256, 512, 1024, 2048};
-    for (size_t i = 0; i < sizeof square / sizeof square[0]; i++) {
+    for (size_t i = 0; i < sizeof square / sizeof square[0] && wanted("sgemm"); i++) {
       row_t r = bench_gemm(square[i], square[i], square[i]);
       if (square[i] == 1024) g1024 = r;
     }
     /* A transformer layer (BERT-base, sequence 128): QKV/out projections, the MLP. */
-    bench_gemm(128, 768, 768);
-    bench_gemm(128, 3072, 768);
-    bench_gemm(128, 768, 3072);
-    row_t c = bench_conv(56, 56, 64, 64);
-    bench_softmax(128, 4096);
-    goal("sgemm 1024, one thread, vs OpenBLAS", g1024.kiln[0] / g1024.base[0], 0.6);
-    goal("sgemm 1024, all cores, vs OpenBLAS", g1024.kiln[1] / g1024.base[1], 0.5);
-    goal("conv 3x3, all cores, vs im2col + OpenBLAS", c.kiln[1] / c.base[1], 0.8);
+    if (wanted("sgemm")) {
+      bench_gemm(128, 768, 768);
+      bench_gemm(128, 3072, 768);
+      bench_gemm(128, 768, 3072);
+    }
+    if (wanted("conv")) c = bench_conv(56, 56, 64, 64);
+    if (wanted("softmax")) bench_softmax(128, 4096);
+    if (g1024.base[0] > 0) {
+      goal("sgemm 1024, one thread, vs OpenBLAS", g1024.kiln[0] / g1024.base[0], 0.6);
+      goal("sgemm 1024, all cores, vs OpenBLAS", g1024.kiln[1] / g1024.base[1], 0.5);
+    }
+    if (c.base[1] > 0) goal("conv 3x3, all cores, vs im2col + OpenBLAS", c.kiln[1] / c.base[1], 0.8);
   }
   kiln_compiler_context_destroy(context);
   return 0;

@@ -262,6 +262,12 @@ static MlirWalkResult check_store(MlirOperation op, void *user) {
   intptr_t n = mlirOperationGetNumOperands(op);
   s->n++;
   if (n < 3 || !depends_on(mlirOperationGetOperand(op, n - 1), s->iv, s->scope, 0)) s->all_along = false;
+  /* A row too short to fill vectors (a reduction's single column) is better
+   * left to each invocation's own loop. */
+  MlirType t = mlirValueGetType(mlirOperationGetOperand(op, 1));
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  int64_t last = rank ? mlirShapedTypeGetDimSize(t, rank - 1) : 1;
+  if (!mlirShapedTypeIsDynamicSize(last) && last < 8) s->all_along = false;
   return MlirWalkResultAdvance;
 }
 
@@ -664,7 +670,7 @@ static void annotate(LLVMModuleRef ir, LLVMContextRef llvm, const kernel_sig_t *
     for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb)) {
       for (LLVMValueRef inst = LLVMGetFirstInstruction(bb); inst; inst = LLVMGetNextInstruction(inst)) {
         if (LLVMCanValueUseFastMathFlags(inst)) {
-          LLVMSetFastMathFlags(inst, LLVMGetFastMathFlags(inst) | LLVMFastMathAllowContract);
+          LLVMSetFastMathFlags(inst, LLVMGetFastMathFlags(inst) | LLVMFastMathAllowContract | LLVMFastMathAllowReassoc);
         }
       }
     }

@@ -1533,3 +1533,142 @@ kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
   *out_plan = plan;
   return NULL;
 }
+
+/* ---- parallel loops as rank 3 ---- */
+
+static MlirWalkResult collect_outer_parallel(MlirOperation op, void *user) {
+  if (!kiln_compiler_op_is(op, "scf.parallel")) return MlirWalkResultAdvance;
+  for (MlirOperation p = mlirOperationGetParentOperation(op); !mlirOperationIsNull(p);
+       p = mlirOperationGetParentOperation(p)) {
+    if (kiln_compiler_op_is(p, "scf.parallel") || kiln_compiler_op_is(p, "gpu.launch")) return MlirWalkResultAdvance;
+  }
+  kiln_compiler_ops_push(user, op);
+  return MlirWalkResultAdvance;
+}
+
+/* An scf.parallel of rank 3 over (lbs, ubs, steps), inserted before `before`,
+ * its body an empty block of three index arguments. */
+static MlirOperation parallel3(MlirContext ctx, MlirOperation before, const MlirValue lbs[3], const MlirValue ubs[3],
+                               const MlirValue steps[3]) {
+  MlirLocation loc = mlirOperationGetLocation(before);
+  MlirType index = mlirIndexTypeGet(ctx);
+  MlirType types[3] = {index, index, index};
+  MlirLocation locs[3] = {loc, loc, loc};
+  MlirRegion region = mlirRegionCreate();
+  mlirRegionAppendOwnedBlock(region, mlirBlockCreate(3, types, locs));
+  MlirValue operands[9];
+  for (int d = 0; d < 3; d++) operands[d] = lbs[d], operands[3 + d] = ubs[d], operands[6 + d] = steps[d];
+  int32_t segments[4] = {3, 3, 3, 0};
+  MlirNamedAttribute seg = kiln_compiler_named_attr(ctx, "operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 4, segments));
+  MlirOperationState st = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.parallel"), loc);
+  mlirOperationStateAddOperands(&st, 9, operands);
+  mlirOperationStateAddAttributes(&st, 1, &seg);
+  mlirOperationStateAddOwnedRegions(&st, 1, &region);
+  MlirOperation op = mlirOperationCreate(&st);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, op);
+  return op;
+}
+
+/* Moves every op of `from` (its terminator too when `with_terminator`) to the end
+ * of `to`, or before `before` when it is not null. */
+static void move_ops(MlirBlock from, MlirBlock to, MlirOperation before, bool with_terminator) {
+  for (MlirOperation op = mlirBlockGetFirstOperation(from); !mlirOperationIsNull(op);) {
+    MlirOperation next = mlirOperationGetNextInBlock(op);
+    if (!with_terminator && mlirOperationIsNull(next)) break;
+    mlirOperationRemoveFromParent(op);
+    if (mlirOperationIsNull(before)) {
+      mlirBlockAppendOwnedOperation(to, op);
+    } else {
+      mlirBlockInsertOwnedOperationBefore(to, before, op);
+    }
+    op = next;
+  }
+}
+
+static void reshape_parallel(MlirContext ctx, MlirOperation par) {
+  if (mlirOperationGetNumResults(par) != 0) return;
+  intptr_t rank = mlirOperationGetNumOperands(par) / 3;
+  if (mlirOperationGetNumOperands(par) != 3 * rank || (rank != 1 && rank != 2)) return;
+  MlirType index = mlirIndexTypeGet(ctx);
+  MlirValue zero = kiln_compiler_int_const_before(ctx, par, index, 0);
+  MlirValue one = kiln_compiler_int_const_before(ctx, par, index, 1);
+  MlirBlock body = region_block(par, 0);
+  if (rank == 2) {
+    MlirValue lbs[3] = {zero, mlirOperationGetOperand(par, 0), mlirOperationGetOperand(par, 1)};
+    MlirValue ubs[3] = {one, mlirOperationGetOperand(par, 2), mlirOperationGetOperand(par, 3)};
+    MlirValue steps[3] = {one, mlirOperationGetOperand(par, 4), mlirOperationGetOperand(par, 5)};
+    MlirOperation np = parallel3(ctx, par, lbs, ubs, steps);
+    MlirBlock nb = region_block(np, 0);
+    for (intptr_t d = 0; d < 2; d++) {
+      mlirValueReplaceAllUsesOfWith(mlirBlockGetArgument(body, d), mlirBlockGetArgument(nb, d + 1));
+    }
+    move_ops(body, nb, (MlirOperation){NULL}, true);
+    mlirOperationDestroy(par);
+    return;
+  }
+  int64_t lb, ub, step;
+  if (!kiln_compiler_int_constant_value(mlirOperationGetOperand(par, 0), &lb) ||
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(par, 1), &ub) ||
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(par, 2), &step) || step <= 0 || ub <= lb) {
+    return;
+  }
+  int64_t trips = (ub - lb + step - 1) / step, cols = 32, rows = (trips + cols - 1) / cols;
+  if (trips <= cols) return; /* one row: nothing to gain (a host loop's one-invocation wrapper) */
+  MlirValue lbs[3] = {zero, zero, zero};
+  MlirValue ubs[3] = {one, kiln_compiler_int_const_before(ctx, par, index, rows),
+                      kiln_compiler_int_const_before(ctx, par, index, cols)};
+  MlirValue steps[3] = {one, one, one};
+  MlirOperation np = parallel3(ctx, par, lbs, ubs, steps);
+  MlirBlock nb = region_block(np, 0);
+  /* The old index, lb + (a * 32 + b) * step, computed at the top of the body. */
+  MlirOperationState rs = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.reduce"), mlirOperationGetLocation(par));
+  MlirOperation term = mlirOperationCreate(&rs);
+  mlirBlockAppendOwnedOperation(nb, term);
+  MlirValue c32 = kiln_compiler_int_const_before(ctx, term, index, cols);
+  MlirValue a_b[2] = {mlirBlockGetArgument(nb, 1), c32};
+  MlirValue scaled = kiln_compiler_build_before("arith.muli", term, a_b, 2, index);
+  MlirValue lin_ops[2] = {scaled, mlirBlockGetArgument(nb, 2)};
+  MlirValue lin = kiln_compiler_build_before("arith.addi", term, lin_ops, 2, index);
+  MlirValue step_ops[2] = {lin, kiln_compiler_int_const_before(ctx, term, index, step)};
+  MlirValue strided = kiln_compiler_build_before("arith.muli", term, step_ops, 2, index);
+  MlirValue off_ops[2] = {strided, kiln_compiler_int_const_before(ctx, term, index, lb)};
+  MlirValue old_iv = kiln_compiler_build_before("arith.addi", term, off_ops, 2, index);
+  mlirValueReplaceAllUsesOfWith(mlirBlockGetArgument(body, 0), old_iv);
+  if (trips % cols == 0) {
+    move_ops(body, nb, term, false);
+  } else {
+    /* lin < trips, else this invocation does nothing. */
+    MlirValue cmp_ops[2] = {lin, kiln_compiler_int_const_before(ctx, term, index, trips)};
+    MlirOperationState cs = mlirOperationStateGet(mlirStringRefCreateFromCString("arith.cmpi"), mlirOperationGetLocation(par));
+    MlirNamedAttribute pred = kiln_compiler_named_attr(ctx, "predicate", mlirIntegerAttrGet(mlirIntegerTypeGet(ctx, 64), 6));
+    mlirOperationStateAddOperands(&cs, 2, cmp_ops);
+    MlirType i1 = mlirIntegerTypeGet(ctx, 1);
+    mlirOperationStateAddResults(&cs, 1, &i1);
+    mlirOperationStateAddAttributes(&cs, 1, &pred);
+    MlirOperation cmp = mlirOperationCreate(&cs);
+    mlirBlockInsertOwnedOperationBefore(nb, term, cmp);
+    MlirLocation loc = mlirOperationGetLocation(par);
+    MlirRegion then_region = mlirRegionCreate(), else_region = mlirRegionCreate();
+    MlirBlock then_block = mlirBlockCreate(0, NULL, NULL);
+    mlirRegionAppendOwnedBlock(then_region, then_block);
+    MlirOperationState ys = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.yield"), loc);
+    MlirOperation yield = mlirOperationCreate(&ys);
+    mlirBlockAppendOwnedOperation(then_block, yield);
+    MlirRegion regions[2] = {then_region, else_region};
+    MlirValue cond = mlirOperationGetResult(cmp, 0);
+    MlirOperationState is = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.if"), loc);
+    mlirOperationStateAddOperands(&is, 1, &cond);
+    mlirOperationStateAddOwnedRegions(&is, 2, regions);
+    MlirOperation guard = mlirOperationCreate(&is);
+    mlirBlockInsertOwnedOperationBefore(nb, term, guard);
+    move_ops(body, then_block, yield, false);
+  }
+  mlirOperationDestroy(par);
+}
+
+void kiln_compiler_parallel_loops_to_rank3(MlirContext context, MlirModule module) {
+  kiln_compiler_ops_t ops = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_outer_parallel, &ops, MlirWalkPreOrder);
+  for (size_t i = 0; i < ops.n; i++) reshape_parallel(context, ops.items[i]);
+  kiln_free(ops.items);
+}

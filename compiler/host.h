@@ -96,6 +96,16 @@ kiln_status_t kiln_compiler_dynamic_kernel_args(MlirContext context, MlirModule 
  * a workgroup tree reduction is kernel quality, issue 17.) */
 void kiln_compiler_host_loops_to_kernels(MlirContext context, MlirModule module);
 
+/* Parallel loops of rank 1 and 2 as rank 3, before the tiling (FRONT_TILE 1,4,32
+ * tiles the leading dimensions): a rank-2 loop gains a leading unit dimension,
+ * so its rows and columns get the 4x32 tile a batched op has (they got 1x4);
+ * a rank-1 loop of static bounds becomes (1, ceil(n/32), 32) with the index
+ * a*32 + b and a guard where 32 does not divide n, so a workgroup runs 128
+ * invocations (it ran 1, and a vector past 65,535 elements had too many
+ * workgroups to compile). Dynamic rank-1 loops, and those of 32 iterations or
+ * fewer, keep their form. */
+void kiln_compiler_parallel_loops_to_rank3(MlirContext context, MlirModule module);
+
 /* Reads the plan of every public host func.func of an outlined module: inputs,
  * results, buffers (arguments, constants from memref.global, allocations) and one
  * dispatch step per gpu.launch_func, numbered in walk (program) order, the numbering

@@ -188,6 +188,7 @@ static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule mod
   kiln_compiler_copies_to_kernels(context->mlir, module);
   KILN_RETURN_IF_ERROR(run_pipeline(context, module, to_loops_pipeline, name, "the front half"));
   kiln_compiler_host_loops_to_kernels(context->mlir, module);
+  kiln_compiler_parallel_loops_to_rank3(context->mlir, module);
   return run_pipeline(context, module, tile_pipeline, name, "the front half");
 }
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/time.h"
 
 /* IREE's executable library ABI (runtime/src/iree/hal/local/executable_library.h),
  * restated here from the header, independently of kiln's compiler, which lays
@@ -172,6 +173,7 @@ bool kiln_cpu_lib_dispatch(const kiln_cpu_lib_t *lib, uint32_t i, void *const *b
                          .constants = constants,
                          .binding_ptrs = bindings,
                          .binding_lengths = lengths};
+  int64_t t0 = kiln_time_monotonic_ns();
   atomic_uint_fast64_t next = 0;
   atomic_int failed = 0;
   worker_t w = {lib->lib->exports.ptrs[i], &ds, &next, (uint64_t)grid[0] * grid[1] * grid[2], &failed};
@@ -186,6 +188,11 @@ bool kiln_cpu_lib_dispatch(const kiln_cpu_lib_t *lib, uint32_t i, void *const *b
     if (started == 0) work(&w);
     for (unsigned t = 0; t < started; t++) pthread_join(ts[t], NULL);
     kiln_free(ts);
+  }
+  if (getenv("KILN_CPU_EXEC_PROFILE")) {
+    fprintf(stderr, "cpu_exec: %-40s %ux%ux%u workgroups of %ux%ux%u, %.3f ms\n", lib->lib->exports.names[i], grid[0],
+            grid[1], grid[2], a->workgroup_size_x, a->workgroup_size_y, a->workgroup_size_z,
+            (double)(kiln_time_monotonic_ns() - t0) / 1e6);
   }
   if (atomic_load(&failed)) {
     snprintf(err, err_cap, "export %u (%s): a workgroup returned %d", i, lib->lib->exports.names[i],

@@ -33,7 +33,8 @@ kiln_cpu_export_t kiln_cpu_lib_export(const kiln_cpu_lib_t *lib, uint32_t i);
 /* Calls export `i` for every workgroup of `grid`, the bindings and constants as
  * IREE's dispatch state carries them, on `threads` threads (1: in the caller, in
  * order z, y, x). False, with the reason, when a workgroup returns non-zero or
- * the counts disagree with the export's declaration. */
+ * the counts disagree with the export's declaration. With KILN_CPU_EXEC_PROFILE
+ * set, prints each dispatch's grid and time to stderr. */
 bool kiln_cpu_lib_dispatch(const kiln_cpu_lib_t *lib, uint32_t i, void *const *bindings, const size_t *lengths,
                            size_t n_bindings, const uint32_t *constants, size_t n_constants, const uint32_t grid[3],
                            unsigned threads, char *err, size_t err_cap);

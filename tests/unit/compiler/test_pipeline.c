@@ -410,10 +410,10 @@ static void test_refused_models(void **state) {
        "(tensor<2x32xf32>) -> (tensor<2x32xf6E3M2FN>, tensor<2x1xf8E8M0FNU>)\n"
        "  return %0#0, %0#1 : tensor<2x32xf6E3M2FN>, tensor<2x1xf8E8M0FNU>\n}\n",
        "m.mlir:2:10: tosa.cast_to_block_scaled to f6E3M2FN: kiln does not compile it yet"},
-      {"func.func @huge(%a: tensor<100000x100000xf32>) -> tensor<100000x100000xf32> {\n"
-       "  %0 = tosa.add %a, %a : (tensor<100000x100000xf32>, tensor<100000x100000xf32>) -> "
-       "tensor<100000x100000xf32>\n  return %0 : tensor<100000x100000xf32>\n}\n",
-       "needs 100000 workgroups along x"},
+      {"func.func @tall(%a: tensor<4000000x1xf32>) -> tensor<4000000x1xf32> {\n"
+       "  %0 = tosa.add %a, %a : (tensor<4000000x1xf32>, tensor<4000000x1xf32>) -> "
+       "tensor<4000000x1xf32>\n  return %0 : tensor<4000000x1xf32>\n}\n",
+       "needs 1000000 workgroups along y"},
   };
   const kiln_target_t *targets[2] = {target("sm_89"), target("arm5gen")};
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
@@ -428,6 +428,37 @@ static void test_refused_models(void **state) {
   }
 }
 
+
+/* A long vector runs as rows of 32: 100,000 elements in 3,125 workgroups of
+ * 1x4x32 invocations (one invocation per workgroup once capped vectors at 65,535
+ * elements); 100,001 adds a guarded row. */
+static void test_long_vector(void **state) {
+  static const struct {
+    int n;
+    uint32_t rows;
+  } cases[] = {{100000, 782}, {100001, 782}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "func.func @v(%%a: tensor<%dxf32>) -> tensor<%dxf32> {\n"
+             "  %%0 = tosa.add %%a, %%a : (tensor<%dxf32>, tensor<%dxf32>) -> tensor<%dxf32>\n"
+             "  return %%0 : tensor<%dxf32>\n}\n",
+             cases[c].n, cases[c].n, cases[c].n, cases[c].n, cases[c].n, cases[c].n);
+    const kiln_target_t *targets[2] = {target("sm_89"), target("x86_64")};
+    kiln_compiler_output_t out;
+    assert_null(kiln_compiler_compile(*state, text, strlen(text), "v.mlir", targets, 2, &out));
+    assert_null(out.plan_status);
+    const kiln_vmfb_step_t *step = &out.plan.functions[0].steps[0];
+    assert_int_equal(step->kind, KILN_VMFB_STEP_DISPATCH);
+    assert_int_equal(step->workgroups[0] * step->workgroups[1] * step->workgroups[2], cases[c].rows);
+    for (size_t t = 0; t < 2; t++) {
+      if (out.targets[t].status) fail_msg("%s", kiln_status_message(out.targets[t].status));
+      const uint32_t *b = out.targets[t].kernels[0].block_size;
+      assert_int_equal(b[0] * b[1] * b[2], 128);
+    }
+    kiln_compiler_output_deinit(&out);
+  }
+}
 
 /* Dynamic dimensions: the plan reads them from the input's buffer view and
  * computes the grid, the sizes and the result's shape from them; the kernels
@@ -622,6 +653,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_ptx),         cmocka_unit_test(test_hip_hsaco),
       cmocka_unit_test(test_vulkan_spirv),     cmocka_unit_test(test_bad_ir_has_diagnostics),
       cmocka_unit_test(test_cpu_library),
+      cmocka_unit_test(test_long_vector),
       cmocka_unit_test(test_metadata),
       cmocka_unit_test(test_copies_become_kernels),
       cmocka_unit_test(test_gpu_dialect_input),
