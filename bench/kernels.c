@@ -248,6 +248,20 @@ static void print_row(const char *name, const char *unit, const row_t *r, const 
          r->kiln[0] / r->base[0], r->kiln[1], r->base[1], r->kiln[1] / r->base[1], unit, baseline);
 }
 
+/* kiln's program and a baseline on one thread and on all, as `unit` per second
+ * (`work` units per call), printed as one row. */
+static row_t measure(const char *what, program_t *p, run_fn_t base, void *base_user, double work, double per_unit,
+                     const char *unit, const char *baseline) {
+  row_t r;
+  unsigned threads[2] = {1, all_threads};
+  for (int i = 0; i < 2; i++) {
+    r.kiln[i] = work / time_it(run_program, p, threads[i], runs_for(work * per_unit)) / 1e9;
+    r.base[i] = work / time_it(base, base_user, threads[i], runs_for(work * per_unit)) / 1e9;
+  }
+  print_row(what, unit, &r, baseline);
+  return r;
+}
+
 static row_t bench_gemm(int m, int n, int k) {
   gemm_t g = {m, n, k, kiln_malloc(sizeof(float) * m * k), kiln_malloc(sizeof(float) * k * n),
               kiln_malloc(sizeof(float) * m * n)};
@@ -264,14 +278,7 @@ static row_t bench_gemm(int m, int n, int k) {
   char what[64];
   snprintf(what, sizeof what, "sgemm %dx%dx%d", m, n, k);
   check(what, program_result(&p), g.c, (size_t)m * n, 1e-4);
-  double flops = 2.0 * m * n * k;
-  row_t r;
-  unsigned threads[2] = {1, all_threads};
-  for (int i = 0; i < 2; i++) {
-    r.kiln[i] = flops / time_it(run_program, &p, threads[i], runs_for(flops)) / 1e9;
-    r.base[i] = flops / time_it(run_blas, &g, threads[i], runs_for(flops)) / 1e9;
-  }
-  print_row(what, "GFLOP/s", &r, "OpenBLAS");
+  row_t r = measure(what, &p, run_blas, &g, 2.0 * m * n * k, 1, "GFLOP/s", "OpenBLAS");
   program_free(&p);
   kiln_free(g.a);
   kiln_free(g.b);
@@ -338,14 +345,7 @@ static row_t bench_conv(int h, int w, int c, int f) {
   char what[64];
   snprintf(what, sizeof what, "conv3x3 %dx%dx%d->%d", h, w, c, f);
   check(what, program_result(&p), v.out, (size_t)h * w * f, 1e-4);
-  double flops = 2.0 * h * w * f * 9 * c;
-  row_t r;
-  unsigned threads[2] = {1, all_threads};
-  for (int i = 0; i < 2; i++) {
-    r.kiln[i] = flops / time_it(run_program, &p, threads[i], runs_for(flops)) / 1e9;
-    r.base[i] = flops / time_it(run_im2col, &v, threads[i], runs_for(flops)) / 1e9;
-  }
-  print_row(what, "GFLOP/s", &r, "im2col+OpenBLAS");
+  row_t r = measure(what, &p, run_im2col, &v, 2.0 * h * w * f * 9 * c, 1, "GFLOP/s", "im2col+OpenBLAS");
   program_free(&p);
   kiln_free(v.in);
   kiln_free(v.wt);
@@ -402,14 +402,7 @@ static void bench_softmax(int rows, int cols) {
   char what[64];
   snprintf(what, sizeof what, "softmax %dx%d", rows, cols);
   check(what, program_result(&p), s.y, (size_t)rows * cols, 1e-5);
-  double n = (double)rows * cols;
-  row_t r;
-  unsigned threads[2] = {1, all_threads};
-  for (int i = 0; i < 2; i++) {
-    r.kiln[i] = n / time_it(run_program, &p, threads[i], runs_for(n * 20)) / 1e9;
-    r.base[i] = n / time_it(run_softmax_c, &s, 1, runs_for(n * 20)) / 1e9;
-  }
-  print_row(what, "Gelem/s", &r, "C -O3, 1 thread");
+  measure(what, &p, run_softmax_c, &s, (double)rows * cols, 20, "Gelem/s", "C -O3, 1 thread");
   program_free(&p);
   kiln_free(s.x);
   kiln_free(s.y);

@@ -180,27 +180,9 @@ static size_t uniform_nest(MlirOperation tz, MlirOperation stop, MlirOperation *
   return n;
 }
 
-typedef struct vmap_s {
-  MlirValue *from, *to;
-  size_t n;
-} vmap_t;
-
-static void vmap_put(vmap_t *m, MlirValue from, MlirValue to) {
-  m->from = kiln_realloc(m->from, (m->n + 1) * sizeof *m->from);
-  m->to = kiln_realloc(m->to, (m->n + 1) * sizeof *m->to);
-  m->from[m->n] = from;
-  m->to[m->n++] = to;
-}
-
-static bool vmap_find(const vmap_t *m, MlirValue v, MlirValue *out) {
-  for (size_t i = 0; i < m->n; i++) {
-    if (mlirValueEqual(m->from[i], v)) {
-      *out = m->to[i];
-      return true;
-    }
-  }
-  return false;
-}
+typedef kiln_compiler_vmap_t vmap_t;
+#define vmap_put kiln_compiler_vmap_put
+#define vmap_find kiln_compiler_vmap_find
 
 /* `v` as seen before `before`, outside `scope`: itself when defined outside,
  * else its (pure) defining ops cloned there. */
@@ -303,8 +285,7 @@ static bool sink_invocation_loop(MlirContext ctx, MlirOperation tz, MlirOperatio
     }
     mlirOperationDestroy(loops[i]);
   }
-  kiln_free(map.from);
-  kiln_free(map.to);
+  kiln_compiler_vmap_deinit(&map);
   return true;
 }
 
@@ -347,8 +328,7 @@ static bool unroll_fully(MlirContext ctx, MlirOperation loop, int64_t max_trip) 
         vmap_put(&map, mlirOperationGetResult(op, i), mlirOperationGetResult(clone, i));
       }
     }
-    kiln_free(map.from);
-    kiln_free(map.to);
+    kiln_compiler_vmap_deinit(&map);
   }
   mlirOperationDestroy(loop);
   return true;

@@ -389,24 +389,36 @@ static MlirWalkResult collect_f16_casts(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-/* A value map for cloning a helper's body: helper value -> value at the site. */
-typedef struct vmap_s {
-  MlirValue *from, *to;
-  size_t n;
-} vmap_t;
-
-static void vmap_put(vmap_t *m, MlirValue from, MlirValue to) {
+void kiln_compiler_vmap_put(kiln_compiler_vmap_t *m, MlirValue from, MlirValue to) {
   m->from = kiln_realloc(m->from, (m->n + 1) * sizeof *m->from);
   m->to = kiln_realloc(m->to, (m->n + 1) * sizeof *m->to);
   m->from[m->n] = from;
   m->to[m->n++] = to;
 }
 
-static MlirValue vmap_get(const vmap_t *m, MlirValue v) {
+bool kiln_compiler_vmap_find(const kiln_compiler_vmap_t *m, MlirValue v, MlirValue *out) {
   for (size_t i = 0; i < m->n; i++) {
-    if (mlirValueEqual(m->from[i], v)) return m->to[i];
+    if (mlirValueEqual(m->from[i], v)) {
+      *out = m->to[i];
+      return true;
+    }
   }
-  return v;
+  return false;
+}
+
+void kiln_compiler_vmap_deinit(kiln_compiler_vmap_t *m) {
+  kiln_free(m->from);
+  kiln_free(m->to);
+  memset(m, 0, sizeof *m);
+}
+
+typedef kiln_compiler_vmap_t vmap_t;
+#define vmap_put kiln_compiler_vmap_put
+
+static MlirValue vmap_get(const vmap_t *m, MlirValue v) {
+  MlirValue to = v;
+  kiln_compiler_vmap_find(m, v, &to);
+  return to;
 }
 
 /* Replaces `op` (N operands, one result) with a copy of the body of `helper`, a

@@ -22,6 +22,17 @@
 /* Whether op is named `name` ("memref.load"). */
 bool kiln_compiler_op_is(MlirOperation op, const char *name);
 
+/* A map of values for cloning code elsewhere: original -> its stand-in. */
+typedef struct kiln_compiler_vmap_s {
+  MlirValue *from, *to;
+  size_t n;
+} kiln_compiler_vmap_t;
+
+void kiln_compiler_vmap_put(kiln_compiler_vmap_t *m, MlirValue from, MlirValue to);
+/* The stand-in of `v` in *out; false (and *out untouched) when it has none. */
+bool kiln_compiler_vmap_find(const kiln_compiler_vmap_t *m, MlirValue v, MlirValue *out);
+void kiln_compiler_vmap_deinit(kiln_compiler_vmap_t *m);
+
 /* The value of an integer or index arith.constant; false for anything else. */
 bool kiln_compiler_int_constant_value(MlirValue v, int64_t *out);
 

@@ -37,7 +37,9 @@
  * workgroup shape. 4 x 32 = 128 invocations fits every target's limits. Tiles
  * have fixed bounds with an in-bounds guard inside (no-min-max-bounds), so a
  * dimension the tile does not divide (an 18-wide padded image) still gets a
- * static workgroup size, which the GPU conversion needs. */
+ * static workgroup size, which the GPU conversion needs. Loops of rank 1 and 2
+ * are made rank 3 first (kiln_compiler_parallel_loops_to_rank3), so they get
+ * the same 4x32 tile. */
 #define FRONT_TILE "1,4,32"
 
 /* The target-independent half, shared by every target (the host CPU too, so the
