@@ -695,6 +695,12 @@ static kiln_status_t emit(MlirModule module, const kiln_target_t *t, const kerne
     }
     LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, cpu);
     LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, no_builtins);
+    if (t->vector_bits) {
+      char bits[16];
+      snprintf(bits, sizeof bits, "%u", t->vector_bits);
+      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                              LLVMCreateStringAttribute(llvm, "prefer-vector-width", 19, bits, (unsigned)strlen(bits)));
+    }
   }
   LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
   LLVMErrorRef err = LLVMRunPasses(ir, "default<O3>", tm, options);

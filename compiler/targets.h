@@ -67,6 +67,9 @@ typedef struct kiln_target_s {
                                      ("Shader,Float16,..."); NULL otherwise */
   const char *spirv_extensions;   /* Vulkan only: likewise, its `exts` list */
   kiln_target_gpu_limits_t limits; /* GPU kinds only; all zero for CPU */
+  uint32_t vector_bits;            /* CPU only: the vector width kernels prefer (512 on
+                                      AVX-512 parts, where LLVM would pick 256); 0:
+                                      LLVM's choice for the chip */
 } kiln_target_t;
 
 /* Number of entries in the registry. Thread-safe. */

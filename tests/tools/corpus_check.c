@@ -848,14 +848,20 @@ done:
   return ok;
 }
 
-/* Whether this machine runs the target's code (the harness runs x86-64 CPUs). */
+/* Whether this machine runs the target's code: an x86-64 target whose ISA level
+ * this CPU has (x86-64-v3 for the portable x86_64, v4 for the AVX-512 parts), or
+ * an Arm64 one on Arm64. Anything else is compiled and linked only. */
 static bool runs_here(const kiln_target_t *t) {
+  if (t->kind != KILN_TARGET_KIND_CPU) return false;
 #if defined(__x86_64__)
-  return t->kind == KILN_TARGET_KIND_CPU && strncmp(t->llvm_triple, "x86_64-", 7) == 0;
+  if (strncmp(t->llvm_triple, "x86_64-", 7) != 0) return false;
+  __builtin_cpu_init();
+  if (strcmp(t->chip, "x86-64-v3") == 0) return __builtin_cpu_supports("x86-64-v3");
+  return __builtin_cpu_supports("x86-64-v4") && (strcmp(t->chip, "sapphirerapids") != 0 ||
+                                                  __builtin_cpu_supports("avx512fp16"));
 #elif defined(__aarch64__)
-  return t->kind == KILN_TARGET_KIND_CPU && strncmp(t->llvm_triple, "aarch64-", 8) == 0;
+  return strncmp(t->llvm_triple, "aarch64-", 8) == 0 && strcmp(t->chip, "generic") == 0;
 #else
-  (void)t;
   return false;
 #endif
 }
