@@ -11,6 +11,19 @@
 #include "compiler/identity.h"
 #include "compiler/vmfb/writer.h"
 
+/* iree-compile's --iree-llvmcpu-link-embedded=false (or =0) among the
+ * space-separated flags: a CPU executable for the system's loader. */
+static bool wants_system_elf(const char *flags) {
+  static const char flag[] = "--iree-llvmcpu-link-embedded=";
+  for (const char *p = flags; p && (p = strstr(p, flag)) != NULL; p += sizeof flag - 1) {
+    if (p != flags && p[-1] != ' ') continue;
+    const char *v = p + sizeof flag - 1;
+    size_t n = strcspn(v, " ");
+    if ((n == 5 && !strncmp(v, "false", 5)) || (n == 1 && v[0] == '0')) return true;
+  }
+  return false;
+}
+
 kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output, size_t index,
                                            const kiln_compiler_artifact_options_t *options,
                                            kiln_buf_t *out) {
@@ -64,13 +77,22 @@ kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output,
     }
     flag_at += ck->n_args;
   }
+  /* A CPU executable is one ELF either way: IREE's own loader reads it as
+   * embedded-elf-ARCH, the system's dlopen as system-elf-ARCH. */
+  char format_name[64];
+  snprintf(format_name, sizeof format_name, "%s", t->target->executable_format);
+  static const char embedded[] = "embedded-elf-";
+  if (format == KILN_VMFB_FORMAT_ELF && wants_system_elf(options->flags) &&
+      !strncmp(format_name, embedded, sizeof embedded - 1)) {
+    snprintf(format_name, sizeof format_name, "system-elf-%s", t->target->executable_format + sizeof embedded - 1);
+  }
   kiln_vmfb_executable_t exe = {.format = format,
                                 .kernels = kernels,
                                 .n_kernels = t->n_kernels,
                                 .modules = modules,
                                 .n_modules = n_modules,
                                 .subgroup_size = 0,
-                                .format_name = t->target->executable_format};
+                                .format_name = format_name};
   kiln_compiler_identity_t id;
   kiln_compiler_identity_get(&id);
   char compiler[160];

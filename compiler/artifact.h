@@ -18,13 +18,15 @@ typedef struct kiln_compiler_artifact_options_s {
   size_t source_len;
   bool embed_source;   /* carry the source (zstd) so the artifact can be recompiled alone */
   bool flat;           /* the flat layout instead of the polyglot zip */
-  const char *flags;   /* normalized compile flags for the provenance ("" when none) */
+  const char *flags;   /* normalized compile flags, space-separated, for the provenance ("" when
+                          none); --iree-llvmcpu-link-embedded=false selects system-elf */
 } kiln_compiler_artifact_options_t;
 
 /* Appends target `index` of `output` as a VMFB to `out`, with the module named
  * after the model's (first) function. FAILED_PRECONDITION when that target failed
  * or the model's host side could not be planned (output->plan_status, whose message
- * is included); UNIMPLEMENTED for the host CPU, which has no VMFB format in kiln.
+ * is included). A CPU target's executable is embedded-elf-ARCH, or system-elf-ARCH
+ * when the flags hold --iree-llvmcpu-link-embedded=false (the same ELF).
  * Deterministic: the same output and options give the same bytes. */
 kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output, size_t index,
                                            const kiln_compiler_artifact_options_t *options,

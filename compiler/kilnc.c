@@ -8,6 +8,7 @@
  *   --iree-cuda-target=sm_89  --iree-rocm-target=gfx950  --iree-vulkan-target=videocore_vii
  *   --iree-hal-local-target-device-backends=llvm-cpu  --iree-llvmcpu-target-cpu=znver4
  *   --iree-llvmcpu-target-triple=aarch64-unknown-linux-gnu (alone: that arch's baseline)
+ *   --iree-llvmcpu-link-embedded=false (CPU executables as system-elf-ARCH)
  * (3.12 removed --iree-hip-*; kilnc says which flag replaces it).
  *
  * Writes OUTDIR/<target>.vmfb for every GPU target (IREE 3.12 / HAL 0.7), the raw
@@ -49,7 +50,7 @@ static void usage(FILE *out) {
           "iree-compile spellings: --iree-hal-target-device=..., --iree-cuda-target=...,\n"
           "--iree-rocm-target=..., --iree-vulkan-target=...,\n"
           "--iree-hal-local-target-device-backends=llvm-cpu, --iree-llvmcpu-target-cpu=...,\n"
-          "--iree-llvmcpu-target-triple=...\n"
+          "--iree-llvmcpu-target-triple=..., --iree-llvmcpu-link-embedded=false\n"
           "exit status: 0 ok, 1 a target failed, 2 usage, 3 the model does not compile\n");
 }
 
@@ -109,6 +110,7 @@ int main(int argc, char **argv) {
   const kiln_target_t *targets[MAX_TARGETS];
   size_t n_targets = 0;
   const char *model = NULL, *outdir = ".", *device = NULL, *cpu = NULL, *triple = NULL;
+  bool system_elf = false; /* --iree-llvmcpu-link-embedded=false */
   bool embed_source = false, flat = false;
   long jobs = 0;
   for (int i = 1; i < argc; i++) {
@@ -169,10 +171,12 @@ int main(int argc, char **argv) {
     } else if (!strncmp(a, "--iree-llvmcpu-target-triple=", 29)) {
       triple = a + 29;
     } else if (!strncmp(a, "--iree-llvmcpu-link-embedded=", 29)) {
-      if (strcmp(a + 29, "true") != 0) {
-        fprintf(stderr, "kilnc: kiln writes embedded-elf CPU executables only (no system-elf yet)\n");
+      const char *v = a + 29;
+      if (strcmp(v, "true") && strcmp(v, "false") && strcmp(v, "1") && strcmp(v, "0")) {
+        fprintf(stderr, "kilnc: %s takes true or false\n", a);
         return EXIT_USAGE;
       }
+      system_elf = !strcmp(v, "false") || !strcmp(v, "0");
     } else if (!strncmp(a, "--iree-hip-", 11)) {
       fprintf(stderr, "kilnc: %s was removed in IREE 3.12; use --iree-rocm-target=CHIP\n", a);
       return EXIT_USAGE;
@@ -245,7 +249,7 @@ int main(int argc, char **argv) {
                                          .source_len = len,
                                          .embed_source = embed_source,
                                          .flat = flat,
-                                         .flags = ""};
+                                         .flags = system_elf ? "--iree-llvmcpu-link-embedded=false" : ""};
   /* iree-compile's form: `-o model.vmfb` with one target writes just that file. */
   size_t outlen = strlen(outdir);
   if (out.n_targets == 1 && outlen > 5 && !strcmp(outdir + outlen - 5, ".vmfb")) {

@@ -164,12 +164,12 @@ def input_flag(type_spec, values):
 @unittest.skipUnless(os.access(RUN_MODULE, os.X_OK),
                      "IREE's runtime tools are not built (see shared/docs/iree-runtime-check.md)")
 class IreeRuntimeTest(unittest.TestCase):
-    def compile(self, case, target, out_dir):
+    def compile(self, case, target, out_dir, *flags):
         src = os.path.join(out_dir, case["name"] + ".mlir")
         with open(src, "w") as f:
             f.write(case["text"])
         vmfb = os.path.join(out_dir, "%s.%s.vmfb" % (case["name"], target))
-        r = subprocess.run([KILNC, src, "--target", target, "-o", vmfb], capture_output=True,
+        r = subprocess.run([KILNC, src, "--target", target, *flags, "-o", vmfb], capture_output=True,
                            text=True, env=clean_env(), timeout=300)
         return vmfb if r.returncode == 0 else None, r.stderr.strip().splitlines()[:1]
 
@@ -180,6 +180,22 @@ class IreeRuntimeTest(unittest.TestCase):
     def test_cpu_corpus_on_local_drivers(self):
         targets = os.environ.get("KILN_IREE_CPU_TARGETS", ",".join(CPU_TARGETS)).split(",")
         self.run_corpus([(t, CPU_DEVICES) for t in targets], ",".join(CPU_DEVICES))
+
+    def test_cpu_system_elf(self):
+        """The whole-model cases as system-elf (the same ELF, loaded by dlopen in
+        IREE's system library loader) on local-sync."""
+        with tempfile.TemporaryDirectory() as out:
+            failed, passed = [], 0
+            for name, case in corpus_cases():
+                if name != "models.mlir":
+                    continue
+                ok, why = self.run_case(case, "x86_64", ("local-sync",), out,
+                                        "--iree-llvmcpu-link-embedded=false")
+                passed += ok
+                if not ok:
+                    failed.append("%s @%s: %s" % (name, case["name"], why))
+        print("system-elf-x86_64 on local-sync: %d passed, %d failed" % (passed, len(failed)), file=sys.stderr)
+        self.assertEqual(failed, [])
 
     def run_corpus(self, plan, label):
         passed, failed, xfailed = 0, [], 0
@@ -201,8 +217,8 @@ class IreeRuntimeTest(unittest.TestCase):
               % (label, passed, len(failed), xfailed), file=sys.stderr)
         self.assertEqual(failed, [])
 
-    def run_case(self, case, target, devices, out):
-        vmfb, err = self.compile(case, target, out)
+    def run_case(self, case, target, devices, out, *flags):
+        vmfb, err = self.compile(case, target, out, *flags)
         if not vmfb:
             return False, "kilnc: %s" % err
         for device in devices:

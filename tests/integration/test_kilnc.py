@@ -75,6 +75,15 @@ class KilncTest(unittest.TestCase):
                           "--iree-hal-local-target-device-backends=llvm-cpu", *flags, "-o", out)
                 self.assertEqual(r.returncode, 0, r.stderr)
                 self.assertTrue(os.path.exists(os.path.join(out, target + ".vmfb")), target)
+            # --iree-llvmcpu-link-embedded=false: the same ELF, for the system's loader.
+            vmfb = os.path.join(out, "system.vmfb")
+            r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-llvmcpu-target-cpu=x86-64-v3",
+                      "--iree-llvmcpu-link-embedded=false", "-o", vmfb)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(vmfb, "rb") as f:
+                data = f.read()
+            self.assertIn(b"system-elf-x86_64", data)
+            self.assertNotIn(b"embedded-elf-x86_64", data)
             r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-llvmcpu-target-triple=x86_64-linux-gnu",
                       "--iree-llvmcpu-target-cpu=cortex-a76", "-o", out)
             self.assertEqual(r.returncode, 2)

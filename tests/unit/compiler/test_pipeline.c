@@ -254,6 +254,22 @@ static void test_cpu_library(void **state) {
       n_relocs++;
     }
     assert_true(n_relocs > 0); /* the export tables point into the ELF */
+    /* The VMFB names the format IREE's loader matches: embedded-elf-ARCH, or
+     * system-elf-ARCH with iree-compile's --iree-llvmcpu-link-embedded=false. */
+    const char *arch = strstr(out.targets[0].target->executable_format, "elf-") + 4;
+    for (int system = 0; system < 2; system++) {
+      kiln_compiler_artifact_options_t ao = {
+          .source = mlp, .source_len = mlp_len, .flags = system ? "--iree-llvmcpu-link-embedded=false" : ""};
+      kiln_buf_t vmfb;
+      kiln_buf_init(&vmfb);
+      assert_null(kiln_compiler_artifact_write(&out, 0, &ao, &vmfb));
+      char want[64], other[64];
+      snprintf(want, sizeof want, "%s-elf-%s", system ? "system" : "embedded", arch);
+      snprintf(other, sizeof other, "%s-elf-%s", system ? "embedded" : "system", arch);
+      assert_non_null(memmem(vmfb.data, vmfb.len, want, strlen(want)));
+      assert_null(memmem(vmfb.data, vmfb.len, other, strlen(other)));
+      kiln_buf_deinit(&vmfb);
+    }
     kiln_compiler_output_deinit(&out);
   }
 }
