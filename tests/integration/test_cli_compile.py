@@ -335,6 +335,21 @@ class CompileTest(CliTestCase):
         self.assertRc(r, EXIT_FAILED)
         self.assertIn("but not sm_120", r.stdout)
 
+    def test_cpu_system_elf_flag(self):
+        # iree-compile's --iree-llvmcpu-link-embedded=false through kilnd: the same
+        # ELF as system-elf, a cache entry of its own beside the embedded one.
+        mlp = os.path.join(EXAMPLES, "mlp.mlir")
+        for flags, want, other in (((), b"embedded-elf-x86_64", b"system-elf-x86_64"),
+                                   (("--flag=--iree-llvmcpu-link-embedded=false",), b"system-elf-x86_64",
+                                    b"embedded-elf-x86_64")):
+            out = os.path.join(self.dir, "sys%d" % len(flags))
+            r = self.compile(mlp, ["x86_64"], out, *flags)
+            self.assertRc(r, EXIT_OK)
+            with open(os.path.join(out, "x86_64.vmfb"), "rb") as f:
+                data = f.read()
+            self.assertIn(want, data)
+            self.assertNotIn(other, data)
+
     def test_timeout_bounds_the_whole_compile(self):
         # A source no earlier test compiled, for many targets, with 50 ms: kilnd stops
         # the job at the Compile call's deadline (or admission itself runs out).

@@ -148,6 +148,59 @@ static void *work(void *user) {
   return NULL;
 }
 
+/* The threads that share a dispatch's workgroups with the caller, kept for the
+ * process's life as IREE's local-task keeps its pool (starting threads on every
+ * dispatch would cost small kernels more than their work). A job is offered to
+ * every pooled thread; `slots` of them take part. */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t go, done;
+  pthread_t *threads;
+  unsigned n;
+  uint64_t generation;
+  worker_t *job;
+  unsigned slots, busy;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, NULL, 0, 0};
+
+static void *pooled(void *unused) {
+  (void)unused;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&pool.mu);
+  for (;;) {
+    while (pool.generation == seen) pthread_cond_wait(&pool.go, &pool.mu);
+    seen = pool.generation;
+    if (!pool.slots) continue;
+    pool.slots--;
+    worker_t *job = pool.job;
+    pthread_mutex_unlock(&pool.mu);
+    work(job);
+    pthread_mutex_lock(&pool.mu);
+    if (--pool.busy == 0) pthread_cond_signal(&pool.done);
+  }
+  return NULL;
+}
+
+/* Runs `w` on the caller and up to `helpers` pooled threads (fewer if the pool cannot grow). */
+static void run_shared(worker_t *w, unsigned helpers) {
+  pthread_mutex_lock(&pool.mu);
+  while (pool.n < helpers) {
+    pool.threads = kiln_realloc(pool.threads, (pool.n + 1) * sizeof *pool.threads);
+    if (pthread_create(&pool.threads[pool.n], NULL, pooled, NULL) != 0) break;
+    pool.n++;
+  }
+  if (helpers > pool.n) helpers = pool.n;
+  pool.job = w;
+  pool.slots = pool.busy = helpers;
+  pool.generation++;
+  pthread_cond_broadcast(&pool.go);
+  pthread_mutex_unlock(&pool.mu);
+  work(w);
+  pthread_mutex_lock(&pool.mu);
+  while (pool.busy > 0) pthread_cond_wait(&pool.done, &pool.mu);
+  pool.slots = 0;
+  pthread_mutex_unlock(&pool.mu);
+}
+
 bool kiln_cpu_lib_dispatch(const kiln_cpu_lib_t *lib, uint32_t i, void *const *bindings, const size_t *lengths,
                            size_t n_bindings, const uint32_t *constants, size_t n_constants, const uint32_t grid[3],
                            unsigned threads, char *err, size_t err_cap) {
@@ -180,14 +233,7 @@ bool kiln_cpu_lib_dispatch(const kiln_cpu_lib_t *lib, uint32_t i, void *const *b
   if (threads <= 1) {
     work(&w);
   } else {
-    pthread_t *ts = kiln_calloc(threads, sizeof *ts);
-    unsigned started = 0;
-    for (; started < threads; started++) {
-      if (pthread_create(&ts[started], NULL, work, &w) != 0) break;
-    }
-    if (started == 0) work(&w);
-    for (unsigned t = 0; t < started; t++) pthread_join(ts[t], NULL);
-    kiln_free(ts);
+    run_shared(&w, threads - 1);
   }
   if (getenv("KILN_CPU_EXEC_PROFILE")) {
     fprintf(stderr, "cpu_exec: %-40s %ux%ux%u workgroups of %ux%ux%u, %.3f ms\n", lib->lib->exports.names[i], grid[0],
