@@ -13,7 +13,10 @@
  *     OpenBLAS's sgemm;
  *   softmax over rows of 4096 against a plain C loop (compiled -O3).
  * Every kiln result is compared with the baseline's (largest relative error) before
- * it is timed. Times are medians; GFLOP/s counts 2 flops per multiply-add. The peak
+ * it is timed. Beside them, the same kernels compiled naive (KILN_CPU_NAIVE: the
+ * GPUs' invocations in plain loops, without the CPU ordering, noalias and FMA
+ * contraction; the rank-3 tiling of the front half stays), one run
+ * each, for cases under 4 GFLOP a call. Times are medians; GFLOP/s counts 2 flops per multiply-add. The peak
  * printed is cores x FMA units (2 assumed) x vector lanes x 2 x the clock
  * /proc/cpuinfo reports: an estimate, for scale.
  *
@@ -95,9 +98,13 @@ typedef struct program_s {
   uint8_t **buffers; /* per plan buffer */
 } program_t;
 
-static void program_compile(program_t *p, const char *text) {
+/* Compiles `text`; with `naive`, as the kernels were before kiln ordered them for
+ * CPUs (KILN_CPU_NAIVE, read by the compiler in this process: jobs is 1). */
+static void program_compile(program_t *p, const char *text, bool naive) {
   memset(p, 0, sizeof *p);
+  if (naive) setenv("KILN_CPU_NAIVE", "1", 1);
   kiln_status_t st = kiln_compiler_compile(context, text, strlen(text), "bench.mlir", &target, 1, &p->out);
+  unsetenv("KILN_CPU_NAIVE");
   if (st) kiln_bench_die("kiln does not compile a bench case: %s", kiln_status_message(st));
   if (p->out.targets[0].status) {
     kiln_bench_die("kiln's %s back half failed: %s", target->id, kiln_status_message(p->out.targets[0].status));
@@ -239,27 +246,43 @@ static char *matmul_text(int m, int n, int k) {
 
 typedef struct row_s {
   double kiln[2], base[2]; /* GFLOP/s (or elements/ns) at 1 thread and at all */
+  double naive[2];         /* the same kernels unordered (0: not measured) */
 } row_t;
 
 static unsigned all_threads;
 
 static void print_row(const char *name, const char *unit, const row_t *r, const char *baseline) {
-  printf("%-26s %8.2f %8.2f  %6.2fx | %8.2f %8.2f  %6.2fx  (%s, %s)\n", name, r->kiln[0], r->base[0],
-         r->kiln[0] / r->base[0], r->kiln[1], r->base[1], r->kiln[1] / r->base[1], unit, baseline);
+  char naive[64] = "      -       -";
+  if (r->naive[0] > 0) snprintf(naive, sizeof naive, "%7.2f %7.2f", r->naive[0], r->naive[1]);
+  printf("%-26s %8.2f %8.2f  %6.2fx | %8.2f %8.2f  %6.2fx | %s  (%s, %s)\n", name, r->kiln[0], r->base[0],
+         r->kiln[0] / r->base[0], r->kiln[1], r->base[1], r->kiln[1] / r->base[1], naive, unit, baseline);
 }
 
 /* kiln's program and a baseline on one thread and on all, as `unit` per second
  * (`work` units per call), printed as one row. */
-static row_t measure(const char *what, program_t *p, run_fn_t base, void *base_user, double work, double per_unit,
-                     const char *unit, const char *baseline) {
+static row_t measure(const char *what, program_t *p, program_t *naive, run_fn_t base, void *base_user, double work,
+                     double per_unit, const char *unit, const char *baseline) {
   row_t r;
+  memset(&r, 0, sizeof r);
   unsigned threads[2] = {1, all_threads};
   for (int i = 0; i < 2; i++) {
     r.kiln[i] = work / time_it(run_program, p, threads[i], runs_for(work * per_unit)) / 1e9;
     r.base[i] = work / time_it(base, base_user, threads[i], runs_for(work * per_unit)) / 1e9;
+    /* One run: the naive kernels are slow. */
+    if (naive) r.naive[i] = work / time_it(run_program, naive, threads[i], 1) / 1e9;
   }
   print_row(what, unit, &r, baseline);
   return r;
+}
+
+/* The naive build of a case when it is small enough to time (below 4 GFLOP a
+ * call: sgemm 2048 would take a minute a run). */
+static program_t *naive_program(program_t *slot, const char *text, double flops, int n_inputs, const float *const *in,
+                                const size_t *lens) {
+  if (flops > 4e9) return NULL;
+  program_compile(slot, text, true);
+  for (int i = 0; i < n_inputs; i++) program_input(slot, (uint32_t)i, in[i], lens[i]);
+  return slot;
 }
 
 static row_t bench_gemm(int m, int n, int k) {
@@ -268,18 +291,22 @@ static row_t bench_gemm(int m, int n, int k) {
   fill(g.a, (size_t)m * k, 1);
   fill(g.b, (size_t)k * n, 2);
   char *text = matmul_text(m, n, k);
-  program_t p;
-  program_compile(&p, text);
-  kiln_free(text);
+  program_t p, nslot;
+  program_compile(&p, text, false);
   program_input(&p, 0, g.a, (size_t)m * k);
   program_input(&p, 1, g.b, (size_t)k * n);
+  const float *ins[2] = {g.a, g.b};
+  size_t lens[2] = {(size_t)m * k, (size_t)k * n};
+  program_t *naive = naive_program(&nslot, text, 2.0 * m * n * k, 2, ins, lens);
+  kiln_free(text);
   program_run(&p, all_threads);
   run_blas(&g, all_threads);
   char what[64];
   snprintf(what, sizeof what, "sgemm %dx%dx%d", m, n, k);
   check(what, program_result(&p), g.c, (size_t)m * n, 1e-4);
-  row_t r = measure(what, &p, run_blas, &g, 2.0 * m * n * k, 1, "GFLOP/s", "OpenBLAS");
+  row_t r = measure(what, &p, naive, run_blas, &g, 2.0 * m * n * k, 1, "GFLOP/s", "OpenBLAS");
   program_free(&p);
+  if (naive) program_free(naive);
   kiln_free(g.a);
   kiln_free(g.b);
   kiln_free(g.c);
@@ -335,18 +362,22 @@ static row_t bench_conv(int h, int w, int c, int f) {
                    "tensor<%dx3x3x%dxf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
                    "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
                    h, w, c, f, c, h, w, f, f, f, h, w, c, f, c, f, h, w, f, h, w, f);
-  program_t p;
-  program_compile(&p, t.data);
-  kiln_buf_deinit(&t);
+  program_t p, nslot;
+  program_compile(&p, t.data, false);
   program_input(&p, 0, v.in, (size_t)h * w * c);
   program_input(&p, 1, v.wt, (size_t)f * 9 * c);
+  const float *ins[2] = {v.in, v.wt};
+  size_t lens[2] = {(size_t)h * w * c, (size_t)f * 9 * c};
+  program_t *naive = naive_program(&nslot, t.data, 2.0 * h * w * f * 9 * c, 2, ins, lens);
+  kiln_buf_deinit(&t);
   program_run(&p, all_threads);
   run_im2col(&v, all_threads);
   char what[64];
   snprintf(what, sizeof what, "conv3x3 %dx%dx%d->%d", h, w, c, f);
   check(what, program_result(&p), v.out, (size_t)h * w * f, 1e-4);
-  row_t r = measure(what, &p, run_im2col, &v, 2.0 * h * w * f * 9 * c, 1, "GFLOP/s", "im2col+OpenBLAS");
+  row_t r = measure(what, &p, naive, run_im2col, &v, 2.0 * h * w * f * 9 * c, 1, "GFLOP/s", "im2col+OpenBLAS");
   program_free(&p);
+  if (naive) program_free(naive);
   kiln_free(v.in);
   kiln_free(v.wt);
   kiln_free(v.cols);
@@ -393,17 +424,21 @@ static void bench_softmax(int rows, int cols) {
                    "  return %%y : tensor<%dx%dxf32>\n}\n",
                    rows, cols, rows, cols, rows, cols, rows, rows, cols, rows, rows, cols, rows, cols, rows, cols,
                    rows, cols, rows, rows, rows, rows, cols, rows, rows, cols, rows, cols);
-  program_t p;
-  program_compile(&p, t.data);
-  kiln_buf_deinit(&t);
+  program_t p, nslot;
+  program_compile(&p, t.data, false);
   program_input(&p, 0, s.x, (size_t)rows * cols);
+  const float *ins[1] = {s.x};
+  size_t lens[1] = {(size_t)rows * cols};
+  program_t *naive = naive_program(&nslot, t.data, (double)rows * cols, 1, ins, lens);
+  kiln_buf_deinit(&t);
   program_run(&p, all_threads);
   run_softmax_c(&s, 1);
   char what[64];
   snprintf(what, sizeof what, "softmax %dx%d", rows, cols);
   check(what, program_result(&p), s.y, (size_t)rows * cols, 1e-5);
-  measure(what, &p, run_softmax_c, &s, (double)rows * cols, 20, "Gelem/s", "C -O3, 1 thread");
+  measure(what, &p, naive, run_softmax_c, &s, (double)rows * cols, 20, "Gelem/s", "C -O3, 1 thread");
   program_free(&p);
+  if (naive) program_free(naive);
   kiln_free(s.x);
   kiln_free(s.y);
 }
@@ -445,8 +480,9 @@ int main(int argc, char **argv) {
   printf("peak (estimate: 2 FMA units x %d lanes x 2 flops x clock): %.1f GFLOP/s per core, %.1f on all\n", lanes,
          2.0 * lanes * 2 * mhz / 1e3, 2.0 * lanes * 2 * mhz / 1e3 * all_threads);
   kiln_bench_print_load("GFLOP/s");
-  printf("%-26s %8s %8s  %7s | %8s %8s  %7s\n", "case", "kiln", "base", "ratio", "kiln", "base", "ratio");
-  printf("%-26s %-26s | %-26s\n", "", "   1 thread", "   all threads");
+  printf("%-26s %8s %8s  %7s | %8s %8s  %7s | %7s %7s\n", "case", "kiln", "base", "ratio", "kiln", "base", "ratio",
+         "naive", "naive");
+  printf("%-26s %-26s | %-26s | %s\n", "", "   1 thread", "   all threads", " 1 thread, all (kiln unordered)");
   if (quick) {
     bench_gemm(64, 64, 64);
     bench_conv(8, 8, 8, 8);

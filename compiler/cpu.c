@@ -103,6 +103,14 @@ static MlirWalkResult collect_gpu_ops(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
+/* KILN_CPU_NAIVE (a benchmark hook, never set in production): the kernels as
+ * the GPUs' invocations in plain loops, without the reordering, noalias or
+ * contraction below, so bench_kernels can show what they gain in one run. */
+static bool naive(void) {
+  const char *v = getenv("KILN_CPU_NAIVE");
+  return v && *v && strcmp(v, "0") != 0;
+}
+
 /* ---- the contiguous dimension inside the uniform loops ---- */
 
 /* An op that may run again and again with the same result and no effect: index
@@ -428,7 +436,7 @@ static kiln_status_t workgroup_function(MlirContext ctx, MlirOperation kernel, c
   }
   kiln_free(g.ids.items);
   kiln_free(sym);
-  if (!st) sink_thread_loops(ctx, loop[1], loop[2]);
+  if (!st && !naive()) sink_thread_loops(ctx, loop[1], loop[2]);
   return st;
 }
 
@@ -683,7 +691,7 @@ static kiln_status_t emit(MlirModule module, const kiln_target_t *t, const kerne
   LLVMSetModuleDataLayout(ir, layout);
   /* Everything but the query stays inside the ELF; no function may become a
    * call into a C library the loader does not have (memset, memcpy). */
-  annotate(ir, llvm, ks, noalias, n_kernels);
+  if (!naive()) annotate(ir, llvm, ks, noalias, n_kernels);
   LLVMAttributeRef cpu = LLVMCreateStringAttribute(llvm, "target-cpu", 10, t->chip, (unsigned)strlen(t->chip));
   LLVMAttributeRef no_builtins = LLVMCreateStringAttribute(llvm, "no-builtins", 11, "", 0);
   for (LLVMValueRef f = LLVMGetFirstFunction(ir); f; f = LLVMGetNextFunction(f)) {
