@@ -15,9 +15,9 @@
  * Every kiln result is compared with the baseline's (largest relative error) before
  * it is timed. Beside them, the same kernels compiled naive (KILN_CPU_NAIVE: the
  * GPUs' invocations in plain loops, without the CPU ordering, noalias and FMA
- * contraction; the rank-3 tiling of the front half stays), one run
- * each, for cases under 4 GFLOP a call. Times are medians; GFLOP/s counts 2 flops per multiply-add. The peak
- * printed is cores x FMA units (2 assumed) x vector lanes x 2 x the clock
+ * contraction; the rank-3 tiling of the front half stays), one run each, for
+ * cases under 4 GFLOP a call. Times are medians; GFLOP/s counts 2 flops per
+ * multiply-add. The peak printed is cores x FMA units (2 assumed) x vector lanes x 2 x the clock
  * /proc/cpuinfo reports: an estimate, for scale.
  *
  * Goals (issue 16), reported PASS/MISS, never asserted: sgemm 1024 >= 0.6x
