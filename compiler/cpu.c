@@ -565,23 +565,25 @@ static char *library_text(const kernel_sig_t *ks, size_t n, const char *library_
   kiln_buf_appendf(&t,
                    "  llvm.mlir.global internal constant @__kiln_export_attrs() {addr_space = 0 : i32} : "
                    "!llvm.array<%zu x " ATTRS_TYPE "> {\n    %%r0 = llvm.mlir.undef : !llvm.array<%zu x " ATTRS_TYPE
-                   ">\n    %%zero = llvm.mlir.zero : " ATTRS_TYPE "\n",
+                   ">\n",
                    n, n);
   for (size_t i = 0; i < n; i++) {
-    kiln_buf_appendf(&t,
-                     "    %%cc%zu = llvm.mlir.constant(%u : i8) : i8\n"
-                     "    %%bc%zu = llvm.mlir.constant(%u : i8) : i8\n"
-                     "    %%wx%zu = llvm.mlir.constant(%u : i32) : i32\n"
-                     "    %%wy%zu = llvm.mlir.constant(%u : i32) : i32\n"
-                     "    %%wz%zu = llvm.mlir.constant(%u : i16) : i16\n"
-                     "    %%a%zu_0 = llvm.insertvalue %%cc%zu, %%zero[2] : " ATTRS_TYPE "\n"
-                     "    %%a%zu_1 = llvm.insertvalue %%bc%zu, %%a%zu_0[3] : " ATTRS_TYPE "\n"
-                     "    %%a%zu_2 = llvm.insertvalue %%wx%zu, %%a%zu_1[4] : " ATTRS_TYPE "\n"
-                     "    %%a%zu_3 = llvm.insertvalue %%wy%zu, %%a%zu_2[5] : " ATTRS_TYPE "\n"
-                     "    %%a%zu_4 = llvm.insertvalue %%wz%zu, %%a%zu_3[6] : " ATTRS_TYPE "\n"
-                     "    %%r%zu = llvm.insertvalue %%a%zu_4, %%r%zu[%zu] : !llvm.array<%zu x " ATTRS_TYPE ">\n",
-                     i, ks[i].n_constants, i, ks[i].n_bindings, i, ks[i].block[0], i, ks[i].block[1], i,
-                     ks[i].block[2], i, i, i, i, i, i, i, i, i, i, i, i, i, i, i + 1, i, i, i, n);
+    /* The fields kiln sets (the rest stay zero): constant and binding counts,
+     * workgroup size. */
+    static const struct {
+      int index;
+      const char *type;
+    } fields[] = {{2, "i8"}, {3, "i8"}, {4, "i32"}, {5, "i32"}, {6, "i16"}};
+    const uint32_t values[] = {ks[i].n_constants, ks[i].n_bindings, ks[i].block[0], ks[i].block[1], ks[i].block[2]};
+    kiln_buf_appendf(&t, "    %%a%zu_0 = llvm.mlir.zero : " ATTRS_TYPE "\n", i);
+    for (int f = 0; f < 5; f++) {
+      kiln_buf_appendf(&t,
+                       "    %%v%zu_%d = llvm.mlir.constant(%u : %s) : %s\n"
+                       "    %%a%zu_%d = llvm.insertvalue %%v%zu_%d, %%a%zu_%d[%d] : " ATTRS_TYPE "\n",
+                       i, f, values[f], fields[f].type, fields[f].type, i, f + 1, i, f, i, f, fields[f].index);
+    }
+    kiln_buf_appendf(&t, "    %%r%zu = llvm.insertvalue %%a%zu_5, %%r%zu[%zu] : !llvm.array<%zu x " ATTRS_TYPE ">\n",
+                     i + 1, i, i, i, n);
   }
   kiln_buf_appendf(&t, "    llvm.return %%r%zu : !llvm.array<%zu x " ATTRS_TYPE ">\n  }\n", n, n);
   /* header */

@@ -980,17 +980,18 @@ static kiln_status_t cpu_run(void *user, MlirModule module, const char *pipeline
   return run_pipeline(r->context, module, pipeline, r->name, r->stage);
 }
 
-/* Whether the host plan binds kernel k's buffers so that none it writes overlaps
- * another binding of the same dispatch (a SELECT buffer counts as both of its
- * choices): then its pointers are noalias. Inputs are never written, and the
- * plan allocates whatever a kernel writes. */
-static bool bindings_disjoint(const kiln_vmfb_plan_t *plan, uint32_t kernel) {
-  for (size_t f = 0; f < plan->n_functions; f++) {
+/* Which kernels the host plan binds so that no buffer they write overlaps another
+ * binding of the same dispatch (a SELECT buffer counts as both of its choices):
+ * their pointers are noalias. Inputs are never written, and the plan allocates
+ * whatever a kernel writes. One pass over the plan's steps. */
+static void disjoint_kernels(const kiln_vmfb_plan_t *plan, bool *noalias, size_t n_kernels) {
+  for (size_t k = 0; k < n_kernels; k++) noalias[k] = plan != NULL;
+  for (size_t f = 0; plan && f < plan->n_functions; f++) {
     const kiln_vmfb_function_t *fn = &plan->functions[f];
     for (size_t s = 0; s < fn->n_steps; s++) {
       const kiln_vmfb_step_t *st = &fn->steps[s];
-      if (st->kind != KILN_VMFB_STEP_DISPATCH || st->kernel != kernel) continue;
-      for (size_t a = 0; a < st->n_bindings; a++) {
+      if (st->kind != KILN_VMFB_STEP_DISPATCH || st->kernel >= n_kernels) continue;
+      for (size_t a = 0; a < st->n_bindings && noalias[st->kernel]; a++) {
         for (size_t b = 0; b < st->n_bindings; b++) {
           const kiln_vmfb_binding_t *x = &st->bindings[a], *y = &st->bindings[b];
           if (a == b || x->read_only) continue;
@@ -1008,12 +1009,11 @@ static bool bindings_disjoint(const kiln_vmfb_plan_t *plan, uint32_t kernel) {
           /* The same buffer: apart only when both ranges are static and disjoint. */
           bool apart = !x->length_expr && !y->length_expr && x->length && y->length &&
                        (x->offset + x->length <= y->offset || y->offset + y->length <= x->offset);
-          if (same && !apart) return false;
+          if (same && !apart) noalias[st->kernel] = false;
         }
       }
     }
   }
-  return true;
 }
 
 static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, const launches_t *launches,
@@ -1037,8 +1037,8 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, cons
   for (size_t i = 0; i < launches->n; i++) {
     names[i] = launches->items[i].kernel_name;
     memcpy(blocks[i], launches->items[i].block, sizeof blocks[i]);
-    noalias[i] = plan && bindings_disjoint(plan, (uint32_t)i);
   }
+  disjoint_kernels(plan, noalias, launches->n);
   unsigned char *elf = NULL;
   size_t elf_len = 0;
   cpu_run_t r = {context, name, stage};

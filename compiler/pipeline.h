@@ -48,7 +48,8 @@ typedef struct kiln_compiler_kernel_s {
   char *name;             /* the kernel's symbol (entry point) */
   char *module_name;      /* the gpu.module it was outlined into */
   uint32_t block_size[3]; /* workgroup size x, y, z */
-  unsigned char *binary;  /* PTX text, HSACO ELF, SPIR-V words, or an x86-64 object;
+  unsigned char *binary;  /* PTX text, HSACO ELF, SPIR-V words, or a CPU executable
+                             library (an ELF shared object holding every kernel);
                              followed by a NUL byte not counted in binary_len */
   size_t binary_len;
   unsigned char *cubin;   /* CUDA only, when ptxas is installed: the PTX assembled
@@ -58,7 +59,7 @@ typedef struct kiln_compiler_kernel_s {
                               are borrowed from kernel same_as - 1 of the same target,
                               an earlier kernel of the same device module (a module of
                               N kernels is stored once, not N times) */
-  kiln_compiler_arg_t *args; /* GPU kernels: the arguments, in order */
+  kiln_compiler_arg_t *args; /* the kernel's arguments, in order */
   size_t n_args;
 } kiln_compiler_kernel_t;
 

@@ -108,14 +108,13 @@ static const char *const cortex_x925_aliases[] = {"gb10-cpu", "dgx-spark-cpu", N
   .executable_format = "vulkan-spirv-fb", .chip_flag = "iree-vulkan-target",               \
   .llvm_triple = NULL
 
-#define X86_FIELDS                                                                         \
+/* CPUs: IREE's arch name in the format ("arm_64", never "aarch64"). */
+#define CPU_FIELDS(arch, triple)                                                           \
   .kind = KILN_TARGET_KIND_CPU, .hal_device = "local", .hal_backend = "llvm-cpu",            \
-  .executable_format = "embedded-elf-x86_64", .chip_flag = "iree-llvmcpu-target-cpu",         \
-  .llvm_triple = "x86_64-unknown-linux-gnu"
-#define ARM64_FIELDS                                                                       \
-  .kind = KILN_TARGET_KIND_CPU, .hal_device = "local", .hal_backend = "llvm-cpu",            \
-  .executable_format = "embedded-elf-arm_64", .chip_flag = "iree-llvmcpu-target-cpu",         \
-  .llvm_triple = "aarch64-unknown-linux-gnu"
+  .executable_format = "embedded-elf-" arch, .chip_flag = "iree-llvmcpu-target-cpu",          \
+  .llvm_triple = triple
+#define X86_FIELDS CPU_FIELDS("x86_64", "x86_64-unknown-linux-gnu")
+#define ARM64_FIELDS CPU_FIELDS("arm_64", "aarch64-unknown-linux-gnu")
 
 /* KnownTargets.cpp: CDNA3 and CDNA4 are wave64 with 64 KiB and 160 KiB of LDS;
  * RDNA3/4 offer wave32 and wave64 and kiln plans for their native wave32. */
