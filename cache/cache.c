@@ -305,22 +305,22 @@ static bool remove_unless_in_use(kiln_cache_t *cache, kiln_index_t *index,
 }
 
 /* Stores bytes as a blob and registers the digest in the in-use set; the caller
- * removes it once its row is in. Retries when a concurrent eviction removed the
- * (already present, identical) blob between commit and registration. */
+ * removes it once its row is in. A concurrent eviction may remove the (already
+ * present, identical) blob between its commit and the registration; the second
+ * store then runs with the digest registered, which eviction respects, so it
+ * cannot lose the blob again. */
 static kiln_status_t put_blob(kiln_cache_t *cache, const kiln_digest_t *expected, const void *data,
                               size_t len, kiln_digest_t *out_digest, kiln_blob_check_t *out_check,
                               uint64_t *out_stored) {
-  for (int attempt = 0;; attempt++) {
-    KILN_RETURN_IF_ERROR(kiln_blobstore_put_expected(cache->blobs, data, len, expected, out_digest,
-                                                     out_check, out_stored));
-    in_use_add(cache, out_digest);
-    if (kiln_blobstore_contains(cache->blobs, out_digest, out_stored)) return NULL;
-    in_use_remove(cache, out_digest);
-    if (attempt == 3) {
-      return KILN_STATUS(KILN_STATUS_UNAVAILABLE,
-                         "blob kept disappearing while it was stored (concurrent eviction)");
-    }
-  }
+  KILN_RETURN_IF_ERROR(kiln_blobstore_put_expected(cache->blobs, data, len, expected, out_digest,
+                                                   out_check, out_stored));
+  in_use_add(cache, out_digest);
+  if (kiln_blobstore_contains(cache->blobs, out_digest, out_stored)) return NULL;
+  kiln_digest_t registered = *out_digest;
+  kiln_status_t st = kiln_blobstore_put_expected(cache->blobs, data, len, &registered, out_digest,
+                                                 out_check, out_stored);
+  if (st) in_use_remove(cache, &registered);
+  return st;
 }
 
 _Static_assert(KILN_INDEX_CHECK_BYTES == KILN_BLOB_CHECK_BYTES,
