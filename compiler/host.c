@@ -1546,27 +1546,36 @@ static MlirWalkResult collect_outer_parallel(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-/* An scf.parallel of rank 3 over (lbs, ubs, steps), inserted before `before`,
- * its body an empty block of three index arguments. */
-static MlirOperation parallel3(MlirContext ctx, MlirOperation before, const MlirValue lbs[3], const MlirValue ubs[3],
-                               const MlirValue steps[3]) {
+/* An scf.parallel of rank `rank` over (lbs, ubs, steps), inserted before
+ * `before`, its body an empty block of `rank` index arguments. */
+static MlirOperation parallel_n(MlirContext ctx, MlirOperation before, intptr_t rank, const MlirValue *lbs,
+                                const MlirValue *ubs, const MlirValue *steps) {
+  enum { MAX_RANK = 16 };
   MlirLocation loc = mlirOperationGetLocation(before);
-  MlirType index = mlirIndexTypeGet(ctx);
-  MlirType types[3] = {index, index, index};
-  MlirLocation locs[3] = {loc, loc, loc};
+  MlirType types[MAX_RANK];
+  MlirLocation locs[MAX_RANK];
+  MlirValue operands[3 * MAX_RANK];
+  for (intptr_t d = 0; d < rank; d++) {
+    types[d] = mlirIndexTypeGet(ctx);
+    locs[d] = loc;
+    operands[d] = lbs[d], operands[rank + d] = ubs[d], operands[2 * rank + d] = steps[d];
+  }
   MlirRegion region = mlirRegionCreate();
-  mlirRegionAppendOwnedBlock(region, mlirBlockCreate(3, types, locs));
-  MlirValue operands[9];
-  for (int d = 0; d < 3; d++) operands[d] = lbs[d], operands[3 + d] = ubs[d], operands[6 + d] = steps[d];
-  int32_t segments[4] = {3, 3, 3, 0};
+  mlirRegionAppendOwnedBlock(region, mlirBlockCreate(rank, types, locs));
+  int32_t segments[4] = {(int32_t)rank, (int32_t)rank, (int32_t)rank, 0};
   MlirNamedAttribute seg = kiln_compiler_named_attr(ctx, "operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 4, segments));
   MlirOperationState st = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.parallel"), loc);
-  mlirOperationStateAddOperands(&st, 9, operands);
+  mlirOperationStateAddOperands(&st, 3 * rank, operands);
   mlirOperationStateAddAttributes(&st, 1, &seg);
   mlirOperationStateAddOwnedRegions(&st, 1, &region);
   MlirOperation op = mlirOperationCreate(&st);
   mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, op);
   return op;
+}
+
+static MlirOperation parallel3(MlirContext ctx, MlirOperation before, const MlirValue lbs[3], const MlirValue ubs[3],
+                               const MlirValue steps[3]) {
+  return parallel_n(ctx, before, 3, lbs, ubs, steps);
 }
 
 /* Moves every op of `from` (its terminator too when `with_terminator`) to the end
@@ -1585,10 +1594,49 @@ static void move_ops(MlirBlock from, MlirBlock to, MlirOperation before, bool wi
   }
 }
 
+/* Whether dimension `d` of a parallel loop of rank `rank` runs exactly once
+ * from a constant bound. */
+static bool unit_dimension(MlirOperation par, intptr_t rank, intptr_t d) {
+  int64_t lb, ub, step;
+  return kiln_compiler_int_constant_value(mlirOperationGetOperand(par, d), &lb) &&
+         kiln_compiler_int_constant_value(mlirOperationGetOperand(par, rank + d), &ub) &&
+         kiln_compiler_int_constant_value(mlirOperationGetOperand(par, 2 * rank + d), &step) && step > 0 &&
+         ub > lb && ub - lb <= step;
+}
+
+/* A loop of rank above 3 without its leading dimensions of one iteration (a
+ * batch of 1), down to rank 3: the tile then falls on the dimensions that have
+ * work, the contiguous one last. */
+static void drop_leading_unit_dimensions(MlirOperation par, intptr_t rank) {
+  intptr_t drop = 0;
+  while (rank - drop > 3 && unit_dimension(par, rank, drop)) drop++;
+  if (drop == 0 || rank > 16) return;
+  MlirContext ctx = mlirOperationGetContext(par);
+  MlirValue lbs[16], ubs[16], steps[16];
+  for (intptr_t d = drop; d < rank; d++) {
+    lbs[d - drop] = mlirOperationGetOperand(par, d);
+    ubs[d - drop] = mlirOperationGetOperand(par, rank + d);
+    steps[d - drop] = mlirOperationGetOperand(par, 2 * rank + d);
+  }
+  MlirOperation np = parallel_n(ctx, par, rank - drop, lbs, ubs, steps);
+  MlirBlock body = region_block(par, 0), nb = region_block(np, 0);
+  for (intptr_t d = 0; d < rank; d++) {
+    MlirValue to = d < drop ? mlirOperationGetOperand(par, d) : mlirBlockGetArgument(nb, d - drop);
+    mlirValueReplaceAllUsesOfWith(mlirBlockGetArgument(body, d), to);
+  }
+  move_ops(body, nb, (MlirOperation){NULL}, true);
+  mlirOperationDestroy(par);
+}
+
 static void reshape_parallel(MlirContext ctx, MlirOperation par) {
   if (mlirOperationGetNumResults(par) != 0) return;
   intptr_t rank = mlirOperationGetNumOperands(par) / 3;
-  if (mlirOperationGetNumOperands(par) != 3 * rank || (rank != 1 && rank != 2)) return;
+  if (mlirOperationGetNumOperands(par) != 3 * rank) return;
+  if (rank > 3) {
+    drop_leading_unit_dimensions(par, rank);
+    return;
+  }
+  if (rank != 1 && rank != 2) return;
   MlirType index = mlirIndexTypeGet(ctx);
   MlirValue zero = kiln_compiler_int_const_before(ctx, par, index, 0);
   MlirValue one = kiln_compiler_int_const_before(ctx, par, index, 1);

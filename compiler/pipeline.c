@@ -14,6 +14,7 @@
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
 #include <mlir-c/Dialect/GPU.h>
+#include <mlir-c/Dialect/Transform/Interpreter.h>
 #include <mlir-c/ExecutionEngine.h>
 #include <mlir-c/Pass.h>
 #include <mlir-c/Target/LLVMIR.h>
@@ -171,6 +172,51 @@ static kiln_status_t run_pipeline(kiln_compiler_context_t *context, MlirModule m
   return status;
 }
 
+/* Convolutions with the filter's output channels last. TOSA's conv2d becomes
+ * linalg.conv_2d_nhwc_fhwc, whose filter holds a channel's taps together: an
+ * output element is then a dot product over the input channels, and a vector
+ * of them needs a horizontal sum per tap. Upstream's transpose_conv2d (the
+ * transform dialect) writes it as a linalg.transpose of the filter (a small
+ * kernel of its own) and linalg.conv_2d_nhwc_hwcf, whose output channels are
+ * contiguous in the filter as in the output: the innermost tile dimension, one
+ * vector FMA per input value on a CPU, coalesced across lanes on a GPU. */
+static const char conv_transform[] =
+    "module attributes {transform.with_named_sequence} {\n"
+    "  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {\n"
+    "    %convs = transform.structured.match ops{[\"linalg.conv_2d_nhwc_fhwc\"]} in %root\n"
+    "        : (!transform.any_op) -> !transform.any_op\n"
+    "    transform.foreach %convs : !transform.any_op {\n"
+    "    ^bb0(%conv: !transform.any_op):\n"
+    "      %t = transform.structured.transpose_conv2d %conv : (!transform.any_op) -> !transform.any_op\n"
+    "    }\n"
+    "    transform.yield\n"
+    "  }\n"
+    "}\n";
+
+static kiln_status_t conv_filters_last(kiln_compiler_context_t *context, MlirModule module, const char *name) {
+  kiln_diag_capture_t diags;
+  kiln_compiler_diag_attach(context, name, &diags);
+  kiln_status_t status = NULL;
+  MlirModule script = mlirModuleCreateParse(context->mlir, mlirStringRefCreateFromCString(conv_transform));
+  if (mlirModuleIsNull(script)) {
+    status = KILN_STATUS(KILN_STATUS_INTERNAL, "kiln's convolution transform does not parse:\n%s",
+                         diags.text.len ? diags.text.data : "(no diagnostic)");
+  } else {
+    MlirOperation root = mlirModuleGetOperation(script);
+    MlirOperation entry = mlirBlockGetFirstOperation(mlirModuleGetBody(script));
+    MlirTransformOptions options = mlirTransformOptionsCreate();
+    if (mlirLogicalResultIsFailure(
+            mlirTransformApplyNamedSequence(mlirModuleGetOperation(module), entry, root, options))) {
+      status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: the convolution transform failed:\n%s", diags.name,
+                           diags.text.len ? diags.text.data : "(no diagnostic)");
+    }
+    mlirTransformOptionsDestroy(options);
+    mlirModuleDestroy(script);
+  }
+  kiln_compiler_diag_detach(&diags);
+  return status;
+}
+
 /* The common half: bufferize, copies to kernels, loops and tiles. */
 static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule module,
                                 const char *name) {
@@ -179,6 +225,7 @@ static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule mod
   KILN_RETURN_IF_ERROR(kiln_compiler_tosa_block_scaled(context->mlir, module, name));
   kiln_compiler_arguments_read_only(context->mlir, module);
   KILN_RETURN_IF_ERROR(run_pipeline(context, module, linalg_pipeline, name, "the front half"));
+  KILN_RETURN_IF_ERROR(conv_filters_last(context, module, name));
   KILN_RETURN_IF_ERROR(kiln_compiler_index_to_arith(context->mlir, module, name));
   kiln_compiler_fusion_barriers_insert(context->mlir, module, FUSION_CHAIN_LIMIT);
   kiln_status_t st = run_pipeline(context, module, fuse_pipeline, name, "the front half");
