@@ -686,8 +686,14 @@ static kiln_status_t emit(MlirModule module, const kiln_target_t *t, const kerne
     LLVMContextDispose(llvm);
     return st;
   }
-  LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, t->llvm_triple, t->chip, "", LLVMCodeGenLevelAggressive,
-                                                    LLVMRelocPIC, LLVMCodeModelDefault);
+  LLVMTargetMachineOptionsRef tm_options = LLVMCreateTargetMachineOptions();
+  LLVMTargetMachineOptionsSetCPU(tm_options, t->chip);
+  if (t->cpu_features) LLVMTargetMachineOptionsSetFeatures(tm_options, t->cpu_features);
+  if (t->cpu_abi) LLVMTargetMachineOptionsSetABI(tm_options, t->cpu_abi);
+  LLVMTargetMachineOptionsSetCodeGenOptLevel(tm_options, LLVMCodeGenLevelAggressive);
+  LLVMTargetMachineOptionsSetRelocMode(tm_options, LLVMRelocPIC);
+  LLVMTargetMachineRef tm = LLVMCreateTargetMachineWithOptions(target, t->llvm_triple, tm_options);
+  LLVMDisposeTargetMachineOptions(tm_options);
   LLVMSetTarget(ir, t->llvm_triple);
   LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
   LLVMSetModuleDataLayout(ir, layout);
@@ -704,6 +710,11 @@ static kiln_status_t emit(MlirModule module, const kiln_target_t *t, const kerne
       LLVMSetLinkage(f, LLVMInternalLinkage);
     }
     LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, cpu);
+    if (t->cpu_features) {
+      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                              LLVMCreateStringAttribute(llvm, "target-features", 15, t->cpu_features,
+                                                        (unsigned)strlen(t->cpu_features)));
+    }
     LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, no_builtins);
     if (t->vector_bits) {
       char bits[16];

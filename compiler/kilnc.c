@@ -193,15 +193,22 @@ int main(int argc, char **argv) {
   /* iree-compile's CPU flags: the CPU names the target; a triple alone, its
    * architecture's baseline; both must agree. */
   if (cpu || triple) {
-    bool arm = triple && (!strncmp(triple, "aarch64", 7) || !strncmp(triple, "arm64", 5));
-    if (triple && !arm && strncmp(triple, "x86_64", 6) != 0) {
-      fprintf(stderr, "kilnc: kiln's CPU targets are x86_64 and aarch64, not triple '%s'\n", triple);
-      return EXIT_USAGE;
+    /* The triple's architecture, as kiln's baseline target of it is named. */
+    const char *arch = NULL;
+    if (triple) {
+      static const char *const arches[][2] = {{"x86_64", "x86_64"}, {"aarch64", "aarch64"},
+                                              {"arm64", "aarch64"}, {"riscv64", "riscv64"}};
+      for (size_t i = 0; i < sizeof arches / sizeof arches[0] && !arch; i++) {
+        if (!strncmp(triple, arches[i][0], strlen(arches[i][0]))) arch = arches[i][1];
+      }
+      if (!arch) {
+        fprintf(stderr, "kilnc: kiln's CPU targets are x86_64, aarch64 and riscv64, not triple '%s'\n", triple);
+        return EXIT_USAGE;
+      }
     }
-    const char *name = cpu ? cpu : arm ? "aarch64" : "x86_64";
+    const char *name = cpu ? cpu : arch ? arch : "x86_64";
     const kiln_target_t *t = kiln_compiler_target_find(name);
-    if (!t || t->kind != KILN_TARGET_KIND_CPU ||
-        (triple && strncmp(t->llvm_triple, arm ? "aarch64" : "x86_64", arm ? 7 : 6) != 0)) {
+    if (!t || t->kind != KILN_TARGET_KIND_CPU || (arch && strncmp(t->llvm_triple, arch, strlen(arch)) != 0)) {
       fprintf(stderr, "kilnc: --iree-llvmcpu-target-cpu=%s is not one of kiln's CPUs%s%s (kilnc --list-targets)\n",
               name, triple ? " for " : "", triple ? triple : "");
       return EXIT_USAGE;

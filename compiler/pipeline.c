@@ -139,9 +139,11 @@ static const char hip_kernel_lowering[] =
   EXPAND_MATH("tanh,sinh,cosh,asinh,acosh,atanh,fpowi,powf,exp2,round,ctlz") "))"
 #define CPU_KERNEL_MATH_HELPERS \
   "erf,cbrt,atan,atan2,asin,acos,log2,sin,cos,remf,log10,tan,erfc,exp,log,log1p,expm1"
-#define CPU_KERNEL_TYPES                                                                        \
-  "builtin.module(gpu.module(arith-emulate-unsupported-floats{source-types=bf16 "               \
-  "target-type=f32},arith-expand{include-bf16=true},canonicalize))"
+/* f16 too on a CPU without f16 conversions (f16_as_bits: RV64GC), as on a Vulkan
+ * profile without Float16; no canonicalize before kiln's f16 expansion. */
+#define CPU_KERNEL_TYPES(types)                                                                  \
+  "builtin.module(gpu.module(arith-emulate-unsupported-floats{source-types=" types " "          \
+  "target-type=f32},arith-expand{include-bf16=true}))"
 
 /* ---- pass pipelines ---- */
 
@@ -1070,14 +1072,20 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, cons
   char stage[64];
   snprintf(stage, sizeof stage, "code generation for %s", t->id);
   MlirModule module = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(front)));
+  unsigned as_bits = KILN_FLOATS_BF16 | (t->f16_as_bits ? KILN_FLOATS_F16 : 0u);
   out->status = prepare_small_types(context, module, t, name, stage);
   if (!out->status) {
-    kiln_compiler_kernels_floats_as_bits(context->mlir, module, KILN_FLOATS_BF16);
+    kiln_compiler_kernels_floats_as_bits(context->mlir, module, as_bits);
     out->status = run_pipeline(context, module, CPU_KERNEL_EXPAND, name, stage);
   }
   if (!out->status) out->status = kiln_compiler_kernels_expand_math(context->mlir, module, CPU_KERNEL_MATH_HELPERS);
-  if (!out->status) out->status = run_pipeline(context, module, CPU_KERNEL_TYPES, name, stage);
-  if (!out->status) out->status = kiln_compiler_kernels_check_floats(context->mlir, module, KILN_FLOATS_BF16, name, t->id);
+  if (!out->status) {
+    out->status = run_pipeline(context, module, t->f16_as_bits ? CPU_KERNEL_TYPES("bf16,f16") : CPU_KERNEL_TYPES("bf16"),
+                               name, stage);
+  }
+  if (!out->status && t->f16_as_bits) out->status = kiln_compiler_kernels_expand_f16(context->mlir, module);
+  if (!out->status) out->status = run_pipeline(context, module, "builtin.module(gpu.module(canonicalize))", name, stage);
+  if (!out->status) out->status = kiln_compiler_kernels_check_floats(context->mlir, module, as_bits, name, t->id);
   const char **names = kiln_calloc(launches->n ? launches->n : 1, sizeof *names);
   uint32_t(*blocks)[3] = kiln_calloc(launches->n ? launches->n : 1, sizeof *blocks);
   bool *noalias = kiln_calloc(launches->n ? launches->n : 1, sizeof *noalias);

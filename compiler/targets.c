@@ -92,6 +92,8 @@ static const char *const aarch64_aliases[] = {"arm64", "arm_64", "armv8-a", NULL
 static const char *const cortex_a76_aliases[] = {"rpi5-cpu", "raspberrypi5-cpu", "a76", NULL};
 static const char *const neoverse_v2_aliases[] = {"grace", "grace-cpu", NULL};
 static const char *const cortex_x925_aliases[] = {"gb10-cpu", "dgx-spark-cpu", NULL};
+static const char *const riscv64_aliases[] = {"riscv_64", "rv64gc", "generic-rv64", NULL};
+static const char *const spacemit_x60_aliases[] = {"spacemit-k1", "bpi-f3", NULL};
 
 /* ---- Per-kind constants ------------------------------------------------------ */
 
@@ -115,6 +117,9 @@ static const char *const cortex_x925_aliases[] = {"gb10-cpu", "dgx-spark-cpu", N
   .llvm_triple = triple
 #define X86_FIELDS CPU_FIELDS("x86_64", "x86_64-unknown-linux-gnu")
 #define ARM64_FIELDS CPU_FIELDS("arm_64", "aarch64-unknown-linux-gnu")
+/* RISC-V: the hardware-float ABI; LLVM's generic-rv64 has no extensions at all
+ * (its floats would be calls into a soft-float library the ELF does not have). */
+#define RISCV64_FIELDS CPU_FIELDS("riscv_64", "riscv64-unknown-linux-gnu"), .cpu_abi = "lp64d"
 
 /* KnownTargets.cpp: CDNA3 and CDNA4 are wave64 with 64 KiB and 160 KiB of LDS;
  * RDNA3/4 offer wave32 and wave64 and kiln plans for their native wave32. */
@@ -230,6 +235,11 @@ static const kiln_target_t targets[] = {
     {.id = "cortex-x925", ARM64_FIELDS, .chip = "cortex-x925",
      .description = "Arm Cortex-X925 (SVE2): the NVIDIA GB10's big cores (DGX Spark)",
      .aliases = cortex_x925_aliases},
+    {.id = "riscv64", RISCV64_FIELDS, .chip = "generic-rv64", .cpu_features = "+m,+a,+f,+d,+c", .f16_as_bits = true,
+     .description = "64-bit RISC-V CPU, the RV64GC baseline (no vector unit)", .aliases = riscv64_aliases},
+    {.id = "spacemit-x60", RISCV64_FIELDS, .chip = "spacemit-x60",
+     .description = "SpacemiT X60 (RVA22, vector 1.0, VLEN 256): SpacemiT K1, Banana Pi BPI-F3",
+     .aliases = spacemit_x60_aliases},
 };
 
 enum { TARGET_COUNT = sizeof targets / sizeof targets[0] };

@@ -12,6 +12,7 @@
 #ifndef KILN_COMPILER_TARGETS_H
 #define KILN_COMPILER_TARGETS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -70,6 +71,15 @@ typedef struct kiln_target_s {
   uint32_t vector_bits;            /* CPU only: the vector width kernels prefer (512 on
                                       AVX-512 parts, where LLVM would pick 256); 0:
                                       LLVM's choice for the chip */
+  const char *cpu_features;        /* CPU only: LLVM features beyond the chip's own
+                                      ("+m,+a,+f,+d,+c" for RISC-V's generic-rv64, which
+                                      has none); NULL: the chip's */
+  bool f16_as_bits;                /* CPU only: the chip cannot convert f16 (RV64GC has no
+                                      Zfhmin): f16 is kept as its bits and converted by
+                                      kiln's integer code, as on Vulkan without Float16 */
+  const char *cpu_abi;             /* CPU only: LLVM's ABI name where the triple's default
+                                      is not the one to use ("lp64d", hardware floats,
+                                      on RISC-V); NULL: the default */
 } kiln_target_t;
 
 /* Number of entries in the registry. Thread-safe. */

@@ -70,7 +70,8 @@ class KilncTest(unittest.TestCase):
             for flags, target in ((["--iree-llvmcpu-target-cpu=znver4"], "znver4"),
                                   (["--iree-llvmcpu-target-triple=aarch64-unknown-linux-gnu"], "aarch64"),
                                   (["--iree-llvmcpu-target-triple=aarch64-unknown-linux-gnu",
-                                    "--iree-llvmcpu-target-cpu=cortex-a76"], "cortex-a76")):
+                                    "--iree-llvmcpu-target-cpu=cortex-a76"], "cortex-a76"),
+                                  (["--iree-llvmcpu-target-triple=riscv64-unknown-linux-gnu"], "riscv64")):
                 r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "--iree-hal-target-device=local",
                           "--iree-hal-local-target-device-backends=llvm-cpu", *flags, "-o", out)
                 self.assertEqual(r.returncode, 0, r.stderr)

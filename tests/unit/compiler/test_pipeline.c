@@ -208,13 +208,16 @@ static void test_bad_ir_has_diagnostics(void **state) {
 
 /* A CPU beside a GPU target: the same kernels, in one ELF shared object that
  * IREE's embedded loader can load: ET_DYN for the machine, one exported symbol
- * (the library query), nothing imported, and only relative relocations (the x86-64
- * and AArch64 loaders apply few kinds). */
+ * (the library query), nothing imported, and only relative relocations (the x86-64,
+ * AArch64 and RISC-V loaders apply few kinds). */
 static void test_cpu_library(void **state) {
   static const struct {
-    const char *target, *machine, *relocation;
-  } cases[] = {{"x86_64", "Machine: EM_X86_64", "R_X86_64_RELATIVE"},
-               {"cortex-a76", "Machine: EM_AARCH64", "R_AARCH64_RELATIVE"}};
+    const char *target, *machine, *relocation, *header_flag;
+  } cases[] = {{"x86_64", "Machine: EM_X86_64", "R_X86_64_RELATIVE", NULL},
+               {"cortex-a76", "Machine: EM_AARCH64", "R_AARCH64_RELATIVE", NULL},
+               /* RISC-V: the hardware-float ABI, as IREE's riscv_64 runtime is built */
+               {"riscv64", "Machine: EM_RISCV", "R_RISCV_RELATIVE", "EF_RISCV_FLOAT_ABI_DOUBLE"},
+               {"spacemit-x60", "Machine: EM_RISCV", "R_RISCV_RELATIVE", "EF_RISCV_FLOAT_ABI_DOUBLE"}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const kiln_target_t *targets[] = {target(cases[c].target), target("sm_89")};
     kiln_compiler_output_t out;
@@ -233,6 +236,7 @@ static void test_cpu_library(void **state) {
                       lib->binary, lib->binary_len, output, sizeof output);
     if (rc != 0) fail_msg("llvm-readobj: %s", output);
     assert_non_null(strstr(output, cases[c].machine));
+    if (cases[c].header_flag) assert_non_null(strstr(output, cases[c].header_flag));
     assert_non_null(strstr(output, "Type: SharedObject"));
     assert_non_null(strstr(output, "Name: iree_hal_executable_library_query"));
     assert_null(strstr(output, "NEEDED"));
@@ -476,6 +480,29 @@ static void test_long_vector(void **state) {
   }
 }
 
+/* f16 on RV64GC, which cannot convert it: kept as bits and converted by kiln's
+ * integer code (as on Vulkan without Float16). Without it the library calls
+ * compiler-rt's __extendhfsf2, which an embedded ELF cannot import, and the link
+ * fails; Zfhmin chips (spacemit-x60) convert in hardware. */
+static void test_cpu_f16_without_hardware(void **state) {
+  static const char model[] =
+      "func.func @h(%a: tensor<7xf16>, %b: tensor<7xf32>) -> tensor<7xf16> {\n"
+      "  %s = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
+      "  %0 = tosa.cast %b : (tensor<7xf32>) -> tensor<7xf16>\n"
+      "  %1 = tosa.mul %a, %0, %s : (tensor<7xf16>, tensor<7xf16>, tensor<1xi8>) -> tensor<7xf16>\n"
+      "  return %1 : tensor<7xf16>\n}\n";
+  assert_true(target("riscv64")->f16_as_bits);
+  assert_false(target("spacemit-x60")->f16_as_bits);
+  const kiln_target_t *targets[2] = {target("riscv64"), target("spacemit-x60")};
+  kiln_compiler_output_t out;
+  assert_null(kiln_compiler_compile(*state, model, strlen(model), "h.mlir", targets, 2, &out));
+  for (size_t t = 0; t < 2; t++) {
+    if (out.targets[t].status) fail_msg("%s: %s", targets[t]->id, kiln_status_message(out.targets[t].status));
+    assert_true(out.targets[t].n_kernels > 0);
+  }
+  kiln_compiler_output_deinit(&out);
+}
+
 /* Dynamic dimensions: the plan reads them from the input's buffer view and
  * computes the grid, the sizes and the result's shape from them; the kernels
  * take flat buffers and read the sizes from the argument buffer (no scalars). */
@@ -670,6 +697,7 @@ int main(void) {
       cmocka_unit_test(test_vulkan_spirv),     cmocka_unit_test(test_bad_ir_has_diagnostics),
       cmocka_unit_test(test_cpu_library),
       cmocka_unit_test(test_long_vector),
+      cmocka_unit_test(test_cpu_f16_without_hardware),
       cmocka_unit_test(test_metadata),
       cmocka_unit_test(test_copies_become_kernels),
       cmocka_unit_test(test_gpu_dialect_input),

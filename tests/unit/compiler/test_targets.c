@@ -164,9 +164,13 @@ static void test_fields_consistent_with_kind(void **state) {
       assert_string_equal(t->hal_device, "local");
       assert_string_equal(t->hal_backend, "llvm-cpu");
       assert_true(starts_with(t->executable_format, "embedded-elf-"));
-      /* IREE's arch names: x86_64, arm_64 (never aarch64). */
+      /* IREE's arch names: x86_64, arm_64 (never aarch64), riscv_64. */
       assert_string_equal(t->executable_format + strlen("embedded-elf-"),
-                          starts_with(t->llvm_triple, "x86_64-") ? "x86_64" : "arm_64");
+                          starts_with(t->llvm_triple, "x86_64-")    ? "x86_64"
+                          : starts_with(t->llvm_triple, "riscv64-") ? "riscv_64"
+                                                                    : "arm_64");
+      /* RISC-V's floats are in hardware registers or nowhere (no soft-float library). */
+      if (starts_with(t->llvm_triple, "riscv64-")) assert_string_equal(t->cpu_abi, "lp64d");
       assert_string_equal(t->chip_flag, "iree-llvmcpu-target-cpu");
       assert_nonempty(t->llvm_triple);
       assert_int_equal(l->subgroup_size, 0);
