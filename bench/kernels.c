@@ -28,6 +28,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@
 #include "base/buf.h"
 #include "base/time.h"
 #include "bench/benchlib.h"
+#include "bench/gpu_code.h"
 #include "compiler/pipeline.h"
 #include "compiler/targets.h"
 #include "compiler/vmfb/plan.h"
@@ -443,6 +445,222 @@ static void bench_softmax(int rows, int cols) {
   kiln_free(s.y);
 }
 
+static bool wanted(const char *name);
+
+/* ---- GPU kernels, read from their code (issue 17) ---- */
+
+/* A TOSA text from a format and its arguments. */
+static char *text_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *text_of(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = kiln_buf_vsprintf(fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+static char *matmul_f16_text(int n) {
+  return text_of("func.func @mm(%%a: tensor<1x%dx%dxf16>, %%b: tensor<1x%dx%dxf16>) -> tensor<1x%dx%dxf32> {\n"
+                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf16>} : () -> tensor<1xf16>\n"
+                 "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dxf16>, tensor<1x%dx%dxf16>, "
+                 "tensor<1xf16>, tensor<1xf16>) -> tensor<1x%dx%dxf32>\n"
+                 "  return %%0 : tensor<1x%dx%dxf32>\n}\n",
+                 n, n, n, n, n, n, n, n, n, n, n, n, n, n);
+}
+
+/* A conv2d (k x k, same padding) or a depthwise one over 1 x hw x hw x c. */
+static char *conv_text(int hw, int c, int f, int k, bool depthwise) {
+  int pad = k / 2;
+  if (depthwise) {
+    return text_of("func.func @dw(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx%dx%dx1xf32>) -> tensor<1x%dx%dx%dxf32> {\n"
+                   "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
+                   "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+                   "  %%0 = tosa.depthwise_conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, "
+                   "pad = array<i64: %d, %d, %d, %d>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
+                   "tensor<%dx%dx%dx1xf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
+                   "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
+                   hw, hw, c, k, k, c, hw, hw, c, c, c, pad, pad, pad, pad, hw, hw, c, k, k, c, c, hw, hw, c, hw, hw,
+                   c);
+  }
+  return text_of("func.func @conv(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx%dx%dx%dxf32>) -> tensor<1x%dx%dx%dxf32> {\n"
+                 "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
+                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+                 "  %%0 = tosa.conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, "
+                 "pad = array<i64: %d, %d, %d, %d>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
+                 "tensor<%dx%dx%dx%dxf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
+                 "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
+                 hw, hw, c, f, k, k, c, hw, hw, f, f, f, pad, pad, pad, pad, hw, hw, c, f, k, k, c, f, hw, hw, f, hw,
+                 hw, f);
+}
+
+static char *softmax_rows_text(int rows, int cols) {
+  return text_of("func.func @softmax(%%x: tensor<%dx%dxf32>) -> tensor<%dx%dxf32> {\n"
+                 "  %%m = tosa.reduce_max %%x {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
+                 "  %%d = tosa.sub %%x, %%m : (tensor<%dx%dxf32>, tensor<%dx1xf32>) -> tensor<%dx%dxf32>\n"
+                 "  %%e = tosa.exp %%d : (tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
+                 "  %%s = tosa.reduce_sum %%e {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
+                 "  %%r = tosa.reciprocal %%s : (tensor<%dx1xf32>) -> tensor<%dx1xf32>\n"
+                 "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
+                 "  %%y = tosa.mul %%e, %%r, %%sh : (tensor<%dx%dxf32>, tensor<%dx1xf32>, tensor<1xi8>) -> "
+                 "tensor<%dx%dxf32>\n"
+                 "  return %%y : tensor<%dx%dxf32>\n}\n",
+                 rows, cols, rows, cols, rows, cols, rows, rows, cols, rows, rows, cols, rows, cols, rows, cols,
+                 rows, cols, rows, rows, rows, rows, cols, rows, rows, cols, rows, cols);
+}
+
+/* One attention head: softmax(Q K^T / sqrt(d)) V, K given transposed. */
+static char *attention_text(int s, int d) {
+  return text_of(
+      "func.func @attn(%%q: tensor<1x%dx%dxf32>, %%kt: tensor<1x%dx%dxf32>, %%v: tensor<1x%dx%dxf32>) -> "
+      "tensor<1x%dx%dxf32> {\n"
+      "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+      "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
+      "  %%scale = \"tosa.const\"() {values = dense<%g> : tensor<1x1x1xf32>} : () -> tensor<1x1x1xf32>\n"
+      "  %%qk = tosa.matmul %%q, %%kt, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, tensor<1xf32>, "
+      "tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
+      "  %%x = tosa.mul %%qk, %%scale, %%sh : (tensor<1x%dx%dxf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> "
+      "tensor<1x%dx%dxf32>\n"
+      "  %%m = tosa.reduce_max %%x {axis = 2 : i32} : (tensor<1x%dx%dxf32>) -> tensor<1x%dx1xf32>\n"
+      "  %%dd = tosa.sub %%x, %%m : (tensor<1x%dx%dxf32>, tensor<1x%dx1xf32>) -> tensor<1x%dx%dxf32>\n"
+      "  %%e = tosa.exp %%dd : (tensor<1x%dx%dxf32>) -> tensor<1x%dx%dxf32>\n"
+      "  %%sum = tosa.reduce_sum %%e {axis = 2 : i32} : (tensor<1x%dx%dxf32>) -> tensor<1x%dx1xf32>\n"
+      "  %%r = tosa.reciprocal %%sum : (tensor<1x%dx1xf32>) -> tensor<1x%dx1xf32>\n"
+      "  %%p = tosa.mul %%e, %%r, %%sh : (tensor<1x%dx%dxf32>, tensor<1x%dx1xf32>, tensor<1xi8>) -> "
+      "tensor<1x%dx%dxf32>\n"
+      "  %%o = tosa.matmul %%p, %%v, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, tensor<1xf32>, "
+      "tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
+      "  return %%o : tensor<1x%dx%dxf32>\n}\n",
+      s, d, d, s, s, d, s, d, 1.0 / sqrt((double)d), s, d, d, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, d, s, d, s, d);
+}
+
+typedef struct gpu_row_s {
+  bool ok;
+  kiln_gpu_code_stats_t code;
+  uint64_t workgroups;
+  uint32_t threads;
+  size_t kernels;
+} gpu_row_t;
+
+/* The hottest kernel of one target's output: the most multiply-adds in a loop
+ * (an elementwise kernel has none, so the contraction wins). */
+static gpu_row_t gpu_read(const kiln_compiler_output_t *out, size_t t) {
+  gpu_row_t row;
+  memset(&row, 0, sizeof row);
+  const kiln_compiler_target_output_t *to = &out->targets[t];
+  if (to->status || to->n_kernels == 0) return row;
+  row.kernels = to->n_kernels;
+  size_t best = 0;
+  for (size_t k = 0; k < to->n_kernels; k++) {
+    const kiln_compiler_kernel_t *kk = &to->kernels[k];
+    const kiln_compiler_kernel_t *owner = kk->same_as ? &to->kernels[kk->same_as - 1] : kk;
+    kiln_gpu_code_stats_t s;
+    kiln_status_t st = kiln_gpu_code_read(to->target, owner->binary, owner->binary_len, kk->name, &s);
+    if (st) kiln_bench_die("reading %s's %s: %s", to->target->id, kk->name, kiln_status_message(st));
+    if (!row.ok || s.loop_madds > row.code.loop_madds) {
+      row.ok = true;
+      row.code = s;
+      best = k;
+    }
+  }
+  const uint32_t *b = to->kernels[best].block_size;
+  row.threads = b[0] * b[1] * b[2];
+  for (size_t f = 0; f < out->plan.n_functions && !row.workgroups; f++) {
+    for (size_t i = 0; i < out->plan.functions[f].n_steps; i++) {
+      const kiln_vmfb_step_t *step = &out->plan.functions[f].steps[i];
+      if (step->kind == KILN_VMFB_STEP_DISPATCH && step->kernel == best) {
+        row.workgroups = (uint64_t)step->workgroups[0] * step->workgroups[1] * step->workgroups[2];
+        break;
+      }
+    }
+  }
+  return row;
+}
+
+static void gpu_goal(const char *what, bool pass, const char *detail) {
+  printf("goal: %-58s %-20s %s\n", what, detail, pass ? "PASS" : "MISS");
+}
+
+/* Compiles each case for the mission's three GPU kinds and prints what the
+ * code does; the issue's goals beside. */
+static void bench_gpu(void) {
+  static const char *const names[] = {"sm_89", "gfx950", "mali-g720"};
+  enum { N_GPU = sizeof names / sizeof names[0] };
+  const kiln_target_t *gpus[N_GPU];
+  for (size_t i = 0; i < N_GPU; i++) gpus[i] = kiln_compiler_target_find(names[i]);
+  struct {
+    char name[40];
+    char *text;
+  } cases[12];
+  size_t n = 0;
+#define GPU_CASE(label, make)                                             \
+  do {                                                                    \
+    snprintf(cases[n].name, sizeof cases[n].name, "%s", label);           \
+    cases[n++].text = (make);                                             \
+  } while (0)
+  if (quick) {
+    GPU_CASE("matmul 64 f32", matmul_text(64, 64, 64));
+    GPU_CASE("conv3x3 8x8x8->8", conv_text(8, 8, 8, 3, false));
+  } else {
+    GPU_CASE("matmul 512 f32", matmul_text(512, 512, 512));
+    GPU_CASE("matmul 1024 f32", matmul_text(1024, 1024, 1024));
+    GPU_CASE("matmul 4096 f32", matmul_text(4096, 4096, 4096));
+    GPU_CASE("matmul 1024 f16", matmul_f16_text(1024));
+    GPU_CASE("matmul 4096 f16", matmul_f16_text(4096));
+    GPU_CASE("conv3x3 56x56x64->64", conv_text(56, 64, 64, 3, false));
+    GPU_CASE("conv1x1 56x56x64->256", conv_text(56, 64, 256, 1, false));
+    GPU_CASE("depthwise3x3 56x56x64", conv_text(56, 64, 0, 3, true));
+    GPU_CASE("softmax 128x4096", softmax_rows_text(128, 4096));
+    GPU_CASE("attention s128 d64", attention_text(128, 64));
+  }
+#undef GPU_CASE
+  printf("\nGPU kernels, read from the code kiln emits (PTX; llvm-objdump of the AMDGPU code object; spirv-dis):\n"
+         "the hottest kernel's innermost loop, per invocation and iteration; ld = global loads, st = global\n"
+         "stores, madd = multiply-adds; registers and spills from ptxas -v (CUDA) or the kernel descriptor (AMD)\n");
+  printf("%-22s %-9s %4s %10s %6s %6s %7s %7s %5s %7s %6s %5s %6s\n", "case", "target", "kern", "workgroups",
+         "thr/wg", "madd", "ld/madd", "st/madd", "ldbit", "wg mem", "matrix", "regs", "spills");
+  for (size_t c = 0; c < n; c++) {
+    if (!wanted("gpu")) break;
+    kiln_compiler_output_t out;
+    kiln_status_t st = kiln_compiler_compile(context, cases[c].text, strlen(cases[c].text), "gpu.mlir", gpus, N_GPU,
+                                             &out);
+    if (st) kiln_bench_die("kiln does not compile %s: %s", cases[c].name, kiln_status_message(st));
+    for (size_t t = 0; t < N_GPU; t++) {
+      gpu_row_t r = gpu_read(&out, t);
+      if (!r.ok) {
+        printf("%-22s %-9s failed: %s\n", cases[c].name, gpus[t]->id,
+               out.targets[t].status ? kiln_status_message(out.targets[t].status) : "no kernels");
+        continue;
+      }
+      double madd = r.code.loop_madds;
+      char regs[16] = "-", spills[16] = "-";
+      if (r.code.registers >= 0) snprintf(regs, sizeof regs, "%d", r.code.registers);
+      if (r.code.spill_bytes >= 0) snprintf(spills, sizeof spills, "%d", r.code.spill_bytes);
+      printf("%-22s %-9s %4zu %10llu %6u %6.1f %7.3f %7.3f %5u %7u %6s %5s %6s\n", cases[c].name, gpus[t]->id,
+             r.kernels, (unsigned long long)r.workgroups, r.threads, madd,
+             madd > 0 ? r.code.loop_loads / madd : 0.0, madd > 0 ? r.code.loop_stores / madd : 0.0, r.code.load_bits,
+             r.code.shared_bytes, r.code.matrix ? "yes" : "no", regs, spills);
+      char what[96], detail[64];
+      if (!strcmp(cases[c].name, "matmul 1024 f32")) {
+        snprintf(what, sizeof what, "matmul 1024 f32, %s: <= 0.05 ld/madd, 128-bit, wg mem", gpus[t]->id);
+        snprintf(detail, sizeof detail, "%.3f, %u-bit, %u", madd > 0 ? r.code.loop_loads / madd : 99.0,
+                 r.code.load_bits, r.code.shared_bytes);
+        gpu_goal(what, madd > 0 && r.code.loop_loads / madd <= 0.05 && r.code.load_bits >= 128 &&
+                           r.code.shared_bytes > 0 && r.code.spill_bytes <= 0,
+                 detail);
+      } else if (!strcmp(cases[c].name, "matmul 1024 f16")) {
+        snprintf(what, sizeof what, "matmul 1024 f16, %s: matrix instructions", gpus[t]->id);
+        gpu_goal(what, r.code.matrix, r.code.matrix ? "yes" : "none");
+      } else if (!strcmp(cases[c].name, "conv3x3 56x56x64->64")) {
+        snprintf(what, sizeof what, "conv 3x3, %s: >= 64 workgroups", gpus[t]->id);
+        snprintf(detail, sizeof detail, "%llu", (unsigned long long)r.workgroups);
+        gpu_goal(what, r.workgroups >= 64, detail);
+      }
+    }
+    kiln_compiler_output_deinit(&out);
+  }
+  for (size_t c = 0; c < n; c++) kiln_free(cases[c].text);
+}
+
 /* KILN_BENCH_CASES=sgemm,softmax runs only the cases whose name holds one of them. */
 static bool wanted(const char *name) {
   const char *only = getenv("KILN_BENCH_CASES");
@@ -487,6 +705,7 @@ int main(int argc, char **argv) {
     bench_gemm(64, 64, 64);
     bench_conv(8, 8, 8, 8);
     bench_softmax(4, 256);
+    bench_gpu();
     printf("(quick: small shapes, one run each; goals need the full run)\n");
   } else {
     row_t g1024, c;
@@ -510,6 +729,7 @@ int main(int argc, char **argv) {
       goal("sgemm 1024, all cores, vs OpenBLAS", g1024.kiln[1] / g1024.base[1], 0.5);
     }
     if (c.base[1] > 0) goal("conv 3x3, all cores, vs im2col + OpenBLAS", c.kiln[1] / c.base[1], 0.8);
+    bench_gpu();
   }
   kiln_compiler_context_destroy(context);
   return 0;
