@@ -306,7 +306,7 @@ void kiln_gpu_code_read_amdgpu(const char *disassembly, const char *kernel, kiln
       if (amdgpu_global_load(op)) loads++;
       else if (starts_with(op, "global_store") || starts_with(op, "buffer_store") || starts_with(op, "flat_store")) stores++;
       else if (starts_with(op, "ds_read") || starts_with(op, "ds_load")) shared++;
-      else if (starts_with(op, "v_pk_fma") || starts_with(op, "v_dot2")) madds += 2;
+      else if (starts_with(op, "v_pk_fma") || starts_with(op, "v_pk_mul_f") || starts_with(op, "v_dot2")) madds += 2;
       else if (starts_with(op, "v_fma") || starts_with(op, "v_fmac") || starts_with(op, "v_mac") ||
                (starts_with(op, "v_mul_f") && !starts_with(op, "v_mul_f64"))) madds += 1;
       else if (starts_with(op, "v_mfma") || starts_with(op, "v_smfmac")) madds += axbxc(op) / 64; /* wave64 */

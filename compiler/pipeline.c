@@ -32,6 +32,7 @@
 #include "compiler/cpu.h"
 #include "compiler/host.h"
 #include "compiler/internal.h"
+#include "compiler/kernel_loops.h"
 #include "compiler/kernel_types.h"
 
 /* Tile sizes of the (up to) three outermost parallel loop dimensions: the
@@ -951,8 +952,44 @@ static kiln_status_t check_limits(const kiln_target_t *t, const launches_t *laun
   return NULL;
 }
 
+static void disjoint_kernels(const kiln_vmfb_plan_t *plan, bool *noalias, size_t n_kernels);
+
+typedef struct carry_s {
+  const launches_t *launches;
+  const bool *noalias; /* per launch: disjoint_kernels */
+} carry_t;
+
+static MlirWalkResult carry_accumulators(MlirOperation op, void *user) {
+  if (!kiln_compiler_op_is(op, "gpu.func")) return MlirWalkResultAdvance;
+  carry_t *c = user;
+  MlirAttribute module_sym =
+      mlirOperationGetAttributeByName(mlirOperationGetParentOperation(op), mlirStringRefCreateFromCString("sym_name"));
+  MlirAttribute func_sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
+  if (mlirAttributeIsNull(module_sym) || mlirAttributeIsNull(func_sym)) return MlirWalkResultSkip;
+  const launch_t *l = find_launch(c->launches, mlirStringAttrGetValue(module_sym), mlirStringAttrGetValue(func_sym));
+  bool distinct = l && c->noalias[l - c->launches->items];
+  kiln_compiler_kernel_accumulators_to_registers(op, distinct);
+  return MlirWalkResultSkip;
+}
+
+/* GPU kernels' loops (kernel_loops.h): accumulators carried in registers, with
+ * the plan's word on which kernels' arguments never alias; and, for the LLVM
+ * backends, multiplies and adds that may fuse into FMAs (SPIR-V lets the driver
+ * fuse unless told not to). */
+static void shape_gpu_loops(kiln_compiler_context_t *context, MlirModule module, const launches_t *launches,
+                            const kiln_vmfb_plan_t *plan, const kiln_target_t *t) {
+  bool *noalias = kiln_calloc(launches->n ? launches->n : 1, sizeof *noalias);
+  disjoint_kernels(plan, noalias, launches->n);
+  carry_t c = {launches, noalias};
+  mlirOperationWalk(mlirModuleGetOperation(module), carry_accumulators, &c, MlirWalkPreOrder);
+  kiln_free(noalias);
+  if (t->kind == KILN_TARGET_KIND_CUDA || t->kind == KILN_TARGET_KIND_HIP) {
+    kiln_compiler_kernels_allow_contraction(context->mlir, module);
+  }
+}
+
 static void compile_target(kiln_compiler_context_t *context, MlirModule front,
-                           const launches_t *launches, const char *name,
+                           const launches_t *launches, const kiln_vmfb_plan_t *plan, const char *name,
                            kiln_compiler_target_output_t *out) {
   int64_t t0 = kiln_time_monotonic_ns();
   kiln_buf_t pipeline;
@@ -984,6 +1021,9 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
                                                         "log10,tan,erfc");
       }
     }
+    /* After the small types became their bits: a carried value has the type
+     * the buffer holds. */
+    if (!out->status) shape_gpu_loops(context, module, launches, plan, out->target);
     if (!out->status) out->status = run_pipeline(context, module, pipeline.data, name, stage);
     if (!out->status && out->target->kind == KILN_TARGET_KIND_VULKAN) {
       out->status = spirv_serialize(context, module, out->target, name, stage);
@@ -1143,7 +1183,8 @@ static void compile_one(void *user, size_t index, kiln_compiler_target_output_t 
     const kiln_compiler_output_t *o = job->output;
     compile_cpu(job->context, job->gpu, job->launches, o->plan_status ? NULL : &o->plan, job->name, out);
   } else {
-    compile_target(job->context, job->gpu, job->launches, job->name, out);
+    const kiln_compiler_output_t *o = job->output;
+    compile_target(job->context, job->gpu, job->launches, o->plan_status ? NULL : &o->plan, job->name, out);
   }
 }
 
