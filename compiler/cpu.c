@@ -147,13 +147,13 @@ static bool depends_on(MlirValue v, MlirValue iv, MlirOperation scope, int depth
   return false;
 }
 
-/* The perfect nest of scf.for loops whose bounds do not depend on thread z,
- * under the tz loop: its body is pure ops then (at most one scf.if with no
+/* The perfect nest of scf.for loops whose bounds do not depend on thread x,
+ * under the tx loop: its body is pure ops then (at most one scf.if with no
  * results and no else, whose then-block is likewise) a loop, then the yield;
  * each loop's body again. Returns how many loops (0: the kernel keeps its form). */
-static size_t uniform_nest(MlirOperation tz, MlirOperation stop, MlirOperation *loops, size_t max) {
-  MlirValue iv = mlirBlockGetArgument(body_of(tz), 0);
-  MlirBlock block = body_of(tz);
+static size_t uniform_nest(MlirOperation tx, MlirOperation stop, MlirOperation *loops, size_t max) {
+  MlirValue iv = mlirBlockGetArgument(body_of(tx), 0);
+  MlirBlock block = body_of(tx);
   bool allow_if = true;
   size_t n = 0;
   while (n < max) {
@@ -180,7 +180,7 @@ static size_t uniform_nest(MlirOperation tz, MlirOperation stop, MlirOperation *
       break;
     }
     bool uniform = true;
-    for (intptr_t i = 0; i < 3 && uniform; i++) uniform = !depends_on(mlirOperationGetOperand(x, i), iv, tz, 0);
+    for (intptr_t i = 0; i < 3 && uniform; i++) uniform = !depends_on(mlirOperationGetOperand(x, i), iv, tx, 0);
     if (!uniform) break;
     loops[n++] = x;
     block = body_of(x);
@@ -229,13 +229,13 @@ static MlirOperation make_for(MlirContext ctx, MlirOperation before, MlirValue l
   return op;
 }
 
-/* Moves an invocation loop (thread z: the contiguous dimension of kiln's
+/* Moves an invocation loop (thread x: the contiguous dimension of kiln's
  * tiles) inside the perfect nest of loops every invocation runs alike (a
  * matmul's k, a reduction's axis), so LLVM's loop vectorizer sees the unit-stride
  * loop innermost, with the in-bounds guard as a mask:
- *   for tz { pure; if (in) { pure; for k { body } } }
+ *   for tx { pure; if (in) { pure; for k { body } } }
  * becomes
- *   for k { for tz { pure; if (in) { pure; body } } }
+ *   for k { for tx { pure; if (in) { pure; body } } }
  * Sound because the invocations of a kernel without barriers are independent and
  * the pure ops only compute (running them once per k changes nothing); each
  * invocation still runs its k iterations in order. */
@@ -269,20 +269,20 @@ static bool stores_along(MlirOperation loop) {
   return s.n > 0 && s.all_along;
 }
 
-static bool sink_invocation_loop(MlirContext ctx, MlirOperation tz, MlirOperation stop) {
+static bool sink_invocation_loop(MlirContext ctx, MlirOperation tx, MlirOperation stop) {
   MlirOperation loops[8];
-  size_t n = uniform_nest(tz, stop, loops, 8);
+  size_t n = uniform_nest(tx, stop, loops, 8);
   if (!n) return false;
   vmap_t map = {0};
-  MlirOperation before = tz, made[8];
+  MlirOperation before = tx, made[8];
   for (size_t i = 0; i < n; i++) {
     MlirValue b[3];
-    for (intptr_t k = 0; k < 3; k++) b[k] = hoisted(mlirOperationGetOperand(loops[i], k), tz, before, &map);
+    for (intptr_t k = 0; k < 3; k++) b[k] = hoisted(mlirOperationGetOperand(loops[i], k), tx, before, &map);
     made[i] = make_for(ctx, before, b[0], b[1], b[2]);
     vmap_put(&map, mlirBlockGetArgument(body_of(loops[i]), 0), mlirBlockGetArgument(body_of(made[i]), 0));
     before = mlirBlockGetTerminator(body_of(made[i]));
   }
-  mlirOperationMoveBefore(tz, before);
+  mlirOperationMoveBefore(tx, before);
   for (size_t i = n; i-- > 0;) {
     MlirBlock body = body_of(loops[i]);
     mlirValueReplaceAllUsesOfWith(mlirBlockGetArgument(body, 0), mlirBlockGetArgument(body_of(made[i]), 0));
@@ -346,13 +346,14 @@ static bool unroll_fully(MlirContext ctx, MlirOperation loop, int64_t max_trip) 
  * its filters, a loop inside every invocation, and stays as it is); then thread
  * y inside the same loops, unrolled, so the rows of a tile share each loaded
  * value of the other operand and keep their sums in registers. */
-static void sink_thread_loops(MlirContext ctx, MlirOperation ty, MlirOperation tz) {
-  if (!stores_along(tz) || !sink_invocation_loop(ctx, tz, (MlirOperation){NULL})) return;
-  if (sink_invocation_loop(ctx, ty, tz)) unroll_fully(ctx, ty, 8);
+static void sink_thread_loops(MlirContext ctx, MlirOperation ty, MlirOperation tx) {
+  if (!stores_along(tx) || !sink_invocation_loop(ctx, tx, (MlirOperation){NULL})) return;
+  if (sink_invocation_loop(ctx, ty, tx)) unroll_fully(ctx, ty, 8);
 }
 
 /* One gpu.func as func.func @name(args..., wid x y z, wcount x y z: index): its
- * body inside loops over the workgroup's invocations, thread x outermost. */
+ * body inside loops over the workgroup's invocations, thread z outermost and x,
+ * the contiguous dimension (host.h), innermost. */
 static kiln_status_t workgroup_function(MlirContext ctx, MlirOperation kernel, const uint32_t block[3],
                                         MlirBlock into, const char *name) {
   char *sym = symbol_of(kernel);
@@ -380,8 +381,8 @@ static kiln_status_t workgroup_function(MlirContext ctx, MlirOperation kernel, c
                    "  %%bx = arith.constant %u : index\n  %%by = arith.constant %u : index\n"
                    "  %%bz = arith.constant %u : index\n  %%c0 = arith.constant 0 : index\n"
                    "  %%c1 = arith.constant 1 : index\n"
-                   "  scf.for %%tx = %%c0 to %%bx step %%c1 {\n    scf.for %%ty = %%c0 to %%by step %%c1 {\n"
-                   "      scf.for %%tz = %%c0 to %%bz step %%c1 {\n      }\n    }\n  }\n  return\n}",
+                   "  scf.for %%tz = %%c0 to %%bz step %%c1 {\n    scf.for %%ty = %%c0 to %%by step %%c1 {\n"
+                   "      scf.for %%tx = %%c0 to %%bx step %%c1 {\n      }\n    }\n  }\n  return\n}",
                    block[0], block[1], block[2]);
   MlirOperation func = mlirOperationCreateParse(ctx, mlirStringRefCreate(t.data, t.len), sref("kiln-cpu"));
   kiln_buf_deinit(&t);
@@ -423,7 +424,7 @@ static kiln_status_t workgroup_function(MlirContext ctx, MlirOperation kernel, c
     }
     MlirValue v;
     if (kiln_compiler_op_is(op, "gpu.thread_id")) {
-      v = mlirBlockGetArgument(body_of(loop[d]), 0);
+      v = mlirBlockGetArgument(body_of(loop[2 - d]), 0); /* loop[0] is z, loop[2] x */
     } else if (kiln_compiler_op_is(op, "gpu.block_id")) {
       v = mlirBlockGetArgument(fbody, n_in + d);
     } else if (kiln_compiler_op_is(op, "gpu.grid_dim")) {

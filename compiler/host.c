@@ -1714,6 +1714,63 @@ static void reshape_parallel(MlirContext ctx, MlirOperation par) {
   mlirOperationDestroy(par);
 }
 
+/* ---- the contiguous dimension on x ---- */
+
+/* The mapping attribute of a loop of rank `rank` at `level` ("block" or
+ * "thread"): with `reversed` its last dimension on x, the one before on y, the one
+ * before that on z; else its first on x (what gpu-map-parallel-loops does). */
+static MlirAttribute loop_mapping(MlirContext ctx, const char *level, intptr_t rank, bool reversed) {
+  kiln_buf_t t;
+  kiln_buf_init(&t);
+  kiln_buf_append_char(&t, '[');
+  for (intptr_t d = 0; d < rank; d++) {
+    kiln_buf_appendf(&t, "%s#gpu.loop_dim_map<processor = %s_%c, map = (d0) -> (d0), bound = (d0) -> (d0)>",
+                     d ? ", " : "", level, "xyz"[reversed ? rank - 1 - d : d]);
+  }
+  kiln_buf_append_char(&t, ']');
+  MlirAttribute a = mlirAttributeParseGet(ctx, mlirStringRefCreate(t.data, t.len));
+  kiln_buf_deinit(&t);
+  return a;
+}
+
+static MlirWalkResult collect_tiled(MlirOperation op, void *user) {
+  if (!kiln_compiler_op_is(op, "scf.parallel")) return MlirWalkResultAdvance;
+  kiln_compiler_ops_push(user, op);
+  return MlirWalkResultSkip; /* its tile loop is mapped with it */
+}
+
+void kiln_compiler_map_contiguous_to_x(MlirContext context, MlirModule module) {
+  kiln_compiler_ops_t ops = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_tiled, &ops, MlirWalkPreOrder);
+  for (size_t i = 0; i < ops.n; i++) {
+    MlirOperation grid = ops.items[i];
+    intptr_t rank = mlirOperationGetNumOperands(grid) / 3;
+    if (mlirOperationGetNumResults(grid) != 0 || mlirOperationGetNumOperands(grid) != 3 * rank || rank < 1 ||
+        rank > 3) {
+      continue;
+    }
+    /* The tile: the one scf.parallel directly in the grid loop's body. */
+    MlirOperation tile = {NULL};
+    int n_tiles = 0;
+    for (MlirOperation op = mlirBlockGetFirstOperation(region_block(grid, 0)); !mlirOperationIsNull(op);
+         op = mlirOperationGetNextInBlock(op)) {
+      if (kiln_compiler_op_is(op, "scf.parallel")) tile = op, n_tiles++;
+    }
+    bool tile_ok = n_tiles == 1 && mlirOperationGetNumResults(tile) == 0 &&
+                   mlirOperationGetNumOperands(tile) == 3 * rank;
+    if (n_tiles > 1 || (n_tiles == 1 && !tile_ok)) continue;
+    /* The grid keeps the pass's order: a CPU runs workgroups x fastest, and
+     * along the first dimensions (a matmul's rows) neighbours share the
+     * columns of B they read (along the last, sgemm 1024 lost a third). */
+    MlirAttribute g = loop_mapping(context, "block", rank, false);
+    MlirAttribute t = loop_mapping(context, "thread", rank, true);
+    if (mlirAttributeIsNull(g) || mlirAttributeIsNull(t)) continue;
+    mlirOperationSetDiscardableAttributeByName(grid, mlirStringRefCreateFromCString("mapping"), g);
+    if (n_tiles == 1) mlirOperationSetDiscardableAttributeByName(tile, mlirStringRefCreateFromCString("mapping"), t);
+  }
+  kiln_free(ops.items);
+}
+
 void kiln_compiler_parallel_loops_to_rank3(MlirContext context, MlirModule module) {
   kiln_compiler_ops_t ops = {0};
   mlirOperationWalk(mlirModuleGetOperation(module), collect_outer_parallel, &ops, MlirWalkPreOrder);

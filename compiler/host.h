@@ -106,6 +106,17 @@ void kiln_compiler_host_loops_to_kernels(MlirContext context, MlirModule module)
  * fewer, keep their form. */
 void kiln_compiler_parallel_loops_to_rank3(MlirContext context, MlirModule module);
 
+/* The contiguous dimension on x. gpu-map-parallel-loops puts a loop's first
+ * dimension on x and its third on z, so kiln's 1x4x32 tile ran its contiguous
+ * dimension (the last) along thread z: a warp read 4 rows of 8 elements, and a
+ * convolution's neighbouring lanes read pixels 256 bytes apart. Each tiled
+ * parallel loop of rank 1 to 3 is mapped here instead, before the pass (which
+ * leaves mapped loops alone): its tile loop's last dimension on thread x, so a
+ * warp's lanes run along the contiguous dimension and the workgroup is 32x4x1;
+ * the grid as the pass maps it. Loops above rank 3 keep the pass's mapping. CPU workgroups nest their invocation
+ * loops z, y, x, so x stays innermost there (cpu.c). */
+void kiln_compiler_map_contiguous_to_x(MlirContext context, MlirModule module);
+
 /* Reads the plan of every public host func.func of an outlined module: inputs,
  * results, buffers (arguments, constants from memref.global, allocations) and one
  * dispatch step per gpu.launch_func, numbered in walk (program) order, the numbering

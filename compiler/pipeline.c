@@ -1282,6 +1282,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   if (!status && any_gpu) {
     gpu = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(common)));
     if (!pre_outlined) {
+      kiln_compiler_map_contiguous_to_x(context->mlir, gpu);
       status = run_pipeline(context, gpu, gpu_front_pipeline, name, "the GPU front half");
     }
     if (!status) status = kiln_compiler_dynamic_kernel_args(context->mlir, gpu, name);
