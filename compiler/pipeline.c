@@ -41,7 +41,8 @@
  * dimension the tile does not divide (an 18-wide padded image) still gets a
  * static workgroup size, which the GPU conversion needs. Loops of rank 1 and 2
  * are made rank 3 first (kiln_compiler_parallel_loops_to_rank3), so they get
- * the same 4x32 tile. */
+ * the same 4x32 tile; its 32 run along thread x (kiln_compiler_map_contiguous_to_x):
+ * workgroups of 32x4x1. */
 #define FRONT_TILE "1,4,32"
 
 /* The target-independent half, shared by every target (the host CPU too, so the
@@ -309,7 +310,7 @@ static MlirWalkResult collect_launch(MlirOperation op, void *user) {
         launches->refused = KILN_STATUS(
             KILN_STATUS_UNIMPLEMENTED,
             "kernel %.*s needs %lld workgroups along %c; kiln plans at most %d per dimension (its "
-            "workgroups are fixed tiles of 1x4x32 invocations): the tensor is too large for kiln's "
+            "workgroups are fixed tiles of 128 invocations): the tensor is too large for kiln's "
             "tiling",
             (int)kname.length, kname.data, (long long)grid, "xyz"[i], MAX_GRID);
       }
