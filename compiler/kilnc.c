@@ -9,6 +9,12 @@
  *   --iree-hal-local-target-device-backends=llvm-cpu  --iree-llvmcpu-target-cpu=znver4
  *   --iree-llvmcpu-target-triple=aarch64-unknown-linux-gnu (alone: that arch's baseline)
  *   --iree-llvmcpu-link-embedded=false (CPU executables as system-elf-ARCH)
+ *   --iree-hal-target-backends=cuda|rocm|vulkan-spirv|llvm-cpu (the legacy spelling)
+ *   --iree-input-type=auto|none|tosa, --output-format=vm-bytecode
+ *   flags that tune what iree-compile emits but change nothing in kiln's output
+ *   (--iree-opt-level=O2, ...): accepted with a warning; other --iree-* flags are
+ *   refused by name, so a script never gets output it did not ask for
+ *   MODEL "-" reads stdin; "-o -" (one target) writes the VMFB to stdout
  * (3.12 removed --iree-hip-*; kilnc says which flag replaces it).
  *
  * Writes OUTDIR/<target>.vmfb for every GPU target (IREE 3.12 / HAL 0.7), the raw
@@ -50,8 +56,44 @@ static void usage(FILE *out) {
           "iree-compile spellings: --iree-hal-target-device=..., --iree-cuda-target=...,\n"
           "--iree-rocm-target=..., --iree-vulkan-target=...,\n"
           "--iree-hal-local-target-device-backends=llvm-cpu, --iree-llvmcpu-target-cpu=...,\n"
-          "--iree-llvmcpu-target-triple=..., --iree-llvmcpu-link-embedded=false\n"
+          "--iree-llvmcpu-target-triple=..., --iree-llvmcpu-link-embedded=false,\n"
+          "--iree-hal-target-backends=... (legacy), --iree-input-type=auto|none|tosa,\n"
+          "--output-format=vm-bytecode; flags that change nothing in kiln's output\n"
+          "(--iree-opt-level=..., ...) are accepted with a warning, other --iree-* flags refused\n"
+          "MODEL - reads the model from stdin; -o - writes the one target's VMFB to stdout\n"
           "exit status: 0 ok, 1 a target failed, 2 usage, 3 the model does not compile\n");
+}
+
+/* iree-compile flags that tune IREE's own pipeline: kiln's output is the same
+ * with or without them, so a CI line that passes them keeps working. */
+static const char *const no_effect_flags[] = {
+    "--iree-opt-level=",
+    "--iree-hal-executable-debug-level=",
+    "--iree-opt-const-eval=",
+    "--iree-opt-data-tiling=",
+    "--iree-dispatch-creation-enable-aggressive-fusion=",
+    "--iree-global-opt-propagate-transposes=",
+    "--iree-opt-aggressively-propagate-transposes=",
+    "--iree-vm-target-index-bits=",
+    "--iree-stream-resource-max-allocation-size=",
+    "--iree-hal-dump-executable-files-to=",
+    "--iree-hal-dump-executable-sources-to=",
+    "--iree-hal-dump-executable-binaries-to=",
+    "--iree-vm-bytecode-module-strip-source-map=",
+    "--iree-vm-emit-polyglot-zip=",
+    "--mlir-disable-threading",
+    "--mlir-print-debuginfo",
+    "--mlir-print-op-on-diagnostic=",
+    "--mlir-elide-elementsattrs-if-larger=",
+};
+
+static bool no_effect(const char *flag) {
+  for (size_t i = 0; i < sizeof no_effect_flags / sizeof no_effect_flags[0]; i++) {
+    const char *f = no_effect_flags[i];
+    size_t n = strlen(f);
+    if (f[n - 1] == '=' ? !strncmp(flag, f, n) : !strcmp(flag, f)) return true;
+  }
+  return false;
 }
 
 static const char *extension(const kiln_target_t *t) {
@@ -86,10 +128,19 @@ static int add_targets(const char *list, const kiln_target_t **targets, size_t *
   return 0;
 }
 
+/* The model from `path`, or from stdin when `path` is "-". */
 static char *read_file(const char *path, size_t *out_len) {
   kiln_buf_t buf;
   kiln_buf_init(&buf);
-  if (kiln_buf_append_file(&buf, path) != 0) {
+  if (!strcmp(path, "-")) {
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0) kiln_buf_append(&buf, chunk, n);
+    if (ferror(stdin)) {
+      kiln_buf_deinit(&buf);
+      return NULL;
+    }
+  } else if (kiln_buf_append_file(&buf, path) != 0) {
     kiln_buf_deinit(&buf);
     return NULL;
   }
@@ -99,17 +150,20 @@ static char *read_file(const char *path, size_t *out_len) {
   return text;
 }
 
+/* Writes `path`, or stdout when it is "-". */
 static int write_file(const char *path, const void *data, size_t len) {
-  FILE *f = fopen(path, "wb");
+  bool out = !strcmp(path, "-");
+  FILE *f = out ? stdout : fopen(path, "wb");
   if (!f) return -1;
   size_t n = fwrite(data, 1, len, f);
-  return (fclose(f) == 0 && n == len) ? 0 : -1;
+  return ((out ? fflush(f) : fclose(f)) == 0 && n == len) ? 0 : -1;
 }
 
 int main(int argc, char **argv) {
   const kiln_target_t *targets[MAX_TARGETS];
   size_t n_targets = 0;
-  const char *model = NULL, *outdir = ".", *device = NULL, *cpu = NULL, *triple = NULL;
+  const char *model = NULL, *outdir = ".", *device = NULL, *cpu = NULL, *triple = NULL, *backend = NULL,
+             *backend_flag = NULL;
   bool system_elf = false; /* --iree-llvmcpu-link-embedded=false */
   bool embed_source = false, flat = false;
   long jobs = 0;
@@ -180,6 +234,44 @@ int main(int argc, char **argv) {
     } else if (!strncmp(a, "--iree-hip-", 11)) {
       fprintf(stderr, "kilnc: %s was removed in IREE 3.12; use --iree-rocm-target=CHIP\n", a);
       return EXIT_USAGE;
+    } else if (!strncmp(a, "--iree-hal-target-backends=", 27)) {
+      /* The legacy spelling: a backend, its chip named by the backend's flag. */
+      static const char *const backends[][2] = {
+          {"cuda", "cuda"}, {"rocm", "hip"}, {"vulkan-spirv", "vulkan"}, {"vulkan", "vulkan"}, {"llvm-cpu", "local"}};
+      backend = NULL;
+      backend_flag = a + 27;
+      for (size_t b = 0; b < sizeof backends / sizeof backends[0] && !backend; b++) {
+        if (!strcmp(a + 27, backends[b][0])) backend = backends[b][1];
+      }
+      if (!backend) {
+        fprintf(stderr, "kilnc: kiln's backends are cuda, rocm, vulkan-spirv and llvm-cpu, not '%s'\n", a + 27);
+        return EXIT_USAGE;
+      }
+    } else if (!strncmp(a, "--iree-input-type=", 18)) {
+      const char *v = a + 18;
+      if (strcmp(v, "auto") && strcmp(v, "none") && strcmp(v, "tosa")) {
+        fprintf(stderr,
+                "kilnc: --iree-input-type=%s needs IREE's importer; kiln reads TOSA and upstream MLIR "
+                "dialects (auto, none, tosa)\n",
+                v);
+        return EXIT_USAGE;
+      }
+    } else if (!strncmp(a, "--output-format=", 16)) {
+      if (strcmp(a + 16, "vm-bytecode") != 0) {
+        fprintf(stderr, "kilnc: kiln writes vm-bytecode VMFBs, not --output-format=%s\n", a + 16);
+        return EXIT_USAGE;
+      }
+    } else if (no_effect(a)) {
+      fprintf(stderr, "kilnc: warning: %s changes nothing in kiln's output; ignored\n", a);
+    } else if (!strncmp(a, "--iree-", 7) || !strncmp(a, "--mlir-", 7) || !strncmp(a, "--compile-", 10)) {
+      const char *eq = strchr(a, '=');
+      fprintf(stderr,
+              "kilnc: %.*s is an iree-compile flag kiln does not implement (it would change what "
+              "iree-compile emits); remove it or see kilnc --help\n",
+              eq ? (int)(eq - a) : (int)strlen(a), a);
+      return EXIT_USAGE;
+    } else if (!strcmp(a, "-") && !model) {
+      model = a;
     } else if (a[0] == '-') {
       fprintf(stderr, "kilnc: unknown flag '%s' (see kilnc --help)\n", a);
       return EXIT_USAGE;
@@ -219,15 +311,38 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kilnc: --embed-source needs the zip layout; drop --flat\n");
     return EXIT_USAGE;
   }
+  if (backend && device && strcmp(backend, device) != 0) {
+    fprintf(stderr, "kilnc: --iree-hal-target-backends names a %s backend, --iree-hal-target-device=%s another\n",
+            backend, device);
+    return EXIT_USAGE;
+  }
+  if (backend && !strcmp(backend, "local") && n_targets == 0 && add_targets("x86_64", targets, &n_targets)) {
+    return EXIT_USAGE; /* llvm-cpu alone: the portable x86-64 target, as a triple alone gives its baseline */
+  }
+  if (backend && n_targets == 0) {
+    fprintf(stderr, "kilnc: --iree-hal-target-backends=%s needs its chip: --iree-%s-target=CHIP (kilnc --list-targets)\n",
+            backend_flag, !strcmp(backend, "hip") ? "rocm" : backend);
+    return EXIT_USAGE;
+  }
+  char device_flag[128];
+  snprintf(device_flag, sizeof device_flag, "--iree-hal-target-device=%s", device ? device : "");
+  if (backend && !device) {
+    device = backend;
+    snprintf(device_flag, sizeof device_flag, "--iree-hal-target-backends=%s", backend_flag);
+  }
   if (!model || n_targets == 0) {
     usage(stderr);
+    return EXIT_USAGE;
+  }
+  if (!strcmp(outdir, "-") && n_targets != 1) {
+    fprintf(stderr, "kilnc: -o - writes one VMFB to stdout: name exactly one target\n");
     return EXIT_USAGE;
   }
   if (device) {
     for (size_t i = 0; i < n_targets; i++) {
       if (strcmp(targets[i]->hal_device, device) != 0) {
-        fprintf(stderr, "kilnc: target %s is a %s device, not --iree-hal-target-device=%s\n",
-                targets[i]->id, targets[i]->hal_device, device);
+        fprintf(stderr, "kilnc: target %s is a %s device, not %s\n", targets[i]->id, targets[i]->hal_device,
+                device_flag);
         return EXIT_USAGE;
       }
     }
@@ -242,7 +357,8 @@ int main(int argc, char **argv) {
   kiln_status_t st = kiln_compiler_context_create(&ctx);
   kiln_compiler_output_t out;
   if (!st && jobs > 0) kiln_compiler_context_set_jobs(ctx, (size_t)jobs);
-  if (!st) st = kiln_compiler_compile(ctx, source, len, model, targets, n_targets, &out);
+  const char *model_name = strcmp(model, "-") ? model : "<stdin>";
+  if (!st) st = kiln_compiler_compile(ctx, source, len, model_name, targets, n_targets, &out);
   if (st) {
     fprintf(stderr, "kilnc: %s\n", kiln_status_message(st));
     int code = kiln_status_code(st) == KILN_STATUS_INVALID_ARGUMENT ? EXIT_BAD_MODEL : EXIT_TARGET_FAILED;
@@ -257,9 +373,11 @@ int main(int argc, char **argv) {
                                          .embed_source = embed_source,
                                          .flat = flat,
                                          .flags = system_elf ? "--iree-llvmcpu-link-embedded=false" : ""};
-  /* iree-compile's form: `-o model.vmfb` with one target writes just that file. */
+  /* iree-compile's form: `-o model.vmfb` (or `-o -`, stdout) with one target
+   * writes just that file. */
   size_t outlen = strlen(outdir);
-  if (out.n_targets == 1 && outlen > 5 && !strcmp(outdir + outlen - 5, ".vmfb")) {
+  bool to_stdout = !strcmp(outdir, "-");
+  if (out.n_targets == 1 && (to_stdout || (outlen > 5 && !strcmp(outdir + outlen - 5, ".vmfb")))) {
     kiln_buf_t vmfb;
     kiln_buf_init(&vmfb);
     st = kiln_compiler_artifact_write(&out, 0, &ao, &vmfb);
@@ -271,7 +389,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "kilnc: cannot write %s: %s\n", outdir, strerror(errno));
       code = EXIT_TARGET_FAILED;
     } else {
-      printf("%-14s %zu bytes -> %s\n", out.targets[0].target->id, vmfb.len, outdir);
+      fprintf(to_stdout ? stderr : stdout, "%-14s %zu bytes -> %s\n", out.targets[0].target->id, vmfb.len,
+              to_stdout ? "stdout" : outdir);
     }
     kiln_buf_deinit(&vmfb);
     kiln_compiler_output_deinit(&out);

@@ -94,6 +94,61 @@ class KilncTest(unittest.TestCase):
             self.assertIn("removed in IREE 3.12", r.stderr)
             self.assertIn("--iree-rocm-target", r.stderr)
 
+    def test_an_iree_compile_ci_line_works_unchanged(self):
+        """What CI scripts pass iree-compile: the legacy backend flag, the input type,
+        tuning flags (accepted with a warning: kiln's output is the same), the model
+        on stdin and the VMFB on stdout. Flags that would change IREE's output, and
+        input kiln cannot read, are refused by name."""
+        model = os.path.join(EXAMPLES, "mlp.mlir")
+        with tempfile.TemporaryDirectory() as out:
+            plain = os.path.join(out, "plain.vmfb")
+            r = kilnc(model, "--iree-vulkan-target=mali-g720", "-o", plain)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(plain, "rb") as f:
+                want = f.read()
+            tuned = os.path.join(out, "tuned.vmfb")
+            r = kilnc(model, "--iree-hal-target-backends=vulkan-spirv", "--iree-vulkan-target=mali-g720",
+                      "--iree-input-type=tosa", "--iree-opt-level=O3", "--output-format=vm-bytecode",
+                      "--mlir-print-op-on-diagnostic=false", "-o", tuned)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("warning: --iree-opt-level=O3 changes nothing in kiln's output", r.stderr)
+            with open(tuned, "rb") as f:
+                self.assertEqual(f.read(), want, "the tuning flags changed kiln's output")
+            # stdin in, stdout out: the same bytes; the summary line on stderr.
+            with open(model, "rb") as f:
+                source = f.read()
+            p = subprocess.run([KILNC, "-", "--iree-vulkan-target=mali-g720", "-o", "-"], input=source,
+                               capture_output=True, env=clean_env(), timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout, want)
+            self.assertIn(b"-> stdout", p.stderr)
+            # llvm-cpu alone: the portable x86-64 target.
+            cpu = os.path.join(out, "cpu.vmfb")
+            r = kilnc(model, "--iree-hal-target-backends=llvm-cpu", "-o", cpu)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(cpu, "rb") as f:
+                self.assertIn(b"embedded-elf-x86_64", f.read())
+            # A bad model on stdin names <stdin> in its diagnostics.
+            p = subprocess.run([KILNC, "-", "-t", "sm_89", "-o", os.path.join(out, "x.vmfb")], input=b"bad\n",
+                               capture_output=True, env=clean_env(), timeout=300)
+            self.assertEqual(p.returncode, 3)
+            self.assertIn(b"<stdin>:1:1", p.stderr)
+        refused = (
+            (["--iree-hal-target-backends=cuda"], "needs its chip: --iree-cuda-target=CHIP"),
+            (["--iree-hal-target-backends=metal-spirv"], "not 'metal-spirv'"),
+            (["-t", "sm_89", "--iree-input-type=stablehlo"], "--iree-input-type=stablehlo needs IREE's importer"),
+            (["-t", "sm_89", "--iree-input-demote-f32-to-f16"],
+             "--iree-input-demote-f32-to-f16 is an iree-compile flag kiln does not implement"),
+            (["-t", "sm_89", "--output-format=vm-c"], "not --output-format=vm-c"),
+            (["-t", "sm_89,gfx950", "-o", "-"], "name exactly one target"),
+            (["--iree-hal-target-backends=rocm", "--iree-vulkan-target=mali-g720"],
+             "target arm5gen is a vulkan device, not --iree-hal-target-backends=rocm"),
+        )
+        for flags, message in refused:
+            r = kilnc(model, *flags)
+            self.assertEqual(r.returncode, 2, (flags, r.stderr))
+            self.assertIn(message, r.stderr, flags)
+
     def test_bad_model_exit_3_with_location(self):
         with tempfile.TemporaryDirectory() as d:
             bad = os.path.join(d, "bad.mlir")
