@@ -1278,7 +1278,7 @@ static kiln_status_t follow(verifier_t *v, size_t at, size_t *out_target) {
 }
 
 static kiln_status_t verify_string_at(verifier_t *v, size_t at) {
-  size_t s;
+  size_t s = 0; /* set by follow() on success; GCC -O3 cannot tell */
   KILN_RETURN_IF_ERROR(follow(v, at, &s));
   KILN_RETURN_IF_ERROR(spend(v));
   uint32_t n = kiln_vmfb_flatbuf_load_u32(v->p + s);
@@ -1297,7 +1297,7 @@ static kiln_status_t verify_string_at(verifier_t *v, size_t at) {
  * within the buffer. */
 static kiln_status_t verify_vector_at(verifier_t *v, size_t at, size_t elem_size,
                                       size_t elem_align, size_t *out_pos, size_t *out_count) {
-  size_t s;
+  size_t s = 0; /* likewise */
   KILN_RETURN_IF_ERROR(follow(v, at, &s));
   KILN_RETURN_IF_ERROR(spend(v));
   if (elem_align > 4 && (s + 4) % elem_align) {
@@ -1321,7 +1321,7 @@ static kiln_status_t verify_table(verifier_t *v, size_t t, const kiln_vmfb_flatb
 
 static kiln_status_t verify_table_at(verifier_t *v, size_t at,
                                      const kiln_vmfb_flatbuf_table_desc_t *d, uint32_t depth) {
-  size_t t;
+  size_t t = 0; /* likewise */
   KILN_RETURN_IF_ERROR(follow(v, at, &t));
   return verify_table(v, t, d, depth);
 }
