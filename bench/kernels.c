@@ -246,6 +246,91 @@ static char *matmul_text(int m, int n, int k) {
   return kiln_buf_take(&t);
 }
 
+/* A TOSA text from a format and its arguments. */
+static char *text_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *text_of(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = kiln_buf_vsprintf(fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+static char *matmul_f16_text(int n) {
+  return text_of("func.func @mm(%%a: tensor<1x%dx%dxf16>, %%b: tensor<1x%dx%dxf16>) -> tensor<1x%dx%dxf32> {\n"
+                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf16>} : () -> tensor<1xf16>\n"
+                 "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dxf16>, tensor<1x%dx%dxf16>, "
+                 "tensor<1xf16>, tensor<1xf16>) -> tensor<1x%dx%dxf32>\n"
+                 "  return %%0 : tensor<1x%dx%dxf32>\n}\n",
+                 n, n, n, n, n, n, n, n, n, n, n, n, n, n);
+}
+
+/* A conv2d (k x k, same padding) or a depthwise one over 1 x hw x hw x c. */
+static char *conv_text(int hw, int c, int f, int k, bool depthwise) {
+  int pad = k / 2;
+  if (depthwise) {
+    return text_of("func.func @dw(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx%dx%dx1xf32>) -> tensor<1x%dx%dx%dxf32> {\n"
+                   "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
+                   "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+                   "  %%0 = tosa.depthwise_conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, "
+                   "pad = array<i64: %d, %d, %d, %d>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
+                   "tensor<%dx%dx%dx1xf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
+                   "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
+                   hw, hw, c, k, k, c, hw, hw, c, c, c, pad, pad, pad, pad, hw, hw, c, k, k, c, c, hw, hw, c, hw, hw,
+                   c);
+  }
+  return text_of("func.func @conv(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx%dx%dx%dxf32>) -> tensor<1x%dx%dx%dxf32> {\n"
+                 "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
+                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+                 "  %%0 = tosa.conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, "
+                 "pad = array<i64: %d, %d, %d, %d>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
+                 "tensor<%dx%dx%dx%dxf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
+                 "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
+                 hw, hw, c, f, k, k, c, hw, hw, f, f, f, pad, pad, pad, pad, hw, hw, c, f, k, k, c, f, hw, hw, f, hw,
+                 hw, f);
+}
+
+static char *softmax_rows_text(int rows, int cols) {
+  return text_of("func.func @softmax(%%x: tensor<%dx%dxf32>) -> tensor<%dx%dxf32> {\n"
+                 "  %%m = tosa.reduce_max %%x {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
+                 "  %%d = tosa.sub %%x, %%m : (tensor<%dx%dxf32>, tensor<%dx1xf32>) -> tensor<%dx%dxf32>\n"
+                 "  %%e = tosa.exp %%d : (tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
+                 "  %%s = tosa.reduce_sum %%e {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
+                 "  %%r = tosa.reciprocal %%s : (tensor<%dx1xf32>) -> tensor<%dx1xf32>\n"
+                 "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
+                 "  %%y = tosa.mul %%e, %%r, %%sh : (tensor<%dx%dxf32>, tensor<%dx1xf32>, tensor<1xi8>) -> "
+                 "tensor<%dx%dxf32>\n"
+                 "  return %%y : tensor<%dx%dxf32>\n}\n",
+                 rows, cols, rows, cols, rows, cols, rows, rows, cols, rows, rows, cols, rows, cols, rows, cols,
+                 rows, cols, rows, rows, rows, rows, cols, rows, rows, cols, rows, cols);
+}
+
+/* One attention head: softmax(Q K^T / sqrt(d)) V, K given transposed. */
+static char *attention_text(int s, int d) {
+  return text_of(
+      "func.func @attn(%%q: tensor<1x%dx%dxf32>, %%kt: tensor<1x%dx%dxf32>, %%v: tensor<1x%dx%dxf32>) -> "
+      "tensor<1x%dx%dxf32> {\n"
+      "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+      "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
+      "  %%scale = \"tosa.const\"() {values = dense<%g> : tensor<1x1x1xf32>} : () -> tensor<1x1x1xf32>\n"
+      "  %%qk = tosa.matmul %%q, %%kt, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, tensor<1xf32>, "
+      "tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
+      "  %%x = tosa.mul %%qk, %%scale, %%sh : (tensor<1x%dx%dxf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> "
+      "tensor<1x%dx%dxf32>\n"
+      "  %%m = tosa.reduce_max %%x {axis = 2 : i32} : (tensor<1x%dx%dxf32>) -> tensor<1x%dx1xf32>\n"
+      "  %%dd = tosa.sub %%x, %%m : (tensor<1x%dx%dxf32>, tensor<1x%dx1xf32>) -> tensor<1x%dx%dxf32>\n"
+      "  %%e = tosa.exp %%dd : (tensor<1x%dx%dxf32>) -> tensor<1x%dx%dxf32>\n"
+      "  %%sum = tosa.reduce_sum %%e {axis = 2 : i32} : (tensor<1x%dx%dxf32>) -> tensor<1x%dx1xf32>\n"
+      "  %%r = tosa.reciprocal %%sum : (tensor<1x%dx1xf32>) -> tensor<1x%dx1xf32>\n"
+      "  %%p = tosa.mul %%e, %%r, %%sh : (tensor<1x%dx%dxf32>, tensor<1x%dx1xf32>, tensor<1xi8>) -> "
+      "tensor<1x%dx%dxf32>\n"
+      "  %%o = tosa.matmul %%p, %%v, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, tensor<1xf32>, "
+      "tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
+      "  return %%o : tensor<1x%dx%dxf32>\n}\n",
+      s, d, d, s, s, d, s, d, 1.0 / sqrt((double)d), s, d, d, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, d, s, d, s, d);
+}
+
+
 typedef struct row_s {
   double kiln[2], base[2]; /* GFLOP/s (or elements/ns) at 1 thread and at all */
   double naive[2];         /* the same kernels unordered (0: not measured) */
@@ -348,30 +433,21 @@ static void run_im2col(void *user, unsigned threads) {
               0.0f, v->out, v->f);
 }
 
-static row_t bench_conv(int h, int w, int c, int f) {
+static row_t bench_conv(int hw, int c, int f) {
+  int h = hw, w = hw;
   conv_t v = {h, w, c, f, kiln_malloc(sizeof(float) * h * w * c), kiln_malloc(sizeof(float) * f * 9 * c),
               kiln_malloc(sizeof(float) * h * w * 9 * c), NULL, kiln_malloc(sizeof(float) * h * w * f)};
   fill(v.in, (size_t)h * w * c, 3);
   fill(v.wt, (size_t)f * 9 * c, 4);
-  kiln_buf_t t;
-  kiln_buf_init(&t);
-  kiln_buf_appendf(&t,
-                   "func.func @conv(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx3x3x%dxf32>) -> tensor<1x%dx%dx%dxf32> {\n"
-                   "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
-                   "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
-                   "  %%0 = tosa.conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, "
-                   "pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
-                   "tensor<%dx3x3x%dxf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
-                   "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
-                   h, w, c, f, c, h, w, f, f, f, h, w, c, f, c, f, h, w, f, h, w, f);
+  char *text = conv_text(hw, c, f, 3, false);
   program_t p, nslot;
-  program_compile(&p, t.data, false);
+  program_compile(&p, text, false);
   program_input(&p, 0, v.in, (size_t)h * w * c);
   program_input(&p, 1, v.wt, (size_t)f * 9 * c);
   const float *ins[2] = {v.in, v.wt};
   size_t lens[2] = {(size_t)h * w * c, (size_t)f * 9 * c};
-  program_t *naive = naive_program(&nslot, t.data, 2.0 * h * w * f * 9 * c, 2, ins, lens);
-  kiln_buf_deinit(&t);
+  program_t *naive = naive_program(&nslot, text, 2.0 * h * w * f * 9 * c, 2, ins, lens);
+  kiln_free(text);
   program_run(&p, all_threads);
   run_im2col(&v, all_threads);
   char what[64];
@@ -412,27 +488,14 @@ static void run_softmax_c(void *user, unsigned threads) {
 static void bench_softmax(int rows, int cols) {
   softmax_t s = {rows, cols, kiln_malloc(sizeof(float) * rows * cols), kiln_malloc(sizeof(float) * rows * cols)};
   fill(s.x, (size_t)rows * cols, 5);
-  kiln_buf_t t;
-  kiln_buf_init(&t);
-  kiln_buf_appendf(&t,
-                   "func.func @softmax(%%x: tensor<%dx%dxf32>) -> tensor<%dx%dxf32> {\n"
-                   "  %%m = tosa.reduce_max %%x {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
-                   "  %%d = tosa.sub %%x, %%m : (tensor<%dx%dxf32>, tensor<%dx1xf32>) -> tensor<%dx%dxf32>\n"
-                   "  %%e = tosa.exp %%d : (tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
-                   "  %%s = tosa.reduce_sum %%e {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
-                   "  %%r = tosa.reciprocal %%s : (tensor<%dx1xf32>) -> tensor<%dx1xf32>\n"
-                   "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
-                   "  %%y = tosa.mul %%e, %%r, %%sh : (tensor<%dx%dxf32>, tensor<%dx1xf32>, tensor<1xi8>) -> tensor<%dx%dxf32>\n"
-                   "  return %%y : tensor<%dx%dxf32>\n}\n",
-                   rows, cols, rows, cols, rows, cols, rows, rows, cols, rows, rows, cols, rows, cols, rows, cols,
-                   rows, cols, rows, rows, rows, rows, cols, rows, rows, cols, rows, cols);
+  char *text = softmax_rows_text(rows, cols);
   program_t p, nslot;
-  program_compile(&p, t.data, false);
+  program_compile(&p, text, false);
   program_input(&p, 0, s.x, (size_t)rows * cols);
   const float *ins[1] = {s.x};
   size_t lens[1] = {(size_t)rows * cols};
-  program_t *naive = naive_program(&nslot, t.data, (double)rows * cols, 1, ins, lens);
-  kiln_buf_deinit(&t);
+  program_t *naive = naive_program(&nslot, text, (double)rows * cols, 1, ins, lens);
+  kiln_free(text);
   program_run(&p, all_threads);
   run_softmax_c(&s, 1);
   char what[64];
@@ -448,90 +511,6 @@ static void bench_softmax(int rows, int cols) {
 static bool wanted(const char *name);
 
 /* ---- GPU kernels, read from their code (issue 17) ---- */
-
-/* A TOSA text from a format and its arguments. */
-static char *text_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *text_of(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *s = kiln_buf_vsprintf(fmt, ap);
-  va_end(ap);
-  return s;
-}
-
-static char *matmul_f16_text(int n) {
-  return text_of("func.func @mm(%%a: tensor<1x%dx%dxf16>, %%b: tensor<1x%dx%dxf16>) -> tensor<1x%dx%dxf32> {\n"
-                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf16>} : () -> tensor<1xf16>\n"
-                 "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dxf16>, tensor<1x%dx%dxf16>, "
-                 "tensor<1xf16>, tensor<1xf16>) -> tensor<1x%dx%dxf32>\n"
-                 "  return %%0 : tensor<1x%dx%dxf32>\n}\n",
-                 n, n, n, n, n, n, n, n, n, n, n, n, n, n);
-}
-
-/* A conv2d (k x k, same padding) or a depthwise one over 1 x hw x hw x c. */
-static char *conv_text(int hw, int c, int f, int k, bool depthwise) {
-  int pad = k / 2;
-  if (depthwise) {
-    return text_of("func.func @dw(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx%dx%dx1xf32>) -> tensor<1x%dx%dx%dxf32> {\n"
-                   "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
-                   "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
-                   "  %%0 = tosa.depthwise_conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, "
-                   "pad = array<i64: %d, %d, %d, %d>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
-                   "tensor<%dx%dx%dx1xf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
-                   "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
-                   hw, hw, c, k, k, c, hw, hw, c, c, c, pad, pad, pad, pad, hw, hw, c, k, k, c, c, hw, hw, c, hw, hw,
-                   c);
-  }
-  return text_of("func.func @conv(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx%dx%dx%dxf32>) -> tensor<1x%dx%dx%dxf32> {\n"
-                 "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
-                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
-                 "  %%0 = tosa.conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, "
-                 "pad = array<i64: %d, %d, %d, %d>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
-                 "tensor<%dx%dx%dx%dxf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
-                 "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
-                 hw, hw, c, f, k, k, c, hw, hw, f, f, f, pad, pad, pad, pad, hw, hw, c, f, k, k, c, f, hw, hw, f, hw,
-                 hw, f);
-}
-
-static char *softmax_rows_text(int rows, int cols) {
-  return text_of("func.func @softmax(%%x: tensor<%dx%dxf32>) -> tensor<%dx%dxf32> {\n"
-                 "  %%m = tosa.reduce_max %%x {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
-                 "  %%d = tosa.sub %%x, %%m : (tensor<%dx%dxf32>, tensor<%dx1xf32>) -> tensor<%dx%dxf32>\n"
-                 "  %%e = tosa.exp %%d : (tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
-                 "  %%s = tosa.reduce_sum %%e {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
-                 "  %%r = tosa.reciprocal %%s : (tensor<%dx1xf32>) -> tensor<%dx1xf32>\n"
-                 "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
-                 "  %%y = tosa.mul %%e, %%r, %%sh : (tensor<%dx%dxf32>, tensor<%dx1xf32>, tensor<1xi8>) -> "
-                 "tensor<%dx%dxf32>\n"
-                 "  return %%y : tensor<%dx%dxf32>\n}\n",
-                 rows, cols, rows, cols, rows, cols, rows, rows, cols, rows, rows, cols, rows, cols, rows, cols,
-                 rows, cols, rows, rows, rows, rows, cols, rows, rows, cols, rows, cols);
-}
-
-/* One attention head: softmax(Q K^T / sqrt(d)) V, K given transposed. */
-static char *attention_text(int s, int d) {
-  return text_of(
-      "func.func @attn(%%q: tensor<1x%dx%dxf32>, %%kt: tensor<1x%dx%dxf32>, %%v: tensor<1x%dx%dxf32>) -> "
-      "tensor<1x%dx%dxf32> {\n"
-      "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
-      "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
-      "  %%scale = \"tosa.const\"() {values = dense<%g> : tensor<1x1x1xf32>} : () -> tensor<1x1x1xf32>\n"
-      "  %%qk = tosa.matmul %%q, %%kt, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, tensor<1xf32>, "
-      "tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
-      "  %%x = tosa.mul %%qk, %%scale, %%sh : (tensor<1x%dx%dxf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> "
-      "tensor<1x%dx%dxf32>\n"
-      "  %%m = tosa.reduce_max %%x {axis = 2 : i32} : (tensor<1x%dx%dxf32>) -> tensor<1x%dx1xf32>\n"
-      "  %%dd = tosa.sub %%x, %%m : (tensor<1x%dx%dxf32>, tensor<1x%dx1xf32>) -> tensor<1x%dx%dxf32>\n"
-      "  %%e = tosa.exp %%dd : (tensor<1x%dx%dxf32>) -> tensor<1x%dx%dxf32>\n"
-      "  %%sum = tosa.reduce_sum %%e {axis = 2 : i32} : (tensor<1x%dx%dxf32>) -> tensor<1x%dx1xf32>\n"
-      "  %%r = tosa.reciprocal %%sum : (tensor<1x%dx1xf32>) -> tensor<1x%dx1xf32>\n"
-      "  %%p = tosa.mul %%e, %%r, %%sh : (tensor<1x%dx%dxf32>, tensor<1x%dx1xf32>, tensor<1xi8>) -> "
-      "tensor<1x%dx%dxf32>\n"
-      "  %%o = tosa.matmul %%p, %%v, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, tensor<1xf32>, "
-      "tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
-      "  return %%o : tensor<1x%dx%dxf32>\n}\n",
-      s, d, d, s, s, d, s, d, 1.0 / sqrt((double)d), s, d, d, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, d, s, d, s, d);
-}
 
 typedef struct gpu_row_s {
   bool ok;
@@ -703,7 +682,7 @@ int main(int argc, char **argv) {
   printf("%-26s %-26s | %-26s | %s\n", "", "   1 thread", "   all threads", " 1 thread, all (kiln unordered)");
   if (quick) {
     bench_gemm(64, 64, 64);
-    bench_conv(8, 8, 8, 8);
+    bench_conv(8, 8, 8);
     bench_softmax(4, 256);
     bench_gpu();
     printf("(quick: small shapes, one run each; goals need the full run)\n");
@@ -722,7 +701,7 @@ int main(int argc, char **argv) {
       bench_gemm(128, 3072, 768);
       bench_gemm(128, 768, 3072);
     }
-    if (wanted("conv")) c = bench_conv(56, 56, 64, 64);
+    if (wanted("conv")) c = bench_conv(56, 64, 64);
     if (wanted("softmax")) bench_softmax(128, 4096);
     if (g1024.base[0] > 0) {
       goal("sgemm 1024, one thread, vs OpenBLAS", g1024.kiln[0] / g1024.base[0], 0.6);
