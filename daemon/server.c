@@ -83,6 +83,7 @@
 #include "daemon/stats.h"
 #include "daemon/stream.h"
 #include "daemon/tls.h"
+#include "daemon/wire_check.h"
 
 typedef struct tag_s tag_t;
 typedef void (*tag_fn_t)(kilnd_server_t *server, tag_t *tag, bool ok);
@@ -323,6 +324,12 @@ static kiln_status_t decode_message(const call_t *c, grpc_byte_buffer *payload,
   grpc_slice bytes = grpc_byte_buffer_reader_readall(&reader);
   grpc_byte_buffer_reader_destroy(&reader);
   *out_bytes = GRPC_SLICE_LENGTH(bytes);
+  /* Strings as protobuf defines them, enums within their values (wire_check.h). */
+  kiln_status_t bad = kilnd_wire_check(descriptor, GRPC_SLICE_START_PTR(bytes), GRPC_SLICE_LENGTH(bytes));
+  if (bad) {
+    grpc_slice_unref(bytes);
+    return kiln_status_annotate(bad, "%s", c->method->path);
+  }
   ProtobufCAllocator allocator = {arena_alloc_fn, arena_free_fn, arena};
   ProtobufCMessage *message = protobuf_c_message_unpack(descriptor, &allocator,
                                                         GRPC_SLICE_LENGTH(bytes),

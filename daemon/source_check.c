@@ -48,11 +48,13 @@ static size_t utf8_scan(kilnd_source_check_t *c, const unsigned char *p, size_t 
   *bad = false;
   while (i < len) {
     if (c->need == 0) {
-      /* ASCII runs, eight bytes at a time. */
+      /* ASCII runs without NULs, eight bytes at a time (a word with a high bit
+       * or a zero byte goes byte by byte). */
       while (i + 8 <= len) {
         uint64_t w;
         memcpy(&w, p + i, 8);
-        if (w & 0x8080808080808080ull) break;
+        uint64_t zero_byte = (w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull;
+        if ((w & 0x8080808080808080ull) || zero_byte) break;
         i += 8;
       }
       if (i == len) break;
@@ -85,6 +87,15 @@ static size_t utf8_scan(kilnd_source_check_t *c, const unsigned char *p, size_t 
     return i;
   }
   return len;
+}
+
+bool kilnd_text_is_utf8(const void *p, size_t len, size_t *out_bad_at) {
+  kilnd_source_check_t c;
+  memset(&c, 0, sizeof c);
+  bool bad = false;
+  size_t at = utf8_scan(&c, p, len, &bad);
+  *out_bad_at = bad ? at : len;
+  return !bad && c.need == 0;
 }
 
 static kiln_status_t check_head(kilnd_source_check_t *check, bool at_end, const char *what) {

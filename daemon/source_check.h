@@ -38,6 +38,11 @@ typedef struct kilnd_source_check_s {
   char diag_message[256]; /* the same without the position, for the diagnostic */
 } kilnd_source_check_t;
 
+/* Whether p[0, len) is UTF-8 text without a NUL byte, as protobuf requires of a
+ * string field (and kiln of MLIR text); *out_bad_at gets the offset of the first
+ * bad byte (len when the text ends inside a sequence). */
+bool kilnd_text_is_utf8(const void *p, size_t len, size_t *out_bad_at);
+
 void kilnd_source_check_init(kilnd_source_check_t *check, int declared_format);
 
 /* Feeds the next `len` bytes. INVALID_ARGUMENT, prefixed with `what` (e.g.

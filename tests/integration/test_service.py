@@ -624,6 +624,45 @@ class RefusalTest(ServiceTestCase):
         self.assertEqual(c.finish(r.job_id).state, DONE)
         self.assertEqual(c.jobs().targets_compiled, 1)
 
+    def test_strings_and_enums_are_checked_at_the_door(self):
+        """protobuf strings are UTF-8 text: protobuf-c keeps whatever bytes come and
+        cuts them at a NUL, so "sm_89\\0evil" compiled as sm_89 and non-UTF-8 labels
+        were stored, breaking every later Python read of them. Enums hold their
+        values (priority 99 is not a priority). Identifiers are printable ASCII.
+        Refused with INVALID_ARGUMENT naming the field, on every method."""
+        c = self.up()
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        raw_compile = c.channel.unary_unary(KILN + "Compile", request_serializer=lambda b: b,
+                                            response_deserializer=S.CompileResponse.FromString)
+        raw_find = c.channel.unary_unary(KILN + "FindArtifacts", request_serializer=lambda b: b,
+                                         response_deserializer=S.FindArtifactsResponse.FromString)
+
+        def spliced(message, placeholder, replacement):
+            wire = message.SerializeToString()
+            self.assertEqual(wire.count(placeholder), 1)
+            return wire.replace(placeholder, replacement)
+
+        self.assertStatus(bad, c.compile, MLP, ["sm_89\0evil"], words=("targets[0]", "NUL"))
+        self.assertStatus(bad, raw_compile,
+                          spliced(S.CompileRequest(targets=["sm_89"], source=MLP, source_name="XXXX"),
+                                  b"XXXX", b"\xff\xfeXX"), timeout=10 * SLOW, words=("source_name", "UTF-8"))
+        self.assertStatus(bad, raw_compile,
+                          spliced(S.CompileRequest(targets=["sm_89"], source=MLP, labels={"KKKK": "v"}),
+                                  b"KKKK", b"K\xc0\x80K"), timeout=10 * SLOW, words=("labels[0].key", "UTF-8"))
+        self.assertStatus(bad, c.compile, MLP, priority=99, words=("priority", "99", "kiln.v1.Priority"))
+        self.assertStatus(bad, c.compile, MLP, priority=-5, words=("priority", "-5"))
+        self.assertStatus(bad, c.compile, MLP, source_format=77, words=("source_format", "77"))
+        self.assertStatus(bad, c.compile, MLP, request_id="req\x01", words=("request_id", "printable ASCII"))
+        self.assertStatus(bad, raw_find, spliced(S.FindArtifactsRequest(labels={"k": "VVVV"}), b"VVVV", b"\xed\xa0\x80V"),
+                          timeout=10 * SLOW, words=("labels[0].value", "UTF-8"))
+        self.assertStatus(bad, c.cancel, "j-\x7fbad", words=("job_id", "printable ASCII"))
+        self.assertStatus(grpc.StatusCode.NOT_FOUND, c.cancel, "j-0000000000000000")
+        self.assertEqual(c.jobs().submitted, 0)
+        # Valid UTF-8 beyond ASCII is text like any other.
+        r = c.compile(MLP, ["sm_89"], name="modèle-ß-模型.mlir", labels={"équipe": "vision-ü"})
+        self.assertEqual(c.finish(r.job_id).state, DONE)
+        self.assertAlive()
+
     def test_non_mlir_bytes_carry_diagnostics_metadata(self):
         self.skip_under_valgrind()
         c = self.up()

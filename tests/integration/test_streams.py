@@ -231,7 +231,7 @@ class PutSourceTest(StreamTestCase):
         self.assertStatus(INVALID, self.put, upload_iter(src, digest=digest.upper()))
         self.assertStatus(INVALID, self.put, iter([metadata_msg(digest, 0)]), words="size_bytes is 0")
         self.assertStatus(INVALID, self.put, iter([metadata_msg(digest, 10, fmt=7)]),
-                          words="not a SourceFormat")
+                          words=("metadata.format", "7 is not a value of kiln.v1.SourceFormat"))
         self.assertStatus(INVALID, self.put, upload_iter(src, name="x" * 1025), words="name")
         # Over max_source_bytes: refused on the metadata, no data needed.
         e = self.assertStatus(grpc.StatusCode.RESOURCE_EXHAUSTED, self.put,

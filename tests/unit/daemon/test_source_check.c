@@ -70,7 +70,26 @@ static void test_text(void **state) {
   EXPECT_BAD("ok\n\xc3(", UNSPECIFIED, "byte 4 is not valid UTF-8 (line 2, column 2)");
   EXPECT_BAD("ok \xe2\x82", UNSPECIFIED, "byte 5 is not valid UTF-8"); /* cut off by the end */
   EXPECT_BAD("module {}\n\0", UNSPECIFIED, "byte 10 is a NUL (line 2, column 1)");
+  /* A NUL inside an 8-byte ASCII run (the scanner's word-at-a-time path let it by). */
+  EXPECT_BAD("func.fu\0nc @f() {}\n", UNSPECIFIED, "byte 7 is a NUL (line 1, column 8)");
+  EXPECT_BAD("\0module {}", UNSPECIFIED, "byte 0 is a NUL");
   EXPECT_BAD("module {}", BYTECODE, "format is MLIR_BYTECODE but the bytes do not start");
+}
+
+/* The one-shot form, for protobuf string fields. */
+static void test_text_is_utf8(void **state) {
+  (void)state;
+  size_t at = 99;
+  assert_true(kilnd_text_is_utf8("sm_89", 5, &at));
+  assert_int_equal(at, 5);
+  assert_true(kilnd_text_is_utf8("mod\xc3\xa8le", 7, &at));
+  assert_false(kilnd_text_is_utf8("sm_89\0evil", 10, &at));
+  assert_int_equal(at, 5);
+  assert_false(kilnd_text_is_utf8("abcdefgh\xff", 9, &at));
+  assert_int_equal(at, 8);
+  assert_false(kilnd_text_is_utf8("ab\xe2\x82", 4, &at)); /* ends inside a sequence */
+  assert_int_equal(at, 4);
+  assert_true(kilnd_text_is_utf8("", 0, &at));
 }
 
 static void test_bytecode(void **state) {
@@ -119,6 +138,7 @@ static void test_refusal_repeats_and_packs(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_text),
+      cmocka_unit_test(test_text_is_utf8),
       cmocka_unit_test(test_bytecode),
       cmocka_unit_test(test_refusal_repeats_and_packs),
   };

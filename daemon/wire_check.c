@@ -1,0 +1,113 @@
+/* The request check before decoding (wire_check.h): a walk over the protobuf wire
+ * format, guided by the message descriptors protobuf-c generated. */
+#include "daemon/wire_check.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/source_check.h"
+
+/* Nesting deeper than kiln's messages go is left to the decoder. */
+#define MAX_DEPTH 16
+
+typedef struct reader_s {
+  const uint8_t *p, *end;
+} reader_t;
+
+static bool read_varint(reader_t *r, uint64_t *out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64 && r->p < r->end; shift += 7) {
+    uint8_t b = *r->p++;
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The path of a field for messages: "outer.field" or "outer.field[i]". */
+static void field_path(char *out, size_t cap, const char *outer, const ProtobufCFieldDescriptor *f,
+                       const unsigned *index) {
+  char at[24] = "";
+  if (f->label == PROTOBUF_C_LABEL_REPEATED && index) snprintf(at, sizeof at, "[%u]", *index);
+  snprintf(out, cap, "%s%s%s%s", outer, *outer ? "." : "", f->name, at);
+}
+
+static kiln_status_t check_enum(const ProtobufCFieldDescriptor *f, uint64_t raw, const char *path) {
+  const ProtobufCEnumDescriptor *e = f->descriptor;
+  int32_t value = (int32_t)raw;
+  if ((uint64_t)(int64_t)value != raw || !protobuf_c_enum_descriptor_get_value(e, value)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: %lld is not a value of %s", path, (long long)(int64_t)raw,
+                       e->name);
+  }
+  return NULL;
+}
+
+static kiln_status_t walk(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, const char *outer,
+                          int depth) {
+  if (depth > MAX_DEPTH) return NULL;
+  reader_t r = {data, data + len};
+  /* Occurrences per field so far, for the [i] of repeated ones. */
+  unsigned seen[64] = {0};
+  while (r.p < r.end) {
+    uint64_t key;
+    if (!read_varint(&r, &key)) return NULL; /* malformed: the decoder says so */
+    uint32_t number = (uint32_t)(key >> 3), wire = (uint32_t)(key & 7);
+    const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(d, (unsigned)number);
+    unsigned index = 0;
+    if (f) {
+      size_t slot = (size_t)(f - d->fields);
+      if (slot < sizeof seen / sizeof seen[0]) index = seen[slot]++;
+    }
+    char path[256];
+    if (f) field_path(path, sizeof path, outer, f, &index);
+    uint64_t v;
+    switch (wire) {
+      case 0: /* varint */
+        if (!read_varint(&r, &v)) return NULL;
+        if (f && f->type == PROTOBUF_C_TYPE_ENUM) KILN_RETURN_IF_ERROR(check_enum(f, v, path));
+        break;
+      case 1:
+        if (r.end - r.p < 8) return NULL;
+        r.p += 8;
+        break;
+      case 5:
+        if (r.end - r.p < 4) return NULL;
+        r.p += 4;
+        break;
+      case 2: {
+        if (!read_varint(&r, &v) || v > (uint64_t)(r.end - r.p)) return NULL;
+        const uint8_t *body = r.p;
+        r.p += v;
+        if (!f) break; /* an unknown field: kept by the decoder, not ours to judge */
+        if (f->type == PROTOBUF_C_TYPE_STRING) {
+          size_t bad = 0;
+          if (!kilnd_text_is_utf8(body, (size_t)v, &bad)) {
+            bool nul = bad < v && body[bad] == 0;
+            return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: %s at byte %zu (protobuf strings are UTF-8 text)",
+                               path, nul ? "a NUL byte" : "not valid UTF-8", bad);
+          }
+        } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+          KILN_RETURN_IF_ERROR(walk(f->descriptor, body, (size_t)v, path, depth + 1));
+        } else if (f->type == PROTOBUF_C_TYPE_ENUM) { /* packed repeated enum */
+          reader_t packed = {body, body + v};
+          while (packed.p < packed.end) {
+            if (!read_varint(&packed, &v)) return NULL;
+            KILN_RETURN_IF_ERROR(check_enum(f, v, path));
+          }
+        }
+        break;
+      }
+      default:
+        return NULL; /* groups or garbage: the decoder's call */
+    }
+  }
+  return NULL;
+}
+
+kiln_status_t kilnd_wire_check(const ProtobufCMessageDescriptor *descriptor, const uint8_t *data, size_t len) {
+  return walk(descriptor, data, len, "", 0);
+}
