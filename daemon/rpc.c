@@ -92,3 +92,23 @@ kiln_status_t kilnd_rpc_unserved(const char *path) {
                      "grpc.health.v1.Health services",
                      path);
 }
+
+kiln_status_t kilnd_label_check(const char *what, const char *key, const char *value) {
+  size_t len = strlen(key);
+  bool ok = len >= 1 && len <= KILND_LABEL_KEY_MAX;
+  for (size_t i = 0; ok && i < len; i++) {
+    char c = key[i];
+    bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    ok = alnum || (i > 0 && (c == '.' || c == '_' || c == '/' || c == '-'));
+  }
+  if (!ok) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "%s: label key '%.80s%s' is not 1..%d bytes of [a-z0-9._/-] starting with a letter or digit",
+                       what, key, len > 80 ? "..." : "", KILND_LABEL_KEY_MAX);
+  }
+  if (strlen(value) > KILND_LABEL_VALUE_MAX) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the value of label '%s' is %zu bytes, at most %d", what,
+                       key, strlen(value), KILND_LABEL_VALUE_MAX);
+  }
+  return NULL;
+}

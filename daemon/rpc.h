@@ -71,6 +71,15 @@ typedef struct kilnd_call_ctx_s {
  * visible ASCII characters (0x21..0x7e). Thread-safe. */
 bool kilnd_request_id_valid(const char *id, size_t len);
 
+/* A label as kiln.proto defines it, one rule for every method that takes labels
+ * (Compile, Recompile, FindArtifacts): a key of 1..63 bytes of [a-z0-9._/-]
+ * starting with a letter or digit, a value of at most 256 bytes (UTF-8, which
+ * wire_check.c enforces for every string). INVALID_ARGUMENT naming `what` and
+ * the key otherwise. Thread-safe. */
+#define KILND_LABEL_KEY_MAX 63
+#define KILND_LABEL_VALUE_MAX 256
+kiln_status_t kilnd_label_check(const char *what, const char *key, const char *value);
+
 /* True once the call's deadline has passed or the server is cancelling in-flight
  * work: long handlers stop and return. Thread-safe. */
 bool kilnd_call_should_stop(const kilnd_call_ctx_t *call);

@@ -123,6 +123,11 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
   }
   kiln_index_label_t *labels = kiln_arena_alloc(arena, (req->n_labels ? req->n_labels : 1) * sizeof *labels);
   for (size_t i = 0; i < req->n_labels; i++) {
+    kiln_status_t bad = kilnd_label_check("labels", req->labels[i]->key, req->labels[i]->value);
+    if (bad) {
+      kilnd_flags_free(flags, n_flags);
+      return bad;
+    }
     labels[i].key = req->labels[i]->key;
     labels[i].value = req->labels[i]->value;
   }

@@ -25,22 +25,7 @@
 #define DEFAULT_LIMIT 100
 #define MAX_LIMIT 1000
 #define MAX_LABELS 32
-#define MAX_LABEL_KEY_BYTES 63
-#define MAX_LABEL_VALUE_BYTES 256
 #define FILTER_HASH_HEX 16
-
-/* The contract's label key: 1..63 bytes of [a-z0-9._/-], starting with a letter
- * or digit. */
-static bool label_key_ok(const char *key) {
-  size_t len = strlen(key);
-  if (len == 0 || len > MAX_LABEL_KEY_BYTES) return false;
-  for (size_t i = 0; i < len; i++) {
-    char c = key[i];
-    bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-    if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '/' && c != '-'))) return false;
-  }
-  return true;
-}
 
 static int cmp_label(const void *a, const void *b) {
   const kiln_index_label_t *x = a, *y = b;
@@ -61,17 +46,7 @@ static kiln_status_t collect_labels(kiln_arena_t *arena, const Kiln__V1__FindArt
   size_t n = 0;
   for (size_t i = 0; i < req->n_labels; i++) {
     const char *key = req->labels[i]->key, *value = req->labels[i]->value;
-    if (!label_key_ok(key)) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "FindArtifacts: label key '%.80s' is not 1..63 bytes of [a-z0-9._/-] "
-                         "starting with a letter or digit",
-                         key);
-    }
-    if (strlen(value) > MAX_LABEL_VALUE_BYTES) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "FindArtifacts: the value of label '%s' is %zu bytes, at most %d", key,
-                         strlen(value), MAX_LABEL_VALUE_BYTES);
-    }
+    KILN_RETURN_IF_ERROR(kilnd_label_check("FindArtifacts", key, value));
     size_t k = 0;
     while (k < n && strcmp(labels[k].key, key) != 0) k++;
     labels[k].key = (char *)key;

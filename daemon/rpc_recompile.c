@@ -987,10 +987,7 @@ static void start_resolve(rc_call_t *c, rc_item_t *it) {
 /* Sets one label of a request in (*l, *ln), checking its size and the count. */
 static kiln_status_t take_label(const char *key, const char *value, kiln_index_label_t **l, size_t *ln,
                                 const char *what) {
-  if (!*key || strlen(key) > 63 || strlen(value) > 256) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s label '%.80s': keys are 1..63 bytes, values at most 256 bytes",
-                       what, key);
-  }
+  KILN_RETURN_IF_ERROR(kilnd_label_check(what, key, value));
   labels_set(l, ln, key, value);
   if (*ln > MAX_LABELS) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: more than %d labels", what, MAX_LABELS);
   return NULL;

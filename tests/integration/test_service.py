@@ -656,10 +656,16 @@ class RefusalTest(ServiceTestCase):
         self.assertStatus(bad, raw_find, spliced(S.FindArtifactsRequest(labels={"k": "VVVV"}), b"VVVV", b"\xed\xa0\x80V"),
                           timeout=10 * SLOW, words=("labels[0].value", "UTF-8"))
         self.assertStatus(bad, c.cancel, "j-\x7fbad", words=("job_id", "printable ASCII"))
+        # One label rule for every method: Compile took keys FindArtifacts refused.
+        for key in ("k" * 100000, "../../x", "Team", "-x", ""):
+            self.assertStatus(bad, c.compile, MLP, labels={key: "v"}, words="label key")
+            self.assertStatus(bad, c.find_call, S.FindArtifactsRequest(labels={key: "v"}), timeout=10 * SLOW,
+                              words="label key")
+        self.assertStatus(bad, c.compile, MLP, labels={"k": "v" * 257}, words=("label 'k'", "257 bytes"))
         self.assertStatus(grpc.StatusCode.NOT_FOUND, c.cancel, "j-0000000000000000")
         self.assertEqual(c.jobs().submitted, 0)
         # Valid UTF-8 beyond ASCII is text like any other.
-        r = c.compile(MLP, ["sm_89"], name="modèle-ß-模型.mlir", labels={"équipe": "vision-ü"})
+        r = c.compile(MLP, ["sm_89"], name="modèle-ß-模型.mlir", labels={"team": "vision-ü"})
         self.assertEqual(c.finish(r.job_id).state, DONE)
         self.assertAlive()
 
