@@ -69,6 +69,10 @@ static const kiln_config_option_t options[] = {
     {"manifest", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, manifest), NULL, "FILE",
      "recompile: JSON or CSV mapping VMFB paths or digests to source, targets and flags", 0, 0,
      NULL, KILN_CONFIG_CLI_ONLY},
+    {"allow-outside", 0, KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, allow_outside), NULL, NULL,
+     "recompile --manifest: let its sources lie outside the manifest's folder (refused by default: a "
+     "manifest from elsewhere must not upload arbitrary files)",
+     0, 0, NULL, KILN_CONFIG_CLI_ONLY},
     {"jobs", 0, KILN_CONFIG_INT, offsetof(kiln_cli_settings_t, jobs), NULL, "N",
      "recompile: files in flight on kilnd at most, 1..4096 (default 1024)", 1, 4096, NULL,
      KILN_CONFIG_CLI_ONLY},

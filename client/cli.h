@@ -65,6 +65,7 @@ typedef struct kiln_cli_settings_s {
   bool in_place;
   bool backup;
   char *manifest;
+  bool allow_outside; /* recompile: manifest sources may lie outside its folder */
   int64_t jobs;              /* items unanswered on the stream at most; 0: the default */
   bool force;
 } kiln_cli_settings_t;

@@ -207,6 +207,7 @@ typedef struct recompile_s {
   known_t *known;
   size_t n_known, cap_known;
   char *last_dir; /* the output directory made last */
+  char *out_root; /* -o DIR, resolved: outputs go nowhere else (NULL: --in-place) */
   size_t counts[OUTCOME_COUNT];
   size_t seen, legacy;
   size_t fetched, copied;
@@ -450,6 +451,18 @@ static kiln_status_t parent_dirs(recompile_t *r, const char *path) {
   memcpy(dir, path, n);
   dir[n] = '\0';
   kiln_status_t status = kiln_cli_mkdirs(dir);
+  if (!status && r->out_root) {
+    /* A folder of the tree (or -o DIR's own content) may be a symlink out of it:
+     * never written through. */
+    char *real = realpath(dir, NULL);
+    size_t root = strlen(r->out_root);
+    if (!real || strncmp(real, r->out_root, root) != 0 || (real[root] != '/' && real[root] != '\0')) {
+      status = KILN_STATUS(KILN_STATUS_PERMISSION_DENIED,
+                           "the output folder %s resolves to %s, outside -o %s: not written through a symlink", dir,
+                           real ? real : "?", r->out_root);
+    }
+    free(real);
+  }
   kiln_free(r->last_dir);
   r->last_dir = status ? NULL : dir;
   if (status) kiln_free(dir);
@@ -1317,6 +1330,7 @@ static void recompile_deinit(recompile_t *r) {
   kiln_free(r->known);
   kiln_cli_strings_free(r->uploaded, r->n_uploaded);
   kiln_free(r->last_dir);
+  kiln_free(r->out_root);
   if (r->have_map) kiln_cli_source_map_deinit(&r->map);
   kiln_cli_labels_free(r->labels, r->n_labels);
   kiln_client_stream_destroy(r->stream);
@@ -1364,7 +1378,7 @@ static int prepare(recompile_t *r, int argc, const char **argv) {
   }
   if (s->manifest && *s->manifest) {
     r->have_map = true;
-    status = kiln_cli_source_map_load(s->manifest, &r->map);
+    status = kiln_cli_source_map_load(s->manifest, s->allow_outside, &r->map);
     if (status) {
       fprintf(stderr, "kiln: recompile: bad manifest: %s\n", kiln_status_message(status));
       kiln_status_free(status);
@@ -1407,6 +1421,13 @@ static int prepare(recompile_t *r, int argc, const char **argv) {
       kiln_status_free(status);
       return KILN_EXIT_USAGE;
     }
+    char *root = realpath(s->output, NULL);
+    if (!root) {
+      fprintf(stderr, "kiln: recompile: -o %s: %s\n", s->output, strerror(errno));
+      return KILN_EXIT_USAGE;
+    }
+    r->out_root = kiln_strdup(root);
+    free(root);
   }
   return KILN_EXIT_OK;
 }

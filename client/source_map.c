@@ -74,6 +74,23 @@ static kiln_status_t add_entry(kiln_cli_source_map_t *map, const char *where, co
     kiln_free(source);
     return status;
   }
+  if (map->root) {
+    char *real = realpath(source, NULL);
+    size_t n = strlen(map->root);
+    bool inside = real && strncmp(real, map->root, n) == 0 && (real[n] == '/' || (n == 1 && map->root[0] == '/'));
+    kiln_status_t status = NULL;
+    if (!inside) {
+      status = KILN_STATUS(KILN_STATUS_PERMISSION_DENIED,
+                           "%s: source %s resolves to %s, outside the manifest's folder %s; pass --allow-outside "
+                           "if the manifest is yours",
+                           where, raw->source, real ? real : source, map->root);
+    }
+    free(real);
+    if (status) {
+      kiln_free(source);
+      return status;
+    }
+  }
   map->entries = kiln_realloc(map->entries, (map->n_entries + 1) * sizeof *map->entries);
   kiln_cli_source_entry_t *e = &map->entries[map->n_entries++];
   memset(e, 0, sizeof *e);
@@ -402,9 +419,23 @@ static bool ends_with(const char *s, const char *suffix) {
   return n >= m && strcasecmp(s + n - m, suffix) == 0;
 }
 
-kiln_status_t kiln_cli_source_map_load(const char *path, kiln_cli_source_map_t *out_map) {
+kiln_status_t kiln_cli_source_map_load(const char *path, bool allow_outside, kiln_cli_source_map_t *out_map) {
   memset(out_map, 0, sizeof *out_map);
   out_map->path = kiln_strdup(path);
+  if (!allow_outside) {
+    char *dir = kiln_strdup(path);
+    char *slash = strrchr(dir, '/');
+    const char *folder = ".";
+    if (slash) {
+      slash[slash == dir ? 1 : 0] = '\0'; /* "/m.json": the root folder */
+      folder = dir;
+    }
+    char *real = realpath(folder, NULL);
+    kiln_free(dir);
+    if (!real) return KILN_STATUS_ERRNO(errno, "cannot resolve the folder of the manifest %s", path);
+    out_map->root = kiln_strdup(real);
+    free(real);
+  }
   FILE *f = fopen(path, "rb");
   if (!f) return KILN_STATUS_ERRNO(errno, "cannot open the manifest %s", path);
   uint8_t *data = NULL;
@@ -444,6 +475,7 @@ void kiln_cli_source_map_deinit(kiln_cli_source_map_t *map) {
   }
   kiln_free(map->entries);
   kiln_free(map->path);
+  kiln_free(map->root);
   memset(map, 0, sizeof *map);
 }
 

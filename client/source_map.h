@@ -48,6 +48,7 @@ typedef struct kiln_cli_source_entry_s {
 
 typedef struct kiln_cli_source_map_s {
   char *path;
+  char *root;         /* the manifest's folder, resolved; NULL with allow_outside */
   kiln_cli_source_entry_t *entries;
   size_t n_entries;
 } kiln_cli_source_map_t;
@@ -56,8 +57,11 @@ typedef struct kiln_cli_source_map_s {
  * in every case). INVALID_ARGUMENT naming the file and the line or entry (bad
  * JSON or CSV, a missing column or field, a field of the wrong type, an unknown
  * key, a source that is not a readable regular file); the open/read error naming
- * the file. */
-kiln_status_t kiln_cli_source_map_load(const char *path, kiln_cli_source_map_t *out_map);
+ * the file. A manifest may come from elsewhere (a model zoo, a ticket): unless
+ * `allow_outside`, every source must resolve (symlinks followed) inside the
+ * manifest's own folder, else PERMISSION_DENIED naming the entry, so
+ * "../../../../etc/passwd" is never read and uploaded. */
+kiln_status_t kiln_cli_source_map_load(const char *path, bool allow_outside, kiln_cli_source_map_t *out_map);
 void kiln_cli_source_map_deinit(kiln_cli_source_map_t *map);
 
 /* The entry for a file whose canonical path is `real_path` (may be NULL) and

@@ -348,6 +348,20 @@ class RecompileTest(TempDirTest):
         self.assertEqual(b["outcome"], "recompiled")
         self.assertTrue(is_current(self.path("out", "b.vmfb")))
 
+    def test_outputs_never_go_through_a_symlink_out_of_the_folder(self):
+        make_legacy(self.path("d", "sub", "a.vmfb"), example("mlp.mlir"), "sm_89", "--embed")
+        make_legacy(self.path("d", "b.vmfb"), example("convnet.mlir"), "sm_89", "--embed")
+        os.makedirs(self.path("out"))
+        os.makedirs(self.path("elsewhere"))
+        os.symlink(self.path("elsewhere"), self.path("out", "sub"))  # planted in the output folder
+        r, doc, files = self.recompile_json(self.path("d"), "-o", self.path("out"), expect=EXIT_INCOMPLETE)
+        a, b = files[self.path("d", "sub", "a.vmfb")], files[self.path("d", "b.vmfb")]
+        self.assertEqual(a["outcome"], "failed")
+        self.assertIn("outside -o", a["reason"])
+        self.assertEqual(os.listdir(self.path("elsewhere")), [], "written through the symlink")
+        self.assertEqual(b["outcome"], "recompiled")
+        self.assertTrue(is_current(self.path("out", "b.vmfb")))
+
     # ---- too large for one message ----------------------------------------
 
     def test_files_over_the_message_limit(self):
@@ -655,6 +669,31 @@ class RecompileOfflineTest(TempDirTest):
                 self.assertEqual(r.returncode, EXIT_USAGE, r.stdout + r.stderr)
                 self.assertRegex(r.stderr, pattern)
                 self.assertEqual(r.stdout, "")
+        # A manifest from elsewhere may not name files outside its folder, through
+        # "..", an absolute path or a symlink; --allow-outside lets its owner do so.
+        with open(self.path("secret.txt"), "w") as f:
+            f.write("not for kilnd\n")
+        os.symlink(self.path("secret.txt"), self.path("in", "link.mlir"))
+        escapes = {
+            "up.json": '[{"vmfb": "x.vmfb", "source": "../secret.txt"}]',
+            "abs.json": json.dumps([{"vmfb": "x.vmfb", "source": self.path("secret.txt")}]),
+            "link.json": '[{"vmfb": "x.vmfb", "source": "link.mlir"}]',
+        }
+        for name, text in escapes.items():
+            with self.subTest(manifest=name):
+                with open(self.path("in", name), "w") as f:
+                    f.write(text)
+                r = run_kiln("--addr", dead, "recompile", self.path("in"), "--manifest", self.path("in", name))
+                self.assertEqual(r.returncode, EXIT_USAGE, r.stdout + r.stderr)
+                self.assertRegex(r.stderr, rf"{re.escape(name)}: entry 1: source .* resolves to "
+                                           rf"{re.escape(self.path('secret.txt'))}, outside the manifest's folder")
+                self.assertIn("--allow-outside", r.stderr)
+                # Allowed, the manifest loads and the run goes on to kilnd (down here: exit 5,
+                # not a usage error).
+                r = run_kiln("--addr", dead, "recompile", self.path("in"), "--manifest", self.path("in", name),
+                             "--allow-outside", "--dry-run")
+                self.assertNotIn("outside the manifest's folder", r.stderr)
+                self.assertNotEqual(r.returncode, EXIT_USAGE, r.stderr)
         for args, pattern in (
                 (["-o", self.path("o"), "--in-place"], "exclude each other"),
                 (["--backup"], "--backup goes with --in-place"),
