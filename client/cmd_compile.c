@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
@@ -112,7 +113,7 @@ static int load_source(compile_t *c) {
       if (c->size > inline_max) {
         /* Too big to go inline: upload it from memory. */
         c->file = fmemopen(c->inline_data, c->inline_len, "rb");
-        if (!c->file) status = KILN_STATUS_ERRNO(errno, "cannot buffer standard input");
+        if (!c->file) status = KILN_CLI_LOCAL_ERRNO(errno, "cannot buffer standard input");
       }
     }
   } else {
@@ -120,7 +121,7 @@ static int load_source(compile_t *c) {
     c->file = fopen(c->path, "rb");
     struct stat st;
     if (!c->file) {
-      status = KILN_STATUS_ERRNO(errno, "cannot open %s", c->path);
+      status = KILN_CLI_LOCAL_ERRNO(errno, "cannot open %s", c->path);
     } else if (fstat(fileno(c->file), &st) != 0 || !S_ISREG(st.st_mode)) {
       status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is not a regular file; name an MLIR file",
                            c->path);
@@ -137,7 +138,7 @@ static int load_source(compile_t *c) {
     } else {
       status = kiln_cli_stream_digest(c->file, c->path, &c->digest, &c->size);
       if (!status && fseek(c->file, 0, SEEK_SET) != 0) {
-        status = KILN_STATUS_ERRNO(errno, "cannot rewind %s", c->path);
+        status = KILN_CLI_LOCAL_ERRNO(errno, "cannot rewind %s", c->path);
       }
     }
   }
@@ -259,6 +260,42 @@ static int submit(compile_t *c) {
   return KILN_EXIT_OK;
 }
 
+/* Whether the folder `dir` can be written, or made and written: the folder when
+ * it exists, else its nearest existing ancestor. Makes nothing. */
+static kiln_status_t check_writable(const char *dir) {
+  char *p = kiln_strdup(dir);
+  kiln_status_t status = NULL;
+  for (;;) {
+    struct stat st;
+    if (stat(p, &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) {
+        status = KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "%s is not a folder", p);
+      } else if (access(p, W_OK | X_OK) != 0) {
+        status = KILN_CLI_LOCAL_ERRNO(errno, "cannot write in %s", p);
+      }
+      break;
+    }
+    if (errno != ENOENT || !strcmp(p, ".") || !strcmp(p, "/")) {
+      status = KILN_CLI_LOCAL_ERRNO(errno, "cannot reach %s", p);
+      break;
+    }
+    char *slash = strrchr(p, '/');
+    while (slash && slash > p && slash[1] == '\0') { /* "a/b/": drop the trailing slash */
+      *slash = '\0';
+      slash = strrchr(p, '/');
+    }
+    if (!slash) {
+      strcpy(p, "."); /* a relative name: the working folder */
+    } else if (slash == p) {
+      p[1] = '\0'; /* "/name": the root */
+    } else {
+      *slash = '\0';
+    }
+  }
+  kiln_free(p);
+  return status;
+}
+
 /* Fetches every target that is done into DIR; returns the worst exit code. */
 static int download_all(compile_t *c, const char *dir, kiln_cli_show_t show) {
   kiln_status_t status = kiln_cli_mkdirs(dir);
@@ -364,6 +401,16 @@ int kiln_cli_compile(const kiln_cli_settings_t *settings, kiln_client_t *client,
   }
   const char *dir = settings->output && *settings->output ? settings->output : ".";
   kiln_cli_show_t show = kiln_cli_show_mode(settings);
+  /* The output folder first: a compile whose results cannot be written is not
+   * worth sending (it failed after the compile, then again on the manifest).
+   * Nothing is made yet: a refused compile leaves no folder behind. */
+  status = check_writable(dir);
+  if (status) {
+    fprintf(stderr, "kiln: compile: -o %s: %s\n", dir, kiln_status_message(status));
+    kiln_status_free(status);
+    compile_deinit(&c);
+    return KILN_EXIT_FAILED;
+  }
 
   set_timeout_capped(&c, INFO_TIMEOUT_MS);
   Kiln__V1__GetServerInfoRequest info_req = KILN__V1__GET_SERVER_INFO_REQUEST__INIT;
@@ -409,6 +456,15 @@ int kiln_cli_compile(const kiln_cli_settings_t *settings, kiln_client_t *client,
             c.job.message && *c.job.message ? c.job.message : "see the messages above");
     rc = KILN_EXIT_FAILED;
     for (size_t i = 0; i < c.job.n_targets; i++) {
+      if (c.job.targets[i].state == KILN_CLI_TARGET_FAILED &&
+          c.job.targets[i].code == KILN_STATUS_DEADLINE_EXCEEDED && c.job.targets[i].message &&
+          strstr(c.job.targets[i].message, "task timeout")) {
+        /* kilnd's own limit on one compile (worker-timeout), not --timeout. */
+        fprintf(stderr, "kiln: compile: kilnd stopped the compile at its worker-timeout; its operator can raise "
+                        "it (kilnd --worker-timeout)\n");
+        rc = KILN_EXIT_TIMEOUT;
+        break;
+      }
       if (c.job.targets[i].state == KILN_CLI_TARGET_FAILED &&
           c.job.targets[i].code == KILN_STATUS_DEADLINE_EXCEEDED) {
         /* kilnd stopped the job at the deadline --timeout gave it. */

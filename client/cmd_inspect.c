@@ -11,6 +11,7 @@
 
 #include "base/alloc.h"
 #include "client/cli.h"
+#include "client/transfer.h"
 #include "client/json.h"
 #include "compiler/vmfb/reader.h"
 
@@ -35,11 +36,11 @@ static kiln_status_t read_whole(const char *path, uint8_t **out, size_t *out_len
   *out = NULL;
   *out_len = 0;
   FILE *f = fopen(path, "rb");
-  if (!f) return KILN_STATUS_ERRNO(errno, "cannot open %s", path);
+  if (!f) return KILN_CLI_LOCAL_ERRNO(errno, "cannot open %s", path);
   struct stat st;
   kiln_status_t status = NULL;
   if (fstat(fileno(f), &st) != 0) {
-    status = KILN_STATUS_ERRNO(errno, "cannot stat %s", path);
+    status = KILN_CLI_LOCAL_ERRNO(errno, "cannot stat %s", path);
   } else if (!S_ISREG(st.st_mode)) {
     status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is not a regular file", path);
   } else if ((uint64_t)st.st_size > MAX_FILE_BYTES) {
@@ -49,7 +50,7 @@ static kiln_status_t read_whole(const char *path, uint8_t **out, size_t *out_len
     size_t n = (size_t)st.st_size;
     uint8_t *data = kiln_malloc(n ? n : 1);
     if (fread(data, 1, n, f) != n) {
-      status = KILN_STATUS_ERRNO(errno ? errno : EIO, "cannot read %s", path);
+      status = KILN_CLI_LOCAL_ERRNO(errno ? errno : EIO, "cannot read %s", path);
       kiln_free(data);
     } else {
       *out = data;

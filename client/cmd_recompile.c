@@ -779,7 +779,7 @@ static kiln_status_t upload_bytes(recompile_t *r, const uint8_t *data, size_t le
                                   const char *name) {
   if (was_uploaded(r, digest)) return NULL;
   FILE *in = fmemopen((void *)data, len ? len : 1, "rb");
-  if (!in) return KILN_STATUS_ERRNO(errno, "cannot buffer the source of %s", name);
+  if (!in) return KILN_CLI_LOCAL_ERRNO(errno, "cannot buffer the source of %s", name);
   kiln_status_t status = upload(r, in, digest, len, name);
   fclose(in);
   return status;
@@ -821,7 +821,7 @@ static kiln_status_t entry_source(recompile_t *r, kiln_cli_source_entry_t *e, ui
   }
   if (e->source_size <= INLINE_SOURCE_MAX && e->source_size <= room) {
     FILE *in = fopen(e->source, "rb");
-    if (!in) return KILN_STATUS_ERRNO(errno, "cannot open %s", e->source);
+    if (!in) return KILN_CLI_LOCAL_ERRNO(errno, "cannot open %s", e->source);
     status = kiln_cli_read_all(in, e->source, INLINE_SOURCE_MAX, &parts->source, &parts->source_len);
     fclose(in);
     if (status) return status;
@@ -830,7 +830,7 @@ static kiln_status_t entry_source(recompile_t *r, kiln_cli_source_entry_t *e, ui
     item->source.len = parts->source_len;
   } else {
     FILE *in = fopen(e->source, "rb");
-    if (!in) return KILN_STATUS_ERRNO(errno, "cannot open %s", e->source);
+    if (!in) return KILN_CLI_LOCAL_ERRNO(errno, "cannot open %s", e->source);
     status = upload(r, in, e->source_digest.text, e->source_size, e->source);
     fclose(in);
     if (status) return status;

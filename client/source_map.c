@@ -432,12 +432,12 @@ kiln_status_t kiln_cli_source_map_load(const char *path, bool allow_outside, kil
     }
     char *real = realpath(folder, NULL);
     kiln_free(dir);
-    if (!real) return KILN_STATUS_ERRNO(errno, "cannot resolve the folder of the manifest %s", path);
+    if (!real) return KILN_CLI_LOCAL_ERRNO(errno, "cannot resolve the folder of the manifest %s", path);
     out_map->root = kiln_strdup(real);
     free(real);
   }
   FILE *f = fopen(path, "rb");
-  if (!f) return KILN_STATUS_ERRNO(errno, "cannot open the manifest %s", path);
+  if (!f) return KILN_CLI_LOCAL_ERRNO(errno, "cannot open the manifest %s", path);
   uint8_t *data = NULL;
   size_t len = 0;
   kiln_status_t status = kiln_cli_read_all(f, path, MAX_MANIFEST_BYTES, &data, &len);

@@ -10,6 +10,7 @@
 #include "client/transfer.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <string.h>
@@ -36,7 +37,7 @@ kiln_status_t kiln_cli_stream_digest(FILE *f, const char *name, kiln_digest_hex_
   }
   kiln_status_t status = NULL;
   if (ferror(f)) {
-    status = KILN_STATUS_ERRNO(errno ? errno : EIO, "cannot read %s", name);
+    status = KILN_CLI_LOCAL_ERRNO(errno ? errno : EIO, "cannot read %s", name);
   } else {
     kiln_digest_t d;
     kiln_hasher_finish(h, &d);
@@ -51,7 +52,7 @@ kiln_status_t kiln_cli_stream_digest(FILE *f, const char *name, kiln_digest_hex_
 kiln_status_t kiln_cli_file_digest(const char *path, kiln_digest_hex_t *out_hex,
                                    uint64_t *out_size) {
   FILE *f = fopen(path, "rb");
-  if (!f) return KILN_STATUS_ERRNO(errno, "cannot open %s", path);
+  if (!f) return KILN_CLI_LOCAL_ERRNO(errno, "cannot open %s", path);
   struct stat st;
   kiln_status_t status = NULL;
   if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -85,7 +86,7 @@ kiln_status_t kiln_cli_read_all(FILE *f, const char *name, uint64_t max_bytes, u
   }
   if (ferror(f)) {
     kiln_free(data);
-    return KILN_STATUS_ERRNO(errno ? errno : EIO, "cannot read %s", name);
+    return KILN_CLI_LOCAL_ERRNO(errno ? errno : EIO, "cannot read %s", name);
   }
   data[len] = '\0';
   *out_data = data;
@@ -114,7 +115,7 @@ kiln_status_t kiln_cli_source_upload(kiln_client_t *client, FILE *f, const char 
       size_t want = (size_t)(size - sent < chunk_bytes ? size - sent : chunk_bytes);
       size_t n = fread(block, 1, want, f);
       if (n == 0) {
-        read_error = ferror(f) ? KILN_STATUS_ERRNO(errno ? errno : EIO, "cannot read %s", name)
+        read_error = ferror(f) ? KILN_CLI_LOCAL_ERRNO(errno ? errno : EIO, "cannot read %s", name)
                                : KILN_STATUS(KILN_STATUS_ABORTED,
                                              "%s shrank while it was uploaded (%llu of %llu bytes)",
                                              name, (unsigned long long)sent,
@@ -185,7 +186,7 @@ static kiln_status_t atomic_open(const char *path, kiln_buf_t *tmp, int *out_fd)
   kiln_buf_init(tmp);
   kiln_buf_appendf(tmp, "%s.tmp.%ld", path, (long)getpid());
   *out_fd = open(tmp->data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (*out_fd < 0) return KILN_STATUS_ERRNO(errno, "cannot create %s", tmp->data);
+  if (*out_fd < 0) return KILN_CLI_LOCAL_ERRNO(errno, "cannot create %s", tmp->data);
   return NULL;
 }
 
@@ -193,10 +194,10 @@ static kiln_status_t atomic_open(const char *path, kiln_buf_t *tmp, int *out_fd)
  * renames the temporary file over `path`; otherwise (or when that fails) closes
  * and removes it. Frees `tmp`; returns the outcome. */
 static kiln_status_t atomic_close(int fd, kiln_buf_t *tmp, const char *path, kiln_status_t status) {
-  if (!status && fsync(fd) != 0) status = KILN_STATUS_ERRNO(errno, "cannot flush %s", tmp->data);
-  if (close(fd) != 0 && !status) status = KILN_STATUS_ERRNO(errno, "cannot write %s", tmp->data);
+  if (!status && fsync(fd) != 0) status = KILN_CLI_LOCAL_ERRNO(errno, "cannot flush %s", tmp->data);
+  if (close(fd) != 0 && !status) status = KILN_CLI_LOCAL_ERRNO(errno, "cannot write %s", tmp->data);
   if (!status && rename(tmp->data, path) != 0) {
-    status = KILN_STATUS_ERRNO(errno, "cannot rename %s to %s", tmp->data, path);
+    status = KILN_CLI_LOCAL_ERRNO(errno, "cannot rename %s to %s", tmp->data, path);
   }
   if (status) unlink(tmp->data);
   else fsync_parent(path);
@@ -217,7 +218,7 @@ kiln_status_t kiln_cli_write_atomic(const char *path, const void *data, size_t l
   while (left && !status) {
     ssize_t n = write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) status = KILN_STATUS_ERRNO(errno, "cannot write %s", tmp.data);
+    if (n < 0) status = KILN_CLI_LOCAL_ERRNO(errno, "cannot write %s", tmp.data);
     else {
       p += n;
       left -= (size_t)n;
@@ -247,14 +248,14 @@ static kiln_status_t copy_fd(int in, int out, const char *from, const char *to) 
         if (w < 0 && errno == EINTR) w = 0;
         else if (w < 0) {
           kiln_free(block);
-          return KILN_STATUS_ERRNO(errno, "cannot write %s", to);
+          return KILN_CLI_LOCAL_ERRNO(errno, "cannot write %s", to);
         }
       }
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       kiln_free(block);
-      return KILN_STATUS_ERRNO(errno, "cannot copy %s to %s", from, to);
+      return KILN_CLI_LOCAL_ERRNO(errno, "cannot copy %s to %s", from, to);
     }
     if (n == 0) break;
   }
@@ -264,7 +265,7 @@ static kiln_status_t copy_fd(int in, int out, const char *from, const char *to) 
 
 kiln_status_t kiln_cli_copy_atomic(const char *from, const char *to) {
   int in = open(from, O_RDONLY | O_CLOEXEC);
-  if (in < 0) return KILN_STATUS_ERRNO(errno, "cannot open %s", from);
+  if (in < 0) return KILN_CLI_LOCAL_ERRNO(errno, "cannot open %s", from);
   kiln_buf_t tmp;
   int fd = -1;
   kiln_status_t status = atomic_open(to, &tmp, &fd);
@@ -284,7 +285,7 @@ kiln_status_t kiln_cli_backup_keep(const char *path, const char *backup) {
   }
   if (errno == EEXIST) return NULL;
   if (errno != EPERM && errno != EXDEV && errno != EOPNOTSUPP && errno != EMLINK) {
-    return KILN_STATUS_ERRNO(errno, "cannot keep %s as %s", path, backup);
+    return KILN_CLI_LOCAL_ERRNO(errno, "cannot keep %s as %s", path, backup);
   }
   /* No hard links here (some network and FAT file systems): a copy, published
    * with link() so that a .bak that appeared meanwhile still wins. */
@@ -293,7 +294,7 @@ kiln_status_t kiln_cli_backup_keep(const char *path, const char *backup) {
   kiln_buf_appendf(&tmp, "%s.tmp.%ld", backup, (long)getpid());
   kiln_status_t status = kiln_cli_copy_atomic(path, tmp.data);
   if (!status && link(tmp.data, backup) != 0 && errno != EEXIST) {
-    status = KILN_STATUS_ERRNO(errno, "cannot create %s", backup);
+    status = KILN_CLI_LOCAL_ERRNO(errno, "cannot create %s", backup);
   }
   unlink(tmp.data);
   kiln_buf_deinit(&tmp);
@@ -311,7 +312,7 @@ kiln_status_t kiln_cli_mkdirs(const char *dir) {
       char saved = *s;
       *s = '\0';
       if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-        status = KILN_STATUS_ERRNO(errno, "cannot create directory %s", p);
+        status = KILN_CLI_LOCAL_ERRNO(errno, "cannot create directory %s", p);
         break;
       }
       *s = saved;
@@ -378,7 +379,7 @@ static kiln_status_t commit(attempt_t *a) {
                        hex.text, a->digest);
   }
   if (rename(a->part, a->path) != 0) {
-    return KILN_STATUS_ERRNO(errno, "cannot rename %s to %s", a->part, a->path);
+    return KILN_CLI_LOCAL_ERRNO(errno, "cannot rename %s to %s", a->part, a->path);
   }
   fsync_parent(a->path);
   return NULL;
@@ -398,7 +399,7 @@ static kiln_status_t write_pieces(int fd, const kiln_client_piece_t *pieces, siz
     }
     ssize_t w = pwritev(fd, iov, k, (off_t)pos);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return KILN_STATUS_ERRNO(errno, "cannot write %s", path);
+    if (w < 0) return KILN_CLI_LOCAL_ERRNO(errno, "cannot write %s", path);
     pos += (uint64_t)w;
     for (size_t left = (size_t)w; left > 0 && i < n;) {
       size_t rest = pieces[i].len - skip;
@@ -484,11 +485,11 @@ static kiln_status_t run_stream(attempt_t *a, uint64_t offset, bool *out_retry) 
   int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (offset == 0 ? O_TRUNC : 0);
   int fd = open(a->part, flags, 0666);
   if (fd < 0) {
-    status = KILN_STATUS_ERRNO(errno, "cannot create %s", a->part);
+    status = KILN_CLI_LOCAL_ERRNO(errno, "cannot create %s", a->part);
     kiln_client_stream_destroy(stream);
     return status;
   }
-  if (ftruncate(fd, (off_t)offset) != 0) status = KILN_STATUS_ERRNO(errno, "cannot truncate %s", a->part);
+  if (ftruncate(fd, (off_t)offset) != 0) status = KILN_CLI_LOCAL_ERRNO(errno, "cannot truncate %s", a->part);
   uint64_t pos = offset;
   /* The first message carries no data by contract; accept it if one does. Later
    * ones are read split: their bytes stay in gRPC's buffers and go to the file
@@ -522,7 +523,7 @@ static kiln_status_t run_stream(attempt_t *a, uint64_t offset, bool *out_retry) 
     msg = NULL;
     c = NULL;
   }
-  if (!status && fsync(fd) != 0) status = KILN_STATUS_ERRNO(errno, "cannot flush %s", a->part);
+  if (!status && fsync(fd) != 0) status = KILN_CLI_LOCAL_ERRNO(errno, "cannot flush %s", a->part);
   close(fd);
   kiln_client_stream_destroy(stream);
   if (status) {
@@ -604,5 +605,19 @@ kiln_status_t kiln_cli_artifact_download(kiln_client_t *client, const kiln_cli_a
   kiln_free(a.path);
   kiln_free(a.digest);
   kiln_free(a.part);
+  return status;
+}
+
+kiln_status_t kiln_cli_local_error_at(int err, const char *file, int line, const char *fmt, ...) {
+  kiln_buf_t buf;
+  kiln_buf_init(&buf);
+  va_list ap;
+  va_start(ap, fmt);
+  kiln_buf_appendvf(&buf, fmt, ap);
+  va_end(ap);
+  kiln_status_code_t code = kiln_status_code_from_errno(err);
+  if (code == KILN_STATUS_PERMISSION_DENIED) code = KILN_STATUS_FAILED_PRECONDITION;
+  kiln_status_t status = kiln_status_make(code, file, line, "%s: %s", buf.data, strerror(err));
+  kiln_buf_deinit(&buf);
   return status;
 }

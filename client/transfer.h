@@ -23,6 +23,15 @@
 #include "client/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
+/* A local file's error from its errno, as KILN_STATUS_ERRNO makes it, except
+ * that a refused permission (EACCES, EPERM, EROFS) is FAILED_PRECONDITION: for
+ * the CLI, PERMISSION_DENIED means kilnd refused the call (exit 9, and advice
+ * about tokens), which a read-only output folder is not. Every file error the
+ * client makes goes through it. */
+kiln_status_t kiln_cli_local_error_at(int err, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define KILN_CLI_LOCAL_ERRNO(err, ...) kiln_cli_local_error_at((err), __FILE__, __LINE__, __VA_ARGS__)
+
 /* SHA-256 and size of everything `f` yields from its current position to the end.
  * Leaves `f` at its end. INTERNAL-class status from errno on a read error. */
 kiln_status_t kiln_cli_stream_digest(FILE *f, const char *name, kiln_digest_hex_t *out_hex,

@@ -455,6 +455,14 @@ static void emit_target_done(kilnd_jobs_t *jobs, job_t *job, size_t t, const cha
 
 static void emit_target_failed(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_status_code_t code,
                                const char *message) {
+  char client_message[512];
+  if (code == KILN_STATUS_PERMISSION_DENIED) { /* kilnd's own files (rpc.h: kilnd_status_for_client) */
+    kiln_log(KILN_LOG_ERROR, "state_not_writable", "job=%s target=%s message=%s", job->id,
+             job->targets[t].target, message ? message : "");
+    snprintf(client_message, sizeof client_message, "%s (job %s)", KILND_STATE_NOT_WRITABLE, job->id);
+    code = KILN_STATUS_FAILED_PRECONDITION;
+    message = client_message;
+  }
   Kiln__V1__JobEvent__TargetFailed f = KILN__V1__JOB_EVENT__TARGET_FAILED__INIT;
   f.target = job->targets[t].target;
   f.code = (int32_t)code;

@@ -143,6 +143,7 @@ struct call_s {
   grpc_byte_buffer *response;
   grpc_slice status_details;
   int client_cancelled;         /* written by RECV_CLOSE_ON_SERVER */
+  bool auth_denied;             /* refused by authentication: its PERMISSION_DENIED stands */
   kiln_arena_t arena;
   ProtobufCMessage *request;    /* decoded, in the arena */
   kilnd_call_ctx_t ctx;         /* what the handler sees of this call */
@@ -408,6 +409,7 @@ static void assign_request_id(kilnd_server_t *server, call_t *c) {
 }
 
 static void send_reply(kilnd_server_t *server, call_t *c, kiln_status_t status) {
+  if (!c->auth_denied) status = kilnd_status_for_client(status, c->request_id);
   c->code = kiln_status_code(status);
   c->message = kiln_arena_strdup(&c->arena, kiln_status_message(status));
   c->status_details = grpc_slice_from_copied_string(c->message);
@@ -558,6 +560,7 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
   }
   kiln_status_t denied = authenticate(server, c);
   if (denied) {
+    c->auth_denied = true;
     send_reply(server, c, denied); /* nothing decoded, no handler run, streams included */
     return;
   }
@@ -983,6 +986,7 @@ void kilnd_stream_finish(kilnd_stream_t *s, kiln_status_t status) {
   s->on_sent = NULL;
   s->on_message = NULL;
   s->on_cancel = NULL;
+  status = kilnd_status_for_client(status, c->request_id);
   c->code = kiln_status_code(status);
   c->message = kiln_arena_strdup(&c->arena, kiln_status_message(status));
   c->status_details = grpc_slice_from_copied_string(c->message);

@@ -490,3 +490,51 @@ class CompileTest(CliTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LocalAndServerLimitsTest(KilnTestCase):
+    """Errors the CLI must not blame on the wrong party (issue 18, item 13)."""
+
+    def test_worker_timeout_is_kilnds_limit_not_timeout(self):
+        # kilnd's worker-timeout stops the compile: the CLI said "it ran past --timeout".
+        with tempfile.TemporaryDirectory(prefix="kiln-cli-") as tmp, \
+                Kilnd("--test-hooks", "--worker-timeout", "2s") as kilnd:
+            model = os.path.join(tmp, "slow.mlir")
+            with open(os.path.join(EXAMPLES, "mlp.mlir"), "rb") as f, open(model, "wb") as out:
+                out.write(f.read() + b"\n// kiln-test: hang\n")
+            r = run_kiln("compile", model, "--target", "sm_89", "-o", os.path.join(tmp, "out"), addr=kilnd.addr,
+                         timeout=120)
+            self.assertEqual(r.returncode, 4, r.stderr)
+            self.assertIn("worker-timeout", r.stderr)
+            self.assertNotIn("ran past --timeout", r.stderr)
+
+    def test_local_write_errors_are_not_kilnds_refusals(self):
+        # A read-only output folder exited 9 with advice about tokens, and compile
+        # failed after compiling, then again on its manifest.
+        if os.geteuid() != 0:
+            self.skipTest("needs a read-only bind mount (root)")
+        with tempfile.TemporaryDirectory(prefix="kiln-cli-") as tmp, Kilnd() as kilnd:
+            ro = os.path.join(tmp, "ro")
+            os.mkdir(ro)
+            if subprocess.run(["mount", "--bind", ro, ro], capture_output=True).returncode != 0:
+                self.skipTest("cannot bind-mount here")
+            try:
+                subprocess.run(["mount", "-o", "remount,bind,ro", ro], check=True, capture_output=True)
+                mlp = os.path.join(EXAMPLES, "mlp.mlir")
+                for out in (ro, os.path.join(ro, "sub")):
+                    r = run_kiln("compile", mlp, "--target", "sm_89", "-o", out, addr=kilnd.addr)
+                    self.assertEqual(r.returncode, EXIT_FAILED, r.stderr)
+                    self.assertIn(f"-o {out}:", r.stderr)
+                    self.assertNotIn("manifest", r.stderr)
+                    self.assertNotIn("job ", r.stdout)  # refused before anything was sent
+                r = run_kiln("compile", mlp, "--target", "sm_89", "-o", os.path.join(tmp, "out"), addr=kilnd.addr)
+                self.assertEqual(r.returncode, EXIT_OK, r.stderr)
+                digest = [f for f in os.listdir(os.path.join(tmp, "out")) if f.endswith(".vmfb")]
+                with open(os.path.join(tmp, "out", digest[0]), "rb") as f:
+                    d = hashlib.sha256(f.read()).hexdigest()
+                r = run_kiln("fetch", d, "-o", os.path.join(ro, "x.vmfb"), addr=kilnd.addr)
+                self.assertEqual(r.returncode, EXIT_FAILED, r.stderr)
+                self.assertIn("Read-only file system", r.stderr)
+                self.assertNotIn("token", r.stderr)
+            finally:
+                subprocess.run(["umount", ro], capture_output=True)

@@ -30,6 +30,8 @@ import glob
 import hashlib
 import os
 import signal
+import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -668,6 +670,38 @@ class RefusalTest(ServiceTestCase):
         r = c.compile(MLP, ["sm_89"], name="modèle-ß-模型.mlir", labels={"team": "vision-ü"})
         self.assertEqual(c.finish(r.job_id).state, DONE)
         self.assertAlive()
+
+    def test_read_only_state_is_failed_precondition_without_paths(self):
+        """kiln.proto keeps PERMISSION_DENIED for client authentication: kilnd's
+        own read-only state directory is FAILED_PRECONDITION (the CLI had advised
+        a better token), and the client is not shown server paths."""
+        self.skip_under_valgrind()
+        if os.geteuid() != 0:
+            self.skipTest("needs a tmpfs remounted read-only (root)")
+        with tempfile.TemporaryDirectory() as tmp:
+            state = os.path.join(tmp, "state")
+            cache = os.path.join(state, "cache")
+            c = self.up(state_dir=state)
+            r = c.compile(MLP, ["sm_89"])
+            self.assertEqual(c.finish(r.job_id).state, DONE)
+            # The cache folder read-only under the running kilnd (a bind mount: files
+            # kilnd holds open stay usable, new ones cannot be made).
+            if subprocess.run(["mount", "--bind", cache, cache], capture_output=True).returncode != 0:
+                self.skipTest("cannot bind-mount here")
+            try:
+                self.assertEqual(subprocess.run(["mount", "-o", "remount,bind,ro", cache],
+                                                capture_output=True).returncode, 0)
+                # The new source cannot be stored: refused at admission.
+                e = self.assertStatus(grpc.StatusCode.FAILED_PRECONDITION, c.compile, ATTENTION, ["sm_89"],
+                                      words="cannot write its state directory")
+                self.assertNotIn(state, e.details())
+                e = self.assertStatus(grpc.StatusCode.FAILED_PRECONDITION, c.put_source, ATTENTION + b"// x\n",
+                                      4096, words="cannot write its state directory")
+                self.assertNotIn(state, e.details())
+                self.assertIn(state, self.kilnd.log())  # the operator's log has the path
+                self.assertAlive()
+            finally:
+                subprocess.run(["umount", cache], capture_output=True)
 
     def test_non_mlir_bytes_carry_diagnostics_metadata(self):
         self.skip_under_valgrind()
