@@ -296,8 +296,11 @@ static kiln_status_t check_writable(const char *dir) {
   return status;
 }
 
-/* Fetches every target that is done into DIR; returns the worst exit code. */
-static int download_all(compile_t *c, const char *dir, kiln_cli_show_t show) {
+/* Fetches every target that is done into DIR; returns the worst exit code. With
+ * `may_rebuild`, a download kilnd refuses with DATA_LOSS (its stored copy failed
+ * its check; kilnd has quarantined it) is not reported: *out_rebuild is set, and
+ * the caller compiles again, which rebuilds it. */
+static int download_all(compile_t *c, const char *dir, kiln_cli_show_t show, bool may_rebuild, bool *out_rebuild) {
   kiln_status_t status = kiln_cli_mkdirs(dir);
   if (status) {
     fprintf(stderr, "kiln: compile: %s\n", kiln_status_message(status));
@@ -318,7 +321,12 @@ static int download_all(compile_t *c, const char *dir, kiln_cli_show_t show) {
     kiln_cli_artifact_ref_t ref = {t->digest, NULL, NULL, NULL, 0};
     Kiln__V1__ArtifactChunk *meta = NULL;
     status = kiln_cli_artifact_download(c->client, &ref, path.data, &meta, NULL, NULL);
-    if (status) {
+    if (status && may_rebuild && kiln_status_code(status) == KILN_STATUS_DATA_LOSS) {
+      fprintf(stderr, "kiln: compile: kilnd's stored %s was corrupt (%s); kilnd quarantined it, compiling it again\n",
+              t->name, kiln_status_message(status));
+      kiln_status_free(status);
+      *out_rebuild = true;
+    } else if (status) {
       kiln_buf_t what;
       kiln_buf_init(&what);
       kiln_buf_appendf(&what, "compile: fetching %s (%s)", t->name, t->digest);
@@ -424,30 +432,44 @@ int kiln_cli_compile(const kiln_cli_settings_t *settings, kiln_client_t *client,
    * (deploy/haproxy), upload, compile, watch and downloads meet one kilnd. */
   kiln_client_set_route(client, c.digest.text);
   if (uploads(&c) && (rc = upload(&c))) goto done;
-  kiln_cli_interrupts_catch(true); /* from here an interrupt cancels the job */
-  if ((rc = submit(&c))) goto done;
+  for (int round = 0;; round++) {
+    kiln_cli_interrupts_catch(true); /* from here an interrupt cancels the job */
+    if ((rc = submit(&c))) goto done;
 
-  kiln_cli_job_admit(&c.job, c.response);
-  if (show != KILN_CLI_SHOW_NONE) {
-    size_t cached = kiln_cli_job_count(&c.job, KILN_CLI_TARGET_DONE);
-    printf("job %s: %zu target(s)", c.job.job_id ? c.job.job_id : "?", c.job.n_targets);
-    if (cached) printf(", %zu cached", cached);
-    printf(" (source %s)\n", c.digest.text);
-    fflush(stdout);
+    kiln_cli_job_admit(&c.job, c.response);
+    if (show != KILN_CLI_SHOW_NONE) {
+      size_t cached = kiln_cli_job_count(&c.job, KILN_CLI_TARGET_DONE);
+      printf("job %s: %zu target(s)", c.job.job_id ? c.job.job_id : "?", c.job.n_targets);
+      if (cached) printf(", %zu cached", cached);
+      printf(" (source %s)\n", c.digest.text);
+      fflush(stdout);
+    }
+    if (!kiln_cli_job_finished(&c.job)) {
+      kiln_client_set_timeout(client, remaining_ms(&c) + WATCH_GRACE_MS);
+      rc = kiln_cli_job_follow(settings, client, &c.job, true, show, true, "compile: watching the job");
+      if (rc) goto done;
+    }
+    kiln_cli_interrupts_catch(false); /* the job is over: an interrupt now just stops us */
+    if (kiln_cli_interrupted()) {
+      fprintf(stderr, "kiln: compile: interrupted; job %s had already finished\n",
+              c.job.job_id ? c.job.job_id : "?");
+      rc = KILN_EXIT_FAILED;
+      goto done;
+    }
+    bool rebuild = false;
+    rc = download_all(&c, dir, show, round == 0, &rebuild);
+    if (rebuild && !rc) {
+      /* The same request under a new id: kilnd compiles what it quarantined and
+       * answers the rest from its cache; the build does not fail on a bad copy. */
+      kiln_cli_uuid(c.request_id);
+      protobuf_c_message_free_unpacked(&c.response->base, NULL);
+      c.response = NULL;
+      kiln_cli_job_deinit(&c.job);
+      kiln_cli_job_init(&c.job, NULL);
+      continue;
+    }
+    break;
   }
-  if (!kiln_cli_job_finished(&c.job)) {
-    kiln_client_set_timeout(client, remaining_ms(&c) + WATCH_GRACE_MS);
-    rc = kiln_cli_job_follow(settings, client, &c.job, true, show, true, "compile: watching the job");
-    if (rc) goto done;
-  }
-  kiln_cli_interrupts_catch(false); /* the job is over: an interrupt now just stops us */
-  if (kiln_cli_interrupted()) {
-    fprintf(stderr, "kiln: compile: interrupted; job %s had already finished\n",
-            c.job.job_id ? c.job.job_id : "?");
-    rc = KILN_EXIT_FAILED;
-    goto done;
-  }
-  rc = download_all(&c, dir, show);
   int manifest_rc = write_manifest(&c, dir);
   if (!rc) rc = manifest_rc;
   if (!rc && c.job.state != KILN__V1__JOB_STATE__JOB_STATE_DONE) {

@@ -20,7 +20,7 @@ import tempfile
 import time
 import unittest
 
-from kilnharness import (EXAMPLES, KILN, Kilnd, KilnTestCase, clean_env, free_tcp_port,
+from kilnharness import (EXAMPLES, KILN, Kilnd, KilnTestCase, blob_path, clean_env, free_tcp_port,
                          run_kiln, seed_cache)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -538,3 +538,29 @@ class LocalAndServerLimitsTest(KilnTestCase):
                 self.assertNotIn("token", r.stderr)
             finally:
                 subprocess.run(["umount", ro], capture_output=True)
+
+
+class CorruptCacheTest(KilnTestCase):
+    def test_a_corrupt_cached_artifact_is_rebuilt_within_the_same_compile(self):
+        # Issue 18, item 8: kilnd answered "cached", the download failed with
+        # DATA_LOSS and the build failed; only the next compile rebuilt it.
+        with tempfile.TemporaryDirectory(prefix="kiln-cli-") as tmp, Kilnd() as kilnd:
+            mlp = os.path.join(EXAMPLES, "mlp.mlir")
+            first = os.path.join(tmp, "first")
+            r = run_kiln("compile", mlp, "--target", "sm_89", "-o", first, addr=kilnd.addr)
+            self.assertEqual(r.returncode, EXIT_OK, r.stderr)
+            with open(os.path.join(first, "sm_89.vmfb"), "rb") as f:
+                want = f.read()
+            blob = blob_path(kilnd.state_dir, hashlib.sha256(want).hexdigest())
+            self.assertIsNotNone(blob)
+            with open(blob, "r+b") as f:  # one flipped byte in the middle
+                f.seek(os.path.getsize(blob) // 2)
+                b = f.read(1)
+                f.seek(-1, os.SEEK_CUR)
+                f.write(bytes([b[0] ^ 0xFF]))
+            again = os.path.join(tmp, "again")
+            r = run_kiln("compile", mlp, "--target", "sm_89", "-o", again, addr=kilnd.addr)
+            self.assertEqual(r.returncode, EXIT_OK, r.stdout + r.stderr)
+            self.assertIn("corrupt", r.stderr)
+            with open(os.path.join(again, "sm_89.vmfb"), "rb") as f:
+                self.assertEqual(f.read(), want)
