@@ -432,6 +432,7 @@ int main(int argc, char **argv) {
         .worker_path = worker_path,
         .task_timeout_ms = settings.worker_timeout_ms,
         .memory_limit_bytes = settings.worker_memory_limit,
+        .crash_keep = (uint32_t)settings.crash_keep,
         .crash_dir = crash_dir,
         .external_compiler = *settings.external_compiler ? settings.external_compiler : NULL,
         .external_args = *settings.external_compiler_args ? settings.external_compiler_args : NULL,

@@ -44,6 +44,10 @@ static const kiln_config_option_t options[] = {
     {"worker-memory-limit", 0, KILN_CONFIG_SIZE, offsetof(kilnd_settings_t, worker_memory_limit), "0",
      "SIZE", "address-space limit of each worker; a task that needs more fails RESOURCE_EXHAUSTED "
      "(0: no limit)", 0, 0, NULL, 0},
+    {"crash-keep", 0, KILN_CONFIG_INT, offsetof(kilnd_settings_t, crash_keep), "32", "N",
+     "crash files (the IR of a compile that killed its worker) kept in STATE/crashes: the newest N, "
+     "at most 64 MiB of them; older ones are removed",
+     1, 100000, NULL, 0},
     {"worker-path", 0, KILN_CONFIG_STRING, offsetof(kilnd_settings_t, worker_path), "", "FILE",
      "the kiln-worker executable (default: next to kilnd)", 0, 0, NULL, 0},
     {"external-compiler", 0, KILN_CONFIG_STRING, offsetof(kilnd_settings_t, external_compiler), "",

@@ -26,6 +26,7 @@ typedef struct kilnd_settings_s {
   int64_t workers;            /* compile worker processes; 0: the online CPUs */
   int64_t worker_timeout_ms;  /* a compile task running longer is killed; 0: none */
   uint64_t worker_memory_limit; /* address-space limit of each worker; 0: none */
+  int64_t crash_keep;           /* crash files kept in STATE/crashes, newest first */
   char *worker_path;          /* the kiln-worker executable; "": next to kilnd */
   char *external_compiler;    /* an iree-compile-compatible executable; "": built-in compiler */
   char *external_compiler_args; /* its argument template (see README) */

@@ -33,12 +33,14 @@
  */
 #include "daemon/workers.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -279,6 +281,54 @@ static void on_slot_timer_closed(uv_handle_t *h) {
 
 /* ---- Crash reports ---------------------------------------------------------------- */
 
+/* What crash files may hold in all (the newest is kept whatever its size). */
+#define CRASH_KEEP_BYTES (64ull << 20)
+
+typedef struct crash_file_s {
+  char *name;
+  int64_t mtime_ns;
+  uint64_t size;
+} crash_file_t;
+
+static int newest_first(const void *a, const void *b) {
+  const crash_file_t *x = a, *y = b;
+  if (x->mtime_ns != y->mtime_ns) return x->mtime_ns > y->mtime_ns ? -1 : 1;
+  return strcmp(y->name, x->name);
+}
+
+/* Removes crash files past the newest `keep` or past CRASH_KEEP_BYTES. Runs on
+ * the thread pool after each dump; two at once only race to unlink the same
+ * old file, and ENOENT is fine. */
+static void prune_crashes(const char *dir, uint32_t keep) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  crash_file_t *files = NULL;
+  size_t n = 0, cap = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    size_t len = strlen(e->d_name);
+    if (len < 6 || strcmp(e->d_name + len - 5, ".mlir") != 0) continue;
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (n == cap) files = kiln_realloc(files, (cap = cap ? cap * 2 : 64) * sizeof *files);
+    files[n++] = (crash_file_t){kiln_strdup(e->d_name),
+                                (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, (uint64_t)st.st_size};
+  }
+  qsort(files, n, sizeof *files, newest_first);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; i++) {
+    bytes += files[i].size;
+    if (i > 0 && (i >= keep || bytes > CRASH_KEEP_BYTES)) {
+      if (unlinkat(dirfd(d), files[i].name, 0) == 0) {
+        kiln_log(KILN_LOG_INFO, "crash_file_removed", "file=%s/%s reason=%s", dir, files[i].name,
+                 i >= keep ? "count" : "bytes");
+      }
+    }
+    kiln_free(files[i].name);
+  }
+  kiln_free(files);
+  closedir(d);
+}
+
 static void dump_work(uv_work_t *req) {
   dump_t *d = req->data;
   const char *dir = d->pool->opt.crash_dir;
@@ -304,6 +354,7 @@ static void dump_work(uv_work_t *req) {
     left -= (size_t)n;
   }
   if (close(fd) != 0 && !d->err) d->err = errno;
+  prune_crashes(dir, d->pool->opt.crash_keep ? d->pool->opt.crash_keep : 32);
 }
 
 static void dump_done(uv_work_t *req, int status) {
@@ -312,12 +363,16 @@ static void dump_done(uv_work_t *req, int status) {
   pool->pending_dumps--;
   kiln_buf_t suffix;
   kiln_buf_init(&suffix);
+  /* Clients get the file's name, not the server's folders (kilnd's log has the path). */
+  const char *name = strrchr(d->path, '/') ? strrchr(d->path, '/') + 1 : d->path;
   if (status < 0) {
     kiln_buf_appendf(&suffix, "; the IR could not be kept (%s)", uv_strerror(status));
   } else if (d->err) {
-    kiln_buf_appendf(&suffix, "; the IR could not be kept at %s (%s)", d->path, strerror(d->err));
+    kiln_buf_appendf(&suffix, "; the IR could not be kept in kilnd's crash folder (%s)", strerror(d->err));
+    kiln_log(KILN_LOG_WARN, "crash_file_failed", "file=%s error=\"%s\"", d->path, strerror(d->err));
   } else {
-    kiln_buf_appendf(&suffix, "; the IR is kept at %s", d->path);
+    kiln_buf_appendf(&suffix, "; the IR is kept in kilnd's crash folder as %s", name);
+    kiln_log(KILN_LOG_INFO, "crash_file_kept", "file=%s", d->path);
   }
   kiln_buf_append_str(&suffix, d->hint);
   if (pool->closing) {

@@ -54,6 +54,9 @@ typedef struct kilnd_workers_options_s {
   const char *crash_dir;        /* where the IR of a task that killed its worker is kept,
                                    as <crash_dir>/<task id>.mlir (the directory is made
                                    on first use); NULL: not kept */
+  uint32_t crash_keep;          /* the newest this many crash files are kept (and at most
+                                   CRASH_KEEP_BYTES of them, the newest always); older
+                                   ones are removed as new ones come; 0: 32 */
   /* External compiler driver (NULL: the built-in compiler): an
    * iree-compile-compatible executable run once per target, with `external_args`
    * as its argument template (see worker.proto's ExternalCompiler; NULL: the

@@ -793,6 +793,27 @@ class WorkerFailureTest(ServiceTestCase):
         self.wait_restarts(1)
         self.assertCompiles()
 
+    def test_crash_files_are_capped(self):
+        # 25 crashing compiles wrote 31 MB to STATE/crashes in 3 s, with no cap:
+        # only the newest --crash-keep are kept.
+        c = self.up("--crash-keep", "2")
+        for i in range(4):
+            r = c.compile(hooked("crash", f"cap{i}"), ["sm_89"], name=f"crashy{i}.mlir")
+            evs = c.events(r.job_id, from_start=True)
+            (f,) = [e.target_failed for e in evs if kind(e) == "target_failed"]
+            self.assertIn("kept in kilnd's crash folder as", f.message)
+            self.assertNotIn(self.kilnd.state_dir, f.message)  # no server paths for clients
+            self.wait_restarts(i + 1)
+        kept = sorted(glob.glob(os.path.join(self.kilnd.state_dir, "crashes", "*.mlir")))
+        self.assertEqual(len(kept), 2, kept)
+        sources = set()
+        for path in kept:
+            with open(path, "rb") as fh:
+                sources.add(fh.read())
+        self.assertEqual(sources, {hooked("crash", "cap2"), hooked("crash", "cap3")})
+        self.assertIn("event=crash_file_removed", self.kilnd.log())
+        self.assertAlive()
+
     def test_hang_stops_at_the_worker_timeout(self):
         c = self.up("--worker-timeout", "2s")
         t0 = time.monotonic()
