@@ -44,6 +44,7 @@
 #include "base/digest.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "daemon/client_text.h"
 #include "daemon/diags.h"
 #include "daemon/metrics.h"
 #include "kiln/v1/kiln.pb-c.h"
@@ -455,14 +456,13 @@ static void emit_target_done(kilnd_jobs_t *jobs, job_t *job, size_t t, const cha
 
 static void emit_target_failed(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_status_code_t code,
                                const char *message) {
-  char client_message[512];
-  if (code == KILN_STATUS_PERMISSION_DENIED) { /* kilnd's own files (rpc.h: kilnd_status_for_client) */
-    kiln_log(KILN_LOG_ERROR, "state_not_writable", "job=%s target=%s message=%s", job->id,
-             job->targets[t].target, message ? message : "");
-    snprintf(client_message, sizeof client_message, "%s (job %s)", KILND_STATE_NOT_WRITABLE, job->id);
-    code = KILN_STATUS_FAILED_PRECONDITION;
-    message = client_message;
-  }
+  /* As a client may read it: no server paths, no PERMISSION_DENIED (client_text.h). */
+  char context[96];
+  snprintf(context, sizeof context, "job %s", job->id);
+  int client_code = (int)code;
+  char *client_message = kilnd_message_for_client(&client_code, message, context);
+  if (client_message) message = client_message;
+  code = (kiln_status_code_t)client_code;
   Kiln__V1__JobEvent__TargetFailed f = KILN__V1__JOB_EVENT__TARGET_FAILED__INIT;
   f.target = job->targets[t].target;
   f.code = (int32_t)code;
@@ -487,6 +487,7 @@ static void emit_target_failed(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_st
   ev.target_failed = &f;
   emit(jobs, job, &ev);
   kilnd_diags_free(&diags);
+  kiln_free(client_message);
 }
 
 static void persist_later(kilnd_jobs_t *jobs, job_t *job);

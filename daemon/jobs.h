@@ -48,13 +48,6 @@
 #include "daemon/stream.h"
 #include "daemon/workers.h"
 
-/* What a client is told when kilnd's own files refuse a write (a read-only or
- * foreign state directory): the class of failure, never a server path (those go
- * to kilnd's log). With FAILED_PRECONDITION; rpc.h: kilnd_status_for_client. */
-#define KILND_STATE_NOT_WRITABLE                                                                \
-  "kilnd cannot write its state directory (read-only, or not its own): the operator must fix " \
-  "it; kilnd's log has the path"
-
 typedef struct kilnd_jobs_s kilnd_jobs_t;
 
 #define KILND_JOB_ID_LEN 26 /* "j-" + 24 hex */

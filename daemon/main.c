@@ -54,6 +54,7 @@
 #include "cache/jobstore.h"
 #include "compiler/identity.h" /* the ABI version macros only: kilnd links no compiler */
 #include "daemon/auth.h"
+#include "daemon/client_text.h"
 #include "daemon/http.h"
 #include "daemon/jobs.h"
 #include "daemon/server.h"
@@ -393,6 +394,7 @@ int main(int argc, char **argv) {
   kilnd_server_t *server = NULL;
   kiln_cache_t *cache = NULL;
   status = kilnd_statedir_open(settings.state_dir, &state);
+  if (!status) kilnd_client_text_init(state.path); /* hidden from clients' messages */
   if (!status) status = open_cache(&settings, &state, &cache);
   if (!status && settings.verify) {
     exit_code = verify_offline(cache, settings.dry_run);
@@ -497,6 +499,7 @@ int main(int argc, char **argv) {
   kiln_free(crash_dir);
   kiln_cache_close(cache);
   kilnd_statedir_close(&state);
+  kilnd_client_text_init(NULL);
   if (exit_code == 0) kiln_log(KILN_LOG_INFO, "stopped", NULL);
   kiln_config_deinit(table, &settings);
   return exit_code;

@@ -7,7 +7,6 @@
 
 #include "base/log.h"
 #include "base/time.h"
-#include "daemon/jobs.h"
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "kiln/v1/kiln.pb-c.h"
@@ -113,12 +112,4 @@ kiln_status_t kilnd_label_check(const char *what, const char *key, const char *v
                        key, strlen(value), KILND_LABEL_VALUE_MAX);
   }
   return NULL;
-}
-
-kiln_status_t kilnd_status_for_client(kiln_status_t status, const char *context) {
-  if (kiln_status_code(status) != KILN_STATUS_PERMISSION_DENIED) return status;
-  kiln_log_status(KILN_LOG_ERROR, "state_not_writable", status, "context=%s", context ? context : "");
-  kiln_status_free(status);
-  return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "%s (%s)", KILND_STATE_NOT_WRITABLE,
-                     context ? context : "");
 }

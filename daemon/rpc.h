@@ -80,14 +80,6 @@ bool kilnd_request_id_valid(const char *id, size_t len);
 #define KILND_LABEL_VALUE_MAX 256
 kiln_status_t kilnd_label_check(const char *what, const char *key, const char *value);
 
-/* kiln.proto keeps PERMISSION_DENIED for client authentication. One from a
- * handler or a job comes from kilnd's own files (a read-only or foreign state
- * directory): the client gets FAILED_PRECONDITION and this class of failure
- * (KILND_STATE_NOT_WRITABLE, jobs.h, which job failures use too),
- * without server paths; kilnd's log gets the original message with `context`
- * (the request or job id). Consumes `status`; returns what the client sees
- * (`status` itself for any other code). Thread-safe. */
-kiln_status_t kilnd_status_for_client(kiln_status_t status, const char *context);
 
 /* True once the call's deadline has passed or the server is cancelling in-flight
  * work: long handlers stop and return. Thread-safe. */

@@ -78,6 +78,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "daemon/auth.h"
+#include "daemon/client_text.h"
 #include "daemon/listen.h"
 #include "daemon/rpc.h"
 #include "daemon/stats.h"

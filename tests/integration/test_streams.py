@@ -489,6 +489,10 @@ class CorruptArtifactTest(StreamTestCase):
                 self.assertEqual(ctx.exception.code(), grpc.StatusCode.DATA_LOSS,
                                  ctx.exception.details())
                 self.assertIn(digest, ctx.exception.details())
+                # The class of failure and the blob, not the server's folders (issue
+                # 18, item 12): the path is in kilnd's log.
+                self.assertNotIn(os.path.realpath(state), ctx.exception.details())
+                self.assertIn(os.path.realpath(state), d.log())
                 # Mid-stream: the metadata and some data went out before the error.
                 self.assertTrue(received[0].HasField("metadata"))
                 self.assertGreaterEqual(len(received), 2)
