@@ -679,6 +679,21 @@ kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *optio
   kiln_index_t *index = NULL;
   if (!st) st = kiln_index_open(cache->db_path, &index);
   if (!st && !cache->options.skip_repair) {
+    /* The repair below deletes blobs no row names: from a damaged index that
+     * would delete live ones. Nothing is repaired from a file that fails SQLite's
+     * own check. */
+    char *problem = NULL;
+    st = kiln_index_check_integrity(index, false, &problem);
+    if (!st && problem) {
+      st = KILN_STATUS(KILN_STATUS_DATA_LOSS,
+                       "the cache index %s is damaged (%s); kilnd repairs nothing from it. Restore index.db "
+                       "from a backup, or stop kilnd and move %s aside (its blobs stay there) to start with an "
+                       "empty cache",
+                       cache->db_path, problem, dir);
+    }
+    kiln_free(problem);
+  }
+  if (!st && !cache->options.skip_repair) {
     scan_t scan;
     memset(&scan, 0, sizeof scan);
     scan.cache = cache;
@@ -1519,6 +1534,22 @@ kiln_status_t kiln_cache_verify(kiln_cache_t *cache, bool dry_run, bool (*should
   if (flushed) {
     release(cache, index);
     return flushed;
+  }
+  /* The index first: a damaged one is reported, and nothing is repaired from it. */
+  char *problem = NULL;
+  kiln_status_t checked = kiln_index_check_integrity(index, true, &problem);
+  if (checked || problem) {
+    release(cache, index);
+    if (checked) return checked;
+    scan_t damaged;
+    memset(&damaged, 0, sizeof damaged);
+    add_problem(&damaged, KILN_CACHE_PROBLEM_DAMAGED_INDEX, NULL, false,
+                "%s fails SQLite's integrity check (%s); nothing was checked or repaired from it: restore it "
+                "from a backup, or move the cache folder aside",
+                cache->db_path, problem);
+    kiln_free(problem);
+    *out_report = damaged.report;
+    return NULL;
   }
   scan_t scan;
   memset(&scan, 0, sizeof scan);

@@ -251,6 +251,7 @@ typedef enum kiln_cache_problem_kind_e {
   KILN_CACHE_PROBLEM_MISSING_BLOB = 2,
   KILN_CACHE_PROBLEM_ORPHAN_BLOB = 3,
   KILN_CACHE_PROBLEM_STRAY_FILE = 4,
+  KILN_CACHE_PROBLEM_DAMAGED_INDEX = 5, /* index.db fails SQLite's integrity check */
 } kiln_cache_problem_kind_t; /* numerically kiln.v1.CacheProblem.Kind */
 
 typedef struct kiln_cache_problem_s {

@@ -1336,3 +1336,38 @@ kiln_status_t kiln_index_totals(kiln_index_t *index, kiln_index_totals_t *out_to
   stmt_done(stmt);
   return status;
 }
+
+kiln_status_t kiln_index_check_integrity(kiln_index_t *index, bool full, char **out_problem) {
+  *out_problem = NULL;
+  sqlite3_stmt *stmt = NULL;
+  int rc = sqlite3_prepare_v2(index->db, full ? "PRAGMA integrity_check(20)" : "PRAGMA quick_check(20)", -1,
+                              &stmt, NULL);
+  kiln_buf_t problem;
+  kiln_buf_init(&problem);
+  bool ok = false;
+  if (rc == SQLITE_OK) {
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      const char *line = (const char *)sqlite3_column_text(stmt, 0);
+      if (!line) continue;
+      if (!strcmp(line, "ok") && problem.len == 0) {
+        ok = true;
+        continue;
+      }
+      if (problem.len) kiln_buf_append_str(&problem, "; ");
+      kiln_buf_append_str(&problem, line);
+    }
+  }
+  kiln_status_t status = NULL;
+  if (rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB) {
+    /* Too damaged for the check itself to run: that is the answer. */
+    if (problem.len) kiln_buf_append_str(&problem, "; ");
+    kiln_buf_append_str(&problem, sqlite3_errmsg(index->db));
+    ok = false;
+  } else if (rc != SQLITE_DONE && rc != SQLITE_OK) {
+    status = sql_failure(index, rc, full ? "integrity_check" : "quick_check");
+  }
+  sqlite3_finalize(stmt);
+  if (!status && !ok) *out_problem = kiln_buf_take(&problem);
+  kiln_buf_deinit(&problem);
+  return status;
+}

@@ -22,7 +22,8 @@ kiln_status_t kiln_sql_failure_at(sqlite3 *db, const char *what, const char *pat
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
       code = KILN_STATUS_DATA_LOSS;
-      hint = "the file is damaged or not kiln's; move it aside and kilnd starts a fresh one";
+      hint = "the file is damaged or not kiln's: restore it from a backup, or stop kilnd and move the cache "
+             "folder aside (a fresh index would count every blob an orphan)";
       break;
     case SQLITE_READONLY:
     case SQLITE_PERM:

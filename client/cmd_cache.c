@@ -54,6 +54,7 @@ static const char *problem_kind(Kiln__V1__CacheProblem__Kind kind) {
     case KILN__V1__CACHE_PROBLEM__KIND__KIND_MISSING_BLOB: return "missing blob";
     case KILN__V1__CACHE_PROBLEM__KIND__KIND_ORPHAN_BLOB: return "orphan blob";
     case KILN__V1__CACHE_PROBLEM__KIND__KIND_STRAY_FILE: return "stray file";
+    case KILN__V1__CACHE_PROBLEM__KIND__KIND_DAMAGED_INDEX: return "damaged index";
     default: return "problem";
   }
 }

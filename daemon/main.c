@@ -67,7 +67,7 @@
 #define EXIT_VERIFY_PROBLEMS 3
 
 static const char *const problem_names[] = {"?", "corrupt blob", "missing blob", "orphan blob",
-                                            "stray file"};
+                                            "stray file", "damaged index"};
 
 /* The kiln-worker executable: the setting, or the one installed next to kilnd. */
 static char *default_worker_path(const char *setting) {
@@ -156,7 +156,7 @@ static int verify_offline(kiln_cache_t *cache, bool dry_run) {
          (long long)report.duration_ms, report.n_problems, dry_run ? " (dry run: nothing changed)" : "");
   for (size_t i = 0; i < report.n_problems; i++) {
     const kiln_cache_problem_t *p = &report.problems[i];
-    printf("  %-13s %s %s%s\n", problem_names[p->kind <= 4 ? p->kind : 0],
+    printf("  %-13s %s %s%s\n", problem_names[p->kind <= 5 ? p->kind : 0],
            *p->digest ? p->digest : "-", p->detail, p->repaired ? "" : " (not repaired)");
   }
   int code = report.n_problems ? EXIT_VERIFY_PROBLEMS : 0;

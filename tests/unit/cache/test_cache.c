@@ -1446,6 +1446,51 @@ static bool stop_always(void *user) {
   return true;
 }
 
+/* Issue 18, item 9: with index.db damaged, start-up repair deleted a blob on the
+ * damaged index's word and verify said "0 problem(s)". Now the open refuses with
+ * DATA_LOSS and touches nothing, and verify reports the index. */
+static void test_damaged_index_is_reported_and_never_repaired_from(void **state) {
+  fixture_t *f = *state;
+  for (int i = 0; i < 40; i++) { /* enough rows for several pages */
+    art_t a;
+    art_init(&a, 500 + (uint64_t)i, 600, i % 2 == 0, 500 + (uint64_t)i);
+    assert_ok(kiln_cache_artifact_put(f->cache, &a.parts, a.data, a.len, NULL, NULL));
+    art_deinit(&a);
+  }
+  kiln_cache_close(f->cache);
+  f->cache = NULL;
+  size_t blobs = blob_files(f->dir);
+  assert_true(blobs >= 40);
+  /* Garbage over every page but the first (the header stays readable). */
+  char db[400];
+  snprintf(db, sizeof db, "%s/index.db", f->dir);
+  struct stat st;
+  assert_int_equal(stat(db, &st), 0);
+  assert_true(st.st_size > 8192);
+  FILE *fp = fopen(db, "r+b");
+  assert_non_null(fp);
+  assert_int_equal(fseek(fp, 4096, SEEK_SET), 0);
+  for (long i = 4096; i < st.st_size; i++) fputc((int)((i * 7919) & 0xff), fp);
+  assert_int_equal(fclose(fp), 0);
+
+  kiln_status_t opened = kiln_cache_open(f->dir, &f->options, &f->cache, NULL);
+  assert_code(opened, KILN_STATUS_DATA_LOSS);
+  assert_null(f->cache);
+  assert_int_equal(blob_files(f->dir), blobs); /* nothing deleted */
+
+  /* kilnd --verify opens without the repair, then verifies: the index is named. */
+  kiln_cache_options_t o = f->options;
+  o.skip_repair = true;
+  assert_ok(kiln_cache_open(f->dir, &o, &f->cache, NULL));
+  kiln_cache_verify_report_t report;
+  assert_ok(kiln_cache_verify(f->cache, false, NULL, NULL, &report));
+  assert_int_equal(report.n_problems, 1);
+  assert_int_equal(report.problems[0].kind, KILN_CACHE_PROBLEM_DAMAGED_INDEX);
+  assert_non_null(strstr(report.problems[0].detail, "integrity check"));
+  kiln_cache_verify_report_deinit(&report);
+  assert_int_equal(blob_files(f->dir), blobs);
+}
+
 static void test_verify_clean_store(void **state) {
   fixture_t *f = *state;
   art_t arts[3];
@@ -2631,6 +2676,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_open_repair_counts_dangling_rows, setup, teardown),
       cmocka_unit_test_setup_teardown(test_open_removes_stray_directories, setup, teardown),
       cmocka_unit_test_setup_teardown(test_verify_clean_store, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_damaged_index_is_reported_and_never_repaired_from, setup, teardown),
       cmocka_unit_test_setup_teardown(test_verify_repairs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_verify_dry_run_changes_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_verify_spares_young_orphans, setup, teardown),
