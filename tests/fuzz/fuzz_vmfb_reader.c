@@ -121,7 +121,8 @@ static void check_info(const kiln_vmfb_info_t *info, size_t size) {
   for (size_t i = 0; i < info->n_executables; i++) {
     const kiln_vmfb_executable_info_t *e = &info->executables[i];
     CHECK(e->rodata < info->n_rodata);
-    CHECK(strlen(e->identifier) == 4);
+    /* a flatbuffer file identifier, or "ELF" for a CPU executable (reader.h) */
+    CHECK(strlen(e->identifier) == 4 || strcmp(e->identifier, "ELF") == 0);
     if (e->format) touch_string(e->format);
     for (size_t k = 0; k < e->n_kernels; k++) {
       touch_string(e->kernels[k]);
