@@ -183,6 +183,10 @@ static kiln_status_t set_option(const kiln_config_option_t *opt, void *settings,
     }
     case KILN_CONFIG_SIZE: {
       uint64_t v;
+      if ((opt->flags & KILN_CONFIG_AUTO) && strcasecmp(value, "auto") == 0) {
+        *(uint64_t *)dst = KILN_CONFIG_SIZE_AUTO;
+        return NULL;
+      }
       if (kiln_config_parse_size(value, &v) != 0) {
         return bad_value(opt, value, source, "a size such as 4096, 64KiB or 16MiB");
       }
@@ -482,7 +486,10 @@ void kiln_config_dump(const kiln_config_table_t *table, const void *settings, ki
       }
       case KILN_CONFIG_BOOL: kiln_buf_append_str(out, *(const bool *)src ? "true" : "false"); break;
       case KILN_CONFIG_INT: kiln_buf_appendf(out, "%" PRId64, *(const int64_t *)src); break;
-      case KILN_CONFIG_SIZE: kiln_buf_appendf(out, "%" PRIu64, *(const uint64_t *)src); break;
+      case KILN_CONFIG_SIZE:
+        if (*(const uint64_t *)src == KILN_CONFIG_SIZE_AUTO) kiln_buf_append_str(out, "auto");
+        else kiln_buf_appendf(out, "%" PRIu64, *(const uint64_t *)src);
+        break;
       case KILN_CONFIG_DURATION: kiln_buf_appendf(out, "%" PRId64 "ms", *(const int64_t *)src); break;
       case KILN_CONFIG_LIST: break; /* handled above */
     }

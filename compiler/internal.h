@@ -20,6 +20,7 @@ struct kiln_compiler_context_s {
   void (*on_stage)(void *user, const char *stage, uint32_t index);
   void *on_stage_user;
   char *toolkit_dir; /* for the ROCDL serializer: <dir>/llvm/bin/ld.lld; made on first use */
+  uint64_t memory_limit_bytes; /* tensors bigger than this are refused up front; 0: none */
 };
 
 /* Collects MLIR diagnostics as "<name>:<line>:<col>: <severity>: <message>" lines

@@ -11,6 +11,7 @@
 #include "compiler/pipeline.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
 #include <mlir-c/Dialect/GPU.h>
@@ -1223,6 +1224,66 @@ static kiln_status_t check_static_signatures(MlirModule module, const char *name
   return NULL;
 }
 
+/* ---- tensors over the memory limit ---- */
+
+/* Bytes of a statically shaped type (tensor, memref, vector); 0 when dynamic,
+ * unranked or of an element type without a bit width. Saturates. */
+static uint64_t static_bytes(MlirType t) {
+  if (!mlirTypeIsAShaped(t) || !mlirShapedTypeHasRank(t) || !mlirShapedTypeHasStaticShape(t)) return 0;
+  MlirType e = mlirShapedTypeGetElementType(t);
+  uint64_t bits = mlirTypeIsAInteger(e) ? mlirIntegerTypeGetWidth(e)
+                  : mlirTypeIsAFloat(e) ? mlirFloatTypeGetWidth(e)
+                  : mlirTypeIsAIndex(e) ? 64
+                                        : 0;
+  if (!bits) return 0;
+  uint64_t n = 1;
+  for (intptr_t d = 0; d < mlirShapedTypeGetRank(t); d++) {
+    uint64_t dim = (uint64_t)mlirShapedTypeGetDimSize(t, d);
+    if (dim && n > UINT64_MAX / dim) return UINT64_MAX;
+    n *= dim;
+  }
+  return n > UINT64_MAX / bits ? UINT64_MAX : (n * bits + 7) / 8;
+}
+
+typedef struct oversize_s {
+  const char *name;
+  uint64_t limit;
+  kiln_status_t status;
+} oversize_t;
+
+static void check_oversize(oversize_t *o, MlirOperation op, MlirType t, const char *what) {
+  uint64_t bytes = static_bytes(t);
+  if (bytes <= o->limit || o->status) return;
+  kiln_buf_t text;
+  kiln_buf_init(&text);
+  mlirTypePrint(t, append_cb, &text);
+  int line, col;
+  kiln_compiler_op_line_col(op, &line, &col);
+  MlirStringRef opname = mlirIdentifierStr(mlirOperationGetName(op));
+  o->status = KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
+                          "%s:%d:%d: %s of %.*s is %s, %" PRIu64 " bytes: over the compile's memory limit of %" PRIu64
+                          " bytes (kilnd's worker-memory-limit); the model cannot be compiled or run in it",
+                          o->name, line, col, what, (int)opname.length, opname.data, text.len ? text.data : "?",
+                          bytes, o->limit);
+  kiln_buf_deinit(&text);
+}
+
+static MlirWalkResult find_oversize(MlirOperation op, void *user) {
+  oversize_t *o = user;
+  for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) {
+    check_oversize(o, op, mlirValueGetType(mlirOperationGetResult(op, i)), "a result");
+  }
+  for (intptr_t r = 0; r < mlirOperationGetNumRegions(op); r++) {
+    for (MlirBlock b = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, r)); !mlirBlockIsNull(b);
+         b = mlirBlockGetNextInRegion(b)) {
+      for (intptr_t i = 0; i < mlirBlockGetNumArguments(b); i++) {
+        check_oversize(o, op, mlirValueGetType(mlirBlockGetArgument(b, i)), "an argument");
+      }
+    }
+  }
+  return o->status ? MlirWalkResultInterrupt : MlirWalkResultAdvance;
+}
+
 /* TOSA ops kiln does not compile, refused up front with the reason (they failed
  * inside the front half as "failed to legalize", which read as bad IR). */
 static const struct {
@@ -1263,6 +1324,11 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
     refused_t r = {name, NULL};
     mlirOperationWalk(mlirModuleGetOperation(common), find_refused, &r, MlirWalkPreOrder);
     shapes = r.status;
+  }
+  if (!shapes && context->memory_limit_bytes) {
+    oversize_t o = {name, context->memory_limit_bytes, NULL};
+    mlirOperationWalk(mlirModuleGetOperation(common), find_oversize, &o, MlirWalkPreOrder);
+    shapes = o.status;
   }
   if (shapes) {
     mlirModuleDestroy(common);

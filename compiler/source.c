@@ -47,6 +47,10 @@ kiln_status_t kiln_compiler_context_create(kiln_compiler_context_t **out_context
   return NULL;
 }
 
+void kiln_compiler_context_set_memory_limit(kiln_compiler_context_t *context, uint64_t bytes) {
+  context->memory_limit_bytes = bytes;
+}
+
 void kiln_compiler_context_set_jobs(kiln_compiler_context_t *context, size_t jobs) {
   context->jobs = jobs < 1 ? 1 : jobs > KILN_COMPILER_MAX_JOBS ? KILN_COMPILER_MAX_JOBS : jobs;
 }

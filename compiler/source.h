@@ -19,6 +19,7 @@
 #define KILN_COMPILER_SOURCE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/digest.h"
 #include "base/status.h"
@@ -37,6 +38,15 @@ void kiln_compiler_context_destroy(kiln_compiler_context_t *context);
  * that hold locks the children would need (kiln's callers are single-threaded
  * compile workers). */
 void kiln_compiler_context_set_jobs(kiln_compiler_context_t *context, size_t jobs);
+
+/* The memory a compile (and the model it makes) may count on, in bytes; 0: no
+ * limit (the default). A model with a static tensor bigger than this, anywhere
+ * (an argument, a result, an intermediate), is refused after parsing with
+ * RESOURCE_EXHAUSTED naming the tensor, where it is and the limit: a compile
+ * worker under an address-space limit would otherwise run into it somewhere
+ * in the pipeline (a constant folded out to its full size), and a runtime could
+ * not hold the buffer anyway. */
+void kiln_compiler_context_set_memory_limit(kiln_compiler_context_t *context, uint64_t bytes);
 
 /* Parses `len` bytes of MLIR text or bytecode named `name` (for diagnostics) and
  * verifies it; on success writes the fingerprint. */

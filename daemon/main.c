@@ -69,6 +69,37 @@
 static const char *const problem_names[] = {"?", "corrupt blob", "missing blob", "orphan blob",
                                             "stray file", "damaged index"};
 
+/* The memory this process may use: the machine's, or its cgroup's when lower. */
+static uint64_t memory_available(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  uint64_t total = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+  static const char *const limits[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+  for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+    FILE *f = fopen(limits[i], "r");
+    if (!f) continue;
+    unsigned long long v = 0;
+    if (fscanf(f, "%llu", &v) == 1 && v > 0 && (total == 0 || v < total)) total = v; /* "max": no number */
+    fclose(f);
+  }
+  return total;
+}
+
+/* worker-memory-limit, with auto resolved: three quarters of the memory there
+ * is, shared among the workers, at least 2 GiB; none under AddressSanitizer,
+ * whose shadow memory needs an unlimited address space. */
+static uint64_t worker_memory_limit(const kilnd_settings_t *settings) {
+  if (settings->worker_memory_limit != KILN_CONFIG_SIZE_AUTO) return settings->worker_memory_limit;
+#if defined(__SANITIZE_ADDRESS__)
+  return 0;
+#else
+  uint64_t total = memory_available();
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  uint64_t workers = settings->workers > 0 ? (uint64_t)settings->workers : cpus > 0 ? (uint64_t)cpus : 1;
+  uint64_t share = total / 4 * 3 / workers, floor = 2ull << 30;
+  return total == 0 ? 0 : share > floor ? share : floor;
+#endif
+}
+
 /* The kiln-worker executable: the setting, or the one installed next to kilnd. */
 static char *default_worker_path(const char *setting) {
   if (setting && *setting) return kiln_strdup(setting);
@@ -433,7 +464,7 @@ int main(int argc, char **argv) {
         .count = (size_t)settings.workers,
         .worker_path = worker_path,
         .task_timeout_ms = settings.worker_timeout_ms,
-        .memory_limit_bytes = settings.worker_memory_limit,
+        .memory_limit_bytes = worker_memory_limit(&settings),
         .crash_keep = (uint32_t)settings.crash_keep,
         .crash_dir = crash_dir,
         .external_compiler = *settings.external_compiler ? settings.external_compiler : NULL,

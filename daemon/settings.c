@@ -41,9 +41,10 @@ static const kiln_config_option_t options[] = {
     {"worker-timeout", 0, KILN_CONFIG_DURATION, offsetof(kilnd_settings_t, worker_timeout_ms), "30m",
      "DURATION", "a compile task running longer is killed and its targets fail DEADLINE_EXCEEDED "
      "(0: no limit)", 0, 0, NULL, 0},
-    {"worker-memory-limit", 0, KILN_CONFIG_SIZE, offsetof(kilnd_settings_t, worker_memory_limit), "0",
-     "SIZE", "address-space limit of each worker; a task that needs more fails RESOURCE_EXHAUSTED "
-     "(0: no limit)", 0, 0, NULL, 0},
+    {"worker-memory-limit", 0, KILN_CONFIG_SIZE, offsetof(kilnd_settings_t, worker_memory_limit), "auto",
+     "SIZE", "address-space limit of each worker; a model with a tensor over it, or a task that needs more, "
+     "fails RESOURCE_EXHAUSTED (auto: three quarters of the machine's (or cgroup's) memory shared among the "
+     "workers, at least 2 GiB; none in sanitized builds; 0: no limit)", 0, 0, NULL, KILN_CONFIG_AUTO},
     {"crash-keep", 0, KILN_CONFIG_INT, offsetof(kilnd_settings_t, crash_keep), "32", "N",
      "crash files (the IR of a compile that killed its worker) kept in STATE/crashes: the newest N, "
      "at most 64 MiB of them; older ones are removed",

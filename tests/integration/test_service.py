@@ -814,6 +814,26 @@ class WorkerFailureTest(ServiceTestCase):
         self.assertIn("event=crash_file_removed", self.kilnd.log())
         self.assertAlive()
 
+    def test_tensor_over_the_memory_limit_is_refused_by_name(self):
+        # A 1.2 KB model with a 50,000,000 dimension took a worker to 4.7 GB
+        # before failing; worker-memory-limit now defaults to a share of the
+        # machine, and a tensor over it is refused before the pipeline runs.
+        big = (b"func.func @big(%a: tensor<50000000x64xf32>) -> tensor<50000000x64xf32> {\n"
+               b"  %0 = tosa.add %a, %a : (tensor<50000000x64xf32>, tensor<50000000x64xf32>) -> "
+               b"tensor<50000000x64xf32>\n  return %0 : tensor<50000000x64xf32>\n}\n")
+        c = self.up("--worker-memory-limit", "1GiB")
+        t0 = time.monotonic()
+        r = c.compile(big, ["sm_89"], name="big.mlir")
+        evs = c.events(r.job_id, from_start=True)
+        (f,) = [e.target_failed for e in evs if kind(e) == "target_failed"]
+        self.assertEqual(f.code, C_RESOURCE_EXHAUSTED, f)
+        for words in ("big.mlir:1:", "tensor<50000000x64xf32>", "12800000000 bytes", "1073741824 bytes",
+                      "worker-memory-limit"):
+            self.assertIn(words, f.message)
+        self.assertLess(time.monotonic() - t0, 20 * SLOW)
+        self.assertEqual(c.jobs().worker_restarts, 0)  # refused, not crashed
+        self.assertCompiles()
+
     def test_hang_stops_at_the_worker_timeout(self):
         c = self.up("--worker-timeout", "2s")
         t0 = time.monotonic()
