@@ -50,11 +50,11 @@ typedef struct kiln_config_list_s {
 
 /* Option flags. */
 #define KILN_CONFIG_CLI_ONLY 0x1u /* not read from the file or the environment */
+#define KILN_CONFIG_NO_DUMP 0x2u  /* left out of kiln_config_dump (secrets, actions) */
 /* A SIZE option that also takes "auto": the program picks the value at start
  * (stored as KILN_CONFIG_SIZE_AUTO until then, printed as auto). */
-#define KILN_CONFIG_AUTO 0x2u
+#define KILN_CONFIG_AUTO 0x4u
 #define KILN_CONFIG_SIZE_AUTO UINT64_MAX
-#define KILN_CONFIG_NO_DUMP 0x2u  /* left out of kiln_config_dump (secrets, actions) */
 
 typedef struct kiln_config_option_s {
   const char *name;          /* "state-dir" */

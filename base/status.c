@@ -84,17 +84,22 @@ kiln_status_code_t kiln_status_code_from_errno(int err) {
   }
 }
 
-kiln_status_t kiln_status_from_errno_at(int err, const char *file, int line,
-                                        const char *fmt, ...) {
+kiln_status_t kiln_status_errno_makev(kiln_status_code_t code, int err, const char *file, int line,
+                                      const char *fmt, va_list ap) {
   kiln_buf_t buf;
   kiln_buf_init(&buf);
+  kiln_buf_appendvf(&buf, fmt, ap);
+  kiln_status_t status = kiln_status_make(code, file, line, "%s: %s", buf.data, strerror(err));
+  kiln_buf_deinit(&buf);
+  return status;
+}
+
+kiln_status_t kiln_status_from_errno_at(int err, const char *file, int line,
+                                        const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  kiln_buf_appendvf(&buf, fmt, ap);
+  kiln_status_t status = kiln_status_errno_makev(kiln_status_code_from_errno(err), err, file, line, fmt, ap);
   va_end(ap);
-  kiln_status_t status = kiln_status_make(kiln_status_code_from_errno(err), file, line, "%s: %s",
-                                          buf.data, strerror(err));
-  kiln_buf_deinit(&buf);
   return status;
 }
 

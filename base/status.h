@@ -58,6 +58,11 @@ kiln_status_t kiln_status_from_errno_at(int err, const char *file, int line,
 #define KILN_STATUS_ERRNO(err, ...) \
   kiln_status_from_errno_at((err), __FILE__, __LINE__, __VA_ARGS__)
 
+/* The same message ("<text>: <strerror(err)>") under a code the caller chose
+ * (one that maps some errno values its own way). */
+kiln_status_t kiln_status_errno_makev(kiln_status_code_t code, int err, const char *file, int line,
+                                      const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
+
 /* Maps an errno value to the code kiln_status_from_errno_at would use. */
 kiln_status_code_t kiln_status_code_from_errno(int err);
 

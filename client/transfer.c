@@ -609,15 +609,11 @@ kiln_status_t kiln_cli_artifact_download(kiln_client_t *client, const kiln_cli_a
 }
 
 kiln_status_t kiln_cli_local_error_at(int err, const char *file, int line, const char *fmt, ...) {
-  kiln_buf_t buf;
-  kiln_buf_init(&buf);
-  va_list ap;
-  va_start(ap, fmt);
-  kiln_buf_appendvf(&buf, fmt, ap);
-  va_end(ap);
   kiln_status_code_t code = kiln_status_code_from_errno(err);
   if (code == KILN_STATUS_PERMISSION_DENIED) code = KILN_STATUS_FAILED_PRECONDITION;
-  kiln_status_t status = kiln_status_make(code, file, line, "%s: %s", buf.data, strerror(err));
-  kiln_buf_deinit(&buf);
+  va_list ap;
+  va_start(ap, fmt);
+  kiln_status_t status = kiln_status_errno_makev(code, err, file, line, fmt, ap);
+  va_end(ap);
   return status;
 }

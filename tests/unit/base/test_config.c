@@ -75,7 +75,7 @@ static const kiln_config_option_t options[] = {
     OPT("workers", 'j', KILN_CONFIG_INT, workers, "4", "N", "compile workers", 1, 64, NULL, 0),
     OPT("nice", 0, KILN_CONFIG_INT, nice, "-5", "N", "niceness", 0, 0, NULL, 0),
     OPT("cache-size", 0, KILN_CONFIG_SIZE, cache_size, "64MiB", "BYTES", "cache size", 0, 0,
-        NULL, 0),
+        NULL, KILN_CONFIG_AUTO),
     OPT("max-message", 0, KILN_CONFIG_SIZE, max_message, "4MiB", "BYTES", "largest message",
         1024, 1 << 30, NULL, 0),
     OPT("request-timeout", 0, KILN_CONFIG_DURATION, request_timeout_ms, "30s", "DURATION",
@@ -985,6 +985,26 @@ static void test_parse_duration(void **state) {
   assert_int_equal(v, 12345);
 }
 
+/* "auto" where an option says so (KILN_CONFIG_AUTO), and only there; dumped as
+ * written so the dump re-parses. */
+static void test_size_auto(void **state) {
+  settings_t *s = *state;
+  expect_ok(kiln_config_set(&table, s, "cache-size", "auto", "test"));
+  assert_true(s->cache_size == KILN_CONFIG_SIZE_AUTO);
+  expect_ok(kiln_config_set(&table, s, "cache-size", "AUTO", "test"));
+  assert_true(s->cache_size == KILN_CONFIG_SIZE_AUTO);
+  kiln_status_t st = kiln_config_set(&table, s, "max-message", "auto", "test");
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+  kiln_status_free(st);
+  kiln_buf_t dump;
+  kiln_buf_init(&dump);
+  kiln_config_dump(&table, s, &dump);
+  assert_non_null(strstr(dump.data, "cache-size = auto\n"));
+  kiln_buf_deinit(&dump);
+  expect_ok(kiln_config_set(&table, s, "cache-size", "2GiB", "test"));
+  assert_int_equal(s->cache_size, 2ull << 30);
+}
+
 /* ---- dump, help, deinit ---- */
 
 static void dump_to_file(const kiln_config_table_t *t, const void *s, const char *name,
@@ -1300,6 +1320,7 @@ int main(void) {
       T(test_set_defaults_twice_does_not_leak),
       T(test_bad_default_is_reported),
       T(test_set_each_type),
+      T(test_size_auto),
       T(test_bool_spellings),
       T(test_set_rejects_bad_values_and_keeps_old),
       T(test_set_unknown_setting),
