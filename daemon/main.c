@@ -89,15 +89,15 @@ static uint64_t memory_available(void) {
  * whose shadow memory needs an unlimited address space. */
 static uint64_t worker_memory_limit(const kilnd_settings_t *settings) {
   if (settings->worker_memory_limit != KILN_CONFIG_SIZE_AUTO) return settings->worker_memory_limit;
+  bool asan = false;
 #if defined(__SANITIZE_ADDRESS__)
-  return 0;
-#else
-  uint64_t total = memory_available();
+  asan = true;
+#endif
+  uint64_t total = asan ? 0 : memory_available();
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   uint64_t workers = settings->workers > 0 ? (uint64_t)settings->workers : cpus > 0 ? (uint64_t)cpus : 1;
   uint64_t share = total / 4 * 3 / workers, floor = 2ull << 30;
   return total == 0 ? 0 : share > floor ? share : floor;
-#endif
 }
 
 /* The kiln-worker executable: the setting, or the one installed next to kilnd. */
