@@ -1202,8 +1202,9 @@ int main(int argc, char **argv) {
   } else if (!st) {
     st = kiln_compiler_context_create(&w.context);
     if (!st) kiln_compiler_context_set_jobs(w.context, w.opt.jobs);
-    /* Tensors over the limit are refused by name before the pipeline meets it. */
-    if (!st) kiln_compiler_context_set_memory_limit(w.context, w.applied_limit);
+    /* Tensors over the limit are refused by name before the pipeline meets it:
+     * the configured limit (under ASan the applied one also holds the shadow). */
+    if (!st) kiln_compiler_context_set_memory_limit(w.context, w.opt.memory_limit);
   }
   if (st) {
     kiln_log_status(KILN_LOG_ERROR, "worker_setup_failed", st, "pid=%ld", (long)getpid());
