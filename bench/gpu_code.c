@@ -94,6 +94,32 @@ static size_t innermost(loop_t *loops, size_t n) {
   return kept;
 }
 
+/* One line's contribution to a loop's counts. */
+typedef struct counts_s {
+  double madds;
+  unsigned loads, stores, shared;
+} counts_t;
+
+typedef void (*count_line_fn)(const char *line, counts_t *c, void *user);
+
+/* Keeps the innermost loop with the most multiply-adds in *out (the whole of
+ * [start, end) when there is no loop). Frees `loops`. */
+static void pick_hottest(const lines_t *l, loop_t *loops, size_t n_loops, size_t start, size_t end,
+                         count_line_fn count, void *user, kiln_gpu_code_stats_t *out) {
+  n_loops = innermost(loops, n_loops);
+  out->has_loop = n_loops > 0;
+  if (!n_loops) loops[n_loops++] = (loop_t){start, end - 1}; /* straight-line: the whole kernel */
+  for (size_t k = 0; k < n_loops; k++) {
+    counts_t c = {0};
+    for (size_t i = loops[k].first; i <= loops[k].last; i++) count(l->v[i], &c, user);
+    if (k == 0 || c.madds > out->loop_madds) {
+      out->loop_madds = c.madds, out->loop_loads = c.loads, out->loop_stores = c.stores;
+      out->loop_shared_loads = c.shared;
+    }
+  }
+  kiln_free(loops);
+}
+
 /* "m16n8k16" in an instruction: the product's multiply-adds (M*N*K). */
 static double mnk(const char *s) {
   for (const char *p = s; *p; p++) {
@@ -134,14 +160,15 @@ static unsigned ptx_bits(const char *op) {
   return 0;
 }
 
-static void ptx_count(const char *line, double *madds, unsigned *loads, unsigned *stores, unsigned *shared) {
+static void ptx_count(const char *line, counts_t *c, void *user) {
+  (void)user;
   char op[128];
   mnemonic(line, op, sizeof op);
-  if (starts_with(op, "ld.global")) (*loads)++;
-  else if (starts_with(op, "st.global")) (*stores)++;
-  else if (starts_with(op, "ld.shared")) (*shared)++;
-  else if (starts_with(op, "fma.") || (starts_with(op, "mul.") && strstr(op, ".f"))) *madds += 1;
-  else if (starts_with(op, "mma.") || starts_with(op, "wgmma.")) *madds += mnk(op) / 32; /* a warp's share */
+  if (starts_with(op, "ld.global")) c->loads++;
+  else if (starts_with(op, "st.global")) c->stores++;
+  else if (starts_with(op, "ld.shared")) c->shared++;
+  else if (starts_with(op, "fma.") || (starts_with(op, "mul.") && strstr(op, ".f"))) c->madds += 1;
+  else if (starts_with(op, "mma.") || starts_with(op, "wgmma.")) c->madds += mnk(op) / 32; /* a warp's share */
 }
 
 void kiln_gpu_code_read_ptx(const char *ptx, const char *kernel, kiln_gpu_code_stats_t *out) {
@@ -205,18 +232,7 @@ void kiln_gpu_code_read_ptx(const char *ptx, const char *kernel, kiln_gpu_code_s
       if (strncmp(l.v[j], target, len) == 0 && l.v[j][len] == ':') loops[n_loops++] = (loop_t){j, i};
     }
   }
-  n_loops = innermost(loops, n_loops);
-  out->has_loop = n_loops > 0;
-  if (!n_loops) loops[n_loops++] = (loop_t){start, end - 1}; /* straight-line: the whole kernel */
-  for (size_t k = 0; k < n_loops; k++) {
-    double madds = 0;
-    unsigned loads = 0, stores = 0, shared = 0;
-    for (size_t i = loops[k].first; i <= loops[k].last; i++) ptx_count(l.v[i], &madds, &loads, &stores, &shared);
-    if (k == 0 || madds > out->loop_madds) {
-      out->loop_madds = madds, out->loop_loads = loads, out->loop_stores = stores, out->loop_shared_loads = shared;
-    }
-  }
-  kiln_free(loops);
+  pick_hottest(&l, loops, n_loops, start, end, ptx_count, NULL, out);
   lines_deinit(&l);
 }
 
@@ -246,6 +262,20 @@ static long long amdgpu_address(const char *line) {
   char *end = NULL;
   long long a = strtoll(c + 3, &end, 16);
   return end && *end == ':' ? a : -1;
+}
+
+static void amdgpu_count(const char *line, counts_t *c, void *user) {
+  (void)user;
+  char op[128];
+  mnemonic(line, op, sizeof op);
+  if (amdgpu_global_load(op)) c->loads++;
+  else if (starts_with(op, "global_store") || starts_with(op, "buffer_store") || starts_with(op, "flat_store")) c->stores++;
+  else if (starts_with(op, "ds_read") || starts_with(op, "ds_load")) c->shared++;
+  else if (starts_with(op, "v_pk_fma") || starts_with(op, "v_pk_mul_f") || starts_with(op, "v_dot2")) c->madds += 2;
+  else if (starts_with(op, "v_fma") || starts_with(op, "v_fmac") || starts_with(op, "v_mac") ||
+           (starts_with(op, "v_mul_f") && !starts_with(op, "v_mul_f64"))) c->madds += 1;
+  else if (starts_with(op, "v_mfma") || starts_with(op, "v_smfmac")) c->madds += axbxc(op) / 64; /* wave64 */
+  else if (starts_with(op, "v_wmma")) c->madds += axbxc(op) / 32;                                /* wave32 */
 }
 
 void kiln_gpu_code_read_amdgpu(const char *disassembly, const char *kernel, kiln_gpu_code_stats_t *out) {
@@ -294,29 +324,7 @@ void kiln_gpu_code_read_amdgpu(const char *disassembly, const char *kernel, kiln
     }
     if (first < i) loops[n_loops++] = (loop_t){first, i};
   }
-  n_loops = innermost(loops, n_loops);
-  out->has_loop = n_loops > 0;
-  if (!n_loops) loops[n_loops++] = (loop_t){start, end - 1}; /* straight-line: the whole kernel */
-  for (size_t k = 0; k < n_loops; k++) {
-    double madds = 0;
-    unsigned loads = 0, stores = 0, shared = 0;
-    for (size_t i = loops[k].first; i <= loops[k].last; i++) {
-      char op[128];
-      mnemonic(l.v[i], op, sizeof op);
-      if (amdgpu_global_load(op)) loads++;
-      else if (starts_with(op, "global_store") || starts_with(op, "buffer_store") || starts_with(op, "flat_store")) stores++;
-      else if (starts_with(op, "ds_read") || starts_with(op, "ds_load")) shared++;
-      else if (starts_with(op, "v_pk_fma") || starts_with(op, "v_pk_mul_f") || starts_with(op, "v_dot2")) madds += 2;
-      else if (starts_with(op, "v_fma") || starts_with(op, "v_fmac") || starts_with(op, "v_mac") ||
-               (starts_with(op, "v_mul_f") && !starts_with(op, "v_mul_f64"))) madds += 1;
-      else if (starts_with(op, "v_mfma") || starts_with(op, "v_smfmac")) madds += axbxc(op) / 64; /* wave64 */
-      else if (starts_with(op, "v_wmma")) madds += axbxc(op) / 32;                                /* wave32 */
-    }
-    if (k == 0 || madds > out->loop_madds) {
-      out->loop_madds = madds, out->loop_loads = loads, out->loop_stores = stores, out->loop_shared_loads = shared;
-    }
-  }
-  kiln_free(loops);
+  pick_hottest(&l, loops, n_loops, start, end, amdgpu_count, NULL, out);
   lines_deinit(&l);
 }
 
@@ -410,6 +418,29 @@ static unsigned spv_bits(const spv_ids_t *ids, const char *name, size_t len) {
   return info && isdigit((unsigned char)*info) ? (unsigned)atoi(info) : 0;
 }
 
+typedef struct spv_module_s {
+  const spv_ids_t *types, *ptrs;
+} spv_module_t;
+
+static void spv_count(const char *line, counts_t *c, void *user) {
+  const spv_module_t *m = user;
+  size_t plen, tlen;
+  if (token_is(line, 2, "OpLoad") || token_is(line, 0, "OpStore")) {
+    bool store = token_is(line, 0, "OpStore");
+    const char *p = store ? token(line, 1, &plen) : token(line, 4, &plen);
+    const char *cls = p ? spv_find(m->ptrs, p, plen) : NULL;
+    if (cls && !strcmp(cls, "SB")) store ? c->stores++ : c->loads++;
+    if (cls && !strcmp(cls, "WG") && !store) c->shared++;
+  } else if (token_is(line, 2, "OpFMul") || (token_is(line, 2, "OpExtInst") && has_word(line, "Fma"))) {
+    const char *ty = token(line, 3, &tlen);
+    unsigned bits = ty ? spv_bits(m->types, ty, tlen) : 0;
+    /* a vector multiply counts its lanes: f32 lanes unless the type says */
+    c->madds += bits > 32 ? bits / 32.0 : 1;
+  } else if (strstr(line, "OpCooperativeMatrixMulAdd")) {
+    c->madds += 16.0 * 16 * 16 / 32; /* a 16x16x16 product over a subgroup of 32: an estimate */
+  }
+}
+
 void kiln_gpu_code_read_spirv(const char *text, const char *kernel, kiln_gpu_code_stats_t *out) {
   stats_clear(out);
   lines_t l;
@@ -490,35 +521,8 @@ void kiln_gpu_code_read_spirv(const char *text, const char *kernel, kiln_gpu_cod
       }
     }
   }
-  n_loops = innermost(loops, n_loops);
-  out->has_loop = n_loops > 0;
-  if (!n_loops) loops[n_loops++] = (loop_t){start, end - 1}; /* straight-line: the whole kernel */
-  for (size_t k = 0; k < n_loops; k++) {
-    double madds = 0;
-    unsigned loads = 0, stores = 0, shared = 0;
-    for (size_t i = loops[k].first; i <= loops[k].last; i++) {
-      const char *line = l.v[i];
-      size_t plen;
-      if (token_is(line, 2, "OpLoad") || token_is(line, 0, "OpStore")) {
-        bool store = token_is(line, 0, "OpStore");
-        const char *p = store ? token(line, 1, &plen) : token(line, 4, &plen);
-        const char *cls = p ? spv_find(&ptrs, p, plen) : NULL;
-        if (cls && !strcmp(cls, "SB")) store ? stores++ : loads++;
-        if (cls && !strcmp(cls, "WG") && !store) shared++;
-      } else if (token_is(line, 2, "OpFMul") || (token_is(line, 2, "OpExtInst") && has_word(line, "Fma"))) {
-        const char *ty = token(line, 3, &tlen);
-        unsigned bits = ty ? spv_bits(&types, ty, tlen) : 0;
-        /* a vector multiply counts its lanes: f32 lanes unless the type says */
-        madds += bits > 32 ? bits / 32.0 : 1;
-      } else if (strstr(line, "OpCooperativeMatrixMulAdd")) {
-        madds += 16.0 * 16 * 16 / 32; /* a 16x16x16 product over a subgroup of 32: an estimate */
-      }
-    }
-    if (k == 0 || madds > out->loop_madds) {
-      out->loop_madds = madds, out->loop_loads = loads, out->loop_stores = stores, out->loop_shared_loads = shared;
-    }
-  }
-  kiln_free(loops);
+  spv_module_t m = {&types, &ptrs};
+  pick_hottest(&l, loops, n_loops, start, end, spv_count, &m, out);
   spv_ids_deinit(&types);
   spv_ids_deinit(&ptrs);
   lines_deinit(&l);
