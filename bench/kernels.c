@@ -27,6 +27,7 @@
  * runs only those cases. Exits 0 unless the benchmark itself cannot run.
  */
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -34,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -555,6 +557,79 @@ static gpu_row_t gpu_read(const kiln_compiler_output_t *out, size_t t) {
   return row;
 }
 
+/* KILN_BENCH_EXPORT_GPU=DIR: the sm_89 code and host plan of each f32 matmul case
+ * as DIR/<case>.ptx and DIR/<case>.plan, for bench_gpu_device to time on a real
+ * GPU against cuBLAS (bench/gpu_device.c says the format). Cases whose plans use
+ * anything but static buffers, dispatches and copies are left out. */
+static void export_cuda_case(const char *dir, const char *label, const kiln_compiler_output_t *out, size_t t,
+                             int m, int n, int k) {
+  const kiln_compiler_target_output_t *to = &out->targets[t];
+  if (to->status || to->n_kernels == 0 || out->plan_status || out->plan.n_functions != 1) return;
+  const kiln_vmfb_function_t *fn = &out->plan.functions[0];
+  kiln_buf_t plan;
+  kiln_buf_init(&plan);
+  kiln_buf_appendf(&plan, "kiln-cuda-case 1\nname %s\ngemm %d %d %d\n", label, m, n, k);
+  bool ok = true;
+  for (size_t i = 0; i < fn->n_buffers && ok; i++) {
+    const kiln_vmfb_buffer_t *b = &fn->buffers[i];
+    if (b->size_expr) ok = false;
+    else if (b->kind == KILN_VMFB_BUFFER_INPUT) kiln_buf_appendf(&plan, "buffer %zu input %u %llu\n", i, b->input, (unsigned long long)b->size_bytes);
+    else if (b->kind == KILN_VMFB_BUFFER_TRANSIENT) kiln_buf_appendf(&plan, "buffer %zu transient %llu\n", i, (unsigned long long)b->size_bytes);
+    else if (b->kind == KILN_VMFB_BUFFER_CONSTANT) {
+      kiln_buf_appendf(&plan, "buffer %zu constant %llu ", i, (unsigned long long)b->size_bytes);
+      for (uint64_t j = 0; j < b->size_bytes; j++) kiln_buf_appendf(&plan, "%02x", b->data[j]);
+      kiln_buf_append_char(&plan, '\n');
+    } else ok = false;
+  }
+  for (size_t i = 0; i < fn->n_steps && ok; i++) {
+    const kiln_vmfb_step_t *st = &fn->steps[i];
+    if (st->kind == KILN_VMFB_STEP_DISPATCH && st->kernel < to->n_kernels && !st->n_constants) {
+      const uint32_t *b = to->kernels[st->kernel].block_size;
+      kiln_buf_appendf(&plan, "dispatch %s %u %u %u %u %u %u", to->kernels[st->kernel].name, st->workgroups[0],
+                       st->workgroups[1], st->workgroups[2], b[0], b[1], b[2]);
+      for (size_t a = 0; a < st->n_bindings; a++) {
+        const kiln_vmfb_binding_t *bd = &st->bindings[a];
+        if (bd->length_expr) ok = false;
+        kiln_buf_appendf(&plan, " %u:%llu:%llu", bd->buffer, (unsigned long long)bd->offset,
+                         (unsigned long long)bd->length);
+      }
+      kiln_buf_append_char(&plan, '\n');
+    } else if (st->kind == KILN_VMFB_STEP_COPY && !st->length_expr) {
+      kiln_buf_appendf(&plan, "copy %u %llu %u %llu %llu\n", st->src, (unsigned long long)st->src_offset, st->dst,
+                       (unsigned long long)st->dst_offset, (unsigned long long)st->length);
+    } else {
+      ok = false;
+    }
+  }
+  for (size_t i = 0; i < fn->n_results && ok; i++) {
+    const kiln_vmfb_result_t *r = &fn->results[i];
+    if (r->size_expr) ok = false;
+    uint64_t bytes = fn->buffers[r->buffer].size_bytes - r->offset;
+    kiln_buf_appendf(&plan, "result %u %llu %llu\n", r->buffer, (unsigned long long)r->offset, (unsigned long long)bytes);
+  }
+  char *base = kiln_strdup(label);
+  for (char *c = base; *c; c++) *c = *c == ' ' ? '_' : *c;
+  if (ok) {
+    char *path = kiln_buf_sprintf("%s/%s.plan", dir, base);
+    FILE *f = fopen(path, "w");
+    bool wrote = f && fwrite(plan.data, 1, plan.len, f) == plan.len;
+    if (f) wrote = fclose(f) == 0 && wrote;
+    if (wrote) {
+      kiln_free(path);
+      path = kiln_buf_sprintf("%s/%s.ptx", dir, base);
+      f = fopen(path, "w");
+      const kiln_compiler_kernel_t *kk = &to->kernels[0];
+      wrote = f && fwrite(kk->binary, 1, kk->binary_len, f) == kk->binary_len;
+      if (f) wrote = fclose(f) == 0 && wrote;
+    }
+    if (!wrote) kiln_bench_die("cannot write %s", path);
+    printf("exported %s/%s.{plan,ptx} for bench_gpu_device\n", dir, base);
+    kiln_free(path);
+  }
+  kiln_free(base);
+  kiln_buf_deinit(&plan);
+}
+
 static void gpu_goal(const char *what, bool pass, const char *detail) {
   printf("goal: %-58s %-20s %s\n", what, detail, pass ? "PASS" : "MISS");
 }
@@ -569,13 +644,20 @@ static void bench_gpu(void) {
   struct {
     char name[40];
     char *text;
+    int gemm; /* an f32 square matmul of this size (exported for the device check), else 0 */
   } cases[12];
   size_t n = 0;
 #define GPU_CASE(label, make)                                             \
   do {                                                                    \
     snprintf(cases[n].name, sizeof cases[n].name, "%s", label);           \
+    cases[n].gemm = 0;                                                    \
+    if (sscanf(label, "matmul %d f32", &cases[n].gemm) != 1) cases[n].gemm = 0; \
     cases[n++].text = (make);                                             \
   } while (0)
+  const char *export_dir = getenv("KILN_BENCH_EXPORT_GPU");
+  if (export_dir && *export_dir && mkdir(export_dir, 0755) != 0 && errno != EEXIST) {
+    kiln_bench_die("cannot create %s: %s", export_dir, strerror(errno));
+  }
   if (quick) {
     GPU_CASE("matmul 64 f32", matmul_text(64, 64, 64));
     GPU_CASE("conv3x3 8x8x8->8", conv_text(8, 8, 8, 3, false));
@@ -604,6 +686,9 @@ static void bench_gpu(void) {
                                              &out);
     if (st) kiln_bench_die("kiln does not compile %s: %s", cases[c].name, kiln_status_message(st));
     for (size_t t = 0; t < N_GPU; t++) {
+      if (export_dir && *export_dir && cases[c].gemm && gpus[t]->kind == KILN_TARGET_KIND_CUDA) {
+        export_cuda_case(export_dir, cases[c].name, &out, t, cases[c].gemm, cases[c].gemm, cases[c].gemm);
+      }
       gpu_row_t r = gpu_read(&out, t);
       if (!r.ok) {
         printf("%-22s %-9s failed: %s\n", cases[c].name, gpus[t]->id,
