@@ -63,6 +63,19 @@ int kiln_buf_append_file(kiln_buf_t *buf, const char *path) {
   return 0;
 }
 
+char *kiln_read_file(const char *path, size_t *out_len) {
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  if (kiln_buf_append_file(&b, path) != 0) {
+    int err = errno;
+    kiln_buf_deinit(&b);
+    errno = err;
+    return NULL;
+  }
+  if (out_len) *out_len = b.len;
+  return kiln_buf_take(&b);
+}
+
 void kiln_buf_append_char(kiln_buf_t *buf, char c) { kiln_buf_append(buf, &c, 1); }
 
 void kiln_buf_appendvf(kiln_buf_t *buf, const char *fmt, va_list ap) {

@@ -72,22 +72,9 @@ typedef struct plan_s {
   char *ptx;
 } plan_t;
 
-static char *slurp(const char *path, size_t *out_len) {
-  kiln_buf_t b;
-  kiln_buf_init(&b);
-  if (kiln_buf_append_file(&b, path) != 0) {
-    kiln_buf_deinit(&b);
-    return NULL;
-  }
-  if (out_len) *out_len = b.len;
-  char *s = kiln_buf_take(&b);
-  kiln_buf_deinit(&b);
-  return s;
-}
-
 static bool parse_plan(const char *path, plan_t *p) {
   memset(p, 0, sizeof *p);
-  char *text = slurp(path, NULL);
+  char *text = kiln_read_file(path, NULL);
   if (!text) return false;
   bool ok = strncmp(text, "kiln-cuda-case 1\n", 17) == 0;
   for (char *save = NULL, *line = strtok_r(text, "\n", &save); line && ok; line = strtok_r(NULL, "\n", &save)) {
@@ -443,7 +430,7 @@ int main(int argc, char **argv) {
     bool ok = parse_plan(path.data, &p);
     kiln_buf_clear(&path);
     kiln_buf_appendf(&path, "%s/%s.ptx", dir, names[i]);
-    if (ok) p.ptx = slurp(path.data, NULL);
+    if (ok) p.ptx = kiln_read_file(path.data, NULL);
     if (!ok || !p.ptx) {
       fprintf(stderr, "bench_gpu_device: %s: not a kiln-cuda-case plan with its PTX\n", names[i]);
       rc = 1;

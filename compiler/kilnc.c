@@ -130,24 +130,18 @@ static int add_targets(const char *list, const kiln_target_t **targets, size_t *
 
 /* The model from `path`, or from stdin when `path` is "-". */
 static char *read_file(const char *path, size_t *out_len) {
+  if (strcmp(path, "-") != 0) return kiln_read_file(path, out_len);
   kiln_buf_t buf;
   kiln_buf_init(&buf);
-  if (!strcmp(path, "-")) {
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0) kiln_buf_append(&buf, chunk, n);
-    if (ferror(stdin)) {
-      kiln_buf_deinit(&buf);
-      return NULL;
-    }
-  } else if (kiln_buf_append_file(&buf, path) != 0) {
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0) kiln_buf_append(&buf, chunk, n);
+  if (ferror(stdin)) {
     kiln_buf_deinit(&buf);
     return NULL;
   }
   *out_len = buf.len;
-  char *text = kiln_buf_take(&buf);
-  kiln_buf_deinit(&buf);
-  return text;
+  return kiln_buf_take(&buf);
 }
 
 /* Writes `path`, or stdout when it is "-". */

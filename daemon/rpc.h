@@ -65,11 +65,12 @@ typedef struct kilnd_call_ctx_s {
 /* Request ids: what the client may send, and what kilnd answers with. */
 #define KILND_REQUEST_ID_HEADER_IN "x-request-id"
 #define KILND_REQUEST_ID_HEADER_OUT "kiln-request-id"
-#define KILND_REQUEST_ID_MAX 128
+#define KILND_ID_MAX 128
 
-/* True when `id` (len bytes) is a request id kilnd takes from a client: 1 to 128
- * visible ASCII characters (0x21..0x7e). Thread-safe. */
-bool kilnd_request_id_valid(const char *id, size_t len);
+/* An identifier as kiln.proto defines them (job_id, request_id, item_id, and the
+ * x-request-id header): 1 to 128 visible ASCII characters (0x21..0x7e). NULL, or
+ * INVALID_ARGUMENT naming `field` and the first bad byte. Thread-safe. */
+kiln_status_t kilnd_id_check(const char *field, const char *id, size_t len);
 
 /* A label as kiln.proto defines it, one rule for every method that takes labels
  * (Compile, Recompile, FindArtifacts): a key of 1..63 bytes of [a-z0-9._/-]

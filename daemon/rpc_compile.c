@@ -16,7 +16,6 @@
 #define MAX_TARGETS 16
 #define MAX_LABELS 32
 #define MAX_NAME_BYTES 1024
-#define MAX_ID_BYTES 128
 /* Inline sources up to this size are checked and hashed on the loop (~0.1 ms). */
 #define LOOP_SOURCE_MAX_BYTES (64 * 1024)
 
@@ -26,23 +25,6 @@ static bool is_hex64(const char *s) {
     if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
   }
   return true;
-}
-
-/* An identifier as kiln.proto defines them: printable ASCII, 1 to 128 bytes.
- * INVALID_ARGUMENT naming `field` otherwise. */
-static kiln_status_t check_id(const char *field, const char *id) {
-  size_t n = strlen(id);
-  if (n == 0 || n > MAX_ID_BYTES) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is empty or over %d bytes", field, MAX_ID_BYTES);
-  }
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)id[i];
-    if (c < 0x20 || c > 0x7e) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s has byte 0x%02x at %zu: identifiers are printable ASCII",
-                         field, c, i);
-    }
-  }
-  return NULL;
 }
 
 kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
@@ -93,7 +75,7 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
   if (strlen(req->source_name) > MAX_NAME_BYTES) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "source_name is over %d bytes", MAX_NAME_BYTES);
   }
-  if (*req->request_id) KILN_RETURN_IF_ERROR(check_id("request_id", req->request_id));
+  if (*req->request_id) KILN_RETURN_IF_ERROR(kilnd_id_check("request_id", req->request_id, strlen(req->request_id)));
 
   /* Targets: canonical, de-duplicated, request order kept. */
   if (req->n_targets == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no targets: name at least one");
@@ -199,7 +181,7 @@ kiln_status_t kilnd_rpc_cancel_job(const kilnd_rpc_env_t *env, const kilnd_call_
                                    const ProtobufCMessage *request, ProtobufCMessage **out_response) {
   const Kiln__V1__CancelJobRequest *req = (const Kiln__V1__CancelJobRequest *)request;
   if (!env->jobs) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is starting: no job engine yet");
-  KILN_RETURN_IF_ERROR(check_id("job_id", req->job_id));
+  KILN_RETURN_IF_ERROR(kilnd_id_check("job_id", req->job_id, strlen(req->job_id)));
   if (strlen(req->reason) > 1024) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "reason is over 1024 bytes");
   kilnd_job_state_t state = KILND_JOB_QUEUED;
   bool cancelled = false;
@@ -218,7 +200,7 @@ void kilnd_rpc_watch_job(const kilnd_rpc_env_t *env, kilnd_stream_t *stream, con
     kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is starting: no job engine yet"));
     return;
   }
-  kiln_status_t bad = check_id("job_id", req->job_id);
+  kiln_status_t bad = kilnd_id_check("job_id", req->job_id, strlen(req->job_id));
   if (bad) {
     kilnd_stream_finish(stream, bad);
     return;

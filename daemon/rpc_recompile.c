@@ -50,7 +50,6 @@
 #include "daemon/stream.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-#define MAX_ID_BYTES 128
 #define MAX_TARGETS 16
 #define MAX_LABELS 32
 #define MAX_NAME_BYTES 1024
@@ -1133,11 +1132,10 @@ static void on_message(kilnd_stream_t *stream, const ProtobufCMessage *message, 
     }
     case KILN__V1__RECOMPILE_REQUEST__KIND_ITEM: {
       const char *id = req->item->item_id;
-      if (!*id || strlen(id) > MAX_ID_BYTES) {
-        call_abort(c, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                                  "Recompile: item %llu has an empty item_id or one over %d bytes; give each item a "
-                                  "unique id",
-                                  (unsigned long long)c->items_seen + 1, MAX_ID_BYTES));
+      kiln_status_t bad = kilnd_id_check("item_id", id, strlen(id));
+      if (bad) {
+        call_abort(c, kiln_status_annotate(bad, "Recompile: item %llu (give each item a unique id)",
+                                           (unsigned long long)c->items_seen + 1));
         return;
       }
       if (!ids_add(c, id)) {

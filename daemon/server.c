@@ -160,7 +160,7 @@ struct call_s {
   grpc_metadata trailing[2];
   size_t n_trailing;
   grpc_metadata initial[1]; /* kiln-request-id */
-  char request_id[KILND_REQUEST_ID_MAX + 1];
+  char request_id[KILND_ID_MAX + 1];
   kilnd_stream_t stream; /* streaming methods only */
 };
 
@@ -383,12 +383,18 @@ static void set_initial_metadata(grpc_op *op, call_t *c) {
   op->data.send_initial_metadata.metadata = c->initial;
 }
 
-bool kilnd_request_id_valid(const char *id, size_t len) {
-  if (len == 0 || len > KILND_REQUEST_ID_MAX) return false;
-  for (size_t i = 0; i < len; i++) {
-    if (id[i] < 0x21 || id[i] > 0x7e) return false; /* visible ASCII: one logfmt token */
+kiln_status_t kilnd_id_check(const char *field, const char *id, size_t len) {
+  if (len == 0 || len > KILND_ID_MAX) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is empty or over %d bytes", field, KILND_ID_MAX);
   }
-  return true;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)id[i];
+    if (c < 0x21 || c > 0x7e) { /* visible ASCII: one logfmt token, one header value */
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "%s has byte 0x%02x at %zu: identifiers are visible ASCII (0x21..0x7e)", field, c, i);
+    }
+  }
+  return NULL;
 }
 
 /* The call's request id: the client's x-request-id when it is valid, else
@@ -398,11 +404,13 @@ static void assign_request_id(kilnd_server_t *server, call_t *c) {
     const grpc_metadata *md = &c->request_md.metadata[i];
     if (grpc_slice_str_cmp(md->key, KILND_REQUEST_ID_HEADER_IN) != 0) continue;
     size_t len = GRPC_SLICE_LENGTH(md->value);
-    if (kilnd_request_id_valid((const char *)GRPC_SLICE_START_PTR(md->value), len)) {
+    kiln_status_t bad = kilnd_id_check(KILND_REQUEST_ID_HEADER_IN, (const char *)GRPC_SLICE_START_PTR(md->value), len);
+    if (!bad) {
       memcpy(c->request_id, GRPC_SLICE_START_PTR(md->value), len);
       c->request_id[len] = '\0';
       return;
     }
+    kiln_status_free(bad);
     break; /* not a valid id (logged as ours instead: it might not be printable) */
   }
   snprintf(c->request_id, sizeof c->request_id, "k-%s-%" PRIu64, server->request_id_prefix,

@@ -297,7 +297,9 @@ class RecompileRpcTest(KilnTestCase):
         self.assertIn("used twice", call([opts, item, item]))
         self.assertIn("after an item", call([item, opts]))
         self.assertIn("sent twice", call([opts, opts]))
-        self.assertIn("empty item_id", call([kiln_pb2.RecompileRequest(item=kiln_pb2.RecompileItem(source=SOURCE))]))
+        self.assertIn("item_id is empty", call([kiln_pb2.RecompileRequest(item=kiln_pb2.RecompileItem(source=SOURCE))]))
+        self.assertIn("visible ASCII", call([kiln_pb2.RecompileRequest(
+            item=kiln_pb2.RecompileItem(item_id="a b", source=SOURCE, targets=["sm_89"]))]))
         self.assertIn("after `done`", call([opts, kiln_pb2.RecompileRequest(done=kiln_pb2.RecompileDone()), item]))
         # An empty call: just a summary.
         results, summary = recompile(self.channel, [], done=False)

@@ -633,7 +633,7 @@ class RefusalTest(ServiceTestCase):
         """protobuf strings are UTF-8 text: protobuf-c keeps whatever bytes come and
         cuts them at a NUL, so "sm_89\\0evil" compiled as sm_89 and non-UTF-8 labels
         were stored, breaking every later Python read of them. Enums hold their
-        values (priority 99 is not a priority). Identifiers are printable ASCII.
+        values (priority 99 is not a priority). Identifiers are visible ASCII.
         Refused with INVALID_ARGUMENT naming the field, on every method."""
         c = self.up()
         bad = grpc.StatusCode.INVALID_ARGUMENT
@@ -657,10 +657,11 @@ class RefusalTest(ServiceTestCase):
         self.assertStatus(bad, c.compile, MLP, priority=99, words=("priority", "99", "kiln.v1.Priority"))
         self.assertStatus(bad, c.compile, MLP, priority=-5, words=("priority", "-5"))
         self.assertStatus(bad, c.compile, MLP, source_format=77, words=("source_format", "77"))
-        self.assertStatus(bad, c.compile, MLP, request_id="req\x01", words=("request_id", "printable ASCII"))
+        self.assertStatus(bad, c.compile, MLP, request_id="req\x01", words=("request_id", "visible ASCII"))
+        self.assertStatus(bad, c.compile, MLP, request_id="req 1", words=("request_id", "0x20"))
         self.assertStatus(bad, raw_find, spliced(S.FindArtifactsRequest(labels={"k": "VVVV"}), b"VVVV", b"\xed\xa0\x80V"),
                           timeout=10 * SLOW, words=("labels[0].value", "UTF-8"))
-        self.assertStatus(bad, c.cancel, "j-\x7fbad", words=("job_id", "printable ASCII"))
+        self.assertStatus(bad, c.cancel, "j-\x7fbad", words=("job_id", "visible ASCII"))
         # One label rule for every method: Compile took keys FindArtifacts refused.
         for key in ("k" * 100000, "../../x", "Team", "-x", ""):
             self.assertStatus(bad, c.compile, MLP, labels={key: "v"}, words="label key")

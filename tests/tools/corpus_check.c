@@ -935,19 +935,6 @@ static const char *first_line(const char *msg) {
   return line;
 }
 
-static char *read_file(const char *path, size_t *out_len) {
-  kiln_buf_t b;
-  kiln_buf_init(&b);
-  if (kiln_buf_append_file(&b, path) != 0) {
-    kiln_buf_deinit(&b);
-    return NULL;
-  }
-  *out_len = b.len;
-  char *s = kiln_buf_take(&b);
-  kiln_buf_deinit(&b);
-  return s;
-}
-
 static const kiln_vmfb_function_t *find_function(const kiln_vmfb_plan_t *plan, const char *name) {
   for (size_t i = 0; i < plan->n_functions; i++) {
     if (strcmp(plan->functions[i].name, name) == 0) return &plan->functions[i];
@@ -997,7 +984,7 @@ int main(int argc, char **argv) {
   size_t passed = 0, failed = 0, xfailed = 0;
   for (int a = first; a < argc; a++) {
     size_t len = 0;
-    char *text = read_file(argv[a], &len);
+    char *text = kiln_read_file(argv[a], &len);
     const char *base = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
     if (!text) {
       printf("FAIL %s: cannot read\n", base);

@@ -278,7 +278,6 @@ static void test_cpu_library(void **state) {
   }
 }
 
-static char *slurp(const char *path, size_t *out_len);
 
 /* What the VMFB writer needs besides the code: the host plan (inputs, results,
  * buffers, launches in order with their grids and bindings) and each kernel's
@@ -347,7 +346,8 @@ static void test_metadata(void **state) {
  * offset of its buffer. */
 static void test_copies_become_kernels(void **state) {
   size_t len = 0;
-  char *text = slurp(KILN_SOURCE_DIR "/examples/convnet.mlir", &len);
+  char *text = kiln_read_file(KILN_SOURCE_DIR "/examples/convnet.mlir", &len);
+  assert_non_null(text);
   kiln_compiler_output_t out;
   const kiln_target_t *t = target("sm_89");
   assert_null(kiln_compiler_compile(*state, text, len, "convnet.mlir", &t, 1, &out));
@@ -357,7 +357,7 @@ static void test_copies_become_kernels(void **state) {
   assert_int_equal(out.targets[0].n_kernels, fn->n_steps);
   assert_null(out.targets[0].status);
   kiln_compiler_output_deinit(&out);
-  free(text);
+  kiln_free(text);
 }
 
 /* gpu-dialect input (kernels already outlined, e.g. by another front end) skips
@@ -397,20 +397,6 @@ static void test_gpu_dialect_input(void **state) {
 
 /* Every example model for every GPU target, each binary checked by the real
  * tool of its format, and each target's VMFB read back by kiln's reader. */
-static char *slurp(const char *path, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  size_t n = (size_t)ftell(f);
-  rewind(f);
-  char *b = malloc(n + 1);
-  assert_int_equal(fread(b, 1, n, f), n);
-  b[n] = '\0';
-  fclose(f);
-  *out_len = n;
-  return b;
-}
-
 /* Models the compiler refuses as a whole: a message naming the function, the
  * value and the reason, UNIMPLEMENTED (not bad IR), and no target compiled. */
 static void test_refused_models(void **state) {
@@ -611,7 +597,8 @@ static void test_examples_all_gpu_targets(void **state) {
     char path[512];
     snprintf(path, sizeof path, "%s/examples/%s.mlir", KILN_SOURCE_DIR, models[m]);
     size_t len;
-    char *src = slurp(path, &len);
+    char *src = kiln_read_file(path, &len);
+    assert_non_null(src);
     kiln_compiler_output_t out;
     kiln_status_t st = kiln_compiler_compile(*state, src, len, path, targets, n, &out);
     if (st) fail_msg("%s: %s", models[m], kiln_status_message(st));
@@ -687,7 +674,7 @@ static void test_examples_all_gpu_targets(void **state) {
       kiln_buf_deinit(&again);
     }
     kiln_compiler_output_deinit(&out);
-    free(src);
+    kiln_free(src);
   }
 }
 

@@ -205,16 +205,9 @@ static void write_file(const char *path, const void *data, size_t len) {
 }
 
 static uint8_t *read_file(const char *path, size_t *out_len) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) fail_msg("cannot open %s", path);
-  struct stat st;
-  assert_int_equal(fstat(fileno(fp), &st), 0);
-  uint8_t *data = malloc((size_t)st.st_size + 1);
-  assert_non_null(data);
-  assert_int_equal(fread(data, 1, (size_t)st.st_size, fp), (size_t)st.st_size);
-  fclose(fp);
-  *out_len = (size_t)st.st_size;
-  return data;
+  char *data = kiln_read_file(path, out_len);
+  if (!data) fail_msg("cannot read %s", path);
+  return (uint8_t *)data;
 }
 
 /* ---- a test-side zip builder, for files kiln's writer would never produce ---- */
@@ -951,7 +944,7 @@ static void test_zip_tools_accept(void **state) {
       uint8_t *got = read_file(out, &len);
       assert_int_equal(len, want[i].len);
       assert_memory_equal(got, want[i].data, len);
-      free(got);
+      kiln_free(got);
     }
     char out[700];
     snprintf(out, sizeof out, "%s/out/module.fb", f->root);
@@ -959,7 +952,7 @@ static void test_zip_tools_accept(void **state) {
     uint8_t *got = read_file(out, &len);
     assert_int_equal(len, ZIP_BASE - 64);
     assert_memory_equal(got, f->fb, FB_SIZE);
-    free(got);
+    kiln_free(got);
   }
   if (python) {
     assert_int_equal(run("python3 -m zipfile -t '%s' >/dev/null 2>&1", path), 0);
@@ -989,7 +982,7 @@ static void test_info_zip_archive_reads(void **state) {
   assert_int_equal(a.entries[1].crc, KILN_VMFB_ARCHIVE_CRC_OK);
   assert_memory_equal(file + a.entries[1].data_offset, f->seg0, SEG0_SIZE);
   kiln_vmfb_archive_deinit(&a);
-  free(file);
+  kiln_free(file);
 }
 
 /* A file laid out the way iree-compile's ZIPArchiveWriter writes it: the size
