@@ -604,13 +604,33 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
 /* ---- block-scaled matmul ---- */
 
 static MlirWalkResult collect_block_scaled(MlirOperation op, void *user) {
-  if (kiln_compiler_op_is(op, "tosa.matmul_t_block_scaled") || kiln_compiler_op_is(op, "tosa.cast_to_block_scaled")) {
+  if (kiln_compiler_op_is(op, "tosa.matmul_t_block_scaled") || kiln_compiler_op_is(op, "tosa.cast_to_block_scaled") ||
+      kiln_compiler_op_is(op, "tosa.cast_from_block_scaled")) {
     ops_push(user, op);
   }
   return MlirWalkResultAdvance;
 }
 
 static kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op, const char *name);
+static kiln_status_t cast_from_block_scaled(MlirContext context, MlirOperation op, const char *name);
+static void mxint8_to_i8(MlirContext context, MlirModule module);
+
+/* `dst` = the f32 value of MX data `src` (element type `el`) times the E8M0
+ * scale `scale`: arith.scaling_extf for the float formats; for mxint8 (its
+ * two's-complement bits, held as i8) the integer times 2^-6, exact in f32, times
+ * the scale (NaN for a NaN scale, as scaling_extf). */
+static void append_dequant(kiln_buf_t *t, const char *dst, const char *src, const char *scale, const char *el,
+                           bool mx) {
+  if (!mx) {
+    kiln_buf_appendf(t, "    %%%s = arith.scaling_extf %%%s, %%%s : %s, f8E8M0FNU to f32\n", dst, src, scale, el);
+    return;
+  }
+  kiln_buf_appendf(t,
+                   "    %%%s_i = arith.sitofp %%%s : i8 to f32\n    %%%s_u = arith.constant 0.015625 : f32\n"
+                   "    %%%s_v = arith.mulf %%%s_i, %%%s_u : f32\n    %%%s_s = arith.extf %%%s : f8E8M0FNU to f32\n"
+                   "    %%%s = arith.mulf %%%s_v, %%%s_s : f32\n",
+                   dst, src, dst, dst, dst, dst, dst, scale, dst, dst, dst);
+}
 
 static void print_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
 
@@ -621,10 +641,17 @@ kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule mo
   ops_t ops = {0};
   mlirOperationWalk(mlirModuleGetOperation(module), collect_block_scaled, &ops, MlirWalkPreOrder);
   kiln_status_t st = NULL;
+  /* mxint8 (a TOSA type no conversion knows) becomes its i8 bits everywhere
+   * first: MX data of an integer type is then mxint8. */
+  if (ops.n) mxint8_to_i8(context, module);
   for (size_t i = 0; i < ops.n && !st; i++) {
     MlirOperation op = ops.items[i];
     if (kiln_compiler_op_is(op, "tosa.cast_to_block_scaled")) {
       st = cast_to_block_scaled(context, op, name);
+      continue;
+    }
+    if (kiln_compiler_op_is(op, "tosa.cast_from_block_scaled")) {
+      st = cast_from_block_scaled(context, op, name);
       continue;
     }
     MlirType ta = mlirValueGetType(mlirOperationGetOperand(op, 0));
@@ -681,14 +708,14 @@ kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule mo
     append_type(&t, tsb);
     kiln_buf_append_str(&t, ") outs(%f : ");
     append_type(&t, tr);
-    kiln_buf_appendf(&t,
-                     ") {\n  ^bb0(%%x: %s, %%xs: f8E8M0FNU, %%y: %s, %%ys: f8E8M0FNU, %%acc: f32):\n"
-                     "    %%fx = arith.scaling_extf %%x, %%xs : %s, f8E8M0FNU to f32\n"
-                     "    %%fy = arith.scaling_extf %%y, %%ys : %s, f8E8M0FNU to f32\n"
-                     "    %%p = arith.mulf %%fx, %%fy : f32\n"
-                     "    %%s = arith.addf %%acc, %%p : f32\n"
-                     "    linalg.yield %%s : f32\n  } -> ",
-                     ea.data, eb.data, ea.data, eb.data);
+    kiln_buf_appendf(&t, ") {\n  ^bb0(%%x: %s, %%xs: f8E8M0FNU, %%y: %s, %%ys: f8E8M0FNU, %%acc: f32):\n", ea.data,
+                     eb.data);
+    append_dequant(&t, "fx", "x", "xs", ea.data, mlirTypeIsAInteger(mlirShapedTypeGetElementType(ta)));
+    append_dequant(&t, "fy", "y", "ys", eb.data, mlirTypeIsAInteger(mlirShapedTypeGetElementType(tb)));
+    kiln_buf_append_str(&t,
+                        "    %p = arith.mulf %fx, %fy : f32\n"
+                        "    %s = arith.addf %acc, %p : f32\n"
+                        "    linalg.yield %s : f32\n  } -> ");
     append_type(&t, tr);
     kiln_buf_append_str(&t, "\n  return %r : ");
     append_type(&t, tr);
@@ -700,6 +727,69 @@ kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule mo
   }
   kiln_free(ops.items);
   return st;
+}
+
+/* ---- mxint8 as i8 ---- */
+
+typedef struct mx_s {
+  MlirType mx, i8;
+} mx_t;
+
+static MlirType mx_free(const mx_t *m, MlirType t) {
+  if (mlirTypeEqual(t, m->mx)) return m->i8;
+  if (!mlirTypeIsATensor(t) || !mlirTypeEqual(mlirShapedTypeGetElementType(t), m->mx)) return t;
+  if (!mlirTypeIsARankedTensor(t)) return mlirUnrankedTensorTypeGet(m->i8);
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  int64_t *shape = kiln_calloc(rank ? (size_t)rank : 1, sizeof *shape);
+  for (intptr_t d = 0; d < rank; d++) shape[d] = mlirShapedTypeGetDimSize(t, d);
+  MlirType out = mlirRankedTensorTypeGet(rank, shape, m->i8, mlirRankedTensorTypeGetEncoding(t));
+  kiln_free(shape);
+  return out;
+}
+
+static MlirWalkResult retype_mx(MlirOperation op, void *user) {
+  const mx_t *m = user;
+  for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) {
+    MlirValue v = mlirOperationGetResult(op, i);
+    mlirValueSetType(v, mx_free(m, mlirValueGetType(v)));
+  }
+  for (intptr_t r = 0; r < mlirOperationGetNumRegions(op); r++) {
+    for (MlirBlock b = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, r)); !mlirBlockIsNull(b);
+         b = mlirBlockGetNextInRegion(b)) {
+      for (intptr_t a = 0; a < mlirBlockGetNumArguments(b); a++) {
+        MlirValue v = mlirBlockGetArgument(b, a);
+        mlirValueSetType(v, mx_free(m, mlirValueGetType(v)));
+      }
+    }
+  }
+  MlirAttribute ft = kiln_compiler_op_is(op, "func.func")
+                         ? mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("function_type"))
+                         : (MlirAttribute){NULL};
+  if (!mlirAttributeIsNull(ft)) {
+    MlirType f = mlirTypeAttrGetValue(ft);
+    intptr_t n_in = mlirFunctionTypeGetNumInputs(f), n_out = mlirFunctionTypeGetNumResults(f);
+    MlirType *in = kiln_calloc(n_in ? (size_t)n_in : 1, sizeof *in);
+    MlirType *out = kiln_calloc(n_out ? (size_t)n_out : 1, sizeof *out);
+    for (intptr_t i = 0; i < n_in; i++) in[i] = mx_free(m, mlirFunctionTypeGetInput(f, i));
+    for (intptr_t i = 0; i < n_out; i++) out[i] = mx_free(m, mlirFunctionTypeGetResult(f, i));
+    mlirOperationSetInherentAttributeByName(
+        op, mlirStringRefCreateFromCString("function_type"),
+        mlirTypeAttrGet(mlirFunctionTypeGet(mlirTypeGetContext(f), n_in, in, n_out, out)));
+    kiln_free(in);
+    kiln_free(out);
+  }
+  return MlirWalkResultAdvance;
+}
+
+/* TOSA's mxint8 (OCP MX INT8: two's complement with an implicit 2^-6) has no
+ * conversion anywhere in MLIR 22: every value, block argument and function type
+ * holding it holds i8 instead, the same bits. The block-scaled ops are the only
+ * ones that interpret it (kiln's rewrites below); a function argument or result
+ * of it is an i8 buffer view. */
+static void mxint8_to_i8(MlirContext context, MlirModule module) {
+  mx_t m = {mlirTypeParseGet(context, mlirStringRefCreateFromCString("!tosa.mxint8")), mlirIntegerTypeGet(context, 8)};
+  if (mlirTypeIsNull(m.mx)) return;
+  mlirOperationWalk(mlirModuleGetOperation(module), retype_mx, &m, MlirWalkPreOrder);
 }
 
 /* ---- cast_to_block_scaled ---- */
@@ -726,10 +816,16 @@ typedef struct {
   bool ceil;
 } block_format_t;
 
+static bool is_i8(MlirType t) { return mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 8; }
+
+/* mxint8 (i8 here, mxint8_to_i8): normal_max 1 + 63/64, its ulp 2^-6. */
 static const block_format_t kBlockFormats[] = {
     {mlirTypeIsAFloat8E4M3FN, "f8E4M3FN", 448.0, 3, true},
     {mlirTypeIsAFloat8E5M2, "f8E5M2", 57344.0, 2, false},
+    {mlirTypeIsAFloat6E2M3FN, "f6E2M3FN", 7.5, 3, false},
+    {mlirTypeIsAFloat6E3M2FN, "f6E3M2FN", 28.0, 2, false},
     {mlirTypeIsAFloat4E2M1FN, "f4E2M1FN", 6.0, 1, false},
+    {is_i8, "mxint8", 127.0 / 64.0, 6, false},
 };
 
 static void append_dims(kiln_buf_t *b, MlirType t, int64_t last, int64_t extra) {
@@ -770,8 +866,8 @@ static kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op,
   kiln_compiler_op_line_col(op, &line, &col);
   if (!f) {
     kiln_status_t st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                                   "%s:%d:%d: tosa.cast_to_block_scaled to %s: kiln does not compile it yet (it "
-                                   "writes f8E4M3FN, f8E5M2 and f4E2M1FN)",
+                                   "%s:%d:%d: tosa.cast_to_block_scaled to %s: not an MX data type (f8E4M3FN, "
+                                   "f8E5M2, f6E2M3FN, f6E3M2FN, f4E2M1FN or !tosa.mxint8)",
                                    name, line, col, ot.data);
     kiln_buf_deinit(&ot);
     return st;
@@ -898,9 +994,23 @@ static kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op,
                    "    %%p1 = arith.bitcast %%s1 : i32 to f32\n    %%p2 = arith.bitcast %%s2 : i32 to f32\n"
                    "    %%q1 = arith.mulf %%w, %%p1 : f32\n    %%q2 = arith.mulf %%q1, %%p2 : f32\n"
                    "    %%nan = arith.cmpi eq, %%e, %%c255 : i32\n    %%cn = arith.constant 0x7FC00000 : f32\n"
-                   "    %%q = arith.select %%nan, %%cn, %%q2 : f32\n"
-                   "    %%y = arith.truncf %%q : f32 to %s\n    linalg.yield %%y : %s\n  } -> tensor<%s%s>\n",
-                   ot.data, ot.data, ex.data, ot.data);
+                   "    %%q = arith.select %%nan, %%cn, %%q2 : f32\n");
+  if (is_i8(out_el)) {
+    /* round(q * 64) to nearest even (adding and taking away 1.5 * 2^23 rounds an
+     * f32 below 2^22 to an integer in the default rounding mode, with no libm
+     * call an embedded ELF could not import), saturated to +-127; 0 for NaN */
+    kiln_buf_append_str(&t,
+                        "    %c64 = arith.constant 64.0 : f32\n    %m0 = arith.mulf %q, %c64 : f32\n"
+                        "    %lo = arith.constant -127.0 : f32\n    %hi = arith.constant 127.0 : f32\n"
+                        "    %m1 = arith.maximumf %m0, %lo : f32\n    %m2 = arith.minimumf %m1, %hi : f32\n"
+                        "    %mg = arith.constant 12582912.0 : f32\n    %r0 = arith.addf %m2, %mg : f32\n"
+                        "    %r1 = arith.subf %r0, %mg : f32\n    %un = arith.cmpf uno, %q, %q : f32\n"
+                        "    %zf = arith.constant 0.0 : f32\n    %r2 = arith.select %un, %zf, %r1 : f32\n"
+                        "    %y = arith.fptosi %r2 : f32 to i8\n");
+  } else {
+    kiln_buf_appendf(&t, "    %%y = arith.truncf %%q : f32 to %s\n", ot.data);
+  }
+  kiln_buf_appendf(&t, "    linalg.yield %%y : %s\n  } -> tensor<%s%s>\n", ot.data, ex.data, ot.data);
   kiln_buf_appendf(&t, "  %%r = tensor.collapse_shape %%d [%s] : tensor<%s%s> into ", reassoc.data, ex.data, ot.data);
   append_type(&t, out);
   kiln_buf_append_str(&t, "\n  return %r, %s : ");
@@ -915,5 +1025,76 @@ static kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op,
   kiln_buf_deinit(&sc);
   kiln_buf_deinit(&ot);
   kiln_buf_deinit(&reassoc);
+  return st;
+}
+
+/* ---- cast_from_block_scaled ---- */
+
+/* TOSA 1.1's CAST_FROM_BLOCK_SCALED: out = fp32(x) * fp32(scale of x's block),
+ * rounded to the output type; one linalg.generic whose scale map divides the
+ * last index by the block size. */
+static kiln_status_t cast_from_block_scaled(MlirContext context, MlirOperation op, const char *name) {
+  MlirType in = mlirValueGetType(mlirOperationGetOperand(op, 0));
+  MlirType scale = mlirValueGetType(mlirOperationGetOperand(op, 1));
+  MlirType out = mlirValueGetType(mlirOperationGetResult(op, 0));
+  MlirType in_el = mlirShapedTypeGetElementType(in), out_el = mlirShapedTypeGetElementType(out);
+  int line, col;
+  kiln_compiler_op_line_col(op, &line, &col);
+  intptr_t rank = mlirShapedTypeHasRank(in) ? mlirShapedTypeGetRank(in) : 0;
+  int64_t len = rank ? mlirShapedTypeGetDimSize(in, rank - 1) : 0;
+  int64_t blocks = rank ? mlirShapedTypeGetDimSize(scale, rank - 1) : 0;
+  if (!rank || !mlirShapedTypeHasStaticShape(in) || !mlirShapedTypeHasStaticShape(scale) ||
+      !mlirShapedTypeHasStaticShape(out) || blocks <= 0 || len % blocks != 0) {
+    return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                       "%s:%d:%d: tosa.cast_from_block_scaled of dynamic shapes: kiln does not compile it yet", name,
+                       line, col);
+  }
+  if (!mlirTypeIsAFloat(out_el)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "%s:%d:%d: tosa.cast_from_block_scaled must produce floats (TOSA 1.1: f32 or bf16)", name,
+                       line, col);
+  }
+  kiln_buf_t t, it, ot;
+  kiln_buf_init(&t);
+  kiln_buf_init(&it);
+  kiln_buf_init(&ot);
+  append_type(&it, in_el);
+  append_type(&ot, out_el);
+  kiln_buf_append_str(&t, "func.func private @cast(%x: ");
+  append_type(&t, in);
+  kiln_buf_append_str(&t, ", %s: ");
+  append_type(&t, scale);
+  kiln_buf_append_str(&t, ") -> ");
+  append_type(&t, out);
+  kiln_buf_append_str(&t, " {\n  %e = tensor.empty() : ");
+  append_type(&t, out);
+  kiln_buf_append_str(&t, "\n  %r = linalg.generic {indexing_maps = [");
+  append_maps(&t, rank, false);
+  kiln_buf_append_str(&t, ", affine_map<(");
+  for (intptr_t d = 0; d < rank; d++) kiln_buf_appendf(&t, "%sd%ld", d ? ", " : "", (long)d);
+  kiln_buf_append_str(&t, ") -> (");
+  for (intptr_t d = 0; d + 1 < rank; d++) kiln_buf_appendf(&t, "d%ld, ", (long)d);
+  kiln_buf_appendf(&t, "d%ld floordiv %lld)>, ", (long)(rank - 1), (long long)(len / blocks));
+  append_maps(&t, rank, false);
+  kiln_buf_append_str(&t, "], iterator_types = [");
+  append_iterators(&t, rank, false);
+  kiln_buf_append_str(&t, "]} ins(%x, %s : ");
+  append_type(&t, in);
+  kiln_buf_append_str(&t, ", ");
+  append_type(&t, scale);
+  kiln_buf_append_str(&t, ") outs(%e : ");
+  append_type(&t, out);
+  kiln_buf_appendf(&t, ") {\n  ^bb0(%%v: %s, %%k: f8E8M0FNU, %%o: %s):\n", it.data, ot.data);
+  append_dequant(&t, mlirTypeIsAF32(out_el) ? "y" : "w", "v", "k", it.data, mlirTypeIsAInteger(in_el));
+  if (!mlirTypeIsAF32(out_el)) kiln_buf_appendf(&t, "    %%y = arith.truncf %%w : f32 to %s\n", ot.data);
+  kiln_buf_appendf(&t, "    linalg.yield %%y : %s\n  } -> ", ot.data);
+  append_type(&t, out);
+  kiln_buf_append_str(&t, "\n  return %r : ");
+  append_type(&t, out);
+  kiln_buf_append_str(&t, "\n}");
+  kiln_status_t st = kiln_compiler_kernels_replace_with_helper(context, &op, 1, t.data);
+  kiln_buf_deinit(&t);
+  kiln_buf_deinit(&it);
+  kiln_buf_deinit(&ot);
   return st;
 }

@@ -643,9 +643,29 @@ static void merge_into(MlirModule into, MlirModule from) {
 
 /* ---- LLVM IR -> object -> ELF ---- */
 
+/* A floating-point add, subtract or multiply that carries a loop's value: an
+ * operand or a user is a phi (the accumulator of a reduction). */
+static bool carries_phi(LLVMValueRef inst) {
+  LLVMOpcode op = LLVMGetInstructionOpcode(inst);
+  if (op != LLVMFAdd && op != LLVMFSub && op != LLVMFMul) return false;
+  for (int i = 0; i < LLVMGetNumOperands(inst); i++) {
+    LLVMValueRef v = LLVMGetOperand(inst, (unsigned)i);
+    if (LLVMIsAInstruction(v) && LLVMGetInstructionOpcode(v) == LLVMPHI) return true;
+  }
+  for (LLVMUseRef u = LLVMGetFirstUse(inst); u; u = LLVMGetNextUse(u)) {
+    LLVMValueRef user = LLVMGetUser(u);
+    if (LLVMIsAInstruction(user) && LLVMGetInstructionOpcode(user) == LLVMPHI) return true;
+  }
+  return false;
+}
+
 /* noalias on every pointer parameter of kernel functions the plan binds without
- * overlap (inlining into the dispatch function turns it into scopes), and
- * contraction on every floating-point instruction. */
+ * overlap (inlining into the dispatch function turns it into scopes);
+ * contraction (FMA) on every floating-point instruction, and reassociation only
+ * on the ones that carry a loop's accumulator, so the vectorizer can split a
+ * reduction into lanes. Reassociating everything let LLVM regroup exact
+ * power-of-two scalings (x * 2^63 * 2^64 * 64 became x * inf) and would undo
+ * rounding by adding and taking away 1.5 * 2^23. */
 static void annotate(LLVMModuleRef ir, LLVMContextRef llvm, const kernel_sig_t *ks, const bool *noalias, size_t n) {
   unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
   LLVMAttributeRef attr = LLVMCreateEnumAttribute(llvm, kind, 0);
@@ -661,7 +681,8 @@ static void annotate(LLVMModuleRef ir, LLVMContextRef llvm, const kernel_sig_t *
     for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb)) {
       for (LLVMValueRef inst = LLVMGetFirstInstruction(bb); inst; inst = LLVMGetNextInstruction(inst)) {
         if (LLVMCanValueUseFastMathFlags(inst)) {
-          LLVMSetFastMathFlags(inst, LLVMGetFastMathFlags(inst) | LLVMFastMathAllowContract | LLVMFastMathAllowReassoc);
+          LLVMSetFastMathFlags(inst, LLVMGetFastMathFlags(inst) | LLVMFastMathAllowContract |
+                                         (carries_phi(inst) ? LLVMFastMathAllowReassoc : 0));
         }
       }
     }

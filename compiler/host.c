@@ -537,6 +537,16 @@ static kiln_status_t element_type(const reader_t *r, MlirType t, uint32_t *out) 
       return NULL;
     }
   }
+  /* IREE has no 4- or 6-bit float: their buffers hold the bits, as the kernels
+   * keep them (kernel_types.h): f4 packed two to a byte like i4, f6 one to a byte. */
+  if (mlirTypeIsAFloat4E2M1FN(t)) {
+    *out = KILN_VMFB_ELEMENT_INT_4;
+    return NULL;
+  }
+  if (mlirTypeIsAFloat6E2M3FN(t) || mlirTypeIsAFloat6E3M2FN(t)) {
+    *out = KILN_VMFB_ELEMENT_INT_8;
+    return NULL;
+  }
   if (mlirTypeIsAInteger(t)) {
     switch (mlirIntegerTypeGetWidth(t)) {
       case 1: *out = KILN_VMFB_ELEMENT_BOOL_8; return NULL;
@@ -554,7 +564,7 @@ static kiln_status_t element_type(const reader_t *r, MlirType t, uint32_t *out) 
   mlirTypePrint(t, append_cb, &text);
   kiln_status_t st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
                                  "%s: function %s: element type %s has no IREE buffer view type "
-                                 "(use i1/i2/i4/i8/i16/i32/i64, f16/bf16/f32/f64 or an f8 type)",
+                                 "(use i1/i2/i4/i8/i16/i32/i64, f16/bf16/f32/f64, an f8, f6 or f4 type)",
                                  r->name, r->fn->name, text.len ? text.data : "?");
   kiln_buf_deinit(&text);
   return st;

@@ -64,9 +64,19 @@ void kiln_compiler_arguments_read_only(MlirContext context, MlirModule module);
  * names no variable; UNIMPLEMENTED for a variable of dynamic shape. */
 kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule module, const char *name);
 
-/* tosa.matmul_t_block_scaled (MX data with E8M0 scales, B transposed) as one
- * linalg.generic: out[n,h,w] = sum over k of scaling_extf(a[n,h,k], sa[n,h,k/bs])
- * * scaling_extf(b[n,w,k], sb[n,w,k/bs]), accumulated in f32. UNIMPLEMENTED for
+/* TOSA 1.1's shape operators (tosa.dim, add/sub/mul/min/max/div_floor/div_ceil/
+ * mod/exp2/log2_floor/log2_ceil/concat/slice_shape), which MLIR 22 neither folds
+ * nor lowers, evaluated at compile time into tosa.const_shape (tosa_shape.c).
+ * UNIMPLEMENTED naming the op when an operand is not known then (a dynamic
+ * dimension); INVALID_ARGUMENT for what TOSA forbids (a zero divisor). */
+kiln_status_t kiln_compiler_tosa_fold_shapes(MlirContext context, MlirModule module, const char *name);
+
+/* TOSA 1.1's block-scaled (MX) ops, which MLIR 22 does not lower, as kiln's
+ * linalg (control.c): tosa.matmul_t_block_scaled as one linalg.generic, out[n,h,w]
+ * = sum over k of scaling_extf(a[n,h,k], sa[n,h,k/bs]) * scaling_extf(b[n,w,k],
+ * sb[n,w,k/bs]) accumulated in f32; cast_to_block_scaled (max |x| per block, the
+ * E8M0 scale, the data rounded) and cast_from_block_scaled (each value times its
+ * block's scale). !tosa.mxint8 becomes i8 everywhere first. UNIMPLEMENTED for
  * dynamic or uneven shapes. */
 kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule module, const char *name);
 

@@ -48,7 +48,7 @@ typedef struct format_s {
   bool (*is)(MlirType);
   int e, m, bias;
   special_t special;
-  int bits; /* 8, or 4: the sign is the top one */
+  int bits; /* 8, 6 or 4: the sign is the top one */
 } format_t;
 
 static const format_t FORMATS[] = {
@@ -59,6 +59,8 @@ static const format_t FORMATS[] = {
     {"f8E5M2FNUZ", mlirTypeIsAFloat8E5M2FNUZ, 5, 2, 16, FNUZ, 8},
     {"f8E4M3FNUZ", mlirTypeIsAFloat8E4M3FNUZ, 4, 3, 8, FNUZ, 8},
     {"f8E4M3B11FNUZ", mlirTypeIsAFloat8E4M3B11FNUZ, 4, 3, 11, FNUZ, 8},
+    {"f6E2M3FN", mlirTypeIsAFloat6E2M3FN, 2, 3, 1, FINITE, 6},
+    {"f6E3M2FN", mlirTypeIsAFloat6E3M2FN, 3, 2, 3, FINITE, 6},
     {"f4E2M1FN", mlirTypeIsAFloat4E2M1FN, 2, 1, 1, FINITE, 4},
 };
 #define N_FORMATS (sizeof FORMATS / sizeof FORMATS[0])
@@ -426,9 +428,11 @@ typedef struct narrow_s {
   size_t n;
 } narrow_t;
 
+static bool narrow_int(MlirType t);
+
 static unsigned narrow_bits(const narrow_t *w, MlirValue v) {
   MlirType t = mlirValueGetType(v);
-  if (sub_byte(t)) return mlirIntegerTypeGetWidth(t);
+  if (narrow_int(t)) return mlirIntegerTypeGetWidth(t);
   for (size_t i = w->n; i > 0; i--) {
     if (mlirValueEqual(w->values[i - 1], v)) return w->bits[i - 1];
   }
@@ -453,9 +457,15 @@ static MlirValue mask32(MlirContext ctx, MlirOperation before, MlirValue v, unsi
   return bin("arith.andi", before, v, kiln_compiler_int_const_before(ctx, before, mlirIntegerTypeGet(ctx, 32), (1 << bits) - 1));
 }
 
+/* The integers SPIR-V has no type for that kiln widens: i2 and i4 (packed
+ * buffers), and the i6 of f6's bits (kernel values only). */
+static bool narrow_int(MlirType t) {
+  return mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) > 1 && mlirIntegerTypeGetWidth(t) < 8;
+}
+
 /* An operand as i32: the widened value, or an iN one (not widened yet) extended. */
 static MlirValue wide_operand(MlirContext ctx, MlirOperation op, MlirValue v) {
-  if (sub_byte(mlirValueGetType(v))) v = op1("arith.extui", op, &v, 1, mlirIntegerTypeGet(ctx, 32));
+  if (narrow_int(mlirValueGetType(v))) v = op1("arith.extui", op, &v, 1, mlirIntegerTypeGet(ctx, 32));
   return v;
 }
 
@@ -483,7 +493,7 @@ static kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *w, MlirOperati
     unsigned b = narrow_bits(w, mlirOperationGetOperand(op, i));
     if (b) in_bits = b;
   }
-  if (n_out == 1 && sub_byte(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
+  if (n_out == 1 && narrow_int(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
     out_bits = mlirIntegerTypeGetWidth(mlirValueGetType(mlirOperationGetResult(op, 0)));
   }
   if (!in_bits && !out_bits) return NULL;
@@ -495,7 +505,7 @@ static kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *w, MlirOperati
     now = kiln_compiler_int_const_before(ctx, op, i32, v & ((1 << out_bits) - 1));
   } else if (kiln_compiler_op_is(op, "arith.extui") || kiln_compiler_op_is(op, "arith.extsi")) {
     MlirValue v = mlirOperationGetOperand(op, 0);
-    if (sub_byte(mlirValueGetType(v))) v = op1("arith.extui", op, &v, 1, i32);
+    if (narrow_int(mlirValueGetType(v))) v = op1("arith.extui", op, &v, 1, i32);
     if (kiln_compiler_op_is(op, "arith.extsi")) v = sext32(ctx, op, v, in_bits);
     MlirType to = mlirValueGetType(result);
     if (out_bits) {

@@ -103,9 +103,17 @@ static bool rewritten_float(const retype_t *r, MlirType t) {
          ((r->which & KILN_FLOATS_SMALL) && kiln_compiler_is_small_float(t));
 }
 
-/* The integer type of a rewritten float's bits (i16 for bf16, i8 for f8E4M3FN). */
+/* The integer type of a rewritten float's bits (i16 for bf16, i8 for f8E4M3FN,
+ * i6 for the f6 types). */
 static MlirType bits_of(const retype_t *r, MlirType f) {
   return mlirIntegerTypeGet(r->ctx, mlirFloatTypeGetWidth(f));
+}
+
+/* The integer type a buffer of them holds: the bits, except that an f6 takes a
+ * byte (its bits in the low six), as the host plan sizes it (host.c). */
+static MlirType storage_of(const retype_t *r, MlirType f) {
+  unsigned w = mlirFloatTypeGetWidth(f);
+  return mlirIntegerTypeGet(r->ctx, w == 6 ? 8 : w);
 }
 
 /* memref<...xbf16, layout, space> -> memref<...xi16, layout, space>; else null. */
@@ -116,7 +124,7 @@ static MlirType bits_memref(const retype_t *r, MlirType t) {
   intptr_t rank = mlirShapedTypeGetRank(t);
   int64_t *shape = kiln_calloc(rank ? (size_t)rank : 1, sizeof *shape);
   for (intptr_t d = 0; d < rank; d++) shape[d] = mlirShapedTypeGetDimSize(t, d);
-  MlirType out = mlirMemRefTypeGet(bits_of(r, mlirShapedTypeGetElementType(t)), rank, shape,
+  MlirType out = mlirMemRefTypeGet(storage_of(r, mlirShapedTypeGetElementType(t)), rank, shape,
                                    mlirMemRefTypeGetLayout(t), mlirMemRefTypeGetMemorySpace(t));
   kiln_free(shape);
   return out;
@@ -163,16 +171,31 @@ static void retype_op(const retype_t *r, MlirOperation op) {
     MlirValue v = mlirOperationGetResult(op, 0);
     MlirType f = mlirValueGetType(v);
     if (!rewritten_float(r, f)) return;
-    mlirValueSetType(v, bits_of(r, f));
-    MlirOperation cast = cast_op("arith.bitcast", v, f, loc);
-    mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(op), op, cast);
-    mlirValueReplaceAllUsesExcept(v, mlirOperationGetResult(cast, 0), 1, &cast);
+    MlirType bits = bits_of(r, f), storage = storage_of(r, f);
+    mlirValueSetType(v, storage);
+    MlirOperation first = mlirTypeEqual(bits, storage) ? cast_op("arith.bitcast", v, f, loc)
+                                                        : cast_op("arith.trunci", v, bits, loc);
+    mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(op), op, first);
+    MlirOperation last = first;
+    if (!mlirTypeEqual(bits, storage)) {
+      last = cast_op("arith.bitcast", mlirOperationGetResult(first, 0), f, loc);
+      mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(op), first, last);
+    }
+    mlirValueReplaceAllUsesExcept(v, mlirOperationGetResult(last, 0), 1, &first);
   } else if (kiln_compiler_op_is(op, "memref.store")) {
     MlirValue v = mlirOperationGetOperand(op, 0);
-    if (!rewritten_float(r, mlirValueGetType(v))) return;
-    MlirOperation cast = cast_op("arith.bitcast", v, bits_of(r, mlirValueGetType(v)), loc);
+    MlirType f = mlirValueGetType(v);
+    if (!rewritten_float(r, f)) return;
+    MlirType bits = bits_of(r, f), storage = storage_of(r, f);
+    MlirOperation cast = cast_op("arith.bitcast", v, bits, loc);
     mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, cast);
-    mlirOperationSetOperand(op, 0, mlirOperationGetResult(cast, 0));
+    MlirValue stored = mlirOperationGetResult(cast, 0);
+    if (!mlirTypeEqual(bits, storage)) {
+      MlirOperation ext = cast_op("arith.extui", stored, storage, loc);
+      mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, ext);
+      stored = mlirOperationGetResult(ext, 0);
+    }
+    mlirOperationSetOperand(op, 0, stored);
   }
 }
 

@@ -227,6 +227,7 @@ static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule mod
                                 const char *name) {
   kiln_compiler_tosa_control_to_scf(context->mlir, module);
   KILN_RETURN_IF_ERROR(kiln_compiler_tosa_variables(context->mlir, module, name));
+  KILN_RETURN_IF_ERROR(kiln_compiler_tosa_fold_shapes(context->mlir, module, name));
   KILN_RETURN_IF_ERROR(kiln_compiler_tosa_block_scaled(context->mlir, module, name));
   kiln_compiler_arguments_read_only(context->mlir, module);
   KILN_RETURN_IF_ERROR(run_pipeline(context, module, linalg_pipeline, name, "the front half"));
@@ -768,7 +769,7 @@ static kiln_status_t prepare_small_types(kiln_compiler_context_t *context, MlirM
       context, module,
       "builtin.module(gpu.module(arith-expand{include-f8e8m0=true},"
       "arith-emulate-unsupported-floats{source-types=f8E5M2,f8E4M3,f8E3M4,f8E4M3FN,f8E5M2FNUZ,"
-      "f8E4M3FNUZ,f8E8M0FNU,f4E2M1FN target-type=f32},"
+      "f8E4M3FNUZ,f8E8M0FNU,f6E2M3FN,f6E3M2FN,f4E2M1FN target-type=f32},"
       "arith-expand{include-f8e8m0=true}))",
       name, stage));
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_f8(context->mlir, module));

@@ -978,13 +978,19 @@ func.func @tosa_variable_f32(%%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32
         """tosa.cast_to_block_scaled over blocks of 32; f4 data leaves as its i4 bits."""
         sshape = shape[:-1] + (shape[-1] // 32,)
         dims, sdims = 'x'.join(map(str, shape)), 'x'.join(map(str, sshape))
-        data_t, scale_t = 'tensor<%sx%s>' % (dims, fmt), 'tensor<%sxf8E8M0FNU>' % sdims
+        data_t = 'tensor<%sx%s>' % (dims, '!tosa.mxint8' if fmt == 'mxint8' else fmt)
+        scale_t = 'tensor<%sxf8E8M0FNU>' % sdims
         lines = ['%%0:2 = tosa.cast_to_block_scaled %%arg0 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : '
                  '(tensor<%sx%s>) -> (%s, %s)' % (dims, in_t, data_t, scale_t)]
         out_t, out_et, first = data_t, fmt, '%0#0'
         if fmt == 'f4E2M1FN':
             out_t, out_et, first = 'tensor<%sxi4>' % dims, 'i4', '%1'
             lines.append('%%1 = arith.bitcast %%0#0 : %s to %s' % (data_t, out_t))
+        elif fmt in F6:  # no buffer view type: the exact values as f32
+            out_t, out_et, first = 'tensor<%sxf32>' % dims, 'f32', '%1'
+            lines.append('%%1 = arith.extf %%0#0 : %s to %s' % (data_t, out_t))
+        elif fmt == 'mxint8':  # an i8 buffer view: its bits
+            out_et = 'i8'
         lines.append('return %s, %%0#1 : %s, %s' % (first, out_t, scale_t))
         d, sc = block_scaled_ref(fmt, xs, 32)
         cases.append(tosa_case(name, ['tensor<%sx%s>' % (dims, in_t)], '(%s, %s)' % (out_t, scale_t), lines,
@@ -998,6 +1004,120 @@ func.func @tosa_variable_f32(%%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32
     cast_case('tosa_cast_to_block_scaled_f16_f8e5m2', (2, 2, 32), 'f16', 'f8E5M2', [f16(v) for v in e5])
     f4in = [bf16(v) for v in blk(121, -4, 4) + [28.0 if i == 9 else v for i, v in enumerate(blk(122, -20, 20))]]
     cast_case('tosa_cast_to_block_scaled_bf16_f4', (1, 64), 'bf16', 'f4E2M1FN', f4in)
+    f6in = [f32(v) for v in (blk(131, -4, 4)
+                             + [7.75 if i == 2 else v for i, v in enumerate(blk(132, -6, 6))]  # r * 2^0: the top
+                             + [math.nan if i == 4 else v for i, v in enumerate(blk(133, -1, 1))]
+                             + [v * 1e-3 for v in blk(134, -3, 3)])]
+    cast_case('tosa_cast_to_block_scaled_f6e2m3', (2, 64), 'f32', 'f6E2M3FN', f6in)
+    cast_case('tosa_cast_to_block_scaled_bf16_f6e3m2', (1, 64), 'bf16', 'f6E3M2FN',
+              [bf16(v) for v in blk(135, -50, 50) + [30.0 if i == 1 else v for i, v in enumerate(blk(136, -9, 9))]])
+    mxin = [f32(v) for v in (blk(141, -4, 4)
+                             + [v * 1e30 for v in blk(142, -3, 3)]                # large
+                             + [(-0.0 if i % 2 else 0.0) for i in range(32)]      # zeros
+                             + [math.inf if i == 7 else v for i, v in enumerate(blk(143, -1, 1))])]
+    cast_case('tosa_cast_to_block_scaled_mxint8', (2, 2, 32), 'f32', 'mxint8', mxin)
+
+    # cast_from_block_scaled: each value times its block's scale, in f32, then
+    # rounded to the output type (NaN scales give NaN).
+    def from_case(name, shape, fmt, data, scales, out_t, pre=None):
+        sshape = shape[:-1] + (shape[-1] // 32,)
+        dims, sdims = 'x'.join(map(str, shape)), 'x'.join(map(str, sshape))
+        data_t = 'tensor<%sx%s>' % (dims, fmt)
+        arg_t, arg_et, src, lines = data_t, fmt, '%arg0', []
+        if fmt == 'f4E2M1FN':  # handed in as its i4 codes
+            arg_t, arg_et, src = 'tensor<%sxi4>' % dims, 'i4', '%d'
+            lines.append('%%d = arith.bitcast %%arg0 : %s to %s' % (arg_t, data_t))
+        lines += ['%%0 = tosa.cast_from_block_scaled %s, %%arg1 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : '
+                  '(%s, tensor<%sxf8E8M0FNU>) -> tensor<%sx%s>' % (src, data_t, sdims, dims, out_t),
+                  'return %%0 : tensor<%sx%s>' % (dims, out_t)]
+        vals = [(F4[c & 7] * (-1 if c & 8 else 1)) for c in (d & 15 for d in data)] if fmt == 'f4E2M1FN' else data
+        want = [v * scales[i // 32] for i, v in enumerate(vals)]
+        want = [bf16(v) for v in want] if out_t == 'bf16' else [f32(v) for v in want]
+        cases.append(tosa_case(name, [arg_t, 'tensor<%sxf8E8M0FNU>' % sdims], 'tensor<%sx%s>' % (dims, out_t), lines,
+                               [(shape, arg_et, data), (sshape, 'f8E8M0FNU', scales)], [(shape, out_t, want)]))
+
+    f8codes = [v for v in (f8_value('f8E4M3FN', c) for c in range(256)) if not math.isnan(v)]
+    from_case('tosa_cast_from_block_scaled_f8e4m3', (2, 64), 'f8E4M3FN',
+              [f8codes[(i * 29 + 3) % len(f8codes)] for i in range(128)], [1.0, 0.25, math.nan, 2.0 ** 100], 'f32')
+    from_case('tosa_cast_from_block_scaled_f4_bf16', (1, 64), 'f4E2M1FN',
+              [((i * 7 + 2) % 16) - 8 for i in range(64)], [2.0 ** -3, 2.0 ** 20], 'bf16')
+    # The two together: data through mxint8 and f6 and back.
+    def round_trip(name, fmt, shape, xs, out_t):
+        sshape = shape[:-1] + (shape[-1] // 32,)
+        dims, sdims = 'x'.join(map(str, shape)), 'x'.join(map(str, sshape))
+        data_t = 'tensor<%sx%s>' % (dims, '!tosa.mxint8' if fmt == 'mxint8' else fmt)
+        scale_t = 'tensor<%sxf8E8M0FNU>' % sdims
+        lines = ['%%0:2 = tosa.cast_to_block_scaled %%arg0 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : '
+                 '(tensor<%sxf32>) -> (%s, %s)' % (dims, data_t, scale_t),
+                 '%%1 = tosa.cast_from_block_scaled %%0#0, %%0#1 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : '
+                 '(%s, %s) -> tensor<%sx%s>' % (data_t, scale_t, dims, out_t),
+                 'return %%1 : tensor<%sx%s>' % (dims, out_t)]
+        d, sc = block_scaled_ref(fmt, xs, 32)
+        vals = ([c / 64.0 for c in d] if fmt == 'mxint8' else
+                [F4[c & 7] * (-1 if c & 8 else 1) for c in (v & 15 for v in d)] if fmt == 'f4E2M1FN' else d)
+        want = [v * sc[i // 32] for i, v in enumerate(vals)]
+        want = [bf16(v) for v in want] if out_t == 'bf16' else [f32(v) for v in want]
+        cases.append(tosa_case(name, ['tensor<%sxf32>' % dims], 'tensor<%sx%s>' % (dims, out_t), lines,
+                               [(shape, 'f32', xs)], [(shape, out_t, want)]))
+
+    round_trip('tosa_block_scaled_round_trip_mxint8', 'mxint8', (1, 64), [f32(v) for v in blk(151, -9, 9) + blk(152, -0.1, 0.1)], 'bf16')
+    round_trip('tosa_block_scaled_round_trip_f6e3m2', 'f6E3M2FN', (2, 32), [f32(v) for v in blk(153, -9, 9) + blk(154, -300, 300)], 'f32')
+    round_trip('tosa_block_scaled_round_trip_f4', 'f4E2M1FN', (1, 96), [f32(v) for v in blk(155, -5, 5) + blk(156, -0.2, 0.2) + blk(157, -70, 70)], 'f32')
+    # matmul_t_block_scaled on mxint8 data (i8 buffer views: the bits).
+    ai = [((i * 37 + 11) % 255) - 127 for i in range(2 * 64)]
+    bi = [((i * 53 + 5) % 255) - 127 for i in range(3 * 64)]
+    sa, sb = [0.5, 2.0, 1.0, 0.25], [1.0, 0.5, 4.0, 2.0, 0.125, 1.0]
+    out = [sum(ai[h * 64 + k] / 64 * sa[h * 2 + k // 32] * bi[w * 64 + k] / 64 * sb[w * 2 + k // 32]
+               for k in range(64)) for h in range(2) for w in range(3)]
+    mx = lambda d: 'tensor<%sx!tosa.mxint8>' % d
+    cases.append(tosa_case('tosa_matmul_t_block_scaled_mxint8', [mx('1x2x64'), 'tensor<1x2x2xf8E8M0FNU>',
+                                                                 mx('1x3x64'), 'tensor<1x3x2xf8E8M0FNU>'],
+                           'tensor<1x2x3xf32>',
+                           ['%%0 = tosa.matmul_t_block_scaled %%arg0, %%arg1, %%arg2, %%arg3 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : (%s, tensor<1x2x2xf8E8M0FNU>, %s, tensor<1x3x2xf8E8M0FNU>) -> tensor<1x2x3xf32>' % (mx('1x2x64'), mx('1x3x64')),
+                            'return %0 : tensor<1x2x3xf32>'],
+                           [((1, 2, 64), 'i8', ai), ((1, 2, 2), 'f8E8M0FNU', sa),
+                            ((1, 3, 64), 'i8', bi), ((1, 3, 2), 'f8E8M0FNU', sb)],
+                           [((1, 2, 3), 'f32', out)], 1e-5))
+    # TOSA 1.1's shape operators: kiln evaluates them at compile time.
+    xs = values((2, 3, 4), 'f32', 161)
+    S = lambda n: '!tosa.shape<%d>' % n
+    cs = lambda name, vals: '%%%s = tosa.const_shape {values = dense<[%s]> : tensor<%dxindex>} : () -> %s' % (
+        name, ', '.join(map(str, vals)), len(vals), S(len(vals)))
+    bin_ = lambda r, op, a, b, n=1: '%%%s = tosa.%s %%%s, %%%s : (%s, %s) -> %s' % (r, op, a, b, S(n), S(n), S(n))
+    un_ = lambda r, op, a, n=1: '%%%s = tosa.%s %%%s : (%s) -> %s' % (r, op, a, S(n), S(n))
+    cases.append(tosa_case('tosa_shape_ops_reshape', ['tensor<2x3x4xf32>'], 'tensor<12x2xf32>', [
+        '%%d0 = tosa.dim %%arg0 {axis = 0 : i32} : (tensor<2x3x4xf32>) -> %s' % S(1),
+        '%%d1 = tosa.dim %%arg0 {axis = 1 : i32} : (tensor<2x3x4xf32>) -> %s' % S(1),
+        '%%d2 = tosa.dim %%arg0 {axis = 2 : i32} : (tensor<2x3x4xf32>) -> %s' % S(1),
+        bin_('d01', 'mul_shape', 'd0', 'd1'),
+        cs('c2', [2]), cs('c3', [3]),
+        bin_('half', 'div_floor_shape', 'd2', 'c2'),
+        bin_('rows', 'mul_shape', 'd01', 'half'),
+        un_('cols', 'log2_ceil_shape', 'c3'),
+        '%%s = tosa.concat_shape %%rows, %%cols : (%s, %s) -> %s' % (S(1), S(1), S(2)),
+        '%%r = tosa.reshape %%arg0, %%s : (tensor<2x3x4xf32>, %s) -> tensor<12x2xf32>' % S(2),
+        'return %r : tensor<12x2xf32>'], [((2, 3, 4), 'f32', xs)], [((12, 2), 'f32', xs)]))
+    xs = values((2, 3), 'f32', 162)
+    tiled = [xs[(i % 2) * 3 + j % 3] for i in range(4) for j in range(6)]
+    cases.append(tosa_case('tosa_shape_ops_tile_slice', ['tensor<2x3xf32>'], 'tensor<2x3xf32>', [
+        cs('c53', [5, 3]), cs('c22', [2, 2]), cs('c11', [1, 1]), cs('c23', [2, 3]),
+        bin_('dc', 'div_ceil_shape', 'c53', 'c22', 2),    # [3, 2]
+        bin_('mx', 'max_shape', 'dc', 'c11', 2),          # [3, 2]
+        bin_('mul', 'min_shape', 'mx', 'c23', 2),         # [2, 2]
+        '%%t = tosa.tile %%arg0, %%mul : (tensor<2x3xf32>, %s) -> tensor<4x6xf32>' % S(2),
+        cs('c10', [1, 0]), cs('c54', [5, 4]), cs('c33', [3, 3]), cs('c24', [2, 4]),
+        un_('e', 'exp2_shape', 'c10', 2),                 # [2, 1]
+        bin_('m', 'mod_shape', 'c54', 'c33', 2),          # [2, 1]
+        bin_('s0', 'sub_shape', 'e', 'm', 2),             # [0, 0]
+        un_('l', 'log2_floor_shape', 'c24', 2),           # [1, 2]
+        bin_('start', 'add_shape', 's0', 'l', 2),         # [1, 2]
+        cs('c4', [9, 2, 3, 7]),
+        '%one = "tosa.const"() {values = dense<1> : tensor<1xi32>} : () -> tensor<1xi32>',
+        '%two = "tosa.const"() {values = dense<2> : tensor<1xi32>} : () -> tensor<1xi32>',
+        '%%size = tosa.slice_shape %%c4, %%one, %%two : (%s, tensor<1xi32>, tensor<1xi32>) -> %s' % (S(4), S(2)),
+        '%%r = tosa.slice %%t, %%start, %%size : (tensor<4x6xf32>, %s, %s) -> tensor<2x3xf32>' % (S(2), S(2)),
+        'return %r : tensor<2x3xf32>'], [((2, 3), 'f32', xs)],
+        [((2, 3), 'f32', [tiled[(1 + i) * 6 + 2 + j] for i in range(2) for j in range(3)])]))
     # scatter: rows of the input replace rows of the values (its inputs stay as they were).
     vals = values((1, 5, 2), 'f32', 92)
     rows = values((1, 2, 2), 'f32', 93)
@@ -1568,10 +1688,42 @@ def f4_code(x):
     return (8 if math.copysign(1.0, x) < 0 else 0) | best
 
 
+# The 6-bit floats (OCP MX): (exponent bits, mantissa bits, bias); no infinity,
+# no NaN. Their values, from enumerating the 32 magnitudes.
+F6 = {'f6E2M3FN': (2, 3, 1), 'f6E3M2FN': (3, 2, 3)}
+
+
+def f6_values(fmt):
+    e, m, bias = F6[fmt]
+    out = []
+    for code in range(32):
+        exp, man = code >> m, code & ((1 << m) - 1)
+        out.append(math.ldexp(man, 1 - bias - m) if exp == 0 else math.ldexp(man + (1 << m), exp - bias - m))
+    return out
+
+
+def f6_round(fmt, x):
+    """f32 -> the f6 value nearest, ties to an even code, saturating at the largest
+    (which a NaN becomes too: f6 has none)."""
+    vals = f6_values(fmt)
+    if math.isnan(x):
+        return vals[31]
+    best = min(range(32), key=lambda c: (abs(vals[c] - abs(x)), c % 2))
+    return math.copysign(vals[best], x)
+
+
+def mxint8_code(q):
+    """x / scale -> mxint8's integer: round(q * 64) to nearest even, within +-127."""
+    if math.isnan(q):
+        return 0
+    return max(-127, min(127, round(q * 64)))  # Python's round() ties to even
+
+
 def block_scaled_ref(fmt, xs, bs):
     """TOSA 1.1 CAST_TO_BLOCK_SCALED over blocks of `bs` consecutive values: the data
-    (f8 values, or f4 codes as i4) and the E8M0 scales."""
-    normal_max, frac = {'f8E4M3FN': (448.0, 3), 'f8E5M2': (57344.0, 2), 'f4E2M1FN': (6.0, 1)}[fmt]
+    (f8 and f6 values, f4 codes as i4, mxint8's integers) and the E8M0 scales."""
+    normal_max, frac = {'f8E4M3FN': (448.0, 3), 'f8E5M2': (57344.0, 2), 'f4E2M1FN': (6.0, 1),
+                        'f6E2M3FN': (7.5, 3), 'f6E3M2FN': (28.0, 2), 'mxint8': (127 / 64, 6)}[fmt]
     r = normal_max + 0.5 * 2.0 ** (math.floor(math.log2(normal_max)) - frac)
     data, scales = [], []
     for b in range(0, len(xs), bs):
@@ -1590,6 +1742,10 @@ def block_scaled_ref(fmt, xs, bs):
             if fmt == 'f4E2M1FN':
                 c = f4_code(q)
                 data.append(c - 16 if c >= 8 else c)
+            elif fmt in F6:
+                data.append(f6_round(fmt, q))
+            elif fmt == 'mxint8':
+                data.append(mxint8_code(q))
             else:
                 data.append(f8_round(fmt, q))
     return data, scales
