@@ -1078,6 +1078,18 @@ func.func @tosa_variable_f32(%%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32
                            [((1, 2, 64), 'i8', ai), ((1, 2, 2), 'f8E8M0FNU', sa),
                             ((1, 3, 64), 'i8', bi), ((1, 3, 2), 'f8E8M0FNU', sb)],
                            [((1, 2, 3), 'f32', out)], 1e-5))
+    # apply_scale on its own (rescale's core): value * multiplier, rounded, >> shift.
+    vals = [100000, -100000, 2**20 + 7, -(2**20) - 7, -2, -987654, 1, -1]  # |value| < 2^(shift-1)
+    mults = [1 << 30, 1518500250, 2**31 - 1, 1073741825, 3, 1 << 29, 2**31 - 1, 2**31 - 1]
+    shifts = [30, 31, 32, 38, 2, 40, 31, 33]
+    for mode in ('SINGLE_ROUND', 'DOUBLE_ROUND'):
+        cases.append(tosa_case('tosa_apply_scale_%s' % mode.lower(), ['tensor<8xi32>', 'tensor<8xi32>', 'tensor<8xi8>'],
+                               'tensor<8xi32>',
+                               ['%%0 = tosa.apply_scale %%arg0, %%arg1, %%arg2 {rounding_mode = %s} : (tensor<8xi32>, tensor<8xi32>, tensor<8xi8>) -> tensor<8xi32>' % mode,
+                                'return %0 : tensor<8xi32>'],
+                               [((8,), 'i32', vals), ((8,), 'i32', mults), ((8,), 'i8', shifts)],
+                               [((8,), 'i32', [apply_scale(v, m, sh, mode == 'DOUBLE_ROUND')
+                                               for v, m, sh in zip(vals, mults, shifts)])]))
     # TOSA 1.1's shape operators: kiln evaluates them at compile time.
     xs = values((2, 3, 4), 'f32', 161)
     S = lambda n: '!tosa.shape<%d>' % n

@@ -759,6 +759,26 @@ func.func @tosa_matmul_t_block_scaled_mxint8(%arg0: tensor<1x2x64x!tosa.mxint8>,
   return %0 : tensor<1x2x3xf32>
 }
 
+// CASE @tosa_apply_scale_single_round
+// INPUT 8xi32 100000 -100000 1048583 -1048583 -2 -987654 1 -1
+// INPUT 8xi32 1073741824 1518500250 2147483647 1073741825 3 536870912 2147483647 2147483647
+// INPUT 8xi8 30 31 32 38 2 40 31 33
+// OUTPUT 8xi32 100000 -70711 524291 -4096 -1 -482 1 0
+func.func @tosa_apply_scale_single_round(%arg0: tensor<8xi32>, %arg1: tensor<8xi32>, %arg2: tensor<8xi8>) -> tensor<8xi32> {
+  %0 = tosa.apply_scale %arg0, %arg1, %arg2 {rounding_mode = SINGLE_ROUND} : (tensor<8xi32>, tensor<8xi32>, tensor<8xi8>) -> tensor<8xi32>
+  return %0 : tensor<8xi32>
+}
+
+// CASE @tosa_apply_scale_double_round
+// INPUT 8xi32 100000 -100000 1048583 -1048583 -2 -987654 1 -1
+// INPUT 8xi32 1073741824 1518500250 2147483647 1073741825 3 536870912 2147483647 2147483647
+// INPUT 8xi8 30 31 32 38 2 40 31 33
+// OUTPUT 8xi32 100000 -70711 524292 -4096 -1 -482 1 0
+func.func @tosa_apply_scale_double_round(%arg0: tensor<8xi32>, %arg1: tensor<8xi32>, %arg2: tensor<8xi8>) -> tensor<8xi32> {
+  %0 = tosa.apply_scale %arg0, %arg1, %arg2 {rounding_mode = DOUBLE_ROUND} : (tensor<8xi32>, tensor<8xi32>, tensor<8xi8>) -> tensor<8xi32>
+  return %0 : tensor<8xi32>
+}
+
 // CASE @tosa_shape_ops_reshape
 // INPUT 2x3x4xf32 -2.0 3.75 0.0 2.0 -1.25 -0.25 -0.25 1.75 -2.0 -0.25 2.5 -1.0 -2.0 -1.0 0.25 1.0 1.0 -2.5 1.5 3.5 1.75 -3.0 4.0 -0.75
 // OUTPUT 12x2xf32 -2.0 3.75 0.0 2.0 -1.25 -0.25 -0.25 1.75 -2.0 -0.25 2.5 -1.0 -2.0 -1.0 0.25 1.0 1.0 -2.5 1.5 3.5 1.75 -3.0 4.0 -0.75
