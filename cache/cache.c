@@ -40,6 +40,7 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -50,6 +51,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/log.h"
+#include "base/mlir_text.h"
 #include "base/time.h"
 
 #define ORPHAN_GRACE_S 300
@@ -100,6 +102,7 @@ struct kiln_cache_s {
   size_t n_pending;
   uint64_t hits, misses, evictions, quarantined, bytes_served;
   kiln_index_totals_t last_totals; /* as of the last query of them */
+  int64_t totals_counted_ms;        /* monotonic, when (refresh_totals) */
   int schema_version;
   /* Hot lookups without SQLite (kiln_cache_artifact_probe): cache key -> artifact,
    * valid while `generation` is unchanged; every removal of an artifact row or blob
@@ -134,8 +137,37 @@ static kiln_status_t acquire(kiln_cache_t *cache, kiln_index_t **out_index) {
   return kiln_index_open(cache->db_path, out_index);
 }
 
+/* Rows past which the totals are counted again at most once a second. */
+#define TOTALS_CHEAP_ROWS 20000
+#define TOTALS_INTERVAL_MS 1000
+
+/* The totals GetStats and the metrics show (kiln_cache_counters) stay live: a
+ * connection that wrote rows counts them again as it is released (two aggregate
+ * queries, microseconds for thousands of rows); in a cache of more rows, at most
+ * once a second, and a write in between leaves them for the next one (or for
+ * kiln_cache_stats, gc and verify, which count too). */
+static void refresh_totals(kiln_cache_t *cache, kiln_index_t *index) {
+  int64_t mono = kiln_time_monotonic_ns() / 1000000;
+  pthread_mutex_lock(&cache->lock);
+  bool big = cache->last_totals.artifacts + cache->last_totals.sources > TOTALS_CHEAP_ROWS;
+  bool recent = mono - cache->totals_counted_ms < TOTALS_INTERVAL_MS;
+  pthread_mutex_unlock(&cache->lock);
+  if (big && recent) return;
+  kiln_index_totals_t totals;
+  kiln_status_t st = kiln_index_totals(index, &totals);
+  if (st) {
+    kiln_status_free(st); /* best effort: the last ones stay */
+    return;
+  }
+  pthread_mutex_lock(&cache->lock);
+  cache->last_totals = totals;
+  cache->totals_counted_ms = mono;
+  pthread_mutex_unlock(&cache->lock);
+}
+
 static void release(kiln_cache_t *cache, kiln_index_t *index) {
   if (!index) return;
+  if (kiln_index_wrote(index)) refresh_totals(cache, index);
   pthread_mutex_lock(&cache->lock);
   if (cache->n_pool == cache->cap_pool) {
     cache->cap_pool = cache->cap_pool ? cache->cap_pool * 2 : 8;
@@ -1380,6 +1412,33 @@ kiln_status_t kiln_cache_source_get(kiln_cache_t *cache, const char *digest,
                      digest);
   }
   release(cache, index);
+  return st;
+}
+
+kiln_status_t kiln_cache_source_key_digest(kiln_cache_t *cache, const char *digest, kiln_digest_hex_t *out) {
+  kiln_index_source_t rec;
+  kiln_status_t st = kiln_cache_source_get(cache, digest, &rec);
+  if (kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
+    kiln_status_free(st);
+    snprintf(out->text, sizeof out->text, "%s", digest); /* already a key digest, or unknown */
+    return NULL;
+  }
+  KILN_RETURN_IF_ERROR(st);
+  if (rec.semantic_digest[0]) {
+    memcpy(out->text, rec.semantic_digest, sizeof out->text);
+  } else {
+    /* A row from before kiln recorded it: from the bytes, and recorded now. */
+    void *data = NULL;
+    size_t len = 0;
+    st = kiln_cache_get_blob(cache, digest, &data, &len);
+    if (!st) {
+      kiln_mlir_text_digest(data, len, out);
+      kiln_digest_hex_t again;
+      kiln_status_free(kiln_cache_source_put(cache, data, len, digest, rec.name, rec.format, out->text, &again));
+    }
+    kiln_free(data);
+  }
+  kiln_index_source_deinit(&rec);
   return st;
 }
 

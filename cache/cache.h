@@ -192,6 +192,15 @@ bool kiln_cache_source_memo(kiln_cache_t *cache, const void *data, size_t len, k
 kiln_status_t kiln_cache_source_get(kiln_cache_t *cache, const char *digest,
                                     kiln_index_source_t *out_record);
 
+/* The digest the cache keys `digest`'s artifacts on (an artifact's source_digest):
+ * the digest of a source's lexical normal form (base/mlir_text.h), so that a
+ * reformatted copy of a model hits. For a stored source, its row's (computed
+ * from its blob, and recorded, for a row written before kiln recorded it); any
+ * other well-formed digest is taken to be a key digest already (a client that
+ * computed the normal form itself). INVALID_ARGUMENT for a malformed digest;
+ * blocking (SQLite, and the blob once for an old row). */
+kiln_status_t kiln_cache_source_key_digest(kiln_cache_t *cache, const char *digest, kiln_digest_hex_t *out);
+
 /* A source upload spooled to disk (PutSource): bytes go to a temporary file in the
  * store's tmp/ and are hashed as they arrive, so memory stays bounded whatever the
  * size (the blob writer buffers at most 8 MiB of a compressible source to

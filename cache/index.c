@@ -141,7 +141,9 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_SOURCE_UPSERT] =
         "INSERT INTO sources (digest, semantic_digest, name, format, size, stored_size, "
         "created_ms, last_access_ms, pinned) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
-        "ON CONFLICT (digest) DO UPDATE SET last_access_ms = excluded.last_access_ms",
+        "ON CONFLICT (digest) DO UPDATE SET last_access_ms = excluded.last_access_ms, "
+        "semantic_digest = CASE WHEN sources.semantic_digest = '' THEN excluded.semantic_digest "
+        "ELSE sources.semantic_digest END",
     [STMT_SOURCE_GET] = "SELECT " SOURCE_COLUMNS " FROM sources s WHERE s.digest = ?1",
     [STMT_SOURCE_TOUCH] = "UPDATE sources SET last_access_ms = ?2 WHERE digest = ?1",
     [STMT_SOURCE_DELETE] = "DELETE FROM sources WHERE digest = ?1",
@@ -223,6 +225,7 @@ enum {
 struct kiln_index_s {
   sqlite3 *db;
   char *path;
+  int64_t changes_seen; /* sqlite3_total_changes64 at the last kiln_index_wrote */
   int schema_version;
   int busy_timeout_ms;
   sqlite3_stmt *stmts[STMT_COUNT];
@@ -1310,6 +1313,13 @@ kiln_status_t kiln_index_blob_check_get(kiln_index_t *index, const char *digest,
 kiln_status_t kiln_index_blob_check_drop_unreferenced(kiln_index_t *index, const char *digest) {
   if (!digest) return invalid("drop blob check", "digest is NULL");
   return exec_text(index, STMT_CHECK_DROP_UNREFERENCED, digest, "drop blob check", NULL);
+}
+
+bool kiln_index_wrote(kiln_index_t *index) {
+  int64_t now = sqlite3_total_changes64(index->db);
+  bool wrote = now != index->changes_seen;
+  index->changes_seen = now;
+  return wrote;
 }
 
 kiln_status_t kiln_index_totals(kiln_index_t *index, kiln_index_totals_t *out_totals) {

@@ -276,6 +276,10 @@ typedef struct kiln_index_totals_s {
 /* All read in one snapshot, so they agree with each other. */
 kiln_status_t kiln_index_totals(kiln_index_t *index, kiln_index_totals_t *out_totals);
 
+/* True when this connection changed rows since the last call (the first call:
+ * since it was opened). */
+bool kiln_index_wrote(kiln_index_t *index);
+
 /* SQLite's own check of the index file: PRAGMA quick_check, or with `full`
  * integrity_check (also every index against its table). *out_problem gets what
  * is wrong (kiln_free it), or NULL when the file is sound; a file too damaged for

@@ -29,6 +29,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/mlir_text.h"
 #include "base/time.h"
 #include "client/cli.h"
 #include "client/job.h"
@@ -60,7 +61,9 @@ typedef struct compile_s {
   FILE *file;       /* large sources are streamed from here */
   uint8_t *inline_data;
   size_t inline_len;
-  kiln_digest_hex_t digest;
+  kiln_digest_hex_t digest; /* of the bytes: what is uploaded */
+  kiln_digest_hex_t route;  /* of their normal form (base/mlir_text.h): the router's key, as for
+                               explain, fetch and find, so every copy of a model meets one kilnd */
   uint64_t size;
   char **targets;
   size_t n_targets;
@@ -155,6 +158,15 @@ static int load_source(compile_t *c) {
     fprintf(stderr, "kiln: compile: %s is %llu bytes; kilnd at %s accepts sources up to %llu bytes\n",
             c->name, (unsigned long long)c->size, c->settings->addr, (unsigned long long)max_source);
     return KILN_EXIT_FAILED;
+  }
+  if (c->inline_data) {
+    kiln_mlir_text_digest(c->inline_data, c->inline_len, &c->route);
+  } else {
+    size_t len = 0;
+    char *text = kiln_read_file(c->path, &len);
+    if (text) kiln_mlir_text_digest(text, len, &c->route);
+    else c->route = c->digest; /* it was readable a moment ago: route by its bytes */
+    kiln_free(text);
   }
   return KILN_EXIT_OK;
 }
@@ -430,7 +442,7 @@ int kiln_cli_compile(const kiln_cli_settings_t *settings, kiln_client_t *client,
   if ((rc = load_source(&c))) goto done;
   /* Every later call is about this model: behind a router that hashes on it
    * (deploy/haproxy), upload, compile, watch and downloads meet one kilnd. */
-  kiln_client_set_route(client, c.digest.text);
+  kiln_client_set_route(client, c.route.text);
   if (uploads(&c) && (rc = upload(&c))) goto done;
   for (int round = 0;; round++) {
     kiln_cli_interrupts_catch(true); /* from here an interrupt cancels the job */

@@ -20,6 +20,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/mlir_text.h"
 #include "client/job.h"
 
 #define READ_BLOCK (256 * 1024)
@@ -159,8 +160,12 @@ kiln_status_t kiln_cli_source_resolve(const char *source, kiln_digest_hex_t *out
                        "readable file",
                        source, hint);
   }
-  uint64_t size = 0;
-  return kiln_cli_file_digest(source, out_hex, &size);
+  size_t len = 0;
+  char *text = kiln_read_file(source, &len);
+  if (!text) return KILN_CLI_LOCAL_ERRNO(errno, "cannot read %s", source);
+  kiln_mlir_text_digest(text, len, out_hex);
+  kiln_free(text);
+  return NULL;
 }
 
 char *kiln_cli_part_path(const char *path, const char *digest) {

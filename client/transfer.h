@@ -97,8 +97,11 @@ kiln_status_t kiln_cli_backup_keep(const char *path, const char *backup);
 kiln_status_t kiln_cli_mkdirs(const char *dir);
 
 /* A --source argument as a digest: `source` itself when it is a well-formed digest
- * (64 lowercase hex), else the SHA-256 of the file it names. INVALID_ARGUMENT when
- * it is neither (naming both readings), or the file's read error. */
+ * (64 lowercase hex: a source as uploaded, or the digest of its normal form; kilnd
+ * takes either), else the digest of the normal form of the file it names
+ * (base/mlir_text.h), which is what artifacts carry, so a reformatted copy of a
+ * compiled model finds its artifacts. INVALID_ARGUMENT when it is neither (naming
+ * both readings), or the file's read error. */
 kiln_status_t kiln_cli_source_resolve(const char *source, kiln_digest_hex_t *out_hex);
 
 /* The partial-download path for `path` and artifact `digest` (hex), kiln_malloc'd. */

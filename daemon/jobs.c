@@ -43,6 +43,7 @@
 #include "base/buf.h"
 #include "base/digest.h"
 #include "base/log.h"
+#include "base/mlir_text.h"
 #include "base/time.h"
 #include "daemon/client_text.h"
 #include "daemon/diags.h"
@@ -67,7 +68,8 @@ typedef struct source_s {
   int refs;
   uint8_t *data;
   size_t len;
-  char digest[65];
+  char digest[65];     /* of the bytes: the stored source, the VMFB's provenance */
+  char key_digest[65]; /* of their normal form: the cache key's part (kiln_cache_source_key_digest) */
   char *name;
 } source_t;
 
@@ -1272,7 +1274,7 @@ static void on_task_event(void *user, uint64_t task_id, const kilnd_task_event_t
         for (size_t i = 0; i < task->n_flags; i++) kiln_buf_appendf(&flags, "%s%s", i ? "\n" : "", task->flags[i]);
         s->flags_joined = kiln_buf_take(&flags);
         kiln_buf_deinit(&flags);
-        memcpy(s->source_digest, task->source->digest, sizeof s->source_digest);
+        memcpy(s->source_digest, task->source->key_digest, sizeof s->source_digest);
         s->bytes = kiln_memdup(event->artifact, event->artifact_len ? event->artifact_len : 1);
         s->len = event->artifact_len;
         s->compile_ms = event->compile_ms;
@@ -1644,16 +1646,27 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
   source->refs = 1;
   source->name = kiln_strdup(r->source_name && *r->source_name ? r->source_name : "<source>");
   kiln_status_t st = NULL;
+  if (r->source) {
+    kiln_digest_hex_t key;
+    kiln_mlir_text_digest(r->source, r->source_len, &key);
+    memcpy(source->key_digest, key.text, sizeof source->key_digest);
+  }
   if (r->source && would_block) {
     kiln_digest_hex_t digest;
     *would_block = !kiln_cache_source_memo(jobs->cache, r->source, r->source_len, &digest);
     memcpy(source->digest, digest.text, sizeof source->digest);
   } else if (r->source) {
     kiln_digest_hex_t digest;
-    st = kiln_cache_source_put(jobs->cache, r->source, r->source_len, NULL, source->name, 0, NULL, &digest);
+    st = kiln_cache_source_put(jobs->cache, r->source, r->source_len, NULL, source->name, 0, source->key_digest,
+                               &digest);
     if (!st) memcpy(source->digest, digest.text, sizeof source->digest);
+  } else if (would_block) {
+    *would_block = true; /* its key digest is in the index: the blocking admission reads it */
   } else {
     snprintf(source->digest, sizeof source->digest, "%s", r->source_digest);
+    kiln_digest_hex_t key;
+    st = kiln_cache_source_key_digest(jobs->cache, r->source_digest, &key);
+    if (!st) memcpy(source->key_digest, key.text, sizeof source->key_digest);
   }
   if (st || (would_block && *would_block)) {
     source_release(source);
@@ -1665,7 +1678,7 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
   kilnd_job_admitted_target_t *at = kiln_calloc(r->n_targets, sizeof *at);
   for (size_t i = 0; i < r->n_targets && !st && !(would_block && *would_block); i++) {
     at[i].target = kiln_strdup(r->targets[i]);
-    kiln_cache_key_parts_t parts = {.source_digest = source->digest,
+    kiln_cache_key_parts_t parts = {.source_digest = source->key_digest,
                                     .target = r->targets[i],
                                     .flags = r->flags,
                                     .n_flags = r->n_flags,

@@ -201,13 +201,15 @@ uint64_t kilnd_chunk_size(const kilnd_settings_t *settings);
  * size_bytes is RESOURCE_EXHAUSTED before any data is read. */
 #define KILND_MAX_SOURCE_BYTES ((uint64_t)2 << 30)
 /* The cache key Compile and GetArtifact use for (source, target, flags): the
- * source's digest as uploaded, the target's canonical id, the flags as
- * kilnd_flags_normalize (flags.h) returned them, the compiler identity
- * `compiler` (the workers', kilnd_jobs_compiler: "kiln-mlir 0.1.0 llvm 22.1.8"),
- * and the HAL module and VM bytecode versions. INVALID_ARGUMENT for a malformed
- * part. Thread-safe. */
-kiln_status_t kilnd_artifact_key(const char *compiler, const char *source_digest, const kiln_target_t *target,
-                                 char *const *normalized_flags, size_t n_flags,
+ * source's key digest (kiln_cache_source_key_digest: `source_digest` names the
+ * source as uploaded, or is the digest of its normal form), the target's
+ * canonical id, the flags as kilnd_flags_normalize (flags.h) returned them, the
+ * compiler identity `compiler` (the workers', kilnd_jobs_compiler: "kiln-mlir
+ * 0.1.0 llvm 22.1.8"), and the HAL module and VM bytecode versions.
+ * INVALID_ARGUMENT for a malformed part. Blocking (the cache's index);
+ * thread-safe. */
+kiln_status_t kilnd_artifact_key(kiln_cache_t *cache, const char *compiler, const char *source_digest,
+                                 const kiln_target_t *target, char *const *normalized_flags, size_t n_flags,
                                  kiln_digest_hex_t *out_key);
 
 /* ArtifactMetadata for an index row, allocated in `arena`. Thread-safe for

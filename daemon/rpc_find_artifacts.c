@@ -134,7 +134,10 @@ kiln_status_t kilnd_rpc_find_artifacts(const kilnd_rpc_env_t *env, const kilnd_c
                          "FindArtifacts: source_digest '%.80s' is not 64 lowercase hex characters",
                          req->source_digest);
     }
-    q.source_digest = req->source_digest;
+    /* a source as uploaded, or its normal form's digest: artifacts carry the latter */
+    kiln_digest_hex_t key;
+    KILN_RETURN_IF_ERROR(kiln_cache_source_key_digest(env->cache, req->source_digest, &key));
+    q.source_digest = kiln_arena_strdup(arena, key.text);
   }
   if (*req->target) {
     const kiln_target_t *target = NULL;

@@ -49,11 +49,13 @@ uint64_t kilnd_chunk_size(const kilnd_settings_t *settings) {
   return room < KILND_CHUNK_SIZE_BYTES ? room : KILND_CHUNK_SIZE_BYTES;
 }
 
-kiln_status_t kilnd_artifact_key(const char *compiler, const char *source_digest, const kiln_target_t *target,
-                                 char *const *normalized_flags, size_t n_flags,
+kiln_status_t kilnd_artifact_key(kiln_cache_t *cache, const char *compiler, const char *source_digest,
+                                 const kiln_target_t *target, char *const *normalized_flags, size_t n_flags,
                                  kiln_digest_hex_t *out_key) {
+  kiln_digest_hex_t source;
+  KILN_RETURN_IF_ERROR(kiln_cache_source_key_digest(cache, source_digest, &source));
   kiln_cache_key_parts_t parts = {
-      .source_digest = source_digest,
+      .source_digest = source.text,
       .target = target->id,
       .flags = (const char *const *)normalized_flags,
       .n_flags = n_flags,
@@ -243,7 +245,7 @@ static void get_open_work(uv_work_t *work) {
                        "no compile worker is ready yet, so the compiler identity (part of the key) is unknown; "
                        "retry, or fetch by digest");
     } else {
-      st = kilnd_artifact_key(compiler, key->source_digest, g->target, g->flags, g->n_flags, &cache_key);
+      st = kilnd_artifact_key(cache, compiler, key->source_digest, g->target, g->flags, g->n_flags, &cache_key);
     }
     if (!st) st = kiln_cache_artifact_lookup(cache, cache_key.text, &g->record);
     if (kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {

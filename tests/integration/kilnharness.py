@@ -5,7 +5,9 @@ KILN_BUILD_DIR (ctest sets it). Under KILN_WRAPPER (e.g. valgrind) kilnd runs in
 that command. Every kilnd gets its own temporary state directory and port 0, so
 tests run in parallel without colliding.
 """
+import hashlib
 import os
+import re
 import shlex
 import signal
 import socket
@@ -28,6 +30,93 @@ PYTHON_OUT = os.path.join(BUILD_DIR, "python")
 # kilnd runs under KILN_WRAPPER (valgrind), or the build is sanitized (ASan): tests
 # scale their waits and skip what those tools distort.
 WRAPPED = bool(os.environ.get("KILN_WRAPPER"))
+
+
+_WORD = re.compile(r"[A-Za-z0-9_$.]")
+_IDENT = re.compile(r"[A-Za-z0-9_$.\-]*")
+_STRING = re.compile(r'"(?:\\.|[^"\\])*"?', re.S)
+_LOC_ALIAS = re.compile(r"#loc[A-Za-z0-9_$.\-]*\s*=\s*")
+
+
+def normal_digest(source):
+    """kiln's cache-key digest of `source` (bytes), written from the rules in
+    base/mlir_text.h, not from its code: whitespace and // comments dropped (one
+    space kept between word characters), %values and ^blocks renumbered by first
+    appearance, loc(...) and #loc aliases dropped, strings kept; bytecode as is."""
+    if source[:4] == b"ML\xefR":
+        return hashlib.sha256(source).hexdigest()
+    s = source.decode("utf-8", "surrogateescape")
+
+    def group_end(i):  # s[i] == "("
+        depth = 0
+        while i < len(s):
+            if s[i] == '"':
+                i = _STRING.match(s, i).end()
+                continue
+            if s[i] == "(":
+                depth += 1
+            elif s[i] == ")":
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        return len(s)
+
+    def loc_end(i):  # the end of "loc (...)" starting at i, else 0
+        if s.startswith("loc", i) and not _WORD.match(s, i + 3):
+            j = i + 3
+            while j < len(s) and s[j] in " \t\r\n":
+                j += 1
+            if j < len(s) and s[j] == "(":
+                return group_end(j)
+        return 0
+
+    out, names, last_word, i = [], {"%": {}, "^": {}}, False, 0
+    while i < len(s):
+        c = s[i]
+        alias = _LOC_ALIAS.match(s, i) if c == "#" else None
+        if c in " \t\r\n":
+            i += 1
+        elif s.startswith("//", i):
+            e = s.find("\n", i)
+            i = len(s) if e < 0 else e
+        elif c == '"':
+            e = _STRING.match(s, i).end()
+            out.append(s[i:e])
+            last_word, i = False, e
+        elif alias and loc_end(alias.end()):
+            i = loc_end(alias.end())
+        elif c in "%^" and _IDENT.match(s, i + 1).end() > i + 1:
+            e = _IDENT.match(s, i + 1).end()
+            table = names[c]
+            out.append("%s%d" % (c, table.setdefault(s[i + 1:e], len(table))))
+            last_word, i = True, e
+        elif c in "@#!":
+            e = _IDENT.match(s, i + 1).end()
+            out.append(s[i:e])
+            last_word, i = e > i + 1 and bool(_WORD.match(s[e - 1])), e
+        elif _WORD.match(c):
+            e = loc_end(i)
+            if not e:
+                e = i
+                while e < len(s) and _WORD.match(s[e]):
+                    e += 1
+                out.append((" " if last_word else "") + s[i:e])
+                last_word = True
+            i = e
+        else:
+            out.append(c)
+            last_word, i = False, i + 1
+    form = "".join(out).encode("utf-8", "surrogateescape")
+    return hashlib.sha256(b"kiln-mlir-normal/1\n" + form).hexdigest()
+
+
+def distinct(source, tag):
+    """`source` (bytes) made a model of its own that compiles like it: kiln keys its
+    cache on the text's normal form (base/mlir_text.h), so a comment or a renamed
+    value would still hit; an extra private function, never called, does not."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", str(tag))
+    return source + f"\nfunc.func private @kiln_test_variant_{name}() {{\n  return\n}}\n".encode()
 
 
 def sanitized_build():

@@ -20,7 +20,7 @@ import tempfile
 import time
 import unittest
 
-from kilnharness import (EXAMPLES, KILN, Kilnd, KilnTestCase, blob_path, clean_env, free_tcp_port,
+from kilnharness import (EXAMPLES, KILN, Kilnd, distinct, KilnTestCase, blob_path, clean_env, free_tcp_port,
                          run_kiln, seed_cache)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -335,6 +335,55 @@ class CompileTest(CliTestCase):
         self.assertRc(r, EXIT_FAILED)
         self.assertIn("but not sm_120", r.stdout)
 
+    def test_reformatted_model_hits(self):
+        # kiln keys on the model's normal form (base/mlir_text.h): a copy with a
+        # comment, collapsed spaces, renamed values and locations is the same model
+        # through compile, explain, find and fetch; a changed constant is not.
+        with open(os.path.join(EXAMPLES, "attention.mlir"), "rb") as f:
+            text = distinct(f.read(), "reformatted").decode()  # a model no other test compiled
+        first = os.path.join(self.dir, "attention.mlir")
+        with open(first, "w") as f:
+            f.write(text)
+        stored = kiln_json(self.kiln("stats", "--json"))["cache"]
+        r = self.compile(first, ["sm_89", "arm5gen"], os.path.join(self.dir, "a"))
+        self.assertRc(r, EXIT_OK)
+        want = self.check_outputs(os.path.join(self.dir, "a"), ["sm_89", "arm5gen"], cache_hit=False)
+        # The stored totals are live (issue 18, item 11: they were counted once, at start).
+        now = kiln_json(self.kiln("stats", "--json"))["cache"]
+        self.assertEqual(now.get("artifacts", 0), stored.get("artifacts", 0) + 2)
+        self.assertGreater(int(now.get("bytes_stored", 0)), int(stored.get("bytes_stored", 0)))  # compressed
+        self.assertEqual(now.get("sources", 0), stored.get("sources", 0) + 1)
+        copy = os.path.join(self.dir, "copy.mlir")
+        lines = [re.sub(r" +", " ", l).replace("%", "%renamed_") for l in text.splitlines()]
+        with open(copy, "w") as f:
+            f.write("// reformatted by a formatter\n#loc = loc(\"attention.py\":1:1)\n")
+            f.write("\n".join(l + (" loc(#loc)" if l.strip().startswith("%") else "") for l in lines) + "\n")
+        self.assertNotEqual(sha256_file(first), sha256_file(copy))
+        before = kiln_json(self.kiln("stats", "--json"))
+        r = self.kiln("explain", copy, "--target", "sm_89,arm5gen")
+        self.assertRc(r, EXIT_OK)
+        self.assertIn("sm_89: hit", r.stdout)
+        r = self.compile(copy, ["sm_89", "arm5gen"], os.path.join(self.dir, "b"))
+        self.assertRc(r, EXIT_OK)
+        got = self.check_outputs(os.path.join(self.dir, "b"), ["sm_89", "arm5gen"], cache_hit=True)
+        for t in ("sm_89", "arm5gen"):
+            self.assertEqual(got["targets"][t]["digest"], want["targets"][t]["digest"])
+        after = kiln_json(self.kiln("stats", "--json"))
+        self.assertEqual(after["jobs"]["targets_compiled"], before["jobs"]["targets_compiled"])
+        doc = kiln_json(self.kiln("find", "--json", "--source", copy, "--all"))
+        self.assertEqual(sorted(a["canonical_target"] for a in doc["artifacts"]), ["arm5gen", "sm_89"])
+        f = os.path.join(self.dir, "f.vmfb")
+        self.assertRc(self.kiln("fetch", "--source", copy, "--target", "arm5gen", "-o", f), EXIT_OK)
+        self.assertEqual(sha256_file(f), want["targets"]["arm5gen"]["digest"])
+        # A different constant is a different model.
+        other = os.path.join(self.dir, "other.mlir")
+        self.assertIn("dense<0.25>", text)
+        with open(other, "w") as f:
+            f.write(text.replace("dense<0.25>", "dense<0.5>"))
+        r = self.kiln("explain", other, "--target", "sm_89")
+        self.assertRc(r, EXIT_FAILED)
+        self.assertIn("no artifact for this source", r.stdout)
+
     def test_cpu_system_elf_flag(self):
         # iree-compile's --iree-llvmcpu-link-embedded=false through kilnd: the same
         # ELF as system-elf, a cache entry of its own beside the embedded one.
@@ -357,7 +406,7 @@ class CompileTest(CliTestCase):
         with open(os.path.join(EXAMPLES, "convnet.mlir")) as f:
             text = f.read()
         with open(src, "w") as f:
-            f.write(text + f"\n// {os.getpid()} {time.time()}\n")
+            f.write(distinct(text.encode(), f"{os.getpid()}_{time.time()}").decode())
         r = self.compile(src, ["sm_120", "gfx942", "gfx1201", "arm5gen", "valhall3", "valhall4", "sm_121"],
                          os.path.join(self.dir, "out"), "--timeout", "50ms")
         self.assertRc(r, 4)
@@ -378,8 +427,8 @@ class CompileTest(CliTestCase):
 
     def test_large_source_goes_through_put_source(self):
         src = os.path.join(self.dir, "big.mlir")
-        with open(os.path.join(EXAMPLES, "mlp.mlir")) as f:
-            text = f.read()
+        with open(os.path.join(EXAMPLES, "mlp.mlir"), "rb") as f:
+            text = distinct(f.read(), "big").decode()  # a model no other test compiled
         with open(src, "w") as f:
             f.write(text)
             f.write(("// " + "x" * 1020 + "\n") * 1500)  # ~1.5 MiB of comments

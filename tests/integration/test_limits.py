@@ -16,7 +16,7 @@ import urllib.request
 
 import grpc
 
-from kilnharness import EXAMPLES, SANITIZED, WRAPPED, Kilnd, KilnTestCase, run_kiln  # sets the path
+from kilnharness import EXAMPLES, SANITIZED, distinct, WRAPPED, Kilnd, KilnTestCase, run_kiln  # sets the path
 from kiln.v1 import kiln_pb2  # noqa: E402
 
 KILN = "/kiln.v1.Kiln/"
@@ -39,12 +39,12 @@ TOKENS = {
 
 
 def variant(source, n):
-    """A distinct source (its own digest) that compiles like `source`."""
-    return source + f"\n// variant {n}\n".encode()
+    """A distinct model (its own cache key) that compiles like `source`."""
+    return distinct(source, f"v{n}")
 
 
 def hang(n):
-    return ATTENTION + f"\n// kiln-test: hang\n// tag: {n}\n".encode()
+    return distinct(ATTENTION + b"\n// kiln-test: hang\n", f"hang{n}")
 
 
 def cancel(channel, job_id, metadata=None):

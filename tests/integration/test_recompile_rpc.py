@@ -20,7 +20,7 @@ import unittest
 
 import grpc
 
-from kilnharness import BUILD_DIR, EXAMPLES, Kilnd, KilnTestCase, WRAPPED, SANITIZED  # sets the path
+from kilnharness import BUILD_DIR, EXAMPLES, Kilnd, KilnTestCase, WRAPPED, SANITIZED, distinct  # sets the path
 from kiln.v1 import kiln_pb2  # noqa: E402
 
 KILN = "/kiln.v1.Kiln/"
@@ -307,7 +307,7 @@ class RecompileRpcTest(KilnTestCase):
 
     def test_cancel_cancels_unfinished_jobs(self):
         # Many distinct sources: the call is still compiling when cancelled.
-        items = [kiln_pb2.RecompileItem(item_id=str(i), source=SOURCE + f"// variant {i}\n".encode(),
+        items = [kiln_pb2.RecompileItem(item_id=str(i), source=distinct(SOURCE, i),
                                         targets=["sm_89", "gfx950", "gfx1100"]) for i in range(12)]
         done = threading.Event()
 

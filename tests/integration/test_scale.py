@@ -29,7 +29,7 @@ import unittest
 
 import grpc
 
-from kilnharness import (EXAMPLES, START_TIMEOUT, WRAPPED, Kilnd, KilnTestCase, clean_env, free_tcp_port,
+from kilnharness import (EXAMPLES, START_TIMEOUT, WRAPPED, Kilnd, distinct, KilnTestCase, clean_env, free_tcp_port,
                          run_kiln)
 from kiln.v1 import kiln_pb2  # noqa: E402  (path set up by kilnharness)
 
@@ -50,9 +50,9 @@ SERVERS_BLOCK = re.compile(r"^([ \t]*)# kiln-servers-begin.*?^[ \t]*# kiln-serve
 
 
 def model(tag, i):
-    """A distinct model (its own digest) with the same compile work as mlp.mlir."""
+    """A distinct model (its own cache key) with the same compile work as mlp.mlir."""
     with open(MLP, "rb") as f:
-        return f"// test_scale {tag} model {i}\n".encode() + f.read()
+        return distinct(f.read(), f"{tag}_{i}")
 
 
 def digest_md(source):

@@ -38,7 +38,7 @@ import unittest
 
 import grpc
 
-from kilnharness import (BUILD_DIR, EXAMPLES, KILNC, SANITIZED, WRAPPED, Kilnd,  # sets up the generated modules' path
+from kilnharness import (BUILD_DIR, EXAMPLES, KILNC, distinct, normal_digest, SANITIZED, WRAPPED, Kilnd,  # sets up the generated modules' path
                          KilnTestCase)
 from kiln.v1 import kiln_pb2  # noqa: E402
 
@@ -66,13 +66,13 @@ BAD_IR = b"func.func @f() {\n  %0 = this is not mlir\n  return\n}\n"
 
 
 def hooked(hook, tag=""):
-    """mlp.mlir with a test-hook marker; distinct tags make distinct sources."""
-    return MLP + f"\n// kiln-test: {hook}\n// tag: {tag}\n".encode()
+    """mlp.mlir with a test-hook marker, a model of its own per hook and tag."""
+    return distinct(MLP + f"\n// kiln-test: {hook}\n".encode(), f"{hook}_{tag}")
 
 
 def variant(tag):
-    """mlp.mlir made a distinct source by a comment (compiles like mlp.mlir)."""
-    return MLP + f"\n// variant: {tag}\n".encode()
+    """mlp.mlir made a distinct model (compiles like mlp.mlir)."""
+    return distinct(MLP, f"v_{tag}")
 
 
 def ser(m):
@@ -408,7 +408,7 @@ class CompileFlowTest(ServiceTestCase):
         self.assertEqual(data[72:76], b"IREE")
         self.assertEqual((meta.digest, meta.canonical_target, meta.size_bytes, meta.cache_key),
                          (done.artifact_digest, "sm_89", done.size_bytes, t.cache_key))
-        self.assertEqual(meta.provenance.source_digest, r.source_digest)
+        self.assertEqual(meta.provenance.source_digest, normal_digest(MLP))  # the cache key's part
         self.assertEqual(meta.provenance.compiler.name, "kiln-mlir")
         mid = c.jobs()
         self.assertEqual(mid.targets_compiled, before.targets_compiled + 1)
@@ -1137,7 +1137,7 @@ class ExternalCompilerTest(ServiceTestCase):
         # kilnc writes the same bytes as the built-in compiler.
         self.assertEqual(meta.digest, builtin.artifact_digest)
         self.assertEqual(meta.cache_key, done["sm_89"].cache_key)
-        self.assertEqual(meta.provenance.source_digest, r.source_digest)
+        self.assertEqual(meta.provenance.source_digest, normal_digest(MLP))  # the cache key's part
         self.assertIn("kilnc", meta.provenance.compiler.name)
         # Again: a hit under the external compiler's key.
         r2 = c.compile(MLP, ["sm_89"])
