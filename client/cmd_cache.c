@@ -32,7 +32,11 @@ static int stats(const kiln_cli_settings_t *settings, kiln_client_t *client) {
   if (settings->json) {
     kiln_client_json_print(kiln_client_json_from_message(msg));
   } else {
-    printf("%-22s %s (schema %u)\n", "cache", s->path, s->schema_version);
+    if (s->path && *s->path) {
+      printf("%-22s %s (schema %u)\n", "cache", s->path, s->schema_version); /* an older kilnd */
+    } else {
+      printf("%-22s schema %u\n", "cache", s->schema_version);
+    }
     printf("%-22s %llu (%llu pinned, %llu hits)\n", "artifacts", (unsigned long long)s->artifacts,
            (unsigned long long)s->pinned, (unsigned long long)s->hits);
     print_size("  size", s->artifact_bytes);

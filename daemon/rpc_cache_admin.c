@@ -34,7 +34,8 @@ kiln_status_t kilnd_rpc_get_cache_stats(const kilnd_rpc_env_t *env, const kilnd_
   resp->quarantined = stats.totals.quarantined;
   resp->hits = stats.totals.hits;
   resp->capacity_bytes = stats.capacity_bytes;
-  resp->path = kiln_arena_strdup(arena, kiln_cache_path(env->cache));
+  /* path stays empty: server paths go to kilnd's log, never to clients (the read
+   * role reaches this method). */
   resp->schema_version = (uint32_t)stats.schema_version;
   *out_response = &resp->base;
   return NULL;

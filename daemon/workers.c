@@ -102,6 +102,7 @@ struct worker_s {
   wstate_t state;
   char name[64];
   int pid;
+  int64_t oom_kills_at_task; /* oom_kills() when its task was handed over */
   uv_process_t process;
   uv_pipe_t in, out, err;
   uv_timer_t timer;
@@ -174,6 +175,45 @@ struct kilnd_workers_s {
   void *done_user;
 };
 
+/* worker="worker-3" pid=1234 in a log line: the pid is for the operator's log
+ * only; what clients see (job events, messages) names the worker alone. */
+static void log_worker(kiln_buf_t *fields, const worker_t *w) {
+  kiln_log_kv_str(fields, "worker", w->name);
+  if (w->pid > 0) kiln_buf_appendf(fields, " pid=%d", w->pid);
+}
+
+/* The number in a "key N" line of a small kernel file; -1 when unreadable. */
+static int64_t counter_in(const char *path, const char *key) {
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  char line[256];
+  int64_t v = -1;
+  size_t klen = strlen(key);
+  while (v < 0 && fgets(line, sizeof line, f)) {
+    if (strncmp(line, key, klen) == 0 && line[klen] == ' ') v = strtoll(line + klen + 1, NULL, 10);
+  }
+  fclose(f);
+  return v;
+}
+
+/* How many processes the kernel's out-of-memory killer has ended: in kilnd's own
+ * cgroup (v2 memory.events, where its workers live), else on the machine
+ * (/proc/vmstat, Linux 4.13 and later); -1 when neither can be read. Small
+ * in-memory kernel files: cheap enough for the loop, once per task. */
+static int64_t oom_kills(void) {
+  char line[512], path[600];
+  FILE *f = fopen("/proc/self/cgroup", "re");
+  int64_t v = -1;
+  while (f && v < 0 && fgets(line, sizeof line, f)) {
+    if (strncmp(line, "0::", 3) != 0) continue;
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.events", line + 3);
+    v = counter_in(path, "oom_kill");
+  }
+  if (f) fclose(f);
+  return v >= 0 ? v : counter_in("/proc/vmstat", "oom_kill");
+}
+
 static void spawn_slot(slot_t *slot);
 static void kill_worker(worker_t *w, kill_reason_t reason, const char *detail);
 static void maybe_free_pool(kilnd_workers_t *pool);
@@ -222,7 +262,7 @@ static void task_fail_rest(kilnd_workers_t *pool, task_t *t, const char *worker,
 
 static void emit_ready(worker_t *w) {
   if (w->state != W_IDLE || w->pool->closing) return;
-  kilnd_task_event_t ev = {.kind = KILND_TASK_WORKER_READY, .worker = w->name};
+  kilnd_task_event_t ev = {.kind = KILND_TASK_WORKER_READY, .worker = w->name, .pid = w->pid};
   emit(w->pool, 0, &ev);
 }
 
@@ -478,7 +518,7 @@ static void finalize(worker_t *w) {
                                              "protocol", "close"};
   kiln_buf_t fields;
   kiln_buf_init(&fields);
-  kiln_log_kv_str(&fields, "worker", w->name);
+  log_worker(&fields, w);
   kiln_log_kv_str(&fields, "reason", reason_names[reason]);
   kiln_log_kv_str(&fields, "status", status_text);
   if (w->detail) kiln_log_kv_str(&fields, "detail", w->detail);
@@ -518,11 +558,19 @@ static void finalize(worker_t *w) {
         hint = "; please report this kiln bug";
         break;
       default:
-        if (w->term_signal == SIGKILL) {
-          /* Our own kills have a reason; an unexplained SIGKILL is the kernel's. */
+        int64_t ooms = w->term_signal == SIGKILL ? oom_kills() : -1;
+        if (w->term_signal == SIGKILL && ooms >= 0 && w->oom_kills_at_task >= 0 && ooms == w->oom_kills_at_task) {
+          /* Our own kills have a reason, and the kernel's OOM killer did not act:
+           * an operator or another process killed it. Nothing about the model. */
+          code = KILN_STATUS_UNAVAILABLE;
+          kiln_buf_append_str(&what, "the compiler was killed (signal 9) from outside kilnd, not by the kernel's "
+                                     "out-of-memory killer (its count did not move)");
+          hint = "; compile again";
+        } else if (w->term_signal == SIGKILL) {
           code = KILN_STATUS_RESOURCE_EXHAUSTED;
-          kiln_buf_append_str(&what, "the compiler was killed (signal 9, Killed), most likely by the kernel's "
-                                     "out-of-memory killer");
+          kiln_buf_append_str(&what, ooms >= 0 ? "the compiler was killed (signal 9) by the kernel's out-of-memory killer"
+                                               : "the compiler was killed (signal 9, Killed), most likely by the "
+                                                 "kernel's out-of-memory killer");
           hint = "; the server ran short of memory: run fewer workers or set kilnd's worker-memory-limit";
         } else if ((w->term_signal || w->exit_status) && tail_says_oom(w)) {
           code = KILN_STATUS_RESOURCE_EXHAUSTED;
@@ -659,7 +707,7 @@ static void handle_hello(worker_t *w, const Kiln__Worker__V1__Hello *h) {
   }
   kiln_buf_t fields;
   kiln_buf_init(&fields);
-  kiln_log_kv_str(&fields, "worker", w->name);
+  log_worker(&fields, w);
   kiln_log_kv_str(&fields, "compiler", pool->compiler);
   kiln_buf_appendf(&fields, " jobs=%" PRIu32 " memory_limit=%" PRIu64, h->jobs, h->memory_limit_bytes);
   kiln_log_fields(KILN_LOG_INFO, "worker_ready", &fields);
@@ -682,7 +730,7 @@ static void handle_event(worker_t *w, const Kiln__Worker__V1__WorkerEvent *ev) {
     protocol_violation(w, "an event for task %" PRIu64 " while running %" PRIu64, ev->task_id, t ? t->id : 0);
     return;
   }
-  kilnd_task_event_t out = {.worker = w->name};
+  kilnd_task_event_t out = {.worker = w->name, .pid = w->pid};
   switch (ev->kind_case) {
     case KILN__WORKER__V1__WORKER_EVENT__KIND_PROGRESS: {
       const Kiln__Worker__V1__Progress *p = ev->progress;
@@ -854,7 +902,7 @@ static void forward_line(worker_t *w) {
   kiln_buf_t fields;
   kiln_buf_init(&fields);
   if (w->dropped) {
-    kiln_log_kv_str(&fields, "worker", w->name);
+    log_worker(&fields, w);
     kiln_buf_appendf(&fields, " lines=%" PRIu64, w->dropped);
     kiln_log_fields(KILN_LOG_WARN, "worker_log_dropped", &fields);
     kiln_buf_clear(&fields);
@@ -862,7 +910,7 @@ static void forward_line(worker_t *w) {
   }
   const char *rest = NULL;
   kiln_log_level_t level = line_level(w->line.data, &rest);
-  kiln_log_kv_str(&fields, "worker", w->name);
+  log_worker(&fields, w);
   kiln_log_kv_str(&fields, "line", rest);
   if (w->line_cut) kiln_buf_append_str(&fields, " truncated=true");
   kiln_log_fields(level, "worker_log", &fields);
@@ -1012,7 +1060,7 @@ static void spawn_slot(slot_t *slot) {
     snprintf(w->name, sizeof w->name, "worker-%zu", slot->index);
     kiln_buf_t fields;
     kiln_buf_init(&fields);
-    kiln_log_kv_str(&fields, "worker", w->name);
+    log_worker(&fields, w);
     kiln_log_kv_str(&fields, "path", pool->opt.worker_path);
     kiln_log_kv_str(&fields, "error", uv_strerror(rc));
     kiln_log_fields(KILN_LOG_ERROR, "worker_spawn_failed", &fields);
@@ -1025,13 +1073,13 @@ static void spawn_slot(slot_t *slot) {
   }
   w->spawned = true;
   w->pid = w->process.pid;
-  snprintf(w->name, sizeof w->name, "worker-%zu (pid %d)", slot->index, w->pid);
+  snprintf(w->name, sizeof w->name, "worker-%zu", slot->index);
   uv_read_start((uv_stream_t *)&w->out, on_out_alloc, on_out_read);
   uv_read_start((uv_stream_t *)&w->err, on_err_alloc, on_err_read);
   uv_timer_start(&w->timer, on_start_timeout, START_TIMEOUT_MS, 0);
   kiln_buf_t fields;
   kiln_buf_init(&fields);
-  kiln_log_kv_str(&fields, "worker", w->name);
+  log_worker(&fields, w);
   kiln_log_fields(KILN_LOG_DEBUG, "worker_spawned", &fields);
   kiln_buf_deinit(&fields);
 }
@@ -1240,10 +1288,11 @@ kiln_status_t kilnd_workers_submit(kilnd_workers_t *workers, const kilnd_task_t 
   }
   w->task = t;
   w->state = W_BUSY;
+  w->oom_kills_at_task = oom_kills();
   if (pool->opt.task_timeout_ms > 0) {
     uv_timer_start(&w->timer, on_task_timeout, (uint64_t)pool->opt.task_timeout_ms, 0);
   }
-  kilnd_task_event_t ev = {.kind = KILND_TASK_STARTED, .worker = w->name};
+  kilnd_task_event_t ev = {.kind = KILND_TASK_STARTED, .worker = w->name, .pid = w->pid};
   emit(pool, t->id, &ev);
   return NULL;
 }

@@ -18,7 +18,7 @@
  * with no workers rather than spinning; each failure is logged.
  *
  * Each worker's stderr (logfmt lines) is forwarded into kilnd's log as
- * event=worker_log lines tagged worker="worker-3 (pid 1234)", each cut at 2 KiB
+ * event=worker_log lines tagged worker=worker-3 pid=1234, each cut at 2 KiB
  * and at most about 20 a second per worker (a burst of 100; a count of the lines
  * dropped follows).
  *
@@ -96,7 +96,8 @@ typedef enum kilnd_task_event_kind_e {
 /* Valid only during the callback. */
 typedef struct kilnd_task_event_s {
   kilnd_task_event_kind_t kind;
-  const char *worker;
+  const char *worker; /* "worker-3": what clients may see */
+  int pid;            /* its process, for kilnd's own log (and tests); 0 when it has none */
   const char *target;
   const char *stage;
   uint32_t stage_index;
