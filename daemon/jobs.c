@@ -626,6 +626,7 @@ const char *kilnd_limit_name(kilnd_limit_t limit) {
     case KILND_LIMIT_REQUEST_BYTES: return "client-max-request-bytes";
     case KILND_LIMIT_JOBS: return "client-max-jobs";
     case KILND_LIMIT_QUEUE_SHARE: return "client-queue-share";
+    case KILND_LIMIT_DOWNLOADS: return "client-max-downloads";
   }
   return "?";
 }

@@ -83,8 +83,9 @@ typedef enum kilnd_limit_e {
   KILND_LIMIT_REQUEST_BYTES = 0, /* client-max-request-bytes (enforced by the RPC layer) */
   KILND_LIMIT_JOBS = 1,          /* client-max-jobs */
   KILND_LIMIT_QUEUE_SHARE = 2,   /* client-queue-share */
+  KILND_LIMIT_DOWNLOADS = 3,     /* client-max-downloads (enforced by GetArtifact) */
 } kilnd_limit_t;
-#define KILND_LIMIT_COUNT 3
+#define KILND_LIMIT_COUNT 4
 
 /* The setting's name ("client-max-jobs"); static storage. Thread-safe. */
 const char *kilnd_limit_name(kilnd_limit_t limit);

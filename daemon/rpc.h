@@ -40,7 +40,14 @@ typedef struct kilnd_rpc_env_s {
   const char *hostname;
   bool draining; /* SIGTERM received: finishing in-flight calls */
   struct kilnd_jobs_s *jobs; /* the job engine (jobs.h); submit is thread-safe */
+  struct kilnd_downloads_s *downloads; /* open GetArtifact calls per client (loop thread) */
 } kilnd_rpc_env_t;
+
+/* The GetArtifact calls open per client, for client-max-downloads (loop thread
+ * only). */
+typedef struct kilnd_downloads_s kilnd_downloads_t;
+kilnd_downloads_t *kilnd_downloads_create(void);
+void kilnd_downloads_destroy(kilnd_downloads_t *downloads);
 
 /* What a handler knows about the call it serves. Owned by the server; borrowed
  * for the duration of the handler. */

@@ -28,6 +28,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <uv.h>
 
 #include "base/alloc.h"
@@ -154,6 +157,87 @@ Kiln__V1__ArtifactMetadata *kilnd_artifact_metadata(kiln_arena_t *arena,
 
 enum { SCRATCH_BYTES = 128 * 1024 };
 
+/* ---- open downloads per client (client-max-downloads) ---- */
+
+typedef struct dl_client_s {
+  char *client;
+  uint32_t open;
+  struct dl_client_s *next;
+} dl_client_t;
+
+struct kilnd_downloads_s {
+  dl_client_t *clients; /* with a download open; few at a time */
+  uint32_t open;
+};
+
+kilnd_downloads_t *kilnd_downloads_create(void) { return kiln_calloc(1, sizeof(kilnd_downloads_t)); }
+
+void kilnd_downloads_destroy(kilnd_downloads_t *d) {
+  if (!d) return;
+  while (d->clients) {
+    dl_client_t *c = d->clients;
+    d->clients = c->next;
+    kiln_free(c->client);
+    kiln_free(c);
+  }
+  kiln_free(d);
+}
+
+/* The client's entry, counted as one more open download; NULL (nothing counted)
+ * when it has `max` open already. */
+static dl_client_t *downloads_enter(kilnd_downloads_t *d, const char *client, int64_t max) {
+  dl_client_t *c = d->clients;
+  while (c && strcmp(c->client, client) != 0) c = c->next;
+  if (c && (int64_t)c->open >= max) return NULL;
+  if (!c) {
+    c = kiln_calloc(1, sizeof *c);
+    c->client = kiln_strdup(client);
+    c->next = d->clients;
+    d->clients = c;
+  }
+  c->open++;
+  d->open++;
+  return c;
+}
+
+#ifdef __GLIBC__
+/* Pool: glibc keeps freed chunk buffers in its arenas; hand them back. */
+static void trim_work(uv_work_t *work) {
+  (void)work;
+  malloc_trim(0);
+}
+
+static void trim_done(uv_work_t *work, int status) {
+  (void)status;
+  kiln_free(work);
+}
+#endif
+
+static void downloads_leave(kilnd_downloads_t *d, dl_client_t *c, uv_loop_t *loop) {
+  if (!c) return;
+  d->open--;
+  if (--c->open == 0) {
+    for (dl_client_t **p = &d->clients; *p; p = &(*p)->next) {
+      if (*p == c) {
+        *p = c->next;
+        break;
+      }
+    }
+    kiln_free(c->client);
+    kiln_free(c);
+  }
+#ifdef __GLIBC__
+  /* The last download ended: what 600 stalled streams held (gigabytes) would
+   * otherwise stay with kilnd after they closed. */
+  if (d->open == 0) {
+    uv_work_t *w = kiln_calloc(1, sizeof *w);
+    if (uv_queue_work(loop, w, trim_work, trim_done) != 0) kiln_free(w);
+  }
+#else
+  (void)loop;
+#endif
+}
+
 typedef struct get_s {
   const kilnd_rpc_env_t *env;
   kilnd_stream_t *stream;
@@ -165,6 +249,8 @@ typedef struct get_s {
   size_t n_flags;
   uv_work_t work;
   atomic_bool cancelled;
+  dl_client_t *download;  /* counted in env->downloads */
+  uv_timer_t stall;       /* download-stall-timeout, while a send is outstanding */
 
   /* Pool-side state: touched by the loop only while no work is queued. */
   kiln_index_artifact_t record;
@@ -190,6 +276,8 @@ typedef struct get_s {
   kiln_status_t failure;  /* ends the call once nothing is in flight */
 } get_t;
 
+static void get_free(uv_handle_t *handle) { kiln_free(handle->data); }
+
 static void get_end(get_t *g, kiln_status_t status) {
   kiln_cache_reader_close(g->reader); /* a close and a mutex: fine on the loop */
   kiln_index_artifact_deinit(&g->record);
@@ -199,9 +287,11 @@ static void get_end(get_t *g, kiln_status_t status) {
   kilnd_flags_free(g->flags, g->n_flags);
   kiln_status_free(g->status);
   kiln_status_free(g->failure);
-  kilnd_stream_t *stream = g->stream;
-  kiln_free(g);
-  kilnd_stream_finish(stream, status);
+  g->failure = NULL;
+  downloads_leave(g->env->downloads, g->download, kilnd_stream_loop(g->stream));
+  g->download = NULL;
+  kilnd_stream_finish(g->stream, status);
+  uv_close((uv_handle_t *)&g->stall, get_free); /* frees g: no stream callback runs after finish */
 }
 
 static void on_get_cancel(kilnd_stream_t *stream, void *user) {
@@ -340,6 +430,28 @@ static void get_queue_read(get_t *g) {
 
 static void on_get_sent(kilnd_stream_t *stream, bool ok, void *user);
 
+/* The client took nothing for download-stall-timeout: end the download, so that
+ * what it holds (a chunk on the wire, the next one read) goes. */
+static void on_stall(uv_timer_t *timer);
+
+/* A send went out: the client has download-stall-timeout to take it. */
+static void stall_watch(get_t *g) {
+  int64_t stall_ms = g->env->settings->download_stall_timeout_ms;
+  if (stall_ms > 0) uv_timer_start(&g->stall, on_stall, (uint64_t)stall_ms, 0);
+}
+
+static void on_stall(uv_timer_t *timer) {
+  get_t *g = timer->data;
+  char msg[160];
+  snprintf(msg, sizeof msg,
+           "GetArtifact: the client took no data for %lld ms (download-stall-timeout); the download was "
+           "ended: resume it with `offset`",
+           (long long)g->env->settings->download_stall_timeout_ms);
+  if (!g->failure) g->failure = KILN_STATUS(KILN_STATUS_DEADLINE_EXCEEDED, "%s", msg);
+  atomic_store(&g->cancelled, true); /* a read in flight stops early */
+  kilnd_stream_abort(g->stream, KILN_STATUS_DEADLINE_EXCEEDED, msg);
+}
+
 /* Loop: whatever can happen next. The call ends once nothing is in flight and
  * either a failure is recorded or the last chunk went out; otherwise the ready
  * chunk is sent as soon as the wire is free, and the next read starts with it. */
@@ -383,6 +495,7 @@ static void get_pump(get_t *g) {
     get_pump(g);
     return;
   }
+  stall_watch(g);
   if (!g->all_read) get_queue_read(g); /* the next chunk is read while this one goes out */
 }
 
@@ -390,6 +503,7 @@ static void on_get_sent(kilnd_stream_t *stream, bool ok, void *user) {
   (void)stream;
   get_t *g = user;
   g->sending = false;
+  uv_timer_stop(&g->stall);
   if (!ok && !g->failure) g->failure = KILN_STATUS(KILN_STATUS_CANCELLED, "GetArtifact: the client went away");
   if (!ok) atomic_store(&g->cancelled, true); /* a read in flight stops early */
   get_pump(g);
@@ -443,6 +557,7 @@ static void get_after_open(uv_work_t *work, int status) {
     get_end(g, st);
     return;
   }
+  stall_watch(g); /* the first message waits on the reader too */
   if (g->req->offset == g->end) g->all_read = true; /* an empty range: the metadata only */
   else get_queue_read(g);                          /* read the first chunk meanwhile */
 }
@@ -490,10 +605,27 @@ void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
     kilnd_stream_finish(stream, st);
     return;
   }
+  const kilnd_call_ctx_t *ctx = kilnd_stream_ctx(stream);
+  const char *client = ctx->client ? ctx->client : "";
+  dl_client_t *download = env->downloads ? downloads_enter(env->downloads, client, env->settings->client_max_downloads)
+                                         : NULL;
+  if (env->downloads && !download) {
+    if (env->jobs) kilnd_jobs_limit_refused(env->jobs, KILND_LIMIT_DOWNLOADS, client);
+    kilnd_flags_free(flags, n_flags);
+    kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
+                                            "GetArtifact: this client has %lld downloads open already "
+                                            "(client-max-downloads = %lld): finish or cancel one first",
+                                            (long long)env->settings->client_max_downloads,
+                                            (long long)env->settings->client_max_downloads));
+    return;
+  }
   get_t *g = kiln_calloc(1, sizeof *g);
   g->env = env;
   g->stream = stream;
-  g->ctx = kilnd_stream_ctx(stream);
+  g->ctx = ctx;
+  g->download = download;
+  uv_timer_init(kilnd_stream_loop(stream), &g->stall);
+  g->stall.data = g;
   g->chunk = (size_t)kilnd_chunk_size(env->settings);
   g->req = req;
   g->target = target;

@@ -115,6 +115,7 @@ struct kilnd_stream_s {
   bool status_started; /* the status batch was started */
   bool status_failed;  /* ...and did not complete, or could not start */
   bool cancelled;      /* the close batch reported a cancel */
+  bool aborted;        /* kilnd_stream_abort: the server cancelled it, with its own code */
   int busy;            /* handler callbacks running: no free meanwhile */
   bool recv_in_call_arena; /* the server-streaming request */
   grpc_byte_buffer *send_buf;
@@ -799,7 +800,7 @@ static void stream_maybe_free(kilnd_stream_t *s) {
   }
   call_t *c = s->call;
   kiln_status_code_t code = c->code;
-  if (s->cancelled || s->status_failed) code = KILN_STATUS_CANCELLED;
+  if ((s->cancelled || s->status_failed) && !s->aborted) code = KILN_STATUS_CANCELLED;
   call_finished(c->server, c, code);
 }
 
@@ -1009,6 +1010,12 @@ const kilnd_call_ctx_t *kilnd_stream_ctx(const kilnd_stream_t *s) { return &s->c
 uv_loop_t *kilnd_stream_loop(const kilnd_stream_t *s) { return &s->call->server->loop; }
 
 bool kilnd_stream_cancelled(const kilnd_stream_t *s) { return s->cancelled; }
+
+void kilnd_stream_abort(kilnd_stream_t *s, kiln_status_code_t code, const char *message) {
+  if (s->finished || s->cancelled) return;
+  s->aborted = true;
+  grpc_call_cancel_with_status(s->call->call, (grpc_status_code)code, message, NULL);
+}
 
 /* ---- shutdown ------------------------------------------------------------------- */
 
@@ -1239,6 +1246,7 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
   server->tls = tls;
   server->tokens = tokens_owned;
   server->env.cache = cache;
+  server->env.downloads = kilnd_downloads_create();
   server->shutdown_tag.fn = on_shutdown_notified;
   kilnd_stats_init(&server->stats);
   if (gethostname(server->hostname, sizeof server->hostname - 1) != 0) server->hostname[0] = '\0';
@@ -1424,5 +1432,6 @@ void kilnd_server_destroy(kilnd_server_t *server) {
   kilnd_listen_addr_deinit(&server->listen);
   kilnd_tokens_destroy(server->tokens);
   kilnd_tokens_destroy(server->reload_tokens);
+  kilnd_downloads_destroy(server->env.downloads);
   kiln_free(server);
 }

@@ -65,6 +65,12 @@ static const kiln_config_option_t options[] = {
     {"client-max-jobs", 0, KILN_CONFIG_INT, offsetof(kilnd_settings_t, client_max_jobs), "0", "N",
      "per client: unfinished compile jobs (queued or running; cache hits do not count); more is "
      "RESOURCE_EXHAUSTED (0: no limit)", 0, 1000000, NULL, 0},
+    {"client-max-downloads", 0, KILN_CONFIG_INT, offsetof(kilnd_settings_t, client_max_downloads), "16", "N",
+     "per client: GetArtifact downloads open at once; more is RESOURCE_EXHAUSTED (each holds up to two "
+     "chunks of the artifact in memory while its client reads)", 1, 100000, NULL, 0},
+    {"download-stall-timeout", 0, KILN_CONFIG_DURATION, offsetof(kilnd_settings_t, download_stall_timeout_ms),
+     "60s", "DURATION", "a download whose client has not taken the last chunk for this long is ended "
+     "(DEADLINE_EXCEEDED; resume with offset), freeing its memory (0: never)", 0, 0, NULL, 0},
     {"client-queue-share", 0, KILN_CONFIG_INT, offsetof(kilnd_settings_t, client_queue_share), "0", "PERCENT",
      "per client: the share of each priority class's queue-capacity one client may hold (at least one "
      "task); more is RESOURCE_EXHAUSTED (0: no limit)", 0, 100, NULL, 0},

@@ -34,6 +34,8 @@ typedef struct kilnd_settings_s {
   int64_t job_retention_ms;   /* finished jobs stay watchable this long */
   uint64_t client_max_request_bytes; /* largest request (and PutSource upload) per client; 0: none */
   int64_t client_max_jobs;    /* unfinished jobs per client; 0: none */
+  int64_t client_max_downloads; /* GetArtifact calls open at once per client */
+  int64_t download_stall_timeout_ms; /* a download whose client reads nothing this long ends; 0: never */
   int64_t client_queue_share; /* percent of a class's queue-capacity one client may hold; 0: none */
   bool embed_source;          /* artifacts carry their source (zstd) */
   char *tls_cert;             /* PEM certificate chain of the gRPC port; "": plaintext */

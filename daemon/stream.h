@@ -124,4 +124,10 @@ uv_loop_t *kilnd_stream_loop(const kilnd_stream_t *stream);
 /* True once the call was cancelled. */
 bool kilnd_stream_cancelled(const kilnd_stream_t *stream);
 
+/* Cancels the call from the server's side with `code` and `message` (copied by
+ * gRPC; no server paths), for a client that stopped reading: the outstanding send
+ * completes with ok = false and on_cancel runs as for a client's cancel; the
+ * handler still calls kilnd_stream_finish. No-op once finished or cancelled. */
+void kilnd_stream_abort(kilnd_stream_t *stream, kiln_status_code_t code, const char *message);
+
 #endif /* KILN_DAEMON_STREAM_H */

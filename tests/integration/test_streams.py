@@ -28,6 +28,7 @@ import json
 import os
 import random
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -540,6 +541,81 @@ class LargeArtifactTest(StreamTestCase):
                       f"{size // MIB} MiB (+{(peak - base) / 1024:.1f} MiB)")
                 if not (WRAPPED or SANITIZED):  # valgrind and ASan keep freed memory
                     self.assertLess(peak - base, 24 * 1024, "kilnd buffered the artifact")
+                client.close()
+                self.assertCleanStop(d)
+
+
+def _hpack_literal(name, value):
+    """One header as HPACK's literal without indexing, new name, no Huffman."""
+    out = b"\x00"
+    for part in (name.encode(), value.encode()):
+        assert len(part) < 127
+        out += bytes([len(part)]) + part
+    return out
+
+
+def _h2_frame(kind, flags, stream, payload):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def stalled_downloads(addr, request, streams):
+    """A raw HTTP/2 client that opens `streams` GetArtifact calls on one connection
+    and never reads: no WINDOW_UPDATE, so kilnd can send 64 KiB in all and then
+    waits. Python's grpc cannot play this client (its core reads ahead whatever
+    the server sends). Returns the socket; closing it ends the calls."""
+    host, port = addr.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2_frame(4, 0, 0, b"") + _h2_frame(4, 1, 0, b"")
+    body = request.SerializeToString()
+    message = b"\x00" + len(body).to_bytes(4, "big") + body
+    for i in range(streams):
+        sid = 1 + 2 * i
+        headers = b"".join(_hpack_literal(k, v) for k, v in (
+            (":method", "POST"), (":scheme", "http"), (":path", KILN + "GetArtifact"), (":authority", addr),
+            ("content-type", "application/grpc"), ("te", "trailers")))
+        out += _h2_frame(1, 4, sid, headers) + _h2_frame(0, 1, sid, message)  # END_HEADERS; END_STREAM
+    sock.sendall(out)
+    return sock
+
+
+class StalledDownloadTest(StreamTestCase):
+    """Clients that open downloads and never read (issue 18, item 1): each held a
+    chunk or two of the artifact in kilnd for as long as it stayed open, 600 of
+    them 2.6 GB. A client may have client-max-downloads open; one that takes
+    nothing for download-stall-timeout is ended (its memory goes back)."""
+
+    def test_stalled_downloads_are_capped_and_ended(self):
+        size = 24 * MIB
+        with tempfile.TemporaryDirectory(prefix="kiln-streams-it-") as tmp:
+            state = os.path.join(tmp, "state")
+            os.makedirs(state)
+            (_, digest, _), = seed_cache(state, 1, size, "stall")
+            stall_s = 3 * (5 if WRAPPED else 1)
+            with Kilnd("--client-max-downloads", "3", "--download-stall-timeout", f"{stall_s}s",
+                       state_dir=state) as d:
+                client = Client(d.addr)
+                client.info(kiln_pb2.GetServerInfoRequest(), timeout=30)
+                sock = stalled_downloads(d.addr, kiln_pb2.GetArtifactRequest(digest=digest), 3)
+                try:
+                    wait_for(lambda: client.stats(kiln_pb2.GetStatsRequest(), timeout=10).calls_in_flight >= 4,
+                             30, "three downloads in flight")
+                    t0 = time.monotonic()
+                    # A fourth from the same client (its host): refused.
+                    with self.assertRaises(grpc.RpcError) as e:
+                        client.download(digest=digest)
+                    self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.exception.details())
+                    self.assertIn("client-max-downloads = 3", e.exception.details())
+                    # kilnd ends the stalled three once they took nothing for the timeout.
+                    wait_for(lambda: client.method_counts("GetArtifact").get("DEADLINE_EXCEEDED") == 3,
+                             stall_s + 30, "the stalled downloads to be ended")
+                    self.assertGreaterEqual(time.monotonic() - t0, stall_s - 1)
+                finally:
+                    sock.close()
+                # The slots are free again: a reader gets the whole artifact.
+                meta, chunks = client.download(digest=digest, timeout=120)
+                self.assertEqual(sum(len(c) for _, c in chunks), size)
+                self.assertRegex(d.log(), r"event=limit_hit\b.*limit=client-max-downloads")
+                self.assertIn("download-stall-timeout", d.log())
                 client.close()
                 self.assertCleanStop(d)
 
