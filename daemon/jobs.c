@@ -758,8 +758,25 @@ static void dequeue_task(kilnd_jobs_t *jobs, task_t *task) {
  * one task (fuse_queued) instead of the first few starting alone on idle workers. */
 #define BULK_GATHER_MS 25
 
-/* Round robin inside the highest non-empty class. A BULK task still gathering is
- * not taken; *out_wait_ms (when not NULL) is then how long until one is ready. */
+/* Under mu: may `client` start one more task (client-worker-share)? Its running
+ * tasks are counted on the running list (at most one per worker). */
+static bool under_worker_share(kilnd_jobs_t *jobs, const char *client) {
+  unsigned share = jobs->options.client_worker_share;
+  if (!share || !jobs->workers) return true;
+  kilnd_workers_stats_t ws;
+  kilnd_workers_stats(jobs->workers, &ws);
+  size_t cap = ws.count * share / 100;
+  if (cap < 1) cap = 1;
+  size_t running = 0;
+  for (task_t *t = jobs->running; t; t = t->next) running += strcmp(t->client, client) == 0;
+  return running < cap;
+}
+
+/* Round robin inside the highest non-empty class, over the clients under their
+ * worker share. A BULK task still gathering is not taken; *out_wait_ms (when not
+ * NULL) is then how long until one is ready. A client at its share is passed over
+ * (its tasks wait for one of its own to finish: a worker becoming ready schedules
+ * again). */
 static task_t *pop_next_task(kilnd_jobs_t *jobs, int64_t *out_wait_ms) {
   int64_t now = kiln_time_monotonic_ns();
   for (int p = KILND_PRIORITY_INTERACTIVE; p <= KILND_PRIORITY_BULK; p++) {
@@ -768,7 +785,9 @@ static task_t *pop_next_task(kilnd_jobs_t *jobs, int64_t *out_wait_ms) {
     client_queue_t *q = start;
     do {
       if (!q) q = jobs->queues[p];
-      if (q->head && p == KILND_PRIORITY_BULK && now - q->head->queued_ns < (int64_t)BULK_GATHER_MS * 1000000) {
+      if (q->head && !under_worker_share(jobs, q->client)) {
+        /* at its share: the next client */
+      } else if (q->head && p == KILND_PRIORITY_BULK && now - q->head->queued_ns < (int64_t)BULK_GATHER_MS * 1000000) {
         int64_t wait_ms = BULK_GATHER_MS - (now - q->head->queued_ns) / 1000000;
         if (out_wait_ms && (*out_wait_ms < 0 || wait_ms < *out_wait_ms)) *out_wait_ms = wait_ms > 0 ? wait_ms : 1;
       } else if (q->head) {

@@ -76,6 +76,8 @@ typedef struct kilnd_jobs_options_s {
   kiln_jobstore_t *store; /* job records across restarts (borrowed; may be NULL) */
   size_t client_max_jobs;     /* unfinished jobs per client; 0: no limit */
   unsigned client_queue_share; /* percent (1..100) of queue_capacity per client and class; 0: no limit */
+  unsigned client_worker_share; /* percent (1..100) of the workers one client's tasks may run on at once
+                                   (at least one); 0: no limit */
 } kilnd_jobs_options_t;
 
 /* The per-client limits, as /metrics labels them (the settings' names). */

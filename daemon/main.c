@@ -476,6 +476,7 @@ int main(int argc, char **argv) {
         .retention_ms = settings.job_retention_ms,
         .client_max_jobs = (size_t)settings.client_max_jobs,
         .client_queue_share = (unsigned)settings.client_queue_share,
+        .client_worker_share = (unsigned)settings.client_worker_share,
         .hal_version = kiln_compiler_hal_module_version(),
         .bytecode_version = kiln_compiler_vm_bytecode_version(),
         .embed_source = settings.embed_source,

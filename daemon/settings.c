@@ -74,6 +74,10 @@ static const kiln_config_option_t options[] = {
     {"client-queue-share", 0, KILN_CONFIG_INT, offsetof(kilnd_settings_t, client_queue_share), "0", "PERCENT",
      "per client: the share of each priority class's queue-capacity one client may hold (at least one "
      "task); more is RESOURCE_EXHAUSTED (0: no limit)", 0, 100, NULL, 0},
+    {"client-worker-share", 0, KILN_CONFIG_INT, offsetof(kilnd_settings_t, client_worker_share), "0", "PERCENT",
+     "per client: the share of the workers one client's compiles may run on at once (at least one), so "
+     "long compiles of one client never hold every worker; its further tasks wait in the queue (0: no limit)",
+     0, 100, NULL, 0},
     {"job-retention", 0, KILN_CONFIG_DURATION, offsetof(kilnd_settings_t, job_retention_ms), "1h",
      "DURATION", "how long a finished job stays watchable", 1000, 30LL * 24 * 3600 * 1000, NULL, 0},
     {"embed-source", 0, KILN_CONFIG_BOOL, offsetof(kilnd_settings_t, embed_source), NULL, NULL,

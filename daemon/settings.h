@@ -37,6 +37,7 @@ typedef struct kilnd_settings_s {
   int64_t client_max_downloads; /* GetArtifact calls open at once per client */
   int64_t download_stall_timeout_ms; /* a download whose client reads nothing this long ends; 0: never */
   int64_t client_queue_share; /* percent of a class's queue-capacity one client may hold; 0: none */
+  int64_t client_worker_share; /* percent of the workers one client's tasks may run on; 0: none */
   bool embed_source;          /* artifacts carry their source (zstd) */
   char *tls_cert;             /* PEM certificate chain of the gRPC port; "": plaintext */
   char *tls_key;              /* its PEM private key */

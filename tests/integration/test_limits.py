@@ -194,6 +194,40 @@ class LimitedKilndTest(KilnTestCase):
         self.tokens.tmp.cleanup()
 
 
+class WorkerShareTest(LimitedKilndTest):
+    """One client's long compiles cannot hold every worker (issue 18, item 4)."""
+    KILND_ARGS = ("--workers", "2", "--client-worker-share", "50")
+
+    def busy(self):
+        stats = unary(self.channel, KILN + "GetStats", kiln_pb2.GetStatsRequest(), kiln_pb2.GetStatsResponse,
+                      TokenKilnd.md("alice"))
+        return stats.jobs.workers_busy, stats.jobs.running, stats.jobs.queued
+
+    def test_a_client_runs_on_its_share_of_the_workers(self):
+        alice, bob = TokenKilnd.md("alice"), TokenKilnd.md("bob")
+        hangs = [compile_(self.channel, hang(n), ["gfx942"], alice).job_id for n in (11, 12)]
+        # Two workers, a 50% share: one of alice's hanging compiles runs, the other waits
+        # with a worker idle.
+        deadline = time.monotonic() + 30 * SLOW
+        while self.busy()[0] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        busy, running, queued = self.busy()
+        self.assertEqual((busy, running, queued), (1, 1, 1))
+        # bob gets the other worker at once.
+        bob_job = compile_(self.channel, variant(MLP, 13), ["gfx942"], bob).job_id
+        self.assertEqual(wait_job(self.channel, bob_job, bob), kiln_pb2.JOB_STATE_DONE)
+        # alice's second starts when her first ends.
+        cancel(self.channel, hangs[0], alice)
+        self.assertEqual(wait_job(self.channel, hangs[0], alice), kiln_pb2.JOB_STATE_CANCELLED)
+        deadline = time.monotonic() + 30 * SLOW
+        while self.busy()[2] != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.busy()[1:], (1, 0))
+        cancel(self.channel, hangs[1], alice)
+        self.assertEqual(wait_job(self.channel, hangs[1], alice), kiln_pb2.JOB_STATE_CANCELLED)
+
+
 class MaxJobsTest(LimitedKilndTest):
     KILND_ARGS = ("--workers", "2", "--client-max-jobs", "2")
 
