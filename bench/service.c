@@ -98,9 +98,13 @@
 
 #define HIT_P50_GOAL_NS 2000000 /* warm-hit Compile p50 */
 #define COLD_OVER_HIT_GOAL 50.0 /* cold compile / warm-hit p50 */
-#define THROUGHPUT_GOAL 0.7     /* cached Compile calls/s / Health/Check calls/s */
-#define COLD_GOAL 0.5           /* kilnd cold compile / six sequential kilnc */
-#define ARTIFACT_GOAL 0.5       /* GetArtifact / read() */
+/* Issue 18 (items 15-17) raised the goals and changed two baselines: a cold job
+ * against one kilnc process with all six targets (it forks the back halves per
+ * core), and GetArtifact against a raw TCP loopback copy of the file (read() from
+ * page cache is no limit a download can reach). */
+#define THROUGHPUT_GOAL 0.8     /* cached Compile calls/s / Health/Check calls/s */
+#define COLD_GOAL 0.7           /* kilnd cold compile / one kilnc process, six targets */
+#define ARTIFACT_GOAL 0.8       /* GetArtifact / TCP loopback copy */
 
 #define CALL_TIMEOUT_MS 120000
 #define MAX_MESSAGE_BYTES (64 * MIB)
@@ -499,18 +503,18 @@ static void bench_cold(const plan_t *plan, kiln_client_t *client, cold_result_t 
   res->fetched_ns = kiln_bench_median(f, n);
   res->kilnc6_ns = kiln_bench_median(c6, n);
   res->kilnc1_ns = kiln_bench_median(c1, n);
-  double ratio = (double)res->fetched_ns / (double)res->kilnc6_ns;
+  double ratio = (double)res->fetched_ns / (double)res->kilnc1_ns;
   printf("  medians of %zu runs each, alternating:\n", n);
   printf("    kilnd, Compile to Terminal                 %8.1f ms\n", ms(res->kilnd_ns));
   printf("    kilnd, Compile to the six VMFBs fetched    %8.1f ms\n", ms(res->fetched_ns));
-  printf("    six kilnc processes, one target each       %8.1f ms\n", ms(res->kilnc6_ns));
-  printf("    (one kilnc process, all six targets)       %8.1f ms\n", ms(res->kilnc1_ns));
-  printf("  kilnd (fetched) / six kilnc = %.2fx   goal <= %.1fx %s\n", ratio, COLD_GOAL,
+  printf("    one kilnc process, all six targets         %8.1f ms\n", ms(res->kilnc1_ns));
+  printf("    (six kilnc processes, one target each)     %8.1f ms\n", ms(res->kilnc6_ns));
+  printf("  kilnd (fetched) / one kilnc = %.2fx   goal <= %.1fx %s\n", ratio, COLD_GOAL,
          ratio <= COLD_GOAL ? "PASS" : "MISS");
   printf(
-      "  kilnd runs one job's targets as one task in one warm worker, the front half once\n"
-      "  (a worker of the default pool, one per core, runs the back halves one after another;\n"
-      "  `kilnc -t` with six targets forks one per core); each single-target kilnc process\n"
+      "  kilnd runs one job's targets as one task in one warm worker, the front half once;\n"
+      "  a task that finds workers idle forks its back halves over their cores (CompileTask.jobs),\n"
+      "  as `kilnc -t` with six targets forks one per core; each single-target kilnc process\n"
       "  pays start-up, an MLIR context and the front half again\n\n");
   kiln_free(k);
   kiln_free(f);
@@ -879,8 +883,8 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
           x = kiln_bench_median(xx, 3);
   double g_rate = mib_per_s(bytes, g), r_rate = mib_per_s(bytes, rr), l_rate = mib_per_s(bytes, l),
          x_rate = mib_per_s(check_bytes, x);
-  double ratio = g_rate / r_rate;
-  *out_socket_ratio = g_rate / l_rate;
+  double ratio = g_rate / l_rate;
+  *out_socket_ratio = g_rate / r_rate;
   *out_socket_limit = l_rate / r_rate;
   printf(
       "4. GetArtifact of a %zu MiB artifact (random bytes, stored uncompressed) vs read() of\n"
@@ -892,10 +896,9 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
   printf("  GetArtifact    %8.0f MiB/s  (%.0f ms)\n  read()         %8.0f MiB/s  (%.0f ms)\n"
          "  TCP loopback   %8.0f MiB/s  (%.0f ms)\n",
          g_rate, ms(g), r_rate, ms(rr), l_rate, ms(l));
-  printf("  GetArtifact / read() = %.2fx   goal >= %.1fx %s\n", ratio, ARTIFACT_GOAL,
-         ratio >= ARTIFACT_GOAL ? "PASS" : "MISS");
-  printf("  GetArtifact / TCP loopback = %.2fx (what gRPC, framing and the check leave of the socket)\n",
-         g_rate / l_rate);
+  printf("  GetArtifact / TCP loopback = %.2fx   goal >= %.1fx %s (what gRPC, framing and the check leave\n"
+         "  of the socket)\n", ratio, ARTIFACT_GOAL, ratio >= ARTIFACT_GOAL ? "PASS" : "MISS");
+  printf("  GetArtifact / read() = %.2fx (page cache: no download's limit)\n", g_rate / r_rate);
   printf("  XXH3-128 alone (the read check, %zu MiB) %.0f MiB/s; kilnd reads and checks the next chunk\n"
          "  while the last one is on the wire\n\n",
          check_bytes / MIB, x_rate);
@@ -1137,7 +1140,7 @@ int main(int argc, char **argv) {
   marks[5] = kiln_time_monotonic_ns();
   kiln_client_destroy(client);
 
-  double cold_ratio = (double)cold.fetched_ns / (double)cold.kilnc6_ns;
+  double cold_ratio = (double)cold.fetched_ns / (double)cold.kilnc1_ns;
   double cold_over_hit = (double)cold.kilnd_ns / (double)hit.p50_ns;
   char buf[64];
   printf("summary (goals from the issue)\n");
@@ -1152,18 +1155,18 @@ int main(int argc, char **argv) {
   char what[80];
   snprintf(what, sizeof what, "cached Compile / Health/Check calls/s, %zu clients",
            plan.tput_clients);
-  printf("  %-52s %14s %12s %s\n", what, buf, ">= 0.7x", verdict(tput >= THROUGHPUT_GOAL));
+  printf("  %-52s %14s %12s %s\n", what, buf, ">= 0.8x", verdict(tput >= THROUGHPUT_GOAL));
   snprintf(buf, sizeof buf, "%.2fx", cold_ratio);
-  snprintf(what, sizeof what, "kilnd cold (%llu workers, %ld cores) / six kilnc",
+  snprintf(what, sizeof what, "kilnd cold (%llu workers, %ld cores) / one kilnc, 6 targets",
            (unsigned long long)cold.workers, sysconf(_SC_NPROCESSORS_ONLN));
-  printf("  %-52s %14s %12s %s\n", what, buf, "<= 0.5x", verdict(cold_ratio <= COLD_GOAL));
+  printf("  %-52s %14s %12s %s\n", what, buf, "<= 0.7x", verdict(cold_ratio <= COLD_GOAL));
   snprintf(buf, sizeof buf, "%.2fx", artifact);
-  snprintf(what, sizeof what, "GetArtifact / read(), %zu MiB, warm", plan.artifact_bytes / MIB);
-  printf("  %-52s %14s %12s %s\n", what, buf, ">= 0.5x", verdict(artifact >= ARTIFACT_GOAL));
+  snprintf(what, sizeof what, "GetArtifact / TCP loopback copy, %zu MiB, warm", plan.artifact_bytes / MIB);
+  printf("  %-52s %14s %12s %s\n", what, buf, ">= 0.8x", verdict(artifact >= ARTIFACT_GOAL));
   snprintf(buf, sizeof buf, "%.2fx", socket_limit);
-  printf("  %-52s %14s %12s\n", "  (a raw TCP loopback copy of the file / read())", buf, "(the limit)");
+  printf("  %-52s %14s %12s\n", "  (the TCP loopback copy / read() from page cache)", buf, "(reported)");
   snprintf(buf, sizeof buf, "%.2fx", socket_ratio);
-  printf("  %-52s %14s %12s\n", "  GetArtifact / that TCP loopback copy", buf, "(none given)");
+  printf("  %-52s %14s %12s\n", "  GetArtifact / read()", buf, "(reported)");
   snprintf(buf, sizeof buf, "%.0f/%.0f/%.0f MiB", kib_mib(rss.start.kilnd_kib),
            kib_mib(rss.section[3].kilnd_kib), kib_mib(rss.peak_kib));
   snprintf(what, sizeof what, "kilnd VmRSS start / before load / peak, %zu clients", plan.crowd);

@@ -850,6 +850,23 @@ static void fuse_queued(kilnd_jobs_t *jobs, task_t *task) {
 
 static void on_gather(uv_timer_t *timer);
 
+/* Under mu: the back halves `task` may fork, given the idle workers (this one
+ * included): the cores of every idle worker spread over the tasks waiting for
+ * them, so a lone job uses the machine the way `kilnc -t` does, and a full queue
+ * gives each task its worker's share (the pool's default, 0). */
+static size_t task_jobs(kilnd_jobs_t *jobs, const task_t *task) {
+  kilnd_workers_stats_t ws;
+  kilnd_workers_stats(jobs->workers, &ws);
+  size_t idle = kilnd_workers_idle(jobs->workers);
+  size_t waiting = 1;
+  for (int p = KILND_PRIORITY_INTERACTIVE; p <= KILND_PRIORITY_BULK; p++) waiting += jobs->queued_tasks[p];
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (!ws.count || cpus < 1 || waiting >= idle) return 0;
+  size_t n = (size_t)cpus * idle / (ws.count * waiting);
+  if (n > task->n_items) n = task->n_items;
+  return n > 1 ? n : 0;
+}
+
 static void schedule(kilnd_jobs_t *jobs) {
   while (!jobs->closing && kilnd_workers_idle(jobs->workers) > 0) {
     int64_t wait_ms = -1;
@@ -870,7 +887,8 @@ static void schedule(kilnd_jobs_t *jobs) {
                        .n_targets = task->n_items,
                        .flags = (const char *const *)task->flags,
                        .n_flags = task->n_flags,
-                       .embed_source = jobs->options.embed_source};
+                       .embed_source = jobs->options.embed_source,
+                       .jobs = task_jobs(jobs, task)};
     /* Running before submit: the pool reports STARTED from inside it. */
     task->running = true;
     task->next = jobs->running;

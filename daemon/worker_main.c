@@ -934,6 +934,8 @@ static void compile_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task)
        * the others still compile (kilnd streams it on at once). */
       kiln_compiler_context_on_target(w->context, send_target, &ready);
       kiln_compiler_context_on_stage(w->context, send_stage, &ready);
+      kiln_compiler_context_set_jobs(w->context, task->jobs && task->jobs <= KILN_COMPILER_MAX_JOBS ? task->jobs
+                                                                                                : w->opt.jobs);
       kiln_compiler_output_t out;
       kiln_status_t st = kiln_compiler_compile(w->context, task->source.data, task->source.len, name,
                                                targets, n, &out);

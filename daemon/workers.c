@@ -1256,6 +1256,7 @@ kiln_status_t kilnd_workers_submit(kilnd_workers_t *workers, const kilnd_task_t 
   ct.flags = (char **)task->flags;
   ct.n_flags = task->n_flags;
   ct.embed_source = task->embed_source;
+  ct.jobs = (uint32_t)task->jobs;
   ct.timeout_ms = pool->opt.task_timeout_ms > 0 ? (uint64_t)pool->opt.task_timeout_ms : 0;
   ct.source.data = t->source;
   ct.source.len = t->source_len;

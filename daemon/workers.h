@@ -79,6 +79,7 @@ typedef struct kilnd_task_s {
   const char *const *flags;    /* normalized compile flags */
   size_t n_flags;
   bool embed_source;           /* carry the source inside each VMFB */
+  size_t jobs;                 /* back halves the worker may fork at once for it; 0: its --jobs */
 } kilnd_task_t;
 
 typedef enum kilnd_task_event_kind_e {
