@@ -202,9 +202,22 @@ struct job_s {
   struct job_s *id_next, *rid_next; /* hash chains (index_*) */
 };
 
+/* Key digests of recent sources, by the digest of their bytes: a repeated Compile
+ * of the same bytes (a cache hit, mostly) skips the normal form's pass over them.
+ * Direct-mapped; its own mutex (admission runs on the loop and on the pool). */
+#define KEY_MEMO_SLOTS 64
+
+typedef struct key_memo_s {
+  uv_mutex_t mu;
+  struct {
+    char raw[65], key[65];
+  } slot[KEY_MEMO_SLOTS];
+} key_memo_t;
+
 struct kilnd_jobs_s {
   uv_loop_t *loop;
   kiln_cache_t *cache;
+  key_memo_t key_memo;
   kilnd_jobs_options_t options;
   char *compiler;
   kilnd_compiler_info_t identity; /* the same compiler, field by field; set with it */
@@ -1471,6 +1484,27 @@ static void start_flush(kilnd_jobs_t *jobs) {
 static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, const char *forced_id,
                            int64_t created_unix_ms, kilnd_job_admission_t *out, bool *would_block);
 
+/* The key digest (base/mlir_text.h) of `len` bytes whose own digest is `raw`:
+ * from the memo, or computed and remembered. */
+static void source_key_digest(kilnd_jobs_t *jobs, const char *raw, const void *data, size_t len, char out[65]) {
+  char head[9];
+  memcpy(head, raw, 8);
+  head[8] = '\0';
+  size_t slot = (size_t)strtoul(head, NULL, 16) % KEY_MEMO_SLOTS;
+  uv_mutex_lock(&jobs->key_memo.mu);
+  bool hit = strcmp(jobs->key_memo.slot[slot].raw, raw) == 0;
+  if (hit) memcpy(out, jobs->key_memo.slot[slot].key, 65);
+  uv_mutex_unlock(&jobs->key_memo.mu);
+  if (hit) return;
+  kiln_digest_hex_t key;
+  kiln_mlir_text_digest(data, len, &key);
+  memcpy(out, key.text, 65);
+  uv_mutex_lock(&jobs->key_memo.mu);
+  memcpy(jobs->key_memo.slot[slot].raw, raw, 65);
+  memcpy(jobs->key_memo.slot[slot].key, key.text, 65);
+  uv_mutex_unlock(&jobs->key_memo.mu);
+}
+
 typedef struct readmit_s {
   uv_work_t work;
   kilnd_jobs_t *jobs;
@@ -1684,16 +1718,17 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
   source->refs = 1;
   source->name = kiln_strdup(r->source_name && *r->source_name ? r->source_name : "<source>");
   kiln_status_t st = NULL;
-  if (r->source) {
-    kiln_digest_hex_t key;
-    kiln_mlir_text_digest(r->source, r->source_len, &key);
-    memcpy(source->key_digest, key.text, sizeof source->key_digest);
-  }
   if (r->source && would_block) {
     kiln_digest_hex_t digest;
     *would_block = !kiln_cache_source_memo(jobs->cache, r->source, r->source_len, &digest);
     memcpy(source->digest, digest.text, sizeof source->digest);
+    source_key_digest(jobs, source->digest, r->source, r->source_len, source->key_digest);
   } else if (r->source) {
+    kiln_digest_t d;
+    kiln_digest_hex_t hex;
+    kiln_digest_of(r->source, r->source_len, &d);
+    kiln_digest_to_hex(&d, &hex);
+    source_key_digest(jobs, hex.text, r->source, r->source_len, source->key_digest);
     kiln_digest_hex_t digest;
     st = kiln_cache_source_put(jobs->cache, r->source, r->source_len, NULL, source->name, 0, source->key_digest,
                                &digest);
@@ -2265,10 +2300,12 @@ kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache, const kiln
   jobs->compiler = NULL;
   jobs->options.compiler = NULL;
   uv_mutex_init_recursive(&jobs->mu);
+  uv_mutex_init(&jobs->key_memo.mu);
   uv_cond_init(&jobs->ready);
   kiln_status_t st = kilnd_workers_create(loop, worker_options, on_task_event, jobs, &jobs->workers);
   if (st) {
     uv_cond_destroy(&jobs->ready);
+    uv_mutex_destroy(&jobs->key_memo.mu);
     uv_mutex_destroy(&jobs->mu);
     kiln_free(jobs->compiler);
     kiln_free(jobs);
@@ -2357,6 +2394,7 @@ void kilnd_jobs_destroy(kilnd_jobs_t *jobs) {
     return;
   }
   uv_cond_destroy(&jobs->ready);
+  uv_mutex_destroy(&jobs->key_memo.mu);
   uv_mutex_destroy(&jobs->mu);
   kiln_free(jobs->compiler);
   kiln_free(jobs);
