@@ -1223,12 +1223,22 @@ static void complete_item(kilnd_jobs_t *jobs, item_t *item, const char *digest, 
   kilnd_histograms_observe(&jobs->compile_seconds, item->target, (double)(ms > 0 ? ms : 0) / 1000.0);
   unlink_item(jobs, item);
   if (item->task) task_remove_item(item->task, item);
+  int64_t now = kiln_time_monotonic_ns();
   for (size_t i = 0; i < item->n_waiters; i++) {
     job_t *job = item->waiters[i].job;
     size_t t = item->waiters[i].target;
-    job->targets[t].state = TARGET_DONE;
     job->targets[t].item = NULL;
-    emit_target_done(jobs, job, t, digest, size, job != item->owner, (uint64_t)ms);
+    if (job->deadline_monotonic_ns != INT64_MAX && now > job->deadline_monotonic_ns) {
+      /* The sweep ends jobs at their deadline every 500 ms; a target done between
+       * the deadline and the next sweep is late all the same (and cached). */
+      job->targets[t].state = TARGET_FAILED;
+      emit_target_failed(jobs, job, t, KILN_STATUS_DEADLINE_EXCEEDED,
+                         "the job's deadline (the Compile call's gRPC deadline) passed before this target "
+                         "finished; it is cached now: compile again to get it");
+    } else {
+      job->targets[t].state = TARGET_DONE;
+      emit_target_done(jobs, job, t, digest, size, job != item->owner, (uint64_t)ms);
+    }
     maybe_finish_job(jobs, job);
   }
   item_free(item);
