@@ -974,12 +974,16 @@ func.func @tosa_variable_f32(%%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32
           + [14336.0 if i == 0 else v for i, v in enumerate(blk(107, -300, 300))])  # 448 * 2^5 exactly
     e4 = [f32(v) for v in e4]
 
-    def cast_case(name, shape, in_t, fmt, xs):
-        """tosa.cast_to_block_scaled over blocks of 32; f4 data leaves as its i4 bits."""
+    def block_types(shape, fmt):
+        """(scale shape, dims, scale dims, data type, scale type) of MX data in blocks of 32."""
         sshape = shape[:-1] + (shape[-1] // 32,)
         dims, sdims = 'x'.join(map(str, shape)), 'x'.join(map(str, sshape))
         data_t = 'tensor<%sx%s>' % (dims, '!tosa.mxint8' if fmt == 'mxint8' else fmt)
-        scale_t = 'tensor<%sxf8E8M0FNU>' % sdims
+        return sshape, dims, sdims, data_t, 'tensor<%sxf8E8M0FNU>' % sdims
+
+    def cast_case(name, shape, in_t, fmt, xs):
+        """tosa.cast_to_block_scaled over blocks of 32; f4 data leaves as its i4 bits."""
+        sshape, dims, sdims, data_t, scale_t = block_types(shape, fmt)
         lines = ['%%0:2 = tosa.cast_to_block_scaled %%arg0 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : '
                  '(tensor<%sx%s>) -> (%s, %s)' % (dims, in_t, data_t, scale_t)]
         out_t, out_et, first = data_t, fmt, '%0#0'
@@ -1019,10 +1023,8 @@ func.func @tosa_variable_f32(%%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32
 
     # cast_from_block_scaled: each value times its block's scale, in f32, then
     # rounded to the output type (NaN scales give NaN).
-    def from_case(name, shape, fmt, data, scales, out_t, pre=None):
-        sshape = shape[:-1] + (shape[-1] // 32,)
-        dims, sdims = 'x'.join(map(str, shape)), 'x'.join(map(str, sshape))
-        data_t = 'tensor<%sx%s>' % (dims, fmt)
+    def from_case(name, shape, fmt, data, scales, out_t):
+        sshape, dims, sdims, data_t, _ = block_types(shape, fmt)
         arg_t, arg_et, src, lines = data_t, fmt, '%arg0', []
         if fmt == 'f4E2M1FN':  # handed in as its i4 codes
             arg_t, arg_et, src = 'tensor<%sxi4>' % dims, 'i4', '%d'
@@ -1043,10 +1045,7 @@ func.func @tosa_variable_f32(%%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32
               [((i * 7 + 2) % 16) - 8 for i in range(64)], [2.0 ** -3, 2.0 ** 20], 'bf16')
     # The two together: data through mxint8 and f6 and back.
     def round_trip(name, fmt, shape, xs, out_t):
-        sshape = shape[:-1] + (shape[-1] // 32,)
-        dims, sdims = 'x'.join(map(str, shape)), 'x'.join(map(str, sshape))
-        data_t = 'tensor<%sx%s>' % (dims, '!tosa.mxint8' if fmt == 'mxint8' else fmt)
-        scale_t = 'tensor<%sxf8E8M0FNU>' % sdims
+        sshape, dims, sdims, data_t, scale_t = block_types(shape, fmt)
         lines = ['%%0:2 = tosa.cast_to_block_scaled %%arg0 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : '
                  '(tensor<%sxf32>) -> (%s, %s)' % (dims, data_t, scale_t),
                  '%%1 = tosa.cast_from_block_scaled %%0#0, %%0#1 {block_size = #tosa.block_size<BLOCK_SIZE_32>} : '

@@ -512,20 +512,28 @@ static void test_cancel_running_task(void **state) {
   free(src);
 }
 
+/* A pool of `workers` running hang task `id` (one sm_89 target): the worker's pid.
+ * *out_src is the source, for the caller to free. */
+static int start_hang(fixture_t *f, uint64_t id, size_t workers, char **out_src) {
+  kilnd_workers_options_t o = base_options(workers);
+  o.test_hooks = true;
+  start_pool(f, &o);
+  size_t len = 0;
+  *out_src = mlp_source("// kiln-test: hang\n", &len);
+  submit(f, id, "mlp.mlir", *out_src, len, SM89, 1);
+  assert_true(wait_for(f, progressed, id, WAIT_MS));
+  int pid = pid_of(find(f, id, KILND_TASK_STARTED, NULL));
+  assert_true(pid > 0);
+  return pid;
+}
+
 /* A SIGKILL kilnd did not send and the kernel's OOM killer did not either (its
  * count stands still): someone outside killed the worker. It was reported as
  * "out of memory" (issue 18, item 13); now UNAVAILABLE, naming what happened. */
 static void test_outside_sigkill_is_not_oom(void **state) {
   fixture_t *f = *state;
-  kilnd_workers_options_t o = base_options(1);
-  o.test_hooks = true;
-  start_pool(f, &o);
-  size_t len = 0;
-  char *src = mlp_source("// kiln-test: hang\n", &len);
-  submit(f, 13, "mlp.mlir", src, len, SM89, 1);
-  assert_true(wait_for(f, progressed, 13, WAIT_MS));
-  int pid = pid_of(find(f, 13, KILND_TASK_STARTED, NULL));
-  assert_true(pid > 0);
+  char *src = NULL;
+  int pid = start_hang(f, 13, 1, &src);
   assert_int_equal(kill(pid, SIGKILL), 0);
   assert_true(wait_for(f, finished, 13, WAIT_MS));
   const rec_t *r = find(f, 13, KILND_TASK_TARGET_FAILED, "sm_89");
@@ -605,15 +613,8 @@ static void test_submit_checks(void **state) {
 
 static void test_close_with_running_task(void **state) {
   fixture_t *f = *state;
-  kilnd_workers_options_t o = base_options(2);
-  o.test_hooks = true;
-  start_pool(f, &o);
-  size_t len = 0;
-  char *src = mlp_source("// kiln-test: hang\n", &len);
-  submit(f, 31, "mlp.mlir", src, len, SM89, 1);
-  assert_true(wait_for(f, progressed, 31, WAIT_MS));
-  int pid = pid_of(find(f, 31, KILND_TASK_STARTED, NULL));
-  assert_true(pid > 0);
+  char *src = NULL;
+  int pid = start_hang(f, 31, 2, &src);
   size_t before = f->n_recs;
   close_pool(f);
   /* No event after close, and the worker is gone (reaped, not a zombie). */
