@@ -419,6 +419,15 @@ class CompileFlowTest(ServiceTestCase):
                          (done.artifact_digest, "sm_89", done.size_bytes, t.cache_key))
         self.assertEqual(meta.provenance.source_digest, normal_digest(MLP))  # the cache key's part
         self.assertEqual(meta.provenance.compiler.name, "kiln-mlir")
+        # By source: the digest of the bytes as uploaded and the normal form's name the
+        # same artifacts (kiln_cache_source_key_digest maps the first to the second).
+        for source_digest in (r.source_digest, normal_digest(MLP)):
+            found = c.find_call(S.FindArtifactsRequest(source_digest=source_digest, target="sm_89"),
+                                timeout=30 * SLOW)
+            self.assertEqual([a.digest for a in found.artifacts], [done.artifact_digest], source_digest)
+            msgs = list(c.get_call(S.GetArtifactRequest(key=S.ArtifactKey(source_digest=source_digest,
+                                                                           target="ada")), timeout=30 * SLOW))
+            self.assertEqual(msgs[0].metadata.digest, done.artifact_digest, source_digest)
         mid = c.jobs()
         self.assertEqual(mid.targets_compiled, before.targets_compiled + 1)
         self.assertEqual(mid.submitted, before.submitted + 1)
