@@ -850,6 +850,25 @@ static void append_iterators(kiln_buf_t *b, intptr_t rank, bool last_reduces) {
   }
 }
 
+/* The rank of MX data `data` and, in its last dimension, its length and the
+ * number of blocks `scale` has for it; UNIMPLEMENTED naming the op where either
+ * shape is dynamic or the blocks do not divide the length. */
+static kiln_status_t block_geometry(MlirOperation op, MlirType data, MlirType scale, const char *name,
+                                    intptr_t *rank, int64_t *len, int64_t *blocks) {
+  *rank = mlirShapedTypeHasRank(data) ? mlirShapedTypeGetRank(data) : 0;
+  *len = *rank ? mlirShapedTypeGetDimSize(data, *rank - 1) : 0;
+  *blocks = *rank ? mlirShapedTypeGetDimSize(scale, *rank - 1) : 0;
+  if (*rank && mlirShapedTypeHasStaticShape(data) && mlirShapedTypeHasStaticShape(scale) && *blocks > 0 &&
+      *len % *blocks == 0) {
+    return NULL;
+  }
+  int line, col;
+  kiln_compiler_op_line_col(op, &line, &col);
+  MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(op));
+  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s:%d:%d: %.*s of dynamic shapes: kiln does not compile it yet",
+                     name, line, col, (int)n.length, n.data);
+}
+
 static kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op, const char *name) {
   MlirType in = mlirValueGetType(mlirOperationGetOperand(op, 0));
   MlirType out = mlirValueGetType(mlirOperationGetResult(op, 0));
@@ -872,15 +891,12 @@ static kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op,
     kiln_buf_deinit(&ot);
     return st;
   }
-  intptr_t rank = mlirShapedTypeHasRank(in) ? mlirShapedTypeGetRank(in) : 0;
-  int64_t len = rank ? mlirShapedTypeGetDimSize(in, rank - 1) : 0;
-  int64_t blocks = rank ? mlirShapedTypeGetDimSize(scale, rank - 1) : 0;
-  if (!rank || !mlirShapedTypeHasStaticShape(in) || !mlirShapedTypeHasStaticShape(scale) || blocks <= 0 ||
-      len % blocks != 0) {
+  intptr_t rank;
+  int64_t len, blocks;
+  kiln_status_t bad = block_geometry(op, in, scale, name, &rank, &len, &blocks);
+  if (bad) {
     kiln_buf_deinit(&ot);
-    return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                       "%s:%d:%d: tosa.cast_to_block_scaled of dynamic shapes: kiln does not compile it yet", name,
-                       line, col);
+    return bad;
   }
   int64_t bs = len / blocks;
   /* r = 1.R * 2^k */
@@ -1038,18 +1054,14 @@ static kiln_status_t cast_from_block_scaled(MlirContext context, MlirOperation o
   MlirType scale = mlirValueGetType(mlirOperationGetOperand(op, 1));
   MlirType out = mlirValueGetType(mlirOperationGetResult(op, 0));
   MlirType in_el = mlirShapedTypeGetElementType(in), out_el = mlirShapedTypeGetElementType(out);
-  int line, col;
-  kiln_compiler_op_line_col(op, &line, &col);
-  intptr_t rank = mlirShapedTypeHasRank(in) ? mlirShapedTypeGetRank(in) : 0;
-  int64_t len = rank ? mlirShapedTypeGetDimSize(in, rank - 1) : 0;
-  int64_t blocks = rank ? mlirShapedTypeGetDimSize(scale, rank - 1) : 0;
-  if (!rank || !mlirShapedTypeHasStaticShape(in) || !mlirShapedTypeHasStaticShape(scale) ||
-      !mlirShapedTypeHasStaticShape(out) || blocks <= 0 || len % blocks != 0) {
-    return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                       "%s:%d:%d: tosa.cast_from_block_scaled of dynamic shapes: kiln does not compile it yet", name,
-                       line, col);
-  }
+  intptr_t rank;
+  int64_t len, blocks;
+  /* the result too (it need only be compatible with the input) */
+  KILN_RETURN_IF_ERROR(block_geometry(op, mlirShapedTypeHasStaticShape(out) ? in : out, scale, name, &rank, &len,
+                                      &blocks));
   if (!mlirTypeIsAFloat(out_el)) {
+    int line, col;
+    kiln_compiler_op_line_col(op, &line, &col);
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "%s:%d:%d: tosa.cast_from_block_scaled must produce floats (TOSA 1.1: f32 or bf16)", name,
                        line, col);

@@ -771,15 +771,21 @@ static void dequeue_task(kilnd_jobs_t *jobs, task_t *task) {
  * one task (fuse_queued) instead of the first few starting alone on idle workers. */
 #define BULK_GATHER_MS 25
 
-/* Under mu: may `client` start one more task (client-worker-share)? Its running
- * tasks are counted on the running list (at most one per worker). */
-static bool under_worker_share(kilnd_jobs_t *jobs, const char *client) {
+/* Under mu: the tasks one client may run at once (client-worker-share, at least
+ * one); 0: no limit. */
+static size_t worker_share_cap(kilnd_jobs_t *jobs) {
   unsigned share = jobs->options.client_worker_share;
-  if (!share || !jobs->workers) return true;
+  if (!share || !jobs->workers) return 0;
   kilnd_workers_stats_t ws;
   kilnd_workers_stats(jobs->workers, &ws);
   size_t cap = ws.count * share / 100;
-  if (cap < 1) cap = 1;
+  return cap < 1 ? 1 : cap;
+}
+
+/* Under mu: may `client` start one more task under `cap`? Its running tasks are
+ * counted on the running list (at most one per worker). */
+static bool under_worker_share(kilnd_jobs_t *jobs, const char *client, size_t cap) {
+  if (!cap) return true;
   size_t running = 0;
   for (task_t *t = jobs->running; t; t = t->next) running += strcmp(t->client, client) == 0;
   return running < cap;
@@ -792,13 +798,14 @@ static bool under_worker_share(kilnd_jobs_t *jobs, const char *client) {
  * again). */
 static task_t *pop_next_task(kilnd_jobs_t *jobs, int64_t *out_wait_ms) {
   int64_t now = kiln_time_monotonic_ns();
+  size_t cap = worker_share_cap(jobs);
   for (int p = KILND_PRIORITY_INTERACTIVE; p <= KILND_PRIORITY_BULK; p++) {
     if (!jobs->queued_tasks[p]) continue;
     client_queue_t *start = jobs->turn[p] ? jobs->turn[p] : jobs->queues[p];
     client_queue_t *q = start;
     do {
       if (!q) q = jobs->queues[p];
-      if (q->head && !under_worker_share(jobs, q->client)) {
+      if (q->head && !under_worker_share(jobs, q->client, cap)) {
         /* at its share: the next client */
       } else if (q->head && p == KILND_PRIORITY_BULK && now - q->head->queued_ns < (int64_t)BULK_GATHER_MS * 1000000) {
         int64_t wait_ms = BULK_GATHER_MS - (now - q->head->queued_ns) / 1000000;
@@ -1495,8 +1502,9 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
                            int64_t created_unix_ms, kilnd_job_admission_t *out, bool *would_block);
 
 /* The key digest (base/mlir_text.h) of `len` bytes whose own digest is `raw`:
- * from the memo, or computed and remembered. */
-static void source_key_digest(kilnd_jobs_t *jobs, const char *raw, const void *data, size_t len, char out[65]) {
+ * from the memo, or (when `data` is not NULL) computed and remembered. False when
+ * the memo does not have it and `data` is NULL (the loop must not take the pass). */
+static bool source_key_digest(kilnd_jobs_t *jobs, const char *raw, const void *data, size_t len, char out[65]) {
   char head[9];
   memcpy(head, raw, 8);
   head[8] = '\0';
@@ -1505,7 +1513,7 @@ static void source_key_digest(kilnd_jobs_t *jobs, const char *raw, const void *d
   bool hit = strcmp(jobs->key_memo.slot[slot].raw, raw) == 0;
   if (hit) memcpy(out, jobs->key_memo.slot[slot].key, 65);
   uv_mutex_unlock(&jobs->key_memo.mu);
-  if (hit) return;
+  if (hit || !data) return hit;
   kiln_digest_hex_t key;
   kiln_mlir_text_digest(data, len, &key);
   memcpy(out, key.text, 65);
@@ -1513,6 +1521,7 @@ static void source_key_digest(kilnd_jobs_t *jobs, const char *raw, const void *d
   memcpy(jobs->key_memo.slot[slot].raw, raw, 65);
   memcpy(jobs->key_memo.slot[slot].key, key.text, 65);
   uv_mutex_unlock(&jobs->key_memo.mu);
+  return true;
 }
 
 typedef struct readmit_s {
@@ -1728,21 +1737,21 @@ static kiln_status_t admit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, con
   source->refs = 1;
   source->name = kiln_strdup(r->source_name && *r->source_name ? r->source_name : "<source>");
   kiln_status_t st = NULL;
-  if (r->source && would_block) {
+  if (r->source) {
+    /* One hash of the bytes (the memo's); the normal form's pass only on the pool,
+     * and only for bytes the key memo does not know. */
     kiln_digest_hex_t digest;
-    *would_block = !kiln_cache_source_memo(jobs->cache, r->source, r->source_len, &digest);
+    bool stored = kiln_cache_source_memo(jobs->cache, r->source, r->source_len, &digest);
     memcpy(source->digest, digest.text, sizeof source->digest);
-    source_key_digest(jobs, source->digest, r->source, r->source_len, source->key_digest);
-  } else if (r->source) {
-    kiln_digest_t d;
-    kiln_digest_hex_t hex;
-    kiln_digest_of(r->source, r->source_len, &d);
-    kiln_digest_to_hex(&d, &hex);
-    source_key_digest(jobs, hex.text, r->source, r->source_len, source->key_digest);
-    kiln_digest_hex_t digest;
-    st = kiln_cache_source_put(jobs->cache, r->source, r->source_len, NULL, source->name, 0, source->key_digest,
-                               &digest);
-    if (!st) memcpy(source->digest, digest.text, sizeof source->digest);
+    if (would_block) {
+      *would_block = !stored || !source_key_digest(jobs, source->digest, NULL, 0, source->key_digest);
+    } else {
+      source_key_digest(jobs, source->digest, r->source, r->source_len, source->key_digest);
+      if (!stored) {
+        st = kiln_cache_source_put(jobs->cache, r->source, r->source_len, NULL, source->name, 0,
+                                   source->key_digest, &digest);
+      }
+    }
   } else if (would_block) {
     *would_block = true; /* its key digest is in the index: the blocking admission reads it */
   } else {

@@ -168,7 +168,12 @@ typedef struct dl_client_s {
 struct kilnd_downloads_s {
   dl_client_t *clients; /* with a download open; few at a time */
   uint32_t open;
+  uint32_t peak; /* most open at once since the last trim */
 };
+
+/* Open downloads that make it worth handing memory back when they are over (each
+ * held a chunk or two); a lone download, the usual case, does not pay for a trim. */
+#define TRIM_AFTER_OPEN 4
 
 kilnd_downloads_t *kilnd_downloads_create(void) { return kiln_calloc(1, sizeof(kilnd_downloads_t)); }
 
@@ -196,7 +201,7 @@ static dl_client_t *downloads_enter(kilnd_downloads_t *d, const char *client, in
     d->clients = c;
   }
   c->open++;
-  d->open++;
+  if (++d->open > d->peak) d->peak = d->open;
   return c;
 }
 
@@ -227,9 +232,10 @@ static void downloads_leave(kilnd_downloads_t *d, dl_client_t *c, uv_loop_t *loo
     kiln_free(c);
   }
 #ifdef __GLIBC__
-  /* The last download ended: what 600 stalled streams held (gigabytes) would
-   * otherwise stay with kilnd after they closed. */
-  if (d->open == 0) {
+  /* The last of many downloads ended: what they held (600 stalled streams took
+   * gigabytes) would otherwise stay with kilnd after they closed. */
+  if (d->open == 0 && d->peak >= TRIM_AFTER_OPEN) {
+    d->peak = 0;
     uv_work_t *w = kiln_calloc(1, sizeof *w);
     if (uv_queue_work(loop, w, trim_work, trim_done) != 0) kiln_free(w);
   }

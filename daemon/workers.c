@@ -157,6 +157,7 @@ typedef struct dump_s {
 
 struct kilnd_workers_s {
   uv_loop_t *loop;
+  char oom_counter[600]; /* oom_counter_path: the file whose oom_kill line is read */
   kilnd_workers_options_t opt; /* strings owned */
   kilnd_task_event_fn_t fn;
   void *user;
@@ -196,23 +197,27 @@ static int64_t counter_in(const char *path, const char *key) {
   return v;
 }
 
-/* How many processes the kernel's out-of-memory killer has ended: in kilnd's own
- * cgroup (v2 memory.events, where its workers live), else on the machine
- * (/proc/vmstat, Linux 4.13 and later); -1 when neither can be read. Small
- * in-memory kernel files: cheap enough for the loop, once per task. */
-static int64_t oom_kills(void) {
-  char line[512], path[600];
+/* Where the kernel counts the processes its out-of-memory killer ended: kilnd's
+ * own cgroup (v2 memory.events, where its workers live) when it has the count,
+ * else the machine's /proc/vmstat (Linux 4.13 and later). Found once, at start. */
+static void oom_counter_path(char *out, size_t cap) {
+  char line[512];
   FILE *f = fopen("/proc/self/cgroup", "re");
-  int64_t v = -1;
-  while (f && v < 0 && fgets(line, sizeof line, f)) {
+  snprintf(out, cap, "/proc/vmstat");
+  while (f && fgets(line, sizeof line, f)) {
     if (strncmp(line, "0::", 3) != 0) continue;
     line[strcspn(line, "\n")] = '\0';
+    char path[600];
     snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.events", line + 3);
-    v = counter_in(path, "oom_kill");
+    if (counter_in(path, "oom_kill") >= 0) snprintf(out, cap, "%s", path);
+    break;
   }
   if (f) fclose(f);
-  return v >= 0 ? v : counter_in("/proc/vmstat", "oom_kill");
 }
+
+/* The count (-1 when unreadable): a small in-memory kernel file, read on the loop
+ * once when a task starts and once when its worker dies of SIGKILL. */
+static int64_t oom_kills(const kilnd_workers_t *pool) { return counter_in(pool->oom_counter, "oom_kill"); }
 
 static void spawn_slot(slot_t *slot);
 static void kill_worker(worker_t *w, kill_reason_t reason, const char *detail);
@@ -558,7 +563,7 @@ static void finalize(worker_t *w) {
         hint = "; please report this kiln bug";
         break;
       default:
-        int64_t ooms = w->term_signal == SIGKILL ? oom_kills() : -1;
+        int64_t ooms = w->term_signal == SIGKILL ? oom_kills(pool) : -1;
         if (w->term_signal == SIGKILL && ooms >= 0 && w->oom_kills_at_task >= 0 && ooms == w->oom_kills_at_task) {
           /* Our own kills have a reason, and the kernel's OOM killer did not act:
            * an operator or another process killed it. Nothing about the model. */
@@ -1145,6 +1150,7 @@ kiln_status_t kilnd_workers_create(uv_loop_t *loop, const kilnd_workers_options_
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the external compiler path is empty");
   }
   kilnd_workers_t *pool = kiln_calloc(1, sizeof *pool);
+  oom_counter_path(pool->oom_counter, sizeof pool->oom_counter);
   pool->loop = loop;
   pool->fn = fn;
   pool->user = user;
@@ -1289,7 +1295,7 @@ kiln_status_t kilnd_workers_submit(kilnd_workers_t *workers, const kilnd_task_t 
   }
   w->task = t;
   w->state = W_BUSY;
-  w->oom_kills_at_task = oom_kills();
+  w->oom_kills_at_task = oom_kills(pool);
   if (pool->opt.task_timeout_ms > 0) {
     uv_timer_start(&w->timer, on_task_timeout, (uint64_t)pool->opt.task_timeout_ms, 0);
   }
