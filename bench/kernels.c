@@ -549,7 +549,9 @@ static gpu_row_t gpu_read(const kiln_compiler_output_t *out, size_t t) {
     for (size_t i = 0; i < out->plan.functions[f].n_steps; i++) {
       const kiln_vmfb_step_t *step = &out->plan.functions[f].steps[i];
       if (step->kind == KILN_VMFB_STEP_DISPATCH && step->kernel == best) {
-        row.workgroups = (uint64_t)step->workgroups[0] * step->workgroups[1] * step->workgroups[2];
+        uint32_t g[3];
+        kiln_compiler_dispatch_grid(to, step, g);
+        row.workgroups = (uint64_t)g[0] * g[1] * g[2];
         break;
       }
     }
@@ -585,8 +587,10 @@ static void export_cuda_case(const char *dir, const char *label, const kiln_comp
     const kiln_vmfb_step_t *st = &fn->steps[i];
     if (st->kind == KILN_VMFB_STEP_DISPATCH && st->kernel < to->n_kernels && !st->n_constants) {
       const uint32_t *b = to->kernels[st->kernel].block_size;
-      kiln_buf_appendf(&plan, "dispatch %s %u %u %u %u %u %u", to->kernels[st->kernel].name, st->workgroups[0],
-                       st->workgroups[1], st->workgroups[2], b[0], b[1], b[2]);
+      uint32_t g[3];
+      kiln_compiler_dispatch_grid(to, st, g);
+      kiln_buf_appendf(&plan, "dispatch %s %u %u %u %u %u %u", to->kernels[st->kernel].name, g[0], g[1], g[2], b[0],
+                       b[1], b[2]);
       for (size_t a = 0; a < st->n_bindings; a++) {
         const kiln_vmfb_binding_t *bd = &st->bindings[a];
         if (bd->length_expr) ok = false;

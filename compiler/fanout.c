@@ -58,6 +58,7 @@ static void serialize(const kiln_compiler_target_output_t *t, kiln_buf_t *b) {
     put_str(b, kk->name);
     put_str(b, kk->module_name);
     kiln_buf_append(b, kk->block_size, sizeof kk->block_size);
+    kiln_buf_append(b, kk->grid, sizeof kk->grid);
     put_u64(b, kk->same_as);
     if (!kk->same_as) {
       put_bytes(b, kk->binary, kk->binary_len);
@@ -116,12 +117,14 @@ static bool deserialize(const uint8_t *data, size_t len, kiln_compiler_target_ou
     t->n_kernels++;
     kk->name = (char *)get_bytes(&r, &n, false);
     kk->module_name = (char *)get_bytes(&r, &n, false);
-    if ((size_t)(r.end - r.p) < sizeof kk->block_size) {
+    if ((size_t)(r.end - r.p) < sizeof kk->block_size + sizeof kk->grid) {
       r.bad = true;
       break;
     }
     memcpy(kk->block_size, r.p, sizeof kk->block_size);
     r.p += sizeof kk->block_size;
+    memcpy(kk->grid, r.p, sizeof kk->grid);
+    r.p += sizeof kk->grid;
     uint64_t same_as = get_u64(&r);
     if (same_as > k) { /* borrows from an earlier kernel only */
       r.bad = true;

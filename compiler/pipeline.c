@@ -31,6 +31,7 @@
 #include "base/buf.h"
 #include "base/time.h"
 #include "compiler/cpu.h"
+#include "compiler/gpu_gemm.h"
 #include "compiler/host.h"
 #include "compiler/internal.h"
 #include "compiler/kernel_loops.h"
@@ -258,6 +259,7 @@ typedef struct launch_s {
   uint32_t grid[3];
   kiln_compiler_arg_t *args; /* filled from the gpu.func by describe_kernel */
   size_t n_args;
+  kiln_compiler_gemm_t gemm; /* a contraction GPU targets tile their own way (gpu_gemm.h) */
 } launch_t;
 
 typedef struct launches_s {
@@ -415,6 +417,7 @@ static MlirWalkResult describe_kernel(MlirOperation op, void *user) {
     }
   }
   kiln_free(w.written);
+  kiln_compiler_gemm_match(op, l->grid, l->block, &l->gemm);
   return MlirWalkResultAdvance;
 }
 
@@ -980,15 +983,32 @@ static MlirWalkResult carry_accumulators(MlirOperation op, void *user) {
  * backends, multiplies and adds that may fuse into FMAs (SPIR-V lets the driver
  * fuse unless told not to). */
 static void shape_gpu_loops(kiln_compiler_context_t *context, MlirModule module, const launches_t *launches,
-                            const kiln_vmfb_plan_t *plan, const kiln_target_t *t) {
-  bool *noalias = kiln_calloc(launches->n ? launches->n : 1, sizeof *noalias);
-  disjoint_kernels(plan, noalias, launches->n);
+                            const bool *noalias, const kiln_target_t *t) {
   carry_t c = {launches, noalias};
   mlirOperationWalk(mlirModuleGetOperation(module), carry_accumulators, &c, MlirWalkPreOrder);
-  kiln_free(noalias);
   if (t->kind == KILN_TARGET_KIND_CUDA || t->kind == KILN_TARGET_KIND_HIP) {
     kiln_compiler_kernels_allow_contraction(context->mlir, module);
   }
+}
+
+/* Contractions this target tiles its own way (gpu_gemm.h): kernel i's new grid
+ * and workgroup size in grids[i] and blocks[i] (left 0 where kept). Only kernels
+ * whose bindings the plan never overlaps: the tiled kernel reads A and B after
+ * other invocations wrote C. */
+static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirModule module,
+                                       const launches_t *launches, const bool *noalias, const kiln_target_t *t,
+                                       uint32_t (*grids)[3], uint32_t (*blocks)[3]) {
+  MlirOperation gm = kiln_compiler_first_op(mlirModuleGetBody(module), "gpu.module");
+  if (mlirOperationIsNull(gm)) return NULL;
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(gm, 0));
+  for (size_t i = 0; i < launches->n; i++) {
+    const launch_t *l = &launches->items[i];
+    if (!noalias[i] || !kiln_compiler_gemm_fits(&l->gemm, t)) continue;
+    MlirOperation func = find_symbol(body, "gpu.func", mlirStringRefCreateFromCString(l->kernel_name));
+    if (mlirOperationIsNull(func)) continue;
+    KILN_RETURN_IF_ERROR(kiln_compiler_gemm_replace(context->mlir, module, func, &l->gemm, t, grids[i], blocks[i]));
+  }
+  return NULL;
 }
 
 static void compile_target(kiln_compiler_context_t *context, MlirModule front,
@@ -999,6 +1019,11 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
   kiln_buf_init(&pipeline);
   out->status = check_limits(out->target, launches, name);
   if (!out->status) out->status = back_pipeline(context, out->target, &pipeline);
+  size_t n_launches = launches->n ? launches->n : 1;
+  bool *noalias = kiln_calloc(n_launches, sizeof *noalias);
+  disjoint_kernels(plan, noalias, launches->n);
+  uint32_t(*grids)[3] = kiln_calloc(n_launches, sizeof *grids);
+  uint32_t(*blocks)[3] = kiln_calloc(n_launches, sizeof *blocks);
   if (!out->status) {
     MlirModule module = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(front)));
     annotate_t a = {launches, context->mlir, out->target->kind == KILN_TARGET_KIND_VULKAN};
@@ -1026,7 +1051,10 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
     }
     /* After the small types became their bits: a carried value has the type
      * the buffer holds. */
-    if (!out->status) shape_gpu_loops(context, module, launches, plan, out->target);
+    if (!out->status) shape_gpu_loops(context, module, launches, noalias, out->target);
+    if (!out->status) {
+      out->status = tile_contractions(context, module, launches, noalias, out->target, grids, blocks);
+    }
     if (!out->status) out->status = run_pipeline(context, module, pipeline.data, name, stage);
     if (!out->status && out->target->kind == KILN_TARGET_KIND_VULKAN) {
       out->status = spirv_serialize(context, module, out->target, name, stage);
@@ -1039,6 +1067,11 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
         out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
                                   "%s: %zu of %zu kernels came out of code generation for %s", name,
                                   out->n_kernels, launches->n, out->target->id);
+      }
+      for (size_t k = 0; !out->status && k < out->n_kernels; k++) {
+        if (!blocks[k][0]) continue;
+        memcpy(out->kernels[k].block_size, blocks[k], sizeof blocks[k]);
+        memcpy(out->kernels[k].grid, grids[k], sizeof grids[k]);
       }
       char found[512];
       const char *ptxas =
@@ -1057,6 +1090,9 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
     mlirModuleDestroy(module);
   }
   kiln_buf_deinit(&pipeline);
+  kiln_free(noalias);
+  kiln_free(grids);
+  kiln_free(blocks);
   out->backend_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
 }
 
@@ -1529,4 +1565,10 @@ void kiln_compiler_output_deinit(kiln_compiler_output_t *output) {
   kiln_vmfb_plan_deinit(&output->plan);
   kiln_status_free(output->plan_status);
   memset(output, 0, sizeof *output);
+}
+
+void kiln_compiler_dispatch_grid(const kiln_compiler_target_output_t *t, const kiln_vmfb_step_t *step,
+                                 uint32_t out_grid[3]) {
+  const uint32_t *own = step->kernel < t->n_kernels ? t->kernels[step->kernel].grid : NULL;
+  memcpy(out_grid, own && own[0] ? own : step->workgroups, 3 * sizeof *out_grid);
 }

@@ -55,6 +55,9 @@ typedef struct kiln_compiler_kernel_s {
   unsigned char *cubin;   /* CUDA only, when ptxas is installed: the PTX assembled
                              for the chip (an EM_CUDA ELF); NULL otherwise */
   size_t cubin_len;
+  uint32_t grid[3];        /* workgroup counts x, y, z where this target tiles the
+                              kernel its own way (a GPU's tiled matmul); all 0: the
+                              plan's (kiln_compiler_dispatch_grid) */
   uint32_t same_as;        /* 0: this kernel owns `binary` and `cubin`; otherwise they
                               are borrowed from kernel same_as - 1 of the same target,
                               an earlier kernel of the same device module (a module of
@@ -94,6 +97,12 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
                                     kiln_compiler_output_t *out_output);
 
 void kiln_compiler_output_deinit(kiln_compiler_output_t *output);
+
+/* The workgroup counts target `t` dispatches `step` (a DISPATCH of the shared
+ * plan) on: the kernel's own grid where the target tiles it its own way, else
+ * the step's. Thread-safe. */
+void kiln_compiler_dispatch_grid(const kiln_compiler_target_output_t *t, const kiln_vmfb_step_t *step,
+                                 uint32_t out_grid[3]);
 
 /* Called during kiln_compiler_compile as soon as target `index` of `output` is
  * settled (compiled or failed), in completion order, before the call returns: so a

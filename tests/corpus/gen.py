@@ -822,6 +822,33 @@ def group_tosa():
                             '%0 = tosa.matmul %arg0, %arg1, %zp, %zp : (tensor<2x2x3xf16>, tensor<2x3x2xf16>, tensor<1xf16>, tensor<1xf16>) -> tensor<2x2x2xf32>',
                             'return %0 : tensor<2x2x2xf32>'],
                            [((2, 2, 3), 'f16', a), ((2, 3, 2), 'f16', b)], [((2, 2, 2), 'f32', c)], 1e-5))
+    # Matmuls whose shapes GPU targets tile their own way (compiler/gpu_gemm.c: 64x64
+    # output tiles, k in slices of 16): batched f32, f16 widened to f32, and a 2-D
+    # linalg.matmul. Small quarters: every sum is exact in f32.
+    def mm_ref(a, b, batch, m, k, n):
+        return [f32(sum(a[(bb * m + i) * k + kk] * b[(bb * k + kk) * n + j] for kk in range(k)))
+                for bb in range(batch) for i in range(m) for j in range(n)]
+    for name, et, (batch, m, k, n) in (('tosa_matmul_tiled_f32', 'f32', (2, 64, 32, 64)),
+                                       ('tosa_matmul_tiled_f16_f32acc', 'f16', (1, 64, 16, 128))):
+        a = values((batch, m, k), et, 91)
+        b = values((batch, k, n), et, 92)
+        ta, tb, tr = 'tensor<%dx%dx%dx%s>' % (batch, m, k, et), 'tensor<%dx%dx%dx%s>' % (batch, k, n, et), \
+            'tensor<%dx%dx%dxf32>' % (batch, m, n)
+        cases.append(tosa_case(name, [ta, tb], tr,
+                               [scalar_const('zp', et, 0.0),
+                                '%%0 = tosa.matmul %%arg0, %%arg1, %%zp, %%zp : (%s, %s, tensor<1x%s>, tensor<1x%s>) -> %s' % (ta, tb, et, et, tr),
+                                'return %%0 : %s' % tr],
+                               [((batch, m, k), et, a), ((batch, k, n), et, b)],
+                               [((batch, m, n), 'f32', mm_ref(a, b, batch, m, k, n))], 0))
+    a = values((64, 48), 'f32', 93)
+    b = values((48, 64), 'f32', 94)
+    cases.append(Case('linalg_matmul_tiled_2d', '''func.func @linalg_matmul_tiled_2d(%a: tensor<64x48xf32>, %b: tensor<48x64xf32>) -> tensor<64x64xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x64xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<64x48xf32>, tensor<48x64xf32>) outs(%f : tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %r : tensor<64x64xf32>
+}''', [((64, 48), 'f32', a), ((48, 64), 'f32', b)], [((64, 64), 'f32', mm_ref(a, b, 1, 64, 48, 64))], 0))
     # nearest-neighbour resize 2x
     small = values((1, 2, 2, 1), 'f32', 83)
     # TOSA's nearest neighbour: position y * d / n, a remainder of at least half rounds up,

@@ -690,8 +690,10 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_funct
         vkCmdPushConstants(cmd, layouts[s], VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            (uint32_t)(4 * st->n_constants), st->constants);
       }
+      /* A kernel this target tiles its own way has its own static grid. */
       uint32_t grid[3];
       for (int d = 0; d < 3; d++) grid[d] = (uint32_t)sized(values, st->workgroup_exprs[d], st->workgroups[d]);
+      if (st->kernel < n_kernels && kernels[st->kernel].grid[0]) memcpy(grid, kernels[st->kernel].grid, sizeof grid);
       if (grid[0] && grid[1] && grid[2]) vkCmdDispatch(cmd, grid[0], grid[1], grid[2]);
     }
     vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,

@@ -1,0 +1,505 @@
+/* Tiled matrix-multiply kernels for GPU targets (gpu_gemm.h).
+ *
+ * The tiled kernel, per workgroup (TILE_N/4 x TILE_M/4 = 16 x 16 invocations
+ * (tx, ty)) and output tile (block y: rows, block x: columns, block z: batch):
+ *
+ *   acc[i] = C[b, m0 + 4ty + i, n0/4 + tx]          i = 0..3, each a vector<4>
+ *   for kt in 0..K/TILE_K:
+ *     As[t/4][t%4] = A[b, m0 + t/4, 4kt + t%4]      t = 16ty + tx: the 64 x 16
+ *     Bs[ty][tx]   = B[b, 16kt + ty, n0/4 + tx]       slices, one 128-bit load
+ *     barrier                                         each per invocation
+ *     for kk in 0..TILE_K (unrolled):
+ *       acc[i] += broadcast(As[4ty + i][kk/4][kk%4]) * Bs[kk][tx]
+ *     barrier
+ *   C[b, m0 + 4ty + i, n0/4 + tx] = acc[i]
+ *
+ * Each output's sum runs over k in increasing order from C's value, as the
+ * kernel it replaces did. Workgroup memory is 2 x 4 KiB. Vector elements make
+ * every load of A, B and C one 128-bit access (64-bit for f16 operands, widened
+ * as they are staged) on every backend: SPIR-V declares the buffers as arrays
+ * of vectors, so no pointer casts, which logical addressing forbids.
+ */
+#include "compiler/gpu_gemm.h"
+
+#include <mlir-c/AffineMap.h>
+#include <mlir-c/BuiltinAttributes.h>
+#include <mlir-c/BuiltinTypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "compiler/internal.h"
+#include "compiler/kernel_types.h"
+
+#define MAX_GRID 65535
+#define THREADS_X (KILN_GEMM_TILE_N / 4)
+#define THREADS_Y (KILN_GEMM_TILE_M / 4)
+
+/* ---- matching ---- */
+
+static void print_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
+
+/* Whether `attr` prints as `text`. */
+static bool attr_prints_as(MlirAttribute attr, const char *text) {
+  if (mlirAttributeIsNull(attr)) return false;
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  mlirAttributePrint(attr, print_cb, &b);
+  kiln_buf_append(&b, "", 1);
+  bool same = strcmp(b.data, text) == 0;
+  kiln_buf_deinit(&b);
+  return same;
+}
+
+static MlirOperation def_of(MlirValue v) {
+  return mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
+}
+
+/* Whether `v` is gpu.<what> (thread_id, block_id) along dimension `dim` (x y z). */
+static bool is_gpu_id(MlirValue v, const char *what, char dim) {
+  MlirOperation d = def_of(v);
+  if (mlirOperationIsNull(d) || !kiln_compiler_op_is(d, what)) return false;
+  char text[32];
+  snprintf(text, sizeof text, "#gpu<dim %c>", dim);
+  return attr_prints_as(mlirOperationGetAttributeByName(d, mlirStringRefCreateFromCString("dimension")), text);
+}
+
+/* Whether `v` is thread_id(tdim) + tile * block_id(bdim), as the front half's
+ * tiling writes it: arith.addi(thread id, affine.apply (s0 * tile)[block id]). */
+static bool is_tile_index(MlirValue v, char tdim, char bdim, uint32_t tile) {
+  MlirOperation add = def_of(v);
+  if (mlirOperationIsNull(add) || !kiln_compiler_op_is(add, "arith.addi")) return false;
+  for (int s = 0; s < 2; s++) {
+    MlirValue tid = mlirOperationGetOperand(add, s), off = mlirOperationGetOperand(add, 1 - s);
+    MlirOperation apply = def_of(off);
+    if (!is_gpu_id(tid, "gpu.thread_id", tdim) || mlirOperationIsNull(apply) ||
+        !kiln_compiler_op_is(apply, "affine.apply") || mlirOperationGetNumOperands(apply) != 1 ||
+        !is_gpu_id(mlirOperationGetOperand(apply, 0), "gpu.block_id", bdim)) {
+      continue;
+    }
+    char map[64];
+    snprintf(map, sizeof map, "affine_map<()[s0] -> (s0 * %u)>", tile);
+    if (attr_prints_as(mlirOperationGetAttributeByName(apply, mlirStringRefCreateFromCString("map")), map)) return true;
+  }
+  return false;
+}
+
+/* The argument number of `v` when it is an argument of `entry`, else -1. */
+static int arg_of(MlirValue v, MlirBlock entry) {
+  if (!mlirValueIsABlockArgument(v) || !mlirBlockEqual(mlirBlockArgumentGetOwner(v), entry)) return -1;
+  return (int)mlirBlockArgumentGetArgNumber(v);
+}
+
+/* A static memref with the identity layout in the default memory space. */
+static bool plain_memref(MlirType t) {
+  return mlirTypeIsAMemRef(t) && mlirShapedTypeHasStaticShape(t) &&
+         mlirAttributeIsNull(mlirMemRefTypeGetMemorySpace(t)) &&
+         mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t));
+}
+
+typedef struct load_s {
+  MlirOperation op;
+  int arg;
+  int iv_at; /* the index position that is the loop's induction variable, -1 if none */
+} load_t;
+
+static bool read_load(MlirOperation op, MlirBlock entry, MlirValue iv, load_t *out) {
+  out->op = op;
+  out->arg = arg_of(mlirOperationGetOperand(op, 0), entry);
+  out->iv_at = -1;
+  if (out->arg < 0) return false;
+  for (intptr_t i = 1; i < mlirOperationGetNumOperands(op); i++) {
+    if (!mlirValueEqual(mlirOperationGetOperand(op, i), iv)) continue;
+    if (out->iv_at >= 0) return false;
+    out->iv_at = (int)i - 1;
+  }
+  return true;
+}
+
+static bool same_index(MlirOperation a, int ia, MlirOperation b, int ib) {
+  return mlirValueEqual(mlirOperationGetOperand(a, ia + 1), mlirOperationGetOperand(b, ib + 1));
+}
+
+/* The operand of a multiply: the load itself (f32) or its widening (f16). */
+static bool operand_is(MlirValue v, const load_t *load, unsigned bits) {
+  MlirOperation d = def_of(v);
+  if (mlirOperationIsNull(d)) return false;
+  if (bits == 16) {
+    if (!kiln_compiler_op_is(d, "arith.extf")) return false;
+    d = def_of(mlirOperationGetOperand(d, 0));
+    if (mlirOperationIsNull(d)) return false;
+  }
+  return mlirOperationEqual(d, load->op);
+}
+
+bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const uint32_t block[3],
+                              kiln_compiler_gemm_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!kiln_compiler_op_is(func, "gpu.func") || block[2] != 1) return false;
+  MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
+  if (mlirBlockIsNull(entry) || !mlirBlockIsNull(mlirBlockGetNextInRegion(entry))) return false;
+  /* Straight-line index code around one loop. */
+  static const char *const allowed[] = {"arith.constant", "gpu.block_id", "gpu.thread_id", "gpu.block_dim",
+                                        "gpu.grid_dim",   "affine.apply", "arith.addi",    "gpu.return"};
+  MlirOperation loop = {NULL};
+  for (MlirOperation op = mlirBlockGetFirstOperation(entry); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (kiln_compiler_op_is(op, "scf.for")) {
+      if (!mlirOperationIsNull(loop)) return false;
+      loop = op;
+      continue;
+    }
+    bool ok = false;
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0] && !ok; i++) ok = kiln_compiler_op_is(op, allowed[i]);
+    if (!ok) return false;
+  }
+  int64_t lb = -1, ub = -1, step = -1;
+  if (mlirOperationIsNull(loop) || mlirOperationGetNumOperands(loop) != 3 || mlirOperationGetNumResults(loop) != 0 ||
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 0), &lb) ||
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 1), &ub) ||
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 2), &step) || lb != 0 || step != 1 || ub < 1) {
+    return false;
+  }
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
+  MlirValue iv = mlirBlockGetArgument(body, 0);
+  load_t loads[3];
+  size_t n_loads = 0, n_ext = 0;
+  MlirOperation mul = {NULL}, add = {NULL}, store = {NULL};
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (kiln_compiler_op_is(op, "memref.load")) {
+      if (n_loads == 3 || !read_load(op, entry, iv, &loads[n_loads])) return false;
+      n_loads++;
+    } else if (kiln_compiler_op_is(op, "arith.extf")) {
+      n_ext++;
+    } else if (kiln_compiler_op_is(op, "arith.mulf") && mlirOperationIsNull(mul)) {
+      mul = op;
+    } else if (kiln_compiler_op_is(op, "arith.addf") && mlirOperationIsNull(add)) {
+      add = op;
+    } else if (kiln_compiler_op_is(op, "memref.store") && mlirOperationIsNull(store)) {
+      store = op;
+    } else if (!kiln_compiler_op_is(op, "scf.yield") || mlirOperationGetNumOperands(op) != 0) {
+      return false;
+    }
+  }
+  if (n_loads != 3 || mlirOperationIsNull(mul) || mlirOperationIsNull(add) || mlirOperationIsNull(store)) return false;
+  /* A reads k last, B second to last, C not at all. */
+  const load_t *a = NULL, *b = NULL, *c = NULL;
+  MlirType ta = {NULL};
+  int rank = 0;
+  for (size_t i = 0; i < 3; i++) {
+    MlirType t = mlirValueGetType(mlirOperationGetOperand(loads[i].op, 0));
+    if (!plain_memref(t)) return false;
+    int r = (int)mlirShapedTypeGetRank(t);
+    if (i == 0) rank = r;
+    if (r != rank || (r != 2 && r != 3)) return false;
+    if (loads[i].iv_at == r - 1 && !a) {
+      a = &loads[i];
+      ta = t;
+    } else if (loads[i].iv_at == r - 2 && !b) {
+      b = &loads[i];
+    } else if (loads[i].iv_at < 0 && !c) {
+      c = &loads[i];
+    } else {
+      return false;
+    }
+  }
+  if (!a || !b || !c || c->arg == a->arg || c->arg == b->arg) return false;
+  MlirType tb = mlirValueGetType(mlirOperationGetOperand(b->op, 0));
+  MlirType tc = mlirValueGetType(mlirOperationGetOperand(c->op, 0));
+  MlirType ea = mlirShapedTypeGetElementType(ta), eb = mlirShapedTypeGetElementType(tb);
+  if (!mlirTypeIsAF32(mlirShapedTypeGetElementType(tc)) || !mlirTypeEqual(ea, eb)) return false;
+  unsigned bits = mlirTypeIsAF32(ea) ? 32 : mlirTypeIsAF16(ea) ? 16 : 0;
+  if (!bits || n_ext != (bits == 16 ? 2u : 0u)) return false;
+  /* c = c + a * b, stored where it was read. */
+  MlirValue m0 = mlirOperationGetOperand(mul, 0), m1 = mlirOperationGetOperand(mul, 1);
+  if (!((operand_is(m0, a, bits) && operand_is(m1, b, bits)) || (operand_is(m0, b, bits) && operand_is(m1, a, bits)))) {
+    return false;
+  }
+  MlirValue s0 = mlirOperationGetOperand(add, 0), s1 = mlirOperationGetOperand(add, 1);
+  MlirValue product = mlirOperationGetResult(mul, 0), old = mlirOperationGetResult(c->op, 0);
+  if (!((mlirValueEqual(s0, old) && mlirValueEqual(s1, product)) ||
+        (mlirValueEqual(s0, product) && mlirValueEqual(s1, old)))) {
+    return false;
+  }
+  if (mlirOperationGetNumOperands(store) != (intptr_t)rank + 2 ||
+      !mlirValueEqual(mlirOperationGetOperand(store, 0), mlirOperationGetResult(add, 0)) ||
+      arg_of(mlirOperationGetOperand(store, 1), entry) != c->arg) {
+    return false;
+  }
+  for (int d = 0; d < rank; d++) {
+    if (!mlirValueEqual(mlirOperationGetOperand(store, d + 2), mlirOperationGetOperand(c->op, d + 1))) return false;
+  }
+  /* Shapes [batch,] M x K, K x N, M x N. */
+  int o = rank - 2;
+  int64_t m = mlirShapedTypeGetDimSize(tc, o), n = mlirShapedTypeGetDimSize(tc, o + 1);
+  int64_t k = mlirShapedTypeGetDimSize(ta, o + 1);
+  int64_t batch = rank == 3 ? mlirShapedTypeGetDimSize(tc, 0) : 1;
+  if (mlirShapedTypeGetDimSize(ta, o) != m || mlirShapedTypeGetDimSize(tb, o) != k ||
+      mlirShapedTypeGetDimSize(tb, o + 1) != n || k != ub) {
+    return false;
+  }
+  if (rank == 3 && (mlirShapedTypeGetDimSize(ta, 0) != batch || mlirShapedTypeGetDimSize(tb, 0) != batch)) return false;
+  /* Indices: the row i and column j of the front half's tile, the batch the
+   * workgroup's x (or 0), and a grid that is exactly the output. */
+  MlirValue i = mlirOperationGetOperand(c->op, o + 1), j = mlirOperationGetOperand(c->op, o + 2);
+  if (!same_index(a->op, o, c->op, o) || !same_index(b->op, o + 1, c->op, o + 1) ||
+      !is_tile_index(i, 'y', 'y', block[1]) || !is_tile_index(j, 'x', 'z', block[0])) {
+    return false;
+  }
+  if (rank == 3) {
+    MlirValue bi = mlirOperationGetOperand(c->op, 1);
+    int64_t zero = -1;
+    bool batch_ok = is_gpu_id(bi, "gpu.block_id", 'x') ||
+                    (batch == 1 && kiln_compiler_int_constant_value(bi, &zero) && zero == 0);
+    if (!batch_ok || !same_index(a->op, 0, c->op, 0) || !same_index(b->op, 0, c->op, 0)) return false;
+  }
+  if ((int64_t)grid[0] != batch || (int64_t)grid[1] * block[1] != m || (int64_t)grid[2] * block[0] != n) return false;
+  /* The tiled kernel's own constraints. */
+  if (m % KILN_GEMM_TILE_M || n % KILN_GEMM_TILE_N || k % KILN_GEMM_TILE_K || batch > MAX_GRID ||
+      m / KILN_GEMM_TILE_M > MAX_GRID || n / KILN_GEMM_TILE_N > MAX_GRID) {
+    return false;
+  }
+  *out = (kiln_compiler_gemm_t){.found = true,
+                                .rank = rank,
+                                .batch = batch,
+                                .m = m,
+                                .n = n,
+                                .k = k,
+                                .a_arg = (unsigned)a->arg,
+                                .b_arg = (unsigned)b->arg,
+                                .c_arg = (unsigned)c->arg,
+                                .n_args = (unsigned)mlirBlockGetNumArguments(entry),
+                                .operand_bits = bits};
+  return true;
+}
+
+bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
+  if (!g->found || t->kind == KILN_TARGET_KIND_CPU) return false;
+  const kiln_target_gpu_limits_t *lim = &t->limits;
+  uint64_t shared = (uint64_t)(KILN_GEMM_TILE_M + KILN_GEMM_TILE_N) * KILN_GEMM_TILE_K * 4;
+  if (lim->max_workgroup_invocations < THREADS_X * THREADS_Y || lim->max_workgroup_size[0] < THREADS_X ||
+      lim->max_workgroup_size[1] < THREADS_Y || lim->max_shared_memory_bytes < shared) {
+    return false;
+  }
+  /* f16 operands are stored as f16: SPIR-V needs the profile's 16-bit storage
+   * and Float16 (VideoCore VII has neither; its kernels keep f16 as bits). */
+  if (g->operand_bits == 16 && t->kind == KILN_TARGET_KIND_VULKAN) {
+    return kiln_compiler_list_has(t->spirv_capabilities, "Float16") &&
+           kiln_compiler_list_has(t->spirv_capabilities, "StorageBuffer16BitAccess");
+  }
+  return true;
+}
+
+/* ---- the tiled kernel's text ---- */
+
+typedef struct emit_s {
+  kiln_buf_t *b;
+  int64_t consts[16];
+  size_t n_consts;
+} emit_t;
+
+/* %cN, defined once. */
+static void need_const(emit_t *e, int64_t v) {
+  for (size_t i = 0; i < e->n_consts; i++) {
+    if (e->consts[i] == v) return;
+  }
+  if (e->n_consts < sizeof e->consts / sizeof e->consts[0]) e->consts[e->n_consts++] = v;
+  kiln_buf_appendf(e->b, "  %%c%lld = arith.constant %lld : index\n", (long long)v, (long long)v);
+}
+
+/* memref<[batch x] rows x cols/4 x vector<4xT>> */
+static void vec_memref(kiln_buf_t *b, const kiln_compiler_gemm_t *g, int64_t rows, int64_t cols, const char *elem) {
+  kiln_buf_append_str(b, "memref<");
+  if (g->rank == 3) kiln_buf_appendf(b, "%lldx", (long long)g->batch);
+  kiln_buf_appendf(b, "%lldx%lldxvector<4x%s>>", (long long)rows, (long long)(cols / 4), elem);
+}
+
+static char *type_text(MlirType t) {
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  mlirTypePrint(t, print_cb, &b);
+  return kiln_buf_take(&b);
+}
+
+/* Indices [%bz,] row, col. */
+static void at(kiln_buf_t *b, const kiln_compiler_gemm_t *g, const char *row, const char *col) {
+  kiln_buf_appendf(b, "[%s%s, %s]", g->rank == 3 ? "%bz, " : "", row, col);
+}
+
+static char *kernel_text(MlirOperation func, const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
+  bool spirv = t->kind == KILN_TARGET_KIND_VULKAN;
+  const char *ws = spirv ? "3" : "#gpu.address_space<workgroup>";
+  const char *fm = spirv ? "" : " fastmath<contract>"; /* FMA on the LLVM backends */
+  const char *in = g->operand_bits == 16 ? "f16" : "f32";
+  MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
+  MlirAttribute sym = mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name"));
+  MlirStringRef name = mlirStringAttrGetValue(sym);
+  kiln_buf_t ta, tb, tc, as, bs;
+  kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc), kiln_buf_init(&as), kiln_buf_init(&bs);
+  vec_memref(&ta, g, g->m, g->k, in);
+  vec_memref(&tb, g, g->k, g->n, in);
+  vec_memref(&tc, g, g->m, g->n, "f32");
+  kiln_buf_appendf(&as, "memref<%dx%dxvector<4xf32>, %s>", KILN_GEMM_TILE_M, KILN_GEMM_TILE_K / 4, ws);
+  kiln_buf_appendf(&bs, "memref<%dx%dxvector<4xf32>, %s>", KILN_GEMM_TILE_K, KILN_GEMM_TILE_N / 4, ws);
+  kiln_buf_t text;
+  kiln_buf_init(&text);
+  kiln_buf_t *b = &text;
+  kiln_buf_appendf(b, "gpu.module @kiln_gemm {\ngpu.func @%.*s(", (int)name.length, name.data);
+  for (unsigned i = 0; i < g->n_args; i++) {
+    const char *type = i == g->a_arg ? ta.data : i == g->b_arg ? tb.data : i == g->c_arg ? tc.data : NULL;
+    char *own = type ? NULL : type_text(mlirValueGetType(mlirBlockGetArgument(entry, i)));
+    kiln_buf_appendf(b, "%s%%arg%u: %s", i ? ", " : "", i, type ? type : own);
+    kiln_free(own);
+  }
+  kiln_buf_append_str(b, ")");
+  if (!spirv) kiln_buf_appendf(b, " workgroup(%%As : %s, %%Bs : %s)", as.data, bs.data);
+  kiln_buf_appendf(b, " kernel attributes {known_block_size = array<i32: %d, %d, 1>", THREADS_X, THREADS_Y);
+  if (spirv) {
+    kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%d, %d, 1]>", THREADS_X,
+                     THREADS_Y);
+  }
+  kiln_buf_append_str(b, "} {\n");
+  if (spirv) kiln_buf_appendf(b, "  %%As = memref.alloc() : %s\n  %%Bs = memref.alloc() : %s\n", as.data, bs.data);
+  emit_t e = {.b = b};
+  int64_t consts[] = {0, 1, 2, 3, 4, THREADS_X, KILN_GEMM_TILE_M, KILN_GEMM_TILE_K, g->k / KILN_GEMM_TILE_K};
+  for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) need_const(&e, consts[i]);
+  char A[16], B[16], C[16];
+  snprintf(A, sizeof A, "%%arg%u", g->a_arg);
+  snprintf(B, sizeof B, "%%arg%u", g->b_arg);
+  snprintf(C, sizeof C, "%%arg%u", g->c_arg);
+  kiln_buf_appendf(b,
+                   "  %%tx = gpu.thread_id x\n  %%ty = gpu.thread_id y\n  %%bx = gpu.block_id x\n"
+                   "  %%by = gpu.block_id y\n  %%bz = gpu.block_id z\n"
+                   "  %%t0 = arith.muli %%ty, %%c%d : index\n  %%t = arith.addi %%t0, %%tx : index\n"
+                   "  %%arow = arith.divui %%t, %%c4 : index\n  %%akq = arith.remui %%t, %%c4 : index\n"
+                   "  %%m0 = arith.muli %%by, %%c%d : index\n  %%garow = arith.addi %%m0, %%arow : index\n"
+                   "  %%n0 = arith.muli %%bx, %%c%d : index\n  %%gcol = arith.addi %%n0, %%tx : index\n"
+                   "  %%ty4 = arith.muli %%ty, %%c4 : index\n  %%crow = arith.addi %%m0, %%ty4 : index\n",
+                   THREADS_X, KILN_GEMM_TILE_M, THREADS_X);
+  for (int i = 0; i < 4; i++) {
+    kiln_buf_appendf(b, "  %%ar%d = arith.addi %%ty4, %%c%d : index\n  %%cr%d = arith.addi %%crow, %%c%d : index\n", i,
+                     i, i, i);
+    char row[16];
+    snprintf(row, sizeof row, "%%cr%d", i);
+    kiln_buf_appendf(b, "  %%acc%d = memref.load %s", i, C);
+    at(b, g, row, "%gcol");
+    kiln_buf_appendf(b, " : %s\n", tc.data);
+  }
+  const char *v4 = "vector<4xf32>";
+  kiln_buf_appendf(b,
+                   "  %%r:4 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(%%x0 = %%acc0, %%x1 = %%acc1, "
+                   "%%x2 = %%acc2, %%x3 = %%acc3) -> (%s, %s, %s, %s) {\n",
+                   (long long)(g->k / KILN_GEMM_TILE_K), v4, v4, v4, v4);
+  kiln_buf_append_str(b, "    %kt4 = arith.muli %kt, %c4 : index\n    %kv = arith.addi %kt4, %akq : index\n");
+  kiln_buf_appendf(b, "    %%av = memref.load %s", A);
+  at(b, g, "%garow", "%kv");
+  kiln_buf_appendf(b, " : %s\n", ta.data);
+  kiln_buf_appendf(b, "    %%kt16 = arith.muli %%kt, %%c%d : index\n    %%kr = arith.addi %%kt16, %%ty : index\n",
+                   KILN_GEMM_TILE_K);
+  kiln_buf_appendf(b, "    %%bv = memref.load %s", B);
+  at(b, g, "%kr", "%gcol");
+  kiln_buf_appendf(b, " : %s\n", tb.data);
+  const char *av = "%av", *bv = "%bv";
+  if (g->operand_bits == 16) {
+    kiln_buf_append_str(b, "    %avw = arith.extf %av : vector<4xf16> to vector<4xf32>\n"
+                           "    %bvw = arith.extf %bv : vector<4xf16> to vector<4xf32>\n");
+    av = "%avw", bv = "%bvw";
+  }
+  kiln_buf_appendf(b, "    memref.store %s, %%As[%%arow, %%akq] : %s\n", av, as.data);
+  kiln_buf_appendf(b, "    memref.store %s, %%Bs[%%ty, %%tx] : %s\n    gpu.barrier\n", bv, bs.data);
+  char cur[4][24] = {"%x0", "%x1", "%x2", "%x3"};
+  for (int kk = 0; kk < KILN_GEMM_TILE_K; kk++) {
+    if (kk % 4 == 0) {
+      kiln_buf_appendf(b, "    %%q%d = arith.constant %d : index\n", kk, kk / 4);
+      for (int i = 0; i < 4; i++) {
+        kiln_buf_appendf(b, "    %%a%d_%d = memref.load %%As[%%ar%d, %%q%d] : %s\n", kk, i, i, kk, as.data);
+      }
+    }
+    kiln_buf_appendf(b, "    %%k%d = arith.constant %d : index\n", kk, kk);
+    kiln_buf_appendf(b, "    %%b%d = memref.load %%Bs[%%k%d, %%tx] : %s\n", kk, kk, bs.data);
+    for (int i = 0; i < 4; i++) {
+      int g4 = kk - kk % 4;
+      kiln_buf_appendf(b,
+                       "    %%e%d_%d = vector.extract %%a%d_%d[%d] : f32 from %s\n"
+                       "    %%s%d_%d = vector.broadcast %%e%d_%d : f32 to %s\n"
+                       "    %%p%d_%d = arith.mulf %%s%d_%d, %%b%d%s : %s\n"
+                       "    %%y%d_%d = arith.addf %s, %%p%d_%d%s : %s\n",
+                       kk, i, g4, i, kk % 4, v4, kk, i, kk, i, v4, kk, i, kk, i, kk, fm, v4, kk, i, cur[i], kk, i,
+                       fm, v4);
+      snprintf(cur[i], sizeof cur[i], "%%y%d_%d", kk, i);
+    }
+  }
+  kiln_buf_appendf(b, "    gpu.barrier\n    scf.yield %s, %s, %s, %s : %s, %s, %s, %s\n  }\n", cur[0], cur[1], cur[2],
+                   cur[3], v4, v4, v4, v4);
+  for (int i = 0; i < 4; i++) {
+    char row[16];
+    snprintf(row, sizeof row, "%%cr%d", i);
+    kiln_buf_appendf(b, "  memref.store %%r#%d, %s", i, C);
+    at(b, g, row, "%gcol");
+    kiln_buf_appendf(b, " : %s\n", tc.data);
+  }
+  kiln_buf_append_str(b, "  gpu.return\n}\n}\n");
+  kiln_buf_deinit(&ta), kiln_buf_deinit(&tb), kiln_buf_deinit(&tc), kiln_buf_deinit(&as), kiln_buf_deinit(&bs);
+  return kiln_buf_take(&text);
+}
+
+/* ---- the replacement ---- */
+
+typedef struct launches_of_s {
+  MlirStringRef module, kernel;
+  kiln_compiler_ops_t found;
+} launches_of_t;
+
+static bool ref_is(MlirStringRef a, MlirStringRef b) { return a.length == b.length && !memcmp(a.data, b.data, a.length); }
+
+static MlirWalkResult find_launches(MlirOperation op, void *user) {
+  if (!kiln_compiler_op_is(op, "gpu.launch_func")) return MlirWalkResultAdvance;
+  launches_of_t *l = user;
+  MlirAttribute k = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("kernel"));
+  if (!mlirAttributeIsNull(k) && mlirSymbolRefAttrGetNumNestedReferences(k) == 1 &&
+      ref_is(mlirSymbolRefAttrGetRootReference(k), l->module) &&
+      ref_is(mlirFlatSymbolRefAttrGetValue(mlirSymbolRefAttrGetNestedReference(k, 0)), l->kernel)) {
+    kiln_compiler_ops_push(&l->found, op);
+  }
+  return MlirWalkResultAdvance;
+}
+
+kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module, MlirOperation func,
+                                         const kiln_compiler_gemm_t *g, const kiln_target_t *t,
+                                         uint32_t out_grid[3], uint32_t out_block[3]) {
+  char *text = kernel_text(func, g, t);
+  MlirModule parsed = mlirModuleCreateParse(context, mlirStringRefCreateFromCString(text));
+  kiln_free(text);
+  if (mlirModuleIsNull(parsed)) {
+    return KILN_STATUS(KILN_STATUS_INTERNAL, "the tiled matmul kernel for %s does not parse (kiln bug)", t->id);
+  }
+  MlirOperation gm = kiln_compiler_first_op(mlirModuleGetBody(parsed), "gpu.module");
+  MlirOperation tiled = mlirOperationIsNull(gm)
+                            ? gm
+                            : kiln_compiler_first_op(mlirRegionGetFirstBlock(mlirOperationGetRegion(gm, 0)), "gpu.func");
+  if (mlirOperationIsNull(tiled)) {
+    mlirModuleDestroy(parsed);
+    return KILN_STATUS(KILN_STATUS_INTERNAL, "the tiled matmul kernel for %s has no gpu.func (kiln bug)", t->id);
+  }
+  /* The old kernel's launches go first: they name it, and their argument types
+   * are the old ones. */
+  MlirOperation parent = mlirOperationGetParentOperation(func);
+  launches_of_t l = {
+      mlirStringAttrGetValue(mlirOperationGetAttributeByName(parent, mlirStringRefCreateFromCString("sym_name"))),
+      mlirStringAttrGetValue(mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name"))),
+      {0}};
+  mlirOperationWalk(mlirModuleGetOperation(module), find_launches, &l, MlirWalkPreOrder);
+  for (size_t i = 0; i < l.found.n; i++) mlirOperationDestroy(l.found.items[i]);
+  kiln_free(l.found.items);
+  MlirOperation copy = mlirOperationClone(tiled);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(func), func, copy);
+  mlirOperationDestroy(func);
+  mlirModuleDestroy(parsed);
+  out_grid[0] = (uint32_t)(g->n / KILN_GEMM_TILE_N);
+  out_grid[1] = (uint32_t)(g->m / KILN_GEMM_TILE_M);
+  out_grid[2] = (uint32_t)g->batch;
+  out_block[0] = THREADS_X, out_block[1] = THREADS_Y, out_block[2] = 1;
+  return NULL;
+}

@@ -1,0 +1,67 @@
+/* Tiled matrix-multiply kernels for GPU targets (gpu_gemm.c). Inside compiler/
+ * only (includes mlir-c). One thread at a time per context.
+ *
+ * The front half gives every target the same kernels: a contraction becomes a
+ * kernel in which each invocation owns one output element and reads both
+ * operands from device memory on every k step (2 global loads per
+ * multiply-add). GPU targets replace such a kernel with a tiled one: a
+ * workgroup owns a TILE_M x TILE_N output tile, stages TILE_K slices of both
+ * operands through workgroup memory with 128-bit loads (one per invocation per
+ * operand per slice), and each invocation keeps a 4x4 register tile of
+ * accumulators, so a multiply-add costs 2/256 global loads. CPU targets keep
+ * the kernel they share with the front half (their workgroups are loops).
+ *
+ * What is matched (kiln_compiler_gemm_match) is the front half's own lowering of
+ * linalg.matmul / batch_matmul (what tosa.matmul becomes), read from the kernel:
+ *   for k in 0..K: C[b,i,j] += A[b,i,k] * B[b,k,j]      (A, B f32, or f16 widened)
+ * with i, j the tile's invocation indices and the grid exactly the output, so
+ * the replacement computes the same sums in the same k order. Shapes the tile
+ * does not divide keep the kernel they have.
+ */
+#ifndef KILN_COMPILER_GPU_GEMM_H_
+#define KILN_COMPILER_GPU_GEMM_H_
+
+#include <mlir-c/IR.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "compiler/targets.h"
+
+/* The output tile of a workgroup, the k slice staged per step, and the
+ * workgroup (TILE_N / 4 x TILE_M / 4 invocations, each a 4x4 register tile). */
+#define KILN_GEMM_TILE_M 64
+#define KILN_GEMM_TILE_N 64
+#define KILN_GEMM_TILE_K 16
+
+typedef struct kiln_compiler_gemm_s {
+  bool found;
+  int rank;                       /* of the operands: 2 (matmul) or 3 (batch_matmul) */
+  int64_t batch, m, n, k;
+  unsigned a_arg, b_arg, c_arg;   /* the kernel's arguments (a_arg may equal b_arg) */
+  unsigned n_args;
+  unsigned operand_bits;          /* A and B: 32 (f32) or 16 (f16, widened to f32) */
+} kiln_compiler_gemm_t;
+
+/* Whether kernel `func` (a gpu.func from the front half, launched on `grid`
+ * workgroups of `block` invocations) is a contraction the tiled kernel
+ * computes, in *out. */
+bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const uint32_t block[3],
+                              kiln_compiler_gemm_t *out);
+
+/* Whether target `t` takes the tiled kernel for `g`: its workgroup limits and
+ * workgroup memory hold the tile, and its code generator stores and computes
+ * the operands' type. */
+bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t *t);
+
+/* Replaces kernel `func` (matched as `g`) by the tiled kernel for target `t`,
+ * same symbol; the arguments it tiles become buffers of vector<4xT> (the same
+ * bytes: 128-bit loads in every backend, SPIR-V's logical addressing
+ * included). Launches of the old kernel are erased from host functions (the
+ * host plan, read before, launches the new one on out_grid). Writes the new
+ * grid and workgroup size. */
+kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module, MlirOperation func,
+                                         const kiln_compiler_gemm_t *g, const kiln_target_t *t,
+                                         uint32_t out_grid[3], uint32_t out_block[3]);
+
+#endif  // KILN_COMPILER_GPU_GEMM_H_
