@@ -296,7 +296,7 @@ bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t 
 
 typedef struct emit_s {
   kiln_buf_t *b;
-  int64_t consts[16];
+  int64_t consts[32];
   size_t n_consts;
 } emit_t;
 
@@ -309,11 +309,12 @@ static void need_const(emit_t *e, int64_t v) {
   kiln_buf_appendf(e->b, "  %%c%lld = arith.constant %lld : index\n", (long long)v, (long long)v);
 }
 
-/* memref<[batch x] rows x cols/4 x vector<4xT>> */
-static void vec_memref(kiln_buf_t *b, const kiln_compiler_gemm_t *g, int64_t rows, int64_t cols, const char *elem) {
+/* memref<[batch x] rows x cols/lanes x vector<lanes x T>> */
+static void vec_memref(kiln_buf_t *b, const kiln_compiler_gemm_t *g, int64_t rows, int64_t cols, int lanes,
+                       const char *elem) {
   kiln_buf_append_str(b, "memref<");
   if (g->rank == 3) kiln_buf_appendf(b, "%lldx", (long long)g->batch);
-  kiln_buf_appendf(b, "%lldx%lldxvector<4x%s>>", (long long)rows, (long long)(cols / 4), elem);
+  kiln_buf_appendf(b, "%lldx%lldxvector<%dx%s>>", (long long)rows, (long long)(cols / lanes), lanes, elem);
 }
 
 static char *type_text(MlirType t) {
@@ -328,32 +329,59 @@ static void at(kiln_buf_t *b, const kiln_compiler_gemm_t *g, const char *row, co
   kiln_buf_appendf(b, "[%s%s, %s]", g->rank == 3 ? "%bz, " : "", row, col);
 }
 
-static char *kernel_text(MlirOperation func, const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
+/* The old kernel's name and the types of the arguments the tiled kernel keeps
+ * as they were (NULL for A, B and C). */
+typedef struct kernel_sig_s {
+  char *name;
+  char **types;
+} kernel_sig_t;
+
+static void sig_of(MlirOperation func, const kiln_compiler_gemm_t *g, kernel_sig_t *out) {
+  MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
+  MlirStringRef name =
+      mlirStringAttrGetValue(mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name")));
+  out->name = kiln_strndup(name.data, name.length);
+  out->types = kiln_calloc(g->n_args ? g->n_args : 1, sizeof *out->types);
+  for (unsigned i = 0; i < g->n_args; i++) {
+    if (i != g->a_arg && i != g->b_arg && i != g->c_arg) {
+      out->types[i] = type_text(mlirValueGetType(mlirBlockGetArgument(entry, i)));
+    }
+  }
+}
+
+static void sig_deinit(const kiln_compiler_gemm_t *g, kernel_sig_t *sig) {
+  for (unsigned i = 0; i < g->n_args; i++) kiln_free(sig->types[i]);
+  kiln_free(sig->types);
+  kiln_free(sig->name);
+}
+
+/* "gpu.module @kiln_gemm {\ngpu.func @NAME(args)", A, B and C with the types given. */
+static void signature(kiln_buf_t *b, const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, const char *ta,
+                      const char *tb, const char *tc) {
+  kiln_buf_appendf(b, "gpu.module @kiln_gemm {\ngpu.func @%s(", sig->name);
+  for (unsigned i = 0; i < g->n_args; i++) {
+    const char *type = i == g->a_arg ? ta : i == g->b_arg ? tb : i == g->c_arg ? tc : sig->types[i];
+    kiln_buf_appendf(b, "%s%%arg%u: %s", i ? ", " : "", i, type);
+  }
+  kiln_buf_append_str(b, ")");
+}
+
+static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
   bool spirv = t->kind == KILN_TARGET_KIND_VULKAN;
   const char *ws = spirv ? "3" : "#gpu.address_space<workgroup>";
   const char *fm = spirv ? "" : " fastmath<contract>"; /* FMA on the LLVM backends */
   const char *in = g->operand_bits == 16 ? "f16" : "f32";
-  MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
-  MlirAttribute sym = mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name"));
-  MlirStringRef name = mlirStringAttrGetValue(sym);
   kiln_buf_t ta, tb, tc, as, bs;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc), kiln_buf_init(&as), kiln_buf_init(&bs);
-  vec_memref(&ta, g, g->m, g->k, in);
-  vec_memref(&tb, g, g->k, g->n, in);
-  vec_memref(&tc, g, g->m, g->n, "f32");
+  vec_memref(&ta, g, g->m, g->k, 4, in);
+  vec_memref(&tb, g, g->k, g->n, 4, in);
+  vec_memref(&tc, g, g->m, g->n, 4, "f32");
   kiln_buf_appendf(&as, "memref<%dx%dxvector<4xf32>, %s>", KILN_GEMM_TILE_M, KILN_GEMM_TILE_K / 4, ws);
   kiln_buf_appendf(&bs, "memref<%dx%dxvector<4xf32>, %s>", KILN_GEMM_TILE_K, KILN_GEMM_TILE_N / 4, ws);
   kiln_buf_t text;
   kiln_buf_init(&text);
   kiln_buf_t *b = &text;
-  kiln_buf_appendf(b, "gpu.module @kiln_gemm {\ngpu.func @%.*s(", (int)name.length, name.data);
-  for (unsigned i = 0; i < g->n_args; i++) {
-    const char *type = i == g->a_arg ? ta.data : i == g->b_arg ? tb.data : i == g->c_arg ? tc.data : NULL;
-    char *own = type ? NULL : type_text(mlirValueGetType(mlirBlockGetArgument(entry, i)));
-    kiln_buf_appendf(b, "%s%%arg%u: %s", i ? ", " : "", i, type ? type : own);
-    kiln_free(own);
-  }
-  kiln_buf_append_str(b, ")");
+  signature(b, sig, g, ta.data, tb.data, tc.data);
   if (!spirv) kiln_buf_appendf(b, " workgroup(%%As : %s, %%Bs : %s)", as.data, bs.data);
   kiln_buf_appendf(b, " kernel attributes {known_block_size = array<i32: %d, %d, 1>", THREADS_X, THREADS_Y);
   if (spirv) {
@@ -445,6 +473,179 @@ static char *kernel_text(MlirOperation func, const kiln_compiler_gemm_t *g, cons
   return kiln_buf_take(&text);
 }
 
+/* ---- CUDA: f16 operands on the tensor cores ---- */
+
+/* The workgroup: 4 warps (32 x 4), each a 32x32 quarter of the 64x64 tile as
+ * 2 x 4 mma.sync.m16n8k16 tiles (f16 products, f32 accumulators), over k slices
+ * of MMA_TILE_K staged in workgroup memory: A as [m][k], B transposed as [n][k],
+ * rows padded to MMA_PITCH halves (80 bytes: the 8 rows a fragment load reads
+ * fall in 8 different bank quads). Fragments follow PTX's layouts for
+ * m16n8k16 (g = lane / 4, c = lane % 4):
+ *   A: {a0a1, a2a3, a4a5, a6a7} = A[g][2c..], A[g+8][2c..], A[g][2c+8..], A[g+8][2c+8..]
+ *   B: {b0b1, b2b3}             = B[2c..][g], B[2c+8..][g]
+ *   C: {c0c1, c2c3}             = C[g][2c..], C[g+8][2c..]
+ * Global accesses: A and B in 128-bit vectors of 8 halves (two each per
+ * invocation per slice), C in 64-bit pairs. */
+#define MMA_TILE_K 32
+#define MMA_PITCH (MMA_TILE_K + 8)
+#define MMA_THREADS 128
+
+static bool use_mma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
+  return t->kind == KILN_TARGET_KIND_CUDA && g->operand_bits == 16 && g->k % MMA_TILE_K == 0;
+}
+
+static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g) {
+  kiln_buf_t ta, tb, tc;
+  kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc);
+  vec_memref(&ta, g, g->m, g->k, 8, "f16");
+  vec_memref(&tb, g, g->k, g->n, 8, "f16");
+  vec_memref(&tc, g, g->m, g->n, 2, "f32");
+  char ws[96];
+  snprintf(ws, sizeof ws, "memref<%dx%dxf16, #gpu.address_space<workgroup>>", KILN_GEMM_TILE_M, MMA_PITCH);
+  kiln_buf_t text;
+  kiln_buf_init(&text);
+  kiln_buf_t *b = &text;
+  signature(b, sig, g, ta.data, tb.data, tc.data);
+  kiln_buf_appendf(b, " workgroup(%%As : %s, %%Bs : %s) kernel attributes {known_block_size = array<i32: 32, 4, 1>} {\n",
+                   ws, ws);
+  emit_t e = {.b = b};
+  int64_t consts[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 64, 128, g->k / MMA_TILE_K};
+  for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) need_const(&e, consts[i]);
+  char A[16], B[16], C[16];
+  snprintf(A, sizeof A, "%%arg%u", g->a_arg);
+  snprintf(B, sizeof B, "%%arg%u", g->b_arg);
+  snprintf(C, sizeof C, "%%arg%u", g->c_arg);
+  kiln_buf_append_str(b,
+                      "  %lane = gpu.thread_id x\n  %warp = gpu.thread_id y\n  %bx = gpu.block_id x\n"
+                      "  %by = gpu.block_id y\n  %bz = gpu.block_id z\n"
+                      "  %g = arith.divui %lane, %c4 : index\n  %q = arith.remui %lane, %c4 : index\n"
+                      "  %q2 = arith.muli %q, %c2 : index\n"
+                      "  %w32 = arith.muli %warp, %c32 : index\n  %t = arith.addi %w32, %lane : index\n"
+                      "  %wm = arith.divui %warp, %c2 : index\n  %wn = arith.remui %warp, %c2 : index\n"
+                      "  %m0 = arith.muli %by, %c64 : index\n"
+                      "  %wm32 = arith.muli %wm, %c32 : index\n  %wn32 = arith.muli %wn, %c32 : index\n"
+                      "  %bx8 = arith.muli %bx, %c8 : index\n"
+                      "  %bx32 = arith.muli %bx, %c32 : index\n  %wn16 = arith.muli %wn, %c16 : index\n"
+                      "  %cb = arith.addi %bx32, %wn16 : index\n  %cb2 = arith.addi %cb, %q : index\n");
+  /* The loaders: invocation t moves vectors t and t + 128 of each slice. */
+  for (int it = 0; it < 2; it++) {
+    kiln_buf_appendf(b,
+                     "  %%i%d = arith.addi %%t, %%c%d : index\n"
+                     "  %%arow%d = arith.divui %%i%d, %%c4 : index\n  %%akq%d = arith.remui %%i%d, %%c4 : index\n"
+                     "  %%ak8%d = arith.muli %%akq%d, %%c8 : index\n  %%garow%d = arith.addi %%m0, %%arow%d : index\n"
+                     "  %%bk%d = arith.divui %%i%d, %%c8 : index\n  %%bnq%d = arith.remui %%i%d, %%c8 : index\n"
+                     "  %%bn8%d = arith.muli %%bnq%d, %%c8 : index\n  %%gbcol%d = arith.addi %%bx8, %%bnq%d : index\n",
+                     it, it ? 128 : 0, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it);
+    for (int i = 0; i < 8; i++) kiln_buf_appendf(b, "  %%bn%d_%d = arith.addi %%bn8%d, %%c%d : index\n", it, i, it, i);
+  }
+  /* The fragments' rows and columns in the tile. */
+  for (int mi = 0; mi < 2; mi++) {
+    kiln_buf_appendf(b,
+                     "  %%ra%d0 = arith.addi %%wm32, %%c%d : index\n  %%ra%d = arith.addi %%ra%d0, %%g : index\n"
+                     "  %%rb%d = arith.addi %%ra%d, %%c8 : index\n"
+                     "  %%gra%d = arith.addi %%m0, %%ra%d : index\n  %%grb%d = arith.addi %%m0, %%rb%d : index\n",
+                     mi, mi * 16, mi, mi, mi, mi, mi, mi, mi, mi);
+  }
+  for (int ni = 0; ni < 4; ni++) {
+    kiln_buf_appendf(b,
+                     "  %%nb%d0 = arith.addi %%wn32, %%c%d : index\n  %%nb%d = arith.addi %%nb%d0, %%g : index\n"
+                     "  %%cc%d = arith.addi %%cb2, %%c%d : index\n",
+                     ni, ni * 8, ni, ni, ni, ni * 4);
+  }
+  kiln_buf_append_str(b, "  %zc = arith.constant dense<0.0> : vector<2x2xf32>\n"
+                         "  %za = arith.constant dense<0.0> : vector<4x2xf16>\n"
+                         "  %zb = arith.constant dense<0.0> : vector<2x2xf16>\n");
+  const char *bi = g->rank == 3 ? "%bz, " : "";
+  for (int mi = 0; mi < 2; mi++) {
+    for (int ni = 0; ni < 4; ni++) {
+      kiln_buf_appendf(b,
+                       "  %%ci%d%d_0 = memref.load %s[%s%%gra%d, %%cc%d] : %s\n"
+                       "  %%ci%d%d_1 = memref.load %s[%s%%grb%d, %%cc%d] : %s\n"
+                       "  %%cv%d%d_0 = vector.insert %%ci%d%d_0, %%zc[0] : vector<2xf32> into vector<2x2xf32>\n"
+                       "  %%acc%d%d = vector.insert %%ci%d%d_1, %%cv%d%d_0[1] : vector<2xf32> into vector<2x2xf32>\n",
+                       mi, ni, C, bi, mi, ni, tc.data, mi, ni, C, bi, mi, ni, tc.data, mi, ni, mi, ni, mi, ni, mi, ni,
+                       mi, ni);
+    }
+  }
+  kiln_buf_appendf(b, "  %%r:8 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(",
+                   (long long)(g->k / MMA_TILE_K));
+  for (int a = 0; a < 8; a++) kiln_buf_appendf(b, "%s%%x%d = %%acc%d%d", a ? ", " : "", a, a / 4, a % 4);
+  kiln_buf_append_str(b, ") -> (");
+  for (int a = 0; a < 8; a++) kiln_buf_appendf(b, "%svector<2x2xf32>", a ? ", " : "");
+  kiln_buf_append_str(b, ") {\n    %kt4 = arith.muli %kt, %c4 : index\n    %kt32 = arith.muli %kt, %c32 : index\n");
+  for (int it = 0; it < 2; it++) {
+    kiln_buf_appendf(b,
+                     "    %%kv%d = arith.addi %%kt4, %%akq%d : index\n"
+                     "    %%va%d = memref.load %s[%s%%garow%d, %%kv%d] : %s\n"
+                     "    vector.store %%va%d, %%As[%%arow%d, %%ak8%d] {alignment = 16} : %s, vector<8xf16>\n"
+                     "    %%kr%d = arith.addi %%kt32, %%bk%d : index\n"
+                     "    %%vb%d = memref.load %s[%s%%kr%d, %%gbcol%d] : %s\n",
+                     it, it, it, A, bi, it, it, ta.data, it, it, it, ws, it, it, it, B, bi, it, it, tb.data);
+    for (int i = 0; i < 8; i++) {
+      kiln_buf_appendf(b,
+                       "    %%vb%d_%d = vector.extract %%vb%d[%d] : f16 from vector<8xf16>\n"
+                       "    memref.store %%vb%d_%d, %%Bs[%%bn%d_%d, %%bk%d] : %s\n",
+                       it, i, it, i, it, i, it, i, it, ws);
+    }
+  }
+  kiln_buf_append_str(b, "    gpu.barrier\n");
+  char cur[8][24];
+  for (int a = 0; a < 8; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
+  for (int ks = 0; ks < MMA_TILE_K / 16; ks++) {
+    kiln_buf_appendf(b,
+                     "    %%kb%d = arith.addi %%q2, %%c%d : index\n    %%kc%d = arith.addi %%kb%d, %%c8 : index\n",
+                     ks, ks * 16, ks, ks);
+    for (int mi = 0; mi < 2; mi++) {
+      static const char *const rows[4] = {"ra", "rb", "ra", "rb"};
+      char prev[24] = "%za";
+      for (int r = 0; r < 4; r++) {
+        kiln_buf_appendf(b,
+                         "    %%a%d%d_%d = vector.load %%As[%%%s%d, %%k%c%d] {alignment = 4} : %s, vector<2xf16>\n"
+                         "    %%af%d%d_%d = vector.insert %%a%d%d_%d, %s[%d] : vector<2xf16> into vector<4x2xf16>\n",
+                         ks, mi, r, rows[r], mi, r < 2 ? 'b' : 'c', ks, ws, ks, mi, r, ks, mi, r, prev, r);
+        snprintf(prev, sizeof prev, "%%af%d%d_%d", ks, mi, r);
+      }
+    }
+    for (int ni = 0; ni < 4; ni++) {
+      kiln_buf_appendf(b,
+                       "    %%b%d%d_0 = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = 4} : %s, vector<2xf16>\n"
+                       "    %%b%d%d_1 = vector.load %%Bs[%%nb%d, %%kc%d] {alignment = 4} : %s, vector<2xf16>\n"
+                       "    %%bg%d%d = vector.insert %%b%d%d_0, %%zb[0] : vector<2xf16> into vector<2x2xf16>\n"
+                       "    %%bf%d%d = vector.insert %%b%d%d_1, %%bg%d%d[1] : vector<2xf16> into vector<2x2xf16>\n",
+                       ks, ni, ni, ks, ws, ks, ni, ni, ks, ws, ks, ni, ks, ni, ks, ni, ks, ni, ks, ni);
+    }
+    for (int mi = 0; mi < 2; mi++) {
+      for (int ni = 0; ni < 4; ni++) {
+        int a = mi * 4 + ni;
+        kiln_buf_appendf(b,
+                         "    %%m%d_%d = nvgpu.mma.sync (%%af%d%d_3, %%bf%d%d, %s) {mmaShape = [16, 8, 16]} : "
+                         "(vector<4x2xf16>, vector<2x2xf16>, vector<2x2xf32>) -> vector<2x2xf32>\n",
+                         ks, a, ks, mi, ks, ni, cur[a]);
+        snprintf(cur[a], sizeof cur[a], "%%m%d_%d", ks, a);
+      }
+    }
+  }
+  kiln_buf_append_str(b, "    gpu.barrier\n    scf.yield ");
+  for (int a = 0; a < 8; a++) kiln_buf_appendf(b, "%s%s", a ? ", " : "", cur[a]);
+  kiln_buf_append_str(b, " : ");
+  for (int a = 0; a < 8; a++) kiln_buf_appendf(b, "%svector<2x2xf32>", a ? ", " : "");
+  kiln_buf_append_str(b, "\n  }\n");
+  for (int mi = 0; mi < 2; mi++) {
+    for (int ni = 0; ni < 4; ni++) {
+      int a = mi * 4 + ni;
+      kiln_buf_appendf(b,
+                       "  %%o%d_0 = vector.extract %%r#%d[0] : vector<2xf32> from vector<2x2xf32>\n"
+                       "  %%o%d_1 = vector.extract %%r#%d[1] : vector<2xf32> from vector<2x2xf32>\n"
+                       "  memref.store %%o%d_0, %s[%s%%gra%d, %%cc%d] : %s\n"
+                       "  memref.store %%o%d_1, %s[%s%%grb%d, %%cc%d] : %s\n",
+                       a, a, a, a, a, C, bi, mi, ni, tc.data, a, C, bi, mi, ni, tc.data);
+    }
+  }
+  kiln_buf_append_str(b, "  gpu.return\n}\n}\n");
+  kiln_buf_deinit(&ta), kiln_buf_deinit(&tb), kiln_buf_deinit(&tc);
+  return kiln_buf_take(&text);
+}
+
 /* ---- the replacement ---- */
 
 typedef struct launches_of_s {
@@ -469,7 +670,11 @@ static MlirWalkResult find_launches(MlirOperation op, void *user) {
 kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module, MlirOperation func,
                                          const kiln_compiler_gemm_t *g, const kiln_target_t *t,
                                          uint32_t out_grid[3], uint32_t out_block[3]) {
-  char *text = kernel_text(func, g, t);
+  bool mma = use_mma(g, t);
+  kernel_sig_t sig;
+  sig_of(func, g, &sig);
+  char *text = mma ? mma_kernel_text(&sig, g) : kernel_text(&sig, g, t);
+  sig_deinit(g, &sig);
   MlirModule parsed = mlirModuleCreateParse(context, mlirStringRefCreateFromCString(text));
   kiln_free(text);
   if (mlirModuleIsNull(parsed)) {
@@ -500,6 +705,16 @@ kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module,
   out_grid[0] = (uint32_t)(g->n / KILN_GEMM_TILE_N);
   out_grid[1] = (uint32_t)(g->m / KILN_GEMM_TILE_M);
   out_grid[2] = (uint32_t)g->batch;
-  out_block[0] = THREADS_X, out_block[1] = THREADS_Y, out_block[2] = 1;
+  out_block[0] = mma ? 32 : THREADS_X, out_block[1] = mma ? MMA_THREADS / 32 : THREADS_Y, out_block[2] = 1;
   return NULL;
+}
+
+char *kiln_compiler_gemm_text(const kiln_compiler_gemm_t *g, const kiln_target_t *t, uint32_t out_block[3]) {
+  char *types[3] = {NULL, NULL, NULL};
+  kiln_compiler_gemm_t plain = *g;
+  plain.a_arg = 0, plain.b_arg = 1, plain.c_arg = 2, plain.n_args = 3;
+  kernel_sig_t sig = {"gemm", types};
+  bool mma = use_mma(&plain, t);
+  out_block[0] = mma ? 32 : THREADS_X, out_block[1] = mma ? MMA_THREADS / 32 : THREADS_Y, out_block[2] = 1;
+  return mma ? mma_kernel_text(&sig, &plain) : kernel_text(&sig, &plain, t);
 }

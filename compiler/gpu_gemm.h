@@ -64,4 +64,10 @@ kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module,
                                          const kiln_compiler_gemm_t *g, const kiln_target_t *t,
                                          uint32_t out_grid[3], uint32_t out_block[3]);
 
+/* The text of the tiled kernel for `g` on `t` (a gpu.module holding gpu.func
+ * @gemm(A, B, C) with A, B and C as kiln_compiler_gemm_replace types them) and
+ * its workgroup size: for tools and tests that check the kernel's arithmetic
+ * without a GPU (tests/tools/gemm_emulate.py). Owned by the caller. */
+char *kiln_compiler_gemm_text(const kiln_compiler_gemm_t *g, const kiln_target_t *t, uint32_t out_block[3]);
+
 #endif  // KILN_COMPILER_GPU_GEMM_H_

@@ -654,7 +654,7 @@ static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_
     case KILN_TARGET_KIND_CUDA:
       kiln_buf_appendf(out,
                        "builtin.module(nvvm-attach-target{chip=%s features=+ptx%u O=3},"
-                       "gpu.module(%s,convert-gpu-to-nvvm{index-bitwidth=64 use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
+                       "gpu.module(%s,convert-nvgpu-to-nvvm,convert-gpu-to-nvvm{index-bitwidth=64 use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
                        "reconcile-unrealized-casts),gpu-module-to-binary{format=isa})",
                        t->chip, t->ptx_version, cuda_kernel_lowering);
       return NULL;

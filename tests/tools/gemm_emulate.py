@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Runs the arithmetic of kiln's tiled GPU matmul kernels without a GPU.
+
+    gemm_emulate.py GEMM_TEXT [TARGET RANK BATCH M N K BITS]...
+
+For each case (default: the set below) it asks GEMM_TEXT (tests/tools/gemm_text.c)
+for the kernel kiln writes, interprets that MLIR text on the CPU for every
+workgroup of the grid, its invocations in lockstep between barriers, and compares
+C with a reference matmul of random quarters (every sum exact). nvgpu.mma.sync is
+executed from the PTX ISA's fragment layouts for mma.m16n8k16 (f16 inputs, f32
+accumulators), written here independently of the generator's index arithmetic:
+with g = lane / 4 and q = lane % 4,
+    A: a_i = A[g + 8 * ((i // 2) % 2)][2q + i % 2 + 8 * (i // 4)]   i = 0..7
+    B: b_i = B[2q + i % 2 + 8 * (i // 2)][g]                          i = 0..3
+    C: c_i = C[g + 8 * (i // 2)][2q + i % 2]                          i = 0..3
+and register r of a vector<Rx2xf16> fragment holding elements 2r and 2r + 1.
+The lavapipe corpus runs the SIMT kernels on a device; this is what checks the
+tensor-core one here. Exit 1 on a wrong element, 2 on an op it does not know.
+"""
+import copy
+import random
+import re
+import subprocess
+import sys
+
+CASES = [
+    ('sm_89', 3, 2, 64, 128, 64, 16),   # mma.sync, two k slices, batched
+    ('sm_89', 2, 1, 128, 64, 32, 16),   # mma.sync, one slice, 2-D, two row tiles
+    ('sm_89', 3, 1, 64, 64, 48, 32),    # SIMT f32, three k slices
+    ('arm5gen', 3, 2, 64, 128, 16, 16), # SIMT with f16 widened as it is staged
+]
+
+
+def prod(xs):
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+class Memory:
+    """A memref: a flat list of scalars; a vector element type is one more dimension."""
+
+    def __init__(self, shape, data=None):
+        self.shape = shape
+        self.data = list(data) if data is not None else [0.0] * prod(shape)
+
+    def offset(self, index):
+        assert len(index) <= len(self.shape), (index, self.shape)
+        o = 0
+        for d, i in zip(self.shape, index):
+            assert 0 <= i < d, ('out of bounds', index, self.shape)
+            o = o * d + i
+        return o * prod(self.shape[len(index):])
+
+    def get(self, index):
+        inner = prod(self.shape[len(index):])
+        o = self.offset(index)
+        return self.data[o] if inner == 1 and len(index) == len(self.shape) else self.data[o:o + inner]
+
+    def put(self, index, value):
+        o = self.offset(index)
+        if isinstance(value, list):
+            self.data[o:o + len(value)] = value
+        else:
+            self.data[o] = value
+
+
+def memref_shape(t):
+    """memref<2x64x8xvector<8xf16>> -> [2, 64, 8, 8]; memref<64x40xf16, ...> -> [64, 40]."""
+    m = re.match(r'memref<((?:\d+x)*)(?:vector<(\d+)x\w+>|\w+)', t)
+    dims = [int(d) for d in m.group(1).split('x') if d]
+    return dims + ([int(m.group(2))] if m.group(2) else [])
+
+
+def mma(a_frags, b_frags, c_frags):
+    """One warp's mma.sync.m16n8k16: per-lane fragments in, per-lane results out."""
+    A = [[None] * 16 for _ in range(16)]
+    B = [[None] * 8 for _ in range(16)]
+    C = [[None] * 8 for _ in range(16)]
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        for i in range(8):
+            A[g + 8 * ((i // 2) % 2)][2 * q + i % 2 + 8 * (i // 4)] = a_frags[lane][i // 2][i % 2]
+        for i in range(4):
+            B[2 * q + i % 2 + 8 * (i // 2)][g] = b_frags[lane][i // 2][i % 2]
+            C[g + 8 * (i // 2)][2 * q + i % 2] = c_frags[lane][i // 2][i % 2]
+    assert all(x is not None for row in A + B + C for x in row), 'fragments do not cover the tile'
+    D = [[C[i][j] + sum(A[i][k] * B[k][j] for k in range(16)) for j in range(8)] for i in range(16)]
+    out = []
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        out.append([[D[g + 8 * r][2 * q + h] for h in range(2)] for r in range(2)])
+    return out
+
+
+class Kernel:
+    def __init__(self, text):
+        lines = [l.strip() for l in text.split('\n') if l.strip()]
+        m = re.match(r'// block (\d+) (\d+) (\d+) grid (\d+) (\d+) (\d+)', lines[0])
+        self.block = [int(x) for x in m.groups()[:3]]
+        self.grid = [int(x) for x in m.groups()[3:]]
+        sig = lines[2]
+        self.args = [(n, memref_shape(t)) for n, t in re.findall(r'%(arg\d+): (memref<[^)]*?>)(?:,|\))', sig)]
+        self.shared = {n: memref_shape(t) for n, t in re.findall(r'%(As|Bs) : (memref<[^>]*>)', sig)}
+        self.shared.update({n: memref_shape(t) for n, t in re.findall(r'%(As|Bs) = memref.alloc\(\) : (memref<[^>]*>)', text)})
+        self.body = [l for l in lines[3:] if not l.startswith('%As = memref.alloc') and not l.startswith('%Bs = memref.alloc')]
+        assert self.body[-2:] == ['}', '}'], self.body[-3:]
+        self.body = self.body[:-2]  # the function's and the module's closing braces
+        self.threads = prod(self.block)
+
+    def run(self, memory):
+        for z in range(self.grid[2]):
+            for y in range(self.grid[1]):
+                for x in range(self.grid[0]):
+                    self.workgroup((x, y, z), memory)
+
+    def workgroup(self, wg, memory):
+        T = self.threads
+        bx, by = self.block[0], self.block[1]
+        tids = [(t % bx, (t // bx) % by, t // (bx * by)) for t in range(T)]
+        env = {}
+        mem = dict(memory)
+        for n, shape in self.shared.items():
+            mem['%' + n] = Memory(shape)
+
+        def val(name, t):
+            if '#' in name:
+                base, i = name.split('#')
+                return env[base][int(i)][t]
+            return env[name][t]
+
+        def indices(text, t):
+            return [val(x.strip(), t) for x in text.split(',')] if text.strip() else []
+
+        def block(ops):
+            i = 0
+            while i < len(ops):
+                line = ops[i]
+                m = re.match(r'(%\w+):\d+ = scf.for (%\w+) = (%\w+) to (%\w+) step (%\w+) iter_args\((.*)\) -> \(.*\) \{$', line)
+                if m:
+                    depth, j = 1, i + 1
+                    while depth:
+                        depth += ops[j].endswith('{') - (ops[j] == '}')
+                        j += 1
+                    inits = [p.split(' = ') for p in m.group(6).split(', ')]
+                    carried = [[val(v, t) for t in range(T)] for _, v in inits]
+                    for k in range(env[m.group(3)][0], env[m.group(4)][0], env[m.group(5)][0]):
+                        env[m.group(2)] = [k] * T
+                        for (n, _), c in zip(inits, carried):
+                            env[n] = c
+                        carried = block(ops[i + 1:j - 1])
+                    env[m.group(1)] = carried
+                    i = j
+                    continue
+                if line.startswith('scf.yield'):
+                    names = line[len('scf.yield '):].split(' : ')[0].split(', ')
+                    return [[val(n, t) for t in range(T)] for n in names]
+                step(line)
+                i += 1
+            return None
+
+        def step(line):
+            if line in ('gpu.barrier', 'gpu.return'):
+                return  # lockstep: every invocation reached it
+            m = re.match(r'(%\w+) = arith.constant (-?\d+) : index$', line)
+            if m:
+                env[m.group(1)] = [int(m.group(2))] * T
+                return
+            m = re.match(r'(%\w+) = arith.constant dense<0.0> : vector<(\d+)x(\d+)x\w+>$', line)
+            if m:
+                env[m.group(1)] = [[[0.0] * int(m.group(3)) for _ in range(int(m.group(2)))] for _ in range(T)]
+                return
+            m = re.match(r'(%\w+) = gpu.(thread_id|block_id) +([xyz])$', line)
+            if m:
+                d = 'xyz'.index(m.group(3))
+                env[m.group(1)] = [tids[t][d] for t in range(T)] if m.group(2) == 'thread_id' else [wg[d]] * T
+                return
+            m = re.match(r'(%\w+) = arith.(addi|muli|divui|remui) (%\w+), (%\w+) : index$', line)
+            if m:
+                f = {'addi': lambda a, b: a + b, 'muli': lambda a, b: a * b,
+                     'divui': lambda a, b: a // b, 'remui': lambda a, b: a % b}[m.group(2)]
+                env[m.group(1)] = [f(env[m.group(3)][t], env[m.group(4)][t]) for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = memref.load (%\w+)\[(.*?)\] :', line)
+            if m:
+                env[m.group(1)] = [copy.copy(mem[m.group(2)].get(indices(m.group(3), t))) for t in range(T)]
+                return
+            m = re.match(r'memref.store (%[\w#]+), (%\w+)\[(.*?)\] :', line)
+            if m:
+                for t in range(T):
+                    mem[m.group(2)].put(indices(m.group(3), t), copy.copy(val(m.group(1), t)))
+                return
+            m = re.match(r'(%\w+) = vector.load (%\w+)\[(.*?)\] .*vector<(\d+)x\w+>$', line)
+            if m:
+                n, out = int(m.group(4)), []
+                for t in range(T):
+                    ix = indices(m.group(3), t)
+                    out.append([mem[m.group(2)].get(ix[:-1] + [ix[-1] + k]) for k in range(n)])
+                env[m.group(1)] = out
+                return
+            m = re.match(r'vector.store (%\w+), (%\w+)\[(.*?)\] .*vector<(\d+)x\w+>$', line)
+            if m:
+                for t in range(T):
+                    ix, v = indices(m.group(3), t), val(m.group(1), t)
+                    for k in range(int(m.group(4))):
+                        mem[m.group(2)].put(ix[:-1] + [ix[-1] + k], v[k])
+                return
+            m = re.match(r'(%\w+) = vector.insert (%\w+), (%\w+)\[(\d+)\]', line)
+            if m:
+                out = []
+                for t in range(T):
+                    v = copy.deepcopy(val(m.group(3), t))
+                    v[int(m.group(4))] = copy.deepcopy(val(m.group(2), t))
+                    out.append(v)
+                env[m.group(1)] = out
+                return
+            m = re.match(r'(%\w+) = vector.extract (%[\w#]+)\[(\d+)\]', line)
+            if m:
+                env[m.group(1)] = [copy.deepcopy(val(m.group(2), t)[int(m.group(3))]) for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = vector.broadcast (%\w+) : f32 to vector<(\d+)xf32>$', line)
+            if m:
+                env[m.group(1)] = [[val(m.group(2), t)] * int(m.group(3)) for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = arith.(mulf|addf) (%\w+), (%\w+)', line)
+            if m:
+                mul = m.group(2) == 'mulf'
+                env[m.group(1)] = [[x * y if mul else x + y for x, y in zip(val(m.group(3), t), val(m.group(4), t))]
+                                   for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = arith.extf (%\w+) ', line)
+            if m:
+                env[m.group(1)] = [list(val(m.group(2), t)) for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = nvgpu.mma.sync \((%\w+), (%\w+), (%[\w#]+)\) \{mmaShape = \[16, 8, 16\]\}', line)
+            if m:
+                out = []
+                for w in range(T // 32):
+                    lanes = range(w * 32, w * 32 + 32)
+                    out += mma([val(m.group(2), t) for t in lanes], [val(m.group(3), t) for t in lanes],
+                               [val(m.group(4), t) for t in lanes])
+                env[m.group(1)] = out
+                return
+            print('gemm_emulate: an op it does not know: ' + line)
+            sys.exit(2)
+
+        block(self.body)
+
+
+def check(tool, target, rank, batch, m, n, k, bits):
+    args = [str(x) for x in (target, rank, batch, m, n, k, bits)]
+    text = subprocess.run([tool] + args, check=True, capture_output=True, text=True).stdout
+    kernel = Kernel(text)
+    rng = random.Random(' '.join(args))
+    quarters = lambda count: [rng.randint(-8, 8) / 4 for _ in range(count)]
+    a, b, c = quarters(batch * m * k), quarters(batch * k * n), quarters(batch * m * n)
+    want = [c[(z * m + i) * n + j] + sum(a[(z * m + i) * k + kk] * b[(z * k + kk) * n + j] for kk in range(k))
+            for z in range(batch) for i in range(m) for j in range(n)]
+    names = [name for name, _ in kernel.args]
+    shapes = dict(kernel.args)
+    memory = {'%' + names[0]: Memory(shapes[names[0]], a), '%' + names[1]: Memory(shapes[names[1]], b),
+              '%' + names[2]: Memory(shapes[names[2]], c)}
+    kernel.run(memory)
+    got = memory['%' + names[2]].data
+    bad = [i for i, (x, y) in enumerate(zip(got, want)) if x != y]
+    what = '%s rank %d batch %d %dx%dx%d f%d (block %s)' % (target, rank, batch, m, n, k, bits,
+                                                           'x'.join(map(str, kernel.block)))
+    if bad:
+        print('FAIL %s: %d of %d elements wrong, first at %d: want %g, got %g' % (
+            what, len(bad), len(want), bad[0], want[bad[0]], got[bad[0]]))
+        return False
+    print('ok   %s: %d elements' % (what, len(want)))
+    return True
+
+
+def main():
+    tool = sys.argv[1]
+    rest = sys.argv[2:]
+    cases = [tuple([rest[i]] + [int(x) for x in rest[i + 1:i + 7]]) for i in range(0, len(rest), 7)] or CASES
+    ok = all([check(tool, *case) for case in cases])
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == '__main__':
+    main()
