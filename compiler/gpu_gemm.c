@@ -275,23 +275,6 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
   return true;
 }
 
-bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
-  if (!g->found || t->kind == KILN_TARGET_KIND_CPU) return false;
-  const kiln_target_gpu_limits_t *lim = &t->limits;
-  uint64_t shared = (uint64_t)(KILN_GEMM_TILE_M + KILN_GEMM_TILE_N) * KILN_GEMM_TILE_K * 4;
-  if (lim->max_workgroup_invocations < THREADS_X * THREADS_Y || lim->max_workgroup_size[0] < THREADS_X ||
-      lim->max_workgroup_size[1] < THREADS_Y || lim->max_shared_memory_bytes < shared) {
-    return false;
-  }
-  /* f16 operands are stored as f16: SPIR-V needs the profile's 16-bit storage
-   * and Float16 (VideoCore VII has neither; its kernels keep f16 as bits). */
-  if (g->operand_bits == 16 && t->kind == KILN_TARGET_KIND_VULKAN) {
-    return kiln_compiler_list_has(t->spirv_capabilities, "Float16") &&
-           kiln_compiler_list_has(t->spirv_capabilities, "StorageBuffer16BitAccess");
-  }
-  return true;
-}
-
 /* ---- the tiled kernel's text ---- */
 
 typedef struct emit_s {
@@ -646,6 +629,174 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
   return kiln_buf_take(&text);
 }
 
+/* ---- AMD CDNA (wave64): f16 operands on the matrix cores ---- */
+
+/* The workgroup: 4 waves (64 x 4), each a 32x32 quarter of the 64x64 tile as
+ * 2 x 2 v_mfma_f32_16x16x16_f16 tiles, over the same 32-deep slices and
+ * workgroup layout as the CUDA kernel (A as [m][k], B transposed as [n][k]).
+ * Fragments follow the 16x16x16 MFMA layout (r = lane % 16, s = lane / 16):
+ *   A: A[r][4s..4s+3]   B: B[4s..4s+3][r]   C: C[4s..4s+3][r] (a column of 4)
+ * so A and B fragments are one 64-bit workgroup load each; C is read and written
+ * once, as scalars. */
+#define MFMA_THREADS 256
+
+static bool use_mfma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
+  return t->kind == KILN_TARGET_KIND_HIP && t->limits.subgroup_size == 64 && g->operand_bits == 16 &&
+         g->k % MMA_TILE_K == 0;
+}
+
+static char *mfma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g) {
+  kiln_buf_t ta, tb, tc;
+  kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc);
+  vec_memref(&ta, g, g->m, g->k, 8, "f16");
+  vec_memref(&tb, g, g->k, g->n, 8, "f16");
+  kiln_buf_append_str(&tc, "memref<");
+  if (g->rank == 3) kiln_buf_appendf(&tc, "%lldx", (long long)g->batch);
+  kiln_buf_appendf(&tc, "%lldx%lldxf32>", (long long)g->m, (long long)g->n);
+  char ws[96];
+  snprintf(ws, sizeof ws, "memref<%dx%dxf16, #gpu.address_space<workgroup>>", KILN_GEMM_TILE_M, MMA_PITCH);
+  kiln_buf_t text;
+  kiln_buf_init(&text);
+  kiln_buf_t *b = &text;
+  signature(b, sig, g, ta.data, tb.data, tc.data);
+  kiln_buf_appendf(b, " workgroup(%%As : %s, %%Bs : %s) kernel attributes {known_block_size = array<i32: 64, 4, 1>} {\n",
+                   ws, ws);
+  emit_t e = {.b = b};
+  int64_t consts[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, g->k / MMA_TILE_K};
+  for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) need_const(&e, consts[i]);
+  char A[16], B[16], C[16];
+  snprintf(A, sizeof A, "%%arg%u", g->a_arg);
+  snprintf(B, sizeof B, "%%arg%u", g->b_arg);
+  snprintf(C, sizeof C, "%%arg%u", g->c_arg);
+  const char *bi = g->rank == 3 ? "%bz, " : "";
+  kiln_buf_append_str(b,
+                      "  %lane = gpu.thread_id x\n  %wave = gpu.thread_id y\n  %bx = gpu.block_id x\n"
+                      "  %by = gpu.block_id y\n  %bz = gpu.block_id z\n"
+                      "  %r = arith.remui %lane, %c16 : index\n  %s = arith.divui %lane, %c16 : index\n"
+                      "  %s4 = arith.muli %s, %c4 : index\n"
+                      "  %w64 = arith.muli %wave, %c64 : index\n  %t = arith.addi %w64, %lane : index\n"
+                      "  %wm = arith.divui %wave, %c2 : index\n  %wn = arith.remui %wave, %c2 : index\n"
+                      "  %m0 = arith.muli %by, %c64 : index\n  %n0 = arith.muli %bx, %c64 : index\n"
+                      "  %wm32 = arith.muli %wm, %c32 : index\n  %wn32 = arith.muli %wn, %c32 : index\n"
+                      "  %bx8 = arith.muli %bx, %c8 : index\n"
+                      "  %arow = arith.divui %t, %c4 : index\n  %akq = arith.remui %t, %c4 : index\n"
+                      "  %ak8 = arith.muli %akq, %c8 : index\n  %garow = arith.addi %m0, %arow : index\n"
+                      "  %bk = arith.divui %t, %c8 : index\n  %bnq = arith.remui %t, %c8 : index\n"
+                      "  %bn8 = arith.muli %bnq, %c8 : index\n  %gbcol = arith.addi %bx8, %bnq : index\n");
+  for (int i = 0; i < 8; i++) kiln_buf_appendf(b, "  %%bn_%d = arith.addi %%bn8, %%c%d : index\n", i, i);
+  for (int x = 0; x < 2; x++) {
+    kiln_buf_appendf(b,
+                     "  %%ra%d0 = arith.addi %%wm32, %%c%d : index\n  %%ra%d = arith.addi %%ra%d0, %%r : index\n"
+                     "  %%nb%d0 = arith.addi %%wn32, %%c%d : index\n  %%nb%d = arith.addi %%nb%d0, %%r : index\n"
+                     "  %%gcol%d = arith.addi %%n0, %%nb%d : index\n"
+                     "  %%crow%d0 = arith.addi %%m0, %%ra%d0 : index\n  %%crow%d = arith.addi %%crow%d0, %%s4 : index\n",
+                     x, x * 16, x, x, x, x * 16, x, x, x, x, x, x, x, x);
+    for (int j = 0; j < 4; j++) kiln_buf_appendf(b, "  %%crow%d_%d = arith.addi %%crow%d, %%c%d : index\n", x, j, x, j);
+  }
+  kiln_buf_append_str(b, "  %zc = arith.constant dense<0.0> : vector<4xf32>\n");
+  for (int mi = 0; mi < 2; mi++) {
+    for (int ni = 0; ni < 2; ni++) {
+      char prev[24] = "%zc";
+      for (int j = 0; j < 4; j++) {
+        kiln_buf_appendf(b,
+                         "  %%ci%d%d_%d = memref.load %s[%s%%crow%d_%d, %%gcol%d] : %s\n"
+                         "  %%cv%d%d_%d = vector.insert %%ci%d%d_%d, %s[%d] : f32 into vector<4xf32>\n",
+                         mi, ni, j, C, bi, mi, j, ni, tc.data, mi, ni, j, mi, ni, j, prev, j);
+        snprintf(prev, sizeof prev, "%%cv%d%d_%d", mi, ni, j);
+      }
+    }
+  }
+  kiln_buf_appendf(b, "  %%acc:4 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(",
+                   (long long)(g->k / MMA_TILE_K));
+  for (int a = 0; a < 4; a++) kiln_buf_appendf(b, "%s%%x%d = %%cv%d%d_3", a ? ", " : "", a, a / 2, a % 2);
+  kiln_buf_append_str(b, ") -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>) {\n"
+                         "    %kt4 = arith.muli %kt, %c4 : index\n    %kt32 = arith.muli %kt, %c32 : index\n"
+                         "    %kv = arith.addi %kt4, %akq : index\n");
+  kiln_buf_appendf(b,
+                   "    %%va = memref.load %s[%s%%garow, %%kv] : %s\n"
+                   "    vector.store %%va, %%As[%%arow, %%ak8] {alignment = 16} : %s, vector<8xf16>\n"
+                   "    %%kr = arith.addi %%kt32, %%bk : index\n"
+                   "    %%vb = memref.load %s[%s%%kr, %%gbcol] : %s\n",
+                   A, bi, ta.data, ws, B, bi, tb.data);
+  for (int i = 0; i < 8; i++) {
+    kiln_buf_appendf(b,
+                     "    %%vb_%d = vector.extract %%vb[%d] : f16 from vector<8xf16>\n"
+                     "    memref.store %%vb_%d, %%Bs[%%bn_%d, %%bk] : %s\n",
+                     i, i, i, i, ws);
+  }
+  kiln_buf_append_str(b, "    gpu.barrier\n");
+  char cur[4][24];
+  for (int a = 0; a < 4; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
+  for (int ks = 0; ks < MMA_TILE_K / 16; ks++) {
+    kiln_buf_appendf(b, "    %%kb%d = arith.addi %%s4, %%c%d : index\n", ks, ks * 16);
+    for (int x = 0; x < 2; x++) {
+      kiln_buf_appendf(b,
+                       "    %%af%d%d = vector.load %%As[%%ra%d, %%kb%d] {alignment = 8} : %s, vector<4xf16>\n"
+                       "    %%bf%d%d = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = 8} : %s, vector<4xf16>\n",
+                       ks, x, x, ks, ws, ks, x, x, ks, ws);
+    }
+    for (int a = 0; a < 4; a++) {
+      kiln_buf_appendf(b,
+                       "    %%m%d_%d = amdgpu.mfma 16x16x16 %%af%d%d * %%bf%d%d + %s blgp = none : "
+                       "vector<4xf16>, vector<4xf16>, vector<4xf32>\n",
+                       ks, a, ks, a / 2, ks, a % 2, cur[a]);
+      snprintf(cur[a], sizeof cur[a], "%%m%d_%d", ks, a);
+    }
+  }
+  kiln_buf_appendf(b,
+                   "    gpu.barrier\n    scf.yield %s, %s, %s, %s : vector<4xf32>, vector<4xf32>, vector<4xf32>, "
+                   "vector<4xf32>\n  }\n",
+                   cur[0], cur[1], cur[2], cur[3]);
+  for (int a = 0; a < 4; a++) {
+    for (int j = 0; j < 4; j++) {
+      kiln_buf_appendf(b,
+                       "  %%o%d_%d = vector.extract %%acc#%d[%d] : f32 from vector<4xf32>\n"
+                       "  memref.store %%o%d_%d, %s[%s%%crow%d_%d, %%gcol%d] : %s\n",
+                       a, j, a, j, a, j, C, bi, a / 2, j, a % 2, tc.data);
+    }
+  }
+  kiln_buf_append_str(b, "  gpu.return\n}\n}\n");
+  kiln_buf_deinit(&ta), kiln_buf_deinit(&tb), kiln_buf_deinit(&tc);
+  return kiln_buf_take(&text);
+}
+
+/* The kernel for `g` on `t` and its workgroup size. */
+static char *tiled_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, const kiln_target_t *t,
+                        uint32_t out_block[3]) {
+  out_block[2] = 1;
+  if (use_mma(g, t)) {
+    out_block[0] = 32, out_block[1] = MMA_THREADS / 32;
+    return mma_kernel_text(sig, g);
+  }
+  if (use_mfma(g, t)) {
+    out_block[0] = 64, out_block[1] = MFMA_THREADS / 64;
+    return mfma_kernel_text(sig, g);
+  }
+  out_block[0] = THREADS_X, out_block[1] = THREADS_Y;
+  return kernel_text(sig, g, t);
+}
+
+bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
+  if (!g->found || t->kind == KILN_TARGET_KIND_CPU) return false;
+  /* Invocations and workgroup memory of the kernel the target would take. */
+  bool matrix = use_mma(g, t) || use_mfma(g, t);
+  uint32_t x = matrix ? (use_mma(g, t) ? 32 : 64) : THREADS_X, y = matrix ? 4 : THREADS_Y;
+  uint64_t shared = matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH * 2
+                           : (uint64_t)(KILN_GEMM_TILE_M + KILN_GEMM_TILE_N) * KILN_GEMM_TILE_K * 4;
+  const kiln_target_gpu_limits_t *lim = &t->limits;
+  if (lim->max_workgroup_invocations < x * y || lim->max_workgroup_size[0] < x || lim->max_workgroup_size[1] < y ||
+      lim->max_shared_memory_bytes < shared) {
+    return false;
+  }
+  /* f16 operands are stored as f16: SPIR-V needs the profile's 16-bit storage
+   * and Float16 (VideoCore VII has neither; its kernels keep f16 as bits). */
+  if (g->operand_bits == 16 && t->kind == KILN_TARGET_KIND_VULKAN) {
+    return kiln_compiler_list_has(t->spirv_capabilities, "Float16") &&
+           kiln_compiler_list_has(t->spirv_capabilities, "StorageBuffer16BitAccess");
+  }
+  return true;
+}
+
 /* ---- the replacement ---- */
 
 typedef struct launches_of_s {
@@ -670,10 +821,9 @@ static MlirWalkResult find_launches(MlirOperation op, void *user) {
 kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module, MlirOperation func,
                                          const kiln_compiler_gemm_t *g, const kiln_target_t *t,
                                          uint32_t out_grid[3], uint32_t out_block[3]) {
-  bool mma = use_mma(g, t);
   kernel_sig_t sig;
   sig_of(func, g, &sig);
-  char *text = mma ? mma_kernel_text(&sig, g) : kernel_text(&sig, g, t);
+  char *text = tiled_text(&sig, g, t, out_block);
   sig_deinit(g, &sig);
   MlirModule parsed = mlirModuleCreateParse(context, mlirStringRefCreateFromCString(text));
   kiln_free(text);
@@ -705,7 +855,6 @@ kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module,
   out_grid[0] = (uint32_t)(g->n / KILN_GEMM_TILE_N);
   out_grid[1] = (uint32_t)(g->m / KILN_GEMM_TILE_M);
   out_grid[2] = (uint32_t)g->batch;
-  out_block[0] = mma ? 32 : THREADS_X, out_block[1] = mma ? MMA_THREADS / 32 : THREADS_Y, out_block[2] = 1;
   return NULL;
 }
 
@@ -714,7 +863,5 @@ char *kiln_compiler_gemm_text(const kiln_compiler_gemm_t *g, const kiln_target_t
   kiln_compiler_gemm_t plain = *g;
   plain.a_arg = 0, plain.b_arg = 1, plain.c_arg = 2, plain.n_args = 3;
   kernel_sig_t sig = {"gemm", types};
-  bool mma = use_mma(&plain, t);
-  out_block[0] = mma ? 32 : THREADS_X, out_block[1] = mma ? MMA_THREADS / 32 : THREADS_Y, out_block[2] = 1;
-  return mma ? mma_kernel_text(&sig, &plain) : kernel_text(&sig, &plain, t);
+  return tiled_text(&sig, &plain, t, out_block);
 }

@@ -665,9 +665,9 @@ static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_
       KILN_RETURN_IF_ERROR(toolkit_dir(context, &toolkit));
       kiln_buf_appendf(out,
                        "builtin.module(rocdl-attach-target{chip=%s O=3 abi=500 wave64=%s},"
-                       "gpu.module(%s,convert-gpu-to-rocdl{index-bitwidth=64 use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
+                       "gpu.module(%s,convert-amdgpu-to-rocdl{chipset=%s},convert-gpu-to-rocdl{index-bitwidth=64 use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
                        "reconcile-unrealized-casts),gpu-module-to-binary{format=bin toolkit=%s})",
-                       t->chip, t->limits.subgroup_size == 64 ? "true" : "false", hip_kernel_lowering,
+                       t->chip, t->limits.subgroup_size == 64 ? "true" : "false", hip_kernel_lowering, t->chip,
                        toolkit);
       return NULL;
     }

@@ -14,6 +14,9 @@ with g = lane / 4 and q = lane % 4,
     B: b_i = B[2q + i % 2 + 8 * (i // 2)][g]                          i = 0..3
     C: c_i = C[g + 8 * (i // 2)][2q + i % 2]                          i = 0..3
 and register r of a vector<Rx2xf16> fragment holding elements 2r and 2r + 1.
+amdgpu.mfma 16x16x16 (v_mfma_f32_16x16x16_f16, a wave of 64) from AMD's layout for
+it: with r = lane % 16 and s = lane / 16, element j of a lane's fragment is
+    A[r][4s + j],   B[4s + j][r],   C[4s + j][r].
 The lavapipe corpus runs the SIMT kernels on a device; this is what checks the
 tensor-core one here. Exit 1 on a wrong element, 2 on an op it does not know.
 """
@@ -28,6 +31,8 @@ CASES = [
     ('sm_89', 2, 1, 128, 64, 32, 16),   # mma.sync, one slice, 2-D, two row tiles
     ('sm_89', 3, 1, 64, 64, 48, 32),    # SIMT f32, three k slices
     ('arm5gen', 3, 2, 64, 128, 16, 16), # SIMT with f16 widened as it is staged
+    ('gfx950', 3, 2, 64, 128, 64, 16),  # MFMA, two k slices, batched
+    ('gfx942', 2, 1, 128, 64, 32, 16),  # MFMA, 2-D, two row tiles
 ]
 
 
@@ -92,6 +97,22 @@ def mma(a_frags, b_frags, c_frags):
         g, q = lane // 4, lane % 4
         out.append([[D[g + 8 * r][2 * q + h] for h in range(2)] for r in range(2)])
     return out
+
+
+def mfma(a_frags, b_frags, c_frags):
+    """One wave's v_mfma_f32_16x16x16_f16."""
+    A = [[None] * 16 for _ in range(16)]
+    B = [[None] * 16 for _ in range(16)]
+    C = [[None] * 16 for _ in range(16)]
+    for lane in range(64):
+        r, s = lane % 16, lane // 16
+        for j in range(4):
+            A[r][4 * s + j] = a_frags[lane][j]
+            B[4 * s + j][r] = b_frags[lane][j]
+            C[4 * s + j][r] = c_frags[lane][j]
+    assert all(x is not None for row in A + B + C for x in row), 'fragments do not cover the tile'
+    D = [[C[i][j] + sum(A[i][k] * B[k][j] for k in range(16)) for j in range(16)] for i in range(16)]
+    return [[D[4 * (lane // 16) + j][lane % 16] for j in range(4)] for lane in range(64)]
 
 
 class Kernel:
@@ -171,6 +192,10 @@ class Kernel:
             if m:
                 env[m.group(1)] = [[[0.0] * int(m.group(3)) for _ in range(int(m.group(2)))] for _ in range(T)]
                 return
+            m = re.match(r'(%\w+) = arith.constant dense<0.0> : vector<(\d+)x\w+>$', line)
+            if m:
+                env[m.group(1)] = [[0.0] * int(m.group(2)) for _ in range(T)]
+                return
             m = re.match(r'(%\w+) = gpu.(thread_id|block_id) +([xyz])$', line)
             if m:
                 d = 'xyz'.index(m.group(3))
@@ -240,6 +265,15 @@ class Kernel:
                     lanes = range(w * 32, w * 32 + 32)
                     out += mma([val(m.group(2), t) for t in lanes], [val(m.group(3), t) for t in lanes],
                                [val(m.group(4), t) for t in lanes])
+                env[m.group(1)] = out
+                return
+            m = re.match(r'(%\w+) = amdgpu.mfma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) blgp = none', line)
+            if m:
+                out = []
+                for w in range(T // 64):
+                    lanes = range(w * 64, w * 64 + 64)
+                    out += mfma([val(m.group(2), t) for t in lanes], [val(m.group(3), t) for t in lanes],
+                                [val(m.group(4), t) for t in lanes])
                 env[m.group(1)] = out
                 return
             print('gemm_emulate: an op it does not know: ' + line)
