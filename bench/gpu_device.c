@@ -11,14 +11,17 @@
  * the driver JIT-compiles it for the GPU at hand, sm_90 on an H200). The plan, a
  * line per fact:
  *   kiln-cuda-case 1
- *   name <label>                      gemm M N K   (row-major C = A x B, f32)
+ *   name <label>                      gemm M N K T (row-major C = A x B; A and B of
+ *                                     type T, f32 or f16; C f32)
  *   buffer <id> input <arg> <bytes> | transient <bytes> | constant <bytes> <hex>
  *   dispatch <kernel> <gx> <gy> <gz> <bx> <by> <bz> <buffer>:<offset>:<length>...
  *   copy <src> <src offset> <dst> <dst offset> <bytes>
  *   result <buffer> <offset> <bytes>
  * Steps run in order; a kernel's arguments are one device pointer per binding
  * (kiln's bare-pointer convention, IREE's CUDA HAL's). Inputs are random floats;
- * cuBLAS computes the same product, the results are compared (largest error
+ * cuBLAS computes the same product (cublasSgemm, or cublasGemmEx with f16 inputs,
+ * f32 output and f32 accumulation on the tensor cores for f16), the results are
+ * compared (largest error
  * relative to the largest value), and both are timed with CUDA events over
  * enough repetitions for 0.2 s. Prints GFLOP/s and the ratio kiln / cuBLAS. */
 #include <dirent.h>
@@ -63,6 +66,7 @@ typedef struct step_s {
 typedef struct plan_s {
   char name[128];
   int m, n, k;
+  bool f16; /* A and B are f16 */
   buffer_t buffers[MAX_BUFFERS];
   unsigned n_buffers;
   step_t steps[MAX_STEPS];
@@ -83,7 +87,8 @@ static bool parse_plan(const char *path, plan_t *p) {
     char word[32];
     if (!strncmp(line, "name ", 5)) {
       snprintf(p->name, sizeof p->name, "%s", line + 5);
-    } else if (sscanf(line, "gemm %d %d %d", &p->m, &p->n, &p->k) == 3) {
+    } else if ((word[0] = '\0', sscanf(line, "gemm %d %d %d %31s", &p->m, &p->n, &p->k, word) >= 3)) {
+      p->f16 = !strcmp(word, "f16");
     } else if (sscanf(line, "buffer %u %31s", &id, word) == 2) {
       ok = id < MAX_BUFFERS && id == p->n_buffers;
       buffer_t *bf = &p->buffers[id];
@@ -182,7 +187,15 @@ static struct {
   int (*Create)(void **);
   int (*Sgemm)(void *, int, int, int, int, int, const float *, const float *, int, const float *, int, const float *,
                float *, int);
+  int (*GemmEx)(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
+                const void *, void *, int, int, int, int);
 } blas;
+
+/* cuBLAS's and CUDA's enum values (library_types.h, cublas_api.h). */
+#define CUDA_R_32F 0
+#define CUDA_R_16F 2
+#define CUBLAS_COMPUTE_32F 68
+#define CUBLAS_GEMM_DEFAULT_TENSOR_OP 99
 
 static void *sym(void *lib, const char *name) {
   void *p = dlsym(lib, name);
@@ -231,6 +244,7 @@ static bool load_cuda(void) {
   if (blas.lib) {
     *(void **)&blas.Create = dlsym(blas.lib, "cublasCreate_v2");
     *(void **)&blas.Sgemm = dlsym(blas.lib, "cublasSgemm_v2");
+    *(void **)&blas.GemmEx = dlsym(blas.lib, "cublasGemmEx");
     if (!blas.Create || !blas.Sgemm) blas.lib = NULL;
   }
   return true;
@@ -294,6 +308,7 @@ static void run_kiln(const void *user) {
 typedef struct blas_run_s {
   void *handle;
   int m, n, k;
+  bool f16;
   CUdeviceptr a, b, c;
 } blas_run_t;
 
@@ -301,12 +316,26 @@ static void run_blas(const void *user) {
   const blas_run_t *r = user;
   const float one = 1, zero = 0;
   /* Row-major C = A x B is column-major C^T = B^T x A^T: B first. */
-  int rc = blas.Sgemm(r->handle, 0, 0, r->n, r->m, r->k, &one, (const float *)(uintptr_t)r->b, r->n,
-                      (const float *)(uintptr_t)r->a, r->k, &zero, (float *)(uintptr_t)r->c, r->n);
+  int rc = r->f16 ? blas.GemmEx(r->handle, 0, 0, r->n, r->m, r->k, &one, (const void *)(uintptr_t)r->b, CUDA_R_16F,
+                                r->n, (const void *)(uintptr_t)r->a, CUDA_R_16F, r->k, &zero, (void *)(uintptr_t)r->c,
+                                CUDA_R_32F, r->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+                  : blas.Sgemm(r->handle, 0, 0, r->n, r->m, r->k, &one, (const float *)(uintptr_t)r->b, r->n,
+                               (const float *)(uintptr_t)r->a, r->k, &zero, (float *)(uintptr_t)r->c, r->n);
   if (rc != 0) {
-    fprintf(stderr, "bench_gpu_device: cublasSgemm failed: %d\n", rc);
+    fprintf(stderr, "bench_gpu_device: %s failed: %d\n", r->f16 ? "cublasGemmEx" : "cublasSgemm", rc);
     exit(1);
   }
+}
+
+/* The f16 nearest `x` (|x| <= 1 here: normal or zero, no overflow). */
+static uint16_t to_half(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  uint32_t sign = (u >> 16) & 0x8000u, mag = u & 0x7fffffffu;
+  if (mag < 0x38800000u) return (uint16_t)sign; /* below f16's normals: 0 (inputs are k/1000) */
+  uint32_t h = ((mag >> 13) - ((127 - 15) << 10)), rest = mag & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
+  return (uint16_t)(sign | h);
 }
 
 static void run_case(const plan_t *p) {
@@ -325,9 +354,13 @@ static void run_case(const plan_t *p) {
     if (b->kind == B_CONSTANT) CHECK(cu.MemcpyHtoD(d.ptr[i], b->data, b->bytes));
     if (b->kind == B_INPUT) {
       float *h = kiln_malloc(b->bytes ? b->bytes : 4);
-      for (uint64_t j = 0; j < b->bytes / 4; j++) {
+      uint16_t *halves = (uint16_t *)h;
+      size_t count = p->f16 ? b->bytes / 2 : b->bytes / 4;
+      for (uint64_t j = 0; j < count; j++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        h[j] = (float)((int)(seed >> 40) % 2001 - 1000) / 1000.0f;
+        float v = (float)((int)(seed >> 40) % 2001 - 1000) / 1000.0f;
+        if (p->f16) halves[j] = to_half(v);
+        else h[j] = v;
       }
       CHECK(cu.MemcpyHtoD(d.ptr[i], h, b->bytes));
       inputs[i] = h;
@@ -345,10 +378,10 @@ static void run_case(const plan_t *p) {
       if (p->buffers[i].arg == 0) a_buf = (int)i;
       if (p->buffers[i].arg == 1) b_buf = (int)i;
     }
-    blas_run_t br = {NULL, p->m, p->n, p->k, a_buf >= 0 ? d.ptr[a_buf] : 0, b_buf >= 0 ? d.ptr[b_buf] : 0, 0};
+    blas_run_t br = {NULL, p->m, p->n, p->k, p->f16, a_buf >= 0 ? d.ptr[a_buf] : 0, b_buf >= 0 ? d.ptr[b_buf] : 0, 0};
     size_t c_bytes = (size_t)p->m * p->n * 4;
     CHECK(cu.MemAlloc(&br.c, c_bytes));
-    if (a_buf < 0 || b_buf < 0 || blas.Create(&br.handle) != 0) {
+    if (a_buf < 0 || b_buf < 0 || (p->f16 && !blas.GemmEx) || blas.Create(&br.handle) != 0) {
       printf("   (cuBLAS not usable)\n");
     } else {
       double blas_ms = time_ms(run_blas, &br);
@@ -435,7 +468,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_gpu_device: %s: not a kiln-cuda-case plan with its PTX\n", names[i]);
       rc = 1;
     } else if (dry) {
-      printf("%s: gemm %dx%dx%d, %u buffer(s), %u step(s):", p.name, p.m, p.n, p.k, p.n_buffers, p.n_steps);
+      printf("%s: gemm %dx%dx%d %s, %u buffer(s), %u step(s):", p.name, p.m, p.n, p.k, p.f16 ? "f16" : "f32",
+             p.n_buffers, p.n_steps);
       for (unsigned s = 0; s < p.n_steps; s++) {
         const step_t *st = &p.steps[s];
         if (st->copy) printf(" copy");

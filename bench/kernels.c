@@ -564,13 +564,13 @@ static gpu_row_t gpu_read(const kiln_compiler_output_t *out, size_t t) {
  * GPU against cuBLAS (bench/gpu_device.c says the format). Cases whose plans use
  * anything but static buffers, dispatches and copies are left out. */
 static void export_cuda_case(const char *dir, const char *label, const kiln_compiler_output_t *out, size_t t,
-                             int m, int n, int k) {
+                             int m, int n, int k, const char *elem) {
   const kiln_compiler_target_output_t *to = &out->targets[t];
   if (to->status || to->n_kernels == 0 || out->plan_status || out->plan.n_functions != 1) return;
   const kiln_vmfb_function_t *fn = &out->plan.functions[0];
   kiln_buf_t plan;
   kiln_buf_init(&plan);
-  kiln_buf_appendf(&plan, "kiln-cuda-case 1\nname %s\ngemm %d %d %d\n", label, m, n, k);
+  kiln_buf_appendf(&plan, "kiln-cuda-case 1\nname %s\ngemm %d %d %d %s\n", label, m, n, k, elem);
   bool ok = true;
   for (size_t i = 0; i < fn->n_buffers && ok; i++) {
     const kiln_vmfb_buffer_t *b = &fn->buffers[i];
@@ -648,14 +648,16 @@ static void bench_gpu(void) {
   struct {
     char name[40];
     char *text;
-    int gemm; /* an f32 square matmul of this size (exported for the device check), else 0 */
+    int gemm; /* a square matmul of this size (exported for the device check), else 0 */
+    char gemm_elem[4]; /* its operands: f32 or f16 */
   } cases[12];
   size_t n = 0;
 #define GPU_CASE(label, make)                                             \
   do {                                                                    \
     snprintf(cases[n].name, sizeof cases[n].name, "%s", label);           \
     cases[n].gemm = 0;                                                    \
-    if (sscanf(label, "matmul %d f32", &cases[n].gemm) != 1) cases[n].gemm = 0; \
+    cases[n].gemm_elem[0] = '\0';                                                             \
+    if (sscanf(label, "matmul %d %3s", &cases[n].gemm, cases[n].gemm_elem) != 2) cases[n].gemm = 0; \
     cases[n++].text = (make);                                             \
   } while (0)
   const char *export_dir = getenv("KILN_BENCH_EXPORT_GPU");
@@ -691,7 +693,8 @@ static void bench_gpu(void) {
     if (st) kiln_bench_die("kiln does not compile %s: %s", cases[c].name, kiln_status_message(st));
     for (size_t t = 0; t < N_GPU; t++) {
       if (export_dir && *export_dir && cases[c].gemm && gpus[t]->kind == KILN_TARGET_KIND_CUDA) {
-        export_cuda_case(export_dir, cases[c].name, &out, t, cases[c].gemm, cases[c].gemm, cases[c].gemm);
+        export_cuda_case(export_dir, cases[c].name, &out, t, cases[c].gemm, cases[c].gemm, cases[c].gemm,
+                         cases[c].gemm_elem);
       }
       gpu_row_t r = gpu_read(&out, t);
       if (!r.ok) {
