@@ -34,7 +34,17 @@
 
 #define MAX_GRID 65535
 #define THREADS_X (KILN_GEMM_TILE_N / 4)
-#define THREADS_Y (KILN_GEMM_TILE_M / 4)
+/* The SIMT kernel's rows per tile: KILN_GEMM_TILE_M, or half that where the full
+ * tile would leave the grid under MIN_WORKGROUPS workgroups (a 56x56 conv's 3136
+ * rows x 64 filters: 49 -> 98) or does not divide M. */
+#define SIMT_TILE_M_MIN (KILN_GEMM_TILE_M / 2)
+#define MIN_WORKGROUPS 64
+
+static int64_t simt_tile_m(const kiln_compiler_gemm_t *g) {
+  if (g->m % KILN_GEMM_TILE_M) return SIMT_TILE_M_MIN;
+  int64_t full = (g->m / KILN_GEMM_TILE_M) * (g->n / KILN_GEMM_TILE_N) * g->batch;
+  return full < MIN_WORKGROUPS ? SIMT_TILE_M_MIN : KILN_GEMM_TILE_M;
+}
 
 /* ---- matching ---- */
 
@@ -133,6 +143,170 @@ static bool operand_is(MlirValue v, const load_t *load, unsigned bits) {
   return mlirOperationEqual(d, load->op);
 }
 
+/* Whether `loop` is scf.for 0 to *out_ub step 1 with no results. */
+static bool counted_loop(MlirOperation loop, int64_t *out_ub) {
+  int64_t lb = -1, ub = -1, step = -1;
+  if (!kiln_compiler_op_is(loop, "scf.for") || mlirOperationGetNumOperands(loop) != 3 ||
+      mlirOperationGetNumResults(loop) != 0 || !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 0), &lb) ||
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 1), &ub) ||
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 2), &step) || lb != 0 || step != 1 || ub < 1) {
+    return false;
+  }
+  *out_ub = ub;
+  return true;
+}
+
+/* The one loop directly in `loop`'s body (beside an empty scf.yield), or null. */
+static MlirOperation only_inner_loop(MlirOperation loop) {
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
+  MlirOperation first = mlirBlockGetFirstOperation(body);
+  MlirOperation second = mlirOperationIsNull(first) ? first : mlirOperationGetNextInBlock(first);
+  if (!kiln_compiler_op_is(first, "scf.for") || mlirOperationIsNull(second) ||
+      !kiln_compiler_op_is(second, "scf.yield") || mlirOperationGetNumOperands(second) != 0 ||
+      !mlirOperationIsNull(mlirOperationGetNextInBlock(second))) {
+    return (MlirOperation){NULL};
+  }
+  return first;
+}
+
+/* Whether `v` is affine.apply (d0)[s0] -> (d0 + s0) of (`d0`)[`s0`]. */
+static bool is_sum(MlirValue v, MlirValue d0, MlirValue s0) {
+  MlirOperation apply = def_of(v);
+  return !mlirOperationIsNull(apply) && kiln_compiler_op_is(apply, "affine.apply") &&
+         mlirOperationGetNumOperands(apply) == 2 && mlirValueEqual(mlirOperationGetOperand(apply, 0), d0) &&
+         mlirValueEqual(mlirOperationGetOperand(apply, 1), s0) &&
+         attr_prints_as(mlirOperationGetAttributeByName(apply, mlirStringRefCreateFromCString("map")),
+                        "affine_map<(d0)[s0] -> (d0 + s0)>");
+}
+
+static bool is_zero(MlirValue v) {
+  int64_t z = -1;
+  return kiln_compiler_int_constant_value(v, &z) && z == 0;
+}
+
+static MlirValue index_of(MlirOperation load, int i) { return mlirOperationGetOperand(load, i + 1); }
+
+/* The convolution form (gpu_gemm.h): loops kh, kw, c around
+ *   out[0,oh,ow,f] += in[0, oh+kh, ow+kw, c] * filter[kh,kw,c,f]
+ * with oh the workgroup's x, ow and f the front half's tile indices. */
+static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, const uint32_t grid[3],
+                       const uint32_t block[3], kiln_compiler_gemm_t *out) {
+  /* A 1x1 filter's kh and kw loops are gone (single iterations, canonicalized
+   * away): one loop over c, the filter read at [0, 0, c, f], the input at
+   * [0, oh, ow, c]. */
+  bool taps = !mlirOperationIsNull(only_inner_loop(loop_h));
+  int64_t kw_n = 1, c_n = kh_n;
+  MlirOperation loop_w = taps ? only_inner_loop(loop_h) : loop_h;
+  MlirOperation loop_c = taps ? only_inner_loop(loop_w) : loop_h;
+  if (!taps) kh_n = 1;
+  if (mlirOperationIsNull(loop_c) || (taps && (!counted_loop(loop_w, &kw_n) || !counted_loop(loop_c, &c_n)))) {
+    return false;
+  }
+  MlirValue kh = mlirBlockGetArgument(mlirRegionGetFirstBlock(mlirOperationGetRegion(loop_h, 0)), 0);
+  MlirValue kw = mlirBlockGetArgument(mlirRegionGetFirstBlock(mlirOperationGetRegion(loop_w, 0)), 0);
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop_c, 0));
+  MlirValue c = mlirBlockGetArgument(body, 0);
+  MlirOperation loads[3], mul = {NULL}, add = {NULL}, store = {NULL};
+  size_t n_loads = 0, n_apply = 0;
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (kiln_compiler_op_is(op, "memref.load") && n_loads < 3) {
+      loads[n_loads++] = op;
+    } else if (kiln_compiler_op_is(op, "affine.apply") && n_apply < 2) {
+      n_apply++;
+    } else if (kiln_compiler_op_is(op, "arith.mulf") && mlirOperationIsNull(mul)) {
+      mul = op;
+    } else if (kiln_compiler_op_is(op, "arith.addf") && mlirOperationIsNull(add)) {
+      add = op;
+    } else if (kiln_compiler_op_is(op, "memref.store") && mlirOperationIsNull(store)) {
+      store = op;
+    } else if (!kiln_compiler_op_is(op, "scf.yield") || mlirOperationGetNumOperands(op) != 0) {
+      return false;
+    }
+  }
+  if (n_loads != 3 || mlirOperationIsNull(mul) || mlirOperationIsNull(add) || mlirOperationIsNull(store)) return false;
+  /* in[0, oh+kh, ow+kw, c], filter[kh, kw, c, f], out[0, oh, ow, f]: told apart by
+   * their last index. */
+  MlirOperation in = {NULL}, filter = {NULL}, acc = {NULL};
+  for (int i = 0; i < 3; i++) {
+    if (mlirOperationGetNumOperands(loads[i]) != 5 || !plain_memref(mlirValueGetType(mlirOperationGetOperand(loads[i], 0))) ||
+        arg_of(mlirOperationGetOperand(loads[i], 0), entry) < 0) {
+      return false;
+    }
+    if (mlirValueEqual(index_of(loads[i], 3), c)) in = loads[i];
+    else if (mlirValueEqual(index_of(loads[i], 2), c)) filter = loads[i];
+    else acc = loads[i];
+  }
+  if (mlirOperationIsNull(in) || mlirOperationIsNull(filter) || mlirOperationIsNull(acc)) return false;
+  MlirValue oh = index_of(acc, 1), ow = index_of(acc, 2), f = index_of(acc, 3);
+  bool in_at = taps ? is_sum(index_of(in, 1), kh, oh) && is_sum(index_of(in, 2), kw, ow)
+                    : mlirValueEqual(index_of(in, 1), oh) && mlirValueEqual(index_of(in, 2), ow);
+  bool filter_at = taps ? mlirValueEqual(index_of(filter, 0), kh) && mlirValueEqual(index_of(filter, 1), kw)
+                        : is_zero(index_of(filter, 0)) && is_zero(index_of(filter, 1));
+  if (!is_zero(index_of(acc, 0)) || !is_zero(index_of(in, 0)) || !is_gpu_id(oh, "gpu.block_id", 'x') ||
+      !is_tile_index(ow, 'y', 'y', block[1]) || !is_tile_index(f, 'x', 'z', block[0]) || !in_at || !filter_at ||
+      !mlirValueEqual(index_of(filter, 3), f)) {
+    return false;
+  }
+  /* acc = acc + in * filter, stored back where it was read. */
+  MlirValue m0 = mlirOperationGetOperand(mul, 0), m1 = mlirOperationGetOperand(mul, 1);
+  MlirValue vi = mlirOperationGetResult(in, 0), vf = mlirOperationGetResult(filter, 0);
+  MlirValue s0 = mlirOperationGetOperand(add, 0), s1 = mlirOperationGetOperand(add, 1);
+  MlirValue product = mlirOperationGetResult(mul, 0), old = mlirOperationGetResult(acc, 0);
+  if (!((mlirValueEqual(m0, vi) && mlirValueEqual(m1, vf)) || (mlirValueEqual(m0, vf) && mlirValueEqual(m1, vi))) ||
+      !((mlirValueEqual(s0, old) && mlirValueEqual(s1, product)) ||
+        (mlirValueEqual(s0, product) && mlirValueEqual(s1, old))) ||
+      mlirOperationGetNumOperands(store) != 6 || !mlirValueEqual(mlirOperationGetOperand(store, 0), mlirOperationGetResult(add, 0)) ||
+      !mlirValueEqual(mlirOperationGetOperand(store, 1), mlirOperationGetOperand(acc, 0))) {
+    return false;
+  }
+  for (int d = 0; d < 4; d++) {
+    if (!mlirValueEqual(mlirOperationGetOperand(store, d + 2), index_of(acc, d))) return false;
+  }
+  MlirType ti = mlirValueGetType(mlirOperationGetOperand(in, 0));
+  MlirType tf = mlirValueGetType(mlirOperationGetOperand(filter, 0));
+  MlirType to = mlirValueGetType(mlirOperationGetOperand(acc, 0));
+  if (!mlirTypeIsAF32(mlirShapedTypeGetElementType(ti)) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(tf)) ||
+      !mlirTypeIsAF32(mlirShapedTypeGetElementType(to))) {
+    return false;
+  }
+  int64_t out_h = mlirShapedTypeGetDimSize(to, 1), out_w = mlirShapedTypeGetDimSize(to, 2);
+  int64_t n = mlirShapedTypeGetDimSize(to, 3);
+  int64_t in_h = mlirShapedTypeGetDimSize(ti, 1), in_w = mlirShapedTypeGetDimSize(ti, 2);
+  if (mlirShapedTypeGetDimSize(to, 0) != 1 || mlirShapedTypeGetDimSize(ti, 0) != 1 ||
+      mlirShapedTypeGetDimSize(ti, 3) != c_n || mlirShapedTypeGetDimSize(tf, 0) != kh_n ||
+      mlirShapedTypeGetDimSize(tf, 1) != kw_n || mlirShapedTypeGetDimSize(tf, 2) != c_n ||
+      mlirShapedTypeGetDimSize(tf, 3) != n || in_h < out_h + kh_n - 1 || in_w < out_w + kw_n - 1) {
+    return false;
+  }
+  if ((int64_t)grid[0] != out_h || (int64_t)grid[1] * block[1] != out_w || (int64_t)grid[2] * block[0] != n) return false;
+  int64_t m = out_h * out_w, k = kh_n * kw_n * c_n;
+  int a = arg_of(mlirOperationGetOperand(in, 0), entry), b = arg_of(mlirOperationGetOperand(filter, 0), entry);
+  int co = arg_of(mlirOperationGetOperand(acc, 0), entry);
+  if (co == a || co == b || c_n % 4 || m % SIMT_TILE_M_MIN || n % KILN_GEMM_TILE_N || k % KILN_GEMM_TILE_K ||
+      m / SIMT_TILE_M_MIN > MAX_GRID || n / KILN_GEMM_TILE_N > MAX_GRID) {
+    return false;
+  }
+  *out = (kiln_compiler_gemm_t){.found = true,
+                                .rank = 2,
+                                .batch = 1,
+                                .m = m,
+                                .n = n,
+                                .k = k,
+                                .a_arg = (unsigned)a,
+                                .b_arg = (unsigned)b,
+                                .c_arg = (unsigned)co,
+                                .n_args = (unsigned)mlirBlockGetNumArguments(entry),
+                                .operand_bits = 32,
+                                .conv_h = kh_n,
+                                .conv_w = kw_n,
+                                .conv_c = c_n,
+                                .in_h = in_h,
+                                .in_w = in_w,
+                                .out_w = out_w};
+  return true;
+}
+
 bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const uint32_t block[3],
                               kiln_compiler_gemm_t *out) {
   memset(out, 0, sizeof *out);
@@ -154,14 +328,15 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
     for (size_t i = 0; i < sizeof allowed / sizeof allowed[0] && !ok; i++) ok = kiln_compiler_op_is(op, allowed[i]);
     if (!ok) return false;
   }
-  int64_t lb = -1, ub = -1, step = -1;
-  if (mlirOperationIsNull(loop) || mlirOperationGetNumOperands(loop) != 3 || mlirOperationGetNumResults(loop) != 0 ||
-      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 0), &lb) ||
-      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 1), &ub) ||
-      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 2), &step) || lb != 0 || step != 1 || ub < 1) {
-    return false;
-  }
+  int64_t ub = 0;
+  if (mlirOperationIsNull(loop) || !counted_loop(loop, &ub)) return false;
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
+  /* Convolutions: a loop nest, or (1x1) loads of rank 4. */
+  MlirOperation first = mlirBlockGetFirstOperation(body);
+  if (kiln_compiler_op_is(first, "scf.for") ||
+      (kiln_compiler_op_is(first, "memref.load") && mlirOperationGetNumOperands(first) == 5)) {
+    return match_conv(entry, loop, ub, grid, block, out);
+  }
   MlirValue iv = mlirBlockGetArgument(body, 0);
   load_t loads[3];
   size_t n_loads = 0, n_ext = 0;
@@ -257,8 +432,8 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
   }
   if ((int64_t)grid[0] != batch || (int64_t)grid[1] * block[1] != m || (int64_t)grid[2] * block[0] != n) return false;
   /* The tiled kernel's own constraints. */
-  if (m % KILN_GEMM_TILE_M || n % KILN_GEMM_TILE_N || k % KILN_GEMM_TILE_K || batch > MAX_GRID ||
-      m / KILN_GEMM_TILE_M > MAX_GRID || n / KILN_GEMM_TILE_N > MAX_GRID) {
+  if (m % SIMT_TILE_M_MIN || n % KILN_GEMM_TILE_N || k % KILN_GEMM_TILE_K || batch > MAX_GRID ||
+      m / SIMT_TILE_M_MIN > MAX_GRID || n / KILN_GEMM_TILE_N > MAX_GRID) {
     return false;
   }
   *out = (kiln_compiler_gemm_t){.found = true,
@@ -356,26 +531,34 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   const char *in = g->operand_bits == 16 ? "f16" : "f32";
   kiln_buf_t ta, tb, tc, as, bs;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc), kiln_buf_init(&as), kiln_buf_init(&bs);
-  vec_memref(&ta, g, g->m, g->k, 4, in);
+  /* A convolution's A is its (padded) input as [pixel][channel/4]. */
+  if (g->conv_h) vec_memref(&ta, g, g->in_h * g->in_w, g->conv_c, 4, in);
+  else vec_memref(&ta, g, g->m, g->k, 4, in);
   vec_memref(&tb, g, g->k, g->n, 4, in);
   vec_memref(&tc, g, g->m, g->n, 4, "f32");
-  kiln_buf_appendf(&as, "memref<%dx%dxvector<4xf32>, %s>", KILN_GEMM_TILE_M, KILN_GEMM_TILE_K / 4, ws);
+  int64_t tm = simt_tile_m(g), threads_y = tm / 4, threads = THREADS_X * threads_y;
+  kiln_buf_appendf(&as, "memref<%lldx%dxvector<4xf32>, %s>", (long long)tm, KILN_GEMM_TILE_K / 4, ws);
   kiln_buf_appendf(&bs, "memref<%dx%dxvector<4xf32>, %s>", KILN_GEMM_TILE_K, KILN_GEMM_TILE_N / 4, ws);
   kiln_buf_t text;
   kiln_buf_init(&text);
   kiln_buf_t *b = &text;
   signature(b, sig, g, ta.data, tb.data, tc.data);
   if (!spirv) kiln_buf_appendf(b, " workgroup(%%As : %s, %%Bs : %s)", as.data, bs.data);
-  kiln_buf_appendf(b, " kernel attributes {known_block_size = array<i32: %d, %d, 1>", THREADS_X, THREADS_Y);
+  kiln_buf_appendf(b, " kernel attributes {known_block_size = array<i32: %d, %lld, 1>", THREADS_X,
+                   (long long)threads_y);
   if (spirv) {
-    kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%d, %d, 1]>", THREADS_X,
-                     THREADS_Y);
+    kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%d, %lld, 1]>", THREADS_X,
+                     (long long)threads_y);
   }
   kiln_buf_append_str(b, "} {\n");
   if (spirv) kiln_buf_appendf(b, "  %%As = memref.alloc() : %s\n  %%Bs = memref.alloc() : %s\n", as.data, bs.data);
   emit_t e = {.b = b};
-  int64_t consts[] = {0, 1, 2, 3, 4, THREADS_X, KILN_GEMM_TILE_M, KILN_GEMM_TILE_K, g->k / KILN_GEMM_TILE_K};
+  int64_t consts[] = {0, 1, 2, 3, 4, THREADS_X, tm, threads, KILN_GEMM_TILE_K, g->k / KILN_GEMM_TILE_K};
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) need_const(&e, consts[i]);
+  if (g->conv_h) {
+    int64_t more[] = {g->conv_c / 4, g->conv_w, g->in_w, g->out_w};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) need_const(&e, more[i]);
+  }
   char A[16], B[16], C[16];
   snprintf(A, sizeof A, "%%arg%u", g->a_arg);
   snprintf(B, sizeof B, "%%arg%u", g->b_arg);
@@ -388,7 +571,20 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
                    "  %%m0 = arith.muli %%by, %%c%d : index\n  %%garow = arith.addi %%m0, %%arow : index\n"
                    "  %%n0 = arith.muli %%bx, %%c%d : index\n  %%gcol = arith.addi %%n0, %%tx : index\n"
                    "  %%ty4 = arith.muli %%ty, %%c4 : index\n  %%crow = arith.addi %%m0, %%ty4 : index\n",
-                   THREADS_X, KILN_GEMM_TILE_M, THREADS_X);
+                   THREADS_X, (int)tm, THREADS_X);
+  /* The B slice (TILE_K x TILE_N/4 vectors) in rounds of one vector per invocation. */
+  int b_rounds = (int)(KILN_GEMM_TILE_K * THREADS_X / threads);
+  for (int r = 0; r < b_rounds; r++) {
+    kiln_buf_appendf(b,
+                     "  %%bi%d = arith.addi %%t, %%c%lld : index\n"
+                     "  %%bkr%d = arith.divui %%bi%d, %%c%d : index\n  %%bcq%d = arith.remui %%bi%d, %%c%d : index\n"
+                     "  %%bcol%d = arith.addi %%n0, %%bcq%d : index\n",
+                     r, (long long)(r * threads), r, r, THREADS_X, r, r, THREADS_X, r, r);
+  }
+  if (g->conv_h) {
+    kiln_buf_appendf(b, "  %%ohm = arith.divui %%garow, %%c%lld : index\n  %%owm = arith.remui %%garow, %%c%lld : index\n",
+                     (long long)g->out_w, (long long)g->out_w);
+  }
   for (int i = 0; i < 4; i++) {
     kiln_buf_appendf(b, "  %%ar%d = arith.addi %%ty4, %%c%d : index\n  %%cr%d = arith.addi %%crow, %%c%d : index\n", i,
                      i, i, i);
@@ -404,22 +600,42 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
                    "%%x2 = %%acc2, %%x3 = %%acc3) -> (%s, %s, %s, %s) {\n",
                    (long long)(g->k / KILN_GEMM_TILE_K), v4, v4, v4, v4);
   kiln_buf_append_str(b, "    %kt4 = arith.muli %kt, %c4 : index\n    %kv = arith.addi %kt4, %akq : index\n");
-  kiln_buf_appendf(b, "    %%av = memref.load %s", A);
-  at(b, g, "%garow", "%kv");
-  kiln_buf_appendf(b, " : %s\n", ta.data);
-  kiln_buf_appendf(b, "    %%kt16 = arith.muli %%kt, %%c%d : index\n    %%kr = arith.addi %%kt16, %%ty : index\n",
-                   KILN_GEMM_TILE_K);
-  kiln_buf_appendf(b, "    %%bv = memref.load %s", B);
-  at(b, g, "%kr", "%gcol");
-  kiln_buf_appendf(b, " : %s\n", tb.data);
-  const char *av = "%av", *bv = "%bv";
+  if (g->conv_h) {
+    /* Column k = 4 kv of A is (kh, kw, c) of the pixel row m stands for. */
+    kiln_buf_appendf(b,
+                     "    %%cq = arith.remui %%kv, %%c%lld : index\n    %%kk = arith.divui %%kv, %%c%lld : index\n"
+                     "    %%kh = arith.divui %%kk, %%c%lld : index\n    %%kw = arith.remui %%kk, %%c%lld : index\n"
+                     "    %%ih = arith.addi %%ohm, %%kh : index\n    %%iw = arith.addi %%owm, %%kw : index\n"
+                     "    %%ihw = arith.muli %%ih, %%c%lld : index\n    %%pix = arith.addi %%ihw, %%iw : index\n"
+                     "    %%av = memref.load %s[%%pix, %%cq] : %s\n",
+                     (long long)(g->conv_c / 4), (long long)(g->conv_c / 4), (long long)g->conv_w,
+                     (long long)g->conv_w, (long long)g->in_w, A, ta.data);
+  } else {
+    kiln_buf_appendf(b, "    %%av = memref.load %s", A);
+    at(b, g, "%garow", "%kv");
+    kiln_buf_appendf(b, " : %s\n", ta.data);
+  }
+  kiln_buf_appendf(b, "    %%kt16 = arith.muli %%kt, %%c%d : index\n", KILN_GEMM_TILE_K);
+  const char *av = "%av";
   if (g->operand_bits == 16) {
-    kiln_buf_append_str(b, "    %avw = arith.extf %av : vector<4xf16> to vector<4xf32>\n"
-                           "    %bvw = arith.extf %bv : vector<4xf16> to vector<4xf32>\n");
-    av = "%avw", bv = "%bvw";
+    kiln_buf_append_str(b, "    %avw = arith.extf %av : vector<4xf16> to vector<4xf32>\n");
+    av = "%avw";
   }
   kiln_buf_appendf(b, "    memref.store %s, %%As[%%arow, %%akq] : %s\n", av, as.data);
-  kiln_buf_appendf(b, "    memref.store %s, %%Bs[%%ty, %%tx] : %s\n    gpu.barrier\n", bv, bs.data);
+  for (int r = 0; r < b_rounds; r++) {
+    char row[16], col[16];
+    snprintf(row, sizeof row, "%%kr%d", r);
+    snprintf(col, sizeof col, "%%bcol%d", r);
+    kiln_buf_appendf(b, "    %%kr%d = arith.addi %%kt16, %%bkr%d : index\n    %%bv%d = memref.load %s", r, r, r, B);
+    at(b, g, row, col);
+    kiln_buf_appendf(b, " : %s\n", tb.data);
+    if (g->operand_bits == 16) {
+      kiln_buf_appendf(b, "    %%bvw%d = arith.extf %%bv%d : vector<4xf16> to vector<4xf32>\n", r, r);
+    }
+    kiln_buf_appendf(b, "    memref.store %%bv%s%d, %%Bs[%%bkr%d, %%bcq%d] : %s\n", g->operand_bits == 16 ? "w" : "",
+                     r, r, r, bs.data);
+  }
+  kiln_buf_append_str(b, "    gpu.barrier\n");
   char cur[4][24] = {"%x0", "%x1", "%x2", "%x3"};
   for (int kk = 0; kk < KILN_GEMM_TILE_K; kk++) {
     if (kk % 4 == 0) {
@@ -474,7 +690,8 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
 #define MMA_THREADS 128
 
 static bool use_mma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
-  return t->kind == KILN_TARGET_KIND_CUDA && g->operand_bits == 16 && g->k % MMA_TILE_K == 0;
+  return t->kind == KILN_TARGET_KIND_CUDA && g->operand_bits == 16 && !g->conv_h && g->k % MMA_TILE_K == 0 &&
+         g->m % KILN_GEMM_TILE_M == 0;
 }
 
 static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g) {
@@ -641,8 +858,8 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
 #define MFMA_THREADS 256
 
 static bool use_mfma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
-  return t->kind == KILN_TARGET_KIND_HIP && t->limits.subgroup_size == 64 && g->operand_bits == 16 &&
-         g->k % MMA_TILE_K == 0;
+  return t->kind == KILN_TARGET_KIND_HIP && t->limits.subgroup_size == 64 && g->operand_bits == 16 && !g->conv_h &&
+         g->k % MMA_TILE_K == 0 && g->m % KILN_GEMM_TILE_M == 0;
 }
 
 static char *mfma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g) {
@@ -762,8 +979,11 @@ static char *mfma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_
 
 /* The kernel for `g` on `t` and its workgroup size. */
 static char *tiled_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, const kiln_target_t *t,
-                        uint32_t out_block[3]) {
+                        uint32_t out_block[3], uint32_t out_grid[3]) {
   out_block[2] = 1;
+  out_grid[0] = (uint32_t)(g->n / KILN_GEMM_TILE_N);
+  out_grid[1] = (uint32_t)(g->m / KILN_GEMM_TILE_M);
+  out_grid[2] = (uint32_t)g->batch;
   if (use_mma(g, t)) {
     out_block[0] = 32, out_block[1] = MMA_THREADS / 32;
     return mma_kernel_text(sig, g);
@@ -772,7 +992,8 @@ static char *tiled_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, 
     out_block[0] = 64, out_block[1] = MFMA_THREADS / 64;
     return mfma_kernel_text(sig, g);
   }
-  out_block[0] = THREADS_X, out_block[1] = THREADS_Y;
+  out_block[0] = THREADS_X, out_block[1] = (uint32_t)(simt_tile_m(g) / 4);
+  out_grid[1] = (uint32_t)(g->m / simt_tile_m(g));
   return kernel_text(sig, g, t);
 }
 
@@ -780,9 +1001,9 @@ bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t 
   if (!g->found || t->kind == KILN_TARGET_KIND_CPU) return false;
   /* Invocations and workgroup memory of the kernel the target would take. */
   bool matrix = use_mma(g, t) || use_mfma(g, t);
-  uint32_t x = matrix ? (use_mma(g, t) ? 32 : 64) : THREADS_X, y = matrix ? 4 : THREADS_Y;
+  uint32_t x = matrix ? (use_mma(g, t) ? 32 : 64) : THREADS_X, y = matrix ? 4 : (uint32_t)(simt_tile_m(g) / 4);
   uint64_t shared = matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH * 2
-                           : (uint64_t)(KILN_GEMM_TILE_M + KILN_GEMM_TILE_N) * KILN_GEMM_TILE_K * 4;
+                           : (uint64_t)(simt_tile_m(g) + KILN_GEMM_TILE_N) * KILN_GEMM_TILE_K * 4;
   const kiln_target_gpu_limits_t *lim = &t->limits;
   if (lim->max_workgroup_invocations < x * y || lim->max_workgroup_size[0] < x || lim->max_workgroup_size[1] < y ||
       lim->max_shared_memory_bytes < shared) {
@@ -823,7 +1044,7 @@ kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module,
                                          uint32_t out_grid[3], uint32_t out_block[3]) {
   kernel_sig_t sig;
   sig_of(func, g, &sig);
-  char *text = tiled_text(&sig, g, t, out_block);
+  char *text = tiled_text(&sig, g, t, out_block, out_grid);
   sig_deinit(g, &sig);
   MlirModule parsed = mlirModuleCreateParse(context, mlirStringRefCreateFromCString(text));
   kiln_free(text);
@@ -852,16 +1073,14 @@ kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module,
   mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(func), func, copy);
   mlirOperationDestroy(func);
   mlirModuleDestroy(parsed);
-  out_grid[0] = (uint32_t)(g->n / KILN_GEMM_TILE_N);
-  out_grid[1] = (uint32_t)(g->m / KILN_GEMM_TILE_M);
-  out_grid[2] = (uint32_t)g->batch;
   return NULL;
 }
 
-char *kiln_compiler_gemm_text(const kiln_compiler_gemm_t *g, const kiln_target_t *t, uint32_t out_block[3]) {
+char *kiln_compiler_gemm_text(const kiln_compiler_gemm_t *g, const kiln_target_t *t, uint32_t out_block[3],
+                              uint32_t out_grid[3]) {
   char *types[3] = {NULL, NULL, NULL};
   kiln_compiler_gemm_t plain = *g;
   plain.a_arg = 0, plain.b_arg = 1, plain.c_arg = 2, plain.n_args = 3;
   kernel_sig_t sig = {"gemm", types};
-  return tiled_text(&sig, &plain, t, out_block);
+  return tiled_text(&sig, &plain, t, out_block, out_grid);
 }

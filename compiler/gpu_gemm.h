@@ -17,6 +17,12 @@
  * with i, j the tile's invocation indices and the grid exactly the output, so
  * the replacement computes the same sums in the same k order. Shapes the tile
  * does not divide keep the kernel they have.
+ *
+ * Convolutions are matched too, as the front half lowers a batch-1 NHWC conv
+ * with the filter in HWCF (what tosa.conv2d becomes):
+ *   for kh, kw, c: out[0,oh,ow,f] += in[0,oh+kh,ow+kw,c] * filter[kh,kw,c,f]
+ * which is a matmul with an implicit A (im2col, never stored): the tiled
+ * kernel's A loader computes each row's input pixel instead of reading a row.
  */
 #ifndef KILN_COMPILER_GPU_GEMM_H_
 #define KILN_COMPILER_GPU_GEMM_H_
@@ -41,6 +47,12 @@ typedef struct kiln_compiler_gemm_s {
   unsigned a_arg, b_arg, c_arg;   /* the kernel's arguments (a_arg may equal b_arg) */
   unsigned n_args;
   unsigned operand_bits;          /* A and B: 32 (f32) or 16 (f16, widened to f32) */
+  /* A convolution as an implicit GEMM (conv_h > 0): a batch-1, stride-1 NHWC
+   * conv over an already padded input of in_h x in_w x conv_c, filter
+   * conv_h x conv_w x conv_c x N (HWCF), output out_h x out_w x N: row m of A is
+   * output pixel (m / out_w, m % out_w), column k is (kh, kw, c) in that order,
+   * so B is the filter as it lies and C the output as it lies. rank 2, batch 1. */
+  int64_t conv_h, conv_w, conv_c, in_h, in_w, out_w;
 } kiln_compiler_gemm_t;
 
 /* Whether kernel `func` (a gpu.func from the front half, launched on `grid`
@@ -66,8 +78,9 @@ kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module,
 
 /* The text of the tiled kernel for `g` on `t` (a gpu.module holding gpu.func
  * @gemm(A, B, C) with A, B and C as kiln_compiler_gemm_replace types them) and
- * its workgroup size: for tools and tests that check the kernel's arithmetic
+ * its workgroup size and grid: for tools and tests that check the kernel's arithmetic
  * without a GPU (tests/tools/gemm_emulate.py). Owned by the caller. */
-char *kiln_compiler_gemm_text(const kiln_compiler_gemm_t *g, const kiln_target_t *t, uint32_t out_block[3]);
+char *kiln_compiler_gemm_text(const kiln_compiler_gemm_t *g, const kiln_target_t *t, uint32_t out_block[3],
+                              uint32_t out_grid[3]);
 
 #endif  // KILN_COMPILER_GPU_GEMM_H_

@@ -1347,6 +1347,7 @@ static MlirWalkResult find_refused(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
+static void dump_cb(MlirStringRef s, void *u) { fwrite(s.data, 1, s.length, u); }
 kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source,
                                     size_t len, const char *name,
                                     const kiln_target_t *const *targets, size_t n_targets,
@@ -1409,6 +1410,14 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
     return status;
   }
   out_output->front_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
+  if (getenv("KILN_DUMP_FRONT") && any_gpu) { /* TEMP */
+    FILE *f = fopen(getenv("KILN_DUMP_FRONT"), "w");
+    MlirOpPrintingFlags fl = mlirOpPrintingFlagsCreate();
+    mlirOpPrintingFlagsEnableDebugInfo(fl, false, false);
+    mlirOperationPrintWithFlags(mlirModuleGetOperation(gpu), fl, dump_cb, f);
+    mlirOpPrintingFlagsDestroy(fl);
+    fclose(f);
+  }
   if (any_gpu) out_output->plan_status = kiln_compiler_host_plan_read(gpu, name, &out_output->plan);
   /* Bindings are read-only where the kernel never writes the argument (kernel i is
    * launch i; its arguments are its bindings, in order). */

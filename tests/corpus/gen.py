@@ -840,6 +840,38 @@ def group_tosa():
                                 'return %%0 : %s' % tr],
                                [((batch, m, k), et, a), ((batch, k, n), et, b)],
                                [((batch, m, n), 'f32', mm_ref(a, b, batch, m, k, n))], 0))
+    # A 3x3 conv with padding 1 over 1x8x8x16 into 64 filters: 64 output pixels x 64
+    # filters x 144 taps, which GPU targets tile as an implicit GEMM (im2col in the
+    # loader). Sums of quarter products, exact in f32.
+    x = values((1, 8, 8, 16), 'f32', 95)
+    w = values((64, 3, 3, 16), 'f32', 96)
+    out = []
+    for yy in range(8):
+        for xx in range(8):
+            for f in range(64):
+                s_ = 0.0
+                for ky in range(3):
+                    for kx in range(3):
+                        iy, ix = yy + ky - 1, xx + kx - 1
+                        if 0 <= iy < 8 and 0 <= ix < 8:
+                            s_ += sum(x[(iy * 8 + ix) * 16 + c] * w[((f * 3 + ky) * 3 + kx) * 16 + c] for c in range(16))
+                out.append(f32(s_))
+    cases.append(tosa_case('tosa_conv2d_tiled_f32', ['tensor<1x8x8x16xf32>', 'tensor<64x3x3x16xf32>'], 'tensor<1x8x8x64xf32>',
+                           ['%b = "tosa.const"() {values = dense<0.0> : tensor<64xf32>} : () -> tensor<64xf32>',
+                            scalar_const('zp', 'f32', 0.0),
+                            '%0 = tosa.conv2d %arg0, %arg1, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x8x8x16xf32>, tensor<64x3x3x16xf32>, tensor<64xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x8x8x64xf32>',
+                            'return %0 : tensor<1x8x8x64xf32>'],
+                           [((1, 8, 8, 16), 'f32', x), ((64, 3, 3, 16), 'f32', w)], [((1, 8, 8, 64), 'f32', out)], 0))
+    # The 1x1 form (no kh, kw loops left): 64 pixels x 64 filters x 32 channels.
+    x = values((1, 8, 8, 32), 'f32', 97)
+    w = values((64, 1, 1, 32), 'f32', 98)
+    out = [f32(sum(x[p_ * 32 + c] * w[f * 32 + c] for c in range(32))) for p_ in range(64) for f in range(64)]
+    cases.append(tosa_case('tosa_conv2d_1x1_tiled_f32', ['tensor<1x8x8x32xf32>', 'tensor<64x1x1x32xf32>'], 'tensor<1x8x8x64xf32>',
+                           ['%b = "tosa.const"() {values = dense<0.0> : tensor<64xf32>} : () -> tensor<64xf32>',
+                            scalar_const('zp', 'f32', 0.0),
+                            '%0 = tosa.conv2d %arg0, %arg1, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x8x8x32xf32>, tensor<64x1x1x32xf32>, tensor<64xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x8x8x64xf32>',
+                            'return %0 : tensor<1x8x8x64xf32>'],
+                           [((1, 8, 8, 32), 'f32', x), ((64, 1, 1, 32), 'f32', w)], [((1, 8, 8, 64), 'f32', out)], 0))
     a = values((64, 48), 'f32', 93)
     b = values((48, 64), 'f32', 94)
     cases.append(Case('linalg_matmul_tiled_2d', '''func.func @linalg_matmul_tiled_2d(%a: tensor<64x48xf32>, %b: tensor<48x64xf32>) -> tensor<64x64xf32> {

@@ -29,7 +29,8 @@ import sys
 CASES = [
     ('sm_89', 3, 2, 64, 128, 64, 16),   # mma.sync, two k slices, batched
     ('sm_89', 2, 1, 128, 64, 32, 16),   # mma.sync, one slice, 2-D, two row tiles
-    ('sm_89', 3, 1, 64, 64, 48, 32),    # SIMT f32, three k slices
+    ('sm_89', 3, 1, 64, 64, 48, 32),    # SIMT f32 in 32-row tiles (a small grid), three k slices
+    ('sm_89', 2, 1, 512, 512, 16, 32),  # SIMT f32 in 64-row tiles (64 workgroups)
     ('arm5gen', 3, 2, 64, 128, 16, 16), # SIMT with f16 widened as it is staged
     ('gfx950', 3, 2, 64, 128, 64, 16),  # MFMA, two k slices, batched
     ('gfx942', 2, 1, 128, 64, 32, 16),  # MFMA, 2-D, two row tiles

@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
                             .k = atoll(argv[6]),
                             .operand_bits = (unsigned)atoi(argv[7])};
   if ((g.rank != 2 && g.rank != 3) || (g.rank == 2 && g.batch != 1) || g.batch < 1 ||
-      (g.operand_bits != 16 && g.operand_bits != 32) || g.m % KILN_GEMM_TILE_M || g.n % KILN_GEMM_TILE_N ||
+      (g.operand_bits != 16 && g.operand_bits != 32) || g.m % (KILN_GEMM_TILE_M / 2) || g.n % KILN_GEMM_TILE_N ||
       g.k % KILN_GEMM_TILE_K || g.m < 1 || g.n < 1 || g.k < 1) {
     fprintf(stderr, "gemm_text: not a shape the tiled kernel takes\n");
     return 2;
@@ -38,10 +38,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gemm_text: %s keeps the untiled kernel\n", t->id);
     return 1;
   }
-  uint32_t block[3];
-  char *text = kiln_compiler_gemm_text(&g, t, block);
-  printf("// block %u %u %u grid %lld %lld %lld\n%s", block[0], block[1], block[2],
-         (long long)(g.n / KILN_GEMM_TILE_N), (long long)(g.m / KILN_GEMM_TILE_M), (long long)g.batch, text);
+  uint32_t block[3], grid[3];
+  char *text = kiln_compiler_gemm_text(&g, t, block, grid);
+  printf("// block %u %u %u grid %u %u %u\n%s", block[0], block[1], block[2], grid[0], grid[1], grid[2], text);
   kiln_free(text);
   return 0;
 }
