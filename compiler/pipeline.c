@@ -32,6 +32,7 @@
 #include "base/time.h"
 #include "compiler/cpu.h"
 #include "compiler/gpu_gemm.h"
+#include "compiler/gpu_reduce.h"
 #include "compiler/host.h"
 #include "compiler/internal.h"
 #include "compiler/kernel_loops.h"
@@ -260,6 +261,7 @@ typedef struct launch_s {
   kiln_compiler_arg_t *args; /* filled from the gpu.func by describe_kernel */
   size_t n_args;
   kiln_compiler_gemm_t gemm; /* a contraction GPU targets tile their own way (gpu_gemm.h) */
+  kiln_compiler_reduce_t reduce; /* a row reduction they run as a workgroup reduction (gpu_reduce.h) */
 } launch_t;
 
 typedef struct launches_s {
@@ -417,7 +419,9 @@ static MlirWalkResult describe_kernel(MlirOperation op, void *user) {
     }
   }
   kiln_free(w.written);
-  kiln_compiler_gemm_match(op, l->grid, l->block, &l->gemm);
+  if (!kiln_compiler_gemm_match(op, l->grid, l->block, &l->gemm)) {
+    kiln_compiler_reduce_match(op, l->grid, l->block, &l->reduce);
+  }
   return MlirWalkResultAdvance;
 }
 
@@ -991,7 +995,8 @@ static void shape_gpu_loops(kiln_compiler_context_t *context, MlirModule module,
   }
 }
 
-/* Contractions this target tiles its own way (gpu_gemm.h): kernel i's new grid
+/* Contractions this target tiles its own way (gpu_gemm.h) and row reductions it
+ * runs as workgroup reductions (gpu_reduce.h): kernel i's new grid
  * and workgroup size in grids[i] and blocks[i] (left 0 where kept). Only kernels
  * whose bindings the plan never overlaps: the tiled kernel reads A and B after
  * other invocations wrote C. */
@@ -1003,10 +1008,13 @@ static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirMod
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(gm, 0));
   for (size_t i = 0; i < launches->n; i++) {
     const launch_t *l = &launches->items[i];
-    if (!noalias[i] || !kiln_compiler_gemm_fits(&l->gemm, t)) continue;
+    bool gemm = kiln_compiler_gemm_fits(&l->gemm, t), reduce = kiln_compiler_reduce_fits(&l->reduce, t);
+    if (!noalias[i] || (!gemm && !reduce)) continue;
     MlirOperation func = find_symbol(body, "gpu.func", mlirStringRefCreateFromCString(l->kernel_name));
     if (mlirOperationIsNull(func)) continue;
-    KILN_RETURN_IF_ERROR(kiln_compiler_gemm_replace(context->mlir, module, func, &l->gemm, t, grids[i], blocks[i]));
+    KILN_RETURN_IF_ERROR(gemm ? kiln_compiler_gemm_replace(context->mlir, module, func, &l->gemm, t, grids[i], blocks[i])
+                              : kiln_compiler_reduce_replace(context->mlir, module, func, &l->reduce, t, grids[i],
+                                                             blocks[i]));
   }
   return NULL;
 }

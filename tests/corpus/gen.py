@@ -872,6 +872,35 @@ def group_tosa():
                             '%0 = tosa.conv2d %arg0, %arg1, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x8x8x32xf32>, tensor<64x1x1x32xf32>, tensor<64xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x8x8x64xf32>',
                             'return %0 : tensor<1x8x8x64xf32>'],
                            [((1, 8, 8, 32), 'f32', x), ((64, 1, 1, 32), 'f32', w)], [((1, 8, 8, 64), 'f32', out)], 0))
+    # Row reductions long enough that GPU targets run them as workgroup reductions
+    # (compiler/gpu_reduce.c: rows of a multiple of 128), and a softmax over them.
+    for op, rows, cols, ref in (('reduce_max', 4, 1024, max), ('reduce_sum', 3, 384, lambda xs: f32(sum(xs))),
+                                ('reduce_min', 2, 256, min)):
+        xv = values((rows, cols), 'f32', 99 + cols)
+        want = [ref(xv[r * cols:(r + 1) * cols]) for r in range(rows)]
+        cases.append(tosa_case('tosa_%s_rows_%dx%d' % (op, rows, cols), ['tensor<%dx%dxf32>' % (rows, cols)],
+                               'tensor<%dx1xf32>' % rows,
+                               ['%%0 = tosa.%s %%arg0 {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>' % (op, rows, cols, rows),
+                                'return %%0 : tensor<%dx1xf32>' % rows],
+                               [((rows, cols), 'f32', xv)], [((rows, 1), 'f32', want)], 0))
+    xv = values((4, 512), 'f32', 90)
+    soft = []
+    for r in range(4):
+        row = xv[r * 512:(r + 1) * 512]
+        mx = max(row)
+        ex = [math.exp(v - mx) for v in row]
+        tot = sum(ex)
+        soft += [f32(e / tot) for e in ex]
+    cases.append(tosa_case('tosa_softmax_rows_4x512', ['tensor<4x512xf32>'], 'tensor<4x512xf32>',
+                           ['%m = tosa.reduce_max %arg0 {axis = 1 : i32} : (tensor<4x512xf32>) -> tensor<4x1xf32>',
+                            '%d = tosa.sub %arg0, %m : (tensor<4x512xf32>, tensor<4x1xf32>) -> tensor<4x512xf32>',
+                            '%e = tosa.exp %d : (tensor<4x512xf32>) -> tensor<4x512xf32>',
+                            '%s = tosa.reduce_sum %e {axis = 1 : i32} : (tensor<4x512xf32>) -> tensor<4x1xf32>',
+                            '%r = tosa.reciprocal %s : (tensor<4x1xf32>) -> tensor<4x1xf32>',
+                            scalar_const('sh', 'i8', 0),
+                            '%y = tosa.mul %e, %r, %sh : (tensor<4x512xf32>, tensor<4x1xf32>, tensor<1xi8>) -> tensor<4x512xf32>',
+                            'return %y : tensor<4x512xf32>'],
+                           [((4, 512), 'f32', xv)], [((4, 512), 'f32', soft)], 1e-5))
     a = values((64, 48), 'f32', 93)
     b = values((48, 64), 'f32', 94)
     cases.append(Case('linalg_matmul_tiled_2d', '''func.func @linalg_matmul_tiled_2d(%a: tensor<64x48xf32>, %b: tensor<48x64xf32>) -> tensor<64x64xf32> {
