@@ -34,18 +34,33 @@
 #include "compiler/kernel_types.h"
 
 #define MAX_GRID 65535
-#define THREADS_X (KILN_GEMM_TILE_N / 4)
-/* The SIMT kernel's rows per tile: KILN_GEMM_TILE_M, or half that where the full
- * tile would leave the grid under MIN_WORKGROUPS workgroups (a 56x56 conv's 3136
- * rows x 64 filters: 49 -> 98) or does not divide M. */
+/* The SIMT kernel's tile: tm x tn outputs per workgroup of (tn / 4gn) x (tm / 4gm)
+ * invocations, each holding gm x gn blocks of 4x4 accumulators (rows ty*4 + i of
+ * each of the gm row bands, column vectors tx of each of the gn column bands, so
+ * neighbouring invocations touch neighbouring vectors). Large: 128x128, 8x8 per
+ * invocation (4 workgroup-memory vector loads per 64 multiply-adds), where the
+ * grid still has MIN_WORKGROUPS workgroups; else 64x64, 4x4 each; else 32 rows
+ * (a 56x56 conv's 3136 rows x 64 filters: 49 workgroups -> 98), or where 64 does
+ * not divide M. */
 #define SIMT_TILE_M_MIN (KILN_GEMM_TILE_M / 2)
 #define MIN_WORKGROUPS 64
 
-static int64_t simt_tile_m(const kiln_compiler_gemm_t *g) {
-  if (g->m % KILN_GEMM_TILE_M) return SIMT_TILE_M_MIN;
-  int64_t full = (g->m / KILN_GEMM_TILE_M) * (g->n / KILN_GEMM_TILE_N) * g->batch;
-  return full < MIN_WORKGROUPS ? SIMT_TILE_M_MIN : KILN_GEMM_TILE_M;
+typedef struct simt_tile_s {
+  int64_t tm, tn;
+  int gm, gn;
+} simt_tile_t;
+
+static simt_tile_t simt_tile(const kiln_compiler_gemm_t *g) {
+  int64_t least = g->min_workgroups > 0 ? g->min_workgroups : MIN_WORKGROUPS;
+  int64_t large = g->m % 128 == 0 && g->n % 128 == 0 ? (g->m / 128) * (g->n / 128) * g->batch : 0;
+  if (large >= least) return (simt_tile_t){128, 128, 2, 2};
+  int64_t full = g->m % KILN_GEMM_TILE_M ? 0 : (g->m / KILN_GEMM_TILE_M) * (g->n / KILN_GEMM_TILE_N) * g->batch;
+  if (full >= least) return (simt_tile_t){KILN_GEMM_TILE_M, KILN_GEMM_TILE_N, 1, 1};
+  return (simt_tile_t){SIMT_TILE_M_MIN, KILN_GEMM_TILE_N, 1, 1};
 }
+
+static uint32_t simt_threads_x(simt_tile_t s) { return (uint32_t)(s.tn / (4 * s.gn)); }
+static uint32_t simt_threads_y(simt_tile_t s) { return (uint32_t)(s.tm / (4 * s.gm)); }
 
 /* ---- matching ---- */
 
@@ -445,6 +460,11 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   const char *ws = spirv ? "3" : "#gpu.address_space<workgroup>";
   const char *fm = spirv ? "" : " fastmath<contract>"; /* FMA on the LLVM backends */
   const char *in = g->operand_bits == 16 ? "f16" : "f32";
+  simt_tile_t st = simt_tile(g);
+  uint32_t tx_n = simt_threads_x(st), ty_n = simt_threads_y(st), threads = tx_n * ty_n;
+  int rows = 4 * st.gm, cols = st.gn; /* accumulators: rows x cols vectors */
+  int a_rounds = (int)(st.tm * (KILN_GEMM_TILE_K / 4) / threads);
+  int b_rounds = (int)(KILN_GEMM_TILE_K * (st.tn / 4) / threads);
   kiln_buf_t ta, tb, tc, as, bs;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc), kiln_buf_init(&as), kiln_buf_init(&bs);
   /* A convolution's A is its (padded) input as [pixel][channel/4]. */
@@ -452,25 +472,24 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   else vec_memref(&ta, g, g->m, g->k, 4, in);
   vec_memref(&tb, g, g->k, g->n, 4, in);
   vec_memref(&tc, g, g->m, g->n, 4, "f32");
-  int64_t tm = simt_tile_m(g), threads_y = tm / 4, threads = THREADS_X * threads_y;
-  kiln_buf_appendf(&as, "memref<%lldx%dxvector<4xf32>, %s>", (long long)tm, KILN_GEMM_TILE_K / 4, ws);
-  kiln_buf_appendf(&bs, "memref<%dx%dxvector<4xf32>, %s>", KILN_GEMM_TILE_K, KILN_GEMM_TILE_N / 4, ws);
+  kiln_buf_appendf(&as, "memref<%lldx%dxvector<4xf32>, %s>", (long long)st.tm, KILN_GEMM_TILE_K / 4, ws);
+  kiln_buf_appendf(&bs, "memref<%dx%lldxvector<4xf32>, %s>", KILN_GEMM_TILE_K, (long long)(st.tn / 4), ws);
   kiln_buf_t text;
   kiln_buf_init(&text);
   kiln_buf_t *b = &text;
   signature(b, sig, g, ta.data, tb.data, tc.data);
   if (!spirv) kiln_buf_appendf(b, " workgroup(%%As : %s, %%Bs : %s)", as.data, bs.data);
-  kiln_buf_appendf(b, " kernel attributes {known_block_size = array<i32: %d, %lld, 1>", THREADS_X,
-                   (long long)threads_y);
+  kiln_buf_appendf(b, " kernel attributes {known_block_size = array<i32: %u, %u, 1>", tx_n, ty_n);
   if (spirv) {
-    kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%d, %lld, 1]>", THREADS_X,
-                     (long long)threads_y);
+    kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%u, %u, 1]>", tx_n, ty_n);
   }
   kiln_buf_append_str(b, "} {\n");
   if (spirv) kiln_buf_appendf(b, "  %%As = memref.alloc() : %s\n  %%Bs = memref.alloc() : %s\n", as.data, bs.data);
   emit_t e = {.b = b};
-  int64_t consts[] = {0, 1, 2, 3, 4, THREADS_X, tm, threads, KILN_GEMM_TILE_K, g->k / KILN_GEMM_TILE_K};
+  int64_t consts[] = {0,         1,  2,      3,         4, tx_n, st.tm, st.tn / 4, threads, KILN_GEMM_TILE_K,
+                      g->k / KILN_GEMM_TILE_K, st.tm / st.gm, st.tn / 4 / st.gn};
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) need_const(&e, consts[i]);
+  for (int r = 0; r < (a_rounds > b_rounds ? a_rounds : b_rounds); r++) need_const(&e, (int64_t)r * threads);
   if (g->conv_h) {
     int64_t more[] = {g->conv_c / 4, g->conv_w, g->in_w, g->out_w};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) need_const(&e, more[i]);
@@ -482,106 +501,143 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   kiln_buf_appendf(b,
                    "  %%tx = gpu.thread_id x\n  %%ty = gpu.thread_id y\n  %%bx = gpu.block_id x\n"
                    "  %%by = gpu.block_id y\n  %%bz = gpu.block_id z\n"
-                   "  %%t0 = arith.muli %%ty, %%c%d : index\n  %%t = arith.addi %%t0, %%tx : index\n"
-                   "  %%arow = arith.divui %%t, %%c4 : index\n  %%akq = arith.remui %%t, %%c4 : index\n"
-                   "  %%m0 = arith.muli %%by, %%c%d : index\n  %%garow = arith.addi %%m0, %%arow : index\n"
-                   "  %%n0 = arith.muli %%bx, %%c%d : index\n  %%gcol = arith.addi %%n0, %%tx : index\n"
-                   "  %%ty4 = arith.muli %%ty, %%c4 : index\n  %%crow = arith.addi %%m0, %%ty4 : index\n",
-                   THREADS_X, (int)tm, THREADS_X);
-  /* The B slice (TILE_K x TILE_N/4 vectors) in rounds of one vector per invocation. */
-  int b_rounds = (int)(KILN_GEMM_TILE_K * THREADS_X / threads);
+                   "  %%t0 = arith.muli %%ty, %%c%u : index\n  %%t = arith.addi %%t0, %%tx : index\n"
+                   "  %%m0 = arith.muli %%by, %%c%lld : index\n  %%n0 = arith.muli %%bx, %%c%lld : index\n"
+                   "  %%ty4 = arith.muli %%ty, %%c4 : index\n",
+                   tx_n, (long long)st.tm, (long long)(st.tn / 4));
+  /* The loaders: invocation t moves vectors t, t + threads, ... of each slice. */
+  for (int r = 0; r < a_rounds; r++) {
+    kiln_buf_appendf(b,
+                     "  %%ai%d = arith.addi %%t, %%c%lld : index\n"
+                     "  %%arow%d = arith.divui %%ai%d, %%c4 : index\n  %%akq%d = arith.remui %%ai%d, %%c4 : index\n"
+                     "  %%garow%d = arith.addi %%m0, %%arow%d : index\n",
+                     r, (long long)r * threads, r, r, r, r, r, r);
+    if (g->conv_h) {
+      kiln_buf_appendf(b,
+                       "  %%ohm%d = arith.divui %%garow%d, %%c%lld : index\n"
+                       "  %%owm%d = arith.remui %%garow%d, %%c%lld : index\n",
+                       r, r, (long long)g->out_w, r, r, (long long)g->out_w);
+    }
+  }
   for (int r = 0; r < b_rounds; r++) {
     kiln_buf_appendf(b,
                      "  %%bi%d = arith.addi %%t, %%c%lld : index\n"
-                     "  %%bkr%d = arith.divui %%bi%d, %%c%d : index\n  %%bcq%d = arith.remui %%bi%d, %%c%d : index\n"
+                     "  %%bkr%d = arith.divui %%bi%d, %%c%lld : index\n  %%bcq%d = arith.remui %%bi%d, %%c%lld : index\n"
                      "  %%bcol%d = arith.addi %%n0, %%bcq%d : index\n",
-                     r, (long long)(r * threads), r, r, THREADS_X, r, r, THREADS_X, r, r);
+                     r, (long long)r * threads, r, r, (long long)(st.tn / 4), r, r, (long long)(st.tn / 4), r, r);
   }
-  if (g->conv_h) {
-    kiln_buf_appendf(b, "  %%ohm = arith.divui %%garow, %%c%lld : index\n  %%owm = arith.remui %%garow, %%c%lld : index\n",
-                     (long long)g->out_w, (long long)g->out_w);
+  /* The accumulators' rows (in the tile and in C) and column vectors. */
+  for (int i = 0; i < rows; i++) {
+    kiln_buf_appendf(b,
+                     "  %%ar%d0 = arith.addi %%ty4, %%c%d : index\n  %%ar%d = arith.addi %%ar%d0, %%c%lld : index\n"
+                     "  %%cr%d = arith.addi %%m0, %%ar%d : index\n",
+                     i, i % 4, i, i, (long long)(i / 4) * (st.tm / st.gm), i, i);
+    need_const(&e, (int64_t)(i / 4) * (st.tm / st.gm));
   }
-  for (int i = 0; i < 4; i++) {
-    kiln_buf_appendf(b, "  %%ar%d = arith.addi %%ty4, %%c%d : index\n  %%cr%d = arith.addi %%crow, %%c%d : index\n", i,
-                     i, i, i);
-    char row[16];
-    snprintf(row, sizeof row, "%%cr%d", i);
-    kiln_buf_appendf(b, "  %%acc%d = memref.load %s", i, C);
-    at(b, g, row, "%gcol");
-    kiln_buf_appendf(b, " : %s\n", tc.data);
+  for (int j = 0; j < cols; j++) {
+    kiln_buf_appendf(b, "  %%bc%d = arith.addi %%tx, %%c%lld : index\n  %%gc%d = arith.addi %%n0, %%bc%d : index\n", j,
+                     (long long)j * (st.tn / 4 / st.gn), j, j);
+  }
+  for (int i = 0; i < rows; i++) {
+    for (int j = 0; j < cols; j++) {
+      char row[32], col[32];
+      snprintf(row, sizeof row, "%%cr%d", i);
+      snprintf(col, sizeof col, "%%gc%d", j);
+      kiln_buf_appendf(b, "  %%acc%d_%d = memref.load %s", i, j, C);
+      at(b, g, row, col);
+      kiln_buf_appendf(b, " : %s\n", tc.data);
+    }
   }
   const char *v4 = "vector<4xf32>";
-  kiln_buf_appendf(b,
-                   "  %%r:4 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(%%x0 = %%acc0, %%x1 = %%acc1, "
-                   "%%x2 = %%acc2, %%x3 = %%acc3) -> (%s, %s, %s, %s) {\n",
-                   (long long)(g->k / KILN_GEMM_TILE_K), v4, v4, v4, v4);
-  kiln_buf_append_str(b, "    %kt4 = arith.muli %kt, %c4 : index\n    %kv = arith.addi %kt4, %akq : index\n");
-  if (g->conv_h) {
-    /* Column k = 4 kv of A is (kh, kw, c) of the pixel row m stands for. */
-    kiln_buf_appendf(b,
-                     "    %%cq = arith.remui %%kv, %%c%lld : index\n    %%kk = arith.divui %%kv, %%c%lld : index\n"
-                     "    %%kh = arith.divui %%kk, %%c%lld : index\n    %%kw = arith.remui %%kk, %%c%lld : index\n"
-                     "    %%ih = arith.addi %%ohm, %%kh : index\n    %%iw = arith.addi %%owm, %%kw : index\n"
-                     "    %%ihw = arith.muli %%ih, %%c%lld : index\n    %%pix = arith.addi %%ihw, %%iw : index\n"
-                     "    %%av = memref.load %s[%%pix, %%cq] : %s\n",
-                     (long long)(g->conv_c / 4), (long long)(g->conv_c / 4), (long long)g->conv_w,
-                     (long long)g->conv_w, (long long)g->in_w, A, ta.data);
-  } else {
-    kiln_buf_appendf(b, "    %%av = memref.load %s", A);
-    at(b, g, "%garow", "%kv");
-    kiln_buf_appendf(b, " : %s\n", ta.data);
+  int n_acc = rows * cols;
+  kiln_buf_appendf(b, "  %%r:%d = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(", n_acc,
+                   (long long)(g->k / KILN_GEMM_TILE_K));
+  for (int a = 0; a < n_acc; a++) kiln_buf_appendf(b, "%s%%x%d_%d = %%acc%d_%d", a ? ", " : "", a / cols, a % cols, a / cols, a % cols);
+  kiln_buf_append_str(b, ") -> (");
+  for (int a = 0; a < n_acc; a++) kiln_buf_appendf(b, "%s%s", a ? ", " : "", v4);
+  kiln_buf_appendf(b, ") {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n    %%kt16 = arith.muli %%kt, %%c%d : index\n",
+                   KILN_GEMM_TILE_K);
+  for (int r = 0; r < a_rounds; r++) {
+    kiln_buf_appendf(b, "    %%kv%d = arith.addi %%kt4, %%akq%d : index\n", r, r);
+    if (g->conv_h) {
+      /* Column k = 4 kv of A is (kh, kw, c) of the pixel row m stands for. */
+      kiln_buf_appendf(b,
+                       "    %%cq%d = arith.remui %%kv%d, %%c%lld : index\n    %%kk%d = arith.divui %%kv%d, %%c%lld : index\n"
+                       "    %%kh%d = arith.divui %%kk%d, %%c%lld : index\n    %%kw%d = arith.remui %%kk%d, %%c%lld : index\n"
+                       "    %%ih%d = arith.addi %%ohm%d, %%kh%d : index\n    %%iw%d = arith.addi %%owm%d, %%kw%d : index\n"
+                       "    %%ihw%d = arith.muli %%ih%d, %%c%lld : index\n    %%pix%d = arith.addi %%ihw%d, %%iw%d : index\n"
+                       "    %%av%d = memref.load %s[%%pix%d, %%cq%d] : %s\n",
+                       r, r, (long long)(g->conv_c / 4), r, r, (long long)(g->conv_c / 4), r, r, (long long)g->conv_w,
+                       r, r, (long long)g->conv_w, r, r, r, r, r, r, r, r, (long long)g->in_w, r, r, r, r, A, r, r,
+                       ta.data);
+    } else {
+      char row[32], col[32];
+      snprintf(row, sizeof row, "%%garow%d", r);
+      snprintf(col, sizeof col, "%%kv%d", r);
+      kiln_buf_appendf(b, "    %%av%d = memref.load %s", r, A);
+      at(b, g, row, col);
+      kiln_buf_appendf(b, " : %s\n", ta.data);
+    }
+    if (g->operand_bits == 16) kiln_buf_appendf(b, "    %%avw%d = arith.extf %%av%d : vector<4xf16> to vector<4xf32>\n", r, r);
+    kiln_buf_appendf(b, "    memref.store %%av%s%d, %%As[%%arow%d, %%akq%d] : %s\n", g->operand_bits == 16 ? "w" : "", r, r,
+                     r, as.data);
   }
-  kiln_buf_appendf(b, "    %%kt16 = arith.muli %%kt, %%c%d : index\n", KILN_GEMM_TILE_K);
-  const char *av = "%av";
-  if (g->operand_bits == 16) {
-    kiln_buf_append_str(b, "    %avw = arith.extf %av : vector<4xf16> to vector<4xf32>\n");
-    av = "%avw";
-  }
-  kiln_buf_appendf(b, "    memref.store %s, %%As[%%arow, %%akq] : %s\n", av, as.data);
   for (int r = 0; r < b_rounds; r++) {
-    char row[16], col[16];
+    char row[32], col[32];
     snprintf(row, sizeof row, "%%kr%d", r);
     snprintf(col, sizeof col, "%%bcol%d", r);
     kiln_buf_appendf(b, "    %%kr%d = arith.addi %%kt16, %%bkr%d : index\n    %%bv%d = memref.load %s", r, r, r, B);
     at(b, g, row, col);
     kiln_buf_appendf(b, " : %s\n", tb.data);
-    if (g->operand_bits == 16) {
-      kiln_buf_appendf(b, "    %%bvw%d = arith.extf %%bv%d : vector<4xf16> to vector<4xf32>\n", r, r);
-    }
-    kiln_buf_appendf(b, "    memref.store %%bv%s%d, %%Bs[%%bkr%d, %%bcq%d] : %s\n", g->operand_bits == 16 ? "w" : "",
-                     r, r, r, bs.data);
+    if (g->operand_bits == 16) kiln_buf_appendf(b, "    %%bvw%d = arith.extf %%bv%d : vector<4xf16> to vector<4xf32>\n", r, r);
+    kiln_buf_appendf(b, "    memref.store %%bv%s%d, %%Bs[%%bkr%d, %%bcq%d] : %s\n", g->operand_bits == 16 ? "w" : "", r, r,
+                     r, bs.data);
   }
   kiln_buf_append_str(b, "    gpu.barrier\n");
-  char cur[4][24] = {"%x0", "%x1", "%x2", "%x3"};
+  char(*cur)[48] = kiln_calloc((size_t)n_acc, sizeof *cur);
+  for (int a = 0; a < n_acc; a++) snprintf(cur[a], sizeof cur[a], "%%x%d_%d", a / cols, a % cols);
   for (int kk = 0; kk < KILN_GEMM_TILE_K; kk++) {
     if (kk % 4 == 0) {
       kiln_buf_appendf(b, "    %%q%d = arith.constant %d : index\n", kk, kk / 4);
-      for (int i = 0; i < 4; i++) {
+      for (int i = 0; i < rows; i++) {
         kiln_buf_appendf(b, "    %%a%d_%d = memref.load %%As[%%ar%d, %%q%d] : %s\n", kk, i, i, kk, as.data);
       }
     }
     kiln_buf_appendf(b, "    %%k%d = arith.constant %d : index\n", kk, kk);
-    kiln_buf_appendf(b, "    %%b%d = memref.load %%Bs[%%k%d, %%tx] : %s\n", kk, kk, bs.data);
-    for (int i = 0; i < 4; i++) {
+    for (int j = 0; j < cols; j++) {
+      kiln_buf_appendf(b, "    %%b%d_%d = memref.load %%Bs[%%k%d, %%bc%d] : %s\n", kk, j, kk, j, bs.data);
+    }
+    for (int i = 0; i < rows; i++) {
       int g4 = kk - kk % 4;
       kiln_buf_appendf(b,
                        "    %%e%d_%d = vector.extract %%a%d_%d[%d] : f32 from %s\n"
-                       "    %%s%d_%d = vector.broadcast %%e%d_%d : f32 to %s\n"
-                       "    %%p%d_%d = arith.mulf %%s%d_%d, %%b%d%s : %s\n"
-                       "    %%y%d_%d = arith.addf %s, %%p%d_%d%s : %s\n",
-                       kk, i, g4, i, kk % 4, v4, kk, i, kk, i, v4, kk, i, kk, i, kk, fm, v4, kk, i, cur[i], kk, i,
-                       fm, v4);
-      snprintf(cur[i], sizeof cur[i], "%%y%d_%d", kk, i);
+                       "    %%s%d_%d = vector.broadcast %%e%d_%d : f32 to %s\n",
+                       kk, i, g4, i, kk % 4, v4, kk, i, kk, i, v4);
+      for (int j = 0; j < cols; j++) {
+        int a = i * cols + j;
+        kiln_buf_appendf(b,
+                         "    %%p%d_%d_%d = arith.mulf %%s%d_%d, %%b%d_%d%s : %s\n"
+                         "    %%y%d_%d_%d = arith.addf %s, %%p%d_%d_%d%s : %s\n",
+                         kk, i, j, kk, i, kk, j, fm, v4, kk, i, j, cur[a], kk, i, j, fm, v4);
+        snprintf(cur[a], sizeof cur[a], "%%y%d_%d_%d", kk, i, j);
+      }
     }
   }
-  kiln_buf_appendf(b, "    gpu.barrier\n    scf.yield %s, %s, %s, %s : %s, %s, %s, %s\n  }\n", cur[0], cur[1], cur[2],
-                   cur[3], v4, v4, v4, v4);
-  for (int i = 0; i < 4; i++) {
-    char row[16];
-    snprintf(row, sizeof row, "%%cr%d", i);
-    kiln_buf_appendf(b, "  memref.store %%r#%d, %s", i, C);
-    at(b, g, row, "%gcol");
-    kiln_buf_appendf(b, " : %s\n", tc.data);
+  kiln_buf_append_str(b, "    gpu.barrier\n    scf.yield ");
+  for (int a = 0; a < n_acc; a++) kiln_buf_appendf(b, "%s%s", a ? ", " : "", cur[a]);
+  kiln_buf_append_str(b, " : ");
+  for (int a = 0; a < n_acc; a++) kiln_buf_appendf(b, "%s%s", a ? ", " : "", v4);
+  kiln_buf_append_str(b, "\n  }\n");
+  kiln_free(cur);
+  for (int i = 0; i < rows; i++) {
+    for (int j = 0; j < cols; j++) {
+      char row[32], col[32];
+      snprintf(row, sizeof row, "%%cr%d", i);
+      snprintf(col, sizeof col, "%%gc%d", j);
+      kiln_buf_appendf(b, "  memref.store %%r#%d, %s", i * cols + j, C);
+      at(b, g, row, col);
+      kiln_buf_appendf(b, " : %s\n", tc.data);
+    }
   }
   kiln_buf_append_str(b, "  gpu.return\n}\n}\n");
   kiln_buf_deinit(&ta), kiln_buf_deinit(&tb), kiln_buf_deinit(&tc), kiln_buf_deinit(&as), kiln_buf_deinit(&bs);
@@ -908,8 +964,9 @@ static char *tiled_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, 
     out_block[0] = 64, out_block[1] = MFMA_THREADS / 64;
     return mfma_kernel_text(sig, g);
   }
-  out_block[0] = THREADS_X, out_block[1] = (uint32_t)(simt_tile_m(g) / 4);
-  out_grid[1] = (uint32_t)(g->m / simt_tile_m(g));
+  simt_tile_t st = simt_tile(g);
+  out_block[0] = simt_threads_x(st), out_block[1] = simt_threads_y(st);
+  out_grid[0] = (uint32_t)(g->n / st.tn), out_grid[1] = (uint32_t)(g->m / st.tm);
   return kernel_text(sig, g, t);
 }
 
@@ -917,9 +974,9 @@ bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t 
   if (!g->found || t->kind == KILN_TARGET_KIND_CPU) return false;
   /* Invocations and workgroup memory of the kernel the target would take. */
   bool matrix = use_mma(g, t) || use_mfma(g, t);
-  uint32_t x = matrix ? (use_mma(g, t) ? 32 : 64) : THREADS_X, y = matrix ? 4 : (uint32_t)(simt_tile_m(g) / 4);
-  uint64_t shared = matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH * 2
-                           : (uint64_t)(simt_tile_m(g) + KILN_GEMM_TILE_N) * KILN_GEMM_TILE_K * 4;
+  simt_tile_t st = simt_tile(g);
+  uint32_t x = matrix ? (use_mma(g, t) ? 32 : 64) : simt_threads_x(st), y = matrix ? 4 : simt_threads_y(st);
+  uint64_t shared = matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH * 2 : (uint64_t)(st.tm + st.tn) * KILN_GEMM_TILE_K * 4;
   const kiln_target_gpu_limits_t *lim = &t->limits;
   if (lim->max_workgroup_invocations < x * y || lim->max_workgroup_size[0] < x || lim->max_workgroup_size[1] < y ||
       lim->max_shared_memory_bytes < shared) {

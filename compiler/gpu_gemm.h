@@ -53,6 +53,9 @@ typedef struct kiln_compiler_gemm_s {
    * output pixel (m / out_w, m % out_w), column k is (kh, kw, c) in that order,
    * so B is the filter as it lies and C the output as it lies. rank 2, batch 1. */
   int64_t conv_h, conv_w, conv_c, in_h, in_w, out_w;
+  /* The fewest workgroups the SIMT kernel's larger tiles may leave (0: 64, the
+   * conv goal of issue 17); tests set 1 to reach the 128x128 tile cheaply. */
+  int64_t min_workgroups;
 } kiln_compiler_gemm_t;
 
 /* Whether kernel `func` (a gpu.func from the front half, launched on `grid`

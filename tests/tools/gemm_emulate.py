@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the arithmetic of kiln's tiled GPU matmul kernels without a GPU.
 
-    gemm_emulate.py GEMM_TEXT [TARGET RANK BATCH M N K BITS]...
+    gemm_emulate.py GEMM_TEXT [TARGET RANK BATCH M N K BITS MIN_WORKGROUPS]...
 
 For each case (default: the set below) it asks GEMM_TEXT (tests/tools/gemm_text.c)
 for the kernel kiln writes, interprets that MLIR text on the CPU for every
@@ -27,13 +27,14 @@ import subprocess
 import sys
 
 CASES = [
-    ('sm_89', 3, 2, 64, 128, 64, 16),   # mma.sync, two k slices, batched
-    ('sm_89', 2, 1, 128, 64, 32, 16),   # mma.sync, one slice, 2-D, two row tiles
-    ('sm_89', 3, 1, 64, 64, 48, 32),    # SIMT f32 in 32-row tiles (a small grid), three k slices
-    ('sm_89', 2, 1, 512, 512, 16, 32),  # SIMT f32 in 64-row tiles (64 workgroups)
-    ('arm5gen', 3, 2, 64, 128, 16, 16), # SIMT with f16 widened as it is staged
-    ('gfx950', 3, 2, 64, 128, 64, 16),  # MFMA, two k slices, batched
-    ('gfx942', 2, 1, 128, 64, 32, 16),  # MFMA, 2-D, two row tiles
+    ('sm_89', 3, 2, 64, 128, 64, 16, 0),   # mma.sync, two k slices, batched
+    ('sm_89', 2, 1, 128, 64, 32, 16, 0),   # mma.sync, one slice, 2-D, two row tiles
+    ('sm_89', 3, 1, 64, 64, 48, 32, 0),    # SIMT f32 in 32-row tiles (a small grid), three k slices
+    ('sm_89', 2, 1, 128, 128, 16, 32, 4),  # SIMT f32 in 64x64 tiles, 4x4 per invocation
+    ('gfx950', 3, 2, 128, 256, 32, 32, 1), # SIMT f32 in 128x128 tiles, 8x8 per invocation
+    ('arm5gen', 3, 2, 64, 128, 16, 16, 0), # SIMT with f16 widened as it is staged
+    ('gfx950', 3, 2, 64, 128, 64, 16, 0),  # MFMA, two k slices, batched
+    ('gfx942', 2, 1, 128, 64, 32, 16, 0),  # MFMA, 2-D, two row tiles
 ]
 
 
@@ -283,8 +284,8 @@ class Kernel:
         block(self.body)
 
 
-def check(tool, target, rank, batch, m, n, k, bits):
-    args = [str(x) for x in (target, rank, batch, m, n, k, bits)]
+def check(tool, target, rank, batch, m, n, k, bits, least):
+    args = [str(x) for x in (target, rank, batch, m, n, k, bits, least)]
     text = subprocess.run([tool] + args, check=True, capture_output=True, text=True).stdout
     kernel = Kernel(text)
     rng = random.Random(' '.join(args))
@@ -299,8 +300,8 @@ def check(tool, target, rank, batch, m, n, k, bits):
     kernel.run(memory)
     got = memory['%' + names[2]].data
     bad = [i for i, (x, y) in enumerate(zip(got, want)) if x != y]
-    what = '%s rank %d batch %d %dx%dx%d f%d (block %s)' % (target, rank, batch, m, n, k, bits,
-                                                           'x'.join(map(str, kernel.block)))
+    what = '%s rank %d batch %d %dx%dx%d f%d (block %s, grid %s)' % (
+        target, rank, batch, m, n, k, bits, 'x'.join(map(str, kernel.block)), 'x'.join(map(str, kernel.grid)))
     if bad:
         print('FAIL %s: %d of %d elements wrong, first at %d: want %g, got %g' % (
             what, len(bad), len(want), bad[0], want[bad[0]], got[bad[0]]))
@@ -312,7 +313,7 @@ def check(tool, target, rank, batch, m, n, k, bits):
 def main():
     tool = sys.argv[1]
     rest = sys.argv[2:]
-    cases = [tuple([rest[i]] + [int(x) for x in rest[i + 1:i + 7]]) for i in range(0, len(rest), 7)] or CASES
+    cases = [tuple([rest[i]] + [int(x) for x in rest[i + 1:i + 8]]) for i in range(0, len(rest), 8)] or CASES
     ok = all([check(tool, *case) for case in cases])
     sys.exit(0 if ok else 1)
 

@@ -1,4 +1,4 @@
-/* gemm_text TARGET RANK BATCH M N K BITS: prints the tiled matmul kernel kiln
+/* gemm_text TARGET RANK BATCH M N K BITS [MIN_WORKGROUPS]: prints the tiled matmul kernel kiln
  * writes for target TARGET (compiler/gpu_gemm.h) for C[b] += A[b] x B[b] with A
  * M x K and B K x N of BITS-bit floats (32, or 16 widened to f32), after a first
  * line "// block X Y Z grid X Y Z". For tests/tools/gemm_emulate.py, which runs
@@ -12,8 +12,8 @@
 #include "compiler/targets.h"
 
 int main(int argc, char **argv) {
-  if (argc != 8) {
-    fprintf(stderr, "usage: gemm_text TARGET RANK BATCH M N K BITS\n");
+  if (argc != 8 && argc != 9) {
+    fprintf(stderr, "usage: gemm_text TARGET RANK BATCH M N K BITS [MIN_WORKGROUPS]\n");
     return 2;
   }
   const kiln_target_t *t = kiln_compiler_target_find(argv[1]);
@@ -27,7 +27,8 @@ int main(int argc, char **argv) {
                             .m = atoll(argv[4]),
                             .n = atoll(argv[5]),
                             .k = atoll(argv[6]),
-                            .operand_bits = (unsigned)atoi(argv[7])};
+                            .operand_bits = (unsigned)atoi(argv[7]),
+                            .min_workgroups = argc == 9 ? atoll(argv[8]) : 0};
   if ((g.rank != 2 && g.rank != 3) || (g.rank == 2 && g.batch != 1) || g.batch < 1 ||
       (g.operand_bits != 16 && g.operand_bits != 32) || g.m % (KILN_GEMM_TILE_M / 2) || g.n % KILN_GEMM_TILE_N ||
       g.k % KILN_GEMM_TILE_K || g.m < 1 || g.n < 1 || g.k < 1) {
