@@ -827,14 +827,25 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
  *   A: A[r][4s..4s+3]   B: B[4s..4s+3][r]   C: C[4s..4s+3][r] (a column of 4)
  * so A and B fragments are one 64-bit workgroup load each; C is read and written
  * once, as scalars. */
-#define MFMA_THREADS 256
+
+/* RDNA3 (gfx11, wave32): v_wmma_f32_16x16x16_f16. RDNA4's WMMA lays fragments
+ * out otherwise and is not done. */
+static bool use_wmma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
+  return t->kind == KILN_TARGET_KIND_HIP && t->limits.subgroup_size == 32 && !strncmp(t->chip, "gfx11", 5) &&
+         g->operand_bits == 16 && !g->conv_h && g->k % MMA_TILE_K == 0 && g->m % KILN_GEMM_TILE_M == 0;
+}
 
 static bool use_mfma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
   return t->kind == KILN_TARGET_KIND_HIP && t->limits.subgroup_size == 64 && g->operand_bits == 16 && !g->conv_h &&
          g->k % MMA_TILE_K == 0 && g->m % KILN_GEMM_TILE_M == 0;
 }
 
-static char *mfma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g) {
+static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, bool wmma) {
+  /* MFMA (CDNA, wave64): fragments of 4 halves at k = 4s, C rows 4s + j.
+   * WMMA (RDNA3, wave32): whole 16-half rows of A and columns of B (lanes 16-31
+   * repeat lanes 0-15), C rows 2j + s. */
+  int lanes = wmma ? 32 : 64, threads = 4 * lanes, frag = wmma ? 16 : 4, n_c = wmma ? 8 : 4;
+  int rounds = 256 / threads; /* 128-bit vectors of each 64x32 slice per invocation */
   kiln_buf_t ta, tb, tc;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc);
   vec_memref(&ta, g, g->m, g->k, 8, "f16");
@@ -842,106 +853,124 @@ static char *mfma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_
   kiln_buf_append_str(&tc, "memref<");
   if (g->rank == 3) kiln_buf_appendf(&tc, "%lldx", (long long)g->batch);
   kiln_buf_appendf(&tc, "%lldx%lldxf32>", (long long)g->m, (long long)g->n);
-  char ws[96];
+  char ws[96], vf[24], vc[24];
   snprintf(ws, sizeof ws, "memref<%dx%dxf16, #gpu.address_space<workgroup>>", KILN_GEMM_TILE_M, MMA_PITCH);
+  snprintf(vf, sizeof vf, "vector<%dxf16>", frag);
+  snprintf(vc, sizeof vc, "vector<%dxf32>", n_c);
   kiln_buf_t text;
   kiln_buf_init(&text);
   kiln_buf_t *b = &text;
   signature(b, sig, g, ta.data, tb.data, tc.data);
-  kiln_buf_appendf(b, " workgroup(%%As : %s, %%Bs : %s) kernel attributes {known_block_size = array<i32: 64, 4, 1>} {\n",
-                   ws, ws);
+  kiln_buf_appendf(b,
+                   " workgroup(%%As : %s, %%Bs : %s) kernel attributes {known_block_size = array<i32: %d, 4, 1>} {\n",
+                   ws, ws, lanes);
   emit_t e = {.b = b};
-  int64_t consts[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, g->k / MMA_TILE_K};
+  for (int64_t c = 0; c <= 16; c++) need_const(&e, c);
+  int64_t consts[] = {32, 64, 128, g->k / MMA_TILE_K};
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) need_const(&e, consts[i]);
   char A[16], B[16], C[16];
   snprintf(A, sizeof A, "%%arg%u", g->a_arg);
   snprintf(B, sizeof B, "%%arg%u", g->b_arg);
   snprintf(C, sizeof C, "%%arg%u", g->c_arg);
   const char *bi = g->rank == 3 ? "%bz, " : "";
-  kiln_buf_append_str(b,
-                      "  %lane = gpu.thread_id x\n  %wave = gpu.thread_id y\n  %bx = gpu.block_id x\n"
-                      "  %by = gpu.block_id y\n  %bz = gpu.block_id z\n"
-                      "  %r = arith.remui %lane, %c16 : index\n  %s = arith.divui %lane, %c16 : index\n"
-                      "  %s4 = arith.muli %s, %c4 : index\n"
-                      "  %w64 = arith.muli %wave, %c64 : index\n  %t = arith.addi %w64, %lane : index\n"
-                      "  %wm = arith.divui %wave, %c2 : index\n  %wn = arith.remui %wave, %c2 : index\n"
-                      "  %m0 = arith.muli %by, %c64 : index\n  %n0 = arith.muli %bx, %c64 : index\n"
-                      "  %wm32 = arith.muli %wm, %c32 : index\n  %wn32 = arith.muli %wn, %c32 : index\n"
-                      "  %bx8 = arith.muli %bx, %c8 : index\n"
-                      "  %arow = arith.divui %t, %c4 : index\n  %akq = arith.remui %t, %c4 : index\n"
-                      "  %ak8 = arith.muli %akq, %c8 : index\n  %garow = arith.addi %m0, %arow : index\n"
-                      "  %bk = arith.divui %t, %c8 : index\n  %bnq = arith.remui %t, %c8 : index\n"
-                      "  %bn8 = arith.muli %bnq, %c8 : index\n  %gbcol = arith.addi %bx8, %bnq : index\n");
-  for (int i = 0; i < 8; i++) kiln_buf_appendf(b, "  %%bn_%d = arith.addi %%bn8, %%c%d : index\n", i, i);
+  kiln_buf_appendf(b,
+                   "  %%lane = gpu.thread_id x\n  %%wave = gpu.thread_id y\n  %%bx = gpu.block_id x\n"
+                   "  %%by = gpu.block_id y\n  %%bz = gpu.block_id z\n"
+                   "  %%r = arith.remui %%lane, %%c16 : index\n  %%s = arith.divui %%lane, %%c16 : index\n"
+                   "  %%s4 = arith.muli %%s, %%c4 : index\n"
+                   "  %%wl = arith.muli %%wave, %%c%d : index\n  %%t = arith.addi %%wl, %%lane : index\n"
+                   "  %%wm = arith.divui %%wave, %%c2 : index\n  %%wn = arith.remui %%wave, %%c2 : index\n"
+                   "  %%m0 = arith.muli %%by, %%c64 : index\n  %%n0 = arith.muli %%bx, %%c64 : index\n"
+                   "  %%wm32 = arith.muli %%wm, %%c32 : index\n  %%wn32 = arith.muli %%wn, %%c32 : index\n"
+                   "  %%bx8 = arith.muli %%bx, %%c8 : index\n",
+                   lanes);
+  /* The loaders: invocation t moves vectors t (and t + threads) of each slice. */
+  for (int it = 0; it < rounds; it++) {
+    kiln_buf_appendf(b,
+                     "  %%i%d = arith.addi %%t, %%c%d : index\n"
+                     "  %%arow%d = arith.divui %%i%d, %%c4 : index\n  %%akq%d = arith.remui %%i%d, %%c4 : index\n"
+                     "  %%ak8%d = arith.muli %%akq%d, %%c8 : index\n  %%garow%d = arith.addi %%m0, %%arow%d : index\n"
+                     "  %%bk%d = arith.divui %%i%d, %%c8 : index\n  %%bnq%d = arith.remui %%i%d, %%c8 : index\n"
+                     "  %%bn8%d = arith.muli %%bnq%d, %%c8 : index\n  %%gbcol%d = arith.addi %%bx8, %%bnq%d : index\n",
+                     it, it * threads, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it);
+    need_const(&e, it * threads);
+    for (int i = 0; i < 8; i++) kiln_buf_appendf(b, "  %%bn%d_%d = arith.addi %%bn8%d, %%c%d : index\n", it, i, it, i);
+  }
   for (int x = 0; x < 2; x++) {
     kiln_buf_appendf(b,
                      "  %%ra%d0 = arith.addi %%wm32, %%c%d : index\n  %%ra%d = arith.addi %%ra%d0, %%r : index\n"
                      "  %%nb%d0 = arith.addi %%wn32, %%c%d : index\n  %%nb%d = arith.addi %%nb%d0, %%r : index\n"
-                     "  %%gcol%d = arith.addi %%n0, %%nb%d : index\n"
-                     "  %%crow%d0 = arith.addi %%m0, %%ra%d0 : index\n  %%crow%d = arith.addi %%crow%d0, %%s4 : index\n",
-                     x, x * 16, x, x, x, x * 16, x, x, x, x, x, x, x, x);
-    for (int j = 0; j < 4; j++) kiln_buf_appendf(b, "  %%crow%d_%d = arith.addi %%crow%d, %%c%d : index\n", x, j, x, j);
+                     "  %%gcol%d = arith.addi %%n0, %%nb%d : index\n  %%crow%d0 = arith.addi %%m0, %%ra%d0 : index\n",
+                     x, x * 16, x, x, x, x * 16, x, x, x, x, x, x);
+    if (wmma) kiln_buf_appendf(b, "  %%crow%d = arith.addi %%crow%d0, %%s : index\n", x, x);
+    else kiln_buf_appendf(b, "  %%crow%d = arith.addi %%crow%d0, %%s4 : index\n", x, x);
+    for (int j = 0; j < n_c; j++) {
+      kiln_buf_appendf(b, "  %%crow%d_%d = arith.addi %%crow%d, %%c%d : index\n", x, j, x, wmma ? 2 * j : j);
+    }
   }
-  kiln_buf_append_str(b, "  %zc = arith.constant dense<0.0> : vector<4xf32>\n");
+  kiln_buf_appendf(b, "  %%zc = arith.constant dense<0.0> : %s\n", vc);
   for (int mi = 0; mi < 2; mi++) {
     for (int ni = 0; ni < 2; ni++) {
       char prev[24] = "%zc";
-      for (int j = 0; j < 4; j++) {
+      for (int j = 0; j < n_c; j++) {
         kiln_buf_appendf(b,
                          "  %%ci%d%d_%d = memref.load %s[%s%%crow%d_%d, %%gcol%d] : %s\n"
-                         "  %%cv%d%d_%d = vector.insert %%ci%d%d_%d, %s[%d] : f32 into vector<4xf32>\n",
-                         mi, ni, j, C, bi, mi, j, ni, tc.data, mi, ni, j, mi, ni, j, prev, j);
+                         "  %%cv%d%d_%d = vector.insert %%ci%d%d_%d, %s[%d] : f32 into %s\n",
+                         mi, ni, j, C, bi, mi, j, ni, tc.data, mi, ni, j, mi, ni, j, prev, j, vc);
         snprintf(prev, sizeof prev, "%%cv%d%d_%d", mi, ni, j);
       }
     }
   }
-  kiln_buf_appendf(b, "  %%acc:4 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(",
-                   (long long)(g->k / MMA_TILE_K));
-  for (int a = 0; a < 4; a++) kiln_buf_appendf(b, "%s%%x%d = %%cv%d%d_3", a ? ", " : "", a, a / 2, a % 2);
-  kiln_buf_append_str(b, ") -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>) {\n"
-                         "    %kt4 = arith.muli %kt, %c4 : index\n    %kt32 = arith.muli %kt, %c32 : index\n"
-                         "    %kv = arith.addi %kt4, %akq : index\n");
-  kiln_buf_appendf(b,
-                   "    %%va = memref.load %s[%s%%garow, %%kv] : %s\n"
-                   "    vector.store %%va, %%As[%%arow, %%ak8] {alignment = 16} : %s, vector<8xf16>\n"
-                   "    %%kr = arith.addi %%kt32, %%bk : index\n"
-                   "    %%vb = memref.load %s[%s%%kr, %%gbcol] : %s\n",
-                   A, bi, ta.data, ws, B, bi, tb.data);
-  for (int i = 0; i < 8; i++) {
+  kiln_buf_appendf(b, "  %%acc:4 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(", (long long)(g->k / MMA_TILE_K));
+  for (int a = 0; a < 4; a++) kiln_buf_appendf(b, "%s%%x%d = %%cv%d%d_%d", a ? ", " : "", a, a / 2, a % 2, n_c - 1);
+  kiln_buf_appendf(b, ") -> (%s, %s, %s, %s) {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n"
+                      "    %%kt32 = arith.muli %%kt, %%c32 : index\n", vc, vc, vc, vc);
+  for (int it = 0; it < rounds; it++) {
     kiln_buf_appendf(b,
-                     "    %%vb_%d = vector.extract %%vb[%d] : f16 from vector<8xf16>\n"
-                     "    memref.store %%vb_%d, %%Bs[%%bn_%d, %%bk] : %s\n",
-                     i, i, i, i, ws);
+                     "    %%kv%d = arith.addi %%kt4, %%akq%d : index\n"
+                     "    %%va%d = memref.load %s[%s%%garow%d, %%kv%d] : %s\n"
+                     "    vector.store %%va%d, %%As[%%arow%d, %%ak8%d] {alignment = 16} : %s, vector<8xf16>\n"
+                     "    %%kr%d = arith.addi %%kt32, %%bk%d : index\n"
+                     "    %%vb%d = memref.load %s[%s%%kr%d, %%gbcol%d] : %s\n",
+                     it, it, it, A, bi, it, it, ta.data, it, it, it, ws, it, it, it, B, bi, it, it, tb.data);
+    for (int i = 0; i < 8; i++) {
+      kiln_buf_appendf(b,
+                       "    %%vb%d_%d = vector.extract %%vb%d[%d] : f16 from vector<8xf16>\n"
+                       "    memref.store %%vb%d_%d, %%Bs[%%bn%d_%d, %%bk%d] : %s\n",
+                       it, i, it, i, it, i, it, i, it, ws);
+    }
   }
   kiln_buf_append_str(b, "    gpu.barrier\n");
   char cur[4][24];
   for (int a = 0; a < 4; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
   for (int ks = 0; ks < MMA_TILE_K / 16; ks++) {
-    kiln_buf_appendf(b, "    %%kb%d = arith.addi %%s4, %%c%d : index\n", ks, ks * 16);
+    kiln_buf_appendf(b, "    %%kb%d = arith.addi %s, %%c%d : index\n", ks, wmma ? "%c0" : "%s4", ks * 16);
     for (int x = 0; x < 2; x++) {
       kiln_buf_appendf(b,
-                       "    %%af%d%d = vector.load %%As[%%ra%d, %%kb%d] {alignment = 8} : %s, vector<4xf16>\n"
-                       "    %%bf%d%d = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = 8} : %s, vector<4xf16>\n",
-                       ks, x, x, ks, ws, ks, x, x, ks, ws);
+                       "    %%af%d%d = vector.load %%As[%%ra%d, %%kb%d] {alignment = 8} : %s, %s\n"
+                       "    %%bf%d%d = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = 8} : %s, %s\n",
+                       ks, x, x, ks, ws, vf, ks, x, x, ks, ws, vf);
     }
     for (int a = 0; a < 4; a++) {
-      kiln_buf_appendf(b,
-                       "    %%m%d_%d = amdgpu.mfma 16x16x16 %%af%d%d * %%bf%d%d + %s blgp = none : "
-                       "vector<4xf16>, vector<4xf16>, vector<4xf32>\n",
-                       ks, a, ks, a / 2, ks, a % 2, cur[a]);
+      if (wmma) {
+        kiln_buf_appendf(b, "    %%m%d_%d = amdgpu.wmma 16x16x16 %%af%d%d * %%bf%d%d + %s : %s, %s, %s\n", ks, a, ks,
+                         a / 2, ks, a % 2, cur[a], vf, vf, vc);
+      } else {
+        kiln_buf_appendf(b,
+                         "    %%m%d_%d = amdgpu.mfma 16x16x16 %%af%d%d * %%bf%d%d + %s blgp = none : %s, %s, %s\n",
+                         ks, a, ks, a / 2, ks, a % 2, cur[a], vf, vf, vc);
+      }
       snprintf(cur[a], sizeof cur[a], "%%m%d_%d", ks, a);
     }
   }
-  kiln_buf_appendf(b,
-                   "    gpu.barrier\n    scf.yield %s, %s, %s, %s : vector<4xf32>, vector<4xf32>, vector<4xf32>, "
-                   "vector<4xf32>\n  }\n",
-                   cur[0], cur[1], cur[2], cur[3]);
+  kiln_buf_appendf(b, "    gpu.barrier\n    scf.yield %s, %s, %s, %s : %s, %s, %s, %s\n  }\n", cur[0], cur[1], cur[2],
+                   cur[3], vc, vc, vc, vc);
   for (int a = 0; a < 4; a++) {
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < n_c; j++) {
       kiln_buf_appendf(b,
-                       "  %%o%d_%d = vector.extract %%acc#%d[%d] : f32 from vector<4xf32>\n"
+                       "  %%o%d_%d = vector.extract %%acc#%d[%d] : f32 from %s\n"
                        "  memref.store %%o%d_%d, %s[%s%%crow%d_%d, %%gcol%d] : %s\n",
-                       a, j, a, j, a, j, C, bi, a / 2, j, a % 2, tc.data);
+                       a, j, a, j, vc, a, j, C, bi, a / 2, j, a % 2, tc.data);
     }
   }
   kiln_buf_append_str(b, "  gpu.return\n}\n}\n");
@@ -960,9 +989,10 @@ static char *tiled_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, 
     out_block[0] = 32, out_block[1] = MMA_THREADS / 32;
     return mma_kernel_text(sig, g);
   }
-  if (use_mfma(g, t)) {
-    out_block[0] = 64, out_block[1] = MFMA_THREADS / 64;
-    return mfma_kernel_text(sig, g);
+  if (use_mfma(g, t) || use_wmma(g, t)) {
+    bool wmma = use_wmma(g, t);
+    out_block[0] = wmma ? 32 : 64, out_block[1] = 4;
+    return amd_matrix_kernel_text(sig, g, wmma);
   }
   simt_tile_t st = simt_tile(g);
   out_block[0] = simt_threads_x(st), out_block[1] = simt_threads_y(st);
@@ -973,9 +1003,9 @@ static char *tiled_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, 
 bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
   if (!g->found || t->kind == KILN_TARGET_KIND_CPU) return false;
   /* Invocations and workgroup memory of the kernel the target would take. */
-  bool matrix = use_mma(g, t) || use_mfma(g, t);
+  bool matrix = use_mma(g, t) || use_mfma(g, t) || use_wmma(g, t);
   simt_tile_t st = simt_tile(g);
-  uint32_t x = matrix ? (use_mma(g, t) ? 32 : 64) : simt_threads_x(st), y = matrix ? 4 : simt_threads_y(st);
+  uint32_t x = matrix ? (use_mfma(g, t) ? 64 : 32) : simt_threads_x(st), y = matrix ? 4 : simt_threads_y(st);
   uint64_t shared = matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH * 2 : (uint64_t)(st.tm + st.tn) * KILN_GEMM_TILE_K * 4;
   const kiln_target_gpu_limits_t *lim = &t->limits;
   if (lim->max_workgroup_invocations < x * y || lim->max_workgroup_size[0] < x || lim->max_workgroup_size[1] < y ||

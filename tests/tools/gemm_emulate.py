@@ -17,6 +17,10 @@ and register r of a vector<Rx2xf16> fragment holding elements 2r and 2r + 1.
 amdgpu.mfma 16x16x16 (v_mfma_f32_16x16x16_f16, a wave of 64) from AMD's layout for
 it: with r = lane % 16 and s = lane / 16, element j of a lane's fragment is
     A[r][4s + j],   B[4s + j][r],   C[4s + j][r].
+amdgpu.wmma 16x16x16 (v_wmma_f32_16x16x16_f16 on RDNA3, a wave of 32) from AMD's
+RDNA3 layout: with r = lane % 16 and s = lane / 16, a lane's A fragment is row r
+of A and its B fragment column r of B (16 halves each; lanes 16-31 must repeat
+lanes 0-15), and element j of its C fragment is C[2j + s][r].
 The lavapipe corpus runs the SIMT kernels on a device; this is what checks the
 tensor-core one here. Exit 1 on a wrong element, 2 on an op it does not know.
 """
@@ -35,6 +39,8 @@ CASES = [
     ('arm5gen', 3, 2, 64, 128, 16, 16, 0), # SIMT with f16 widened as it is staged
     ('gfx950', 3, 2, 64, 128, 64, 16, 0),  # MFMA, two k slices, batched
     ('gfx942', 2, 1, 128, 64, 32, 16, 0),  # MFMA, 2-D, two row tiles
+    ('gfx1100', 3, 2, 64, 128, 64, 16, 0), # WMMA, two k slices, batched
+    ('gfx1101', 2, 1, 128, 64, 32, 16, 0), # WMMA, 2-D, two row tiles
 ]
 
 
@@ -115,6 +121,22 @@ def mfma(a_frags, b_frags, c_frags):
     assert all(x is not None for row in A + B + C for x in row), 'fragments do not cover the tile'
     D = [[C[i][j] + sum(A[i][k] * B[k][j] for k in range(16)) for j in range(16)] for i in range(16)]
     return [[D[4 * (lane // 16) + j][lane % 16] for j in range(4)] for lane in range(64)]
+
+
+def wmma(a_frags, b_frags, c_frags):
+    """One wave's v_wmma_f32_16x16x16_f16 (RDNA3, wave32)."""
+    for lane in range(16):
+        assert a_frags[lane] == a_frags[lane + 16] and b_frags[lane] == b_frags[lane + 16], \
+            'lanes 16-31 must repeat lanes 0-15'
+    A = [list(a_frags[r]) for r in range(16)]                         # row r of A
+    B = [[b_frags[c][k] for c in range(16)] for k in range(16)]        # column c of B
+    C = [[None] * 16 for _ in range(16)]
+    for lane in range(32):
+        for j in range(8):
+            C[2 * j + lane // 16][lane % 16] = c_frags[lane][j]
+    assert all(x is not None for row in C for x in row), 'fragments do not cover the tile'
+    D = [[C[i][j] + sum(A[i][k] * B[k][j] for k in range(16)) for j in range(16)] for i in range(16)]
+    return [[D[2 * j + lane // 16][lane % 16] for j in range(8)] for lane in range(32)]
 
 
 class Kernel:
@@ -275,6 +297,15 @@ class Kernel:
                 for w in range(T // 64):
                     lanes = range(w * 64, w * 64 + 64)
                     out += mfma([val(m.group(2), t) for t in lanes], [val(m.group(3), t) for t in lanes],
+                                [val(m.group(4), t) for t in lanes])
+                env[m.group(1)] = out
+                return
+            m = re.match(r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) :', line)
+            if m:
+                out = []
+                for w in range(T // 32):
+                    lanes = range(w * 32, w * 32 + 32)
+                    out += wmma([val(m.group(2), t) for t in lanes], [val(m.group(3), t) for t in lanes],
                                 [val(m.group(4), t) for t in lanes])
                 env[m.group(1)] = out
                 return
