@@ -113,13 +113,32 @@ static MlirOperation only_inner_loop(MlirOperation loop) {
 }
 
 /* Whether `v` is affine.apply (d0)[s0] -> (d0 + s0) of (`d0`)[`s0`]. */
-static bool is_sum(MlirValue v, MlirValue d0, MlirValue s0) {
+/* S when `v` is affine.apply (d0)[s0] -> (d0 + s0 * S) of (`d0`)[`s0`] (S = 1:
+ * d0 + s0), the stride a conv's tap and output pixel make an input index with;
+ * else 0. */
+static int64_t sum_stride(MlirValue v, MlirValue d0, MlirValue s0) {
   MlirOperation apply = kiln_compiler_gpu_def_of(v);
-  return !mlirOperationIsNull(apply) && kiln_compiler_op_is(apply, "affine.apply") &&
-         mlirOperationGetNumOperands(apply) == 2 && mlirValueEqual(mlirOperationGetOperand(apply, 0), d0) &&
-         mlirValueEqual(mlirOperationGetOperand(apply, 1), s0) &&
-         kiln_compiler_gpu_attr_is(mlirOperationGetAttributeByName(apply, mlirStringRefCreateFromCString("map")),
-                        "affine_map<(d0)[s0] -> (d0 + s0)>");
+  if (mlirOperationIsNull(apply) || !kiln_compiler_op_is(apply, "affine.apply") ||
+      mlirOperationGetNumOperands(apply) != 2 || !mlirValueEqual(mlirOperationGetOperand(apply, 0), d0) ||
+      !mlirValueEqual(mlirOperationGetOperand(apply, 1), s0)) {
+    return 0;
+  }
+  MlirAttribute map = mlirOperationGetAttributeByName(apply, mlirStringRefCreateFromCString("map"));
+  if (kiln_compiler_gpu_attr_is(map, "affine_map<(d0)[s0] -> (d0 + s0)>")) return 1;
+  for (int64_t stride = 2; stride <= 8; stride++) {
+    char text[64];
+    snprintf(text, sizeof text, "affine_map<(d0)[s0] -> (d0 + s0 * %lld)>", (long long)stride);
+    if (kiln_compiler_gpu_attr_is(map, text)) return stride;
+  }
+  return 0;
+}
+
+/* Whether `v` is arith.<name> `a`, <constant c>. */
+static bool is_binary(MlirValue v, const char *name, MlirValue a, int64_t c) {
+  MlirOperation op = kiln_compiler_gpu_def_of(v);
+  int64_t got = -1;
+  return !mlirOperationIsNull(op) && kiln_compiler_op_is(op, name) && mlirValueEqual(mlirOperationGetOperand(op, 0), a) &&
+         kiln_compiler_int_constant_value(mlirOperationGetOperand(op, 1), &got) && got == c;
 }
 
 static MlirValue index_of(MlirOperation load, int i) { return mlirOperationGetOperand(load, i + 1); }
@@ -176,13 +195,25 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
     else acc = loads[i];
   }
   if (mlirOperationIsNull(in) || mlirOperationIsNull(filter) || mlirOperationIsNull(acc)) return false;
-  MlirValue oh = index_of(acc, 1), ow = index_of(acc, 2), f = index_of(acc, 3);
-  bool in_at = taps ? is_sum(index_of(in, 1), kh, oh) && is_sum(index_of(in, 2), kw, ow)
+  MlirValue nb = index_of(acc, 0), oh = index_of(acc, 1), ow = index_of(acc, 2), f = index_of(acc, 3);
+  int64_t stride = taps ? sum_stride(index_of(in, 1), kh, oh) : 1;
+  bool in_at = taps ? stride > 0 && sum_stride(index_of(in, 2), kw, ow) == stride
                     : mlirValueEqual(index_of(in, 1), oh) && mlirValueEqual(index_of(in, 2), ow);
   bool filter_at = taps ? mlirValueEqual(index_of(filter, 0), kh) && mlirValueEqual(index_of(filter, 1), kw)
                         : kiln_compiler_gpu_is_zero(index_of(filter, 0)) && kiln_compiler_gpu_is_zero(index_of(filter, 1));
-  if (!kiln_compiler_gpu_is_zero(index_of(acc, 0)) || !kiln_compiler_gpu_is_zero(index_of(in, 0)) || !kiln_compiler_gpu_is_id(oh, "gpu.block_id", 'x') ||
-      !kiln_compiler_gpu_is_tile_index(ow, 'y', 'y', block[1]) || !kiln_compiler_gpu_is_tile_index(f, 'x', 'z', block[0]) || !in_at || !filter_at ||
+  MlirType to = mlirValueGetType(mlirOperationGetOperand(acc, 0));
+  if (!mlirShapedTypeHasStaticShape(to) || mlirShapedTypeGetRank(to) != 4) return false;
+  int64_t batch = mlirShapedTypeGetDimSize(to, 0), out_h = mlirShapedTypeGetDimSize(to, 1);
+  /* The workgroup's x is the output row, or (batch > 1, the front half's leading
+   * dimensions collapsed) image x / OH and row x % OH. */
+  MlirValue bx = kiln_compiler_gpu_is_id(oh, "gpu.block_id", 'x') ? oh
+                 : mlirValueIsAOpResult(oh)                      ? mlirOperationGetOperand(mlirOpResultGetOwner(oh), 0)
+                                                                 : oh;
+  bool rows_at = batch == 1 ? kiln_compiler_gpu_is_zero(nb) && kiln_compiler_gpu_is_id(oh, "gpu.block_id", 'x')
+                            : kiln_compiler_gpu_is_id(bx, "gpu.block_id", 'x') && is_binary(oh, "arith.remui", bx, out_h) &&
+                                  is_binary(nb, "arith.divui", bx, out_h);
+  if (!rows_at || !mlirValueEqual(index_of(in, 0), nb) || !kiln_compiler_gpu_is_tile_index(ow, 'y', 'y', block[1]) ||
+      !kiln_compiler_gpu_is_tile_index(f, 'x', 'z', block[0]) || !in_at || !filter_at ||
       !mlirValueEqual(index_of(filter, 3), f)) {
     return false;
   }
@@ -203,22 +234,23 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
   }
   MlirType ti = mlirValueGetType(mlirOperationGetOperand(in, 0));
   MlirType tf = mlirValueGetType(mlirOperationGetOperand(filter, 0));
-  MlirType to = mlirValueGetType(mlirOperationGetOperand(acc, 0));
   if (!mlirTypeIsAF32(mlirShapedTypeGetElementType(ti)) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(tf)) ||
       !mlirTypeIsAF32(mlirShapedTypeGetElementType(to))) {
     return false;
   }
-  int64_t out_h = mlirShapedTypeGetDimSize(to, 1), out_w = mlirShapedTypeGetDimSize(to, 2);
+  int64_t out_w = mlirShapedTypeGetDimSize(to, 2);
   int64_t n = mlirShapedTypeGetDimSize(to, 3);
   int64_t in_h = mlirShapedTypeGetDimSize(ti, 1), in_w = mlirShapedTypeGetDimSize(ti, 2);
-  if (mlirShapedTypeGetDimSize(to, 0) != 1 || mlirShapedTypeGetDimSize(ti, 0) != 1 ||
-      mlirShapedTypeGetDimSize(ti, 3) != c_n || mlirShapedTypeGetDimSize(tf, 0) != kh_n ||
-      mlirShapedTypeGetDimSize(tf, 1) != kw_n || mlirShapedTypeGetDimSize(tf, 2) != c_n ||
-      mlirShapedTypeGetDimSize(tf, 3) != n || in_h < out_h + kh_n - 1 || in_w < out_w + kw_n - 1) {
+  if (mlirShapedTypeGetDimSize(ti, 0) != batch || mlirShapedTypeGetDimSize(ti, 3) != c_n ||
+      mlirShapedTypeGetDimSize(tf, 0) != kh_n || mlirShapedTypeGetDimSize(tf, 1) != kw_n ||
+      mlirShapedTypeGetDimSize(tf, 2) != c_n || mlirShapedTypeGetDimSize(tf, 3) != n ||
+      in_h < (out_h - 1) * stride + kh_n || in_w < (out_w - 1) * stride + kw_n) {
     return false;
   }
-  if ((int64_t)grid[0] != out_h || (int64_t)grid[1] * block[1] != out_w || (int64_t)grid[2] * block[0] != n) return false;
-  int64_t m = out_h * out_w, k = kh_n * kw_n * c_n;
+  if ((int64_t)grid[0] != batch * out_h || (int64_t)grid[1] * block[1] != out_w || (int64_t)grid[2] * block[0] != n) {
+    return false;
+  }
+  int64_t m = batch * out_h * out_w, k = kh_n * kw_n * c_n;
   int a = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(in, 0), entry), b = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(filter, 0), entry);
   int co = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(acc, 0), entry);
   if (co == a || co == b || c_n % 4 || m % SIMT_TILE_M_MIN || n % KILN_GEMM_TILE_N || k % KILN_GEMM_TILE_K ||
@@ -241,7 +273,9 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
                                 .conv_c = c_n,
                                 .in_h = in_h,
                                 .in_w = in_w,
-                                .out_w = out_w};
+                                .out_h = out_h,
+                                .out_w = out_w,
+                                .conv_stride = stride};
   return true;
 }
 
@@ -253,7 +287,8 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
   if (mlirBlockIsNull(entry) || !mlirBlockIsNull(mlirBlockGetNextInRegion(entry))) return false;
   /* Straight-line index code around one loop. */
   static const char *const allowed[] = {"arith.constant", "gpu.block_id", "gpu.thread_id", "gpu.block_dim",
-                                        "gpu.grid_dim",   "affine.apply", "arith.addi",    "gpu.return"};
+                                        "gpu.grid_dim",   "affine.apply", "arith.addi",    "arith.divui",
+                                        "arith.remui",    "gpu.return"};
   MlirOperation loop = {NULL};
   for (MlirOperation op = mlirBlockGetFirstOperation(entry); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
@@ -468,7 +503,7 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   kiln_buf_t ta, tb, tc, as, bs;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc), kiln_buf_init(&as), kiln_buf_init(&bs);
   /* A convolution's A is its (padded) input as [pixel][channel/4]. */
-  if (g->conv_h) vec_memref(&ta, g, g->in_h * g->in_w, g->conv_c, 4, in);
+  if (g->conv_h) vec_memref(&ta, g, g->m / (g->out_h * g->out_w) * g->in_h * g->in_w, g->conv_c, 4, in);
   else vec_memref(&ta, g, g->m, g->k, 4, in);
   vec_memref(&tb, g, g->k, g->n, 4, in);
   vec_memref(&tc, g, g->m, g->n, 4, "f32");
@@ -491,7 +526,7 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) need_const(&e, consts[i]);
   for (int r = 0; r < (a_rounds > b_rounds ? a_rounds : b_rounds); r++) need_const(&e, (int64_t)r * threads);
   if (g->conv_h) {
-    int64_t more[] = {g->conv_c / 4, g->conv_w, g->in_w, g->out_w};
+    int64_t more[] = {g->conv_c / 4, g->conv_w, g->in_w, g->out_w, g->out_h * g->out_w, g->conv_stride, g->in_h};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) need_const(&e, more[i]);
   }
   char A[16], B[16], C[16];
@@ -513,10 +548,16 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
                      "  %%garow%d = arith.addi %%m0, %%arow%d : index\n",
                      r, (long long)r * threads, r, r, r, r, r, r);
     if (g->conv_h) {
+      /* Row m is output pixel (image m / (OH OW), row, column); its window
+       * starts at input row image * IH + row * stride, column column * stride. */
       kiln_buf_appendf(b,
-                       "  %%ohm%d = arith.divui %%garow%d, %%c%lld : index\n"
-                       "  %%owm%d = arith.remui %%garow%d, %%c%lld : index\n",
-                       r, r, (long long)g->out_w, r, r, (long long)g->out_w);
+                       "  %%img%d = arith.divui %%garow%d, %%c%lld : index\n  %%pm%d = arith.remui %%garow%d, %%c%lld : index\n"
+                       "  %%ohm%d = arith.divui %%pm%d, %%c%lld : index\n  %%owm%d = arith.remui %%pm%d, %%c%lld : index\n"
+                       "  %%ohs%d = arith.muli %%ohm%d, %%c%lld : index\n  %%imh%d = arith.muli %%img%d, %%c%lld : index\n"
+                       "  %%ohb%d = arith.addi %%ohs%d, %%imh%d : index\n  %%ows%d = arith.muli %%owm%d, %%c%lld : index\n",
+                       r, r, (long long)(g->out_h * g->out_w), r, r, (long long)(g->out_h * g->out_w), r, r,
+                       (long long)g->out_w, r, r, (long long)g->out_w, r, r, (long long)g->conv_stride, r, r,
+                       (long long)g->in_h, r, r, r, r, r, (long long)g->conv_stride);
     }
   }
   for (int r = 0; r < b_rounds; r++) {
@@ -564,7 +605,7 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
       kiln_buf_appendf(b,
                        "    %%cq%d = arith.remui %%kv%d, %%c%lld : index\n    %%kk%d = arith.divui %%kv%d, %%c%lld : index\n"
                        "    %%kh%d = arith.divui %%kk%d, %%c%lld : index\n    %%kw%d = arith.remui %%kk%d, %%c%lld : index\n"
-                       "    %%ih%d = arith.addi %%ohm%d, %%kh%d : index\n    %%iw%d = arith.addi %%owm%d, %%kw%d : index\n"
+                       "    %%ih%d = arith.addi %%ohb%d, %%kh%d : index\n    %%iw%d = arith.addi %%ows%d, %%kw%d : index\n"
                        "    %%ihw%d = arith.muli %%ih%d, %%c%lld : index\n    %%pix%d = arith.addi %%ihw%d, %%iw%d : index\n"
                        "    %%av%d = memref.load %s[%%pix%d, %%cq%d] : %s\n",
                        r, r, (long long)(g->conv_c / 4), r, r, (long long)(g->conv_c / 4), r, r, (long long)g->conv_w,

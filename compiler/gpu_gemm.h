@@ -18,9 +18,10 @@
  * the replacement computes the same sums in the same k order. Shapes the tile
  * does not divide keep the kernel they have.
  *
- * Convolutions are matched too, as the front half lowers a batch-1 NHWC conv
- * with the filter in HWCF (what tosa.conv2d becomes):
- *   for kh, kw, c: out[0,oh,ow,f] += in[0,oh+kh,ow+kw,c] * filter[kh,kw,c,f]
+ * Convolutions are matched too, as the front half lowers an NHWC conv with the
+ * filter in HWCF (what tosa.conv2d becomes), stride s, batch folded into the
+ * workgroup's x (host.c collapses a loop's leading dimensions):
+ *   for kh, kw, c: out[n,oh,ow,f] += in[n, oh*s+kh, ow*s+kw, c] * filter[kh,kw,c,f]
  * which is a matmul with an implicit A (im2col, never stored): the tiled
  * kernel's A loader computes each row's input pixel instead of reading a row.
  */
@@ -47,12 +48,13 @@ typedef struct kiln_compiler_gemm_s {
   unsigned a_arg, b_arg, c_arg;   /* the kernel's arguments (a_arg may equal b_arg) */
   unsigned n_args;
   unsigned operand_bits;          /* A and B: 32 (f32) or 16 (f16, widened to f32) */
-  /* A convolution as an implicit GEMM (conv_h > 0): a batch-1, stride-1 NHWC
-   * conv over an already padded input of in_h x in_w x conv_c, filter
-   * conv_h x conv_w x conv_c x N (HWCF), output out_h x out_w x N: row m of A is
-   * output pixel (m / out_w, m % out_w), column k is (kh, kw, c) in that order,
-   * so B is the filter as it lies and C the output as it lies. rank 2, batch 1. */
-  int64_t conv_h, conv_w, conv_c, in_h, in_w, out_w;
+  /* A convolution as an implicit GEMM (conv_h > 0): an NHWC conv of stride
+   * conv_stride over an already padded input of images of in_h x in_w x conv_c,
+   * filter conv_h x conv_w x conv_c x N (HWCF), output images of out_h x out_w x
+   * N: row m of A is output pixel (m / (out_h out_w), its row, its column),
+   * column k is (kh, kw, c) in that order, so B is the filter as it lies and C
+   * the output as it lies. rank 2, batch 1 (the images are rows of M). */
+  int64_t conv_h, conv_w, conv_c, in_h, in_w, out_h, out_w, conv_stride;
   /* The fewest workgroups the SIMT kernel's larger tiles may leave (0: 64, the
    * conv goal of issue 17); tests set 1 to reach the 128x128 tile cheaply. */
   int64_t min_workgroups;

@@ -26,6 +26,7 @@
 #include <mlir-c/AffineMap.h>
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -1617,10 +1618,11 @@ static bool unit_dimension(MlirOperation par, intptr_t rank, intptr_t d) {
 /* A loop of rank above 3 without its leading dimensions of one iteration (a
  * batch of 1), down to rank 3: the tile then falls on the dimensions that have
  * work, the contiguous one last. */
-static void drop_leading_unit_dimensions(MlirOperation par, intptr_t rank) {
+/* The loop itself, or the one that replaced it. */
+static MlirOperation drop_leading_unit_dimensions(MlirOperation par, intptr_t rank) {
   intptr_t drop = 0;
   while (rank - drop > 3 && unit_dimension(par, rank, drop)) drop++;
-  if (drop == 0 || rank > 16) return;
+  if (drop == 0 || rank > 16) return par;
   MlirContext ctx = mlirOperationGetContext(par);
   MlirValue lbs[16], ubs[16], steps[16];
   for (intptr_t d = drop; d < rank; d++) {
@@ -1636,6 +1638,71 @@ static void drop_leading_unit_dimensions(MlirOperation par, intptr_t rank) {
   }
   move_ops(body, nb, (MlirOperation){NULL}, true);
   mlirOperationDestroy(par);
+  return np;
+}
+
+/* The trip count of dimension `d` when its bounds and step are constants, else 0. */
+static int64_t static_trips(MlirOperation par, intptr_t rank, intptr_t d, int64_t *out_lb, int64_t *out_step) {
+  int64_t lb, ub, step;
+  if (!kiln_compiler_int_constant_value(mlirOperationGetOperand(par, d), &lb) ||
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(par, rank + d), &ub) ||
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(par, 2 * rank + d), &step) || step <= 0 || ub <= lb) {
+    return 0;
+  }
+  *out_lb = lb, *out_step = step;
+  return (ub - lb + step - 1) / step;
+}
+
+/* A loop above rank 3 with its first two dimensions one (static ones only): (n,
+ * oh, ow, c) becomes (n*oh, ow, c), so the 1x4x32 tile covers its last three
+ * dimensions like a batch-1 loop's (before, the pass mapped the first three and
+ * each invocation looped over the contiguous last one serially, its lanes reading
+ * a row apart). The old indices are i / trips1 and i % trips1, scaled. Returns
+ * the new loop, or `par` unchanged. */
+static MlirOperation collapse_leading_dimensions(MlirContext ctx, MlirOperation par, intptr_t rank) {
+  int64_t lb0, st0, lb1, st1;
+  int64_t t0 = static_trips(par, rank, 0, &lb0, &st0), t1 = static_trips(par, rank, 1, &lb1, &st1);
+  if (rank <= 3 || rank > 16 || !t0 || !t1 || t0 > INT32_MAX / t1) return par;
+  MlirType index = mlirIndexTypeGet(ctx);
+  MlirValue lbs[16], ubs[16], steps[16];
+  lbs[0] = kiln_compiler_int_const_before(ctx, par, index, 0);
+  ubs[0] = kiln_compiler_int_const_before(ctx, par, index, t0 * t1);
+  steps[0] = kiln_compiler_int_const_before(ctx, par, index, 1);
+  for (intptr_t d = 2; d < rank; d++) {
+    lbs[d - 1] = mlirOperationGetOperand(par, d);
+    ubs[d - 1] = mlirOperationGetOperand(par, rank + d);
+    steps[d - 1] = mlirOperationGetOperand(par, 2 * rank + d);
+  }
+  MlirOperation np = parallel_n(ctx, par, rank - 1, lbs, ubs, steps);
+  MlirBlock body = region_block(par, 0), nb = region_block(np, 0);
+  MlirOperationState rs = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.reduce"), mlirOperationGetLocation(par));
+  MlirOperation term = mlirOperationCreate(&rs);
+  mlirBlockAppendOwnedOperation(nb, term);
+  MlirValue i = mlirBlockGetArgument(nb, 0);
+  MlirValue t1v = kiln_compiler_int_const_before(ctx, term, index, t1);
+  MlirValue qr_ops[2] = {i, t1v};
+  MlirValue q = kiln_compiler_build_before("arith.divui", term, qr_ops, 2, index);
+  MlirValue r = kiln_compiler_build_before("arith.remui", term, qr_ops, 2, index);
+  MlirValue parts[2] = {q, r};
+  int64_t lb[2] = {lb0, lb1}, st[2] = {st0, st1};
+  for (int d = 0; d < 2; d++) {
+    MlirValue v = parts[d];
+    if (st[d] != 1) {
+      MlirValue ops[2] = {v, kiln_compiler_int_const_before(ctx, term, index, st[d])};
+      v = kiln_compiler_build_before("arith.muli", term, ops, 2, index);
+    }
+    if (lb[d] != 0) {
+      MlirValue ops[2] = {v, kiln_compiler_int_const_before(ctx, term, index, lb[d])};
+      v = kiln_compiler_build_before("arith.addi", term, ops, 2, index);
+    }
+    mlirValueReplaceAllUsesOfWith(mlirBlockGetArgument(body, d), v);
+  }
+  for (intptr_t d = 2; d < rank; d++) {
+    mlirValueReplaceAllUsesOfWith(mlirBlockGetArgument(body, d), mlirBlockGetArgument(nb, d - 1));
+  }
+  move_ops(body, nb, term, false);
+  mlirOperationDestroy(par);
+  return np;
 }
 
 static void reshape_parallel(MlirContext ctx, MlirOperation par) {
@@ -1643,7 +1710,12 @@ static void reshape_parallel(MlirContext ctx, MlirOperation par) {
   intptr_t rank = mlirOperationGetNumOperands(par) / 3;
   if (mlirOperationGetNumOperands(par) != 3 * rank) return;
   if (rank > 3) {
-    drop_leading_unit_dimensions(par, rank);
+    par = drop_leading_unit_dimensions(par, rank);
+    for (rank = mlirOperationGetNumOperands(par) / 3; rank > 3; rank--) {
+      MlirOperation np = collapse_leading_dimensions(ctx, par, rank);
+      if (mlirOperationEqual(np, par)) break;
+      par = np;
+    }
     return;
   }
   if (rank != 1 && rank != 2) return;

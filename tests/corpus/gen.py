@@ -862,6 +862,30 @@ def group_tosa():
                             '%0 = tosa.conv2d %arg0, %arg1, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x8x8x16xf32>, tensor<64x3x3x16xf32>, tensor<64xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x8x8x64xf32>',
                             'return %0 : tensor<1x8x8x64xf32>'],
                            [((1, 8, 8, 16), 'f32', x), ((64, 3, 3, 16), 'f32', w)], [((1, 8, 8, 64), 'f32', out)], 0))
+    # Two images, stride 2, padding top and left only: the front half folds the
+    # batch into its grid, and the implicit GEMM's rows span both images.
+    x = values((2, 16, 16, 16), 'f32', 100)
+    w = values((64, 3, 3, 16), 'f32', 101)
+    out = []
+    for nn in range(2):
+        for yy in range(8):
+            for xx in range(8):
+                for f in range(64):
+                    s_ = 0.0
+                    for ky in range(3):
+                        for kx in range(3):
+                            iy, ix = 2 * yy + ky - 1, 2 * xx + kx - 1
+                            if 0 <= iy < 16 and 0 <= ix < 16:
+                                base = ((nn * 16 + iy) * 16 + ix) * 16
+                                s_ += sum(x[base + c] * w[((f * 3 + ky) * 3 + kx) * 16 + c] for c in range(16))
+                    out.append(f32(s_))
+    cases.append(tosa_case('tosa_conv2d_batch2_stride2_tiled_f32', ['tensor<2x16x16x16xf32>', 'tensor<64x3x3x16xf32>'],
+                           'tensor<2x8x8x64xf32>',
+                           ['%b = "tosa.const"() {values = dense<0.0> : tensor<64xf32>} : () -> tensor<64xf32>',
+                            scalar_const('zp', 'f32', 0.0),
+                            '%0 = tosa.conv2d %arg0, %arg1, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 0, 1, 0>, stride = array<i64: 2, 2>} : (tensor<2x16x16x16xf32>, tensor<64x3x3x16xf32>, tensor<64xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x8x8x64xf32>',
+                            'return %0 : tensor<2x8x8x64xf32>'],
+                           [((2, 16, 16, 16), 'f32', x), ((64, 3, 3, 16), 'f32', w)], [((2, 8, 8, 64), 'f32', out)], 0))
     # The 1x1 form (no kh, kw loops left): 64 pixels x 64 filters x 32 channels.
     x = values((1, 8, 8, 32), 'f32', 97)
     w = values((64, 1, 1, 32), 'f32', 98)
