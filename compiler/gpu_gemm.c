@@ -99,6 +99,38 @@ static bool operand_is(MlirValue v, const load_t *load, unsigned bits) {
   return mlirOperationEqual(d, load->op);
 }
 
+/* A multiply-accumulate loop body: three loads, one arith.mulf, one arith.addf,
+ * one store, an empty scf.yield, and up to `max_extra` ops named `extra` (the
+ * index arithmetic or widenings between them); nothing else. */
+typedef struct madd_body_s {
+  MlirOperation loads[3];
+  size_t n_extra;
+  MlirOperation mul, add, store;
+} madd_body_t;
+
+static bool read_madd_body(MlirBlock body, const char *extra, size_t max_extra, madd_body_t *out) {
+  memset(out, 0, sizeof *out);
+  size_t n_loads = 0;
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (kiln_compiler_op_is(op, "memref.load") && n_loads < 3) {
+      out->loads[n_loads++] = op;
+    } else if (kiln_compiler_op_is(op, extra) && out->n_extra < max_extra) {
+      out->n_extra++;
+    } else if (kiln_compiler_op_is(op, "arith.mulf") && mlirOperationIsNull(out->mul)) {
+      out->mul = op;
+    } else if (kiln_compiler_op_is(op, "arith.addf") && mlirOperationIsNull(out->add)) {
+      out->add = op;
+    } else if (kiln_compiler_op_is(op, "memref.store") && mlirOperationIsNull(out->store)) {
+      out->store = op;
+    } else if (!kiln_compiler_op_is(op, "scf.yield") || mlirOperationGetNumOperands(op) != 0) {
+      return false;
+    }
+  }
+  return n_loads == 3 && !mlirOperationIsNull(out->mul) && !mlirOperationIsNull(out->add) &&
+         !mlirOperationIsNull(out->store);
+}
+
 /* The one loop directly in `loop`'s body (beside an empty scf.yield), or null. */
 static MlirOperation only_inner_loop(MlirOperation loop) {
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
@@ -163,25 +195,9 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
   MlirValue kw = mlirBlockGetArgument(mlirRegionGetFirstBlock(mlirOperationGetRegion(loop_w, 0)), 0);
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop_c, 0));
   MlirValue c = mlirBlockGetArgument(body, 0);
-  MlirOperation loads[3], mul = {NULL}, add = {NULL}, store = {NULL};
-  size_t n_loads = 0, n_apply = 0;
-  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op)) {
-    if (kiln_compiler_op_is(op, "memref.load") && n_loads < 3) {
-      loads[n_loads++] = op;
-    } else if (kiln_compiler_op_is(op, "affine.apply") && n_apply < 2) {
-      n_apply++;
-    } else if (kiln_compiler_op_is(op, "arith.mulf") && mlirOperationIsNull(mul)) {
-      mul = op;
-    } else if (kiln_compiler_op_is(op, "arith.addf") && mlirOperationIsNull(add)) {
-      add = op;
-    } else if (kiln_compiler_op_is(op, "memref.store") && mlirOperationIsNull(store)) {
-      store = op;
-    } else if (!kiln_compiler_op_is(op, "scf.yield") || mlirOperationGetNumOperands(op) != 0) {
-      return false;
-    }
-  }
-  if (n_loads != 3 || mlirOperationIsNull(mul) || mlirOperationIsNull(add) || mlirOperationIsNull(store)) return false;
+  madd_body_t mb;
+  if (!read_madd_body(body, "affine.apply", 2, &mb)) return false;
+  MlirOperation *loads = mb.loads, mul = mb.mul, add = mb.add, store = mb.store;
   /* in[0, oh+kh, ow+kw, c], filter[kh, kw, c, f], out[0, oh, ow, f]: told apart by
    * their last index. */
   MlirOperation in = {NULL}, filter = {NULL}, acc = {NULL};
@@ -311,27 +327,14 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
     return match_conv(entry, loop, ub, grid, block, out);
   }
   MlirValue iv = mlirBlockGetArgument(body, 0);
+  madd_body_t mb;
+  if (!read_madd_body(body, "arith.extf", 2, &mb)) return false;
   load_t loads[3];
-  size_t n_loads = 0, n_ext = 0;
-  MlirOperation mul = {NULL}, add = {NULL}, store = {NULL};
-  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op)) {
-    if (kiln_compiler_op_is(op, "memref.load")) {
-      if (n_loads == 3 || !read_load(op, entry, iv, &loads[n_loads])) return false;
-      n_loads++;
-    } else if (kiln_compiler_op_is(op, "arith.extf")) {
-      n_ext++;
-    } else if (kiln_compiler_op_is(op, "arith.mulf") && mlirOperationIsNull(mul)) {
-      mul = op;
-    } else if (kiln_compiler_op_is(op, "arith.addf") && mlirOperationIsNull(add)) {
-      add = op;
-    } else if (kiln_compiler_op_is(op, "memref.store") && mlirOperationIsNull(store)) {
-      store = op;
-    } else if (!kiln_compiler_op_is(op, "scf.yield") || mlirOperationGetNumOperands(op) != 0) {
-      return false;
-    }
+  for (int i = 0; i < 3; i++) {
+    if (!read_load(mb.loads[i], entry, iv, &loads[i])) return false;
   }
-  if (n_loads != 3 || mlirOperationIsNull(mul) || mlirOperationIsNull(add) || mlirOperationIsNull(store)) return false;
+  size_t n_ext = mb.n_extra;
+  MlirOperation mul = mb.mul, add = mb.add, store = mb.store;
   /* A reads k last, B second to last, C not at all. */
   const load_t *a = NULL, *b = NULL, *c = NULL;
   MlirType ta = {NULL};
@@ -685,6 +688,45 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   return kiln_buf_take(&text);
 }
 
+/* The matrix-unit kernels' staging: in `rounds` rounds of `threads`
+ * invocations, each moves one 8-half vector of the 64x32 A slice into As[m][k]
+ * and one of the 32x64 B slice, transposed, into Bs[n][k]. stage_setup emits
+ * the invocation's indices (before the loop; needs %t, %m0 and %bx8),
+ * stage_slice a slice's loads and stores and the barrier after them (in the
+ * loop; needs %kt4 = 4kt and %kt32 = 32kt). */
+static void stage_setup(kiln_buf_t *b, int rounds, int threads) {
+  for (int it = 0; it < rounds; it++) {
+    kiln_buf_appendf(b,
+                     "  %%st%d = arith.constant %d : index\n  %%i%d = arith.addi %%t, %%st%d : index\n"
+                     "  %%arow%d = arith.divui %%i%d, %%c4 : index\n  %%akq%d = arith.remui %%i%d, %%c4 : index\n"
+                     "  %%ak8%d = arith.muli %%akq%d, %%c8 : index\n  %%garow%d = arith.addi %%m0, %%arow%d : index\n"
+                     "  %%bk%d = arith.divui %%i%d, %%c8 : index\n  %%bnq%d = arith.remui %%i%d, %%c8 : index\n"
+                     "  %%bn8%d = arith.muli %%bnq%d, %%c8 : index\n  %%gbcol%d = arith.addi %%bx8, %%bnq%d : index\n",
+                     it, it * threads, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it);
+    for (int i = 0; i < 8; i++) kiln_buf_appendf(b, "  %%bn%d_%d = arith.addi %%bn8%d, %%c%d : index\n", it, i, it, i);
+  }
+}
+
+static void stage_slice(kiln_buf_t *b, int rounds, const char *A, const char *B, const char *bi, const char *ta,
+                        const char *tb, const char *ws) {
+  for (int it = 0; it < rounds; it++) {
+    kiln_buf_appendf(b,
+                     "    %%kv%d = arith.addi %%kt4, %%akq%d : index\n"
+                     "    %%va%d = memref.load %s[%s%%garow%d, %%kv%d] : %s\n"
+                     "    vector.store %%va%d, %%As[%%arow%d, %%ak8%d] {alignment = 16} : %s, vector<8xf16>\n"
+                     "    %%kr%d = arith.addi %%kt32, %%bk%d : index\n"
+                     "    %%vb%d = memref.load %s[%s%%kr%d, %%gbcol%d] : %s\n",
+                     it, it, it, A, bi, it, it, ta, it, it, it, ws, it, it, it, B, bi, it, it, tb);
+    for (int i = 0; i < 8; i++) {
+      kiln_buf_appendf(b,
+                       "    %%vb%d_%d = vector.extract %%vb%d[%d] : f16 from vector<8xf16>\n"
+                       "    memref.store %%vb%d_%d, %%Bs[%%bn%d_%d, %%bk%d] : %s\n",
+                       it, i, it, i, it, i, it, i, it, ws);
+    }
+  }
+  kiln_buf_append_str(b, "    gpu.barrier\n");
+}
+
 /* ---- CUDA: f16 operands on the tensor cores ---- */
 
 /* The workgroup: 4 warps (32 x 4), each a 32x32 quarter of the 64x64 tile as
@@ -740,17 +782,7 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
                       "  %bx8 = arith.muli %bx, %c8 : index\n"
                       "  %bx32 = arith.muli %bx, %c32 : index\n  %wn16 = arith.muli %wn, %c16 : index\n"
                       "  %cb = arith.addi %bx32, %wn16 : index\n  %cb2 = arith.addi %cb, %q : index\n");
-  /* The loaders: invocation t moves vectors t and t + 128 of each slice. */
-  for (int it = 0; it < 2; it++) {
-    kiln_buf_appendf(b,
-                     "  %%i%d = arith.addi %%t, %%c%d : index\n"
-                     "  %%arow%d = arith.divui %%i%d, %%c4 : index\n  %%akq%d = arith.remui %%i%d, %%c4 : index\n"
-                     "  %%ak8%d = arith.muli %%akq%d, %%c8 : index\n  %%garow%d = arith.addi %%m0, %%arow%d : index\n"
-                     "  %%bk%d = arith.divui %%i%d, %%c8 : index\n  %%bnq%d = arith.remui %%i%d, %%c8 : index\n"
-                     "  %%bn8%d = arith.muli %%bnq%d, %%c8 : index\n  %%gbcol%d = arith.addi %%bx8, %%bnq%d : index\n",
-                     it, it ? 128 : 0, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it);
-    for (int i = 0; i < 8; i++) kiln_buf_appendf(b, "  %%bn%d_%d = arith.addi %%bn8%d, %%c%d : index\n", it, i, it, i);
-  }
+  stage_setup(b, 2, MMA_THREADS);
   /* The fragments' rows and columns in the tile. */
   for (int mi = 0; mi < 2; mi++) {
     kiln_buf_appendf(b,
@@ -786,22 +818,7 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
   kiln_buf_append_str(b, ") -> (");
   for (int a = 0; a < 8; a++) kiln_buf_appendf(b, "%svector<2x2xf32>", a ? ", " : "");
   kiln_buf_append_str(b, ") {\n    %kt4 = arith.muli %kt, %c4 : index\n    %kt32 = arith.muli %kt, %c32 : index\n");
-  for (int it = 0; it < 2; it++) {
-    kiln_buf_appendf(b,
-                     "    %%kv%d = arith.addi %%kt4, %%akq%d : index\n"
-                     "    %%va%d = memref.load %s[%s%%garow%d, %%kv%d] : %s\n"
-                     "    vector.store %%va%d, %%As[%%arow%d, %%ak8%d] {alignment = 16} : %s, vector<8xf16>\n"
-                     "    %%kr%d = arith.addi %%kt32, %%bk%d : index\n"
-                     "    %%vb%d = memref.load %s[%s%%kr%d, %%gbcol%d] : %s\n",
-                     it, it, it, A, bi, it, it, ta.data, it, it, it, ws, it, it, it, B, bi, it, it, tb.data);
-    for (int i = 0; i < 8; i++) {
-      kiln_buf_appendf(b,
-                       "    %%vb%d_%d = vector.extract %%vb%d[%d] : f16 from vector<8xf16>\n"
-                       "    memref.store %%vb%d_%d, %%Bs[%%bn%d_%d, %%bk%d] : %s\n",
-                       it, i, it, i, it, i, it, i, it, ws);
-    }
-  }
-  kiln_buf_append_str(b, "    gpu.barrier\n");
+  stage_slice(b, 2, A, B, bi, ta.data, tb.data, ws);
   char cur[8][24];
   for (int a = 0; a < 8; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
   for (int ks = 0; ks < MMA_TILE_K / 16; ks++) {
@@ -925,18 +942,7 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
                    "  %%wm32 = arith.muli %%wm, %%c32 : index\n  %%wn32 = arith.muli %%wn, %%c32 : index\n"
                    "  %%bx8 = arith.muli %%bx, %%c8 : index\n",
                    lanes);
-  /* The loaders: invocation t moves vectors t (and t + threads) of each slice. */
-  for (int it = 0; it < rounds; it++) {
-    kiln_buf_appendf(b,
-                     "  %%i%d = arith.addi %%t, %%c%d : index\n"
-                     "  %%arow%d = arith.divui %%i%d, %%c4 : index\n  %%akq%d = arith.remui %%i%d, %%c4 : index\n"
-                     "  %%ak8%d = arith.muli %%akq%d, %%c8 : index\n  %%garow%d = arith.addi %%m0, %%arow%d : index\n"
-                     "  %%bk%d = arith.divui %%i%d, %%c8 : index\n  %%bnq%d = arith.remui %%i%d, %%c8 : index\n"
-                     "  %%bn8%d = arith.muli %%bnq%d, %%c8 : index\n  %%gbcol%d = arith.addi %%bx8, %%bnq%d : index\n",
-                     it, it * threads, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it);
-    need_const(&e, it * threads);
-    for (int i = 0; i < 8; i++) kiln_buf_appendf(b, "  %%bn%d_%d = arith.addi %%bn8%d, %%c%d : index\n", it, i, it, i);
-  }
+  stage_setup(b, rounds, threads);
   for (int x = 0; x < 2; x++) {
     kiln_buf_appendf(b,
                      "  %%ra%d0 = arith.addi %%wm32, %%c%d : index\n  %%ra%d = arith.addi %%ra%d0, %%r : index\n"
@@ -966,22 +972,7 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
   for (int a = 0; a < 4; a++) kiln_buf_appendf(b, "%s%%x%d = %%cv%d%d_%d", a ? ", " : "", a, a / 2, a % 2, n_c - 1);
   kiln_buf_appendf(b, ") -> (%s, %s, %s, %s) {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n"
                       "    %%kt32 = arith.muli %%kt, %%c32 : index\n", vc, vc, vc, vc);
-  for (int it = 0; it < rounds; it++) {
-    kiln_buf_appendf(b,
-                     "    %%kv%d = arith.addi %%kt4, %%akq%d : index\n"
-                     "    %%va%d = memref.load %s[%s%%garow%d, %%kv%d] : %s\n"
-                     "    vector.store %%va%d, %%As[%%arow%d, %%ak8%d] {alignment = 16} : %s, vector<8xf16>\n"
-                     "    %%kr%d = arith.addi %%kt32, %%bk%d : index\n"
-                     "    %%vb%d = memref.load %s[%s%%kr%d, %%gbcol%d] : %s\n",
-                     it, it, it, A, bi, it, it, ta.data, it, it, it, ws, it, it, it, B, bi, it, it, tb.data);
-    for (int i = 0; i < 8; i++) {
-      kiln_buf_appendf(b,
-                       "    %%vb%d_%d = vector.extract %%vb%d[%d] : f16 from vector<8xf16>\n"
-                       "    memref.store %%vb%d_%d, %%Bs[%%bn%d_%d, %%bk%d] : %s\n",
-                       it, i, it, i, it, i, it, i, it, ws);
-    }
-  }
-  kiln_buf_append_str(b, "    gpu.barrier\n");
+  stage_slice(b, rounds, A, B, bi, ta.data, tb.data, ws);
   char cur[4][24];
   for (int a = 0; a < 4; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
   for (int ks = 0; ks < MMA_TILE_K / 16; ks++) {

@@ -612,6 +612,38 @@ def scalar_const(name, et, v):
     return '%%%s = "tosa.const"() {values = dense<%s> : tensor<1x%s>} : () -> tensor<1x%s>' % (name, fmt(v), et, et)
 
 
+def conv_case(name, n, h, c, f, k, stride, pad, seeds):
+    """tosa.conv2d of n square h x h x c images by f square k x k filters (OHWI),
+    `stride`, pad (top, bottom, left, right), zero bias, with its reference."""
+    oh = (h + pad[0] + pad[1] - k) // stride + 1
+    ow = (h + pad[2] + pad[3] - k) // stride + 1
+    x = values((n, h, h, c), 'f32', seeds[0])
+    w = values((f, k, k, c), 'f32', seeds[1])
+    out = []
+    for nn in range(n):
+        for yy in range(oh):
+            for xx in range(ow):
+                for ff in range(f):
+                    s_ = 0.0
+                    for ky in range(k):
+                        for kx in range(k):
+                            iy, ix = stride * yy + ky - pad[0], stride * xx + kx - pad[2]
+                            if 0 <= iy < h and 0 <= ix < h:
+                                base = ((nn * h + iy) * h + ix) * c
+                                s_ += sum(x[base + cc] * w[((ff * k + ky) * k + kx) * c + cc] for cc in range(c))
+                    out.append(f32(s_))
+    tx, tw, to = 'tensor<%dx%dx%dx%dxf32>' % (n, h, h, c), 'tensor<%dx%dx%dx%dxf32>' % (f, k, k, c), \
+        'tensor<%dx%dx%dx%dxf32>' % (n, oh, ow, f)
+    return tosa_case(name, [tx, tw], to,
+                     ['%%b = "tosa.const"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>' % (f, f),
+                      scalar_const('zp', 'f32', 0.0),
+                      '%%0 = tosa.conv2d %%arg0, %%arg1, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, '
+                      'pad = array<i64: %d, %d, %d, %d>, stride = array<i64: %d, %d>} : (%s, %s, tensor<%dxf32>, '
+                      'tensor<1xf32>, tensor<1xf32>) -> %s' % (pad + (stride, stride, tx, tw, f, to)),
+                      'return %%0 : %s' % to],
+                     [((n, h, h, c), 'f32', x), ((f, k, k, c), 'f32', w)], [((n, oh, ow, f), 'f32', out)], 0)
+
+
 def group_tosa():
     """TOSA ops one by one, the way TFLite and PyTorch exports use them (issue 15: corpus)."""
     cases = []
@@ -840,62 +872,16 @@ def group_tosa():
                                 'return %%0 : %s' % tr],
                                [((batch, m, k), et, a), ((batch, k, n), et, b)],
                                [((batch, m, n), 'f32', mm_ref(a, b, batch, m, k, n))], 0))
-    # A 3x3 conv with padding 1 over 1x8x8x16 into 64 filters: 64 output pixels x 64
-    # filters x 144 taps, which GPU targets tile as an implicit GEMM (im2col in the
-    # loader). Sums of quarter products, exact in f32.
-    x = values((1, 8, 8, 16), 'f32', 95)
-    w = values((64, 3, 3, 16), 'f32', 96)
-    out = []
-    for yy in range(8):
-        for xx in range(8):
-            for f in range(64):
-                s_ = 0.0
-                for ky in range(3):
-                    for kx in range(3):
-                        iy, ix = yy + ky - 1, xx + kx - 1
-                        if 0 <= iy < 8 and 0 <= ix < 8:
-                            s_ += sum(x[(iy * 8 + ix) * 16 + c] * w[((f * 3 + ky) * 3 + kx) * 16 + c] for c in range(16))
-                out.append(f32(s_))
-    cases.append(tosa_case('tosa_conv2d_tiled_f32', ['tensor<1x8x8x16xf32>', 'tensor<64x3x3x16xf32>'], 'tensor<1x8x8x64xf32>',
-                           ['%b = "tosa.const"() {values = dense<0.0> : tensor<64xf32>} : () -> tensor<64xf32>',
-                            scalar_const('zp', 'f32', 0.0),
-                            '%0 = tosa.conv2d %arg0, %arg1, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x8x8x16xf32>, tensor<64x3x3x16xf32>, tensor<64xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x8x8x64xf32>',
-                            'return %0 : tensor<1x8x8x64xf32>'],
-                           [((1, 8, 8, 16), 'f32', x), ((64, 3, 3, 16), 'f32', w)], [((1, 8, 8, 64), 'f32', out)], 0))
-    # Two images, stride 2, padding top and left only: the front half folds the
-    # batch into its grid, and the implicit GEMM's rows span both images.
-    x = values((2, 16, 16, 16), 'f32', 100)
-    w = values((64, 3, 3, 16), 'f32', 101)
-    out = []
-    for nn in range(2):
-        for yy in range(8):
-            for xx in range(8):
-                for f in range(64):
-                    s_ = 0.0
-                    for ky in range(3):
-                        for kx in range(3):
-                            iy, ix = 2 * yy + ky - 1, 2 * xx + kx - 1
-                            if 0 <= iy < 16 and 0 <= ix < 16:
-                                base = ((nn * 16 + iy) * 16 + ix) * 16
-                                s_ += sum(x[base + c] * w[((f * 3 + ky) * 3 + kx) * 16 + c] for c in range(16))
-                    out.append(f32(s_))
-    cases.append(tosa_case('tosa_conv2d_batch2_stride2_tiled_f32', ['tensor<2x16x16x16xf32>', 'tensor<64x3x3x16xf32>'],
-                           'tensor<2x8x8x64xf32>',
-                           ['%b = "tosa.const"() {values = dense<0.0> : tensor<64xf32>} : () -> tensor<64xf32>',
-                            scalar_const('zp', 'f32', 0.0),
-                            '%0 = tosa.conv2d %arg0, %arg1, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 0, 1, 0>, stride = array<i64: 2, 2>} : (tensor<2x16x16x16xf32>, tensor<64x3x3x16xf32>, tensor<64xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x8x8x64xf32>',
-                            'return %0 : tensor<2x8x8x64xf32>'],
-                           [((2, 16, 16, 16), 'f32', x), ((64, 3, 3, 16), 'f32', w)], [((2, 8, 8, 64), 'f32', out)], 0))
-    # The 1x1 form (no kh, kw loops left): 64 pixels x 64 filters x 32 channels.
-    x = values((1, 8, 8, 32), 'f32', 97)
-    w = values((64, 1, 1, 32), 'f32', 98)
-    out = [f32(sum(x[p_ * 32 + c] * w[f * 32 + c] for c in range(32))) for p_ in range(64) for f in range(64)]
-    cases.append(tosa_case('tosa_conv2d_1x1_tiled_f32', ['tensor<1x8x8x32xf32>', 'tensor<64x1x1x32xf32>'], 'tensor<1x8x8x64xf32>',
-                           ['%b = "tosa.const"() {values = dense<0.0> : tensor<64xf32>} : () -> tensor<64xf32>',
-                            scalar_const('zp', 'f32', 0.0),
-                            '%0 = tosa.conv2d %arg0, %arg1, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x8x8x32xf32>, tensor<64x1x1x32xf32>, tensor<64xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x8x8x64xf32>',
-                            'return %0 : tensor<1x8x8x64xf32>'],
-                           [((1, 8, 8, 32), 'f32', x), ((64, 1, 1, 32), 'f32', w)], [((1, 8, 8, 64), 'f32', out)], 0))
+    # Convs GPU targets tile as an implicit GEMM (im2col in the loader): a padded
+    # 3x3 over one image (64 pixels x 64 filters x 144 taps), two images at stride
+    # 2 with padding top and left only (the front half folds the batch into its
+    # grid; the GEMM's rows span both images), and the 1x1 form (no kh, kw loops
+    # left). Sums of quarter products, exact in f32.
+    for name, (n, h, c, k, stride, pad), seeds in (
+            ('tosa_conv2d_tiled_f32', (1, 8, 16, 3, 1, (1, 1, 1, 1)), (95, 96)),
+            ('tosa_conv2d_batch2_stride2_tiled_f32', (2, 16, 16, 3, 2, (1, 0, 1, 0)), (100, 101)),
+            ('tosa_conv2d_1x1_tiled_f32', (1, 8, 32, 1, 1, (0, 0, 0, 0)), (97, 98))):
+        cases.append(conv_case(name, n, h, c, 64, k, stride, pad, seeds))
     # Row reductions long enough that GPU targets run them as workgroup reductions
     # (compiler/gpu_reduce.c: rows of a multiple of 128), and a softmax over them.
     for op, rows, cols, ref in (('reduce_max', 4, 1024, max), ('reduce_sum', 3, 384, lambda xs: f32(sum(xs))),

@@ -139,6 +139,15 @@ def wmma(a_frags, b_frags, c_frags):
     return [[D[2 * j + lane // 16][lane % 16] for j in range(8)] for lane in range(32)]
 
 
+# The matrix ops: (pattern with result, A, B and C, the warp's or wave's
+# semantics, its width in lanes).
+MATRIX_OPS = [
+    (r'(%\w+) = nvgpu.mma.sync \((%\w+), (%\w+), (%[\w#]+)\) \{mmaShape = \[16, 8, 16\]\}', mma, 32),
+    (r'(%\w+) = amdgpu.mfma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) blgp = none', mfma, 64),
+    (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) :', wmma, 32),
+]
+
+
 class Kernel:
     def __init__(self, text):
         lines = [l.strip() for l in text.split('\n') if l.strip()]
@@ -282,33 +291,15 @@ class Kernel:
             if m:
                 env[m.group(1)] = [list(val(m.group(2), t)) for t in range(T)]
                 return
-            m = re.match(r'(%\w+) = nvgpu.mma.sync \((%\w+), (%\w+), (%[\w#]+)\) \{mmaShape = \[16, 8, 16\]\}', line)
-            if m:
-                out = []
-                for w in range(T // 32):
-                    lanes = range(w * 32, w * 32 + 32)
-                    out += mma([val(m.group(2), t) for t in lanes], [val(m.group(3), t) for t in lanes],
-                               [val(m.group(4), t) for t in lanes])
-                env[m.group(1)] = out
-                return
-            m = re.match(r'(%\w+) = amdgpu.mfma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) blgp = none', line)
-            if m:
-                out = []
-                for w in range(T // 64):
-                    lanes = range(w * 64, w * 64 + 64)
-                    out += mfma([val(m.group(2), t) for t in lanes], [val(m.group(3), t) for t in lanes],
-                                [val(m.group(4), t) for t in lanes])
-                env[m.group(1)] = out
-                return
-            m = re.match(r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) :', line)
-            if m:
-                out = []
-                for w in range(T // 32):
-                    lanes = range(w * 32, w * 32 + 32)
-                    out += wmma([val(m.group(2), t) for t in lanes], [val(m.group(3), t) for t in lanes],
-                                [val(m.group(4), t) for t in lanes])
-                env[m.group(1)] = out
-                return
+            for pattern, unit, width in MATRIX_OPS:
+                m = re.match(pattern, line)
+                if m:
+                    out = []
+                    for w in range(T // width):
+                        lanes = range(w * width, w * width + width)
+                        out += unit(*[[val(m.group(g), t) for t in lanes] for g in (2, 3, 4)])
+                    env[m.group(1)] = out
+                    return
             print('gemm_emulate: an op it does not know: ' + line)
             sys.exit(2)
 
