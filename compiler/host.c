@@ -1618,22 +1618,31 @@ static bool unit_dimension(MlirOperation par, intptr_t rank, intptr_t d) {
 /* A loop of rank above 3 without its leading dimensions of one iteration (a
  * batch of 1), down to rank 3: the tile then falls on the dimensions that have
  * work, the contiguous one last. */
-/* The loop itself, or the one that replaced it. */
-static MlirOperation drop_leading_unit_dimensions(MlirOperation par, intptr_t rank) {
-  intptr_t drop = 0;
-  while (rank - drop > 3 && unit_dimension(par, rank, drop)) drop++;
-  if (drop == 0 || rank > 16) return par;
+/* A loop above rank 3 without its dimensions that run once (leading ones
+ * first, then any other), down to rank 3 at the least: a depthwise conv's (1, oh,
+ * ow, c, 1) is (oh, ow, c), so its channels, not a unit dimension, run along
+ * thread x. Returns the new loop, or `par` unchanged. */
+static MlirOperation drop_unit_dimensions(MlirOperation par, intptr_t rank) {
+  if (rank > 16) return par;
+  bool drop[16] = {false};
+  intptr_t kept = rank;
+  for (intptr_t d = 0; d < rank && kept > 3; d++) {
+    if (unit_dimension(par, rank, d)) drop[d] = true, kept--;
+  }
+  if (kept == rank) return par;
   MlirContext ctx = mlirOperationGetContext(par);
   MlirValue lbs[16], ubs[16], steps[16];
-  for (intptr_t d = drop; d < rank; d++) {
-    lbs[d - drop] = mlirOperationGetOperand(par, d);
-    ubs[d - drop] = mlirOperationGetOperand(par, rank + d);
-    steps[d - drop] = mlirOperationGetOperand(par, 2 * rank + d);
-  }
-  MlirOperation np = parallel_n(ctx, par, rank - drop, lbs, ubs, steps);
-  MlirBlock body = region_block(par, 0), nb = region_block(np, 0);
+  intptr_t n = 0;
   for (intptr_t d = 0; d < rank; d++) {
-    MlirValue to = d < drop ? mlirOperationGetOperand(par, d) : mlirBlockGetArgument(nb, d - drop);
+    if (drop[d]) continue;
+    lbs[n] = mlirOperationGetOperand(par, d);
+    ubs[n] = mlirOperationGetOperand(par, rank + d);
+    steps[n++] = mlirOperationGetOperand(par, 2 * rank + d);
+  }
+  MlirOperation np = parallel_n(ctx, par, kept, lbs, ubs, steps);
+  MlirBlock body = region_block(par, 0), nb = region_block(np, 0);
+  for (intptr_t d = 0, k = 0; d < rank; d++) {
+    MlirValue to = drop[d] ? mlirOperationGetOperand(par, d) : mlirBlockGetArgument(nb, k++);
     mlirValueReplaceAllUsesOfWith(mlirBlockGetArgument(body, d), to);
   }
   move_ops(body, nb, (MlirOperation){NULL}, true);
@@ -1710,7 +1719,7 @@ static void reshape_parallel(MlirContext ctx, MlirOperation par) {
   intptr_t rank = mlirOperationGetNumOperands(par) / 3;
   if (mlirOperationGetNumOperands(par) != 3 * rank) return;
   if (rank > 3) {
-    par = drop_leading_unit_dimensions(par, rank);
+    par = drop_unit_dimensions(par, rank);
     for (rank = mlirOperationGetNumOperands(par) / 3; rank > 3; rank--) {
       MlirOperation np = collapse_leading_dimensions(ctx, par, rank);
       if (mlirOperationEqual(np, par)) break;

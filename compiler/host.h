@@ -114,6 +114,11 @@ void kiln_compiler_host_loops_to_kernels(MlirContext context, MlirModule module)
  * invocations (it ran 1, and a vector past 65,535 elements had too many
  * workgroups to compile). Dynamic rank-1 loops, and those of 32 iterations or
  * fewer, keep their form. */
+/* Loops above rank 3 lose their unit dimensions (leading ones first, down to
+ * rank 3) and then fold their first two dimensions while above rank 3 (static
+ * bounds): a batched NHWC op's (n, h, w, c) is (n*h, w, c) and a depthwise conv's
+ * (1, oh, ow, c, 1) is (oh, ow, c), so the 1x4x32 tile covers the last three
+ * dimensions with the contiguous one on thread x. */
 void kiln_compiler_parallel_loops_to_rank3(MlirContext context, MlirModule module);
 
 /* The contiguous dimension on x. gpu-map-parallel-loops puts a loop's first

@@ -481,6 +481,53 @@ static void test_long_vector(void **state) {
   }
 }
 
+/* Loops above rank 3 keep every invocation busy: a depthwise conv's (1, oh, ow,
+ * c, 1) loses both unit dimensions (channels on thread x: 8x8 pixels x 64
+ * channels in 8 x 2 x 2 workgroups, where the unit dimension on x left 1 lane in
+ * 32 working), and a batched elementwise op's (n, h, w, c) folds n and h (2 x 8
+ * rows x 2 x 2). */
+static void test_high_rank_loops(void **state) {
+  static const struct {
+    const char *model;
+    uint32_t grid[3];
+  } cases[] = {
+      {"func.func @dw(%x: tensor<1x8x8x64xf32>, %w: tensor<3x3x64x1xf32>) -> tensor<1x8x8x64xf32> {\n"
+       "  %b = \"tosa.const\"() {values = dense<0.0> : tensor<64xf32>} : () -> tensor<64xf32>\n"
+       "  %zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+       "  %0 = tosa.depthwise_conv2d %x, %w, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, "
+       "pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x8x8x64xf32>, tensor<3x3x64x1xf32>, "
+       "tensor<64xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x8x8x64xf32>\n"
+       "  return %0 : tensor<1x8x8x64xf32>\n}\n",
+       {8, 2, 2}},
+      {"func.func @e(%x: tensor<2x8x8x64xf32>) -> tensor<2x8x8x64xf32> {\n"
+       "  %0 = tosa.exp %x : (tensor<2x8x8x64xf32>) -> tensor<2x8x8x64xf32>\n"
+       "  return %0 : tensor<2x8x8x64xf32>\n}\n",
+       {16, 2, 2}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const kiln_target_t *targets[1] = {target("sm_89")};
+    kiln_compiler_output_t out;
+    assert_null(kiln_compiler_compile(*state, cases[c].model, strlen(cases[c].model), "r.mlir", targets, 1, &out));
+    assert_null(out.plan_status);
+    if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
+    /* The last dispatch is the op's own kernel (a depthwise conv's bias fill,
+     * padding and filter reshape come first). */
+    const kiln_vmfb_function_t *fn = &out.plan.functions[0];
+    const kiln_vmfb_step_t *last = NULL;
+    for (size_t s = 0; s < fn->n_steps; s++) {
+      if (fn->steps[s].kind == KILN_VMFB_STEP_DISPATCH) last = &fn->steps[s];
+    }
+    assert_non_null(last);
+    uint32_t grid[3];
+    kiln_compiler_dispatch_grid(&out.targets[0], last, grid);
+    for (int d = 0; d < 3; d++) assert_int_equal(grid[d], cases[c].grid[d]);
+    const uint32_t *b = out.targets[0].kernels[last->kernel].block_size;
+    assert_int_equal(b[0], 32);
+    assert_int_equal(b[1], 4);
+    kiln_compiler_output_deinit(&out);
+  }
+}
+
 /* f16 on RV64GC, which cannot convert it: kept as bits and converted by kiln's
  * integer code (as on Vulkan without Float16). Without it the library calls
  * compiler-rt's __extendhfsf2, which an embedded ELF cannot import, and the link
@@ -704,6 +751,7 @@ int main(void) {
       cmocka_unit_test(test_copies_become_kernels),
       cmocka_unit_test(test_gpu_dialect_input),
       cmocka_unit_test(test_refused_models),
+      cmocka_unit_test(test_high_rank_loops),
       cmocka_unit_test(test_dynamic_plan),
       cmocka_unit_test(test_programs_without_kernels),
       cmocka_unit_test(test_failure_messages_stay_short),
