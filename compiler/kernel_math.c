@@ -617,112 +617,160 @@ static const char cttz_i32[] =
 
 /* fmod, exact (arith.remf; AMD's is OCML's, in ROCm's device libraries): the
  * integer shift-and-subtract of the mantissas, one exponent step per iteration
- * (at most 277), as C libraries do it. Subnormals are normalized with ctlz first.
+ * (at most 277 in f32, 2,098 in f64), as C libraries do it. Subnormals are
+ * normalized with ctlz first. A template for both widths: $F the float type, $I
+ * the integer of its size, then its bit layout (see fmod_keys).
  * y == 0, x infinite or either NaN give NaN; |x| < |y| gives x. The loop carries
  * everything it reads (the helper inliner copies regions without remapping
  * values from outside them). */
-static const char fmod_f32[] =
-    "func.func private @fmod(%x: f32, %y: f32) -> f32 {\n"
-    "  %c0 = arith.constant 0 : i32\n"
-    "  %c1 = arith.constant 1 : i32\n"
-    "  %c8 = arith.constant 8 : i32\n"
-    "  %c23 = arith.constant 23 : i32\n"
-    "  %sign_mask = arith.constant -2147483648 : i32\n"
-    "  %abs_mask = arith.constant 2147483647 : i32\n"
-    "  %man_mask = arith.constant 8388607 : i32\n"
-    "  %implicit = arith.constant 8388608 : i32\n"
-    "  %inf = arith.constant 2139095040 : i32\n"
-    "  %nan = arith.constant 0x7FC00000 : f32\n"
-    "  %ux = arith.bitcast %x : f32 to i32\n"
-    "  %uy = arith.bitcast %y : f32 to i32\n"
-    "  %sx = arith.andi %ux, %sign_mask : i32\n"
-    "  %ax = arith.andi %ux, %abs_mask : i32\n"
-    "  %ay = arith.andi %uy, %abs_mask : i32\n"
+static const char fmod_template[] =
+    "func.func private @fmod(%x: $F, %y: $F) -> $F {\n"
+    "  %c0 = arith.constant 0 : $I\n"
+    "  %c1 = arith.constant 1 : $I\n"
+    "  %c8 = arith.constant $LZ : $I\n"
+    "  %c23 = arith.constant $MB : $I\n"
+    "  %sign_mask = arith.constant $SIGN : $I\n"
+    "  %abs_mask = arith.constant $ABS : $I\n"
+    "  %man_mask = arith.constant $MAN : $I\n"
+    "  %implicit = arith.constant $IMP : $I\n"
+    "  %inf = arith.constant $INF : $I\n"
+    "  %nan = arith.constant $NAN : $F\n"
+    "  %ux = arith.bitcast %x : $F to $I\n"
+    "  %uy = arith.bitcast %y : $F to $I\n"
+    "  %sx = arith.andi %ux, %sign_mask : $I\n"
+    "  %ax = arith.andi %ux, %abs_mask : $I\n"
+    "  %ay = arith.andi %uy, %abs_mask : $I\n"
     /* x: exponent and mantissa with the implicit bit, subnormals normalized */
-    "  %ex0 = arith.shrui %ax, %c23 : i32\n"
-    "  %xsub = arith.cmpi eq, %ex0, %c0 : i32\n"
-    "  %xlz = math.ctlz %ax : i32\n"
-    "  %xsh = arith.subi %xlz, %c8 : i32\n"
-    "  %xsm = arith.shli %ax, %xsh : i32\n"
-    "  %xse = arith.subi %c1, %xsh : i32\n"
-    "  %xm0 = arith.andi %ax, %man_mask : i32\n"
-    "  %xnm = arith.ori %xm0, %implicit : i32\n"
-    "  %ex = arith.select %xsub, %xse, %ex0 : i32\n"
-    "  %mx = arith.select %xsub, %xsm, %xnm : i32\n"
+    "  %ex0 = arith.shrui %ax, %c23 : $I\n"
+    "  %xsub = arith.cmpi eq, %ex0, %c0 : $I\n"
+    "  %xlz = math.ctlz %ax : $I\n"
+    "  %xsh = arith.subi %xlz, %c8 : $I\n"
+    "  %xsm = arith.shli %ax, %xsh : $I\n"
+    "  %xse = arith.subi %c1, %xsh : $I\n"
+    "  %xm0 = arith.andi %ax, %man_mask : $I\n"
+    "  %xnm = arith.ori %xm0, %implicit : $I\n"
+    "  %ex = arith.select %xsub, %xse, %ex0 : $I\n"
+    "  %mx = arith.select %xsub, %xsm, %xnm : $I\n"
     /* y likewise */
-    "  %ey0 = arith.shrui %ay, %c23 : i32\n"
-    "  %ysub = arith.cmpi eq, %ey0, %c0 : i32\n"
-    "  %ylz = math.ctlz %ay : i32\n"
-    "  %ysh = arith.subi %ylz, %c8 : i32\n"
-    "  %ysm = arith.shli %ay, %ysh : i32\n"
-    "  %yse = arith.subi %c1, %ysh : i32\n"
-    "  %ym0 = arith.andi %ay, %man_mask : i32\n"
-    "  %ynm = arith.ori %ym0, %implicit : i32\n"
-    "  %ey = arith.select %ysub, %yse, %ey0 : i32\n"
-    "  %my = arith.select %ysub, %ysm, %ynm : i32\n"
+    "  %ey0 = arith.shrui %ay, %c23 : $I\n"
+    "  %ysub = arith.cmpi eq, %ey0, %c0 : $I\n"
+    "  %ylz = math.ctlz %ay : $I\n"
+    "  %ysh = arith.subi %ylz, %c8 : $I\n"
+    "  %ysm = arith.shli %ay, %ysh : $I\n"
+    "  %yse = arith.subi %c1, %ysh : $I\n"
+    "  %ym0 = arith.andi %ay, %man_mask : $I\n"
+    "  %ynm = arith.ori %ym0, %implicit : $I\n"
+    "  %ey = arith.select %ysub, %yse, %ey0 : $I\n"
+    "  %my = arith.select %ysub, %ysm, %ynm : $I\n"
     /* while ex > ey: if mx >= my, mx -= my; mx <<= 1; ex -= 1 */
-    "  %r:4 = scf.while (%e = %ex, %m = %mx, %f = %ey, %n = %my) : (i32, i32, i32, i32) -> (i32, i32, i32, i32) {\n"
-    "    %go = arith.cmpi sgt, %e, %f : i32\n"
-    "    scf.condition(%go) %e, %m, %f, %n : i32, i32, i32, i32\n"
+    "  %r:4 = scf.while (%e = %ex, %m = %mx, %f = %ey, %n = %my) : ($I, $I, $I, $I) -> ($I, $I, $I, $I) {\n"
+    "    %go = arith.cmpi sgt, %e, %f : $I\n"
+    "    scf.condition(%go) %e, %m, %f, %n : $I, $I, $I, $I\n"
     "  } do {\n"
-    "  ^bb0(%e: i32, %m: i32, %f: i32, %n: i32):\n"
-    "    %k0 = arith.constant 0 : i32\n"
-    "    %k1 = arith.constant 1 : i32\n"
-    "    %d = arith.subi %m, %n : i32\n"
-    "    %ge = arith.cmpi sge, %d, %k0 : i32\n"
-    "    %m1 = arith.select %ge, %d, %m : i32\n"
-    "    %m2 = arith.shli %m1, %k1 : i32\n"
-    "    %e1 = arith.subi %e, %k1 : i32\n"
-    "    scf.yield %e1, %m2, %f, %n : i32, i32, i32, i32\n"
+    "  ^bb0(%e: $I, %m: $I, %f: $I, %n: $I):\n"
+    "    %k0 = arith.constant 0 : $I\n"
+    "    %k1 = arith.constant 1 : $I\n"
+    "    %d = arith.subi %m, %n : $I\n"
+    "    %ge = arith.cmpi sge, %d, %k0 : $I\n"
+    "    %m1 = arith.select %ge, %d, %m : $I\n"
+    "    %m2 = arith.shli %m1, %k1 : $I\n"
+    "    %e1 = arith.subi %e, %k1 : $I\n"
+    "    scf.yield %e1, %m2, %f, %n : $I, $I, $I, $I\n"
     "  }\n"
-    "  %d = arith.subi %r#1, %my : i32\n"
-    "  %ge = arith.cmpi sge, %d, %c0 : i32\n"
-    "  %mr = arith.select %ge, %d, %r#1 : i32\n"
+    "  %d = arith.subi %r#1, %my : $I\n"
+    "  %ge = arith.cmpi sge, %d, %c0 : $I\n"
+    "  %mr = arith.select %ge, %d, %r#1 : $I\n"
     /* back to a float: normalize, then a normal or a subnormal result */
-    "  %lz = math.ctlz %mr : i32\n"
-    "  %sh = arith.subi %lz, %c8 : i32\n"
-    "  %mn = arith.shli %mr, %sh : i32\n"
-    "  %en = arith.subi %r#0, %sh : i32\n"
-    "  %normal_e = arith.shli %en, %c23 : i32\n"
-    "  %normal_m = arith.andi %mn, %man_mask : i32\n"
-    "  %normal = arith.ori %normal_e, %normal_m : i32\n"
-    "  %sub_sh = arith.subi %c1, %en : i32\n"
-    "  %sub = arith.shrui %mn, %sub_sh : i32\n"
-    "  %is_normal = arith.cmpi sgt, %en, %c0 : i32\n"
-    "  %mag0 = arith.select %is_normal, %normal, %sub : i32\n"
-    "  %is_zero = arith.cmpi eq, %mr, %c0 : i32\n"
-    "  %mag = arith.select %is_zero, %c0, %mag0 : i32\n"
-    "  %bits = arith.ori %mag, %sx : i32\n"
-    "  %res0 = arith.bitcast %bits : i32 to f32\n"
-    "  %small = arith.cmpi ult, %ax, %ay : i32\n"
-    "  %res1 = arith.select %small, %x, %res0 : f32\n"
-    "  %y_zero = arith.cmpi eq, %ay, %c0 : i32\n"
-    "  %x_inf = arith.cmpi uge, %ax, %inf : i32\n"
-    "  %y_nan = arith.cmpi ugt, %ay, %inf : i32\n"
+    "  %lz = math.ctlz %mr : $I\n"
+    "  %sh = arith.subi %lz, %c8 : $I\n"
+    "  %mn = arith.shli %mr, %sh : $I\n"
+    "  %en = arith.subi %r#0, %sh : $I\n"
+    "  %normal_e = arith.shli %en, %c23 : $I\n"
+    "  %normal_m = arith.andi %mn, %man_mask : $I\n"
+    "  %normal = arith.ori %normal_e, %normal_m : $I\n"
+    "  %sub_sh = arith.subi %c1, %en : $I\n"
+    "  %sub = arith.shrui %mn, %sub_sh : $I\n"
+    "  %is_normal = arith.cmpi sgt, %en, %c0 : $I\n"
+    "  %mag0 = arith.select %is_normal, %normal, %sub : $I\n"
+    "  %is_zero = arith.cmpi eq, %mr, %c0 : $I\n"
+    "  %mag = arith.select %is_zero, %c0, %mag0 : $I\n"
+    "  %bits = arith.ori %mag, %sx : $I\n"
+    "  %res0 = arith.bitcast %bits : $I to $F\n"
+    "  %small = arith.cmpi ult, %ax, %ay : $I\n"
+    "  %res1 = arith.select %small, %x, %res0 : $F\n"
+    "  %y_zero = arith.cmpi eq, %ay, %c0 : $I\n"
+    "  %x_inf = arith.cmpi uge, %ax, %inf : $I\n"
+    "  %y_nan = arith.cmpi ugt, %ay, %inf : $I\n"
     "  %bad0 = arith.ori %y_zero, %x_inf : i1\n"
     "  %bad = arith.ori %bad0, %y_nan : i1\n"
-    "  %res = arith.select %bad, %nan, %res1 : f32\n"
-    "  return %res : f32\n"
+    "  %res = arith.select %bad, %nan, %res1 : $F\n"
+    "  return %res : $F\n"
     "}";
+
+/* The template's keys per width: $LZ the leading bits before the mantissa's
+ * top (sign and exponent), $MB the mantissa bits, then masks and NaN. */
+static const char *const fmod_keys[2][11] = {
+    {"$F", "f32", "$I", "i32", "$LZ", "8", "$MB", "23", "$SIGN", "-2147483648", NULL},
+    {"$F", "f64", "$I", "i64", "$LZ", "11", "$MB", "52", "$SIGN", "-9223372036854775808", NULL},
+};
+static const char *const fmod_masks[2][11] = {
+    {"$ABS", "2147483647", "$MAN", "8388607", "$IMP", "8388608", "$INF", "2139095040", "$NAN", "0x7FC00000", NULL},
+    {"$ABS", "9223372036854775807", "$MAN", "4503599627370495", "$IMP", "4503599627370496", "$INF",
+     "9218868437227405312", "$NAN", "0x7FF8000000000000", NULL},
+};
 
 static const struct {
   const char *name; /* the math dialect function, without "math." ("remf": arith.remf) */
   const char *helper;
+  bool generic; /* the same text serves f64 (f32 written f64): it only combines others */
 } helpers[] = {
-    {"erf", erf_f32},   {"atan", atan_f32}, {"atan2", atan2_f32},
-    {"asin", asin_f32}, {"acos", acos_f32}, {"cbrt", cbrt_f32}, {"floor", floor_f32},
-    {"ceil", ceil_f32}, {"log2", log2_f32}, {"sin", sin_f32},   {"cos", cos_f32},
-    {"remf", fmod_f32}, {"log10", log10_f32}, {"tan", tan_f32}, {"trunc", trunc_f32},
-    {"erfc", erfc_f32}, {"ctpop", ctpop_i32}, {"cttz", cttz_i32}, {"exp", exp_f32},
-    {"log", log_f32},   {"log1p", log1p_f32}, {"expm1", expm1_f32},
+    {"erf", erf_f32, false},     {"atan", atan_f32, false},   {"atan2", atan2_f32, true},
+    {"asin", asin_f32, true},    {"acos", acos_f32, true},    {"cbrt", cbrt_f32, false},
+    {"floor", floor_f32, false}, {"ceil", ceil_f32, false},   {"log2", log2_f32, false},
+    {"sin", sin_f32, false},     {"cos", cos_f32, false},     {"remf", fmod_template, true},
+    {"log10", log10_f32, false}, {"tan", tan_f32, true},      {"trunc", trunc_f32, true},
+    {"erfc", erfc_f32, false},   {"ctpop", ctpop_i32, false}, {"cttz", cttz_i32, false},
+    {"exp", exp_f32, false},     {"log", log_f32, false},     {"log1p", log1p_f32, true},
+    {"expm1", expm1_f32, true},  {"exp2", NULL, false}, /* f64 only (kernel_math64.c) */
 };
 
 enum { N_HELPERS = sizeof helpers / sizeof helpers[0] };
 
+/* `text` with each "$KEY" of the width's keys replaced, and for f64 every "f32"
+ * written "f64". */
+static char *instantiate(const char *text, bool f64) {
+  /* the masks first: "$I" is a prefix of "$IMP" and "$INF" */
+  const char *const *lists[2] = {fmod_masks[f64], fmod_keys[f64]};
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  for (const char *p = text; *p;) {
+    bool done = false;
+    if (*p == '$') {
+      for (int l = 0; l < 2 && !done; l++) {
+        for (const char *const *kv = lists[l]; *kv && !done; kv += 2) {
+          size_t n = strlen(kv[0]);
+          if (strncmp(p, kv[0], n) == 0) {
+            kiln_buf_append_str(&b, kv[1]);
+            p += n;
+            done = true;
+          }
+        }
+      }
+    } else if (f64 && strncmp(p, "f32", 3) == 0) {
+      kiln_buf_append_str(&b, "f64");
+      p += 3;
+      done = true;
+    }
+    if (!done) kiln_buf_append_char(&b, *p++);
+  }
+  return kiln_buf_take(&b);
+}
+
 typedef struct found_s {
-  const char *ops;                /* the caller's list */
-  MlirOperation *items[N_HELPERS]; /* per helper, the ops found */
-  size_t n[N_HELPERS];
+  const char *ops, *ops64;            /* the caller's lists */
+  MlirOperation *items[2][N_HELPERS]; /* per width (f32/i32, f64) and helper, the ops found */
+  size_t n[2][N_HELPERS];
+  kiln_compiler_ops_t half;           /* f16/bf16 ops of `ops`' functions: to widen to f32 */
   size_t total;
 } found_t;
 
@@ -744,34 +792,63 @@ static MlirWalkResult find_math(MlirOperation op, void *user) {
     name = mlirStringRefCreate("math.remf", 9); /* the helper table's key */
   }
   MlirType rt = mlirOperationGetNumResults(op) == 1 ? mlirValueGetType(mlirOperationGetResult(op, 0)) : (MlirType){NULL};
-  bool i32 = !mlirTypeIsNull(rt) && mlirTypeIsAInteger(rt) && mlirIntegerTypeGetWidth(rt) == 32;
-  if (name.length < 6 || memcmp(name.data, "math.", 5) != 0 || mlirTypeIsNull(rt) || (!mlirTypeIsAF32(rt) && !i32)) {
-    return MlirWalkResultAdvance;
-  }
-  /* The integer helpers are i32 functions; the rest are f32. */
+  if (name.length < 6 || memcmp(name.data, "math.", 5) != 0 || mlirTypeIsNull(rt)) return MlirWalkResultAdvance;
+  bool i32 = mlirTypeIsAInteger(rt) && mlirIntegerTypeGetWidth(rt) == 32;
+  bool f64 = mlirTypeIsAF64(rt);
+  bool half = mlirTypeIsAF16(rt) || mlirTypeIsABF16(rt);
+  if (!mlirTypeIsAF32(rt) && !i32 && !f64 && !half) return MlirWalkResultAdvance;
+  /* The integer helpers are i32 functions; the rest are f32 or f64. */
   bool int_helper = name.length >= 7 && (memcmp(name.data + 5, "ctpop", 5) == 0 || memcmp(name.data + 5, "cttz", 4) == 0);
   if (int_helper != i32) return MlirWalkResultAdvance;
   for (size_t h = 0; h < N_HELPERS; h++) {
-    if (name.length - 5 == strlen(helpers[h].name) &&
-        memcmp(name.data + 5, helpers[h].name, name.length - 5) == 0 && kiln_compiler_list_has(f->ops, helpers[h].name)) {
-      f->items[h] = kiln_realloc(f->items[h], (f->n[h] + 1) * sizeof *f->items[h]);
-      f->items[h][f->n[h]++] = op;
+    if (name.length - 5 == strlen(helpers[h].name) && memcmp(name.data + 5, helpers[h].name, name.length - 5) == 0 &&
+        kiln_compiler_list_has(f64 ? f->ops64 : f->ops, helpers[h].name)) {
+      if (half) {
+        /* computed in f32 by the f32 helper (the next round finds it): a Vulkan
+         * profile with Float16 has no f16 erf or cbrt either, and NVPTX's f16
+         * frem is its f32 one */
+        kiln_compiler_ops_push(&f->half, op);
+        f->total++;
+        break;
+      }
+      f->items[f64][h] = kiln_realloc(f->items[f64][h], (f->n[f64][h] + 1) * sizeof *f->items[f64][h]);
+      f->items[f64][h][f->n[f64][h]++] = op;
       f->total++;
     }
   }
   return MlirWalkResultAdvance;
 }
 
-kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops) {
+/* The helper's text for helper h in f32 (or i32) or f64; NULL for a function kiln
+ * has no code for in that width (a caller's list names only those it has). */
+static char *helper_text(size_t h, bool f64) {
+  if (!f64) return helpers[h].helper ? instantiate(helpers[h].helper, false) : NULL;
+  char *built = kiln_compiler_math_helper_f64(helpers[h].name);
+  if (built) return built;
+  return helpers[h].generic ? instantiate(helpers[h].helper, true) : NULL;
+}
+
+kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops,
+                                                const char *ops64) {
   kiln_status_t st = NULL;
   /* asin and acos bring atan, sin and cos bring floor, expm1 brings exp and log,
-   * cbrt brings both: a few more rounds at most. */
+   * cbrt and erf bring both: a few more rounds at most. */
   for (int round = 0; round < 6 && !st; round++) {
-    found_t f = {.ops = ops};
+    found_t f = {.ops = ops, .ops64 = ops64};
     mlirOperationWalk(mlirModuleGetOperation(module), find_math, &f, MlirWalkPostOrder);
-    for (size_t h = 0; h < N_HELPERS; h++) {
-      if (!st) st = kiln_compiler_kernels_replace_with_helper(context, f.items[h], f.n[h], helpers[h].helper);
-      kiln_free(f.items[h]);
+    for (size_t i = 0; i < f.half.n; i++) kiln_compiler_widen_half_op(context, f.half.items[i]);
+    kiln_free(f.half.items);
+    for (int w = 0; w < 2; w++) {
+      for (size_t h = 0; h < N_HELPERS; h++) {
+        if (!st && f.n[w][h]) {
+          char *text = helper_text(h, w == 1);
+          st = text ? kiln_compiler_kernels_replace_with_helper(context, f.items[w][h], f.n[w][h], text)
+                    : KILN_STATUS(KILN_STATUS_INTERNAL, "kiln has no %s code for math.%s", w ? "f64" : "f32",
+                                  helpers[h].name);
+          kiln_free(text);
+        }
+        kiln_free(f.items[w][h]);
+      }
     }
     if (f.total == 0) break;
   }

@@ -258,6 +258,11 @@ static void widen_op(const retype_t *r, MlirOperation op) {
   kiln_free(results);
 }
 
+void kiln_compiler_widen_half_op(MlirContext context, MlirOperation op) {
+  retype_t r = {context, KILN_FLOATS_F16 | KILN_FLOATS_BF16};
+  widen_op(&r, op);
+}
+
 void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module, unsigned which) {
   retype_t r = {context, which};
   ops_t ops = {0};
@@ -301,6 +306,34 @@ kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule
                      "(%s%s%s) and kiln does not yet emulate for this op",
                      name, target, (int)op.length, op.data, target, (which & KILN_FLOATS_BF16) ? "bf16 " : "",
                      (which & KILN_FLOATS_F16) ? "f16 " : "", (which & KILN_FLOATS_SMALL) ? "f8/f6/f4" : "");
+}
+
+static bool is_f64(MlirType t) {
+  return mlirTypeIsAF64(t) || (mlirTypeIsAShaped(t) && mlirTypeIsAF64(mlirShapedTypeGetElementType(t)));
+}
+
+static MlirWalkResult find_f64(MlirOperation op, void *user) {
+  for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) {
+    if (is_f64(mlirValueGetType(mlirOperationGetResult(op, i)))) {
+      *(MlirOperation *)user = op;
+      return MlirWalkResultInterrupt;
+    }
+  }
+  return MlirWalkResultAdvance;
+}
+
+kiln_status_t kiln_compiler_kernels_refuse_f64(MlirModule module, const char *name, const char *target) {
+  MlirOperation found = {NULL};
+  mlirOperationWalk(mlirModuleGetOperation(module), find_f64, &found, MlirWalkPreOrder);
+  if (mlirOperationIsNull(found)) return NULL;
+  int line = 0, col = 0;
+  kiln_compiler_op_line_col(found, &line, &col);
+  MlirStringRef op = mlirIdentifierStr(mlirOperationGetName(found));
+  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                     "%s:%d:%d: %s: a kernel's %.*s works on f64, and %s's Vulkan profile has no 64-bit floats "
+                     "(Float64: Mali and VideoCore GPUs have none); kiln does not emulate f64 on Vulkan yet. "
+                     "Convert the model to f32 for this target, or compile it for a CPU, CUDA or AMD target",
+                     name, line, col, target, (int)op.length, op.data, target);
 }
 
 /* ---- f16 conversions in integer code ---- */

@@ -87,6 +87,11 @@ enum {
   KILN_FLOATS_SMALL = 1u << 2,
 };
 
+/* UNIMPLEMENTED naming the first kernel op (by its source file:line:col) with an
+ * f64 value or buffer: for targets without 64-bit floats (kiln's Vulkan profiles);
+ * NULL when the kernels have none. */
+kiln_status_t kiln_compiler_kernels_refuse_f64(MlirModule module, const char *name, const char *target);
+
 /* Whether t is one of the SMALL floats; whether t is i2 or i4. */
 bool kiln_compiler_is_small_float(MlirType t);
 bool kiln_compiler_is_sub_byte_int(MlirType t);
@@ -143,13 +148,24 @@ kiln_status_t kiln_compiler_kernels_widen_sub_byte(MlirContext context, MlirModu
 kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, MlirOperation *ops, size_t n,
                                                         const char *helper_text);
 
-/* Math functions a backend lacks, in kiln's own f32 code (kernel_math.c): every
- * f32 math.<name> in the kernels whose name is in the comma-separated `ops`
- * (erf, cbrt, atan, atan2, asin, acos, floor, ceil, log2, sin, cos; and "remf",
- * arith.remf, exactly) is replaced with code built from
- * exp, log, sqrt and arithmetic. Accuracy, per function, is in the design note.
- * INTERNAL if a helper does not parse. */
-kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops);
+/* Math functions a backend lacks, in kiln's own code (kernel_math.c, and
+ * kernel_math64.c for f64): every f32 (i32 for ctpop, cttz) math.<name> in the
+ * kernels whose name is in the comma-separated `ops`, and every f64 one whose name
+ * is in `ops64` (erf, cbrt, atan, atan2, asin, acos, floor, ceil, log2, sin, cos,
+ * exp, log, ...; and "remf", arith.remf, exactly) is replaced with code built
+ * from arithmetic, bit operations, sqrt and the other helpers. Accuracy, per
+ * function, is in the design note and kernel_math64.c. INTERNAL if a helper does
+ * not parse or an f64 name has no helper. */
+kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops,
+                                                const char *ops64);
+
+/* `op` (no regions) again on f32: its f16/bf16 operands extended, its f16/bf16
+ * results truncated back; `op` is destroyed. */
+void kiln_compiler_widen_half_op(MlirContext context, MlirOperation op);
+
+/* The f64 helper `name` (exp, exp2, log, log2, log10, sin, cos, atan, cbrt, erf, erfc,
+ * floor, ceil) as func.func text (free with kiln_free); NULL for other names. */
+char *kiln_compiler_math_helper_f64(const char *name);
 
 /* For profiles without Int64 (before arith-emulate-wide-int): each kernel argument
  * that is an identity-layout memref of i64 used only by loads and stores becomes a

@@ -126,10 +126,9 @@ static const char cpu_pipeline[] =
 #define EXPAND_MATH(ops) "math-expand-ops{ops=" ops "}"
 static const char cuda_kernel_lowering[] =
     EXPAND_MATH("sinh,cosh,asinh,acosh,atanh,fpowi,ctlz") ",lower-affine,convert-scf-to-cf";
-static const char hip_kernel_lowering[] =
-    "math-extend-to-supported-types," EXPAND_MATH("tanh,sinh,cosh,asinh,acosh,atanh,fpowi,ctlz,powf,exp2")
-    ",convert-math-to-llvm,"
-    "lower-affine,convert-scf-to-cf";
+#define HIP_KERNEL_EXPAND \
+  "math-extend-to-supported-types," EXPAND_MATH("tanh,sinh,cosh,asinh,acosh,atanh,fpowi,ctlz,powf,exp2")
+static const char hip_kernel_lowering[] = HIP_KERNEL_EXPAND ",convert-math-to-llvm,lower-affine,convert-scf-to-cf";
 #define SPIRV_KERNEL_MATH EXPAND_MATH("sinh,cosh,asinh,acosh,atanh,fpowi,ctlz,exp2")
 
 /* The back half for a CPU: the same kernels as the GPUs', small types and bf16
@@ -144,6 +143,13 @@ static const char hip_kernel_lowering[] =
   EXPAND_MATH("tanh,sinh,cosh,asinh,acosh,atanh,fpowi,powf,exp2,round,ctlz") "))"
 #define CPU_KERNEL_MATH_HELPERS \
   "erf,cbrt,atan,atan2,asin,acos,log2,sin,cos,remf,log10,tan,erfc,exp,log,log1p,expm1"
+/* The f64 functions neither a CPU nor AMD has without a library (kernel_math64.c);
+ * AMD's ROCDL conversion wants floor and ceil from the library too. */
+/* exp2 in f64 goes before math-expand-ops (whose exp(x ln 2) is 250 ulp off
+ * near 2^1023), which still expands the f32 one. */
+#define KILN_F64_MATH_FIRST "exp2"
+#define KILN_F64_MATH_HELPERS \
+  "exp,log,log2,log10,log1p,expm1,sin,cos,tan,atan,atan2,asin,acos,erf,erfc,cbrt,remf"
 /* f16 too on a CPU without f16 conversions (f16_as_bits: RV64GC), as on a Vulkan
  * profile without Float16; no canonicalize before kiln's f16 expansion. */
 #define CPU_KERNEL_TYPES(types)                                                                  \
@@ -793,6 +799,9 @@ static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirM
   bool float16 = kiln_compiler_list_has(t->spirv_capabilities, "Float16");
   bool int64 = kiln_compiler_list_has(t->spirv_capabilities, "Int64");
   kiln_compiler_kernels_only(module);
+  if (!kiln_compiler_list_has(t->spirv_capabilities, "Float64")) {
+    KILN_RETURN_IF_ERROR(kiln_compiler_kernels_refuse_f64(module, name, t->id));
+  }
   /* convert-math-to-spirv, run on its own, reads the profile from a
    * spirv.target_env attribute, not from the gpu.module's targets, and without
    * one converts as if nothing but Shader existed (f16 math became f32). */
@@ -820,7 +829,8 @@ static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirM
    * checked (tests/CMakeLists.txt: corpus.lavapipe_math_helpers). */
   const char *math_ops = getenv("KILN_TEST_SPIRV_MATH");
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_math(
-      context->mlir, module, math_ops && *math_ops ? math_ops : "erf,cbrt,atan2,asin,acos,remf,erfc,trunc,ctpop,cttz"));
+      context->mlir, module, math_ops && *math_ops ? math_ops : "erf,cbrt,atan2,asin,acos,remf,erfc,trunc,ctpop,cttz",
+      ""));
   /* i64 without Int64: pairs of i32 (arith-emulate-wide-int; the buffers by kiln). */
   if (!int64) kiln_compiler_kernels_split_i64(context->mlir, module);
   kiln_buf_t passes;
@@ -1044,17 +1054,21 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
     } else if (out->target->kind == KILN_TARGET_KIND_VULKAN) {
       out->status = spirv_prepare_types(context, module, out->target, name, stage);
     } else if (out->target->kind == KILN_TARGET_KIND_CUDA) {
-      /* NVPTX expands frem as x - y*trunc(x/y), wrong past quotients of 2^24. */
-      out->status = kiln_compiler_kernels_expand_math(context->mlir, module, "remf,trunc,ctpop,cttz");
+      /* NVPTX expands frem as x - y*trunc(x/y), wrong past quotients of 2^24 (2^53
+       * in f64); libdevice has the rest in f64. */
+      out->status = kiln_compiler_kernels_expand_math(context->mlir, module, "remf,trunc,ctpop,cttz", "remf,trunc");
     } else if (out->target->kind == KILN_TARGET_KIND_HIP) {
       /* Without ROCm's device libraries the AMDGPU backend has none of these. f16
        * and bf16 math runs in f32 first, so kiln's f32 code covers it too. */
-      out->status = run_pipeline(context, module, "builtin.module(gpu.module(math-extend-to-supported-types))",
-                                 name, stage);
+      out->status = kiln_compiler_kernels_expand_math(context->mlir, module, "", KILN_F64_MATH_FIRST);
+      if (!out->status) {
+        out->status = run_pipeline(context, module, "builtin.module(gpu.module(" HIP_KERNEL_EXPAND "))", name, stage);
+      }
       if (!out->status) {
         out->status = kiln_compiler_kernels_expand_math(context->mlir, module,
                                                         "erf,cbrt,atan,atan2,asin,acos,floor,ceil,log2,sin,cos,remf,"
-                                                        "log10,tan,erfc");
+                                                        "log10,tan,erfc",
+                                                        KILN_F64_MATH_HELPERS ",floor,ceil");
       }
     }
     /* After the small types became their bits: a carried value has the type
@@ -1163,9 +1177,17 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, cons
   out->status = prepare_small_types(context, module, t, name, stage);
   if (!out->status) {
     kiln_compiler_kernels_floats_as_bits(context->mlir, module, as_bits);
-    out->status = run_pipeline(context, module, CPU_KERNEL_EXPAND, name, stage);
+    out->status = kiln_compiler_kernels_expand_math(context->mlir, module, "", KILN_F64_MATH_FIRST);
   }
-  if (!out->status) out->status = kiln_compiler_kernels_expand_math(context->mlir, module, CPU_KERNEL_MATH_HELPERS);
+  if (!out->status) out->status = run_pipeline(context, module, CPU_KERNEL_EXPAND, name, stage);
+  /* KILN_TEST_CPU_MATH64 (a test hook, never set in production) widens the f64
+   * list, so the helpers only AMD uses run here and their numbers are checked
+   * (tests/CMakeLists.txt: corpus.cpu_math64_helpers). */
+  const char *math64 = getenv("KILN_TEST_CPU_MATH64");
+  if (!out->status) {
+    out->status = kiln_compiler_kernels_expand_math(context->mlir, module, CPU_KERNEL_MATH_HELPERS,
+                                                    math64 && *math64 ? math64 : KILN_F64_MATH_HELPERS);
+  }
   if (!out->status) {
     out->status = run_pipeline(context, module, t->f16_as_bits ? CPU_KERNEL_TYPES("bf16,f16") : CPU_KERNEL_TYPES("bf16"),
                                name, stage);

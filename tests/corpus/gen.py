@@ -430,11 +430,22 @@ def group_math():
   %%0 = math.%s %%x : tensor<5xf16>
   return %%0 : tensor<5xf16>
 }"""
+    # erf, erfc and cbrt: no f16 instruction anywhere (kiln computes them in f32).
     for name, ref in (('exp', math.exp), ('tanh', math.tanh), ('sqrt', math.sqrt), ('floor', math.floor),
-                      ('ceil', math.ceil), ('sin', math.sin), ('cos', math.cos)):
+                      ('ceil', math.ceil), ('sin', math.sin), ('cos', math.cos), ('erf', math.erf),
+                      ('erfc', math.erfc), ('cbrt', math.cbrt)):
         vals = [abs(v) for v in xs] if name == 'sqrt' else xs
         cases.append(Case('math_%s_f16' % name, f16_body % (name, name), [((5,), 'f16', vals)],
                           [((5,), 'f16', [f16(ref(v)) for v in vals])], tol=2e-3))
+    # Binary in f16: atan2, and remf exact (NVPTX's f16 frem is its f32 one, wrong
+    # past quotients of 2^24: 60000 / 0.0001 is 6e8).
+    hx = [f16(v) for v in (60000.0, -5.5, 7.25, 3.0, -0.0)]
+    hy = [f16(v) for v in (0.0001, 2.0, -0.5, 0.1, 1.0)]
+    for name, op, ref, tol in (('atan2', 'math.atan2', math.atan2, 2e-3),
+                               ('remf', 'arith.remf', math.fmod, 1e-30)):
+        cases.append(Case('tensor_%s_f16' % name, binary_body.replace('f32', 'f16') % (name, op),
+                          [((5,), 'f16', hx), ((5,), 'f16', hy)],
+                          [((5,), 'f16', [f16(ref(x, y)) for x, y in zip(hx, hy)])], tol=tol))
     # TOSA's activation functions.
     xs = values((6,), 'f32', 47)
     cases.append(tosa_case('tosa_sigmoid_f32', ['tensor<6xf32>'], 'tensor<6xf32>',
@@ -1993,6 +2004,168 @@ def group_narrow():
     return cases
 
 
+# No Vulkan profile kiln targets has 64-bit floats: f64 kernels are refused there
+# with UNIMPLEMENTED (docs/design/compiler.md), so the f64 cases are XFAIL on them.
+VULKAN_TARGETS = 'arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii'
+F64_XFAIL = (VULKAN_TARGETS, 'no-64-bit-floats-on-Vulkan')
+
+
+def group_f64():
+    """f64 in double precision: arithmetic, every math function (kiln's own code on
+    CPUs and AMD, libdevice on CUDA), conversions, a reduction and a matmul."""
+    cases = []
+
+    def f64case(c):
+        c.xfail = F64_XFAIL
+        cases.append(c)
+
+    def divide(x, y):
+        if y:
+            return x / y
+        return math.copysign(math.inf, x) if x else math.nan
+    # Arithmetic that f32 would get wrong: differences below 2^-24.
+    a = [1.0 + 2.0 ** -40, 1e300, -3.5, 0.1, 2.0 ** -1060, 123456789.123456789, -0.0]
+    b = [1.0, 1e-300, 1e-17, 0.2, 2.0 ** -10, 1e-9, 0.0]
+    for name, op, ref in (('addf', 'arith.addf', lambda x, y: x + y), ('subf', 'arith.subf', lambda x, y: x - y),
+                          ('mulf', 'arith.mulf', lambda x, y: x * y), ('divf', 'arith.divf', divide),
+                          ('maximumf', 'arith.maximumf', max)):
+        c = elementwise('%s_f64' % name, [((7,), 'f64'), ((7,), 'f64')], 'f64', ['%%r = %s %%a0, %%a1 : f64' % op],
+                        lambda x, y: 0)
+        c.inputs = [((7,), 'f64', a), ((7,), 'f64', b)]
+        c.outputs = [((7,), 'f64', [ref(x, y) for x, y in zip(a, b)])]
+        c.tol = 1e-15
+        f64case(c)
+    # Conversions: f32 <-> f64 (exact one way, rounded the other), i64 <-> f64.
+    xs = [1.0 + 2.0 ** -30, -1e-40, 3e38, 1e39, 0.1, -2.5]
+    c = elementwise('truncf_f64_f32', [((6,), 'f64')], 'f32', ['%r = arith.truncf %a0 : f64 to f32'], lambda x: 0)
+    c.inputs = [((6,), 'f64', xs)]
+    c.outputs = [((6,), 'f32', [f32(x) if abs(x) < 3.5e38 else math.inf for x in xs])]
+    c.tol = 1e-30
+    f64case(c)
+    ys = [f32(v) for v in (0.1, -1e-40, 3e38, 16777217.0, -2.5)]
+    c = elementwise('extf_f32_f64', [((5,), 'f32')], 'f64', ['%r = arith.extf %a0 : f32 to f64'], lambda x: 0)
+    c.inputs = [((5,), 'f32', ys)]
+    c.outputs = [((5,), 'f64', ys)]
+    c.tol = 1e-30
+    f64case(c)
+    ints = [(1 << 53) + 1, -(1 << 40) - 3, 0, 123456789012345, -1]
+    c = elementwise('sitofp_i64_f64', [((5,), 'i64')], 'f64', ['%r = arith.sitofp %a0 : i64 to f64'], lambda x: 0)
+    c.inputs = [((5,), 'i64', ints)]
+    c.outputs = [((5,), 'f64', [float(v) for v in ints])]
+    c.tol = 1e-30
+    f64case(c)
+    fl = [2.0 ** 40 + 0.75, -123456789012.9, 0.5, -0.5, 9.007199254740991e15]
+    c = elementwise('fptosi_f64_i64', [((5,), 'f64')], 'i64', ['%r = arith.fptosi %a0 : f64 to i64'], lambda x: 0)
+    c.inputs = [((5,), 'f64', fl)]
+    c.outputs = [((5,), 'i64', [int(v) for v in fl])]
+    f64case(c)
+    # Math, one function per case, over arguments that reach each helper's branches.
+    gen = [-7.5, -2.75, -0.6, -1e-9, 0.0, 0.3, 1.0 + 1e-12, 2.4, 6.5, 19.25]
+    pos = [1e-300, 5e-324, 0.001, 0.75, 1.0, 1.0 + 2.0 ** -52, 8.0, 1000.0, 123456.789, 1e300]
+    unit = [-1.0, -0.999999, -0.5, -1e-8, 0.0, 0.25, 0.7071067811865476, 0.99, 1.0]
+
+    def exp2(x):
+        return 2.0 ** x
+
+    def rsqrt(x):
+        return 1 / math.sqrt(x)
+
+    def roundeven(x):
+        return float(round(x))
+    unary = [
+        ('exp', math.exp, gen + [709.5, -740.0, -745.5, 1e-300, math.inf, -math.inf, math.nan]),
+        ('exp2', exp2, gen + [1023.5, -1074.0]),
+        ('expm1', math.expm1, gen + [1e-10, -40.0, 700.0]),
+        ('log', math.log, pos + [0.0, -1.0, math.inf]),
+        ('log2', math.log2, pos + [2.0 ** -1070, 1024.0]),
+        ('log10', math.log10, pos),
+        ('log1p', math.log1p, [1e-18, -0.5, 3e-9, 0.75, 1e10, -1.0]),
+        ('sqrt', math.sqrt, pos), ('rsqrt', rsqrt, pos[2:]),
+        ('sin', math.sin, gen + [100.0, 1e6 + 0.5, 4e9, 3.141592653589793, 1e-300]),
+        ('cos', math.cos, gen + [100.0, 1e6 + 0.5, 4e9, 1.5707963267948966]),
+        ('tan', math.tan, gen + [1.5707963267, 1e5]),
+        ('tanh', math.tanh, gen + [1e-12, -30.0]),
+        ('sinh', math.sinh, [-5.0, -0.5, 0.125, 2.0, 20.0]), ('cosh', math.cosh, [-5.0, -0.5, 0.125, 2.0, 20.0]),
+        ('atan', math.atan, gen + [1e10, -0.41421356, 0.5, 1e-300]),
+        ('asin', math.asin, unit), ('acos', math.acos, unit),
+        ('erf', math.erf, gen + [0.49, 0.51, 2.49, 2.51, 5.9, 6.1, 1e-10]),
+        ('erfc', math.erfc, gen + [0.49, 0.51, 2.49, 2.51, 10.0, 26.0, 30.0, -1.5]),
+        ('cbrt', math.cbrt, gen + [27.0, -8.0, 1e-300, 1e300]),
+        ('floor', math.floor, gen + [-0.5, 4503599627370495.5, -1e20, -0.0]),
+        ('ceil', math.ceil, gen + [-0.5, 4503599627370495.5, -1e20]),
+        ('trunc', math.trunc, gen + [-0.5, 4503599627370495.5, 1e20]),
+        ('roundeven', roundeven, gen + [2.5, -3.5, 0.5]),
+    ]
+    for name, ref, xs in unary:
+        want = []
+        for x in xs:
+            if (name == 'log' and x == 0.0) or (name == 'log1p' and x == -1.0):
+                v = -math.inf
+            elif math.isnan(x):
+                v = x
+            else:
+                try:
+                    v = float(ref(x))
+                except (ValueError, OverflowError):
+                    v = math.nan
+            if name in ('floor', 'ceil', 'trunc', 'roundeven') and v == 0:
+                v = math.copysign(0.0, x)  # C's: the sign of the argument
+            want.append(v)
+        n = len(xs)
+        f64case(Case('math_%s_f64' % name, """func.func @math_%s_f64(%%x: tensor<%dxf64>) -> tensor<%dxf64> {
+  %%0 = math.%s %%x : tensor<%dxf64>
+  return %%0 : tensor<%dxf64>
+}""" % (name, n, n, name, n, n), [((n,), 'f64', xs)], [((n,), 'f64', want)], tol=2e-15))
+    # erfc far out, through its logarithm: relative accuracy where erfc < 1e-12.
+    xs = [3.0, 5.0, 10.0, 20.0, 26.5]
+    f64case(Case('math_erfc_tail_f64', """func.func @math_erfc_tail_f64(%x: tensor<5xf64>) -> tensor<5xf64> {
+  %0 = math.erfc %x : tensor<5xf64>
+  %1 = math.log %0 : tensor<5xf64>
+  return %1 : tensor<5xf64>
+}""", [((5,), 'f64', xs)], [((5,), 'f64', [math.log(math.erfc(x)) for x in xs])], tol=2e-15))
+    # Binary: powf, atan2, and remf exactly (huge quotients, subnormals, signs).
+    px = [2.0, 10.0, 0.5, 1.0000001, 7.25]
+    py = [0.5, -3.0, 100.0, 1e7, 3.0]
+    rx = [5.5, -5.5, 1e300, 3.0, 7.25, 1e-310, 9007199254740993.0, -0.0, math.inf, 2.0, 0.1]
+    ry = [2.0, 2.0, 3.3, 1e-300, -0.5, 3e-320, 3.0, 1.0, 1.0, 0.0, math.inf]
+
+    def fmod(x, y):
+        return math.nan if y == 0 or math.isinf(x) else math.fmod(x, y)
+    for name, op, xs, ys, ref, tol in (('powf', 'math.powf', px, py, lambda x, y: x ** y, 1e-13),
+                                       ('atan2', 'math.atan2', gen[:5], gen[5:], math.atan2, 2e-15),
+                                       ('remf', 'arith.remf', rx, ry, fmod, 1e-300)):
+        n = len(xs)
+        f64case(Case('tensor_%s_f64' % name, """func.func @tensor_%s_f64(%%x: tensor<%dxf64>, %%y: tensor<%dxf64>) -> tensor<%dxf64> {
+  %%0 = %s %%x, %%y : tensor<%dxf64>
+  return %%0 : tensor<%dxf64>
+}""" % (name, n, n, n, op, n, n), [((n,), 'f64', xs), ((n,), 'f64', ys)],
+            [((n,), 'f64', [ref(x, y) for x, y in zip(xs, ys)])], tol=tol))
+    # A reduction and a matmul: sums whose low bits f32 would lose.
+    m = [1e8 + v / 7.0 for v in values((3, 7), 'f64', 61)]
+    f64case(Case('reduce_sum_f64_3x7', """func.func @reduce_sum_f64_3x7(%x: tensor<3x7xf64>) -> tensor<3xf64> {
+  %z = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<3xf64>
+  %f = linalg.fill ins(%z : f64) outs(%e : tensor<3xf64>) -> tensor<3xf64>
+  %r = linalg.reduce ins(%x : tensor<3x7xf64>) outs(%f : tensor<3xf64>) dimensions = [1]
+    (%in: f64, %acc: f64) {
+      %s = arith.addf %in, %acc : f64
+      linalg.yield %s : f64
+    }
+  return %r : tensor<3xf64>
+}""", [((3, 7), 'f64', m)], [((3,), 'f64', [math.fsum(m[r * 7:(r + 1) * 7]) for r in range(3)])], tol=1e-15))
+    a = [v + 1e-9 * i for i, v in enumerate(values((3, 5), 'f64', 62))]
+    b = [v - 1e-9 * i for i, v in enumerate(values((5, 6), 'f64', 63))]
+    c = [math.fsum(a[i * 5 + k] * b[k * 6 + j] for k in range(5)) for i in range(3) for j in range(6)]
+    f64case(Case('matmul_f64_3x5x6', """func.func @matmul_f64_3x5x6(%a: tensor<3x5xf64>, %b: tensor<5x6xf64>) -> tensor<3x6xf64> {
+  %z = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<3x6xf64>
+  %f = linalg.fill ins(%z : f64) outs(%e : tensor<3x6xf64>) -> tensor<3x6xf64>
+  %r = linalg.matmul ins(%a, %b : tensor<3x5xf64>, tensor<5x6xf64>) outs(%f : tensor<3x6xf64>) -> tensor<3x6xf64>
+  return %r : tensor<3x6xf64>
+}""", [((3, 5), 'f64', a), ((5, 6), 'f64', b)], [((3, 6), 'f64', c)], tol=1e-14))
+    return cases
+
+
 GROUPS = {
     'narrow': group_narrow,
     'dynamic': group_dynamic,
@@ -2005,6 +2178,7 @@ GROUPS = {
     'types': group_types,
     'tensor_ops': group_tensor_ops,
     'reductions': group_reductions,
+    'f64': group_f64,
 }
 
 

@@ -384,6 +384,53 @@ func.func @math_cos_f16(%x: tensor<5xf16>) -> tensor<5xf16> {
   return %0 : tensor<5xf16>
 }
 
+// CASE @math_erf_f16
+// INPUT 5xf16 -1.5 -1.25 1.0 2.0 2.25
+// OUTPUT 5xf16 -0.96630859375 -0.9228515625 0.8427734375 0.9951171875 0.99853515625
+// TOL 0.002
+func.func @math_erf_f16(%x: tensor<5xf16>) -> tensor<5xf16> {
+  %0 = math.erf %x : tensor<5xf16>
+  return %0 : tensor<5xf16>
+}
+
+// CASE @math_erfc_f16
+// INPUT 5xf16 -1.5 -1.25 1.0 2.0 2.25
+// OUTPUT 5xf16 1.9658203125 1.9228515625 0.1573486328125 0.00467681884765625 0.0014629364013671875
+// TOL 0.002
+func.func @math_erfc_f16(%x: tensor<5xf16>) -> tensor<5xf16> {
+  %0 = math.erfc %x : tensor<5xf16>
+  return %0 : tensor<5xf16>
+}
+
+// CASE @math_cbrt_f16
+// INPUT 5xf16 -1.5 -1.25 1.0 2.0 2.25
+// OUTPUT 5xf16 -1.14453125 -1.0771484375 1.0 1.259765625 1.310546875
+// TOL 0.002
+func.func @math_cbrt_f16(%x: tensor<5xf16>) -> tensor<5xf16> {
+  %0 = math.cbrt %x : tensor<5xf16>
+  return %0 : tensor<5xf16>
+}
+
+// CASE @tensor_atan2_f16
+// INPUT 5xf16 60000.0 -5.5 7.25 3.0 -0.0
+// INPUT 5xf16 0.00010001659393310547 2.0 -0.5 0.0999755859375 1.0
+// OUTPUT 5xf16 1.5703125 -1.2216796875 1.6396484375 1.537109375 -0.0
+// TOL 0.002
+func.func @tensor_atan2_f16(%x: tensor<5xf16>, %y: tensor<5xf16>) -> tensor<5xf16> {
+  %0 = math.atan2 %x, %y : tensor<5xf16>
+  return %0 : tensor<5xf16>
+}
+
+// CASE @tensor_remf_f16
+// INPUT 5xf16 60000.0 -5.5 7.25 3.0 -0.0
+// INPUT 5xf16 0.00010001659393310547 2.0 -0.5 0.0999755859375 1.0
+// OUTPUT 5xf16 9.202957153320312e-05 -1.5 0.25 0.000732421875 -0.0
+// TOL 1e-30
+func.func @tensor_remf_f16(%x: tensor<5xf16>, %y: tensor<5xf16>) -> tensor<5xf16> {
+  %0 = arith.remf %x, %y : tensor<5xf16>
+  return %0 : tensor<5xf16>
+}
+
 // CASE @tosa_sigmoid_f32
 // INPUT 6xf32 3.5 -2.0 -0.25 -1.5 3.5 -2.25
 // OUTPUT 6xf32 0.970687747001648 0.11920291930437088 0.43782350420951843 0.18242552876472473 0.970687747001648 0.09534946829080582
