@@ -707,6 +707,43 @@ static const char fmod_template[] =
     "  return %res : $F\n"
     "}";
 
+/* Integer powers (math.ipowi: no backend lowers it) by squaring, one exponent bit
+ * per iteration. A negative exponent gives 1 for a base of 1, +-1 for -1 (by the
+ * exponent's parity) and 0 otherwise, as MLIR's convert-math-to-funcs defines it
+ * (0 to a negative power is undefined there; here it is 0). A template: $I. */
+static const char ipowi_template[] =
+    "func.func private @ipowi(%a: $I, %b: $I) -> $I {\n"
+    "  %c0 = arith.constant 0 : $I\n"
+    "  %c1 = arith.constant 1 : $I\n"
+    "  %cm1 = arith.constant -1 : $I\n"
+    "  %r:3 = scf.while (%base = %a, %e = %b, %acc = %c1) : ($I, $I, $I) -> ($I, $I, $I) {\n"
+    "    %k0 = arith.constant 0 : $I\n"
+    "    %go = arith.cmpi sgt, %e, %k0 : $I\n"
+    "    scf.condition(%go) %base, %e, %acc : $I, $I, $I\n"
+    "  } do {\n"
+    "  ^bb0(%base: $I, %e: $I, %acc: $I):\n"
+    "    %k0 = arith.constant 0 : $I\n"
+    "    %k1 = arith.constant 1 : $I\n"
+    "    %bit = arith.andi %e, %k1 : $I\n"
+    "    %odd = arith.cmpi ne, %bit, %k0 : $I\n"
+    "    %m = arith.muli %acc, %base : $I\n"
+    "    %acc2 = arith.select %odd, %m, %acc : $I\n"
+    "    %sq = arith.muli %base, %base : $I\n"
+    "    %e2 = arith.shrui %e, %k1 : $I\n"
+    "    scf.yield %sq, %e2, %acc2 : $I, $I, $I\n"
+    "  }\n"
+    "  %neg = arith.cmpi slt, %b, %c0 : $I\n"
+    "  %a_one = arith.cmpi eq, %a, %c1 : $I\n"
+    "  %a_mone = arith.cmpi eq, %a, %cm1 : $I\n"
+    "  %bodd0 = arith.andi %b, %c1 : $I\n"
+    "  %bodd = arith.cmpi ne, %bodd0, %c0 : $I\n"
+    "  %pm = arith.select %bodd, %cm1, %c1 : $I\n"
+    "  %n1 = arith.select %a_mone, %pm, %c0 : $I\n"
+    "  %n2 = arith.select %a_one, %c1, %n1 : $I\n"
+    "  %res = arith.select %neg, %n2, %r#2 : $I\n"
+    "  return %res : $I\n"
+    "}";
+
 /* The template's keys per width: $LZ the leading bits before the mantissa's
  * top (sign and exponent), $MB the mantissa bits, then masks and NaN. */
 static const char *const fmod_keys[2][11] = {
@@ -720,18 +757,45 @@ static const char *const fmod_masks[2][11] = {
 };
 
 static const struct {
-  const char *name; /* the math dialect function, without "math." ("remf": arith.remf) */
-  const char *helper;
-  bool generic; /* the same text serves f64 (f32 written f64): it only combines others */
+  const char *name;   /* the math dialect function without "math."; "remf" is arith.remf, and
+                         the integer divisions are arith's */
+  const char *helper; /* its f32 (or i32) text; NULL: only the 64-bit one exists */
+  bool generic;       /* the same text serves f64/i64 (a template, or f32 text written f64) */
+  bool integer;       /* on i32/i64; else f32/f64 */
 } helpers[] = {
-    {"erf", erf_f32, false},     {"atan", atan_f32, false},   {"atan2", atan2_f32, true},
-    {"asin", asin_f32, true},    {"acos", acos_f32, true},    {"cbrt", cbrt_f32, false},
-    {"floor", floor_f32, false}, {"ceil", ceil_f32, false},   {"log2", log2_f32, false},
-    {"sin", sin_f32, false},     {"cos", cos_f32, false},     {"remf", fmod_template, true},
-    {"log10", log10_f32, false}, {"tan", tan_f32, true},      {"trunc", trunc_f32, true},
-    {"erfc", erfc_f32, false},   {"ctpop", ctpop_i32, false}, {"cttz", cttz_i32, false},
-    {"exp", exp_f32, false},     {"log", log_f32, false},     {"log1p", log1p_f32, true},
-    {"expm1", expm1_f32, true},  {"exp2", NULL, false}, /* f64 only (kernel_math64.c) */
+    {"erf", erf_f32, false, false},
+    {"atan", atan_f32, false, false},
+    {"atan2", atan2_f32, true, false},
+    {"asin", asin_f32, true, false},
+    {"acos", acos_f32, true, false},
+    {"cbrt", cbrt_f32, false, false},
+    {"floor", floor_f32, false, false},
+    {"ceil", ceil_f32, false, false},
+    {"log2", log2_f32, false, false},
+    {"sin", sin_f32, false, false},
+    {"cos", cos_f32, false, false},
+    {"remf", fmod_template, true, false},
+    {"log10", log10_f32, false, false},
+    {"tan", tan_f32, true, false},
+    {"trunc", trunc_f32, true, false},
+    {"erfc", erfc_f32, false, false},
+    {"exp", exp_f32, false, false},
+    {"log", log_f32, false, false},
+    {"log1p", log1p_f32, true, false},
+    {"expm1", expm1_f32, true, false},
+    {"exp2", NULL, false, false}, /* f64 only (kernel_math64.c) */
+    {"ctpop", ctpop_i32, false, true},
+    {"cttz", cttz_i32, false, true},
+    {"ipowi", ipowi_template, true, true},
+    /* i64 only, for SPIR-V profiles without Int64 (kernel_math64.c) */
+    {"ctlz", NULL, false, true},
+    {"absi", NULL, false, true},
+    {"divsi", NULL, false, true},
+    {"divui", NULL, false, true},
+    {"remsi", NULL, false, true},
+    {"remui", NULL, false, true},
+    {"floordivsi", NULL, false, true},
+    {"ceildivsi", NULL, false, true},
 };
 
 enum { N_HELPERS = sizeof helpers / sizeof helpers[0] };
@@ -768,7 +832,7 @@ static char *instantiate(const char *text, bool f64) {
 
 typedef struct found_s {
   const char *ops, *ops64;            /* the caller's lists */
-  MlirOperation *items[2][N_HELPERS]; /* per width (f32/i32, f64) and helper, the ops found */
+  MlirOperation *items[2][N_HELPERS]; /* per width (32, 64 bits) and helper, the ops found */
   size_t n[2][N_HELPERS];
   kiln_compiler_ops_t half;           /* f16/bf16 ops of `ops`' functions: to widen to f32 */
   size_t total;
@@ -785,45 +849,57 @@ bool kiln_compiler_list_has(const char *list, const char *item) {
   return false;
 }
 
+/* The helper table's key for an op: math.<name>, and arith's remf and integer
+ * divisions by their names; empty for anything else. */
+static MlirStringRef helper_key(MlirOperation op) {
+  static const char *const arith_ops[] = {"remf", "divsi", "divui", "remsi", "remui", "floordivsi", "ceildivsi"};
+  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
+  if (name.length > 5 && memcmp(name.data, "math.", 5) == 0) return mlirStringRefCreate(name.data + 5, name.length - 5);
+  if (name.length > 6 && memcmp(name.data, "arith.", 6) == 0) {
+    for (size_t i = 0; i < sizeof arith_ops / sizeof arith_ops[0]; i++) {
+      if (name.length - 6 == strlen(arith_ops[i]) && memcmp(name.data + 6, arith_ops[i], name.length - 6) == 0) {
+        return mlirStringRefCreate(name.data + 6, name.length - 6);
+      }
+    }
+  }
+  return mlirStringRefCreate(NULL, 0);
+}
+
 static MlirWalkResult find_math(MlirOperation op, void *user) {
   found_t *f = user;
-  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
-  if (name.length == 10 && memcmp(name.data, "arith.remf", 10) == 0) {
-    name = mlirStringRefCreate("math.remf", 9); /* the helper table's key */
-  }
-  MlirType rt = mlirOperationGetNumResults(op) == 1 ? mlirValueGetType(mlirOperationGetResult(op, 0)) : (MlirType){NULL};
-  if (name.length < 6 || memcmp(name.data, "math.", 5) != 0 || mlirTypeIsNull(rt)) return MlirWalkResultAdvance;
-  bool i32 = mlirTypeIsAInteger(rt) && mlirIntegerTypeGetWidth(rt) == 32;
-  bool f64 = mlirTypeIsAF64(rt);
+  MlirStringRef key = helper_key(op);
+  if (!key.length || mlirOperationGetNumResults(op) != 1) return MlirWalkResultAdvance;
+  MlirType rt = mlirValueGetType(mlirOperationGetResult(op, 0));
+  unsigned width = mlirTypeIsAInteger(rt) ? mlirIntegerTypeGetWidth(rt) : 0;
+  bool integer = width != 0;
+  bool wide = width == 64 || mlirTypeIsAF64(rt);
   bool half = mlirTypeIsAF16(rt) || mlirTypeIsABF16(rt);
-  if (!mlirTypeIsAF32(rt) && !i32 && !f64 && !half) return MlirWalkResultAdvance;
-  /* The integer helpers are i32 functions; the rest are f32 or f64. */
-  bool int_helper = name.length >= 7 && (memcmp(name.data + 5, "ctpop", 5) == 0 || memcmp(name.data + 5, "cttz", 4) == 0);
-  if (int_helper != i32) return MlirWalkResultAdvance;
+  if (!(width == 32 || width == 64 || mlirTypeIsAF32(rt) || mlirTypeIsAF64(rt) || half)) return MlirWalkResultAdvance;
   for (size_t h = 0; h < N_HELPERS; h++) {
-    if (name.length - 5 == strlen(helpers[h].name) && memcmp(name.data + 5, helpers[h].name, name.length - 5) == 0 &&
-        kiln_compiler_list_has(f64 ? f->ops64 : f->ops, helpers[h].name)) {
-      if (half) {
-        /* computed in f32 by the f32 helper (the next round finds it): a Vulkan
-         * profile with Float16 has no f16 erf or cbrt either, and NVPTX's f16
-         * frem is its f32 one */
-        kiln_compiler_ops_push(&f->half, op);
-        f->total++;
-        break;
-      }
-      f->items[f64][h] = kiln_realloc(f->items[f64][h], (f->n[f64][h] + 1) * sizeof *f->items[f64][h]);
-      f->items[f64][h][f->n[f64][h]++] = op;
-      f->total++;
+    if (helpers[h].integer != integer || key.length != strlen(helpers[h].name) ||
+        memcmp(key.data, helpers[h].name, key.length) != 0 || !kiln_compiler_list_has(wide ? f->ops64 : f->ops, helpers[h].name)) {
+      continue;
     }
+    if (half) {
+      /* computed in f32 by the f32 helper (the next round finds it): a Vulkan
+       * profile with Float16 has no f16 erf or cbrt either, and NVPTX's f16
+       * frem is its f32 one */
+      kiln_compiler_ops_push(&f->half, op);
+    } else {
+      f->items[wide][h] = kiln_realloc(f->items[wide][h], (f->n[wide][h] + 1) * sizeof *f->items[wide][h]);
+      f->items[wide][h][f->n[wide][h]++] = op;
+    }
+    f->total++;
+    break;
   }
   return MlirWalkResultAdvance;
 }
 
-/* The helper's text for helper h in f32 (or i32) or f64; NULL for a function kiln
- * has no code for in that width (a caller's list names only those it has). */
-static char *helper_text(size_t h, bool f64) {
-  if (!f64) return helpers[h].helper ? instantiate(helpers[h].helper, false) : NULL;
-  char *built = kiln_compiler_math_helper_f64(helpers[h].name);
+/* The helper's text for helper h in 32 or 64 bits; NULL for a function kiln has
+ * no code for in that width (a caller's list names only those it has). */
+static char *helper_text(size_t h, bool wide) {
+  if (!wide) return helpers[h].helper ? instantiate(helpers[h].helper, false) : NULL;
+  char *built = kiln_compiler_math_helper_64(helpers[h].name, helpers[h].integer);
   if (built) return built;
   return helpers[h].generic ? instantiate(helpers[h].helper, true) : NULL;
 }
@@ -832,7 +908,8 @@ kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule 
                                                 const char *ops64) {
   kiln_status_t st = NULL;
   /* asin and acos bring atan, sin and cos bring floor, expm1 brings exp and log,
-   * cbrt and erf bring both: a few more rounds at most. */
+   * cbrt and erf bring both, i64 cttz brings i32 cttz and that ctlz: a few more
+   * rounds at most. */
   for (int round = 0; round < 6 && !st; round++) {
     found_t f = {.ops = ops, .ops64 = ops64};
     mlirOperationWalk(mlirModuleGetOperation(module), find_math, &f, MlirWalkPostOrder);
@@ -843,7 +920,7 @@ kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule 
         if (!st && f.n[w][h]) {
           char *text = helper_text(h, w == 1);
           st = text ? kiln_compiler_kernels_replace_with_helper(context, f.items[w][h], f.n[w][h], text)
-                    : KILN_STATUS(KILN_STATUS_INTERNAL, "kiln has no %s code for math.%s", w ? "f64" : "f32",
+                    : KILN_STATUS(KILN_STATUS_INTERNAL, "kiln has no %s-bit code for %s", w ? "64" : "32",
                                   helpers[h].name);
           kiln_free(text);
         }

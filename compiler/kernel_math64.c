@@ -101,14 +101,16 @@ static v_t horner(em_t *e, v_t x, const double *c, size_t n) {
   return p;
 }
 
-/* The helper's text: `func.func private @NAME(%v0: f64[, %v1: f64]) -> f64`, the
- * body `build` writes, and its result returned. */
-static char *helper(const char *name, int args, v_t (*build)(em_t *)) {
+/* The helper's text: `func.func private @NAME(%v0: T[, %v1: T]) -> T` (T f64, or
+ * i64 for the integer helpers), the body `build` writes, and its result returned. */
+static char *helper(const char *name, const char *type, int args, v_t (*build)(em_t *)) {
   em_t e = {.n = args};
   kiln_buf_init(&e.b);
-  kiln_buf_appendf(&e.b, "func.func private @%s(%%v0: f64%s) -> f64 {\n", name, args == 2 ? ", %v1: f64" : "");
+  kiln_buf_appendf(&e.b, "func.func private @%s(%%v0: %s", name, type);
+  if (args == 2) kiln_buf_appendf(&e.b, ", %%v1: %s", type);
+  kiln_buf_appendf(&e.b, ") -> %s {\n", type);
   v_t r = build(&e);
-  kiln_buf_appendf(&e.b, "  return %%v%d : f64\n}", r);
+  kiln_buf_appendf(&e.b, "  return %%v%d : %s\n}", r, type);
   return kiln_buf_take(&e.b);
 }
 
@@ -403,19 +405,144 @@ static v_t round_to_integer(em_t *e, bool up) {
 static v_t build_floor(em_t *e) { return round_to_integer(e, false); }
 static v_t build_ceil(em_t *e) { return round_to_integer(e, true); }
 
+/* ---- i64 without Int64: what arith-emulate-wide-int cannot split ---- */
+
+/* Unsigned n / d and n % d, one quotient bit per step (restoring division), from
+ * the arithmetic the emulation splits into i32 pairs: shifts, subtraction,
+ * comparison, select. Unrolled: arith-emulate-wide-int converts no loop-carried
+ * i64 (scf), and with the bit index constant, canonicalize folds the shifts by
+ * it. 64 steps of 8 ops. */
+static void udivrem(em_t *e, v_t n, v_t d, v_t *q, v_t *r) {
+  v_t one = ki(e, 1);
+  v_t qq = ki(e, 0), rr = ki(e, 0);
+  for (int i = 63; i >= 0; i--) {
+    v_t bit = i2(e, "arith.andi", i2(e, "arith.shrui", n, ki(e, i)), one);
+    v_t r2 = i2(e, "arith.ori", i2(e, "arith.shli", rr, one), bit);
+    v_t ge = icmp(e, "uge", r2, d);
+    rr = isel(e, ge, i2(e, "arith.subi", r2, d), r2);
+    qq = isel(e, ge, i2(e, "arith.ori", qq, ki(e, (int64_t)(UINT64_C(1) << i))), qq);
+  }
+  *q = qq;
+  *r = rr;
+}
+
+static v_t build_divui(em_t *e) {
+  v_t q, r;
+  udivrem(e, 0, 1, &q, &r);
+  return q;
+}
+
+static v_t build_remui(em_t *e) {
+  v_t q, r;
+  udivrem(e, 0, 1, &q, &r);
+  return r;
+}
+
+static v_t iabs(em_t *e, v_t x) {
+  v_t zero = ki(e, 0);
+  return isel(e, icmp(e, "slt", x, zero), i2(e, "arith.subi", zero, x), x);
+}
+static v_t ineg_if(em_t *e, v_t c, v_t x) { return isel(e, c, i2(e, "arith.subi", ki(e, 0), x), x); }
+
+/* Signed: |n| / |d|, the quotient negative when the signs differ, the remainder
+ * with n's sign (C's truncation); floordiv and ceildiv adjust a truncated
+ * quotient with a remainder by one toward -inf / +inf. */
+typedef enum { DIV_TRUNC, REM_TRUNC, DIV_FLOOR, DIV_CEIL } sdiv_t;
+
+static v_t signed_div(em_t *e, sdiv_t kind) {
+  v_t n = 0, d = 1, zero = ki(e, 0), one = ki(e, 1);
+  v_t q, r;
+  udivrem(e, iabs(e, n), iabs(e, d), &q, &r);
+  v_t nneg = icmp(e, "slt", n, zero), dneg = icmp(e, "slt", d, zero);
+  v_t differ = line(e, "arith.xori %%v%d, %%v%d : i1", nneg, dneg);
+  v_t qs = ineg_if(e, differ, q);
+  if (kind == DIV_TRUNC) return qs;
+  if (kind == REM_TRUNC) return ineg_if(e, nneg, r);
+  v_t inexact = icmp(e, "ne", r, zero);
+  if (kind == DIV_FLOOR) {
+    v_t down = line(e, "arith.andi %%v%d, %%v%d : i1", inexact, differ);
+    return isel(e, down, i2(e, "arith.subi", qs, one), qs);
+  }
+  v_t same = line(e, "arith.xori %%v%d, %%v%d : i1", differ, line(e, "arith.constant true"));
+  v_t up = line(e, "arith.andi %%v%d, %%v%d : i1", inexact, same);
+  return isel(e, up, i2(e, "arith.addi", qs, one), qs);
+}
+static v_t build_divsi(em_t *e) { return signed_div(e, DIV_TRUNC); }
+static v_t build_remsi(em_t *e) { return signed_div(e, REM_TRUNC); }
+static v_t build_floordivsi(em_t *e) { return signed_div(e, DIV_FLOOR); }
+static v_t build_ceildivsi(em_t *e) { return signed_div(e, DIV_CEIL); }
+
+static v_t build_absi(em_t *e) { return iabs(e, 0); }
+
+/* math.ipowi on i64 by squaring, unrolled for the same reason as udivrem (the
+ * i32 one is kernel_math.c's loop): 63 exponent bits, then the negative
+ * exponents as MLIR's convert-math-to-funcs defines them (1 for a base of 1, +-1
+ * for -1 by parity, else 0). */
+static v_t build_ipowi(em_t *e) {
+  v_t a = 0, b = 1, zero = ki(e, 0), one = ki(e, 1), mone = ki(e, -1);
+  v_t base = a, acc = one;
+  for (int i = 0; i < 63; i++) {
+    v_t odd = icmp(e, "ne", i2(e, "arith.andi", b, ki(e, (int64_t)(UINT64_C(1) << i))), zero);
+    acc = isel(e, odd, i2(e, "arith.muli", acc, base), acc);
+    base = i2(e, "arith.muli", base, base);
+  }
+  v_t parity = icmp(e, "ne", i2(e, "arith.andi", b, one), zero);
+  v_t pm = isel(e, parity, mone, one);
+  v_t neg_result = isel(e, icmp(e, "eq", a, mone), pm, zero);
+  neg_result = isel(e, icmp(e, "eq", a, one), one, neg_result);
+  return isel(e, icmp(e, "slt", b, zero), neg_result, acc);
+}
+
+/* Bit counts of an i64 from its two i32 halves (math.ctlz/cttz/ctpop on i32,
+ * which every backend has or kiln's i32 helpers provide). */
+static void halves(em_t *e, v_t x, v_t *hi, v_t *lo) {
+  *lo = line(e, "arith.trunci %%v%d : i64 to i32", x);
+  *hi = line(e, "arith.trunci %%v%d : i64 to i32", i2(e, "arith.shrui", x, ki(e, 32)));
+}
+static v_t count_halves(em_t *e, const char *op) {
+  v_t hi, lo;
+  halves(e, 0, &hi, &lo);
+  v_t chi = line(e, "%s %%v%d : i32", op, hi), clo = line(e, "%s %%v%d : i32", op, lo);
+  v_t c32 = line(e, "arith.constant 32 : i32"), z32 = line(e, "arith.constant 0 : i32");
+  v_t r;
+  if (strcmp(op, "math.ctpop") == 0) {
+    r = line(e, "arith.addi %%v%d, %%v%d : i32", chi, clo);
+  } else if (strcmp(op, "math.ctlz") == 0) {
+    v_t hi_zero = line(e, "arith.cmpi eq, %%v%d, %%v%d : i32", hi, z32);
+    r = line(e, "arith.select %%v%d, %%v%d, %%v%d : i32", hi_zero, line(e, "arith.addi %%v%d, %%v%d : i32", c32, clo),
+             chi);
+  } else { /* cttz */
+    v_t lo_zero = line(e, "arith.cmpi eq, %%v%d, %%v%d : i32", lo, z32);
+    r = line(e, "arith.select %%v%d, %%v%d, %%v%d : i32", lo_zero, line(e, "arith.addi %%v%d, %%v%d : i32", c32, chi),
+             clo);
+  }
+  return line(e, "arith.extui %%v%d : i32 to i64", r);
+}
+static v_t build_ctlz(em_t *e) { return count_halves(e, "math.ctlz"); }
+static v_t build_cttz(em_t *e) { return count_halves(e, "math.cttz"); }
+static v_t build_ctpop(em_t *e) { return count_halves(e, "math.ctpop"); }
+
 static const struct {
   const char *name;
+  bool integer; /* an i64 helper; else f64 */
   int args;
   v_t (*build)(em_t *);
 } builders[] = {
-    {"exp", 1, build_exp},   {"exp2", 1, build_exp2}, {"log", 1, build_log},   {"log2", 1, build_log2},  {"log10", 1, build_log10},
-    {"sin", 1, build_sin},   {"cos", 1, build_cos},   {"atan", 1, build_atan},  {"cbrt", 1, build_cbrt},
-    {"erf", 1, build_erf},   {"erfc", 1, build_erfc}, {"floor", 1, build_floor}, {"ceil", 1, build_ceil},
+    {"exp", false, 1, build_exp},       {"exp2", false, 1, build_exp2},     {"log", false, 1, build_log},
+    {"log2", false, 1, build_log2},     {"log10", false, 1, build_log10},   {"sin", false, 1, build_sin},
+    {"cos", false, 1, build_cos},       {"atan", false, 1, build_atan},     {"cbrt", false, 1, build_cbrt},
+    {"erf", false, 1, build_erf},       {"erfc", false, 1, build_erfc},     {"floor", false, 1, build_floor},
+    {"ceil", false, 1, build_ceil},     {"divui", true, 2, build_divui},    {"remui", true, 2, build_remui},
+    {"divsi", true, 2, build_divsi},    {"remsi", true, 2, build_remsi},    {"floordivsi", true, 2, build_floordivsi},
+    {"ceildivsi", true, 2, build_ceildivsi}, {"absi", true, 1, build_absi}, {"ctlz", true, 1, build_ctlz},
+    {"cttz", true, 1, build_cttz},      {"ctpop", true, 1, build_ctpop},    {"ipowi", true, 2, build_ipowi},
 };
 
-char *kiln_compiler_math_helper_f64(const char *name) {
+char *kiln_compiler_math_helper_64(const char *name, bool integer) {
   for (size_t i = 0; i < sizeof builders / sizeof builders[0]; i++) {
-    if (strcmp(builders[i].name, name) == 0) return helper(name, builders[i].args, builders[i].build);
+    if (builders[i].integer == integer && strcmp(builders[i].name, name) == 0) {
+      return helper(name, integer ? "i64" : "f64", builders[i].args, builders[i].build);
+    }
   }
   return NULL;
 }

@@ -149,11 +149,13 @@ kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, Mli
                                                         const char *helper_text);
 
 /* Math functions a backend lacks, in kiln's own code (kernel_math.c, and
- * kernel_math64.c for f64): every f32 (i32 for ctpop, cttz) math.<name> in the
- * kernels whose name is in the comma-separated `ops`, and every f64 one whose name
- * is in `ops64` (erf, cbrt, atan, atan2, asin, acos, floor, ceil, log2, sin, cos,
- * exp, log, ...; and "remf", arith.remf, exactly) is replaced with code built
- * from arithmetic, bit operations, sqrt and the other helpers. Accuracy, per
+ * kernel_math64.c for 64 bits): every f32 or i32 math.<name> in the kernels whose
+ * name is in the comma-separated `ops`, and every f64 or i64 one whose name is in
+ * `ops64` (erf, cbrt, atan, atan2, asin, acos, floor, ceil, log2, sin, cos, exp,
+ * log, ..., ctpop, cttz, ipowi; "remf" is arith.remf, and "divsi", "remui", ... are
+ * arith's integer divisions) is replaced with code built from arithmetic, bit
+ * operations, sqrt and the other helpers; an f16/bf16 one in `ops` is computed in
+ * f32. Accuracy, per
  * function, is in the design note and kernel_math64.c. INTERNAL if a helper does
  * not parse or an f64 name has no helper. */
 kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops,
@@ -163,9 +165,11 @@ kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule 
  * results truncated back; `op` is destroyed. */
 void kiln_compiler_widen_half_op(MlirContext context, MlirOperation op);
 
-/* The f64 helper `name` (exp, exp2, log, log2, log10, sin, cos, atan, cbrt, erf, erfc,
- * floor, ceil) as func.func text (free with kiln_free); NULL for other names. */
-char *kiln_compiler_math_helper_f64(const char *name);
+/* The 64-bit helper `name` as func.func text (free with kiln_free): f64 (exp,
+ * exp2, log, log2, log10, sin, cos, atan, cbrt, erf, erfc, floor, ceil) or, with
+ * `integer`, i64 for profiles without Int64 (divsi, divui, remsi, remui,
+ * floordivsi, ceildivsi, absi, ctlz, cttz, ctpop, ipowi); NULL for other names. */
+char *kiln_compiler_math_helper_64(const char *name, bool integer);
 
 /* For profiles without Int64 (before arith-emulate-wide-int): each kernel argument
  * that is an identity-layout memref of i64 used only by loads and stores becomes a

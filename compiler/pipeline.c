@@ -142,14 +142,17 @@ static const char hip_kernel_lowering[] = HIP_KERNEL_EXPAND ",convert-math-to-ll
   "builtin.module(gpu.module(math-extend-to-supported-types,"                                  \
   EXPAND_MATH("tanh,sinh,cosh,asinh,acosh,atanh,fpowi,powf,exp2,round,ctlz") "))"
 #define CPU_KERNEL_MATH_HELPERS \
-  "erf,cbrt,atan,atan2,asin,acos,log2,sin,cos,remf,log10,tan,erfc,exp,log,log1p,expm1"
+  "erf,cbrt,atan,atan2,asin,acos,log2,sin,cos,remf,log10,tan,erfc,exp,log,log1p,expm1,ipowi"
 /* The f64 functions neither a CPU nor AMD has without a library (kernel_math64.c);
  * AMD's ROCDL conversion wants floor and ceil from the library too. */
 /* exp2 in f64 goes before math-expand-ops (whose exp(x ln 2) is 250 ulp off
  * near 2^1023), which still expands the f32 one. */
 #define KILN_F64_MATH_FIRST "exp2"
 #define KILN_F64_MATH_HELPERS \
-  "exp,log,log2,log10,log1p,expm1,sin,cos,tan,atan,atan2,asin,acos,erf,erfc,cbrt,remf"
+  "exp,log,log2,log10,log1p,expm1,sin,cos,tan,atan,atan2,asin,acos,erf,erfc,cbrt,remf,ipowi"
+/* What arith-emulate-wide-int cannot split into i32 pairs, on SPIR-V profiles
+ * without Int64: kiln's i64 code from shifts, adds and compares. */
+#define SPIRV_I64_HELPERS "divsi,divui,remsi,remui,floordivsi,ceildivsi,absi,ctlz,cttz,ctpop"
 /* f16 too on a CPU without f16 conversions (f16_as_bits: RV64GC), as on a Vulkan
  * profile without Float16; no canonicalize before kiln's f16 expansion. */
 #define CPU_KERNEL_TYPES(types)                                                                  \
@@ -829,8 +832,9 @@ static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirM
    * checked (tests/CMakeLists.txt: corpus.lavapipe_math_helpers). */
   const char *math_ops = getenv("KILN_TEST_SPIRV_MATH");
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_math(
-      context->mlir, module, math_ops && *math_ops ? math_ops : "erf,cbrt,atan2,asin,acos,remf,erfc,trunc,ctpop,cttz",
-      ""));
+      context->mlir, module,
+      math_ops && *math_ops ? math_ops : "erf,cbrt,atan2,asin,acos,remf,erfc,trunc,ctpop,cttz,ipowi",
+      int64 ? "ipowi" : "ipowi," SPIRV_I64_HELPERS));
   /* i64 without Int64: pairs of i32 (arith-emulate-wide-int; the buffers by kiln). */
   if (!int64) kiln_compiler_kernels_split_i64(context->mlir, module);
   kiln_buf_t passes;
@@ -1055,8 +1059,10 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
       out->status = spirv_prepare_types(context, module, out->target, name, stage);
     } else if (out->target->kind == KILN_TARGET_KIND_CUDA) {
       /* NVPTX expands frem as x - y*trunc(x/y), wrong past quotients of 2^24 (2^53
-       * in f64); libdevice has the rest in f64. */
-      out->status = kiln_compiler_kernels_expand_math(context->mlir, module, "remf,trunc,ctpop,cttz", "remf,trunc");
+       * in f64); libdevice has the rest in f64. Neither translates math.ipowi, nor
+       * i64 cttz, ctpop or absi. */
+      out->status = kiln_compiler_kernels_expand_math(context->mlir, module, "remf,trunc,ctpop,cttz,ipowi",
+                                                      "remf,trunc,ipowi,cttz,ctpop,absi");
     } else if (out->target->kind == KILN_TARGET_KIND_HIP) {
       /* Without ROCm's device libraries the AMDGPU backend has none of these. f16
        * and bf16 math runs in f32 first, so kiln's f32 code covers it too. */
@@ -1067,7 +1073,7 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
       if (!out->status) {
         out->status = kiln_compiler_kernels_expand_math(context->mlir, module,
                                                         "erf,cbrt,atan,atan2,asin,acos,floor,ceil,log2,sin,cos,remf,"
-                                                        "log10,tan,erfc",
+                                                        "log10,tan,erfc,ipowi",
                                                         KILN_F64_MATH_HELPERS ",floor,ceil");
       }
     }

@@ -180,8 +180,8 @@ func.func @math_expm1_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
 }
 
 // CASE @math_log_f64
-// INPUT 13xf64 1e-300 5e-324 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300 0.0 -1.0 inf
-// OUTPUT 13xf64 -690.7755278982137 -744.4400719213812 -6.907755278982137 -0.2876820724517809 0.0 2.2204460492503128e-16 2.0794415416798357 6.907755278982137 11.723646487185881 690.7755278982137 -inf nan inf
+// INPUT 13xf64 1e-300 2.3e-308 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300 0.0 -1.0 inf
+// OUTPUT 13xf64 -690.7755278982137 -708.363299519231 -6.907755278982137 -0.2876820724517809 0.0 2.2204460492503128e-16 2.0794415416798357 6.907755278982137 11.723646487185881 690.7755278982137 -inf nan inf
 // TOL 2e-15
 // XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_log_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
@@ -190,18 +190,18 @@ func.func @math_log_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
 }
 
 // CASE @math_log2_f64
-// INPUT 12xf64 1e-300 5e-324 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300 8e-323 1024.0
-// OUTPUT 12xf64 -996.5784284662087 -1074.0 -9.965784284662087 -0.4150374992788438 0.0 3.203426503814917e-16 3.0 9.965784284662087 16.913646648198387 996.5784284662087 -1070.0 10.0
+// INPUT 11xf64 1e-300 2.3e-308 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300 1024.0
+// OUTPUT 11xf64 -996.5784284662087 -1021.9522193641379 -9.965784284662087 -0.4150374992788438 0.0 3.203426503814917e-16 3.0 9.965784284662087 16.913646648198387 996.5784284662087 10.0
 // TOL 2e-15
 // XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
-func.func @math_log2_f64(%x: tensor<12xf64>) -> tensor<12xf64> {
-  %0 = math.log2 %x : tensor<12xf64>
-  return %0 : tensor<12xf64>
+func.func @math_log2_f64(%x: tensor<11xf64>) -> tensor<11xf64> {
+  %0 = math.log2 %x : tensor<11xf64>
+  return %0 : tensor<11xf64>
 }
 
 // CASE @math_log10_f64
-// INPUT 10xf64 1e-300 5e-324 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300
-// OUTPUT 10xf64 -300.0 -323.3062153431158 -3.0 -0.12493873660829993 0.0 9.64327466553287e-17 0.9030899869919435 3.0 5.09151497716927 300.0
+// INPUT 10xf64 1e-300 2.3e-308 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300
+// OUTPUT 10xf64 -300.0 -307.63827216398244 -3.0 -0.12493873660829993 0.0 9.64327466553287e-17 0.9030899869919435 3.0 5.09151497716927 300.0
 // TOL 2e-15
 // XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_log10_f64(%x: tensor<10xf64>) -> tensor<10xf64> {
@@ -220,8 +220,8 @@ func.func @math_log1p_f64(%x: tensor<6xf64>) -> tensor<6xf64> {
 }
 
 // CASE @math_sqrt_f64
-// INPUT 10xf64 1e-300 5e-324 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300
-// OUTPUT 10xf64 1e-150 2.2227587494850775e-162 0.03162277660168379 0.8660254037844386 1.0 1.0 2.8284271247461903 31.622776601683793 351.3641828644462 1e+150
+// INPUT 10xf64 1e-300 2.3e-308 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300
+// OUTPUT 10xf64 1e-150 1.51657508881031e-154 0.03162277660168379 0.8660254037844386 1.0 1.0 2.8284271247461903 31.622776601683793 351.3641828644462 1e+150
 // TOL 2e-15
 // XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_sqrt_f64(%x: tensor<10xf64>) -> tensor<10xf64> {
@@ -397,6 +397,20 @@ func.func @math_trunc_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
 func.func @math_roundeven_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
   %0 = math.roundeven %x : tensor<13xf64>
   return %0 : tensor<13xf64>
+}
+
+// CASE @math_logs_subnormal_f64
+// INPUT 4xf64 5e-324 8e-323 1e-310 2.2e-308
+// OUTPUT 4xf64 -744.4400719213812 -741.6674831991414 -713.8013788281542 -708.4077512818018
+// OUTPUT 4xf64 -1074.0 -1070.0 -1029.7977094150824 -1022.0163497015577
+// OUTPUT 4xf64 -323.3062153431158 -322.1020953604599 -310.0 -307.6575773191778
+// TOL 2e-15
+// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
+func.func @math_logs_subnormal_f64(%x: tensor<4xf64>) -> (tensor<4xf64>, tensor<4xf64>, tensor<4xf64>) {
+  %0 = math.log %x : tensor<4xf64>
+  %1 = math.log2 %x : tensor<4xf64>
+  %2 = math.log10 %x : tensor<4xf64>
+  return %0, %1, %2 : tensor<4xf64>, tensor<4xf64>, tensor<4xf64>
 }
 
 // CASE @math_erfc_tail_f64

@@ -676,6 +676,182 @@ func.func @shrsi_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi
   return %r : tensor<7xi64>
 }
 
+// CASE @divsi_i64_big
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 7
+// OUTPUT 7xi64 1666666666 714285714 2305843009213700124 0 -4294967295 1 -1317624576693539401
+func.func @divsi_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi64> {
+  %e = tensor.empty() : tensor<7xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<7xi64>, tensor<7xi64>) outs(%e : tensor<7xi64>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i64):
+    %r = arith.divsi %a0, %a1 : i64
+    linalg.yield %r : i64
+  } -> tensor<7xi64>
+  return %r : tensor<7xi64>
+}
+
+// CASE @remsi_i64_big
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 7
+// OUTPUT 7xi64 2 -2 1 -1 0 0 -1
+func.func @remsi_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi64> {
+  %e = tensor.empty() : tensor<7xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<7xi64>, tensor<7xi64>) outs(%e : tensor<7xi64>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i64):
+    %r = arith.remsi %a0, %a1 : i64
+    linalg.yield %r : i64
+  } -> tensor<7xi64>
+  return %r : tensor<7xi64>
+}
+
+// CASE @divui_i64_big
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 7
+// OUTPUT 7xi64 1666666666 0 2305843009213700124 4294967295 0 1 1317624576693539401
+func.func @divui_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi64> {
+  %e = tensor.empty() : tensor<7xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<7xi64>, tensor<7xi64>) outs(%e : tensor<7xi64>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i64):
+    %r = arith.divui %a0, %a1 : i64
+    linalg.yield %r : i64
+  } -> tensor<7xi64>
+  return %r : tensor<7xi64>
+}
+
+// CASE @remui_i64_big
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 7
+// OUTPUT 7xi64 2 -5000000000 1 0 4294967295 0 1
+func.func @remui_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi64> {
+  %e = tensor.empty() : tensor<7xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<7xi64>, tensor<7xi64>) outs(%e : tensor<7xi64>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i64):
+    %r = arith.remui %a0, %a1 : i64
+    linalg.yield %r : i64
+  } -> tensor<7xi64>
+  return %r : tensor<7xi64>
+}
+
+// CASE @floordivsi_i64_big
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 7
+// OUTPUT 7xi64 1666666666 714285714 2305843009213700124 -1 -4294967295 1 -1317624576693539402
+func.func @floordivsi_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi64> {
+  %e = tensor.empty() : tensor<7xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<7xi64>, tensor<7xi64>) outs(%e : tensor<7xi64>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i64):
+    %r = arith.floordivsi %a0, %a1 : i64
+    linalg.yield %r : i64
+  } -> tensor<7xi64>
+  return %r : tensor<7xi64>
+}
+
+// CASE @ceildivsi_i64_big
+// INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
+// INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 7
+// OUTPUT 7xi64 1666666667 714285715 2305843009213700125 0 -4294967295 1 -1317624576693539401
+func.func @ceildivsi_i64_big(%in0: tensor<7xi64>, %in1: tensor<7xi64>) -> tensor<7xi64> {
+  %e = tensor.empty() : tensor<7xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<7xi64>, tensor<7xi64>) outs(%e : tensor<7xi64>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i64):
+    %r = arith.ceildivsi %a0, %a1 : i64
+    linalg.yield %r : i64
+  } -> tensor<7xi64>
+  return %r : tensor<7xi64>
+}
+
+// CASE @ctlz_i64_big
+// INPUT 10xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808 0 1099511627776 6
+// OUTPUT 10xi64 31 0 1 0 32 31 0 64 23 61
+func.func @ctlz_i64_big(%in0: tensor<10xi64>) -> tensor<10xi64> {
+  %e = tensor.empty() : tensor<10xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<10xi64>) outs(%e : tensor<10xi64>) {
+  ^bb0(%a0: i64, %o: i64):
+    %r = math.ctlz %a0 : i64
+    linalg.yield %r : i64
+  } -> tensor<10xi64>
+  return %r : tensor<10xi64>
+}
+
+// CASE @cttz_i64_big
+// INPUT 10xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808 0 1099511627776 6
+// OUTPUT 10xi64 9 9 0 0 0 32 63 64 40 1
+func.func @cttz_i64_big(%in0: tensor<10xi64>) -> tensor<10xi64> {
+  %e = tensor.empty() : tensor<10xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<10xi64>) outs(%e : tensor<10xi64>) {
+  ^bb0(%a0: i64, %o: i64):
+    %r = math.cttz %a0 : i64
+    linalg.yield %r : i64
+  } -> tensor<10xi64>
+  return %r : tensor<10xi64>
+}
+
+// CASE @ctpop_i64_big
+// INPUT 10xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808 0 1099511627776 6
+// OUTPUT 10xi64 11 45 7 64 32 1 1 0 1 2
+func.func @ctpop_i64_big(%in0: tensor<10xi64>) -> tensor<10xi64> {
+  %e = tensor.empty() : tensor<10xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<10xi64>) outs(%e : tensor<10xi64>) {
+  ^bb0(%a0: i64, %o: i64):
+    %r = math.ctpop %a0 : i64
+    linalg.yield %r : i64
+  } -> tensor<10xi64>
+  return %r : tensor<10xi64>
+}
+
+// CASE @absi_i64_big
+// INPUT 10xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808 0 1099511627776 6
+// OUTPUT 10xi64 5000000000 5000000000 4611686018427400249 1 4294967295 4294967296 -9223372036854775808 0 1099511627776 6
+func.func @absi_i64_big(%in0: tensor<10xi64>) -> tensor<10xi64> {
+  %e = tensor.empty() : tensor<10xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<10xi64>) outs(%e : tensor<10xi64>) {
+  ^bb0(%a0: i64, %o: i64):
+    %r = math.absi %a0 : i64
+    linalg.yield %r : i64
+  } -> tensor<10xi64>
+  return %r : tensor<10xi64>
+}
+
+// CASE @ipowi_i32
+// INPUT 8xi32 3 -2 7 1 -1 2 0 5
+// INPUT 8xi32 4 5 0 -3 -3 62 3 -1
+// OUTPUT 8xi32 81 -32 1 1 -1 0 0 0
+func.func @ipowi_i32(%in0: tensor<8xi32>, %in1: tensor<8xi32>) -> tensor<8xi32> {
+  %e = tensor.empty() : tensor<8xi32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi32>, tensor<8xi32>) outs(%e : tensor<8xi32>) {
+  ^bb0(%a0: i32, %a1: i32, %o: i32):
+    %r = math.ipowi %a0, %a1 : i32
+    linalg.yield %r : i32
+  } -> tensor<8xi32>
+  return %r : tensor<8xi32>
+}
+
+// CASE @ipowi_i64
+// INPUT 8xi64 3 -2 7 1 -1 2 0 5
+// INPUT 8xi64 4 5 0 -3 -3 62 3 -1
+// OUTPUT 8xi64 81 -32 1 1 -1 4611686018427387904 0 0
+func.func @ipowi_i64(%in0: tensor<8xi64>, %in1: tensor<8xi64>) -> tensor<8xi64> {
+  %e = tensor.empty() : tensor<8xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi64>, tensor<8xi64>) outs(%e : tensor<8xi64>) {
+  ^bb0(%a0: i64, %a1: i64, %o: i64):
+    %r = math.ipowi %a0, %a1 : i64
+    linalg.yield %r : i64
+  } -> tensor<8xi64>
+  return %r : tensor<8xi64>
+}
+
 // CASE @cmp_i64_big
 // INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
 // INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 -1

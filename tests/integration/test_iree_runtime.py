@@ -179,7 +179,12 @@ class IreeRuntimeTest(unittest.TestCase):
 
     def test_cpu_corpus_on_local_drivers(self):
         targets = os.environ.get("KILN_IREE_CPU_TARGETS", ",".join(CPU_TARGETS)).split(",")
-        self.run_corpus([(t, CPU_DEVICES) for t in targets], ",".join(CPU_DEVICES))
+        # IREE's CPU drivers run dispatches with denormals flushed to zero (FTZ and
+        # DAZ: iree_fpu_state_push in task/worker.c and the inline command buffer),
+        # so the cases whose references need subnormal inputs read as themselves
+        # are corpus_check's alone (it calls the library without the flush).
+        self.run_corpus([(t, CPU_DEVICES) for t in targets], ",".join(CPU_DEVICES),
+                        skip=lambda case: "_subnormal" in case["name"])
 
     def test_cpu_system_elf(self):
         """The whole-model cases as system-elf (the same ELF, loaded by dlopen in
@@ -197,10 +202,12 @@ class IreeRuntimeTest(unittest.TestCase):
         print("system-elf-x86_64 on local-sync: %d passed, %d failed" % (passed, len(failed)), file=sys.stderr)
         self.assertEqual(failed, [])
 
-    def run_corpus(self, plan, label):
+    def run_corpus(self, plan, label, skip=lambda case: False):
         passed, failed, xfailed = 0, [], 0
         with tempfile.TemporaryDirectory() as out:
             for name, case in corpus_cases():
+                if skip(case):
+                    continue
                 for target, devices in plan:
                     ok, why = self.run_case(case, target, devices, out)
                     if known_gap(case, target):
