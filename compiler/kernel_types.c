@@ -652,21 +652,37 @@ void kiln_compiler_kernels_split_i64(MlirContext context, MlirModule module) {
       MlirValue arg = mlirBlockGetArgument(entry, a);
       MlirType t = mlirValueGetType(arg);
       if (!mlirTypeIsAMemRef(t) || !mlirTypeIsAInteger(mlirShapedTypeGetElementType(t)) ||
-          mlirIntegerTypeGetWidth(mlirShapedTypeGetElementType(t)) != 64 ||
-          !mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t))) {
+          mlirIntegerTypeGetWidth(mlirShapedTypeGetElementType(t)) != 64) {
         continue;
+      }
+      /* The layout in i32 words: an identity one stays identity; a static strided
+       * one (a slice of a buffer, folded into the argument) doubles its strides
+       * and offset, the new innermost dimension of 2 at stride 1. */
+      intptr_t rank = mlirShapedTypeGetRank(t);
+      MlirAttribute layout = mlirAttributeGetNull();
+      if (!mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t))) {
+        int64_t *strides = kiln_calloc((size_t)rank + 1, sizeof *strides);
+        int64_t offset = 0;
+        bool ok = mlirLogicalResultIsSuccess(mlirMemRefTypeGetStridesAndOffset(t, strides, &offset)) &&
+                  !mlirShapedTypeIsDynamicStrideOrOffset(offset);
+        for (intptr_t d = 0; ok && d < rank; d++) {
+          ok = !mlirShapedTypeIsDynamicStrideOrOffset(strides[d]);
+          strides[d] *= 2;
+        }
+        strides[rank] = 1;
+        if (ok) layout = mlirStridedLayoutAttrGet(context, offset * 2, rank + 1, strides);
+        kiln_free(strides);
+        if (!ok) continue; /* left to the emulation, whose error names the op */
       }
       ops_t users = {0};
       if (!only_loads_and_stores(arg, &users)) {
         kiln_free(users.items);
         continue; /* left to the emulation, whose error names the op */
       }
-      intptr_t rank = mlirShapedTypeGetRank(t);
       int64_t *shape = kiln_calloc((size_t)rank + 1, sizeof *shape);
       for (intptr_t d = 0; d < rank; d++) shape[d] = mlirShapedTypeGetDimSize(t, d);
       shape[rank] = 2;
-      MlirType pair = mlirMemRefTypeGet(i32, rank + 1, shape, mlirAttributeGetNull(),
-                                        mlirMemRefTypeGetMemorySpace(t));
+      MlirType pair = mlirMemRefTypeGet(i32, rank + 1, shape, layout, mlirMemRefTypeGetMemorySpace(t));
       kiln_free(shape);
       mlirValueSetType(arg, pair);
       changed = true;

@@ -172,11 +172,12 @@ void kiln_compiler_widen_half_op(MlirContext context, MlirOperation op);
 char *kiln_compiler_math_helper_64(const char *name, bool integer);
 
 /* For profiles without Int64 (before arith-emulate-wide-int): each kernel argument
- * that is an identity-layout memref of i64 used only by loads and stores becomes a
- * memref of i32 pairs (one more dimension of 2: the low word, then the high word,
- * the same bytes), each load two loads joined into an i64 and each store an i64
- * split into two stores; emulate-wide-int then turns the i64 arithmetic into i32
- * pairs. Other i64 buffers are left alone (the emulation then names the op). */
+ * that is a memref of i64 (identity or static strided layout) used only by loads
+ * and stores becomes a memref of i32 pairs (one more dimension of 2: the low word,
+ * then the high word, the same bytes; strides and offset doubled), each load two
+ * loads joined into an i64 and each store an i64 split into two stores;
+ * emulate-wide-int then turns the i64 arithmetic into i32 pairs. Other i64
+ * buffers are left alone (the emulation then names the op). */
 void kiln_compiler_kernels_split_i64(MlirContext context, MlirModule module);
 
 #endif /* KILN_COMPILER_KERNEL_TYPES_H_ */

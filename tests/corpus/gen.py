@@ -211,6 +211,19 @@ def group_types():
         c.outputs = [((nb,), 'i64', [ROUND['i64'](ref(v)) for v in bits])]
         cases.append(c)
 
+    # Slices of an i64 argument: the kernel's buffer is a strided view (a row at
+    # an offset, a column at stride 6), split into i32 pairs too.
+    mat = [ROUND['i64'](v * 1000000007 + (1 << 40)) for v in values((4, 6), 'i64', 64)]
+    cases.append(Case('slice_mul_i64', """func.func @slice_mul_i64(%a: tensor<4x6xi64>) -> (tensor<6xi64>, tensor<4xi64>) {
+  %s = tensor.extract_slice %a[1, 0] [1, 6] [1, 1] : tensor<4x6xi64> to tensor<6xi64>
+  %c = arith.constant dense<5> : tensor<6xi64>
+  %r = arith.muli %s, %c : tensor<6xi64>
+  %t = tensor.extract_slice %a[0, 2] [4, 1] [1, 1] : tensor<4x6xi64> to tensor<4xi64>
+  %u = arith.addi %t, %t : tensor<4xi64>
+  return %r, %u : tensor<6xi64>, tensor<4xi64>
+}""", [((4, 6), 'i64', mat)], [((6,), 'i64', [ROUND['i64'](v * 5) for v in mat[6:12]]),
+                                 ((4,), 'i64', [ROUND['i64'](2 * mat[r * 6 + 2]) for r in range(4)])]))
+
     def ipow(a, b):
         if b >= 0:
             return a ** b
