@@ -21,6 +21,7 @@
  * SINCOS_REDUCE (for |x| up to about 1e5).
  */
 #include <mlir-c/BuiltinTypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -835,6 +836,7 @@ typedef struct found_s {
   MlirOperation *items[2][N_HELPERS]; /* per width (32, 64 bits) and helper, the ops found */
   size_t n[2][N_HELPERS];
   kiln_compiler_ops_t half;           /* f16/bf16 ops of `ops`' functions: to widen to f32 */
+  kiln_compiler_ops_t narrow;         /* i8/i16 bit counts, absi, ipowi: to widen to i32 */
   size_t total;
 } found_t;
 
@@ -865,12 +867,59 @@ static MlirStringRef helper_key(MlirOperation op) {
   return mlirStringRefCreate(NULL, 0);
 }
 
+static bool narrow_widened(MlirStringRef key) {
+  static const char *const names[] = {"ctlz", "cttz", "ctpop", "absi", "ipowi"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    if (key.length == strlen(names[i]) && memcmp(key.data, names[i], key.length) == 0) return true;
+  }
+  return false;
+}
+
+
+/* An i8/i16 math.ctlz/cttz/ctpop/absi/ipowi on i32, the result truncated back:
+ * ctlz of the zero-extended value less the 32 - N leading bits it gained; cttz
+ * with bit N set, so a zero gives N; ctpop zero-extended; absi and ipowi
+ * sign-extended (the wrapped result is the truncation of the i32 one). */
+static void widen_narrow_int(MlirContext context, MlirOperation op) {
+  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
+  MlirType narrow = mlirValueGetType(mlirOperationGetResult(op, 0));
+  unsigned bits = mlirIntegerTypeGetWidth(narrow);
+  MlirType i32 = mlirIntegerTypeGet(context, 32);
+  bool sign = kiln_compiler_op_is(op, "math.absi") || kiln_compiler_op_is(op, "math.ipowi");
+  MlirValue a = kiln_compiler_build1(sign ? "arith.extsi" : "arith.extui", op, mlirOperationGetOperand(op, 0), i32);
+  MlirValue r;
+  if (kiln_compiler_op_is(op, "math.ipowi")) {
+    MlirValue b = kiln_compiler_build1("arith.extsi", op, mlirOperationGetOperand(op, 1), i32);
+    r = kiln_compiler_build2("math.ipowi", op, a, b, i32);
+  } else if (kiln_compiler_op_is(op, "math.cttz")) {
+    MlirValue top = kiln_compiler_int_const_before(context, op, i32, (int64_t)1 << bits);
+    r = kiln_compiler_build1("math.cttz", op, kiln_compiler_build2("arith.ori", op, a, top, i32), i32);
+  } else if (kiln_compiler_op_is(op, "math.ctlz")) {
+    MlirValue gained = kiln_compiler_int_const_before(context, op, i32, 32 - bits);
+    r = kiln_compiler_build2("arith.subi", op, kiln_compiler_build1("math.ctlz", op, a, i32), gained, i32);
+  } else {
+    char full[32];
+    snprintf(full, sizeof full, "%.*s", (int)name.length, name.data);
+    r = kiln_compiler_build1(full, op, a, i32);
+  }
+  mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), kiln_compiler_build1("arith.trunci", op, r, narrow));
+  mlirOperationDestroy(op);
+}
+
 static MlirWalkResult find_math(MlirOperation op, void *user) {
   found_t *f = user;
   MlirStringRef key = helper_key(op);
   if (!key.length || mlirOperationGetNumResults(op) != 1) return MlirWalkResultAdvance;
   MlirType rt = mlirValueGetType(mlirOperationGetResult(op, 0));
   unsigned width = mlirTypeIsAInteger(rt) ? mlirIntegerTypeGetWidth(rt) : 0;
+  if ((width == 8 || width == 16) && narrow_widened(key)) {
+    /* no backend has all of these on i8/i16 (NVPTX none of cttz, ctpop, absi;
+     * SPIR-V without Int8/Int16 no bit counts; nothing ipowi): i32 code, and the
+     * i32 op is the next round's */
+    kiln_compiler_ops_push(&f->narrow, op);
+    f->total++;
+    return MlirWalkResultAdvance;
+  }
   bool integer = width != 0;
   bool wide = width == 64 || mlirTypeIsAF64(rt);
   bool half = mlirTypeIsAF16(rt) || mlirTypeIsABF16(rt);
@@ -915,6 +964,8 @@ kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule 
     mlirOperationWalk(mlirModuleGetOperation(module), find_math, &f, MlirWalkPostOrder);
     for (size_t i = 0; i < f.half.n; i++) kiln_compiler_widen_half_op(context, f.half.items[i]);
     kiln_free(f.half.items);
+    for (size_t i = 0; i < f.narrow.n; i++) widen_narrow_int(context, f.narrow.items[i]);
+    kiln_free(f.narrow.items);
     for (int w = 0; w < 2; w++) {
       for (size_t h = 0; h < N_HELPERS; h++) {
         if (!st && f.n[w][h]) {

@@ -587,3 +587,41 @@ kiln_status_t kiln_compiler_kernels_widen_sub_byte(MlirContext context, MlirModu
   kiln_free(w.bits);
   return st;
 }
+
+/* ---- unsigned i8/i16 ops on SPIR-V profiles without Int8/Int16 ---- */
+
+typedef struct unsigned_ops_s {
+  kiln_compiler_ops_t ops;
+  bool int8, int16; /* the profile's capabilities */
+} unsigned_ops_t;
+
+static MlirWalkResult find_unsigned(MlirOperation op, void *user) {
+  unsigned_ops_t *u = user;
+  if (!(kiln_compiler_op_is(op, "arith.divui") || kiln_compiler_op_is(op, "arith.remui") ||
+        kiln_compiler_op_is(op, "arith.maxui") || kiln_compiler_op_is(op, "arith.minui"))) {
+    return MlirWalkResultAdvance;
+  }
+  MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
+  unsigned w = mlirTypeIsAInteger(t) ? mlirIntegerTypeGetWidth(t) : 0;
+  if ((w == 8 && !u->int8) || (w == 16 && !u->int16)) kiln_compiler_ops_push(&u->ops, op);
+  return MlirWalkResultAdvance;
+}
+
+void kiln_compiler_kernels_widen_unsigned(MlirContext context, MlirModule module, bool int8, bool int16) {
+  unsigned_ops_t u = {.int8 = int8, .int16 = int16};
+  mlirOperationWalk(mlirModuleGetOperation(module), find_unsigned, &u, MlirWalkPreOrder);
+  MlirType i32 = mlirIntegerTypeGet(context, 32);
+  for (size_t i = 0; i < u.ops.n; i++) {
+    MlirOperation op = u.ops.items[i];
+    MlirValue a = mlirOperationGetOperand(op, 0), b = mlirOperationGetOperand(op, 1);
+    MlirValue wa = op1("arith.extui", op, &a, 1, i32), wb = op1("arith.extui", op, &b, 1, i32);
+    MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
+    char full[32];
+    snprintf(full, sizeof full, "%.*s", (int)name.length, name.data);
+    MlirValue r = bin(full, op, wa, wb);
+    MlirValue t = op1("arith.trunci", op, &r, 1, mlirValueGetType(mlirOperationGetResult(op, 0)));
+    mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), t);
+    mlirOperationDestroy(op);
+  }
+  kiln_free(u.ops.items);
+}

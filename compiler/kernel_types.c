@@ -336,6 +336,71 @@ kiln_status_t kiln_compiler_kernels_refuse_f64(MlirModule module, const char *na
                      name, line, col, target, (int)op.length, op.data, target);
 }
 
+/* ---- f64 <-> f16/bf16 through f32 ---- */
+
+static bool is_half(MlirType t) { return mlirTypeIsAF16(t) || mlirTypeIsABF16(t); }
+
+static MlirWalkResult find_f64_half_casts(MlirOperation op, void *user) {
+  bool ext = kiln_compiler_op_is(op, "arith.extf"), trunc = kiln_compiler_op_is(op, "arith.truncf");
+  if (!ext && !trunc) return MlirWalkResultAdvance;
+  MlirType from = mlirValueGetType(mlirOperationGetOperand(op, 0));
+  MlirType to = mlirValueGetType(mlirOperationGetResult(op, 0));
+  if ((ext && is_half(from) && mlirTypeIsAF64(to)) || (trunc && mlirTypeIsAF64(from) && is_half(to))) {
+    kiln_compiler_ops_push(user, op);
+  }
+  return MlirWalkResultAdvance;
+}
+
+static MlirValue select_before(MlirOperation before, MlirValue c, MlirValue a, MlirValue b) {
+  MlirValue ops[3] = {c, a, b};
+  return kiln_compiler_build_before("arith.select", before, ops, 3, mlirValueGetType(a));
+}
+static MlirValue cmpf_before(MlirContext ctx, MlirOperation before, int64_t pred, MlirValue a, MlirValue b) {
+  MlirValue ops[2] = {a, b};
+  MlirType i1 = mlirIntegerTypeGet(ctx, 1);
+  MlirOperationState st = mlirOperationStateGet(sref("arith.cmpf"), mlirOperationGetLocation(before));
+  mlirOperationStateAddOperands(&st, 2, ops);
+  mlirOperationStateAddResults(&st, 1, &i1);
+  MlirNamedAttribute p = kiln_compiler_named_attr(ctx, "predicate", mlirIntegerAttrGet(mlirIntegerTypeGet(ctx, 64), pred));
+  mlirOperationStateAddAttributes(&st, 1, &p);
+  MlirOperation op = mlirOperationCreate(&st);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, op);
+  return mlirOperationGetResult(op, 0);
+}
+
+void kiln_compiler_kernels_f64_half_casts(MlirContext context, MlirModule module) {
+  kiln_compiler_ops_t ops = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), find_f64_half_casts, &ops, MlirWalkPreOrder);
+  MlirType f32 = mlirF32TypeGet(context), f64 = mlirF64TypeGet(context), i32 = mlirIntegerTypeGet(context, 32);
+  enum { OGT = 2, ONE = 6 }; /* arith.cmpf predicates */
+  for (size_t i = 0; i < ops.n; i++) {
+    MlirOperation op = ops.items[i];
+    MlirValue x = mlirOperationGetOperand(op, 0);
+    MlirType to = mlirValueGetType(mlirOperationGetResult(op, 0));
+    MlirValue r;
+    if (kiln_compiler_op_is(op, "arith.extf")) {
+      r = kiln_compiler_build1("arith.extf", op, kiln_compiler_build1("arith.extf", op, x, f32), f64); /* both exact */
+    } else {
+      /* f64 -> f32 rounded to odd, then to nearest even: one correct rounding
+       * (f32 keeps more than two bits beyond f16's and bf16's mantissas). Round
+       * to odd: toward zero, then the last bit set if anything was lost. */
+      MlirValue t = kiln_compiler_build1("arith.truncf", op, x, f32);
+      MlirValue back = kiln_compiler_build1("arith.extf", op, t, f64);
+      MlirValue bits = kiln_compiler_build1("arith.bitcast", op, t, i32);
+      MlirValue one = kiln_compiler_int_const_before(context, op, i32, 1);
+      MlirValue away = cmpf_before(context, op, OGT, kiln_compiler_build1("math.absf", op, back, f64), kiln_compiler_build1("math.absf", op, x, f64));
+      MlirValue toward = select_before(op, away, kiln_compiler_build2("arith.subi", op, bits, one, i32), bits);
+      MlirValue tz = kiln_compiler_build1("arith.extf", op, kiln_compiler_build1("arith.bitcast", op, toward, f32), f64);
+      MlirValue lost = cmpf_before(context, op, ONE, tz, x);
+      MlirValue odd = select_before(op, lost, kiln_compiler_build2("arith.ori", op, toward, one, i32), toward);
+      r = kiln_compiler_build1("arith.truncf", op, kiln_compiler_build1("arith.bitcast", op, odd, f32), to);
+    }
+    mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), r);
+    mlirOperationDestroy(op);
+  }
+  kiln_free(ops.items);
+}
+
 /* ---- f16 conversions in integer code ---- */
 
 /* f16 bits -> f32: sign moves up 16 bits; normals rebias the exponent (15 -> 127,
@@ -560,6 +625,15 @@ MlirValue kiln_compiler_build_before(const char *name, MlirOperation before, con
   MlirOperation op = mlirOperationCreate(&st);
   mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, op);
   return mlirOperationGetResult(op, 0);
+}
+
+MlirValue kiln_compiler_build1(const char *name, MlirOperation before, MlirValue a, MlirType type) {
+  return kiln_compiler_build_before(name, before, &a, 1, type);
+}
+
+MlirValue kiln_compiler_build2(const char *name, MlirOperation before, MlirValue a, MlirValue b, MlirType type) {
+  MlirValue operands[2] = {a, b};
+  return kiln_compiler_build_before(name, before, operands, 2, type);
 }
 
 MlirValue kiln_compiler_int_const_before(MlirContext context, MlirOperation before, MlirType type, int64_t value) {

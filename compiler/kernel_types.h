@@ -61,6 +61,9 @@ MlirOperation kiln_compiler_static_alloc(MlirContext context, MlirLocation loc, 
  * `before`; returns its result. */
 MlirValue kiln_compiler_build_before(const char *name, MlirOperation before, const MlirValue *operands, intptr_t n,
                                      MlirType type);
+/* The same for one and two operands. */
+MlirValue kiln_compiler_build1(const char *name, MlirOperation before, MlirValue a, MlirType type);
+MlirValue kiln_compiler_build2(const char *name, MlirOperation before, MlirValue a, MlirValue b, MlirType type);
 
 /* A growing list of ops (what a walk collects before a rewrite changes the IR). */
 typedef struct kiln_compiler_ops_s {
@@ -91,6 +94,17 @@ enum {
  * f64 value or buffer: for targets without 64-bit floats (kiln's Vulkan profiles);
  * NULL when the kernels have none. */
 kiln_status_t kiln_compiler_kernels_refuse_f64(MlirModule module, const char *name, const char *target);
+
+/* On a SPIR-V profile without Int8 (Int16), MLIR emulates i8 (i16) values in i32
+ * words but converts no unsigned division, remainder, max or min on them: each
+ * becomes the i32 op on zero-extended operands, truncated back. */
+void kiln_compiler_kernels_widen_unsigned(MlirContext context, MlirModule module, bool int8, bool int16);
+
+/* arith.extf f16/bf16 -> f64 as two exact extensions through f32, and
+ * arith.truncf f64 -> f16/bf16 through f32 rounded to odd (then to nearest even:
+ * one correct rounding), for a CPU, which has neither conversion (x86-64 calls
+ * __truncdfhf2; kiln's ELF imports nothing) and computes bf16 as f32. */
+void kiln_compiler_kernels_f64_half_casts(MlirContext context, MlirModule module);
 
 /* Whether t is one of the SMALL floats; whether t is i2 or i4. */
 bool kiln_compiler_is_small_float(MlirType t);

@@ -837,6 +837,8 @@ static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirM
       int64 ? "ipowi" : "ipowi," SPIRV_I64_HELPERS));
   /* i64 without Int64: pairs of i32 (arith-emulate-wide-int; the buffers by kiln). */
   if (!int64) kiln_compiler_kernels_split_i64(context->mlir, module);
+  kiln_compiler_kernels_widen_unsigned(context->mlir, module, kiln_compiler_list_has(t->spirv_capabilities, "Int8"),
+                                       kiln_compiler_list_has(t->spirv_capabilities, "Int16"));
   kiln_buf_t passes;
   kiln_buf_init(&passes);
   kiln_buf_appendf(&passes,
@@ -1182,6 +1184,7 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, cons
   unsigned as_bits = KILN_FLOATS_BF16 | (t->f16_as_bits ? KILN_FLOATS_F16 : 0u);
   out->status = prepare_small_types(context, module, t, name, stage);
   if (!out->status) {
+    kiln_compiler_kernels_f64_half_casts(context->mlir, module);
     kiln_compiler_kernels_floats_as_bits(context->mlir, module, as_bits);
     out->status = kiln_compiler_kernels_expand_math(context->mlir, module, "", KILN_F64_MATH_FIRST);
   }

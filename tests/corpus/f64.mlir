@@ -118,6 +118,70 @@ func.func @extf_f32_f64(%in0: tensor<5xf32>) -> tensor<5xf64> {
   return %r : tensor<5xf64>
 }
 
+// CASE @truncf_f64_f16
+// INPUT 8xf64 1.0004882812509095 -1.0004882812509095 1.00048828125 65519.99 65520.0 3e-08 0.1 -2.5
+// OUTPUT 8xf16 1.0009765625 -1.0009765625 1.0 65504.0 inf 5.960464477539063e-08 0.0999755859375 -2.5
+// TOL 1e-30
+// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
+func.func @truncf_f64_f16(%in0: tensor<8xf64>) -> tensor<8xf16> {
+  %e = tensor.empty() : tensor<8xf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xf64>) outs(%e : tensor<8xf16>) {
+  ^bb0(%a0: f64, %o: f16):
+    %r = arith.truncf %a0 : f64 to f16
+    linalg.yield %r : f16
+  } -> tensor<8xf16>
+  return %r : tensor<8xf16>
+}
+
+// CASE @extf_f16_f64
+// INPUT 8xf16 1.0009765625 -1.0009765625 1.0 65504.0 inf 5.960464477539063e-08 0.0999755859375 -2.5
+// OUTPUT 8xf64 1.0009765625 -1.0009765625 1.0 65504.0 inf 5.960464477539063e-08 0.0999755859375 -2.5
+// TOL 1e-30
+// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
+func.func @extf_f16_f64(%in0: tensor<8xf16>) -> tensor<8xf64> {
+  %e = tensor.empty() : tensor<8xf64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xf16>) outs(%e : tensor<8xf64>) {
+  ^bb0(%a0: f16, %o: f64):
+    %r = arith.extf %a0 : f16 to f64
+    linalg.yield %r : f64
+  } -> tensor<8xf64>
+  return %r : tensor<8xf64>
+}
+
+// CASE @truncf_f64_bf16
+// INPUT 8xf64 1.0039062500009095 -1.0039062500009095 1.00390625 3e+38 0.1 -2.5 1e-30 7.0
+// OUTPUT 8xbf16 1.0078125 -1.0078125 1.0 3.00405527047391e+38 0.10009765625 -2.5 9.98402083170343e-31 7.0
+// TOL 1e-30
+// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
+func.func @truncf_f64_bf16(%in0: tensor<8xf64>) -> tensor<8xbf16> {
+  %e = tensor.empty() : tensor<8xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xf64>) outs(%e : tensor<8xbf16>) {
+  ^bb0(%a0: f64, %o: bf16):
+    %r = arith.truncf %a0 : f64 to bf16
+    linalg.yield %r : bf16
+  } -> tensor<8xbf16>
+  return %r : tensor<8xbf16>
+}
+
+// CASE @extf_bf16_f64
+// INPUT 8xbf16 1.0078125 -1.0078125 1.0 3.00405527047391e+38 0.10009765625 -2.5 9.98402083170343e-31 7.0
+// OUTPUT 8xf64 1.0078125 -1.0078125 1.0 3.00405527047391e+38 0.10009765625 -2.5 9.98402083170343e-31 7.0
+// TOL 1e-30
+// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
+func.func @extf_bf16_f64(%in0: tensor<8xbf16>) -> tensor<8xf64> {
+  %e = tensor.empty() : tensor<8xf64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xbf16>) outs(%e : tensor<8xf64>) {
+  ^bb0(%a0: bf16, %o: f64):
+    %r = arith.extf %a0 : bf16 to f64
+    linalg.yield %r : f64
+  } -> tensor<8xf64>
+  return %r : tensor<8xf64>
+}
+
 // CASE @sitofp_i64_f64
 // INPUT 5xi64 9007199254740993 -1099511627779 0 123456789012345 -1
 // OUTPUT 5xf64 9007199254740992.0 -1099511627779.0 0.0 123456789012345.0 -1.0

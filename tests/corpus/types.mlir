@@ -865,6 +865,268 @@ func.func @ipowi_i64(%in0: tensor<8xi64>, %in1: tensor<8xi64>) -> tensor<8xi64> 
   return %r : tensor<8xi64>
 }
 
+// CASE @ctlz_i8
+// INPUT 8xi8 -128 -3 -1 0 1 5 100 127
+// OUTPUT 8xi8 0 0 0 8 7 5 1 1
+func.func @ctlz_i8(%in0: tensor<8xi8>) -> tensor<8xi8> {
+  %e = tensor.empty() : tensor<8xi8>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xi8>) outs(%e : tensor<8xi8>) {
+  ^bb0(%a0: i8, %o: i8):
+    %r = math.ctlz %a0 : i8
+    linalg.yield %r : i8
+  } -> tensor<8xi8>
+  return %r : tensor<8xi8>
+}
+
+// CASE @cttz_i8
+// INPUT 8xi8 -128 -3 -1 0 1 5 100 127
+// OUTPUT 8xi8 7 0 0 8 0 0 2 0
+func.func @cttz_i8(%in0: tensor<8xi8>) -> tensor<8xi8> {
+  %e = tensor.empty() : tensor<8xi8>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xi8>) outs(%e : tensor<8xi8>) {
+  ^bb0(%a0: i8, %o: i8):
+    %r = math.cttz %a0 : i8
+    linalg.yield %r : i8
+  } -> tensor<8xi8>
+  return %r : tensor<8xi8>
+}
+
+// CASE @ctpop_i8
+// INPUT 8xi8 -128 -3 -1 0 1 5 100 127
+// OUTPUT 8xi8 1 7 8 0 1 2 3 7
+func.func @ctpop_i8(%in0: tensor<8xi8>) -> tensor<8xi8> {
+  %e = tensor.empty() : tensor<8xi8>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xi8>) outs(%e : tensor<8xi8>) {
+  ^bb0(%a0: i8, %o: i8):
+    %r = math.ctpop %a0 : i8
+    linalg.yield %r : i8
+  } -> tensor<8xi8>
+  return %r : tensor<8xi8>
+}
+
+// CASE @absi_i8
+// INPUT 8xi8 -128 -3 -1 0 1 5 100 127
+// OUTPUT 8xi8 -128 3 1 0 1 5 100 127
+func.func @absi_i8(%in0: tensor<8xi8>) -> tensor<8xi8> {
+  %e = tensor.empty() : tensor<8xi8>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xi8>) outs(%e : tensor<8xi8>) {
+  ^bb0(%a0: i8, %o: i8):
+    %r = math.absi %a0 : i8
+    linalg.yield %r : i8
+  } -> tensor<8xi8>
+  return %r : tensor<8xi8>
+}
+
+// CASE @divui_i8
+// INPUT 8xi8 -128 -3 -1 0 1 5 100 127
+// INPUT 8xi8 3 -2 7 5 -1 2 -9 4
+// OUTPUT 8xi8 42 0 36 0 0 2 0 31
+func.func @divui_i8(%in0: tensor<8xi8>, %in1: tensor<8xi8>) -> tensor<8xi8> {
+  %e = tensor.empty() : tensor<8xi8>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi8>, tensor<8xi8>) outs(%e : tensor<8xi8>) {
+  ^bb0(%a0: i8, %a1: i8, %o: i8):
+    %r = arith.divui %a0, %a1 : i8
+    linalg.yield %r : i8
+  } -> tensor<8xi8>
+  return %r : tensor<8xi8>
+}
+
+// CASE @remui_i8
+// INPUT 8xi8 -128 -3 -1 0 1 5 100 127
+// INPUT 8xi8 3 -2 7 5 -1 2 -9 4
+// OUTPUT 8xi8 2 -3 3 0 1 1 100 3
+func.func @remui_i8(%in0: tensor<8xi8>, %in1: tensor<8xi8>) -> tensor<8xi8> {
+  %e = tensor.empty() : tensor<8xi8>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi8>, tensor<8xi8>) outs(%e : tensor<8xi8>) {
+  ^bb0(%a0: i8, %a1: i8, %o: i8):
+    %r = arith.remui %a0, %a1 : i8
+    linalg.yield %r : i8
+  } -> tensor<8xi8>
+  return %r : tensor<8xi8>
+}
+
+// CASE @maxui_i8
+// INPUT 8xi8 -128 -3 -1 0 1 5 100 127
+// INPUT 8xi8 3 -2 7 5 -1 2 -9 4
+// OUTPUT 8xi8 -128 -2 -1 5 -1 5 -9 127
+func.func @maxui_i8(%in0: tensor<8xi8>, %in1: tensor<8xi8>) -> tensor<8xi8> {
+  %e = tensor.empty() : tensor<8xi8>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi8>, tensor<8xi8>) outs(%e : tensor<8xi8>) {
+  ^bb0(%a0: i8, %a1: i8, %o: i8):
+    %r = arith.maxui %a0, %a1 : i8
+    linalg.yield %r : i8
+  } -> tensor<8xi8>
+  return %r : tensor<8xi8>
+}
+
+// CASE @minui_i8
+// INPUT 8xi8 -128 -3 -1 0 1 5 100 127
+// INPUT 8xi8 3 -2 7 5 -1 2 -9 4
+// OUTPUT 8xi8 3 -3 7 0 1 2 100 4
+func.func @minui_i8(%in0: tensor<8xi8>, %in1: tensor<8xi8>) -> tensor<8xi8> {
+  %e = tensor.empty() : tensor<8xi8>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi8>, tensor<8xi8>) outs(%e : tensor<8xi8>) {
+  ^bb0(%a0: i8, %a1: i8, %o: i8):
+    %r = arith.minui %a0, %a1 : i8
+    linalg.yield %r : i8
+  } -> tensor<8xi8>
+  return %r : tensor<8xi8>
+}
+
+// CASE @ipowi_i8
+// INPUT 8xi8 -128 -3 -1 0 1 5 100 127
+// INPUT 8xi8 -1 0 1 2 3 -1 0 1
+// OUTPUT 8xi8 0 1 -1 0 1 0 1 127
+func.func @ipowi_i8(%in0: tensor<8xi8>, %in1: tensor<8xi8>) -> tensor<8xi8> {
+  %e = tensor.empty() : tensor<8xi8>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi8>, tensor<8xi8>) outs(%e : tensor<8xi8>) {
+  ^bb0(%a0: i8, %a1: i8, %o: i8):
+    %r = math.ipowi %a0, %a1 : i8
+    linalg.yield %r : i8
+  } -> tensor<8xi8>
+  return %r : tensor<8xi8>
+}
+
+// CASE @ctlz_i16
+// INPUT 8xi16 -32768 -3 -1 0 1 5 100 32767
+// OUTPUT 8xi16 0 0 0 16 15 13 9 1
+func.func @ctlz_i16(%in0: tensor<8xi16>) -> tensor<8xi16> {
+  %e = tensor.empty() : tensor<8xi16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xi16>) outs(%e : tensor<8xi16>) {
+  ^bb0(%a0: i16, %o: i16):
+    %r = math.ctlz %a0 : i16
+    linalg.yield %r : i16
+  } -> tensor<8xi16>
+  return %r : tensor<8xi16>
+}
+
+// CASE @cttz_i16
+// INPUT 8xi16 -32768 -3 -1 0 1 5 100 32767
+// OUTPUT 8xi16 15 0 0 16 0 0 2 0
+func.func @cttz_i16(%in0: tensor<8xi16>) -> tensor<8xi16> {
+  %e = tensor.empty() : tensor<8xi16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xi16>) outs(%e : tensor<8xi16>) {
+  ^bb0(%a0: i16, %o: i16):
+    %r = math.cttz %a0 : i16
+    linalg.yield %r : i16
+  } -> tensor<8xi16>
+  return %r : tensor<8xi16>
+}
+
+// CASE @ctpop_i16
+// INPUT 8xi16 -32768 -3 -1 0 1 5 100 32767
+// OUTPUT 8xi16 1 15 16 0 1 2 3 15
+func.func @ctpop_i16(%in0: tensor<8xi16>) -> tensor<8xi16> {
+  %e = tensor.empty() : tensor<8xi16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xi16>) outs(%e : tensor<8xi16>) {
+  ^bb0(%a0: i16, %o: i16):
+    %r = math.ctpop %a0 : i16
+    linalg.yield %r : i16
+  } -> tensor<8xi16>
+  return %r : tensor<8xi16>
+}
+
+// CASE @absi_i16
+// INPUT 8xi16 -32768 -3 -1 0 1 5 100 32767
+// OUTPUT 8xi16 -32768 3 1 0 1 5 100 32767
+func.func @absi_i16(%in0: tensor<8xi16>) -> tensor<8xi16> {
+  %e = tensor.empty() : tensor<8xi16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0 : tensor<8xi16>) outs(%e : tensor<8xi16>) {
+  ^bb0(%a0: i16, %o: i16):
+    %r = math.absi %a0 : i16
+    linalg.yield %r : i16
+  } -> tensor<8xi16>
+  return %r : tensor<8xi16>
+}
+
+// CASE @divui_i16
+// INPUT 8xi16 -32768 -3 -1 0 1 5 100 32767
+// INPUT 8xi16 3 -2 7 5 -1 2 -9 4
+// OUTPUT 8xi16 10922 0 9362 0 0 2 0 8191
+func.func @divui_i16(%in0: tensor<8xi16>, %in1: tensor<8xi16>) -> tensor<8xi16> {
+  %e = tensor.empty() : tensor<8xi16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi16>, tensor<8xi16>) outs(%e : tensor<8xi16>) {
+  ^bb0(%a0: i16, %a1: i16, %o: i16):
+    %r = arith.divui %a0, %a1 : i16
+    linalg.yield %r : i16
+  } -> tensor<8xi16>
+  return %r : tensor<8xi16>
+}
+
+// CASE @remui_i16
+// INPUT 8xi16 -32768 -3 -1 0 1 5 100 32767
+// INPUT 8xi16 3 -2 7 5 -1 2 -9 4
+// OUTPUT 8xi16 2 -3 1 0 1 1 100 3
+func.func @remui_i16(%in0: tensor<8xi16>, %in1: tensor<8xi16>) -> tensor<8xi16> {
+  %e = tensor.empty() : tensor<8xi16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi16>, tensor<8xi16>) outs(%e : tensor<8xi16>) {
+  ^bb0(%a0: i16, %a1: i16, %o: i16):
+    %r = arith.remui %a0, %a1 : i16
+    linalg.yield %r : i16
+  } -> tensor<8xi16>
+  return %r : tensor<8xi16>
+}
+
+// CASE @maxui_i16
+// INPUT 8xi16 -32768 -3 -1 0 1 5 100 32767
+// INPUT 8xi16 3 -2 7 5 -1 2 -9 4
+// OUTPUT 8xi16 -32768 -2 -1 5 -1 5 -9 32767
+func.func @maxui_i16(%in0: tensor<8xi16>, %in1: tensor<8xi16>) -> tensor<8xi16> {
+  %e = tensor.empty() : tensor<8xi16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi16>, tensor<8xi16>) outs(%e : tensor<8xi16>) {
+  ^bb0(%a0: i16, %a1: i16, %o: i16):
+    %r = arith.maxui %a0, %a1 : i16
+    linalg.yield %r : i16
+  } -> tensor<8xi16>
+  return %r : tensor<8xi16>
+}
+
+// CASE @minui_i16
+// INPUT 8xi16 -32768 -3 -1 0 1 5 100 32767
+// INPUT 8xi16 3 -2 7 5 -1 2 -9 4
+// OUTPUT 8xi16 3 -3 7 0 1 2 100 4
+func.func @minui_i16(%in0: tensor<8xi16>, %in1: tensor<8xi16>) -> tensor<8xi16> {
+  %e = tensor.empty() : tensor<8xi16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi16>, tensor<8xi16>) outs(%e : tensor<8xi16>) {
+  ^bb0(%a0: i16, %a1: i16, %o: i16):
+    %r = arith.minui %a0, %a1 : i16
+    linalg.yield %r : i16
+  } -> tensor<8xi16>
+  return %r : tensor<8xi16>
+}
+
+// CASE @ipowi_i16
+// INPUT 8xi16 -32768 -3 -1 0 1 5 100 32767
+// INPUT 8xi16 -1 0 1 2 3 -1 0 1
+// OUTPUT 8xi16 0 1 -1 0 1 0 1 32767
+func.func @ipowi_i16(%in0: tensor<8xi16>, %in1: tensor<8xi16>) -> tensor<8xi16> {
+  %e = tensor.empty() : tensor<8xi16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%in0, %in1 : tensor<8xi16>, tensor<8xi16>) outs(%e : tensor<8xi16>) {
+  ^bb0(%a0: i16, %a1: i16, %o: i16):
+    %r = math.ipowi %a0, %a1 : i16
+    linalg.yield %r : i16
+  } -> tensor<8xi16>
+  return %r : tensor<8xi16>
+}
+
 // CASE @cmp_i64_big
 // INPUT 7xi64 5000000000 -5000000000 4611686018427400249 -1 4294967295 4294967296 -9223372036854775808
 // INPUT 7xi64 3 -7 2 4294967297 -1 4294967296 -1
