@@ -19,6 +19,12 @@
  * its relative accuracy near 1); cbrt as exp(log|x|/3) with the sign restored;
  * floor and ceil exact; log2 as log(x)/ln 2; sin and cos as described at
  * SINCOS_REDUCE (for |x| up to about 1e5).
+ *
+ * The same walk also serves the other widths: f64 and i64 ops take
+ * kernel_math64.c's helpers (or, for the functions that only combine others,
+ * this file's text written in f64; fmod and ipowi are templates for both
+ * widths); f16/bf16 ops in a caller's list are computed in f32; and i8/i16 bit
+ * counts, absi and ipowi are computed on i32 (widen_narrow_int).
  */
 #include <mlir-c/BuiltinTypes.h>
 #include <stdio.h>
