@@ -143,11 +143,11 @@ static const char hip_kernel_lowering[] = HIP_KERNEL_EXPAND ",convert-math-to-ll
   EXPAND_MATH("tanh,sinh,cosh,asinh,acosh,atanh,fpowi,powf,exp2,round,ctlz") "))"
 #define CPU_KERNEL_MATH_HELPERS \
   "erf,cbrt,atan,atan2,asin,acos,log2,sin,cos,remf,log10,tan,erfc,exp,log,log1p,expm1,ipowi"
-/* The f64 functions neither a CPU nor AMD has without a library (kernel_math64.c);
- * AMD's ROCDL conversion wants floor and ceil from the library too. */
 /* exp2 in f64 goes before math-expand-ops (whose exp(x ln 2) is 250 ulp off
  * near 2^1023), which still expands the f32 one. */
 #define KILN_F64_MATH_FIRST "exp2"
+/* The f64 functions neither a CPU nor AMD has without a library (kernel_math64.c);
+ * AMD's ROCDL conversion wants floor and ceil from the library too. */
 #define KILN_F64_MATH_HELPERS \
   "exp,log,log2,log10,log1p,expm1,sin,cos,tan,atan,atan2,asin,acos,erf,erfc,cbrt,remf,ipowi"
 /* What arith-emulate-wide-int cannot split into i32 pairs, on SPIR-V profiles
