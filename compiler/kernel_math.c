@@ -26,6 +26,7 @@
  * widths); f16/bf16 ops in a caller's list are computed in f32; and i8/i16 bit
  * counts, absi and ipowi are computed on i32 (widen_narrow_int).
  */
+#include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -751,6 +752,39 @@ static const char ipowi_template[] =
     "  return %res : $I\n"
     "}";
 
+/* Float to an integer power (math.fpowi) by squaring, one exponent bit per
+ * iteration, and the reciprocal for a negative exponent. Upstream's expansion
+ * writes powf(x, n), which is NaN for a negative base (x86_64 gave NaN for
+ * (-1.5)^2). f32 text, written f64 for f64; the exponent is i32 (wider ones are
+ * clamped first, kiln_compiler_kernels_expand_math). */
+static const char fpowi_f32[] =
+    "func.func private @fpowi(%a: f32, %b: i32) -> f32 {\n"
+    "  %c0 = arith.constant 0 : i32\n"
+    "  %one = arith.constant 1.0 : f32\n"
+    "  %neg = arith.cmpi slt, %b, %c0 : i32\n"
+    "  %nb = arith.subi %c0, %b : i32\n"
+    "  %e0 = arith.select %neg, %nb, %b : i32\n"
+    "  %r:3 = scf.while (%base = %a, %e = %e0, %acc = %one) : (f32, i32, f32) -> (f32, i32, f32) {\n"
+    "    %k0 = arith.constant 0 : i32\n"
+    "    %go = arith.cmpi ne, %e, %k0 : i32\n"
+    "    scf.condition(%go) %base, %e, %acc : f32, i32, f32\n"
+    "  } do {\n"
+    "  ^bb0(%base: f32, %e: i32, %acc: f32):\n"
+    "    %k0 = arith.constant 0 : i32\n"
+    "    %k1 = arith.constant 1 : i32\n"
+    "    %bit = arith.andi %e, %k1 : i32\n"
+    "    %odd = arith.cmpi ne, %bit, %k0 : i32\n"
+    "    %m = arith.mulf %acc, %base : f32\n"
+    "    %acc2 = arith.select %odd, %m, %acc : f32\n"
+    "    %sq = arith.mulf %base, %base : f32\n"
+    "    %e2 = arith.shrui %e, %k1 : i32\n"
+    "    scf.yield %sq, %e2, %acc2 : f32, i32, f32\n"
+    "  }\n"
+    "  %inv = arith.divf %one, %r#2 : f32\n"
+    "  %res = arith.select %neg, %inv, %r#2 : f32\n"
+    "  return %res : f32\n"
+    "}";
+
 /* The template's keys per width: $LZ the leading bits before the mantissa's
  * top (sign and exponent), $MB the mantissa bits, then masks and NaN. */
 static const char *const fmod_keys[2][11] = {
@@ -794,6 +828,7 @@ static const struct {
     {"ctpop", ctpop_i32, false, true},
     {"cttz", cttz_i32, false, true},
     {"ipowi", ipowi_template, true, true},
+    {"fpowi", fpowi_f32, true, false},
     /* i64 only, for SPIR-V profiles without Int64 (kernel_math64.c) */
     {"ctlz", NULL, false, true},
     {"absi", NULL, false, true},
@@ -959,9 +994,96 @@ static char *helper_text(size_t h, bool wide) {
   return helpers[h].generic ? instantiate(helpers[h].helper, true) : NULL;
 }
 
+static MlirWalkResult collect_fpowi(MlirOperation op, void *user) {
+  if (kiln_compiler_op_is(op, "math.fpowi")) {
+    MlirType t = mlirValueGetType(mlirOperationGetOperand(op, 1));
+    if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) != 32) kiln_compiler_ops_push(user, op);
+  }
+  return MlirWalkResultAdvance;
+}
+
+/* fpowi's exponent as the helper's i32: narrower ones sign-extended, an i64
+ * clamped to +-(2^30 + its parity) first (past that every power is 0, infinite
+ * or +-1 already, and the parity keeps the sign of a negative base's). */
+static void fpowi_exponents_i32(MlirContext context, MlirModule module) {
+  kiln_compiler_ops_t found = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_fpowi, &found, MlirWalkPreOrder);
+  MlirType i32 = mlirIntegerTypeGet(context, 32);
+  for (size_t i = 0; i < found.n; i++) {
+    MlirOperation op = found.items[i];
+    MlirValue n = mlirOperationGetOperand(op, 1);
+    MlirType t = mlirValueGetType(n);
+    if (mlirIntegerTypeGetWidth(t) < 32) {
+      n = kiln_compiler_build1("arith.extsi", op, n, i32);
+    } else {
+      MlirValue parity = kiln_compiler_build2("arith.andi", op, n, kiln_compiler_int_const_before(context, op, t, 1), t);
+      MlirValue lim = kiln_compiler_build2("arith.addi", op, kiln_compiler_int_const_before(context, op, t, 1 << 30),
+                                           parity, t);
+      MlirValue neg_lim = kiln_compiler_build2("arith.subi", op, kiln_compiler_int_const_before(context, op, t, 0), lim, t);
+      n = kiln_compiler_build2("arith.minsi", op, n, lim, t);
+      n = kiln_compiler_build2("arith.maxsi", op, n, neg_lim, t);
+      n = kiln_compiler_build1("arith.trunci", op, n, i32);
+    }
+    mlirOperationSetOperand(op, 1, n);
+  }
+  kiln_free(found.items);
+}
+
+static MlirWalkResult collect_classify(MlirOperation op, void *user) {
+  if (kiln_compiler_op_is(op, "math.isinf") || kiln_compiler_op_is(op, "math.isnormal")) {
+    if (mlirTypeIsAFloat(mlirValueGetType(mlirOperationGetOperand(op, 0)))) kiln_compiler_ops_push(user, op);
+  }
+  return MlirWalkResultAdvance;
+}
+
+/* A float constant of type t before `before`. */
+static MlirValue float_const_before(MlirContext context, MlirOperation before, MlirType t, double v) {
+  MlirOperationState state = mlirOperationStateGet(mlirStringRefCreateFromCString("arith.constant"),
+                                                   mlirOperationGetLocation(before));
+  MlirNamedAttribute value = kiln_compiler_named_attr(context, "value", mlirFloatAttrDoubleGet(context, t, v));
+  mlirOperationStateAddAttributes(&state, 1, &value);
+  mlirOperationStateAddResults(&state, 1, &t);
+  MlirOperation c = mlirOperationCreate(&state);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, c);
+  return mlirOperationGetResult(c, 0);
+}
+
+/* math.isinf and math.isnormal on scalars, which neither the LLVM translation
+ * (x86_64, AMD; CUDA isnormal) nor kiln's f64 emulation had: |x| == inf, and
+ * min normal <= |x| < inf (both false for NaN). */
+static void expand_classify(MlirContext context, MlirModule module) {
+  kiln_compiler_ops_t found = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_classify, &found, MlirWalkPreOrder);
+  MlirType i1 = mlirIntegerTypeGet(context, 1);
+  for (size_t i = 0; i < found.n; i++) {
+    MlirOperation op = found.items[i];
+    MlirValue x = mlirOperationGetOperand(op, 0);
+    MlirType t = mlirValueGetType(x);
+    MlirValue a = kiln_compiler_build1("math.absf", op, x, t);
+    MlirValue inf = float_const_before(context, op, t, __builtin_inf());
+    MlirValue r;
+    if (kiln_compiler_op_is(op, "math.isinf")) {
+      r = kiln_compiler_cmpf_before(context, op, 1 /* oeq */, a, inf);
+    } else {
+      unsigned w = mlirFloatTypeGetWidth(t);
+      double min_normal = w == 64 ? 0x1p-1022 : w == 16 && mlirTypeIsAF16(t) ? 0x1p-14 : 0x1p-126;
+      MlirValue lo = kiln_compiler_cmpf_before(context, op, 3 /* oge */, a, float_const_before(context, op, t, min_normal));
+      MlirValue hi = kiln_compiler_cmpf_before(context, op, 4 /* olt */, a, inf);
+      r = kiln_compiler_build2("arith.andi", op, lo, hi, i1);
+    }
+    mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), r);
+    mlirOperationDestroy(op);
+  }
+  kiln_free(found.items);
+}
+
 kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops,
                                                 const char *ops64) {
   kiln_status_t st = NULL;
+  expand_classify(context, module);
+  if (kiln_compiler_list_has(ops, "fpowi") || kiln_compiler_list_has(ops64, "fpowi")) {
+    fpowi_exponents_i32(context, module);
+  }
   /* asin and acos bring atan, sin and cos bring floor, expm1 brings exp and log,
    * cbrt and erf bring both, i64 cttz brings i32 cttz and that ctlz: a few more
    * rounds at most. */

@@ -51,7 +51,8 @@
 
 typedef struct em_s {
   kiln_buf_t b;
-  int n; /* the next value number */
+  int n;    /* the next value number */
+  int pred; /* a soft f64 comparison's predicate (arith::CmpFPredicate) */
 } em_t;
 
 typedef int v_t;
@@ -101,17 +102,23 @@ static v_t horner(em_t *e, v_t x, const double *c, size_t n) {
   return p;
 }
 
-/* The helper's text: `func.func private @NAME(%v0: T[, %v1: T]) -> T` (T f64, or
- * i64 for the integer helpers), the body `build` writes, and its result returned. */
-static char *helper(const char *name, const char *type, int args, v_t (*build)(em_t *)) {
-  em_t e = {.n = args};
+/* The helper's text: `func.func private @NAME(%v0: IN[, %v1: IN ...]) -> OUT`, the
+ * body `build` writes, and its result returned. */
+static char *helper_typed(const char *name, const char *in, const char *out, int args, int pred,
+                          v_t (*build)(em_t *)) {
+  em_t e = {.n = args, .pred = pred};
   kiln_buf_init(&e.b);
-  kiln_buf_appendf(&e.b, "func.func private @%s(%%v0: %s", name, type);
-  if (args == 2) kiln_buf_appendf(&e.b, ", %%v1: %s", type);
-  kiln_buf_appendf(&e.b, ") -> %s {\n", type);
+  kiln_buf_appendf(&e.b, "func.func private @%s(%%v0: %s", name, in);
+  for (int a = 1; a < args; a++) kiln_buf_appendf(&e.b, ", %%v%d: %s", a, in);
+  kiln_buf_appendf(&e.b, ") -> %s {\n", out);
   v_t r = build(&e);
-  kiln_buf_appendf(&e.b, "  return %%v%d : %s\n}", r, type);
+  kiln_buf_appendf(&e.b, "  return %%v%d : %s\n}", r, out);
   return kiln_buf_take(&e.b);
+}
+
+/* T f64, or i64 for the integer helpers. */
+static char *helper(const char *name, const char *type, int args, v_t (*build)(em_t *)) {
+  return helper_typed(name, type, type, args, 0, build);
 }
 
 #define INF64 __builtin_inf()
@@ -522,6 +529,384 @@ static v_t build_ctlz(em_t *e) { return count_halves(e, "math.ctlz"); }
 static v_t build_cttz(em_t *e) { return count_halves(e, "math.cttz"); }
 static v_t build_ctpop(em_t *e) { return count_halves(e, "math.ctpop"); }
 
+/* ---- f64 in integer code, for Vulkan profiles without Float64 ---- */
+
+/* IEEE binary64 on its bits in i64, correctly rounded to nearest even with
+ * subnormals, infinities and NaN (any NaN in gives the quiet NaN
+ * 0x7FF8000000000000 out): add, multiply, divide, square root, the conversions
+ * to and from integers and f32, comparisons, min and max. Straight-line code of
+ * shifts, adds, compares, selects, i64 multiplies of 32-bit halves and ctlz,
+ * which arith-emulate-wide-int splits into i32 pairs (it converts no loop, so
+ * division and square root are unrolled, one bit per step). kernel_soft64.c puts
+ * these in place of every f64 op. Checked bit for bit against the host's f64 on
+ * the CPU path (corpus.cpu_soft_f64). */
+
+#define F64_SIGN INT64_MIN
+#define F64_ABS INT64_MAX
+#define F64_INF 0x7FF0000000000000LL
+#define F64_QNAN 0x7FF8000000000000LL
+#define F64_MAN 0xFFFFFFFFFFFFFLL
+#define F64_IMP 0x10000000000000LL
+
+static v_t band(em_t *e, v_t a, v_t b) { return line(e, "arith.andi %%v%d, %%v%d : i1", a, b); }
+static v_t bor(em_t *e, v_t a, v_t b) { return line(e, "arith.ori %%v%d, %%v%d : i1", a, b); }
+static v_t bnot(em_t *e, v_t a) { return line(e, "arith.xori %%v%d, %%v%d : i1", a, line(e, "arith.constant true")); }
+static v_t ic2(em_t *e, const char *op, v_t a, int64_t c) { return i2(e, op, a, ki(e, c)); }
+static v_t zext(em_t *e, v_t b) { return line(e, "arith.extui %%v%d : i1 to i64", b); }
+static v_t umin(em_t *e, v_t a, int64_t c) { return line(e, "arith.minui %%v%d, %%v%d : i64", a, ki(e, c)); }
+static v_t smax(em_t *e, v_t a, int64_t c) { return line(e, "arith.maxsi %%v%d, %%v%d : i64", a, ki(e, c)); }
+static v_t clz(em_t *e, v_t a) { return line(e, "math.ctlz %%v%d : i64", a); }
+
+/* Magnitude bits and the special classes of x. */
+typedef struct {
+  v_t bits, sign, mag, nan, inf, zero;
+} cls_t;
+
+static cls_t classify(em_t *e, v_t x) {
+  cls_t c = {.bits = x};
+  c.sign = ic2(e, "arith.andi", x, F64_SIGN);
+  c.mag = ic2(e, "arith.andi", x, F64_ABS);
+  c.nan = icmp(e, "ugt", c.mag, ki(e, F64_INF));
+  c.inf = icmp(e, "eq", c.mag, ki(e, F64_INF));
+  c.zero = icmp(e, "eq", c.mag, ki(e, 0));
+  return c;
+}
+
+/* m >> s for s in [0, 63], the bits shifted out ORed into bit 0 (sticky). */
+static v_t sticky_shr(em_t *e, v_t m, v_t s) {
+  v_t mask = i2(e, "arith.subi", i2(e, "arith.shli", ki(e, 1), s), ki(e, 1));
+  v_t lost = icmp(e, "ne", i2(e, "arith.andi", m, mask), ki(e, 0));
+  return i2(e, "arith.ori", i2(e, "arith.shrui", m, s), zext(e, lost));
+}
+
+/* The significand of a finite x with its leading 1 at bit 52 (subnormals shifted
+ * up) and the biased exponent that goes with it (below 1 for subnormals). */
+static void normalize(em_t *e, v_t x, v_t *m, v_t *ex) {
+  v_t eb = ic2(e, "arith.andi", ic2(e, "arith.shrui", x, 52), 0x7FF);
+  v_t sub = icmp(e, "eq", eb, ki(e, 0));
+  v_t fr = ic2(e, "arith.andi", x, F64_MAN);
+  v_t mm = isel(e, sub, fr, ic2(e, "arith.ori", fr, F64_IMP));
+  v_t ee = isel(e, sub, ki(e, 1), eb);
+  /* zero: ctlz 64, a shift of 53 of nothing; the callers handle zeros */
+  v_t lz = ic2(e, "arith.subi", clz(e, mm), 11);
+  *m = i2(e, "arith.shli", mm, lz);
+  *ex = i2(e, "arith.subi", ee, lz);
+}
+
+/* sign | the f64 nearest m 2^(E - 1023 - 55): m holds 56 bits, its leading 1 at
+ * bit 55 for a normal result, the last bit sticky; E is signed. Below the normal
+ * range the significand shifts right first (subnormals, or zero); from 2^1024 up
+ * the result is infinity, also where rounding carries into the exponent. */
+static v_t round_pack(em_t *e, v_t sign, v_t E, v_t m) {
+  v_t one = ki(e, 1);
+  v_t tiny = icmp(e, "slt", E, one);
+  v_t sh = isel(e, tiny, umin(e, i2(e, "arith.subi", one, E), 63), ki(e, 0));
+  m = sticky_shr(e, m, sh);
+  E = isel(e, tiny, one, E);
+  v_t rb = ic2(e, "arith.andi", m, 7);
+  v_t q = ic2(e, "arith.shrui", m, 3);
+  v_t odd = icmp(e, "ne", ic2(e, "arith.andi", q, 1), ki(e, 0));
+  v_t up = bor(e, icmp(e, "ugt", rb, ki(e, 4)), band(e, icmp(e, "eq", rb, ki(e, 4)), odd));
+  v_t bits = i2(e, "arith.addi", ic2(e, "arith.shli", ic2(e, "arith.subi", E, 1), 52), q);
+  bits = i2(e, "arith.addi", bits, zext(e, up));
+  bits = isel(e, icmp(e, "sgt", E, ki(e, 2046)), ki(e, F64_INF), bits);
+  return i2(e, "arith.ori", bits, sign);
+}
+
+static v_t soft_add(em_t *e, v_t a, v_t b) {
+  v_t ma = ic2(e, "arith.andi", a, F64_ABS), mb = ic2(e, "arith.andi", b, F64_ABS);
+  v_t swap = icmp(e, "ugt", mb, ma);
+  v_t x = isel(e, swap, b, a), y = isel(e, swap, a, b);
+  cls_t cx = classify(e, x), cy = classify(e, y);
+  v_t sx = cx.sign, sy = cy.sign;
+  v_t ex = ic2(e, "arith.shrui", cx.mag, 52), ey = ic2(e, "arith.shrui", cy.mag, 52);
+  v_t xs = icmp(e, "eq", ex, ki(e, 0)), ys = icmp(e, "eq", ey, ki(e, 0));
+  v_t fx = ic2(e, "arith.andi", x, F64_MAN), fy = ic2(e, "arith.andi", y, F64_MAN);
+  v_t mx = ic2(e, "arith.shli", isel(e, xs, fx, ic2(e, "arith.ori", fx, F64_IMP)), 3);
+  v_t my = ic2(e, "arith.shli", isel(e, ys, fy, ic2(e, "arith.ori", fy, F64_IMP)), 3);
+  v_t Ex = isel(e, xs, ki(e, 1), ex), Ey = isel(e, ys, ki(e, 1), ey);
+  my = sticky_shr(e, my, umin(e, i2(e, "arith.subi", Ex, Ey), 63));
+  v_t subtract = icmp(e, "ne", sx, sy);
+  v_t sum = isel(e, subtract, i2(e, "arith.subi", mx, my), i2(e, "arith.addi", mx, my));
+  v_t carry = icmp(e, "uge", sum, ki(e, INT64_C(1) << 56));
+  v_t mc = sticky_shr(e, sum, ki(e, 1));
+  /* left by the leading zeros past bit 55, while the exponent stays >= 1 */
+  v_t sh = line(e, "arith.minsi %%v%d, %%v%d : i64", smax(e, ic2(e, "arith.subi", clz(e, sum), 8), 0),
+                ic2(e, "arith.subi", Ex, 1));
+  v_t m = isel(e, carry, mc, i2(e, "arith.shli", sum, sh));
+  v_t E = isel(e, carry, ic2(e, "arith.addi", Ex, 1), i2(e, "arith.subi", Ex, sh));
+  v_t r = round_pack(e, sx, E, m);
+  /* an exact zero: -0 only for -0 + -0 */
+  r = isel(e, icmp(e, "eq", sum, ki(e, 0)), i2(e, "arith.andi", sx, sy), r);
+  /* x has the larger magnitude: NaN if either is, infinite if either is */
+  v_t inf_r = isel(e, band(e, subtract, cy.inf), ki(e, F64_QNAN), x);
+  r = isel(e, cx.inf, inf_r, r);
+  return isel(e, cx.nan, ki(e, F64_QNAN), r);
+}
+
+static v_t soft_neg(em_t *e, v_t a) { return ic2(e, "arith.xori", a, F64_SIGN); }
+
+/* NaN, infinity and zero operands of * and /, most binding first. */
+static v_t mul_div_specials(em_t *e, bool div, cls_t ca, cls_t cb, v_t sign, v_t r) {
+  v_t inf = ic2(e, "arith.ori", sign, F64_INF);
+  if (div) {
+    r = isel(e, cb.inf, sign, r);
+    r = isel(e, cb.zero, inf, r);
+    r = isel(e, ca.zero, sign, r);
+    r = isel(e, ca.inf, inf, r);
+    v_t invalid = bor(e, band(e, ca.inf, cb.inf), band(e, ca.zero, cb.zero));
+    r = isel(e, invalid, ki(e, F64_QNAN), r);
+  } else {
+    r = isel(e, bor(e, ca.zero, cb.zero), sign, r);
+    r = isel(e, bor(e, ca.inf, cb.inf), inf, r);
+    v_t invalid = bor(e, band(e, ca.inf, cb.zero), band(e, cb.inf, ca.zero));
+    r = isel(e, invalid, ki(e, F64_QNAN), r);
+  }
+  return isel(e, bor(e, ca.nan, cb.nan), ki(e, F64_QNAN), r);
+}
+
+static v_t soft_mul(em_t *e, v_t a, v_t b) {
+  cls_t ca = classify(e, a), cb = classify(e, b);
+  v_t sign = ic2(e, "arith.andi", i2(e, "arith.xori", a, b), F64_SIGN);
+  v_t ma, ea, mb, eb;
+  normalize(e, a, &ma, &ea);
+  normalize(e, b, &mb, &eb);
+  /* the 106-bit product as hi:lo from 32-bit halves */
+  v_t a0 = ic2(e, "arith.andi", ma, 0xFFFFFFFFLL), a1 = ic2(e, "arith.shrui", ma, 32);
+  v_t b0 = ic2(e, "arith.andi", mb, 0xFFFFFFFFLL), b1 = ic2(e, "arith.shrui", mb, 32);
+  v_t p00 = i2(e, "arith.muli", a0, b0), p11 = i2(e, "arith.muli", a1, b1);
+  v_t mid = i2(e, "arith.addi", i2(e, "arith.muli", a0, b1), i2(e, "arith.muli", a1, b0));
+  v_t lo = i2(e, "arith.addi", p00, ic2(e, "arith.shli", mid, 32));
+  v_t carry = zext(e, icmp(e, "ult", lo, p00));
+  v_t hi = i2(e, "arith.addi", i2(e, "arith.addi", p11, ic2(e, "arith.shrui", mid, 32)), carry);
+  /* the leading 1 at bit 105 or 104 of the product goes to bit 55 */
+  v_t top = icmp(e, "uge", hi, ki(e, INT64_C(1) << 41));
+  v_t m_top = i2(e, "arith.ori", ic2(e, "arith.shli", hi, 14), ic2(e, "arith.shrui", lo, 50));
+  v_t s_top = icmp(e, "ne", ic2(e, "arith.andi", lo, (INT64_C(1) << 50) - 1), ki(e, 0));
+  v_t m_low = i2(e, "arith.ori", ic2(e, "arith.shli", hi, 15), ic2(e, "arith.shrui", lo, 49));
+  v_t s_low = icmp(e, "ne", ic2(e, "arith.andi", lo, (INT64_C(1) << 49) - 1), ki(e, 0));
+  v_t m = i2(e, "arith.ori", isel(e, top, m_top, m_low), zext(e, line(e, "arith.select %%v%d, %%v%d, %%v%d : i1",
+                                                                          top, s_top, s_low)));
+  v_t E = ic2(e, "arith.subi", i2(e, "arith.addi", i2(e, "arith.addi", ea, eb), zext(e, top)), 1023);
+  return mul_div_specials(e, false, ca, cb, sign, round_pack(e, sign, E, m));
+}
+
+static v_t soft_div(em_t *e, v_t a, v_t b) {
+  cls_t ca = classify(e, a), cb = classify(e, b);
+  v_t sign = ic2(e, "arith.andi", i2(e, "arith.xori", a, b), F64_SIGN);
+  v_t ma, ea, mb, eb;
+  normalize(e, a, &ma, &ea);
+  normalize(e, b, &mb, &eb);
+  v_t lt = icmp(e, "ult", ma, mb);
+  v_t r = isel(e, lt, ic2(e, "arith.shli", ma, 1), ma);
+  v_t E = i2(e, "arith.subi", ic2(e, "arith.addi", i2(e, "arith.subi", ea, eb), 1023), zext(e, lt));
+  /* r / mb in [1, 2): 56 quotient bits, restoring */
+  v_t q = ki(e, 0);
+  for (int i = 55; i >= 0; i--) {
+    v_t ge = icmp(e, "uge", r, mb);
+    r = isel(e, ge, i2(e, "arith.subi", r, mb), r);
+    q = isel(e, ge, ic2(e, "arith.ori", q, INT64_C(1) << i), q);
+    r = ic2(e, "arith.shli", r, 1);
+  }
+  v_t m = i2(e, "arith.ori", q, zext(e, icmp(e, "ne", r, ki(e, 0))));
+  return mul_div_specials(e, true, ca, cb, sign, round_pack(e, sign, E, m));
+}
+
+static v_t soft_sqrt(em_t *e, v_t a) {
+  cls_t ca = classify(e, a);
+  v_t ma, ea;
+  normalize(e, a, &ma, &ea);
+  v_t ub = ic2(e, "arith.subi", ea, 1023);
+  v_t odd = icmp(e, "ne", ic2(e, "arith.andi", ub, 1), ki(e, 0));
+  v_t x = isel(e, odd, ic2(e, "arith.shli", ma, 1), ma);
+  v_t half = ic2(e, "arith.shrsi", i2(e, "arith.subi", ub, zext(e, odd)), 1);
+  /* the root of x 2^58 (x < 2^54), two radicand bits per step */
+  v_t r = ki(e, 0), q = ki(e, 0);
+  for (int i = 55; i >= 0; i--) {
+    r = ic2(e, "arith.shli", r, 2);
+    if (i >= 29) r = i2(e, "arith.ori", r, ic2(e, "arith.andi", ic2(e, "arith.shrui", x, 2 * i - 58), 3));
+    v_t t = ic2(e, "arith.ori", ic2(e, "arith.shli", q, 2), 1);
+    v_t ge = icmp(e, "uge", r, t);
+    r = isel(e, ge, i2(e, "arith.subi", r, t), r);
+    q = i2(e, "arith.ori", ic2(e, "arith.shli", q, 1), zext(e, ge));
+  }
+  v_t m = i2(e, "arith.ori", q, zext(e, icmp(e, "ne", r, ki(e, 0))));
+  v_t y = round_pack(e, ki(e, 0), ic2(e, "arith.addi", half, 1023), m);
+  /* +-0, +inf themselves; negatives and NaN: NaN */
+  y = isel(e, bor(e, ca.zero, ca.inf), a, y);
+  v_t neg = band(e, icmp(e, "ne", ca.sign, ki(e, 0)), bnot(e, ca.zero));
+  return isel(e, bor(e, ca.nan, neg), ki(e, F64_QNAN), y);
+}
+
+/* i64 (signed or not) to f64. */
+static v_t soft_from_int(em_t *e, v_t x, bool is_signed) {
+  v_t neg = is_signed ? icmp(e, "slt", x, ki(e, 0)) : line(e, "arith.constant false");
+  v_t a = isel(e, neg, i2(e, "arith.subi", ki(e, 0), x), x);
+  v_t lz = umin(e, clz(e, a), 63);
+  v_t m = i2(e, "arith.shli", a, lz);
+  v_t m56 = i2(e, "arith.ori", ic2(e, "arith.shrui", m, 8),
+               zext(e, icmp(e, "ne", ic2(e, "arith.andi", m, 0xFF), ki(e, 0))));
+  v_t E = i2(e, "arith.subi", ki(e, 1023 + 63), lz);
+  v_t r = round_pack(e, isel(e, neg, ki(e, F64_SIGN), ki(e, 0)), E, m56);
+  return isel(e, icmp(e, "eq", a, ki(e, 0)), ki(e, 0), r);
+}
+
+/* f64 to i64 toward zero; out of range saturates, NaN gives 0 (LLVM leaves both
+ * undefined; CPUs differ). */
+static v_t soft_to_int(em_t *e, v_t x, bool is_signed) {
+  cls_t c = classify(e, x);
+  v_t ex = ic2(e, "arith.shrui", c.mag, 52);
+  v_t m = ic2(e, "arith.ori", ic2(e, "arith.andi", x, F64_MAN), F64_IMP);
+  v_t sh = ic2(e, "arith.subi", ex, 1075);
+  v_t left = icmp(e, "sge", sh, ki(e, 0));
+  v_t lv = i2(e, "arith.shli", m, umin(e, smax(e, sh, 0), 63));
+  v_t rv = i2(e, "arith.shrui", m, umin(e, smax(e, i2(e, "arith.subi", ki(e, 0), sh), 0), 63));
+  v_t v = isel(e, left, lv, rv);
+  v_t neg = icmp(e, "ne", c.sign, ki(e, 0));
+  if (is_signed) {
+    v = isel(e, neg, i2(e, "arith.subi", ki(e, 0), v), v);
+    v_t big = icmp(e, "uge", ex, ki(e, 1023 + 63));
+    v = isel(e, big, isel(e, neg, ki(e, INT64_MIN), ki(e, INT64_MAX)), v);
+  } else {
+    v_t big = icmp(e, "uge", ex, ki(e, 1023 + 64));
+    v = isel(e, big, ki(e, -1), v);
+    v = isel(e, neg, ki(e, 0), v);
+  }
+  return isel(e, c.nan, ki(e, 0), v);
+}
+
+/* f32 (its bits, zero-extended) to f64: exact. */
+static v_t soft_from_f32(em_t *e, v_t x) {
+  v_t s = ic2(e, "arith.shli", ic2(e, "arith.andi", x, 0x80000000LL), 32);
+  v_t e8 = ic2(e, "arith.andi", ic2(e, "arith.shrui", x, 23), 0xFF);
+  v_t f = ic2(e, "arith.andi", x, 0x7FFFFF);
+  v_t normal = i2(e, "arith.ori", ic2(e, "arith.shli", ic2(e, "arith.addi", e8, 896), 52), ic2(e, "arith.shli", f, 29));
+  v_t special = i2(e, "arith.ori", ki(e, F64_INF), ic2(e, "arith.shli", f, 29));
+  /* a subnormal f32 is a normal f64: the leading 1 of f at bit p gives 2^(p-149) */
+  v_t p = i2(e, "arith.subi", ki(e, 63), clz(e, f));
+  v_t frac = ic2(e, "arith.andi", i2(e, "arith.shli", f, umin(e, i2(e, "arith.subi", ki(e, 52), p), 63)), F64_MAN);
+  v_t sub = i2(e, "arith.ori", ic2(e, "arith.shli", ic2(e, "arith.addi", p, 874), 52), frac);
+  v_t z = icmp(e, "eq", e8, ki(e, 0));
+  v_t r = isel(e, z, isel(e, icmp(e, "eq", f, ki(e, 0)), ki(e, 0), sub), normal);
+  r = isel(e, icmp(e, "eq", e8, ki(e, 0xFF)), special, r);
+  return i2(e, "arith.ori", r, s);
+}
+
+/* f64 to f32 bits (in an i64): to nearest even, or to odd (the last bit ORed
+ * with inexactness, so a second rounding to f16 or bf16 is correct). */
+static v_t soft_to_f32(em_t *e, v_t x, bool to_odd) {
+  cls_t c = classify(e, x);
+  v_t s = ic2(e, "arith.shrui", c.sign, 32);
+  v_t ex = ic2(e, "arith.shrui", c.mag, 52);
+  v_t fr = ic2(e, "arith.andi", x, F64_MAN);
+  v_t m = isel(e, icmp(e, "eq", ex, ki(e, 0)), fr, ic2(e, "arith.ori", fr, F64_IMP));
+  v_t m27 = i2(e, "arith.ori", ic2(e, "arith.shrui", m, 26),
+               zext(e, icmp(e, "ne", ic2(e, "arith.andi", m, (INT64_C(1) << 26) - 1), ki(e, 0))));
+  v_t E = ic2(e, "arith.subi", ex, 896);
+  v_t one = ki(e, 1);
+  v_t tiny = icmp(e, "slt", E, one);
+  m27 = sticky_shr(e, m27, isel(e, tiny, umin(e, i2(e, "arith.subi", one, E), 63), ki(e, 0)));
+  E = isel(e, tiny, one, E);
+  v_t rb = ic2(e, "arith.andi", m27, 7);
+  v_t q = ic2(e, "arith.shrui", m27, 3);
+  v_t inc;
+  if (to_odd) {
+    q = i2(e, "arith.ori", q, zext(e, icmp(e, "ne", rb, ki(e, 0))));
+    inc = ki(e, 0);
+  } else {
+    v_t odd = icmp(e, "ne", ic2(e, "arith.andi", q, 1), ki(e, 0));
+    inc = zext(e, bor(e, icmp(e, "ugt", rb, ki(e, 4)), band(e, icmp(e, "eq", rb, ki(e, 4)), odd)));
+  }
+  v_t bits = i2(e, "arith.addi", i2(e, "arith.addi", ic2(e, "arith.shli", ic2(e, "arith.subi", E, 1), 23), q), inc);
+  bits = isel(e, icmp(e, "sgt", E, ki(e, 254)), ki(e, 0x7F800000LL), bits);
+  bits = isel(e, c.inf, ki(e, 0x7F800000LL), bits);
+  bits = isel(e, c.nan, ki(e, 0x7FC00000LL), bits);
+  return i2(e, "arith.ori", bits, s);
+}
+
+/* A key whose signed order is the f64 order of non-NaN values; with `zeros_equal`
+ * -0 and +0 share one, else -0 sorts below +0. */
+static v_t order_key(em_t *e, cls_t c, bool zeros_equal) {
+  v_t flipped = ic2(e, "arith.xori", c.bits, F64_ABS);
+  v_t k0 = isel(e, icmp(e, "ne", c.sign, ki(e, 0)), flipped, c.bits);
+  return zeros_equal ? isel(e, c.zero, ki(e, 0), k0) : k0;
+}
+
+/* floor, ceil, trunc, round (half away from zero) and roundeven on the bits:
+ * below 2^52 the fraction's bits are masked off, the integer part moved up by
+ * one ulp of it where the rounding says so (a carry into the exponent is right);
+ * from 2^52 on (infinities and NaN too) x is its own result. */
+typedef enum { RND_FLOOR, RND_CEIL, RND_TRUNC, RND_ROUND, RND_EVEN } rnd_t;
+
+static v_t soft_round(em_t *e, v_t x, rnd_t mode) {
+  cls_t c = classify(e, x);
+  v_t neg = icmp(e, "ne", c.sign, ki(e, 0));
+  v_t ub = ic2(e, "arith.subi", ic2(e, "arith.shrui", c.mag, 52), 1023);
+  v_t sh = umin(e, smax(e, i2(e, "arith.subi", ki(e, 52), ub), 1), 52);
+  v_t one = i2(e, "arith.shli", ki(e, 1), sh);
+  v_t mask = ic2(e, "arith.subi", one, 1);
+  v_t frac = i2(e, "arith.andi", c.mag, mask);
+  v_t base = i2(e, "arith.andi", c.mag, i2(e, "arith.xori", mask, ki(e, -1)));
+  v_t half = ic2(e, "arith.shrui", one, 1);
+  v_t inexact = icmp(e, "ne", frac, ki(e, 0));
+  v_t up, small; /* small: the result for |x| < 1 */
+  v_t onef = ki(e, 0x3FF0000000000000LL);
+  switch (mode) {
+    case RND_FLOOR:
+      up = band(e, neg, inexact);
+      small = isel(e, band(e, neg, bnot(e, c.zero)), ki(e, (int64_t)0xBFF0000000000000ULL), ki(e, 0));
+      small = isel(e, c.zero, x, small);
+      break;
+    case RND_CEIL:
+      up = band(e, bnot(e, neg), inexact);
+      small = isel(e, band(e, bnot(e, neg), bnot(e, c.zero)), onef, c.sign);
+      break;
+    case RND_TRUNC:
+      up = line(e, "arith.constant false");
+      small = c.sign;
+      break;
+    case RND_ROUND:
+      up = icmp(e, "uge", frac, half);
+      small = isel(e, icmp(e, "eq", ub, ki(e, -1)), i2(e, "arith.ori", c.sign, onef), c.sign);
+      break;
+    default: {
+      v_t odd = icmp(e, "ne", i2(e, "arith.andi", base, one), ki(e, 0));
+      up = bor(e, icmp(e, "ugt", frac, half), band(e, icmp(e, "eq", frac, half), odd));
+      v_t over_half = icmp(e, "ugt", c.mag, ki(e, 0x3FE0000000000000LL));
+      small = isel(e, band(e, icmp(e, "eq", ub, ki(e, -1)), over_half), i2(e, "arith.ori", c.sign, onef), c.sign);
+      break;
+    }
+  }
+  v_t mid = i2(e, "arith.ori", c.sign, isel(e, up, i2(e, "arith.addi", base, one), base));
+  v_t r = isel(e, icmp(e, "slt", ub, ki(e, 0)), small, mid);
+  return isel(e, icmp(e, "sge", ub, ki(e, 52)), x, r);
+}
+
+/* pred: arith::CmpFPredicate's number (0 false, 1-6 oeq ogt oge olt ole one, 7
+ * ord, 8-13 the unordered forms, 14 uno, 15 true). */
+static v_t soft_cmp(em_t *e, v_t a, v_t b, int pred) {
+  if (pred == 0) return line(e, "arith.constant false");
+  if (pred == 15) return line(e, "arith.constant true");
+  cls_t ca = classify(e, a), cb = classify(e, b);
+  v_t uno = bor(e, ca.nan, cb.nan);
+  if (pred == 7) return bnot(e, uno);
+  if (pred == 14) return uno;
+  v_t ka = order_key(e, ca, true), kb = order_key(e, cb, true);
+  static const char *const rel[] = {"eq", "sgt", "sge", "slt", "sle", "ne"};
+  v_t r = icmp(e, rel[(pred - 1) % 7], ka, kb);
+  return pred < 8 ? band(e, bnot(e, uno), r) : bor(e, uno, r);
+}
+
+/* maximumf/minimumf (NaN wins, -0 < +0) and maxnumf/minnumf (a NaN loses). */
+static v_t soft_minmax(em_t *e, v_t a, v_t b, bool max, bool nan_wins) {
+  cls_t ca = classify(e, a), cb = classify(e, b);
+  v_t pick_a = icmp(e, max ? "sgt" : "slt", order_key(e, ca, false), order_key(e, cb, false));
+  v_t r = isel(e, pick_a, a, b);
+  if (nan_wins) return isel(e, bor(e, ca.nan, cb.nan), ki(e, F64_QNAN), r);
+  r = isel(e, cb.nan, a, r);
+  return isel(e, ca.nan, b, r);
+}
+
 static const struct {
   const char *name;
   bool integer; /* an i64 helper; else f64 */
@@ -543,6 +928,80 @@ char *kiln_compiler_math_helper_64(const char *name, bool integer) {
     if (builders[i].integer == integer && strcmp(builders[i].name, name) == 0) {
       return helper(name, integer ? "i64" : "f64", builders[i].args, builders[i].build);
     }
+  }
+  return NULL;
+}
+
+/* ---- the soft f64 helpers by name ---- */
+
+static v_t sb_addf(em_t *e) { return soft_add(e, 0, 1); }
+static v_t sb_subf(em_t *e) { return soft_add(e, 0, soft_neg(e, 1)); }
+static v_t sb_mulf(em_t *e) { return soft_mul(e, 0, 1); }
+static v_t sb_divf(em_t *e) { return soft_div(e, 0, 1); }
+/* Rounded twice, as GLSL's Fma may be on any Vulkan device (and as upstream's
+ * math-expand-ops writes fma), not fused. */
+static v_t sb_fma(em_t *e) { return soft_add(e, soft_mul(e, 0, 1), 2); }
+static v_t sb_sqrt(em_t *e) { return soft_sqrt(e, 0); }
+static v_t sb_rsqrt(em_t *e) { return soft_div(e, ki(e, 0x3FF0000000000000LL), soft_sqrt(e, 0)); }
+static v_t sb_negf(em_t *e) { return soft_neg(e, 0); }
+static v_t sb_absf(em_t *e) { return ic2(e, "arith.andi", 0, F64_ABS); }
+static v_t sb_copysign(em_t *e) {
+  return i2(e, "arith.ori", ic2(e, "arith.andi", 0, F64_ABS), ic2(e, "arith.andi", 1, F64_SIGN));
+}
+static v_t sb_maximumf(em_t *e) { return soft_minmax(e, 0, 1, true, true); }
+static v_t sb_minimumf(em_t *e) { return soft_minmax(e, 0, 1, false, true); }
+static v_t sb_maxnumf(em_t *e) { return soft_minmax(e, 0, 1, true, false); }
+static v_t sb_minnumf(em_t *e) { return soft_minmax(e, 0, 1, false, false); }
+static v_t sb_sitofp(em_t *e) { return soft_from_int(e, 0, true); }
+static v_t sb_uitofp(em_t *e) { return soft_from_int(e, 0, false); }
+static v_t sb_fptosi(em_t *e) { return soft_to_int(e, 0, true); }
+static v_t sb_fptoui(em_t *e) { return soft_to_int(e, 0, false); }
+static v_t sb_extf(em_t *e) { return soft_from_f32(e, line(e, "arith.extui %%v0 : i32 to i64")); }
+static v_t sb_truncf(em_t *e) { return line(e, "arith.trunci %%v%d : i64 to i32", soft_to_f32(e, 0, false)); }
+static v_t sb_truncf_odd(em_t *e) { return line(e, "arith.trunci %%v%d : i64 to i32", soft_to_f32(e, 0, true)); }
+static v_t sb_cmpf(em_t *e) { return soft_cmp(e, 0, 1, e->pred); }
+static v_t sb_isnan(em_t *e) { return classify(e, 0).nan; }
+static v_t sb_isinf(em_t *e) { return classify(e, 0).inf; }
+static v_t sb_isfinite(em_t *e) { return icmp(e, "ult", classify(e, 0).mag, ki(e, F64_INF)); }
+static v_t sb_isnormal(em_t *e) {
+  v_t m = classify(e, 0).mag;
+  return band(e, icmp(e, "uge", m, ki(e, F64_IMP)), icmp(e, "ult", m, ki(e, F64_INF)));
+}
+static v_t sb_floor(em_t *e) { return soft_round(e, 0, RND_FLOOR); }
+static v_t sb_ceil(em_t *e) { return soft_round(e, 0, RND_CEIL); }
+static v_t sb_trunc(em_t *e) { return soft_round(e, 0, RND_TRUNC); }
+static v_t sb_round(em_t *e) { return soft_round(e, 0, RND_ROUND); }
+static v_t sb_roundeven(em_t *e) { return soft_round(e, 0, RND_EVEN); }
+
+static const struct {
+  const char *name;
+  int args;
+  const char *in, *out;
+  v_t (*build)(em_t *);
+} soft_builders[] = {
+    {"addf", 2, "i64", "i64", sb_addf},         {"subf", 2, "i64", "i64", sb_subf},
+    {"mulf", 2, "i64", "i64", sb_mulf},         {"divf", 2, "i64", "i64", sb_divf},
+    {"fma", 3, "i64", "i64", sb_fma},
+    {"sqrt", 1, "i64", "i64", sb_sqrt},         {"rsqrt", 1, "i64", "i64", sb_rsqrt},
+    {"negf", 1, "i64", "i64", sb_negf},         {"absf", 1, "i64", "i64", sb_absf},
+    {"copysign", 2, "i64", "i64", sb_copysign}, {"maximumf", 2, "i64", "i64", sb_maximumf},
+    {"minimumf", 2, "i64", "i64", sb_minimumf}, {"maxnumf", 2, "i64", "i64", sb_maxnumf},
+    {"minnumf", 2, "i64", "i64", sb_minnumf},   {"sitofp", 1, "i64", "i64", sb_sitofp},
+    {"uitofp", 1, "i64", "i64", sb_uitofp},     {"fptosi", 1, "i64", "i64", sb_fptosi},
+    {"fptoui", 1, "i64", "i64", sb_fptoui},     {"extf", 1, "i32", "i64", sb_extf},
+    {"truncf", 1, "i64", "i32", sb_truncf},     {"truncf_odd", 1, "i64", "i32", sb_truncf_odd},
+    {"cmpf", 2, "i64", "i1", sb_cmpf},         {"floor", 1, "i64", "i64", sb_floor},
+    {"ceil", 1, "i64", "i64", sb_ceil},         {"trunc", 1, "i64", "i64", sb_trunc},
+    {"round", 1, "i64", "i64", sb_round},       {"roundeven", 1, "i64", "i64", sb_roundeven},
+    {"isnan", 1, "i64", "i1", sb_isnan},        {"isinf", 1, "i64", "i1", sb_isinf},
+    {"isfinite", 1, "i64", "i1", sb_isfinite},  {"isnormal", 1, "i64", "i1", sb_isnormal},
+};
+
+char *kiln_compiler_soft_f64_helper(const char *name, int pred) {
+  for (size_t i = 0; i < sizeof soft_builders / sizeof soft_builders[0]; i++) {
+    if (strcmp(soft_builders[i].name, name) != 0) continue;
+    return helper_typed(name, soft_builders[i].in, soft_builders[i].out, soft_builders[i].args, pred,
+                        soft_builders[i].build);
   }
   return NULL;
 }

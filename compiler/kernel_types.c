@@ -322,18 +322,10 @@ static MlirWalkResult find_f64(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-kiln_status_t kiln_compiler_kernels_refuse_f64(MlirModule module, const char *name, const char *target) {
+bool kiln_compiler_kernels_have_f64(MlirModule module) {
   MlirOperation found = {NULL};
   mlirOperationWalk(mlirModuleGetOperation(module), find_f64, &found, MlirWalkPreOrder);
-  if (mlirOperationIsNull(found)) return NULL;
-  int line = 0, col = 0;
-  kiln_compiler_op_line_col(found, &line, &col);
-  MlirStringRef op = mlirIdentifierStr(mlirOperationGetName(found));
-  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                     "%s:%d:%d: %s: a kernel's %.*s works on f64, and %s's Vulkan profile has no 64-bit floats "
-                     "(Float64: Mali and VideoCore GPUs have none); kiln does not emulate f64 on Vulkan yet. "
-                     "Convert the model to f32 for this target, or compile it for a CPU, CUDA or AMD target",
-                     name, line, col, target, (int)op.length, op.data, target);
+  return !mlirOperationIsNull(found);
 }
 
 /* ---- f64 <-> f16/bf16 through f32 ---- */
@@ -355,10 +347,12 @@ static MlirValue select_before(MlirOperation before, MlirValue c, MlirValue a, M
   MlirValue ops[3] = {c, a, b};
   return kiln_compiler_build_before("arith.select", before, ops, 3, mlirValueGetType(a));
 }
-static MlirValue cmpf_before(MlirContext ctx, MlirOperation before, int64_t pred, MlirValue a, MlirValue b) {
+/* arith.cmpf or arith.cmpi (`name`) with predicate number `pred`, before `before`. */
+static MlirValue compare_before(MlirContext ctx, const char *name, MlirOperation before, int64_t pred, MlirValue a,
+                                MlirValue b) {
   MlirValue ops[2] = {a, b};
   MlirType i1 = mlirIntegerTypeGet(ctx, 1);
-  MlirOperationState st = mlirOperationStateGet(sref("arith.cmpf"), mlirOperationGetLocation(before));
+  MlirOperationState st = mlirOperationStateGet(sref(name), mlirOperationGetLocation(before));
   mlirOperationStateAddOperands(&st, 2, ops);
   mlirOperationStateAddResults(&st, 1, &i1);
   MlirNamedAttribute p = kiln_compiler_named_attr(ctx, "predicate", mlirIntegerAttrGet(mlirIntegerTypeGet(ctx, 64), pred));
@@ -366,6 +360,10 @@ static MlirValue cmpf_before(MlirContext ctx, MlirOperation before, int64_t pred
   MlirOperation op = mlirOperationCreate(&st);
   mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, op);
   return mlirOperationGetResult(op, 0);
+}
+
+MlirValue kiln_compiler_cmpf_before(MlirContext ctx, MlirOperation before, int64_t pred, MlirValue a, MlirValue b) {
+  return compare_before(ctx, "arith.cmpf", before, pred, a, b);
 }
 
 void kiln_compiler_kernels_f64_half_casts(MlirContext context, MlirModule module) {
@@ -388,10 +386,10 @@ void kiln_compiler_kernels_f64_half_casts(MlirContext context, MlirModule module
       MlirValue back = kiln_compiler_build1("arith.extf", op, t, f64);
       MlirValue bits = kiln_compiler_build1("arith.bitcast", op, t, i32);
       MlirValue one = kiln_compiler_int_const_before(context, op, i32, 1);
-      MlirValue away = cmpf_before(context, op, OGT, kiln_compiler_build1("math.absf", op, back, f64), kiln_compiler_build1("math.absf", op, x, f64));
+      MlirValue away = kiln_compiler_cmpf_before(context, op, OGT, kiln_compiler_build1("math.absf", op, back, f64), kiln_compiler_build1("math.absf", op, x, f64));
       MlirValue toward = select_before(op, away, kiln_compiler_build2("arith.subi", op, bits, one, i32), bits);
       MlirValue tz = kiln_compiler_build1("arith.extf", op, kiln_compiler_build1("arith.bitcast", op, toward, f32), f64);
-      MlirValue lost = cmpf_before(context, op, ONE, tz, x);
+      MlirValue lost = kiln_compiler_cmpf_before(context, op, ONE, tz, x);
       MlirValue odd = select_before(op, lost, kiln_compiler_build2("arith.ori", op, toward, one, i32), toward);
       r = kiln_compiler_build1("arith.truncf", op, kiln_compiler_build1("arith.bitcast", op, odd, f32), to);
     }
@@ -793,4 +791,180 @@ void kiln_compiler_kernels_split_i64(MlirContext context, MlirModule module) {
     }
   }
   kiln_free(funcs.items);
+}
+
+/* ---- i64 shifts by zero ---- */
+
+static MlirWalkResult collect_i64_shifts(MlirOperation op, void *user) {
+  if ((kiln_compiler_op_is(op, "arith.shli") || kiln_compiler_op_is(op, "arith.shrui") ||
+       kiln_compiler_op_is(op, "arith.shrsi"))) {
+    MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
+    int64_t amount;
+    if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 64 &&
+        !kiln_compiler_int_constant_value(mlirOperationGetOperand(op, 1), &amount)) {
+      ops_push(user, op);
+    }
+  }
+  return MlirWalkResultAdvance;
+}
+
+void kiln_compiler_kernels_guard_i64_shifts(MlirContext context, MlirModule module) {
+  ops_t shifts = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_i64_shifts, &shifts, MlirWalkPreOrder);
+  MlirType i64 = mlirIntegerTypeGet(context, 64);
+  for (size_t i = 0; i < shifts.n; i++) {
+    MlirOperation op = shifts.items[i];
+    MlirOperation next = mlirOperationGetNextInBlock(op);
+    MlirValue x = mlirOperationGetOperand(op, 0), s = mlirOperationGetOperand(op, 1);
+    MlirValue shifted = mlirOperationGetResult(op, 0);
+    MlirValue zero = kiln_compiler_int_const_before(context, next, i64, 0);
+    MlirValue operands[3] = {compare_before(context, "arith.cmpi", next, 0 /* eq */, s, zero), x, shifted};
+    MlirValue r = kiln_compiler_build_before("arith.select", next, operands, 3, i64);
+    MlirOperation sel = mlirOpResultGetOwner(r);
+    mlirValueReplaceAllUsesExcept(shifted, r, 1, &sel);
+  }
+  kiln_free(shifts.items);
+}
+
+/* ---- i64 carried by scf loops and branches ---- */
+
+static bool is_i64(MlirType t) { return mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 64; }
+
+/* v's low and high words, computed before `before`. */
+static void split_before(MlirContext ctx, MlirOperation before, MlirValue v, MlirValue *lo, MlirValue *hi) {
+  MlirType i32 = mlirIntegerTypeGet(ctx, 32), i64 = mlirIntegerTypeGet(ctx, 64);
+  *lo = kiln_compiler_build1("arith.trunci", before, v, i32);
+  MlirValue shifted = kiln_compiler_build2("arith.shrui", before, v, kiln_compiler_int_const_before(ctx, before, i64, 32), i64);
+  *hi = kiln_compiler_build1("arith.trunci", before, shifted, i32);
+}
+
+/* The i64 of two words, computed before `before`. */
+static MlirValue join_before(MlirContext ctx, MlirOperation before, MlirValue lo, MlirValue hi) {
+  MlirType i64 = mlirIntegerTypeGet(ctx, 64);
+  MlirValue l = kiln_compiler_build1("arith.extui", before, lo, i64);
+  MlirValue h = kiln_compiler_build1("arith.extui", before, hi, i64);
+  MlirValue hs = kiln_compiler_build2("arith.shli", before, h, kiln_compiler_int_const_before(ctx, before, i64, 32), i64);
+  return kiln_compiler_build2("arith.ori", before, hs, l, i64);
+}
+
+/* `values` (n) with each i64 from position `skip` on replaced by its two words,
+ * split before `before`; returns the new count (out holds up to 2n). */
+static intptr_t split_list(MlirContext ctx, MlirOperation before, const MlirValue *values, intptr_t n, intptr_t skip,
+                           MlirValue *out) {
+  intptr_t m = 0;
+  for (intptr_t i = 0; i < n; i++) {
+    if (i >= skip && is_i64(mlirValueGetType(values[i]))) {
+      split_before(ctx, before, values[i], &out[m], &out[m + 1]);
+      m += 2;
+    } else {
+      out[m++] = values[i];
+    }
+  }
+  return m;
+}
+
+/* A block's i64 arguments from position `skip` on become two i32 arguments each,
+ * joined at the top of the block for the code that used them. */
+static void split_block_args(MlirContext ctx, MlirBlock b, intptr_t skip) {
+  MlirType i32 = mlirIntegerTypeGet(ctx, 32);
+  for (intptr_t j = mlirBlockGetNumArguments(b) - 1; j >= skip; j--) {
+    MlirValue old = mlirBlockGetArgument(b, j);
+    if (!is_i64(mlirValueGetType(old))) continue;
+    MlirLocation loc = mlirValueGetLocation(old);
+    MlirValue lo = mlirBlockInsertArgument(b, (unsigned)j + 1, i32, loc);
+    MlirValue hi = mlirBlockInsertArgument(b, (unsigned)j + 2, i32, loc);
+    MlirValue v = join_before(ctx, mlirBlockGetFirstOperation(b), lo, hi);
+    mlirValueReplaceAllUsesOfWith(old, v);
+    mlirBlockEraseArgument(b, (unsigned)j);
+  }
+}
+
+static void split_terminator(MlirContext ctx, MlirOperation term, intptr_t skip) {
+  intptr_t n = mlirOperationGetNumOperands(term);
+  MlirValue *in = kiln_calloc(n ? (size_t)n : 1, sizeof *in), *out = kiln_calloc(n ? 2 * (size_t)n : 1, sizeof *out);
+  for (intptr_t i = 0; i < n; i++) in[i] = mlirOperationGetOperand(term, i);
+  intptr_t m = split_list(ctx, term, in, n, skip, out);
+  mlirOperationSetOperands(term, m, out);
+  kiln_free(in);
+  kiln_free(out);
+}
+
+static MlirWalkResult collect_i64_carriers(MlirOperation op, void *user) {
+  if (kiln_compiler_op_is(op, "scf.for") || kiln_compiler_op_is(op, "scf.while") || kiln_compiler_op_is(op, "scf.if")) {
+    for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) {
+      if (is_i64(mlirValueGetType(mlirOperationGetResult(op, i)))) {
+        ops_push(user, op);
+        break;
+      }
+    }
+  }
+  return MlirWalkResultAdvance;
+}
+
+/* One scf.for (lower, upper, step, then the carried values; the body's first
+ * argument the induction variable), scf.while (everything carried; the before
+ * region's scf.condition has the condition first) or scf.if (the condition, then
+ * results only) rebuilt with its i64s as pairs, its regions moved over. */
+static void split_carrier(MlirContext ctx, MlirOperation op) {
+  bool is_for = kiln_compiler_op_is(op, "scf.for"), is_if = kiln_compiler_op_is(op, "scf.if");
+  intptr_t skip = is_for ? 3 : is_if ? 1 : 0;
+  intptr_t n_in = mlirOperationGetNumOperands(op), n_out = mlirOperationGetNumResults(op);
+  MlirValue *in = kiln_calloc((size_t)n_in + 1, sizeof *in), *ops = kiln_calloc(2 * (size_t)n_in + 1, sizeof *ops);
+  for (intptr_t i = 0; i < n_in; i++) in[i] = mlirOperationGetOperand(op, i);
+  intptr_t m = split_list(ctx, op, in, n_in, skip, ops);
+  MlirType i32 = mlirIntegerTypeGet(ctx, 32);
+  MlirType *types = kiln_calloc(2 * (size_t)n_out + 1, sizeof *types);
+  intptr_t k = 0;
+  for (intptr_t i = 0; i < n_out; i++) {
+    MlirType t = mlirValueGetType(mlirOperationGetResult(op, i));
+    if (is_i64(t)) types[k++] = i32;
+    types[k++] = is_i64(t) ? i32 : t;
+  }
+  intptr_t n_regions = mlirOperationGetNumRegions(op);
+  MlirRegion *regions = kiln_calloc((size_t)n_regions + 1, sizeof *regions);
+  for (intptr_t r = 0; r < n_regions; r++) regions[r] = mlirRegionCreate();
+  MlirOperationState state = mlirOperationStateGet(mlirIdentifierStr(mlirOperationGetName(op)), mlirOperationGetLocation(op));
+  mlirOperationStateAddOperands(&state, m, ops);
+  mlirOperationStateAddResults(&state, k, types);
+  for (intptr_t i = 0; i < mlirOperationGetNumAttributes(op); i++) {
+    MlirNamedAttribute a = mlirOperationGetAttribute(op, i);
+    mlirOperationStateAddAttributes(&state, 1, &a);
+  }
+  mlirOperationStateAddOwnedRegions(&state, n_regions, regions);
+  MlirOperation now = mlirOperationCreate(&state);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, now);
+  for (intptr_t r = 0; r < n_regions; r++) {
+    MlirRegion region = mlirOperationGetRegion(now, r);
+    mlirRegionTakeBody(region, mlirOperationGetRegion(op, r));
+    for (MlirBlock b = mlirRegionGetFirstBlock(region); !mlirBlockIsNull(b); b = mlirBlockGetNextInRegion(b)) {
+      split_block_args(ctx, b, is_for ? 1 : 0);
+      MlirOperation term = mlirBlockGetTerminator(b);
+      if (mlirOperationIsNull(term)) continue;
+      /* scf.condition passes its condition first; the rest carry values */
+      split_terminator(ctx, term, kiln_compiler_op_is(term, "scf.condition") ? 1 : 0);
+    }
+  }
+  MlirOperation after = mlirOperationGetNextInBlock(op);
+  for (intptr_t i = 0, j = 0; i < n_out; i++) {
+    MlirValue old = mlirOperationGetResult(op, i);
+    if (is_i64(mlirValueGetType(old))) {
+      mlirValueReplaceAllUsesOfWith(old, join_before(ctx, after, mlirOperationGetResult(now, j),
+                                                     mlirOperationGetResult(now, j + 1)));
+      j += 2;
+    } else {
+      mlirValueReplaceAllUsesOfWith(old, mlirOperationGetResult(now, j++));
+    }
+  }
+  mlirOperationDestroy(op);
+  kiln_free(in);
+  kiln_free(ops);
+  kiln_free(types);
+  kiln_free(regions);
+}
+
+void kiln_compiler_kernels_split_carried_i64(MlirContext context, MlirModule module) {
+  ops_t carriers = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_i64_carriers, &carriers, MlirWalkPreOrder);
+  for (size_t i = 0; i < carriers.n; i++) split_carrier(context, carriers.items[i]);
+  kiln_free(carriers.items);
 }

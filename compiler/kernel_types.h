@@ -64,6 +64,8 @@ MlirValue kiln_compiler_build_before(const char *name, MlirOperation before, con
 /* The same for one and two operands. */
 MlirValue kiln_compiler_build1(const char *name, MlirOperation before, MlirValue a, MlirType type);
 MlirValue kiln_compiler_build2(const char *name, MlirOperation before, MlirValue a, MlirValue b, MlirType type);
+/* arith.cmpf with predicate `pred` (arith::CmpFPredicate's number) before `before`. */
+MlirValue kiln_compiler_cmpf_before(MlirContext ctx, MlirOperation before, int64_t pred, MlirValue a, MlirValue b);
 
 /* A growing list of ops (what a walk collects before a rewrite changes the IR). */
 typedef struct kiln_compiler_ops_s {
@@ -90,10 +92,8 @@ enum {
   KILN_FLOATS_SMALL = 1u << 2,
 };
 
-/* UNIMPLEMENTED naming the first kernel op (by its source file:line:col) with an
- * f64 value or buffer: for targets without 64-bit floats (kiln's Vulkan profiles);
- * NULL when the kernels have none. */
-kiln_status_t kiln_compiler_kernels_refuse_f64(MlirModule module, const char *name, const char *target);
+/* Whether a kernel op of `module` makes an f64 value or buffer. */
+bool kiln_compiler_kernels_have_f64(MlirModule module);
 
 /* On a SPIR-V profile without Int8 (Int16), MLIR emulates i8 (i16) values in i32
  * words but converts no unsigned division, remainder, max or min on them: each
@@ -185,6 +185,23 @@ void kiln_compiler_widen_half_op(MlirContext context, MlirOperation op);
  * floordivsi, ceildivsi, absi, ctlz, cttz, ctpop, ipowi); NULL for other names. */
 char *kiln_compiler_math_helper_64(const char *name, bool integer);
 
+/* The text of kiln's integer code for one f64 op on the bits of its operands
+ * (kernel_math64.c): `name` is addf, subf, mulf, divf, fma (not fused), sqrt,
+ * rsqrt, negf, absf,
+ * copysign, maximumf, minimumf, maxnumf, minnumf, floor, ceil, trunc, round,
+ * roundeven, isnan, isinf, isfinite, isnormal (to i1), sitofp, uitofp (from i64),
+ * fptosi, fptoui (to i64), extf (from f32's i32 bits), truncf and truncf_odd (to
+ * f32's i32 bits, to nearest even or to odd), or cmpf with `pred` its
+ * arith::CmpFPredicate; NULL for another name. The caller frees it. */
+char *kiln_compiler_soft_f64_helper(const char *name, int pred);
+
+/* Every f64 value, op and buffer in the kernels of `module` as integer code on
+ * i64 bits (kernel_soft64.c), for SPIR-V profiles without Float64. The math
+ * functions must be expanded into arithmetic first. UNIMPLEMENTED naming the op
+ * and its file:line:col, with nothing changed, for what it cannot convert. */
+kiln_status_t kiln_compiler_kernels_soft_f64(MlirContext context, MlirModule module, const char *name,
+                                             const char *target);
+
 /* For profiles without Int64 (before arith-emulate-wide-int): each kernel argument
  * that is a memref of i64 (identity or static strided layout) used only by loads
  * and stores becomes a memref of i32 pairs (one more dimension of 2: the low word,
@@ -193,5 +210,18 @@ char *kiln_compiler_math_helper_64(const char *name, bool integer);
  * emulate-wide-int then turns the i64 arithmetic into i32 pairs. Other i64
  * buffers are left alone (the emulation then names the op). */
 void kiln_compiler_kernels_split_i64(MlirContext context, MlirModule module);
+
+/* arith-emulate-wide-int shifts an i64 by s as two i32 halves, moving the bits
+ * that cross between them by 32 - s: for s = 0 an i32 shift by 32, which SPIR-V
+ * leaves undefined (lavapipe put garbage in the high word; x86 masks the count,
+ * so CPUs never showed it). Each i64 shli, shrui and shrsi by a non-constant
+ * amount becomes select(s == 0, x, the shift). For profiles without Int64. */
+void kiln_compiler_kernels_guard_i64_shifts(MlirContext context, MlirModule module);
+
+/* arith-emulate-wide-int converts no i64 an scf.for, scf.while or scf.if carries
+ * ("unresolved materialization"): each becomes two i32 words, split before the
+ * op and its terminators and joined at the top of its blocks and after it, in
+ * i64 code the emulation converts. For profiles without Int64. */
+void kiln_compiler_kernels_split_carried_i64(MlirContext context, MlirModule module);
 
 #endif /* KILN_COMPILER_KERNEL_TYPES_H_ */

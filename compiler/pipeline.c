@@ -144,8 +144,10 @@ static const char hip_kernel_lowering[] = HIP_KERNEL_EXPAND ",convert-math-to-ll
 #define CPU_KERNEL_MATH_HELPERS \
   "erf,cbrt,atan,atan2,asin,acos,log2,sin,cos,remf,log10,tan,erfc,exp,log,log1p,expm1,ipowi"
 /* exp2 in f64 goes before math-expand-ops (whose exp(x ln 2) is 250 ulp off
- * near 2^1023), which still expands the f32 one. */
-#define KILN_F64_MATH_FIRST "exp2"
+ * near 2^1023), which still expands the f32 one; fpowi in both widths (its
+ * expansion is powf(x, n): NaN for a negative base on the CPUs and SPIR-V). */
+#define KILN_MATH_FIRST "fpowi"
+#define KILN_F64_MATH_FIRST "exp2,fpowi"
 /* The f64 functions neither a CPU nor AMD has without a library (kernel_math64.c);
  * AMD's ROCDL conversion wants floor and ceil from the library too. */
 #define KILN_F64_MATH_HELPERS \
@@ -796,6 +798,97 @@ static kiln_status_t prepare_small_types(kiln_compiler_context_t *context, MlirM
   return kiln_compiler_kernels_check_floats(context->mlir, module, KILN_FLOATS_SMALL, name, t->id);
 }
 
+/* ---- f64 without Float64 ---- */
+
+/* On a SPIR-V profile without Float64 an f64 kernel computes in integer code
+ * (kernel_soft64.c, which also rounds to integers), so every other f64 math
+ * function is written as arithmetic first: exp2 as on the CPUs, upstream's
+ * expansions of the hyperbolic functions and powf, then kiln's f64 helpers.
+ * Upstream's expansions run on f64 alone: tanh and powf of other widths keep
+ * their SPIR-V instructions, waiting outside the dialect as kiln.held ops. */
+#define F64_UPSTREAM_MATH "tanh,sinh,cosh,asinh,acosh,atanh,powf"
+#define F64_SOFT_MATH_HELPERS \
+  "exp,log,log2,log10,log1p,expm1,sin,cos,tan,atan,atan2,asin,acos,erf,erfc,cbrt,remf,ipowi"
+static const char *const f64_only_math[] = {"math.tanh", "math.powf", NULL};
+
+/* `op` again as `to` (operands, results and attributes kept, `held_as` added
+ * unless null, a kiln.held_as attribute dropped), in its place. */
+static void rebuild_as(MlirContext ctx, MlirOperation op, MlirStringRef to, MlirAttribute held_as) {
+  MlirOperationState state = mlirOperationStateGet(to, mlirOperationGetLocation(op));
+  intptr_t n_in = mlirOperationGetNumOperands(op), n_out = mlirOperationGetNumResults(op);
+  for (intptr_t i = 0; i < n_in; i++) {
+    MlirValue v = mlirOperationGetOperand(op, i);
+    mlirOperationStateAddOperands(&state, 1, &v);
+  }
+  for (intptr_t i = 0; i < n_out; i++) {
+    MlirType t = mlirValueGetType(mlirOperationGetResult(op, i));
+    mlirOperationStateAddResults(&state, 1, &t);
+  }
+  for (intptr_t i = 0; i < mlirOperationGetNumAttributes(op); i++) {
+    MlirNamedAttribute a = mlirOperationGetAttribute(op, i);
+    MlirStringRef an = mlirIdentifierStr(a.name);
+    if (an.length == 12 && memcmp(an.data, "kiln.held_as", 12) == 0) continue;
+    mlirOperationStateAddAttributes(&state, 1, &a);
+  }
+  if (!mlirAttributeIsNull(held_as)) {
+    MlirNamedAttribute a = kiln_compiler_named_attr(ctx, "kiln.held_as", held_as);
+    mlirOperationStateAddAttributes(&state, 1, &a);
+  }
+  MlirOperation now = mlirOperationCreate(&state);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, now);
+  for (intptr_t i = 0; i < n_out; i++) {
+    mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, i), mlirOperationGetResult(now, i));
+  }
+  mlirOperationDestroy(op);
+}
+
+/* One of f64_only_math on another type than f64. */
+static bool held_back(MlirOperation op) {
+  for (size_t i = 0; f64_only_math[i]; i++) {
+    if (kiln_compiler_op_is(op, f64_only_math[i])) {
+      return mlirOperationGetNumResults(op) != 1 || !mlirTypeIsAF64(mlirValueGetType(mlirOperationGetResult(op, 0)));
+    }
+  }
+  return false;
+}
+
+static kiln_status_t expand_f64_upstream(kiln_compiler_context_t *context, MlirModule module, const char *name,
+                                         const char *stage) {
+  MlirContext ctx = context->mlir;
+  kiln_compiler_ops_t ops = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), kiln_compiler_ops_collect_all, &ops, MlirWalkPreOrder);
+  bool allowed = mlirContextGetAllowUnregisteredDialects(ctx);
+  mlirContextSetAllowUnregisteredDialects(ctx, true);
+  for (size_t i = 0; i < ops.n; i++) {
+    if (held_back(ops.items[i])) {
+      rebuild_as(ctx, ops.items[i], mlirStringRefCreateFromCString("kiln.held"),
+                 mlirStringAttrGet(ctx, mlirIdentifierStr(mlirOperationGetName(ops.items[i]))));
+    }
+  }
+  kiln_status_t st = run_pipeline(context, module, "builtin.module(gpu.module(" EXPAND_MATH(F64_UPSTREAM_MATH) "))",
+                                  name, stage);
+  ops.n = 0;
+  mlirOperationWalk(mlirModuleGetOperation(module), kiln_compiler_ops_collect_all, &ops, MlirWalkPreOrder);
+  for (size_t i = 0; i < ops.n; i++) {
+    if (kiln_compiler_op_is(ops.items[i], "kiln.held")) {
+      MlirAttribute held = mlirOperationGetAttributeByName(ops.items[i], mlirStringRefCreateFromCString("kiln.held_as"));
+      rebuild_as(ctx, ops.items[i], mlirStringAttrGetValue(held), (MlirAttribute){NULL});
+    }
+  }
+  mlirContextSetAllowUnregisteredDialects(ctx, allowed);
+  kiln_free(ops.items);
+  return st;
+}
+
+static kiln_status_t emulate_f64(kiln_compiler_context_t *context, MlirModule module, const char *name,
+                                 const char *target, const char *stage) {
+  if (!kiln_compiler_kernels_have_f64(module)) return NULL;
+  KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_math(context->mlir, module, "", KILN_F64_MATH_FIRST));
+  KILN_RETURN_IF_ERROR(expand_f64_upstream(context, module, name, stage));
+  KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_math(context->mlir, module, "", F64_SOFT_MATH_HELPERS));
+  return kiln_compiler_kernels_soft_f64(context->mlir, module, name, target);
+}
+
 static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirModule module,
                                          const kiln_target_t *t, const char *name,
                                          const char *stage) {
@@ -803,7 +896,7 @@ static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirM
   bool int64 = kiln_compiler_list_has(t->spirv_capabilities, "Int64");
   kiln_compiler_kernels_only(module);
   if (!kiln_compiler_list_has(t->spirv_capabilities, "Float64")) {
-    KILN_RETURN_IF_ERROR(kiln_compiler_kernels_refuse_f64(module, name, t->id));
+    KILN_RETURN_IF_ERROR(emulate_f64(context, module, name, t->id, stage));
   }
   /* convert-math-to-spirv, run on its own, reads the profile from a
    * spirv.target_env attribute, not from the gpu.module's targets, and without
@@ -833,10 +926,14 @@ static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirM
   const char *math_ops = getenv("KILN_TEST_SPIRV_MATH");
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_math(
       context->mlir, module,
-      math_ops && *math_ops ? math_ops : "erf,cbrt,atan2,asin,acos,remf,erfc,trunc,ctpop,cttz,ipowi",
+      math_ops && *math_ops ? math_ops : "erf,cbrt,atan2,asin,acos,remf,erfc,trunc,ctpop,cttz,ipowi," KILN_MATH_FIRST,
       int64 ? "ipowi" : "ipowi," SPIRV_I64_HELPERS));
   /* i64 without Int64: pairs of i32 (arith-emulate-wide-int; the buffers by kiln). */
-  if (!int64) kiln_compiler_kernels_split_i64(context->mlir, module);
+  if (!int64) {
+    kiln_compiler_kernels_split_i64(context->mlir, module);
+    kiln_compiler_kernels_guard_i64_shifts(context->mlir, module);
+    kiln_compiler_kernels_split_carried_i64(context->mlir, module);
+  }
   kiln_compiler_kernels_widen_unsigned(context->mlir, module, kiln_compiler_list_has(t->spirv_capabilities, "Int8"),
                                        kiln_compiler_list_has(t->spirv_capabilities, "Int16"));
   kiln_buf_t passes;
@@ -1183,10 +1280,16 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, cons
   MlirModule module = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(front)));
   unsigned as_bits = KILN_FLOATS_BF16 | (t->f16_as_bits ? KILN_FLOATS_F16 : 0u);
   out->status = prepare_small_types(context, module, t, name, stage);
+  /* KILN_TEST_CPU_SOFT_F64 (a test hook, never set in production) runs the f64
+   * emulation of the Vulkan profiles here, where the host's own f64 checks it bit
+   * for bit (tests/CMakeLists.txt: corpus.cpu_soft_f64). */
+  if (!out->status && getenv("KILN_TEST_CPU_SOFT_F64")) {
+    out->status = emulate_f64(context, module, name, t->id, stage);
+  }
   if (!out->status) {
     kiln_compiler_kernels_f64_half_casts(context->mlir, module);
     kiln_compiler_kernels_floats_as_bits(context->mlir, module, as_bits);
-    out->status = kiln_compiler_kernels_expand_math(context->mlir, module, "", KILN_F64_MATH_FIRST);
+    out->status = kiln_compiler_kernels_expand_math(context->mlir, module, KILN_MATH_FIRST, KILN_F64_MATH_FIRST);
   }
   if (!out->status) out->status = run_pipeline(context, module, CPU_KERNEL_EXPAND, name, stage);
   /* KILN_TEST_CPU_MATH64 (a test hook, never set in production) widens the f64

@@ -6,7 +6,6 @@
 // INPUT 7xf64 1.0 1e-300 1e-17 0.2 0.0009765625 1e-09 0.0
 // OUTPUT 7xf64 2.0000000000009095 1e+300 -3.5 0.30000000000000004 0.0009765625 123456789.12345679 0.0
 // TOL 1e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @addf_f64(%in0: tensor<7xf64>, %in1: tensor<7xf64>) -> tensor<7xf64> {
   %e = tensor.empty() : tensor<7xf64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -23,7 +22,6 @@ func.func @addf_f64(%in0: tensor<7xf64>, %in1: tensor<7xf64>) -> tensor<7xf64> {
 // INPUT 7xf64 1.0 1e-300 1e-17 0.2 0.0009765625 1e-09 0.0
 // OUTPUT 7xf64 9.094947017729282e-13 1e+300 -3.5 -0.1 -0.0009765625 123456789.12345679 -0.0
 // TOL 1e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @subf_f64(%in0: tensor<7xf64>, %in1: tensor<7xf64>) -> tensor<7xf64> {
   %e = tensor.empty() : tensor<7xf64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -40,7 +38,6 @@ func.func @subf_f64(%in0: tensor<7xf64>, %in1: tensor<7xf64>) -> tensor<7xf64> {
 // INPUT 7xf64 1.0 1e-300 1e-17 0.2 0.0009765625 1e-09 0.0
 // OUTPUT 7xf64 1.0000000000009095 1.0 -3.5e-17 0.020000000000000004 8e-323 0.1234567891234568 -0.0
 // TOL 1e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @mulf_f64(%in0: tensor<7xf64>, %in1: tensor<7xf64>) -> tensor<7xf64> {
   %e = tensor.empty() : tensor<7xf64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -57,7 +54,6 @@ func.func @mulf_f64(%in0: tensor<7xf64>, %in1: tensor<7xf64>) -> tensor<7xf64> {
 // INPUT 7xf64 1.0 1e-300 1e-17 0.2 0.0009765625 1e-09 0.0
 // OUTPUT 7xf64 1.0000000000009095 inf -3.5e+17 0.5 8.289046e-317 1.2345678912345678e+17 nan
 // TOL 1e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @divf_f64(%in0: tensor<7xf64>, %in1: tensor<7xf64>) -> tensor<7xf64> {
   %e = tensor.empty() : tensor<7xf64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -74,7 +70,6 @@ func.func @divf_f64(%in0: tensor<7xf64>, %in1: tensor<7xf64>) -> tensor<7xf64> {
 // INPUT 7xf64 1.0 1e-300 1e-17 0.2 0.0009765625 1e-09 0.0
 // OUTPUT 7xf64 1.0000000000009095 1e+300 1e-17 0.2 0.0009765625 123456789.12345679 -0.0
 // TOL 1e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @maximumf_f64(%in0: tensor<7xf64>, %in1: tensor<7xf64>) -> tensor<7xf64> {
   %e = tensor.empty() : tensor<7xf64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -90,7 +85,6 @@ func.func @maximumf_f64(%in0: tensor<7xf64>, %in1: tensor<7xf64>) -> tensor<7xf6
 // INPUT 6xf64 1.0000000009313226 -1e-40 3e+38 1e+39 0.1 -2.5
 // OUTPUT 6xf32 1.0 -9.99994610111476e-41 3.0000000054977558e+38 inf 0.10000000149011612 -2.5
 // TOL 1e-30
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @truncf_f64_f32(%in0: tensor<6xf64>) -> tensor<6xf32> {
   %e = tensor.empty() : tensor<6xf32>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -106,7 +100,6 @@ func.func @truncf_f64_f32(%in0: tensor<6xf64>) -> tensor<6xf32> {
 // INPUT 5xf32 0.10000000149011612 -9.99994610111476e-41 3.0000000054977558e+38 16777216.0 -2.5
 // OUTPUT 5xf64 0.10000000149011612 -9.99994610111476e-41 3.0000000054977558e+38 16777216.0 -2.5
 // TOL 1e-30
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @extf_f32_f64(%in0: tensor<5xf32>) -> tensor<5xf64> {
   %e = tensor.empty() : tensor<5xf64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -122,7 +115,6 @@ func.func @extf_f32_f64(%in0: tensor<5xf32>) -> tensor<5xf64> {
 // INPUT 8xf64 1.0004882812509095 -1.0004882812509095 1.00048828125 65519.99 65520.0 3e-08 0.1 -2.5
 // OUTPUT 8xf16 1.0009765625 -1.0009765625 1.0 65504.0 inf 5.960464477539063e-08 0.0999755859375 -2.5
 // TOL 1e-30
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @truncf_f64_f16(%in0: tensor<8xf64>) -> tensor<8xf16> {
   %e = tensor.empty() : tensor<8xf16>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -138,7 +130,6 @@ func.func @truncf_f64_f16(%in0: tensor<8xf64>) -> tensor<8xf16> {
 // INPUT 8xf16 1.0009765625 -1.0009765625 1.0 65504.0 inf 5.960464477539063e-08 0.0999755859375 -2.5
 // OUTPUT 8xf64 1.0009765625 -1.0009765625 1.0 65504.0 inf 5.960464477539063e-08 0.0999755859375 -2.5
 // TOL 1e-30
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @extf_f16_f64(%in0: tensor<8xf16>) -> tensor<8xf64> {
   %e = tensor.empty() : tensor<8xf64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -154,7 +145,6 @@ func.func @extf_f16_f64(%in0: tensor<8xf16>) -> tensor<8xf64> {
 // INPUT 8xf64 1.0039062500009095 -1.0039062500009095 1.00390625 3e+38 0.1 -2.5 1e-30 7.0
 // OUTPUT 8xbf16 1.0078125 -1.0078125 1.0 3.00405527047391e+38 0.10009765625 -2.5 9.98402083170343e-31 7.0
 // TOL 1e-30
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @truncf_f64_bf16(%in0: tensor<8xf64>) -> tensor<8xbf16> {
   %e = tensor.empty() : tensor<8xbf16>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -170,7 +160,6 @@ func.func @truncf_f64_bf16(%in0: tensor<8xf64>) -> tensor<8xbf16> {
 // INPUT 8xbf16 1.0078125 -1.0078125 1.0 3.00405527047391e+38 0.10009765625 -2.5 9.98402083170343e-31 7.0
 // OUTPUT 8xf64 1.0078125 -1.0078125 1.0 3.00405527047391e+38 0.10009765625 -2.5 9.98402083170343e-31 7.0
 // TOL 1e-30
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @extf_bf16_f64(%in0: tensor<8xbf16>) -> tensor<8xf64> {
   %e = tensor.empty() : tensor<8xf64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -186,7 +175,6 @@ func.func @extf_bf16_f64(%in0: tensor<8xbf16>) -> tensor<8xf64> {
 // INPUT 5xi64 9007199254740993 -1099511627779 0 123456789012345 -1
 // OUTPUT 5xf64 9007199254740992.0 -1099511627779.0 0.0 123456789012345.0 -1.0
 // TOL 1e-30
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @sitofp_i64_f64(%in0: tensor<5xi64>) -> tensor<5xf64> {
   %e = tensor.empty() : tensor<5xf64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -201,7 +189,6 @@ func.func @sitofp_i64_f64(%in0: tensor<5xi64>) -> tensor<5xf64> {
 // CASE @fptosi_f64_i64
 // INPUT 5xf64 1099511627776.75 -123456789012.9 0.5 -0.5 9007199254740991.0
 // OUTPUT 5xi64 1099511627776 -123456789012 0 0 9007199254740991
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @fptosi_f64_i64(%in0: tensor<5xf64>) -> tensor<5xi64> {
   %e = tensor.empty() : tensor<5xi64>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
@@ -217,7 +204,6 @@ func.func @fptosi_f64_i64(%in0: tensor<5xf64>) -> tensor<5xi64> {
 // INPUT 17xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 709.5 -740.0 -745.5 1e-300 inf -inf nan
 // OUTPUT 17xf64 0.0005530843701478336 0.06392786120670757 0.5488116360940264 0.999999999 1.0 1.3498588075760032 2.718281828461764 11.023176380641601 665.1416330443618 229175810.8656434 1.3549863193146328e+308 4.2e-322 0.0 1.0 inf 0.0 nan
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_exp_f64(%x: tensor<17xf64>) -> tensor<17xf64> {
   %0 = math.exp %x : tensor<17xf64>
   return %0 : tensor<17xf64>
@@ -227,7 +213,6 @@ func.func @math_exp_f64(%x: tensor<17xf64>) -> tensor<17xf64> {
 // INPUT 12xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 1023.5 -1074.0
 // OUTPUT 12xf64 0.005524271728019903 0.14865088937534013 0.6597539553864471 0.9999999993068528 1.0 1.2311444133449163 2.0000000000013864 5.278031643091577 90.50966799187809 623487.0199105466 1.2711610061536464e+308 5e-324
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_exp2_f64(%x: tensor<12xf64>) -> tensor<12xf64> {
   %0 = math.exp2 %x : tensor<12xf64>
   return %0 : tensor<12xf64>
@@ -237,7 +222,6 @@ func.func @math_exp2_f64(%x: tensor<12xf64>) -> tensor<12xf64> {
 // INPUT 13xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 1e-10 -40.0 700.0
 // OUTPUT 13xf64 -0.9994469156298522 -0.9360721387932924 -0.45118836390597356 -9.999999995e-10 0.0 0.3498588075760031 1.7182818284617638 10.023176380641601 664.1416330443618 229175809.8656434 1.00000000005e-10 -1.0 1.0142320547350045e+304
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_expm1_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
   %0 = math.expm1 %x : tensor<13xf64>
   return %0 : tensor<13xf64>
@@ -247,7 +231,6 @@ func.func @math_expm1_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
 // INPUT 13xf64 1e-300 2.3e-308 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300 0.0 -1.0 inf
 // OUTPUT 13xf64 -690.7755278982137 -708.363299519231 -6.907755278982137 -0.2876820724517809 0.0 2.2204460492503128e-16 2.0794415416798357 6.907755278982137 11.723646487185881 690.7755278982137 -inf nan inf
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_log_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
   %0 = math.log %x : tensor<13xf64>
   return %0 : tensor<13xf64>
@@ -257,7 +240,6 @@ func.func @math_log_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
 // INPUT 11xf64 1e-300 2.3e-308 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300 1024.0
 // OUTPUT 11xf64 -996.5784284662087 -1021.9522193641379 -9.965784284662087 -0.4150374992788438 0.0 3.203426503814917e-16 3.0 9.965784284662087 16.913646648198387 996.5784284662087 10.0
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_log2_f64(%x: tensor<11xf64>) -> tensor<11xf64> {
   %0 = math.log2 %x : tensor<11xf64>
   return %0 : tensor<11xf64>
@@ -267,7 +249,6 @@ func.func @math_log2_f64(%x: tensor<11xf64>) -> tensor<11xf64> {
 // INPUT 10xf64 1e-300 2.3e-308 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300
 // OUTPUT 10xf64 -300.0 -307.63827216398244 -3.0 -0.12493873660829993 0.0 9.64327466553287e-17 0.9030899869919435 3.0 5.09151497716927 300.0
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_log10_f64(%x: tensor<10xf64>) -> tensor<10xf64> {
   %0 = math.log10 %x : tensor<10xf64>
   return %0 : tensor<10xf64>
@@ -277,7 +258,6 @@ func.func @math_log10_f64(%x: tensor<10xf64>) -> tensor<10xf64> {
 // INPUT 6xf64 1e-18 -0.5 3e-09 0.75 10000000000.0 -1.0
 // OUTPUT 6xf64 1e-18 -0.6931471805599453 2.9999999955e-09 0.5596157879354227 23.025850930040455 -inf
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_log1p_f64(%x: tensor<6xf64>) -> tensor<6xf64> {
   %0 = math.log1p %x : tensor<6xf64>
   return %0 : tensor<6xf64>
@@ -287,7 +267,6 @@ func.func @math_log1p_f64(%x: tensor<6xf64>) -> tensor<6xf64> {
 // INPUT 10xf64 1e-300 2.3e-308 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300
 // OUTPUT 10xf64 1e-150 1.51657508881031e-154 0.03162277660168379 0.8660254037844386 1.0 1.0 2.8284271247461903 31.622776601683793 351.3641828644462 1e+150
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_sqrt_f64(%x: tensor<10xf64>) -> tensor<10xf64> {
   %0 = math.sqrt %x : tensor<10xf64>
   return %0 : tensor<10xf64>
@@ -297,7 +276,6 @@ func.func @math_sqrt_f64(%x: tensor<10xf64>) -> tensor<10xf64> {
 // INPUT 8xf64 0.001 0.75 1.0 1.0000000000000002 8.0 1000.0 123456.789 1e+300
 // OUTPUT 8xf64 31.622776601683796 1.1547005383792517 1.0 1.0 0.35355339059327373 0.03162277660168379 0.0028460499071010685 1e-150
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_rsqrt_f64(%x: tensor<8xf64>) -> tensor<8xf64> {
   %0 = math.rsqrt %x : tensor<8xf64>
   return %0 : tensor<8xf64>
@@ -307,7 +285,6 @@ func.func @math_rsqrt_f64(%x: tensor<8xf64>) -> tensor<8xf64> {
 // INPUT 15xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 100.0 1000000.5 4000000000.0 3.141592653589793 1e-300
 // OUTPUT 15xf64 -0.9379999767747389 -0.38166099205233167 -0.5646424733950354 -1e-09 0.0 0.29552020666133955 0.8414709848084369 0.675463180551151 0.21511998808781552 0.3898273272463786 -0.5063656411097588 0.141954699000744 0.7392870259917508 1.2246467991473532e-16 1e-300
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_sin_f64(%x: tensor<15xf64>) -> tensor<15xf64> {
   %0 = math.sin %x : tensor<15xf64>
   return %0 : tensor<15xf64>
@@ -317,7 +294,6 @@ func.func @math_sin_f64(%x: tensor<15xf64>) -> tensor<15xf64> {
 // INPUT 14xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 100.0 1000000.5 4000000000.0 1.5707963267948966
 // OUTPUT 14xf64 0.3466353178350258 -0.9243023786324636 0.8253356149096783 1.0 1.0 0.955336489125606 0.5403023058672982 -0.7373937155412454 0.9765876257280235 0.9208879708911095 0.8623188722876839 0.9898731552232378 -0.6733904463238786 6.123233995736766e-17
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_cos_f64(%x: tensor<14xf64>) -> tensor<14xf64> {
   %0 = math.cos %x : tensor<14xf64>
   return %0 : tensor<14xf64>
@@ -327,7 +303,6 @@ func.func @math_cos_f64(%x: tensor<14xf64>) -> tensor<14xf64> {
 // INPUT 12xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 1.5707963267 100000.0
 // OUTPUT 12xf64 -2.706013866772691 0.4129178944849325 -0.6841368083416923 -1e-09 0.0 0.30933624960962325 1.557407724658328 -0.9160142896734107 0.22027720034589682 0.4233167763817753 10537785746.995779 -0.035771662952898776
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_tan_f64(%x: tensor<12xf64>) -> tensor<12xf64> {
   %0 = math.tan %x : tensor<12xf64>
   return %0 : tensor<12xf64>
@@ -337,7 +312,6 @@ func.func @math_tan_f64(%x: tensor<12xf64>) -> tensor<12xf64> {
 // INPUT 12xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 1e-12 -30.0
 // OUTPUT 12xf64 -0.9999993881955461 -0.9918597245682077 -0.5370495669980353 -1e-09 0.0 0.2913126124515909 0.761594155956185 0.9836748576936802 0.9999954793514042 1.0 1e-12 -1.0
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_tanh_f64(%x: tensor<12xf64>) -> tensor<12xf64> {
   %0 = math.tanh %x : tensor<12xf64>
   return %0 : tensor<12xf64>
@@ -347,7 +321,6 @@ func.func @math_tanh_f64(%x: tensor<12xf64>) -> tensor<12xf64> {
 // INPUT 5xf64 -5.0 -0.5 0.125 2.0 20.0
 // OUTPUT 5xf64 -74.20321057778875 -0.5210953054937474 0.12532577524111546 3.626860407847019 242582597.70489514
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_sinh_f64(%x: tensor<5xf64>) -> tensor<5xf64> {
   %0 = math.sinh %x : tensor<5xf64>
   return %0 : tensor<5xf64>
@@ -357,7 +330,6 @@ func.func @math_sinh_f64(%x: tensor<5xf64>) -> tensor<5xf64> {
 // INPUT 5xf64 -5.0 -0.5 0.125 2.0 20.0
 // OUTPUT 5xf64 74.20994852478785 1.1276259652063807 1.0078226778257109 3.7621956910836314 242582597.70489514
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_cosh_f64(%x: tensor<5xf64>) -> tensor<5xf64> {
   %0 = math.cosh %x : tensor<5xf64>
   return %0 : tensor<5xf64>
@@ -367,7 +339,6 @@ func.func @math_cosh_f64(%x: tensor<5xf64>) -> tensor<5xf64> {
 // INPUT 14xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 10000000000.0 -0.41421356 0.5 1e-300
 // OUTPUT 14xf64 -1.4382447944982226 -1.2220253232109897 -0.5404195002705842 -1e-09 0.0 0.2914567944778671 0.7853981633979483 1.176005207095135 1.4181469983996315 1.5188949283367237 1.5707963266948965 -0.3926990796731608 0.4636476090008061 1e-300
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_atan_f64(%x: tensor<14xf64>) -> tensor<14xf64> {
   %0 = math.atan %x : tensor<14xf64>
   return %0 : tensor<14xf64>
@@ -377,7 +348,6 @@ func.func @math_atan_f64(%x: tensor<14xf64>) -> tensor<14xf64> {
 // INPUT 9xf64 -1.0 -0.999999 -0.5 -1e-08 0.0 0.25 0.7071067811865476 0.99 1.0
 // OUTPUT 9xf64 -1.5707963267948966 -1.5693821131146521 -0.5235987755982989 -1e-08 0.0 0.25268025514207865 0.7853981633974484 1.4292568534704693 1.5707963267948966
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_asin_f64(%x: tensor<9xf64>) -> tensor<9xf64> {
   %0 = math.asin %x : tensor<9xf64>
   return %0 : tensor<9xf64>
@@ -387,7 +357,6 @@ func.func @math_asin_f64(%x: tensor<9xf64>) -> tensor<9xf64> {
 // INPUT 9xf64 -1.0 -0.999999 -0.5 -1e-08 0.0 0.25 0.7071067811865476 0.99 1.0
 // OUTPUT 9xf64 3.141592653589793 3.1401784399095485 2.0943951023931957 1.5707963367948967 1.5707963267948966 1.318116071652818 0.7853981633974483 0.1415394733244273 0.0
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_acos_f64(%x: tensor<9xf64>) -> tensor<9xf64> {
   %0 = math.acos %x : tensor<9xf64>
   return %0 : tensor<9xf64>
@@ -397,7 +366,6 @@ func.func @math_acos_f64(%x: tensor<9xf64>) -> tensor<9xf64> {
 // INPUT 17xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 0.49 0.51 2.49 2.51 5.9 6.1 1e-10
 // OUTPUT 17xf64 -1.0 -0.9998993780778803 -0.6038560908479259 -1.1283791670955127e-09 0.0 0.3286267594591274 0.84270079295013 0.999311486103355 1.0 1.0 0.511668261188523 0.5292436198411704 0.9995707121322661 0.9996142945182758 0.9999999999999999 1.0 1.1283791670955126e-10
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_erf_f64(%x: tensor<17xf64>) -> tensor<17xf64> {
   %0 = math.erf %x : tensor<17xf64>
   return %0 : tensor<17xf64>
@@ -407,7 +375,6 @@ func.func @math_erf_f64(%x: tensor<17xf64>) -> tensor<17xf64> {
 // INPUT 18xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 0.49 0.51 2.49 2.51 10.0 26.0 30.0 -1.5
 // OUTPUT 18xf64 2.0 1.9998993780778804 1.603856090847926 1.0000000011283792 1.0 0.6713732405408726 0.15729920704987 0.0006885138966450789 3.8421483271206475e-20 3.4131969559665765e-163 0.4883317388114769 0.4707563801588296 0.000429287867733913 0.0003857054817242798 2.088487583762545e-45 5.663192408856143e-296 0.0 1.9661051464753108
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_erfc_f64(%x: tensor<18xf64>) -> tensor<18xf64> {
   %0 = math.erfc %x : tensor<18xf64>
   return %0 : tensor<18xf64>
@@ -417,7 +384,6 @@ func.func @math_erfc_f64(%x: tensor<18xf64>) -> tensor<18xf64> {
 // INPUT 14xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 27.0 -8.0 1e-300 1e+300
 // OUTPUT 14xf64 -1.9574338205844317 -1.4010196653276938 -0.8434326653017492 -0.0009999999999999998 0.0 0.6694329500821694 1.0000000000003335 1.338865900164339 1.866255578408624 2.6800542054826817 3.0000000000000004 -2.0 1e-100 1e+100
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_cbrt_f64(%x: tensor<14xf64>) -> tensor<14xf64> {
   %0 = math.cbrt %x : tensor<14xf64>
   return %0 : tensor<14xf64>
@@ -427,7 +393,6 @@ func.func @math_cbrt_f64(%x: tensor<14xf64>) -> tensor<14xf64> {
 // INPUT 14xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 -0.5 4503599627370495.5 -1e+20 -0.0
 // OUTPUT 14xf64 -8.0 -3.0 -1.0 -1.0 0.0 0.0 1.0 2.0 6.0 19.0 -1.0 4503599627370495.0 -1e+20 -0.0
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_floor_f64(%x: tensor<14xf64>) -> tensor<14xf64> {
   %0 = math.floor %x : tensor<14xf64>
   return %0 : tensor<14xf64>
@@ -437,7 +402,6 @@ func.func @math_floor_f64(%x: tensor<14xf64>) -> tensor<14xf64> {
 // INPUT 13xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 -0.5 4503599627370495.5 -1e+20
 // OUTPUT 13xf64 -7.0 -2.0 -0.0 -0.0 0.0 1.0 2.0 3.0 7.0 20.0 -0.0 4503599627370496.0 -1e+20
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_ceil_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
   %0 = math.ceil %x : tensor<13xf64>
   return %0 : tensor<13xf64>
@@ -447,7 +411,6 @@ func.func @math_ceil_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
 // INPUT 13xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 -0.5 4503599627370495.5 1e+20
 // OUTPUT 13xf64 -7.0 -2.0 -0.0 -0.0 0.0 0.0 1.0 2.0 6.0 19.0 -0.0 4503599627370495.0 1e+20
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_trunc_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
   %0 = math.trunc %x : tensor<13xf64>
   return %0 : tensor<13xf64>
@@ -457,7 +420,6 @@ func.func @math_trunc_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
 // INPUT 13xf64 -7.5 -2.75 -0.6 -1e-09 0.0 0.3 1.000000000001 2.4 6.5 19.25 2.5 -3.5 0.5
 // OUTPUT 13xf64 -8.0 -3.0 -1.0 -0.0 0.0 0.0 1.0 2.0 6.0 19.0 2.0 -4.0 0.0
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_roundeven_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
   %0 = math.roundeven %x : tensor<13xf64>
   return %0 : tensor<13xf64>
@@ -469,7 +431,6 @@ func.func @math_roundeven_f64(%x: tensor<13xf64>) -> tensor<13xf64> {
 // OUTPUT 4xf64 -1074.0 -1070.0 -1029.7977094150824 -1022.0163497015577
 // OUTPUT 4xf64 -323.3062153431158 -322.1020953604599 -310.0 -307.6575773191778
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_logs_subnormal_f64(%x: tensor<4xf64>) -> (tensor<4xf64>, tensor<4xf64>, tensor<4xf64>) {
   %0 = math.log %x : tensor<4xf64>
   %1 = math.log2 %x : tensor<4xf64>
@@ -481,7 +442,6 @@ func.func @math_logs_subnormal_f64(%x: tensor<4xf64>) -> (tensor<4xf64>, tensor<
 // INPUT 5xf64 3.0 5.0 10.0 20.0 26.5
 // OUTPUT 5xf64 -10.720363041981113 -27.200889545537436 -102.87988902484489 -403.56934333410425 -706.100220410148
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @math_erfc_tail_f64(%x: tensor<5xf64>) -> tensor<5xf64> {
   %0 = math.erfc %x : tensor<5xf64>
   %1 = math.log %0 : tensor<5xf64>
@@ -493,7 +453,6 @@ func.func @math_erfc_tail_f64(%x: tensor<5xf64>) -> tensor<5xf64> {
 // INPUT 5xf64 0.5 -3.0 100.0 10000000.0 3.0
 // OUTPUT 5xf64 1.4142135623730951 0.001 7.888609052210118e-31 2.7182816941320818 381.078125
 // TOL 1e-13
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @tensor_powf_f64(%x: tensor<5xf64>, %y: tensor<5xf64>) -> tensor<5xf64> {
   %0 = math.powf %x, %y : tensor<5xf64>
   return %0 : tensor<5xf64>
@@ -504,7 +463,6 @@ func.func @tensor_powf_f64(%x: tensor<5xf64>, %y: tensor<5xf64>) -> tensor<5xf64
 // INPUT 5xf64 0.3 1.000000000001 2.4 6.5 19.25
 // OUTPUT 5xf64 -1.5308176396716067 -1.2220253232106684 -0.24497866312686414 -1.5384615384615385e-10 0.0
 // TOL 2e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @tensor_atan2_f64(%x: tensor<5xf64>, %y: tensor<5xf64>) -> tensor<5xf64> {
   %0 = math.atan2 %x, %y : tensor<5xf64>
   return %0 : tensor<5xf64>
@@ -515,7 +473,6 @@ func.func @tensor_atan2_f64(%x: tensor<5xf64>, %y: tensor<5xf64>) -> tensor<5xf6
 // INPUT 11xf64 2.0 2.0 3.3 1e-300 -0.5 3e-320 3.0 1.0 1.0 0.0 inf
 // OUTPUT 11xf64 1.5 -1.5 0.6893925374809653 6.8895595841191346e-301 0.25 4.125e-321 2.0 -0.0 nan nan 0.1
 // TOL 1e-300
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @tensor_remf_f64(%x: tensor<11xf64>, %y: tensor<11xf64>) -> tensor<11xf64> {
   %0 = arith.remf %x, %y : tensor<11xf64>
   return %0 : tensor<11xf64>
@@ -525,7 +482,6 @@ func.func @tensor_remf_f64(%x: tensor<11xf64>, %y: tensor<11xf64>) -> tensor<11x
 // INPUT 3x7xf64 99999999.82142857 100000000.46428572 99999999.60714285 100000000.32142857 100000000.5 100000000.07142857 99999999.92857143 100000000.42857143 99999999.53571428 100000000.35714285 100000000.57142857 100000000.07142857 99999999.92857143 99999999.60714285 100000000.39285715 99999999.92857143 99999999.60714285 99999999.57142857 100000000.17857143 100000000.39285715 100000000.39285715
 // OUTPUT 3xf64 700000000.7142857 700000000.5 700000000.4642857
 // TOL 1e-15
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @reduce_sum_f64_3x7(%x: tensor<3x7xf64>) -> tensor<3xf64> {
   %z = arith.constant 0.0 : f64
   %e = tensor.empty() : tensor<3xf64>
@@ -543,7 +499,6 @@ func.func @reduce_sum_f64_3x7(%x: tensor<3x7xf64>) -> tensor<3xf64> {
 // INPUT 5x6xf64 2.25 -0.250000001 2.999999998 3.249999997 -4.000000004 0.249999995 3.499999994 -0.250000007 3.999999992 -4.000000009 -1e-08 -3.750000011 0.499999988 -2.750000013 -3.000000014 -2.750000015 1.749999984 2.999999983 2.499999982 -3.750000019 -2.25000002 -0.250000021 -1.500000022 -0.500000023 -3.500000024 -2.5000000000000002e-08 3.249999974 2.499999973 3.499999972 -2.9e-08
 // OUTPUT 3x6xf64 -19.812499996 17.187499994 18.06250002025 7.312500020749999 15.875000039 -13.81249996825 -23.87499994425 21.3749999815 28.562500064749997 38.625000031 -0.9374999487500032 3.875000037250001 -1.6250000350000018 5.187499819749999 36.93749995325 2.937499878500002 8.624999893999998 -11.7500001335
 // TOL 1e-14
-// XFAIL arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii no-64-bit-floats-on-Vulkan
 func.func @matmul_f64_3x5x6(%a: tensor<3x5xf64>, %b: tensor<5x6xf64>) -> tensor<3x6xf64> {
   %z = arith.constant 0.0 : f64
   %e = tensor.empty() : tensor<3x6xf64>

@@ -94,9 +94,10 @@ def values(shape, et, seed=1, lo=-4, hi=4):
 
 
 class Case:
-    def __init__(self, name, body, inputs, outputs, tol=None, xfail=None):
+    def __init__(self, name, body, inputs, outputs, tol=None, xfail=None, exact=False):
         self.name, self.body, self.inputs, self.outputs, self.tol = name, body, inputs, outputs, tol
         self.xfail = xfail  # (targets, reason): a known gap, checked to still fail
+        self.exact = exact  # floats bit for bit (any NaN for a NaN)
 
     def text(self):
         lines = ['// CASE @' + self.name]
@@ -108,6 +109,8 @@ class Case:
                                               ' '.join(fmt(v) for v in vals)))
         if self.tol:
             lines.append('// TOL %g' % self.tol)
+        if self.exact:
+            lines.append('// EXACT')
         if self.xfail:
             lines.append('// XFAIL %s %s' % self.xfail)
         return '\n'.join(lines) + '\n' + self.body.strip('\n') + '\n'
@@ -555,7 +558,26 @@ def group_math():
   %0 = math.ctlz %x : tensor<7xi32>
   return %0 : tensor<7xi32>
 }""", [((7,), 'i32', ints)], [((7,), 'i32', [32 - (v & 0xffffffff).bit_length() for v in ints])]))
+    # Float to an integer power: negative bases (upstream's powf(x, n) gave NaN
+    # on the CPUs and SPIR-V), negative exponents, an i64 exponent past i32.
+    cases.append(fpowi_case('f32', 'i32', f32, 2e-6))
+    cases.append(fpowi_case('f32', 'i64', f32, 2e-6))
+    cases.append(fpowi_case('f16', 'i32', f16, 2e-3))
     return cases
+
+
+def fpowi_case(et, it, rnd, tol):
+    base = [2.0, -1.5, 0.5, -1.0, 3.0, -2.0, 1.25, -0.75, 0.0]
+    expo = [3, 2, -2, -7, -3, 11, 20, -5, 4]
+    if it == 'i64':
+        expo[3] = 5000000001  # odd: (-1)^n is -1
+    n = len(base)
+    name = 'math_fpowi_%s_%s' % (et, it)
+    return Case(name, """func.func @%s(%%x: tensor<%dx%s>, %%n: tensor<%dx%s>) -> tensor<%dx%s> {
+  %%0 = math.fpowi %%x, %%n : tensor<%dx%s>, tensor<%dx%s>
+  return %%0 : tensor<%dx%s>
+}""" % (name, n, et, n, it, n, et, n, et, n, it, n, et), [((n,), et, [rnd(b) for b in base]), ((n,), it, expo)],
+                [((n,), et, [rnd(float(b) ** e) for b, e in zip(base, expo)])], tol)
 
 
 def group_no_dispatch():
@@ -2087,20 +2109,10 @@ def group_narrow():
     return cases
 
 
-# No Vulkan profile kiln targets has 64-bit floats: f64 kernels are refused there
-# with UNIMPLEMENTED (docs/design/compiler.md), so the f64 cases are XFAIL on them.
-VULKAN_TARGETS = 'arm5gen,valhall1,valhall2,valhall3,valhall4,videocore_vii'
-F64_XFAIL = (VULKAN_TARGETS, 'no-64-bit-floats-on-Vulkan')
-
-
 def group_f64():
     """f64 in double precision: arithmetic, every math function (kiln's own code on
     CPUs and AMD, libdevice on CUDA), conversions, a reduction and a matmul."""
     cases = []
-
-    def f64case(c):
-        c.xfail = F64_XFAIL
-        cases.append(c)
 
     def divide(x, y):
         if y:
@@ -2117,20 +2129,20 @@ def group_f64():
         c.inputs = [((7,), 'f64', a), ((7,), 'f64', b)]
         c.outputs = [((7,), 'f64', [ref(x, y) for x, y in zip(a, b)])]
         c.tol = 1e-15
-        f64case(c)
+        cases.append(c)
     # Conversions: f32 <-> f64 (exact one way, rounded the other), i64 <-> f64.
     xs = [1.0 + 2.0 ** -30, -1e-40, 3e38, 1e39, 0.1, -2.5]
     c = elementwise('truncf_f64_f32', [((6,), 'f64')], 'f32', ['%r = arith.truncf %a0 : f64 to f32'], lambda x: 0)
     c.inputs = [((6,), 'f64', xs)]
     c.outputs = [((6,), 'f32', [f32(x) if abs(x) < 3.5e38 else math.inf for x in xs])]
     c.tol = 1e-30
-    f64case(c)
+    cases.append(c)
     ys = [f32(v) for v in (0.1, -1e-40, 3e38, 16777217.0, -2.5)]
     c = elementwise('extf_f32_f64', [((5,), 'f32')], 'f64', ['%r = arith.extf %a0 : f32 to f64'], lambda x: 0)
     c.inputs = [((5,), 'f32', ys)]
     c.outputs = [((5,), 'f64', ys)]
     c.tol = 1e-30
-    f64case(c)
+    cases.append(c)
     # f64 <-> f16/bf16, one rounding: the f64 just above a half-way point of
     # f16 (bf16) rounds up, where f64 -> f32 -> f16 would land on the tie and go
     # to even.
@@ -2152,25 +2164,25 @@ def group_f64():
         c.inputs = [((n,), 'f64', xs)]
         c.outputs = [((n,), et, [rnd(x) for x in xs])]
         c.tol = 1e-30
-        f64case(c)
+        cases.append(c)
         ys = [rnd(x) for x in xs]
         c = elementwise('extf_%s_f64' % et, [((n,), et)], 'f64', ['%%r = arith.extf %%a0 : %s to f64' % et],
                         lambda x: 0)
         c.inputs = [((n,), et, ys)]
         c.outputs = [((n,), 'f64', ys)]
         c.tol = 1e-30
-        f64case(c)
+        cases.append(c)
     ints = [(1 << 53) + 1, -(1 << 40) - 3, 0, 123456789012345, -1]
     c = elementwise('sitofp_i64_f64', [((5,), 'i64')], 'f64', ['%r = arith.sitofp %a0 : i64 to f64'], lambda x: 0)
     c.inputs = [((5,), 'i64', ints)]
     c.outputs = [((5,), 'f64', [float(v) for v in ints])]
     c.tol = 1e-30
-    f64case(c)
+    cases.append(c)
     fl = [2.0 ** 40 + 0.75, -123456789012.9, 0.5, -0.5, 9.007199254740991e15]
     c = elementwise('fptosi_f64_i64', [((5,), 'f64')], 'i64', ['%r = arith.fptosi %a0 : f64 to i64'], lambda x: 0)
     c.inputs = [((5,), 'f64', fl)]
     c.outputs = [((5,), 'i64', [int(v) for v in fl])]
-    f64case(c)
+    cases.append(c)
     # Math, one function per case, over arguments that reach each helper's branches.
     gen = [-7.5, -2.75, -0.6, -1e-9, 0.0, 0.3, 1.0 + 1e-12, 2.4, 6.5, 19.25]
     pos = [1e-300, 2.3e-308, 0.001, 0.75, 1.0, 1.0 + 2.0 ** -52, 8.0, 1000.0, 123456.789, 1e300]
@@ -2224,14 +2236,14 @@ def group_f64():
                 v = math.copysign(0.0, x)  # C's: the sign of the argument
             want.append(v)
         n = len(xs)
-        f64case(Case('math_%s_f64' % name, """func.func @math_%s_f64(%%x: tensor<%dxf64>) -> tensor<%dxf64> {
+        cases.append(Case('math_%s_f64' % name, """func.func @math_%s_f64(%%x: tensor<%dxf64>) -> tensor<%dxf64> {
   %%0 = math.%s %%x : tensor<%dxf64>
   return %%0 : tensor<%dxf64>
 }""" % (name, n, n, name, n, n), [((n,), 'f64', xs)], [((n,), 'f64', want)], tol=2e-15))
     # Subnormal inputs (log scales them up first). IREE's CPU drivers flush
     # denormals to zero, so its harness leaves the _subnormal cases out.
     sub = [5e-324, 2.0 ** -1070, 1e-310, 2.2e-308]
-    f64case(Case('math_logs_subnormal_f64', """func.func @math_logs_subnormal_f64(%x: tensor<4xf64>) -> (tensor<4xf64>, tensor<4xf64>, tensor<4xf64>) {
+    cases.append(Case('math_logs_subnormal_f64', """func.func @math_logs_subnormal_f64(%x: tensor<4xf64>) -> (tensor<4xf64>, tensor<4xf64>, tensor<4xf64>) {
   %0 = math.log %x : tensor<4xf64>
   %1 = math.log2 %x : tensor<4xf64>
   %2 = math.log10 %x : tensor<4xf64>
@@ -2240,7 +2252,7 @@ def group_f64():
                           ((4,), 'f64', [math.log10(x) for x in sub])], tol=2e-15))
     # erfc far out, through its logarithm: relative accuracy where erfc < 1e-12.
     xs = [3.0, 5.0, 10.0, 20.0, 26.5]
-    f64case(Case('math_erfc_tail_f64', """func.func @math_erfc_tail_f64(%x: tensor<5xf64>) -> tensor<5xf64> {
+    cases.append(Case('math_erfc_tail_f64', """func.func @math_erfc_tail_f64(%x: tensor<5xf64>) -> tensor<5xf64> {
   %0 = math.erfc %x : tensor<5xf64>
   %1 = math.log %0 : tensor<5xf64>
   return %1 : tensor<5xf64>
@@ -2257,14 +2269,14 @@ def group_f64():
                                        ('atan2', 'math.atan2', gen[:5], gen[5:], math.atan2, 2e-15),
                                        ('remf', 'arith.remf', rx, ry, fmod, 1e-300)):
         n = len(xs)
-        f64case(Case('tensor_%s_f64' % name, """func.func @tensor_%s_f64(%%x: tensor<%dxf64>, %%y: tensor<%dxf64>) -> tensor<%dxf64> {
+        cases.append(Case('tensor_%s_f64' % name, """func.func @tensor_%s_f64(%%x: tensor<%dxf64>, %%y: tensor<%dxf64>) -> tensor<%dxf64> {
   %%0 = %s %%x, %%y : tensor<%dxf64>
   return %%0 : tensor<%dxf64>
 }""" % (name, n, n, n, op, n, n), [((n,), 'f64', xs), ((n,), 'f64', ys)],
             [((n,), 'f64', [ref(x, y) for x, y in zip(xs, ys)])], tol=tol))
     # A reduction and a matmul: sums whose low bits f32 would lose.
     m = [1e8 + v / 7.0 for v in values((3, 7), 'f64', 61)]
-    f64case(Case('reduce_sum_f64_3x7', """func.func @reduce_sum_f64_3x7(%x: tensor<3x7xf64>) -> tensor<3xf64> {
+    cases.append(Case('reduce_sum_f64_3x7', """func.func @reduce_sum_f64_3x7(%x: tensor<3x7xf64>) -> tensor<3xf64> {
   %z = arith.constant 0.0 : f64
   %e = tensor.empty() : tensor<3xf64>
   %f = linalg.fill ins(%z : f64) outs(%e : tensor<3xf64>) -> tensor<3xf64>
@@ -2278,13 +2290,198 @@ def group_f64():
     a = [v + 1e-9 * i for i, v in enumerate(values((3, 5), 'f64', 62))]
     b = [v - 1e-9 * i for i, v in enumerate(values((5, 6), 'f64', 63))]
     c = [math.fsum(a[i * 5 + k] * b[k * 6 + j] for k in range(5)) for i in range(3) for j in range(6)]
-    f64case(Case('matmul_f64_3x5x6', """func.func @matmul_f64_3x5x6(%a: tensor<3x5xf64>, %b: tensor<5x6xf64>) -> tensor<3x6xf64> {
+    cases.append(Case('matmul_f64_3x5x6', """func.func @matmul_f64_3x5x6(%a: tensor<3x5xf64>, %b: tensor<5x6xf64>) -> tensor<3x6xf64> {
   %z = arith.constant 0.0 : f64
   %e = tensor.empty() : tensor<3x6xf64>
   %f = linalg.fill ins(%z : f64) outs(%e : tensor<3x6xf64>) -> tensor<3x6xf64>
   %r = linalg.matmul ins(%a, %b : tensor<3x5xf64>, tensor<5x6xf64>) outs(%f : tensor<3x6xf64>) -> tensor<3x6xf64>
   return %r : tensor<3x6xf64>
 }""", [((3, 5), 'f64', a), ((5, 6), 'f64', b)], [((3, 6), 'f64', c)], tol=1e-14))
+    return cases
+
+
+def group_f64_exact():
+    """f64 bit for bit: + - * / sqrt, roundings, conversions, comparisons, min, max.
+
+    IEEE defines these results exactly; over special values and random bit
+    patterns, kiln's integer f64 (the Vulkan profiles) must reproduce them as
+    every other backend's hardware does. Python's floats are the reference. Also
+    fma (within a tolerance: the integer f64 rounds twice) and fpowi."""
+    def bits_to_f(u):
+        return struct.unpack('<d', struct.pack('<Q', u & ((1 << 64) - 1)))[0]
+    special = [0.0, -0.0, math.inf, -math.inf, math.nan, 5e-324, -5e-324, 2.2250738585072014e-308,
+               2.225073858507201e-308, 1.7976931348623157e308, -1.7976931348623157e308, 1.0, -1.0,
+               1.0 + 2.0 ** -52, 1.0 - 2.0 ** -53, 2.0 ** -53, 0.5, 3.0, 0.1, -2.5, 1e-300, 1e300]
+    state = [0x9E3779B97F4A7C15]
+
+    def rnd():
+        state[0] = (state[0] * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        return state[0] >> 1 ^ (state[0] << 7) % (1 << 64)
+
+    def rnd_float(near=None):
+        u = rnd()
+        if near is None:
+            return bits_to_f(u)  # any exponent, NaNs and subnormals included
+        e = (near + u % 61 - 30) % 2047  # an exponent close to `near`
+        return bits_to_f((u & ((1 << 63) | ((1 << 52) - 1))) | (e << 52))
+    xs, ys = [], []
+    for a in special[:12]:
+        for b in special[:12]:
+            xs.append(a)
+            ys.append(b)
+    for i in range(120):
+        if i % 3 == 0:
+            xs.append(rnd_float())
+            ys.append(rnd_float())
+        else:
+            e = rnd() % 2047
+            xs.append(rnd_float(e))
+            ys.append(rnd_float(e))
+    # ties and carries: 1 + half an ulp (to even), 1+ulp + half an ulp (up)
+    xs += [1.0, 1.0 + 2.0 ** -52, 2.0 ** 1023, 2.0 ** -1022, 3.0 * 2.0 ** -1074]
+    ys += [2.0 ** -53, 2.0 ** -53, 2.0 ** 1023, -2.0 ** -1022 * (1 - 2.0 ** -52), 0.5]
+    n = len(xs)
+
+    def quotient(x, y):
+        if y == 0:
+            if x == 0 or math.isnan(x):
+                return math.nan
+            return math.copysign(math.inf, x) * math.copysign(1.0, y)
+        return x / y
+
+    def root(x):
+        return math.nan if x < 0 else math.sqrt(x)
+
+    def order(x, y, nan_wins, pick_max):
+        if math.isnan(x) or math.isnan(y):
+            return math.nan if nan_wins or (math.isnan(x) and math.isnan(y)) else (y if math.isnan(x) else x)
+        if x == y:  # -0 below +0
+            return (x if math.copysign(1, x) > math.copysign(1, y) else y) if pick_max else \
+                (x if math.copysign(1, x) < math.copysign(1, y) else y)
+        return max(x, y) if pick_max else min(x, y)
+    cases = []
+
+    def exact(name, ins, out_et, lines, want):
+        c = elementwise(name, [((n,), t) for t, _ in ins], out_et, lines, lambda *a: 0)
+        c.inputs = [((n,), t, v) for t, v in ins]
+        c.outputs = [((n,), out_et, want)]
+        c.exact = True
+        cases.append(c)
+    pairs = list(zip(xs, ys))
+    # min and max of +0 and -0: arith says maximumf(-0, +0) is +0 (kiln's integer
+    # f64 does that), but arith-expand's select on a compare, which the CPU and
+    # SPIR-V lowerings use, returns either; those pairs are left out of the four.
+    mxs = [y if x == 0 and y == 0 else x for x, y in pairs]
+    for name, ref in (('addf', lambda x, y: x + y), ('subf', lambda x, y: x - y), ('mulf', lambda x, y: x * y),
+                      ('divf', quotient),
+                      ('maximumf', lambda x, y: order(x, y, True, True)),
+                      ('minimumf', lambda x, y: order(x, y, True, False)),
+                      ('maxnumf', lambda x, y: order(x, y, False, True)),
+                      ('minnumf', lambda x, y: order(x, y, False, False))):
+        first = mxs if name.startswith('m') and name != 'mulf' else xs
+        exact('exact_%s_f64' % name, [('f64', first), ('f64', ys)], 'f64', ['%%r = arith.%s %%a0, %%a1 : f64' % name],
+              [ref(x, y) for x, y in zip(first, ys)])
+    exact('exact_sqrt_f64', [('f64', xs)], 'f64', ['%r = math.sqrt %a0 : f64'], [root(x) for x in xs])
+    # the 14 predicates at once, bit i for predicate i + 1 (oeq .. uno)
+    preds = ['oeq', 'ogt', 'oge', 'olt', 'ole', 'one', 'ord', 'ueq', 'ugt', 'uge', 'ult', 'ule', 'une', 'uno']
+    lines = ['%z = arith.constant 0 : i32']
+    acc = '%z'
+    for i, p in enumerate(preds):
+        lines += ['%%c%d = arith.cmpf %s, %%a0, %%a1 : f64' % (i, p), '%%e%d = arith.extui %%c%d : i1 to i32' % (i, i),
+                  '%%k%d = arith.constant %d : i32' % (i, i), '%%s%d = arith.shli %%e%d, %%k%d : i32' % (i, i, i),
+                  '%%o%d = arith.ori %s, %%s%d : i32' % (i, acc, i)]
+        acc = '%%o%d' % i
+    lines.append('%%r = arith.addi %s, %%z : i32' % acc)
+
+    def cmp_bits(x, y):
+        uno = math.isnan(x) or math.isnan(y)
+        rel = [x == y, x > y, x >= y, x < y, x <= y, x != y]
+        bits = [not uno and r for r in rel] + [not uno] + [uno or r for r in rel[:5]] + [uno or x != y, uno]
+        return sum(1 << i for i, b in enumerate(bits) if b)
+    exact('exact_cmpf_f64', [('f64', xs), ('f64', ys)], 'i32', lines, [cmp_bits(x, y) for x, y in pairs])
+    # conversions
+    ints = []
+    for i in range(n):
+        width = i % 64
+        v = rnd() % (1 << width) if width else 0
+        ints.append(-v if i % 2 else v)
+    exact('exact_sitofp_i64_f64', [('i64', ints)], 'f64', ['%r = arith.sitofp %a0 : i64 to f64'],
+          [float(v) for v in ints])
+    exact('exact_uitofp_i64_f64', [('i64', ints)], 'f64', ['%r = arith.uitofp %a0 : i64 to f64'],
+          [float(v % (1 << 64)) for v in ints])
+    small = [v for v in ints]
+    exact('exact_sitofp_i16_f64', [('i16', [wrap(16)(v) for v in small])], 'f64',
+          ['%r = arith.sitofp %a0 : i16 to f64'], [float(wrap(16)(v)) for v in small])
+    # in range: |x| < 2^63 (signed), [0, 2^64) (unsigned); beyond is undefined
+    fl = [rnd_float(1023 + (rnd() % 80) - 15) for _ in range(n)]
+    def below(x, limit):
+        while abs(x) >= limit:
+            x /= 2.0 ** 20
+        return x
+    sfl = [below(x, 2.0 ** 63) for x in fl]
+    ufl = [abs(below(x, 2.0 ** 64)) for x in fl]
+    exact('exact_fptosi_f64_i64', [('f64', sfl)], 'i64', ['%r = arith.fptosi %a0 : f64 to i64'],
+          [int(x) for x in sfl])
+    exact('exact_fptoui_f64_i64', [('f64', ufl)], 'i64', ['%r = arith.fptoui %a0 : f64 to i64'],
+          [wrap(64)(int(x)) for x in ufl])
+    exact('exact_fptosi_f64_i32', [('f64', [x / 2.0 ** 32 for x in sfl])], 'i32',
+          ['%r = arith.fptosi %a0 : f64 to i32'], [int(x / 2.0 ** 32) for x in sfl])
+
+    # roundings to integers: exponents from 2^-3 to 2^54 and exact halves
+    rx = [rnd_float(1023 + i % 58 - 3) for i in range(n - 40)]
+    rx += [v + d for v in (0.0, 1.0, 2.0, -3.0, 4503599627370494.0) for d in (0.5, -0.5, 0.49999999999999994,
+                                                                                 -0.49999999999999994)]
+    rx += special[:20]
+    rx = rx[:n]
+
+    def rounding(fn):
+        def r(x):
+            if not math.isfinite(x):
+                return x
+            v = float(fn(x))
+            return math.copysign(0.0, x) if v == 0 else v
+        return r
+
+    def half_away(x):
+        a = abs(x)
+        r = math.floor(a)
+        return math.copysign(r + 1 if a - r >= 0.5 else r, x)
+    for name, fn in (('floor', math.floor), ('ceil', math.ceil), ('trunc', math.trunc), ('round', half_away),
+                     ('roundeven', round)):
+        exact('exact_%s_f64' % name, [('f64', rx)], 'f64', ['%%r = math.%s %%a0 : f64' % name],
+              [rounding(fn)(x) for x in rx])
+
+    for name, ref in (('isnan', math.isnan), ('isinf', math.isinf), ('isfinite', math.isfinite),
+                      ('isnormal', lambda x: math.isfinite(x) and abs(x) >= 2.2250738585072014e-308)):
+        exact('exact_%s_f64' % name, [('f64', xs)], 'i1', ['%%r = math.%s %%a0 : f64' % name],
+              [1 if ref(x) else 0 for x in xs])
+    # fma: fused on the CPUs and CUDA/AMD, rounded twice in kiln's integer f64 (as
+    # GLSL's Fma may be), so within a tolerance
+    fa, fb, fc = xs[150:170], ys[150:170], [rnd_float(1023) for _ in range(20)]
+    fa = [x if math.isfinite(x) and abs(x) < 1e150 else 1.5 for x in fa]
+    fb = [y if math.isfinite(y) and abs(y) < 1e150 else -0.75 for y in fb]
+    c = elementwise('math_fma_f64', [((20,), 'f64')] * 3, 'f64', ['%r = math.fma %a0, %a1, %a2 : f64'], lambda *a: 0)
+    c.inputs = [((20,), 'f64', fa), ((20,), 'f64', fb), ((20,), 'f64', fc)]
+    c.outputs = [((20,), 'f64', [float(Fraction(x) * Fraction(y) + Fraction(z)) for x, y, z in zip(fa, fb, fc)])]
+    c.tol = 1e-15
+    cases.append(c)
+    fp = fpowi_case('f64', 'i32', float, 1e-15)
+    fp.name = 'math_fpowi_f64_i32'
+    cases.append(fp)
+
+    def to_f32(x):
+        try:
+            return f32(x)
+        except OverflowError:
+            return math.copysign(math.inf, x)
+    tf = xs[:]
+    tf[-12:] = [3.4028235677973366e38, 3.4028235677973362e38, 1.401298464324817e-45, 7.006492321624085e-46,
+                7.006492321624087e-46, 1.1754942106924411e-38, 1.0 + 2.0 ** -24, 1.0 + 2.0 ** -24 + 2.0 ** -40,
+                -(1.0 + 3 * 2.0 ** -24), 1e-50, -1e50, 6e-39]
+    exact('exact_truncf_f64_f32', [('f64', tf)], 'f32', ['%r = arith.truncf %a0 : f64 to f32'],
+          [to_f32(x) for x in tf])
+    ef = [to_f32(x) for x in tf]
+    exact('exact_extf_f32_f64', [('f32', ef)], 'f64', ['%r = arith.extf %a0 : f32 to f64'], ef)
     return cases
 
 
@@ -2301,6 +2498,7 @@ GROUPS = {
     'tensor_ops': group_tensor_ops,
     'reductions': group_reductions,
     'f64': group_f64,
+    'f64_exact': group_f64_exact,
 }
 
 

@@ -472,3 +472,33 @@ func.func @math_ctlz_i32(%x: tensor<7xi32>) -> tensor<7xi32> {
   %0 = math.ctlz %x : tensor<7xi32>
   return %0 : tensor<7xi32>
 }
+
+// CASE @math_fpowi_f32_i32
+// INPUT 9xf32 2.0 -1.5 0.5 -1.0 3.0 -2.0 1.25 -0.75 0.0
+// INPUT 9xi32 3 2 -2 -7 -3 11 20 -5 4
+// OUTPUT 9xf32 8.0 2.25 4.0 -1.0 0.03703703731298447 -2048.0 86.73617553710938 -4.213991641998291 0.0
+// TOL 2e-06
+func.func @math_fpowi_f32_i32(%x: tensor<9xf32>, %n: tensor<9xi32>) -> tensor<9xf32> {
+  %0 = math.fpowi %x, %n : tensor<9xf32>, tensor<9xi32>
+  return %0 : tensor<9xf32>
+}
+
+// CASE @math_fpowi_f32_i64
+// INPUT 9xf32 2.0 -1.5 0.5 -1.0 3.0 -2.0 1.25 -0.75 0.0
+// INPUT 9xi64 3 2 -2 5000000001 -3 11 20 -5 4
+// OUTPUT 9xf32 8.0 2.25 4.0 -1.0 0.03703703731298447 -2048.0 86.73617553710938 -4.213991641998291 0.0
+// TOL 2e-06
+func.func @math_fpowi_f32_i64(%x: tensor<9xf32>, %n: tensor<9xi64>) -> tensor<9xf32> {
+  %0 = math.fpowi %x, %n : tensor<9xf32>, tensor<9xi64>
+  return %0 : tensor<9xf32>
+}
+
+// CASE @math_fpowi_f16_i32
+// INPUT 9xf16 2.0 -1.5 0.5 -1.0 3.0 -2.0 1.25 -0.75 0.0
+// INPUT 9xi32 3 2 -2 -7 -3 11 20 -5 4
+// OUTPUT 9xf16 8.0 2.25 4.0 -1.0 0.03704833984375 -2048.0 86.75 -4.21484375 0.0
+// TOL 0.002
+func.func @math_fpowi_f16_i32(%x: tensor<9xf16>, %n: tensor<9xi32>) -> tensor<9xf16> {
+  %0 = math.fpowi %x, %n : tensor<9xf16>, tensor<9xi32>
+  return %0 : tensor<9xf16>
+}

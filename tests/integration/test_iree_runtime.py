@@ -49,7 +49,7 @@ def parse_cases(path):
     for i, s in enumerate(starts):
         block = text[s:starts[i + 1] if i + 1 < len(starts) else len(text)]
         case = {"name": block.split("\n", 1)[0][len("// CASE @"):].strip(), "text": block,
-                "inputs": [], "outputs": [], "tol": None, "xfail": ()}
+                "inputs": [], "outputs": [], "tol": None, "xfail": (), "exact": False}
         for line in block.splitlines():
             if line.startswith("// INPUT "):
                 case["inputs"].append(line[len("// INPUT "):].split(" ", 1))
@@ -57,6 +57,8 @@ def parse_cases(path):
                 case["outputs"].append(line[len("// OUTPUT "):].split(" ", 1))
             elif line.startswith("// TOL "):
                 case["tol"] = float(line[len("// TOL "):])
+            elif line.strip() == "// EXACT":
+                case["exact"] = True
             elif line.startswith("// XFAIL "):
                 case["xfail"] = tuple(line[len("// XFAIL "):].split(" ", 1)[0].split(","))
         cases.append(case)
@@ -124,17 +126,34 @@ def read_raw(path, et, count):
     return vals
 
 
-def same(want, got, et, tol):
+def same(want, got, et, tol, exact=False):
     if et.startswith("f8"):
         return (math.isnan(want) and math.isnan(got)) or want == got
     if et in DEFAULT_TOL:
         tol = tol or DEFAULT_TOL[et]
         if math.isnan(want) or math.isnan(got):
             return math.isnan(want) and math.isnan(got)
+        if exact:  # bit for bit: the value and the sign of a zero
+            return want == got and math.copysign(1, want) == math.copysign(1, got)
         if math.isinf(want) or math.isinf(got):
             return want == got
         return abs(want - got) <= tol * max(1.0, abs(want))
     return int(want) == int(got)
+
+
+MIN_NORMAL = {"f16": 2.0 ** -14, "bf16": 2.0 ** -126, "f32": 2.0 ** -126, "f64": 2.0 ** -1022}
+
+
+def has_subnormals(case):
+    """Whether a float input or output of the case is subnormal (or the case is
+    named for them)."""
+    if "_subnormal" in case["name"]:
+        return True
+    for type_spec, *vals in case["inputs"] + case["outputs"]:
+        et = type_spec.rsplit("x", 1)[-1]
+        if et in MIN_NORMAL and any(0 < abs(v) < MIN_NORMAL[et] for v in values_of(vals[0] if vals else "", et)):
+            return True
+    return False
 
 
 def values_of(spec, et="f32"):
@@ -181,10 +200,9 @@ class IreeRuntimeTest(unittest.TestCase):
         targets = os.environ.get("KILN_IREE_CPU_TARGETS", ",".join(CPU_TARGETS)).split(",")
         # IREE's CPU drivers run dispatches with denormals flushed to zero (FTZ and
         # DAZ: iree_fpu_state_push in task/worker.c and the inline command buffer),
-        # so the cases whose references need subnormal inputs read as themselves
-        # are corpus_check's alone (it calls the library without the flush).
-        self.run_corpus([(t, CPU_DEVICES) for t in targets], ",".join(CPU_DEVICES),
-                        skip=lambda case: "_subnormal" in case["name"])
+        # so the cases with subnormal inputs or results are corpus_check's alone
+        # (it calls the library without the flush).
+        self.run_corpus([(t, CPU_DEVICES) for t in targets], ",".join(CPU_DEVICES), skip=has_subnormals)
 
     def test_cpu_system_elf(self):
         """The whole-model cases as system-elf (the same ELF, loaded by dlopen in
@@ -244,7 +262,7 @@ class IreeRuntimeTest(unittest.TestCase):
                 except (OSError, ValueError) as e:
                     return False, "%s: reading an output: %s" % (device, e)
                 for i, (w, g) in enumerate(zip(want, got)):
-                    if not same(w, g, et, case["tol"]):
+                    if not same(w, g, et, case["tol"], case["exact"]):
                         return False, "%s: element %d: want %r, got %r" % (device, i, w, g)
         return True, ""
 

@@ -12,6 +12,7 @@
  *   // INPUT 3xi8 1 2 3      (one line per argument, in order: shape x type, values)
  *   // OUTPUT 3xi8 2 4 6     (one line per result)
  *   // TOL 1e-3              (optional: relative float tolerance, default per type)
+ *   // EXACT                 (optional: floats bit for bit, any NaN matching a NaN)
  *   // COMPILE-ONLY          (optional: compile and validate, do not run)
  *   // XFAIL T,... reason     (optional: known to fail on these targets, * for all; counted as
  *                            "xfail", and as a failure when it passes, so the
@@ -61,6 +62,7 @@ typedef struct case_s {
   size_t n_inputs, n_outputs;
   double tol; /* 0: the type's default */
   bool compile_only;
+  bool exact;
   char *xfail; /* comma-separated target ids, or NULL */
   const char *text; /* the case's block of the file: its own module */
   size_t text_len;
@@ -306,6 +308,8 @@ static bool parse_cases(const char *path, const char *text, case_t **out, size_t
     } else if (n && strncmp(l, "// XFAIL ", 9) == 0) {
       char *sp = strchr(l + 9, ' ');
       cases[n - 1].xfail = kiln_strndup(l + 9, sp ? (size_t)(sp - (l + 9)) : strlen(l + 9));
+    } else if (n && strcmp(l, "// EXACT") == 0) {
+      cases[n - 1].exact = true;
     } else if (n && strcmp(l, "// COMPILE-ONLY") == 0) {
       cases[n - 1].compile_only = true;
     }
@@ -881,7 +885,7 @@ static double default_tol(uint32_t et) {
 }
 
 static bool compare(const tensor_t *want, const kiln_vmfb_tensor_type_t *type, const uint8_t *got,
-                    double tol, char *err, size_t err_cap) {
+                    double tol, bool exact, char *err, size_t err_cap) {
   uint32_t et = want->type.element_type;
   if (type->element_type != et || type->rank != want->type.rank ||
       memcmp(type->dims, want->type.dims, sizeof(int64_t) * want->type.rank) != 0) {
@@ -906,6 +910,8 @@ static bool compare(const tensor_t *want, const kiln_vmfb_tensor_type_t *type, c
       }
     } else if (isnan(w) || isnan(g)) {
       same = isnan(w) && isnan(g);
+    } else if (exact) {
+      same = w == g && signbit(w) == signbit(g);
     } else if (isinf(w) || isinf(g)) {
       same = w == g;
     } else {
@@ -913,8 +919,13 @@ static bool compare(const tensor_t *want, const kiln_vmfb_tensor_type_t *type, c
       same = fabs(w - g) <= tol * fmax(1.0, fabs(w));
     }
     if (!same) {
-      snprintf(err, err_cap, "element %llu: want %.9g, got %.9g (%llu elements, tolerance %g)",
-               (unsigned long long)i, w, g, (unsigned long long)n, tol);
+      if (exact) {
+        snprintf(err, err_cap, "element %llu: want %a, got %a (%llu elements, exact)", (unsigned long long)i, w, g,
+                 (unsigned long long)n);
+      } else {
+        snprintf(err, err_cap, "element %llu: want %.9g, got %.9g (%llu elements, tolerance %g)",
+                 (unsigned long long)i, w, g, (unsigned long long)n, tol);
+      }
       return false;
     }
   }
@@ -1054,7 +1065,7 @@ int main(int argc, char **argv) {
             kiln_cpu_lib_unload(lib);
           }
           for (size_t r = 0; ok && r < fn->n_results; r++) {
-            ok = compare(&c->outputs[r], &types[r], outs[r], c->tol, err, sizeof err);
+            ok = compare(&c->outputs[r], &types[r], outs[r], c->tol, c->exact, err, sizeof err);
           }
           for (size_t r = 0; r < 16; r++) kiln_free(outs[r]);
         }
