@@ -917,8 +917,12 @@ static void split_carrier(MlirContext ctx, MlirOperation op) {
   intptr_t k = 0;
   for (intptr_t i = 0; i < n_out; i++) {
     MlirType t = mlirValueGetType(mlirOperationGetResult(op, i));
-    if (is_i64(t)) types[k++] = i32;
-    types[k++] = is_i64(t) ? i32 : t;
+    if (is_i64(t)) {
+      types[k++] = i32;
+      types[k++] = i32;
+    } else {
+      types[k++] = t;
+    }
   }
   intptr_t n_regions = mlirOperationGetNumRegions(op);
   MlirRegion *regions = kiln_calloc((size_t)n_regions + 1, sizeof *regions);
