@@ -1016,10 +1016,12 @@ static void fpowi_exponents_i32(MlirContext context, MlirModule module) {
     if (mlirIntegerTypeGetWidth(t) < 32) {
       n = kiln_compiler_build1("arith.extsi", op, n, i32);
     } else {
-      MlirValue parity = kiln_compiler_build2("arith.andi", op, n, kiln_compiler_int_const_before(context, op, t, 1), t);
+      MlirValue one = kiln_compiler_int_const_before(context, op, t, 1);
+      MlirValue parity = kiln_compiler_build2("arith.andi", op, n, one, t);
       MlirValue lim = kiln_compiler_build2("arith.addi", op, kiln_compiler_int_const_before(context, op, t, 1 << 30),
                                            parity, t);
-      MlirValue neg_lim = kiln_compiler_build2("arith.subi", op, kiln_compiler_int_const_before(context, op, t, 0), lim, t);
+      MlirValue zero = kiln_compiler_int_const_before(context, op, t, 0);
+      MlirValue neg_lim = kiln_compiler_build2("arith.subi", op, zero, lim, t);
       n = kiln_compiler_build2("arith.minsi", op, n, lim, t);
       n = kiln_compiler_build2("arith.maxsi", op, n, neg_lim, t);
       n = kiln_compiler_build1("arith.trunci", op, n, i32);
@@ -1067,7 +1069,8 @@ static void expand_classify(MlirContext context, MlirModule module) {
     } else {
       unsigned w = mlirFloatTypeGetWidth(t);
       double min_normal = w == 64 ? 0x1p-1022 : w == 16 && mlirTypeIsAF16(t) ? 0x1p-14 : 0x1p-126;
-      MlirValue lo = kiln_compiler_cmpf_before(context, op, 3 /* oge */, a, float_const_before(context, op, t, min_normal));
+      MlirValue min = float_const_before(context, op, t, min_normal);
+      MlirValue lo = kiln_compiler_cmpf_before(context, op, 3 /* oge */, a, min);
       MlirValue hi = kiln_compiler_cmpf_before(context, op, 4 /* olt */, a, inf);
       r = kiln_compiler_build2("arith.andi", op, lo, hi, i1);
     }

@@ -5,29 +5,28 @@
  *
  * The rewrite runs in three steps so that nothing is changed half way when a
  * kernel holds something it cannot convert: check every op first (an op outside
- * the lists below or an f64 vector is refused with the op's file:line:col); then retype every f64 value and buffer in place
- * (buffers keep their bytes, so neither the host plan nor the VMFB's interface
- * changes) and fix the casts at the edges; last, put a copy of the helper's body
- * in place of each arithmetic op.
+ * the lists below or an f64 vector is refused with the op's file:line:col); then
+ * retype every f64 value and buffer in place (buffers keep their bytes, so neither
+ * the host plan nor the VMFB's interface changes) and fix the casts at the edges;
+ * last, put a copy of the helper's body in place of each arithmetic op.
  */
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/buf.h"
 #include "compiler/kernel_types.h"
 
 static MlirStringRef sref(const char *s) { return mlirStringRefCreateFromCString(s); }
 
 /* Ops that only move f64 values or buffers around: their types change, nothing else. */
 static const char *const movers[] = {
-    "arith.select",    "arith.bitcast",       "arith.constant",       "memref.load",         "memref.store",
-    "memref.subview",  "memref.reinterpret_cast", "memref.cast",     "memref.alloca",       "memref.alloc",
-    "memref.dealloc",  "memref.collapse_shape", "memref.expand_shape", "gpu.func",          "gpu.return",
-    "func.return",     "scf.yield",           "scf.condition",
+    "arith.select", "arith.bitcast", "arith.constant", "memref.load", "memref.store", "memref.subview",
+    "memref.reinterpret_cast", "memref.cast", "memref.alloca", "memref.alloc", "memref.dealloc",
+    "memref.collapse_shape", "memref.expand_shape", "gpu.func", "gpu.return", "func.return", "scf.yield",
+    "scf.condition",
     /* carried f64 becomes carried i64, which kiln_compiler_kernels_split_carried_i64 splits */
-    "scf.for",         "scf.while",           "scf.if",               NULL};
+    "scf.for", "scf.while", "scf.if", NULL};
 
 /* Ops a helper replaces, and the helper's name (kernel_math64.c). */
 static const struct {
@@ -246,7 +245,8 @@ kiln_status_t kiln_compiler_kernels_soft_f64(MlirContext context, MlirModule mod
                      "Convert the model to f32 for this target, or compile it for a CPU, CUDA or AMD target",
                      name, line, col, target, (int)op.length, op.data, target, why);
   }
-  bucket_t buckets[N_CONVERTED + 16] = {{0}};
+  /* one per helper, cmpf once per predicate (16), truncf_odd beside truncf */
+  bucket_t buckets[N_CONVERTED + 17] = {{0}};
   size_t n_buckets = 0;
   for (size_t i = 0; i < all.n && !st; i++) {
     int pred = 0;

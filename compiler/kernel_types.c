@@ -386,7 +386,8 @@ void kiln_compiler_kernels_f64_half_casts(MlirContext context, MlirModule module
       MlirValue back = kiln_compiler_build1("arith.extf", op, t, f64);
       MlirValue bits = kiln_compiler_build1("arith.bitcast", op, t, i32);
       MlirValue one = kiln_compiler_int_const_before(context, op, i32, 1);
-      MlirValue away = kiln_compiler_cmpf_before(context, op, OGT, kiln_compiler_build1("math.absf", op, back, f64), kiln_compiler_build1("math.absf", op, x, f64));
+      MlirValue away = kiln_compiler_cmpf_before(context, op, OGT, kiln_compiler_build1("math.absf", op, back, f64),
+                                                 kiln_compiler_build1("math.absf", op, x, f64));
       MlirValue toward = select_before(op, away, kiln_compiler_build2("arith.subi", op, bits, one, i32), bits);
       MlirValue tz = kiln_compiler_build1("arith.extf", op, kiln_compiler_build1("arith.bitcast", op, toward, f32), f64);
       MlirValue lost = kiln_compiler_cmpf_before(context, op, ONE, tz, x);
@@ -834,7 +835,8 @@ static bool is_i64(MlirType t) { return mlirTypeIsAInteger(t) && mlirIntegerType
 static void split_before(MlirContext ctx, MlirOperation before, MlirValue v, MlirValue *lo, MlirValue *hi) {
   MlirType i32 = mlirIntegerTypeGet(ctx, 32), i64 = mlirIntegerTypeGet(ctx, 64);
   *lo = kiln_compiler_build1("arith.trunci", before, v, i32);
-  MlirValue shifted = kiln_compiler_build2("arith.shrui", before, v, kiln_compiler_int_const_before(ctx, before, i64, 32), i64);
+  MlirValue c32 = kiln_compiler_int_const_before(ctx, before, i64, 32);
+  MlirValue shifted = kiln_compiler_build2("arith.shrui", before, v, c32, i64);
   *hi = kiln_compiler_build1("arith.trunci", before, shifted, i32);
 }
 
@@ -843,7 +845,8 @@ static MlirValue join_before(MlirContext ctx, MlirOperation before, MlirValue lo
   MlirType i64 = mlirIntegerTypeGet(ctx, 64);
   MlirValue l = kiln_compiler_build1("arith.extui", before, lo, i64);
   MlirValue h = kiln_compiler_build1("arith.extui", before, hi, i64);
-  MlirValue hs = kiln_compiler_build2("arith.shli", before, h, kiln_compiler_int_const_before(ctx, before, i64, 32), i64);
+  MlirValue c32 = kiln_compiler_int_const_before(ctx, before, i64, 32);
+  MlirValue hs = kiln_compiler_build2("arith.shli", before, h, c32, i64);
   return kiln_compiler_build2("arith.ori", before, hs, l, i64);
 }
 
@@ -927,7 +930,8 @@ static void split_carrier(MlirContext ctx, MlirOperation op) {
   intptr_t n_regions = mlirOperationGetNumRegions(op);
   MlirRegion *regions = kiln_calloc((size_t)n_regions + 1, sizeof *regions);
   for (intptr_t r = 0; r < n_regions; r++) regions[r] = mlirRegionCreate();
-  MlirOperationState state = mlirOperationStateGet(mlirIdentifierStr(mlirOperationGetName(op)), mlirOperationGetLocation(op));
+  MlirOperationState state =
+      mlirOperationStateGet(mlirIdentifierStr(mlirOperationGetName(op)), mlirOperationGetLocation(op));
   mlirOperationStateAddOperands(&state, m, ops);
   mlirOperationStateAddResults(&state, k, types);
   for (intptr_t i = 0; i < mlirOperationGetNumAttributes(op); i++) {

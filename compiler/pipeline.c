@@ -871,7 +871,8 @@ static kiln_status_t expand_f64_upstream(kiln_compiler_context_t *context, MlirM
   mlirOperationWalk(mlirModuleGetOperation(module), kiln_compiler_ops_collect_all, &ops, MlirWalkPreOrder);
   for (size_t i = 0; i < ops.n; i++) {
     if (kiln_compiler_op_is(ops.items[i], "kiln.held")) {
-      MlirAttribute held = mlirOperationGetAttributeByName(ops.items[i], mlirStringRefCreateFromCString("kiln.held_as"));
+      MlirAttribute held =
+          mlirOperationGetAttributeByName(ops.items[i], mlirStringRefCreateFromCString("kiln.held_as"));
       rebuild_as(ctx, ops.items[i], mlirStringAttrGetValue(held), (MlirAttribute){NULL});
     }
   }
