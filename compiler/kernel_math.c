@@ -994,10 +994,19 @@ static char *helper_text(size_t h, bool wide) {
   return helpers[h].generic ? instantiate(helpers[h].helper, true) : NULL;
 }
 
-static MlirWalkResult collect_fpowi(MlirOperation op, void *user) {
+/* What each expansion round starts with: fpowi with an exponent other than i32,
+ * and isinf/isnormal on floats, found in one walk. */
+typedef struct pre_s {
+  kiln_compiler_ops_t fpowi, classify;
+} pre_t;
+
+static MlirWalkResult collect_pre(MlirOperation op, void *user) {
+  pre_t *p = user;
   if (kiln_compiler_op_is(op, "math.fpowi")) {
     MlirType t = mlirValueGetType(mlirOperationGetOperand(op, 1));
-    if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) != 32) kiln_compiler_ops_push(user, op);
+    if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) != 32) kiln_compiler_ops_push(&p->fpowi, op);
+  } else if (kiln_compiler_op_is(op, "math.isinf") || kiln_compiler_op_is(op, "math.isnormal")) {
+    if (mlirTypeIsAFloat(mlirValueGetType(mlirOperationGetOperand(op, 0)))) kiln_compiler_ops_push(&p->classify, op);
   }
   return MlirWalkResultAdvance;
 }
@@ -1005,9 +1014,7 @@ static MlirWalkResult collect_fpowi(MlirOperation op, void *user) {
 /* fpowi's exponent as the helper's i32: narrower ones sign-extended, an i64
  * clamped to +-(2^30 + its parity) first (past that every power is 0, infinite
  * or +-1 already, and the parity keeps the sign of a negative base's). */
-static void fpowi_exponents_i32(MlirContext context, MlirModule module) {
-  kiln_compiler_ops_t found = {0};
-  mlirOperationWalk(mlirModuleGetOperation(module), collect_fpowi, &found, MlirWalkPreOrder);
+static void fpowi_exponents_i32(MlirContext context, kiln_compiler_ops_t found) {
   MlirType i32 = mlirIntegerTypeGet(context, 32);
   for (size_t i = 0; i < found.n; i++) {
     MlirOperation op = found.items[i];
@@ -1031,13 +1038,6 @@ static void fpowi_exponents_i32(MlirContext context, MlirModule module) {
   kiln_free(found.items);
 }
 
-static MlirWalkResult collect_classify(MlirOperation op, void *user) {
-  if (kiln_compiler_op_is(op, "math.isinf") || kiln_compiler_op_is(op, "math.isnormal")) {
-    if (mlirTypeIsAFloat(mlirValueGetType(mlirOperationGetOperand(op, 0)))) kiln_compiler_ops_push(user, op);
-  }
-  return MlirWalkResultAdvance;
-}
-
 /* A float constant of type t before `before`. */
 static MlirValue float_const_before(MlirContext context, MlirOperation before, MlirType t, double v) {
   MlirOperationState state = mlirOperationStateGet(mlirStringRefCreateFromCString("arith.constant"),
@@ -1053,9 +1053,7 @@ static MlirValue float_const_before(MlirContext context, MlirOperation before, M
 /* math.isinf and math.isnormal on scalars, which neither the LLVM translation
  * (x86_64, AMD; CUDA isnormal) nor kiln's f64 emulation had: |x| == inf, and
  * min normal <= |x| < inf (both false for NaN). */
-static void expand_classify(MlirContext context, MlirModule module) {
-  kiln_compiler_ops_t found = {0};
-  mlirOperationWalk(mlirModuleGetOperation(module), collect_classify, &found, MlirWalkPreOrder);
+static void expand_classify(MlirContext context, kiln_compiler_ops_t found) {
   MlirType i1 = mlirIntegerTypeGet(context, 1);
   for (size_t i = 0; i < found.n; i++) {
     MlirOperation op = found.items[i];
@@ -1083,9 +1081,13 @@ static void expand_classify(MlirContext context, MlirModule module) {
 kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops,
                                                 const char *ops64) {
   kiln_status_t st = NULL;
-  expand_classify(context, module);
+  pre_t pre = {0};
+  mlirOperationWalk(mlirModuleGetOperation(module), collect_pre, &pre, MlirWalkPreOrder);
+  expand_classify(context, pre.classify);
   if (kiln_compiler_list_has(ops, "fpowi") || kiln_compiler_list_has(ops64, "fpowi")) {
-    fpowi_exponents_i32(context, module);
+    fpowi_exponents_i32(context, pre.fpowi);
+  } else {
+    kiln_free(pre.fpowi.items);
   }
   /* asin and acos bring atan, sin and cos bring floor, expm1 brings exp and log,
    * cbrt and erf bring both, i64 cttz brings i32 cttz and that ctlz: a few more

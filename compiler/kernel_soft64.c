@@ -97,13 +97,7 @@ static const char *unconvertible(MlirOperation op) {
 static MlirType soft_type(MlirContext ctx, MlirType t) {
   if (is_f64(t)) return mlirIntegerTypeGet(ctx, 64);
   if (!mlirTypeIsAMemRef(t) || !holds_f64(t)) return (MlirType){NULL};
-  intptr_t rank = mlirShapedTypeGetRank(t);
-  int64_t *shape = kiln_calloc(rank ? (size_t)rank : 1, sizeof *shape);
-  for (intptr_t d = 0; d < rank; d++) shape[d] = mlirShapedTypeGetDimSize(t, d);
-  MlirType out = mlirMemRefTypeGet(mlirIntegerTypeGet(ctx, 64), rank, shape, mlirMemRefTypeGetLayout(t),
-                                   mlirMemRefTypeGetMemorySpace(t));
-  kiln_free(shape);
-  return out;
+  return kiln_compiler_memref_with_element(t, mlirIntegerTypeGet(ctx, 64));
 }
 
 static void retype_value(MlirContext ctx, MlirValue v) {
@@ -128,27 +122,18 @@ static void retype_func(MlirContext ctx, MlirOperation func) {
   kiln_free(inputs);
 }
 
-/* A one-operand op `name` on v with result type `to`, inserted after `after`. */
-static MlirValue cast_after(const char *name, MlirOperation after, MlirValue v, MlirType to) {
-  MlirOperationState state = mlirOperationStateGet(sref(name), mlirOperationGetLocation(after));
-  mlirOperationStateAddOperands(&state, 1, &v);
-  mlirOperationStateAddResults(&state, 1, &to);
-  MlirOperation op = mlirOperationCreate(&state);
-  mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(after), after, op);
-  return mlirOperationGetResult(op, 0);
-}
-
 /* The result of `op` becomes `now` (type), and what used it sees it through the
  * casts `names` (a NULL-ended list, each to the next type of `types`). */
 static void result_through(MlirOperation op, MlirType now, const char *const *names, const MlirType *types) {
   MlirValue r = mlirOperationGetResult(op, 0);
   mlirValueSetType(r, now);
   MlirValue v = r;
-  MlirOperation last = op, first = {NULL};
+  MlirOperation first = {NULL};
+  /* op is never a terminator: something follows it */
+  MlirOperation next = mlirOperationGetNextInBlock(op);
   for (size_t i = 0; names[i]; i++) {
-    v = cast_after(names[i], last, v, types[i]);
-    last = mlirOpResultGetOwner(v);
-    if (mlirOperationIsNull(first)) first = last;
+    v = kiln_compiler_build1(names[i], next, v, types[i]);
+    if (mlirOperationIsNull(first)) first = mlirOpResultGetOwner(v);
   }
   mlirValueReplaceAllUsesExcept(r, v, 1, &first);
 }

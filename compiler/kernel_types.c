@@ -116,18 +116,22 @@ static MlirType storage_of(const retype_t *r, MlirType f) {
   return mlirIntegerTypeGet(r->ctx, w == 6 ? 8 : w);
 }
 
+MlirType kiln_compiler_memref_with_element(MlirType t, MlirType element) {
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  int64_t *shape = kiln_calloc(rank ? (size_t)rank : 1, sizeof *shape);
+  for (intptr_t d = 0; d < rank; d++) shape[d] = mlirShapedTypeGetDimSize(t, d);
+  MlirType out =
+      mlirMemRefTypeGet(element, rank, shape, mlirMemRefTypeGetLayout(t), mlirMemRefTypeGetMemorySpace(t));
+  kiln_free(shape);
+  return out;
+}
+
 /* memref<...xbf16, layout, space> -> memref<...xi16, layout, space>; else null. */
 static MlirType bits_memref(const retype_t *r, MlirType t) {
   if (!mlirTypeIsAMemRef(t) || !rewritten_float(r, mlirShapedTypeGetElementType(t))) {
     return (MlirType){NULL};
   }
-  intptr_t rank = mlirShapedTypeGetRank(t);
-  int64_t *shape = kiln_calloc(rank ? (size_t)rank : 1, sizeof *shape);
-  for (intptr_t d = 0; d < rank; d++) shape[d] = mlirShapedTypeGetDimSize(t, d);
-  MlirType out = mlirMemRefTypeGet(storage_of(r, mlirShapedTypeGetElementType(t)), rank, shape,
-                                   mlirMemRefTypeGetLayout(t), mlirMemRefTypeGetMemorySpace(t));
-  kiln_free(shape);
-  return out;
+  return kiln_compiler_memref_with_element(t, storage_of(r, mlirShapedTypeGetElementType(t)));
 }
 
 /* A one-operand, one-result op (a cast) at `loc`, not yet in any block. */

@@ -67,6 +67,10 @@ MlirValue kiln_compiler_build2(const char *name, MlirOperation before, MlirValue
 /* arith.cmpf with predicate `pred` (arith::CmpFPredicate's number) before `before`. */
 MlirValue kiln_compiler_cmpf_before(MlirContext ctx, MlirOperation before, int64_t pred, MlirValue a, MlirValue b);
 
+/* The memref type t with `element` for its element type: shape, layout and memory
+ * space kept. */
+MlirType kiln_compiler_memref_with_element(MlirType t, MlirType element);
+
 /* A growing list of ops (what a walk collects before a rewrite changes the IR). */
 typedef struct kiln_compiler_ops_s {
   MlirOperation *items;
