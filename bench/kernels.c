@@ -24,7 +24,9 @@
  * OpenBLAS on one thread and >= 0.5x on all cores; the 3x3 conv >= 0.8x im2col +
  * OpenBLAS. Usage: bench_kernels [--quick] (--quick: small shapes, one run each, as
  * CI runs it to keep the benchmark building and running); KILN_BENCH_CASES=sgemm,conv
- * runs only those cases. Exits 0 unless the benchmark itself cannot run.
+ * runs only those cases; KILN_BENCH_GPU_TARGETS=gfx1201,gfx1100 reads the GPU
+ * section's code for those targets instead of sm_89, gfx950 and mali-g720.
+ * Exits 0 unless the benchmark itself cannot run.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -643,13 +645,17 @@ static void gpu_goal(const char *what, bool pass, const char *detail) {
   printf("goal: %-58s %-20s %s\n", what, detail, pass ? "PASS" : "MISS");
 }
 
-/* Compiles each case for the mission's three GPU kinds and prints what the
- * code does; the issue's goals beside. */
+/* Compiles each case for the mission's three GPU kinds (or the targets that
+ * KILN_BENCH_GPU_TARGETS lists, up to 8) and prints what the code does; the
+ * issue's goals beside. */
 static void bench_gpu(void) {
-  static const char *const names[] = {"sm_89", "gfx950", "mali-g720"};
-  enum { N_GPU = sizeof names / sizeof names[0] };
-  const kiln_target_t *gpus[N_GPU];
-  for (size_t i = 0; i < N_GPU; i++) gpus[i] = kiln_compiler_target_find(names[i]);
+  enum { MAX_GPU = 8 };
+  const kiln_target_t *gpus[MAX_GPU];
+  const char *listed = getenv("KILN_BENCH_GPU_TARGETS");
+  size_t N_GPU = 0;
+  kiln_status_t resolved = kiln_compiler_target_resolve_list(listed && *listed ? listed : "sm_89,gfx950,mali-g720",
+                                                             gpus, MAX_GPU, &N_GPU);
+  if (resolved) kiln_bench_die("KILN_BENCH_GPU_TARGETS: %s", kiln_status_message(resolved));
   struct {
     char name[40];
     char *text;

@@ -876,33 +876,54 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
   return kiln_buf_take(&text);
 }
 
-/* ---- AMD CDNA (wave64): f16 operands on the matrix cores ---- */
+/* ---- AMD: f16 operands on the matrix cores (MFMA, WMMA) ---- */
 
-/* The workgroup: 4 waves (64 x 4), each a 32x32 quarter of the 64x64 tile as
- * 2 x 2 v_mfma_f32_16x16x16_f16 tiles, over the same 32-deep slices and
- * workgroup layout as the CUDA kernel (A as [m][k], B transposed as [n][k]).
- * Fragments follow the 16x16x16 MFMA layout (r = lane % 16, s = lane / 16):
- *   A: A[r][4s..4s+3]   B: B[4s..4s+3][r]   C: C[4s..4s+3][r] (a column of 4)
- * so A and B fragments are one 64-bit workgroup load each; C is read and written
- * once, as scalars. */
+/* The workgroup: 4 waves (64 x 4 on CDNA, 32 x 4 on RDNA), each a 32x32
+ * quarter of the 64x64 tile as 2 x 2 16x16x16 matrix tiles, over the same
+ * 32-deep slices and workgroup layout as the CUDA kernel (A as [m][k], B
+ * transposed as [n][k]). Each lane's A and B fragments are one workgroup load
+ * (64-bit for MFMA, 128-bit for RDNA4's WMMA, two for RDNA3's); C is read and
+ * written once, as scalars. The fragment layouts are at amd_matrix_kernel_text. */
 
-/* RDNA3 (gfx11, wave32): v_wmma_f32_16x16x16_f16. RDNA4's WMMA lays fragments
- * out otherwise and is not done. */
-static bool use_wmma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
-  return t->kind == KILN_TARGET_KIND_HIP && t->limits.subgroup_size == 32 && !strncmp(t->chip, "gfx11", 5) &&
-         g->operand_bits == 16 && !g->conv_h && g->k % MMA_TILE_K == 0 && g->m % KILN_GEMM_TILE_M == 0;
+/* Which AMD matrix instruction a kernel uses; each lays its fragments out
+ * otherwise (amd_matrix_kernel_text). */
+typedef enum amd_matrix_e {
+  AMD_MATRIX_NONE,
+  AMD_MATRIX_MFMA,  /* CDNA (gfx9, wave64): v_mfma_f32_16x16x16_f16 */
+  AMD_MATRIX_WMMA3, /* RDNA3 (gfx11, wave32): v_wmma_f32_16x16x16_f16 */
+  AMD_MATRIX_WMMA4, /* RDNA4 (gfx12, wave32): v_wmma_f32_16x16x16_f16, 8-half fragments */
+} amd_matrix_t;
+
+static amd_matrix_t amd_matrix(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
+  if (t->kind != KILN_TARGET_KIND_HIP || g->operand_bits != 16 || g->conv_h || g->k % MMA_TILE_K ||
+      g->m % KILN_GEMM_TILE_M) {
+    return AMD_MATRIX_NONE;
+  }
+  if (t->limits.subgroup_size == 64) return AMD_MATRIX_MFMA;
+  if (t->limits.subgroup_size != 32) return AMD_MATRIX_NONE;
+  if (!strncmp(t->chip, "gfx11", 5)) return AMD_MATRIX_WMMA3;
+  if (!strncmp(t->chip, "gfx12", 5)) return AMD_MATRIX_WMMA4;
+  return AMD_MATRIX_NONE;
 }
 
-static bool use_mfma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
-  return t->kind == KILN_TARGET_KIND_HIP && t->limits.subgroup_size == 64 && g->operand_bits == 16 && !g->conv_h &&
-         g->k % MMA_TILE_K == 0 && g->m % KILN_GEMM_TILE_M == 0;
-}
-
-static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, bool wmma) {
-  /* MFMA (CDNA, wave64): fragments of 4 halves at k = 4s, C rows 4s + j.
-   * WMMA (RDNA3, wave32): whole 16-half rows of A and columns of B (lanes 16-31
-   * repeat lanes 0-15), C rows 2j + s. */
-  int lanes = wmma ? 32 : 64, threads = 4 * lanes, frag = wmma ? 16 : 4, n_c = wmma ? 8 : 4;
+static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, amd_matrix_t kind) {
+  /* Per lane (r = lane % 16, s = lane / 16), element j of its fragments:
+   *   MFMA  (wave64): A[r][4s + j]  B[4s + j][r]  C[4s + j][r]   j < 4
+   *   WMMA3 (wave32): A[r][j]       B[j][r]       C[2j + s][r]   j < 16 (A, B), 8 (C);
+   *                   lanes 16-31 repeat lanes 0-15's A and B
+   *   WMMA4 (wave32): A[r][8s + j]  B[8s + j][r]  C[8s + j][r]   j < 8
+   * (RDNA4's hardware pairs the halves of k across the two half-waves
+   * differently, the same way for A and B, so the sums are the same.) */
+  bool wmma = kind != AMD_MATRIX_MFMA;
+  int lanes = wmma ? 32 : 64, threads = 4 * lanes;
+  int frag = kind == AMD_MATRIX_MFMA ? 4 : kind == AMD_MATRIX_WMMA3 ? 16 : 8, n_c = wmma ? 8 : 4;
+  /* Where lane s's k range starts and its C rows step. */
+  const char *k_of_s = kind == AMD_MATRIX_MFMA ? "%s4" : kind == AMD_MATRIX_WMMA3 ? "%c0" : "%s8";
+  const char *row_of_s = kind == AMD_MATRIX_MFMA ? "%s4" : kind == AMD_MATRIX_WMMA3 ? "%s" : "%s8";
+  int row_step = kind == AMD_MATRIX_WMMA3 ? 2 : 1;
+  /* Fragment loads: rows of MMA_PITCH halves (80 bytes), k offsets of 4 halves
+   * (MFMA) or 8 (WMMA). */
+  int align = frag >= 8 ? 16 : 8;
   int rounds = 256 / threads; /* 128-bit vectors of each 64x32 slice per invocation */
   kiln_buf_t ta, tb, tc;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc);
@@ -935,7 +956,7 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
                    "  %%lane = gpu.thread_id x\n  %%wave = gpu.thread_id y\n  %%bx = gpu.block_id x\n"
                    "  %%by = gpu.block_id y\n  %%bz = gpu.block_id z\n"
                    "  %%r = arith.remui %%lane, %%c16 : index\n  %%s = arith.divui %%lane, %%c16 : index\n"
-                   "  %%s4 = arith.muli %%s, %%c4 : index\n"
+                   "  %%s4 = arith.muli %%s, %%c4 : index\n  %%s8 = arith.muli %%s, %%c8 : index\n"
                    "  %%wl = arith.muli %%wave, %%c%d : index\n  %%t = arith.addi %%wl, %%lane : index\n"
                    "  %%wm = arith.divui %%wave, %%c2 : index\n  %%wn = arith.remui %%wave, %%c2 : index\n"
                    "  %%m0 = arith.muli %%by, %%c64 : index\n  %%n0 = arith.muli %%bx, %%c64 : index\n"
@@ -949,10 +970,9 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
                      "  %%nb%d0 = arith.addi %%wn32, %%c%d : index\n  %%nb%d = arith.addi %%nb%d0, %%r : index\n"
                      "  %%gcol%d = arith.addi %%n0, %%nb%d : index\n  %%crow%d0 = arith.addi %%m0, %%ra%d0 : index\n",
                      x, x * 16, x, x, x, x * 16, x, x, x, x, x, x);
-    if (wmma) kiln_buf_appendf(b, "  %%crow%d = arith.addi %%crow%d0, %%s : index\n", x, x);
-    else kiln_buf_appendf(b, "  %%crow%d = arith.addi %%crow%d0, %%s4 : index\n", x, x);
+    kiln_buf_appendf(b, "  %%crow%d = arith.addi %%crow%d0, %s : index\n", x, x, row_of_s);
     for (int j = 0; j < n_c; j++) {
-      kiln_buf_appendf(b, "  %%crow%d_%d = arith.addi %%crow%d, %%c%d : index\n", x, j, x, wmma ? 2 * j : j);
+      kiln_buf_appendf(b, "  %%crow%d_%d = arith.addi %%crow%d, %%c%d : index\n", x, j, x, row_step * j);
     }
   }
   kiln_buf_appendf(b, "  %%zc = arith.constant dense<0.0> : %s\n", vc);
@@ -976,12 +996,12 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
   char cur[4][24];
   for (int a = 0; a < 4; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
   for (int ks = 0; ks < MMA_TILE_K / 16; ks++) {
-    kiln_buf_appendf(b, "    %%kb%d = arith.addi %s, %%c%d : index\n", ks, wmma ? "%c0" : "%s4", ks * 16);
+    kiln_buf_appendf(b, "    %%kb%d = arith.addi %s, %%c%d : index\n", ks, k_of_s, ks * 16);
     for (int x = 0; x < 2; x++) {
       kiln_buf_appendf(b,
-                       "    %%af%d%d = vector.load %%As[%%ra%d, %%kb%d] {alignment = 8} : %s, %s\n"
-                       "    %%bf%d%d = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = 8} : %s, %s\n",
-                       ks, x, x, ks, ws, vf, ks, x, x, ks, ws, vf);
+                       "    %%af%d%d = vector.load %%As[%%ra%d, %%kb%d] {alignment = %d} : %s, %s\n"
+                       "    %%bf%d%d = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = %d} : %s, %s\n",
+                       ks, x, x, ks, align, ws, vf, ks, x, x, ks, align, ws, vf);
     }
     for (int a = 0; a < 4; a++) {
       if (wmma) {
@@ -1021,10 +1041,10 @@ static char *tiled_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, 
     out_block[0] = 32, out_block[1] = MMA_THREADS / 32;
     return mma_kernel_text(sig, g);
   }
-  if (use_mfma(g, t) || use_wmma(g, t)) {
-    bool wmma = use_wmma(g, t);
-    out_block[0] = wmma ? 32 : 64, out_block[1] = 4;
-    return amd_matrix_kernel_text(sig, g, wmma);
+  amd_matrix_t amd = amd_matrix(g, t);
+  if (amd != AMD_MATRIX_NONE) {
+    out_block[0] = amd == AMD_MATRIX_MFMA ? 64 : 32, out_block[1] = 4;
+    return amd_matrix_kernel_text(sig, g, amd);
   }
   simt_tile_t st = simt_tile(g);
   out_block[0] = simt_threads_x(st), out_block[1] = simt_threads_y(st);
@@ -1035,9 +1055,10 @@ static char *tiled_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, 
 bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
   if (!g->found || t->kind == KILN_TARGET_KIND_CPU) return false;
   /* Invocations and workgroup memory of the kernel the target would take. */
-  bool matrix = use_mma(g, t) || use_mfma(g, t) || use_wmma(g, t);
+  amd_matrix_t amd = amd_matrix(g, t);
+  bool matrix = use_mma(g, t) || amd != AMD_MATRIX_NONE;
   simt_tile_t st = simt_tile(g);
-  uint32_t x = matrix ? (use_mfma(g, t) ? 64 : 32) : simt_threads_x(st), y = matrix ? 4 : simt_threads_y(st);
+  uint32_t x = matrix ? (amd == AMD_MATRIX_MFMA ? 64 : 32) : simt_threads_x(st), y = matrix ? 4 : simt_threads_y(st);
   uint64_t shared = matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH * 2 : (uint64_t)(st.tm + st.tn) * KILN_GEMM_TILE_K * 4;
   const kiln_target_gpu_limits_t *lim = &t->limits;
   if (lim->max_workgroup_invocations < x * y || lim->max_workgroup_size[0] < x || lim->max_workgroup_size[1] < y ||

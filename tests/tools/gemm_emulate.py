@@ -21,6 +21,9 @@ amdgpu.wmma 16x16x16 (v_wmma_f32_16x16x16_f16 on RDNA3, a wave of 32) from AMD's
 RDNA3 layout: with r = lane % 16 and s = lane / 16, a lane's A fragment is row r
 of A and its B fragment column r of B (16 halves each; lanes 16-31 must repeat
 lanes 0-15), and element j of its C fragment is C[2j + s][r].
+amdgpu.wmma with 8-half fragments (v_wmma_f32_16x16x16_f16 on RDNA4, wave32), from
+the layout IREE's compiler states for it (WMMAR4): element j of a lane's A fragment
+is A[r][8s + j], of its B fragment B[8s + j][r], of its C fragment C[8s + j][r].
 The lavapipe corpus runs the SIMT kernels on a device; this is what checks the
 tensor-core one here. Exit 1 on a wrong element, 2 on an op it does not know.
 """
@@ -41,6 +44,8 @@ CASES = [
     ('gfx942', 2, 1, 128, 64, 32, 16, 0),  # MFMA, 2-D, two row tiles
     ('gfx1100', 3, 2, 64, 128, 64, 16, 0), # WMMA, two k slices, batched
     ('gfx1101', 2, 1, 128, 64, 32, 16, 0), # WMMA, 2-D, two row tiles
+    ('gfx1201', 3, 2, 64, 128, 64, 16, 0), # RDNA4 WMMA, two k slices, batched
+    ('gfx1200', 2, 1, 128, 64, 32, 16, 0), # RDNA4 WMMA, 2-D, two row tiles
 ]
 
 
@@ -139,12 +144,29 @@ def wmma(a_frags, b_frags, c_frags):
     return [[D[2 * j + lane // 16][lane % 16] for j in range(8)] for lane in range(32)]
 
 
+def wmma4(a_frags, b_frags, c_frags):
+    """One wave's v_wmma_f32_16x16x16_f16 (RDNA4, wave32)."""
+    A = [[None] * 16 for _ in range(16)]
+    B = [[None] * 16 for _ in range(16)]
+    C = [[None] * 16 for _ in range(16)]
+    for lane in range(32):
+        r, s = lane % 16, lane // 16
+        for j in range(8):
+            A[r][8 * s + j] = a_frags[lane][j]
+            B[8 * s + j][r] = b_frags[lane][j]
+            C[8 * s + j][r] = c_frags[lane][j]
+    assert all(x is not None for row in A + B + C for x in row), 'fragments do not cover the tile'
+    D = [[C[i][j] + sum(A[i][k] * B[k][j] for k in range(16)) for j in range(16)] for i in range(16)]
+    return [[D[8 * (lane // 16) + j][lane % 16] for j in range(8)] for lane in range(32)]
+
+
 # The matrix ops: (pattern with result, A, B and C, the warp's or wave's
 # semantics, its width in lanes).
 MATRIX_OPS = [
     (r'(%\w+) = nvgpu.mma.sync \((%\w+), (%\w+), (%[\w#]+)\) \{mmaShape = \[16, 8, 16\]\}', mma, 32),
     (r'(%\w+) = amdgpu.mfma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) blgp = none', mfma, 64),
-    (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) :', wmma, 32),
+    (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) : vector<16xf16>', wmma, 32),
+    (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) : vector<8xf16>', wmma4, 32),
 ]
 
 
