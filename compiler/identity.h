@@ -1,8 +1,9 @@
 /* kiln compiler identity: who built an artifact and which runtime ABI it speaks.
  *
- * The identity (kiln's name and version, and the LLVM/MLIR release kiln is linked
- * against) goes into artifact provenance and cache keys, so a compiler upgrade
- * never serves artifacts built by the old one. The ABI versions are the ones the
+ * The identity (kiln's name, version and codegen revision, and the LLVM/MLIR
+ * release kiln is linked against) goes into artifact provenance and cache keys, so
+ * a compiler upgrade, or any change to what the compiler emits, never serves
+ * artifacts built by the old one. The ABI versions are the ones the
  * IREE 3.12 runtime checks when it loads a VMFB.
  * Everything here is Thread-safe and returns static storage.
  */
@@ -22,7 +23,9 @@
 
 typedef struct kiln_compiler_identity_s {
   const char *name;         /* "kiln-mlir" */
-  const char *version;      /* kiln's own version, KILN_VERSION ("0.1.0") */
+  const char *version;      /* kiln's version and codegen revision, "0.1.0+3f2a9c1d7e4b":
+                               KILN_VERSION, then 12 hex digits of a digest of the
+                               compiler's sources (compiler/codegen_revision.cmake) */
   const char *llvm_version; /* release of the linked libLLVM, "major.minor.patch" */
   const char *mlir_version; /* MLIR ships with LLVM: the same release string */
 } kiln_compiler_identity_t;

@@ -242,9 +242,10 @@ class StartFailureTest(KilnTestCase):
         self.assertRegex(r.stdout, r"^kilnd 0\.1\.0 .*LLVM 22\.")
         # kilnd links no LLVM: the compiler is what the worker it would spawn says.
         worker = os.path.join(os.path.dirname(KILND), "kiln-worker")
+        version, llvm = self.worker_identity(worker)
         self.assertEqual(
-            r.stdout, "kilnd 0.1.0 (HAL module version 7, VM bytecode 17.0); compiler: kiln-mlir 0.1.0, "
-            f"LLVM {self.worker_llvm(worker)} ({worker})\n")
+            r.stdout, f"kilnd 0.1.0 (HAL module version 7, VM bytecode 17.0); compiler: kiln-mlir {version}, "
+            f"LLVM {llvm} ({worker})\n")
         # A worker that cannot run: still exit 0, saying why.
         with tempfile.TemporaryDirectory() as tmp:
             missing = os.path.join(tmp, "no-such-worker")
@@ -253,12 +254,14 @@ class StartFailureTest(KilnTestCase):
             self.assertRegex(r.stdout, r"^kilnd 0\.1\.0 \(HAL module version 7, VM bytecode 17\.0\); "
                              r"compiler: unavailable \(cannot run .*no-such-worker: No such file")
 
-    def worker_llvm(self, worker):
+    def worker_identity(self, worker):
+        """The built-in compiler's version (kiln's, + the codegen revision) and LLVM."""
         r = subprocess.run([worker, "--version"], capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
-        m = re.fullmatch(r"kiln-worker 0\.1\.0 \(compiler kiln-mlir 0\.1\.0, LLVM (22\.\d+\.\d+)\)\n", r.stdout)
+        m = re.fullmatch(r"kiln-worker 0\.1\.0 \(compiler kiln-mlir (0\.1\.0\+[0-9a-f]{12}), "
+                         r"LLVM (22\.\d+\.\d+)\)\n", r.stdout)
         self.assertIsNotNone(m, r.stdout)
-        return m.group(1)
+        return m.group(1), m.group(2)
 
 
 class ConfigTest(KilnTestCase):
