@@ -99,80 +99,6 @@ static bool operand_is(MlirValue v, const load_t *load, unsigned bits) {
   return mlirOperationEqual(d, load->op);
 }
 
-/* A multiply-accumulate loop body: three loads, one arith.mulf, one arith.addf,
- * one store, an empty scf.yield, and up to `max_extra` ops named `extra` (the
- * index arithmetic or widenings between them); nothing else. */
-typedef struct madd_body_s {
-  MlirOperation loads[3];
-  size_t n_extra;
-  MlirOperation mul, add, store;
-} madd_body_t;
-
-static bool read_madd_body(MlirBlock body, const char *extra, size_t max_extra, madd_body_t *out) {
-  memset(out, 0, sizeof *out);
-  size_t n_loads = 0;
-  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op)) {
-    if (kiln_compiler_op_is(op, "memref.load") && n_loads < 3) {
-      out->loads[n_loads++] = op;
-    } else if (kiln_compiler_op_is(op, extra) && out->n_extra < max_extra) {
-      out->n_extra++;
-    } else if (kiln_compiler_op_is(op, "arith.mulf") && mlirOperationIsNull(out->mul)) {
-      out->mul = op;
-    } else if (kiln_compiler_op_is(op, "arith.addf") && mlirOperationIsNull(out->add)) {
-      out->add = op;
-    } else if (kiln_compiler_op_is(op, "memref.store") && mlirOperationIsNull(out->store)) {
-      out->store = op;
-    } else if (!kiln_compiler_op_is(op, "scf.yield") || mlirOperationGetNumOperands(op) != 0) {
-      return false;
-    }
-  }
-  return n_loads == 3 && !mlirOperationIsNull(out->mul) && !mlirOperationIsNull(out->add) &&
-         !mlirOperationIsNull(out->store);
-}
-
-/* The one loop directly in `loop`'s body (beside an empty scf.yield), or null. */
-static MlirOperation only_inner_loop(MlirOperation loop) {
-  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
-  MlirOperation first = mlirBlockGetFirstOperation(body);
-  MlirOperation second = mlirOperationIsNull(first) ? first : mlirOperationGetNextInBlock(first);
-  if (!kiln_compiler_op_is(first, "scf.for") || mlirOperationIsNull(second) ||
-      !kiln_compiler_op_is(second, "scf.yield") || mlirOperationGetNumOperands(second) != 0 ||
-      !mlirOperationIsNull(mlirOperationGetNextInBlock(second))) {
-    return (MlirOperation){NULL};
-  }
-  return first;
-}
-
-/* Whether `v` is affine.apply (d0)[s0] -> (d0 + s0) of (`d0`)[`s0`]. */
-/* S when `v` is affine.apply (d0)[s0] -> (d0 + s0 * S) of (`d0`)[`s0`] (S = 1:
- * d0 + s0), the stride a conv's tap and output pixel make an input index with;
- * else 0. */
-static int64_t sum_stride(MlirValue v, MlirValue d0, MlirValue s0) {
-  MlirOperation apply = kiln_compiler_gpu_def_of(v);
-  if (mlirOperationIsNull(apply) || !kiln_compiler_op_is(apply, "affine.apply") ||
-      mlirOperationGetNumOperands(apply) != 2 || !mlirValueEqual(mlirOperationGetOperand(apply, 0), d0) ||
-      !mlirValueEqual(mlirOperationGetOperand(apply, 1), s0)) {
-    return 0;
-  }
-  MlirAttribute map = mlirOperationGetAttributeByName(apply, mlirStringRefCreateFromCString("map"));
-  if (kiln_compiler_gpu_attr_is(map, "affine_map<(d0)[s0] -> (d0 + s0)>")) return 1;
-  for (int64_t stride = 2; stride <= 8; stride++) {
-    char text[64];
-    snprintf(text, sizeof text, "affine_map<(d0)[s0] -> (d0 + s0 * %lld)>", (long long)stride);
-    if (kiln_compiler_gpu_attr_is(map, text)) return stride;
-  }
-  return 0;
-}
-
-/* Whether `v` is arith.<name> `a`, <constant c>. */
-static bool is_binary(MlirValue v, const char *name, MlirValue a, int64_t c) {
-  MlirOperation op = kiln_compiler_gpu_def_of(v);
-  int64_t got = -1;
-  return !mlirOperationIsNull(op) && kiln_compiler_op_is(op, name) && mlirValueEqual(mlirOperationGetOperand(op, 0), a) &&
-         kiln_compiler_int_constant_value(mlirOperationGetOperand(op, 1), &got) && got == c;
-}
-
 static MlirValue index_of(MlirOperation load, int i) { return mlirOperationGetOperand(load, i + 1); }
 
 /* The convolution form (gpu_gemm.h): loops kh, kw, c around
@@ -183,10 +109,10 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
   /* A 1x1 filter's kh and kw loops are gone (single iterations, canonicalized
    * away): one loop over c, the filter read at [0, 0, c, f], the input at
    * [0, oh, ow, c]. */
-  bool taps = !mlirOperationIsNull(only_inner_loop(loop_h));
+  bool taps = !mlirOperationIsNull(kiln_compiler_gpu_only_inner_loop(loop_h));
   int64_t kw_n = 1, c_n = kh_n;
-  MlirOperation loop_w = taps ? only_inner_loop(loop_h) : loop_h;
-  MlirOperation loop_c = taps ? only_inner_loop(loop_w) : loop_h;
+  MlirOperation loop_w = taps ? kiln_compiler_gpu_only_inner_loop(loop_h) : loop_h;
+  MlirOperation loop_c = taps ? kiln_compiler_gpu_only_inner_loop(loop_w) : loop_h;
   if (!taps) kh_n = 1;
   if (mlirOperationIsNull(loop_c) || (taps && (!kiln_compiler_gpu_counted_loop(loop_w, &kw_n) || !kiln_compiler_gpu_counted_loop(loop_c, &c_n)))) {
     return false;
@@ -195,9 +121,9 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
   MlirValue kw = mlirBlockGetArgument(mlirRegionGetFirstBlock(mlirOperationGetRegion(loop_w, 0)), 0);
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop_c, 0));
   MlirValue c = mlirBlockGetArgument(body, 0);
-  madd_body_t mb;
-  if (!read_madd_body(body, "affine.apply", 2, &mb)) return false;
-  MlirOperation *loads = mb.loads, mul = mb.mul, add = mb.add, store = mb.store;
+  kiln_compiler_gpu_madd_t mb;
+  if (!kiln_compiler_gpu_read_madd(body, "affine.apply", 2, &mb)) return false;
+  MlirOperation *loads = mb.loads;
   /* in[0, oh+kh, ow+kw, c], filter[kh, kw, c, f], out[0, oh, ow, f]: told apart by
    * their last index. */
   MlirOperation in = {NULL}, filter = {NULL}, acc = {NULL};
@@ -212,42 +138,20 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
   }
   if (mlirOperationIsNull(in) || mlirOperationIsNull(filter) || mlirOperationIsNull(acc)) return false;
   MlirValue nb = index_of(acc, 0), oh = index_of(acc, 1), ow = index_of(acc, 2), f = index_of(acc, 3);
-  int64_t stride = taps ? sum_stride(index_of(in, 1), kh, oh) : 1;
-  bool in_at = taps ? stride > 0 && sum_stride(index_of(in, 2), kw, ow) == stride
+  int64_t stride = taps ? kiln_compiler_gpu_sum_stride(index_of(in, 1), kh, oh) : 1;
+  bool in_at = taps ? stride > 0 && kiln_compiler_gpu_sum_stride(index_of(in, 2), kw, ow) == stride
                     : mlirValueEqual(index_of(in, 1), oh) && mlirValueEqual(index_of(in, 2), ow);
   bool filter_at = taps ? mlirValueEqual(index_of(filter, 0), kh) && mlirValueEqual(index_of(filter, 1), kw)
                         : kiln_compiler_gpu_is_zero(index_of(filter, 0)) && kiln_compiler_gpu_is_zero(index_of(filter, 1));
   MlirType to = mlirValueGetType(mlirOperationGetOperand(acc, 0));
   if (!mlirShapedTypeHasStaticShape(to) || mlirShapedTypeGetRank(to) != 4) return false;
   int64_t batch = mlirShapedTypeGetDimSize(to, 0), out_h = mlirShapedTypeGetDimSize(to, 1);
-  /* The workgroup's x is the output row, or (batch > 1, the front half's leading
-   * dimensions collapsed) image x / OH and row x % OH. */
-  MlirValue bx = kiln_compiler_gpu_is_id(oh, "gpu.block_id", 'x') ? oh
-                 : mlirValueIsAOpResult(oh)                      ? mlirOperationGetOperand(mlirOpResultGetOwner(oh), 0)
-                                                                 : oh;
-  bool rows_at = batch == 1 ? kiln_compiler_gpu_is_zero(nb) && kiln_compiler_gpu_is_id(oh, "gpu.block_id", 'x')
-                            : kiln_compiler_gpu_is_id(bx, "gpu.block_id", 'x') && is_binary(oh, "arith.remui", bx, out_h) &&
-                                  is_binary(nb, "arith.divui", bx, out_h);
-  if (!rows_at || !mlirValueEqual(index_of(in, 0), nb) || !kiln_compiler_gpu_is_tile_index(ow, 'y', 'y', block[1]) ||
+  if (!kiln_compiler_gpu_image_rows(nb, oh, batch, out_h) || !mlirValueEqual(index_of(in, 0), nb) || !kiln_compiler_gpu_is_tile_index(ow, 'y', 'y', block[1]) ||
       !kiln_compiler_gpu_is_tile_index(f, 'x', 'z', block[0]) || !in_at || !filter_at ||
       !mlirValueEqual(index_of(filter, 3), f)) {
     return false;
   }
-  /* acc = acc + in * filter, stored back where it was read. */
-  MlirValue m0 = mlirOperationGetOperand(mul, 0), m1 = mlirOperationGetOperand(mul, 1);
-  MlirValue vi = mlirOperationGetResult(in, 0), vf = mlirOperationGetResult(filter, 0);
-  MlirValue s0 = mlirOperationGetOperand(add, 0), s1 = mlirOperationGetOperand(add, 1);
-  MlirValue product = mlirOperationGetResult(mul, 0), old = mlirOperationGetResult(acc, 0);
-  if (!((mlirValueEqual(m0, vi) && mlirValueEqual(m1, vf)) || (mlirValueEqual(m0, vf) && mlirValueEqual(m1, vi))) ||
-      !((mlirValueEqual(s0, old) && mlirValueEqual(s1, product)) ||
-        (mlirValueEqual(s0, product) && mlirValueEqual(s1, old))) ||
-      mlirOperationGetNumOperands(store) != 6 || !mlirValueEqual(mlirOperationGetOperand(store, 0), mlirOperationGetResult(add, 0)) ||
-      !mlirValueEqual(mlirOperationGetOperand(store, 1), mlirOperationGetOperand(acc, 0))) {
-    return false;
-  }
-  for (int d = 0; d < 4; d++) {
-    if (!mlirValueEqual(mlirOperationGetOperand(store, d + 2), index_of(acc, d))) return false;
-  }
+  if (!kiln_compiler_gpu_madd_in_place(&mb, in, filter, acc)) return false;
   MlirType ti = mlirValueGetType(mlirOperationGetOperand(in, 0));
   MlirType tf = mlirValueGetType(mlirOperationGetOperand(filter, 0));
   if (!mlirTypeIsAF32(mlirShapedTypeGetElementType(ti)) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(tf)) ||
@@ -298,9 +202,8 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
 bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const uint32_t block[3],
                               kiln_compiler_gemm_t *out) {
   memset(out, 0, sizeof *out);
-  if (!kiln_compiler_op_is(func, "gpu.func") || block[2] != 1) return false;
-  MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
-  if (mlirBlockIsNull(entry) || !mlirBlockIsNull(mlirBlockGetNextInRegion(entry))) return false;
+  MlirBlock entry = kiln_compiler_gpu_kernel_entry(func);
+  if (mlirBlockIsNull(entry) || block[2] != 1) return false;
   /* Straight-line index code around one loop. */
   static const char *const allowed[] = {"arith.constant", "gpu.block_id", "gpu.thread_id", "gpu.block_dim",
                                         "gpu.grid_dim",   "affine.apply", "arith.addi",    "arith.divui",
@@ -313,9 +216,7 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
       loop = op;
       continue;
     }
-    bool ok = false;
-    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0] && !ok; i++) ok = kiln_compiler_op_is(op, allowed[i]);
-    if (!ok) return false;
+    if (!kiln_compiler_gpu_op_is_one_of(op, allowed, sizeof allowed / sizeof allowed[0])) return false;
   }
   int64_t ub = 0;
   if (mlirOperationIsNull(loop) || !kiln_compiler_gpu_counted_loop(loop, &ub)) return false;
@@ -327,8 +228,8 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
     return match_conv(entry, loop, ub, grid, block, out);
   }
   MlirValue iv = mlirBlockGetArgument(body, 0);
-  madd_body_t mb;
-  if (!read_madd_body(body, "arith.extf", 2, &mb)) return false;
+  kiln_compiler_gpu_madd_t mb;
+  if (!kiln_compiler_gpu_read_madd(body, "arith.extf", 2, &mb)) return false;
   load_t loads[3];
   for (int i = 0; i < 3; i++) {
     if (!read_load(mb.loads[i], entry, iv, &loads[i])) return false;

@@ -92,6 +92,151 @@ char *kiln_compiler_gpu_type_text(MlirType t) {
   return kiln_buf_take(&b);
 }
 
+bool kiln_compiler_gpu_op_is_one_of(MlirOperation op, const char *const *names, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (kiln_compiler_op_is(op, names[i])) return true;
+  }
+  return false;
+}
+
+MlirBlock kiln_compiler_gpu_kernel_entry(MlirOperation func) {
+  if (!kiln_compiler_op_is(func, "gpu.func")) return (MlirBlock){NULL};
+  MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
+  if (mlirBlockIsNull(entry) || !mlirBlockIsNull(mlirBlockGetNextInRegion(entry))) return (MlirBlock){NULL};
+  return entry;
+}
+
+void kiln_compiler_gpu_kernel_open(kiln_buf_t *b, MlirOperation func, const char *module, const char *const *types,
+                                   size_t n) {
+  MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
+  MlirStringRef name =
+      mlirStringAttrGetValue(mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name")));
+  kiln_buf_appendf(b, "gpu.module @%s {\ngpu.func @%.*s(", module, (int)name.length, name.data);
+  for (intptr_t i = 0; i < mlirBlockGetNumArguments(entry); i++) {
+    const char *mine = (size_t)i < n ? types[i] : NULL;
+    char *own = mine ? NULL : kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(entry, i)));
+    kiln_buf_appendf(b, "%s%%arg%ld: %s", i ? ", " : "", (long)i, mine ? mine : own);
+    kiln_free(own);
+  }
+  kiln_buf_append_str(b, ")");
+}
+
+#define CMPI_ULT 6 /* arith.cmpi's predicate number for ult */
+
+bool kiln_compiler_gpu_and_leaves(MlirValue v, MlirOperation *leaves, size_t *n) {
+  MlirOperation d = kiln_compiler_gpu_def_of(v);
+  if (mlirOperationIsNull(d)) return false;
+  if (kiln_compiler_op_is(d, "arith.andi")) {
+    return kiln_compiler_gpu_and_leaves(mlirOperationGetOperand(d, 0), leaves, n) &&
+           kiln_compiler_gpu_and_leaves(mlirOperationGetOperand(d, 1), leaves, n);
+  }
+  if (*n == KILN_COMPILER_GPU_MAX_LEAVES) return false;
+  leaves[(*n)++] = d;
+  return true;
+}
+
+bool kiln_compiler_gpu_is_below(MlirOperation cmp, MlirValue v, int64_t *out) {
+  if (!kiln_compiler_op_is(cmp, "arith.cmpi")) return false;
+  MlirAttribute pred = mlirOperationGetAttributeByName(cmp, mlirStringRefCreateFromCString("predicate"));
+  return !mlirAttributeIsNull(pred) && mlirAttributeIsAInteger(pred) && mlirIntegerAttrGetValueInt(pred) == CMPI_ULT &&
+         mlirValueEqual(mlirOperationGetOperand(cmp, 0), v) &&
+         kiln_compiler_int_constant_value(mlirOperationGetOperand(cmp, 1), out);
+}
+
+MlirOperation kiln_compiler_gpu_only_inner_loop(MlirOperation loop) {
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
+  MlirOperation first = mlirBlockGetFirstOperation(body);
+  MlirOperation second = mlirOperationIsNull(first) ? first : mlirOperationGetNextInBlock(first);
+  if (!kiln_compiler_op_is(first, "scf.for") || mlirOperationIsNull(second) ||
+      !kiln_compiler_op_is(second, "scf.yield") || mlirOperationGetNumOperands(second) != 0 ||
+      !mlirOperationIsNull(mlirOperationGetNextInBlock(second))) {
+    return (MlirOperation){NULL};
+  }
+  return first;
+}
+
+int64_t kiln_compiler_gpu_sum_stride(MlirValue v, MlirValue d0, MlirValue s0) {
+  MlirOperation apply = kiln_compiler_gpu_def_of(v);
+  if (mlirOperationIsNull(apply) || !kiln_compiler_op_is(apply, "affine.apply") ||
+      mlirOperationGetNumOperands(apply) != 2 || !mlirValueEqual(mlirOperationGetOperand(apply, 0), d0) ||
+      !mlirValueEqual(mlirOperationGetOperand(apply, 1), s0)) {
+    return 0;
+  }
+  MlirAttribute map = mlirOperationGetAttributeByName(apply, mlirStringRefCreateFromCString("map"));
+  if (kiln_compiler_gpu_attr_is(map, "affine_map<(d0)[s0] -> (d0 + s0)>")) return 1;
+  for (int64_t stride = 2; stride <= 8; stride++) {
+    char text[64];
+    snprintf(text, sizeof text, "affine_map<(d0)[s0] -> (d0 + s0 * %lld)>", (long long)stride);
+    if (kiln_compiler_gpu_attr_is(map, text)) return stride;
+  }
+  return 0;
+}
+
+/* Whether `v` is arith.<name> `a`, <constant c>. */
+static bool is_binary(MlirValue v, const char *name, MlirValue a, int64_t c) {
+  MlirOperation op = kiln_compiler_gpu_def_of(v);
+  int64_t got = -1;
+  return !mlirOperationIsNull(op) && kiln_compiler_op_is(op, name) &&
+         mlirValueEqual(mlirOperationGetOperand(op, 0), a) &&
+         kiln_compiler_int_constant_value(mlirOperationGetOperand(op, 1), &got) && got == c;
+}
+
+bool kiln_compiler_gpu_image_rows(MlirValue nb, MlirValue oh, int64_t batch, int64_t out_h) {
+  if (batch == 1) return kiln_compiler_gpu_is_zero(nb) && kiln_compiler_gpu_is_id(oh, "gpu.block_id", 'x');
+  MlirOperation rem = kiln_compiler_gpu_def_of(oh);
+  if (mlirOperationIsNull(rem)) return false;
+  MlirValue bx = mlirOperationGetOperand(rem, 0);
+  return kiln_compiler_gpu_is_id(bx, "gpu.block_id", 'x') && is_binary(oh, "arith.remui", bx, out_h) &&
+         is_binary(nb, "arith.divui", bx, out_h);
+}
+
+bool kiln_compiler_gpu_read_madd(MlirBlock body, const char *extra, size_t max_extra, kiln_compiler_gpu_madd_t *out) {
+  memset(out, 0, sizeof *out);
+  size_t n_loads = 0;
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (kiln_compiler_op_is(op, "memref.load") && n_loads < 3) {
+      out->loads[n_loads++] = op;
+    } else if (kiln_compiler_op_is(op, extra) && out->n_extra < max_extra) {
+      out->n_extra++;
+    } else if (kiln_compiler_op_is(op, "arith.mulf") && mlirOperationIsNull(out->mul)) {
+      out->mul = op;
+    } else if (kiln_compiler_op_is(op, "arith.addf") && mlirOperationIsNull(out->add)) {
+      out->add = op;
+    } else if (kiln_compiler_op_is(op, "memref.store") && mlirOperationIsNull(out->store)) {
+      out->store = op;
+    } else if (!kiln_compiler_op_is(op, "scf.yield") || mlirOperationGetNumOperands(op) != 0) {
+      return false;
+    }
+  }
+  return n_loads == 3 && !mlirOperationIsNull(out->mul) && !mlirOperationIsNull(out->add) &&
+         !mlirOperationIsNull(out->store);
+}
+
+/* Whether `a` and `b` are `x` and `y` in either order. */
+static bool either_order(MlirValue a, MlirValue b, MlirValue x, MlirValue y) {
+  return (mlirValueEqual(a, x) && mlirValueEqual(b, y)) || (mlirValueEqual(a, y) && mlirValueEqual(b, x));
+}
+
+bool kiln_compiler_gpu_madd_in_place(const kiln_compiler_gpu_madd_t *mb, MlirOperation x, MlirOperation y,
+                                     MlirOperation acc) {
+  MlirOperation mul = mb->mul, add = mb->add, store = mb->store;
+  intptr_t rank = mlirOperationGetNumOperands(acc) - 1;
+  if (!either_order(mlirOperationGetOperand(mul, 0), mlirOperationGetOperand(mul, 1), mlirOperationGetResult(x, 0),
+                    mlirOperationGetResult(y, 0)) ||
+      !either_order(mlirOperationGetOperand(add, 0), mlirOperationGetOperand(add, 1), mlirOperationGetResult(acc, 0),
+                    mlirOperationGetResult(mul, 0)) ||
+      mlirOperationGetNumOperands(store) != rank + 2 ||
+      !mlirValueEqual(mlirOperationGetOperand(store, 0), mlirOperationGetResult(add, 0)) ||
+      !mlirValueEqual(mlirOperationGetOperand(store, 1), mlirOperationGetOperand(acc, 0))) {
+    return false;
+  }
+  for (intptr_t d = 0; d < rank; d++) {
+    if (!mlirValueEqual(mlirOperationGetOperand(store, d + 2), mlirOperationGetOperand(acc, d + 1))) return false;
+  }
+  return true;
+}
+
 typedef struct launches_of_s {
   MlirStringRef module, kernel;
   kiln_compiler_ops_t found;

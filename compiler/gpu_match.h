@@ -1,6 +1,6 @@
-/* What the GPU back halves' own kernels share (gpu_gemm.c, gpu_reduce.c):
- * reading the front half's kernels, and swapping one for a kernel of kiln's own
- * text. Inside compiler/ only (includes mlir-c). One thread at a time per
+/* What the GPU back halves' own kernels share (gpu_gemm.c, gpu_reduce.c,
+ * gpu_depthwise.c): reading the front half's kernels, and swapping one for a
+ * kernel of kiln's own text. Inside compiler/ only (includes mlir-c). One thread at a time per
  * context. */
 #ifndef KILN_COMPILER_GPU_MATCH_H_
 #define KILN_COMPILER_GPU_MATCH_H_
@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/status.h"
 #include "compiler/targets.h"
 
@@ -37,6 +38,58 @@ bool kiln_compiler_gpu_counted_loop(MlirOperation loop, int64_t *out_ub);
 
 /* Whether `v` is the index or integer constant 0. */
 bool kiln_compiler_gpu_is_zero(MlirValue v);
+
+/* Whether `op` is named one of `names[0..n)`. */
+bool kiln_compiler_gpu_op_is_one_of(MlirOperation op, const char *const *names, size_t n);
+
+/* The one block of gpu.func `func`, or null when `func` is no gpu.func or has
+ * more blocks. */
+MlirBlock kiln_compiler_gpu_kernel_entry(MlirOperation func);
+
+/* Appends "gpu.module @<module> {\ngpu.func @<func's name>(%arg0: T0, ...)":
+ * argument i typed types[i] where that is not NULL (i < n), else as in `func`. */
+void kiln_compiler_gpu_kernel_open(kiln_buf_t *b, MlirOperation func, const char *module, const char *const *types,
+                                   size_t n);
+
+/* Collects the leaves of the arith.andi tree that defines `v` into `leaves`
+ * (room for KILN_COMPILER_GPU_MAX_LEAVES; *n of them used on entry); false when
+ * there are more or a leaf is a block argument. */
+#define KILN_COMPILER_GPU_MAX_LEAVES 8
+bool kiln_compiler_gpu_and_leaves(MlirValue v, MlirOperation *leaves, size_t *n);
+
+/* Whether `cmp` is arith.cmpi ult, `v`, <constant bound>; the bound in *out. */
+bool kiln_compiler_gpu_is_below(MlirOperation cmp, MlirValue v, int64_t *out);
+
+/* The one loop directly in `loop`'s body (beside an empty scf.yield), or null. */
+MlirOperation kiln_compiler_gpu_only_inner_loop(MlirOperation loop);
+
+/* S when `v` is affine.apply (d0)[s0] -> (d0 + s0 * S) of (`d0`)[`s0`] (S = 1:
+ * d0 + s0), the stride a conv's tap and output pixel make an input index with
+ * (2 to 8 recognised); else 0. */
+int64_t kiln_compiler_gpu_sum_stride(MlirValue v, MlirValue d0, MlirValue s0);
+
+/* Whether `nb` and `oh` (a conv's image and output row) come from the
+ * workgroup's x as the front half writes them: 0 and block_id x for one image;
+ * for `batch` > 1 (its leading dimensions folded into one) x / `out_h` and
+ * x % `out_h`. */
+bool kiln_compiler_gpu_image_rows(MlirValue nb, MlirValue oh, int64_t batch, int64_t out_h);
+
+/* A multiply-accumulate loop body: three loads, one arith.mulf, one arith.addf,
+ * one store, an empty scf.yield, and up to `max_extra` ops named `extra` (the
+ * index arithmetic or widenings between them); nothing else. */
+typedef struct kiln_compiler_gpu_madd_s {
+  MlirOperation loads[3];
+  size_t n_extra;
+  MlirOperation mul, add, store;
+} kiln_compiler_gpu_madd_t;
+
+/* Whether `body` is such a body, its ops in *out. */
+bool kiln_compiler_gpu_read_madd(MlirBlock body, const char *extra, size_t max_extra, kiln_compiler_gpu_madd_t *out);
+
+/* Whether `mb` computes acc = acc + x * y (either order of each) from loads `x`,
+ * `y` and `acc`, and stores it where `acc` was read. */
+bool kiln_compiler_gpu_madd_in_place(const kiln_compiler_gpu_madd_t *mb, MlirOperation x, MlirOperation y,
+                                     MlirOperation acc);
 
 /* `t` as MLIR prints it. Owned by the caller. */
 char *kiln_compiler_gpu_type_text(MlirType t);

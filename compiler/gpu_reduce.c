@@ -29,31 +29,9 @@
 #define MAX_THREADS 256
 #define MIN_THREADS 32
 #define MAX_ROWS 65535
-#define CMPI_ULT 6 /* arith.cmpi's predicate number for ult */
 
 static const char *const combiners[] = {"arith.maximumf", "arith.minimumf", "arith.maxnumf",
                                         "arith.minnumf",  "arith.addf",     "arith.mulf"};
-
-/* Collects the leaves of an arith.andi tree (at most 8). */
-static bool and_leaves(MlirValue v, MlirOperation *leaves, size_t *n) {
-  MlirOperation d = kiln_compiler_gpu_def_of(v);
-  if (mlirOperationIsNull(d)) return false;
-  if (kiln_compiler_op_is(d, "arith.andi")) {
-    return and_leaves(mlirOperationGetOperand(d, 0), leaves, n) && and_leaves(mlirOperationGetOperand(d, 1), leaves, n);
-  }
-  if (*n == 8) return false;
-  leaves[(*n)++] = d;
-  return true;
-}
-
-/* Whether `cmp` is arith.cmpi ult, v, <constant bound>; the bound in *out. */
-static bool is_below(MlirOperation cmp, MlirValue v, int64_t *out) {
-  if (!kiln_compiler_op_is(cmp, "arith.cmpi")) return false;
-  MlirAttribute pred = mlirOperationGetAttributeByName(cmp, mlirStringRefCreateFromCString("predicate"));
-  return !mlirAttributeIsNull(pred) && mlirAttributeIsAInteger(pred) && mlirIntegerAttrGetValueInt(pred) == CMPI_ULT &&
-         mlirValueEqual(mlirOperationGetOperand(cmp, 0), v) &&
-         kiln_compiler_int_constant_value(mlirOperationGetOperand(cmp, 1), out);
-}
 
 /* The invocations per row: the largest power of two up to MAX_THREADS dividing
  * the row's vectors, 0 when under MIN_THREADS. */
@@ -67,9 +45,8 @@ static uint32_t threads_for(int64_t len) {
 bool kiln_compiler_reduce_match(MlirOperation func, const uint32_t grid[3], const uint32_t block[3],
                                 kiln_compiler_reduce_t *out) {
   memset(out, 0, sizeof *out);
-  if (!kiln_compiler_op_is(func, "gpu.func")) return false;
-  MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
-  if (mlirBlockIsNull(entry) || !mlirBlockIsNull(mlirBlockGetNextInRegion(entry))) return false;
+  MlirBlock entry = kiln_compiler_gpu_kernel_entry(func);
+  if (mlirBlockIsNull(entry)) return false;
   static const char *const allowed[] = {"arith.constant", "gpu.block_id", "gpu.thread_id", "affine.apply",
                                         "arith.addi",     "arith.cmpi",   "arith.andi",    "gpu.return"};
   MlirOperation guard = {NULL};
@@ -80,9 +57,7 @@ bool kiln_compiler_reduce_match(MlirOperation func, const uint32_t grid[3], cons
       guard = op;
       continue;
     }
-    bool ok = false;
-    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0] && !ok; i++) ok = kiln_compiler_op_is(op, allowed[i]);
-    if (!ok) return false;
+    if (!kiln_compiler_gpu_op_is_one_of(op, allowed, sizeof allowed / sizeof allowed[0])) return false;
   }
   if (mlirOperationIsNull(guard) || !mlirBlockIsNull(mlirRegionGetFirstBlock(mlirOperationGetRegion(guard, 1)))) {
     return false;
@@ -144,12 +119,17 @@ bool kiln_compiler_reduce_match(MlirOperation func, const uint32_t grid[3], cons
     return false;
   }
   /* The guard: exactly row < R and col < 1. */
-  MlirOperation leaves[8];
+  MlirOperation leaves[KILN_COMPILER_GPU_MAX_LEAVES];
   size_t n_leaves = 0;
   int64_t r_bound = -1, c_bound = -1;
-  if (!and_leaves(mlirOperationGetOperand(guard, 0), leaves, &n_leaves) || n_leaves != 2) return false;
-  bool guarded = (is_below(leaves[0], row, &r_bound) && is_below(leaves[1], col, &c_bound)) ||
-                 (is_below(leaves[1], row, &r_bound) && is_below(leaves[0], col, &c_bound));
+  if (!kiln_compiler_gpu_and_leaves(mlirOperationGetOperand(guard, 0), leaves, &n_leaves) || n_leaves != 2) {
+    return false;
+  }
+  bool guarded = false;
+  for (int i = 0; i < 2 && !guarded; i++) {
+    guarded = kiln_compiler_gpu_is_below(leaves[i], row, &r_bound) &&
+              kiln_compiler_gpu_is_below(leaves[1 - i], col, &c_bound);
+  }
   if (!guarded || r_bound != rows || c_bound != 1) return false;
   /* o = op(x, o) (or op(o, x)), stored where it was read. */
   MlirValue a0 = mlirOperationGetOperand(comb, 0), a1 = mlirOperationGetOperand(comb, 1);
@@ -192,20 +172,14 @@ kiln_status_t kiln_compiler_reduce_replace(MlirContext context, MlirModule modul
   char xt[96];
   snprintf(xt, sizeof xt, "memref<%lldx1x%lldxvector<4xf32>>", (long long)r->rows, vecs);
   MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
-  MlirStringRef name =
-      mlirStringAttrGetValue(mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name")));
+  char *ot = kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(entry, r->o_arg)));
+  const char **types = kiln_calloc(r->n_args, sizeof *types);
+  types[r->x_arg] = xt;
   kiln_buf_t text;
   kiln_buf_init(&text);
   kiln_buf_t *b = &text;
-  kiln_buf_appendf(b, "gpu.module @kiln_reduce {\ngpu.func @%.*s(", (int)name.length, name.data);
-  char *ot = NULL;
-  for (unsigned i = 0; i < r->n_args; i++) {
-    char *own = i == r->x_arg ? NULL : kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(entry, i)));
-    kiln_buf_appendf(b, "%s%%arg%u: %s", i ? ", " : "", i, own ? own : xt);
-    if (i == r->o_arg) ot = kiln_strdup(own);
-    kiln_free(own);
-  }
-  kiln_buf_append_str(b, ")");
+  kiln_compiler_gpu_kernel_open(b, func, "kiln_reduce", types, r->n_args);
+  kiln_free(types);
   if (!spirv) kiln_buf_appendf(b, " workgroup(%%S : %s)", ws);
   kiln_buf_appendf(b, " kernel attributes {known_block_size = array<i32: %u, 1, 1>", n);
   if (spirv) kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%u, 1, 1]>", n);

@@ -31,6 +31,7 @@
 #include "base/buf.h"
 #include "base/time.h"
 #include "compiler/cpu.h"
+#include "compiler/gpu_depthwise.h"
 #include "compiler/gpu_gemm.h"
 #include "compiler/gpu_reduce.h"
 #include "compiler/host.h"
@@ -273,6 +274,7 @@ typedef struct launch_s {
   size_t n_args;
   kiln_compiler_gemm_t gemm; /* a contraction GPU targets tile their own way (gpu_gemm.h) */
   kiln_compiler_reduce_t reduce; /* a row reduction they run as a workgroup reduction (gpu_reduce.h) */
+  kiln_compiler_depthwise_t depthwise; /* a depthwise conv they run in vectors (gpu_depthwise.h) */
 } launch_t;
 
 typedef struct launches_s {
@@ -430,8 +432,9 @@ static MlirWalkResult describe_kernel(MlirOperation op, void *user) {
     }
   }
   kiln_free(w.written);
-  if (!kiln_compiler_gemm_match(op, l->grid, l->block, &l->gemm)) {
-    kiln_compiler_reduce_match(op, l->grid, l->block, &l->reduce);
+  if (!kiln_compiler_gemm_match(op, l->grid, l->block, &l->gemm) &&
+      !kiln_compiler_reduce_match(op, l->grid, l->block, &l->reduce)) {
+    kiln_compiler_depthwise_match(op, l->grid, l->block, &l->depthwise);
   }
   return MlirWalkResultAdvance;
 }
@@ -1109,9 +1112,10 @@ static void shape_gpu_loops(kiln_compiler_context_t *context, MlirModule module,
   }
 }
 
-/* Contractions this target tiles its own way (gpu_gemm.h) and row reductions it
- * runs as workgroup reductions (gpu_reduce.h): kernel i's new grid
- * and workgroup size in grids[i] and blocks[i] (left 0 where kept). Only kernels
+/* Contractions this target tiles its own way (gpu_gemm.h), row reductions it
+ * runs as workgroup reductions (gpu_reduce.h) and depthwise convs it runs in
+ * vectors (gpu_depthwise.h): kernel i's new grid and workgroup size in grids[i]
+ * and blocks[i] (left 0 where kept). Only kernels
  * whose bindings the plan never overlaps: the tiled kernel reads A and B after
  * other invocations wrote C. */
 static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirModule module,
@@ -1123,12 +1127,15 @@ static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirMod
   for (size_t i = 0; i < launches->n; i++) {
     const launch_t *l = &launches->items[i];
     bool gemm = kiln_compiler_gemm_fits(&l->gemm, t), reduce = kiln_compiler_reduce_fits(&l->reduce, t);
-    if (!noalias[i] || (!gemm && !reduce)) continue;
+    bool depthwise = kiln_compiler_depthwise_fits(&l->depthwise, t);
+    if (!noalias[i] || (!gemm && !reduce && !depthwise)) continue;
     MlirOperation func = find_symbol(body, "gpu.func", mlirStringRefCreateFromCString(l->kernel_name));
     if (mlirOperationIsNull(func)) continue;
-    KILN_RETURN_IF_ERROR(gemm ? kiln_compiler_gemm_replace(context->mlir, module, func, &l->gemm, t, grids[i], blocks[i])
-                              : kiln_compiler_reduce_replace(context->mlir, module, func, &l->reduce, t, grids[i],
-                                                             blocks[i]));
+    MlirContext mlir = context->mlir;
+    KILN_RETURN_IF_ERROR(
+        gemm     ? kiln_compiler_gemm_replace(mlir, module, func, &l->gemm, t, grids[i], blocks[i])
+        : reduce ? kiln_compiler_reduce_replace(mlir, module, func, &l->reduce, t, grids[i], blocks[i])
+                 : kiln_compiler_depthwise_replace(mlir, module, func, &l->depthwise, t, grids[i], blocks[i]));
   }
   return NULL;
 }
@@ -1490,7 +1497,6 @@ static MlirWalkResult find_refused(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-static void dump_cb(MlirStringRef s, void *u) { fwrite(s.data, 1, s.length, u); }
 kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source,
                                     size_t len, const char *name,
                                     const kiln_target_t *const *targets, size_t n_targets,
@@ -1553,14 +1559,6 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
     return status;
   }
   out_output->front_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
-  if (getenv("KILN_DUMP_FRONT") && any_gpu) { /* TEMP */
-    FILE *f = fopen(getenv("KILN_DUMP_FRONT"), "w");
-    MlirOpPrintingFlags fl = mlirOpPrintingFlagsCreate();
-    mlirOpPrintingFlagsEnableDebugInfo(fl, false, false);
-    mlirOperationPrintWithFlags(mlirModuleGetOperation(gpu), fl, dump_cb, f);
-    mlirOpPrintingFlagsDestroy(fl);
-    fclose(f);
-  }
   if (any_gpu) out_output->plan_status = kiln_compiler_host_plan_read(gpu, name, &out_output->plan);
   /* Bindings are read-only where the kernel never writes the argument (kernel i is
    * launch i; its arguments are its bindings, in order). */

@@ -760,6 +760,39 @@ def conv_case(name, n, h, c, f, k, stride, pad, seeds):
                      [((n, h, h, c), 'f32', x), ((f, k, k, c), 'f32', w)], [((n, oh, ow, f), 'f32', out)], 0)
 
 
+def depthwise_case(name, n, h, w, c, k, stride, pad, seeds):
+    """tosa.depthwise_conv2d (multiplier 1) of n h x w x c images by a k x k
+    filter, `stride`, pad (top, bottom, left, right), zero bias, with its
+    reference."""
+    oh = (h + pad[0] + pad[1] - k) // stride + 1
+    ow = (w + pad[2] + pad[3] - k) // stride + 1
+    x = values((n, h, w, c), 'f32', seeds[0])
+    f = values((k, k, c, 1), 'f32', seeds[1])
+    out = []
+    for nn in range(n):
+        for yy in range(oh):
+            for xx in range(ow):
+                for cc in range(c):
+                    s_ = 0.0
+                    for ky in range(k):
+                        for kx in range(k):
+                            iy, ix = stride * yy + ky - pad[0], stride * xx + kx - pad[2]
+                            if 0 <= iy < h and 0 <= ix < w:
+                                s_ += x[((nn * h + iy) * w + ix) * c + cc] * f[(ky * k + kx) * c + cc]
+                    out.append(f32(s_))
+    tx, tf, to = 'tensor<%dx%dx%dx%dxf32>' % (n, h, w, c), 'tensor<%dx%dx%dx1xf32>' % (k, k, c), \
+        'tensor<%dx%dx%dx%dxf32>' % (n, oh, ow, c)
+    return tosa_case(name, [tx, tf], to,
+                     ['%%b = "tosa.const"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>' % (c, c),
+                      scalar_const('zp', 'f32', 0.0),
+                      '%%0 = tosa.depthwise_conv2d %%arg0, %%arg1, %%b, %%zp, %%zp {acc_type = f32, '
+                      'dilation = array<i64: 1, 1>, pad = array<i64: %d, %d, %d, %d>, stride = array<i64: %d, %d>} : '
+                      '(%s, %s, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> %s'
+                      % (pad + (stride, stride, tx, tf, c, to)),
+                      'return %%0 : %s' % to],
+                     [((n, h, w, c), 'f32', x), ((k, k, c, 1), 'f32', f)], [((n, oh, ow, c), 'f32', out)], 0)
+
+
 def group_tosa():
     """TOSA ops one by one, the way TFLite and PyTorch exports use them (issue 15: corpus)."""
     cases = []
@@ -998,6 +1031,17 @@ def group_tosa():
             ('tosa_conv2d_batch2_stride2_tiled_f32', (2, 16, 16, 3, 2, (1, 0, 1, 0)), (100, 101)),
             ('tosa_conv2d_1x1_tiled_f32', (1, 8, 32, 1, 1, (0, 0, 0, 0)), (97, 98))):
         cases.append(conv_case(name, n, h, c, 64, k, stride, pad, seeds))
+    # Depthwise convs GPU targets run in 128-bit vectors (compiler/gpu_depthwise.c):
+    # strips of 4 output pixels over one channel vector (64 rows give the grid
+    # its 64 workgroups), the same at stride 2, two images of two channel
+    # vectors, and a 5x5 filter over three channel vectors one pixel per
+    # invocation. Sums of quarter products, exact in f32.
+    for name, (n, h, w, c, k, stride, pad), seeds in (
+            ('tosa_depthwise_conv2d_vec_f32', (1, 64, 8, 4, 3, 1, (1, 1, 1, 1)), (141, 142)),
+            ('tosa_depthwise_conv2d_vec_stride2_f32', (1, 129, 17, 4, 3, 2, (0, 0, 0, 0)), (143, 144)),
+            ('tosa_depthwise_conv2d_vec_batch2_f32', (2, 32, 8, 8, 3, 1, (1, 1, 1, 1)), (145, 146)),
+            ('tosa_depthwise_conv2d_vec_5x5_f32', (1, 8, 8, 12, 5, 1, (2, 2, 2, 2)), (147, 148))):
+        cases.append(depthwise_case(name, n, h, w, c, k, stride, pad, seeds))
     # Row reductions long enough that GPU targets run them as workgroup reductions
     # (compiler/gpu_reduce.c: rows of a multiple of 128), and a softmax over them.
     for op, rows, cols, ref in (('reduce_max', 4, 1024, max), ('reduce_sum', 3, 384, lambda xs: f32(sum(xs))),
