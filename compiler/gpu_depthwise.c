@@ -34,7 +34,7 @@
 #define MAX_GRID 65535
 #define THREADS 128
 #define MAX_STRIP 4
-#define MIN_WORKGROUPS 64 /* issue 17's floor for a conv, as gpu_gemm.c's */
+#define MIN_WORKGROUPS 64 /* issue 17's floor for a conv, raised to the chip's compute units */
 #define MAX_TAPS 64       /* kh * kw unrolled: an 8x8 filter at most */
 
 bool kiln_compiler_depthwise_match(MlirOperation func, const uint32_t grid[3], const uint32_t block[3],
@@ -185,13 +185,14 @@ typedef struct shape_s {
   uint32_t grid[3];
 } shape_t;
 
-static shape_t shape_of(const kiln_compiler_depthwise_t *d) {
+static shape_t shape_of(const kiln_compiler_depthwise_t *d, const kiln_target_t *t) {
   shape_t s = {0};
+  uint64_t least = t->compute_units > MIN_WORKGROUPS ? t->compute_units : MIN_WORKGROUPS;
   int64_t vecs = d->channels / 4;
   s.tx = 16;
   while (vecs % s.tx) s.tx /= 2;
-  /* The widest strip dividing the row that still leaves MIN_WORKGROUPS
-   * workgroups, else one pixel per invocation. */
+  /* The widest strip dividing the row that still leaves `least` workgroups,
+   * else one pixel per invocation. */
   for (uint32_t wt = MAX_STRIP; wt >= 1; wt /= 2) {
     if (d->out_w % wt) continue;
     int64_t strips = d->out_w / wt;
@@ -200,14 +201,14 @@ static shape_t shape_of(const kiln_compiler_depthwise_t *d) {
     s.grid[0] = (uint32_t)(vecs / s.tx);
     s.grid[1] = (uint32_t)((strips + s.ty - 1) / s.ty);
     s.grid[2] = (uint32_t)(d->batch * d->out_h);
-    if ((uint64_t)s.grid[0] * s.grid[1] * s.grid[2] >= MIN_WORKGROUPS) break;
+    if ((uint64_t)s.grid[0] * s.grid[1] * s.grid[2] >= least) break;
   }
   return s;
 }
 
 bool kiln_compiler_depthwise_fits(const kiln_compiler_depthwise_t *d, const kiln_target_t *t) {
   if (!d->found || t->kind == KILN_TARGET_KIND_CPU) return false;
-  shape_t s = shape_of(d);
+  shape_t s = shape_of(d, t);
   const kiln_target_gpu_limits_t *lim = &t->limits;
   return s.grid[0] <= MAX_GRID && s.grid[1] <= MAX_GRID && lim->max_workgroup_invocations >= s.tx * s.ty &&
          lim->max_workgroup_size[0] >= s.tx && lim->max_workgroup_size[1] >= s.ty;
@@ -224,7 +225,7 @@ kiln_status_t kiln_compiler_depthwise_replace(MlirContext context, MlirModule mo
                                               uint32_t out_grid[3], uint32_t out_block[3]) {
   bool spirv = t->kind == KILN_TARGET_KIND_VULKAN;
   const char *fm = spirv ? "" : " fastmath<contract>"; /* FMA on the LLVM backends */
-  shape_t s = shape_of(d);
+  shape_t s = shape_of(d, t);
   int64_t vecs = d->channels / 4, strips = d->out_w / s.wt, stride = d->stride;
   kiln_buf_t ti, tf, to;
   kiln_buf_init(&ti), kiln_buf_init(&tf), kiln_buf_init(&to);

@@ -39,7 +39,7 @@
  * each of the gm row bands, column vectors tx of each of the gn column bands, so
  * neighbouring invocations touch neighbouring vectors). Large: 128x128, 8x8 per
  * invocation (4 workgroup-memory vector loads per 64 multiply-adds), where the
- * grid still has MIN_WORKGROUPS workgroups; else 64x64, 4x4 each; else 32 rows
+ * grid still has least_workgroups(); else 64x64, 4x4 each; else 32 rows
  * (a 56x56 conv's 3136 rows x 64 filters: 49 workgroups -> 98), or where 64 does
  * not divide M. */
 #define SIMT_TILE_M_MIN (KILN_GEMM_TILE_M / 2)
@@ -50,8 +50,15 @@ typedef struct simt_tile_s {
   int gm, gn;
 } simt_tile_t;
 
-static simt_tile_t simt_tile(const kiln_compiler_gemm_t *g) {
-  int64_t least = g->min_workgroups > 0 ? g->min_workgroups : MIN_WORKGROUPS;
+/* The workgroups a kernel for `t` should keep busy: MIN_WORKGROUPS, or the
+ * chip's compute units where it has more (gemm_text's override first). */
+static int64_t least_workgroups(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
+  if (g->min_workgroups > 0) return g->min_workgroups;
+  return t->compute_units > MIN_WORKGROUPS ? (int64_t)t->compute_units : MIN_WORKGROUPS;
+}
+
+static simt_tile_t simt_tile(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
+  int64_t least = least_workgroups(g, t);
   int64_t large = g->m % 128 == 0 && g->n % 128 == 0 ? (g->m / 128) * (g->n / 128) * g->batch : 0;
   if (large >= least) return (simt_tile_t){128, 128, 2, 2};
   int64_t full = g->m % KILN_GEMM_TILE_M ? 0 : (g->m / KILN_GEMM_TILE_M) * (g->n / KILN_GEMM_TILE_N) * g->batch;
@@ -399,7 +406,7 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   const char *ws = spirv ? "3" : "#gpu.address_space<workgroup>";
   const char *fm = spirv ? "" : " fastmath<contract>"; /* FMA on the LLVM backends */
   const char *in = g->operand_bits == 16 ? "f16" : "f32";
-  simt_tile_t st = simt_tile(g);
+  simt_tile_t st = simt_tile(g, t);
   uint32_t tx_n = simt_threads_x(st), ty_n = simt_threads_y(st), threads = tx_n * ty_n;
   int rows = 4 * st.gm, cols = st.gn; /* accumulators: rows x cols vectors */
   int a_rounds = (int)(st.tm * (KILN_GEMM_TILE_K / 4) / threads);
@@ -947,7 +954,7 @@ static char *tiled_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, 
     out_block[0] = amd == AMD_MATRIX_MFMA ? 64 : 32, out_block[1] = 4;
     return amd_matrix_kernel_text(sig, g, amd);
   }
-  simt_tile_t st = simt_tile(g);
+  simt_tile_t st = simt_tile(g, t);
   out_block[0] = simt_threads_x(st), out_block[1] = simt_threads_y(st);
   out_grid[0] = (uint32_t)(g->n / st.tn), out_grid[1] = (uint32_t)(g->m / st.tm);
   return kernel_text(sig, g, t);
@@ -958,7 +965,7 @@ bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t 
   /* Invocations and workgroup memory of the kernel the target would take. */
   amd_matrix_t amd = amd_matrix(g, t);
   bool matrix = use_mma(g, t) || amd != AMD_MATRIX_NONE;
-  simt_tile_t st = simt_tile(g);
+  simt_tile_t st = simt_tile(g, t);
   uint32_t x = matrix ? (amd == AMD_MATRIX_MFMA ? 64 : 32) : simt_threads_x(st), y = matrix ? 4 : simt_threads_y(st);
   uint64_t shared = matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH * 2 : (uint64_t)(st.tm + st.tn) * KILN_GEMM_TILE_K * 4;
   const kiln_target_gpu_limits_t *lim = &t->limits;

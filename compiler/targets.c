@@ -155,59 +155,65 @@ static const char *const spacemit_x60_aliases[] = {"spacemit-k1", "bpi-f3", NULL
 
 /* ---- The table --------------------------------------------------------------- */
 
+/* compute_units: the largest part each entry names, from the vendors' product
+ * specifications: L40S and RTX 6000 Ada 142 SMs, RTX PRO 6000 Blackwell 188, GB10
+ * 48; MI355X 256 CUs, MI300X 304, RX 7900 XTX 96, RX 7800 XT 60, RX 9060 XT 32,
+ * RX 9070 XT 64; Mali-G925/G1-Ultra and G78 up to 24 shader cores, G77, G710 and
+ * G715 up to 16. VideoCore VII is not recorded. */
+
 static const kiln_target_t targets[] = {
     /* NVIDIA CUDA. */
     {.id = "sm_89", CUDA_FIELDS, .chip = "sm_89",
      .description = "NVIDIA Ada Lovelace (sm_89): GeForce RTX 40xx, L4, L40, L40S, RTX 6000 Ada",
-     .aliases = sm_89_aliases, .ptx_version = 78, .limits = NVIDIA_LIMITS},
+     .aliases = sm_89_aliases, .ptx_version = 78, .limits = NVIDIA_LIMITS, .compute_units = 142},
     {.id = "sm_120", CUDA_FIELDS, .chip = "sm_120",
      .description = "NVIDIA Blackwell client (sm_120): GeForce RTX 50xx, RTX PRO 6000 Blackwell",
-     .aliases = sm_120_aliases, .ptx_version = 87, .limits = NVIDIA_LIMITS},
+     .aliases = sm_120_aliases, .ptx_version = 87, .limits = NVIDIA_LIMITS, .compute_units = 188},
     {.id = "sm_121", CUDA_FIELDS, .chip = "sm_121",
      .description = "NVIDIA Blackwell GB10 (sm_121): DGX Spark",
-     .aliases = sm_121_aliases, .ptx_version = 88, .limits = NVIDIA_LIMITS},
+     .aliases = sm_121_aliases, .ptx_version = 88, .limits = NVIDIA_LIMITS, .compute_units = 48},
 
     /* AMD HIP. */
     {.id = "gfx950", HIP_FIELDS, .chip = "gfx950",
      .description = "AMD CDNA4 (gfx950): Instinct MI350X, MI355X",
-     .aliases = gfx950_aliases, .limits = CDNA4_LIMITS},
+     .aliases = gfx950_aliases, .limits = CDNA4_LIMITS, .compute_units = 256},
     {.id = "gfx942", HIP_FIELDS, .chip = "gfx942",
      .description = "AMD CDNA3 (gfx942): Instinct MI300X, MI300A, MI308X, MI325X",
-     .aliases = gfx942_aliases, .limits = CDNA3_LIMITS},
+     .aliases = gfx942_aliases, .limits = CDNA3_LIMITS, .compute_units = 304},
     {.id = "gfx1100", HIP_FIELDS, .chip = "gfx1100",
      .description = "AMD RDNA3 (gfx1100): Radeon RX 7900 XTX/XT, Radeon PRO W7900/W7800",
-     .aliases = gfx1100_aliases, .limits = RDNA_LIMITS},
+     .aliases = gfx1100_aliases, .limits = RDNA_LIMITS, .compute_units = 96},
     {.id = "gfx1101", HIP_FIELDS, .chip = "gfx1101",
      .description = "AMD RDNA3 (gfx1101): Radeon RX 7800 XT/7700 XT, Radeon PRO W7700, V710",
-     .aliases = gfx1101_aliases, .limits = RDNA_LIMITS},
+     .aliases = gfx1101_aliases, .limits = RDNA_LIMITS, .compute_units = 60},
     {.id = "gfx1200", HIP_FIELDS, .chip = "gfx1200",
      .description = "AMD RDNA4 (gfx1200): Radeon RX 9060 XT",
-     .aliases = gfx1200_aliases, .limits = RDNA_LIMITS},
+     .aliases = gfx1200_aliases, .limits = RDNA_LIMITS, .compute_units = 32},
     {.id = "gfx1201", HIP_FIELDS, .chip = "gfx1201",
      .description = "AMD RDNA4 (gfx1201): Radeon RX 9070 XT/9070, Radeon AI PRO R9700",
-     .aliases = gfx1201_aliases, .limits = RDNA_LIMITS},
+     .aliases = gfx1201_aliases, .limits = RDNA_LIMITS, .compute_units = 64},
 
     /* Vulkan. IREE gives every Arm target the features "spirv:v1.6,cap:Shader". */
     {.id = "arm5gen", VULKAN_FIELDS, .chip = "arm5gen",
      .description = "Arm 5th-gen GPU architecture (Vulkan): Mali-G720, Mali-G725, Mali-G1",
      .aliases = arm5gen_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
-     .limits = {16, {1024, 1024, 1024}, 1024, 32 * 1024}},
+     .limits = {16, {1024, 1024, 1024}, 1024, 32 * 1024}, .compute_units = 24},
     {.id = "valhall1", VULKAN_FIELDS, .chip = "valhall1",
      .description = "Arm Valhall gen 1 (Vulkan): Mali-G77, Mali-G57",
      .aliases = valhall1_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
-     .limits = VALHALL_LIMITS},
+     .limits = VALHALL_LIMITS, .compute_units = 16},
     {.id = "valhall2", VULKAN_FIELDS, .chip = "valhall2",
      .description = "Arm Valhall gen 2 (Vulkan): Mali-G78",
      .aliases = valhall2_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
-     .limits = VALHALL_LIMITS},
+     .limits = VALHALL_LIMITS, .compute_units = 24},
     {.id = "valhall3", VULKAN_FIELDS, .chip = "valhall3",
      .description = "Arm Valhall gen 3 (Vulkan): Mali-G710, Mali-G510, Mali-G310",
      .aliases = valhall3_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
-     .limits = VALHALL_LIMITS},
+     .limits = VALHALL_LIMITS, .compute_units = 16},
     {.id = "valhall4", VULKAN_FIELDS, .chip = "valhall4",
      .description = "Arm Valhall gen 4 (Vulkan): Mali-G715, Mali-G615",
      .aliases = valhall4_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
-     .limits = VALHALL_LIMITS},
+     .limits = VALHALL_LIMITS, .compute_units = 16},
     /* KnownTargets.cpp (from vulkaninfo on a Raspberry Pi 5): SPIR-V 1.3, subgroup
      * 16, workgroup dimensions up to 256, 16 KiB shared memory. The device reports
      * 256 invocations per workgroup; IREE's own table plans with a conservative 32

@@ -68,6 +68,11 @@ typedef struct kiln_target_s {
                                      ("Shader,Float16,..."); NULL otherwise */
   const char *spirv_extensions;   /* Vulkan only: likewise, its `exts` list */
   kiln_target_gpu_limits_t limits; /* GPU kinds only; all zero for CPU */
+  uint32_t compute_units;          /* GPU kinds: streaming multiprocessors (NVIDIA), compute
+                                      units (AMD) or shader cores (Arm) of the largest part
+                                      `description` names; kiln's own kernels keep at least
+                                      this many workgroups (and at least 64) where the shape
+                                      allows. 0: not recorded, the 64 floor alone */
   uint32_t vector_bits;            /* CPU only: the vector width kernels prefer (512 on
                                       AVX-512 parts, where LLVM would pick 256); 0:
                                       LLVM's choice for the chip */

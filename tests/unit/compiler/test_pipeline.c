@@ -529,6 +529,42 @@ static void test_high_rank_loops(void **state) {
   }
 }
 
+/* The matmul tile follows the chip's compute units: a 512^3 f32 matmul on arm5gen
+ * (24 shader cores, the 64-workgroup floor) takes 64x64 tiles, 64 workgroups; on
+ * sm_89 (142 SMs) 32x64 tiles, 128 workgroups; on gfx942 (304 CUs) the same, the
+ * smallest tile. */
+static void test_tiles_follow_compute_units(void **state) {
+  static const char model[] =
+      "func.func @mm(%a: tensor<1x512x512xf32>, %b: tensor<1x512x512xf32>) -> tensor<1x512x512xf32> {\n"
+      "  %zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+      "  %0 = tosa.matmul %a, %b, %zp, %zp : (tensor<1x512x512xf32>, tensor<1x512x512xf32>, tensor<1xf32>, "
+      "tensor<1xf32>) -> tensor<1x512x512xf32>\n"
+      "  return %0 : tensor<1x512x512xf32>\n}\n";
+  static const struct {
+    const char *target;
+    uint32_t workgroups;
+  } cases[] = {{"arm5gen", 64}, {"sm_89", 128}, {"gfx942", 128}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const kiln_target_t *targets[1] = {target(cases[c].target)};
+    kiln_compiler_output_t out;
+    assert_null(kiln_compiler_compile(*state, model, strlen(model), "mm.mlir", targets, 1, &out));
+    if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
+    const kiln_vmfb_function_t *fn = &out.plan.functions[0];
+    const kiln_vmfb_step_t *last = NULL;
+    for (size_t s = 0; s < fn->n_steps; s++) {
+      if (fn->steps[s].kind == KILN_VMFB_STEP_DISPATCH) last = &fn->steps[s];
+    }
+    assert_non_null(last);
+    uint32_t grid[3];
+    kiln_compiler_dispatch_grid(&out.targets[0], last, grid);
+    if (grid[0] * grid[1] * grid[2] != cases[c].workgroups) {
+      fail_msg("%s: %u x %u x %u workgroups, want %u", cases[c].target, grid[0], grid[1], grid[2],
+               cases[c].workgroups);
+    }
+    kiln_compiler_output_deinit(&out);
+  }
+}
+
 /* f16 on RV64GC, which cannot convert it: kept as bits and converted by kiln's
  * integer code (as on Vulkan without Float16). Without it the library calls
  * compiler-rt's __extendhfsf2, which an embedded ELF cannot import, and the link
@@ -792,6 +828,7 @@ int main(void) {
       cmocka_unit_test(test_gpu_dialect_input),
       cmocka_unit_test(test_refused_models),
       cmocka_unit_test(test_high_rank_loops),
+      cmocka_unit_test(test_tiles_follow_compute_units),
       cmocka_unit_test(test_dynamic_plan),
       cmocka_unit_test(test_programs_without_kernels),
       cmocka_unit_test(test_failure_messages_stay_short),

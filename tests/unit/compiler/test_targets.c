@@ -176,6 +176,7 @@ static void test_fields_consistent_with_kind(void **state) {
       assert_int_equal(l->subgroup_size, 0);
       assert_int_equal(l->max_workgroup_invocations, 0);
       assert_int_equal(l->max_shared_memory_bytes, 0);
+      assert_int_equal(t->compute_units, 0);
     } else {
       /* GPU: the chip is the id, and the limits are coherent. */
       assert_string_equal(t->chip, t->id);
@@ -190,6 +191,10 @@ static void test_fields_consistent_with_kind(void **state) {
       }
       assert_true(l->max_workgroup_invocations <= product);
       assert_true(l->max_shared_memory_bytes >= 16 * 1024);
+      /* Compute units: recorded for every CUDA and HIP chip (the tiling's
+       * workgroup floor follows them there), at most a flagship's few hundred. */
+      if (t->kind != KILN_TARGET_KIND_VULKAN) assert_true(t->compute_units >= 16);
+      assert_true(t->compute_units <= 512);
     }
 
     switch (t->kind) {
