@@ -12,8 +12,10 @@
  * rows, columns and channels; NHWC input, filter [KH][KW][C][1]):
  *   for kh, kw: out[n, oh, ow, c, 0] += in[n, oh*S + kh, ow*S + kw, c] * filter[kh, kw, c, 0]
  * with n and oh the workgroup's x (one image, or the front half's folded batch),
- * ow and c the tile's y and x indices, S a stride of 1 to 8, f32 throughout,
- * and C a multiple of 4.
+ * ow and c the tile's y and x indices (or the thread's own where one tile holds
+ * the dimension), S a stride of 1 to 8, at most 64 taps, f32 throughout, and C a
+ * multiple of 4. Where the tiles overhang the output, the loops sit in a guard
+ * that must bound each overhanging dimension by the output's size.
  */
 #ifndef KILN_COMPILER_GPU_DEPTHWISE_H_
 #define KILN_COMPILER_GPU_DEPTHWISE_H_
