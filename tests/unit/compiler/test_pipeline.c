@@ -482,6 +482,19 @@ static void test_long_vector(void **state) {
   }
 }
 
+/* The plan's last dispatch in the first function (a model's own op comes after
+ * its fills and copies), with its grid on the compile's only target. */
+static const kiln_vmfb_step_t *last_dispatch(const kiln_compiler_output_t *out, uint32_t grid[3]) {
+  const kiln_vmfb_function_t *fn = &out->plan.functions[0];
+  const kiln_vmfb_step_t *last = NULL;
+  for (size_t s = 0; s < fn->n_steps; s++) {
+    if (fn->steps[s].kind == KILN_VMFB_STEP_DISPATCH) last = &fn->steps[s];
+  }
+  assert_non_null(last);
+  kiln_compiler_dispatch_grid(&out->targets[0], last, grid);
+  return last;
+}
+
 /* Loops above rank 3 keep every invocation busy: a depthwise conv's (1, oh, ow,
  * c, 1) loses both unit dimensions (channels on thread x: 8x8 pixels x 64
  * channels in 8 x 2 x 2 workgroups, where the unit dimension on x left 1 lane in
@@ -513,14 +526,8 @@ static void test_high_rank_loops(void **state) {
     if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
     /* The last dispatch is the op's own kernel (a depthwise conv's bias fill,
      * padding and filter reshape come first). */
-    const kiln_vmfb_function_t *fn = &out.plan.functions[0];
-    const kiln_vmfb_step_t *last = NULL;
-    for (size_t s = 0; s < fn->n_steps; s++) {
-      if (fn->steps[s].kind == KILN_VMFB_STEP_DISPATCH) last = &fn->steps[s];
-    }
-    assert_non_null(last);
     uint32_t grid[3];
-    kiln_compiler_dispatch_grid(&out.targets[0], last, grid);
+    const kiln_vmfb_step_t *last = last_dispatch(&out, grid);
     for (int d = 0; d < 3; d++) assert_int_equal(grid[d], cases[c].grid[d]);
     const uint32_t *b = out.targets[0].kernels[last->kernel].block_size;
     assert_int_equal(b[0], 32);
@@ -549,14 +556,8 @@ static void test_tiles_follow_compute_units(void **state) {
     kiln_compiler_output_t out;
     assert_null(kiln_compiler_compile(*state, model, strlen(model), "mm.mlir", targets, 1, &out));
     if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
-    const kiln_vmfb_function_t *fn = &out.plan.functions[0];
-    const kiln_vmfb_step_t *last = NULL;
-    for (size_t s = 0; s < fn->n_steps; s++) {
-      if (fn->steps[s].kind == KILN_VMFB_STEP_DISPATCH) last = &fn->steps[s];
-    }
-    assert_non_null(last);
     uint32_t grid[3];
-    kiln_compiler_dispatch_grid(&out.targets[0], last, grid);
+    last_dispatch(&out, grid);
     if (grid[0] * grid[1] * grid[2] != cases[c].workgroups) {
       fail_msg("%s: %u x %u x %u workgroups, want %u", cases[c].target, grid[0], grid[1], grid[2],
                cases[c].workgroups);
