@@ -393,12 +393,12 @@ static void sig_deinit(const kiln_compiler_gemm_t *g, kernel_sig_t *sig) {
 /* "gpu.module @kiln_gemm {\ngpu.func @NAME(args)", A, B and C with the types given. */
 static void signature(kiln_buf_t *b, const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, const char *ta,
                       const char *tb, const char *tc) {
-  kiln_buf_appendf(b, "gpu.module @kiln_gemm {\ngpu.func @%s(", sig->name);
+  const char **types = kiln_calloc(g->n_args ? g->n_args : 1, sizeof *types);
   for (unsigned i = 0; i < g->n_args; i++) {
-    const char *type = i == g->a_arg ? ta : i == g->b_arg ? tb : i == g->c_arg ? tc : sig->types[i];
-    kiln_buf_appendf(b, "%s%%arg%u: %s", i ? ", " : "", i, type);
+    types[i] = i == g->a_arg ? ta : i == g->b_arg ? tb : i == g->c_arg ? tc : sig->types[i];
   }
-  kiln_buf_append_str(b, ")");
+  kiln_compiler_gpu_kernel_open_named(b, "kiln_gemm", sig->name, strlen(sig->name), types, g->n_args);
+  kiln_free(types);
 }
 
 static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, const kiln_target_t *t) {

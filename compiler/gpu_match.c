@@ -106,19 +106,32 @@ MlirBlock kiln_compiler_gpu_kernel_entry(MlirOperation func) {
   return entry;
 }
 
+void kiln_compiler_gpu_kernel_open_named(kiln_buf_t *b, const char *module, const char *name, size_t name_len,
+                                         const char *const *types, size_t n) {
+  kiln_buf_appendf(b, "gpu.module @%s {\ngpu.func @%.*s(", module, (int)name_len, name);
+  for (size_t i = 0; i < n; i++) kiln_buf_appendf(b, "%s%%arg%zu: %s", i ? ", " : "", i, types[i]);
+  kiln_buf_append_str(b, ")");
+}
+
 void kiln_compiler_gpu_kernel_open(kiln_buf_t *b, MlirOperation func, const char *module, const char *const *types,
                                    size_t n) {
   MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
   MlirStringRef name =
       mlirStringAttrGetValue(mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name")));
-  kiln_buf_appendf(b, "gpu.module @%s {\ngpu.func @%.*s(", module, (int)name.length, name.data);
-  for (intptr_t i = 0; i < mlirBlockGetNumArguments(entry); i++) {
-    const char *mine = (size_t)i < n ? types[i] : NULL;
-    char *own = mine ? NULL : kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(entry, i)));
-    kiln_buf_appendf(b, "%s%%arg%ld: %s", i ? ", " : "", (long)i, mine ? mine : own);
-    kiln_free(own);
+  size_t count = (size_t)mlirBlockGetNumArguments(entry);
+  const char **all = kiln_calloc(count ? count : 1, sizeof *all);
+  char **own = kiln_calloc(count ? count : 1, sizeof *own);
+  for (size_t i = 0; i < count; i++) {
+    if (i < n && types[i]) {
+      all[i] = types[i];
+    } else {
+      all[i] = own[i] = kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(entry, (intptr_t)i)));
+    }
   }
-  kiln_buf_append_str(b, ")");
+  kiln_compiler_gpu_kernel_open_named(b, module, name.data, name.length, all, count);
+  for (size_t i = 0; i < count; i++) kiln_free(own[i]);
+  kiln_free(own);
+  kiln_free(all);
 }
 
 #define CMPI_ULT 6 /* arith.cmpi's predicate number for ult */

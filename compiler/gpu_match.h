@@ -46,6 +46,11 @@ bool kiln_compiler_gpu_op_is_one_of(MlirOperation op, const char *const *names, 
  * more blocks. */
 MlirBlock kiln_compiler_gpu_kernel_entry(MlirOperation func);
 
+/* Appends "gpu.module @<module> {\ngpu.func @<name>(%arg0: types[0], ...)", the
+ * n arguments typed as given (gemm_text writes kernels with no func to read). */
+void kiln_compiler_gpu_kernel_open_named(kiln_buf_t *b, const char *module, const char *name, size_t name_len,
+                                         const char *const *types, size_t n);
+
 /* Appends "gpu.module @<module> {\ngpu.func @<func's name>(%arg0: T0, ...)":
  * argument i typed types[i] where that is not NULL (i < n), else as in `func`. */
 void kiln_compiler_gpu_kernel_open(kiln_buf_t *b, MlirOperation func, const char *module, const char *const *types,

@@ -728,11 +728,26 @@ def scalar_const(name, et, v):
     return '%%%s = "tosa.const"() {values = dense<%s> : tensor<1x%s>} : () -> tensor<1x%s>' % (name, fmt(v), et, et)
 
 
+def window_out(h, w, k, stride, pad):
+    """The output height and width of a k x k window over h x w, `stride`, pad
+    (top, bottom, left, right)."""
+    return (h + pad[0] + pad[1] - k) // stride + 1, (w + pad[2] + pad[3] - k) // stride + 1
+
+
+def window_taps(h, w, k, stride, pad, yy, xx):
+    """The taps (ky, kx, iy, ix) of output pixel (yy, xx) that land inside the
+    h x w image, in (ky, kx) order: padding contributes nothing."""
+    for ky in range(k):
+        for kx in range(k):
+            iy, ix = stride * yy + ky - pad[0], stride * xx + kx - pad[2]
+            if 0 <= iy < h and 0 <= ix < w:
+                yield ky, kx, iy, ix
+
+
 def conv_case(name, n, h, c, f, k, stride, pad, seeds):
     """tosa.conv2d of n square h x h x c images by f square k x k filters (OHWI),
     `stride`, pad (top, bottom, left, right), zero bias, with its reference."""
-    oh = (h + pad[0] + pad[1] - k) // stride + 1
-    ow = (h + pad[2] + pad[3] - k) // stride + 1
+    oh, ow = window_out(h, h, k, stride, pad)
     x = values((n, h, h, c), 'f32', seeds[0])
     w = values((f, k, k, c), 'f32', seeds[1])
     out = []
@@ -741,12 +756,9 @@ def conv_case(name, n, h, c, f, k, stride, pad, seeds):
             for xx in range(ow):
                 for ff in range(f):
                     s_ = 0.0
-                    for ky in range(k):
-                        for kx in range(k):
-                            iy, ix = stride * yy + ky - pad[0], stride * xx + kx - pad[2]
-                            if 0 <= iy < h and 0 <= ix < h:
-                                base = ((nn * h + iy) * h + ix) * c
-                                s_ += sum(x[base + cc] * w[((ff * k + ky) * k + kx) * c + cc] for cc in range(c))
+                    for ky, kx, iy, ix in window_taps(h, h, k, stride, pad, yy, xx):
+                        base = ((nn * h + iy) * h + ix) * c
+                        s_ += sum(x[base + cc] * w[((ff * k + ky) * k + kx) * c + cc] for cc in range(c))
                     out.append(f32(s_))
     tx, tw, to = 'tensor<%dx%dx%dx%dxf32>' % (n, h, h, c), 'tensor<%dx%dx%dx%dxf32>' % (f, k, k, c), \
         'tensor<%dx%dx%dx%dxf32>' % (n, oh, ow, f)
@@ -764,8 +776,7 @@ def depthwise_case(name, n, h, w, c, k, stride, pad, seeds):
     """tosa.depthwise_conv2d (multiplier 1) of n h x w x c images by a k x k
     filter, `stride`, pad (top, bottom, left, right), zero bias, with its
     reference."""
-    oh = (h + pad[0] + pad[1] - k) // stride + 1
-    ow = (w + pad[2] + pad[3] - k) // stride + 1
+    oh, ow = window_out(h, w, k, stride, pad)
     x = values((n, h, w, c), 'f32', seeds[0])
     f = values((k, k, c, 1), 'f32', seeds[1])
     out = []
@@ -774,11 +785,8 @@ def depthwise_case(name, n, h, w, c, k, stride, pad, seeds):
             for xx in range(ow):
                 for cc in range(c):
                     s_ = 0.0
-                    for ky in range(k):
-                        for kx in range(k):
-                            iy, ix = stride * yy + ky - pad[0], stride * xx + kx - pad[2]
-                            if 0 <= iy < h and 0 <= ix < w:
-                                s_ += x[((nn * h + iy) * w + ix) * c + cc] * f[(ky * k + kx) * c + cc]
+                    for ky, kx, iy, ix in window_taps(h, w, k, stride, pad, yy, xx):
+                        s_ += x[((nn * h + iy) * w + ix) * c + cc] * f[(ky * k + kx) * c + cc]
                     out.append(f32(s_))
     tx, tf, to = 'tensor<%dx%dx%dx%dxf32>' % (n, h, w, c), 'tensor<%dx%dx%dx1xf32>' % (k, k, c), \
         'tensor<%dx%dx%dx%dxf32>' % (n, oh, ow, c)
