@@ -224,6 +224,8 @@ void kiln_gpu_code_read_ptx(const char *ptx, const char *kernel, kiln_gpu_code_s
       if (bits > out->load_bits) out->load_bits = bits;
     }
     if (strstr(op, "mma.")) out->matrix = true;
+    if (starts_with(op, "shfl.")) out->shuffles++;
+    if (starts_with(op, "bar.sync") || starts_with(op, "barrier.")) out->barriers++;
     if (!starts_with(op, "bra")) continue;
     const char *target = strstr(l.v[i], "$L__");
     if (!target) continue;
@@ -309,6 +311,11 @@ void kiln_gpu_code_read_amdgpu(const char *disassembly, const char *kernel, kiln
       if (bits > out->load_bits) out->load_bits = bits;
     }
     if (starts_with(op, "v_mfma") || starts_with(op, "v_wmma") || starts_with(op, "v_smfmac")) out->matrix = true;
+    if (starts_with(op, "ds_bpermute") || starts_with(op, "ds_swizzle") || starts_with(op, "v_permlane") ||
+        strstr(op, "_dpp")) {
+      out->shuffles++;
+    }
+    if (starts_with(op, "s_barrier")) out->barriers++;
     if (!starts_with(op, "s_cbranch") && !starts_with(op, "s_branch")) continue;
     const char *t = strstr(l.v[i], target_prefix);
     long long here = amdgpu_address(l.v[i]);
@@ -507,6 +514,8 @@ void kiln_gpu_code_read_spirv(const char *text, const char *kernel, kiln_gpu_cod
       }
     }
     if (strstr(l.v[i], "OpCooperativeMatrix")) out->matrix = true;
+    if (strstr(l.v[i], "OpGroupNonUniformShuffle")) out->shuffles++;
+    if (token_is(l.v[i], 0, "OpControlBarrier")) out->barriers++;
     if (!token_is(l.v[i], 0, "OpLoopMerge")) continue;
     size_t merge_len = 0;
     const char *merge = token(l.v[i], 1, &merge_len);

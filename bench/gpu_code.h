@@ -28,6 +28,10 @@ typedef struct kiln_gpu_code_stats_s {
   unsigned shared_bytes;   /* workgroup memory the kernel declares (SPIR-V: the
                               number of Workgroup variables, bytes unknown) */
   bool matrix;             /* mma / wgmma, MFMA, WMMA, cooperative-matrix ops */
+  unsigned shuffles;       /* subgroup shuffles anywhere in the kernel (shfl.sync;
+                              ds_bpermute, ds_swizzle, v_permlane or DPP moves;
+                              OpGroupNonUniformShuffle*) */
+  unsigned barriers;       /* workgroup barriers anywhere in the kernel */
   int registers;           /* per invocation; -1 when unknown (no ptxas) */
   int spill_bytes;         /* spill stores (bytes) or AMDGPU spilled registers; -1
                               when unknown */

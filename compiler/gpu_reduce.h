@@ -6,9 +6,11 @@
  * maps the row's unit dimension to thread x, so 1 lane in 32 runs, each walking
  * its whole row serially. GPU targets replace that kernel: one workgroup per
  * row, each invocation combining a strided share of the row in 128-bit loads,
- * then a tree through workgroup memory, and invocation 0 combining the result
- * into the output element as the old kernel did. The combining op is reordered
- * (the sum of a row in another order), as every GPU reduction is.
+ * then subgroup shuffles (CUDA, HIP, Vulkan profiles with
+ * GroupNonUniformShuffle) or a tree through workgroup memory, and one
+ * invocation combining the result into the output element as the old kernel
+ * did. The combining op is reordered (the sum of a row in another order), as
+ * every GPU reduction is.
  *
  * What is matched, read from the kernel:
  *   if row < R and x < 1: for k in 0..K: O[row, 0] = op(X[row, 0, k], O[row, 0])
@@ -47,5 +49,11 @@ bool kiln_compiler_reduce_fits(const kiln_compiler_reduce_t *r, const kiln_targe
 kiln_status_t kiln_compiler_reduce_replace(MlirContext context, MlirModule module, MlirOperation func,
                                            const kiln_compiler_reduce_t *r, const kiln_target_t *t,
                                            uint32_t out_grid[3], uint32_t out_block[3]);
+
+/* The kernel kiln writes for `r` on `t`, as text, for a kernel named "reduce"
+ * of arguments X (%arg0) and O (%arg1) (tests/tools/gemm_text prints it); its
+ * workgroup size and grid in out_block and out_grid. The caller frees it. */
+char *kiln_compiler_reduce_text(const kiln_compiler_reduce_t *r, const kiln_target_t *t, uint32_t out_block[3],
+                                uint32_t out_grid[3]);
 
 #endif  // KILN_COMPILER_GPU_REDUCE_H_

@@ -144,10 +144,14 @@ static const char *const spacemit_x60_aliases[] = {"spacemit-k1", "bpi-f3", NULL
  * (shaderInt16, shaderInt8 and shaderFloat16 are false), and MLIR's SPIR-V
  * conversion cannot use storage without the matching arithmetic: kiln declares
  * Shader alone there, so i8/i16 live in packed 32-bit words and f16 as integer
- * bits (kernel_types.h). */
+ * bits (kernel_types.h). Subgroup shuffles (SPIR-V 1.3's GroupNonUniformShuffle)
+ * are declared for the Arm GPUs, whose subgroup operations IREE's Valhall entry
+ * lists (shuffle and arithmetic), and not for VideoCore VII, whose subgroup
+ * support kiln could not confirm. */
 #define MALI_SPIRV                                                                        \
   .spirv_capabilities = "Shader,Float16,Int16,Int8,StorageBuffer16BitAccess,"             \
-                        "StorageBuffer8BitAccess,UniformAndStorageBuffer8BitAccess",      \
+                        "StorageBuffer8BitAccess,UniformAndStorageBuffer8BitAccess,"      \
+                        "GroupNonUniform,GroupNonUniformShuffle",                         \
   .spirv_extensions = "SPV_KHR_storage_buffer_storage_class,SPV_KHR_16bit_storage,"       \
                       "SPV_KHR_8bit_storage"
 #define VIDEOCORE_SPIRV                                                                   \

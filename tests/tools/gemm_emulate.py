@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Runs the arithmetic of kiln's tiled GPU matmul kernels without a GPU.
+"""Runs the arithmetic of kiln's tiled GPU matmul kernels and workgroup
+reductions without a GPU.
 
     gemm_emulate.py GEMM_TEXT [TARGET RANK BATCH M N K BITS MIN_WORKGROUPS]...
 
@@ -25,7 +26,15 @@ amdgpu.wmma with 8-half fragments (v_wmma_f32_16x16x16_f16 on RDNA4, wave32), fr
 the layout IREE's compiler states for it (WMMAR4): element j of a lane's A fragment
 is A[r][8s + j], of its B fragment B[8s + j][r], of its C fragment C[8s + j][r].
 The lavapipe corpus runs the SIMT kernels on a device; this is what checks the
-tensor-core one here. Exit 1 on a wrong element, 2 on an op it does not know.
+tensor-core one here.
+
+With no cases given it also runs the row reductions (REDUCE_CASES) of
+compiler/gpu_reduce.c: `gemm_text reduce` prints them, and gpu.shuffle xor is
+executed over subgroups of consecutive invocations of the size each case names
+(a CUDA warp, an AMD wave, or the sizes a Vulkan device may report, which the
+Vulkan kernel reads at run time). A shuffle past its subgroup or from an
+invocation outside the enclosing scf.if fails the case, as it reads an undefined
+value on a GPU. Exit 1 on a wrong element, 2 on an op it does not know.
 """
 import copy
 import random
@@ -47,6 +56,27 @@ CASES = [
     ('gfx1201', 3, 2, 64, 128, 64, 16, 0), # RDNA4 WMMA, two k slices, batched
     ('gfx1200', 2, 1, 128, 64, 32, 16, 0), # RDNA4 WMMA, 2-D, two row tiles
 ]
+
+# Row reductions: (target, rows, row length, op, subgroup size).
+REDUCE_CASES = [
+    ('sm_89', 3, 1024, 'arith.addf', 32),      # 256 invocations: 8 warps, then warp 0 over 8 values
+    ('sm_89', 2, 128, 'arith.maximumf', 32),   # 32 invocations: one warp, no workgroup memory
+    ('gfx950', 2, 1024, 'arith.minimumf', 64), # wave64: 4 waves
+    ('gfx942', 2, 384, 'arith.addf', 64),      # 32 invocations are half a wave64: the tree
+    ('gfx1100', 2, 512, 'arith.mulf', 32),     # 128 invocations: 4 waves of 32
+    ('arm5gen', 2, 1024, 'arith.addf', 4),     # Vulkan, 256 invocations: 64 subgroups, 16 values per lane
+    ('arm5gen', 2, 1024, 'arith.addf', 8),     # lavapipe's width: 32 subgroups
+    ('arm5gen', 2, 1024, 'arith.addf', 16),    # Mali's: 16, one value per lane
+    ('arm5gen', 2, 1024, 'arith.addf', 64),    # 4 subgroups, lanes 4-63 idle in the last butterfly
+    ('arm5gen', 2, 128, 'arith.maxnumf', 8),   # 32 invocations
+    ('arm5gen', 2, 128, 'arith.maxnumf', 32),  # one subgroup of 32
+    ('videocore_vii', 2, 1024, 'arith.addf', 16),  # no shuffles declared: the tree
+]
+
+FLOAT_OPS = {
+    'addf': lambda a, b: a + b, 'mulf': lambda a, b: a * b,
+    'maximumf': max, 'minimumf': min, 'maxnumf': max, 'minnumf': min,
+}
 
 
 def prod(xs):
@@ -178,12 +208,14 @@ class Kernel:
         self.grid = [int(x) for x in m.groups()[3:]]
         sig = lines[2]
         self.args = [(n, memref_shape(t)) for n, t in re.findall(r'%(arg\d+): (memref<[^)]*?>)(?:,|\))', sig)]
-        self.shared = {n: memref_shape(t) for n, t in re.findall(r'%(As|Bs) : (memref<[^>]*>)', sig)}
-        self.shared.update({n: memref_shape(t) for n, t in re.findall(r'%(As|Bs) = memref.alloc\(\) : (memref<[^>]*>)', text)})
-        self.body = [l for l in lines[3:] if not l.startswith('%As = memref.alloc') and not l.startswith('%Bs = memref.alloc')]
+        self.shared = {n: memref_shape(t) for n, t in re.findall(r'%(As|Bs|S) : (memref<[^>]*>)', sig)}
+        self.shared.update({n: memref_shape(t)
+                            for n, t in re.findall(r'%(As|Bs|S) = memref.alloc\(\) : (memref<[^>]*>)', text)})
+        self.body = [l for l in lines[3:] if not re.match(r'%(As|Bs|S) = memref.alloc', l)]
         assert self.body[-2:] == ['}', '}'], self.body[-3:]
         self.body = self.body[:-2]  # the function's and the module's closing braces
         self.threads = prod(self.block)
+        self.subgroup = 32
 
     def run(self, memory):
         for z in range(self.grid[2]):
@@ -196,6 +228,8 @@ class Kernel:
         bx, by = self.block[0], self.block[1]
         tids = [(t % bx, (t // bx) % by, t // (bx * by)) for t in range(T)]
         env = {}
+        active = [[True] * T]  # invocations running the current region (scf.if narrows it)
+        sg = self.subgroup
         mem = dict(memory)
         for n, shape in self.shared.items():
             mem['%' + n] = Memory(shape)
@@ -209,24 +243,47 @@ class Kernel:
         def indices(text, t):
             return [val(x.strip(), t) for x in text.split(',')] if text.strip() else []
 
+        def region_end(ops, i):
+            """The index after the '}' closing the region opened at ops[i], and
+            the index of its '} else {' (or None)."""
+            depth, j, other = 1, i + 1, None
+            while depth:
+                if depth == 1 and ops[j] == '} else {':
+                    other = j
+                depth += ops[j].endswith('{') - ops[j].startswith('}')
+                j += 1
+            return j, other
+
         def block(ops):
             i = 0
             while i < len(ops):
                 line = ops[i]
-                m = re.match(r'(%\w+):\d+ = scf.for (%\w+) = (%\w+) to (%\w+) step (%\w+) iter_args\((.*)\) -> \(.*\) \{$', line)
+                m = re.match(r'(?:(%\w+) = )?scf.if (%\w+)(?: -> \(.*\))? \{$', line)
                 if m:
-                    depth, j = 1, i + 1
-                    while depth:
-                        depth += ops[j].endswith('{') - (ops[j] == '}')
-                        j += 1
-                    inits = [p.split(' = ') for p in m.group(6).split(', ')]
+                    j, other = region_end(ops, i)
+                    cond, outer = env[m.group(2)], active[-1]
+                    active.append([outer[t] and cond[t] for t in range(T)])
+                    then = block(ops[i + 1:(other if other else j - 1)])
+                    active[-1] = [outer[t] and not cond[t] for t in range(T)]
+                    other_values = block(ops[other + 1:j - 1]) if other else None
+                    active.pop()
+                    if m.group(1):
+                        env[m.group(1)] = [then[0][t] if cond[t] else other_values[0][t] for t in range(T)]
+                    i = j
+                    continue
+                m = re.match(r'(%\w+)(:\d+)? = scf.for (%\w+) = (%\w+) to (%\w+) step (%\w+) iter_args\((.*)\) -> \(.*\) \{$', line)
+                if m:
+                    j, _ = region_end(ops, i)
+                    inits = [p.split(' = ') for p in m.group(7).split(', ')]
                     carried = [[val(v, t) for t in range(T)] for _, v in inits]
-                    for k in range(env[m.group(3)][0], env[m.group(4)][0], env[m.group(5)][0]):
-                        env[m.group(2)] = [k] * T
+                    bounds = [env[m.group(g)] for g in (4, 5, 6)]
+                    assert all(len(set(b)) == 1 for b in bounds), 'a loop whose bounds differ between invocations'
+                    for k in range(bounds[0][0], bounds[1][0], bounds[2][0]):
+                        env[m.group(3)] = [k] * T
                         for (n, _), c in zip(inits, carried):
                             env[n] = c
                         carried = block(ops[i + 1:j - 1])
-                    env[m.group(1)] = carried
+                    env[m.group(1)] = carried if m.group(2) else carried[0]
                     i = j
                     continue
                 if line.startswith('scf.yield'):
@@ -239,7 +296,7 @@ class Kernel:
         def step(line):
             if line in ('gpu.barrier', 'gpu.return'):
                 return  # lockstep: every invocation reached it
-            m = re.match(r'(%\w+) = arith.constant (-?\d+) : index$', line)
+            m = re.match(r'(%\w+) = arith.constant (-?\d+) : (?:index|i32)$', line)
             if m:
                 env[m.group(1)] = [int(m.group(2))] * T
                 return
@@ -256,20 +313,54 @@ class Kernel:
                 d = 'xyz'.index(m.group(3))
                 env[m.group(1)] = [tids[t][d] for t in range(T)] if m.group(2) == 'thread_id' else [wg[d]] * T
                 return
-            m = re.match(r'(%\w+) = arith.(addi|muli|divui|remui) (%\w+), (%\w+) : index$', line)
+            m = re.match(r'(%\w+) = gpu.(lane_id|subgroup_id : index|subgroup_size : index)$', line)
+            if m:
+                what = m.group(2).split(' ')[0]
+                env[m.group(1)] = [t % sg if what == 'lane_id' else t // sg if what == 'subgroup_id' else sg
+                                   for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = arith.index_cast (%\w+) : index to i32$', line)
+            if m:
+                env[m.group(1)] = list(env[m.group(2)])
+                return
+            m = re.match(r'(%\w+) = arith.cmpi (ult|ugt|eq), (%\w+), (%\w+) : (?:index|i32)$', line)
+            if m:
+                f = {'ult': lambda a, b: a < b, 'ugt': lambda a, b: a > b, 'eq': lambda a, b: a == b}[m.group(2)]
+                env[m.group(1)] = [f(env[m.group(3)][t], env[m.group(4)][t]) for t in range(T)]
+                return
+            m = re.match(r'(%\w+), %\w+ = gpu.shuffle xor (%\w+), (%\w+), (%\w+) : f32$', line)
+            if m:
+                out = []
+                for t in range(T):
+                    lane = (t % sg) ^ env[m.group(3)][t]
+                    source = t - t % sg + lane
+                    if active[-1][t]:
+                        if lane >= sg or source >= T or not active[-1][source]:
+                            print('gemm_emulate: invocation %d shuffles from lane %d, outside its subgroup of %d, '
+                                  'its workgroup, or the running invocations: %s' % (t, lane, sg, line))
+                            sys.exit(1)
+                        out.append(val(m.group(2), source))
+                    else:
+                        out.append(None)
+                env[m.group(1)] = out
+                return
+            m = re.match(r'(%\w+) = arith.(addi|muli|divui|remui|andi|subi|minui) (%\w+), (%\w+) : index$', line)
             if m:
                 f = {'addi': lambda a, b: a + b, 'muli': lambda a, b: a * b,
-                     'divui': lambda a, b: a // b, 'remui': lambda a, b: a % b}[m.group(2)]
+                     'divui': lambda a, b: a // b, 'remui': lambda a, b: a % b, 'andi': lambda a, b: a & b,
+                     'subi': lambda a, b: a - b, 'minui': min}[m.group(2)]
                 env[m.group(1)] = [f(env[m.group(3)][t], env[m.group(4)][t]) for t in range(T)]
                 return
             m = re.match(r'(%\w+) = memref.load (%\w+)\[(.*?)\] :', line)
             if m:
-                env[m.group(1)] = [copy.copy(mem[m.group(2)].get(indices(m.group(3), t))) for t in range(T)]
+                env[m.group(1)] = [copy.copy(mem[m.group(2)].get(indices(m.group(3), t))) if active[-1][t] else None
+                                   for t in range(T)]
                 return
             m = re.match(r'memref.store (%[\w#]+), (%\w+)\[(.*?)\] :', line)
             if m:
                 for t in range(T):
-                    mem[m.group(2)].put(indices(m.group(3), t), copy.copy(val(m.group(1), t)))
+                    if active[-1][t]:
+                        mem[m.group(2)].put(indices(m.group(3), t), copy.copy(val(m.group(1), t)))
                 return
             m = re.match(r'(%\w+) = vector.load (%\w+)\[(.*?)\] .*vector<(\d+)x\w+>$', line)
             if m:
@@ -303,11 +394,16 @@ class Kernel:
             if m:
                 env[m.group(1)] = [[val(m.group(2), t)] * int(m.group(3)) for t in range(T)]
                 return
-            m = re.match(r'(%\w+) = arith.(mulf|addf) (%\w+), (%\w+)', line)
+            m = re.match(r'(%\w+) = arith.(' + '|'.join(FLOAT_OPS) + r') (%\w+), (%\w+)', line)
             if m:
-                mul = m.group(2) == 'mulf'
-                env[m.group(1)] = [[x * y if mul else x + y for x, y in zip(val(m.group(3), t), val(m.group(4), t))]
-                                   for t in range(T)]
+                f = FLOAT_OPS[m.group(2)]
+
+                def apply(x, y):
+                    if x is None or y is None:
+                        return None  # an invocation outside the enclosing scf.if
+                    return [f(a, b) for a, b in zip(x, y)] if isinstance(x, list) else f(x, y)
+
+                env[m.group(1)] = [apply(val(m.group(3), t), val(m.group(4), t)) for t in range(T)]
                 return
             m = re.match(r'(%\w+) = arith.extf (%\w+) ', line)
             if m:
@@ -354,11 +450,45 @@ def check(tool, target, rank, batch, m, n, k, bits, least):
     return True
 
 
+def check_reduce(tool, target, rows, length, op, subgroup):
+    text = subprocess.run([tool, 'reduce', target, str(rows), str(length), op], check=True, capture_output=True,
+                          text=True).stdout
+    kernel = Kernel(text)
+    kernel.subgroup = subgroup
+    rng = random.Random('%s %d %d %s' % (target, rows, length, op))
+    # Quarters keep every sum exact in any order; products of +-1/2, 1 and 2 too.
+    pick = (lambda: rng.choice([-2, -1, -0.5, 0.5, 1, 2])) if op == 'arith.mulf' else (lambda: rng.randint(-64, 64) / 4)
+    x = [pick() for _ in range(rows * length)]
+    o = [pick() for _ in range(rows)]
+    f = FLOAT_OPS[op.split('.')[1]]
+    want = []
+    for r in range(rows):
+        acc = x[r * length]
+        for v in x[r * length + 1:(r + 1) * length]:
+            acc = f(acc, v)
+        want.append(f(acc, o[r]))
+    names = [name for name, _ in kernel.args]
+    shapes = dict(kernel.args)
+    memory = {'%' + names[0]: Memory(shapes[names[0]], x), '%' + names[1]: Memory(shapes[names[1]], o)}
+    kernel.run(memory)
+    got = memory['%' + names[1]].data
+    what = '%s reduce %dx%d %s, subgroup %d (block %s, grid %s)' % (
+        target, rows, length, op, subgroup, 'x'.join(map(str, kernel.block)), 'x'.join(map(str, kernel.grid)))
+    bad = [r for r in range(rows) if got[r] != want[r]]
+    if bad:
+        print('FAIL %s: row %d: want %g, got %s' % (what, bad[0], want[bad[0]], got[bad[0]]))
+        return False
+    print('ok   %s: %d rows' % (what, rows))
+    return True
+
+
 def main():
     tool = sys.argv[1]
     rest = sys.argv[2:]
     cases = [tuple([rest[i]] + [int(x) for x in rest[i + 1:i + 8]]) for i in range(0, len(rest), 8)] or CASES
     ok = all([check(tool, *case) for case in cases])
+    if not rest:
+        ok = all([check_reduce(tool, *case) for case in REDUCE_CASES]) and ok
     sys.exit(0 if ok else 1)
 
 

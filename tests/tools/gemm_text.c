@@ -1,17 +1,47 @@
 /* gemm_text TARGET RANK BATCH M N K BITS [MIN_WORKGROUPS]: prints the tiled matmul kernel kiln
  * writes for target TARGET (compiler/gpu_gemm.h) for C[b] += A[b] x B[b] with A
  * M x K and B K x N of BITS-bit floats (32, or 16 widened to f32), after a first
- * line "// block X Y Z grid X Y Z". For tests/tools/gemm_emulate.py, which runs
- * the text's arithmetic without a GPU. Exit 2 on bad arguments, 1 when the target
- * would keep its untiled kernel for that shape. */
+ * line "// block X Y Z grid X Y Z".
+ * gemm_text reduce TARGET ROWS LEN OP: the same for the workgroup reduction
+ * (compiler/gpu_reduce.h) O[r] = OP(X[r, 0..LEN), O[r]), OP an arith op name.
+ * For tests/tools/gemm_emulate.py, which runs the text's arithmetic without a
+ * GPU. Exit 2 on bad arguments, 1 when the target would keep the front half's
+ * kernel for that shape. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/alloc.h"
 #include "compiler/gpu_gemm.h"
+#include "compiler/gpu_reduce.h"
 #include "compiler/targets.h"
 
+static int reduce_text(int argc, char **argv) {
+  static const char *const ops[] = {"arith.maximumf", "arith.minimumf", "arith.maxnumf",
+                                    "arith.minnumf",  "arith.addf",     "arith.mulf"};
+  const kiln_target_t *t = argc == 6 ? kiln_compiler_target_find(argv[2]) : NULL;
+  kiln_compiler_reduce_t r = {.found = true, .rows = argc == 6 ? atoll(argv[3]) : 0,
+                              .len = argc == 6 ? atoll(argv[4]) : 0};
+  for (size_t i = 0; argc == 6 && i < sizeof ops / sizeof ops[0]; i++) {
+    if (strcmp(argv[5], ops[i]) == 0) r.op = ops[i];
+  }
+  if (!t || !r.op || r.rows < 1 || r.len < 4 || r.len % 4) {
+    fprintf(stderr, "usage: gemm_text reduce TARGET ROWS LEN OP (a known target, LEN a multiple of 4)\n");
+    return 2;
+  }
+  if (!kiln_compiler_reduce_fits(&r, t)) {
+    fprintf(stderr, "gemm_text: %s keeps the front half's reduction\n", t->id);
+    return 1;
+  }
+  uint32_t block[3], grid[3];
+  char *text = kiln_compiler_reduce_text(&r, t, block, grid);
+  printf("// block %u %u %u grid %u %u %u\n%s", block[0], block[1], block[2], grid[0], grid[1], grid[2], text);
+  kiln_free(text);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "reduce") == 0) return reduce_text(argc, argv);
   if (argc != 8 && argc != 9) {
     fprintf(stderr, "usage: gemm_text TARGET RANK BATCH M N K BITS [MIN_WORKGROUPS]\n");
     return 2;

@@ -46,6 +46,9 @@ static void test_ptx(void **state) {
       "\t@%p2 bra \t$L__BB1_2;\n"
       "\tst.global.b32 \t[%rd7], %f7;\n"
       "\t@%p3 bra \t$L__BB1_1;\n"
+      "\tshfl.sync.bfly.b32 \t%r11|%p4, %r10, 16, 31, -1;\n"
+      "\tshfl.sync.bfly.b32 \t%r12|%p5, %r11, 8, 31, -1;\n"
+      "\tbar.sync \t0;\n"
       "\tret;\n"
       "}\n";
   kiln_gpu_code_stats_t s;
@@ -58,6 +61,8 @@ static void test_ptx(void **state) {
   assert_int_equal(s.load_bits, 128);
   assert_int_equal(s.shared_bytes, 8192); /* `other` is not named in the kernel */
   assert_true(s.matrix);
+  assert_int_equal(s.shuffles, 2);
+  assert_int_equal(s.barriers, 1);
   assert_int_equal(s.registers, -1);
   kiln_gpu_code_read_ptx(ptx, "first", &s);
   assert_int_equal(s.loop_loads, 1);
@@ -65,6 +70,8 @@ static void test_ptx(void **state) {
   assert_int_equal(s.load_bits, 32);
   assert_int_equal(s.shared_bytes, 0);
   assert_false(s.matrix);
+  assert_int_equal(s.shuffles, 0);
+  assert_int_equal(s.barriers, 0);
   kiln_gpu_code_read_ptx(ptx, "absent", &s);
   assert_false(s.has_loop);
   assert_true(s.loop_madds == 0);
@@ -86,7 +93,10 @@ static void test_amdgpu(void **state) {
       "\tv_mfma_f32_32x32x8_f16 a[0:15], v[0:1], v[2:3], a[0:15]    // 000000001924: D3D40000 04020500\n"
       "\tglobal_store_dword v[4:5], v9, off                         // 00000000192C: DC708000 007F0904\n"
       "\ts_cbranch_scc1 65529                                       // 000000001934: BF85FFF9 <k+0x8>\n"
-      "\ts_endpgm                                                   // 000000001938: BF810000\n";
+      "\tds_bpermute_b32 v1, v2, v3                                 // 000000001938: D8FC0000 01000302\n"
+      "\tv_mov_b32_dpp v1, v2 quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf // 000000001940: 7E0202FA FF00B102\n"
+      "\ts_barrier                                                  // 000000001948: BF8A0000\n"
+      "\ts_endpgm                                                   // 00000000194C: BF810000\n";
   kiln_gpu_code_stats_t s;
   kiln_gpu_code_read_amdgpu(dis, "k", &s);
   assert_true(s.has_loop); /* from ds_read (k+0x8) to the branch */
@@ -96,9 +106,12 @@ static void test_amdgpu(void **state) {
   assert_true(s.loop_madds == 1 + 2 + 32.0 * 32 * 8 / 64);
   assert_int_equal(s.load_bits, 128);
   assert_true(s.matrix);
+  assert_int_equal(s.shuffles, 2);
+  assert_int_equal(s.barriers, 1);
   kiln_gpu_code_read_amdgpu(dis, "other", &s);
   assert_false(s.has_loop);
   assert_int_equal(s.load_bits, 0);
+  assert_int_equal(s.shuffles, 0);
 }
 
 static void test_spirv(void **state) {
@@ -129,6 +142,8 @@ static void test_spirv(void **state) {
       "               OpStore %13 %17\n"
       "               OpBranch %10\n"
       "         %12 = OpLabel\n"
+      "         %18 = OpGroupNonUniformShuffleXor %float %uint_3 %14 %uint_1\n"
+      "               OpControlBarrier %uint_2 %uint_2 %uint_264\n"
       "               OpReturn\n"
       "               OpFunctionEnd\n";
   kiln_gpu_code_stats_t s;
@@ -141,6 +156,8 @@ static void test_spirv(void **state) {
   assert_int_equal(s.load_bits, 128);
   assert_int_equal(s.shared_bytes, 1); /* one Workgroup variable (bytes unknown) */
   assert_false(s.matrix);
+  assert_int_equal(s.shuffles, 1);
+  assert_int_equal(s.barriers, 1);
 }
 
 int main(void) {
