@@ -309,6 +309,19 @@ static char *softmax_rows_text(int rows, int cols) {
                  rows, cols, rows, rows, rows, rows, cols, rows, rows, cols, rows, cols);
 }
 
+/* A bias row and a SiLU (x * sigmoid(x)): one fused elementwise kernel. */
+static char *bias_silu_text(int rows, int cols) {
+  return text_of("func.func @bias_silu(%%x: tensor<%dx%dxf32>, %%b: tensor<1x%dxf32>) -> tensor<%dx%dxf32> {\n"
+                 "  %%a = tosa.add %%x, %%b : (tensor<%dx%dxf32>, tensor<1x%dxf32>) -> tensor<%dx%dxf32>\n"
+                 "  %%g = tosa.sigmoid %%a : (tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
+                 "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
+                 "  %%y = tosa.mul %%a, %%g, %%sh : (tensor<%dx%dxf32>, tensor<%dx%dxf32>, tensor<1xi8>) -> "
+                 "tensor<%dx%dxf32>\n"
+                 "  return %%y : tensor<%dx%dxf32>\n}\n",
+                 rows, cols, cols, rows, cols, rows, cols, cols, rows, cols, rows, cols, rows, cols, rows, cols,
+                 rows, cols, rows, cols, rows, cols);
+}
+
 /* One attention head: softmax(Q K^T / sqrt(d)) V, K given transposed. */
 static char *attention_text(int s, int d) {
   return text_of(
@@ -692,6 +705,7 @@ static void bench_gpu(void) {
     GPU_CASE("conv1x1 56x56x64->256", conv_text(56, 64, 256, 1, false));
     GPU_CASE("depthwise3x3 56x56x64", conv_text(56, 64, 0, 3, true));
     GPU_CASE("softmax 128x4096", softmax_rows_text(128, 4096));
+    GPU_CASE("bias+silu 1024x1024", bias_silu_text(1024, 1024));
     GPU_CASE("attention s128 d64", attention_text(128, 64));
   }
 #undef GPU_CASE
@@ -760,6 +774,11 @@ static void bench_gpu(void) {
         } else {
           gpu_goal(what, r.shuffle_kernels >= 2, detail);
         }
+      } else if (!strcmp(cases[c].name, "bias+silu 1024x1024")) {
+        /* One invocation per 4 elements along the contiguous dimension. */
+        snprintf(what, sizeof what, "bias+silu 1024x1024, %s: 128-bit elementwise", gpus[t]->id);
+        snprintf(detail, sizeof detail, "%u-bit, %llu wgs", r.code.load_bits, (unsigned long long)r.workgroups);
+        gpu_goal(what, r.code.load_bits >= 128, detail);
       } else if (!strcmp(cases[c].name, "conv3x3 56x56x64->64")) {
         snprintf(what, sizeof what, "conv 3x3, %s: >= 64 workgroups", gpus[t]->id);
         snprintf(detail, sizeof detail, "%llu", (unsigned long long)r.workgroups);

@@ -32,6 +32,7 @@
 #include "base/time.h"
 #include "compiler/cpu.h"
 #include "compiler/gpu_depthwise.h"
+#include "compiler/gpu_elementwise.h"
 #include "compiler/gpu_gemm.h"
 #include "compiler/gpu_reduce.h"
 #include "compiler/host.h"
@@ -1128,10 +1129,16 @@ static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirMod
     const launch_t *l = &launches->items[i];
     bool gemm = kiln_compiler_gemm_fits(&l->gemm, t), reduce = kiln_compiler_reduce_fits(&l->reduce, t);
     bool depthwise = kiln_compiler_depthwise_fits(&l->depthwise, t);
-    if (!noalias[i] || (!gemm && !reduce && !depthwise)) continue;
+    if (!noalias[i]) continue;
     MlirOperation func = find_symbol(body, "gpu.func", mlirStringRefCreateFromCString(l->kernel_name));
     if (mlirOperationIsNull(func)) continue;
     MlirContext mlir = context->mlir;
+    if (!gemm && !reduce && !depthwise) {
+      bool done = false;
+      KILN_RETURN_IF_ERROR(
+          kiln_compiler_elementwise_vectorize(mlir, module, func, l->grid, l->block, t, grids[i], blocks[i], &done));
+      continue;
+    }
     KILN_RETURN_IF_ERROR(
         gemm     ? kiln_compiler_gemm_replace(mlir, module, func, &l->gemm, t, grids[i], blocks[i])
         : reduce ? kiln_compiler_reduce_replace(mlir, module, func, &l->reduce, t, grids[i], blocks[i])

@@ -1079,6 +1079,54 @@ def group_tosa():
                             '%y = tosa.mul %e, %r, %sh : (tensor<4x512xf32>, tensor<4x1xf32>, tensor<1xi8>) -> tensor<4x512xf32>',
                             'return %y : tensor<4x512xf32>'],
                            [((4, 512), 'f32', xv)], [((4, 512), 'f32', soft)], 1e-5))
+    # Elementwise kernels GPU targets run in 128-bit vectors (compiler/gpu_elementwise.c):
+    # a bias row broadcast into exact tiles (256 wide, 64 vectors) with a ReLU; a
+    # sigmoid whose 40-wide rows overhang the 32-wide tile (the guard's bound
+    # becomes 10 vectors); a compare and select over a rank-3 tensor; and a
+    # scalar constant broadcast into the vectors.
+    xv, bv = values((8, 256), 'f32', 150), values((1, 256), 'f32', 151)
+    relu = [max(0.0, f32(xv[i] + bv[i % 256])) for i in range(8 * 256)]
+    cases.append(tosa_case('tosa_bias_relu_vec_8x256', ['tensor<8x256xf32>', 'tensor<1x256xf32>'], 'tensor<8x256xf32>',
+                           ['%a = tosa.add %arg0, %arg1 : (tensor<8x256xf32>, tensor<1x256xf32>) -> tensor<8x256xf32>',
+                            '%r = tosa.clamp %a {max_val = 3.0e38 : f32, min_val = 0.0 : f32} : '
+                            '(tensor<8x256xf32>) -> tensor<8x256xf32>',
+                            'return %r : tensor<8x256xf32>'],
+                           [((8, 256), 'f32', xv), ((1, 256), 'f32', bv)], [((8, 256), 'f32', relu)], 0))
+    xv = values((3, 40), 'f32', 152)
+    cases.append(tosa_case('tosa_sigmoid_vec_guarded_3x40', ['tensor<3x40xf32>'], 'tensor<3x40xf32>',
+                           ['%r = tosa.sigmoid %arg0 : (tensor<3x40xf32>) -> tensor<3x40xf32>',
+                            'return %r : tensor<3x40xf32>'],
+                           [((3, 40), 'f32', xv)], [((3, 40), 'f32', [f32(1 / (1 + math.exp(-v))) for v in xv])],
+                           1e-6))
+    xv, yv = values((2, 4, 128), 'f32', 153), values((2, 4, 128), 'f32', 154)
+    sel = [f32(x * y) if x > y else f32(x - y) for x, y in zip(xv, yv)]
+    t3 = 'tensor<2x4x128xf32>'
+    cases.append(tosa_case('tosa_select_vec_2x4x128', [t3, t3], t3,
+                           ['%%g = tosa.greater %%arg0, %%arg1 : (%s, %s) -> tensor<2x4x128xi1>' % (t3, t3),
+                            scalar_const('sh', 'i8', 0),
+                            '%%m = tosa.mul %%arg0, %%arg1, %%sh : (%s, %s, tensor<1xi8>) -> %s' % (t3, t3, t3),
+                            '%%d = tosa.sub %%arg0, %%arg1 : (%s, %s) -> %s' % (t3, t3, t3),
+                            '%%r = tosa.select %%g, %%m, %%d : (tensor<2x4x128xi1>, %s, %s) -> %s' % (t3, t3, t3),
+                            'return %%r : %s' % t3],
+                           [((2, 4, 128), 'f32', xv), ((2, 4, 128), 'f32', yv)], [((2, 4, 128), 'f32', sel)], 0))
+    # 64 wide in two exact 32-wide tiles: 16 vectors, under a guard the rewrite
+    # adds, with a bias row (whose reads past the guard would be out of bounds).
+    xv, yv, bv = values((4, 64), 'f32', 156), values((4, 64), 'f32', 157), values((1, 64), 'f32', 158)
+    cases.append(tosa_case('tosa_maximum_bias_vec_guard_added_4x64',
+                           ['tensor<4x64xf32>', 'tensor<4x64xf32>', 'tensor<1x64xf32>'], 'tensor<4x64xf32>',
+                           ['%m = tosa.maximum %arg0, %arg1 : (tensor<4x64xf32>, tensor<4x64xf32>) -> tensor<4x64xf32>',
+                            '%r = tosa.add %m, %arg2 : (tensor<4x64xf32>, tensor<1x64xf32>) -> tensor<4x64xf32>',
+                            'return %r : tensor<4x64xf32>'],
+                           [((4, 64), 'f32', xv), ((4, 64), 'f32', yv), ((1, 64), 'f32', bv)],
+                           [((4, 64), 'f32', [f32(max(a, b) + bv[i % 64]) for i, (a, b) in enumerate(zip(xv, yv))])], 0))
+    xv = values((4, 128), 'f32', 155)
+    cases.append(tosa_case('tosa_scale_vec_4x128', ['tensor<4x128xf32>'], 'tensor<4x128xf32>',
+                           ['%c = "tosa.const"() {values = dense<0.5> : tensor<1x1xf32>} : () -> tensor<1x1xf32>',
+                            scalar_const('sh', 'i8', 0),
+                            '%r = tosa.mul %arg0, %c, %sh : (tensor<4x128xf32>, tensor<1x1xf32>, tensor<1xi8>) '
+                            '-> tensor<4x128xf32>',
+                            'return %r : tensor<4x128xf32>'],
+                           [((4, 128), 'f32', xv)], [((4, 128), 'f32', [f32(v * 0.5) for v in xv])], 0))
     a = values((64, 48), 'f32', 93)
     b = values((48, 64), 'f32', 94)
     cases.append(Case('linalg_matmul_tiled_2d', '''func.func @linalg_matmul_tiled_2d(%a: tensor<64x48xf32>, %b: tensor<48x64xf32>) -> tensor<64x64xf32> {

@@ -499,7 +499,7 @@ static const kiln_vmfb_step_t *last_dispatch(const kiln_compiler_output_t *out, 
  * c, 1) loses both unit dimensions (channels on thread x: 8x8 pixels x 64
  * channels in 8 x 2 x 2 workgroups, where the unit dimension on x left 1 lane in
  * 32 working), and a batched elementwise op's (n, h, w, c) folds n and h (2 x 8
- * rows x 2 x 2). */
+ * rows x 2 x 1: its 64 channels are 16 vectors of 4, gpu_elementwise.h). */
 static void test_high_rank_loops(void **state) {
   static const struct {
     const char *model;
@@ -516,7 +516,7 @@ static void test_high_rank_loops(void **state) {
       {"func.func @e(%x: tensor<2x8x8x64xf32>) -> tensor<2x8x8x64xf32> {\n"
        "  %0 = tosa.exp %x : (tensor<2x8x8x64xf32>) -> tensor<2x8x8x64xf32>\n"
        "  return %0 : tensor<2x8x8x64xf32>\n}\n",
-       {16, 2, 2}},
+       {16, 2, 1}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const kiln_target_t *targets[1] = {target("sm_89")};
@@ -563,6 +563,45 @@ static void test_tiles_follow_compute_units(void **state) {
                cases[c].workgroups);
     }
     kiln_compiler_output_deinit(&out);
+  }
+}
+
+/* Elementwise kernels on GPU targets take 4 neighbouring elements per
+ * invocation (gpu_elementwise.h): the grid along the contiguous dimension
+ * shrinks by 4. An 8x256 bias add and ReLU (exact 32-wide tiles, 8 of them)
+ * runs on 2; a 3x40 sigmoid (two overhanging tiles under a guard) on 1; CPU
+ * targets keep the shared kernel. */
+static void test_elementwise_vectors(void **state) {
+  static const struct {
+    const char *model;
+    uint32_t grid[3];
+  } cases[] = {
+      {"func.func @b(%x: tensor<8x256xf32>, %b: tensor<1x256xf32>) -> tensor<8x256xf32> {\n"
+       "  %0 = tosa.add %x, %b : (tensor<8x256xf32>, tensor<1x256xf32>) -> tensor<8x256xf32>\n"
+       "  %1 = tosa.clamp %0 {max_val = 3.0e38 : f32, min_val = 0.0 : f32} : (tensor<8x256xf32>) -> "
+       "tensor<8x256xf32>\n"
+       "  return %1 : tensor<8x256xf32>\n}\n",
+       {1, 2, 2}},
+      {"func.func @s(%x: tensor<3x40xf32>) -> tensor<3x40xf32> {\n"
+       "  %0 = tosa.sigmoid %x : (tensor<3x40xf32>) -> tensor<3x40xf32>\n"
+       "  return %0 : tensor<3x40xf32>\n}\n",
+       {1, 1, 1}},
+  };
+  static const char *const gpus[] = {"sm_89", "gfx950", "arm5gen", "videocore_vii"};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (size_t g = 0; g < sizeof gpus / sizeof gpus[0]; g++) {
+      const kiln_target_t *targets[1] = {target(gpus[g])};
+      kiln_compiler_output_t out;
+      assert_null(kiln_compiler_compile(*state, cases[c].model, strlen(cases[c].model), "e.mlir", targets, 1, &out));
+      if (out.targets[0].status) fail_msg("%s: %s", gpus[g], kiln_status_message(out.targets[0].status));
+      uint32_t grid[3];
+      last_dispatch(&out, grid);
+      if (memcmp(grid, cases[c].grid, sizeof grid) != 0) {
+        fail_msg("case %zu on %s: %u x %u x %u workgroups, want %u x %u x %u", c, gpus[g], grid[0], grid[1], grid[2],
+                 cases[c].grid[0], cases[c].grid[1], cases[c].grid[2]);
+      }
+      kiln_compiler_output_deinit(&out);
+    }
   }
 }
 
@@ -830,6 +869,7 @@ int main(void) {
       cmocka_unit_test(test_refused_models),
       cmocka_unit_test(test_high_rank_loops),
       cmocka_unit_test(test_tiles_follow_compute_units),
+      cmocka_unit_test(test_elementwise_vectors),
       cmocka_unit_test(test_dynamic_plan),
       cmocka_unit_test(test_programs_without_kernels),
       cmocka_unit_test(test_failure_messages_stay_short),
