@@ -159,8 +159,9 @@ static bool read_kernel(MlirOperation func, const uint32_t grid[3], shape_t *s) 
   /* The entry around the body: index arithmetic (and the guard). */
   for (MlirOperation op = mlirBlockGetFirstOperation(s->entry); !mlirOperationIsNull(op) && !mlirOperationIsNull(guard);
        op = mlirOperationGetNextInBlock(op)) {
-    if (!mlirOperationEqual(op, guard) && !kiln_compiler_op_is(op, "gpu.return") && !kiln_compiler_op_is(op, "arith.constant") &&
-        !(kiln_compiler_gpu_op_is_one_of(op, index_ops, sizeof index_ops / sizeof index_ops[0]) && all_index(op))) {
+    bool index = kiln_compiler_gpu_op_is_one_of(op, index_ops, sizeof index_ops / sizeof index_ops[0]) && all_index(op);
+    if (!mlirOperationEqual(op, guard) && !kiln_compiler_op_is(op, "gpu.return") &&
+        !kiln_compiler_op_is(op, "arith.constant") && !index) {
       return false;
     }
   }
@@ -223,67 +224,32 @@ static bool is_vec(MlirValue v) { return mlirTypeIsAVector(mlirValueGetType(v));
 /* Replaces operand i of `op` by its broadcast to vector<4>, made just before `op`. */
 static void broadcast_operand(MlirOperation op, intptr_t i) {
   MlirValue v = mlirOperationGetOperand(op, i);
-  MlirType vt = vec_of(mlirValueGetType(v));
-  MlirOperationState st = mlirOperationStateGet(mlirStringRefCreateFromCString("vector.broadcast"),
-                                                mlirOperationGetLocation(op));
-  mlirOperationStateAddOperands(&st, 1, &v);
-  mlirOperationStateAddResults(&st, 1, &vt);
-  MlirOperation b = mlirOperationCreate(&st);
-  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, b);
-  mlirOperationSetOperand(op, i, mlirOperationGetResult(b, 0));
+  mlirOperationSetOperand(op, i, kiln_compiler_build1("vector.broadcast", op, v, vec_of(mlirValueGetType(v))));
 }
 
 /* Replaces vector op `op` by its scalar form per lane: vector.extract of each
  * operand, a clone of `op` on scalars, vector.from_elements of the results. For
  * math ops the ROCDL lowering takes only on scalars. */
 static void unroll(MlirContext context, MlirOperation op) {
-  MlirBlock block = mlirOperationGetBlock(op);
-  MlirLocation loc = mlirOperationGetLocation(op);
   MlirValue result = mlirOperationGetResult(op, 0);
-  MlirType rt = mlirShapedTypeGetElementType(mlirValueGetType(result));
   MlirValue lanes[VEC];
   for (int j = 0; j < VEC; j++) {
     MlirOperation scalar = mlirOperationClone(op);
     for (intptr_t i = 0; i < mlirOperationGetNumOperands(op); i++) {
       MlirValue v = mlirOperationGetOperand(op, i);
-      MlirType et = mlirShapedTypeGetElementType(mlirValueGetType(v));
+      MlirValue lane = kiln_compiler_build1("vector.extract", op, v, mlirShapedTypeGetElementType(mlirValueGetType(v)));
       int64_t pos[1] = {j};
-      MlirNamedAttribute at = mlirNamedAttributeGet(
-          mlirIdentifierGet(context, mlirStringRefCreateFromCString("static_position")),
-          mlirDenseI64ArrayGet(context, 1, pos));
-      MlirOperationState st = mlirOperationStateGet(mlirStringRefCreateFromCString("vector.extract"), loc);
-      mlirOperationStateAddOperands(&st, 1, &v);
-      mlirOperationStateAddResults(&st, 1, &et);
-      mlirOperationStateAddAttributes(&st, 1, &at);
-      MlirOperation e = mlirOperationCreate(&st);
-      mlirBlockInsertOwnedOperationBefore(block, op, e);
-      mlirOperationSetOperand(scalar, i, mlirOperationGetResult(e, 0));
+      mlirOperationSetAttributeByName(kiln_compiler_gpu_def_of(lane), mlirStringRefCreateFromCString("static_position"),
+                                      mlirDenseI64ArrayGet(context, 1, pos));
+      mlirOperationSetOperand(scalar, i, lane);
     }
-    mlirValueSetType(mlirOperationGetResult(scalar, 0), rt);
-    mlirBlockInsertOwnedOperationBefore(block, op, scalar);
+    mlirValueSetType(mlirOperationGetResult(scalar, 0), mlirShapedTypeGetElementType(mlirValueGetType(result)));
+    mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, scalar);
     lanes[j] = mlirOperationGetResult(scalar, 0);
   }
-  MlirType vt = mlirValueGetType(result);
-  MlirOperationState st = mlirOperationStateGet(mlirStringRefCreateFromCString("vector.from_elements"), loc);
-  mlirOperationStateAddOperands(&st, VEC, lanes);
-  mlirOperationStateAddResults(&st, 1, &vt);
-  MlirOperation whole = mlirOperationCreate(&st);
-  mlirBlockInsertOwnedOperationBefore(block, op, whole);
-  mlirValueReplaceAllUsesOfWith(result, mlirOperationGetResult(whole, 0));
+  mlirValueReplaceAllUsesOfWith(
+      result, kiln_compiler_build_before("vector.from_elements", op, lanes, VEC, mlirValueGetType(result)));
   mlirOperationDestroy(op);
-}
-
-static MlirOperation index_constant(MlirContext context, MlirOperation before, int64_t value) {
-  MlirType index = mlirIndexTypeGet(context);
-  MlirNamedAttribute attr = mlirNamedAttributeGet(mlirIdentifierGet(context, mlirStringRefCreateFromCString("value")),
-                                                  mlirIntegerAttrGet(index, value));
-  MlirOperationState st =
-      mlirOperationStateGet(mlirStringRefCreateFromCString("arith.constant"), mlirOperationGetLocation(before));
-  mlirOperationStateAddAttributes(&st, 1, &attr);
-  mlirOperationStateAddResults(&st, 1, &index);
-  MlirOperation c = mlirOperationCreate(&st);
-  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, c);
-  return c;
 }
 
 /* Wraps the loads, stores and value ops of guard-less kernel `s` in
@@ -296,25 +262,17 @@ static void add_guard(MlirContext context, shape_t *s) {
     if (kiln_compiler_op_is(op, "gpu.return")) ret = op;
   }
   MlirLocation loc = mlirOperationGetLocation(ret);
-  MlirOperation bound = index_constant(context, ret, s->n / VEC);
-  MlirNamedAttribute pred = mlirNamedAttributeGet(
-      mlirIdentifierGet(context, mlirStringRefCreateFromCString("predicate")),
-      mlirIntegerAttrGet(mlirIntegerTypeGet(context, 64), 6 /* ult */));
-  MlirValue operands[2] = {s->x, mlirOperationGetResult(bound, 0)};
-  MlirType i1 = mlirIntegerTypeGet(context, 1);
-  MlirOperationState cs = mlirOperationStateGet(mlirStringRefCreateFromCString("arith.cmpi"), loc);
-  mlirOperationStateAddOperands(&cs, 2, operands);
-  mlirOperationStateAddResults(&cs, 1, &i1);
-  mlirOperationStateAddAttributes(&cs, 1, &pred);
-  MlirOperation cmp = mlirOperationCreate(&cs);
-  mlirBlockInsertOwnedOperationBefore(s->entry, ret, cmp);
+  MlirValue bound = kiln_compiler_int_const_before(context, ret, mlirIndexTypeGet(context), s->n / VEC);
+  MlirValue cond = kiln_compiler_build2("arith.cmpi", ret, s->x, bound, mlirIntegerTypeGet(context, 1));
+  MlirOperation cmp = kiln_compiler_gpu_def_of(cond);
+  mlirOperationSetAttributeByName(cmp, mlirStringRefCreateFromCString("predicate"),
+                                  mlirIntegerAttrGet(mlirIntegerTypeGet(context, 64), 6 /* ult */));
   MlirRegion regions[2] = {mlirRegionCreate(), mlirRegionCreate()};
   MlirBlock then = mlirBlockCreate(0, NULL, NULL);
   mlirRegionAppendOwnedBlock(regions[0], then);
   MlirOperationState ys = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.yield"), loc);
   MlirOperation yield = mlirOperationCreate(&ys);
   mlirBlockAppendOwnedOperation(then, yield);
-  MlirValue cond = mlirOperationGetResult(cmp, 0);
   MlirOperationState is = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.if"), loc);
   mlirOperationStateAddOperands(&is, 1, &cond);
   mlirOperationStateAddOwnedRegions(&is, 2, regions);
@@ -403,8 +361,8 @@ static void rewrite(MlirContext context, MlirOperation func, shape_t *s, bool sc
     if (scalar_math && name_starts(op, "math.") && mlirOperationGetNumResults(op) == 1) unroll(context, op);
   }
   if (!mlirOperationIsNull(s->bound_cmp)) {
-    MlirOperation c = index_constant(context, s->bound_cmp, s->n / VEC);
-    mlirOperationSetOperand(s->bound_cmp, 1, mlirOperationGetResult(c, 0));
+    MlirValue quarter = kiln_compiler_int_const_before(context, s->bound_cmp, mlirIndexTypeGet(context), s->n / VEC);
+    mlirOperationSetOperand(s->bound_cmp, 1, quarter);
   }
 }
 
