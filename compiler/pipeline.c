@@ -1081,6 +1081,7 @@ static kiln_status_t check_limits(const kiln_target_t *t, const launches_t *laun
 }
 
 static void disjoint_kernels(const kiln_vmfb_plan_t *plan, bool *noalias, size_t n_kernels);
+static void aligned_kernels(const kiln_vmfb_plan_t *plan, bool *aligned, size_t n_kernels);
 
 typedef struct carry_s {
   const launches_t *launches;
@@ -1114,13 +1115,15 @@ static void shape_gpu_loops(kiln_compiler_context_t *context, MlirModule module,
 }
 
 /* Contractions this target tiles its own way (gpu_gemm.h), row reductions it
- * runs as workgroup reductions (gpu_reduce.h) and depthwise convs it runs in
- * vectors (gpu_depthwise.h): kernel i's new grid and workgroup size in grids[i]
- * and blocks[i] (left 0 where kept). Only kernels
- * whose bindings the plan never overlaps: the tiled kernel reads A and B after
- * other invocations wrote C. */
+ * runs as workgroup reductions (gpu_reduce.h), depthwise convs and elementwise
+ * kernels it runs in vectors (gpu_depthwise.h, gpu_elementwise.h): kernel i's
+ * new grid and workgroup size in grids[i] and blocks[i] (left 0 where kept).
+ * Only kernels marked in `swappable`: whose bindings the plan never overlaps
+ * (the tiled kernel reads A and B after other invocations wrote C) and always
+ * binds at 16-byte offsets (the new kernels load and store 128-bit vectors,
+ * which CUDA and AMD fault on at a misaligned address). */
 static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirModule module,
-                                       const launches_t *launches, const bool *noalias, const kiln_target_t *t,
+                                       const launches_t *launches, const bool *swappable, const kiln_target_t *t,
                                        uint32_t (*grids)[3], uint32_t (*blocks)[3]) {
   MlirOperation gm = kiln_compiler_first_op(mlirModuleGetBody(module), "gpu.module");
   if (mlirOperationIsNull(gm)) return NULL;
@@ -1129,7 +1132,7 @@ static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirMod
     const launch_t *l = &launches->items[i];
     bool gemm = kiln_compiler_gemm_fits(&l->gemm, t), reduce = kiln_compiler_reduce_fits(&l->reduce, t);
     bool depthwise = kiln_compiler_depthwise_fits(&l->depthwise, t);
-    if (!noalias[i]) continue;
+    if (!swappable[i]) continue;
     MlirOperation func = find_symbol(body, "gpu.func", mlirStringRefCreateFromCString(l->kernel_name));
     if (mlirOperationIsNull(func)) continue;
     MlirContext mlir = context->mlir;
@@ -1157,7 +1160,10 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
   if (!out->status) out->status = back_pipeline(context, out->target, &pipeline);
   size_t n_launches = launches->n ? launches->n : 1;
   bool *noalias = kiln_calloc(n_launches, sizeof *noalias);
+  bool *swappable = kiln_calloc(n_launches, sizeof *swappable);
   disjoint_kernels(plan, noalias, launches->n);
+  aligned_kernels(plan, swappable, launches->n);
+  for (size_t i = 0; i < launches->n; i++) swappable[i] = swappable[i] && noalias[i];
   uint32_t(*grids)[3] = kiln_calloc(n_launches, sizeof *grids);
   uint32_t(*blocks)[3] = kiln_calloc(n_launches, sizeof *blocks);
   if (!out->status) {
@@ -1195,7 +1201,7 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
      * the buffer holds. */
     if (!out->status) shape_gpu_loops(context, module, launches, noalias, out->target);
     if (!out->status) {
-      out->status = tile_contractions(context, module, launches, noalias, out->target, grids, blocks);
+      out->status = tile_contractions(context, module, launches, swappable, out->target, grids, blocks);
     }
     if (!out->status) out->status = run_pipeline(context, module, pipeline.data, name, stage);
     if (!out->status && out->target->kind == KILN_TARGET_KIND_VULKAN) {
@@ -1233,6 +1239,7 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
   }
   kiln_buf_deinit(&pipeline);
   kiln_free(noalias);
+  kiln_free(swappable);
   kiln_free(grids);
   kiln_free(blocks);
   out->backend_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
@@ -1281,6 +1288,23 @@ static void disjoint_kernels(const kiln_vmfb_plan_t *plan, bool *noalias, size_t
                        (x->offset + x->length <= y->offset || y->offset + y->length <= x->offset);
           if (same && !apart) noalias[st->kernel] = false;
         }
+      }
+    }
+  }
+}
+
+/* aligned[k]: every dispatch of kernel k binds each buffer at an offset that is
+ * a multiple of 16 bytes (buffers themselves are allocated at least that
+ * aligned), so 128-bit accesses stay aligned. */
+static void aligned_kernels(const kiln_vmfb_plan_t *plan, bool *aligned, size_t n_kernels) {
+  for (size_t k = 0; k < n_kernels; k++) aligned[k] = plan != NULL;
+  for (size_t f = 0; plan && f < plan->n_functions; f++) {
+    const kiln_vmfb_function_t *fn = &plan->functions[f];
+    for (size_t s = 0; s < fn->n_steps; s++) {
+      const kiln_vmfb_step_t *st = &fn->steps[s];
+      if (st->kind != KILN_VMFB_STEP_DISPATCH || st->kernel >= n_kernels) continue;
+      for (size_t b = 0; b < st->n_bindings; b++) {
+        if (st->bindings[b].offset % 16) aligned[st->kernel] = false;
       }
     }
   }
