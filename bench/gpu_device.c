@@ -12,15 +12,15 @@
  * line per fact:
  *   kiln-cuda-case 1
  *   name <label>                      gemm M N K T (row-major C = A x B; A and B of
- *                                     type T, f32 or f16; C f32)
+ *                                     type T, f32, f16 or bf16; C f32)
  *   buffer <id> input <arg> <bytes> | transient <bytes> | constant <bytes> <hex>
  *   dispatch <kernel> <gx> <gy> <gz> <bx> <by> <bz> <buffer>:<offset>:<length>...
  *   copy <src> <src offset> <dst> <dst offset> <bytes>
  *   result <buffer> <offset> <bytes>
  * Steps run in order; a kernel's arguments are one device pointer per binding
  * (kiln's bare-pointer convention, IREE's CUDA HAL's). Inputs are random floats;
- * cuBLAS computes the same product (cublasSgemm, or cublasGemmEx with f16 inputs,
- * f32 output and f32 accumulation on the tensor cores for f16), the results are
+ * cuBLAS computes the same product (cublasSgemm, or cublasGemmEx with f16 or bf16
+ * inputs, f32 output and f32 accumulation on the tensor cores), the results are
  * compared (largest error
  * relative to the largest value), and both are timed with CUDA events over
  * enough repetitions for 0.2 s. Prints GFLOP/s and the ratio kiln / cuBLAS. */
@@ -66,7 +66,8 @@ typedef struct step_s {
 typedef struct plan_s {
   char name[128];
   int m, n, k;
-  bool f16; /* A and B are f16 */
+  bool f16;  /* A and B are 16-bit: f16, or bf16 where bf16 */
+  bool bf16;
   buffer_t buffers[MAX_BUFFERS];
   unsigned n_buffers;
   step_t steps[MAX_STEPS];
@@ -88,7 +89,8 @@ static bool parse_plan(const char *path, plan_t *p) {
     if (!strncmp(line, "name ", 5)) {
       snprintf(p->name, sizeof p->name, "%s", line + 5);
     } else if ((word[0] = '\0', sscanf(line, "gemm %d %d %d %31s", &p->m, &p->n, &p->k, word) >= 3)) {
-      p->f16 = !strcmp(word, "f16");
+      p->bf16 = !strcmp(word, "bf16");
+      p->f16 = p->bf16 || !strcmp(word, "f16");
     } else if (sscanf(line, "buffer %u %31s", &id, word) == 2) {
       ok = id < MAX_BUFFERS && id == p->n_buffers;
       buffer_t *bf = &p->buffers[id];
@@ -194,6 +196,7 @@ static struct {
 /* cuBLAS's and CUDA's enum values (library_types.h, cublas_api.h). */
 #define CUDA_R_32F 0
 #define CUDA_R_16F 2
+#define CUDA_R_16BF 14
 #define CUBLAS_COMPUTE_32F 68
 #define CUBLAS_GEMM_DEFAULT_TENSOR_OP 99
 
@@ -308,7 +311,7 @@ static void run_kiln(const void *user) {
 typedef struct blas_run_s {
   void *handle;
   int m, n, k;
-  bool f16;
+  bool f16, bf16;
   CUdeviceptr a, b, c;
 } blas_run_t;
 
@@ -316,8 +319,9 @@ static void run_blas(const void *user) {
   const blas_run_t *r = user;
   const float one = 1, zero = 0;
   /* Row-major C = A x B is column-major C^T = B^T x A^T: B first. */
-  int rc = r->f16 ? blas.GemmEx(r->handle, 0, 0, r->n, r->m, r->k, &one, (const void *)(uintptr_t)r->b, CUDA_R_16F,
-                                r->n, (const void *)(uintptr_t)r->a, CUDA_R_16F, r->k, &zero, (void *)(uintptr_t)r->c,
+  int half = r->bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  int rc = r->f16 ? blas.GemmEx(r->handle, 0, 0, r->n, r->m, r->k, &one, (const void *)(uintptr_t)r->b, half,
+                                r->n, (const void *)(uintptr_t)r->a, half, r->k, &zero, (void *)(uintptr_t)r->c,
                                 CUDA_R_32F, r->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)
                   : blas.Sgemm(r->handle, 0, 0, r->n, r->m, r->k, &one, (const float *)(uintptr_t)r->b, r->n,
                                (const float *)(uintptr_t)r->a, r->k, &zero, (float *)(uintptr_t)r->c, r->n);
@@ -336,6 +340,13 @@ static uint16_t to_half(float x) {
   uint32_t h = ((mag >> 13) - ((127 - 15) << 10)), rest = mag & 0x1fffu;
   if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
   return (uint16_t)(sign | h);
+}
+
+/* The bf16 nearest `x` (finite). */
+static uint16_t to_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 static void run_case(const plan_t *p) {
@@ -359,7 +370,8 @@ static void run_case(const plan_t *p) {
       for (uint64_t j = 0; j < count; j++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         float v = (float)((int)(seed >> 40) % 2001 - 1000) / 1000.0f;
-        if (p->f16) halves[j] = to_half(v);
+        if (p->bf16) halves[j] = to_bf16(v);
+        else if (p->f16) halves[j] = to_half(v);
         else h[j] = v;
       }
       CHECK(cu.MemcpyHtoD(d.ptr[i], h, b->bytes));
@@ -378,7 +390,7 @@ static void run_case(const plan_t *p) {
       if (p->buffers[i].arg == 0) a_buf = (int)i;
       if (p->buffers[i].arg == 1) b_buf = (int)i;
     }
-    blas_run_t br = {NULL, p->m, p->n, p->k, p->f16, a_buf >= 0 ? d.ptr[a_buf] : 0, b_buf >= 0 ? d.ptr[b_buf] : 0, 0};
+    blas_run_t br = {NULL, p->m, p->n, p->k, p->f16, p->bf16, a_buf >= 0 ? d.ptr[a_buf] : 0, b_buf >= 0 ? d.ptr[b_buf] : 0, 0};
     size_t c_bytes = (size_t)p->m * p->n * 4;
     CHECK(cu.MemAlloc(&br.c, c_bytes));
     if (a_buf < 0 || b_buf < 0 || (p->f16 && !blas.GemmEx) || blas.Create(&br.handle) != 0) {
@@ -468,7 +480,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_gpu_device: %s: not a kiln-cuda-case plan with its PTX\n", names[i]);
       rc = 1;
     } else if (dry) {
-      printf("%s: gemm %dx%dx%d %s, %u buffer(s), %u step(s):", p.name, p.m, p.n, p.k, p.f16 ? "f16" : "f32",
+      printf("%s: gemm %dx%dx%d %s, %u buffer(s), %u step(s):", p.name, p.m, p.n, p.k,
+             p.bf16 ? "bf16" : p.f16 ? "f16" : "f32",
              p.n_buffers, p.n_steps);
       for (unsigned s = 0; s < p.n_steps; s++) {
         const step_t *st = &p.steps[s];

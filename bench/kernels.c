@@ -269,6 +269,15 @@ static char *matmul_f16_text(int n) {
                  n, n, n, n, n, n, n, n, n, n, n, n, n, n);
 }
 
+static char *matmul_bf16_text(int n) {
+  return text_of("func.func @mm(%%a: tensor<1x%dx%dxbf16>, %%b: tensor<1x%dx%dxbf16>) -> tensor<1x%dx%dxf32> {\n"
+                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xbf16>} : () -> tensor<1xbf16>\n"
+                 "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dxbf16>, tensor<1x%dx%dxbf16>, "
+                 "tensor<1xbf16>, tensor<1xbf16>) -> tensor<1x%dx%dxf32>\n"
+                 "  return %%0 : tensor<1x%dx%dxf32>\n}\n",
+                 n, n, n, n, n, n, n, n, n, n, n, n, n, n);
+}
+
 /* A conv2d (k x k, same padding) or a depthwise one over 1 x hw x hw x c. */
 static char *conv_text(int hw, int c, int f, int k, bool depthwise) {
   int pad = k / 2;
@@ -677,15 +686,15 @@ static void bench_gpu(void) {
     char name[40];
     char *text;
     int gemm; /* a square matmul of this size (exported for the device check), else 0 */
-    char gemm_elem[4]; /* its operands: f32 or f16 */
-  } cases[12];
+    char gemm_elem[5]; /* its operands: f32, f16 or bf16 */
+  } cases[16];
   size_t n = 0;
 #define GPU_CASE(label, make)                                             \
   do {                                                                    \
     snprintf(cases[n].name, sizeof cases[n].name, "%s", label);           \
     cases[n].gemm = 0;                                                    \
     cases[n].gemm_elem[0] = '\0';                                                             \
-    if (sscanf(label, "matmul %d %3s", &cases[n].gemm, cases[n].gemm_elem) != 2) cases[n].gemm = 0; \
+    if (sscanf(label, "matmul %d %4s", &cases[n].gemm, cases[n].gemm_elem) != 2) cases[n].gemm = 0; \
     cases[n++].text = (make);                                             \
   } while (0)
   const char *export_dir = getenv("KILN_BENCH_EXPORT_GPU");
@@ -694,6 +703,7 @@ static void bench_gpu(void) {
   }
   if (quick) {
     GPU_CASE("matmul 64 f32", matmul_text(64, 64, 64));
+    GPU_CASE("matmul 64 bf16", matmul_bf16_text(64));
     GPU_CASE("conv3x3 8x8x8->8", conv_text(8, 8, 8, 3, false));
   } else {
     GPU_CASE("matmul 512 f32", matmul_text(512, 512, 512));
@@ -701,6 +711,7 @@ static void bench_gpu(void) {
     GPU_CASE("matmul 4096 f32", matmul_text(4096, 4096, 4096));
     GPU_CASE("matmul 1024 f16", matmul_f16_text(1024));
     GPU_CASE("matmul 4096 f16", matmul_f16_text(4096));
+    GPU_CASE("matmul 1024 bf16", matmul_bf16_text(1024));
     GPU_CASE("conv3x3 56x56x64->64", conv_text(56, 64, 64, 3, false));
     GPU_CASE("conv1x1 56x56x64->256", conv_text(56, 64, 256, 1, false));
     GPU_CASE("depthwise3x3 56x56x64", conv_text(56, 64, 0, 3, true));
@@ -747,8 +758,8 @@ static void bench_gpu(void) {
         gpu_goal(what, madd > 0 && r.code.loop_loads / madd <= 0.05 && r.code.load_bits >= 128 &&
                            r.code.shared_bytes > 0 && r.code.spill_bytes <= 0,
                  detail);
-      } else if (!strcmp(cases[c].name, "matmul 1024 f16")) {
-        snprintf(what, sizeof what, "matmul 1024 f16, %s: matrix instructions", gpus[t]->id);
+      } else if (!strcmp(cases[c].name, "matmul 1024 f16") || !strcmp(cases[c].name, "matmul 1024 bf16")) {
+        snprintf(what, sizeof what, "%.24s, %s: matrix instructions", cases[c].name, gpus[t]->id);
         /* Vulkan has them only where the profile declares cooperative matrices. */
         if (gpus[t]->kind == KILN_TARGET_KIND_VULKAN &&
             !strstr(gpus[t]->spirv_capabilities ? gpus[t]->spirv_capabilities : "", "CooperativeMatrix")) {

@@ -269,7 +269,7 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
   MlirType tc = mlirValueGetType(mlirOperationGetOperand(c->op, 0));
   MlirType ea = mlirShapedTypeGetElementType(ta), eb = mlirShapedTypeGetElementType(tb);
   if (!mlirTypeIsAF32(mlirShapedTypeGetElementType(tc)) || !mlirTypeEqual(ea, eb)) return false;
-  unsigned bits = mlirTypeIsAF32(ea) ? 32 : mlirTypeIsAF16(ea) ? 16 : 0;
+  unsigned bits = mlirTypeIsAF32(ea) ? 32 : mlirTypeIsAF16(ea) || mlirTypeIsABF16(ea) ? 16 : 0;
   if (!bits || n_ext != (bits == 16 ? 2u : 0u)) return false;
   /* c = c + a * b, stored where it was read. */
   MlirValue m0 = mlirOperationGetOperand(mul, 0), m1 = mlirOperationGetOperand(mul, 1);
@@ -330,7 +330,8 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
                                 .b_arg = (unsigned)b->arg,
                                 .c_arg = (unsigned)c->arg,
                                 .n_args = (unsigned)mlirBlockGetNumArguments(entry),
-                                .operand_bits = bits};
+                                .operand_bits = bits,
+                                .bf16 = mlirTypeIsABF16(ea)};
   return true;
 }
 
@@ -357,6 +358,37 @@ static void vec_memref(kiln_buf_t *b, const kiln_compiler_gemm_t *g, int64_t row
   kiln_buf_append_str(b, "memref<");
   if (g->rank == 3) kiln_buf_appendf(b, "%lldx", (long long)g->batch);
   kiln_buf_appendf(b, "%lldx%lldxvector<%dx%s>>", (long long)rows, (long long)(cols / lanes), lanes, elem);
+}
+
+/* The SIMT kernel's A or B: rows x cols operands in vectors of 4, as
+ * vector<4xf32>, vector<4xf16>, or for bf16 their bits as vector<2xi32> (no
+ * 16-bit type reaches the backend, so every SPIR-V profile takes it). */
+static void operand_memref(kiln_buf_t *b, const kiln_compiler_gemm_t *g, int64_t rows, int64_t cols) {
+  if (!g->bf16) {
+    vec_memref(b, g, rows, cols, 4, g->operand_bits == 16 ? "f16" : "f32");
+    return;
+  }
+  kiln_buf_append_str(b, "memref<");
+  if (g->rank == 3) kiln_buf_appendf(b, "%lldx", (long long)g->batch);
+  kiln_buf_appendf(b, "%lldx%lldxvector<2xi32>>", (long long)rows, (long long)(cols / 4));
+}
+
+/* %dst = the vector<4xf32> of the four operands loaded as %src (operand_memref).
+ * bf16 widens exactly by moving its bits to the top of an f32: element 2i of
+ * word i is its low half, element 2i + 1 its high half (%bf_sh = dense<16>,
+ * %bf_hi = dense<0xffff0000> : vector<2xi32>). */
+static void widen_operands(kiln_buf_t *b, const kiln_compiler_gemm_t *g, const char *dst, const char *src) {
+  if (g->operand_bits == 32) return;
+  if (!g->bf16) {
+    kiln_buf_appendf(b, "    %s = arith.extf %s : vector<4xf16> to vector<4xf32>\n", dst, src);
+    return;
+  }
+  kiln_buf_appendf(b,
+                   "    %sl = arith.shli %s, %%bf_sh : vector<2xi32>\n    %sh = arith.andi %s, %%bf_hi : vector<2xi32>\n"
+                   "    %slf = arith.bitcast %sl : vector<2xi32> to vector<2xf32>\n"
+                   "    %shf = arith.bitcast %sh : vector<2xi32> to vector<2xf32>\n"
+                   "    %s = vector.shuffle %slf, %shf [0, 2, 1, 3] : vector<2xf32>, vector<2xf32>\n",
+                   src, src, src, src, src, src, src, src, dst, src, src);
 }
 
 /* Indices [%bz,] row, col. */
@@ -405,7 +437,6 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   bool spirv = t->kind == KILN_TARGET_KIND_VULKAN;
   const char *ws = spirv ? "3" : "#gpu.address_space<workgroup>";
   const char *fm = spirv ? "" : " fastmath<contract>"; /* FMA on the LLVM backends */
-  const char *in = g->operand_bits == 16 ? "f16" : "f32";
   simt_tile_t st = simt_tile(g, t);
   uint32_t tx_n = simt_threads_x(st), ty_n = simt_threads_y(st), threads = tx_n * ty_n;
   int rows = 4 * st.gm, cols = st.gn; /* accumulators: rows x cols vectors */
@@ -414,9 +445,9 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   kiln_buf_t ta, tb, tc, as, bs;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc), kiln_buf_init(&as), kiln_buf_init(&bs);
   /* A convolution's A is its (padded) input as [pixel][channel/4]. */
-  if (g->conv_h) vec_memref(&ta, g, g->m / (g->out_h * g->out_w) * g->in_h * g->in_w, g->conv_c, 4, in);
-  else vec_memref(&ta, g, g->m, g->k, 4, in);
-  vec_memref(&tb, g, g->k, g->n, 4, in);
+  if (g->conv_h) operand_memref(&ta, g, g->m / (g->out_h * g->out_w) * g->in_h * g->in_w, g->conv_c);
+  else operand_memref(&ta, g, g->m, g->k);
+  operand_memref(&tb, g, g->k, g->n);
   vec_memref(&tc, g, g->m, g->n, 4, "f32");
   kiln_buf_appendf(&as, "memref<%lldx%dxvector<4xf32>, %s>", (long long)st.tm, KILN_GEMM_TILE_K / 4, ws);
   kiln_buf_appendf(&bs, "memref<%dx%lldxvector<4xf32>, %s>", KILN_GEMM_TILE_K, (long long)(st.tn / 4), ws);
@@ -451,6 +482,10 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
                    "  %%m0 = arith.muli %%by, %%c%lld : index\n  %%n0 = arith.muli %%bx, %%c%lld : index\n"
                    "  %%ty4 = arith.muli %%ty, %%c4 : index\n",
                    tx_n, (long long)st.tm, (long long)(st.tn / 4));
+  if (g->bf16) {
+    kiln_buf_append_str(b, "  %bf_sh = arith.constant dense<16> : vector<2xi32>\n"
+                           "  %bf_hi = arith.constant dense<-65536> : vector<2xi32>\n");
+  }
   /* The loaders: invocation t moves vectors t, t + threads, ... of each slice. */
   for (int r = 0; r < a_rounds; r++) {
     kiln_buf_appendf(b,
@@ -530,7 +565,10 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
       at(b, g, row, col);
       kiln_buf_appendf(b, " : %s\n", ta.data);
     }
-    if (g->operand_bits == 16) kiln_buf_appendf(b, "    %%avw%d = arith.extf %%av%d : vector<4xf16> to vector<4xf32>\n", r, r);
+    char dst[32], src[32];
+    snprintf(dst, sizeof dst, "%%avw%d", r);
+    snprintf(src, sizeof src, "%%av%d", r);
+    widen_operands(b, g, dst, src);
     kiln_buf_appendf(b, "    memref.store %%av%s%d, %%As[%%arow%d, %%akq%d] : %s\n", g->operand_bits == 16 ? "w" : "", r, r,
                      r, as.data);
   }
@@ -541,7 +579,10 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
     kiln_buf_appendf(b, "    %%kr%d = arith.addi %%kt16, %%bkr%d : index\n    %%bv%d = memref.load %s", r, r, r, B);
     at(b, g, row, col);
     kiln_buf_appendf(b, " : %s\n", tb.data);
-    if (g->operand_bits == 16) kiln_buf_appendf(b, "    %%bvw%d = arith.extf %%bv%d : vector<4xf16> to vector<4xf32>\n", r, r);
+    char dst[32], src[32];
+    snprintf(dst, sizeof dst, "%%bvw%d", r);
+    snprintf(src, sizeof src, "%%bv%d", r);
+    widen_operands(b, g, dst, src);
     kiln_buf_appendf(b, "    memref.store %%bv%s%d, %%Bs[%%bkr%d, %%bcq%d] : %s\n", g->operand_bits == 16 ? "w" : "", r, r,
                      r, bs.data);
   }
@@ -616,20 +657,20 @@ static void stage_setup(kiln_buf_t *b, int rounds, int threads) {
 }
 
 static void stage_slice(kiln_buf_t *b, int rounds, const char *A, const char *B, const char *bi, const char *ta,
-                        const char *tb, const char *ws) {
+                        const char *tb, const char *ws, const char *h) {
   for (int it = 0; it < rounds; it++) {
     kiln_buf_appendf(b,
                      "    %%kv%d = arith.addi %%kt4, %%akq%d : index\n"
                      "    %%va%d = memref.load %s[%s%%garow%d, %%kv%d] : %s\n"
-                     "    vector.store %%va%d, %%As[%%arow%d, %%ak8%d] {alignment = 16} : %s, vector<8xf16>\n"
+                     "    vector.store %%va%d, %%As[%%arow%d, %%ak8%d] {alignment = 16} : %s, vector<8x%s>\n"
                      "    %%kr%d = arith.addi %%kt32, %%bk%d : index\n"
                      "    %%vb%d = memref.load %s[%s%%kr%d, %%gbcol%d] : %s\n",
-                     it, it, it, A, bi, it, it, ta, it, it, it, ws, it, it, it, B, bi, it, it, tb);
+                     it, it, it, A, bi, it, it, ta, it, it, it, ws, h, it, it, it, B, bi, it, it, tb);
     for (int i = 0; i < 8; i++) {
       kiln_buf_appendf(b,
-                       "    %%vb%d_%d = vector.extract %%vb%d[%d] : f16 from vector<8xf16>\n"
+                       "    %%vb%d_%d = vector.extract %%vb%d[%d] : %s from vector<8x%s>\n"
                        "    memref.store %%vb%d_%d, %%Bs[%%bn%d_%d, %%bk%d] : %s\n",
-                       it, i, it, i, it, i, it, i, it, ws);
+                       it, i, it, i, h, h, it, i, it, i, it, ws);
     }
   }
   kiln_buf_append_str(b, "    gpu.barrier\n");
@@ -657,14 +698,71 @@ static bool use_mma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
          g->m % KILN_GEMM_TILE_M == 0;
 }
 
+/* One 16-deep k step of the bf16 kernel: nvgpu.mma.sync has no bf16 form, so
+ * nvvm.mma.sync's, on registers of two bf16 each (i32: the lower k in the low
+ * half), in the same fragment layout as f16; the accumulators stay
+ * vector<2x2xf32> as in the f16 kernel. */
+static void mma_bf16_step(kiln_buf_t *b, int ks, const char *ws, char cur[8][24]) {
+  static const char *const rows[4] = {"ra", "rb", "ra", "rb"};
+  static const char *const st4 = "!llvm.struct<(f32, f32, f32, f32)>";
+  for (int mi = 0; mi < 2; mi++) {
+    for (int r = 0; r < 4; r++) {
+      kiln_buf_appendf(b,
+                       "    %%a%d%d_%d = vector.load %%As[%%%s%d, %%k%c%d] {alignment = 4} : %s, vector<2xi16>\n"
+                       "    %%aw%d%d_%d = vector.bitcast %%a%d%d_%d : vector<2xi16> to vector<1xi32>\n"
+                       "    %%ai%d%d_%d = vector.extract %%aw%d%d_%d[0] : i32 from vector<1xi32>\n",
+                       ks, mi, r, rows[r], mi, r < 2 ? 'b' : 'c', ks, ws, ks, mi, r, ks, mi, r, ks, mi, r, ks, mi, r);
+    }
+  }
+  for (int ni = 0; ni < 4; ni++) {
+    for (int r = 0; r < 2; r++) {
+      kiln_buf_appendf(b,
+                       "    %%b%d%d_%d = vector.load %%Bs[%%nb%d, %%k%c%d] {alignment = 4} : %s, vector<2xi16>\n"
+                       "    %%bw%d%d_%d = vector.bitcast %%b%d%d_%d : vector<2xi16> to vector<1xi32>\n"
+                       "    %%bi%d%d_%d = vector.extract %%bw%d%d_%d[0] : i32 from vector<1xi32>\n",
+                       ks, ni, r, ni, r ? 'c' : 'b', ks, ws, ks, ni, r, ks, ni, r, ks, ni, r, ks, ni, r);
+    }
+  }
+  for (int mi = 0; mi < 2; mi++) {
+    for (int ni = 0; ni < 4; ni++) {
+      int a = mi * 4 + ni;
+      for (int r = 0; r < 2; r++) {
+        kiln_buf_appendf(b,
+                         "    %%cr%d_%d_%d = vector.extract %s[%d] : vector<2xf32> from vector<2x2xf32>\n"
+                         "    %%cs%d_%d_%d = vector.extract %%cr%d_%d_%d[0] : f32 from vector<2xf32>\n"
+                         "    %%cs%d_%d_%d = vector.extract %%cr%d_%d_%d[1] : f32 from vector<2xf32>\n",
+                         ks, a, r, cur[a], r, ks, a, 2 * r, ks, a, r, ks, a, 2 * r + 1, ks, a, r);
+      }
+      kiln_buf_appendf(b,
+                       "    %%mm%d_%d = nvvm.mma.sync A[%%ai%d%d_0, %%ai%d%d_1, %%ai%d%d_2, %%ai%d%d_3] "
+                       "B[%%bi%d%d_0, %%bi%d%d_1] C[%%cs%d_%d_0, %%cs%d_%d_1, %%cs%d_%d_2, %%cs%d_%d_3] "
+                       "{layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
+                       "multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, "
+                       "shape = #nvvm.shape<m = 16, n = 8, k = 16>} : (i32, i32, f32) -> %s\n",
+                       ks, a, ks, mi, ks, mi, ks, mi, ks, mi, ks, ni, ks, ni, ks, a, ks, a, ks, a, ks, a, st4);
+      for (int i = 0; i < 4; i++) {
+        kiln_buf_appendf(b, "    %%md%d_%d_%d = llvm.extractvalue %%mm%d_%d[%d] : %s\n", ks, a, i, ks, a, i, st4);
+      }
+      kiln_buf_appendf(b,
+                       "    %%ml%d_%d = vector.from_elements %%md%d_%d_0, %%md%d_%d_1 : vector<2xf32>\n"
+                       "    %%mh%d_%d = vector.from_elements %%md%d_%d_2, %%md%d_%d_3 : vector<2xf32>\n"
+                       "    %%mv%d_%d = vector.insert %%ml%d_%d, %%zc[0] : vector<2xf32> into vector<2x2xf32>\n"
+                       "    %%m%d_%d = vector.insert %%mh%d_%d, %%mv%d_%d[1] : vector<2xf32> into vector<2x2xf32>\n",
+                       ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a);
+      snprintf(cur[a], 24, "%%m%d_%d", ks, a);
+    }
+  }
+}
+
 static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g) {
+  const char *h = g->bf16 ? "i16" : "f16"; /* bf16 moves as its bits */
   kiln_buf_t ta, tb, tc;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc);
-  vec_memref(&ta, g, g->m, g->k, 8, "f16");
-  vec_memref(&tb, g, g->k, g->n, 8, "f16");
+  vec_memref(&ta, g, g->m, g->k, 8, h);
+  vec_memref(&tb, g, g->k, g->n, 8, h);
   vec_memref(&tc, g, g->m, g->n, 2, "f32");
   char ws[96];
-  snprintf(ws, sizeof ws, "memref<%dx%dxf16, #gpu.address_space<workgroup>>", KILN_GEMM_TILE_M, MMA_PITCH);
+  snprintf(ws, sizeof ws, "memref<%dx%dx%s, #gpu.address_space<workgroup>>", KILN_GEMM_TILE_M, MMA_PITCH, h);
   kiln_buf_t text;
   kiln_buf_init(&text);
   kiln_buf_t *b = &text;
@@ -705,9 +803,11 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
                      "  %%cc%d = arith.addi %%cb2, %%c%d : index\n",
                      ni, ni * 8, ni, ni, ni, ni * 4);
   }
-  kiln_buf_append_str(b, "  %zc = arith.constant dense<0.0> : vector<2x2xf32>\n"
-                         "  %za = arith.constant dense<0.0> : vector<4x2xf16>\n"
-                         "  %zb = arith.constant dense<0.0> : vector<2x2xf16>\n");
+  kiln_buf_append_str(b, "  %zc = arith.constant dense<0.0> : vector<2x2xf32>\n");
+  if (!g->bf16) {
+    kiln_buf_append_str(b, "  %za = arith.constant dense<0.0> : vector<4x2xf16>\n"
+                           "  %zb = arith.constant dense<0.0> : vector<2x2xf16>\n");
+  }
   const char *bi = g->rank == 3 ? "%bz, " : "";
   for (int mi = 0; mi < 2; mi++) {
     for (int ni = 0; ni < 4; ni++) {
@@ -726,13 +826,17 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
   kiln_buf_append_str(b, ") -> (");
   for (int a = 0; a < 8; a++) kiln_buf_appendf(b, "%svector<2x2xf32>", a ? ", " : "");
   kiln_buf_append_str(b, ") {\n    %kt4 = arith.muli %kt, %c4 : index\n    %kt32 = arith.muli %kt, %c32 : index\n");
-  stage_slice(b, 2, A, B, bi, ta.data, tb.data, ws);
+  stage_slice(b, 2, A, B, bi, ta.data, tb.data, ws, h);
   char cur[8][24];
   for (int a = 0; a < 8; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
   for (int ks = 0; ks < MMA_TILE_K / 16; ks++) {
     kiln_buf_appendf(b,
                      "    %%kb%d = arith.addi %%q2, %%c%d : index\n    %%kc%d = arith.addi %%kb%d, %%c8 : index\n",
                      ks, ks * 16, ks, ks);
+    if (g->bf16) {
+      mma_bf16_step(b, ks, ws, cur);
+      continue;
+    }
     for (int mi = 0; mi < 2; mi++) {
       static const char *const rows[4] = {"ra", "rb", "ra", "rb"};
       char prev[24] = "%za";
@@ -835,14 +939,16 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
   int rounds = 256 / threads; /* 128-bit vectors of each 64x32 slice per invocation */
   kiln_buf_t ta, tb, tc;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc);
-  vec_memref(&ta, g, g->m, g->k, 8, "f16");
-  vec_memref(&tb, g, g->k, g->n, 8, "f16");
+  const char *h = g->bf16 ? "i16" : "f16"; /* bf16 moves as its bits, and is cast back for the op */
+  vec_memref(&ta, g, g->m, g->k, 8, h);
+  vec_memref(&tb, g, g->k, g->n, 8, h);
   kiln_buf_append_str(&tc, "memref<");
   if (g->rank == 3) kiln_buf_appendf(&tc, "%lldx", (long long)g->batch);
   kiln_buf_appendf(&tc, "%lldx%lldxf32>", (long long)g->m, (long long)g->n);
-  char ws[96], vf[24], vc[24];
-  snprintf(ws, sizeof ws, "memref<%dx%dxf16, #gpu.address_space<workgroup>>", KILN_GEMM_TILE_M, MMA_PITCH);
-  snprintf(vf, sizeof vf, "vector<%dxf16>", frag);
+  char ws[96], vf[24], vl[24], vc[24];
+  snprintf(ws, sizeof ws, "memref<%dx%dx%s, #gpu.address_space<workgroup>>", KILN_GEMM_TILE_M, MMA_PITCH, h);
+  snprintf(vf, sizeof vf, "vector<%dx%s>", frag, g->bf16 ? "bf16" : "f16");
+  snprintf(vl, sizeof vl, "vector<%dx%s>", frag, h);
   snprintf(vc, sizeof vc, "vector<%dxf32>", n_c);
   kiln_buf_t text;
   kiln_buf_init(&text);
@@ -900,16 +1006,23 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
   for (int a = 0; a < 4; a++) kiln_buf_appendf(b, "%s%%x%d = %%cv%d%d_%d", a ? ", " : "", a, a / 2, a % 2, n_c - 1);
   kiln_buf_appendf(b, ") -> (%s, %s, %s, %s) {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n"
                       "    %%kt32 = arith.muli %%kt, %%c32 : index\n", vc, vc, vc, vc);
-  stage_slice(b, rounds, A, B, bi, ta.data, tb.data, ws);
+  stage_slice(b, rounds, A, B, bi, ta.data, tb.data, ws, h);
   char cur[4][24];
   for (int a = 0; a < 4; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
   for (int ks = 0; ks < MMA_TILE_K / 16; ks++) {
     kiln_buf_appendf(b, "    %%kb%d = arith.addi %s, %%c%d : index\n", ks, k_of_s, ks * 16);
     for (int x = 0; x < 2; x++) {
       kiln_buf_appendf(b,
-                       "    %%af%d%d = vector.load %%As[%%ra%d, %%kb%d] {alignment = %d} : %s, %s\n"
-                       "    %%bf%d%d = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = %d} : %s, %s\n",
-                       ks, x, x, ks, align, ws, vf, ks, x, x, ks, align, ws, vf);
+                       "    %%a%s%d%d = vector.load %%As[%%ra%d, %%kb%d] {alignment = %d} : %s, %s\n"
+                       "    %%b%s%d%d = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = %d} : %s, %s\n",
+                       g->bf16 ? "l" : "f", ks, x, x, ks, align, ws, vl, g->bf16 ? "l" : "f", ks, x, x, ks, align, ws,
+                       vl);
+      if (g->bf16) {
+        kiln_buf_appendf(b,
+                         "    %%af%d%d = arith.bitcast %%al%d%d : %s to %s\n"
+                         "    %%bf%d%d = arith.bitcast %%bl%d%d : %s to %s\n",
+                         ks, x, ks, x, vl, vf, ks, x, ks, x, vl, vf);
+      }
     }
     for (int a = 0; a < 4; a++) {
       if (wmma) {
@@ -974,8 +1087,9 @@ bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t 
     return false;
   }
   /* f16 operands are stored as f16: SPIR-V needs the profile's 16-bit storage
-   * and Float16 (VideoCore VII has neither; its kernels keep f16 as bits). */
-  if (g->operand_bits == 16 && t->kind == KILN_TARGET_KIND_VULKAN) {
+   * and Float16 (VideoCore VII has neither; its kernels keep f16 as bits).
+   * bf16 operands are read as 32-bit words on every profile. */
+  if (g->operand_bits == 16 && !g->bf16 && t->kind == KILN_TARGET_KIND_VULKAN) {
     return kiln_compiler_list_has(t->spirv_capabilities, "Float16") &&
            kiln_compiler_list_has(t->spirv_capabilities, "StorageBuffer16BitAccess");
   }

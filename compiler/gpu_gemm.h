@@ -47,7 +47,8 @@ typedef struct kiln_compiler_gemm_s {
   int64_t batch, m, n, k;
   unsigned a_arg, b_arg, c_arg;   /* the kernel's arguments (a_arg may equal b_arg) */
   unsigned n_args;
-  unsigned operand_bits;          /* A and B: 32 (f32) or 16 (f16, widened to f32) */
+  unsigned operand_bits;          /* A and B: 32 (f32) or 16 (f16 or bf16, widened to f32) */
+  bool bf16;                      /* 16-bit operands are bf16: the kernels read their bits */
   /* A convolution as an implicit GEMM (conv_h > 0): an NHWC conv of stride
    * conv_stride over an already padded input of images of in_h x in_w x conv_c,
    * filter conv_h x conv_w x conv_c x N (HWCF), output images of out_h x out_w x

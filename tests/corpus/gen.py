@@ -1012,13 +1012,14 @@ def group_tosa():
                             'return %0 : tensor<2x2x2xf32>'],
                            [((2, 2, 3), 'f16', a), ((2, 3, 2), 'f16', b)], [((2, 2, 2), 'f32', c)], 1e-5))
     # Matmuls whose shapes GPU targets tile their own way (compiler/gpu_gemm.c: 64x64
-    # output tiles, k in slices of 16): batched f32, f16 widened to f32, and a 2-D
-    # linalg.matmul. Small quarters: every sum is exact in f32.
+    # output tiles, k in slices of 16): batched f32, f16 and bf16 widened to f32
+    # (bf16 read as bits, pairs in 32-bit words), and a 2-D linalg.matmul. Small quarters: every sum is exact in f32.
     def mm_ref(a, b, batch, m, k, n):
         return [f32(sum(a[(bb * m + i) * k + kk] * b[(bb * k + kk) * n + j] for kk in range(k)))
                 for bb in range(batch) for i in range(m) for j in range(n)]
     for name, et, (batch, m, k, n) in (('tosa_matmul_tiled_f32', 'f32', (2, 64, 32, 64)),
-                                       ('tosa_matmul_tiled_f16_f32acc', 'f16', (1, 64, 16, 128))):
+                                       ('tosa_matmul_tiled_f16_f32acc', 'f16', (1, 64, 16, 128)),
+                                       ('tosa_matmul_tiled_bf16_f32acc', 'bf16', (2, 64, 32, 64))):
         a = values((batch, m, k), et, 91)
         b = values((batch, k, n), et, 92)
         ta, tb, tr = 'tensor<%dx%dx%dx%s>' % (batch, m, k, et), 'tensor<%dx%dx%dx%s>' % (batch, k, n, et), \

@@ -39,6 +39,7 @@ value on a GPU. Exit 1 on a wrong element, 2 on an op it does not know.
 import copy
 import random
 import re
+import struct
 import subprocess
 import sys
 
@@ -55,6 +56,14 @@ CASES = [
     ('gfx1101', 2, 1, 128, 64, 32, 16, 0), # WMMA, 2-D, two row tiles
     ('gfx1201', 3, 2, 64, 128, 64, 16, 0), # RDNA4 WMMA, two k slices, batched
     ('gfx1200', 2, 1, 128, 64, 32, 16, 0), # RDNA4 WMMA, 2-D, two row tiles
+    # bf16: moved as bits (i16 in the matrix kernels, pairs in i32 words in the SIMT one)
+    ('sm_89', 3, 2, 64, 128, 64, 'bf16', 0),    # nvvm.mma.sync bf16, batched
+    ('sm_120', 2, 1, 128, 64, 32, 'bf16', 0),   # the same on Blackwell, two row tiles
+    ('gfx950', 3, 2, 64, 128, 64, 'bf16', 0),   # MFMA bf16
+    ('gfx1100', 2, 1, 128, 64, 32, 'bf16', 0),  # RDNA3 WMMA bf16
+    ('gfx1201', 3, 2, 64, 128, 64, 'bf16', 0),  # RDNA4 WMMA bf16
+    ('arm5gen', 3, 2, 64, 128, 32, 'bf16', 0),  # SIMT, bf16 widened from 32-bit words
+    ('videocore_vii', 2, 1, 64, 64, 16, 'bf16', 0),  # the same without 16-bit storage
 ]
 
 # Row reductions: (target, rows, row length, op, subgroup size).
@@ -195,9 +204,33 @@ def wmma4(a_frags, b_frags, c_frags):
 MATRIX_OPS = [
     (r'(%\w+) = nvgpu.mma.sync \((%\w+), (%\w+), (%[\w#]+)\) \{mmaShape = \[16, 8, 16\]\}', mma, 32),
     (r'(%\w+) = amdgpu.mfma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) blgp = none', mfma, 64),
-    (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) : vector<16xf16>', wmma, 32),
-    (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) : vector<8xf16>', wmma4, 32),
+    (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) : vector<16xb?f16>', wmma, 32),
+    (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) : vector<8xb?f16>', wmma4, 32),
 ]
+
+
+def f32_of_bits(x):
+    return struct.unpack('<f', struct.pack('<I', x & 0xffffffff))[0]
+
+
+def bf16_bits(v):
+    """The bf16 bits of v, which must be exact in bf16."""
+    bits = struct.unpack('<I', struct.pack('<f', v))[0]
+    assert bits & 0xffff == 0, v
+    return bits >> 16
+
+
+def halves(word):
+    """An i32 register of two bf16 (the lower k in the low half) as two floats."""
+    return [f32_of_bits((word & 0xffff) << 16), f32_of_bits(word & 0xffff0000)]
+
+
+def nvvm_mma_bf16(a_regs, b_regs, c_scalars):
+    """nvvm.mma.sync m16n8k16 with bf16 multiplicands: registers of two bf16 each,
+    in the same fragment layout as f16's; the result is the struct's four floats."""
+    out = mma([[halves(w) for w in regs] for regs in a_regs], [[halves(w) for w in regs] for regs in b_regs],
+              [[[c[0], c[1]], [c[2], c[3]]] for c in c_scalars])
+    return [d[0] + d[1] for d in out]
 
 
 class Kernel:
@@ -207,7 +240,8 @@ class Kernel:
         self.block = [int(x) for x in m.groups()[:3]]
         self.grid = [int(x) for x in m.groups()[3:]]
         sig = lines[2]
-        self.args = [(n, memref_shape(t)) for n, t in re.findall(r'%(arg\d+): (memref<[^)]*?>)(?:,|\))', sig)]
+        self.types = re.findall(r'%(arg\d+): (memref<[^)]*?>)(?:,|\))', sig)
+        self.args = [(n, memref_shape(t)) for n, t in self.types]
         self.shared = {n: memref_shape(t) for n, t in re.findall(r'%(As|Bs|S) : (memref<[^>]*>)', sig)}
         self.shared.update({n: memref_shape(t)
                             for n, t in re.findall(r'%(As|Bs|S) = memref.alloc\(\) : (memref<[^>]*>)', text)})
@@ -394,6 +428,49 @@ class Kernel:
             if m:
                 env[m.group(1)] = [[val(m.group(2), t)] * int(m.group(3)) for t in range(T)]
                 return
+            m = re.match(r'(%\w+) = arith.constant dense<(-?\d+)> : vector<(\d+)xi32>$', line)
+            if m:
+                env[m.group(1)] = [[int(m.group(2))] * int(m.group(3)) for _ in range(T)]
+                return
+            m = re.match(r'(%\w+) = arith.(shli|andi) (%\w+), (%\w+) : vector<\d+xi32>$', line)
+            if m:
+                f = {'shli': lambda a, b: (a << b) & 0xffffffff, 'andi': lambda a, b: (a & b) & 0xffffffff}[m.group(2)]
+                env[m.group(1)] = [[f(a, b) for a, b in zip(val(m.group(3), t), val(m.group(4), t))] for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = arith.bitcast (%\w+) : vector<\d+x(i32|i16)> to vector<\d+x(f32|bf16)>$', line)
+            if m:
+                conv = f32_of_bits if m.group(3) == 'i32' else (lambda x: f32_of_bits(x << 16))
+                env[m.group(1)] = [[conv(x) for x in val(m.group(2), t)] for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = vector.shuffle (%\w+), (%\w+) \[([\d, ]+)\]', line)
+            if m:
+                picks = [int(x) for x in m.group(4).split(',')]
+                env[m.group(1)] = [[(val(m.group(2), t) + val(m.group(3), t))[i] for i in picks] for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = vector.bitcast (%\w+) : vector<2xi16> to vector<1xi32>$', line)
+            if m:
+                env[m.group(1)] = [[(v[0] & 0xffff) | ((v[1] & 0xffff) << 16)] for v in (val(m.group(2), t) for t in range(T))]
+                return
+            m = re.match(r'(%\w+) = vector.from_elements (.*) : vector<\d+xf32>$', line)
+            if m:
+                names = m.group(2).split(', ')
+                env[m.group(1)] = [[val(n, t) for n in names] for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = llvm.extractvalue (%\w+)\[(\d+)\]', line)
+            if m:
+                env[m.group(1)] = [val(m.group(2), t)[int(m.group(3))] for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = nvvm.mma.sync A\[(.*?)\] B\[(.*?)\] C\[(.*?)\] \{.*multiplicandAPtxType = '
+                         r'#nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, '
+                         r'shape = #nvvm.shape<m = 16, n = 8, k = 16>\}', line)
+            if m:
+                out = []
+                for w in range(T // 32):
+                    lanes = range(w * 32, w * 32 + 32)
+                    regs = [[[val(n, t) for n in m.group(g).split(', ')] for t in lanes] for g in (2, 3, 4)]
+                    out += nvvm_mma_bf16(*regs)
+                env[m.group(1)] = out
+                return
             m = re.match(r'(%\w+) = arith.(' + '|'.join(FLOAT_OPS) + r') (%\w+), (%\w+)', line)
             if m:
                 f = FLOAT_OPS[m.group(2)]
@@ -424,6 +501,17 @@ class Kernel:
         block(self.body)
 
 
+def operand_memory(shape, type_text, values):
+    """A or B as the kernel declares it: floats, or bf16 bits (i16 elements, or
+    pairs in i32 words with the lower index in the low half)."""
+    if 'xi16>' in type_text:
+        return Memory(shape, [bf16_bits(v) for v in values])
+    if 'xi32>' in type_text:
+        bits = [bf16_bits(v) for v in values]
+        return Memory(shape, [bits[i] | (bits[i + 1] << 16) for i in range(0, len(bits), 2)])
+    return Memory(shape, values)
+
+
 def check(tool, target, rank, batch, m, n, k, bits, least):
     args = [str(x) for x in (target, rank, batch, m, n, k, bits, least)]
     text = subprocess.run([tool] + args, check=True, capture_output=True, text=True).stdout
@@ -434,14 +522,19 @@ def check(tool, target, rank, batch, m, n, k, bits, least):
     want = [c[(z * m + i) * n + j] + sum(a[(z * m + i) * k + kk] * b[(z * k + kk) * n + j] for kk in range(k))
             for z in range(batch) for i in range(m) for j in range(n)]
     names = [name for name, _ in kernel.args]
-    shapes = dict(kernel.args)
-    memory = {'%' + names[0]: Memory(shapes[names[0]], a), '%' + names[1]: Memory(shapes[names[1]], b),
+    shapes, types = dict(kernel.args), dict(kernel.types)
+    if (bits == 'bf16') != ('xi16>' in types[names[0]] or 'xi32>' in types[names[0]]):
+        print('FAIL %s: A is declared %s' % (' '.join(args), types[names[0]]))
+        return False
+    memory = {'%' + names[0]: operand_memory(shapes[names[0]], types[names[0]], a),
+              '%' + names[1]: operand_memory(shapes[names[1]], types[names[1]], b),
               '%' + names[2]: Memory(shapes[names[2]], c)}
     kernel.run(memory)
     got = memory['%' + names[2]].data
     bad = [i for i, (x, y) in enumerate(zip(got, want)) if x != y]
-    what = '%s rank %d batch %d %dx%dx%d f%d (block %s, grid %s)' % (
-        target, rank, batch, m, n, k, bits, 'x'.join(map(str, kernel.block)), 'x'.join(map(str, kernel.grid)))
+    what = '%s rank %d batch %d %dx%dx%d %s (block %s, grid %s)' % (
+        target, rank, batch, m, n, k, bits if bits == 'bf16' else 'f%d' % bits, 'x'.join(map(str, kernel.block)),
+        'x'.join(map(str, kernel.grid)))
     if bad:
         print('FAIL %s: %d of %d elements wrong, first at %d: want %g, got %g' % (
             what, len(bad), len(want), bad[0], want[bad[0]], got[bad[0]]))
@@ -485,7 +578,8 @@ def check_reduce(tool, target, rows, length, op, subgroup):
 def main():
     tool = sys.argv[1]
     rest = sys.argv[2:]
-    cases = [tuple([rest[i]] + [int(x) for x in rest[i + 1:i + 8]]) for i in range(0, len(rest), 8)] or CASES
+    number = lambda x: x if x == 'bf16' else int(x)
+    cases = [tuple([rest[i]] + [number(x) for x in rest[i + 1:i + 8]]) for i in range(0, len(rest), 8)] or CASES
     ok = all([check(tool, *case) for case in cases])
     if not rest:
         ok = all([check_reduce(tool, *case) for case in REDUCE_CASES]) and ok

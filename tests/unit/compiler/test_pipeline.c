@@ -566,6 +566,44 @@ static void test_tiles_follow_compute_units(void **state) {
   }
 }
 
+/* bf16 matmuls take the tiled kernels too (gpu_gemm.h): the matrix units on
+ * CUDA and AMD (64x64 tiles, 4 warps or waves: 2 x 2 workgroups for 128^3), the
+ * SIMT tile reading bf16 as 32-bit words on Vulkan, VideoCore VII included
+ * (32x64 tiles of 16 x 8 invocations: 2 x 4). The front half's kernel ran
+ * 128 x 128 invocations in 1 x 4 x 32 blocks. */
+static void test_bf16_matmul_tiles(void **state) {
+  static const char model[] =
+      "func.func @mm(%a: tensor<1x128x128xbf16>, %b: tensor<1x128x128xbf16>) -> tensor<1x128x128xf32> {\n"
+      "  %zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xbf16>} : () -> tensor<1xbf16>\n"
+      "  %0 = tosa.matmul %a, %b, %zp, %zp : (tensor<1x128x128xbf16>, tensor<1x128x128xbf16>, tensor<1xbf16>, "
+      "tensor<1xbf16>) -> tensor<1x128x128xf32>\n"
+      "  return %0 : tensor<1x128x128xf32>\n}\n";
+  static const struct {
+    const char *target;
+    uint32_t grid[3], block[3];
+  } cases[] = {{"sm_89", {2, 2, 1}, {32, 4, 1}},
+               {"gfx950", {2, 2, 1}, {64, 4, 1}},
+               {"gfx1100", {2, 2, 1}, {32, 4, 1}},
+               {"videocore_vii", {2, 4, 1}, {16, 8, 1}}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const kiln_target_t *targets[1] = {target(cases[c].target)};
+    kiln_compiler_output_t out;
+    assert_null(kiln_compiler_compile(*state, model, strlen(model), "mm.mlir", targets, 1, &out));
+    if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
+    uint32_t grid[3];
+    const kiln_vmfb_step_t *last = last_dispatch(&out, grid);
+    const uint32_t *block = out.targets[0].kernels[last->kernel].block_size;
+    for (int d = 0; d < 3; d++) {
+      if (grid[d] != cases[c].grid[d] || block[d] != cases[c].block[d]) {
+        fail_msg("%s: grid %u x %u x %u of %u x %u x %u, want %u x %u x %u of %u x %u x %u", cases[c].target,
+                 grid[0], grid[1], grid[2], block[0], block[1], block[2], cases[c].grid[0], cases[c].grid[1],
+                 cases[c].grid[2], cases[c].block[0], cases[c].block[1], cases[c].block[2]);
+      }
+    }
+    kiln_compiler_output_deinit(&out);
+  }
+}
+
 /* Elementwise kernels on GPU targets take 4 neighbouring elements per
  * invocation (gpu_elementwise.h): the grid along the contiguous dimension
  * shrinks by 4. An 8x256 bias add and ReLU (exact 32-wide tiles, 8 of them)
@@ -862,6 +900,7 @@ int main(void) {
       cmocka_unit_test(test_vulkan_spirv),     cmocka_unit_test(test_bad_ir_has_diagnostics),
       cmocka_unit_test(test_cpu_library),
       cmocka_unit_test(test_long_vector),
+      cmocka_unit_test(test_bf16_matmul_tiles),
       cmocka_unit_test(test_cpu_f16_without_hardware),
       cmocka_unit_test(test_metadata),
       cmocka_unit_test(test_copies_become_kernels),
