@@ -109,20 +109,14 @@ kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output,
                                   .provenance = &prov,
                                   .source = options->embed_source ? options->source : NULL,
                                   .source_len = options->embed_source ? options->source_len : 0};
-  /* The plan every target shares, with this target's own grids where it tiles a
-   * kernel its own way: the functions and their steps copied, the rest borrowed. */
-  kiln_vmfb_plan_t plan = output->plan;
-  plan.functions = kiln_memdup(output->plan.functions, output->plan.n_functions * sizeof *plan.functions);
-  for (size_t f = 0; f < plan.n_functions; f++) {
-    kiln_vmfb_function_t *fn = &plan.functions[f];
-    fn->steps = kiln_memdup(fn->steps, (fn->n_steps ? fn->n_steps : 1) * sizeof *fn->steps);
-    for (size_t s = 0; s < fn->n_steps; s++) {
-      if (fn->steps[s].kind == KILN_VMFB_STEP_DISPATCH) kiln_compiler_dispatch_grid(t, &fn->steps[s], fn->steps[s].workgroups);
-    }
+  /* The plan every target shares, with this target's own grids and fused
+   * dispatches. */
+  kiln_vmfb_plan_t plan;
+  kiln_status_t st = kiln_compiler_target_plan(&output->plan, t, &plan);
+  if (!st) {
+    st = kiln_vmfb_write(plan.functions[0].name, &plan, &exe, &wo, out);
+    kiln_compiler_target_plan_free(&plan);
   }
-  kiln_status_t st = kiln_vmfb_write(plan.functions[0].name, &plan, &exe, &wo, out);
-  for (size_t f = 0; f < plan.n_functions; f++) kiln_free(plan.functions[f].steps);
-  kiln_free(plan.functions);
   kiln_free(kernels);
   kiln_free(modules);
   kiln_free(module_names);

@@ -60,6 +60,8 @@ static void serialize(const kiln_compiler_target_output_t *t, kiln_buf_t *b) {
     kiln_buf_append(b, kk->block_size, sizeof kk->block_size);
     kiln_buf_append(b, kk->grid, sizeof kk->grid);
     put_u64(b, kk->same_as);
+    put_u64(b, kk->fused_into);
+    put_u64(b, kk->fused_input);
     if (!kk->same_as) {
       put_bytes(b, kk->binary, kk->binary_len);
       put_bytes(b, kk->cubin, kk->cubin_len);
@@ -131,6 +133,13 @@ static bool deserialize(const uint8_t *data, size_t len, kiln_compiler_target_ou
       break;
     }
     kk->same_as = (uint32_t)same_as;
+    uint64_t fused_into = get_u64(&r), fused_input = get_u64(&r);
+    if (fused_into > n_kernels || fused_input > UINT32_MAX) {
+      r.bad = true;
+      break;
+    }
+    kk->fused_into = (uint32_t)fused_into;
+    kk->fused_input = (uint32_t)fused_input;
     if (same_as) {
       const kiln_compiler_kernel_t *owner = &t->kernels[same_as - 1];
       kk->binary = owner->binary;

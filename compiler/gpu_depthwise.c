@@ -302,7 +302,7 @@ kiln_status_t kiln_compiler_depthwise_replace(MlirContext context, MlirModule mo
                      to.data);
   }
   kiln_buf_append_str(b, "  }\n  gpu.return\n}\n}\n");
-  kiln_status_t st = kiln_compiler_gpu_kernel_swap(context, module, func, text.data, "depthwise conv", t);
+  kiln_status_t st = kiln_compiler_gpu_kernel_swap(context, module, func, text.data, "depthwise conv", t, NULL);
   kiln_buf_deinit(&text);
   kiln_buf_deinit(&ti), kiln_buf_deinit(&tf), kiln_buf_deinit(&to);
   memcpy(out_grid, s.grid, sizeof s.grid);

@@ -29,18 +29,6 @@ static const char *const index_ops[] = {"arith.constant", "gpu.block_id", "gpu.t
                                         "arith.addi",     "arith.muli",   "arith.cmpi",    "arith.andi",
                                         "arith.divui",    "arith.remui",  "arith.subi"};
 
-static bool name_starts(MlirOperation op, const char *prefix) {
-  MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(op));
-  size_t len = strlen(prefix);
-  return n.length > len && memcmp(n.data, prefix, len) == 0;
-}
-
-/* A scalar of at most 32 bits, integer or float (not index). */
-static bool small_scalar(MlirType t) {
-  if (mlirTypeIsAInteger(t)) return mlirIntegerTypeGetWidth(t) <= 32;
-  return mlirTypeIsAF32(t) || mlirTypeIsAF16(t) || mlirTypeIsABF16(t);
-}
-
 /* Index or i1 (a guard's compare) throughout. */
 static bool index_or_i1(MlirType t) {
   return mlirTypeIsAIndex(t) || (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 1);
@@ -52,21 +40,6 @@ static bool all_index(MlirOperation op) {
   }
   for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) {
     if (!index_or_i1(mlirValueGetType(mlirOperationGetResult(op, i)))) return false;
-  }
-  return true;
-}
-
-/* An arith or math op on small scalars: elementwise by definition. */
-static bool value_op(MlirOperation op) {
-  if ((!name_starts(op, "arith.") && !name_starts(op, "math.")) || kiln_compiler_op_is(op, "arith.index_cast") ||
-      kiln_compiler_op_is(op, "arith.index_castui") || mlirOperationGetNumRegions(op) != 0) {
-    return false;
-  }
-  for (intptr_t i = 0; i < mlirOperationGetNumOperands(op); i++) {
-    if (!small_scalar(mlirValueGetType(mlirOperationGetOperand(op, i)))) return false;
-  }
-  for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) {
-    if (!small_scalar(mlirValueGetType(mlirOperationGetResult(op, i)))) return false;
   }
   return true;
 }
@@ -183,7 +156,7 @@ static bool read_kernel(MlirOperation func, const uint32_t grid[3], shape_t *s) 
     if (kiln_compiler_op_is(op, "scf.yield") || kiln_compiler_op_is(op, "gpu.return")) continue;
     bool index = kiln_compiler_gpu_op_is_one_of(op, index_ops, sizeof index_ops / sizeof index_ops[0]) &&
                  all_index(op) && mlirOperationIsNull(guard);
-    if (!index && !value_op(op)) return false;
+    if (!index && !kiln_compiler_gpu_value_op(op)) return false;
   }
   /* x: the loads' and stores' last index and the guard's bound alone. */
   if (!mlirOperationIsNull(guard)) {
@@ -282,7 +255,7 @@ static void add_guard(MlirContext context, shape_t *s) {
   for (MlirOperation op = mlirBlockGetFirstOperation(s->entry); !mlirOperationEqual(op, cmp); op = next) {
     next = mlirOperationGetNextInBlock(op);
     if (kiln_compiler_op_is(op, "memref.load") || kiln_compiler_op_is(op, "memref.store") ||
-        (value_op(op) && !kiln_compiler_op_is(op, "arith.constant"))) {
+        (kiln_compiler_gpu_value_op(op) && !kiln_compiler_op_is(op, "arith.constant"))) {
       mlirOperationMoveBefore(op, yield);
     }
   }
@@ -347,7 +320,7 @@ static void rewrite(MlirContext context, MlirOperation func, shape_t *s, bool sc
       if (mlirTypeIsAVector(et) && !is_vec(mlirOperationGetOperand(op, 0))) broadcast_operand(op, 0);
       continue;
     }
-    if (!name_starts(op, "arith.") && !name_starts(op, "math.")) continue;
+    if (!kiln_compiler_gpu_name_starts(op, "arith.") && !kiln_compiler_gpu_name_starts(op, "math.")) continue;
     bool any = false;
     for (intptr_t i = 0; i < mlirOperationGetNumOperands(op) && !any; i++) any = is_vec(mlirOperationGetOperand(op, i));
     if (!any) continue;
@@ -358,7 +331,7 @@ static void rewrite(MlirContext context, MlirOperation func, shape_t *s, bool sc
       MlirValue r = mlirOperationGetResult(op, i);
       mlirValueSetType(r, vec_of(mlirValueGetType(r)));
     }
-    if (scalar_math && name_starts(op, "math.") && mlirOperationGetNumResults(op) == 1) unroll(context, op);
+    if (scalar_math && kiln_compiler_gpu_name_starts(op, "math.") && mlirOperationGetNumResults(op) == 1) unroll(context, op);
   }
   if (!mlirOperationIsNull(s->bound_cmp)) {
     MlirValue quarter = kiln_compiler_int_const_before(context, s->bound_cmp, mlirIndexTypeGet(context), s->n / VEC);
@@ -390,12 +363,12 @@ kiln_status_t kiln_compiler_elementwise_vectorize(MlirContext context, MlirModul
   kiln_free(s.use);
   char *text = module_text(func);
   MlirDiagnosticHandlerID quiet = mlirContextAttachDiagnosticHandler(context, swallow, NULL, NULL);
-  kiln_status_t st = kiln_compiler_gpu_kernel_swap(context, module, func, text, "vector elementwise", t);
+  kiln_status_t st = kiln_compiler_gpu_kernel_swap(context, module, func, text, "vector elementwise", t, NULL);
   mlirContextDetachDiagnosticHandler(context, quiet);
   if (st) {
     /* The rewrite did not verify (an op without a vector form): the kernel as it was. */
     kiln_status_free(st);
-    st = kiln_compiler_gpu_kernel_swap(context, module, func, original, "elementwise", t);
+    st = kiln_compiler_gpu_kernel_swap(context, module, func, original, "elementwise", t, NULL);
   } else {
     *done = true;
     memcpy(out_grid, grid, 3 * sizeof *out_grid);

@@ -401,6 +401,7 @@ static void at(kiln_buf_t *b, const kiln_compiler_gemm_t *g, const char *row, co
 typedef struct kernel_sig_s {
   char *name;
   char **types;
+  const kiln_compiler_gemm_extra_t *extra; /* arguments after the kernel's own, or NULL */
 } kernel_sig_t;
 
 static void sig_of(MlirOperation func, const kiln_compiler_gemm_t *g, kernel_sig_t *out) {
@@ -422,14 +423,17 @@ static void sig_deinit(const kiln_compiler_gemm_t *g, kernel_sig_t *sig) {
   kiln_free(sig->name);
 }
 
-/* "gpu.module @kiln_gemm {\ngpu.func @NAME(args)", A, B and C with the types given. */
+/* "gpu.module @kiln_gemm {\ngpu.func @NAME(args)", A, B and C with the types given,
+ * then the extra arguments (one typed NULL as C). */
 static void signature(kiln_buf_t *b, const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, const char *ta,
                       const char *tb, const char *tc) {
-  const char **types = kiln_calloc(g->n_args ? g->n_args : 1, sizeof *types);
+  unsigned n_extra = sig->extra ? sig->extra->n : 0, n = g->n_args + n_extra;
+  const char **types = kiln_calloc(n ? n : 1, sizeof *types);
   for (unsigned i = 0; i < g->n_args; i++) {
     types[i] = i == g->a_arg ? ta : i == g->b_arg ? tb : i == g->c_arg ? tc : sig->types[i];
   }
-  kiln_compiler_gpu_kernel_open_named(b, "kiln_gemm", sig->name, strlen(sig->name), types, g->n_args);
+  for (unsigned i = 0; i < n_extra; i++) types[g->n_args + i] = sig->extra->types[i] ? sig->extra->types[i] : tc;
+  kiln_compiler_gpu_kernel_open_named(b, "kiln_gemm", sig->name, strlen(sig->name), types, n);
   kiln_free(types);
 }
 
@@ -1100,12 +1104,14 @@ bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t 
 
 kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module, MlirOperation func,
                                          const kiln_compiler_gemm_t *g, const kiln_target_t *t,
-                                         uint32_t out_grid[3], uint32_t out_block[3]) {
+                                         const kiln_compiler_gemm_extra_t *extra, uint32_t out_grid[3],
+                                         uint32_t out_block[3], MlirOperation *out_new) {
   kernel_sig_t sig;
   sig_of(func, g, &sig);
+  sig.extra = extra;
   char *text = tiled_text(&sig, g, t, out_block, out_grid);
   sig_deinit(g, &sig);
-  kiln_status_t st = kiln_compiler_gpu_kernel_swap(context, module, func, text, "tiled matmul", t);
+  kiln_status_t st = kiln_compiler_gpu_kernel_swap(context, module, func, text, "tiled matmul", t, out_new);
   kiln_free(text);
   return st;
 }
@@ -1115,6 +1121,6 @@ char *kiln_compiler_gemm_text(const kiln_compiler_gemm_t *g, const kiln_target_t
   char *types[3] = {NULL, NULL, NULL};
   kiln_compiler_gemm_t plain = *g;
   plain.a_arg = 0, plain.b_arg = 1, plain.c_arg = 2, plain.n_args = 3;
-  kernel_sig_t sig = {"gemm", types};
+  kernel_sig_t sig = {"gemm", types, NULL};
   return tiled_text(&sig, &plain, t, out_block, out_grid);
 }

@@ -72,15 +72,24 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
  * the operands' type. */
 bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t *t);
 
+/* Arguments a tiled kernel takes after its own (an epilogue's buffers,
+ * gpu_epilogue.h), as type text; NULL types one as the kernel types C. */
+typedef struct kiln_compiler_gemm_extra_s {
+  const char *const *types;
+  unsigned n;
+} kiln_compiler_gemm_extra_t;
+
 /* Replaces kernel `func` (matched as `g`) by the tiled kernel for target `t`,
  * same symbol; the arguments it tiles become buffers of vector<4xT> (the same
  * bytes: 128-bit loads in every backend, SPIR-V's logical addressing
- * included). Launches of the old kernel are erased from host functions (the
- * host plan, read before, launches the new one on out_grid). Writes the new
- * grid and workgroup size. */
+ * included), and `extra` (NULL: none) follow its own. Launches of the old
+ * kernel are erased from host functions (the host plan, read before, launches
+ * the new one on out_grid). Writes the new grid and workgroup size, and the new
+ * kernel in *out_new where out_new is not NULL. */
 kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module, MlirOperation func,
                                          const kiln_compiler_gemm_t *g, const kiln_target_t *t,
-                                         uint32_t out_grid[3], uint32_t out_block[3]);
+                                         const kiln_compiler_gemm_extra_t *extra, uint32_t out_grid[3],
+                                         uint32_t out_block[3], MlirOperation *out_new);
 
 /* The text of the tiled kernel for `g` on `t` (a gpu.module holding gpu.func
  * @gemm(A, B, C) with A, B and C as kiln_compiler_gemm_replace types them) and

@@ -92,6 +92,32 @@ char *kiln_compiler_gpu_type_text(MlirType t) {
   return kiln_buf_take(&b);
 }
 
+bool kiln_compiler_gpu_name_starts(MlirOperation op, const char *prefix) {
+  MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(op));
+  size_t len = strlen(prefix);
+  return n.length > len && memcmp(n.data, prefix, len) == 0;
+}
+
+/* A scalar of at most 32 bits, integer or float (not index). */
+static bool small_scalar(MlirType t) {
+  if (mlirTypeIsAInteger(t)) return mlirIntegerTypeGetWidth(t) <= 32;
+  return mlirTypeIsAF32(t) || mlirTypeIsAF16(t) || mlirTypeIsABF16(t);
+}
+
+bool kiln_compiler_gpu_value_op(MlirOperation op) {
+  if ((!kiln_compiler_gpu_name_starts(op, "arith.") && !kiln_compiler_gpu_name_starts(op, "math.")) || kiln_compiler_op_is(op, "arith.index_cast") ||
+      kiln_compiler_op_is(op, "arith.index_castui") || mlirOperationGetNumRegions(op) != 0) {
+    return false;
+  }
+  for (intptr_t i = 0; i < mlirOperationGetNumOperands(op); i++) {
+    if (!small_scalar(mlirValueGetType(mlirOperationGetOperand(op, i)))) return false;
+  }
+  for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) {
+    if (!small_scalar(mlirValueGetType(mlirOperationGetResult(op, i)))) return false;
+  }
+  return true;
+}
+
 bool kiln_compiler_gpu_op_is_one_of(MlirOperation op, const char *const *names, size_t n) {
   for (size_t i = 0; i < n; i++) {
     if (kiln_compiler_op_is(op, names[i])) return true;
@@ -270,7 +296,8 @@ static MlirWalkResult find_launches(MlirOperation op, void *user) {
 }
 
 kiln_status_t kiln_compiler_gpu_kernel_swap(MlirContext context, MlirModule module, MlirOperation func,
-                                            const char *text, const char *what, const kiln_target_t *t) {
+                                            const char *text, const char *what, const kiln_target_t *t,
+                                            MlirOperation *out_new) {
   MlirModule parsed = mlirModuleCreateParse(context, mlirStringRefCreateFromCString(text));
   if (mlirModuleIsNull(parsed)) {
     return KILN_STATUS(KILN_STATUS_INTERNAL, "the %s kernel for %s does not parse (kiln bug)", what, t->id);
@@ -293,8 +320,10 @@ kiln_status_t kiln_compiler_gpu_kernel_swap(MlirContext context, MlirModule modu
   mlirOperationWalk(mlirModuleGetOperation(module), find_launches, &l, MlirWalkPreOrder);
   for (size_t i = 0; i < l.found.n; i++) mlirOperationDestroy(l.found.items[i]);
   kiln_free(l.found.items);
-  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(func), func, mlirOperationClone(mine));
+  MlirOperation copy = mlirOperationClone(mine);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(func), func, copy);
   mlirOperationDestroy(func);
+  if (out_new) *out_new = copy;
   mlirModuleDestroy(parsed);
   return NULL;
 }

@@ -39,6 +39,13 @@ bool kiln_compiler_gpu_counted_loop(MlirOperation loop, int64_t *out_ub);
 /* Whether `v` is the index or integer constant 0. */
 bool kiln_compiler_gpu_is_zero(MlirValue v);
 
+/* Whether `op`'s name starts with `prefix` ("arith.") and goes on after it. */
+bool kiln_compiler_gpu_name_starts(MlirOperation op, const char *prefix);
+
+/* Whether `op` is an arith or math op (no region, no index cast) on integer or
+ * float scalars of at most 32 bits: elementwise by definition. */
+bool kiln_compiler_gpu_value_op(MlirOperation op);
+
 /* Whether `op` is named one of `names[0..n)`. */
 bool kiln_compiler_gpu_op_is_one_of(MlirOperation op, const char *const *names, size_t n);
 
@@ -102,9 +109,10 @@ char *kiln_compiler_gpu_type_text(MlirType t);
 /* Replaces kernel `func` by the gpu.func in `text` (a gpu.module holding one,
  * with the same symbol) and erases the old kernel's launches from the host
  * functions (their argument types are the old ones; the host plan was read
- * before). `what` and `t` name the kernel in errors: INTERNAL when the text does
- * not parse, a kiln bug. */
+ * before); the new kernel in *out_new when out_new is not NULL. `what` and `t`
+ * name the kernel in errors: INTERNAL when the text does not parse, a kiln bug. */
 kiln_status_t kiln_compiler_gpu_kernel_swap(MlirContext context, MlirModule module, MlirOperation func,
-                                            const char *text, const char *what, const kiln_target_t *t);
+                                            const char *text, const char *what, const kiln_target_t *t,
+                                            MlirOperation *out_new);
 
 #endif  // KILN_COMPILER_GPU_MATCH_H_

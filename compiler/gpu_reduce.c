@@ -374,7 +374,7 @@ kiln_status_t kiln_compiler_reduce_replace(MlirContext context, MlirModule modul
   kiln_free(types);
   reduce_body(&text, r, t, xt, ot);
   kiln_free(ot);
-  kiln_status_t st = kiln_compiler_gpu_kernel_swap(context, module, func, text.data, "workgroup reduction", t);
+  kiln_status_t st = kiln_compiler_gpu_kernel_swap(context, module, func, text.data, "workgroup reduction", t, NULL);
   kiln_buf_deinit(&text);
   out_grid[0] = (uint32_t)r->rows, out_grid[1] = out_grid[2] = 1;
   out_block[0] = threads_for(r->len), out_block[1] = out_block[2] = 1;

@@ -33,7 +33,9 @@
 #include "compiler/cpu.h"
 #include "compiler/gpu_depthwise.h"
 #include "compiler/gpu_elementwise.h"
+#include "compiler/gpu_epilogue.h"
 #include "compiler/gpu_gemm.h"
+#include "compiler/gpu_match.h"
 #include "compiler/gpu_reduce.h"
 #include "compiler/host.h"
 #include "compiler/internal.h"
@@ -276,6 +278,7 @@ typedef struct launch_s {
   kiln_compiler_gemm_t gemm; /* a contraction GPU targets tile their own way (gpu_gemm.h) */
   kiln_compiler_reduce_t reduce; /* a row reduction they run as a workgroup reduction (gpu_reduce.h) */
   kiln_compiler_depthwise_t depthwise; /* a depthwise conv they run in vectors (gpu_depthwise.h) */
+  kiln_compiler_epilogue_t epilogue; /* an elementwise kernel they may fuse into a matmul (gpu_epilogue.h) */
 } launch_t;
 
 typedef struct launches_s {
@@ -434,8 +437,9 @@ static MlirWalkResult describe_kernel(MlirOperation op, void *user) {
   }
   kiln_free(w.written);
   if (!kiln_compiler_gemm_match(op, l->grid, l->block, &l->gemm) &&
-      !kiln_compiler_reduce_match(op, l->grid, l->block, &l->reduce)) {
-    kiln_compiler_depthwise_match(op, l->grid, l->block, &l->depthwise);
+      !kiln_compiler_reduce_match(op, l->grid, l->block, &l->reduce) &&
+      !kiln_compiler_depthwise_match(op, l->grid, l->block, &l->depthwise)) {
+    kiln_compiler_epilogue_match(op, l->grid, l->block, &l->epilogue);
   }
   return MlirWalkResultAdvance;
 }
@@ -1083,6 +1087,16 @@ static kiln_status_t check_limits(const kiln_target_t *t, const launches_t *laun
 static void disjoint_kernels(const kiln_vmfb_plan_t *plan, bool *noalias, size_t n_kernels);
 static void aligned_kernels(const kiln_vmfb_plan_t *plan, bool *aligned, size_t n_kernels);
 
+/* An epilogue fused into a matmul (gpu_epilogue.h), per matmul kernel. */
+typedef struct fusion_s {
+  unsigned e;     /* 1 + the elementwise kernel whose work the matmul's dispatches take, or 0 */
+  unsigned c_arg; /* that kernel's argument holding the matmul's C */
+  bool keep_c;    /* whether C must still be stored (something after it may read C) */
+} fusion_t;
+
+static void plan_fusions(const kiln_vmfb_plan_t *plan, const launches_t *launches, const bool *swappable,
+                         const kiln_target_t *t, fusion_t *out);
+
 typedef struct carry_s {
   const launches_t *launches;
   const bool *noalias; /* per launch: disjoint_kernels */
@@ -1122,32 +1136,81 @@ static void shape_gpu_loops(kiln_compiler_context_t *context, MlirModule module,
  * (the tiled kernel reads A and B after other invocations wrote C) and always
  * binds at 16-byte offsets (the new kernels load and store 128-bit vectors,
  * which CUDA and AMD fault on at a misaligned address). */
+/* The tiled matmul for launch i with the epilogue `f` fused into it: the
+ * epilogue kernel's arguments but C follow the matmul's own (its D typed as C). */
+static kiln_status_t replace_fused(MlirContext mlir, MlirModule module, MlirOperation func, MlirOperation e_func,
+                                   const launch_t *l, const fusion_t *f, const kiln_target_t *t, uint32_t grid[3],
+                                   uint32_t block[3]) {
+  MlirBlock e_entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(e_func, 0));
+  unsigned n_e = (unsigned)mlirBlockGetNumArguments(e_entry), d_arg = 0;
+  for (MlirOperation op = mlirBlockGetFirstOperation(e_entry); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (kiln_compiler_op_is(op, "memref.store")) d_arg = (unsigned)mlirBlockArgumentGetArgNumber(mlirOperationGetOperand(op, 1));
+  }
+  char **types = kiln_calloc(n_e, sizeof *types);
+  unsigned n = 0;
+  for (unsigned a = 0; a < n_e; a++) {
+    if (a == f->c_arg) continue;
+    types[n++] = a == d_arg ? NULL : kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(e_entry, a)));
+  }
+  kiln_compiler_gemm_extra_t extra = {(const char *const *)types, n};
+  MlirOperation fused = {NULL};
+  kiln_status_t st = kiln_compiler_gemm_replace(mlir, module, func, &l->gemm, t, &extra, grid, block, &fused);
+  if (!st) {
+    st = kiln_compiler_epilogue_apply(mlir, fused, l->gemm.c_arg, l->gemm.n_args, e_func, f->c_arg, f->keep_c,
+                                      t->id);
+  }
+  for (unsigned i = 0; i < n; i++) kiln_free(types[i]);
+  kiln_free(types);
+  return st;
+}
+
 static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirModule module,
-                                       const launches_t *launches, const bool *swappable, const kiln_target_t *t,
-                                       uint32_t (*grids)[3], uint32_t (*blocks)[3]) {
+                                       const launches_t *launches, const bool *swappable, const fusion_t *fusions,
+                                       const kiln_target_t *t, uint32_t (*grids)[3], uint32_t (*blocks)[3],
+                                       uint32_t (*fused)[2]) {
   MlirOperation gm = kiln_compiler_first_op(mlirModuleGetBody(module), "gpu.module");
   if (mlirOperationIsNull(gm)) return NULL;
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(gm, 0));
+  /* Epilogues whose target copy still reads as one: their kernels are left as
+   * they are (the plan drops their dispatches). */
+  bool *taken = kiln_calloc(launches->n + 1, sizeof *taken);
   for (size_t i = 0; i < launches->n; i++) {
+    if (!fusions[i].e) continue;
+    const launch_t *e = &launches->items[fusions[i].e - 1];
+    MlirOperation e_func = find_symbol(body, "gpu.func", mlirStringRefCreateFromCString(e->kernel_name));
+    if (!mlirOperationIsNull(e_func) && kiln_compiler_epilogue_fits(e_func, fusions[i].c_arg)) {
+      taken[fusions[i].e - 1] = true;
+      fused[fusions[i].e - 1][0] = (uint32_t)i + 1;
+      fused[fusions[i].e - 1][1] = fusions[i].c_arg;
+    }
+  }
+  kiln_status_t st = NULL;
+  for (size_t i = 0; i < launches->n && !st; i++) {
     const launch_t *l = &launches->items[i];
     bool gemm = kiln_compiler_gemm_fits(&l->gemm, t), reduce = kiln_compiler_reduce_fits(&l->reduce, t);
     bool depthwise = kiln_compiler_depthwise_fits(&l->depthwise, t);
-    if (!swappable[i]) continue;
+    if (!swappable[i] || taken[i]) continue;
     MlirOperation func = find_symbol(body, "gpu.func", mlirStringRefCreateFromCString(l->kernel_name));
     if (mlirOperationIsNull(func)) continue;
     MlirContext mlir = context->mlir;
-    if (!gemm && !reduce && !depthwise) {
-      bool done = false;
-      KILN_RETURN_IF_ERROR(
-          kiln_compiler_elementwise_vectorize(mlir, module, func, l->grid, l->block, t, grids[i], blocks[i], &done));
+    if (gemm && fusions[i].e && taken[fusions[i].e - 1]) {
+      MlirOperation e_func = find_symbol(body, "gpu.func",
+                                         mlirStringRefCreateFromCString(launches->items[fusions[i].e - 1].kernel_name));
+      st = replace_fused(mlir, module, func, e_func, l, &fusions[i], t, grids[i], blocks[i]);
       continue;
     }
-    KILN_RETURN_IF_ERROR(
-        gemm     ? kiln_compiler_gemm_replace(mlir, module, func, &l->gemm, t, grids[i], blocks[i])
-        : reduce ? kiln_compiler_reduce_replace(mlir, module, func, &l->reduce, t, grids[i], blocks[i])
-                 : kiln_compiler_depthwise_replace(mlir, module, func, &l->depthwise, t, grids[i], blocks[i]));
+    if (!gemm && !reduce && !depthwise) {
+      bool done = false;
+      st = kiln_compiler_elementwise_vectorize(mlir, module, func, l->grid, l->block, t, grids[i], blocks[i], &done);
+      continue;
+    }
+    st = gemm     ? kiln_compiler_gemm_replace(mlir, module, func, &l->gemm, t, NULL, grids[i], blocks[i], NULL)
+         : reduce ? kiln_compiler_reduce_replace(mlir, module, func, &l->reduce, t, grids[i], blocks[i])
+                  : kiln_compiler_depthwise_replace(mlir, module, func, &l->depthwise, t, grids[i], blocks[i]);
   }
-  return NULL;
+  kiln_free(taken);
+  return st;
 }
 
 static void compile_target(kiln_compiler_context_t *context, MlirModule front,
@@ -1164,8 +1227,11 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
   disjoint_kernels(plan, noalias, launches->n);
   aligned_kernels(plan, swappable, launches->n);
   for (size_t i = 0; i < launches->n; i++) swappable[i] = swappable[i] && noalias[i];
+  fusion_t *fusions = kiln_calloc(n_launches, sizeof *fusions);
+  plan_fusions(plan, launches, swappable, out->target, fusions);
   uint32_t(*grids)[3] = kiln_calloc(n_launches, sizeof *grids);
   uint32_t(*blocks)[3] = kiln_calloc(n_launches, sizeof *blocks);
+  uint32_t(*fused)[2] = kiln_calloc(n_launches, sizeof *fused);
   if (!out->status) {
     MlirModule module = mlirModuleFromOperation(mlirOperationClone(mlirModuleGetOperation(front)));
     annotate_t a = {launches, context->mlir, out->target->kind == KILN_TARGET_KIND_VULKAN};
@@ -1201,7 +1267,7 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
      * the buffer holds. */
     if (!out->status) shape_gpu_loops(context, module, launches, noalias, out->target);
     if (!out->status) {
-      out->status = tile_contractions(context, module, launches, swappable, out->target, grids, blocks);
+      out->status = tile_contractions(context, module, launches, swappable, fusions, out->target, grids, blocks, fused);
     }
     if (!out->status) out->status = run_pipeline(context, module, pipeline.data, name, stage);
     if (!out->status && out->target->kind == KILN_TARGET_KIND_VULKAN) {
@@ -1217,6 +1283,16 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
                                   out->n_kernels, launches->n, out->target->id);
       }
       for (size_t k = 0; !out->status && k < out->n_kernels; k++) {
+        out->kernels[k].fused_into = fused[k][0];
+        out->kernels[k].fused_input = fused[k][1];
+        if (fused[k][0]) {
+          /* The matmul takes the epilogue's arguments but C after its own. */
+          kiln_compiler_kernel_t *g = &out->kernels[fused[k][0] - 1], *e = &out->kernels[k];
+          g->args = kiln_realloc(g->args, (g->n_args + e->n_args) * sizeof *g->args);
+          for (size_t x = 0; x < e->n_args; x++) {
+            if (x != fused[k][1]) g->args[g->n_args++] = e->args[x];
+          }
+        }
         if (!blocks[k][0]) continue;
         memcpy(out->kernels[k].block_size, blocks[k], sizeof blocks[k]);
         memcpy(out->kernels[k].grid, grids[k], sizeof grids[k]);
@@ -1242,6 +1318,8 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
   kiln_free(swappable);
   kiln_free(grids);
   kiln_free(blocks);
+  kiln_free(fused);
+  kiln_free(fusions);
   out->backend_ms = (kiln_time_monotonic_ns() - t0) / 1000000;
 }
 
@@ -1255,6 +1333,27 @@ typedef struct cpu_run_s {
 static kiln_status_t cpu_run(void *user, MlirModule module, const char *pipeline) {
   cpu_run_t *r = user;
   return run_pipeline(r->context, module, pipeline, r->name, r->stage);
+}
+
+/* Whether bindings x and y may touch the same bytes: the same buffer (a SELECT
+ * buffer counts as both of its choices), apart only when both ranges are static
+ * and disjoint. */
+static bool bindings_overlap(const kiln_vmfb_function_t *fn, const kiln_vmfb_binding_t *x,
+                             const kiln_vmfb_binding_t *y) {
+  uint32_t xs[3] = {x->buffer, UINT32_MAX, UINT32_MAX}, ys[3] = {y->buffer, UINT32_MAX, UINT32_MAX};
+  if (x->buffer < fn->n_buffers && fn->buffers[x->buffer].kind == KILN_VMFB_BUFFER_SELECT) {
+    xs[1] = fn->buffers[x->buffer].select_a, xs[2] = fn->buffers[x->buffer].select_b;
+  }
+  if (y->buffer < fn->n_buffers && fn->buffers[y->buffer].kind == KILN_VMFB_BUFFER_SELECT) {
+    ys[1] = fn->buffers[y->buffer].select_a, ys[2] = fn->buffers[y->buffer].select_b;
+  }
+  bool same = false;
+  for (int i = 0; i < 3; i++) {
+    for (int j = 0; j < 3; j++) same = same || (xs[i] != UINT32_MAX && xs[i] == ys[j]);
+  }
+  bool apart = !x->length_expr && !y->length_expr && x->length && y->length &&
+               (x->offset + x->length <= y->offset || y->offset + y->length <= x->offset);
+  return same && !apart;
 }
 
 /* Which kernels the host plan binds so that no buffer they write overlaps another
@@ -1271,22 +1370,7 @@ static void disjoint_kernels(const kiln_vmfb_plan_t *plan, bool *noalias, size_t
       for (size_t a = 0; a < st->n_bindings && noalias[st->kernel]; a++) {
         for (size_t b = 0; b < st->n_bindings; b++) {
           const kiln_vmfb_binding_t *x = &st->bindings[a], *y = &st->bindings[b];
-          if (a == b || x->read_only) continue;
-          uint32_t xs[3] = {x->buffer, UINT32_MAX, UINT32_MAX}, ys[3] = {y->buffer, UINT32_MAX, UINT32_MAX};
-          if (x->buffer < fn->n_buffers && fn->buffers[x->buffer].kind == KILN_VMFB_BUFFER_SELECT) {
-            xs[1] = fn->buffers[x->buffer].select_a, xs[2] = fn->buffers[x->buffer].select_b;
-          }
-          if (y->buffer < fn->n_buffers && fn->buffers[y->buffer].kind == KILN_VMFB_BUFFER_SELECT) {
-            ys[1] = fn->buffers[y->buffer].select_a, ys[2] = fn->buffers[y->buffer].select_b;
-          }
-          bool same = false;
-          for (int i = 0; i < 3; i++) {
-            for (int j = 0; j < 3; j++) same = same || (xs[i] != UINT32_MAX && xs[i] == ys[j]);
-          }
-          /* The same buffer: apart only when both ranges are static and disjoint. */
-          bool apart = !x->length_expr && !y->length_expr && x->length && y->length &&
-                       (x->offset + x->length <= y->offset || y->offset + y->length <= x->offset);
-          if (same && !apart) noalias[st->kernel] = false;
+          if (a != b && !x->read_only && bindings_overlap(fn, x, y)) noalias[st->kernel] = false;
         }
       }
     }
@@ -1308,6 +1392,98 @@ static void aligned_kernels(const kiln_vmfb_plan_t *plan, bool *aligned, size_t 
       }
     }
   }
+}
+
+/* Epilogue fusions the plan allows for target `t` (gpu_epilogue.h): out[g] for
+ * a matmul kernel g the target tiles (swappable, no conv), when every dispatch
+ * of g is directly followed by one of the same elementwise kernel e, of C's
+ * shape, binding C where g binds it (exactly one of e's arguments, one e reads
+ * at the element it stores), and every dispatch of e directly follows one of g,
+ * in functions without branches (their steps are dropped per target); e's other
+ * buffers apart from g's where either writes; no push constants. C stays
+ * stored unless it is a transient buffer that no result, SELECT buffer or later
+ * step touches. */
+static void plan_fusions(const kiln_vmfb_plan_t *plan, const launches_t *launches, const bool *swappable,
+                         const kiln_target_t *t, fusion_t *out) {
+  size_t n = launches->n;
+  if (!plan || !n || t->kind == KILN_TARGET_KIND_CPU) return;
+  int *pair = kiln_calloc(n, sizeof *pair); /* 1 + the epilogue after each dispatch, -1 when one is not */
+  unsigned *uses = kiln_calloc(n, sizeof *uses), *paired = kiln_calloc(n, sizeof *paired);
+  unsigned *c_of = kiln_calloc(n, sizeof *c_of);
+  bool *keep = kiln_calloc(n, sizeof *keep);
+  for (size_t f = 0; f < plan->n_functions; f++) {
+    const kiln_vmfb_function_t *fn = &plan->functions[f];
+    bool branches = false;
+    for (size_t s = 0; s < fn->n_steps; s++) {
+      branches = branches || fn->steps[s].kind == KILN_VMFB_STEP_BRANCH || fn->steps[s].kind == KILN_VMFB_STEP_JUMP;
+    }
+    for (size_t s = 0; s < fn->n_steps; s++) {
+      const kiln_vmfb_step_t *st = &fn->steps[s], *next = s + 1 < fn->n_steps ? &fn->steps[s + 1] : NULL;
+      if (st->kind != KILN_VMFB_STEP_DISPATCH || st->kernel >= n) continue;
+      uses[st->kernel]++;
+      const kiln_compiler_gemm_t *g = &launches->items[st->kernel].gemm;
+      if (!swappable[st->kernel] || !kiln_compiler_gemm_fits(g, t) || g->conv_h) continue;
+      if (branches || !next || next->kind != KILN_VMFB_STEP_DISPATCH || next->kernel >= n) {
+        pair[st->kernel] = -1;
+        continue;
+      }
+      unsigned e = next->kernel;
+      const kiln_compiler_epilogue_t *ep = &launches->items[e].epilogue;
+      bool ok = ep->found && ep->rank == g->rank && ep->dims[ep->rank - 2] == g->m &&
+                ep->dims[ep->rank - 1] == g->n && (g->rank == 2 || ep->dims[0] == g->batch) &&
+                !st->n_constants && !next->n_constants && g->c_arg < st->n_bindings &&
+                next->n_bindings == ep->n_args;
+      const kiln_vmfb_binding_t *cb = ok ? &st->bindings[g->c_arg] : NULL;
+      int c = -1, at_c = 0;
+      for (unsigned a = 0; ok && a < ep->n_args; a++) {
+        const kiln_vmfb_binding_t *b = &next->bindings[a];
+        if (b->buffer == cb->buffer && b->offset == cb->offset && b->length == cb->length && !b->length_expr &&
+            !cb->length_expr) {
+          at_c++;
+          if (ep->c_candidates >> a & 1u) c = (int)a;
+        }
+      }
+      ok = ok && at_c == 1 && c >= 0;
+      for (unsigned a = 0; ok && a < ep->n_args; a++) {
+        for (size_t b = 0; ok && (int)a != c && b < st->n_bindings; b++) {
+          const kiln_vmfb_binding_t *x = &next->bindings[a], *y = &st->bindings[b];
+          ok = (x->read_only && y->read_only) || !bindings_overlap(fn, x, y);
+        }
+      }
+      if (!ok || (pair[st->kernel] && pair[st->kernel] != (int)e + 1) ||
+          (paired[st->kernel] && c_of[st->kernel] != (unsigned)c)) {
+        pair[st->kernel] = -1;
+        continue;
+      }
+      pair[st->kernel] = (int)e + 1;
+      c_of[st->kernel] = (unsigned)c;
+      paired[st->kernel]++;
+      uint32_t cbuf = cb->buffer;
+      bool live = cbuf >= fn->n_buffers || fn->buffers[cbuf].kind != KILN_VMFB_BUFFER_TRANSIENT;
+      for (size_t r = 0; r < fn->n_results; r++) live = live || fn->results[r].buffer == cbuf;
+      for (size_t b = 0; b < fn->n_buffers; b++) {
+        live = live || (fn->buffers[b].kind == KILN_VMFB_BUFFER_SELECT &&
+                        (fn->buffers[b].select_a == cbuf || fn->buffers[b].select_b == cbuf));
+      }
+      for (size_t later = s + 2; later < fn->n_steps && !live; later++) {
+        const kiln_vmfb_step_t *l = &fn->steps[later];
+        live = l->kind == KILN_VMFB_STEP_COPY && (l->src == cbuf || l->dst == cbuf);
+        for (size_t b = 0; b < l->n_bindings; b++) live = live || l->bindings[b].buffer == cbuf;
+      }
+      keep[st->kernel] = keep[st->kernel] || live;
+    }
+  }
+  for (size_t g = 0; g < n; g++) {
+    unsigned e = pair[g] > 0 ? (unsigned)pair[g] - 1 : 0;
+    if (pair[g] > 0 && e != g && paired[g] == uses[g] && uses[e] == paired[g]) {
+      out[g] = (fusion_t){e + 1, c_of[g], keep[g]};
+    }
+  }
+  kiln_free(pair);
+  kiln_free(uses);
+  kiln_free(paired);
+  kiln_free(c_of);
+  kiln_free(keep);
 }
 
 static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, const launches_t *launches,
@@ -1752,4 +1928,51 @@ void kiln_compiler_dispatch_grid(const kiln_compiler_target_output_t *t, const k
                                  uint32_t out_grid[3]) {
   const uint32_t *own = step->kernel < t->n_kernels ? t->kernels[step->kernel].grid : NULL;
   memcpy(out_grid, own && own[0] ? own : step->workgroups, 3 * sizeof *out_grid);
+}
+
+kiln_status_t kiln_compiler_target_plan(const kiln_vmfb_plan_t *plan, const kiln_compiler_target_output_t *t,
+                                        kiln_vmfb_plan_t *out) {
+  *out = *plan;
+  out->functions = plan->n_functions ? kiln_memdup(plan->functions, plan->n_functions * sizeof *plan->functions) : NULL;
+  kiln_status_t st = NULL;
+  for (size_t f = 0; f < plan->n_functions; f++) {
+    const kiln_vmfb_function_t *from = &plan->functions[f];
+    kiln_vmfb_function_t *fn = &out->functions[f];
+    fn->steps = kiln_calloc(from->n_steps ? from->n_steps : 1, sizeof *fn->steps);
+    fn->n_steps = 0;
+    for (size_t s = 0; s < from->n_steps; s++) {
+      const kiln_vmfb_step_t *step = &from->steps[s];
+      const kiln_compiler_kernel_t *k =
+          step->kind == KILN_VMFB_STEP_DISPATCH && step->kernel < t->n_kernels ? &t->kernels[step->kernel] : NULL;
+      if (k && k->fused_into) {
+        kiln_vmfb_step_t *prev = fn->n_steps ? &fn->steps[fn->n_steps - 1] : NULL;
+        if (!st && (!prev || prev->kind != KILN_VMFB_STEP_DISPATCH || prev->kernel != k->fused_into - 1 ||
+                    k->fused_input >= step->n_bindings)) {
+          st = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: a fused dispatch of kernel %s does not follow its matmul's (kiln bug)",
+                           t->target->id, k->name);
+        }
+        if (st) continue;
+        prev->bindings = kiln_realloc(prev->bindings, (prev->n_bindings + step->n_bindings) * sizeof *prev->bindings);
+        for (size_t b = 0; b < step->n_bindings; b++) {
+          if (b != k->fused_input) prev->bindings[prev->n_bindings++] = step->bindings[b];
+        }
+        continue;
+      }
+      kiln_vmfb_step_t *copy = &fn->steps[fn->n_steps++];
+      *copy = *step;
+      copy->bindings = step->n_bindings ? kiln_memdup(step->bindings, step->n_bindings * sizeof *step->bindings) : NULL;
+      if (copy->kind == KILN_VMFB_STEP_DISPATCH) kiln_compiler_dispatch_grid(t, step, copy->workgroups);
+    }
+  }
+  if (st) kiln_compiler_target_plan_free(out);
+  return st;
+}
+
+void kiln_compiler_target_plan_free(kiln_vmfb_plan_t *plan) {
+  for (size_t f = 0; plan->functions && f < plan->n_functions; f++) {
+    for (size_t s = 0; s < plan->functions[f].n_steps; s++) kiln_free(plan->functions[f].steps[s].bindings);
+    kiln_free(plan->functions[f].steps);
+  }
+  kiln_free(plan->functions);
+  memset(plan, 0, sizeof *plan);
 }

@@ -64,6 +64,13 @@ typedef struct kiln_compiler_kernel_s {
                               N kernels is stored once, not N times) */
   kiln_compiler_arg_t *args; /* the kernel's arguments, in order */
   size_t n_args;
+  uint32_t fused_into;     /* 0; or 1 + the kernel (a tiled matmul, gpu_epilogue.h) whose
+                              dispatches do this elementwise kernel's work too: this
+                              target's plan drops this kernel's dispatches and appends
+                              their bindings, but for argument fused_input (the matmul's
+                              output, which it no longer reads), to the dispatch just
+                              before (kiln_compiler_target_plan) */
+  uint32_t fused_input;
 } kiln_compiler_kernel_t;
 
 typedef struct kiln_compiler_target_output_s {
@@ -103,6 +110,17 @@ void kiln_compiler_output_deinit(kiln_compiler_output_t *output);
  * the step's. Thread-safe. */
 void kiln_compiler_dispatch_grid(const kiln_compiler_target_output_t *t, const kiln_vmfb_step_t *step,
                                  uint32_t out_grid[3]);
+
+/* Target `t`'s own copy of the shared plan `plan`: every dispatch on the
+ * target's grid (kiln_compiler_dispatch_grid), and each dispatch of a kernel
+ * fused into the one before (kiln_compiler_kernel_t.fused_into) merged into
+ * that dispatch. The functions, steps and bindings are the copy's own, the
+ * rest is borrowed from `plan`: free it with kiln_compiler_target_plan_free
+ * before `plan`. INTERNAL when a fused dispatch does not follow its matmul's (a
+ * kiln bug). */
+kiln_status_t kiln_compiler_target_plan(const kiln_vmfb_plan_t *plan, const kiln_compiler_target_output_t *t,
+                                        kiln_vmfb_plan_t *out);
+void kiln_compiler_target_plan_free(kiln_vmfb_plan_t *plan);
 
 /* Called during kiln_compiler_compile as soon as target `index` of `output` is
  * settled (compiled or failed), in completion order, before the call returns: so a

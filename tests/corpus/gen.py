@@ -1030,6 +1030,26 @@ def group_tosa():
                                 'return %%0 : %s' % tr],
                                [((batch, m, k), et, a), ((batch, k, n), et, b)],
                                [((batch, m, n), 'f32', mm_ref(a, b, batch, m, k, n))], 0))
+    # A matmul's bias and ReLU, which GPU targets fuse into the tiled matmul
+    # (compiler/gpu_epilogue.c: the epilogue runs on the accumulators, its
+    # dispatch is dropped): batched, the bias a broadcast row; and the same with
+    # the matmul's own output returned as well, so C is still stored.
+    a = values((2, 64, 32), 'f32', 93)
+    b = values((2, 32, 64), 'f32', 94)
+    bias = values((1, 1, 64), 'f32', 99)
+    mm = mm_ref(a, b, 2, 64, 32, 64)
+    relu = [max(0.0, f32(v + bias[i % 64])) for i, v in enumerate(mm)]
+    ta, tb, tr = 'tensor<2x64x32xf32>', 'tensor<2x32x64xf32>', 'tensor<2x64x64xf32>'
+    for name, both in (('tosa_matmul_bias_relu_fused', False), ('tosa_matmul_bias_relu_keep_c', True)):
+        cases.append(tosa_case(
+            name, [ta, tb, 'tensor<1x1x64xf32>'], '(%s, %s)' % (tr, tr) if both else tr,
+            [scalar_const('zp', 'f32', 0.0),
+             '%%0 = tosa.matmul %%arg0, %%arg1, %%zp, %%zp : (%s, %s, tensor<1xf32>, tensor<1xf32>) -> %s' % (ta, tb, tr),
+             '%%1 = tosa.add %%0, %%arg2 : (%s, tensor<1x1x64xf32>) -> %s' % (tr, tr),
+             '%%2 = tosa.clamp %%1 {max_val = 3.0e38 : f32, min_val = 0.0 : f32} : (%s) -> %s' % (tr, tr),
+             ('return %%0, %%2 : %s, %s' % (tr, tr)) if both else 'return %%2 : %s' % tr],
+            [((2, 64, 32), 'f32', a), ((2, 32, 64), 'f32', b), ((1, 1, 64), 'f32', bias)],
+            ([((2, 64, 64), 'f32', mm)] if both else []) + [((2, 64, 64), 'f32', relu)], 0))
     # Convs GPU targets tile as an implicit GEMM (im2col in the loader): a padded
     # 3x3 over one image (64 pixels x 64 filters x 144 taps), two images at stride
     # 2 with padding top and left only (the front half folds the batch into its

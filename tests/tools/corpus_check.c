@@ -1058,7 +1058,17 @@ int main(int argc, char **argv) {
           if (fn->n_results > 16) {
             snprintf(err, sizeof err, "%zu results: the harness takes 16", fn->n_results);
           } else if (to->target->kind == KILN_TARGET_KIND_VULKAN) {
-            ok = vk_run(&vk, &out.plan, fn, to->kernels, to->n_kernels, c, outs, types, err, sizeof err);
+            /* The target's own plan: its grids, and its fused dispatches merged. */
+            kiln_vmfb_plan_t own;
+            kiln_status_t pst = kiln_compiler_target_plan(&out.plan, to, &own);
+            if (pst) {
+              snprintf(err, sizeof err, "%s", kiln_status_message(pst));
+              kiln_status_free(pst);
+            } else {
+              ok = vk_run(&vk, &own, find_function(&own, c->function), to->kernels, to->n_kernels, c, outs, types,
+                          err, sizeof err);
+              kiln_compiler_target_plan_free(&own);
+            }
           } else {
             kiln_cpu_lib_t *lib = to->n_kernels ? cpu_load(to->kernels, to->n_kernels, err, sizeof err) : NULL;
             ok = (lib || !to->n_kernels) && cpu_run(lib, &out.plan, fn, c, outs, types, err, sizeof err);

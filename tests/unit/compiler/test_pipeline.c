@@ -604,6 +604,62 @@ static void test_bf16_matmul_tiles(void **state) {
   }
 }
 
+/* A matmul's bias and ReLU run on the tiled matmul's accumulators on GPU
+ * targets (gpu_epilogue.h): the target's plan has two dispatches where the
+ * shared one has three (the fill, the matmul with the bias and the output as
+ * extra bindings), and the epilogue kernel is marked fused into the matmul; CPU
+ * targets keep the shared plan. Returning the matmul's own output too keeps the
+ * fusion (C is still stored: tests/corpus checks the numbers). */
+static void test_epilogue_fusion(void **state) {
+  static const char *const returns[2] = {"%2 : tensor<2x64x64xf32>",
+                                         "%0, %2 : tensor<2x64x64xf32>, tensor<2x64x64xf32>"};
+  static const char *const results[2] = {"tensor<2x64x64xf32>", "(tensor<2x64x64xf32>, tensor<2x64x64xf32>)"};
+  static const struct {
+    const char *target;
+    size_t dispatches;
+  } cases[] = {{"arm5gen", 2}, {"sm_89", 2}, {"gfx950", 2}, {"gfx1100", 2}, {"x86_64", 3}};
+  for (int both = 0; both < 2; both++) {
+    char model[2048];
+    snprintf(model, sizeof model,
+             "func.func @mm(%%a: tensor<2x64x32xf32>, %%b: tensor<2x32x64xf32>, %%bias: tensor<1x1x64xf32>) -> %s {\n"
+             "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+             "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<2x64x32xf32>, tensor<2x32x64xf32>, tensor<1xf32>, "
+             "tensor<1xf32>) -> tensor<2x64x64xf32>\n"
+             "  %%1 = tosa.add %%0, %%bias : (tensor<2x64x64xf32>, tensor<1x1x64xf32>) -> tensor<2x64x64xf32>\n"
+             "  %%2 = tosa.clamp %%1 {max_val = 3.0e38 : f32, min_val = 0.0 : f32} : (tensor<2x64x64xf32>) -> "
+             "tensor<2x64x64xf32>\n"
+             "  return %s\n}\n",
+             results[both], returns[both]);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      const kiln_target_t *targets[1] = {target(cases[c].target)};
+      kiln_compiler_output_t out;
+      assert_null(kiln_compiler_compile(*state, model, strlen(model), "mm.mlir", targets, 1, &out));
+      if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
+      kiln_vmfb_plan_t own;
+      assert_null(kiln_compiler_target_plan(&out.plan, &out.targets[0], &own));
+      size_t shared = 0, mine = 0, fused = 0, widest = 0;
+      for (size_t s = 0; s < out.plan.functions[0].n_steps; s++) {
+        shared += out.plan.functions[0].steps[s].kind == KILN_VMFB_STEP_DISPATCH;
+      }
+      for (size_t s = 0; s < own.functions[0].n_steps; s++) {
+        const kiln_vmfb_step_t *st = &own.functions[0].steps[s];
+        if (st->kind != KILN_VMFB_STEP_DISPATCH) continue;
+        mine++;
+        if (st->n_bindings > widest) widest = st->n_bindings;
+        /* The kernel takes what its dispatch binds. */
+        assert_int_equal(st->n_bindings, out.targets[0].kernels[st->kernel].n_args);
+      }
+      for (size_t k = 0; k < out.targets[0].n_kernels; k++) fused += out.targets[0].kernels[k].fused_into != 0;
+      if (shared != 3 || mine != cases[c].dispatches || fused != 3 - mine || (mine == 2 && widest != 5)) {
+        fail_msg("%s%s: %zu of %zu dispatches, %zu fused, %zu bindings at most", cases[c].target,
+                 both ? " (C returned)" : "", mine, shared, fused, widest);
+      }
+      kiln_compiler_target_plan_free(&own);
+      kiln_compiler_output_deinit(&out);
+    }
+  }
+}
+
 /* Elementwise kernels on GPU targets take 4 neighbouring elements per
  * invocation (gpu_elementwise.h): the grid along the contiguous dimension
  * shrinks by 4. An 8x256 bias add and ReLU (exact 32-wide tiles, 8 of them)
@@ -901,6 +957,7 @@ int main(void) {
       cmocka_unit_test(test_cpu_library),
       cmocka_unit_test(test_long_vector),
       cmocka_unit_test(test_bf16_matmul_tiles),
+      cmocka_unit_test(test_epilogue_fusion),
       cmocka_unit_test(test_cpu_f16_without_hardware),
       cmocka_unit_test(test_metadata),
       cmocka_unit_test(test_copies_become_kernels),
