@@ -23,17 +23,52 @@
 #define MAX_SLICE 256 /* ops an epilogue may copy */
 #define MAX_LANES 8
 
-/* The one memref.store of `entry`, when it has one and no op with a region. */
-static MlirOperation only_store(MlirBlock entry) {
-  MlirOperation store = {NULL};
-  for (MlirOperation op = mlirBlockGetFirstOperation(entry); !mlirOperationIsNull(op);
+/* E's body: the entry block, or the then-block of its one guard (an scf.if
+ * without results or else), holding E's one store; no other op with a region,
+ * no store outside it. */
+typedef struct body_s {
+  MlirBlock entry, body;
+  MlirOperation guard, store;
+} body_t;
+
+/* What E may hold: index arithmetic, constants, loads, its store, arith and
+ * math ops on values, its guard. Anything else (an atomic, a call, a vector
+ * store) has effects the fused kernel would not keep. */
+static bool allowed(MlirOperation op) {
+  static const char *const names[] = {"arith.constant", "gpu.block_id", "gpu.thread_id", "gpu.block_dim",
+                                      "gpu.grid_dim",   "affine.apply", "arith.addi",    "arith.muli",
+                                      "arith.subi",     "arith.divui",  "arith.remui",   "arith.cmpi",
+                                      "arith.andi",     "memref.load",  "memref.store",  "scf.if",
+                                      "scf.yield",      "gpu.return"};
+  return kiln_compiler_gpu_op_is_one_of(op, names, sizeof names / sizeof names[0]) || kiln_compiler_gpu_value_op(op);
+}
+
+static bool read_body(MlirOperation func, body_t *b) {
+  memset(b, 0, sizeof *b);
+  b->entry = kiln_compiler_gpu_kernel_entry(func);
+  if (mlirBlockIsNull(b->entry)) return false;
+  bool stores = false;
+  for (MlirOperation op = mlirBlockGetFirstOperation(b->entry); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
-    if (mlirOperationGetNumRegions(op) != 0) return (MlirOperation){NULL};
-    if (!kiln_compiler_op_is(op, "memref.store")) continue;
-    if (!mlirOperationIsNull(store)) return (MlirOperation){NULL};
-    store = op;
+    if (!allowed(op)) return false;
+    stores = stores || kiln_compiler_op_is(op, "memref.store");
+    if (mlirOperationGetNumRegions(op) == 0) continue;
+    if (!kiln_compiler_op_is(op, "scf.if") || !mlirOperationIsNull(b->guard) || mlirOperationGetNumResults(op) ||
+        !mlirBlockIsNull(mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 1)))) {
+      return false;
+    }
+    b->guard = op;
   }
-  return store;
+  if (stores && !mlirOperationIsNull(b->guard)) return false;
+  b->body = mlirOperationIsNull(b->guard) ? b->entry : mlirRegionGetFirstBlock(mlirOperationGetRegion(b->guard, 0));
+  for (MlirOperation op = mlirBlockGetFirstOperation(b->body); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (mlirOperationGetNumRegions(op) != 0 || !allowed(op)) return false;
+    if (!kiln_compiler_op_is(op, "memref.store")) continue;
+    if (!mlirOperationIsNull(b->store)) return false;
+    b->store = op;
+  }
+  return !mlirOperationIsNull(b->store);
 }
 
 /* Whether memref.load `load` reads at exactly `store`'s indices. */
@@ -46,59 +81,95 @@ static bool load_at(MlirOperation load, MlirOperation store) {
   return true;
 }
 
+/* The store's index k as the front half tiles it: its own thread and block
+ * dimension, tile * grid covering dim exactly, or past it where the guard
+ * bounds the index by dim. */
+static bool tiled_index(MlirValue v, int64_t dim, bool guarded, const uint32_t grid[3], const uint32_t block[3],
+                        bool thread_used[3], bool block_used[3]) {
+  static const char xyz[3] = {'x', 'y', 'z'};
+  for (int td = 0; td < 3; td++) {
+    for (int bd = 0; bd < 3; bd++) {
+      uint64_t span = (uint64_t)grid[bd] * block[td];
+      if (thread_used[td] || block_used[bd] || span < (uint64_t)dim || (span != (uint64_t)dim && !guarded) ||
+          !kiln_compiler_gpu_is_tile_index(v, xyz[td], xyz[bd], block[td])) {
+        continue;
+      }
+      thread_used[td] = block_used[bd] = true;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool kiln_compiler_epilogue_match(MlirOperation func, const uint32_t grid[3], const uint32_t block[3],
                                   kiln_compiler_epilogue_t *out) {
   memset(out, 0, sizeof *out);
-  MlirBlock entry = kiln_compiler_gpu_kernel_entry(func);
-  if (mlirBlockIsNull(entry)) return false;
-  intptr_t n_args = mlirBlockGetNumArguments(entry);
+  body_t b;
+  if (!read_body(func, &b)) return false;
+  intptr_t n_args = mlirBlockGetNumArguments(b.entry);
   if (n_args < 2 || n_args > 32) return false;
   for (intptr_t a = 0; a < n_args; a++) {
-    if (!mlirTypeIsAMemRef(mlirValueGetType(mlirBlockGetArgument(entry, a)))) return false;
+    if (!mlirTypeIsAMemRef(mlirValueGetType(mlirBlockGetArgument(b.entry, a)))) return false;
   }
-  MlirOperation store = only_store(entry);
-  if (mlirOperationIsNull(store)) return false;
-  int d = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(store, 1), entry);
+  MlirOperation store = b.store;
+  int d = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(store, 1), b.entry);
   MlirType t = mlirValueGetType(mlirOperationGetOperand(store, 1));
   if (d < 0 || !kiln_compiler_gpu_plain_memref(t) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(t))) return false;
   int rank = (int)mlirShapedTypeGetRank(t);
-  if ((rank != 2 && rank != 3) || mlirOperationGetNumOperands(store) != rank + 2) return false;
-  /* The indices cover D once: each dimension its own thread and block
-   * dimension, every other one of size 1. */
-  bool thread_used[3] = {false, false, false}, block_used[3] = {false, false, false};
-  static const char xyz[3] = {'x', 'y', 'z'};
+  if (rank < 2 || rank > 4 || mlirOperationGetNumOperands(store) != rank + 2) return false;
+  MlirValue idx[4];
   for (int k = 0; k < rank; k++) {
-    MlirValue v = mlirOperationGetOperand(store, k + 2);
-    int64_t dim = mlirShapedTypeGetDimSize(t, k);
-    out->dims[k] = dim;
-    if (kiln_compiler_gpu_is_zero(v)) {
-      if (dim != 1) return false;
-      continue;
-    }
-    if (rank == 3 && k == 0 && kiln_compiler_gpu_is_id(v, "gpu.block_id", 'x')) {
-      if (block_used[0] || grid[0] != (uint64_t)dim) return false;
-      block_used[0] = true;
-      continue;
-    }
-    bool found = false;
-    for (int td = 0; td < 3 && !found; td++) {
-      for (int bd = 0; bd < 3 && !found; bd++) {
-        if (thread_used[td] || block_used[bd] || (uint64_t)grid[bd] * block[td] != (uint64_t)dim ||
-            !kiln_compiler_gpu_is_tile_index(v, xyz[td], xyz[bd], block[td])) {
-          continue;
+    idx[k] = mlirOperationGetOperand(store, k + 2);
+    out->dims[k] = mlirShapedTypeGetDimSize(t, k);
+  }
+  /* The guard: bounds on the stored indices by their dimensions, nothing else. */
+  bool guarded[4] = {false, false, false, false};
+  if (!mlirOperationIsNull(b.guard)) {
+    MlirOperation leaves[KILN_COMPILER_GPU_MAX_LEAVES];
+    size_t n_leaves = 0;
+    if (!kiln_compiler_gpu_and_leaves(mlirOperationGetOperand(b.guard, 0), leaves, &n_leaves)) return false;
+    for (size_t i = 0; i < n_leaves; i++) {
+      bool known = false;
+      for (int k = 0; k < rank && !known; k++) {
+        int64_t bound = 0;
+        if (kiln_compiler_gpu_is_below(leaves[i], idx[k], &bound)) {
+          if (bound != out->dims[k]) return false;
+          guarded[k] = known = true;
         }
-        thread_used[td] = block_used[bd] = found = true;
       }
+      if (!known) return false;
     }
-    if (!found) return false;
+  }
+  /* The indices cover D once: each dimension its own thread and block
+   * dimension, every other one of size 1. An NHWC output (rank 4, a conv's)
+   * has its images and rows folded into block x, as gpu_gemm's conv reads them. */
+  bool thread_used[3] = {false, false, false}, block_used[3] = {false, false, false};
+  int first = 0;
+  if (rank == 4) {
+    if (!kiln_compiler_gpu_image_rows(idx[0], idx[1], out->dims[0], out->dims[1]) ||
+        (uint64_t)grid[0] != (uint64_t)out->dims[0] * (uint64_t)out->dims[1]) {
+      return false;
+    }
+    block_used[0] = true;
+    first = 2;
+  }
+  for (int k = first; k < rank; k++) {
+    if (kiln_compiler_gpu_is_zero(idx[k])) {
+      if (out->dims[k] != 1) return false;
+    } else if (rank == 3 && k == 0 && kiln_compiler_gpu_is_id(idx[k], "gpu.block_id", 'x')) {
+      if (block_used[0] || grid[0] != (uint64_t)out->dims[0]) return false;
+      block_used[0] = true;
+    } else if (!tiled_index(idx[k], out->dims[k], guarded[k], grid, block, thread_used, block_used)) {
+      return false;
+    }
   }
   for (int i = 0; i < 3; i++) {
     if ((!thread_used[i] && block[i] != 1) || (!block_used[i] && grid[i] != 1)) return false;
   }
-  for (MlirOperation op = mlirBlockGetFirstOperation(entry); !mlirOperationIsNull(op);
+  for (MlirOperation op = mlirBlockGetFirstOperation(b.body); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
     if (!kiln_compiler_op_is(op, "memref.load")) continue;
-    int a = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(op, 0), entry);
+    int a = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(op, 0), b.entry);
     if (a >= 0 && a != d && mlirTypeEqual(mlirValueGetType(mlirOperationGetOperand(op, 0)), t) && load_at(op, store)) {
       out->c_candidates |= 1u << a;
     }
@@ -137,23 +208,30 @@ static bool is_store_index(MlirOperation store, MlirValue v) {
   return false;
 }
 
-/* E's ops that the stored value depends on, walking back from the store. */
+/* E's ops that the stored value depends on, walking back from the store: the
+ * entry's ops outside the guard, then the body's. */
 static bool read_slice(MlirOperation func, unsigned c_arg, slice_t *s) {
   memset(s, 0, sizeof *s);
-  s->entry = kiln_compiler_gpu_kernel_entry(func);
-  if (mlirBlockIsNull(s->entry)) return false;
-  s->store = only_store(s->entry);
-  if (mlirOperationIsNull(s->store)) return false;
+  body_t b;
+  if (!read_body(func, &b)) return false;
+  s->entry = b.entry;
+  s->store = b.store;
   size_t n_all = 0;
-  for (MlirOperation op = mlirBlockGetFirstOperation(s->entry); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op)) {
-    n_all++;
+  MlirBlock blocks[2] = {b.entry, b.body};
+  int n_blocks = mlirOperationIsNull(b.guard) ? 1 : 2;
+  for (int k = 0; k < n_blocks; k++) {
+    for (MlirOperation op = mlirBlockGetFirstOperation(blocks[k]); !mlirOperationIsNull(op);
+         op = mlirOperationGetNextInBlock(op)) {
+      n_all++;
+    }
   }
   MlirOperation *all = kiln_calloc(n_all + 1, sizeof *all);
   n_all = 0;
-  for (MlirOperation op = mlirBlockGetFirstOperation(s->entry); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op)) {
-    all[n_all++] = op;
+  for (int k = 0; k < n_blocks; k++) {
+    for (MlirOperation op = mlirBlockGetFirstOperation(blocks[k]); !mlirOperationIsNull(op);
+         op = mlirOperationGetNextInBlock(op)) {
+      if (!mlirOperationEqual(op, b.guard)) all[n_all++] = op;
+    }
   }
   MlirValue needed[4 * MAX_SLICE];
   size_t n_needed = 0;
@@ -176,7 +254,9 @@ static bool read_slice(MlirOperation func, unsigned c_arg, slice_t *s) {
     intptr_t first = 0;
     if (kiln_compiler_op_is(op, "memref.load")) {
       int a = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(op, 0), s->entry);
-      if (a < 0) ok = false;
+      /* D read back (an in-place epilogue) is not taken: in the fused kernel D
+       * has C's vector form. */
+      if (a < 0 || a == kiln_compiler_gpu_arg_of(mlirOperationGetOperand(s->store, 1), s->entry)) ok = false;
       else if ((unsigned)a == c_arg) ok = load_at(op, s->store);
       first = 1;
       if (!ok || (unsigned)a == c_arg) continue;
@@ -215,7 +295,15 @@ static bool read_slice(MlirOperation func, unsigned c_arg, slice_t *s) {
 
 bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg) {
   slice_t s;
-  return read_slice(func, c_arg, &s);
+  if (!read_slice(func, c_arg, &s)) return false;
+  /* What applying it relies on: D an f32 buffer of rank 2 to 4, not C. */
+  MlirValue d = mlirOperationGetOperand(s.store, 1);
+  MlirType t = mlirValueGetType(d);
+  int a = kiln_compiler_gpu_arg_of(d, s.entry);
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  return a >= 0 && (unsigned)a != c_arg && kiln_compiler_gpu_plain_memref(t) &&
+         mlirTypeIsAF32(mlirShapedTypeGetElementType(t)) && rank >= 2 && rank <= 4 &&
+         mlirOperationGetNumOperands(s.store) == rank + 2;
 }
 
 /* ---- applying it ---- */
@@ -310,7 +398,8 @@ kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_
     MlirValue acc = mlirOperationGetOperand(at, 0);
     MlirType vt = mlirValueGetType(acc);
     int64_t lanes = mlirTypeIsAVector(vt) ? mlirShapedTypeGetDimSize(vt, 0) : 1;
-    if (mlirOperationGetNumOperands(at) != rank + 2 || lanes > MAX_LANES ||
+    intptr_t g_rank = mlirOperationGetNumOperands(at) - 2;
+    if ((g_rank != rank && !(rank == 4 && g_rank == 2)) || lanes > MAX_LANES ||
         (lanes > 1 && mlirShapedTypeGetRank(vt) != 1)) {
       st = KILN_STATUS(KILN_STATUS_INTERNAL, "the tiled matmul for %s stores C otherwise (kiln bug)", target_id);
       break;
@@ -323,17 +412,33 @@ kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_
         unsigned g_arg = g_n_args + (unsigned)(a < (intptr_t)e_c_arg ? a : a - 1);
         map_put(m, mlirBlockGetArgument(s.entry, a), mlirBlockGetArgument(g_entry, g_arg));
       }
+      /* The accumulator's indices, the column j of lane l being the vector's
+       * index times its width, plus l; a conv's row (a pixel of its NHWC
+       * output) split into image, row and column. */
+      MlirValue at_idx[4];
+      for (intptr_t k = 0; k < g_rank; k++) at_idx[k] = mlirOperationGetOperand(at, k + 2);
+      if (lanes > 1) {
+        MlirValue w = kiln_compiler_int_const_before(context, at, index, lanes);
+        MlirValue base = kiln_compiler_build2("arith.muli", at, at_idx[g_rank - 1], w, index);
+        at_idx[g_rank - 1] = kiln_compiler_build2("arith.addi", at, base,
+                                                  kiln_compiler_int_const_before(context, at, index, l), index);
+      }
+      if (g_rank != rank) {
+        MlirType dt = mlirValueGetType(mlirOperationGetOperand(s.store, 1));
+        int64_t oh = mlirShapedTypeGetDimSize(dt, 1), ow = mlirShapedTypeGetDimSize(dt, 2);
+        MlirValue row = at_idx[0], col = at_idx[1];
+        MlirValue c_ohw = kiln_compiler_int_const_before(context, at, index, oh * ow);
+        MlirValue c_ow = kiln_compiler_int_const_before(context, at, index, ow);
+        MlirValue c_oh = kiln_compiler_int_const_before(context, at, index, oh);
+        at_idx[0] = kiln_compiler_build2("arith.divui", at, row, c_ohw, index);
+        at_idx[1] = kiln_compiler_build2("arith.remui", at, kiln_compiler_build2("arith.divui", at, row, c_ow, index),
+                                         c_oh, index);
+        at_idx[2] = kiln_compiler_build2("arith.remui", at, row, c_ow, index);
+        at_idx[3] = col;
+      }
       for (intptr_t k = 0; k < rank; k++) {
-        MlirValue ev = mlirOperationGetOperand(s.store, k + 2), gv = mlirOperationGetOperand(at, k + 2);
-        if (kiln_compiler_gpu_is_zero(ev)) continue;
-        if (k == rank - 1 && lanes > 1) {
-          /* Column j of lane l: the vector's index times its width, plus l. */
-          MlirValue w = kiln_compiler_int_const_before(context, at, index, lanes);
-          MlirValue base = kiln_compiler_build2("arith.muli", at, gv, w, index);
-          gv = kiln_compiler_build2("arith.addi", at, base, kiln_compiler_int_const_before(context, at, index, l),
-                                    index);
-        }
-        map_put(m, ev, gv);
+        MlirValue ev = mlirOperationGetOperand(s.store, k + 2);
+        if (!kiln_compiler_gpu_is_zero(ev)) map_put(m, ev, at_idx[k]);
       }
       MlirValue x = acc;
       if (lanes > 1) {

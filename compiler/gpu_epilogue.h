@@ -12,13 +12,16 @@
  * where anything after E may read it.
  *
  * What is taken as E, read from the front half's kernel:
- *   - one block: index arithmetic, loads, arith and math ops on scalars of at
- *     most 32 bits, and exactly one store, to an f32 buffer D of rank 2 or 3
- *     (no guard, no loop, no call);
+ *   - index arithmetic, loads, arith and math ops on scalars of at most 32
+ *     bits, and exactly one store, to an f32 buffer D of rank 2 or 3 (a
+ *     matmul's C) or 4 (a conv's NHWC output), in the entry block or in the
+ *     one guard (an scf.if bounding stored indices by their dimensions); no
+ *     loop, no call;
  *   - the store's indices cover D exactly once: each is the front half's tile
  *     index (thread id + tile * block id, the grid times the tile equal to
- *     the dimension), block id x for a leading batch dimension, or 0 for a
- *     dimension of 1, and every other grid and workgroup dimension is 1;
+ *     the dimension, or past it where the guard bounds it), block id x for a
+ *     leading batch dimension (a conv's images and rows folded into it), or 0
+ *     for a dimension of 1, and every other grid and workgroup dimension is 1;
  *   - at least one load reads an f32 buffer of D's shape at exactly the stored
  *     element (a candidate for C; the plan says which one the matmul wrote);
  *   - what the stored value depends on is loads of other buffers at indices
@@ -37,8 +40,8 @@
 
 typedef struct kiln_compiler_epilogue_s {
   bool found;
-  int rank;              /* of D: 2 or 3 */
-  int64_t dims[3];       /* D's shape */
+  int rank;              /* of D: 2, 3, or 4 (NHWC) */
+  int64_t dims[4];       /* D's shape */
   unsigned d_arg;        /* the argument E stores */
   unsigned n_args;
   uint32_t c_candidates; /* bit a: argument a is read at exactly the stored element */
@@ -58,9 +61,10 @@ bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg);
  * `g_func`, whose argument `g_c_arg` is C and whose arguments from `g_n_args`
  * on are E's other arguments in order (its D typed as the kernel types C). Every
  * store of accumulators to C (a vector<W x f32> at [batch,] row, column / W, or
- * a scalar) gains a store of E's arithmetic on them, lane by lane, to D at the
- * same place; the store to C stays only where `keep_c`. INTERNAL when the result
- * does not verify (a kiln bug). */
+ * a scalar; a conv's row is a pixel of E's NHWC output) gains a store of E's
+ * arithmetic on them, lane by lane, to D at the same place; the store to C
+ * stays only where `keep_c`. INTERNAL when the result does not verify (a kiln
+ * bug). */
 kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_func, unsigned g_c_arg,
                                            unsigned g_n_args, MlirOperation e_func, unsigned e_c_arg, bool keep_c,
                                            const char *target_id);

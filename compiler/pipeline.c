@@ -1181,8 +1181,6 @@ static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirMod
     MlirOperation e_func = find_symbol(body, "gpu.func", mlirStringRefCreateFromCString(e->kernel_name));
     if (!mlirOperationIsNull(e_func) && kiln_compiler_epilogue_fits(e_func, fusions[i].c_arg)) {
       taken[fusions[i].e - 1] = true;
-      fused[fusions[i].e - 1][0] = (uint32_t)i + 1;
-      fused[fusions[i].e - 1][1] = fusions[i].c_arg;
     }
   }
   kiln_status_t st = NULL;
@@ -1198,6 +1196,10 @@ static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirMod
       MlirOperation e_func = find_symbol(body, "gpu.func",
                                          mlirStringRefCreateFromCString(launches->items[fusions[i].e - 1].kernel_name));
       st = replace_fused(mlir, module, func, e_func, l, &fusions[i], t, grids[i], blocks[i]);
+      if (!st) {
+        fused[fusions[i].e - 1][0] = (uint32_t)i + 1;
+        fused[fusions[i].e - 1][1] = fusions[i].c_arg;
+      }
       continue;
     }
     if (!gemm && !reduce && !depthwise) {
@@ -1395,7 +1397,7 @@ static void aligned_kernels(const kiln_vmfb_plan_t *plan, bool *aligned, size_t 
 }
 
 /* Epilogue fusions the plan allows for target `t` (gpu_epilogue.h): out[g] for
- * a matmul kernel g the target tiles (swappable, no conv), when every dispatch
+ * a matmul or conv kernel g the target tiles (swappable), when every dispatch
  * of g is directly followed by one of the same elementwise kernel e, of C's
  * shape, binding C where g binds it (exactly one of e's arguments, one e reads
  * at the element it stores), and every dispatch of e directly follows one of g,
@@ -1422,17 +1424,24 @@ static void plan_fusions(const kiln_vmfb_plan_t *plan, const launches_t *launche
       if (st->kind != KILN_VMFB_STEP_DISPATCH || st->kernel >= n) continue;
       uses[st->kernel]++;
       const kiln_compiler_gemm_t *g = &launches->items[st->kernel].gemm;
-      if (!swappable[st->kernel] || !kiln_compiler_gemm_fits(g, t) || g->conv_h) continue;
+      if (!swappable[st->kernel] || !kiln_compiler_gemm_fits(g, t)) continue;
       if (branches || !next || next->kind != KILN_VMFB_STEP_DISPATCH || next->kernel >= n) {
         pair[st->kernel] = -1;
         continue;
       }
       unsigned e = next->kernel;
       const kiln_compiler_epilogue_t *ep = &launches->items[e].epilogue;
-      bool ok = ep->found && ep->rank == g->rank && ep->dims[ep->rank - 2] == g->m &&
-                ep->dims[ep->rank - 1] == g->n && (g->rank == 2 || ep->dims[0] == g->batch) &&
-                !st->n_constants && !next->n_constants && g->c_arg < st->n_bindings &&
-                next->n_bindings == ep->n_args;
+      /* E's output is C's shape: [batch,] M x N, or a conv's NHWC output. */
+      bool shape = g->conv_h ? ep->rank == 4 && ep->dims[1] == g->out_h && ep->dims[2] == g->out_w &&
+                                   ep->dims[0] * ep->dims[1] * ep->dims[2] == g->m && ep->dims[3] == g->n
+                             : ep->rank == g->rank && ep->dims[ep->rank - 2] == g->m &&
+                                   ep->dims[ep->rank - 1] == g->n && (g->rank == 2 || ep->dims[0] == g->batch);
+      /* E's bindings 16-byte aligned like G's (D is stored in G's vectors); a
+       * Vulkan dispatch keeps to 8 storage buffers (devices may allow few). */
+      size_t bound = st->n_bindings + next->n_bindings - 1;
+      bool ok = ep->found && shape && swappable[e] && !st->n_constants && !next->n_constants &&
+                g->c_arg < st->n_bindings && next->n_bindings == ep->n_args &&
+                bound <= (t->kind == KILN_TARGET_KIND_VULKAN ? 8u : 32u);
       const kiln_vmfb_binding_t *cb = ok ? &st->bindings[g->c_arg] : NULL;
       int c = -1, at_c = 0;
       for (unsigned a = 0; ok && a < ep->n_args; a++) {

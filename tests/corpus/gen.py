@@ -744,9 +744,11 @@ def window_taps(h, w, k, stride, pad, yy, xx):
                 yield ky, kx, iy, ix
 
 
-def conv_case(name, n, h, c, f, k, stride, pad, seeds):
+def conv_case(name, n, h, c, f, k, stride, pad, seeds, relu6=False):
     """tosa.conv2d of n square h x h x c images by f square k x k filters (OHWI),
-    `stride`, pad (top, bottom, left, right), zero bias, with its reference."""
+    `stride`, pad (top, bottom, left, right), zero bias, with its reference;
+    with `relu6`, a residual input (seeds[2]) added and the sum clamped to [0, 6]
+    after it, as a ResNet block ends."""
     oh, ow = window_out(h, h, k, stride, pad)
     x = values((n, h, h, c), 'f32', seeds[0])
     w = values((f, k, k, c), 'f32', seeds[1])
@@ -762,14 +764,22 @@ def conv_case(name, n, h, c, f, k, stride, pad, seeds):
                     out.append(f32(s_))
     tx, tw, to = 'tensor<%dx%dx%dx%dxf32>' % (n, h, h, c), 'tensor<%dx%dx%dx%dxf32>' % (f, k, k, c), \
         'tensor<%dx%dx%dx%dxf32>' % (n, oh, ow, f)
-    return tosa_case(name, [tx, tw], to,
+    args, inputs, act = [tx, tw], [((n, h, h, c), 'f32', x), ((f, k, k, c), 'f32', w)], ['return %%0 : %s' % to]
+    if relu6:
+        r = values((n, oh, ow, f), 'f32', seeds[2])
+        out = [min(max(f32(v + r[i]), 0.0), 6.0) for i, v in enumerate(out)]
+        args.append(to)
+        inputs.append(((n, oh, ow, f), 'f32', r))
+        act = ['%%1 = tosa.add %%0, %%arg2 : (%s, %s) -> %s' % (to, to, to),
+               '%%2 = tosa.clamp %%1 {max_val = 6.0 : f32, min_val = 0.0 : f32} : (%s) -> %s' % (to, to),
+               'return %%2 : %s' % to]
+    return tosa_case(name, args, to,
                      ['%%b = "tosa.const"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>' % (f, f),
                       scalar_const('zp', 'f32', 0.0),
                       '%%0 = tosa.conv2d %%arg0, %%arg1, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, '
                       'pad = array<i64: %d, %d, %d, %d>, stride = array<i64: %d, %d>} : (%s, %s, tensor<%dxf32>, '
-                      'tensor<1xf32>, tensor<1xf32>) -> %s' % (pad + (stride, stride, tx, tw, f, to)),
-                      'return %%0 : %s' % to],
-                     [((n, h, h, c), 'f32', x), ((f, k, k, c), 'f32', w)], [((n, oh, ow, f), 'f32', out)], 0)
+                      'tensor<1xf32>, tensor<1xf32>) -> %s' % (pad + (stride, stride, tx, tw, f, to))] + act,
+                     inputs, [((n, oh, ow, f), 'f32', out)], 0)
 
 
 def depthwise_case(name, n, h, w, c, k, stride, pad, seeds):
@@ -1060,6 +1070,15 @@ def group_tosa():
             ('tosa_conv2d_batch2_stride2_tiled_f32', (2, 16, 16, 3, 2, (1, 0, 1, 0)), (100, 101)),
             ('tosa_conv2d_1x1_tiled_f32', (1, 8, 32, 1, 1, (0, 0, 0, 0)), (97, 98))):
         cases.append(conv_case(name, n, h, c, 64, k, stride, pad, seeds))
+    # The same with a residual added and ReLU6 after them, which GPU targets fuse
+    # into the tiled conv (compiler/gpu_epilogue.c: the conv's rows are pixels of
+    # the NHWC output, each read of the residual at its image, row and column;
+    # two images fold into the epilogue's block x).
+    for name, (n, h, c, k, stride, pad), seeds in (
+            ('tosa_conv2d_residual_relu6_tiled_f32', (1, 8, 16, 3, 1, (1, 1, 1, 1)), (102, 103, 106)),
+            ('tosa_conv2d_batch2_stride2_residual_relu6_tiled_f32', (2, 16, 16, 3, 2, (1, 0, 1, 0)),
+             (104, 105, 107))):
+        cases.append(conv_case(name, n, h, c, 64, k, stride, pad, seeds, relu6=True))
     # Depthwise convs GPU targets run in 128-bit vectors (compiler/gpu_depthwise.c):
     # strips of 4 output pixels over one channel vector (64 rows give the grid
     # its 64 workgroups), the same at stride 2, two images of two channel

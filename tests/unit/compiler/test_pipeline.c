@@ -609,7 +609,8 @@ static void test_bf16_matmul_tiles(void **state) {
  * shared one has three (the fill, the matmul with the bias and the output as
  * extra bindings), and the epilogue kernel is marked fused into the matmul; CPU
  * targets keep the shared plan. Returning the matmul's own output too keeps the
- * fusion (C is still stored: tests/corpus checks the numbers). */
+ * fusion (C is still stored: tests/corpus checks the numbers). A conv's
+ * ReLU6 is fused the same way. */
 static void test_epilogue_fusion(void **state) {
   static const char *const returns[2] = {"%2 : tensor<2x64x64xf32>",
                                          "%0, %2 : tensor<2x64x64xf32>, tensor<2x64x64xf32>"};
@@ -657,6 +658,33 @@ static void test_epilogue_fusion(void **state) {
       kiln_compiler_target_plan_free(&own);
       kiln_compiler_output_deinit(&out);
     }
+  }
+  /* A conv's ReLU6 likewise: one dispatch fewer on GPU targets. */
+  static const char conv[] =
+      "func.func @c(%x: tensor<1x8x8x16xf32>, %w: tensor<64x3x3x16xf32>, %b: tensor<64xf32>) -> "
+      "tensor<1x8x8x64xf32> {\n"
+      "  %zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+      "  %0 = tosa.conv2d %x, %w, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, "
+      "1, 1>, stride = array<i64: 1, 1>} : (tensor<1x8x8x16xf32>, tensor<64x3x3x16xf32>, tensor<64xf32>, "
+      "tensor<1xf32>, tensor<1xf32>) -> tensor<1x8x8x64xf32>\n"
+      "  %1 = tosa.clamp %0 {max_val = 6.0 : f32, min_val = 0.0 : f32} : (tensor<1x8x8x64xf32>) -> "
+      "tensor<1x8x8x64xf32>\n"
+      "  return %1 : tensor<1x8x8x64xf32>\n}\n";
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const kiln_target_t *targets[1] = {target(cases[c].target)};
+    kiln_compiler_output_t out;
+    assert_null(kiln_compiler_compile(*state, conv, strlen(conv), "conv.mlir", targets, 1, &out));
+    if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
+    kiln_vmfb_plan_t own;
+    assert_null(kiln_compiler_target_plan(&out.plan, &out.targets[0], &own));
+    size_t shared = 0, mine = 0;
+    for (size_t s = 0; s < out.plan.functions[0].n_steps; s++) {
+      shared += out.plan.functions[0].steps[s].kind == KILN_VMFB_STEP_DISPATCH;
+    }
+    for (size_t s = 0; s < own.functions[0].n_steps; s++) mine += own.functions[0].steps[s].kind == KILN_VMFB_STEP_DISPATCH;
+    if (mine != shared - (cases[c].dispatches == 2)) fail_msg("conv on %s: %zu of %zu dispatches", cases[c].target, mine, shared);
+    kiln_compiler_target_plan_free(&own);
+    kiln_compiler_output_deinit(&out);
   }
 }
 
