@@ -260,22 +260,14 @@ static char *text_of(const char *fmt, ...) {
   return s;
 }
 
-static char *matmul_f16_text(int n) {
-  return text_of("func.func @mm(%%a: tensor<1x%dx%dxf16>, %%b: tensor<1x%dx%dxf16>) -> tensor<1x%dx%dxf32> {\n"
-                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf16>} : () -> tensor<1xf16>\n"
-                 "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dxf16>, tensor<1x%dx%dxf16>, "
-                 "tensor<1xf16>, tensor<1xf16>) -> tensor<1x%dx%dxf32>\n"
+/* An n x n matmul of 16-bit floats `h` (f16, bf16) accumulated in f32. */
+static char *matmul_half_text(int n, const char *h) {
+  return text_of("func.func @mm(%%a: tensor<1x%dx%dx%s>, %%b: tensor<1x%dx%dx%s>) -> tensor<1x%dx%dxf32> {\n"
+                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1x%s>} : () -> tensor<1x%s>\n"
+                 "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dx%s>, tensor<1x%dx%dx%s>, "
+                 "tensor<1x%s>, tensor<1x%s>) -> tensor<1x%dx%dxf32>\n"
                  "  return %%0 : tensor<1x%dx%dxf32>\n}\n",
-                 n, n, n, n, n, n, n, n, n, n, n, n, n, n);
-}
-
-static char *matmul_bf16_text(int n) {
-  return text_of("func.func @mm(%%a: tensor<1x%dx%dxbf16>, %%b: tensor<1x%dx%dxbf16>) -> tensor<1x%dx%dxf32> {\n"
-                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xbf16>} : () -> tensor<1xbf16>\n"
-                 "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dxbf16>, tensor<1x%dx%dxbf16>, "
-                 "tensor<1xbf16>, tensor<1xbf16>) -> tensor<1x%dx%dxf32>\n"
-                 "  return %%0 : tensor<1x%dx%dxf32>\n}\n",
-                 n, n, n, n, n, n, n, n, n, n, n, n, n, n);
+                 n, n, h, n, n, h, n, n, h, h, n, n, h, n, n, h, h, h, n, n, n, n);
 }
 
 /* A conv2d (k x k, same padding) or a depthwise one over 1 x hw x hw x c. */
@@ -731,15 +723,15 @@ static void bench_gpu(void) {
   }
   if (quick) {
     GPU_CASE("matmul 64 f32", matmul_text(64, 64, 64));
-    GPU_CASE("matmul 64 bf16", matmul_bf16_text(64));
+    GPU_CASE("matmul 64 bf16", matmul_half_text(64, "bf16"));
     GPU_CASE("conv3x3 8x8x8->8", conv_text(8, 8, 8, 3, false));
   } else {
     GPU_CASE("matmul 512 f32", matmul_text(512, 512, 512));
     GPU_CASE("matmul 1024 f32", matmul_text(1024, 1024, 1024));
     GPU_CASE("matmul 4096 f32", matmul_text(4096, 4096, 4096));
-    GPU_CASE("matmul 1024 f16", matmul_f16_text(1024));
-    GPU_CASE("matmul 4096 f16", matmul_f16_text(4096));
-    GPU_CASE("matmul 1024 bf16", matmul_bf16_text(1024));
+    GPU_CASE("matmul 1024 f16", matmul_half_text(1024, "f16"));
+    GPU_CASE("matmul 4096 f16", matmul_half_text(4096, "f16"));
+    GPU_CASE("matmul 1024 bf16", matmul_half_text(1024, "bf16"));
     GPU_CASE("conv3x3 56x56x64->64", conv_text(56, 64, 64, 3, false));
     GPU_CASE("conv1x1 56x56x64->256", conv_text(56, 64, 256, 1, false));
     GPU_CASE("depthwise3x3 56x56x64", conv_text(56, 64, 0, 3, true));

@@ -706,25 +706,30 @@ static bool use_mma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
  * nvvm.mma.sync's, on registers of two bf16 each (i32: the lower k in the low
  * half), in the same fragment layout as f16; the accumulators stay
  * vector<2x2xf32> as in the f16 kernel. */
+/* %<m>i<ks><i>_<r>: the pair of bf16 at <S>s[%<row>, %k<kc><ks>] as one i32. */
+static void bf16_pair(kiln_buf_t *b, char m, int ks, int i, int r, const char *row, char kc, const char *ws) {
+  kiln_buf_appendf(b,
+                   "    %%%c%d%d_%d = vector.load %%%cs[%%%s, %%k%c%d] {alignment = 4} : %s, vector<2xi16>\n"
+                   "    %%%cw%d%d_%d = vector.bitcast %%%c%d%d_%d : vector<2xi16> to vector<1xi32>\n"
+                   "    %%%ci%d%d_%d = vector.extract %%%cw%d%d_%d[0] : i32 from vector<1xi32>\n",
+                   m, ks, i, r, m == 'a' ? 'A' : 'B', row, kc, ks, ws, m, ks, i, r, m, ks, i, r, m, ks, i, r, m, ks, i,
+                   r);
+}
+
 static void mma_bf16_step(kiln_buf_t *b, int ks, const char *ws, char cur[8][24]) {
   static const char *const rows[4] = {"ra", "rb", "ra", "rb"};
   static const char *const st4 = "!llvm.struct<(f32, f32, f32, f32)>";
+  char row[16];
   for (int mi = 0; mi < 2; mi++) {
     for (int r = 0; r < 4; r++) {
-      kiln_buf_appendf(b,
-                       "    %%a%d%d_%d = vector.load %%As[%%%s%d, %%k%c%d] {alignment = 4} : %s, vector<2xi16>\n"
-                       "    %%aw%d%d_%d = vector.bitcast %%a%d%d_%d : vector<2xi16> to vector<1xi32>\n"
-                       "    %%ai%d%d_%d = vector.extract %%aw%d%d_%d[0] : i32 from vector<1xi32>\n",
-                       ks, mi, r, rows[r], mi, r < 2 ? 'b' : 'c', ks, ws, ks, mi, r, ks, mi, r, ks, mi, r, ks, mi, r);
+      snprintf(row, sizeof row, "%s%d", rows[r], mi);
+      bf16_pair(b, 'a', ks, mi, r, row, r < 2 ? 'b' : 'c', ws);
     }
   }
   for (int ni = 0; ni < 4; ni++) {
     for (int r = 0; r < 2; r++) {
-      kiln_buf_appendf(b,
-                       "    %%b%d%d_%d = vector.load %%Bs[%%nb%d, %%k%c%d] {alignment = 4} : %s, vector<2xi16>\n"
-                       "    %%bw%d%d_%d = vector.bitcast %%b%d%d_%d : vector<2xi16> to vector<1xi32>\n"
-                       "    %%bi%d%d_%d = vector.extract %%bw%d%d_%d[0] : i32 from vector<1xi32>\n",
-                       ks, ni, r, ni, r ? 'c' : 'b', ks, ws, ks, ni, r, ks, ni, r, ks, ni, r, ks, ni, r);
+      snprintf(row, sizeof row, "nb%d", ni);
+      bf16_pair(b, 'b', ks, ni, r, row, r ? 'c' : 'b', ws);
     }
   }
   for (int mi = 0; mi < 2; mi++) {

@@ -484,6 +484,14 @@ static void test_long_vector(void **state) {
 
 /* The plan's last dispatch in the first function (a model's own op comes after
  * its fills and copies), with its grid on the compile's only target. */
+/* `model` compiled for the one target `target_id`, which must succeed. */
+static void compile_one(kiln_compiler_context_t *context, const char *model, const char *target_id,
+                        kiln_compiler_output_t *out) {
+  const kiln_target_t *targets[1] = {target(target_id)};
+  assert_null(kiln_compiler_compile(context, model, strlen(model), "model.mlir", targets, 1, out));
+  if (out->targets[0].status) fail_msg("%s: %s", target_id, kiln_status_message(out->targets[0].status));
+}
+
 static const kiln_vmfb_step_t *last_dispatch(const kiln_compiler_output_t *out, uint32_t grid[3]) {
   const kiln_vmfb_function_t *fn = &out->plan.functions[0];
   const kiln_vmfb_step_t *last = NULL;
@@ -552,10 +560,8 @@ static void test_tiles_follow_compute_units(void **state) {
     uint32_t workgroups;
   } cases[] = {{"arm5gen", 64}, {"sm_89", 128}, {"gfx942", 128}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    const kiln_target_t *targets[1] = {target(cases[c].target)};
     kiln_compiler_output_t out;
-    assert_null(kiln_compiler_compile(*state, model, strlen(model), "mm.mlir", targets, 1, &out));
-    if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
+    compile_one(*state, model, cases[c].target, &out);
     uint32_t grid[3];
     last_dispatch(&out, grid);
     if (grid[0] * grid[1] * grid[2] != cases[c].workgroups) {
@@ -586,10 +592,8 @@ static void test_bf16_matmul_tiles(void **state) {
                {"gfx1100", {2, 2, 1}, {32, 4, 1}},
                {"videocore_vii", {2, 4, 1}, {16, 8, 1}}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    const kiln_target_t *targets[1] = {target(cases[c].target)};
     kiln_compiler_output_t out;
-    assert_null(kiln_compiler_compile(*state, model, strlen(model), "mm.mlir", targets, 1, &out));
-    if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
+    compile_one(*state, model, cases[c].target, &out);
     uint32_t grid[3];
     const kiln_vmfb_step_t *last = last_dispatch(&out, grid);
     const uint32_t *block = out.targets[0].kernels[last->kernel].block_size;
@@ -602,6 +606,35 @@ static void test_bf16_matmul_tiles(void **state) {
     }
     kiln_compiler_output_deinit(&out);
   }
+}
+
+/* Dispatches of `model`'s first function on `target`: in the shared plan, in
+ * the target's own; kernels fused into another; the most bindings of one
+ * dispatch (each also the number its kernel takes). */
+typedef struct dispatches_s {
+  size_t shared, mine, fused, widest;
+} dispatches_t;
+
+static dispatches_t count_dispatches(kiln_compiler_context_t *context, const char *model, const char *target_id) {
+  kiln_compiler_output_t out;
+  compile_one(context, model, target_id, &out);
+  kiln_vmfb_plan_t own;
+  assert_null(kiln_compiler_target_plan(&out.plan, &out.targets[0], &own));
+  dispatches_t d = {0, 0, 0, 0};
+  for (size_t s = 0; s < out.plan.functions[0].n_steps; s++) {
+    d.shared += out.plan.functions[0].steps[s].kind == KILN_VMFB_STEP_DISPATCH;
+  }
+  for (size_t s = 0; s < own.functions[0].n_steps; s++) {
+    const kiln_vmfb_step_t *st = &own.functions[0].steps[s];
+    if (st->kind != KILN_VMFB_STEP_DISPATCH) continue;
+    d.mine++;
+    if (st->n_bindings > d.widest) d.widest = st->n_bindings;
+    assert_int_equal(st->n_bindings, out.targets[0].kernels[st->kernel].n_args);
+  }
+  for (size_t k = 0; k < out.targets[0].n_kernels; k++) d.fused += out.targets[0].kernels[k].fused_into != 0;
+  kiln_compiler_target_plan_free(&own);
+  kiln_compiler_output_deinit(&out);
+  return d;
 }
 
 /* A matmul's bias and ReLU run on the tiled matmul's accumulators on GPU
@@ -632,31 +665,11 @@ static void test_epilogue_fusion(void **state) {
              "  return %s\n}\n",
              results[both], returns[both]);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-      const kiln_target_t *targets[1] = {target(cases[c].target)};
-      kiln_compiler_output_t out;
-      assert_null(kiln_compiler_compile(*state, model, strlen(model), "mm.mlir", targets, 1, &out));
-      if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
-      kiln_vmfb_plan_t own;
-      assert_null(kiln_compiler_target_plan(&out.plan, &out.targets[0], &own));
-      size_t shared = 0, mine = 0, fused = 0, widest = 0;
-      for (size_t s = 0; s < out.plan.functions[0].n_steps; s++) {
-        shared += out.plan.functions[0].steps[s].kind == KILN_VMFB_STEP_DISPATCH;
-      }
-      for (size_t s = 0; s < own.functions[0].n_steps; s++) {
-        const kiln_vmfb_step_t *st = &own.functions[0].steps[s];
-        if (st->kind != KILN_VMFB_STEP_DISPATCH) continue;
-        mine++;
-        if (st->n_bindings > widest) widest = st->n_bindings;
-        /* The kernel takes what its dispatch binds. */
-        assert_int_equal(st->n_bindings, out.targets[0].kernels[st->kernel].n_args);
-      }
-      for (size_t k = 0; k < out.targets[0].n_kernels; k++) fused += out.targets[0].kernels[k].fused_into != 0;
-      if (shared != 3 || mine != cases[c].dispatches || fused != 3 - mine || (mine == 2 && widest != 5)) {
+      dispatches_t d = count_dispatches(*state, model, cases[c].target);
+      if (d.shared != 3 || d.mine != cases[c].dispatches || d.fused != 3 - d.mine || (d.mine == 2 && d.widest != 5)) {
         fail_msg("%s%s: %zu of %zu dispatches, %zu fused, %zu bindings at most", cases[c].target,
-                 both ? " (C returned)" : "", mine, shared, fused, widest);
+                 both ? " (C returned)" : "", d.mine, d.shared, d.fused, d.widest);
       }
-      kiln_compiler_target_plan_free(&own);
-      kiln_compiler_output_deinit(&out);
     }
   }
   /* A conv's ReLU6 likewise: one dispatch fewer on GPU targets. */
@@ -671,20 +684,10 @@ static void test_epilogue_fusion(void **state) {
       "tensor<1x8x8x64xf32>\n"
       "  return %1 : tensor<1x8x8x64xf32>\n}\n";
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    const kiln_target_t *targets[1] = {target(cases[c].target)};
-    kiln_compiler_output_t out;
-    assert_null(kiln_compiler_compile(*state, conv, strlen(conv), "conv.mlir", targets, 1, &out));
-    if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
-    kiln_vmfb_plan_t own;
-    assert_null(kiln_compiler_target_plan(&out.plan, &out.targets[0], &own));
-    size_t shared = 0, mine = 0;
-    for (size_t s = 0; s < out.plan.functions[0].n_steps; s++) {
-      shared += out.plan.functions[0].steps[s].kind == KILN_VMFB_STEP_DISPATCH;
+    dispatches_t d = count_dispatches(*state, conv, cases[c].target);
+    if (d.mine != d.shared - (cases[c].dispatches == 2)) {
+      fail_msg("conv on %s: %zu of %zu dispatches", cases[c].target, d.mine, d.shared);
     }
-    for (size_t s = 0; s < own.functions[0].n_steps; s++) mine += own.functions[0].steps[s].kind == KILN_VMFB_STEP_DISPATCH;
-    if (mine != shared - (cases[c].dispatches == 2)) fail_msg("conv on %s: %zu of %zu dispatches", cases[c].target, mine, shared);
-    kiln_compiler_target_plan_free(&own);
-    kiln_compiler_output_deinit(&out);
   }
 }
 
