@@ -23,45 +23,30 @@
 #define MAX_SLICE 256 /* ops an epilogue may copy */
 #define MAX_LANES 8
 
-/* E's body: the entry block, or the then-block of its one guard (an scf.if
- * without results or else), holding E's one store; no other op with a region,
- * no store outside it. */
-typedef struct body_s {
-  MlirBlock entry, body;
-  MlirOperation guard, store;
-} body_t;
-
 /* What E may hold: index arithmetic, constants, loads, its store, arith and
- * math ops on values, its guard. Anything else (an atomic, a call, a vector
- * store) has effects the fused kernel would not keep. */
+ * math ops on values. Anything else (an atomic, a call, a vector store) has
+ * effects the fused kernel would not keep. */
 static bool allowed(MlirOperation op) {
   static const char *const names[] = {"arith.constant", "gpu.block_id", "gpu.thread_id", "gpu.block_dim",
                                       "gpu.grid_dim",   "affine.apply", "arith.addi",    "arith.muli",
                                       "arith.subi",     "arith.divui",  "arith.remui",   "arith.cmpi",
-                                      "arith.andi",     "memref.load",  "memref.store",  "scf.if",
-                                      "scf.yield",      "gpu.return"};
+                                      "arith.andi",     "memref.load",  "memref.store",  "gpu.return"};
   return kiln_compiler_gpu_op_is_one_of(op, names, sizeof names / sizeof names[0]) || kiln_compiler_gpu_value_op(op);
 }
+
+/* E's body: its entry block, holding E's one store and nothing with a region
+ * (the front half guards a kernel whose tiles overhang its output; the tiled
+ * matmul and conv take exact tiles only, so their epilogues have no guard). */
+typedef struct body_s {
+  MlirBlock entry;
+  MlirOperation store;
+} body_t;
 
 static bool read_body(MlirOperation func, body_t *b) {
   memset(b, 0, sizeof *b);
   b->entry = kiln_compiler_gpu_kernel_entry(func);
   if (mlirBlockIsNull(b->entry)) return false;
-  bool stores = false;
   for (MlirOperation op = mlirBlockGetFirstOperation(b->entry); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op)) {
-    if (!allowed(op)) return false;
-    stores = stores || kiln_compiler_op_is(op, "memref.store");
-    if (mlirOperationGetNumRegions(op) == 0) continue;
-    if (!kiln_compiler_op_is(op, "scf.if") || !mlirOperationIsNull(b->guard) || mlirOperationGetNumResults(op) ||
-        !mlirBlockIsNull(mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 1)))) {
-      return false;
-    }
-    b->guard = op;
-  }
-  if (stores && !mlirOperationIsNull(b->guard)) return false;
-  b->body = mlirOperationIsNull(b->guard) ? b->entry : mlirRegionGetFirstBlock(mlirOperationGetRegion(b->guard, 0));
-  for (MlirOperation op = mlirBlockGetFirstOperation(b->body); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
     if (mlirOperationGetNumRegions(op) != 0 || !allowed(op)) return false;
     if (!kiln_compiler_op_is(op, "memref.store")) continue;
@@ -81,16 +66,14 @@ static bool load_at(MlirOperation load, MlirOperation store) {
   return true;
 }
 
-/* The store's index k as the front half tiles it: its own thread and block
- * dimension, tile * grid covering dim exactly, or past it where the guard
- * bounds the index by dim. */
-static bool tiled_index(MlirValue v, int64_t dim, bool guarded, const uint32_t grid[3], const uint32_t block[3],
+/* The store's index as the front half tiles it: its own thread and block
+ * dimension, tile * grid equal to the dimension. */
+static bool tiled_index(MlirValue v, int64_t dim, const uint32_t grid[3], const uint32_t block[3],
                         bool thread_used[3], bool block_used[3]) {
   static const char xyz[3] = {'x', 'y', 'z'};
   for (int td = 0; td < 3; td++) {
     for (int bd = 0; bd < 3; bd++) {
-      uint64_t span = (uint64_t)grid[bd] * block[td];
-      if (thread_used[td] || block_used[bd] || span < (uint64_t)dim || (span != (uint64_t)dim && !guarded) ||
+      if (thread_used[td] || block_used[bd] || (uint64_t)grid[bd] * block[td] != (uint64_t)dim ||
           !kiln_compiler_gpu_is_tile_index(v, xyz[td], xyz[bd], block[td])) {
         continue;
       }
@@ -122,24 +105,6 @@ bool kiln_compiler_epilogue_match(MlirOperation func, const uint32_t grid[3], co
     idx[k] = mlirOperationGetOperand(store, k + 2);
     out->dims[k] = mlirShapedTypeGetDimSize(t, k);
   }
-  /* The guard: bounds on the stored indices by their dimensions, nothing else. */
-  bool guarded[4] = {false, false, false, false};
-  if (!mlirOperationIsNull(b.guard)) {
-    MlirOperation leaves[KILN_COMPILER_GPU_MAX_LEAVES];
-    size_t n_leaves = 0;
-    if (!kiln_compiler_gpu_and_leaves(mlirOperationGetOperand(b.guard, 0), leaves, &n_leaves)) return false;
-    for (size_t i = 0; i < n_leaves; i++) {
-      bool known = false;
-      for (int k = 0; k < rank && !known; k++) {
-        int64_t bound = 0;
-        if (kiln_compiler_gpu_is_below(leaves[i], idx[k], &bound)) {
-          if (bound != out->dims[k]) return false;
-          guarded[k] = known = true;
-        }
-      }
-      if (!known) return false;
-    }
-  }
   /* The indices cover D once: each dimension its own thread and block
    * dimension, every other one of size 1. An NHWC output (rank 4, a conv's)
    * has its images and rows folded into block x, as gpu_gemm's conv reads them. */
@@ -159,14 +124,14 @@ bool kiln_compiler_epilogue_match(MlirOperation func, const uint32_t grid[3], co
     } else if (rank == 3 && k == 0 && kiln_compiler_gpu_is_id(idx[k], "gpu.block_id", 'x')) {
       if (block_used[0] || grid[0] != (uint64_t)out->dims[0]) return false;
       block_used[0] = true;
-    } else if (!tiled_index(idx[k], out->dims[k], guarded[k], grid, block, thread_used, block_used)) {
+    } else if (!tiled_index(idx[k], out->dims[k], grid, block, thread_used, block_used)) {
       return false;
     }
   }
   for (int i = 0; i < 3; i++) {
     if ((!thread_used[i] && block[i] != 1) || (!block_used[i] && grid[i] != 1)) return false;
   }
-  for (MlirOperation op = mlirBlockGetFirstOperation(b.body); !mlirOperationIsNull(op);
+  for (MlirOperation op = mlirBlockGetFirstOperation(b.entry); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
     if (!kiln_compiler_op_is(op, "memref.load")) continue;
     int a = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(op, 0), b.entry);
@@ -208,8 +173,7 @@ static bool is_store_index(MlirOperation store, MlirValue v) {
   return false;
 }
 
-/* E's ops that the stored value depends on, walking back from the store: the
- * entry's ops outside the guard, then the body's. */
+/* E's ops that the stored value depends on, walking back from the store. */
 static bool read_slice(MlirOperation func, unsigned c_arg, slice_t *s) {
   memset(s, 0, sizeof *s);
   body_t b;
@@ -217,21 +181,15 @@ static bool read_slice(MlirOperation func, unsigned c_arg, slice_t *s) {
   s->entry = b.entry;
   s->store = b.store;
   size_t n_all = 0;
-  MlirBlock blocks[2] = {b.entry, b.body};
-  int n_blocks = mlirOperationIsNull(b.guard) ? 1 : 2;
-  for (int k = 0; k < n_blocks; k++) {
-    for (MlirOperation op = mlirBlockGetFirstOperation(blocks[k]); !mlirOperationIsNull(op);
-         op = mlirOperationGetNextInBlock(op)) {
-      n_all++;
-    }
+  for (MlirOperation op = mlirBlockGetFirstOperation(b.entry); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    n_all++;
   }
   MlirOperation *all = kiln_calloc(n_all + 1, sizeof *all);
   n_all = 0;
-  for (int k = 0; k < n_blocks; k++) {
-    for (MlirOperation op = mlirBlockGetFirstOperation(blocks[k]); !mlirOperationIsNull(op);
-         op = mlirOperationGetNextInBlock(op)) {
-      if (!mlirOperationEqual(op, b.guard)) all[n_all++] = op;
-    }
+  for (MlirOperation op = mlirBlockGetFirstOperation(b.entry); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    all[n_all++] = op;
   }
   MlirValue needed[4 * MAX_SLICE];
   size_t n_needed = 0;

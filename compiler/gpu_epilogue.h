@@ -12,16 +12,16 @@
  * where anything after E may read it.
  *
  * What is taken as E, read from the front half's kernel:
- *   - index arithmetic, loads, arith and math ops on scalars of at most 32
- *     bits, and exactly one store, to an f32 buffer D of rank 2 or 3 (a
- *     matmul's C) or 4 (a conv's NHWC output), in the entry block or in the
- *     one guard (an scf.if bounding stored indices by their dimensions); no
- *     loop, no call;
+ *   - one block of index arithmetic, constants, loads, arith and math ops on
+ *     scalars of at most 32 bits, and exactly one store, to an f32 buffer D of
+ *     rank 2 or 3 (a matmul's C) or 4 (a conv's NHWC output); no guard, loop
+ *     or call (the tiled matmul and conv take exact tiles only, so the front
+ *     half gives their epilogues no guard);
  *   - the store's indices cover D exactly once: each is the front half's tile
  *     index (thread id + tile * block id, the grid times the tile equal to
- *     the dimension, or past it where the guard bounds it), block id x for a
- *     leading batch dimension (a conv's images and rows folded into it), or 0
- *     for a dimension of 1, and every other grid and workgroup dimension is 1;
+ *     the dimension), block id x for a leading batch dimension (a conv's
+ *     images and rows folded into it), or 0 for a dimension of 1, and every
+ *     other grid and workgroup dimension is 1;
  *   - at least one load reads an f32 buffer of D's shape at exactly the stored
  *     element (a candidate for C; the plan says which one the matmul wrote);
  *   - what the stored value depends on is loads of other buffers at indices

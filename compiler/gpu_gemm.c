@@ -702,10 +702,6 @@ static bool use_mma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
          g->m % KILN_GEMM_TILE_M == 0;
 }
 
-/* One 16-deep k step of the bf16 kernel: nvgpu.mma.sync has no bf16 form, so
- * nvvm.mma.sync's, on registers of two bf16 each (i32: the lower k in the low
- * half), in the same fragment layout as f16; the accumulators stay
- * vector<2x2xf32> as in the f16 kernel. */
 /* %<m>i<ks><i>_<r>: the pair of bf16 at <S>s[%<row>, %k<kc><ks>] as one i32. */
 static void bf16_pair(kiln_buf_t *b, char m, int ks, int i, int r, const char *row, char kc, const char *ws) {
   kiln_buf_appendf(b,
@@ -716,6 +712,10 @@ static void bf16_pair(kiln_buf_t *b, char m, int ks, int i, int r, const char *r
                    r);
 }
 
+/* One 16-deep k step of the bf16 kernel: nvgpu.mma.sync has no bf16 form, so
+ * nvvm.mma.sync's, on registers of two bf16 each (i32: the lower k in the low
+ * half), in the same fragment layout as f16; the accumulators stay
+ * vector<2x2xf32> as in the f16 kernel. */
 static void mma_bf16_step(kiln_buf_t *b, int ks, const char *ws, char cur[8][24]) {
   static const char *const rows[4] = {"ra", "rb", "ra", "rb"};
   static const char *const st4 = "!llvm.struct<(f32, f32, f32, f32)>";

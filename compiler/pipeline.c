@@ -1091,6 +1091,7 @@ static void aligned_kernels(const kiln_vmfb_plan_t *plan, bool *aligned, size_t 
 typedef struct fusion_s {
   unsigned e;     /* 1 + the elementwise kernel whose work the matmul's dispatches take, or 0 */
   unsigned c_arg; /* that kernel's argument holding the matmul's C */
+  unsigned d_arg; /* the one it stores */
   bool keep_c;    /* whether C must still be stored (something after it may read C) */
 } fusion_t;
 
@@ -1142,16 +1143,12 @@ static kiln_status_t replace_fused(MlirContext mlir, MlirModule module, MlirOper
                                    const launch_t *l, const fusion_t *f, const kiln_target_t *t, uint32_t grid[3],
                                    uint32_t block[3]) {
   MlirBlock e_entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(e_func, 0));
-  unsigned n_e = (unsigned)mlirBlockGetNumArguments(e_entry), d_arg = 0;
-  for (MlirOperation op = mlirBlockGetFirstOperation(e_entry); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op)) {
-    if (kiln_compiler_op_is(op, "memref.store")) d_arg = (unsigned)mlirBlockArgumentGetArgNumber(mlirOperationGetOperand(op, 1));
-  }
+  unsigned n_e = (unsigned)mlirBlockGetNumArguments(e_entry);
   char **types = kiln_calloc(n_e, sizeof *types);
   unsigned n = 0;
   for (unsigned a = 0; a < n_e; a++) {
     if (a == f->c_arg) continue;
-    types[n++] = a == d_arg ? NULL : kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(e_entry, a)));
+    types[n++] = a == f->d_arg ? NULL : kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(e_entry, a)));
   }
   kiln_compiler_gemm_extra_t extra = {(const char *const *)types, n};
   MlirOperation fused = {NULL};
@@ -1485,7 +1482,7 @@ static void plan_fusions(const kiln_vmfb_plan_t *plan, const launches_t *launche
   for (size_t g = 0; g < n; g++) {
     unsigned e = pair[g] > 0 ? (unsigned)pair[g] - 1 : 0;
     if (pair[g] > 0 && e != g && paired[g] == uses[g] && uses[e] == paired[g]) {
-      out[g] = (fusion_t){e + 1, c_of[g], keep[g]};
+      out[g] = (fusion_t){e + 1, c_of[g], launches->items[e].epilogue.d_arg, keep[g]};
     }
   }
   kiln_free(pair);
