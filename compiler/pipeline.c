@@ -1084,8 +1084,7 @@ static kiln_status_t check_limits(const kiln_target_t *t, const launches_t *laun
   return NULL;
 }
 
-static void disjoint_kernels(const kiln_vmfb_plan_t *plan, bool *noalias, size_t n_kernels);
-static void aligned_kernels(const kiln_vmfb_plan_t *plan, bool *aligned, size_t n_kernels);
+static void plan_kernels(const kiln_vmfb_plan_t *plan, bool *noalias, bool *aligned, size_t n_kernels);
 
 /* An epilogue fused into a matmul (gpu_epilogue.h), per matmul kernel. */
 typedef struct fusion_s {
@@ -1100,7 +1099,7 @@ static void plan_fusions(const kiln_vmfb_plan_t *plan, const launches_t *launche
 
 typedef struct carry_s {
   const launches_t *launches;
-  const bool *noalias; /* per launch: disjoint_kernels */
+  const bool *noalias; /* per launch: plan_kernels */
 } carry_t;
 
 static MlirWalkResult carry_accumulators(MlirOperation op, void *user) {
@@ -1223,8 +1222,7 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
   size_t n_launches = launches->n ? launches->n : 1;
   bool *noalias = kiln_calloc(n_launches, sizeof *noalias);
   bool *swappable = kiln_calloc(n_launches, sizeof *swappable);
-  disjoint_kernels(plan, noalias, launches->n);
-  aligned_kernels(plan, swappable, launches->n);
+  plan_kernels(plan, noalias, swappable, launches->n);
   for (size_t i = 0; i < launches->n; i++) swappable[i] = swappable[i] && noalias[i];
   fusion_t *fusions = kiln_calloc(n_launches, sizeof *fusions);
   plan_fusions(plan, launches, swappable, out->target, fusions);
@@ -1355,39 +1353,30 @@ static bool bindings_overlap(const kiln_vmfb_function_t *fn, const kiln_vmfb_bin
   return same && !apart;
 }
 
-/* Which kernels the host plan binds so that no buffer they write overlaps another
- * binding of the same dispatch (a SELECT buffer counts as both of its choices):
- * their pointers are noalias. Inputs are never written, and the plan allocates
- * whatever a kernel writes. One pass over the plan's steps. */
-static void disjoint_kernels(const kiln_vmfb_plan_t *plan, bool *noalias, size_t n_kernels) {
-  for (size_t k = 0; k < n_kernels; k++) noalias[k] = plan != NULL;
-  for (size_t f = 0; plan && f < plan->n_functions; f++) {
-    const kiln_vmfb_function_t *fn = &plan->functions[f];
-    for (size_t s = 0; s < fn->n_steps; s++) {
-      const kiln_vmfb_step_t *st = &fn->steps[s];
-      if (st->kind != KILN_VMFB_STEP_DISPATCH || st->kernel >= n_kernels) continue;
-      for (size_t a = 0; a < st->n_bindings && noalias[st->kernel]; a++) {
-        for (size_t b = 0; b < st->n_bindings; b++) {
-          const kiln_vmfb_binding_t *x = &st->bindings[a], *y = &st->bindings[b];
-          if (a != b && !x->read_only && bindings_overlap(fn, x, y)) noalias[st->kernel] = false;
-        }
-      }
-    }
+/* What the host plan says of each kernel, in one pass over its dispatches:
+ * noalias[k], that no buffer kernel k writes overlaps another binding of the
+ * same dispatch (a SELECT buffer counts as both of its choices), so its
+ * pointers are noalias (inputs are never written, and the plan allocates
+ * whatever a kernel writes); and, where `aligned` is not NULL, aligned[k], that
+ * every dispatch binds each buffer at a multiple of 16 bytes (buffers
+ * themselves are allocated at least that aligned), so 128-bit accesses stay
+ * aligned. */
+static void plan_kernels(const kiln_vmfb_plan_t *plan, bool *noalias, bool *aligned, size_t n_kernels) {
+  for (size_t k = 0; k < n_kernels; k++) {
+    noalias[k] = plan != NULL;
+    if (aligned) aligned[k] = plan != NULL;
   }
-}
-
-/* aligned[k]: every dispatch of kernel k binds each buffer at an offset that is
- * a multiple of 16 bytes (buffers themselves are allocated at least that
- * aligned), so 128-bit accesses stay aligned. */
-static void aligned_kernels(const kiln_vmfb_plan_t *plan, bool *aligned, size_t n_kernels) {
-  for (size_t k = 0; k < n_kernels; k++) aligned[k] = plan != NULL;
   for (size_t f = 0; plan && f < plan->n_functions; f++) {
     const kiln_vmfb_function_t *fn = &plan->functions[f];
     for (size_t s = 0; s < fn->n_steps; s++) {
       const kiln_vmfb_step_t *st = &fn->steps[s];
       if (st->kind != KILN_VMFB_STEP_DISPATCH || st->kernel >= n_kernels) continue;
-      for (size_t b = 0; b < st->n_bindings; b++) {
-        if (st->bindings[b].offset % 16) aligned[st->kernel] = false;
+      for (size_t a = 0; a < st->n_bindings; a++) {
+        const kiln_vmfb_binding_t *x = &st->bindings[a];
+        if (aligned && x->offset % 16) aligned[st->kernel] = false;
+        for (size_t b = 0; b < st->n_bindings && noalias[st->kernel]; b++) {
+          if (a != b && !x->read_only && bindings_overlap(fn, x, &st->bindings[b])) noalias[st->kernel] = false;
+        }
       }
     }
   }
@@ -1535,7 +1524,7 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, cons
     names[i] = launches->items[i].kernel_name;
     memcpy(blocks[i], launches->items[i].block, sizeof blocks[i]);
   }
-  disjoint_kernels(plan, noalias, launches->n);
+  plan_kernels(plan, noalias, NULL, launches->n);
   unsigned char *elf = NULL;
   size_t elf_len = 0;
   cpu_run_t r = {context, name, stage};
