@@ -270,6 +270,17 @@ static char *matmul_half_text(int n, const char *h) {
                  n, n, h, n, n, h, n, n, h, h, n, n, h, n, n, h, h, h, n, n, n, n);
 }
 
+/* An n x n matmul of 8-bit floats `f8` (f8E4M3FN, f8E5M2) accumulated in f32, as
+ * linalg writes it (TOSA's f8 matmul accumulates in f16). */
+static char *matmul_f8_text(int n, const char *f8) {
+  return text_of("func.func @mm(%%a: tensor<%dx%dx%s>, %%b: tensor<%dx%dx%s>) -> tensor<%dx%dxf32> {\n"
+                 "  %%z = arith.constant 0.0 : f32\n  %%e = tensor.empty() : tensor<%dx%dxf32>\n"
+                 "  %%f = linalg.fill ins(%%z : f32) outs(%%e : tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
+                 "  %%r = linalg.matmul ins(%%a, %%b : tensor<%dx%dx%s>, tensor<%dx%dx%s>) outs(%%f : tensor<%dx%dxf32>) "
+                 "-> tensor<%dx%dxf32>\n  return %%r : tensor<%dx%dxf32>\n}\n",
+                 n, n, f8, n, n, f8, n, n, n, n, n, n, n, n, n, n, f8, n, n, f8, n, n, n, n, n, n);
+}
+
 /* A conv2d (k x k, same padding) or a depthwise one over 1 x hw x hw x c. */
 static char *conv_text(int hw, int c, int f, int k, bool depthwise) {
   int pad = k / 2;
@@ -706,7 +717,7 @@ static void bench_gpu(void) {
     char name[40];
     char *text;
     int gemm; /* a square matmul of this size (exported for the device check), else 0 */
-    char gemm_elem[5]; /* its operands: f32, f16 or bf16 */
+    char gemm_elem[12]; /* its operands: f32, f16, bf16 (exported), f8E4M3FN */
   } cases[16];
   size_t n = 0;
 #define GPU_CASE(label, make)                                             \
@@ -714,7 +725,7 @@ static void bench_gpu(void) {
     snprintf(cases[n].name, sizeof cases[n].name, "%s", label);           \
     cases[n].gemm = 0;                                                    \
     cases[n].gemm_elem[0] = '\0';                                                             \
-    if (sscanf(label, "matmul %d %4s", &cases[n].gemm, cases[n].gemm_elem) != 2) cases[n].gemm = 0; \
+    if (sscanf(label, "matmul %d %11s", &cases[n].gemm, cases[n].gemm_elem) != 2) cases[n].gemm = 0; \
     cases[n++].text = (make);                                             \
   } while (0)
   const char *export_dir = getenv("KILN_BENCH_EXPORT_GPU");
@@ -732,6 +743,7 @@ static void bench_gpu(void) {
     GPU_CASE("matmul 1024 f16", matmul_half_text(1024, "f16"));
     GPU_CASE("matmul 4096 f16", matmul_half_text(4096, "f16"));
     GPU_CASE("matmul 1024 bf16", matmul_half_text(1024, "bf16"));
+    GPU_CASE("matmul 1024 f8E4M3FN", matmul_f8_text(1024, "f8E4M3FN"));
     GPU_CASE("conv3x3 56x56x64->64", conv_text(56, 64, 64, 3, false));
     GPU_CASE("conv1x1 56x56x64->256", conv_text(56, 64, 256, 1, false));
     GPU_CASE("depthwise3x3 56x56x64", conv_text(56, 64, 0, 3, true));
@@ -754,7 +766,9 @@ static void bench_gpu(void) {
                                              &out);
     if (st) kiln_bench_die("kiln does not compile %s: %s", cases[c].name, kiln_status_message(st));
     for (size_t t = 0; t < N_GPU; t++) {
-      if (export_dir && *export_dir && cases[c].gemm && gpus[t]->kind == KILN_TARGET_KIND_CUDA) {
+      /* bench_gpu_device times f32, f16 and bf16 against cuBLAS; f8 would need cuBLASLt. */
+      if (export_dir && *export_dir && cases[c].gemm && gpus[t]->kind == KILN_TARGET_KIND_CUDA &&
+          strncmp(cases[c].gemm_elem, "f8", 2)) {
         export_cuda_case(export_dir, cases[c].name, &out, t, cases[c].gemm, cases[c].gemm, cases[c].gemm,
                          cases[c].gemm_elem);
       }
@@ -780,10 +794,22 @@ static void bench_gpu(void) {
         gpu_goal(what, madd > 0 && r.code.loop_loads / madd <= 0.05 && r.code.load_bits >= 128 &&
                            r.code.shared_bytes > 0 && r.code.spill_bytes <= 0,
                  detail);
-      } else if (!strcmp(cases[c].name, "matmul 1024 f16") || !strcmp(cases[c].name, "matmul 1024 bf16")) {
+      } else if (!strcmp(cases[c].name, "matmul 1024 f16") || !strcmp(cases[c].name, "matmul 1024 bf16") ||
+                 !strcmp(cases[c].name, "matmul 1024 f8E4M3FN")) {
         snprintf(what, sizeof what, "%.24s, %s: matrix instructions", cases[c].name, gpus[t]->id);
+        bool f8 = strstr(cases[c].name, "f8") != NULL;
+        /* f8 matrix ops: sm_89 from PTX 8.4 (IREE pins 7.8), sm_120/121; gfx950
+         * (OCP formats; gfx942's are FNUZ); RDNA4, not RDNA3. */
+        const char *no_f8 = gpus[t]->kind == KILN_TARGET_KIND_CUDA && gpus[t]->ptx_version < 84
+                                ? "N/A (no f8 mma.sync in PTX 7.8, IREE's pin for sm_89)"
+                            : gpus[t]->kind == KILN_TARGET_KIND_HIP && strcmp(gpus[t]->chip, "gfx950") &&
+                                    strncmp(gpus[t]->chip, "gfx12", 5)
+                                ? "N/A (no OCP f8 matrix op on this chip)"
+                                : NULL;
         /* Vulkan has them only where the profile declares cooperative matrices. */
-        if (gpus[t]->kind == KILN_TARGET_KIND_VULKAN &&
+        if (f8 && no_f8) {
+          printf("goal: %-58s %-20s %s\n", what, r.code.matrix ? "yes" : "none", no_f8);
+        } else if (gpus[t]->kind == KILN_TARGET_KIND_VULKAN &&
             !strstr(gpus[t]->spirv_capabilities ? gpus[t]->spirv_capabilities : "", "CooperativeMatrix")) {
           printf("goal: %-58s %-20s %s\n", what, r.code.matrix ? "yes" : "none", "N/A (no cooperative matrix in its profile)");
         } else {

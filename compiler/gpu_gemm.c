@@ -98,7 +98,7 @@ static bool same_index(MlirOperation a, int ia, MlirOperation b, int ib) {
 static bool operand_is(MlirValue v, const load_t *load, unsigned bits) {
   MlirOperation d = kiln_compiler_gpu_def_of(v);
   if (mlirOperationIsNull(d)) return false;
-  if (bits == 16) {
+  if (bits < 32) {
     if (!kiln_compiler_op_is(d, "arith.extf")) return false;
     d = kiln_compiler_gpu_def_of(mlirOperationGetOperand(d, 0));
     if (mlirOperationIsNull(d)) return false;
@@ -269,8 +269,11 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
   MlirType tc = mlirValueGetType(mlirOperationGetOperand(c->op, 0));
   MlirType ea = mlirShapedTypeGetElementType(ta), eb = mlirShapedTypeGetElementType(tb);
   if (!mlirTypeIsAF32(mlirShapedTypeGetElementType(tc)) || !mlirTypeEqual(ea, eb)) return false;
-  unsigned bits = mlirTypeIsAF32(ea) ? 32 : mlirTypeIsAF16(ea) || mlirTypeIsABF16(ea) ? 16 : 0;
-  if (!bits || n_ext != (bits == 16 ? 2u : 0u)) return false;
+  kiln_gemm_f8_t f8 = mlirTypeIsAFloat8E4M3FN(ea) ? KILN_GEMM_F8_E4M3FN
+                      : mlirTypeIsAFloat8E5M2(ea) ? KILN_GEMM_F8_E5M2
+                                                  : KILN_GEMM_F8_NONE;
+  unsigned bits = mlirTypeIsAF32(ea) ? 32 : mlirTypeIsAF16(ea) || mlirTypeIsABF16(ea) ? 16 : f8 ? 8 : 0;
+  if (!bits || n_ext != (bits < 32 ? 2u : 0u)) return false;
   /* c = c + a * b, stored where it was read. */
   MlirValue m0 = mlirOperationGetOperand(mul, 0), m1 = mlirOperationGetOperand(mul, 1);
   if (!((operand_is(m0, a, bits) && operand_is(m1, b, bits)) || (operand_is(m0, b, bits) && operand_is(m1, a, bits)))) {
@@ -331,7 +334,8 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
                                 .c_arg = (unsigned)c->arg,
                                 .n_args = (unsigned)mlirBlockGetNumArguments(entry),
                                 .operand_bits = bits,
-                                .bf16 = mlirTypeIsABF16(ea)};
+                                .bf16 = mlirTypeIsABF16(ea),
+                                .f8 = f8};
   return true;
 }
 
@@ -641,95 +645,134 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   return kiln_buf_take(&text);
 }
 
+/* The matrix-unit kernels' slices: MMA_SLICE_BYTES of k per row of A and B
+ * (32 halves or 64 f8), staged in workgroup memory as A[m][k] and B transposed
+ * as B[n][k], each row padded to MMA_PITCH_BYTES (80: the 8 rows a fragment
+ * load reads fall in 8 different bank quads). */
+#define MMA_SLICE_BYTES 64
+#define MMA_PITCH_BYTES 80
+#define MMA_THREADS 128
+
+/* How a matrix kernel holds its operands: as f16, or as their bits (bf16 as
+ * i16, f8 as i8) cast back for the matrix op. */
+typedef struct mma_fmt_s {
+  const char *h; /* the element type in memory and workgroup memory */
+  const char *f; /* the type the matrix op takes */
+  int bytes;     /* an element's */
+  int vec;       /* elements per 128-bit global access: 8 or 16 */
+  int depth;     /* k per staged slice: 32 or 64 */
+  int pitch;     /* a workgroup row, in elements */
+} mma_fmt_t;
+
+static mma_fmt_t mma_fmt(const kiln_compiler_gemm_t *g) {
+  int bytes = (int)g->operand_bits / 8;
+  const char *f = g->f8 == KILN_GEMM_F8_E4M3FN ? "f8E4M3FN"
+                  : g->f8 == KILN_GEMM_F8_E5M2 ? "f8E5M2"
+                  : g->bf16                    ? "bf16"
+                                               : "f16";
+  return (mma_fmt_t){g->f8 ? "i8" : g->bf16 ? "i16" : "f16", f, bytes, 16 / bytes, MMA_SLICE_BYTES / bytes,
+                     MMA_PITCH_BYTES / bytes};
+}
+
 /* The matrix-unit kernels' staging: in `rounds` rounds of `threads`
- * invocations, each moves one 8-half vector of the 64x32 A slice into As[m][k]
- * and one of the 32x64 B slice, transposed, into Bs[n][k]. stage_setup emits
- * the invocation's indices (before the loop; needs %t, %m0 and %bx8),
- * stage_slice a slice's loads and stores and the barrier after them (in the
- * loop; needs %kt4 = 4kt and %kt32 = 32kt). */
-static void stage_setup(kiln_buf_t *b, int rounds, int threads) {
+ * invocations, each moves one 128-bit vector of the 64-row A slice into
+ * As[m][k] and one of the B slice, transposed, into Bs[n][k] (each slice is
+ * 256 vectors). stage_setup emits the invocation's indices (before the loop;
+ * needs %t, %m0 and %bx), stage_slice a slice's loads and stores and the
+ * barrier after them (in the loop; needs %kt4 = 4kt and %ktd = depth kt). */
+static void stage_setup(kiln_buf_t *b, int rounds, int threads, const mma_fmt_t *f) {
+  int per_row = KILN_GEMM_TILE_N / f->vec; /* B's vectors in one k row of the tile */
+  kiln_buf_appendf(b, "  %%bxv = arith.muli %%bx, %%c%d : index\n", per_row);
   for (int it = 0; it < rounds; it++) {
     kiln_buf_appendf(b,
                      "  %%st%d = arith.constant %d : index\n  %%i%d = arith.addi %%t, %%st%d : index\n"
                      "  %%arow%d = arith.divui %%i%d, %%c4 : index\n  %%akq%d = arith.remui %%i%d, %%c4 : index\n"
-                     "  %%ak8%d = arith.muli %%akq%d, %%c8 : index\n  %%garow%d = arith.addi %%m0, %%arow%d : index\n"
-                     "  %%bk%d = arith.divui %%i%d, %%c8 : index\n  %%bnq%d = arith.remui %%i%d, %%c8 : index\n"
-                     "  %%bn8%d = arith.muli %%bnq%d, %%c8 : index\n  %%gbcol%d = arith.addi %%bx8, %%bnq%d : index\n",
-                     it, it * threads, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it, it);
-    for (int i = 0; i < 8; i++) kiln_buf_appendf(b, "  %%bn%d_%d = arith.addi %%bn8%d, %%c%d : index\n", it, i, it, i);
+                     "  %%ak8%d = arith.muli %%akq%d, %%c%d : index\n  %%garow%d = arith.addi %%m0, %%arow%d : index\n"
+                     "  %%bk%d = arith.divui %%i%d, %%c%d : index\n  %%bnq%d = arith.remui %%i%d, %%c%d : index\n"
+                     "  %%bn8%d = arith.muli %%bnq%d, %%c%d : index\n  %%gbcol%d = arith.addi %%bxv, %%bnq%d : index\n",
+                     it, it * threads, it, it, it, it, it, it, it, it, f->vec, it, it, it, it, per_row, it, it,
+                     per_row, it, it, f->vec, it, it);
+    for (int i = 0; i < f->vec; i++) {
+      kiln_buf_appendf(b, "  %%bn%d_%d = arith.addi %%bn8%d, %%c%d : index\n", it, i, it, i);
+    }
   }
 }
 
 static void stage_slice(kiln_buf_t *b, int rounds, const char *A, const char *B, const char *bi, const char *ta,
-                        const char *tb, const char *ws, const char *h) {
+                        const char *tb, const char *ws, const mma_fmt_t *f) {
   for (int it = 0; it < rounds; it++) {
     kiln_buf_appendf(b,
                      "    %%kv%d = arith.addi %%kt4, %%akq%d : index\n"
                      "    %%va%d = memref.load %s[%s%%garow%d, %%kv%d] : %s\n"
-                     "    vector.store %%va%d, %%As[%%arow%d, %%ak8%d] {alignment = 16} : %s, vector<8x%s>\n"
-                     "    %%kr%d = arith.addi %%kt32, %%bk%d : index\n"
+                     "    vector.store %%va%d, %%As[%%arow%d, %%ak8%d] {alignment = 16} : %s, vector<%dx%s>\n"
+                     "    %%kr%d = arith.addi %%ktd, %%bk%d : index\n"
                      "    %%vb%d = memref.load %s[%s%%kr%d, %%gbcol%d] : %s\n",
-                     it, it, it, A, bi, it, it, ta, it, it, it, ws, h, it, it, it, B, bi, it, it, tb);
-    for (int i = 0; i < 8; i++) {
+                     it, it, it, A, bi, it, it, ta, it, it, it, ws, f->vec, f->h, it, it, it, B, bi, it, it, tb);
+    for (int i = 0; i < f->vec; i++) {
       kiln_buf_appendf(b,
-                       "    %%vb%d_%d = vector.extract %%vb%d[%d] : %s from vector<8x%s>\n"
+                       "    %%vb%d_%d = vector.extract %%vb%d[%d] : %s from vector<%dx%s>\n"
                        "    memref.store %%vb%d_%d, %%Bs[%%bn%d_%d, %%bk%d] : %s\n",
-                       it, i, it, i, h, h, it, i, it, i, it, ws);
+                       it, i, it, i, f->h, f->vec, f->h, it, i, it, i, it, ws);
     }
   }
   kiln_buf_append_str(b, "    gpu.barrier\n");
 }
 
-/* ---- CUDA: f16 operands on the tensor cores ---- */
+/* ---- CUDA: f16, bf16 and f8 operands on the tensor cores ---- */
 
 /* The workgroup: 4 warps (32 x 4), each a 32x32 quarter of the 64x64 tile as
- * 2 x 4 mma.sync.m16n8k16 tiles (f16 products, f32 accumulators), over k slices
- * of MMA_TILE_K staged in workgroup memory: A as [m][k], B transposed as [n][k],
- * rows padded to MMA_PITCH halves (80 bytes: the 8 rows a fragment load reads
- * fall in 8 different bank quads). Fragments follow PTX's layouts for
- * m16n8k16 (g = lane / 4, c = lane % 4):
+ * 2 x 4 m16n8 mma.sync tiles (f32 accumulators) over the staged slices.
+ * Fragments follow PTX's layouts (g = lane / 4, c = lane % 4), for m16n8k16
+ * (f16, bf16):
  *   A: {a0a1, a2a3, a4a5, a6a7} = A[g][2c..], A[g+8][2c..], A[g][2c+8..], A[g+8][2c+8..]
  *   B: {b0b1, b2b3}             = B[2c..][g], B[2c+8..][g]
  *   C: {c0c1, c2c3}             = C[g][2c..], C[g+8][2c..]
- * Global accesses: A and B in 128-bit vectors of 8 halves (two each per
- * invocation per slice), C in 64-bit pairs. */
-#define MMA_TILE_K 32
-#define MMA_PITCH (MMA_TILE_K + 8)
-#define MMA_THREADS 128
+ * and for m16n8k32 (f8: e4m3, e5m2), four to a register:
+ *   A: A[g][4c..], A[g+8][4c..], A[g][4c+16..], A[g+8][4c+16..]
+ *   B: B[4c..][g], B[4c+16..][g]
+ *   C: as m16n8k16's
+ * Global accesses: A and B in 128-bit vectors (two each per invocation per
+ * slice), C in 64-bit pairs. */
 
+/* PTX has the f8 mma.sync for sm_89 from ISA 8.4 on; IREE 3.12 pins sm_89 to
+ * PTX 7.8 (targets.c), where its f8 matmuls take the SIMT tile. */
 static bool use_mma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
-  return t->kind == KILN_TARGET_KIND_CUDA && g->operand_bits == 16 && !g->conv_h && g->k % MMA_TILE_K == 0 &&
-         g->m % KILN_GEMM_TILE_M == 0;
+  mma_fmt_t f = mma_fmt(g);
+  return t->kind == KILN_TARGET_KIND_CUDA && (g->operand_bits == 16 || (g->f8 && t->ptx_version >= 84)) &&
+         !g->conv_h && g->k % f.depth == 0 && g->m % KILN_GEMM_TILE_M == 0;
 }
 
-/* %<m>i<ks><i>_<r>: the pair of bf16 at <S>s[%<row>, %k<kc><ks>] as one i32. */
-static void bf16_pair(kiln_buf_t *b, char m, int ks, int i, int r, const char *row, char kc, const char *ws) {
+/* %<m>i<ks><i>_<r>: the register of 32 bits (two bf16 or four f8) at
+ * <S>s[%<row>, %k<kc><ks>] as one i32. */
+static void mma_word(kiln_buf_t *b, const mma_fmt_t *f, char m, int ks, int i, int r, const char *row, char kc,
+                     const char *ws) {
   kiln_buf_appendf(b,
-                   "    %%%c%d%d_%d = vector.load %%%cs[%%%s, %%k%c%d] {alignment = 4} : %s, vector<2xi16>\n"
-                   "    %%%cw%d%d_%d = vector.bitcast %%%c%d%d_%d : vector<2xi16> to vector<1xi32>\n"
+                   "    %%%c%d%d_%d = vector.load %%%cs[%%%s, %%k%c%d] {alignment = 4} : %s, vector<%dx%s>\n"
+                   "    %%%cw%d%d_%d = vector.bitcast %%%c%d%d_%d : vector<%dx%s> to vector<1xi32>\n"
                    "    %%%ci%d%d_%d = vector.extract %%%cw%d%d_%d[0] : i32 from vector<1xi32>\n",
-                   m, ks, i, r, m == 'a' ? 'A' : 'B', row, kc, ks, ws, m, ks, i, r, m, ks, i, r, m, ks, i, r, m, ks, i,
-                   r);
+                   m, ks, i, r, m == 'a' ? 'A' : 'B', row, kc, ks, ws, 4 / f->bytes, f->h, m, ks, i, r, m, ks, i, r,
+                   4 / f->bytes, f->h, m, ks, i, r, m, ks, i, r);
 }
 
-/* One 16-deep k step of the bf16 kernel: nvgpu.mma.sync has no bf16 form, so
- * nvvm.mma.sync's, on registers of two bf16 each (i32: the lower k in the low
- * half), in the same fragment layout as f16; the accumulators stay
- * vector<2x2xf32> as in the f16 kernel. */
-static void mma_bf16_step(kiln_buf_t *b, int ks, const char *ws, char cur[8][24]) {
+/* One k step of the bf16 and f8 kernels on registers of 32 bits (the lower k
+ * in the low bits), the accumulators vector<2x2xf32> as in the f16 kernel.
+ * nvgpu.mma.sync has neither type: bf16 takes nvvm.mma.sync, f8 (which
+ * nvvm.mma.sync refuses) PTX's own instruction as inline assembly. */
+static void mma_word_step(kiln_buf_t *b, const mma_fmt_t *f, int ks, const char *ws, char cur[8][24]) {
+  const char *ptx = strcmp(f->f, "f8E5M2") ? "e4m3" : "e5m2"; /* f8's in PTX */
   static const char *const rows[4] = {"ra", "rb", "ra", "rb"};
   static const char *const st4 = "!llvm.struct<(f32, f32, f32, f32)>";
   char row[16];
   for (int mi = 0; mi < 2; mi++) {
     for (int r = 0; r < 4; r++) {
       snprintf(row, sizeof row, "%s%d", rows[r], mi);
-      bf16_pair(b, 'a', ks, mi, r, row, r < 2 ? 'b' : 'c', ws);
+      mma_word(b, f, 'a', ks, mi, r, row, r < 2 ? 'b' : 'c', ws);
     }
   }
   for (int ni = 0; ni < 4; ni++) {
     for (int r = 0; r < 2; r++) {
       snprintf(row, sizeof row, "nb%d", ni);
-      bf16_pair(b, 'b', ks, ni, r, row, r ? 'c' : 'b', ws);
+      mma_word(b, f, 'b', ks, ni, r, row, r ? 'c' : 'b', ws);
     }
   }
   for (int mi = 0; mi < 2; mi++) {
@@ -742,13 +785,24 @@ static void mma_bf16_step(kiln_buf_t *b, int ks, const char *ws, char cur[8][24]
                          "    %%cs%d_%d_%d = vector.extract %%cr%d_%d_%d[1] : f32 from vector<2xf32>\n",
                          ks, a, r, cur[a], r, ks, a, 2 * r, ks, a, r, ks, a, 2 * r + 1, ks, a, r);
       }
-      kiln_buf_appendf(b,
-                       "    %%mm%d_%d = nvvm.mma.sync A[%%ai%d%d_0, %%ai%d%d_1, %%ai%d%d_2, %%ai%d%d_3] "
-                       "B[%%bi%d%d_0, %%bi%d%d_1] C[%%cs%d_%d_0, %%cs%d_%d_1, %%cs%d_%d_2, %%cs%d_%d_3] "
-                       "{layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
-                       "multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, "
-                       "shape = #nvvm.shape<m = 16, n = 8, k = 16>} : (i32, i32, f32) -> %s\n",
-                       ks, a, ks, mi, ks, mi, ks, mi, ks, mi, ks, ni, ks, ni, ks, a, ks, a, ks, a, ks, a, st4);
+      if (f->bytes == 1) {
+        kiln_buf_appendf(b,
+                         "    %%mm%d_%d = llvm.inline_asm asm_dialect = att \"mma.sync.aligned.m16n8k32.row.col.f32.%s.%s.f32 "
+                         "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};\", "
+                         "\"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f\" %%ai%d%d_0, %%ai%d%d_1, %%ai%d%d_2, %%ai%d%d_3, "
+                         "%%bi%d%d_0, %%bi%d%d_1, %%cs%d_%d_0, %%cs%d_%d_1, %%cs%d_%d_2, %%cs%d_%d_3 : "
+                         "(i32, i32, i32, i32, i32, i32, f32, f32, f32, f32) -> %s\n",
+                         ks, a, ptx, ptx, ks, mi, ks, mi, ks, mi, ks, mi, ks, ni, ks, ni, ks, a, ks, a, ks, a, ks, a,
+                         st4);
+      } else {
+        kiln_buf_appendf(b,
+                         "    %%mm%d_%d = nvvm.mma.sync A[%%ai%d%d_0, %%ai%d%d_1, %%ai%d%d_2, %%ai%d%d_3] "
+                         "B[%%bi%d%d_0, %%bi%d%d_1] C[%%cs%d_%d_0, %%cs%d_%d_1, %%cs%d_%d_2, %%cs%d_%d_3] "
+                         "{layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
+                         "multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, "
+                         "shape = #nvvm.shape<m = 16, n = 8, k = 16>} : (i32, i32, f32) -> %s\n",
+                         ks, a, ks, mi, ks, mi, ks, mi, ks, mi, ks, ni, ks, ni, ks, a, ks, a, ks, a, ks, a, st4);
+      }
       for (int i = 0; i < 4; i++) {
         kiln_buf_appendf(b, "    %%md%d_%d_%d = llvm.extractvalue %%mm%d_%d[%d] : %s\n", ks, a, i, ks, a, i, st4);
       }
@@ -764,14 +818,15 @@ static void mma_bf16_step(kiln_buf_t *b, int ks, const char *ws, char cur[8][24]
 }
 
 static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g) {
-  const char *h = g->bf16 ? "i16" : "f16"; /* bf16 moves as its bits */
+  mma_fmt_t f = mma_fmt(g);
+  const char *h = f.h;
   kiln_buf_t ta, tb, tc;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc);
-  vec_memref(&ta, g, g->m, g->k, 8, h);
-  vec_memref(&tb, g, g->k, g->n, 8, h);
+  vec_memref(&ta, g, g->m, g->k, f.vec, h);
+  vec_memref(&tb, g, g->k, g->n, f.vec, h);
   vec_memref(&tc, g, g->m, g->n, 2, "f32");
   char ws[96];
-  snprintf(ws, sizeof ws, "memref<%dx%dx%s, #gpu.address_space<workgroup>>", KILN_GEMM_TILE_M, MMA_PITCH, h);
+  snprintf(ws, sizeof ws, "memref<%dx%dx%s, #gpu.address_space<workgroup>>", KILN_GEMM_TILE_M, f.pitch, h);
   kiln_buf_t text;
   kiln_buf_init(&text);
   kiln_buf_t *b = &text;
@@ -779,7 +834,7 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
   kiln_buf_appendf(b, " workgroup(%%As : %s, %%Bs : %s) kernel attributes {known_block_size = array<i32: 32, 4, 1>} {\n",
                    ws, ws);
   emit_t e = {.b = b};
-  int64_t consts[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 64, 128, g->k / MMA_TILE_K};
+  int64_t consts[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 24, 32, 64, 128, g->k / f.depth};
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) need_const(&e, consts[i]);
   char A[16], B[16], C[16];
   snprintf(A, sizeof A, "%%arg%u", g->a_arg);
@@ -794,10 +849,10 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
                       "  %wm = arith.divui %warp, %c2 : index\n  %wn = arith.remui %warp, %c2 : index\n"
                       "  %m0 = arith.muli %by, %c64 : index\n"
                       "  %wm32 = arith.muli %wm, %c32 : index\n  %wn32 = arith.muli %wn, %c32 : index\n"
-                      "  %bx8 = arith.muli %bx, %c8 : index\n"
                       "  %bx32 = arith.muli %bx, %c32 : index\n  %wn16 = arith.muli %wn, %c16 : index\n"
-                      "  %cb = arith.addi %bx32, %wn16 : index\n  %cb2 = arith.addi %cb, %q : index\n");
-  stage_setup(b, 2, MMA_THREADS);
+                      "  %cb = arith.addi %bx32, %wn16 : index\n  %cb2 = arith.addi %cb, %q : index\n"
+                      "  %q4 = arith.muli %q, %c4 : index\n");
+  stage_setup(b, 2, MMA_THREADS, &f);
   /* The fragments' rows and columns in the tile. */
   for (int mi = 0; mi < 2; mi++) {
     kiln_buf_appendf(b,
@@ -813,7 +868,7 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
                      ni, ni * 8, ni, ni, ni, ni * 4);
   }
   kiln_buf_append_str(b, "  %zc = arith.constant dense<0.0> : vector<2x2xf32>\n");
-  if (!g->bf16) {
+  if (!strcmp(f.f, "f16")) {
     kiln_buf_append_str(b, "  %za = arith.constant dense<0.0> : vector<4x2xf16>\n"
                            "  %zb = arith.constant dense<0.0> : vector<2x2xf16>\n");
   }
@@ -830,20 +885,24 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
     }
   }
   kiln_buf_appendf(b, "  %%r:8 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(",
-                   (long long)(g->k / MMA_TILE_K));
+                   (long long)(g->k / f.depth));
   for (int a = 0; a < 8; a++) kiln_buf_appendf(b, "%s%%x%d = %%acc%d%d", a ? ", " : "", a, a / 4, a % 4);
   kiln_buf_append_str(b, ") -> (");
   for (int a = 0; a < 8; a++) kiln_buf_appendf(b, "%svector<2x2xf32>", a ? ", " : "");
-  kiln_buf_append_str(b, ") {\n    %kt4 = arith.muli %kt, %c4 : index\n    %kt32 = arith.muli %kt, %c32 : index\n");
-  stage_slice(b, 2, A, B, bi, ta.data, tb.data, ws, h);
+  kiln_buf_appendf(b, ") {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n    %%ktd = arith.muli %%kt, %%c%d : index\n",
+                   f.depth);
+  stage_slice(b, 2, A, B, bi, ta.data, tb.data, ws, &f);
   char cur[8][24];
   for (int a = 0; a < 8; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
-  for (int ks = 0; ks < MMA_TILE_K / 16; ks++) {
+  /* k steps of 16 (f16, bf16: lane c's k from 2c, then 2c + 8) or 32 (f8: 4c,
+   * then 4c + 16). */
+  int kstep = 32 / f.bytes;
+  for (int ks = 0; ks < f.depth / kstep; ks++) {
     kiln_buf_appendf(b,
-                     "    %%kb%d = arith.addi %%q2, %%c%d : index\n    %%kc%d = arith.addi %%kb%d, %%c8 : index\n",
-                     ks, ks * 16, ks, ks);
-    if (g->bf16) {
-      mma_bf16_step(b, ks, ws, cur);
+                     "    %%kb%d = arith.addi %s, %%c%d : index\n    %%kc%d = arith.addi %%kb%d, %%c%d : index\n",
+                     ks, f.bytes == 1 ? "%q4" : "%q2", ks * kstep, ks, ks, kstep / 2);
+    if (strcmp(f.f, "f16")) {
+      mma_word_step(b, &f, ks, ws, cur);
       continue;
     }
     for (int mi = 0; mi < 2; mi++) {
@@ -897,32 +956,34 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
   return kiln_buf_take(&text);
 }
 
-/* ---- AMD: f16 operands on the matrix cores (MFMA, WMMA) ---- */
+/* ---- AMD: f16, bf16 and f8 operands on the matrix cores (MFMA, WMMA) ---- */
 
 /* The workgroup: 4 waves (64 x 4 on CDNA, 32 x 4 on RDNA), each a 32x32
- * quarter of the 64x64 tile as 2 x 2 16x16x16 matrix tiles, over the same
- * 32-deep slices and workgroup layout as the CUDA kernel (A as [m][k], B
- * transposed as [n][k]). Each lane's A and B fragments are one workgroup load
- * (64-bit for MFMA, 128-bit for RDNA4's WMMA, two for RDNA3's); C is read and
- * written once, as scalars. The fragment layouts are at amd_matrix_kernel_text. */
+ * quarter of the 64x64 tile as 2 x 2 16x16 matrix tiles, over the same slices
+ * and workgroup layout as the CUDA kernel (A as [m][k], B transposed as
+ * [n][k]). Each lane's A and B fragments are one workgroup load (64-bit for
+ * MFMA, 128-bit for RDNA4's f16 WMMA, two for RDNA3's); C is read and written
+ * once, as scalars. The fragment layouts are at amd_matrix_kernel_text. f8
+ * (OCP E4M3 and E5M2) has MFMA on gfx950 (16x16x32; gfx942's f8 are the FNUZ
+ * formats) and WMMA on RDNA4 (16x16x16); RDNA3 has none. */
 
 /* Which AMD matrix instruction a kernel uses; each lays its fragments out
  * otherwise (amd_matrix_kernel_text). */
 typedef enum amd_matrix_e {
   AMD_MATRIX_NONE,
-  AMD_MATRIX_MFMA,  /* CDNA (gfx9, wave64): v_mfma_f32_16x16x16_f16 */
+  AMD_MATRIX_MFMA,  /* CDNA (gfx9, wave64): v_mfma_f32_16x16x16_f16, _16x16x32_fp8_fp8 */
   AMD_MATRIX_WMMA3, /* RDNA3 (gfx11, wave32): v_wmma_f32_16x16x16_f16 */
-  AMD_MATRIX_WMMA4, /* RDNA4 (gfx12, wave32): v_wmma_f32_16x16x16_f16, 8-half fragments */
+  AMD_MATRIX_WMMA4, /* RDNA4 (gfx12, wave32): v_wmma_f32_16x16x16_f16, _fp8_fp8; 8-element fragments */
 } amd_matrix_t;
 
 static amd_matrix_t amd_matrix(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
-  if (t->kind != KILN_TARGET_KIND_HIP || g->operand_bits != 16 || g->conv_h || g->k % MMA_TILE_K ||
+  if (t->kind != KILN_TARGET_KIND_HIP || g->operand_bits == 32 || g->conv_h || g->k % mma_fmt(g).depth ||
       g->m % KILN_GEMM_TILE_M) {
     return AMD_MATRIX_NONE;
   }
-  if (t->limits.subgroup_size == 64) return AMD_MATRIX_MFMA;
+  if (t->limits.subgroup_size == 64) return !g->f8 || !strcmp(t->chip, "gfx950") ? AMD_MATRIX_MFMA : AMD_MATRIX_NONE;
   if (t->limits.subgroup_size != 32) return AMD_MATRIX_NONE;
-  if (!strncmp(t->chip, "gfx11", 5)) return AMD_MATRIX_WMMA3;
+  if (!strncmp(t->chip, "gfx11", 5)) return g->f8 ? AMD_MATRIX_NONE : AMD_MATRIX_WMMA3;
   if (!strncmp(t->chip, "gfx12", 5)) return AMD_MATRIX_WMMA4;
   return AMD_MATRIX_NONE;
 }
@@ -930,33 +991,36 @@ static amd_matrix_t amd_matrix(const kiln_compiler_gemm_t *g, const kiln_target_
 static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, amd_matrix_t kind) {
   /* Per lane (r = lane % 16, s = lane / 16), element j of its fragments:
    *   MFMA  (wave64): A[r][4s + j]  B[4s + j][r]  C[4s + j][r]   j < 4
+   *   MFMA f8 16x16x32: A[r][8s + j]  B[8s + j][r]  C[4s + j][r]   j < 8 (A, B), 4 (C)
    *   WMMA3 (wave32): A[r][j]       B[j][r]       C[2j + s][r]   j < 16 (A, B), 8 (C);
    *                   lanes 16-31 repeat lanes 0-15's A and B
    *   WMMA4 (wave32): A[r][8s + j]  B[8s + j][r]  C[8s + j][r]   j < 8
    * (RDNA4's hardware pairs the halves of k across the two half-waves
    * differently, the same way for A and B, so the sums are the same.) */
-  bool wmma = kind != AMD_MATRIX_MFMA;
+  mma_fmt_t f = mma_fmt(g);
+  bool wmma = kind != AMD_MATRIX_MFMA, f8 = f.bytes == 1;
   int lanes = wmma ? 32 : 64, threads = 4 * lanes;
-  int frag = kind == AMD_MATRIX_MFMA ? 4 : kind == AMD_MATRIX_WMMA3 ? 16 : 8, n_c = wmma ? 8 : 4;
+  int frag = kind == AMD_MATRIX_MFMA ? (f8 ? 8 : 4) : kind == AMD_MATRIX_WMMA3 ? 16 : 8, n_c = wmma ? 8 : 4;
+  int kstep = kind == AMD_MATRIX_MFMA && f8 ? 32 : 16; /* k of one matrix op */
   /* Where lane s's k range starts and its C rows step. */
-  const char *k_of_s = kind == AMD_MATRIX_MFMA ? "%s4" : kind == AMD_MATRIX_WMMA3 ? "%c0" : "%s8";
+  const char *k_of_s = kind == AMD_MATRIX_MFMA && !f8 ? "%s4" : kind == AMD_MATRIX_WMMA3 ? "%c0" : "%s8";
   const char *row_of_s = kind == AMD_MATRIX_MFMA ? "%s4" : kind == AMD_MATRIX_WMMA3 ? "%s" : "%s8";
   int row_step = kind == AMD_MATRIX_WMMA3 ? 2 : 1;
-  /* Fragment loads: rows of MMA_PITCH halves (80 bytes), k offsets of 4 halves
-   * (MFMA) or 8 (WMMA). */
-  int align = frag >= 8 ? 16 : 8;
-  int rounds = 256 / threads; /* 128-bit vectors of each 64x32 slice per invocation */
+  /* Fragment loads: rows of 80 bytes, k offsets of a fragment's size. */
+  int align = frag * f.bytes >= 16 ? 16 : frag * f.bytes;
+  int rounds = 256 / threads; /* 128-bit vectors of each slice per invocation */
   kiln_buf_t ta, tb, tc;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc);
-  const char *h = g->bf16 ? "i16" : "f16"; /* bf16 moves as its bits, and is cast back for the op */
-  vec_memref(&ta, g, g->m, g->k, 8, h);
-  vec_memref(&tb, g, g->k, g->n, 8, h);
+  const char *h = f.h; /* bf16 and f8 move as their bits, and are cast back for the op */
+  bool bits = strcmp(f.f, "f16") != 0;
+  vec_memref(&ta, g, g->m, g->k, f.vec, h);
+  vec_memref(&tb, g, g->k, g->n, f.vec, h);
   kiln_buf_append_str(&tc, "memref<");
   if (g->rank == 3) kiln_buf_appendf(&tc, "%lldx", (long long)g->batch);
   kiln_buf_appendf(&tc, "%lldx%lldxf32>", (long long)g->m, (long long)g->n);
   char ws[96], vf[24], vl[24], vc[24];
-  snprintf(ws, sizeof ws, "memref<%dx%dx%s, #gpu.address_space<workgroup>>", KILN_GEMM_TILE_M, MMA_PITCH, h);
-  snprintf(vf, sizeof vf, "vector<%dx%s>", frag, g->bf16 ? "bf16" : "f16");
+  snprintf(ws, sizeof ws, "memref<%dx%dx%s, #gpu.address_space<workgroup>>", KILN_GEMM_TILE_M, f.pitch, h);
+  snprintf(vf, sizeof vf, "vector<%dx%s>", frag, f.f);
   snprintf(vl, sizeof vl, "vector<%dx%s>", frag, h);
   snprintf(vc, sizeof vc, "vector<%dxf32>", n_c);
   kiln_buf_t text;
@@ -968,7 +1032,7 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
                    ws, ws, lanes);
   emit_t e = {.b = b};
   for (int64_t c = 0; c <= 16; c++) need_const(&e, c);
-  int64_t consts[] = {32, 64, 128, g->k / MMA_TILE_K};
+  int64_t consts[] = {32, 48, 64, 128, g->k / f.depth};
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) need_const(&e, consts[i]);
   char A[16], B[16], C[16];
   snprintf(A, sizeof A, "%%arg%u", g->a_arg);
@@ -983,10 +1047,9 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
                    "  %%wl = arith.muli %%wave, %%c%d : index\n  %%t = arith.addi %%wl, %%lane : index\n"
                    "  %%wm = arith.divui %%wave, %%c2 : index\n  %%wn = arith.remui %%wave, %%c2 : index\n"
                    "  %%m0 = arith.muli %%by, %%c64 : index\n  %%n0 = arith.muli %%bx, %%c64 : index\n"
-                   "  %%wm32 = arith.muli %%wm, %%c32 : index\n  %%wn32 = arith.muli %%wn, %%c32 : index\n"
-                   "  %%bx8 = arith.muli %%bx, %%c8 : index\n",
+                   "  %%wm32 = arith.muli %%wm, %%c32 : index\n  %%wn32 = arith.muli %%wn, %%c32 : index\n",
                    lanes);
-  stage_setup(b, rounds, threads);
+  stage_setup(b, rounds, threads, &f);
   for (int x = 0; x < 2; x++) {
     kiln_buf_appendf(b,
                      "  %%ra%d0 = arith.addi %%wm32, %%c%d : index\n  %%ra%d = arith.addi %%ra%d0, %%r : index\n"
@@ -1011,22 +1074,21 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
       }
     }
   }
-  kiln_buf_appendf(b, "  %%acc:4 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(", (long long)(g->k / MMA_TILE_K));
+  kiln_buf_appendf(b, "  %%acc:4 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(", (long long)(g->k / f.depth));
   for (int a = 0; a < 4; a++) kiln_buf_appendf(b, "%s%%x%d = %%cv%d%d_%d", a ? ", " : "", a, a / 2, a % 2, n_c - 1);
   kiln_buf_appendf(b, ") -> (%s, %s, %s, %s) {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n"
-                      "    %%kt32 = arith.muli %%kt, %%c32 : index\n", vc, vc, vc, vc);
-  stage_slice(b, rounds, A, B, bi, ta.data, tb.data, ws, h);
+                      "    %%ktd = arith.muli %%kt, %%c%d : index\n", vc, vc, vc, vc, f.depth);
+  stage_slice(b, rounds, A, B, bi, ta.data, tb.data, ws, &f);
   char cur[4][24];
   for (int a = 0; a < 4; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
-  for (int ks = 0; ks < MMA_TILE_K / 16; ks++) {
-    kiln_buf_appendf(b, "    %%kb%d = arith.addi %s, %%c%d : index\n", ks, k_of_s, ks * 16);
+  for (int ks = 0; ks < f.depth / kstep; ks++) {
+    kiln_buf_appendf(b, "    %%kb%d = arith.addi %s, %%c%d : index\n", ks, k_of_s, ks * kstep);
     for (int x = 0; x < 2; x++) {
       kiln_buf_appendf(b,
                        "    %%a%s%d%d = vector.load %%As[%%ra%d, %%kb%d] {alignment = %d} : %s, %s\n"
                        "    %%b%s%d%d = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = %d} : %s, %s\n",
-                       g->bf16 ? "l" : "f", ks, x, x, ks, align, ws, vl, g->bf16 ? "l" : "f", ks, x, x, ks, align, ws,
-                       vl);
-      if (g->bf16) {
+                       bits ? "l" : "f", ks, x, x, ks, align, ws, vl, bits ? "l" : "f", ks, x, x, ks, align, ws, vl);
+      if (bits) {
         kiln_buf_appendf(b,
                          "    %%af%d%d = arith.bitcast %%al%d%d : %s to %s\n"
                          "    %%bf%d%d = arith.bitcast %%bl%d%d : %s to %s\n",
@@ -1039,8 +1101,8 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
                          a / 2, ks, a % 2, cur[a], vf, vf, vc);
       } else {
         kiln_buf_appendf(b,
-                         "    %%m%d_%d = amdgpu.mfma 16x16x16 %%af%d%d * %%bf%d%d + %s blgp = none : %s, %s, %s\n",
-                         ks, a, ks, a / 2, ks, a % 2, cur[a], vf, vf, vc);
+                         "    %%m%d_%d = amdgpu.mfma 16x16x%d %%af%d%d * %%bf%d%d + %s blgp = none : %s, %s, %s\n",
+                         ks, a, kstep, ks, a / 2, ks, a % 2, cur[a], vf, vf, vc);
       }
       snprintf(cur[a], sizeof cur[a], "%%m%d_%d", ks, a);
     }
@@ -1089,7 +1151,8 @@ bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t 
   bool matrix = use_mma(g, t) || amd != AMD_MATRIX_NONE;
   simt_tile_t st = simt_tile(g, t);
   uint32_t x = matrix ? (amd == AMD_MATRIX_MFMA ? 64 : 32) : simt_threads_x(st), y = matrix ? 4 : simt_threads_y(st);
-  uint64_t shared = matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH * 2 : (uint64_t)(st.tm + st.tn) * KILN_GEMM_TILE_K * 4;
+  uint64_t shared = matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH_BYTES : (uint64_t)(st.tm + st.tn) * KILN_GEMM_TILE_K * 4;
+  if (g->f8 && !matrix) return false; /* the SIMT tile reads no f8 */
   const kiln_target_gpu_limits_t *lim = &t->limits;
   if (lim->max_workgroup_invocations < x * y || lim->max_workgroup_size[0] < x || lim->max_workgroup_size[1] < y ||
       lim->max_shared_memory_bytes < shared) {

@@ -13,7 +13,7 @@
  *
  * What is matched (kiln_compiler_gemm_match) is the front half's own lowering of
  * linalg.matmul / batch_matmul (what tosa.matmul becomes), read from the kernel:
- *   for k in 0..K: C[b,i,j] += A[b,i,k] * B[b,k,j]      (A, B f32, or f16 widened)
+ *   for k in 0..K: C[b,i,j] += A[b,i,k] * B[b,k,j]      (A, B f32, or f16/bf16/f8 widened)
  * with i, j the tile's invocation indices and the grid exactly the output, so
  * the replacement computes the same sums in the same k order. Shapes the tile
  * does not divide keep the kernel they have.
@@ -41,14 +41,23 @@
 #define KILN_GEMM_TILE_N 64
 #define KILN_GEMM_TILE_K 16
 
+/* The 8-bit float formats the matrix units multiply (OCP FP8: E4M3 without
+ * infinities, and E5M2). */
+typedef enum kiln_gemm_f8_e {
+  KILN_GEMM_F8_NONE,
+  KILN_GEMM_F8_E4M3FN,
+  KILN_GEMM_F8_E5M2,
+} kiln_gemm_f8_t;
+
 typedef struct kiln_compiler_gemm_s {
   bool found;
   int rank;                       /* of the operands: 2 (matmul) or 3 (batch_matmul) */
   int64_t batch, m, n, k;
   unsigned a_arg, b_arg, c_arg;   /* the kernel's arguments (a_arg may equal b_arg) */
   unsigned n_args;
-  unsigned operand_bits;          /* A and B: 32 (f32) or 16 (f16 or bf16, widened to f32) */
+  unsigned operand_bits;          /* A and B: 32 (f32), 16 (f16 or bf16) or 8 (f8), widened to f32 */
   bool bf16;                      /* 16-bit operands are bf16: the kernels read their bits */
+  kiln_gemm_f8_t f8;              /* 8-bit operands' format; kernels read their bits */
   /* A convolution as an implicit GEMM (conv_h > 0): an NHWC conv of stride
    * conv_stride over an already padded input of images of in_h x in_w x conv_c,
    * filter conv_h x conv_w x conv_c x N (HWCF), output images of out_h x out_w x

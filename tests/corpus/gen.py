@@ -1176,6 +1176,28 @@ def group_tosa():
   %r = linalg.matmul ins(%a, %b : tensor<64x48xf32>, tensor<48x64xf32>) outs(%f : tensor<64x64xf32>) -> tensor<64x64xf32>
   return %r : tensor<64x64xf32>
 }''', [((64, 48), 'f32', a), ((48, 64), 'f32', b)], [((64, 64), 'f32', mm_ref(a, b, 1, 64, 48, 64))], 0))
+    # f8 matmuls with f32 accumulation, as a quantized model writes them
+    # (linalg: TOSA's f8 matmul accumulates in f16). GPU targets with f8 matrix
+    # units (sm_120/121 mma.sync m16n8k32, gfx950 MFMA, RDNA4 WMMA) tile them in
+    # 64-deep slices of bits; the operands are quarters in [-4, 4] as each format
+    # rounds them, every product and sum exact in f32.
+    for name, et, (batch, m, k, n), seeds in (('linalg_matmul_tiled_f8E4M3FN_f32acc', 'f8E4M3FN', (1, 64, 128, 64), (151, 152)),
+                                              ('linalg_batch_matmul_tiled_f8E5M2_f32acc', 'f8E5M2', (2, 64, 64, 128), (153, 154))):
+        a = values((batch, m, k), et, seeds[0])
+        b = values((batch, k, n), et, seeds[1])
+        lead = '%dx' % batch if batch > 1 else ''
+        ta, tb, tr = ('tensor<%s%dx%dx%s>' % (lead, m, k, et), 'tensor<%s%dx%dx%s>' % (lead, k, n, et),
+                      'tensor<%s%dx%dxf32>' % (lead, m, n))
+        op = 'linalg.batch_matmul' if batch > 1 else 'linalg.matmul'
+        dims = lambda *d: tuple(([batch] if batch > 1 else []) + list(d))
+        cases.append(Case(name, '''func.func @%s(%%a: %s, %%b: %s) -> %s {
+  %%z = arith.constant 0.0 : f32
+  %%e = tensor.empty() : %s
+  %%f = linalg.fill ins(%%z : f32) outs(%%e : %s) -> %s
+  %%r = %s ins(%%a, %%b : %s, %s) outs(%%f : %s) -> %s
+  return %%r : %s
+}''' % (name, ta, tb, tr, tr, tr, tr, op, ta, tb, tr, tr, tr),
+            [(dims(m, k), et, a), (dims(k, n), et, b)], [(dims(m, n), 'f32', mm_ref(a, b, batch, m, k, n))], 0))
     # nearest-neighbour resize 2x
     small = values((1, 2, 2, 1), 'f32', 83)
     # TOSA's nearest neighbour: position y * d / n, a remainder of at least half rounds up,

@@ -64,6 +64,13 @@ CASES = [
     ('gfx1201', 3, 2, 64, 128, 64, 'bf16', 0),  # RDNA4 WMMA bf16
     ('arm5gen', 3, 2, 64, 128, 32, 'bf16', 0),  # SIMT, bf16 widened from 32-bit words
     ('videocore_vii', 2, 1, 64, 64, 16, 'bf16', 0),  # the same without 16-bit storage
+    # f8 (OCP E4M3 and E5M2): moved as i8 bits in 64-deep slices
+    ('sm_120', 3, 2, 64, 128, 128, 'f8E4M3FN', 0),  # mma.sync m16n8k32 e4m3 (inline PTX), two slices, batched
+    ('sm_121', 2, 1, 128, 64, 64, 'f8E5M2', 0),     # e5m2, two row tiles
+    ('gfx950', 3, 2, 64, 128, 128, 'f8E4M3FN', 0),  # MFMA 16x16x32 fp8
+    ('gfx950', 2, 1, 128, 64, 64, 'f8E5M2', 0),     # MFMA 16x16x32 bf8
+    ('gfx1201', 3, 2, 64, 128, 128, 'f8E4M3FN', 0), # RDNA4 WMMA fp8
+    ('gfx1200', 2, 1, 128, 64, 64, 'f8E5M2', 0),    # RDNA4 WMMA bf8
 ]
 
 # Row reductions: (target, rows, row length, op, subgroup size).
@@ -183,6 +190,23 @@ def wmma(a_frags, b_frags, c_frags):
     return [[D[2 * j + lane // 16][lane % 16] for j in range(8)] for lane in range(32)]
 
 
+def mfma32(a_frags, b_frags, c_frags):
+    """One wave's v_mfma_f32_16x16x32_fp8_fp8 (gfx950): eight f8 of k a lane."""
+    A = [[None] * 32 for _ in range(16)]
+    B = [[None] * 16 for _ in range(32)]
+    C = [[None] * 16 for _ in range(16)]
+    for lane in range(64):
+        r, s = lane % 16, lane // 16
+        for j in range(8):
+            A[r][8 * s + j] = a_frags[lane][j]
+            B[8 * s + j][r] = b_frags[lane][j]
+        for j in range(4):
+            C[4 * s + j][r] = c_frags[lane][j]
+    assert all(x is not None for row in A + B + C for x in row), 'fragments do not cover the tile'
+    D = [[C[i][j] + sum(A[i][k] * B[k][j] for k in range(32)) for j in range(16)] for i in range(16)]
+    return [[D[4 * (lane // 16) + j][lane % 16] for j in range(4)] for lane in range(64)]
+
+
 def wmma4(a_frags, b_frags, c_frags):
     """One wave's v_wmma_f32_16x16x16_f16 (RDNA4, wave32)."""
     A = [[None] * 16 for _ in range(16)]
@@ -205,7 +229,9 @@ MATRIX_OPS = [
     (r'(%\w+) = nvgpu.mma.sync \((%\w+), (%\w+), (%[\w#]+)\) \{mmaShape = \[16, 8, 16\]\}', mma, 32),
     (r'(%\w+) = amdgpu.mfma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) blgp = none', mfma, 64),
     (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) : vector<16xb?f16>', wmma, 32),
-    (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) : vector<8xb?f16>', wmma4, 32),
+    (r'(%\w+) = amdgpu.mfma 16x16x32 (%\w+) \* (%\w+) \+ (%[\w#]+) blgp = none : vector<8xf8E(?:4M3FN|5M2)>',
+     mfma32, 64),
+    (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) : vector<8x(?:b?f16|f8E4M3FN|f8E5M2)>', wmma4, 32),
 ]
 
 
@@ -223,6 +249,59 @@ def bf16_bits(v):
 def halves(word):
     """An i32 register of two bf16 (the lower k in the low half) as two floats."""
     return [f32_of_bits((word & 0xffff) << 16), f32_of_bits(word & 0xffff0000)]
+
+
+# The OCP 8-bit floats: (exponent bits, mantissa bits, bias); E4M3FN has no
+# infinity, its NaN is every bit set below the sign.
+F8_FORMATS = {'f8E4M3FN': (4, 3, 7), 'f8E5M2': (5, 2, 15), 'e4m3': (4, 3, 7), 'e5m2': (5, 2, 15)}
+
+
+def f8_value(bits, fmt):
+    e_bits, m_bits, bias = F8_FORMATS[fmt]
+    sign = -1.0 if bits & 0x80 else 1.0
+    e, m = (bits >> m_bits) & ((1 << e_bits) - 1), bits & ((1 << m_bits) - 1)
+    if e == (1 << e_bits) - 1 and (e_bits == 5 or m == (1 << m_bits) - 1):
+        return float('nan') if m or e_bits == 4 else sign * float('inf')
+    if e == 0:
+        return sign * m * 2.0 ** (1 - bias - m_bits)
+    return sign * (1 + m / 2 ** m_bits) * 2.0 ** (e - bias)
+
+
+def f8_bits(v, fmt):
+    """The f8 bits of v, which must be exact in the format."""
+    for bits in range(256):
+        if f8_value(bits, fmt) == v and (v != 0 or bits == 0):
+            return bits
+    raise AssertionError('%g is not exact in %s' % (v, fmt))
+
+
+def bytes_of(word):
+    return [(word >> (8 * i)) & 0xff for i in range(4)]
+
+
+def ptx_mma_k32(fmt, a_regs, b_regs, c_scalars):
+    """mma.sync.aligned.m16n8k32.row.col.f32.<fmt>.<fmt>.f32 for one warp, from the
+    PTX ISA's fragment layouts for 8-bit multiplicands (g = lane / 4, q = lane % 4):
+        A: a_i = A[g + 8 * ((i // 4) % 2)][4q + i % 4 + 16 * (i // 8)]   i = 0..15
+        B: b_i = B[4q + i % 4 + 16 * (i // 4)][g]                         i = 0..7
+        C: c_i = C[g + 8 * (i // 2)][2q + i % 2]                           i = 0..3
+    element i of register i // 4 in its bits 8 (i % 4) and up."""
+    A = [[None] * 32 for _ in range(16)]
+    B = [[None] * 8 for _ in range(32)]
+    C = [[None] * 8 for _ in range(16)]
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        a = [f8_value(x, fmt) for w in a_regs[lane] for x in bytes_of(w)]
+        b = [f8_value(x, fmt) for w in b_regs[lane] for x in bytes_of(w)]
+        for i in range(16):
+            A[g + 8 * ((i // 4) % 2)][4 * q + i % 4 + 16 * (i // 8)] = a[i]
+        for i in range(8):
+            B[4 * q + i % 4 + 16 * (i // 4)][g] = b[i]
+        for i in range(4):
+            C[g + 8 * (i // 2)][2 * q + i % 2] = c_scalars[lane][i]
+    assert all(x is not None for row in A + B + C for x in row), 'fragments do not cover the tile'
+    D = [[C[i][j] + sum(A[i][k] * B[k][j] for k in range(32)) for j in range(8)] for i in range(16)]
+    return [[D[lane // 4 + 8 * (i // 2)][2 * (lane % 4) + i % 2] for i in range(4)] for lane in range(32)]
 
 
 def nvvm_mma_bf16(a_regs, b_regs, c_scalars):
@@ -451,6 +530,26 @@ class Kernel:
             if m:
                 env[m.group(1)] = [[(v[0] & 0xffff) | ((v[1] & 0xffff) << 16)] for v in (val(m.group(2), t) for t in range(T))]
                 return
+            m = re.match(r'(%\w+) = vector.bitcast (%\w+) : vector<4xi8> to vector<1xi32>$', line)
+            if m:
+                env[m.group(1)] = [[sum((v[i] & 0xff) << (8 * i) for i in range(4))]
+                                   for v in (val(m.group(2), t) for t in range(T))]
+                return
+            m = re.match(r'(%\w+) = arith.bitcast (%\w+) : vector<\d+xi8> to vector<\d+x(f8E4M3FN|f8E5M2)>$', line)
+            if m:
+                env[m.group(1)] = [[f8_value(x, m.group(3)) for x in val(m.group(2), t)] for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = llvm.inline_asm asm_dialect = att "mma.sync.aligned.m16n8k32.row.col.f32.(e4m3|e5m2).'
+                         r'\2.f32 \{\$0, \$1, \$2, \$3\}, \{\$4, \$5, \$6, \$7\}, \{\$8, \$9\}, '
+                         r'\{\$10, \$11, \$12, \$13\};", "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f" (.*?) :', line)
+            if m:
+                names, out = m.group(3).split(', '), []
+                for w in range(T // 32):
+                    lanes = range(w * 32, w * 32 + 32)
+                    regs = [[[val(n, t) for n in names[lo:hi]] for t in lanes] for lo, hi in ((0, 4), (4, 6), (6, 10))]
+                    out += ptx_mma_k32(m.group(2), *regs)
+                env[m.group(1)] = out
+                return
             m = re.match(r'(%\w+) = vector.from_elements (.*) : vector<\d+xf32>$', line)
             if m:
                 names = m.group(2).split(', ')
@@ -501,9 +600,11 @@ class Kernel:
         block(self.body)
 
 
-def operand_memory(shape, type_text, values):
-    """A or B as the kernel declares it: floats, or bf16 bits (i16 elements, or
-    pairs in i32 words with the lower index in the low half)."""
+def operand_memory(shape, type_text, values, bits):
+    """A or B as the kernel declares it: floats, bf16 bits (i16 elements, or
+    pairs in i32 words with the lower index in the low half), or f8 bits (i8)."""
+    if 'xi8>' in type_text:
+        return Memory(shape, [f8_bits(v, bits) for v in values])
     if 'xi16>' in type_text:
         return Memory(shape, [bf16_bits(v) for v in values])
     if 'xi32>' in type_text:
@@ -523,17 +624,18 @@ def check(tool, target, rank, batch, m, n, k, bits, least):
             for z in range(batch) for i in range(m) for j in range(n)]
     names = [name for name, _ in kernel.args]
     shapes, types = dict(kernel.args), dict(kernel.types)
-    if (bits == 'bf16') != ('xi16>' in types[names[0]] or 'xi32>' in types[names[0]]):
+    as_bits = {'bf16': ('xi16>', 'xi32>'), 'f8E4M3FN': ('xi8>',), 'f8E5M2': ('xi8>',)}.get(bits, ())
+    if any(x in types[names[0]] for x in ('xi8>', 'xi16>', 'xi32>')) != any(x in types[names[0]] for x in as_bits):
         print('FAIL %s: A is declared %s' % (' '.join(args), types[names[0]]))
         return False
-    memory = {'%' + names[0]: operand_memory(shapes[names[0]], types[names[0]], a),
-              '%' + names[1]: operand_memory(shapes[names[1]], types[names[1]], b),
+    memory = {'%' + names[0]: operand_memory(shapes[names[0]], types[names[0]], a, bits),
+              '%' + names[1]: operand_memory(shapes[names[1]], types[names[1]], b, bits),
               '%' + names[2]: Memory(shapes[names[2]], c)}
     kernel.run(memory)
     got = memory['%' + names[2]].data
     bad = [i for i, (x, y) in enumerate(zip(got, want)) if x != y]
     what = '%s rank %d batch %d %dx%dx%d %s (block %s, grid %s)' % (
-        target, rank, batch, m, n, k, bits if bits == 'bf16' else 'f%d' % bits, 'x'.join(map(str, kernel.block)),
+        target, rank, batch, m, n, k, bits if isinstance(bits, str) else 'f%d' % bits, 'x'.join(map(str, kernel.block)),
         'x'.join(map(str, kernel.grid)))
     if bad:
         print('FAIL %s: %d of %d elements wrong, first at %d: want %g, got %g' % (
@@ -578,7 +680,7 @@ def check_reduce(tool, target, rows, length, op, subgroup):
 def main():
     tool = sys.argv[1]
     rest = sys.argv[2:]
-    number = lambda x: x if x == 'bf16' else int(x)
+    number = lambda x: x if x in ('bf16', 'f8E4M3FN', 'f8E5M2') else int(x)
     cases = [tuple([rest[i]] + [number(x) for x in rest[i + 1:i + 8]]) for i in range(0, len(rest), 8)] or CASES
     ok = all([check(tool, *case) for case in cases])
     if not rest:

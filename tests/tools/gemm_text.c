@@ -1,7 +1,7 @@
 /* gemm_text TARGET RANK BATCH M N K BITS [MIN_WORKGROUPS]: prints the tiled matmul kernel kiln
  * writes for target TARGET (compiler/gpu_gemm.h) for C[b] += A[b] x B[b] with A
- * M x K and B K x N of BITS-bit floats (32, or 16 widened to f32; "bf16" for
- * bf16 widened to f32), after a first
+ * M x K and B K x N of BITS-bit floats (32, or 16 widened to f32; "bf16",
+ * "f8E4M3FN" or "f8E5M2" for those widened to f32), after a first
  * line "// block X Y Z grid X Y Z".
  * gemm_text reduce TARGET ROWS LEN OP: the same for the workgroup reduction
  * (compiler/gpu_reduce.h) O[r] = OP(X[r, 0..LEN), O[r]), OP an arith op name.
@@ -44,7 +44,7 @@ static int reduce_text(int argc, char **argv) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "reduce") == 0) return reduce_text(argc, argv);
   if (argc != 8 && argc != 9) {
-    fprintf(stderr, "usage: gemm_text TARGET RANK BATCH M N K BITS|bf16 [MIN_WORKGROUPS]\n");
+    fprintf(stderr, "usage: gemm_text TARGET RANK BATCH M N K BITS|bf16|f8E4M3FN|f8E5M2 [MIN_WORKGROUPS]\n");
     return 2;
   }
   const kiln_target_t *t = kiln_compiler_target_find(argv[1]);
@@ -58,11 +58,16 @@ int main(int argc, char **argv) {
                             .m = atoll(argv[4]),
                             .n = atoll(argv[5]),
                             .k = atoll(argv[6]),
-                            .operand_bits = strcmp(argv[7], "bf16") ? (unsigned)atoi(argv[7]) : 16,
+                            .operand_bits = (unsigned)atoi(argv[7]),
                             .bf16 = strcmp(argv[7], "bf16") == 0,
+                            .f8 = strcmp(argv[7], "f8E4M3FN") == 0 ? KILN_GEMM_F8_E4M3FN
+                                  : strcmp(argv[7], "f8E5M2") == 0 ? KILN_GEMM_F8_E5M2
+                                                                   : KILN_GEMM_F8_NONE,
                             .min_workgroups = argc == 9 ? atoll(argv[8]) : 0};
+  if (g.bf16) g.operand_bits = 16;
+  if (g.f8) g.operand_bits = 8;
   if ((g.rank != 2 && g.rank != 3) || (g.rank == 2 && g.batch != 1) || g.batch < 1 ||
-      (g.operand_bits != 16 && g.operand_bits != 32) || g.m % (KILN_GEMM_TILE_M / 2) || g.n % KILN_GEMM_TILE_N ||
+      (g.operand_bits != 8 && g.operand_bits != 16 && g.operand_bits != 32) || g.m % (KILN_GEMM_TILE_M / 2) || g.n % KILN_GEMM_TILE_N ||
       g.k % KILN_GEMM_TILE_K || g.m < 1 || g.n < 1 || g.k < 1) {
     fprintf(stderr, "gemm_text: not a shape the tiled kernel takes\n");
     return 2;
