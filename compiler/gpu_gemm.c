@@ -365,9 +365,16 @@ static void vec_memref(kiln_buf_t *b, const kiln_compiler_gemm_t *g, int64_t row
 }
 
 /* The SIMT kernel's A or B: rows x cols operands in vectors of 4, as
- * vector<4xf32>, vector<4xf16>, or for bf16 their bits as vector<2xi32> (no
- * 16-bit type reaches the backend, so every SPIR-V profile takes it). */
+ * vector<4xf32>, vector<4xf16>, or their bits: bf16 as vector<2xi32>, f8 as
+ * i32 (no 8- or 16-bit type reaches the backend, so every SPIR-V profile
+ * takes them). */
 static void operand_memref(kiln_buf_t *b, const kiln_compiler_gemm_t *g, int64_t rows, int64_t cols) {
+  if (g->f8) {
+    kiln_buf_append_str(b, "memref<");
+    if (g->rank == 3) kiln_buf_appendf(b, "%lldx", (long long)g->batch);
+    kiln_buf_appendf(b, "%lldx%lldxi32>", (long long)rows, (long long)(cols / 4));
+    return;
+  }
   if (!g->bf16) {
     vec_memref(b, g, rows, cols, 4, g->operand_bits == 16 ? "f16" : "f32");
     return;
@@ -381,8 +388,64 @@ static void operand_memref(kiln_buf_t *b, const kiln_compiler_gemm_t *g, int64_t
  * bf16 widens exactly by moving its bits to the top of an f32: element 2i of
  * word i is its low half, element 2i + 1 its high half (%bf_sh = dense<16>,
  * %bf_hi = dense<0xffff0000> : vector<2xi32>). */
+/* f8's widening: the constants (at the kernel's top) and the steps. Byte j of
+ * the word is element j. With mag the byte's low 7 bits, an f8 of m mantissa
+ * bits and bias B is, exactly,
+ *   normal:    the f32 bits (mag << (23 - m)) + ((127 - B) << 23)
+ *   subnormal: (mag < 2^m) mag * 2^(1 - B - m), a normal f32
+ *   E4M3FN:    mag = 0x7f is NaN (no infinity)
+ *   E5M2:      mag >= 0x7c is infinity or NaN: the normal bits rebiased to 255
+ * and the sign is bit 7 moved to bit 31. */
+static void f8_constants(kiln_buf_t *b, kiln_gemm_f8_t f8) {
+  bool e4 = f8 == KILN_GEMM_F8_E4M3FN;
+  kiln_buf_appendf(b,
+                   "  %%f8_lane = arith.constant dense<[0, 8, 16, 24]> : vector<4xi32>\n"
+                   "  %%f8_mag = arith.constant dense<127> : vector<4xi32>\n"
+                   "  %%f8_sgn = arith.constant dense<128> : vector<4xi32>\n"
+                   "  %%f8_24 = arith.constant dense<24> : vector<4xi32>\n"
+                   "  %%f8_sh = arith.constant dense<%d> : vector<4xi32>\n"
+                   "  %%f8_bias = arith.constant dense<%d> : vector<4xi32>\n"
+                   "  %%f8_min = arith.constant dense<%d> : vector<4xi32>\n"
+                   "  %%f8_sub = arith.constant dense<%s> : vector<4xf32>\n"
+                   "  %%f8_top = arith.constant dense<%d> : vector<4xi32>\n"
+                   "  %%f8_special = arith.constant dense<%d> : vector<4xi32>\n",
+                   e4 ? 20 : 21, (e4 ? 120 : 112) << 23, e4 ? 8 : 4, e4 ? "0.001953125" : "1.52587890625e-05",
+                   e4 ? 0x7f : 0x7c, e4 ? 0x7fc00000 : 224 << 23);
+}
+
+static void widen_f8(kiln_buf_t *b, kiln_gemm_f8_t f8, const char *dst, const char *src) {
+  const char *v = "vector<4xi32>";
+  kiln_buf_appendf(b,
+                   "    %sw = vector.broadcast %s : i32 to %s\n    %sb = arith.shrui %sw, %%f8_lane : %s\n"
+                   "    %sm = arith.andi %sb, %%f8_mag : %s\n    %ss0 = arith.andi %sb, %%f8_sgn : %s\n"
+                   "    %ss = arith.shli %ss0, %%f8_24 : %s\n    %sn0 = arith.shli %sm, %%f8_sh : %s\n"
+                   "    %sn = arith.addi %sn0, %%f8_bias : %s\n"
+                   "    %suf = arith.uitofp %sm : %s to vector<4xf32>\n    %suv = arith.mulf %suf, %%f8_sub : vector<4xf32>\n"
+                   "    %sub = arith.bitcast %suv : vector<4xf32> to %s\n"
+                   "    %slo = arith.cmpi ult, %sm, %%f8_min : %s\n    %sv0 = arith.select %slo, %sub, %sn : vector<4xi1>, %s\n",
+                   src, src, v, src, src, v, src, src, v, src, src, v, src, src, v, src, src, v, src, src, v, src, src,
+                   v, src, src, src, src, v, src, src, v, src, src, src, src, v);
+  if (f8 == KILN_GEMM_F8_E4M3FN) {
+    kiln_buf_appendf(b,
+                     "    %shi = arith.cmpi eq, %sm, %%f8_top : %s\n"
+                     "    %sv1 = arith.select %shi, %%f8_special, %sv0 : vector<4xi1>, %s\n",
+                     src, src, v, src, src, src, v);
+  } else {
+    kiln_buf_appendf(b,
+                     "    %shi = arith.cmpi uge, %sm, %%f8_top : %s\n    %sin = arith.addi %sn0, %%f8_special : %s\n"
+                     "    %sv1 = arith.select %shi, %sin, %sv0 : vector<4xi1>, %s\n",
+                     src, src, v, src, src, v, src, src, src, src, v);
+  }
+  kiln_buf_appendf(b, "    %sv = arith.ori %sv1, %ss : %s\n    %s = arith.bitcast %sv : %s to vector<4xf32>\n", src, src,
+                   src, v, dst, src, v);
+}
+
 static void widen_operands(kiln_buf_t *b, const kiln_compiler_gemm_t *g, const char *dst, const char *src) {
   if (g->operand_bits == 32) return;
+  if (g->f8) {
+    widen_f8(b, g->f8, dst, src);
+    return;
+  }
   if (!g->bf16) {
     kiln_buf_appendf(b, "    %s = arith.extf %s : vector<4xf16> to vector<4xf32>\n", dst, src);
     return;
@@ -490,6 +553,7 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
                    "  %%m0 = arith.muli %%by, %%c%lld : index\n  %%n0 = arith.muli %%bx, %%c%lld : index\n"
                    "  %%ty4 = arith.muli %%ty, %%c4 : index\n",
                    tx_n, (long long)st.tm, (long long)(st.tn / 4));
+  if (g->f8) f8_constants(b, g->f8);
   if (g->bf16) {
     kiln_buf_append_str(b, "  %bf_sh = arith.constant dense<16> : vector<2xi32>\n"
                            "  %bf_hi = arith.constant dense<-65536> : vector<2xi32>\n");
@@ -577,7 +641,7 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
     snprintf(dst, sizeof dst, "%%avw%d", r);
     snprintf(src, sizeof src, "%%av%d", r);
     widen_operands(b, g, dst, src);
-    kiln_buf_appendf(b, "    memref.store %%av%s%d, %%As[%%arow%d, %%akq%d] : %s\n", g->operand_bits == 16 ? "w" : "", r, r,
+    kiln_buf_appendf(b, "    memref.store %%av%s%d, %%As[%%arow%d, %%akq%d] : %s\n", g->operand_bits < 32 ? "w" : "", r, r,
                      r, as.data);
   }
   for (int r = 0; r < b_rounds; r++) {
@@ -591,7 +655,7 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
     snprintf(dst, sizeof dst, "%%bvw%d", r);
     snprintf(src, sizeof src, "%%bv%d", r);
     widen_operands(b, g, dst, src);
-    kiln_buf_appendf(b, "    memref.store %%bv%s%d, %%Bs[%%bkr%d, %%bcq%d] : %s\n", g->operand_bits == 16 ? "w" : "", r, r,
+    kiln_buf_appendf(b, "    memref.store %%bv%s%d, %%Bs[%%bkr%d, %%bcq%d] : %s\n", g->operand_bits < 32 ? "w" : "", r, r,
                      r, bs.data);
   }
   kiln_buf_append_str(b, "    gpu.barrier\n");
@@ -1152,7 +1216,6 @@ bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t 
   simt_tile_t st = simt_tile(g, t);
   uint32_t x = matrix ? (amd == AMD_MATRIX_MFMA ? 64 : 32) : simt_threads_x(st), y = matrix ? 4 : simt_threads_y(st);
   uint64_t shared = matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH_BYTES : (uint64_t)(st.tm + st.tn) * KILN_GEMM_TILE_K * 4;
-  if (g->f8 && !matrix) return false; /* the SIMT tile reads no f8 */
   const kiln_target_gpu_limits_t *lim = &t->limits;
   if (lim->max_workgroup_invocations < x * y || lim->max_workgroup_size[0] < x || lim->max_workgroup_size[1] < y ||
       lim->max_shared_memory_bytes < shared) {

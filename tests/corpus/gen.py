@@ -1198,6 +1198,33 @@ def group_tosa():
   return %%r : %s
 }''' % (name, ta, tb, tr, tr, tr, tr, op, ta, tb, tr, tr, tr),
             [(dims(m, k), et, a), (dims(k, n), et, b)], [(dims(m, n), 'f32', mm_ref(a, b, batch, m, k, n))], 0))
+    # The f8 codes the GPU kernels decode themselves (the SIMT tile widens f8 in
+    # integer code): E4M3 with every subnormal and every code up to 4 in A and a
+    # NaN (row 5 NaN throughout); E5M2 with an infinity of each sign (rows 9
+    # and 10: +-inf, or NaN where a column's B has a zero or both signs).
+    # B quarters: every finite product and sum exact in f32.
+    import random as _random
+    rng = _random.Random(155)
+    e4 = [f8_value('f8E4M3FN', c) for c in range(256)]
+    e4 = [v for v in e4 if not math.isnan(v) and abs(v) <= 4]
+    a = [rng.choice(e4) for _ in range(64 * 64)]
+    a[5 * 64 + 7] = math.nan
+    b = values((64, 64), 'f8E4M3FN', 156)
+    e5 = values((64, 64), 'f8E5M2', 157)
+    e5[9 * 64 + 3], e5[10 * 64 + 4] = math.inf, -math.inf
+    b5 = values((64, 64), 'f8E5M2', 158)
+    for name, et, (av, bv) in (('linalg_matmul_tiled_f8E4M3FN_codes', 'f8E4M3FN', (a, b)),
+                               ('linalg_matmul_tiled_f8E5M2_inf', 'f8E5M2', (e5, b5))):
+        t_ = 'tensor<64x64x%s>' % et
+        cases.append(Case(name, '''func.func @%s(%%a: %s, %%b: %s) -> tensor<64x64xf32> {
+  %%z = arith.constant 0.0 : f32
+  %%e = tensor.empty() : tensor<64x64xf32>
+  %%f = linalg.fill ins(%%z : f32) outs(%%e : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %%r = linalg.matmul ins(%%a, %%b : %s, %s) outs(%%f : tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %%r : tensor<64x64xf32>
+}''' % (name, t_, t_, t_, t_), [((64, 64), et, av), ((64, 64), et, bv)],
+            [((64, 64), 'f32', [f32(sum(av[i * 64 + kk] * bv[kk * 64 + j] for kk in range(64)))
+                                for i in range(64) for j in range(64)])], 0))
     # nearest-neighbour resize 2x
     small = values((1, 2, 2, 1), 'f32', 83)
     # TOSA's nearest neighbour: position y * d / n, a remainder of at least half rounds up,

@@ -71,6 +71,9 @@ CASES = [
     ('gfx950', 2, 1, 128, 64, 64, 'f8E5M2', 0),     # MFMA 16x16x32 bf8
     ('gfx1201', 3, 2, 64, 128, 128, 'f8E4M3FN', 0), # RDNA4 WMMA fp8
     ('gfx1200', 2, 1, 128, 64, 64, 'f8E5M2', 0),    # RDNA4 WMMA bf8
+    ('sm_89', 3, 2, 64, 128, 32, 'f8E4M3FN', 0),    # SIMT: f8 widened from 32-bit words (no f8 mma in PTX 7.8)
+    ('arm5gen', 2, 1, 64, 64, 16, 'f8E5M2', 0),     # SIMT on Vulkan, E5M2
+    ('videocore_vii', 3, 2, 64, 64, 16, 'f8E4M3FN', 0),  # the same without 16-bit storage
 ]
 
 # Row reductions: (target, rows, row length, op, subgroup size).
@@ -503,7 +506,7 @@ class Kernel:
             if m:
                 env[m.group(1)] = [copy.deepcopy(val(m.group(2), t)[int(m.group(3))]) for t in range(T)]
                 return
-            m = re.match(r'(%\w+) = vector.broadcast (%\w+) : f32 to vector<(\d+)xf32>$', line)
+            m = re.match(r'(%\w+) = vector.broadcast (%\w+) : (?:f32|i32) to vector<(\d+)x(?:f32|i32)>$', line)
             if m:
                 env[m.group(1)] = [[val(m.group(2), t)] * int(m.group(3)) for t in range(T)]
                 return
@@ -511,15 +514,45 @@ class Kernel:
             if m:
                 env[m.group(1)] = [[int(m.group(2))] * int(m.group(3)) for _ in range(T)]
                 return
-            m = re.match(r'(%\w+) = arith.(shli|andi) (%\w+), (%\w+) : vector<\d+xi32>$', line)
+            m = re.match(r'(%\w+) = arith.constant dense<\[([-\d, ]+)\]> : vector<(\d+)xi32>$', line)
             if m:
-                f = {'shli': lambda a, b: (a << b) & 0xffffffff, 'andi': lambda a, b: (a & b) & 0xffffffff}[m.group(2)]
+                env[m.group(1)] = [[int(x) for x in m.group(2).split(',')] for _ in range(T)]
+                return
+            m = re.match(r'(%\w+) = arith.constant dense<([-\d.e]+)> : vector<(\d+)xf32>$', line)
+            if m:
+                env[m.group(1)] = [[float(m.group(2))] * int(m.group(3)) for _ in range(T)]
+                return
+            m = re.match(r'(%\w+) = arith.(shli|shrui|andi|ori|addi) (%\w+), (%\w+) : vector<\d+xi32>$', line)
+            if m:
+                f = {'shli': lambda a, b: (a << b) & 0xffffffff, 'andi': lambda a, b: (a & b) & 0xffffffff,
+                     'shrui': lambda a, b: (a & 0xffffffff) >> b, 'ori': lambda a, b: (a | b) & 0xffffffff,
+                     'addi': lambda a, b: (a + b) & 0xffffffff}[m.group(2)]
                 env[m.group(1)] = [[f(a, b) for a, b in zip(val(m.group(3), t), val(m.group(4), t))] for t in range(T)]
                 return
             m = re.match(r'(%\w+) = arith.bitcast (%\w+) : vector<\d+x(i32|i16)> to vector<\d+x(f32|bf16)>$', line)
             if m:
                 conv = f32_of_bits if m.group(3) == 'i32' else (lambda x: f32_of_bits(x << 16))
                 env[m.group(1)] = [[conv(x) for x in val(m.group(2), t)] for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = arith.bitcast (%\w+) : vector<\d+xf32> to vector<\d+xi32>$', line)
+            if m:
+                env[m.group(1)] = [[struct.unpack('<I', struct.pack('<f', x))[0] for x in val(m.group(2), t)]
+                                   for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = arith.uitofp (%\w+) : vector<\d+xi32> to vector<\d+xf32>$', line)
+            if m:
+                env[m.group(1)] = [[float(x & 0xffffffff) for x in val(m.group(2), t)] for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = arith.cmpi (ult|uge|eq), (%\w+), (%\w+) : vector<\d+xi32>$', line)
+            if m:
+                f = {'ult': lambda a, b: a < b, 'uge': lambda a, b: a >= b, 'eq': lambda a, b: a == b}[m.group(2)]
+                env[m.group(1)] = [[f(a & 0xffffffff, b & 0xffffffff) for a, b in zip(val(m.group(3), t), val(m.group(4), t))]
+                                   for t in range(T)]
+                return
+            m = re.match(r'(%\w+) = arith.select (%\w+), (%\w+), (%\w+) : vector<\d+xi1>, vector<\d+xi32>$', line)
+            if m:
+                env[m.group(1)] = [[x if c else y for c, x, y in zip(val(m.group(2), t), val(m.group(3), t), val(m.group(4), t))]
+                                   for t in range(T)]
                 return
             m = re.match(r'(%\w+) = vector.shuffle (%\w+), (%\w+) \[([\d, ]+)\]', line)
             if m:
@@ -605,6 +638,9 @@ def operand_memory(shape, type_text, values, bits):
     pairs in i32 words with the lower index in the low half), or f8 bits (i8)."""
     if 'xi8>' in type_text:
         return Memory(shape, [f8_bits(v, bits) for v in values])
+    if bits in F8_FORMATS and type_text.endswith('xi32>'):
+        codes = [f8_bits(v, bits) for v in values]
+        return Memory(shape, [sum(codes[i + j] << (8 * j) for j in range(4)) for i in range(0, len(codes), 4)])
     if 'xi16>' in type_text:
         return Memory(shape, [bf16_bits(v) for v in values])
     if 'xi32>' in type_text:
@@ -620,11 +656,17 @@ def check(tool, target, rank, batch, m, n, k, bits, least):
     rng = random.Random(' '.join(args))
     quarters = lambda count: [rng.randint(-8, 8) / 4 for _ in range(count)]
     a, b, c = quarters(batch * m * k), quarters(batch * k * n), quarters(batch * m * n)
+    if bits in F8_FORMATS:
+        # Every f8 code but NaN and infinity in A (subnormals, the largest
+        # magnitudes), quarters in B: products and sums exact in a double.
+        finite = [f8_value(x, bits) for x in range(256)]
+        finite = [v for v in finite if v == v and abs(v) != float('inf')]
+        a = [rng.choice(finite) for _ in range(batch * m * k)]
     want = [c[(z * m + i) * n + j] + sum(a[(z * m + i) * k + kk] * b[(z * k + kk) * n + j] for kk in range(k))
             for z in range(batch) for i in range(m) for j in range(n)]
     names = [name for name, _ in kernel.args]
     shapes, types = dict(kernel.args), dict(kernel.types)
-    as_bits = {'bf16': ('xi16>', 'xi32>'), 'f8E4M3FN': ('xi8>',), 'f8E5M2': ('xi8>',)}.get(bits, ())
+    as_bits = {'bf16': ('xi16>', 'xi32>'), 'f8E4M3FN': ('xi8>', 'xi32>'), 'f8E5M2': ('xi8>', 'xi32>')}.get(bits, ())
     if any(x in types[names[0]] for x in ('xi8>', 'xi16>', 'xi32>')) != any(x in types[names[0]] for x in as_bits):
         print('FAIL %s: A is declared %s' % (' '.join(args), types[names[0]]))
         return False
