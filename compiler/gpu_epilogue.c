@@ -66,6 +66,19 @@ static bool load_at(MlirOperation load, MlirOperation store) {
   return true;
 }
 
+/* Whether memref type `c` could be the matmul's C for an E storing to D of
+ * type `d`: a plain f32 buffer of D's shape. */
+static bool c_like(MlirType c, MlirType d) {
+  if (!kiln_compiler_gpu_plain_memref(c) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(c)) ||
+      mlirShapedTypeGetRank(c) != mlirShapedTypeGetRank(d)) {
+    return false;
+  }
+  for (intptr_t k = 0; k < mlirShapedTypeGetRank(c); k++) {
+    if (mlirShapedTypeGetDimSize(c, k) != mlirShapedTypeGetDimSize(d, k)) return false;
+  }
+  return true;
+}
+
 /* The store's index as the front half tiles it: its own thread and block
  * dimension, tile * grid equal to the dimension. */
 static bool tiled_index(MlirValue v, int64_t dim, const uint32_t grid[3], const uint32_t block[3],
@@ -97,7 +110,11 @@ bool kiln_compiler_epilogue_match(MlirOperation func, const uint32_t grid[3], co
   MlirOperation store = b.store;
   int d = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(store, 1), b.entry);
   MlirType t = mlirValueGetType(mlirOperationGetOperand(store, 1));
-  if (d < 0 || !kiln_compiler_gpu_plain_memref(t) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(t))) return false;
+  MlirType d_elem = d < 0 ? (MlirType){NULL} : mlirShapedTypeGetElementType(t);
+  if (d < 0 || !kiln_compiler_gpu_plain_memref(t) ||
+      !(mlirTypeIsAF32(d_elem) || mlirTypeIsAF16(d_elem) || mlirTypeIsABF16(d_elem))) {
+    return false;
+  }
   int rank = (int)mlirShapedTypeGetRank(t);
   if (rank < 2 || rank > 4 || mlirOperationGetNumOperands(store) != rank + 2) return false;
   MlirValue idx[4];
@@ -135,7 +152,7 @@ bool kiln_compiler_epilogue_match(MlirOperation func, const uint32_t grid[3], co
        op = mlirOperationGetNextInBlock(op)) {
     if (!kiln_compiler_op_is(op, "memref.load")) continue;
     int a = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(op, 0), b.entry);
-    if (a >= 0 && a != d && mlirTypeEqual(mlirValueGetType(mlirOperationGetOperand(op, 0)), t) && load_at(op, store)) {
+    if (a >= 0 && a != d && c_like(mlirValueGetType(mlirOperationGetOperand(op, 0)), t) && load_at(op, store)) {
       out->c_candidates |= 1u << a;
     }
   }
@@ -144,6 +161,7 @@ bool kiln_compiler_epilogue_match(MlirOperation func, const uint32_t grid[3], co
   out->rank = rank;
   out->d_arg = (unsigned)d;
   out->n_args = (unsigned)n_args;
+  out->d_bytes = mlirTypeIsAF32(d_elem) ? 4 : 2;
   return true;
 }
 
@@ -251,16 +269,20 @@ static bool read_slice(MlirOperation func, unsigned c_arg, slice_t *s) {
   return true;
 }
 
-bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg) {
+bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg, MlirType *d_elem) {
   slice_t s;
   if (!read_slice(func, c_arg, &s)) return false;
-  /* What applying it relies on: D an f32 buffer of rank 2 to 4, not C. */
+  /* What applying it relies on: D a buffer of rank 2 to 4, not C, of f32, f16,
+   * bf16, or 16-bit floats as bits (i16: bf16 where the target has no bf16). */
   MlirValue d = mlirOperationGetOperand(s.store, 1);
   MlirType t = mlirValueGetType(d);
   int a = kiln_compiler_gpu_arg_of(d, s.entry);
   intptr_t rank = mlirShapedTypeGetRank(t);
-  return a >= 0 && (unsigned)a != c_arg && kiln_compiler_gpu_plain_memref(t) &&
-         mlirTypeIsAF32(mlirShapedTypeGetElementType(t)) && rank >= 2 && rank <= 4 &&
+  MlirType e = mlirShapedTypeGetElementType(t);
+  bool elem = mlirTypeIsAF32(e) || mlirTypeIsAF16(e) || mlirTypeIsABF16(e) ||
+              (mlirTypeIsAInteger(e) && mlirIntegerTypeGetWidth(e) == 16);
+  if (d_elem) *d_elem = e;
+  return a >= 0 && (unsigned)a != c_arg && kiln_compiler_gpu_plain_memref(t) && elem && rank >= 2 && rank <= 4 &&
          mlirOperationGetNumOperands(s.store) == rank + 2;
 }
 
@@ -413,7 +435,9 @@ kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_
       }
     }
     if (st) break;
-    MlirValue value = lanes > 1 ? kiln_compiler_build_before("vector.from_elements", at, results, (intptr_t)lanes, vt)
+    /* D's vector: C's lanes of D's element (f16 or its bits where C is f32). */
+    MlirType dv = lanes > 1 ? mlirVectorTypeGet(1, &lanes, mlirValueGetType(results[0])) : vt;
+    MlirValue value = lanes > 1 ? kiln_compiler_build_before("vector.from_elements", at, results, (intptr_t)lanes, dv)
                                 : results[0];
     MlirOperation to_d = mlirOperationClone(at);
     unsigned g_d = g_n_args + (unsigned)(d_arg < (int)e_c_arg ? d_arg : d_arg - 1);

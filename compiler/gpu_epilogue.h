@@ -13,8 +13,10 @@
  *
  * What is taken as E, read from the front half's kernel:
  *   - one block of index arithmetic, constants, loads, arith and math ops on
- *     scalars of at most 32 bits, and exactly one store, to an f32 buffer D of
- *     rank 2 or 3 (a matmul's C) or 4 (a conv's NHWC output); no guard, loop
+ *     scalars of at most 32 bits, and exactly one store, to an f32, f16 or
+ *     bf16 buffer D of rank 2 or 3 (a matmul's C) or 4 (a conv's NHWC output):
+ *     an f16 model's cast, bias and activation after its f32-accumulating
+ *     matmul write 16-bit floats; no guard, loop
  *     or call (the tiled matmul and conv take exact tiles only, so the front
  *     half gives their epilogues no guard);
  *   - the store's indices cover D exactly once: each is the front half's tile
@@ -45,6 +47,7 @@ typedef struct kiln_compiler_epilogue_s {
   unsigned d_arg;        /* the argument E stores */
   unsigned n_args;
   uint32_t c_candidates; /* bit a: argument a is read at exactly the stored element */
+  unsigned d_bytes;      /* D's element: 4 (f32) or 2 (f16, bf16) */
 } kiln_compiler_epilogue_t;
 
 /* Reads kernel `func`, launched on `grid` workgroups of `block`, into *out
@@ -54,12 +57,14 @@ bool kiln_compiler_epilogue_match(MlirOperation func, const uint32_t grid[3], co
 
 /* Whether the target's own copy of E (`func`, after its type preparation) still
  * computes its stored value from argument `c_arg`'s element, other loads and
- * arith and math ops alone. */
-bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg);
+ * arith and math ops alone; D's element type (f32, f16, or a 16-bit float's bits
+ * as i16) in *d_elem where it is not NULL. */
+bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg, MlirType *d_elem);
 
 /* Applies E (`e_func`, whose argument `e_c_arg` is C) to the tiled matmul kernel
  * `g_func`, whose argument `g_c_arg` is C and whose arguments from `g_n_args`
- * on are E's other arguments in order (its D typed as the kernel types C). Every
+ * on are E's other arguments in order (its D typed as the kernel types C, with
+ * D's element for f32: vector<W x f16> where C holds vector<W x f32>). Every
  * store of accumulators to C (a vector<W x f32> at [batch,] row, column / W, or
  * a scalar; a conv's row is a pixel of E's NHWC output) gains a store of E's
  * arithmetic on them, lane by lane, to D at the same place; the store to C

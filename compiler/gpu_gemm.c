@@ -499,8 +499,20 @@ static void signature(kiln_buf_t *b, const kernel_sig_t *sig, const kiln_compile
   for (unsigned i = 0; i < g->n_args; i++) {
     types[i] = i == g->a_arg ? ta : i == g->b_arg ? tb : i == g->c_arg ? tc : sig->types[i];
   }
-  for (unsigned i = 0; i < n_extra; i++) types[g->n_args + i] = sig->extra->types[i] ? sig->extra->types[i] : tc;
+  /* C's type with another element: its last "f32" (memref<..xvector<4xf32>>,
+   * memref<..xf32>) replaced. */
+  char *c_like = NULL;
+  const char *elem = sig->extra ? sig->extra->c_like_elem : NULL;
+  const char *f32 = NULL;
+  for (const char *p = strstr(tc, "f32"); p; p = strstr(p + 1, "f32")) f32 = p;
+  if (elem && f32) {
+    c_like = kiln_buf_sprintf("%.*s%s%s", (int)(f32 - tc), tc, elem, f32 + 3);
+  }
+  for (unsigned i = 0; i < n_extra; i++) {
+    types[g->n_args + i] = sig->extra->types[i] ? sig->extra->types[i] : c_like ? c_like : tc;
+  }
   kiln_compiler_gpu_kernel_open_named(b, "kiln_gemm", sig->name, strlen(sig->name), types, n);
+  kiln_free(c_like);
   kiln_free(types);
 }
 

@@ -82,10 +82,12 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
 bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t *t);
 
 /* Arguments a tiled kernel takes after its own (an epilogue's buffers,
- * gpu_epilogue.h), as type text; NULL types one as the kernel types C. */
+ * gpu_epilogue.h), as type text; NULL types one as the kernel types C, with
+ * the element `c_like_elem` for C's f32 where that is not NULL ("f16", "i16"). */
 typedef struct kiln_compiler_gemm_extra_s {
   const char *const *types;
   unsigned n;
+  const char *c_like_elem;
 } kiln_compiler_gemm_extra_t;
 
 /* Replaces kernel `func` (matched as `g`) by the tiled kernel for target `t`,

@@ -1149,7 +1149,10 @@ static kiln_status_t replace_fused(MlirContext mlir, MlirModule module, MlirOper
     if (a == f->c_arg) continue;
     types[n++] = a == f->d_arg ? NULL : kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(e_entry, a)));
   }
-  kiln_compiler_gemm_extra_t extra = {(const char *const *)types, n};
+  MlirType d_elem = {NULL};
+  (void)kiln_compiler_epilogue_fits(e_func, f->c_arg, &d_elem);
+  char *elem = mlirTypeIsNull(d_elem) || mlirTypeIsAF32(d_elem) ? NULL : kiln_compiler_gpu_type_text(d_elem);
+  kiln_compiler_gemm_extra_t extra = {(const char *const *)types, n, elem};
   MlirOperation fused = {NULL};
   kiln_status_t st = kiln_compiler_gemm_replace(mlir, module, func, &l->gemm, t, &extra, grid, block, &fused);
   if (!st) {
@@ -1158,6 +1161,7 @@ static kiln_status_t replace_fused(MlirContext mlir, MlirModule module, MlirOper
   }
   for (unsigned i = 0; i < n; i++) kiln_free(types[i]);
   kiln_free(types);
+  kiln_free(elem);
   return st;
 }
 
@@ -1175,7 +1179,7 @@ static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirMod
     if (!fusions[i].e) continue;
     const launch_t *e = &launches->items[fusions[i].e - 1];
     MlirOperation e_func = find_symbol(body, "gpu.func", mlirStringRefCreateFromCString(e->kernel_name));
-    if (!mlirOperationIsNull(e_func) && kiln_compiler_epilogue_fits(e_func, fusions[i].c_arg)) {
+    if (!mlirOperationIsNull(e_func) && kiln_compiler_epilogue_fits(e_func, fusions[i].c_arg, NULL)) {
       taken[fusions[i].e - 1] = true;
     }
   }
@@ -1423,10 +1427,16 @@ static void plan_fusions(const kiln_vmfb_plan_t *plan, const launches_t *launche
                              : ep->rank == g->rank && ep->dims[ep->rank - 2] == g->m &&
                                    ep->dims[ep->rank - 1] == g->n && (g->rank == 2 || ep->dims[0] == g->batch);
       /* E's bindings 16-byte aligned like G's (D is stored in G's vectors); a
-       * Vulkan dispatch keeps to 8 storage buffers (devices may allow few). */
+       * Vulkan dispatch keeps to 8 storage buffers (devices may allow few),
+       * and a 16-bit D needs the profile's 16-bit storage and types (VideoCore
+       * VII keeps such an epilogue's kernel). */
       size_t bound = st->n_bindings + next->n_bindings - 1;
+      bool narrow_ok = ep->d_bytes != 2 || t->kind != KILN_TARGET_KIND_VULKAN ||
+                       (kiln_compiler_list_has(t->spirv_capabilities, "StorageBuffer16BitAccess") &&
+                        kiln_compiler_list_has(t->spirv_capabilities, "Float16") &&
+                        kiln_compiler_list_has(t->spirv_capabilities, "Int16"));
       bool ok = ep->found && shape && swappable[e] && !st->n_constants && !next->n_constants &&
-                g->c_arg < st->n_bindings && next->n_bindings == ep->n_args &&
+                g->c_arg < st->n_bindings && next->n_bindings == ep->n_args && narrow_ok &&
                 bound <= (t->kind == KILN_TARGET_KIND_VULKAN ? 8u : 32u);
       const kiln_vmfb_binding_t *cb = ok ? &st->bindings[g->c_arg] : NULL;
       int c = -1, at_c = 0;

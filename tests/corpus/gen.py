@@ -1060,6 +1060,30 @@ def group_tosa():
              ('return %%0, %%2 : %s, %s' % (tr, tr)) if both else 'return %%2 : %s' % tr],
             [((2, 64, 32), 'f32', a), ((2, 32, 64), 'f32', b), ((1, 1, 64), 'f32', bias)],
             ([((2, 64, 64), 'f32', mm)] if both else []) + [((2, 64, 64), 'f32', relu)], 0))
+    # An f16 model's dense layer: the matmul accumulates in f32, then the cast to
+    # f16, the f16 bias and ReLU, which GPU targets with 16-bit storage fuse into
+    # the tiled matmul (D stored as f16 in C's vectors); and the same in bf16
+    # (its bits stored). Each step rounds as TOSA says: C exact in f32, then one
+    # rounding per op.
+    for name, et in (('tosa_matmul_f16_cast_bias_relu_fused', 'f16'), ('tosa_matmul_bf16_cast_bias_relu_fused', 'bf16')):
+        a = values((2, 64, 32), et, 108)
+        b = values((2, 32, 64), et, 109)
+        bias = values((1, 1, 64), et, 110)
+        mm = mm_ref(a, b, 2, 64, 32, 64)
+        rnd = ROUND[et]
+        out = [max(0.0, rnd(rnd(v) + bias[i % 64])) for i, v in enumerate(mm)]
+        ta, tb, tc_, tr = ('tensor<2x64x32x%s>' % et, 'tensor<2x32x64x%s>' % et, 'tensor<2x64x64xf32>',
+                           'tensor<2x64x64x%s>' % et)
+        cases.append(tosa_case(
+            name, [ta, tb, 'tensor<1x1x64x%s>' % et], tr,
+            [scalar_const('zp', et, 0.0),
+             '%%0 = tosa.matmul %%arg0, %%arg1, %%zp, %%zp : (%s, %s, tensor<1x%s>, tensor<1x%s>) -> %s' % (ta, tb, et, et, tc_),
+             '%%1 = tosa.cast %%0 : (%s) -> %s' % (tc_, tr),
+             '%%2 = tosa.add %%1, %%arg2 : (%s, tensor<1x1x64x%s>) -> %s' % (tr, et, tr),
+             '%%3 = tosa.clamp %%2 {max_val = 6.0e4 : %s, min_val = 0.0 : %s} : (%s) -> %s' % (et, et, tr, tr),
+             'return %%3 : %s' % tr],
+            [((2, 64, 32), et, a), ((2, 32, 64), et, b), ((1, 1, 64), et, bias)],
+            [((2, 64, 64), et, out)], 0))
     # Convs GPU targets tile as an implicit GEMM (im2col in the loader): a padded
     # 3x3 over one image (64 pixels x 64 filters x 144 taps), two images at stride
     # 2 with padding top and left only (the front half folds the batch into its

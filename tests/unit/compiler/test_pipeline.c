@@ -730,6 +730,37 @@ static void test_epilogue_fusion(void **state) {
       }
     }
   }
+  /* An f16 (and bf16) model's dense layer: the f32 accumulators cast to the
+   * 16-bit type, a 16-bit bias and ReLU, D stored as 16-bit floats. Fused on
+   * CUDA, AMD and Vulkan profiles with 16-bit storage; VideoCore VII (none)
+   * keeps the epilogue's kernel, as do CPU targets. */
+  static const struct {
+    const char *target;
+    size_t dispatches;
+  } narrow[] = {{"arm5gen", 2}, {"sm_89", 2}, {"gfx950", 2}, {"gfx1201", 2}, {"videocore_vii", 3}, {"x86_64", 3}};
+  static const char *const halves[2] = {"f16", "bf16"};
+  for (int h = 0; h < 2; h++) {
+    char model[2048];
+    const char *t = halves[h];
+    snprintf(model, sizeof model,
+             "func.func @mm(%%a: tensor<2x64x32x%s>, %%b: tensor<2x32x64x%s>, %%bias: tensor<1x1x64x%s>) -> "
+             "tensor<2x64x64x%s> {\n"
+             "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1x%s>} : () -> tensor<1x%s>\n"
+             "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<2x64x32x%s>, tensor<2x32x64x%s>, tensor<1x%s>, "
+             "tensor<1x%s>) -> tensor<2x64x64xf32>\n"
+             "  %%1 = tosa.cast %%0 : (tensor<2x64x64xf32>) -> tensor<2x64x64x%s>\n"
+             "  %%2 = tosa.add %%1, %%bias : (tensor<2x64x64x%s>, tensor<1x1x64x%s>) -> tensor<2x64x64x%s>\n"
+             "  %%3 = tosa.clamp %%2 {max_val = 6.0e4 : %s, min_val = 0.0 : %s} : (tensor<2x64x64x%s>) -> "
+             "tensor<2x64x64x%s>\n"
+             "  return %%3 : tensor<2x64x64x%s>\n}\n",
+             t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t);
+    for (size_t c = 0; c < sizeof narrow / sizeof narrow[0]; c++) {
+      dispatches_t d = count_dispatches(*state, model, narrow[c].target);
+      if (d.shared != 3 || d.mine != narrow[c].dispatches || d.fused != 3 - d.mine) {
+        fail_msg("%s %s: %zu of %zu dispatches, %zu fused", t, narrow[c].target, d.mine, d.shared, d.fused);
+      }
+    }
+  }
   /* A conv's ReLU6 likewise: one dispatch fewer on GPU targets. */
   static const char conv[] =
       "func.func @c(%x: tensor<1x8x8x16xf32>, %w: tensor<64x3x3x16xf32>, %b: tensor<64xf32>) -> "
