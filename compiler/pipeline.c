@@ -1165,6 +1165,23 @@ static kiln_status_t replace_fused(MlirContext mlir, MlirModule module, MlirOper
   return st;
 }
 
+/* A fused epilogue's kernel, never dispatched on this target: its body goes
+ * (but the return), so it costs no code generation; it keeps its symbol and
+ * arguments, which the executable's exports and the fused matmul's bindings
+ * are numbered by. */
+static void empty_kernel(MlirOperation func) {
+  MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
+  MlirOperation last = mlirBlockGetTerminator(entry);
+  kiln_compiler_ops_t ops = {0};
+  for (MlirOperation op = mlirBlockGetFirstOperation(entry); !mlirOperationEqual(op, last);
+       op = mlirOperationGetNextInBlock(op)) {
+    kiln_compiler_ops_push(&ops, op);
+  }
+  /* Last first: an op's users come after it in the block (E has no regions). */
+  for (size_t i = ops.n; i-- > 0;) mlirOperationDestroy(ops.items[i]);
+  kiln_free(ops.items);
+}
+
 static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirModule module,
                                        const launches_t *launches, const bool *swappable, const fusion_t *fusions,
                                        const kiln_target_t *t, uint32_t (*grids)[3], uint32_t (*blocks)[3],
@@ -1199,6 +1216,7 @@ static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirMod
       if (!st) {
         fused[fusions[i].e - 1][0] = (uint32_t)i + 1;
         fused[fusions[i].e - 1][1] = fusions[i].c_arg;
+        empty_kernel(e_func);
       }
       continue;
     }
