@@ -161,20 +161,26 @@ def mma(a_frags, b_frags, c_frags):
     return out
 
 
-def mfma(a_frags, b_frags, c_frags):
-    """One wave's v_mfma_f32_16x16x16_f16."""
-    A = [[None] * 16 for _ in range(16)]
-    B = [[None] * 16 for _ in range(16)]
-    C = [[None] * 16 for _ in range(16)]
-    for lane in range(64):
-        r, s = lane % 16, lane // 16
-        for j in range(4):
-            A[r][4 * s + j] = a_frags[lane][j]
-            B[4 * s + j][r] = b_frags[lane][j]
-            C[4 * s + j][r] = c_frags[lane][j]
-    assert all(x is not None for row in A + B + C for x in row), 'fragments do not cover the tile'
-    D = [[C[i][j] + sum(A[i][k] * B[k][j] for k in range(16)) for j in range(16)] for i in range(16)]
-    return [[D[4 * (lane // 16) + j][lane % 16] for j in range(4)] for lane in range(64)]
+def mfma_16x16(k):
+    """One wave's 16x16xk MFMA: v_mfma_f32_16x16x16_f16 (k 16: four of k a lane)
+    or v_mfma_f32_16x16x32_fp8_fp8 (gfx950, k 32: eight)."""
+    per = k // 4
+
+    def unit(a_frags, b_frags, c_frags):
+        A = [[None] * k for _ in range(16)]
+        B = [[None] * 16 for _ in range(k)]
+        C = [[None] * 16 for _ in range(16)]
+        for lane in range(64):
+            r, s = lane % 16, lane // 16
+            for j in range(per):
+                A[r][per * s + j] = a_frags[lane][j]
+                B[per * s + j][r] = b_frags[lane][j]
+            for j in range(4):
+                C[4 * s + j][r] = c_frags[lane][j]
+        assert all(x is not None for row in A + B + C for x in row), 'fragments do not cover the tile'
+        D = [[C[i][j] + sum(A[i][kk] * B[kk][j] for kk in range(k)) for j in range(16)] for i in range(16)]
+        return [[D[4 * (lane // 16) + j][lane % 16] for j in range(4)] for lane in range(64)]
+    return unit
 
 
 def wmma(a_frags, b_frags, c_frags):
@@ -191,23 +197,6 @@ def wmma(a_frags, b_frags, c_frags):
     assert all(x is not None for row in C for x in row), 'fragments do not cover the tile'
     D = [[C[i][j] + sum(A[i][k] * B[k][j] for k in range(16)) for j in range(16)] for i in range(16)]
     return [[D[2 * j + lane // 16][lane % 16] for j in range(8)] for lane in range(32)]
-
-
-def mfma32(a_frags, b_frags, c_frags):
-    """One wave's v_mfma_f32_16x16x32_fp8_fp8 (gfx950): eight f8 of k a lane."""
-    A = [[None] * 32 for _ in range(16)]
-    B = [[None] * 16 for _ in range(32)]
-    C = [[None] * 16 for _ in range(16)]
-    for lane in range(64):
-        r, s = lane % 16, lane // 16
-        for j in range(8):
-            A[r][8 * s + j] = a_frags[lane][j]
-            B[8 * s + j][r] = b_frags[lane][j]
-        for j in range(4):
-            C[4 * s + j][r] = c_frags[lane][j]
-    assert all(x is not None for row in A + B + C for x in row), 'fragments do not cover the tile'
-    D = [[C[i][j] + sum(A[i][k] * B[k][j] for k in range(32)) for j in range(16)] for i in range(16)]
-    return [[D[4 * (lane // 16) + j][lane % 16] for j in range(4)] for lane in range(64)]
 
 
 def wmma4(a_frags, b_frags, c_frags):
@@ -230,10 +219,10 @@ def wmma4(a_frags, b_frags, c_frags):
 # semantics, its width in lanes).
 MATRIX_OPS = [
     (r'(%\w+) = nvgpu.mma.sync \((%\w+), (%\w+), (%[\w#]+)\) \{mmaShape = \[16, 8, 16\]\}', mma, 32),
-    (r'(%\w+) = amdgpu.mfma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) blgp = none', mfma, 64),
+    (r'(%\w+) = amdgpu.mfma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) blgp = none', mfma_16x16(16), 64),
     (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) : vector<16xb?f16>', wmma, 32),
     (r'(%\w+) = amdgpu.mfma 16x16x32 (%\w+) \* (%\w+) \+ (%[\w#]+) blgp = none : vector<8xf8E(?:4M3FN|5M2)>',
-     mfma32, 64),
+     mfma_16x16(32), 64),
     (r'(%\w+) = amdgpu.wmma 16x16x16 (%\w+) \* (%\w+) \+ (%[\w#]+) : vector<8x(?:b?f16|f8E4M3FN|f8E5M2)>', wmma4, 32),
 ]
 
@@ -510,17 +499,13 @@ class Kernel:
             if m:
                 env[m.group(1)] = [[val(m.group(2), t)] * int(m.group(3)) for t in range(T)]
                 return
-            m = re.match(r'(%\w+) = arith.constant dense<(-?\d+)> : vector<(\d+)xi32>$', line)
+            m = re.match(r'(%\w+) = arith.constant dense<(\[[-\d, ]+\]|[-\d.e]+)> : vector<(\d+)x(i32|f32)>$', line)
             if m:
-                env[m.group(1)] = [[int(m.group(2))] * int(m.group(3)) for _ in range(T)]
-                return
-            m = re.match(r'(%\w+) = arith.constant dense<\[([-\d, ]+)\]> : vector<(\d+)xi32>$', line)
-            if m:
-                env[m.group(1)] = [[int(x) for x in m.group(2).split(',')] for _ in range(T)]
-                return
-            m = re.match(r'(%\w+) = arith.constant dense<([-\d.e]+)> : vector<(\d+)xf32>$', line)
-            if m:
-                env[m.group(1)] = [[float(m.group(2))] * int(m.group(3)) for _ in range(T)]
+                # a splat or a list, of i32 or f32
+                conv = int if m.group(4) == 'i32' else float
+                values = m.group(2).strip('[]').split(',')
+                row = [conv(x) for x in values] if len(values) > 1 else [conv(values[0])] * int(m.group(3))
+                env[m.group(1)] = [list(row) for _ in range(T)]
                 return
             m = re.match(r'(%\w+) = arith.(shli|shrui|andi|ori|addi) (%\w+), (%\w+) : vector<\d+xi32>$', line)
             if m:
