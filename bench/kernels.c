@@ -335,17 +335,27 @@ static char *bias_silu_text(int rows, int cols) {
 }
 
 /* A dense layer: an n x n matmul, a bias row and ReLU. */
-static char *dense_relu_text(int n) {
-  return text_of("func.func @dense(%%x: tensor<1x%dx%dxf32>, %%w: tensor<1x%dx%dxf32>, %%b: tensor<1x1x%dxf32>) -> "
-                 "tensor<1x%dx%dxf32> {\n"
-                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
-                 "  %%0 = tosa.matmul %%x, %%w, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, tensor<1xf32>, "
-                 "tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
-                 "  %%1 = tosa.add %%0, %%b : (tensor<1x%dx%dxf32>, tensor<1x1x%dxf32>) -> tensor<1x%dx%dxf32>\n"
-                 "  %%2 = tosa.clamp %%1 {max_val = 3.0e38 : f32, min_val = 0.0 : f32} : (tensor<1x%dx%dxf32>) -> "
-                 "tensor<1x%dx%dxf32>\n"
-                 "  return %%2 : tensor<1x%dx%dxf32>\n}\n",
-                 n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n);
+/* A dense layer: x W + b, ReLU, accumulated in f32; in a 16-bit type `h`
+ * ("f16", "bf16") the f32 accumulators are cast to it first and the bias and
+ * ReLU run in it, as an f16 model writes it. */
+static char *dense_relu_text(int n, const char *h) {
+  bool narrow = strcmp(h, "f32") != 0;
+  char *cast = narrow ? text_of("  %%c = tosa.cast %%0 : (tensor<1x%dx%dxf32>) -> tensor<1x%dx%dx%s>\n", n, n, n, n, h)
+                      : kiln_strdup("");
+  char *text = text_of(
+      "func.func @dense(%%x: tensor<1x%dx%dx%s>, %%w: tensor<1x%dx%dx%s>, %%b: tensor<1x1x%dx%s>) -> "
+      "tensor<1x%dx%dx%s> {\n"
+      "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1x%s>} : () -> tensor<1x%s>\n"
+      "  %%0 = tosa.matmul %%x, %%w, %%zp, %%zp : (tensor<1x%dx%dx%s>, tensor<1x%dx%dx%s>, tensor<1x%s>, "
+      "tensor<1x%s>) -> tensor<1x%dx%dxf32>\n%s"
+      "  %%1 = tosa.add %s, %%b : (tensor<1x%dx%dx%s>, tensor<1x1x%dx%s>) -> tensor<1x%dx%dx%s>\n"
+      "  %%2 = tosa.clamp %%1 {max_val = %s : %s, min_val = 0.0 : %s} : (tensor<1x%dx%dx%s>) -> "
+      "tensor<1x%dx%dx%s>\n"
+      "  return %%2 : tensor<1x%dx%dx%s>\n}\n",
+      n, n, h, n, n, h, n, h, n, n, h, h, h, n, n, h, n, n, h, h, h, n, n, cast, narrow ? "%c" : "%0", n, n, h, n, h,
+      n, n, h, narrow ? "6.0e4" : "3.0e38", h, h, n, n, h, n, n, h, n, n, h);
+  kiln_free(cast);
+  return text;
 }
 
 /* One attention head: softmax(Q K^T / sqrt(d)) V, K given transposed. */
@@ -749,7 +759,8 @@ static void bench_gpu(void) {
     GPU_CASE("depthwise3x3 56x56x64", conv_text(56, 64, 0, 3, true));
     GPU_CASE("softmax 128x4096", softmax_rows_text(128, 4096));
     GPU_CASE("bias+silu 1024x1024", bias_silu_text(1024, 1024));
-    GPU_CASE("dense+relu 1024 f32", dense_relu_text(1024));
+    GPU_CASE("dense+relu 1024 f32", dense_relu_text(1024, "f32"));
+    GPU_CASE("dense+relu 1024 f16", dense_relu_text(1024, "f16"));
     GPU_CASE("attention s128 d64", attention_text(128, 64));
   }
 #undef GPU_CASE
@@ -838,7 +849,7 @@ static void bench_gpu(void) {
         snprintf(what, sizeof what, "bias+silu 1024x1024, %s: 128-bit elementwise", gpus[t]->id);
         snprintf(detail, sizeof detail, "%u-bit, %llu wgs", r.code.load_bits, (unsigned long long)r.workgroups);
         gpu_goal(what, r.code.load_bits >= 128, detail);
-      } else if (!strcmp(cases[c].name, "dense+relu 1024 f32")) {
+      } else if (!strncmp(cases[c].name, "dense+relu", 10)) {
         /* The bias and ReLU run on the accumulators (gpu_epilogue.h): C's 4 MiB
          * no longer go to memory and back. */
         printf("      %-9s epilogue %s: %zu dispatches where the shared plan has %zu\n", gpus[t]->id,
