@@ -37,6 +37,7 @@ invocation outside the enclosing scf.if fails the case, as it reads an undefined
 value on a GPU. Exit 1 on a wrong element, 2 on an op it does not know.
 """
 import copy
+import math
 import random
 import re
 import struct
@@ -262,7 +263,7 @@ def f8_value(bits, fmt):
 def f8_bits(v, fmt):
     """The f8 bits of v, which must be exact in the format."""
     for bits in range(256):
-        if f8_value(bits, fmt) == v and (v != 0 or bits == 0):
+        if f8_value(bits, fmt) == v and (v != 0 or (bits == 0x80) == (math.copysign(1.0, v) < 0)):
             return bits
     raise AssertionError('%g is not exact in %s' % (v, fmt))
 
@@ -557,8 +558,8 @@ class Kernel:
             if m:
                 env[m.group(1)] = [[f8_value(x, m.group(3)) for x in val(m.group(2), t)] for t in range(T)]
                 return
-            m = re.match(r'(%\w+) = llvm.inline_asm asm_dialect = att "mma.sync.aligned.m16n8k32.row.col.f32.(e4m3|e5m2).'
-                         r'\2.f32 \{\$0, \$1, \$2, \$3\}, \{\$4, \$5, \$6, \$7\}, \{\$8, \$9\}, '
+            m = re.match(r'(%\w+) = llvm.inline_asm asm_dialect = att "mma\.sync\.aligned\.m16n8k32\.row\.col\.f32\.(e4m3|e5m2)\.'
+                         r'\2\.f32 \{\$0, \$1, \$2, \$3\}, \{\$4, \$5, \$6, \$7\}, \{\$8, \$9\}, '
                          r'\{\$10, \$11, \$12, \$13\};", "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f" (.*?) :', line)
             if m:
                 names, out = m.group(3).split(', '), []
