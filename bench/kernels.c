@@ -631,6 +631,25 @@ static gpu_row_t gpu_read(const kiln_compiler_output_t *out, size_t t) {
   return row;
 }
 
+/* One row of the GPU table; false (and a line saying why) where the target failed. */
+static bool gpu_print_row(const char *label, const char *target_id, const kiln_compiler_output_t *out, size_t t,
+                          const gpu_row_t *r) {
+  if (!r->ok) {
+    printf("%-22s %-9s failed: %s\n", label, target_id,
+           out->targets[t].status ? kiln_status_message(out->targets[t].status) : "no kernels");
+    return false;
+  }
+  double madd = r->code.loop_madds;
+  char regs[16] = "-", spills[16] = "-";
+  if (r->code.registers >= 0) snprintf(regs, sizeof regs, "%d", r->code.registers);
+  if (r->code.spill_bytes >= 0) snprintf(spills, sizeof spills, "%d", r->code.spill_bytes);
+  printf("%-22s %-9s %4zu %10llu %6u %6.1f %7.3f %7.3f %5u %7u %6s %5s %6s\n", label, target_id, r->dispatches,
+         (unsigned long long)r->workgroups, r->threads, madd, madd > 0 ? r->code.loop_loads / madd : 0.0,
+         madd > 0 ? r->code.loop_stores / madd : 0.0, r->code.load_bits, r->code.shared_bytes,
+         r->code.matrix ? "yes" : "no", regs, spills);
+  return true;
+}
+
 /* KILN_BENCH_EXPORT_GPU=DIR: the sm_89 code and host plan of each f32 matmul case
  * as DIR/<case>.ptx and DIR/<case>.plan, for bench_gpu_device to time on a real
  * GPU against cuBLAS (bench/gpu_device.c says the format). Cases whose plans use
@@ -767,7 +786,8 @@ static void bench_gpu(void) {
   printf("\nGPU kernels, read from the code kiln emits (PTX; llvm-objdump of the AMDGPU code object; spirv-dis):\n"
          "the hottest kernel's innermost loop, per invocation and iteration; ld = global loads, st = global\n"
          "stores, madd = multiply-adds; registers and spills from ptxas -v (CUDA) or the kernel descriptor (AMD);\n"
-         "disp = dispatches in the target's own plan (an epilogue fused into its matmul has none)\n");
+         "disp = dispatches in the target's own plan (an epilogue fused into its matmul has none);\n"
+         "under each row, (front half's): the kernels every target had before issue 17 (KILN_GPU_NAIVE)\n");
   printf("%-22s %-9s %4s %10s %6s %6s %7s %7s %5s %7s %6s %5s %6s\n", "case", "target", "disp", "workgroups",
          "thr/wg", "madd", "ld/madd", "st/madd", "ldbit", "wg mem", "matrix", "regs", "spills");
   for (size_t c = 0; c < n; c++) {
@@ -776,6 +796,13 @@ static void bench_gpu(void) {
     kiln_status_t st = kiln_compiler_compile(context, cases[c].text, strlen(cases[c].text), "gpu.mlir", gpus, N_GPU,
                                              &out);
     if (st) kiln_bench_die("kiln does not compile %s: %s", cases[c].name, kiln_status_message(st));
+    /* Beside it, the front half's kernels as every target had them before
+     * issue 17 (KILN_GPU_NAIVE, read by the compiler in this process: jobs is 1). */
+    kiln_compiler_output_t naive;
+    setenv("KILN_GPU_NAIVE", "1", 1);
+    st = kiln_compiler_compile(context, cases[c].text, strlen(cases[c].text), "gpu.mlir", gpus, N_GPU, &naive);
+    unsetenv("KILN_GPU_NAIVE");
+    if (st) kiln_bench_die("kiln does not compile %s naive: %s", cases[c].name, kiln_status_message(st));
     for (size_t t = 0; t < N_GPU; t++) {
       /* bench_gpu_device times f32, f16 and bf16 against cuBLAS; f8 would need cuBLASLt. */
       if (export_dir && *export_dir && cases[c].gemm && gpus[t]->kind == KILN_TARGET_KIND_CUDA &&
@@ -784,19 +811,10 @@ static void bench_gpu(void) {
                          cases[c].gemm_elem);
       }
       gpu_row_t r = gpu_read(&out, t);
-      if (!r.ok) {
-        printf("%-22s %-9s failed: %s\n", cases[c].name, gpus[t]->id,
-               out.targets[t].status ? kiln_status_message(out.targets[t].status) : "no kernels");
-        continue;
-      }
+      if (!gpu_print_row(cases[c].name, gpus[t]->id, &out, t, &r)) continue;
+      gpu_row_t before = gpu_read(&naive, t);
+      gpu_print_row("  (front half's)", gpus[t]->id, &naive, t, &before);
       double madd = r.code.loop_madds;
-      char regs[16] = "-", spills[16] = "-";
-      if (r.code.registers >= 0) snprintf(regs, sizeof regs, "%d", r.code.registers);
-      if (r.code.spill_bytes >= 0) snprintf(spills, sizeof spills, "%d", r.code.spill_bytes);
-      printf("%-22s %-9s %4zu %10llu %6u %6.1f %7.3f %7.3f %5u %7u %6s %5s %6s\n", cases[c].name, gpus[t]->id,
-             r.dispatches, (unsigned long long)r.workgroups, r.threads, madd,
-             madd > 0 ? r.code.loop_loads / madd : 0.0, madd > 0 ? r.code.loop_stores / madd : 0.0, r.code.load_bits,
-             r.code.shared_bytes, r.code.matrix ? "yes" : "no", regs, spills);
       char what[96], detail[64];
       if (!strcmp(cases[c].name, "matmul 1024 f32")) {
         snprintf(what, sizeof what, "matmul 1024 f32, %s: <= 0.05 ld/madd, 128-bit, wg mem", gpus[t]->id);
@@ -862,6 +880,7 @@ static void bench_gpu(void) {
       }
     }
     kiln_compiler_output_deinit(&out);
+    kiln_compiler_output_deinit(&naive);
   }
   for (size_t c = 0; c < n; c++) kiln_free(cases[c].text);
 }

@@ -1245,7 +1245,12 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
   bool *noalias = kiln_calloc(n_launches, sizeof *noalias);
   bool *swappable = kiln_calloc(n_launches, sizeof *swappable);
   plan_kernels(plan, noalias, swappable, launches->n);
-  for (size_t i = 0; i < launches->n; i++) swappable[i] = swappable[i] && noalias[i];
+  /* KILN_GPU_NAIVE (a benchmark hook, never set in production): the front
+   * half's kernels as they are, none replaced, vectorized or fused, so
+   * bench_kernels can print them beside kiln's in one run. */
+  const char *naive = getenv("KILN_GPU_NAIVE");
+  bool keep_front = naive && *naive && strcmp(naive, "0") != 0;
+  for (size_t i = 0; i < launches->n; i++) swappable[i] = swappable[i] && noalias[i] && !keep_front;
   fusion_t *fusions = kiln_calloc(n_launches, sizeof *fusions);
   plan_fusions(plan, launches, swappable, out->target, fusions);
   uint32_t(*grids)[3] = kiln_calloc(n_launches, sizeof *grids);
