@@ -269,7 +269,7 @@ static bool read_slice(MlirOperation func, unsigned c_arg, slice_t *s) {
   return true;
 }
 
-bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg, MlirType *d_elem) {
+bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg) {
   slice_t s;
   if (!read_slice(func, c_arg, &s)) return false;
   /* What applying it relies on: D a buffer of rank 2 to 4, not C, of f32, f16,
@@ -281,7 +281,6 @@ bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg, MlirType *d
   MlirType e = mlirShapedTypeGetElementType(t);
   bool elem = mlirTypeIsAF32(e) || mlirTypeIsAF16(e) || mlirTypeIsABF16(e) ||
               (mlirTypeIsAInteger(e) && mlirIntegerTypeGetWidth(e) == 16);
-  if (d_elem) *d_elem = e;
   return a >= 0 && (unsigned)a != c_arg && kiln_compiler_gpu_plain_memref(t) && elem && rank >= 2 && rank <= 4 &&
          mlirOperationGetNumOperands(s.store) == rank + 2;
 }

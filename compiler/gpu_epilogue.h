@@ -57,9 +57,9 @@ bool kiln_compiler_epilogue_match(MlirOperation func, const uint32_t grid[3], co
 
 /* Whether the target's own copy of E (`func`, after its type preparation) still
  * computes its stored value from argument `c_arg`'s element, other loads and
- * arith and math ops alone; D's element type (f32, f16, or a 16-bit float's bits
- * as i16) in *d_elem where it is not NULL. */
-bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg, MlirType *d_elem);
+ * arith and math ops alone, into a D of f32, f16, bf16 or 16-bit floats' bits
+ * (i16). */
+bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg);
 
 /* Applies E (`e_func`, whose argument `e_c_arg` is C) to the tiled matmul kernel
  * `g_func`, whose argument `g_c_arg` is C and whose arguments from `g_n_args`

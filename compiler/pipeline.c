@@ -1149,9 +1149,9 @@ static kiln_status_t replace_fused(MlirContext mlir, MlirModule module, MlirOper
     if (a == f->c_arg) continue;
     types[n++] = a == f->d_arg ? NULL : kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(e_entry, a)));
   }
-  MlirType d_elem = {NULL};
-  (void)kiln_compiler_epilogue_fits(e_func, f->c_arg, &d_elem);
-  char *elem = mlirTypeIsNull(d_elem) || mlirTypeIsAF32(d_elem) ? NULL : kiln_compiler_gpu_type_text(d_elem);
+  /* D's element as the target's copy types it (f32, f16, bf16 or i16 bits). */
+  MlirType d_elem = mlirShapedTypeGetElementType(mlirValueGetType(mlirBlockGetArgument(e_entry, f->d_arg)));
+  char *elem = mlirTypeIsAF32(d_elem) ? NULL : kiln_compiler_gpu_type_text(d_elem);
   kiln_compiler_gemm_extra_t extra = {(const char *const *)types, n, elem};
   MlirOperation fused = {NULL};
   kiln_status_t st = kiln_compiler_gemm_replace(mlir, module, func, &l->gemm, t, &extra, grid, block, &fused);
@@ -1196,7 +1196,7 @@ static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirMod
     if (!fusions[i].e) continue;
     const launch_t *e = &launches->items[fusions[i].e - 1];
     MlirOperation e_func = find_symbol(body, "gpu.func", mlirStringRefCreateFromCString(e->kernel_name));
-    if (!mlirOperationIsNull(e_func) && kiln_compiler_epilogue_fits(e_func, fusions[i].c_arg, NULL)) {
+    if (!mlirOperationIsNull(e_func) && kiln_compiler_epilogue_fits(e_func, fusions[i].c_arg)) {
       taken[fusions[i].e - 1] = true;
     }
   }
