@@ -31,8 +31,9 @@
  *
  * Threads: admission (kilnd_jobs_submit) runs on libuv's thread pool (it hashes,
  * stores the source and looks targets up in the cache); everything else runs on
- * the loop. Shared state is under one mutex; calls into the worker pool and the
- * streams happen on the loop only.
+ * the loop. Shared state is under one mutex, never held while the engine calls out
+ * (to the worker pool, a stream or a listener): those calls happen on the loop,
+ * after the lock is released (daemon/jobs/jobs_impl.h).
  */
 #ifndef KILN_DAEMON_JOBS_H
 #define KILN_DAEMON_JOBS_H
@@ -202,9 +203,8 @@ typedef struct kilnd_job_listener_s kilnd_job_listener_t;
 /* Calls `fn` once on the loop when job `job_id` has finished (or kilnd closes under
  * it): at once, before this returns, when it already has. Otherwise *out_listener
  * (may be NULL) is a handle for kilnd_jobs_unlisten, valid until `fn` runs. The
- * callback runs under the engine's lock: it may send on streams and call the other
- * loop-thread functions here, nothing that blocks. NOT_FOUND for an unknown job.
- * Loop thread. */
+ * callback runs with the engine's lock released: it may call any function here
+ * (nothing that blocks). NOT_FOUND for an unknown job. Loop thread. */
 kiln_status_t kilnd_jobs_listen(kilnd_jobs_t *jobs, const char *job_id, kilnd_job_finished_fn_t fn, void *user,
                                 kilnd_job_listener_t **out_listener);
 
