@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -85,15 +86,15 @@ static uint64_t memory_available(void) {
 }
 
 /* worker-memory-limit, with auto resolved: three quarters of the memory there
- * is, shared among the workers, at least 2 GiB; none under AddressSanitizer,
- * whose shadow memory needs an unlimited address space. */
+ * is, shared among the workers, at least 2 GiB; none under AddressSanitizer or
+ * ThreadSanitizer, whose shadow memory needs an unlimited address space. */
 static uint64_t worker_memory_limit(const kilnd_settings_t *settings) {
   if (settings->worker_memory_limit != KILN_CONFIG_SIZE_AUTO) return settings->worker_memory_limit;
-  bool asan = false;
-#if defined(__SANITIZE_ADDRESS__)
-  asan = true;
+  bool shadow = false;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  shadow = true;
 #endif
-  uint64_t total = asan ? 0 : memory_available();
+  uint64_t total = shadow ? 0 : memory_available();
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   uint64_t workers = settings->workers > 0 ? (uint64_t)settings->workers : cpus > 0 ? (uint64_t)cpus : 1;
   uint64_t share = total / 4 * 3 / workers, floor = 2ull << 30;
@@ -362,9 +363,26 @@ static void print_usage(const kiln_config_table_t *table) {
          "or failed, 2 bad settings, 3 --verify found problems (repaired unless --dry-run).\n");
 }
 
+/* SIGTERM, SIGINT and SIGHUP, which the loop handles (drain, reload). */
+static void stop_signals(sigset_t *out_set) {
+  sigemptyset(out_set);
+  sigaddset(out_set, SIGTERM);
+  sigaddset(out_set, SIGINT);
+  sigaddset(out_set, SIGHUP);
+}
+
 int main(int argc, char **argv) {
   /* A client that disconnects mid-write must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
+  /* The loop's signals reach the loop's thread only: blocked here, before gRPC,
+   * libmicrohttpd and the cache start threads (which inherit the mask), and
+   * unblocked on this thread when the loop runs. A signal the kernel hands to a
+   * thread waiting in a library's own futex may otherwise wait there (under
+   * ThreadSanitizer, which defers signals to the next intercepted call, a SIGTERM
+   * was never seen). One arriving before the loop runs stays pending until then. */
+  sigset_t loop_signals;
+  stop_signals(&loop_signals);
+  pthread_sigmask(SIG_BLOCK, &loop_signals, NULL);
 
   const kiln_config_table_t *table = kilnd_settings_table();
   kilnd_settings_t settings;
@@ -428,6 +446,7 @@ int main(int argc, char **argv) {
   if (!status) kilnd_client_text_init(state.path); /* hidden from clients' messages */
   if (!status) status = open_cache(&settings, &state, &cache);
   if (!status && settings.verify) {
+    pthread_sigmask(SIG_UNBLOCK, &loop_signals, NULL); /* no loop: Ctrl-C stops the verify */
     exit_code = verify_offline(cache, settings.dry_run);
     kilnd_tokens_destroy(tokens);
     kilnd_tls_destroy(tls);
@@ -511,6 +530,7 @@ int main(int argc, char **argv) {
     if (http) kiln_log_kv_str(&fields, "metrics_addr", kilnd_http_address(http));
     kiln_log_fields(KILN_LOG_INFO, "listening", &fields);
     kiln_buf_deinit(&fields);
+    pthread_sigmask(SIG_UNBLOCK, &loop_signals, NULL);
     status = kilnd_server_run(server);
     if (status) {
       kiln_log_status(KILN_LOG_ERROR, "run_failed", status, NULL);

@@ -37,9 +37,9 @@
  * mapped, so a runaway compile fails an allocation here (kiln_malloc logs
  * event=out_of_memory and aborts; LLVM reports "out of memory") instead of
  * pushing the machine into the OOM killer. Children (fan-out, external compiler,
- * ptxas) inherit the limit. Under AddressSanitizer, whose shadow memory alone is
- * terabytes of address space, the limit is counted on top of the address space
- * the process has at start-up.
+ * ptxas) inherit the limit. Under AddressSanitizer or ThreadSanitizer, whose
+ * shadow memory alone is terabytes of address space, the limit is counted on top
+ * of the address space the process has at start-up.
  *
  * Dying with kilnd. The pool starts workers as process-group leaders and kills
  * the whole group (fan-out children and external compilers included) to stop a
@@ -110,15 +110,17 @@
 #define DEFAULT_EXTERNAL_ARGS \
   "{input} --iree-hal-target-device={device} --{target_flag}={chip} {flags} -o {output}"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
+/* AddressSanitizer and ThreadSanitizer map terabytes of shadow address space at
+ * start-up; the memory limit is counted on top of it. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UNDER_SHADOW_SANITIZER 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define UNDER_SHADOW_SANITIZER 1
 #endif
 #endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
+#ifndef UNDER_SHADOW_SANITIZER
+#define UNDER_SHADOW_SANITIZER 0
 #endif
 
 typedef struct options_s {
@@ -1042,7 +1044,7 @@ static uint64_t address_space_now(void) {
 static kiln_status_t apply_memory_limit(worker_t *w) {
   if (!w->opt.memory_limit) return NULL;
   uint64_t limit = w->opt.memory_limit;
-  if (UNDER_ASAN) limit += address_space_now();
+  if (UNDER_SHADOW_SANITIZER) limit += address_space_now();
   struct rlimit rl = {.rlim_cur = limit, .rlim_max = limit};
   if (setrlimit(RLIMIT_AS, &rl) != 0) {
     return KILN_STATUS_ERRNO(errno, "setting the memory limit (RLIMIT_AS) to %" PRIu64 " bytes", limit);

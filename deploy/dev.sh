@@ -5,8 +5,10 @@
 #                         with a local state folder, and show kiln talking to it
 #   deploy/dev.sh test    install what is missing, build twice (plain, and with
 #                         ASan+UBSan), and run the whole suite in both builds;
-#                         then build the VMFB reader's libFuzzer target with
-#                         clang-22 (build-fuzz) and fuzz it for KILN_FUZZ_SECONDS
+#                         build a third time with ThreadSanitizer and run the
+#                         daemon's tests there (ctest -L tsan); then build the
+#                         VMFB reader's libFuzzer target with clang-22
+#                         (build-fuzz) and fuzz it for KILN_FUZZ_SECONDS
 #   deploy/dev.sh build   install what is missing and build build/ only
 #
 # Both are idempotent: packages are installed only when missing and the builds are
@@ -116,12 +118,17 @@ run_tests() {
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --output-on-failure -j "$jobs") || failed=1
+  echo "== build with ThreadSanitizer and test the daemon's threads: ctest -L tsan"
+  # TSAN_OPTIONS (the suppressions for Debian's uninstrumented gRPC and abseil)
+  # comes with each test (tests/CMakeLists.txt).
+  build build-tsan -DKILN_SANITIZE=thread
+  (cd build-tsan && ctest --output-on-failure -j "$jobs" -L tsan) || failed=1
   fuzz || failed=1
   if [ "$failed" -ne 0 ]; then
     echo "kiln: test suite FAILED" >&2
     return 1
   fi
-  echo "kiln: test suite passed (plain and ASan+UBSan builds, fuzzing)"
+  echo "kiln: test suite passed (plain, ASan+UBSan and TSan builds, fuzzing)"
 }
 
 # The VMFB reader's libFuzzer target (tests/fuzz), from the committed corpus

@@ -32,12 +32,21 @@ typedef struct prep_s {
   char hash[65];                     /* of the request, for request_id retries */
 } prep_t;
 
+/* The source, when admission never reached the lock, was never shared. */
 static void prep_deinit(prep_t *p) {
   for (size_t i = 0; p->at && i < p->n; i++) kiln_free(p->at[i].target);
   kiln_free(p->at);
   source_release(p->source);
   kiln_free(p->compiler);
   memset(p, 0, sizeof *p);
+}
+
+/* Under mu: admission's own reference to the source. Once admit_locked ran, the
+ * job and the task share it and the loop releases theirs under the lock, so this
+ * one is dropped under it too (TSan found the count changed on both sides). */
+static void prep_drop_source_locked(prep_t *p) {
+  source_release(p->source);
+  p->source = NULL;
 }
 
 void kilnd_job_admission_deinit(kilnd_job_admission_t *admission) {
@@ -413,6 +422,7 @@ kiln_status_t admit_blocking(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, c
     request_hash(r, p.source->digest, p.hash);
     engine_lock(jobs);
     st = admit_locked(jobs, r, &p, forced_id, created_unix_ms, out);
+    prep_drop_source_locked(&p);
     engine_unlock_off_loop(jobs); /* what it queued for watchers waits for the loop */
   }
   prep_deinit(&p);
@@ -441,6 +451,7 @@ kiln_status_t kilnd_jobs_try_submit(kilnd_jobs_t *jobs, const kilnd_job_request_
     request_hash(r, p.source->digest, p.hash);
     engine_lock(jobs);
     st = admit_locked(jobs, r, &p, NULL, 0, out);
+    prep_drop_source_locked(&p);
     engine_unlock(jobs);
   }
   prep_deinit(&p);

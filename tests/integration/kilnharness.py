@@ -119,15 +119,25 @@ def distinct(source, tag):
     return source + f"\nfunc.func private @kiln_test_variant_{name}() {{\n  return\n}}\n".encode()
 
 
-def sanitized_build():
+def sanitizer_mode():
+    """The build's KILN_SANITIZE: "address" (ASan+UBSan, also spelled ON), "thread"
+    (TSan) or "" (none)."""
     try:
         with open(os.path.join(BUILD_DIR, "CMakeCache.txt")) as f:
-            return any(line.strip() == "KILN_SANITIZE:BOOL=ON" for line in f)
+            for line in f:
+                m = re.match(r"KILN_SANITIZE(?::[A-Z]+)?=(.*)$", line.strip())
+                if m:
+                    value = m.group(1).strip().lower()
+                    if value in ("on", "true", "1", "yes", "address"):
+                        return "address"
+                    return "thread" if value == "thread" else ""
     except OSError:
-        return False
+        pass
+    return ""
 
 
-SANITIZED = sanitized_build()
+SANITIZER = sanitizer_mode()
+SANITIZED = SANITIZER != ""
 
 sys.path.insert(0, PYTHON_OUT)
 # grpcio owns the top-level `grpc` package, so the generated health module is
@@ -209,9 +219,16 @@ class Kilnd:
 
     def wait(self, timeout=30):
         try:
-            return self.proc.wait(timeout=timeout)
+            rc = self.proc.wait(timeout=timeout)
         finally:
             self.log_file.close()
+        if SANITIZER == "thread":
+            # A data race or a lock-order inversion in kilnd (or a worker: their
+            # stderr is forwarded into the log) fails whichever test ran it.
+            races = [line for line in self.log().splitlines() if "WARNING: ThreadSanitizer" in line]
+            if races:
+                raise AssertionError(f"ThreadSanitizer reports in kilnd:\n{self.log()[-30000:]}")
+        return rc
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
         """Signals kilnd and returns its exit code."""

@@ -272,7 +272,7 @@ class ServiceTestCase(KilnTestCase):
             # read whole (worker stderr reaches kilnd's log cut and rate-limited). Not
             # for the oom hook: kilnd tells an out-of-memory death by the worker's last
             # words on stderr, which are ASan's "out of memory" report there.
-            for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+            for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"):
                 old = os.environ.get(var, "")
                 env[var] = (old + ":" if old else "") + f"log_path={kilnd.san_prefix}"
         kilnd.env.update(env)
@@ -323,7 +323,7 @@ class ServiceTestCase(KilnTestCase):
         # test, forwarded into kilnd's log).
         for line in kilnd.log().splitlines():
             if ("ERROR: AddressSanitizer" in line or "ERROR: LeakSanitizer" in line
-                    or "runtime error:" in line) and not (kilnd.oom and "allocator is out of memory" in line):
+                    or "WARNING: ThreadSanitizer" in line or "runtime error:" in line) and not (kilnd.oom and "allocator is out of memory" in line):
                 texts.append(line)
         self.assertEqual(texts, [], "sanitizer reports:\n" + "\n".join(texts))
 
