@@ -50,6 +50,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/flags.h"
 #include "base/log.h"
 #include "base/mlir_text.h"
 #include "base/time.h"
@@ -776,45 +777,16 @@ uint64_t kiln_cache_capacity(const kiln_cache_t *cache) { return cache->options.
 
 /* ---- keys ---- */
 
-/* The normalized flags as an array (kiln_malloc'd strings); returns the count. */
-static size_t normalize_flags(const char *const *flags, size_t n_flags, char ***out_flags) {
-  /* Keep trimmed flags in order; drop empties and exact repeats. */
-  char **seen = kiln_calloc(n_flags ? n_flags : 1, sizeof(char *));
-  size_t n_seen = 0;
-  for (size_t i = 0; i < n_flags; i++) {
-    const char *s = flags[i] ? flags[i] : "";
-    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
-    size_t len = strlen(s);
-    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\n' || s[len - 1] == '\r')) len--;
-    if (!len) continue;
-    char *flag = kiln_strndup(s, len);
-    bool dup = false;
-    for (size_t k = 0; k < n_seen && !dup; k++) dup = strcmp(seen[k], flag) == 0;
-    if (dup) {
-      kiln_free(flag);
-      continue;
-    }
-    seen[n_seen++] = flag;
-  }
-  *out_flags = seen;
-  return n_seen;
-}
-
-static void free_flags(char **flags, size_t n) {
-  for (size_t k = 0; k < n; k++) kiln_free(flags[k]);
-  kiln_free(flags);
-}
-
 char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags) {
   char **list;
-  size_t n = normalize_flags(flags, n_flags, &list);
+  size_t n = kiln_flags_normalize(flags, n_flags, &list);
   kiln_buf_t out;
   kiln_buf_init(&out);
   for (size_t k = 0; k < n; k++) {
     if (k) kiln_buf_append_char(&out, '\n');
     kiln_buf_append_str(&out, list[k]);
   }
-  free_flags(list, n);
+  kiln_flags_free(list, n);
   return kiln_buf_take(&out);
 }
 
@@ -852,7 +824,7 @@ kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_d
                        "cache key: the compiler identity is missing or malformed");
   }
   char **flags;
-  size_t n_flags = normalize_flags(parts->flags, parts->n_flags, &flags);
+  size_t n_flags = kiln_flags_normalize(parts->flags, parts->n_flags, &flags);
   /* Every field and every flag length-prefixed: no choice of flag text (newlines
    * included) can make two different part lists encode the same. Written without
    * printf: this runs for every target of every Compile, hits included. */
@@ -877,7 +849,7 @@ kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_d
   kiln_digest_of(enc.data, enc.len, &d);
   kiln_digest_to_hex(&d, out_key);
   kiln_buf_deinit(&enc);
-  free_flags(flags, n_flags);
+  kiln_flags_free(flags, n_flags);
   return NULL;
 }
 

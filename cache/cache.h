@@ -77,9 +77,10 @@ typedef struct kiln_cache_key_parts_s {
   uint32_t bytecode_version;   /* major << 16 | minor */
 } kiln_cache_key_parts_t;
 
-/* Normalizes flags: surrounding whitespace trimmed, empty flags dropped, exact
- * duplicates removed (first kept), order otherwise kept (compilers honour order).
- * Returns them joined by '\n' (kiln_malloc'd, owned by the caller). */
+/* Normalizes flags by the one rule of base/flags.h (trimmed, empties dropped, the
+ * last spelling of a name kept, sorted by name), the rule kilnd's admission and
+ * `kiln explain` use. Returns them joined by '\n' (kiln_malloc'd, owned by the
+ * caller). */
 char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags);
 
 /* The cache key: SHA-256 over a versioned, unambiguous encoding of the parts with

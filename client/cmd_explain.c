@@ -12,6 +12,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/flags.h"
 #include "client/cli.h"
 #include "client/explain.h"
 #include "client/json.h"
@@ -153,7 +154,7 @@ int kiln_cli_explain(const kiln_cli_settings_t *settings, kiln_client_t *client,
                            info->compiler ? kiln_client_json_from_message(&info->compiler->base) : NULL);
     char **norm = NULL;
     size_t n_norm = 0;
-    kiln_cli_flags_normalize(settings->flag.items, settings->flag.count, &norm, &n_norm);
+    n_norm = kiln_flags_normalize((const char *const *)settings->flag.items, settings->flag.count, &norm);
     json_object *flags = json_object_new_array();
     for (size_t i = 0; i < n_norm; i++) json_object_array_add(flags, json_object_new_string(norm[i]));
     kiln_cli_strings_free(norm, n_norm);

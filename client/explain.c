@@ -13,35 +13,8 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/flags.h"
 #include "client/cli.h"
-
-static size_t name_len(const char *flag) {
-  const char *eq = strchr(flag, '=');
-  return eq ? (size_t)(eq - flag) : strlen(flag);
-}
-
-static int by_name(const void *a, const void *b) {
-  const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-  size_t nx = name_len(x), ny = name_len(y);
-  int c = strncmp(x, y, nx < ny ? nx : ny);
-  return c ? c : (nx > ny) - (nx < ny);
-}
-
-void kiln_cli_flags_normalize(char *const *flags, size_t n, char ***out, size_t *out_n) {
-  char **list = kiln_calloc(n + 1, sizeof *list);
-  size_t count = 0;
-  for (size_t i = 0; i < n; i++) {
-    size_t len = name_len(flags[i]);
-    bool later = false;
-    for (size_t j = i + 1; j < n && !later; j++) {
-      later = name_len(flags[j]) == len && strncmp(flags[i], flags[j], len) == 0;
-    }
-    if (!later) list[count++] = kiln_strdup(flags[i]);
-  }
-  qsort(list, count, sizeof *list, by_name);
-  *out = list;
-  *out_n = count;
-}
 
 static bool str_eq(const char *a, const char *b) { return strcmp(a ? a : "", b ? b : "") == 0; }
 
@@ -84,7 +57,7 @@ void kiln_cli_explain_target(const kiln_cli_explain_input_t *in, kiln_cli_explai
   kiln_buf_init(&r);
   char **mine = NULL;
   size_t n_mine = 0;
-  kiln_cli_flags_normalize(in->flags, in->n_flags, &mine, &n_mine);
+  n_mine = kiln_flags_normalize((const char *const *)in->flags, in->n_flags, &mine);
 
   if (in->lookup == KILN_CLI_LOOKUP_HIT && in->hit) {
     out->hit = true;
@@ -114,7 +87,7 @@ void kiln_cli_explain_target(const kiln_cli_explain_input_t *in, kiln_cli_explai
     char **theirs = NULL;
     size_t n_theirs = 0;
     const Kiln__V1__Provenance *p = a->provenance;
-    kiln_cli_flags_normalize(p ? p->flags : NULL, p ? p->n_flags : 0, &theirs, &n_theirs);
+    n_theirs = kiln_flags_normalize(p ? (const char *const *)p->flags : NULL, p ? p->n_flags : 0, &theirs);
     bool same_compiler = !in->compiler || compiler_equal(p ? p->compiler : NULL, in->compiler);
     int score = (flags_equal(mine, n_mine, theirs, n_theirs) ? 0 : 2) + (same_compiler ? 0 : 1);
     if (score < best_score) {

@@ -46,11 +46,6 @@ typedef struct kiln_cli_explain_s {
 void kiln_cli_explain_target(const kiln_cli_explain_input_t *in, kiln_cli_explain_t *out);
 void kiln_cli_explain_deinit(kiln_cli_explain_t *explain);
 
-/* Normalizes flags as kilnd does for cache keys: one spelling per name (the part
- * before '='; the last one given wins), sorted by name. *out (an array of *out_n
- * strings) belongs to the caller (kiln_cli_strings_free). */
-void kiln_cli_flags_normalize(char *const *flags, size_t n, char ***out, size_t *out_n);
-
 /* "kiln-mlir 0.1.0 (LLVM 22.1.7)"; "an unknown compiler" for NULL. Appends to `out`. */
 void kiln_cli_compiler_format(const Kiln__V1__CompilerIdentity *compiler, kiln_buf_t *out);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/flags.h"
 
 /* Device and target selection belongs to `targets`. */
 static const char *const target_flags[] = {
@@ -67,13 +68,6 @@ static kiln_status_t check(const char *flag) {
   return NULL;
 }
 
-static int by_name(const void *a, const void *b) {
-  const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-  size_t nx = name_len(x), ny = name_len(y);
-  int c = strncmp(x, y, nx < ny ? nx : ny);
-  return c ? c : (nx > ny) - (nx < ny);
-}
-
 kiln_status_t kilnd_flags_normalize(const char *const *flags, size_t n, char ***out_flags, size_t *out_n) {
   *out_flags = NULL;
   *out_n = 0;
@@ -81,24 +75,8 @@ kiln_status_t kilnd_flags_normalize(const char *const *flags, size_t n, char ***
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu flags: at most %d are accepted", n, KILND_MAX_FLAGS);
   }
   for (size_t i = 0; i < n; i++) KILN_RETURN_IF_ERROR(check(flags[i]));
-  char **out = kiln_calloc(n ? n : 1, sizeof *out);
-  size_t count = 0;
-  for (size_t i = 0; i < n; i++) {
-    /* The last spelling of a name wins: skip this one if a later one has its name. */
-    size_t len = name_len(flags[i]);
-    bool later = false;
-    for (size_t j = i + 1; j < n && !later; j++) {
-      later = name_len(flags[j]) == len && strncmp(flags[i], flags[j], len) == 0;
-    }
-    if (!later) out[count++] = kiln_strdup(flags[i]);
-  }
-  qsort(out, count, sizeof *out, by_name);
-  *out_flags = out;
-  *out_n = count;
+  *out_n = kiln_flags_normalize(flags, n, out_flags); /* the one rule (base/flags.h) */
   return NULL;
 }
 
-void kilnd_flags_free(char **flags, size_t n) {
-  for (size_t i = 0; i < n; i++) kiln_free(flags[i]);
-  kiln_free(flags);
-}
+void kilnd_flags_free(char **flags, size_t n) { kiln_flags_free(flags, n); }

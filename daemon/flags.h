@@ -4,8 +4,9 @@
  * with "--iree-". Refused: flags that choose the device or target (the request's
  * `targets` does that), and anything that could name or reach a path on the server
  * (dump, file, path, dir options, or a value holding '/'): nothing in a request may
- * touch the server's file system. Normalized: one spelling per name (the last one
- * given wins), sorted by name, so equivalent lists share a cache key.
+ * touch the server's file system. Normalized by base/flags.h's one rule (one
+ * spelling per name, the last one given wins, sorted by name), the rule the cache
+ * key and `kiln explain` use too, so equivalent lists share a cache key.
  * Thread-safe: pure functions.
  */
 #ifndef KILN_DAEMON_FLAGS_H

@@ -1,5 +1,6 @@
-/* Unit tests for client/explain: flags normalized as kilnd does (last spelling of
- * a name wins, sorted by name, values kept); and the verdict for each situation:
+/* Unit tests for client/explain (its flags go through base/flags.h, tested in
+ * tests/unit/base/test_flags.c and against kilnd in tests/unit/daemon/test_flags.c):
+ * the verdict for each situation:
  * kilnd's lookup says hit; no artifact for the source; artifacts only for other
  * targets (listed, sorted, once each); same target with other flags (both lists
  * shown, normalized); same flags by an older compiler (both identities named);
@@ -54,22 +55,6 @@ static void explain(Kiln__V1__ArtifactMetadata **arts, size_t n, const char *tar
   kiln_cli_explain_target(&in, out);
   assert_non_null(out->reason);
   assert_non_null(out->differs);
-}
-
-static void test_flags_normalize(void **state) {
-  (void)state;
-  char *flags[] = {"--iree-b=1", "--iree-a", "--iree-b=2", "--iree-ab=x", "--iree-a=3"};
-  char **out = NULL;
-  size_t n = 0;
-  kiln_cli_flags_normalize(flags, 5, &out, &n);
-  assert_int_equal(n, 3);
-  assert_string_equal(out[0], "--iree-a=3");
-  assert_string_equal(out[1], "--iree-ab=x");
-  assert_string_equal(out[2], "--iree-b=2");
-  kiln_cli_strings_free(out, n);
-  kiln_cli_flags_normalize(NULL, 0, &out, &n);
-  assert_int_equal(n, 0);
-  kiln_cli_strings_free(out, n);
 }
 
 static void test_hit_by_lookup(void **state) {
@@ -209,7 +194,7 @@ static void test_compiler_format(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_flags_normalize),   cmocka_unit_test(test_hit_by_lookup),
+      cmocka_unit_test(test_hit_by_lookup),
       cmocka_unit_test(test_no_artifact_for_source), cmocka_unit_test(test_other_targets),
       cmocka_unit_test(test_flags_differ),      cmocka_unit_test(test_compiler_differs),
       cmocka_unit_test(test_both_differ_and_nearest), cmocka_unit_test(test_all_parts_match),

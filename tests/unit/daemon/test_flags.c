@@ -1,7 +1,10 @@
 /* Unit tests for daemon/flags: the allow-list refuses target-choosing and
  * path-touching flags with a message naming the flag; normalization keeps the last
  * spelling of each name and sorts by name, so equivalent lists are identical; the
- * limits on count and length. */
+ * limits on count and length. One rule: for every order of a list with a repeated
+ * name, kilnd's normalizer, base/flags.h's (which `kiln explain` calls) and the
+ * cache's stored form agree, and the cache key of the list as given equals the
+ * key of kilnd's normalized list. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +13,10 @@
 
 #include <string.h>
 
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/flags.h"
+#include "cache/cache.h"
 #include "daemon/flags.h"
 
 static void expect_refused(const char *flag, const char *why) {
@@ -83,11 +90,79 @@ static void test_limits(void **state) {
   assert_int_equal(kiln_status_consume_code(st), KILN_STATUS_INVALID_ARGUMENT);
 }
 
+static void key_of(const char *const *flags, size_t n, char out[65]) {
+  kiln_cache_key_parts_t parts = {.source_digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                                  .target = "sm_89",
+                                  .flags = flags,
+                                  .n_flags = n,
+                                  .compiler = "kiln-mlir 0.1.0 llvm 22.1.8",
+                                  .hal_version = 7,
+                                  .bytecode_version = 17};
+  kiln_digest_hex_t key;
+  assert_null(kiln_cache_key_compute(&parts, &key));
+  memcpy(out, key.text, 65);
+}
+
+/* One list, three normalizers and the key: they must agree. */
+static void check_agree(const char *const *flags, size_t n, int *checked) {
+  char **kd = NULL, **base = NULL;
+  size_t n_kd = 0;
+  assert_null(kilnd_flags_normalize(flags, n, &kd, &n_kd));
+  size_t n_base = kiln_flags_normalize(flags, n, &base); /* kiln explain's */
+  assert_int_equal(n_kd, n_base);
+  kiln_buf_t joined;
+  kiln_buf_init(&joined);
+  for (size_t i = 0; i < n_kd; i++) {
+    assert_string_equal(kd[i], base[i]);
+    kiln_buf_appendf(&joined, "%s%s", i ? "\n" : "", kd[i]);
+  }
+  char *stored = kiln_cache_flags_normalize(flags, n);
+  assert_string_equal(stored, joined.data ? joined.data : "");
+  char raw_key[65], kd_key[65];
+  key_of(flags, n, raw_key);
+  key_of((const char *const *)kd, n_kd, kd_key);
+  assert_string_equal(raw_key, kd_key);
+  kiln_free(stored);
+  kiln_buf_deinit(&joined);
+  kilnd_flags_free(kd, n_kd);
+  kiln_flags_free(base, n_base);
+  (*checked)++;
+}
+
+static void permute(const char **a, size_t n, size_t k, int *checked) {
+  if (k == 1) {
+    check_agree(a, n, checked);
+    return;
+  }
+  for (size_t i = 0; i < k; i++) {
+    permute(a, n, k - 1, checked);
+    size_t j = k % 2 ? 0 : i;
+    const char *t = a[j];
+    a[j] = a[k - 1];
+    a[k - 1] = t;
+  }
+}
+
+static void test_one_rule_everywhere(void **state) {
+  (void)state;
+  /* Every order of two spellings of one name among three other names, and with
+   * the name's bare spelling. */
+  const char *a[] = {"--iree-opt-level=O1", "--iree-opt-level=O3", "--iree-opt-strip-assertions",
+                     "--iree-opt-const-eval=false", "--iree-stream-resource-max-allocation-size=1024"};
+  const char *b[] = {"--iree-opt-const-eval", "--iree-opt-const-eval=true", "--iree-opt-level=O2",
+                     "--iree-opt-strip-assertions"};
+  int checked = 0;
+  permute(a, 5, 5, &checked);
+  permute(b, 4, 4, &checked);
+  assert_int_equal(checked, 120 + 24);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refused),
       cmocka_unit_test(test_normalized),
       cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_one_rule_everywhere),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
