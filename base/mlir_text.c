@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/strmap.h"
 
 #define PREFIX "kiln-mlir-normal/1\n"
 
@@ -29,17 +30,12 @@ typedef struct names_s {
   size_t cap, count;
 } names_t;
 
-static uint64_t hash_of(const char *s, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-  return h;
-}
 
 static void names_grow(names_t *t);
 
 static uint32_t names_number(names_t *t, size_t start, size_t len) {
   if ((t->count + 1) * 2 > t->cap) names_grow(t);
-  size_t i = (size_t)(hash_of(t->base + start, len) & (t->cap - 1));
+  size_t i = (size_t)(kiln_hash_bytes(t->base + start, len) & (t->cap - 1));
   for (;; i = (i + 1) & (t->cap - 1)) {
     if (!t->number[i]) {
       t->start[i] = start;
@@ -59,7 +55,7 @@ static void names_grow(names_t *t) {
   t->number = kiln_calloc(t->cap, sizeof *t->number);
   for (size_t i = 0; i < old.cap; i++) {
     if (!old.number[i]) continue;
-    size_t j = (size_t)(hash_of(old.base + old.start[i], old.len[i]) & (t->cap - 1));
+    size_t j = (size_t)(kiln_hash_bytes(old.base + old.start[i], old.len[i]) & (t->cap - 1));
     while (t->number[j]) j = (j + 1) & (t->cap - 1);
     t->start[j] = old.start[i];
     t->len[j] = old.len[i];

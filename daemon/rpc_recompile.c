@@ -39,6 +39,7 @@
 #include "base/buf.h"
 #include "base/digest.h"
 #include "base/log.h"
+#include "base/strmap.h"
 #include "base/time.h"
 #include "compiler/targets.h"
 #include "compiler/vmfb/reader.h"
@@ -147,8 +148,7 @@ struct rc_call_s {
   bool input_done;  /* `done` or half-close seen */
   bool after_done;  /* `done` seen: one more receive must find the end */
   uint64_t items_seen;
-  char **ids;       /* every item_id seen, open-addressed hash set */
-  size_t ids_cap, ids_n;
+  kiln_strmap_t ids; /* every item_id seen (a set: the values are the call) */
 
   /* Items. */
   rc_item_t *live;    /* submitted to the pool, waiting on a job, or waiting to retry */
@@ -211,34 +211,10 @@ static void labels_set(kiln_index_label_t **l, size_t *n, const char *key, const
   (*n)++;
 }
 
-static size_t str_hash(const char *s) {
-  size_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
 /* Adds `id` to the call's set; false when it was there already. */
 static bool ids_add(rc_call_t *c, const char *id) {
-  if (c->ids_n * 2 >= c->ids_cap) {
-    size_t cap = c->ids_cap ? c->ids_cap * 2 : 64;
-    char **ids = kiln_calloc(cap, sizeof *ids);
-    for (size_t i = 0; i < c->ids_cap; i++) {
-      if (!c->ids[i]) continue;
-      size_t h = str_hash(c->ids[i]) & (cap - 1);
-      while (ids[h]) h = (h + 1) & (cap - 1);
-      ids[h] = c->ids[i];
-    }
-    kiln_free(c->ids);
-    c->ids = ids;
-    c->ids_cap = cap;
-  }
-  size_t h = str_hash(id) & (c->ids_cap - 1);
-  while (c->ids[h]) {
-    if (strcmp(c->ids[h], id) == 0) return false;
-    h = (h + 1) & (c->ids_cap - 1);
-  }
-  c->ids[h] = kiln_strdup(id);
-  c->ids_n++;
+  if (kiln_strmap_get(&c->ids, id)) return false;
+  kiln_strmap_put(&c->ids, id, c); /* any non-NULL value: a set */
   return true;
 }
 
@@ -283,8 +259,7 @@ static void item_fail(rc_item_t *it, Kiln__V1__RecompileOutcome outcome, kiln_st
 static void on_timer_closed(uv_handle_t *handle) {
   rc_call_t *c = handle->data;
   labels_free(c->labels, c->n_labels);
-  for (size_t i = 0; i < c->ids_cap; i++) kiln_free(c->ids[i]);
-  kiln_free(c->ids);
+  kiln_strmap_deinit(&c->ids);
   while (c->out_head) {
     rc_packet_t *p = c->out_head;
     c->out_head = p->next;

@@ -63,60 +63,40 @@ bool job_terminal(const job_t *job) {
 
 /* ---- the job index: ids and request ids in O(1) (10,000 finished jobs are kept) ---- */
 
-size_t jobs_str_hash(const char *s) {
-  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-  return (size_t)(h ^ (h >> 32));
-}
-
-static void index_grow(kilnd_jobs_t *jobs) {
-  kiln_free(jobs->by_id);
-  kiln_free(jobs->by_rid);
-  jobs->n_buckets = jobs->n_buckets ? jobs->n_buckets * 2 : 256;
-  jobs->by_id = kiln_calloc(jobs->n_buckets, sizeof *jobs->by_id);
-  jobs->by_rid = kiln_calloc(jobs->n_buckets, sizeof *jobs->by_rid);
-  jobs->n_jobs = 0;
-  for (job_t *j = jobs->jobs; j; j = j->next) index_add_locked(jobs, j);
-}
-
 /* `job` is on the list; puts it in the index (its id and request_id must not
- * change while it is there). */
+ * change while it is there). A request_id's jobs form a chain, newest first. */
 void index_add_locked(kilnd_jobs_t *jobs, job_t *job) {
-  if (jobs->n_jobs >= jobs->n_buckets) {
-    index_grow(jobs); /* re-adds every listed job, this one included */
+  kiln_strmap_put(&jobs->by_id, job->id, job);
+  job->rid_older = NULL;
+  if (!job->request_id) return;
+  job_t *head = kiln_strmap_get(&jobs->by_rid, job->request_id);
+  if (!head || job->created_unix_ms >= head->created_unix_ms) {
+    job->rid_older = head;
+    kiln_strmap_put(&jobs->by_rid, job->request_id, job);
     return;
   }
-  size_t mask = jobs->n_buckets - 1;
-  job_t **b = &jobs->by_id[jobs_str_hash(job->id) & mask];
-  job->id_next = *b;
-  *b = job;
-  if (job->request_id) {
-    b = &jobs->by_rid[jobs_str_hash(job->request_id) & mask];
-    job->rid_next = *b;
-    *b = job;
-  }
-  jobs->n_jobs++;
+  job_t *at = head;
+  while (at->rid_older && at->rid_older->created_unix_ms > job->created_unix_ms) at = at->rid_older;
+  job->rid_older = at->rid_older;
+  at->rid_older = job;
 }
 
 void index_remove_locked(kilnd_jobs_t *jobs, job_t *job) {
-  if (!jobs->n_buckets) return;
-  size_t mask = jobs->n_buckets - 1;
-  for (job_t **p = &jobs->by_id[jobs_str_hash(job->id) & mask]; *p; p = &(*p)->id_next) {
-    if (*p == job) {
-      *p = job->id_next;
-      jobs->n_jobs--;
-      break;
-    }
-  }
-  if (job->request_id) {
-    for (job_t **p = &jobs->by_rid[jobs_str_hash(job->request_id) & mask]; *p; p = &(*p)->rid_next) {
-      if (*p == job) {
-        *p = job->rid_next;
+  if (kiln_strmap_get(&jobs->by_id, job->id) == job) kiln_strmap_remove(&jobs->by_id, job->id);
+  if (!job->request_id) return;
+  job_t *head = kiln_strmap_get(&jobs->by_rid, job->request_id);
+  if (head == job) {
+    if (job->rid_older) kiln_strmap_put(&jobs->by_rid, job->request_id, job->rid_older);
+    else kiln_strmap_remove(&jobs->by_rid, job->request_id);
+  } else {
+    for (job_t *at = head; at; at = at->rid_older) {
+      if (at->rid_older == job) {
+        at->rid_older = job->rid_older;
         break;
       }
     }
   }
-  job->id_next = job->rid_next = NULL;
+  job->rid_older = NULL;
 }
 
 /* A new job, newest first on the list, and indexed. */
@@ -126,22 +106,11 @@ void job_link_locked(kilnd_jobs_t *jobs, job_t *job) {
   index_add_locked(jobs, job);
 }
 
-job_t *find_job_locked(kilnd_jobs_t *jobs, const char *id) {
-  if (!jobs->n_buckets) return NULL;
-  for (job_t *j = jobs->by_id[jobs_str_hash(id) & (jobs->n_buckets - 1)]; j; j = j->id_next) {
-    if (strcmp(j->id, id) == 0) return j;
-  }
-  return NULL;
-}
+job_t *find_job_locked(kilnd_jobs_t *jobs, const char *id) { return kiln_strmap_get(&jobs->by_id, id); }
 
 /* The newest job with this request_id. */
 job_t *find_request_locked(kilnd_jobs_t *jobs, const char *request_id) {
-  if (!jobs->n_buckets) return NULL;
-  job_t *found = NULL;
-  for (job_t *j = jobs->by_rid[jobs_str_hash(request_id) & (jobs->n_buckets - 1)]; j; j = j->rid_next) {
-    if (strcmp(j->request_id, request_id) == 0 && (!found || j->created_unix_ms > found->created_unix_ms)) found = j;
-  }
-  return found;
+  return kiln_strmap_get(&jobs->by_rid, request_id);
 }
 
 /* Job ids: 8 random bytes read once per process, then a counter mixed in (a
@@ -437,6 +406,9 @@ static kilnd_jobs_t *engine_new(uv_loop_t *loop, kiln_cache_t *cache, const kiln
   /* The compiler identity comes from the first worker's Hello (it differs in
    * external mode); admission waits for it. */
   jobs->options.compiler = NULL;
+  kiln_strmap_init(&jobs->by_id);
+  kiln_strmap_init(&jobs->by_rid);
+  kiln_strmap_init(&jobs->usage);
   uv_mutex_init(&jobs->mu);
   uv_mutex_init(&jobs->key_memo.mu);
   uv_cond_init(&jobs->ready);
@@ -517,18 +489,15 @@ static void free_everything_locked(kilnd_jobs_t *jobs) {
     while (j->watchers) watcher_remove_locked(j->watchers);
     job_free(j);
   }
-  kiln_free(jobs->by_id);
-  kiln_free(jobs->by_rid);
-  jobs->by_id = jobs->by_rid = NULL;
-  jobs->n_buckets = 0; /* find_job and find_request find nothing from now on */
-  for (size_t b = 0; b < USAGE_BUCKETS; b++) {
-    while (jobs->usage[b]) {
-      client_usage_t *u = jobs->usage[b];
-      jobs->usage[b] = u->next;
-      kiln_free(u->client);
-      kiln_free(u);
-    }
+  kiln_strmap_deinit(&jobs->by_id); /* find_job and find_request find nothing from now on */
+  kiln_strmap_deinit(&jobs->by_rid);
+  const char *client;
+  void *usage;
+  for (size_t i = 0; kiln_strmap_next(&jobs->usage, &i, &client, &usage);) {
+    kiln_free(((client_usage_t *)usage)->client);
+    kiln_free(usage);
   }
+  kiln_strmap_deinit(&jobs->usage);
   while (jobs->items) {
     item_t *it = jobs->items;
     jobs->items = it->next;

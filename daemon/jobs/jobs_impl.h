@@ -57,6 +57,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "base/strmap.h"
 #include "daemon/jobs.h"
 #include "daemon/jobs/seam.h"
 #include "daemon/metrics.h"
@@ -72,7 +73,6 @@
 #define SHUTDOWN_MESSAGE                                                                      \
   "kilnd is shutting down; the job is kept: watch it again (resume with after_sequence) once " \
   "kilnd is back"
-#define USAGE_BUCKETS 64
 /* Key digests of recent sources (admit.c), direct-mapped. */
 #define KEY_MEMO_SLOTS 64
 
@@ -181,7 +181,6 @@ struct kilnd_job_listener_s {
 typedef struct client_usage_s {
   char *client;
   size_t jobs;
-  struct client_usage_s *next;
 } client_usage_t;
 
 struct job_s {
@@ -216,7 +215,7 @@ struct job_s {
   kilnd_job_listener_t *listeners;
   kilnd_job_admission_t admission; /* the original answer, for request_id retries */
   struct job_s *next;
-  struct job_s *id_next, *rid_next; /* hash chains (engine.c's index) */
+  struct job_s *rid_older; /* the next older job with this request_id (engine.c's index) */
 };
 
 /* Key digests of recent sources, by the digest of their bytes: a repeated Compile
@@ -251,15 +250,13 @@ struct kilnd_jobs_s {
   bool closing;
   bool closed; /* free_everything ran: no jobs, queues or indexes; kilnd_jobs_destroy frees */
   job_t *jobs;      /* newest first */
-  job_t **by_id;    /* hash index of `jobs` by id, and by request_id where set */
-  job_t **by_rid;
-  size_t n_buckets; /* a power of two */
-  size_t n_jobs;
+  kiln_strmap_t by_id;  /* every job on `jobs`, by id */
+  kiln_strmap_t by_rid; /* the newest job of each request_id (older ones: rid_older) */
   item_t *items;
   client_queue_t *queues[4]; /* by priority class 1..3 */
   client_queue_t *turn[4];   /* whose turn it is in each class */
   size_t queued_tasks[4];
-  client_usage_t *usage[USAGE_BUCKETS]; /* unfinished jobs by client, hashed */
+  kiln_strmap_t usage; /* client -> client_usage_t: unfinished jobs by client */
   task_t *running;
   uint64_t next_task_id;
   kilnd_jobs_stats_t stats;
@@ -291,8 +288,6 @@ void engine_unlock(kilnd_jobs_t *jobs);
 /* Releases mu; anything in the outbox waits for the loop, which is woken (any
  * thread but the loop's). */
 void engine_unlock_off_loop(kilnd_jobs_t *jobs);
-/* FNV-1a of a string: the index's and the usage table's buckets. */
-size_t jobs_str_hash(const char *s);
 /* Under mu. */
 bool job_terminal(const job_t *job);
 void job_link_locked(kilnd_jobs_t *jobs, job_t *job);

@@ -30,27 +30,22 @@ static const char *const class_names[] = {"", "INTERACTIVE", "BATCH", "BULK"};
 
 /* ---- per-client usage (client-max-jobs) ---- */
 
-static client_usage_t **usage_slot(kilnd_jobs_t *jobs, const char *client) {
-  client_usage_t **p = &jobs->usage[jobs_str_hash(client) & (USAGE_BUCKETS - 1)];
-  while (*p && strcmp((*p)->client, client) != 0) p = &(*p)->next;
-  return p;
-}
-
 size_t usage_jobs_locked(kilnd_jobs_t *jobs, const char *client) {
-  client_usage_t *u = *usage_slot(jobs, client);
+  client_usage_t *u = kiln_strmap_get(&jobs->usage, client);
   return u ? u->jobs : 0;
 }
 
 /* Counts `job` (unfinished, not yet counted) for its client. The only increment. */
 void usage_add_locked(kilnd_jobs_t *jobs, job_t *job) {
   if (job->usage) return;
-  client_usage_t **p = usage_slot(jobs, job->client);
-  if (!*p) {
-    *p = kiln_calloc(1, sizeof **p);
-    (*p)->client = kiln_strdup(job->client);
+  client_usage_t *u = kiln_strmap_get(&jobs->usage, job->client);
+  if (!u) {
+    u = kiln_calloc(1, sizeof *u);
+    u->client = kiln_strdup(job->client);
+    kiln_strmap_put(&jobs->usage, u->client, u);
   }
-  (*p)->jobs++;
-  job->usage = *p;
+  u->jobs++;
+  job->usage = u;
 }
 
 /* `job` ended (or is freed): it no longer counts. The only decrement. */
@@ -59,12 +54,7 @@ void usage_drop_locked(kilnd_jobs_t *jobs, job_t *job) {
   if (!u) return;
   job->usage = NULL;
   if (--u->jobs > 0) return;
-  for (client_usage_t **p = usage_slot(jobs, u->client); *p; p = &(*p)->next) {
-    if (*p == u) {
-      *p = u->next;
-      break;
-    }
-  }
+  kiln_strmap_remove(&jobs->usage, u->client);
   kiln_free(u->client);
   kiln_free(u);
 }
