@@ -110,24 +110,35 @@ void start_flush_locked(kilnd_jobs_t *jobs) {
 
 /* ---- start-up ---- */
 
-/* A finished job from the store, with the events a watcher would have seen. */
-static void restore_locked(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
+/* A job as a stored record describes it, unlinked: what a finished and an
+ * unfinished record have in common. */
+static job_t *job_from_record(const kiln_jobstore_job_t *rec) {
   job_t *job = kiln_calloc(1, sizeof *job);
   snprintf(job->id, sizeof job->id, "%s", rec->id);
-  job->state = (kilnd_job_state_t)rec->state;
   job->priority = (kilnd_priority_t)rec->priority;
-  job->client = kiln_strdup(rec->client ? rec->client : "");
   job->request_id = rec->request_id ? kiln_strdup(rec->request_id) : NULL;
   memcpy(job->request_hash, rec->request_hash, sizeof job->request_hash);
   memcpy(job->source_digest, rec->source_digest, sizeof job->source_digest);
   job->source_name = kiln_strdup(rec->source_name ? rec->source_name : "");
   job->flags = kiln_strdup(rec->flags ? rec->flags : "");
   job->created_unix_ms = rec->created_unix_ms;
-  job->finished_unix_ms = rec->finished_unix_ms;
-  job->finished_monotonic_ns = kiln_time_monotonic_ns() - (kiln_time_unix_ms() - rec->finished_unix_ms) * 1000000;
   job->deadline_monotonic_ns = INT64_MAX;
   job->n_targets = rec->n_targets;
   job->targets = kiln_calloc(rec->n_targets ? rec->n_targets : 1, sizeof *job->targets);
+  for (size_t i = 0; i < rec->n_targets; i++) {
+    job->targets[i].target = kiln_strdup(rec->targets[i].target);
+    memcpy(job->targets[i].key, rec->targets[i].cache_key, sizeof job->targets[i].key);
+  }
+  return job;
+}
+
+/* A finished job from the store, with the events a watcher would have seen. */
+static void restore_locked(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
+  job_t *job = job_from_record(rec);
+  job->state = (kilnd_job_state_t)rec->state;
+  job->client = kiln_strdup(rec->client ? rec->client : "");
+  job->finished_unix_ms = rec->finished_unix_ms;
+  job->finished_monotonic_ns = kiln_time_monotonic_ns() - (kiln_time_unix_ms() - rec->finished_unix_ms) * 1000000;
   job->admission.n_targets = rec->n_targets;
   job->admission.targets = kiln_calloc(rec->n_targets ? rec->n_targets : 1, sizeof *job->admission.targets);
   snprintf(job->admission.job_id, sizeof job->admission.job_id, "%s", rec->id);
@@ -135,8 +146,6 @@ static void restore_locked(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
   job->admission.state = job->state;
   job->admission.created_unix_ms = rec->created_unix_ms;
   for (size_t i = 0; i < rec->n_targets; i++) {
-    job->targets[i].target = kiln_strdup(rec->targets[i].target);
-    memcpy(job->targets[i].key, rec->targets[i].cache_key, sizeof job->targets[i].key);
     job->targets[i].state = rec->targets[i].state == KILN_JOBSTORE_TARGET_DONE ? TARGET_DONE : TARGET_FAILED;
     job->admission.targets[i].target = kiln_strdup(rec->targets[i].target);
     memcpy(job->admission.targets[i].cache_key, rec->targets[i].cache_key, 65);
@@ -159,24 +168,9 @@ static void restore_locked(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
 /* An unfinished job from the store, QUEUED until a worker is ready and admission
  * fills it in (admit with its id): watchable from the first moment. */
 static void placeholder_locked(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
-  job_t *job = kiln_calloc(1, sizeof *job);
-  snprintf(job->id, sizeof job->id, "%s", rec->id);
+  job_t *job = job_from_record(rec);
   job->state = KILND_JOB_QUEUED;
-  job->priority = (kilnd_priority_t)rec->priority;
   job->client = kiln_strdup(rec->client && *rec->client ? rec->client : "anonymous");
-  job->request_id = rec->request_id ? kiln_strdup(rec->request_id) : NULL;
-  memcpy(job->request_hash, rec->request_hash, sizeof job->request_hash);
-  memcpy(job->source_digest, rec->source_digest, sizeof job->source_digest);
-  job->source_name = kiln_strdup(rec->source_name ? rec->source_name : "");
-  job->flags = kiln_strdup(rec->flags ? rec->flags : "");
-  job->created_unix_ms = rec->created_unix_ms;
-  job->deadline_monotonic_ns = INT64_MAX;
-  job->n_targets = rec->n_targets;
-  job->targets = kiln_calloc(rec->n_targets ? rec->n_targets : 1, sizeof *job->targets);
-  for (size_t i = 0; i < rec->n_targets; i++) {
-    job->targets[i].target = kiln_strdup(rec->targets[i].target);
-    memcpy(job->targets[i].key, rec->targets[i].cache_key, sizeof job->targets[i].key);
-  }
   job_link_locked(jobs, job);
   usage_add_locked(jobs, job); /* unfinished: it counts from start-up, before it is admitted again */
   emit_queued_locked(jobs, job, 0);
