@@ -137,7 +137,7 @@ static void on_drain(void *user) {
 }
 
 /* The first compile worker is ready: with the gRPC server already listening, kilnd
- * is ready (the /readyz condition). Runs under the engine's lock: only a datagram. */
+ * is ready (the /readyz condition). Runs on the loop, the engine's lock released. */
 static void on_jobs_ready(void *user) {
   daemon_t *d = user;
   if (d->ready_sent || kilnd_server_draining(d->server)) return;
@@ -260,7 +260,16 @@ static char *run_worker_version(const char *worker, const char *external, char *
   argv[argc] = NULL;
   extern char **environ;
   pid_t pid;
-  int err = posix_spawn(&pid, worker, &fa, NULL, argv, environ);
+  /* main() blocks the loop's signals until the loop runs; the worker must not
+   * inherit that. */
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  int err = posix_spawn(&pid, worker, &fa, &attr, argv, environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
   if (err) {
@@ -374,12 +383,15 @@ static void stop_signals(sigset_t *out_set) {
 int main(int argc, char **argv) {
   /* A client that disconnects mid-write must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
-  /* The loop's signals reach the loop's thread only: blocked here, before gRPC,
-   * libmicrohttpd and the cache start threads (which inherit the mask), and
-   * unblocked on this thread when the loop runs. A signal the kernel hands to a
-   * thread waiting in a library's own futex may otherwise wait there (under
-   * ThreadSanitizer, which defers signals to the next intercepted call, a SIGTERM
-   * was never seen). One arriving before the loop runs stays pending until then. */
+  /* The loop's signals never reach a gRPC, abseil or libmicrohttpd thread: blocked
+   * here, before those libraries start threads (which inherit the mask), and
+   * unblocked on this thread when the loop runs (libuv's pool threads, started
+   * from it later, may take them too: their waits are libc's). A signal the kernel
+   * hands to a thread waiting in a library's own futex may otherwise wait there
+   * (under ThreadSanitizer, which defers signals to the next intercepted call, a
+   * SIGTERM was never seen). One arriving before the loop runs stays pending
+   * until then. Processes kilnd spawns get an empty mask (libuv resets it; the
+   * --version probe sets it). */
   sigset_t loop_signals;
   stop_signals(&loop_signals);
   pthread_sigmask(SIG_BLOCK, &loop_signals, NULL);

@@ -21,17 +21,20 @@
  * The lock. `mu` (not recursive) guards every field below it in kilnd_jobs_s.
  * Functions named *_locked, and the static helpers their comments mark "under mu",
  * need it held. While it is held the engine calls nothing that can call back into
- * it: only the allocator, logging, protobuf-c packing and libuv's handle and work
- * functions. Everything that reaches out of the engine (a stream send or finish, a
- * listener's callback, cancelling a worker's task) is queued in the outbox under
- * the lock and done after it is released:
- *   - on the loop, engine_unlock runs the outbox at once, in order;
+ * it: only the allocator, logging, protobuf-c packing, libuv's handle and work
+ * functions, kilnd_stream_on_cancel (it records the callback) and, at create and
+ * close only, the job store's SQLite (loading it; writing what is pending).
+ * Everything that reaches out of the engine (a stream send or finish, a listener's
+ * callback, cancelling a worker's task) is queued in the outbox under the lock and
+ * done after it is released:
+ *   - on the loop, engine_unlock runs the whole outbox, in order;
  *   - off the loop (admission on the pool), engine_unlock_off_loop leaves it and
- *     wakes the loop (`kick`), whose callback runs it.
+ *     wakes the loop (`kick`): the next engine_unlock on the loop runs it, the
+ *     kick's own at the latest.
  * Submitting a task to a worker is done by schedule(), on the loop, with the lock
- * released around the call (the pool reports STARTED from inside it). So every
- * callback into the engine finds the lock free, and a callback out of it may call
- * the engine again.
+ * released around the call (the pool reports STARTED from inside it); the outbox
+ * waits for the pool to know the task. So every callback into the engine finds
+ * the lock free, and a callback out of it may call the engine again.
  *
  * Per-client usage. `usage` counts each client's unfinished jobs: usage_add when a
  * job that needs a compile is admitted (or restored unfinished from the store),

@@ -370,9 +370,13 @@ void schedule(kilnd_jobs_t *jobs) {
     task->next = jobs->running;
     jobs->running = task;
     for (size_t i = 0; i < task->n_items; i++) task->items[i]->state = ITEM_RUNNING;
-    engine_unlock(jobs);
+    /* A plain unlock: the outbox waits until the pool knows the task, or a
+     * cancellation of it queued there would reach the pool first and be lost. */
+    uv_mutex_unlock(&jobs->mu);
     kiln_status_t st = jobs->pool.submit(jobs->pool.self, &wt);
     kiln_free(targets);
+    engine_lock(jobs);
+    engine_unlock(jobs); /* what waited (STARTED's unlock has usually run it) */
     if (st) {
       /* Not expected (a worker was idle): put it back, first in line. */
       kiln_log_status(KILN_LOG_ERROR, "task_submit_failed", st, NULL);

@@ -222,13 +222,14 @@ class Kilnd:
             rc = self.proc.wait(timeout=timeout)
         finally:
             self.log_file.close()
-        if SANITIZER == "thread":
-            # A data race or a lock-order inversion in kilnd (or a worker: their
-            # stderr is forwarded into the log) fails whichever test ran it.
-            races = [line for line in self.log().splitlines() if "WARNING: ThreadSanitizer" in line]
-            if races:
-                raise AssertionError(f"ThreadSanitizer reports in kilnd:\n{self.log()[-30000:]}")
+        self.check_tsan()
         return rc
+
+    def check_tsan(self):
+        """In the TSan build: a data race or a lock-order inversion in kilnd (or a
+        worker: their stderr is forwarded into the log) fails whichever test ran it."""
+        if SANITIZER == "thread" and "WARNING: ThreadSanitizer" in self.log():
+            raise AssertionError(f"ThreadSanitizer reports in kilnd:\n{self.log()[-30000:]}")
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
         """Signals kilnd and returns its exit code."""
@@ -255,7 +256,11 @@ class Kilnd:
             self.proc.wait()
         if self.proc and not self.log_file.closed:
             self.log_file.close()
-        self.tmp.cleanup()
+        try:
+            if self.proc and (not exc or exc[0] is None):
+                self.check_tsan()  # a kilnd killed, not stopped, is checked too
+        finally:
+            self.tmp.cleanup()
 
 
 def run_kiln(*args, addr=None, env=None, timeout=60, tls_ca=None, tls_cert=None, tls_key=None,

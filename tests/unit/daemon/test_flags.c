@@ -3,8 +3,9 @@
  * spelling of each name and sorts by name, so equivalent lists are identical; the
  * limits on count and length. One rule: for every order of a list with a repeated
  * name, kilnd's normalizer, base/flags.h's (which `kiln explain` calls) and the
- * cache's stored form agree, and the cache key of the list as given equals the
- * key of kilnd's normalized list. */
+ * cache's stored form give the list worked out here independently (the last
+ * spelling of the name, in name order), and the cache key of the list as given
+ * equals the key of that list. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -103,25 +104,46 @@ static void key_of(const char *const *flags, size_t n, char out[65]) {
   memcpy(out, key.text, 65);
 }
 
-/* One list, three normalizers and the key: they must agree. */
-static void check_agree(const char *const *flags, size_t n, int *checked) {
+/* What the rule gives for `flags`, worked out here without base/flags.h: the
+ * spelling of `twice` (a name given twice) that comes last, in its sorted place
+ * among the `others` (already in name order, none before `twice` unless
+ * `after` of them). */
+static size_t expected(const char *const *flags, size_t n, const char *twice, const char *const *others,
+                       size_t n_others, size_t after, const char **out) {
+  const char *last = NULL;
+  size_t len = strlen(twice);
+  for (size_t i = 0; i < n; i++) {
+    if (strncmp(flags[i], twice, len) == 0 && (flags[i][len] == '\0' || flags[i][len] == '=')) last = flags[i];
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < after; i++) out[k++] = others[i];
+  out[k++] = last;
+  for (size_t i = after; i < n_others; i++) out[k++] = others[i];
+  return k;
+}
+
+/* One list through kilnd's normalizer, base's (kiln explain's), the cache's
+ * stored form and the cache key: each agrees with the expected list. */
+static void check_agree(const char *const *flags, size_t n, const char *const *want, size_t n_want, int *checked) {
   char **kd = NULL, **base = NULL;
   size_t n_kd = 0;
   assert_null(kilnd_flags_normalize(flags, n, &kd, &n_kd));
-  size_t n_base = kiln_flags_normalize(flags, n, &base); /* kiln explain's */
-  assert_int_equal(n_kd, n_base);
+  size_t n_base = kiln_flags_normalize(flags, n, &base);
+  assert_int_equal(n_kd, n_want);
+  assert_int_equal(n_base, n_want);
   kiln_buf_t joined;
   kiln_buf_init(&joined);
-  for (size_t i = 0; i < n_kd; i++) {
-    assert_string_equal(kd[i], base[i]);
-    kiln_buf_appendf(&joined, "%s%s", i ? "\n" : "", kd[i]);
+  for (size_t i = 0; i < n_want; i++) {
+    assert_string_equal(kd[i], want[i]);
+    assert_string_equal(base[i], want[i]);
+    kiln_buf_appendf(&joined, "%s%s", i ? "\n" : "", want[i]);
   }
   char *stored = kiln_cache_flags_normalize(flags, n);
   assert_string_equal(stored, joined.data ? joined.data : "");
-  char raw_key[65], kd_key[65];
+  char raw_key[65], want_key[65];
   key_of(flags, n, raw_key);
-  key_of((const char *const *)kd, n_kd, kd_key);
-  assert_string_equal(raw_key, kd_key);
+  key_of(want, n_want, want_key);
+  assert_string_equal(raw_key, want_key);
   kiln_free(stored);
   kiln_buf_deinit(&joined);
   kilnd_flags_free(kd, n_kd);
@@ -129,13 +151,21 @@ static void check_agree(const char *const *flags, size_t n, int *checked) {
   (*checked)++;
 }
 
-static void permute(const char **a, size_t n, size_t k, int *checked) {
+typedef struct case_s {
+  const char *twice;
+  const char *const *others;
+  size_t n_others, after;
+} case_t;
+
+static void permute(const char **a, size_t n, size_t k, const case_t *c, int *checked) {
   if (k == 1) {
-    check_agree(a, n, checked);
+    const char *want[8];
+    size_t n_want = expected(a, n, c->twice, c->others, c->n_others, c->after, want);
+    check_agree(a, n, want, n_want, checked);
     return;
   }
   for (size_t i = 0; i < k; i++) {
-    permute(a, n, k - 1, checked);
+    permute(a, n, k - 1, c, checked);
     size_t j = k % 2 ? 0 : i;
     const char *t = a[j];
     a[j] = a[k - 1];
@@ -145,15 +175,20 @@ static void permute(const char **a, size_t n, size_t k, int *checked) {
 
 static void test_one_rule_everywhere(void **state) {
   (void)state;
-  /* Every order of two spellings of one name among three other names, and with
-   * the name's bare spelling. */
+  /* Every order of two spellings of one name among other names (sorted: the
+   * `others` lists are in name order), and of a name's bare and valued spelling. */
   const char *a[] = {"--iree-opt-level=O1", "--iree-opt-level=O3", "--iree-opt-strip-assertions",
                      "--iree-opt-const-eval=false", "--iree-stream-resource-max-allocation-size=1024"};
+  const char *const a_others[] = {"--iree-opt-const-eval=false", "--iree-opt-strip-assertions",
+                                  "--iree-stream-resource-max-allocation-size=1024"};
   const char *b[] = {"--iree-opt-const-eval", "--iree-opt-const-eval=true", "--iree-opt-level=O2",
                      "--iree-opt-strip-assertions"};
+  const char *const b_others[] = {"--iree-opt-level=O2", "--iree-opt-strip-assertions"};
+  case_t ca = {"--iree-opt-level", a_others, 3, 1};
+  case_t cb = {"--iree-opt-const-eval", b_others, 2, 0};
   int checked = 0;
-  permute(a, 5, 5, &checked);
-  permute(b, 4, 4, &checked);
+  permute(a, 5, 5, &ca, &checked);
+  permute(b, 4, 4, &cb, &checked);
   assert_int_equal(checked, 120 + 24);
 }
 
