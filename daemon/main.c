@@ -329,7 +329,7 @@ static char *run_worker_version(const char *worker, const char *external, char *
 
 /* kilnd --version: kilnd's own line, then the compiler it would use. kilnd links
  * no compiler, so that is whatever the worker it would spawn reports
- * (daemon/worker_main.c: "kiln-worker 0.1.0 (compiler IDENTITY)"). A worker that
+ * (daemon/worker/main.c: "kiln-worker 0.1.0 (compiler IDENTITY)"). A worker that
  * cannot say makes it "compiler: unavailable (REASON)"; the exit status stays 0. */
 static void print_version(const kilnd_settings_t *settings) {
   char *worker = default_worker_path(settings->worker_path);

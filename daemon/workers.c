@@ -1092,7 +1092,7 @@ static void spawn_slot(slot_t *slot) {
 /* ---- The template check ---------------------------------------------------------- */
 
 /* The placeholders of worker.proto's ExternalCompiler (expanded by
- * daemon/worker_main.c; keep the two lists alike). */
+ * daemon/worker/external.c; keep the two lists alike). */
 static kiln_status_t check_template(const char *tmpl) {
   static const char *const known[] = {"input", "output", "device", "backend", "target_flag",
                                       "chip", "target", "flags"};

@@ -64,7 +64,7 @@ typedef struct kilnd_workers_options_s {
   const char *external_compiler;
   const char *external_args;
   bool test_hooks;              /* honour the test-only crash/hang/oom markers
-                                   (daemon/worker_main.c; tests only) */
+                                   (daemon/worker/main.c; tests only) */
 } kilnd_workers_options_t;
 
 /* One compile task. Everything is borrowed for the call to submit (copied). */

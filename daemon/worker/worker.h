@@ -1,0 +1,67 @@
+/* kiln-worker's own parts (not a library interface): the process's options and
+ * state, the frames it sends kilnd (main.c), and the external-compiler driver
+ * (external.c). See main.c for the design. Single-threaded. */
+#ifndef KILN_DAEMON_WORKER_WORKER_H
+#define KILN_DAEMON_WORKER_WORKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/log.h"
+#include "base/status.h"
+#include "compiler/pipeline.h"
+#include "compiler/targets.h"
+#include "kiln/worker/v1/worker.pb-c.h"
+
+/* worker.proto: a frame longer than this is a protocol violation (and no file
+ * the worker reads back may be larger). */
+#define MAX_FRAME_BYTES (1u << 30)
+
+/* What kilnd passes on the command line (main.c parses it). */
+typedef struct options_s {
+  size_t jobs;
+  uint64_t memory_limit;
+  const char *external;
+  const char *external_args;
+  bool test_hooks;
+  bool version; /* --version: print the compiler identity and exit */
+  kiln_log_level_t log_level;
+} options_t;
+
+/* The process: its options and what start-up set up. */
+typedef struct worker_s {
+  options_t opt;
+  kiln_compiler_context_t *context; /* built-in mode */
+  char *external_path;              /* external mode: absolute, or a bare name for PATH */
+  char *external_version;
+  char *scratch;                    /* external mode: $TMPDIR/kiln-worker-<pid> */
+  uint64_t applied_limit;
+} worker_t;
+
+/* ---- Frames to kilnd (main.c); each exits the process if kilnd is gone ---------- */
+
+void worker_send_progress(uint64_t task, const char *target, const char *stage, uint32_t index,
+                          uint32_t count);
+/* `code` OK is sent as INTERNAL: a failure always carries an error code. */
+void worker_send_failed(uint64_t task, const char *target, kiln_status_code_t code, const char *message);
+void worker_send_done(uint64_t task, const char *target, const void *vmfb, size_t len, int64_t compile_ms);
+int64_t worker_elapsed_ms_since(int64_t start_ns);
+
+/* ---- The external compiler (external.c) ----------------------------------------- */
+
+/* Resolves --external, checks the --external-args template, reads the compiler's
+ * --version and creates the scratch directory (removing those of dead workers). */
+kiln_status_t worker_external_setup(worker_t *w);
+/* What `path --version` prints, whitespace collapsed, at most 256 bytes (empty
+ * when it printed nothing); free with kiln_free. */
+char *worker_external_version(const char *path);
+/* Compiles `task` for its n resolved targets (names[i] as the task spelled them),
+ * one child per target, sending each target's TargetDone or TargetFailed. The
+ * task started at `start_ns` (its timeout counts from there). */
+void worker_external_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task, const char *const *names,
+                          const kiln_target_t *const *targets, size_t n, int64_t start_ns);
+/* Removes the scratch directory and frees what setup allocated. */
+void worker_external_cleanup(worker_t *w);
+
+#endif /* KILN_DAEMON_WORKER_WORKER_H */
