@@ -49,7 +49,6 @@ static const char usage[] =
     "compile FILE|- --target T[,T...] [-o DIR] [--flag F]... [--label K=V]... "
     "[--priority CLASS] [--request-id ID]";
 
-static int64_t now_ms(void) { return kiln_time_monotonic_ns() / 1000000; }
 
 /* Everything one compile holds; released by compile_deinit. */
 typedef struct compile_s {
@@ -86,7 +85,7 @@ static void compile_deinit(compile_t *c) {
 }
 
 static int64_t remaining_ms(const compile_t *c) {
-  int64_t left = c->deadline_ms - now_ms();
+  int64_t left = c->deadline_ms - kiln_time_monotonic_ms();
   return left > 1 ? left : 1;
 }
 
@@ -393,7 +392,7 @@ int kiln_cli_compile(const kiln_cli_settings_t *settings, kiln_client_t *client,
   c.settings = settings;
   c.client = client;
   c.path = argv[0];
-  c.deadline_ms = now_ms() + kiln_cli_timeout_or(settings, KILN_CLI_COMPILE_TIMEOUT_MS);
+  c.deadline_ms = kiln_time_monotonic_ms() + kiln_cli_timeout_or(settings, KILN_CLI_COMPILE_TIMEOUT_MS);
   kiln_cli_job_init(&c.job, NULL);
   kiln_cli_targets_split(&settings->target, &c.targets, &c.n_targets);
   if (c.n_targets == 0) {

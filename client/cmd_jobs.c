@@ -33,7 +33,6 @@
 #define RECONNECTS 3
 #define END_WAIT_MS 2000 /* after Terminal, the stream ends at once; do not hang on it */
 
-static int64_t now_ms(void) { return kiln_time_monotonic_ns() / 1000000; }
 
 #define INTERRUPT_POLL_MS 250
 #define CANCEL_TIMEOUT_MS 5000
@@ -102,7 +101,7 @@ static void draw(const kiln_cli_job_t *job, live_t *live) {
   fputs(out.data, stdout);
   fflush(stdout);
   kiln_buf_deinit(&out);
-  live->drawn_ms = now_ms();
+  live->drawn_ms = kiln_time_monotonic_ms();
 }
 
 /* Erases the live display (if shown), so that other output starts on a clean line. */
@@ -125,7 +124,7 @@ static void show_event(const kiln_cli_job_t *job, kiln_cli_show_t show, live_t *
     fputs(line->data, stdout);
     fflush(stdout);
   }
-  if (show == KILN_CLI_SHOW_LIVE && (force_draw || now_ms() - live->drawn_ms >= REDRAW_EVERY_MS)) {
+  if (show == KILN_CLI_SHOW_LIVE && (force_draw || kiln_time_monotonic_ms() - live->drawn_ms >= REDRAW_EVERY_MS)) {
     draw(job, live);
   }
 }

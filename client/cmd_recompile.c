@@ -89,6 +89,7 @@
 #include "base/buf.h"
 #include "base/time.h"
 #include "client/cli.h"
+#include "client/diagnostic.h"
 #include "client/job.h"
 #include "client/json.h"
 #include "client/source_map.h"
@@ -219,7 +220,6 @@ typedef struct recompile_s {
   bool interrupted;
 } recompile_t;
 
-static int64_t now_ms(void) { return kiln_time_monotonic_ns() / 1000000; }
 
 static char *dup_or_null(const char *s) { return s && *s ? kiln_strdup(s) : NULL; }
 
@@ -251,7 +251,7 @@ static void fail_with(recompile_t *r, file_t *f, outcome_t o, kiln_status_t stat
 
 static void progress_text(const recompile_t *r, kiln_buf_t *out) {
   size_t finished = r->n_files - r->counts[OUTCOME_PENDING] - r->counts[OUTCOME_SENT];
-  double secs = (double)(now_ms() - r->start_ms) / 1000.0;
+  double secs = (double)(kiln_time_monotonic_ms() - r->start_ms) / 1000.0;
   double rate = secs > 0.05 ? (double)finished / secs : 0.0;
   kiln_buf_appendf(out, "%zu/%zu files, %zu legacy: %zu %s, %zu cached, %zu failed | %.1f/s", r->seen, r->n_files,
                    r->legacy, r->counts[OUTCOME_RECOMPILED] + r->counts[OUTCOME_WOULD_RECOMPILE],
@@ -266,7 +266,7 @@ static void progress_text(const recompile_t *r, kiln_buf_t *out) {
 /* Redraws the progress line on stderr (a terminal only), at most every
  * REDRAW_EVERY_MS unless `force`. */
 static void progress_draw(recompile_t *r, bool force) {
-  if (!r->progress || (!force && now_ms() - r->drawn_ms < REDRAW_EVERY_MS)) return;
+  if (!r->progress || (!force && kiln_time_monotonic_ms() - r->drawn_ms < REDRAW_EVERY_MS)) return;
   kiln_buf_t text, out;
   kiln_buf_init(&text);
   kiln_buf_init(&out);
@@ -278,7 +278,7 @@ static void progress_draw(recompile_t *r, bool force) {
   fputs(out.data, stderr);
   fflush(stderr);
   r->bar_lines = 1;
-  r->drawn_ms = now_ms();
+  r->drawn_ms = kiln_time_monotonic_ms();
   kiln_buf_deinit(&text);
   kiln_buf_deinit(&out);
 }
@@ -1102,11 +1102,11 @@ static void call_reset(recompile_t *r) {
 
 /* Waits `ms`, in slices, returning early (false) on an interrupt. */
 static bool backoff(recompile_t *r, int64_t ms) {
-  int64_t until = now_ms() + ms;
+  int64_t until = kiln_time_monotonic_ms() + ms;
   for (;;) {
     check_interrupt(r);
     if (r->interrupted) return false;
-    int64_t left = until - now_ms();
+    int64_t left = until - kiln_time_monotonic_ms();
     if (left <= 0) return true;
     if (left > READ_SLICE_MS) left = READ_SLICE_MS;
     struct timespec ts = {left / 1000, (long)(left % 1000) * 1000000L};
@@ -1440,7 +1440,7 @@ int kiln_cli_recompile(const kiln_cli_settings_t *settings, kiln_client_t *clien
   r.client = client;
   r.argv = argv;
   r.jobs = settings->jobs > 0 ? (size_t)settings->jobs : DEFAULT_JOBS;
-  r.start_ms = now_ms();
+  r.start_ms = kiln_time_monotonic_ms();
   int rc = prepare(&r, argc, argv);
   if (rc) {
     recompile_deinit(&r);
@@ -1465,7 +1465,7 @@ int kiln_cli_recompile(const kiln_cli_settings_t *settings, kiln_client_t *clien
     set_outcome(&r, f, OUTCOME_NOT_PROCESSED);
   }
   progress_clear(&r);
-  int64_t elapsed = now_ms() - r.start_ms;
+  int64_t elapsed = kiln_time_monotonic_ms() - r.start_ms;
   bool answered = r.counts[OUTCOME_NOT_PROCESSED] < r.n_files;
   if (settings->json) {
     print_json(&r, elapsed);

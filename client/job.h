@@ -81,10 +81,6 @@ bool kiln_cli_job_finished(const kiln_cli_job_t *job);
 void kiln_cli_job_apply(kiln_cli_job_t *job, const Kiln__V1__JobEvent *event, kiln_buf_t *out_line,
                         kiln_buf_t *out_err);
 
-/* Formats one diagnostic (and its notes, indented) as compilers do; appends a
- * newline after each. */
-void kiln_cli_diagnostic_format(const Kiln__V1__Diagnostic *diagnostic, kiln_buf_t *out);
-
 /* The live display: a job line then one line per target, each cut to `width`
  * columns (0: no limit) so the terminal never wraps it. Returns the number of
  * lines appended. */

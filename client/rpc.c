@@ -33,11 +33,12 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "kiln/v1/kiln.pb-c.h"
 #include "base/buf.h"
 #include "base/digest.h"
 #include "base/pem.h"
-#include "client/job.h"
+#include "client/diagnostic.h"
+#include "kiln/v1/kiln.pb-c.h"
+#include "proto/wire.h"
 
 struct kiln_client_s {
   char *address;
@@ -554,17 +555,18 @@ static bool cursor_byte(cursor_t *c, uint8_t *out) {
 
 static bool cursor_varint(cursor_t *c, kiln_buf_t *copy, uint64_t *out) {
   uint64_t v = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
+  unsigned shift = 0;
+  for (;;) {
     uint8_t b;
     if (!cursor_byte(c, &b)) return false;
     if (copy) kiln_buf_append(copy, &b, 1);
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
+    int r = kiln_wire_varint_feed(&v, &shift, b);
+    if (r < 0) return false;
+    if (r > 0) {
       *out = v;
       return true;
     }
   }
-  return false;
 }
 
 /* Takes `len` bytes: appended to `copy`, or (copy NULL) recorded as pieces. */
@@ -648,7 +650,6 @@ static ProtobufCMessage *decode_split(kiln_client_stream_t *s, const ProtobufCMe
   return message;
 }
 
-/* The body of both reads: `split_field` 0 decodes whole. */
 /* A pluck deadline `wait_ms` from now (< 0: none). 0 is "only what is there": an
  * infinitely past deadline, which gRPC polls with a zero timeout; a deadline of
  * "now" is rounded up to a 1 ms epoll wait, and a bulk stream that checks for
@@ -659,6 +660,7 @@ static gpr_timespec wait_until(int64_t wait_ms) {
   return gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
 }
 
+/* The body of both reads: `split_field` 0 decodes whole. */
 static kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
                                   uint32_t split_field, int64_t wait_ms, ProtobufCMessage **out_message,
                                   bool *out_timed_out);

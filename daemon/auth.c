@@ -18,6 +18,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/digest.h"
+#include "daemon/rpc.h"
 
 typedef struct token_s {
   char name[KILND_TOKEN_NAME_MAX + 1];
@@ -36,43 +37,11 @@ const char *kilnd_role_name(kilnd_role_t role) {
   return (unsigned)role < sizeof role_names / sizeof role_names[0] ? role_names[role] : "?";
 }
 
-/* Every method of the contracts, with the role it needs. */
-static const struct {
-  const char *path;
-  kilnd_role_t role;
-} method_roles[] = {
-    {"/grpc.health.v1.Health/Check", KILND_ROLE_NONE},
-    {"/grpc.health.v1.Health/Watch", KILND_ROLE_NONE},
-    {"/kiln.v1.Kiln/GetServerInfo", KILND_ROLE_READ},
-    {"/kiln.v1.Kiln/GetStats", KILND_ROLE_READ},
-    {"/kiln.v1.Kiln/WatchJob", KILND_ROLE_READ},
-    {"/kiln.v1.Kiln/GetArtifact", KILND_ROLE_READ},
-    {"/kiln.v1.Kiln/FindArtifacts", KILND_ROLE_READ},
-    {"/kiln.v1.Kiln/GetCacheStats", KILND_ROLE_READ},
-    {"/kiln.v1.Kiln/Compile", KILND_ROLE_SUBMIT},
-    {"/kiln.v1.Kiln/PutSource", KILND_ROLE_SUBMIT},
-    {"/kiln.v1.Kiln/CancelJob", KILND_ROLE_SUBMIT},
-    {"/kiln.v1.Kiln/Recompile", KILND_ROLE_SUBMIT},
-    {"/kiln.v1.Kiln/VerifyCache", KILND_ROLE_ADMIN},
-    {"/kiln.v1.Kiln/CollectGarbage", KILND_ROLE_ADMIN},
-    {"/kiln.v1.Kiln/PinArtifact", KILND_ROLE_ADMIN},
-    {"/kiln.v1.Kiln/UnpinArtifact", KILND_ROLE_ADMIN},
-};
-
-int kilnd_auth_method_listed(const char *path) {
-  for (size_t i = 0; i < sizeof method_roles / sizeof method_roles[0]; i++) {
-    if (strcmp(method_roles[i].path, path) == 0) return 1;
-  }
-  return 0;
-}
-
 kilnd_role_t kilnd_auth_method_role(const char *path) {
-  for (size_t i = 0; i < sizeof method_roles / sizeof method_roles[0]; i++) {
-    if (strcmp(method_roles[i].path, path) == 0) return method_roles[i].role;
-  }
-  /* A kiln method someone added without a row here: only admins, until it has one. */
-  if (strncmp(path, "/kiln.", 6) == 0) return KILND_ROLE_ADMIN;
-  return KILND_ROLE_READ; /* not ours: any valid token learns UNIMPLEMENTED */
+  const kilnd_method_t *method = kilnd_rpc_method_find(path);
+  if (method) return method->role;
+  /* Not ours: any valid token learns UNIMPLEMENTED. */
+  return KILND_ROLE_READ;
 }
 
 static bool name_char(char c) {

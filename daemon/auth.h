@@ -34,17 +34,12 @@ typedef enum kilnd_role_e {
 /* "read", "submit", "admin" ("none" for KILND_ROLE_NONE). Static. Thread-safe. */
 const char *kilnd_role_name(kilnd_role_t role);
 
-/* The role a call to `path` ("/kiln.v1.Kiln/Compile") needs: read for the
- * read-only methods, submit for those that start or change work, admin for cache
- * administration, none for grpc.health.v1.Health; read for a path kilnd does not
- * serve (it answers UNIMPLEMENTED to any valid token). Methods are listed by
- * name; a kiln.v1.Kiln method missing from the list needs admin (fail closed).
- * Thread-safe. */
+/* The role a call to `path` ("/kiln.v1.Kiln/Compile") needs, from the method
+ * table (rpc.c): read for the read-only methods, submit for those that start or
+ * change work, admin for cache administration, none for grpc.health.v1.Health;
+ * read for a path outside the contracts (it answers UNIMPLEMENTED to any valid
+ * token). Thread-safe. */
 kilnd_role_t kilnd_auth_method_role(const char *path);
-
-/* True when `path` is listed explicitly (the unit test checks every served method
- * is). Thread-safe. */
-int kilnd_auth_method_listed(const char *path);
 
 typedef struct kilnd_tokens_s kilnd_tokens_t;
 

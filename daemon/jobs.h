@@ -227,6 +227,16 @@ kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from
  * once. Thread-safe. */
 const char *kilnd_jobs_compiler(kilnd_jobs_t *jobs);
 
+/* The cache key parts of (source, target, flags) under `compiler`: `key_digest`
+ * is the source's key digest (kiln_cache_source_key_digest), `target` a canonical
+ * target id, `flags` normalized (base/flags.h); the HAL and bytecode versions are
+ * the engine's. The one place kilnd assembles a key: admission, storing a result,
+ * GetArtifact and Recompile all come through here. The parts borrow the
+ * arguments. Thread-safe. */
+void kilnd_jobs_key_parts(const kilnd_jobs_t *jobs, const char *compiler, const char *key_digest,
+                          const char *target, const char *const *flags, size_t n_flags,
+                          kiln_cache_key_parts_t *out_parts);
+
 /* The same, waiting up to `timeout_ms` for the first worker (thread pool only: it
  * blocks). NULL when none came. */
 const char *kilnd_jobs_compiler_wait(kilnd_jobs_t *jobs, int64_t timeout_ms);

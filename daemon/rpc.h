@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "cache/cache.h"
 #include "compiler/targets.h"
+#include "daemon/auth.h"
 #include "daemon/settings.h"
 #include "daemon/stats.h"
 
@@ -119,11 +120,15 @@ typedef struct kilnd_stream_s kilnd_stream_t; /* stream.h */
 typedef void (*kilnd_method_stream_fn_t)(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
                                          const ProtobufCMessage *request);
 
+/* One method of the contracts kilnd speaks: a row of rpc.c's table, the one place
+ * that says which paths exist, what they take, who may call them (auth.c reads
+ * `role`) and how kilnd serves them. */
 typedef struct kilnd_method_s {
   const char *path; /* "/kiln.v1.Kiln/GetServerInfo" */
   /* The request type; for client- and bidi-streaming methods the type of each
    * client message (the contract's input type). */
   const ProtobufCMessageDescriptor *request_descriptor;
+  kilnd_role_t role; /* what a caller's token must grant */
   kilnd_unary_fn_t handler; /* unary methods; NULL for streaming ones */
   /* The handler blocks (SQLite, disk, hashing): run it on libuv's thread pool, never
    * on the loop. Unary methods only: streaming handlers offload their own work. */
@@ -132,16 +137,24 @@ typedef struct kilnd_method_s {
    * the pool only when it asks to (a Compile answered from memory needs no thread
    * hop). */
   bool try_on_loop;
-  kilnd_method_kind_t kind;        /* zero (UNARY) unless given */
+  kilnd_method_kind_t kind;        /* the contract's `stream` keywords */
   kilnd_method_stream_fn_t stream; /* streaming methods; NULL for unary ones */
+  /* Non-NULL for a method of the contract this build does not serve (no handler
+   * and no stream): the capability it comes with, for the UNIMPLEMENTED message. */
+  const char *capability;
 } kilnd_method_t;
 
-/* Methods this kilnd serves; borrowed, static storage. Thread-safe. */
+/* Every method of the kiln.v1.Kiln and grpc.health.v1.Health contracts, served or
+ * not; borrowed, static storage. Thread-safe. */
 const kilnd_method_t *kilnd_rpc_methods(size_t *out_count);
 
-/* Every method of the kiln.v1 and grpc.health.v1 contracts, served or not, so that
- * stats can name known-but-unserved methods. NULL-terminated, static. Thread-safe. */
-const char *const *kilnd_rpc_known_paths(void);
+/* The row for `path`, or NULL for a path outside the contracts. Thread-safe. */
+const kilnd_method_t *kilnd_rpc_method_find(const char *path);
+
+/* True when this build serves `method` (it has a handler or a stream entry). */
+static inline bool kilnd_method_served(const kilnd_method_t *method) {
+  return method->handler || method->stream;
+}
 
 /* The message for a method of the contract this build does not serve, or for a
  * path that is not in the contract at all. Thread-safe. */
@@ -183,9 +196,10 @@ void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
                             const ProtobufCMessage *request);
 void kilnd_rpc_put_source(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
                           const ProtobufCMessage *request);
-/* The compile service (rpc_compile.c): Compile (unary, offloaded: admission hashes
- * and stores the source and looks targets up), CancelJob (unary, on the loop) and
- * WatchJob (server-streaming). */
+/* The compile service: Compile (rpc_compile.c; unary, tried on the loop, offloaded
+ * when admission must hash and store the source or query SQLite), CancelJob
+ * (rpc_cancel_job.c; unary, on the loop) and WatchJob (rpc_watch_job.c;
+ * server-streaming). */
 kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                 const ProtobufCMessage *request, ProtobufCMessage **out_response);
 kiln_status_t kilnd_rpc_cancel_job(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
@@ -207,15 +221,14 @@ uint64_t kilnd_chunk_size(const kilnd_settings_t *settings);
 /* Largest source PutSource accepts (the contract's max_source_bytes); a larger
  * size_bytes is RESOURCE_EXHAUSTED before any data is read. */
 #define KILND_MAX_SOURCE_BYTES ((uint64_t)2 << 30)
-/* The cache key Compile and GetArtifact use for (source, target, flags): the
- * source's key digest (kiln_cache_source_key_digest: `source_digest` names the
- * source as uploaded, or is the digest of its normal form), the target's
- * canonical id, the flags as kilnd_flags_normalize (flags.h) returned them, the
- * compiler identity `compiler` (the workers', kilnd_jobs_compiler: "kiln-mlir
- * 0.1.0 llvm 22.1.8"), and the HAL module and VM bytecode versions.
- * INVALID_ARGUMENT for a malformed part. Blocking (the cache's index);
- * thread-safe. */
-kiln_status_t kilnd_artifact_key(kiln_cache_t *cache, const char *compiler, const char *source_digest,
+/* The cache key of (source, target, flags) as GetArtifact and Recompile look it up:
+ * `source_digest` names the source as uploaded, or is the digest of its normal
+ * form (kiln_cache_source_key_digest resolves it to the key digest); the rest is
+ * kilnd_jobs_key_parts (jobs.h), the one assembly of a key that admission uses
+ * too, with `compiler` the workers' identity (kilnd_jobs_compiler) and the flags
+ * as kilnd_flags_normalize returned them. INVALID_ARGUMENT for a malformed part.
+ * Blocking (the cache's index); needs env->jobs; thread-safe. */
+kiln_status_t kilnd_artifact_key(const kilnd_rpc_env_t *env, const char *compiler, const char *source_digest,
                                  const kiln_target_t *target, char *const *normalized_flags, size_t n_flags,
                                  kiln_digest_hex_t *out_key);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/digest.h"
 #include "compiler/targets.h"
 #include "daemon/flags.h"
 #include "daemon/jobs.h"
@@ -18,14 +19,6 @@
 #define MAX_NAME_BYTES 1024
 /* Inline sources up to this size are checked and hashed on the loop (~0.1 ms). */
 #define LOOP_SOURCE_MAX_BYTES (64 * 1024)
-
-static bool is_hex64(const char *s) {
-  if (!s || strlen(s) != 64) return false;
-  for (const char *p = s; *p; p++) {
-    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
-  }
-  return true;
-}
 
 kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                 const ProtobufCMessage *request, ProtobufCMessage **out_response) {
@@ -65,7 +58,7 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
     }
   } else if (req->input_case == KILN__V1__COMPILE_REQUEST__INPUT_SOURCE_DIGEST) {
     digest = req->source_digest;
-    if (!is_hex64(digest)) {
+    if (!kiln_digest_is_valid_hex(digest)) {
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                          "source_digest '%.80s' is not a SHA-256 digest (64 lowercase hex)", digest);
     }
@@ -175,36 +168,4 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
   kilnd_job_admission_deinit(&adm);
   *out_response = &resp->base;
   return NULL;
-}
-
-kiln_status_t kilnd_rpc_cancel_job(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                   const ProtobufCMessage *request, ProtobufCMessage **out_response) {
-  const Kiln__V1__CancelJobRequest *req = (const Kiln__V1__CancelJobRequest *)request;
-  if (!env->jobs) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is starting: no job engine yet");
-  KILN_RETURN_IF_ERROR(kilnd_id_check("job_id", req->job_id, strlen(req->job_id)));
-  if (strlen(req->reason) > 1024) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "reason is over 1024 bytes");
-  kilnd_job_state_t state = KILND_JOB_QUEUED;
-  bool cancelled = false;
-  KILN_RETURN_IF_ERROR(kilnd_jobs_cancel(env->jobs, req->job_id, req->reason, &state, &cancelled));
-  Kiln__V1__CancelJobResponse *resp = kiln_arena_alloc(call->arena, sizeof *resp);
-  kiln__v1__cancel_job_response__init(resp);
-  resp->state = (Kiln__V1__JobState)state;
-  resp->cancelled = cancelled;
-  *out_response = &resp->base;
-  return NULL;
-}
-
-void kilnd_rpc_watch_job(const kilnd_rpc_env_t *env, kilnd_stream_t *stream, const ProtobufCMessage *request) {
-  const Kiln__V1__WatchJobRequest *req = (const Kiln__V1__WatchJobRequest *)request;
-  if (!env->jobs) {
-    kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is starting: no job engine yet"));
-    return;
-  }
-  kiln_status_t bad = kilnd_id_check("job_id", req->job_id, strlen(req->job_id));
-  if (bad) {
-    kilnd_stream_finish(stream, bad);
-    return;
-  }
-  kiln_status_t st = kilnd_jobs_watch(env->jobs, req->job_id, req->from_start, req->after_sequence, stream);
-  if (st) kilnd_stream_finish(stream, st);
 }

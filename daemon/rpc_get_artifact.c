@@ -35,13 +35,13 @@
 
 #include "base/alloc.h"
 #include "base/digest.h"
-#include "compiler/identity.h"
 #include "compiler/targets.h"
 #include "daemon/flags.h"
 #include "daemon/jobs.h"
 #include "daemon/rpc.h"
 #include "daemon/stream.h"
 #include "kiln/v1/kiln.pb-c.h"
+#include "proto/wire.h"
 
 /* ---- shared helpers --------------------------------------------------------------- */
 
@@ -52,20 +52,14 @@ uint64_t kilnd_chunk_size(const kilnd_settings_t *settings) {
   return room < KILND_CHUNK_SIZE_BYTES ? room : KILND_CHUNK_SIZE_BYTES;
 }
 
-kiln_status_t kilnd_artifact_key(kiln_cache_t *cache, const char *compiler, const char *source_digest,
+kiln_status_t kilnd_artifact_key(const kilnd_rpc_env_t *env, const char *compiler, const char *source_digest,
                                  const kiln_target_t *target, char *const *normalized_flags, size_t n_flags,
                                  kiln_digest_hex_t *out_key) {
   kiln_digest_hex_t source;
-  KILN_RETURN_IF_ERROR(kiln_cache_source_key_digest(cache, source_digest, &source));
-  kiln_cache_key_parts_t parts = {
-      .source_digest = source.text,
-      .target = target->id,
-      .flags = (const char *const *)normalized_flags,
-      .n_flags = n_flags,
-      .compiler = compiler,
-      .hal_version = kiln_compiler_hal_module_version(),
-      .bytecode_version = kiln_compiler_vm_bytecode_version(),
-  };
+  KILN_RETURN_IF_ERROR(kiln_cache_source_key_digest(env->cache, source_digest, &source));
+  kiln_cache_key_parts_t parts;
+  kilnd_jobs_key_parts(env->jobs, compiler, source.text, target->id, (const char *const *)normalized_flags,
+                       n_flags, &parts);
   return kiln_cache_key_compute(&parts, out_key);
 }
 
@@ -341,7 +335,7 @@ static void get_open_work(uv_work_t *work) {
                        "no compile worker is ready yet, so the compiler identity (part of the key) is unknown; "
                        "retry, or fetch by digest");
     } else {
-      st = kilnd_artifact_key(cache, compiler, key->source_digest, g->target, g->flags, g->n_flags, &cache_key);
+      st = kilnd_artifact_key(g->env, compiler, key->source_digest, g->target, g->flags, g->n_flags, &cache_key);
     }
     if (!st) st = kiln_cache_artifact_lookup(cache, cache_key.text, &g->record);
     if (kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
@@ -482,16 +476,9 @@ static void get_pump(get_t *g) {
   uint64_t offset = g->ready_offset;
   g->ready = NULL;
   /* ArtifactChunk: offset = 2 (varint), then data = 3 (the bytes, not copied). */
-  uint8_t head[11];
-  size_t n = 0;
-  head[n++] = 2 << 3 | 0;
-  for (uint64_t v = offset; ; v >>= 7) {
-    if (v < 0x80) {
-      head[n++] = (uint8_t)v;
-      break;
-    }
-    head[n++] = (uint8_t)(v | 0x80);
-  }
+  uint8_t head[2 * KILN_WIRE_VARINT_MAX];
+  size_t n = kiln_wire_put_key(head, 2, KILN_WIRE_VARINT);
+  n += kiln_wire_put_varint(head + n, offset);
   g->sending = true;
   kiln_status_t st =
       kilnd_stream_send_bytes(g->stream, offset ? head : NULL, offset ? n : 0, 3, data, len, kiln_free, on_get_sent, g);

@@ -103,7 +103,7 @@ kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_
   const kilnd_method_t *methods = kilnd_rpc_methods(&n_methods);
   resp->features = kiln_arena_calloc(arena, n_methods, sizeof(char *));
   for (size_t i = 0; i < n_methods; i++) {
-    if (strncmp(methods[i].path, prefix, sizeof prefix - 1) == 0) {
+    if (kilnd_method_served(&methods[i]) && strncmp(methods[i].path, prefix, sizeof prefix - 1) == 0) {
       resp->features[resp->n_features++] =
           kiln_arena_strdup(arena, methods[i].path + sizeof prefix - 1);
     }

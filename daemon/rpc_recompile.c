@@ -607,7 +607,7 @@ static void predict(rc_item_t *it, const kilnd_rpc_env_t *env, char **flags, siz
     const kiln_target_t *target = NULL;
     kiln_digest_hex_t key;
     kiln_status_t st = kiln_compiler_target_resolve(t->canonical, &target);
-    if (!st) st = kilnd_artifact_key(env->cache, compiler, it->source_digest, target, flags, n_flags, &key);
+    if (!st) st = kilnd_artifact_key(env, compiler, it->source_digest, target, flags, n_flags, &key);
     if (!st) st = kiln_cache_artifact_probe(env->cache, key.text, t->digest, &t->size);
     if (st) {
       kiln_status_free(st);

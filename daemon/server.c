@@ -85,6 +85,7 @@
 #include "daemon/stream.h"
 #include "daemon/tls.h"
 #include "daemon/wire_check.h"
+#include "proto/wire.h"
 
 typedef struct tag_s tag_t;
 typedef void (*tag_fn_t)(kilnd_server_t *server, tag_t *tag, bool ok);
@@ -614,17 +615,18 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
   send_reply(server, c, status);
 }
 
-/* The static path under which stats count a catch-all call. */
-static const char *known_path(const grpc_slice path) {
-  for (const char *const *p = kilnd_rpc_known_paths(); *p; p++) {
-    if (grpc_slice_str_cmp(path, *p) == 0) return *p;
+/* The static path under which stats count a catch-all call: the contract's, or
+ * NULL for a path outside it. */
+static const char *known_path(const kilnd_server_t *server, const grpc_slice path) {
+  for (size_t i = 0; i < server->method_count; i++) {
+    if (grpc_slice_str_cmp(path, server->methods[i].path) == 0) return server->methods[i].path;
   }
   return NULL;
 }
 
 /* Every call ends here, unary or streaming: counted under `code`, logged, freed. */
 static void call_finished(kilnd_server_t *server, call_t *c, kiln_status_code_t code) {
-  const char *method = c->method ? c->method->path : known_path(c->details.method);
+  const char *method = c->method ? c->method->path : known_path(server, c->details.method);
   kilnd_stats_record(&server->stats, method, code);
 
   if (kiln_log_enabled(KILN_LOG_INFO)) {
@@ -882,23 +884,13 @@ kiln_status_t kilnd_stream_send(kilnd_stream_t *s, const ProtobufCMessage *messa
   return send_buffer(s, buf, size, on_sent, user);
 }
 
-static size_t put_varint(uint8_t *out, uint64_t v) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    out[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  out[n++] = (uint8_t)v;
-  return n;
-}
-
 kiln_status_t kilnd_stream_send_bytes(kilnd_stream_t *s, const uint8_t *head, size_t head_len, uint32_t field,
                                       void *data, size_t len, void (*release)(void *data),
                                       kilnd_stream_sent_fn_t on_sent, void *user) {
   /* head, then the field's key (wire type 2) and length, then the bytes. */
-  uint8_t key_len[20];
-  size_t k = put_varint(key_len, (uint64_t)field << 3 | 2);
-  k += put_varint(key_len + k, len);
+  uint8_t key_len[2 * KILN_WIRE_VARINT_MAX];
+  size_t k = kiln_wire_put_key(key_len, field, KILN_WIRE_LEN);
+  k += kiln_wire_put_varint(key_len + k, len);
   size_t size = head_len + k + len;
   kiln_status_t st = send_refusal(s, "message", size);
   if (st) {
@@ -1295,6 +1287,8 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
   server->methods = kilnd_rpc_methods(&server->method_count);
   server->method_handles = kiln_calloc(server->method_count, sizeof(void *));
   for (size_t i = 0; i < server->method_count; i++) {
+    /* Unserved methods are left to the catch-all (kilnd_rpc_unserved). */
+    if (!kilnd_method_served(&server->methods[i])) continue;
     /* Streaming methods receive every message themselves, the first included. */
     grpc_server_register_method_payload_handling payload =
         server->methods[i].kind == KILND_METHOD_UNARY ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
@@ -1380,7 +1374,9 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
   }
 
   grpc_server_start(server->server);
-  for (size_t i = 0; i < server->method_count; i++) arm(server, &server->methods[i], i);
+  for (size_t i = 0; i < server->method_count; i++) {
+    if (kilnd_method_served(&server->methods[i])) arm(server, &server->methods[i], i);
+  }
   arm(server, NULL, 0);
   *out_server = server;
   return NULL;

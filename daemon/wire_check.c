@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "daemon/source_check.h"
+#include "proto/wire.h"
 
 /* Nesting deeper than kiln's messages go is left to the decoder. */
 #define MAX_DEPTH 16
@@ -15,18 +16,7 @@ typedef struct reader_s {
   const uint8_t *p, *end;
 } reader_t;
 
-static bool read_varint(reader_t *r, uint64_t *out) {
-  uint64_t v = 0;
-  for (int shift = 0; shift < 64 && r->p < r->end; shift += 7) {
-    uint8_t b = *r->p++;
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *out = v;
-      return true;
-    }
-  }
-  return false;
-}
+static bool read_varint(reader_t *r, uint64_t *out) { return kiln_wire_get_varint(&r->p, r->end, out); }
 
 /* The path of a field for messages: "outer.field" or "outer.field[i]". */
 static void field_path(char *out, size_t cap, const char *outer, const ProtobufCFieldDescriptor *f,

@@ -138,13 +138,8 @@ static kiln_status_t prep_start(kilnd_jobs_t *jobs, const kilnd_job_request_t *r
 /* Every target's cache key, from the source's key digest. */
 static kiln_status_t prep_keys(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p) {
   for (size_t i = 0; i < r->n_targets; i++) {
-    kiln_cache_key_parts_t parts = {.source_digest = p->source->key_digest,
-                                    .target = r->targets[i],
-                                    .flags = r->flags,
-                                    .n_flags = r->n_flags,
-                                    .compiler = p->compiler,
-                                    .hal_version = jobs->options.hal_version,
-                                    .bytecode_version = jobs->options.bytecode_version};
+    kiln_cache_key_parts_t parts;
+    kilnd_jobs_key_parts(jobs, p->compiler, p->source->key_digest, r->targets[i], r->flags, r->n_flags, &parts);
     kiln_digest_hex_t key;
     KILN_RETURN_IF_ERROR(kiln_cache_key_compute(&parts, &key));
     memcpy(p->at[i].cache_key, key.text, sizeof p->at[i].cache_key);

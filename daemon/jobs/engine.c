@@ -370,6 +370,18 @@ const char *kilnd_jobs_compiler(kilnd_jobs_t *jobs) {
   return c;
 }
 
+void kilnd_jobs_key_parts(const kilnd_jobs_t *jobs, const char *compiler, const char *key_digest,
+                          const char *target, const char *const *flags, size_t n_flags,
+                          kiln_cache_key_parts_t *out_parts) {
+  *out_parts = (kiln_cache_key_parts_t){.source_digest = key_digest,
+                                        .target = target,
+                                        .flags = flags,
+                                        .n_flags = n_flags,
+                                        .compiler = compiler,
+                                        .hal_version = jobs->options.hal_version,
+                                        .bytecode_version = jobs->options.bytecode_version};
+}
+
 bool kilnd_jobs_identity(kilnd_jobs_t *jobs, kilnd_compiler_info_t *out_info) {
   memset(out_info, 0, sizeof *out_info);
   uv_mutex_lock(&jobs->mu);

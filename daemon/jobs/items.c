@@ -159,13 +159,9 @@ static void store_free(store_t *s) {
 /* Thread pool: the VMFB into the cache, under the key the item was admitted by. */
 static void on_store(uv_work_t *work) {
   store_t *s = work->data;
-  kiln_cache_key_parts_t parts = {.source_digest = s->source_digest,
-                                  .target = s->target,
-                                  .flags = (const char *const *)s->flags,
-                                  .n_flags = s->n_flags,
-                                  .compiler = s->compiler,
-                                  .hal_version = s->jobs->options.hal_version,
-                                  .bytecode_version = s->jobs->options.bytecode_version};
+  kiln_cache_key_parts_t parts;
+  kilnd_jobs_key_parts(s->jobs, s->compiler, s->source_digest, s->target, (const char *const *)s->flags,
+                       s->n_flags, &parts);
   kiln_cache_provenance_t prov = {.submitter = s->submitter,
                                   .labels = s->labels,
                                   .n_labels = s->n_labels,
