@@ -148,7 +148,7 @@ static kiln_status_t acquire(kiln_cache_t *cache, kiln_index_t **out_index) {
  * once a second, and a write in between leaves them for the next one (or for
  * kiln_cache_stats, gc and verify, which count too). */
 static void refresh_totals(kiln_cache_t *cache, kiln_index_t *index) {
-  int64_t mono = kiln_time_monotonic_ns() / 1000000;
+  int64_t mono = kiln_time_monotonic_ms();
   pthread_mutex_lock(&cache->lock);
   bool big = cache->last_totals.artifacts + cache->last_totals.sources > TOTALS_CHEAP_ROWS;
   bool recent = mono - cache->totals_counted_ms < TOTALS_INTERVAL_MS;
@@ -395,7 +395,7 @@ static void memo_store(kiln_cache_t *cache, const char *key, const char *digest,
   memcpy(m->digest, digest, sizeof m->digest);
   m->size = size;
   m->generation = cache->generation;
-  m->checked_ms = kiln_time_monotonic_ns() / 1000000; /* the lookup just opened or found it */
+  m->checked_ms = kiln_time_monotonic_ms(); /* the lookup just opened or found it */
   m->used = true;
   pthread_mutex_unlock(&cache->lock);
 }
@@ -980,7 +980,7 @@ kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_k
   }
   char digest[KILN_DIGEST_HEX_LEN + 1] = "";
   uint64_t size = 0;
-  int64_t mono = kiln_time_monotonic_ns() / 1000000;
+  int64_t mono = kiln_time_monotonic_ms();
   bool fresh = false;
   bool known = memo_find(cache, cache_key, digest, &size, mono, &fresh);
   kiln_digest_t d;
@@ -1024,7 +1024,7 @@ bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *cache_key, bool r
   char digest[KILN_DIGEST_HEX_LEN + 1] = "";
   uint64_t size = 0;
   bool fresh = false;
-  if (!memo_find(cache, cache_key, digest, &size, kiln_time_monotonic_ns() / 1000000, &fresh) || !fresh) return false;
+  if (!memo_find(cache, cache_key, digest, &size, kiln_time_monotonic_ms(), &fresh) || !fresh) return false;
   if (record) {
     uint64_t pending = 0;
     if (note_hit(cache, cache_key, now_ms(cache), false, &pending)) return false; /* a flush is due: not here */
@@ -1275,7 +1275,7 @@ bool kiln_cache_source_memo(kiln_cache_t *cache, const void *data, size_t len, k
   kiln_digest_of(data, len, &d);
   kiln_digest_to_hex(&d, out_digest);
   bool fresh = false;
-  return source_memo_find(cache, out_digest, kiln_time_monotonic_ns() / 1000000, &fresh) && fresh;
+  return source_memo_find(cache, out_digest, kiln_time_monotonic_ms(), &fresh) && fresh;
 }
 
 kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_t len,
@@ -1303,7 +1303,7 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
     kiln_digest_hex_t hex;
     kiln_digest_to_hex(&computed, &hex);
     /* Seen lately (and nothing removed since): a stat of the blob, no SQLite. */
-    int64_t mono = kiln_time_monotonic_ns() / 1000000;
+    int64_t mono = kiln_time_monotonic_ms();
     bool fresh = false;
     bool recent = source_memo_find(cache, &hex, mono, &fresh);
     if (recent && !fresh && kiln_blobstore_contains(cache->blobs, &computed, NULL)) {
@@ -1353,7 +1353,7 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
   st = index_source(cache, hex.text, semantic_digest, name, format, size, stored, &check, &index);
   release(cache, index);
   /* Remembered while the blob is still in use (no removal can slip in between). */
-  if (!st) source_memo_store(cache, &hex, now_ms(cache), kiln_time_monotonic_ns() / 1000000);
+  if (!st) source_memo_store(cache, &hex, now_ms(cache), kiln_time_monotonic_ms());
   in_use_remove(cache, &digest);
   if (!st && out_digest) *out_digest = hex;
   return st;
@@ -1462,10 +1462,6 @@ kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *upload, const 
   KILN_RETURN_IF_ERROR(kiln_blob_writer_write(upload->writer, data, len));
   upload->received += len;
   return NULL;
-}
-
-uint64_t kiln_cache_source_upload_received(const kiln_cache_upload_t *upload) {
-  return upload->received;
 }
 
 kiln_status_t kiln_cache_source_upload_commit(kiln_cache_upload_t *upload, const char *name,

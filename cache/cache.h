@@ -220,8 +220,6 @@ kiln_status_t kiln_cache_source_upload_begin(kiln_cache_t *cache, const char *ex
  * the disk is full. After a failure the upload only fails; abort it. */
 kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *upload, const void *data,
                                              size_t len);
-/* Bytes appended so far. */
-uint64_t kiln_cache_source_upload_received(const kiln_cache_upload_t *upload);
 /* Checks the size and the digest, makes the blob durable and visible under its
  * digest and indexes the source (as kiln_cache_source_put: idempotent, a
  * concurrent upload of the same digest stores it once), then frees the upload,

@@ -10,12 +10,12 @@
  *
  * Statements: every one is prepared once per connection (SQLITE_PREPARE_PERSISTENT)
  * and kept in the kiln_index_t; every use ends in reset + clear_bindings, so no
- * statement holds a read snapshot or borrowed text between calls. find's statements
- * are assembled from fixed fragments, one per combination of present filters and
- * label count, and prepared on first use: values are only ever bound, never
- * formatted into SQL. find_page (FindArtifacts) works the same way and pages by
- * keyset: each page starts strictly after the previous page's last row in a total
- * order (created_ms descending, artifact_digest, cache_key), never by OFFSET.
+ * statement holds a read snapshot or borrowed text between calls. find_page's
+ * statements (FindArtifacts) are assembled from fixed fragments, one per
+ * combination of present filters and label count, and prepared on first use:
+ * values are only ever bound, never formatted into SQL. It pages by keyset: each
+ * page starts strictly after the previous page's last row in a total order
+ * (created_ms descending, artifact_digest, cache_key), never by OFFSET.
  *
  * Transactions: writes that touch several rows (put, drop_digest) run in BEGIN
  * IMMEDIATE ... COMMIT, or inside a SAVEPOINT when the caller already holds a
@@ -41,7 +41,7 @@
 #include "cache/sqlerr.h"
 
 #define DEFAULT_BUSY_TIMEOUT_MS 5000
-#define DEFAULT_FIND_LIMIT 100
+#define DEFAULT_PAGE_LIMIT 100
 
 /* Columns of an artifact row, in the order read_artifact_row expects. */
 #define ARTIFACT_COLUMNS                                                                \
@@ -66,17 +66,14 @@ typedef enum stmt_id_e {
   STMT_LABELS_GET,
   STMT_ARTIFACT_GET,
   STMT_ARTIFACT_GET_BY_DIGEST,
-  STMT_ARTIFACT_TOUCH,
   STMT_ARTIFACT_EVICT,
   STMT_SOURCE_EVICT,
   STMT_ARTIFACT_RECORD_HITS,
   STMT_ARTIFACT_SET_PINNED,
-  STMT_ARTIFACT_DELETE,
   STMT_ARTIFACT_LRU,
   STMT_SOURCE_UPSERT,
   STMT_SOURCE_GET,
   STMT_SOURCE_TOUCH,
-  STMT_SOURCE_DELETE,
   STMT_SOURCE_LRU,
   STMT_DIGEST_REFERENCED,
   STMT_DIGESTS,
@@ -84,7 +81,6 @@ typedef enum stmt_id_e {
   STMT_DROP_SOURCES,
   STMT_DROP_CHECK,
   STMT_QUARANTINE_PUT,
-  STMT_QUARANTINE_GET,
   STMT_CHECK_PUT,
   STMT_CHECK_GET,
   STMT_CHECK_DROP_UNREFERENCED,
@@ -122,14 +118,11 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_ARTIFACT_GET_BY_DIGEST] = "SELECT " ARTIFACT_COLUMNS
                                     " FROM artifacts a WHERE a.artifact_digest = ?1 "
                                     "ORDER BY a.created_ms DESC, a.cache_key LIMIT 1",
-    [STMT_ARTIFACT_TOUCH] =
-        "UPDATE artifacts SET last_access_ms = ?2, hits = hits + 1 WHERE cache_key = ?1",
     [STMT_ARTIFACT_RECORD_HITS] =
         "UPDATE artifacts SET last_access_ms = max(last_access_ms, ?2), hits = hits + ?3 "
         "WHERE cache_key = ?1",
     [STMT_ARTIFACT_SET_PINNED] =
         "UPDATE artifacts SET pinned = ?2 WHERE cache_key = ?1 OR artifact_digest = ?1",
-    [STMT_ARTIFACT_DELETE] = "DELETE FROM artifacts WHERE cache_key = ?1",
     [STMT_ARTIFACT_EVICT] = "DELETE FROM artifacts WHERE cache_key = ?1 AND pinned = 0",
     [STMT_SOURCE_EVICT] =
         "DELETE FROM sources WHERE digest = ?1 AND pinned = 0 "
@@ -146,7 +139,6 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "ELSE sources.semantic_digest END",
     [STMT_SOURCE_GET] = "SELECT " SOURCE_COLUMNS " FROM sources s WHERE s.digest = ?1",
     [STMT_SOURCE_TOUCH] = "UPDATE sources SET last_access_ms = ?2 WHERE digest = ?1",
-    [STMT_SOURCE_DELETE] = "DELETE FROM sources WHERE digest = ?1",
     [STMT_SOURCE_LRU] =
         "SELECT " SOURCE_COLUMNS " FROM sources s WHERE s.pinned = 0 "
         "AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.source_digest = s.digest) "
@@ -164,7 +156,6 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_QUARANTINE_PUT] = "INSERT INTO quarantine (digest, reason, quarantined_ms) "
                             "VALUES (?1, ?2, ?3) ON CONFLICT (digest) DO UPDATE SET "
                             "reason = excluded.reason, quarantined_ms = excluded.quarantined_ms",
-    [STMT_QUARANTINE_GET] = "SELECT EXISTS (SELECT 1 FROM quarantine WHERE digest = ?1)",
     [STMT_CHECK_PUT] = "INSERT INTO blob_checks (digest, xxh3) VALUES (?1, ?2) "
                        "ON CONFLICT (digest) DO UPDATE SET xxh3 = excluded.xxh3",
     [STMT_CHECK_GET] = "SELECT xxh3 FROM blob_checks WHERE digest = ?1",
@@ -187,23 +178,10 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "(SELECT count(*) FROM quarantine)",
 };
 
-/* find's parameters: fixed numbers whatever filters are present. */
-enum {
-  FIND_PARAM_SOURCE = 1,
-  FIND_PARAM_TARGET = 2,
-  FIND_PARAM_HAL = 3,
-  FIND_PARAM_LIMIT = 4,
-  FIND_PARAM_OFFSET = 5,
-  FIND_PARAM_LABELS = 6, /* label i: key ?(6 + 2i), value ?(7 + 2i) */
-};
-#define FIND_HAS_SOURCE 1u
-#define FIND_HAS_TARGET 2u
-#define FIND_HAS_HAL 4u
-#define FIND_SHAPES 8
-
-/* find_page's parameters, numbered the same way. The HAL and time bounds are
- * always bound (neutral values when unset); source, target and the cursor are in
- * the SQL only when given, so the indexes on them stay usable. */
+/* find_page's parameters: fixed numbers whatever filters are present. The HAL
+ * and time bounds are always bound (neutral values when unset); source, target
+ * and the cursor are in the SQL only when given, so the indexes on them stay
+ * usable. */
 enum {
   PAGE_PARAM_SOURCE = 1,
   PAGE_PARAM_TARGET = 2,
@@ -229,8 +207,6 @@ struct kiln_index_s {
   int schema_version;
   int busy_timeout_ms;
   sqlite3_stmt *stmts[STMT_COUNT];
-  /* [filter-presence mask][label count], prepared on first use. */
-  sqlite3_stmt *find_stmts[FIND_SHAPES][KILN_INDEX_FILTER_MAX_LABELS + 1];
   /* find_page's: [filter-presence mask][label count], prepared on first use. */
   sqlite3_stmt *page_stmts[PAGE_SHAPES][KILN_INDEX_PAGE_MAX_LABELS + 1];
 };
@@ -517,9 +493,6 @@ kiln_status_t kiln_index_open(const char *path, kiln_index_t **out_index) {
 void kiln_index_close(kiln_index_t *index) {
   if (!index) return;
   for (int i = 0; i < STMT_COUNT; i++) sqlite3_finalize(index->stmts[i]);
-  for (int m = 0; m < FIND_SHAPES; m++)
-    for (int n = 0; n <= KILN_INDEX_FILTER_MAX_LABELS; n++)
-      sqlite3_finalize(index->find_stmts[m][n]);
   for (int m = 0; m < PAGE_SHAPES; m++)
     for (int n = 0; n <= KILN_INDEX_PAGE_MAX_LABELS; n++)
       sqlite3_finalize(index->page_stmts[m][n]);
@@ -839,18 +812,6 @@ kiln_status_t kiln_index_artifact_get_by_digest(kiln_index_t *index, const char 
                         "artifact digest", out_record);
 }
 
-kiln_status_t kiln_index_artifact_touch(kiln_index_t *index, const char *cache_key,
-                                        int64_t now_ms) {
-  if (!cache_key) return invalid("touch artifact", "cache key is NULL");
-  int changes = 0;
-  KILN_RETURN_IF_ERROR(exec_write(index, STMT_ARTIFACT_TOUCH, cache_key, &now_ms,
-                                  "touch artifact", &changes));
-  if (changes == 0)
-    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no artifact with cache key %s",
-                       index->path, cache_key);
-  return NULL;
-}
-
 kiln_status_t kiln_index_artifact_record_hits(kiln_index_t *index, const char *cache_key,
                                               int64_t last_access_ms, uint64_t hits) {
   if (!cache_key) return invalid("record hits", "cache key is NULL");
@@ -879,77 +840,6 @@ kiln_status_t kiln_index_artifact_set_pinned(kiln_index_t *index, const char *ke
                        index->path, key_or_digest);
   if (out_changed) *out_changed = (size_t)changes;
   return NULL;
-}
-
-kiln_status_t kiln_index_artifact_delete(kiln_index_t *index, const char *cache_key) {
-  if (!cache_key) return invalid("delete artifact", "cache key is NULL");
-  int changes = 0;
-  KILN_RETURN_IF_ERROR(
-      exec_text(index, STMT_ARTIFACT_DELETE, cache_key, "delete artifact", &changes));
-  if (changes == 0)
-    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no artifact with cache key %s",
-                       index->path, cache_key);
-  return NULL;
-}
-
-/* The find statement for one shape, assembled from fixed fragments only. */
-static kiln_status_t find_stmt(kiln_index_t *index, unsigned mask, size_t n_labels,
-                               sqlite3_stmt **out_stmt) {
-  sqlite3_stmt **slot = &index->find_stmts[mask][n_labels];
-  if (!*slot) {
-    kiln_buf_t sql;
-    kiln_buf_init(&sql);
-    kiln_buf_append_str(&sql, "SELECT " ARTIFACT_COLUMNS " FROM artifacts a WHERE 1");
-    if (mask & FIND_HAS_SOURCE) kiln_buf_append_str(&sql, " AND a.source_digest = ?1");
-    if (mask & FIND_HAS_TARGET) kiln_buf_append_str(&sql, " AND a.target = ?2");
-    if (mask & FIND_HAS_HAL) kiln_buf_append_str(&sql, " AND a.hal_version = ?3");
-    for (size_t i = 0; i < n_labels; i++)
-      kiln_buf_appendf(&sql,
-                       " AND EXISTS (SELECT 1 FROM artifact_labels l WHERE l.cache_key = "
-                       "a.cache_key AND l.key = ?%zu AND l.value = ?%zu)",
-                       FIND_PARAM_LABELS + 2 * i, FIND_PARAM_LABELS + 2 * i + 1);
-    kiln_buf_append_str(&sql, " ORDER BY a.created_ms DESC, a.cache_key LIMIT ?4 OFFSET ?5");
-    kiln_status_t status = prepare(index, sql.data, slot);
-    kiln_buf_deinit(&sql);
-    KILN_RETURN_IF_ERROR(status);
-  }
-  *out_stmt = *slot;
-  return NULL;
-}
-
-kiln_status_t kiln_index_artifact_find(kiln_index_t *index, const kiln_index_filter_t *filter,
-                                       kiln_index_artifact_t **out_records, size_t *out_count) {
-  static const char op[] = "find artifacts";
-  *out_records = NULL;
-  *out_count = 0;
-  static const kiln_index_filter_t any = {0};
-  if (!filter) filter = &any;
-  if (filter->n_labels > KILN_INDEX_FILTER_MAX_LABELS)
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "cache index: %s: %zu labels given, at most %d can be matched at once",
-                       op, filter->n_labels, KILN_INDEX_FILTER_MAX_LABELS);
-  if (filter->n_labels && !filter->labels)
-    return invalid(op, "n_labels is set but labels is NULL");
-  for (size_t i = 0; i < filter->n_labels; i++)
-    if (!filter->labels[i].key || !filter->labels[i].value)
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "cache index: %s: label %zu needs a key and a value", op, i);
-  unsigned mask = (filter->source_digest ? FIND_HAS_SOURCE : 0) |
-                  (filter->target ? FIND_HAS_TARGET : 0) |
-                  (filter->hal_version ? FIND_HAS_HAL : 0);
-  sqlite3_stmt *stmt = NULL;
-  KILN_RETURN_IF_ERROR(find_stmt(index, mask, filter->n_labels, &stmt));
-  int rc = SQLITE_OK;
-  if (filter->source_digest) bind_text(stmt, FIND_PARAM_SOURCE, filter->source_digest, &rc);
-  if (filter->target) bind_text(stmt, FIND_PARAM_TARGET, filter->target, &rc);
-  if (filter->hal_version) bind_int64(stmt, FIND_PARAM_HAL, filter->hal_version, &rc);
-  bind_count(stmt, FIND_PARAM_LIMIT, filter->limit ? filter->limit : DEFAULT_FIND_LIMIT, &rc);
-  bind_count(stmt, FIND_PARAM_OFFSET, filter->offset, &rc);
-  for (size_t i = 0; i < filter->n_labels; i++) {
-    bind_text(stmt, FIND_PARAM_LABELS + 2 * (int)i, filter->labels[i].key, &rc);
-    bind_text(stmt, FIND_PARAM_LABELS + 2 * (int)i + 1, filter->labels[i].value, &rc);
-  }
-  return collect_artifacts(index, stmt, rc, op, out_records, out_count);
 }
 
 /* The page statement for one shape, assembled from fixed fragments only. */
@@ -1031,7 +921,7 @@ kiln_status_t kiln_index_artifact_find_page(kiln_index_t *index,
     bind_text(stmt, PAGE_PARAM_CURSOR_DIGEST, after->artifact_digest, &rc);
     bind_text(stmt, PAGE_PARAM_CURSOR_KEY, after->cache_key, &rc);
   }
-  bind_count(stmt, PAGE_PARAM_LIMIT, query->limit ? query->limit : DEFAULT_FIND_LIMIT, &rc);
+  bind_count(stmt, PAGE_PARAM_LIMIT, query->limit ? query->limit : DEFAULT_PAGE_LIMIT, &rc);
   for (size_t i = 0; i < query->n_labels; i++) {
     bind_text(stmt, PAGE_PARAM_LABELS + 2 * (int)i, query->labels[i].key, &rc);
     bind_text(stmt, PAGE_PARAM_LABELS + 2 * (int)i + 1, query->labels[i].value, &rc);
@@ -1119,16 +1009,6 @@ kiln_status_t kiln_index_source_touch(kiln_index_t *index, const char *digest, i
   int changes = 0;
   KILN_RETURN_IF_ERROR(
       exec_write(index, STMT_SOURCE_TOUCH, digest, &now_ms, "touch source", &changes));
-  if (changes == 0)
-    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no source with digest %s",
-                       index->path, digest);
-  return NULL;
-}
-
-kiln_status_t kiln_index_source_delete(kiln_index_t *index, const char *digest) {
-  if (!digest) return invalid("delete source", "digest is NULL");
-  int changes = 0;
-  KILN_RETURN_IF_ERROR(exec_text(index, STMT_SOURCE_DELETE, digest, "delete source", &changes));
   if (changes == 0)
     return KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no source with digest %s",
                        index->path, digest);
@@ -1249,16 +1129,6 @@ kiln_status_t kiln_index_drop_digest(kiln_index_t *index, const char *digest, co
   }
   KILN_RETURN_IF_ERROR(tx_leave(index, "drop digest: commit", own));
   if (out_rows) *out_rows = rows;
-  return NULL;
-}
-
-kiln_status_t kiln_index_is_quarantined(kiln_index_t *index, const char *digest, bool *out) {
-  *out = false;
-  if (!digest) return invalid("check quarantine", "digest is NULL");
-  bool quarantined = false;
-  KILN_RETURN_IF_ERROR(
-      query_bool(index, STMT_QUARANTINE_GET, digest, "check quarantine", &quarantined));
-  *out = quarantined;
   return NULL;
 }
 

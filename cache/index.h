@@ -88,7 +88,7 @@ typedef struct kiln_index_artifact_s {
 } kiln_index_artifact_t;
 
 void kiln_index_artifact_deinit(kiln_index_artifact_t *record);
-/* Frees an array returned by find/lru. */
+/* Frees an array returned by find_page/lru. */
 void kiln_index_artifacts_free(kiln_index_artifact_t *records, size_t count);
 
 /* Inserts or replaces the row for record->cache_key (labels replaced too). A
@@ -106,40 +106,16 @@ kiln_status_t kiln_index_artifact_get(kiln_index_t *index, const char *cache_key
 /* The newest row whose artifact_digest is `digest`; NOT_FOUND when none. */
 kiln_status_t kiln_index_artifact_get_by_digest(kiln_index_t *index, const char *digest,
                                                 kiln_index_artifact_t *out_record);
-/* Records a hit: last_access_ms = now_ms, hits += 1. NOT_FOUND when absent. */
-kiln_status_t kiln_index_artifact_touch(kiln_index_t *index, const char *cache_key, int64_t now_ms);
 /* Adds `hits` to the row's hit count and moves last_access_ms forward to
- * `last_access_ms` (never back): the batched form of touch. A missing row is not
- * an error (it may have been evicted since the hits happened). */
+ * `last_access_ms` (never back), so hits counted in memory can be written in one
+ * batch. A missing row is not an error (it may have been evicted since the hits
+ * happened). */
 kiln_status_t kiln_index_artifact_record_hits(kiln_index_t *index, const char *cache_key,
                                               int64_t last_access_ms, uint64_t hits);
 /* Pins or unpins every row whose cache_key OR artifact_digest equals `key_or_digest`;
  * *out_changed (may be NULL) counts matching rows. NOT_FOUND when none match. */
 kiln_status_t kiln_index_artifact_set_pinned(kiln_index_t *index, const char *key_or_digest,
                                              bool pinned, size_t *out_changed);
-/* Deletes the row and its labels. NOT_FOUND when absent. */
-kiln_status_t kiln_index_artifact_delete(kiln_index_t *index, const char *cache_key);
-
-/* The most labels one find can match (INVALID_ARGUMENT above it). */
-#define KILN_INDEX_FILTER_MAX_LABELS 8
-
-typedef struct kiln_index_filter_s {
-  const char *source_digest; /* NULL: any */
-  const char *target;        /* NULL: any */
-  uint32_t hal_version;      /* 0: any */
-  const kiln_index_label_t *labels; /* every one must match */
-  size_t n_labels;
-  size_t limit;              /* 0: 100 */
-  size_t offset;
-} kiln_index_filter_t;
-
-/* Matching rows, newest first (created_ms descending, then cache_key), each with
- * its labels; `filter` NULL matches every row. More than
- * KILN_INDEX_FILTER_MAX_LABELS labels, or a label without key or value, is
- * INVALID_ARGUMENT. The array is owned by the caller (kiln_index_artifacts_free);
- * *out_records is NULL when there are none. */
-kiln_status_t kiln_index_artifact_find(kiln_index_t *index, const kiln_index_filter_t *filter,
-                                       kiln_index_artifact_t **out_records, size_t *out_count);
 /* The most labels one page query can match (INVALID_ARGUMENT above it): the
  * contract's per-request label limit. */
 #define KILN_INDEX_PAGE_MAX_LABELS 32
@@ -212,10 +188,9 @@ void kiln_index_sources_free(kiln_index_source_t *records, size_t count);
 kiln_status_t kiln_index_source_put(kiln_index_t *index, const kiln_index_source_t *record);
 kiln_status_t kiln_index_source_get(kiln_index_t *index, const char *digest,
                                     kiln_index_source_t *out_record);
-/* touch sets last_access_ms = now_ms; get, touch and delete are NOT_FOUND when no
- * row has `digest`. */
+/* touch sets last_access_ms = now_ms; get and touch are NOT_FOUND when no row has
+ * `digest`. */
 kiln_status_t kiln_index_source_touch(kiln_index_t *index, const char *digest, int64_t now_ms);
-kiln_status_t kiln_index_source_delete(kiln_index_t *index, const char *digest);
 /* Unpinned sources that no artifact row names (no artifact's source_digest equals
  * the source's digest or its non-empty semantic_digest), least recently accessed
  * first (ties by digest): evicted after artifacts. limit 0 returns none. */
@@ -242,9 +217,6 @@ kiln_status_t kiln_index_visit_digests(kiln_index_t *index, kiln_index_digest_fn
  * (not their labels or check). */
 kiln_status_t kiln_index_drop_digest(kiln_index_t *index, const char *digest, const char *reason,
                                      int64_t now_ms, size_t *out_rows);
-/* Whether blob `digest` was quarantined (so it is never served even if a file with
- * its name reappears). */
-kiln_status_t kiln_index_is_quarantined(kiln_index_t *index, const char *digest, bool *out);
 
 /* Blob checks: the XXH3-128 of a blob's content (KILN_INDEX_CHECK_BYTES bytes,
  * opaque here), which streaming reads verify instead of SHA-256. A check belongs

@@ -203,10 +203,6 @@ kiln_status_t kiln_jobstore_put_many(kiln_jobstore_t *store, const kiln_jobstore
   return st;
 }
 
-kiln_status_t kiln_jobstore_put(kiln_jobstore_t *store, const kiln_jobstore_job_t *job) {
-  return kiln_jobstore_put_many(store, job, 1);
-}
-
 static char *column_text(sqlite3_stmt *s, int i) {
   const unsigned char *v = sqlite3_column_text(s, i);
   return v ? kiln_strdup((const char *)v) : NULL;

@@ -64,10 +64,8 @@ typedef struct kiln_jobstore_job_s {
 kiln_status_t kiln_jobstore_open(const char *path, kiln_jobstore_t **out_store);
 void kiln_jobstore_close(kiln_jobstore_t *store);
 
-/* Writes `job` and its targets, replacing an earlier record of the same id. */
-kiln_status_t kiln_jobstore_put(kiln_jobstore_t *store, const kiln_jobstore_job_t *job);
-
-/* Writes `count` jobs in one transaction: all of them, or on an error none. */
+/* Writes `count` jobs and their targets in one transaction: all of them, or on an
+ * error none. Each replaces an earlier record of the same id. */
 kiln_status_t kiln_jobstore_put_many(kiln_jobstore_t *store, const kiln_jobstore_job_t *jobs, size_t count);
 
 /* Every unfinished job and every job finished at or after `since_unix_ms`, oldest

@@ -2135,7 +2135,6 @@ static void test_source_upload(void **state) {
   kiln_cache_upload_t *u = NULL;
   assert_ok(kiln_cache_source_upload_begin(f->cache, want, len, &u));
   upload_write_all(u, src, len, 1 * MIB);
-  assert_int_equal(kiln_cache_source_upload_received(u), len);
   /* One byte too many is refused at once. */
   assert_code(kiln_cache_source_upload_write(u, "x", 1), KILN_STATUS_INVALID_ARGUMENT);
   char sem[65];

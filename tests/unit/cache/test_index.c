@@ -10,18 +10,20 @@
  * round-trip; job_id and source_name come back from every query that reads rows; a
  * replace keeps pin and hits and replaces labels and provenance; get_by_digest
  * returns the newest row;
- * touch; set_pinned by key and by digest (NOT_FOUND otherwise); delete takes the
- * labels with it; find by each filter, by one and two labels, limit/offset, the
- * newest-first order and the label cap; find_page by every filter (legacy and
- * time bounds included), keyset pages that list each row once in (created desc,
- * digest, key) order even when rows arrive between pages, and its argument
- * checks; lru skips pinned rows and orders by last
- * access. Sources: put/get/touch/delete and lru, which skips sources an artifact
- * names. Blobs: digest_referenced, visit_digests (each digest once, stops on
- * failure, may drop rows), drop_digest with and without a quarantine record, and
- * totals. Transactions: explicit begin/commit/rollback, with put and drop_digest
- * joining them. Two connections: a writer holding the lock makes the other's
- * writes fail with UNAVAILABLE after its busy timeout while its reads go on (WAL).
+ * record_hits (a missing row is not an error and creates none); set_pinned by key
+ * and by digest (NOT_FOUND otherwise); evict spares a pinned row and takes the
+ * labels with the row; find_page by every filter alone and combined (legacy and
+ * time bounds included), by one and two labels, the default limit, keyset pages
+ * that list each row once in (created desc, digest, key) order even when rows
+ * arrive between pages, and its argument checks (the label cap included); lru
+ * skips pinned rows and orders by last access. Sources: put/get/touch, evict
+ * (sparing a pinned source) and lru, which skips sources an artifact names.
+ * Blobs: digest_referenced, visit_digests (each digest once, stops on failure,
+ * may drop rows), drop_digest with and without a quarantine record (the table
+ * read back with the sqlite3 shell), and totals. Transactions: explicit
+ * begin/commit/rollback, with put and drop_digest joining them. Two connections:
+ * a writer holding the lock makes the other's writes fail with UNAVAILABLE after
+ * its busy timeout while its reads go on (WAL).
  * Threads: four connections opening one fresh file at once and doing 200 mixed
  * operations each, with consistent totals afterwards. */
 #include <setjmp.h>
@@ -344,6 +346,24 @@ static int sqlite_shell(const char *dir, const char *db, const char *sql) {
   return system(cmd);
 }
 
+/* Whether the quarantine table of index file `db` names `digest` (64 hex
+ * characters, so safe to quote), read with the sqlite3 shell: kiln itself only
+ * counts the table (totals), so a test of which digest went in reads it directly. */
+static bool quarantined(const char *db, const char *digest) {
+  char cmd[2 * PATH_MAX];
+  snprintf(cmd, sizeof cmd,
+           "sqlite3 -bail '%s' \"SELECT EXISTS (SELECT 1 FROM quarantine WHERE digest = '%s')\"",
+           db, digest);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  char line[16] = "";
+  if (!fgets(line, sizeof line, p)) line[0] = '\0';
+  int status = pclose(p);
+  if (status != 0 || (strcmp(line, "0\n") != 0 && strcmp(line, "1\n") != 0))
+    fail_msg("%s: exit status %d, output '%s'", cmd, status, line);
+  return line[0] == '1';
+}
+
 /* A file written by a kiln whose schema stopped at version 3 (no blob checks):
  * opening it adds the table and keeps every row; its blobs have no check until one
  * is recorded. */
@@ -454,7 +474,9 @@ static void test_blob_checks(void **state) {
   /* Once the row is gone, so may the check be. */
   char key[65];
   digest_hex(key, "k1");
-  assert_ok(kiln_index_artifact_delete(f->index, key));
+  bool evicted = false;
+  assert_ok(kiln_index_artifact_evict(f->index, key, &evicted));
+  assert_true(evicted);
   assert_ok(kiln_index_blob_check_drop_unreferenced(f->index, named));
   assert_code(kiln_index_blob_check_get(f->index, named, got), KILN_STATUS_NOT_FOUND);
 
@@ -588,8 +610,8 @@ static void test_replace_keeps_pin_and_hits(void **state) {
   a.n_labels = 2;
   assert_ok(kiln_index_artifact_put(f->index, &a));
   assert_ok(kiln_index_artifact_set_pinned(f->index, a.cache_key, true, NULL));
-  assert_ok(kiln_index_artifact_touch(f->index, a.cache_key, 200));
-  assert_ok(kiln_index_artifact_touch(f->index, a.cache_key, 300));
+  assert_ok(kiln_index_artifact_record_hits(f->index, a.cache_key, 200, 1));
+  assert_ok(kiln_index_artifact_record_hits(f->index, a.cache_key, 300, 1));
 
   make_artifact(&a, "k", "blob-recompiled", "src", 400);
   a.stored_size = 999;
@@ -643,13 +665,6 @@ static void test_provenance_in_every_read(void **state) {
 
   kiln_index_artifact_t *rows = NULL;
   size_t n = 0;
-  kiln_index_filter_t filter = {.source_digest = a.source_digest};
-  assert_ok(kiln_index_artifact_find(f->index, &filter, &rows, &n));
-  assert_int_equal(n, 1);
-  assert_string_equal(rows[0].job_id, "job-every-read");
-  assert_string_equal(rows[0].source_name, "every/read.mlir");
-  kiln_index_artifacts_free(rows, n);
-
   kiln_index_page_query_t query = {.target = a.target};
   assert_ok(kiln_index_artifact_find_page(f->index, &query, &rows, &n));
   assert_int_equal(n, 1);
@@ -679,23 +694,35 @@ static void test_get_by_digest_returns_newest(void **state) {
   kiln_index_artifact_deinit(&got);
 }
 
-static void test_touch_records_hits(void **state) {
+static void test_record_hits(void **state) {
   fixture_t *f = *state;
   put_artifact(f->index, "k", "blob", "src", 100);
   char key[65];
   digest_hex(key, "k");
-  assert_ok(kiln_index_artifact_touch(f->index, key, 5000));
-  assert_ok(kiln_index_artifact_touch(f->index, key, 6000));
-  assert_ok(kiln_index_artifact_touch(f->index, key, 7000));
+  assert_ok(kiln_index_artifact_record_hits(f->index, key, 5000, 1));
+  assert_ok(kiln_index_artifact_record_hits(f->index, key, 6000, 1));
+  assert_ok(kiln_index_artifact_record_hits(f->index, key, 7000, 1));
   kiln_index_artifact_t got;
   assert_ok(kiln_index_artifact_get(f->index, key, &got));
   assert_int_equal(got.last_access_ms, 7000);
   assert_int_equal(got.hits, 3);
   assert_int_equal(got.created_ms, 100);
   kiln_index_artifact_deinit(&got);
+  /* A batch that flushes late adds its hits but never moves the access time back. */
+  assert_ok(kiln_index_artifact_record_hits(f->index, key, 6500, 4));
+  assert_ok(kiln_index_artifact_get(f->index, key, &got));
+  assert_int_equal(got.last_access_ms, 7000);
+  assert_int_equal(got.hits, 7);
+  kiln_index_artifact_deinit(&got);
+  /* A row evicted before its hits were flushed: not an error, and no row appears. */
   char absent[65];
   digest_hex(absent, "absent");
-  assert_code(kiln_index_artifact_touch(f->index, absent, 1), KILN_STATUS_NOT_FOUND);
+  assert_ok(kiln_index_artifact_record_hits(f->index, absent, 1, 1));
+  assert_code(kiln_index_artifact_get(f->index, absent, &got), KILN_STATUS_NOT_FOUND);
+  kiln_index_totals_t t;
+  assert_ok(kiln_index_totals(f->index, &t));
+  assert_int_equal(t.artifacts, 1);
+  assert_int_equal(t.hits, 7);
 }
 
 static bool is_pinned(kiln_index_t *index, const char *seed) {
@@ -740,28 +767,45 @@ static void test_set_pinned(void **state) {
   assert_int_equal(changed, 0);
 }
 
-static void test_delete_takes_labels(void **state) {
+static void test_evict_takes_labels(void **state) {
   fixture_t *f = *state;
   kiln_index_artifact_t a;
   make_artifact(&a, "k", "blob", "src", 1);
   kiln_index_label_t labels[] = {{"team", "a"}};
   a.labels = labels;
   a.n_labels = 1;
+  a.pinned = true;
   assert_ok(kiln_index_artifact_put(f->index, &a));
+  /* Pinned since the LRU query: left alone. */
+  bool evicted = true;
+  assert_ok(kiln_index_artifact_evict(f->index, a.cache_key, &evicted));
+  assert_false(evicted);
+  assert_true(is_pinned(f->index, "k"));
+  assert_ok(kiln_index_artifact_set_pinned(f->index, a.cache_key, false, NULL));
   /* With foreign keys enforced, this delete fails unless the labels cascade. */
-  assert_ok(kiln_index_artifact_delete(f->index, a.cache_key));
+  assert_ok(kiln_index_artifact_evict(f->index, a.cache_key, &evicted));
+  assert_true(evicted);
   kiln_index_artifact_t got;
   assert_code(kiln_index_artifact_get(f->index, a.cache_key, &got), KILN_STATUS_NOT_FOUND);
-  kiln_index_filter_t filter = {.labels = labels, .n_labels = 1};
+  kiln_index_page_query_t query = {.labels = labels, .n_labels = 1};
   kiln_index_artifact_t *found = NULL;
   size_t count = 1;
-  assert_ok(kiln_index_artifact_find(f->index, &filter, &found, &count));
+  assert_ok(kiln_index_artifact_find_page(f->index, &query, &found, &count));
   assert_int_equal(count, 0);
   assert_null(found);
-  assert_code(kiln_index_artifact_delete(f->index, a.cache_key), KILN_STATUS_NOT_FOUND);
+  /* Already gone: OK, nothing evicted. */
+  assert_ok(kiln_index_artifact_evict(f->index, a.cache_key, &evicted));
+  assert_false(evicted);
 }
 
-/* Rows for the find tests:
+/* ---- find_page (FindArtifacts) ------------------------------------------------ */
+
+static void find_page(kiln_index_t *index, const kiln_index_page_query_t *query,
+                      kiln_index_artifact_t **out, size_t *count) {
+  assert_ok(kiln_index_artifact_find_page(index, query, out, count));
+}
+
+/* Rows for the find_page tests:
  *   a: src1 target X hal 5  team=ml env=prod   created 100
  *   b: src1 target Y hal 5  team=ml            created 200
  *   c: src2 target X hal 6  team=web env=prod  created 300
@@ -789,185 +833,6 @@ static void put_find_rows(kiln_index_t *index) {
     a.n_labels = rows[i].n_labels;
     assert_ok(kiln_index_artifact_put(index, &a));
   }
-}
-
-static void find(kiln_index_t *index, const kiln_index_filter_t *filter,
-                 kiln_index_artifact_t **out, size_t *count) {
-  assert_ok(kiln_index_artifact_find(index, filter, out, count));
-}
-
-static void test_find_by_each_filter(void **state) {
-  fixture_t *f = *state;
-  put_find_rows(f->index);
-  kiln_index_artifact_t *r = NULL;
-  size_t n = 0;
-  char src1[65], src2[65];
-  digest_hex(src1, "src1");
-  digest_hex(src2, "src2");
-
-  find(f->index, NULL, &r, &n);
-  assert_keys(r, n, "d", "c", "b", "a", NULL);
-  kiln_index_artifacts_free(r, n);
-
-  kiln_index_filter_t filter = {.source_digest = src1};
-  find(f->index, &filter, &r, &n);
-  assert_keys(r, n, "d", "b", "a", NULL);
-  kiln_index_artifacts_free(r, n);
-
-  filter = (kiln_index_filter_t){.target = "X"};
-  find(f->index, &filter, &r, &n);
-  assert_keys(r, n, "d", "c", "a", NULL);
-  kiln_index_artifacts_free(r, n);
-
-  filter = (kiln_index_filter_t){.hal_version = 6};
-  find(f->index, &filter, &r, &n);
-  assert_keys(r, n, "d", "c", NULL);
-  kiln_index_artifacts_free(r, n);
-
-  filter = (kiln_index_filter_t){.source_digest = src1, .target = "X", .hal_version = 5};
-  find(f->index, &filter, &r, &n);
-  assert_keys(r, n, "a", NULL);
-  /* Each record carries its labels. */
-  assert_int_equal(r[0].n_labels, 2);
-  assert_string_equal(r[0].labels[0].key, "env");
-  assert_string_equal(r[0].labels[1].value, "ml");
-  kiln_index_artifacts_free(r, n);
-
-  filter = (kiln_index_filter_t){.source_digest = src2, .target = "Y"};
-  r = (kiln_index_artifact_t *)&r; /* must be cleared */
-  n = 42;
-  find(f->index, &filter, &r, &n);
-  assert_null(r);
-  assert_int_equal(n, 0);
-}
-
-static void test_find_by_labels(void **state) {
-  fixture_t *f = *state;
-  put_find_rows(f->index);
-  kiln_index_artifact_t *r = NULL;
-  size_t n = 0;
-
-  kiln_index_label_t team_ml[] = {{"team", "ml"}};
-  kiln_index_filter_t filter = {.labels = team_ml, .n_labels = 1};
-  find(f->index, &filter, &r, &n);
-  assert_keys(r, n, "b", "a", NULL);
-  kiln_index_artifacts_free(r, n);
-
-  kiln_index_label_t prod[] = {{"env", "prod"}};
-  filter = (kiln_index_filter_t){.labels = prod, .n_labels = 1};
-  find(f->index, &filter, &r, &n);
-  assert_keys(r, n, "c", "a", NULL);
-  kiln_index_artifacts_free(r, n);
-
-  /* Two labels: both must match, on the same row. */
-  kiln_index_label_t ml_prod[] = {{"env", "prod"}, {"team", "ml"}};
-  filter = (kiln_index_filter_t){.labels = ml_prod, .n_labels = 2};
-  find(f->index, &filter, &r, &n);
-  assert_keys(r, n, "a", NULL);
-  kiln_index_artifacts_free(r, n);
-
-  /* Labels combine with the column filters. */
-  filter.target = "Y";
-  find(f->index, &filter, &r, &n);
-  assert_int_equal(n, 0);
-
-  kiln_index_label_t wrong_value[] = {{"team", "nobody"}};
-  filter = (kiln_index_filter_t){.labels = wrong_value, .n_labels = 1};
-  find(f->index, &filter, &r, &n);
-  assert_int_equal(n, 0);
-
-  /* A key matching one label and a value matching another is no match. */
-  kiln_index_label_t crossed[] = {{"team", "prod"}};
-  filter = (kiln_index_filter_t){.labels = crossed, .n_labels = 1};
-  find(f->index, &filter, &r, &n);
-  assert_int_equal(n, 0);
-}
-
-static void test_find_limit_offset_order(void **state) {
-  fixture_t *f = *state;
-  for (int i = 0; i < 120; i++) {
-    char seed[16];
-    snprintf(seed, sizeof seed, "r%03d", i);
-    put_artifact(f->index, seed, seed, "src", 1000 + i);
-  }
-  /* Equal creation times: broken by cache key, ascending. */
-  put_artifact(f->index, "tie1", "tie1", "src", 5000);
-  put_artifact(f->index, "tie2", "tie2", "src", 5000);
-  char tie1[65], tie2[65];
-  digest_hex(tie1, "tie1");
-  digest_hex(tie2, "tie2");
-
-  kiln_index_artifact_t *r = NULL;
-  size_t n = 0;
-  kiln_index_filter_t filter = {.limit = 4};
-  find(f->index, &filter, &r, &n);
-  assert_int_equal(n, 4);
-  const char *first = strcmp(tie1, tie2) < 0 ? "tie1" : "tie2";
-  const char *second = strcmp(tie1, tie2) < 0 ? "tie2" : "tie1";
-  assert_keys(r, n, first, second, "r119", "r118", NULL);
-  kiln_index_artifacts_free(r, n);
-
-  filter = (kiln_index_filter_t){.limit = 3, .offset = 4};
-  find(f->index, &filter, &r, &n);
-  assert_keys(r, n, "r117", "r116", "r115", NULL);
-  kiln_index_artifacts_free(r, n);
-
-  /* Default limit: 100, in strictly non-increasing creation order. */
-  filter = (kiln_index_filter_t){0};
-  find(f->index, &filter, &r, &n);
-  assert_int_equal(n, 100);
-  for (size_t i = 1; i < n; i++) assert_true(r[i - 1].created_ms >= r[i].created_ms);
-  kiln_index_artifacts_free(r, n);
-
-  filter = (kiln_index_filter_t){.limit = 1000, .offset = 120};
-  find(f->index, &filter, &r, &n);
-  assert_keys(r, n, "r001", "r000", NULL);
-  kiln_index_artifacts_free(r, n);
-
-  filter = (kiln_index_filter_t){.offset = 1000};
-  find(f->index, &filter, &r, &n);
-  assert_int_equal(n, 0);
-  assert_null(r);
-}
-
-static void test_find_label_cap(void **state) {
-  fixture_t *f = *state;
-  kiln_index_label_t labels[KILN_INDEX_FILTER_MAX_LABELS + 1];
-  char keys[KILN_INDEX_FILTER_MAX_LABELS + 1][8];
-  for (int i = 0; i <= KILN_INDEX_FILTER_MAX_LABELS; i++) {
-    snprintf(keys[i], sizeof keys[i], "k%d", i);
-    labels[i].key = keys[i];
-    labels[i].value = "v";
-  }
-  kiln_index_artifact_t a;
-  make_artifact(&a, "k", "blob", "src", 1);
-  a.labels = labels;
-  a.n_labels = KILN_INDEX_FILTER_MAX_LABELS + 1; /* put has no cap */
-  assert_ok(kiln_index_artifact_put(f->index, &a));
-
-  kiln_index_artifact_t *r = NULL;
-  size_t n = 0;
-  kiln_index_filter_t filter = {.labels = labels, .n_labels = KILN_INDEX_FILTER_MAX_LABELS};
-  find(f->index, &filter, &r, &n);
-  assert_keys(r, n, "k", NULL);
-  assert_int_equal(r[0].n_labels, KILN_INDEX_FILTER_MAX_LABELS + 1);
-  kiln_index_artifacts_free(r, n);
-
-  filter.n_labels = KILN_INDEX_FILTER_MAX_LABELS + 1;
-  assert_code(kiln_index_artifact_find(f->index, &filter, &r, &n), KILN_STATUS_INVALID_ARGUMENT);
-  assert_null(r);
-  assert_int_equal(n, 0);
-
-  kiln_index_label_t no_value[] = {{"k0", NULL}};
-  filter = (kiln_index_filter_t){.labels = no_value, .n_labels = 1};
-  assert_code(kiln_index_artifact_find(f->index, &filter, &r, &n), KILN_STATUS_INVALID_ARGUMENT);
-}
-
-/* ---- find_page (FindArtifacts) ------------------------------------------------ */
-
-static void find_page(kiln_index_t *index, const kiln_index_page_query_t *query,
-                      kiln_index_artifact_t **out, size_t *count) {
-  assert_ok(kiln_index_artifact_find_page(index, query, out, count));
 }
 
 static void test_find_page_filters(void **state) {
@@ -1020,6 +885,143 @@ static void test_find_page_filters(void **state) {
   find_page(f->index, &q, &r, &n);
   assert_keys(r, n, "c", "a", NULL);
   kiln_index_artifacts_free(r, n);
+}
+
+/* Each column filter alone, and all three at once (find_page_filters has more). */
+static void test_find_page_by_column(void **state) {
+  fixture_t *f = *state;
+  put_find_rows(f->index);
+  kiln_index_artifact_t *r = NULL;
+  size_t n = 0;
+  char src1[65], src2[65];
+  digest_hex(src1, "src1");
+  digest_hex(src2, "src2");
+
+  kiln_index_page_query_t q = {.source_digest = src1};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "d", "b", "a", NULL);
+  kiln_index_artifacts_free(r, n);
+
+  q = (kiln_index_page_query_t){.target = "X"};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "d", "c", "a", NULL);
+  kiln_index_artifacts_free(r, n);
+
+  q = (kiln_index_page_query_t){.source_digest = src1, .target = "X", .hal_version = 5};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "a", NULL);
+  /* Each record carries its labels, sorted by key. */
+  assert_int_equal(r[0].n_labels, 2);
+  assert_string_equal(r[0].labels[0].key, "env");
+  assert_string_equal(r[0].labels[1].value, "ml");
+  kiln_index_artifacts_free(r, n);
+
+  q = (kiln_index_page_query_t){.source_digest = src2, .target = "Y"};
+  r = (kiln_index_artifact_t *)&r; /* must be cleared */
+  n = 42;
+  find_page(f->index, &q, &r, &n);
+  assert_null(r);
+  assert_int_equal(n, 0);
+}
+
+static void test_find_page_by_labels(void **state) {
+  fixture_t *f = *state;
+  put_find_rows(f->index);
+  kiln_index_artifact_t *r = NULL;
+  size_t n = 0;
+
+  kiln_index_label_t team_ml[] = {{"team", "ml"}};
+  kiln_index_page_query_t q = {.labels = team_ml, .n_labels = 1};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "b", "a", NULL);
+  kiln_index_artifacts_free(r, n);
+
+  kiln_index_label_t prod[] = {{"env", "prod"}};
+  q = (kiln_index_page_query_t){.labels = prod, .n_labels = 1};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "c", "a", NULL);
+  kiln_index_artifacts_free(r, n);
+
+  /* Two labels (both on "a", see find_page_filters) combine with the column
+   * filters: "a" is not on target Y. */
+  kiln_index_label_t ml_prod[] = {{"env", "prod"}, {"team", "ml"}};
+  q = (kiln_index_page_query_t){.labels = ml_prod, .n_labels = 2, .target = "Y"};
+  find_page(f->index, &q, &r, &n);
+  assert_int_equal(n, 0);
+
+  kiln_index_label_t wrong_value[] = {{"team", "nobody"}};
+  q = (kiln_index_page_query_t){.labels = wrong_value, .n_labels = 1};
+  find_page(f->index, &q, &r, &n);
+  assert_int_equal(n, 0);
+
+  /* A key matching one label and a value matching another is no match. */
+  kiln_index_label_t crossed[] = {{"team", "prod"}};
+  q = (kiln_index_page_query_t){.labels = crossed, .n_labels = 1};
+  find_page(f->index, &q, &r, &n);
+  assert_int_equal(n, 0);
+}
+
+static void cursor_at(kiln_index_page_cursor_t *c, const kiln_index_artifact_t *row) {
+  c->created_ms = row->created_ms;
+  memcpy(c->artifact_digest, row->artifact_digest, sizeof c->artifact_digest);
+  memcpy(c->cache_key, row->cache_key, sizeof c->cache_key);
+}
+
+/* An explicit limit, the default one (100), the page after a full one, and the
+ * empty page after the last row. */
+static void test_find_page_limit_and_order(void **state) {
+  fixture_t *f = *state;
+  for (int i = 0; i < 120; i++) {
+    char seed[16];
+    snprintf(seed, sizeof seed, "r%03d", i);
+    put_artifact(f->index, seed, seed, "src", 1000 + i);
+  }
+  /* Equal creation times: broken by digest (here the key's seed too), ascending. */
+  put_artifact(f->index, "tie1", "tie1", "src", 5000);
+  put_artifact(f->index, "tie2", "tie2", "src", 5000);
+  char tie1[65], tie2[65];
+  digest_hex(tie1, "tie1");
+  digest_hex(tie2, "tie2");
+
+  kiln_index_artifact_t *r = NULL;
+  size_t n = 0;
+  kiln_index_page_query_t q = {.limit = 4};
+  find_page(f->index, &q, &r, &n);
+  assert_int_equal(n, 4);
+  const char *first = strcmp(tie1, tie2) < 0 ? "tie1" : "tie2";
+  const char *second = strcmp(tie1, tie2) < 0 ? "tie2" : "tie1";
+  assert_keys(r, n, first, second, "r119", "r118", NULL);
+  kiln_index_page_cursor_t cursor;
+  cursor_at(&cursor, &r[n - 1]);
+  kiln_index_artifacts_free(r, n);
+
+  q = (kiln_index_page_query_t){.limit = 3, .after = &cursor};
+  find_page(f->index, &q, &r, &n);
+  assert_keys(r, n, "r117", "r116", "r115", NULL);
+  kiln_index_artifacts_free(r, n);
+
+  /* Default limit: 100, in strictly non-increasing creation order. */
+  q = (kiln_index_page_query_t){0};
+  find_page(f->index, &q, &r, &n);
+  assert_int_equal(n, 100);
+  for (size_t i = 1; i < n; i++) assert_true(r[i - 1].created_ms >= r[i].created_ms);
+  assert_keys(&r[n - 1], 1, "r022", NULL);
+  cursor_at(&cursor, &r[n - 1]);
+  kiln_index_artifacts_free(r, n);
+
+  /* A limit above what is left returns the rest. */
+  q = (kiln_index_page_query_t){.limit = 1000, .after = &cursor};
+  find_page(f->index, &q, &r, &n);
+  assert_int_equal(n, 22);
+  assert_keys(r, 1, "r021", NULL);
+  assert_keys(&r[n - 2], 2, "r001", "r000", NULL);
+  cursor_at(&cursor, &r[n - 1]);
+  kiln_index_artifacts_free(r, n);
+
+  q = (kiln_index_page_query_t){.after = &cursor};
+  find_page(f->index, &q, &r, &n);
+  assert_int_equal(n, 0);
+  assert_null(r);
 }
 
 /* Pages of 3 over rows with many equal creation times: every row exactly once, in
@@ -1077,15 +1079,29 @@ static void test_find_page_rejects(void **state) {
   kiln_index_artifact_t *r = (kiln_index_artifact_t *)&r;
   size_t n = 7;
   kiln_index_label_t labels[KILN_INDEX_PAGE_MAX_LABELS + 1];
-  for (int i = 0; i <= KILN_INDEX_PAGE_MAX_LABELS; i++) labels[i] = (kiln_index_label_t){"k", "v"};
+  char keys[KILN_INDEX_PAGE_MAX_LABELS + 1][8];
+  for (int i = 0; i <= KILN_INDEX_PAGE_MAX_LABELS; i++) {
+    snprintf(keys[i], sizeof keys[i], "k%d", i);
+    labels[i] = (kiln_index_label_t){keys[i], "v"};
+  }
+  kiln_index_artifact_t a;
+  make_artifact(&a, "k", "blob", "src", 1);
+  a.labels = labels;
+  a.n_labels = KILN_INDEX_PAGE_MAX_LABELS + 1; /* put has no cap */
+  assert_ok(kiln_index_artifact_put(f->index, &a));
   kiln_index_page_query_t q = {.labels = labels, .n_labels = KILN_INDEX_PAGE_MAX_LABELS + 1};
   assert_code(kiln_index_artifact_find_page(f->index, &q, &r, &n), KILN_STATUS_INVALID_ARGUMENT);
   assert_null(r);
   assert_int_equal(n, 0);
-  /* The most labels one query may match is accepted (and matches nothing here). */
+  /* The most labels one query may match is accepted, and finds the row with all
+   * of its labels. */
   q.n_labels = KILN_INDEX_PAGE_MAX_LABELS;
   find_page(f->index, &q, &r, &n);
-  assert_int_equal(n, 0);
+  assert_keys(r, n, "k", NULL);
+  assert_int_equal(r[0].n_labels, KILN_INDEX_PAGE_MAX_LABELS + 1);
+  kiln_index_artifacts_free(r, n);
+  r = (kiln_index_artifact_t *)&r;
+  n = 7;
   kiln_index_label_t no_value[] = {{"k", NULL}};
   q = (kiln_index_page_query_t){.labels = no_value, .n_labels = 1};
   assert_code(kiln_index_artifact_find_page(f->index, &q, &r, &n), KILN_STATUS_INVALID_ARGUMENT);
@@ -1104,7 +1120,7 @@ static void test_artifact_lru(void **state) {
   put_artifact(f->index, "d", "d", "src", 4);
   char key[65];
   digest_hex(key, "a");
-  assert_ok(kiln_index_artifact_touch(f->index, key, 100)); /* a: most recent now */
+  assert_ok(kiln_index_artifact_record_hits(f->index, key, 100, 1)); /* a: most recent now */
   digest_hex(key, "c");
   assert_ok(kiln_index_artifact_set_pinned(f->index, key, true, NULL));
 
@@ -1125,7 +1141,7 @@ static void test_artifact_lru(void **state) {
 
 /* ---- Sources -------------------------------------------------------------------- */
 
-static void test_sources_put_get_touch_delete(void **state) {
+static void test_sources_put_get_touch_evict(void **state) {
   fixture_t *f = *state;
   kiln_index_source_t s;
   make_source(&s, "s1", "s1-meaning", 100);
@@ -1174,10 +1190,21 @@ static void test_sources_put_get_touch_delete(void **state) {
   assert_null(got.name);
   kiln_index_source_deinit(&got);
 
-  assert_ok(kiln_index_source_delete(f->index, s.digest));
+  /* Eviction takes an unpinned source no artifact names, and spares a pinned one. */
+  bool evicted = false;
+  assert_ok(kiln_index_source_evict(f->index, s.digest, &evicted));
+  assert_true(evicted);
   assert_code(kiln_index_source_get(f->index, s.digest, &got), KILN_STATUS_NOT_FOUND);
   assert_code(kiln_index_source_touch(f->index, s.digest, 1), KILN_STATUS_NOT_FOUND);
-  assert_code(kiln_index_source_delete(f->index, s.digest), KILN_STATUS_NOT_FOUND);
+  assert_ok(kiln_index_source_evict(f->index, s.digest, &evicted));
+  assert_false(evicted); /* already gone */
+  char s1[65];
+  digest_hex(s1, "s1");
+  evicted = true;
+  assert_ok(kiln_index_source_evict(f->index, s1, &evicted));
+  assert_false(evicted);
+  assert_ok(kiln_index_source_get(f->index, s1, &got));
+  kiln_index_source_deinit(&got);
 
   make_source(&s, "s3", NULL, 7);
   strcpy(s.semantic_digest, "xyz");
@@ -1224,7 +1251,9 @@ static void test_source_lru(void **state) {
   /* Once its artifact is gone, a source becomes a candidate. */
   char k2[65];
   digest_hex(k2, "k2");
-  assert_ok(kiln_index_artifact_delete(f->index, k2));
+  bool evicted = false;
+  assert_ok(kiln_index_artifact_evict(f->index, k2, &evicted));
+  assert_true(evicted);
   assert_ok(kiln_index_source_lru(f->index, 10, &r, &n));
   assert_int_equal(n, 3);
   char by_meaning[65];
@@ -1263,7 +1292,9 @@ static void test_digest_referenced(void **state) {
   assert_false(referenced);
 
   digest_hex(d, "k");
-  assert_ok(kiln_index_artifact_delete(f->index, d));
+  bool evicted = false;
+  assert_ok(kiln_index_artifact_evict(f->index, d, &evicted));
+  assert_true(evicted);
   digest_hex(d, "blob");
   referenced = true;
   assert_ok(kiln_index_digest_referenced(f->index, d, &referenced));
@@ -1350,18 +1381,14 @@ static void test_drop_digest(void **state) {
   char bad[65], good[65];
   digest_hex(bad, "bad");
   digest_hex(good, "good");
-  bool quarantined = true;
-  assert_ok(kiln_index_is_quarantined(f->index, bad, &quarantined));
-  assert_false(quarantined);
+  assert_false(quarantined(f->path, bad));
 
   size_t rows = 0;
   assert_ok(kiln_index_drop_digest(f->index, bad, "content does not match its digest", 1234,
                                    &rows));
   assert_int_equal(rows, 3); /* two artifacts, one source */
-  assert_ok(kiln_index_is_quarantined(f->index, bad, &quarantined));
-  assert_true(quarantined);
-  assert_ok(kiln_index_is_quarantined(f->index, good, &quarantined));
-  assert_false(quarantined);
+  assert_true(quarantined(f->path, bad));
+  assert_false(quarantined(f->path, good));
   kiln_index_artifact_t got;
   assert_code(kiln_index_artifact_get_by_digest(f->index, bad, &got), KILN_STATUS_NOT_FOUND);
   kiln_index_source_t sgot;
@@ -1380,8 +1407,7 @@ static void test_drop_digest(void **state) {
 
   /* NULL reason: rows go, nothing is recorded. */
   assert_ok(kiln_index_drop_digest(f->index, good, NULL, 3000, NULL));
-  assert_ok(kiln_index_is_quarantined(f->index, good, &quarantined));
-  assert_false(quarantined);
+  assert_false(quarantined(f->path, good));
   assert_ok(kiln_index_totals(f->index, &t));
   assert_int_equal(t.artifacts, 0);
   assert_int_equal(t.quarantined, 1);
@@ -1409,7 +1435,7 @@ static void test_totals(void **state) {
   assert_ok(kiln_index_artifact_put(f->index, &a));
   char key[65];
   digest_hex(key, "k1");
-  assert_ok(kiln_index_artifact_touch(f->index, key, 10));
+  assert_ok(kiln_index_artifact_record_hits(f->index, key, 10, 1));
 
   kiln_index_source_t s;
   make_source(&s, "s1", NULL, 1);
@@ -1470,9 +1496,7 @@ static void test_explicit_transactions(void **state) {
   assert_ok(kiln_index_artifact_get(f->index, key, &got));
   assert_int_equal(got.n_labels, 1);
   kiln_index_artifact_deinit(&got);
-  bool quarantined = false;
-  assert_ok(kiln_index_is_quarantined(f->index, doomed, &quarantined));
-  assert_true(quarantined);
+  assert_true(quarantined(f->path, doomed));
   assert_code(kiln_index_artifact_get_by_digest(f->index, doomed, &got), KILN_STATUS_NOT_FOUND);
 
   assert_code(kiln_index_commit(f->index), KILN_STATUS_FAILED_PRECONDITION);
@@ -1501,7 +1525,7 @@ static void test_busy_writer_blocks_writes_not_reads(void **state) {
   int64_t waited = now_ms_monotonic() - start;
   assert_true(waited >= 150); /* it waited for the lock rather than failing at once */
   assert_true(waited < 4000); /* and for its own timeout, not the 5 s default */
-  assert_code(kiln_index_artifact_touch(other, committed, 10), KILN_STATUS_UNAVAILABLE);
+  assert_code(kiln_index_artifact_record_hits(other, committed, 10, 1), KILN_STATUS_UNAVAILABLE);
   assert_code(kiln_index_begin(other), KILN_STATUS_UNAVAILABLE);
 
   /* WAL: reads go on, and see only committed rows. */
@@ -1578,7 +1602,8 @@ static void *worker_main(void *arg) {
         kiln_index_artifact_deinit(&got);
         break;
       case 2:
-        if ((st = kiln_index_artifact_touch(index, prev, 1000 + i))) worker_fail(w, "touch", st);
+        if ((st = kiln_index_artifact_record_hits(index, prev, 1000 + i, 1)))
+          worker_fail(w, "record_hits", st);
         else w->touches++;
         break;
       default: {
@@ -1588,9 +1613,9 @@ static void *worker_main(void *arg) {
         kiln_index_artifact_deinit(&got);
         kiln_index_artifact_t *found = NULL;
         size_t n = 0;
-        kiln_index_filter_t filter = {.target = "llvm-cpu:x86_64-linux-gnu:znver4", .limit = 5};
-        if ((st = kiln_index_artifact_find(index, &filter, &found, &n)))
-          worker_fail(w, "find", st);
+        kiln_index_page_query_t query = {.target = "llvm-cpu:x86_64-linux-gnu:znver4", .limit = 5};
+        if ((st = kiln_index_artifact_find_page(index, &query, &found, &n)))
+          worker_fail(w, "find_page", st);
         kiln_index_artifacts_free(found, n);
         break;
       }
@@ -1652,18 +1677,17 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_replace_keeps_pin_and_hits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_provenance_in_every_read, setup, teardown),
       cmocka_unit_test_setup_teardown(test_get_by_digest_returns_newest, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_touch_records_hits, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_record_hits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_set_pinned, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_delete_takes_labels, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_find_by_each_filter, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_find_by_labels, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_find_limit_offset_order, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_find_label_cap, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_evict_takes_labels, setup, teardown),
       cmocka_unit_test_setup_teardown(test_find_page_filters, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_find_page_by_column, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_find_page_by_labels, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_find_page_limit_and_order, setup, teardown),
       cmocka_unit_test_setup_teardown(test_find_page_keyset, setup, teardown),
       cmocka_unit_test_setup_teardown(test_find_page_rejects, setup, teardown),
       cmocka_unit_test_setup_teardown(test_artifact_lru, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_sources_put_get_touch_delete, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sources_put_get_touch_evict, setup, teardown),
       cmocka_unit_test_setup_teardown(test_source_lru, setup, teardown),
       cmocka_unit_test_setup_teardown(test_digest_referenced, setup, teardown),
       cmocka_unit_test_setup_teardown(test_visit_digests, setup, teardown),

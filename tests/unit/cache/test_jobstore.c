@@ -78,7 +78,7 @@ static void test_round_trip(void **state) {
   kiln_jobstore_job_t job;
   kiln_jobstore_target_t t[2];
   make_job(&job, t, "j-1", 4, 1000, 2000);
-  assert_null(kiln_jobstore_put(s, &job));
+  assert_null(kiln_jobstore_put_many(s, &job, 1));
   kiln_jobstore_close(s);
 
   assert_null(kiln_jobstore_open(f->path, &s)); /* as after a restart */
@@ -111,7 +111,7 @@ static void test_round_trip(void **state) {
   /* A put replaces the record whole: one target now. */
   job.n_targets = 1;
   job.state = 3;
-  assert_null(kiln_jobstore_put(s, &job));
+  assert_null(kiln_jobstore_put_many(s, &job, 1));
   assert_null(kiln_jobstore_load(s, 0, &jobs, &n));
   assert_int_equal(n, 1);
   assert_int_equal(jobs[0].state, 3);
@@ -127,11 +127,11 @@ static void test_load_and_prune(void **state) {
   kiln_jobstore_job_t job;
   kiln_jobstore_target_t t[2];
   make_job(&job, t, "j-old", 3, 100, 200);
-  assert_null(kiln_jobstore_put(s, &job));
+  assert_null(kiln_jobstore_put_many(s, &job, 1));
   make_job(&job, t, "j-running", 2, 300, 0);
-  assert_null(kiln_jobstore_put(s, &job));
+  assert_null(kiln_jobstore_put_many(s, &job, 1));
   make_job(&job, t, "j-new", 3, 400, 5000);
-  assert_null(kiln_jobstore_put(s, &job));
+  assert_null(kiln_jobstore_put_many(s, &job, 1));
 
   kiln_jobstore_job_t *jobs = NULL;
   size_t n = 0;
