@@ -100,18 +100,11 @@ struct kilnd_server_s {
   size_t method_count;
   void **method_handles;
 
-  uv_loop_t loop;
-  bool loop_initialized;
+  uv_loop_t *loop; /* borrowed: the daemon's (daemon.c) */
   uv_async_t async;
-  uv_signal_t sigterm;
-  uv_signal_t sigint;
-  uv_signal_t sighup;
   uv_timer_t drain_timer;
-  uv_timer_t gc_timer;
-  uv_work_t gc_work;
-  bool gc_running;
-  kiln_cache_gc_report_t gc_report;
-  kiln_status_t gc_status;
+  int handles_open;     /* async and drain_timer until their close callbacks ran */
+  bool destroy_pending; /* kilnd_server_destroy ran: free when the handles are closed */
   uv_thread_t cq_thread;
   bool cq_thread_started;
 
@@ -139,16 +132,12 @@ struct kilnd_server_s {
   uint64_t request_id_counter;
   void (*drain_fn)(void *user); /* kilnd_server_on_drain */
   void *drain_user;
+  void (*stopped_fn)(void *user); /* kilnd_server_on_stopped */
+  void *stopped_user;
 
   /* Security (loop thread, but tls is thread-safe). */
   kilnd_tls_t *tls;       /* borrowed; NULL: plaintext */
-  kilnd_tokens_t *tokens; /* owned; NULL: no tokens required */
-  uv_work_t reload_work;
-  bool reload_running;
-  bool reload_again;      /* a SIGHUP came while a reload ran */
-  kiln_status_t reload_tls_status;
-  kiln_status_t reload_tokens_status;
-  kilnd_tokens_t *reload_tokens;
+  kilnd_tokens_t *tokens; /* owned; NULL: no tokens required; swapped by reload */
 };
 
 /* ---- completion-queue thread ------------------------------------------------ */
@@ -519,7 +508,7 @@ static void on_call_arrived(kilnd_server_t *server, tag_t *tag, bool ok) {
     }
     if (!status && c->method->offload) {
       c->work.data = c;
-      if (uv_queue_work(&server->loop, &c->work, on_work, on_work_done) == 0) return;
+      if (uv_queue_work(server->loop, &c->work, on_work, on_work_done) == 0) return;
       status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: cannot queue the work", c->method->path);
     }
     if (!status) {
@@ -593,15 +582,18 @@ static void on_call_done(kilnd_server_t *server, tag_t *tag, bool ok) {
 
 /* ---- shutdown ------------------------------------------------------------------- */
 
+static void free_server(kilnd_server_t *server);
+
+static void on_handle_closed(uv_handle_t *handle) {
+  kilnd_server_t *server = handle->data;
+  if (--server->handles_open == 0 && server->destroy_pending) free_server(server);
+}
+
 static void close_handles(kilnd_server_t *server) {
   if (server->handles_closed) return;
   server->handles_closed = true;
-  uv_close((uv_handle_t *)&server->async, NULL);
-  uv_close((uv_handle_t *)&server->sigterm, NULL);
-  uv_close((uv_handle_t *)&server->sigint, NULL);
-  uv_close((uv_handle_t *)&server->sighup, NULL);
-  uv_close((uv_handle_t *)&server->drain_timer, NULL);
-  uv_close((uv_handle_t *)&server->gc_timer, NULL);
+  uv_close((uv_handle_t *)&server->async, on_handle_closed);
+  uv_close((uv_handle_t *)&server->drain_timer, on_handle_closed);
 }
 
 static void maybe_finish_shutdown(kilnd_server_t *server) {
@@ -646,7 +638,6 @@ void kilnd_server_request_stop(kilnd_server_t *server) {
            server->settings->drain_timeout_ms);
   grpc_server_shutdown_and_notify(server->server, server->cq, &server->shutdown_tag);
   uv_timer_start(&server->drain_timer, on_drain_timeout, (uint64_t)server->settings->drain_timeout_ms, 0);
-  uv_timer_stop(&server->gc_timer);
   if (server->drain_fn) server->drain_fn(server->drain_user);
 }
 
@@ -657,11 +648,19 @@ void kilnd_server_on_drain(kilnd_server_t *server, void (*fn)(void *user), void 
   server->drain_user = user;
 }
 
-uv_loop_t *kilnd_server_loop(kilnd_server_t *server) { return &server->loop; }
+void kilnd_server_on_stopped(kilnd_server_t *server, void (*fn)(void *user), void *user) {
+  server->stopped_fn = fn;
+  server->stopped_user = user;
+}
+
+void kilnd_server_set_tokens(kilnd_server_t *server, kilnd_tokens_t *tokens_owned) {
+  kilnd_tokens_destroy(server->tokens);
+  server->tokens = tokens_owned;
+}
 
 const kilnd_rpc_env_t *kilnd_call_env(const call_t *c) { return &c->server->env; }
 
-uv_loop_t *kilnd_call_loop(const call_t *c) { return &c->server->loop; }
+uv_loop_t *kilnd_call_loop(const call_t *c) { return c->server->loop; }
 
 uint64_t kilnd_call_max_message_bytes(const call_t *c) { return c->server->settings->max_message_bytes; }
 
@@ -670,124 +669,6 @@ const kilnd_stats_t *kilnd_server_stats(const kilnd_server_t *server) { return &
 bool kilnd_server_draining(const kilnd_server_t *server) { return server->draining; }
 
 int64_t kilnd_server_start_unix_ms(const kilnd_server_t *server) { return server->env.start_unix_ms; }
-
-static void on_signal(uv_signal_t *handle, int signum) {
-  kilnd_server_t *server = handle->data;
-  kiln_log(KILN_LOG_INFO, "signal", "signal=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
-  kilnd_server_request_stop(server);
-}
-
-/* ---- reload on SIGHUP -------------------------------------------------------------- */
-
-static void on_reload_work(uv_work_t *work) {
-  kilnd_server_t *server = work->data;
-  if (server->tls) server->reload_tls_status = kilnd_tls_reload(server->tls);
-  if (server->tokens) {
-    server->reload_tokens_status = kilnd_tokens_load(server->settings->token_file, &server->reload_tokens);
-  }
-  /* OpenSSL keeps per-thread state (the error queue a refused PEM filled); libuv's
-   * pool threads live until exit and would keep it past OpenSSL's cleanup. */
-  OPENSSL_thread_stop();
-}
-
-static void start_reload(kilnd_server_t *server);
-
-static void on_reload_done(uv_work_t *work, int status) {
-  (void)status;
-  kilnd_server_t *server = work->data;
-  server->reload_running = false;
-  if (server->tls) {
-    if (server->reload_tls_status) {
-      kiln_log_status(KILN_LOG_ERROR, "reload_failed", server->reload_tls_status,
-                      "what=tls kept=previous_certificate");
-      kiln_status_free(server->reload_tls_status);
-      server->reload_tls_status = NULL;
-    } else {
-      char describe[512];
-      kilnd_tls_describe(server->tls, describe, sizeof describe);
-      kiln_buf_t fields;
-      kiln_buf_init(&fields);
-      kiln_buf_appendf(&fields, "what=tls");
-      kiln_log_kv_str(&fields, "cert", describe);
-      kiln_log_fields(KILN_LOG_INFO, "reload", &fields);
-      kiln_buf_deinit(&fields);
-    }
-  }
-  if (server->tokens) {
-    if (server->reload_tokens_status) {
-      kiln_log_status(KILN_LOG_ERROR, "reload_failed", server->reload_tokens_status,
-                      "what=tokens kept=previous_tokens");
-      kiln_status_free(server->reload_tokens_status);
-      server->reload_tokens_status = NULL;
-    } else {
-      kilnd_tokens_destroy(server->tokens);
-      server->tokens = server->reload_tokens;
-      server->reload_tokens = NULL;
-      kiln_log(KILN_LOG_INFO, "reload", "what=tokens tokens=%zu", kilnd_tokens_count(server->tokens));
-    }
-  }
-  if (server->reload_again && !server->handles_closed) {
-    server->reload_again = false;
-    start_reload(server);
-  }
-}
-
-static void start_reload(kilnd_server_t *server) {
-  if (server->reload_running) {
-    server->reload_again = true; /* the files may have changed after it read them */
-    return;
-  }
-  if (!server->tls && !server->tokens) {
-    kiln_log(KILN_LOG_INFO, "reload", "what=nothing (no tls-cert, no token-file)");
-    return;
-  }
-  server->reload_running = true;
-  server->reload_work.data = server;
-  if (uv_queue_work(&server->loop, &server->reload_work, on_reload_work, on_reload_done) != 0) {
-    server->reload_running = false;
-    kiln_log(KILN_LOG_ERROR, "reload_failed", "msg=\"cannot queue the reload\"");
-  }
-}
-
-static void on_sighup(uv_signal_t *handle, int signum) {
-  (void)signum;
-  kilnd_server_t *server = handle->data;
-  kiln_log(KILN_LOG_INFO, "signal", "signal=SIGHUP");
-  start_reload(server);
-}
-
-/* ---- background eviction ----------------------------------------------------------- */
-
-static void on_gc_work(uv_work_t *work) {
-  kilnd_server_t *server = work->data;
-  server->gc_status = kiln_cache_gc(server->env.cache, 0, &server->gc_report);
-}
-
-static void on_gc_done(uv_work_t *work, int status) {
-  kilnd_server_t *server = work->data;
-  server->gc_running = false;
-  if (server->gc_status) {
-    kiln_log_status(KILN_LOG_ERROR, "cache_gc_failed", server->gc_status, NULL);
-    kiln_status_free(server->gc_status);
-    server->gc_status = NULL;
-  } else if (status == 0 && (server->gc_report.artifacts_evicted || server->gc_report.sources_evicted)) {
-    kiln_log(KILN_LOG_INFO, "cache_gc",
-             "artifacts_evicted=%" PRIu64 " sources_evicted=%" PRIu64 " bytes_freed=%" PRIu64
-             " bytes_stored=%" PRIu64,
-             server->gc_report.artifacts_evicted, server->gc_report.sources_evicted,
-             server->gc_report.bytes_freed, server->gc_report.bytes_stored);
-  }
-}
-
-static void on_gc_timer(uv_timer_t *timer) {
-  kilnd_server_t *server = timer->data;
-  if (server->gc_running || server->draining) return; /* one pass at a time */
-  server->gc_running = true;
-  server->gc_work.data = server;
-  if (uv_queue_work(&server->loop, &server->gc_work, on_gc_work, on_gc_done) != 0) {
-    server->gc_running = false;
-  }
-}
 
 /* ---- loop ------------------------------------------------------------------------ */
 
@@ -812,17 +693,19 @@ static void on_async(uv_async_t *handle) {
     uv_thread_join(&server->cq_thread);
     server->cq_thread_started = false;
     close_handles(server);
+    if (server->stopped_fn) server->stopped_fn(server->stopped_user);
   }
 }
 
 /* ---- public ---------------------------------------------------------------------- */
 
-kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t *cache,
+kiln_status_t kilnd_server_create(uv_loop_t *loop, const kilnd_settings_t *settings, kiln_cache_t *cache,
                                   kilnd_tls_t *tls, kilnd_tokens_t *tokens_owned,
                                   kilnd_server_t **out_server) {
   *out_server = NULL;
   kilnd_server_t *server = kiln_calloc(1, sizeof *server);
   server->settings = settings;
+  server->loop = loop;
   server->tls = tls;
   server->tokens = tokens_owned;
   server->env.cache = cache;
@@ -938,28 +821,12 @@ kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t
   }
   if (server->tokens) kiln_log(KILN_LOG_INFO, "tokens", "tokens=%zu", kilnd_tokens_count(server->tokens));
 
-  uv_loop_init(&server->loop);
-  server->loop_initialized = true;
   uv_mutex_init(&server->lock);
-  uv_async_init(&server->loop, &server->async, on_async);
+  uv_async_init(server->loop, &server->async, on_async);
   server->async.data = server;
-  uv_signal_init(&server->loop, &server->sigterm);
-  server->sigterm.data = server;
-  uv_signal_start(&server->sigterm, on_signal, SIGTERM);
-  uv_signal_init(&server->loop, &server->sigint);
-  server->sigint.data = server;
-  uv_signal_start(&server->sigint, on_signal, SIGINT);
-  uv_signal_init(&server->loop, &server->sighup);
-  server->sighup.data = server;
-  uv_signal_start(&server->sighup, on_sighup, SIGHUP);
-  uv_timer_init(&server->loop, &server->drain_timer);
+  uv_timer_init(server->loop, &server->drain_timer);
   server->drain_timer.data = server;
-  uv_timer_init(&server->loop, &server->gc_timer);
-  server->gc_timer.data = server;
-  if (cache && settings->cache_capacity && settings->gc_interval_ms > 0) {
-    uint64_t every = (uint64_t)settings->gc_interval_ms;
-    uv_timer_start(&server->gc_timer, on_gc_timer, every, every);
-  }
+  server->handles_open = 2;
 
   grpc_server_start(server->server);
   for (size_t i = 0; i < server->method_count; i++) {
@@ -974,21 +841,35 @@ const char *kilnd_server_address(const kilnd_server_t *server) { return server->
 
 const char *kilnd_server_bind_address(const kilnd_server_t *server) { return server->bind_address; }
 
-kiln_status_t kilnd_server_run(kilnd_server_t *server) {
+kiln_status_t kilnd_server_start(kilnd_server_t *server) {
   if (uv_thread_create(&server->cq_thread, cq_thread_main, server) != 0) {
     return KILN_STATUS(KILN_STATUS_INTERNAL, "cannot start the completion-queue thread");
   }
   server->cq_thread_started = true;
-  uv_run(&server->loop, UV_RUN_DEFAULT);
   return NULL;
+}
+
+static void free_server(kilnd_server_t *server) {
+  uv_mutex_destroy(&server->lock);
+  if (server->cq) grpc_completion_queue_destroy(server->cq);
+  grpc_shutdown();
+  kiln_free(server->events);
+  kiln_free(server->draining_events);
+  kiln_free(server->method_handles);
+  kiln_free(server->address);
+  kiln_free(server->bind_address);
+  kilnd_listen_addr_deinit(&server->listen);
+  kilnd_tokens_destroy(server->tokens);
+  kilnd_downloads_destroy(server->env.downloads);
+  kiln_free(server);
 }
 
 void kilnd_server_destroy(kilnd_server_t *server) {
   if (!server) return;
   if (!server->cq_thread_started && server->server && !server->server_destroyed) {
-    /* run() never ran (start failed after create): drain here, pumping the queue
-     * on this thread, so armed requests are freed and the server destroyed in the
-     * same order as a normal stop. */
+    /* The loop never ran the server (start failed after create): drain here,
+     * pumping the queue on this thread, so armed requests are freed and the
+     * server destroyed in the same order as a normal stop. */
     if (!server->draining) {
       server->draining = true;
       grpc_server_shutdown_and_notify(server->server, server->cq, &server->shutdown_tag);
@@ -1000,22 +881,7 @@ void kilnd_server_destroy(kilnd_server_t *server) {
       if (ev.type == GRPC_OP_COMPLETE) ((tag_t *)ev.tag)->fn(server, ev.tag, ev.success != 0);
     }
   }
-  if (server->loop_initialized) {
-    if (!server->handles_closed) close_handles(server);
-    uv_run(&server->loop, UV_RUN_DEFAULT);
-    uv_loop_close(&server->loop);
-    uv_mutex_destroy(&server->lock);
-  }
-  if (server->cq) grpc_completion_queue_destroy(server->cq);
-  grpc_shutdown();
-  kiln_free(server->events);
-  kiln_free(server->draining_events);
-  kiln_free(server->method_handles);
-  kiln_free(server->address);
-  kiln_free(server->bind_address);
-  kilnd_listen_addr_deinit(&server->listen);
-  kilnd_tokens_destroy(server->tokens);
-  kilnd_tokens_destroy(server->reload_tokens);
-  kilnd_downloads_destroy(server->env.downloads);
-  kiln_free(server);
+  server->destroy_pending = true;
+  close_handles(server);
+  if (server->handles_open == 0) free_server(server);
 }

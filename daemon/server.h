@@ -1,10 +1,13 @@
-/* kilnd's server: the gRPC C core on one completion-queue thread, and a libuv loop
- * that owns everything else (call state, handlers, timers, signals).
+/* kilnd's gRPC server: the gRPC C core on one completion-queue thread, and the
+ * calls' state, handlers and drain on the daemon's libuv loop (daemon.c owns the
+ * loop, the signals, reloads and timers; the server only lives on it).
  *
- * Lifecycle: kilnd_server_create binds and starts listening; kilnd_server_run runs
- * the loop until SIGTERM/SIGINT (or kilnd_server_request_stop) has drained the
- * in-flight calls, then returns; kilnd_server_destroy frees what is left.
- * All functions: loop thread only (the thread that calls run).
+ * Lifecycle: kilnd_server_create binds and starts listening; kilnd_server_start
+ * starts the queue thread, before the loop runs; kilnd_server_request_stop
+ * drains the in-flight calls, after which the server shuts gRPC down, closes its
+ * handles and calls the on_stopped hook; kilnd_server_destroy frees it, once the
+ * loop has run its handles' close callbacks (the owner runs the loop after).
+ * All functions: loop thread only (the thread that runs the loop).
  */
 #ifndef KILN_DAEMON_SERVER_H
 #define KILN_DAEMON_SERVER_H
@@ -21,7 +24,8 @@ typedef struct kilnd_server_s kilnd_server_t;
 struct kilnd_tls_s;    /* tls.h */
 struct kilnd_tokens_s; /* auth.h */
 
-/* Binds settings->listen and starts the gRPC server. With `tls` (borrowed; NULL:
+/* Binds settings->listen and starts the gRPC server on `loop` (borrowed; it must
+ * outlive the server). With `tls` (borrowed; NULL:
  * plaintext; it must outlive the server) the port speaks TLS, and with mutual TLS
  * a call's client is its certificate's CN (or first SAN). With `tokens_owned`
  * (taken, also on failure; NULL: no tokens) every call but health checks must
@@ -34,7 +38,7 @@ struct kilnd_tokens_s; /* auth.h */
  * eviction runs on the thread pool every gc_interval_ms. On success *out_server is owned by the caller; the address
  * clients should use is kilnd_server_address(). Errors name the address and why
  * (in use: UNAVAILABLE; malformed: INVALID_ARGUMENT). */
-kiln_status_t kilnd_server_create(const kilnd_settings_t *settings, kiln_cache_t *cache,
+kiln_status_t kilnd_server_create(uv_loop_t *loop, const kilnd_settings_t *settings, kiln_cache_t *cache,
                                   struct kilnd_tls_s *tls, struct kilnd_tokens_s *tokens_owned,
                                   kilnd_server_t **out_server);
 
@@ -47,11 +51,22 @@ const char *kilnd_server_address(const kilnd_server_t *server);
  * listens on. Owned by the server. */
 const char *kilnd_server_bind_address(const kilnd_server_t *server);
 
-/* Runs until shut down by a signal; returns NULL after a clean drain. */
-kiln_status_t kilnd_server_run(kilnd_server_t *server);
+/* Starts the completion-queue thread; the loop serves calls once it runs. */
+kiln_status_t kilnd_server_start(kilnd_server_t *server);
 
-/* Starts the same drain a SIGTERM starts. */
+/* Starts the drain (the daemon calls it on SIGTERM/SIGINT): gRPC takes no new
+ * calls, in-flight ones finish until drain-timeout, then are cancelled. A second
+ * call cancels them at once. */
 void kilnd_server_request_stop(kilnd_server_t *server);
+
+/* Calls fn(user) on the loop thread once the drain is over: gRPC is shut down
+ * and the server's handles are closing, so the loop ends once the owner closes
+ * its own. A later call replaces the hook. */
+void kilnd_server_on_stopped(kilnd_server_t *server, void (*fn)(void *user), void *user);
+
+/* Replaces the token set (auth.h) with `tokens_owned` (taken; NULL: none), for a
+ * reload; calls arriving after this use it. Loop thread. */
+void kilnd_server_set_tokens(kilnd_server_t *server, struct kilnd_tokens_s *tokens_owned);
 
 /* Calls fn(user) on the loop thread once, when the drain starts (first SIGTERM or
  * SIGINT, or kilnd_server_request_stop), after new calls are refused and before
@@ -64,10 +79,6 @@ void kilnd_server_on_drain(kilnd_server_t *server, void (*fn)(void *user), void 
 struct kilnd_jobs_s;
 void kilnd_server_set_jobs(kilnd_server_t *server, struct kilnd_jobs_s *jobs);
 
-/* The loop that run() runs: for the job engine and worker pool's handles, timers
- * and uv_queue_work. Borrowed, valid until destroy. */
-uv_loop_t *kilnd_server_loop(kilnd_server_t *server);
-
 /* Finished-call counters by method and code (stats.h). Borrowed. Loop thread. */
 const kilnd_stats_t *kilnd_server_stats(const kilnd_server_t *server);
 
@@ -77,6 +88,9 @@ bool kilnd_server_draining(const kilnd_server_t *server);
 /* When the server was created (Unix ms). */
 int64_t kilnd_server_start_unix_ms(const kilnd_server_t *server);
 
+/* Frees the server: closes its handles (if the drain did not) and frees it from
+ * their close callbacks, so the owner must run the loop afterwards. When the
+ * loop never ran it (start-up failed after create), drains gRPC here first. */
 void kilnd_server_destroy(kilnd_server_t *server);
 
 #endif /* KILN_DAEMON_SERVER_H */

@@ -118,8 +118,8 @@ static void test_role_table(void **state) {
   }
   assert_int_equal(sizeof read / sizeof *read + sizeof submit / sizeof *submit + sizeof admin / sizeof *admin,
                    kiln__v1__kiln__descriptor.n_methods);
-  /* Outside the contracts: any valid token learns UNIMPLEMENTED. */
-  assert_int_equal(kilnd_auth_method_role("/kiln.v1.Kiln/SomethingNew"), KILND_ROLE_READ);
+  /* A kiln path outside the contract fails closed; anything else is not ours. */
+  assert_int_equal(kilnd_auth_method_role("/kiln.v1.Kiln/SomethingNew"), KILND_ROLE_ADMIN);
   assert_int_equal(kilnd_auth_method_role("/other.Service/Method"), KILND_ROLE_READ);
   assert_string_equal(kilnd_role_name(KILND_ROLE_SUBMIT), "submit");
 }
