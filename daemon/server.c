@@ -43,17 +43,17 @@
  * token set (auth.h) the `authorization` metadata must hold a token whose role
  * covers the method, else the call is answered UNAUTHENTICATED or
  * PERMISSION_DENIED at once (streams included: no handler runs), and the token's
- * name becomes the client. SIGHUP queues one reload on the pool (the TLS files,
- * the token file); its completion swaps the token set on the loop, so calls read
- * the set without a lock. A failed reload keeps the old set and files.
+ * name becomes the client. The daemon's reload (daemon.c, SIGHUP) swaps the set
+ * in on the loop (kilnd_server_set_tokens), so calls read it without a lock.
  *
- * Shutdown (SIGTERM/SIGINT): grpc_server_shutdown_and_notify stops new calls and
+ * Shutdown (kilnd_server_request_stop, on SIGTERM/SIGINT): grpc_server_shutdown_and_notify stops new calls and
  * fails the armed requests; in-flight calls finish until drain-timeout, then are
  * cancelled (a second signal cancels at once); streams open at SIGTERM go on
  * until drain-timeout too, then see on_cancel. Once the shutdown tag has fired AND
  * no call or armed request remains, the server is destroyed and the queue shut
- * down; the queue thread exits on GRPC_QUEUE_SHUTDOWN and the loop closes its
- * handles, so run() returns. The order matters: gRPC can notify shutdown while call
+ * down; the queue thread exits on GRPC_QUEUE_SHUTDOWN, the server closes its
+ * handles and tells the daemon (on_stopped), which closes its own, so the loop
+ * ends. The order matters: gRPC can notify shutdown while call
  * objects still exist, and destroying the server under them is a use-after-free.
  */
 #include "daemon/server.h"
