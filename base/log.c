@@ -84,7 +84,7 @@ static void log_v(kiln_log_level_t level, const char *event, const kiln_status_t
   kiln_buf_deinit(&line);
 }
 
-void kiln_log(kiln_log_level_t level, const char *event, const char *fields_fmt, ...) {
+void kiln_log_write(kiln_log_level_t level, const char *event, const char *fields_fmt, ...) {
   if (!kiln_log_enabled(level)) return;
   va_list ap;
   va_start(ap, fields_fmt);
@@ -92,8 +92,8 @@ void kiln_log(kiln_log_level_t level, const char *event, const char *fields_fmt,
   va_end(ap);
 }
 
-void kiln_log_status(kiln_log_level_t level, const char *event, const kiln_status_t status,
-                     const char *fields_fmt, ...) {
+void kiln_log_status_write(kiln_log_level_t level, const char *event, const kiln_status_t status,
+                           const char *fields_fmt, ...) {
   if (!kiln_log_enabled(level)) return;
   va_list ap;
   va_start(ap, fields_fmt);

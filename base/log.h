@@ -35,14 +35,24 @@ const char *kiln_log_level_name(kiln_log_level_t level);
 int kiln_log_enabled(kiln_log_level_t level);
 
 /* Writes "ts=... level=... event=<event> <fields>\n". `fields_fmt` is a printf
- * format for the rest of the line (already key=value; may be NULL). */
-void kiln_log(kiln_log_level_t level, const char *event, const char *fields_fmt, ...)
+ * format for the rest of the line (already key=value; may be NULL). A macro, so
+ * the arguments are evaluated only when the level is enabled (a debug line's
+ * fields cost nothing at info); `level` is evaluated twice. */
+#define kiln_log(level, event, ...) \
+  do { \
+    if (kiln_log_enabled(level)) kiln_log_write((level), (event), __VA_ARGS__); \
+  } while (0)
+void kiln_log_write(kiln_log_level_t level, const char *event, const char *fields_fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Logs a failed status where it is consumed: code=, msg=, at= fields after the
- * caller's own fields. Does not free the status. */
-void kiln_log_status(kiln_log_level_t level, const char *event, const kiln_status_t status,
-                     const char *fields_fmt, ...) __attribute__((format(printf, 4, 5)));
+ * caller's own fields. Does not free the status. A macro like kiln_log. */
+#define kiln_log_status(level, event, status, ...) \
+  do { \
+    if (kiln_log_enabled(level)) kiln_log_status_write((level), (event), (status), __VA_ARGS__); \
+  } while (0)
+void kiln_log_status_write(kiln_log_level_t level, const char *event, const kiln_status_t status,
+                           const char *fields_fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Appends " key=value" with the value logfmt-quoted as needed. */
 void kiln_log_kv_str(kiln_buf_t *fields, const char *key, const char *value);

@@ -303,6 +303,30 @@ static void test_level_filtering_other_levels(void **state) {
   }
 }
 
+static int evaluated;
+static int count_evaluation(void) { return ++evaluated; }
+
+/* kiln_log and kiln_log_status evaluate their field arguments only when the level
+ * is enabled: a disabled debug line costs the level check, nothing more. */
+static void test_arguments_evaluated_only_when_enabled(void **state) {
+  (void)state;
+  kiln_log_configure(KILN_LOG_INFO, pipe_fds[1]);
+  evaluated = 0;
+  kiln_log(KILN_LOG_DEBUG, "lazy", "n=%d", count_evaluation());
+  kiln_status_t st = KILN_STATUS(KILN_STATUS_INTERNAL, "boom");
+  kiln_log_status(KILN_LOG_DEBUG, "lazy", st, "n=%d", count_evaluation());
+  assert_int_equal(evaluated, 0);
+  assert_string_equal(drain(), "");
+  kiln_log(KILN_LOG_INFO, "eager", "n=%d", count_evaluation());
+  kiln_log_status(KILN_LOG_WARN, "eager", st, "n=%d", count_evaluation());
+  assert_int_equal(evaluated, 2);
+  const char *text = drain();
+  assert_int_equal(count_lines(text), 2);
+  assert_non_null(strstr(text, "event=eager n=1"));
+  assert_non_null(strstr(text, "event=eager n=2"));
+  kiln_status_free(st);
+}
+
 static void test_debug_written_when_enabled(void **state) {
   (void)state;
   kiln_log_configure(KILN_LOG_DEBUG, pipe_fds[1]);
@@ -510,6 +534,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, NULL)
   const struct CMUnitTest tests[] = {
       T(test_line_shape_and_fields),
+      T(test_arguments_evaluated_only_when_enabled),
       T(test_timestamp_is_utc_now_with_millis),
       T(test_no_fields),
       T(test_level_filtering_at_info),
