@@ -115,13 +115,13 @@ static int parse_bool(const char *text, bool *out) {
   return -1;
 }
 
-static kiln_status_t bad_value(const kiln_config_option_t *opt, const char *value,
+static KILN_MUST_USE kiln_status_t bad_value(const kiln_config_option_t *opt, const char *value,
                                const char *source, const char *expected) {
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: invalid value '%s' for %s: expected %s",
                      source, value, opt->name, expected);
 }
 
-static kiln_status_t check_range(const kiln_config_option_t *opt, const char *value,
+static KILN_MUST_USE kiln_status_t check_range(const kiln_config_option_t *opt, const char *value,
                                  const char *source, int64_t v) {
   if (opt->min == 0 && opt->max == 0) return NULL;
   if (v < opt->min || v > opt->max) {
@@ -132,7 +132,7 @@ static kiln_status_t check_range(const kiln_config_option_t *opt, const char *va
   return NULL;
 }
 
-static kiln_status_t set_option(const kiln_config_option_t *opt, void *settings,
+static KILN_MUST_USE kiln_status_t set_option(const kiln_config_option_t *opt, void *settings,
                                 const char *value, const char *source) {
   void *dst = field(settings, opt);
   switch (opt->type) {
@@ -313,7 +313,7 @@ kiln_status_t kiln_config_load_env(const kiln_config_table_t *table, void *setti
   return NULL;
 }
 
-static kiln_status_t parse_args(const kiln_config_table_t *table, void *settings, int argc,
+static KILN_MUST_USE kiln_status_t parse_args(const kiln_config_table_t *table, void *settings, int argc,
                                 char **argv, const char **out_positional, size_t max_positional,
                                 size_t *out_positional_count, bool *seen) {
   size_t npos = 0;

@@ -77,33 +77,33 @@ typedef struct kiln_config_table_s {
 } kiln_config_table_t;
 
 /* Sets every option to its default. Call once on a zeroed settings struct. */
-kiln_status_t kiln_config_set_defaults(const kiln_config_table_t *table, void *settings);
+KILN_MUST_USE kiln_status_t kiln_config_set_defaults(const kiln_config_table_t *table, void *settings);
 
 /* Sets one option by name from text; `source` names where the text came from
  * ("flag", "KILN_LISTEN", "kilnd.conf:3") for the error message. A LIST option
  * gets `value` appended. */
-kiln_status_t kiln_config_set(const kiln_config_table_t *table, void *settings,
+KILN_MUST_USE kiln_status_t kiln_config_set(const kiln_config_table_t *table, void *settings,
                               const char *name, const char *value, const char *source);
 
 /* Reads `name = value` lines. NOT_FOUND when the file is missing,
  * INVALID_ARGUMENT with file:line for a bad line or unknown key. */
-kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *settings,
+KILN_MUST_USE kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *settings,
                                     const char *path);
 
 /* Reads <PREFIX><NAME> variables for every option without KILN_CONFIG_CLI_ONLY. */
-kiln_status_t kiln_config_load_env(const kiln_config_table_t *table, void *settings);
+KILN_MUST_USE kiln_status_t kiln_config_load_env(const kiln_config_table_t *table, void *settings);
 
 /* Parses argv[1..argc). Non-option words are collected, in order, into
  * out_positional (borrowed pointers into argv; capacity `max_positional`);
  * "--" ends option parsing. */
-kiln_status_t kiln_config_parse_args(const kiln_config_table_t *table, void *settings,
+KILN_MUST_USE kiln_status_t kiln_config_parse_args(const kiln_config_table_t *table, void *settings,
                                      int argc, char **argv, const char **out_positional,
                                      size_t max_positional, size_t *out_positional_count);
 
 /* The whole sequence: defaults, then the file named by the option `config_option`
  * (found in argv or the environment; NULL to skip files; a missing file named
  * explicitly is an error), then the environment, then argv. */
-kiln_status_t kiln_config_load(const kiln_config_table_t *table, void *settings,
+KILN_MUST_USE kiln_status_t kiln_config_load(const kiln_config_table_t *table, void *settings,
                                const char *config_option, int argc, char **argv,
                                const char **out_positional, size_t max_positional,
                                size_t *out_positional_count);

@@ -15,7 +15,7 @@
  * wipes it, since it may be a private key). The read buffers are wiped too. Errors
  * name `what` and the path: the errno of open or read; INVALID_ARGUMENT for an
  * empty file, one over KILN_PEM_MAX_BYTES, or text without a "-----BEGIN " line. */
-kiln_status_t kiln_pem_read(const char *what, const char *path, char **out_text);
+KILN_MUST_USE kiln_status_t kiln_pem_read(const char *what, const char *path, char **out_text);
 
 /* Wipes and frees text from kiln_pem_read. NULL is a no-op. */
 void kiln_pem_free(char *text);

@@ -38,11 +38,17 @@ typedef enum kiln_status_code_e {
 
 typedef struct kiln_status_s *kiln_status_t;
 
+/* On every function that returns a kiln_status_t: a failed status is owned by
+ * the caller, so dropping one is a leak and a lost error. The compiler says so
+ * (-Werror makes it fail the build); pass the status on, annotate it, log it or
+ * kiln_status_free it. A (void) cast does not silence it. */
+#define KILN_MUST_USE __attribute__((warn_unused_result))
+
 /* Makes a failed status; `code` must not be KILN_STATUS_OK. Use KILN_STATUS(). */
-kiln_status_t kiln_status_make(kiln_status_code_t code, const char *file, int line,
+KILN_MUST_USE kiln_status_t kiln_status_make(kiln_status_code_t code, const char *file, int line,
                                const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-kiln_status_t kiln_status_makev(kiln_status_code_t code, const char *file, int line,
+KILN_MUST_USE kiln_status_t kiln_status_makev(kiln_status_code_t code, const char *file, int line,
                                 const char *fmt, va_list ap)
     __attribute__((format(printf, 4, 0)));
 
@@ -52,7 +58,7 @@ kiln_status_t kiln_status_makev(kiln_status_code_t code, const char *file, int l
  * PERMISSION_DENIED, ENOSPC/EDQUOT/ENOMEM -> RESOURCE_EXHAUSTED, EEXIST ->
  * ALREADY_EXISTS, EADDRINUSE -> UNAVAILABLE, others -> INTERNAL. The message is
  * the formatted text followed by ": " and strerror(err). */
-kiln_status_t kiln_status_from_errno_at(int err, const char *file, int line,
+KILN_MUST_USE kiln_status_t kiln_status_from_errno_at(int err, const char *file, int line,
                                         const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 #define KILN_STATUS_ERRNO(err, ...) \
@@ -60,7 +66,7 @@ kiln_status_t kiln_status_from_errno_at(int err, const char *file, int line,
 
 /* The same message ("<text>: <strerror(err)>") under a code the caller chose
  * (one that maps some errno values its own way). */
-kiln_status_t kiln_status_errno_makev(kiln_status_code_t code, int err, const char *file, int line,
+KILN_MUST_USE kiln_status_t kiln_status_errno_makev(kiln_status_code_t code, int err, const char *file, int line,
                                       const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
 
 /* Maps an errno value to the code kiln_status_from_errno_at would use. */
@@ -78,7 +84,7 @@ const char *kiln_status_where(const kiln_status_t status);
 
 /* Prefixes the message with "<context>: " and returns the same status (consumes and
  * returns it; NULL stays NULL). */
-kiln_status_t kiln_status_annotate(kiln_status_t status, const char *fmt, ...)
+KILN_MUST_USE kiln_status_t kiln_status_annotate(kiln_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Frees a status; NULL is a no-op. */

@@ -541,7 +541,7 @@ void kiln_gpu_code_read_spirv(const char *text, const char *kernel, kiln_gpu_cod
 
 /* Runs `command` with the path of a temporary file holding the binary as its
  * last argument, capturing stdout (and stderr with `with_stderr`). */
-static kiln_status_t run_reader(const char *command, const unsigned char *binary, size_t len, bool with_stderr,
+static KILN_MUST_USE kiln_status_t run_reader(const char *command, const unsigned char *binary, size_t len, bool with_stderr,
                                 kiln_buf_t *out) {
   char path[] = "/tmp/kiln-gpu-code-XXXXXX";
   int fd = mkstemp(path);

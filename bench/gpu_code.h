@@ -40,7 +40,7 @@ typedef struct kiln_gpu_code_stats_s {
 /* Reads kernel `kernel` of `binary` (the compiler's output for target `t`).
  * INVALID_ARGUMENT when the kernel is not in it; UNAVAILABLE when a reader
  * (llvm-objdump-22, llvm-readobj-22, spirv-dis) is not installed. */
-kiln_status_t kiln_gpu_code_read(const kiln_target_t *t, const unsigned char *binary, size_t len,
+KILN_MUST_USE kiln_status_t kiln_gpu_code_read(const kiln_target_t *t, const unsigned char *binary, size_t len,
                                  const char *kernel, kiln_gpu_code_stats_t *out);
 
 /* The same over text the reader already has (PTX, llvm-objdump's disassembly of

@@ -180,7 +180,7 @@ void kiln_blob_check_to_hex(const kiln_blob_check_t *check,
   out_hex[KILN_BLOB_CHECK_HEX_LEN] = '\0';
 }
 
-static kiln_status_t write_all(int fd, const void *data, size_t len, const char *path) {
+static KILN_MUST_USE kiln_status_t write_all(int fd, const void *data, size_t len, const char *path) {
   const unsigned char *p = data;
   while (len > 0) {
     ssize_t n = write(fd, p, len);
@@ -203,7 +203,7 @@ static ssize_t read_some(int fd, void *buf, size_t cap) {
   }
 }
 
-static kiln_status_t fsync_dir(const char *path) {
+static KILN_MUST_USE kiln_status_t fsync_dir(const char *path) {
   int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return KILN_STATUS_ERRNO(errno, "cannot open directory %s to sync it", path);
   kiln_status_t status = NULL;
@@ -216,7 +216,7 @@ static kiln_status_t fsync_dir(const char *path) {
 }
 
 /* mkdir that accepts an existing directory; *created says whether it made one. */
-static kiln_status_t make_dir(const char *path, bool *created) {
+static KILN_MUST_USE kiln_status_t make_dir(const char *path, bool *created) {
   *created = false;
   if (mkdir(path, 0700) == 0) {
     *created = true;
@@ -247,7 +247,7 @@ static char *parent_of(const char *path) {
 }
 
 /* mkdir -p, fsyncing the parent of each directory it creates. */
-static kiln_status_t make_dirs(const char *path) {
+static KILN_MUST_USE kiln_status_t make_dirs(const char *path) {
   bool created = false;
   kiln_status_t status = make_dir(path, &created);
   char *parent = parent_of(path);
@@ -263,7 +263,7 @@ static kiln_status_t make_dirs(const char *path) {
 }
 
 /* Removes `name` in `parent_fd`, recursing into directories. ENOENT is success. */
-static kiln_status_t remove_tree_at(int parent_fd, const char *name, const char *where) {
+static KILN_MUST_USE kiln_status_t remove_tree_at(int parent_fd, const char *name, const char *where) {
   if (unlinkat(parent_fd, name, 0) == 0 || errno == ENOENT) return NULL;
   if (errno != EISDIR && errno != EPERM) {
     return KILN_STATUS_ERRNO(errno, "cannot remove %s/%s", where, name);
@@ -292,7 +292,7 @@ static kiln_status_t remove_tree_at(int parent_fd, const char *name, const char 
 }
 
 /* Empties tmp/: whatever is there is a writer that never committed. */
-static kiln_status_t clean_tmp(const char *tmp_dir, size_t *out_removed) {
+static KILN_MUST_USE kiln_status_t clean_tmp(const char *tmp_dir, size_t *out_removed) {
   *out_removed = 0;
   DIR *d = opendir(tmp_dir);
   if (!d) return KILN_STATUS_ERRNO(errno, "cannot list blob tmp directory %s", tmp_dir);
@@ -342,7 +342,7 @@ static bool find_blob(const kiln_blobstore_t *store, const kiln_digest_hex_t *he
 
 /* ---- open / close ---- */
 
-static kiln_status_t check_options(const kiln_blobstore_options_t *o) {
+static KILN_MUST_USE kiln_status_t check_options(const kiln_blobstore_options_t *o) {
   if (o->compression != KILN_BLOB_COMPRESSION_OFF && o->compression != KILN_BLOB_COMPRESSION_AUTO) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "blob store compression %d is not OFF (0) or AUTO (1)", (int)o->compression);
@@ -468,7 +468,7 @@ static void discard_tmp(kiln_blob_writer_t *w) {
   w->tmp.s[0] = '\0';
 }
 
-static kiln_status_t open_tmp(const kiln_blobstore_t *store, path_t *out_path, int *out_fd) {
+static KILN_MUST_USE kiln_status_t open_tmp(const kiln_blobstore_t *store, path_t *out_path, int *out_fd) {
   path_format(out_path, "%s/blob-XXXXXX", store->tmp_dir);
   int fd = mkostemp(out_path->s, O_CLOEXEC);
   if (fd < 0) {
@@ -491,7 +491,7 @@ static void writer_free(kiln_blob_writer_t *w) {
 }
 
 /* Records the failure, frees the disk it held, and returns `status`. */
-static kiln_status_t writer_fail(kiln_blob_writer_t *w, kiln_status_t status) {
+static KILN_MUST_USE kiln_status_t writer_fail(kiln_blob_writer_t *w, kiln_status_t status) {
   if (!w->failed_message) {
     w->failed_code = kiln_status_code(status);
     w->failed_message = kiln_strdup(kiln_status_message(status));
@@ -519,7 +519,7 @@ static void buf_append(kiln_blob_writer_t *w, const void *data, size_t len) {
   w->len += len;
 }
 
-static kiln_status_t buf_flush(kiln_blob_writer_t *w) {
+static KILN_MUST_USE kiln_status_t buf_flush(kiln_blob_writer_t *w) {
   kiln_status_t status = write_all(w->fd, w->buf, w->len, w->tmp.s);
   w->len = 0;
   return status;
@@ -635,7 +635,7 @@ void kiln_blob_writer_abort(kiln_blob_writer_t *writer) {
 
 /* Feeds `in` to the writer's compression context and writes what comes out.
  * With ZSTD_e_end it finishes the frame; otherwise it consumes all of `in`. */
-static kiln_status_t compress_feed(kiln_blob_writer_t *w, ZSTD_inBuffer *in, ZSTD_EndDirective end,
+static KILN_MUST_USE kiln_status_t compress_feed(kiln_blob_writer_t *w, ZSTD_inBuffer *in, ZSTD_EndDirective end,
                                    unsigned char *out, size_t out_cap, int out_fd,
                                    const char *out_path) {
   for (;;) {
@@ -650,7 +650,7 @@ static kiln_status_t compress_feed(kiln_blob_writer_t *w, ZSTD_inBuffer *in, ZST
   }
 }
 
-static kiln_status_t compress_start(kiln_blob_writer_t *w) {
+static KILN_MUST_USE kiln_status_t compress_start(kiln_blob_writer_t *w) {
   ZSTD_CCtx *cctx = writer_cctx(w);
   size_t rc = ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
   if (!ZSTD_isError(rc)) rc = ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, w->store->level);
@@ -665,7 +665,7 @@ static kiln_status_t compress_start(kiln_blob_writer_t *w) {
 }
 
 /* BUFFERING at commit: the whole blob is in w->buf. */
-static kiln_status_t compress_buffer(kiln_blob_writer_t *w) {
+static KILN_MUST_USE kiln_status_t compress_buffer(kiln_blob_writer_t *w) {
   KILN_RETURN_IF_ERROR(compress_start(w));
   size_t out_cap = ZSTD_CStreamOutSize();
   unsigned char *out = kiln_malloc(out_cap);
@@ -677,7 +677,7 @@ static kiln_status_t compress_buffer(kiln_blob_writer_t *w) {
 
 /* RAW after a spill, at commit: compresses the raw tmp file into a new tmp file,
  * which then replaces it as the writer's file. */
-static kiln_status_t compress_spilled(kiln_blob_writer_t *w) {
+static KILN_MUST_USE kiln_status_t compress_spilled(kiln_blob_writer_t *w) {
   KILN_RETURN_IF_ERROR(compress_start(w));
   path_t out_path;
   int out_fd = -1;
@@ -713,7 +713,7 @@ static kiln_status_t compress_spilled(kiln_blob_writer_t *w) {
 }
 
 /* Writes the final bytes into the tmp file; *out_zst says which name they get. */
-static kiln_status_t finish_content(kiln_blob_writer_t *w, bool *out_zst) {
+static KILN_MUST_USE kiln_status_t finish_content(kiln_blob_writer_t *w, bool *out_zst) {
   const kiln_blobstore_t *store = w->store;
   *out_zst = false;
   switch (w->mode) {
@@ -743,7 +743,7 @@ static kiln_status_t finish_content(kiln_blob_writer_t *w, bool *out_zst) {
 }
 
 /* fsync, rename into place, settle a raw/.zst race, fsync the shard. */
-static kiln_status_t place(kiln_blob_writer_t *w, const kiln_digest_hex_t *hex, bool zst,
+static KILN_MUST_USE kiln_status_t place(kiln_blob_writer_t *w, const kiln_digest_hex_t *hex, bool zst,
                            uint64_t *out_stored_size) {
   const kiln_blobstore_t *store = w->store;
   if (!w->synced && fsync(w->fd) != 0) {
@@ -952,14 +952,14 @@ void kiln_blob_reader_close(kiln_blob_reader_t *r) {
   kiln_free(r);
 }
 
-static kiln_status_t corrupt(const kiln_blob_reader_t *r, const char *what) {
+static KILN_MUST_USE kiln_status_t corrupt(const kiln_blob_reader_t *r, const char *what) {
   kiln_digest_hex_t hex;
   kiln_digest_to_hex(&r->digest, &hex);
   return KILN_STATUS(KILN_STATUS_DATA_LOSS, "blob %s at %s is corrupt: %s; quarantine it and rebuild",
                      hex.text, r->path.s, what);
 }
 
-static kiln_status_t reader_fail(kiln_blob_reader_t *r, kiln_status_t status) {
+static KILN_MUST_USE kiln_status_t reader_fail(kiln_blob_reader_t *r, kiln_status_t status) {
   if (!r->failed_message) {
     r->failed_code = kiln_status_code(status);
     r->failed_message = kiln_strdup(kiln_status_message(status));
@@ -967,7 +967,7 @@ static kiln_status_t reader_fail(kiln_blob_reader_t *r, kiln_status_t status) {
   return status;
 }
 
-static kiln_status_t read_zst_header(kiln_blob_reader_t *r) {
+static KILN_MUST_USE kiln_status_t read_zst_header(kiln_blob_reader_t *r) {
   unsigned char head[FRAME_HEADER_PROBE];
   ssize_t n;
   do {
@@ -1043,7 +1043,7 @@ bool kiln_blob_reader_check(const kiln_blob_reader_t *reader, kiln_blob_check_t 
 
 /* The end of the content: compare what was hashed with the check, or with the
  * name. */
-static kiln_status_t reader_finish(kiln_blob_reader_t *r) {
+static KILN_MUST_USE kiln_status_t reader_finish(kiln_blob_reader_t *r) {
   kiln_blob_check_t check;
   check_state_finish(r->check_state, &check);
   char what[200];
@@ -1075,7 +1075,7 @@ static kiln_status_t reader_finish(kiln_blob_reader_t *r) {
 }
 
 /* Fills `buf` with up to `cap` decompressed bytes; 0 only at the end of the frame. */
-static kiln_status_t read_zst(kiln_blob_reader_t *r, void *buf, size_t cap, size_t *out_len) {
+static KILN_MUST_USE kiln_status_t read_zst(kiln_blob_reader_t *r, void *buf, size_t cap, size_t *out_len) {
   ZSTD_outBuffer out = {buf, cap, 0};
   for (;;) {
     if (r->in.pos == r->in.size && !r->eof) {
@@ -1260,7 +1260,7 @@ kiln_status_t kiln_blobstore_remove(kiln_blobstore_t *store, const kiln_digest_t
   return NULL;
 }
 
-static kiln_status_t visit_shard(const char *shard_dir, const char *shard_name,
+static KILN_MUST_USE kiln_status_t visit_shard(const char *shard_dir, const char *shard_name,
                                  kiln_blobstore_visit_fn_t fn, void *user) {
   DIR *d = opendir(shard_dir);
   if (!d) {

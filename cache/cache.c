@@ -127,7 +127,7 @@ static int64_t now_ms(const kiln_cache_t *cache) {
 
 /* ---- connection pool ---- */
 
-static kiln_status_t acquire(kiln_cache_t *cache, kiln_index_t **out_index) {
+static KILN_MUST_USE kiln_status_t acquire(kiln_cache_t *cache, kiln_index_t **out_index) {
   pthread_mutex_lock(&cache->lock);
   kiln_index_t *index = cache->n_pool ? cache->pool[--cache->n_pool] : NULL;
   pthread_mutex_unlock(&cache->lock);
@@ -222,7 +222,7 @@ static bool in_use(kiln_cache_t *cache, const kiln_digest_t *digest) {
 
 /* Writes the pending hits in one transaction. The batch is taken under the lock
  * and written without it. */
-static kiln_status_t flush_hits(kiln_cache_t *cache, kiln_index_t *index) {
+static KILN_MUST_USE kiln_status_t flush_hits(kiln_cache_t *cache, kiln_index_t *index) {
   pthread_mutex_lock(&cache->lock);
   size_t n = cache->n_pending;
   pending_hit_t *batch = NULL;
@@ -342,7 +342,7 @@ static bool remove_unless_in_use(kiln_cache_t *cache, kiln_index_t *index,
  * present, identical) blob between its commit and the registration; the second
  * store then runs with the digest registered, which eviction respects, so it
  * cannot lose the blob again. */
-static kiln_status_t put_blob(kiln_cache_t *cache, const kiln_digest_t *expected, const void *data,
+static KILN_MUST_USE kiln_status_t put_blob(kiln_cache_t *cache, const kiln_digest_t *expected, const void *data,
                               size_t len, kiln_digest_t *out_digest, kiln_blob_check_t *out_check,
                               uint64_t *out_stored) {
   KILN_RETURN_IF_ERROR(kiln_blobstore_put_expected(cache->blobs, data, len, expected, out_digest,
@@ -361,7 +361,7 @@ _Static_assert(KILN_INDEX_CHECK_BYTES == KILN_BLOB_CHECK_BYTES,
 
 /* Writes an artifact row (`artifact`) or else a source row (`source`) and the
  * check of the blob it names in one transaction: no row without its check. */
-static kiln_status_t put_row_and_check(kiln_index_t *index, const kiln_index_artifact_t *artifact,
+static KILN_MUST_USE kiln_status_t put_row_and_check(kiln_index_t *index, const kiln_index_artifact_t *artifact,
                                        const kiln_index_source_t *source, const char *digest,
                                        const kiln_blob_check_t *check) {
   KILN_RETURN_IF_ERROR(kiln_index_begin(index));
@@ -401,7 +401,7 @@ static void memo_store(kiln_cache_t *cache, const char *key, const char *digest,
 }
 
 /* kiln_index_drop_digest, and the memo forgets (the row or blob is gone). */
-static kiln_status_t drop_digest(kiln_cache_t *cache, kiln_index_t *index, const char *digest,
+static KILN_MUST_USE kiln_status_t drop_digest(kiln_cache_t *cache, kiln_index_t *index, const char *digest,
                                  const char *reason, int64_t now, size_t *out_rows) {
   memo_invalidate(cache);
   return kiln_index_drop_digest(index, digest, reason, now, out_rows);
@@ -551,7 +551,7 @@ static void audit_check(scan_t *scan, const kiln_digest_t *digest, const kiln_bl
   kiln_status_free(st);
 }
 
-static kiln_status_t visit_blob(void *user, const kiln_digest_t *digest, const char *path,
+static KILN_MUST_USE kiln_status_t visit_blob(void *user, const kiln_digest_t *digest, const char *path,
                                 uint64_t stored_size) {
   scan_t *scan = user;
   if (scan->should_stop && scan->should_stop(scan->stop_user)) {
@@ -597,7 +597,7 @@ static kiln_status_t visit_blob(void *user, const kiln_digest_t *digest, const c
   return NULL;
 }
 
-static kiln_status_t visit_row_digest(void *user, const char *hex) {
+static KILN_MUST_USE kiln_status_t visit_row_digest(void *user, const char *hex) {
   scan_t *scan = user;
   kiln_digest_t d;
   if (!kiln_digest_from_hex(hex, &d)) return NULL; /* schema CHECKs make this impossible */
@@ -614,7 +614,7 @@ static kiln_status_t visit_row_digest(void *user, const char *hex) {
 }
 
 /* The shared scan of open's repair and verify. */
-static kiln_status_t scan_store(scan_t *scan) {
+static KILN_MUST_USE kiln_status_t scan_store(scan_t *scan) {
   int64_t t0 = kiln_time_monotonic_ns();
   kiln_status_t st = kiln_blobstore_visit(scan->cache->blobs, visit_blob, scan);
   if (st) return st;
@@ -1221,7 +1221,7 @@ kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, boo
 
 /* The index row of a stored source blob, written through a connection the caller
  * holds (`*index` stays acquired for the caller: release it). */
-static kiln_status_t index_source(kiln_cache_t *cache, const char *hex, const char *semantic_digest,
+static KILN_MUST_USE kiln_status_t index_source(kiln_cache_t *cache, const char *hex, const char *semantic_digest,
                                   const char *name, int format, uint64_t size, uint64_t stored,
                                   const kiln_blob_check_t *check, kiln_index_t **index) {
   kiln_index_source_t rec;
@@ -1625,7 +1625,7 @@ static uint64_t remove_if_unreferenced(kiln_cache_t *cache, kiln_index_t *index,
 /* Evicts one row (a source's when `source`, else an artifact's) unless its blob is
  * being read, then frees the blob if nothing names it any more. A row pinned or
  * removed by someone else since the LRU query is left alone (*out_evicted false). */
-static kiln_status_t evict_row(kiln_cache_t *cache, kiln_index_t *index, bool source,
+static KILN_MUST_USE kiln_status_t evict_row(kiln_cache_t *cache, kiln_index_t *index, bool source,
                                const char *row_key, const char *blob_digest,
                                kiln_cache_gc_report_t *report, uint64_t *stored, bool *out_evicted) {
   *out_evicted = false;

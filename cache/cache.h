@@ -57,7 +57,7 @@ typedef struct kiln_cache_repair_s {
  * Errors name the directory: PERMISSION_DENIED when it cannot be written,
  * FAILED_PRECONDITION for an index from a newer kiln, DATA_LOSS for a corrupt
  * index. */
-kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *options,
+KILN_MUST_USE kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *options,
                               kiln_cache_t **out_cache, kiln_cache_repair_t *out_repair);
 void kiln_cache_close(kiln_cache_t *cache);
 /* The directory. Borrowed. */
@@ -85,7 +85,7 @@ char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags);
 
 /* The cache key: SHA-256 over a versioned, unambiguous encoding of the parts with
  * normalized flags. INVALID_ARGUMENT when a part is missing or malformed. */
-kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts,
+KILN_MUST_USE kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts,
                                      kiln_digest_hex_t *out_key);
 
 /* ---- artifacts ---- */
@@ -104,28 +104,28 @@ typedef struct kiln_cache_provenance_s {
  * When the key already has a row, the provenance (submitter, labels, job_id,
  * source_name) replaces the old one; pin and hit count stay.
  * RESOURCE_EXHAUSTED when the disk is full (nothing stored is lost). */
-kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_parts_t *parts,
+KILN_MUST_USE kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_parts_t *parts,
                                       const void *data, size_t len,
                                       const kiln_cache_provenance_t *provenance,
                                       kiln_index_artifact_t *out_record);
 
 /* Looks up the artifact for a cache key and records a hit (or NOT_FOUND, counted
  * as a miss). The record is owned by the caller. */
-kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_key,
+KILN_MUST_USE kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_key,
                                          kiln_index_artifact_t *out_record);
 
 /* The newest artifact row whose artifact digest is `digest` (GetArtifact by
  * digest); records no hit. NOT_FOUND when no row has it (never stored, evicted or
  * quarantined); INVALID_ARGUMENT for a malformed digest. The record is owned by
  * the caller (kiln_index_artifact_deinit). */
-kiln_status_t kiln_cache_artifact_get_by_digest(kiln_cache_t *cache, const char *digest,
+KILN_MUST_USE kiln_status_t kiln_cache_artifact_get_by_digest(kiln_cache_t *cache, const char *digest,
                                                 kiln_index_artifact_t *out_record);
 
 /* One page of artifact rows matching `query`, newest first (see
  * kiln_index_artifact_find_page for the order, the cursor and the errors). The
  * array is owned by the caller (kiln_index_artifacts_free). Hits not yet flushed
  * are not reflected in the rows' hits and last_access_ms. */
-kiln_status_t kiln_cache_artifact_find_page(kiln_cache_t *cache,
+KILN_MUST_USE kiln_status_t kiln_cache_artifact_find_page(kiln_cache_t *cache,
                                             const kiln_index_page_query_t *query,
                                             kiln_index_artifact_t **out_records,
                                             size_t *out_count);
@@ -134,7 +134,7 @@ kiln_status_t kiln_cache_artifact_find_page(kiln_cache_t *cache,
  * answers are remembered in memory (a removal of any artifact row or blob forgets
  * them all), so a repeated hit costs a stat of the blob instead of SQLite queries.
  * Records the hit like kiln_cache_artifact_lookup; NOT_FOUND on a miss. */
-kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_key,
+KILN_MUST_USE kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_key,
                                         char out_digest[KILN_DIGEST_HEX_LEN + 1], uint64_t *out_size);
 
 /* kiln_cache_artifact_probe from memory alone, for callers that must not block (an
@@ -152,23 +152,23 @@ typedef struct kiln_cache_reader_s kiln_cache_reader_t;
 /* Opens blob `digest` (artifact or source), verifying with its recorded check when
  * there is one (one indexed query), else with SHA-256. NOT_FOUND when unknown or
  * quarantined. */
-kiln_status_t kiln_cache_open_blob(kiln_cache_t *cache, const char *digest,
+KILN_MUST_USE kiln_status_t kiln_cache_open_blob(kiln_cache_t *cache, const char *digest,
                                    kiln_cache_reader_t **out_reader);
 /* As kiln_blob_reader_read. On DATA_LOSS the blob has already been quarantined.
  * The read that ends a blob verified by SHA-256 records its check (a failure to
  * record is logged, not returned). */
-kiln_status_t kiln_cache_reader_read(kiln_cache_reader_t *reader, void *buf, size_t cap,
+KILN_MUST_USE kiln_status_t kiln_cache_reader_read(kiln_cache_reader_t *reader, void *buf, size_t cap,
                                      size_t *out_len);
 uint64_t kiln_cache_reader_size(const kiln_cache_reader_t *reader);
 void kiln_cache_reader_close(kiln_cache_reader_t *reader);
 
 /* Reads a whole blob, verified (quarantined on DATA_LOSS). Owned by the caller. */
-kiln_status_t kiln_cache_get_blob(kiln_cache_t *cache, const char *digest, void **out_data,
+KILN_MUST_USE kiln_status_t kiln_cache_get_blob(kiln_cache_t *cache, const char *digest, void **out_data,
                                   size_t *out_len);
 
 /* Pins or unpins every artifact whose digest or cache key is `key_or_digest`.
  * NOT_FOUND when none; INVALID_ARGUMENT for a malformed digest. */
-kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, bool pinned,
+KILN_MUST_USE kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, bool pinned,
                              size_t *out_count);
 
 /* ---- sources ---- */
@@ -177,7 +177,7 @@ kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, boo
  * compiler's fingerprint of its meaning. If `expected_digest` is non-NULL the
  * bytes must hash to it (INVALID_ARGUMENT otherwise). out_digest is the digest of
  * the bytes. Idempotent. */
-kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_t len,
+KILN_MUST_USE kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_t len,
                                     const char *expected_digest, const char *name, int format,
                                     const char *semantic_digest, kiln_digest_hex_t *out_digest);
 
@@ -190,7 +190,7 @@ bool kiln_cache_source_memo(kiln_cache_t *cache, const void *data, size_t len, k
  * was removed behind the cache's back is dropped and reads as missing). NOT_FOUND
  * when not stored (never uploaded, evicted or quarantined); INVALID_ARGUMENT for a
  * malformed digest. The record is owned by the caller (kiln_index_source_deinit). */
-kiln_status_t kiln_cache_source_get(kiln_cache_t *cache, const char *digest,
+KILN_MUST_USE kiln_status_t kiln_cache_source_get(kiln_cache_t *cache, const char *digest,
                                     kiln_index_source_t *out_record);
 
 /* The digest the cache keys `digest`'s artifacts on (an artifact's source_digest):
@@ -200,7 +200,7 @@ kiln_status_t kiln_cache_source_get(kiln_cache_t *cache, const char *digest,
  * other well-formed digest is taken to be a key digest already (a client that
  * computed the normal form itself). INVALID_ARGUMENT for a malformed digest;
  * blocking (SQLite, and the blob once for an old row). */
-kiln_status_t kiln_cache_source_key_digest(kiln_cache_t *cache, const char *digest, kiln_digest_hex_t *out);
+KILN_MUST_USE kiln_status_t kiln_cache_source_key_digest(kiln_cache_t *cache, const char *digest, kiln_digest_hex_t *out);
 
 /* A source upload spooled to disk (PutSource): bytes go to a temporary file in the
  * store's tmp/ and are hashed as they arrive, so memory stays bounded whatever the
@@ -213,12 +213,12 @@ typedef struct kiln_cache_upload_s kiln_cache_upload_t;
  * INVALID_ARGUMENT for a malformed digest or size 0; errors of the tmp file
  * (RESOURCE_EXHAUSTED, PERMISSION_DENIED) name it. On success *out_upload is owned
  * by the caller until commit or abort. */
-kiln_status_t kiln_cache_source_upload_begin(kiln_cache_t *cache, const char *expected_digest,
+KILN_MUST_USE kiln_status_t kiln_cache_source_upload_begin(kiln_cache_t *cache, const char *expected_digest,
                                              uint64_t size, kiln_cache_upload_t **out_upload);
 /* Appends `len` bytes (borrowed). INVALID_ARGUMENT when they would take the upload
  * past its declared size (the message gives both sizes); RESOURCE_EXHAUSTED when
  * the disk is full. After a failure the upload only fails; abort it. */
-kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *upload, const void *data,
+KILN_MUST_USE kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *upload, const void *data,
                                              size_t len);
 /* Checks the size and the digest, makes the blob durable and visible under its
  * digest and indexes the source (as kiln_cache_source_put: idempotent, a
@@ -227,7 +227,7 @@ kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *upload, const 
  * they hash to another digest (each message gives both values); nothing is
  * stored then. `out_record` (may be NULL) receives the row as stored, which for a
  * source already present is the earlier row (its name and format win). */
-kiln_status_t kiln_cache_source_upload_commit(kiln_cache_upload_t *upload, const char *name,
+KILN_MUST_USE kiln_status_t kiln_cache_source_upload_commit(kiln_cache_upload_t *upload, const char *name,
                                               int format, const char *semantic_digest,
                                               kiln_index_source_t *out_record);
 /* Discards an upload that was not committed and removes its tmp file. NULL is a
@@ -248,7 +248,7 @@ typedef struct kiln_cache_stats_s {
   uint64_t bytes_served;
 } kiln_cache_stats_t;
 
-kiln_status_t kiln_cache_stats(kiln_cache_t *cache, kiln_cache_stats_t *out_stats);
+KILN_MUST_USE kiln_status_t kiln_cache_stats(kiln_cache_t *cache, kiln_cache_stats_t *out_stats);
 
 /* The same without touching SQLite or the disk: the counters, and the totals as of
  * the last open, stats, gc or verify. Takes only a mutex: safe on an event loop. */
@@ -283,7 +283,7 @@ typedef struct kiln_cache_verify_report_s {
  * recorded one differs. With dry_run nothing is changed. `should_stop` (may be
  * NULL) is polled between blobs; when it returns true the scan ends early with
  * CANCELLED. */
-kiln_status_t kiln_cache_verify(kiln_cache_t *cache, bool dry_run, bool (*should_stop)(void *),
+KILN_MUST_USE kiln_status_t kiln_cache_verify(kiln_cache_t *cache, bool dry_run, bool (*should_stop)(void *),
                                 void *stop_user, kiln_cache_verify_report_t *out_report);
 void kiln_cache_verify_report_deinit(kiln_cache_verify_report_t *report);
 
@@ -297,7 +297,7 @@ typedef struct kiln_cache_gc_report_s {
 
 /* Evicts until the store is at most `max_bytes` on disk (0: the capacity; then
  * INVALID_ARGUMENT when unlimited). */
-kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes,
+KILN_MUST_USE kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes,
                             kiln_cache_gc_report_t *out_report);
 
 #endif /* KILN_CACHE_CACHE_H */

@@ -247,7 +247,7 @@ static void bind_count(sqlite3_stmt *stmt, int i, size_t v, int *rc) {
 /* Steps statement `id` to completion (a write) with ?1 bound to `text` (when not
  * NULL) and ?2 to `*number` (when not NULL). *out_changes (may be NULL) gets the
  * rows it changed. */
-static kiln_status_t exec_write(kiln_index_t *index, stmt_id_t id, const char *text,
+static KILN_MUST_USE kiln_status_t exec_write(kiln_index_t *index, stmt_id_t id, const char *text,
                                 const int64_t *number, const char *op, int *out_changes) {
   sqlite3_stmt *stmt = index->stmts[id];
   int rc = SQLITE_OK;
@@ -260,13 +260,13 @@ static kiln_status_t exec_write(kiln_index_t *index, stmt_id_t id, const char *t
   return status;
 }
 
-static kiln_status_t exec_text(kiln_index_t *index, stmt_id_t id, const char *text,
+static KILN_MUST_USE kiln_status_t exec_text(kiln_index_t *index, stmt_id_t id, const char *text,
                                const char *op, int *out_changes) {
   return exec_write(index, id, text, NULL, op, out_changes);
 }
 
 /* Steps a statement that yields one integer (EXISTS queries). */
-static kiln_status_t query_bool(kiln_index_t *index, stmt_id_t id, const char *text,
+static KILN_MUST_USE kiln_status_t query_bool(kiln_index_t *index, stmt_id_t id, const char *text,
                                 const char *op, bool *out) {
   sqlite3_stmt *stmt = index->stmts[id];
   int rc = SQLITE_OK;
@@ -285,7 +285,7 @@ static kiln_status_t query_bool(kiln_index_t *index, stmt_id_t id, const char *t
 
 /* Our own transaction (BEGIN IMMEDIATE) when the caller has none, a savepoint in
  * the caller's otherwise. *out_own says which, for tx_leave/tx_abort. */
-static kiln_status_t tx_enter(kiln_index_t *index, const char *op, bool *out_own) {
+static KILN_MUST_USE kiln_status_t tx_enter(kiln_index_t *index, const char *op, bool *out_own) {
   *out_own = sqlite3_get_autocommit(index->db) != 0;
   return exec_text(index, *out_own ? STMT_BEGIN : STMT_SAVEPOINT, NULL, op, NULL);
 }
@@ -303,7 +303,7 @@ static void tx_abort(kiln_index_t *index, bool own) {
 }
 
 /* Commits (or releases the savepoint); on failure, undoes and returns why. */
-static kiln_status_t tx_leave(kiln_index_t *index, const char *op, bool own) {
+static KILN_MUST_USE kiln_status_t tx_leave(kiln_index_t *index, const char *op, bool own) {
   kiln_status_t status = exec_text(index, own ? STMT_COMMIT : STMT_RELEASE, NULL, op, NULL);
   if (status) tx_abort(index, own);
   return status;
@@ -336,7 +336,7 @@ void kiln_index_rollback(kiln_index_t *index) {
 
 /* Runs a one-off statement (PRAGMAs at open) and, if it yields a row, copies its
  * first column as text into `out` (may be NULL). */
-static kiln_status_t exec_once(kiln_index_t *index, const char *sql, const char *op, char *out,
+static KILN_MUST_USE kiln_status_t exec_once(kiln_index_t *index, const char *sql, const char *op, char *out,
                                size_t out_cap) {
   sqlite3_stmt *stmt = NULL;
   int rc = sqlite3_prepare_v2(index->db, sql, -1, &stmt, NULL);
@@ -351,7 +351,7 @@ static kiln_status_t exec_once(kiln_index_t *index, const char *sql, const char 
   return status;
 }
 
-static kiln_status_t read_user_version(kiln_index_t *index, int *out_version) {
+static KILN_MUST_USE kiln_status_t read_user_version(kiln_index_t *index, int *out_version) {
   char text[32];
   KILN_RETURN_IF_ERROR(exec_once(index, "PRAGMA user_version", "read schema version", text,
                                  sizeof text));
@@ -359,7 +359,7 @@ static kiln_status_t read_user_version(kiln_index_t *index, int *out_version) {
   return NULL;
 }
 
-static kiln_status_t newer_schema(const kiln_index_t *index, int version) {
+static KILN_MUST_USE kiln_status_t newer_schema(const kiln_index_t *index, int version) {
   return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
                      "cache index %s has schema version %d, but this kiln knows versions up "
                      "to %d: it was written by a newer kiln; run that version, or move the "
@@ -369,7 +369,7 @@ static kiln_status_t newer_schema(const kiln_index_t *index, int version) {
 
 /* Applies the next pending migration, if any, in its own transaction; sets
  * *out_version to the version the database is at afterwards. */
-static kiln_status_t migrate_one(kiln_index_t *index, int *out_version) {
+static KILN_MUST_USE kiln_status_t migrate_one(kiln_index_t *index, int *out_version) {
   KILN_RETURN_IF_ERROR(exec_once(index, "BEGIN IMMEDIATE", "begin migration", NULL, 0));
   int version = 0;
   /* Re-read under the write lock: another connection may have migrated meanwhile. */
@@ -399,7 +399,7 @@ static kiln_status_t migrate_one(kiln_index_t *index, int *out_version) {
   return NULL;
 }
 
-static kiln_status_t migrate(kiln_index_t *index) {
+static KILN_MUST_USE kiln_status_t migrate(kiln_index_t *index) {
   int version = 0;
   KILN_RETURN_IF_ERROR(read_user_version(index, &version));
   if (version > kiln_index_schema_migration_count()) return newer_schema(index, version);
@@ -409,7 +409,7 @@ static kiln_status_t migrate(kiln_index_t *index) {
   return NULL;
 }
 
-static kiln_status_t prepare(kiln_index_t *index, const char *sql, sqlite3_stmt **out_stmt) {
+static KILN_MUST_USE kiln_status_t prepare(kiln_index_t *index, const char *sql, sqlite3_stmt **out_stmt) {
   int rc = sqlite3_prepare_v3(index->db, sql, -1, SQLITE_PREPARE_PERSISTENT, out_stmt, NULL);
   if (rc != SQLITE_OK) {
     *out_stmt = NULL;
@@ -418,7 +418,7 @@ static kiln_status_t prepare(kiln_index_t *index, const char *sql, sqlite3_stmt 
   return NULL;
 }
 
-static kiln_status_t configure(kiln_index_t *index) {
+static KILN_MUST_USE kiln_status_t configure(kiln_index_t *index) {
   sqlite3_extended_result_codes(index->db, 1);
   sqlite3_busy_timeout(index->db, index->busy_timeout_ms);
   char mode[32];
@@ -523,7 +523,7 @@ static char *column_strdup(sqlite3_stmt *stmt, int col) {
 
 /* Copies a digest column into `out` (KILN_INDEX_DIGEST_LEN + 1 bytes). The schema's
  * CHECKs make a wrong length impossible short of damage to the file. */
-static kiln_status_t column_digest(kiln_index_t *index, sqlite3_stmt *stmt, int col,
+static KILN_MUST_USE kiln_status_t column_digest(kiln_index_t *index, sqlite3_stmt *stmt, int col,
                                    bool may_be_empty, char *out) {
   const unsigned char *text = sqlite3_column_text(stmt, col);
   int len = sqlite3_column_bytes(stmt, col);
@@ -538,7 +538,7 @@ static kiln_status_t column_digest(kiln_index_t *index, sqlite3_stmt *stmt, int 
                      index->path, sqlite3_column_name(stmt, col), len);
 }
 
-static kiln_status_t load_labels(kiln_index_t *index, kiln_index_artifact_t *record) {
+static KILN_MUST_USE kiln_status_t load_labels(kiln_index_t *index, kiln_index_artifact_t *record) {
   sqlite3_stmt *stmt = index->stmts[STMT_LABELS_GET];
   int rc = SQLITE_OK;
   bind_text(stmt, 1, record->cache_key, &rc);
@@ -561,7 +561,7 @@ static kiln_status_t load_labels(kiln_index_t *index, kiln_index_artifact_t *rec
 /* Reads the current row of a statement selecting ARTIFACT_COLUMNS, then its labels.
  * `out` is zeroed by the caller; on failure it may hold part of a record (the
  * caller deinits it). */
-static kiln_status_t read_artifact_row(kiln_index_t *index, sqlite3_stmt *stmt,
+static KILN_MUST_USE kiln_status_t read_artifact_row(kiln_index_t *index, sqlite3_stmt *stmt,
                                        kiln_index_artifact_t *out) {
   KILN_RETURN_IF_ERROR(column_digest(index, stmt, 0, false, out->cache_key));
   KILN_RETURN_IF_ERROR(column_digest(index, stmt, 1, false, out->artifact_digest));
@@ -586,7 +586,7 @@ static kiln_status_t read_artifact_row(kiln_index_t *index, sqlite3_stmt *stmt,
   return load_labels(index, out);
 }
 
-static kiln_status_t read_source_row(kiln_index_t *index, sqlite3_stmt *stmt,
+static KILN_MUST_USE kiln_status_t read_source_row(kiln_index_t *index, sqlite3_stmt *stmt,
                                      kiln_index_source_t *out) {
   KILN_RETURN_IF_ERROR(column_digest(index, stmt, 0, false, out->digest));
   KILN_RETURN_IF_ERROR(column_digest(index, stmt, 1, true, out->semantic_digest));
@@ -609,7 +609,7 @@ typedef void (*free_rows_fn_t)(void *records, size_t count);
  * elements. Resets the statement. Artifact rows and their labels come from one
  * read snapshot, because the outer statement keeps its read transaction open while
  * labels are read. */
-static kiln_status_t collect_rows(kiln_index_t *index, sqlite3_stmt *stmt, int rc, const char *op,
+static KILN_MUST_USE kiln_status_t collect_rows(kiln_index_t *index, sqlite3_stmt *stmt, int rc, const char *op,
                                   size_t size, read_row_fn_t read, free_rows_fn_t free_rows,
                                   void **out_records, size_t *out_count) {
   char *records = NULL;
@@ -637,7 +637,7 @@ static kiln_status_t collect_rows(kiln_index_t *index, sqlite3_stmt *stmt, int r
   return NULL;
 }
 
-static kiln_status_t read_artifact_any(kiln_index_t *index, sqlite3_stmt *stmt, void *out) {
+static KILN_MUST_USE kiln_status_t read_artifact_any(kiln_index_t *index, sqlite3_stmt *stmt, void *out) {
   return read_artifact_row(index, stmt, out);
 }
 
@@ -646,7 +646,7 @@ static void free_artifacts_any(void *records, size_t count) {
 }
 
 /* Every row of a bound artifact query. */
-static kiln_status_t collect_artifacts(kiln_index_t *index, sqlite3_stmt *stmt, int rc,
+static KILN_MUST_USE kiln_status_t collect_artifacts(kiln_index_t *index, sqlite3_stmt *stmt, int rc,
                                        const char *op, kiln_index_artifact_t **out_records,
                                        size_t *out_count) {
   void *records = NULL;
@@ -657,7 +657,7 @@ static kiln_status_t collect_artifacts(kiln_index_t *index, sqlite3_stmt *stmt, 
 }
 
 /* Steps a bound query expected to yield at most one artifact row. */
-static kiln_status_t fetch_artifact(kiln_index_t *index, stmt_id_t id, const char *text,
+static KILN_MUST_USE kiln_status_t fetch_artifact(kiln_index_t *index, stmt_id_t id, const char *text,
                                     const char *op, const char *what,
                                     kiln_index_artifact_t *out_record) {
   sqlite3_stmt *stmt = index->stmts[id];
@@ -698,12 +698,12 @@ void kiln_index_artifacts_free(kiln_index_artifact_t *records, size_t count) {
   kiln_free(records);
 }
 
-static kiln_status_t invalid(const char *op, const char *what) {
+static KILN_MUST_USE kiln_status_t invalid(const char *op, const char *what) {
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache index: %s: %s", op, what);
 }
 
 /* NULL when `text` is a 64-character lowercase hex digest. */
-static kiln_status_t check_digest(const char *op, const char *field, const char *text) {
+static KILN_MUST_USE kiln_status_t check_digest(const char *op, const char *field, const char *text) {
   if (text && kiln_digest_is_valid_hex(text)) return NULL;
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                      "cache index: %s: %s '%.80s' is not a digest (64 lowercase hex "
@@ -711,13 +711,13 @@ static kiln_status_t check_digest(const char *op, const char *field, const char 
                      op, field, text ? text : "(null)");
 }
 
-static kiln_status_t check_u64(const char *op, const char *field, uint64_t v) {
+static KILN_MUST_USE kiln_status_t check_u64(const char *op, const char *field, uint64_t v) {
   if (v <= (uint64_t)INT64_MAX) return NULL;
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache index: %s: %s %llu is above %lld",
                      op, field, (unsigned long long)v, (long long)INT64_MAX);
 }
 
-static kiln_status_t check_artifact(const kiln_index_artifact_t *r) {
+static KILN_MUST_USE kiln_status_t check_artifact(const kiln_index_artifact_t *r) {
   static const char op[] = "put artifact";
   KILN_RETURN_IF_ERROR(check_digest(op, "cache_key", r->cache_key));
   KILN_RETURN_IF_ERROR(check_digest(op, "artifact_digest", r->artifact_digest));
@@ -743,7 +743,7 @@ static kiln_status_t check_artifact(const kiln_index_artifact_t *r) {
   return NULL;
 }
 
-static kiln_status_t put_artifact_rows(kiln_index_t *index, const kiln_index_artifact_t *r) {
+static KILN_MUST_USE kiln_status_t put_artifact_rows(kiln_index_t *index, const kiln_index_artifact_t *r) {
   static const char op[] = "put artifact";
   sqlite3_stmt *stmt = index->stmts[STMT_ARTIFACT_UPSERT];
   int rc = SQLITE_OK;
@@ -843,7 +843,7 @@ kiln_status_t kiln_index_artifact_set_pinned(kiln_index_t *index, const char *ke
 }
 
 /* The page statement for one shape, assembled from fixed fragments only. */
-static kiln_status_t page_stmt(kiln_index_t *index, unsigned mask, size_t n_labels,
+static KILN_MUST_USE kiln_status_t page_stmt(kiln_index_t *index, unsigned mask, size_t n_labels,
                                sqlite3_stmt **out_stmt) {
   sqlite3_stmt **slot = &index->page_stmts[mask][n_labels];
   if (!*slot) {
@@ -1034,7 +1034,7 @@ kiln_status_t kiln_index_source_evict(kiln_index_t *index, const char *digest, b
   return NULL;
 }
 
-static kiln_status_t read_source_any(kiln_index_t *index, sqlite3_stmt *stmt, void *out) {
+static KILN_MUST_USE kiln_status_t read_source_any(kiln_index_t *index, sqlite3_stmt *stmt, void *out) {
   return read_source_row(index, stmt, out);
 }
 
@@ -1093,7 +1093,7 @@ kiln_status_t kiln_index_visit_digests(kiln_index_t *index, kiln_index_digest_fn
   return status;
 }
 
-static kiln_status_t drop_rows(kiln_index_t *index, const char *digest, const char *reason,
+static KILN_MUST_USE kiln_status_t drop_rows(kiln_index_t *index, const char *digest, const char *reason,
                                int64_t now_ms, size_t *out_rows) {
   static const char op[] = "drop digest";
   int artifacts = 0, sources = 0;

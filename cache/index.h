@@ -35,7 +35,7 @@ typedef struct kiln_index_s kiln_index_t;
 /* Opens or creates the database at `path`, sets WAL, synchronous=NORMAL (durable
  * across process crashes; the blob files themselves are fsynced), busy_timeout 5000,
  * foreign_keys=ON, and applies pending migrations. */
-kiln_status_t kiln_index_open(const char *path, kiln_index_t **out_index);
+KILN_MUST_USE kiln_status_t kiln_index_open(const char *path, kiln_index_t **out_index);
 void kiln_index_close(kiln_index_t *index);
 /* PRAGMA user_version after migrations. */
 int kiln_index_schema_version(kiln_index_t *index);
@@ -53,8 +53,8 @@ void kiln_index_set_busy_timeout_ms(kiln_index_t *index, int ms);
  * another connection holds the write lock past the busy timeout.
  * commit: FAILED_PRECONDITION when none is open; on any failure the transaction has
  * been rolled back. rollback: no-op when none is open. */
-kiln_status_t kiln_index_begin(kiln_index_t *index);
-kiln_status_t kiln_index_commit(kiln_index_t *index);
+KILN_MUST_USE kiln_status_t kiln_index_begin(kiln_index_t *index);
+KILN_MUST_USE kiln_status_t kiln_index_commit(kiln_index_t *index);
 void kiln_index_rollback(kiln_index_t *index);
 
 typedef struct kiln_index_label_s {
@@ -96,25 +96,25 @@ void kiln_index_artifacts_free(kiln_index_artifact_t *records, size_t count);
  * record->hits. INVALID_ARGUMENT for a malformed digest, an empty target or
  * compiler, a size above INT64_MAX, or a label key that is empty or given twice.
  * flags, job_id and source_name NULL are stored as "". */
-kiln_status_t kiln_index_artifact_put(kiln_index_t *index, const kiln_index_artifact_t *record);
+KILN_MUST_USE kiln_status_t kiln_index_artifact_put(kiln_index_t *index, const kiln_index_artifact_t *record);
 /* The row for `cache_key`, labels sorted by key; flags, job_id and source_name are
  * "" (never NULL) when empty. *out_record is zeroed on entry and filled only on
  * success (free it with kiln_index_artifact_deinit). NOT_FOUND when no row has
  * this key. */
-kiln_status_t kiln_index_artifact_get(kiln_index_t *index, const char *cache_key,
+KILN_MUST_USE kiln_status_t kiln_index_artifact_get(kiln_index_t *index, const char *cache_key,
                                       kiln_index_artifact_t *out_record);
 /* The newest row whose artifact_digest is `digest`; NOT_FOUND when none. */
-kiln_status_t kiln_index_artifact_get_by_digest(kiln_index_t *index, const char *digest,
+KILN_MUST_USE kiln_status_t kiln_index_artifact_get_by_digest(kiln_index_t *index, const char *digest,
                                                 kiln_index_artifact_t *out_record);
 /* Adds `hits` to the row's hit count and moves last_access_ms forward to
  * `last_access_ms` (never back), so hits counted in memory can be written in one
  * batch. A missing row is not an error (it may have been evicted since the hits
  * happened). */
-kiln_status_t kiln_index_artifact_record_hits(kiln_index_t *index, const char *cache_key,
+KILN_MUST_USE kiln_status_t kiln_index_artifact_record_hits(kiln_index_t *index, const char *cache_key,
                                               int64_t last_access_ms, uint64_t hits);
 /* Pins or unpins every row whose cache_key OR artifact_digest equals `key_or_digest`;
  * *out_changed (may be NULL) counts matching rows. NOT_FOUND when none match. */
-kiln_status_t kiln_index_artifact_set_pinned(kiln_index_t *index, const char *key_or_digest,
+KILN_MUST_USE kiln_status_t kiln_index_artifact_set_pinned(kiln_index_t *index, const char *key_or_digest,
                                              bool pinned, size_t *out_changed);
 /* The most labels one page query can match (INVALID_ARGUMENT above it): the
  * contract's per-request label limit. */
@@ -150,22 +150,22 @@ typedef struct kiln_index_page_query_s {
  * malformed digest in the query or cursor is INVALID_ARGUMENT. The array is owned
  * by the caller (kiln_index_artifacts_free); *out_records is NULL when there are
  * none. */
-kiln_status_t kiln_index_artifact_find_page(kiln_index_t *index,
+KILN_MUST_USE kiln_status_t kiln_index_artifact_find_page(kiln_index_t *index,
                                             const kiln_index_page_query_t *query,
                                             kiln_index_artifact_t **out_records, size_t *out_count);
 
 /* Up to `limit` unpinned artifact rows, least recently accessed first (ties by
  * cache_key): eviction candidates. limit 0 returns none. */
-kiln_status_t kiln_index_artifact_lru(kiln_index_t *index, size_t limit,
+KILN_MUST_USE kiln_status_t kiln_index_artifact_lru(kiln_index_t *index, size_t limit,
                                       kiln_index_artifact_t **out_records, size_t *out_count);
 
 /* Eviction's delete: removes the row only if it is (still) unpinned; for a source,
  * only if it is also (still) unpinned and no artifact names it. A row that was
  * pinned, deleted or referenced since the LRU query is left alone: *out_evicted
  * false, status OK. */
-kiln_status_t kiln_index_artifact_evict(kiln_index_t *index, const char *cache_key,
+KILN_MUST_USE kiln_status_t kiln_index_artifact_evict(kiln_index_t *index, const char *cache_key,
                                         bool *out_evicted);
-kiln_status_t kiln_index_source_evict(kiln_index_t *index, const char *digest, bool *out_evicted);
+KILN_MUST_USE kiln_status_t kiln_index_source_evict(kiln_index_t *index, const char *digest, bool *out_evicted);
 
 /* A source row (the uploaded IR). */
 typedef struct kiln_index_source_s {
@@ -185,22 +185,22 @@ void kiln_index_sources_free(kiln_index_source_t *records, size_t count);
 /* Inserts, or refreshes last_access_ms of, the row for record->digest (an existing
  * row keeps every other field, pinned included). INVALID_ARGUMENT for a malformed
  * digest or semantic_digest. */
-kiln_status_t kiln_index_source_put(kiln_index_t *index, const kiln_index_source_t *record);
-kiln_status_t kiln_index_source_get(kiln_index_t *index, const char *digest,
+KILN_MUST_USE kiln_status_t kiln_index_source_put(kiln_index_t *index, const kiln_index_source_t *record);
+KILN_MUST_USE kiln_status_t kiln_index_source_get(kiln_index_t *index, const char *digest,
                                     kiln_index_source_t *out_record);
 /* touch sets last_access_ms = now_ms; get and touch are NOT_FOUND when no row has
  * `digest`. */
-kiln_status_t kiln_index_source_touch(kiln_index_t *index, const char *digest, int64_t now_ms);
+KILN_MUST_USE kiln_status_t kiln_index_source_touch(kiln_index_t *index, const char *digest, int64_t now_ms);
 /* Unpinned sources that no artifact row names (no artifact's source_digest equals
  * the source's digest or its non-empty semantic_digest), least recently accessed
  * first (ties by digest): evicted after artifacts. limit 0 returns none. */
-kiln_status_t kiln_index_source_lru(kiln_index_t *index, size_t limit,
+KILN_MUST_USE kiln_status_t kiln_index_source_lru(kiln_index_t *index, size_t limit,
                                     kiln_index_source_t **out_records, size_t *out_count);
 
 /* Whether any artifact or source row refers to blob `digest`: an artifact's
  * artifact_digest or a source's digest (source_digest and semantic_digest name
  * meanings, not blobs). */
-kiln_status_t kiln_index_digest_referenced(kiln_index_t *index, const char *digest,
+KILN_MUST_USE kiln_status_t kiln_index_digest_referenced(kiln_index_t *index, const char *digest,
                                            bool *out_referenced);
 
 /* Calls fn once per distinct blob digest the index refers to (artifacts and
@@ -208,14 +208,14 @@ kiln_status_t kiln_index_digest_referenced(kiln_index_t *index, const char *dige
  * The digests are read before the first call, so fn may use this same index (e.g.
  * drop_digest). Stops at, and returns, the first failure fn returns. */
 typedef kiln_status_t (*kiln_index_digest_fn_t)(void *user, const char *digest);
-kiln_status_t kiln_index_visit_digests(kiln_index_t *index, kiln_index_digest_fn_t fn, void *user);
+KILN_MUST_USE kiln_status_t kiln_index_visit_digests(kiln_index_t *index, kiln_index_digest_fn_t fn, void *user);
 
 /* Deletes every artifact and source row that refers to blob `digest`, and its
  * check, and records it in the quarantine table with `reason` (when reason is
  * NULL, nothing is recorded: a dangling row dropped by repair), all in one
  * transaction. *out_rows (may be NULL) counts deleted artifact and source rows
  * (not their labels or check). */
-kiln_status_t kiln_index_drop_digest(kiln_index_t *index, const char *digest, const char *reason,
+KILN_MUST_USE kiln_status_t kiln_index_drop_digest(kiln_index_t *index, const char *digest, const char *reason,
                                      int64_t now_ms, size_t *out_rows);
 
 /* Blob checks: the XXH3-128 of a blob's content (KILN_INDEX_CHECK_BYTES bytes,
@@ -228,11 +228,11 @@ kiln_status_t kiln_index_drop_digest(kiln_index_t *index, const char *digest, co
  * read since, or never stored).
  * drop_unreferenced: deletes the check of `digest` unless an artifact or source row
  * names the blob (after its blob was removed); absent is not an error. */
-kiln_status_t kiln_index_blob_check_put(kiln_index_t *index, const char *digest,
+KILN_MUST_USE kiln_status_t kiln_index_blob_check_put(kiln_index_t *index, const char *digest,
                                         const unsigned char check[KILN_INDEX_CHECK_BYTES]);
-kiln_status_t kiln_index_blob_check_get(kiln_index_t *index, const char *digest,
+KILN_MUST_USE kiln_status_t kiln_index_blob_check_get(kiln_index_t *index, const char *digest,
                                         unsigned char out_check[KILN_INDEX_CHECK_BYTES]);
-kiln_status_t kiln_index_blob_check_drop_unreferenced(kiln_index_t *index, const char *digest);
+KILN_MUST_USE kiln_status_t kiln_index_blob_check_drop_unreferenced(kiln_index_t *index, const char *digest);
 
 typedef struct kiln_index_totals_s {
   uint64_t artifacts;
@@ -246,7 +246,7 @@ typedef struct kiln_index_totals_s {
   uint64_t quarantined; /* quarantine rows */
 } kiln_index_totals_t;
 /* All read in one snapshot, so they agree with each other. */
-kiln_status_t kiln_index_totals(kiln_index_t *index, kiln_index_totals_t *out_totals);
+KILN_MUST_USE kiln_status_t kiln_index_totals(kiln_index_t *index, kiln_index_totals_t *out_totals);
 
 /* True when this connection changed rows since the last call (the first call:
  * since it was opened). */
@@ -256,6 +256,6 @@ bool kiln_index_wrote(kiln_index_t *index);
  * integrity_check (also every index against its table). *out_problem gets what
  * is wrong (kiln_free it), or NULL when the file is sound; a file too damaged for
  * the check to run is a problem too. The status is for failures to ask (busy). */
-kiln_status_t kiln_index_check_integrity(kiln_index_t *index, bool full, char **out_problem);
+KILN_MUST_USE kiln_status_t kiln_index_check_integrity(kiln_index_t *index, bool full, char **out_problem);
 
 #endif /* KILN_CACHE_INDEX_H */

@@ -112,7 +112,7 @@ static void bind_text(sqlite3_stmt *s, int i, const char *v) {
 }
 
 /* The put statements, prepared once (persistent) on first use; under mu. */
-static kiln_status_t prepare_puts(kiln_jobstore_t *store) {
+static KILN_MUST_USE kiln_status_t prepare_puts(kiln_jobstore_t *store) {
   if (store->put_job) return NULL;
   static const char *const sql[3] = {
       "INSERT OR REPLACE INTO jobs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
@@ -134,7 +134,7 @@ static kiln_status_t prepare_puts(kiln_jobstore_t *store) {
   return NULL;
 }
 
-static kiln_status_t put_one(kiln_jobstore_t *store, const kiln_jobstore_job_t *job) {
+static KILN_MUST_USE kiln_status_t put_one(kiln_jobstore_t *store, const kiln_jobstore_job_t *job) {
   sqlite3_stmt *j = store->put_job, *del = store->put_del, *t = store->put_target;
   sqlite3_reset(j);
   bind_text(j, 1, job->id);

@@ -61,20 +61,20 @@ typedef struct kiln_jobstore_job_s {
 
 /* Opens (creating and migrating) the store at `path`. INTERNAL / DATA_LOSS with
  * SQLite's message when the file cannot be opened or is damaged. */
-kiln_status_t kiln_jobstore_open(const char *path, kiln_jobstore_t **out_store);
+KILN_MUST_USE kiln_status_t kiln_jobstore_open(const char *path, kiln_jobstore_t **out_store);
 void kiln_jobstore_close(kiln_jobstore_t *store);
 
 /* Writes `count` jobs and their targets in one transaction: all of them, or on an
  * error none. Each replaces an earlier record of the same id. */
-kiln_status_t kiln_jobstore_put_many(kiln_jobstore_t *store, const kiln_jobstore_job_t *jobs, size_t count);
+KILN_MUST_USE kiln_status_t kiln_jobstore_put_many(kiln_jobstore_t *store, const kiln_jobstore_job_t *jobs, size_t count);
 
 /* Every unfinished job and every job finished at or after `since_unix_ms`, oldest
  * first. *out_jobs is owned by the caller (kiln_jobstore_jobs_free). */
-kiln_status_t kiln_jobstore_load(kiln_jobstore_t *store, int64_t since_unix_ms,
+KILN_MUST_USE kiln_status_t kiln_jobstore_load(kiln_jobstore_t *store, int64_t since_unix_ms,
                                  kiln_jobstore_job_t **out_jobs, size_t *out_count);
 
 /* Deletes jobs finished before `before_unix_ms`; *out_deleted (optional) counts them. */
-kiln_status_t kiln_jobstore_prune(kiln_jobstore_t *store, int64_t before_unix_ms, size_t *out_deleted);
+KILN_MUST_USE kiln_status_t kiln_jobstore_prune(kiln_jobstore_t *store, int64_t before_unix_ms, size_t *out_deleted);
 
 void kiln_jobstore_job_deinit(kiln_jobstore_job_t *job);
 void kiln_jobstore_jobs_free(kiln_jobstore_job_t *jobs, size_t count);

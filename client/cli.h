@@ -226,7 +226,7 @@ typedef struct kiln_cli_label_s {
  * twice keeps its last value, in the position of its first). INVALID_ARGUMENT
  * naming the item when it has no '=' or an empty key. On success *out_labels (an
  * array of *out_n) belongs to the caller (kiln_cli_labels_free). */
-kiln_status_t kiln_cli_labels_parse(const kiln_config_list_t *labels, kiln_cli_label_t **out_labels,
+KILN_MUST_USE kiln_status_t kiln_cli_labels_parse(const kiln_config_list_t *labels, kiln_cli_label_t **out_labels,
                                     size_t *out_n);
 void kiln_cli_labels_free(kiln_cli_label_t *labels, size_t n);
 

@@ -273,7 +273,7 @@ static int submit(compile_t *c) {
 
 /* Whether the folder `dir` can be written, or made and written: the folder when
  * it exists, else its nearest existing ancestor. Makes nothing. */
-static kiln_status_t check_writable(const char *dir) {
+static KILN_MUST_USE kiln_status_t check_writable(const char *dir) {
   char *p = kiln_strdup(dir);
   kiln_status_t status = NULL;
   for (;;) {

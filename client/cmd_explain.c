@@ -35,7 +35,7 @@ static const char *resolve_target(const Kiln__V1__GetServerInfoResponse *info, c
 
 /* GetArtifact by key, one byte: HIT with *out_meta (owned), MISS, or UNKNOWN.
  * INVALID_ARGUMENT (a refused flag) is returned as a status. */
-static kiln_status_t lookup(kiln_client_t *client, const char *source, const char *target,
+static KILN_MUST_USE kiln_status_t lookup(kiln_client_t *client, const char *source, const char *target,
                             const kiln_cli_settings_t *settings, kiln_cli_lookup_t *out,
                             Kiln__V1__ArtifactChunk **out_meta) {
   *out = KILN_CLI_LOOKUP_UNKNOWN;

@@ -18,7 +18,7 @@
 /* Files larger than this are refused (a VMFB is loaded whole by the runtime too). */
 #define MAX_FILE_BYTES (4ull << 30)
 
-static kiln_status_t read_whole(const char *path, uint8_t **out, size_t *out_len);
+static KILN_MUST_USE kiln_status_t read_whole(const char *path, uint8_t **out, size_t *out_len);
 
 void kiln_cli_vmfb_load(const char *path, uint8_t **out_data, size_t *out_len, kiln_vmfb_info_t *out_info) {
   memset(out_info, 0, sizeof *out_info);
@@ -32,7 +32,7 @@ void kiln_cli_vmfb_load(const char *path, uint8_t **out_data, size_t *out_len, k
   }
 }
 
-static kiln_status_t read_whole(const char *path, uint8_t **out, size_t *out_len) {
+static KILN_MUST_USE kiln_status_t read_whole(const char *path, uint8_t **out, size_t *out_len) {
   *out = NULL;
   *out_len = 0;
   FILE *f = fopen(path, "rb");

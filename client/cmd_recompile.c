@@ -442,7 +442,7 @@ static void known_add(recompile_t *r, const char *digest, const char *path) {
 
 /* Creates the directory `path` goes in (outputs come in runs per directory: the
  * last one made is remembered). */
-static kiln_status_t parent_dirs(recompile_t *r, const char *path) {
+static KILN_MUST_USE kiln_status_t parent_dirs(recompile_t *r, const char *path) {
   const char *slash = strrchr(path, '/');
   if (!slash || slash == path) return NULL;
   size_t n = (size_t)(slash - path);
@@ -471,7 +471,7 @@ static kiln_status_t parent_dirs(recompile_t *r, const char *path) {
 
 /* Puts artifact `digest` at `out`: nothing to do when `out` is the file itself and
  * holds it; a local copy when some file already holds it; else one GetArtifact. */
-static kiln_status_t materialize(recompile_t *r, const file_t *f, const char *digest, const char *out) {
+static KILN_MUST_USE kiln_status_t materialize(recompile_t *r, const file_t *f, const char *digest, const char *out) {
   if (strcmp(digest, f->digest) == 0 && strcmp(out, f->path) == 0) return NULL;
   kiln_status_t status = parent_dirs(r, out);
   if (status) return status;
@@ -762,7 +762,7 @@ static bool was_uploaded(const recompile_t *r, const char *digest) {
 }
 
 /* PutSource of `size` bytes from `in` as `digest`, unless this run did already. */
-static kiln_status_t upload(recompile_t *r, FILE *in, const char *digest, uint64_t size, const char *name) {
+static KILN_MUST_USE kiln_status_t upload(recompile_t *r, FILE *in, const char *digest, uint64_t size, const char *name) {
   if (was_uploaded(r, digest)) return NULL;
   kiln_client_set_timeout(r->client, kiln_cli_timeout_ms(r->settings, true));
   Kiln__V1__PutSourceResponse *resp = NULL;
@@ -775,7 +775,7 @@ static kiln_status_t upload(recompile_t *r, FILE *in, const char *digest, uint64
   return NULL;
 }
 
-static kiln_status_t upload_bytes(recompile_t *r, const uint8_t *data, size_t len, const char *digest,
+static KILN_MUST_USE kiln_status_t upload_bytes(recompile_t *r, const uint8_t *data, size_t len, const char *digest,
                                   const char *name) {
   if (was_uploaded(r, digest)) return NULL;
   FILE *in = fmemopen((void *)data, len ? len : 1, "rb");
@@ -811,7 +811,7 @@ typedef struct item_parts_s {
 
 /* The manifest's source for `f`: inline when small, else uploaded and named by
  * digest. */
-static kiln_status_t entry_source(recompile_t *r, kiln_cli_source_entry_t *e, uint64_t room,
+static KILN_MUST_USE kiln_status_t entry_source(recompile_t *r, kiln_cli_source_entry_t *e, uint64_t room,
                                   Kiln__V1__RecompileItem *item, item_parts_t *parts) {
   kiln_status_t status = NULL;
   if (!e->hashed) {
@@ -842,7 +842,7 @@ static kiln_status_t entry_source(recompile_t *r, kiln_cli_source_entry_t *e, ui
 }
 
 /* Fills `item` for file `f` (bytes `data`). */
-static kiln_status_t build_item(recompile_t *r, file_t *f, kiln_cli_source_entry_t *entry, const uint8_t *data,
+static KILN_MUST_USE kiln_status_t build_item(recompile_t *r, file_t *f, kiln_cli_source_entry_t *entry, const uint8_t *data,
                                 size_t len, const kiln_vmfb_info_t *info, Kiln__V1__RecompileItem *item,
                                 item_parts_t *parts) {
   uint64_t budget = message_budget(r);

@@ -90,7 +90,7 @@ const char *kiln_client_failed_request_id(const kiln_client_t *client) {
 }
 
 /* The channel's credentials for `options`: insecure without TLS. */
-static kiln_status_t channel_credentials(const kiln_client_options_t *options,
+static KILN_MUST_USE kiln_status_t channel_credentials(const kiln_client_options_t *options,
                                          grpc_channel_credentials **out_creds) {
   *out_creds = NULL;
   bool tls = options && (options->tls || options->tls_ca || options->tls_cert || options->tls_key);
@@ -237,7 +237,7 @@ int64_t kiln_client_timeout(const kiln_client_t *client) { return client->timeou
  * content), each diagnostic follows the message on its own line as
  * "<file>:<line>:<column>: error: <message>", the form editors and CI annotations
  * read. */
-static kiln_status_t failed_status(grpc_status_code code, grpc_slice details, const grpc_metadata_array *trailing) {
+static KILN_MUST_USE kiln_status_t failed_status(grpc_status_code code, grpc_slice details, const grpc_metadata_array *trailing) {
   char *text = grpc_slice_to_c_string(details);
   kiln_buf_t msg;
   kiln_buf_init(&msg);
@@ -411,17 +411,17 @@ static void wait_status(kiln_client_stream_t *s) {
   }
 }
 
-static kiln_status_t final_status_of(const kiln_client_stream_t *s);
+static KILN_MUST_USE kiln_status_t final_status_of(const kiln_client_stream_t *s);
 
 /* The final outcome as a fresh status (NULL for OK); a failure records the call's
  * request id as the client's last failed one. */
-static kiln_status_t final_status(const kiln_client_stream_t *s) {
+static KILN_MUST_USE kiln_status_t final_status(const kiln_client_stream_t *s) {
   kiln_status_t st = final_status_of(s);
   if (st) snprintf(s->client->failed_request_id, sizeof s->client->failed_request_id, "%s", s->request_id);
   return st;
 }
 
-static kiln_status_t final_status_of(const kiln_client_stream_t *s) {
+static KILN_MUST_USE kiln_status_t final_status_of(const kiln_client_stream_t *s) {
   if (s->start_error) {
     return KILN_STATUS(kiln_status_code(s->start_error), "%s", kiln_status_message(s->start_error));
   }
@@ -661,7 +661,7 @@ static gpr_timespec wait_until(int64_t wait_ms) {
 }
 
 /* The body of both reads: `split_field` 0 decodes whole. */
-static kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
+static KILN_MUST_USE kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
                                   uint32_t split_field, int64_t wait_ms, ProtobufCMessage **out_message,
                                   bool *out_timed_out);
 
@@ -684,7 +684,7 @@ kiln_status_t kiln_client_stream_read_split(kiln_client_stream_t *stream,
   return st;
 }
 
-static kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
+static KILN_MUST_USE kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
                                   uint32_t split_field, int64_t wait_ms, ProtobufCMessage **out_message,
                                   bool *out_timed_out) {
   *out_message = NULL;

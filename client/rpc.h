@@ -17,7 +17,7 @@ typedef struct kiln_client_s kiln_client_t;
 /* Opens a channel to `address` (HOST:PORT, [IPV6]:PORT or unix:PATH); no traffic
  * until the first call. Each call gets `timeout_ms` as its deadline; messages up to
  * `max_message_bytes` are accepted. Owned by the caller. */
-kiln_status_t kiln_client_create(const char *address, int64_t timeout_ms,
+KILN_MUST_USE kiln_status_t kiln_client_create(const char *address, int64_t timeout_ms,
                                  uint64_t max_message_bytes, kiln_client_t **out_client);
 
 /* How the client reaches and proves itself to kilnd. Every field may be NULL/false;
@@ -36,7 +36,7 @@ typedef struct kiln_client_options_s {
  * certificate without its key, or a token with characters that metadata cannot
  * carry; nothing is dialled yet (a handshake failure comes from the first call,
  * UNAVAILABLE). */
-kiln_status_t kiln_client_create_ex(const char *address, int64_t timeout_ms, uint64_t max_message_bytes,
+KILN_MUST_USE kiln_status_t kiln_client_create_ex(const char *address, int64_t timeout_ms, uint64_t max_message_bytes,
                                     const kiln_client_options_t *options, kiln_client_t **out_client);
 void kiln_client_destroy(kiln_client_t *client);
 
@@ -71,7 +71,7 @@ const char *kiln_client_address(const kiln_client_t *client);
  * (free with protobuf_c_message_free_unpacked(msg, NULL)). A failed call returns
  * the server's gRPC status and message (UNAVAILABLE when kilnd cannot be reached,
  * DEADLINE_EXCEEDED after timeout_ms); an undecodable answer is INTERNAL. */
-kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
+KILN_MUST_USE kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
                                 const ProtobufCMessage *request,
                                 const ProtobufCMessageDescriptor *response_descriptor,
                                 ProtobufCMessage **out_response);
@@ -109,7 +109,7 @@ kiln_client_stream_t *kiln_client_stream_open(kiln_client_t *client, const char 
  *     (CANCELLED after kiln_client_stream_cancel, DEADLINE_EXCEEDED, UNAVAILABLE),
  *     INTERNAL for a message that does not decode. Later reads return the same
  *     outcome again (a fresh copy of the status). */
-kiln_status_t kiln_client_stream_read(kiln_client_stream_t *stream,
+KILN_MUST_USE kiln_status_t kiln_client_stream_read(kiln_client_stream_t *stream,
                                       const ProtobufCMessageDescriptor *descriptor,
                                       int64_t wait_ms, ProtobufCMessage **out_message,
                                       bool *out_timed_out);
@@ -126,7 +126,7 @@ typedef struct kiln_client_piece_s {
  * the received buffers, in order, valid until the next read or the destroy. The
  * rest of the message is decoded as usual. A download then costs one copy (the
  * kernel's) instead of three. */
-kiln_status_t kiln_client_stream_read_split(kiln_client_stream_t *stream,
+KILN_MUST_USE kiln_status_t kiln_client_stream_read_split(kiln_client_stream_t *stream,
                                             const ProtobufCMessageDescriptor *descriptor, uint32_t bytes_field,
                                             int64_t wait_ms, ProtobufCMessage **out_message,
                                             const kiln_client_piece_t **out_pieces, size_t *out_count,
@@ -161,7 +161,7 @@ bool kiln_client_stream_write_poll(kiln_client_stream_t *stream, int64_t wait_ms
  * server's single response as `descriptor` and the call's status. On OK
  * *out_response is owned by the caller; otherwise returns the status (as
  * kiln_client_stream_read describes) and *out_response is NULL. */
-kiln_status_t kiln_client_stream_finish(kiln_client_stream_t *stream,
+KILN_MUST_USE kiln_status_t kiln_client_stream_finish(kiln_client_stream_t *stream,
                                         const ProtobufCMessageDescriptor *descriptor,
                                         ProtobufCMessage **out_response);
 

@@ -49,7 +49,7 @@ static char *join_dir(const char *manifest, const char *rel) {
 }
 
 /* Checks one entry's fields and appends it to the map. */
-static kiln_status_t add_entry(kiln_cli_source_map_t *map, const char *where, const raw_t *raw) {
+static KILN_MUST_USE kiln_status_t add_entry(kiln_cli_source_map_t *map, const char *where, const raw_t *raw) {
   if (!raw->vmfb || !*raw->vmfb) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "%s: no vmfb: give the legacy VMFB's path (relative to the manifest) or its "
@@ -124,7 +124,7 @@ static kiln_status_t add_entry(kiln_cli_source_map_t *map, const char *where, co
 /* ---- JSON ---------------------------------------------------------------- */
 
 /* A JSON value that must be a string or a list of strings. */
-static kiln_status_t json_strings(json_object *v, const char *where, const char *key, const char **out_str,
+static KILN_MUST_USE kiln_status_t json_strings(json_object *v, const char *where, const char *key, const char **out_str,
                                   const char ***out_list, size_t *out_n) {
   if (json_object_is_type(v, json_type_string)) {
     *out_str = json_object_get_string(v);
@@ -148,7 +148,7 @@ static kiln_status_t json_strings(json_object *v, const char *where, const char 
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: \"%s\" must be a string or a list of strings", where, key);
 }
 
-static kiln_status_t json_entry(kiln_cli_source_map_t *map, json_object *o, size_t index) {
+static KILN_MUST_USE kiln_status_t json_entry(kiln_cli_source_map_t *map, json_object *o, size_t index) {
   kiln_buf_t where;
   kiln_buf_init(&where);
   kiln_buf_appendf(&where, "%s: entry %zu", map->path, index + 1);
@@ -197,7 +197,7 @@ static size_t line_of(const char *text, size_t offset) {
   return line;
 }
 
-static kiln_status_t load_json(kiln_cli_source_map_t *map, const char *text, size_t len) {
+static KILN_MUST_USE kiln_status_t load_json(kiln_cli_source_map_t *map, const char *text, size_t len) {
   json_tokener *tok = json_tokener_new();
   json_object *root = json_tokener_parse_ex(tok, text, (int)len);
   enum json_tokener_error jerr = json_tokener_get_error(tok);
@@ -254,7 +254,7 @@ static void record_clear(record_t *r) {
 }
 
 /* Reads the record at *pos (advancing it, and *line); false at the end of text. */
-static kiln_status_t csv_record(const kiln_cli_source_map_t *map, const char *text, size_t len, size_t *pos,
+static KILN_MUST_USE kiln_status_t csv_record(const kiln_cli_source_map_t *map, const char *text, size_t len, size_t *pos,
                                 size_t *line, record_t *out, bool *out_got) {
   *out_got = false;
   if (*pos >= len) return NULL;
@@ -335,7 +335,7 @@ static bool record_blank(const record_t *r) {
 
 enum { COL_VMFB, COL_SOURCE, COL_TARGETS, COL_FLAGS, COL_COUNT };
 
-static kiln_status_t load_csv(kiln_cli_source_map_t *map, const char *text, size_t len) {
+static KILN_MUST_USE kiln_status_t load_csv(kiln_cli_source_map_t *map, const char *text, size_t len) {
   size_t pos = 0, line = 1;
   record_t rec = {0};
   int col_of[COL_COUNT] = {-1, -1, -1, -1};

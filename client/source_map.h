@@ -61,7 +61,7 @@ typedef struct kiln_cli_source_map_s {
  * `allow_outside`, every source must resolve (symlinks followed) inside the
  * manifest's own folder, else PERMISSION_DENIED naming the entry, so
  * "../../../../etc/passwd" is never read and uploaded. */
-kiln_status_t kiln_cli_source_map_load(const char *path, bool allow_outside, kiln_cli_source_map_t *out_map);
+KILN_MUST_USE kiln_status_t kiln_cli_source_map_load(const char *path, bool allow_outside, kiln_cli_source_map_t *out_map);
 void kiln_cli_source_map_deinit(kiln_cli_source_map_t *map);
 
 /* The entry for a file whose canonical path is `real_path` (may be NULL) and

@@ -187,7 +187,7 @@ static void fsync_parent(const char *path) {
 
 /* The first half of an atomic write: creates the temporary file beside `path`
  * (its name into *tmp) and returns its descriptor in *out_fd. */
-static kiln_status_t atomic_open(const char *path, kiln_buf_t *tmp, int *out_fd) {
+static KILN_MUST_USE kiln_status_t atomic_open(const char *path, kiln_buf_t *tmp, int *out_fd) {
   kiln_buf_init(tmp);
   kiln_buf_appendf(tmp, "%s.tmp.%ld", path, (long)getpid());
   *out_fd = open(tmp->data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
@@ -198,7 +198,7 @@ static kiln_status_t atomic_open(const char *path, kiln_buf_t *tmp, int *out_fd)
 /* The second half: with `status` NULL (everything written), flushes, closes and
  * renames the temporary file over `path`; otherwise (or when that fails) closes
  * and removes it. Frees `tmp`; returns the outcome. */
-static kiln_status_t atomic_close(int fd, kiln_buf_t *tmp, const char *path, kiln_status_t status) {
+static KILN_MUST_USE kiln_status_t atomic_close(int fd, kiln_buf_t *tmp, const char *path, kiln_status_t status) {
   if (!status && fsync(fd) != 0) status = KILN_CLI_LOCAL_ERRNO(errno, "cannot flush %s", tmp->data);
   if (close(fd) != 0 && !status) status = KILN_CLI_LOCAL_ERRNO(errno, "cannot write %s", tmp->data);
   if (!status && rename(tmp->data, path) != 0) {
@@ -234,7 +234,7 @@ kiln_status_t kiln_cli_write_atomic(const char *path, const void *data, size_t l
 
 /* Copies all of `in` to `out` from their current offsets: copy_file_range (the
  * kernel copies, or shares extents where the file system can), else read/write. */
-static kiln_status_t copy_fd(int in, int out, const char *from, const char *to) {
+static KILN_MUST_USE kiln_status_t copy_fd(int in, int out, const char *from, const char *to) {
   bool plain = false;
   char *block = NULL;
   for (;;) {
@@ -356,7 +356,7 @@ typedef struct attempt_s {
   bool restart_now; /* run_stream just decided that restart */
 } attempt_t;
 
-static kiln_status_t check_metadata(attempt_t *a, Kiln__V1__ArtifactChunk *first) {
+static KILN_MUST_USE kiln_status_t check_metadata(attempt_t *a, Kiln__V1__ArtifactChunk *first) {
   const Kiln__V1__ArtifactMetadata *m = first->metadata;
   if (!m || !kiln_digest_is_valid_hex(m->digest)) {
     return KILN_STATUS(KILN_STATUS_INTERNAL,
@@ -371,7 +371,7 @@ static kiln_status_t check_metadata(attempt_t *a, Kiln__V1__ArtifactChunk *first
 }
 
 /* Hashes the finished partial file and renames it into place. */
-static kiln_status_t commit(attempt_t *a) {
+static KILN_MUST_USE kiln_status_t commit(attempt_t *a) {
   kiln_digest_hex_t hex;
   uint64_t size = 0;
   kiln_status_t status = kiln_cli_file_digest(a->part, &hex, &size);
@@ -391,7 +391,7 @@ static kiln_status_t commit(attempt_t *a) {
 }
 
 /* Writes the pieces at file offset `pos`, with as few system calls as it takes. */
-static kiln_status_t write_pieces(int fd, const kiln_client_piece_t *pieces, size_t n, uint64_t pos, const char *path) {
+static KILN_MUST_USE kiln_status_t write_pieces(int fd, const kiln_client_piece_t *pieces, size_t n, uint64_t pos, const char *path) {
   struct iovec iov[64];
   size_t i = 0, skip = 0; /* pieces[i] from byte `skip` is next */
   while (i < n && pieces[i].len == 0) i++;
@@ -424,7 +424,7 @@ static kiln_status_t write_pieces(int fd, const kiln_client_piece_t *pieces, siz
 
 /* Runs one stream from `offset`: NULL when the file is complete and committed;
  * otherwise the status, with *out_retry saying whether a new stream may go on. */
-static kiln_status_t run_stream(attempt_t *a, uint64_t offset, bool *out_retry) {
+static KILN_MUST_USE kiln_status_t run_stream(attempt_t *a, uint64_t offset, bool *out_retry) {
   *out_retry = false;
   Kiln__V1__GetArtifactRequest req = KILN__V1__GET_ARTIFACT_REQUEST__INIT;
   Kiln__V1__ArtifactKey key = KILN__V1__ARTIFACT_KEY__INIT;

@@ -28,7 +28,7 @@ typedef struct kiln_compiler_artifact_options_s {
  * is included). A CPU target's executable is embedded-elf-ARCH, or system-elf-ARCH
  * when the flags hold --iree-llvmcpu-link-embedded=false (the same ELF).
  * Deterministic: the same output and options give the same bytes. */
-kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output, size_t index,
+KILN_MUST_USE kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output, size_t index,
                                            const kiln_compiler_artifact_options_t *options,
                                            kiln_buf_t *out);
 

@@ -611,8 +611,8 @@ static MlirWalkResult collect_block_scaled(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-static kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op, const char *name);
-static kiln_status_t cast_from_block_scaled(MlirContext context, MlirOperation op, const char *name);
+static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op, const char *name);
+static KILN_MUST_USE kiln_status_t cast_from_block_scaled(MlirContext context, MlirOperation op, const char *name);
 static void mxint8_to_i8(MlirContext context, MlirModule module);
 
 /* `dst` = the f32 value of MX data `src` (element type `el`) times the E8M0
@@ -853,7 +853,7 @@ static void append_iterators(kiln_buf_t *b, intptr_t rank, bool last_reduces) {
 /* The rank of MX data `data` and, in its last dimension, its length and the
  * number of blocks `scale` has for it; UNIMPLEMENTED naming the op where either
  * shape is dynamic or the blocks do not divide the length. */
-static kiln_status_t block_geometry(MlirOperation op, MlirType data, MlirType scale, const char *name,
+static KILN_MUST_USE kiln_status_t block_geometry(MlirOperation op, MlirType data, MlirType scale, const char *name,
                                     intptr_t *rank, int64_t *len, int64_t *blocks) {
   *rank = mlirShapedTypeHasRank(data) ? mlirShapedTypeGetRank(data) : 0;
   *len = *rank ? mlirShapedTypeGetDimSize(data, *rank - 1) : 0;
@@ -869,7 +869,7 @@ static kiln_status_t block_geometry(MlirOperation op, MlirType data, MlirType sc
                      name, line, col, (int)n.length, n.data);
 }
 
-static kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op, const char *name) {
+static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op, const char *name) {
   MlirType in = mlirValueGetType(mlirOperationGetOperand(op, 0));
   MlirType out = mlirValueGetType(mlirOperationGetResult(op, 0));
   MlirType scale = mlirValueGetType(mlirOperationGetResult(op, 1));
@@ -1049,7 +1049,7 @@ static kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op,
 /* TOSA 1.1's CAST_FROM_BLOCK_SCALED: out = fp32(x) * fp32(scale of x's block),
  * rounded to the output type; one linalg.generic whose scale map divides the
  * last index by the block size. */
-static kiln_status_t cast_from_block_scaled(MlirContext context, MlirOperation op, const char *name) {
+static KILN_MUST_USE kiln_status_t cast_from_block_scaled(MlirContext context, MlirOperation op, const char *name) {
   MlirType in = mlirValueGetType(mlirOperationGetOperand(op, 0));
   MlirType scale = mlirValueGetType(mlirOperationGetOperand(op, 1));
   MlirType out = mlirValueGetType(mlirOperationGetResult(op, 0));

@@ -354,7 +354,7 @@ static void sink_thread_loops(MlirContext ctx, MlirOperation ty, MlirOperation t
 /* One gpu.func as func.func @name(args..., wid x y z, wcount x y z: index): its
  * body inside loops over the workgroup's invocations, thread z outermost and x,
  * the contiguous dimension (host.h), innermost. */
-static kiln_status_t workgroup_function(MlirContext ctx, MlirOperation kernel, const uint32_t block[3],
+static KILN_MUST_USE kiln_status_t workgroup_function(MlirContext ctx, MlirOperation kernel, const uint32_t block[3],
                                         MlirBlock into, const char *name) {
   char *sym = symbol_of(kernel);
   MlirBlock entry = body_of(kernel);
@@ -689,7 +689,7 @@ static void annotate(LLVMModuleRef ir, LLVMContextRef llvm, const kernel_sig_t *
   }
 }
 
-static kiln_status_t emit(MlirModule module, const kiln_target_t *t, const kernel_sig_t *ks, const bool *noalias,
+static KILN_MUST_USE kiln_status_t emit(MlirModule module, const kiln_target_t *t, const kernel_sig_t *ks, const bool *noalias,
                           size_t n_kernels, const char *name, kiln_buf_t *object) {
   LLVMContextRef llvm = LLVMContextCreate();
   LLVMModuleRef ir = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module), llvm);
@@ -769,7 +769,7 @@ static kiln_status_t emit(MlirModule module, const kiln_target_t *t, const kerne
   return st;
 }
 
-static kiln_status_t write_all(const char *path, const void *data, size_t len) {
+static KILN_MUST_USE kiln_status_t write_all(const char *path, const void *data, size_t len) {
   FILE *f = fopen(path, "wb");
   if (!f) return KILN_STATUS_ERRNO(errno, "cannot create %s", path);
   bool ok = fwrite(data, 1, len, f) == len;
@@ -778,7 +778,7 @@ static kiln_status_t write_all(const char *path, const void *data, size_t len) {
 }
 
 /* ld.lld: a shared object with no imports, no libc, and the query exported. */
-static kiln_status_t link_elf(const kiln_buf_t *object, const kiln_target_t *t, const char *name, kiln_buf_t *elf) {
+static KILN_MUST_USE kiln_status_t link_elf(const kiln_buf_t *object, const kiln_target_t *t, const char *name, kiln_buf_t *elf) {
   if (access(LLD, X_OK) != 0) {
     return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "CPU executables are linked with %s, which is missing: install lld-22",
                        LLD);

@@ -66,7 +66,7 @@ typedef struct state_s {
   kiln_status_t status;
 } state_t;
 
-static kiln_status_t refuse(const state_t *st, MlirOperation func, const char *what) {
+static KILN_MUST_USE kiln_status_t refuse(const state_t *st, MlirOperation func, const char *what) {
   MlirAttribute sym = attr(func, "sym_name");
   MlirStringRef s = mlirAttributeIsNull(sym) ? mlirStringRefCreateFromCString("?") : mlirStringAttrGetValue(sym);
   return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s: kernel %.*s %s (dynamic shapes)", st->name, (int)s.length,
@@ -208,7 +208,7 @@ static size_t users_of(MlirValue v, MlirOperation **out) {
   return n;
 }
 
-static kiln_status_t flatten_uses(state_t *st, MlirOperation func, const flat_t *f) {
+static KILN_MUST_USE kiln_status_t flatten_uses(state_t *st, MlirOperation func, const flat_t *f) {
   MlirOperation *users = NULL;
   size_t n = users_of(f->arg, &users);
   kiln_status_t status = NULL;
@@ -261,7 +261,7 @@ static MlirValue host_flat_view(MlirContext ctx, MlirOperation before, MlirValue
   return mlirOperationGetResult(insert_before(before, mlirOperationCreate(&s)), 0);
 }
 
-static kiln_status_t flatten_launch(state_t *st, launch_t *l) {
+static KILN_MUST_USE kiln_status_t flatten_launch(state_t *st, launch_t *l) {
   MlirContext ctx = st->ctx;
   MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(l->func, 0));
   MlirOperation first_op = mlirBlockGetFirstOperation(entry);
@@ -357,7 +357,7 @@ static MlirValue value_of_word(MlirContext ctx, MlirOperation before, MlirValue 
   return make(width > 32 ? "arith.extsi" : "arith.trunci", before, &w, 1, t);
 }
 
-static kiln_status_t scalars_to_buffer(state_t *st, launch_t *l, MlirValue args, int64_t words) {
+static KILN_MUST_USE kiln_status_t scalars_to_buffer(state_t *st, launch_t *l, MlirValue args, int64_t words) {
   MlirContext ctx = st->ctx;
   MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(l->func, 0));
   intptr_t first, count;

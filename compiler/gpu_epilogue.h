@@ -70,7 +70,7 @@ bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg);
  * arithmetic on them, lane by lane, to D at the same place; the store to C
  * stays only where `keep_c`. INTERNAL when the result does not verify (a kiln
  * bug). */
-kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_func, unsigned g_c_arg,
+KILN_MUST_USE kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_func, unsigned g_c_arg,
                                            unsigned g_n_args, MlirOperation e_func, unsigned e_c_arg, bool keep_c,
                                            const char *target_id);
 

@@ -97,7 +97,7 @@ typedef struct kiln_compiler_gemm_extra_s {
  * kernel are erased from host functions (the host plan, read before, launches
  * the new one on out_grid). Writes the new grid and workgroup size, and the new
  * kernel in *out_new where out_new is not NULL. */
-kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module, MlirOperation func,
+KILN_MUST_USE kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module, MlirOperation func,
                                          const kiln_compiler_gemm_t *g, const kiln_target_t *t,
                                          const kiln_compiler_gemm_extra_t *extra, uint32_t out_grid[3],
                                          uint32_t out_block[3], MlirOperation *out_new);

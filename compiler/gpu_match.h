@@ -111,7 +111,7 @@ char *kiln_compiler_gpu_type_text(MlirType t);
  * functions (their argument types are the old ones; the host plan was read
  * before); the new kernel in *out_new when out_new is not NULL. `what` and `t`
  * name the kernel in errors: INTERNAL when the text does not parse, a kiln bug. */
-kiln_status_t kiln_compiler_gpu_kernel_swap(MlirContext context, MlirModule module, MlirOperation func,
+KILN_MUST_USE kiln_status_t kiln_compiler_gpu_kernel_swap(MlirContext context, MlirModule module, MlirOperation func,
                                             const char *text, const char *what, const kiln_target_t *t,
                                             MlirOperation *out_new);
 

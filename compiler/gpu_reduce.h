@@ -46,7 +46,7 @@ bool kiln_compiler_reduce_fits(const kiln_compiler_reduce_t *r, const kiln_targe
 
 /* Replaces kernel `func` (matched as `r`) by the workgroup reduction for `t`;
  * writes its grid (one workgroup per row) and workgroup size. */
-kiln_status_t kiln_compiler_reduce_replace(MlirContext context, MlirModule module, MlirOperation func,
+KILN_MUST_USE kiln_status_t kiln_compiler_reduce_replace(MlirContext context, MlirModule module, MlirOperation func,
                                            const kiln_compiler_reduce_t *r, const kiln_target_t *t,
                                            uint32_t out_grid[3], uint32_t out_block[3]);
 

@@ -517,7 +517,7 @@ typedef struct reader_s {
 } reader_t;
 
 /* MLIR element types and IREE's codes for them (plan.h): one row per type. */
-static kiln_status_t element_type(const reader_t *r, MlirType t, uint32_t *out) {
+static KILN_MUST_USE kiln_status_t element_type(const reader_t *r, MlirType t, uint32_t *out) {
   static const struct {
     bool (*is)(MlirType);
     uint32_t code;
@@ -572,7 +572,7 @@ static kiln_status_t element_type(const reader_t *r, MlirType t, uint32_t *out) 
 }
 
 /* A memref type as a tensor type; a dynamic dimension is -1 when `dynamic_ok`. */
-static kiln_status_t tensor_type_of(const reader_t *r, MlirType t, bool dynamic_ok,
+static KILN_MUST_USE kiln_status_t tensor_type_of(const reader_t *r, MlirType t, bool dynamic_ok,
                                     kiln_vmfb_tensor_type_t *out) {
   memset(out, 0, sizeof *out);
   if (!mlirTypeIsAMemRef(t) || (!dynamic_ok && !mlirShapedTypeHasStaticShape(t)) ||
@@ -589,7 +589,7 @@ static kiln_status_t tensor_type_of(const reader_t *r, MlirType t, bool dynamic_
   return element_type(r, mlirShapedTypeGetElementType(t), &out->element_type);
 }
 
-static kiln_status_t tensor_type(const reader_t *r, MlirType t, kiln_vmfb_tensor_type_t *out) {
+static KILN_MUST_USE kiln_status_t tensor_type(const reader_t *r, MlirType t, kiln_vmfb_tensor_type_t *out) {
   return tensor_type_of(r, t, false, out);
 }
 
@@ -728,7 +728,7 @@ static bool contiguous(MlirType t) {
   return ok;
 }
 
-static kiln_status_t unsupported(const reader_t *r, MlirOperation op, const char *why) {
+static KILN_MUST_USE kiln_status_t unsupported(const reader_t *r, MlirOperation op, const char *why) {
   MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
   return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
                      "%s: function %s: host op %.*s %s; kiln's VMFB host program cannot express it",
@@ -737,7 +737,7 @@ static kiln_status_t unsupported(const reader_t *r, MlirOperation op, const char
 
 /* The expression of host scalar `v` (an integer or index constant, or a value an
  * earlier host op computed), for op `user`. */
-static kiln_status_t value_expr(reader_t *r, MlirOperation user, MlirValue v, uint32_t *out) {
+static KILN_MUST_USE kiln_status_t value_expr(reader_t *r, MlirOperation user, MlirValue v, uint32_t *out) {
   for (size_t i = r->n_values; i > 0; i--) {
     if (mlirValueEqual(r->values[i - 1].value, v)) {
       *out = r->values[i - 1].expr;
@@ -759,7 +759,7 @@ static kiln_status_t value_expr(reader_t *r, MlirOperation user, MlirValue v, ui
 }
 
 /* An affine expression over `operands` (dims, then symbols). */
-static kiln_status_t affine_expr(reader_t *r, MlirOperation op, MlirAffineExpr e, intptr_t n_dims,
+static KILN_MUST_USE kiln_status_t affine_expr(reader_t *r, MlirOperation op, MlirAffineExpr e, intptr_t n_dims,
                                  uint32_t *out) {
   if (mlirAffineExprIsAConstant(e)) {
     *out = const_expr(r, mlirAffineConstantExprGetValue(e));
@@ -811,7 +811,7 @@ static const struct {
 
 /* Host integer arithmetic (sizes and conditions on them) as expressions; sets
  * *handled when op is such an op. */
-static kiln_status_t read_scalar_op(reader_t *r, MlirOperation op, bool *handled) {
+static KILN_MUST_USE kiln_status_t read_scalar_op(reader_t *r, MlirOperation op, bool *handled) {
   *handled = true;
   if (mlirOperationGetNumResults(op) != 1) {
     *handled = false;
@@ -898,12 +898,12 @@ static kiln_status_t read_scalar_op(reader_t *r, MlirOperation op, bool *handled
   return NULL;
 }
 
-static kiln_status_t dense_bytes(MlirAttribute init, const kiln_vmfb_tensor_type_t *ttp, kiln_vmfb_buffer_t *out);
+static KILN_MUST_USE kiln_status_t dense_bytes(MlirAttribute init, const kiln_vmfb_tensor_type_t *ttp, kiln_vmfb_buffer_t *out);
 
 /* The bytes of a memref.global's initializer (splats expanded): a CONSTANT
  * buffer, or for a mutable global (a TOSA variable) a VARIABLE buffer naming the
  * plan's variable of that name (added the first time; no initializer is zeros). */
-static kiln_status_t global_bytes(reader_t *r, MlirOperation get, kiln_vmfb_buffer_t *out) {
+static KILN_MUST_USE kiln_status_t global_bytes(reader_t *r, MlirOperation get, kiln_vmfb_buffer_t *out) {
   MlirAttribute sym = attr(get, "name");
   MlirSymbolTable table = mlirSymbolTableCreate(mlirModuleGetOperation(r->module));
   MlirOperation global = mlirAttributeIsNull(sym)
@@ -943,7 +943,7 @@ static kiln_status_t global_bytes(reader_t *r, MlirOperation get, kiln_vmfb_buff
 
 /* A dense initializer as IREE lays the type out (word-rounded). */
 
-static kiln_status_t dense_bytes(MlirAttribute init, const kiln_vmfb_tensor_type_t *ttp, kiln_vmfb_buffer_t *out) {
+static KILN_MUST_USE kiln_status_t dense_bytes(MlirAttribute init, const kiln_vmfb_tensor_type_t *ttp, kiln_vmfb_buffer_t *out) {
   kiln_vmfb_tensor_type_t tt = *ttp;
   uint64_t size = type_bytes(&tt);
   uint64_t count = (uint64_t)mlirElementsAttrGetNumElements(init);
@@ -973,7 +973,7 @@ static kiln_status_t dense_bytes(MlirAttribute init, const kiln_vmfb_tensor_type
   return NULL;
 }
 
-static kiln_status_t read_launch(reader_t *r, MlirOperation op) {
+static KILN_MUST_USE kiln_status_t read_launch(reader_t *r, MlirOperation op) {
   MlirAttribute segments = attr(op, "operandSegmentSizes");
   if (mlirAttributeIsNull(segments) || !mlirAttributeIsADenseI32Array(segments) ||
       mlirDenseArrayGetNumElements(segments) < 3) {
@@ -1054,10 +1054,10 @@ static kiln_status_t read_launch(reader_t *r, MlirOperation op) {
   return NULL;
 }
 
-static kiln_status_t read_op(reader_t *r, MlirOperation op);
+static KILN_MUST_USE kiln_status_t read_op(reader_t *r, MlirOperation op);
 
 /* memref.dim %buffer, %constant: the view's dimension. */
-static kiln_status_t read_dim(reader_t *r, MlirOperation op) {
+static KILN_MUST_USE kiln_status_t read_dim(reader_t *r, MlirOperation op) {
   const view_t *found = find_view(r, mlirOperationGetOperand(op, 0));
   if (!found) return unsupported(r, op, "reads a dimension of a buffer kiln could not trace");
   view_t v = *found;
@@ -1073,7 +1073,7 @@ static kiln_status_t read_dim(reader_t *r, MlirOperation op) {
 }
 
 /* memref.alloc(%sizes...): a transient buffer whose size is computed per call. */
-static kiln_status_t read_dynamic_alloc(reader_t *r, MlirOperation op) {
+static KILN_MUST_USE kiln_status_t read_dynamic_alloc(reader_t *r, MlirOperation op) {
   MlirValue result = mlirOperationGetResult(op, 0);
   MlirType t = mlirValueGetType(result);
   kiln_vmfb_tensor_type_t tt;
@@ -1096,7 +1096,7 @@ static kiln_status_t read_dynamic_alloc(reader_t *r, MlirOperation op) {
 
 /* A subview, expand_shape or collapse_shape of dynamic shape: the offset from its
  * type (static), the dimensions from its operands or its source's. */
-static kiln_status_t read_dynamic_view(reader_t *r, MlirOperation op) {
+static KILN_MUST_USE kiln_status_t read_dynamic_view(reader_t *r, MlirOperation op) {
   const view_t *found = find_view(r, mlirOperationGetOperand(op, 0));
   if (!found) return unsupported(r, op, "views a buffer kiln could not trace");
   view_t source = *found;
@@ -1143,7 +1143,7 @@ static kiln_status_t read_dynamic_view(reader_t *r, MlirOperation op) {
 }
 
 /* arith.select %c, %a, %b on buffers: a SELECT buffer (one of two, per call). */
-static kiln_status_t read_buffer_select(reader_t *r, MlirOperation op) {
+static KILN_MUST_USE kiln_status_t read_buffer_select(reader_t *r, MlirOperation op) {
   uint32_t cond = 0;
   KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &cond));
   const view_t *fa = find_view(r, mlirOperationGetOperand(op, 1));
@@ -1171,7 +1171,7 @@ static kiln_status_t read_buffer_select(reader_t *r, MlirOperation op) {
 }
 
 /* memref.store %word, %args[%slot]: a word of a kernel argument buffer. */
-static kiln_status_t read_args_store(reader_t *r, MlirOperation op) {
+static KILN_MUST_USE kiln_status_t read_args_store(reader_t *r, MlirOperation op) {
   const view_t *v = find_view(r, mlirOperationGetOperand(op, 1));
   if (!v || r->fn->buffers[v->buffer].kind != KILN_VMFB_BUFFER_ARGS || mlirOperationGetNumOperands(op) != 3) {
     return unsupported(r, op, "stores into a buffer on the host");
@@ -1188,7 +1188,7 @@ static kiln_status_t read_args_store(reader_t *r, MlirOperation op) {
   return NULL;
 }
 
-static kiln_status_t read_block(reader_t *r, MlirBlock block) {
+static KILN_MUST_USE kiln_status_t read_block(reader_t *r, MlirBlock block) {
   for (MlirOperation op = mlirBlockGetFirstOperation(block); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
     KILN_RETURN_IF_ERROR(read_op(r, op));
@@ -1198,7 +1198,7 @@ static kiln_status_t read_block(reader_t *r, MlirBlock block) {
 
 /* memref.load %buf[constant indices] : i1 on the host: a condition the host
  * program reads back from the device. */
-static kiln_status_t read_load(reader_t *r, MlirOperation op) {
+static KILN_MUST_USE kiln_status_t read_load(reader_t *r, MlirOperation op) {
   MlirValue src = mlirOperationGetOperand(op, 0);
   MlirType t = mlirValueGetType(src);
   const view_t *view = find_view(r, src);
@@ -1240,7 +1240,7 @@ static const scalar_t *find_scalar(const reader_t *r, MlirValue v) {
 }
 
 /* A BRANCH on condition `cond` (of `op`); its target is patched later. */
-static kiln_status_t add_branch(reader_t *r, MlirOperation op, MlirValue cond, size_t *out_index) {
+static KILN_MUST_USE kiln_status_t add_branch(reader_t *r, MlirOperation op, MlirValue cond, size_t *out_index) {
   const scalar_t *c = find_scalar(r, cond);
   *out_index = r->fn->n_steps;
   if (!c) {
@@ -1261,7 +1261,7 @@ static MlirBlock region_block(MlirOperation op, intptr_t i) {
 }
 
 /* scf.if %c { A } else { B }:  BRANCH %c -> else; A; JUMP -> end; else: B; end: */
-static kiln_status_t read_if(reader_t *r, MlirOperation op) {
+static KILN_MUST_USE kiln_status_t read_if(reader_t *r, MlirOperation op) {
   if (mlirOperationGetNumResults(op) != 0) {
     return unsupported(r, op, "yields values kiln could not give fixed buffers (scalars or dynamic shapes)");
   }
@@ -1282,7 +1282,7 @@ static kiln_status_t read_if(reader_t *r, MlirOperation op) {
 }
 
 /* scf.while { C; condition(%go) } do { D }:  head: C; BRANCH %go -> end; D; JUMP -> head; end: */
-static kiln_status_t read_while(reader_t *r, MlirOperation op) {
+static KILN_MUST_USE kiln_status_t read_while(reader_t *r, MlirOperation op) {
   MlirBlock before = region_block(op, 0);
   MlirBlock after = region_block(op, 1);
   if (mlirOperationGetNumResults(op) != 0 || mlirOperationGetNumOperands(op) != 0 ||
@@ -1306,7 +1306,7 @@ static kiln_status_t read_while(reader_t *r, MlirOperation op) {
   return NULL;
 }
 
-static kiln_status_t read_op(reader_t *r, MlirOperation op) {
+static KILN_MUST_USE kiln_status_t read_op(reader_t *r, MlirOperation op) {
   kiln_vmfb_function_t *fn = r->fn;
   if (kiln_compiler_op_is(op, "arith.constant") || kiln_compiler_op_is(op, "memref.dealloc")) return NULL;
   if (kiln_compiler_op_is(op, "arith.select") && mlirTypeIsAMemRef(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
@@ -1446,7 +1446,7 @@ static kiln_status_t read_op(reader_t *r, MlirOperation op) {
   return unsupported(r, op, "is not a launch, allocation, view or constant");
 }
 
-static kiln_status_t read_function(reader_t *r, MlirOperation func) {
+static KILN_MUST_USE kiln_status_t read_function(reader_t *r, MlirOperation func) {
   kiln_vmfb_function_t *fn = r->fn;
   MlirAttribute sym = attr(func, "sym_name");
   MlirStringRef s = mlirStringAttrGetValue(sym);

@@ -42,7 +42,7 @@ void kiln_compiler_toolkit_remove(kiln_compiler_context_t *context);
 
 /* Parses and verifies a module; on failure INVALID_ARGUMENT with the captured
  * diagnostics and a null module. The module is owned by the caller. */
-kiln_status_t kiln_compiler_parse(kiln_compiler_context_t *context, const void *source, size_t len,
+KILN_MUST_USE kiln_status_t kiln_compiler_parse(kiln_compiler_context_t *context, const void *source, size_t len,
                                   const char *name, MlirModule *out_module);
 
 /* Compiles target `index` into *out (whose `target` is set). */

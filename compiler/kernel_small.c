@@ -316,7 +316,7 @@ static void atomic(MlirContext ctx, MlirOperation before, int64_t kind, MlirValu
   mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, mlirOperationCreate(&s));
 }
 
-static kiln_status_t pack_arg(MlirContext ctx, MlirValue arg, const char *name) {
+static KILN_MUST_USE kiln_status_t pack_arg(MlirContext ctx, MlirValue arg, const char *name) {
   MlirType t = mlirValueGetType(arg);
   packed_t p = {.ctx = ctx, .type = t, .bits = mlirIntegerTypeGetWidth(mlirShapedTypeGetElementType(t))};
   intptr_t rank = mlirShapedTypeGetRank(t);
@@ -486,7 +486,7 @@ static bool needs_mask(MlirOperation op) {
          kiln_compiler_op_is(op, "arith.fptoui");
 }
 
-static kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *w, MlirOperation op, const char *name) {
+static KILN_MUST_USE kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *w, MlirOperation op, const char *name) {
   intptr_t n_in = mlirOperationGetNumOperands(op), n_out = mlirOperationGetNumResults(op);
   unsigned in_bits = 0, out_bits = 0;
   for (intptr_t i = 0; i < n_in; i++) {

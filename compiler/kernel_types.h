@@ -127,7 +127,7 @@ void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module
 /* After the emulation passes and the expansions: UNIMPLEMENTED naming the op when
  * a kernel still holds a value of a rewritten float type (one the emulation does
  * not cover), so such a kernel fails to compile instead of computing garbage. */
-kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule module, unsigned which,
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule module, unsigned which,
                                                  const char *name, const char *target);
 
 /* Replaces every arith.extf from f16 to f32 and arith.truncf from f32 to f16 in
@@ -136,34 +136,34 @@ kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule
  * extension is exact (normals, subnormals, infinities, NaN), truncation rounds to
  * nearest even, overflows to infinity, keeps NaN quiet. For profiles without the
  * Float16 capability. INTERNAL if a helper does not parse. */
-kiln_status_t kiln_compiler_kernels_expand_f16(MlirContext context, MlirModule module);
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_expand_f16(MlirContext context, MlirModule module);
 
 /* Replaces every arith.extf to f32 and arith.truncf from f32 of the 8-bit IEEE-like
  * floats (f8E5M2, f8E4M3, f8E3M4, f8E4M3FN, and the FNUZ forms) in the kernels
  * with integer code over their bits (kernel_small.c): exact extension; rounding
  * to nearest even, overflow to infinity (IEEE) or NaN (FN, FNUZ), as APFloat
  * does. Canonicalize after. INTERNAL if a helper does not parse. */
-kiln_status_t kiln_compiler_kernels_expand_f8(MlirContext context, MlirModule module);
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_expand_f8(MlirContext context, MlirModule module);
 
 /* Each kernel argument that is a memref of i2 or i4 (static shape and layout)
  * becomes a flat memref of 32-bit words holding IREE's packed layout: loads shift
  * the element out of its word, stores clear and set its bits with atomic and/or.
  * UNIMPLEMENTED naming the use when the buffer is used other than by loads and
  * stores, or its shape or layout is dynamic. */
-kiln_status_t kiln_compiler_kernels_pack_sub_byte(MlirContext context, MlirModule module, const char *name);
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_pack_sub_byte(MlirContext context, MlirModule module, const char *name);
 
 /* SPIR-V has no i2/i4 and its own narrow-integer emulation stops at unsigned
  * ops: after kiln_compiler_kernels_pack_sub_byte and the f4 expansion, every
  * kernel op on i2/i4 is rebuilt on i32 holding the value zero-extended (signed
  * ops see it sign-extended; results that can leave the N bits are masked).
  * UNIMPLEMENTED naming any other op on those types. */
-kiln_status_t kiln_compiler_kernels_widen_sub_byte(MlirContext context, MlirModule module, const char *name);
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_widen_sub_byte(MlirContext context, MlirModule module, const char *name);
 
 /* Replaces each of `ops` (N operands, M results) with a copy of the body of the
  * func.func in `helper_text` (N arguments, M results), in place: how kiln puts
  * its own integer or polynomial code where an op was. INTERNAL if the helper does
  * not parse. */
-kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, MlirOperation *ops, size_t n,
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, MlirOperation *ops, size_t n,
                                                         const char *helper_text);
 
 /* Math functions a backend lacks, in kiln's own code (kernel_math.c, and
@@ -176,7 +176,7 @@ kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, Mli
  * f32. Accuracy, per
  * function, is in the design note and kernel_math64.c. INTERNAL if a helper does
  * not parse or an f64 name has no helper. */
-kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops,
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops,
                                                 const char *ops64);
 
 /* `op` (no regions) again on f32: its f16/bf16 operands extended, its f16/bf16
@@ -203,7 +203,7 @@ char *kiln_compiler_soft_f64_helper(const char *name, int pred);
  * i64 bits (kernel_soft64.c), for SPIR-V profiles without Float64. The math
  * functions must be expanded into arithmetic first. UNIMPLEMENTED naming the op
  * and its file:line:col, with nothing changed, for what it cannot convert. */
-kiln_status_t kiln_compiler_kernels_soft_f64(MlirContext context, MlirModule module, const char *name,
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_soft_f64(MlirContext context, MlirModule module, const char *name,
                                              const char *target);
 
 /* For profiles without Int64 (before arith-emulate-wide-int): each kernel argument

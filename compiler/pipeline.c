@@ -169,7 +169,7 @@ static const char hip_kernel_lowering[] = HIP_KERNEL_EXPAND ",convert-math-to-ll
 
 static void append_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
 
-static kiln_status_t run_pipeline(kiln_compiler_context_t *context, MlirModule module,
+static KILN_MUST_USE kiln_status_t run_pipeline(kiln_compiler_context_t *context, MlirModule module,
                                   const char *pipeline, const char *name, const char *stage) {
   kiln_diag_capture_t diags;
   kiln_compiler_diag_attach(context, name, &diags);
@@ -215,7 +215,7 @@ static const char conv_transform[] =
     "  }\n"
     "}\n";
 
-static kiln_status_t conv_filters_last(kiln_compiler_context_t *context, MlirModule module, const char *name) {
+static KILN_MUST_USE kiln_status_t conv_filters_last(kiln_compiler_context_t *context, MlirModule module, const char *name) {
   kiln_diag_capture_t diags;
   kiln_compiler_diag_attach(context, name, &diags);
   kiln_status_t status = NULL;
@@ -240,7 +240,7 @@ static kiln_status_t conv_filters_last(kiln_compiler_context_t *context, MlirMod
 }
 
 /* The common half: bufferize, copies to kernels, loops and tiles. */
-static kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule module,
+static KILN_MUST_USE kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule module,
                                 const char *name) {
   kiln_compiler_tosa_control_to_scf(context->mlir, module);
   KILN_RETURN_IF_ERROR(kiln_compiler_tosa_variables(context->mlir, module, name));
@@ -617,7 +617,7 @@ static void merge_kernel_modules(MlirContext mlir, MlirModule module) {
 
 /* The ROCDL serializer runs <toolkit>/llvm/bin/ld.lld: give it Debian's lld-22
  * through a private directory of symlinks. */
-static kiln_status_t toolkit_dir(kiln_compiler_context_t *context, const char **out_dir) {
+static KILN_MUST_USE kiln_status_t toolkit_dir(kiln_compiler_context_t *context, const char **out_dir) {
   if (context->toolkit_dir) {
     *out_dir = context->toolkit_dir;
     return NULL;
@@ -671,7 +671,7 @@ void kiln_compiler_toolkit_remove(kiln_compiler_context_t *context) {
   context->toolkit_dir = NULL;
 }
 
-static kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_target_t *t,
+static KILN_MUST_USE kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_target_t *t,
                                    kiln_buf_t *out) {
   switch (t->kind) {
     case KILN_TARGET_KIND_CUDA:
@@ -783,7 +783,7 @@ static MlirWalkResult find_small(MlirOperation op, void *user) {
  * conversions in integer code: arith-expand for f8E8M0FNU, kiln's for the other
  * f8 types and f4E2M1FN, scaling_extf/truncf expanded too), sub-byte buffers
  * become packed 32-bit words. */
-static kiln_status_t prepare_small_types(kiln_compiler_context_t *context, MlirModule module,
+static KILN_MUST_USE kiln_status_t prepare_small_types(kiln_compiler_context_t *context, MlirModule module,
                                          const kiln_target_t *t, const char *name, const char *stage) {
   kiln_compiler_kernels_only(module);
   bool found = false;
@@ -860,7 +860,7 @@ static bool held_back(MlirOperation op) {
   return false;
 }
 
-static kiln_status_t expand_f64_upstream(kiln_compiler_context_t *context, MlirModule module, const char *name,
+static KILN_MUST_USE kiln_status_t expand_f64_upstream(kiln_compiler_context_t *context, MlirModule module, const char *name,
                                          const char *stage) {
   MlirContext ctx = context->mlir;
   kiln_compiler_ops_t ops = {0};
@@ -889,7 +889,7 @@ static kiln_status_t expand_f64_upstream(kiln_compiler_context_t *context, MlirM
   return st;
 }
 
-static kiln_status_t emulate_f64(kiln_compiler_context_t *context, MlirModule module, const char *name,
+static KILN_MUST_USE kiln_status_t emulate_f64(kiln_compiler_context_t *context, MlirModule module, const char *name,
                                  const char *target, const char *stage) {
   if (!kiln_compiler_kernels_have_f64(module)) return NULL;
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_math(context->mlir, module, "", KILN_F64_MATH_FIRST));
@@ -898,7 +898,7 @@ static kiln_status_t emulate_f64(kiln_compiler_context_t *context, MlirModule mo
   return kiln_compiler_kernels_soft_f64(context->mlir, module, name, target);
 }
 
-static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirModule module,
+static KILN_MUST_USE kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirModule module,
                                          const kiln_target_t *t, const char *name,
                                          const char *stage) {
   bool float16 = kiln_compiler_list_has(t->spirv_capabilities, "Float16");
@@ -964,7 +964,7 @@ static kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirM
                                             KILN_FLOATS_BF16 | (float16 ? 0u : KILN_FLOATS_F16), name, t->id);
 }
 
-static kiln_status_t spirv_serialize(kiln_compiler_context_t *context, MlirModule module,
+static KILN_MUST_USE kiln_status_t spirv_serialize(kiln_compiler_context_t *context, MlirModule module,
                                      const kiln_target_t *target, const char *name,
                                      const char *stage) {
   static const char prefix[] = "__spv__";
@@ -1011,7 +1011,7 @@ static const char *find_ptxas(char *found, size_t cap) {
 
 /* Assembles one kernel's PTX; a failure fails the target (ptxas disagreeing with
  * LLVM's PTX is a bug worth seeing), a missing ptxas is not a failure. */
-static kiln_status_t assemble_cubin(const char *ptxas, const kiln_target_t *t,
+static KILN_MUST_USE kiln_status_t assemble_cubin(const char *ptxas, const kiln_target_t *t,
                                     kiln_compiler_kernel_t *k) {
   const char *tmp = getenv("TMPDIR");
   kiln_buf_t dir;
@@ -1065,7 +1065,7 @@ static kiln_status_t assemble_cubin(const char *ptxas, const kiln_target_t *t,
 }
 
 /* Every workgroup must fit the device: per-dimension sizes and invocations. */
-static kiln_status_t check_limits(const kiln_target_t *t, const launches_t *launches, const char *name) {
+static KILN_MUST_USE kiln_status_t check_limits(const kiln_target_t *t, const launches_t *launches, const char *name) {
   const kiln_target_gpu_limits_t *lim = &t->limits;
   for (size_t i = 0; i < launches->n; i++) {
     const uint32_t *b = launches->items[i].block;
@@ -1138,7 +1138,7 @@ static void shape_gpu_loops(kiln_compiler_context_t *context, MlirModule module,
  * which CUDA and AMD fault on at a misaligned address). */
 /* The tiled matmul for launch i with the epilogue `f` fused into it: the
  * epilogue kernel's arguments but C follow the matmul's own (its D typed as C). */
-static kiln_status_t replace_fused(MlirContext mlir, MlirModule module, MlirOperation func, MlirOperation e_func,
+static KILN_MUST_USE kiln_status_t replace_fused(MlirContext mlir, MlirModule module, MlirOperation func, MlirOperation e_func,
                                    const launch_t *l, const fusion_t *f, const kiln_target_t *t, uint32_t grid[3],
                                    uint32_t block[3]) {
   MlirBlock e_entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(e_func, 0));
@@ -1182,7 +1182,7 @@ static void empty_kernel(MlirOperation func) {
   kiln_free(ops.items);
 }
 
-static kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirModule module,
+static KILN_MUST_USE kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirModule module,
                                        const launches_t *launches, const bool *swappable, const fusion_t *fusions,
                                        const kiln_target_t *t, uint32_t (*grids)[3], uint32_t (*blocks)[3],
                                        uint32_t (*fused)[2]) {
@@ -1354,7 +1354,7 @@ typedef struct cpu_run_s {
   const char *name, *stage;
 } cpu_run_t;
 
-static kiln_status_t cpu_run(void *user, MlirModule module, const char *pipeline) {
+static KILN_MUST_USE kiln_status_t cpu_run(void *user, MlirModule module, const char *pipeline) {
   cpu_run_t *r = user;
   return run_pipeline(r->context, module, pipeline, r->name, r->stage);
 }
@@ -1615,7 +1615,7 @@ static void compile_one(void *user, size_t index, kiln_compiler_target_output_t 
 /* Unranked tensors are refused up front, naming the function, the argument or
  * result and its type, instead of failing inside every back half. (Dynamic
  * dimensions of ranked tensors compile: host.h, Dynamic shapes.) */
-static kiln_status_t check_static_signatures(MlirModule module, const char *name) {
+static KILN_MUST_USE kiln_status_t check_static_signatures(MlirModule module, const char *name) {
   for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module)); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
     if (!kiln_compiler_op_is(op, "func.func")) continue;

@@ -98,7 +98,7 @@ typedef struct kiln_compiler_output_s {
  * (CUDA, HIP or Vulkan kinds). On success (the front half worked) *out_output has
  * one entry per target, each with its own status; free with
  * kiln_compiler_output_deinit. */
-kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source,
+KILN_MUST_USE kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source,
                                     size_t len, const char *name,
                                     const kiln_target_t *const *targets, size_t n_targets,
                                     kiln_compiler_output_t *out_output);
@@ -118,7 +118,7 @@ void kiln_compiler_dispatch_grid(const kiln_compiler_target_output_t *t, const k
  * rest is borrowed from `plan`: free it with kiln_compiler_target_plan_free
  * before `plan`. INTERNAL when a fused dispatch does not follow its matmul's (a
  * kiln bug). */
-kiln_status_t kiln_compiler_target_plan(const kiln_vmfb_plan_t *plan, const kiln_compiler_target_output_t *t,
+KILN_MUST_USE kiln_status_t kiln_compiler_target_plan(const kiln_vmfb_plan_t *plan, const kiln_compiler_target_output_t *t,
                                         kiln_vmfb_plan_t *out);
 void kiln_compiler_target_plan_free(kiln_vmfb_plan_t *plan);
 
@@ -151,7 +151,7 @@ typedef struct kiln_compiler_jit_s kiln_compiler_jit_t;
 
 /* Compiles and loads `source`. INVALID_ARGUMENT with diagnostics for bad IR. The
  * JIT is owned by the caller and must not outlive `context`. */
-kiln_status_t kiln_compiler_jit_create(kiln_compiler_context_t *context, const void *source,
+KILN_MUST_USE kiln_status_t kiln_compiler_jit_create(kiln_compiler_context_t *context, const void *source,
                                        size_t len, const char *name, kiln_compiler_jit_t **out_jit);
 /* The C interface of `function`: `_mlir_ciface_<function>`, which takes pointers
  * to ranked memref descriptors {allocated, aligned, offset, sizes[R], strides[R]},
@@ -170,10 +170,10 @@ void kiln_compiler_jit_destroy(kiln_compiler_jit_t *jit);
  * mapping and outlining). Between them kiln rewrites every host memref.copy into a
  * linalg.copy in C (kiln_compiler_copies_to_kernels), which a replay must do too.
  * Strings owned by the caller. */
-kiln_status_t kiln_compiler_pipeline_stages(kiln_compiler_context_t *context, const kiln_target_t *target,
+KILN_MUST_USE kiln_status_t kiln_compiler_pipeline_stages(kiln_compiler_context_t *context, const kiln_target_t *target,
                                             char **out_bufferize, char **out_rest, char **out_back);
 
-kiln_status_t kiln_compiler_pipeline_text(kiln_compiler_context_t *context,
+KILN_MUST_USE kiln_status_t kiln_compiler_pipeline_text(kiln_compiler_context_t *context,
                                           const kiln_target_t *target, char **out_front,
                                           char **out_back);
 

@@ -27,7 +27,7 @@
 typedef struct kiln_compiler_context_s kiln_compiler_context_t;
 
 /* Creates a context with all upstream dialects. Owned by the caller. */
-kiln_status_t kiln_compiler_context_create(kiln_compiler_context_t **out_context);
+KILN_MUST_USE kiln_status_t kiln_compiler_context_create(kiln_compiler_context_t **out_context);
 void kiln_compiler_context_destroy(kiln_compiler_context_t *context);
 
 #define KILN_COMPILER_MAX_JOBS 16
@@ -50,7 +50,7 @@ void kiln_compiler_context_set_memory_limit(kiln_compiler_context_t *context, ui
 
 /* Parses `len` bytes of MLIR text or bytecode named `name` (for diagnostics) and
  * verifies it; on success writes the fingerprint. */
-kiln_status_t kiln_compiler_fingerprint(kiln_compiler_context_t *context, const void *source,
+KILN_MUST_USE kiln_status_t kiln_compiler_fingerprint(kiln_compiler_context_t *context, const void *source,
                                         size_t len, const char *name,
                                         kiln_digest_hex_t *out_fingerprint);
 

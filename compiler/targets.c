@@ -423,14 +423,14 @@ static void append_known_ids(kiln_buf_t *buf) {
                       "'rdna3', 'mali-g720' or 'rpi5' are accepted too)");
 }
 
-static kiln_status_t make_error(kiln_buf_t *buf) {
+static KILN_MUST_USE kiln_status_t make_error(kiln_buf_t *buf) {
   kiln_status_t status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s", buf->data);
   kiln_buf_deinit(buf);
   return status;
 }
 
 /* The diagnosis of a name that find_n rejected. */
-static kiln_status_t explain_miss(const char *name, size_t len) {
+static KILN_MUST_USE kiln_status_t explain_miss(const char *name, size_t len) {
   kiln_buf_t buf;
   kiln_buf_init(&buf);
   if (len == 0) {
@@ -470,7 +470,7 @@ static kiln_status_t explain_miss(const char *name, size_t len) {
   return make_error(&buf);
 }
 
-static kiln_status_t resolve_n(const char *name, size_t len, const kiln_target_t **out_target) {
+static KILN_MUST_USE kiln_status_t resolve_n(const char *name, size_t len, const kiln_target_t **out_target) {
   const kiln_target_t *t = find_n(name, len);
   if (!t) return explain_miss(name, len);
   *out_target = t;

@@ -109,7 +109,7 @@ const kiln_target_t *kiln_compiler_target_find(const char *name);
  * "<device>:" prefix that does not match the target's kind; the message quotes the
  * name, suggests the closest id or alias when one is within a small edit distance,
  * and lists every canonical id. Thread-safe. */
-kiln_status_t kiln_compiler_target_resolve(const char *name, const kiln_target_t **out_target);
+KILN_MUST_USE kiln_status_t kiln_compiler_target_resolve(const char *name, const kiln_target_t **out_target);
 
 /* Resolves a comma-separated list such as "sm_89,gfx950, rdna3". Spaces and tabs
  * around each name are ignored; each name resolves as kiln_compiler_target_resolve;
@@ -122,7 +122,7 @@ kiln_status_t kiln_compiler_target_resolve(const char *name, const kiln_target_t
  * ",", a trailing comma); an unknown name (the message says which list entry and
  * carries the resolve diagnostics); more distinct targets than `capacity`.
  * Thread-safe. */
-kiln_status_t kiln_compiler_target_resolve_list(const char *comma_separated,
+KILN_MUST_USE kiln_status_t kiln_compiler_target_resolve_list(const char *comma_separated,
                                                 const kiln_target_t **out_targets,
                                                 size_t capacity, size_t *out_count);
 

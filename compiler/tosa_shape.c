@@ -88,20 +88,20 @@ typedef struct fold_s {
   int line, col;
 } fold_t;
 
-static kiln_status_t refuse(const fold_t *f, const char *why) {
+static KILN_MUST_USE kiln_status_t refuse(const fold_t *f, const char *why) {
   MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(f->op));
   return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s:%d:%d: %.*s: %s", f->name, f->line, f->col, (int)n.length, n.data,
                      why);
 }
 
-static kiln_status_t bad(const fold_t *f, const char *why) {
+static KILN_MUST_USE kiln_status_t bad(const fold_t *f, const char *why) {
   MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(f->op));
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s:%d:%d: %.*s: %s", f->name, f->line, f->col, (int)n.length,
                      n.data, why);
 }
 
 /* One elementwise operation; NULL, or the status for a value TOSA forbids. */
-static kiln_status_t apply(const fold_t *f, const char *op, int64_t a, int64_t b, int64_t *out) {
+static KILN_MUST_USE kiln_status_t apply(const fold_t *f, const char *op, int64_t a, int64_t b, int64_t *out) {
   if (!strcmp(op, "add_shape")) {
     if (__builtin_add_overflow(a, b, out)) return bad(f, "the sum overflows 64 bits");
   } else if (!strcmp(op, "sub_shape")) {
@@ -136,7 +136,7 @@ static kiln_status_t apply(const fold_t *f, const char *op, int64_t a, int64_t b
 }
 
 /* The op's sizes, evaluated from constant operands. */
-static kiln_status_t evaluate(const fold_t *f, int64_t *out, intptr_t *n_out) {
+static KILN_MUST_USE kiln_status_t evaluate(const fold_t *f, int64_t *out, intptr_t *n_out) {
   MlirOperation op = f->op;
   MlirStringRef full = mlirIdentifierStr(mlirOperationGetName(op));
   char name[48];

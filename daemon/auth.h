@@ -47,12 +47,12 @@ typedef struct kilnd_tokens_s kilnd_tokens_t;
  * path). INVALID_ARGUMENT naming source:line and what is wrong (never the token
  * itself). On success *out_tokens is owned by the caller (kilnd_tokens_destroy).
  * Thread-safe. */
-kiln_status_t kilnd_tokens_parse(const char *text, size_t len, const char *source,
+KILN_MUST_USE kiln_status_t kilnd_tokens_parse(const char *text, size_t len, const char *source,
                                  kilnd_tokens_t **out_tokens);
 
 /* Reads and parses the file at `path` (blocking: start-up or the thread pool).
  * Errors name the setting token-file, the path and the errno or line. */
-kiln_status_t kilnd_tokens_load(const char *path, kilnd_tokens_t **out_tokens);
+KILN_MUST_USE kiln_status_t kilnd_tokens_load(const char *path, kilnd_tokens_t **out_tokens);
 
 /* How many tokens the set holds. Thread-safe for a set no one changes. */
 size_t kilnd_tokens_count(const kilnd_tokens_t *tokens);
@@ -67,7 +67,7 @@ void kilnd_tokens_destroy(kilnd_tokens_t *tokens);
  * token: ..." when it is missing, malformed or unknown; PERMISSION_DENIED naming
  * the token's name and role, the method and the role it needs. Thread-safe for a
  * set no one changes. */
-kiln_status_t kilnd_tokens_authorize(const kilnd_tokens_t *tokens, const char *path,
+KILN_MUST_USE kiln_status_t kilnd_tokens_authorize(const kilnd_tokens_t *tokens, const char *path,
                                      const char *value, size_t len, const char **out_name);
 
 #endif /* KILN_DAEMON_AUTH_H */

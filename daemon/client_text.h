@@ -22,7 +22,7 @@ void kilnd_client_text_init(const char *state_dir);
  * the state directory's path in any other message becomes "STATE". Either way
  * the original goes to kilnd's log with `context` (the request or job id).
  * Thread-safe after init. */
-kiln_status_t kilnd_status_for_client(kiln_status_t status, const char *context);
+KILN_MUST_USE kiln_status_t kilnd_status_for_client(kiln_status_t status, const char *context);
 
 /* The same for a job event's code and message: *code may change; returns the
  * message to send instead (kiln_free it), or NULL when `message` may go as it is. */

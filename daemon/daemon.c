@@ -120,7 +120,7 @@ char *kilnd_daemon_worker_path(const char *setting) {
 }
 
 /* STATE/cache, repaired on open unless --verify will do it (and report it). */
-static kiln_status_t open_cache(const kilnd_settings_t *settings, const kilnd_statedir_t *state,
+static KILN_MUST_USE kiln_status_t open_cache(const kilnd_settings_t *settings, const kilnd_statedir_t *state,
                                 kiln_cache_t **out_cache) {
   kiln_buf_t dir;
   kiln_buf_init(&dir);
@@ -328,7 +328,7 @@ static void on_gc_timer(uv_timer_t *timer) {
 /* ---- the daemon -------------------------------------------------------------------- */
 
 /* The job store, the worker pool's and engine's options, and the engine. */
-static kiln_status_t start_jobs(kilnd_daemon_t *d) {
+static KILN_MUST_USE kiln_status_t start_jobs(kilnd_daemon_t *d) {
   const kilnd_settings_t *settings = d->settings;
   kiln_buf_t path;
   kiln_buf_init(&path);

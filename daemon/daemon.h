@@ -37,13 +37,13 @@ struct kilnd_tokens_s; /* auth.h */
  * tokens), both also on failure. Logs event=listening when every part is up.
  * Errors say which part could not start (address in use: UNAVAILABLE; state
  * directory locked or unwritable, cache unusable: its own status). */
-kiln_status_t kilnd_daemon_create(const kilnd_settings_t *settings, struct kilnd_tls_s *tls,
+KILN_MUST_USE kiln_status_t kilnd_daemon_create(const kilnd_settings_t *settings, struct kilnd_tls_s *tls,
                                   struct kilnd_tokens_s *tokens, kilnd_daemon_t **out_daemon);
 
 /* Runs the loop until a signal has drained the daemon; NULL after a clean stop.
  * The caller unblocks SIGTERM, SIGINT and SIGHUP on this thread first (main.c
  * keeps them blocked while libraries start their threads). */
-kiln_status_t kilnd_daemon_run(kilnd_daemon_t *daemon);
+KILN_MUST_USE kiln_status_t kilnd_daemon_run(kilnd_daemon_t *daemon);
 
 /* Frees everything, in the order that keeps each part's users alive: engine
  * closed, endpoint and server closed, the loop run to its end, then the engine,
@@ -53,7 +53,7 @@ void kilnd_daemon_destroy(kilnd_daemon_t *daemon);
 /* kilnd --verify: opens the state directory and the cache without repairing,
  * then checks the cache (repairing unless `dry_run`) into *out_report (caller
  * deinits it on success). */
-kiln_status_t kilnd_daemon_verify(const kilnd_settings_t *settings, bool dry_run,
+KILN_MUST_USE kiln_status_t kilnd_daemon_verify(const kilnd_settings_t *settings, bool dry_run,
                                   kiln_cache_verify_report_t *out_report);
 
 /* The kiln-worker executable kilnd runs: the worker-path setting, or the one

@@ -24,7 +24,7 @@ static size_t name_len(const char *flag) {
   return eq ? (size_t)(eq - flag) : strlen(flag);
 }
 
-static kiln_status_t check(const char *flag) {
+static KILN_MUST_USE kiln_status_t check(const char *flag) {
   size_t len = strlen(flag);
   if (len == 0 || len > KILND_MAX_FLAG_BYTES) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "a flag must be 1 to %d bytes (got %zu)",

@@ -140,7 +140,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 /* Binds the listening socket ourselves, for a precise error (libmicrohttpd says
  * only that it failed) and the bound port. */
-static kiln_status_t bind_socket(const kilnd_listen_addr_t *addr, const char *text, int *out_fd, int *out_port) {
+static KILN_MUST_USE kiln_status_t bind_socket(const kilnd_listen_addr_t *addr, const char *text, int *out_fd, int *out_port) {
   *out_fd = -1;
   struct addrinfo *res = NULL;
   int gai = kilnd_listen_addrinfo(addr, &res);

@@ -136,7 +136,7 @@ void kilnd_job_admission_deinit(kilnd_job_admission_t *admission);
 /* Creates the engine and its worker pool on `loop`. `cache` is borrowed. With a
  * job store, finished jobs younger than the retention come back watchable and
  * unfinished ones are admitted again (under their ids) once a worker is ready. */
-kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache,
+KILN_MUST_USE kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache,
                                 const kilnd_jobs_options_t *options,
                                 const kilnd_workers_options_t *worker_options, kilnd_jobs_t **out_jobs);
 
@@ -145,7 +145,7 @@ kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache,
  * class's queue is full or a per-client limit is hit (the message names the
  * setting; the refusal is counted and logged here); ALREADY_EXISTS for a reused request_id with another
  * request; UNAVAILABLE while draining. Thread-safe. */
-kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *request,
+KILN_MUST_USE kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *request,
                                 kilnd_job_admission_t *out_admission);
 
 /* Records a per-client refusal made outside the engine (the RPC layer's
@@ -157,7 +157,7 @@ void kilnd_jobs_limit_refused(kilnd_jobs_t *jobs, kilnd_limit_t limit, const cha
  * within `max` (0: no limit); else RESOURCE_EXHAUSTED naming the setting, counted
  * and logged (kilnd_jobs_limit_refused; `jobs` may be NULL: then only the
  * status). Thread-safe. */
-kiln_status_t kilnd_jobs_check_request_bytes(kilnd_jobs_t *jobs, const char *client, uint64_t bytes,
+KILN_MUST_USE kiln_status_t kilnd_jobs_check_request_bytes(kilnd_jobs_t *jobs, const char *client, uint64_t bytes,
                                              uint64_t max);
 
 /* For a caller that retries a RESOURCE_EXHAUSTED admission (Recompile):
@@ -172,7 +172,7 @@ void kilnd_jobs_client_wait_state(kilnd_jobs_t *jobs, const char *client, bool *
  * cache's memory answers whole (every target a memoized hit) at once; for any
  * other it sets *out_would_block, returns NULL and changes nothing: then call
  * kilnd_jobs_submit off the loop. Thread-safe. */
-kiln_status_t kilnd_jobs_try_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *request,
+KILN_MUST_USE kiln_status_t kilnd_jobs_try_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *request,
                                     kilnd_job_admission_t *out_admission, bool *out_would_block);
 
 /* A finished job, as kilnd_jobs_listen reports it. Borrowed for the callback. */
@@ -205,21 +205,21 @@ typedef struct kilnd_job_listener_s kilnd_job_listener_t;
  * (may be NULL) is a handle for kilnd_jobs_unlisten, valid until `fn` runs. The
  * callback runs with the engine's lock released: it may call any function here
  * (nothing that blocks). NOT_FOUND for an unknown job. Loop thread. */
-kiln_status_t kilnd_jobs_listen(kilnd_jobs_t *jobs, const char *job_id, kilnd_job_finished_fn_t fn, void *user,
+KILN_MUST_USE kiln_status_t kilnd_jobs_listen(kilnd_jobs_t *jobs, const char *job_id, kilnd_job_finished_fn_t fn, void *user,
                                 kilnd_job_listener_t **out_listener);
 
 /* Drops a listener whose callback has not run (it never will). Loop thread. */
 void kilnd_jobs_unlisten(kilnd_jobs_t *jobs, kilnd_job_listener_t *listener);
 
 /* Cancels a job (loop thread). NOT_FOUND for an unknown job. */
-kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const char *reason,
+KILN_MUST_USE kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const char *reason,
                                 kilnd_job_state_t *out_state, bool *out_cancelled);
 
 /* Streams a job's events to `stream` (loop thread), replaying from `after_sequence`
  * (0 with from_start false: the job's current status; see WatchJob in kiln.proto),
  * then live, and finishes the stream after the Terminal event. NOT_FOUND for an
  * unknown job (the caller finishes the stream with it). */
-kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from_start,
+KILN_MUST_USE kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from_start,
                                uint64_t after_sequence, kilnd_stream_t *stream);
 
 /* The compiler identity of the workers (from the first worker's Hello), the

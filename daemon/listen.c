@@ -16,7 +16,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 
-static kiln_status_t bad_address(const char *text, const char *why) {
+static KILN_MUST_USE kiln_status_t bad_address(const char *text, const char *why) {
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                      "invalid listen address '%s': %s (use HOST:PORT, [IPV6]:PORT or unix:PATH)",
                      text, why);
@@ -66,7 +66,7 @@ kiln_status_t kilnd_listen_parse(const char *text, kilnd_listen_addr_t *out_addr
   return NULL;
 }
 
-static kiln_status_t preflight_unix(const char *path) {
+static KILN_MUST_USE kiln_status_t preflight_unix(const char *path) {
   struct stat st;
   if (lstat(path, &st) != 0) {
     if (errno != ENOENT) return KILN_STATUS_ERRNO(errno, "cannot listen on unix:%s", path);
@@ -125,7 +125,7 @@ int kilnd_listen_addrinfo(const kilnd_listen_addr_t *addr, struct addrinfo **out
   return getaddrinfo(addr->host, port, &hints, out_res);
 }
 
-static kiln_status_t preflight_tcp(const kilnd_listen_addr_t *addr) {
+static KILN_MUST_USE kiln_status_t preflight_tcp(const kilnd_listen_addr_t *addr) {
   struct addrinfo *res = NULL;
   int gai = kilnd_listen_addrinfo(addr, &res);
   if (gai != 0) {

@@ -21,7 +21,7 @@ typedef struct kilnd_listen_addr_s {
 
 /* Parses "HOST:PORT", "[IPV6]:PORT" or "unix:PATH". INVALID_ARGUMENT naming the
  * text and the accepted forms. */
-kiln_status_t kilnd_listen_parse(const char *text, kilnd_listen_addr_t *out_addr);
+KILN_MUST_USE kiln_status_t kilnd_listen_parse(const char *text, kilnd_listen_addr_t *out_addr);
 
 struct addrinfo;
 
@@ -32,7 +32,7 @@ int kilnd_listen_addrinfo(const kilnd_listen_addr_t *addr, struct addrinfo **out
 
 /* Fails with UNAVAILABLE when the address is in use (naming it), or with the
  * errno's code when it cannot be bound at all (no such address, bad path). */
-kiln_status_t kilnd_listen_preflight(const kilnd_listen_addr_t *addr);
+KILN_MUST_USE kiln_status_t kilnd_listen_preflight(const kilnd_listen_addr_t *addr);
 
 /* The gRPC server address for `addr` ("127.0.0.1:0", "[::1]:7477", "unix:/p").
  * Owned by the caller (kiln_free). */

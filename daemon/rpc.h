@@ -78,7 +78,7 @@ typedef struct kilnd_call_ctx_s {
 /* An identifier as kiln.proto defines them (job_id, request_id, item_id, and the
  * x-request-id header): 1 to 128 visible ASCII characters (0x21..0x7e). NULL, or
  * INVALID_ARGUMENT naming `field` and the first bad byte. Thread-safe. */
-kiln_status_t kilnd_id_check(const char *field, const char *id, size_t len);
+KILN_MUST_USE kiln_status_t kilnd_id_check(const char *field, const char *id, size_t len);
 
 /* A label as kiln.proto defines it, one rule for every method that takes labels
  * (Compile, Recompile, FindArtifacts): a key of 1..63 bytes of [a-z0-9._/-]
@@ -87,7 +87,7 @@ kiln_status_t kilnd_id_check(const char *field, const char *id, size_t len);
  * the key otherwise. Thread-safe. */
 #define KILND_LABEL_KEY_MAX 63
 #define KILND_LABEL_VALUE_MAX 256
-kiln_status_t kilnd_label_check(const char *what, const char *key, const char *value);
+KILN_MUST_USE kiln_status_t kilnd_label_check(const char *what, const char *key, const char *value);
 
 
 /* True once the call's deadline has passed or the server is cancelling in-flight
@@ -158,38 +158,38 @@ static inline bool kilnd_method_served(const kilnd_method_t *method) {
 
 /* The message for a method of the contract this build does not serve, or for a
  * path that is not in the contract at all. Thread-safe. */
-kiln_status_t kilnd_rpc_unserved(const char *path);
+KILN_MUST_USE kiln_status_t kilnd_rpc_unserved(const char *path);
 
 /* Handlers (one rpc_<method>.c each). GetServerInfo is tried on the loop and goes
  * to the pool only to wait for the first worker's Hello (the compiler identity). */
-kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+KILN_MUST_USE kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                         const ProtobufCMessage *request,
                                         ProtobufCMessage **out_response);
-kiln_status_t kilnd_rpc_get_stats(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+KILN_MUST_USE kiln_status_t kilnd_rpc_get_stats(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                   const ProtobufCMessage *request, ProtobufCMessage **out_response);
 /* Cache administration; offloaded. */
-kiln_status_t kilnd_rpc_get_cache_stats(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+KILN_MUST_USE kiln_status_t kilnd_rpc_get_cache_stats(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                         const ProtobufCMessage *request,
                                         ProtobufCMessage **out_response);
-kiln_status_t kilnd_rpc_verify_cache(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+KILN_MUST_USE kiln_status_t kilnd_rpc_verify_cache(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                      const ProtobufCMessage *request,
                                      ProtobufCMessage **out_response);
-kiln_status_t kilnd_rpc_collect_garbage(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+KILN_MUST_USE kiln_status_t kilnd_rpc_collect_garbage(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                         const ProtobufCMessage *request,
                                         ProtobufCMessage **out_response);
-kiln_status_t kilnd_rpc_pin_artifact(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+KILN_MUST_USE kiln_status_t kilnd_rpc_pin_artifact(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                      const ProtobufCMessage *request,
                                      ProtobufCMessage **out_response);
-kiln_status_t kilnd_rpc_unpin_artifact(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+KILN_MUST_USE kiln_status_t kilnd_rpc_unpin_artifact(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                        const ProtobufCMessage *request,
                                        ProtobufCMessage **out_response);
-kiln_status_t kilnd_rpc_health_check(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+KILN_MUST_USE kiln_status_t kilnd_rpc_health_check(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                      const ProtobufCMessage *request,
                                      ProtobufCMessage **out_response);
 /* Artifacts and sources: FindArtifacts (unary, offloaded); GetArtifact
  * (server-streaming) and PutSource (client-streaming) run their disk and SQLite
  * work on the thread pool themselves. */
-kiln_status_t kilnd_rpc_find_artifacts(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+KILN_MUST_USE kiln_status_t kilnd_rpc_find_artifacts(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                        const ProtobufCMessage *request,
                                        ProtobufCMessage **out_response);
 void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
@@ -200,9 +200,9 @@ void kilnd_rpc_put_source(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
  * when admission must hash and store the source or query SQLite), CancelJob
  * (rpc_cancel_job.c; unary, on the loop) and WatchJob (rpc_watch_job.c;
  * server-streaming). */
-kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+KILN_MUST_USE kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                 const ProtobufCMessage *request, ProtobufCMessage **out_response);
-kiln_status_t kilnd_rpc_cancel_job(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+KILN_MUST_USE kiln_status_t kilnd_rpc_cancel_job(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                                    const ProtobufCMessage *request, ProtobufCMessage **out_response);
 void kilnd_rpc_watch_job(const kilnd_rpc_env_t *env, kilnd_stream_t *stream, const ProtobufCMessage *request);
 /* Recompile (rpc_recompile.c): bidi-streaming bulk recompile of legacy VMFBs; each
@@ -228,7 +228,7 @@ uint64_t kilnd_chunk_size(const kilnd_settings_t *settings);
  * too, with `compiler` the workers' identity (kilnd_jobs_compiler) and the flags
  * as kilnd_flags_normalize returned them. INVALID_ARGUMENT for a malformed part.
  * Blocking (the cache's index); needs env->jobs; thread-safe. */
-kiln_status_t kilnd_artifact_key(const kilnd_rpc_env_t *env, const char *compiler, const char *source_digest,
+KILN_MUST_USE kiln_status_t kilnd_artifact_key(const kilnd_rpc_env_t *env, const char *compiler, const char *source_digest,
                                  const kiln_target_t *target, char *const *normalized_flags, size_t n_flags,
                                  kiln_digest_hex_t *out_key);
 

@@ -6,7 +6,7 @@
 #include "daemon/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-static kiln_status_t require_cache(const kilnd_rpc_env_t *env) {
+static KILN_MUST_USE kiln_status_t require_cache(const kilnd_rpc_env_t *env) {
   if (env->cache) return NULL;
   /* kilnd always opens its cache before serving: reaching this is a bug. */
   return KILN_STATUS(KILN_STATUS_INTERNAL, "cache RPC served without a cache (daemon bug)");
@@ -101,7 +101,7 @@ kiln_status_t kilnd_rpc_collect_garbage(const kilnd_rpc_env_t *env, const kilnd_
   return NULL;
 }
 
-static kiln_status_t pin(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
+static KILN_MUST_USE kiln_status_t pin(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
                          const ProtobufCMessage *request, ProtobufCMessage **out_response,
                          bool pinned) {
   kiln_arena_t *arena = call->arena;

@@ -34,7 +34,7 @@ static int cmp_label(const void *a, const void *b) {
 
 /* Validated labels, sorted by key, a key given twice keeping its last value (map
  * semantics). The array is in the arena. */
-static kiln_status_t collect_labels(kiln_arena_t *arena, const Kiln__V1__FindArtifactsRequest *req,
+static KILN_MUST_USE kiln_status_t collect_labels(kiln_arena_t *arena, const Kiln__V1__FindArtifactsRequest *req,
                                     kiln_index_label_t **out_labels, size_t *out_count) {
   if (req->n_labels > MAX_LABELS) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
@@ -84,7 +84,7 @@ static void filter_hash(const kiln_index_page_query_t *q, bool legacy_only,
   out[FILTER_HASH_HEX] = '\0';
 }
 
-static kiln_status_t bad_token(const char *why) {
+static KILN_MUST_USE kiln_status_t bad_token(const char *why) {
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                      "FindArtifacts: page_token %s; pass next_page_token exactly as returned, "
                      "with the filters of the call that returned it (or none for the first "
@@ -93,7 +93,7 @@ static kiln_status_t bad_token(const char *why) {
 }
 
 /* Parses a token into *cursor and checks that it was issued for `hash`. */
-static kiln_status_t parse_token(const char *token, const char *hash,
+static KILN_MUST_USE kiln_status_t parse_token(const char *token, const char *hash,
                                  kiln_index_page_cursor_t *cursor) {
   if (strncmp(token, "v1.", 3) != 0) return bad_token("is malformed");
   const char *p = token + 3;

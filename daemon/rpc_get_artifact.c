@@ -301,7 +301,7 @@ static void on_get_cancel(kilnd_stream_t *stream, void *user) {
 }
 
 /* Why pool work stops early, or NULL to go on. */
-static kiln_status_t get_stop_reason(get_t *g) {
+static KILN_MUST_USE kiln_status_t get_stop_reason(get_t *g) {
   if (atomic_load(&g->cancelled)) {
     return KILN_STATUS(KILN_STATUS_CANCELLED, "GetArtifact: the client cancelled the download");
   }

@@ -275,7 +275,7 @@ static void put_recv_next(put_t *p) {
 }
 
 /* Checks the first message's metadata; NULL when it may be uploaded. */
-static kiln_status_t check_metadata(const Kiln__V1__PutSourceChunk *chunk) {
+static KILN_MUST_USE kiln_status_t check_metadata(const Kiln__V1__PutSourceChunk *chunk) {
   if (chunk->chunk_case != KILN__V1__PUT_SOURCE_CHUNK__CHUNK_METADATA) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "PutSource: the first message must carry `metadata` (digest, size_bytes, "

@@ -498,7 +498,7 @@ static bool source_stored(kiln_cache_t *cache, const char *digest) {
 }
 
 /* Appends `t` to the item's targets unless its canonical id is there already. */
-static kiln_status_t add_target(rc_item_t *it, const char *name) {
+static KILN_MUST_USE kiln_status_t add_target(rc_item_t *it, const char *name) {
   const kiln_target_t *t = NULL;
   KILN_RETURN_IF_ERROR(kiln_compiler_target_resolve(name, &t));
   for (size_t i = 0; i < it->n_targets; i++) {
@@ -538,7 +538,7 @@ static char **split_words(const char *text, const char *seps, size_t *out_n) {
 
 /* The item's targets: as requested; else from provenance, the kiln.target attr,
  * or the chips the executables' code names. */
-static kiln_status_t resolve_targets(rc_item_t *it, const kiln_index_artifact_t *prov, const kiln_vmfb_info_t *info) {
+static KILN_MUST_USE kiln_status_t resolve_targets(rc_item_t *it, const kiln_index_artifact_t *prov, const kiln_vmfb_info_t *info) {
   if (it->n_req_targets) {
     for (size_t i = 0; i < it->n_req_targets; i++) {
       kiln_status_t st = add_target(it, it->req_targets[i]);
@@ -571,7 +571,7 @@ static kiln_status_t resolve_targets(rc_item_t *it, const kiln_index_artifact_t 
 
 /* The item's flags, normalized: as requested; else those recorded in provenance
  * or in the kiln.flags attr. */
-static kiln_status_t resolve_flags(rc_item_t *it, const kiln_index_artifact_t *prov, const kiln_vmfb_info_t *info,
+static KILN_MUST_USE kiln_status_t resolve_flags(rc_item_t *it, const kiln_index_artifact_t *prov, const kiln_vmfb_info_t *info,
                                    char ***out_flags, size_t *out_n) {
   if (it->n_req_flags || it->ignore_recorded_flags) {
     return kilnd_flags_normalize((const char *const *)it->req_flags, it->n_req_flags, out_flags, out_n);
@@ -959,7 +959,7 @@ static void start_resolve(rc_call_t *c, rc_item_t *it) {
 /* ---- input ---- */
 
 /* Sets one label of a request in (*l, *ln), checking its size and the count. */
-static kiln_status_t take_label(const char *key, const char *value, kiln_index_label_t **l, size_t *ln,
+static KILN_MUST_USE kiln_status_t take_label(const char *key, const char *value, kiln_index_label_t **l, size_t *ln,
                                 const char *what) {
   KILN_RETURN_IF_ERROR(kilnd_label_check(what, key, value));
   labels_set(l, ln, key, value);
@@ -968,7 +968,7 @@ static kiln_status_t take_label(const char *key, const char *value, kiln_index_l
 }
 
 /* An item's own problem (bad field): it gets a FAILED result, the call goes on. */
-static kiln_status_t check_item(const Kiln__V1__RecompileItem *req) {
+static KILN_MUST_USE kiln_status_t check_item(const Kiln__V1__RecompileItem *req) {
   if (req->legacy_case == KILN__V1__RECOMPILE_ITEM__LEGACY_VMFB_DIGEST && !kiln_digest_is_valid_hex(req->vmfb_digest)) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "vmfb_digest '%.80s' is not a SHA-256 digest (64 lowercase hex)",
                        req->vmfb_digest);

@@ -258,7 +258,7 @@ kiln_status_t kilnd_call_decode(const call_t *c, grpc_byte_buffer *payload,
 }
 
 /* Decodes the unary request message into the call's arena. */
-static kiln_status_t decode_request(call_t *c) {
+static KILN_MUST_USE kiln_status_t decode_request(call_t *c) {
   if (!c->payload) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message is missing",
                        c->method->path);
@@ -268,7 +268,7 @@ static kiln_status_t decode_request(call_t *c) {
 }
 
 /* Packs the handler's response into c->response. */
-static kiln_status_t encode_response(kilnd_server_t *server, call_t *c,
+static KILN_MUST_USE kiln_status_t encode_response(kilnd_server_t *server, call_t *c,
                                      const ProtobufCMessage *response) {
   size_t size = protobuf_c_message_get_packed_size(response);
   if (size > server->settings->max_message_bytes) {
@@ -409,7 +409,7 @@ static const char *certificate_name(call_t *c) {
 
 /* Who the call is, and whether it may run: sets ctx.client to the certificate's
  * or the token's name; NULL when the call may go on, else its status. */
-static kiln_status_t authenticate(kilnd_server_t *server, call_t *c) {
+static KILN_MUST_USE kiln_status_t authenticate(kilnd_server_t *server, call_t *c) {
   if (kilnd_tls_mutual(server->tls)) {
     const char *name = certificate_name(c);
     if (name) c->ctx.client = name; /* peer= still logs the address */

@@ -38,7 +38,7 @@ struct kilnd_tokens_s; /* auth.h */
  * eviction runs on the thread pool every gc_interval_ms. On success *out_server is owned by the caller; the address
  * clients should use is kilnd_server_address(). Errors name the address and why
  * (in use: UNAVAILABLE; malformed: INVALID_ARGUMENT). */
-kiln_status_t kilnd_server_create(uv_loop_t *loop, const kilnd_settings_t *settings, kiln_cache_t *cache,
+KILN_MUST_USE kiln_status_t kilnd_server_create(uv_loop_t *loop, const kilnd_settings_t *settings, kiln_cache_t *cache,
                                   struct kilnd_tls_s *tls, struct kilnd_tokens_s *tokens_owned,
                                   kilnd_server_t **out_server);
 
@@ -52,7 +52,7 @@ const char *kilnd_server_address(const kilnd_server_t *server);
 const char *kilnd_server_bind_address(const kilnd_server_t *server);
 
 /* Starts the completion-queue thread; the loop serves calls once it runs. */
-kiln_status_t kilnd_server_start(kilnd_server_t *server);
+KILN_MUST_USE kiln_status_t kilnd_server_start(kilnd_server_t *server);
 
 /* Starts the drain (the daemon calls it on SIGTERM/SIGINT): gRPC takes no new
  * calls, in-flight ones finish until drain-timeout, then are cancelled. A second

@@ -102,7 +102,7 @@ void kilnd_call_finished(call_t *c, kiln_status_code_t code);
 void kilnd_call_initial_metadata(grpc_op *op, call_t *c);
 /* Checks (wire_check.h) and decodes one received message of `c` into `arena`;
  * *out_bytes gets its size. INVALID_ARGUMENT naming the method otherwise. */
-kiln_status_t kilnd_call_decode(const call_t *c, grpc_byte_buffer *payload,
+KILN_MUST_USE kiln_status_t kilnd_call_decode(const call_t *c, grpc_byte_buffer *payload,
                                 const ProtobufCMessageDescriptor *descriptor, kiln_arena_t *arena,
                                 size_t *out_bytes, ProtobufCMessage **out_message);
 /* What handlers see of the server, the loop, and max-message-bytes. */

@@ -16,12 +16,12 @@ void kilnd_source_check_init(kilnd_source_check_t *check, int declared_format) {
   check->hi = 0xbf;
 }
 
-static kiln_status_t refusal(const kilnd_source_check_t *check, const char *what) {
+static KILN_MUST_USE kiln_status_t refusal(const kilnd_source_check_t *check, const char *what) {
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: %s", what, check->problem);
 }
 
 /* Records the first problem: at byte `at` (line and column when text). */
-static kiln_status_t fail(kilnd_source_check_t *check, uint64_t at, uint64_t line, uint64_t column,
+static KILN_MUST_USE kiln_status_t fail(kilnd_source_check_t *check, uint64_t at, uint64_t line, uint64_t column,
                           const char *problem, const char *what) {
   check->failed = true;
   check->bad_at = at;
@@ -98,7 +98,7 @@ bool kilnd_text_is_utf8(const void *p, size_t len, size_t *out_bad_at) {
   return !bad && c.need == 0;
 }
 
-static kiln_status_t check_head(kilnd_source_check_t *check, bool at_end, const char *what) {
+static KILN_MUST_USE kiln_status_t check_head(kilnd_source_check_t *check, bool at_end, const char *what) {
   if (check->format || (check->n_head < sizeof check->head && !at_end)) return NULL;
   bool magic = check->n_head == sizeof check->head && memcmp(check->head, BYTECODE_MAGIC, 4) == 0;
   if (magic) {
@@ -121,7 +121,7 @@ static kiln_status_t check_head(kilnd_source_check_t *check, bool at_end, const 
   return NULL;
 }
 
-static kiln_status_t not_text(kilnd_source_check_t *check, uint64_t at, bool nul, const char *what) {
+static KILN_MUST_USE kiln_status_t not_text(kilnd_source_check_t *check, uint64_t at, bool nul, const char *what) {
   char problem[200];
   uint64_t column = at - check->line_start + 1;
   snprintf(problem, sizeof problem,

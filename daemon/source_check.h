@@ -48,13 +48,13 @@ void kilnd_source_check_init(kilnd_source_check_t *check, int declared_format);
 /* Feeds the next `len` bytes. INVALID_ARGUMENT, prefixed with `what` (e.g.
  * "PutSource: source <digest> (model.mlir)"), as soon as they contradict the
  * declared format or are neither text nor bytecode. */
-kiln_status_t kilnd_source_check_feed(kilnd_source_check_t *check, const void *data, size_t len,
+KILN_MUST_USE kiln_status_t kilnd_source_check_feed(kilnd_source_check_t *check, const void *data, size_t len,
                                       const char *what);
 
 /* After the last byte: the same checks for an input that ended (a truncated
  * UTF-8 sequence, a source shorter than the magic that claims bytecode); then
  * check->format is decided. */
-kiln_status_t kilnd_source_check_finish(kilnd_source_check_t *check, const char *what);
+KILN_MUST_USE kiln_status_t kilnd_source_check_finish(kilnd_source_check_t *check, const char *what);
 
 /* The problem as a packed kiln.v1.DiagnosticList (one error at `file`'s line and
  * column), in `arena`; NULL with *out_len 0 when there was none. */

@@ -16,7 +16,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 
-static kiln_status_t mkdirs(const char *path) {
+static KILN_MUST_USE kiln_status_t mkdirs(const char *path) {
   char *copy = kiln_strdup(path);
   kiln_status_t status = NULL;
   for (char *p = copy + 1; !status; p++) {
@@ -59,7 +59,7 @@ static char *absolute_path(const char *path) {
   return kiln_buf_take(&buf);
 }
 
-static kiln_status_t probe_writable(const char *dir) {
+static KILN_MUST_USE kiln_status_t probe_writable(const char *dir) {
   kiln_buf_t probe;
   kiln_buf_init(&probe);
   kiln_buf_appendf(&probe, "%s/.kilnd-probe-%ld", dir, (long)getpid());
@@ -149,7 +149,7 @@ kiln_status_t kilnd_statedir_open(const char *path, kilnd_statedir_t *out_dir) {
   return NULL;
 }
 
-static kiln_status_t publish(kilnd_statedir_t *dir, const char *name, const char *address) {
+static KILN_MUST_USE kiln_status_t publish(kilnd_statedir_t *dir, const char *name, const char *address) {
   kiln_buf_t tmp, final;
   kiln_buf_init(&tmp);
   kiln_buf_init(&final);

@@ -18,13 +18,13 @@ typedef struct kilnd_statedir_s {
  * the home directory. Errors: FAILED_PRECONDITION when not a directory or held by
  * another kilnd (naming its pid), PERMISSION_DENIED when not writable, others from
  * errno; each names the path and what would fix it. */
-kiln_status_t kilnd_statedir_open(const char *path, kilnd_statedir_t *out_dir);
+KILN_MUST_USE kiln_status_t kilnd_statedir_open(const char *path, kilnd_statedir_t *out_dir);
 
 /* Atomically replaces DIR/kilnd.addr with `address` and a newline. */
-kiln_status_t kilnd_statedir_publish_address(kilnd_statedir_t *dir, const char *address);
+KILN_MUST_USE kiln_status_t kilnd_statedir_publish_address(kilnd_statedir_t *dir, const char *address);
 
 /* The same for DIR/kilnd.metrics-addr: where the HTTP endpoint (/metrics) listens. */
-kiln_status_t kilnd_statedir_publish_metrics_address(kilnd_statedir_t *dir, const char *address);
+KILN_MUST_USE kiln_status_t kilnd_statedir_publish_metrics_address(kilnd_statedir_t *dir, const char *address);
 
 /* Removes DIR/kilnd.addr and DIR/kilnd.metrics-addr and releases the lock. Safe on
  * a zeroed struct. */

@@ -196,7 +196,7 @@ void kilnd_stream_begin(call_t *c) {
 }
 
 /* Why a send cannot start now (NULL: it can). */
-static kiln_status_t send_refusal(kilnd_stream_t *s, const char *type, size_t size) {
+static KILN_MUST_USE kiln_status_t send_refusal(kilnd_stream_t *s, const char *type, size_t size) {
   call_t *c = s->call;
   if (s->finished) {
     return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
@@ -217,7 +217,7 @@ static kiln_status_t send_refusal(kilnd_stream_t *s, const char *type, size_t si
   return NULL;
 }
 
-static kiln_status_t send_buffer(kilnd_stream_t *s, grpc_byte_buffer *buf, size_t size,
+static KILN_MUST_USE kiln_status_t send_buffer(kilnd_stream_t *s, grpc_byte_buffer *buf, size_t size,
                                  kilnd_stream_sent_fn_t on_sent, void *user);
 
 kiln_status_t kilnd_stream_send(kilnd_stream_t *s, const ProtobufCMessage *message,
@@ -271,7 +271,7 @@ kiln_status_t kilnd_stream_send_packed(kilnd_stream_t *s, uint8_t *data, size_t 
   return send_buffer(s, buf, len, on_sent, user);
 }
 
-static kiln_status_t send_buffer(kilnd_stream_t *s, grpc_byte_buffer *buf, size_t size,
+static KILN_MUST_USE kiln_status_t send_buffer(kilnd_stream_t *s, grpc_byte_buffer *buf, size_t size,
                                  kilnd_stream_sent_fn_t on_sent, void *user) {
   call_t *c = s->call;
   s->send_buf = buf;

@@ -65,7 +65,7 @@ static void describe_cert(X509 *cert, char *out, size_t cap) {
 }
 
 /* Checks one set of PEM texts; on success writes its description. */
-static kiln_status_t check_set(const kilnd_tls_t *tls, const char *cert_pem, const char *key_pem,
+static KILN_MUST_USE kiln_status_t check_set(const kilnd_tls_t *tls, const char *cert_pem, const char *key_pem,
                                const char *ca_pem, char *describe, size_t cap) {
   kiln_status_t status = NULL;
   X509 *cert = first_cert(cert_pem);
@@ -109,7 +109,7 @@ static kiln_status_t check_set(const kilnd_tls_t *tls, const char *cert_pem, con
 }
 
 /* Reads and checks the files; on success installs them as the next generation. */
-static kiln_status_t load(kilnd_tls_t *tls) {
+static KILN_MUST_USE kiln_status_t load(kilnd_tls_t *tls) {
   char *cert = NULL, *key = NULL, *ca = NULL;
   char describe[sizeof tls->describe];
   kiln_status_t status = kiln_pem_read("tls-cert", tls->cert_file, &cert);

@@ -28,7 +28,7 @@ typedef struct kilnd_tls_s kilnd_tls_t;
  * settings; the errno's code or INVALID_ARGUMENT for a file that cannot be read or
  * holds no usable PEM, naming the setting and the path. The paths are copied.
  * On success *out_tls is owned by the caller. */
-kiln_status_t kilnd_tls_create(const char *cert_file, const char *key_file, const char *client_ca_file,
+KILN_MUST_USE kiln_status_t kilnd_tls_create(const char *cert_file, const char *key_file, const char *client_ca_file,
                                kilnd_tls_t **out_tls);
 
 /* Server credentials that fetch from `tls` (owned by the caller: release them once
@@ -38,7 +38,7 @@ grpc_server_credentials *kilnd_tls_server_credentials(kilnd_tls_t *tls);
 /* Reads the same files again (blocking: the thread pool). On success new
  * handshakes get them; on failure nothing changes and the status says which file
  * and why. */
-kiln_status_t kilnd_tls_reload(kilnd_tls_t *tls);
+KILN_MUST_USE kiln_status_t kilnd_tls_reload(kilnd_tls_t *tls);
 
 /* True when client certificates are required (tls-client-ca). */
 bool kilnd_tls_mutual(const kilnd_tls_t *tls);

@@ -26,7 +26,7 @@ static void field_path(char *out, size_t cap, const char *outer, const ProtobufC
   snprintf(out, cap, "%s%s%s%s", outer, *outer ? "." : "", f->name, at);
 }
 
-static kiln_status_t check_enum(const ProtobufCFieldDescriptor *f, uint64_t raw, const char *path) {
+static KILN_MUST_USE kiln_status_t check_enum(const ProtobufCFieldDescriptor *f, uint64_t raw, const char *path) {
   const ProtobufCEnumDescriptor *e = f->descriptor;
   int32_t value = (int32_t)raw;
   if ((uint64_t)(int64_t)value != raw || !protobuf_c_enum_descriptor_get_value(e, value)) {
@@ -36,7 +36,7 @@ static kiln_status_t check_enum(const ProtobufCFieldDescriptor *f, uint64_t raw,
   return NULL;
 }
 
-static kiln_status_t walk(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, const char *outer,
+static KILN_MUST_USE kiln_status_t walk(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, const char *outer,
                           int depth) {
   if (depth > MAX_DEPTH) return NULL;
   reader_t r = {data, data + len};

@@ -1093,7 +1093,7 @@ static void spawn_slot(slot_t *slot) {
 
 /* The placeholders of worker.proto's ExternalCompiler (expanded by
  * daemon/worker/external.c; keep the two lists alike). */
-static kiln_status_t check_template(const char *tmpl) {
+static KILN_MUST_USE kiln_status_t check_template(const char *tmpl) {
   static const char *const known[] = {"input", "output", "device", "backend", "target_flag",
                                       "chip", "target", "flags"};
   for (const char *c = tmpl; *c; c++) {

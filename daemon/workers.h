@@ -128,7 +128,7 @@ typedef struct kilnd_workers_stats_s {
  * memory limit under 256 MiB (the warm compiler alone needs about 150 MB);
  * INTERNAL when a process cannot be spawned (the processes already started are
  * killed and the pool frees itself on the loop: keep running it). */
-kiln_status_t kilnd_workers_create(uv_loop_t *loop, const kilnd_workers_options_t *options,
+KILN_MUST_USE kiln_status_t kilnd_workers_create(uv_loop_t *loop, const kilnd_workers_options_t *options,
                                    kilnd_task_event_fn_t fn, void *user, kilnd_workers_t **out_workers);
 
 /* Workers free to take a task now. */
@@ -140,7 +140,7 @@ size_t kilnd_workers_idle(const kilnd_workers_t *workers);
  * for id 0, an id already running, no targets, more than 64, or an empty or
  * repeated target. The source is copied and kept until the task finishes (for the
  * crash report). */
-kiln_status_t kilnd_workers_submit(kilnd_workers_t *workers, const kilnd_task_t *task);
+KILN_MUST_USE kiln_status_t kilnd_workers_submit(kilnd_workers_t *workers, const kilnd_task_t *task);
 
 /* Stops a running task: its worker is killed and replaced; the unfinished targets
  * are reported TARGET_FAILED with CANCELLED, then FINISHED. No-op for an unknown id. */

@@ -237,7 +237,7 @@ static const char *file_kind(const layout_t *layout, const kiln_vmfb_archive_con
 }
 
 /* Validates `contents` and computes where everything goes. */
-static kiln_status_t place(const kiln_vmfb_archive_contents_t *c, layout_t *out) {
+static KILN_MUST_USE kiln_status_t place(const kiln_vmfb_archive_contents_t *c, layout_t *out) {
   memset(out, 0, sizeof *out);
   if (!c) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "vmfb archive: no contents given");
   bool zip = c->layout == KILN_VMFB_ARCHIVE_LAYOUT_ZIP;
@@ -590,7 +590,7 @@ kiln_status_t kiln_vmfb_archive_write(const kiln_vmfb_archive_contents_t *conten
 
 /* ---- reading ---- */
 
-static kiln_status_t locate_flatbuffer(kiln_vmfb_archive_t *a, uint64_t offset) {
+static KILN_MUST_USE kiln_status_t locate_flatbuffer(kiln_vmfb_archive_t *a, uint64_t offset) {
   const char *where = a->layout == KILN_VMFB_ARCHIVE_LAYOUT_ZIP ? "zip layout" : "flat layout";
   uint64_t size = a->file_size;
   if (offset > size || size - offset < MIN_MODULE_BYTES) {
@@ -632,7 +632,7 @@ typedef struct directory_s {
   uint64_t limit; /* where the directory must end: the first end record */
 } directory_t;
 
-static kiln_status_t find_directory(const kiln_vmfb_archive_t *a, directory_t *out) {
+static KILN_MUST_USE kiln_status_t find_directory(const kiln_vmfb_archive_t *a, directory_t *out) {
   const uint8_t *f = a->file;
   uint64_t size = a->file_size;
   if (size < EOCD_SIZE) {
@@ -743,7 +743,7 @@ typedef struct zip64_need_s {
   bool uncompressed, compressed, offset, disk;
 } zip64_need_t;
 
-static kiln_status_t read_zip64_field(const uint8_t *f, uint64_t extra, uint64_t extra_len,
+static KILN_MUST_USE kiln_status_t read_zip64_field(const uint8_t *f, uint64_t extra, uint64_t extra_len,
                                       zip64_need_t need, const char *who, uint64_t *uncompressed,
                                       uint64_t *compressed, uint64_t *offset, uint32_t *disk) {
   bool found = false;
@@ -809,7 +809,7 @@ static int compare_entry_names(const void *a, const void *b) {
 
 /* Reads directory record `index` at `pos` (inside the directory, which ends at
  * dir_end) into `entry`, copying its name to *names. Sets *out_len. */
-static kiln_status_t read_entry(const kiln_vmfb_archive_t *a, const directory_t *dir, size_t index,
+static KILN_MUST_USE kiln_status_t read_entry(const kiln_vmfb_archive_t *a, const directory_t *dir, size_t index,
                                 uint64_t pos, char **names, kiln_vmfb_archive_entry_t *entry,
                                 uint64_t *out_len) {
   const uint8_t *f = a->file;
@@ -943,7 +943,7 @@ static kiln_status_t read_entry(const kiln_vmfb_archive_t *a, const directory_t 
   return NULL;
 }
 
-static kiln_status_t parse_zip(kiln_vmfb_archive_t *a, uint32_t flags) {
+static KILN_MUST_USE kiln_status_t parse_zip(kiln_vmfb_archive_t *a, uint32_t flags) {
   directory_t dir = {0};
   KILN_RETURN_IF_ERROR(find_directory(a, &dir));
   size_t count = (size_t)dir.count;

@@ -133,7 +133,7 @@ typedef struct kiln_vmfb_archive_plan_s {
  * Errors: INVALID_ARGUMENT naming the bad field (layout, FlatBuffer size, a
  * segment's name or alignment, extras in the flat layout, too many entries),
  * OUT_OF_RANGE when the file would not fit in 64 bits / size_t. Thread-safe. */
-kiln_status_t kiln_vmfb_archive_plan(const kiln_vmfb_archive_contents_t *contents,
+KILN_MUST_USE kiln_status_t kiln_vmfb_archive_plan(const kiln_vmfb_archive_contents_t *contents,
                                      kiln_vmfb_archive_plan_t *out_plan,
                                      uint64_t *out_segment_offsets);
 
@@ -146,7 +146,7 @@ kiln_status_t kiln_vmfb_archive_plan(const kiln_vmfb_archive_contents_t *content
  * FAILED_PRECONDITION when a segment would land elsewhere than its expected
  * offset (the FlatBuffer changed size after planning: plan again). Thread-safe
  * (distinct buffers). */
-kiln_status_t kiln_vmfb_archive_write(const kiln_vmfb_archive_contents_t *contents,
+KILN_MUST_USE kiln_status_t kiln_vmfb_archive_write(const kiln_vmfb_archive_contents_t *contents,
                                       const uint64_t *expected_segment_offsets, kiln_buf_t *out);
 
 /* ---- reading ---- */
@@ -227,7 +227,7 @@ enum {
  * for the local header at offset 0, or a compressed/encrypted module entry.
  * Compressed entries other than the module's are reported (stored == false),
  * never inflated. Thread-safe. */
-kiln_status_t kiln_vmfb_archive_parse(const void *file, size_t size, uint32_t flags,
+KILN_MUST_USE kiln_status_t kiln_vmfb_archive_parse(const void *file, size_t size, uint32_t flags,
                                       kiln_vmfb_archive_t *out_archive);
 
 /* Frees what the archive owns (not the file) and clears it; idempotent; a cleared
@@ -243,13 +243,13 @@ ptrdiff_t kiln_vmfb_archive_entry_find(const kiln_vmfb_archive_t *archive, const
  * is not stored (compressed or encrypted: kiln does not inflate); DATA_LOSS
  * naming the entry, both CRCs and the data's range when they differ.
  * Thread-safe. */
-kiln_status_t kiln_vmfb_archive_entry_verify(const kiln_vmfb_archive_t *archive, size_t index);
+KILN_MUST_USE kiln_status_t kiln_vmfb_archive_entry_verify(const kiln_vmfb_archive_t *archive, size_t index);
 
 /* Resolves an external rodata segment (external_data_offset, external_data_length
  * from the FlatBuffer) to its bytes: *out_data = file + rodata_base + offset.
  * Errors: OUT_OF_RANGE when the range overflows or ends past the end of the file,
  * with both numbers. `out_data` is written only on success. Thread-safe. */
-kiln_status_t kiln_vmfb_archive_rodata_resolve(const kiln_vmfb_archive_t *archive, uint64_t offset,
+KILN_MUST_USE kiln_status_t kiln_vmfb_archive_rodata_resolve(const kiln_vmfb_archive_t *archive, uint64_t offset,
                                                uint64_t length, const uint8_t **out_data);
 
 #endif /* KILN_COMPILER_VMFB_ARCHIVE_H_ */

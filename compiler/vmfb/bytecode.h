@@ -90,14 +90,14 @@ typedef struct kiln_vmfb_bytecode_s kiln_vmfb_bytecode_t;
  * is already begun, so ops may be emitted at once. Errors: INVALID_ARGUMENT when
  * cconv is not "0<args>_<results>" over i I f F r (or "v" for none); a function's
  * own cconv may not be variadic. Thread-safe. */
-kiln_status_t kiln_vmfb_bytecode_create(const char *cconv, kiln_vmfb_bytecode_t **out_bc);
+KILN_MUST_USE kiln_status_t kiln_vmfb_bytecode_create(const char *cconv, kiln_vmfb_bytecode_t **out_bc);
 
 /* Frees the assembler (and any bytecode not handed over by _finish). NULL is a
  * no-op. */
 void kiln_vmfb_bytecode_destroy(kiln_vmfb_bytecode_t *bc);
 
 /* The first error recorded so far (borrowed: do not free; NULL when none). */
-kiln_status_t kiln_vmfb_bytecode_status(const kiln_vmfb_bytecode_t *bc);
+KILN_MUST_USE kiln_status_t kiln_vmfb_bytecode_status(const kiln_vmfb_bytecode_t *bc);
 
 /* The register holding argument `index` of the function (kind NONE and a
  * recorded INVALID_ARGUMENT when out of range). */
@@ -284,7 +284,7 @@ void kiln_vmfb_bytecode_fail(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t status, c
  * else FAILED_PRECONDITION when the last block lacks a terminator or a declared
  * block was never begun, RESOURCE_EXHAUSTED when a block exceeds 16 MiB. The
  * assembler may only be destroyed afterwards. */
-kiln_status_t kiln_vmfb_bytecode_finish(kiln_vmfb_bytecode_t *bc, kiln_vmfb_vm_function_t *fn);
+KILN_MUST_USE kiln_status_t kiln_vmfb_bytecode_finish(kiln_vmfb_bytecode_t *bc, kiln_vmfb_vm_function_t *fn);
 
 /* Verifies function `function` of `module` (borrowed) with the rules of IREE
  * 3.12's bytecode verifier (runtime/src/iree/vm/bytecode/verifier.c), applied
@@ -294,6 +294,6 @@ kiln_status_t kiln_vmfb_bytecode_finish(kiln_vmfb_bytecode_t *bc, kiln_vmfb_vm_f
  * the ops this assembler emits (and their siblings of the same encoding);
  * others are UNIMPLEMENTED. Errors: INVALID_ARGUMENT or OUT_OF_RANGE naming the
  * function, the byte offset and the rule. Thread-safe. */
-kiln_status_t kiln_vmfb_bytecode_verify(const kiln_vmfb_vm_module_t *module, size_t function);
+KILN_MUST_USE kiln_status_t kiln_vmfb_bytecode_verify(const kiln_vmfb_vm_module_t *module, size_t function);
 
 #endif /* KILN_COMPILER_VMFB_BYTECODE_H_ */

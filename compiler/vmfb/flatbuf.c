@@ -223,9 +223,9 @@ typedef struct seen_s {
   size_t count, capacity;
 } seen_t;
 
-static kiln_status_t check_table(const kiln_vmfb_flatbuf_table_desc_t *t, seen_t *seen);
+static KILN_MUST_USE kiln_status_t check_table(const kiln_vmfb_flatbuf_table_desc_t *t, seen_t *seen);
 
-static kiln_status_t check_union(const kiln_vmfb_flatbuf_table_desc_t *t,
+static KILN_MUST_USE kiln_status_t check_union(const kiln_vmfb_flatbuf_table_desc_t *t,
                                  const kiln_vmfb_flatbuf_field_desc_t *f, seen_t *seen) {
   const kiln_vmfb_flatbuf_union_desc_t *u = f->union_desc;
   if (!u || !u->name || !u->members || u->member_count == 0) {
@@ -243,7 +243,7 @@ static kiln_status_t check_union(const kiln_vmfb_flatbuf_table_desc_t *t,
   return NULL;
 }
 
-static kiln_status_t check_field(const kiln_vmfb_flatbuf_table_desc_t *t, uint16_t i,
+static KILN_MUST_USE kiln_status_t check_field(const kiln_vmfb_flatbuf_table_desc_t *t, uint16_t i,
                                  seen_t *seen) {
   const kiln_vmfb_flatbuf_field_desc_t *f = &t->fields[i];
   const char *tn = t->name;
@@ -334,7 +334,7 @@ static kiln_status_t check_field(const kiln_vmfb_flatbuf_table_desc_t *t, uint16
   return NULL;
 }
 
-static kiln_status_t check_table(const kiln_vmfb_flatbuf_table_desc_t *t, seen_t *seen) {
+static KILN_MUST_USE kiln_status_t check_table(const kiln_vmfb_flatbuf_table_desc_t *t, seen_t *seen) {
   for (size_t i = 0; i < seen->count; i++) {
     if (seen->tables[i] == t) return NULL; /* recursive schemas are fine */
   }
@@ -913,7 +913,7 @@ static bool value_present(const kiln_vmfb_flatbuf_field_desc_t *f, const value_t
   return v->set && (v->forced || v->bits != default_bits(f));
 }
 
-static kiln_status_t visit(emit_t *e, kiln_vmfb_flatbuf_ref_t ref, unsigned depth) {
+static KILN_MUST_USE kiln_status_t visit(emit_t *e, kiln_vmfb_flatbuf_ref_t ref, unsigned depth) {
   size_t idx = ref - 1;
   node_t *n = &e->b->nodes[idx];
   if (e->state[idx] == 2) return NULL;
@@ -974,7 +974,7 @@ static void append_zeros(emit_t *e, size_t n) {
 }
 
 /* Pads so that (position + phase) is a multiple of `align`. */
-static kiln_status_t pad_to(emit_t *e, size_t align, size_t phase) {
+static KILN_MUST_USE kiln_status_t pad_to(emit_t *e, size_t align, size_t phase) {
   if (align > e->base_align) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "a FlatBuffer value needs %zu-byte alignment but the buffer is only "
@@ -1002,7 +1002,7 @@ static void add_fixup(emit_t *e, size_t pos, kiln_vmfb_flatbuf_ref_t ref) {
   e->fixups[e->nfixups++] = (fixup_t){pos, ref};
 }
 
-static kiln_status_t emit_table(emit_t *e, const node_t *n, size_t *out_pos) {
+static KILN_MUST_USE kiln_status_t emit_table(emit_t *e, const node_t *n, size_t *out_pos) {
   const kiln_vmfb_flatbuf_table_desc_t *d = n->desc;
   size_t npresent = 0, table_align = 4;
   int32_t max_slot = -1;
@@ -1083,7 +1083,7 @@ static kiln_status_t emit_table(emit_t *e, const node_t *n, size_t *out_pos) {
   return NULL;
 }
 
-static kiln_status_t emit_node(emit_t *e, kiln_vmfb_flatbuf_ref_t ref) {
+static KILN_MUST_USE kiln_status_t emit_node(emit_t *e, kiln_vmfb_flatbuf_ref_t ref) {
   const node_t *n = &e->b->nodes[ref - 1];
   size_t pos = 0;
   switch (n->type) {
@@ -1117,7 +1117,7 @@ static kiln_status_t emit_node(emit_t *e, kiln_vmfb_flatbuf_ref_t ref) {
   return NULL;
 }
 
-static kiln_status_t finish(emit_t *e, kiln_vmfb_flatbuf_ref_t root,
+static KILN_MUST_USE kiln_status_t finish(emit_t *e, kiln_vmfb_flatbuf_ref_t root,
                             const kiln_vmfb_flatbuf_finish_options_t *o) {
   kiln_vmfb_flatbuf_builder_t *b = e->b;
   KILN_RETURN_IF_ERROR(visit(e, root, 0));
@@ -1230,9 +1230,9 @@ typedef struct verifier_s {
   kiln_status_code_t code;
 } verifier_t;
 
-static kiln_status_t verify_fail(verifier_t *v, const char *file, int line, const char *fmt, ...)
+static KILN_MUST_USE kiln_status_t verify_fail(verifier_t *v, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static kiln_status_t verify_fail(verifier_t *v, const char *file, int line, const char *fmt,
+static KILN_MUST_USE kiln_status_t verify_fail(verifier_t *v, const char *file, int line, const char *fmt,
                                  ...) {
   kiln_buf_t msg;
   kiln_buf_init(&msg);
@@ -1252,7 +1252,7 @@ static kiln_status_t verify_fail(verifier_t *v, const char *file, int line, cons
 }
 #define VFAIL(v, ...) verify_fail((v), __FILE__, __LINE__, __VA_ARGS__)
 
-static kiln_status_t spend(verifier_t *v) {
+static KILN_MUST_USE kiln_status_t spend(verifier_t *v) {
   if (v->budget == 0) {
     return VFAIL(v, "more than %" PRIu64 " tables, strings and vectors visited (shared "
                  "subtables multiply visits; raise max_objects if this buffer is legitimate)",
@@ -1264,7 +1264,7 @@ static kiln_status_t spend(verifier_t *v) {
 
 /* Follows the uoffset at `at` (which the caller proved in bounds): the target must
  * be nonzero, 4-aligned and leave room for a u32. */
-static kiln_status_t follow(verifier_t *v, size_t at, size_t *out_target) {
+static KILN_MUST_USE kiln_status_t follow(verifier_t *v, size_t at, size_t *out_target) {
   uint32_t u = kiln_vmfb_flatbuf_load_u32(v->p + at);
   if (u == 0) return VFAIL(v, "null offset at %zu", at);
   uint64_t target = (uint64_t)at + u;
@@ -1277,7 +1277,7 @@ static kiln_status_t follow(verifier_t *v, size_t at, size_t *out_target) {
   return NULL;
 }
 
-static kiln_status_t verify_string_at(verifier_t *v, size_t at) {
+static KILN_MUST_USE kiln_status_t verify_string_at(verifier_t *v, size_t at) {
   size_t s = 0; /* set by follow() on success; GCC -O3 cannot tell */
   KILN_RETURN_IF_ERROR(follow(v, at, &s));
   KILN_RETURN_IF_ERROR(spend(v));
@@ -1295,7 +1295,7 @@ static kiln_status_t verify_string_at(verifier_t *v, size_t at) {
 
 /* Checks the vector at the uoffset `at`: header alignment, element alignment, count
  * within the buffer. */
-static kiln_status_t verify_vector_at(verifier_t *v, size_t at, size_t elem_size,
+static KILN_MUST_USE kiln_status_t verify_vector_at(verifier_t *v, size_t at, size_t elem_size,
                                       size_t elem_align, size_t *out_pos, size_t *out_count) {
   size_t s = 0; /* likewise */
   KILN_RETURN_IF_ERROR(follow(v, at, &s));
@@ -1316,10 +1316,10 @@ static kiln_status_t verify_vector_at(verifier_t *v, size_t at, size_t elem_size
   return NULL;
 }
 
-static kiln_status_t verify_table(verifier_t *v, size_t t, const kiln_vmfb_flatbuf_table_desc_t *d,
+static KILN_MUST_USE kiln_status_t verify_table(verifier_t *v, size_t t, const kiln_vmfb_flatbuf_table_desc_t *d,
                                   uint32_t depth);
 
-static kiln_status_t verify_table_at(verifier_t *v, size_t at,
+static KILN_MUST_USE kiln_status_t verify_table_at(verifier_t *v, size_t at,
                                      const kiln_vmfb_flatbuf_table_desc_t *d, uint32_t depth) {
   size_t t = 0; /* likewise */
   KILN_RETURN_IF_ERROR(follow(v, at, &t));
@@ -1330,7 +1330,7 @@ static const char *member_name(const kiln_vmfb_flatbuf_union_desc_t *u, uint8_t 
   return type >= 1 && type <= u->member_count ? u->members[type - 1]->name : "unknown";
 }
 
-static kiln_status_t verify_union_vector(verifier_t *v, const kiln_vmfb_flatbuf_field_desc_t *f,
+static KILN_MUST_USE kiln_status_t verify_union_vector(verifier_t *v, const kiln_vmfb_flatbuf_field_desc_t *f,
                                          size_t fpos, size_t types_pos, size_t types_count,
                                          bool types_present, uint32_t depth) {
   vframe_t *fr = &v->frames[v->nframes - 1];
@@ -1367,7 +1367,7 @@ static kiln_status_t verify_union_vector(verifier_t *v, const kiln_vmfb_flatbuf_
   return NULL;
 }
 
-static kiln_status_t verify_table(verifier_t *v, size_t t, const kiln_vmfb_flatbuf_table_desc_t *d,
+static KILN_MUST_USE kiln_status_t verify_table(verifier_t *v, size_t t, const kiln_vmfb_flatbuf_table_desc_t *d,
                                   uint32_t depth) {
   if (depth > v->max_depth) return VFAIL(v, "tables nest deeper than %" PRIu32, v->max_depth);
   KILN_RETURN_IF_ERROR(spend(v));

@@ -101,7 +101,7 @@ struct kiln_vmfb_flatbuf_table_desc_s {
  * field with the same union, `required` only on offset kinds, defaults in range.
  * Returns INVALID_ARGUMENT naming the first bad table.field. Borrows `desc`.
  * Thread-safe. */
-kiln_status_t kiln_vmfb_flatbuf_desc_check(const kiln_vmfb_flatbuf_table_desc_t *desc);
+KILN_MUST_USE kiln_status_t kiln_vmfb_flatbuf_desc_check(const kiln_vmfb_flatbuf_table_desc_t *desc);
 
 /* Little-endian loads and stores for struct members and raw element data. They use
  * memcpy, so `p` needs no alignment. Thread-safe. */
@@ -245,7 +245,7 @@ typedef struct kiln_vmfb_flatbuf_finish_options_s {
  * nesting deeper than KILN_VMFB_FLATBUF_MAX_DEPTH tables, an alignment above
  * base_alignment or bad options; RESOURCE_EXHAUSTED past 2 GiB (the format's
  * signed vtable offsets). On error `out` is left as it was. */
-kiln_status_t kiln_vmfb_flatbuf_builder_finish(kiln_vmfb_flatbuf_builder_t *b,
+KILN_MUST_USE kiln_status_t kiln_vmfb_flatbuf_builder_finish(kiln_vmfb_flatbuf_builder_t *b,
                                                kiln_vmfb_flatbuf_ref_t root,
                                                const kiln_vmfb_flatbuf_finish_options_t *options,
                                                kiln_buf_t *out);
@@ -280,7 +280,7 @@ typedef struct kiln_vmfb_flatbuf_verify_options_s {
  * prefix sits at a multiple of 8, as in a VMFB).
  * Uses stack and memory bounded by max_depth, never by the buffer's contents.
  * `options` may be NULL (no identifier, not size-prefixed, defaults). Thread-safe. */
-kiln_status_t kiln_vmfb_flatbuf_verify(const void *data, size_t len,
+KILN_MUST_USE kiln_status_t kiln_vmfb_flatbuf_verify(const void *data, size_t len,
                                        const kiln_vmfb_flatbuf_verify_options_t *options,
                                        const kiln_vmfb_flatbuf_table_desc_t *desc);
 

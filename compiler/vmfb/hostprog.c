@@ -366,7 +366,7 @@ static bool has_dynamic_dims(const kiln_vmfb_tensor_type_t *t) {
 
 /* Validates a tensor type and returns its byte size (0 when a dimension is
  * dynamic, which `dynamic_ok` allows). */
-static kiln_status_t tensor_bytes_of(const kiln_vmfb_function_t *fn, const char *what, size_t index,
+static KILN_MUST_USE kiln_status_t tensor_bytes_of(const kiln_vmfb_function_t *fn, const char *what, size_t index,
                                      const kiln_vmfb_tensor_type_t *t, bool dynamic_ok, uint64_t *out_bytes) {
   if (!element_name(t->element_type)) {
     return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
@@ -443,14 +443,14 @@ static bool name_ok(const char *name) {
   return true;
 }
 
-static kiln_status_t bad_expr(const kiln_vmfb_function_t *fn, const char *what, size_t index) {
+static KILN_MUST_USE kiln_status_t bad_expr(const kiln_vmfb_function_t *fn, const char *what, size_t index) {
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                      "host program: function %s %s %zu names no expression of the function's %zu",
                      fn->name, what, index, fn->n_exprs);
 }
 
 /* Each expression's operands come before it; input dimensions exist. */
-static kiln_status_t check_exprs(const kiln_vmfb_function_t *fn) {
+static KILN_MUST_USE kiln_status_t check_exprs(const kiln_vmfb_function_t *fn) {
   if (fn->n_exprs > KILN_VMFB_MAX_EXPRS || (fn->n_exprs && !fn->exprs)) {
     return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
                        "host program: function %s computes %zu sizes at run time (at most %u)", fn->name,
@@ -484,7 +484,7 @@ static kiln_status_t check_exprs(const kiln_vmfb_function_t *fn) {
 }
 
 /* Checks one plan function and works out the usage each buffer needs. */
-static kiln_status_t check_function(gen_t *g, size_t f) {
+static KILN_MUST_USE kiln_status_t check_function(gen_t *g, size_t f) {
   const kiln_vmfb_function_t *fn = &g->plan->functions[f];
   fn_info_t *info = &g->fns[f];
   if (!name_ok(fn->name)) {
@@ -1147,7 +1147,7 @@ static char *function_cconv(size_t n_inputs, size_t n_results) {
   return kiln_buf_take(&buf);
 }
 
-static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *out) {
+static KILN_MUST_USE kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *out) {
   const kiln_vmfb_function_t *fn = &g->plan->functions[f];
   const fn_info_t *info = &g->fns[f];
   char *cconv = function_cconv(fn->n_inputs, fn->n_results);
@@ -1266,7 +1266,7 @@ static kiln_status_t emit_function(gen_t *g, size_t f, kiln_vmfb_vm_function_t *
  * rodata, a null executable global. */
 static bool has_executable(const gen_t *g) { return g->exe->n_kernels > 0; }
 
-static kiln_status_t emit_init(gen_t *g, kiln_vmfb_vm_function_t *out) {
+static KILN_MUST_USE kiln_status_t emit_init(gen_t *g, kiln_vmfb_vm_function_t *out) {
   emit_t e = {.g = g};
   kiln_status_t st = kiln_vmfb_bytecode_create("0v_v", &e.bc);
   if (st) return st;
@@ -1381,7 +1381,7 @@ static void select_imports(gen_t *g) {
   }
 }
 
-static kiln_status_t build(gen_t *g, const char *module_name) {
+static KILN_MUST_USE kiln_status_t build(gen_t *g, const char *module_name) {
   kiln_vmfb_vm_module_t *m = g->m;
   const kiln_vmfb_plan_t *plan = g->plan;
   const kiln_vmfb_host_executable_t *exe = g->exe;

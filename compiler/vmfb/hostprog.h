@@ -69,7 +69,7 @@ typedef struct kiln_vmfb_host_options_s {
  * unusable or duplicate function name); UNIMPLEMENTED for an unknown hal_version
  * or element type; RESOURCE_EXHAUSTED when a function outgrows the VM's register
  * or block limits. On error *out_module is left zeroed. */
-kiln_status_t kiln_vmfb_host_program_build(const kiln_vmfb_plan_t *plan,
+KILN_MUST_USE kiln_status_t kiln_vmfb_host_program_build(const kiln_vmfb_plan_t *plan,
                                            const kiln_vmfb_host_executable_t *exe,
                                            const kiln_vmfb_host_options_t *options,
                                            kiln_vmfb_vm_module_t *out_module);

@@ -575,7 +575,11 @@ kiln_status_t kiln_vmfb_source_extract(const uint8_t *file, size_t len, uint8_t 
   *out_source = NULL;
   *out_len = 0;
   kiln_vmfb_info_t info;
-  kiln_vmfb_read(file, len, &info);
+  kiln_status_t misuse = kiln_vmfb_read(file, len, &info);
+  if (misuse) {
+    kiln_vmfb_info_deinit(&info);
+    return misuse;
+  }
   if (info.cls == KILN_VMFB_CLASS_INVALID) {
     kiln_status_t st = KILN_STATUS(KILN_STATUS_DATA_LOSS, "%s", info.reason);
     kiln_vmfb_info_deinit(&info);

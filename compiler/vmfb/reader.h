@@ -98,7 +98,7 @@ typedef struct kiln_vmfb_info_s {
 /* Reads and classifies `len` bytes. Always fills *out_info (cls/reason say
  * INVALID for a damaged file) and returns NULL; a non-NULL status is for the
  * caller's own misuse only. Free with kiln_vmfb_info_deinit. */
-kiln_status_t kiln_vmfb_read(const uint8_t *file, size_t len, kiln_vmfb_info_t *out_info);
+KILN_MUST_USE kiln_status_t kiln_vmfb_read(const uint8_t *file, size_t len, kiln_vmfb_info_t *out_info);
 
 /* The attr value for `key`, or NULL. Borrowed. */
 const char *kiln_vmfb_info_attr(const kiln_vmfb_info_t *info, const char *key);
@@ -106,7 +106,7 @@ const char *kiln_vmfb_info_attr(const kiln_vmfb_info_t *info, const char *key);
 /* Decompresses kiln's embedded source from `file` (as read by kiln_vmfb_read).
  * NOT_FOUND when the file carries none; DATA_LOSS when it does not decompress or
  * its digest does not match the kiln.source.sha256 attr. *out_source is owned. */
-kiln_status_t kiln_vmfb_source_extract(const uint8_t *file, size_t len, uint8_t **out_source,
+KILN_MUST_USE kiln_status_t kiln_vmfb_source_extract(const uint8_t *file, size_t len, uint8_t **out_source,
                                        size_t *out_len);
 
 void kiln_vmfb_info_deinit(kiln_vmfb_info_t *info);

@@ -284,7 +284,7 @@ static ref_t signature(builder_t *b, const char *cconv, const kiln_vmfb_attr_t *
 
 /* Serializes the module with the given external offsets (u64 fields always written).
  * Without `dependencies` the module has no dependency list, as before HAL 0.5. */
-static kiln_status_t serialize_module(const kiln_vmfb_vm_module_t *m, bool dependencies,
+static KILN_MUST_USE kiln_status_t serialize_module(const kiln_vmfb_vm_module_t *m, bool dependencies,
                                       const uint64_t *external_offsets, kiln_buf_t *out) {
   builder_t *b = kiln_vmfb_flatbuf_builder_create();
   ref_t root = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vm_bytecode_module_def);
@@ -400,7 +400,7 @@ static kiln_status_t serialize_module(const kiln_vmfb_vm_module_t *m, bool depen
 }
 
 /* The plan and executable must agree before a host program is built on them. */
-static kiln_status_t check_agreement(const char *module_name, const kiln_vmfb_plan_t *plan,
+static KILN_MUST_USE kiln_status_t check_agreement(const char *module_name, const kiln_vmfb_plan_t *plan,
                                      const kiln_vmfb_executable_t *exe) {
   for (size_t f = 0; f < plan->n_functions; f++) {
     const kiln_vmfb_function_t *fn = &plan->functions[f];

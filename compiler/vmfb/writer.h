@@ -67,7 +67,7 @@ typedef struct kiln_vmfb_executable_s {
  * {magic = identifier, version 0, content size}. INVALID_ARGUMENT for an
  * executable that cannot be described (a kernel naming a missing module, SPIR-V
  * not a whole number of words, no kernels). */
-kiln_status_t kiln_vmfb_executable_serialize(const kiln_vmfb_executable_t *exe, bool header,
+KILN_MUST_USE kiln_status_t kiln_vmfb_executable_serialize(const kiln_vmfb_executable_t *exe, bool header,
                                              kiln_buf_t *out);
 
 /* Provenance recorded in the module attrs under "kiln.*" keys. All optional. */
@@ -97,7 +97,7 @@ typedef struct kiln_vmfb_write_options_s {
  * NULL (current defaults). INVALID_ARGUMENT when the plan and the executable
  * disagree (a step naming a kernel the executable lacks, a binding count that
  * differs from the kernel's) or names are unusable. */
-kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *plan,
+KILN_MUST_USE kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *plan,
                               const kiln_vmfb_executable_t *exe,
                               const kiln_vmfb_write_options_t *options, kiln_buf_t *out);
 

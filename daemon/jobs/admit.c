@@ -108,7 +108,7 @@ static bool source_key_digest(kilnd_jobs_t *jobs, const char *raw, const void *d
 
 /* The request's own checks and the compiler identity (the first worker's Hello
  * names it). On the loop it is not waited for: *out_would_block. */
-static kiln_status_t prep_start(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, bool on_loop, prep_t *p,
+static KILN_MUST_USE kiln_status_t prep_start(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, bool on_loop, prep_t *p,
                                 bool *out_would_block) {
   if (r->n_targets == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no targets to compile for");
   uv_mutex_lock(&jobs->mu);
@@ -136,7 +136,7 @@ static kiln_status_t prep_start(kilnd_jobs_t *jobs, const kilnd_job_request_t *r
 }
 
 /* Every target's cache key, from the source's key digest. */
-static kiln_status_t prep_keys(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p) {
+static KILN_MUST_USE kiln_status_t prep_keys(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p) {
   for (size_t i = 0; i < r->n_targets; i++) {
     kiln_cache_key_parts_t parts;
     kilnd_jobs_key_parts(jobs, p->compiler, p->source->key_digest, r->targets[i], r->flags, r->n_flags, &parts);
@@ -149,7 +149,7 @@ static kiln_status_t prep_keys(kilnd_jobs_t *jobs, const kilnd_job_request_t *r,
 
 /* Loop: the request answered whole by the cache's memory (every target a memoized
  * hit, the hits recorded) sets *out_whole; otherwise nothing was changed. */
-static kiln_status_t prep_from_memory(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p,
+static KILN_MUST_USE kiln_status_t prep_from_memory(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p,
                                       bool *out_whole) {
   *out_whole = false;
   if (!r->source) return NULL; /* its key digest is in the index: the blocking admission reads it */
@@ -181,7 +181,7 @@ static kiln_status_t prep_from_memory(kilnd_jobs_t *jobs, const kilnd_job_reques
 /* Thread pool: the source stored (inline) or found (by digest), every target
  * looked up, and, when some target needs a compile, the bytes the worker will
  * need. A cache hit never touches the bytes. */
-static kiln_status_t prep_from_cache(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p) {
+static KILN_MUST_USE kiln_status_t prep_from_cache(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p) {
   source_t *source = p->source;
   if (r->source) {
     /* One hash of the bytes (the memo's); the normal form's pass only for bytes the
@@ -343,7 +343,7 @@ static task_t *attach_targets_locked(kilnd_jobs_t *jobs, job_t *job, const kilnd
   return task;
 }
 
-static kiln_status_t admit_locked(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p,
+static KILN_MUST_USE kiln_status_t admit_locked(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p,
                                   const char *forced_id, int64_t created_unix_ms, kilnd_job_admission_t *out) {
   if (jobs->closing) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is shutting down; retry on another server");
   /* A retry of a request_id: the first answer again, or a conflict. */

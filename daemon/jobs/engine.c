@@ -251,7 +251,7 @@ static void on_kick(uv_async_t *handle) {
 /* ---- the rest of the API ---- */
 
 /* Takes mu and finds job `job_id`; on an error mu is released again. */
-static kiln_status_t lock_job(kilnd_jobs_t *jobs, const char *job_id, job_t **out_job) {
+static KILN_MUST_USE kiln_status_t lock_job(kilnd_jobs_t *jobs, const char *job_id, job_t **out_job) {
   engine_lock(jobs);
   if (jobs->closing) {
     /* Its watchers and listeners were told already; a new one would never be. */
@@ -401,7 +401,7 @@ void kilnd_jobs_drain(kilnd_jobs_t *jobs) {
 /* ---- life cycle ---- */
 
 static size_t real_idle(void *self) { return kilnd_workers_idle(self); }
-static kiln_status_t real_submit(void *self, const kilnd_task_t *task) { return kilnd_workers_submit(self, task); }
+static KILN_MUST_USE kiln_status_t real_submit(void *self, const kilnd_task_t *task) { return kilnd_workers_submit(self, task); }
 static void real_cancel(void *self, uint64_t task_id) { kilnd_workers_cancel(self, task_id); }
 static void real_stats(void *self, kilnd_workers_stats_t *out) { kilnd_workers_stats(self, out); }
 static const char *real_compiler(void *self) { return kilnd_workers_compiler(self); }

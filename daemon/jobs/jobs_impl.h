@@ -325,7 +325,7 @@ void limit_refused_locked(kilnd_jobs_t *jobs, kilnd_limit_t limit, const char *c
 /* The queue-capacity and per-client limits for a request of class `p` needing
  * `misses` compiles, `new_items` of them new. NULL or RESOURCE_EXHAUSTED naming the
  * setting (a per-client refusal is counted and logged). Under mu. */
-kiln_status_t admission_limits_locked(kilnd_jobs_t *jobs, const char *client, kilnd_priority_t p, size_t misses,
+KILN_MUST_USE kiln_status_t admission_limits_locked(kilnd_jobs_t *jobs, const char *client, kilnd_priority_t p, size_t misses,
                                       size_t new_items, bool restored);
 /* Hands queued tasks to idle workers while there are both. Loop thread, mu not
  * held (it takes it around each step and releases it for the pool's submit). */
@@ -386,7 +386,7 @@ void load_store(kilnd_jobs_t *jobs);
 
 /* Admission off the loop (blocks on the cache); `forced_id` and `created_unix_ms`
  * (non-zero) restore a job the store remembers. */
-kiln_status_t admit_blocking(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, const char *forced_id,
+KILN_MUST_USE kiln_status_t admit_blocking(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, const char *forced_id,
                              int64_t created_unix_ms, kilnd_job_admission_t *out);
 
 #endif /* KILN_DAEMON_JOBS_JOBS_IMPL_H */

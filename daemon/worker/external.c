@@ -95,7 +95,7 @@ static const char *var_value(const vars_t *vars, const char *name, size_t len, k
 
 /* Expands `tmpl` (worker.proto's ExternalCompiler) into `out`, one argument per
  * word. INVALID_ARGUMENT for an unknown placeholder or an unmatched brace. */
-static kiln_status_t template_expand(const char *tmpl, const vars_t *vars, strv_t *out) {
+static KILN_MUST_USE kiln_status_t template_expand(const char *tmpl, const vars_t *vars, strv_t *out) {
   kiln_buf_t word, scratch;
   kiln_buf_init(&word);
   kiln_buf_init(&scratch);
@@ -208,7 +208,7 @@ static void remove_stale_scratch(void) {
   closedir(d);
 }
 
-static kiln_status_t write_file(const char *path, const void *data, size_t len) {
+static KILN_MUST_USE kiln_status_t write_file(const char *path, const void *data, size_t len) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return KILN_STATUS_ERRNO(errno, "creating %s", path);
   const uint8_t *p = data;
@@ -228,7 +228,7 @@ static kiln_status_t write_file(const char *path, const void *data, size_t len) 
   return NULL;
 }
 
-static kiln_status_t read_file(const char *path, kiln_buf_t *out) {
+static KILN_MUST_USE kiln_status_t read_file(const char *path, kiln_buf_t *out) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return KILN_STATUS_ERRNO(errno, "opening %s", path);
   char chunk[65536];

@@ -532,7 +532,7 @@ static uint64_t address_space_now(void) {
   return kb * 1024;
 }
 
-static kiln_status_t apply_memory_limit(worker_t *w) {
+static KILN_MUST_USE kiln_status_t apply_memory_limit(worker_t *w) {
   if (!w->opt.memory_limit) return NULL;
   uint64_t limit = w->opt.memory_limit;
   if (UNDER_SHADOW_SANITIZER) limit += address_space_now();

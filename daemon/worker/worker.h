@@ -52,7 +52,7 @@ int64_t worker_elapsed_ms_since(int64_t start_ns);
 
 /* Resolves --external, checks the --external-args template, reads the compiler's
  * --version and creates the scratch directory (removing those of dead workers). */
-kiln_status_t worker_external_setup(worker_t *w);
+KILN_MUST_USE kiln_status_t worker_external_setup(worker_t *w);
 /* What `path --version` prints, whitespace collapsed, at most 256 bytes (empty
  * when it printed nothing); free with kiln_free. */
 char *worker_external_version(const char *path);

@@ -244,11 +244,11 @@ static void test_consume_code(void **state) {
 
 static int steps_after_check;
 
-static kiln_status_t fail_with(kiln_status_code_t code) {
+static KILN_MUST_USE kiln_status_t fail_with(kiln_status_code_t code) {
   return code == KILN_STATUS_OK ? NULL : KILN_STATUS(code, "failed with %d", (int)code);
 }
 
-static kiln_status_t two_steps(kiln_status_code_t first) {
+static KILN_MUST_USE kiln_status_t two_steps(kiln_status_code_t first) {
   steps_after_check = 0;
   KILN_RETURN_IF_ERROR(fail_with(first));
   steps_after_check++;

@@ -164,7 +164,7 @@ static void assert_check_equal(const kiln_blob_check_t *got, const kiln_blob_che
  * returns the status of the read that ended it; the bytes must be `data`. With
  * out_check, it receives what kiln_blob_reader_check then says (cleared when it
  * says false). */
-static kiln_status_t read_all(kiln_blobstore_t *store, const kiln_digest_t *d,
+static KILN_MUST_USE kiln_status_t read_all(kiln_blobstore_t *store, const kiln_digest_t *d,
                               const kiln_blob_check_t *check, const void *data, size_t len,
                               kiln_blob_check_t *out_check, bool *out_has_check) {
   kiln_blob_reader_t *r = NULL;
@@ -422,7 +422,7 @@ typedef struct collected_s {
   bool remove_junk;
 } collected_t;
 
-static kiln_status_t collect(void *user, const kiln_digest_t *digest, const char *path,
+static KILN_MUST_USE kiln_status_t collect(void *user, const kiln_digest_t *digest, const char *path,
                              uint64_t stored_size) {
   collected_t *c = user;
   c->calls++;

@@ -171,7 +171,7 @@ typedef struct present_s {
   size_t junk;
 } present_t;
 
-static kiln_status_t collect(void *user, const kiln_digest_t *digest, const char *path,
+static KILN_MUST_USE kiln_status_t collect(void *user, const kiln_digest_t *digest, const char *path,
                              uint64_t stored_size) {
   (void)stored_size;
   present_t *p = user;

@@ -1308,7 +1308,7 @@ typedef struct visit_s {
   kiln_index_t *drop; /* drop each visited digest through this index; NULL: no */
 } visit_t;
 
-static kiln_status_t record_digest(void *user, const char *digest) {
+static KILN_MUST_USE kiln_status_t record_digest(void *user, const char *digest) {
   visit_t *v = user;
   if (v->count >= 16) return KILN_STATUS(KILN_STATUS_INTERNAL, "too many digests");
   snprintf(v->seen[v->count++], 65, "%s", digest);

@@ -75,7 +75,7 @@ static int teardown(void **state) {
 }
 
 /* Runs the CLI's whole settings sequence on argv (NULL-terminated, argv[0] "kiln"). */
-static kiln_status_t load(kiln_cli_settings_t *s, char **argv, const char **positional,
+static KILN_MUST_USE kiln_status_t load(kiln_cli_settings_t *s, char **argv, const char **positional,
                           size_t max_positional, size_t *out_count) {
   int argc = 0;
   while (argv[argc]) argc++;

@@ -344,7 +344,7 @@ static void assert_lists_every_id(const char *message) {
   }
 }
 
-static kiln_status_t resolve_expecting_failure(const char *name) {
+static KILN_MUST_USE kiln_status_t resolve_expecting_failure(const char *name) {
   const kiln_target_t *t = SENTINEL;
   kiln_status_t status = kiln_compiler_target_resolve(name, &t);
   assert_non_null(status);
@@ -447,7 +447,7 @@ static void assert_list(const char *list, size_t capacity, const char *const *ex
   for (size_t i = 0; i < expected_count; i++) assert_string_equal(out[i]->id, expected_ids[i]);
 }
 
-static kiln_status_t list_expecting_failure(const char *list, size_t capacity) {
+static KILN_MUST_USE kiln_status_t list_expecting_failure(const char *list, size_t capacity) {
   const kiln_target_t *out[64];
   for (size_t i = 0; i < 64; i++) out[i] = SENTINEL;
   size_t count = 12345;

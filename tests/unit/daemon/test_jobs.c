@@ -116,7 +116,7 @@ static void deliver(fake_pool_t *f, uint64_t id, kilnd_task_event_kind_t kind, c
   kilnd_jobs_task_event(f->jobs, id, &ev);
 }
 
-static kiln_status_t fake_submit(void *self, const kilnd_task_t *task) {
+static KILN_MUST_USE kiln_status_t fake_submit(void *self, const kilnd_task_t *task) {
   fake_pool_t *f = self;
   if (!fake_note(f)) return KILN_STATUS(KILN_STATUS_INTERNAL, "submit under the engine's lock");
   if (f->busy >= f->workers) return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "no idle worker");
@@ -315,7 +315,7 @@ static kilnd_job_request_t request_of(const req_t *r) {
                                .deadline_monotonic_ns = INT64_MAX};
 }
 
-static kiln_status_t submit(fixture_t *fx, const req_t *r, kilnd_job_admission_t *out) {
+static KILN_MUST_USE kiln_status_t submit(fixture_t *fx, const req_t *r, kilnd_job_admission_t *out) {
   kilnd_job_request_t kr = request_of(r);
   return kilnd_jobs_submit(fx->jobs, &kr, out);
 }

@@ -285,7 +285,7 @@ static int open_tcp(bool do_listen, int *out_port) {
   return fd;
 }
 
-static kiln_status_t preflight_text(const char *text) {
+static KILN_MUST_USE kiln_status_t preflight_text(const char *text) {
   kilnd_listen_addr_t a;
   kiln_status_t st = kilnd_listen_parse(text, &a);
   if (st) fail_msg("parse '%s': %s", text, kiln_status_message(st));

@@ -364,7 +364,7 @@ static void test_stats_uptime(void **state) {
 
 /* ---- Health -------------------------------------------------------------- */
 
-static kiln_status_t health(fixture_t *f, const char *service, int *out_status) {
+static KILN_MUST_USE kiln_status_t health(fixture_t *f, const char *service, int *out_status) {
   Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
   req.service = (char *)service;
   ProtobufCMessage *resp = NULL;

@@ -82,7 +82,7 @@ static int teardown(void **state) {
     kiln_status_free(st__);                                                    \
   } while (0)
 
-static kiln_status_t set(kilnd_settings_t *s, const char *name, const char *value) {
+static KILN_MUST_USE kiln_status_t set(kilnd_settings_t *s, const char *name, const char *value) {
   return kiln_config_set(kilnd_settings_table(), s, name, value, "test");
 }
 

@@ -22,7 +22,7 @@ enum {
 
 /* Runs the checker over `data` in pieces of `chunk` bytes (0: all at once);
  * returns the refusal (NULL when accepted) and the decided format. */
-static kiln_status_t run(const void *data, size_t len, int declared, size_t chunk, kilnd_source_check_t *check) {
+static KILN_MUST_USE kiln_status_t run(const void *data, size_t len, int declared, size_t chunk, kilnd_source_check_t *check) {
   kilnd_source_check_init(check, declared);
   const unsigned char *p = data;
   size_t step = chunk ? chunk : (len ? len : 1);

@@ -142,7 +142,7 @@ static uint8_t *copy_of(const void *p, size_t n) {
 }
 
 /* Parses exactly `n` bytes from a fresh heap copy (so ASan sees any over-read). */
-static kiln_status_t parse_copy(const void *p, size_t n, uint32_t flags, kiln_vmfb_archive_t *out,
+static KILN_MUST_USE kiln_status_t parse_copy(const void *p, size_t n, uint32_t flags, kiln_vmfb_archive_t *out,
                                 uint8_t **out_copy) {
   uint8_t *c = copy_of(p, n);
   kiln_status_t status = kiln_vmfb_archive_parse(c, n, flags, out);
@@ -1123,7 +1123,7 @@ static void test_random_byte_flips(void **state) {
 
 /* ---- hostile archives (patches of the example, or test-built zips) ---- */
 
-static kiln_status_t parse_patched(fixture_t *f, void (*patch)(uint8_t *file), uint32_t flags,
+static KILN_MUST_USE kiln_status_t parse_patched(fixture_t *f, void (*patch)(uint8_t *file), uint32_t flags,
                                    kiln_vmfb_archive_t *out, uint8_t **out_copy) {
   uint8_t *c = copy_of(f->zip_file.data, f->zip_file.len);
   patch(c);

@@ -137,7 +137,7 @@ static void one_init(one_t *o, const char *cconv, const char *hex, uint16_t bloc
   o->module.global_ref_count = 1;
 }
 
-static kiln_status_t one_verify(one_t *o) { return kiln_vmfb_bytecode_verify(&o->module, 0); }
+static KILN_MUST_USE kiln_status_t one_verify(one_t *o) { return kiln_vmfb_bytecode_verify(&o->module, 0); }
 
 static void one_deinit(one_t *o) { free(o->fn.bytecode); }
 

@@ -140,7 +140,7 @@ static void assert_fails(kiln_status_t status, kiln_status_code_t want, const ch
   kiln_status_free(status);
 }
 
-static kiln_status_t verify(const void *p, size_t len, bool prefixed, const char *id,
+static KILN_MUST_USE kiln_status_t verify(const void *p, size_t len, bool prefixed, const char *id,
                             const kiln_vmfb_flatbuf_table_desc_t *desc) {
   kiln_vmfb_flatbuf_verify_options_t o = {.identifier = id, .size_prefixed = prefixed};
   return kiln_vmfb_flatbuf_verify(p, len, &o, desc);

@@ -799,7 +799,7 @@ static void test_lookalike_rodata_is_data(void **state) {
 
 /* ---- the embedded source ---- */
 
-static kiln_status_t extract(const kiln_buf_t *file, uint8_t **out, size_t *out_len) {
+static KILN_MUST_USE kiln_status_t extract(const kiln_buf_t *file, uint8_t **out, size_t *out_len) {
   return kiln_vmfb_source_extract((const uint8_t *)file->data, file->len, out, out_len);
 }
 
