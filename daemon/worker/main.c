@@ -73,6 +73,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/config.h"
 #include "base/digest.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -427,8 +429,8 @@ static void compile_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task)
        * the others still compile (kilnd streams it on at once). */
       kiln_compiler_context_on_target(w->context, send_target, &ready);
       kiln_compiler_context_on_stage(w->context, send_stage, &ready);
-      kiln_compiler_context_set_jobs(w->context, task->jobs && task->jobs <= KILN_COMPILER_MAX_JOBS ? task->jobs
-                                                                                                : w->opt.jobs);
+      kiln_compiler_context_set_jobs(w->context, task->jobs && task->jobs <= KILN_COMPILER_MAX_JOBS ? (size_t)task->jobs
+                                                                                                : (size_t)w->opt.jobs);
       kiln_compiler_output_t out;
       kiln_status_t st = kiln_compiler_compile(w->context, task->source.data, task->source.len, name,
                                                targets, n, &out);
@@ -457,65 +459,64 @@ static void compile_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task)
 
 /* ---- Start-up ------------------------------------------------------------------- */
 
-static void usage(void) {
+static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
+
+/* kilnd passes these (workers.c); base/config parses them as it does kilnd's and
+ * kiln's flags (command line only: a worker reads no file or environment). */
+#define FLAG(name, type, field, def, metavar, help, min, max, choices)                                      \
+  {name, 0, type, offsetof(options_t, field), def, metavar, help, min, max, choices, KILN_CONFIG_CLI_ONLY | \
+   KILN_CONFIG_NO_DUMP}
+static const kiln_config_option_t option_list[] = {
+    FLAG("jobs", KILN_CONFIG_INT, jobs, "1", "N", "fork up to N back halves of one task at a time", 1,
+         KILN_COMPILER_MAX_JOBS, NULL),
+    FLAG("memory-limit", KILN_CONFIG_SIZE, memory_limit, "0", "BYTES",
+         "RLIMIT_AS for this process and its children (0: none)", 0, 0, NULL),
+    FLAG("log-level", KILN_CONFIG_STRING, log_level_name, "info", "LEVEL", "debug, info, warn or error", 0, 0,
+         log_levels),
+    FLAG("external", KILN_CONFIG_STRING, external, NULL, "COMPILER",
+         "compile with this iree-compile-compatible executable instead of the built-in compiler", 0, 0, NULL),
+    FLAG("external-args", KILN_CONFIG_STRING, external_args, NULL, "TEMPLATE",
+         "the external compiler's argument template (worker.proto: ExternalCompiler)", 0, 0, NULL),
+    FLAG("test-hooks", KILN_CONFIG_BOOL, test_hooks, NULL, NULL, "obey kiln-test lines in sources (tests only)",
+         0, 0, NULL),
+    FLAG("version", KILN_CONFIG_BOOL, version, NULL, NULL, "print the compiler this worker runs and exit", 0, 0,
+         NULL),
+    FLAG("help", KILN_CONFIG_BOOL, help, NULL, NULL, "print this help and exit", 0, 0, NULL),
+};
+static const kiln_config_table_t option_table = {"kiln-worker", "", option_list,
+                                                 sizeof option_list / sizeof option_list[0]};
+
+static void usage(FILE *out) {
   fputs("usage: kiln-worker [--jobs N] [--memory-limit BYTES] [--log-level L]\n"
         "                   [--external COMPILER [--external-args TEMPLATE]] [--test-hooks]\n"
         "       kiln-worker [--external COMPILER] --version\n"
         "A compile worker of kilnd: reads kiln.worker.v1 tasks on stdin, answers on stdout.\n"
-        "It is started by kilnd, not by hand. --version prints the compiler it runs.\n",
-        stderr);
+        "It is started by kilnd, not by hand. --version prints the compiler it runs.\n\n",
+        out);
+  kiln_config_print_help(&option_table, out);
 }
 
-static bool parse_u64(const char *s, uint64_t *out) {
-  if (!s || !*s || *s == '-') return false;
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end) return false;
-  *out = v;
-  return true;
-}
-
+/* 0, or -1 after saying what is wrong on stderr. */
 static int parse_options(int argc, char **argv, options_t *o) {
   memset(o, 0, sizeof *o);
-  o->jobs = 1;
-  o->log_level = KILN_LOG_INFO;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    uint64_t n = 0;
-    if (!strcmp(a, "--test-hooks")) {
-      o->test_hooks = true;
-      continue;
-    }
-    if (!strcmp(a, "--version")) {
-      o->version = true;
-      continue;
-    }
-    if (!strcmp(a, "--help")) {
-      usage();
-      exit(0);
-    }
-    if (!v) {
-      fprintf(stderr, "kiln-worker: unknown argument or missing value: %s\n", a);
-      return -1;
-    }
-    i++;
-    if (!strcmp(a, "--jobs") && parse_u64(v, &n) && n >= 1 && n <= KILN_COMPILER_MAX_JOBS) {
-      o->jobs = (size_t)n;
-    } else if (!strcmp(a, "--memory-limit") && parse_u64(v, &n)) {
-      o->memory_limit = n;
-    } else if (!strcmp(a, "--log-level") && kiln_log_level_parse(v, &o->log_level) == 0) {
-    } else if (!strcmp(a, "--external") && *v) {
-      o->external = v;
-    } else if (!strcmp(a, "--external-args")) {
-      o->external_args = v;
-    } else {
-      fprintf(stderr, "kiln-worker: bad argument: %s %s\n", a, v);
-      return -1;
-    }
+  const char *positional[1];
+  size_t n_positional = 0;
+  kiln_status_t st = kiln_config_set_defaults(&option_table, o);
+  if (!st) st = kiln_config_parse_args(&option_table, o, argc, argv, positional, 1, &n_positional);
+  if (!st && n_positional) {
+    st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "unexpected argument '%s'", positional[0]);
   }
-  if (!o->external_args || !*o->external_args) o->external_args = DEFAULT_EXTERNAL_ARGS;
+  if (st) {
+    fprintf(stderr, "kiln-worker: %s\n", kiln_status_message(st));
+    kiln_status_free(st);
+    return -1;
+  }
+  kiln_log_level_parse(o->log_level_name, &o->log_level); /* one of the choices */
+  if (o->external && !*o->external) o->external = NULL;
+  if (!o->external_args || !*o->external_args) {
+    kiln_free(o->external_args);
+    o->external_args = kiln_strdup(DEFAULT_EXTERNAL_ARGS);
+  }
   return 0;
 }
 
@@ -595,17 +596,26 @@ int main(int argc, char **argv) {
   worker_t w;
   memset(&w, 0, sizeof w);
   if (parse_options(argc, argv, &w.opt) != 0) {
-    usage();
+    kiln_config_deinit(&option_table, &w.opt);
     return EXIT_SETUP;
   }
-  if (w.opt.version) return print_version(&w.opt);
+  if (w.opt.help || w.opt.version) {
+    int code = 0;
+    if (w.opt.help) {
+      usage(stdout);
+    } else {
+      code = print_version(&w.opt);
+    }
+    kiln_config_deinit(&option_table, &w.opt);
+    return code;
+  }
   kiln_log_configure(w.opt.log_level, STDERR_FILENO);
   kiln_status_t st = apply_memory_limit(&w);
   if (!st && w.opt.external) {
     st = worker_external_setup(&w);
   } else if (!st) {
     st = kiln_compiler_context_create(&w.context);
-    if (!st) kiln_compiler_context_set_jobs(w.context, w.opt.jobs);
+    if (!st) kiln_compiler_context_set_jobs(w.context, (size_t)w.opt.jobs);
     /* Tensors over the limit are refused by name before the pipeline meets it:
      * the configured limit (under ASan the applied one also holds the shadow). */
     if (!st) kiln_compiler_context_set_memory_limit(w.context, w.opt.memory_limit);
@@ -615,7 +625,7 @@ int main(int argc, char **argv) {
     kiln_status_free(st);
     return EXIT_SETUP;
   }
-  kiln_log(KILN_LOG_DEBUG, "worker_ready", "pid=%ld jobs=%zu memory_limit=%" PRIu64 " external=%s",
+  kiln_log(KILN_LOG_DEBUG, "worker_ready", "pid=%ld jobs=%" PRId64 " memory_limit=%" PRIu64 " external=%s",
            (long)getpid(), w.opt.jobs, w.applied_limit, w.opt.external ? "yes" : "no");
   send_hello(&w);
 
@@ -632,5 +642,6 @@ int main(int argc, char **argv) {
   }
   kiln_compiler_context_destroy(w.context);
   worker_external_cleanup(&w);
+  kiln_config_deinit(&option_table, &w.opt);
   return 0;
 }

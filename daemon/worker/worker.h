@@ -20,13 +20,15 @@
 
 /* What kilnd passes on the command line (main.c parses it). */
 typedef struct options_s {
-  size_t jobs;
+  int64_t jobs;
   uint64_t memory_limit;
-  const char *external;
-  const char *external_args;
+  char *external;      /* NULL: the built-in compiler */
+  char *external_args; /* the template; the default when not given */
   bool test_hooks;
   bool version; /* --version: print the compiler identity and exit */
-  kiln_log_level_t log_level;
+  bool help;
+  char *log_level_name;
+  kiln_log_level_t log_level; /* parsed from log_level_name */
 } options_t;
 
 /* The process: its options and what start-up set up. */
