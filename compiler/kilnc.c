@@ -25,6 +25,7 @@
  * file:line:col).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/config.h"
 #include "compiler/artifact.h"
 #include "compiler/identity.h"
 #include "compiler/pipeline.h"
@@ -153,129 +155,131 @@ static int write_file(const char *path, const void *data, size_t len) {
   return ((out ? fflush(f) : fclose(f)) == 0 && n == len) ? 0 : -1;
 }
 
-int main(int argc, char **argv) {
-  const kiln_target_t *targets[MAX_TARGETS];
-  size_t n_targets = 0;
-  const char *model = NULL, *outdir = ".", *device = NULL, *cpu = NULL, *triple = NULL, *backend = NULL,
-             *backend_flag = NULL;
-  bool system_elf = false; /* --iree-llvmcpu-link-embedded=false */
-  bool embed_source = false, flat = false;
-  long jobs = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *value = NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(a, "--version")) {
-      kiln_compiler_identity_t id;
-      kiln_compiler_identity_get(&id);
-      printf("kilnc %s (LLVM/MLIR %s, HAL module version %u, VM bytecode %u.%u)\n", id.version,
-             id.llvm_version, KILN_HAL_MODULE_VERSION, KILN_VM_BYTECODE_VERSION_MAJOR,
-             KILN_VM_BYTECODE_VERSION_MINOR);
-      return 0;
-    } else if (!strcmp(a, "--list-targets")) {
-      for (size_t t = 0; t < kiln_compiler_target_count(); t++) {
-        const kiln_target_t *tt = kiln_compiler_target_at(t);
-        printf("%-15s %-7s", tt->id, kiln_compiler_target_kind_name(tt->kind));
-        for (size_t k = 0; tt->aliases && tt->aliases[k]; k++) printf(" %s", tt->aliases[k]);
-        putchar('\n');
-      }
-      return 0;
-    } else if (!strcmp(a, "--target") || !strcmp(a, "-t") || !strcmp(a, "-o") || !strcmp(a, "--output")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "kilnc: %s needs a value\n", a);
-        return EXIT_USAGE;
-      }
-      value = argv[++i];
-      if (a[1] == 'o' || !strcmp(a, "--output")) outdir = value;
-      else if (add_targets(value, targets, &n_targets)) return EXIT_USAGE;
-    } else if (!strcmp(a, "--jobs") || !strcmp(a, "-j") || !strncmp(a, "--jobs=", 7)) {
-      const char *v = a[2] == 'j' && a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : "");
-      char *end = NULL;
-      jobs = strtol(v, &end, 10);
-      if (!*v || *end || jobs < 1 || jobs > 16) {
-        fprintf(stderr, "kilnc: --jobs takes a number from 1 to 16, not '%s'\n", v);
-        return EXIT_USAGE;
-      }
-    } else if (!strcmp(a, "--embed-source")) {
-      embed_source = true;
-    } else if (!strcmp(a, "--flat")) {
-      flat = true;
-    } else if (!strncmp(a, "--target=", 9)) {
-      if (add_targets(a + 9, targets, &n_targets)) return EXIT_USAGE;
-    } else if (!strncmp(a, "--iree-cuda-target=", 19) || !strncmp(a, "--iree-rocm-target=", 19) ||
-               !strncmp(a, "--iree-vulkan-target=", 21)) {
-      if (add_targets(strchr(a, '=') + 1, targets, &n_targets)) return EXIT_USAGE;
-    } else if (!strncmp(a, "--iree-hal-target-device=", 25)) {
-      device = a + 25;
-    } else if (!strncmp(a, "--iree-hal-local-target-device-backends=", 40)) {
-      if (strcmp(a + 40, "llvm-cpu") != 0) {
-        fprintf(stderr, "kilnc: kiln's CPU backend is llvm-cpu, not '%s'\n", a + 40);
-        return EXIT_USAGE;
-      }
-    } else if (!strncmp(a, "--iree-llvmcpu-target-cpu=", 26)) {
-      cpu = a + 26;
-    } else if (!strncmp(a, "--iree-llvmcpu-target-triple=", 29)) {
-      triple = a + 29;
-    } else if (!strncmp(a, "--iree-llvmcpu-link-embedded=", 29)) {
-      const char *v = a + 29;
-      if (strcmp(v, "true") && strcmp(v, "false") && strcmp(v, "1") && strcmp(v, "0")) {
-        fprintf(stderr, "kilnc: %s takes true or false\n", a);
-        return EXIT_USAGE;
-      }
-      system_elf = !strcmp(v, "false") || !strcmp(v, "0");
-    } else if (!strncmp(a, "--iree-hip-", 11)) {
-      fprintf(stderr, "kilnc: %s was removed in IREE 3.12; use --iree-rocm-target=CHIP\n", a);
-      return EXIT_USAGE;
-    } else if (!strncmp(a, "--iree-hal-target-backends=", 27)) {
-      /* The legacy spelling: a backend, its chip named by the backend's flag. */
-      static const char *const backends[][2] = {
-          {"cuda", "cuda"}, {"rocm", "hip"}, {"vulkan-spirv", "vulkan"}, {"vulkan", "vulkan"}, {"llvm-cpu", "local"}};
-      backend = NULL;
-      backend_flag = a + 27;
-      for (size_t b = 0; b < sizeof backends / sizeof backends[0] && !backend; b++) {
-        if (!strcmp(a + 27, backends[b][0])) backend = backends[b][1];
-      }
-      if (!backend) {
-        fprintf(stderr, "kilnc: kiln's backends are cuda, rocm, vulkan-spirv and llvm-cpu, not '%s'\n", a + 27);
-        return EXIT_USAGE;
-      }
-    } else if (!strncmp(a, "--iree-input-type=", 18)) {
-      const char *v = a + 18;
-      if (strcmp(v, "auto") && strcmp(v, "none") && strcmp(v, "tosa")) {
-        fprintf(stderr,
-                "kilnc: --iree-input-type=%s needs IREE's importer; kiln reads TOSA and upstream MLIR "
-                "dialects (auto, none, tosa)\n",
-                v);
-        return EXIT_USAGE;
-      }
-    } else if (!strncmp(a, "--output-format=", 16)) {
-      if (strcmp(a + 16, "vm-bytecode") != 0) {
-        fprintf(stderr, "kilnc: kiln writes vm-bytecode VMFBs, not --output-format=%s\n", a + 16);
-        return EXIT_USAGE;
-      }
-    } else if (no_effect(a)) {
-      fprintf(stderr, "kilnc: warning: %s changes nothing in kiln's output; ignored\n", a);
-    } else if (!strncmp(a, "--iree-", 7) || !strncmp(a, "--mlir-", 7) || !strncmp(a, "--compile-", 10)) {
-      const char *eq = strchr(a, '=');
-      fprintf(stderr,
-              "kilnc: %.*s is an iree-compile flag kiln does not implement (it would change what "
-              "iree-compile emits); remove it or see kilnc --help\n",
-              eq ? (int)(eq - a) : (int)strlen(a), a);
-      return EXIT_USAGE;
-    } else if (!strcmp(a, "-") && !model) {
-      model = a;
-    } else if (a[0] == '-') {
-      fprintf(stderr, "kilnc: unknown flag '%s' (see kilnc --help)\n", a);
-      return EXIT_USAGE;
-    } else if (!model) {
-      model = a;
-    } else {
-      fprintf(stderr, "kilnc: one model at a time ('%s' and '%s')\n", model, a);
+/* iree-compile's own spellings, as far as they map onto kiln. */
+typedef struct compat_s {
+  const char *device;       /* --iree-hal-target-device= */
+  const char *cpu, *triple; /* --iree-llvmcpu-target-cpu=, --iree-llvmcpu-target-triple= */
+  const char *backend;      /* --iree-hal-target-backends= (legacy) as a device name */
+  const char *backend_flag; /* ...as written */
+  bool system_elf;          /* --iree-llvmcpu-link-embedded=false */
+} compat_t;
+
+/* One argument in iree-compile's spelling (the caller passes only --iree-*,
+ * --mlir-*, --compile-* and --output-format=*). Targets it names become
+ * "--target=..." in *out_target (heap) for the option table, so they keep their
+ * place among kilnc's own --target flags. 0, or EXIT_USAGE after saying why. */
+static int compat_flag(const char *a, compat_t *c, char **out_target) {
+  *out_target = NULL;
+  if (!strncmp(a, "--iree-cuda-target=", 19) || !strncmp(a, "--iree-rocm-target=", 19) ||
+      !strncmp(a, "--iree-vulkan-target=", 21)) {
+    kiln_buf_t t;
+    kiln_buf_init(&t);
+    kiln_buf_appendf(&t, "--target=%s", strchr(a, '=') + 1);
+    *out_target = kiln_buf_take(&t);
+  } else if (!strncmp(a, "--iree-hal-target-device=", 25)) {
+    c->device = a + 25;
+  } else if (!strncmp(a, "--iree-hal-local-target-device-backends=", 40)) {
+    if (strcmp(a + 40, "llvm-cpu") != 0) {
+      fprintf(stderr, "kilnc: kiln's CPU backend is llvm-cpu, not '%s'\n", a + 40);
       return EXIT_USAGE;
     }
+  } else if (!strncmp(a, "--iree-llvmcpu-target-cpu=", 26)) {
+    c->cpu = a + 26;
+  } else if (!strncmp(a, "--iree-llvmcpu-target-triple=", 29)) {
+    c->triple = a + 29;
+  } else if (!strncmp(a, "--iree-llvmcpu-link-embedded=", 29)) {
+    const char *v = a + 29;
+    if (strcmp(v, "true") && strcmp(v, "false") && strcmp(v, "1") && strcmp(v, "0")) {
+      fprintf(stderr, "kilnc: %s takes true or false\n", a);
+      return EXIT_USAGE;
+    }
+    c->system_elf = !strcmp(v, "false") || !strcmp(v, "0");
+  } else if (!strncmp(a, "--iree-hip-", 11)) {
+    fprintf(stderr, "kilnc: %s was removed in IREE 3.12; use --iree-rocm-target=CHIP\n", a);
+    return EXIT_USAGE;
+  } else if (!strncmp(a, "--iree-hal-target-backends=", 27)) {
+    /* The legacy spelling: a backend, its chip named by the backend's flag. */
+    static const char *const backends[][2] = {
+        {"cuda", "cuda"}, {"rocm", "hip"}, {"vulkan-spirv", "vulkan"}, {"vulkan", "vulkan"}, {"llvm-cpu", "local"}};
+    c->backend = NULL;
+    c->backend_flag = a + 27;
+    for (size_t b = 0; b < sizeof backends / sizeof backends[0] && !c->backend; b++) {
+      if (!strcmp(a + 27, backends[b][0])) c->backend = backends[b][1];
+    }
+    if (!c->backend) {
+      fprintf(stderr, "kilnc: kiln's backends are cuda, rocm, vulkan-spirv and llvm-cpu, not '%s'\n", a + 27);
+      return EXIT_USAGE;
+    }
+  } else if (!strncmp(a, "--iree-input-type=", 18)) {
+    const char *v = a + 18;
+    if (strcmp(v, "auto") && strcmp(v, "none") && strcmp(v, "tosa")) {
+      fprintf(stderr,
+              "kilnc: --iree-input-type=%s needs IREE's importer; kiln reads TOSA and upstream MLIR "
+              "dialects (auto, none, tosa)\n",
+              v);
+      return EXIT_USAGE;
+    }
+  } else if (!strncmp(a, "--output-format=", 16)) {
+    if (strcmp(a + 16, "vm-bytecode") != 0) {
+      fprintf(stderr, "kilnc: kiln writes vm-bytecode VMFBs, not --output-format=%s\n", a + 16);
+      return EXIT_USAGE;
+    }
+  } else if (no_effect(a)) {
+    fprintf(stderr, "kilnc: warning: %s changes nothing in kiln's output; ignored\n", a);
+  } else {
+    const char *eq = strchr(a, '=');
+    fprintf(stderr,
+            "kilnc: %.*s is an iree-compile flag kiln does not implement (it would change what "
+            "iree-compile emits); remove it or see kilnc --help\n",
+            eq ? (int)(eq - a) : (int)strlen(a), a);
+    return EXIT_USAGE;
   }
+  return 0;
+}
+
+static bool is_compat_flag(const char *a) {
+  return !strncmp(a, "--iree-", 7) || !strncmp(a, "--mlir-", 7) || !strncmp(a, "--compile-", 10) ||
+         !strncmp(a, "--output-format=", 16);
+}
+
+/* kilnc's own flags, parsed by base/config like kiln's and kilnd's (command line
+ * only); iree-compile's spellings go through compat_flag first. */
+typedef struct kilnc_options_s {
+  kiln_config_list_t target;
+  char *output;
+  int64_t jobs; /* 0: the compiler's default (CPUs) */
+  bool embed_source, flat, list_targets, version, help;
+} kilnc_options_t;
+
+#define FLAG(name, short_name, type, field, def, metavar, help, min, max)                                    \
+  {name, short_name, type, offsetof(kilnc_options_t, field), def, metavar, help, min, max, NULL,               \
+   KILN_CONFIG_CLI_ONLY}
+static const kiln_config_option_t option_list[] = {
+    FLAG("target", 't', KILN_CONFIG_LIST, target, NULL, "T[,T...]", "a target id or alias; repeatable", 0, 0),
+    FLAG("output", 'o', KILN_CONFIG_STRING, output, ".", "DIR", "where to write the VMFBs", 0, 0),
+    FLAG("jobs", 'j', KILN_CONFIG_INT, jobs, NULL, "N", "compile up to N targets at once", 1, 16),
+    FLAG("embed-source", 0, KILN_CONFIG_BOOL, embed_source, NULL, NULL, "carry the model in each VMFB", 0, 0),
+    FLAG("flat", 0, KILN_CONFIG_BOOL, flat, NULL, NULL, "the flat VMFB layout", 0, 0),
+    FLAG("list-targets", 0, KILN_CONFIG_BOOL, list_targets, NULL, NULL, "print the targets", 0, 0),
+    FLAG("version", 0, KILN_CONFIG_BOOL, version, NULL, NULL, "print versions", 0, 0),
+    FLAG("help", 'h', KILN_CONFIG_BOOL, help, NULL, NULL, "print the usage", 0, 0),
+};
+static const kiln_config_table_t option_table = {"kilnc", "", option_list,
+                                                 sizeof option_list / sizeof option_list[0]};
+
+/* Everything after the arguments: resolve the targets, compile, write. Exit
+ * status for main. */
+static int run(const kilnc_options_t *opt, const compat_t *compat, const char *model) {
+  const kiln_target_t *targets[MAX_TARGETS];
+  size_t n_targets = 0;
+  for (size_t i = 0; i < opt->target.count; i++) {
+    if (add_targets(opt->target.items[i], targets, &n_targets)) return EXIT_USAGE;
+  }
+  const char *outdir = opt->output;
+  const char *device = compat->device, *cpu = compat->cpu, *triple = compat->triple, *backend = compat->backend,
+             *backend_flag = compat->backend_flag;
+  bool system_elf = compat->system_elf, embed_source = opt->embed_source, flat = opt->flat;
+  int64_t jobs = opt->jobs;
   /* iree-compile's CPU flags: the CPU names the target; a triple alone, its
    * architecture's baseline; both must agree. */
   if (cpu || triple) {
@@ -472,5 +476,72 @@ int main(int argc, char **argv) {
   kiln_compiler_output_deinit(&out);
   kiln_compiler_context_destroy(ctx);
   kiln_free(source);
+  return code;
+}
+
+int main(int argc, char **argv) {
+  compat_t compat = {0};
+  /* iree-compile's spellings out; kilnc's own (and the targets compat names) in. */
+  char **own = kiln_calloc((size_t)argc + 1, sizeof *own);
+  char **made = kiln_calloc((size_t)argc + 1, sizeof *made); /* the "--target=..." strings */
+  int n_own = 0, n_made = 0, code = -1;
+  own[n_own++] = argv[0];
+  bool options_done = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!options_done && !strcmp(a, "--")) options_done = true;
+    if (options_done || !is_compat_flag(a)) {
+      own[n_own++] = argv[i];
+      continue;
+    }
+    char *target_arg = NULL;
+    if (compat_flag(a, &compat, &target_arg) != 0) {
+      code = EXIT_USAGE;
+      break;
+    }
+    if (target_arg) own[n_own++] = made[n_made++] = target_arg;
+  }
+  kilnc_options_t opt;
+  memset(&opt, 0, sizeof opt);
+  const char *positional[2];
+  size_t n_positional = 0;
+  kiln_status_t parsed = code < 0 ? kiln_config_set_defaults(&option_table, &opt) : NULL;
+  if (code < 0 && !parsed) {
+    parsed = kiln_config_parse_args(&option_table, &opt, n_own, own, positional, 2, &n_positional);
+  }
+  if (parsed) {
+    fprintf(stderr, "kilnc: %s\n", kiln_status_message(parsed));
+    kiln_status_free(parsed);
+    code = EXIT_USAGE;
+  }
+  if (code >= 0) {
+    /* refused above */
+  } else if (opt.help) {
+    usage(stdout);
+    code = 0;
+  } else if (opt.version) {
+    kiln_compiler_identity_t id;
+    kiln_compiler_identity_get(&id);
+    printf("kilnc %s (LLVM/MLIR %s, HAL module version %u, VM bytecode %u.%u)\n", id.version, id.llvm_version,
+           KILN_HAL_MODULE_VERSION, KILN_VM_BYTECODE_VERSION_MAJOR, KILN_VM_BYTECODE_VERSION_MINOR);
+    code = 0;
+  } else if (opt.list_targets) {
+    for (size_t t = 0; t < kiln_compiler_target_count(); t++) {
+      const kiln_target_t *tt = kiln_compiler_target_at(t);
+      printf("%-15s %-7s", tt->id, kiln_compiler_target_kind_name(tt->kind));
+      for (size_t k = 0; tt->aliases && tt->aliases[k]; k++) printf(" %s", tt->aliases[k]);
+      putchar('\n');
+    }
+    code = 0;
+  } else if (n_positional > 1) {
+    fprintf(stderr, "kilnc: one model at a time ('%s' and '%s')\n", positional[0], positional[1]);
+    code = EXIT_USAGE;
+  } else {
+    code = run(&opt, &compat, n_positional ? positional[0] : NULL);
+  }
+  kiln_config_deinit(&option_table, &opt);
+  for (int i = 0; i < n_made; i++) kiln_free(made[i]);
+  kiln_free(made);
+  kiln_free(own);
   return code;
 }
