@@ -621,41 +621,42 @@ static void predict(rc_item_t *it, const kilnd_rpc_env_t *env, char **flags, siz
                     : KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_RECOMPILED;
 }
 
-static void resolve_work(uv_work_t *work) {
-  rc_item_t *it = work->data;
-  rc_call_t *c = it->call;
-  const kilnd_rpc_env_t *env = c->env;
-  kiln_cache_t *cache = env->cache;
+/* What resolving one item holds on the pool: the legacy VMFB's bytes (inline, or
+ * a blob read from the cache), what the reader made of them, and the cache's
+ * provenance row for their digest. */
+typedef struct resolve_s {
+  rc_call_t *c;
+  rc_item_t *it;
+  kiln_cache_t *cache;
+  const uint8_t *bytes; /* the legacy VMFB, or NULL when the item has none */
+  size_t len;
+  void *blob; /* the bytes when they came from the cache */
+  size_t blob_len;
   kiln_vmfb_info_t info;
-  bool have_info = false;
+  bool have_info;
   kiln_index_artifact_t prov;
-  memset(&prov, 0, sizeof prov);
-  bool have_prov = false;
-  void *blob = NULL;
-  size_t blob_len = 0;
-  char **flags = NULL;
-  size_t n_flags = 0;
+  bool have_prov;
+  const char *origin; /* where the source came from, for messages */
+} resolve_t;
+
+/* Each stage below returns true to go on, or false once the item is settled
+ * (failed, skipped as current, without a source, or predicted in a dry run). */
+
+/* The legacy VMFB: its bytes, their class and provenance. A current one needs no
+ * work (unless --force): its own digest is the answer. */
+static bool resolve_legacy(resolve_t *r) {
+  rc_call_t *c = r->c;
+  rc_item_t *it = r->it;
+  kiln_cache_t *cache = r->cache;
   kiln_status_t st = NULL;
-  const char *origin = "the item";
-
-  if (atomic_load(&c->cancelled)) {
-    item_fail(it, KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED,
-              KILN_STATUS(KILN_STATUS_CANCELLED, "the Recompile call was cancelled"));
-    return;
-  }
-  if (it->retry) { /* admitted again after a full queue: everything is resolved */
-    it->retry = false;
-    goto submit;
-  }
-
   /* The legacy VMFB: inline, or an artifact in the cache. */
-  const uint8_t *bytes = it->vmfb;
-  size_t len = it->vmfb_len;
-  if (it->has_legacy && !bytes) {
-    st = kiln_cache_artifact_get_by_digest(cache, it->vmfb_digest, &prov);
+  r->bytes = it->vmfb;
+  r->len = it->vmfb_len;
+  if (it->has_legacy && !r->bytes) {
+    st = kiln_cache_artifact_get_by_digest(cache, it->vmfb_digest, &r->prov);
     if (!st) {
-      have_prov = true;
-      st = kiln_cache_get_blob(cache, it->vmfb_digest, &blob, &blob_len);
+      r->have_prov = true;
+      st = kiln_cache_get_blob(cache, it->vmfb_digest, &r->blob, &r->blob_len);
     }
     if (st) {
       if (kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
@@ -666,37 +667,37 @@ static void resolve_work(uv_work_t *work) {
                          it->vmfb_digest);
       }
       item_fail(it, KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED, st);
-      goto out;
+      return false;
     }
-    bytes = blob;
-    len = blob_len;
-  } else if (bytes) {
+    r->bytes = r->blob;
+    r->len = r->blob_len;
+  } else if (r->bytes) {
     kiln_digest_t d;
     kiln_digest_hex_t hex;
-    kiln_digest_of(bytes, len, &d);
+    kiln_digest_of(r->bytes, r->len, &d);
     kiln_digest_to_hex(&d, &hex);
     memcpy(it->vmfb_digest, hex.text, sizeof it->vmfb_digest);
   }
   if (it->has_legacy) {
-    kiln_status_free(kiln_vmfb_read(bytes, len, &info));
-    have_info = true;
-    it->legacy_hal = info.hal_version;
-    if (info.cls == KILN_VMFB_CLASS_INVALID) {
+    kiln_status_free(kiln_vmfb_read(r->bytes, r->len, &r->info));
+    r->have_info = true;
+    it->legacy_hal = r->info.hal_version;
+    if (r->info.cls == KILN_VMFB_CLASS_INVALID) {
       item_fail(it, KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED,
                 KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the VMFB %s is not a loadable VMFB: %s", it->vmfb_digest,
-                            info.reason));
-      goto out;
+                            r->info.reason));
+      return false;
     }
-    if (!have_prov) {
-      st = kiln_cache_artifact_get_by_digest(cache, it->vmfb_digest, &prov);
-      if (!st) have_prov = true;
+    if (!r->have_prov) {
+      st = kiln_cache_artifact_get_by_digest(cache, it->vmfb_digest, &r->prov);
+      if (!st) r->have_prov = true;
       kiln_status_free(st);
       st = NULL;
     }
-    if (info.cls == KILN_VMFB_CLASS_CURRENT && !c->force) {
+    if (r->info.cls == KILN_VMFB_CLASS_CURRENT && !c->force) {
       /* Nothing to do: its own digest is the answer. The target, when it can be
        * told, is named; an unknown one is not an error here. */
-      kiln_status_free(resolve_targets(it, have_prov ? &prov : NULL, &info));
+      kiln_status_free(resolve_targets(it, r->have_prov ? &r->prov : NULL, &r->info));
       if (!it->n_targets) {
         it->targets = kiln_calloc(1, sizeof *it->targets);
         it->targets[0].target = kiln_strdup("");
@@ -705,46 +706,54 @@ static void resolve_work(uv_work_t *work) {
       }
       for (size_t i = 0; i < it->n_targets; i++) {
         memcpy(it->targets[i].digest, it->vmfb_digest, sizeof it->vmfb_digest);
-        it->targets[i].size = len;
+        it->targets[i].size = r->len;
       }
       it->outcome = KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_SKIPPED_CURRENT;
       it->code = 0;
-      goto out;
+      return false;
     }
   }
+  return true;
+}
 
-  /* The source. */
+/* The source: sent with the item, named by the provenance or the VMFB's
+ * attributes (when the cache still has it), or embedded in the VMFB; checked
+ * like any uploaded source, and its digest taken. */
+static bool resolve_source(resolve_t *r) {
+  rc_item_t *it = r->it;
+  kiln_cache_t *cache = r->cache;
+  kiln_status_t st = NULL;
   if (it->source || it->source_digest[0]) {
-    origin = "the item";
-  } else if (have_prov && source_stored(cache, prov.source_digest)) {
-    memcpy(it->source_digest, prov.source_digest, sizeof it->source_digest);
-    origin = "the cache's provenance of the VMFB";
-    if (!it->source_name && prov.source_name && *prov.source_name) it->source_name = kiln_strdup(prov.source_name);
+    r->origin = "the item";
+  } else if (r->have_prov && source_stored(cache, r->prov.source_digest)) {
+    memcpy(it->source_digest, r->prov.source_digest, sizeof it->source_digest);
+    r->origin = "the cache's provenance of the VMFB";
+    if (!it->source_name && r->prov.source_name && *r->prov.source_name) it->source_name = kiln_strdup(r->prov.source_name);
   } else {
-    const char *attr = have_info ? kiln_vmfb_info_attr(&info, "kiln.source.sha256") : NULL;
-    if (!attr && have_info) attr = kiln_vmfb_info_attr(&info, "kiln.source_digest");
+    const char *attr = r->have_info ? kiln_vmfb_info_attr(&r->info, "kiln.source.sha256") : NULL;
+    if (!attr && r->have_info) attr = kiln_vmfb_info_attr(&r->info, "kiln.source_digest");
     if (attr && source_stored(cache, attr)) {
       memcpy(it->source_digest, attr, sizeof it->source_digest);
-      origin = "the VMFB's source digest attr";
-    } else if (have_info && info.has_source) {
+      r->origin = "the VMFB's source digest attr";
+    } else if (r->have_info && r->info.has_source) {
       uint8_t *src = NULL;
       size_t src_len = 0;
-      st = kiln_vmfb_source_extract(bytes, len, &src, &src_len);
+      st = kiln_vmfb_source_extract(r->bytes, r->len, &src, &src_len);
       if (st) {
         item_fail(it, KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED,
                   kiln_status_annotate(st, "the source embedded in VMFB %s", it->vmfb_digest));
-        goto out;
+        return false;
       }
       it->source = src;
       it->source_len = src_len;
-      origin = "the source embedded in the VMFB";
+      r->origin = "the source embedded in the VMFB";
     } else {
       kiln_buf_t why;
       kiln_buf_init(&why);
       kiln_buf_appendf(&why, "no source found for VMFB %s: it embeds none; kilnd's index has no provenance for its "
                              "digest",
                        it->vmfb_digest);
-      if (have_prov) kiln_buf_appendf(&why, " whose source %s is still stored", prov.source_digest);
+      if (r->have_prov) kiln_buf_appendf(&why, " whose source %s is still stored", r->prov.source_digest);
       if (attr) kiln_buf_appendf(&why, "; its recorded source digest %.64s is not a stored source", attr);
       else kiln_buf_appendf(&why, "; it records no source digest");
       kiln_buf_appendf(&why, ". Send the source with the item (kiln recompile --manifest)");
@@ -752,19 +761,19 @@ static void resolve_work(uv_work_t *work) {
       it->code = KILN_STATUS_NOT_FOUND;
       it->message = kiln_strdup(why.data);
       kiln_buf_deinit(&why);
-      goto out;
+      return false;
     }
   }
   if (it->source) {
     kilnd_source_check_t check;
     kilnd_source_check_init(&check, it->source_format);
     char what[200];
-    snprintf(what, sizeof what, "the source from %s", origin);
+    snprintf(what, sizeof what, "the source from %s", r->origin);
     st = kilnd_source_check_feed(&check, it->source, it->source_len, what);
     if (!st) st = kilnd_source_check_finish(&check, what);
     if (st) {
       item_fail(it, KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED, st);
-      goto out;
+      return false;
     }
     kiln_digest_t d;
     kiln_digest_hex_t hex;
@@ -772,28 +781,45 @@ static void resolve_work(uv_work_t *work) {
     kiln_digest_to_hex(&d, &hex);
     memcpy(it->source_digest, hex.text, sizeof it->source_digest);
   }
+  return true;
+}
 
-  st = resolve_targets(it, have_prov ? &prov : NULL, have_info ? &info : NULL);
-  if (!st) st = resolve_flags(it, have_prov ? &prov : NULL, have_info ? &info : NULL, &flags, &n_flags);
+/* Targets and flags (from the item, else the provenance, else the VMFB), the
+ * recompiled-from label; a dry run predicts the outcome here and stops. */
+static bool resolve_rest(resolve_t *r) {
+  rc_call_t *c = r->c;
+  rc_item_t *it = r->it;
+  const kilnd_rpc_env_t *env = c->env;
+  char **flags = NULL;
+  size_t n_flags = 0;
+  kiln_status_t st = NULL;
+  st = resolve_targets(it, r->have_prov ? &r->prov : NULL, r->have_info ? &r->info : NULL);
+  if (!st) st = resolve_flags(it, r->have_prov ? &r->prov : NULL, r->have_info ? &r->info : NULL, &flags, &n_flags);
   if (st) {
+    strv_free(flags, n_flags);
     item_fail(it, KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED, st);
-    goto out;
+    return false;
   }
   /* The flags travel with the item from here (a retry reuses them). */
   strv_free(it->req_flags, it->n_req_flags);
   it->req_flags = flags;
   it->n_req_flags = n_flags;
-  flags = NULL;
-  n_flags = 0;
   if (it->has_legacy && it->n_labels < MAX_LABELS) {
     labels_set(&it->labels, &it->n_labels, RECOMPILED_FROM_LABEL, it->vmfb_digest);
   }
   if (c->dry_run) {
     predict(it, env, it->req_flags, it->n_req_flags);
-    goto out;
+    return false;
   }
+  return true;
+}
 
-submit: {
+/* Submits the resolved item as a job at the call's priority. A full queue that
+ * will drain sets it->retry (resolve_done waits and comes back); an answer from
+ * the cache settles the item at once. */
+static void submit_item(rc_call_t *c, rc_item_t *it) {
+  const kilnd_rpc_env_t *env = c->env;
+  kiln_status_t st = NULL;
   const char **targets = kiln_calloc(it->n_targets, sizeof *targets);
   for (size_t i = 0; i < it->n_targets; i++) targets[i] = it->targets[i].canonical;
   const kilnd_call_ctx_t *ctx = kilnd_stream_ctx(c->stream);
@@ -835,10 +861,10 @@ submit: {
     st = kilnd_jobs_submit(env->jobs, &jr, &it->admission);
   }
   kiln_free(targets);
-  if (it->retry) goto out;
+  if (it->retry) return; /* resolve_done starts the delay */
   if (st) {
     item_fail(it, KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED, st);
-    goto out;
+    return;
   }
   it->admitted = true;
   /* The engine holds its own copy now; a long wait for the job holds no source. */
@@ -859,11 +885,29 @@ submit: {
   /* else: outcome UNSPECIFIED, the loop listens to the job */
 }
 
-out:
-  strv_free(flags, n_flags);
-  if (have_info) kiln_vmfb_info_deinit(&info);
-  if (have_prov) kiln_index_artifact_deinit(&prov);
-  kiln_free(blob);
+static void resolve_work(uv_work_t *work) {
+  rc_item_t *it = work->data;
+  rc_call_t *c = it->call;
+  if (atomic_load(&c->cancelled)) {
+    item_fail(it, KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED,
+              KILN_STATUS(KILN_STATUS_CANCELLED, "the Recompile call was cancelled"));
+    return;
+  }
+  if (it->retry) { /* admitted again after a full queue: everything is resolved */
+    it->retry = false;
+    submit_item(c, it);
+  } else {
+    resolve_t r;
+    memset(&r, 0, sizeof r);
+    r.c = c;
+    r.it = it;
+    r.cache = c->env->cache;
+    r.origin = "the item";
+    if (resolve_legacy(&r) && resolve_source(&r) && resolve_rest(&r)) submit_item(c, it);
+    if (r.have_info) kiln_vmfb_info_deinit(&r.info);
+    if (r.have_prov) kiln_index_artifact_deinit(&r.prov);
+    kiln_free(r.blob);
+  }
   /* The legacy bytes are not needed past resolution (a retry only submits). */
   kiln_free(it->vmfb);
   it->vmfb = NULL;
