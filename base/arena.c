@@ -13,7 +13,7 @@
 #include "base/alloc.h"
 
 #define CHUNK_SIZE 4096u
-#define ALIGN 16u
+#define ALIGN      16u
 
 struct kiln_arena_chunk_s {
   kiln_arena_chunk_t *next;

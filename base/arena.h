@@ -23,7 +23,6 @@ void *kiln_arena_alloc(kiln_arena_t *arena, size_t size);
 /* Zeroed memory for `count` elements of `size` bytes; aborts on overflow. */
 void *kiln_arena_calloc(kiln_arena_t *arena, size_t count, size_t size);
 char *kiln_arena_strdup(kiln_arena_t *arena, const char *s);
-char *kiln_arena_sprintf(kiln_arena_t *arena, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+char *kiln_arena_sprintf(kiln_arena_t *arena, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif /* KILN_BASE_ARENA_H */

@@ -32,8 +32,7 @@ int kiln_buf_append_file(kiln_buf_t *buf, const char *path);
 char *kiln_read_file(const char *path, size_t *out_len);
 void kiln_buf_append_char(kiln_buf_t *buf, char c);
 void kiln_buf_appendf(kiln_buf_t *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void kiln_buf_appendvf(kiln_buf_t *buf, const char *fmt, va_list ap)
-    __attribute__((format(printf, 2, 0)));
+void kiln_buf_appendvf(kiln_buf_t *buf, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* Appends `s` as a logfmt value: bare when it is non-empty and has no space, quote,
  * '=' or control character; otherwise double-quoted with \" \\ \n \t and \xHH
  * escapes. */

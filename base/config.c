@@ -13,12 +13,10 @@
 
 #include "base/alloc.h"
 
-static void *field(void *settings, const kiln_config_option_t *opt) {
-  return (char *)settings + opt->offset;
-}
+static void *field(void *settings, const kiln_config_option_t *opt) { return (char *)settings + opt->offset; }
 
-static const kiln_config_option_t *find_option(const kiln_config_table_t *table,
-                                               const char *name, size_t name_len) {
+static const kiln_config_option_t *find_option(const kiln_config_table_t *table, const char *name,
+                                               size_t name_len) {
   for (size_t i = 0; i < table->count; i++) {
     const kiln_config_option_t *opt = &table->options[i];
     if (strlen(opt->name) != name_len) continue;
@@ -43,8 +41,8 @@ static void list_clear(kiln_config_list_t *list) {
 /* A LIST named by a source replaces what lower sources gave: the first time a pass
  * (one file, the environment, argv) meets a LIST option it empties it. `seen` has
  * one flag per option of the table. */
-static void list_reset_once(const kiln_config_table_t *table, const kiln_config_option_t *opt,
-                            void *settings, bool *seen) {
+static void list_reset_once(const kiln_config_table_t *table, const kiln_config_option_t *opt, void *settings,
+                            bool *seen) {
   if (opt->type != KILN_CONFIG_LIST) return;
   size_t idx = (size_t)(opt - table->options);
   if (seen[idx]) return;
@@ -69,10 +67,22 @@ int kiln_config_parse_size(const char *text, uint64_t *out_bytes) {
   while (*end == ' ') end++;
   uint64_t mult = 1;
   if (*end) {
-    static const struct { const char *suffix; uint64_t mult; } units[] = {
-        {"b", 1},           {"k", 1ull << 10}, {"kb", 1000},        {"kib", 1ull << 10},
-        {"m", 1ull << 20},  {"mb", 1000000},   {"mib", 1ull << 20}, {"g", 1ull << 30},
-        {"gb", 1000000000}, {"gib", 1ull << 30}, {"t", 1ull << 40}, {"tb", 1000000000000ull},
+    static const struct {
+      const char *suffix;
+      uint64_t mult;
+    } units[] = {
+        {"b", 1},
+        {"k", 1ull << 10},
+        {"kb", 1000},
+        {"kib", 1ull << 10},
+        {"m", 1ull << 20},
+        {"mb", 1000000},
+        {"mib", 1ull << 20},
+        {"g", 1ull << 30},
+        {"gb", 1000000000},
+        {"gib", 1ull << 30},
+        {"t", 1ull << 40},
+        {"tb", 1000000000000ull},
         {"tib", 1ull << 40},
     };
     size_t i = 0;
@@ -95,11 +105,16 @@ int kiln_config_parse_duration_ms(const char *text, int64_t *out_ms) {
   if (errno) return -1;
   while (*end == ' ') end++;
   int64_t mult;
-  if (!*end || strcmp(end, "s") == 0) mult = 1000;
-  else if (strcmp(end, "ms") == 0) mult = 1;
-  else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0) mult = 60 * 1000;
-  else if (strcmp(end, "h") == 0) mult = 3600 * 1000;
-  else return -1;
+  if (!*end || strcmp(end, "s") == 0)
+    mult = 1000;
+  else if (strcmp(end, "ms") == 0)
+    mult = 1;
+  else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+    mult = 60 * 1000;
+  else if (strcmp(end, "h") == 0)
+    mult = 3600 * 1000;
+  else
+    return -1;
   if (n > (unsigned long long)(INT64_MAX / mult)) return -1;
   *out_ms = (int64_t)n * mult;
   return 0;
@@ -109,31 +124,37 @@ static int parse_bool(const char *text, bool *out) {
   static const char *const yes[] = {"1", "true", "yes", "on"};
   static const char *const no[] = {"0", "false", "no", "off"};
   for (size_t i = 0; i < 4; i++) {
-    if (strcasecmp(text, yes[i]) == 0) { *out = true; return 0; }
-    if (strcasecmp(text, no[i]) == 0) { *out = false; return 0; }
+    if (strcasecmp(text, yes[i]) == 0) {
+      *out = true;
+      return 0;
+    }
+    if (strcasecmp(text, no[i]) == 0) {
+      *out = false;
+      return 0;
+    }
   }
   return -1;
 }
 
 static KILN_MUST_USE kiln_status_t bad_value(const kiln_config_option_t *opt, const char *value,
-                               const char *source, const char *expected) {
-  return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: invalid value '%s' for %s: expected %s",
-                     source, value, opt->name, expected);
+                                             const char *source, const char *expected) {
+  return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: invalid value '%s' for %s: expected %s", source,
+                     value, opt->name, expected);
 }
 
 static KILN_MUST_USE kiln_status_t check_range(const kiln_config_option_t *opt, const char *value,
-                                 const char *source, int64_t v) {
+                                               const char *source, int64_t v) {
   if (opt->min == 0 && opt->max == 0) return NULL;
   if (v < opt->min || v > opt->max) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: value '%s' for %s is out of range [%" PRId64 ", %" PRId64 "]",
-                       source, value, opt->name, opt->min, opt->max);
+                       "%s: value '%s' for %s is out of range [%" PRId64 ", %" PRId64 "]", source, value,
+                       opt->name, opt->min, opt->max);
   }
   return NULL;
 }
 
 static KILN_MUST_USE kiln_status_t set_option(const kiln_config_option_t *opt, void *settings,
-                                const char *value, const char *source) {
+                                              const char *value, const char *source) {
   void *dst = field(settings, opt);
   switch (opt->type) {
     case KILN_CONFIG_STRING:
@@ -219,12 +240,12 @@ kiln_status_t kiln_config_set_defaults(const kiln_config_table_t *table, void *s
   return NULL;
 }
 
-kiln_status_t kiln_config_set(const kiln_config_table_t *table, void *settings,
-                              const char *name, const char *value, const char *source) {
+kiln_status_t kiln_config_set(const kiln_config_table_t *table, void *settings, const char *name,
+                              const char *value, const char *source) {
   const kiln_config_option_t *opt = find_option(table, name, strlen(name));
   if (!opt) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: unknown setting '%s' (see %s --help)",
-                       source, name, table->program);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: unknown setting '%s' (see %s --help)", source, name,
+                       table->program);
   }
   return set_option(opt, settings, value, source);
 }
@@ -236,8 +257,7 @@ static char *trim(char *s) {
   return s;
 }
 
-kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *settings,
-                                    const char *path) {
+kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *settings, const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) return KILN_STATUS_ERRNO(errno, "cannot open config file %s", path);
   struct stat st;
@@ -260,8 +280,8 @@ kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *sett
     if (*text == '\0' || *text == '#') continue;
     char *eq = strchr(text, '=');
     if (!eq) {
-      status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: expected 'name = value', got '%s'",
-                           source, text);
+      status =
+          KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: expected 'name = value', got '%s'", source, text);
       break;
     }
     *eq = '\0';
@@ -275,8 +295,8 @@ kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *sett
     const kiln_config_option_t *opt = find_option(table, key, strlen(key));
     if (!opt || (opt->flags & KILN_CONFIG_CLI_ONLY)) {
       status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "%s: unknown setting '%s' (see %s --help for the settings)", source,
-                           key, table->program);
+                           "%s: unknown setting '%s' (see %s --help for the settings)", source, key,
+                           table->program);
       break;
     }
     list_reset_once(table, opt, settings, seen);
@@ -288,8 +308,8 @@ kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *sett
   return status;
 }
 
-static void env_name(const kiln_config_table_t *table, const kiln_config_option_t *opt,
-                     char *out, size_t cap) {
+static void env_name(const kiln_config_table_t *table, const kiln_config_option_t *opt, char *out,
+                     size_t cap) {
   int written = snprintf(out, cap, "%s", table->env_prefix ? table->env_prefix : "");
   size_t n = written < 0 ? 0 : (size_t)written;
   if (n >= cap) n = cap - 1; /* truncated: snprintf returned the untruncated length */
@@ -314,8 +334,8 @@ kiln_status_t kiln_config_load_env(const kiln_config_table_t *table, void *setti
 }
 
 static KILN_MUST_USE kiln_status_t parse_args(const kiln_config_table_t *table, void *settings, int argc,
-                                char **argv, const char **out_positional, size_t max_positional,
-                                size_t *out_positional_count, bool *seen) {
+                                              char **argv, const char **out_positional, size_t max_positional,
+                                              size_t *out_positional_count, bool *seen) {
   size_t npos = 0;
   if (out_positional_count) *out_positional_count = 0;
   bool options_done = false;
@@ -323,8 +343,8 @@ static KILN_MUST_USE kiln_status_t parse_args(const kiln_config_table_t *table, 
     const char *arg = argv[i];
     if (options_done || arg[0] != '-' || arg[1] == '\0') {
       if (npos >= max_positional) {
-        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "unexpected argument '%s' (see %s --help)",
-                           arg, table->program);
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "unexpected argument '%s' (see %s --help)", arg,
+                           table->program);
       }
       out_positional[npos++] = arg;
       continue;
@@ -352,8 +372,10 @@ static KILN_MUST_USE kiln_status_t parse_args(const kiln_config_table_t *table, 
       opt = find_option(table, name, name_len);
       if (!opt && name_len > 3 && strncmp(name, "no-", 3) == 0 && !eq) {
         opt = find_option(table, name + 3, name_len - 3);
-        if (opt && opt->type == KILN_CONFIG_BOOL) negated = true;
-        else opt = NULL;
+        if (opt && opt->type == KILN_CONFIG_BOOL)
+          negated = true;
+        else
+          opt = NULL;
       }
       snprintf(display, sizeof display, "--%.*s", (int)name_len, name);
     }
@@ -379,20 +401,19 @@ static KILN_MUST_USE kiln_status_t parse_args(const kiln_config_table_t *table, 
   return NULL;
 }
 
-kiln_status_t kiln_config_parse_args(const kiln_config_table_t *table, void *settings,
-                                     int argc, char **argv, const char **out_positional,
-                                     size_t max_positional, size_t *out_positional_count) {
+kiln_status_t kiln_config_parse_args(const kiln_config_table_t *table, void *settings, int argc, char **argv,
+                                     const char **out_positional, size_t max_positional,
+                                     size_t *out_positional_count) {
   bool *seen = kiln_calloc(table->count + 1, sizeof *seen);
-  kiln_status_t status = parse_args(table, settings, argc, argv, out_positional, max_positional,
-                                    out_positional_count, seen);
+  kiln_status_t status =
+      parse_args(table, settings, argc, argv, out_positional, max_positional, out_positional_count, seen);
   kiln_free(seen);
   return status;
 }
 
 /* Finds the config file named on the command line (last one wins), without
  * interpreting anything else; errors in other flags are reported by the real pass. */
-static const char *scan_args_for(const kiln_config_table_t *table, const char *name, int argc,
-                                 char **argv) {
+static const char *scan_args_for(const kiln_config_table_t *table, const char *name, int argc, char **argv) {
   const char *found = NULL;
   const kiln_config_option_t *opt = find_option(table, name, strlen(name));
   size_t len = strlen(name);
@@ -400,19 +421,20 @@ static const char *scan_args_for(const kiln_config_table_t *table, const char *n
     const char *arg = argv[i];
     if (strcmp(arg, "--") == 0) break;
     if (strncmp(arg, "--", 2) == 0 && strncmp(arg + 2, name, len) == 0) {
-      if (arg[2 + len] == '=') found = arg + 3 + len;
-      else if (arg[2 + len] == '\0' && i + 1 < argc) found = argv[++i];
-    } else if (opt && opt->short_name && arg[0] == '-' && arg[1] == opt->short_name &&
-               arg[2] == '\0' && i + 1 < argc) {
+      if (arg[2 + len] == '=')
+        found = arg + 3 + len;
+      else if (arg[2 + len] == '\0' && i + 1 < argc)
+        found = argv[++i];
+    } else if (opt && opt->short_name && arg[0] == '-' && arg[1] == opt->short_name && arg[2] == '\0' &&
+               i + 1 < argc) {
       found = argv[++i];
     }
   }
   return found;
 }
 
-kiln_status_t kiln_config_load(const kiln_config_table_t *table, void *settings,
-                               const char *config_option, int argc, char **argv,
-                               const char **out_positional, size_t max_positional,
+kiln_status_t kiln_config_load(const kiln_config_table_t *table, void *settings, const char *config_option,
+                               int argc, char **argv, const char **out_positional, size_t max_positional,
                                size_t *out_positional_count) {
   KILN_RETURN_IF_ERROR(kiln_config_set_defaults(table, settings));
   if (config_option) {
@@ -437,8 +459,10 @@ void kiln_config_print_help(const kiln_config_table_t *table, FILE *out) {
     const kiln_config_option_t *opt = &table->options[i];
     char left[96];
     int n;
-    if (opt->short_name) n = snprintf(left, sizeof left, "  -%c, --%s", opt->short_name, opt->name);
-    else n = snprintf(left, sizeof left, "      --%s", opt->name);
+    if (opt->short_name)
+      n = snprintf(left, sizeof left, "  -%c, --%s", opt->short_name, opt->name);
+    else
+      n = snprintf(left, sizeof left, "      --%s", opt->name);
     if (opt->metavar && n > 0 && (size_t)n < sizeof left) {
       snprintf(left + n, sizeof left - (size_t)n, " %s", opt->metavar);
     }
@@ -487,8 +511,10 @@ void kiln_config_dump(const kiln_config_table_t *table, const void *settings, ki
       case KILN_CONFIG_BOOL: kiln_buf_append_str(out, *(const bool *)src ? "true" : "false"); break;
       case KILN_CONFIG_INT: kiln_buf_appendf(out, "%" PRId64, *(const int64_t *)src); break;
       case KILN_CONFIG_SIZE:
-        if (*(const uint64_t *)src == KILN_CONFIG_SIZE_AUTO) kiln_buf_append_str(out, "auto");
-        else kiln_buf_appendf(out, "%" PRIu64, *(const uint64_t *)src);
+        if (*(const uint64_t *)src == KILN_CONFIG_SIZE_AUTO)
+          kiln_buf_append_str(out, "auto");
+        else
+          kiln_buf_appendf(out, "%" PRIu64, *(const uint64_t *)src);
         break;
       case KILN_CONFIG_DURATION: kiln_buf_appendf(out, "%" PRId64 "ms", *(const int64_t *)src); break;
       case KILN_CONFIG_LIST: break; /* handled above */

@@ -50,21 +50,21 @@ typedef struct kiln_config_list_s {
 
 /* Option flags. */
 #define KILN_CONFIG_CLI_ONLY 0x1u /* not read from the file or the environment */
-#define KILN_CONFIG_NO_DUMP 0x2u  /* left out of kiln_config_dump (secrets, actions) */
+#define KILN_CONFIG_NO_DUMP  0x2u /* left out of kiln_config_dump (secrets, actions) */
 /* A SIZE option that also takes "auto": the program picks the value at start
  * (stored as KILN_CONFIG_SIZE_AUTO until then, printed as auto). */
-#define KILN_CONFIG_AUTO 0x4u
+#define KILN_CONFIG_AUTO      0x4u
 #define KILN_CONFIG_SIZE_AUTO UINT64_MAX
 
 typedef struct kiln_config_option_s {
-  const char *name;          /* "state-dir" */
-  char short_name;           /* 'c' for -c, or 0 */
+  const char *name; /* "state-dir" */
+  char short_name;  /* 'c' for -c, or 0 */
   kiln_config_type_t type;
-  size_t offset;             /* offsetof(settings struct, field) */
-  const char *default_value; /* text parsed like any source; NULL leaves it zero/NULL */
-  const char *metavar;       /* "DIR" in the help; NULL for booleans */
-  const char *help;          /* one line */
-  int64_t min, max;          /* INT/SIZE/DURATION bounds; min == max == 0: unbounded */
+  size_t offset;              /* offsetof(settings struct, field) */
+  const char *default_value;  /* text parsed like any source; NULL leaves it zero/NULL */
+  const char *metavar;        /* "DIR" in the help; NULL for booleans */
+  const char *help;           /* one line */
+  int64_t min, max;           /* INT/SIZE/DURATION bounds; min == max == 0: unbounded */
   const char *const *choices; /* STRING: NULL-terminated allowed values, or NULL */
   unsigned flags;
 } kiln_config_option_t;
@@ -83,12 +83,12 @@ KILN_MUST_USE kiln_status_t kiln_config_set_defaults(const kiln_config_table_t *
  * ("flag", "KILN_LISTEN", "kilnd.conf:3") for the error message. A LIST option
  * gets `value` appended. */
 KILN_MUST_USE kiln_status_t kiln_config_set(const kiln_config_table_t *table, void *settings,
-                              const char *name, const char *value, const char *source);
+                                            const char *name, const char *value, const char *source);
 
 /* Reads `name = value` lines. NOT_FOUND when the file is missing,
  * INVALID_ARGUMENT with file:line for a bad line or unknown key. */
 KILN_MUST_USE kiln_status_t kiln_config_load_file(const kiln_config_table_t *table, void *settings,
-                                    const char *path);
+                                                  const char *path);
 
 /* Reads <PREFIX><NAME> variables for every option without KILN_CONFIG_CLI_ONLY. */
 KILN_MUST_USE kiln_status_t kiln_config_load_env(const kiln_config_table_t *table, void *settings);
@@ -96,17 +96,17 @@ KILN_MUST_USE kiln_status_t kiln_config_load_env(const kiln_config_table_t *tabl
 /* Parses argv[1..argc). Non-option words are collected, in order, into
  * out_positional (borrowed pointers into argv; capacity `max_positional`);
  * "--" ends option parsing. */
-KILN_MUST_USE kiln_status_t kiln_config_parse_args(const kiln_config_table_t *table, void *settings,
-                                     int argc, char **argv, const char **out_positional,
-                                     size_t max_positional, size_t *out_positional_count);
+KILN_MUST_USE kiln_status_t kiln_config_parse_args(const kiln_config_table_t *table, void *settings, int argc,
+                                                   char **argv, const char **out_positional,
+                                                   size_t max_positional, size_t *out_positional_count);
 
 /* The whole sequence: defaults, then the file named by the option `config_option`
  * (found in argv or the environment; NULL to skip files; a missing file named
  * explicitly is an error), then the environment, then argv. */
 KILN_MUST_USE kiln_status_t kiln_config_load(const kiln_config_table_t *table, void *settings,
-                               const char *config_option, int argc, char **argv,
-                               const char **out_positional, size_t max_positional,
-                               size_t *out_positional_count);
+                                             const char *config_option, int argc, char **argv,
+                                             const char **out_positional, size_t max_positional,
+                                             size_t *out_positional_count);
 
 /* Writes the option list for --help. */
 void kiln_config_print_help(const kiln_config_table_t *table, FILE *out);

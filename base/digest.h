@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define KILN_DIGEST_BYTES 32
+#define KILN_DIGEST_BYTES   32
 #define KILN_DIGEST_HEX_LEN 64
 
 typedef struct kiln_digest_s {

@@ -7,7 +7,9 @@
 
 #include "base/alloc.h"
 
-static bool blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+static bool blank(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 static size_t name_len(const char *flag) {
   const char *eq = strchr(flag, '=');
@@ -39,8 +41,10 @@ size_t kiln_flags_normalize(const char *const *flags, size_t n, char ***out_flag
     for (size_t j = i + 1; j < count && !later; j++) {
       later = name_len(trimmed[j]) == len && memcmp(trimmed[i], trimmed[j], len) == 0;
     }
-    if (later) kiln_free(trimmed[i]);
-    else trimmed[kept++] = trimmed[i];
+    if (later)
+      kiln_free(trimmed[i]);
+    else
+      trimmed[kept++] = trimmed[i];
   }
   qsort(trimmed, kept, sizeof *trimmed, by_name);
   *out_flags = trimmed;

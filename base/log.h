@@ -38,8 +38,8 @@ int kiln_log_enabled(kiln_log_level_t level);
  * format for the rest of the line (already key=value; may be NULL). A macro, so
  * the arguments are evaluated only when the level is enabled (a debug line's
  * fields cost nothing at info); `level` is evaluated twice. */
-#define kiln_log(level, event, ...) \
-  do { \
+#define kiln_log(level, event, ...)                                             \
+  do {                                                                          \
     if (kiln_log_enabled(level)) kiln_log_write((level), (event), __VA_ARGS__); \
   } while (0)
 void kiln_log_write(kiln_log_level_t level, const char *event, const char *fields_fmt, ...)
@@ -47,8 +47,8 @@ void kiln_log_write(kiln_log_level_t level, const char *event, const char *field
 
 /* Logs a failed status where it is consumed: code=, msg=, at= fields after the
  * caller's own fields. Does not free the status. A macro like kiln_log. */
-#define kiln_log_status(level, event, status, ...) \
-  do { \
+#define kiln_log_status(level, event, status, ...)                                               \
+  do {                                                                                           \
     if (kiln_log_enabled(level)) kiln_log_status_write((level), (event), (status), __VA_ARGS__); \
   } while (0)
 void kiln_log_status_write(kiln_log_level_t level, const char *event, const kiln_status_t status,

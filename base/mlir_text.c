@@ -30,7 +30,6 @@ typedef struct names_s {
   size_t cap, count;
 } names_t;
 
-
 static void names_grow(names_t *t);
 
 static uint32_t names_number(names_t *t, size_t start, size_t len) {
@@ -107,7 +106,8 @@ static size_t skip_space(const char *s, size_t i, size_t n) {
 
 /* `loc(` at i (after spaces)? Then the index past its group; else 0. */
 static size_t loc_group(const char *s, size_t i, size_t n) {
-  if (i + 3 > n || memcmp(s + i, "loc", 3) != 0 || (i + 3 < n && word_char((unsigned char)s[i + 3]))) return 0;
+  if (i + 3 > n || memcmp(s + i, "loc", 3) != 0 || (i + 3 < n && word_char((unsigned char)s[i + 3])))
+    return 0;
   size_t j = skip_space(s, i + 3, n);
   return j < n && s[j] == '(' ? group_end(s, j, n) : 0;
 }

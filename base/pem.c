@@ -32,7 +32,8 @@ kiln_status_t kiln_pem_read(const char *what, const char *path, char **out_text)
   } else if (text.len > KILN_PEM_MAX_BYTES) {
     status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s %s: over 1 MiB; is it a PEM file?", what, path);
   } else if (!strstr(text.data, "-----BEGIN ")) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s %s: not a PEM file (no -----BEGIN line)", what, path);
+    status =
+        KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s %s: not a PEM file (no -----BEGIN line)", what, path);
   }
   if (status) {
     if (text.data) OPENSSL_cleanse(text.data, text.len);

@@ -17,11 +17,10 @@ struct kiln_status_s {
 };
 
 static const char *const code_names[KILN_STATUS_CODE_COUNT] = {
-    "OK",          "CANCELLED",          "UNKNOWN",        "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS", "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-    "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",    "DATA_LOSS",
-    "UNAUTHENTICATED",
+    "OK",        "CANCELLED",       "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS",  "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",    "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED",
 };
 
 const char *kiln_status_code_name(kiln_status_code_t code) {
@@ -45,8 +44,8 @@ static const char *basename_of(const char *file) {
   return slash ? slash + 1 : file;
 }
 
-kiln_status_t kiln_status_makev(kiln_status_code_t code, const char *file, int line,
-                                const char *fmt, va_list ap) {
+kiln_status_t kiln_status_makev(kiln_status_code_t code, const char *file, int line, const char *fmt,
+                                va_list ap) {
   if (code == KILN_STATUS_OK) code = KILN_STATUS_UNKNOWN; /* a failure must fail */
   kiln_status_t status = kiln_malloc(sizeof *status);
   status->code = code;
@@ -60,8 +59,7 @@ kiln_status_t kiln_status_makev(kiln_status_code_t code, const char *file, int l
   return status;
 }
 
-kiln_status_t kiln_status_make(kiln_status_code_t code, const char *file, int line,
-                               const char *fmt, ...) {
+kiln_status_t kiln_status_make(kiln_status_code_t code, const char *file, int line, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   kiln_status_t status = kiln_status_makev(code, file, line, fmt, ap);
@@ -71,13 +69,25 @@ kiln_status_t kiln_status_make(kiln_status_code_t code, const char *file, int li
 
 kiln_status_code_t kiln_status_code_from_errno(int err) {
   switch (err) {
-    case ENOENT: case ENOTDIR: return KILN_STATUS_NOT_FOUND;
-    case EACCES: case EPERM: case EROFS: return KILN_STATUS_PERMISSION_DENIED;
-    case ENOSPC: case EDQUOT: case ENOMEM: case EMFILE: case ENFILE: case EFBIG:
-      return KILN_STATUS_RESOURCE_EXHAUSTED;
+    case ENOENT:
+    case ENOTDIR: return KILN_STATUS_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+    case EROFS: return KILN_STATUS_PERMISSION_DENIED;
+    case ENOSPC:
+    case EDQUOT:
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
+    case EFBIG: return KILN_STATUS_RESOURCE_EXHAUSTED;
     case EEXIST: return KILN_STATUS_ALREADY_EXISTS;
-    case EADDRINUSE: case EAGAIN: case ECONNREFUSED: case EBUSY: return KILN_STATUS_UNAVAILABLE;
-    case EINVAL: case ENAMETOOLONG: case EISDIR: return KILN_STATUS_INVALID_ARGUMENT;
+    case EADDRINUSE:
+    case EAGAIN:
+    case ECONNREFUSED:
+    case EBUSY: return KILN_STATUS_UNAVAILABLE;
+    case EINVAL:
+    case ENAMETOOLONG:
+    case EISDIR: return KILN_STATUS_INVALID_ARGUMENT;
     case ETIMEDOUT: return KILN_STATUS_DEADLINE_EXCEEDED;
     case EIO: return KILN_STATUS_DATA_LOSS;
     default: return KILN_STATUS_INTERNAL;
@@ -94,8 +104,7 @@ kiln_status_t kiln_status_errno_makev(kiln_status_code_t code, int err, const ch
   return status;
 }
 
-kiln_status_t kiln_status_from_errno_at(int err, const char *file, int line,
-                                        const char *fmt, ...) {
+kiln_status_t kiln_status_from_errno_at(int err, const char *file, int line, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   kiln_status_t status = kiln_status_errno_makev(kiln_status_code_from_errno(err), err, file, line, fmt, ap);
@@ -107,9 +116,7 @@ kiln_status_code_t kiln_status_code(const kiln_status_t status) {
   return status ? status->code : KILN_STATUS_OK;
 }
 
-const char *kiln_status_message(const kiln_status_t status) {
-  return status ? status->message : "";
-}
+const char *kiln_status_message(const kiln_status_t status) { return status ? status->message : ""; }
 
 const char *kiln_status_where(const kiln_status_t status) { return status ? status->where : ""; }
 

@@ -46,10 +46,9 @@ typedef struct kiln_status_s *kiln_status_t;
 
 /* Makes a failed status; `code` must not be KILN_STATUS_OK. Use KILN_STATUS(). */
 KILN_MUST_USE kiln_status_t kiln_status_make(kiln_status_code_t code, const char *file, int line,
-                               const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+                                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 KILN_MUST_USE kiln_status_t kiln_status_makev(kiln_status_code_t code, const char *file, int line,
-                                const char *fmt, va_list ap)
+                                              const char *fmt, va_list ap)
     __attribute__((format(printf, 4, 0)));
 
 #define KILN_STATUS(code, ...) kiln_status_make((code), __FILE__, __LINE__, __VA_ARGS__)
@@ -58,16 +57,15 @@ KILN_MUST_USE kiln_status_t kiln_status_makev(kiln_status_code_t code, const cha
  * PERMISSION_DENIED, ENOSPC/EDQUOT/ENOMEM -> RESOURCE_EXHAUSTED, EEXIST ->
  * ALREADY_EXISTS, EADDRINUSE -> UNAVAILABLE, others -> INTERNAL. The message is
  * the formatted text followed by ": " and strerror(err). */
-KILN_MUST_USE kiln_status_t kiln_status_from_errno_at(int err, const char *file, int line,
-                                        const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-#define KILN_STATUS_ERRNO(err, ...) \
-  kiln_status_from_errno_at((err), __FILE__, __LINE__, __VA_ARGS__)
+KILN_MUST_USE kiln_status_t kiln_status_from_errno_at(int err, const char *file, int line, const char *fmt,
+                                                      ...) __attribute__((format(printf, 4, 5)));
+#define KILN_STATUS_ERRNO(err, ...) kiln_status_from_errno_at((err), __FILE__, __LINE__, __VA_ARGS__)
 
 /* The same message ("<text>: <strerror(err)>") under a code the caller chose
  * (one that maps some errno values its own way). */
-KILN_MUST_USE kiln_status_t kiln_status_errno_makev(kiln_status_code_t code, int err, const char *file, int line,
-                                      const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
+KILN_MUST_USE kiln_status_t kiln_status_errno_makev(kiln_status_code_t code, int err, const char *file,
+                                                    int line, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
 
 /* Maps an errno value to the code kiln_status_from_errno_at would use. */
 kiln_status_code_t kiln_status_code_from_errno(int err);
@@ -102,9 +100,9 @@ const char *kiln_status_code_name(kiln_status_code_t code);
 int kiln_status_code_parse(const char *name, kiln_status_code_t *out_code);
 
 /* Returns `expr` from the enclosing function if it is a failure. */
-#define KILN_RETURN_IF_ERROR(expr)          \
-  do {                                      \
-    kiln_status_t kiln_status__ = (expr);   \
+#define KILN_RETURN_IF_ERROR(expr)           \
+  do {                                       \
+    kiln_status_t kiln_status__ = (expr);    \
     if (kiln_status__) return kiln_status__; \
   } while (0)
 

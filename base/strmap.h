@@ -17,11 +17,11 @@
 uint64_t kiln_hash_bytes(const void *data, size_t len);
 
 typedef struct kiln_strmap_s {
-  char **keys;   /* NULL: empty; KILN_STRMAP_TOMBSTONE: removed */
+  char **keys; /* NULL: empty; KILN_STRMAP_TOMBSTONE: removed */
   void **values;
-  size_t cap;    /* a power of two, or 0 before the first put */
-  size_t count;  /* live entries */
-  size_t used;   /* live entries and tombstones */
+  size_t cap;   /* a power of two, or 0 before the first put */
+  size_t count; /* live entries */
+  size_t used;  /* live entries and tombstones */
 } kiln_strmap_t;
 
 void kiln_strmap_init(kiln_strmap_t *map);

@@ -45,9 +45,10 @@ void kiln_bench_cpu_model(char *out, size_t cap) {
 void kiln_bench_print_load(const char *what) {
   double load[3] = {0, 0, 0};
   if (getloadavg(load, 3) > 0) {
-    printf("  load average %.1f over %ld cores before the run: other work shares this machine, so\n"
-           "  compare ratios (measured side by side), not absolute %s, across machines\n",
-           load[0], sysconf(_SC_NPROCESSORS_ONLN), what);
+    printf(
+        "  load average %.1f over %ld cores before the run: other work shares this machine, so\n"
+        "  compare ratios (measured side by side), not absolute %s, across machines\n",
+        load[0], sysconf(_SC_NPROCESSORS_ONLN), what);
   }
 }
 
@@ -90,7 +91,8 @@ static void (*scratch_before_signal)(void);
 
 static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
   (void)sb, (void)type, (void)ftw;
-  if (remove(path) != 0 && errno != ENOENT) fprintf(stderr, "bench: cannot remove %s: %s\n", path, strerror(errno));
+  if (remove(path) != 0 && errno != ENOENT)
+    fprintf(stderr, "bench: cannot remove %s: %s\n", path, strerror(errno));
   return 0; /* keep going: remove as much as possible */
 }
 
@@ -126,7 +128,8 @@ const char *kiln_bench_scratch_make(const char *base, void (*before_signal)(void
   if (!mkdtemp(scratch)) {
     int e = errno;
     scratch[0] = '\0';
-    snprintf(err, err_cap, "cannot create a temporary directory in %s: %s; pass a writable DIR", base, strerror(e));
+    snprintf(err, err_cap, "cannot create a temporary directory in %s: %s; pass a writable DIR", base,
+             strerror(e));
     return NULL;
   }
   scratch_before_signal = before_signal;
@@ -279,8 +282,8 @@ int64_t kiln_bench_proc_cpu_ns(pid_t pid, bool reaped) {
   char text[1024];
   const char *p = proc_stat_fields(pid, text, sizeof text);
   unsigned long long utime = 0, stime = 0, cutime = 0, cstime = 0;
-  if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &utime, &stime, &cutime,
-                   &cstime) != 4) {
+  if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &utime, &stime,
+                   &cutime, &cstime) != 4) {
     return 0;
   }
   unsigned long long ticks = utime + stime + (reaped ? cutime + cstime : 0);
@@ -317,8 +320,8 @@ int kiln_bench_kilnd_start(kiln_bench_kilnd_t *d, const char *kilnd_path, const 
   if (log_path != d->log_path) snprintf(d->log_path, sizeof d->log_path, "%s", log_path);
   /* No metrics endpoint: its default port would collide between benchmarks run at
    * once (ctest -j) and with a kilnd the user runs. */
-  const char *argv[32] = {kilnd_path, "--listen", "127.0.0.1:0", "--state-dir", d->state_dir,
-                          "--log-level", "warn", "--metrics-listen", "off"};
+  const char *argv[32] = {kilnd_path,    "--listen", "127.0.0.1:0",      "--state-dir", d->state_dir,
+                          "--log-level", "warn",     "--metrics-listen", "off"};
   size_t n = 9;
   for (size_t i = 0; extra_args && extra_args[i]; i++) {
     if (n + 1 >= sizeof argv / sizeof argv[0]) {
@@ -465,7 +468,6 @@ const char *kiln_bench_begin_fleet(const char *name, const char *base, kiln_benc
   return made;
 }
 
-
 /* ---- files ---- */
 
 char *kiln_bench_read_file(const char *path, size_t *out_len) {
@@ -498,5 +500,6 @@ void kiln_bench_pathf(char *out, const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(out, PATH_MAX, fmt, ap);
   va_end(ap);
-  if (n < 0 || n >= PATH_MAX) kiln_bench_die("a path is longer than PATH_MAX (%.120s...); pick a shorter DIR", out);
+  if (n < 0 || n >= PATH_MAX)
+    kiln_bench_die("a path is longer than PATH_MAX (%.120s...); pick a shorter DIR", out);
 }

@@ -166,5 +166,4 @@ void kiln_bench_end(void);
 char *kiln_bench_model_variant(const char *model, size_t model_len, const char *tag, const char *needle,
                                double base, uint64_t serial, size_t *out_len);
 
-
 #endif /* KILN_BENCH_BENCHLIB_H */

@@ -30,10 +30,9 @@
  * PASS/MISS, never asserted: the program exits 0 unless an operation fails (then 1).
  *
  * All files live in one mkdtemp directory under DIR (argv), $TMPDIR or /tmp, removed
- * at the end, on failure and on SIGINT/SIGTERM/SIGHUP/SIGPIPE. Usage: bench_cache [--quick] [DIR]. --quick (CI smoke):
- * 1,000 artifacts, sizes up to 1 MiB, fewer runs.
- * Single-threaded, except that the 10,000 setup puts of section 1 run on 8 threads
- * (each put costs two fsyncs, which concurrent writers share).
+ * at the end, on failure and on SIGINT/SIGTERM/SIGHUP/SIGPIPE. Usage: bench_cache [--quick] [DIR]. --quick
+ * (CI smoke): 1,000 artifacts, sizes up to 1 MiB, fewer runs. Single-threaded, except that the 10,000 setup
+ * puts of section 1 run on 8 threads (each put costs two fsyncs, which concurrent writers share).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -63,18 +62,18 @@
 #include "cache/blobstore.h"
 #include "cache/cache.h"
 
-#define KIB ((size_t)1024)
-#define MIB (KIB * KIB)
+#define KIB              ((size_t)1024)
+#define MIB              (KIB * KIB)
 
-#define LOOKUP_GOAL_NS 20000 /* p50 of a lookup */
-#define PUT_GOAL 0.8         /* kiln/raw */
-#define GET_GOAL 0.9         /* kiln/raw */
-#define ARTIFACT_BYTES 256   /* blob size of the lookup population */
-#define WARMUP_LOOKUPS 200
-#define POPULATE_THREADS 8   /* setup only: overlaps the fsyncs of the 10,000 puts */
-#define SHA_BYTES (64 * MIB)
-#define SHA_RUNS 5
-#define AUTO_RUNS 3
+#define LOOKUP_GOAL_NS   20000 /* p50 of a lookup */
+#define PUT_GOAL         0.8   /* kiln/raw */
+#define GET_GOAL         0.9   /* kiln/raw */
+#define ARTIFACT_BYTES   256   /* blob size of the lookup population */
+#define WARMUP_LOOKUPS   200
+#define POPULATE_THREADS 8 /* setup only: overlaps the fsyncs of the 10,000 puts */
+#define SHA_BYTES        (64 * MIB)
+#define SHA_RUNS         5
+#define AUTO_RUNS        3
 
 /* One blob size of sections 2 and 3 and how many runs each side gets. */
 typedef struct size_case_s {
@@ -84,11 +83,12 @@ typedef struct size_case_s {
 } size_case_t;
 
 static const size_case_t full_sizes[] = {
-    {1 * KIB, 200, 2000}, {64 * KIB, 200, 2000}, {1 * MIB, 64, 200},
-    {16 * MIB, 3, 10},    {256 * MIB, 3, 3},
+    {1 * KIB, 200, 2000}, {64 * KIB, 200, 2000}, {1 * MIB, 64, 200}, {16 * MIB, 3, 10}, {256 * MIB, 3, 3},
 };
 static const size_case_t quick_sizes[] = {
-    {1 * KIB, 50, 200}, {64 * KIB, 50, 200}, {1 * MIB, 10, 20},
+    {1 * KIB, 50, 200},
+    {64 * KIB, 50, 200},
+    {1 * MIB, 10, 20},
 };
 
 typedef struct plan_s {
@@ -123,8 +123,7 @@ static _Noreturn void die(const char *fmt, ...) {
 static void check(kiln_status_t st, const char *what) {
   if (!st) return;
   fprintf(stderr, "bench_cache: %s failed: %s: %s (at %s)\n", what,
-          kiln_status_code_name(kiln_status_code(st)), kiln_status_message(st),
-          kiln_status_where(st));
+          kiln_status_code_name(kiln_status_code(st)), kiln_status_message(st), kiln_status_where(st));
   kiln_status_free(st);
   cleanup();
   exit(1);
@@ -152,13 +151,13 @@ static int64_t percentile_ns(const int64_t *sorted, size_t n, unsigned pct) {
   return sorted[rank ? rank - 1 : 0];
 }
 
-static double mb_per_s(size_t bytes, int64_t ns) {
-  return ns > 0 ? (double)bytes * 1e3 / (double)ns : 0.0;
-}
+static double mb_per_s(size_t bytes, int64_t ns) { return ns > 0 ? (double)bytes * 1e3 / (double)ns : 0.0; }
 
 static const char *size_name(size_t bytes, char *buf, size_t cap) {
-  if (bytes >= MIB) snprintf(buf, cap, "%zu MiB", bytes / MIB);
-  else snprintf(buf, cap, "%zu KiB", bytes / KIB);
+  if (bytes >= MIB)
+    snprintf(buf, cap, "%zu MiB", bytes / MIB);
+  else
+    snprintf(buf, cap, "%zu KiB", bytes / KIB);
   return buf;
 }
 
@@ -187,8 +186,7 @@ static uint64_t free_bytes(const char *dir) {
 
 /* ---- caches ---- */
 
-static const char *const bench_flags[] = {"--iree-opt-level=O2",
-                                          "--iree-stream-resource-index-bits=64"};
+static const char *const bench_flags[] = {"--iree-opt-level=O2", "--iree-stream-resource-index-bits=64"};
 
 /* Key parts for source number `serial`: every serial is a distinct artifact. */
 static void key_parts(uint64_t serial, kiln_digest_hex_t *source, kiln_cache_key_parts_t *parts) {
@@ -381,8 +379,10 @@ static void *populate_main(void *arg) {
     if (!st) st = kiln_cache_artifact_put(pop->cache, &parts, blob, sizeof blob, NULL, NULL);
     if (st) {
       pthread_mutex_lock(&pop->lock);
-      if (!pop->failure) pop->failure = st;
-      else kiln_status_free(st);
+      if (!pop->failure)
+        pop->failure = st;
+      else
+        kiln_status_free(st);
       pthread_mutex_unlock(&pop->lock);
       break;
     }
@@ -449,9 +449,8 @@ static void bench_lookup(const plan_t *plan) {
   }
   printf("1. index lookup: %zu artifacts of %d B, %zu lookups each of existing and missing keys\n",
          plan->n_artifacts, ARTIFACT_BYTES, plan->n_lookups);
-  printf("   (populated by kiln_cache_artifact_put on %d threads in %.2f s: %.0f puts/s)\n",
-         POPULATE_THREADS, (double)populate_ns / 1e9,
-         (double)plan->n_artifacts * 1e9 / (double)populate_ns);
+  printf("   (populated by kiln_cache_artifact_put on %d threads in %.2f s: %.0f puts/s)\n", POPULATE_THREADS,
+         (double)populate_ns / 1e9, (double)plan->n_artifacts * 1e9 / (double)populate_ns);
   printf("  us       p50      p90      p99       max   goal p50 < 20 us\n");
   print_latency_row("hit", hit_ns, plan->n_lookups);
   print_latency_row("miss", miss_ns, plan->n_lookups);
@@ -473,15 +472,14 @@ static bool disk_allows(size_t bytes) { return free_bytes(scratch) >= 3 * (uint6
 /* The sha bound: when kiln hashes on the thread that does the I/O the costs add
  * (raw / (raw + sha)); when it hashes on a second thread they overlap
  * (raw / max(raw, sha)). */
-static void print_ratio_row(size_t bytes, size_t runs, int64_t kiln_ns, int64_t raw_ns,
-                            int64_t hash_ns, bool overlapped, double goal) {
+static void print_ratio_row(size_t bytes, size_t runs, int64_t kiln_ns, int64_t raw_ns, int64_t hash_ns,
+                            bool overlapped, double goal) {
   char name[32];
   double ratio = (double)raw_ns / (double)kiln_ns;
   double bound = overlapped ? (double)raw_ns / (double)(raw_ns > hash_ns ? raw_ns : hash_ns)
                             : (double)raw_ns / (double)(raw_ns + hash_ns);
-  printf("  %-8s %6zu %10.1f %10.1f %8.2fx %10.2fx   %s\n", size_name(bytes, name, sizeof name),
-         runs, mb_per_s(bytes, kiln_ns), mb_per_s(bytes, raw_ns), ratio, bound,
-         ratio >= goal ? "PASS" : "MISS");
+  printf("  %-8s %6zu %10.1f %10.1f %8.2fx %10.2fx   %s\n", size_name(bytes, name, sizeof name), runs,
+         mb_per_s(bytes, kiln_ns), mb_per_s(bytes, raw_ns), ratio, bound, ratio >= goal ? "PASS" : "MISS");
 }
 
 static int64_t hash_ns(const unsigned char *data, size_t len) {
@@ -516,9 +514,10 @@ static void bench_put(const plan_t *plan, kiln_cache_t *cache, unsigned char *da
   char raw_dir[PATH_MAX];
   path_join(raw_dir, scratch, "raw-put");
   if (mkdir(raw_dir, 0700) != 0) die("cannot create %s: %s", raw_dir, strerror(errno));
-  printf("2. put, compression OFF, random bytes: kiln_cache_artifact_put vs raw open(tmp) +\n"
-         "   write + fsync + close + rename + fsync(dir), the least a crash-safe writer does;\n"
-         "   median run\n");
+  printf(
+      "2. put, compression OFF, random bytes: kiln_cache_artifact_put vs raw open(tmp) +\n"
+      "   write + fsync + close + rename + fsync(dir), the least a crash-safe writer does;\n"
+      "   median run\n");
   printf(TABLE_HEAD, PUT_GOAL);
   settle();
   for (size_t i = 0; i < plan->n_sizes; i++) {
@@ -560,23 +559,26 @@ static void bench_put(const plan_t *plan, kiln_cache_t *cache, unsigned char *da
     kiln_free(raw_ns);
     kiln_free(sha_ns);
   }
-  printf("  hash bound: below 1 MiB kiln hashes on the writing thread, so kiln/raw <=\n"
-         "  raw/(raw + sha); from 1 MiB on a second thread, so kiln/raw <= raw/max(raw, sha);\n"
-         "  sha = SHA-256 and XXH3-128 of the same bytes (one pass), timed in the same rotation\n\n");
+  printf(
+      "  hash bound: below 1 MiB kiln hashes on the writing thread, so kiln/raw <=\n"
+      "  raw/(raw + sha); from 1 MiB on a second thread, so kiln/raw <= raw/max(raw, sha);\n"
+      "  sha = SHA-256 and XXH3-128 of the same bytes (one pass), timed in the same rotation\n\n");
 }
 
 static void bench_get(const plan_t *plan, kiln_cache_t *cache, unsigned char *data) {
   char raw_path[PATH_MAX];
   path_join(raw_path, scratch, "raw-get");
-  printf("3. get from page cache: kiln_cache_get_blob (verifies the blob's recorded XXH3-128\n"
-         "   check while streaming; SHA-256 stays the content address) vs raw open + read into a\n"
-         "   fresh buffer + close of the same bytes; median run\n");
+  printf(
+      "3. get from page cache: kiln_cache_get_blob (verifies the blob's recorded XXH3-128\n"
+      "   check while streaming; SHA-256 stays the content address) vs raw open + read into a\n"
+      "   fresh buffer + close of the same bytes; median run\n");
   double sha_median, sha_best;
   bench_sha(&sha_median, &sha_best);
-  printf("  SHA-256 alone (kiln_digest_of over 64 MiB): %.0f MB/s median, %.0f MB/s best of %d\n",
-         sha_median, sha_best, SHA_RUNS);
-  printf("  get reads then checks each chunk on the same thread, so kiln/raw <= raw/(raw + xxh3):\n"
-         "  the hash bound column (XXH3-128 of the same bytes, timed in the same rotation)\n");
+  printf("  SHA-256 alone (kiln_digest_of over 64 MiB): %.0f MB/s median, %.0f MB/s best of %d\n", sha_median,
+         sha_best, SHA_RUNS);
+  printf(
+      "  get reads then checks each chunk on the same thread, so kiln/raw <= raw/(raw + xxh3):\n"
+      "  the hash bound column (XXH3-128 of the same bytes, timed in the same rotation)\n");
   printf(TABLE_HEAD, GET_GOAL);
   for (size_t i = 0; i < plan->n_sizes; i++) {
     const size_case_t *c = &plan->sizes[i];
@@ -642,8 +644,8 @@ static void fill_mlir_text(unsigned char *buf, size_t len) {
       n = snprintf(line, sizeof line, "  return %%%u : tensor<%dx%dxf32>\n", value - 1, a, b);
     } else {
       n = snprintf(line, sizeof line,
-                   "  %%%u = %s %%%u, %%arg%u : tensor<%dx%dxf32> loc(\"model.py\":%u:%u)\n",
-                   value, ops[rng_next() % 4], value ? value - 1 : 0, value % 2, a, b,
+                   "  %%%u = %s %%%u, %%arg%u : tensor<%dx%dxf32> loc(\"model.py\":%u:%u)\n", value,
+                   ops[rng_next() % 4], value ? value - 1 : 0, value % 2, a, b,
                    (unsigned)(rng_next() % 900 + 10), (unsigned)(rng_next() % 80));
     }
     value++;
@@ -680,11 +682,12 @@ static void bench_auto(const plan_t *plan, kiln_cache_t *off_cache) {
   int64_t a = median_ns(auto_ns, AUTO_RUNS), o = median_ns(off_ns, AUTO_RUNS);
   int64_t g = median_ns(get_ns, AUTO_RUNS);
   char name[32];
-  printf("4. AUTO compression, %s MLIR-like text: stored/logical %.3f (%.2f MiB on disk); "
-         "put %.1f ms (%.0f MB/s) vs OFF %.1f ms (%.0f MB/s); get %.1f ms (%.0f MB/s)\n\n",
-         size_name(len, name, sizeof name), (double)stored / (double)len,
-         (double)stored / (double)MIB, (double)a / 1e6, mb_per_s(len, a), (double)o / 1e6,
-         mb_per_s(len, o), (double)g / 1e6, mb_per_s(len, g));
+  printf(
+      "4. AUTO compression, %s MLIR-like text: stored/logical %.3f (%.2f MiB on disk); "
+      "put %.1f ms (%.0f MB/s) vs OFF %.1f ms (%.0f MB/s); get %.1f ms (%.0f MB/s)\n\n",
+      size_name(len, name, sizeof name), (double)stored / (double)len, (double)stored / (double)MIB,
+      (double)a / 1e6, mb_per_s(len, a), (double)o / 1e6, mb_per_s(len, o), (double)g / 1e6,
+      mb_per_s(len, g));
   kiln_free(text);
   cache_empty(off_cache);
   kiln_cache_close(auto_cache);

@@ -79,23 +79,22 @@
 #endif
 
 #define SPEEDUP_GOAL 3.0 /* mlir-opt/kiln, summed over a model's targets */
-#define FANOUT_GOAL 0.6  /* fan-out/independent for the mission targets */
-#define MAX_TARGETS 32
-#define ERR_COLS 60      /* how much of an error line fits in a row */
+#define FANOUT_GOAL  0.6 /* fan-out/independent for the mission targets */
+#define MAX_TARGETS  32
+#define ERR_COLS     60 /* how much of an error line fits in a row */
 
 extern char **environ;
 
 static const char *const all_models[] = {"mlp", "convnet", "attention"};
-static const char *const mission_ids[] = {"sm_89",   "sm_120",  "gfx950",
-                                          "gfx1100", "arm5gen", "videocore_vii"};
+static const char *const mission_ids[] = {"sm_89", "sm_120", "gfx950", "gfx1100", "arm5gen", "videocore_vii"};
 #define N_MISSION (sizeof mission_ids / sizeof mission_ids[0])
 
 typedef struct plan_s {
   bool quick;
-  size_t kiln_runs;     /* timed kiln compiles per row (median) */
-  size_t opt_runs;      /* timed mlir-opt replays per row (median) */
-  size_t n_models;      /* section 1: the first n_models of all_models */
-  size_t n_fan_models;  /* section 2: the first n_fan_models of all_models */
+  size_t kiln_runs;    /* timed kiln compiles per row (median) */
+  size_t opt_runs;     /* timed mlir-opt replays per row (median) */
+  size_t n_models;     /* section 1: the first n_models of all_models */
+  size_t n_fan_models; /* section 2: the first n_fan_models of all_models */
 } plan_t;
 
 static kiln_compiler_context_t *context; /* the one warm context */
@@ -118,8 +117,7 @@ static _Noreturn void die(const char *fmt, ...) {
 static void check(kiln_status_t st, const char *what) {
   if (!st) return;
   fprintf(stderr, "bench_compile: %s failed: %s: %s (at %s)\n", what,
-          kiln_status_code_name(kiln_status_code(st)), kiln_status_message(st),
-          kiln_status_where(st));
+          kiln_status_code_name(kiln_status_code(st)), kiln_status_message(st), kiln_status_where(st));
   kiln_status_free(st);
   kiln_compiler_context_destroy(context);
   exit(1);
@@ -275,8 +273,10 @@ static void annotate(const char *ir, size_t len, const shapes_t *shapes, bool sp
       const char *insert = a + sizeof attrs - 1;
       kiln_buf_append(out, line, (size_t)(insert - line));
       if (s && spirv) {
-        kiln_buf_appendf(out, "spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = "
-                         "[%u, %u, %u]>, ", s->block[0], s->block[1], s->block[2]);
+        kiln_buf_appendf(out,
+                         "spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = "
+                         "[%u, %u, %u]>, ",
+                         s->block[0], s->block[1], s->block[2]);
       }
       kiln_buf_append(out, insert, (size_t)(eol - insert));
       s = NULL;
@@ -291,8 +291,10 @@ static void annotate(const char *ir, size_t len, const shapes_t *shapes, bool sp
       kiln_buf_appendf(out, " attributes {known_block_size = array<i32: %u, %u, %u>", s->block[0],
                        s->block[1], s->block[2]);
       if (spirv) {
-        kiln_buf_appendf(out, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = "
-                         "[%u, %u, %u]>", s->block[0], s->block[1], s->block[2]);
+        kiln_buf_appendf(out,
+                         ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = "
+                         "[%u, %u, %u]>",
+                         s->block[0], s->block[1], s->block[2]);
       }
       kiln_buf_append_str(out, "} {");
     }
@@ -417,8 +419,8 @@ static void read_whole(int fd, kiln_buf_t *out) {
 /* Runs FRONT | (annotate) | BACK once, in the runner; when `front` holds two
  * pipelines ("BUFFERIZE\nREST", kiln_compiler_pipeline_stages), the front runs as
  * BUFFERIZE | (copies to linalg.copy) | REST, as kiln does in one process. */
-static void opt_run(const char *mlir_opt, const char *model_path, const char *front,
-                    const char *back, const shapes_t *shapes, bool spirv, opt_result_t *res) {
+static void opt_run(const char *mlir_opt, const char *model_path, const char *front, const char *back,
+                    const shapes_t *shapes, bool spirv, opt_result_t *res) {
   memset(res, 0, sizeof *res);
   kiln_buf_t front_arg, back_arg, ir, edited;
   kiln_buf_init(&front_arg);
@@ -643,9 +645,8 @@ static int64_t opt_startup_ns;
 
 /* One replay through the runner. Returns true and the wall time when both processes
  * exited 0; otherwise false and the first error line in `err`. */
-static bool opt_replay(runner_t *runner, const char *model_path, const char *front,
-                       const char *back, const shapes_t *shapes, bool spirv, int64_t *out_ns,
-                       char *err, size_t err_cap) {
+static bool opt_replay(runner_t *runner, const char *model_path, const char *front, const char *back,
+                       const shapes_t *shapes, bool spirv, int64_t *out_ns, char *err, size_t err_cap) {
   kiln_buf_t msg;
   kiln_buf_init(&msg);
   put_str(&msg, model_path);
@@ -681,9 +682,8 @@ static int64_t kiln_wall_ns;
 
 /* One timed kiln_compiler_compile. Returns its wall time; `out` is the caller's to
  * deinit. A failed front half leaves `out` empty and returns the status. */
-static int64_t kiln_run(const char *src, size_t len, const char *name,
-                        const kiln_target_t *const *targets, size_t n, kiln_compiler_output_t *out,
-                        kiln_status_t *out_status) {
+static int64_t kiln_run(const char *src, size_t len, const char *name, const kiln_target_t *const *targets,
+                        size_t n, kiln_compiler_output_t *out, kiln_status_t *out_status) {
   /* ld.lld, which the HIP serializer runs, is reaped inside the call: its CPU shows
    * in RUSAGE_CHILDREN (the runner is reaped only at the end). */
   struct rusage s0, s1, c0, c1;
@@ -715,7 +715,8 @@ static bool kiln_once(const char *src, size_t len, const char *name, const kiln_
   if (!ok) first_error_line(kiln_status_message(out.targets[0].status), err, err_cap);
   if (out_cubins) {
     *out_cubins = 0;
-    for (size_t k = 0; k < out.targets[0].n_kernels; k++) *out_cubins += out.targets[0].kernels[k].cubin != NULL;
+    for (size_t k = 0; k < out.targets[0].n_kernels; k++)
+      *out_cubins += out.targets[0].kernels[k].cubin != NULL;
   }
   kiln_compiler_output_deinit(&out);
   return ok;
@@ -729,9 +730,12 @@ static bool kiln_once(const char *src, size_t len, const char *name, const kiln_
 static char *ptxas_env; /* the user's KILN_PTXAS, NULL when unset */
 
 static void ptxas_set(bool on) {
-  if (!on) setenv("KILN_PTXAS", "/nonexistent/ptxas (turned off by bench_compile)", 1);
-  else if (ptxas_env) setenv("KILN_PTXAS", ptxas_env, 1);
-  else unsetenv("KILN_PTXAS");
+  if (!on)
+    setenv("KILN_PTXAS", "/nonexistent/ptxas (turned off by bench_compile)", 1);
+  else if (ptxas_env)
+    setenv("KILN_PTXAS", ptxas_env, 1);
+  else
+    unsetenv("KILN_PTXAS");
 }
 
 /* ---- sections ---- */
@@ -743,15 +747,17 @@ static void print_header(const plan_t *plan, const char *mlir_opt) {
   kiln_bench_cpu_model(cpu, sizeof cpu);
   kiln_compiler_identity_t id;
   kiln_compiler_identity_get(&id);
-  printf("kiln compile benchmark (%s): in-process compile vs mlir-opt processes, and fan-out vs\n"
-         "independent compiles, side by side in one run\n",
-         plan->quick ? "--quick" : "full");
+  printf(
+      "kiln compile benchmark (%s): in-process compile vs mlir-opt processes, and fan-out vs\n"
+      "independent compiles, side by side in one run\n",
+      plan->quick ? "--quick" : "full");
   printf("what decides these numbers on this machine:\n");
-  printf("  cores %ld (%s), memory %.1f GiB; MLIR's thread pool and mlir-opt's use them all\n",
-         cores, cpu, (double)pages * (double)page / (double)(1024.0 * 1024 * 1024));
+  printf("  cores %ld (%s), memory %.1f GiB; MLIR's thread pool and mlir-opt's use them all\n", cores, cpu,
+         (double)pages * (double)page / (double)(1024.0 * 1024 * 1024));
   printf("  %s %s linked against LLVM/MLIR %s; baseline %s\n", id.name, id.version, id.llvm_version,
-         mlir_opt ? mlir_opt : "(mlir-opt-22 not found: baseline columns skipped; "
-                               "install mlir-22-tools)");
+         mlir_opt ? mlir_opt
+                  : "(mlir-opt-22 not found: baseline columns skipped; "
+                    "install mlir-22-tools)");
   kiln_bench_print_load("times");
   printf("  medians of %zu kiln / %zu mlir-opt runs per row, after an untimed warm-up per model\n",
          plan->kiln_runs, plan->opt_runs);
@@ -775,8 +781,7 @@ static void print_sum_row(const char *label, const sums_t *s, bool have_opt, boo
     return;
   }
   if (!have_opt) {
-    printf("  %-22s %10.1f%s\n", name, ms(s->kiln_ns),
-           goal ? "   goal not measured (no mlir-opt-22)" : "");
+    printf("  %-22s %10.1f%s\n", name, ms(s->kiln_ns), goal ? "   goal not measured (no mlir-opt-22)" : "");
     return;
   }
   double ratio = (double)s->opt_ns / (double)s->kiln_ns;
@@ -813,17 +818,17 @@ static bool warm_up(const char *src, size_t len, const char *name, const kiln_ta
 /* `warm_all`: the warm-up compiles every target (the first model: loads each LLVM
  * backend); later models warm up on one cheap target. */
 static void bench_model_table(const plan_t *plan, const char *model, runner_t *runner,
-                              const kiln_target_t *const *targets, size_t n_targets,
-                              bool warm_all) {
+                              const kiln_target_t *const *targets, size_t n_targets, bool warm_all) {
   char path[PATH_MAX];
   size_t len;
   char *src = read_model(model, &len, path, sizeof path);
   char name[64];
   snprintf(name, sizeof name, "%s.mlir", model);
-  printf("1. examples/%s: kiln warm compile, one target per call, vs the same passes as\n"
-         "   mlir-opt-22 %s --pass-pipeline=BUFFERIZE | mlir-opt-22 --pass-pipeline=REST |\n"
-         "   mlir-opt-22 --pass-pipeline=BACK -o /dev/null\n",
-         name, name);
+  printf(
+      "1. examples/%s: kiln warm compile, one target per call, vs the same passes as\n"
+      "   mlir-opt-22 %s --pass-pipeline=BUFFERIZE | mlir-opt-22 --pass-pipeline=REST |\n"
+      "   mlir-opt-22 --pass-pipeline=BACK -o /dev/null\n",
+      name, name);
   shapes_t shapes;
   size_t warm_first = 0, warm_n = n_targets;
   if (!warm_all) {
@@ -840,8 +845,10 @@ static void bench_model_table(const plan_t *plan, const char *model, runner_t *r
     return;
   }
   bool have_opt = runner != NULL;
-  if (have_opt) printf("  %-14s %-7s %10s %12s %8s\n", "target", "kind", "kiln ms", "mlir-opt ms", "ratio");
-  else printf("  %-14s %-7s %10s\n", "target", "kind", "kiln ms");
+  if (have_opt)
+    printf("  %-14s %-7s %10s %12s %8s\n", "target", "kind", "kiln ms", "mlir-opt ms", "ratio");
+  else
+    printf("  %-14s %-7s %10s\n", "target", "kind", "kiln ms");
   fflush(stdout);
 
   sums_t total = {0}, by_kind[KILN_TARGET_KIND_CPU + 1];
@@ -853,7 +860,7 @@ static void bench_model_table(const plan_t *plan, const char *model, runner_t *r
   struct {
     const kiln_target_t *target; /* the first CUDA row */
     size_t runs, cubins;
-    int64_t ns, plain_ns;        /* with ptxas; the row's own (PTX only) */
+    int64_t ns, plain_ns; /* with ptxas; the row's own (PTX only) */
     char err[256];
   } ptxas_row = {0};
   for (size_t i = 0; i < n_targets; i++) {
@@ -887,13 +894,12 @@ static void bench_model_table(const plan_t *plan, const char *model, runner_t *r
         if (arm == 0 && r < plan->kiln_runs) {
           kiln_once(src, len, name, t, &kiln_ns[r], kiln_err, sizeof kiln_err, NULL);
         } else if (arm == 1 && opt_on && r < plan->opt_runs) {
-          opt_on = opt_replay(runner, path, front, back, &shapes,
-                              t->kind == KILN_TARGET_KIND_VULKAN, &opt_ns[r], opt_err,
-                              sizeof opt_err);
+          opt_on = opt_replay(runner, path, front, back, &shapes, t->kind == KILN_TARGET_KIND_VULKAN,
+                              &opt_ns[r], opt_err, sizeof opt_err);
         } else if (arm == 2 && ptxas_arm && r < plan->kiln_runs) {
           ptxas_set(true);
-          ptxas_arm = kiln_once(src, len, name, t, &ptxas_ns[r], ptxas_row.err,
-                                sizeof ptxas_row.err, &cubins);
+          ptxas_arm =
+              kiln_once(src, len, name, t, &ptxas_ns[r], ptxas_row.err, sizeof ptxas_row.err, &cubins);
           ptxas_set(false);
           if (ptxas_arm) ptxas_row.runs = r + 1;
         }
@@ -916,8 +922,7 @@ static void bench_model_table(const plan_t *plan, const char *model, runner_t *r
     if (!have_opt) {
       printf("  %-14s %-7s %10.1f\n", t->id, kind, ms(k_med));
     } else if (opt_err[0]) {
-      printf("  %-14s %-7s %10.1f  mlir-opt failed: %.*s\n", t->id, kind, ms(k_med), ERR_COLS,
-             opt_err);
+      printf("  %-14s %-7s %10.1f  mlir-opt failed: %.*s\n", t->id, kind, ms(k_med), ERR_COLS, opt_err);
     } else {
       int64_t o_med = median_i64(opt_ns, plan->opt_runs);
       printf("  %-14s %-7s %10.1f %12.1f %7.2fx\n", t->id, kind, ms(k_med), ms(o_med),
@@ -934,8 +939,7 @@ static void bench_model_table(const plan_t *plan, const char *model, runner_t *r
     fflush(stdout);
   }
   for (int k = KILN_TARGET_KIND_CUDA; k <= KILN_TARGET_KIND_VULKAN; k++) {
-    print_sum_row(kiln_compiler_target_kind_name((kiln_target_kind_t)k), &by_kind[k],
-                  have_opt, false);
+    print_sum_row(kiln_compiler_target_kind_name((kiln_target_kind_t)k), &by_kind[k], have_opt, false);
     total.kiln_ns += by_kind[k].kiln_ns;
     total.opt_ns += by_kind[k].opt_ns;
     total.rows += by_kind[k].rows;
@@ -955,9 +959,11 @@ static void bench_model_table(const plan_t *plan, const char *model, runner_t *r
     printf("  mlir-opt start-up (an empty replay, %.1f ms) is %.0f of its %.0f ms TOTAL", ms(opt_startup_ns),
            ms(fixed), ms(total.opt_ns));
     if (passes > 0) {
-      printf(";\n  at equal pass speed the ratio would be %.2fx; %.1fx needs kiln's passes at %.2fx"
-             " mlir-opt's time\n", (double)total.opt_ns / (double)passes, SPEEDUP_GOAL,
-             (double)total.opt_ns / SPEEDUP_GOAL / (double)passes);
+      printf(
+          ";\n  at equal pass speed the ratio would be %.2fx; %.1fx needs kiln's passes at %.2fx"
+          " mlir-opt's time\n",
+          (double)total.opt_ns / (double)passes, SPEEDUP_GOAL,
+          (double)total.opt_ns / SPEEDUP_GOAL / (double)passes);
     } else {
       printf("\n");
     }
@@ -980,18 +986,19 @@ static void bench_model_table(const plan_t *plan, const char *model, runner_t *r
 }
 
 static void print_table_notes(void) {
-  printf("  notes on section 1: ratio = mlir-opt/kiln. Both sides run the same pass pipelines\n"
-         "  (kiln_compiler_pipeline_text). The mlir-opt side pays process start-up, printing and\n"
-         "  re-parsing the IR between the halves; the benchmark adds the workgroup-size attributes\n"
-         "  kiln sets in C between the halves (without spirv.entry_point_abi, Vulkan's BACK fails\n"
-         "  in mlir-opt). kiln also merges the outlined kernel modules into one device module\n"
-         "  per target in C (one codegen, link and assembly per target instead of per kernel);\n"
-         "  the replay keeps one module per kernel, as the pass pipeline alone leaves them.\n"
-         "  For Vulkan, BACK stops before serialization: kiln additionally moves the\n"
-         "  spirv.modules and serializes SPIR-V words, so those rows favour mlir-opt. Both sides\n"
-         "  link HIP code objects with ld.lld-22 processes. kiln's optional ptxas step (CUDA\n"
-         "  cubins) is off in the tables, which the replay has no counterpart for; the line under\n"
-         "  each table times it. kiln also analyses kernel arguments and checks device limits.\n\n");
+  printf(
+      "  notes on section 1: ratio = mlir-opt/kiln. Both sides run the same pass pipelines\n"
+      "  (kiln_compiler_pipeline_text). The mlir-opt side pays process start-up, printing and\n"
+      "  re-parsing the IR between the halves; the benchmark adds the workgroup-size attributes\n"
+      "  kiln sets in C between the halves (without spirv.entry_point_abi, Vulkan's BACK fails\n"
+      "  in mlir-opt). kiln also merges the outlined kernel modules into one device module\n"
+      "  per target in C (one codegen, link and assembly per target instead of per kernel);\n"
+      "  the replay keeps one module per kernel, as the pass pipeline alone leaves them.\n"
+      "  For Vulkan, BACK stops before serialization: kiln additionally moves the\n"
+      "  spirv.modules and serializes SPIR-V words, so those rows favour mlir-opt. Both sides\n"
+      "  link HIP code objects with ld.lld-22 processes. kiln's optional ptxas step (CUDA\n"
+      "  cubins) is off in the tables, which the replay has no counterpart for; the line under\n"
+      "  each table times it. kiln also analyses kernel arguments and checks device limits.\n\n");
 }
 
 static void bench_fanout(const plan_t *plan, const char *model, const kiln_target_t *const *mission) {
@@ -1059,9 +1066,8 @@ static void bench_fanout(const plan_t *plan, const char *model, const kiln_targe
     if (f > 1.0) f = 1.0;
     double bound = (f + (1.0 - f) * (double)N_MISSION) / (double)N_MISSION;
     double ratio = (double)fan / (double)indep;
-    printf("  %-16s %10.1f %11.1f %7.2fx %9.1f %10.1f %5.1f%% %7.2fx   %s\n", name, ms(fan),
-           ms(indep), ratio, front, mean_single, 100.0 * f, bound,
-           ratio <= FANOUT_GOAL ? "PASS" : "MISS");
+    printf("  %-16s %10.1f %11.1f %7.2fx %9.1f %10.1f %5.1f%% %7.2fx   %s\n", name, ms(fan), ms(indep), ratio,
+           front, mean_single, 100.0 * f, bound, ratio <= FANOUT_GOAL ? "PASS" : "MISS");
   }
   fflush(stdout);
   kiln_free(fan_ns);
@@ -1077,11 +1083,12 @@ static void print_rss(const runner_report_t *runner) {
   printf("  bench_compile (one MLIR context, every model and target, K runs): %7.1f MiB\n",
          (double)self.ru_maxrss / 1024.0);
   if (runner) {
-    printf("  mlir-opt processes (RUSAGE_CHILDREN of the runner, %zu replays):  %7.1f MiB\n",
-           opt_totals.runs, (double)runner->children_max_rss_kib / 1024.0);
-    printf("  (each process's own peak; the runner that starts them peaked at %.1f MiB, a floor\n"
-           "  under that number: Linux charges a spawned child its spawner's peak until exec)\n",
-           (double)runner->self_max_rss_kib / 1024.0);
+    printf("  mlir-opt processes (RUSAGE_CHILDREN of the runner, %zu replays):  %7.1f MiB\n", opt_totals.runs,
+           (double)runner->children_max_rss_kib / 1024.0);
+    printf(
+        "  (each process's own peak; the runner that starts them peaked at %.1f MiB, a floor\n"
+        "  under that number: Linux charges a spawned child its spawner's peak until exec)\n",
+        (double)runner->self_max_rss_kib / 1024.0);
   }
   printf("  CPU/wall over the timed runs: kiln %.2f",
          kiln_wall_ns ? kiln_cpu_s / ((double)kiln_wall_ns / 1e9) : 0.0);
@@ -1102,9 +1109,10 @@ static char *op_chain(bool matmul, size_t n, size_t *out_len) {
   kiln_buf_t b;
   kiln_buf_init(&b);
   if (matmul) {
-    kiln_buf_append_str(&b,
-                        "func.func @chain(%a: tensor<1x8x8xf32>, %b: tensor<1x8x8xf32>) -> tensor<1x8x8xf32> {\n"
-                        "  %z = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n");
+    kiln_buf_append_str(
+        &b,
+        "func.func @chain(%a: tensor<1x8x8xf32>, %b: tensor<1x8x8xf32>) -> tensor<1x8x8xf32> {\n"
+        "  %z = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n");
   } else {
     kiln_buf_append_str(&b, "func.func @chain(%a: tensor<16xf32>, %b: tensor<16xf32>) -> tensor<16xf32> {\n");
   }
@@ -1117,8 +1125,8 @@ static char *op_chain(bool matmul, size_t n, size_t *out_len) {
                        "tensor<1xf32>, tensor<1xf32>) -> tensor<1x8x8xf32>\n",
                        i, prev);
     } else {
-      kiln_buf_appendf(&b, "  %%v%zu = tosa.add %s, %%b : (tensor<16xf32>, tensor<16xf32>) -> tensor<16xf32>\n",
-                       i, prev);
+      kiln_buf_appendf(
+          &b, "  %%v%zu = tosa.add %s, %%b : (tensor<16xf32>, tensor<16xf32>) -> tensor<16xf32>\n", i, prev);
     }
   }
   kiln_buf_appendf(&b, "  return %%v%zu : %s\n}\n", n - 1, matmul ? "tensor<1x8x8xf32>" : "tensor<16xf32>");
@@ -1165,9 +1173,10 @@ static void bench_scaling(const plan_t *plan) {
       fflush(stdout);
     }
   }
-  printf("  the add chains fuse into kernels of at most 64 ops (host.h: Fusion bounds); each\n"
-         "  matmul is a kernel of its own, and MLIR's bufferization, sinking and canonicalization\n"
-         "  passes still grow faster than linearly with the kernel count\n\n");
+  printf(
+      "  the add chains fuse into kernels of at most 64 ops (host.h: Fusion bounds); each\n"
+      "  matmul is a kernel of its own, and MLIR's bufferization, sinking and canonicalization\n"
+      "  passes still grow faster than linearly with the kernel count\n\n");
 }
 
 static void usage(void) {
@@ -1226,8 +1235,8 @@ int main(int argc, char **argv) {
     char err[200] = "";
     size_t ok = 0;
     for (size_t r = 0; r < plan.opt_runs; r++) {
-      ok += opt_replay(runner, "/dev/null", "builtin.module()", "builtin.module()", &none, false,
-                       &ns[r], err, sizeof err);
+      ok += opt_replay(runner, "/dev/null", "builtin.module()", "builtin.module()", &none, false, &ns[r], err,
+                       sizeof err);
     }
     if (ok == plan.opt_runs) opt_startup_ns = median_i64(ns, plan.opt_runs);
     kiln_free(ns);
@@ -1251,19 +1260,22 @@ int main(int argc, char **argv) {
   if (mlir_opt) print_table_notes();
   marks[0] = kiln_time_monotonic_ns();
 
-  printf("2. fan-out: one kiln_compiler_compile for the %zu mission targets vs %zu single-target\n"
-         "   compiles (", N_MISSION, N_MISSION);
+  printf(
+      "2. fan-out: one kiln_compiler_compile for the %zu mission targets vs %zu single-target\n"
+      "   compiles (",
+      N_MISSION, N_MISSION);
   for (size_t i = 0; i < N_MISSION; i++) printf("%s%s", i ? ", " : "", mission_ids[i]);
   printf("),\n   same warm context, alternating, ptxas off; median of %zu runs each\n", plan.kiln_runs);
-  printf("  %-16s %10s %11s %8s %9s %10s %6s %8s   goal <= %.1fx\n", "model", "fan-out ms",
-         "indep. ms", "ratio", "front ms", "single ms", "front", "bound", FANOUT_GOAL);
+  printf("  %-16s %10s %11s %8s %9s %10s %6s %8s   goal <= %.1fx\n", "model", "fan-out ms", "indep. ms",
+         "ratio", "front ms", "single ms", "front", "bound", FANOUT_GOAL);
   for (size_t m = 0; m < plan.n_fan_models; m++) bench_fanout(&plan, all_models[m], mission);
-  printf("  front ms: the shared front half (parse included) of one compile, from\n"
-         "  kiln_compiler_output_t.front_ms; single ms: the mean single-target compile; front =\n"
-         "  front/single = f. The front half is all a fan-out saves, so with N = %zu targets the\n"
-         "  ratio cannot go below bound = (f + (1-f)N)/N (a ratio below it is noise between\n"
-         "  runs); the goal needs f >= %.2f.\n\n",
-         N_MISSION, (1.0 - FANOUT_GOAL) * (double)N_MISSION / (double)(N_MISSION - 1));
+  printf(
+      "  front ms: the shared front half (parse included) of one compile, from\n"
+      "  kiln_compiler_output_t.front_ms; single ms: the mean single-target compile; front =\n"
+      "  front/single = f. The front half is all a fan-out saves, so with N = %zu targets the\n"
+      "  ratio cannot go below bound = (f + (1-f)N)/N (a ratio below it is noise between\n"
+      "  runs); the goal needs f >= %.2f.\n\n",
+      N_MISSION, (1.0 - FANOUT_GOAL) * (double)N_MISSION / (double)(N_MISSION - 1));
   bench_scaling(&plan);
   marks[1] = kiln_time_monotonic_ns();
 

@@ -164,11 +164,16 @@ static void ptx_count(const char *line, counts_t *c, void *user) {
   (void)user;
   char op[128];
   mnemonic(line, op, sizeof op);
-  if (starts_with(op, "ld.global")) c->loads++;
-  else if (starts_with(op, "st.global")) c->stores++;
-  else if (starts_with(op, "ld.shared")) c->shared++;
-  else if (starts_with(op, "fma.") || (starts_with(op, "mul.") && strstr(op, ".f"))) c->madds += 1;
-  else if (starts_with(op, "mma.") || starts_with(op, "wgmma.")) c->madds += mnk(op) / 32; /* a warp's share */
+  if (starts_with(op, "ld.global"))
+    c->loads++;
+  else if (starts_with(op, "st.global"))
+    c->stores++;
+  else if (starts_with(op, "ld.shared"))
+    c->shared++;
+  else if (starts_with(op, "fma.") || (starts_with(op, "mul.") && strstr(op, ".f")))
+    c->madds += 1;
+  else if (starts_with(op, "mma.") || starts_with(op, "wgmma."))
+    c->madds += mnk(op) / 32; /* a warp's share */
 }
 
 void kiln_gpu_code_read_ptx(const char *ptx, const char *kernel, kiln_gpu_code_stats_t *out) {
@@ -200,8 +205,10 @@ void kiln_gpu_code_read_ptx(const char *ptx, const char *kernel, kiln_gpu_code_s
     if (!d || strstr(l.v[i], "ld.shared") || strstr(l.v[i], "st.shared")) continue;
     const char *bracket = strchr(l.v[i], '[');
     unsigned count = bracket ? (unsigned)strtoul(bracket + 1, NULL, 10) : 1;
-    unsigned elem = strstr(l.v[i], ".b8") || strstr(l.v[i], ".u8") ? 1 : strstr(l.v[i], "16") ? 2
-                  : strstr(l.v[i], "64") ? 8 : 4;
+    unsigned elem = strstr(l.v[i], ".b8") || strstr(l.v[i], ".u8") ? 1
+                    : strstr(l.v[i], "16")                         ? 2
+                    : strstr(l.v[i], "64")                         ? 8
+                                                                   : 4;
     bool inside = i > start && i < end;
     if (!inside) {
       /* the declared name: the token before '[' (or before ';') */
@@ -209,7 +216,8 @@ void kiln_gpu_code_read_ptx(const char *ptx, const char *kernel, kiln_gpu_code_s
       const char *stop = bracket ? bracket : strchr(l.v[i], ';');
       const char *b = stop;
       while (b && b > l.v[i] && (isalnum((unsigned char)b[-1]) || b[-1] == '_' || b[-1] == '$')) b--;
-      if (b && stop > b && (size_t)(stop - b) < sizeof name) memcpy(name, b, (size_t)(stop - b)), name[stop - b] = 0;
+      if (b && stop > b && (size_t)(stop - b) < sizeof name)
+        memcpy(name, b, (size_t)(stop - b)), name[stop - b] = 0;
       for (size_t k = start; k < end && !inside && name[0]; k++) inside = has_word(l.v[k], name);
     }
     if (inside) out->shared_bytes += count * elem;
@@ -244,9 +252,9 @@ static unsigned amdgpu_bits(const char *op) {
   static const struct {
     const char *suffix;
     unsigned bits;
-  } sizes[] = {{"_dwordx4", 128}, {"_dwordx3", 96}, {"_dwordx2", 64}, {"_dword", 32}, {"_b128", 128},
-               {"_b96", 96},      {"_b64", 64},      {"_b32", 32},      {"_ushort", 16}, {"_sshort", 16},
-               {"_u16", 16},      {"_b16", 16},      {"_ubyte", 8},     {"_sbyte", 8},   {"_u8", 8}};
+  } sizes[] = {{"_dwordx4", 128}, {"_dwordx3", 96}, {"_dwordx2", 64}, {"_dword", 32},  {"_b128", 128},
+               {"_b96", 96},      {"_b64", 64},     {"_b32", 32},     {"_ushort", 16}, {"_sshort", 16},
+               {"_u16", 16},      {"_b16", 16},     {"_ubyte", 8},    {"_sbyte", 8},   {"_u8", 8}};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     if (strstr(op, sizes[i].suffix)) return sizes[i].bits;
   }
@@ -270,14 +278,22 @@ static void amdgpu_count(const char *line, counts_t *c, void *user) {
   (void)user;
   char op[128];
   mnemonic(line, op, sizeof op);
-  if (amdgpu_global_load(op)) c->loads++;
-  else if (starts_with(op, "global_store") || starts_with(op, "buffer_store") || starts_with(op, "flat_store")) c->stores++;
-  else if (starts_with(op, "ds_read") || starts_with(op, "ds_load")) c->shared++;
-  else if (starts_with(op, "v_pk_fma") || starts_with(op, "v_pk_mul_f") || starts_with(op, "v_dot2")) c->madds += 2;
+  if (amdgpu_global_load(op))
+    c->loads++;
+  else if (starts_with(op, "global_store") || starts_with(op, "buffer_store") ||
+           starts_with(op, "flat_store"))
+    c->stores++;
+  else if (starts_with(op, "ds_read") || starts_with(op, "ds_load"))
+    c->shared++;
+  else if (starts_with(op, "v_pk_fma") || starts_with(op, "v_pk_mul_f") || starts_with(op, "v_dot2"))
+    c->madds += 2;
   else if (starts_with(op, "v_fma") || starts_with(op, "v_fmac") || starts_with(op, "v_mac") ||
-           (starts_with(op, "v_mul_f") && !starts_with(op, "v_mul_f64"))) c->madds += 1;
-  else if (starts_with(op, "v_mfma") || starts_with(op, "v_smfmac")) c->madds += axbxc(op) / 64; /* wave64 */
-  else if (starts_with(op, "v_wmma")) c->madds += axbxc(op) / 32;                                /* wave32 */
+           (starts_with(op, "v_mul_f") && !starts_with(op, "v_mul_f64")))
+    c->madds += 1;
+  else if (starts_with(op, "v_mfma") || starts_with(op, "v_smfmac"))
+    c->madds += axbxc(op) / 64; /* wave64 */
+  else if (starts_with(op, "v_wmma"))
+    c->madds += axbxc(op) / 32; /* wave32 */
 }
 
 void kiln_gpu_code_read_amdgpu(const char *disassembly, const char *kernel, kiln_gpu_code_stats_t *out) {
@@ -310,7 +326,8 @@ void kiln_gpu_code_read_amdgpu(const char *disassembly, const char *kernel, kiln
       unsigned bits = amdgpu_bits(op);
       if (bits > out->load_bits) out->load_bits = bits;
     }
-    if (starts_with(op, "v_mfma") || starts_with(op, "v_wmma") || starts_with(op, "v_smfmac")) out->matrix = true;
+    if (starts_with(op, "v_mfma") || starts_with(op, "v_wmma") || starts_with(op, "v_smfmac"))
+      out->matrix = true;
     if (starts_with(op, "ds_bpermute") || starts_with(op, "ds_swizzle") || starts_with(op, "v_permlane") ||
         strstr(op, "_dpp")) {
       out->shuffles++;
@@ -541,8 +558,8 @@ void kiln_gpu_code_read_spirv(const char *text, const char *kernel, kiln_gpu_cod
 
 /* Runs `command` with the path of a temporary file holding the binary as its
  * last argument, capturing stdout (and stderr with `with_stderr`). */
-static KILN_MUST_USE kiln_status_t run_reader(const char *command, const unsigned char *binary, size_t len, bool with_stderr,
-                                kiln_buf_t *out) {
+static KILN_MUST_USE kiln_status_t run_reader(const char *command, const unsigned char *binary, size_t len,
+                                              bool with_stderr, kiln_buf_t *out) {
   char path[] = "/tmp/kiln-gpu-code-XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0) return KILN_STATUS(KILN_STATUS_INTERNAL, "mkstemp failed");
@@ -640,8 +657,7 @@ kiln_status_t kiln_gpu_code_read(const kiln_target_t *t, const unsigned char *bi
       st = run_reader("spirv-dis", binary, len, false, &text);
       if (!st) kiln_gpu_code_read_spirv(text.data ? text.data : "", kernel, out);
       break;
-    default:
-      st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is not a GPU target", t->id);
+    default: st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is not a GPU target", t->id);
   }
   kiln_buf_deinit(&text);
   return st;

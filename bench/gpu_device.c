@@ -36,9 +36,9 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 
-#define SKIP 77
-#define MAX_BUFFERS 64
-#define MAX_STEPS 64
+#define SKIP         77
+#define MAX_BUFFERS  64
+#define MAX_STEPS    64
 #define MAX_BINDINGS 16
 
 /* ---- the plan ---- */
@@ -66,7 +66,7 @@ typedef struct step_s {
 typedef struct plan_s {
   char name[128];
   int m, n, k;
-  bool f16;  /* A and B are 16-bit: f16, or bf16 where bf16 */
+  bool f16; /* A and B are 16-bit: f16, or bf16 where bf16 */
   bool bf16;
   buffer_t buffers[MAX_BUFFERS];
   unsigned n_buffers;
@@ -82,7 +82,8 @@ static bool parse_plan(const char *path, plan_t *p) {
   char *text = kiln_read_file(path, NULL);
   if (!text) return false;
   bool ok = strncmp(text, "kiln-cuda-case 1\n", 17) == 0;
-  for (char *save = NULL, *line = strtok_r(text, "\n", &save); line && ok; line = strtok_r(NULL, "\n", &save)) {
+  for (char *save = NULL, *line = strtok_r(text, "\n", &save); line && ok;
+       line = strtok_r(NULL, "\n", &save)) {
     unsigned id;
     unsigned long long a, b;
     char word[32];
@@ -99,8 +100,9 @@ static bool parse_plan(const char *path, plan_t *p) {
         bf->kind = B_INPUT, bf->bytes = a;
       } else if (ok && !strcmp(word, "transient") && sscanf(line, "buffer %*u transient %llu", &a) == 1) {
         bf->kind = B_TRANSIENT, bf->bytes = a;
-      } else if (ok && !strcmp(word, "constant") && sscanf(line, "buffer %*u constant %llu %n", &a, &used) == 1 &&
-                 used > 0 && strlen(line + used) == 2 * a) {
+      } else if (ok && !strcmp(word, "constant") &&
+                 sscanf(line, "buffer %*u constant %llu %n", &a, &used) == 1 && used > 0 &&
+                 strlen(line + used) == 2 * a) {
         bf->kind = B_CONSTANT, bf->bytes = a;
         bf->data = kiln_malloc(a ? a : 1);
         for (uint64_t i = 0; i < a; i++) {
@@ -115,8 +117,8 @@ static bool parse_plan(const char *path, plan_t *p) {
     } else if (!strncmp(line, "dispatch ", 9) && p->n_steps < MAX_STEPS) {
       step_t *s = &p->steps[p->n_steps++];
       int used = 0;
-      ok = sscanf(line, "dispatch %127s %u %u %u %u %u %u%n", s->kernel, &s->grid[0], &s->grid[1], &s->grid[2],
-                  &s->block[0], &s->block[1], &s->block[2], &used) == 7;
+      ok = sscanf(line, "dispatch %127s %u %u %u %u %u %u%n", s->kernel, &s->grid[0], &s->grid[1],
+                  &s->grid[2], &s->block[0], &s->block[1], &s->block[2], &used) == 7;
       for (const char *q = line + used; ok && *q;) {
         unsigned buf;
         unsigned long long off, len;
@@ -175,8 +177,8 @@ static struct {
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
-  CUresult (*LaunchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
-                           void **, void **);
+  CUresult (*LaunchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           void *, void **, void **);
   CUresult (*EventCreate)(void **, unsigned);
   CUresult (*EventRecord)(void *, void *);
   CUresult (*EventSynchronize)(void *);
@@ -187,17 +189,17 @@ static struct {
 static struct {
   void *lib;
   int (*Create)(void **);
-  int (*Sgemm)(void *, int, int, int, int, int, const float *, const float *, int, const float *, int, const float *,
-               float *, int);
+  int (*Sgemm)(void *, int, int, int, int, int, const float *, const float *, int, const float *, int,
+               const float *, float *, int);
   int (*GemmEx)(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
                 const void *, void *, int, int, int, int);
 } blas;
 
 /* cuBLAS's and CUDA's enum values (library_types.h, cublas_api.h). */
-#define CUDA_R_32F 0
-#define CUDA_R_16F 2
-#define CUDA_R_16BF 14
-#define CUBLAS_COMPUTE_32F 68
+#define CUDA_R_32F                    0
+#define CUDA_R_16F                    2
+#define CUDA_R_16BF                   14
+#define CUBLAS_COMPUTE_32F            68
 #define CUBLAS_GEMM_DEFAULT_TENSOR_OP 99
 
 static void *sym(void *lib, const char *name) {
@@ -209,15 +211,15 @@ static void *sym(void *lib, const char *name) {
   return p;
 }
 
-#define CHECK(call)                                                                      \
-  do {                                                                                   \
-    CUresult r_ = (call);                                                                \
-    if (r_ != 0) {                                                                       \
-      const char *why = "?";                                                             \
-      if (cu.GetErrorString) cu.GetErrorString(r_, &why);                                \
-      fprintf(stderr, "bench_gpu_device: %s failed: %d (%s)\n", #call, r_, why);         \
-      exit(1);                                                                           \
-    }                                                                                    \
+#define CHECK(call)                                                              \
+  do {                                                                           \
+    CUresult r_ = (call);                                                        \
+    if (r_ != 0) {                                                               \
+      const char *why = "?";                                                     \
+      if (cu.GetErrorString) cu.GetErrorString(r_, &why);                        \
+      fprintf(stderr, "bench_gpu_device: %s failed: %d (%s)\n", #call, r_, why); \
+      exit(1);                                                                   \
+    }                                                                            \
   } while (0)
 
 static bool load_cuda(void) {
@@ -242,8 +244,10 @@ static bool load_cuda(void) {
   *(void **)&cu.EventSynchronize = sym(cu.lib, "cuEventSynchronize");
   *(void **)&cu.EventElapsedTime = sym(cu.lib, "cuEventElapsedTime");
   *(void **)&cu.GetErrorString = sym(cu.lib, "cuGetErrorString");
-  static const char *const names[] = {"libcublas.so", "libcublas.so.13", "libcublas.so.12", "libcublas.so.11"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0] && !blas.lib; i++) blas.lib = dlopen(names[i], RTLD_NOW);
+  static const char *const names[] = {"libcublas.so", "libcublas.so.13", "libcublas.so.12",
+                                      "libcublas.so.11"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0] && !blas.lib; i++)
+    blas.lib = dlopen(names[i], RTLD_NOW);
   if (blas.lib) {
     *(void **)&blas.Create = dlsym(blas.lib, "cublasCreate_v2");
     *(void **)&blas.Sgemm = dlsym(blas.lib, "cublasSgemm_v2");
@@ -273,8 +277,8 @@ static void run_steps(const plan_t *p, const device_plan_t *d) {
       args[b] = d->ptr[s->buffer[b]] + s->offset[b];
       params[b] = &args[b];
     }
-    CHECK(cu.LaunchKernel(d->fn[i], s->grid[0], s->grid[1], s->grid[2], s->block[0], s->block[1], s->block[2], 0,
-                          NULL, params, NULL));
+    CHECK(cu.LaunchKernel(d->fn[i], s->grid[0], s->grid[1], s->grid[2], s->block[0], s->block[1], s->block[2],
+                          0, NULL, params, NULL));
   }
 }
 
@@ -320,11 +324,12 @@ static void run_blas(const void *user) {
   const float one = 1, zero = 0;
   /* Row-major C = A x B is column-major C^T = B^T x A^T: B first. */
   int half = r->bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  int rc = r->f16 ? blas.GemmEx(r->handle, 0, 0, r->n, r->m, r->k, &one, (const void *)(uintptr_t)r->b, half,
-                                r->n, (const void *)(uintptr_t)r->a, half, r->k, &zero, (void *)(uintptr_t)r->c,
-                                CUDA_R_32F, r->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)
-                  : blas.Sgemm(r->handle, 0, 0, r->n, r->m, r->k, &one, (const float *)(uintptr_t)r->b, r->n,
-                               (const float *)(uintptr_t)r->a, r->k, &zero, (float *)(uintptr_t)r->c, r->n);
+  int rc = r->f16
+               ? blas.GemmEx(r->handle, 0, 0, r->n, r->m, r->k, &one, (const void *)(uintptr_t)r->b, half,
+                             r->n, (const void *)(uintptr_t)r->a, half, r->k, &zero, (void *)(uintptr_t)r->c,
+                             CUDA_R_32F, r->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+               : blas.Sgemm(r->handle, 0, 0, r->n, r->m, r->k, &one, (const float *)(uintptr_t)r->b, r->n,
+                            (const float *)(uintptr_t)r->a, r->k, &zero, (float *)(uintptr_t)r->c, r->n);
   if (rc != 0) {
     fprintf(stderr, "bench_gpu_device: %s failed: %d\n", r->f16 ? "cublasGemmEx" : "cublasSgemm", rc);
     exit(1);
@@ -370,9 +375,12 @@ static void run_case(const plan_t *p) {
       for (uint64_t j = 0; j < count; j++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         float v = (float)((int)(seed >> 40) % 2001 - 1000) / 1000.0f;
-        if (p->bf16) halves[j] = to_bf16(v);
-        else if (p->f16) halves[j] = to_half(v);
-        else h[j] = v;
+        if (p->bf16)
+          halves[j] = to_bf16(v);
+        else if (p->f16)
+          halves[j] = to_half(v);
+        else
+          h[j] = v;
       }
       CHECK(cu.MemcpyHtoD(d.ptr[i], h, b->bytes));
       inputs[i] = h;
@@ -390,7 +398,9 @@ static void run_case(const plan_t *p) {
       if (p->buffers[i].arg == 0) a_buf = (int)i;
       if (p->buffers[i].arg == 1) b_buf = (int)i;
     }
-    blas_run_t br = {NULL, p->m, p->n, p->k, p->f16, p->bf16, a_buf >= 0 ? d.ptr[a_buf] : 0, b_buf >= 0 ? d.ptr[b_buf] : 0, 0};
+    blas_run_t br = {
+        NULL, p->m, p->n, p->k, p->f16, p->bf16, a_buf >= 0 ? d.ptr[a_buf] : 0, b_buf >= 0 ? d.ptr[b_buf] : 0,
+        0};
     size_t c_bytes = (size_t)p->m * p->n * 4;
     CHECK(cu.MemAlloc(&br.c, c_bytes));
     if (a_buf < 0 || b_buf < 0 || (p->f16 && !blas.GemmEx) || blas.Create(&br.handle) != 0) {
@@ -428,7 +438,8 @@ static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const
 int main(int argc, char **argv) {
   bool dry = argc == 3 && !strcmp(argv[1], "--dry-run");
   if (argc != 2 && !dry) {
-    fprintf(stderr, "usage: bench_gpu_device [--dry-run] DIR (cases from KILN_BENCH_EXPORT_GPU=DIR bench_kernels)\n");
+    fprintf(stderr,
+            "usage: bench_gpu_device [--dry-run] DIR (cases from KILN_BENCH_EXPORT_GPU=DIR bench_kernels)\n");
     return 2;
   }
   const char *dir = argv[argc - 1];
@@ -481,13 +492,17 @@ int main(int argc, char **argv) {
       rc = 1;
     } else if (dry) {
       printf("%s: gemm %dx%dx%d %s, %u buffer(s), %u step(s):", p.name, p.m, p.n, p.k,
-             p.bf16 ? "bf16" : p.f16 ? "f16" : "f32",
+             p.bf16  ? "bf16"
+             : p.f16 ? "f16"
+                     : "f32",
              p.n_buffers, p.n_steps);
       for (unsigned s = 0; s < p.n_steps; s++) {
         const step_t *st = &p.steps[s];
-        if (st->copy) printf(" copy");
-        else printf(" %s<<<%ux%ux%u, %ux%ux%u>>>(%u)", st->kernel, st->grid[0], st->grid[1], st->grid[2],
-                    st->block[0], st->block[1], st->block[2], st->n_bindings);
+        if (st->copy)
+          printf(" copy");
+        else
+          printf(" %s<<<%ux%ux%u, %ux%ux%u>>>(%u)", st->kernel, st->grid[0], st->grid[1], st->grid[2],
+                 st->block[0], st->block[1], st->block[2], st->n_bindings);
       }
       printf("; PTX %zu bytes\n", strlen(p.ptx));
     } else {

@@ -64,7 +64,8 @@ static bool cpu_has(const char *flag) {
   bool has = false;
   while (f && !has && fgets(line, sizeof line, f)) {
     if (strncmp(line, "flags", 5) != 0) continue;
-    for (char *save = NULL, *tok = strtok_r(line, " \t\n", &save); tok && !has; tok = strtok_r(NULL, " \t\n", &save)) {
+    for (char *save = NULL, *tok = strtok_r(line, " \t\n", &save); tok && !has;
+         tok = strtok_r(NULL, " \t\n", &save)) {
       has = strcmp(tok, flag) == 0;
     }
     break;
@@ -113,7 +114,8 @@ static void program_compile(program_t *p, const char *text, bool naive) {
   unsetenv("KILN_CPU_NAIVE");
   if (st) kiln_bench_die("kiln does not compile a bench case: %s", kiln_status_message(st));
   if (p->out.targets[0].status) {
-    kiln_bench_die("kiln's %s back half failed: %s", target->id, kiln_status_message(p->out.targets[0].status));
+    kiln_bench_die("kiln's %s back half failed: %s", target->id,
+                   kiln_status_message(p->out.targets[0].status));
   }
   if (p->out.plan_status || p->out.plan.n_functions != 1) kiln_bench_die("a bench case has no host plan");
   p->fn = &p->out.plan.functions[0];
@@ -142,7 +144,8 @@ static void program_input(program_t *p, uint32_t index, const float *data, size_
   for (size_t i = 0; i < p->fn->n_buffers; i++) {
     const kiln_vmfb_buffer_t *b = &p->fn->buffers[i];
     if (b->kind == KILN_VMFB_BUFFER_INPUT && b->input == index) {
-      if (b->size_bytes < n * sizeof *data) kiln_bench_die("input %u is %llu bytes", index, (unsigned long long)b->size_bytes);
+      if (b->size_bytes < n * sizeof *data)
+        kiln_bench_die("input %u is %llu bytes", index, (unsigned long long)b->size_bytes);
       memcpy(p->buffers[i], data, n * sizeof *data);
     }
   }
@@ -161,7 +164,8 @@ static void program_run(program_t *p, unsigned threads) {
       memmove(p->buffers[st->dst] + st->dst_offset, p->buffers[st->src] + st->src_offset, st->length);
       continue;
     }
-    if (st->kind != KILN_VMFB_STEP_DISPATCH || st->n_bindings > 64) kiln_bench_die("bench cases branch nowhere");
+    if (st->kind != KILN_VMFB_STEP_DISPATCH || st->n_bindings > 64)
+      kiln_bench_die("bench cases branch nowhere");
     void *ptrs[64];
     size_t lengths[64];
     for (size_t b = 0; b < st->n_bindings; b++) {
@@ -169,8 +173,8 @@ static void program_run(program_t *p, unsigned threads) {
       lengths[b] = st->bindings[b].length;
     }
     char err[512];
-    if (!kiln_cpu_lib_dispatch(p->lib, st->kernel, ptrs, lengths, st->n_bindings, st->constants, st->n_constants,
-                               st->workgroups, threads, err, sizeof err)) {
+    if (!kiln_cpu_lib_dispatch(p->lib, st->kernel, ptrs, lengths, st->n_bindings, st->constants,
+                               st->n_constants, st->workgroups, threads, err, sizeof err)) {
       kiln_bench_die("running kiln's kernel: %s", err);
     }
   }
@@ -220,7 +224,8 @@ static double rel_error(const float *a, const float *b, size_t n) {
 
 static void check(const char *what, const float *kiln, const float *ref, size_t n, double tol) {
   double e = rel_error(kiln, ref, n);
-  if (!(e <= tol)) kiln_bench_die("%s: kiln's result differs from the baseline's by %.2g (relative)", what, e);
+  if (!(e <= tol))
+    kiln_bench_die("%s: kiln's result differs from the baseline's by %.2g (relative)", what, e);
 }
 
 /* ---- sgemm ---- */
@@ -233,20 +238,21 @@ typedef struct gemm_s {
 static void run_blas(void *user, unsigned threads) {
   gemm_t *g = user;
   openblas_set_num_threads((int)threads);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->m, g->n, g->k, 1.0f, g->a, g->k, g->b, g->n, 0.0f, g->c,
-              g->n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->m, g->n, g->k, 1.0f, g->a, g->k, g->b, g->n, 0.0f,
+              g->c, g->n);
 }
 
 static char *matmul_text(int m, int n, int k) {
   kiln_buf_t t;
   kiln_buf_init(&t);
-  kiln_buf_appendf(&t,
-                   "func.func @mm(%%a: tensor<1x%dx%dxf32>, %%b: tensor<1x%dx%dxf32>) -> tensor<1x%dx%dxf32> {\n"
-                   "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
-                   "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, "
-                   "tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
-                   "  return %%0 : tensor<1x%dx%dxf32>\n}\n",
-                   m, k, k, n, m, n, m, k, k, n, m, n, m, n);
+  kiln_buf_appendf(
+      &t,
+      "func.func @mm(%%a: tensor<1x%dx%dxf32>, %%b: tensor<1x%dx%dxf32>) -> tensor<1x%dx%dxf32> {\n"
+      "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+      "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, "
+      "tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
+      "  return %%0 : tensor<1x%dx%dxf32>\n}\n",
+      m, k, k, n, m, n, m, k, k, n, m, n, m, n);
   return kiln_buf_take(&t);
 }
 
@@ -262,76 +268,85 @@ static char *text_of(const char *fmt, ...) {
 
 /* An n x n matmul of 16-bit floats `h` (f16, bf16) accumulated in f32. */
 static char *matmul_half_text(int n, const char *h) {
-  return text_of("func.func @mm(%%a: tensor<1x%dx%dx%s>, %%b: tensor<1x%dx%dx%s>) -> tensor<1x%dx%dxf32> {\n"
-                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1x%s>} : () -> tensor<1x%s>\n"
-                 "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dx%s>, tensor<1x%dx%dx%s>, "
-                 "tensor<1x%s>, tensor<1x%s>) -> tensor<1x%dx%dxf32>\n"
-                 "  return %%0 : tensor<1x%dx%dxf32>\n}\n",
-                 n, n, h, n, n, h, n, n, h, h, n, n, h, n, n, h, h, h, n, n, n, n);
+  return text_of(
+      "func.func @mm(%%a: tensor<1x%dx%dx%s>, %%b: tensor<1x%dx%dx%s>) -> tensor<1x%dx%dxf32> {\n"
+      "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1x%s>} : () -> tensor<1x%s>\n"
+      "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<1x%dx%dx%s>, tensor<1x%dx%dx%s>, "
+      "tensor<1x%s>, tensor<1x%s>) -> tensor<1x%dx%dxf32>\n"
+      "  return %%0 : tensor<1x%dx%dxf32>\n}\n",
+      n, n, h, n, n, h, n, n, h, h, n, n, h, n, n, h, h, h, n, n, n, n);
 }
 
 /* An n x n matmul of 8-bit floats `f8` (f8E4M3FN, f8E5M2) accumulated in f32, as
  * linalg writes it (TOSA's f8 matmul accumulates in f16). */
 static char *matmul_f8_text(int n, const char *f8) {
-  return text_of("func.func @mm(%%a: tensor<%dx%dx%s>, %%b: tensor<%dx%dx%s>) -> tensor<%dx%dxf32> {\n"
-                 "  %%z = arith.constant 0.0 : f32\n  %%e = tensor.empty() : tensor<%dx%dxf32>\n"
-                 "  %%f = linalg.fill ins(%%z : f32) outs(%%e : tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
-                 "  %%r = linalg.matmul ins(%%a, %%b : tensor<%dx%dx%s>, tensor<%dx%dx%s>) outs(%%f : tensor<%dx%dxf32>) "
-                 "-> tensor<%dx%dxf32>\n  return %%r : tensor<%dx%dxf32>\n}\n",
-                 n, n, f8, n, n, f8, n, n, n, n, n, n, n, n, n, n, f8, n, n, f8, n, n, n, n, n, n);
+  return text_of(
+      "func.func @mm(%%a: tensor<%dx%dx%s>, %%b: tensor<%dx%dx%s>) -> tensor<%dx%dxf32> {\n"
+      "  %%z = arith.constant 0.0 : f32\n  %%e = tensor.empty() : tensor<%dx%dxf32>\n"
+      "  %%f = linalg.fill ins(%%z : f32) outs(%%e : tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
+      "  %%r = linalg.matmul ins(%%a, %%b : tensor<%dx%dx%s>, tensor<%dx%dx%s>) outs(%%f : "
+      "tensor<%dx%dxf32>) "
+      "-> tensor<%dx%dxf32>\n  return %%r : tensor<%dx%dxf32>\n}\n",
+      n, n, f8, n, n, f8, n, n, n, n, n, n, n, n, n, n, f8, n, n, f8, n, n, n, n, n, n);
 }
 
 /* A conv2d (k x k, same padding) or a depthwise one over 1 x hw x hw x c. */
 static char *conv_text(int hw, int c, int f, int k, bool depthwise) {
   int pad = k / 2;
   if (depthwise) {
-    return text_of("func.func @dw(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx%dx%dx1xf32>) -> tensor<1x%dx%dx%dxf32> {\n"
-                   "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
-                   "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
-                   "  %%0 = tosa.depthwise_conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, "
-                   "pad = array<i64: %d, %d, %d, %d>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
-                   "tensor<%dx%dx%dx1xf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
-                   "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
-                   hw, hw, c, k, k, c, hw, hw, c, c, c, pad, pad, pad, pad, hw, hw, c, k, k, c, c, hw, hw, c, hw, hw,
-                   c);
+    return text_of(
+        "func.func @dw(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx%dx%dx1xf32>) -> tensor<1x%dx%dx%dxf32> "
+        "{\n"
+        "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
+        "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+        "  %%0 = tosa.depthwise_conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, "
+        "1>, "
+        "pad = array<i64: %d, %d, %d, %d>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
+        "tensor<%dx%dx%dx1xf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
+        "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
+        hw, hw, c, k, k, c, hw, hw, c, c, c, pad, pad, pad, pad, hw, hw, c, k, k, c, c, hw, hw, c, hw, hw, c);
   }
-  return text_of("func.func @conv(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx%dx%dx%dxf32>) -> tensor<1x%dx%dx%dxf32> {\n"
-                 "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
-                 "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
-                 "  %%0 = tosa.conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, "
-                 "pad = array<i64: %d, %d, %d, %d>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
-                 "tensor<%dx%dx%dx%dxf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
-                 "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
-                 hw, hw, c, f, k, k, c, hw, hw, f, f, f, pad, pad, pad, pad, hw, hw, c, f, k, k, c, f, hw, hw, f, hw,
-                 hw, f);
+  return text_of(
+      "func.func @conv(%%x: tensor<1x%dx%dx%dxf32>, %%w: tensor<%dx%dx%dx%dxf32>) -> tensor<1x%dx%dx%dxf32> "
+      "{\n"
+      "  %%b = \"tosa.const\"() {values = dense<0.0> : tensor<%dxf32>} : () -> tensor<%dxf32>\n"
+      "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+      "  %%0 = tosa.conv2d %%x, %%w, %%b, %%zp, %%zp {acc_type = f32, dilation = array<i64: 1, 1>, "
+      "pad = array<i64: %d, %d, %d, %d>, stride = array<i64: 1, 1>} : (tensor<1x%dx%dx%dxf32>, "
+      "tensor<%dx%dx%dx%dxf32>, tensor<%dxf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x%dx%dx%dxf32>\n"
+      "  return %%0 : tensor<1x%dx%dx%dxf32>\n}\n",
+      hw, hw, c, f, k, k, c, hw, hw, f, f, f, pad, pad, pad, pad, hw, hw, c, f, k, k, c, f, hw, hw, f, hw, hw,
+      f);
 }
 
 static char *softmax_rows_text(int rows, int cols) {
-  return text_of("func.func @softmax(%%x: tensor<%dx%dxf32>) -> tensor<%dx%dxf32> {\n"
-                 "  %%m = tosa.reduce_max %%x {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
-                 "  %%d = tosa.sub %%x, %%m : (tensor<%dx%dxf32>, tensor<%dx1xf32>) -> tensor<%dx%dxf32>\n"
-                 "  %%e = tosa.exp %%d : (tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
-                 "  %%s = tosa.reduce_sum %%e {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
-                 "  %%r = tosa.reciprocal %%s : (tensor<%dx1xf32>) -> tensor<%dx1xf32>\n"
-                 "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
-                 "  %%y = tosa.mul %%e, %%r, %%sh : (tensor<%dx%dxf32>, tensor<%dx1xf32>, tensor<1xi8>) -> "
-                 "tensor<%dx%dxf32>\n"
-                 "  return %%y : tensor<%dx%dxf32>\n}\n",
-                 rows, cols, rows, cols, rows, cols, rows, rows, cols, rows, rows, cols, rows, cols, rows, cols,
-                 rows, cols, rows, rows, rows, rows, cols, rows, rows, cols, rows, cols);
+  return text_of(
+      "func.func @softmax(%%x: tensor<%dx%dxf32>) -> tensor<%dx%dxf32> {\n"
+      "  %%m = tosa.reduce_max %%x {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
+      "  %%d = tosa.sub %%x, %%m : (tensor<%dx%dxf32>, tensor<%dx1xf32>) -> tensor<%dx%dxf32>\n"
+      "  %%e = tosa.exp %%d : (tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
+      "  %%s = tosa.reduce_sum %%e {axis = 1 : i32} : (tensor<%dx%dxf32>) -> tensor<%dx1xf32>\n"
+      "  %%r = tosa.reciprocal %%s : (tensor<%dx1xf32>) -> tensor<%dx1xf32>\n"
+      "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
+      "  %%y = tosa.mul %%e, %%r, %%sh : (tensor<%dx%dxf32>, tensor<%dx1xf32>, tensor<1xi8>) -> "
+      "tensor<%dx%dxf32>\n"
+      "  return %%y : tensor<%dx%dxf32>\n}\n",
+      rows, cols, rows, cols, rows, cols, rows, rows, cols, rows, rows, cols, rows, cols, rows, cols, rows,
+      cols, rows, rows, rows, rows, cols, rows, rows, cols, rows, cols);
 }
 
 /* A bias row and a SiLU (x * sigmoid(x)): one fused elementwise kernel. */
 static char *bias_silu_text(int rows, int cols) {
-  return text_of("func.func @bias_silu(%%x: tensor<%dx%dxf32>, %%b: tensor<1x%dxf32>) -> tensor<%dx%dxf32> {\n"
-                 "  %%a = tosa.add %%x, %%b : (tensor<%dx%dxf32>, tensor<1x%dxf32>) -> tensor<%dx%dxf32>\n"
-                 "  %%g = tosa.sigmoid %%a : (tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
-                 "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
-                 "  %%y = tosa.mul %%a, %%g, %%sh : (tensor<%dx%dxf32>, tensor<%dx%dxf32>, tensor<1xi8>) -> "
-                 "tensor<%dx%dxf32>\n"
-                 "  return %%y : tensor<%dx%dxf32>\n}\n",
-                 rows, cols, cols, rows, cols, rows, cols, cols, rows, cols, rows, cols, rows, cols, rows, cols,
-                 rows, cols, rows, cols, rows, cols);
+  return text_of(
+      "func.func @bias_silu(%%x: tensor<%dx%dxf32>, %%b: tensor<1x%dxf32>) -> tensor<%dx%dxf32> {\n"
+      "  %%a = tosa.add %%x, %%b : (tensor<%dx%dxf32>, tensor<1x%dxf32>) -> tensor<%dx%dxf32>\n"
+      "  %%g = tosa.sigmoid %%a : (tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
+      "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
+      "  %%y = tosa.mul %%a, %%g, %%sh : (tensor<%dx%dxf32>, tensor<%dx%dxf32>, tensor<1xi8>) -> "
+      "tensor<%dx%dxf32>\n"
+      "  return %%y : tensor<%dx%dxf32>\n}\n",
+      rows, cols, cols, rows, cols, rows, cols, cols, rows, cols, rows, cols, rows, cols, rows, cols, rows,
+      cols, rows, cols, rows, cols);
 }
 
 /* A dense layer: an n x n matmul, a bias row and ReLU. */
@@ -340,8 +355,9 @@ static char *bias_silu_text(int rows, int cols) {
  * ReLU run in it, as an f16 model writes it. */
 static char *dense_relu_text(int n, const char *h) {
   bool narrow = strcmp(h, "f32") != 0;
-  char *cast = narrow ? text_of("  %%c = tosa.cast %%0 : (tensor<1x%dx%dxf32>) -> tensor<1x%dx%dx%s>\n", n, n, n, n, h)
-                      : kiln_strdup("");
+  char *cast =
+      narrow ? text_of("  %%c = tosa.cast %%0 : (tensor<1x%dx%dxf32>) -> tensor<1x%dx%dx%s>\n", n, n, n, n, h)
+             : kiln_strdup("");
   char *text = text_of(
       "func.func @dense(%%x: tensor<1x%dx%dx%s>, %%w: tensor<1x%dx%dx%s>, %%b: tensor<1x1x%dx%s>) -> "
       "tensor<1x%dx%dx%s> {\n"
@@ -352,8 +368,8 @@ static char *dense_relu_text(int n, const char *h) {
       "  %%2 = tosa.clamp %%1 {max_val = %s : %s, min_val = 0.0 : %s} : (tensor<1x%dx%dx%s>) -> "
       "tensor<1x%dx%dx%s>\n"
       "  return %%2 : tensor<1x%dx%dx%s>\n}\n",
-      n, n, h, n, n, h, n, h, n, n, h, h, h, n, n, h, n, n, h, h, h, n, n, cast, narrow ? "%c" : "%0", n, n, h, n, h,
-      n, n, h, narrow ? "6.0e4" : "3.0e38", h, h, n, n, h, n, n, h, n, n, h);
+      n, n, h, n, n, h, n, h, n, n, h, h, h, n, n, h, n, n, h, h, h, n, n, cast, narrow ? "%c" : "%0", n, n,
+      h, n, h, n, n, h, narrow ? "6.0e4" : "3.0e38", h, h, n, n, h, n, n, h, n, n, h);
   kiln_free(cast);
   return text;
 }
@@ -366,7 +382,8 @@ static char *attention_text(int s, int d) {
       "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
       "  %%sh = \"tosa.const\"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>\n"
       "  %%scale = \"tosa.const\"() {values = dense<%g> : tensor<1x1x1xf32>} : () -> tensor<1x1x1xf32>\n"
-      "  %%qk = tosa.matmul %%q, %%kt, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, tensor<1xf32>, "
+      "  %%qk = tosa.matmul %%q, %%kt, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, "
+      "tensor<1xf32>, "
       "tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
       "  %%x = tosa.mul %%qk, %%scale, %%sh : (tensor<1x%dx%dxf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> "
       "tensor<1x%dx%dxf32>\n"
@@ -380,9 +397,9 @@ static char *attention_text(int s, int d) {
       "  %%o = tosa.matmul %%p, %%v, %%zp, %%zp : (tensor<1x%dx%dxf32>, tensor<1x%dx%dxf32>, tensor<1xf32>, "
       "tensor<1xf32>) -> tensor<1x%dx%dxf32>\n"
       "  return %%o : tensor<1x%dx%dxf32>\n}\n",
-      s, d, d, s, s, d, s, d, 1.0 / sqrt((double)d), s, d, d, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, d, s, d, s, d);
+      s, d, d, s, s, d, s, d, 1.0 / sqrt((double)d), s, d, d, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s,
+      s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, d, s, d, s, d);
 }
-
 
 typedef struct row_s {
   double kiln[2], base[2]; /* GFLOP/s (or elements/ns) at 1 thread and at all */
@@ -400,8 +417,8 @@ static void print_row(const char *name, const char *unit, const row_t *r, const 
 
 /* kiln's program and a baseline on one thread and on all, as `unit` per second
  * (`work` units per call), printed as one row. */
-static row_t measure(const char *what, program_t *p, program_t *naive, run_fn_t base, void *base_user, double work,
-                     double per_unit, const char *unit, const char *baseline) {
+static row_t measure(const char *what, program_t *p, program_t *naive, run_fn_t base, void *base_user,
+                     double work, double per_unit, const char *unit, const char *baseline) {
   row_t r;
   memset(&r, 0, sizeof r);
   unsigned threads[2] = {1, all_threads};
@@ -417,8 +434,8 @@ static row_t measure(const char *what, program_t *p, program_t *naive, run_fn_t 
 
 /* The naive build of a case when it is small enough to time (below 4 GFLOP a
  * call: sgemm 2048 would take a minute a run). */
-static program_t *naive_program(program_t *slot, const char *text, double flops, int n_inputs, const float *const *in,
-                                const size_t *lens) {
+static program_t *naive_program(program_t *slot, const char *text, double flops, int n_inputs,
+                                const float *const *in, const size_t *lens) {
   if (flops > 4e9) return NULL;
   program_compile(slot, text, true);
   for (int i = 0; i < n_inputs; i++) program_input(slot, (uint32_t)i, in[i], lens[i]);
@@ -426,7 +443,11 @@ static program_t *naive_program(program_t *slot, const char *text, double flops,
 }
 
 static row_t bench_gemm(int m, int n, int k) {
-  gemm_t g = {m, n, k, kiln_malloc(sizeof(float) * m * k), kiln_malloc(sizeof(float) * k * n),
+  gemm_t g = {m,
+              n,
+              k,
+              kiln_malloc(sizeof(float) * m * k),
+              kiln_malloc(sizeof(float) * k * n),
               kiln_malloc(sizeof(float) * m * n)};
   fill(g.a, (size_t)m * k, 1);
   fill(g.b, (size_t)k * n, 2);
@@ -456,8 +477,8 @@ static row_t bench_gemm(int m, int n, int k) {
 /* ---- conv 3x3 ---- */
 
 typedef struct conv_s {
-  int h, w, c, f;   /* NHWC input 1xHxWxC, F filters of 3x3xC, pad 1, stride 1 */
-  float *in, *wt;   /* wt: F x 3 x 3 x C (TOSA's OHWI) */
+  int h, w, c, f; /* NHWC input 1xHxWxC, F filters of 3x3xC, pad 1, stride 1 */
+  float *in, *wt; /* wt: F x 3 x 3 x C (TOSA's OHWI) */
   float *cols, *wt_t, *out;
 } conv_t;
 
@@ -482,14 +503,21 @@ static void run_im2col(void *user, unsigned threads) {
     }
   }
   openblas_set_num_threads((int)threads);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, v->h * v->w, v->f, taps, 1.0f, v->cols, taps, v->wt, taps,
-              0.0f, v->out, v->f);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, v->h * v->w, v->f, taps, 1.0f, v->cols, taps, v->wt,
+              taps, 0.0f, v->out, v->f);
 }
 
 static row_t bench_conv(int hw, int c, int f) {
   int h = hw, w = hw;
-  conv_t v = {h, w, c, f, kiln_malloc(sizeof(float) * h * w * c), kiln_malloc(sizeof(float) * f * 9 * c),
-              kiln_malloc(sizeof(float) * h * w * 9 * c), NULL, kiln_malloc(sizeof(float) * h * w * f)};
+  conv_t v = {h,
+              w,
+              c,
+              f,
+              kiln_malloc(sizeof(float) * h * w * c),
+              kiln_malloc(sizeof(float) * f * 9 * c),
+              kiln_malloc(sizeof(float) * h * w * 9 * c),
+              NULL,
+              kiln_malloc(sizeof(float) * h * w * f)};
   fill(v.in, (size_t)h * w * c, 3);
   fill(v.wt, (size_t)f * 9 * c, 4);
   char *text = conv_text(hw, c, f, 3, false);
@@ -506,7 +534,8 @@ static row_t bench_conv(int hw, int c, int f) {
   char what[64];
   snprintf(what, sizeof what, "conv3x3 %dx%dx%d->%d", h, w, c, f);
   check(what, program_result(&p), v.out, (size_t)h * w * f, 1e-4);
-  row_t r = measure(what, &p, naive, run_im2col, &v, 2.0 * h * w * f * 9 * c, 1, "GFLOP/s", "im2col+OpenBLAS");
+  row_t r =
+      measure(what, &p, naive, run_im2col, &v, 2.0 * h * w * f * 9 * c, 1, "GFLOP/s", "im2col+OpenBLAS");
   program_free(&p);
   if (naive) program_free(naive);
   kiln_free(v.in);
@@ -539,7 +568,8 @@ static void run_softmax_c(void *user, unsigned threads) {
 }
 
 static void bench_softmax(int rows, int cols) {
-  softmax_t s = {rows, cols, kiln_malloc(sizeof(float) * rows * cols), kiln_malloc(sizeof(float) * rows * cols)};
+  softmax_t s = {rows, cols, kiln_malloc(sizeof(float) * rows * cols),
+                 kiln_malloc(sizeof(float) * rows * cols)};
   fill(s.x, (size_t)rows * cols, 5);
   char *text = softmax_rows_text(rows, cols);
   program_t p, nslot;
@@ -571,12 +601,12 @@ typedef struct gpu_row_s {
   uint64_t workgroups;
   uint32_t threads;
   size_t kernels;
-  size_t dispatches;      /* in the target's own plan */
+  size_t dispatches;        /* in the target's own plan */
   size_t shared_dispatches; /* in the plan every target shares */
-  size_t shared_kernels;  /* kernels that declare workgroup memory */
-  size_t combine_kernels; /* kernels whose invocations combine values: workgroup memory or shuffles */
-  size_t shuffle_kernels; /* kernels with subgroup shuffles */
-  uint32_t max_threads;   /* the largest workgroup of any kernel */
+  size_t shared_kernels;    /* kernels that declare workgroup memory */
+  size_t combine_kernels;   /* kernels whose invocations combine values: workgroup memory or shuffles */
+  size_t shuffle_kernels;   /* kernels with subgroup shuffles */
+  uint32_t max_threads;     /* the largest workgroup of any kernel */
 } gpu_row_t;
 
 /* The hottest kernel of one target's output: the most multiply-adds in a loop
@@ -632,8 +662,8 @@ static gpu_row_t gpu_read(const kiln_compiler_output_t *out, size_t t) {
 }
 
 /* One row of the GPU table; false (and a line saying why) where the target failed. */
-static bool gpu_print_row(const char *label, const char *target_id, const kiln_compiler_output_t *out, size_t t,
-                          const gpu_row_t *r) {
+static bool gpu_print_row(const char *label, const char *target_id, const kiln_compiler_output_t *out,
+                          size_t t, const gpu_row_t *r) {
   if (!r->ok) {
     printf("%-22s %-9s failed: %s\n", label, target_id,
            out->targets[t].status ? kiln_status_message(out->targets[t].status) : "no kernels");
@@ -643,10 +673,10 @@ static bool gpu_print_row(const char *label, const char *target_id, const kiln_c
   char regs[16] = "-", spills[16] = "-";
   if (r->code.registers >= 0) snprintf(regs, sizeof regs, "%d", r->code.registers);
   if (r->code.spill_bytes >= 0) snprintf(spills, sizeof spills, "%d", r->code.spill_bytes);
-  printf("%-22s %-9s %4zu %10llu %6u %6.1f %7.3f %7.3f %5u %7u %6s %5s %6s\n", label, target_id, r->dispatches,
-         (unsigned long long)r->workgroups, r->threads, madd, madd > 0 ? r->code.loop_loads / madd : 0.0,
-         madd > 0 ? r->code.loop_stores / madd : 0.0, r->code.load_bits, r->code.shared_bytes,
-         r->code.matrix ? "yes" : "no", regs, spills);
+  printf("%-22s %-9s %4zu %10llu %6u %6.1f %7.3f %7.3f %5u %7u %6s %5s %6s\n", label, target_id,
+         r->dispatches, (unsigned long long)r->workgroups, r->threads, madd,
+         madd > 0 ? r->code.loop_loads / madd : 0.0, madd > 0 ? r->code.loop_stores / madd : 0.0,
+         r->code.load_bits, r->code.shared_bytes, r->code.matrix ? "yes" : "no", regs, spills);
   return true;
 }
 
@@ -668,21 +698,25 @@ static void export_cuda_case(const char *dir, const char *label, const kiln_comp
   bool ok = true;
   for (size_t i = 0; i < fn->n_buffers && ok; i++) {
     const kiln_vmfb_buffer_t *b = &fn->buffers[i];
-    if (b->size_expr) ok = false;
-    else if (b->kind == KILN_VMFB_BUFFER_INPUT) kiln_buf_appendf(&plan, "buffer %zu input %u %llu\n", i, b->input, (unsigned long long)b->size_bytes);
-    else if (b->kind == KILN_VMFB_BUFFER_TRANSIENT) kiln_buf_appendf(&plan, "buffer %zu transient %llu\n", i, (unsigned long long)b->size_bytes);
+    if (b->size_expr)
+      ok = false;
+    else if (b->kind == KILN_VMFB_BUFFER_INPUT)
+      kiln_buf_appendf(&plan, "buffer %zu input %u %llu\n", i, b->input, (unsigned long long)b->size_bytes);
+    else if (b->kind == KILN_VMFB_BUFFER_TRANSIENT)
+      kiln_buf_appendf(&plan, "buffer %zu transient %llu\n", i, (unsigned long long)b->size_bytes);
     else if (b->kind == KILN_VMFB_BUFFER_CONSTANT) {
       kiln_buf_appendf(&plan, "buffer %zu constant %llu ", i, (unsigned long long)b->size_bytes);
       for (uint64_t j = 0; j < b->size_bytes; j++) kiln_buf_appendf(&plan, "%02x", b->data[j]);
       kiln_buf_append_char(&plan, '\n');
-    } else ok = false;
+    } else
+      ok = false;
   }
   for (size_t i = 0; i < fn->n_steps && ok; i++) {
     const kiln_vmfb_step_t *st = &fn->steps[i];
     if (st->kind == KILN_VMFB_STEP_DISPATCH && st->kernel < to->n_kernels && !st->n_constants) {
       const uint32_t *b = to->kernels[st->kernel].block_size, *g = st->workgroups;
-      kiln_buf_appendf(&plan, "dispatch %s %u %u %u %u %u %u", to->kernels[st->kernel].name, g[0], g[1], g[2], b[0],
-                       b[1], b[2]);
+      kiln_buf_appendf(&plan, "dispatch %s %u %u %u %u %u %u", to->kernels[st->kernel].name, g[0], g[1], g[2],
+                       b[0], b[1], b[2]);
       for (size_t a = 0; a < st->n_bindings; a++) {
         const kiln_vmfb_binding_t *bd = &st->bindings[a];
         if (bd->length_expr) ok = false;
@@ -691,8 +725,8 @@ static void export_cuda_case(const char *dir, const char *label, const kiln_comp
       }
       kiln_buf_append_char(&plan, '\n');
     } else if (st->kind == KILN_VMFB_STEP_COPY && !st->length_expr) {
-      kiln_buf_appendf(&plan, "copy %u %llu %u %llu %llu\n", st->src, (unsigned long long)st->src_offset, st->dst,
-                       (unsigned long long)st->dst_offset, (unsigned long long)st->length);
+      kiln_buf_appendf(&plan, "copy %u %llu %u %llu %llu\n", st->src, (unsigned long long)st->src_offset,
+                       st->dst, (unsigned long long)st->dst_offset, (unsigned long long)st->length);
     } else {
       ok = false;
     }
@@ -701,7 +735,8 @@ static void export_cuda_case(const char *dir, const char *label, const kiln_comp
     const kiln_vmfb_result_t *r = &fn->results[i];
     if (r->size_expr) ok = false;
     uint64_t bytes = fn->buffers[r->buffer].size_bytes - r->offset;
-    kiln_buf_appendf(&plan, "result %u %llu %llu\n", r->buffer, (unsigned long long)r->offset, (unsigned long long)bytes);
+    kiln_buf_appendf(&plan, "result %u %llu %llu\n", r->buffer, (unsigned long long)r->offset,
+                     (unsigned long long)bytes);
   }
   char *base = kiln_strdup(label);
   for (char *c = base; *c; c++) *c = *c == ' ' ? '_' : *c;
@@ -739,23 +774,23 @@ static void bench_gpu(void) {
   const kiln_target_t *gpus[MAX_GPU];
   const char *listed = getenv("KILN_BENCH_GPU_TARGETS");
   size_t N_GPU = 0;
-  kiln_status_t resolved = kiln_compiler_target_resolve_list(listed && *listed ? listed : "sm_89,gfx950,mali-g720",
-                                                             gpus, MAX_GPU, &N_GPU);
+  kiln_status_t resolved = kiln_compiler_target_resolve_list(
+      listed && *listed ? listed : "sm_89,gfx950,mali-g720", gpus, MAX_GPU, &N_GPU);
   if (resolved) kiln_bench_die("KILN_BENCH_GPU_TARGETS: %s", kiln_status_message(resolved));
   struct {
     char name[40];
     char *text;
-    int gemm; /* a square matmul of this size (exported for the device check), else 0 */
+    int gemm;           /* a square matmul of this size (exported for the device check), else 0 */
     char gemm_elem[12]; /* its operands: f32, f16, bf16 (exported), f8E4M3FN */
   } cases[16];
   size_t n = 0;
-#define GPU_CASE(label, make)                                             \
-  do {                                                                    \
-    snprintf(cases[n].name, sizeof cases[n].name, "%s", label);           \
-    cases[n].gemm = 0;                                                    \
-    cases[n].gemm_elem[0] = '\0';                                                             \
+#define GPU_CASE(label, make)                                                                        \
+  do {                                                                                               \
+    snprintf(cases[n].name, sizeof cases[n].name, "%s", label);                                      \
+    cases[n].gemm = 0;                                                                               \
+    cases[n].gemm_elem[0] = '\0';                                                                    \
     if (sscanf(label, "matmul %d %11s", &cases[n].gemm, cases[n].gemm_elem) != 2) cases[n].gemm = 0; \
-    cases[n++].text = (make);                                             \
+    cases[n++].text = (make);                                                                        \
   } while (0)
   const char *export_dir = getenv("KILN_BENCH_EXPORT_GPU");
   if (export_dir && *export_dir && mkdir(export_dir, 0755) != 0 && errno != EEXIST) {
@@ -783,24 +818,28 @@ static void bench_gpu(void) {
     GPU_CASE("attention s128 d64", attention_text(128, 64));
   }
 #undef GPU_CASE
-  printf("\nGPU kernels, read from the code kiln emits (PTX; llvm-objdump of the AMDGPU code object; spirv-dis):\n"
-         "the hottest kernel's innermost loop, per invocation and iteration; ld = global loads, st = global\n"
-         "stores, madd = multiply-adds; registers and spills from ptxas -v (CUDA) or the kernel descriptor (AMD);\n"
-         "disp = dispatches in the target's own plan (an epilogue fused into its matmul has none);\n"
-         "under each row, (front half's): the kernels every target had before issue 17 (KILN_GPU_NAIVE)\n");
+  printf(
+      "\nGPU kernels, read from the code kiln emits (PTX; llvm-objdump of the AMDGPU code object; "
+      "spirv-dis):\n"
+      "the hottest kernel's innermost loop, per invocation and iteration; ld = global loads, st = global\n"
+      "stores, madd = multiply-adds; registers and spills from ptxas -v (CUDA) or the kernel descriptor "
+      "(AMD);\n"
+      "disp = dispatches in the target's own plan (an epilogue fused into its matmul has none);\n"
+      "under each row, (front half's): the kernels every target had before issue 17 (KILN_GPU_NAIVE)\n");
   printf("%-22s %-9s %4s %10s %6s %6s %7s %7s %5s %7s %6s %5s %6s\n", "case", "target", "disp", "workgroups",
          "thr/wg", "madd", "ld/madd", "st/madd", "ldbit", "wg mem", "matrix", "regs", "spills");
   for (size_t c = 0; c < n; c++) {
     if (!wanted("gpu")) break;
     kiln_compiler_output_t out;
-    kiln_status_t st = kiln_compiler_compile(context, cases[c].text, strlen(cases[c].text), "gpu.mlir", gpus, N_GPU,
-                                             &out);
+    kiln_status_t st =
+        kiln_compiler_compile(context, cases[c].text, strlen(cases[c].text), "gpu.mlir", gpus, N_GPU, &out);
     if (st) kiln_bench_die("kiln does not compile %s: %s", cases[c].name, kiln_status_message(st));
     /* Beside it, the front half's kernels as every target had them before
      * issue 17 (KILN_GPU_NAIVE, read by the compiler in this process: jobs is 1). */
     kiln_compiler_output_t naive;
     setenv("KILN_GPU_NAIVE", "1", 1);
-    st = kiln_compiler_compile(context, cases[c].text, strlen(cases[c].text), "gpu.mlir", gpus, N_GPU, &naive);
+    st =
+        kiln_compiler_compile(context, cases[c].text, strlen(cases[c].text), "gpu.mlir", gpus, N_GPU, &naive);
     unsetenv("KILN_GPU_NAIVE");
     if (st) kiln_bench_die("kiln does not compile %s naive: %s", cases[c].name, kiln_status_message(st));
     for (size_t t = 0; t < N_GPU; t++) {
@@ -820,8 +859,9 @@ static void bench_gpu(void) {
         snprintf(what, sizeof what, "matmul 1024 f32, %s: <= 0.05 ld/madd, 128-bit, wg mem", gpus[t]->id);
         snprintf(detail, sizeof detail, "%.3f, %u-bit, %u", madd > 0 ? r.code.loop_loads / madd : 99.0,
                  r.code.load_bits, r.code.shared_bytes);
-        gpu_goal(what, madd > 0 && r.code.loop_loads / madd <= 0.05 && r.code.load_bits >= 128 &&
-                           r.code.shared_bytes > 0 && r.code.spill_bytes <= 0,
+        gpu_goal(what,
+                 madd > 0 && r.code.loop_loads / madd <= 0.05 && r.code.load_bits >= 128 &&
+                     r.code.shared_bytes > 0 && r.code.spill_bytes <= 0,
                  detail);
       } else if (!strcmp(cases[c].name, "matmul 1024 f16") || !strcmp(cases[c].name, "matmul 1024 bf16") ||
                  !strcmp(cases[c].name, "matmul 1024 f8E4M3FN")) {
@@ -839,8 +879,10 @@ static void bench_gpu(void) {
         if (f8 && no_f8) {
           printf("goal: %-58s %-20s %s\n", what, r.code.matrix ? "yes" : "none", no_f8);
         } else if (gpus[t]->kind == KILN_TARGET_KIND_VULKAN &&
-            !strstr(gpus[t]->spirv_capabilities ? gpus[t]->spirv_capabilities : "", "CooperativeMatrix")) {
-          printf("goal: %-58s %-20s %s\n", what, r.code.matrix ? "yes" : "none", "N/A (no cooperative matrix in its profile)");
+                   !strstr(gpus[t]->spirv_capabilities ? gpus[t]->spirv_capabilities : "",
+                           "CooperativeMatrix")) {
+          printf("goal: %-58s %-20s %s\n", what, r.code.matrix ? "yes" : "none",
+                 "N/A (no cooperative matrix in its profile)");
         } else {
           gpu_goal(what, r.code.matrix, r.code.matrix ? "yes" : "none");
         }
@@ -857,7 +899,8 @@ static void bench_gpu(void) {
         snprintf(what, sizeof what, "softmax 128x4096, %s: subgroup shuffles", gpus[t]->id);
         snprintf(detail, sizeof detail, "%zu kernels", r.shuffle_kernels);
         if (gpus[t]->kind == KILN_TARGET_KIND_VULKAN &&
-            !strstr(gpus[t]->spirv_capabilities ? gpus[t]->spirv_capabilities : "", "GroupNonUniformShuffle")) {
+            !strstr(gpus[t]->spirv_capabilities ? gpus[t]->spirv_capabilities : "",
+                    "GroupNonUniformShuffle")) {
           printf("goal: %-58s %-20s %s\n", what, detail, "N/A (no subgroup shuffles in its profile)");
         } else {
           gpu_goal(what, r.shuffle_kernels >= 2, detail);
@@ -865,7 +908,8 @@ static void bench_gpu(void) {
       } else if (!strcmp(cases[c].name, "bias+silu 1024x1024")) {
         /* One invocation per 4 elements along the contiguous dimension. */
         snprintf(what, sizeof what, "bias+silu 1024x1024, %s: 128-bit elementwise", gpus[t]->id);
-        snprintf(detail, sizeof detail, "%u-bit, %llu wgs", r.code.load_bits, (unsigned long long)r.workgroups);
+        snprintf(detail, sizeof detail, "%u-bit, %llu wgs", r.code.load_bits,
+                 (unsigned long long)r.workgroups);
         gpu_goal(what, r.code.load_bits >= 128, detail);
       } else if (!strncmp(cases[c].name, "dense+relu", 10)) {
         /* The bias and ReLU run on the accumulators (gpu_epilogue.h): C's 4 MiB
@@ -919,12 +963,13 @@ int main(int argc, char **argv) {
   int lanes = avx512 ? 16 : 8;
   printf("bench_kernels: %s, %u core(s), %.0f MHz, kiln target %s (%s),%s\n", model, all_threads, mhz,
          target->id, target->chip, OPENBLAS_VERSION);
-  printf("peak (estimate: 2 FMA units x %d lanes x 2 flops x clock): %.1f GFLOP/s per core, %.1f on all\n", lanes,
-         2.0 * lanes * 2 * mhz / 1e3, 2.0 * lanes * 2 * mhz / 1e3 * all_threads);
+  printf("peak (estimate: 2 FMA units x %d lanes x 2 flops x clock): %.1f GFLOP/s per core, %.1f on all\n",
+         lanes, 2.0 * lanes * 2 * mhz / 1e3, 2.0 * lanes * 2 * mhz / 1e3 * all_threads);
   kiln_bench_print_load("GFLOP/s");
-  printf("%-26s %8s %8s  %7s | %8s %8s  %7s | %7s %7s\n", "case", "kiln", "base", "ratio", "kiln", "base", "ratio",
-         "naive", "naive");
-  printf("%-26s %-26s | %-26s | %s\n", "", "   1 thread", "   all threads", " 1 thread, all (kiln unordered)");
+  printf("%-26s %8s %8s  %7s | %8s %8s  %7s | %7s %7s\n", "case", "kiln", "base", "ratio", "kiln", "base",
+         "ratio", "naive", "naive");
+  printf("%-26s %-26s | %-26s | %s\n", "", "   1 thread", "   all threads",
+         " 1 thread, all (kiln unordered)");
   if (quick) {
     bench_gemm(64, 64, 64);
     bench_conv(8, 8, 8);

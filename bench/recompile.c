@@ -63,10 +63,11 @@
 #error "KILN_SOURCE_DIR must name the source tree (bench/CMakeLists.txt defines it)"
 #endif
 #if !defined(KILND_PATH) || !defined(KILN_PATH) || !defined(VMFB_FIXTURES_PATH)
-#error "KILND_PATH, KILN_PATH and VMFB_FIXTURES_PATH must name the built binaries (bench/CMakeLists.txt defines them)"
+#error \
+    "KILND_PATH, KILN_PATH and VMFB_FIXTURES_PATH must name the built binaries (bench/CMakeLists.txt defines them)"
 #endif
 
-#define DEDUP_GOAL 1.2 /* recompile of the fleet / the unique compiles alone */
+#define DEDUP_GOAL       1.2 /* recompile of the fleet / the unique compiles alone */
 #define START_TIMEOUT_MS 60000
 #define WORKER_WARMUP_US 1000000 /* after kilnd publishes its address */
 
@@ -224,8 +225,8 @@ static void unique_compiles(const char *run_dir) {
     char out_dir[PATH_MAX];
     kiln_bench_pathf(out_dir, "%s/out-%zu", run_dir, s);
     kiln_bench_pathf(errs[s], "%s/compile-%zu.err", run_dir, s);
-    const char *argv[] = {KILN_PATH, "--addr", kilnd.addr, "compile", sources[s], "--target", targets_csv,
-                          "-o",      out_dir,  NULL};
+    const char *argv[] = {KILN_PATH,  "--addr",    kilnd.addr, "compile", sources[s],
+                          "--target", targets_csv, "-o",       out_dir,   NULL};
     pids[s] = spawn_or_die(argv, NULL, errs[s]);
   }
   for (size_t s = 0; s < plan.n_sources; s++) wait_ok(pids[s], "kiln compile", errs[s]);
@@ -247,7 +248,8 @@ static void recompile(const char *run_dir, int pass, run_t *run) {
   kiln_bench_pathf(out_dir, "%s/out%d", run_dir, pass);
   kiln_bench_pathf(json, "%s/recompile%d.json", run_dir, pass);
   kiln_bench_pathf(err, "%s/recompile%d.err", run_dir, pass);
-  const char *argv[] = {KILN_PATH, "--addr", kilnd.addr, "recompile", fleet_dir, "-o", out_dir, "--json", NULL};
+  const char *argv[] = {KILN_PATH, "--addr", kilnd.addr, "recompile", fleet_dir,
+                        "-o",      out_dir,  "--json",   NULL};
   wait_ok(spawn_or_die(argv, json, err), "kiln recompile", err);
   json_object *values = read_json_values(json);
   json_object *summary = json_find(values, "summary");
@@ -268,12 +270,13 @@ static void recompile(const char *run_dir, int pass, run_t *run) {
   json_object_put(values);
   size_t files = plan.n_sources * plan.n_targets * plan.copies;
   if (run->files != files || run->recompiled + run->cached != files) {
-    kiln_bench_die("kiln recompile of %zu legacy files reported %llu files: %llu recompiled, %llu cached, %llu "
-                   "current, %llu without a source, %llu failed, %llu invalid, %llu not processed (see %s)",
-                   files, (unsigned long long)run->files, (unsigned long long)run->recompiled,
-                   (unsigned long long)run->cached, (unsigned long long)run->current,
-                   (unsigned long long)run->no_source, (unsigned long long)run->failed,
-                   (unsigned long long)run->invalid, (unsigned long long)run->not_processed, json);
+    kiln_bench_die(
+        "kiln recompile of %zu legacy files reported %llu files: %llu recompiled, %llu cached, %llu "
+        "current, %llu without a source, %llu failed, %llu invalid, %llu not processed (see %s)",
+        files, (unsigned long long)run->files, (unsigned long long)run->recompiled,
+        (unsigned long long)run->cached, (unsigned long long)run->current, (unsigned long long)run->no_source,
+        (unsigned long long)run->failed, (unsigned long long)run->invalid,
+        (unsigned long long)run->not_processed, json);
   }
 }
 
@@ -318,12 +321,14 @@ static void write_sources(void) {
   kiln_bench_pathf(path, "%s/examples/convnet.mlir", KILN_SOURCE_DIR);
   size_t model_len = 0;
   char *model = kiln_bench_read_file_or_die(path, &model_len);
-  if (!strstr(model, "dense<0.01>")) kiln_bench_die("%s no longer holds dense<0.01>: pick another constant", path);
+  if (!strstr(model, "dense<0.01>"))
+    kiln_bench_die("%s no longer holds dense<0.01>: pick another constant", path);
   kiln_bench_pathf(dir, "%s/sources", scratch);
   make_dir(dir);
   for (size_t s = 0; s < plan.n_sources; s++) {
     size_t len;
-    char *text = kiln_bench_model_variant(model, model_len, "bench_recompile", "dense<0.01>", 0.01, s + 1, &len);
+    char *text =
+        kiln_bench_model_variant(model, model_len, "bench_recompile", "dense<0.01>", 0.01, s + 1, &len);
     kiln_bench_pathf(sources[s], "%s/convnet_%zu.mlir", dir, s);
     if (kiln_bench_write_file(sources[s], text, len) != 0) {
       kiln_bench_die("cannot write %s: %s", sources[s], strerror(errno));
@@ -343,8 +348,8 @@ static int64_t write_fleet(void) {
   kiln_bench_pathf(fleet_dir, "%s/fleet", scratch);
   kiln_bench_pathf(out, "%s/fleet.out", scratch);
   kiln_bench_pathf(err, "%s/fleet.err", scratch);
-  const char *argv[] = {VMFB_FIXTURES_PATH, "fleet",  fleet_dir, "--sources", list.data, "--targets",
-                        targets_csv,        "--copies", copies,  "--embed",   NULL};
+  const char *argv[] = {VMFB_FIXTURES_PATH, "fleet",    fleet_dir, "--sources", list.data, "--targets",
+                        targets_csv,        "--copies", copies,    "--embed",   NULL};
   int64_t t0 = kiln_time_monotonic_ns();
   wait_ok(spawn_or_die(argv, out, err), "vmfb_fixtures fleet", err);
   int64_t t = kiln_time_monotonic_ns() - t0;
@@ -376,27 +381,31 @@ static void print_header(int64_t fleet_ns) {
   kiln_bench_cpu_model(cpu, sizeof cpu);
   struct statfs fs;
   if (statfs(scratch, &fs) != 0) kiln_bench_die("cannot statfs %s: %s", scratch, strerror(errno));
-  printf("kiln bulk recompile benchmark (%s): `kiln recompile` of a legacy fleet vs the unique\n"
-         "compiles it stands for, side by side in one run\n",
-         plan.quick ? "--quick" : "full");
+  printf(
+      "kiln bulk recompile benchmark (%s): `kiln recompile` of a legacy fleet vs the unique\n"
+      "compiles it stands for, side by side in one run\n",
+      plan.quick ? "--quick" : "full");
   printf("what decides these numbers on this machine:\n");
-  printf("  cores %ld (%s), memory %.1f GiB,\n"
-         "  shared by kilnd, its compile workers and the kiln client processes\n",
-         cores, cpu, (double)pages * (double)page / (1024.0 * 1024 * 1024));
-  printf("  kilnd: %s, default settings but --workers,\n"
-         "  a fresh state dir per run (on %s)\n",
-         KILND_PATH,
-         kiln_bench_fs_name((long)fs.f_type));
+  printf(
+      "  cores %ld (%s), memory %.1f GiB,\n"
+      "  shared by kilnd, its compile workers and the kiln client processes\n",
+      cores, cpu, (double)pages * (double)page / (1024.0 * 1024 * 1024));
+  printf(
+      "  kilnd: %s, default settings but --workers,\n"
+      "  a fresh state dir per run (on %s)\n",
+      KILND_PATH, kiln_bench_fs_name((long)fs.f_type));
   kiln_bench_print_load("times");
-  printf("fleet: %zu legacy VMFBs = %zu sources (examples/convnet.mlir, one constant varied)\n"
-         "  x %zu targets (%s)\n"
-         "  x %zu copies (five legacy shapes, each copy stamped: distinct bytes), sources embedded;\n"
-         "  written in %.1f s by vmfb_fixtures fleet\n",
-         plan.n_sources * plan.n_targets * plan.copies, plan.n_sources, plan.n_targets, targets_csv, plan.copies,
-         secs(fleet_ns));
-  printf("method: medians of %zu alternating runs per arm, each on a fresh kilnd (empty state,\n"
-         "1 s for its workers to start); goals are reported as PASS/MISS, never asserted\n\n",
-         plan.rounds);
+  printf(
+      "fleet: %zu legacy VMFBs = %zu sources (examples/convnet.mlir, one constant varied)\n"
+      "  x %zu targets (%s)\n"
+      "  x %zu copies (five legacy shapes, each copy stamped: distinct bytes), sources embedded;\n"
+      "  written in %.1f s by vmfb_fixtures fleet\n",
+      plan.n_sources * plan.n_targets * plan.copies, plan.n_sources, plan.n_targets, targets_csv, plan.copies,
+      secs(fleet_ns));
+  printf(
+      "method: medians of %zu alternating runs per arm, each on a fresh kilnd (empty state,\n"
+      "1 s for its workers to start); goals are reported as PASS/MISS, never asserted\n\n",
+      plan.rounds);
 }
 
 /* The table rows of sections 1 and 2: wall time, targets compiled, and kilnd's
@@ -439,8 +448,8 @@ int main(int argc, char **argv) {
   scratch = kiln_bench_begin("bench_recompile", base, &kilnd);
   int64_t t0 = kiln_time_monotonic_ns();
   for (size_t t = 0; t < plan.n_targets; t++) {
-    snprintf(targets_csv + strlen(targets_csv), sizeof targets_csv - strlen(targets_csv), "%s%s", t ? "," : "",
-             all_targets[t]);
+    snprintf(targets_csv + strlen(targets_csv), sizeof targets_csv - strlen(targets_csv), "%s%s",
+             t ? "," : "", all_targets[t]);
   }
   require_recompile_command();
   write_sources();
@@ -479,9 +488,10 @@ int main(int argc, char **argv) {
   const run_t *last = &runs[(plan.rounds - 1) * N_ARMS + ARM_RECOMPILE_N];
 
   double dedup = (double)med[ARM_RECOMPILE_N] / (double)med[ARM_UNIQUE_N];
-  printf("1. recompile of %zu legacy files vs the %zu unique compiles alone (kilnd --workers %ld,\n"
-         "   an empty state each run)\n",
-         files, pairs, cores);
+  printf(
+      "1. recompile of %zu legacy files vs the %zu unique compiles alone (kilnd --workers %ld,\n"
+      "   an empty state each run)\n",
+      files, pairs, cores);
   print_row_head();
   char what[120];
   snprintf(what, sizeof what, "kiln recompile FLEET -o OUT --json (%zu files)", files);
@@ -490,20 +500,24 @@ int main(int argc, char **argv) {
            plan.n_targets, pairs);
   print_row(what, med[ARM_UNIQUE_N], compiled_max[ARM_UNIQUE_N], cpu[ARM_UNIQUE_N]);
   print_row("(kiln recompile again on that kilnd, every pair cached)", warm, 0, -1);
-  printf("  recompile / unique = %.2fx   goal <= %.1fx %s\n", dedup, DEDUP_GOAL, verdict(dedup <= DEDUP_GOAL));
+  printf("  recompile / unique = %.2fx   goal <= %.1fx %s\n", dedup, DEDUP_GOAL,
+         verdict(dedup <= DEDUP_GOAL));
   bool unique_only = compiled_max[ARM_RECOMPILE_N] == pairs;
   printf("  kilnd compiled %llu targets for %zu files (most in any run): %s\n",
          (unsigned long long)compiled_max[ARM_RECOMPILE_N], files,
          unique_only ? "the unique pairs only" : "NOT the unique pairs only");
-  printf("  beyond the unique work: %.2f ms per file; with every pair cached: %.2f ms per file;\n"
-         "  the unique work: %.1f ms per (source, target)\n",
-         ms(med[ARM_RECOMPILE_N] - med[ARM_UNIQUE_N]) / (double)files, ms(warm) / (double)files,
-         ms(med[ARM_UNIQUE_N]) / (double)pairs);
-  printf("  kiln recompile's summary (last run): %llu files, %llu recompiled, %llu cached; %llu artifacts\n"
-         "  fetched from kilnd, %llu copied locally from those; %llu one-target tasks fused with\n"
-         "  queued work of the same model (one parse and optimization for their targets)\n\n",
-         (unsigned long long)last->files, (unsigned long long)last->recompiled, (unsigned long long)last->cached,
-         (unsigned long long)last->fetched, (unsigned long long)last->copied, (unsigned long long)last->tasks_fused);
+  printf(
+      "  beyond the unique work: %.2f ms per file; with every pair cached: %.2f ms per file;\n"
+      "  the unique work: %.1f ms per (source, target)\n",
+      ms(med[ARM_RECOMPILE_N] - med[ARM_UNIQUE_N]) / (double)files, ms(warm) / (double)files,
+      ms(med[ARM_UNIQUE_N]) / (double)pairs);
+  printf(
+      "  kiln recompile's summary (last run): %llu files, %llu recompiled, %llu cached; %llu artifacts\n"
+      "  fetched from kilnd, %llu copied locally from those; %llu one-target tasks fused with\n"
+      "  queued work of the same model (one parse and optimization for their targets)\n\n",
+      (unsigned long long)last->files, (unsigned long long)last->recompiled, (unsigned long long)last->cached,
+      (unsigned long long)last->fetched, (unsigned long long)last->copied,
+      (unsigned long long)last->tasks_fused);
 
   double speedup_re = (double)med[ARM_RECOMPILE_1] / (double)med[ARM_RECOMPILE_N];
   double speedup_un = (double)med[ARM_UNIQUE_1] / (double)med[ARM_UNIQUE_N];
@@ -516,11 +530,12 @@ int main(int argc, char **argv) {
   print_row("unique compiles, --workers 1", med[ARM_UNIQUE_1], compiled_max[ARM_UNIQUE_1], cpu[ARM_UNIQUE_1]);
   snprintf(what, sizeof what, "unique compiles, --workers %ld (section 1)", cores);
   print_row(what, med[ARM_UNIQUE_N], compiled_max[ARM_UNIQUE_N], cpu[ARM_UNIQUE_N]);
-  printf("  speed-up 1 -> %ld workers: recompile %.2fx, unique compiles %.2fx (%ld cores: at most %ld.00x)\n", cores,
-         speedup_re, speedup_un, cores, cores);
-  printf("  a worker forks each job's back halves on CPUs / workers processes (compiler/fanout.c), so\n"
-         "  --workers 1 runs up to %ld at once too: the busy column shows how many cores each arm kept busy\n\n",
-         cores);
+  printf("  speed-up 1 -> %ld workers: recompile %.2fx, unique compiles %.2fx (%ld cores: at most %ld.00x)\n",
+         cores, speedup_re, speedup_un, cores, cores);
+  printf(
+      "  a worker forks each job's back halves on CPUs / workers processes (compiler/fanout.c), so\n"
+      "  --workers 1 runs up to %ld at once too: the busy column shows how many cores each arm kept busy\n\n",
+      cores);
 
   char buf[64];
   printf("summary (goals from the issue)\n");

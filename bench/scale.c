@@ -57,14 +57,14 @@
 #include "client/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-#define TARGET "sm_89"
-#define CALL_TIMEOUT_MS 30000
+#define TARGET           "sm_89"
+#define CALL_TIMEOUT_MS  30000
 #define READY_TIMEOUT_MS 60000
 #define ROUND_TIMEOUT_MS 600000
 #define ONE_WORKER_NODES 4 /* nodes 0..3: --workers 1; node 3 is the one that joins */
-#define WHOLE_NODE 4       /* --workers = online CPUs */
-#define N_NODES 5
-#define KEYS 1000
+#define WHOLE_NODE       4 /* --workers = online CPUs */
+#define N_NODES          5
+#define KEYS             1000
 
 static const char *router_cfg_path = KILN_SOURCE_DIR "/deploy/haproxy/haproxy.cfg";
 
@@ -121,7 +121,8 @@ static bool find_haproxy(void) {
 }
 
 /* kiln_bench_die after printing the end of `path` (HAProxy's log). */
-static _Noreturn void die_with_file(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static _Noreturn void die_with_file(const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static _Noreturn void die_with_file(const char *path, const char *fmt, ...) {
   char *text = kiln_bench_read_file(path, NULL);
   if (text) {
@@ -151,8 +152,8 @@ static kiln_client_t *open_client(const char *addr) {
 /* One unary call about the model `route` (its source digest; NULL: none). 0 with
  * *out_response set; otherwise -1 and `err` says why. */
 static int call(kiln_client_t *client, const char *route, const char *method, const ProtobufCMessage *request,
-                const ProtobufCMessageDescriptor *response_descriptor, ProtobufCMessage **out_response, char *err,
-                size_t err_cap) {
+                const ProtobufCMessageDescriptor *response_descriptor, ProtobufCMessage **out_response,
+                char *err, size_t err_cap) {
   kiln_client_set_route(client, route);
   kiln_status_t st = kiln_client_unary(client, method, request, response_descriptor, out_response);
   if (!st) return 0;
@@ -168,7 +169,8 @@ static void node_start(size_t i, long workers) {
   snprintf(w, sizeof w, "%ld", workers);
   /* After benchlib's --metrics-listen off (the last one wins): HAProxy checks /readyz. */
   const char *extra[] = {"--workers", w, "--metrics-listen", "127.0.0.1:0", NULL};
-  if (kiln_bench_kilnd_start(&nodes[i], KILND_PATH, state, log, extra, READY_TIMEOUT_MS, err, sizeof err) != 0) {
+  if (kiln_bench_kilnd_start(&nodes[i], KILND_PATH, state, log, extra, READY_TIMEOUT_MS, err, sizeof err) !=
+      0) {
     kiln_bench_die("kilnd %zu: %s", i, err);
   }
   direct[i] = open_client(nodes[i].addr);
@@ -199,8 +201,8 @@ static Kiln__V1__GetStatsResponse *node_stats(size_t i) {
   Kiln__V1__GetStatsRequest req = KILN__V1__GET_STATS_REQUEST__INIT;
   ProtobufCMessage *resp;
   char err[512];
-  if (call(direct[i], NULL, "/kiln.v1.Kiln/GetStats", &req.base, &kiln__v1__get_stats_response__descriptor, &resp,
-           err, sizeof err) != 0) {
+  if (call(direct[i], NULL, "/kiln.v1.Kiln/GetStats", &req.base, &kiln__v1__get_stats_response__descriptor,
+           &resp, err, sizeof err) != 0) {
     kiln_bench_die("kilnd %zu: %s", i, err);
   }
   return (Kiln__V1__GetStatsResponse *)resp;
@@ -210,8 +212,8 @@ static int64_t server_info_start_ms(kiln_client_t *ch, const char *digest_hex, c
   Kiln__V1__GetServerInfoRequest req = KILN__V1__GET_SERVER_INFO_REQUEST__INIT;
   ProtobufCMessage *resp;
   char err[512];
-  if (call(ch, digest_hex, "/kiln.v1.Kiln/GetServerInfo", &req.base, &kiln__v1__get_server_info_response__descriptor,
-           &resp, err, sizeof err) != 0) {
+  if (call(ch, digest_hex, "/kiln.v1.Kiln/GetServerInfo", &req.base,
+           &kiln__v1__get_server_info_response__descriptor, &resp, err, sizeof err) != 0) {
     kiln_bench_die("%s: %s", who, err);
   }
   int64_t start = ((Kiln__V1__GetServerInfoResponse *)resp)->start_time_unix_ms;
@@ -226,7 +228,8 @@ static int64_t server_info_start_ms(kiln_client_t *ch, const char *digest_hex, c
 static char *render_config(const char *shipped, const router_t *r, const int *metrics_port) {
   const char *begin = strstr(shipped, "# kiln-servers-begin");
   const char *end = begin ? strstr(begin, "# kiln-servers-end") : NULL;
-  if (!end) kiln_bench_die("%s has no '# kiln-servers-begin' ... '# kiln-servers-end' block", router_cfg_path);
+  if (!end)
+    kiln_bench_die("%s has no '# kiln-servers-begin' ... '# kiln-servers-end' block", router_cfg_path);
   while (begin > shipped && begin[-1] != '\n') begin--;
   const char *indent_end = begin;
   while (*indent_end == ' ' || *indent_end == '\t') indent_end++;
@@ -251,7 +254,8 @@ static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
     kiln_bench_die("cannot find a free loopback port: %s", strerror(errno));
   }
   close(fd);
@@ -266,7 +270,8 @@ static void router_start(size_t ri, const char *shipped, const int *metrics_port
   kiln_bench_pathf(r->log, "%s/haproxy-%s.log", scratch, r->name);
   snprintf(r->addr, sizeof r->addr, "127.0.0.1:%d", free_port());
   char *text = render_config(shipped, r, metrics_port);
-  if (kiln_bench_write_file(cfg, text, strlen(text)) != 0) kiln_bench_die("cannot write %s: %s", cfg, strerror(errno));
+  if (kiln_bench_write_file(cfg, text, strlen(text)) != 0)
+    kiln_bench_die("cannot write %s: %s", cfg, strerror(errno));
   kiln_free(text);
   char listen_env[96], admin_env[PATH_MAX + 32];
   snprintf(listen_env, sizeof listen_env, "KILN_ROUTER_LISTEN=%s", r->addr);
@@ -303,8 +308,10 @@ static char *router_admin(const router_t *r, const char *command) {
 static void csv_field(const char *line, size_t col, char *out, size_t cap) {
   for (size_t i = 0; i < col && line; i++) {
     line = strpbrk(line, ",\n");
-    if (line && *line == ',') line++;
-    else line = NULL;
+    if (line && *line == ',')
+      line++;
+    else
+      line = NULL;
   }
   size_t n = line ? strcspn(line, ",\n") : 0;
   snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), line ? line : "");
@@ -335,7 +342,8 @@ static size_t router_ready_servers(const router_t *r) {
     csv_field(line + 1, col_sv, sv, sizeof sv);
     csv_field(line + 1, col_status, status, sizeof status);
     csv_field(line + 1, col_check, check, sizeof check);
-    if (!strcmp(px, "kilnd") && strncmp(sv, "kilnd", 5) == 0 && !strcmp(status, "UP") && !strcmp(check, "L7OK")) {
+    if (!strcmp(px, "kilnd") && strncmp(sv, "kilnd", 5) == 0 && !strcmp(status, "UP") &&
+        !strcmp(check, "L7OK")) {
       ready++;
     }
   }
@@ -388,7 +396,8 @@ static double run_arm(size_t arm, size_t m, size_t *per_server) {
   char **sources = kiln_calloc(m, sizeof *sources);
   size_t *lens = kiln_calloc(m, sizeof *lens);
   for (size_t j = 0; j < m; j++) {
-    sources[j] = kiln_bench_model_variant(mlp, mlp_len, "bench_scale", "dense<0.5>", 0.5, next_serial++, &lens[j]);
+    sources[j] =
+        kiln_bench_model_variant(mlp, mlp_len, "bench_scale", "dense<0.5>", 0.5, next_serial++, &lens[j]);
   }
   int64_t t0 = kiln_time_monotonic_ns();
   for (size_t j = 0; j < m; j++) {
@@ -405,13 +414,14 @@ static double run_arm(size_t arm, size_t m, size_t *per_server) {
     req.targets = targets;
     ProtobufCMessage *resp;
     char err[512];
-    if (call(r->ch, hex.text, "/kiln.v1.Kiln/Compile", &req.base, &kiln__v1__compile_response__descriptor, &resp, err,
-             sizeof err) != 0) {
+    if (call(r->ch, hex.text, "/kiln.v1.Kiln/Compile", &req.base, &kiln__v1__compile_response__descriptor,
+             &resp, err, sizeof err) != 0) {
       die_with_file(r->log, "%s", err);
     }
     Kiln__V1__CompileResponse *c = (Kiln__V1__CompileResponse *)resp;
     if (strcmp(c->source_digest, hex.text) != 0) {
-      kiln_bench_die("kilnd's source digest %s is not the SHA-256 the header carried (%s)", c->source_digest, hex.text);
+      kiln_bench_die("kilnd's source digest %s is not the SHA-256 the header carried (%s)", c->source_digest,
+                     hex.text);
     }
     if (c->n_targets != 1 || c->targets[0]->cached) kiln_bench_die("a new model was not a cold compile");
     protobuf_c_message_free_unpacked(resp, NULL);
@@ -424,9 +434,11 @@ static double run_arm(size_t arm, size_t m, size_t *per_server) {
       done += per_server[s];
       failed_now += failed - failed_base[s];
     }
-    if (failed_now) kiln_bench_die("%llu of the compiles failed (see the kilnd logs)", (unsigned long long)failed_now);
+    if (failed_now)
+      kiln_bench_die("%llu of the compiles failed (see the kilnd logs)", (unsigned long long)failed_now);
     if (done >= m) break;
-    if (kiln_time_monotonic_ns() > until) kiln_bench_die("the compiles did not finish in %d s", ROUND_TIMEOUT_MS / 1000);
+    if (kiln_time_monotonic_ns() > until)
+      kiln_bench_die("the compiles did not finish in %d s", ROUND_TIMEOUT_MS / 1000);
     sleep_ms(10);
   }
   double secs = (double)(kiln_time_monotonic_ns() - t0) / 1e9;
@@ -462,7 +474,8 @@ int main(int argc, char **argv) {
   int rc = kiln_bench_parse_args(argc, argv, true, usage, &quick, &dir);
   if (rc >= 0) return rc;
   if (!find_haproxy()) {
-    fprintf(stderr, "bench_scale: haproxy is not installed (deploy/deps.sh installs Debian's haproxy); skipped\n");
+    fprintf(stderr,
+            "bench_scale: haproxy is not installed (deploy/deps.sh installs Debian's haproxy); skipped\n");
     return 77;
   }
   signal(SIGPIPE, SIG_IGN);
@@ -487,7 +500,8 @@ int main(int argc, char **argv) {
     metrics_port[i] = node_metrics_port(i);
     node_start_ms[i] = server_info_start_ms(direct[i], NULL, "GetServerInfo");
     for (size_t k = 0; k < i; k++) {
-      if (node_start_ms[k] == node_start_ms[i]) kiln_bench_die("kilnd %zu and %zu started in the same ms", k, i);
+      if (node_start_ms[k] == node_start_ms[i])
+        kiln_bench_die("kilnd %zu and %zu started in the same ms", k, i);
     }
   }
   for (size_t ri = 0; ri < N_ROUTERS; ri++) router_start(ri, shipped, metrics_port);
@@ -496,19 +510,23 @@ int main(int argc, char **argv) {
 
   char cpu[256];
   kiln_bench_cpu_model(cpu, sizeof cpu);
-  printf("kiln scale-out benchmark (%s): kilnd behind HAProxy (deploy/haproxy/haproxy.cfg),\n"
-         "every call carrying kiln-source-digest\n",
-         quick ? "--quick" : "full");
+  printf(
+      "kiln scale-out benchmark (%s): kilnd behind HAProxy (deploy/haproxy/haproxy.cfg),\n"
+      "every call carrying kiln-source-digest\n",
+      quick ? "--quick" : "full");
   printf("what decides these numbers on this machine:\n");
   printf("  cores %ld (%s); every kilnd, its workers, HAProxy and this client share them\n", cores, cpu);
-  printf("  nodes: kilnd --workers 1 each (one core's worth); 'whole machine': one kilnd --workers %ld\n", cores);
+  printf("  nodes: kilnd --workers 1 each (one core's worth); 'whole machine': one kilnd --workers %ld\n",
+         cores);
   kiln_bench_print_load("compiles/s");
 
   /* ---- 1 ---- */
-  printf("\n1. cold compiles through HAProxy: %zu distinct models (examples/mlp.mlir, one constant\n"
-         "   varied), target %s, submitted at once; median of %zu run%s per arm, arms alternating\n",
-         m, TARGET, rounds, rounds == 1 ? "" : "s");
-  static const char *arm_name[N_ARMS] = {"1 node", "2 nodes", "3 nodes", "whole machine (1 kilnd, all cores)"};
+  printf(
+      "\n1. cold compiles through HAProxy: %zu distinct models (examples/mlp.mlir, one constant\n"
+      "   varied), target %s, submitted at once; median of %zu run%s per arm, arms alternating\n",
+      m, TARGET, rounds, rounds == 1 ? "" : "s");
+  static const char *arm_name[N_ARMS] = {"1 node", "2 nodes", "3 nodes",
+                                         "whole machine (1 kilnd, all cores)"};
   double secs[N_ARMS][3];
   size_t spread[N_ARMS][ONE_WORKER_NODES] = {{0}};
   for (size_t round = 0; round < rounds; round++) {
@@ -521,7 +539,8 @@ int main(int argc, char **argv) {
   fprintf(stderr, "\n");
   double rate[N_ARMS];
   for (size_t arm = 0; arm < N_ARMS; arm++) rate[arm] = (double)m / median(secs[arm], rounds);
-  printf("  %-36s %10s %10s %9s  %s\n", "arm", "s (median)", "compiles/s", "vs 1 node", "models per node (last run)");
+  printf("  %-36s %10s %10s %9s  %s\n", "arm", "s (median)", "compiles/s", "vs 1 node",
+         "models per node (last run)");
   for (size_t arm = 0; arm < N_ARMS; arm++) {
     char per[64] = "";
     for (size_t s = 0; s < routers[arm_router[arm]].n; s++) {
@@ -530,15 +549,17 @@ int main(int argc, char **argv) {
     printf("  %-36s %10.2f %10.2f %8.2fx  %s\n", arm_name[arm], (double)m / rate[arm], rate[arm],
            rate[arm] / rate[ARM_1], per);
   }
-  printf("  %ld cores cap it: with one worker per node, nodes beyond %ld add no CPU, only processes\n"
-         "  sharing the same cores (ideal on this machine: 2 nodes %.2fx, 3 nodes %.2fx); on separate\n"
-         "  machines each node brings its own cores and cache.\n",
-         cores, cores, cores >= 2 ? 2.0 : 1.0, cores >= 3 ? 3.0 : (double)(cores >= 2 ? 2 : 1));
+  printf(
+      "  %ld cores cap it: with one worker per node, nodes beyond %ld add no CPU, only processes\n"
+      "  sharing the same cores (ideal on this machine: 2 nodes %.2fx, 3 nodes %.2fx); on separate\n"
+      "  machines each node brings its own cores and cache.\n",
+      cores, cores, cores >= 2 ? 2.0 : 1.0, cores >= 3 ? 3.0 : (double)(cores >= 2 ? 2 : 1));
 
   /* ---- 2 ---- */
-  printf("\n2. keys that move when a node joins: %d source digests routed with 3 nodes, then 4\n"
-         "   (GetServerInfo with the header through two HAProxy; the answering kilnd known by its start time)\n",
-         KEYS);
+  printf(
+      "\n2. keys that move when a node joins: %d source digests routed with 3 nodes, then 4\n"
+      "   (GetServerInfo with the header through two HAProxy; the answering kilnd known by its start time)\n",
+      KEYS);
   size_t share3[ONE_WORKER_NODES] = {0}, share4[ONE_WORKER_NODES] = {0};
   size_t moved = 0, moved_to_new = 0;
   for (size_t i = 0; i < KEYS; i++) {
@@ -548,9 +569,11 @@ int main(int argc, char **argv) {
     kiln_digest_hex_t hex;
     kiln_digest_of(text, strlen(text), &d);
     kiln_digest_to_hex(&d, &hex);
-    size_t a = node_of_start(server_info_start_ms(routers[R_THREE].ch, hex.text, "HAProxy (three)"), "3 nodes");
+    size_t a =
+        node_of_start(server_info_start_ms(routers[R_THREE].ch, hex.text, "HAProxy (three)"), "3 nodes");
     size_t b = node_of_start(server_info_start_ms(routers[R_FOUR].ch, hex.text, "HAProxy (four)"), "4 nodes");
-    if (a >= 3 || b >= ONE_WORKER_NODES) kiln_bench_die("a key was routed to a kilnd outside its router's servers");
+    if (a >= 3 || b >= ONE_WORKER_NODES)
+      kiln_bench_die("a key was routed to a kilnd outside its router's servers");
     share3[a]++;
     share4[b]++;
     if (a != b) {
@@ -560,13 +583,16 @@ int main(int argc, char **argv) {
   }
   printf("  %-36s %10s %10s\n", "", "measured", "ideal");
   printf("  %-36s %10.3f %10.3f\n", "fraction of keys that moved", (double)moved / KEYS, 1.0 / 4);
-  printf("  %-36s %10.3f %10.3f\n", "of those, moved to the new node", moved ? (double)moved_to_new / moved : 1.0, 1.0);
+  printf("  %-36s %10.3f %10.3f\n", "of those, moved to the new node",
+         moved ? (double)moved_to_new / moved : 1.0, 1.0);
   printf("  share of keys per node, 3 nodes      %.3f %.3f %.3f (ideal %.3f)\n", (double)share3[0] / KEYS,
          (double)share3[1] / KEYS, (double)share3[2] / KEYS, 1.0 / 3);
-  printf("  share of keys per node, 4 nodes      %.3f %.3f %.3f %.3f (ideal %.3f)\n", (double)share4[0] / KEYS,
-         (double)share4[1] / KEYS, (double)share4[2] / KEYS, (double)share4[3] / KEYS, 1.0 / 4);
-  printf("  (rehashing by key mod N would move 3/4 of them; HAProxy's ring has weight x 16 points\n"
-         "   per server, weight 100 in the config: the fewer points, the less even the shares)\n");
+  printf("  share of keys per node, 4 nodes      %.3f %.3f %.3f %.3f (ideal %.3f)\n",
+         (double)share4[0] / KEYS, (double)share4[1] / KEYS, (double)share4[2] / KEYS,
+         (double)share4[3] / KEYS, 1.0 / 4);
+  printf(
+      "  (rehashing by key mod N would move 3/4 of them; HAProxy's ring has weight x 16 points\n"
+      "   per server, weight 100 in the config: the fewer points, the less even the shares)\n");
 
   for (size_t ri = 0; ri < N_ROUTERS; ri++) kiln_client_destroy(routers[ri].ch);
   for (size_t i = 0; i < N_NODES; i++) kiln_client_destroy(direct[i]);

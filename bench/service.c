@@ -93,27 +93,26 @@
 #error "KILND_PATH and KILNC_PATH must name the built binaries (bench/CMakeLists.txt defines them)"
 #endif
 
-#define KIB ((size_t)1024)
-#define MIB (KIB * KIB)
+#define KIB                ((size_t)1024)
+#define MIB                (KIB * KIB)
 
-#define HIT_P50_GOAL_NS 2000000 /* warm-hit Compile p50 */
-#define COLD_OVER_HIT_GOAL 50.0 /* cold compile / warm-hit p50 */
+#define HIT_P50_GOAL_NS    2000000 /* warm-hit Compile p50 */
+#define COLD_OVER_HIT_GOAL 50.0    /* cold compile / warm-hit p50 */
 /* Issue 18 (items 15-17) raised the goals and changed two baselines: a cold job
  * against one kilnc process with all six targets (it forks the back halves per
  * core), and GetArtifact against a raw TCP loopback copy of the file (read() from
  * page cache is no limit a download can reach). */
-#define THROUGHPUT_GOAL 0.8     /* cached Compile calls/s / Health/Check calls/s */
-#define COLD_GOAL 0.7           /* kilnd cold compile / one kilnc process, six targets */
-#define ARTIFACT_GOAL 0.8       /* GetArtifact / TCP loopback copy */
+#define THROUGHPUT_GOAL   0.8 /* cached Compile calls/s / Health/Check calls/s */
+#define COLD_GOAL         0.7 /* kilnd cold compile / one kilnc process, six targets */
+#define ARTIFACT_GOAL     0.8 /* GetArtifact / TCP loopback copy */
 
-#define CALL_TIMEOUT_MS 120000
+#define CALL_TIMEOUT_MS   120000
 #define MAX_MESSAGE_BYTES (64 * MIB)
-#define START_TIMEOUT_MS 60000
-#define RSS_SAMPLE_MS 20
-#define LAT_CAP 65536 /* latencies kept per crowd client */
+#define START_TIMEOUT_MS  60000
+#define RSS_SAMPLE_MS     20
+#define LAT_CAP           65536 /* latencies kept per crowd client */
 
-static const char *const mission_ids[] = {"sm_89",   "sm_120",  "gfx950",
-                                          "gfx1100", "arm5gen", "videocore_vii"};
+static const char *const mission_ids[] = {"sm_89", "sm_120", "gfx950", "gfx1100", "arm5gen", "videocore_vii"};
 #define N_MISSION (sizeof mission_ids / sizeof mission_ids[0])
 
 typedef struct plan_s {
@@ -278,8 +277,8 @@ static Kiln__V1__CompileResponse *compile_call(kiln_client_t *client, const char
   Kiln__V1__CompileRequest req;
   compile_request_init(&req, src, len);
   ProtobufCMessage *resp = NULL;
-  check(kiln_client_unary(client, "/kiln.v1.Kiln/Compile", &req.base,
-                          &kiln__v1__compile_response__descriptor, &resp),
+  check(kiln_client_unary(client, "/kiln.v1.Kiln/Compile", &req.base, &kiln__v1__compile_response__descriptor,
+                          &resp),
         "Compile");
   return (Kiln__V1__CompileResponse *)resp;
 }
@@ -292,7 +291,7 @@ static void hit_call(kiln_client_t *client, const char *src, size_t len, char **
   for (size_t i = 0; all_cached && i < resp->n_targets; i++) all_cached = resp->targets[i]->cached;
   if (resp->state != KILN__V1__JOB_STATE__JOB_STATE_DONE || !all_cached) {
     kiln_bench_die("a warm Compile was not answered from the cache (state %d, %zu targets)", (int)resp->state,
-        resp->n_targets);
+                   resp->n_targets);
   }
   if (out_job) *out_job = kiln_strdup(resp->job_id);
   protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -334,8 +333,7 @@ static void watch_call(kiln_client_t *client, const char *job_id, job_outcome_t 
   for (;;) {
     ProtobufCMessage *msg = NULL;
     bool timed_out = false;
-    kiln_status_t st =
-        kiln_client_stream_read(s, &kiln__v1__job_event__descriptor, -1, &msg, &timed_out);
+    kiln_status_t st = kiln_client_stream_read(s, &kiln__v1__job_event__descriptor, -1, &msg, &timed_out);
     if (st) {
       kiln_client_stream_destroy(s);
       check(st, "WatchJob");
@@ -390,7 +388,7 @@ static uint64_t get_artifact_call(kiln_client_t *client, const char *digest) {
   kiln_client_stream_destroy(s);
   if (got != size) {
     kiln_bench_die("GetArtifact %s sent %llu bytes of %llu", digest, (unsigned long long)got,
-        (unsigned long long)size);
+                   (unsigned long long)size);
   }
   return got;
 }
@@ -404,7 +402,8 @@ static uint64_t next_variant = 1;
 /* mlp.mlir with a comment and one constant that no earlier variant had
  * (kiln_bench_model_variant). Owned by the caller. */
 static char *variant(size_t *out_len) {
-  return kiln_bench_model_variant(model, model_len, "bench_service", "dense<-0.2>", -0.2, next_variant++, out_len);
+  return kiln_bench_model_variant(model, model_len, "bench_service", "dense<-0.2>", -0.2, next_variant++,
+                                  out_len);
 }
 
 /* ---- section 1: cold compiles ---- */
@@ -435,7 +434,7 @@ static void kilnd_cold(kiln_client_t *client, int64_t *out_terminal_ns, int64_t 
   int64_t t1 = kiln_time_monotonic_ns();
   if (out.state != KILN__V1__JOB_STATE__JOB_STATE_DONE || out.n_done != N_MISSION) {
     kiln_bench_die("cold compile job %s ended in state %d with %zu of %zu targets: %s", job, (int)out.state,
-        out.n_done, N_MISSION, out.failure[0] ? out.failure : "(no message)");
+                   out.n_done, N_MISSION, out.failure[0] ? out.failure : "(no message)");
   }
   for (size_t i = 0; i < N_MISSION; i++) get_artifact_call(client, out.digests[i]);
   int64_t t2 = kiln_time_monotonic_ns();
@@ -454,17 +453,16 @@ static int64_t kilnc_cold(bool all) {
   path_join(path, scratch, "variant.mlir");
   path_join(out_dir, scratch, "kilnc-out");
   path_join(err_path, scratch, "kilnc.err");
-  if (kiln_bench_write_file(path, src, len) != 0) kiln_bench_die("cannot write %s: %s", path, strerror(errno));
+  if (kiln_bench_write_file(path, src, len) != 0)
+    kiln_bench_die("cannot write %s: %s", path, strerror(errno));
   kiln_free(src);
   char joined[256] = "";
   for (size_t i = 0; i < N_MISSION; i++) {
-    snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s%s", i ? "," : "",
-             mission_ids[i]);
+    snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s%s", i ? "," : "", mission_ids[i]);
   }
   int64_t t0 = kiln_time_monotonic_ns();
   for (size_t i = 0; i < (all ? 1 : N_MISSION); i++) {
-    const char *argv[] = {KILNC_PATH, path,    "-t", all ? joined : mission_ids[i],
-                          "-o",       out_dir, NULL};
+    const char *argv[] = {KILNC_PATH, path, "-t", all ? joined : mission_ids[i], "-o", out_dir, NULL};
     int status = run_process(argv, err_path);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       size_t n;
@@ -530,8 +528,8 @@ typedef struct hit_result_s {
 
 static void print_latency_row(const char *name, int64_t *v, size_t n) {
   kiln_bench_sort(v, n);
-  printf("  %-30s %8.3f %8.3f %8.3f %8.3f\n", name, ms(percentile(v, n, 50)),
-         ms(percentile(v, n, 90)), ms(percentile(v, n, 99)), ms(v[n - 1]));
+  printf("  %-30s %8.3f %8.3f %8.3f %8.3f\n", name, ms(percentile(v, n, 50)), ms(percentile(v, n, 90)),
+         ms(percentile(v, n, 99)), ms(v[n - 1]));
 }
 
 static void bench_hit(const plan_t *plan, kiln_client_t *client, const cold_result_t *cold,
@@ -627,8 +625,7 @@ typedef struct load_watch_s {
  * adds the calls made to *out_calls. With `watch` non-NULL the main thread samples
  * kilnd's RSS meanwhile. */
 static double load_run(load_kind_t kind, loader_t *loaders, kiln_client_t **clients, size_t n,
-                       int64_t duration_ms, bool connect_first, load_watch_t *watch,
-                       uint64_t *out_calls) {
+                       int64_t duration_ms, bool connect_first, load_watch_t *watch, uint64_t *out_calls) {
   load_t load = {.kind = kind, .connect_first = connect_first};
   atomic_init(&load.stop, false);
   pthread_barrier_init(&load.start, NULL, (unsigned)n + 1);
@@ -689,8 +686,8 @@ static double bench_throughput(const plan_t *plan, double *out_hit, double *out_
     for (int arm = 0; arm < 2; arm++) {
       bool hit_turn = (arm == 0) == (r % 2 == 0);
       int64_t c0 = kiln_bench_proc_cpu_ns(kilnd.pid, false);
-      double rate = load_run(hit_turn ? LOAD_HIT : LOAD_HEALTH, loaders, clients, n, plan->tput_ms,
-                             false, NULL, &calls[hit_turn ? 0 : 1]);
+      double rate = load_run(hit_turn ? LOAD_HIT : LOAD_HEALTH, loaders, clients, n, plan->tput_ms, false,
+                             NULL, &calls[hit_turn ? 0 : 1]);
       cpu[hit_turn ? 0 : 1] += kiln_bench_proc_cpu_ns(kilnd.pid, false) - c0;
       *(hit_turn ? &hit[r] : &health[r]) = (int64_t)rate;
     }
@@ -731,18 +728,16 @@ static void seed_artifact(size_t bytes, char *out_digest, char *out_blob_path) {
   unsigned char *data = kiln_malloc(bytes);
   fill_random(data, bytes);
   const char *flags[] = {"--iree-opt-level=O2"};
-  kiln_cache_key_parts_t parts = {
-      "00000000000000000000000000000000000000000000000000000000bec4a1e5",
-      "sm_89",
-      flags,
-      1,
-      "bench_service",
-      7,
-      17u << 16};
+  kiln_cache_key_parts_t parts = {"00000000000000000000000000000000000000000000000000000000bec4a1e5",
+                                  "sm_89",
+                                  flags,
+                                  1,
+                                  "bench_service",
+                                  7,
+                                  17u << 16};
   kiln_cache_provenance_t prov = {.submitter = "bench_service"};
   kiln_index_artifact_t rec;
-  check(kiln_cache_artifact_put(cache, &parts, data, bytes, &prov, &rec),
-        "kiln_cache_artifact_put");
+  check(kiln_cache_artifact_put(cache, &parts, data, bytes, &prov, &rec), "kiln_cache_artifact_put");
   memcpy(out_digest, rec.artifact_digest, 65);
   kiln_index_artifact_deinit(&rec);
   kiln_free(data);
@@ -893,15 +888,19 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
       "   (each ran once untimed first, so the file is in page cache); median of %zu runs\n"
       "   each, in turn\n",
       bytes / MIB, chunk / KIB, runs);
-  printf("  GetArtifact    %8.0f MiB/s  (%.0f ms)\n  read()         %8.0f MiB/s  (%.0f ms)\n"
-         "  TCP loopback   %8.0f MiB/s  (%.0f ms)\n",
-         g_rate, ms(g), r_rate, ms(rr), l_rate, ms(l));
-  printf("  GetArtifact / TCP loopback = %.2fx   goal >= %.1fx %s (what gRPC, framing and the check leave\n"
-         "  of the socket)\n", ratio, ARTIFACT_GOAL, ratio >= ARTIFACT_GOAL ? "PASS" : "MISS");
+  printf(
+      "  GetArtifact    %8.0f MiB/s  (%.0f ms)\n  read()         %8.0f MiB/s  (%.0f ms)\n"
+      "  TCP loopback   %8.0f MiB/s  (%.0f ms)\n",
+      g_rate, ms(g), r_rate, ms(rr), l_rate, ms(l));
+  printf(
+      "  GetArtifact / TCP loopback = %.2fx   goal >= %.1fx %s (what gRPC, framing and the check leave\n"
+      "  of the socket)\n",
+      ratio, ARTIFACT_GOAL, ratio >= ARTIFACT_GOAL ? "PASS" : "MISS");
   printf("  GetArtifact / read() = %.2fx (page cache: no download's limit)\n", g_rate / r_rate);
-  printf("  XXH3-128 alone (the read check, %zu MiB) %.0f MiB/s; kilnd reads and checks the next chunk\n"
-         "  while the last one is on the wire\n\n",
-         check_bytes / MIB, x_rate);
+  printf(
+      "  XXH3-128 alone (the read check, %zu MiB) %.0f MiB/s; kilnd reads and checks the next chunk\n"
+      "  while the last one is on the wire\n\n",
+      check_bytes / MIB, x_rate);
   kiln_free(buf);
   kiln_free(ga);
   kiln_free(rd);
@@ -945,8 +944,8 @@ static void rss_mark(rss_result_t *res, size_t i, kiln_client_t *client) {
 }
 
 static void print_rss_line(const char *what, const rss_sample_t *s) {
-  printf("  %-54s kilnd %6.1f MiB   (%zu workers %6.1f MiB)\n", what, kib_mib(s->kilnd_kib),
-         s->n_workers, kib_mib(s->workers_kib));
+  printf("  %-54s kilnd %6.1f MiB   (%zu workers %6.1f MiB)\n", what, kib_mib(s->kilnd_kib), s->n_workers,
+         kib_mib(s->workers_kib));
 }
 
 static void bench_crowd(const plan_t *plan, kiln_client_t *client, rss_result_t *res) {
@@ -957,8 +956,7 @@ static void bench_crowd(const plan_t *plan, kiln_client_t *client, rss_result_t 
       "   a cached Compile and a WatchJob of its job to Terminal for %.1f s (VmRSS sampled\n"
       "   every %d ms)\n",
       n, (double)plan->crowd_ms / 1e3, RSS_SAMPLE_MS);
-  static const char *const names[4] = {"cold compiles", "warm hits", "hit throughput",
-                                       "GetArtifact"};
+  static const char *const names[4] = {"cold compiles", "warm hits", "hit throughput", "GetArtifact"};
   print_rss_line("just after start (no call yet)", &res->start);
   for (size_t i = 0; i < 4; i++) {
     char what[96];
@@ -986,8 +984,7 @@ static void bench_crowd(const plan_t *plan, kiln_client_t *client, rss_result_t 
     memcpy(lat + k, loaders[i].lat, loaders[i].n_lat * sizeof *lat);
     k += loaders[i].n_lat;
   }
-  printf("  %-54s kilnd %6.1f MiB\n", "peak while the clients ran (sampled)",
-         kib_mib(res->peak_kib));
+  printf("  %-54s kilnd %6.1f MiB\n", "peak while the clients ran (sampled)", kib_mib(res->peak_kib));
   for (size_t i = 0; i < n; i++) {
     kiln_client_destroy(clients[i]);
     kiln_free(loaders[i].lat);
@@ -996,14 +993,12 @@ static void bench_crowd(const plan_t *plan, kiln_client_t *client, rss_result_t 
   res->after = rss_sample();
   print_rss_line("1 s after the clients disconnected", &res->after);
   res->hwm_kib = proc_status_kib(kilnd.pid, "VmHWM:");
-  printf("  VmHWM (kilnd's peak over the whole run, all sections): %.1f MiB\n",
-         kib_mib(res->hwm_kib));
+  printf("  VmHWM (kilnd's peak over the whole run, all sections): %.1f MiB\n", kib_mib(res->hwm_kib));
   uint64_t jobs_after = jobs_submitted(client);
   if (total) {
     kiln_bench_sort(lat, total);
-    printf("  %.0f Compile+WatchJob pairs/s; pair latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
-           rate, ms(percentile(lat, total, 50)), ms(percentile(lat, total, 99)),
-           ms(lat[total - 1]));
+    printf("  %.0f Compile+WatchJob pairs/s; pair latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", rate,
+           ms(percentile(lat, total, 50)), ms(percentile(lat, total, 99)), ms(lat[total - 1]));
   }
   printf(
       "  kilnd held %zu sockets halfway through, %zu when idle: %s\n"
@@ -1035,8 +1030,7 @@ static void print_header(const plan_t *plan, const char *dir, uint64_t workers) 
   printf(
       "  cores %ld (%s), memory %.1f GiB, shared by kilnd,\n"
       "  its %llu compile workers and this benchmark's client threads\n",
-      cores, cpu, (double)pages * (double)page / (1024.0 * 1024 * 1024),
-      (unsigned long long)workers);
+      cores, cpu, (double)pages * (double)page / (1024.0 * 1024 * 1024), (unsigned long long)workers);
   printf(
       "  kilnd: %s, default settings, on %s\n"
       "  (state dir on %s); clients: the CLI's client library (client/rpc.h)\n",
@@ -1093,7 +1087,8 @@ int main(int argc, char **argv) {
   model = kiln_bench_read_file_or_die(model_path, &model_len);
 
   char digest[65], blob_path[PATH_MAX];
-  if (mkdir(kilnd.state_dir, 0700) != 0) kiln_bench_die("cannot create %s: %s", kilnd.state_dir, strerror(errno));
+  if (mkdir(kilnd.state_dir, 0700) != 0)
+    kiln_bench_die("cannot create %s: %s", kilnd.state_dir, strerror(errno));
   seed_artifact(plan.artifact_bytes, digest, blob_path);
   kilnd_start();
   sleep_ms(1000); /* the workers start and load the compiler */
@@ -1153,8 +1148,7 @@ int main(int argc, char **argv) {
          verdict(cold_over_hit >= COLD_OVER_HIT_GOAL));
   snprintf(buf, sizeof buf, "%.2fx", tput);
   char what[80];
-  snprintf(what, sizeof what, "cached Compile / Health/Check calls/s, %zu clients",
-           plan.tput_clients);
+  snprintf(what, sizeof what, "cached Compile / Health/Check calls/s, %zu clients", plan.tput_clients);
   printf("  %-52s %14s %12s %s\n", what, buf, ">= 0.8x", verdict(tput >= THROUGHPUT_GOAL));
   snprintf(buf, sizeof buf, "%.2fx", cold_ratio);
   snprintf(what, sizeof what, "kilnd cold (%llu workers, %ld cores) / one kilnc, 6 targets",

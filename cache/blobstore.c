@@ -118,8 +118,7 @@ static void path_format(path_t *out, const char *fmt, ...) {
   if (n < 0 || (size_t)n >= sizeof out->s) abort(); /* unreachable after open's check */
 }
 
-static void blob_path(const kiln_blobstore_t *store, const kiln_digest_hex_t *hex, bool zst,
-                      path_t *out) {
+static void blob_path(const kiln_blobstore_t *store, const kiln_digest_hex_t *hex, bool zst, path_t *out) {
   path_format(out, "%s/%.2s/%s%s", store->blobs_dir, hex->text, hex->text, zst ? ZST_SUFFIX : "");
 }
 
@@ -170,8 +169,7 @@ void kiln_blob_check_of(const void *data, size_t len, kiln_blob_check_t *out_che
   memcpy(out_check->bytes, canonical.digest, sizeof out_check->bytes);
 }
 
-void kiln_blob_check_to_hex(const kiln_blob_check_t *check,
-                            char out_hex[KILN_BLOB_CHECK_HEX_LEN + 1]) {
+void kiln_blob_check_to_hex(const kiln_blob_check_t *check, char out_hex[KILN_BLOB_CHECK_HEX_LEN + 1]) {
   static const char hex[] = "0123456789abcdef";
   for (size_t i = 0; i < KILN_BLOB_CHECK_BYTES; i++) {
     out_hex[2 * i] = hex[check->bytes[i] >> 4];
@@ -251,8 +249,7 @@ static KILN_MUST_USE kiln_status_t make_dirs(const char *path) {
   bool created = false;
   kiln_status_t status = make_dir(path, &created);
   char *parent = parent_of(path);
-  if (status && kiln_status_code(status) == KILN_STATUS_NOT_FOUND && parent &&
-      strcmp(parent, path) != 0) {
+  if (status && kiln_status_code(status) == KILN_STATUS_NOT_FOUND && parent && strcmp(parent, path) != 0) {
     kiln_status_free(status);
     status = make_dirs(parent);
     if (!status) status = make_dir(path, &created);
@@ -344,16 +341,15 @@ static bool find_blob(const kiln_blobstore_t *store, const kiln_digest_hex_t *he
 
 static KILN_MUST_USE kiln_status_t check_options(const kiln_blobstore_options_t *o) {
   if (o->compression != KILN_BLOB_COMPRESSION_OFF && o->compression != KILN_BLOB_COMPRESSION_AUTO) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "blob store compression %d is not OFF (0) or AUTO (1)", (int)o->compression);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "blob store compression %d is not OFF (0) or AUTO (1)",
+                       (int)o->compression);
   }
   if (!isfinite(o->compress_max_ratio) || o->compress_max_ratio < 0) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "blob store compress_max_ratio %g must be a positive fraction such as 0.85",
                        o->compress_max_ratio);
   }
-  if (o->zstd_level != 0 &&
-      (o->zstd_level < ZSTD_minCLevel() || o->zstd_level > ZSTD_maxCLevel())) {
+  if (o->zstd_level != 0 && (o->zstd_level < ZSTD_minCLevel() || o->zstd_level > ZSTD_maxCLevel())) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "blob store zstd_level %d is outside zstd's range %d..%d", o->zstd_level,
                        ZSTD_minCLevel(), ZSTD_maxCLevel());
@@ -380,8 +376,8 @@ kiln_status_t kiln_blobstore_open(const char *dir, const kiln_blobstore_options_
   }
   if (strlen(dir) + PATH_SLACK >= PATH_MAX) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "blob store directory %s is too long (limit %d bytes); choose a shorter path",
-                       dir, PATH_MAX - PATH_SLACK - 1);
+                       "blob store directory %s is too long (limit %d bytes); choose a shorter path", dir,
+                       PATH_MAX - PATH_SLACK - 1);
   }
 
   kiln_blobstore_t *store = kiln_calloc(1, sizeof *store);
@@ -447,8 +443,8 @@ struct kiln_blob_writer_s {
   kiln_blob_check_t given_check;
   uint64_t total; /* uncompressed bytes received */
 
-  int fd;         /* the tmp file; -1 once closed */
-  path_t tmp;     /* its path; empty once it is gone or renamed into place */
+  int fd;     /* the tmp file; -1 once closed */
+  path_t tmp; /* its path; empty once it is gone or renamed into place */
   write_mode_t mode;
   bool compress_at_commit; /* RAW after a spill */
   unsigned char *buf;      /* sample, whole blob or staging, by mode */
@@ -527,8 +523,8 @@ static KILN_MUST_USE kiln_status_t buf_flush(kiln_blob_writer_t *w) {
 
 /* Compresses `len` bytes with the store's level. True when the result is at most
  * max_ratio of the input; then, if out_frame is given, the frame is handed over. */
-static bool sample_pays(kiln_blob_writer_t *w, const void *src, size_t len,
-                        unsigned char **out_frame, size_t *out_frame_len) {
+static bool sample_pays(kiln_blob_writer_t *w, const void *src, size_t len, unsigned char **out_frame,
+                        size_t *out_frame_len) {
   if (len == 0) return false;
   size_t bound = ZSTD_compressBound(len);
   unsigned char *dst = kiln_malloc(bound);
@@ -572,8 +568,8 @@ kiln_status_t kiln_blob_writer_write(kiln_blob_writer_t *w, const void *data, si
   }
   if (len == 0) return NULL;
   if (!data) {
-    return writer_fail(w, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                                      "blob write of %zu bytes from a NULL buffer", len));
+    return writer_fail(
+        w, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "blob write of %zu bytes from a NULL buffer", len));
   }
   if (!w->hashed_elsewhere) hash_content(w->hasher, w->check_state, data, len);
   w->total += len;
@@ -635,9 +631,9 @@ void kiln_blob_writer_abort(kiln_blob_writer_t *writer) {
 
 /* Feeds `in` to the writer's compression context and writes what comes out.
  * With ZSTD_e_end it finishes the frame; otherwise it consumes all of `in`. */
-static KILN_MUST_USE kiln_status_t compress_feed(kiln_blob_writer_t *w, ZSTD_inBuffer *in, ZSTD_EndDirective end,
-                                   unsigned char *out, size_t out_cap, int out_fd,
-                                   const char *out_path) {
+static KILN_MUST_USE kiln_status_t compress_feed(kiln_blob_writer_t *w, ZSTD_inBuffer *in,
+                                                 ZSTD_EndDirective end, unsigned char *out, size_t out_cap,
+                                                 int out_fd, const char *out_path) {
   for (;;) {
     ZSTD_outBuffer ob = {out, out_cap, 0};
     size_t remaining = ZSTD_compressStream2(w->cctx, &ob, in, end);
@@ -695,8 +691,7 @@ static KILN_MUST_USE kiln_status_t compress_spilled(kiln_blob_writer_t *w) {
       break;
     }
     ZSTD_inBuffer in = {w->buf, (size_t)n, 0};
-    status = compress_feed(w, &in, n == 0 ? ZSTD_e_end : ZSTD_e_continue, out, out_cap, out_fd,
-                           out_path.s);
+    status = compress_feed(w, &in, n == 0 ? ZSTD_e_end : ZSTD_e_continue, out, out_cap, out_fd, out_path.s);
     if (n == 0) break;
   }
   kiln_free(out);
@@ -744,7 +739,7 @@ static KILN_MUST_USE kiln_status_t finish_content(kiln_blob_writer_t *w, bool *o
 
 /* fsync, rename into place, settle a raw/.zst race, fsync the shard. */
 static KILN_MUST_USE kiln_status_t place(kiln_blob_writer_t *w, const kiln_digest_hex_t *hex, bool zst,
-                           uint64_t *out_stored_size) {
+                                         uint64_t *out_stored_size) {
   const kiln_blobstore_t *store = w->store;
   if (!w->synced && fsync(w->fd) != 0) {
     return KILN_STATUS_ERRNO(errno, "cannot sync blob file %s", w->tmp.s);
@@ -795,8 +790,7 @@ kiln_status_t kiln_blob_writer_commit(kiln_blob_writer_t *w, kiln_digest_t *out_
   if (out_size) *out_size = 0;
   if (out_stored_size) *out_stored_size = 0;
   if (w->failed_message) {
-    kiln_status_t status =
-        KILN_STATUS(w->failed_code, "blob writer failed earlier: %s", w->failed_message);
+    kiln_status_t status = KILN_STATUS(w->failed_code, "blob writer failed earlier: %s", w->failed_message);
     writer_free(w);
     return status;
   }
@@ -815,11 +809,11 @@ kiln_status_t kiln_blob_writer_commit(kiln_blob_writer_t *w, kiln_digest_t *out_
   if (w->has_expected && !kiln_digest_equal(&digest, &w->expected)) {
     kiln_digest_hex_t want;
     kiln_digest_to_hex(&w->expected, &want);
-    kiln_status_t status = KILN_STATUS(
-        KILN_STATUS_INVALID_ARGUMENT,
-        "blob content hashes to %s but was sent as %s (%llu bytes); resend the exact bytes or "
-        "the right digest",
-        hex.text, want.text, (unsigned long long)w->total);
+    kiln_status_t status =
+        KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                    "blob content hashes to %s but was sent as %s (%llu bytes); resend the exact bytes or "
+                    "the right digest",
+                    hex.text, want.text, (unsigned long long)w->total);
     writer_free(w);
     return status;
   }
@@ -885,8 +879,7 @@ kiln_status_t kiln_blobstore_put_expected(kiln_blobstore_t *store, const void *d
   if (out_check) memset(out_check, 0, sizeof *out_check);
   if (out_stored_size) *out_stored_size = 0;
   if (len > 0 && !data) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "blob put of %zu bytes from a NULL buffer",
-                       len);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "blob put of %zu bytes from a NULL buffer", len);
   }
   kiln_blob_writer_t *w = NULL;
   KILN_RETURN_IF_ERROR(kiln_blob_writer_begin(store, expected, &w));
@@ -923,10 +916,10 @@ struct kiln_blob_reader_s {
   bool zst;
   path_t path;
   kiln_digest_t digest;
-  kiln_hasher_t *hasher;      /* SHA-256; NULL when verifying by the check */
-  XXH3_state_t *check_state;  /* XXH3-128, always */
-  bool by_check;              /* opened with the check: verify against it */
-  kiln_blob_check_t check;    /* given, or computed at the end of a SHA-256 read */
+  kiln_hasher_t *hasher;     /* SHA-256; NULL when verifying by the check */
+  XXH3_state_t *check_state; /* XXH3-128, always */
+  bool by_check;             /* opened with the check: verify against it */
+  kiln_blob_check_t check;   /* given, or computed at the end of a SHA-256 read */
   uint64_t size;
   uint64_t produced;
 
@@ -982,8 +975,7 @@ static KILN_MUST_USE kiln_status_t read_zst_header(kiln_blob_reader_t *r) {
 }
 
 kiln_status_t kiln_blob_reader_open(kiln_blobstore_t *store, const kiln_digest_t *digest,
-                                    const kiln_blob_check_t *check,
-                                    kiln_blob_reader_t **out_reader) {
+                                    const kiln_blob_check_t *check, kiln_blob_reader_t **out_reader) {
   *out_reader = NULL;
   kiln_digest_hex_t hex;
   kiln_digest_to_hex(digest, &hex);
@@ -1005,8 +997,8 @@ kiln_status_t kiln_blob_reader_open(kiln_blobstore_t *store, const kiln_digest_t
     }
   }
   if (!status && r->fd < 0) {
-    status = KILN_STATUS(KILN_STATUS_NOT_FOUND, "blob %s is not in the store at %s", hex.text,
-                         store->blobs_dir);
+    status =
+        KILN_STATUS(KILN_STATUS_NOT_FOUND, "blob %s is not in the store at %s", hex.text, store->blobs_dir);
   }
   struct stat st;
   if (!status && fstat(r->fd, &st) != 0) {
@@ -1052,8 +1044,7 @@ static KILN_MUST_USE kiln_status_t reader_finish(kiln_blob_reader_t *r) {
       char got[KILN_BLOB_CHECK_HEX_LEN + 1], want[KILN_BLOB_CHECK_HEX_LEN + 1];
       kiln_blob_check_to_hex(&check, got);
       kiln_blob_check_to_hex(&r->check, want);
-      snprintf(what, sizeof what,
-               "its %llu bytes fail their XXH3-128 check (they give %s, recorded %s)",
+      snprintf(what, sizeof what, "its %llu bytes fail their XXH3-128 check (they give %s, recorded %s)",
                (unsigned long long)r->produced, got, want);
       return corrupt(r, what);
     }
@@ -1063,8 +1054,8 @@ static KILN_MUST_USE kiln_status_t reader_finish(kiln_blob_reader_t *r) {
     if (!kiln_digest_equal(&got, &r->digest)) {
       kiln_digest_hex_t hex;
       kiln_digest_to_hex(&got, &hex);
-      snprintf(what, sizeof what, "its %llu bytes hash to %s (SHA-256)",
-               (unsigned long long)r->produced, hex.text);
+      snprintf(what, sizeof what, "its %llu bytes hash to %s (SHA-256)", (unsigned long long)r->produced,
+               hex.text);
       return corrupt(r, what);
     }
     r->check = check;
@@ -1120,8 +1111,10 @@ kiln_status_t kiln_blob_reader_read(kiln_blob_reader_t *r, void *buf, size_t cap
     status = read_zst(r, buf, cap, &n);
   } else {
     ssize_t got = read_some(r->fd, buf, cap);
-    if (got < 0) status = KILN_STATUS_ERRNO(errno, "cannot read blob file %s", r->path.s);
-    else n = (size_t)got;
+    if (got < 0)
+      status = KILN_STATUS_ERRNO(errno, "cannot read blob file %s", r->path.s);
+    else
+      n = (size_t)got;
   }
   if (!status && n == 0) status = reader_finish(r);
   if (status) return reader_fail(r, status);
@@ -1131,8 +1124,8 @@ kiln_status_t kiln_blob_reader_read(kiln_blob_reader_t *r, void *buf, size_t cap
   return NULL;
 }
 
-kiln_status_t kiln_blobstore_get(kiln_blobstore_t *store, const kiln_digest_t *digest,
-                                 void **out_data, size_t *out_len) {
+kiln_status_t kiln_blobstore_get(kiln_blobstore_t *store, const kiln_digest_t *digest, void **out_data,
+                                 size_t *out_len) {
   *out_data = NULL;
   *out_len = 0;
   kiln_blob_reader_t *r = NULL;
@@ -1225,14 +1218,13 @@ kiln_status_t kiln_blobstore_quarantine(kiln_blobstore_t *store, const kiln_dige
     }
     if (rename(from.s, to.s) != 0) {
       if (errno == ENOENT) continue; /* removed meanwhile */
-      return KILN_STATUS_ERRNO(errno, "cannot quarantine blob %s (%s to %s)", hex.text, from.s,
-                               to.s);
+      return KILN_STATUS_ERRNO(errno, "cannot quarantine blob %s (%s to %s)", hex.text, from.s, to.s);
     }
     moved = true;
   }
   if (!moved) {
-    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "blob %s to quarantine is not in the store at %s",
-                       hex.text, store->blobs_dir);
+    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "blob %s to quarantine is not in the store at %s", hex.text,
+                       store->blobs_dir);
   }
   path_t shard;
   shard_path(store, &hex, &shard);
@@ -1254,14 +1246,14 @@ kiln_status_t kiln_blobstore_remove(kiln_blobstore_t *store, const kiln_digest_t
     }
   }
   if (!removed) {
-    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "blob %s to remove is not in the store at %s",
-                       hex.text, store->blobs_dir);
+    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "blob %s to remove is not in the store at %s", hex.text,
+                       store->blobs_dir);
   }
   return NULL;
 }
 
 static KILN_MUST_USE kiln_status_t visit_shard(const char *shard_dir, const char *shard_name,
-                                 kiln_blobstore_visit_fn_t fn, void *user) {
+                                               kiln_blobstore_visit_fn_t fn, void *user) {
   DIR *d = opendir(shard_dir);
   if (!d) {
     if (errno == ENOENT) return NULL; /* removed meanwhile */
@@ -1285,8 +1277,7 @@ static KILN_MUST_USE kiln_status_t visit_shard(const char *shard_dir, const char
   return status;
 }
 
-kiln_status_t kiln_blobstore_visit(kiln_blobstore_t *store, kiln_blobstore_visit_fn_t fn,
-                                   void *user) {
+kiln_status_t kiln_blobstore_visit(kiln_blobstore_t *store, kiln_blobstore_visit_fn_t fn, void *user) {
   DIR *d = opendir(store->blobs_dir);
   if (!d) return KILN_STATUS_ERRNO(errno, "cannot list blob directory %s", store->blobs_dir);
   kiln_status_t status = NULL;

@@ -62,8 +62,7 @@ typedef struct kiln_blob_check_s {
 
 /* Hex text of a check (32 characters and a NUL). */
 #define KILN_BLOB_CHECK_HEX_LEN (2 * KILN_BLOB_CHECK_BYTES)
-void kiln_blob_check_to_hex(const kiln_blob_check_t *check,
-                            char out_hex[KILN_BLOB_CHECK_HEX_LEN + 1]);
+void kiln_blob_check_to_hex(const kiln_blob_check_t *check, char out_hex[KILN_BLOB_CHECK_HEX_LEN + 1]);
 /* The check of `len` bytes (one-shot). */
 void kiln_blob_check_of(const void *data, size_t len, kiln_blob_check_t *out_check);
 
@@ -89,7 +88,7 @@ typedef struct kiln_blobstore_options_s {
 /* Opens (creating blobs/, tmp/, quarantine/ as needed) the store rooted at `dir`
  * and removes leftovers in tmp/. `options` may be NULL for defaults. */
 KILN_MUST_USE kiln_status_t kiln_blobstore_open(const char *dir, const kiln_blobstore_options_t *options,
-                                  kiln_blobstore_t **out_store);
+                                                kiln_blobstore_t **out_store);
 void kiln_blobstore_close(kiln_blobstore_t *store);
 
 /* ---- writing ---- */
@@ -97,7 +96,7 @@ void kiln_blobstore_close(kiln_blobstore_t *store);
 /* Starts a blob. If `expected` is non-NULL, commit fails with INVALID_ARGUMENT when
  * the content's digest differs (an upload that does not match its claimed digest). */
 KILN_MUST_USE kiln_status_t kiln_blob_writer_begin(kiln_blobstore_t *store, const kiln_digest_t *expected,
-                                     kiln_blob_writer_t **out_writer);
+                                                   kiln_blob_writer_t **out_writer);
 /* Appends `len` bytes (borrowed). Errors: RESOURCE_EXHAUSTED (disk full) and other
  * I/O failures; the tmp file is removed at once and the writer is failed: later
  * writes and commit return the same code, so callers may check only commit. */
@@ -108,20 +107,22 @@ KILN_MUST_USE kiln_status_t kiln_blob_writer_write(kiln_blob_writer_t *writer, c
  * out_stored_size: bytes on disk (of the copy already stored, for a duplicate).
  * Any out-param may be NULL. */
 KILN_MUST_USE kiln_status_t kiln_blob_writer_commit(kiln_blob_writer_t *writer, kiln_digest_t *out_digest,
-                                      kiln_blob_check_t *out_check, uint64_t *out_size,
-                                      uint64_t *out_stored_size);
+                                                    kiln_blob_check_t *out_check, uint64_t *out_size,
+                                                    uint64_t *out_stored_size);
 /* Discards a writer that has not been committed; its tmp file is removed. */
 void kiln_blob_writer_abort(kiln_blob_writer_t *writer);
 
 /* One-shot put of `len` bytes. Blobs of 1 MiB and more are hashed (SHA-256 and
  * check) on a second thread while they are written. */
 KILN_MUST_USE kiln_status_t kiln_blobstore_put(kiln_blobstore_t *store, const void *data, size_t len,
-                                 kiln_digest_t *out_digest, uint64_t *out_stored_size);
+                                               kiln_digest_t *out_digest, uint64_t *out_stored_size);
 /* The same, failing with INVALID_ARGUMENT (nothing stored) when the bytes do not
  * hash to `expected` (may be NULL); out_check (may be NULL) gets their check. */
 KILN_MUST_USE kiln_status_t kiln_blobstore_put_expected(kiln_blobstore_t *store, const void *data, size_t len,
-                                          const kiln_digest_t *expected, kiln_digest_t *out_digest,
-                                          kiln_blob_check_t *out_check, uint64_t *out_stored_size);
+                                                        const kiln_digest_t *expected,
+                                                        kiln_digest_t *out_digest,
+                                                        kiln_blob_check_t *out_check,
+                                                        uint64_t *out_stored_size);
 
 /* ---- reading ---- */
 
@@ -131,8 +132,8 @@ KILN_MUST_USE kiln_status_t kiln_blobstore_put_expected(kiln_blobstore_t *store,
  * computed on the way (kiln_blob_reader_check). NOT_FOUND when no such blob;
  * DATA_LOSS when a .zst file has no valid frame header. */
 KILN_MUST_USE kiln_status_t kiln_blob_reader_open(kiln_blobstore_t *store, const kiln_digest_t *digest,
-                                    const kiln_blob_check_t *check,
-                                    kiln_blob_reader_t **out_reader);
+                                                  const kiln_blob_check_t *check,
+                                                  kiln_blob_reader_t **out_reader);
 /* Reads up to `cap` (> 0) bytes of uncompressed content; *out_len == 0 means the
  * end, at which point the content has been verified; reads after that return 0
  * again. DATA_LOSS when the content does not match its check or digest (reported
@@ -140,7 +141,7 @@ KILN_MUST_USE kiln_status_t kiln_blob_reader_open(kiln_blobstore_t *store, const
  * cannot be decompressed; a failed reader keeps failing. INVALID_ARGUMENT when
  * cap is 0. */
 KILN_MUST_USE kiln_status_t kiln_blob_reader_read(kiln_blob_reader_t *reader, void *buf, size_t cap,
-                                    size_t *out_len);
+                                                  size_t *out_len);
 /* Uncompressed size when stored as is; for compressed blobs the size recorded in the
  * zstd frame header (writers always record it). */
 uint64_t kiln_blob_reader_size(const kiln_blob_reader_t *reader);
@@ -154,18 +155,17 @@ void kiln_blob_reader_close(kiln_blob_reader_t *reader);
 /* Reads a whole blob, verified by SHA-256, into a kiln_malloc'd buffer owned by
  * the caller. */
 KILN_MUST_USE kiln_status_t kiln_blobstore_get(kiln_blobstore_t *store, const kiln_digest_t *digest,
-                                 void **out_data, size_t *out_len);
+                                               void **out_data, size_t *out_len);
 
 /* ---- maintenance ---- */
 
 /* Whether the blob exists, and its size on disk. */
-bool kiln_blobstore_contains(kiln_blobstore_t *store, const kiln_digest_t *digest,
-                             uint64_t *out_stored_size);
+bool kiln_blobstore_contains(kiln_blobstore_t *store, const kiln_digest_t *digest, uint64_t *out_stored_size);
 /* Re-reads the blob and hashes it with SHA-256 (never the fast check: this is the
  * audit that proves the content address): NULL when intact, DATA_LOSS when not,
  * NOT_FOUND. out_check (may be NULL) gets the content's check when intact. */
 KILN_MUST_USE kiln_status_t kiln_blobstore_verify(kiln_blobstore_t *store, const kiln_digest_t *digest,
-                                    kiln_blob_check_t *out_check);
+                                                  kiln_blob_check_t *out_check);
 /* Moves the blob to quarantine/ (never served again). NOT_FOUND when absent. */
 KILN_MUST_USE kiln_status_t kiln_blobstore_quarantine(kiln_blobstore_t *store, const kiln_digest_t *digest);
 /* Deletes the blob. NOT_FOUND when absent. */
@@ -176,9 +176,9 @@ KILN_MUST_USE kiln_status_t kiln_blobstore_remove(kiln_blobstore_t *store, const
  * in blobs/ that is not a shard directory) are reported through `fn` with digest
  * NULL and their path, so repair can remove them. `fn` may remove what it is
  * given. Stops early and returns `fn`'s status if it fails. */
-typedef kiln_status_t (*kiln_blobstore_visit_fn_t)(void *user, const kiln_digest_t *digest,
-                                                   const char *path, uint64_t stored_size);
+typedef kiln_status_t (*kiln_blobstore_visit_fn_t)(void *user, const kiln_digest_t *digest, const char *path,
+                                                   uint64_t stored_size);
 KILN_MUST_USE kiln_status_t kiln_blobstore_visit(kiln_blobstore_t *store, kiln_blobstore_visit_fn_t fn,
-                                   void *user);
+                                                 void *user);
 
 #endif /* KILN_CACHE_BLOBSTORE_H */

@@ -56,8 +56,8 @@
 #include "base/time.h"
 
 #define ORPHAN_GRACE_S 300
-#define GC_BATCH 64
-#define PENDING_FLUSH 256
+#define GC_BATCH       64
+#define PENDING_FLUSH  256
 
 typedef struct pending_hit_s {
   char key[KILN_DIGEST_HEX_LEN + 1];
@@ -103,7 +103,7 @@ struct kiln_cache_s {
   size_t n_pending;
   uint64_t hits, misses, evictions, quarantined, bytes_served;
   kiln_index_totals_t last_totals; /* as of the last query of them */
-  int64_t totals_counted_ms;        /* monotonic, when (refresh_totals) */
+  int64_t totals_counted_ms;       /* monotonic, when (refresh_totals) */
   int schema_version;
   /* Hot lookups without SQLite (kiln_cache_artifact_probe): cache key -> artifact,
    * valid while `generation` is unchanged; every removal of an artifact row or blob
@@ -139,7 +139,7 @@ static KILN_MUST_USE kiln_status_t acquire(kiln_cache_t *cache, kiln_index_t **o
 }
 
 /* Rows past which the totals are counted again at most once a second. */
-#define TOTALS_CHEAP_ROWS 20000
+#define TOTALS_CHEAP_ROWS  20000
 #define TOTALS_INTERVAL_MS 1000
 
 /* The totals GetStats and the metrics show (kiln_cache_counters) stay live: a
@@ -236,8 +236,10 @@ static KILN_MUST_USE kiln_status_t flush_hits(kiln_cache_t *cache, kiln_index_t 
   for (size_t i = 0; !st && i < n; i++) {
     st = kiln_index_artifact_record_hits(index, batch[i].key, batch[i].last_access_ms, batch[i].hits);
   }
-  if (!st) st = kiln_index_commit(index);
-  else kiln_index_rollback(index);
+  if (!st)
+    st = kiln_index_commit(index);
+  else
+    kiln_index_rollback(index);
   if (st) {
     /* Not written: merge the batch back so the hits are not lost. */
     pthread_mutex_lock(&cache->lock);
@@ -262,7 +264,8 @@ static KILN_MUST_USE kiln_status_t flush_hits(kiln_cache_t *cache, kiln_index_t 
 
 /* Records a hit in memory; returns true when the batch is full and should be
  * flushed. */
-static bool note_hit(kiln_cache_t *cache, const char *key, int64_t now, bool may_flush, uint64_t *out_pending_hits) {
+static bool note_hit(kiln_cache_t *cache, const char *key, int64_t now, bool may_flush,
+                     uint64_t *out_pending_hits) {
   pthread_mutex_lock(&cache->lock);
   size_t i = 0;
   for (; i < cache->n_pending; i++) {
@@ -302,8 +305,8 @@ static uint64_t remove_if_unreferenced(kiln_cache_t *cache, kiln_index_t *index,
  * row is committed and the fresh read sees it (skip), or it registers after the
  * unlink and finds the blob gone (and writes it again, see put_blob). Returns true
  * when removed (or already absent); *out_freed gets its size on disk. */
-static bool remove_unless_in_use(kiln_cache_t *cache, kiln_index_t *index,
-                                 const kiln_digest_t *digest, uint64_t *out_freed) {
+static bool remove_unless_in_use(kiln_cache_t *cache, kiln_index_t *index, const kiln_digest_t *digest,
+                                 uint64_t *out_freed) {
   *out_freed = 0;
   pthread_mutex_lock(&cache->lock);
   bool busy = false;
@@ -342,16 +345,16 @@ static bool remove_unless_in_use(kiln_cache_t *cache, kiln_index_t *index,
  * present, identical) blob between its commit and the registration; the second
  * store then runs with the digest registered, which eviction respects, so it
  * cannot lose the blob again. */
-static KILN_MUST_USE kiln_status_t put_blob(kiln_cache_t *cache, const kiln_digest_t *expected, const void *data,
-                              size_t len, kiln_digest_t *out_digest, kiln_blob_check_t *out_check,
-                              uint64_t *out_stored) {
-  KILN_RETURN_IF_ERROR(kiln_blobstore_put_expected(cache->blobs, data, len, expected, out_digest,
-                                                   out_check, out_stored));
+static KILN_MUST_USE kiln_status_t put_blob(kiln_cache_t *cache, const kiln_digest_t *expected,
+                                            const void *data, size_t len, kiln_digest_t *out_digest,
+                                            kiln_blob_check_t *out_check, uint64_t *out_stored) {
+  KILN_RETURN_IF_ERROR(
+      kiln_blobstore_put_expected(cache->blobs, data, len, expected, out_digest, out_check, out_stored));
   in_use_add(cache, out_digest);
   if (kiln_blobstore_contains(cache->blobs, out_digest, out_stored)) return NULL;
   kiln_digest_t registered = *out_digest;
-  kiln_status_t st = kiln_blobstore_put_expected(cache->blobs, data, len, &registered, out_digest,
-                                                 out_check, out_stored);
+  kiln_status_t st =
+      kiln_blobstore_put_expected(cache->blobs, data, len, &registered, out_digest, out_check, out_stored);
   if (st) in_use_remove(cache, &registered);
   return st;
 }
@@ -361,12 +364,13 @@ _Static_assert(KILN_INDEX_CHECK_BYTES == KILN_BLOB_CHECK_BYTES,
 
 /* Writes an artifact row (`artifact`) or else a source row (`source`) and the
  * check of the blob it names in one transaction: no row without its check. */
-static KILN_MUST_USE kiln_status_t put_row_and_check(kiln_index_t *index, const kiln_index_artifact_t *artifact,
-                                       const kiln_index_source_t *source, const char *digest,
-                                       const kiln_blob_check_t *check) {
+static KILN_MUST_USE kiln_status_t put_row_and_check(kiln_index_t *index,
+                                                     const kiln_index_artifact_t *artifact,
+                                                     const kiln_index_source_t *source, const char *digest,
+                                                     const kiln_blob_check_t *check) {
   KILN_RETURN_IF_ERROR(kiln_index_begin(index));
-  kiln_status_t st = artifact ? kiln_index_artifact_put(index, artifact)
-                              : kiln_index_source_put(index, source);
+  kiln_status_t st =
+      artifact ? kiln_index_artifact_put(index, artifact) : kiln_index_source_put(index, source);
   if (!st) st = kiln_index_blob_check_put(index, digest, check->bytes);
   if (st) {
     kiln_index_rollback(index);
@@ -402,7 +406,7 @@ static void memo_store(kiln_cache_t *cache, const char *key, const char *digest,
 
 /* kiln_index_drop_digest, and the memo forgets (the row or blob is gone). */
 static KILN_MUST_USE kiln_status_t drop_digest(kiln_cache_t *cache, kiln_index_t *index, const char *digest,
-                                 const char *reason, int64_t now, size_t *out_rows) {
+                                               const char *reason, int64_t now, size_t *out_rows) {
   memo_invalidate(cache);
   return kiln_index_drop_digest(index, digest, reason, now, out_rows);
 }
@@ -422,9 +426,7 @@ typedef struct digest_set_s {
   size_t n, cap;
 } digest_set_t;
 
-static int cmp_digest(const void *a, const void *b) {
-  return memcmp(a, b, sizeof(kiln_digest_t));
-}
+static int cmp_digest(const void *a, const void *b) { return memcmp(a, b, sizeof(kiln_digest_t)); }
 
 static void set_add(digest_set_t *set, const kiln_digest_t *d, uint64_t size, const char *path) {
   if (set->n == set->cap) {
@@ -442,7 +444,11 @@ static void set_add(digest_set_t *set, const kiln_digest_t *d, uint64_t size, co
 /* Sorts items (carrying sizes and paths along). */
 static void set_sort(digest_set_t *set) {
   /* Sort packed records so sizes and paths travel with their digest. */
-  typedef struct { kiln_digest_t d; uint64_t size; char *path; } rec_t;
+  typedef struct {
+    kiln_digest_t d;
+    uint64_t size;
+    char *path;
+  } rec_t;
   rec_t *recs = kiln_malloc((set->n ? set->n : 1) * sizeof *recs);
   for (size_t i = 0; i < set->n; i++) recs[i] = (rec_t){set->items[i], set->sizes[i], set->paths[i]};
   qsort(recs, set->n, sizeof *recs, cmp_digest); /* d is the first member */
@@ -460,8 +466,10 @@ static ssize_t set_find(const digest_set_t *set, const kiln_digest_t *d) {
     size_t mid = lo + (hi - lo) / 2;
     int c = memcmp(&set->items[mid], d, sizeof *d);
     if (c == 0) return (ssize_t)mid;
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return -1;
 }
@@ -541,8 +549,8 @@ static void audit_check(scan_t *scan, const kiln_digest_t *digest, const kiln_bl
       char want[KILN_BLOB_CHECK_HEX_LEN + 1], had[KILN_BLOB_CHECK_HEX_LEN + 1];
       kiln_blob_check_to_hex(check, want);
       kiln_blob_check_to_hex(&recorded, had);
-      kiln_log(KILN_LOG_WARN, "cache_check_corrected", "digest=%s recorded=%s content=%s",
-               hex.text, had, want);
+      kiln_log(KILN_LOG_WARN, "cache_check_corrected", "digest=%s recorded=%s content=%s", hex.text, had,
+               want);
     }
     kiln_status_free(st);
     st = kiln_index_blob_check_put(scan->index, hex.text, check->bytes);
@@ -552,7 +560,7 @@ static void audit_check(scan_t *scan, const kiln_digest_t *digest, const kiln_bl
 }
 
 static KILN_MUST_USE kiln_status_t visit_blob(void *user, const kiln_digest_t *digest, const char *path,
-                                uint64_t stored_size) {
+                                              uint64_t stored_size) {
   scan_t *scan = user;
   if (scan->should_stop && scan->should_stop(scan->stop_user)) {
     return KILN_STATUS(KILN_STATUS_CANCELLED, "cache scan stopped before it finished");
@@ -576,14 +584,14 @@ static KILN_MUST_USE kiln_status_t visit_blob(void *user, const kiln_digest_t *d
         kiln_digest_hex_t hex;
         kiln_digest_to_hex(digest, &hex);
         kiln_status_t q = drop_digest(scan->cache, scan->index, hex.text, kiln_status_message(st),
-                                                 now_ms(scan->cache), NULL);
+                                      now_ms(scan->cache), NULL);
         if (!q) q = kiln_blobstore_quarantine(scan->cache->blobs, digest);
         repaired = q == NULL;
         if (repaired) count(scan->cache, &scan->cache->quarantined, 1);
         kiln_status_free(q);
       }
-      add_problem(scan, KILN_CACHE_PROBLEM_CORRUPT_BLOB, digest, repaired, "%s%s",
-                  kiln_status_message(st), repaired ? "; quarantined" : "");
+      add_problem(scan, KILN_CACHE_PROBLEM_CORRUPT_BLOB, digest, repaired, "%s%s", kiln_status_message(st),
+                  repaired ? "; quarantined" : "");
       kiln_status_free(st);
       /* Quarantined: gone with its rows. In a dry run it stays, and counts as
        * present so its rows are not reported a second time as missing. */
@@ -686,8 +694,8 @@ static void scan_deinit(scan_t *scan) {
 
 /* ---- open / close ---- */
 
-kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *options,
-                              kiln_cache_t **out_cache, kiln_cache_repair_t *out_repair) {
+kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *options, kiln_cache_t **out_cache,
+                              kiln_cache_repair_t *out_repair) {
   *out_cache = NULL;
   if (out_repair) memset(out_repair, 0, sizeof *out_repair);
   if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
@@ -696,8 +704,10 @@ kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *optio
   kiln_cache_t *cache = kiln_calloc(1, sizeof *cache);
   cache->dir = kiln_strdup(dir);
   cache->pending = kiln_calloc(PENDING_FLUSH, sizeof *cache->pending);
-  if (options) cache->options = *options;
-  else cache->options.compression = KILN_BLOB_COMPRESSION_AUTO;
+  if (options)
+    cache->options = *options;
+  else
+    cache->options.compression = KILN_BLOB_COMPRESSION_AUTO;
   pthread_mutex_init(&cache->lock, NULL);
   cache->memo = kiln_calloc(MEMO_SLOTS, sizeof *cache->memo);
   cache->source_memo = kiln_calloc(MEMO_SLOTS, sizeof *cache->source_memo);
@@ -718,11 +728,12 @@ kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *optio
     char *problem = NULL;
     st = kiln_index_check_integrity(index, false, &problem);
     if (!st && problem) {
-      st = KILN_STATUS(KILN_STATUS_DATA_LOSS,
-                       "the cache index %s is damaged (%s); kilnd repairs nothing from it. Restore index.db "
-                       "from a backup, or stop kilnd and move %s aside (its blobs stay there) to start with an "
-                       "empty cache",
-                       cache->db_path, problem, dir);
+      st = KILN_STATUS(
+          KILN_STATUS_DATA_LOSS,
+          "the cache index %s is damaged (%s); kilnd repairs nothing from it. Restore index.db "
+          "from a backup, or stop kilnd and move %s aside (its blobs stay there) to start with an "
+          "empty cache",
+          cache->db_path, problem, dir);
     }
     kiln_free(problem);
   }
@@ -856,8 +867,7 @@ kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_d
 /* ---- artifacts ---- */
 
 kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_parts_t *parts,
-                                      const void *data, size_t len,
-                                      const kiln_cache_provenance_t *provenance,
+                                      const void *data, size_t len, const kiln_cache_provenance_t *provenance,
                                       kiln_index_artifact_t *out_record) {
   if (out_record) memset(out_record, 0, sizeof *out_record);
   kiln_digest_hex_t key;
@@ -920,8 +930,8 @@ kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_
                                          kiln_index_artifact_t *out_record) {
   memset(out_record, 0, sizeof *out_record);
   if (!kiln_digest_is_valid_hex(cache_key)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "cache key '%s' is not 64 lowercase hex characters", cache_key);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache key '%s' is not 64 lowercase hex characters",
+                       cache_key);
   }
   kiln_index_t *index = NULL;
   KILN_RETURN_IF_ERROR(acquire(cache, &index));
@@ -931,8 +941,7 @@ kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_
     kiln_digest_from_hex(out_record->artifact_digest, &d);
     if (!kiln_blobstore_contains(cache->blobs, &d, NULL)) {
       /* Someone removed the file behind our back: heal the index, report a miss. */
-      kiln_status_free(drop_digest(cache, index, out_record->artifact_digest, NULL,
-                                              now_ms(cache), NULL));
+      kiln_status_free(drop_digest(cache, index, out_record->artifact_digest, NULL, now_ms(cache), NULL));
       kiln_index_artifact_deinit(out_record);
       memset(out_record, 0, sizeof *out_record);
       st = KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache key %s: its blob is missing", cache_key);
@@ -960,7 +969,8 @@ static bool memo_find(kiln_cache_t *cache, const char *cache_key, char digest[KI
                       uint64_t *size, int64_t mono, bool *out_fresh) {
   pthread_mutex_lock(&cache->lock);
   const memo_t *m = &cache->memo[memo_slot(cache_key)];
-  bool known = m->used && m->generation == cache->generation && memcmp(m->key, cache_key, KILN_DIGEST_HEX_LEN) == 0;
+  bool known =
+      m->used && m->generation == cache->generation && memcmp(m->key, cache_key, KILN_DIGEST_HEX_LEN) == 0;
   *out_fresh = known && mono - m->checked_ms < BLOB_CHECK_MS;
   if (known) {
     memcpy(digest, m->digest, KILN_DIGEST_HEX_LEN + 1);
@@ -975,8 +985,8 @@ kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_k
   out_digest[0] = '\0';
   *out_size = 0;
   if (!kiln_digest_is_valid_hex(cache_key)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "cache key '%s' is not 64 lowercase hex characters", cache_key);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache key '%s' is not 64 lowercase hex characters",
+                       cache_key);
   }
   char digest[KILN_DIGEST_HEX_LEN + 1] = "";
   uint64_t size = 0;
@@ -984,7 +994,8 @@ kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_k
   bool fresh = false;
   bool known = memo_find(cache, cache_key, digest, &size, mono, &fresh);
   kiln_digest_t d;
-  if (known && !fresh && kiln_digest_from_hex(digest, &d) && kiln_blobstore_contains(cache->blobs, &d, NULL)) {
+  if (known && !fresh && kiln_digest_from_hex(digest, &d) &&
+      kiln_blobstore_contains(cache->blobs, &d, NULL)) {
     pthread_mutex_lock(&cache->lock);
     memo_t *m = &cache->memo[memo_slot(cache_key)];
     if (memcmp(m->key, cache_key, KILN_DIGEST_HEX_LEN) == 0) m->checked_ms = mono;
@@ -1027,7 +1038,8 @@ bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *cache_key, bool r
   if (!memo_find(cache, cache_key, digest, &size, kiln_time_monotonic_ms(), &fresh) || !fresh) return false;
   if (record) {
     uint64_t pending = 0;
-    if (note_hit(cache, cache_key, now_ms(cache), false, &pending)) return false; /* a flush is due: not here */
+    if (note_hit(cache, cache_key, now_ms(cache), false, &pending))
+      return false; /* a flush is due: not here */
     count(cache, &cache->hits, 1);
   }
   memcpy(out_digest, digest, sizeof digest);
@@ -1040,8 +1052,7 @@ kiln_status_t kiln_cache_artifact_get_by_digest(kiln_cache_t *cache, const char 
   memset(out_record, 0, sizeof *out_record);
   if (!digest || !kiln_digest_is_valid_hex(digest)) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "artifact digest '%s' is not 64 lowercase hex characters",
-                       digest ? digest : "");
+                       "artifact digest '%s' is not 64 lowercase hex characters", digest ? digest : "");
   }
   kiln_index_t *index = NULL;
   KILN_RETURN_IF_ERROR(acquire(cache, &index));
@@ -1057,10 +1068,8 @@ kiln_status_t kiln_cache_artifact_get_by_digest(kiln_cache_t *cache, const char 
   return st;
 }
 
-kiln_status_t kiln_cache_artifact_find_page(kiln_cache_t *cache,
-                                            const kiln_index_page_query_t *query,
-                                            kiln_index_artifact_t **out_records,
-                                            size_t *out_count) {
+kiln_status_t kiln_cache_artifact_find_page(kiln_cache_t *cache, const kiln_index_page_query_t *query,
+                                            kiln_index_artifact_t **out_records, size_t *out_count) {
   *out_records = NULL;
   *out_count = 0;
   kiln_index_t *index = NULL;
@@ -1107,8 +1116,7 @@ static bool lookup_check(kiln_cache_t *cache, const char *hex, kiln_blob_check_t
 
 /* Records the check a SHA-256 read computed, so the next read of the blob is fast.
  * Best effort: without it reads stay correct, and the next one tries again. */
-static void record_check(kiln_cache_t *cache, const kiln_digest_t *digest,
-                         const kiln_blob_check_t *check) {
+static void record_check(kiln_cache_t *cache, const kiln_digest_t *digest, const kiln_blob_check_t *check) {
   kiln_digest_hex_t hex;
   kiln_digest_to_hex(digest, &hex);
   kiln_index_t *index = NULL;
@@ -1124,8 +1132,8 @@ kiln_status_t kiln_cache_open_blob(kiln_cache_t *cache, const char *digest,
   *out_reader = NULL;
   kiln_digest_t d;
   if (!kiln_digest_from_hex(digest, &d)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "digest '%s' is not 64 lowercase hex characters", digest);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "digest '%s' is not 64 lowercase hex characters",
+                       digest);
   }
   in_use_add(cache, &d);
   kiln_cache_reader_t *r = kiln_calloc(1, sizeof *r);
@@ -1143,8 +1151,7 @@ kiln_status_t kiln_cache_open_blob(kiln_cache_t *cache, const char *digest,
   return NULL;
 }
 
-kiln_status_t kiln_cache_reader_read(kiln_cache_reader_t *reader, void *buf, size_t cap,
-                                     size_t *out_len) {
+kiln_status_t kiln_cache_reader_read(kiln_cache_reader_t *reader, void *buf, size_t cap, size_t *out_len) {
   kiln_status_t st = kiln_blob_reader_read(reader->blob, buf, cap, out_len);
   if (kiln_status_code(st) == KILN_STATUS_DATA_LOSS) {
     quarantine(reader->cache, &reader->digest, kiln_status_message(st));
@@ -1171,8 +1178,7 @@ void kiln_cache_reader_close(kiln_cache_reader_t *reader) {
   kiln_free(reader);
 }
 
-kiln_status_t kiln_cache_get_blob(kiln_cache_t *cache, const char *digest, void **out_data,
-                                  size_t *out_len) {
+kiln_status_t kiln_cache_get_blob(kiln_cache_t *cache, const char *digest, void **out_data, size_t *out_len) {
   *out_data = NULL;
   *out_len = 0;
   kiln_cache_reader_t *r;
@@ -1202,8 +1208,7 @@ kiln_status_t kiln_cache_get_blob(kiln_cache_t *cache, const char *digest, void 
   return NULL;
 }
 
-kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, bool pinned,
-                             size_t *out_count) {
+kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, bool pinned, size_t *out_count) {
   if (out_count) *out_count = 0;
   if (!key_or_digest || !kiln_digest_is_valid_hex(key_or_digest)) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
@@ -1221,9 +1226,10 @@ kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, boo
 
 /* The index row of a stored source blob, written through a connection the caller
  * holds (`*index` stays acquired for the caller: release it). */
-static KILN_MUST_USE kiln_status_t index_source(kiln_cache_t *cache, const char *hex, const char *semantic_digest,
-                                  const char *name, int format, uint64_t size, uint64_t stored,
-                                  const kiln_blob_check_t *check, kiln_index_t **index) {
+static KILN_MUST_USE kiln_status_t index_source(kiln_cache_t *cache, const char *hex,
+                                                const char *semantic_digest, const char *name, int format,
+                                                uint64_t size, uint64_t stored,
+                                                const kiln_blob_check_t *check, kiln_index_t **index) {
   kiln_index_source_t rec;
   memset(&rec, 0, sizeof rec);
   memcpy(rec.digest, hex, sizeof rec.digest);
@@ -1246,7 +1252,8 @@ static KILN_MUST_USE kiln_status_t index_source(kiln_cache_t *cache, const char 
 /* The source memo: true when `hex` was stored or touched within SOURCE_TOUCH_MS
  * (and nothing was removed since); *out_fresh when its blob was also seen on disk
  * within BLOB_CHECK_MS. */
-static bool source_memo_find(kiln_cache_t *cache, const kiln_digest_hex_t *hex, int64_t mono, bool *out_fresh) {
+static bool source_memo_find(kiln_cache_t *cache, const kiln_digest_hex_t *hex, int64_t mono,
+                             bool *out_fresh) {
   pthread_mutex_lock(&cache->lock);
   const memo_t *sm = &cache->source_memo[memo_slot(hex->text)];
   bool recent = sm->used && sm->generation == cache->generation &&
@@ -1259,7 +1266,8 @@ static bool source_memo_find(kiln_cache_t *cache, const kiln_digest_hex_t *hex, 
 
 /* Remembers that source `hex` is stored, its LRU time written at `touched_ms` and
  * its blob seen at `mono` (monotonic ms). */
-static void source_memo_store(kiln_cache_t *cache, const kiln_digest_hex_t *hex, int64_t touched_ms, int64_t mono) {
+static void source_memo_store(kiln_cache_t *cache, const kiln_digest_hex_t *hex, int64_t touched_ms,
+                              int64_t mono) {
   pthread_mutex_lock(&cache->lock);
   memo_t *sm = &cache->source_memo[memo_slot(hex->text)];
   memcpy(sm->key, hex->text, sizeof sm->key);
@@ -1270,7 +1278,8 @@ static void source_memo_store(kiln_cache_t *cache, const kiln_digest_hex_t *hex,
   pthread_mutex_unlock(&cache->lock);
 }
 
-bool kiln_cache_source_memo(kiln_cache_t *cache, const void *data, size_t len, kiln_digest_hex_t *out_digest) {
+bool kiln_cache_source_memo(kiln_cache_t *cache, const void *data, size_t len,
+                            kiln_digest_hex_t *out_digest) {
   kiln_digest_t d;
   kiln_digest_of(data, len, &d);
   kiln_digest_to_hex(&d, out_digest);
@@ -1283,8 +1292,8 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
                                     const char *semantic_digest, kiln_digest_hex_t *out_digest) {
   kiln_digest_t expected;
   if (expected_digest && !kiln_digest_from_hex(expected_digest, &expected)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "source digest '%s' is not 64 lowercase hex characters", expected_digest);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "source digest '%s' is not 64 lowercase hex characters",
+                       expected_digest);
   }
   kiln_digest_t digest;
   uint64_t stored = 0;
@@ -1296,8 +1305,8 @@ kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_
   if (expected_digest && memcmp(&computed, &expected, sizeof computed) != 0) {
     kiln_digest_hex_t got;
     kiln_digest_to_hex(&computed, &got);
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the source's bytes hash to %s, not the declared %s", got.text,
-                       expected_digest);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the source's bytes hash to %s, not the declared %s",
+                       got.text, expected_digest);
   }
   {
     kiln_digest_hex_t hex;
@@ -1364,8 +1373,7 @@ kiln_status_t kiln_cache_source_get(kiln_cache_t *cache, const char *digest,
   memset(out_record, 0, sizeof *out_record);
   kiln_digest_t d;
   if (!digest || !kiln_digest_from_hex(digest, &d)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "source digest '%s' is not 64 lowercase hex characters",
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "source digest '%s' is not 64 lowercase hex characters",
                        digest ? digest : "");
   }
   kiln_index_t *index = NULL;
@@ -1406,7 +1414,8 @@ kiln_status_t kiln_cache_source_key_digest(kiln_cache_t *cache, const char *dige
     if (!st) {
       kiln_mlir_text_digest(data, len, out);
       kiln_digest_hex_t again;
-      kiln_status_free(kiln_cache_source_put(cache, data, len, digest, rec.name, rec.format, out->text, &again));
+      kiln_status_free(
+          kiln_cache_source_put(cache, data, len, digest, rec.name, rec.format, out->text, &again));
     }
     kiln_free(data);
   }
@@ -1421,22 +1430,21 @@ struct kiln_cache_upload_s {
   kiln_blob_writer_t *writer;
   kiln_digest_t expected;
   kiln_digest_hex_t expected_hex;
-  uint64_t size;     /* declared */
+  uint64_t size; /* declared */
   uint64_t received;
 };
 
-kiln_status_t kiln_cache_source_upload_begin(kiln_cache_t *cache, const char *expected_digest,
-                                             uint64_t size, kiln_cache_upload_t **out_upload) {
+kiln_status_t kiln_cache_source_upload_begin(kiln_cache_t *cache, const char *expected_digest, uint64_t size,
+                                             kiln_cache_upload_t **out_upload) {
   *out_upload = NULL;
   kiln_digest_t expected;
   if (!expected_digest || !kiln_digest_from_hex(expected_digest, &expected)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "source digest '%s' is not 64 lowercase hex characters",
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "source digest '%s' is not 64 lowercase hex characters",
                        expected_digest ? expected_digest : "");
   }
   if (size == 0) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "source %s: size 0; a source has at least one byte", expected_digest);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "source %s: size 0; a source has at least one byte",
+                       expected_digest);
   }
   kiln_blob_writer_t *writer = NULL;
   KILN_RETURN_IF_ERROR(kiln_blob_writer_begin(cache->blobs, &expected, &writer));
@@ -1450,8 +1458,7 @@ kiln_status_t kiln_cache_source_upload_begin(kiln_cache_t *cache, const char *ex
   return NULL;
 }
 
-kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *upload, const void *data,
-                                             size_t len) {
+kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *upload, const void *data, size_t len) {
   if (len > upload->size - upload->received) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "source %s: more bytes than the declared size_bytes %llu (at least "
@@ -1464,17 +1471,16 @@ kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *upload, const 
   return NULL;
 }
 
-kiln_status_t kiln_cache_source_upload_commit(kiln_cache_upload_t *upload, const char *name,
-                                              int format, const char *semantic_digest,
-                                              kiln_index_source_t *out_record) {
+kiln_status_t kiln_cache_source_upload_commit(kiln_cache_upload_t *upload, const char *name, int format,
+                                              const char *semantic_digest, kiln_index_source_t *out_record) {
   if (out_record) memset(out_record, 0, sizeof *out_record);
   kiln_cache_t *cache = upload->cache;
   kiln_digest_hex_t hex = upload->expected_hex;
   if (upload->received != upload->size) {
-    kiln_status_t st = KILN_STATUS(
-        KILN_STATUS_INVALID_ARGUMENT,
-        "source %s: received %llu bytes but size_bytes says %llu; send exactly size_bytes bytes",
-        hex.text, (unsigned long long)upload->received, (unsigned long long)upload->size);
+    kiln_status_t st =
+        KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                    "source %s: received %llu bytes but size_bytes says %llu; send exactly size_bytes bytes",
+                    hex.text, (unsigned long long)upload->received, (unsigned long long)upload->size);
     kiln_cache_source_upload_abort(upload);
     return st;
   }
@@ -1626,8 +1632,9 @@ static uint64_t remove_if_unreferenced(kiln_cache_t *cache, kiln_index_t *index,
  * being read, then frees the blob if nothing names it any more. A row pinned or
  * removed by someone else since the LRU query is left alone (*out_evicted false). */
 static KILN_MUST_USE kiln_status_t evict_row(kiln_cache_t *cache, kiln_index_t *index, bool source,
-                               const char *row_key, const char *blob_digest,
-                               kiln_cache_gc_report_t *report, uint64_t *stored, bool *out_evicted) {
+                                             const char *row_key, const char *blob_digest,
+                                             kiln_cache_gc_report_t *report, uint64_t *stored,
+                                             bool *out_evicted) {
   *out_evicted = false;
   kiln_digest_t d;
   if (kiln_digest_from_hex(blob_digest, &d) && in_use(cache, &d)) return NULL;
@@ -1635,8 +1642,10 @@ static KILN_MUST_USE kiln_status_t evict_row(kiln_cache_t *cache, kiln_index_t *
   KILN_RETURN_IF_ERROR(source ? kiln_index_source_evict(index, row_key, out_evicted)
                               : kiln_index_artifact_evict(index, row_key, out_evicted));
   if (!*out_evicted) return NULL;
-  if (source) report->sources_evicted++;
-  else report->artifacts_evicted++;
+  if (source)
+    report->sources_evicted++;
+  else
+    report->artifacts_evicted++;
   uint64_t freed = remove_if_unreferenced(cache, index, blob_digest);
   report->bytes_freed += freed;
   *stored = freed > *stored ? 0 : *stored - freed;
@@ -1665,8 +1674,8 @@ kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes, kiln_cache_
     st = kiln_index_artifact_lru(index, GC_BATCH, &recs, &n);
     for (size_t i = 0; !st && i < n && stored > max_bytes; i++) {
       bool evicted = false;
-      st = evict_row(cache, index, false, recs[i].cache_key, recs[i].artifact_digest, out_report,
-                     &stored, &evicted);
+      st = evict_row(cache, index, false, recs[i].cache_key, recs[i].artifact_digest, out_report, &stored,
+                     &evicted);
       progress = progress || evicted;
     }
     kiln_index_artifacts_free(recs, n);
@@ -1679,8 +1688,7 @@ kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes, kiln_cache_
     st = kiln_index_source_lru(index, GC_BATCH, &recs, &n);
     for (size_t i = 0; !st && i < n && stored > max_bytes; i++) {
       bool evicted = false;
-      st = evict_row(cache, index, true, recs[i].digest, recs[i].digest, out_report, &stored,
-                     &evicted);
+      st = evict_row(cache, index, true, recs[i].digest, recs[i].digest, out_report, &stored, &evicted);
       progress = progress || evicted;
     }
     kiln_index_sources_free(recs, n);

@@ -38,11 +38,11 @@
 typedef struct kiln_cache_s kiln_cache_t;
 
 typedef struct kiln_cache_options_s {
-  uint64_t capacity_bytes;              /* on-disk size limit for gc; 0: unlimited */
-  kiln_blob_compression_t compression;  /* default KILN_BLOB_COMPRESSION_AUTO */
-  int64_t (*now_ms)(void);              /* clock; NULL: wall clock (tests pass a fake) */
-  bool skip_repair;                     /* open without reconciling index and blobs
-                                           (an offline verify does it, or reports it) */
+  uint64_t capacity_bytes;             /* on-disk size limit for gc; 0: unlimited */
+  kiln_blob_compression_t compression; /* default KILN_BLOB_COMPRESSION_AUTO */
+  int64_t (*now_ms)(void);             /* clock; NULL: wall clock (tests pass a fake) */
+  bool skip_repair;                    /* open without reconciling index and blobs
+                                          (an offline verify does it, or reports it) */
 } kiln_cache_options_t;
 
 /* What open's repair did. */
@@ -58,7 +58,7 @@ typedef struct kiln_cache_repair_s {
  * FAILED_PRECONDITION for an index from a newer kiln, DATA_LOSS for a corrupt
  * index. */
 KILN_MUST_USE kiln_status_t kiln_cache_open(const char *dir, const kiln_cache_options_t *options,
-                              kiln_cache_t **out_cache, kiln_cache_repair_t *out_repair);
+                                            kiln_cache_t **out_cache, kiln_cache_repair_t *out_repair);
 void kiln_cache_close(kiln_cache_t *cache);
 /* The directory. Borrowed. */
 const char *kiln_cache_path(const kiln_cache_t *cache);
@@ -68,13 +68,13 @@ uint64_t kiln_cache_capacity(const kiln_cache_t *cache);
 
 /* What an artifact depends on. Two requests with equal parts share an artifact. */
 typedef struct kiln_cache_key_parts_s {
-  const char *source_digest;   /* digest of the source's meaning (compiler fingerprint) */
-  const char *target;          /* canonical target id */
-  const char *const *flags;    /* compile flags as given; normalized by the key */
+  const char *source_digest; /* digest of the source's meaning (compiler fingerprint) */
+  const char *target;        /* canonical target id */
+  const char *const *flags;  /* compile flags as given; normalized by the key */
   size_t n_flags;
-  const char *compiler;        /* compiler identity, e.g. "kiln-mlir 0.1.0 llvm 22.1.8" */
-  uint32_t hal_version;        /* 7 */
-  uint32_t bytecode_version;   /* major << 16 | minor */
+  const char *compiler;      /* compiler identity, e.g. "kiln-mlir 0.1.0 llvm 22.1.8" */
+  uint32_t hal_version;      /* 7 */
+  uint32_t bytecode_version; /* major << 16 | minor */
 } kiln_cache_key_parts_t;
 
 /* Normalizes flags by the one rule of base/flags.h (trimmed, empties dropped, the
@@ -86,7 +86,7 @@ char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags);
 /* The cache key: SHA-256 over a versioned, unambiguous encoding of the parts with
  * normalized flags. INVALID_ARGUMENT when a part is missing or malformed. */
 KILN_MUST_USE kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts,
-                                     kiln_digest_hex_t *out_key);
+                                                   kiln_digest_hex_t *out_key);
 
 /* ---- artifacts ---- */
 
@@ -95,8 +95,8 @@ typedef struct kiln_cache_provenance_s {
   const char *submitter;            /* may be NULL */
   const kiln_index_label_t *labels; /* borrowed */
   size_t n_labels;
-  const char *job_id;               /* the job that compiled it; NULL: "" */
-  const char *source_name;          /* its request's source_name; NULL: "" */
+  const char *job_id;      /* the job that compiled it; NULL: "" */
+  const char *source_name; /* its request's source_name; NULL: "" */
 } kiln_cache_provenance_t;
 
 /* Stores `len` bytes as the artifact for `parts` and indexes it. The record
@@ -105,37 +105,38 @@ typedef struct kiln_cache_provenance_s {
  * source_name) replaces the old one; pin and hit count stay.
  * RESOURCE_EXHAUSTED when the disk is full (nothing stored is lost). */
 KILN_MUST_USE kiln_status_t kiln_cache_artifact_put(kiln_cache_t *cache, const kiln_cache_key_parts_t *parts,
-                                      const void *data, size_t len,
-                                      const kiln_cache_provenance_t *provenance,
-                                      kiln_index_artifact_t *out_record);
+                                                    const void *data, size_t len,
+                                                    const kiln_cache_provenance_t *provenance,
+                                                    kiln_index_artifact_t *out_record);
 
 /* Looks up the artifact for a cache key and records a hit (or NOT_FOUND, counted
  * as a miss). The record is owned by the caller. */
 KILN_MUST_USE kiln_status_t kiln_cache_artifact_lookup(kiln_cache_t *cache, const char *cache_key,
-                                         kiln_index_artifact_t *out_record);
+                                                       kiln_index_artifact_t *out_record);
 
 /* The newest artifact row whose artifact digest is `digest` (GetArtifact by
  * digest); records no hit. NOT_FOUND when no row has it (never stored, evicted or
  * quarantined); INVALID_ARGUMENT for a malformed digest. The record is owned by
  * the caller (kiln_index_artifact_deinit). */
 KILN_MUST_USE kiln_status_t kiln_cache_artifact_get_by_digest(kiln_cache_t *cache, const char *digest,
-                                                kiln_index_artifact_t *out_record);
+                                                              kiln_index_artifact_t *out_record);
 
 /* One page of artifact rows matching `query`, newest first (see
  * kiln_index_artifact_find_page for the order, the cursor and the errors). The
  * array is owned by the caller (kiln_index_artifacts_free). Hits not yet flushed
  * are not reflected in the rows' hits and last_access_ms. */
 KILN_MUST_USE kiln_status_t kiln_cache_artifact_find_page(kiln_cache_t *cache,
-                                            const kiln_index_page_query_t *query,
-                                            kiln_index_artifact_t **out_records,
-                                            size_t *out_count);
+                                                          const kiln_index_page_query_t *query,
+                                                          kiln_index_artifact_t **out_records,
+                                                          size_t *out_count);
 
 /* The artifact digest and size for a cache key, for admission's hot path: recent
  * answers are remembered in memory (a removal of any artifact row or blob forgets
  * them all), so a repeated hit costs a stat of the blob instead of SQLite queries.
  * Records the hit like kiln_cache_artifact_lookup; NOT_FOUND on a miss. */
 KILN_MUST_USE kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_key,
-                                        char out_digest[KILN_DIGEST_HEX_LEN + 1], uint64_t *out_size);
+                                                      char out_digest[KILN_DIGEST_HEX_LEN + 1],
+                                                      uint64_t *out_size);
 
 /* kiln_cache_artifact_probe from memory alone, for callers that must not block (an
  * event loop): true when the memo knows `cache_key` and saw its blob within the
@@ -153,23 +154,23 @@ typedef struct kiln_cache_reader_s kiln_cache_reader_t;
  * there is one (one indexed query), else with SHA-256. NOT_FOUND when unknown or
  * quarantined. */
 KILN_MUST_USE kiln_status_t kiln_cache_open_blob(kiln_cache_t *cache, const char *digest,
-                                   kiln_cache_reader_t **out_reader);
+                                                 kiln_cache_reader_t **out_reader);
 /* As kiln_blob_reader_read. On DATA_LOSS the blob has already been quarantined.
  * The read that ends a blob verified by SHA-256 records its check (a failure to
  * record is logged, not returned). */
 KILN_MUST_USE kiln_status_t kiln_cache_reader_read(kiln_cache_reader_t *reader, void *buf, size_t cap,
-                                     size_t *out_len);
+                                                   size_t *out_len);
 uint64_t kiln_cache_reader_size(const kiln_cache_reader_t *reader);
 void kiln_cache_reader_close(kiln_cache_reader_t *reader);
 
 /* Reads a whole blob, verified (quarantined on DATA_LOSS). Owned by the caller. */
 KILN_MUST_USE kiln_status_t kiln_cache_get_blob(kiln_cache_t *cache, const char *digest, void **out_data,
-                                  size_t *out_len);
+                                                size_t *out_len);
 
 /* Pins or unpins every artifact whose digest or cache key is `key_or_digest`.
  * NOT_FOUND when none; INVALID_ARGUMENT for a malformed digest. */
 KILN_MUST_USE kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_or_digest, bool pinned,
-                             size_t *out_count);
+                                           size_t *out_count);
 
 /* ---- sources ---- */
 
@@ -178,8 +179,8 @@ KILN_MUST_USE kiln_status_t kiln_cache_pin(kiln_cache_t *cache, const char *key_
  * bytes must hash to it (INVALID_ARGUMENT otherwise). out_digest is the digest of
  * the bytes. Idempotent. */
 KILN_MUST_USE kiln_status_t kiln_cache_source_put(kiln_cache_t *cache, const void *data, size_t len,
-                                    const char *expected_digest, const char *name, int format,
-                                    const char *semantic_digest, kiln_digest_hex_t *out_digest);
+                                                  const char *expected_digest, const char *name, int format,
+                                                  const char *semantic_digest, kiln_digest_hex_t *out_digest);
 
 /* The digest of `data` (always set), and true when the bytes are known to be stored
  * already (a put of them lately, its blob seen within the last second): then a
@@ -191,7 +192,7 @@ bool kiln_cache_source_memo(kiln_cache_t *cache, const void *data, size_t len, k
  * when not stored (never uploaded, evicted or quarantined); INVALID_ARGUMENT for a
  * malformed digest. The record is owned by the caller (kiln_index_source_deinit). */
 KILN_MUST_USE kiln_status_t kiln_cache_source_get(kiln_cache_t *cache, const char *digest,
-                                    kiln_index_source_t *out_record);
+                                                  kiln_index_source_t *out_record);
 
 /* The digest the cache keys `digest`'s artifacts on (an artifact's source_digest):
  * the digest of a source's lexical normal form (base/mlir_text.h), so that a
@@ -200,7 +201,8 @@ KILN_MUST_USE kiln_status_t kiln_cache_source_get(kiln_cache_t *cache, const cha
  * other well-formed digest is taken to be a key digest already (a client that
  * computed the normal form itself). INVALID_ARGUMENT for a malformed digest;
  * blocking (SQLite, and the blob once for an old row). */
-KILN_MUST_USE kiln_status_t kiln_cache_source_key_digest(kiln_cache_t *cache, const char *digest, kiln_digest_hex_t *out);
+KILN_MUST_USE kiln_status_t kiln_cache_source_key_digest(kiln_cache_t *cache, const char *digest,
+                                                         kiln_digest_hex_t *out);
 
 /* A source upload spooled to disk (PutSource): bytes go to a temporary file in the
  * store's tmp/ and are hashed as they arrive, so memory stays bounded whatever the
@@ -214,12 +216,12 @@ typedef struct kiln_cache_upload_s kiln_cache_upload_t;
  * (RESOURCE_EXHAUSTED, PERMISSION_DENIED) name it. On success *out_upload is owned
  * by the caller until commit or abort. */
 KILN_MUST_USE kiln_status_t kiln_cache_source_upload_begin(kiln_cache_t *cache, const char *expected_digest,
-                                             uint64_t size, kiln_cache_upload_t **out_upload);
+                                                           uint64_t size, kiln_cache_upload_t **out_upload);
 /* Appends `len` bytes (borrowed). INVALID_ARGUMENT when they would take the upload
  * past its declared size (the message gives both sizes); RESOURCE_EXHAUSTED when
  * the disk is full. After a failure the upload only fails; abort it. */
 KILN_MUST_USE kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *upload, const void *data,
-                                             size_t len);
+                                                           size_t len);
 /* Checks the size and the digest, makes the blob durable and visible under its
  * digest and indexes the source (as kiln_cache_source_put: idempotent, a
  * concurrent upload of the same digest stores it once), then frees the upload,
@@ -228,8 +230,8 @@ KILN_MUST_USE kiln_status_t kiln_cache_source_upload_write(kiln_cache_upload_t *
  * stored then. `out_record` (may be NULL) receives the row as stored, which for a
  * source already present is the earlier row (its name and format win). */
 KILN_MUST_USE kiln_status_t kiln_cache_source_upload_commit(kiln_cache_upload_t *upload, const char *name,
-                                              int format, const char *semantic_digest,
-                                              kiln_index_source_t *out_record);
+                                                            int format, const char *semantic_digest,
+                                                            kiln_index_source_t *out_record);
 /* Discards an upload that was not committed and removes its tmp file. NULL is a
  * no-op. */
 void kiln_cache_source_upload_abort(kiln_cache_upload_t *upload);
@@ -260,7 +262,7 @@ typedef enum kiln_cache_problem_kind_e {
   KILN_CACHE_PROBLEM_ORPHAN_BLOB = 3,
   KILN_CACHE_PROBLEM_STRAY_FILE = 4,
   KILN_CACHE_PROBLEM_DAMAGED_INDEX = 5, /* index.db fails SQLite's integrity check */
-} kiln_cache_problem_kind_t; /* numerically kiln.v1.CacheProblem.Kind */
+} kiln_cache_problem_kind_t;            /* numerically kiln.v1.CacheProblem.Kind */
 
 typedef struct kiln_cache_problem_s {
   kiln_cache_problem_kind_t kind;
@@ -284,7 +286,7 @@ typedef struct kiln_cache_verify_report_s {
  * NULL) is polled between blobs; when it returns true the scan ends early with
  * CANCELLED. */
 KILN_MUST_USE kiln_status_t kiln_cache_verify(kiln_cache_t *cache, bool dry_run, bool (*should_stop)(void *),
-                                void *stop_user, kiln_cache_verify_report_t *out_report);
+                                              void *stop_user, kiln_cache_verify_report_t *out_report);
 void kiln_cache_verify_report_deinit(kiln_cache_verify_report_t *report);
 
 typedef struct kiln_cache_gc_report_s {
@@ -298,6 +300,6 @@ typedef struct kiln_cache_gc_report_s {
 /* Evicts until the store is at most `max_bytes` on disk (0: the capacity; then
  * INVALID_ARGUMENT when unlimited). */
 KILN_MUST_USE kiln_status_t kiln_cache_gc(kiln_cache_t *cache, uint64_t max_bytes,
-                            kiln_cache_gc_report_t *out_report);
+                                          kiln_cache_gc_report_t *out_report);
 
 #endif /* KILN_CACHE_CACHE_H */

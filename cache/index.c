@@ -41,14 +41,14 @@
 #include "cache/sqlerr.h"
 
 #define DEFAULT_BUSY_TIMEOUT_MS 5000
-#define DEFAULT_PAGE_LIMIT 100
+#define DEFAULT_PAGE_LIMIT      100
 
 /* Columns of an artifact row, in the order read_artifact_row expects. */
-#define ARTIFACT_COLUMNS                                                                \
-  "a.cache_key, a.artifact_digest, a.source_digest, a.target, a.flags, a.compiler, "   \
-  "a.hal_version, a.bytecode_version, a.size, a.stored_size, a.submitter, "             \
+#define ARTIFACT_COLUMNS                                                             \
+  "a.cache_key, a.artifact_digest, a.source_digest, a.target, a.flags, a.compiler, " \
+  "a.hal_version, a.bytecode_version, a.size, a.stored_size, a.submitter, "          \
   "a.created_ms, a.last_access_ms, a.hits, a.pinned, a.job_id, a.source_name"
-#define SOURCE_COLUMNS                                                                  \
+#define SOURCE_COLUMNS                                                                   \
   "s.digest, s.semantic_digest, s.name, s.format, s.size, s.stored_size, s.created_ms, " \
   "s.last_access_ms, s.pinned"
 
@@ -129,7 +129,8 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.source_digest = sources.digest) "
         "AND (sources.semantic_digest = '' OR NOT EXISTS "
         "(SELECT 1 FROM artifacts a WHERE a.source_digest = sources.semantic_digest))",
-    [STMT_ARTIFACT_LRU] = "SELECT " ARTIFACT_COLUMNS " FROM artifacts a WHERE a.pinned = 0 "
+    [STMT_ARTIFACT_LRU] = "SELECT " ARTIFACT_COLUMNS
+                          " FROM artifacts a WHERE a.pinned = 0 "
                           "ORDER BY a.last_access_ms, a.cache_key LIMIT ?1",
     [STMT_SOURCE_UPSERT] =
         "INSERT INTO sources (digest, semantic_digest, name, format, size, stored_size, "
@@ -139,25 +140,28 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "ELSE sources.semantic_digest END",
     [STMT_SOURCE_GET] = "SELECT " SOURCE_COLUMNS " FROM sources s WHERE s.digest = ?1",
     [STMT_SOURCE_TOUCH] = "UPDATE sources SET last_access_ms = ?2 WHERE digest = ?1",
-    [STMT_SOURCE_LRU] =
-        "SELECT " SOURCE_COLUMNS " FROM sources s WHERE s.pinned = 0 "
-        "AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.source_digest = s.digest) "
-        "AND (s.semantic_digest = '' OR NOT EXISTS "
-        "(SELECT 1 FROM artifacts a WHERE a.source_digest = s.semantic_digest)) "
-        "ORDER BY s.last_access_ms, s.digest LIMIT ?1",
+    [STMT_SOURCE_LRU] = "SELECT " SOURCE_COLUMNS
+                        " FROM sources s WHERE s.pinned = 0 "
+                        "AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.source_digest = s.digest) "
+                        "AND (s.semantic_digest = '' OR NOT EXISTS "
+                        "(SELECT 1 FROM artifacts a WHERE a.source_digest = s.semantic_digest)) "
+                        "ORDER BY s.last_access_ms, s.digest LIMIT ?1",
     [STMT_DIGEST_REFERENCED] =
         "SELECT EXISTS (SELECT 1 FROM artifacts WHERE artifact_digest = ?1) "
         "OR EXISTS (SELECT 1 FROM sources WHERE digest = ?1)",
-    [STMT_DIGESTS] = "SELECT artifact_digest FROM artifacts UNION SELECT digest FROM sources "
-                    "ORDER BY 1",
+    [STMT_DIGESTS] =
+        "SELECT artifact_digest FROM artifacts UNION SELECT digest FROM sources "
+        "ORDER BY 1",
     [STMT_DROP_ARTIFACTS] = "DELETE FROM artifacts WHERE artifact_digest = ?1",
     [STMT_DROP_SOURCES] = "DELETE FROM sources WHERE digest = ?1",
     [STMT_DROP_CHECK] = "DELETE FROM blob_checks WHERE digest = ?1",
-    [STMT_QUARANTINE_PUT] = "INSERT INTO quarantine (digest, reason, quarantined_ms) "
-                            "VALUES (?1, ?2, ?3) ON CONFLICT (digest) DO UPDATE SET "
-                            "reason = excluded.reason, quarantined_ms = excluded.quarantined_ms",
-    [STMT_CHECK_PUT] = "INSERT INTO blob_checks (digest, xxh3) VALUES (?1, ?2) "
-                       "ON CONFLICT (digest) DO UPDATE SET xxh3 = excluded.xxh3",
+    [STMT_QUARANTINE_PUT] =
+        "INSERT INTO quarantine (digest, reason, quarantined_ms) "
+        "VALUES (?1, ?2, ?3) ON CONFLICT (digest) DO UPDATE SET "
+        "reason = excluded.reason, quarantined_ms = excluded.quarantined_ms",
+    [STMT_CHECK_PUT] =
+        "INSERT INTO blob_checks (digest, xxh3) VALUES (?1, ?2) "
+        "ON CONFLICT (digest) DO UPDATE SET xxh3 = excluded.xxh3",
     [STMT_CHECK_GET] = "SELECT xxh3 FROM blob_checks WHERE digest = ?1",
     [STMT_CHECK_DROP_UNREFERENCED] =
         "DELETE FROM blob_checks WHERE digest = ?1 "
@@ -198,7 +202,7 @@ enum {
 #define PAGE_HAS_SOURCE 1u
 #define PAGE_HAS_TARGET 2u
 #define PAGE_HAS_CURSOR 4u
-#define PAGE_SHAPES 8
+#define PAGE_SHAPES     8
 
 struct kiln_index_s {
   sqlite3 *db;
@@ -218,9 +222,8 @@ struct kiln_index_s {
 #define sql_failure_at(db, path, busy_ms, rc, op, file, line) \
   kiln_sql_failure_at((db), "cache index", (path), (busy_ms), (rc), (op), (file), (line))
 
-#define sql_failure(index, rc, op)                                                     \
-  sql_failure_at((index)->db, (index)->path, (index)->busy_timeout_ms, (rc), (op), __FILE__, \
-                 __LINE__)
+#define sql_failure(index, rc, op) \
+  sql_failure_at((index)->db, (index)->path, (index)->busy_timeout_ms, (rc), (op), __FILE__, __LINE__)
 
 /* ---- statement helpers ----------------------------------------------------- */
 
@@ -248,7 +251,7 @@ static void bind_count(sqlite3_stmt *stmt, int i, size_t v, int *rc) {
  * NULL) and ?2 to `*number` (when not NULL). *out_changes (may be NULL) gets the
  * rows it changed. */
 static KILN_MUST_USE kiln_status_t exec_write(kiln_index_t *index, stmt_id_t id, const char *text,
-                                const int64_t *number, const char *op, int *out_changes) {
+                                              const int64_t *number, const char *op, int *out_changes) {
   sqlite3_stmt *stmt = index->stmts[id];
   int rc = SQLITE_OK;
   if (text) bind_text(stmt, 1, text, &rc);
@@ -261,13 +264,13 @@ static KILN_MUST_USE kiln_status_t exec_write(kiln_index_t *index, stmt_id_t id,
 }
 
 static KILN_MUST_USE kiln_status_t exec_text(kiln_index_t *index, stmt_id_t id, const char *text,
-                               const char *op, int *out_changes) {
+                                             const char *op, int *out_changes) {
   return exec_write(index, id, text, NULL, op, out_changes);
 }
 
 /* Steps a statement that yields one integer (EXISTS queries). */
 static KILN_MUST_USE kiln_status_t query_bool(kiln_index_t *index, stmt_id_t id, const char *text,
-                                const char *op, bool *out) {
+                                              const char *op, bool *out) {
   sqlite3_stmt *stmt = index->stmts[id];
   int rc = SQLITE_OK;
   bind_text(stmt, 1, text, &rc);
@@ -337,7 +340,7 @@ void kiln_index_rollback(kiln_index_t *index) {
 /* Runs a one-off statement (PRAGMAs at open) and, if it yields a row, copies its
  * first column as text into `out` (may be NULL). */
 static KILN_MUST_USE kiln_status_t exec_once(kiln_index_t *index, const char *sql, const char *op, char *out,
-                               size_t out_cap) {
+                                             size_t out_cap) {
   sqlite3_stmt *stmt = NULL;
   int rc = sqlite3_prepare_v2(index->db, sql, -1, &stmt, NULL);
   if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
@@ -345,16 +348,14 @@ static KILN_MUST_USE kiln_status_t exec_once(kiln_index_t *index, const char *sq
     const unsigned char *text = sqlite3_column_text(stmt, 0);
     snprintf(out, out_cap, "%s", text ? (const char *)text : "");
   }
-  kiln_status_t status =
-      rc == SQLITE_ROW || rc == SQLITE_DONE ? NULL : sql_failure(index, rc, op);
+  kiln_status_t status = rc == SQLITE_ROW || rc == SQLITE_DONE ? NULL : sql_failure(index, rc, op);
   sqlite3_finalize(stmt);
   return status;
 }
 
 static KILN_MUST_USE kiln_status_t read_user_version(kiln_index_t *index, int *out_version) {
   char text[32];
-  KILN_RETURN_IF_ERROR(exec_once(index, "PRAGMA user_version", "read schema version", text,
-                                 sizeof text));
+  KILN_RETURN_IF_ERROR(exec_once(index, "PRAGMA user_version", "read schema version", text, sizeof text));
   *out_version = atoi(text);
   return NULL;
 }
@@ -374,8 +375,7 @@ static KILN_MUST_USE kiln_status_t migrate_one(kiln_index_t *index, int *out_ver
   int version = 0;
   /* Re-read under the write lock: another connection may have migrated meanwhile. */
   kiln_status_t status = read_user_version(index, &version);
-  if (!status && version > kiln_index_schema_migration_count())
-    status = newer_schema(index, version);
+  if (!status && version > kiln_index_schema_migration_count()) status = newer_schema(index, version);
   if (!status && version < kiln_index_schema_migration_count()) {
     int next = version + 1;
     int rc = sqlite3_exec(index->db, kiln_index_schema_migration(next), NULL, NULL, NULL);
@@ -403,8 +403,7 @@ static KILN_MUST_USE kiln_status_t migrate(kiln_index_t *index) {
   int version = 0;
   KILN_RETURN_IF_ERROR(read_user_version(index, &version));
   if (version > kiln_index_schema_migration_count()) return newer_schema(index, version);
-  while (version < kiln_index_schema_migration_count())
-    KILN_RETURN_IF_ERROR(migrate_one(index, &version));
+  while (version < kiln_index_schema_migration_count()) KILN_RETURN_IF_ERROR(migrate_one(index, &version));
   index->schema_version = version;
   return NULL;
 }
@@ -429,11 +428,9 @@ static KILN_MUST_USE kiln_status_t configure(kiln_index_t *index) {
    * its locks released, until the busy timeout. */
   int64_t deadline = kiln_time_monotonic_ns() + (int64_t)index->busy_timeout_ms * 1000000;
   for (;;) {
-    kiln_status_t status = exec_once(index, "PRAGMA journal_mode = WAL", "enable WAL", mode,
-                                     sizeof mode);
+    kiln_status_t status = exec_once(index, "PRAGMA journal_mode = WAL", "enable WAL", mode, sizeof mode);
     if (!status) break;
-    if (kiln_status_code(status) != KILN_STATUS_UNAVAILABLE ||
-        kiln_time_monotonic_ns() >= deadline)
+    if (kiln_status_code(status) != KILN_STATUS_UNAVAILABLE || kiln_time_monotonic_ns() >= deadline)
       return status;
     kiln_status_free(status);
     sqlite3_sleep(5);
@@ -446,13 +443,10 @@ static KILN_MUST_USE kiln_status_t configure(kiln_index_t *index) {
                        "cache index %s: could not enable WAL (journal mode stays '%s'); "
                        "put the cache directory on a local filesystem",
                        index->path, mode);
-  KILN_RETURN_IF_ERROR(
-      exec_once(index, "PRAGMA synchronous = NORMAL", "set synchronous", NULL, 0));
-  KILN_RETURN_IF_ERROR(
-      exec_once(index, "PRAGMA foreign_keys = ON", "enable foreign keys", NULL, 0));
+  KILN_RETURN_IF_ERROR(exec_once(index, "PRAGMA synchronous = NORMAL", "set synchronous", NULL, 0));
+  KILN_RETURN_IF_ERROR(exec_once(index, "PRAGMA foreign_keys = ON", "enable foreign keys", NULL, 0));
   char fk[8];
-  KILN_RETURN_IF_ERROR(exec_once(index, "PRAGMA foreign_keys", "check foreign keys", fk,
-                                 sizeof fk));
+  KILN_RETURN_IF_ERROR(exec_once(index, "PRAGMA foreign_keys", "check foreign keys", fk, sizeof fk));
   if (strcmp(fk, "1") != 0)
     return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
                        "cache index %s: this SQLite build cannot enforce foreign keys, "
@@ -474,14 +468,12 @@ kiln_status_t kiln_index_open(const char *path, kiln_index_t **out_index) {
   kiln_index_t *index = kiln_calloc(1, sizeof *index);
   index->path = kiln_strdup(path);
   index->busy_timeout_ms = DEFAULT_BUSY_TIMEOUT_MS;
-  int rc = sqlite3_open_v2(path, &index->db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+  int rc = sqlite3_open_v2(path, &index->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            NULL);
   kiln_status_t status = rc == SQLITE_OK ? NULL : sql_failure(index, rc, "open");
   if (!status) status = configure(index);
   if (!status) status = migrate(index);
-  for (int i = 0; !status && i < STMT_COUNT; i++)
-    status = prepare(index, stmt_sql[i], &index->stmts[i]);
+  for (int i = 0; !status && i < STMT_COUNT; i++) status = prepare(index, stmt_sql[i], &index->stmts[i]);
   if (status) {
     kiln_index_close(index);
     return status;
@@ -494,8 +486,7 @@ void kiln_index_close(kiln_index_t *index) {
   if (!index) return;
   for (int i = 0; i < STMT_COUNT; i++) sqlite3_finalize(index->stmts[i]);
   for (int m = 0; m < PAGE_SHAPES; m++)
-    for (int n = 0; n <= KILN_INDEX_PAGE_MAX_LABELS; n++)
-      sqlite3_finalize(index->page_stmts[m][n]);
+    for (int n = 0; n <= KILN_INDEX_PAGE_MAX_LABELS; n++) sqlite3_finalize(index->page_stmts[m][n]);
   /* Every statement is finalized, so this cannot fail with BUSY; an open
    * transaction is rolled back by SQLite. */
   sqlite3_close(index->db);
@@ -524,7 +515,7 @@ static char *column_strdup(sqlite3_stmt *stmt, int col) {
 /* Copies a digest column into `out` (KILN_INDEX_DIGEST_LEN + 1 bytes). The schema's
  * CHECKs make a wrong length impossible short of damage to the file. */
 static KILN_MUST_USE kiln_status_t column_digest(kiln_index_t *index, sqlite3_stmt *stmt, int col,
-                                   bool may_be_empty, char *out) {
+                                                 bool may_be_empty, char *out) {
   const unsigned char *text = sqlite3_column_text(stmt, col);
   int len = sqlite3_column_bytes(stmt, col);
   if (text && (len == KILN_INDEX_DIGEST_LEN || (may_be_empty && len == 0))) {
@@ -562,7 +553,7 @@ static KILN_MUST_USE kiln_status_t load_labels(kiln_index_t *index, kiln_index_a
  * `out` is zeroed by the caller; on failure it may hold part of a record (the
  * caller deinits it). */
 static KILN_MUST_USE kiln_status_t read_artifact_row(kiln_index_t *index, sqlite3_stmt *stmt,
-                                       kiln_index_artifact_t *out) {
+                                                     kiln_index_artifact_t *out) {
   KILN_RETURN_IF_ERROR(column_digest(index, stmt, 0, false, out->cache_key));
   KILN_RETURN_IF_ERROR(column_digest(index, stmt, 1, false, out->artifact_digest));
   KILN_RETURN_IF_ERROR(column_digest(index, stmt, 2, false, out->source_digest));
@@ -587,7 +578,7 @@ static KILN_MUST_USE kiln_status_t read_artifact_row(kiln_index_t *index, sqlite
 }
 
 static KILN_MUST_USE kiln_status_t read_source_row(kiln_index_t *index, sqlite3_stmt *stmt,
-                                     kiln_index_source_t *out) {
+                                                   kiln_index_source_t *out) {
   KILN_RETURN_IF_ERROR(column_digest(index, stmt, 0, false, out->digest));
   KILN_RETURN_IF_ERROR(column_digest(index, stmt, 1, true, out->semantic_digest));
   out->name = column_strdup(stmt, 2);
@@ -609,9 +600,10 @@ typedef void (*free_rows_fn_t)(void *records, size_t count);
  * elements. Resets the statement. Artifact rows and their labels come from one
  * read snapshot, because the outer statement keeps its read transaction open while
  * labels are read. */
-static KILN_MUST_USE kiln_status_t collect_rows(kiln_index_t *index, sqlite3_stmt *stmt, int rc, const char *op,
-                                  size_t size, read_row_fn_t read, free_rows_fn_t free_rows,
-                                  void **out_records, size_t *out_count) {
+static KILN_MUST_USE kiln_status_t collect_rows(kiln_index_t *index, sqlite3_stmt *stmt, int rc,
+                                                const char *op, size_t size, read_row_fn_t read,
+                                                free_rows_fn_t free_rows, void **out_records,
+                                                size_t *out_count) {
   char *records = NULL;
   size_t count = 0, capacity = 0;
   kiln_status_t status = NULL;
@@ -641,25 +633,23 @@ static KILN_MUST_USE kiln_status_t read_artifact_any(kiln_index_t *index, sqlite
   return read_artifact_row(index, stmt, out);
 }
 
-static void free_artifacts_any(void *records, size_t count) {
-  kiln_index_artifacts_free(records, count);
-}
+static void free_artifacts_any(void *records, size_t count) { kiln_index_artifacts_free(records, count); }
 
 /* Every row of a bound artifact query. */
 static KILN_MUST_USE kiln_status_t collect_artifacts(kiln_index_t *index, sqlite3_stmt *stmt, int rc,
-                                       const char *op, kiln_index_artifact_t **out_records,
-                                       size_t *out_count) {
+                                                     const char *op, kiln_index_artifact_t **out_records,
+                                                     size_t *out_count) {
   void *records = NULL;
-  KILN_RETURN_IF_ERROR(collect_rows(index, stmt, rc, op, sizeof(kiln_index_artifact_t),
-                                    read_artifact_any, free_artifacts_any, &records, out_count));
+  KILN_RETURN_IF_ERROR(collect_rows(index, stmt, rc, op, sizeof(kiln_index_artifact_t), read_artifact_any,
+                                    free_artifacts_any, &records, out_count));
   *out_records = records;
   return NULL;
 }
 
 /* Steps a bound query expected to yield at most one artifact row. */
 static KILN_MUST_USE kiln_status_t fetch_artifact(kiln_index_t *index, stmt_id_t id, const char *text,
-                                    const char *op, const char *what,
-                                    kiln_index_artifact_t *out_record) {
+                                                  const char *op, const char *what,
+                                                  kiln_index_artifact_t *out_record) {
   sqlite3_stmt *stmt = index->stmts[id];
   int rc = SQLITE_OK;
   bind_text(stmt, 1, text, &rc);
@@ -667,8 +657,8 @@ static KILN_MUST_USE kiln_status_t fetch_artifact(kiln_index_t *index, stmt_id_t
   size_t count = 0;
   KILN_RETURN_IF_ERROR(collect_artifacts(index, stmt, rc, op, &records, &count));
   if (count == 0)
-    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no artifact with %s %s",
-                       index->path, what, text);
+    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no artifact with %s %s", index->path, what,
+                       text);
   *out_record = records[0];
   kiln_free(records);
   return NULL;
@@ -713,8 +703,8 @@ static KILN_MUST_USE kiln_status_t check_digest(const char *op, const char *fiel
 
 static KILN_MUST_USE kiln_status_t check_u64(const char *op, const char *field, uint64_t v) {
   if (v <= (uint64_t)INT64_MAX) return NULL;
-  return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache index: %s: %s %llu is above %lld",
-                     op, field, (unsigned long long)v, (long long)INT64_MAX);
+  return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache index: %s: %s %llu is above %lld", op, field,
+                     (unsigned long long)v, (long long)INT64_MAX);
 }
 
 static KILN_MUST_USE kiln_status_t check_artifact(const kiln_index_artifact_t *r) {
@@ -722,8 +712,7 @@ static KILN_MUST_USE kiln_status_t check_artifact(const kiln_index_artifact_t *r
   KILN_RETURN_IF_ERROR(check_digest(op, "cache_key", r->cache_key));
   KILN_RETURN_IF_ERROR(check_digest(op, "artifact_digest", r->artifact_digest));
   KILN_RETURN_IF_ERROR(check_digest(op, "source_digest", r->source_digest));
-  if (!r->target || !*r->target)
-    return invalid(op, "target is empty; give the canonical target id");
+  if (!r->target || !*r->target) return invalid(op, "target is empty; give the canonical target id");
   if (!r->compiler || !*r->compiler)
     return invalid(op, "compiler is empty; give the compiler identity string");
   KILN_RETURN_IF_ERROR(check_u64(op, "size", r->size));
@@ -737,8 +726,8 @@ static KILN_MUST_USE kiln_status_t check_artifact(const kiln_index_artifact_t *r
                          "cache index: %s: label %zu needs a non-empty key and a value", op, i);
     for (size_t j = 0; j < i; j++)
       if (strcmp(r->labels[j].key, label->key) == 0)
-        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "cache index: %s: label key '%s' is given twice", op, label->key);
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache index: %s: label key '%s' is given twice", op,
+                           label->key);
   }
   return NULL;
 }
@@ -800,8 +789,7 @@ kiln_status_t kiln_index_artifact_get(kiln_index_t *index, const char *cache_key
                                       kiln_index_artifact_t *out_record) {
   memset(out_record, 0, sizeof *out_record);
   if (!cache_key) return invalid("get artifact", "cache key is NULL");
-  return fetch_artifact(index, STMT_ARTIFACT_GET, cache_key, "get artifact", "cache key",
-                        out_record);
+  return fetch_artifact(index, STMT_ARTIFACT_GET, cache_key, "get artifact", "cache key", out_record);
 }
 
 kiln_status_t kiln_index_artifact_get_by_digest(kiln_index_t *index, const char *digest,
@@ -826,8 +814,8 @@ kiln_status_t kiln_index_artifact_record_hits(kiln_index_t *index, const char *c
   return status; /* a row evicted meanwhile simply takes no update */
 }
 
-kiln_status_t kiln_index_artifact_set_pinned(kiln_index_t *index, const char *key_or_digest,
-                                             bool pinned, size_t *out_changed) {
+kiln_status_t kiln_index_artifact_set_pinned(kiln_index_t *index, const char *key_or_digest, bool pinned,
+                                             size_t *out_changed) {
   if (out_changed) *out_changed = 0;
   if (!key_or_digest) return invalid("pin artifact", "key or digest is NULL");
   int64_t value = pinned ? 1 : 0;
@@ -836,20 +824,21 @@ kiln_status_t kiln_index_artifact_set_pinned(kiln_index_t *index, const char *ke
                                   pinned ? "pin artifact" : "unpin artifact", &changes));
   if (changes == 0)
     return KILN_STATUS(KILN_STATUS_NOT_FOUND,
-                       "cache index %s: no artifact has cache key or artifact digest %s",
-                       index->path, key_or_digest);
+                       "cache index %s: no artifact has cache key or artifact digest %s", index->path,
+                       key_or_digest);
   if (out_changed) *out_changed = (size_t)changes;
   return NULL;
 }
 
 /* The page statement for one shape, assembled from fixed fragments only. */
 static KILN_MUST_USE kiln_status_t page_stmt(kiln_index_t *index, unsigned mask, size_t n_labels,
-                               sqlite3_stmt **out_stmt) {
+                                             sqlite3_stmt **out_stmt) {
   sqlite3_stmt **slot = &index->page_stmts[mask][n_labels];
   if (!*slot) {
     kiln_buf_t sql;
     kiln_buf_init(&sql);
-    kiln_buf_append_str(&sql, "SELECT " ARTIFACT_COLUMNS " FROM artifacts a "
+    kiln_buf_append_str(&sql, "SELECT " ARTIFACT_COLUMNS
+                              " FROM artifacts a "
                               "WHERE a.hal_version BETWEEN ?3 AND ?4 "
                               "AND a.created_ms >= ?5 AND a.created_ms < ?6");
     if (mask & PAGE_HAS_SOURCE) kiln_buf_append_str(&sql, " AND a.source_digest = ?1");
@@ -857,15 +846,15 @@ static KILN_MUST_USE kiln_status_t page_stmt(kiln_index_t *index, unsigned mask,
     /* Strictly after the cursor in the page order (descending time, then
      * ascending digest and key). */
     if (mask & PAGE_HAS_CURSOR)
-      kiln_buf_append_str(&sql, " AND (a.created_ms < ?7 OR (a.created_ms = ?7 AND "
-                                "(a.artifact_digest, a.cache_key) > (?8, ?9)))");
+      kiln_buf_append_str(&sql,
+                          " AND (a.created_ms < ?7 OR (a.created_ms = ?7 AND "
+                          "(a.artifact_digest, a.cache_key) > (?8, ?9)))");
     for (size_t i = 0; i < n_labels; i++)
       kiln_buf_appendf(&sql,
                        " AND EXISTS (SELECT 1 FROM artifact_labels l WHERE l.cache_key = "
                        "a.cache_key AND l.key = ?%zu AND l.value = ?%zu)",
                        PAGE_PARAM_LABELS + 2 * i, PAGE_PARAM_LABELS + 2 * i + 1);
-    kiln_buf_append_str(&sql,
-                        " ORDER BY a.created_ms DESC, a.artifact_digest, a.cache_key LIMIT ?10");
+    kiln_buf_append_str(&sql, " ORDER BY a.created_ms DESC, a.artifact_digest, a.cache_key LIMIT ?10");
     kiln_status_t status = prepare(index, sql.data, slot);
     kiln_buf_deinit(&sql);
     KILN_RETURN_IF_ERROR(status);
@@ -874,8 +863,7 @@ static KILN_MUST_USE kiln_status_t page_stmt(kiln_index_t *index, unsigned mask,
   return NULL;
 }
 
-kiln_status_t kiln_index_artifact_find_page(kiln_index_t *index,
-                                            const kiln_index_page_query_t *query,
+kiln_status_t kiln_index_artifact_find_page(kiln_index_t *index, const kiln_index_page_query_t *query,
                                             kiln_index_artifact_t **out_records, size_t *out_count) {
   static const char op[] = "find a page of artifacts";
   *out_records = NULL;
@@ -884,29 +872,28 @@ kiln_status_t kiln_index_artifact_find_page(kiln_index_t *index,
   if (!query) query = &any;
   if (query->n_labels > KILN_INDEX_PAGE_MAX_LABELS)
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "cache index: %s: %zu labels given, at most %d can be matched at once",
-                       op, query->n_labels, KILN_INDEX_PAGE_MAX_LABELS);
+                       "cache index: %s: %zu labels given, at most %d can be matched at once", op,
+                       query->n_labels, KILN_INDEX_PAGE_MAX_LABELS);
   if (query->n_labels && !query->labels) return invalid(op, "n_labels is set but labels is NULL");
   for (size_t i = 0; i < query->n_labels; i++)
     if (!query->labels[i].key || !query->labels[i].value)
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "cache index: %s: label %zu needs a key and a value", op, i);
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache index: %s: label %zu needs a key and a value",
+                         op, i);
   if (query->source_digest && !kiln_digest_is_valid_hex(query->source_digest))
     return invalid(op, "source digest is not 64 lowercase hex characters");
   const kiln_index_page_cursor_t *after = query->after;
-  if (after && (!kiln_digest_is_valid_hex(after->artifact_digest) ||
-                !kiln_digest_is_valid_hex(after->cache_key)))
+  if (after &&
+      (!kiln_digest_is_valid_hex(after->artifact_digest) || !kiln_digest_is_valid_hex(after->cache_key)))
     return invalid(op, "the cursor's digest or cache key is not 64 lowercase hex characters");
 
   int64_t hal_min = 0, hal_max = UINT32_MAX;
   if (query->hal_version) hal_min = hal_max = query->hal_version;
-  if (query->hal_below && (int64_t)query->hal_below - 1 < hal_max)
-    hal_max = (int64_t)query->hal_below - 1;
+  if (query->hal_below && (int64_t)query->hal_below - 1 < hal_max) hal_max = (int64_t)query->hal_below - 1;
   int64_t after_ms = query->created_after_ms ? query->created_after_ms : INT64_MIN;
   int64_t before_ms = query->created_before_ms ? query->created_before_ms : INT64_MAX;
 
-  unsigned mask = (query->source_digest ? PAGE_HAS_SOURCE : 0) |
-                  (query->target ? PAGE_HAS_TARGET : 0) | (after ? PAGE_HAS_CURSOR : 0);
+  unsigned mask = (query->source_digest ? PAGE_HAS_SOURCE : 0) | (query->target ? PAGE_HAS_TARGET : 0) |
+                  (after ? PAGE_HAS_CURSOR : 0);
   sqlite3_stmt *stmt = NULL;
   KILN_RETURN_IF_ERROR(page_stmt(index, mask, query->n_labels, &stmt));
   int rc = SQLITE_OK;
@@ -929,8 +916,8 @@ kiln_status_t kiln_index_artifact_find_page(kiln_index_t *index,
   return collect_artifacts(index, stmt, rc, op, out_records, out_count);
 }
 
-kiln_status_t kiln_index_artifact_lru(kiln_index_t *index, size_t limit,
-                                      kiln_index_artifact_t **out_records, size_t *out_count) {
+kiln_status_t kiln_index_artifact_lru(kiln_index_t *index, size_t limit, kiln_index_artifact_t **out_records,
+                                      size_t *out_count) {
   *out_records = NULL;
   *out_count = 0;
   if (limit == 0) return NULL;
@@ -991,8 +978,8 @@ kiln_status_t kiln_index_source_get(kiln_index_t *index, const char *digest,
   if (rc == SQLITE_ROW)
     status = read_source_row(index, stmt, &record);
   else if (rc == SQLITE_DONE)
-    status = KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no source with digest %s",
-                         index->path, digest);
+    status =
+        KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no source with digest %s", index->path, digest);
   else
     status = sql_failure(index, rc, "get source");
   stmt_done(stmt);
@@ -1007,16 +994,14 @@ kiln_status_t kiln_index_source_get(kiln_index_t *index, const char *digest,
 kiln_status_t kiln_index_source_touch(kiln_index_t *index, const char *digest, int64_t now_ms) {
   if (!digest) return invalid("touch source", "digest is NULL");
   int changes = 0;
-  KILN_RETURN_IF_ERROR(
-      exec_write(index, STMT_SOURCE_TOUCH, digest, &now_ms, "touch source", &changes));
+  KILN_RETURN_IF_ERROR(exec_write(index, STMT_SOURCE_TOUCH, digest, &now_ms, "touch source", &changes));
   if (changes == 0)
-    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no source with digest %s",
-                       index->path, digest);
+    return KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no source with digest %s", index->path,
+                       digest);
   return NULL;
 }
 
-kiln_status_t kiln_index_artifact_evict(kiln_index_t *index, const char *cache_key,
-                                        bool *out_evicted) {
+kiln_status_t kiln_index_artifact_evict(kiln_index_t *index, const char *cache_key, bool *out_evicted) {
   *out_evicted = false;
   if (!cache_key) return invalid("evict artifact", "cache key is NULL");
   int changes = 0;
@@ -1040,8 +1025,8 @@ static KILN_MUST_USE kiln_status_t read_source_any(kiln_index_t *index, sqlite3_
 
 static void free_sources_any(void *records, size_t count) { kiln_index_sources_free(records, count); }
 
-kiln_status_t kiln_index_source_lru(kiln_index_t *index, size_t limit,
-                                    kiln_index_source_t **out_records, size_t *out_count) {
+kiln_status_t kiln_index_source_lru(kiln_index_t *index, size_t limit, kiln_index_source_t **out_records,
+                                    size_t *out_count) {
   *out_records = NULL;
   *out_count = 0;
   if (limit == 0) return NULL;
@@ -1050,31 +1035,29 @@ kiln_status_t kiln_index_source_lru(kiln_index_t *index, size_t limit,
   bind_count(stmt, 1, limit, &rc);
   void *records = NULL;
   KILN_RETURN_IF_ERROR(collect_rows(index, stmt, rc, "list source eviction candidates",
-                                    sizeof(kiln_index_source_t), read_source_any, free_sources_any,
-                                    &records, out_count));
+                                    sizeof(kiln_index_source_t), read_source_any, free_sources_any, &records,
+                                    out_count));
   *out_records = records;
   return NULL;
 }
 
 /* ---- blobs: references, repair, quarantine ---------------------------------- */
 
-kiln_status_t kiln_index_digest_referenced(kiln_index_t *index, const char *digest,
-                                           bool *out_referenced) {
+kiln_status_t kiln_index_digest_referenced(kiln_index_t *index, const char *digest, bool *out_referenced) {
   *out_referenced = false;
   if (!digest) return invalid("check digest references", "digest is NULL");
   bool referenced = false;
-  KILN_RETURN_IF_ERROR(query_bool(index, STMT_DIGEST_REFERENCED, digest,
-                                  "check digest references", &referenced));
+  KILN_RETURN_IF_ERROR(
+      query_bool(index, STMT_DIGEST_REFERENCED, digest, "check digest references", &referenced));
   *out_referenced = referenced;
   return NULL;
 }
 
-kiln_status_t kiln_index_visit_digests(kiln_index_t *index, kiln_index_digest_fn_t fn,
-                                       void *user) {
+kiln_status_t kiln_index_visit_digests(kiln_index_t *index, kiln_index_digest_fn_t fn, void *user) {
   /* Collect first, then call: fn may use this same connection (repair drops the
    * rows of a missing blob), which must not happen under a running statement. */
   sqlite3_stmt *stmt = index->stmts[STMT_DIGESTS];
-  char (*digests)[KILN_INDEX_DIGEST_LEN + 1] = NULL;
+  char(*digests)[KILN_INDEX_DIGEST_LEN + 1] = NULL;
   size_t count = 0, capacity = 0;
   kiln_status_t status = NULL;
   int rc;
@@ -1094,7 +1077,7 @@ kiln_status_t kiln_index_visit_digests(kiln_index_t *index, kiln_index_digest_fn
 }
 
 static KILN_MUST_USE kiln_status_t drop_rows(kiln_index_t *index, const char *digest, const char *reason,
-                               int64_t now_ms, size_t *out_rows) {
+                                             int64_t now_ms, size_t *out_rows) {
   static const char op[] = "drop digest";
   int artifacts = 0, sources = 0;
   KILN_RETURN_IF_ERROR(exec_text(index, STMT_DROP_ARTIFACTS, digest, op, &artifacts));
@@ -1141,8 +1124,7 @@ kiln_status_t kiln_index_blob_check_put(kiln_index_t *index, const char *digest,
   sqlite3_stmt *stmt = index->stmts[STMT_CHECK_PUT];
   int rc = SQLITE_OK;
   bind_text(stmt, 1, digest, &rc);
-  if (rc == SQLITE_OK)
-    rc = sqlite3_bind_blob(stmt, 2, check, KILN_INDEX_CHECK_BYTES, SQLITE_STATIC);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_blob(stmt, 2, check, KILN_INDEX_CHECK_BYTES, SQLITE_STATIC);
   if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
   kiln_status_t status = rc == SQLITE_DONE ? NULL : sql_failure(index, rc, op);
   stmt_done(stmt);
@@ -1168,11 +1150,10 @@ kiln_status_t kiln_index_blob_check_get(kiln_index_t *index, const char *digest,
       status = KILN_STATUS(KILN_STATUS_DATA_LOSS,
                            "cache index %s: the check of blob %s is %d bytes, not %d; the "
                            "index is damaged: move it aside to start a fresh index",
-                           index->path, digest, sqlite3_column_bytes(stmt, 0),
-                           KILN_INDEX_CHECK_BYTES);
+                           index->path, digest, sqlite3_column_bytes(stmt, 0), KILN_INDEX_CHECK_BYTES);
   } else if (rc == SQLITE_DONE) {
-    status = KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no check recorded for blob %s",
-                         index->path, digest);
+    status = KILN_STATUS(KILN_STATUS_NOT_FOUND, "cache index %s: no check recorded for blob %s", index->path,
+                         digest);
   } else {
     status = sql_failure(index, rc, op);
   }

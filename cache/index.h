@@ -68,9 +68,9 @@ typedef struct kiln_index_artifact_s {
   char cache_key[KILN_INDEX_DIGEST_LEN + 1];
   char artifact_digest[KILN_INDEX_DIGEST_LEN + 1];
   char source_digest[KILN_INDEX_DIGEST_LEN + 1]; /* the key's source part (semantic digest) */
-  char *target;   /* canonical target id */
-  char *flags;    /* normalized flags, one per line */
-  char *compiler; /* compiler identity string */
+  char *target;                                  /* canonical target id */
+  char *flags;                                   /* normalized flags, one per line */
+  char *compiler;                                /* compiler identity string */
   uint32_t hal_version;
   uint32_t bytecode_version; /* major << 16 | minor */
   uint64_t size;             /* uncompressed bytes */
@@ -102,20 +102,20 @@ KILN_MUST_USE kiln_status_t kiln_index_artifact_put(kiln_index_t *index, const k
  * success (free it with kiln_index_artifact_deinit). NOT_FOUND when no row has
  * this key. */
 KILN_MUST_USE kiln_status_t kiln_index_artifact_get(kiln_index_t *index, const char *cache_key,
-                                      kiln_index_artifact_t *out_record);
+                                                    kiln_index_artifact_t *out_record);
 /* The newest row whose artifact_digest is `digest`; NOT_FOUND when none. */
 KILN_MUST_USE kiln_status_t kiln_index_artifact_get_by_digest(kiln_index_t *index, const char *digest,
-                                                kiln_index_artifact_t *out_record);
+                                                              kiln_index_artifact_t *out_record);
 /* Adds `hits` to the row's hit count and moves last_access_ms forward to
  * `last_access_ms` (never back), so hits counted in memory can be written in one
  * batch. A missing row is not an error (it may have been evicted since the hits
  * happened). */
 KILN_MUST_USE kiln_status_t kiln_index_artifact_record_hits(kiln_index_t *index, const char *cache_key,
-                                              int64_t last_access_ms, uint64_t hits);
+                                                            int64_t last_access_ms, uint64_t hits);
 /* Pins or unpins every row whose cache_key OR artifact_digest equals `key_or_digest`;
  * *out_changed (may be NULL) counts matching rows. NOT_FOUND when none match. */
 KILN_MUST_USE kiln_status_t kiln_index_artifact_set_pinned(kiln_index_t *index, const char *key_or_digest,
-                                             bool pinned, size_t *out_changed);
+                                                           bool pinned, size_t *out_changed);
 /* The most labels one page query can match (INVALID_ARGUMENT above it): the
  * contract's per-request label limit. */
 #define KILN_INDEX_PAGE_MAX_LABELS 32
@@ -140,7 +140,7 @@ typedef struct kiln_index_page_query_s {
   const kiln_index_label_t *labels; /* every (key, value) must be on the row */
   size_t n_labels;
   const kiln_index_page_cursor_t *after; /* NULL: the first page */
-  size_t limit;                     /* rows at most; 0: 100 */
+  size_t limit;                          /* rows at most; 0: 100 */
 } kiln_index_page_query_t;
 
 /* Matching rows, newest first: created_ms descending, then artifact_digest, then
@@ -151,21 +151,23 @@ typedef struct kiln_index_page_query_s {
  * by the caller (kiln_index_artifacts_free); *out_records is NULL when there are
  * none. */
 KILN_MUST_USE kiln_status_t kiln_index_artifact_find_page(kiln_index_t *index,
-                                            const kiln_index_page_query_t *query,
-                                            kiln_index_artifact_t **out_records, size_t *out_count);
+                                                          const kiln_index_page_query_t *query,
+                                                          kiln_index_artifact_t **out_records,
+                                                          size_t *out_count);
 
 /* Up to `limit` unpinned artifact rows, least recently accessed first (ties by
  * cache_key): eviction candidates. limit 0 returns none. */
 KILN_MUST_USE kiln_status_t kiln_index_artifact_lru(kiln_index_t *index, size_t limit,
-                                      kiln_index_artifact_t **out_records, size_t *out_count);
+                                                    kiln_index_artifact_t **out_records, size_t *out_count);
 
 /* Eviction's delete: removes the row only if it is (still) unpinned; for a source,
  * only if it is also (still) unpinned and no artifact names it. A row that was
  * pinned, deleted or referenced since the LRU query is left alone: *out_evicted
  * false, status OK. */
 KILN_MUST_USE kiln_status_t kiln_index_artifact_evict(kiln_index_t *index, const char *cache_key,
-                                        bool *out_evicted);
-KILN_MUST_USE kiln_status_t kiln_index_source_evict(kiln_index_t *index, const char *digest, bool *out_evicted);
+                                                      bool *out_evicted);
+KILN_MUST_USE kiln_status_t kiln_index_source_evict(kiln_index_t *index, const char *digest,
+                                                    bool *out_evicted);
 
 /* A source row (the uploaded IR). */
 typedef struct kiln_index_source_s {
@@ -187,7 +189,7 @@ void kiln_index_sources_free(kiln_index_source_t *records, size_t count);
  * digest or semantic_digest. */
 KILN_MUST_USE kiln_status_t kiln_index_source_put(kiln_index_t *index, const kiln_index_source_t *record);
 KILN_MUST_USE kiln_status_t kiln_index_source_get(kiln_index_t *index, const char *digest,
-                                    kiln_index_source_t *out_record);
+                                                  kiln_index_source_t *out_record);
 /* touch sets last_access_ms = now_ms; get and touch are NOT_FOUND when no row has
  * `digest`. */
 KILN_MUST_USE kiln_status_t kiln_index_source_touch(kiln_index_t *index, const char *digest, int64_t now_ms);
@@ -195,28 +197,29 @@ KILN_MUST_USE kiln_status_t kiln_index_source_touch(kiln_index_t *index, const c
  * the source's digest or its non-empty semantic_digest), least recently accessed
  * first (ties by digest): evicted after artifacts. limit 0 returns none. */
 KILN_MUST_USE kiln_status_t kiln_index_source_lru(kiln_index_t *index, size_t limit,
-                                    kiln_index_source_t **out_records, size_t *out_count);
+                                                  kiln_index_source_t **out_records, size_t *out_count);
 
 /* Whether any artifact or source row refers to blob `digest`: an artifact's
  * artifact_digest or a source's digest (source_digest and semantic_digest name
  * meanings, not blobs). */
 KILN_MUST_USE kiln_status_t kiln_index_digest_referenced(kiln_index_t *index, const char *digest,
-                                           bool *out_referenced);
+                                                         bool *out_referenced);
 
 /* Calls fn once per distinct blob digest the index refers to (artifacts and
  * sources), in ascending order. Used by repair to find rows whose blob is missing.
  * The digests are read before the first call, so fn may use this same index (e.g.
  * drop_digest). Stops at, and returns, the first failure fn returns. */
 typedef kiln_status_t (*kiln_index_digest_fn_t)(void *user, const char *digest);
-KILN_MUST_USE kiln_status_t kiln_index_visit_digests(kiln_index_t *index, kiln_index_digest_fn_t fn, void *user);
+KILN_MUST_USE kiln_status_t kiln_index_visit_digests(kiln_index_t *index, kiln_index_digest_fn_t fn,
+                                                     void *user);
 
 /* Deletes every artifact and source row that refers to blob `digest`, and its
  * check, and records it in the quarantine table with `reason` (when reason is
  * NULL, nothing is recorded: a dangling row dropped by repair), all in one
  * transaction. *out_rows (may be NULL) counts deleted artifact and source rows
  * (not their labels or check). */
-KILN_MUST_USE kiln_status_t kiln_index_drop_digest(kiln_index_t *index, const char *digest, const char *reason,
-                                     int64_t now_ms, size_t *out_rows);
+KILN_MUST_USE kiln_status_t kiln_index_drop_digest(kiln_index_t *index, const char *digest,
+                                                   const char *reason, int64_t now_ms, size_t *out_rows);
 
 /* Blob checks: the XXH3-128 of a blob's content (KILN_INDEX_CHECK_BYTES bytes,
  * opaque here), which streaming reads verify instead of SHA-256. A check belongs
@@ -229,9 +232,9 @@ KILN_MUST_USE kiln_status_t kiln_index_drop_digest(kiln_index_t *index, const ch
  * drop_unreferenced: deletes the check of `digest` unless an artifact or source row
  * names the blob (after its blob was removed); absent is not an error. */
 KILN_MUST_USE kiln_status_t kiln_index_blob_check_put(kiln_index_t *index, const char *digest,
-                                        const unsigned char check[KILN_INDEX_CHECK_BYTES]);
+                                                      const unsigned char check[KILN_INDEX_CHECK_BYTES]);
 KILN_MUST_USE kiln_status_t kiln_index_blob_check_get(kiln_index_t *index, const char *digest,
-                                        unsigned char out_check[KILN_INDEX_CHECK_BYTES]);
+                                                      unsigned char out_check[KILN_INDEX_CHECK_BYTES]);
 KILN_MUST_USE kiln_status_t kiln_index_blob_check_drop_unreferenced(kiln_index_t *index, const char *digest);
 
 typedef struct kiln_index_totals_s {

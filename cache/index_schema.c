@@ -93,9 +93,7 @@ static const char *const migrations[] = {
     ") STRICT, WITHOUT ROWID;\n",
 };
 
-int kiln_index_schema_migration_count(void) {
-  return (int)(sizeof migrations / sizeof migrations[0]);
-}
+int kiln_index_schema_migration_count(void) { return (int)(sizeof migrations / sizeof migrations[0]); }
 
 const char *kiln_index_schema_migration(int version) {
   if (version < 1 || version > kiln_index_schema_migration_count()) return NULL;

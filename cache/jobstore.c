@@ -22,7 +22,7 @@
 #include "cache/sqlerr.h"
 
 #define BUSY_TIMEOUT_MS 5000
-#define WHAT "job store"
+#define WHAT            "job store"
 
 struct kiln_jobstore_s {
   sqlite3 *db;
@@ -46,34 +46,39 @@ static const char schema_v1[] =
     "  PRIMARY KEY (job_id, idx)) STRICT;"
     "PRAGMA user_version = 1;";
 
-#define FAIL(store, rc, op) kiln_sql_failure_at((store)->db, WHAT, (store)->path, BUSY_TIMEOUT_MS, (rc), (op), __FILE__, __LINE__)
+#define FAIL(store, rc, op) \
+  kiln_sql_failure_at((store)->db, WHAT, (store)->path, BUSY_TIMEOUT_MS, (rc), (op), __FILE__, __LINE__)
 
 kiln_status_t kiln_jobstore_open(const char *path, kiln_jobstore_t **out_store) {
   *out_store = NULL;
   kiln_jobstore_t *s = kiln_calloc(1, sizeof *s);
   s->path = kiln_strdup(path);
-  int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+  int rc =
+      sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
   kiln_status_t st = NULL;
   if (rc != SQLITE_OK) st = FAIL(s, rc, "open");
   if (!st) {
     sqlite3_busy_timeout(s->db, BUSY_TIMEOUT_MS);
-    rc = sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;", NULL,
-                      NULL, NULL);
+    rc = sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+                      NULL, NULL, NULL);
     if (rc != SQLITE_OK) st = FAIL(s, rc, "configure");
   }
   int version = 0;
   if (!st) {
     sqlite3_stmt *v = NULL;
     rc = sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &v, NULL);
-    if (rc == SQLITE_OK && sqlite3_step(v) == SQLITE_ROW) version = sqlite3_column_int(v, 0);
-    else st = FAIL(s, rc == SQLITE_OK ? SQLITE_CORRUPT : rc, "read the schema version");
+    if (rc == SQLITE_OK && sqlite3_step(v) == SQLITE_ROW)
+      version = sqlite3_column_int(v, 0);
+    else
+      st = FAIL(s, rc == SQLITE_OK ? SQLITE_CORRUPT : rc, "read the schema version");
     sqlite3_finalize(v);
   }
   if (!st && version > 1) {
-    st = KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
-                     "job store %s has schema version %d, newer than this kilnd knows (1): it was written by a "
-                     "newer kilnd; run that one, or move the file aside",
-                     path, version);
+    st = KILN_STATUS(
+        KILN_STATUS_FAILED_PRECONDITION,
+        "job store %s has schema version %d, newer than this kilnd knows (1): it was written by a "
+        "newer kilnd; run that one, or move the file aside",
+        path, version);
   }
   if (!st && version < 1) {
     rc = sqlite3_exec(s->db, "BEGIN IMMEDIATE;", NULL, NULL, NULL);
@@ -107,8 +112,10 @@ void kiln_jobstore_close(kiln_jobstore_t *store) {
 }
 
 static void bind_text(sqlite3_stmt *s, int i, const char *v) {
-  if (v) sqlite3_bind_text(s, i, v, -1, SQLITE_TRANSIENT);
-  else sqlite3_bind_null(s, i);
+  if (v)
+    sqlite3_bind_text(s, i, v, -1, SQLITE_TRANSIENT);
+  else
+    sqlite3_bind_null(s, i);
 }
 
 /* The put statements, prepared once (persistent) on first use; under mu. */
@@ -213,8 +220,8 @@ static void column_fixed(sqlite3_stmt *s, int i, char out[65]) {
   snprintf(out, 65, "%s", v ? (const char *)v : "");
 }
 
-kiln_status_t kiln_jobstore_load(kiln_jobstore_t *store, int64_t since_unix_ms, kiln_jobstore_job_t **out_jobs,
-                                 size_t *out_count) {
+kiln_status_t kiln_jobstore_load(kiln_jobstore_t *store, int64_t since_unix_ms,
+                                 kiln_jobstore_job_t **out_jobs, size_t *out_count) {
   *out_jobs = NULL;
   *out_count = 0;
   pthread_mutex_lock(&store->mu);
@@ -226,10 +233,11 @@ kiln_status_t kiln_jobstore_load(kiln_jobstore_t *store, int64_t since_unix_ms, 
                               "WHERE finished_ms = 0 OR finished_ms >= ?1 ORDER BY created_ms, id",
                               -1, &q, NULL);
   if (rc == SQLITE_OK) {
-    rc = sqlite3_prepare_v2(store->db,
-                            "SELECT target, cache_key, state, artifact_digest, size, cache_hit, compile_ms, code, "
-                            "message FROM job_targets WHERE job_id = ?1 ORDER BY idx",
-                            -1, &t, NULL);
+    rc = sqlite3_prepare_v2(
+        store->db,
+        "SELECT target, cache_key, state, artifact_digest, size, cache_hit, compile_ms, code, "
+        "message FROM job_targets WHERE job_id = ?1 ORDER BY idx",
+        -1, &t, NULL);
   }
   if (rc != SQLITE_OK) st = FAIL(store, rc, "prepare a load");
   kiln_jobstore_job_t *jobs = NULL;
@@ -287,13 +295,16 @@ kiln_status_t kiln_jobstore_prune(kiln_jobstore_t *store, int64_t before_unix_ms
   pthread_mutex_lock(&store->mu);
   sqlite3_stmt *d = NULL;
   kiln_status_t st = NULL;
-  int rc = sqlite3_prepare_v2(store->db, "DELETE FROM jobs WHERE finished_ms > 0 AND finished_ms < ?1", -1, &d, NULL);
+  int rc = sqlite3_prepare_v2(store->db, "DELETE FROM jobs WHERE finished_ms > 0 AND finished_ms < ?1", -1,
+                              &d, NULL);
   if (rc == SQLITE_OK) {
     sqlite3_bind_int64(d, 1, before_unix_ms);
     rc = sqlite3_step(d);
   }
-  if (rc != SQLITE_DONE) st = FAIL(store, rc, "prune finished jobs");
-  else if (out_deleted) *out_deleted = (size_t)sqlite3_changes(store->db);
+  if (rc != SQLITE_DONE)
+    st = FAIL(store, rc, "prune finished jobs");
+  else if (out_deleted)
+    *out_deleted = (size_t)sqlite3_changes(store->db);
   sqlite3_finalize(d);
   pthread_mutex_unlock(&store->mu);
   return st;

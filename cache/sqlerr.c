@@ -22,8 +22,9 @@ kiln_status_t kiln_sql_failure_at(sqlite3 *db, const char *what, const char *pat
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
       code = KILN_STATUS_DATA_LOSS;
-      hint = "the file is damaged or not kiln's: restore it from a backup, or stop kilnd and move the cache "
-             "folder aside (a fresh index would count every blob an orphan)";
+      hint =
+          "the file is damaged or not kiln's: restore it from a backup, or stop kilnd and move the cache "
+          "folder aside (a fresh index would count every blob an orphan)";
       break;
     case SQLITE_READONLY:
     case SQLITE_PERM:
@@ -32,9 +33,7 @@ kiln_status_t kiln_sql_failure_at(sqlite3 *db, const char *what, const char *pat
       code = KILN_STATUS_PERMISSION_DENIED;
       hint = "check that the file and its directory exist and are writable by kilnd";
       break;
-    default:
-      code = KILN_STATUS_INTERNAL;
-      break;
+    default: code = KILN_STATUS_INTERNAL; break;
   }
   kiln_buf_t msg;
   kiln_buf_init(&msg);

@@ -13,7 +13,8 @@
 
 /* `what` names the file's role ("cache index", "job store"); `db` may be NULL when
  * sqlite3_open_v2 could not allocate a handle. */
-KILN_MUST_USE kiln_status_t kiln_sql_failure_at(sqlite3 *db, const char *what, const char *path, int busy_timeout_ms,
-                                  int rc, const char *op, const char *file, int line);
+KILN_MUST_USE kiln_status_t kiln_sql_failure_at(sqlite3 *db, const char *what, const char *path,
+                                                int busy_timeout_ms, int rc, const char *op, const char *file,
+                                                int line);
 
 #endif /* KILN_CACHE_SQLERR_H */

@@ -15,29 +15,31 @@ static const char *const priorities[] = {"", "interactive", "batch", "bulk", NUL
 static const kiln_config_option_t options[] = {
     {"config", 'c', KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, config), NULL, "FILE",
      "read settings from FILE (name = value lines)", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
-    {"addr", 'a', KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, addr), KILN_CLI_DEFAULT_ADDR,
-     "ADDR", "kilnd to talk to: HOST:PORT, [IPV6]:PORT or unix:PATH", 0, 0, NULL, 0},
-    {"timeout", 't', KILN_CONFIG_DURATION, offsetof(kiln_cli_settings_t, timeout_ms), NULL,
-     "DURATION", "deadline of each call to kilnd (default 10s; 1h for watch, cache verify and gc); "
-     "compile: of the whole compile (default 30m)", 1,
-     24 * 3600 * 1000, NULL, 0},
-    {"max-message-bytes", 0, KILN_CONFIG_SIZE, offsetof(kiln_cli_settings_t, max_message_bytes),
-     "64MiB", "SIZE", "largest answer accepted from kilnd", 1024, 2147483647, NULL, 0},
+    {"addr", 'a', KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, addr), KILN_CLI_DEFAULT_ADDR, "ADDR",
+     "kilnd to talk to: HOST:PORT, [IPV6]:PORT or unix:PATH", 0, 0, NULL, 0},
+    {"timeout", 't', KILN_CONFIG_DURATION, offsetof(kiln_cli_settings_t, timeout_ms), NULL, "DURATION",
+     "deadline of each call to kilnd (default 10s; 1h for watch, cache verify and gc); "
+     "compile: of the whole compile (default 30m)",
+     1, 24 * 3600 * 1000, NULL, 0},
+    {"max-message-bytes", 0, KILN_CONFIG_SIZE, offsetof(kiln_cli_settings_t, max_message_bytes), "64MiB",
+     "SIZE", "largest answer accepted from kilnd", 1024, 2147483647, NULL, 0},
     {"service", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, service), "", "NAME",
      "health: the service to check (\"\" = the whole server)", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
     {"dry-run", 0, KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, dry_run), NULL, NULL,
      "cache verify: report problems without repairing them; recompile: predict each file's "
-     "outcome, compile and write nothing", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
+     "outcome, compile and write nothing",
+     0, 0, NULL, KILN_CONFIG_CLI_ONLY},
     {"max-bytes", 0, KILN_CONFIG_SIZE, offsetof(kiln_cli_settings_t, max_bytes), NULL, "SIZE",
      "cache gc: evict down to SIZE on disk (default: kilnd's cache-capacity)", 0, 0, NULL,
      KILN_CONFIG_CLI_ONLY},
     {"target", 0, KILN_CONFIG_LIST, offsetof(kiln_cli_settings_t, target), NULL, "T[,T...]",
      "compile, explain: targets (canonical ids or aliases; see `kiln info`); fetch, find: one "
-     "target", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
+     "target",
+     0, 0, NULL, KILN_CONFIG_CLI_ONLY},
     {"output", 'o', KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, output), NULL, "PATH",
      "compile: directory for the VMFBs and kiln-manifest.json (default .); fetch: the file; "
-     "recompile: mirror the tree under PATH (default: NAME.hal7.vmfb beside each file)", 0, 0,
-     NULL, KILN_CONFIG_CLI_ONLY},
+     "recompile: mirror the tree under PATH (default: NAME.hal7.vmfb beside each file)",
+     0, 0, NULL, KILN_CONFIG_CLI_ONLY},
     {"flag", 0, KILN_CONFIG_LIST, offsetof(kiln_cli_settings_t, flag), NULL, "FLAG",
      "compile, fetch, explain: an extra iree-compile flag (--flag=--iree-...)", 0, 0, NULL,
      KILN_CONFIG_CLI_ONLY},
@@ -46,19 +48,18 @@ static const kiln_config_option_t options[] = {
      KILN_CONFIG_CLI_ONLY},
     {"priority", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, priority), NULL, "CLASS",
      "compile, recompile: interactive, batch or bulk (default: kilnd's: interactive for "
-     "compile, bulk for recompile)", 0, 0, priorities, 0},
+     "compile, bulk for recompile)",
+     0, 0, priorities, 0},
     {"request-id", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, request_id), NULL, "ID",
-     "compile: idempotency key (default: a random UUID per invocation)", 0, 0, NULL,
-     KILN_CONFIG_CLI_ONLY},
+     "compile: idempotency key (default: a random UUID per invocation)", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
     {"source", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, source), NULL, "DIGEST|FILE",
-     "fetch, find, explain: the source, by digest or as a file to hash", 0, 0, NULL,
-     KILN_CONFIG_CLI_ONLY},
+     "fetch, find, explain: the source, by digest or as a file to hash", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
     {"limit", 0, KILN_CONFIG_INT, offsetof(kiln_cli_settings_t, limit), NULL, "N",
      "find: page size, 1..1000 (default: kilnd's, 100)", 1, 1000, NULL, KILN_CONFIG_CLI_ONLY},
     {"page-token", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, page_token), NULL, "TOKEN",
      "find: the page after a previous one", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
-    {"all", 0, KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, all), NULL, NULL,
-     "find: every page", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
+    {"all", 0, KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, all), NULL, NULL, "find: every page", 0, 0,
+     NULL, KILN_CONFIG_CLI_ONLY},
     {"reason", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, reason), NULL, "TEXT",
      "cancel: why, for kilnd's log and the job's last event", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
     {"in-place", 0, KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, in_place), NULL, NULL,
@@ -67,8 +68,8 @@ static const kiln_config_option_t options[] = {
      "recompile --in-place: keep the old file as FILE.bak (an existing .bak is kept)", 0, 0, NULL,
      KILN_CONFIG_CLI_ONLY},
     {"manifest", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, manifest), NULL, "FILE",
-     "recompile: JSON or CSV mapping VMFB paths or digests to source, targets and flags", 0, 0,
-     NULL, KILN_CONFIG_CLI_ONLY},
+     "recompile: JSON or CSV mapping VMFB paths or digests to source, targets and flags", 0, 0, NULL,
+     KILN_CONFIG_CLI_ONLY},
     {"allow-outside", 0, KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, allow_outside), NULL, NULL,
      "recompile --manifest: let its sources lie outside the manifest's folder (refused by default: a "
      "manifest from elsewhere must not upload arbitrary files)",
@@ -86,12 +87,12 @@ static const kiln_config_option_t options[] = {
      "mutual TLS: present this PEM client certificate (with --tls-key)", 0, 0, NULL, 0},
     {"tls-key", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, tls_key), NULL, "FILE",
      "the PEM private key of --tls-cert", 0, 0, NULL, 0},
-    {"tls-server-name", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, tls_server_name), NULL,
-     "NAME", "the name kilnd's certificate must carry, when it differs from --addr's host", 0, 0,
-     NULL, 0},
+    {"tls-server-name", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, tls_server_name), NULL, "NAME",
+     "the name kilnd's certificate must carry, when it differs from --addr's host", 0, 0, NULL, 0},
     {"token-file", 0, KILN_CONFIG_STRING, offsetof(kiln_cli_settings_t, token_file), NULL, "FILE",
      "send the bearer token on this file's first line with every call (default: the "
-     "KILN_TOKEN variable, if set)", 0, 0, NULL, 0},
+     "KILN_TOKEN variable, if set)",
+     0, 0, NULL, 0},
     {"json", 'j', KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, json), NULL, NULL,
      "print machine-readable JSON (field names as in kiln.proto)", 0, 0, NULL, 0},
     {"help", 'h', KILN_CONFIG_BOOL, offsetof(kiln_cli_settings_t, help), NULL, NULL,
@@ -100,18 +101,15 @@ static const kiln_config_option_t options[] = {
      "print the client version and exit", 0, 0, NULL, KILN_CONFIG_CLI_ONLY},
 };
 
-static const kiln_config_table_t table = {"kiln", "KILN_", options,
-                                          sizeof options / sizeof options[0]};
+static const kiln_config_table_t table = {"kiln", "KILN_", options, sizeof options / sizeof options[0]};
 
 const kiln_config_table_t *kiln_cli_settings_table(void) { return &table; }
 
 int kiln_cli_call(const kiln_cli_settings_t *settings, kiln_client_t *client, const char *what,
                   const char *method, const ProtobufCMessage *request,
-                  const ProtobufCMessageDescriptor *response_descriptor,
-                  ProtobufCMessage **out_response) {
+                  const ProtobufCMessageDescriptor *response_descriptor, ProtobufCMessage **out_response) {
   kiln_status_t status = kiln_client_unary(client, method, request, response_descriptor, out_response);
-  return status ? kiln_cli_report(settings, what, kiln_client_timeout(client), status)
-                : KILN_EXIT_OK;
+  return status ? kiln_cli_report(settings, what, kiln_client_timeout(client), status) : KILN_EXIT_OK;
 }
 
 int64_t kiln_cli_timeout_ms(const kiln_cli_settings_t *settings, bool long_running) {
@@ -226,9 +224,8 @@ void kiln_cli_uuid(char out[37]) {
   }
   b[6] = (unsigned char)((b[6] & 0x0F) | 0x40);
   b[8] = (unsigned char)((b[8] & 0x3F) | 0x80);
-  snprintf(out, 37,
-           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+           b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
 int kiln_cli_expect_args(const char *command, int argc, int min, int max, const char *usage) {
@@ -263,9 +260,10 @@ int kiln_cli_report(const kiln_cli_settings_t *settings, const char *what, int64
       fprintf(stderr, "kiln: if kilnd serves TLS, pass --tls-ca FILE (or --tls).\n");
     } else {
       /* gRPC reports a failed handshake only as a closed socket. */
-      fprintf(stderr, "kiln: if kilnd is running, the TLS handshake may have failed: check --tls-ca (the "
-                      "CA that signed kilnd's certificate), --tls-server-name, and whether kilnd wants a "
-                      "client certificate (--tls-cert, --tls-key).\n");
+      fprintf(stderr,
+              "kiln: if kilnd is running, the TLS handshake may have failed: check --tls-ca (the "
+              "CA that signed kilnd's certificate), --tls-server-name, and whether kilnd wants a "
+              "client certificate (--tls-cert, --tls-key).\n");
     }
   } else if (code == KILN_EXIT_DENIED) {
     fprintf(stderr, "kiln: %s: kilnd refused the call: %s: %s\n", what, kiln_status_code_name(grpc_code),
@@ -274,8 +272,8 @@ int kiln_cli_report(const kiln_cli_settings_t *settings, const char *what, int64
                         ? "kiln: pass a token kilnd knows with --token-file FILE or KILN_TOKEN.\n"
                         : "kiln: use a token whose role allows this (read < submit < admin).\n");
   } else if (code == KILN_EXIT_TIMEOUT) {
-    fprintf(stderr, "kiln: %s: kilnd at %s did not answer within %lld ms (%s); raise --timeout?\n",
-            what, settings->addr, (long long)timeout_ms, kiln_status_message(status));
+    fprintf(stderr, "kiln: %s: kilnd at %s did not answer within %lld ms (%s); raise --timeout?\n", what,
+            settings->addr, (long long)timeout_ms, kiln_status_message(status));
   } else {
     fprintf(stderr, "kiln: %s failed: %s: %s\n", what, kiln_status_code_name(grpc_code),
             kiln_status_message(status));

@@ -13,22 +13,22 @@
 #include "compiler/vmfb/reader.h"
 
 /* Exit codes, one per failure class (documented in `kiln --help` and the README). */
-#define KILN_EXIT_OK 0
-#define KILN_EXIT_FAILED 1      /* kilnd answered with an error */
-#define KILN_EXIT_USAGE 2       /* bad command, flag or value */
-#define KILN_EXIT_UNREACHABLE 3 /* kilnd could not be reached (UNAVAILABLE) */
-#define KILN_EXIT_TIMEOUT 4     /* no answer within --timeout (DEADLINE_EXCEEDED) */
-#define KILN_EXIT_NOT_SERVING 5 /* kilnd is up but reports NOT_SERVING */
-#define KILN_EXIT_LEGACY 6      /* inspect: a file is a legacy (pre-HAL 0.7) VMFB */
-#define KILN_EXIT_INVALID 7     /* inspect: a file is not a readable VMFB */
-#define KILN_EXIT_INCOMPLETE 8  /* recompile: a file failed, had no source or was invalid */
-#define KILN_EXIT_DENIED 9      /* kilnd refused the credentials (UNAUTHENTICATED, PERMISSION_DENIED) */
-#define KILN_EXIT_INTERRUPTED 130 /* recompile: stopped by SIGINT or SIGTERM (128 + SIGINT) */
+#define KILN_EXIT_OK                  0
+#define KILN_EXIT_FAILED              1 /* kilnd answered with an error */
+#define KILN_EXIT_USAGE               2 /* bad command, flag or value */
+#define KILN_EXIT_UNREACHABLE         3 /* kilnd could not be reached (UNAVAILABLE) */
+#define KILN_EXIT_TIMEOUT             4 /* no answer within --timeout (DEADLINE_EXCEEDED) */
+#define KILN_EXIT_NOT_SERVING         5 /* kilnd is up but reports NOT_SERVING */
+#define KILN_EXIT_LEGACY              6 /* inspect: a file is a legacy (pre-HAL 0.7) VMFB */
+#define KILN_EXIT_INVALID             7 /* inspect: a file is not a readable VMFB */
+#define KILN_EXIT_INCOMPLETE          8 /* recompile: a file failed, had no source or was invalid */
+#define KILN_EXIT_DENIED              9 /* kilnd refused the credentials (UNAUTHENTICATED, PERMISSION_DENIED) */
+#define KILN_EXIT_INTERRUPTED         130 /* recompile: stopped by SIGINT or SIGTERM (128 + SIGINT) */
 
-#define KILN_CLI_DEFAULT_ADDR "127.0.0.1:7477"
-#define KILN_CLI_DEFAULT_TIMEOUT_MS 10000
-#define KILN_CLI_LONG_TIMEOUT_MS (3600 * 1000) /* cache verify and gc read the whole store; watch */
-#define KILN_CLI_COMPILE_TIMEOUT_MS (30 * 60 * 1000) /* the whole compile, job included */
+#define KILN_CLI_DEFAULT_ADDR         "127.0.0.1:7477"
+#define KILN_CLI_DEFAULT_TIMEOUT_MS   10000
+#define KILN_CLI_LONG_TIMEOUT_MS      (3600 * 1000)      /* cache verify and gc read the whole store; watch */
+#define KILN_CLI_COMPILE_TIMEOUT_MS   (30 * 60 * 1000)   /* the whole compile, job included */
 #define KILN_CLI_RECOMPILE_TIMEOUT_MS (24 * 3600 * 1000) /* a whole fleet on one Recompile stream */
 
 typedef struct kiln_cli_settings_s {
@@ -46,27 +46,27 @@ typedef struct kiln_cli_settings_s {
   char *tls_cert;
   char *tls_key;
   char *tls_server_name;
-  char *token_file;          /* its first line is the token; else KILN_TOKEN */
+  char *token_file; /* its first line is the token; else KILN_TOKEN */
   bool help;
   bool version;
   /* compile, fetch, find, explain */
   kiln_config_list_t target; /* each item may hold a comma-separated list */
   kiln_config_list_t flag;
-  kiln_config_list_t label;  /* "key=value" */
-  char *output;              /* compile: a directory; fetch: a file */
-  char *priority;            /* "", interactive, batch, bulk */
+  kiln_config_list_t label; /* "key=value" */
+  char *output;             /* compile: a directory; fetch: a file */
+  char *priority;           /* "", interactive, batch, bulk */
   char *request_id;
-  char *source;              /* fetch, find, explain: a source digest or a file */
-  int64_t limit;             /* find: page size, 0 = kilnd's default */
+  char *source;  /* fetch, find, explain: a source digest or a file */
+  int64_t limit; /* find: page size, 0 = kilnd's default */
   char *page_token;
   bool all;
-  char *reason;              /* cancel */
+  char *reason; /* cancel */
   /* recompile */
   bool in_place;
   bool backup;
   char *manifest;
   bool allow_outside; /* recompile: manifest sources may lie outside its folder */
-  int64_t jobs;              /* items unanswered on the stream at most; 0: the default */
+  int64_t jobs;       /* items unanswered on the stream at most; 0: the default */
   bool force;
 } kiln_cli_settings_t;
 
@@ -74,16 +74,15 @@ const kiln_config_table_t *kiln_cli_settings_table(void);
 
 /* A command: runs with the parsed settings and its positional arguments (after the
  * command name); returns an exit code. */
-typedef int (*kiln_cli_command_fn_t)(const kiln_cli_settings_t *settings, kiln_client_t *client,
-                                     int argc, const char **argv);
+typedef int (*kiln_cli_command_fn_t)(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
+                                     const char **argv);
 
 /* Calls `method` through kiln_client_unary. On failure reports it as `what`
  * (kiln_cli_report) and returns the exit code; on success returns KILN_EXIT_OK and
  * *out_response is owned by the caller (protobuf_c_message_free_unpacked). */
 int kiln_cli_call(const kiln_cli_settings_t *settings, kiln_client_t *client, const char *what,
                   const char *method, const ProtobufCMessage *request,
-                  const ProtobufCMessageDescriptor *response_descriptor,
-                  ProtobufCMessage **out_response);
+                  const ProtobufCMessageDescriptor *response_descriptor, ProtobufCMessage **out_response);
 
 /* The exit code for a failed RPC status. */
 int kiln_cli_exit_code(const kiln_status_t status);
@@ -141,25 +140,18 @@ int64_t kiln_cli_timeout_or(const kiln_cli_settings_t *settings, int64_t default
 int kiln_cli_stats(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 
 /* `kiln compile FILE --target T[,T...] [-o DIR] [--flag F]... [--label K=V]...`. */
-int kiln_cli_compile(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                     const char **argv);
+int kiln_cli_compile(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 /* `kiln fetch DIGEST | --source S --target T [--flag F]... [-o FILE]`. */
-int kiln_cli_fetch(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                   const char **argv);
+int kiln_cli_fetch(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 /* `kiln find [--source S] [--target T] [--label K=V]... [--limit N] [--page-token X|--all]`. */
-int kiln_cli_find(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                  const char **argv);
+int kiln_cli_find(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 /* `kiln status JOB`, `kiln watch JOB`, `kiln cancel JOB [--reason TEXT]`. */
-int kiln_cli_status(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                    const char **argv);
-int kiln_cli_watch(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                   const char **argv);
-int kiln_cli_cancel(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                    const char **argv);
+int kiln_cli_status(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
+int kiln_cli_watch(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
+int kiln_cli_cancel(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 /* `kiln explain FILE|--source S --target T[,T...] [--flag F]...`: would Compile hit
  * the cache, and if not, which part of the key differs from the nearest entry. */
-int kiln_cli_explain(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                     const char **argv);
+int kiln_cli_explain(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv);
 
 /* ---- Following a job (shared by compile and watch) ----------------------- */
 
@@ -226,8 +218,8 @@ typedef struct kiln_cli_label_s {
  * twice keeps its last value, in the position of its first). INVALID_ARGUMENT
  * naming the item when it has no '=' or an empty key. On success *out_labels (an
  * array of *out_n) belongs to the caller (kiln_cli_labels_free). */
-KILN_MUST_USE kiln_status_t kiln_cli_labels_parse(const kiln_config_list_t *labels, kiln_cli_label_t **out_labels,
-                                    size_t *out_n);
+KILN_MUST_USE kiln_status_t kiln_cli_labels_parse(const kiln_config_list_t *labels,
+                                                  kiln_cli_label_t **out_labels, size_t *out_n);
 void kiln_cli_labels_free(kiln_cli_label_t *labels, size_t n);
 
 /* --priority as the proto enum value: "" -> 0 (kilnd's default), interactive 1,

@@ -18,15 +18,17 @@ static void print_size(const char *label, uint64_t bytes) {
     v /= 1024;
     u++;
   }
-  if (u == 0) printf("%-22s %llu B\n", label, (unsigned long long)bytes);
-  else printf("%-22s %.1f %s (%llu bytes)\n", label, v, units[u], (unsigned long long)bytes);
+  if (u == 0)
+    printf("%-22s %llu B\n", label, (unsigned long long)bytes);
+  else
+    printf("%-22s %.1f %s (%llu bytes)\n", label, v, units[u], (unsigned long long)bytes);
 }
 
 static int stats(const kiln_cli_settings_t *settings, kiln_client_t *client) {
   Kiln__V1__GetCacheStatsRequest req = KILN__V1__GET_CACHE_STATS_REQUEST__INIT;
   ProtobufCMessage *msg = NULL;
   int rc = kiln_cli_call(settings, client, "cache stats", "/kiln.v1.Kiln/GetCacheStats", &req.base,
-                &kiln__v1__get_cache_stats_response__descriptor, &msg);
+                         &kiln__v1__get_cache_stats_response__descriptor, &msg);
   if (rc) return rc;
   const Kiln__V1__GetCacheStatsResponse *s = (const Kiln__V1__GetCacheStatsResponse *)msg;
   if (settings->json) {
@@ -45,8 +47,10 @@ static int stats(const kiln_cli_settings_t *settings, kiln_client_t *client) {
     print_size("  size", s->source_bytes);
     print_size("  on disk", s->source_stored_bytes);
     printf("%-22s %llu\n", "quarantined", (unsigned long long)s->quarantined);
-    if (s->capacity_bytes) print_size("capacity", s->capacity_bytes);
-    else printf("%-22s unlimited\n", "capacity");
+    if (s->capacity_bytes)
+      print_size("capacity", s->capacity_bytes);
+    else
+      printf("%-22s unlimited\n", "capacity");
   }
   protobuf_c_message_free_unpacked(msg, NULL);
   return KILN_EXIT_OK;
@@ -69,7 +73,7 @@ static int verify(const kiln_cli_settings_t *settings, kiln_client_t *client) {
   ProtobufCMessage *msg = NULL;
   kiln_client_set_timeout(client, kiln_cli_timeout_ms(settings, true));
   int rc = kiln_cli_call(settings, client, "cache verify", "/kiln.v1.Kiln/VerifyCache", &req.base,
-                &kiln__v1__verify_cache_response__descriptor, &msg);
+                         &kiln__v1__verify_cache_response__descriptor, &msg);
   if (rc) return rc;
   const Kiln__V1__VerifyCacheResponse *r = (const Kiln__V1__VerifyCacheResponse *)msg;
   if (settings->json) {
@@ -96,7 +100,7 @@ static int gc(const kiln_cli_settings_t *settings, kiln_client_t *client) {
   ProtobufCMessage *msg = NULL;
   kiln_client_set_timeout(client, kiln_cli_timeout_ms(settings, true));
   int rc = kiln_cli_call(settings, client, "cache gc", "/kiln.v1.Kiln/CollectGarbage", &req.base,
-                &kiln__v1__collect_garbage_response__descriptor, &msg);
+                         &kiln__v1__collect_garbage_response__descriptor, &msg);
   if (rc) return rc;
   const Kiln__V1__CollectGarbageResponse *r = (const Kiln__V1__CollectGarbageResponse *)msg;
   if (settings->json) {
@@ -111,14 +115,13 @@ static int gc(const kiln_cli_settings_t *settings, kiln_client_t *client) {
   return KILN_EXIT_OK;
 }
 
-static int pin(const kiln_cli_settings_t *settings, kiln_client_t *client, const char *digest,
-               bool pinned) {
+static int pin(const kiln_cli_settings_t *settings, kiln_client_t *client, const char *digest, bool pinned) {
   Kiln__V1__PinArtifactRequest req = KILN__V1__PIN_ARTIFACT_REQUEST__INIT;
   req.digest = (char *)digest;
   ProtobufCMessage *msg = NULL;
   int rc = kiln_cli_call(settings, client, pinned ? "cache pin" : "cache unpin",
-                pinned ? "/kiln.v1.Kiln/PinArtifact" : "/kiln.v1.Kiln/UnpinArtifact", &req.base,
-                &kiln__v1__pin_artifact_response__descriptor, &msg);
+                         pinned ? "/kiln.v1.Kiln/PinArtifact" : "/kiln.v1.Kiln/UnpinArtifact", &req.base,
+                         &kiln__v1__pin_artifact_response__descriptor, &msg);
   if (rc) return rc;
   const Kiln__V1__PinArtifactResponse *r = (const Kiln__V1__PinArtifactResponse *)msg;
   if (settings->json) {
@@ -130,8 +133,7 @@ static int pin(const kiln_cli_settings_t *settings, kiln_client_t *client, const
   return KILN_EXIT_OK;
 }
 
-int kiln_cli_cache(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                   const char **argv) {
+int kiln_cli_cache(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv) {
   const char *sub = argc > 0 ? argv[0] : "";
   int want_args = (strcmp(sub, "pin") == 0 || strcmp(sub, "unpin") == 0) ? 2 : 1;
   if (argc == 0 || (strcmp(sub, "stats") && strcmp(sub, "verify") && strcmp(sub, "gc") &&
@@ -140,8 +142,9 @@ int kiln_cli_cache(const kiln_cli_settings_t *settings, kiln_client_t *client, i
     return KILN_EXIT_USAGE;
   }
   if (argc != want_args) {
-    fprintf(stderr, want_args == 2 ? "kiln: cache %s needs one artifact digest or cache key\n"
-                                   : "kiln: cache %s takes no arguments\n",
+    fprintf(stderr,
+            want_args == 2 ? "kiln: cache %s needs one artifact digest or cache key\n"
+                           : "kiln: cache %s takes no arguments\n",
             sub);
     return KILN_EXIT_USAGE;
   }

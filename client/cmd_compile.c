@@ -37,18 +37,17 @@
 #include "client/transfer.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-#define INLINE_MAX (1u << 20)
+#define INLINE_MAX       (1u << 20)
 #define MESSAGE_HEADROOM (64u << 10) /* the rest of a CompileRequest besides the source */
-#define INFO_TIMEOUT_MS 10000
-#define WATCH_GRACE_MS 15000 /* kilnd ends a job at the deadline; let its Terminal arrive */
-#define DOWNLOAD_MIN_MS 60000
-#define COMPILE_TRIES 3
-#define MANIFEST_NAME "kiln-manifest.json"
+#define INFO_TIMEOUT_MS  10000
+#define WATCH_GRACE_MS   15000 /* kilnd ends a job at the deadline; let its Terminal arrive */
+#define DOWNLOAD_MIN_MS  60000
+#define COMPILE_TRIES    3
+#define MANIFEST_NAME    "kiln-manifest.json"
 
 static const char usage[] =
     "compile FILE|- --target T[,T...] [-o DIR] [--flag F]... [--label K=V]... "
     "[--priority CLASS] [--request-id ID]";
-
 
 /* Everything one compile holds; released by compile_deinit. */
 typedef struct compile_s {
@@ -125,8 +124,8 @@ static int load_source(compile_t *c) {
     if (!c->file) {
       status = KILN_CLI_LOCAL_ERRNO(errno, "cannot open %s", c->path);
     } else if (fstat(fileno(c->file), &st) != 0 || !S_ISREG(st.st_mode)) {
-      status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is not a regular file; name an MLIR file",
-                           c->path);
+      status =
+          KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is not a regular file; name an MLIR file", c->path);
     } else if ((uint64_t)st.st_size <= inline_max) {
       status = kiln_cli_read_all(c->file, c->path, inline_max, &c->inline_data, &c->inline_len);
       if (!status) {
@@ -163,8 +162,10 @@ static int load_source(compile_t *c) {
   } else {
     size_t len = 0;
     char *text = kiln_read_file(c->path, &len);
-    if (text) kiln_mlir_text_digest(text, len, &c->route);
-    else c->route = c->digest; /* it was readable a moment ago: route by its bytes */
+    if (text)
+      kiln_mlir_text_digest(text, len, &c->route);
+    else
+      c->route = c->digest; /* it was readable a moment ago: route by its bytes */
     kiln_free(text);
   }
   return KILN_EXIT_OK;
@@ -250,7 +251,8 @@ static int submit(compile_t *c) {
       }
       continue;
     }
-    if (code != KILN_STATUS_UNAVAILABLE || attempt >= COMPILE_TRIES || remaining_ms(c) < 2000 * attempt) break;
+    if (code != KILN_STATUS_UNAVAILABLE || attempt >= COMPILE_TRIES || remaining_ms(c) < 2000 * attempt)
+      break;
     /* Draining or briefly busy: the same request_id makes the retry safe. */
     kiln_status_free(status);
     status = NULL;
@@ -311,7 +313,8 @@ static KILN_MUST_USE kiln_status_t check_writable(const char *dir) {
  * `may_rebuild`, a download kilnd refuses with DATA_LOSS (its stored copy failed
  * its check; kilnd has quarantined it) is not reported: *out_rebuild is set, and
  * the caller compiles again, which rebuilds it. */
-static int download_all(compile_t *c, const char *dir, kiln_cli_show_t show, bool may_rebuild, bool *out_rebuild) {
+static int download_all(compile_t *c, const char *dir, kiln_cli_show_t show, bool may_rebuild,
+                        bool *out_rebuild) {
   kiln_status_t status = kiln_cli_mkdirs(dir);
   if (status) {
     fprintf(stderr, "kiln: compile: %s\n", kiln_status_message(status));
@@ -333,7 +336,8 @@ static int download_all(compile_t *c, const char *dir, kiln_cli_show_t show, boo
     Kiln__V1__ArtifactChunk *meta = NULL;
     status = kiln_cli_artifact_download(c->client, &ref, path.data, &meta, NULL, NULL);
     if (status && may_rebuild && kiln_status_code(status) == KILN_STATUS_DATA_LOSS) {
-      fprintf(stderr, "kiln: compile: kilnd's stored %s was corrupt (%s); kilnd quarantined it, compiling it again\n",
+      fprintf(stderr,
+              "kiln: compile: kilnd's stored %s was corrupt (%s); kilnd quarantined it, compiling it again\n",
               t->name, kiln_status_message(status));
       kiln_status_free(status);
       *out_rebuild = true;
@@ -396,8 +400,10 @@ int kiln_cli_compile(const kiln_cli_settings_t *settings, kiln_client_t *client,
   kiln_cli_job_init(&c.job, NULL);
   kiln_cli_targets_split(&settings->target, &c.targets, &c.n_targets);
   if (c.n_targets == 0) {
-    fprintf(stderr, "kiln: compile: no target: pass --target with one or more of the targets "
-                    "`kiln info` lists, e.g. --target sm_89,gfx950\nusage: kiln %s\n", usage);
+    fprintf(stderr,
+            "kiln: compile: no target: pass --target with one or more of the targets "
+            "`kiln info` lists, e.g. --target sm_89,gfx950\nusage: kiln %s\n",
+            usage);
     compile_deinit(&c);
     return KILN_EXIT_USAGE;
   }
@@ -493,8 +499,9 @@ int kiln_cli_compile(const kiln_cli_settings_t *settings, kiln_client_t *client,
           c.job.targets[i].code == KILN_STATUS_DEADLINE_EXCEEDED && c.job.targets[i].message &&
           strstr(c.job.targets[i].message, "task timeout")) {
         /* kilnd's own limit on one compile (worker-timeout), not --timeout. */
-        fprintf(stderr, "kiln: compile: kilnd stopped the compile at its worker-timeout; its operator can raise "
-                        "it (kilnd --worker-timeout)\n");
+        fprintf(stderr,
+                "kiln: compile: kilnd stopped the compile at its worker-timeout; its operator can raise "
+                "it (kilnd --worker-timeout)\n");
         rc = KILN_EXIT_TIMEOUT;
         break;
       }

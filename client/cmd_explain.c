@@ -36,8 +36,8 @@ static const char *resolve_target(const Kiln__V1__GetServerInfoResponse *info, c
 /* GetArtifact by key, one byte: HIT with *out_meta (owned), MISS, or UNKNOWN.
  * INVALID_ARGUMENT (a refused flag) is returned as a status. */
 static KILN_MUST_USE kiln_status_t lookup(kiln_client_t *client, const char *source, const char *target,
-                            const kiln_cli_settings_t *settings, kiln_cli_lookup_t *out,
-                            Kiln__V1__ArtifactChunk **out_meta) {
+                                          const kiln_cli_settings_t *settings, kiln_cli_lookup_t *out,
+                                          Kiln__V1__ArtifactChunk **out_meta) {
   *out = KILN_CLI_LOOKUP_UNKNOWN;
   *out_meta = NULL;
   Kiln__V1__ArtifactKey key = KILN__V1__ARTIFACT_KEY__INIT;
@@ -177,9 +177,9 @@ int kiln_cli_explain(const kiln_cli_settings_t *settings, kiln_client_t *client,
       }
       break;
     }
-    kiln_cli_explain_input_t in = {source.text, canonical[i], settings->flag.items, settings->flag.count,
-                                   info->compiler, artifacts, n_artifacts, found,
-                                   hit ? hit->metadata : NULL};
+    kiln_cli_explain_input_t in = {source.text,          canonical[i],   settings->flag.items,
+                                   settings->flag.count, info->compiler, artifacts,
+                                   n_artifacts,          found,          hit ? hit->metadata : NULL};
     kiln_cli_explain_t ex;
     kiln_cli_explain_target(&in, &ex);
     all_hit &= ex.hit;
@@ -188,8 +188,10 @@ int kiln_cli_explain(const kiln_cli_settings_t *settings, kiln_client_t *client,
       json_object_object_add(o, "hit", json_object_new_boolean(ex.hit));
       json_object_object_add(o, "differs", json_object_new_string(ex.differs));
       json_object_object_add(o, "reason", json_object_new_string(ex.reason));
-      json_object_object_add(o, "confirmed_by_kilnd", json_object_new_boolean(found != KILN_CLI_LOOKUP_UNKNOWN));
-      json_object_object_add(o, "nearest", ex.nearest ? kiln_client_json_from_message(&ex.nearest->base) : NULL);
+      json_object_object_add(o, "confirmed_by_kilnd",
+                             json_object_new_boolean(found != KILN_CLI_LOOKUP_UNKNOWN));
+      json_object_object_add(o, "nearest",
+                             ex.nearest ? kiln_client_json_from_message(&ex.nearest->base) : NULL);
       json_object_object_add(targets_json, canonical[i], o);
     } else {
       printf("%s: %s: %s\n", canonical[i], ex.hit ? "hit" : "miss", ex.reason);

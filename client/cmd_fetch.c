@@ -23,8 +23,7 @@ static int usage_error(const char *what, const char *arg) {
   return KILN_EXIT_USAGE;
 }
 
-int kiln_cli_fetch(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                   const char **argv) {
+int kiln_cli_fetch(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv) {
   int rc = kiln_cli_expect_args("fetch", argc, 0, 1, usage);
   if (rc) return rc;
   char **targets = NULL;

@@ -46,8 +46,7 @@ static void print_row(const Kiln__V1__ArtifactMetadata *a) {
   kiln_buf_deinit(&labels);
 }
 
-int kiln_cli_find(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                  const char **argv) {
+int kiln_cli_find(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv) {
   (void)argv;
   int rc = kiln_cli_expect_args("find", argc, 0, 0, usage);
   if (rc) return rc;
@@ -102,12 +101,14 @@ int kiln_cli_find(const kiln_cli_settings_t *settings, kiln_client_t *client, in
     if (rc) break;
     const Kiln__V1__FindArtifactsResponse *r = (const Kiln__V1__FindArtifactsResponse *)msg;
     if (!settings->json && shown == 0 && r->n_artifacts) {
-      printf("%-64s  %-14s %10s  %3s  %-20s  %-12s  %s\n", "DIGEST", "TARGET", "SIZE", "HAL",
-             "CREATED", "SOURCE", "LABELS");
+      printf("%-64s  %-14s %10s  %3s  %-20s  %-12s  %s\n", "DIGEST", "TARGET", "SIZE", "HAL", "CREATED",
+             "SOURCE", "LABELS");
     }
     for (size_t i = 0; i < r->n_artifacts; i++) {
-      if (all) json_object_array_add(all, kiln_client_json_from_message(&r->artifacts[i]->base));
-      else print_row(r->artifacts[i]);
+      if (all)
+        json_object_array_add(all, kiln_client_json_from_message(&r->artifacts[i]->base));
+      else
+        print_row(r->artifacts[i]);
     }
     shown += r->n_artifacts;
     kiln_free(token);

@@ -6,8 +6,7 @@
 #include "client/json.h"
 #include "grpc/health/v1/health.pb-c.h"
 
-int kiln_cli_health(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                    const char **argv) {
+int kiln_cli_health(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv) {
   (void)argv;
   if (argc > 0) {
     fprintf(stderr, "kiln: health takes no arguments (use --service NAME)\n");

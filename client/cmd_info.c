@@ -20,13 +20,15 @@ static const char *kind_name(Kiln__V1__TargetKind kind) {
 
 static void format_duration(kiln_buf_t *out, int64_t ms) {
   int64_t s = ms / 1000;
-  if (s < 60) kiln_buf_appendf(out, "%lld.%llds", (long long)s, (long long)(ms % 1000) / 100);
-  else if (s < 3600) kiln_buf_appendf(out, "%lldm%02llds", (long long)s / 60, (long long)s % 60);
-  else kiln_buf_appendf(out, "%lldh%02lldm", (long long)s / 3600, (long long)(s % 3600) / 60);
+  if (s < 60)
+    kiln_buf_appendf(out, "%lld.%llds", (long long)s, (long long)(ms % 1000) / 100);
+  else if (s < 3600)
+    kiln_buf_appendf(out, "%lldm%02llds", (long long)s / 60, (long long)s % 60);
+  else
+    kiln_buf_appendf(out, "%lldh%02lldm", (long long)s / 3600, (long long)(s % 3600) / 60);
 }
 
-int kiln_cli_info(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                  const char **argv) {
+int kiln_cli_info(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv) {
   (void)argv;
   if (argc > 0) {
     fprintf(stderr, "kiln: info takes no arguments\n");
@@ -60,9 +62,8 @@ int kiln_cli_info(const kiln_cli_settings_t *settings, kiln_client_t *client, in
       if (!*c->llvm_version && !strcmp(c->name, "kiln-mlir")) printf(" (no compile worker ready yet)");
       printf("\n");
     }
-    printf("artifacts  HAL module version %u (HAL 0.%u), VM bytecode %u.%u\n",
-           info->hal_module_version, info->hal_module_version, info->vm_bytecode_version_major,
-           info->vm_bytecode_version_minor);
+    printf("artifacts  HAL module version %u (HAL 0.%u), VM bytecode %u.%u\n", info->hal_module_version,
+           info->hal_module_version, info->vm_bytecode_version_major, info->vm_bytecode_version_minor);
     printf("messages   up to %llu bytes\n", (unsigned long long)info->max_message_bytes);
     printf("targets    %zu\n", info->n_targets);
     printf("  %-15s %-7s %-20s %s\n", "ID", "KIND", "FORMAT", "ALIASES");
@@ -73,8 +74,7 @@ int kiln_cli_info(const kiln_cli_settings_t *settings, kiln_client_t *client, in
       for (size_t a = 0; a < t->n_aliases; a++) {
         kiln_buf_appendf(&aliases, "%s%s", a ? ", " : "", t->aliases[a]);
       }
-      printf("  %-15s %-7s %-20s %s\n", t->id, kind_name(t->kind), t->executable_format,
-             aliases.data);
+      printf("  %-15s %-7s %-20s %s\n", t->id, kind_name(t->kind), t->executable_format, aliases.data);
       kiln_buf_deinit(&aliases);
     }
   }

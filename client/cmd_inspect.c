@@ -44,8 +44,8 @@ static KILN_MUST_USE kiln_status_t read_whole(const char *path, uint8_t **out, s
   } else if (!S_ISREG(st.st_mode)) {
     status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is not a regular file", path);
   } else if ((uint64_t)st.st_size > MAX_FILE_BYTES) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is %lld bytes, over the 4 GiB a VMFB can be",
-                         path, (long long)st.st_size);
+    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is %lld bytes, over the 4 GiB a VMFB can be", path,
+                         (long long)st.st_size);
   } else {
     size_t n = (size_t)st.st_size;
     uint8_t *data = kiln_malloc(n ? n : 1);
@@ -61,9 +61,7 @@ static KILN_MUST_USE kiln_status_t read_whole(const char *path, uint8_t **out, s
   return status;
 }
 
-static const char *layout_name(int layout) {
-  return layout == 1 ? "zip" : layout == 2 ? "flat" : "unknown";
-}
+static const char *layout_name(int layout) { return layout == 1 ? "zip" : layout == 2 ? "flat" : "unknown"; }
 
 static void print_human(const char *path, const kiln_vmfb_info_t *info) {
   printf("%s: %s\n", path, kiln_vmfb_class_name(info->cls));
@@ -75,8 +73,7 @@ static void print_human(const char *path, const kiln_vmfb_info_t *info) {
          info->bytecode_version & 0xFFFF, info->n_functions, (unsigned long long)info->bytecode_bytes);
   for (size_t i = 0; i < info->n_dependencies; i++) {
     const kiln_vmfb_dependency_t *d = &info->dependencies[i];
-    printf("  requires   %s >= %u%s\n", d->name, d->minimum_version,
-           (d->flags & 2) ? " (optional)" : "");
+    printf("  requires   %s >= %u%s\n", d->name, d->minimum_version, (d->flags & 2) ? " (optional)" : "");
   }
   if (info->n_dependencies == 0) printf("  requires   (no dependency list: IREE before HAL 0.5?)\n");
   for (size_t i = 0; i < info->n_exports; i++) {
@@ -101,11 +98,10 @@ static void print_human(const char *path, const kiln_vmfb_info_t *info) {
     const kiln_vmfb_executable_info_t *e = &info->executables[i];
     printf("  executable rodata %u: %s (%s), %s, %zu kernel(s), %zu module(s) of %s, %llu bytes%s%s\n",
            e->rodata, e->format ? e->format : "unknown format", e->identifier,
-           e->has_header                      ? "64-byte header"
+           e->has_header                       ? "64-byte header"
            : strcmp(e->identifier, "ELF") == 0 ? "the ELF itself"
                                                : "NO executable header",
-           e->n_kernels, e->n_modules,
-           e->code_kind ? e->code_kind : "?", (unsigned long long)e->code_bytes,
+           e->n_kernels, e->n_modules, e->code_kind ? e->code_kind : "?", (unsigned long long)e->code_bytes,
            e->chip ? ", chip " : "", e->chip ? e->chip : "");
     for (size_t k = 0; k < e->n_kernels; k++) {
       if (e->block_dims) {
@@ -143,7 +139,8 @@ static json_object *to_json(const char *path, const kiln_vmfb_info_t *info) {
   for (size_t i = 0; i < info->n_dependencies; i++) {
     json_object *d = json_object_new_object();
     json_object_object_add(d, "name", json_object_new_string(info->dependencies[i].name));
-    json_object_object_add(d, "minimum_version", json_object_new_int64(info->dependencies[i].minimum_version));
+    json_object_object_add(d, "minimum_version",
+                           json_object_new_int64(info->dependencies[i].minimum_version));
     json_object_object_add(d, "required", json_object_new_boolean(!(info->dependencies[i].flags & 2)));
     json_object_array_add(deps, d);
   }
@@ -152,7 +149,8 @@ static json_object *to_json(const char *path, const kiln_vmfb_info_t *info) {
   for (size_t i = 0; i < info->n_imports; i++) {
     json_object *m = json_object_new_object();
     json_object_object_add(m, "name", json_object_new_string(info->imports[i].full_name));
-    json_object_object_add(m, "cconv", json_object_new_string(info->imports[i].cconv ? info->imports[i].cconv : ""));
+    json_object_object_add(m, "cconv",
+                           json_object_new_string(info->imports[i].cconv ? info->imports[i].cconv : ""));
     json_object_object_add(m, "optional", json_object_new_boolean(info->imports[i].flags & 2));
     json_object_array_add(imports, m);
   }
@@ -161,7 +159,8 @@ static json_object *to_json(const char *path, const kiln_vmfb_info_t *info) {
   for (size_t i = 0; i < info->n_exports; i++) {
     json_object *m = json_object_new_object();
     json_object_object_add(m, "name", json_object_new_string(info->exports[i].name));
-    json_object_object_add(m, "cconv", json_object_new_string(info->exports[i].cconv ? info->exports[i].cconv : ""));
+    json_object_object_add(m, "cconv",
+                           json_object_new_string(info->exports[i].cconv ? info->exports[i].cconv : ""));
     json_object_array_add(exports, m);
   }
   json_object_object_add(o, "exports", exports);
@@ -191,7 +190,8 @@ static json_object *to_json(const char *path, const kiln_vmfb_info_t *info) {
       json_object_object_add(kj, "name", json_object_new_string(e->kernels[k]));
       if (e->block_dims) {
         json_object *bd = json_object_new_array();
-        for (int d = 0; d < 3; d++) json_object_array_add(bd, json_object_new_int64(e->block_dims[3 * k + d]));
+        for (int d = 0; d < 3; d++)
+          json_object_array_add(bd, json_object_new_int64(e->block_dims[3 * k + d]));
         json_object_object_add(kj, "block_dims", bd);
       }
       if (e->constant_counts) {
@@ -221,8 +221,9 @@ static json_object *to_json(const char *path, const kiln_vmfb_info_t *info) {
 }
 
 int kiln_cli_vmfb_worst(int worst, kiln_vmfb_class_t cls) {
-  int code = cls == KILN_VMFB_CLASS_CURRENT ? KILN_EXIT_OK : cls == KILN_VMFB_CLASS_LEGACY ? KILN_EXIT_LEGACY
-                                                                                          : KILN_EXIT_INVALID;
+  int code = cls == KILN_VMFB_CLASS_CURRENT  ? KILN_EXIT_OK
+             : cls == KILN_VMFB_CLASS_LEGACY ? KILN_EXIT_LEGACY
+                                             : KILN_EXIT_INVALID;
   return code == KILN_EXIT_INVALID || (code == KILN_EXIT_LEGACY && worst == KILN_EXIT_OK) ? code : worst;
 }
 

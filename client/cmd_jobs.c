@@ -28,11 +28,10 @@
 #include "client/json.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-#define STATUS_QUIET_MS 300
-#define REDRAW_EVERY_MS 100
-#define RECONNECTS 3
-#define END_WAIT_MS 2000 /* after Terminal, the stream ends at once; do not hang on it */
-
+#define STATUS_QUIET_MS   300
+#define REDRAW_EVERY_MS   100
+#define RECONNECTS        3
+#define END_WAIT_MS       2000 /* after Terminal, the stream ends at once; do not hang on it */
 
 #define INTERRUPT_POLL_MS 250
 #define CANCEL_TIMEOUT_MS 5000
@@ -112,8 +111,8 @@ static void live_clear(live_t *live, kiln_cli_show_t show) {
 }
 
 /* Shows what one event produced. */
-static void show_event(const kiln_cli_job_t *job, kiln_cli_show_t show, live_t *live,
-                       const kiln_buf_t *line, const kiln_buf_t *err, bool force_draw) {
+static void show_event(const kiln_cli_job_t *job, kiln_cli_show_t show, live_t *live, const kiln_buf_t *line,
+                       const kiln_buf_t *err, bool force_draw) {
   if (err->len) {
     if (show == KILN_CLI_SHOW_LIVE && live->lines) force_draw = true;
     live_clear(live, show);
@@ -124,7 +123,8 @@ static void show_event(const kiln_cli_job_t *job, kiln_cli_show_t show, live_t *
     fputs(line->data, stdout);
     fflush(stdout);
   }
-  if (show == KILN_CLI_SHOW_LIVE && (force_draw || kiln_time_monotonic_ms() - live->drawn_ms >= REDRAW_EVERY_MS)) {
+  if (show == KILN_CLI_SHOW_LIVE &&
+      (force_draw || kiln_time_monotonic_ms() - live->drawn_ms >= REDRAW_EVERY_MS)) {
     draw(job, live);
   }
 }
@@ -140,9 +140,9 @@ static int cancel_interrupted(const kiln_cli_settings_t *settings, kiln_client_t
                                       : "kiln compile was interrupted (SIGINT)";
   kiln_client_set_timeout(client, CANCEL_TIMEOUT_MS);
   ProtobufCMessage *msg = NULL;
-  int rc = kiln_cli_call(settings, client, "compile: cancelling the job after an interrupt",
-                         "/kiln.v1.Kiln/CancelJob", &req.base, &kiln__v1__cancel_job_response__descriptor,
-                         &msg);
+  int rc =
+      kiln_cli_call(settings, client, "compile: cancelling the job after an interrupt",
+                    "/kiln.v1.Kiln/CancelJob", &req.base, &kiln__v1__cancel_job_response__descriptor, &msg);
   if (rc) return rc;
   fprintf(stderr, "kiln: compile: interrupted; job %s cancelled on kilnd\n", job->job_id);
   protobuf_c_message_free_unpacked(msg, NULL);
@@ -172,9 +172,7 @@ int kiln_cli_job_follow(const kiln_cli_settings_t *settings, kiln_client_t *clie
     for (;;) {
       ProtobufCMessage *msg = NULL;
       bool timed_out = false;
-      int64_t wait = kiln_cli_job_finished(job) ? END_WAIT_MS
-                     : cancel_on_interrupt      ? INTERRUPT_POLL_MS
-                                                : -1;
+      int64_t wait = kiln_cli_job_finished(job) ? END_WAIT_MS : cancel_on_interrupt ? INTERRUPT_POLL_MS : -1;
       status = kiln_client_stream_read(stream, &kiln__v1__job_event__descriptor, wait, &msg, &timed_out);
       if (timed_out && !kiln_cli_job_finished(job)) {
         if (!interrupted) continue; /* the read stays pending */
@@ -211,8 +209,8 @@ int kiln_cli_job_follow(const kiln_cli_settings_t *settings, kiln_client_t *clie
       break;
     }
     if (!status) {
-      status = KILN_STATUS(KILN_STATUS_INTERNAL,
-                           "WatchJob ended without the job's Terminal event (kilnd bug)");
+      status =
+          KILN_STATUS(KILN_STATUS_INTERNAL, "WatchJob ended without the job's Terminal event (kilnd bug)");
       break;
     }
     if (kiln_status_code(status) != KILN_STATUS_UNAVAILABLE || reconnects >= RECONNECTS ||
@@ -254,8 +252,7 @@ static void print_artifacts(const kiln_cli_job_t *job) {
   }
 }
 
-int kiln_cli_status(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                    const char **argv) {
+int kiln_cli_status(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv) {
   int rc = kiln_cli_expect_args("status", argc, 1, 1, "status JOB_ID");
   if (rc) return rc;
   kiln_cli_job_t job;
@@ -303,8 +300,7 @@ int kiln_cli_status(const kiln_cli_settings_t *settings, kiln_client_t *client, 
   return KILN_EXIT_OK;
 }
 
-int kiln_cli_watch(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                   const char **argv) {
+int kiln_cli_watch(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv) {
   int rc = kiln_cli_expect_args("watch", argc, 1, 1, "watch JOB_ID");
   if (rc) return rc;
   kiln_client_set_timeout(client, kiln_cli_timeout_ms(settings, true));
@@ -324,8 +320,7 @@ int kiln_cli_watch(const kiln_cli_settings_t *settings, kiln_client_t *client, i
   return rc;
 }
 
-int kiln_cli_cancel(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                    const char **argv) {
+int kiln_cli_cancel(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv) {
   int rc = kiln_cli_expect_args("cancel", argc, 1, 1, "cancel JOB_ID [--reason TEXT]");
   if (rc) return rc;
   Kiln__V1__CancelJobRequest req = KILN__V1__CANCEL_JOB_REQUEST__INIT;

@@ -100,21 +100,21 @@
  * wait on its one compile: a window of 64 filled with copies of the first pair
  * would hide the next pairs from kilnd until that compile ended, and they could
  * neither run on other workers nor fuse with it. kilnd bounds its own memory. */
-#define DEFAULT_JOBS 1024
-#define INLINE_SOURCE_MAX (1u << 20)
-#define MESSAGE_HEADROOM (64u << 10) /* the rest of a RecompileRequest besides the bytes */
-#define DEFAULT_MAX_MESSAGE (4u << 20) /* gRPC's default, when kilnd does not say */
-#define INFO_TIMEOUT_MS 10000
-#define READ_SLICE_MS 100  /* a wait for results, between interrupt checks */
-#define WRITE_SLICE_MS 20  /* a wait for a write, between reads */
-#define REDRAW_EVERY_MS 100
-#define OUTPUT_SUFFIX ".hal7.vmfb"
+#define DEFAULT_JOBS        1024
+#define INLINE_SOURCE_MAX   (1u << 20)
+#define MESSAGE_HEADROOM    (64u << 10) /* the rest of a RecompileRequest besides the bytes */
+#define DEFAULT_MAX_MESSAGE (4u << 20)  /* gRPC's default, when kilnd does not say */
+#define INFO_TIMEOUT_MS     10000
+#define READ_SLICE_MS       100 /* a wait for results, between interrupt checks */
+#define WRITE_SLICE_MS      20  /* a wait for a write, between reads */
+#define REDRAW_EVERY_MS     100
+#define OUTPUT_SUFFIX       ".hal7.vmfb"
 /* A first call and 5 more in a row that finish no file; waits of 0.5, 1, 2, 4, 8 s
  * between them. A kilnd behind a router drains and restarts within that. */
 #define CALL_ATTEMPTS 6
 #define RETRY_BASE_MS 500
 /* For tests only: the first wait in milliseconds instead of RETRY_BASE_MS. */
-#define RETRY_BASE_ENV "KILN_RETRY_BASE_MS"
+#define RETRY_BASE_ENV    "KILN_RETRY_BASE_MS"
 #define RETRY_BASE_MAX_MS 60000
 
 static const char usage[] =
@@ -137,8 +137,8 @@ typedef enum outcome_e {
 } outcome_t;
 
 static const char *const outcome_names[OUTCOME_COUNT] = {
-    "pending", "sent", "recompiled", "cached", "current", "done", "no_source", "failed", "invalid",
-    "would_recompile", "not_processed"};
+    "pending",   "sent",   "recompiled", "cached",          "current",      "done",
+    "no_source", "failed", "invalid",    "would_recompile", "not_processed"};
 
 /* One target of a result, and where its artifact went. */
 typedef struct target_s {
@@ -159,9 +159,9 @@ typedef struct file_s {
   outcome_t outcome;
   int code; /* gRPC code of a failure */
   char *reason;
-  char *output;      /* the planned output; NULL when none can be */
-  char *target_desc; /* what the file says it was built for */
-  char digest[KILN_DIGEST_HEX_LEN + 1]; /* of the file; "" before it is read */
+  char *output;                                 /* the planned output; NULL when none can be */
+  char *target_desc;                            /* what the file says it was built for */
+  char digest[KILN_DIGEST_HEX_LEN + 1];         /* of the file; "" before it is read */
   char *legacy_digest, *source_digest, *job_id; /* kilnd's */
   bool attr_source; /* the item named the source by the file's kiln.source.sha256 */
   bool digest_only; /* too large to send, and no source here: named by vmfb_digest */
@@ -195,15 +195,15 @@ typedef struct recompile_s {
   /* Per call (call_reset clears them for the next one). */
   Kiln__V1__GetServerInfoResponse *info;
   kiln_client_stream_t *stream;
-  bool stream_over;           /* a read returned the end */
-  kiln_status_t call_status;  /* why the call failed; owned */
+  bool stream_over;          /* a read returned the end */
+  kiln_status_t call_status; /* why the call failed; owned */
   size_t in_flight;
-  bool unavailable;           /* kilnd went away for a file (retry): send no more on this call */
-  size_t finished;            /* files this call finished (not counting retry ones) */
-  char **uploaded;            /* sources PutSource gave the kilnd of this call */
+  bool unavailable; /* kilnd went away for a file (retry): send no more on this call */
+  size_t finished;  /* files this call finished (not counting retry ones) */
+  char **uploaded;  /* sources PutSource gave the kilnd of this call */
   size_t n_uploaded;
   /* The run. */
-  bool opened;                /* a Recompile call was opened: an UNAVAILABLE end may be retried */
+  bool opened; /* a Recompile call was opened: an UNAVAILABLE end may be retried */
   int64_t retry_base_ms;
   known_t *known;
   size_t n_known, cap_known;
@@ -219,7 +219,6 @@ typedef struct recompile_s {
   int64_t drawn_ms;
   bool interrupted;
 } recompile_t;
-
 
 static char *dup_or_null(const char *s) { return s && *s ? kiln_strdup(s) : NULL; }
 
@@ -253,10 +252,11 @@ static void progress_text(const recompile_t *r, kiln_buf_t *out) {
   size_t finished = r->n_files - r->counts[OUTCOME_PENDING] - r->counts[OUTCOME_SENT];
   double secs = (double)(kiln_time_monotonic_ms() - r->start_ms) / 1000.0;
   double rate = secs > 0.05 ? (double)finished / secs : 0.0;
-  kiln_buf_appendf(out, "%zu/%zu files, %zu legacy: %zu %s, %zu cached, %zu failed | %.1f/s", r->seen, r->n_files,
-                   r->legacy, r->counts[OUTCOME_RECOMPILED] + r->counts[OUTCOME_WOULD_RECOMPILE],
+  kiln_buf_appendf(out, "%zu/%zu files, %zu legacy: %zu %s, %zu cached, %zu failed | %.1f/s", r->seen,
+                   r->n_files, r->legacy, r->counts[OUTCOME_RECOMPILED] + r->counts[OUTCOME_WOULD_RECOMPILE],
                    r->settings->dry_run ? "would recompile" : "recompiled", r->counts[OUTCOME_CACHED],
-                   r->counts[OUTCOME_FAILED] + r->counts[OUTCOME_NO_SOURCE] + r->counts[OUTCOME_INVALID], rate);
+                   r->counts[OUTCOME_FAILED] + r->counts[OUTCOME_NO_SOURCE] + r->counts[OUTCOME_INVALID],
+                   rate);
   if (rate > 0 && finished < r->n_files) {
     long eta = (long)((double)(r->n_files - finished) / rate + 0.5);
     kiln_buf_appendf(out, " ETA %ld:%02ld", eta / 60, eta % 60);
@@ -369,8 +369,8 @@ static void plan_outputs(recompile_t *r) {
       continue;
     }
     file_t *f = &r->files[p[i].index];
-    set_reason(f, "its output %s is also the output of %s; recompile them with different -o runs",
-               f->output, r->files[p[first].index].path);
+    set_reason(f, "its output %s is also the output of %s; recompile them with different -o runs", f->output,
+               r->files[p[first].index].path);
     clash[p[i].index] = true;
   }
   for (size_t i = 0; i < r->n_files; i++) {
@@ -457,9 +457,10 @@ static KILN_MUST_USE kiln_status_t parent_dirs(recompile_t *r, const char *path)
     char *real = realpath(dir, NULL);
     size_t root = strlen(r->out_root);
     if (!real || strncmp(real, r->out_root, root) != 0 || (real[root] != '/' && real[root] != '\0')) {
-      status = KILN_STATUS(KILN_STATUS_PERMISSION_DENIED,
-                           "the output folder %s resolves to %s, outside -o %s: not written through a symlink", dir,
-                           real ? real : "?", r->out_root);
+      status =
+          KILN_STATUS(KILN_STATUS_PERMISSION_DENIED,
+                      "the output folder %s resolves to %s, outside -o %s: not written through a symlink",
+                      dir, real ? real : "?", r->out_root);
     }
     free(real);
   }
@@ -471,7 +472,8 @@ static KILN_MUST_USE kiln_status_t parent_dirs(recompile_t *r, const char *path)
 
 /* Puts artifact `digest` at `out`: nothing to do when `out` is the file itself and
  * holds it; a local copy when some file already holds it; else one GetArtifact. */
-static KILN_MUST_USE kiln_status_t materialize(recompile_t *r, const file_t *f, const char *digest, const char *out) {
+static KILN_MUST_USE kiln_status_t materialize(recompile_t *r, const file_t *f, const char *digest,
+                                               const char *out) {
   if (strcmp(digest, f->digest) == 0 && strcmp(out, f->path) == 0) return NULL;
   kiln_status_t status = parent_dirs(r, out);
   if (status) return status;
@@ -554,7 +556,6 @@ static uint64_t message_budget(const recompile_t *r) {
   return max > MESSAGE_HEADROOM ? max - MESSAGE_HEADROOM : 0;
 }
 
-
 static void take_result(recompile_t *r, const Kiln__V1__RecompileItemResult *res) {
   char *end = NULL;
   errno = 0;
@@ -562,7 +563,8 @@ static void take_result(recompile_t *r, const Kiln__V1__RecompileItemResult *res
   if (!res->item_id || !*res->item_id || *end || errno || index >= r->n_files ||
       r->files[index].outcome != OUTCOME_SENT) {
     progress_clear(r);
-    fprintf(stderr, "kiln: recompile: kilnd answered item '%s', which is not waiting for an answer (ignored)\n",
+    fprintf(stderr,
+            "kiln: recompile: kilnd answered item '%s', which is not waiting for an answer (ignored)\n",
             res->item_id ? res->item_id : "");
     return;
   }
@@ -578,8 +580,8 @@ static void take_result(recompile_t *r, const Kiln__V1__RecompileItemResult *res
     const Kiln__V1__RecompiledTarget *t = res->targets[i];
     target_t *o = &f->targets[i];
     o->target = kiln_strdup(t->canonical_target && *t->canonical_target ? t->canonical_target
-                            : t->target                                   ? t->target
-                                                                          : "");
+                            : t->target                                 ? t->target
+                                                                        : "");
     o->digest = dup_or_null(t->artifact_digest);
     o->size = t->size_bytes;
     o->cache_hit = t->cache_hit;
@@ -601,7 +603,8 @@ static void take_result(recompile_t *r, const Kiln__V1__RecompileItemResult *res
     kiln_cli_diagnostic_format(res->diagnostics[0], &d);
     char *nl = d.data ? strchr(d.data, '\n') : NULL;
     if (nl) *nl = '\0';
-    if (d.len && !(why.len && strstr(why.data, d.data))) kiln_buf_appendf(&why, "%s%s", why.len ? "; " : "", d.data);
+    if (d.len && !(why.len && strstr(why.data, d.data)))
+      kiln_buf_appendf(&why, "%s%s", why.len ? "; " : "", d.data);
     kiln_buf_deinit(&d);
   }
   if (why.len) {
@@ -619,27 +622,34 @@ static void take_result(recompile_t *r, const Kiln__V1__RecompileItemResult *res
       if (!f->reason) set_reason(f, "kilnd found it already current");
       set_outcome(r, f, OUTCOME_CURRENT);
       break;
-    case KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_NO_SOURCE: set_outcome(r, f, OUTCOME_NO_SOURCE); break;
+    case KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_NO_SOURCE:
+      set_outcome(r, f, OUTCOME_NO_SOURCE);
+      break;
     case KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED:
       /* The source its kiln.source.sha256 names is not on kilnd, or kilnd does not
        * know a VMFB too large to send: no source that this run can give. */
       if (res->code == KILN_STATUS_NOT_FOUND && f->digest_only) {
-        set_reason(f, "too large to send (%llu bytes; kilnd takes messages up to %llu) and kilnd did not build it; "
-                   "name its source in a --manifest",
-                   (unsigned long long)f->size, (unsigned long long)(message_budget(r) + MESSAGE_HEADROOM));
+        set_reason(
+            f,
+            "too large to send (%llu bytes; kilnd takes messages up to %llu) and kilnd did not build it; "
+            "name its source in a --manifest",
+            (unsigned long long)f->size, (unsigned long long)(message_budget(r) + MESSAGE_HEADROOM));
       }
-      set_outcome(r, f, res->code == KILN_STATUS_NOT_FOUND && (f->attr_source || f->digest_only) ? OUTCOME_NO_SOURCE
-                                                                                                 : OUTCOME_FAILED);
+      set_outcome(r, f,
+                  res->code == KILN_STATUS_NOT_FOUND && (f->attr_source || f->digest_only) ? OUTCOME_NO_SOURCE
+                                                                                           : OUTCOME_FAILED);
       break;
     default:
       f->code = KILN_STATUS_INTERNAL;
-      set_reason(f, "kilnd sent outcome %d, which this client does not know (is kilnd newer?)", (int)res->outcome);
+      set_reason(f, "kilnd sent outcome %d, which this client does not know (is kilnd newer?)",
+                 (int)res->outcome);
       set_outcome(r, f, OUTCOME_FAILED);
       break;
   }
   if ((f->outcome == OUTCOME_NO_SOURCE || f->outcome == OUTCOME_FAILED) && !f->reason) {
-    set_reason(f, "%s", f->outcome == OUTCOME_NO_SOURCE ? "no source found: name one in a --manifest"
-                                                        : "kilnd gave no reason");
+    set_reason(f, "%s",
+               f->outcome == OUTCOME_NO_SOURCE ? "no source found: name one in a --manifest"
+                                               : "kilnd gave no reason");
   }
   bool write = !dry && (f->outcome == OUTCOME_RECOMPILED || f->outcome == OUTCOME_CACHED ||
                         (f->outcome == OUTCOME_CURRENT && r->settings->force && f->n_targets));
@@ -762,7 +772,8 @@ static bool was_uploaded(const recompile_t *r, const char *digest) {
 }
 
 /* PutSource of `size` bytes from `in` as `digest`, unless this run did already. */
-static KILN_MUST_USE kiln_status_t upload(recompile_t *r, FILE *in, const char *digest, uint64_t size, const char *name) {
+static KILN_MUST_USE kiln_status_t upload(recompile_t *r, FILE *in, const char *digest, uint64_t size,
+                                          const char *name) {
   if (was_uploaded(r, digest)) return NULL;
   kiln_client_set_timeout(r->client, kiln_cli_timeout_ms(r->settings, true));
   Kiln__V1__PutSourceResponse *resp = NULL;
@@ -775,8 +786,8 @@ static KILN_MUST_USE kiln_status_t upload(recompile_t *r, FILE *in, const char *
   return NULL;
 }
 
-static KILN_MUST_USE kiln_status_t upload_bytes(recompile_t *r, const uint8_t *data, size_t len, const char *digest,
-                                  const char *name) {
+static KILN_MUST_USE kiln_status_t upload_bytes(recompile_t *r, const uint8_t *data, size_t len,
+                                                const char *digest, const char *name) {
   if (was_uploaded(r, digest)) return NULL;
   FILE *in = fmemopen((void *)data, len ? len : 1, "rb");
   if (!in) return KILN_CLI_LOCAL_ERRNO(errno, "cannot buffer the source of %s", name);
@@ -812,7 +823,7 @@ typedef struct item_parts_s {
 /* The manifest's source for `f`: inline when small, else uploaded and named by
  * digest. */
 static KILN_MUST_USE kiln_status_t entry_source(recompile_t *r, kiln_cli_source_entry_t *e, uint64_t room,
-                                  Kiln__V1__RecompileItem *item, item_parts_t *parts) {
+                                                Kiln__V1__RecompileItem *item, item_parts_t *parts) {
   kiln_status_t status = NULL;
   if (!e->hashed) {
     status = kiln_cli_file_digest(e->source, &e->source_digest, &e->source_size);
@@ -842,9 +853,9 @@ static KILN_MUST_USE kiln_status_t entry_source(recompile_t *r, kiln_cli_source_
 }
 
 /* Fills `item` for file `f` (bytes `data`). */
-static KILN_MUST_USE kiln_status_t build_item(recompile_t *r, file_t *f, kiln_cli_source_entry_t *entry, const uint8_t *data,
-                                size_t len, const kiln_vmfb_info_t *info, Kiln__V1__RecompileItem *item,
-                                item_parts_t *parts) {
+static KILN_MUST_USE kiln_status_t build_item(recompile_t *r, file_t *f, kiln_cli_source_entry_t *entry,
+                                              const uint8_t *data, size_t len, const kiln_vmfb_info_t *info,
+                                              Kiln__V1__RecompileItem *item, item_parts_t *parts) {
   uint64_t budget = message_budget(r);
   kiln_status_t status = NULL;
   if (entry) {
@@ -1022,9 +1033,9 @@ static void finish_stream(recompile_t *r) {
     check_interrupt(r);
   }
   if (!r->interrupted && !r->call_status && r->in_flight) {
-    r->call_status = KILN_STATUS(KILN_STATUS_INTERNAL,
-                                 "kilnd ended the Recompile call without results for %zu file(s) (kilnd bug?)",
-                                 r->in_flight);
+    r->call_status = KILN_STATUS(
+        KILN_STATUS_INTERNAL, "kilnd ended the Recompile call without results for %zu file(s) (kilnd bug?)",
+        r->in_flight);
   }
 }
 
@@ -1036,8 +1047,9 @@ static void send_pending(recompile_t *r) {
     if (r->files[i].outcome != OUTCOME_PENDING) continue;
     check_interrupt(r);
     if (r->stream_over && !r->call_status) {
-      r->call_status = KILN_STATUS(KILN_STATUS_INTERNAL, "kilnd ended the Recompile call before the last item "
-                                                        "was sent (kilnd bug?)");
+      r->call_status = KILN_STATUS(KILN_STATUS_INTERNAL,
+                                   "kilnd ended the Recompile call before the last item "
+                                   "was sent (kilnd bug?)");
     }
     if (r->interrupted || r->call_status || r->unavailable) break;
     process_file(r, i);
@@ -1145,7 +1157,8 @@ static bool next_call(recompile_t *r, int *failures) {
             kiln_status_message(r->call_status));
   } else {
     fprintf(stderr, "kiln: recompile: kilnd could not finish %zu file(s) (%s: %s)", retry,
-            kiln_status_code_name((kiln_status_code_t)why->code), why->reason ? why->reason : "no reason given");
+            kiln_status_code_name((kiln_status_code_t)why->code),
+            why->reason ? why->reason : "no reason given");
   }
   fprintf(stderr, "; %zu file(s) unfinished, retrying in %.1f s (attempt %d of %d)\n", unfinished,
           (double)wait_ms / 1000.0, *failures + 1, CALL_ATTEMPTS);
@@ -1175,13 +1188,16 @@ static const char *file_output(const file_t *f) {
 static json_object *file_json(const recompile_t *r, const file_t *f) {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "path", json_object_new_string(f->path));
-  json_object_object_add(o, "class", f->classified ? json_object_new_string(kiln_vmfb_class_name(f->cls)) : NULL);
+  json_object_object_add(o, "class",
+                         f->classified ? json_object_new_string(kiln_vmfb_class_name(f->cls)) : NULL);
   json_object_object_add(o, "outcome", json_object_new_string(outcome_names[f->outcome]));
-  json_object_object_add(o, "code", json_object_new_string(kiln_status_code_name((kiln_status_code_t)f->code)));
+  json_object_object_add(o, "code",
+                         json_object_new_string(kiln_status_code_name((kiln_status_code_t)f->code)));
   json_object_object_add(o, "reason", f->reason ? json_object_new_string(f->reason) : NULL);
   const char *legacy = f->legacy_digest ? f->legacy_digest : f->digest[0] ? f->digest : NULL;
   json_object_object_add(o, "legacy_digest", legacy ? json_object_new_string(legacy) : NULL);
-  json_object_object_add(o, "source_digest", f->source_digest ? json_object_new_string(f->source_digest) : NULL);
+  json_object_object_add(o, "source_digest",
+                         f->source_digest ? json_object_new_string(f->source_digest) : NULL);
   json_object *targets = json_object_new_array();
   for (size_t i = 0; i < f->n_targets; i++) {
     const target_t *t = &f->targets[i];
@@ -1190,7 +1206,8 @@ static json_object *file_json(const recompile_t *r, const file_t *f) {
     json_object_object_add(x, "artifact_digest", t->digest ? json_object_new_string(t->digest) : NULL);
     json_object_object_add(x, "size_bytes", json_object_new_uint64(t->size));
     json_object_object_add(x, "cache_hit", json_object_new_boolean(t->cache_hit));
-    json_object_object_add(x, "code", json_object_new_string(kiln_status_code_name((kiln_status_code_t)t->code)));
+    json_object_object_add(x, "code",
+                           json_object_new_string(kiln_status_code_name((kiln_status_code_t)t->code)));
     json_object_object_add(x, "message", t->message ? json_object_new_string(t->message) : NULL);
     json_object_object_add(x, "output", t->output ? json_object_new_string(t->output) : NULL);
     json_object_array_add(targets, x);
@@ -1239,9 +1256,12 @@ static void print_json(const recompile_t *r, int64_t elapsed_ms) {
 }
 
 static void human_size(uint64_t bytes, char *out, size_t cap) {
-  if (bytes >= (1u << 20)) snprintf(out, cap, "%.1f MiB", (double)bytes / (1 << 20));
-  else if (bytes >= 1024) snprintf(out, cap, "%.1f KiB", (double)bytes / 1024);
-  else snprintf(out, cap, "%llu bytes", (unsigned long long)bytes);
+  if (bytes >= (1u << 20))
+    snprintf(out, cap, "%.1f MiB", (double)bytes / (1 << 20));
+  else if (bytes >= 1024)
+    snprintf(out, cap, "%.1f KiB", (double)bytes / 1024);
+  else
+    snprintf(out, cap, "%llu bytes", (unsigned long long)bytes);
 }
 
 /* `text` with each run of blanks that holds a newline made one "; " (compiler
@@ -1271,7 +1291,8 @@ static void print_table(const recompile_t *r, int64_t elapsed_ms) {
     const file_t *f = &r->files[i];
     kiln_buf_t targets;
     kiln_buf_init(&targets);
-    for (size_t k = 0; k < f->n_targets; k++) kiln_buf_appendf(&targets, "%s%s", k ? "," : "", f->targets[k].target);
+    for (size_t k = 0; k < f->n_targets; k++)
+      kiln_buf_appendf(&targets, "%s%s", k ? "," : "", f->targets[k].target);
     const char *target = targets.len ? targets.data : f->target_desc ? f->target_desc : "-";
     kiln_buf_t detail;
     kiln_buf_init(&detail);
@@ -1283,10 +1304,14 @@ static void print_table(const recompile_t *r, int64_t elapsed_ms) {
         wrote = true;
       }
     }
-    if (out) kiln_buf_append_str(&detail, out);
-    else if (!wrote && f->reason) append_one_line(&detail, f->reason);
-    else if (!wrote && f->outcome == OUTCOME_WOULD_RECOMPILE && f->output) kiln_buf_appendf(&detail, "-> %s", f->output);
-    else if (!wrote && f->outcome == OUTCOME_CACHED && f->output) kiln_buf_appendf(&detail, "-> %s", f->output);
+    if (out)
+      kiln_buf_append_str(&detail, out);
+    else if (!wrote && f->reason)
+      append_one_line(&detail, f->reason);
+    else if (!wrote && f->outcome == OUTCOME_WOULD_RECOMPILE && f->output)
+      kiln_buf_appendf(&detail, "-> %s", f->output);
+    else if (!wrote && f->outcome == OUTCOME_CACHED && f->output)
+      kiln_buf_appendf(&detail, "-> %s", f->output);
     printf("%-*s  %-15s  %-14s  %s\n", (int)w, f->path, outcome_names[f->outcome], target,
            detail.len ? detail.data : "");
     kiln_buf_deinit(&targets);
@@ -1302,7 +1327,8 @@ static void print_table(const recompile_t *r, int64_t elapsed_ms) {
   } else {
     printf("; %zu recompiled, %zu cached", c[OUTCOME_RECOMPILED], c[OUTCOME_CACHED]);
   }
-  printf(", %zu done before, %zu no source, %zu failed", c[OUTCOME_DONE], c[OUTCOME_NO_SOURCE], c[OUTCOME_FAILED]);
+  printf(", %zu done before, %zu no source, %zu failed", c[OUTCOME_DONE], c[OUTCOME_NO_SOURCE],
+         c[OUTCOME_FAILED]);
   if (c[OUTCOME_NOT_PROCESSED]) printf(", %zu not processed", c[OUTCOME_NOT_PROCESSED]);
   printf("\n%zu artifact(s) fetched, %zu copied locally, %s written in %.1f s\n", r->fetched, r->copied, size,
          (double)elapsed_ms / 1000.0);
@@ -1355,8 +1381,10 @@ static int prepare(recompile_t *r, int argc, const char **argv) {
   const kiln_cli_settings_t *s = r->settings;
   if (argc < 1) return usage_error("name at least one VMFB file or directory");
   bool to_dir = s->output && *s->output;
-  if (to_dir && s->in_place) return usage_error("-o and --in-place exclude each other: write beside or instead");
-  if (s->backup && !s->in_place) return usage_error("--backup goes with --in-place (it keeps the replaced file)");
+  if (to_dir && s->in_place)
+    return usage_error("-o and --in-place exclude each other: write beside or instead");
+  if (s->backup && !s->in_place)
+    return usage_error("--backup goes with --in-place (it keeps the replaced file)");
   kiln_status_t status = kiln_cli_labels_parse(&s->label, &r->labels, &r->n_labels);
   if (status) {
     int rc = usage_error("%s", kiln_status_message(status));
@@ -1370,9 +1398,10 @@ static int prepare(recompile_t *r, int argc, const char **argv) {
     errno = 0;
     long long ms = strtoll(base, &end, 10);
     if (errno || *end || ms < 1 || ms > RETRY_BASE_MAX_MS) {
-      return usage_error("%s=%s: the first wait between Recompile calls is a number of milliseconds, 1 to %d "
-                         "(unset it for the default, %d)",
-                         RETRY_BASE_ENV, base, RETRY_BASE_MAX_MS, RETRY_BASE_MS);
+      return usage_error(
+          "%s=%s: the first wait between Recompile calls is a number of milliseconds, 1 to %d "
+          "(unset it for the default, %d)",
+          RETRY_BASE_ENV, base, RETRY_BASE_MAX_MS, RETRY_BASE_MS);
     }
     r->retry_base_ms = ms;
   }
@@ -1459,9 +1488,10 @@ int kiln_cli_recompile(const kiln_cli_settings_t *settings, kiln_client_t *clien
   for (size_t i = 0; i < r.n_files; i++) {
     file_t *f = &r.files[i];
     if (f->outcome != OUTCOME_PENDING && f->outcome != OUTCOME_SENT) continue;
-    set_reason(f, "%s", r.interrupted ? "interrupted before it was done; run again to resume"
-                        : f->was_sent ? "no result: the Recompile call ended first; run again to resume"
-                                                     : "not reached: the Recompile call failed first");
+    set_reason(f, "%s",
+               r.interrupted ? "interrupted before it was done; run again to resume"
+               : f->was_sent ? "no result: the Recompile call ended first; run again to resume"
+                             : "not reached: the Recompile call failed first");
     set_outcome(&r, f, OUTCOME_NOT_PROCESSED);
   }
   progress_clear(&r);
@@ -1473,8 +1503,9 @@ int kiln_cli_recompile(const kiln_cli_settings_t *settings, kiln_client_t *clien
     print_table(&r, elapsed);
   }
   if (r.interrupted) {
-    fprintf(stderr, "kiln: recompile: interrupted; what was written stays (run the same command again to "
-                    "resume)\n");
+    fprintf(stderr,
+            "kiln: recompile: interrupted; what was written stays (run the same command again to "
+            "resume)\n");
     rc = KILN_EXIT_INTERRUPTED;
   } else if (r.call_status) {
     kiln_status_t status = r.call_status;

@@ -91,7 +91,12 @@ void kiln_cli_found_free(kiln_cli_found_t *found, size_t n) {
 }
 
 /* Where a legacy file's source would come from. */
-typedef enum source_kind_e { SOURCE_EMBEDDED, SOURCE_PROVENANCE, SOURCE_UNKNOWN, SOURCE_DAMAGED } source_kind_t;
+typedef enum source_kind_e {
+  SOURCE_EMBEDDED,
+  SOURCE_PROVENANCE,
+  SOURCE_UNKNOWN,
+  SOURCE_DAMAGED
+} source_kind_t;
 
 static const char *const source_names[] = {"embedded", "provenance", "unknown", "damaged"};
 
@@ -153,7 +158,8 @@ int kiln_cli_scan(const kiln_cli_settings_t *settings, int argc, const char **ar
     kiln_vmfb_info_t info;
     kiln_cli_vmfb_load(path, &data, &len, &info);
     const char *digest = NULL;
-    source_kind_t src = info.cls == KILN_VMFB_CLASS_INVALID ? SOURCE_UNKNOWN : find_source(data, len, &info, &digest);
+    source_kind_t src =
+        info.cls == KILN_VMFB_CLASS_INVALID ? SOURCE_UNKNOWN : find_source(data, len, &info, &digest);
     char target[128];
     kiln_cli_vmfb_target_describe(&info, target, sizeof target);
     counts[info.cls]++;
@@ -165,9 +171,9 @@ int kiln_cli_scan(const kiln_cli_settings_t *settings, int argc, const char **ar
       json_object_object_add(o, "class", json_object_new_string(kiln_vmfb_class_name(info.cls)));
       json_object_object_add(o, "reason", json_object_new_string(info.reason ? info.reason : ""));
       json_object_object_add(o, "target", json_object_new_string(target));
-      json_object_object_add(o, "source", info.cls == KILN_VMFB_CLASS_INVALID
-                                              ? NULL
-                                              : json_object_new_string(source_names[src]));
+      json_object_object_add(
+          o, "source",
+          info.cls == KILN_VMFB_CLASS_INVALID ? NULL : json_object_new_string(source_names[src]));
       json_object_object_add(o, "source_digest", digest ? json_object_new_string(digest) : NULL);
       json_object_array_add(files, o);
     } else {
@@ -187,7 +193,8 @@ int kiln_cli_scan(const kiln_cli_settings_t *settings, int argc, const char **ar
     json_object_object_add(sum, "legacy", json_object_new_int64((int64_t)counts[KILN_VMFB_CLASS_LEGACY]));
     json_object_object_add(sum, "invalid", json_object_new_int64((int64_t)counts[KILN_VMFB_CLASS_INVALID]));
     json_object *ls = json_object_new_object();
-    for (int k = 0; k < 4; k++) json_object_object_add(ls, source_names[k], json_object_new_int64((int64_t)by_source[k]));
+    for (int k = 0; k < 4; k++)
+      json_object_object_add(ls, source_names[k], json_object_new_int64((int64_t)by_source[k]));
     json_object_object_add(sum, "legacy_by_source", ls);
     json_object_object_add(doc, "summary", sum);
     kiln_client_json_print(doc);
@@ -195,10 +202,12 @@ int kiln_cli_scan(const kiln_cli_settings_t *settings, int argc, const char **ar
     printf("\n%zu file(s): %zu current, %zu legacy, %zu invalid\n", n_found, counts[KILN_VMFB_CLASS_CURRENT],
            counts[KILN_VMFB_CLASS_LEGACY], counts[KILN_VMFB_CLASS_INVALID]);
     if (counts[KILN_VMFB_CLASS_LEGACY]) {
-      printf("legacy sources: %zu embedded, %zu by provenance digest (kilnd's cache may hold them), %zu unknown "
-             "(need a manifest)%s\n",
-             by_source[SOURCE_EMBEDDED], by_source[SOURCE_PROVENANCE], by_source[SOURCE_UNKNOWN] + by_source[SOURCE_DAMAGED],
-             by_source[SOURCE_DAMAGED] ? ", some with a damaged embedded source" : "");
+      printf(
+          "legacy sources: %zu embedded, %zu by provenance digest (kilnd's cache may hold them), %zu unknown "
+          "(need a manifest)%s\n",
+          by_source[SOURCE_EMBEDDED], by_source[SOURCE_PROVENANCE],
+          by_source[SOURCE_UNKNOWN] + by_source[SOURCE_DAMAGED],
+          by_source[SOURCE_DAMAGED] ? ", some with a damaged embedded source" : "");
     }
   }
   kiln_cli_found_free(found, n_found);

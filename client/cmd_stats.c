@@ -6,8 +6,7 @@
 #include "client/json.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-int kiln_cli_stats(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc,
-                   const char **argv) {
+int kiln_cli_stats(const kiln_cli_settings_t *settings, kiln_client_t *client, int argc, const char **argv) {
   (void)argv;
   if (argc > 0) {
     fprintf(stderr, "kiln: stats takes no arguments\n");
@@ -38,22 +37,27 @@ int kiln_cli_stats(const kiln_cli_settings_t *settings, kiln_client_t *client, i
     }
     const Kiln__V1__JobStats *j = stats->jobs;
     if (j) {
-      printf("jobs       %llu submitted: %llu done, %llu failed, %llu cancelled; %llu queued, %llu running now\n",
-             (unsigned long long)j->submitted, (unsigned long long)j->done, (unsigned long long)j->failed,
-             (unsigned long long)j->cancelled, (unsigned long long)j->queued, (unsigned long long)j->running);
-      printf("compiles   %llu target(s) compiled (%.1f s in total), %llu failed, %llu merged into identical work, "
-             "%llu fused with queued work of the same model\n",
-             (unsigned long long)j->targets_compiled, (double)j->compile_ms_total / 1000.0,
-             (unsigned long long)j->targets_failed, (unsigned long long)j->merged_requests,
-             (unsigned long long)j->tasks_fused);
+      printf(
+          "jobs       %llu submitted: %llu done, %llu failed, %llu cancelled; %llu queued, %llu running "
+          "now\n",
+          (unsigned long long)j->submitted, (unsigned long long)j->done, (unsigned long long)j->failed,
+          (unsigned long long)j->cancelled, (unsigned long long)j->queued, (unsigned long long)j->running);
+      printf(
+          "compiles   %llu target(s) compiled (%.1f s in total), %llu failed, %llu merged into identical "
+          "work, "
+          "%llu fused with queued work of the same model\n",
+          (unsigned long long)j->targets_compiled, (double)j->compile_ms_total / 1000.0,
+          (unsigned long long)j->targets_failed, (unsigned long long)j->merged_requests,
+          (unsigned long long)j->tasks_fused);
       printf("workers    %llu, %llu busy, %llu restart(s)\n", (unsigned long long)j->workers,
              (unsigned long long)j->workers_busy, (unsigned long long)j->worker_restarts);
     }
     const Kiln__V1__CacheStats *c = stats->cache;
     if (c) {
-      printf("cache      %llu hit(s), %llu miss(es); %llu artifact(s), %llu bytes stored, %llu bytes served\n",
-             (unsigned long long)c->hits, (unsigned long long)c->misses, (unsigned long long)c->artifacts,
-             (unsigned long long)c->bytes_stored, (unsigned long long)c->bytes_served);
+      printf(
+          "cache      %llu hit(s), %llu miss(es); %llu artifact(s), %llu bytes stored, %llu bytes served\n",
+          (unsigned long long)c->hits, (unsigned long long)c->misses, (unsigned long long)c->artifacts,
+          (unsigned long long)c->bytes_stored, (unsigned long long)c->bytes_served);
     }
   }
   protobuf_c_message_free_unpacked(msg, NULL);

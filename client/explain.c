@@ -63,8 +63,8 @@ void kiln_cli_explain_target(const kiln_cli_explain_input_t *in, kiln_cli_explai
     out->hit = true;
     out->differs = "none";
     out->nearest = in->hit;
-    kiln_buf_appendf(&r, "Compile would answer from the cache with artifact %s (%llu bytes)",
-                     in->hit->digest, (unsigned long long)in->hit->size_bytes);
+    kiln_buf_appendf(&r, "Compile would answer from the cache with artifact %s (%llu bytes)", in->hit->digest,
+                     (unsigned long long)in->hit->size_bytes);
     goto done;
   }
   if (in->n_artifacts == 0) {

@@ -27,7 +27,7 @@ typedef struct kiln_cli_explain_input_s {
   const char *target; /* canonical id */
   char *const *flags; /* as given; normalized here the way kilnd does */
   size_t n_flags;
-  const Kiln__V1__CompilerIdentity *compiler; /* the server's now; NULL: unknown */
+  const Kiln__V1__CompilerIdentity *compiler;   /* the server's now; NULL: unknown */
   Kiln__V1__ArtifactMetadata *const *artifacts; /* every artifact of the source */
   size_t n_artifacts;
   kiln_cli_lookup_t lookup;
@@ -40,7 +40,7 @@ typedef struct kiln_cli_explain_s {
    * "compiler", "flags+compiler", or "unknown". Static storage. */
   const char *differs;
   const Kiln__V1__ArtifactMetadata *nearest; /* borrowed from the input; NULL if none */
-  char *reason; /* one sentence for people; owned (kiln_cli_explain_deinit) */
+  char *reason;                              /* one sentence for people; owned (kiln_cli_explain_deinit) */
 } kiln_cli_explain_t;
 
 void kiln_cli_explain_target(const kiln_cli_explain_input_t *in, kiln_cli_explain_t *out);

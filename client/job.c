@@ -15,7 +15,7 @@
 #include "base/status.h"
 #include "client/diagnostic.h"
 
-#define BAR_WIDTH 20
+#define BAR_WIDTH            20
 #define QUEUED_LINE_EVERY_MS 10000
 
 static void set_str(char **dst, const char *src) {
@@ -62,8 +62,7 @@ kiln_cli_target_t *kiln_cli_job_target(kiln_cli_job_t *job, const char *name) {
 }
 
 static bool is_terminal(Kiln__V1__JobState state) {
-  return state == KILN__V1__JOB_STATE__JOB_STATE_DONE ||
-         state == KILN__V1__JOB_STATE__JOB_STATE_FAILED ||
+  return state == KILN__V1__JOB_STATE__JOB_STATE_DONE || state == KILN__V1__JOB_STATE__JOB_STATE_FAILED ||
          state == KILN__V1__JOB_STATE__JOB_STATE_CANCELLED;
 }
 
@@ -180,8 +179,10 @@ void kiln_cli_job_apply(kiln_cli_job_t *job, const Kiln__V1__JobEvent *event, ki
       }
       if (out_line && (first || event->time_unix_ms - job->queued_printed_unix_ms >= QUEUED_LINE_EVERY_MS)) {
         job->queued_printed_unix_ms = event->time_unix_ms;
-        if (q->position == 0) kiln_buf_appendf(out_line, "job %s: queued (next)\n", job_label(job));
-        else kiln_buf_appendf(out_line, "job %s: queued (position %u)\n", job_label(job), q->position);
+        if (q->position == 0)
+          kiln_buf_appendf(out_line, "job %s: queued (next)\n", job_label(job));
+        else
+          kiln_buf_appendf(out_line, "job %s: queued (position %u)\n", job_label(job), q->position);
       }
       break;
     }
@@ -200,20 +201,18 @@ void kiln_cli_job_apply(kiln_cli_job_t *job, const Kiln__V1__JobEvent *event, ki
       if (!is_terminal(job->state)) job->state = KILN__V1__JOB_STATE__JOB_STATE_RUNNING;
       apply_progress(job, event->progress, out_line);
       break;
-    case KILN__V1__JOB_EVENT__EVENT_LOG:
-      apply_log(event->log, out_err);
-      break;
-    case KILN__V1__JOB_EVENT__EVENT_DIAGNOSTIC:
-      show_diagnostic(job, event->diagnostic, out_err);
-      break;
+    case KILN__V1__JOB_EVENT__EVENT_LOG: apply_log(event->log, out_err); break;
+    case KILN__V1__JOB_EVENT__EVENT_DIAGNOSTIC: show_diagnostic(job, event->diagnostic, out_err); break;
     case KILN__V1__JOB_EVENT__EVENT_TARGET_DONE: {
       const Kiln__V1__JobEvent__TargetDone *d = event->target_done;
       kiln_cli_target_t *t = kiln_cli_job_target(job, d->target);
       mark_done(t, d->artifact_digest, d->size_bytes, d->cache_hit, d->compile_ms, d->cache_key);
       if (out_line) {
         kiln_buf_appendf(out_line, "%s: done %llu bytes", t->name, (unsigned long long)d->size_bytes);
-        if (d->cache_hit) kiln_buf_append_str(out_line, " (cache hit)");
-        else kiln_buf_appendf(out_line, " in %llu ms", (unsigned long long)d->compile_ms);
+        if (d->cache_hit)
+          kiln_buf_append_str(out_line, " (cache hit)");
+        else
+          kiln_buf_appendf(out_line, " in %llu ms", (unsigned long long)d->compile_ms);
         kiln_buf_append_char(out_line, '\n');
       }
       break;
@@ -245,8 +244,7 @@ void kiln_cli_job_apply(kiln_cli_job_t *job, const Kiln__V1__JobEvent *event, ki
       }
       break;
     }
-    default:
-      break; /* an event kind newer than this client: nothing to show */
+    default: break; /* an event kind newer than this client: nothing to show */
   }
 }
 
@@ -282,8 +280,10 @@ static void live_target(const kiln_cli_target_t *t, kiln_buf_t *line) {
     }
     case KILN_CLI_TARGET_DONE:
       kiln_buf_appendf(line, "done %llu bytes", (unsigned long long)t->size_bytes);
-      if (t->cache_hit) kiln_buf_append_str(line, " (cache hit)");
-      else kiln_buf_appendf(line, " in %llu ms", (unsigned long long)t->compile_ms);
+      if (t->cache_hit)
+        kiln_buf_append_str(line, " (cache hit)");
+      else
+        kiln_buf_appendf(line, " in %llu ms", (unsigned long long)t->compile_ms);
       break;
     case KILN_CLI_TARGET_FAILED:
       kiln_buf_appendf(line, "FAILED %s: %s", kiln_status_code_name((kiln_status_code_t)t->code),

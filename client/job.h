@@ -44,7 +44,7 @@ typedef struct kiln_cli_target_s {
 
 typedef struct kiln_cli_job_s {
   char *job_id;
-  char *source_digest; /* NULL when unknown (status, watch) */
+  char *source_digest;      /* NULL when unknown (status, watch) */
   Kiln__V1__JobState state; /* UNSPECIFIED until an event says */
   char *message;            /* Terminal's summary */
   bool queued_seen;
@@ -89,8 +89,7 @@ size_t kiln_cli_job_render_live(const kiln_cli_job_t *job, size_t width, kiln_bu
 /* Redraws the live display in place: moves the cursor up over the `prev_lines`
  * drawn before, then writes the new lines, each clearing the rest of its line,
  * and clears below. Returns the number of lines drawn now. */
-size_t kiln_cli_job_render_frame(const kiln_cli_job_t *job, size_t prev_lines, size_t width,
-                                 kiln_buf_t *out);
+size_t kiln_cli_job_render_frame(const kiln_cli_job_t *job, size_t prev_lines, size_t width, kiln_buf_t *out);
 
 /* Erases `lines` lines of a live display drawn before (cursor back to its top),
  * so other output can be printed there. */

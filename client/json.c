@@ -64,11 +64,19 @@ static json_object *scalar(const ProtobufCFieldDescriptor *field, const void *p)
 
 static size_t element_size(const ProtobufCFieldDescriptor *field) {
   switch (field->type) {
-    case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32:
-    case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_FIXED32: case PROTOBUF_C_TYPE_FLOAT:
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_FIXED32:
+    case PROTOBUF_C_TYPE_FLOAT:
     case PROTOBUF_C_TYPE_ENUM: return 4;
-    case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: case PROTOBUF_C_TYPE_DOUBLE: return 8;
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+    case PROTOBUF_C_TYPE_DOUBLE: return 8;
     case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
     case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
     case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
@@ -126,6 +134,7 @@ json_object *kiln_client_json_from_message(const ProtobufCMessage *message) {
 }
 
 void kiln_client_json_print(json_object *object) {
-  puts(json_object_to_json_string_ext(object, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE));
+  puts(json_object_to_json_string_ext(
+      object, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE));
   json_object_put(object);
 }

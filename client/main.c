@@ -49,21 +49,22 @@ static void print_usage(void) {
   }
   printf("\noptions (before or after the command):\n");
   kiln_config_print_help(kiln_cli_settings_table(), stdout);
-  printf("\nexit status:\n"
-         "  0  success\n"
-         "  1  kilnd answered with an error; compile, watch: a target failed or the job was\n"
-         "     cancelled; explain: a target would miss the cache\n"
-         "  2  bad command, flag or value (compile: also a request kilnd refused as invalid,\n"
-         "     such as an unknown target)\n"
-         "  3  kilnd could not be reached\n"
-         "  4  kilnd did not answer within --timeout (compile: the compile ran past it)\n"
-         "  5  kilnd is up but not serving\n"
-         "  6  inspect, scan: a file is a legacy (pre-HAL 0.7) VMFB\n"
-         "  7  inspect, scan: a file is not a readable VMFB\n"
-         "  8  recompile: a file failed, had no source or was invalid (the report says which)\n"
-         "  9  kilnd refused the credentials: no or unknown token (UNAUTHENTICATED), or the\n"
-         "     token's role does not allow the command (PERMISSION_DENIED)\n"
-         "  130 recompile: interrupted (SIGINT or SIGTERM); run it again to resume\n");
+  printf(
+      "\nexit status:\n"
+      "  0  success\n"
+      "  1  kilnd answered with an error; compile, watch: a target failed or the job was\n"
+      "     cancelled; explain: a target would miss the cache\n"
+      "  2  bad command, flag or value (compile: also a request kilnd refused as invalid,\n"
+      "     such as an unknown target)\n"
+      "  3  kilnd could not be reached\n"
+      "  4  kilnd did not answer within --timeout (compile: the compile ran past it)\n"
+      "  5  kilnd is up but not serving\n"
+      "  6  inspect, scan: a file is a legacy (pre-HAL 0.7) VMFB\n"
+      "  7  inspect, scan: a file is not a readable VMFB\n"
+      "  8  recompile: a file failed, had no source or was invalid (the report says which)\n"
+      "  9  kilnd refused the credentials: no or unknown token (UNAUTHENTICATED), or the\n"
+      "     token's role does not allow the command (PERMISSION_DENIED)\n"
+      "  130 recompile: interrupted (SIGINT or SIGTERM); run it again to resume\n");
 }
 
 /* The bearer token: the first line of --token-file, else KILN_TOKEN, else none
@@ -127,8 +128,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "kiln: unknown command '%s' (see `kiln --help`)\n", positional[0]);
     } else if (!commands[i].fn) {
       /* Local commands: no kilnd, no channel. */
-      code = strcmp(commands[i].name, "scan") == 0 ? kiln_cli_scan(&settings, (int)npos - 1, positional + 1)
-                                                   : kiln_cli_inspect(&settings, (int)npos - 1, positional + 1);
+      code = strcmp(commands[i].name, "scan") == 0
+                 ? kiln_cli_scan(&settings, (int)npos - 1, positional + 1)
+                 : kiln_cli_inspect(&settings, (int)npos - 1, positional + 1);
     } else {
       kiln_client_t *client = NULL;
       char *token = NULL;

@@ -45,7 +45,7 @@ struct kiln_client_s {
   grpc_channel *channel;
   grpc_completion_queue *cq;
   int64_t timeout_ms;
-  char request_id_base[16];   /* "c-" + 12 hex, random per client */
+  char request_id_base[16]; /* "c-" + 12 hex, random per client */
   unsigned call_seq;
   char failed_request_id[40]; /* the last call that failed; "" when none did */
   char *authorization;        /* "Bearer <token>", or NULL */
@@ -91,7 +91,7 @@ const char *kiln_client_failed_request_id(const kiln_client_t *client) {
 
 /* The channel's credentials for `options`: insecure without TLS. */
 static KILN_MUST_USE kiln_status_t channel_credentials(const kiln_client_options_t *options,
-                                         grpc_channel_credentials **out_creds) {
+                                                       grpc_channel_credentials **out_creds) {
   *out_creds = NULL;
   bool tls = options && (options->tls || options->tls_ca || options->tls_cert || options->tls_key);
   if (!tls) {
@@ -101,7 +101,8 @@ static KILN_MUST_USE kiln_status_t channel_credentials(const kiln_client_options
   if (!options->tls_cert != !options->tls_key) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "--%s is given without --%s: a client certificate needs its key and the reverse",
-                       options->tls_cert ? "tls-cert" : "tls-key", options->tls_cert ? "tls-key" : "tls-cert");
+                       options->tls_cert ? "tls-cert" : "tls-key",
+                       options->tls_cert ? "tls-key" : "tls-cert");
   }
   char *ca = NULL, *cert = NULL, *key = NULL;
   kiln_status_t status = NULL;
@@ -122,8 +123,8 @@ static KILN_MUST_USE kiln_status_t channel_credentials(const kiln_client_options
   return status;
 }
 
-kiln_status_t kiln_client_create(const char *address, int64_t timeout_ms,
-                                 uint64_t max_message_bytes, kiln_client_t **out_client) {
+kiln_status_t kiln_client_create(const char *address, int64_t timeout_ms, uint64_t max_message_bytes,
+                                 kiln_client_t **out_client) {
   return kiln_client_create_ex(address, timeout_ms, max_message_bytes, NULL, out_client);
 }
 
@@ -197,8 +198,8 @@ void kiln_client_destroy(kiln_client_t *client) {
   if (!client) return;
   grpc_channel_destroy(client->channel);
   grpc_completion_queue_shutdown(client->cq);
-  while (grpc_completion_queue_pluck(client->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-             .type != GRPC_QUEUE_SHUTDOWN) {
+  while (grpc_completion_queue_pluck(client->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+         GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(client->cq);
   kiln_free(client->address);
@@ -216,7 +217,8 @@ bool kiln_client_reconnect_now(kiln_client_t *client, int64_t wait_ms) {
   /* Without this a channel whose server went away tries again only on its own
    * backoff (1 s, growing 1.6x), and calls in between fail at once. */
   grpc_channel_reset_connect_backoff(client->channel);
-  gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
+  gpr_timespec deadline =
+      gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
   int tag = 0;
   for (;;) {
     grpc_connectivity_state st = grpc_channel_check_connectivity_state(client->channel, 1);
@@ -227,9 +229,7 @@ bool kiln_client_reconnect_now(kiln_client_t *client, int64_t wait_ms) {
   }
 }
 
-void kiln_client_set_timeout(kiln_client_t *client, int64_t timeout_ms) {
-  client->timeout_ms = timeout_ms;
-}
+void kiln_client_set_timeout(kiln_client_t *client, int64_t timeout_ms) { client->timeout_ms = timeout_ms; }
 
 int64_t kiln_client_timeout(const kiln_client_t *client) { return client->timeout_ms; }
 
@@ -237,7 +237,8 @@ int64_t kiln_client_timeout(const kiln_client_t *client) { return client->timeou
  * content), each diagnostic follows the message on its own line as
  * "<file>:<line>:<column>: error: <message>", the form editors and CI annotations
  * read. */
-static KILN_MUST_USE kiln_status_t failed_status(grpc_status_code code, grpc_slice details, const grpc_metadata_array *trailing) {
+static KILN_MUST_USE kiln_status_t failed_status(grpc_status_code code, grpc_slice details,
+                                                 const grpc_metadata_array *trailing) {
   char *text = grpc_slice_to_c_string(details);
   kiln_buf_t msg;
   kiln_buf_init(&msg);
@@ -246,8 +247,8 @@ static KILN_MUST_USE kiln_status_t failed_status(grpc_status_code code, grpc_sli
   for (size_t i = 0; trailing && i < trailing->count; i++) {
     const grpc_metadata *md = &trailing->metadata[i];
     if (grpc_slice_str_cmp(md->key, "kiln-diagnostics-bin") != 0) continue;
-    Kiln__V1__DiagnosticList *list =
-        kiln__v1__diagnostic_list__unpack(NULL, GRPC_SLICE_LENGTH(md->value), GRPC_SLICE_START_PTR(md->value));
+    Kiln__V1__DiagnosticList *list = kiln__v1__diagnostic_list__unpack(NULL, GRPC_SLICE_LENGTH(md->value),
+                                                                       GRPC_SLICE_START_PTR(md->value));
     for (size_t k = 0; list && k < list->n_diagnostics; k++) {
       kiln_buf_append_char(&msg, '\n');
       kiln_cli_diagnostic_format(list->diagnostics[k], &msg);
@@ -260,16 +261,15 @@ static KILN_MUST_USE kiln_status_t failed_status(grpc_status_code code, grpc_sli
   return status;
 }
 
-kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
-                                const ProtobufCMessage *request,
+kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method, const ProtobufCMessage *request,
                                 const ProtobufCMessageDescriptor *response_descriptor,
                                 ProtobufCMessage **out_response) {
   *out_response = NULL;
-  gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
-                                       gpr_time_from_millis(client->timeout_ms, GPR_TIMESPAN));
+  gpr_timespec deadline =
+      gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(client->timeout_ms, GPR_TIMESPAN));
   grpc_slice method_slice = grpc_slice_from_copied_string(method);
-  grpc_call *call = grpc_channel_create_call(client->channel, NULL, GRPC_PROPAGATE_DEFAULTS,
-                                             client->cq, method_slice, NULL, deadline, NULL);
+  grpc_call *call = grpc_channel_create_call(client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, client->cq,
+                                             method_slice, NULL, deadline, NULL);
   grpc_slice_unref(method_slice);
 
   size_t size = protobuf_c_message_get_packed_size(request);
@@ -308,8 +308,8 @@ kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
   kiln_status_t status = NULL;
   grpc_call_error err = grpc_call_start_batch(call, ops, 6, call, NULL);
   if (err != GRPC_CALL_OK) {
-    status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: cannot start the call (grpc_call_error %d)",
-                         method, (int)err);
+    status =
+        KILN_STATUS(KILN_STATUS_INTERNAL, "%s: cannot start the call (grpc_call_error %d)", method, (int)err);
   } else {
     grpc_completion_queue_pluck(client->cq, call, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (code != GRPC_STATUS_OK) {
@@ -358,10 +358,10 @@ struct kiln_client_stream_s {
   bool initial_md_requested;
   bool send_pending; /* the opening send batch: it waits for a connection */
   bool recv_pending;
-  bool write_pending; /* a write (or the half-close) started by write_begin */
+  bool write_pending;             /* a write (or the half-close) started by write_begin */
   grpc_byte_buffer *write_buffer; /* the pending write's message */
   bool status_pending;
-  bool ended;       /* the final status is known (status_code/details valid) */
+  bool ended; /* the final status is known (status_code/details valid) */
   bool write_failed;
   bool half_closed;
   grpc_metadata_array initial_md;
@@ -442,11 +442,11 @@ kiln_client_stream_t *kiln_client_stream_open(kiln_client_t *client, const char 
   s->status_details = grpc_empty_slice();
   grpc_metadata_array_init(&s->initial_md);
   grpc_metadata_array_init(&s->trailing_md);
-  gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
-                                       gpr_time_from_millis(client->timeout_ms, GPR_TIMESPAN));
+  gpr_timespec deadline =
+      gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(client->timeout_ms, GPR_TIMESPAN));
   grpc_slice method_slice = grpc_slice_from_copied_string(method);
-  s->call = grpc_channel_create_call(client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, client->cq,
-                                     method_slice, NULL, deadline, NULL);
+  s->call = grpc_channel_create_call(client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, client->cq, method_slice,
+                                     NULL, deadline, NULL);
   grpc_slice_unref(method_slice);
 
   grpc_op status_op;
@@ -458,8 +458,8 @@ kiln_client_stream_t *kiln_client_stream_open(kiln_client_t *client, const char 
   status_op.data.recv_status_on_client.error_string = &s->error_string;
   grpc_call_error err = grpc_call_start_batch(s->call, &status_op, 1, &s->tag_status, NULL);
   if (err != GRPC_CALL_OK) {
-    s->start_error = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: cannot start the call (grpc_call_error %d)",
-                                 method, (int)err);
+    s->start_error =
+        KILN_STATUS(KILN_STATUS_INTERNAL, "%s: cannot start the call (grpc_call_error %d)", method, (int)err);
     s->ended = true;
     return s;
   }
@@ -479,8 +479,8 @@ kiln_client_stream_t *kiln_client_stream_open(kiln_client_t *client, const char 
   }
   err = grpc_call_start_batch(s->call, ops, n, &s->tag_send, NULL);
   if (err != GRPC_CALL_OK) {
-    s->start_error = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: cannot start the call (grpc_call_error %d)",
-                                 method, (int)err);
+    s->start_error =
+        KILN_STATUS(KILN_STATUS_INTERNAL, "%s: cannot start the call (grpc_call_error %d)", method, (int)err);
   } else {
     /* Not waited for here: it completes only once a connection is up, and a
      * bounded read must not block on that. A failed send is no error of its
@@ -518,8 +518,8 @@ static ProtobufCMessage *decode(kiln_client_stream_t *s, const ProtobufCMessageD
   } else {
     grpc_slice bytes = grpc_byte_buffer_reader_readall(&reader);
     grpc_byte_buffer_reader_destroy(&reader);
-    message = protobuf_c_message_unpack(descriptor, NULL, GRPC_SLICE_LENGTH(bytes),
-                                        GRPC_SLICE_START_PTR(bytes));
+    message =
+        protobuf_c_message_unpack(descriptor, NULL, GRPC_SLICE_LENGTH(bytes), GRPC_SLICE_START_PTR(bytes));
     if (!message) {
       s->decode_error = KILN_STATUS(KILN_STATUS_INTERNAL,
                                     "%s: a message from kilnd is not a valid %s; is kilnd the same "
@@ -637,7 +637,8 @@ static ProtobufCMessage *decode_split(kiln_client_stream_t *s, const ProtobufCMe
     }
   }
   ProtobufCMessage *message =
-      ok ? protobuf_c_message_unpack(descriptor, NULL, rest.len, rest.len ? (const uint8_t *)rest.data : (const uint8_t *)"")
+      ok ? protobuf_c_message_unpack(descriptor, NULL, rest.len,
+                                     rest.len ? (const uint8_t *)rest.data : (const uint8_t *)"")
          : NULL;
   kiln_buf_deinit(&rest);
   if (!message) {
@@ -661,32 +662,34 @@ static gpr_timespec wait_until(int64_t wait_ms) {
 }
 
 /* The body of both reads: `split_field` 0 decodes whole. */
-static KILN_MUST_USE kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
-                                  uint32_t split_field, int64_t wait_ms, ProtobufCMessage **out_message,
-                                  bool *out_timed_out);
+static KILN_MUST_USE kiln_status_t read_message(kiln_client_stream_t *s,
+                                                const ProtobufCMessageDescriptor *descriptor,
+                                                uint32_t split_field, int64_t wait_ms,
+                                                ProtobufCMessage **out_message, bool *out_timed_out);
 
 kiln_status_t kiln_client_stream_read(kiln_client_stream_t *stream,
-                                      const ProtobufCMessageDescriptor *descriptor,
-                                      int64_t wait_ms, ProtobufCMessage **out_message,
-                                      bool *out_timed_out) {
+                                      const ProtobufCMessageDescriptor *descriptor, int64_t wait_ms,
+                                      ProtobufCMessage **out_message, bool *out_timed_out) {
   return read_message(stream, descriptor, 0, wait_ms, out_message, out_timed_out);
 }
 
 kiln_status_t kiln_client_stream_read_split(kiln_client_stream_t *stream,
-                                            const ProtobufCMessageDescriptor *descriptor, uint32_t bytes_field,
-                                            int64_t wait_ms, ProtobufCMessage **out_message,
+                                            const ProtobufCMessageDescriptor *descriptor,
+                                            uint32_t bytes_field, int64_t wait_ms,
+                                            ProtobufCMessage **out_message,
                                             const kiln_client_piece_t **out_pieces, size_t *out_count,
                                             bool *out_timed_out) {
-  kiln_status_t st = read_message(stream, descriptor, bytes_field ? bytes_field : UINT32_MAX, wait_ms, out_message,
-                                  out_timed_out);
+  kiln_status_t st = read_message(stream, descriptor, bytes_field ? bytes_field : UINT32_MAX, wait_ms,
+                                  out_message, out_timed_out);
   *out_pieces = *out_message ? stream->pieces : NULL;
   *out_count = *out_message ? stream->n_pieces : 0;
   return st;
 }
 
-static KILN_MUST_USE kiln_status_t read_message(kiln_client_stream_t *s, const ProtobufCMessageDescriptor *descriptor,
-                                  uint32_t split_field, int64_t wait_ms, ProtobufCMessage **out_message,
-                                  bool *out_timed_out) {
+static KILN_MUST_USE kiln_status_t read_message(kiln_client_stream_t *s,
+                                                const ProtobufCMessageDescriptor *descriptor,
+                                                uint32_t split_field, int64_t wait_ms,
+                                                ProtobufCMessage **out_message, bool *out_timed_out) {
   *out_message = NULL;
   *out_timed_out = false;
   if (s->start_error || s->decode_error) return final_status(s);
@@ -803,8 +806,7 @@ void kiln_client_stream_cancel(kiln_client_stream_t *stream) {
   if (stream && stream->call && !stream->ended) grpc_call_cancel(stream->call, NULL);
 }
 
-const void *kiln_client_stream_trailer(const kiln_client_stream_t *stream, const char *key,
-                                       size_t *out_len) {
+const void *kiln_client_stream_trailer(const kiln_client_stream_t *stream, const char *key, size_t *out_len) {
   *out_len = 0;
   if (!stream->ended) return NULL;
   for (size_t i = 0; i < stream->trailing_md.count; i++) {

@@ -18,7 +18,7 @@ typedef struct kiln_client_s kiln_client_t;
  * until the first call. Each call gets `timeout_ms` as its deadline; messages up to
  * `max_message_bytes` are accepted. Owned by the caller. */
 KILN_MUST_USE kiln_status_t kiln_client_create(const char *address, int64_t timeout_ms,
-                                 uint64_t max_message_bytes, kiln_client_t **out_client);
+                                               uint64_t max_message_bytes, kiln_client_t **out_client);
 
 /* How the client reaches and proves itself to kilnd. Every field may be NULL/false;
  * all are borrowed for the create call only. */
@@ -36,8 +36,10 @@ typedef struct kiln_client_options_s {
  * certificate without its key, or a token with characters that metadata cannot
  * carry; nothing is dialled yet (a handshake failure comes from the first call,
  * UNAVAILABLE). */
-KILN_MUST_USE kiln_status_t kiln_client_create_ex(const char *address, int64_t timeout_ms, uint64_t max_message_bytes,
-                                    const kiln_client_options_t *options, kiln_client_t **out_client);
+KILN_MUST_USE kiln_status_t kiln_client_create_ex(const char *address, int64_t timeout_ms,
+                                                  uint64_t max_message_bytes,
+                                                  const kiln_client_options_t *options,
+                                                  kiln_client_t **out_client);
 void kiln_client_destroy(kiln_client_t *client);
 
 /* Changes the deadline of later calls. */
@@ -72,9 +74,9 @@ const char *kiln_client_address(const kiln_client_t *client);
  * the server's gRPC status and message (UNAVAILABLE when kilnd cannot be reached,
  * DEADLINE_EXCEEDED after timeout_ms); an undecodable answer is INTERNAL. */
 KILN_MUST_USE kiln_status_t kiln_client_unary(kiln_client_t *client, const char *method,
-                                const ProtobufCMessage *request,
-                                const ProtobufCMessageDescriptor *response_descriptor,
-                                ProtobufCMessage **out_response);
+                                              const ProtobufCMessage *request,
+                                              const ProtobufCMessageDescriptor *response_descriptor,
+                                              ProtobufCMessage **out_response);
 
 /* ---- Streaming calls ----------------------------------------------------
  *
@@ -110,9 +112,9 @@ kiln_client_stream_t *kiln_client_stream_open(kiln_client_t *client, const char 
  *     INTERNAL for a message that does not decode. Later reads return the same
  *     outcome again (a fresh copy of the status). */
 KILN_MUST_USE kiln_status_t kiln_client_stream_read(kiln_client_stream_t *stream,
-                                      const ProtobufCMessageDescriptor *descriptor,
-                                      int64_t wait_ms, ProtobufCMessage **out_message,
-                                      bool *out_timed_out);
+                                                    const ProtobufCMessageDescriptor *descriptor,
+                                                    int64_t wait_ms, ProtobufCMessage **out_message,
+                                                    bool *out_timed_out);
 
 /* A run of a bytes field's contents, borrowed from gRPC's receive buffers. */
 typedef struct kiln_client_piece_s {
@@ -127,10 +129,11 @@ typedef struct kiln_client_piece_s {
  * rest of the message is decoded as usual. A download then costs one copy (the
  * kernel's) instead of three. */
 KILN_MUST_USE kiln_status_t kiln_client_stream_read_split(kiln_client_stream_t *stream,
-                                            const ProtobufCMessageDescriptor *descriptor, uint32_t bytes_field,
-                                            int64_t wait_ms, ProtobufCMessage **out_message,
-                                            const kiln_client_piece_t **out_pieces, size_t *out_count,
-                                            bool *out_timed_out);
+                                                          const ProtobufCMessageDescriptor *descriptor,
+                                                          uint32_t bytes_field, int64_t wait_ms,
+                                                          ProtobufCMessage **out_message,
+                                                          const kiln_client_piece_t **out_pieces,
+                                                          size_t *out_count, bool *out_timed_out);
 
 /* Sends one message (client-streaming or bidi) and waits until it was handed to
  * the transport. Returns true when it was; false when the call has already ended
@@ -162,8 +165,8 @@ bool kiln_client_stream_write_poll(kiln_client_stream_t *stream, int64_t wait_ms
  * *out_response is owned by the caller; otherwise returns the status (as
  * kiln_client_stream_read describes) and *out_response is NULL. */
 KILN_MUST_USE kiln_status_t kiln_client_stream_finish(kiln_client_stream_t *stream,
-                                        const ProtobufCMessageDescriptor *descriptor,
-                                        ProtobufCMessage **out_response);
+                                                      const ProtobufCMessageDescriptor *descriptor,
+                                                      ProtobufCMessage **out_response);
 
 /* Cancels the call (the server sees CANCELLED); pending and later reads end with
  * CANCELLED unless the call had already ended. Idempotent. */
@@ -172,8 +175,7 @@ void kiln_client_stream_cancel(kiln_client_stream_t *stream);
 /* A trailing metadata value of an ended call (after a read returned the end, or
  * after finish): the bytes (decoded for `-bin` keys) and their length in
  * *out_len; NULL when absent or the call has not ended. Borrowed until destroy. */
-const void *kiln_client_stream_trailer(const kiln_client_stream_t *stream, const char *key,
-                                       size_t *out_len);
+const void *kiln_client_stream_trailer(const kiln_client_stream_t *stream, const char *key, size_t *out_len);
 
 /* Cancels the call if it has not ended, waits for its pending operations, frees
  * everything. NULL is a no-op. */

@@ -49,7 +49,8 @@ static char *join_dir(const char *manifest, const char *rel) {
 }
 
 /* Checks one entry's fields and appends it to the map. */
-static KILN_MUST_USE kiln_status_t add_entry(kiln_cli_source_map_t *map, const char *where, const raw_t *raw) {
+static KILN_MUST_USE kiln_status_t add_entry(kiln_cli_source_map_t *map, const char *where,
+                                             const raw_t *raw) {
   if (!raw->vmfb || !*raw->vmfb) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "%s: no vmfb: give the legacy VMFB's path (relative to the manifest) or its "
@@ -57,8 +58,8 @@ static KILN_MUST_USE kiln_status_t add_entry(kiln_cli_source_map_t *map, const c
                        where);
   }
   if (!raw->source || !*raw->source) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: no source for %s: give the source file that builds it",
-                       where, raw->vmfb);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "%s: no source for %s: give the source file that builds it", where, raw->vmfb);
   }
   char *source = join_dir(map->path, raw->source);
   struct stat st;
@@ -69,21 +70,23 @@ static KILN_MUST_USE kiln_status_t add_entry(kiln_cli_source_map_t *map, const c
     return status;
   }
   if (!S_ISREG(st.st_mode)) {
-    kiln_status_t status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                                       "%s: source %s (%s) is not a regular file", where, raw->source, source);
+    kiln_status_t status = KILN_STATUS(
+        KILN_STATUS_INVALID_ARGUMENT, "%s: source %s (%s) is not a regular file", where, raw->source, source);
     kiln_free(source);
     return status;
   }
   if (map->root) {
     char *real = realpath(source, NULL);
     size_t n = strlen(map->root);
-    bool inside = real && strncmp(real, map->root, n) == 0 && (real[n] == '/' || (n == 1 && map->root[0] == '/'));
+    bool inside =
+        real && strncmp(real, map->root, n) == 0 && (real[n] == '/' || (n == 1 && map->root[0] == '/'));
     kiln_status_t status = NULL;
     if (!inside) {
-      status = KILN_STATUS(KILN_STATUS_PERMISSION_DENIED,
-                           "%s: source %s resolves to %s, outside the manifest's folder %s; pass --allow-outside "
-                           "if the manifest is yours",
-                           where, raw->source, real ? real : source, map->root);
+      status =
+          KILN_STATUS(KILN_STATUS_PERMISSION_DENIED,
+                      "%s: source %s resolves to %s, outside the manifest's folder %s; pass --allow-outside "
+                      "if the manifest is yours",
+                      where, raw->source, real ? real : source, map->root);
     }
     free(real);
     if (status) {
@@ -117,15 +120,16 @@ static KILN_MUST_USE kiln_status_t add_entry(kiln_cli_source_map_t *map, const c
   }
   e->has_flags = raw->has_flags;
   kiln_cli_strings_split(raw->flags, " \t\r\n", &e->flags, &e->n_flags);
-  for (size_t i = 0; i < raw->n_flag_list; i++) kiln_cli_strings_split(raw->flag_list[i], "", &e->flags, &e->n_flags);
+  for (size_t i = 0; i < raw->n_flag_list; i++)
+    kiln_cli_strings_split(raw->flag_list[i], "", &e->flags, &e->n_flags);
   return NULL;
 }
 
 /* ---- JSON ---------------------------------------------------------------- */
 
 /* A JSON value that must be a string or a list of strings. */
-static KILN_MUST_USE kiln_status_t json_strings(json_object *v, const char *where, const char *key, const char **out_str,
-                                  const char ***out_list, size_t *out_n) {
+static KILN_MUST_USE kiln_status_t json_strings(json_object *v, const char *where, const char *key,
+                                                const char **out_str, const char ***out_list, size_t *out_n) {
   if (json_object_is_type(v, json_type_string)) {
     *out_str = json_object_get_string(v);
     return NULL;
@@ -137,7 +141,8 @@ static KILN_MUST_USE kiln_status_t json_strings(json_object *v, const char *wher
       json_object *item = json_object_array_get_idx(v, i);
       if (!json_object_is_type(item, json_type_string)) {
         kiln_free(list);
-        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: \"%s\" item %zu is not a string", where, key, i + 1);
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: \"%s\" item %zu is not a string", where, key,
+                           i + 1);
       }
       list[i] = json_object_get_string(item);
     }
@@ -145,7 +150,8 @@ static KILN_MUST_USE kiln_status_t json_strings(json_object *v, const char *wher
     *out_n = n;
     return NULL;
   }
-  return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: \"%s\" must be a string or a list of strings", where, key);
+  return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: \"%s\" must be a string or a list of strings", where,
+                     key);
 }
 
 static KILN_MUST_USE kiln_status_t json_entry(kiln_cli_source_map_t *map, json_object *o, size_t index) {
@@ -156,10 +162,11 @@ static KILN_MUST_USE kiln_status_t json_entry(kiln_cli_source_map_t *map, json_o
   raw_t raw;
   memset(&raw, 0, sizeof raw);
   if (!json_object_is_type(o, json_type_object)) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "%s: not an object; each entry is {\"vmfb\": ..., \"source\": ..., \"targets\": [...], "
-                         "\"flags\": [...]}",
-                         where.data);
+    status =
+        KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                    "%s: not an object; each entry is {\"vmfb\": ..., \"source\": ..., \"targets\": [...], "
+                    "\"flags\": [...]}",
+                    where.data);
   }
   if (!status) {
     json_object_object_foreach(o, key, val) {
@@ -210,14 +217,15 @@ static KILN_MUST_USE kiln_status_t load_json(kiln_cli_source_map_t *map, const c
   }
   if (!root || jerr != json_tokener_success) {
     json_object_put(root);
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s:%zu: not valid JSON: %s", map->path, line_of(text, end),
-                       json_tokener_error_desc(jerr));
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s:%zu: not valid JSON: %s", map->path,
+                       line_of(text, end), json_tokener_error_desc(jerr));
   }
   for (size_t i = end; i < len; i++) {
     if (!isspace((unsigned char)text[i])) {
       json_object_put(root);
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s:%zu: not valid JSON: text after the end of the document",
-                         map->path, line_of(text, i));
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "%s:%zu: not valid JSON: text after the end of the document", map->path,
+                         line_of(text, i));
     }
   }
   json_object *list = root;
@@ -226,9 +234,9 @@ static KILN_MUST_USE kiln_status_t load_json(kiln_cli_source_map_t *map, const c
   }
   kiln_status_t status = NULL;
   if (!list || !json_object_is_type(list, json_type_array)) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "%s: expected a list of entries, or an object whose \"entries\" is that list",
-                         map->path);
+    status =
+        KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                    "%s: expected a list of entries, or an object whose \"entries\" is that list", map->path);
   }
   for (size_t i = 0; !status && i < json_object_array_length(list); i++) {
     status = json_entry(map, json_object_array_get_idx(list, i), i);
@@ -254,8 +262,8 @@ static void record_clear(record_t *r) {
 }
 
 /* Reads the record at *pos (advancing it, and *line); false at the end of text. */
-static KILN_MUST_USE kiln_status_t csv_record(const kiln_cli_source_map_t *map, const char *text, size_t len, size_t *pos,
-                                size_t *line, record_t *out, bool *out_got) {
+static KILN_MUST_USE kiln_status_t csv_record(const kiln_cli_source_map_t *map, const char *text, size_t len,
+                                              size_t *pos, size_t *line, record_t *out, bool *out_got) {
   *out_got = false;
   if (*pos >= len) return NULL;
   out->line = *line;
@@ -268,8 +276,8 @@ static KILN_MUST_USE kiln_status_t csv_record(const kiln_cli_source_map_t *map, 
     if (quoted) {
       if (i >= len) {
         kiln_buf_deinit(&field);
-        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s:%zu: a quoted field is not closed (a '\"' is missing)",
-                           map->path, out->line);
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                           "%s:%zu: a quoted field is not closed (a '\"' is missing)", map->path, out->line);
       }
       if (c == '"' && i + 1 < len && text[i + 1] == '"') {
         kiln_buf_append_char(&field, '"');
@@ -312,8 +320,8 @@ static KILN_MUST_USE kiln_status_t csv_record(const kiln_cli_source_map_t *map, 
     }
     if (was_quoted && c != '\r' && c != ' ' && c != '\t') {
       kiln_buf_deinit(&field);
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s:%zu: text after a quoted field (quote the whole field)",
-                         map->path, *line);
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "%s:%zu: text after a quoted field (quote the whole field)", map->path, *line);
     }
     if (!was_quoted) kiln_buf_append_char(&field, c);
     i++;
@@ -356,18 +364,19 @@ static KILN_MUST_USE kiln_status_t load_csv(kiln_cli_source_map_t *map, const ch
       header_n = rec.n;
       for (size_t i = 0; i < rec.n && !status; i++) {
         const char *name = rec.fields[i];
-        int col = strcasecmp(name, "vmfb") == 0                                             ? COL_VMFB
-                  : strcasecmp(name, "source") == 0                                         ? COL_SOURCE
-                  : strcasecmp(name, "targets") == 0 || strcasecmp(name, "target") == 0     ? COL_TARGETS
-                  : strcasecmp(name, "flags") == 0 || strcasecmp(name, "flag") == 0         ? COL_FLAGS
-                                                                                            : -1;
+        int col = strcasecmp(name, "vmfb") == 0                                         ? COL_VMFB
+                  : strcasecmp(name, "source") == 0                                     ? COL_SOURCE
+                  : strcasecmp(name, "targets") == 0 || strcasecmp(name, "target") == 0 ? COL_TARGETS
+                  : strcasecmp(name, "flags") == 0 || strcasecmp(name, "flag") == 0     ? COL_FLAGS
+                                                                                        : -1;
         if (col < 0) {
           status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                                "%s: unknown column \"%s\" (the header row names vmfb, source and optionally "
                                "targets, flags)",
                                where.data, name);
         } else if (col_of[col] >= 0) {
-          status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: column \"%s\" appears twice", where.data, name);
+          status =
+              KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: column \"%s\" appears twice", where.data, name);
         } else {
           col_of[col] = (int)i;
         }
@@ -379,8 +388,9 @@ static KILN_MUST_USE kiln_status_t load_csv(kiln_cli_source_map_t *map, const ch
                              where.data, col_of[COL_VMFB] < 0 ? "vmfb" : "source");
       }
     } else if (rec.n < header_n) {
-      status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: %zu field(s), but the header row names %zu columns",
-                           where.data, rec.n, header_n);
+      status =
+          KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: %zu field(s), but the header row names %zu columns",
+                      where.data, rec.n, header_n);
     } else if (rec.n > header_n) {
       status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                            "%s: %zu fields, but the header row names only %zu columns (quote a field that "
@@ -407,7 +417,8 @@ static KILN_MUST_USE kiln_status_t load_csv(kiln_cli_source_map_t *map, const ch
   record_clear(&rec);
   if (!status && !header) {
     status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "%s: empty: a CSV manifest starts with a header row (vmfb,source,targets,flags)", map->path);
+                         "%s: empty: a CSV manifest starts with a header row (vmfb,source,targets,flags)",
+                         map->path);
   }
   return status;
 }
@@ -446,7 +457,8 @@ kiln_status_t kiln_cli_source_map_load(const char *path, bool allow_outside, kil
   const char *text = (const char *)data;
   if (strlen(text) != len) {
     kiln_free(data);
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: holds a NUL byte; a manifest is JSON or CSV text", path);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: holds a NUL byte; a manifest is JSON or CSV text",
+                       path);
   }
   bool json;
   if (ends_with(path, ".json")) {

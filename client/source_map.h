@@ -37,8 +37,8 @@ typedef struct kiln_cli_source_entry_s {
   size_t n_targets;
   char **flags;
   size_t n_flags;
-  bool has_flags;    /* flags were given (maybe none): they replace the recorded ones */
-  bool matched;      /* some file used it (set by kiln_cli_source_map_find) */
+  bool has_flags; /* flags were given (maybe none): they replace the recorded ones */
+  bool matched;   /* some file used it (set by kiln_cli_source_map_find) */
   /* The caller's memo of the source: its digest and size once hashed, and
    * whether it was uploaded. */
   bool hashed;
@@ -48,7 +48,7 @@ typedef struct kiln_cli_source_entry_s {
 
 typedef struct kiln_cli_source_map_s {
   char *path;
-  char *root;         /* the manifest's folder, resolved; NULL with allow_outside */
+  char *root; /* the manifest's folder, resolved; NULL with allow_outside */
   kiln_cli_source_entry_t *entries;
   size_t n_entries;
 } kiln_cli_source_map_t;
@@ -61,7 +61,8 @@ typedef struct kiln_cli_source_map_s {
  * `allow_outside`, every source must resolve (symlinks followed) inside the
  * manifest's own folder, else PERMISSION_DENIED naming the entry, so
  * "../../../../etc/passwd" is never read and uploaded. */
-KILN_MUST_USE kiln_status_t kiln_cli_source_map_load(const char *path, bool allow_outside, kiln_cli_source_map_t *out_map);
+KILN_MUST_USE kiln_status_t kiln_cli_source_map_load(const char *path, bool allow_outside,
+                                                     kiln_cli_source_map_t *out_map);
 void kiln_cli_source_map_deinit(kiln_cli_source_map_t *map);
 
 /* The entry for a file whose canonical path is `real_path` (may be NULL) and

@@ -23,7 +23,7 @@
 #include "base/mlir_text.h"
 #include "client/job.h"
 
-#define READ_BLOCK (256 * 1024)
+#define READ_BLOCK        (256 * 1024)
 #define DOWNLOAD_ATTEMPTS 3
 
 kiln_status_t kiln_cli_stream_digest(FILE *f, const char *name, kiln_digest_hex_t *out_hex,
@@ -50,8 +50,7 @@ kiln_status_t kiln_cli_stream_digest(FILE *f, const char *name, kiln_digest_hex_
   return status;
 }
 
-kiln_status_t kiln_cli_file_digest(const char *path, kiln_digest_hex_t *out_hex,
-                                   uint64_t *out_size) {
+kiln_status_t kiln_cli_file_digest(const char *path, kiln_digest_hex_t *out_hex, uint64_t *out_size) {
   FILE *f = fopen(path, "rb");
   if (!f) return KILN_CLI_LOCAL_ERRNO(errno, "cannot open %s", path);
   struct stat st;
@@ -95,8 +94,8 @@ kiln_status_t kiln_cli_read_all(FILE *f, const char *name, uint64_t max_bytes, u
   return NULL;
 }
 
-kiln_status_t kiln_cli_source_upload(kiln_client_t *client, FILE *f, const char *digest,
-                                     uint64_t size, uint64_t chunk_bytes, const char *name,
+kiln_status_t kiln_cli_source_upload(kiln_client_t *client, FILE *f, const char *digest, uint64_t size,
+                                     uint64_t chunk_bytes, const char *name,
                                      Kiln__V1__PutSourceResponse **out_response) {
   *out_response = NULL;
   if (chunk_bytes == 0) chunk_bytes = 1 << 20;
@@ -118,9 +117,8 @@ kiln_status_t kiln_cli_source_upload(kiln_client_t *client, FILE *f, const char 
       if (n == 0) {
         read_error = ferror(f) ? KILN_CLI_LOCAL_ERRNO(errno ? errno : EIO, "cannot read %s", name)
                                : KILN_STATUS(KILN_STATUS_ABORTED,
-                                             "%s shrank while it was uploaded (%llu of %llu bytes)",
-                                             name, (unsigned long long)sent,
-                                             (unsigned long long)size);
+                                             "%s shrank while it was uploaded (%llu of %llu bytes)", name,
+                                             (unsigned long long)sent, (unsigned long long)size);
         break;
       }
       Kiln__V1__PutSourceChunk chunk = KILN__V1__PUT_SOURCE_CHUNK__INIT;
@@ -198,14 +196,17 @@ static KILN_MUST_USE kiln_status_t atomic_open(const char *path, kiln_buf_t *tmp
 /* The second half: with `status` NULL (everything written), flushes, closes and
  * renames the temporary file over `path`; otherwise (or when that fails) closes
  * and removes it. Frees `tmp`; returns the outcome. */
-static KILN_MUST_USE kiln_status_t atomic_close(int fd, kiln_buf_t *tmp, const char *path, kiln_status_t status) {
+static KILN_MUST_USE kiln_status_t atomic_close(int fd, kiln_buf_t *tmp, const char *path,
+                                                kiln_status_t status) {
   if (!status && fsync(fd) != 0) status = KILN_CLI_LOCAL_ERRNO(errno, "cannot flush %s", tmp->data);
   if (close(fd) != 0 && !status) status = KILN_CLI_LOCAL_ERRNO(errno, "cannot write %s", tmp->data);
   if (!status && rename(tmp->data, path) != 0) {
     status = KILN_CLI_LOCAL_ERRNO(errno, "cannot rename %s to %s", tmp->data, path);
   }
-  if (status) unlink(tmp->data);
-  else fsync_parent(path);
+  if (status)
+    unlink(tmp->data);
+  else
+    fsync_parent(path);
   kiln_buf_deinit(tmp);
   return status;
 }
@@ -223,7 +224,8 @@ kiln_status_t kiln_cli_write_atomic(const char *path, const void *data, size_t l
   while (left && !status) {
     ssize_t n = write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) status = KILN_CLI_LOCAL_ERRNO(errno, "cannot write %s", tmp.data);
+    if (n < 0)
+      status = KILN_CLI_LOCAL_ERRNO(errno, "cannot write %s", tmp.data);
     else {
       p += n;
       left -= (size_t)n;
@@ -250,7 +252,8 @@ static KILN_MUST_USE kiln_status_t copy_fd(int in, int out, const char *from, co
       n = read(in, block, READ_BLOCK);
       for (ssize_t done = 0, w; n > 0 && done < n; done += w) {
         w = write(out, block + done, (size_t)(n - done));
-        if (w < 0 && errno == EINTR) w = 0;
+        if (w < 0 && errno == EINTR)
+          w = 0;
         else if (w < 0) {
           kiln_free(block);
           return KILN_CLI_LOCAL_ERRNO(errno, "cannot write %s", to);
@@ -347,9 +350,9 @@ typedef struct attempt_s {
   kiln_client_t *client;
   const kiln_cli_artifact_ref_t *ref;
   const char *path_given;
-  char *path;      /* destination, once known */
-  char *digest;    /* once known */
-  char *part;      /* partial file, once the digest is known */
+  char *path;   /* destination, once known */
+  char *digest; /* once known */
+  char *part;   /* partial file, once the digest is known */
   Kiln__V1__ArtifactChunk *metadata;
   uint64_t resumed_from;
   bool restarted;   /* restarted from 0 after a bad resumed file (at most once) */
@@ -364,8 +367,8 @@ static KILN_MUST_USE kiln_status_t check_metadata(attempt_t *a, Kiln__V1__Artifa
                        "digest); is kilnd the same version as this client?");
   }
   if (a->digest && strcmp(a->digest, m->digest) != 0) {
-    return KILN_STATUS(KILN_STATUS_INTERNAL, "GetArtifact: asked for %s, kilnd described %s",
-                       a->digest, m->digest);
+    return KILN_STATUS(KILN_STATUS_INTERNAL, "GetArtifact: asked for %s, kilnd described %s", a->digest,
+                       m->digest);
   }
   return NULL;
 }
@@ -391,7 +394,8 @@ static KILN_MUST_USE kiln_status_t commit(attempt_t *a) {
 }
 
 /* Writes the pieces at file offset `pos`, with as few system calls as it takes. */
-static KILN_MUST_USE kiln_status_t write_pieces(int fd, const kiln_client_piece_t *pieces, size_t n, uint64_t pos, const char *path) {
+static KILN_MUST_USE kiln_status_t write_pieces(int fd, const kiln_client_piece_t *pieces, size_t n,
+                                                uint64_t pos, const char *path) {
   struct iovec iov[64];
   size_t i = 0, skip = 0; /* pieces[i] from byte `skip` is next */
   while (i < n && pieces[i].len == 0) i++;
@@ -475,7 +479,8 @@ static KILN_MUST_USE kiln_status_t run_stream(attempt_t *a, uint64_t offset, boo
     if (!a->path) {
       kiln_buf_t b;
       kiln_buf_init(&b);
-      kiln_buf_appendf(&b, "%s.vmfb", m->canonical_target && *m->canonical_target ? m->canonical_target : m->digest);
+      kiln_buf_appendf(&b, "%s.vmfb",
+                       m->canonical_target && *m->canonical_target ? m->canonical_target : m->digest);
       a->path = kiln_buf_take(&b);
     }
     a->part = kiln_cli_part_path(a->path, a->digest);
@@ -506,17 +511,17 @@ static KILN_MUST_USE kiln_status_t run_stream(attempt_t *a, uint64_t offset, boo
   msg = NULL;
   while (!status) {
     if (!c) {
-      status = kiln_client_stream_read_split(stream, &kiln__v1__artifact_chunk__descriptor, 3, -1, &msg, &pieces,
-                                             &n_pieces, &timed_out);
+      status = kiln_client_stream_read_split(stream, &kiln__v1__artifact_chunk__descriptor, 3, -1, &msg,
+                                             &pieces, &n_pieces, &timed_out);
       if (status || !msg) break;
       c = (const Kiln__V1__ArtifactChunk *)msg;
     }
     uint64_t len = 0;
     for (size_t i = 0; i < n_pieces; i++) len += pieces[i].len;
     if (len && c->offset != pos) {
-      status = KILN_STATUS(KILN_STATUS_INTERNAL,
-                           "GetArtifact: kilnd sent bytes for offset %llu, expected %llu",
-                           (unsigned long long)c->offset, (unsigned long long)pos);
+      status =
+          KILN_STATUS(KILN_STATUS_INTERNAL, "GetArtifact: kilnd sent bytes for offset %llu, expected %llu",
+                      (unsigned long long)c->offset, (unsigned long long)pos);
     } else if (pos + len > m->size_bytes) {
       status = KILN_STATUS(KILN_STATUS_DATA_LOSS, "GetArtifact: kilnd sent more than the %llu bytes of %s",
                            (unsigned long long)m->size_bytes, a->digest);

@@ -35,17 +35,17 @@ KILN_MUST_USE kiln_status_t kiln_cli_local_error_at(int err, const char *file, i
 /* SHA-256 and size of everything `f` yields from its current position to the end.
  * Leaves `f` at its end. INTERNAL-class status from errno on a read error. */
 KILN_MUST_USE kiln_status_t kiln_cli_stream_digest(FILE *f, const char *name, kiln_digest_hex_t *out_hex,
-                                     uint64_t *out_size);
+                                                   uint64_t *out_size);
 
 /* The digest of the file at `path`: NOT_FOUND / PERMISSION_DENIED / ... naming it. */
 KILN_MUST_USE kiln_status_t kiln_cli_file_digest(const char *path, kiln_digest_hex_t *out_hex,
-                                   uint64_t *out_size);
+                                                 uint64_t *out_size);
 
 /* Reads all of `f` (at most `max_bytes`; more is RESOURCE_EXHAUSTED naming `name`).
  * *out_data (kiln_malloc'd, one spare NUL byte after the data) belongs to the
  * caller. */
-KILN_MUST_USE kiln_status_t kiln_cli_read_all(FILE *f, const char *name, uint64_t max_bytes, uint8_t **out_data,
-                                size_t *out_len);
+KILN_MUST_USE kiln_status_t kiln_cli_read_all(FILE *f, const char *name, uint64_t max_bytes,
+                                              uint8_t **out_data, size_t *out_len);
 
 /* Uploads `size` bytes read from `f` (from its current position) as a source with
  * `digest` (hex), in data chunks of at most `chunk_bytes`, naming it `name` for
@@ -54,8 +54,8 @@ KILN_MUST_USE kiln_status_t kiln_cli_read_all(FILE *f, const char *name, uint64_
  * source's diagnostics, from `kiln-diagnostics-bin`, appended to its message as
  * FILE:LINE:COL lines) or the read error. */
 KILN_MUST_USE kiln_status_t kiln_cli_source_upload(kiln_client_t *client, FILE *f, const char *digest,
-                                     uint64_t size, uint64_t chunk_bytes, const char *name,
-                                     Kiln__V1__PutSourceResponse **out_response);
+                                                   uint64_t size, uint64_t chunk_bytes, const char *name,
+                                                   Kiln__V1__PutSourceResponse **out_response);
 
 /* What to download: by `digest`, or (digest NULL) by key: source digest, target
  * name, flags. Borrowed strings. */
@@ -76,9 +76,10 @@ typedef struct kiln_cli_artifact_ref_s {
  * (0 when none). Errors: kilnd's status (NOT_FOUND, INVALID_ARGUMENT, ...),
  * DATA_LOSS when the bytes do not match the digest (the partial file is removed),
  * or the file system's error naming the path. Either out pointer may be NULL. */
-KILN_MUST_USE kiln_status_t kiln_cli_artifact_download(kiln_client_t *client, const kiln_cli_artifact_ref_t *ref,
-                                         const char *path, Kiln__V1__ArtifactChunk **out_metadata,
-                                         char **out_path, uint64_t *out_resumed_from);
+KILN_MUST_USE kiln_status_t kiln_cli_artifact_download(kiln_client_t *client,
+                                                       const kiln_cli_artifact_ref_t *ref, const char *path,
+                                                       Kiln__V1__ArtifactChunk **out_metadata,
+                                                       char **out_path, uint64_t *out_resumed_from);
 
 /* Writes `len` bytes to `path` atomically (temp file beside it, fsync, rename). */
 KILN_MUST_USE kiln_status_t kiln_cli_write_atomic(const char *path, const void *data, size_t len);

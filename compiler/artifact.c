@@ -25,10 +25,10 @@ static bool wants_system_elf(const char *flags) {
 }
 
 kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output, size_t index,
-                                           const kiln_compiler_artifact_options_t *options,
-                                           kiln_buf_t *out) {
+                                           const kiln_compiler_artifact_options_t *options, kiln_buf_t *out) {
   if (index >= output->n_targets) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no target %zu in a compile of %zu", index, output->n_targets);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no target %zu in a compile of %zu", index,
+                       output->n_targets);
   }
   const kiln_compiler_target_output_t *t = &output->targets[index];
   kiln_vmfb_format_t format;
@@ -44,8 +44,9 @@ kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output,
                        kiln_status_message(t->status));
   }
   if (output->plan_status || output->plan.n_functions == 0) {
-    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "%s: no VMFB: %s", t->target->id,
-                       output->plan_status ? kiln_status_message(output->plan_status) : "the model has no host plan");
+    return KILN_STATUS(
+        KILN_STATUS_FAILED_PRECONDITION, "%s: no VMFB: %s", t->target->id,
+        output->plan_status ? kiln_status_message(output->plan_status) : "the model has no host plan");
   }
   kiln_vmfb_kernel_t *kernels = kiln_calloc(t->n_kernels ? t->n_kernels : 1, sizeof *kernels);
   kiln_vmfb_code_t *modules = kiln_calloc(t->n_kernels ? t->n_kernels : 1, sizeof *modules);
@@ -84,7 +85,8 @@ kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output,
   static const char embedded[] = "embedded-elf-";
   if (format == KILN_VMFB_FORMAT_ELF && wants_system_elf(options->flags) &&
       !strncmp(format_name, embedded, sizeof embedded - 1)) {
-    snprintf(format_name, sizeof format_name, "system-elf-%s", t->target->executable_format + sizeof embedded - 1);
+    snprintf(format_name, sizeof format_name, "system-elf-%s",
+             t->target->executable_format + sizeof embedded - 1);
   }
   kiln_vmfb_executable_t exe = {.format = format,
                                 .kernels = kernels,

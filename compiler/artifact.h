@@ -14,12 +14,12 @@
 #include "compiler/pipeline.h"
 
 typedef struct kiln_compiler_artifact_options_s {
-  const void *source;  /* the model as compiled (for its digest, and embedding) */
+  const void *source; /* the model as compiled (for its digest, and embedding) */
   size_t source_len;
-  bool embed_source;   /* carry the source (zstd) so the artifact can be recompiled alone */
-  bool flat;           /* the flat layout instead of the polyglot zip */
-  const char *flags;   /* normalized compile flags, space-separated, for the provenance ("" when
-                          none); --iree-llvmcpu-link-embedded=false selects system-elf */
+  bool embed_source; /* carry the source (zstd) so the artifact can be recompiled alone */
+  bool flat;         /* the flat layout instead of the polyglot zip */
+  const char *flags; /* normalized compile flags, space-separated, for the provenance ("" when
+                        none); --iree-llvmcpu-link-embedded=false selects system-elf */
 } kiln_compiler_artifact_options_t;
 
 /* Appends target `index` of `output` as a VMFB to `out`, with the module named
@@ -29,7 +29,7 @@ typedef struct kiln_compiler_artifact_options_s {
  * when the flags hold --iree-llvmcpu-link-embedded=false (the same ELF).
  * Deterministic: the same output and options give the same bytes. */
 KILN_MUST_USE kiln_status_t kiln_compiler_artifact_write(const kiln_compiler_output_t *output, size_t index,
-                                           const kiln_compiler_artifact_options_t *options,
-                                           kiln_buf_t *out);
+                                                         const kiln_compiler_artifact_options_t *options,
+                                                         kiln_buf_t *out);
 
 #endif /* KILN_COMPILER_ARTIFACT_H_ */

@@ -37,7 +37,8 @@ typedef kiln_compiler_ops_t ops_t;
 /* ---- TOSA control flow to scf ---- */
 
 static MlirWalkResult find_tosa_control(MlirOperation op, void *user) {
-  if (kiln_compiler_op_is(op, "tosa.cond_if") || kiln_compiler_op_is(op, "tosa.while_loop")) ops_push(user, op);
+  if (kiln_compiler_op_is(op, "tosa.cond_if") || kiln_compiler_op_is(op, "tosa.while_loop"))
+    ops_push(user, op);
   return MlirWalkResultAdvance;
 }
 
@@ -73,7 +74,8 @@ static void replace_terminator(MlirOperation old, const char *name, MlirValue fi
   intptr_t k = 0;
   if (!mlirValueIsNull(first)) operands[k++] = first;
   for (intptr_t i = 0; i < n; i++) operands[k++] = mlirOperationGetOperand(old, i);
-  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString(name), mlirOperationGetLocation(old));
+  MlirOperationState s =
+      mlirOperationStateGet(mlirStringRefCreateFromCString(name), mlirOperationGetLocation(old));
   mlirOperationStateAddOperands(&s, k, operands);
   mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(old), old, mlirOperationCreate(&s));
   mlirOperationDestroy(old);
@@ -90,7 +92,8 @@ static MlirOperation rebuild_with_results(const char *name, MlirOperation old, c
   for (intptr_t i = 0; i < n_res; i++) types[i] = mlirValueGetType(mlirOperationGetResult(old, i));
   MlirRegion regions[2];
   for (intptr_t i = 0; i < n_regions && i < 2; i++) regions[i] = mlirRegionCreate();
-  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString(name), mlirOperationGetLocation(old));
+  MlirOperationState s =
+      mlirOperationStateGet(mlirStringRefCreateFromCString(name), mlirOperationGetLocation(old));
   mlirOperationStateAddOperands(&s, n_operands, operands);
   mlirOperationStateAddResults(&s, n_res, types);
   mlirOperationStateAddOwnedRegions(&s, n_regions, regions);
@@ -140,8 +143,8 @@ static void while_to_scf(MlirContext ctx, MlirOperation op) {
   MlirValue *forwarded = kiln_calloc((size_t)n + 2, sizeof *forwarded);
   forwarded[0] = go;
   for (intptr_t i = 0; i < n; i++) forwarded[1 + i] = mlirBlockGetArgument(before, i);
-  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.condition"),
-                                               mlirOperationGetLocation(yield));
+  MlirOperationState s =
+      mlirOperationStateGet(mlirStringRefCreateFromCString("scf.condition"), mlirOperationGetLocation(yield));
   mlirOperationStateAddOperands(&s, n + 1, forwarded);
   mlirBlockInsertOwnedOperationBefore(before, yield, mlirOperationCreate(&s));
   mlirOperationDestroy(yield);
@@ -214,11 +217,13 @@ static void copy_before(MlirOperation before, MlirValue src, MlirValue dst) {
 
 /* An op named `name` with `operands`, no results and `n_regions` empty regions
  * before `old`, whose region bodies it takes. */
-static MlirOperation rebuild(const char *name, MlirOperation old, const MlirValue *operands, intptr_t n_operands) {
+static MlirOperation rebuild(const char *name, MlirOperation old, const MlirValue *operands,
+                             intptr_t n_operands) {
   intptr_t n_regions = mlirOperationGetNumRegions(old);
   MlirRegion regions[2];
   for (intptr_t i = 0; i < n_regions && i < 2; i++) regions[i] = mlirRegionCreate();
-  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString(name), mlirOperationGetLocation(old));
+  MlirOperationState s =
+      mlirOperationStateGet(mlirStringRefCreateFromCString(name), mlirOperationGetLocation(old));
   mlirOperationStateAddOperands(&s, n_operands, operands);
   mlirOperationStateAddOwnedRegions(&s, n_regions, regions);
   MlirOperation op = mlirOperationCreate(&s);
@@ -253,8 +258,9 @@ static bool hoistable(MlirOperation o) {
   for (size_t i = 0; i + 3 <= name.length; i++) {
     divides = divides || memcmp(name.data + i, "div", 3) == 0 || memcmp(name.data + i, "rem", 3) == 0;
   }
-  bool scalar = ((name.length > 6 && memcmp(name.data, "arith.", 6) == 0) || kiln_compiler_op_is(o, "memref.dim") ||
-                 kiln_compiler_op_is(o, "affine.apply")) && !divides;
+  bool scalar = ((name.length > 6 && memcmp(name.data, "arith.", 6) == 0) ||
+                 kiln_compiler_op_is(o, "memref.dim") || kiln_compiler_op_is(o, "affine.apply")) &&
+                !divides;
   return (scalar || kiln_compiler_op_is(o, "memref.alloc")) && mlirOperationGetNumRegions(o) == 0;
 }
 
@@ -292,9 +298,10 @@ static bool fix_dynamic_if(MlirContext ctx, MlirOperation op) {
   for (intptr_t i = 0; i < n; i++) {
     MlirValue result = mlirOperationGetResult(op, i);
     MlirType t = mlirValueGetType(result);
-    MlirValue operands[3] = {cond, mlirOperationGetOperand(yields[0], i), mlirOperationGetOperand(yields[1], i)};
-    MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("arith.select"),
-                                                 mlirOperationGetLocation(op));
+    MlirValue operands[3] = {cond, mlirOperationGetOperand(yields[0], i),
+                             mlirOperationGetOperand(yields[1], i)};
+    MlirOperationState s =
+        mlirOperationStateGet(mlirStringRefCreateFromCString("arith.select"), mlirOperationGetLocation(op));
     mlirOperationStateAddOperands(&s, 3, operands);
     mlirOperationStateAddResults(&s, 1, &t);
     MlirOperation sel = mlirOperationCreate(&s);
@@ -367,7 +374,8 @@ static void fix_while(MlirContext ctx, MlirOperation op) {
   MlirOperation fixed = rebuild("scf.while", op, NULL, 0);
   MlirOperation condition = region_terminator(fixed, 0);
   MlirValue go = mlirOperationGetOperand(condition, 0);
-  for (intptr_t i = 0; i < n_res; i++) copy_before(condition, mlirOperationGetOperand(condition, 1 + i), forwarded[i]);
+  for (intptr_t i = 0; i < n_res; i++)
+    copy_before(condition, mlirOperationGetOperand(condition, 1 + i), forwarded[i]);
   mlirOperationSetOperands(condition, 1, &go);
   MlirOperation yield = region_terminator(fixed, 1);
   for (intptr_t i = 0; i < n_init; i++) copy_before(yield, mlirOperationGetOperand(yield, i), carried[i]);
@@ -422,12 +430,15 @@ kiln_status_t kiln_compiler_index_to_arith(MlirContext context, MlirModule modul
   static const struct {
     const char *from, *to;
   } SAME[] = {
-      {"index.add", "arith.addi"},   {"index.sub", "arith.subi"},   {"index.mul", "arith.muli"},
-      {"index.divs", "arith.divsi"}, {"index.divu", "arith.divui"}, {"index.rems", "arith.remsi"},
-      {"index.remu", "arith.remui"}, {"index.maxs", "arith.maxsi"}, {"index.maxu", "arith.maxui"},
-      {"index.mins", "arith.minsi"}, {"index.minu", "arith.minui"}, {"index.shl", "arith.shli"},
-      {"index.shrs", "arith.shrsi"}, {"index.shru", "arith.shrui"}, {"index.and", "arith.andi"},
-      {"index.or", "arith.ori"},     {"index.xor", "arith.xori"},   {"index.ceildivs", "arith.ceildivsi"},
+      {"index.add", "arith.addi"},           {"index.sub", "arith.subi"},
+      {"index.mul", "arith.muli"},           {"index.divs", "arith.divsi"},
+      {"index.divu", "arith.divui"},         {"index.rems", "arith.remsi"},
+      {"index.remu", "arith.remui"},         {"index.maxs", "arith.maxsi"},
+      {"index.maxu", "arith.maxui"},         {"index.mins", "arith.minsi"},
+      {"index.minu", "arith.minui"},         {"index.shl", "arith.shli"},
+      {"index.shrs", "arith.shrsi"},         {"index.shru", "arith.shrui"},
+      {"index.and", "arith.andi"},           {"index.or", "arith.ori"},
+      {"index.xor", "arith.xori"},           {"index.ceildivs", "arith.ceildivsi"},
       {"index.ceildivu", "arith.ceildivui"}, {"index.floordivs", "arith.floordivsi"},
       {"index.casts", "arith.index_cast"},   {"index.castu", "arith.index_castui"},
   };
@@ -443,8 +454,8 @@ kiln_status_t kiln_compiler_index_to_arith(MlirContext context, MlirModule modul
     if (!to && kiln_compiler_op_is(op, "index.constant")) {
       MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
       MlirAttribute v = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("value"));
-      MlirOperation c = kiln_compiler_int_constant(mlirOperationGetContext(op), mlirOperationGetLocation(op), t,
-                                                   mlirIntegerAttrGetValueInt(v));
+      MlirOperation c = kiln_compiler_int_constant(mlirOperationGetContext(op), mlirOperationGetLocation(op),
+                                                   t, mlirIntegerAttrGetValueInt(v));
       mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, c);
       mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), mlirOperationGetResult(c, 0));
       mlirOperationDestroy(op);
@@ -460,7 +471,8 @@ kiln_status_t kiln_compiler_index_to_arith(MlirContext context, MlirModule modul
     MlirValue *operands = kiln_calloc((size_t)n + 1, sizeof *operands);
     for (intptr_t k = 0; k < n; k++) operands[k] = mlirOperationGetOperand(op, k);
     MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
-    MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString(to), mlirOperationGetLocation(op));
+    MlirOperationState s =
+        mlirOperationStateGet(mlirStringRefCreateFromCString(to), mlirOperationGetLocation(op));
     mlirOperationStateAddOperands(&s, n, operands);
     mlirOperationStateAddResults(&s, 1, &t);
     MlirOperation now = mlirOperationCreate(&s);
@@ -476,7 +488,8 @@ kiln_status_t kiln_compiler_index_to_arith(MlirContext context, MlirModule modul
 /* ---- TOSA variables ---- */
 
 static MlirWalkResult collect_variable_ops(MlirOperation op, void *user) {
-  if (kiln_compiler_op_is(op, "tosa.variable") || kiln_compiler_op_is(op, "tosa.variable_read") || kiln_compiler_op_is(op, "tosa.variable_write")) {
+  if (kiln_compiler_op_is(op, "tosa.variable") || kiln_compiler_op_is(op, "tosa.variable_read") ||
+      kiln_compiler_op_is(op, "tosa.variable_write")) {
     ops_push(user, op);
   }
   return MlirWalkResultAdvance;
@@ -494,7 +507,8 @@ static MlirType memref_of(MlirType tensor) {
 }
 
 static MlirValue get_global(MlirContext ctx, MlirOperation before, MlirAttribute name, MlirType memref) {
-  MlirNamedAttribute a = kiln_compiler_named_attr(ctx, "name", mlirFlatSymbolRefAttrGet(ctx, mlirStringAttrGetValue(name)));
+  MlirNamedAttribute a =
+      kiln_compiler_named_attr(ctx, "name", mlirFlatSymbolRefAttrGet(ctx, mlirStringAttrGetValue(name)));
   MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.get_global"),
                                                mlirOperationGetLocation(before));
   mlirOperationStateAddResults(&s, 1, &memref);
@@ -539,9 +553,11 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
     }
     MlirNamedAttribute attrs[4] = {
         kiln_compiler_named_attr(context, "sym_name", sym),
-        kiln_compiler_named_attr(context, "sym_visibility", mlirStringAttrGet(context, mlirStringRefCreateFromCString("private"))),
+        kiln_compiler_named_attr(context, "sym_visibility",
+                                 mlirStringAttrGet(context, mlirStringRefCreateFromCString("private"))),
         kiln_compiler_named_attr(context, "type", mlirTypeAttrGet(memref_of(tensor))),
-        kiln_compiler_named_attr(context, "initial_value", mlirAttributeIsNull(init) ? mlirUnitAttrGet(context) : init),
+        kiln_compiler_named_attr(context, "initial_value",
+                                 mlirAttributeIsNull(init) ? mlirUnitAttrGet(context) : init),
     };
     MlirOperationState s =
         mlirOperationStateGet(mlirStringRefCreateFromCString("memref.global"), mlirOperationGetLocation(op));
@@ -556,9 +572,11 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
     MlirOperation op = ops.items[i];
     if (mlirOperationIsNull(op) || kiln_compiler_op_is(op, "tosa.variable")) continue;
     MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("name"));
-    MlirOperation global = mlirAttributeIsNull(sym) ? (MlirOperation){NULL} : find_global(module, mlirStringAttrGetValue(sym));
+    MlirOperation global =
+        mlirAttributeIsNull(sym) ? (MlirOperation){NULL} : find_global(module, mlirStringAttrGetValue(sym));
     if (mlirOperationIsNull(global)) {
-      st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: a tosa variable access names no tosa.variable", name);
+      st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: a tosa variable access names no tosa.variable",
+                       name);
       break;
     }
     MlirType memref =
@@ -568,8 +586,10 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
     if (kiln_compiler_op_is(op, "tosa.variable_read")) {
       MlirValue result = mlirOperationGetResult(op, 0);
       MlirType tensor = mlirValueGetType(result);
-      MlirNamedAttribute restrict_attr = kiln_compiler_named_attr(context, "restrict", mlirUnitAttrGet(context));
-      MlirOperationState ts = mlirOperationStateGet(mlirStringRefCreateFromCString("bufferization.to_tensor"), loc);
+      MlirNamedAttribute restrict_attr =
+          kiln_compiler_named_attr(context, "restrict", mlirUnitAttrGet(context));
+      MlirOperationState ts =
+          mlirOperationStateGet(mlirStringRefCreateFromCString("bufferization.to_tensor"), loc);
       mlirOperationStateAddOperands(&ts, 1, &m);
       mlirOperationStateAddResults(&ts, 1, &tensor);
       mlirOperationStateAddAttributes(&ts, 1, &restrict_attr);
@@ -577,8 +597,10 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
       mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, to_tensor);
       MlirValue view = mlirOperationGetResult(to_tensor, 0);
       int32_t segments[3] = {0, 1, 0}; /* dynamic sizes, copy, size hint */
-      MlirNamedAttribute seg = kiln_compiler_named_attr(context, "operandSegmentSizes", mlirDenseI32ArrayGet(context, 3, segments));
-      MlirOperationState as = mlirOperationStateGet(mlirStringRefCreateFromCString("bufferization.alloc_tensor"), loc);
+      MlirNamedAttribute seg = kiln_compiler_named_attr(context, "operandSegmentSizes",
+                                                        mlirDenseI32ArrayGet(context, 3, segments));
+      MlirOperationState as =
+          mlirOperationStateGet(mlirStringRefCreateFromCString("bufferization.alloc_tensor"), loc);
       mlirOperationStateAddOperands(&as, 1, &view);
       mlirOperationStateAddResults(&as, 1, &tensor);
       mlirOperationStateAddAttributes(&as, 1, &seg);
@@ -604,15 +626,18 @@ kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule modul
 /* ---- block-scaled matmul ---- */
 
 static MlirWalkResult collect_block_scaled(MlirOperation op, void *user) {
-  if (kiln_compiler_op_is(op, "tosa.matmul_t_block_scaled") || kiln_compiler_op_is(op, "tosa.cast_to_block_scaled") ||
+  if (kiln_compiler_op_is(op, "tosa.matmul_t_block_scaled") ||
+      kiln_compiler_op_is(op, "tosa.cast_to_block_scaled") ||
       kiln_compiler_op_is(op, "tosa.cast_from_block_scaled")) {
     ops_push(user, op);
   }
   return MlirWalkResultAdvance;
 }
 
-static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op, const char *name);
-static KILN_MUST_USE kiln_status_t cast_from_block_scaled(MlirContext context, MlirOperation op, const char *name);
+static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op,
+                                                        const char *name);
+static KILN_MUST_USE kiln_status_t cast_from_block_scaled(MlirContext context, MlirOperation op,
+                                                          const char *name);
 static void mxint8_to_i8(MlirContext context, MlirModule module);
 
 /* `dst` = the f32 value of MX data `src` (element type `el`) times the E8M0
@@ -622,14 +647,16 @@ static void mxint8_to_i8(MlirContext context, MlirModule module);
 static void append_dequant(kiln_buf_t *t, const char *dst, const char *src, const char *scale, const char *el,
                            bool mx) {
   if (!mx) {
-    kiln_buf_appendf(t, "    %%%s = arith.scaling_extf %%%s, %%%s : %s, f8E8M0FNU to f32\n", dst, src, scale, el);
+    kiln_buf_appendf(t, "    %%%s = arith.scaling_extf %%%s, %%%s : %s, f8E8M0FNU to f32\n", dst, src, scale,
+                     el);
     return;
   }
-  kiln_buf_appendf(t,
-                   "    %%%s_i = arith.sitofp %%%s : i8 to f32\n    %%%s_u = arith.constant 0.015625 : f32\n"
-                   "    %%%s_v = arith.mulf %%%s_i, %%%s_u : f32\n    %%%s_s = arith.extf %%%s : f8E8M0FNU to f32\n"
-                   "    %%%s = arith.mulf %%%s_v, %%%s_s : f32\n",
-                   dst, src, dst, dst, dst, dst, dst, scale, dst, dst, dst);
+  kiln_buf_appendf(
+      t,
+      "    %%%s_i = arith.sitofp %%%s : i8 to f32\n    %%%s_u = arith.constant 0.015625 : f32\n"
+      "    %%%s_v = arith.mulf %%%s_i, %%%s_u : f32\n    %%%s_s = arith.extf %%%s : f8E8M0FNU to f32\n"
+      "    %%%s = arith.mulf %%%s_v, %%%s_s : f32\n",
+      dst, src, dst, dst, dst, dst, dst, scale, dst, dst, dst);
 }
 
 static void print_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
@@ -661,11 +688,13 @@ kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule mo
     MlirType tr = mlirValueGetType(mlirOperationGetResult(op, 0));
     bool ok = mlirShapedTypeHasStaticShape(ta) && mlirShapedTypeHasStaticShape(tsa) &&
               mlirShapedTypeHasStaticShape(tb) && mlirShapedTypeHasStaticShape(tsb) &&
-              mlirShapedTypeHasStaticShape(tr) && mlirShapedTypeGetRank(ta) == 3 && mlirShapedTypeGetRank(tsa) == 3;
+              mlirShapedTypeHasStaticShape(tr) && mlirShapedTypeGetRank(ta) == 3 &&
+              mlirShapedTypeGetRank(tsa) == 3;
     int64_t k = ok ? mlirShapedTypeGetDimSize(ta, 2) : 0, kb = ok ? mlirShapedTypeGetDimSize(tsa, 2) : 0;
     if (!ok || kb <= 0 || k % kb != 0) {
-      st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                       "%s: tosa.matmul_t_block_scaled of dynamic or uneven shapes is not compiled by kiln yet", name);
+      st = KILN_STATUS(
+          KILN_STATUS_UNIMPLEMENTED,
+          "%s: tosa.matmul_t_block_scaled of dynamic or uneven shapes is not compiled by kiln yet", name);
       break;
     }
     /* out[n,h,w] = sum_k scaling_extf(a[n,h,k], sa[n,h,k/bs]) * scaling_extf(b[n,w,k], sb[n,w,k/bs]) */
@@ -692,13 +721,14 @@ kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule mo
     append_type(&t, tr);
     kiln_buf_append_str(&t, ") -> ");
     append_type(&t, tr);
-    kiln_buf_appendf(&t,
-                     "\n  %%r = linalg.generic {indexing_maps = [affine_map<(n, h, w, k) -> (n, h, k)>, "
-                     "affine_map<(n, h, w, k) -> (n, h, k floordiv %lld)>, affine_map<(n, h, w, k) -> (n, w, k)>, "
-                     "affine_map<(n, h, w, k) -> (n, w, k floordiv %lld)>, affine_map<(n, h, w, k) -> (n, h, w)>], "
-                     "iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"reduction\"]} "
-                     "ins(%%a, %%sa, %%b, %%sb : ",
-                     (long long)(k / kb), (long long)(k / kb));
+    kiln_buf_appendf(
+        &t,
+        "\n  %%r = linalg.generic {indexing_maps = [affine_map<(n, h, w, k) -> (n, h, k)>, "
+        "affine_map<(n, h, w, k) -> (n, h, k floordiv %lld)>, affine_map<(n, h, w, k) -> (n, w, k)>, "
+        "affine_map<(n, h, w, k) -> (n, w, k floordiv %lld)>, affine_map<(n, h, w, k) -> (n, h, w)>], "
+        "iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"reduction\"]} "
+        "ins(%%a, %%sa, %%b, %%sb : ",
+        (long long)(k / kb), (long long)(k / kb));
     append_type(&t, ta);
     kiln_buf_append_str(&t, ", ");
     append_type(&t, tsa);
@@ -708,8 +738,8 @@ kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule mo
     append_type(&t, tsb);
     kiln_buf_append_str(&t, ") outs(%f : ");
     append_type(&t, tr);
-    kiln_buf_appendf(&t, ") {\n  ^bb0(%%x: %s, %%xs: f8E8M0FNU, %%y: %s, %%ys: f8E8M0FNU, %%acc: f32):\n", ea.data,
-                     eb.data);
+    kiln_buf_appendf(&t, ") {\n  ^bb0(%%x: %s, %%xs: f8E8M0FNU, %%y: %s, %%ys: f8E8M0FNU, %%acc: f32):\n",
+                     ea.data, eb.data);
     append_dequant(&t, "fx", "x", "xs", ea.data, mlirTypeIsAInteger(mlirShapedTypeGetElementType(ta)));
     append_dequant(&t, "fy", "y", "ys", eb.data, mlirTypeIsAInteger(mlirShapedTypeGetElementType(tb)));
     kiln_buf_append_str(&t,
@@ -762,9 +792,10 @@ static MlirWalkResult retype_mx(MlirOperation op, void *user) {
       }
     }
   }
-  MlirAttribute ft = kiln_compiler_op_is(op, "func.func")
-                         ? mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("function_type"))
-                         : (MlirAttribute){NULL};
+  MlirAttribute ft =
+      kiln_compiler_op_is(op, "func.func")
+          ? mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("function_type"))
+          : (MlirAttribute){NULL};
   if (!mlirAttributeIsNull(ft)) {
     MlirType f = mlirTypeAttrGetValue(ft);
     intptr_t n_in = mlirFunctionTypeGetNumInputs(f), n_out = mlirFunctionTypeGetNumResults(f);
@@ -787,7 +818,8 @@ static MlirWalkResult retype_mx(MlirOperation op, void *user) {
  * ones that interpret it (kiln's rewrites below); a function argument or result
  * of it is an i8 buffer view. */
 static void mxint8_to_i8(MlirContext context, MlirModule module) {
-  mx_t m = {mlirTypeParseGet(context, mlirStringRefCreateFromCString("!tosa.mxint8")), mlirIntegerTypeGet(context, 8)};
+  mx_t m = {mlirTypeParseGet(context, mlirStringRefCreateFromCString("!tosa.mxint8")),
+            mlirIntegerTypeGet(context, 8)};
   if (mlirTypeIsNull(m.mx)) return;
   mlirOperationWalk(mlirModuleGetOperation(module), retype_mx, &m, MlirWalkPreOrder);
 }
@@ -830,7 +862,8 @@ static const block_format_t kBlockFormats[] = {
 
 static void append_dims(kiln_buf_t *b, MlirType t, int64_t last, int64_t extra) {
   intptr_t rank = mlirShapedTypeGetRank(t);
-  for (intptr_t d = 0; d + 1 < rank; d++) kiln_buf_appendf(b, "%lldx", (long long)mlirShapedTypeGetDimSize(t, d));
+  for (intptr_t d = 0; d + 1 < rank; d++)
+    kiln_buf_appendf(b, "%lldx", (long long)mlirShapedTypeGetDimSize(t, d));
   kiln_buf_appendf(b, "%lldx", (long long)last);
   if (extra) kiln_buf_appendf(b, "%lldx", (long long)extra);
 }
@@ -840,7 +873,8 @@ static void append_maps(kiln_buf_t *b, intptr_t rank, bool drop_last) {
   kiln_buf_append_str(b, "affine_map<(");
   for (intptr_t d = 0; d < rank; d++) kiln_buf_appendf(b, "%sd%ld", d ? ", " : "", (long)d);
   kiln_buf_append_str(b, ") -> (");
-  for (intptr_t d = 0; d < rank - (drop_last ? 1 : 0); d++) kiln_buf_appendf(b, "%sd%ld", d ? ", " : "", (long)d);
+  for (intptr_t d = 0; d < rank - (drop_last ? 1 : 0); d++)
+    kiln_buf_appendf(b, "%sd%ld", d ? ", " : "", (long)d);
   kiln_buf_append_str(b, ")>");
 }
 
@@ -853,8 +887,9 @@ static void append_iterators(kiln_buf_t *b, intptr_t rank, bool last_reduces) {
 /* The rank of MX data `data` and, in its last dimension, its length and the
  * number of blocks `scale` has for it; UNIMPLEMENTED naming the op where either
  * shape is dynamic or the blocks do not divide the length. */
-static KILN_MUST_USE kiln_status_t block_geometry(MlirOperation op, MlirType data, MlirType scale, const char *name,
-                                    intptr_t *rank, int64_t *len, int64_t *blocks) {
+static KILN_MUST_USE kiln_status_t block_geometry(MlirOperation op, MlirType data, MlirType scale,
+                                                  const char *name, intptr_t *rank, int64_t *len,
+                                                  int64_t *blocks) {
   *rank = mlirShapedTypeHasRank(data) ? mlirShapedTypeGetRank(data) : 0;
   *len = *rank ? mlirShapedTypeGetDimSize(data, *rank - 1) : 0;
   *blocks = *rank ? mlirShapedTypeGetDimSize(scale, *rank - 1) : 0;
@@ -865,11 +900,13 @@ static KILN_MUST_USE kiln_status_t block_geometry(MlirOperation op, MlirType dat
   int line, col;
   kiln_compiler_op_line_col(op, &line, &col);
   MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(op));
-  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s:%d:%d: %.*s of dynamic shapes: kiln does not compile it yet",
-                     name, line, col, (int)n.length, n.data);
+  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                     "%s:%d:%d: %.*s of dynamic shapes: kiln does not compile it yet", name, line, col,
+                     (int)n.length, n.data);
 }
 
-static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op, const char *name) {
+static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, MlirOperation op,
+                                                        const char *name) {
   MlirType in = mlirValueGetType(mlirOperationGetOperand(op, 0));
   MlirType out = mlirValueGetType(mlirOperationGetResult(op, 0));
   MlirType scale = mlirValueGetType(mlirOperationGetResult(op, 1));
@@ -884,10 +921,11 @@ static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, Mli
   int line, col;
   kiln_compiler_op_line_col(op, &line, &col);
   if (!f) {
-    kiln_status_t st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                                   "%s:%d:%d: tosa.cast_to_block_scaled to %s: not an MX data type (f8E4M3FN, "
-                                   "f8E5M2, f6E2M3FN, f6E3M2FN, f4E2M1FN or !tosa.mxint8)",
-                                   name, line, col, ot.data);
+    kiln_status_t st =
+        KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                    "%s:%d:%d: tosa.cast_to_block_scaled to %s: not an MX data type (f8E4M3FN, "
+                    "f8E5M2, f6E2M3FN, f6E3M2FN, f4E2M1FN or !tosa.mxint8)",
+                    name, line, col, ot.data);
     kiln_buf_deinit(&ot);
     return st;
   }
@@ -925,7 +963,8 @@ static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, Mli
   kiln_buf_append_str(&t, ", ");
   append_type(&t, scale);
   kiln_buf_appendf(&t, ") {\n  %%xe = tensor.expand_shape %%x [%s] output_shape [", reassoc.data);
-  for (intptr_t d = 0; d + 1 < rank; d++) kiln_buf_appendf(&t, "%lld, ", (long long)mlirShapedTypeGetDimSize(in, d));
+  for (intptr_t d = 0; d + 1 < rank; d++)
+    kiln_buf_appendf(&t, "%lld, ", (long long)mlirShapedTypeGetDimSize(in, d));
   kiln_buf_appendf(&t, "%lld, %lld] : ", (long long)blocks, (long long)bs);
   append_type(&t, in);
   kiln_buf_appendf(&t, " into tensor<%s%s>\n", ex.data, it.data);
@@ -940,35 +979,38 @@ static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, Mli
   append_maps(&t, rank + 1, true);
   kiln_buf_append_str(&t, "], iterator_types = [");
   append_iterators(&t, rank + 1, true);
-  kiln_buf_appendf(&t, "]} ins(%%xe : tensor<%s%s>) outs(%%mf : tensor<%sf32>) {\n  ^bb0(%%%s: %s, %%acc: f32):\n",
-                   ex.data, it.data, sc.data, is_f32 ? "w" : "v", it.data);
+  kiln_buf_appendf(
+      &t, "]} ins(%%xe : tensor<%s%s>) outs(%%mf : tensor<%sf32>) {\n  ^bb0(%%%s: %s, %%acc: f32):\n",
+      ex.data, it.data, sc.data, is_f32 ? "w" : "v", it.data);
   if (!is_f32) kiln_buf_appendf(&t, "    %%w = arith.extf %%v : %s to f32\n", it.data);
   kiln_buf_appendf(&t,
                    "    %%a = math.absf %%w : f32\n    %%n = arith.maximumf %%acc, %%a : f32\n"
                    "    linalg.yield %%n : f32\n  } -> tensor<%sf32>\n",
                    sc.data);
   /* the scale's biased exponent, 255 for NaN */
-  kiln_buf_appendf(&t, "  %%ee = tensor.empty() : tensor<%si32>\n  %%eb = linalg.generic {indexing_maps = [", sc.data);
+  kiln_buf_appendf(&t, "  %%ee = tensor.empty() : tensor<%si32>\n  %%eb = linalg.generic {indexing_maps = [",
+                   sc.data);
   append_maps(&t, rank, false);
   kiln_buf_append_str(&t, ", ");
   append_maps(&t, rank, false);
   kiln_buf_append_str(&t, "], iterator_types = [");
   append_iterators(&t, rank, false);
-  kiln_buf_appendf(&t,
-                   "]} ins(%%m : tensor<%sf32>) outs(%%ee : tensor<%si32>) {\n  ^bb0(%%v: f32, %%o: i32):\n"
-                   "    %%b = arith.bitcast %%v : f32 to i32\n"
-                   "    %%c23 = arith.constant 23 : i32\n    %%c255 = arith.constant 255 : i32\n"
-                   "    %%c0 = arith.constant 0 : i32\n    %%c254 = arith.constant 254 : i32\n"
-                   "    %%cman = arith.constant 8388607 : i32\n    %%crf = arith.constant %lld : i32\n"
-                   "    %%ck = arith.constant %d : i32\n    %%c1 = arith.constant 1 : i32\n"
-                   "    %%sh = arith.shrui %%b, %%c23 : i32\n    %%be = arith.andi %%sh, %%c255 : i32\n"
-                   "    %%man = arith.andi %%b, %%cman : i32\n    %%up = arith.cmpi %s, %%man, %%crf : i32\n"
-                   "    %%inc = arith.select %%up, %%c1, %%c0 : i32\n"
-                   "    %%t0 = arith.subi %%be, %%ck : i32\n    %%t1 = arith.addi %%t0, %%inc : i32\n"
-                   "    %%t2 = arith.maxsi %%t1, %%c0 : i32\n    %%t3 = arith.minsi %%t2, %%c254 : i32\n"
-                   "    %%nan = arith.cmpi eq, %%be, %%c255 : i32\n    %%y = arith.select %%nan, %%c255, %%t3 : i32\n"
-                   "    linalg.yield %%y : i32\n  } -> tensor<%si32>\n",
-                   sc.data, sc.data, r_frac, k, f->ceil ? "ugt" : "uge", sc.data);
+  kiln_buf_appendf(
+      &t,
+      "]} ins(%%m : tensor<%sf32>) outs(%%ee : tensor<%si32>) {\n  ^bb0(%%v: f32, %%o: i32):\n"
+      "    %%b = arith.bitcast %%v : f32 to i32\n"
+      "    %%c23 = arith.constant 23 : i32\n    %%c255 = arith.constant 255 : i32\n"
+      "    %%c0 = arith.constant 0 : i32\n    %%c254 = arith.constant 254 : i32\n"
+      "    %%cman = arith.constant 8388607 : i32\n    %%crf = arith.constant %lld : i32\n"
+      "    %%ck = arith.constant %d : i32\n    %%c1 = arith.constant 1 : i32\n"
+      "    %%sh = arith.shrui %%b, %%c23 : i32\n    %%be = arith.andi %%sh, %%c255 : i32\n"
+      "    %%man = arith.andi %%b, %%cman : i32\n    %%up = arith.cmpi %s, %%man, %%crf : i32\n"
+      "    %%inc = arith.select %%up, %%c1, %%c0 : i32\n"
+      "    %%t0 = arith.subi %%be, %%ck : i32\n    %%t1 = arith.addi %%t0, %%inc : i32\n"
+      "    %%t2 = arith.maxsi %%t1, %%c0 : i32\n    %%t3 = arith.minsi %%t2, %%c254 : i32\n"
+      "    %%nan = arith.cmpi eq, %%be, %%c255 : i32\n    %%y = arith.select %%nan, %%c255, %%t3 : i32\n"
+      "    linalg.yield %%y : i32\n  } -> tensor<%si32>\n",
+      sc.data, sc.data, r_frac, k, f->ceil ? "ugt" : "uge", sc.data);
   /* the scale tensor: those exponents as E8M0 codes */
   kiln_buf_append_str(&t, "  %se = tensor.empty() : ");
   append_type(&t, scale);
@@ -980,14 +1022,15 @@ static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, Mli
   append_iterators(&t, rank, false);
   kiln_buf_appendf(&t, "]} ins(%%eb : tensor<%si32>) outs(%%se : ", sc.data);
   append_type(&t, scale);
-  kiln_buf_append_str(&t,
-                      ") {\n  ^bb0(%v: i32, %o: f8E8M0FNU):\n    %c23 = arith.constant 23 : i32\n"
-                      "    %p = arith.shli %v, %c23 : i32\n    %f = arith.bitcast %p : i32 to f32\n"
-                      "    %y = arith.truncf %f : f32 to f8E8M0FNU\n    linalg.yield %y : f8E8M0FNU\n  } -> ");
+  kiln_buf_append_str(
+      &t,
+      ") {\n  ^bb0(%v: i32, %o: f8E8M0FNU):\n    %c23 = arith.constant 23 : i32\n"
+      "    %p = arith.shli %v, %c23 : i32\n    %f = arith.bitcast %p : i32 to f32\n"
+      "    %y = arith.truncf %f : f32 to f8E8M0FNU\n    linalg.yield %y : f8E8M0FNU\n  } -> ");
   append_type(&t, scale);
   /* the data: x * 2^(127 - e) in two factors, NaN where the scale is */
-  kiln_buf_appendf(&t, "\n  %%de = tensor.empty() : tensor<%s%s>\n  %%d = linalg.generic {indexing_maps = [", ex.data,
-                   ot.data);
+  kiln_buf_appendf(&t, "\n  %%de = tensor.empty() : tensor<%s%s>\n  %%d = linalg.generic {indexing_maps = [",
+                   ex.data, ot.data);
   append_maps(&t, rank + 1, false);
   kiln_buf_append_str(&t, ", ");
   append_maps(&t, rank + 1, true);
@@ -1000,17 +1043,18 @@ static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, Mli
                    "  ^bb0(%%%s: %s, %%e: i32, %%o: %s):\n",
                    ex.data, it.data, sc.data, ex.data, ot.data, is_f32 ? "w" : "v", it.data, ot.data);
   if (!is_f32) kiln_buf_appendf(&t, "    %%w = arith.extf %%v : %s to f32\n", it.data);
-  kiln_buf_appendf(&t,
-                   "    %%c127 = arith.constant 127 : i32\n    %%c2 = arith.constant 2 : i32\n"
-                   "    %%c23 = arith.constant 23 : i32\n    %%c255 = arith.constant 255 : i32\n"
-                   "    %%n = arith.subi %%c127, %%e : i32\n    %%n1 = arith.divsi %%n, %%c2 : i32\n"
-                   "    %%n2 = arith.subi %%n, %%n1 : i32\n"
-                   "    %%b1 = arith.addi %%n1, %%c127 : i32\n    %%b2 = arith.addi %%n2, %%c127 : i32\n"
-                   "    %%s1 = arith.shli %%b1, %%c23 : i32\n    %%s2 = arith.shli %%b2, %%c23 : i32\n"
-                   "    %%p1 = arith.bitcast %%s1 : i32 to f32\n    %%p2 = arith.bitcast %%s2 : i32 to f32\n"
-                   "    %%q1 = arith.mulf %%w, %%p1 : f32\n    %%q2 = arith.mulf %%q1, %%p2 : f32\n"
-                   "    %%nan = arith.cmpi eq, %%e, %%c255 : i32\n    %%cn = arith.constant 0x7FC00000 : f32\n"
-                   "    %%q = arith.select %%nan, %%cn, %%q2 : f32\n");
+  kiln_buf_appendf(
+      &t,
+      "    %%c127 = arith.constant 127 : i32\n    %%c2 = arith.constant 2 : i32\n"
+      "    %%c23 = arith.constant 23 : i32\n    %%c255 = arith.constant 255 : i32\n"
+      "    %%n = arith.subi %%c127, %%e : i32\n    %%n1 = arith.divsi %%n, %%c2 : i32\n"
+      "    %%n2 = arith.subi %%n, %%n1 : i32\n"
+      "    %%b1 = arith.addi %%n1, %%c127 : i32\n    %%b2 = arith.addi %%n2, %%c127 : i32\n"
+      "    %%s1 = arith.shli %%b1, %%c23 : i32\n    %%s2 = arith.shli %%b2, %%c23 : i32\n"
+      "    %%p1 = arith.bitcast %%s1 : i32 to f32\n    %%p2 = arith.bitcast %%s2 : i32 to f32\n"
+      "    %%q1 = arith.mulf %%w, %%p1 : f32\n    %%q2 = arith.mulf %%q1, %%p2 : f32\n"
+      "    %%nan = arith.cmpi eq, %%e, %%c255 : i32\n    %%cn = arith.constant 0x7FC00000 : f32\n"
+      "    %%q = arith.select %%nan, %%cn, %%q2 : f32\n");
   if (is_i8(out_el)) {
     /* round(q * 64) to nearest even (adding and taking away 1.5 * 2^23 rounds an
      * f32 below 2^22 to an integer in the default rounding mode, with no libm
@@ -1027,7 +1071,8 @@ static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, Mli
     kiln_buf_appendf(&t, "    %%y = arith.truncf %%q : f32 to %s\n", ot.data);
   }
   kiln_buf_appendf(&t, "    linalg.yield %%y : %s\n  } -> tensor<%s%s>\n", ot.data, ex.data, ot.data);
-  kiln_buf_appendf(&t, "  %%r = tensor.collapse_shape %%d [%s] : tensor<%s%s> into ", reassoc.data, ex.data, ot.data);
+  kiln_buf_appendf(&t, "  %%r = tensor.collapse_shape %%d [%s] : tensor<%s%s> into ", reassoc.data, ex.data,
+                   ot.data);
   append_type(&t, out);
   kiln_buf_append_str(&t, "\n  return %r, %s : ");
   append_type(&t, out);
@@ -1049,7 +1094,8 @@ static KILN_MUST_USE kiln_status_t cast_to_block_scaled(MlirContext context, Mli
 /* TOSA 1.1's CAST_FROM_BLOCK_SCALED: out = fp32(x) * fp32(scale of x's block),
  * rounded to the output type; one linalg.generic whose scale map divides the
  * last index by the block size. */
-static KILN_MUST_USE kiln_status_t cast_from_block_scaled(MlirContext context, MlirOperation op, const char *name) {
+static KILN_MUST_USE kiln_status_t cast_from_block_scaled(MlirContext context, MlirOperation op,
+                                                          const char *name) {
   MlirType in = mlirValueGetType(mlirOperationGetOperand(op, 0));
   MlirType scale = mlirValueGetType(mlirOperationGetOperand(op, 1));
   MlirType out = mlirValueGetType(mlirOperationGetResult(op, 0));
@@ -1057,14 +1103,14 @@ static KILN_MUST_USE kiln_status_t cast_from_block_scaled(MlirContext context, M
   intptr_t rank;
   int64_t len, blocks;
   /* the result too (it need only be compatible with the input) */
-  KILN_RETURN_IF_ERROR(block_geometry(op, mlirShapedTypeHasStaticShape(out) ? in : out, scale, name, &rank, &len,
-                                      &blocks));
+  KILN_RETURN_IF_ERROR(
+      block_geometry(op, mlirShapedTypeHasStaticShape(out) ? in : out, scale, name, &rank, &len, &blocks));
   if (!mlirTypeIsAFloat(out_el)) {
     int line, col;
     kiln_compiler_op_line_col(op, &line, &col);
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s:%d:%d: tosa.cast_from_block_scaled must produce floats (TOSA 1.1: f32 or bf16)", name,
-                       line, col);
+                       "%s:%d:%d: tosa.cast_from_block_scaled must produce floats (TOSA 1.1: f32 or bf16)",
+                       name, line, col);
   }
   kiln_buf_t t, it, ot;
   kiln_buf_init(&t);

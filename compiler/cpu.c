@@ -41,8 +41,8 @@
 #include "compiler/kernel_types.h"
 
 #define LIBRARY_VERSION 6
-#define QUERY_SYMBOL "iree_hal_executable_library_query"
-#define LLD "/usr/lib/llvm-22/bin/ld.lld"
+#define QUERY_SYMBOL    "iree_hal_executable_library_query"
+#define LLD             "/usr/lib/llvm-22/bin/ld.lld"
 
 static MlirStringRef sref(const char *s) { return mlirStringRefCreateFromCString(s); }
 
@@ -86,8 +86,8 @@ static int dimension_of(MlirOperation op) {
 static MlirBlock body_of(MlirOperation op) { return mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0)); }
 
 typedef struct gpu_ops_s {
-  kiln_compiler_ops_t ids;     /* thread_id, block_id, block_dim, grid_dim */
-  MlirOperation unsupported;   /* the first op a CPU workgroup cannot run */
+  kiln_compiler_ops_t ids;   /* thread_id, block_id, block_dim, grid_dim */
+  MlirOperation unsupported; /* the first op a CPU workgroup cannot run */
 } gpu_ops_t;
 
 static MlirWalkResult collect_gpu_ops(MlirOperation op, void *user) {
@@ -118,7 +118,8 @@ static bool naive(void) {
 static bool pure_op(MlirOperation op) {
   if (mlirOperationGetNumRegions(op) != 0) return false;
   MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(op));
-  static const char *const prefixes[] = {"arith.", "index.", "math.", "affine.apply", "affine.min", "affine.max"};
+  static const char *const prefixes[] = {"arith.",       "index.",     "math.",
+                                         "affine.apply", "affine.min", "affine.max"};
   for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
     size_t len = strlen(prefixes[i]);
     if (n.length >= len && memcmp(n.data, prefixes[i], len) == 0) return true;
@@ -180,7 +181,8 @@ static size_t uniform_nest(MlirOperation tx, MlirOperation stop, MlirOperation *
       break;
     }
     bool uniform = true;
-    for (intptr_t i = 0; i < 3 && uniform; i++) uniform = !depends_on(mlirOperationGetOperand(x, i), iv, tx, 0);
+    for (intptr_t i = 0; i < 3 && uniform; i++)
+      uniform = !depends_on(mlirOperationGetOperand(x, i), iv, tx, 0);
     if (!uniform) break;
     loops[n++] = x;
     block = body_of(x);
@@ -189,7 +191,7 @@ static size_t uniform_nest(MlirOperation tx, MlirOperation stop, MlirOperation *
 }
 
 typedef kiln_compiler_vmap_t vmap_t;
-#define vmap_put kiln_compiler_vmap_put
+#define vmap_put  kiln_compiler_vmap_put
 #define vmap_find kiln_compiler_vmap_find
 
 /* `v` as seen before `before`, outside `scope`: itself when defined outside,
@@ -212,7 +214,8 @@ static MlirValue hoisted(MlirValue v, MlirOperation scope, MlirOperation before,
 }
 
 /* An scf.for with no results or carried values, inserted before `before`. */
-static MlirOperation make_for(MlirContext ctx, MlirOperation before, MlirValue lb, MlirValue ub, MlirValue step) {
+static MlirOperation make_for(MlirContext ctx, MlirOperation before, MlirValue lb, MlirValue ub,
+                              MlirValue step) {
   MlirLocation loc = mlirOperationGetLocation(before);
   MlirType index = mlirIndexTypeGet(ctx);
   MlirRegion region = mlirRegionCreate();
@@ -354,8 +357,9 @@ static void sink_thread_loops(MlirContext ctx, MlirOperation ty, MlirOperation t
 /* One gpu.func as func.func @name(args..., wid x y z, wcount x y z: index): its
  * body inside loops over the workgroup's invocations, thread z outermost and x,
  * the contiguous dimension (host.h), innermost. */
-static KILN_MUST_USE kiln_status_t workgroup_function(MlirContext ctx, MlirOperation kernel, const uint32_t block[3],
-                                        MlirBlock into, const char *name) {
+static KILN_MUST_USE kiln_status_t workgroup_function(MlirContext ctx, MlirOperation kernel,
+                                                      const uint32_t block[3], MlirBlock into,
+                                                      const char *name) {
   char *sym = symbol_of(kernel);
   MlirBlock entry = body_of(kernel);
   MlirAttribute fty = mlirOperationGetAttributeByName(kernel, sref("function_type"));
@@ -363,8 +367,8 @@ static KILN_MUST_USE kiln_status_t workgroup_function(MlirContext ctx, MlirOpera
   kiln_status_t st = NULL;
   if (!mlirBlockIsNull(mlirBlockGetNextInRegion(entry)) || n_in != mlirBlockGetNumArguments(entry)) {
     st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                     "%s: kernel %s uses workgroup memory or several blocks; kiln's CPU code runs neither", name,
-                     sym ? sym : "?");
+                     "%s: kernel %s uses workgroup memory or several blocks; kiln's CPU code runs neither",
+                     name, sym ? sym : "?");
     kiln_free(sym);
     return st;
   }
@@ -412,8 +416,9 @@ static KILN_MUST_USE kiln_status_t workgroup_function(MlirContext ctx, MlirOpera
   mlirOperationWalk(func, collect_gpu_ops, &g, MlirWalkPreOrder);
   if (!mlirOperationIsNull(g.unsupported)) {
     MlirStringRef op = mlirIdentifierStr(mlirOperationGetName(g.unsupported));
-    st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s: kernel %s uses %.*s, which kiln's CPU code does not run yet",
-                     name, sym, (int)op.length, op.data);
+    st = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                     "%s: kernel %s uses %.*s, which kiln's CPU code does not run yet", name, sym,
+                     (int)op.length, op.data);
   }
   for (size_t i = 0; i < g.ids.n && !st; i++) {
     MlirOperation op = g.ids.items[i];
@@ -445,8 +450,10 @@ static KILN_MUST_USE kiln_status_t workgroup_function(MlirContext ctx, MlirOpera
 
 static void append_string_global(kiln_buf_t *t, const char *sym, const char *value) {
   size_t n = strlen(value) + 1;
-  kiln_buf_appendf(t, "  llvm.mlir.global internal constant @%s(\"%s\\00\") {addr_space = 0 : i32} : !llvm.array<%zu x i8>\n",
-                   sym, value, n);
+  kiln_buf_appendf(
+      t,
+      "  llvm.mlir.global internal constant @%s(\"%s\\00\") {addr_space = 0 : i32} : !llvm.array<%zu x i8>\n",
+      sym, value, n);
 }
 
 typedef struct kernel_sig_s {
@@ -476,7 +483,7 @@ static void append_dispatch(kiln_buf_t *t, const kernel_sig_t *k) {
   static const struct {
     const char *base, *type;
     int offset;
-  } ids[6] = {{"ws", "i32", 0}, {"ws", "i32", 4}, {"ws", "i16", 8},
+  } ids[6] = {{"ws", "i32", 0},  {"ws", "i32", 4},  {"ws", "i16", 8},
               {"ds", "i32", 12}, {"ds", "i32", 16}, {"ds", "i16", 20}};
   for (int i = 0; i < 6; i++) {
     kiln_buf_appendf(t,
@@ -521,9 +528,9 @@ static void append_dispatch(kiln_buf_t *t, const kernel_sig_t *k) {
                       "    %z = llvm.mlir.constant(0 : i32) : i32\n    llvm.return %z : i32\n  }\n");
 }
 
-#define ATTRS_TYPE "!llvm.struct<(i64, i16, i8, i8, i32, i32, i16, i16, array<5 x i64>)>"
+#define ATTRS_TYPE  "!llvm.struct<(i64, i16, i8, i8, i32, i32, i16, i16, array<5 x i64>)>"
 #define HEADER_TYPE "!llvm.struct<(i32, ptr, i32, i32)>"
-#define LIBRARY_TYPE                                                                                  \
+#define LIBRARY_TYPE                                                                                    \
   "!llvm.struct<(ptr, struct<(i32, ptr)>, struct<(i32, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr)>, " \
   "struct<(i32)>, struct<(i32, ptr)>)>"
 
@@ -565,8 +572,8 @@ static char *library_text(const kernel_sig_t *ks, size_t n, const char *library_
   /* export attributes */
   kiln_buf_appendf(&t,
                    "  llvm.mlir.global internal constant @__kiln_export_attrs() {addr_space = 0 : i32} : "
-                   "!llvm.array<%zu x " ATTRS_TYPE "> {\n    %%r0 = llvm.mlir.undef : !llvm.array<%zu x " ATTRS_TYPE
-                   ">\n",
+                   "!llvm.array<%zu x " ATTRS_TYPE
+                   "> {\n    %%r0 = llvm.mlir.undef : !llvm.array<%zu x " ATTRS_TYPE ">\n",
                    n, n);
   for (size_t i = 0; i < n; i++) {
     /* The fields kiln sets (the rest stay zero): constant and binding counts,
@@ -575,48 +582,61 @@ static char *library_text(const kernel_sig_t *ks, size_t n, const char *library_
       int index;
       const char *type;
     } fields[] = {{2, "i8"}, {3, "i8"}, {4, "i32"}, {5, "i32"}, {6, "i16"}};
-    const uint32_t values[] = {ks[i].n_constants, ks[i].n_bindings, ks[i].block[0], ks[i].block[1], ks[i].block[2]};
+    const uint32_t values[] = {ks[i].n_constants, ks[i].n_bindings, ks[i].block[0], ks[i].block[1],
+                               ks[i].block[2]};
     kiln_buf_appendf(&t, "    %%a%zu_0 = llvm.mlir.zero : " ATTRS_TYPE "\n", i);
     for (int f = 0; f < 5; f++) {
       kiln_buf_appendf(&t,
                        "    %%v%zu_%d = llvm.mlir.constant(%u : %s) : %s\n"
                        "    %%a%zu_%d = llvm.insertvalue %%v%zu_%d, %%a%zu_%d[%d] : " ATTRS_TYPE "\n",
-                       i, f, values[f], fields[f].type, fields[f].type, i, f + 1, i, f, i, f, fields[f].index);
+                       i, f, values[f], fields[f].type, fields[f].type, i, f + 1, i, f, i, f,
+                       fields[f].index);
     }
-    kiln_buf_appendf(&t, "    %%r%zu = llvm.insertvalue %%a%zu_5, %%r%zu[%zu] : !llvm.array<%zu x " ATTRS_TYPE ">\n",
-                     i + 1, i, i, i, n);
+    kiln_buf_appendf(
+        &t, "    %%r%zu = llvm.insertvalue %%a%zu_5, %%r%zu[%zu] : !llvm.array<%zu x " ATTRS_TYPE ">\n",
+        i + 1, i, i, i, n);
   }
   kiln_buf_appendf(&t, "    llvm.return %%r%zu : !llvm.array<%zu x " ATTRS_TYPE ">\n  }\n", n, n);
   /* header */
-  kiln_buf_append_str(&t,
-                      "  llvm.mlir.global internal constant @__kiln_header() {addr_space = 0 : i32} : " HEADER_TYPE
-                      " {\n    %zero = llvm.mlir.zero : " HEADER_TYPE "\n");
+  kiln_buf_append_str(
+      &t, "  llvm.mlir.global internal constant @__kiln_header() {addr_space = 0 : i32} : " HEADER_TYPE
+          " {\n    %zero = llvm.mlir.zero : " HEADER_TYPE "\n");
   kiln_buf_appendf(&t,
                    "    %%v = llvm.mlir.constant(%d : i32) : i32\n"
                    "    %%nm = llvm.mlir.addressof @__kiln_library_name : !llvm.ptr\n"
-                   "    %%h0 = llvm.insertvalue %%v, %%zero[0] : " HEADER_TYPE "\n"
-                   "    %%h1 = llvm.insertvalue %%nm, %%h0[1] : " HEADER_TYPE "\n"
+                   "    %%h0 = llvm.insertvalue %%v, %%zero[0] : " HEADER_TYPE
+                   "\n"
+                   "    %%h1 = llvm.insertvalue %%nm, %%h0[1] : " HEADER_TYPE
+                   "\n"
                    "    llvm.return %%h1 : " HEADER_TYPE "\n  }\n",
                    LIBRARY_VERSION);
   /* library */
-  kiln_buf_appendf(&t,
-                   "  llvm.mlir.global internal constant @__kiln_library() {addr_space = 0 : i32} : " LIBRARY_TYPE
-                   " {\n    %%zero = llvm.mlir.zero : " LIBRARY_TYPE "\n"
-                   "    %%h = llvm.mlir.addressof @__kiln_header : !llvm.ptr\n"
-                   "    %%n = llvm.mlir.constant(%zu : i32) : i32\n"
-                   "    %%p = llvm.mlir.addressof @__kiln_export_ptrs : !llvm.ptr\n"
-                   "    %%a = llvm.mlir.addressof @__kiln_export_attrs : !llvm.ptr\n"
-                   "    %%nm = llvm.mlir.addressof @__kiln_export_names : !llvm.ptr\n"
-                   "    %%l0 = llvm.insertvalue %%h, %%zero[0] : " LIBRARY_TYPE "\n"
-                   "    %%l1 = llvm.insertvalue %%n, %%l0[2, 0] : " LIBRARY_TYPE "\n"
-                   "    %%l2 = llvm.insertvalue %%p, %%l1[2, 1] : " LIBRARY_TYPE "\n"
-                   "    %%l3 = llvm.insertvalue %%a, %%l2[2, 2] : " LIBRARY_TYPE "\n"
-                   "    %%l4 = llvm.insertvalue %%nm, %%l3[2, 5] : " LIBRARY_TYPE "\n"
-                   "    llvm.return %%l4 : " LIBRARY_TYPE "\n  }\n",
-                   n);
+  kiln_buf_appendf(
+      &t,
+      "  llvm.mlir.global internal constant @__kiln_library() {addr_space = 0 : i32} : " LIBRARY_TYPE
+      " {\n    %%zero = llvm.mlir.zero : " LIBRARY_TYPE
+      "\n"
+      "    %%h = llvm.mlir.addressof @__kiln_header : !llvm.ptr\n"
+      "    %%n = llvm.mlir.constant(%zu : i32) : i32\n"
+      "    %%p = llvm.mlir.addressof @__kiln_export_ptrs : !llvm.ptr\n"
+      "    %%a = llvm.mlir.addressof @__kiln_export_attrs : !llvm.ptr\n"
+      "    %%nm = llvm.mlir.addressof @__kiln_export_names : !llvm.ptr\n"
+      "    %%l0 = llvm.insertvalue %%h, %%zero[0] : " LIBRARY_TYPE
+      "\n"
+      "    %%l1 = llvm.insertvalue %%n, %%l0[2, 0] : " LIBRARY_TYPE
+      "\n"
+      "    %%l2 = llvm.insertvalue %%p, %%l1[2, 1] : " LIBRARY_TYPE
+      "\n"
+      "    %%l3 = llvm.insertvalue %%a, %%l2[2, 2] : " LIBRARY_TYPE
+      "\n"
+      "    %%l4 = llvm.insertvalue %%nm, %%l3[2, 5] : " LIBRARY_TYPE
+      "\n"
+      "    llvm.return %%l4 : " LIBRARY_TYPE "\n  }\n",
+      n);
   /* the query: the library for readers of version 6 or later, else NULL */
   kiln_buf_appendf(&t,
-                   "  llvm.func @" QUERY_SYMBOL "(%%v: i32, %%env: !llvm.ptr) -> !llvm.ptr {\n"
+                   "  llvm.func @" QUERY_SYMBOL
+                   "(%%v: i32, %%env: !llvm.ptr) -> !llvm.ptr {\n"
                    "    %%six = llvm.mlir.constant(%d : i32) : i32\n"
                    "    %%ok = llvm.icmp \"uge\" %%v, %%six : i32\n"
                    "    %%l = llvm.mlir.addressof @__kiln_library : !llvm.ptr\n"
@@ -666,7 +686,8 @@ static bool carries_phi(LLVMValueRef inst) {
  * reduction into lanes. Reassociating everything let LLVM regroup exact
  * power-of-two scalings (x * 2^63 * 2^64 * 64 became x * inf) and would undo
  * rounding by adding and taking away 1.5 * 2^23. */
-static void annotate(LLVMModuleRef ir, LLVMContextRef llvm, const kernel_sig_t *ks, const bool *noalias, size_t n) {
+static void annotate(LLVMModuleRef ir, LLVMContextRef llvm, const kernel_sig_t *ks, const bool *noalias,
+                     size_t n) {
   unsigned kind = LLVMGetEnumAttributeKindForName("noalias", 7);
   LLVMAttributeRef attr = LLVMCreateEnumAttribute(llvm, kind, 0);
   for (size_t k = 0; noalias && k < n; k++) {
@@ -689,8 +710,9 @@ static void annotate(LLVMModuleRef ir, LLVMContextRef llvm, const kernel_sig_t *
   }
 }
 
-static KILN_MUST_USE kiln_status_t emit(MlirModule module, const kiln_target_t *t, const kernel_sig_t *ks, const bool *noalias,
-                          size_t n_kernels, const char *name, kiln_buf_t *object) {
+static KILN_MUST_USE kiln_status_t emit(MlirModule module, const kiln_target_t *t, const kernel_sig_t *ks,
+                                        const bool *noalias, size_t n_kernels, const char *name,
+                                        kiln_buf_t *object) {
   LLVMContextRef llvm = LLVMContextCreate();
   LLVMModuleRef ir = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module), llvm);
   kiln_status_t st = NULL;
@@ -722,7 +744,8 @@ static KILN_MUST_USE kiln_status_t emit(MlirModule module, const kiln_target_t *
   /* Everything but the query stays inside the ELF; no function may become a
    * call into a C library the loader does not have (memset, memcpy). */
   if (!naive()) annotate(ir, llvm, ks, noalias, n_kernels);
-  LLVMAttributeRef cpu = LLVMCreateStringAttribute(llvm, "target-cpu", 10, t->chip, (unsigned)strlen(t->chip));
+  LLVMAttributeRef cpu =
+      LLVMCreateStringAttribute(llvm, "target-cpu", 10, t->chip, (unsigned)strlen(t->chip));
   LLVMAttributeRef no_builtins = LLVMCreateStringAttribute(llvm, "no-builtins", 11, "", 0);
   for (LLVMValueRef f = LLVMGetFirstFunction(ir); f; f = LLVMGetNextFunction(f)) {
     if (LLVMIsDeclaration(f)) continue;
@@ -741,8 +764,9 @@ static KILN_MUST_USE kiln_status_t emit(MlirModule module, const kiln_target_t *
     if (t->vector_bits) {
       char bits[16];
       snprintf(bits, sizeof bits, "%u", t->vector_bits);
-      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
-                              LLVMCreateStringAttribute(llvm, "prefer-vector-width", 19, bits, (unsigned)strlen(bits)));
+      LLVMAddAttributeAtIndex(
+          f, LLVMAttributeFunctionIndex,
+          LLVMCreateStringAttribute(llvm, "prefer-vector-width", 19, bits, (unsigned)strlen(bits)));
     }
   }
   LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
@@ -755,7 +779,8 @@ static KILN_MUST_USE kiln_status_t emit(MlirModule module, const kiln_target_t *
   }
   LLVMMemoryBufferRef buffer = NULL;
   if (!st && LLVMTargetMachineEmitToMemoryBuffer(tm, ir, LLVMObjectFile, &error, &buffer)) {
-    st = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: code generation for %s failed: %s", name, t->id, error ? error : "?");
+    st = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: code generation for %s failed: %s", name, t->id,
+                     error ? error : "?");
     LLVMDisposeMessage(error);
   }
   if (!st) {
@@ -778,10 +803,11 @@ static KILN_MUST_USE kiln_status_t write_all(const char *path, const void *data,
 }
 
 /* ld.lld: a shared object with no imports, no libc, and the query exported. */
-static KILN_MUST_USE kiln_status_t link_elf(const kiln_buf_t *object, const kiln_target_t *t, const char *name, kiln_buf_t *elf) {
+static KILN_MUST_USE kiln_status_t link_elf(const kiln_buf_t *object, const kiln_target_t *t,
+                                            const char *name, kiln_buf_t *elf) {
   if (access(LLD, X_OK) != 0) {
-    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "CPU executables are linked with %s, which is missing: install lld-22",
-                       LLD);
+    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
+                       "CPU executables are linked with %s, which is missing: install lld-22", LLD);
   }
   const char *tmp = getenv("TMPDIR");
   kiln_buf_t dir, obj, out, cmd;
@@ -834,16 +860,17 @@ static KILN_MUST_USE kiln_status_t link_elf(const kiln_buf_t *object, const kiln
 
 /* Kernels to LLVM: loops, memrefs as bare pointers (static shapes: dynamic.c
  * flattened the dynamic ones), index as i64. */
-#define CPU_LOWERING                                                                            \
-  "builtin.module(lower-affine,convert-scf-to-cf,expand-strided-metadata,lower-affine,"          \
-  "arith-expand,finalize-memref-to-llvm,convert-math-to-llvm,convert-arith-to-llvm,"             \
-  "convert-index-to-llvm,convert-func-to-llvm{use-bare-ptr-memref-call-conv=true},"              \
+#define CPU_LOWERING                                                                    \
+  "builtin.module(lower-affine,convert-scf-to-cf,expand-strided-metadata,lower-affine," \
+  "arith-expand,finalize-memref-to-llvm,convert-math-to-llvm,convert-arith-to-llvm,"    \
+  "convert-index-to-llvm,convert-func-to-llvm{use-bare-ptr-memref-call-conv=true},"     \
   "convert-cf-to-llvm,reconcile-unrealized-casts,canonicalize)"
 
 kiln_status_t kiln_compiler_cpu_library(MlirContext context, MlirModule module, const kiln_target_t *target,
                                         const char *const *kernel_names, const uint32_t (*blocks)[3],
                                         const bool *noalias, size_t n_kernels, kiln_compiler_run_fn_t run,
-                                        void *run_user, const char *name, unsigned char **out_elf, size_t *out_len) {
+                                        void *run_user, const char *name, unsigned char **out_elf,
+                                        size_t *out_len) {
   *out_elf = NULL;
   *out_len = 0;
   MlirOperation gpu = kiln_compiler_first_op(mlirModuleGetBody(module), "gpu.module");
@@ -876,8 +903,8 @@ kiln_status_t kiln_compiler_cpu_library(MlirContext context, MlirModule module, 
       if (mlirTypeIsAMemRef(s->args[a])) {
         s->n_bindings++;
       } else {
-        s->n_constants += mlirTypeIsAIndex(s->args[a]) || (mlirTypeIsAInteger(s->args[a]) &&
-                                                           mlirIntegerTypeGetWidth(s->args[a]) > 32)
+        s->n_constants += mlirTypeIsAIndex(s->args[a]) ||
+                                  (mlirTypeIsAInteger(s->args[a]) && mlirIntegerTypeGetWidth(s->args[a]) > 32)
                               ? 2
                               : 1;
       }
@@ -887,7 +914,8 @@ kiln_status_t kiln_compiler_cpu_library(MlirContext context, MlirModule module, 
     found++;
   }
   if (!st && found != n_kernels) {
-    st = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: %zu of %zu kernels found for %s", name, found, n_kernels, target->id);
+    st = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: %zu of %zu kernels found for %s", name, found, n_kernels,
+                     target->id);
   }
   if (!st) st = run(run_user, cpu, CPU_LOWERING);
   char *text = st ? NULL : library_text(sigs, n_kernels, name);

@@ -31,9 +31,9 @@ typedef kiln_status_t (*kiln_compiler_run_fn_t)(void *user, MlirModule module, c
  * (kiln_malloc'd, NUL-terminated past *out_len). UNIMPLEMENTED for kernels that
  * use workgroup memory, barriers or subgroup operations, or that call a function
  * the ELF cannot import (a math function with no kiln or MLIR expansion). */
-KILN_MUST_USE kiln_status_t kiln_compiler_cpu_library(MlirContext context, MlirModule module, const kiln_target_t *target,
-                                        const char *const *kernel_names, const uint32_t (*blocks)[3],
-                                        const bool *noalias, size_t n_kernels, kiln_compiler_run_fn_t run,
-                                        void *run_user, const char *name, unsigned char **out_elf, size_t *out_len);
+KILN_MUST_USE kiln_status_t kiln_compiler_cpu_library(
+    MlirContext context, MlirModule module, const kiln_target_t *target, const char *const *kernel_names,
+    const uint32_t (*blocks)[3], const bool *noalias, size_t n_kernels, kiln_compiler_run_fn_t run,
+    void *run_user, const char *name, unsigned char **out_elf, size_t *out_len);
 
 #endif /* KILN_COMPILER_CPU_H */

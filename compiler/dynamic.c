@@ -68,9 +68,10 @@ typedef struct state_s {
 
 static KILN_MUST_USE kiln_status_t refuse(const state_t *st, MlirOperation func, const char *what) {
   MlirAttribute sym = attr(func, "sym_name");
-  MlirStringRef s = mlirAttributeIsNull(sym) ? mlirStringRefCreateFromCString("?") : mlirStringAttrGetValue(sym);
-  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s: kernel %.*s %s (dynamic shapes)", st->name, (int)s.length,
-                     s.data, what);
+  MlirStringRef s =
+      mlirAttributeIsNull(sym) ? mlirStringRefCreateFromCString("?") : mlirStringAttrGetValue(sym);
+  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s: kernel %.*s %s (dynamic shapes)", st->name,
+                     (int)s.length, s.data, what);
 }
 
 /* [first, count) of the launch's kernel operands. */
@@ -143,7 +144,8 @@ static MlirWalkResult collect(MlirOperation op, void *user) {
                         : find_gpu_func(st->module, kernel);
   if (mlirOperationIsNull(f)) return MlirWalkResultAdvance;
   MlirOperation host = mlirOperationGetParentOperation(op);
-  while (!mlirOperationIsNull(host) && !kiln_compiler_op_is(host, "func.func")) host = mlirOperationGetParentOperation(host);
+  while (!mlirOperationIsNull(host) && !kiln_compiler_op_is(host, "func.func"))
+    host = mlirOperationGetParentOperation(host);
   st->launches = kiln_realloc(st->launches, (st->n_launches + 1) * sizeof *st->launches);
   st->launches[st->n_launches++] = (launch_t){.launch = op, .func = f, .host_func = host};
   return MlirWalkResultAdvance;
@@ -199,7 +201,8 @@ static void linearize(MlirContext ctx, const flat_t *f, MlirOperation op, intptr
 /* The users of `v` (collected first: rewriting them changes the use list). */
 static size_t users_of(MlirValue v, MlirOperation **out) {
   size_t n = 0;
-  for (MlirOpOperand u = mlirValueGetFirstUse(v); !mlirOpOperandIsNull(u); u = mlirOpOperandGetNextUse(u)) n++;
+  for (MlirOpOperand u = mlirValueGetFirstUse(v); !mlirOpOperandIsNull(u); u = mlirOpOperandGetNextUse(u))
+    n++;
   *out = kiln_calloc(n + 1, sizeof **out);
   size_t i = 0;
   for (MlirOpOperand u = mlirValueGetFirstUse(v); !mlirOpOperandIsNull(u); u = mlirOpOperandGetNextUse(u)) {
@@ -218,8 +221,9 @@ static KILN_MUST_USE kiln_status_t flatten_uses(state_t *st, MlirOperation func,
       int64_t d = -1;
       MlirValue dv = mlirOperationGetOperand(u, 1);
       MlirOperation def = mlirValueIsAOpResult(dv) ? mlirOpResultGetOwner(dv) : (MlirOperation){NULL};
-      MlirAttribute a = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant") ? (MlirAttribute){NULL}
-                                                                                  : attr(def, "value");
+      MlirAttribute a = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant")
+                            ? (MlirAttribute){NULL}
+                            : attr(def, "value");
       if (!mlirAttributeIsNull(a) && mlirAttributeIsAInteger(a)) d = mlirIntegerAttrGetValueInt(a);
       if (d < 0 || d >= f->rank) {
         status = refuse(st, func, "reads a dimension that is not a constant");
@@ -253,8 +257,8 @@ static MlirValue host_flat_view(MlirContext ctx, MlirOperation before, MlirValue
       kiln_compiler_named_attr(ctx, "static_strides", mlirDenseI64ArrayGet(ctx, 1, &one)),
       kiln_compiler_named_attr(ctx, "operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 4, segments)),
   };
-  MlirOperationState s =
-      mlirOperationStateGet(mlirStringRefCreateFromCString("memref.reinterpret_cast"), mlirOperationGetLocation(before));
+  MlirOperationState s = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.reinterpret_cast"),
+                                               mlirOperationGetLocation(before));
   mlirOperationStateAddOperands(&s, 1, &v);
   mlirOperationStateAddResults(&s, 1, &flat);
   mlirOperationStateAddAttributes(&s, 4, attrs);
@@ -357,7 +361,8 @@ static MlirValue value_of_word(MlirContext ctx, MlirOperation before, MlirValue 
   return make(width > 32 ? "arith.extsi" : "arith.trunci", before, &w, 1, t);
 }
 
-static KILN_MUST_USE kiln_status_t scalars_to_buffer(state_t *st, launch_t *l, MlirValue args, int64_t words) {
+static KILN_MUST_USE kiln_status_t scalars_to_buffer(state_t *st, launch_t *l, MlirValue args,
+                                                     int64_t words) {
   MlirContext ctx = st->ctx;
   MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(l->func, 0));
   intptr_t first, count;
@@ -410,7 +415,8 @@ static MlirValue args_buffer(MlirContext ctx, MlirOperation host_func, int64_t w
   MlirType type = mlirMemRefTypeGet(mlirIntegerTypeGet(ctx, 32), 1, &words, mlirAttributeGetNull(),
                                     mlirAttributeGetNull());
   MlirOperation alloc = kiln_compiler_static_alloc(ctx, mlirOperationGetLocation(host_func), type);
-  mlirOperationSetDiscardableAttributeByName(alloc, mlirStringRefCreateFromCString("kiln.args"), mlirUnitAttrGet(ctx));
+  mlirOperationSetDiscardableAttributeByName(alloc, mlirStringRefCreateFromCString("kiln.args"),
+                                             mlirUnitAttrGet(ctx));
   return mlirOperationGetResult(insert_before(first, alloc), 0);
 }
 
@@ -427,7 +433,8 @@ kiln_status_t kiln_compiler_dynamic_kernel_args(MlirContext context, MlirModule 
     if (!status) status = flatten_launch(&st, &st.launches[i]);
   }
   /* Words per host function: each launch's scalars, in launch order. */
-  for (size_t i = 0; i < st.n_launches && !status; i++) st.launches[i].n_scalars = count_scalars(st.launches[i].func);
+  for (size_t i = 0; i < st.n_launches && !status; i++)
+    st.launches[i].n_scalars = count_scalars(st.launches[i].func);
   for (size_t i = 0; i < st.n_launches && !status; i++) {
     launch_t *l = &st.launches[i];
     for (size_t k = 0; k < st.n_launches; k++) {

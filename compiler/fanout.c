@@ -215,22 +215,22 @@ static void finish_child(child_t *c, kiln_compiler_target_output_t *out, const c
   stderr_tail(c->err_fd, said, sizeof said);
   if (c->err_fd >= 0) close(c->err_fd);
   if (WIFSIGNALED(wstatus)) {
-    out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
-                              "%s: code generation for %s crashed (signal %d, %s)%s%s; the other "
-                              "targets are unaffected",
-                              name, target, WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)),
-                              said[0] ? ": " : "", said);
+    out->status =
+        KILN_STATUS(KILN_STATUS_INTERNAL,
+                    "%s: code generation for %s crashed (signal %d, %s)%s%s; the other "
+                    "targets are unaffected",
+                    name, target, WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)), said[0] ? ": " : "", said);
   } else if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-    out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
-                              "%s: code generation for %s failed inside LLVM (exit status %d)%s%s; "
-                              "the other targets are unaffected",
-                              name, target, WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1,
-                              said[0] ? ": " : "", said);
+    out->status =
+        KILN_STATUS(KILN_STATUS_INTERNAL,
+                    "%s: code generation for %s failed inside LLVM (exit status %d)%s%s; "
+                    "the other targets are unaffected",
+                    name, target, WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, said[0] ? ": " : "", said);
   } else if (!deserialize((const uint8_t *)c->data.data, c->data.len, out)) {
     kiln_compiler_target_output_clear(out);
-    out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
-                              "%s: code generation for %s returned a damaged result (%zu bytes)", name,
-                              target, c->data.len);
+    out->status =
+        KILN_STATUS(KILN_STATUS_INTERNAL, "%s: code generation for %s returned a damaged result (%zu bytes)",
+                    name, target, c->data.len);
   }
   kiln_buf_deinit(&c->data);
 }

@@ -31,11 +31,11 @@
 #include "compiler/gpu_match.h"
 #include "compiler/kernel_types.h"
 
-#define MAX_GRID 65535
-#define THREADS 128
-#define MAX_STRIP 4
+#define MAX_GRID       65535
+#define THREADS        128
+#define MAX_STRIP      4
 #define MIN_WORKGROUPS 64 /* issue 17's floor for a conv, raised to the chip's compute units */
-#define MAX_TAPS 64       /* kh * kw unrolled: an 8x8 filter at most */
+#define MAX_TAPS       64 /* kh * kw unrolled: an 8x8 filter at most */
 
 bool kiln_compiler_depthwise_match(MlirOperation func, const uint32_t grid[3], const uint32_t block[3],
                                    kiln_compiler_depthwise_t *out) {
@@ -65,7 +65,8 @@ bool kiln_compiler_depthwise_match(MlirOperation func, const uint32_t grid[3], c
     }
     /* Index code (a folded batch's image and row), the loop, the yield. */
     MlirOperation op = mlirBlockGetFirstOperation(mlirRegionGetFirstBlock(mlirOperationGetRegion(guard, 0)));
-    for (; !mlirOperationIsNull(op) && !kiln_compiler_op_is(op, "scf.for"); op = mlirOperationGetNextInBlock(op)) {
+    for (; !mlirOperationIsNull(op) && !kiln_compiler_op_is(op, "scf.for");
+         op = mlirOperationGetNextInBlock(op)) {
       if (!kiln_compiler_gpu_op_is_one_of(op, allowed, N_ALLOWED) || kiln_compiler_op_is(op, "gpu.return")) {
         return false;
       }
@@ -95,14 +96,18 @@ bool kiln_compiler_depthwise_match(MlirOperation func, const uint32_t grid[3], c
   for (int i = 0; i < 3; i++) {
     MlirOperation l = mb.loads[i];
     MlirValue memref = mlirOperationGetOperand(l, 0);
-    if (!kiln_compiler_gpu_plain_memref(mlirValueGetType(memref)) || kiln_compiler_gpu_arg_of(memref, entry) < 0 ||
+    if (!kiln_compiler_gpu_plain_memref(mlirValueGetType(memref)) ||
+        kiln_compiler_gpu_arg_of(memref, entry) < 0 ||
         !mlirTypeIsAF32(mlirShapedTypeGetElementType(mlirValueGetType(memref)))) {
       return false;
     }
     intptr_t n = mlirOperationGetNumOperands(l);
-    if (n == 6) acc = l;
-    else if (n == 5 && mlirValueEqual(mlirOperationGetOperand(l, 1), kh)) filter = l;
-    else if (n == 5) in = l;
+    if (n == 6)
+      acc = l;
+    else if (n == 5 && mlirValueEqual(mlirOperationGetOperand(l, 1), kh))
+      filter = l;
+    else if (n == 5)
+      in = l;
   }
   if (mlirOperationIsNull(in) || mlirOperationIsNull(filter) || mlirOperationIsNull(acc) ||
       !kiln_compiler_gpu_madd_in_place(&mb, in, filter, acc)) {
@@ -123,9 +128,9 @@ bool kiln_compiler_depthwise_match(MlirOperation func, const uint32_t grid[3], c
   if (!kiln_compiler_gpu_image_rows(nb, oh, batch, out_h) ||
       !(ow_tiled || (grid[1] == 1 && kiln_compiler_gpu_is_id(ow, "gpu.thread_id", 'y'))) ||
       !(c_tiled || (grid[2] == 1 && kiln_compiler_gpu_is_id(c, "gpu.thread_id", 'x'))) ||
-      !kiln_compiler_gpu_is_zero(AT(acc, 4)) ||
-      !mlirValueEqual(AT(in, 0), nb) || stride < 1 || kiln_compiler_gpu_sum_stride(AT(in, 2), kw, ow) != stride ||
-      !mlirValueEqual(AT(in, 3), c) || !mlirValueEqual(AT(filter, 1), kw) || !mlirValueEqual(AT(filter, 2), c) ||
+      !kiln_compiler_gpu_is_zero(AT(acc, 4)) || !mlirValueEqual(AT(in, 0), nb) || stride < 1 ||
+      kiln_compiler_gpu_sum_stride(AT(in, 2), kw, ow) != stride || !mlirValueEqual(AT(in, 3), c) ||
+      !mlirValueEqual(AT(filter, 1), kw) || !mlirValueEqual(AT(filter, 2), c) ||
       !kiln_compiler_gpu_is_zero(AT(filter, 3))) {
     return false;
   }
@@ -152,9 +157,12 @@ bool kiln_compiler_depthwise_match(MlirOperation func, const uint32_t grid[3], c
     for (size_t i = 0; i < n_leaves; i++) {
       int64_t bound = -1;
       if (kiln_compiler_gpu_is_below(leaves[i], rows_v, &bound) && bound == rows) continue; /* always true */
-      if (kiln_compiler_gpu_is_below(leaves[i], ow, &bound) && bound == out_w) cols_bounded = true;
-      else if (kiln_compiler_gpu_is_below(leaves[i], c, &bound) && bound == channels) chans_bounded = true;
-      else return false;
+      if (kiln_compiler_gpu_is_below(leaves[i], ow, &bound) && bound == out_w)
+        cols_bounded = true;
+      else if (kiln_compiler_gpu_is_below(leaves[i], c, &bound) && bound == channels)
+        chans_bounded = true;
+      else
+        return false;
     }
   }
   if ((cols > out_w && !cols_bounded) || (chans > channels && !chans_bounded)) return false;
@@ -241,8 +249,8 @@ kiln_status_t kiln_compiler_depthwise_replace(MlirContext context, MlirModule mo
   kiln_free(types);
   kiln_buf_appendf(b, " kernel attributes {known_block_size = array<i32: %u, %u, 1>", s.tx, s.ty);
   if (spirv) {
-    kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%u, %u, 1]>", s.tx,
-                     s.ty);
+    kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%u, %u, 1]>",
+                     s.tx, s.ty);
   }
   kiln_buf_appendf(b,
                    "} {\n  %%tx = gpu.thread_id x\n  %%ty = gpu.thread_id y\n  %%bx = gpu.block_id x\n"
@@ -282,27 +290,29 @@ kiln_status_t kiln_compiler_depthwise_replace(MlirContext context, MlirModule mo
       kiln_buf_appendf(b,
                        "    %%iw%lld_%lld = arith.addi %%iwb, %%k%lld : index\n"
                        "    %%x%lld_%lld = memref.load %%arg%u[%%n, %%ih%lld, %%iw%lld_%lld, %%cv] : %s\n",
-                       (long long)h, (long long)o, (long long)o, (long long)h, (long long)o, d->in_arg, (long long)h,
-                       (long long)h, (long long)o, ti.data);
+                       (long long)h, (long long)o, (long long)o, (long long)h, (long long)o, d->in_arg,
+                       (long long)h, (long long)h, (long long)o, ti.data);
     }
     for (int64_t w = 0; w < d->kw; w++, tap++) {
-      kiln_buf_appendf(b, "    %%f%lld_%lld = memref.load %%arg%u[%%k%lld, %%k%lld, %%cv] : %s\n", (long long)h,
-                       (long long)w, d->filter_arg, (long long)h, (long long)w, tf.data);
+      kiln_buf_appendf(b, "    %%f%lld_%lld = memref.load %%arg%u[%%k%lld, %%k%lld, %%cv] : %s\n",
+                       (long long)h, (long long)w, d->filter_arg, (long long)h, (long long)w, tf.data);
       for (uint32_t j = 0; j < s.wt; j++) {
         long long o = (long long)(j * stride + w);
         kiln_buf_appendf(b,
                          "    %%p%u_%d = arith.mulf %%x%lld_%lld, %%f%lld_%lld%s : vector<4xf32>\n"
                          "    %%acc%u_%d = arith.addf %%acc%u_%d, %%p%u_%d%s : vector<4xf32>\n",
-                         j, tap, (long long)h, o, (long long)h, (long long)w, fm, j, tap + 1, j, tap, j, tap, fm);
+                         j, tap, (long long)h, o, (long long)h, (long long)w, fm, j, tap + 1, j, tap, j, tap,
+                         fm);
       }
     }
   }
   for (uint32_t j = 0; j < s.wt; j++) {
-    kiln_buf_appendf(b, "    memref.store %%acc%u_%d, %%arg%u[%%n, %%oh, %%ow%u, %%cv] : %s\n", j, tap, d->out_arg, j,
-                     to.data);
+    kiln_buf_appendf(b, "    memref.store %%acc%u_%d, %%arg%u[%%n, %%oh, %%ow%u, %%cv] : %s\n", j, tap,
+                     d->out_arg, j, to.data);
   }
   kiln_buf_append_str(b, "  }\n  gpu.return\n}\n}\n");
-  kiln_status_t st = kiln_compiler_gpu_kernel_swap(context, module, func, text.data, "depthwise conv", t, NULL);
+  kiln_status_t st =
+      kiln_compiler_gpu_kernel_swap(context, module, func, text.data, "depthwise conv", t, NULL);
   kiln_buf_deinit(&text);
   kiln_buf_deinit(&ti), kiln_buf_deinit(&tf), kiln_buf_deinit(&to);
   memcpy(out_grid, s.grid, sizeof s.grid);

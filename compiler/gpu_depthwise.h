@@ -44,8 +44,10 @@ bool kiln_compiler_depthwise_fits(const kiln_compiler_depthwise_t *d, const kiln
 
 /* Replaces kernel `func` (matched as `d`) by the vector kernel for `t`; writes
  * its grid and workgroup size. */
-KILN_MUST_USE kiln_status_t kiln_compiler_depthwise_replace(MlirContext context, MlirModule module, MlirOperation func,
-                                              const kiln_compiler_depthwise_t *d, const kiln_target_t *t,
-                                              uint32_t out_grid[3], uint32_t out_block[3]);
+KILN_MUST_USE kiln_status_t kiln_compiler_depthwise_replace(MlirContext context, MlirModule module,
+                                                            MlirOperation func,
+                                                            const kiln_compiler_depthwise_t *d,
+                                                            const kiln_target_t *t, uint32_t out_grid[3],
+                                                            uint32_t out_block[3]);
 
 #endif  // KILN_COMPILER_GPU_DEPTHWISE_H_

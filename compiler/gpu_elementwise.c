@@ -21,7 +21,7 @@
 #include "compiler/internal.h"
 #include "compiler/kernel_types.h"
 
-#define VEC 4
+#define VEC    4
 #define TILE_X 32 /* the front half's tile along thread x (pipeline.c: FRONT_TILE) */
 
 /* Index arithmetic the front half writes around the body. */
@@ -127,12 +127,14 @@ static bool read_kernel(MlirOperation func, const uint32_t grid[3], shape_t *s) 
   for (int i = 0; i < 2; i++) {
     MlirOperation apply = kiln_compiler_gpu_def_of(mlirOperationGetOperand(add, i));
     if (mlirOperationIsNull(apply) || !kiln_compiler_op_is(apply, "affine.apply")) continue;
-    if (!one_use(mlirOperationGetResult(apply, 0)) || !one_use(mlirOperationGetOperand(apply, 0))) return false;
+    if (!one_use(mlirOperationGetResult(apply, 0)) || !one_use(mlirOperationGetOperand(apply, 0)))
+      return false;
   }
   /* The entry around the body: index arithmetic (and the guard). */
-  for (MlirOperation op = mlirBlockGetFirstOperation(s->entry); !mlirOperationIsNull(op) && !mlirOperationIsNull(guard);
-       op = mlirOperationGetNextInBlock(op)) {
-    bool index = kiln_compiler_gpu_op_is_one_of(op, index_ops, sizeof index_ops / sizeof index_ops[0]) && all_index(op);
+  for (MlirOperation op = mlirBlockGetFirstOperation(s->entry);
+       !mlirOperationIsNull(op) && !mlirOperationIsNull(guard); op = mlirOperationGetNextInBlock(op)) {
+    bool index = kiln_compiler_gpu_op_is_one_of(op, index_ops, sizeof index_ops / sizeof index_ops[0]) &&
+                 all_index(op);
     if (!mlirOperationEqual(op, guard) && !kiln_compiler_op_is(op, "gpu.return") &&
         !kiln_compiler_op_is(op, "arith.constant") && !index) {
       return false;
@@ -176,7 +178,8 @@ static bool read_kernel(MlirOperation func, const uint32_t grid[3], shape_t *s) 
   } else {
     s->add_guard = (s->n / VEC) % TILE_X != 0;
   }
-  for (MlirOpOperand u = mlirValueGetFirstUse(s->x); !mlirOpOperandIsNull(u); u = mlirOpOperandGetNextUse(u)) {
+  for (MlirOpOperand u = mlirValueGetFirstUse(s->x); !mlirOpOperandIsNull(u);
+       u = mlirOpOperandGetNextUse(u)) {
     MlirOperation owner = mlirOpOperandGetOwner(u);
     bool memory = kiln_compiler_op_is(owner, "memref.load") || kiln_compiler_op_is(owner, "memref.store");
     if (!(memory && mlirOpOperandGetOperandNumber(u) == (unsigned)(mlirOperationGetNumOperands(owner) - 1)) &&
@@ -197,7 +200,8 @@ static bool is_vec(MlirValue v) { return mlirTypeIsAVector(mlirValueGetType(v));
 /* Replaces operand i of `op` by its broadcast to vector<4>, made just before `op`. */
 static void broadcast_operand(MlirOperation op, intptr_t i) {
   MlirValue v = mlirOperationGetOperand(op, i);
-  mlirOperationSetOperand(op, i, kiln_compiler_build1("vector.broadcast", op, v, vec_of(mlirValueGetType(v))));
+  mlirOperationSetOperand(op, i,
+                          kiln_compiler_build1("vector.broadcast", op, v, vec_of(mlirValueGetType(v))));
 }
 
 /* Replaces vector op `op` by its scalar form per lane: vector.extract of each
@@ -210,13 +214,16 @@ static void unroll(MlirContext context, MlirOperation op) {
     MlirOperation scalar = mlirOperationClone(op);
     for (intptr_t i = 0; i < mlirOperationGetNumOperands(op); i++) {
       MlirValue v = mlirOperationGetOperand(op, i);
-      MlirValue lane = kiln_compiler_build1("vector.extract", op, v, mlirShapedTypeGetElementType(mlirValueGetType(v)));
+      MlirValue lane =
+          kiln_compiler_build1("vector.extract", op, v, mlirShapedTypeGetElementType(mlirValueGetType(v)));
       int64_t pos[1] = {j};
-      mlirOperationSetAttributeByName(kiln_compiler_gpu_def_of(lane), mlirStringRefCreateFromCString("static_position"),
+      mlirOperationSetAttributeByName(kiln_compiler_gpu_def_of(lane),
+                                      mlirStringRefCreateFromCString("static_position"),
                                       mlirDenseI64ArrayGet(context, 1, pos));
       mlirOperationSetOperand(scalar, i, lane);
     }
-    mlirValueSetType(mlirOperationGetResult(scalar, 0), mlirShapedTypeGetElementType(mlirValueGetType(result)));
+    mlirValueSetType(mlirOperationGetResult(scalar, 0),
+                     mlirShapedTypeGetElementType(mlirValueGetType(result)));
     mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(op), op, scalar);
     lanes[j] = mlirOperationGetResult(scalar, 0);
   }
@@ -294,7 +301,8 @@ static void rewrite(MlirContext context, MlirOperation func, shape_t *s, bool sc
       int64_t *dims = kiln_calloc((size_t)rank, sizeof *dims);
       for (intptr_t d = 0; d < rank; d++) dims[d] = mlirShapedTypeGetDimSize(t, d);
       dims[rank - 1] /= VEC;
-      t = mlirMemRefTypeContiguousGet(vec_of(mlirShapedTypeGetElementType(t)), rank, dims, mlirAttributeGetNull());
+      t = mlirMemRefTypeContiguousGet(vec_of(mlirShapedTypeGetElementType(t)), rank, dims,
+                                      mlirAttributeGetNull());
       kiln_free(dims);
       mlirBlockArgumentSetType(arg, t);
     }
@@ -322,7 +330,8 @@ static void rewrite(MlirContext context, MlirOperation func, shape_t *s, bool sc
     }
     if (!kiln_compiler_gpu_name_starts(op, "arith.") && !kiln_compiler_gpu_name_starts(op, "math.")) continue;
     bool any = false;
-    for (intptr_t i = 0; i < mlirOperationGetNumOperands(op) && !any; i++) any = is_vec(mlirOperationGetOperand(op, i));
+    for (intptr_t i = 0; i < mlirOperationGetNumOperands(op) && !any; i++)
+      any = is_vec(mlirOperationGetOperand(op, i));
     if (!any) continue;
     for (intptr_t i = 0; i < mlirOperationGetNumOperands(op); i++) {
       if (!is_vec(mlirOperationGetOperand(op, i))) broadcast_operand(op, i);
@@ -331,10 +340,12 @@ static void rewrite(MlirContext context, MlirOperation func, shape_t *s, bool sc
       MlirValue r = mlirOperationGetResult(op, i);
       mlirValueSetType(r, vec_of(mlirValueGetType(r)));
     }
-    if (scalar_math && kiln_compiler_gpu_name_starts(op, "math.") && mlirOperationGetNumResults(op) == 1) unroll(context, op);
+    if (scalar_math && kiln_compiler_gpu_name_starts(op, "math.") && mlirOperationGetNumResults(op) == 1)
+      unroll(context, op);
   }
   if (!mlirOperationIsNull(s->bound_cmp)) {
-    MlirValue quarter = kiln_compiler_int_const_before(context, s->bound_cmp, mlirIndexTypeGet(context), s->n / VEC);
+    MlirValue quarter =
+        kiln_compiler_int_const_before(context, s->bound_cmp, mlirIndexTypeGet(context), s->n / VEC);
     mlirOperationSetOperand(s->bound_cmp, 1, quarter);
   }
 }
@@ -363,7 +374,8 @@ kiln_status_t kiln_compiler_elementwise_vectorize(MlirContext context, MlirModul
   kiln_free(s.use);
   char *text = module_text(func);
   MlirDiagnosticHandlerID quiet = mlirContextAttachDiagnosticHandler(context, swallow, NULL, NULL);
-  kiln_status_t st = kiln_compiler_gpu_kernel_swap(context, module, func, text, "vector elementwise", t, NULL);
+  kiln_status_t st =
+      kiln_compiler_gpu_kernel_swap(context, module, func, text, "vector elementwise", t, NULL);
   mlirContextDetachDiagnosticHandler(context, quiet);
   if (st) {
     /* The rewrite did not verify (an op without a vector form): the kernel as it was. */

@@ -37,9 +37,10 @@
  * for GPU target `t` when it has the form above: *done set, its new grid and
  * workgroup size in out_grid and out_block. A kernel of another form is left
  * as it was (*done false, no error). */
-KILN_MUST_USE kiln_status_t kiln_compiler_elementwise_vectorize(MlirContext context, MlirModule module, MlirOperation func,
-                                                  const uint32_t grid[3], const uint32_t block[3],
-                                                  const kiln_target_t *t, uint32_t out_grid[3],
-                                                  uint32_t out_block[3], bool *done);
+KILN_MUST_USE kiln_status_t kiln_compiler_elementwise_vectorize(MlirContext context, MlirModule module,
+                                                                MlirOperation func, const uint32_t grid[3],
+                                                                const uint32_t block[3],
+                                                                const kiln_target_t *t, uint32_t out_grid[3],
+                                                                uint32_t out_block[3], bool *done);
 
 #endif  // KILN_COMPILER_GPU_ELEMENTWISE_H_

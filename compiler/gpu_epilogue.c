@@ -31,7 +31,8 @@ static bool allowed(MlirOperation op) {
                                       "gpu.grid_dim",   "affine.apply", "arith.addi",    "arith.muli",
                                       "arith.subi",     "arith.divui",  "arith.remui",   "arith.cmpi",
                                       "arith.andi",     "memref.load",  "memref.store",  "gpu.return"};
-  return kiln_compiler_gpu_op_is_one_of(op, names, sizeof names / sizeof names[0]) || kiln_compiler_gpu_value_op(op);
+  return kiln_compiler_gpu_op_is_one_of(op, names, sizeof names / sizeof names[0]) ||
+         kiln_compiler_gpu_value_op(op);
 }
 
 /* E's body: its entry block, holding E's one store and nothing with a region
@@ -61,7 +62,8 @@ static bool load_at(MlirOperation load, MlirOperation store) {
   intptr_t n = mlirOperationGetNumOperands(load);
   if (n != mlirOperationGetNumOperands(store) - 1) return false;
   for (intptr_t i = 1; i < n; i++) {
-    if (!mlirValueEqual(mlirOperationGetOperand(load, i), mlirOperationGetOperand(store, i + 1))) return false;
+    if (!mlirValueEqual(mlirOperationGetOperand(load, i), mlirOperationGetOperand(store, i + 1)))
+      return false;
   }
   return true;
 }
@@ -152,7 +154,8 @@ bool kiln_compiler_epilogue_match(MlirOperation func, const uint32_t grid[3], co
        op = mlirOperationGetNextInBlock(op)) {
     if (!kiln_compiler_op_is(op, "memref.load")) continue;
     int a = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(op, 0), b.entry);
-    if (a >= 0 && a != d && c_like(mlirValueGetType(mlirOperationGetOperand(op, 0)), t) && load_at(op, store)) {
+    if (a >= 0 && a != d && c_like(mlirValueGetType(mlirOperationGetOperand(op, 0)), t) &&
+        load_at(op, store)) {
       out->c_candidates |= 1u << a;
     }
   }
@@ -232,8 +235,10 @@ static bool read_slice(MlirOperation func, unsigned c_arg, slice_t *s) {
       int a = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(op, 0), s->entry);
       /* D read back (an in-place epilogue) is not taken: in the fused kernel D
        * has C's vector form. */
-      if (a < 0 || a == kiln_compiler_gpu_arg_of(mlirOperationGetOperand(s->store, 1), s->entry)) ok = false;
-      else if ((unsigned)a == c_arg) ok = load_at(op, s->store);
+      if (a < 0 || a == kiln_compiler_gpu_arg_of(mlirOperationGetOperand(s->store, 1), s->entry))
+        ok = false;
+      else if ((unsigned)a == c_arg)
+        ok = load_at(op, s->store);
       first = 1;
       if (!ok || (unsigned)a == c_arg) continue;
     } else if (!kiln_compiler_op_is(op, "arith.constant") && !kiln_compiler_gpu_value_op(op)) {
@@ -259,7 +264,8 @@ static bool read_slice(MlirOperation func, unsigned c_arg, slice_t *s) {
     for (intptr_t k = 1; ok && k < mlirOperationGetNumOperands(op); k++) {
       MlirValue v = mlirOperationGetOperand(op, k);
       MlirOperation def = kiln_compiler_gpu_def_of(v);
-      ok = is_store_index(s->store, v) || (!mlirOperationIsNull(def) && kiln_compiler_op_is(def, "arith.constant"));
+      ok = is_store_index(s->store, v) ||
+           (!mlirOperationIsNull(def) && kiln_compiler_op_is(def, "arith.constant"));
     }
   }
   kiln_free(all);
@@ -281,8 +287,8 @@ bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg) {
   MlirType e = mlirShapedTypeGetElementType(t);
   bool elem = mlirTypeIsAF32(e) || mlirTypeIsAF16(e) || mlirTypeIsABF16(e) ||
               (mlirTypeIsAInteger(e) && mlirIntegerTypeGetWidth(e) == 16);
-  return a >= 0 && (unsigned)a != c_arg && kiln_compiler_gpu_plain_memref(t) && elem && rank >= 2 && rank <= 4 &&
-         mlirOperationGetNumOperands(s.store) == rank + 2;
+  return a >= 0 && (unsigned)a != c_arg && kiln_compiler_gpu_plain_memref(t) && elem && rank >= 2 &&
+         rank <= 4 && mlirOperationGetNumOperands(s.store) == rank + 2;
 }
 
 /* ---- applying it ---- */
@@ -350,8 +356,8 @@ static MlirValue copy_lane(const slice_t *s, unsigned e_c_arg, map_t *m, MlirVal
 }
 
 kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_func, unsigned g_c_arg,
-                                           unsigned g_n_args, MlirOperation e_func, unsigned e_c_arg, bool keep_c,
-                                           const char *target_id) {
+                                           unsigned g_n_args, MlirOperation e_func, unsigned e_c_arg,
+                                           bool keep_c, const char *target_id) {
   slice_t s;
   MlirBlock g_entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(g_func, 0));
   if (!read_slice(e_func, e_c_arg, &s) || mlirBlockIsNull(g_entry)) {
@@ -370,8 +376,8 @@ kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_
   mlirOperationWalk(g_func, collect_stores, &found, MlirWalkPreOrder);
   MlirType index = mlirIndexTypeGet(context);
   kiln_status_t st = found.n ? NULL
-                             : KILN_STATUS(KILN_STATUS_INTERNAL, "the tiled matmul for %s stores no C (kiln bug)",
-                                           target_id);
+                             : KILN_STATUS(KILN_STATUS_INTERNAL,
+                                           "the tiled matmul for %s stores no C (kiln bug)", target_id);
   for (size_t i = 0; !st && i < found.n; i++) {
     MlirOperation at = found.items[i];
     MlirValue acc = mlirOperationGetOperand(at, 0);
@@ -380,7 +386,8 @@ kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_
     intptr_t g_rank = mlirOperationGetNumOperands(at) - 2;
     if ((g_rank != rank && !(rank == 4 && g_rank == 2)) || lanes > MAX_LANES ||
         (lanes > 1 && mlirShapedTypeGetRank(vt) != 1)) {
-      st = KILN_STATUS(KILN_STATUS_INTERNAL, "the tiled matmul for %s stores C otherwise (kiln bug)", target_id);
+      st = KILN_STATUS(KILN_STATUS_INTERNAL, "the tiled matmul for %s stores C otherwise (kiln bug)",
+                       target_id);
       break;
     }
     MlirValue results[MAX_LANES];
@@ -399,8 +406,8 @@ kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_
       if (lanes > 1) {
         MlirValue w = kiln_compiler_int_const_before(context, at, index, lanes);
         MlirValue base = kiln_compiler_build2("arith.muli", at, at_idx[g_rank - 1], w, index);
-        at_idx[g_rank - 1] = kiln_compiler_build2("arith.addi", at, base,
-                                                  kiln_compiler_int_const_before(context, at, index, l), index);
+        at_idx[g_rank - 1] = kiln_compiler_build2(
+            "arith.addi", at, base, kiln_compiler_int_const_before(context, at, index, l), index);
       }
       if (g_rank != rank) {
         MlirType dt = mlirValueGetType(mlirOperationGetOperand(s.store, 1));
@@ -410,8 +417,8 @@ kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_
         MlirValue c_ow = kiln_compiler_int_const_before(context, at, index, ow);
         MlirValue c_oh = kiln_compiler_int_const_before(context, at, index, oh);
         at_idx[0] = kiln_compiler_build2("arith.divui", at, row, c_ohw, index);
-        at_idx[1] = kiln_compiler_build2("arith.remui", at, kiln_compiler_build2("arith.divui", at, row, c_ow, index),
-                                         c_oh, index);
+        at_idx[1] = kiln_compiler_build2(
+            "arith.remui", at, kiln_compiler_build2("arith.divui", at, row, c_ow, index), c_oh, index);
         at_idx[2] = kiln_compiler_build2("arith.remui", at, row, c_ow, index);
         at_idx[3] = col;
       }
@@ -423,21 +430,23 @@ kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_
       if (lanes > 1) {
         x = kiln_compiler_build1("vector.extract", at, acc, mlirShapedTypeGetElementType(vt));
         int64_t pos[1] = {l};
-        mlirOperationSetAttributeByName(kiln_compiler_gpu_def_of(x), mlirStringRefCreateFromCString("static_position"),
+        mlirOperationSetAttributeByName(kiln_compiler_gpu_def_of(x),
+                                        mlirStringRefCreateFromCString("static_position"),
                                         mlirDenseI64ArrayGet(context, 1, pos));
       }
       results[l] = copy_lane(&s, e_c_arg, m, x, at);
       kiln_free(m);
       if (mlirValueIsNull(results[l])) {
-        st = KILN_STATUS(KILN_STATUS_INTERNAL, "the fused epilogue for %s reads a value it does not copy (kiln bug)",
-                         target_id);
+        st = KILN_STATUS(KILN_STATUS_INTERNAL,
+                         "the fused epilogue for %s reads a value it does not copy (kiln bug)", target_id);
       }
     }
     if (st) break;
     /* D's vector: C's lanes of D's element (f16 or its bits where C is f32). */
     MlirType dv = lanes > 1 ? mlirVectorTypeGet(1, &lanes, mlirValueGetType(results[0])) : vt;
-    MlirValue value = lanes > 1 ? kiln_compiler_build_before("vector.from_elements", at, results, (intptr_t)lanes, dv)
-                                : results[0];
+    MlirValue value =
+        lanes > 1 ? kiln_compiler_build_before("vector.from_elements", at, results, (intptr_t)lanes, dv)
+                  : results[0];
     MlirOperation to_d = mlirOperationClone(at);
     unsigned g_d = g_n_args + (unsigned)(d_arg < (int)e_c_arg ? d_arg : d_arg - 1);
     mlirOperationSetOperand(to_d, 0, value);
@@ -447,8 +456,8 @@ kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_
   }
   kiln_free(found.items);
   if (!st && !mlirOperationVerify(g_func)) {
-    st = KILN_STATUS(KILN_STATUS_INTERNAL, "the tiled matmul with its fused epilogue for %s does not verify (kiln bug)",
-                     target_id);
+    st = KILN_STATUS(KILN_STATUS_INTERNAL,
+                     "the tiled matmul with its fused epilogue for %s does not verify (kiln bug)", target_id);
   }
   return st;
 }

@@ -42,9 +42,9 @@
 
 typedef struct kiln_compiler_epilogue_s {
   bool found;
-  int rank;              /* of D: 2, 3, or 4 (NHWC) */
-  int64_t dims[4];       /* D's shape */
-  unsigned d_arg;        /* the argument E stores */
+  int rank;        /* of D: 2, 3, or 4 (NHWC) */
+  int64_t dims[4]; /* D's shape */
+  unsigned d_arg;  /* the argument E stores */
   unsigned n_args;
   uint32_t c_candidates; /* bit a: argument a is read at exactly the stored element */
   unsigned d_bytes;      /* D's element: 4 (f32) or 2 (f16, bf16) */
@@ -70,8 +70,9 @@ bool kiln_compiler_epilogue_fits(MlirOperation func, unsigned c_arg);
  * arithmetic on them, lane by lane, to D at the same place; the store to C
  * stays only where `keep_c`. INTERNAL when the result does not verify (a kiln
  * bug). */
-KILN_MUST_USE kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_func, unsigned g_c_arg,
-                                           unsigned g_n_args, MlirOperation e_func, unsigned e_c_arg, bool keep_c,
-                                           const char *target_id);
+KILN_MUST_USE kiln_status_t kiln_compiler_epilogue_apply(MlirContext context, MlirOperation g_func,
+                                                         unsigned g_c_arg, unsigned g_n_args,
+                                                         MlirOperation e_func, unsigned e_c_arg, bool keep_c,
+                                                         const char *target_id);
 
 #endif  // KILN_COMPILER_GPU_EPILOGUE_H_

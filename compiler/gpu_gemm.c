@@ -43,7 +43,7 @@
  * (a 56x56 conv's 3136 rows x 64 filters: 49 workgroups -> 98), or where 64 does
  * not divide M. */
 #define SIMT_TILE_M_MIN (KILN_GEMM_TILE_M / 2)
-#define MIN_WORKGROUPS 64
+#define MIN_WORKGROUPS  64
 
 typedef struct simt_tile_s {
   int64_t tm, tn;
@@ -61,7 +61,8 @@ static simt_tile_t simt_tile(const kiln_compiler_gemm_t *g, const kiln_target_t 
   int64_t least = least_workgroups(g, t);
   int64_t large = g->m % 128 == 0 && g->n % 128 == 0 ? (g->m / 128) * (g->n / 128) * g->batch : 0;
   if (large >= least) return (simt_tile_t){128, 128, 2, 2};
-  int64_t full = g->m % KILN_GEMM_TILE_M ? 0 : (g->m / KILN_GEMM_TILE_M) * (g->n / KILN_GEMM_TILE_N) * g->batch;
+  int64_t full =
+      g->m % KILN_GEMM_TILE_M ? 0 : (g->m / KILN_GEMM_TILE_M) * (g->n / KILN_GEMM_TILE_N) * g->batch;
   if (full >= least) return (simt_tile_t){KILN_GEMM_TILE_M, KILN_GEMM_TILE_N, 1, 1};
   return (simt_tile_t){SIMT_TILE_M_MIN, KILN_GEMM_TILE_N, 1, 1};
 }
@@ -121,7 +122,8 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
   MlirOperation loop_w = taps ? kiln_compiler_gpu_only_inner_loop(loop_h) : loop_h;
   MlirOperation loop_c = taps ? kiln_compiler_gpu_only_inner_loop(loop_w) : loop_h;
   if (!taps) kh_n = 1;
-  if (mlirOperationIsNull(loop_c) || (taps && (!kiln_compiler_gpu_counted_loop(loop_w, &kw_n) || !kiln_compiler_gpu_counted_loop(loop_c, &c_n)))) {
+  if (mlirOperationIsNull(loop_c) || (taps && (!kiln_compiler_gpu_counted_loop(loop_w, &kw_n) ||
+                                               !kiln_compiler_gpu_counted_loop(loop_c, &c_n)))) {
     return false;
   }
   MlirValue kh = mlirBlockGetArgument(mlirRegionGetFirstBlock(mlirOperationGetRegion(loop_h, 0)), 0);
@@ -135,25 +137,31 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
    * their last index. */
   MlirOperation in = {NULL}, filter = {NULL}, acc = {NULL};
   for (int i = 0; i < 3; i++) {
-    if (mlirOperationGetNumOperands(loads[i]) != 5 || !kiln_compiler_gpu_plain_memref(mlirValueGetType(mlirOperationGetOperand(loads[i], 0))) ||
+    if (mlirOperationGetNumOperands(loads[i]) != 5 ||
+        !kiln_compiler_gpu_plain_memref(mlirValueGetType(mlirOperationGetOperand(loads[i], 0))) ||
         kiln_compiler_gpu_arg_of(mlirOperationGetOperand(loads[i], 0), entry) < 0) {
       return false;
     }
-    if (mlirValueEqual(index_of(loads[i], 3), c)) in = loads[i];
-    else if (mlirValueEqual(index_of(loads[i], 2), c)) filter = loads[i];
-    else acc = loads[i];
+    if (mlirValueEqual(index_of(loads[i], 3), c))
+      in = loads[i];
+    else if (mlirValueEqual(index_of(loads[i], 2), c))
+      filter = loads[i];
+    else
+      acc = loads[i];
   }
   if (mlirOperationIsNull(in) || mlirOperationIsNull(filter) || mlirOperationIsNull(acc)) return false;
   MlirValue nb = index_of(acc, 0), oh = index_of(acc, 1), ow = index_of(acc, 2), f = index_of(acc, 3);
   int64_t stride = taps ? kiln_compiler_gpu_sum_stride(index_of(in, 1), kh, oh) : 1;
   bool in_at = taps ? stride > 0 && kiln_compiler_gpu_sum_stride(index_of(in, 2), kw, ow) == stride
                     : mlirValueEqual(index_of(in, 1), oh) && mlirValueEqual(index_of(in, 2), ow);
-  bool filter_at = taps ? mlirValueEqual(index_of(filter, 0), kh) && mlirValueEqual(index_of(filter, 1), kw)
-                        : kiln_compiler_gpu_is_zero(index_of(filter, 0)) && kiln_compiler_gpu_is_zero(index_of(filter, 1));
+  bool filter_at =
+      taps ? mlirValueEqual(index_of(filter, 0), kh) && mlirValueEqual(index_of(filter, 1), kw)
+           : kiln_compiler_gpu_is_zero(index_of(filter, 0)) && kiln_compiler_gpu_is_zero(index_of(filter, 1));
   MlirType to = mlirValueGetType(mlirOperationGetOperand(acc, 0));
   if (!mlirShapedTypeHasStaticShape(to) || mlirShapedTypeGetRank(to) != 4) return false;
   int64_t batch = mlirShapedTypeGetDimSize(to, 0), out_h = mlirShapedTypeGetDimSize(to, 1);
-  if (!kiln_compiler_gpu_image_rows(nb, oh, batch, out_h) || !mlirValueEqual(index_of(in, 0), nb) || !kiln_compiler_gpu_is_tile_index(ow, 'y', 'y', block[1]) ||
+  if (!kiln_compiler_gpu_image_rows(nb, oh, batch, out_h) || !mlirValueEqual(index_of(in, 0), nb) ||
+      !kiln_compiler_gpu_is_tile_index(ow, 'y', 'y', block[1]) ||
       !kiln_compiler_gpu_is_tile_index(f, 'x', 'z', block[0]) || !in_at || !filter_at ||
       !mlirValueEqual(index_of(filter, 3), f)) {
     return false;
@@ -161,7 +169,8 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
   if (!kiln_compiler_gpu_madd_in_place(&mb, in, filter, acc)) return false;
   MlirType ti = mlirValueGetType(mlirOperationGetOperand(in, 0));
   MlirType tf = mlirValueGetType(mlirOperationGetOperand(filter, 0));
-  if (!mlirTypeIsAF32(mlirShapedTypeGetElementType(ti)) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(tf)) ||
+  if (!mlirTypeIsAF32(mlirShapedTypeGetElementType(ti)) ||
+      !mlirTypeIsAF32(mlirShapedTypeGetElementType(tf)) ||
       !mlirTypeIsAF32(mlirShapedTypeGetElementType(to))) {
     return false;
   }
@@ -174,11 +183,13 @@ static bool match_conv(MlirBlock entry, MlirOperation loop_h, int64_t kh_n, cons
       in_h < (out_h - 1) * stride + kh_n || in_w < (out_w - 1) * stride + kw_n) {
     return false;
   }
-  if ((int64_t)grid[0] != batch * out_h || (int64_t)grid[1] * block[1] != out_w || (int64_t)grid[2] * block[0] != n) {
+  if ((int64_t)grid[0] != batch * out_h || (int64_t)grid[1] * block[1] != out_w ||
+      (int64_t)grid[2] * block[0] != n) {
     return false;
   }
   int64_t m = batch * out_h * out_w, k = kh_n * kw_n * c_n;
-  int a = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(in, 0), entry), b = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(filter, 0), entry);
+  int a = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(in, 0), entry),
+      b = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(filter, 0), entry);
   int co = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(acc, 0), entry);
   if (co == a || co == b || c_n % 4 || m % SIMT_TILE_M_MIN || n % KILN_GEMM_TILE_N || k % KILN_GEMM_TILE_K ||
       m / SIMT_TILE_M_MIN > MAX_GRID || n / KILN_GEMM_TILE_N > MAX_GRID) {
@@ -276,7 +287,8 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
   if (!bits || n_ext != (bits < 32 ? 2u : 0u)) return false;
   /* c = c + a * b, stored where it was read. */
   MlirValue m0 = mlirOperationGetOperand(mul, 0), m1 = mlirOperationGetOperand(mul, 1);
-  if (!((operand_is(m0, a, bits) && operand_is(m1, b, bits)) || (operand_is(m0, b, bits) && operand_is(m1, a, bits)))) {
+  if (!((operand_is(m0, a, bits) && operand_is(m1, b, bits)) ||
+        (operand_is(m0, b, bits) && operand_is(m1, a, bits)))) {
     return false;
   }
   MlirValue s0 = mlirOperationGetOperand(add, 0), s1 = mlirOperationGetOperand(add, 1);
@@ -291,7 +303,8 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
     return false;
   }
   for (int d = 0; d < rank; d++) {
-    if (!mlirValueEqual(mlirOperationGetOperand(store, d + 2), mlirOperationGetOperand(c->op, d + 1))) return false;
+    if (!mlirValueEqual(mlirOperationGetOperand(store, d + 2), mlirOperationGetOperand(c->op, d + 1)))
+      return false;
   }
   /* Shapes [batch,] M x K, K x N, M x N. */
   int o = rank - 2;
@@ -302,12 +315,14 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
       mlirShapedTypeGetDimSize(tb, o + 1) != n || k != ub) {
     return false;
   }
-  if (rank == 3 && (mlirShapedTypeGetDimSize(ta, 0) != batch || mlirShapedTypeGetDimSize(tb, 0) != batch)) return false;
+  if (rank == 3 && (mlirShapedTypeGetDimSize(ta, 0) != batch || mlirShapedTypeGetDimSize(tb, 0) != batch))
+    return false;
   /* Indices: the row i and column j of the front half's tile, the batch the
    * workgroup's x (or 0), and a grid that is exactly the output. */
   MlirValue i = mlirOperationGetOperand(c->op, o + 1), j = mlirOperationGetOperand(c->op, o + 2);
   if (!same_index(a->op, o, c->op, o) || !same_index(b->op, o + 1, c->op, o + 1) ||
-      !kiln_compiler_gpu_is_tile_index(i, 'y', 'y', block[1]) || !kiln_compiler_gpu_is_tile_index(j, 'x', 'z', block[0])) {
+      !kiln_compiler_gpu_is_tile_index(i, 'y', 'y', block[1]) ||
+      !kiln_compiler_gpu_is_tile_index(j, 'x', 'z', block[0])) {
     return false;
   }
   if (rank == 3) {
@@ -317,7 +332,8 @@ bool kiln_compiler_gemm_match(MlirOperation func, const uint32_t grid[3], const 
                     (batch == 1 && kiln_compiler_int_constant_value(bi, &zero) && zero == 0);
     if (!batch_ok || !same_index(a->op, 0, c->op, 0) || !same_index(b->op, 0, c->op, 0)) return false;
   }
-  if ((int64_t)grid[0] != batch || (int64_t)grid[1] * block[1] != m || (int64_t)grid[2] * block[0] != n) return false;
+  if ((int64_t)grid[0] != batch || (int64_t)grid[1] * block[1] != m || (int64_t)grid[2] * block[0] != n)
+    return false;
   /* The tiled kernel's own constraints. */
   if (m % SIMT_TILE_M_MIN || n % KILN_GEMM_TILE_N || k % KILN_GEMM_TILE_K || batch > MAX_GRID ||
       m / SIMT_TILE_M_MIN > MAX_GRID || n / KILN_GEMM_TILE_N > MAX_GRID) {
@@ -420,24 +436,28 @@ static void widen_f8(kiln_buf_t *b, kiln_gemm_f8_t f8, const char *dst, const ch
                    "    %sm = arith.andi %sb, %%f8_mag : %s\n    %ss0 = arith.andi %sb, %%f8_sgn : %s\n"
                    "    %ss = arith.shli %ss0, %%f8_24 : %s\n    %sn0 = arith.shli %sm, %%f8_sh : %s\n"
                    "    %sn = arith.addi %sn0, %%f8_bias : %s\n"
-                   "    %suf = arith.uitofp %sm : %s to vector<4xf32>\n    %suv = arith.mulf %suf, %%f8_sub : vector<4xf32>\n"
+                   "    %suf = arith.uitofp %sm : %s to vector<4xf32>\n    %suv = arith.mulf %suf, %%f8_sub "
+                   ": vector<4xf32>\n"
                    "    %sub = arith.bitcast %suv : vector<4xf32> to %s\n"
-                   "    %slo = arith.cmpi ult, %sm, %%f8_min : %s\n    %sv0 = arith.select %slo, %sub, %sn : vector<4xi1>, %s\n",
-                   src, src, v, src, src, v, src, src, v, src, src, v, src, src, v, src, src, v, src, src, v, src, src,
-                   v, src, src, src, src, v, src, src, v, src, src, src, src, v);
+                   "    %slo = arith.cmpi ult, %sm, %%f8_min : %s\n    %sv0 = arith.select %slo, %sub, %sn : "
+                   "vector<4xi1>, %s\n",
+                   src, src, v, src, src, v, src, src, v, src, src, v, src, src, v, src, src, v, src, src, v,
+                   src, src, v, src, src, src, src, v, src, src, v, src, src, src, src, v);
   if (f8 == KILN_GEMM_F8_E4M3FN) {
     kiln_buf_appendf(b,
                      "    %shi = arith.cmpi eq, %sm, %%f8_top : %s\n"
                      "    %sv1 = arith.select %shi, %%f8_special, %sv0 : vector<4xi1>, %s\n",
                      src, src, v, src, src, src, v);
   } else {
-    kiln_buf_appendf(b,
-                     "    %shi = arith.cmpi uge, %sm, %%f8_top : %s\n    %sin = arith.addi %sn0, %%f8_special : %s\n"
-                     "    %sv1 = arith.select %shi, %sin, %sv0 : vector<4xi1>, %s\n",
-                     src, src, v, src, src, v, src, src, src, src, v);
+    kiln_buf_appendf(
+        b,
+        "    %shi = arith.cmpi uge, %sm, %%f8_top : %s\n    %sin = arith.addi %sn0, %%f8_special : %s\n"
+        "    %sv1 = arith.select %shi, %sin, %sv0 : vector<4xi1>, %s\n",
+        src, src, v, src, src, v, src, src, src, src, v);
   }
-  kiln_buf_appendf(b, "    %sv = arith.ori %sv1, %ss : %s\n    %s = arith.bitcast %sv : %s to vector<4xf32>\n", src, src,
-                   src, v, dst, src, v);
+  kiln_buf_appendf(b,
+                   "    %sv = arith.ori %sv1, %ss : %s\n    %s = arith.bitcast %sv : %s to vector<4xf32>\n",
+                   src, src, src, v, dst, src, v);
 }
 
 static void widen_operands(kiln_buf_t *b, const kiln_compiler_gemm_t *g, const char *dst, const char *src) {
@@ -450,12 +470,13 @@ static void widen_operands(kiln_buf_t *b, const kiln_compiler_gemm_t *g, const c
     kiln_buf_appendf(b, "    %s = arith.extf %s : vector<4xf16> to vector<4xf32>\n", dst, src);
     return;
   }
-  kiln_buf_appendf(b,
-                   "    %sl = arith.shli %s, %%bf_sh : vector<2xi32>\n    %sh = arith.andi %s, %%bf_hi : vector<2xi32>\n"
-                   "    %slf = arith.bitcast %sl : vector<2xi32> to vector<2xf32>\n"
-                   "    %shf = arith.bitcast %sh : vector<2xi32> to vector<2xf32>\n"
-                   "    %s = vector.shuffle %slf, %shf [0, 2, 1, 3] : vector<2xf32>, vector<2xf32>\n",
-                   src, src, src, src, src, src, src, src, dst, src, src);
+  kiln_buf_appendf(
+      b,
+      "    %sl = arith.shli %s, %%bf_sh : vector<2xi32>\n    %sh = arith.andi %s, %%bf_hi : vector<2xi32>\n"
+      "    %slf = arith.bitcast %sl : vector<2xi32> to vector<2xf32>\n"
+      "    %shf = arith.bitcast %sh : vector<2xi32> to vector<2xf32>\n"
+      "    %s = vector.shuffle %slf, %shf [0, 2, 1, 3] : vector<2xf32>, vector<2xf32>\n",
+      src, src, src, src, src, src, src, src, dst, src, src);
 }
 
 /* Indices [%bz,] row, col. */
@@ -473,8 +494,8 @@ typedef struct kernel_sig_s {
 
 static void sig_of(MlirOperation func, const kiln_compiler_gemm_t *g, kernel_sig_t *out) {
   MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
-  MlirStringRef name =
-      mlirStringAttrGetValue(mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name")));
+  MlirStringRef name = mlirStringAttrGetValue(
+      mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name")));
   out->name = kiln_strndup(name.data, name.length);
   out->types = kiln_calloc(g->n_args ? g->n_args : 1, sizeof *out->types);
   for (unsigned i = 0; i < g->n_args; i++) {
@@ -528,8 +549,10 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   kiln_buf_t ta, tb, tc, as, bs;
   kiln_buf_init(&ta), kiln_buf_init(&tb), kiln_buf_init(&tc), kiln_buf_init(&as), kiln_buf_init(&bs);
   /* A convolution's A is its (padded) input as [pixel][channel/4]. */
-  if (g->conv_h) operand_memref(&ta, g, g->m / (g->out_h * g->out_w) * g->in_h * g->in_w, g->conv_c);
-  else operand_memref(&ta, g, g->m, g->k);
+  if (g->conv_h)
+    operand_memref(&ta, g, g->m / (g->out_h * g->out_w) * g->in_h * g->in_w, g->conv_c);
+  else
+    operand_memref(&ta, g, g->m, g->k);
   operand_memref(&tb, g, g->k, g->n);
   vec_memref(&tc, g, g->m, g->n, 4, "f32");
   kiln_buf_appendf(&as, "memref<%lldx%dxvector<4xf32>, %s>", (long long)st.tm, KILN_GEMM_TILE_K / 4, ws);
@@ -541,17 +564,31 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   if (!spirv) kiln_buf_appendf(b, " workgroup(%%As : %s, %%Bs : %s)", as.data, bs.data);
   kiln_buf_appendf(b, " kernel attributes {known_block_size = array<i32: %u, %u, 1>", tx_n, ty_n);
   if (spirv) {
-    kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%u, %u, 1]>", tx_n, ty_n);
+    kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%u, %u, 1]>",
+                     tx_n, ty_n);
   }
   kiln_buf_append_str(b, "} {\n");
-  if (spirv) kiln_buf_appendf(b, "  %%As = memref.alloc() : %s\n  %%Bs = memref.alloc() : %s\n", as.data, bs.data);
+  if (spirv)
+    kiln_buf_appendf(b, "  %%As = memref.alloc() : %s\n  %%Bs = memref.alloc() : %s\n", as.data, bs.data);
   emit_t e = {.b = b};
-  int64_t consts[] = {0,         1,  2,      3,         4, tx_n, st.tm, st.tn / 4, threads, KILN_GEMM_TILE_K,
-                      g->k / KILN_GEMM_TILE_K, st.tm / st.gm, st.tn / 4 / st.gn};
+  int64_t consts[] = {0,
+                      1,
+                      2,
+                      3,
+                      4,
+                      tx_n,
+                      st.tm,
+                      st.tn / 4,
+                      threads,
+                      KILN_GEMM_TILE_K,
+                      g->k / KILN_GEMM_TILE_K,
+                      st.tm / st.gm,
+                      st.tn / 4 / st.gn};
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) need_const(&e, consts[i]);
   for (int r = 0; r < (a_rounds > b_rounds ? a_rounds : b_rounds); r++) need_const(&e, (int64_t)r * threads);
   if (g->conv_h) {
-    int64_t more[] = {g->conv_c / 4, g->conv_w, g->in_w, g->out_w, g->out_h * g->out_w, g->conv_stride, g->in_h};
+    int64_t more[] = {g->conv_c / 4,       g->conv_w,      g->in_w, g->out_w,
+                      g->out_h * g->out_w, g->conv_stride, g->in_h};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) need_const(&e, more[i]);
   }
   char A[16], B[16], C[16];
@@ -567,47 +604,55 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
                    tx_n, (long long)st.tm, (long long)(st.tn / 4));
   if (g->f8) f8_constants(b, g->f8);
   if (g->bf16) {
-    kiln_buf_append_str(b, "  %bf_sh = arith.constant dense<16> : vector<2xi32>\n"
-                           "  %bf_hi = arith.constant dense<-65536> : vector<2xi32>\n");
+    kiln_buf_append_str(b,
+                        "  %bf_sh = arith.constant dense<16> : vector<2xi32>\n"
+                        "  %bf_hi = arith.constant dense<-65536> : vector<2xi32>\n");
   }
   /* The loaders: invocation t moves vectors t, t + threads, ... of each slice. */
   for (int r = 0; r < a_rounds; r++) {
-    kiln_buf_appendf(b,
-                     "  %%ai%d = arith.addi %%t, %%c%lld : index\n"
-                     "  %%arow%d = arith.divui %%ai%d, %%c4 : index\n  %%akq%d = arith.remui %%ai%d, %%c4 : index\n"
-                     "  %%garow%d = arith.addi %%m0, %%arow%d : index\n",
-                     r, (long long)r * threads, r, r, r, r, r, r);
+    kiln_buf_appendf(
+        b,
+        "  %%ai%d = arith.addi %%t, %%c%lld : index\n"
+        "  %%arow%d = arith.divui %%ai%d, %%c4 : index\n  %%akq%d = arith.remui %%ai%d, %%c4 : index\n"
+        "  %%garow%d = arith.addi %%m0, %%arow%d : index\n",
+        r, (long long)r * threads, r, r, r, r, r, r);
     if (g->conv_h) {
       /* Row m is output pixel (image m / (OH OW), row, column); its window
        * starts at input row image * IH + row * stride, column column * stride. */
-      kiln_buf_appendf(b,
-                       "  %%img%d = arith.divui %%garow%d, %%c%lld : index\n  %%pm%d = arith.remui %%garow%d, %%c%lld : index\n"
-                       "  %%ohm%d = arith.divui %%pm%d, %%c%lld : index\n  %%owm%d = arith.remui %%pm%d, %%c%lld : index\n"
-                       "  %%ohs%d = arith.muli %%ohm%d, %%c%lld : index\n  %%imh%d = arith.muli %%img%d, %%c%lld : index\n"
-                       "  %%ohb%d = arith.addi %%ohs%d, %%imh%d : index\n  %%ows%d = arith.muli %%owm%d, %%c%lld : index\n",
-                       r, r, (long long)(g->out_h * g->out_w), r, r, (long long)(g->out_h * g->out_w), r, r,
-                       (long long)g->out_w, r, r, (long long)g->out_w, r, r, (long long)g->conv_stride, r, r,
-                       (long long)g->in_h, r, r, r, r, r, (long long)g->conv_stride);
+      kiln_buf_appendf(
+          b,
+          "  %%img%d = arith.divui %%garow%d, %%c%lld : index\n  %%pm%d = arith.remui %%garow%d, %%c%lld : "
+          "index\n"
+          "  %%ohm%d = arith.divui %%pm%d, %%c%lld : index\n  %%owm%d = arith.remui %%pm%d, %%c%lld : index\n"
+          "  %%ohs%d = arith.muli %%ohm%d, %%c%lld : index\n  %%imh%d = arith.muli %%img%d, %%c%lld : index\n"
+          "  %%ohb%d = arith.addi %%ohs%d, %%imh%d : index\n  %%ows%d = arith.muli %%owm%d, %%c%lld : "
+          "index\n",
+          r, r, (long long)(g->out_h * g->out_w), r, r, (long long)(g->out_h * g->out_w), r, r,
+          (long long)g->out_w, r, r, (long long)g->out_w, r, r, (long long)g->conv_stride, r, r,
+          (long long)g->in_h, r, r, r, r, r, (long long)g->conv_stride);
     }
   }
   for (int r = 0; r < b_rounds; r++) {
-    kiln_buf_appendf(b,
-                     "  %%bi%d = arith.addi %%t, %%c%lld : index\n"
-                     "  %%bkr%d = arith.divui %%bi%d, %%c%lld : index\n  %%bcq%d = arith.remui %%bi%d, %%c%lld : index\n"
-                     "  %%bcol%d = arith.addi %%n0, %%bcq%d : index\n",
-                     r, (long long)r * threads, r, r, (long long)(st.tn / 4), r, r, (long long)(st.tn / 4), r, r);
+    kiln_buf_appendf(
+        b,
+        "  %%bi%d = arith.addi %%t, %%c%lld : index\n"
+        "  %%bkr%d = arith.divui %%bi%d, %%c%lld : index\n  %%bcq%d = arith.remui %%bi%d, %%c%lld : index\n"
+        "  %%bcol%d = arith.addi %%n0, %%bcq%d : index\n",
+        r, (long long)r * threads, r, r, (long long)(st.tn / 4), r, r, (long long)(st.tn / 4), r, r);
   }
   /* The accumulators' rows (in the tile and in C) and column vectors. */
   for (int i = 0; i < rows; i++) {
-    kiln_buf_appendf(b,
-                     "  %%ar%d0 = arith.addi %%ty4, %%c%d : index\n  %%ar%d = arith.addi %%ar%d0, %%c%lld : index\n"
-                     "  %%cr%d = arith.addi %%m0, %%ar%d : index\n",
-                     i, i % 4, i, i, (long long)(i / 4) * (st.tm / st.gm), i, i);
+    kiln_buf_appendf(
+        b,
+        "  %%ar%d0 = arith.addi %%ty4, %%c%d : index\n  %%ar%d = arith.addi %%ar%d0, %%c%lld : index\n"
+        "  %%cr%d = arith.addi %%m0, %%ar%d : index\n",
+        i, i % 4, i, i, (long long)(i / 4) * (st.tm / st.gm), i, i);
     need_const(&e, (int64_t)(i / 4) * (st.tm / st.gm));
   }
   for (int j = 0; j < cols; j++) {
-    kiln_buf_appendf(b, "  %%bc%d = arith.addi %%tx, %%c%lld : index\n  %%gc%d = arith.addi %%n0, %%bc%d : index\n", j,
-                     (long long)j * (st.tn / 4 / st.gn), j, j);
+    kiln_buf_appendf(
+        b, "  %%bc%d = arith.addi %%tx, %%c%lld : index\n  %%gc%d = arith.addi %%n0, %%bc%d : index\n", j,
+        (long long)j * (st.tn / 4 / st.gn), j, j);
   }
   for (int i = 0; i < rows; i++) {
     for (int j = 0; j < cols; j++) {
@@ -623,24 +668,29 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
   int n_acc = rows * cols;
   kiln_buf_appendf(b, "  %%r:%d = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(", n_acc,
                    (long long)(g->k / KILN_GEMM_TILE_K));
-  for (int a = 0; a < n_acc; a++) kiln_buf_appendf(b, "%s%%x%d_%d = %%acc%d_%d", a ? ", " : "", a / cols, a % cols, a / cols, a % cols);
+  for (int a = 0; a < n_acc; a++)
+    kiln_buf_appendf(b, "%s%%x%d_%d = %%acc%d_%d", a ? ", " : "", a / cols, a % cols, a / cols, a % cols);
   kiln_buf_append_str(b, ") -> (");
   for (int a = 0; a < n_acc; a++) kiln_buf_appendf(b, "%s%s", a ? ", " : "", v4);
-  kiln_buf_appendf(b, ") {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n    %%kt16 = arith.muli %%kt, %%c%d : index\n",
-                   KILN_GEMM_TILE_K);
+  kiln_buf_appendf(
+      b, ") {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n    %%kt16 = arith.muli %%kt, %%c%d : index\n",
+      KILN_GEMM_TILE_K);
   for (int r = 0; r < a_rounds; r++) {
     kiln_buf_appendf(b, "    %%kv%d = arith.addi %%kt4, %%akq%d : index\n", r, r);
     if (g->conv_h) {
       /* Column k = 4 kv of A is (kh, kw, c) of the pixel row m stands for. */
-      kiln_buf_appendf(b,
-                       "    %%cq%d = arith.remui %%kv%d, %%c%lld : index\n    %%kk%d = arith.divui %%kv%d, %%c%lld : index\n"
-                       "    %%kh%d = arith.divui %%kk%d, %%c%lld : index\n    %%kw%d = arith.remui %%kk%d, %%c%lld : index\n"
-                       "    %%ih%d = arith.addi %%ohb%d, %%kh%d : index\n    %%iw%d = arith.addi %%ows%d, %%kw%d : index\n"
-                       "    %%ihw%d = arith.muli %%ih%d, %%c%lld : index\n    %%pix%d = arith.addi %%ihw%d, %%iw%d : index\n"
-                       "    %%av%d = memref.load %s[%%pix%d, %%cq%d] : %s\n",
-                       r, r, (long long)(g->conv_c / 4), r, r, (long long)(g->conv_c / 4), r, r, (long long)g->conv_w,
-                       r, r, (long long)g->conv_w, r, r, r, r, r, r, r, r, (long long)g->in_w, r, r, r, r, A, r, r,
-                       ta.data);
+      kiln_buf_appendf(
+          b,
+          "    %%cq%d = arith.remui %%kv%d, %%c%lld : index\n    %%kk%d = arith.divui %%kv%d, %%c%lld : "
+          "index\n"
+          "    %%kh%d = arith.divui %%kk%d, %%c%lld : index\n    %%kw%d = arith.remui %%kk%d, %%c%lld : "
+          "index\n"
+          "    %%ih%d = arith.addi %%ohb%d, %%kh%d : index\n    %%iw%d = arith.addi %%ows%d, %%kw%d : index\n"
+          "    %%ihw%d = arith.muli %%ih%d, %%c%lld : index\n    %%pix%d = arith.addi %%ihw%d, %%iw%d : "
+          "index\n"
+          "    %%av%d = memref.load %s[%%pix%d, %%cq%d] : %s\n",
+          r, r, (long long)(g->conv_c / 4), r, r, (long long)(g->conv_c / 4), r, r, (long long)g->conv_w, r,
+          r, (long long)g->conv_w, r, r, r, r, r, r, r, r, (long long)g->in_w, r, r, r, r, A, r, r, ta.data);
     } else {
       char row[32], col[32];
       snprintf(row, sizeof row, "%%garow%d", r);
@@ -653,22 +703,23 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
     snprintf(dst, sizeof dst, "%%avw%d", r);
     snprintf(src, sizeof src, "%%av%d", r);
     widen_operands(b, g, dst, src);
-    kiln_buf_appendf(b, "    memref.store %%av%s%d, %%As[%%arow%d, %%akq%d] : %s\n", g->operand_bits < 32 ? "w" : "", r, r,
-                     r, as.data);
+    kiln_buf_appendf(b, "    memref.store %%av%s%d, %%As[%%arow%d, %%akq%d] : %s\n",
+                     g->operand_bits < 32 ? "w" : "", r, r, r, as.data);
   }
   for (int r = 0; r < b_rounds; r++) {
     char row[32], col[32];
     snprintf(row, sizeof row, "%%kr%d", r);
     snprintf(col, sizeof col, "%%bcol%d", r);
-    kiln_buf_appendf(b, "    %%kr%d = arith.addi %%kt16, %%bkr%d : index\n    %%bv%d = memref.load %s", r, r, r, B);
+    kiln_buf_appendf(b, "    %%kr%d = arith.addi %%kt16, %%bkr%d : index\n    %%bv%d = memref.load %s", r, r,
+                     r, B);
     at(b, g, row, col);
     kiln_buf_appendf(b, " : %s\n", tb.data);
     char dst[32], src[32];
     snprintf(dst, sizeof dst, "%%bvw%d", r);
     snprintf(src, sizeof src, "%%bv%d", r);
     widen_operands(b, g, dst, src);
-    kiln_buf_appendf(b, "    memref.store %%bv%s%d, %%Bs[%%bkr%d, %%bcq%d] : %s\n", g->operand_bits < 32 ? "w" : "", r, r,
-                     r, bs.data);
+    kiln_buf_appendf(b, "    memref.store %%bv%s%d, %%Bs[%%bkr%d, %%bcq%d] : %s\n",
+                     g->operand_bits < 32 ? "w" : "", r, r, r, bs.data);
   }
   kiln_buf_append_str(b, "    gpu.barrier\n");
   char(*cur)[48] = kiln_calloc((size_t)n_acc, sizeof *cur);
@@ -717,7 +768,8 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
     }
   }
   kiln_buf_append_str(b, "  gpu.return\n}\n}\n");
-  kiln_buf_deinit(&ta), kiln_buf_deinit(&tb), kiln_buf_deinit(&tc), kiln_buf_deinit(&as), kiln_buf_deinit(&bs);
+  kiln_buf_deinit(&ta), kiln_buf_deinit(&tb), kiln_buf_deinit(&tc), kiln_buf_deinit(&as),
+      kiln_buf_deinit(&bs);
   return kiln_buf_take(&text);
 }
 
@@ -727,7 +779,7 @@ static char *kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
  * load reads fall in 8 different bank quads). */
 #define MMA_SLICE_BYTES 64
 #define MMA_PITCH_BYTES 80
-#define MMA_THREADS 128
+#define MMA_THREADS     128
 
 /* How a matrix kernel holds its operands: as f16, or as their bits (bf16 as
  * i16, f8 as i8) cast back for the matrix op. */
@@ -746,7 +798,13 @@ static mma_fmt_t mma_fmt(const kiln_compiler_gemm_t *g) {
                   : g->f8 == KILN_GEMM_F8_E5M2 ? "f8E5M2"
                   : g->bf16                    ? "bf16"
                                                : "f16";
-  return (mma_fmt_t){g->f8 ? "i8" : g->bf16 ? "i16" : "f16", f, bytes, 16 / bytes, MMA_SLICE_BYTES / bytes,
+  return (mma_fmt_t){g->f8     ? "i8"
+                     : g->bf16 ? "i16"
+                               : "f16",
+                     f,
+                     bytes,
+                     16 / bytes,
+                     MMA_SLICE_BYTES / bytes,
                      MMA_PITCH_BYTES / bytes};
 }
 
@@ -760,22 +818,23 @@ static void stage_setup(kiln_buf_t *b, int rounds, int threads, const mma_fmt_t 
   int per_row = KILN_GEMM_TILE_N / f->vec; /* B's vectors in one k row of the tile */
   kiln_buf_appendf(b, "  %%bxv = arith.muli %%bx, %%c%d : index\n", per_row);
   for (int it = 0; it < rounds; it++) {
-    kiln_buf_appendf(b,
-                     "  %%st%d = arith.constant %d : index\n  %%i%d = arith.addi %%t, %%st%d : index\n"
-                     "  %%arow%d = arith.divui %%i%d, %%c4 : index\n  %%akq%d = arith.remui %%i%d, %%c4 : index\n"
-                     "  %%ak8%d = arith.muli %%akq%d, %%c%d : index\n  %%garow%d = arith.addi %%m0, %%arow%d : index\n"
-                     "  %%bk%d = arith.divui %%i%d, %%c%d : index\n  %%bnq%d = arith.remui %%i%d, %%c%d : index\n"
-                     "  %%bn8%d = arith.muli %%bnq%d, %%c%d : index\n  %%gbcol%d = arith.addi %%bxv, %%bnq%d : index\n",
-                     it, it * threads, it, it, it, it, it, it, it, it, f->vec, it, it, it, it, per_row, it, it,
-                     per_row, it, it, f->vec, it, it);
+    kiln_buf_appendf(
+        b,
+        "  %%st%d = arith.constant %d : index\n  %%i%d = arith.addi %%t, %%st%d : index\n"
+        "  %%arow%d = arith.divui %%i%d, %%c4 : index\n  %%akq%d = arith.remui %%i%d, %%c4 : index\n"
+        "  %%ak8%d = arith.muli %%akq%d, %%c%d : index\n  %%garow%d = arith.addi %%m0, %%arow%d : index\n"
+        "  %%bk%d = arith.divui %%i%d, %%c%d : index\n  %%bnq%d = arith.remui %%i%d, %%c%d : index\n"
+        "  %%bn8%d = arith.muli %%bnq%d, %%c%d : index\n  %%gbcol%d = arith.addi %%bxv, %%bnq%d : index\n",
+        it, it * threads, it, it, it, it, it, it, it, it, f->vec, it, it, it, it, per_row, it, it, per_row,
+        it, it, f->vec, it, it);
     for (int i = 0; i < f->vec; i++) {
       kiln_buf_appendf(b, "  %%bn%d_%d = arith.addi %%bn8%d, %%c%d : index\n", it, i, it, i);
     }
   }
 }
 
-static void stage_slice(kiln_buf_t *b, int rounds, const char *A, const char *B, const char *bi, const char *ta,
-                        const char *tb, const char *ws, const mma_fmt_t *f) {
+static void stage_slice(kiln_buf_t *b, int rounds, const char *A, const char *B, const char *bi,
+                        const char *ta, const char *tb, const char *ws, const mma_fmt_t *f) {
   for (int it = 0; it < rounds; it++) {
     kiln_buf_appendf(b,
                      "    %%kv%d = arith.addi %%kt4, %%akq%d : index\n"
@@ -783,7 +842,8 @@ static void stage_slice(kiln_buf_t *b, int rounds, const char *A, const char *B,
                      "    vector.store %%va%d, %%As[%%arow%d, %%ak8%d] {alignment = 16} : %s, vector<%dx%s>\n"
                      "    %%kr%d = arith.addi %%ktd, %%bk%d : index\n"
                      "    %%vb%d = memref.load %s[%s%%kr%d, %%gbcol%d] : %s\n",
-                     it, it, it, A, bi, it, it, ta, it, it, it, ws, f->vec, f->h, it, it, it, B, bi, it, it, tb);
+                     it, it, it, A, bi, it, it, ta, it, it, it, ws, f->vec, f->h, it, it, it, B, bi, it, it,
+                     tb);
     for (int i = 0; i < f->vec; i++) {
       kiln_buf_appendf(b,
                        "    %%vb%d_%d = vector.extract %%vb%d[%d] : %s from vector<%dx%s>\n"
@@ -820,14 +880,14 @@ static bool use_mma(const kiln_compiler_gemm_t *g, const kiln_target_t *t) {
 
 /* %<m>i<ks><i>_<r>: the register of 32 bits (two bf16 or four f8) at
  * <S>s[%<row>, %k<kc><ks>] as one i32. */
-static void mma_word(kiln_buf_t *b, const mma_fmt_t *f, char m, int ks, int i, int r, const char *row, char kc,
-                     const char *ws) {
+static void mma_word(kiln_buf_t *b, const mma_fmt_t *f, char m, int ks, int i, int r, const char *row,
+                     char kc, const char *ws) {
   kiln_buf_appendf(b,
                    "    %%%c%d%d_%d = vector.load %%%cs[%%%s, %%k%c%d] {alignment = 4} : %s, vector<%dx%s>\n"
                    "    %%%cw%d%d_%d = vector.bitcast %%%c%d%d_%d : vector<%dx%s> to vector<1xi32>\n"
                    "    %%%ci%d%d_%d = vector.extract %%%cw%d%d_%d[0] : i32 from vector<1xi32>\n",
-                   m, ks, i, r, m == 'a' ? 'A' : 'B', row, kc, ks, ws, 4 / f->bytes, f->h, m, ks, i, r, m, ks, i, r,
-                   4 / f->bytes, f->h, m, ks, i, r, m, ks, i, r);
+                   m, ks, i, r, m == 'a' ? 'A' : 'B', row, kc, ks, ws, 4 / f->bytes, f->h, m, ks, i, r, m, ks,
+                   i, r, 4 / f->bytes, f->h, m, ks, i, r, m, ks, i, r);
 }
 
 /* One k step of the bf16 and f8 kernels on registers of 32 bits (the lower k
@@ -862,32 +922,36 @@ static void mma_word_step(kiln_buf_t *b, const mma_fmt_t *f, int ks, const char 
                          ks, a, r, cur[a], r, ks, a, 2 * r, ks, a, r, ks, a, 2 * r + 1, ks, a, r);
       }
       if (f->bytes == 1) {
-        kiln_buf_appendf(b,
-                         "    %%mm%d_%d = llvm.inline_asm asm_dialect = att \"mma.sync.aligned.m16n8k32.row.col.f32.%s.%s.f32 "
-                         "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};\", "
-                         "\"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f\" %%ai%d%d_0, %%ai%d%d_1, %%ai%d%d_2, %%ai%d%d_3, "
-                         "%%bi%d%d_0, %%bi%d%d_1, %%cs%d_%d_0, %%cs%d_%d_1, %%cs%d_%d_2, %%cs%d_%d_3 : "
-                         "(i32, i32, i32, i32, i32, i32, f32, f32, f32, f32) -> %s\n",
-                         ks, a, ptx, ptx, ks, mi, ks, mi, ks, mi, ks, mi, ks, ni, ks, ni, ks, a, ks, a, ks, a, ks, a,
-                         st4);
+        kiln_buf_appendf(
+            b,
+            "    %%mm%d_%d = llvm.inline_asm asm_dialect = att "
+            "\"mma.sync.aligned.m16n8k32.row.col.f32.%s.%s.f32 "
+            "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};\", "
+            "\"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f\" %%ai%d%d_0, %%ai%d%d_1, %%ai%d%d_2, %%ai%d%d_3, "
+            "%%bi%d%d_0, %%bi%d%d_1, %%cs%d_%d_0, %%cs%d_%d_1, %%cs%d_%d_2, %%cs%d_%d_3 : "
+            "(i32, i32, i32, i32, i32, i32, f32, f32, f32, f32) -> %s\n",
+            ks, a, ptx, ptx, ks, mi, ks, mi, ks, mi, ks, mi, ks, ni, ks, ni, ks, a, ks, a, ks, a, ks, a, st4);
       } else {
-        kiln_buf_appendf(b,
-                         "    %%mm%d_%d = nvvm.mma.sync A[%%ai%d%d_0, %%ai%d%d_1, %%ai%d%d_2, %%ai%d%d_3] "
-                         "B[%%bi%d%d_0, %%bi%d%d_1] C[%%cs%d_%d_0, %%cs%d_%d_1, %%cs%d_%d_2, %%cs%d_%d_3] "
-                         "{layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
-                         "multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, "
-                         "shape = #nvvm.shape<m = 16, n = 8, k = 16>} : (i32, i32, f32) -> %s\n",
-                         ks, a, ks, mi, ks, mi, ks, mi, ks, mi, ks, ni, ks, ni, ks, a, ks, a, ks, a, ks, a, st4);
+        kiln_buf_appendf(
+            b,
+            "    %%mm%d_%d = nvvm.mma.sync A[%%ai%d%d_0, %%ai%d%d_1, %%ai%d%d_2, %%ai%d%d_3] "
+            "B[%%bi%d%d_0, %%bi%d%d_1] C[%%cs%d_%d_0, %%cs%d_%d_1, %%cs%d_%d_2, %%cs%d_%d_3] "
+            "{layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
+            "multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, "
+            "shape = #nvvm.shape<m = 16, n = 8, k = 16>} : (i32, i32, f32) -> %s\n",
+            ks, a, ks, mi, ks, mi, ks, mi, ks, mi, ks, ni, ks, ni, ks, a, ks, a, ks, a, ks, a, st4);
       }
       for (int i = 0; i < 4; i++) {
-        kiln_buf_appendf(b, "    %%md%d_%d_%d = llvm.extractvalue %%mm%d_%d[%d] : %s\n", ks, a, i, ks, a, i, st4);
+        kiln_buf_appendf(b, "    %%md%d_%d_%d = llvm.extractvalue %%mm%d_%d[%d] : %s\n", ks, a, i, ks, a, i,
+                         st4);
       }
-      kiln_buf_appendf(b,
-                       "    %%ml%d_%d = vector.from_elements %%md%d_%d_0, %%md%d_%d_1 : vector<2xf32>\n"
-                       "    %%mh%d_%d = vector.from_elements %%md%d_%d_2, %%md%d_%d_3 : vector<2xf32>\n"
-                       "    %%mv%d_%d = vector.insert %%ml%d_%d, %%zc[0] : vector<2xf32> into vector<2x2xf32>\n"
-                       "    %%m%d_%d = vector.insert %%mh%d_%d, %%mv%d_%d[1] : vector<2xf32> into vector<2x2xf32>\n",
-                       ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a);
+      kiln_buf_appendf(
+          b,
+          "    %%ml%d_%d = vector.from_elements %%md%d_%d_0, %%md%d_%d_1 : vector<2xf32>\n"
+          "    %%mh%d_%d = vector.from_elements %%md%d_%d_2, %%md%d_%d_3 : vector<2xf32>\n"
+          "    %%mv%d_%d = vector.insert %%ml%d_%d, %%zc[0] : vector<2xf32> into vector<2x2xf32>\n"
+          "    %%m%d_%d = vector.insert %%mh%d_%d, %%mv%d_%d[1] : vector<2xf32> into vector<2x2xf32>\n",
+          ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a, ks, a);
       snprintf(cur[a], 24, "%%m%d_%d", ks, a);
     }
   }
@@ -907,10 +971,12 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
   kiln_buf_init(&text);
   kiln_buf_t *b = &text;
   signature(b, sig, g, ta.data, tb.data, tc.data);
-  kiln_buf_appendf(b, " workgroup(%%As : %s, %%Bs : %s) kernel attributes {known_block_size = array<i32: 32, 4, 1>} {\n",
-                   ws, ws);
+  kiln_buf_appendf(
+      b, " workgroup(%%As : %s, %%Bs : %s) kernel attributes {known_block_size = array<i32: 32, 4, 1>} {\n",
+      ws, ws);
   emit_t e = {.b = b};
-  int64_t consts[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 24, 32, 64, 128, g->k / f.depth};
+  int64_t consts[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,   10,
+                      11, 12, 13, 14, 15, 16, 24, 32, 64, 128, g->k / f.depth};
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) need_const(&e, consts[i]);
   char A[16], B[16], C[16];
   snprintf(A, sizeof A, "%%arg%u", g->a_arg);
@@ -931,33 +997,37 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
   stage_setup(b, 2, MMA_THREADS, &f);
   /* The fragments' rows and columns in the tile. */
   for (int mi = 0; mi < 2; mi++) {
-    kiln_buf_appendf(b,
-                     "  %%ra%d0 = arith.addi %%wm32, %%c%d : index\n  %%ra%d = arith.addi %%ra%d0, %%g : index\n"
-                     "  %%rb%d = arith.addi %%ra%d, %%c8 : index\n"
-                     "  %%gra%d = arith.addi %%m0, %%ra%d : index\n  %%grb%d = arith.addi %%m0, %%rb%d : index\n",
-                     mi, mi * 16, mi, mi, mi, mi, mi, mi, mi, mi);
+    kiln_buf_appendf(
+        b,
+        "  %%ra%d0 = arith.addi %%wm32, %%c%d : index\n  %%ra%d = arith.addi %%ra%d0, %%g : index\n"
+        "  %%rb%d = arith.addi %%ra%d, %%c8 : index\n"
+        "  %%gra%d = arith.addi %%m0, %%ra%d : index\n  %%grb%d = arith.addi %%m0, %%rb%d : index\n",
+        mi, mi * 16, mi, mi, mi, mi, mi, mi, mi, mi);
   }
   for (int ni = 0; ni < 4; ni++) {
-    kiln_buf_appendf(b,
-                     "  %%nb%d0 = arith.addi %%wn32, %%c%d : index\n  %%nb%d = arith.addi %%nb%d0, %%g : index\n"
-                     "  %%cc%d = arith.addi %%cb2, %%c%d : index\n",
-                     ni, ni * 8, ni, ni, ni, ni * 4);
+    kiln_buf_appendf(
+        b,
+        "  %%nb%d0 = arith.addi %%wn32, %%c%d : index\n  %%nb%d = arith.addi %%nb%d0, %%g : index\n"
+        "  %%cc%d = arith.addi %%cb2, %%c%d : index\n",
+        ni, ni * 8, ni, ni, ni, ni * 4);
   }
   kiln_buf_append_str(b, "  %zc = arith.constant dense<0.0> : vector<2x2xf32>\n");
   if (!strcmp(f.f, "f16")) {
-    kiln_buf_append_str(b, "  %za = arith.constant dense<0.0> : vector<4x2xf16>\n"
-                           "  %zb = arith.constant dense<0.0> : vector<2x2xf16>\n");
+    kiln_buf_append_str(b,
+                        "  %za = arith.constant dense<0.0> : vector<4x2xf16>\n"
+                        "  %zb = arith.constant dense<0.0> : vector<2x2xf16>\n");
   }
   const char *bi = g->rank == 3 ? "%bz, " : "";
   for (int mi = 0; mi < 2; mi++) {
     for (int ni = 0; ni < 4; ni++) {
-      kiln_buf_appendf(b,
-                       "  %%ci%d%d_0 = memref.load %s[%s%%gra%d, %%cc%d] : %s\n"
-                       "  %%ci%d%d_1 = memref.load %s[%s%%grb%d, %%cc%d] : %s\n"
-                       "  %%cv%d%d_0 = vector.insert %%ci%d%d_0, %%zc[0] : vector<2xf32> into vector<2x2xf32>\n"
-                       "  %%acc%d%d = vector.insert %%ci%d%d_1, %%cv%d%d_0[1] : vector<2xf32> into vector<2x2xf32>\n",
-                       mi, ni, C, bi, mi, ni, tc.data, mi, ni, C, bi, mi, ni, tc.data, mi, ni, mi, ni, mi, ni, mi, ni,
-                       mi, ni);
+      kiln_buf_appendf(
+          b,
+          "  %%ci%d%d_0 = memref.load %s[%s%%gra%d, %%cc%d] : %s\n"
+          "  %%ci%d%d_1 = memref.load %s[%s%%grb%d, %%cc%d] : %s\n"
+          "  %%cv%d%d_0 = vector.insert %%ci%d%d_0, %%zc[0] : vector<2xf32> into vector<2x2xf32>\n"
+          "  %%acc%d%d = vector.insert %%ci%d%d_1, %%cv%d%d_0[1] : vector<2xf32> into vector<2x2xf32>\n",
+          mi, ni, C, bi, mi, ni, tc.data, mi, ni, C, bi, mi, ni, tc.data, mi, ni, mi, ni, mi, ni, mi, ni, mi,
+          ni);
     }
   }
   kiln_buf_appendf(b, "  %%r:8 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(",
@@ -965,8 +1035,9 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
   for (int a = 0; a < 8; a++) kiln_buf_appendf(b, "%s%%x%d = %%acc%d%d", a ? ", " : "", a, a / 4, a % 4);
   kiln_buf_append_str(b, ") -> (");
   for (int a = 0; a < 8; a++) kiln_buf_appendf(b, "%svector<2x2xf32>", a ? ", " : "");
-  kiln_buf_appendf(b, ") {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n    %%ktd = arith.muli %%kt, %%c%d : index\n",
-                   f.depth);
+  kiln_buf_appendf(
+      b, ") {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n    %%ktd = arith.muli %%kt, %%c%d : index\n",
+      f.depth);
   stage_slice(b, 2, A, B, bi, ta.data, tb.data, ws, &f);
   char cur[8][24];
   for (int a = 0; a < 8; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
@@ -974,9 +1045,9 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
    * then 4c + 16). */
   int kstep = 32 / f.bytes;
   for (int ks = 0; ks < f.depth / kstep; ks++) {
-    kiln_buf_appendf(b,
-                     "    %%kb%d = arith.addi %s, %%c%d : index\n    %%kc%d = arith.addi %%kb%d, %%c%d : index\n",
-                     ks, f.bytes == 1 ? "%q4" : "%q2", ks * kstep, ks, ks, kstep / 2);
+    kiln_buf_appendf(
+        b, "    %%kb%d = arith.addi %s, %%c%d : index\n    %%kc%d = arith.addi %%kb%d, %%c%d : index\n", ks,
+        f.bytes == 1 ? "%q4" : "%q2", ks * kstep, ks, ks, kstep / 2);
     if (strcmp(f.f, "f16")) {
       mma_word_step(b, &f, ks, ws, cur);
       continue;
@@ -985,28 +1056,31 @@ static char *mma_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t
       static const char *const rows[4] = {"ra", "rb", "ra", "rb"};
       char prev[24] = "%za";
       for (int r = 0; r < 4; r++) {
-        kiln_buf_appendf(b,
-                         "    %%a%d%d_%d = vector.load %%As[%%%s%d, %%k%c%d] {alignment = 4} : %s, vector<2xf16>\n"
-                         "    %%af%d%d_%d = vector.insert %%a%d%d_%d, %s[%d] : vector<2xf16> into vector<4x2xf16>\n",
-                         ks, mi, r, rows[r], mi, r < 2 ? 'b' : 'c', ks, ws, ks, mi, r, ks, mi, r, prev, r);
+        kiln_buf_appendf(
+            b,
+            "    %%a%d%d_%d = vector.load %%As[%%%s%d, %%k%c%d] {alignment = 4} : %s, vector<2xf16>\n"
+            "    %%af%d%d_%d = vector.insert %%a%d%d_%d, %s[%d] : vector<2xf16> into vector<4x2xf16>\n",
+            ks, mi, r, rows[r], mi, r < 2 ? 'b' : 'c', ks, ws, ks, mi, r, ks, mi, r, prev, r);
         snprintf(prev, sizeof prev, "%%af%d%d_%d", ks, mi, r);
       }
     }
     for (int ni = 0; ni < 4; ni++) {
-      kiln_buf_appendf(b,
-                       "    %%b%d%d_0 = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = 4} : %s, vector<2xf16>\n"
-                       "    %%b%d%d_1 = vector.load %%Bs[%%nb%d, %%kc%d] {alignment = 4} : %s, vector<2xf16>\n"
-                       "    %%bg%d%d = vector.insert %%b%d%d_0, %%zb[0] : vector<2xf16> into vector<2x2xf16>\n"
-                       "    %%bf%d%d = vector.insert %%b%d%d_1, %%bg%d%d[1] : vector<2xf16> into vector<2x2xf16>\n",
-                       ks, ni, ni, ks, ws, ks, ni, ni, ks, ws, ks, ni, ks, ni, ks, ni, ks, ni, ks, ni);
+      kiln_buf_appendf(
+          b,
+          "    %%b%d%d_0 = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = 4} : %s, vector<2xf16>\n"
+          "    %%b%d%d_1 = vector.load %%Bs[%%nb%d, %%kc%d] {alignment = 4} : %s, vector<2xf16>\n"
+          "    %%bg%d%d = vector.insert %%b%d%d_0, %%zb[0] : vector<2xf16> into vector<2x2xf16>\n"
+          "    %%bf%d%d = vector.insert %%b%d%d_1, %%bg%d%d[1] : vector<2xf16> into vector<2x2xf16>\n",
+          ks, ni, ni, ks, ws, ks, ni, ni, ks, ws, ks, ni, ks, ni, ks, ni, ks, ni, ks, ni);
     }
     for (int mi = 0; mi < 2; mi++) {
       for (int ni = 0; ni < 4; ni++) {
         int a = mi * 4 + ni;
-        kiln_buf_appendf(b,
-                         "    %%m%d_%d = nvgpu.mma.sync (%%af%d%d_3, %%bf%d%d, %s) {mmaShape = [16, 8, 16]} : "
-                         "(vector<4x2xf16>, vector<2x2xf16>, vector<2x2xf32>) -> vector<2x2xf32>\n",
-                         ks, a, ks, mi, ks, ni, cur[a]);
+        kiln_buf_appendf(
+            b,
+            "    %%m%d_%d = nvgpu.mma.sync (%%af%d%d_3, %%bf%d%d, %s) {mmaShape = [16, 8, 16]} : "
+            "(vector<4x2xf16>, vector<2x2xf16>, vector<2x2xf32>) -> vector<2x2xf32>\n",
+            ks, a, ks, mi, ks, ni, cur[a]);
         snprintf(cur[a], sizeof cur[a], "%%m%d_%d", ks, a);
       }
     }
@@ -1057,14 +1131,16 @@ static amd_matrix_t amd_matrix(const kiln_compiler_gemm_t *g, const kiln_target_
       g->m % KILN_GEMM_TILE_M) {
     return AMD_MATRIX_NONE;
   }
-  if (t->limits.subgroup_size == 64) return !g->f8 || !strcmp(t->chip, "gfx950") ? AMD_MATRIX_MFMA : AMD_MATRIX_NONE;
+  if (t->limits.subgroup_size == 64)
+    return !g->f8 || !strcmp(t->chip, "gfx950") ? AMD_MATRIX_MFMA : AMD_MATRIX_NONE;
   if (t->limits.subgroup_size != 32) return AMD_MATRIX_NONE;
   if (!strncmp(t->chip, "gfx11", 5)) return g->f8 ? AMD_MATRIX_NONE : AMD_MATRIX_WMMA3;
   if (!strncmp(t->chip, "gfx12", 5)) return AMD_MATRIX_WMMA4;
   return AMD_MATRIX_NONE;
 }
 
-static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g, amd_matrix_t kind) {
+static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler_gemm_t *g,
+                                    amd_matrix_t kind) {
   /* Per lane (r = lane % 16, s = lane / 16), element j of its fragments:
    *   MFMA  (wave64): A[r][4s + j]  B[4s + j][r]  C[4s + j][r]   j < 4
    *   MFMA f8 16x16x32: A[r][8s + j]  B[8s + j][r]  C[4s + j][r]   j < 8 (A, B), 4 (C)
@@ -1103,9 +1179,9 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
   kiln_buf_init(&text);
   kiln_buf_t *b = &text;
   signature(b, sig, g, ta.data, tb.data, tc.data);
-  kiln_buf_appendf(b,
-                   " workgroup(%%As : %s, %%Bs : %s) kernel attributes {known_block_size = array<i32: %d, 4, 1>} {\n",
-                   ws, ws, lanes);
+  kiln_buf_appendf(
+      b, " workgroup(%%As : %s, %%Bs : %s) kernel attributes {known_block_size = array<i32: %d, 4, 1>} {\n",
+      ws, ws, lanes);
   emit_t e = {.b = b};
   for (int64_t c = 0; c <= 16; c++) need_const(&e, c);
   int64_t consts[] = {32, 48, 64, 128, g->k / f.depth};
@@ -1127,11 +1203,12 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
                    lanes);
   stage_setup(b, rounds, threads, &f);
   for (int x = 0; x < 2; x++) {
-    kiln_buf_appendf(b,
-                     "  %%ra%d0 = arith.addi %%wm32, %%c%d : index\n  %%ra%d = arith.addi %%ra%d0, %%r : index\n"
-                     "  %%nb%d0 = arith.addi %%wn32, %%c%d : index\n  %%nb%d = arith.addi %%nb%d0, %%r : index\n"
-                     "  %%gcol%d = arith.addi %%n0, %%nb%d : index\n  %%crow%d0 = arith.addi %%m0, %%ra%d0 : index\n",
-                     x, x * 16, x, x, x, x * 16, x, x, x, x, x, x);
+    kiln_buf_appendf(
+        b,
+        "  %%ra%d0 = arith.addi %%wm32, %%c%d : index\n  %%ra%d = arith.addi %%ra%d0, %%r : index\n"
+        "  %%nb%d0 = arith.addi %%wn32, %%c%d : index\n  %%nb%d = arith.addi %%nb%d0, %%r : index\n"
+        "  %%gcol%d = arith.addi %%n0, %%nb%d : index\n  %%crow%d0 = arith.addi %%m0, %%ra%d0 : index\n",
+        x, x * 16, x, x, x, x * 16, x, x, x, x, x, x);
     kiln_buf_appendf(b, "  %%crow%d = arith.addi %%crow%d0, %s : index\n", x, x, row_of_s);
     for (int j = 0; j < n_c; j++) {
       kiln_buf_appendf(b, "  %%crow%d_%d = arith.addi %%crow%d, %%c%d : index\n", x, j, x, row_step * j);
@@ -1150,10 +1227,14 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
       }
     }
   }
-  kiln_buf_appendf(b, "  %%acc:4 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(", (long long)(g->k / f.depth));
-  for (int a = 0; a < 4; a++) kiln_buf_appendf(b, "%s%%x%d = %%cv%d%d_%d", a ? ", " : "", a, a / 2, a % 2, n_c - 1);
-  kiln_buf_appendf(b, ") -> (%s, %s, %s, %s) {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n"
-                      "    %%ktd = arith.muli %%kt, %%c%d : index\n", vc, vc, vc, vc, f.depth);
+  kiln_buf_appendf(b, "  %%acc:4 = scf.for %%kt = %%c0 to %%c%lld step %%c1 iter_args(",
+                   (long long)(g->k / f.depth));
+  for (int a = 0; a < 4; a++)
+    kiln_buf_appendf(b, "%s%%x%d = %%cv%d%d_%d", a ? ", " : "", a, a / 2, a % 2, n_c - 1);
+  kiln_buf_appendf(b,
+                   ") -> (%s, %s, %s, %s) {\n    %%kt4 = arith.muli %%kt, %%c4 : index\n"
+                   "    %%ktd = arith.muli %%kt, %%c%d : index\n",
+                   vc, vc, vc, vc, f.depth);
   stage_slice(b, rounds, A, B, bi, ta.data, tb.data, ws, &f);
   char cur[4][24];
   for (int a = 0; a < 4; a++) snprintf(cur[a], sizeof cur[a], "%%x%d", a);
@@ -1163,7 +1244,8 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
       kiln_buf_appendf(b,
                        "    %%a%s%d%d = vector.load %%As[%%ra%d, %%kb%d] {alignment = %d} : %s, %s\n"
                        "    %%b%s%d%d = vector.load %%Bs[%%nb%d, %%kb%d] {alignment = %d} : %s, %s\n",
-                       bits ? "l" : "f", ks, x, x, ks, align, ws, vl, bits ? "l" : "f", ks, x, x, ks, align, ws, vl);
+                       bits ? "l" : "f", ks, x, x, ks, align, ws, vl, bits ? "l" : "f", ks, x, x, ks, align,
+                       ws, vl);
       if (bits) {
         kiln_buf_appendf(b,
                          "    %%af%d%d = arith.bitcast %%al%d%d : %s to %s\n"
@@ -1173,18 +1255,18 @@ static char *amd_matrix_kernel_text(const kernel_sig_t *sig, const kiln_compiler
     }
     for (int a = 0; a < 4; a++) {
       if (wmma) {
-        kiln_buf_appendf(b, "    %%m%d_%d = amdgpu.wmma 16x16x16 %%af%d%d * %%bf%d%d + %s : %s, %s, %s\n", ks, a, ks,
-                         a / 2, ks, a % 2, cur[a], vf, vf, vc);
+        kiln_buf_appendf(b, "    %%m%d_%d = amdgpu.wmma 16x16x16 %%af%d%d * %%bf%d%d + %s : %s, %s, %s\n", ks,
+                         a, ks, a / 2, ks, a % 2, cur[a], vf, vf, vc);
       } else {
-        kiln_buf_appendf(b,
-                         "    %%m%d_%d = amdgpu.mfma 16x16x%d %%af%d%d * %%bf%d%d + %s blgp = none : %s, %s, %s\n",
-                         ks, a, kstep, ks, a / 2, ks, a % 2, cur[a], vf, vf, vc);
+        kiln_buf_appendf(
+            b, "    %%m%d_%d = amdgpu.mfma 16x16x%d %%af%d%d * %%bf%d%d + %s blgp = none : %s, %s, %s\n", ks,
+            a, kstep, ks, a / 2, ks, a % 2, cur[a], vf, vf, vc);
       }
       snprintf(cur[a], sizeof cur[a], "%%m%d_%d", ks, a);
     }
   }
-  kiln_buf_appendf(b, "    gpu.barrier\n    scf.yield %s, %s, %s, %s : %s, %s, %s, %s\n  }\n", cur[0], cur[1], cur[2],
-                   cur[3], vc, vc, vc, vc);
+  kiln_buf_appendf(b, "    gpu.barrier\n    scf.yield %s, %s, %s, %s : %s, %s, %s, %s\n  }\n", cur[0], cur[1],
+                   cur[2], cur[3], vc, vc, vc, vc);
   for (int a = 0; a < 4; a++) {
     for (int j = 0; j < n_c; j++) {
       kiln_buf_appendf(b,
@@ -1226,11 +1308,13 @@ bool kiln_compiler_gemm_fits(const kiln_compiler_gemm_t *g, const kiln_target_t 
   amd_matrix_t amd = amd_matrix(g, t);
   bool matrix = use_mma(g, t) || amd != AMD_MATRIX_NONE;
   simt_tile_t st = simt_tile(g, t);
-  uint32_t x = matrix ? (amd == AMD_MATRIX_MFMA ? 64 : 32) : simt_threads_x(st), y = matrix ? 4 : simt_threads_y(st);
-  uint64_t shared = matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH_BYTES : (uint64_t)(st.tm + st.tn) * KILN_GEMM_TILE_K * 4;
+  uint32_t x = matrix ? (amd == AMD_MATRIX_MFMA ? 64 : 32) : simt_threads_x(st),
+           y = matrix ? 4 : simt_threads_y(st);
+  uint64_t shared =
+      matrix ? 2ull * KILN_GEMM_TILE_M * MMA_PITCH_BYTES : (uint64_t)(st.tm + st.tn) * KILN_GEMM_TILE_K * 4;
   const kiln_target_gpu_limits_t *lim = &t->limits;
-  if (lim->max_workgroup_invocations < x * y || lim->max_workgroup_size[0] < x || lim->max_workgroup_size[1] < y ||
-      lim->max_shared_memory_bytes < shared) {
+  if (lim->max_workgroup_invocations < x * y || lim->max_workgroup_size[0] < x ||
+      lim->max_workgroup_size[1] < y || lim->max_shared_memory_bytes < shared) {
     return false;
   }
   /* f16 operands are stored as f16: SPIR-V needs the profile's 16-bit storage

@@ -51,13 +51,13 @@ typedef enum kiln_gemm_f8_e {
 
 typedef struct kiln_compiler_gemm_s {
   bool found;
-  int rank;                       /* of the operands: 2 (matmul) or 3 (batch_matmul) */
+  int rank; /* of the operands: 2 (matmul) or 3 (batch_matmul) */
   int64_t batch, m, n, k;
-  unsigned a_arg, b_arg, c_arg;   /* the kernel's arguments (a_arg may equal b_arg) */
+  unsigned a_arg, b_arg, c_arg; /* the kernel's arguments (a_arg may equal b_arg) */
   unsigned n_args;
-  unsigned operand_bits;          /* A and B: 32 (f32), 16 (f16 or bf16) or 8 (f8), widened to f32 */
-  bool bf16;                      /* 16-bit operands are bf16: the kernels read their bits */
-  kiln_gemm_f8_t f8;              /* 8-bit operands' format; kernels read their bits */
+  unsigned operand_bits; /* A and B: 32 (f32), 16 (f16 or bf16) or 8 (f8), widened to f32 */
+  bool bf16;             /* 16-bit operands are bf16: the kernels read their bits */
+  kiln_gemm_f8_t f8;     /* 8-bit operands' format; kernels read their bits */
   /* A convolution as an implicit GEMM (conv_h > 0): an NHWC conv of stride
    * conv_stride over an already padded input of images of in_h x in_w x conv_c,
    * filter conv_h x conv_w x conv_c x N (HWCF), output images of out_h x out_w x
@@ -97,10 +97,12 @@ typedef struct kiln_compiler_gemm_extra_s {
  * kernel are erased from host functions (the host plan, read before, launches
  * the new one on out_grid). Writes the new grid and workgroup size, and the new
  * kernel in *out_new where out_new is not NULL. */
-KILN_MUST_USE kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module, MlirOperation func,
-                                         const kiln_compiler_gemm_t *g, const kiln_target_t *t,
-                                         const kiln_compiler_gemm_extra_t *extra, uint32_t out_grid[3],
-                                         uint32_t out_block[3], MlirOperation *out_new);
+KILN_MUST_USE kiln_status_t kiln_compiler_gemm_replace(MlirContext context, MlirModule module,
+                                                       MlirOperation func, const kiln_compiler_gemm_t *g,
+                                                       const kiln_target_t *t,
+                                                       const kiln_compiler_gemm_extra_t *extra,
+                                                       uint32_t out_grid[3], uint32_t out_block[3],
+                                                       MlirOperation *out_new);
 
 /* The text of the tiled kernel for `g` on `t` (a gpu.module holding gpu.func
  * @gemm(A, B, C) with A, B and C as kiln_compiler_gemm_replace types them) and

@@ -33,8 +33,8 @@ bool kiln_compiler_gpu_is_id(MlirValue v, const char *what, char dim) {
   if (mlirOperationIsNull(d) || !kiln_compiler_op_is(d, what)) return false;
   char text[32];
   snprintf(text, sizeof text, "#gpu<dim %c>", dim);
-  return kiln_compiler_gpu_attr_is(mlirOperationGetAttributeByName(d, mlirStringRefCreateFromCString("dimension")),
-                                   text);
+  return kiln_compiler_gpu_attr_is(
+      mlirOperationGetAttributeByName(d, mlirStringRefCreateFromCString("dimension")), text);
 }
 
 bool kiln_compiler_gpu_is_tile_index(MlirValue v, char tdim, char bdim, uint32_t tile) {
@@ -50,7 +50,8 @@ bool kiln_compiler_gpu_is_tile_index(MlirValue v, char tdim, char bdim, uint32_t
     }
     char map[64];
     snprintf(map, sizeof map, "affine_map<()[s0] -> (s0 * %u)>", tile);
-    if (kiln_compiler_gpu_attr_is(mlirOperationGetAttributeByName(apply, mlirStringRefCreateFromCString("map")), map)) {
+    if (kiln_compiler_gpu_attr_is(
+            mlirOperationGetAttributeByName(apply, mlirStringRefCreateFromCString("map")), map)) {
       return true;
     }
   }
@@ -64,7 +65,8 @@ int kiln_compiler_gpu_arg_of(MlirValue v, MlirBlock entry) {
 
 bool kiln_compiler_gpu_plain_memref(MlirType t) {
   return mlirTypeIsAMemRef(t) && mlirShapedTypeHasStaticShape(t) &&
-         mlirAttributeIsNull(mlirMemRefTypeGetMemorySpace(t)) && mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t));
+         mlirAttributeIsNull(mlirMemRefTypeGetMemorySpace(t)) &&
+         mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t));
 }
 
 bool kiln_compiler_gpu_counted_loop(MlirOperation loop, int64_t *out_ub) {
@@ -73,7 +75,8 @@ bool kiln_compiler_gpu_counted_loop(MlirOperation loop, int64_t *out_ub) {
       mlirOperationGetNumResults(loop) != 0 ||
       !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 0), &lb) ||
       !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 1), &ub) ||
-      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 2), &step) || lb != 0 || step != 1 || ub < 1) {
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(loop, 2), &step) || lb != 0 || step != 1 ||
+      ub < 1) {
     return false;
   }
   *out_ub = ub;
@@ -105,8 +108,9 @@ static bool small_scalar(MlirType t) {
 }
 
 bool kiln_compiler_gpu_value_op(MlirOperation op) {
-  if ((!kiln_compiler_gpu_name_starts(op, "arith.") && !kiln_compiler_gpu_name_starts(op, "math.")) || kiln_compiler_op_is(op, "arith.index_cast") ||
-      kiln_compiler_op_is(op, "arith.index_castui") || mlirOperationGetNumRegions(op) != 0) {
+  if ((!kiln_compiler_gpu_name_starts(op, "arith.") && !kiln_compiler_gpu_name_starts(op, "math.")) ||
+      kiln_compiler_op_is(op, "arith.index_cast") || kiln_compiler_op_is(op, "arith.index_castui") ||
+      mlirOperationGetNumRegions(op) != 0) {
     return false;
   }
   for (intptr_t i = 0; i < mlirOperationGetNumOperands(op); i++) {
@@ -139,11 +143,11 @@ void kiln_compiler_gpu_kernel_open_named(kiln_buf_t *b, const char *module, cons
   kiln_buf_append_str(b, ")");
 }
 
-void kiln_compiler_gpu_kernel_open(kiln_buf_t *b, MlirOperation func, const char *module, const char *const *types,
-                                   size_t n) {
+void kiln_compiler_gpu_kernel_open(kiln_buf_t *b, MlirOperation func, const char *module,
+                                   const char *const *types, size_t n) {
   MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
-  MlirStringRef name =
-      mlirStringAttrGetValue(mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name")));
+  MlirStringRef name = mlirStringAttrGetValue(
+      mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name")));
   size_t count = (size_t)mlirBlockGetNumArguments(entry);
   const char **all = kiln_calloc(count ? count : 1, sizeof *all);
   char **own = kiln_calloc(count ? count : 1, sizeof *own);
@@ -151,7 +155,8 @@ void kiln_compiler_gpu_kernel_open(kiln_buf_t *b, MlirOperation func, const char
     if (i < n && types[i]) {
       all[i] = types[i];
     } else {
-      all[i] = own[i] = kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(entry, (intptr_t)i)));
+      all[i] = own[i] =
+          kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(entry, (intptr_t)i)));
     }
   }
   kiln_compiler_gpu_kernel_open_named(b, module, name.data, name.length, all, count);
@@ -177,8 +182,8 @@ bool kiln_compiler_gpu_and_leaves(MlirValue v, MlirOperation *leaves, size_t *n)
 bool kiln_compiler_gpu_is_below(MlirOperation cmp, MlirValue v, int64_t *out) {
   if (!kiln_compiler_op_is(cmp, "arith.cmpi")) return false;
   MlirAttribute pred = mlirOperationGetAttributeByName(cmp, mlirStringRefCreateFromCString("predicate"));
-  return !mlirAttributeIsNull(pred) && mlirAttributeIsAInteger(pred) && mlirIntegerAttrGetValueInt(pred) == CMPI_ULT &&
-         mlirValueEqual(mlirOperationGetOperand(cmp, 0), v) &&
+  return !mlirAttributeIsNull(pred) && mlirAttributeIsAInteger(pred) &&
+         mlirIntegerAttrGetValueInt(pred) == CMPI_ULT && mlirValueEqual(mlirOperationGetOperand(cmp, 0), v) &&
          kiln_compiler_int_constant_value(mlirOperationGetOperand(cmp, 1), out);
 }
 
@@ -229,7 +234,8 @@ bool kiln_compiler_gpu_image_rows(MlirValue nb, MlirValue oh, int64_t batch, int
          is_binary(nb, "arith.divui", bx, out_h);
 }
 
-bool kiln_compiler_gpu_read_madd(MlirBlock body, const char *extra, size_t max_extra, kiln_compiler_gpu_madd_t *out) {
+bool kiln_compiler_gpu_read_madd(MlirBlock body, const char *extra, size_t max_extra,
+                                 kiln_compiler_gpu_madd_t *out) {
   memset(out, 0, sizeof *out);
   size_t n_loads = 0;
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
@@ -261,17 +267,18 @@ bool kiln_compiler_gpu_madd_in_place(const kiln_compiler_gpu_madd_t *mb, MlirOpe
                                      MlirOperation acc) {
   MlirOperation mul = mb->mul, add = mb->add, store = mb->store;
   intptr_t rank = mlirOperationGetNumOperands(acc) - 1;
-  if (!either_order(mlirOperationGetOperand(mul, 0), mlirOperationGetOperand(mul, 1), mlirOperationGetResult(x, 0),
-                    mlirOperationGetResult(y, 0)) ||
-      !either_order(mlirOperationGetOperand(add, 0), mlirOperationGetOperand(add, 1), mlirOperationGetResult(acc, 0),
-                    mlirOperationGetResult(mul, 0)) ||
+  if (!either_order(mlirOperationGetOperand(mul, 0), mlirOperationGetOperand(mul, 1),
+                    mlirOperationGetResult(x, 0), mlirOperationGetResult(y, 0)) ||
+      !either_order(mlirOperationGetOperand(add, 0), mlirOperationGetOperand(add, 1),
+                    mlirOperationGetResult(acc, 0), mlirOperationGetResult(mul, 0)) ||
       mlirOperationGetNumOperands(store) != rank + 2 ||
       !mlirValueEqual(mlirOperationGetOperand(store, 0), mlirOperationGetResult(add, 0)) ||
       !mlirValueEqual(mlirOperationGetOperand(store, 1), mlirOperationGetOperand(acc, 0))) {
     return false;
   }
   for (intptr_t d = 0; d < rank; d++) {
-    if (!mlirValueEqual(mlirOperationGetOperand(store, d + 2), mlirOperationGetOperand(acc, d + 1))) return false;
+    if (!mlirValueEqual(mlirOperationGetOperand(store, d + 2), mlirOperationGetOperand(acc, d + 1)))
+      return false;
   }
   return true;
 }
@@ -281,7 +288,9 @@ typedef struct launches_of_s {
   kiln_compiler_ops_t found;
 } launches_of_t;
 
-static bool ref_is(MlirStringRef a, MlirStringRef b) { return a.length == b.length && !memcmp(a.data, b.data, a.length); }
+static bool ref_is(MlirStringRef a, MlirStringRef b) {
+  return a.length == b.length && !memcmp(a.data, b.data, a.length);
+}
 
 static MlirWalkResult find_launches(MlirOperation op, void *user) {
   if (!kiln_compiler_op_is(op, "gpu.launch_func")) return MlirWalkResultAdvance;
@@ -303,9 +312,10 @@ kiln_status_t kiln_compiler_gpu_kernel_swap(MlirContext context, MlirModule modu
     return KILN_STATUS(KILN_STATUS_INTERNAL, "the %s kernel for %s does not parse (kiln bug)", what, t->id);
   }
   MlirOperation gm = kiln_compiler_first_op(mlirModuleGetBody(parsed), "gpu.module");
-  MlirOperation mine = mlirOperationIsNull(gm)
-                           ? gm
-                           : kiln_compiler_first_op(mlirRegionGetFirstBlock(mlirOperationGetRegion(gm, 0)), "gpu.func");
+  MlirOperation mine =
+      mlirOperationIsNull(gm)
+          ? gm
+          : kiln_compiler_first_op(mlirRegionGetFirstBlock(mlirOperationGetRegion(gm, 0)), "gpu.func");
   if (mlirOperationIsNull(mine)) {
     mlirModuleDestroy(parsed);
     return KILN_STATUS(KILN_STATUS_INTERNAL, "the %s kernel for %s has no gpu.func (kiln bug)", what, t->id);
@@ -313,10 +323,11 @@ kiln_status_t kiln_compiler_gpu_kernel_swap(MlirContext context, MlirModule modu
   /* The old kernel's launches go first: they name it, and their argument types
    * are the old ones. */
   MlirOperation parent = mlirOperationGetParentOperation(func);
-  launches_of_t l = {
-      mlirStringAttrGetValue(mlirOperationGetAttributeByName(parent, mlirStringRefCreateFromCString("sym_name"))),
-      mlirStringAttrGetValue(mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name"))),
-      {0}};
+  launches_of_t l = {mlirStringAttrGetValue(
+                         mlirOperationGetAttributeByName(parent, mlirStringRefCreateFromCString("sym_name"))),
+                     mlirStringAttrGetValue(
+                         mlirOperationGetAttributeByName(func, mlirStringRefCreateFromCString("sym_name"))),
+                     {0}};
   mlirOperationWalk(mlirModuleGetOperation(module), find_launches, &l, MlirWalkPreOrder);
   for (size_t i = 0; i < l.found.n; i++) mlirOperationDestroy(l.found.items[i]);
   kiln_free(l.found.items);

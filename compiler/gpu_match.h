@@ -60,8 +60,8 @@ void kiln_compiler_gpu_kernel_open_named(kiln_buf_t *b, const char *module, cons
 
 /* Appends "gpu.module @<module> {\ngpu.func @<func's name>(%arg0: T0, ...)":
  * argument i typed types[i] where that is not NULL (i < n), else as in `func`. */
-void kiln_compiler_gpu_kernel_open(kiln_buf_t *b, MlirOperation func, const char *module, const char *const *types,
-                                   size_t n);
+void kiln_compiler_gpu_kernel_open(kiln_buf_t *b, MlirOperation func, const char *module,
+                                   const char *const *types, size_t n);
 
 /* Collects the leaves of the arith.andi tree that defines `v` into `leaves`
  * (room for KILN_COMPILER_GPU_MAX_LEAVES; *n of them used on entry); false when
@@ -96,7 +96,8 @@ typedef struct kiln_compiler_gpu_madd_s {
 } kiln_compiler_gpu_madd_t;
 
 /* Whether `body` is such a body, its ops in *out. */
-bool kiln_compiler_gpu_read_madd(MlirBlock body, const char *extra, size_t max_extra, kiln_compiler_gpu_madd_t *out);
+bool kiln_compiler_gpu_read_madd(MlirBlock body, const char *extra, size_t max_extra,
+                                 kiln_compiler_gpu_madd_t *out);
 
 /* Whether `mb` computes acc = acc + x * y (either order of each) from loads `x`,
  * `y` and `acc`, and stores it where `acc` was read. */
@@ -111,8 +112,9 @@ char *kiln_compiler_gpu_type_text(MlirType t);
  * functions (their argument types are the old ones; the host plan was read
  * before); the new kernel in *out_new when out_new is not NULL. `what` and `t`
  * name the kernel in errors: INTERNAL when the text does not parse, a kiln bug. */
-KILN_MUST_USE kiln_status_t kiln_compiler_gpu_kernel_swap(MlirContext context, MlirModule module, MlirOperation func,
-                                            const char *text, const char *what, const kiln_target_t *t,
-                                            MlirOperation *out_new);
+KILN_MUST_USE kiln_status_t kiln_compiler_gpu_kernel_swap(MlirContext context, MlirModule module,
+                                                          MlirOperation func, const char *text,
+                                                          const char *what, const kiln_target_t *t,
+                                                          MlirOperation *out_new);
 
 #endif  // KILN_COMPILER_GPU_MATCH_H_

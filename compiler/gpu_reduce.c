@@ -45,7 +45,7 @@
 
 #define MAX_THREADS 256
 #define MIN_THREADS 32
-#define MAX_ROWS 65535
+#define MAX_ROWS    65535
 
 static const char *const combiners[] = {"arith.maximumf", "arith.minimumf", "arith.maxnumf",
                                         "arith.minnumf",  "arith.addf",     "arith.mulf"};
@@ -76,7 +76,8 @@ bool kiln_compiler_reduce_match(MlirOperation func, const uint32_t grid[3], cons
     }
     if (!kiln_compiler_gpu_op_is_one_of(op, allowed, sizeof allowed / sizeof allowed[0])) return false;
   }
-  if (mlirOperationIsNull(guard) || !mlirBlockIsNull(mlirRegionGetFirstBlock(mlirOperationGetRegion(guard, 1)))) {
+  if (mlirOperationIsNull(guard) ||
+      !mlirBlockIsNull(mlirRegionGetFirstBlock(mlirOperationGetRegion(guard, 1)))) {
     return false;
   }
   /* The then block: the loop alone. */
@@ -121,10 +122,13 @@ bool kiln_compiler_reduce_match(MlirOperation func, const uint32_t grid[3], cons
   MlirValue row = mlirOperationGetOperand(o, 1), col = mlirOperationGetOperand(o, 2);
   int xa = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(x, 0), entry);
   int oa = kiln_compiler_gpu_arg_of(mlirOperationGetOperand(o, 0), entry);
-  MlirType tx = mlirValueGetType(mlirOperationGetOperand(x, 0)), to = mlirValueGetType(mlirOperationGetOperand(o, 0));
-  if (xa < 0 || oa < 0 || xa == oa || !kiln_compiler_gpu_plain_memref(tx) || !kiln_compiler_gpu_plain_memref(to) ||
-      !mlirTypeIsAF32(mlirShapedTypeGetElementType(tx)) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(to)) ||
-      !mlirValueEqual(mlirOperationGetOperand(x, 1), row) || !mlirValueEqual(mlirOperationGetOperand(x, 2), col) ||
+  MlirType tx = mlirValueGetType(mlirOperationGetOperand(x, 0)),
+           to = mlirValueGetType(mlirOperationGetOperand(o, 0));
+  if (xa < 0 || oa < 0 || xa == oa || !kiln_compiler_gpu_plain_memref(tx) ||
+      !kiln_compiler_gpu_plain_memref(to) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(tx)) ||
+      !mlirTypeIsAF32(mlirShapedTypeGetElementType(to)) ||
+      !mlirValueEqual(mlirOperationGetOperand(x, 1), row) ||
+      !mlirValueEqual(mlirOperationGetOperand(x, 2), col) ||
       !(kiln_compiler_gpu_is_tile_index(row, 'y', 'y', block[1]) ||
         (grid[1] == 1 && kiln_compiler_gpu_is_id(row, "gpu.thread_id", 'y'))) ||
       !kiln_compiler_gpu_is_id(col, "gpu.thread_id", 'x')) {
@@ -151,11 +155,13 @@ bool kiln_compiler_reduce_match(MlirOperation func, const uint32_t grid[3], cons
   /* o = op(x, o) (or op(o, x)), stored where it was read. */
   MlirValue a0 = mlirOperationGetOperand(comb, 0), a1 = mlirOperationGetOperand(comb, 1);
   MlirValue vx = mlirOperationGetResult(x, 0), vo = mlirOperationGetResult(o, 0);
-  if (!((mlirValueEqual(a0, vx) && mlirValueEqual(a1, vo)) || (mlirValueEqual(a0, vo) && mlirValueEqual(a1, vx))) ||
+  if (!((mlirValueEqual(a0, vx) && mlirValueEqual(a1, vo)) ||
+        (mlirValueEqual(a0, vo) && mlirValueEqual(a1, vx))) ||
       mlirOperationGetNumOperands(store) != 4 ||
       !mlirValueEqual(mlirOperationGetOperand(store, 0), mlirOperationGetResult(comb, 0)) ||
       !mlirValueEqual(mlirOperationGetOperand(store, 1), mlirOperationGetOperand(o, 0)) ||
-      !mlirValueEqual(mlirOperationGetOperand(store, 2), row) || !mlirValueEqual(mlirOperationGetOperand(store, 3), col)) {
+      !mlirValueEqual(mlirOperationGetOperand(store, 2), row) ||
+      !mlirValueEqual(mlirOperationGetOperand(store, 3), col)) {
     return false;
   }
   if ((uint64_t)grid[1] * block[1] < (uint64_t)rows || grid[0] != 1 || grid[2] != 1 || rows > MAX_ROWS ||
@@ -189,8 +195,7 @@ static combine_t combine_for(uint32_t n, const kiln_target_t *t) {
                      n >= t->limits.subgroup_size
                  ? COMBINE_RUNTIME
                  : COMBINE_TREE;
-    case KILN_TARGET_KIND_CPU:
-      break;
+    case KILN_TARGET_KIND_CPU: break;
   }
   return COMBINE_TREE;
 }
@@ -226,8 +231,8 @@ static void butterfly(kiln_buf_t *b, const char *op, const char *from, const cha
                        "    %%%s_h%u, %%%s_ok%u = gpu.shuffle xor %s, %%%s_o%u, %%w : f32\n"
                        "    %%%s_c%u = %s %s, %%%s_h%u : f32\n    scf.yield %%%s_c%u : f32\n"
                        "  } else {\n    scf.yield %s : f32\n  }\n",
-                       tag, off, tag, off, bound, tag, off, tag, off, tag, off, tag, off, prev, tag, off, tag, off,
-                       op, prev, tag, off, tag, off, prev);
+                       tag, off, tag, off, bound, tag, off, tag, off, tag, off, tag, off, prev, tag, off, tag,
+                       off, op, prev, tag, off, tag, off, prev);
     }
     snprintf(prev, 32, "%%%s_q%u", tag, off);
   }
@@ -243,8 +248,8 @@ static void store_result(kiln_buf_t *b, const kiln_compiler_reduce_t *r, const c
 
 /* The kernel after its signature: the function's attributes, body and the
  * closing braces of the gpu.func and gpu.module. */
-static void reduce_body(kiln_buf_t *b, const kiln_compiler_reduce_t *r, const kiln_target_t *t, const char *xt,
-                        const char *ot) {
+static void reduce_body(kiln_buf_t *b, const kiln_compiler_reduce_t *r, const kiln_target_t *t,
+                        const char *xt, const char *ot) {
   bool spirv = t->kind == KILN_TARGET_KIND_VULKAN;
   uint32_t n = threads_for(r->len);
   combine_t how = combine_for(n, t);
@@ -256,7 +261,8 @@ static void reduce_body(kiln_buf_t *b, const kiln_compiler_reduce_t *r, const ki
   bool shared = groups > 1;
   if (!spirv && shared) kiln_buf_appendf(b, " workgroup(%%S : %s)", ws);
   kiln_buf_appendf(b, " kernel attributes {known_block_size = array<i32: %u, 1, 1>", n);
-  if (spirv) kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%u, 1, 1]>", n);
+  if (spirv)
+    kiln_buf_appendf(b, ", spirv.entry_point_abi = #spirv.entry_point_abi<workgroup_size = [%u, 1, 1]>", n);
   kiln_buf_append_str(b, "} {\n");
   if (spirv && shared) kiln_buf_appendf(b, "  %%S = memref.alloc() : %s\n", ws);
   kiln_buf_appendf(b,
@@ -266,12 +272,13 @@ static void reduce_body(kiln_buf_t *b, const kiln_compiler_reduce_t *r, const ki
                    "  %%first = memref.load %%arg%u[%%row, %%c0, %%t] : %s\n",
                    n, rounds, r->x_arg, xt);
   if (rounds > 1) {
-    kiln_buf_appendf(b,
-                     "  %%acc = scf.for %%i = %%c1 to %%rounds step %%c1 iter_args(%%a = %%first) -> (vector<4xf32>) {\n"
-                     "    %%in = arith.muli %%i, %%cn : index\n    %%ix = arith.addi %%in, %%t : index\n"
-                     "    %%v = memref.load %%arg%u[%%row, %%c0, %%ix] : %s\n"
-                     "    %%m = %s %%a, %%v : vector<4xf32>\n    scf.yield %%m : vector<4xf32>\n  }\n",
-                     r->x_arg, xt, op);
+    kiln_buf_appendf(
+        b,
+        "  %%acc = scf.for %%i = %%c1 to %%rounds step %%c1 iter_args(%%a = %%first) -> (vector<4xf32>) {\n"
+        "    %%in = arith.muli %%i, %%cn : index\n    %%ix = arith.addi %%in, %%t : index\n"
+        "    %%v = memref.load %%arg%u[%%row, %%c0, %%ix] : %s\n"
+        "    %%m = %s %%a, %%v : vector<4xf32>\n    scf.yield %%m : vector<4xf32>\n  }\n",
+        r->x_arg, xt, op);
   }
   /* One vector per invocation: no loop (a loop of no iterations with an
    * iteration argument came out of MLIR's SPIR-V lowering reading garbage). */
@@ -279,17 +286,19 @@ static void reduce_body(kiln_buf_t *b, const kiln_compiler_reduce_t *r, const ki
   for (int j = 0; j < 4; j++) {
     kiln_buf_appendf(b, "  %%e%d = vector.extract %s[%d] : f32 from vector<4xf32>\n", j, acc, j);
   }
-  kiln_buf_appendf(b, "  %%p01 = %s %%e0, %%e1 : f32\n  %%p23 = %s %%e2, %%e3 : f32\n  %%p = %s %%p01, %%p23 : f32\n",
-                   op, op, op);
+  kiln_buf_appendf(
+      b, "  %%p01 = %s %%e0, %%e1 : f32\n  %%p23 = %s %%e2, %%e3 : f32\n  %%p = %s %%p01, %%p23 : f32\n", op,
+      op, op);
   if (how == COMBINE_TREE) {
     kiln_buf_appendf(b, "  memref.store %%p, %%S[%%t] : %s\n  gpu.barrier\n", ws);
     for (uint32_t s = n / 2; s >= 1; s /= 2) {
-      kiln_buf_appendf(b,
-                       "  %%s%u = arith.constant %u : index\n  %%lt%u = arith.cmpi ult, %%t, %%s%u : index\n"
-                       "  scf.if %%lt%u {\n    %%ts%u = arith.addi %%t, %%s%u : index\n"
-                       "    %%x%u = memref.load %%S[%%t] : %s\n    %%y%u = memref.load %%S[%%ts%u] : %s\n"
-                       "    %%z%u = %s %%x%u, %%y%u : f32\n    memref.store %%z%u, %%S[%%t] : %s\n  }\n  gpu.barrier\n",
-                       s, s, s, s, s, s, s, s, ws, s, s, ws, s, op, s, s, s, ws);
+      kiln_buf_appendf(
+          b,
+          "  %%s%u = arith.constant %u : index\n  %%lt%u = arith.cmpi ult, %%t, %%s%u : index\n"
+          "  scf.if %%lt%u {\n    %%ts%u = arith.addi %%t, %%s%u : index\n"
+          "    %%x%u = memref.load %%S[%%t] : %s\n    %%y%u = memref.load %%S[%%ts%u] : %s\n"
+          "    %%z%u = %s %%x%u, %%y%u : f32\n    memref.store %%z%u, %%S[%%t] : %s\n  }\n  gpu.barrier\n",
+          s, s, s, s, s, s, s, s, ws, s, s, ws, s, op, s, s, s, ws);
     }
     kiln_buf_appendf(b,
                      "  %%first_t = arith.cmpi eq, %%t, %%c0 : index\n  scf.if %%first_t {\n"
@@ -340,18 +349,19 @@ static void reduce_body(kiln_buf_t *b, const kiln_compiler_reduce_t *r, const ki
     /* n / sg values: lane l combines S[l + i*sg] when there are more than the
      * subgroup's lanes, else reads S[l mod count]; then a butterfly over
      * min(count, sg) lanes. */
-    kiln_buf_appendf(b,
-                     "  %%cnt = arith.divui %%cn, %%sg : index\n  %%m = arith.minui %%cnt, %%sg : index\n"
-                     "  %%mi = arith.index_cast %%m : index to i32\n  %%m1 = arith.subi %%m, %%c1 : index\n"
-                     "  %%li = arith.andi %%lane, %%m1 : index\n  %%r0 = memref.load %%S[%%li] : %s\n"
-                     "  %%more = arith.divui %%cnt, %%sg : index\n  %%many = arith.cmpi ugt, %%more, %%c1 : index\n"
-                     "  %%r1 = scf.if %%many -> (f32) {\n"
-                     "    %%racc = scf.for %%j = %%c1 to %%more step %%c1 iter_args(%%ra = %%r0) -> (f32) {\n"
-                     "      %%js = arith.muli %%j, %%sg : index\n      %%jx = arith.addi %%js, %%lane : index\n"
-                     "      %%rv = memref.load %%S[%%jx] : %s\n      %%rm = %s %%ra, %%rv : f32\n"
-                     "      scf.yield %%rm : f32\n    }\n    scf.yield %%racc : f32\n"
-                     "  } else {\n    scf.yield %%r0 : f32\n  }\n",
-                     ws, ws, op);
+    kiln_buf_appendf(
+        b,
+        "  %%cnt = arith.divui %%cn, %%sg : index\n  %%m = arith.minui %%cnt, %%sg : index\n"
+        "  %%mi = arith.index_cast %%m : index to i32\n  %%m1 = arith.subi %%m, %%c1 : index\n"
+        "  %%li = arith.andi %%lane, %%m1 : index\n  %%r0 = memref.load %%S[%%li] : %s\n"
+        "  %%more = arith.divui %%cnt, %%sg : index\n  %%many = arith.cmpi ugt, %%more, %%c1 : index\n"
+        "  %%r1 = scf.if %%many -> (f32) {\n"
+        "    %%racc = scf.for %%j = %%c1 to %%more step %%c1 iter_args(%%ra = %%r0) -> (f32) {\n"
+        "      %%js = arith.muli %%j, %%sg : index\n      %%jx = arith.addi %%js, %%lane : index\n"
+        "      %%rv = memref.load %%S[%%jx] : %s\n      %%rm = %s %%ra, %%rv : f32\n"
+        "      scf.yield %%rm : f32\n    }\n    scf.yield %%racc : f32\n"
+        "  } else {\n    scf.yield %%r0 : f32\n  }\n",
+        ws, ws, op);
     butterfly(b, op, "%r1", "b", 0, "%mi", all);
   }
   kiln_buf_append_str(b, "  scf.if %lane0 {\n");
@@ -374,15 +384,16 @@ kiln_status_t kiln_compiler_reduce_replace(MlirContext context, MlirModule modul
   kiln_free(types);
   reduce_body(&text, r, t, xt, ot);
   kiln_free(ot);
-  kiln_status_t st = kiln_compiler_gpu_kernel_swap(context, module, func, text.data, "workgroup reduction", t, NULL);
+  kiln_status_t st =
+      kiln_compiler_gpu_kernel_swap(context, module, func, text.data, "workgroup reduction", t, NULL);
   kiln_buf_deinit(&text);
   out_grid[0] = (uint32_t)r->rows, out_grid[1] = out_grid[2] = 1;
   out_block[0] = threads_for(r->len), out_block[1] = out_block[2] = 1;
   return st;
 }
 
-char *kiln_compiler_reduce_text(const kiln_compiler_reduce_t *r, const kiln_target_t *t, uint32_t out_block[3],
-                                uint32_t out_grid[3]) {
+char *kiln_compiler_reduce_text(const kiln_compiler_reduce_t *r, const kiln_target_t *t,
+                                uint32_t out_block[3], uint32_t out_grid[3]) {
   char xt[96], ot[64];
   snprintf(xt, sizeof xt, "memref<%lldx1x%lldxvector<4xf32>>", (long long)r->rows, (long long)(r->len / 4));
   snprintf(ot, sizeof ot, "memref<%lldx1xf32>", (long long)r->rows);

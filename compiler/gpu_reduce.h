@@ -30,9 +30,9 @@
 
 typedef struct kiln_compiler_reduce_s {
   bool found;
-  int64_t rows, len;        /* R rows of K elements, reduced along the row */
+  int64_t rows, len; /* R rows of K elements, reduced along the row */
   unsigned x_arg, o_arg, n_args;
-  const char *op;           /* the combining op's name ("arith.addf"), a static string */
+  const char *op; /* the combining op's name ("arith.addf"), a static string */
 } kiln_compiler_reduce_t;
 
 /* Whether kernel `func` (launched on `grid` workgroups of `block`) is a row
@@ -46,14 +46,15 @@ bool kiln_compiler_reduce_fits(const kiln_compiler_reduce_t *r, const kiln_targe
 
 /* Replaces kernel `func` (matched as `r`) by the workgroup reduction for `t`;
  * writes its grid (one workgroup per row) and workgroup size. */
-KILN_MUST_USE kiln_status_t kiln_compiler_reduce_replace(MlirContext context, MlirModule module, MlirOperation func,
-                                           const kiln_compiler_reduce_t *r, const kiln_target_t *t,
-                                           uint32_t out_grid[3], uint32_t out_block[3]);
+KILN_MUST_USE kiln_status_t kiln_compiler_reduce_replace(MlirContext context, MlirModule module,
+                                                         MlirOperation func, const kiln_compiler_reduce_t *r,
+                                                         const kiln_target_t *t, uint32_t out_grid[3],
+                                                         uint32_t out_block[3]);
 
 /* The kernel kiln writes for `r` on `t`, as text, for a kernel named "reduce"
  * of arguments X (%arg0) and O (%arg1) (tests/tools/gemm_text prints it); its
  * workgroup size and grid in out_block and out_grid. The caller frees it. */
-char *kiln_compiler_reduce_text(const kiln_compiler_reduce_t *r, const kiln_target_t *t, uint32_t out_block[3],
-                                uint32_t out_grid[3]);
+char *kiln_compiler_reduce_text(const kiln_compiler_reduce_t *r, const kiln_target_t *t,
+                                uint32_t out_block[3], uint32_t out_grid[3]);
 
 #endif  // KILN_COMPILER_GPU_REDUCE_H_

@@ -55,7 +55,8 @@ static void rewrite_copy(MlirContext ctx, MlirOperation copy) {
 
   MlirAttribute map = mlirAffineMapAttrGet(mlirAffineMapMultiDimIdentityGet(ctx, rank));
   MlirAttribute maps[2] = {map, map};
-  MlirAttribute parallel = mlirAttributeParseGet(ctx, mlirStringRefCreateFromCString("#linalg.iterator_type<parallel>"));
+  MlirAttribute parallel =
+      mlirAttributeParseGet(ctx, mlirStringRefCreateFromCString("#linalg.iterator_type<parallel>"));
   MlirAttribute *iters = kiln_calloc(rank ? (size_t)rank : 1, sizeof *iters);
   for (intptr_t i = 0; i < rank; i++) iters[i] = parallel;
   int32_t segments[2] = {1, 1};
@@ -235,9 +236,9 @@ static void wrap_group(MlirContext ctx, MlirBlock block, MlirOperation first, Ml
   MlirValue bounds[3] = {mlirOperationGetResult(c0, 0), mlirOperationGetResult(c1, 0),
                          mlirOperationGetResult(c1, 0)};
   int32_t segments[4] = {1, 1, 1, 0};
-  MlirNamedAttribute seg = mlirNamedAttributeGet(
-      mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("operandSegmentSizes")),
-      mlirDenseI32ArrayGet(ctx, 4, segments));
+  MlirNamedAttribute seg =
+      mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("operandSegmentSizes")),
+                            mlirDenseI32ArrayGet(ctx, 4, segments));
   MlirOperationState ps = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.parallel"), loc);
   mlirOperationStateAddOperands(&ps, 3, bounds);
   mlirOperationStateAddAttributes(&ps, 1, &seg);
@@ -259,10 +260,12 @@ static void wrap_group(MlirContext ctx, MlirBlock block, MlirOperation first, Ml
 /* The single scf.parallel (no results) that is all of a result-free scf.for's
  * body besides its scf.yield, or null. */
 static MlirOperation lone_parallel(MlirOperation loop) {
-  if (!kiln_compiler_op_is(loop, "scf.for") || mlirOperationGetNumResults(loop) != 0) return (MlirOperation){NULL};
+  if (!kiln_compiler_op_is(loop, "scf.for") || mlirOperationGetNumResults(loop) != 0)
+    return (MlirOperation){NULL};
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
   MlirOperation first = mlirBlockGetFirstOperation(body);
-  if (mlirOperationIsNull(first) || !kiln_compiler_op_is(first, "scf.parallel") || mlirOperationGetNumResults(first) != 0) {
+  if (mlirOperationIsNull(first) || !kiln_compiler_op_is(first, "scf.parallel") ||
+      mlirOperationGetNumResults(first) != 0) {
     return (MlirOperation){NULL};
   }
   MlirOperation second = mlirOperationGetNextInBlock(first);
@@ -298,7 +301,8 @@ static void interchange(MlirBlock block, MlirOperation loop, MlirOperation par) 
 /* Whether `op` is host work a kernel must do: a store, or a loop that makes no
  * values (a reduction with no parallel dimension). */
 static bool host_work(MlirOperation op) {
-  return (kiln_compiler_op_is(op, "scf.for") && mlirOperationGetNumResults(op) == 0) || kiln_compiler_op_is(op, "memref.store");
+  return (kiln_compiler_op_is(op, "scf.for") && mlirOperationGetNumResults(op) == 0) ||
+         kiln_compiler_op_is(op, "memref.store");
 }
 
 /* Moves the single-use, non-constant producers of `op`'s scalar operands that sit
@@ -324,7 +328,8 @@ static MlirOperation gather_producers(MlirBlock block, MlirOperation op) {
 
 /* The condition operand of host control flow (scf.if, scf.condition), or null. */
 static MlirValue host_condition(MlirOperation op) {
-  if ((kiln_compiler_op_is(op, "scf.if") || kiln_compiler_op_is(op, "scf.condition")) && mlirOperationGetNumOperands(op) > 0) {
+  if ((kiln_compiler_op_is(op, "scf.if") || kiln_compiler_op_is(op, "scf.condition")) &&
+      mlirOperationGetNumOperands(op) > 0) {
     return mlirOperationGetOperand(op, 0);
   }
   return (MlirValue){NULL};
@@ -456,7 +461,8 @@ typedef struct barriers_s {
 } barriers_t;
 
 static MlirWalkResult find_barrier(MlirOperation op, void *user) {
-  if (kiln_compiler_op_is(op, "bufferization.dealloc_tensor") && !mlirAttributeIsNull(attr(op, barrier_attr))) {
+  if (kiln_compiler_op_is(op, "bufferization.dealloc_tensor") &&
+      !mlirAttributeIsNull(attr(op, barrier_attr))) {
     barriers_t *b = user;
     b->items = kiln_realloc(b->items, (b->n + 1) * sizeof *b->items);
     b->items[b->n++] = op;
@@ -573,13 +579,13 @@ static KILN_MUST_USE kiln_status_t element_type(const reader_t *r, MlirType t, u
 
 /* A memref type as a tensor type; a dynamic dimension is -1 when `dynamic_ok`. */
 static KILN_MUST_USE kiln_status_t tensor_type_of(const reader_t *r, MlirType t, bool dynamic_ok,
-                                    kiln_vmfb_tensor_type_t *out) {
+                                                  kiln_vmfb_tensor_type_t *out) {
   memset(out, 0, sizeof *out);
   if (!mlirTypeIsAMemRef(t) || (!dynamic_ok && !mlirShapedTypeHasStaticShape(t)) ||
       mlirShapedTypeGetRank(t) > KILN_VMFB_MAX_RANK) {
     return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                       "%s: function %s: a buffer here must be of static shape and rank <= %d",
-                       r->name, r->fn->name, KILN_VMFB_MAX_RANK);
+                       "%s: function %s: a buffer here must be of static shape and rank <= %d", r->name,
+                       r->fn->name, KILN_VMFB_MAX_RANK);
   }
   out->rank = (uint32_t)mlirShapedTypeGetRank(t);
   for (uint32_t d = 0; d < out->rank; d++) {
@@ -665,16 +671,18 @@ static uint32_t bytes_expr(reader_t *r, MlirType t, const uint32_t *dims, uint32
   }
   uint32_t bits = kiln_vmfb_element_bits(element_type);
   if (bits < 8) {
-    return bin(r, KILN_VMFB_EXPR_DIV_U, bin(r, KILN_VMFB_EXPR_ADD, bin(r, KILN_VMFB_EXPR_MUL, n, const_expr(r, bits)),
-                                            const_expr(r, 7)),
-               const_expr(r, 8));
+    return bin(
+        r, KILN_VMFB_EXPR_DIV_U,
+        bin(r, KILN_VMFB_EXPR_ADD, bin(r, KILN_VMFB_EXPR_MUL, n, const_expr(r, bits)), const_expr(r, 7)),
+        const_expr(r, 8));
   }
   return bin(r, KILN_VMFB_EXPR_MUL, n, const_expr(r, bits / 8));
 }
 
 /* bytes rounded up to whole words, at least one word (see Word padding). */
 static uint32_t word_round_expr(reader_t *r, uint32_t bytes) {
-  uint32_t words = bin(r, KILN_VMFB_EXPR_DIV_U, bin(r, KILN_VMFB_EXPR_ADD, bytes, const_expr(r, 3)), const_expr(r, 4));
+  uint32_t words =
+      bin(r, KILN_VMFB_EXPR_DIV_U, bin(r, KILN_VMFB_EXPR_ADD, bytes, const_expr(r, 3)), const_expr(r, 4));
   return bin(r, KILN_VMFB_EXPR_MUL, bin(r, KILN_VMFB_EXPR_MAX_U, words, const_expr(r, 1)), const_expr(r, 4));
 }
 
@@ -731,8 +739,8 @@ static bool contiguous(MlirType t) {
 static KILN_MUST_USE kiln_status_t unsupported(const reader_t *r, MlirOperation op, const char *why) {
   MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
   return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                     "%s: function %s: host op %.*s %s; kiln's VMFB host program cannot express it",
-                     r->name, r->fn->name, (int)s.length, s.data, why);
+                     "%s: function %s: host op %.*s %s; kiln's VMFB host program cannot express it", r->name,
+                     r->fn->name, (int)s.length, s.data, why);
 }
 
 /* The expression of host scalar `v` (an integer or index constant, or a value an
@@ -745,22 +753,25 @@ static KILN_MUST_USE kiln_status_t value_expr(reader_t *r, MlirOperation user, M
     }
   }
   MlirOperation def = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
-  MlirAttribute a = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant") ? (MlirAttribute){NULL}
-                                                                              : attr(def, "value");
+  MlirAttribute a = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant")
+                        ? (MlirAttribute){NULL}
+                        : attr(def, "value");
   if (!mlirAttributeIsNull(a) && mlirAttributeIsAInteger(a)) {
     MlirType t = mlirValueGetType(v);
-    int64_t value = mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 1 ? (mlirIntegerAttrGetValueInt(a) & 1)
-                                                                             : mlirIntegerAttrGetValueInt(a);
+    int64_t value = mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) == 1
+                        ? (mlirIntegerAttrGetValueInt(a) & 1)
+                        : mlirIntegerAttrGetValueInt(a);
     *out = const_expr(r, value);
     return NULL;
   }
-  return unsupported(r, user, "uses a host value kiln cannot compute (only sizes: integer arithmetic on "
-                              "dimensions and constants)");
+  return unsupported(r, user,
+                     "uses a host value kiln cannot compute (only sizes: integer arithmetic on "
+                     "dimensions and constants)");
 }
 
 /* An affine expression over `operands` (dims, then symbols). */
-static KILN_MUST_USE kiln_status_t affine_expr(reader_t *r, MlirOperation op, MlirAffineExpr e, intptr_t n_dims,
-                                 uint32_t *out) {
+static KILN_MUST_USE kiln_status_t affine_expr(reader_t *r, MlirOperation op, MlirAffineExpr e,
+                                               intptr_t n_dims, uint32_t *out) {
   if (mlirAffineExprIsAConstant(e)) {
     *out = const_expr(r, mlirAffineConstantExprGetValue(e));
     return NULL;
@@ -769,8 +780,8 @@ static KILN_MUST_USE kiln_status_t affine_expr(reader_t *r, MlirOperation op, Ml
     return value_expr(r, op, mlirOperationGetOperand(op, (intptr_t)mlirAffineDimExprGetPosition(e)), out);
   }
   if (mlirAffineExprIsASymbol(e)) {
-    return value_expr(r, op, mlirOperationGetOperand(op, n_dims + (intptr_t)mlirAffineSymbolExprGetPosition(e)),
-                      out);
+    return value_expr(
+        r, op, mlirOperationGetOperand(op, n_dims + (intptr_t)mlirAffineSymbolExprGetPosition(e)), out);
   }
   if (!mlirAffineExprIsABinary(e)) return unsupported(r, op, "has an affine expression kiln cannot read");
   uint32_t a = 0, b = 0;
@@ -800,13 +811,13 @@ static const struct {
   const char *op;
   kiln_vmfb_expr_kind_t kind;
 } ARITH_BINARY[] = {
-    {"arith.addi", KILN_VMFB_EXPR_ADD},   {"arith.subi", KILN_VMFB_EXPR_SUB},
-    {"arith.muli", KILN_VMFB_EXPR_MUL},   {"arith.divsi", KILN_VMFB_EXPR_DIV_S},
+    {"arith.addi", KILN_VMFB_EXPR_ADD},    {"arith.subi", KILN_VMFB_EXPR_SUB},
+    {"arith.muli", KILN_VMFB_EXPR_MUL},    {"arith.divsi", KILN_VMFB_EXPR_DIV_S},
     {"arith.divui", KILN_VMFB_EXPR_DIV_U}, {"arith.remsi", KILN_VMFB_EXPR_REM_S},
     {"arith.remui", KILN_VMFB_EXPR_REM_U}, {"arith.minsi", KILN_VMFB_EXPR_MIN_S},
     {"arith.minui", KILN_VMFB_EXPR_MIN_U}, {"arith.maxsi", KILN_VMFB_EXPR_MAX_S},
     {"arith.maxui", KILN_VMFB_EXPR_MAX_U}, {"arith.andi", KILN_VMFB_EXPR_AND},
-    {"arith.ori", KILN_VMFB_EXPR_OR},     {"arith.xori", KILN_VMFB_EXPR_XOR},
+    {"arith.ori", KILN_VMFB_EXPR_OR},      {"arith.xori", KILN_VMFB_EXPR_XOR},
 };
 
 /* Host integer arithmetic (sizes and conditions on them) as expressions; sets
@@ -831,14 +842,16 @@ static KILN_MUST_USE kiln_status_t read_scalar_op(reader_t *r, MlirOperation op,
     set_value(r, result, bin(r, ARITH_BINARY[i].kind, a, b));
     return NULL;
   }
-  if (kiln_compiler_op_is(op, "arith.index_cast") || kiln_compiler_op_is(op, "arith.index_castui") || kiln_compiler_op_is(op, "arith.extsi") ||
-      kiln_compiler_op_is(op, "arith.extui") || kiln_compiler_op_is(op, "arith.trunci")) {
+  if (kiln_compiler_op_is(op, "arith.index_cast") || kiln_compiler_op_is(op, "arith.index_castui") ||
+      kiln_compiler_op_is(op, "arith.extsi") || kiln_compiler_op_is(op, "arith.extui") ||
+      kiln_compiler_op_is(op, "arith.trunci")) {
     /* Sizes fit every width kiln uses; words are truncated where they are written. */
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &a));
     set_value(r, result, a);
     return NULL;
   }
-  if (kiln_compiler_op_is(op, "arith.ceildivsi") || kiln_compiler_op_is(op, "arith.ceildivui") || kiln_compiler_op_is(op, "arith.floordivsi")) {
+  if (kiln_compiler_op_is(op, "arith.ceildivsi") || kiln_compiler_op_is(op, "arith.ceildivui") ||
+      kiln_compiler_op_is(op, "arith.floordivsi")) {
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 0), &a));
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, 1), &b));
     bool u = kiln_compiler_op_is(op, "arith.ceildivui");
@@ -890,7 +903,8 @@ static KILN_MUST_USE kiln_status_t read_scalar_op(reader_t *r, MlirOperation op,
   if (kiln_compiler_op_is(op, "affine.apply")) {
     MlirAffineMap map = mlirAffineMapAttrGetValue(attr(op, "map"));
     if (mlirAffineMapGetNumResults(map) != 1) return unsupported(r, op, "has more than one result");
-    KILN_RETURN_IF_ERROR(affine_expr(r, op, mlirAffineMapGetResult(map, 0), mlirAffineMapGetNumDims(map), &x));
+    KILN_RETURN_IF_ERROR(
+        affine_expr(r, op, mlirAffineMapGetResult(map, 0), mlirAffineMapGetNumDims(map), &x));
     set_value(r, result, x);
     return NULL;
   }
@@ -898,7 +912,8 @@ static KILN_MUST_USE kiln_status_t read_scalar_op(reader_t *r, MlirOperation op,
   return NULL;
 }
 
-static KILN_MUST_USE kiln_status_t dense_bytes(MlirAttribute init, const kiln_vmfb_tensor_type_t *ttp, kiln_vmfb_buffer_t *out);
+static KILN_MUST_USE kiln_status_t dense_bytes(MlirAttribute init, const kiln_vmfb_tensor_type_t *ttp,
+                                               kiln_vmfb_buffer_t *out);
 
 /* The bytes of a memref.global's initializer (splats expanded): a CONSTANT
  * buffer, or for a mutable global (a TOSA variable) a VARIABLE buffer naming the
@@ -928,10 +943,12 @@ static KILN_MUST_USE kiln_status_t global_bytes(reader_t *r, MlirOperation get, 
         bytes.data = kiln_calloc(bytes.size_bytes ? bytes.size_bytes : 1, 1);
       }
       r->plan->variables = kiln_realloc(r->plan->variables, (v + 1) * sizeof *r->plan->variables);
-      r->plan->variables[v] = (kiln_vmfb_variable_t){kiln_strndup(name.data, name.length), bytes.data, bytes.size_bytes};
+      r->plan->variables[v] =
+          (kiln_vmfb_variable_t){kiln_strndup(name.data, name.length), bytes.data, bytes.size_bytes};
       r->plan->n_variables++;
     }
-    *out = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_VARIABLE, .variable = (uint32_t)v,
+    *out = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_VARIABLE,
+                                .variable = (uint32_t)v,
                                 .size_bytes = r->plan->variables[v].size_bytes};
     return NULL;
   }
@@ -943,7 +960,8 @@ static KILN_MUST_USE kiln_status_t global_bytes(reader_t *r, MlirOperation get, 
 
 /* A dense initializer as IREE lays the type out (word-rounded). */
 
-static KILN_MUST_USE kiln_status_t dense_bytes(MlirAttribute init, const kiln_vmfb_tensor_type_t *ttp, kiln_vmfb_buffer_t *out) {
+static KILN_MUST_USE kiln_status_t dense_bytes(MlirAttribute init, const kiln_vmfb_tensor_type_t *ttp,
+                                               kiln_vmfb_buffer_t *out) {
   kiln_vmfb_tensor_type_t tt = *ttp;
   uint64_t size = type_bytes(&tt);
   uint64_t count = (uint64_t)mlirElementsAttrGetNumElements(init);
@@ -969,7 +987,8 @@ static KILN_MUST_USE kiln_status_t dense_bytes(MlirAttribute init, const kiln_vm
   } else {
     memcpy(data, raw, size);
   }
-  *out = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = data, .size_bytes = word_round(size)};
+  *out =
+      (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = data, .size_bytes = word_round(size)};
   return NULL;
 }
 
@@ -989,8 +1008,9 @@ static KILN_MUST_USE kiln_status_t read_launch(reader_t *r, MlirOperation op) {
   for (int d = 0; d < 3; d++) {
     MlirValue g = mlirOperationGetOperand(op, grid0 + d);
     MlirOperation def = mlirValueIsAOpResult(g) ? mlirOpResultGetOwner(g) : (MlirOperation){NULL};
-    MlirAttribute v = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant") ? (MlirAttribute){NULL}
-                                                                                : attr(def, "value");
+    MlirAttribute v = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant")
+                          ? (MlirAttribute){NULL}
+                          : attr(def, "value");
     if (mlirAttributeIsNull(v)) {
       /* Sized by a dynamic dimension: computed per call. */
       KILN_RETURN_IF_ERROR(value_expr(r, op, g, &step.workgroup_exprs[d]));
@@ -1020,8 +1040,9 @@ static KILN_MUST_USE kiln_status_t read_launch(reader_t *r, MlirOperation op) {
       continue;
     }
     MlirOperation def = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
-    MlirAttribute value = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant") ? (MlirAttribute){NULL}
-                                                                                    : attr(def, "value");
+    MlirAttribute value = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant")
+                              ? (MlirAttribute){NULL}
+                              : attr(def, "value");
     if (mlirAttributeIsNull(value)) {
       st = unsupported(r, op, "passes a scalar that is not a constant");
       break;
@@ -1085,7 +1106,8 @@ static KILN_MUST_USE kiln_status_t read_dynamic_alloc(reader_t *r, MlirOperation
   intptr_t next = 0;
   for (uint32_t d = 0; d < tt.rank; d++) {
     if (tt.dims[d] >= 0) continue;
-    if (next >= mlirOperationGetNumOperands(op)) return unsupported(r, op, "has fewer sizes than dynamic dimensions");
+    if (next >= mlirOperationGetNumOperands(op))
+      return unsupported(r, op, "has fewer sizes than dynamic dimensions");
     KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, next++), &dims[d]));
   }
   uint32_t size = word_round_expr(r, bytes_expr(r, t, dims, tt.element_type));
@@ -1130,7 +1152,8 @@ static KILN_MUST_USE kiln_status_t read_dynamic_view(reader_t *r, MlirOperation 
     }
     for (intptr_t d = 0; d < rank; d++) {
       if (!mlirShapedTypeIsDynamicSize(mlirShapedTypeGetDimSize(t, d))) continue;
-      if (next >= mlirOperationGetNumOperands(op)) return unsupported(r, op, "has fewer sizes than dynamic dimensions");
+      if (next >= mlirOperationGetNumOperands(op))
+        return unsupported(r, op, "has fewer sizes than dynamic dimensions");
       KILN_RETURN_IF_ERROR(value_expr(r, op, mlirOperationGetOperand(op, next++), &dims[d]));
     }
   }
@@ -1159,8 +1182,8 @@ static KILN_MUST_USE kiln_status_t read_buffer_select(reader_t *r, MlirOperation
     if (!mlirShapedTypeIsDynamicSize(mlirShapedTypeGetDimSize(t, d))) continue;
     dims[d] = add_expr(r, KILN_VMFB_EXPR_SELECT, cond, dim_expr(r, &a, ta, d), dim_expr(r, &b, tb, d), 0);
   }
-  uint32_t size =
-      add_expr(r, KILN_VMFB_EXPR_SELECT, cond, buffer_size_expr(r, a.buffer), buffer_size_expr(r, b.buffer), 0);
+  uint32_t size = add_expr(r, KILN_VMFB_EXPR_SELECT, cond, buffer_size_expr(r, a.buffer),
+                           buffer_size_expr(r, b.buffer), 0);
   uint32_t sel = add_buffer(r->fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_SELECT,
                                                         .size_expr = size,
                                                         .select_cond = cond,
@@ -1217,9 +1240,11 @@ static KILN_MUST_USE kiln_status_t read_load(reader_t *r, MlirOperation op) {
     int64_t index = 0;
     MlirValue v = mlirOperationGetOperand(op, 1 + d);
     MlirOperation def = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
-    MlirAttribute a = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant") ? (MlirAttribute){NULL}
-                                                                                : attr(def, "value");
-    ok = !mlirAttributeIsNull(a) && mlirAttributeIsAInteger(a) && !mlirShapedTypeIsDynamicStrideOrOffset(strides[d]);
+    MlirAttribute a = mlirOperationIsNull(def) || !kiln_compiler_op_is(def, "arith.constant")
+                          ? (MlirAttribute){NULL}
+                          : attr(def, "value");
+    ok = !mlirAttributeIsNull(a) && mlirAttributeIsAInteger(a) &&
+         !mlirShapedTypeIsDynamicStrideOrOffset(strides[d]);
     if (ok) index = mlirIntegerAttrGetValueInt(a);
     element += index * (ok ? strides[d] : 0);
   }
@@ -1227,8 +1252,7 @@ static KILN_MUST_USE kiln_status_t read_load(reader_t *r, MlirOperation op) {
   if (!ok) return unsupported(r, op, "reads an element at an index that is not a constant");
   /* The view's offset already counts the type's static offset (read_op). */
   r->scalars = kiln_realloc(r->scalars, (r->n_scalars + 1) * sizeof *r->scalars);
-  r->scalars[r->n_scalars++] =
-      (scalar_t){result, view->buffer, view->offset + (uint64_t)element, 1};
+  r->scalars[r->n_scalars++] = (scalar_t){result, view->buffer, view->offset + (uint64_t)element, 1};
   return NULL;
 }
 
@@ -1240,7 +1264,8 @@ static const scalar_t *find_scalar(const reader_t *r, MlirValue v) {
 }
 
 /* A BRANCH on condition `cond` (of `op`); its target is patched later. */
-static KILN_MUST_USE kiln_status_t add_branch(reader_t *r, MlirOperation op, MlirValue cond, size_t *out_index) {
+static KILN_MUST_USE kiln_status_t add_branch(reader_t *r, MlirOperation op, MlirValue cond,
+                                              size_t *out_index) {
   const scalar_t *c = find_scalar(r, cond);
   *out_index = r->fn->n_steps;
   if (!c) {
@@ -1250,8 +1275,9 @@ static KILN_MUST_USE kiln_status_t add_branch(reader_t *r, MlirOperation op, Mli
     add_step(r->fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_BRANCH, .cond_expr = expr});
     return NULL;
   }
-  add_step(r->fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_BRANCH, .src = c->buffer,
-                                     .src_offset = c->offset, .length = c->bytes});
+  add_step(r->fn,
+           (kiln_vmfb_step_t){
+               .kind = KILN_VMFB_STEP_BRANCH, .src = c->buffer, .src_offset = c->offset, .length = c->bytes});
   return NULL;
 }
 
@@ -1309,7 +1335,8 @@ static KILN_MUST_USE kiln_status_t read_while(reader_t *r, MlirOperation op) {
 static KILN_MUST_USE kiln_status_t read_op(reader_t *r, MlirOperation op) {
   kiln_vmfb_function_t *fn = r->fn;
   if (kiln_compiler_op_is(op, "arith.constant") || kiln_compiler_op_is(op, "memref.dealloc")) return NULL;
-  if (kiln_compiler_op_is(op, "arith.select") && mlirTypeIsAMemRef(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
+  if (kiln_compiler_op_is(op, "arith.select") &&
+      mlirTypeIsAMemRef(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
     return read_buffer_select(r, op);
   }
   bool handled = false;
@@ -1329,10 +1356,11 @@ static KILN_MUST_USE kiln_status_t read_op(reader_t *r, MlirOperation op) {
     if (!mlirAttributeIsNull(attr(op, "kiln.args"))) {
       KILN_RETURN_IF_ERROR(tensor_type(r, t, &tt));
       size_t words = (size_t)tt.dims[0];
-      uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_ARGS,
-                                                       .size_bytes = 4 * words,
-                                                       .words = kiln_calloc(words ? words : 1, sizeof(uint32_t)),
-                                                       .n_words = words});
+      uint32_t b =
+          add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_ARGS,
+                                              .size_bytes = 4 * words,
+                                              .words = kiln_calloc(words ? words : 1, sizeof(uint32_t)),
+                                              .n_words = words});
       add_view(r, mlirOperationGetResult(op, 0), b, 0);
       return NULL;
     }
@@ -1359,17 +1387,20 @@ static KILN_MUST_USE kiln_status_t read_op(reader_t *r, MlirOperation op) {
     MlirType to = mlirValueGetType(mlirOperationGetResult(op, 0));
     uint32_t dims[KILN_VMFB_MAX_RANK] = {0};
     for (intptr_t d = 0; d < mlirShapedTypeGetRank(to) && d < KILN_VMFB_MAX_RANK; d++) {
-      if (mlirShapedTypeIsDynamicSize(mlirShapedTypeGetDimSize(to, d))) dims[d] = dim_expr(r, &source, from, d);
+      if (mlirShapedTypeIsDynamicSize(mlirShapedTypeGetDimSize(to, d)))
+        dims[d] = dim_expr(r, &source, from, d);
     }
     add_view_dims(r, mlirOperationGetResult(op, 0), source.buffer, source.offset, dims);
     return NULL;
   }
-  if ((kiln_compiler_op_is(op, "memref.subview") || kiln_compiler_op_is(op, "memref.expand_shape") || kiln_compiler_op_is(op, "memref.collapse_shape")) &&
+  if ((kiln_compiler_op_is(op, "memref.subview") || kiln_compiler_op_is(op, "memref.expand_shape") ||
+       kiln_compiler_op_is(op, "memref.collapse_shape")) &&
       !mlirShapedTypeHasStaticShape(mlirValueGetType(mlirOperationGetResult(op, 0)))) {
     return read_dynamic_view(r, op);
   }
   if (kiln_compiler_op_is(op, "memref.subview") || kiln_compiler_op_is(op, "memref.expand_shape") ||
-      kiln_compiler_op_is(op, "memref.collapse_shape") || kiln_compiler_op_is(op, "memref.reinterpret_cast")) {
+      kiln_compiler_op_is(op, "memref.collapse_shape") ||
+      kiln_compiler_op_is(op, "memref.reinterpret_cast")) {
     const view_t *source = find_view(r, mlirOperationGetOperand(op, 0));
     MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
     uint64_t offset = 0;
@@ -1397,10 +1428,13 @@ static KILN_MUST_USE kiln_status_t read_op(reader_t *r, MlirOperation op) {
     kiln_vmfb_tensor_type_t tt;
     KILN_RETURN_IF_ERROR(tensor_type(r, t, &tt));
     uint64_t bytes = type_bytes(&tt);
-    uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT,
-                                                     .size_bytes = word_round(bytes)});
-    add_step(fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY, .src = source->buffer,
-                                    .src_offset = source->offset, .dst = b, .length = bytes});
+    uint32_t b = add_buffer(
+        fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = word_round(bytes)});
+    add_step(fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY,
+                                    .src = source->buffer,
+                                    .src_offset = source->offset,
+                                    .dst = b,
+                                    .length = bytes});
     add_view(r, mlirOperationGetResult(op, 0), b, 0);
     return NULL;
   }
@@ -1432,10 +1466,13 @@ static KILN_MUST_USE kiln_status_t read_op(reader_t *r, MlirOperation op) {
         /* A constant (or a view of one) is returned as a copy: the caller owns
          * its results and may write them; the constant serves every call. */
         uint64_t bytes = type_bytes(&res->type);
-        uint32_t copy = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT,
-                                                            .size_bytes = word_round(bytes)});
-        add_step(fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY, .src = view->buffer,
-                                        .src_offset = view->offset, .dst = copy, .length = bytes});
+        uint32_t copy = add_buffer(
+            fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = word_round(bytes)});
+        add_step(fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY,
+                                        .src = view->buffer,
+                                        .src_offset = view->offset,
+                                        .dst = copy,
+                                        .length = bytes});
         res->buffer = copy;
         res->offset = 0;
       }
@@ -1474,28 +1511,25 @@ static KILN_MUST_USE kiln_status_t read_function(reader_t *r, MlirOperation func
         if (fn->inputs[i].dims[d] < 0) dims[d] = add_expr(r, KILN_VMFB_EXPR_INPUT_DIM, (uint32_t)i, d, 0, 0);
       }
       uint32_t bytes = bytes_expr(r, t, dims, fn->inputs[i].element_type);
-      uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT,
-                                                       .input = (uint32_t)i,
-                                                       .size_expr = bytes});
+      uint32_t b = add_buffer(
+          fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT, .input = (uint32_t)i, .size_expr = bytes});
       if (kiln_vmfb_element_bits(fn->inputs[i].element_type) < 32) {
         uint32_t padded = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT,
                                                               .size_expr = word_round_expr(r, bytes)});
-        add_step(fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY, .src = b, .dst = padded,
-                                        .length_expr = bytes});
+        add_step(fn, (kiln_vmfb_step_t){
+                         .kind = KILN_VMFB_STEP_COPY, .src = b, .dst = padded, .length_expr = bytes});
         b = padded;
       }
       add_view_dims(r, arg, b, 0, dims);
       continue;
     }
     uint64_t bytes = type_bytes(&fn->inputs[i]);
-    uint32_t b = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT,
-                                                     .input = (uint32_t)i,
-                                                     .size_bytes = bytes});
+    uint32_t b = add_buffer(
+        fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT, .input = (uint32_t)i, .size_bytes = bytes});
     if (bytes % 4 != 0) {
-      uint32_t padded = add_buffer(fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT,
-                                                            .size_bytes = word_round(bytes)});
-      add_step(fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY, .src = b, .dst = padded,
-                                      .length = bytes});
+      uint32_t padded = add_buffer(
+          fn, (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = word_round(bytes)});
+      add_step(fn, (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY, .src = b, .dst = padded, .length = bytes});
       b = padded;
     }
     add_view(r, arg, b, 0);
@@ -1503,8 +1537,7 @@ static KILN_MUST_USE kiln_status_t read_function(reader_t *r, MlirOperation func
   return read_block(r, entry);
 }
 
-kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
-                                           kiln_vmfb_plan_t *out_plan) {
+kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name, kiln_vmfb_plan_t *out_plan) {
   memset(out_plan, 0, sizeof *out_plan);
   kiln_vmfb_plan_t plan = {0};
   reader_t r = {.module = module, .name = name, .plan = &plan};
@@ -1519,8 +1552,8 @@ kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
     /* Public functions are entry points; no sym_visibility means public, and
      * JAX and StableHLO exports spell it out (func.func public @main). */
     MlirAttribute visibility = attr(op, "sym_visibility");
-    if (!mlirAttributeIsNull(visibility) && !(mlirAttributeIsAString(visibility) &&
-                                              string_is(mlirStringAttrGetValue(visibility), "public"))) {
+    if (!mlirAttributeIsNull(visibility) &&
+        !(mlirAttributeIsAString(visibility) && string_is(mlirStringAttrGetValue(visibility), "public"))) {
       continue;
     }
     plan.functions = kiln_realloc(plan.functions, (plan.n_functions + 1) * sizeof *plan.functions);
@@ -1551,7 +1584,8 @@ static MlirWalkResult collect_outer_parallel(MlirOperation op, void *user) {
   if (!kiln_compiler_op_is(op, "scf.parallel")) return MlirWalkResultAdvance;
   for (MlirOperation p = mlirOperationGetParentOperation(op); !mlirOperationIsNull(p);
        p = mlirOperationGetParentOperation(p)) {
-    if (kiln_compiler_op_is(p, "scf.parallel") || kiln_compiler_op_is(p, "gpu.launch")) return MlirWalkResultAdvance;
+    if (kiln_compiler_op_is(p, "scf.parallel") || kiln_compiler_op_is(p, "gpu.launch"))
+      return MlirWalkResultAdvance;
   }
   kiln_compiler_ops_push(user, op);
   return MlirWalkResultAdvance;
@@ -1574,7 +1608,8 @@ static MlirOperation parallel_n(MlirContext ctx, MlirOperation before, intptr_t 
   MlirRegion region = mlirRegionCreate();
   mlirRegionAppendOwnedBlock(region, mlirBlockCreate(rank, types, locs));
   int32_t segments[4] = {(int32_t)rank, (int32_t)rank, (int32_t)rank, 0};
-  MlirNamedAttribute seg = kiln_compiler_named_attr(ctx, "operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 4, segments));
+  MlirNamedAttribute seg =
+      kiln_compiler_named_attr(ctx, "operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 4, segments));
   MlirOperationState st = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.parallel"), loc);
   mlirOperationStateAddOperands(&st, 3 * rank, operands);
   mlirOperationStateAddAttributes(&st, 1, &seg);
@@ -1584,8 +1619,8 @@ static MlirOperation parallel_n(MlirContext ctx, MlirOperation before, intptr_t 
   return op;
 }
 
-static MlirOperation parallel3(MlirContext ctx, MlirOperation before, const MlirValue lbs[3], const MlirValue ubs[3],
-                               const MlirValue steps[3]) {
+static MlirOperation parallel3(MlirContext ctx, MlirOperation before, const MlirValue lbs[3],
+                               const MlirValue ubs[3], const MlirValue steps[3]) {
   return parallel_n(ctx, before, 3, lbs, ubs, steps);
 }
 
@@ -1651,11 +1686,13 @@ static MlirOperation drop_unit_dimensions(MlirOperation par, intptr_t rank) {
 }
 
 /* The trip count of dimension `d` when its bounds and step are constants, else 0. */
-static int64_t static_trips(MlirOperation par, intptr_t rank, intptr_t d, int64_t *out_lb, int64_t *out_step) {
+static int64_t static_trips(MlirOperation par, intptr_t rank, intptr_t d, int64_t *out_lb,
+                            int64_t *out_step) {
   int64_t lb, ub, step;
   if (!kiln_compiler_int_constant_value(mlirOperationGetOperand(par, d), &lb) ||
       !kiln_compiler_int_constant_value(mlirOperationGetOperand(par, rank + d), &ub) ||
-      !kiln_compiler_int_constant_value(mlirOperationGetOperand(par, 2 * rank + d), &step) || step <= 0 || ub <= lb) {
+      !kiln_compiler_int_constant_value(mlirOperationGetOperand(par, 2 * rank + d), &step) || step <= 0 ||
+      ub <= lb) {
     return 0;
   }
   *out_lb = lb, *out_step = step;
@@ -1684,7 +1721,8 @@ static MlirOperation collapse_leading_dimensions(MlirContext ctx, MlirOperation 
   }
   MlirOperation np = parallel_n(ctx, par, rank - 1, lbs, ubs, steps);
   MlirBlock body = region_block(par, 0), nb = region_block(np, 0);
-  MlirOperationState rs = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.reduce"), mlirOperationGetLocation(par));
+  MlirOperationState rs =
+      mlirOperationStateGet(mlirStringRefCreateFromCString("scf.reduce"), mlirOperationGetLocation(par));
   MlirOperation term = mlirOperationCreate(&rs);
   mlirBlockAppendOwnedOperation(nb, term);
   MlirValue i = mlirBlockGetArgument(nb, 0);
@@ -1760,7 +1798,8 @@ static void reshape_parallel(MlirContext ctx, MlirOperation par) {
   MlirOperation np = parallel3(ctx, par, lbs, ubs, steps);
   MlirBlock nb = region_block(np, 0);
   /* The old index, lb + (a * 32 + b) * step, computed at the top of the body. */
-  MlirOperationState rs = mlirOperationStateGet(mlirStringRefCreateFromCString("scf.reduce"), mlirOperationGetLocation(par));
+  MlirOperationState rs =
+      mlirOperationStateGet(mlirStringRefCreateFromCString("scf.reduce"), mlirOperationGetLocation(par));
   MlirOperation term = mlirOperationCreate(&rs);
   mlirBlockAppendOwnedOperation(nb, term);
   MlirValue c32 = kiln_compiler_int_const_before(ctx, term, index, cols);
@@ -1778,8 +1817,10 @@ static void reshape_parallel(MlirContext ctx, MlirOperation par) {
   } else {
     /* lin < trips, else this invocation does nothing. */
     MlirValue cmp_ops[2] = {lin, kiln_compiler_int_const_before(ctx, term, index, trips)};
-    MlirOperationState cs = mlirOperationStateGet(mlirStringRefCreateFromCString("arith.cmpi"), mlirOperationGetLocation(par));
-    MlirNamedAttribute pred = kiln_compiler_named_attr(ctx, "predicate", mlirIntegerAttrGet(mlirIntegerTypeGet(ctx, 64), 6));
+    MlirOperationState cs =
+        mlirOperationStateGet(mlirStringRefCreateFromCString("arith.cmpi"), mlirOperationGetLocation(par));
+    MlirNamedAttribute pred =
+        kiln_compiler_named_attr(ctx, "predicate", mlirIntegerAttrGet(mlirIntegerTypeGet(ctx, 64), 6));
     mlirOperationStateAddOperands(&cs, 2, cmp_ops);
     MlirType i1 = mlirIntegerTypeGet(ctx, 1);
     mlirOperationStateAddResults(&cs, 1, &i1);
@@ -1857,7 +1898,8 @@ void kiln_compiler_map_contiguous_to_x(MlirContext context, MlirModule module) {
     MlirAttribute t = loop_mapping(context, "thread", rank, true);
     if (mlirAttributeIsNull(g) || mlirAttributeIsNull(t)) continue;
     mlirOperationSetDiscardableAttributeByName(grid, mlirStringRefCreateFromCString("mapping"), g);
-    if (n_tiles == 1) mlirOperationSetDiscardableAttributeByName(tile, mlirStringRefCreateFromCString("mapping"), t);
+    if (n_tiles == 1)
+      mlirOperationSetDiscardableAttributeByName(tile, mlirStringRefCreateFromCString("mapping"), t);
   }
   kiln_free(ops.items);
 }

@@ -62,14 +62,16 @@ void kiln_compiler_arguments_read_only(MlirContext context, MlirModule module);
  * bufferization.materialize_in_destination into it. The host plan keeps each
  * variable in a module global across calls. INVALID_ARGUMENT for an access that
  * names no variable; UNIMPLEMENTED for a variable of dynamic shape. */
-KILN_MUST_USE kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule module, const char *name);
+KILN_MUST_USE kiln_status_t kiln_compiler_tosa_variables(MlirContext context, MlirModule module,
+                                                         const char *name);
 
 /* TOSA 1.1's shape operators (tosa.dim, add/sub/mul/min/max/div_floor/div_ceil/
  * mod/exp2/log2_floor/log2_ceil/concat/slice_shape), which MLIR 22 neither folds
  * nor lowers, evaluated at compile time into tosa.const_shape (tosa_shape.c).
  * UNIMPLEMENTED naming the op when an operand is not known then (a dynamic
  * dimension); INVALID_ARGUMENT for what TOSA forbids (a zero divisor). */
-KILN_MUST_USE kiln_status_t kiln_compiler_tosa_fold_shapes(MlirContext context, MlirModule module, const char *name);
+KILN_MUST_USE kiln_status_t kiln_compiler_tosa_fold_shapes(MlirContext context, MlirModule module,
+                                                           const char *name);
 
 /* TOSA 1.1's block-scaled (MX) ops, which MLIR 22 does not lower, as kiln's
  * linalg (control.c): tosa.matmul_t_block_scaled as one linalg.generic, out[n,h,w]
@@ -78,13 +80,15 @@ KILN_MUST_USE kiln_status_t kiln_compiler_tosa_fold_shapes(MlirContext context, 
  * E8M0 scale, the data rounded) and cast_from_block_scaled (each value times its
  * block's scale). !tosa.mxint8 becomes i8 everywhere first. UNIMPLEMENTED for
  * dynamic or uneven shapes. */
-KILN_MUST_USE kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule module, const char *name);
+KILN_MUST_USE kiln_status_t kiln_compiler_tosa_block_scaled(MlirContext context, MlirModule module,
+                                                            const char *name);
 
 /* The index dialect's arithmetic (tosa.fft2d's lowering writes index.mul and
  * index.remu) as the same arith ops, which every backend converts; SPIR-V's
  * conversion of the index dialect leaves casts its GPU conversion refuses.
  * UNIMPLEMENTED naming an index op with no arith twin (index.cmp, sizeof). */
-KILN_MUST_USE kiln_status_t kiln_compiler_index_to_arith(MlirContext context, MlirModule module, const char *name);
+KILN_MUST_USE kiln_status_t kiln_compiler_index_to_arith(MlirContext context, MlirModule module,
+                                                         const char *name);
 void kiln_compiler_carried_buffers_fix(MlirContext context, MlirModule module);
 
 /* Dynamic shapes (dynamic.c), after kernel outlining: kernels take no memref of
@@ -95,7 +99,8 @@ void kiln_compiler_carried_buffers_fix(MlirContext context, MlirModule module);
  * before the launch and the kernel loads. UNIMPLEMENTED naming the kernel when a
  * dynamic buffer is used other than by load, store, atomics and memref.dim, or a
  * scalar is not an integer. */
-KILN_MUST_USE kiln_status_t kiln_compiler_dynamic_kernel_args(MlirContext context, MlirModule module, const char *name);
+KILN_MUST_USE kiln_status_t kiln_compiler_dynamic_kernel_args(MlirContext context, MlirModule module,
+                                                              const char *name);
 
 /* Loops left on the host. convert-linalg-to-parallel-loops turns a linalg op with
  * no parallel dimension (a full reduction: tosa.reduce_sum of every axis, a dot
@@ -128,8 +133,8 @@ void kiln_compiler_parallel_loops_to_rank3(MlirContext context, MlirModule modul
  * parallel loop of rank 1 to 3 is mapped here instead, before the pass (which
  * leaves mapped loops alone): its tile loop's last dimension on thread x, so a
  * warp's lanes run along the contiguous dimension and the workgroup is 32x4x1;
- * the grid as the pass maps it. Loops above rank 3 keep the pass's mapping. CPU workgroups nest their invocation
- * loops z, y, x, so x stays innermost there (cpu.c). */
+ * the grid as the pass maps it. Loops above rank 3 keep the pass's mapping. CPU workgroups nest their
+ * invocation loops z, y, x, so x stays innermost there (cpu.c). */
 void kiln_compiler_map_contiguous_to_x(MlirContext context, MlirModule module);
 
 /* Reads the plan of every public host func.func of an outlined module: inputs,
@@ -140,6 +145,6 @@ void kiln_compiler_map_contiguous_to_x(MlirContext context, MlirModule module);
  * program cannot express yet (dynamic shapes, host loops, non-constant kernel
  * scalars). On success *out_plan is owned by the caller (kiln_vmfb_plan_deinit). */
 KILN_MUST_USE kiln_status_t kiln_compiler_host_plan_read(MlirModule module, const char *name,
-                                           kiln_vmfb_plan_t *out_plan);
+                                                         kiln_vmfb_plan_t *out_plan);
 
 #endif /* KILN_COMPILER_HOST_H_ */

@@ -14,12 +14,12 @@
 
 struct kiln_compiler_context_s {
   MlirContext mlir;
-  size_t jobs;       /* back halves run in parallel child processes, at most this many */
+  size_t jobs; /* back halves run in parallel child processes, at most this many */
   void (*on_target)(void *user, const struct kiln_compiler_output_s *output, size_t index);
   void *on_target_user;
   void (*on_stage)(void *user, const char *stage, uint32_t index);
   void *on_stage_user;
-  char *toolkit_dir; /* for the ROCDL serializer: <dir>/llvm/bin/ld.lld; made on first use */
+  char *toolkit_dir;           /* for the ROCDL serializer: <dir>/llvm/bin/ld.lld; made on first use */
   uint64_t memory_limit_bytes; /* tensors bigger than this are refused up front; 0: none */
 };
 
@@ -42,8 +42,8 @@ void kiln_compiler_toolkit_remove(kiln_compiler_context_t *context);
 
 /* Parses and verifies a module; on failure INVALID_ARGUMENT with the captured
  * diagnostics and a null module. The module is owned by the caller. */
-KILN_MUST_USE kiln_status_t kiln_compiler_parse(kiln_compiler_context_t *context, const void *source, size_t len,
-                                  const char *name, MlirModule *out_module);
+KILN_MUST_USE kiln_status_t kiln_compiler_parse(kiln_compiler_context_t *context, const void *source,
+                                                size_t len, const char *name, MlirModule *out_module);
 
 /* Compiles target `index` into *out (whose `target` is set). */
 typedef void (*kiln_compiler_fanout_fn_t)(void *user, size_t index, kiln_compiler_target_output_t *out);

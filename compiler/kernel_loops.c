@@ -34,13 +34,14 @@ static bool defined_inside(MlirValue v, MlirOperation loop) {
 /* The buffer a memref value views: through subviews, casts and reshapes to an
  * allocation, a global or an argument. */
 static MlirValue root_of(MlirValue v) {
-  static const char *const views[] = {"memref.subview",       "memref.cast",          "memref.reinterpret_cast",
-                                      "memref.collapse_shape", "memref.expand_shape",  "memref.view",
-                                      "memref.reshape",        "memref.memory_space_cast"};
+  static const char *const views[] = {
+      "memref.subview",      "memref.cast", "memref.reinterpret_cast", "memref.collapse_shape",
+      "memref.expand_shape", "memref.view", "memref.reshape",          "memref.memory_space_cast"};
   for (int depth = 0; depth < 64 && mlirValueIsAOpResult(v); depth++) {
     MlirOperation def = mlirOpResultGetOwner(v);
     bool view = false;
-    for (size_t i = 0; i < sizeof views / sizeof views[0] && !view; i++) view = kiln_compiler_op_is(def, views[i]);
+    for (size_t i = 0; i < sizeof views / sizeof views[0] && !view; i++)
+      view = kiln_compiler_op_is(def, views[i]);
     if (!view || mlirOperationGetNumOperands(def) == 0) break;
     v = mlirOperationGetOperand(def, 0);
   }
@@ -62,10 +63,10 @@ static bool may_alias(MlirValue a, MlirValue b, bool distinct_arguments) {
 }
 
 typedef struct scan_s {
-  MlirValue root;                /* the accumulator's buffer */
-  MlirOperation load, store;     /* its one load and store */
+  MlirValue root;            /* the accumulator's buffer */
+  MlirOperation load, store; /* its one load and store */
   bool distinct_arguments;
-  bool clean;                    /* nothing else touches a buffer that may be it */
+  bool clean; /* nothing else touches a buffer that may be it */
 } scan_t;
 
 static MlirWalkResult scan_uses(MlirOperation op, void *user) {
@@ -87,22 +88,26 @@ static bool same_element(MlirOperation load, MlirOperation store) {
   intptr_t n = mlirOperationGetNumOperands(load);
   if (mlirOperationGetNumOperands(store) != n + 1) return false;
   for (intptr_t i = 0; i < n; i++) {
-    if (!mlirValueEqual(mlirOperationGetOperand(load, i), mlirOperationGetOperand(store, i + 1))) return false;
+    if (!mlirValueEqual(mlirOperationGetOperand(load, i), mlirOperationGetOperand(store, i + 1)))
+      return false;
   }
   return true;
 }
 
 /* A load/store pair of `loop`'s body that can become an iteration argument. */
-static bool find_pair(MlirOperation loop, bool distinct_arguments, MlirOperation *out_load, MlirOperation *out_store) {
+static bool find_pair(MlirOperation loop, bool distinct_arguments, MlirOperation *out_load,
+                      MlirOperation *out_store) {
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
-  for (MlirOperation l = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(l); l = mlirOperationGetNextInBlock(l)) {
+  for (MlirOperation l = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(l);
+       l = mlirOperationGetNextInBlock(l)) {
     if (!kiln_compiler_op_is(l, "memref.load")) continue;
     bool outside = true;
     for (intptr_t i = 0; i < mlirOperationGetNumOperands(l) && outside; i++) {
       outside = !defined_inside(mlirOperationGetOperand(l, i), loop);
     }
     if (!outside) continue;
-    for (MlirOperation s = mlirOperationGetNextInBlock(l); !mlirOperationIsNull(s); s = mlirOperationGetNextInBlock(s)) {
+    for (MlirOperation s = mlirOperationGetNextInBlock(l); !mlirOperationIsNull(s);
+         s = mlirOperationGetNextInBlock(s)) {
       if (!kiln_compiler_op_is(s, "memref.store") || !same_element(l, s)) continue;
       scan_t scan = {root_of(mlirOperationGetOperand(l, 0)), l, s, distinct_arguments, true};
       mlirOperationWalk(loop, scan_uses, &scan, MlirWalkPreOrder);

@@ -5,11 +5,10 @@
  * leaves GL.Asin/GL.Acos precision to the driver (lavapipe is off by 4e-4);
  * LLVM's AMDGPU backend has no atan, asin, acos, atan2, erf or cbrt at all
  * without ROCm's device libraries, and MLIR's ROCDL conversion refuses the LLVM
- * intrinsics for floor, ceil, log2, sin and cos (it wants those libraries). Each helper below is a func.func over f32 built
- * only from exp, log, sqrt, absolute value and arithmetic, which every backend
- * lowers; kiln_compiler_kernels_replace_with_helper copies its body in place of
- * each use. A helper may use another function (asin uses atan): the expansion
- * repeats until no listed function is left.
+ * intrinsics for floor, ceil, log2, sin and cos (it wants those libraries). Each helper below is a func.func
+ * over f32 built only from exp, log, sqrt, absolute value and arithmetic, which every backend lowers;
+ * kiln_compiler_kernels_replace_with_helper copies its body in place of each use. A helper may use another
+ * function (asin uses atan): the expansion repeats until no listed function is left.
  *
  * Accuracy (f32, against libm in double): erf: Taylor series to x^11 below 0.5
  * (relative error under 1e-7), Abramowitz and Stegun 7.1.26 above (absolute
@@ -242,62 +241,62 @@ static const char log2_f32[] =
 /* sin and cos: x = k pi/2 + r with |r| <= pi/4, pi/2 split in three parts
  * (Cody and Waite) so the reduction stays exact for |x| up to about 1e5; then
  * Taylor polynomials on r (errors under 2e-9) and the quadrant k mod 4. */
-#define SINCOS_REDUCE                                                                         \
-  "  %two_over_pi = arith.constant 0.63661977236758138 : f32\n"                              \
-  "  %half = arith.constant 0.5 : f32\n"                                                     \
-  "  %c1 = arith.constant 1.5703125 : f32\n"                                                 \
-  "  %c2 = arith.constant 4.837512969970703125e-4 : f32\n"                                   \
-  "  %c3 = arith.constant 7.54978995489188216e-8 : f32\n"                                    \
-  "  %three = arith.constant 3 : i32\n"                                                      \
-  "  %i1 = arith.constant 1 : i32\n"                                                         \
-  "  %i2 = arith.constant 2 : i32\n"                                                         \
-  "  %s3 = arith.constant -0.16666666666666666 : f32\n"                                      \
-  "  %s5 = arith.constant 8.3333333333333332e-03 : f32\n"                                    \
-  "  %s7 = arith.constant -1.9841269841269841e-04 : f32\n"                                   \
-  "  %s9 = arith.constant 2.7557319223985893e-06 : f32\n"                                    \
-  "  %k2 = arith.constant -0.5 : f32\n"                                                      \
-  "  %k4 = arith.constant 4.1666666666666664e-02 : f32\n"                                    \
-  "  %k6 = arith.constant -1.3888888888888889e-03 : f32\n"                                   \
-  "  %k8 = arith.constant 2.4801587301587302e-05 : f32\n"                                    \
-  "  %k10 = arith.constant -2.7557319223985888e-07 : f32\n"                                  \
-  "  %one = arith.constant 1.0 : f32\n"                                                      \
-  "  %y = arith.mulf %x, %two_over_pi : f32\n"                                               \
-  "  %yh = arith.addf %y, %half : f32\n"                                                     \
-  "  %kf0 = math.floor %yh : f32\n"                                                          \
-  "  %k = arith.fptosi %kf0 : f32 to i32\n"                                                  \
-  "  %kf = arith.sitofp %k : i32 to f32\n"                                                   \
-  "  %m1 = arith.mulf %kf, %c1 : f32\n"                                                      \
-  "  %r1 = arith.subf %x, %m1 : f32\n"                                                       \
-  "  %m2 = arith.mulf %kf, %c2 : f32\n"                                                      \
-  "  %r2 = arith.subf %r1, %m2 : f32\n"                                                      \
-  "  %m3 = arith.mulf %kf, %c3 : f32\n"                                                      \
-  "  %r = arith.subf %r2, %m3 : f32\n"                                                       \
-  "  %r2s = arith.mulf %r, %r : f32\n"                                                       \
-  "  %sa = arith.mulf %s9, %r2s : f32\n"                                                     \
-  "  %sb = arith.addf %sa, %s7 : f32\n"                                                      \
-  "  %sc = arith.mulf %sb, %r2s : f32\n"                                                     \
-  "  %sd = arith.addf %sc, %s5 : f32\n"                                                      \
-  "  %se = arith.mulf %sd, %r2s : f32\n"                                                     \
-  "  %sf = arith.addf %se, %s3 : f32\n"                                                      \
-  "  %sg = arith.mulf %sf, %r2s : f32\n"                                                     \
-  "  %sh = arith.mulf %sg, %r : f32\n"                                                       \
-  "  %sin_r = arith.addf %sh, %r : f32\n"                                                    \
-  "  %ca = arith.mulf %k10, %r2s : f32\n"                                                    \
-  "  %cb = arith.addf %ca, %k8 : f32\n"                                                      \
-  "  %cc = arith.mulf %cb, %r2s : f32\n"                                                     \
-  "  %cd = arith.addf %cc, %k6 : f32\n"                                                      \
-  "  %ce = arith.mulf %cd, %r2s : f32\n"                                                     \
-  "  %cf = arith.addf %ce, %k4 : f32\n"                                                      \
-  "  %cg = arith.mulf %cf, %r2s : f32\n"                                                     \
-  "  %ch = arith.addf %cg, %k2 : f32\n"                                                      \
-  "  %ci = arith.mulf %ch, %r2s : f32\n"                                                     \
-  "  %cos_r = arith.addf %ci, %one : f32\n"                                                  \
-  "  %q = arith.andi %k, %three : i32\n"                                                     \
-  "  %nsin = arith.negf %sin_r : f32\n"                                                      \
-  "  %ncos = arith.negf %cos_r : f32\n"                                                      \
-  "  %odd0 = arith.andi %q, %i1 : i32\n"                                                     \
-  "  %odd = arith.cmpi ne, %odd0, %c0i : i32\n"                                              \
-  "  %hi0 = arith.andi %q, %i2 : i32\n"                                                      \
+#define SINCOS_REDUCE                                           \
+  "  %two_over_pi = arith.constant 0.63661977236758138 : f32\n" \
+  "  %half = arith.constant 0.5 : f32\n"                        \
+  "  %c1 = arith.constant 1.5703125 : f32\n"                    \
+  "  %c2 = arith.constant 4.837512969970703125e-4 : f32\n"      \
+  "  %c3 = arith.constant 7.54978995489188216e-8 : f32\n"       \
+  "  %three = arith.constant 3 : i32\n"                         \
+  "  %i1 = arith.constant 1 : i32\n"                            \
+  "  %i2 = arith.constant 2 : i32\n"                            \
+  "  %s3 = arith.constant -0.16666666666666666 : f32\n"         \
+  "  %s5 = arith.constant 8.3333333333333332e-03 : f32\n"       \
+  "  %s7 = arith.constant -1.9841269841269841e-04 : f32\n"      \
+  "  %s9 = arith.constant 2.7557319223985893e-06 : f32\n"       \
+  "  %k2 = arith.constant -0.5 : f32\n"                         \
+  "  %k4 = arith.constant 4.1666666666666664e-02 : f32\n"       \
+  "  %k6 = arith.constant -1.3888888888888889e-03 : f32\n"      \
+  "  %k8 = arith.constant 2.4801587301587302e-05 : f32\n"       \
+  "  %k10 = arith.constant -2.7557319223985888e-07 : f32\n"     \
+  "  %one = arith.constant 1.0 : f32\n"                         \
+  "  %y = arith.mulf %x, %two_over_pi : f32\n"                  \
+  "  %yh = arith.addf %y, %half : f32\n"                        \
+  "  %kf0 = math.floor %yh : f32\n"                             \
+  "  %k = arith.fptosi %kf0 : f32 to i32\n"                     \
+  "  %kf = arith.sitofp %k : i32 to f32\n"                      \
+  "  %m1 = arith.mulf %kf, %c1 : f32\n"                         \
+  "  %r1 = arith.subf %x, %m1 : f32\n"                          \
+  "  %m2 = arith.mulf %kf, %c2 : f32\n"                         \
+  "  %r2 = arith.subf %r1, %m2 : f32\n"                         \
+  "  %m3 = arith.mulf %kf, %c3 : f32\n"                         \
+  "  %r = arith.subf %r2, %m3 : f32\n"                          \
+  "  %r2s = arith.mulf %r, %r : f32\n"                          \
+  "  %sa = arith.mulf %s9, %r2s : f32\n"                        \
+  "  %sb = arith.addf %sa, %s7 : f32\n"                         \
+  "  %sc = arith.mulf %sb, %r2s : f32\n"                        \
+  "  %sd = arith.addf %sc, %s5 : f32\n"                         \
+  "  %se = arith.mulf %sd, %r2s : f32\n"                        \
+  "  %sf = arith.addf %se, %s3 : f32\n"                         \
+  "  %sg = arith.mulf %sf, %r2s : f32\n"                        \
+  "  %sh = arith.mulf %sg, %r : f32\n"                          \
+  "  %sin_r = arith.addf %sh, %r : f32\n"                       \
+  "  %ca = arith.mulf %k10, %r2s : f32\n"                       \
+  "  %cb = arith.addf %ca, %k8 : f32\n"                         \
+  "  %cc = arith.mulf %cb, %r2s : f32\n"                        \
+  "  %cd = arith.addf %cc, %k6 : f32\n"                         \
+  "  %ce = arith.mulf %cd, %r2s : f32\n"                        \
+  "  %cf = arith.addf %ce, %k4 : f32\n"                         \
+  "  %cg = arith.mulf %cf, %r2s : f32\n"                        \
+  "  %ch = arith.addf %cg, %k2 : f32\n"                         \
+  "  %ci = arith.mulf %ch, %r2s : f32\n"                        \
+  "  %cos_r = arith.addf %ci, %one : f32\n"                     \
+  "  %q = arith.andi %k, %three : i32\n"                        \
+  "  %nsin = arith.negf %sin_r : f32\n"                         \
+  "  %ncos = arith.negf %cos_r : f32\n"                         \
+  "  %odd0 = arith.andi %q, %i1 : i32\n"                        \
+  "  %odd = arith.cmpi ne, %odd0, %c0i : i32\n"                 \
+  "  %hi0 = arith.andi %q, %i2 : i32\n"                         \
   "  %hi = arith.cmpi ne, %hi0, %c0i : i32\n"
 
 static const char sin_f32[] =
@@ -792,7 +791,8 @@ static const char *const fmod_keys[2][11] = {
     {"$F", "f64", "$I", "i64", "$LZ", "11", "$MB", "52", "$SIGN", "-9223372036854775808", NULL},
 };
 static const char *const fmod_masks[2][11] = {
-    {"$ABS", "2147483647", "$MAN", "8388607", "$IMP", "8388608", "$INF", "2139095040", "$NAN", "0x7FC00000", NULL},
+    {"$ABS", "2147483647", "$MAN", "8388607", "$IMP", "8388608", "$INF", "2139095040", "$NAN", "0x7FC00000",
+     NULL},
     {"$ABS", "9223372036854775807", "$MAN", "4503599627370495", "$IMP", "4503599627370496", "$INF",
      "9218868437227405312", "$NAN", "0x7FF8000000000000", NULL},
 };
@@ -876,8 +876,8 @@ typedef struct found_s {
   const char *ops, *ops64;            /* the caller's lists */
   MlirOperation *items[2][N_HELPERS]; /* per width (32, 64 bits) and helper, the ops found */
   size_t n[2][N_HELPERS];
-  kiln_compiler_ops_t half;           /* f16/bf16 ops of `ops`' functions: to widen to f32 */
-  kiln_compiler_ops_t narrow;         /* i8/i16 bit counts, absi, ipowi: to widen to i32 */
+  kiln_compiler_ops_t half;   /* f16/bf16 ops of `ops`' functions: to widen to f32 */
+  kiln_compiler_ops_t narrow; /* i8/i16 bit counts, absi, ipowi: to widen to i32 */
   size_t total;
 } found_t;
 
@@ -895,12 +895,15 @@ bool kiln_compiler_list_has(const char *list, const char *item) {
 /* The helper table's key for an op: math.<name>, and arith's remf and integer
  * divisions by their names; empty for anything else. */
 static MlirStringRef helper_key(MlirOperation op) {
-  static const char *const arith_ops[] = {"remf", "divsi", "divui", "remsi", "remui", "floordivsi", "ceildivsi"};
+  static const char *const arith_ops[] = {"remf",  "divsi",      "divui",    "remsi",
+                                          "remui", "floordivsi", "ceildivsi"};
   MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
-  if (name.length > 5 && memcmp(name.data, "math.", 5) == 0) return mlirStringRefCreate(name.data + 5, name.length - 5);
+  if (name.length > 5 && memcmp(name.data, "math.", 5) == 0)
+    return mlirStringRefCreate(name.data + 5, name.length - 5);
   if (name.length > 6 && memcmp(name.data, "arith.", 6) == 0) {
     for (size_t i = 0; i < sizeof arith_ops / sizeof arith_ops[0]; i++) {
-      if (name.length - 6 == strlen(arith_ops[i]) && memcmp(name.data + 6, arith_ops[i], name.length - 6) == 0) {
+      if (name.length - 6 == strlen(arith_ops[i]) &&
+          memcmp(name.data + 6, arith_ops[i], name.length - 6) == 0) {
         return mlirStringRefCreate(name.data + 6, name.length - 6);
       }
     }
@@ -916,7 +919,6 @@ static bool narrow_widened(MlirStringRef key) {
   return false;
 }
 
-
 /* An i8/i16 math.ctlz/cttz/ctpop/absi/ipowi on i32, the result truncated back:
  * ctlz of the zero-extended value less the 32 - N leading bits it gained; cttz
  * with bit N set, so a zero gives N; ctpop zero-extended; absi and ipowi
@@ -927,7 +929,8 @@ static void widen_narrow_int(MlirContext context, MlirOperation op) {
   unsigned bits = mlirIntegerTypeGetWidth(narrow);
   MlirType i32 = mlirIntegerTypeGet(context, 32);
   bool sign = kiln_compiler_op_is(op, "math.absi") || kiln_compiler_op_is(op, "math.ipowi");
-  MlirValue a = kiln_compiler_build1(sign ? "arith.extsi" : "arith.extui", op, mlirOperationGetOperand(op, 0), i32);
+  MlirValue a =
+      kiln_compiler_build1(sign ? "arith.extsi" : "arith.extui", op, mlirOperationGetOperand(op, 0), i32);
   MlirValue r;
   if (kiln_compiler_op_is(op, "math.ipowi")) {
     MlirValue b = kiln_compiler_build1("arith.extsi", op, mlirOperationGetOperand(op, 1), i32);
@@ -943,7 +946,8 @@ static void widen_narrow_int(MlirContext context, MlirOperation op) {
     snprintf(full, sizeof full, "%.*s", (int)name.length, name.data);
     r = kiln_compiler_build1(full, op, a, i32);
   }
-  mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), kiln_compiler_build1("arith.trunci", op, r, narrow));
+  mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0),
+                                kiln_compiler_build1("arith.trunci", op, r, narrow));
   mlirOperationDestroy(op);
 }
 
@@ -964,10 +968,12 @@ static MlirWalkResult find_math(MlirOperation op, void *user) {
   bool integer = width != 0;
   bool wide = width == 64 || mlirTypeIsAF64(rt);
   bool half = mlirTypeIsAF16(rt) || mlirTypeIsABF16(rt);
-  if (!(width == 32 || width == 64 || mlirTypeIsAF32(rt) || mlirTypeIsAF64(rt) || half)) return MlirWalkResultAdvance;
+  if (!(width == 32 || width == 64 || mlirTypeIsAF32(rt) || mlirTypeIsAF64(rt) || half))
+    return MlirWalkResultAdvance;
   for (size_t h = 0; h < N_HELPERS; h++) {
     if (helpers[h].integer != integer || key.length != strlen(helpers[h].name) ||
-        memcmp(key.data, helpers[h].name, key.length) != 0 || !kiln_compiler_list_has(wide ? f->ops64 : f->ops, helpers[h].name)) {
+        memcmp(key.data, helpers[h].name, key.length) != 0 ||
+        !kiln_compiler_list_has(wide ? f->ops64 : f->ops, helpers[h].name)) {
       continue;
     }
     if (half) {
@@ -1006,7 +1012,8 @@ static MlirWalkResult collect_pre(MlirOperation op, void *user) {
     MlirType t = mlirValueGetType(mlirOperationGetOperand(op, 1));
     if (mlirTypeIsAInteger(t) && mlirIntegerTypeGetWidth(t) != 32) kiln_compiler_ops_push(&p->fpowi, op);
   } else if (kiln_compiler_op_is(op, "math.isinf") || kiln_compiler_op_is(op, "math.isnormal")) {
-    if (mlirTypeIsAFloat(mlirValueGetType(mlirOperationGetOperand(op, 0)))) kiln_compiler_ops_push(&p->classify, op);
+    if (mlirTypeIsAFloat(mlirValueGetType(mlirOperationGetOperand(op, 0))))
+      kiln_compiler_ops_push(&p->classify, op);
   }
   return MlirWalkResultAdvance;
 }
@@ -1025,8 +1032,8 @@ static void fpowi_exponents_i32(MlirContext context, kiln_compiler_ops_t found) 
     } else {
       MlirValue one = kiln_compiler_int_const_before(context, op, t, 1);
       MlirValue parity = kiln_compiler_build2("arith.andi", op, n, one, t);
-      MlirValue lim = kiln_compiler_build2("arith.addi", op, kiln_compiler_int_const_before(context, op, t, 1 << 30),
-                                           parity, t);
+      MlirValue lim = kiln_compiler_build2(
+          "arith.addi", op, kiln_compiler_int_const_before(context, op, t, 1 << 30), parity, t);
       MlirValue zero = kiln_compiler_int_const_before(context, op, t, 0);
       MlirValue neg_lim = kiln_compiler_build2("arith.subi", op, zero, lim, t);
       n = kiln_compiler_build2("arith.minsi", op, n, lim, t);
@@ -1042,7 +1049,8 @@ static void fpowi_exponents_i32(MlirContext context, kiln_compiler_ops_t found) 
 static MlirValue float_const_before(MlirContext context, MlirOperation before, MlirType t, double v) {
   MlirOperationState state = mlirOperationStateGet(mlirStringRefCreateFromCString("arith.constant"),
                                                    mlirOperationGetLocation(before));
-  MlirNamedAttribute value = kiln_compiler_named_attr(context, "value", mlirFloatAttrDoubleGet(context, t, v));
+  MlirNamedAttribute value =
+      kiln_compiler_named_attr(context, "value", mlirFloatAttrDoubleGet(context, t, v));
   mlirOperationStateAddAttributes(&state, 1, &value);
   mlirOperationStateAddResults(&state, 1, &t);
   MlirOperation c = mlirOperationCreate(&state);

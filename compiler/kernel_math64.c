@@ -88,8 +88,12 @@ static v_t cmp(em_t *e, const char *pred, v_t a, v_t b) {
 static v_t icmp(em_t *e, const char *pred, v_t a, v_t b) {
   return line(e, "arith.cmpi %s, %%v%d, %%v%d : i64", pred, a, b);
 }
-static v_t sel(em_t *e, v_t c, v_t a, v_t b) { return line(e, "arith.select %%v%d, %%v%d, %%v%d : f64", c, a, b); }
-static v_t isel(em_t *e, v_t c, v_t a, v_t b) { return line(e, "arith.select %%v%d, %%v%d, %%v%d : i64", c, a, b); }
+static v_t sel(em_t *e, v_t c, v_t a, v_t b) {
+  return line(e, "arith.select %%v%d, %%v%d, %%v%d : f64", c, a, b);
+}
+static v_t isel(em_t *e, v_t c, v_t a, v_t b) {
+  return line(e, "arith.select %%v%d, %%v%d, %%v%d : i64", c, a, b);
+}
 static v_t to_bits(em_t *e, v_t a) { return line(e, "arith.bitcast %%v%d : f64 to i64", a); }
 static v_t from_bits(em_t *e, v_t a) { return line(e, "arith.bitcast %%v%d : i64 to f64", a); }
 static v_t to_int(em_t *e, v_t a) { return line(e, "arith.fptosi %%v%d : f64 to i64", a); }
@@ -121,7 +125,7 @@ static char *helper(const char *name, const char *type, int args, v_t (*build)(e
   return helper_typed(name, type, type, args, 0, build);
 }
 
-#define INF64 __builtin_inf()
+#define INF64  __builtin_inf()
 #define LN2_HI 0x1.62e42fee00000p-1 /* 32 significant bits */
 #define LN2_LO 0x1.a39ef35793c76p-33
 
@@ -139,10 +143,20 @@ static void two_to(em_t *e, v_t kf, v_t *s1, v_t *s2) {
 }
 
 static v_t build_exp(em_t *e) {
-  static const double taylor[] = {
-      1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0,
-      1.0 / 40320.0,      1.0 / 5040.0,      1.0 / 720.0,       1.0 / 120.0,     1.0 / 24.0,
-      1.0 / 6.0,          0.5,               1.0,               1.0};
+  static const double taylor[] = {1.0 / 6227020800.0,
+                                  1.0 / 479001600.0,
+                                  1.0 / 39916800.0,
+                                  1.0 / 3628800.0,
+                                  1.0 / 362880.0,
+                                  1.0 / 40320.0,
+                                  1.0 / 5040.0,
+                                  1.0 / 720.0,
+                                  1.0 / 120.0,
+                                  1.0 / 24.0,
+                                  1.0 / 6.0,
+                                  0.5,
+                                  1.0,
+                                  1.0};
   v_t x = 0;
   v_t t = add(e, mul(e, x, k(e, 0x1.71547652b82fep+0)), k(e, 0.5));
   v_t kf = f1(e, "math.floor", t);
@@ -233,18 +247,30 @@ static v_t build_log10(em_t *e) {
 /* ---- sin, cos ---- */
 
 /* pi/2 in seven 20-bit parts and a tail (k * part exact for |k| < 2^33). */
-static const double pio2_parts[] = {0x1.921fc00000000p+0,  -0x1.5777a00000000p-21, -0x1.73dcc00000000p-43,
-                                    0x1.898cc00000000p-64, 0x1.45c0600000000p-86,  0x1.c1cd200000000p-107,
+static const double pio2_parts[] = {0x1.921fc00000000p+0,    -0x1.5777a00000000p-21, -0x1.73dcc00000000p-43,
+                                    0x1.898cc00000000p-64,   0x1.45c0600000000p-86,  0x1.c1cd200000000p-107,
                                     -0x1.adfb600000000p-128, -0x1.f77598338bfdfp-151};
 
 /* The quadrant's bits (*odd: q odd, *hi: q >= 2) and sin r, cos r. */
 static void sincos_reduce(em_t *e, v_t x, v_t *odd, v_t *hi, v_t *s, v_t *c) {
-  static const double sin_c[] = {-1.0 / 121645100408832000.0, 1.0 / 355687428096000.0, -1.0 / 1307674368000.0,
-                                 1.0 / 6227020800.0,          -1.0 / 39916800.0,       1.0 / 362880.0,
-                                 -1.0 / 5040.0,               1.0 / 120.0,             -1.0 / 6.0};
-  static const double cos_c[] = {-1.0 / 6402373705728000.0, 1.0 / 20922789888000.0, -1.0 / 87178291200.0,
-                                 1.0 / 479001600.0,         -1.0 / 3628800.0,       1.0 / 40320.0,
-                                 -1.0 / 720.0,              1.0 / 24.0,             -0.5};
+  static const double sin_c[] = {-1.0 / 121645100408832000.0,
+                                 1.0 / 355687428096000.0,
+                                 -1.0 / 1307674368000.0,
+                                 1.0 / 6227020800.0,
+                                 -1.0 / 39916800.0,
+                                 1.0 / 362880.0,
+                                 -1.0 / 5040.0,
+                                 1.0 / 120.0,
+                                 -1.0 / 6.0};
+  static const double cos_c[] = {-1.0 / 6402373705728000.0,
+                                 1.0 / 20922789888000.0,
+                                 -1.0 / 87178291200.0,
+                                 1.0 / 479001600.0,
+                                 -1.0 / 3628800.0,
+                                 1.0 / 40320.0,
+                                 -1.0 / 720.0,
+                                 1.0 / 24.0,
+                                 -0.5};
   v_t kf = f1(e, "math.floor", add(e, mul(e, x, k(e, 0x1.45f306dc9c883p-1)), k(e, 0.5)));
   /* infinities and NaN: k = 0 (the result is NaN anyway), never a poison fptosi */
   v_t finite = cmp(e, "olt", f1(e, "math.absf", kf), k(e, INF64));
@@ -516,12 +542,12 @@ static v_t count_halves(em_t *e, const char *op) {
     r = line(e, "arith.addi %%v%d, %%v%d : i32", chi, clo);
   } else if (strcmp(op, "math.ctlz") == 0) {
     v_t hi_zero = line(e, "arith.cmpi eq, %%v%d, %%v%d : i32", hi, z32);
-    r = line(e, "arith.select %%v%d, %%v%d, %%v%d : i32", hi_zero, line(e, "arith.addi %%v%d, %%v%d : i32", c32, clo),
-             chi);
+    r = line(e, "arith.select %%v%d, %%v%d, %%v%d : i32", hi_zero,
+             line(e, "arith.addi %%v%d, %%v%d : i32", c32, clo), chi);
   } else { /* cttz */
     v_t lo_zero = line(e, "arith.cmpi eq, %%v%d, %%v%d : i32", lo, z32);
-    r = line(e, "arith.select %%v%d, %%v%d, %%v%d : i32", lo_zero, line(e, "arith.addi %%v%d, %%v%d : i32", c32, chi),
-             clo);
+    r = line(e, "arith.select %%v%d, %%v%d, %%v%d : i32", lo_zero,
+             line(e, "arith.addi %%v%d, %%v%d : i32", c32, chi), clo);
   }
   return line(e, "arith.extui %%v%d : i32 to i64", r);
 }
@@ -542,15 +568,17 @@ static v_t build_ctpop(em_t *e) { return count_halves(e, "math.ctpop"); }
  * the CPU path (corpus.cpu_soft_f64). */
 
 #define F64_SIGN INT64_MIN
-#define F64_ABS INT64_MAX
-#define F64_INF 0x7FF0000000000000LL
+#define F64_ABS  INT64_MAX
+#define F64_INF  0x7FF0000000000000LL
 #define F64_QNAN 0x7FF8000000000000LL
-#define F64_MAN 0xFFFFFFFFFFFFFLL
-#define F64_IMP 0x10000000000000LL
+#define F64_MAN  0xFFFFFFFFFFFFFLL
+#define F64_IMP  0x10000000000000LL
 
 static v_t band(em_t *e, v_t a, v_t b) { return line(e, "arith.andi %%v%d, %%v%d : i1", a, b); }
 static v_t bor(em_t *e, v_t a, v_t b) { return line(e, "arith.ori %%v%d, %%v%d : i1", a, b); }
-static v_t bnot(em_t *e, v_t a) { return line(e, "arith.xori %%v%d, %%v%d : i1", a, line(e, "arith.constant true")); }
+static v_t bnot(em_t *e, v_t a) {
+  return line(e, "arith.xori %%v%d, %%v%d : i1", a, line(e, "arith.constant true"));
+}
 static v_t ic2(em_t *e, const char *op, v_t a, int64_t c) { return i2(e, op, a, ki(e, c)); }
 static v_t zext(em_t *e, v_t b) { return line(e, "arith.extui %%v%d : i1 to i64", b); }
 static v_t umin(em_t *e, v_t a, int64_t c) { return line(e, "arith.minui %%v%d, %%v%d : i64", a, ki(e, c)); }
@@ -685,8 +713,8 @@ static v_t soft_mul(em_t *e, v_t a, v_t b) {
   v_t s_top = icmp(e, "ne", ic2(e, "arith.andi", lo, (INT64_C(1) << 50) - 1), ki(e, 0));
   v_t m_low = i2(e, "arith.ori", ic2(e, "arith.shli", hi, 15), ic2(e, "arith.shrui", lo, 49));
   v_t s_low = icmp(e, "ne", ic2(e, "arith.andi", lo, (INT64_C(1) << 49) - 1), ki(e, 0));
-  v_t m = i2(e, "arith.ori", isel(e, top, m_top, m_low), zext(e, line(e, "arith.select %%v%d, %%v%d, %%v%d : i1",
-                                                                          top, s_top, s_low)));
+  v_t m = i2(e, "arith.ori", isel(e, top, m_top, m_low),
+             zext(e, line(e, "arith.select %%v%d, %%v%d, %%v%d : i1", top, s_top, s_low)));
   v_t E = ic2(e, "arith.subi", i2(e, "arith.addi", i2(e, "arith.addi", ea, eb), zext(e, top)), 1023);
   return mul_div_specials(e, false, ca, cb, sign, round_pack(e, sign, E, m));
 }
@@ -780,11 +808,13 @@ static v_t soft_from_f32(em_t *e, v_t x) {
   v_t s = ic2(e, "arith.shli", ic2(e, "arith.andi", x, 0x80000000LL), 32);
   v_t e8 = ic2(e, "arith.andi", ic2(e, "arith.shrui", x, 23), 0xFF);
   v_t f = ic2(e, "arith.andi", x, 0x7FFFFF);
-  v_t normal = i2(e, "arith.ori", ic2(e, "arith.shli", ic2(e, "arith.addi", e8, 896), 52), ic2(e, "arith.shli", f, 29));
+  v_t normal = i2(e, "arith.ori", ic2(e, "arith.shli", ic2(e, "arith.addi", e8, 896), 52),
+                  ic2(e, "arith.shli", f, 29));
   v_t special = i2(e, "arith.ori", ki(e, F64_INF), ic2(e, "arith.shli", f, 29));
   /* a subnormal f32 is a normal f64: the leading 1 of f at bit p gives 2^(p-149) */
   v_t p = i2(e, "arith.subi", ki(e, 63), clz(e, f));
-  v_t frac = ic2(e, "arith.andi", i2(e, "arith.shli", f, umin(e, i2(e, "arith.subi", ki(e, 52), p), 63)), F64_MAN);
+  v_t frac =
+      ic2(e, "arith.andi", i2(e, "arith.shli", f, umin(e, i2(e, "arith.subi", ki(e, 52), p), 63)), F64_MAN);
   v_t sub = i2(e, "arith.ori", ic2(e, "arith.shli", ic2(e, "arith.addi", p, 874), 52), frac);
   v_t z = icmp(e, "eq", e8, ki(e, 0));
   v_t r = isel(e, z, isel(e, icmp(e, "eq", f, ki(e, 0)), ki(e, 0), sub), normal);
@@ -817,7 +847,8 @@ static v_t soft_to_f32(em_t *e, v_t x, bool to_odd) {
     v_t odd = icmp(e, "ne", ic2(e, "arith.andi", q, 1), ki(e, 0));
     inc = zext(e, bor(e, icmp(e, "ugt", rb, ki(e, 4)), band(e, icmp(e, "eq", rb, ki(e, 4)), odd)));
   }
-  v_t bits = i2(e, "arith.addi", i2(e, "arith.addi", ic2(e, "arith.shli", ic2(e, "arith.subi", E, 1), 23), q), inc);
+  v_t bits =
+      i2(e, "arith.addi", i2(e, "arith.addi", ic2(e, "arith.shli", ic2(e, "arith.subi", E, 1), 23), q), inc);
   bits = isel(e, icmp(e, "sgt", E, ki(e, 254)), ki(e, 0x7F800000LL), bits);
   bits = isel(e, c.inf, ki(e, 0x7F800000LL), bits);
   bits = isel(e, c.nan, ki(e, 0x7FC00000LL), bits);
@@ -873,7 +904,8 @@ static v_t soft_round(em_t *e, v_t x, rnd_t mode) {
       v_t odd = icmp(e, "ne", i2(e, "arith.andi", base, one), ki(e, 0));
       up = bor(e, icmp(e, "ugt", frac, half), band(e, icmp(e, "eq", frac, half), odd));
       v_t over_half = icmp(e, "ugt", c.mag, ki(e, 0x3FE0000000000000LL));
-      small = isel(e, band(e, icmp(e, "eq", ub, ki(e, -1)), over_half), i2(e, "arith.ori", c.sign, onef), c.sign);
+      small =
+          isel(e, band(e, icmp(e, "eq", ub, ki(e, -1)), over_half), i2(e, "arith.ori", c.sign, onef), c.sign);
       break;
     }
   }
@@ -913,14 +945,30 @@ static const struct {
   int args;
   v_t (*build)(em_t *);
 } builders[] = {
-    {"exp", false, 1, build_exp},       {"exp2", false, 1, build_exp2},     {"log", false, 1, build_log},
-    {"log2", false, 1, build_log2},     {"log10", false, 1, build_log10},   {"sin", false, 1, build_sin},
-    {"cos", false, 1, build_cos},       {"atan", false, 1, build_atan},     {"cbrt", false, 1, build_cbrt},
-    {"erf", false, 1, build_erf},       {"erfc", false, 1, build_erfc},     {"floor", false, 1, build_floor},
-    {"ceil", false, 1, build_ceil},     {"divui", true, 2, build_divui},    {"remui", true, 2, build_remui},
-    {"divsi", true, 2, build_divsi},    {"remsi", true, 2, build_remsi},    {"floordivsi", true, 2, build_floordivsi},
-    {"ceildivsi", true, 2, build_ceildivsi}, {"absi", true, 1, build_absi}, {"ctlz", true, 1, build_ctlz},
-    {"cttz", true, 1, build_cttz},      {"ctpop", true, 1, build_ctpop},    {"ipowi", true, 2, build_ipowi},
+    {"exp", false, 1, build_exp},
+    {"exp2", false, 1, build_exp2},
+    {"log", false, 1, build_log},
+    {"log2", false, 1, build_log2},
+    {"log10", false, 1, build_log10},
+    {"sin", false, 1, build_sin},
+    {"cos", false, 1, build_cos},
+    {"atan", false, 1, build_atan},
+    {"cbrt", false, 1, build_cbrt},
+    {"erf", false, 1, build_erf},
+    {"erfc", false, 1, build_erfc},
+    {"floor", false, 1, build_floor},
+    {"ceil", false, 1, build_ceil},
+    {"divui", true, 2, build_divui},
+    {"remui", true, 2, build_remui},
+    {"divsi", true, 2, build_divsi},
+    {"remsi", true, 2, build_remsi},
+    {"floordivsi", true, 2, build_floordivsi},
+    {"ceildivsi", true, 2, build_ceildivsi},
+    {"absi", true, 1, build_absi},
+    {"ctlz", true, 1, build_ctlz},
+    {"cttz", true, 1, build_cttz},
+    {"ctpop", true, 1, build_ctpop},
+    {"ipowi", true, 2, build_ipowi},
 };
 
 char *kiln_compiler_math_helper_64(const char *name, bool integer) {
@@ -958,7 +1006,9 @@ static v_t sb_fptosi(em_t *e) { return soft_to_int(e, 0, true); }
 static v_t sb_fptoui(em_t *e) { return soft_to_int(e, 0, false); }
 static v_t sb_extf(em_t *e) { return soft_from_f32(e, line(e, "arith.extui %%v0 : i32 to i64")); }
 static v_t sb_truncf(em_t *e) { return line(e, "arith.trunci %%v%d : i64 to i32", soft_to_f32(e, 0, false)); }
-static v_t sb_truncf_odd(em_t *e) { return line(e, "arith.trunci %%v%d : i64 to i32", soft_to_f32(e, 0, true)); }
+static v_t sb_truncf_odd(em_t *e) {
+  return line(e, "arith.trunci %%v%d : i64 to i32", soft_to_f32(e, 0, true));
+}
 static v_t sb_cmpf(em_t *e) { return soft_cmp(e, 0, 1, e->pred); }
 static v_t sb_isnan(em_t *e) { return classify(e, 0).nan; }
 static v_t sb_isinf(em_t *e) { return classify(e, 0).inf; }
@@ -979,22 +1029,37 @@ static const struct {
   const char *in, *out;
   v_t (*build)(em_t *);
 } soft_builders[] = {
-    {"addf", 2, "i64", "i64", sb_addf},         {"subf", 2, "i64", "i64", sb_subf},
-    {"mulf", 2, "i64", "i64", sb_mulf},         {"divf", 2, "i64", "i64", sb_divf},
+    {"addf", 2, "i64", "i64", sb_addf},
+    {"subf", 2, "i64", "i64", sb_subf},
+    {"mulf", 2, "i64", "i64", sb_mulf},
+    {"divf", 2, "i64", "i64", sb_divf},
     {"fma", 3, "i64", "i64", sb_fma},
-    {"sqrt", 1, "i64", "i64", sb_sqrt},         {"rsqrt", 1, "i64", "i64", sb_rsqrt},
-    {"negf", 1, "i64", "i64", sb_negf},         {"absf", 1, "i64", "i64", sb_absf},
-    {"copysign", 2, "i64", "i64", sb_copysign}, {"maximumf", 2, "i64", "i64", sb_maximumf},
-    {"minimumf", 2, "i64", "i64", sb_minimumf}, {"maxnumf", 2, "i64", "i64", sb_maxnumf},
-    {"minnumf", 2, "i64", "i64", sb_minnumf},   {"sitofp", 1, "i64", "i64", sb_sitofp},
-    {"uitofp", 1, "i64", "i64", sb_uitofp},     {"fptosi", 1, "i64", "i64", sb_fptosi},
-    {"fptoui", 1, "i64", "i64", sb_fptoui},     {"extf", 1, "i32", "i64", sb_extf},
-    {"truncf", 1, "i64", "i32", sb_truncf},     {"truncf_odd", 1, "i64", "i32", sb_truncf_odd},
-    {"cmpf", 2, "i64", "i1", sb_cmpf},         {"floor", 1, "i64", "i64", sb_floor},
-    {"ceil", 1, "i64", "i64", sb_ceil},         {"trunc", 1, "i64", "i64", sb_trunc},
-    {"round", 1, "i64", "i64", sb_round},       {"roundeven", 1, "i64", "i64", sb_roundeven},
-    {"isnan", 1, "i64", "i1", sb_isnan},        {"isinf", 1, "i64", "i1", sb_isinf},
-    {"isfinite", 1, "i64", "i1", sb_isfinite},  {"isnormal", 1, "i64", "i1", sb_isnormal},
+    {"sqrt", 1, "i64", "i64", sb_sqrt},
+    {"rsqrt", 1, "i64", "i64", sb_rsqrt},
+    {"negf", 1, "i64", "i64", sb_negf},
+    {"absf", 1, "i64", "i64", sb_absf},
+    {"copysign", 2, "i64", "i64", sb_copysign},
+    {"maximumf", 2, "i64", "i64", sb_maximumf},
+    {"minimumf", 2, "i64", "i64", sb_minimumf},
+    {"maxnumf", 2, "i64", "i64", sb_maxnumf},
+    {"minnumf", 2, "i64", "i64", sb_minnumf},
+    {"sitofp", 1, "i64", "i64", sb_sitofp},
+    {"uitofp", 1, "i64", "i64", sb_uitofp},
+    {"fptosi", 1, "i64", "i64", sb_fptosi},
+    {"fptoui", 1, "i64", "i64", sb_fptoui},
+    {"extf", 1, "i32", "i64", sb_extf},
+    {"truncf", 1, "i64", "i32", sb_truncf},
+    {"truncf_odd", 1, "i64", "i32", sb_truncf_odd},
+    {"cmpf", 2, "i64", "i1", sb_cmpf},
+    {"floor", 1, "i64", "i64", sb_floor},
+    {"ceil", 1, "i64", "i64", sb_ceil},
+    {"trunc", 1, "i64", "i64", sb_trunc},
+    {"round", 1, "i64", "i64", sb_round},
+    {"roundeven", 1, "i64", "i64", sb_roundeven},
+    {"isnan", 1, "i64", "i1", sb_isnan},
+    {"isinf", 1, "i64", "i1", sb_isinf},
+    {"isfinite", 1, "i64", "i1", sb_isfinite},
+    {"isnormal", 1, "i64", "i1", sb_isnormal},
 };
 
 char *kiln_compiler_soft_f64_helper(const char *name, int pred) {

@@ -37,9 +37,9 @@ static MlirStringRef sref(const char *s) { return mlirStringRefCreateFromCString
 /* ---- 8-bit floats ---- */
 
 typedef enum special_e {
-  IEEE = 1, /* infinities and NaNs at the top exponent */
-  FN = 2,   /* no infinity; NaN is every bit set below the sign */
-  FNUZ = 3, /* no infinity, no negative zero; NaN is the sign bit alone */
+  IEEE = 1,   /* infinities and NaNs at the top exponent */
+  FN = 2,     /* no infinity; NaN is every bit set below the sign */
+  FNUZ = 3,   /* no infinity, no negative zero; NaN is the sign bit alone */
   FINITE = 4, /* no infinity, no NaN: out of range saturates (OCP MX's f4) */
 } special_t;
 
@@ -284,8 +284,8 @@ static MlirValue bin(const char *name, MlirOperation before, MlirValue a, MlirVa
 
 typedef struct packed_s {
   MlirContext ctx;
-  MlirType type;   /* the original memref type */
-  unsigned bits;   /* 2 or 4 */
+  MlirType type; /* the original memref type */
+  unsigned bits; /* 2 or 4 */
   int64_t strides[8], offset;
 } packed_t;
 
@@ -294,7 +294,8 @@ static MlirValue bit_position(const packed_t *p, MlirOperation op, intptr_t firs
   MlirType index = mlirIndexTypeGet(p->ctx);
   MlirValue lin = kiln_compiler_int_const_before(p->ctx, op, index, p->offset);
   for (intptr_t d = 0; d < mlirShapedTypeGetRank(p->type); d++) {
-    MlirValue term = bin("arith.muli", op, mlirOperationGetOperand(op, first + d), kiln_compiler_int_const_before(p->ctx, op, index, p->strides[d]));
+    MlirValue term = bin("arith.muli", op, mlirOperationGetOperand(op, first + d),
+                         kiln_compiler_int_const_before(p->ctx, op, index, p->strides[d]));
     lin = bin("arith.addi", op, lin, term);
   }
   return bin("arith.muli", op, lin, kiln_compiler_int_const_before(p->ctx, op, index, p->bits));
@@ -336,7 +337,8 @@ static KILN_MUST_USE kiln_status_t pack_arg(MlirContext ctx, MlirValue arg, cons
   }
   /* Users first: the rewrite changes the use list. */
   size_t n = 0;
-  for (MlirOpOperand u = mlirValueGetFirstUse(arg); !mlirOpOperandIsNull(u); u = mlirOpOperandGetNextUse(u)) n++;
+  for (MlirOpOperand u = mlirValueGetFirstUse(arg); !mlirOpOperandIsNull(u); u = mlirOpOperandGetNextUse(u))
+    n++;
   MlirOperation *users = kiln_calloc(n + 1, sizeof *users);
   n = 0;
   for (MlirOpOperand u = mlirValueGetFirstUse(arg); !mlirOpOperandIsNull(u); u = mlirOpOperandGetNextUse(u)) {
@@ -373,7 +375,8 @@ static KILN_MUST_USE kiln_status_t pack_arg(MlirContext ctx, MlirValue arg, cons
     } else {
       MlirValue value = mlirOperationGetOperand(op, 0);
       MlirValue wide = op1("arith.extui", op, &value, 1, i32);
-      MlirValue mask = bin("arith.shli", op, kiln_compiler_int_const_before(ctx, op, i32, (1 << p.bits) - 1), sh);
+      MlirValue mask =
+          bin("arith.shli", op, kiln_compiler_int_const_before(ctx, op, i32, (1 << p.bits) - 1), sh);
       MlirValue keep = bin("arith.xori", op, mask, kiln_compiler_int_const_before(ctx, op, i32, -1));
       atomic(ctx, op, ATOMIC_ANDI, keep, arg, word);
       atomic(ctx, op, ATOMIC_ORI, bin("arith.shli", op, wide, sh), arg, word);
@@ -410,8 +413,9 @@ kiln_status_t kiln_compiler_kernels_pack_sub_byte(MlirContext context, MlirModul
     if (changed && !st) {
       MlirType *types = kiln_calloc((size_t)n + 1, sizeof *types);
       for (intptr_t i = 0; i < n; i++) types[i] = mlirValueGetType(mlirBlockGetArgument(entry, i));
-      mlirOperationSetInherentAttributeByName(funcs.items[f], sref("function_type"),
-                                              mlirTypeAttrGet(mlirFunctionTypeGet(context, n, types, 0, NULL)));
+      mlirOperationSetInherentAttributeByName(
+          funcs.items[f], sref("function_type"),
+          mlirTypeAttrGet(mlirFunctionTypeGet(context, n, types, 0, NULL)));
       kiln_free(types);
     }
   }
@@ -454,7 +458,8 @@ static MlirValue sext32(MlirContext ctx, MlirOperation before, MlirValue v, unsi
 }
 
 static MlirValue mask32(MlirContext ctx, MlirOperation before, MlirValue v, unsigned bits) {
-  return bin("arith.andi", before, v, kiln_compiler_int_const_before(ctx, before, mlirIntegerTypeGet(ctx, 32), (1 << bits) - 1));
+  return bin("arith.andi", before, v,
+             kiln_compiler_int_const_before(ctx, before, mlirIntegerTypeGet(ctx, 32), (1 << bits) - 1));
 }
 
 /* The integers SPIR-V has no type for that kiln widens: i2 and i4 (packed
@@ -474,19 +479,23 @@ static bool signed_op(MlirOperation op) {
     int64_t p = mlirIntegerAttrGetValueInt(mlirOperationGetAttributeByName(op, sref("predicate")));
     return p >= 2 && p <= 5;
   }
-  return kiln_compiler_op_is(op, "arith.divsi") || kiln_compiler_op_is(op, "arith.remsi") || kiln_compiler_op_is(op, "arith.maxsi") ||
-         kiln_compiler_op_is(op, "arith.minsi") || kiln_compiler_op_is(op, "arith.shrsi") || kiln_compiler_op_is(op, "arith.sitofp") ||
-         kiln_compiler_op_is(op, "arith.extsi") || kiln_compiler_op_is(op, "arith.ceildivsi") || kiln_compiler_op_is(op, "arith.floordivsi");
+  return kiln_compiler_op_is(op, "arith.divsi") || kiln_compiler_op_is(op, "arith.remsi") ||
+         kiln_compiler_op_is(op, "arith.maxsi") || kiln_compiler_op_is(op, "arith.minsi") ||
+         kiln_compiler_op_is(op, "arith.shrsi") || kiln_compiler_op_is(op, "arith.sitofp") ||
+         kiln_compiler_op_is(op, "arith.extsi") || kiln_compiler_op_is(op, "arith.ceildivsi") ||
+         kiln_compiler_op_is(op, "arith.floordivsi");
 }
 
 /* Ops whose iN result may leave the N bits (wrap, or a signed result). */
 static bool needs_mask(MlirOperation op) {
-  return kiln_compiler_op_is(op, "arith.addi") || kiln_compiler_op_is(op, "arith.subi") || kiln_compiler_op_is(op, "arith.muli") ||
-         kiln_compiler_op_is(op, "arith.shli") || signed_op(op) || kiln_compiler_op_is(op, "arith.trunci") || kiln_compiler_op_is(op, "arith.fptosi") ||
+  return kiln_compiler_op_is(op, "arith.addi") || kiln_compiler_op_is(op, "arith.subi") ||
+         kiln_compiler_op_is(op, "arith.muli") || kiln_compiler_op_is(op, "arith.shli") || signed_op(op) ||
+         kiln_compiler_op_is(op, "arith.trunci") || kiln_compiler_op_is(op, "arith.fptosi") ||
          kiln_compiler_op_is(op, "arith.fptoui");
 }
 
-static KILN_MUST_USE kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *w, MlirOperation op, const char *name) {
+static KILN_MUST_USE kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *w, MlirOperation op,
+                                                     const char *name) {
   intptr_t n_in = mlirOperationGetNumOperands(op), n_out = mlirOperationGetNumResults(op);
   unsigned in_bits = 0, out_bits = 0;
   for (intptr_t i = 0; i < n_in; i++) {
@@ -514,7 +523,10 @@ static KILN_MUST_USE kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *
       /* A value of its own (not the widened one), even when the width is 32. */
       unsigned tw = mlirIntegerTypeGetWidth(to);
       if (!kiln_compiler_op_is(op, "arith.extsi")) v = mask32(ctx, op, v, in_bits);
-      now = tw == 32 ? v : op1(tw < 32 ? "arith.trunci" : (kiln_compiler_op_is(op, "arith.extsi") ? "arith.extsi" : "arith.extui"), op, &v, 1, to);
+      now = tw == 32 ? v
+                     : op1(tw < 32 ? "arith.trunci"
+                                   : (kiln_compiler_op_is(op, "arith.extsi") ? "arith.extsi" : "arith.extui"),
+                           op, &v, 1, to);
     }
   } else if (kiln_compiler_op_is(op, "arith.trunci") && out_bits && !in_bits) {
     MlirValue v = mlirOperationGetOperand(op, 0);
@@ -524,17 +536,24 @@ static KILN_MUST_USE kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *
   } else if (kiln_compiler_op_is(op, "arith.uitofp") || kiln_compiler_op_is(op, "arith.sitofp")) {
     MlirValue v = wide_operand(ctx, op, mlirOperationGetOperand(op, 0));
     if (kiln_compiler_op_is(op, "arith.sitofp")) v = sext32(ctx, op, v, in_bits);
-    now = op1(kiln_compiler_op_is(op, "arith.sitofp") ? "arith.sitofp" : "arith.uitofp", op, &v, 1, mlirValueGetType(result));
+    now = op1(kiln_compiler_op_is(op, "arith.sitofp") ? "arith.sitofp" : "arith.uitofp", op, &v, 1,
+              mlirValueGetType(result));
   } else if (kiln_compiler_op_is(op, "arith.fptoui") || kiln_compiler_op_is(op, "arith.fptosi")) {
     MlirValue v = mlirOperationGetOperand(op, 0);
-    now = mask32(ctx, op, op1(kiln_compiler_op_is(op, "arith.fptosi") ? "arith.fptosi" : "arith.fptoui", op, &v, 1, i32), out_bits);
+    now =
+        mask32(ctx, op,
+               op1(kiln_compiler_op_is(op, "arith.fptosi") ? "arith.fptosi" : "arith.fptoui", op, &v, 1, i32),
+               out_bits);
   } else if (mlirOperationGetNumRegions(op) == 0 && n_out == 1 &&
-             (kiln_compiler_op_is(op, "arith.addi") || kiln_compiler_op_is(op, "arith.subi") || kiln_compiler_op_is(op, "arith.muli") ||
-              kiln_compiler_op_is(op, "arith.andi") || kiln_compiler_op_is(op, "arith.ori") || kiln_compiler_op_is(op, "arith.xori") ||
-              kiln_compiler_op_is(op, "arith.shli") || kiln_compiler_op_is(op, "arith.shrui") || kiln_compiler_op_is(op, "arith.shrsi") ||
-              kiln_compiler_op_is(op, "arith.divui") || kiln_compiler_op_is(op, "arith.remui") || kiln_compiler_op_is(op, "arith.divsi") ||
-              kiln_compiler_op_is(op, "arith.remsi") || kiln_compiler_op_is(op, "arith.maxui") || kiln_compiler_op_is(op, "arith.minui") ||
-              kiln_compiler_op_is(op, "arith.maxsi") || kiln_compiler_op_is(op, "arith.minsi") || kiln_compiler_op_is(op, "arith.cmpi") ||
+             (kiln_compiler_op_is(op, "arith.addi") || kiln_compiler_op_is(op, "arith.subi") ||
+              kiln_compiler_op_is(op, "arith.muli") || kiln_compiler_op_is(op, "arith.andi") ||
+              kiln_compiler_op_is(op, "arith.ori") || kiln_compiler_op_is(op, "arith.xori") ||
+              kiln_compiler_op_is(op, "arith.shli") || kiln_compiler_op_is(op, "arith.shrui") ||
+              kiln_compiler_op_is(op, "arith.shrsi") || kiln_compiler_op_is(op, "arith.divui") ||
+              kiln_compiler_op_is(op, "arith.remui") || kiln_compiler_op_is(op, "arith.divsi") ||
+              kiln_compiler_op_is(op, "arith.remsi") || kiln_compiler_op_is(op, "arith.maxui") ||
+              kiln_compiler_op_is(op, "arith.minui") || kiln_compiler_op_is(op, "arith.maxsi") ||
+              kiln_compiler_op_is(op, "arith.minsi") || kiln_compiler_op_is(op, "arith.cmpi") ||
               kiln_compiler_op_is(op, "arith.select"))) {
     bool sign = signed_op(op);
     MlirValue *operands = kiln_calloc((size_t)n_in + 1, sizeof *operands);
@@ -543,11 +562,13 @@ static KILN_MUST_USE kiln_status_t widen_op_sub_byte(MlirContext ctx, narrow_t *
       bool narrow = narrow_bits(w, v) != 0;
       v = wide_operand(ctx, op, v);
       /* shrsi's amount stays as it is; everything else narrow is sign-extended for signed ops */
-      if (narrow && sign && !(kiln_compiler_op_is(op, "arith.shrsi") && i == 1)) v = sext32(ctx, op, v, in_bits);
+      if (narrow && sign && !(kiln_compiler_op_is(op, "arith.shrsi") && i == 1))
+        v = sext32(ctx, op, v, in_bits);
       operands[i] = v;
     }
     MlirType rt = out_bits ? i32 : mlirValueGetType(result);
-    MlirOperationState s = mlirOperationStateGet(mlirIdentifierStr(mlirOperationGetName(op)), mlirOperationGetLocation(op));
+    MlirOperationState s =
+        mlirOperationStateGet(mlirIdentifierStr(mlirOperationGetName(op)), mlirOperationGetLocation(op));
     mlirOperationStateAddOperands(&s, n_in, operands);
     mlirOperationStateAddResults(&s, 1, &rt);
     for (intptr_t i = 0; i < mlirOperationGetNumAttributes(op); i++) {
@@ -579,7 +600,9 @@ kiln_status_t kiln_compiler_kernels_widen_sub_byte(MlirContext context, MlirModu
   kiln_status_t st = NULL;
   for (size_t i = 0; i < ops.n && !st; i++) {
     MlirOperation op = ops.items[i];
-    if (kiln_compiler_op_is(op, "gpu.module") || kiln_compiler_op_is(op, "gpu.func") || kiln_compiler_op_is(op, "builtin.module")) continue;
+    if (kiln_compiler_op_is(op, "gpu.module") || kiln_compiler_op_is(op, "gpu.func") ||
+        kiln_compiler_op_is(op, "builtin.module"))
+      continue;
     st = widen_op_sub_byte(context, &w, op, name);
   }
   kiln_free(ops.items);

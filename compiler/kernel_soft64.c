@@ -32,16 +32,16 @@ static const char *const movers[] = {
 static const struct {
   const char *op, *helper;
 } converted[] = {
-    {"arith.addf", "addf"},         {"arith.subf", "subf"},         {"arith.mulf", "mulf"},
-    {"arith.divf", "divf"},         {"arith.negf", "negf"},         {"arith.cmpf", "cmpf"},
-    {"arith.maximumf", "maximumf"}, {"arith.minimumf", "minimumf"}, {"arith.maxnumf", "maxnumf"},
-    {"arith.minnumf", "minnumf"},   {"arith.sitofp", "sitofp"},     {"arith.uitofp", "uitofp"},
-    {"arith.fptosi", "fptosi"},     {"arith.fptoui", "fptoui"},     {"arith.extf", "extf"},
-    {"arith.truncf", "truncf"},     {"math.sqrt", "sqrt"},          {"math.rsqrt", "rsqrt"},
-    {"math.absf", "absf"},          {"math.copysign", "copysign"},  {"math.floor", "floor"},
-    {"math.ceil", "ceil"},          {"math.trunc", "trunc"},        {"math.round", "round"},
-    {"math.roundeven", "roundeven"}, {"math.isnan", "isnan"},       {"math.isinf", "isinf"},
-    {"math.isfinite", "isfinite"},  {"math.isnormal", "isnormal"},  {"math.fma", "fma"},
+    {"arith.addf", "addf"},          {"arith.subf", "subf"},         {"arith.mulf", "mulf"},
+    {"arith.divf", "divf"},          {"arith.negf", "negf"},         {"arith.cmpf", "cmpf"},
+    {"arith.maximumf", "maximumf"},  {"arith.minimumf", "minimumf"}, {"arith.maxnumf", "maxnumf"},
+    {"arith.minnumf", "minnumf"},    {"arith.sitofp", "sitofp"},     {"arith.uitofp", "uitofp"},
+    {"arith.fptosi", "fptosi"},      {"arith.fptoui", "fptoui"},     {"arith.extf", "extf"},
+    {"arith.truncf", "truncf"},      {"math.sqrt", "sqrt"},          {"math.rsqrt", "rsqrt"},
+    {"math.absf", "absf"},           {"math.copysign", "copysign"},  {"math.floor", "floor"},
+    {"math.ceil", "ceil"},           {"math.trunc", "trunc"},        {"math.round", "round"},
+    {"math.roundeven", "roundeven"}, {"math.isnan", "isnan"},        {"math.isinf", "isinf"},
+    {"math.isfinite", "isfinite"},   {"math.isnormal", "isnormal"},  {"math.fma", "fma"},
 };
 #define N_CONVERTED (sizeof converted / sizeof converted[0])
 
@@ -152,12 +152,14 @@ static int retype_op(MlirContext ctx, MlirOperation op, bool touched, int *pred)
   for (intptr_t r = 0; r < mlirOperationGetNumRegions(op); r++) {
     for (MlirBlock b = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, r)); !mlirBlockIsNull(b);
          b = mlirBlockGetNextInRegion(b)) {
-      for (intptr_t i = 0; i < mlirBlockGetNumArguments(b); i++) retype_value(ctx, mlirBlockGetArgument(b, i));
+      for (intptr_t i = 0; i < mlirBlockGetNumArguments(b); i++)
+        retype_value(ctx, mlirBlockGetArgument(b, i));
     }
   }
   if (!touched) return -1;
   int c = converted_index(op);
-  MlirType res = mlirOperationGetNumResults(op) ? mlirValueGetType(mlirOperationGetResult(op, 0)) : (MlirType){NULL};
+  MlirType res =
+      mlirOperationGetNumResults(op) ? mlirValueGetType(mlirOperationGetResult(op, 0)) : (MlirType){NULL};
   if (kiln_compiler_op_is(op, "arith.constant")) {
     double d = mlirFloatAttrGetValueDouble(mlirOperationGetAttributeByName(op, sref("value")));
     int64_t bits;
@@ -167,7 +169,8 @@ static int retype_op(MlirContext ctx, MlirOperation op, bool touched, int *pred)
     mlirOperationDestroy(op);
     return -1;
   }
-  for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) retype_value(ctx, mlirOperationGetResult(op, i));
+  for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++)
+    retype_value(ctx, mlirOperationGetResult(op, i));
   if (kiln_compiler_op_is(op, "arith.bitcast")) {
     /* f64 <-> i64: now i64 both sides */
     mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), mlirOperationGetOperand(op, 0));
@@ -245,8 +248,10 @@ kiln_status_t kiln_compiler_kernels_soft_f64(MlirContext context, MlirModule mod
   }
   for (size_t b = 0; b < n_buckets; b++) {
     if (!st) {
-      char *text = kiln_compiler_soft_f64_helper(buckets[b].helper, buckets[b].pred < 0 ? 0 : buckets[b].pred);
-      st = text ? kiln_compiler_kernels_replace_with_helper(context, buckets[b].ops.items, buckets[b].ops.n, text)
+      char *text =
+          kiln_compiler_soft_f64_helper(buckets[b].helper, buckets[b].pred < 0 ? 0 : buckets[b].pred);
+      st = text ? kiln_compiler_kernels_replace_with_helper(context, buckets[b].ops.items, buckets[b].ops.n,
+                                                            text)
                 : KILN_STATUS(KILN_STATUS_INTERNAL, "no soft f64 helper %s", buckets[b].helper);
       kiln_free(text);
     }

@@ -99,7 +99,8 @@ bool kiln_compiler_is_small_float(MlirType t) {
 }
 
 static bool rewritten_float(const retype_t *r, MlirType t) {
-  return ((r->which & KILN_FLOATS_BF16) && mlirTypeIsABF16(t)) || ((r->which & KILN_FLOATS_F16) && mlirTypeIsAF16(t)) ||
+  return ((r->which & KILN_FLOATS_BF16) && mlirTypeIsABF16(t)) ||
+         ((r->which & KILN_FLOATS_F16) && mlirTypeIsAF16(t)) ||
          ((r->which & KILN_FLOATS_SMALL) && kiln_compiler_is_small_float(t));
 }
 
@@ -158,8 +159,8 @@ static void retype_func(const retype_t *r, MlirOperation func) {
     inputs[i] = mlirValueGetType(arg);
   }
   if (changed) {
-    mlirOperationSetInherentAttributeByName(
-        func, sref("function_type"), mlirTypeAttrGet(mlirFunctionTypeGet(r->ctx, n, inputs, 0, NULL)));
+    mlirOperationSetInherentAttributeByName(func, sref("function_type"),
+                                            mlirTypeAttrGet(mlirFunctionTypeGet(r->ctx, n, inputs, 0, NULL)));
   }
   kiln_free(inputs);
 }
@@ -178,7 +179,7 @@ static void retype_op(const retype_t *r, MlirOperation op) {
     MlirType bits = bits_of(r, f), storage = storage_of(r, f);
     mlirValueSetType(v, storage);
     MlirOperation first = mlirTypeEqual(bits, storage) ? cast_op("arith.bitcast", v, f, loc)
-                                                        : cast_op("arith.trunci", v, bits, loc);
+                                                       : cast_op("arith.trunci", v, bits, loc);
     mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(op), op, first);
     MlirOperation last = first;
     if (!mlirTypeEqual(bits, storage)) {
@@ -208,17 +209,19 @@ static void retype_op(const retype_t *r, MlirOperation op) {
 static bool widened_elsewhere(MlirOperation op) {
   MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(op));
   if (n.length > 5 && memcmp(n.data, "math.", 5) == 0) return true;
-  return kiln_compiler_op_is(op, "arith.sitofp") || kiln_compiler_op_is(op, "arith.uitofp") || kiln_compiler_op_is(op, "arith.fptosi") ||
-         kiln_compiler_op_is(op, "arith.fptoui") || kiln_compiler_op_is(op, "arith.select");
+  return kiln_compiler_op_is(op, "arith.sitofp") || kiln_compiler_op_is(op, "arith.uitofp") ||
+         kiln_compiler_op_is(op, "arith.fptosi") || kiln_compiler_op_is(op, "arith.fptoui") ||
+         kiln_compiler_op_is(op, "arith.select");
 }
-
 
 /* The op again on f32: rewritten-float operands extended, results truncated back. */
 static void widen_op(const retype_t *r, MlirOperation op) {
   intptr_t n_in = mlirOperationGetNumOperands(op), n_out = mlirOperationGetNumResults(op);
   bool any = false;
-  for (intptr_t i = 0; i < n_in; i++) any = any || rewritten_float(r, mlirValueGetType(mlirOperationGetOperand(op, i)));
-  for (intptr_t i = 0; i < n_out; i++) any = any || rewritten_float(r, mlirValueGetType(mlirOperationGetResult(op, i)));
+  for (intptr_t i = 0; i < n_in; i++)
+    any = any || rewritten_float(r, mlirValueGetType(mlirOperationGetOperand(op, i)));
+  for (intptr_t i = 0; i < n_out; i++)
+    any = any || rewritten_float(r, mlirValueGetType(mlirOperationGetResult(op, i)));
   if (!any || mlirOperationGetNumRegions(op) != 0) return;
   MlirLocation loc = mlirOperationGetLocation(op);
   MlirBlock block = mlirOperationGetBlock(op);
@@ -275,8 +278,10 @@ void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module
     if (kiln_compiler_op_is(ops.items[i], "gpu.func")) retype_func(&r, ops.items[i]);
   }
   for (size_t i = 0; i < ops.n; i++) {
-    if (widened_elsewhere(ops.items[i])) widen_op(&r, ops.items[i]);
-    else retype_op(&r, ops.items[i]);
+    if (widened_elsewhere(ops.items[i]))
+      widen_op(&r, ops.items[i]);
+    else
+      retype_op(&r, ops.items[i]);
   }
   kiln_free(ops.items);
 }
@@ -352,28 +357,31 @@ static MlirValue select_before(MlirOperation before, MlirValue c, MlirValue a, M
   return kiln_compiler_build_before("arith.select", before, ops, 3, mlirValueGetType(a));
 }
 /* arith.cmpf or arith.cmpi (`name`) with predicate number `pred`, before `before`. */
-static MlirValue compare_before(MlirContext ctx, const char *name, MlirOperation before, int64_t pred, MlirValue a,
-                                MlirValue b) {
+static MlirValue compare_before(MlirContext ctx, const char *name, MlirOperation before, int64_t pred,
+                                MlirValue a, MlirValue b) {
   MlirValue ops[2] = {a, b};
   MlirType i1 = mlirIntegerTypeGet(ctx, 1);
   MlirOperationState st = mlirOperationStateGet(sref(name), mlirOperationGetLocation(before));
   mlirOperationStateAddOperands(&st, 2, ops);
   mlirOperationStateAddResults(&st, 1, &i1);
-  MlirNamedAttribute p = kiln_compiler_named_attr(ctx, "predicate", mlirIntegerAttrGet(mlirIntegerTypeGet(ctx, 64), pred));
+  MlirNamedAttribute p =
+      kiln_compiler_named_attr(ctx, "predicate", mlirIntegerAttrGet(mlirIntegerTypeGet(ctx, 64), pred));
   mlirOperationStateAddAttributes(&st, 1, &p);
   MlirOperation op = mlirOperationCreate(&st);
   mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, op);
   return mlirOperationGetResult(op, 0);
 }
 
-MlirValue kiln_compiler_cmpf_before(MlirContext ctx, MlirOperation before, int64_t pred, MlirValue a, MlirValue b) {
+MlirValue kiln_compiler_cmpf_before(MlirContext ctx, MlirOperation before, int64_t pred, MlirValue a,
+                                    MlirValue b) {
   return compare_before(ctx, "arith.cmpf", before, pred, a, b);
 }
 
 void kiln_compiler_kernels_f64_half_casts(MlirContext context, MlirModule module) {
   kiln_compiler_ops_t ops = {0};
   mlirOperationWalk(mlirModuleGetOperation(module), find_f64_half_casts, &ops, MlirWalkPreOrder);
-  MlirType f32 = mlirF32TypeGet(context), f64 = mlirF64TypeGet(context), i32 = mlirIntegerTypeGet(context, 32);
+  MlirType f32 = mlirF32TypeGet(context), f64 = mlirF64TypeGet(context),
+           i32 = mlirIntegerTypeGet(context, 32);
   enum { OGT = 2, ONE = 6 }; /* arith.cmpf predicates */
   for (size_t i = 0; i < ops.n; i++) {
     MlirOperation op = ops.items[i];
@@ -381,7 +389,8 @@ void kiln_compiler_kernels_f64_half_casts(MlirContext context, MlirModule module
     MlirType to = mlirValueGetType(mlirOperationGetResult(op, 0));
     MlirValue r;
     if (kiln_compiler_op_is(op, "arith.extf")) {
-      r = kiln_compiler_build1("arith.extf", op, kiln_compiler_build1("arith.extf", op, x, f32), f64); /* both exact */
+      r = kiln_compiler_build1("arith.extf", op, kiln_compiler_build1("arith.extf", op, x, f32),
+                               f64); /* both exact */
     } else {
       /* f64 -> f32 rounded to odd, then to nearest even: one correct rounding
        * (f32 keeps more than two bits beyond f16's and bf16's mantissas). Round
@@ -390,12 +399,16 @@ void kiln_compiler_kernels_f64_half_casts(MlirContext context, MlirModule module
       MlirValue back = kiln_compiler_build1("arith.extf", op, t, f64);
       MlirValue bits = kiln_compiler_build1("arith.bitcast", op, t, i32);
       MlirValue one = kiln_compiler_int_const_before(context, op, i32, 1);
-      MlirValue away = kiln_compiler_cmpf_before(context, op, OGT, kiln_compiler_build1("math.absf", op, back, f64),
-                                                 kiln_compiler_build1("math.absf", op, x, f64));
-      MlirValue toward = select_before(op, away, kiln_compiler_build2("arith.subi", op, bits, one, i32), bits);
-      MlirValue tz = kiln_compiler_build1("arith.extf", op, kiln_compiler_build1("arith.bitcast", op, toward, f32), f64);
+      MlirValue away =
+          kiln_compiler_cmpf_before(context, op, OGT, kiln_compiler_build1("math.absf", op, back, f64),
+                                    kiln_compiler_build1("math.absf", op, x, f64));
+      MlirValue toward =
+          select_before(op, away, kiln_compiler_build2("arith.subi", op, bits, one, i32), bits);
+      MlirValue tz =
+          kiln_compiler_build1("arith.extf", op, kiln_compiler_build1("arith.bitcast", op, toward, f32), f64);
       MlirValue lost = kiln_compiler_cmpf_before(context, op, ONE, tz, x);
-      MlirValue odd = select_before(op, lost, kiln_compiler_build2("arith.ori", op, toward, one, i32), toward);
+      MlirValue odd =
+          select_before(op, lost, kiln_compiler_build2("arith.ori", op, toward, one, i32), toward);
       r = kiln_compiler_build1("arith.truncf", op, kiln_compiler_build1("arith.bitcast", op, odd, f32), to);
     }
     mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, 0), r);
@@ -559,7 +572,8 @@ static void inline_helper(MlirOperation helper, MlirOperation op) {
        h = mlirOperationGetNextInBlock(h)) {
     if (kiln_compiler_op_is(h, "func.return")) {
       for (intptr_t i = 0; i < mlirOperationGetNumResults(op) && i < mlirOperationGetNumOperands(h); i++) {
-        mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, i), vmap_get(&map, mlirOperationGetOperand(h, i)));
+        mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(op, i),
+                                      vmap_get(&map, mlirOperationGetOperand(h, i)));
       }
       break;
     }
@@ -601,7 +615,8 @@ kiln_status_t kiln_compiler_kernels_expand_f16(MlirContext context, MlirModule m
 
 /* ---- i64 buffers as pairs of i32 ---- */
 
-MlirOperation kiln_compiler_int_constant(MlirContext context, MlirLocation loc, MlirType type, int64_t value) {
+MlirOperation kiln_compiler_int_constant(MlirContext context, MlirLocation loc, MlirType type,
+                                         int64_t value) {
   MlirNamedAttribute attr =
       mlirNamedAttributeGet(mlirIdentifierGet(context, sref("value")), mlirIntegerAttrGet(type, value));
   MlirOperationState st = mlirOperationStateGet(sref("arith.constant"), loc);
@@ -620,8 +635,8 @@ MlirOperation kiln_compiler_static_alloc(MlirContext context, MlirLocation loc, 
   return mlirOperationCreate(&st);
 }
 
-MlirValue kiln_compiler_build_before(const char *name, MlirOperation before, const MlirValue *operands, intptr_t n,
-                                     MlirType type) {
+MlirValue kiln_compiler_build_before(const char *name, MlirOperation before, const MlirValue *operands,
+                                     intptr_t n, MlirType type) {
   MlirOperationState st = mlirOperationStateGet(sref(name), mlirOperationGetLocation(before));
   mlirOperationStateAddOperands(&st, n, operands);
   mlirOperationStateAddResults(&st, 1, &type);
@@ -634,12 +649,14 @@ MlirValue kiln_compiler_build1(const char *name, MlirOperation before, MlirValue
   return kiln_compiler_build_before(name, before, &a, 1, type);
 }
 
-MlirValue kiln_compiler_build2(const char *name, MlirOperation before, MlirValue a, MlirValue b, MlirType type) {
+MlirValue kiln_compiler_build2(const char *name, MlirOperation before, MlirValue a, MlirValue b,
+                               MlirType type) {
   MlirValue operands[2] = {a, b};
   return kiln_compiler_build_before(name, before, operands, 2, type);
 }
 
-MlirValue kiln_compiler_int_const_before(MlirContext context, MlirOperation before, MlirType type, int64_t value) {
+MlirValue kiln_compiler_int_const_before(MlirContext context, MlirOperation before, MlirType type,
+                                         int64_t value) {
   MlirOperation c = kiln_compiler_int_constant(context, mlirOperationGetLocation(before), type, value);
   mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, c);
   return mlirOperationGetResult(c, 0);
@@ -675,8 +692,8 @@ static MlirValue unop(const char *name, MlirValue a, MlirType t, MlirBlock block
 
 /* memref.load or memref.store on `mem` (the new i32 pair buffer) at the old
  * indices plus `half` (0 low word, 1 high word). */
-static MlirOperation pair_access(MlirOperation old, bool store, MlirValue value, MlirValue mem, MlirValue half,
-                                 MlirType i32) {
+static MlirOperation pair_access(MlirOperation old, bool store, MlirValue value, MlirValue mem,
+                                 MlirValue half, MlirType i32) {
   intptr_t first_index = store ? 2 : 1;
   intptr_t n = mlirOperationGetNumOperands(old) - first_index;
   MlirValue *operands = kiln_calloc((size_t)n + 3, sizeof *operands);
@@ -685,8 +702,8 @@ static MlirOperation pair_access(MlirOperation old, bool store, MlirValue value,
   operands[k++] = mem;
   for (intptr_t i = 0; i < n; i++) operands[k++] = mlirOperationGetOperand(old, first_index + i);
   operands[k++] = half;
-  MlirOperationState st = mlirOperationStateGet(sref(store ? "memref.store" : "memref.load"),
-                                                mlirOperationGetLocation(old));
+  MlirOperationState st =
+      mlirOperationStateGet(sref(store ? "memref.store" : "memref.load"), mlirOperationGetLocation(old));
   mlirOperationStateAddOperands(&st, (intptr_t)k, operands);
   if (!store) mlirOperationStateAddResults(&st, 1, &i32);
   kiln_free(operands);
@@ -700,7 +717,8 @@ static bool only_loads_and_stores(MlirValue v, ops_t *users) {
   for (MlirOpOperand u = mlirValueGetFirstUse(v); !mlirOpOperandIsNull(u); u = mlirOpOperandGetNextUse(u)) {
     MlirOperation owner = mlirOpOperandGetOwner(u);
     unsigned at = mlirOpOperandGetOperandNumber(u);
-    bool ok = (kiln_compiler_op_is(owner, "memref.load") && at == 0) || (kiln_compiler_op_is(owner, "memref.store") && at == 1);
+    bool ok = (kiln_compiler_op_is(owner, "memref.load") && at == 0) ||
+              (kiln_compiler_op_is(owner, "memref.store") && at == 1);
     if (!ok) return false;
     ops_push(users, owner);
   }
@@ -772,7 +790,8 @@ void kiln_compiler_kernels_split_i64(MlirContext context, MlirModule module) {
           MlirValue hi = mlirOperationGetResult(pair_access(old, false, (MlirValue){NULL}, arg, c1, i32), 0);
           MlirValue lo64 = unop("arith.extui", lo, i64, block, old);
           MlirValue hi64 = unop("arith.extui", hi, i64, block, old);
-          MlirValue shifted = binop("arith.shli", hi64, int_const(context, block, old, i64, 32), i64, block, old);
+          MlirValue shifted =
+              binop("arith.shli", hi64, int_const(context, block, old, i64, 32), i64, block, old);
           MlirValue v = binop("arith.ori", shifted, lo64, i64, block, old);
           mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(old, 0), v);
         } else {
@@ -791,7 +810,8 @@ void kiln_compiler_kernels_split_i64(MlirContext context, MlirModule module) {
       MlirType *inputs = kiln_calloc(n_args ? (size_t)n_args : 1, sizeof *inputs);
       for (intptr_t a = 0; a < n_args; a++) inputs[a] = mlirValueGetType(mlirBlockGetArgument(entry, a));
       mlirOperationSetInherentAttributeByName(
-          func, sref("function_type"), mlirTypeAttrGet(mlirFunctionTypeGet(context, n_args, inputs, 0, NULL)));
+          func, sref("function_type"),
+          mlirTypeAttrGet(mlirFunctionTypeGet(context, n_args, inputs, 0, NULL)));
       kiln_free(inputs);
     }
   }
@@ -856,8 +876,8 @@ static MlirValue join_before(MlirContext ctx, MlirOperation before, MlirValue lo
 
 /* `values` (n) with each i64 from position `skip` on replaced by its two words,
  * split before `before`; returns the new count (out holds up to 2n). */
-static intptr_t split_list(MlirContext ctx, MlirOperation before, const MlirValue *values, intptr_t n, intptr_t skip,
-                           MlirValue *out) {
+static intptr_t split_list(MlirContext ctx, MlirOperation before, const MlirValue *values, intptr_t n,
+                           intptr_t skip, MlirValue *out) {
   intptr_t m = 0;
   for (intptr_t i = 0; i < n; i++) {
     if (i >= skip && is_i64(mlirValueGetType(values[i]))) {
@@ -888,7 +908,8 @@ static void split_block_args(MlirContext ctx, MlirBlock b, intptr_t skip) {
 
 static void split_terminator(MlirContext ctx, MlirOperation term, intptr_t skip) {
   intptr_t n = mlirOperationGetNumOperands(term);
-  MlirValue *in = kiln_calloc(n ? (size_t)n : 1, sizeof *in), *out = kiln_calloc(n ? 2 * (size_t)n : 1, sizeof *out);
+  MlirValue *in = kiln_calloc(n ? (size_t)n : 1, sizeof *in),
+            *out = kiln_calloc(n ? 2 * (size_t)n : 1, sizeof *out);
   for (intptr_t i = 0; i < n; i++) in[i] = mlirOperationGetOperand(term, i);
   intptr_t m = split_list(ctx, term, in, n, skip, out);
   mlirOperationSetOperands(term, m, out);
@@ -897,7 +918,8 @@ static void split_terminator(MlirContext ctx, MlirOperation term, intptr_t skip)
 }
 
 static MlirWalkResult collect_i64_carriers(MlirOperation op, void *user) {
-  if (kiln_compiler_op_is(op, "scf.for") || kiln_compiler_op_is(op, "scf.while") || kiln_compiler_op_is(op, "scf.if")) {
+  if (kiln_compiler_op_is(op, "scf.for") || kiln_compiler_op_is(op, "scf.while") ||
+      kiln_compiler_op_is(op, "scf.if")) {
     for (intptr_t i = 0; i < mlirOperationGetNumResults(op); i++) {
       if (is_i64(mlirValueGetType(mlirOperationGetResult(op, i)))) {
         ops_push(user, op);
@@ -916,7 +938,8 @@ static void split_carrier(MlirContext ctx, MlirOperation op) {
   bool is_for = kiln_compiler_op_is(op, "scf.for"), is_if = kiln_compiler_op_is(op, "scf.if");
   intptr_t skip = is_for ? 3 : is_if ? 1 : 0;
   intptr_t n_in = mlirOperationGetNumOperands(op), n_out = mlirOperationGetNumResults(op);
-  MlirValue *in = kiln_calloc((size_t)n_in + 1, sizeof *in), *ops = kiln_calloc(2 * (size_t)n_in + 1, sizeof *ops);
+  MlirValue *in = kiln_calloc((size_t)n_in + 1, sizeof *in),
+            *ops = kiln_calloc(2 * (size_t)n_in + 1, sizeof *ops);
   for (intptr_t i = 0; i < n_in; i++) in[i] = mlirOperationGetOperand(op, i);
   intptr_t m = split_list(ctx, op, in, n_in, skip, ops);
   MlirType i32 = mlirIntegerTypeGet(ctx, 32);
@@ -948,7 +971,8 @@ static void split_carrier(MlirContext ctx, MlirOperation op) {
   for (intptr_t r = 0; r < n_regions; r++) {
     MlirRegion region = mlirOperationGetRegion(now, r);
     mlirRegionTakeBody(region, mlirOperationGetRegion(op, r));
-    for (MlirBlock b = mlirRegionGetFirstBlock(region); !mlirBlockIsNull(b); b = mlirBlockGetNextInRegion(b)) {
+    for (MlirBlock b = mlirRegionGetFirstBlock(region); !mlirBlockIsNull(b);
+         b = mlirBlockGetNextInRegion(b)) {
       split_block_args(ctx, b, is_for ? 1 : 0);
       MlirOperation term = mlirBlockGetTerminator(b);
       if (mlirOperationIsNull(term)) continue;
@@ -960,8 +984,8 @@ static void split_carrier(MlirContext ctx, MlirOperation op) {
   for (intptr_t i = 0, j = 0; i < n_out; i++) {
     MlirValue old = mlirOperationGetResult(op, i);
     if (is_i64(mlirValueGetType(old))) {
-      mlirValueReplaceAllUsesOfWith(old, join_before(ctx, after, mlirOperationGetResult(now, j),
-                                                     mlirOperationGetResult(now, j + 1)));
+      mlirValueReplaceAllUsesOfWith(
+          old, join_before(ctx, after, mlirOperationGetResult(now, j), mlirOperationGetResult(now, j + 1)));
       j += 2;
     } else {
       mlirValueReplaceAllUsesOfWith(old, mlirOperationGetResult(now, j++));

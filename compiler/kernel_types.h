@@ -51,7 +51,8 @@ MlirNamedAttribute kiln_compiler_named_attr(MlirContext context, const char *nam
 MlirOperation kiln_compiler_int_constant(MlirContext context, MlirLocation loc, MlirType type, int64_t value);
 
 /* kiln_compiler_int_constant inserted before `before`; returns its value. */
-MlirValue kiln_compiler_int_const_before(MlirContext context, MlirOperation before, MlirType type, int64_t value);
+MlirValue kiln_compiler_int_const_before(MlirContext context, MlirOperation before, MlirType type,
+                                         int64_t value);
 
 /* A new memref.alloc of the static memref type `type` (no sizes), at `loc`, not yet
  * in any block. */
@@ -59,13 +60,15 @@ MlirOperation kiln_compiler_static_alloc(MlirContext context, MlirLocation loc, 
 
 /* A new op `name` with `operands` and one result of `type`, inserted before
  * `before`; returns its result. */
-MlirValue kiln_compiler_build_before(const char *name, MlirOperation before, const MlirValue *operands, intptr_t n,
-                                     MlirType type);
+MlirValue kiln_compiler_build_before(const char *name, MlirOperation before, const MlirValue *operands,
+                                     intptr_t n, MlirType type);
 /* The same for one and two operands. */
 MlirValue kiln_compiler_build1(const char *name, MlirOperation before, MlirValue a, MlirType type);
-MlirValue kiln_compiler_build2(const char *name, MlirOperation before, MlirValue a, MlirValue b, MlirType type);
+MlirValue kiln_compiler_build2(const char *name, MlirOperation before, MlirValue a, MlirValue b,
+                               MlirType type);
 /* arith.cmpf with predicate `pred` (arith::CmpFPredicate's number) before `before`. */
-MlirValue kiln_compiler_cmpf_before(MlirContext ctx, MlirOperation before, int64_t pred, MlirValue a, MlirValue b);
+MlirValue kiln_compiler_cmpf_before(MlirContext ctx, MlirOperation before, int64_t pred, MlirValue a,
+                                    MlirValue b);
 
 /* The memref type t with `element` for its element type: shape, layout and memory
  * space kept. */
@@ -127,8 +130,9 @@ void kiln_compiler_kernels_floats_as_bits(MlirContext context, MlirModule module
 /* After the emulation passes and the expansions: UNIMPLEMENTED naming the op when
  * a kernel still holds a value of a rewritten float type (one the emulation does
  * not cover), so such a kernel fails to compile instead of computing garbage. */
-KILN_MUST_USE kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule module, unsigned which,
-                                                 const char *name, const char *target);
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_check_floats(MlirContext context, MlirModule module,
+                                                               unsigned which, const char *name,
+                                                               const char *target);
 
 /* Replaces every arith.extf from f16 to f32 and arith.truncf from f32 to f16 in
  * the kernels with integer code over the f16 bits, in place (canonicalize after,
@@ -150,21 +154,23 @@ KILN_MUST_USE kiln_status_t kiln_compiler_kernels_expand_f8(MlirContext context,
  * the element out of its word, stores clear and set its bits with atomic and/or.
  * UNIMPLEMENTED naming the use when the buffer is used other than by loads and
  * stores, or its shape or layout is dynamic. */
-KILN_MUST_USE kiln_status_t kiln_compiler_kernels_pack_sub_byte(MlirContext context, MlirModule module, const char *name);
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_pack_sub_byte(MlirContext context, MlirModule module,
+                                                                const char *name);
 
 /* SPIR-V has no i2/i4 and its own narrow-integer emulation stops at unsigned
  * ops: after kiln_compiler_kernels_pack_sub_byte and the f4 expansion, every
  * kernel op on i2/i4 is rebuilt on i32 holding the value zero-extended (signed
  * ops see it sign-extended; results that can leave the N bits are masked).
  * UNIMPLEMENTED naming any other op on those types. */
-KILN_MUST_USE kiln_status_t kiln_compiler_kernels_widen_sub_byte(MlirContext context, MlirModule module, const char *name);
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_widen_sub_byte(MlirContext context, MlirModule module,
+                                                                 const char *name);
 
 /* Replaces each of `ops` (N operands, M results) with a copy of the body of the
  * func.func in `helper_text` (N arguments, M results), in place: how kiln puts
  * its own integer or polynomial code where an op was. INTERNAL if the helper does
  * not parse. */
-KILN_MUST_USE kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, MlirOperation *ops, size_t n,
-                                                        const char *helper_text);
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContext context, MlirOperation *ops,
+                                                                      size_t n, const char *helper_text);
 
 /* Math functions a backend lacks, in kiln's own code (kernel_math.c, and
  * kernel_math64.c for 64 bits): every f32 or i32 math.<name> in the kernels whose
@@ -176,8 +182,8 @@ KILN_MUST_USE kiln_status_t kiln_compiler_kernels_replace_with_helper(MlirContex
  * f32. Accuracy, per
  * function, is in the design note and kernel_math64.c. INTERNAL if a helper does
  * not parse or an f64 name has no helper. */
-KILN_MUST_USE kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module, const char *ops,
-                                                const char *ops64);
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_expand_math(MlirContext context, MlirModule module,
+                                                              const char *ops, const char *ops64);
 
 /* `op` (no regions) again on f32: its f16/bf16 operands extended, its f16/bf16
  * results truncated back; `op` is destroyed. */
@@ -203,8 +209,8 @@ char *kiln_compiler_soft_f64_helper(const char *name, int pred);
  * i64 bits (kernel_soft64.c), for SPIR-V profiles without Float64. The math
  * functions must be expanded into arithmetic first. UNIMPLEMENTED naming the op
  * and its file:line:col, with nothing changed, for what it cannot convert. */
-KILN_MUST_USE kiln_status_t kiln_compiler_kernels_soft_f64(MlirContext context, MlirModule module, const char *name,
-                                             const char *target);
+KILN_MUST_USE kiln_status_t kiln_compiler_kernels_soft_f64(MlirContext context, MlirModule module,
+                                                           const char *name, const char *target);
 
 /* For profiles without Int64 (before arith-emulate-wide-int): each kernel argument
  * that is a memref of i64 (identity or static strided layout) used only by loads

@@ -40,16 +40,17 @@
 #include "compiler/pipeline.h"
 
 #define EXIT_TARGET_FAILED 1
-#define EXIT_USAGE 2
-#define EXIT_BAD_MODEL 3
-#define MAX_TARGETS 32
+#define EXIT_USAGE         2
+#define EXIT_BAD_MODEL     3
+#define MAX_TARGETS        32
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: kilnc MODEL.mlir --target T[,T...] [--target T ...] [-o OUTDIR]\n"
           "  --target, -t T       a target id or alias (sm_89, ada, gfx950, mi355x, rdna3,\n"
           "                       mali-g720, videocore_vii, ...); repeatable, comma lists ok\n"
-          "  -o, --output DIR     where to write DIR/<target>.vmfb and DIR/<target>/<module>.{ptx,hsaco,spv} [.]\n"
+          "  -o, --output DIR     where to write DIR/<target>.vmfb and DIR/<target>/<module>.{ptx,hsaco,spv} "
+          "[.]\n"
           "  --embed-source       carry the model (zstd) inside each VMFB, for recompiling later\n"
           "  --flat               write VMFBs in the flat layout instead of the zip\n"
           "  -j, --jobs N         compile up to N targets at once, in child processes [CPUs]\n"
@@ -199,8 +200,11 @@ static int compat_flag(const char *a, compat_t *c, char **out_target) {
     return EXIT_USAGE;
   } else if (!strncmp(a, "--iree-hal-target-backends=", 27)) {
     /* The legacy spelling: a backend, its chip named by the backend's flag. */
-    static const char *const backends[][2] = {
-        {"cuda", "cuda"}, {"rocm", "hip"}, {"vulkan-spirv", "vulkan"}, {"vulkan", "vulkan"}, {"llvm-cpu", "local"}};
+    static const char *const backends[][2] = {{"cuda", "cuda"},
+                                              {"rocm", "hip"},
+                                              {"vulkan-spirv", "vulkan"},
+                                              {"vulkan", "vulkan"},
+                                              {"llvm-cpu", "local"}};
     c->backend = NULL;
     c->backend_flag = a + 27;
     for (size_t b = 0; b < sizeof backends / sizeof backends[0] && !c->backend; b++) {
@@ -251,9 +255,11 @@ typedef struct kilnc_options_s {
   bool embed_source, flat, list_targets, version, help;
 } kilnc_options_t;
 
-#define FLAG(name, short_name, type, field, def, metavar, help, min, max)                                    \
-  {name, short_name, type, offsetof(kilnc_options_t, field), def, metavar, help, min, max, NULL,               \
-   KILN_CONFIG_CLI_ONLY}
+#define FLAG(name, short_name, type, field, def, metavar, help, min, max)                         \
+  {                                                                                               \
+    name, short_name, type, offsetof(kilnc_options_t, field), def, metavar, help, min, max, NULL, \
+        KILN_CONFIG_CLI_ONLY                                                                      \
+  }
 static const kiln_config_option_t option_list[] = {
     FLAG("target", 't', KILN_CONFIG_LIST, target, NULL, "T[,T...]", "a target id or alias; repeatable", 0, 0),
     FLAG("output", 'o', KILN_CONFIG_STRING, output, ".", "DIR", "where to write the VMFBs", 0, 0),
@@ -276,8 +282,8 @@ static int run(const kilnc_options_t *opt, const compat_t *compat, const char *m
     if (add_targets(opt->target.items[i], targets, &n_targets)) return EXIT_USAGE;
   }
   const char *outdir = opt->output;
-  const char *device = compat->device, *cpu = compat->cpu, *triple = compat->triple, *backend = compat->backend,
-             *backend_flag = compat->backend_flag;
+  const char *device = compat->device, *cpu = compat->cpu, *triple = compat->triple,
+             *backend = compat->backend, *backend_flag = compat->backend_flag;
   bool system_elf = compat->system_elf, embed_source = opt->embed_source, flat = opt->flat;
   int64_t jobs = opt->jobs;
   /* iree-compile's CPU flags: the CPU names the target; a triple alone, its
@@ -286,20 +292,22 @@ static int run(const kilnc_options_t *opt, const compat_t *compat, const char *m
     /* The triple's architecture, as kiln's baseline target of it is named. */
     const char *arch = NULL;
     if (triple) {
-      static const char *const arches[][2] = {{"x86_64", "x86_64"}, {"aarch64", "aarch64"},
-                                              {"arm64", "aarch64"}, {"riscv64", "riscv64"}};
+      static const char *const arches[][2] = {
+          {"x86_64", "x86_64"}, {"aarch64", "aarch64"}, {"arm64", "aarch64"}, {"riscv64", "riscv64"}};
       for (size_t i = 0; i < sizeof arches / sizeof arches[0] && !arch; i++) {
         if (!strncmp(triple, arches[i][0], strlen(arches[i][0]))) arch = arches[i][1];
       }
       if (!arch) {
-        fprintf(stderr, "kilnc: kiln's CPU targets are x86_64, aarch64 and riscv64, not triple '%s'\n", triple);
+        fprintf(stderr, "kilnc: kiln's CPU targets are x86_64, aarch64 and riscv64, not triple '%s'\n",
+                triple);
         return EXIT_USAGE;
       }
     }
     const char *name = cpu ? cpu : arch ? arch : "x86_64";
     const kiln_target_t *t = kiln_compiler_target_find(name);
     if (!t || t->kind != KILN_TARGET_KIND_CPU || (arch && strncmp(t->llvm_triple, arch, strlen(arch)) != 0)) {
-      fprintf(stderr, "kilnc: --iree-llvmcpu-target-cpu=%s is not one of kiln's CPUs%s%s (kilnc --list-targets)\n",
+      fprintf(stderr,
+              "kilnc: --iree-llvmcpu-target-cpu=%s is not one of kiln's CPUs%s%s (kilnc --list-targets)\n",
               name, triple ? " for " : "", triple ? triple : "");
       return EXIT_USAGE;
     }
@@ -310,7 +318,8 @@ static int run(const kilnc_options_t *opt, const compat_t *compat, const char *m
     return EXIT_USAGE;
   }
   if (backend && device && strcmp(backend, device) != 0) {
-    fprintf(stderr, "kilnc: --iree-hal-target-backends names a %s backend, --iree-hal-target-device=%s another\n",
+    fprintf(stderr,
+            "kilnc: --iree-hal-target-backends names a %s backend, --iree-hal-target-device=%s another\n",
             backend, device);
     return EXIT_USAGE;
   }
@@ -318,8 +327,10 @@ static int run(const kilnc_options_t *opt, const compat_t *compat, const char *m
     return EXIT_USAGE; /* llvm-cpu alone: the portable x86-64 target, as a triple alone gives its baseline */
   }
   if (backend && n_targets == 0) {
-    fprintf(stderr, "kilnc: --iree-hal-target-backends=%s needs its chip: --iree-%s-target=CHIP (kilnc --list-targets)\n",
-            backend_flag, !strcmp(backend, "hip") ? "rocm" : backend);
+    fprintf(
+        stderr,
+        "kilnc: --iree-hal-target-backends=%s needs its chip: --iree-%s-target=CHIP (kilnc --list-targets)\n",
+        backend_flag, !strcmp(backend, "hip") ? "rocm" : backend);
     return EXIT_USAGE;
   }
   char device_flag[128];
@@ -423,7 +434,8 @@ static int run(const kilnc_options_t *opt, const compat_t *compat, const char *m
     for (size_t k = 0; k < t->n_kernels; k++) {
       /* Kernels share their device module: write (and count) each module once. */
       bool seen = false;
-      for (size_t j = 0; j < k && !seen; j++) seen = !strcmp(t->kernels[j].module_name, t->kernels[k].module_name);
+      for (size_t j = 0; j < k && !seen; j++)
+        seen = !strcmp(t->kernels[j].module_name, t->kernels[k].module_name);
       if (seen) continue;
       modules++;
       kiln_buf_clear(&path);

@@ -58,20 +58,20 @@
  * convolution's interior) into linalg.generic, so they become kernels too. */
 /* tosa-to-arith also lowers tosa.apply_scale (what tosa.rescale becomes), in 32-bit
  * arithmetic: SPIR-V profiles without Int64 need it, and it is exact. */
-#define LINALG_PASSES                                                                \
+#define LINALG_PASSES                                                                       \
   "func.func(tosa-optional-decompositions,tosa-to-scf,tosa-to-linalg-named,tosa-to-linalg," \
-  "tosa-to-arith{include-apply-rescale=true use-32-bit=true},tosa-to-tensor,"       \
-  "convert-elementwise-to-linalg),"                                                  \
+  "tosa-to-arith{include-apply-rescale=true use-32-bit=true},tosa-to-tensor,"               \
+  "convert-elementwise-to-linalg),"                                                         \
   "canonicalize"
 #define FUSE_PASSES "linalg-fuse-elementwise-ops"
 /* allow-return-allocs-from-loops: a while loop's body yields new buffers, which
  * kiln_compiler_carried_buffers_fix then turns into fixed ones (host.h). */
-#define ONE_SHOT_PASSES                                                              \
-  "one-shot-bufferize{bufferize-function-boundaries "                               \
+#define ONE_SHOT_PASSES                               \
+  "one-shot-bufferize{bufferize-function-boundaries " \
   "function-boundary-type-conversion=identity-layout-map allow-return-allocs-from-loops}"
-#define DEALLOC_PASSES "func.func(buffer-hoisting),buffer-deallocation-pipeline,canonicalize"
+#define DEALLOC_PASSES        "func.func(buffer-hoisting),buffer-deallocation-pipeline,canonicalize"
 #define ONLY_BUFFERIZE_PASSES ONE_SHOT_PASSES "," DEALLOC_PASSES
-#define BUFFERIZE_PASSES LINALG_PASSES "," FUSE_PASSES "," ONLY_BUFFERIZE_PASSES
+#define BUFFERIZE_PASSES      LINALG_PASSES "," FUSE_PASSES "," ONLY_BUFFERIZE_PASSES
 
 /* The longest chain of elementwise ops one fused kernel may hold (host.h: Fusion
  * bounds): fusion then costs time linear in the op count. */
@@ -82,7 +82,7 @@ static const char fuse_pipeline[] = "builtin.module(" FUSE_PASSES ")";
 static const char one_shot_pipeline[] = "builtin.module(" ONE_SHOT_PASSES ")";
 static const char dealloc_pipeline[] = "builtin.module(" DEALLOC_PASSES ")";
 #define TO_LOOPS_PASSES "func.func(convert-linalg-to-parallel-loops)"
-#define TILE_PASSES                                                                  \
+#define TILE_PASSES \
   "func.func(scf-parallel-loop-tiling{parallel-loop-tile-sizes=" FRONT_TILE " no-min-max-bounds})"
 #define LOOP_PASSES TO_LOOPS_PASSES "," TILE_PASSES
 
@@ -96,9 +96,9 @@ static const char tile_pipeline[] = "builtin.module(" TILE_PASSES ")";
  * passes them: one pointer per binding. Views made inside a kernel (a scatter's
  * row, at an offset it reads) fold into the loads and stores, which bare-pointer
  * arguments need. */
-#define GPU_FRONT_PASSES                                                             \
-  "func.func(gpu-map-parallel-loops,convert-parallel-loops-to-gpu,canonicalize,"    \
-  "gpu-launch-sink-index-computations),gpu-kernel-outlining,canonicalize,cse,"       \
+#define GPU_FRONT_PASSES                                                         \
+  "func.func(gpu-map-parallel-loops,convert-parallel-loops-to-gpu,canonicalize," \
+  "gpu-launch-sink-index-computations),gpu-kernel-outlining,canonicalize,cse,"   \
   "gpu.module(fold-memref-alias-ops)"
 
 static const char gpu_front_pipeline[] = "builtin.module(" GPU_FRONT_PASSES ")";
@@ -132,7 +132,8 @@ static const char cuda_kernel_lowering[] =
     EXPAND_MATH("sinh,cosh,asinh,acosh,atanh,fpowi,ctlz") ",lower-affine,convert-scf-to-cf";
 #define HIP_KERNEL_EXPAND \
   "math-extend-to-supported-types," EXPAND_MATH("tanh,sinh,cosh,asinh,acosh,atanh,fpowi,ctlz,powf,exp2")
-static const char hip_kernel_lowering[] = HIP_KERNEL_EXPAND ",convert-math-to-llvm,lower-affine,convert-scf-to-cf";
+static const char hip_kernel_lowering[] =
+    HIP_KERNEL_EXPAND ",convert-math-to-llvm,lower-affine,convert-scf-to-cf";
 #define SPIRV_KERNEL_MATH EXPAND_MATH("sinh,cosh,asinh,acosh,atanh,fpowi,ctlz,exp2")
 
 /* The back half for a CPU: the same kernels as the GPUs', small types and bf16
@@ -142,15 +143,15 @@ static const char hip_kernel_lowering[] = HIP_KERNEL_EXPAND ",convert-math-to-ll
  * (kernel_math.c, exp and log included); what remains are LLVM intrinsics with
  * instructions (sqrt, fma, floor, ceil, fabs). cpu.c makes the workgroup
  * functions and the library. */
-#define CPU_KERNEL_EXPAND                                                                       \
-  "builtin.module(gpu.module(math-extend-to-supported-types,"                                  \
-  EXPAND_MATH("tanh,sinh,cosh,asinh,acosh,atanh,fpowi,powf,exp2,round,ctlz") "))"
+#define CPU_KERNEL_EXPAND                                                  \
+  "builtin.module(gpu.module(math-extend-to-supported-types," EXPAND_MATH( \
+      "tanh,sinh,cosh,asinh,acosh,atanh,fpowi,powf,exp2,round,ctlz") "))"
 #define CPU_KERNEL_MATH_HELPERS \
   "erf,cbrt,atan,atan2,asin,acos,log2,sin,cos,remf,log10,tan,erfc,exp,log,log1p,expm1,ipowi"
 /* exp2 in f64 goes before math-expand-ops (whose exp(x ln 2) is 250 ulp off
  * near 2^1023), which still expands the f32 one; fpowi in both widths (its
  * expansion is powf(x, n): NaN for a negative base on the CPUs and SPIR-V). */
-#define KILN_MATH_FIRST "fpowi"
+#define KILN_MATH_FIRST     "fpowi"
 #define KILN_F64_MATH_FIRST "exp2,fpowi"
 /* The f64 functions neither a CPU nor AMD has without a library (kernel_math64.c);
  * AMD's ROCDL conversion wants floor and ceil from the library too. */
@@ -161,8 +162,9 @@ static const char hip_kernel_lowering[] = HIP_KERNEL_EXPAND ",convert-math-to-ll
 #define SPIRV_I64_HELPERS "divsi,divui,remsi,remui,floordivsi,ceildivsi,absi,ctlz,cttz,ctpop"
 /* f16 too on a CPU without f16 conversions (f16_as_bits: RV64GC), as on a Vulkan
  * profile without Float16; no canonicalize before kiln's f16 expansion. */
-#define CPU_KERNEL_TYPES(types)                                                                  \
-  "builtin.module(gpu.module(arith-emulate-unsupported-floats{source-types=" types " "          \
+#define CPU_KERNEL_TYPES(types)                                                    \
+  "builtin.module(gpu.module(arith-emulate-unsupported-floats{source-types=" types \
+  " "                                                                              \
   "target-type=f32},arith-expand{include-bf16=true}))"
 
 /* ---- pass pipelines ---- */
@@ -170,23 +172,23 @@ static const char hip_kernel_lowering[] = HIP_KERNEL_EXPAND ",convert-math-to-ll
 static void append_cb(MlirStringRef s, void *user) { kiln_buf_append(user, s.data, s.length); }
 
 static KILN_MUST_USE kiln_status_t run_pipeline(kiln_compiler_context_t *context, MlirModule module,
-                                  const char *pipeline, const char *name, const char *stage) {
+                                                const char *pipeline, const char *name, const char *stage) {
   kiln_diag_capture_t diags;
   kiln_compiler_diag_attach(context, name, &diags);
   MlirPassManager pm = mlirPassManagerCreate(context->mlir);
   kiln_buf_t parse_errors;
   kiln_buf_init(&parse_errors);
   kiln_status_t status = NULL;
-  MlirLogicalResult r = mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
-                                              mlirStringRefCreateFromCString(pipeline), append_cb,
-                                              &parse_errors);
+  MlirLogicalResult r =
+      mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm), mlirStringRefCreateFromCString(pipeline),
+                            append_cb, &parse_errors);
   if (mlirLogicalResultIsFailure(r)) {
-    status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: kiln's pass pipeline does not parse: %s",
-                         stage, parse_errors.data);
+    status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: kiln's pass pipeline does not parse: %s", stage,
+                         parse_errors.data);
   } else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(module)))) {
-    status = KILN_STATUS(diags.errors ? KILN_STATUS_INVALID_ARGUMENT : KILN_STATUS_INTERNAL,
-                         "%s: %s failed:\n%s", diags.name, stage,
-                         diags.text.len ? diags.text.data : "(no diagnostic)");
+    status =
+        KILN_STATUS(diags.errors ? KILN_STATUS_INVALID_ARGUMENT : KILN_STATUS_INTERNAL, "%s: %s failed:\n%s",
+                    diags.name, stage, diags.text.len ? diags.text.data : "(no diagnostic)");
   }
   mlirPassManagerDestroy(pm);
   kiln_buf_deinit(&parse_errors);
@@ -215,7 +217,8 @@ static const char conv_transform[] =
     "  }\n"
     "}\n";
 
-static KILN_MUST_USE kiln_status_t conv_filters_last(kiln_compiler_context_t *context, MlirModule module, const char *name) {
+static KILN_MUST_USE kiln_status_t conv_filters_last(kiln_compiler_context_t *context, MlirModule module,
+                                                     const char *name) {
   kiln_diag_capture_t diags;
   kiln_compiler_diag_attach(context, name, &diags);
   kiln_status_t status = NULL;
@@ -241,7 +244,7 @@ static KILN_MUST_USE kiln_status_t conv_filters_last(kiln_compiler_context_t *co
 
 /* The common half: bufferize, copies to kernels, loops and tiles. */
 static KILN_MUST_USE kiln_status_t run_common(kiln_compiler_context_t *context, MlirModule module,
-                                const char *name) {
+                                              const char *name) {
   kiln_compiler_tosa_control_to_scf(context->mlir, module);
   KILN_RETURN_IF_ERROR(kiln_compiler_tosa_variables(context->mlir, module, name));
   KILN_RETURN_IF_ERROR(kiln_compiler_tosa_fold_shapes(context->mlir, module, name));
@@ -275,8 +278,8 @@ typedef struct launch_s {
   uint32_t grid[3];
   kiln_compiler_arg_t *args; /* filled from the gpu.func by describe_kernel */
   size_t n_args;
-  kiln_compiler_gemm_t gemm; /* a contraction GPU targets tile their own way (gpu_gemm.h) */
-  kiln_compiler_reduce_t reduce; /* a row reduction they run as a workgroup reduction (gpu_reduce.h) */
+  kiln_compiler_gemm_t gemm;           /* a contraction GPU targets tile their own way (gpu_gemm.h) */
+  kiln_compiler_reduce_t reduce;       /* a row reduction they run as a workgroup reduction (gpu_reduce.h) */
   kiln_compiler_depthwise_t depthwise; /* a depthwise conv they run in vectors (gpu_depthwise.h) */
   kiln_compiler_epilogue_t epilogue; /* an elementwise kernel they may fuse into a matmul (gpu_epilogue.h) */
 } launch_t;
@@ -359,8 +362,7 @@ static void launches_deinit(launches_t *launches) {
   kiln_free(launches->items);
 }
 
-static const launch_t *find_launch(const launches_t *launches, MlirStringRef module,
-                                   MlirStringRef kernel) {
+static const launch_t *find_launch(const launches_t *launches, MlirStringRef module, MlirStringRef kernel) {
   for (size_t i = 0; i < launches->n; i++) {
     const launch_t *l = &launches->items[i];
     if (strlen(l->module_name) == module.length && !memcmp(l->module_name, module.data, module.length) &&
@@ -389,8 +391,8 @@ typedef struct writes_s {
 static MlirWalkResult find_writes(MlirOperation op, void *user) {
   writes_t *w = user;
   intptr_t target = -1;
-  if (kiln_compiler_op_is(op, "memref.store") || kiln_compiler_op_is(op, "memref.atomic_rmw") || kiln_compiler_op_is(op, "memref.copy") ||
-      kiln_compiler_op_is(op, "memref.generic_atomic_rmw")) {
+  if (kiln_compiler_op_is(op, "memref.store") || kiln_compiler_op_is(op, "memref.atomic_rmw") ||
+      kiln_compiler_op_is(op, "memref.copy") || kiln_compiler_op_is(op, "memref.generic_atomic_rmw")) {
     target = kiln_compiler_op_is(op, "memref.generic_atomic_rmw") ? 0 : 1;
   }
   if (target < 0 || target >= mlirOperationGetNumOperands(op)) return MlirWalkResultAdvance;
@@ -408,11 +410,12 @@ static MlirWalkResult describe_kernel(MlirOperation op, void *user) {
   if (!kiln_compiler_op_is(op, "gpu.func")) return MlirWalkResultAdvance;
   launches_t *launches = user;
   MlirOperation parent = mlirOperationGetParentOperation(op);
-  MlirAttribute module_sym = mlirOperationGetAttributeByName(parent, mlirStringRefCreateFromCString("sym_name"));
+  MlirAttribute module_sym =
+      mlirOperationGetAttributeByName(parent, mlirStringRefCreateFromCString("sym_name"));
   MlirAttribute func_sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
   if (mlirAttributeIsNull(module_sym) || mlirAttributeIsNull(func_sym)) return MlirWalkResultAdvance;
-  launch_t *l = (launch_t *)find_launch(launches, mlirStringAttrGetValue(module_sym),
-                                        mlirStringAttrGetValue(func_sym));
+  launch_t *l =
+      (launch_t *)find_launch(launches, mlirStringAttrGetValue(module_sym), mlirStringAttrGetValue(func_sym));
   if (!l || l->args) return MlirWalkResultAdvance;
   MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
   size_t n = (size_t)mlirBlockGetNumArguments(entry);
@@ -427,7 +430,8 @@ static MlirWalkResult describe_kernel(MlirOperation op, void *user) {
       l->args[i].read_only = !w.written[i];
       if (mlirShapedTypeHasStaticShape(t)) {
         uint64_t elems = 1;
-        for (intptr_t d = 0; d < mlirShapedTypeGetRank(t); d++) elems *= (uint64_t)mlirShapedTypeGetDimSize(t, d);
+        for (intptr_t d = 0; d < mlirShapedTypeGetRank(t); d++)
+          elems *= (uint64_t)mlirShapedTypeGetDimSize(t, d);
         l->args[i].size_bytes = elems * (scalar_bits(mlirShapedTypeGetElementType(t)) / 8);
       }
     } else {
@@ -459,8 +463,8 @@ static MlirWalkResult annotate_kernel(MlirOperation op, void *user) {
       mlirOperationGetAttributeByName(parent, mlirStringRefCreateFromCString("sym_name"));
   MlirAttribute func_sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
   if (mlirAttributeIsNull(module_sym) || mlirAttributeIsNull(func_sym)) return MlirWalkResultAdvance;
-  const launch_t *l = find_launch(a->launches, mlirStringAttrGetValue(module_sym),
-                                  mlirStringAttrGetValue(func_sym));
+  const launch_t *l =
+      find_launch(a->launches, mlirStringAttrGetValue(module_sym), mlirStringAttrGetValue(func_sym));
   if (!l) return MlirWalkResultAdvance;
   char text[128];
   snprintf(text, sizeof text, "array<i32: %u, %u, %u>", l->block[0], l->block[1], l->block[2]);
@@ -488,8 +492,7 @@ static MlirWalkResult harvest_binary(MlirOperation op, void *user) {
   harvest_t *h = user;
   MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
   MlirAttribute objects = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("objects"));
-  if (mlirAttributeIsNull(sym) || mlirAttributeIsNull(objects) ||
-      mlirArrayAttrGetNumElements(objects) < 1) {
+  if (mlirAttributeIsNull(sym) || mlirAttributeIsNull(objects) || mlirArrayAttrGetNumElements(objects) < 1) {
     return MlirWalkResultAdvance;
   }
   MlirAttribute object = mlirArrayAttrGetElement(objects, 0);
@@ -509,7 +512,8 @@ static MlirWalkResult harvest_binary(MlirOperation op, void *user) {
     const kiln_compiler_kernel_t *owner = NULL;
     for (size_t j = 0; j < i && !owner; j++) {
       const kiln_compiler_kernel_t *p = &o->kernels[j];
-      if (p->binary && !p->same_as && p->module_name && strcmp(p->module_name, l->module_name) == 0) owner = p;
+      if (p->binary && !p->same_as && p->module_name && strcmp(p->module_name, l->module_name) == 0)
+        owner = p;
     }
     o->n_kernels++;
     k->args = kiln_memdup(l->args, (l->n_args ? l->n_args : 1) * sizeof *l->args);
@@ -625,8 +629,7 @@ static KILN_MUST_USE kiln_status_t toolkit_dir(kiln_compiler_context_t *context,
   static const char lld[] = "/usr/lib/llvm-22/bin/ld.lld";
   if (access(lld, X_OK) != 0) {
     return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
-                       "AMD code objects are linked with %s, which is missing: install lld-22",
-                       lld);
+                       "AMD code objects are linked with %s, which is missing: install lld-22", lld);
   }
   const char *tmp = getenv("TMPDIR");
   kiln_buf_t dir;
@@ -672,12 +675,13 @@ void kiln_compiler_toolkit_remove(kiln_compiler_context_t *context) {
 }
 
 static KILN_MUST_USE kiln_status_t back_pipeline(kiln_compiler_context_t *context, const kiln_target_t *t,
-                                   kiln_buf_t *out) {
+                                                 kiln_buf_t *out) {
   switch (t->kind) {
     case KILN_TARGET_KIND_CUDA:
       kiln_buf_appendf(out,
                        "builtin.module(nvvm-attach-target{chip=%s features=+ptx%u O=3},"
-                       "gpu.module(%s,convert-nvgpu-to-nvvm,convert-gpu-to-nvvm{index-bitwidth=64 use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
+                       "gpu.module(%s,convert-nvgpu-to-nvvm,convert-gpu-to-nvvm{index-bitwidth=64 "
+                       "use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
                        "reconcile-unrealized-casts),gpu-module-to-binary{format=isa})",
                        t->chip, t->ptx_version, cuda_kernel_lowering);
       return NULL;
@@ -688,10 +692,11 @@ static KILN_MUST_USE kiln_status_t back_pipeline(kiln_compiler_context_t *contex
       KILN_RETURN_IF_ERROR(toolkit_dir(context, &toolkit));
       kiln_buf_appendf(out,
                        "builtin.module(rocdl-attach-target{chip=%s O=3 abi=500 wave64=%s},"
-                       "gpu.module(%s,convert-amdgpu-to-rocdl{chipset=%s},convert-gpu-to-rocdl{index-bitwidth=64 use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
+                       "gpu.module(%s,convert-amdgpu-to-rocdl{chipset=%s},convert-gpu-to-rocdl{index-"
+                       "bitwidth=64 use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
                        "reconcile-unrealized-casts),gpu-module-to-binary{format=bin toolkit=%s})",
-                       t->chip, t->limits.subgroup_size == 64 ? "true" : "false", hip_kernel_lowering, t->chip,
-                       toolkit);
+                       t->chip, t->limits.subgroup_size == 64 ? "true" : "false", hip_kernel_lowering,
+                       t->chip, toolkit);
       return NULL;
     }
     case KILN_TARGET_KIND_VULKAN:
@@ -700,7 +705,8 @@ static KILN_MUST_USE kiln_status_t back_pipeline(kiln_compiler_context_t *contex
       kiln_buf_appendf(out,
                        "builtin.module(spirv-attach-target{ver=v%u.%u caps=%s exts=%s "
                        "client_api=Vulkan},"
-                       "gpu.module(" SPIRV_KERNEL_MATH ",lower-affine,convert-math-to-spirv),"
+                       "gpu.module(" SPIRV_KERNEL_MATH
+                       ",lower-affine,convert-math-to-spirv),"
                        "convert-gpu-to-spirv{use-64bit-index=false},"
                        "spirv.module(spirv-lower-abi-attrs,spirv-update-vce))",
                        t->spirv_version_major, t->spirv_version_minor, t->spirv_capabilities,
@@ -784,22 +790,24 @@ static MlirWalkResult find_small(MlirOperation op, void *user) {
  * f8 types and f4E2M1FN, scaling_extf/truncf expanded too), sub-byte buffers
  * become packed 32-bit words. */
 static KILN_MUST_USE kiln_status_t prepare_small_types(kiln_compiler_context_t *context, MlirModule module,
-                                         const kiln_target_t *t, const char *name, const char *stage) {
+                                                       const kiln_target_t *t, const char *name,
+                                                       const char *stage) {
   kiln_compiler_kernels_only(module);
   bool found = false;
   mlirOperationWalk(mlirModuleGetOperation(module), find_small, &found, MlirWalkPreOrder);
   if (!found) return NULL;
   kiln_compiler_kernels_floats_as_bits(context->mlir, module, KILN_FLOATS_SMALL);
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_pack_sub_byte(context->mlir, module, name));
-  KILN_RETURN_IF_ERROR(run_pipeline(
-      context, module,
-      "builtin.module(gpu.module(arith-expand{include-f8e8m0=true},"
-      "arith-emulate-unsupported-floats{source-types=f8E5M2,f8E4M3,f8E3M4,f8E4M3FN,f8E5M2FNUZ,"
-      "f8E4M3FNUZ,f8E8M0FNU,f6E2M3FN,f6E3M2FN,f4E2M1FN target-type=f32},"
-      "arith-expand{include-f8e8m0=true}))",
-      name, stage));
+  KILN_RETURN_IF_ERROR(
+      run_pipeline(context, module,
+                   "builtin.module(gpu.module(arith-expand{include-f8e8m0=true},"
+                   "arith-emulate-unsupported-floats{source-types=f8E5M2,f8E4M3,f8E3M4,f8E4M3FN,f8E5M2FNUZ,"
+                   "f8E4M3FNUZ,f8E8M0FNU,f6E2M3FN,f6E3M2FN,f4E2M1FN target-type=f32},"
+                   "arith-expand{include-f8e8m0=true}))",
+                   name, stage));
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_f8(context->mlir, module));
-  KILN_RETURN_IF_ERROR(run_pipeline(context, module, "builtin.module(gpu.module(canonicalize))", name, stage));
+  KILN_RETURN_IF_ERROR(
+      run_pipeline(context, module, "builtin.module(gpu.module(canonicalize))", name, stage));
   if (t->kind == KILN_TARGET_KIND_VULKAN) {
     KILN_RETURN_IF_ERROR(kiln_compiler_kernels_widen_sub_byte(context->mlir, module, name));
   }
@@ -854,14 +862,15 @@ static void rebuild_as(MlirContext ctx, MlirOperation op, MlirStringRef to, Mlir
 static bool held_back(MlirOperation op) {
   for (size_t i = 0; f64_only_math[i]; i++) {
     if (kiln_compiler_op_is(op, f64_only_math[i])) {
-      return mlirOperationGetNumResults(op) != 1 || !mlirTypeIsAF64(mlirValueGetType(mlirOperationGetResult(op, 0)));
+      return mlirOperationGetNumResults(op) != 1 ||
+             !mlirTypeIsAF64(mlirValueGetType(mlirOperationGetResult(op, 0)));
     }
   }
   return false;
 }
 
-static KILN_MUST_USE kiln_status_t expand_f64_upstream(kiln_compiler_context_t *context, MlirModule module, const char *name,
-                                         const char *stage) {
+static KILN_MUST_USE kiln_status_t expand_f64_upstream(kiln_compiler_context_t *context, MlirModule module,
+                                                       const char *name, const char *stage) {
   MlirContext ctx = context->mlir;
   kiln_compiler_ops_t ops = {0};
   mlirOperationWalk(mlirModuleGetOperation(module), kiln_compiler_ops_collect_all, &ops, MlirWalkPreOrder);
@@ -873,8 +882,8 @@ static KILN_MUST_USE kiln_status_t expand_f64_upstream(kiln_compiler_context_t *
                  mlirStringAttrGet(ctx, mlirIdentifierStr(mlirOperationGetName(ops.items[i]))));
     }
   }
-  kiln_status_t st = run_pipeline(context, module, "builtin.module(gpu.module(" EXPAND_MATH(F64_UPSTREAM_MATH) "))",
-                                  name, stage);
+  kiln_status_t st = run_pipeline(
+      context, module, "builtin.module(gpu.module(" EXPAND_MATH(F64_UPSTREAM_MATH) "))", name, stage);
   ops.n = 0;
   mlirOperationWalk(mlirModuleGetOperation(module), kiln_compiler_ops_collect_all, &ops, MlirWalkPreOrder);
   for (size_t i = 0; i < ops.n; i++) {
@@ -889,8 +898,8 @@ static KILN_MUST_USE kiln_status_t expand_f64_upstream(kiln_compiler_context_t *
   return st;
 }
 
-static KILN_MUST_USE kiln_status_t emulate_f64(kiln_compiler_context_t *context, MlirModule module, const char *name,
-                                 const char *target, const char *stage) {
+static KILN_MUST_USE kiln_status_t emulate_f64(kiln_compiler_context_t *context, MlirModule module,
+                                               const char *name, const char *target, const char *stage) {
   if (!kiln_compiler_kernels_have_f64(module)) return NULL;
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_math(context->mlir, module, "", KILN_F64_MATH_FIRST));
   KILN_RETURN_IF_ERROR(expand_f64_upstream(context, module, name, stage));
@@ -899,8 +908,8 @@ static KILN_MUST_USE kiln_status_t emulate_f64(kiln_compiler_context_t *context,
 }
 
 static KILN_MUST_USE kiln_status_t spirv_prepare_types(kiln_compiler_context_t *context, MlirModule module,
-                                         const kiln_target_t *t, const char *name,
-                                         const char *stage) {
+                                                       const kiln_target_t *t, const char *name,
+                                                       const char *stage) {
   bool float16 = kiln_compiler_list_has(t->spirv_capabilities, "Float16");
   bool int64 = kiln_compiler_list_has(t->spirv_capabilities, "Int64");
   kiln_compiler_kernels_only(module);
@@ -912,9 +921,9 @@ static KILN_MUST_USE kiln_status_t spirv_prepare_types(kiln_compiler_context_t *
    * one converts as if nothing but Shader existed (f16 math became f32). */
   kiln_buf_t env;
   kiln_buf_init(&env);
-  kiln_buf_appendf(&env, "#spirv.target_env<#spirv.vce<v%u.%u, [%s], [%s]>, api=Vulkan, #spirv.resource_limits<>>",
-                   t->spirv_version_major, t->spirv_version_minor, t->spirv_capabilities,
-                   t->spirv_extensions);
+  kiln_buf_appendf(
+      &env, "#spirv.target_env<#spirv.vce<v%u.%u, [%s], [%s]>, api=Vulkan, #spirv.resource_limits<>>",
+      t->spirv_version_major, t->spirv_version_minor, t->spirv_capabilities, t->spirv_extensions);
   MlirAttribute env_attr = mlirAttributeParseGet(context->mlir, mlirStringRefCreate(env.data, env.len));
   kiln_buf_deinit(&env);
   if (mlirAttributeIsNull(env_attr)) {
@@ -923,7 +932,8 @@ static KILN_MUST_USE kiln_status_t spirv_prepare_types(kiln_compiler_context_t *
   MlirBlock body = mlirModuleGetBody(module);
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
-    mlirOperationSetDiscardableAttributeByName(op, mlirStringRefCreateFromCString("spirv.target_env"), env_attr);
+    mlirOperationSetDiscardableAttributeByName(op, mlirStringRefCreateFromCString("spirv.target_env"),
+                                               env_attr);
   }
   kiln_compiler_kernels_floats_as_bits(context->mlir, module,
                                        KILN_FLOATS_BF16 | (float16 ? 0u : KILN_FLOATS_F16));
@@ -935,7 +945,8 @@ static KILN_MUST_USE kiln_status_t spirv_prepare_types(kiln_compiler_context_t *
   const char *math_ops = getenv("KILN_TEST_SPIRV_MATH");
   KILN_RETURN_IF_ERROR(kiln_compiler_kernels_expand_math(
       context->mlir, module,
-      math_ops && *math_ops ? math_ops : "erf,cbrt,atan2,asin,acos,remf,erfc,trunc,ctpop,cttz,ipowi," KILN_MATH_FIRST,
+      math_ops && *math_ops ? math_ops
+                            : "erf,cbrt,atan2,asin,acos,remf,erfc,trunc,ctpop,cttz,ipowi," KILN_MATH_FIRST,
       int64 ? "ipowi" : "ipowi," SPIRV_I64_HELPERS));
   /* i64 without Int64: pairs of i32 (arith-emulate-wide-int; the buffers by kiln). */
   if (!int64) {
@@ -943,7 +954,8 @@ static KILN_MUST_USE kiln_status_t spirv_prepare_types(kiln_compiler_context_t *
     kiln_compiler_kernels_guard_i64_shifts(context->mlir, module);
     kiln_compiler_kernels_split_carried_i64(context->mlir, module);
   }
-  kiln_compiler_kernels_widen_unsigned(context->mlir, module, kiln_compiler_list_has(t->spirv_capabilities, "Int8"),
+  kiln_compiler_kernels_widen_unsigned(context->mlir, module,
+                                       kiln_compiler_list_has(t->spirv_capabilities, "Int8"),
                                        kiln_compiler_list_has(t->spirv_capabilities, "Int16"));
   kiln_buf_t passes;
   kiln_buf_init(&passes);
@@ -965,8 +977,8 @@ static KILN_MUST_USE kiln_status_t spirv_prepare_types(kiln_compiler_context_t *
 }
 
 static KILN_MUST_USE kiln_status_t spirv_serialize(kiln_compiler_context_t *context, MlirModule module,
-                                     const kiln_target_t *target, const char *name,
-                                     const char *stage) {
+                                                   const kiln_target_t *target, const char *name,
+                                                   const char *stage) {
   static const char prefix[] = "__spv__";
   MlirBlock body = mlirModuleGetBody(module);
   MlirOperation op = mlirBlockGetFirstOperation(body);
@@ -1012,7 +1024,7 @@ static const char *find_ptxas(char *found, size_t cap) {
 /* Assembles one kernel's PTX; a failure fails the target (ptxas disagreeing with
  * LLVM's PTX is a bug worth seeing), a missing ptxas is not a failure. */
 static KILN_MUST_USE kiln_status_t assemble_cubin(const char *ptxas, const kiln_target_t *t,
-                                    kiln_compiler_kernel_t *k) {
+                                                  kiln_compiler_kernel_t *k) {
   const char *tmp = getenv("TMPDIR");
   kiln_buf_t dir;
   kiln_buf_init(&dir);
@@ -1040,8 +1052,8 @@ static KILN_MUST_USE kiln_status_t assemble_cubin(const char *ptxas, const kiln_
     char out[2048];
     size_t n;
     if (kiln_compiler_run_command(cmd.data, out, sizeof out) != 0) {
-      st = KILN_STATUS(KILN_STATUS_INTERNAL, "ptxas (%s) rejected kernel %s for %s: %s", ptxas,
-                       k->name, t->chip, out);
+      st = KILN_STATUS(KILN_STATUS_INTERNAL, "ptxas (%s) rejected kernel %s for %s: %s", ptxas, k->name,
+                       t->chip, out);
     } else {
       FILE *c = fopen(cubin.data, "rb");
       kiln_buf_t bytes;
@@ -1065,20 +1077,22 @@ static KILN_MUST_USE kiln_status_t assemble_cubin(const char *ptxas, const kiln_
 }
 
 /* Every workgroup must fit the device: per-dimension sizes and invocations. */
-static KILN_MUST_USE kiln_status_t check_limits(const kiln_target_t *t, const launches_t *launches, const char *name) {
+static KILN_MUST_USE kiln_status_t check_limits(const kiln_target_t *t, const launches_t *launches,
+                                                const char *name) {
   const kiln_target_gpu_limits_t *lim = &t->limits;
   for (size_t i = 0; i < launches->n; i++) {
     const uint32_t *b = launches->items[i].block;
     uint64_t invocations = (uint64_t)b[0] * b[1] * b[2];
     bool dims_ok = true;
-    for (int d = 0; d < 3; d++) dims_ok = dims_ok && (!lim->max_workgroup_size[d] || b[d] <= lim->max_workgroup_size[d]);
+    for (int d = 0; d < 3; d++)
+      dims_ok = dims_ok && (!lim->max_workgroup_size[d] || b[d] <= lim->max_workgroup_size[d]);
     if (!dims_ok || (lim->max_workgroup_invocations && invocations > lim->max_workgroup_invocations)) {
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                          "%s: kernel %s needs a %ux%ux%u workgroup, over %s's limits (%ux%ux%u, "
                          "%u invocations)",
                          name, launches->items[i].kernel_name, b[0], b[1], b[2], t->id,
-                         lim->max_workgroup_size[0], lim->max_workgroup_size[1],
-                         lim->max_workgroup_size[2], lim->max_workgroup_invocations);
+                         lim->max_workgroup_size[0], lim->max_workgroup_size[1], lim->max_workgroup_size[2],
+                         lim->max_workgroup_invocations);
     }
   }
   return NULL;
@@ -1105,11 +1119,12 @@ typedef struct carry_s {
 static MlirWalkResult carry_accumulators(MlirOperation op, void *user) {
   if (!kiln_compiler_op_is(op, "gpu.func")) return MlirWalkResultAdvance;
   carry_t *c = user;
-  MlirAttribute module_sym =
-      mlirOperationGetAttributeByName(mlirOperationGetParentOperation(op), mlirStringRefCreateFromCString("sym_name"));
+  MlirAttribute module_sym = mlirOperationGetAttributeByName(mlirOperationGetParentOperation(op),
+                                                             mlirStringRefCreateFromCString("sym_name"));
   MlirAttribute func_sym = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
   if (mlirAttributeIsNull(module_sym) || mlirAttributeIsNull(func_sym)) return MlirWalkResultSkip;
-  const launch_t *l = find_launch(c->launches, mlirStringAttrGetValue(module_sym), mlirStringAttrGetValue(func_sym));
+  const launch_t *l =
+      find_launch(c->launches, mlirStringAttrGetValue(module_sym), mlirStringAttrGetValue(func_sym));
   bool distinct = l && c->noalias[l - c->launches->items];
   kiln_compiler_kernel_accumulators_to_registers(op, distinct);
   return MlirWalkResultSkip;
@@ -1138,16 +1153,19 @@ static void shape_gpu_loops(kiln_compiler_context_t *context, MlirModule module,
  * which CUDA and AMD fault on at a misaligned address). */
 /* The tiled matmul for launch i with the epilogue `f` fused into it: the
  * epilogue kernel's arguments but C follow the matmul's own (its D typed as C). */
-static KILN_MUST_USE kiln_status_t replace_fused(MlirContext mlir, MlirModule module, MlirOperation func, MlirOperation e_func,
-                                   const launch_t *l, const fusion_t *f, const kiln_target_t *t, uint32_t grid[3],
-                                   uint32_t block[3]) {
+static KILN_MUST_USE kiln_status_t replace_fused(MlirContext mlir, MlirModule module, MlirOperation func,
+                                                 MlirOperation e_func, const launch_t *l, const fusion_t *f,
+                                                 const kiln_target_t *t, uint32_t grid[3],
+                                                 uint32_t block[3]) {
   MlirBlock e_entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(e_func, 0));
   unsigned n_e = (unsigned)mlirBlockGetNumArguments(e_entry);
   char **types = kiln_calloc(n_e, sizeof *types);
   unsigned n = 0;
   for (unsigned a = 0; a < n_e; a++) {
     if (a == f->c_arg) continue;
-    types[n++] = a == f->d_arg ? NULL : kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(e_entry, a)));
+    types[n++] = a == f->d_arg
+                     ? NULL
+                     : kiln_compiler_gpu_type_text(mlirValueGetType(mlirBlockGetArgument(e_entry, a)));
   }
   /* D's element as the target's copy types it (f32, f16, bf16 or i16 bits). */
   MlirType d_elem = mlirShapedTypeGetElementType(mlirValueGetType(mlirBlockGetArgument(e_entry, f->d_arg)));
@@ -1183,9 +1201,10 @@ static void empty_kernel(MlirOperation func) {
 }
 
 static KILN_MUST_USE kiln_status_t tile_contractions(kiln_compiler_context_t *context, MlirModule module,
-                                       const launches_t *launches, const bool *swappable, const fusion_t *fusions,
-                                       const kiln_target_t *t, uint32_t (*grids)[3], uint32_t (*blocks)[3],
-                                       uint32_t (*fused)[2]) {
+                                                     const launches_t *launches, const bool *swappable,
+                                                     const fusion_t *fusions, const kiln_target_t *t,
+                                                     uint32_t (*grids)[3], uint32_t (*blocks)[3],
+                                                     uint32_t (*fused)[2]) {
   MlirOperation gm = kiln_compiler_first_op(mlirModuleGetBody(module), "gpu.module");
   if (mlirOperationIsNull(gm)) return NULL;
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(gm, 0));
@@ -1210,8 +1229,8 @@ static KILN_MUST_USE kiln_status_t tile_contractions(kiln_compiler_context_t *co
     if (mlirOperationIsNull(func)) continue;
     MlirContext mlir = context->mlir;
     if (gemm && fusions[i].e && taken[fusions[i].e - 1]) {
-      MlirOperation e_func = find_symbol(body, "gpu.func",
-                                         mlirStringRefCreateFromCString(launches->items[fusions[i].e - 1].kernel_name));
+      MlirOperation e_func = find_symbol(
+          body, "gpu.func", mlirStringRefCreateFromCString(launches->items[fusions[i].e - 1].kernel_name));
       st = replace_fused(mlir, module, func, e_func, l, &fusions[i], t, grids[i], blocks[i]);
       if (!st) {
         fused[fusions[i].e - 1][0] = (uint32_t)i + 1;
@@ -1222,19 +1241,21 @@ static KILN_MUST_USE kiln_status_t tile_contractions(kiln_compiler_context_t *co
     }
     if (!gemm && !reduce && !depthwise) {
       bool done = false;
-      st = kiln_compiler_elementwise_vectorize(mlir, module, func, l->grid, l->block, t, grids[i], blocks[i], &done);
+      st = kiln_compiler_elementwise_vectorize(mlir, module, func, l->grid, l->block, t, grids[i], blocks[i],
+                                               &done);
       continue;
     }
-    st = gemm     ? kiln_compiler_gemm_replace(mlir, module, func, &l->gemm, t, NULL, grids[i], blocks[i], NULL)
-         : reduce ? kiln_compiler_reduce_replace(mlir, module, func, &l->reduce, t, grids[i], blocks[i])
-                  : kiln_compiler_depthwise_replace(mlir, module, func, &l->depthwise, t, grids[i], blocks[i]);
+    st = gemm ? kiln_compiler_gemm_replace(mlir, module, func, &l->gemm, t, NULL, grids[i], blocks[i], NULL)
+         : reduce
+             ? kiln_compiler_reduce_replace(mlir, module, func, &l->reduce, t, grids[i], blocks[i])
+             : kiln_compiler_depthwise_replace(mlir, module, func, &l->depthwise, t, grids[i], blocks[i]);
   }
   kiln_free(taken);
   return st;
 }
 
-static void compile_target(kiln_compiler_context_t *context, MlirModule front,
-                           const launches_t *launches, const kiln_vmfb_plan_t *plan, const char *name,
+static void compile_target(kiln_compiler_context_t *context, MlirModule front, const launches_t *launches,
+                           const kiln_vmfb_plan_t *plan, const char *name,
                            kiln_compiler_target_output_t *out) {
   int64_t t0 = kiln_time_monotonic_ns();
   kiln_buf_t pipeline;
@@ -1278,20 +1299,23 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
        * and bf16 math runs in f32 first, so kiln's f32 code covers it too. */
       out->status = kiln_compiler_kernels_expand_math(context->mlir, module, "", KILN_F64_MATH_FIRST);
       if (!out->status) {
-        out->status = run_pipeline(context, module, "builtin.module(gpu.module(" HIP_KERNEL_EXPAND "))", name, stage);
+        out->status =
+            run_pipeline(context, module, "builtin.module(gpu.module(" HIP_KERNEL_EXPAND "))", name, stage);
       }
       if (!out->status) {
-        out->status = kiln_compiler_kernels_expand_math(context->mlir, module,
-                                                        "erf,cbrt,atan,atan2,asin,acos,floor,ceil,log2,sin,cos,remf,"
-                                                        "log10,tan,erfc,ipowi",
-                                                        KILN_F64_MATH_HELPERS ",floor,ceil");
+        out->status =
+            kiln_compiler_kernels_expand_math(context->mlir, module,
+                                              "erf,cbrt,atan,atan2,asin,acos,floor,ceil,log2,sin,cos,remf,"
+                                              "log10,tan,erfc,ipowi",
+                                              KILN_F64_MATH_HELPERS ",floor,ceil");
       }
     }
     /* After the small types became their bits: a carried value has the type
      * the buffer holds. */
     if (!out->status) shape_gpu_loops(context, module, launches, noalias, out->target);
     if (!out->status) {
-      out->status = tile_contractions(context, module, launches, swappable, fusions, out->target, grids, blocks, fused);
+      out->status =
+          tile_contractions(context, module, launches, swappable, fusions, out->target, grids, blocks, fused);
     }
     if (!out->status) out->status = run_pipeline(context, module, pipeline.data, name, stage);
     if (!out->status && out->target->kind == KILN_TARGET_KIND_VULKAN) {
@@ -1302,9 +1326,9 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
       out->kernels = kiln_calloc(launches->n ? launches->n : 1, sizeof *out->kernels);
       mlirOperationWalk(mlirModuleGetOperation(module), harvest_binary, &h, MlirWalkPreOrder);
       if (out->n_kernels != launches->n) {
-        out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
-                                  "%s: %zu of %zu kernels came out of code generation for %s", name,
-                                  out->n_kernels, launches->n, out->target->id);
+        out->status =
+            KILN_STATUS(KILN_STATUS_INTERNAL, "%s: %zu of %zu kernels came out of code generation for %s",
+                        name, out->n_kernels, launches->n, out->target->id);
       }
       for (size_t k = 0; !out->status && k < out->n_kernels; k++) {
         out->kernels[k].fused_into = fused[k][0];
@@ -1322,8 +1346,7 @@ static void compile_target(kiln_compiler_context_t *context, MlirModule front,
         memcpy(out->kernels[k].grid, grids[k], sizeof grids[k]);
       }
       char found[512];
-      const char *ptxas =
-          out->target->kind == KILN_TARGET_KIND_CUDA ? find_ptxas(found, sizeof found) : NULL;
+      const char *ptxas = out->target->kind == KILN_TARGET_KIND_CUDA ? find_ptxas(found, sizeof found) : NULL;
       for (size_t k = 0; ptxas && !out->status && k < out->n_kernels; k++) {
         /* Kernels share their device module: assemble each module once. */
         kiln_compiler_kernel_t *kk = &out->kernels[k];
@@ -1402,7 +1425,8 @@ static void plan_kernels(const kiln_vmfb_plan_t *plan, bool *noalias, bool *alig
         const kiln_vmfb_binding_t *x = &st->bindings[a];
         if (aligned && x->offset % 16) aligned[st->kernel] = false;
         for (size_t b = 0; b < st->n_bindings && noalias[st->kernel]; b++) {
-          if (a != b && !x->read_only && bindings_overlap(fn, x, &st->bindings[b])) noalias[st->kernel] = false;
+          if (a != b && !x->read_only && bindings_overlap(fn, x, &st->bindings[b]))
+            noalias[st->kernel] = false;
         }
       }
     }
@@ -1430,7 +1454,8 @@ static void plan_fusions(const kiln_vmfb_plan_t *plan, const launches_t *launche
     const kiln_vmfb_function_t *fn = &plan->functions[f];
     bool branches = false;
     for (size_t s = 0; s < fn->n_steps; s++) {
-      branches = branches || fn->steps[s].kind == KILN_VMFB_STEP_BRANCH || fn->steps[s].kind == KILN_VMFB_STEP_JUMP;
+      branches =
+          branches || fn->steps[s].kind == KILN_VMFB_STEP_BRANCH || fn->steps[s].kind == KILN_VMFB_STEP_JUMP;
     }
     for (size_t s = 0; s < fn->n_steps; s++) {
       const kiln_vmfb_step_t *st = &fn->steps[s], *next = s + 1 < fn->n_steps ? &fn->steps[s + 1] : NULL;
@@ -1445,10 +1470,11 @@ static void plan_fusions(const kiln_vmfb_plan_t *plan, const launches_t *launche
       unsigned e = next->kernel;
       const kiln_compiler_epilogue_t *ep = &launches->items[e].epilogue;
       /* E's output is C's shape: [batch,] M x N, or a conv's NHWC output. */
-      bool shape = g->conv_h ? ep->rank == 4 && ep->dims[1] == g->out_h && ep->dims[2] == g->out_w &&
-                                   ep->dims[0] * ep->dims[1] * ep->dims[2] == g->m && ep->dims[3] == g->n
-                             : ep->rank == g->rank && ep->dims[ep->rank - 2] == g->m &&
-                                   ep->dims[ep->rank - 1] == g->n && (g->rank == 2 || ep->dims[0] == g->batch);
+      bool shape = g->conv_h
+                       ? ep->rank == 4 && ep->dims[1] == g->out_h && ep->dims[2] == g->out_w &&
+                             ep->dims[0] * ep->dims[1] * ep->dims[2] == g->m && ep->dims[3] == g->n
+                       : ep->rank == g->rank && ep->dims[ep->rank - 2] == g->m &&
+                             ep->dims[ep->rank - 1] == g->n && (g->rank == 2 || ep->dims[0] == g->batch);
       /* E's bindings 16-byte aligned like G's (D is stored in G's vectors); a
        * Vulkan dispatch keeps to 8 storage buffers (devices may allow few),
        * and a 16-bit D needs the profile's 16-bit storage and types (VideoCore
@@ -1465,8 +1491,8 @@ static void plan_fusions(const kiln_vmfb_plan_t *plan, const launches_t *launche
       int c = -1, at_c = 0;
       for (unsigned a = 0; ok && a < ep->n_args; a++) {
         const kiln_vmfb_binding_t *b = &next->bindings[a];
-        if (b->buffer == cb->buffer && b->offset == cb->offset && b->length == cb->length && !b->length_expr &&
-            !cb->length_expr) {
+        if (b->buffer == cb->buffer && b->offset == cb->offset && b->length == cb->length &&
+            !b->length_expr && !cb->length_expr) {
           at_c++;
           if (ep->c_candidates >> a & 1u) c = (int)a;
         }
@@ -1532,7 +1558,8 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, cons
   if (!out->status) {
     kiln_compiler_kernels_f64_half_casts(context->mlir, module);
     kiln_compiler_kernels_floats_as_bits(context->mlir, module, as_bits);
-    out->status = kiln_compiler_kernels_expand_math(context->mlir, module, KILN_MATH_FIRST, KILN_F64_MATH_FIRST);
+    out->status =
+        kiln_compiler_kernels_expand_math(context->mlir, module, KILN_MATH_FIRST, KILN_F64_MATH_FIRST);
   }
   if (!out->status) out->status = run_pipeline(context, module, CPU_KERNEL_EXPAND, name, stage);
   /* KILN_TEST_CPU_MATH64 (a test hook, never set in production) widens the f64
@@ -1544,12 +1571,15 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, cons
                                                     math64 && *math64 ? math64 : KILN_F64_MATH_HELPERS);
   }
   if (!out->status) {
-    out->status = run_pipeline(context, module, t->f16_as_bits ? CPU_KERNEL_TYPES("bf16,f16") : CPU_KERNEL_TYPES("bf16"),
-                               name, stage);
+    out->status =
+        run_pipeline(context, module,
+                     t->f16_as_bits ? CPU_KERNEL_TYPES("bf16,f16") : CPU_KERNEL_TYPES("bf16"), name, stage);
   }
   if (!out->status && t->f16_as_bits) out->status = kiln_compiler_kernels_expand_f16(context->mlir, module);
-  if (!out->status) out->status = run_pipeline(context, module, "builtin.module(gpu.module(canonicalize))", name, stage);
-  if (!out->status) out->status = kiln_compiler_kernels_check_floats(context->mlir, module, as_bits, name, t->id);
+  if (!out->status)
+    out->status = run_pipeline(context, module, "builtin.module(gpu.module(canonicalize))", name, stage);
+  if (!out->status)
+    out->status = kiln_compiler_kernels_check_floats(context->mlir, module, as_bits, name, t->id);
   const char **names = kiln_calloc(launches->n ? launches->n : 1, sizeof *names);
   uint32_t(*blocks)[3] = kiln_calloc(launches->n ? launches->n : 1, sizeof *blocks);
   bool *noalias = kiln_calloc(launches->n ? launches->n : 1, sizeof *noalias);
@@ -1562,8 +1592,8 @@ static void compile_cpu(kiln_compiler_context_t *context, MlirModule front, cons
   size_t elf_len = 0;
   cpu_run_t r = {context, name, stage};
   if (!out->status && launches->n) {
-    out->status = kiln_compiler_cpu_library(context->mlir, module, t, names, (const uint32_t(*)[3])blocks, noalias,
-                                            launches->n, cpu_run, &r, name, &elf, &elf_len);
+    out->status = kiln_compiler_cpu_library(context->mlir, module, t, names, (const uint32_t(*)[3])blocks,
+                                            noalias, launches->n, cpu_run, &r, name, &elf, &elf_len);
   }
   if (!out->status) {
     out->kernels = kiln_calloc(launches->n ? launches->n : 1, sizeof *out->kernels);
@@ -1632,12 +1662,12 @@ static KILN_MUST_USE kiln_status_t check_static_signatures(MlirModule module, co
         kiln_buf_init(&text);
         mlirTypePrint(t, append_cb, &text);
         MlirStringRef fname = mlirStringAttrGetValue(sym);
-        kiln_status_t st = KILN_STATUS(
-            KILN_STATUS_UNIMPLEMENTED,
-            "%s: function @%.*s %s %zd is %s: kiln compiles ranked tensors only (an unranked "
-            "tensor has no rank to plan buffers by); export the model with ranks",
-            name, (int)fname.length, fname.data, results ? "result" : "argument", (ssize_t)i,
-            text.len ? text.data : "?");
+        kiln_status_t st =
+            KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
+                        "%s: function @%.*s %s %zd is %s: kiln compiles ranked tensors only (an unranked "
+                        "tensor has no rank to plan buffers by); export the model with ranks",
+                        name, (int)fname.length, fname.data, results ? "result" : "argument", (ssize_t)i,
+                        text.len ? text.data : "?");
         kiln_buf_deinit(&text);
         return st;
       }
@@ -1682,11 +1712,11 @@ static void check_oversize(oversize_t *o, MlirOperation op, MlirType t, const ch
   int line, col;
   kiln_compiler_op_line_col(op, &line, &col);
   MlirStringRef opname = mlirIdentifierStr(mlirOperationGetName(op));
-  o->status = KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
-                          "%s:%d:%d: %s of %.*s is %s, %" PRIu64 " bytes: over the compile's memory limit of %" PRIu64
-                          " bytes (kilnd's worker-memory-limit); the model cannot be compiled or run in it",
-                          o->name, line, col, what, (int)opname.length, opname.data, text.len ? text.data : "?",
-                          bytes, o->limit);
+  o->status = KILN_STATUS(
+      KILN_STATUS_RESOURCE_EXHAUSTED,
+      "%s:%d:%d: %s of %.*s is %s, %" PRIu64 " bytes: over the compile's memory limit of %" PRIu64
+      " bytes (kilnd's worker-memory-limit); the model cannot be compiled or run in it",
+      o->name, line, col, what, (int)opname.length, opname.data, text.len ? text.data : "?", bytes, o->limit);
   kiln_buf_deinit(&text);
 }
 
@@ -1725,16 +1755,15 @@ static MlirWalkResult find_refused(MlirOperation op, void *user) {
     if (!kiln_compiler_op_is(op, REFUSED_OPS[i].op)) continue;
     int line, col;
     kiln_compiler_op_line_col(op, &line, &col);
-    r->status = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s:%d:%d: %s: kiln does not compile it yet: %s", r->name,
-                            line, col, REFUSED_OPS[i].op, REFUSED_OPS[i].why);
+    r->status = KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s:%d:%d: %s: kiln does not compile it yet: %s",
+                            r->name, line, col, REFUSED_OPS[i].op, REFUSED_OPS[i].why);
     return MlirWalkResultInterrupt;
   }
   return MlirWalkResultAdvance;
 }
 
-kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source,
-                                    size_t len, const char *name,
-                                    const kiln_target_t *const *targets, size_t n_targets,
+kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source, size_t len,
+                                    const char *name, const kiln_target_t *const *targets, size_t n_targets,
                                     kiln_compiler_output_t *out_output) {
   memset(out_output, 0, sizeof *out_output);
   if (!name || !*name) name = "<source>";
@@ -1759,10 +1788,8 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void
   if (context->on_stage) context->on_stage(context->on_stage_user, "optimize", 1);
   /* gpu-dialect input (a host function launching gpu.module kernels) is already
    * past the front half: it goes straight to the back halves. */
-  bool pre_outlined = !mlirOperationIsNull(
-      kiln_compiler_first_op(mlirModuleGetBody(common), "gpu.module"));
-  kiln_status_t status =
-      pre_outlined ? NULL : run_common(context, common, name);
+  bool pre_outlined = !mlirOperationIsNull(kiln_compiler_first_op(mlirModuleGetBody(common), "gpu.module"));
+  kiln_status_t status = pre_outlined ? NULL : run_common(context, common, name);
   /* The kernel part of the front half (grid mapping, outlining), also once: CPU
    * targets run the same kernels, a workgroup per call. */
   bool any_gpu = n_targets > 0;
@@ -1835,8 +1862,8 @@ struct kiln_compiler_jit_s {
   MlirExecutionEngine engine;
 };
 
-kiln_status_t kiln_compiler_jit_create(kiln_compiler_context_t *context, const void *source,
-                                       size_t len, const char *name, kiln_compiler_jit_t **out_jit) {
+kiln_status_t kiln_compiler_jit_create(kiln_compiler_context_t *context, const void *source, size_t len,
+                                       const char *name, kiln_compiler_jit_t **out_jit) {
   *out_jit = NULL;
   if (!name || !*name) name = "<source>";
   MlirModule module;
@@ -1877,9 +1904,8 @@ void kiln_compiler_jit_destroy(kiln_compiler_jit_t *jit) {
   kiln_free(jit);
 }
 
-kiln_status_t kiln_compiler_pipeline_text(kiln_compiler_context_t *context,
-                                          const kiln_target_t *target, char **out_front,
-                                          char **out_back) {
+kiln_status_t kiln_compiler_pipeline_text(kiln_compiler_context_t *context, const kiln_target_t *target,
+                                          char **out_front, char **out_back) {
   *out_front = *out_back = NULL;
   kiln_buf_t back;
   kiln_buf_init(&back);
@@ -1905,7 +1931,8 @@ void kiln_compiler_context_on_target(kiln_compiler_context_t *context, kiln_comp
   context->on_target_user = user;
 }
 
-void kiln_compiler_context_on_stage(kiln_compiler_context_t *context, kiln_compiler_stage_fn_t fn, void *user) {
+void kiln_compiler_context_on_stage(kiln_compiler_context_t *context, kiln_compiler_stage_fn_t fn,
+                                    void *user) {
   context->on_stage = fn;
   context->on_stage_user = user;
 }
@@ -1961,7 +1988,8 @@ void kiln_compiler_dispatch_grid(const kiln_compiler_target_output_t *t, const k
 kiln_status_t kiln_compiler_target_plan(const kiln_vmfb_plan_t *plan, const kiln_compiler_target_output_t *t,
                                         kiln_vmfb_plan_t *out) {
   *out = *plan;
-  out->functions = plan->n_functions ? kiln_memdup(plan->functions, plan->n_functions * sizeof *plan->functions) : NULL;
+  out->functions =
+      plan->n_functions ? kiln_memdup(plan->functions, plan->n_functions * sizeof *plan->functions) : NULL;
   kiln_status_t st = NULL;
   for (size_t f = 0; f < plan->n_functions; f++) {
     const kiln_vmfb_function_t *from = &plan->functions[f];
@@ -1970,17 +1998,20 @@ kiln_status_t kiln_compiler_target_plan(const kiln_vmfb_plan_t *plan, const kiln
     fn->n_steps = 0;
     for (size_t s = 0; s < from->n_steps; s++) {
       const kiln_vmfb_step_t *step = &from->steps[s];
-      const kiln_compiler_kernel_t *k =
-          step->kind == KILN_VMFB_STEP_DISPATCH && step->kernel < t->n_kernels ? &t->kernels[step->kernel] : NULL;
+      const kiln_compiler_kernel_t *k = step->kind == KILN_VMFB_STEP_DISPATCH && step->kernel < t->n_kernels
+                                            ? &t->kernels[step->kernel]
+                                            : NULL;
       if (k && k->fused_into) {
         kiln_vmfb_step_t *prev = fn->n_steps ? &fn->steps[fn->n_steps - 1] : NULL;
         if (!st && (!prev || prev->kind != KILN_VMFB_STEP_DISPATCH || prev->kernel != k->fused_into - 1 ||
                     k->fused_input >= step->n_bindings)) {
-          st = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: a fused dispatch of kernel %s does not follow its matmul's (kiln bug)",
+          st = KILN_STATUS(KILN_STATUS_INTERNAL,
+                           "%s: a fused dispatch of kernel %s does not follow its matmul's (kiln bug)",
                            t->target->id, k->name);
         }
         if (st) continue;
-        prev->bindings = kiln_realloc(prev->bindings, (prev->n_bindings + step->n_bindings) * sizeof *prev->bindings);
+        prev->bindings =
+            kiln_realloc(prev->bindings, (prev->n_bindings + step->n_bindings) * sizeof *prev->bindings);
         for (size_t b = 0; b < step->n_bindings; b++) {
           if (b != k->fused_input) prev->bindings[prev->n_bindings++] = step->bindings[b];
         }
@@ -1988,7 +2019,8 @@ kiln_status_t kiln_compiler_target_plan(const kiln_vmfb_plan_t *plan, const kiln
       }
       kiln_vmfb_step_t *copy = &fn->steps[fn->n_steps++];
       *copy = *step;
-      copy->bindings = step->n_bindings ? kiln_memdup(step->bindings, step->n_bindings * sizeof *step->bindings) : NULL;
+      copy->bindings =
+          step->n_bindings ? kiln_memdup(step->bindings, step->n_bindings * sizeof *step->bindings) : NULL;
       if (copy->kind == KILN_VMFB_STEP_DISPATCH) kiln_compiler_dispatch_grid(t, step, copy->workgroups);
     }
   }

@@ -52,24 +52,24 @@ typedef struct kiln_compiler_kernel_s {
                              library (an ELF shared object holding every kernel);
                              followed by a NUL byte not counted in binary_len */
   size_t binary_len;
-  unsigned char *cubin;   /* CUDA only, when ptxas is installed: the PTX assembled
-                             for the chip (an EM_CUDA ELF); NULL otherwise */
+  unsigned char *cubin; /* CUDA only, when ptxas is installed: the PTX assembled
+                           for the chip (an EM_CUDA ELF); NULL otherwise */
   size_t cubin_len;
-  uint32_t grid[3];        /* workgroup counts x, y, z where this target tiles the
-                              kernel its own way (a GPU's tiled matmul); all 0: the
-                              plan's (kiln_compiler_dispatch_grid) */
-  uint32_t same_as;        /* 0: this kernel owns `binary` and `cubin`; otherwise they
-                              are borrowed from kernel same_as - 1 of the same target,
-                              an earlier kernel of the same device module (a module of
-                              N kernels is stored once, not N times) */
+  uint32_t grid[3];          /* workgroup counts x, y, z where this target tiles the
+                                kernel its own way (a GPU's tiled matmul); all 0: the
+                                plan's (kiln_compiler_dispatch_grid) */
+  uint32_t same_as;          /* 0: this kernel owns `binary` and `cubin`; otherwise they
+                                are borrowed from kernel same_as - 1 of the same target,
+                                an earlier kernel of the same device module (a module of
+                                N kernels is stored once, not N times) */
   kiln_compiler_arg_t *args; /* the kernel's arguments, in order */
   size_t n_args;
-  uint32_t fused_into;     /* 0; or 1 + the kernel (a tiled matmul, gpu_epilogue.h) whose
-                              dispatches do this elementwise kernel's work too: this
-                              target's plan drops this kernel's dispatches and appends
-                              their bindings, but for argument fused_input (the matmul's
-                              output, which it no longer reads), to the dispatch just
-                              before (kiln_compiler_target_plan) */
+  uint32_t fused_into; /* 0; or 1 + the kernel (a tiled matmul, gpu_epilogue.h) whose
+                          dispatches do this elementwise kernel's work too: this
+                          target's plan drops this kernel's dispatches and appends
+                          their bindings, but for argument fused_input (the matmul's
+                          output, which it no longer reads), to the dispatch just
+                          before (kiln_compiler_target_plan) */
   uint32_t fused_input;
 } kiln_compiler_kernel_t;
 
@@ -99,9 +99,9 @@ typedef struct kiln_compiler_output_s {
  * one entry per target, each with its own status; free with
  * kiln_compiler_output_deinit. */
 KILN_MUST_USE kiln_status_t kiln_compiler_compile(kiln_compiler_context_t *context, const void *source,
-                                    size_t len, const char *name,
-                                    const kiln_target_t *const *targets, size_t n_targets,
-                                    kiln_compiler_output_t *out_output);
+                                                  size_t len, const char *name,
+                                                  const kiln_target_t *const *targets, size_t n_targets,
+                                                  kiln_compiler_output_t *out_output);
 
 void kiln_compiler_output_deinit(kiln_compiler_output_t *output);
 
@@ -118,8 +118,9 @@ void kiln_compiler_dispatch_grid(const kiln_compiler_target_output_t *t, const k
  * rest is borrowed from `plan`: free it with kiln_compiler_target_plan_free
  * before `plan`. INTERNAL when a fused dispatch does not follow its matmul's (a
  * kiln bug). */
-KILN_MUST_USE kiln_status_t kiln_compiler_target_plan(const kiln_vmfb_plan_t *plan, const kiln_compiler_target_output_t *t,
-                                        kiln_vmfb_plan_t *out);
+KILN_MUST_USE kiln_status_t kiln_compiler_target_plan(const kiln_vmfb_plan_t *plan,
+                                                      const kiln_compiler_target_output_t *t,
+                                                      kiln_vmfb_plan_t *out);
 void kiln_compiler_target_plan_free(kiln_vmfb_plan_t *plan);
 
 /* Called during kiln_compiler_compile as soon as target `index` of `output` is
@@ -142,7 +143,8 @@ void kiln_compiler_context_on_target(kiln_compiler_context_t *context, kiln_comp
 typedef void (*kiln_compiler_stage_fn_t)(void *user, const char *stage, uint32_t index);
 
 /* Sets (or, with NULL, clears) the context's stage callback. */
-void kiln_compiler_context_on_stage(kiln_compiler_context_t *context, kiln_compiler_stage_fn_t fn, void *user);
+void kiln_compiler_context_on_stage(kiln_compiler_context_t *context, kiln_compiler_stage_fn_t fn,
+                                    void *user);
 
 /* A module compiled for the host and loaded in-process (MLIR ExecutionEngine)
  * through the same front half as every target: how tests check the pipeline's
@@ -152,7 +154,8 @@ typedef struct kiln_compiler_jit_s kiln_compiler_jit_t;
 /* Compiles and loads `source`. INVALID_ARGUMENT with diagnostics for bad IR. The
  * JIT is owned by the caller and must not outlive `context`. */
 KILN_MUST_USE kiln_status_t kiln_compiler_jit_create(kiln_compiler_context_t *context, const void *source,
-                                       size_t len, const char *name, kiln_compiler_jit_t **out_jit);
+                                                     size_t len, const char *name,
+                                                     kiln_compiler_jit_t **out_jit);
 /* The C interface of `function`: `_mlir_ciface_<function>`, which takes pointers
  * to ranked memref descriptors {allocated, aligned, offset, sizes[R], strides[R]},
  * the result's first (filled in; free its `allocated` pointer with free()), then
@@ -170,11 +173,12 @@ void kiln_compiler_jit_destroy(kiln_compiler_jit_t *jit);
  * mapping and outlining). Between them kiln rewrites every host memref.copy into a
  * linalg.copy in C (kiln_compiler_copies_to_kernels), which a replay must do too.
  * Strings owned by the caller. */
-KILN_MUST_USE kiln_status_t kiln_compiler_pipeline_stages(kiln_compiler_context_t *context, const kiln_target_t *target,
-                                            char **out_bufferize, char **out_rest, char **out_back);
+KILN_MUST_USE kiln_status_t kiln_compiler_pipeline_stages(kiln_compiler_context_t *context,
+                                                          const kiln_target_t *target, char **out_bufferize,
+                                                          char **out_rest, char **out_back);
 
 KILN_MUST_USE kiln_status_t kiln_compiler_pipeline_text(kiln_compiler_context_t *context,
-                                          const kiln_target_t *target, char **out_front,
-                                          char **out_back);
+                                                        const kiln_target_t *target, char **out_front,
+                                                        char **out_back);
 
 #endif /* KILN_COMPILER_PIPELINE_H */

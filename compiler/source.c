@@ -75,8 +75,7 @@ static void append_one(kiln_diag_capture_t *d, MlirDiagnostic diag, int depth) {
   for (int i = 0; i < depth; i++) kiln_buf_append_str(&d->text, "  ");
   if (mlirLocationIsAFileLineColRange(loc)) {
     /* The parser names in-memory buffers "-": say the user's name instead. */
-    kiln_buf_appendf(&d->text, "%s:%d:%d: ", d->name,
-                     mlirLocationFileLineColRangeGetStartLine(loc),
+    kiln_buf_appendf(&d->text, "%s:%d:%d: ", d->name, mlirLocationFileLineColRangeGetStartLine(loc),
                      mlirLocationFileLineColRangeGetStartColumn(loc));
   } else {
     kiln_buf_appendf(&d->text, "%s: ", d->name);
@@ -143,12 +142,16 @@ static size_t text_nesting(const char *p, size_t len, size_t limit, size_t *out_
     }
     if (in_comment) continue;
     if (in_string) {
-      if (c == '\\' && i + 1 < len) i++;
-      else if (c == '"') in_string = false;
+      if (c == '\\' && i + 1 < len)
+        i++;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
-    else if (c == '/' && i + 1 < len && p[i + 1] == '/') in_comment = true;
+    if (c == '"')
+      in_string = true;
+    else if (c == '/' && i + 1 < len && p[i + 1] == '/')
+      in_comment = true;
     else if (c == '(' || c == '[' || c == '{') {
       if (++depth > deepest) deepest = depth;
       if (deepest > limit) {
@@ -185,8 +188,8 @@ kiln_status_t kiln_compiler_parse(kiln_compiler_context_t *context, const void *
     status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s does not parse as MLIR:\n%s", diags.name,
                          diags.text.len ? diags.text.data : "(no diagnostic)");
   } else if (!mlirOperationVerify(mlirModuleGetOperation(module))) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s fails MLIR verification:\n%s",
-                         diags.name, diags.text.len ? diags.text.data : "(no diagnostic)");
+    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s fails MLIR verification:\n%s", diags.name,
+                         diags.text.len ? diags.text.data : "(no diagnostic)");
     mlirModuleDestroy(module);
   } else {
     *out_module = module;
@@ -195,9 +198,8 @@ kiln_status_t kiln_compiler_parse(kiln_compiler_context_t *context, const void *
   return status;
 }
 
-kiln_status_t kiln_compiler_fingerprint(kiln_compiler_context_t *context, const void *source,
-                                        size_t len, const char *name,
-                                        kiln_digest_hex_t *out_fingerprint) {
+kiln_status_t kiln_compiler_fingerprint(kiln_compiler_context_t *context, const void *source, size_t len,
+                                        const char *name, kiln_digest_hex_t *out_fingerprint) {
   MlirModule module;
   KILN_RETURN_IF_ERROR(kiln_compiler_parse(context, source, len, name, &module));
   MlirOpPrintingFlags flags = mlirOpPrintingFlagsCreate();

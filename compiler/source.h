@@ -51,7 +51,7 @@ void kiln_compiler_context_set_memory_limit(kiln_compiler_context_t *context, ui
 /* Parses `len` bytes of MLIR text or bytecode named `name` (for diagnostics) and
  * verifies it; on success writes the fingerprint. */
 KILN_MUST_USE kiln_status_t kiln_compiler_fingerprint(kiln_compiler_context_t *context, const void *source,
-                                        size_t len, const char *name,
-                                        kiln_digest_hex_t *out_fingerprint);
+                                                      size_t len, const char *name,
+                                                      kiln_digest_hex_t *out_fingerprint);
 
 #endif /* KILN_COMPILER_SOURCE_H */

@@ -41,20 +41,30 @@
  * deliberately absent: it also names sm_100 (B200) and sm_103 (B300), which run
  * different code. */
 static const char *const sm_89_aliases[] = {
-    "ada", "rtx4090", "rtx4080", "rtx4070", "rtx4060",
+    "ada",
+    "rtx4090",
+    "rtx4080",
+    "rtx4070",
+    "rtx4060",
     /* kiln only: */
-    "ada-lovelace", "rtx4080super", "rtx4070ti", "rtx4060ti", "l4", "l40", "l40s",
+    "ada-lovelace",
+    "rtx4080super",
+    "rtx4070ti",
+    "rtx4060ti",
+    "l4",
+    "l40",
+    "l40s",
     "rtx6000-ada",
     NULL,
 };
 static const char *const sm_120_aliases[] = {
     /* kiln only: GeForce RTX 50 and RTX PRO Blackwell are compute capability 12.0. */
-    "rtx5090", "rtx5080", "rtx5070ti", "rtx5070", "rtx5060ti", "rtx5060", "rtx-pro-6000",
-    NULL,
+    "rtx5090", "rtx5080", "rtx5070ti", "rtx5070", "rtx5060ti", "rtx5060", "rtx-pro-6000", NULL,
 };
 static const char *const sm_121_aliases[] = {
     /* kiln only: GB10 superchip (DGX Spark) is compute capability 12.1. */
-    "gb10", "dgx-spark",
+    "gb10",
+    "dgx-spark",
     NULL,
 };
 
@@ -62,10 +72,8 @@ static const char *const sm_121_aliases[] = {
  * cdna4, rdna3 and rdna4 are known to IREE's target-details lookup but not
  * normalised to a gfx chip for HIP; kiln maps each to the chip listed here. */
 static const char *const gfx950_aliases[] = {"cdna4", "mi350x", "mi355x", NULL};
-static const char *const gfx942_aliases[] = {"cdna3", "mi300x", "mi300a", "mi308x", "mi325x",
-                                             NULL};
-static const char *const gfx1100_aliases[] = {"rdna3",  "rx7900xtx", "rx7900xt",
-                                              "w7900", "w7800",     NULL};
+static const char *const gfx942_aliases[] = {"cdna3", "mi300x", "mi300a", "mi308x", "mi325x", NULL};
+static const char *const gfx1100_aliases[] = {"rdna3", "rx7900xtx", "rx7900xt", "w7900", "w7800", NULL};
 static const char *const gfx1101_aliases[] = {"rx7800xt", "rx7700xt", "v710", "w7700", NULL};
 static const char *const gfx1200_aliases[] = {"rx9060xt", NULL};
 static const char *const gfx1201_aliases[] = {"rdna4", "rx9070xt", "rx9070", "r9700", NULL};
@@ -97,25 +105,22 @@ static const char *const spacemit_x60_aliases[] = {"spacemit-k1", "bpi-f3", NULL
 
 /* ---- Per-kind constants ------------------------------------------------------ */
 
-#define CUDA_FIELDS                                                                        \
-  .kind = KILN_TARGET_KIND_CUDA, .hal_device = "cuda", .hal_backend = "cuda",              \
-  .executable_format = "cuda-nvptx-fb", .chip_flag = "iree-cuda-target",                   \
+#define CUDA_FIELDS                                                           \
+  .kind = KILN_TARGET_KIND_CUDA, .hal_device = "cuda", .hal_backend = "cuda", \
+  .executable_format = "cuda-nvptx-fb", .chip_flag = "iree-cuda-target",      \
   .llvm_triple = "nvptx64-nvidia-cuda"
-#define HIP_FIELDS                                                                         \
-  .kind = KILN_TARGET_KIND_HIP, .hal_device = "hip", .hal_backend = "rocm",                \
-  .executable_format = "rocm-hsaco-fb", .chip_flag = "iree-rocm-target",                   \
-  .llvm_triple = "amdgcn-amd-amdhsa"
-#define VULKAN_FIELDS                                                                      \
-  .kind = KILN_TARGET_KIND_VULKAN, .hal_device = "vulkan", .hal_backend = "vulkan-spirv",  \
-  .executable_format = "vulkan-spirv-fb", .chip_flag = "iree-vulkan-target",               \
-  .llvm_triple = NULL
+#define HIP_FIELDS                                                          \
+  .kind = KILN_TARGET_KIND_HIP, .hal_device = "hip", .hal_backend = "rocm", \
+  .executable_format = "rocm-hsaco-fb", .chip_flag = "iree-rocm-target", .llvm_triple = "amdgcn-amd-amdhsa"
+#define VULKAN_FIELDS                                                                     \
+  .kind = KILN_TARGET_KIND_VULKAN, .hal_device = "vulkan", .hal_backend = "vulkan-spirv", \
+  .executable_format = "vulkan-spirv-fb", .chip_flag = "iree-vulkan-target", .llvm_triple = NULL
 
 /* CPUs: IREE's arch name in the format ("arm_64", never "aarch64"). */
-#define CPU_FIELDS(arch, triple)                                                           \
-  .kind = KILN_TARGET_KIND_CPU, .hal_device = "local", .hal_backend = "llvm-cpu",            \
-  .executable_format = "embedded-elf-" arch, .chip_flag = "iree-llvmcpu-target-cpu",          \
-  .llvm_triple = triple
-#define X86_FIELDS CPU_FIELDS("x86_64", "x86_64-unknown-linux-gnu")
+#define CPU_FIELDS(arch, triple)                                                  \
+  .kind = KILN_TARGET_KIND_CPU, .hal_device = "local", .hal_backend = "llvm-cpu", \
+  .executable_format = "embedded-elf-" arch, .chip_flag = "iree-llvmcpu-target-cpu", .llvm_triple = triple
+#define X86_FIELDS   CPU_FIELDS("x86_64", "x86_64-unknown-linux-gnu")
 #define ARM64_FIELDS CPU_FIELDS("arm_64", "aarch64-unknown-linux-gnu")
 /* RISC-V: the hardware-float ABI; LLVM's generic-rv64 has no extensions at all
  * (its floats would be calls into a soft-float library the ELF does not have). */
@@ -123,18 +128,23 @@ static const char *const spacemit_x60_aliases[] = {"spacemit-k1", "bpi-f3", NULL
 
 /* KnownTargets.cpp: CDNA3 and CDNA4 are wave64 with 64 KiB and 160 KiB of LDS;
  * RDNA3/4 offer wave32 and wave64 and kiln plans for their native wave32. */
-#define CDNA3_LIMITS {64, {1024, 1024, 1024}, 1024, 64 * 1024}
-#define CDNA4_LIMITS {64, {1024, 1024, 1024}, 1024, 160 * 1024}
-#define RDNA_LIMITS {32, {1024, 1024, 1024}, 1024, 64 * 1024}
+#define CDNA3_LIMITS \
+  { 64, {1024, 1024, 1024}, 1024, 64 * 1024 }
+#define CDNA4_LIMITS \
+  { 64, {1024, 1024, 1024}, 1024, 160 * 1024 }
+#define RDNA_LIMITS \
+  { 32, {1024, 1024, 1024}, 1024, 64 * 1024 }
 
 /* KnownTargets.cpp gives 99 KiB (101376 bytes) of shared memory per block for
  * sm_89, sm_120 and sm_121. CUDA caps blockDim.z at 64 on every architecture;
  * IREE's Ada table says 1024 there, kiln records the hardware limit. */
-#define NVIDIA_LIMITS {32, {1024, 1024, 64}, 1024, 99 * 1024}
+#define NVIDIA_LIMITS \
+  { 32, {1024, 1024, 64}, 1024, 99 * 1024 }
 
 /* KnownTargets.cpp: Valhall generations plan with subgroup 16, 512 invocations and
  * 32 KiB; 5th-gen Arm GPUs (Mali-G720 onwards) with 1024 invocations. */
-#define VALHALL_LIMITS {16, {512, 512, 512}, 512, 32 * 1024}
+#define VALHALL_LIMITS \
+  { 16, {512, 512, 512}, 512, 32 * 1024 }
 
 /* SPIR-V features. Arm Valhall and 5th-gen GPUs compute on f16, i16 and i8 and
  * store 8- and 16-bit types in buffers (KnownTargets.cpp gives Valhall those
@@ -148,13 +158,15 @@ static const char *const spacemit_x60_aliases[] = {"spacemit-k1", "bpi-f3", NULL
  * are declared for the Arm GPUs, whose subgroup operations IREE's Valhall entry
  * lists (shuffle and arithmetic), and not for VideoCore VII, whose subgroup
  * support kiln could not confirm. */
-#define MALI_SPIRV                                                                        \
-  .spirv_capabilities = "Shader,Float16,Int16,Int8,StorageBuffer16BitAccess,"             \
-                        "StorageBuffer8BitAccess,UniformAndStorageBuffer8BitAccess,"      \
-                        "GroupNonUniform,GroupNonUniformShuffle",                         \
-  .spirv_extensions = "SPV_KHR_storage_buffer_storage_class,SPV_KHR_16bit_storage,"       \
-                      "SPV_KHR_8bit_storage"
-#define VIDEOCORE_SPIRV                                                                   \
+#define MALI_SPIRV                                                  \
+  .spirv_capabilities =                                             \
+      "Shader,Float16,Int16,Int8,StorageBuffer16BitAccess,"         \
+      "StorageBuffer8BitAccess,UniformAndStorageBuffer8BitAccess,"  \
+      "GroupNonUniform,GroupNonUniformShuffle",                     \
+  .spirv_extensions =                                               \
+      "SPV_KHR_storage_buffer_storage_class,SPV_KHR_16bit_storage," \
+      "SPV_KHR_8bit_storage"
+#define VIDEOCORE_SPIRV \
   .spirv_capabilities = "Shader", .spirv_extensions = "SPV_KHR_storage_buffer_storage_class"
 
 /* ---- The table --------------------------------------------------------------- */
@@ -167,87 +179,189 @@ static const char *const spacemit_x60_aliases[] = {"spacemit-k1", "bpi-f3", NULL
 
 static const kiln_target_t targets[] = {
     /* NVIDIA CUDA. */
-    {.id = "sm_89", CUDA_FIELDS, .chip = "sm_89",
+    {.id = "sm_89",
+     CUDA_FIELDS,
+     .chip = "sm_89",
      .description = "NVIDIA Ada Lovelace (sm_89): GeForce RTX 40xx, L4, L40, L40S, RTX 6000 Ada",
-     .aliases = sm_89_aliases, .ptx_version = 78, .limits = NVIDIA_LIMITS, .compute_units = 142},
-    {.id = "sm_120", CUDA_FIELDS, .chip = "sm_120",
+     .aliases = sm_89_aliases,
+     .ptx_version = 78,
+     .limits = NVIDIA_LIMITS,
+     .compute_units = 142},
+    {.id = "sm_120",
+     CUDA_FIELDS,
+     .chip = "sm_120",
      .description = "NVIDIA Blackwell client (sm_120): GeForce RTX 50xx, RTX PRO 6000 Blackwell",
-     .aliases = sm_120_aliases, .ptx_version = 87, .limits = NVIDIA_LIMITS, .compute_units = 188},
-    {.id = "sm_121", CUDA_FIELDS, .chip = "sm_121",
+     .aliases = sm_120_aliases,
+     .ptx_version = 87,
+     .limits = NVIDIA_LIMITS,
+     .compute_units = 188},
+    {.id = "sm_121",
+     CUDA_FIELDS,
+     .chip = "sm_121",
      .description = "NVIDIA Blackwell GB10 (sm_121): DGX Spark",
-     .aliases = sm_121_aliases, .ptx_version = 88, .limits = NVIDIA_LIMITS, .compute_units = 48},
+     .aliases = sm_121_aliases,
+     .ptx_version = 88,
+     .limits = NVIDIA_LIMITS,
+     .compute_units = 48},
 
     /* AMD HIP. */
-    {.id = "gfx950", HIP_FIELDS, .chip = "gfx950",
+    {.id = "gfx950",
+     HIP_FIELDS,
+     .chip = "gfx950",
      .description = "AMD CDNA4 (gfx950): Instinct MI350X, MI355X",
-     .aliases = gfx950_aliases, .limits = CDNA4_LIMITS, .compute_units = 256},
-    {.id = "gfx942", HIP_FIELDS, .chip = "gfx942",
+     .aliases = gfx950_aliases,
+     .limits = CDNA4_LIMITS,
+     .compute_units = 256},
+    {.id = "gfx942",
+     HIP_FIELDS,
+     .chip = "gfx942",
      .description = "AMD CDNA3 (gfx942): Instinct MI300X, MI300A, MI308X, MI325X",
-     .aliases = gfx942_aliases, .limits = CDNA3_LIMITS, .compute_units = 304},
-    {.id = "gfx1100", HIP_FIELDS, .chip = "gfx1100",
+     .aliases = gfx942_aliases,
+     .limits = CDNA3_LIMITS,
+     .compute_units = 304},
+    {.id = "gfx1100",
+     HIP_FIELDS,
+     .chip = "gfx1100",
      .description = "AMD RDNA3 (gfx1100): Radeon RX 7900 XTX/XT, Radeon PRO W7900/W7800",
-     .aliases = gfx1100_aliases, .limits = RDNA_LIMITS, .compute_units = 96},
-    {.id = "gfx1101", HIP_FIELDS, .chip = "gfx1101",
+     .aliases = gfx1100_aliases,
+     .limits = RDNA_LIMITS,
+     .compute_units = 96},
+    {.id = "gfx1101",
+     HIP_FIELDS,
+     .chip = "gfx1101",
      .description = "AMD RDNA3 (gfx1101): Radeon RX 7800 XT/7700 XT, Radeon PRO W7700, V710",
-     .aliases = gfx1101_aliases, .limits = RDNA_LIMITS, .compute_units = 60},
-    {.id = "gfx1200", HIP_FIELDS, .chip = "gfx1200",
+     .aliases = gfx1101_aliases,
+     .limits = RDNA_LIMITS,
+     .compute_units = 60},
+    {.id = "gfx1200",
+     HIP_FIELDS,
+     .chip = "gfx1200",
      .description = "AMD RDNA4 (gfx1200): Radeon RX 9060 XT",
-     .aliases = gfx1200_aliases, .limits = RDNA_LIMITS, .compute_units = 32},
-    {.id = "gfx1201", HIP_FIELDS, .chip = "gfx1201",
+     .aliases = gfx1200_aliases,
+     .limits = RDNA_LIMITS,
+     .compute_units = 32},
+    {.id = "gfx1201",
+     HIP_FIELDS,
+     .chip = "gfx1201",
      .description = "AMD RDNA4 (gfx1201): Radeon RX 9070 XT/9070, Radeon AI PRO R9700",
-     .aliases = gfx1201_aliases, .limits = RDNA_LIMITS, .compute_units = 64},
+     .aliases = gfx1201_aliases,
+     .limits = RDNA_LIMITS,
+     .compute_units = 64},
 
     /* Vulkan. IREE gives every Arm target the features "spirv:v1.6,cap:Shader". */
-    {.id = "arm5gen", VULKAN_FIELDS, .chip = "arm5gen",
+    {.id = "arm5gen",
+     VULKAN_FIELDS,
+     .chip = "arm5gen",
      .description = "Arm 5th-gen GPU architecture (Vulkan): Mali-G720, Mali-G725, Mali-G1",
-     .aliases = arm5gen_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
-     .limits = {16, {1024, 1024, 1024}, 1024, 32 * 1024}, .compute_units = 24},
-    {.id = "valhall1", VULKAN_FIELDS, .chip = "valhall1",
+     .aliases = arm5gen_aliases,
+     .spirv_version_major = 1,
+     .spirv_version_minor = 6,
+     MALI_SPIRV,
+     .limits = {16, {1024, 1024, 1024}, 1024, 32 * 1024},
+     .compute_units = 24},
+    {.id = "valhall1",
+     VULKAN_FIELDS,
+     .chip = "valhall1",
      .description = "Arm Valhall gen 1 (Vulkan): Mali-G77, Mali-G57",
-     .aliases = valhall1_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
-     .limits = VALHALL_LIMITS, .compute_units = 16},
-    {.id = "valhall2", VULKAN_FIELDS, .chip = "valhall2",
+     .aliases = valhall1_aliases,
+     .spirv_version_major = 1,
+     .spirv_version_minor = 6,
+     MALI_SPIRV,
+     .limits = VALHALL_LIMITS,
+     .compute_units = 16},
+    {.id = "valhall2",
+     VULKAN_FIELDS,
+     .chip = "valhall2",
      .description = "Arm Valhall gen 2 (Vulkan): Mali-G78",
-     .aliases = valhall2_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
-     .limits = VALHALL_LIMITS, .compute_units = 24},
-    {.id = "valhall3", VULKAN_FIELDS, .chip = "valhall3",
+     .aliases = valhall2_aliases,
+     .spirv_version_major = 1,
+     .spirv_version_minor = 6,
+     MALI_SPIRV,
+     .limits = VALHALL_LIMITS,
+     .compute_units = 24},
+    {.id = "valhall3",
+     VULKAN_FIELDS,
+     .chip = "valhall3",
      .description = "Arm Valhall gen 3 (Vulkan): Mali-G710, Mali-G510, Mali-G310",
-     .aliases = valhall3_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
-     .limits = VALHALL_LIMITS, .compute_units = 16},
-    {.id = "valhall4", VULKAN_FIELDS, .chip = "valhall4",
+     .aliases = valhall3_aliases,
+     .spirv_version_major = 1,
+     .spirv_version_minor = 6,
+     MALI_SPIRV,
+     .limits = VALHALL_LIMITS,
+     .compute_units = 16},
+    {.id = "valhall4",
+     VULKAN_FIELDS,
+     .chip = "valhall4",
      .description = "Arm Valhall gen 4 (Vulkan): Mali-G715, Mali-G615",
-     .aliases = valhall4_aliases, .spirv_version_major = 1, .spirv_version_minor = 6, MALI_SPIRV,
-     .limits = VALHALL_LIMITS, .compute_units = 16},
+     .aliases = valhall4_aliases,
+     .spirv_version_major = 1,
+     .spirv_version_minor = 6,
+     MALI_SPIRV,
+     .limits = VALHALL_LIMITS,
+     .compute_units = 16},
     /* KnownTargets.cpp (from vulkaninfo on a Raspberry Pi 5): SPIR-V 1.3, subgroup
      * 16, workgroup dimensions up to 256, 16 KiB shared memory. The device reports
      * 256 invocations per workgroup; IREE's own table plans with a conservative 32
      * (its comment calls the thread count a guess), so kiln's codegen may choose
      * to stay under that. */
-    {.id = "videocore_vii", VULKAN_FIELDS, .chip = "videocore_vii",
+    {.id = "videocore_vii",
+     VULKAN_FIELDS,
+     .chip = "videocore_vii",
      .description = "Broadcom VideoCore VII (Vulkan): Raspberry Pi 5",
-     .aliases = videocore_vii_aliases, .spirv_version_major = 1, .spirv_version_minor = 3, VIDEOCORE_SPIRV,
+     .aliases = videocore_vii_aliases,
+     .spirv_version_major = 1,
+     .spirv_version_minor = 3,
+     VIDEOCORE_SPIRV,
      .limits = {16, {256, 256, 256}, 256, 16 * 1024}},
 
     /* CPUs, through IREE's embedded ELF loader (local-sync and local-task). */
-    {.id = "x86_64", X86_FIELDS, .chip = "x86-64-v3",
-     .description = "x86-64 CPU, the portable x86-64-v3 level (AVX2, FMA)", .aliases = x86_64_aliases},
-    {.id = "znver4", X86_FIELDS, .chip = "znver4",
-     .description = "AMD Zen 4 (AVX-512): EPYC 9004, Ryzen 7000", .aliases = znver4_aliases, .vector_bits = 512},
-    {.id = "sapphirerapids", X86_FIELDS, .chip = "sapphirerapids",
+    {.id = "x86_64",
+     X86_FIELDS,
+     .chip = "x86-64-v3",
+     .description = "x86-64 CPU, the portable x86-64-v3 level (AVX2, FMA)",
+     .aliases = x86_64_aliases},
+    {.id = "znver4",
+     X86_FIELDS,
+     .chip = "znver4",
+     .description = "AMD Zen 4 (AVX-512): EPYC 9004, Ryzen 7000",
+     .aliases = znver4_aliases,
+     .vector_bits = 512},
+    {.id = "sapphirerapids",
+     X86_FIELDS,
+     .chip = "sapphirerapids",
      .description = "Intel Sapphire Rapids (AVX-512, AMX): Xeon 4th generation",
-     .aliases = sapphirerapids_aliases, .vector_bits = 512},
-    {.id = "aarch64", ARM64_FIELDS, .chip = "generic",
-     .description = "64-bit Arm CPU, the Armv8-A baseline (NEON)", .aliases = aarch64_aliases},
-    {.id = "cortex-a76", ARM64_FIELDS, .chip = "cortex-a76",
-     .description = "Arm Cortex-A76 (NEON, dot product): Raspberry Pi 5", .aliases = cortex_a76_aliases},
-    {.id = "neoverse-v2", ARM64_FIELDS, .chip = "neoverse-v2",
-     .description = "Arm Neoverse V2 (SVE2): NVIDIA Grace", .aliases = neoverse_v2_aliases},
-    {.id = "cortex-x925", ARM64_FIELDS, .chip = "cortex-x925",
+     .aliases = sapphirerapids_aliases,
+     .vector_bits = 512},
+    {.id = "aarch64",
+     ARM64_FIELDS,
+     .chip = "generic",
+     .description = "64-bit Arm CPU, the Armv8-A baseline (NEON)",
+     .aliases = aarch64_aliases},
+    {.id = "cortex-a76",
+     ARM64_FIELDS,
+     .chip = "cortex-a76",
+     .description = "Arm Cortex-A76 (NEON, dot product): Raspberry Pi 5",
+     .aliases = cortex_a76_aliases},
+    {.id = "neoverse-v2",
+     ARM64_FIELDS,
+     .chip = "neoverse-v2",
+     .description = "Arm Neoverse V2 (SVE2): NVIDIA Grace",
+     .aliases = neoverse_v2_aliases},
+    {.id = "cortex-x925",
+     ARM64_FIELDS,
+     .chip = "cortex-x925",
      .description = "Arm Cortex-X925 (SVE2): the NVIDIA GB10's big cores (DGX Spark)",
      .aliases = cortex_x925_aliases},
-    {.id = "riscv64", RISCV64_FIELDS, .chip = "generic-rv64", .cpu_features = "+m,+a,+f,+d,+c", .f16_as_bits = true,
-     .description = "64-bit RISC-V CPU, the RV64GC baseline (no vector unit)", .aliases = riscv64_aliases},
-    {.id = "spacemit-x60", RISCV64_FIELDS, .chip = "spacemit-x60",
+    {.id = "riscv64",
+     RISCV64_FIELDS,
+     .chip = "generic-rv64",
+     .cpu_features = "+m,+a,+f,+d,+c",
+     .f16_as_bits = true,
+     .description = "64-bit RISC-V CPU, the RV64GC baseline (no vector unit)",
+     .aliases = riscv64_aliases},
+    {.id = "spacemit-x60",
+     RISCV64_FIELDS,
+     .chip = "spacemit-x60",
      .description = "SpacemiT X60 (RVA22, vector 1.0, VLEN 256): SpacemiT K1, Banana Pi BPI-F3",
      .aliases = spacemit_x60_aliases},
 };
@@ -285,8 +399,8 @@ static bool prefix_matches(const kiln_target_t *t, const char *prefix, size_t le
 }
 
 /* Splits an optional "<device>:" prefix off `name[0..len)`. */
-static void split_prefix(const char *name, size_t len, const char **out_prefix,
-                         size_t *out_prefix_len, const char **out_rest, size_t *out_rest_len) {
+static void split_prefix(const char *name, size_t len, const char **out_prefix, size_t *out_prefix_len,
+                         const char **out_rest, size_t *out_rest_len) {
   const char *colon = memchr(name, ':', len);
   if (!colon) {
     *out_prefix = NULL;
@@ -364,8 +478,8 @@ static size_t edit_distance(const char *a, size_t a_len, const char *b, size_t b
 }
 
 typedef struct suggestion_s {
-  const char *name;             /* the id or alias to suggest; NULL for none */
-  const kiln_target_t *target;  /* its entry */
+  const char *name;            /* the id or alias to suggest; NULL for none */
+  const kiln_target_t *target; /* its entry */
   size_t distance;
 } suggestion_t;
 
@@ -450,8 +564,8 @@ static KILN_MUST_USE kiln_status_t explain_miss(const char *name, size_t len) {
     kiln_buf_appendf(&buf, " names %s, a %s target, under the device prefix ", unprefixed->id,
                      kiln_compiler_target_kind_name(unprefixed->kind));
     append_quoted(&buf, prefix, prefix_len);
-    kiln_buf_appendf(&buf, "; write '%s:%s' or just '%s'", unprefixed->hal_device,
-                     unprefixed->id, unprefixed->id);
+    kiln_buf_appendf(&buf, "; write '%s:%s' or just '%s'", unprefixed->hal_device, unprefixed->id,
+                     unprefixed->id);
     return make_error(&buf);
   }
 
@@ -485,8 +599,8 @@ kiln_status_t kiln_compiler_target_resolve(const char *name, const kiln_target_t
 static bool is_blank(char c) { return c == ' ' || c == '\t'; }
 
 kiln_status_t kiln_compiler_target_resolve_list(const char *comma_separated,
-                                                const kiln_target_t **out_targets,
-                                                size_t capacity, size_t *out_count) {
+                                                const kiln_target_t **out_targets, size_t capacity,
+                                                size_t *out_count) {
   *out_count = 0;
   if (!comma_separated) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,

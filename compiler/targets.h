@@ -40,33 +40,33 @@ typedef struct kiln_target_gpu_limits_s {
 } kiln_target_gpu_limits_t;
 
 typedef struct kiln_target_s {
-  const char *id;                /* canonical id: "sm_89", "gfx950", "arm5gen", "x86_64" */
+  const char *id; /* canonical id: "sm_89", "gfx950", "arm5gen", "x86_64" */
   kiln_target_kind_t kind;
-  const char *hal_device;        /* --iree-hal-target-device: "cuda", "hip", "vulkan", "local" */
-  const char *hal_backend;       /* #hal.executable.target backend: "cuda", "rocm",
-                                    "vulkan-spirv", "llvm-cpu" */
-  const char *executable_format; /* "cuda-nvptx-fb", "rocm-hsaco-fb", "vulkan-spirv-fb",
-                                    "embedded-elf-x86_64" */
-  const char *chip_flag;         /* the iree-compile flag (no leading dashes) that takes
-                                    `chip`: "iree-cuda-target", "iree-rocm-target",
-                                    "iree-vulkan-target", "iree-llvmcpu-target-cpu" */
-  const char *chip;              /* what the backend wants: "sm_89", "gfx950", the Vulkan
-                                    target name "arm5gen", the LLVM CPU name "x86-64" */
-  const char *llvm_triple;       /* "nvptx64-nvidia-cuda", "amdgcn-amd-amdhsa",
-                                    "x86_64-unknown-linux-gnu"; NULL for Vulkan, whose
-                                    SPIR-V does not come from an LLVM backend */
-  const char *description;       /* one line: vendor, architecture, example devices */
-  const char *const *aliases;    /* NULL-terminated; unique across the table, never
-                                    an id, never containing ':' */
-  uint32_t ptx_version;          /* CUDA only: the PTX ISA version the chip needs, as
-                                    major*10+minor (78 = PTX 7.8, the LLVM NVPTX feature
-                                    "+ptx78"); 0 for other kinds */
-  uint32_t spirv_version_major;  /* Vulkan only: SPIR-V version of the device profile */
-  uint32_t spirv_version_minor;  /* (1.6 for Arm Mali, 1.3 for VideoCore VII); 0 otherwise */
-  const char *spirv_capabilities; /* Vulkan only: the SPIR-V capabilities the profile's
-                                     devices support, spirv-attach-target's `caps` list
-                                     ("Shader,Float16,..."); NULL otherwise */
-  const char *spirv_extensions;   /* Vulkan only: likewise, its `exts` list */
+  const char *hal_device;          /* --iree-hal-target-device: "cuda", "hip", "vulkan", "local" */
+  const char *hal_backend;         /* #hal.executable.target backend: "cuda", "rocm",
+                                      "vulkan-spirv", "llvm-cpu" */
+  const char *executable_format;   /* "cuda-nvptx-fb", "rocm-hsaco-fb", "vulkan-spirv-fb",
+                                      "embedded-elf-x86_64" */
+  const char *chip_flag;           /* the iree-compile flag (no leading dashes) that takes
+                                      `chip`: "iree-cuda-target", "iree-rocm-target",
+                                      "iree-vulkan-target", "iree-llvmcpu-target-cpu" */
+  const char *chip;                /* what the backend wants: "sm_89", "gfx950", the Vulkan
+                                      target name "arm5gen", the LLVM CPU name "x86-64" */
+  const char *llvm_triple;         /* "nvptx64-nvidia-cuda", "amdgcn-amd-amdhsa",
+                                      "x86_64-unknown-linux-gnu"; NULL for Vulkan, whose
+                                      SPIR-V does not come from an LLVM backend */
+  const char *description;         /* one line: vendor, architecture, example devices */
+  const char *const *aliases;      /* NULL-terminated; unique across the table, never
+                                      an id, never containing ':' */
+  uint32_t ptx_version;            /* CUDA only: the PTX ISA version the chip needs, as
+                                      major*10+minor (78 = PTX 7.8, the LLVM NVPTX feature
+                                      "+ptx78"); 0 for other kinds */
+  uint32_t spirv_version_major;    /* Vulkan only: SPIR-V version of the device profile */
+  uint32_t spirv_version_minor;    /* (1.6 for Arm Mali, 1.3 for VideoCore VII); 0 otherwise */
+  const char *spirv_capabilities;  /* Vulkan only: the SPIR-V capabilities the profile's
+                                      devices support, spirv-attach-target's `caps` list
+                                      ("Shader,Float16,..."); NULL otherwise */
+  const char *spirv_extensions;    /* Vulkan only: likewise, its `exts` list */
   kiln_target_gpu_limits_t limits; /* GPU kinds only; all zero for CPU */
   uint32_t compute_units;          /* GPU kinds: streaming multiprocessors (NVIDIA), compute
                                       units (AMD) or shader cores (Arm) of the largest part
@@ -123,8 +123,8 @@ KILN_MUST_USE kiln_status_t kiln_compiler_target_resolve(const char *name, const
  * carries the resolve diagnostics); more distinct targets than `capacity`.
  * Thread-safe. */
 KILN_MUST_USE kiln_status_t kiln_compiler_target_resolve_list(const char *comma_separated,
-                                                const kiln_target_t **out_targets,
-                                                size_t capacity, size_t *out_count);
+                                                              const kiln_target_t **out_targets,
+                                                              size_t capacity, size_t *out_count);
 
 /* "cuda", "hip", "vulkan", "cpu"; "unknown" for values outside the enum. Static
  * storage. Thread-safe. */

@@ -90,18 +90,19 @@ typedef struct fold_s {
 
 static KILN_MUST_USE kiln_status_t refuse(const fold_t *f, const char *why) {
   MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(f->op));
-  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s:%d:%d: %.*s: %s", f->name, f->line, f->col, (int)n.length, n.data,
-                     why);
+  return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED, "%s:%d:%d: %.*s: %s", f->name, f->line, f->col, (int)n.length,
+                     n.data, why);
 }
 
 static KILN_MUST_USE kiln_status_t bad(const fold_t *f, const char *why) {
   MlirStringRef n = mlirIdentifierStr(mlirOperationGetName(f->op));
-  return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s:%d:%d: %.*s: %s", f->name, f->line, f->col, (int)n.length,
-                     n.data, why);
+  return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s:%d:%d: %.*s: %s", f->name, f->line, f->col,
+                     (int)n.length, n.data, why);
 }
 
 /* One elementwise operation; NULL, or the status for a value TOSA forbids. */
-static KILN_MUST_USE kiln_status_t apply(const fold_t *f, const char *op, int64_t a, int64_t b, int64_t *out) {
+static KILN_MUST_USE kiln_status_t apply(const fold_t *f, const char *op, int64_t a, int64_t b,
+                                         int64_t *out) {
   if (!strcmp(op, "add_shape")) {
     if (__builtin_add_overflow(a, b, out)) return bad(f, "the sum overflows 64 bits");
   } else if (!strcmp(op, "sub_shape")) {
@@ -150,8 +151,10 @@ static KILN_MUST_USE kiln_status_t evaluate(const fold_t *f, int64_t *out, intpt
       return bad(f, "the axis is not a dimension of the input");
     }
     if (mlirShapedTypeIsDynamicDim(t, (intptr_t)axis)) {
-      return refuse(f, "the dimension is dynamic: kiln evaluates shape operators at compile time, so its sizes must "
-                       "be static (a dynamic tensor's own type carries its sizes to every op that needs them)");
+      return refuse(
+          f,
+          "the dimension is dynamic: kiln evaluates shape operators at compile time, so its sizes must "
+          "be static (a dynamic tensor's own type carries its sizes to every op that needs them)");
     }
     out[0] = mlirShapedTypeGetDimSize(t, (intptr_t)axis);
     *n_out = 1;
@@ -184,7 +187,8 @@ static KILN_MUST_USE kiln_status_t evaluate(const fold_t *f, int64_t *out, intpt
   }
   if (!strcmp(name, "slice_shape")) {
     int64_t start, size;
-    if (!const_i32(mlirOperationGetOperand(op, 1), &start) || !const_i32(mlirOperationGetOperand(op, 2), &size)) {
+    if (!const_i32(mlirOperationGetOperand(op, 1), &start) ||
+        !const_i32(mlirOperationGetOperand(op, 2), &size)) {
       return refuse(f, "start and size must be tosa.const scalars");
     }
     if (start < 0 || size < 0 || start + size > na) return bad(f, "the slice is outside the shape");
@@ -192,14 +196,16 @@ static KILN_MUST_USE kiln_status_t evaluate(const fold_t *f, int64_t *out, intpt
     *n_out = size;
     return NULL;
   }
-  bool unary = !strcmp(name, "exp2_shape") || !strcmp(name, "log2_floor_shape") || !strcmp(name, "log2_ceil_shape");
+  bool unary =
+      !strcmp(name, "exp2_shape") || !strcmp(name, "log2_floor_shape") || !strcmp(name, "log2_ceil_shape");
   if (!unary && na != nb) return bad(f, "the shapes have different lengths");
   for (intptr_t i = 0; i < na; i++) KILN_RETURN_IF_ERROR(apply(f, name, a[i], unary ? 0 : b[i], &out[i]));
   *n_out = na;
   return NULL;
 }
 
-static MlirOperation make_const_shape(MlirContext context, MlirOperation before, const int64_t *v, intptr_t n) {
+static MlirOperation make_const_shape(MlirContext context, MlirOperation before, const int64_t *v,
+                                      intptr_t n) {
   kiln_buf_t text;
   kiln_buf_init(&text);
   kiln_buf_append_str(&text, n ? "dense<[" : "dense<");

@@ -93,8 +93,8 @@ kiln_status_t kilnd_tokens_parse(const char *text, size_t len, const char *sourc
     while (n < 4 && next_field(&q, line_end, &f[n], &fl[n])) n++;
     if (n != 3) {
       status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "%s:%zu: expected three fields `NAME ROLE TOKEN`, found %s", source,
-                           line_no, n < 3 ? "fewer" : "more");
+                           "%s:%zu: expected three fields `NAME ROLE TOKEN`, found %s", source, line_no,
+                           n < 3 ? "fewer" : "more");
       break;
     }
     if (fl[0] > KILND_TOKEN_NAME_MAX) {
@@ -122,17 +122,18 @@ kiln_status_t kilnd_tokens_parse(const char *text, size_t len, const char *sourc
       break;
     }
     if (fl[2] < KILND_TOKEN_MIN_LEN || fl[2] > KILND_TOKEN_MAX_LEN) {
-      status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "%s:%zu: the token of '%.*s' is %zu characters; tokens are %d to %d "
-                           "(generate one with `openssl rand -hex 32`)",
-                           source, line_no, (int)fl[0], f[0], fl[2], KILND_TOKEN_MIN_LEN, KILND_TOKEN_MAX_LEN);
+      status =
+          KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                      "%s:%zu: the token of '%.*s' is %zu characters; tokens are %d to %d "
+                      "(generate one with `openssl rand -hex 32`)",
+                      source, line_no, (int)fl[0], f[0], fl[2], KILND_TOKEN_MIN_LEN, KILND_TOKEN_MAX_LEN);
       break;
     }
     for (size_t i = 0; i < fl[2] && !status; i++) {
       if (f[2][i] < 0x21 || f[2][i] > 0x7e) {
         status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                             "%s:%zu: the token of '%.*s' has a character that is not visible ASCII",
-                             source, line_no, (int)fl[0], f[0]);
+                             "%s:%zu: the token of '%.*s' has a character that is not visible ASCII", source,
+                             line_no, (int)fl[0], f[0]);
       }
     }
     if (status) break;
@@ -158,9 +159,9 @@ kiln_status_t kilnd_tokens_parse(const char *text, size_t len, const char *sourc
     set->items[set->count++] = t;
   }
   if (!status && set->count == 0) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "%s: no tokens (expected lines `NAME ROLE TOKEN`, ROLE read, submit or admin)",
-                         source);
+    status =
+        KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                    "%s: no tokens (expected lines `NAME ROLE TOKEN`, ROLE read, submit or admin)", source);
   }
   if (status) {
     kilnd_tokens_destroy(set);
@@ -193,7 +194,8 @@ kiln_status_t kilnd_tokens_load(const char *path, kilnd_tokens_t **out_tokens) {
   fclose(f);
   kiln_status_t status = NULL;
   if (too_big) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "token-file %s: over 16 MiB; is it the right file?", path);
+    status =
+        KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "token-file %s: over 16 MiB; is it the right file?", path);
   } else if (read_err) {
     status = KILN_STATUS_ERRNO(read_err, "token-file %s: cannot read it", path);
   } else {
@@ -209,8 +211,8 @@ kiln_status_t kilnd_tokens_load(const char *path, kilnd_tokens_t **out_tokens) {
   return status;
 }
 
-kiln_status_t kilnd_tokens_authorize(const kilnd_tokens_t *tokens, const char *path,
-                                     const char *value, size_t len, const char **out_name) {
+kiln_status_t kilnd_tokens_authorize(const kilnd_tokens_t *tokens, const char *path, const char *value,
+                                     size_t len, const char **out_name) {
   *out_name = NULL;
   kilnd_role_t needed = kilnd_auth_method_role(path);
   if (needed == KILND_ROLE_NONE) return NULL;
@@ -240,9 +242,8 @@ kiln_status_t kilnd_tokens_authorize(const kilnd_tokens_t *tokens, const char *p
                        "token-file, or removed from it)");
   }
   if (match->role < needed) {
-    return KILN_STATUS(KILN_STATUS_PERMISSION_DENIED,
-                       "token '%s' has role %s; %s needs role %s or higher", match->name,
-                       kilnd_role_name(match->role), path, kilnd_role_name(needed));
+    return KILN_STATUS(KILN_STATUS_PERMISSION_DENIED, "token '%s' has role %s; %s needs role %s or higher",
+                       match->name, kilnd_role_name(match->role), path, kilnd_role_name(needed));
   }
   *out_name = match->name;
   return NULL;

@@ -27,8 +27,8 @@ typedef enum kilnd_role_e {
   KILND_ROLE_ADMIN = 3,
 } kilnd_role_t;
 
-#define KILND_TOKEN_MIN_LEN 16
-#define KILND_TOKEN_MAX_LEN 4096
+#define KILND_TOKEN_MIN_LEN  16
+#define KILND_TOKEN_MAX_LEN  4096
 #define KILND_TOKEN_NAME_MAX 64
 
 /* "read", "submit", "admin" ("none" for KILND_ROLE_NONE). Static. Thread-safe. */
@@ -48,7 +48,7 @@ typedef struct kilnd_tokens_s kilnd_tokens_t;
  * itself). On success *out_tokens is owned by the caller (kilnd_tokens_destroy).
  * Thread-safe. */
 KILN_MUST_USE kiln_status_t kilnd_tokens_parse(const char *text, size_t len, const char *source,
-                                 kilnd_tokens_t **out_tokens);
+                                               kilnd_tokens_t **out_tokens);
 
 /* Reads and parses the file at `path` (blocking: start-up or the thread pool).
  * Errors name the setting token-file, the path and the errno or line. */
@@ -68,6 +68,6 @@ void kilnd_tokens_destroy(kilnd_tokens_t *tokens);
  * the token's name and role, the method and the role it needs. Thread-safe for a
  * set no one changes. */
 KILN_MUST_USE kiln_status_t kilnd_tokens_authorize(const kilnd_tokens_t *tokens, const char *path,
-                                     const char *value, size_t len, const char **out_name);
+                                                   const char *value, size_t len, const char **out_name);
 
 #endif /* KILN_DAEMON_AUTH_H */

@@ -36,7 +36,8 @@ static bool hide_paths(const char *message, kiln_buf_t *out) {
 char *kilnd_message_for_client(int *code, const char *message, const char *context) {
   if (!message) message = "";
   if (*code == KILN_STATUS_PERMISSION_DENIED) {
-    kiln_log(KILN_LOG_ERROR, "state_not_writable", "context=%s message=\"%s\"", context ? context : "", message);
+    kiln_log(KILN_LOG_ERROR, "state_not_writable", "context=%s message=\"%s\"", context ? context : "",
+             message);
     *code = KILN_STATUS_FAILED_PRECONDITION;
     return kiln_buf_sprintf("%s (%s)", KILND_STATE_NOT_WRITABLE, context ? context : "");
   }

@@ -9,7 +9,7 @@
 /* The state directory's own failure to be written (read-only, or not kilnd's),
  * with FAILED_PRECONDITION: kiln.proto keeps PERMISSION_DENIED for client
  * authentication. */
-#define KILND_STATE_NOT_WRITABLE                                                                \
+#define KILND_STATE_NOT_WRITABLE                                                               \
   "kilnd cannot write its state directory (read-only, or not its own): the operator must fix " \
   "it; kilnd's log has the path"
 

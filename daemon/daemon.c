@@ -79,7 +79,8 @@ struct kilnd_daemon_s {
 static uint64_t memory_available(void) {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   uint64_t total = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-  static const char *const limits[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+  static const char *const limits[] = {"/sys/fs/cgroup/memory.max",
+                                       "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
   for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
     FILE *f = fopen(limits[i], "r");
     if (!f) continue;
@@ -121,7 +122,7 @@ char *kilnd_daemon_worker_path(const char *setting) {
 
 /* STATE/cache, repaired on open unless --verify will do it (and report it). */
 static KILN_MUST_USE kiln_status_t open_cache(const kilnd_settings_t *settings, const kilnd_statedir_t *state,
-                                kiln_cache_t **out_cache) {
+                                              kiln_cache_t **out_cache) {
   kiln_buf_t dir;
   kiln_buf_init(&dir);
   kiln_buf_appendf(&dir, "%s/cache", state->path);
@@ -239,7 +240,8 @@ static void on_reload_done(uv_work_t *work, int status) {
   d->reload_running = false;
   if (d->tls) {
     if (d->reload_tls_status) {
-      kiln_log_status(KILN_LOG_ERROR, "reload_failed", d->reload_tls_status, "what=tls kept=previous_certificate");
+      kiln_log_status(KILN_LOG_ERROR, "reload_failed", d->reload_tls_status,
+                      "what=tls kept=previous_certificate");
       kiln_status_free(d->reload_tls_status);
       d->reload_tls_status = NULL;
     } else {
@@ -255,7 +257,8 @@ static void on_reload_done(uv_work_t *work, int status) {
   }
   if (d->has_tokens) {
     if (d->reload_tokens_status) {
-      kiln_log_status(KILN_LOG_ERROR, "reload_failed", d->reload_tokens_status, "what=tokens kept=previous_tokens");
+      kiln_log_status(KILN_LOG_ERROR, "reload_failed", d->reload_tokens_status,
+                      "what=tokens kept=previous_tokens");
       kiln_status_free(d->reload_tokens_status);
       d->reload_tokens_status = NULL;
     } else {
@@ -443,7 +446,7 @@ void kilnd_daemon_destroy(kilnd_daemon_t *d) {
     d->jobs_closed = true;
     kilnd_jobs_close(d->jobs, NULL, NULL);
   }
-  kilnd_http_destroy(d->http); /* freed by the loop's last run, below */
+  kilnd_http_destroy(d->http);     /* freed by the loop's last run, below */
   kilnd_server_destroy(d->server); /* likewise */
   if (d->loop_initialized) {
     close_handles(d);

@@ -38,7 +38,7 @@ struct kilnd_tokens_s; /* auth.h */
  * Errors say which part could not start (address in use: UNAVAILABLE; state
  * directory locked or unwritable, cache unusable: its own status). */
 KILN_MUST_USE kiln_status_t kilnd_daemon_create(const kilnd_settings_t *settings, struct kilnd_tls_s *tls,
-                                  struct kilnd_tokens_s *tokens, kilnd_daemon_t **out_daemon);
+                                                struct kilnd_tokens_s *tokens, kilnd_daemon_t **out_daemon);
 
 /* Runs the loop until a signal has drained the daemon; NULL after a clean stop.
  * The caller unblocks SIGTERM, SIGINT and SIGHUP on this thread first (main.c
@@ -54,7 +54,7 @@ void kilnd_daemon_destroy(kilnd_daemon_t *daemon);
  * then checks the cache (repairing unless `dry_run`) into *out_report (caller
  * deinits it on success). */
 KILN_MUST_USE kiln_status_t kilnd_daemon_verify(const kilnd_settings_t *settings, bool dry_run,
-                                  kiln_cache_verify_report_t *out_report);
+                                                kiln_cache_verify_report_t *out_report);
 
 /* The kiln-worker executable kilnd runs: the worker-path setting, or the one
  * installed next to kilnd. Heap; kiln_free. */

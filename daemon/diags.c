@@ -26,8 +26,8 @@ void kilnd_diags_free(kilnd_diags_t *d) {
   memset(d, 0, sizeof *d);
 }
 
-static bool parse_diag_line(kilnd_diags_t *d, const char *line, size_t len, const char *target, Kiln__V1__Diagnostic **out,
-                            bool *out_note) {
+static bool parse_diag_line(kilnd_diags_t *d, const char *line, size_t len, const char *target,
+                            Kiln__V1__Diagnostic **out, bool *out_note) {
   size_t indent = 0;
   while (indent < len && line[indent] == ' ') indent++;
   const char *p = line + indent, *end = line + len;

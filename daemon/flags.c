@@ -10,13 +10,13 @@
 
 /* Device and target selection belongs to `targets`. */
 static const char *const target_flags[] = {
-    "--iree-hal-target-device", "--iree-hal-target-backends", "--iree-cuda-target", "--iree-rocm-target",
-    "--iree-hip-target",        "--iree-vulkan-target",       "--iree-llvmcpu-target",
-    "--iree-hal-target",        "--iree-hal-list-target-backends",
+    "--iree-hal-target-device", "--iree-hal-target-backends", "--iree-cuda-target",
+    "--iree-rocm-target",       "--iree-hip-target",          "--iree-vulkan-target",
+    "--iree-llvmcpu-target",    "--iree-hal-target",          "--iree-hal-list-target-backends",
 };
 
 /* Parts of a name that mean a path or a side effect on the server. */
-static const char *const path_words[] = {"dump", "file", "path", "dir", "output", "executable-sources",
+static const char *const path_words[] = {"dump",   "file", "path", "dir", "output", "executable-sources",
                                          "debug-", "trace"};
 
 static size_t name_len(const char *flag) {
@@ -47,17 +47,18 @@ static KILN_MUST_USE kiln_status_t check(const char *flag) {
     size_t t = strlen(target_flags[i]);
     if (n >= t && strncmp(flag, target_flags[i], t) == 0) {
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "flag '%.*s' chooses the device or target: list targets in the request instead", (int)n,
-                         flag);
+                         "flag '%.*s' chooses the device or target: list targets in the request instead",
+                         (int)n, flag);
     }
   }
   for (size_t i = 0; i < sizeof path_words / sizeof path_words[0]; i++) {
     const char *w = path_words[i];
     const char *hit = strstr(flag, w);
     if (hit && (size_t)(hit - flag) < n) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "flag '%.*s' is not allowed: it would write to or read from the server's file system",
-                         (int)n, flag);
+      return KILN_STATUS(
+          KILN_STATUS_INVALID_ARGUMENT,
+          "flag '%.*s' is not allowed: it would write to or read from the server's file system", (int)n,
+          flag);
     }
   }
   if (strchr(flag + n, '/')) {
@@ -72,7 +73,8 @@ kiln_status_t kilnd_flags_normalize(const char *const *flags, size_t n, char ***
   *out_flags = NULL;
   *out_n = 0;
   if (n > KILND_MAX_FLAGS) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu flags: at most %d are accepted", n, KILND_MAX_FLAGS);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu flags: at most %d are accepted", n,
+                       KILND_MAX_FLAGS);
   }
   for (size_t i = 0; i < n; i++) KILN_RETURN_IF_ERROR(check(flags[i]));
   *out_n = kiln_flags_normalize(flags, n, out_flags); /* the one rule (base/flags.h) */

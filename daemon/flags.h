@@ -16,13 +16,14 @@
 
 #include "base/status.h"
 
-#define KILND_MAX_FLAGS 128
+#define KILND_MAX_FLAGS      128
 #define KILND_MAX_FLAG_BYTES 4096
 
 /* Normalizes `n` flags into *out_flags (an array of *out_n strings, each and the
  * array kiln_malloc'd; free with kilnd_flags_free). INVALID_ARGUMENT naming the
  * first refused flag and why. */
-KILN_MUST_USE kiln_status_t kilnd_flags_normalize(const char *const *flags, size_t n, char ***out_flags, size_t *out_n);
+KILN_MUST_USE kiln_status_t kilnd_flags_normalize(const char *const *flags, size_t n, char ***out_flags,
+                                                  size_t *out_n);
 
 void kilnd_flags_free(char **flags, size_t n);
 

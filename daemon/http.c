@@ -70,8 +70,8 @@ static bool refresh(kilnd_http_t *http, kilnd_metrics_snapshot_t *out) {
   return fresh;
 }
 
-static enum MHD_Result respond(struct MHD_Connection *conn, unsigned code, const char *type,
-                               const char *body, size_t len) {
+static enum MHD_Result respond(struct MHD_Connection *conn, unsigned code, const char *type, const char *body,
+                               size_t len) {
   struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
   if (!resp) return MHD_NO;
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
@@ -104,7 +104,8 @@ static enum MHD_Result serve_metrics(kilnd_http_t *http, struct MHD_Connection *
   kiln_buf_t out;
   kiln_buf_init(&out);
   kilnd_metrics_write(snap, &out);
-  enum MHD_Result r = respond(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
+  enum MHD_Result r =
+      respond(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
   kiln_buf_deinit(&out);
   kiln_free(snap);
   return r;
@@ -132,7 +133,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                              "the event loop did not answer within 1 s (stuck, or stopping)");
   } else {
     const char *why = kilnd_metrics_not_ready(snap);
-    r = why ? respond_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, why) : respond_text(conn, MHD_HTTP_OK, "ready");
+    r = why ? respond_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, why)
+            : respond_text(conn, MHD_HTTP_OK, "ready");
   }
   kiln_free(snap);
   return r;
@@ -140,7 +142,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 /* Binds the listening socket ourselves, for a precise error (libmicrohttpd says
  * only that it failed) and the bound port. */
-static KILN_MUST_USE kiln_status_t bind_socket(const kilnd_listen_addr_t *addr, const char *text, int *out_fd, int *out_port) {
+static KILN_MUST_USE kiln_status_t bind_socket(const kilnd_listen_addr_t *addr, const char *text, int *out_fd,
+                                               int *out_port) {
   *out_fd = -1;
   struct addrinfo *res = NULL;
   int gai = kilnd_listen_addrinfo(addr, &res);
@@ -148,7 +151,8 @@ static KILN_MUST_USE kiln_status_t bind_socket(const kilnd_listen_addr_t *addr, 
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cannot listen on metrics-listen %s: %s", text,
                        gai_strerror(gai));
   }
-  kiln_status_t status = KILN_STATUS(KILN_STATUS_UNAVAILABLE, "cannot listen on metrics-listen %s: no usable address", text);
+  kiln_status_t status =
+      KILN_STATUS(KILN_STATUS_UNAVAILABLE, "cannot listen on metrics-listen %s: no usable address", text);
   for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) continue;
@@ -211,8 +215,8 @@ kiln_status_t kilnd_http_create(uv_loop_t *loop, const char *listen, kiln_cache_
   http->async.data = http;
   uv_unref((uv_handle_t *)&http->async); /* the endpoint alone does not keep kilnd running */
   http->loop_alive = true;
-  http->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, NULL, NULL, on_request, http,
-                               MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
+  http->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, NULL, NULL, on_request,
+                               http, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_THREAD_POOL_SIZE,
                                (unsigned)2, MHD_OPTION_END);
   if (!http->mhd) {

@@ -33,7 +33,8 @@ typedef void (*kilnd_http_collect_fn_t)(void *user, kilnd_metrics_snapshot_t *sn
  * Errors name the address: UNAVAILABLE when it is in use, INVALID_ARGUMENT when it
  * does not parse or is a unix socket, else from errno. Loop thread. */
 KILN_MUST_USE kiln_status_t kilnd_http_create(uv_loop_t *loop, const char *listen, kiln_cache_t *cache,
-                                kilnd_http_collect_fn_t collect, void *user, kilnd_http_t **out_http);
+                                              kilnd_http_collect_fn_t collect, void *user,
+                                              kilnd_http_t **out_http);
 
 /* "127.0.0.1:41235": where the endpoint is reached. Borrowed, valid until destroy. */
 const char *kilnd_http_address(const kilnd_http_t *http);

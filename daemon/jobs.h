@@ -15,8 +15,8 @@
  * take turns (round robin over per-client FIFOs), so one client's burst cannot
  * starve another. A task taken by a worker absorbs queued tasks of the same class,
  * source and flags (their targets share one front half); BULK tasks wait 25 ms
- * after they were queued, so that one-target jobs of one model fuse. Each class holds at most `queue_capacity` queued tasks; more is
- * RESOURCE_EXHAUSTED.
+ * after they were queued, so that one-target jobs of one model fuse. Each class holds at most
+ * `queue_capacity` queued tasks; more is RESOURCE_EXHAUSTED.
  *
  * Per-client limits (0: none): a client (the request's `client`) may have at most
  * `client_max_jobs` unfinished jobs (QUEUED or RUNNING; a job answered wholly from
@@ -68,15 +68,15 @@ typedef enum kilnd_job_state_e {
 } kilnd_job_state_t;
 
 typedef struct kilnd_jobs_options_s {
-  size_t queue_capacity;  /* queued tasks per priority class */
-  int64_t retention_ms;   /* finished jobs are forgotten after this */
-  const char *compiler;   /* compiler identity, part of every cache key */
+  size_t queue_capacity; /* queued tasks per priority class */
+  int64_t retention_ms;  /* finished jobs are forgotten after this */
+  const char *compiler;  /* compiler identity, part of every cache key */
   uint32_t hal_version;
   uint32_t bytecode_version;
-  bool embed_source;      /* artifacts carry their source */
-  kiln_jobstore_t *store; /* job records across restarts (borrowed; may be NULL) */
-  size_t client_max_jobs;     /* unfinished jobs per client; 0: no limit */
-  unsigned client_queue_share; /* percent (1..100) of queue_capacity per client and class; 0: no limit */
+  bool embed_source;            /* artifacts carry their source */
+  kiln_jobstore_t *store;       /* job records across restarts (borrowed; may be NULL) */
+  size_t client_max_jobs;       /* unfinished jobs per client; 0: no limit */
+  unsigned client_queue_share;  /* percent (1..100) of queue_capacity per client and class; 0: no limit */
   unsigned client_worker_share; /* percent (1..100) of the workers one client's tasks may run on at once
                                    (at least one); 0: no limit */
 } kilnd_jobs_options_t;
@@ -95,17 +95,17 @@ const char *kilnd_limit_name(kilnd_limit_t limit);
 
 /* One Compile request, resolved: canonical targets, normalized flags. Borrowed. */
 typedef struct kilnd_job_request_s {
-  const uint8_t *source;       /* inline bytes, or NULL with source_digest */
+  const uint8_t *source; /* inline bytes, or NULL with source_digest */
   size_t source_len;
-  const char *source_digest;   /* hex; with source == NULL: load it from the cache */
+  const char *source_digest; /* hex; with source == NULL: load it from the cache */
   const char *source_name;
-  const char *const *targets;  /* canonical ids, duplicates removed, in request order */
+  const char *const *targets; /* canonical ids, duplicates removed, in request order */
   size_t n_targets;
-  const char *const *flags;    /* normalized */
+  const char *const *flags; /* normalized */
   size_t n_flags;
   kilnd_priority_t priority;
-  const char *client;          /* fairness key: the peer, or a client-supplied id */
-  const char *request_id;      /* idempotency key, may be NULL */
+  const char *client;            /* fairness key: the peer, or a client-supplied id */
+  const char *request_id;        /* idempotency key, may be NULL */
   int64_t deadline_monotonic_ns; /* the job fails DEADLINE_EXCEEDED past it; INT64_MAX: none */
   const kiln_index_label_t *labels;
   size_t n_labels;
@@ -137,8 +137,9 @@ void kilnd_job_admission_deinit(kilnd_job_admission_t *admission);
  * job store, finished jobs younger than the retention come back watchable and
  * unfinished ones are admitted again (under their ids) once a worker is ready. */
 KILN_MUST_USE kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache,
-                                const kilnd_jobs_options_t *options,
-                                const kilnd_workers_options_t *worker_options, kilnd_jobs_t **out_jobs);
+                                              const kilnd_jobs_options_t *options,
+                                              const kilnd_workers_options_t *worker_options,
+                                              kilnd_jobs_t **out_jobs);
 
 /* Admits a request (thread pool: blocks on the cache). NOT_FOUND / DATA_LOSS for
  * a source digest the cache cannot give; RESOURCE_EXHAUSTED when the priority
@@ -146,7 +147,7 @@ KILN_MUST_USE kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cac
  * setting; the refusal is counted and logged here); ALREADY_EXISTS for a reused request_id with another
  * request; UNAVAILABLE while draining. Thread-safe. */
 KILN_MUST_USE kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *request,
-                                kilnd_job_admission_t *out_admission);
+                                              kilnd_job_admission_t *out_admission);
 
 /* Records a per-client refusal made outside the engine (the RPC layer's
  * client-max-request-bytes): counts it for /metrics and logs `limit_hit`.
@@ -157,8 +158,8 @@ void kilnd_jobs_limit_refused(kilnd_jobs_t *jobs, kilnd_limit_t limit, const cha
  * within `max` (0: no limit); else RESOURCE_EXHAUSTED naming the setting, counted
  * and logged (kilnd_jobs_limit_refused; `jobs` may be NULL: then only the
  * status). Thread-safe. */
-KILN_MUST_USE kiln_status_t kilnd_jobs_check_request_bytes(kilnd_jobs_t *jobs, const char *client, uint64_t bytes,
-                                             uint64_t max);
+KILN_MUST_USE kiln_status_t kilnd_jobs_check_request_bytes(kilnd_jobs_t *jobs, const char *client,
+                                                           uint64_t bytes, uint64_t max);
 
 /* For a caller that retries a RESOURCE_EXHAUSTED admission (Recompile):
  * *out_at_limit is true while `client` is at client-max-jobs (a retry now would be
@@ -173,17 +174,18 @@ void kilnd_jobs_client_wait_state(kilnd_jobs_t *jobs, const char *client, bool *
  * other it sets *out_would_block, returns NULL and changes nothing: then call
  * kilnd_jobs_submit off the loop. Thread-safe. */
 KILN_MUST_USE kiln_status_t kilnd_jobs_try_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *request,
-                                    kilnd_job_admission_t *out_admission, bool *out_would_block);
+                                                  kilnd_job_admission_t *out_admission,
+                                                  bool *out_would_block);
 
 /* A finished job, as kilnd_jobs_listen reports it. Borrowed for the callback. */
 typedef struct kilnd_job_outcome_target_s {
   const char *target;          /* canonical id */
   const char *artifact_digest; /* "" when this target failed */
   uint64_t size_bytes;
-  bool cache_hit;              /* answered from the cache, not compiled for this job */
-  int code;                    /* kiln_status_code_t; 0 when it succeeded */
-  const char *message;         /* "" when it succeeded; else the reason (compiler diagnostics
-                                  for INVALID_ARGUMENT) */
+  bool cache_hit;      /* answered from the cache, not compiled for this job */
+  int code;            /* kiln_status_code_t; 0 when it succeeded */
+  const char *message; /* "" when it succeeded; else the reason (compiler diagnostics
+                          for INVALID_ARGUMENT) */
 } kilnd_job_outcome_target_t;
 
 typedef struct kilnd_job_outcome_s {
@@ -205,22 +207,23 @@ typedef struct kilnd_job_listener_s kilnd_job_listener_t;
  * (may be NULL) is a handle for kilnd_jobs_unlisten, valid until `fn` runs. The
  * callback runs with the engine's lock released: it may call any function here
  * (nothing that blocks). NOT_FOUND for an unknown job. Loop thread. */
-KILN_MUST_USE kiln_status_t kilnd_jobs_listen(kilnd_jobs_t *jobs, const char *job_id, kilnd_job_finished_fn_t fn, void *user,
-                                kilnd_job_listener_t **out_listener);
+KILN_MUST_USE kiln_status_t kilnd_jobs_listen(kilnd_jobs_t *jobs, const char *job_id,
+                                              kilnd_job_finished_fn_t fn, void *user,
+                                              kilnd_job_listener_t **out_listener);
 
 /* Drops a listener whose callback has not run (it never will). Loop thread. */
 void kilnd_jobs_unlisten(kilnd_jobs_t *jobs, kilnd_job_listener_t *listener);
 
 /* Cancels a job (loop thread). NOT_FOUND for an unknown job. */
 KILN_MUST_USE kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const char *reason,
-                                kilnd_job_state_t *out_state, bool *out_cancelled);
+                                              kilnd_job_state_t *out_state, bool *out_cancelled);
 
 /* Streams a job's events to `stream` (loop thread), replaying from `after_sequence`
  * (0 with from_start false: the job's current status; see WatchJob in kiln.proto),
  * then live, and finishes the stream after the Terminal event. NOT_FOUND for an
  * unknown job (the caller finishes the stream with it). */
 KILN_MUST_USE kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from_start,
-                               uint64_t after_sequence, kilnd_stream_t *stream);
+                                             uint64_t after_sequence, kilnd_stream_t *stream);
 
 /* The compiler identity of the workers (from the first worker's Hello), the
  * compiler part of every cache key; NULL until a worker is ready. Borrowed, set
@@ -253,7 +256,7 @@ typedef struct kilnd_jobs_stats_s {
   uint64_t targets_compiled, targets_failed, compile_ms_total;
   uint64_t queue_depth;
   uint64_t queued_by_class[3]; /* queue_depth by class: interactive, batch, bulk */
-  uint64_t tasks_fused; /* queued tasks folded into another of the same source and flags */
+  uint64_t tasks_fused;        /* queued tasks folded into another of the same source and flags */
   uint64_t limit_refusals[KILND_LIMIT_COUNT]; /* per-client refusals, by kilnd_limit_t */
   kilnd_workers_stats_t workers;
 } kilnd_jobs_stats_t;

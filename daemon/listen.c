@@ -18,8 +18,7 @@
 
 static KILN_MUST_USE kiln_status_t bad_address(const char *text, const char *why) {
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                     "invalid listen address '%s': %s (use HOST:PORT, [IPV6]:PORT or unix:PATH)",
-                     text, why);
+                     "invalid listen address '%s': %s (use HOST:PORT, [IPV6]:PORT or unix:PATH)", text, why);
 }
 
 kiln_status_t kilnd_listen_parse(const char *text, kilnd_listen_addr_t *out_addr) {
@@ -56,8 +55,7 @@ kiln_status_t kilnd_listen_parse(const char *text, kilnd_listen_addr_t *out_addr
   errno = 0;
   long port = strtol(colon + 1, &end, 10);
   if (!*host || colon[1] == '\0' || *end || errno || port < 0 || port > 65535) {
-    const char *why = !*host ? "missing host" : colon[1] == '\0' ? "missing port"
-                                                                  : "port must be 0..65535";
+    const char *why = !*host ? "missing host" : colon[1] == '\0' ? "missing port" : "port must be 0..65535";
     kiln_free(host);
     return bad_address(text, why);
   }
@@ -75,8 +73,10 @@ static KILN_MUST_USE kiln_status_t preflight_unix(const char *path) {
     char *slash = strrchr(dir, '/');
     kiln_status_t status = NULL;
     if (slash) {
-      if (slash == dir) slash[1] = '\0';
-      else *slash = '\0';
+      if (slash == dir)
+        slash[1] = '\0';
+      else
+        *slash = '\0';
       struct stat dst;
       if (stat(dir, &dst) != 0 || !S_ISDIR(dst.st_mode)) {
         status = KILN_STATUS(KILN_STATUS_NOT_FOUND,
@@ -103,8 +103,9 @@ static KILN_MUST_USE kiln_status_t preflight_unix(const char *path) {
   close(fd);
   if (rc != 0 && err != ECONNREFUSED) {
     /* Alive but not ours to take (e.g. EACCES): gRPC would unlink it. */
-    return KILN_STATUS_ERRNO(err, "cannot listen on unix:%s: a socket is there and it is not "
-                                  "stale; remove it or choose another path",
+    return KILN_STATUS_ERRNO(err,
+                             "cannot listen on unix:%s: a socket is there and it is not "
+                             "stale; remove it or choose another path",
                              path);
   }
   if (rc == 0) {
@@ -117,8 +118,8 @@ static KILN_MUST_USE kiln_status_t preflight_unix(const char *path) {
 }
 
 int kilnd_listen_addrinfo(const kilnd_listen_addr_t *addr, struct addrinfo **out_res) {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
   char port[8];
   snprintf(port, sizeof port, "%d", addr->port);
   *out_res = NULL;
@@ -129,8 +130,8 @@ static KILN_MUST_USE kiln_status_t preflight_tcp(const kilnd_listen_addr_t *addr
   struct addrinfo *res = NULL;
   int gai = kilnd_listen_addrinfo(addr, &res);
   if (gai != 0) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cannot listen on %s:%d: %s", addr->host,
-                       addr->port, gai_strerror(gai));
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cannot listen on %s:%d: %s", addr->host, addr->port,
+                       gai_strerror(gai));
   }
   kiln_status_t status = NULL;
   for (struct addrinfo *ai = res; ai && !status; ai = ai->ai_next) {
@@ -162,8 +163,10 @@ kiln_status_t kilnd_listen_preflight(const kilnd_listen_addr_t *addr) {
 }
 
 static void append_host(kiln_buf_t *buf, const char *host) {
-  if (strchr(host, ':')) kiln_buf_appendf(buf, "[%s]", host);
-  else kiln_buf_append_str(buf, host);
+  if (strchr(host, ':'))
+    kiln_buf_appendf(buf, "[%s]", host);
+  else
+    kiln_buf_append_str(buf, host);
 }
 
 char *kilnd_listen_grpc_target(const kilnd_listen_addr_t *addr) {
@@ -188,8 +191,10 @@ char *kilnd_listen_client_address(const kilnd_listen_addr_t *addr, int bound_por
   } else {
     /* A wildcard bind is reached through loopback. */
     const char *host = addr->host;
-    if (strcmp(host, "0.0.0.0") == 0) host = "127.0.0.1";
-    else if (strcmp(host, "::") == 0) host = "::1";
+    if (strcmp(host, "0.0.0.0") == 0)
+      host = "127.0.0.1";
+    else if (strcmp(host, "::") == 0)
+      host = "::1";
     append_host(&buf, host);
     kiln_buf_appendf(&buf, ":%d", addr->port ? addr->port : bound_port);
   }

@@ -45,12 +45,12 @@
 #include "daemon/settings.h"
 #include "daemon/tls.h"
 
-#define EXIT_START_FAILURE 1
-#define EXIT_USAGE 2
+#define EXIT_START_FAILURE   1
+#define EXIT_USAGE           2
 #define EXIT_VERIFY_PROBLEMS 3
 
-static const char *const problem_names[] = {"?", "corrupt blob", "missing blob", "orphan blob",
-                                            "stray file", "damaged index"};
+static const char *const problem_names[] = {"?",           "corrupt blob", "missing blob",
+                                            "orphan blob", "stray file",   "damaged index"};
 
 /* kilnd --verify: the offline check and its report. Exit status for main. */
 static int verify_offline(const kilnd_settings_t *settings) {
@@ -121,8 +121,8 @@ static char *run_worker_version(const char *worker, const char *external, char *
   close(fds[1]);
   if (err) {
     close(fds[0]);
-    kiln_buf_appendf(&why, "cannot run %s: %s; install kiln-worker next to kilnd or set worker-path",
-                     worker, strerror(err));
+    kiln_buf_appendf(&why, "cannot run %s: %s; install kiln-worker next to kilnd or set worker-path", worker,
+                     strerror(err));
     *out_why = kiln_buf_take(&why);
     return NULL;
   }
@@ -197,8 +197,10 @@ static void print_version(const kilnd_settings_t *settings) {
       printf("compiler: %.*s (%s)\n", (int)(close - identity), identity, worker);
     } else {
       out[strcspn(out, "\n")] = '\0';
-      printf("compiler: unavailable (%s --version printed no compiler identity, \"%s\": set worker-path "
-             "to kiln-worker)\n", worker, out);
+      printf(
+          "compiler: unavailable (%s --version printed no compiler identity, \"%s\": set worker-path "
+          "to kiln-worker)\n",
+          worker, out);
     }
   } else {
     printf("compiler: unavailable (%s)\n", why);
@@ -209,14 +211,16 @@ static void print_version(const kilnd_settings_t *settings) {
 }
 
 static void print_usage(const kiln_config_table_t *table) {
-  printf("usage: kilnd [--listen ADDR] [--state-dir DIR] [--config FILE] [options]\n\n"
-         "The kiln compile daemon: serves the kiln.v1.Kiln gRPC service.\n\n"
-         "options:\n");
+  printf(
+      "usage: kilnd [--listen ADDR] [--state-dir DIR] [--config FILE] [options]\n\n"
+      "The kiln compile daemon: serves the kiln.v1.Kiln gRPC service.\n\n"
+      "options:\n");
   kiln_config_print_help(table, stdout);
-  printf("\nEvery setting can also be a line `name = value` in the config file or a KILND_*\n"
-         "environment variable; flags win over the environment, which wins over the file.\n"
-         "Exit status: 0 stopped cleanly (or --verify found nothing wrong), 1 could not start\n"
-         "or failed, 2 bad settings, 3 --verify found problems (repaired unless --dry-run).\n");
+  printf(
+      "\nEvery setting can also be a line `name = value` in the config file or a KILND_*\n"
+      "environment variable; flags win over the environment, which wins over the file.\n"
+      "Exit status: 0 stopped cleanly (or --verify found nothing wrong), 1 could not start\n"
+      "or failed, 2 bad settings, 3 --verify found problems (repaired unless --dry-run).\n");
 }
 
 /* SIGTERM, SIGINT and SIGHUP, which the loop handles (drain, reload). */

@@ -51,10 +51,14 @@ const char *kilnd_metrics_not_ready(const kilnd_metrics_snapshot_t *snap) {
 static void label_value(kiln_buf_t *out, const char *s) {
   kiln_buf_append_char(out, '"');
   for (; s && *s; s++) {
-    if (*s == '\\') kiln_buf_append_str(out, "\\\\");
-    else if (*s == '"') kiln_buf_append_str(out, "\\\"");
-    else if (*s == '\n') kiln_buf_append_str(out, "\\n");
-    else kiln_buf_append_char(out, *s);
+    if (*s == '\\')
+      kiln_buf_append_str(out, "\\\\");
+    else if (*s == '"')
+      kiln_buf_append_str(out, "\\\"");
+    else if (*s == '\n')
+      kiln_buf_append_str(out, "\\n");
+    else
+      kiln_buf_append_char(out, *s);
   }
   kiln_buf_append_char(out, '"');
 }
@@ -94,8 +98,10 @@ static void write_histograms(const kilnd_histograms_t *h, kiln_buf_t *out) {
       kiln_buf_appendf(out, "%s_bucket{target=", name);
       label_value(out, e->target);
       kiln_buf_append_str(out, ",le=\"");
-      if (b < KILND_HISTOGRAM_BUCKETS) bound(out, kilnd_histogram_bounds[b]);
-      else kiln_buf_append_str(out, "+Inf");
+      if (b < KILND_HISTOGRAM_BUCKETS)
+        bound(out, kilnd_histogram_bounds[b]);
+      else
+        kiln_buf_append_str(out, "+Inf");
       kiln_buf_appendf(out, "\"} %" PRIu64 "\n", cumulative);
     }
     kiln_buf_appendf(out, "%s_sum{target=", name);
@@ -157,14 +163,17 @@ void kilnd_metrics_write(const kilnd_metrics_snapshot_t *snap, kiln_buf_t *out) 
           "Queued tasks folded into another of the same source and flags at dispatch.", j->tasks_fused);
     family(out, "kiln_queue_depth", "gauge", "Compile tasks waiting for a worker, by priority class.");
     static const char *const classes[3] = {"interactive", "batch", "bulk"};
-    for (int c = 0; c < 3; c++) sample_l(out, "kiln_queue_depth", "priority", classes[c], j->queued_by_class[c]);
+    for (int c = 0; c < 3; c++)
+      sample_l(out, "kiln_queue_depth", "priority", classes[c], j->queued_by_class[c]);
     family(out, "kiln_limit_refusals_total", "counter",
            "Requests refused RESOURCE_EXHAUSTED by a per-client limit, by the limit's setting.");
     for (int l = 0; l < KILND_LIMIT_COUNT; l++) {
-      sample_l(out, "kiln_limit_refusals_total", "limit", kilnd_limit_name((kilnd_limit_t)l), j->limit_refusals[l]);
+      sample_l(out, "kiln_limit_refusals_total", "limit", kilnd_limit_name((kilnd_limit_t)l),
+               j->limit_refusals[l]);
     }
     one_u(out, "kiln_targets_compiled_total", "counter", "Targets compiled and stored.", j->targets_compiled);
-    one_u(out, "kiln_target_compiles_failed_total", "counter", "Target compiles that failed.", j->targets_failed);
+    one_u(out, "kiln_target_compiles_failed_total", "counter", "Target compiles that failed.",
+          j->targets_failed);
     write_histograms(&snap->compile, out);
     one_u(out, "kiln_workers", "gauge", "Configured compile worker processes.", j->workers.count);
     one_u(out, "kiln_workers_ready", "gauge", "Compile workers past their Hello (idle or busy).",
@@ -173,8 +182,8 @@ void kilnd_metrics_write(const kilnd_metrics_snapshot_t *snap, kiln_buf_t *out) 
     one_u(out, "kiln_worker_tasks_total", "counter", "Compile tasks the workers finished.", j->workers.tasks);
     one_u(out, "kiln_worker_restarts_total", "counter",
           "Workers replaced after a crash, kill, timeout or cancel.", j->workers.restarts);
-    one_u(out, "kiln_worker_crashes_total", "counter",
-          "Workers that died on their own (signal or bad exit).", j->workers.crashes);
+    one_u(out, "kiln_worker_crashes_total", "counter", "Workers that died on their own (signal or bad exit).",
+          j->workers.crashes);
   }
 
   if (snap->has_cache) {
@@ -183,7 +192,8 @@ void kilnd_metrics_write(const kilnd_metrics_snapshot_t *snap, kiln_buf_t *out) 
     one_u(out, "kiln_cache_misses_total", "counter", "Cache lookups that found none.", c->misses);
     one_u(out, "kiln_cache_evictions_total", "counter", "Cache entries evicted to stay under capacity.",
           c->evictions);
-    one_u(out, "kiln_cache_quarantined_total", "counter", "Blobs found corrupt and set aside.", c->quarantined);
+    one_u(out, "kiln_cache_quarantined_total", "counter", "Blobs found corrupt and set aside.",
+          c->quarantined);
     one_u(out, "kiln_cache_served_bytes_total", "counter", "Artifact bytes sent by GetArtifact.",
           c->bytes_served);
     family(out, "kiln_cache_stored_bytes", "gauge", "Bytes the cache holds on disk, by kind.");

@@ -26,7 +26,7 @@ extern const double kilnd_histogram_bounds[KILND_HISTOGRAM_BUCKETS];
 /* Targets past this many fold into KILND_HISTOGRAM_OTHER, so the series count
  * stays bounded whatever targets clients ask for. */
 #define KILND_HISTOGRAM_MAX_TARGETS 32
-#define KILND_HISTOGRAM_OTHER "(other)"
+#define KILND_HISTOGRAM_OTHER       "(other)"
 
 /* One target's compile durations. Non-cumulative bucket counts (the writer sums
  * them); the last slot counts durations above every bound. */
@@ -48,7 +48,7 @@ typedef struct kilnd_histograms_s {
 void kilnd_histograms_observe(kilnd_histograms_t *h, const char *target, double seconds);
 
 typedef struct kilnd_metrics_snapshot_s {
-  const char *version;  /* static storage */
+  const char *version; /* static storage */
   /* The workers' compiler as cache keys spell it ("kiln-mlir 0.1.0 llvm 22.1.8"),
    * from the first worker's Hello; "" until then. A copy: kilnd links no compiler
    * of its own to ask, and the snapshot outlives the loop turn that took it. */

@@ -103,13 +103,14 @@ kiln_status_t kilnd_label_check(const char *what, const char *key, const char *v
     ok = alnum || (i > 0 && (c == '.' || c == '_' || c == '/' || c == '-'));
   }
   if (!ok) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: label key '%.80s%s' is not 1..%d bytes of [a-z0-9._/-] starting with a letter or digit",
-                       what, key, len > 80 ? "..." : "", KILND_LABEL_KEY_MAX);
+    return KILN_STATUS(
+        KILN_STATUS_INVALID_ARGUMENT,
+        "%s: label key '%.80s%s' is not 1..%d bytes of [a-z0-9._/-] starting with a letter or digit", what,
+        key, len > 80 ? "..." : "", KILND_LABEL_KEY_MAX);
   }
   if (strlen(value) > KILND_LABEL_VALUE_MAX) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the value of label '%s' is %zu bytes, at most %d", what,
-                       key, strlen(value), KILND_LABEL_VALUE_MAX);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the value of label '%s' is %zu bytes, at most %d",
+                       what, key, strlen(value), KILND_LABEL_VALUE_MAX);
   }
   return NULL;
 }

@@ -39,8 +39,8 @@ typedef struct kilnd_rpc_env_s {
   int64_t start_unix_ms;
   int64_t start_monotonic_ns;
   const char *hostname;
-  bool draining; /* SIGTERM received: finishing in-flight calls */
-  struct kilnd_jobs_s *jobs; /* the job engine (jobs.h); submit is thread-safe */
+  bool draining;                       /* SIGTERM received: finishing in-flight calls */
+  struct kilnd_jobs_s *jobs;           /* the job engine (jobs.h); submit is thread-safe */
   struct kilnd_downloads_s *downloads; /* open GetArtifact calls per client (loop thread) */
 } kilnd_rpc_env_t;
 
@@ -53,11 +53,11 @@ void kilnd_downloads_destroy(kilnd_downloads_t *downloads);
 /* What a handler knows about the call it serves. Owned by the server; borrowed
  * for the duration of the handler. */
 typedef struct kilnd_call_ctx_s {
-  kiln_arena_t *arena;            /* everything the response needs is allocated here */
-  int64_t deadline_monotonic_ns;  /* the client's deadline (kiln_time_monotonic_ns clock) */
-  const atomic_bool *stopping;    /* set when the server cancels in-flight work */
-  const char *client;             /* who is calling: the peer address (in the arena), the
-                                     job engine's fairness key */
+  kiln_arena_t *arena;           /* everything the response needs is allocated here */
+  int64_t deadline_monotonic_ns; /* the client's deadline (kiln_time_monotonic_ns clock) */
+  const atomic_bool *stopping;   /* set when the server cancels in-flight work */
+  const char *client;            /* who is calling: the peer address (in the arena), the
+                                    job engine's fairness key */
   /* False while a `try_on_loop` handler runs on the loop: it must not block, and
    * when it cannot answer without blocking it sets *run_off_loop and returns NULL
    * with no response; the server then runs it again on the thread pool. */
@@ -71,9 +71,9 @@ typedef struct kilnd_call_ctx_s {
 } kilnd_call_ctx_t;
 
 /* Request ids: what the client may send, and what kilnd answers with. */
-#define KILND_REQUEST_ID_HEADER_IN "x-request-id"
+#define KILND_REQUEST_ID_HEADER_IN  "x-request-id"
 #define KILND_REQUEST_ID_HEADER_OUT "kiln-request-id"
-#define KILND_ID_MAX 128
+#define KILND_ID_MAX                128
 
 /* An identifier as kiln.proto defines them (job_id, request_id, item_id, and the
  * x-request-id header): 1 to 128 visible ASCII characters (0x21..0x7e). NULL, or
@@ -85,10 +85,9 @@ KILN_MUST_USE kiln_status_t kilnd_id_check(const char *field, const char *id, si
  * starting with a letter or digit, a value of at most 256 bytes (UTF-8, which
  * wire_check.c enforces for every string). INVALID_ARGUMENT naming `what` and
  * the key otherwise. Thread-safe. */
-#define KILND_LABEL_KEY_MAX 63
+#define KILND_LABEL_KEY_MAX   63
 #define KILND_LABEL_VALUE_MAX 256
 KILN_MUST_USE kiln_status_t kilnd_label_check(const char *what, const char *key, const char *value);
-
 
 /* True once the call's deadline has passed or the server is cancelling in-flight
  * work: long handlers stop and return. Thread-safe. */
@@ -103,8 +102,7 @@ void kilnd_call_set_diagnostics(const kilnd_call_ctx_t *call, const uint8_t *pac
 /* Builds the response for `request` in call->arena. On success *out_response is
  * set; on failure the returned status is the call's gRPC status. */
 typedef kiln_status_t (*kilnd_unary_fn_t)(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                          const ProtobufCMessage *request,
-                                          ProtobufCMessage **out_response);
+                                          const ProtobufCMessage *request, ProtobufCMessage **out_response);
 
 /* How a method's messages flow (the contract's `stream` keywords). */
 typedef enum kilnd_method_kind_e {
@@ -128,7 +126,7 @@ typedef struct kilnd_method_s {
   /* The request type; for client- and bidi-streaming methods the type of each
    * client message (the contract's input type). */
   const ProtobufCMessageDescriptor *request_descriptor;
-  kilnd_role_t role; /* what a caller's token must grant */
+  kilnd_role_t role;        /* what a caller's token must grant */
   kilnd_unary_fn_t handler; /* unary methods; NULL for streaming ones */
   /* The handler blocks (SQLite, disk, hashing): run it on libuv's thread pool, never
    * on the loop. Unary methods only: streaming handlers offload their own work. */
@@ -162,36 +160,40 @@ KILN_MUST_USE kiln_status_t kilnd_rpc_unserved(const char *path);
 
 /* Handlers (one rpc_<method>.c each). GetServerInfo is tried on the loop and goes
  * to the pool only to wait for the first worker's Hello (the compiler identity). */
-KILN_MUST_USE kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                        const ProtobufCMessage *request,
-                                        ProtobufCMessage **out_response);
+KILN_MUST_USE kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env,
+                                                      const kilnd_call_ctx_t *call,
+                                                      const ProtobufCMessage *request,
+                                                      ProtobufCMessage **out_response);
 KILN_MUST_USE kiln_status_t kilnd_rpc_get_stats(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                  const ProtobufCMessage *request, ProtobufCMessage **out_response);
+                                                const ProtobufCMessage *request,
+                                                ProtobufCMessage **out_response);
 /* Cache administration; offloaded. */
-KILN_MUST_USE kiln_status_t kilnd_rpc_get_cache_stats(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                        const ProtobufCMessage *request,
-                                        ProtobufCMessage **out_response);
+KILN_MUST_USE kiln_status_t kilnd_rpc_get_cache_stats(const kilnd_rpc_env_t *env,
+                                                      const kilnd_call_ctx_t *call,
+                                                      const ProtobufCMessage *request,
+                                                      ProtobufCMessage **out_response);
 KILN_MUST_USE kiln_status_t kilnd_rpc_verify_cache(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                     const ProtobufCMessage *request,
-                                     ProtobufCMessage **out_response);
-KILN_MUST_USE kiln_status_t kilnd_rpc_collect_garbage(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                        const ProtobufCMessage *request,
-                                        ProtobufCMessage **out_response);
+                                                   const ProtobufCMessage *request,
+                                                   ProtobufCMessage **out_response);
+KILN_MUST_USE kiln_status_t kilnd_rpc_collect_garbage(const kilnd_rpc_env_t *env,
+                                                      const kilnd_call_ctx_t *call,
+                                                      const ProtobufCMessage *request,
+                                                      ProtobufCMessage **out_response);
 KILN_MUST_USE kiln_status_t kilnd_rpc_pin_artifact(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                     const ProtobufCMessage *request,
-                                     ProtobufCMessage **out_response);
+                                                   const ProtobufCMessage *request,
+                                                   ProtobufCMessage **out_response);
 KILN_MUST_USE kiln_status_t kilnd_rpc_unpin_artifact(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                       const ProtobufCMessage *request,
-                                       ProtobufCMessage **out_response);
+                                                     const ProtobufCMessage *request,
+                                                     ProtobufCMessage **out_response);
 KILN_MUST_USE kiln_status_t kilnd_rpc_health_check(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                     const ProtobufCMessage *request,
-                                     ProtobufCMessage **out_response);
+                                                   const ProtobufCMessage *request,
+                                                   ProtobufCMessage **out_response);
 /* Artifacts and sources: FindArtifacts (unary, offloaded); GetArtifact
  * (server-streaming) and PutSource (client-streaming) run their disk and SQLite
  * work on the thread pool themselves. */
 KILN_MUST_USE kiln_status_t kilnd_rpc_find_artifacts(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                       const ProtobufCMessage *request,
-                                       ProtobufCMessage **out_response);
+                                                     const ProtobufCMessage *request,
+                                                     ProtobufCMessage **out_response);
 void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
                             const ProtobufCMessage *request);
 void kilnd_rpc_put_source(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
@@ -201,9 +203,11 @@ void kilnd_rpc_put_source(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
  * (rpc_cancel_job.c; unary, on the loop) and WatchJob (rpc_watch_job.c;
  * server-streaming). */
 KILN_MUST_USE kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                const ProtobufCMessage *request, ProtobufCMessage **out_response);
+                                              const ProtobufCMessage *request,
+                                              ProtobufCMessage **out_response);
 KILN_MUST_USE kiln_status_t kilnd_rpc_cancel_job(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                   const ProtobufCMessage *request, ProtobufCMessage **out_response);
+                                                 const ProtobufCMessage *request,
+                                                 ProtobufCMessage **out_response);
 void kilnd_rpc_watch_job(const kilnd_rpc_env_t *env, kilnd_stream_t *stream, const ProtobufCMessage *request);
 /* Recompile (rpc_recompile.c): bidi-streaming bulk recompile of legacy VMFBs; each
  * item is resolved on the thread pool and compiled as a job of its own. */
@@ -228,9 +232,10 @@ uint64_t kilnd_chunk_size(const kilnd_settings_t *settings);
  * too, with `compiler` the workers' identity (kilnd_jobs_compiler) and the flags
  * as kilnd_flags_normalize returned them. INVALID_ARGUMENT for a malformed part.
  * Blocking (the cache's index); needs env->jobs; thread-safe. */
-KILN_MUST_USE kiln_status_t kilnd_artifact_key(const kilnd_rpc_env_t *env, const char *compiler, const char *source_digest,
-                                 const kiln_target_t *target, char *const *normalized_flags, size_t n_flags,
-                                 kiln_digest_hex_t *out_key);
+KILN_MUST_USE kiln_status_t kilnd_artifact_key(const kilnd_rpc_env_t *env, const char *compiler,
+                                               const char *source_digest, const kiln_target_t *target,
+                                               char *const *normalized_flags, size_t n_flags,
+                                               kiln_digest_hex_t *out_key);
 
 /* ArtifactMetadata for an index row, allocated in `arena`. Thread-safe for
  * distinct arenas. */

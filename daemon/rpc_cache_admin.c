@@ -15,8 +15,7 @@ static KILN_MUST_USE kiln_status_t require_cache(const kilnd_rpc_env_t *env) {
 static bool should_stop(void *user) { return kilnd_call_should_stop(user); }
 
 kiln_status_t kilnd_rpc_get_cache_stats(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                        const ProtobufCMessage *request,
-                                        ProtobufCMessage **out_response) {
+                                        const ProtobufCMessage *request, ProtobufCMessage **out_response) {
   kiln_arena_t *arena = call->arena;
   (void)request;
   KILN_RETURN_IF_ERROR(require_cache(env));
@@ -42,8 +41,7 @@ kiln_status_t kilnd_rpc_get_cache_stats(const kilnd_rpc_env_t *env, const kilnd_
 }
 
 kiln_status_t kilnd_rpc_verify_cache(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                     const ProtobufCMessage *request,
-                                     ProtobufCMessage **out_response) {
+                                     const ProtobufCMessage *request, ProtobufCMessage **out_response) {
   kiln_arena_t *arena = call->arena;
   const Kiln__V1__VerifyCacheRequest *req = (const Kiln__V1__VerifyCacheRequest *)request;
   KILN_RETURN_IF_ERROR(require_cache(env));
@@ -65,8 +63,8 @@ kiln_status_t kilnd_rpc_verify_cache(const kilnd_rpc_env_t *env, const kilnd_cal
   resp->bytes_checked = report.bytes_checked;
   resp->duration_ms = report.duration_ms > 0 ? (uint64_t)report.duration_ms : 0;
   resp->n_problems = report.n_problems;
-  resp->problems = kiln_arena_calloc(arena, report.n_problems ? report.n_problems : 1,
-                                     sizeof *resp->problems);
+  resp->problems =
+      kiln_arena_calloc(arena, report.n_problems ? report.n_problems : 1, sizeof *resp->problems);
   for (size_t i = 0; i < report.n_problems; i++) {
     const kiln_cache_problem_t *p = &report.problems[i];
     Kiln__V1__CacheProblem *m = kiln_arena_alloc(arena, sizeof *m);
@@ -83,8 +81,7 @@ kiln_status_t kilnd_rpc_verify_cache(const kilnd_rpc_env_t *env, const kilnd_cal
 }
 
 kiln_status_t kilnd_rpc_collect_garbage(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                        const ProtobufCMessage *request,
-                                        ProtobufCMessage **out_response) {
+                                        const ProtobufCMessage *request, ProtobufCMessage **out_response) {
   kiln_arena_t *arena = call->arena;
   const Kiln__V1__CollectGarbageRequest *req = (const Kiln__V1__CollectGarbageRequest *)request;
   KILN_RETURN_IF_ERROR(require_cache(env));
@@ -102,8 +99,8 @@ kiln_status_t kilnd_rpc_collect_garbage(const kilnd_rpc_env_t *env, const kilnd_
 }
 
 static KILN_MUST_USE kiln_status_t pin(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                         const ProtobufCMessage *request, ProtobufCMessage **out_response,
-                         bool pinned) {
+                                       const ProtobufCMessage *request, ProtobufCMessage **out_response,
+                                       bool pinned) {
   kiln_arena_t *arena = call->arena;
   const Kiln__V1__PinArtifactRequest *req = (const Kiln__V1__PinArtifactRequest *)request;
   KILN_RETURN_IF_ERROR(require_cache(env));
@@ -117,13 +114,11 @@ static KILN_MUST_USE kiln_status_t pin(const kilnd_rpc_env_t *env, const kilnd_c
 }
 
 kiln_status_t kilnd_rpc_pin_artifact(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                     const ProtobufCMessage *request,
-                                     ProtobufCMessage **out_response) {
+                                     const ProtobufCMessage *request, ProtobufCMessage **out_response) {
   return pin(env, call, request, out_response, true);
 }
 
 kiln_status_t kilnd_rpc_unpin_artifact(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                       const ProtobufCMessage *request,
-                                       ProtobufCMessage **out_response) {
+                                       const ProtobufCMessage *request, ProtobufCMessage **out_response) {
   return pin(env, call, request, out_response, false);
 }

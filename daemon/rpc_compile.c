@@ -14,8 +14,8 @@
 #include "daemon/source_check.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-#define MAX_TARGETS 16
-#define MAX_LABELS 32
+#define MAX_TARGETS    16
+#define MAX_LABELS     32
 #define MAX_NAME_BYTES 1024
 /* Inline sources up to this size are checked and hashed on the loop (~0.1 ms). */
 #define LOOP_SOURCE_MAX_BYTES (64 * 1024)
@@ -26,7 +26,8 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
   kiln_arena_t *arena = call->arena;
   if (!env->jobs) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is starting: no job engine yet");
   /* client-max-request-bytes, before anything is done with the bytes. */
-  KILN_RETURN_IF_ERROR(kilnd_jobs_check_request_bytes(env->jobs, call->client, protobuf_c_message_get_packed_size(request),
+  KILN_RETURN_IF_ERROR(kilnd_jobs_check_request_bytes(env->jobs, call->client,
+                                                      protobuf_c_message_get_packed_size(request),
                                                       env->settings->client_max_request_bytes));
 
   /* The source. */
@@ -63,17 +64,20 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
                          "source_digest '%.80s' is not a SHA-256 digest (64 lowercase hex)", digest);
     }
   } else {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no source: set `source` (inline bytes) or `source_digest`");
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "no source: set `source` (inline bytes) or `source_digest`");
   }
   if (strlen(req->source_name) > MAX_NAME_BYTES) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "source_name is over %d bytes", MAX_NAME_BYTES);
   }
-  if (*req->request_id) KILN_RETURN_IF_ERROR(kilnd_id_check("request_id", req->request_id, strlen(req->request_id)));
+  if (*req->request_id)
+    KILN_RETURN_IF_ERROR(kilnd_id_check("request_id", req->request_id, strlen(req->request_id)));
 
   /* Targets: canonical, de-duplicated, request order kept. */
   if (req->n_targets == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no targets: name at least one");
   if (req->n_targets > MAX_TARGETS) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu targets: at most %d per request", req->n_targets, MAX_TARGETS);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu targets: at most %d per request", req->n_targets,
+                       MAX_TARGETS);
   }
   const char **canonical = kiln_arena_alloc(arena, req->n_targets * sizeof *canonical);
   const char **per_request = kiln_arena_alloc(arena, req->n_targets * sizeof *per_request);
@@ -90,7 +94,8 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
 
   char **flags = NULL;
   size_t n_flags = 0;
-  KILN_RETURN_IF_ERROR(kilnd_flags_normalize((const char *const *)req->flags, req->n_flags, &flags, &n_flags));
+  KILN_RETURN_IF_ERROR(
+      kilnd_flags_normalize((const char *const *)req->flags, req->n_flags, &flags, &n_flags));
 
   if (req->n_labels > MAX_LABELS) {
     kilnd_flags_free(flags, n_flags);

@@ -22,9 +22,9 @@
 #include "daemon/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-#define DEFAULT_LIMIT 100
-#define MAX_LIMIT 1000
-#define MAX_LABELS 32
+#define DEFAULT_LIMIT   100
+#define MAX_LIMIT       1000
+#define MAX_LABELS      32
 #define FILTER_HASH_HEX 16
 
 static int cmp_label(const void *a, const void *b) {
@@ -34,15 +34,14 @@ static int cmp_label(const void *a, const void *b) {
 
 /* Validated labels, sorted by key, a key given twice keeping its last value (map
  * semantics). The array is in the arena. */
-static KILN_MUST_USE kiln_status_t collect_labels(kiln_arena_t *arena, const Kiln__V1__FindArtifactsRequest *req,
-                                    kiln_index_label_t **out_labels, size_t *out_count) {
+static KILN_MUST_USE kiln_status_t collect_labels(kiln_arena_t *arena,
+                                                  const Kiln__V1__FindArtifactsRequest *req,
+                                                  kiln_index_label_t **out_labels, size_t *out_count) {
   if (req->n_labels > MAX_LABELS) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "FindArtifacts: %zu labels, at most %d can be matched", req->n_labels,
-                       MAX_LABELS);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "FindArtifacts: %zu labels, at most %d can be matched",
+                       req->n_labels, MAX_LABELS);
   }
-  kiln_index_label_t *labels = kiln_arena_calloc(arena, req->n_labels ? req->n_labels : 1,
-                                                 sizeof *labels);
+  kiln_index_label_t *labels = kiln_arena_calloc(arena, req->n_labels ? req->n_labels : 1, sizeof *labels);
   size_t n = 0;
   for (size_t i = 0; i < req->n_labels; i++) {
     const char *key = req->labels[i]->key, *value = req->labels[i]->value;
@@ -61,13 +60,14 @@ static KILN_MUST_USE kiln_status_t collect_labels(kiln_arena_t *arena, const Kil
 
 /* The first FILTER_HASH_HEX hex digits of a hash of everything that selects rows,
  * in a length-prefixed encoding (no two filter sets encode alike). */
-static void filter_hash(const kiln_index_page_query_t *q, bool legacy_only,
-                        char out[FILTER_HASH_HEX + 1]) {
+static void filter_hash(const kiln_index_page_query_t *q, bool legacy_only, char out[FILTER_HASH_HEX + 1]) {
   kiln_buf_t enc;
   kiln_buf_init(&enc);
   const char *src = q->source_digest ? q->source_digest : "";
   const char *target = q->target ? q->target : "";
-  kiln_buf_appendf(&enc, "find/1\nsource:%zu:%s\ntarget:%zu:%s\nhal:%" PRIu32 "\nlegacy:%d\n"
+  kiln_buf_appendf(&enc,
+                   "find/1\nsource:%zu:%s\ntarget:%zu:%s\nhal:%" PRIu32
+                   "\nlegacy:%d\n"
                    "after:%" PRId64 "\nbefore:%" PRId64 "\nlabels:%zu\n",
                    strlen(src), src, strlen(target), target, q->hal_version, legacy_only ? 1 : 0,
                    q->created_after_ms, q->created_before_ms, q->n_labels);
@@ -94,7 +94,7 @@ static KILN_MUST_USE kiln_status_t bad_token(const char *why) {
 
 /* Parses a token into *cursor and checks that it was issued for `hash`. */
 static KILN_MUST_USE kiln_status_t parse_token(const char *token, const char *hash,
-                                 kiln_index_page_cursor_t *cursor) {
+                                               kiln_index_page_cursor_t *cursor) {
   if (strncmp(token, "v1.", 3) != 0) return bad_token("is malformed");
   const char *p = token + 3;
   char *end = NULL;
@@ -119,8 +119,7 @@ static KILN_MUST_USE kiln_status_t parse_token(const char *token, const char *ha
 }
 
 kiln_status_t kilnd_rpc_find_artifacts(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                       const ProtobufCMessage *request,
-                                       ProtobufCMessage **out_response) {
+                                       const ProtobufCMessage *request, ProtobufCMessage **out_response) {
   kiln_arena_t *arena = call->arena;
   const Kiln__V1__FindArtifactsRequest *req = (const Kiln__V1__FindArtifactsRequest *)request;
   if (!env->cache) {
@@ -141,13 +140,14 @@ kiln_status_t kilnd_rpc_find_artifacts(const kilnd_rpc_env_t *env, const kilnd_c
   }
   if (*req->target) {
     const kiln_target_t *target = NULL;
-    KILN_RETURN_IF_ERROR(kiln_status_annotate(kiln_compiler_target_resolve(req->target, &target),
-                                              "FindArtifacts: target"));
+    KILN_RETURN_IF_ERROR(
+        kiln_status_annotate(kiln_compiler_target_resolve(req->target, &target), "FindArtifacts: target"));
     q.target = target->id;
   }
   if (req->limit > MAX_LIMIT) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "FindArtifacts: limit %" PRIu32 " is above %d; page through the results "
+                       "FindArtifacts: limit %" PRIu32
+                       " is above %d; page through the results "
                        "with next_page_token",
                        req->limit, MAX_LIMIT);
   }

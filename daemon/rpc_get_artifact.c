@@ -80,8 +80,7 @@ static void set_compiler(kiln_arena_t *arena, const char *compiler, Kiln__V1__Co
   }
 }
 
-Kiln__V1__ArtifactMetadata *kilnd_artifact_metadata(kiln_arena_t *arena,
-                                                    const kiln_index_artifact_t *rec) {
+Kiln__V1__ArtifactMetadata *kilnd_artifact_metadata(kiln_arena_t *arena, const kiln_index_artifact_t *rec) {
   Kiln__V1__ArtifactMetadata *m = kiln_arena_alloc(arena, sizeof *m);
   kiln__v1__artifact_metadata__init(m);
   m->digest = kiln_arena_strdup(arena, rec->artifact_digest);
@@ -249,31 +248,31 @@ typedef struct get_s {
   size_t n_flags;
   uv_work_t work;
   atomic_bool cancelled;
-  dl_client_t *download;  /* counted in env->downloads */
-  uv_timer_t stall;       /* download-stall-timeout, while a send is outstanding */
+  dl_client_t *download; /* counted in env->downloads */
+  uv_timer_t stall;      /* download-stall-timeout, while a send is outstanding */
 
   /* Pool-side state: touched by the loop only while no work is queued. */
   kiln_index_artifact_t record;
   kiln_cache_reader_t *reader;
-  uint64_t size;   /* of the artifact */
-  uint64_t end;    /* of the range */
-  uint64_t pos;    /* bytes read from the reader so far */
-  unsigned char *buf;     /* the chunk being read; handed to gRPC when sent */
+  uint64_t size;      /* of the artifact */
+  uint64_t end;       /* of the range */
+  uint64_t pos;       /* bytes read from the reader so far */
+  unsigned char *buf; /* the chunk being read; handed to gRPC when sent */
   unsigned char *scratch;
-  size_t len;             /* bytes of the range in buf */
-  uint64_t chunk_offset;  /* file offset of buf[0] */
-  bool eof;               /* the reader verified the whole blob */
-  kiln_status_t status;   /* of the last pool job */
+  size_t len;            /* bytes of the range in buf */
+  uint64_t chunk_offset; /* file offset of buf[0] */
+  bool eof;              /* the reader verified the whole blob */
+  kiln_status_t status;  /* of the last pool job */
 
   /* Loop-side pipeline: one chunk on the wire while the next is read. */
-  bool reading;           /* a pool job is queued */
-  bool sending;           /* a send is outstanding */
-  unsigned char *ready;   /* a chunk read and not yet sent */
+  bool reading;         /* a pool job is queued */
+  bool sending;         /* a send is outstanding */
+  unsigned char *ready; /* a chunk read and not yet sent */
   size_t ready_len;
   uint64_t ready_offset;
-  bool ready_last;        /* it is the range's last chunk (the blob verified) */
-  bool all_read;          /* no more reads: the last chunk is ready or sent */
-  kiln_status_t failure;  /* ends the call once nothing is in flight */
+  bool ready_last;       /* it is the range's last chunk (the blob verified) */
+  bool all_read;         /* no more reads: the last chunk is ready or sent */
+  kiln_status_t failure; /* ends the call once nothing is in flight */
 } get_t;
 
 static void get_free(uv_handle_t *handle) { kiln_free(handle->data); }
@@ -307,8 +306,7 @@ static KILN_MUST_USE kiln_status_t get_stop_reason(get_t *g) {
   }
   if (!kilnd_call_should_stop(g->ctx)) return NULL;
   if (g->ctx->stopping && atomic_load(g->ctx->stopping)) {
-    return KILN_STATUS(KILN_STATUS_UNAVAILABLE,
-                       "GetArtifact: kilnd is shutting down; resume with `offset`");
+    return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "GetArtifact: kilnd is shutting down; resume with `offset`");
   }
   return KILN_STATUS(KILN_STATUS_DEADLINE_EXCEEDED,
                      "GetArtifact: the client's deadline passed; resume with `offset`");
@@ -331,11 +329,13 @@ static void get_open_work(uv_work_t *work) {
     /* On the thread pool: wait for the first worker's identity, as Compile does. */
     const char *compiler = g->env->jobs ? kilnd_jobs_compiler_wait(g->env->jobs, 30000) : NULL;
     if (!compiler) {
-      st = KILN_STATUS(KILN_STATUS_UNAVAILABLE,
-                       "no compile worker is ready yet, so the compiler identity (part of the key) is unknown; "
-                       "retry, or fetch by digest");
+      st = KILN_STATUS(
+          KILN_STATUS_UNAVAILABLE,
+          "no compile worker is ready yet, so the compiler identity (part of the key) is unknown; "
+          "retry, or fetch by digest");
     } else {
-      st = kilnd_artifact_key(g->env, compiler, key->source_digest, g->target, g->flags, g->n_flags, &cache_key);
+      st = kilnd_artifact_key(g->env, compiler, key->source_digest, g->target, g->flags, g->n_flags,
+                              &cache_key);
     }
     if (!st) st = kiln_cache_artifact_lookup(cache, cache_key.text, &g->record);
     if (kiln_status_code(st) == KILN_STATUS_NOT_FOUND) {
@@ -360,10 +360,9 @@ static void get_open_work(uv_work_t *work) {
   if (!st) {
     g->size = kiln_cache_reader_size(g->reader);
     if (req->offset > g->size) {
-      st = KILN_STATUS(KILN_STATUS_OUT_OF_RANGE,
-                       "GetArtifact: offset %llu is past the end of artifact %s (%llu bytes)",
-                       (unsigned long long)req->offset, g->record.artifact_digest,
-                       (unsigned long long)g->size);
+      st = KILN_STATUS(
+          KILN_STATUS_OUT_OF_RANGE, "GetArtifact: offset %llu is past the end of artifact %s (%llu bytes)",
+          (unsigned long long)req->offset, g->record.artifact_digest, (unsigned long long)g->size);
     } else {
       uint64_t left = g->size - req->offset;
       g->end = req->offset + (req->length == 0 || req->length > left ? left : req->length);
@@ -408,8 +407,7 @@ static void get_read_work(uv_work_t *work) {
     if (!st && n == 0) {
       /* The reader verified the blob, yet it ended before its recorded size. */
       st = KILN_STATUS(KILN_STATUS_DATA_LOSS, "artifact %s ended at byte %llu of %llu",
-                       g->record.artifact_digest, (unsigned long long)g->pos,
-                       (unsigned long long)g->size);
+                       g->record.artifact_digest, (unsigned long long)g->pos, (unsigned long long)g->size);
     }
   }
   g->status = st;
@@ -480,8 +478,8 @@ static void get_pump(get_t *g) {
   size_t n = kiln_wire_put_key(head, 2, KILN_WIRE_VARINT);
   n += kiln_wire_put_varint(head + n, offset);
   g->sending = true;
-  kiln_status_t st =
-      kilnd_stream_send_bytes(g->stream, offset ? head : NULL, offset ? n : 0, 3, data, len, kiln_free, on_get_sent, g);
+  kiln_status_t st = kilnd_stream_send_bytes(g->stream, offset ? head : NULL, offset ? n : 0, 3, data, len,
+                                             kiln_free, on_get_sent, g);
   if (st) {
     g->sending = false;
     g->failure = st;
@@ -497,7 +495,8 @@ static void on_get_sent(kilnd_stream_t *stream, bool ok, void *user) {
   get_t *g = user;
   g->sending = false;
   uv_timer_stop(&g->stall);
-  if (!ok && !g->failure) g->failure = KILN_STATUS(KILN_STATUS_CANCELLED, "GetArtifact: the client went away");
+  if (!ok && !g->failure)
+    g->failure = KILN_STATUS(KILN_STATUS_CANCELLED, "GetArtifact: the client went away");
   if (!ok) atomic_store(&g->cancelled, true); /* a read in flight stops early */
   get_pump(g);
 }
@@ -512,8 +511,10 @@ static void get_after_read(uv_work_t *work, int status) {
     kiln_free(g->buf);
     g->buf = NULL;
     g->all_read = true;
-    if (!g->failure) g->failure = st;
-    else kiln_status_free(st);
+    if (!g->failure)
+      g->failure = st;
+    else
+      kiln_status_free(st);
   } else if (g->len == 0) { /* only possible at a verified end */
     kiln_free(g->buf);
     g->buf = NULL;
@@ -551,8 +552,10 @@ static void get_after_open(uv_work_t *work, int status) {
     return;
   }
   stall_watch(g); /* the first message waits on the reader too */
-  if (g->req->offset == g->end) g->all_read = true; /* an empty range: the metadata only */
-  else get_queue_read(g);                          /* read the first chunk meanwhile */
+  if (g->req->offset == g->end)
+    g->all_read = true; /* an empty range: the metadata only */
+  else
+    get_queue_read(g); /* read the first chunk meanwhile */
 }
 
 void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
@@ -583,9 +586,9 @@ void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
                                   "GetArtifact: key.target");
       }
       if (!st) {
-        st = kiln_status_annotate(kilnd_flags_normalize((const char *const *)req->key->flags,
-                                                        req->key->n_flags, &flags, &n_flags),
-                                  "GetArtifact: key.flags");
+        st = kiln_status_annotate(
+            kilnd_flags_normalize((const char *const *)req->key->flags, req->key->n_flags, &flags, &n_flags),
+            "GetArtifact: key.flags");
       }
       break;
     default:
@@ -600,8 +603,8 @@ void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
   }
   const kilnd_call_ctx_t *ctx = kilnd_stream_ctx(stream);
   const char *client = ctx->client ? ctx->client : "";
-  dl_client_t *download = env->downloads ? downloads_enter(env->downloads, client, env->settings->client_max_downloads)
-                                         : NULL;
+  dl_client_t *download =
+      env->downloads ? downloads_enter(env->downloads, client, env->settings->client_max_downloads) : NULL;
   if (env->downloads && !download) {
     if (env->jobs) kilnd_jobs_limit_refused(env->jobs, KILND_LIMIT_DOWNLOADS, client);
     kilnd_flags_free(flags, n_flags);

@@ -39,8 +39,7 @@ static bool workers_identity(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t 
 }
 
 kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                        const ProtobufCMessage *request,
-                                        ProtobufCMessage **out_response) {
+                                        const ProtobufCMessage *request, ProtobufCMessage **out_response) {
   kiln_arena_t *arena = call->arena;
   (void)request; /* no fields */
   kilnd_compiler_info_t id;
@@ -104,8 +103,7 @@ kiln_status_t kilnd_rpc_get_server_info(const kilnd_rpc_env_t *env, const kilnd_
   resp->features = kiln_arena_calloc(arena, n_methods, sizeof(char *));
   for (size_t i = 0; i < n_methods; i++) {
     if (kilnd_method_served(&methods[i]) && strncmp(methods[i].path, prefix, sizeof prefix - 1) == 0) {
-      resp->features[resp->n_features++] =
-          kiln_arena_strdup(arena, methods[i].path + sizeof prefix - 1);
+      resp->features[resp->n_features++] = kiln_arena_strdup(arena, methods[i].path + sizeof prefix - 1);
     }
   }
   *out_response = &resp->base;

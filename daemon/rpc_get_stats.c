@@ -18,8 +18,8 @@ kiln_status_t kilnd_rpc_get_stats(const kilnd_rpc_env_t *env, const kilnd_call_c
 
   const kilnd_stats_t *stats = env->stats;
   resp->n_methods = stats->method_count;
-  resp->methods = kiln_arena_calloc(arena, stats->method_count ? stats->method_count : 1,
-                                    sizeof *resp->methods);
+  resp->methods =
+      kiln_arena_calloc(arena, stats->method_count ? stats->method_count : 1, sizeof *resp->methods);
   for (size_t i = 0; i < stats->method_count; i++) {
     const kilnd_method_stats_t *m = &stats->methods[i];
     Kiln__V1__MethodStats *ms = kiln_arena_alloc(arena, sizeof *ms);

@@ -7,16 +7,13 @@
 #include "grpc/health/v1/health.pb-c.h"
 
 kiln_status_t kilnd_rpc_health_check(const kilnd_rpc_env_t *env, const kilnd_call_ctx_t *call,
-                                     const ProtobufCMessage *request,
-                                     ProtobufCMessage **out_response) {
+                                     const ProtobufCMessage *request, ProtobufCMessage **out_response) {
   kiln_arena_t *arena = call->arena;
-  const Grpc__Health__V1__HealthCheckRequest *req =
-      (const Grpc__Health__V1__HealthCheckRequest *)request;
+  const Grpc__Health__V1__HealthCheckRequest *req = (const Grpc__Health__V1__HealthCheckRequest *)request;
   const char *service = req->service ? req->service : "";
   if (*service && strcmp(service, "kiln.v1.Kiln") != 0) {
     return KILN_STATUS(KILN_STATUS_NOT_FOUND,
-                       "unknown service '%s': kilnd reports health for \"\" and \"kiln.v1.Kiln\"",
-                       service);
+                       "unknown service '%s': kilnd reports health for \"\" and \"kiln.v1.Kiln\"", service);
   }
   Grpc__Health__V1__HealthCheckResponse *resp = kiln_arena_alloc(arena, sizeof *resp);
   grpc__health__v1__health_check_response__init(resp);

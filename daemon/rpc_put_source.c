@@ -4,14 +4,12 @@
  * next message is received only after the previous one's job finished, so one
  * chunk is in memory at a time and HTTP/2 flow control paces the client):
  *   recv metadata -> check it (RESOURCE_EXHAUSTED over KILND_MAX_SOURCE_BYTES or
- *   this client's client-max-request-bytes, before any data) -> BEGIN (pool: already stored? else open a spool file
- *   through kiln_cache_source_upload_begin) -> already present: answer at once
- *   without reading data | recv data -> WRITE (pool: check the format, append
- *   and hash) -> recv data ... -> end of messages -> COMMIT (pool: size, digest,
- *   format; blob made durable and indexed) -> send PutSourceResponse -> finish.
- * Any failure or cancel after BEGIN runs ABORT (pool: the spool file is removed)
- * before the call finishes, so nothing is left behind; bytes become visible only
- * in COMMIT, after every check passed.
+ *   this client's client-max-request-bytes, before any data) -> BEGIN (pool: already stored? else open a
+ * spool file through kiln_cache_source_upload_begin) -> already present: answer at once without reading data
+ * | recv data -> WRITE (pool: check the format, append and hash) -> recv data ... -> end of messages ->
+ * COMMIT (pool: size, digest, format; blob made durable and indexed) -> send PutSourceResponse -> finish. Any
+ * failure or cancel after BEGIN runs ABORT (pool: the spool file is removed) before the call finishes, so
+ * nothing is left behind; bytes become visible only in COMMIT, after every check passed.
  *
  * Format: the first four bytes decide bytecode (the MLIR bytecode magic
  * "ML\xefR"); anything else must be valid UTF-8 (text), checked incrementally
@@ -182,8 +180,7 @@ static void put_after_work(uv_work_t *work, int status) {
           put_end(p, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                                  "PutSource: source %s is stored with %llu bytes but size_bytes "
                                  "says %llu; send the source's exact size",
-                                 p->digest, (unsigned long long)p->record.size,
-                                 (unsigned long long)p->size));
+                                 p->digest, (unsigned long long)p->record.size, (unsigned long long)p->size));
         } else if (p->declared && p->record.format && p->declared != p->record.format) {
           char what[200];
           put_end(p, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
@@ -269,8 +266,7 @@ static void on_data(kilnd_stream_t *stream, const ProtobufCMessage *message, kil
 }
 
 static void put_recv_next(put_t *p) {
-  kiln_status_t st =
-      kilnd_stream_recv(p->stream, &kiln__v1__put_source_chunk__descriptor, on_data, p);
+  kiln_status_t st = kilnd_stream_recv(p->stream, &kiln__v1__put_source_chunk__descriptor, on_data, p);
   if (st) put_fail(p, st);
 }
 
@@ -309,19 +305,18 @@ static KILN_MUST_USE kiln_status_t check_metadata(const Kiln__V1__PutSourceChunk
                        (int)m->format);
   }
   if (strlen(m->name) > MAX_NAME_BYTES) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "PutSource: metadata.name is %zu bytes, at most %d", strlen(m->name),
-                       MAX_NAME_BYTES);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "PutSource: metadata.name is %zu bytes, at most %d",
+                       strlen(m->name), MAX_NAME_BYTES);
   }
   return NULL;
 }
 
-static void on_metadata(kilnd_stream_t *stream, const ProtobufCMessage *message,
-                        kiln_status_t status, void *user) {
+static void on_metadata(kilnd_stream_t *stream, const ProtobufCMessage *message, kiln_status_t status,
+                        void *user) {
   put_t *p = user;
   if (!status && !message) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "PutSource: no messages; the first must carry `metadata`");
+    status =
+        KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "PutSource: no messages; the first must carry `metadata`");
   }
   if (!status) status = check_metadata((const Kiln__V1__PutSourceChunk *)message);
   if (!status) { /* client-max-request-bytes bounds the whole upload, refused before any data */
@@ -357,7 +352,6 @@ void kilnd_rpc_put_source(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
   p->stream = stream;
   atomic_init(&p->cancelled, false);
   kilnd_stream_on_cancel(stream, on_put_cancel, p);
-  kiln_status_t st =
-      kilnd_stream_recv(stream, &kiln__v1__put_source_chunk__descriptor, on_metadata, p);
+  kiln_status_t st = kilnd_stream_recv(stream, &kiln__v1__put_source_chunk__descriptor, on_metadata, p);
   if (st) put_end(p, st);
 }

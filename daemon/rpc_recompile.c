@@ -51,11 +51,11 @@
 #include "daemon/stream.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-#define MAX_TARGETS 16
-#define MAX_LABELS 32
+#define MAX_TARGETS    16
+#define MAX_LABELS     32
 #define MAX_NAME_BYTES 1024
 /* Items received but not yet resolved (their bytes are held until then). */
-#define MAX_LIVE 64
+#define MAX_LIVE       64
 #define MAX_LIVE_BYTES ((size_t)256 << 20)
 /* A full BULK queue or a per-client limit (client-max-jobs, client-queue-share):
  * the item is admitted again after this. A refusal that no waiting can clear
@@ -74,7 +74,7 @@
 typedef struct rc_call_s rc_call_t;
 
 typedef struct rc_target_s {
-  char *target;    /* as requested, or the canonical id when taken from the VMFB */
+  char *target; /* as requested, or the canonical id when taken from the VMFB */
   const char *canonical;
   char digest[65];
   uint64_t size;
@@ -145,18 +145,18 @@ struct rc_call_s {
 
   /* Input. */
   bool receiving;
-  bool input_done;  /* `done` or half-close seen */
-  bool after_done;  /* `done` seen: one more receive must find the end */
+  bool input_done; /* `done` or half-close seen */
+  bool after_done; /* `done` seen: one more receive must find the end */
   uint64_t items_seen;
   kiln_strmap_t ids; /* every item_id seen (a set: the values are the call) */
 
   /* Items. */
-  rc_item_t *live;    /* submitted to the pool, waiting on a job, or waiting to retry */
+  rc_item_t *live;     /* submitted to the pool, waiting on a job, or waiting to retry */
   size_t n_unresolved; /* of them, not yet resolved (the receive window) */
   size_t live_bytes;
-  size_t n_pool;      /* pool jobs out: the call is not freed before they are back */
-  rc_item_t *retry;   /* waiting for the timer */
-  size_t n_retry;     /* on `retry`: they count against MAX_LIVE */
+  size_t n_pool;    /* pool jobs out: the call is not freed before they are back */
+  rc_item_t *retry; /* waiting for the timer */
+  size_t n_retry;   /* on `retry`: they count against MAX_LIVE */
   bool timer_armed;
 
   /* Output. */
@@ -166,7 +166,7 @@ struct rc_call_s {
   Kiln__V1__RecompileSummary totals;
 
   /* The end. */
-  bool finishing;        /* finish once nothing is out */
+  bool finishing;           /* finish once nothing is out */
   kiln_status_t end_status; /* what the call ends with (NULL: OK) */
   bool finished;
 };
@@ -310,7 +310,8 @@ static void call_abort(rc_call_t *c, kiln_status_t status) {
     it->listener = NULL;
     kilnd_job_state_t state;
     bool cancelled;
-    kiln_status_free(kilnd_jobs_cancel(c->env->jobs, it->job_id, "the Recompile call ended", &state, &cancelled));
+    kiln_status_free(
+        kilnd_jobs_cancel(c->env->jobs, it->job_id, "the Recompile call ended", &state, &cancelled));
   }
   maybe_end(c);
 }
@@ -343,8 +344,10 @@ static void queue_event(rc_call_t *c, const Kiln__V1__RecompileEvent *ev) {
   p->len = protobuf_c_message_get_packed_size(&ev->base);
   p->data = kiln_malloc(p->len ? p->len : 1);
   protobuf_c_message_pack(&ev->base, p->data);
-  if (c->out_tail) c->out_tail->next = p;
-  else c->out_head = p;
+  if (c->out_tail)
+    c->out_tail->next = p;
+  else
+    c->out_head = p;
   c->out_tail = p;
 }
 
@@ -399,7 +402,8 @@ static void item_finish(rc_call_t *c, rc_item_t *it) {
     targets[i].code = t->code;
     targets[i].message = t->message ? t->message : "";
     tp[i] = &targets[i];
-    if (!t->code && it->outcome != KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_SKIPPED_CURRENT) bytes += t->size;
+    if (!t->code && it->outcome != KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_SKIPPED_CURRENT)
+      bytes += t->size;
   }
   r.targets = tp;
   r.n_targets = it->n_targets;
@@ -538,7 +542,8 @@ static char **split_words(const char *text, const char *seps, size_t *out_n) {
 
 /* The item's targets: as requested; else from provenance, the kiln.target attr,
  * or the chips the executables' code names. */
-static KILN_MUST_USE kiln_status_t resolve_targets(rc_item_t *it, const kiln_index_artifact_t *prov, const kiln_vmfb_info_t *info) {
+static KILN_MUST_USE kiln_status_t resolve_targets(rc_item_t *it, const kiln_index_artifact_t *prov,
+                                                   const kiln_vmfb_info_t *info) {
   if (it->n_req_targets) {
     for (size_t i = 0; i < it->n_req_targets; i++) {
       kiln_status_t st = add_target(it, it->req_targets[i]);
@@ -561,18 +566,20 @@ static KILN_MUST_USE kiln_status_t resolve_targets(rc_item_t *it, const kiln_ind
     }
   }
   if (it->n_targets) return NULL;
-  const char *format = info && info->n_executables && info->executables[0].format ? info->executables[0].format
-                                                                                   : "unknown";
-  return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                     "cannot tell which target the VMFB was built for: no provenance, no kiln.target attr, and "
-                     "its executable (format %s) names no chip; give the item's targets",
-                     format);
+  const char *format =
+      info && info->n_executables && info->executables[0].format ? info->executables[0].format : "unknown";
+  return KILN_STATUS(
+      KILN_STATUS_INVALID_ARGUMENT,
+      "cannot tell which target the VMFB was built for: no provenance, no kiln.target attr, and "
+      "its executable (format %s) names no chip; give the item's targets",
+      format);
 }
 
 /* The item's flags, normalized: as requested; else those recorded in provenance
  * or in the kiln.flags attr. */
-static KILN_MUST_USE kiln_status_t resolve_flags(rc_item_t *it, const kiln_index_artifact_t *prov, const kiln_vmfb_info_t *info,
-                                   char ***out_flags, size_t *out_n) {
+static KILN_MUST_USE kiln_status_t resolve_flags(rc_item_t *it, const kiln_index_artifact_t *prov,
+                                                 const kiln_vmfb_info_t *info, char ***out_flags,
+                                                 size_t *out_n) {
   if (it->n_req_flags || it->ignore_recorded_flags) {
     return kilnd_flags_normalize((const char *const *)it->req_flags, it->n_req_flags, out_flags, out_n);
   }
@@ -586,8 +593,9 @@ static KILN_MUST_USE kiln_status_t resolve_flags(rc_item_t *it, const kiln_index
   kiln_status_t st = kilnd_flags_normalize((const char *const *)words, n, out_flags, out_n);
   strv_free(words, n);
   if (st) {
-    return kiln_status_annotate(st, "the flags recorded in the VMFB are refused (send the item's flags with "
-                                    "ignore_recorded_flags to replace them)");
+    return kiln_status_annotate(st,
+                                "the flags recorded in the VMFB are refused (send the item's flags with "
+                                "ignore_recorded_flags to replace them)");
   }
   return NULL;
 }
@@ -684,8 +692,8 @@ static bool resolve_legacy(resolve_t *r) {
     it->legacy_hal = r->info.hal_version;
     if (r->info.cls == KILN_VMFB_CLASS_INVALID) {
       item_fail(it, KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED,
-                KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the VMFB %s is not a loadable VMFB: %s", it->vmfb_digest,
-                            r->info.reason));
+                KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the VMFB %s is not a loadable VMFB: %s",
+                            it->vmfb_digest, r->info.reason));
       return false;
     }
     if (!r->have_prov) {
@@ -728,7 +736,8 @@ static bool resolve_source(resolve_t *r) {
   } else if (r->have_prov && source_stored(cache, r->prov.source_digest)) {
     memcpy(it->source_digest, r->prov.source_digest, sizeof it->source_digest);
     r->origin = "the cache's provenance of the VMFB";
-    if (!it->source_name && r->prov.source_name && *r->prov.source_name) it->source_name = kiln_strdup(r->prov.source_name);
+    if (!it->source_name && r->prov.source_name && *r->prov.source_name)
+      it->source_name = kiln_strdup(r->prov.source_name);
   } else {
     const char *attr = r->have_info ? kiln_vmfb_info_attr(&r->info, "kiln.source.sha256") : NULL;
     if (!attr && r->have_info) attr = kiln_vmfb_info_attr(&r->info, "kiln.source_digest");
@@ -750,12 +759,15 @@ static bool resolve_source(resolve_t *r) {
     } else {
       kiln_buf_t why;
       kiln_buf_init(&why);
-      kiln_buf_appendf(&why, "no source found for VMFB %s: it embeds none; kilnd's index has no provenance for its "
-                             "digest",
+      kiln_buf_appendf(&why,
+                       "no source found for VMFB %s: it embeds none; kilnd's index has no provenance for its "
+                       "digest",
                        it->vmfb_digest);
       if (r->have_prov) kiln_buf_appendf(&why, " whose source %s is still stored", r->prov.source_digest);
-      if (attr) kiln_buf_appendf(&why, "; its recorded source digest %.64s is not a stored source", attr);
-      else kiln_buf_appendf(&why, "; it records no source digest");
+      if (attr)
+        kiln_buf_appendf(&why, "; its recorded source digest %.64s is not a stored source", attr);
+      else
+        kiln_buf_appendf(&why, "; it records no source digest");
       kiln_buf_appendf(&why, ". Send the source with the item (kiln recompile --manifest)");
       it->outcome = KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_NO_SOURCE;
       it->code = KILN_STATUS_NOT_FOUND;
@@ -794,7 +806,8 @@ static bool resolve_rest(resolve_t *r) {
   size_t n_flags = 0;
   kiln_status_t st = NULL;
   st = resolve_targets(it, r->have_prov ? &r->prov : NULL, r->have_info ? &r->info : NULL);
-  if (!st) st = resolve_flags(it, r->have_prov ? &r->prov : NULL, r->have_info ? &r->info : NULL, &flags, &n_flags);
+  if (!st)
+    st = resolve_flags(it, r->have_prov ? &r->prov : NULL, r->have_info ? &r->info : NULL, &flags, &n_flags);
   if (st) {
     strv_free(flags, n_flags);
     item_fail(it, KILN__V1__RECOMPILE_OUTCOME__RECOMPILE_OUTCOME_FAILED, st);
@@ -844,7 +857,8 @@ static void submit_item(rc_call_t *c, rc_item_t *it) {
     bool at_limit = false, can_clear = true;
     kilnd_jobs_client_wait_state(env->jobs, ctx->client, &at_limit, &can_clear);
     if (can_clear && kiln_time_monotonic_ns() >= ctx->deadline_monotonic_ns) {
-      st = kiln_status_annotate(st, "the Recompile call's deadline passed while the item waited for admission");
+      st = kiln_status_annotate(st,
+                                "the Recompile call's deadline passed while the item waited for admission");
       break;
     }
     if (can_clear) {
@@ -947,7 +961,8 @@ static void resolve_done(uv_work_t *work, int status) {
     if (it->admitted && it->admission.state != KILND_JOB_DONE) {
       kilnd_job_state_t state;
       bool cancelled;
-      kiln_status_free(kilnd_jobs_cancel(c->env->jobs, it->job_id, "the Recompile call ended", &state, &cancelled));
+      kiln_status_free(
+          kilnd_jobs_cancel(c->env->jobs, it->job_id, "the Recompile call ended", &state, &cancelled));
     }
     maybe_end(c);
     return;
@@ -1003,26 +1018,29 @@ static void start_resolve(rc_call_t *c, rc_item_t *it) {
 /* ---- input ---- */
 
 /* Sets one label of a request in (*l, *ln), checking its size and the count. */
-static KILN_MUST_USE kiln_status_t take_label(const char *key, const char *value, kiln_index_label_t **l, size_t *ln,
-                                const char *what) {
+static KILN_MUST_USE kiln_status_t take_label(const char *key, const char *value, kiln_index_label_t **l,
+                                              size_t *ln, const char *what) {
   KILN_RETURN_IF_ERROR(kilnd_label_check(what, key, value));
   labels_set(l, ln, key, value);
-  if (*ln > MAX_LABELS) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: more than %d labels", what, MAX_LABELS);
+  if (*ln > MAX_LABELS)
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: more than %d labels", what, MAX_LABELS);
   return NULL;
 }
 
 /* An item's own problem (bad field): it gets a FAILED result, the call goes on. */
 static KILN_MUST_USE kiln_status_t check_item(const Kiln__V1__RecompileItem *req) {
-  if (req->legacy_case == KILN__V1__RECOMPILE_ITEM__LEGACY_VMFB_DIGEST && !kiln_digest_is_valid_hex(req->vmfb_digest)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "vmfb_digest '%.80s' is not a SHA-256 digest (64 lowercase hex)",
-                       req->vmfb_digest);
+  if (req->legacy_case == KILN__V1__RECOMPILE_ITEM__LEGACY_VMFB_DIGEST &&
+      !kiln_digest_is_valid_hex(req->vmfb_digest)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "vmfb_digest '%.80s' is not a SHA-256 digest (64 lowercase hex)", req->vmfb_digest);
   }
   if (req->legacy_case == KILN__V1__RECOMPILE_ITEM__LEGACY_VMFB && req->vmfb.len == 0) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the inline vmfb is empty");
   }
   if (req->replacement_case == KILN__V1__RECOMPILE_ITEM__REPLACEMENT_SOURCE_DIGEST &&
       !kiln_digest_is_valid_hex(req->source_digest)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "source_digest '%.80s' is not a SHA-256 digest (64 lowercase hex)",
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "source_digest '%.80s' is not a SHA-256 digest (64 lowercase hex)",
                        req->source_digest);
   }
   if (req->replacement_case == KILN__V1__RECOMPILE_ITEM__REPLACEMENT_SOURCE && req->source.len == 0) {
@@ -1030,11 +1048,13 @@ static KILN_MUST_USE kiln_status_t check_item(const Kiln__V1__RecompileItem *req
   }
   if (req->legacy_case == KILN__V1__RECOMPILE_ITEM__LEGACY__NOT_SET &&
       req->replacement_case == KILN__V1__RECOMPILE_ITEM__REPLACEMENT__NOT_SET) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "the item has neither a legacy VMFB (vmfb or vmfb_digest) nor a source; send at least one");
+    return KILN_STATUS(
+        KILN_STATUS_INVALID_ARGUMENT,
+        "the item has neither a legacy VMFB (vmfb or vmfb_digest) nor a source; send at least one");
   }
   if (req->n_targets > MAX_TARGETS) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu targets: at most %d per item", req->n_targets, MAX_TARGETS);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu targets: at most %d per item", req->n_targets,
+                       MAX_TARGETS);
   }
   if (req->n_flags > KILND_MAX_FLAGS) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu flags: at most %d", req->n_flags, KILND_MAX_FLAGS);
@@ -1059,7 +1079,8 @@ static void take_item(rc_call_t *c, const Kiln__V1__RecompileItem *req) {
                                         c->env->settings->client_max_request_bytes);
   }
   if (!st) {
-    for (size_t i = 0; i < c->n_labels; i++) labels_set(&it->labels, &it->n_labels, c->labels[i].key, c->labels[i].value);
+    for (size_t i = 0; i < c->n_labels; i++)
+      labels_set(&it->labels, &it->n_labels, c->labels[i].key, c->labels[i].value);
     for (size_t i = 0; !st && i < req->n_labels; i++) {
       st = take_label(req->labels[i]->key, req->labels[i]->value, &it->labels, &it->n_labels, "item");
     }
@@ -1098,7 +1119,8 @@ static void take_item(rc_call_t *c, const Kiln__V1__RecompileItem *req) {
   start_resolve(c, it);
 }
 
-static void on_message(kilnd_stream_t *stream, const ProtobufCMessage *message, kiln_status_t status, void *user) {
+static void on_message(kilnd_stream_t *stream, const ProtobufCMessage *message, kiln_status_t status,
+                       void *user) {
   (void)stream;
   rc_call_t *c = user;
   c->receiving = false;
@@ -1117,22 +1139,24 @@ static void on_message(kilnd_stream_t *stream, const ProtobufCMessage *message, 
     return;
   }
   if (c->after_done) {
-    call_abort(c, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "Recompile: a message after `done`; `done` ends the input"));
+    call_abort(c, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                              "Recompile: a message after `done`; `done` ends the input"));
     return;
   }
   const Kiln__V1__RecompileRequest *req = (const Kiln__V1__RecompileRequest *)message;
   switch (req->kind_case) {
     case KILN__V1__RECOMPILE_REQUEST__KIND_OPTIONS: {
       if (c->options_seen || c->items_seen) {
-        call_abort(c, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "Recompile: `options` %s; send them once, first",
-                                  c->options_seen ? "sent twice" : "after an item"));
+        call_abort(c,
+                   KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "Recompile: `options` %s; send them once, first",
+                               c->options_seen ? "sent twice" : "after an item"));
         return;
       }
       c->options_seen = true;
       const Kiln__V1__RecompileOptions *o = req->options;
       if (o->priority < 0 || o->priority > KILN__V1__PRIORITY__PRIORITY_BULK) {
-        call_abort(c, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "Recompile: options.priority %d is not a Priority",
-                                  (int)o->priority));
+        call_abort(c, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                                  "Recompile: options.priority %d is not a Priority", (int)o->priority));
         return;
       }
       c->priority = o->priority == KILN__V1__PRIORITY__PRIORITY_UNSPECIFIED ? KILND_PRIORITY_BULK
@@ -1158,17 +1182,17 @@ static void on_message(kilnd_stream_t *stream, const ProtobufCMessage *message, 
         return;
       }
       if (!ids_add(c, id)) {
-        call_abort(c, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                                  "Recompile: item_id '%.128s' is used twice; ids must be unique within the call", id));
+        call_abort(
+            c,
+            KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                        "Recompile: item_id '%.128s' is used twice; ids must be unique within the call", id));
         return;
       }
       c->items_seen++;
       take_item(c, req->item);
       break;
     }
-    case KILN__V1__RECOMPILE_REQUEST__KIND_DONE:
-      c->after_done = true;
-      break;
+    case KILN__V1__RECOMPILE_REQUEST__KIND_DONE: c->after_done = true; break;
     default:
       call_abort(c, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                                 "Recompile: a message with none of options, item, done set"));
@@ -1189,7 +1213,8 @@ static void recv_more(rc_call_t *c) {
   }
 }
 
-void kilnd_rpc_recompile(const kilnd_rpc_env_t *env, kilnd_stream_t *stream, const ProtobufCMessage *request) {
+void kilnd_rpc_recompile(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
+                         const ProtobufCMessage *request) {
   (void)request; /* bidi: messages come through kilnd_stream_recv */
   if (!env->jobs || !env->cache) {
     kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is starting: no job engine yet"));

@@ -7,7 +7,8 @@
 #include "daemon/stream.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-void kilnd_rpc_watch_job(const kilnd_rpc_env_t *env, kilnd_stream_t *stream, const ProtobufCMessage *request) {
+void kilnd_rpc_watch_job(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
+                         const ProtobufCMessage *request) {
   const Kiln__V1__WatchJobRequest *req = (const Kiln__V1__WatchJobRequest *)request;
   if (!env->jobs) {
     kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is starting: no job engine yet"));

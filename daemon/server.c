@@ -46,11 +46,10 @@
  * name becomes the client. The daemon's reload (daemon.c, SIGHUP) swaps the set
  * in on the loop (kilnd_server_set_tokens), so calls read it without a lock.
  *
- * Shutdown (kilnd_server_request_stop, on SIGTERM/SIGINT): grpc_server_shutdown_and_notify stops new calls and
- * fails the armed requests; in-flight calls finish until drain-timeout, then are
- * cancelled (a second signal cancels at once); streams open at SIGTERM go on
- * until drain-timeout too, then see on_cancel. Once the shutdown tag has fired AND
- * no call or armed request remains, the server is destroyed and the queue shut
+ * Shutdown (kilnd_server_request_stop, on SIGTERM/SIGINT): grpc_server_shutdown_and_notify stops new calls
+ * and fails the armed requests; in-flight calls finish until drain-timeout, then are cancelled (a second
+ * signal cancels at once); streams open at SIGTERM go on until drain-timeout too, then see on_cancel. Once
+ * the shutdown tag has fired AND no call or armed request remains, the server is destroyed and the queue shut
  * down; the queue thread exits on GRPC_QUEUE_SHUTDOWN, the server closes its
  * handles and tells the daemon (on_stopped), which closes its own, so the loop
  * ends. The order matters: gRPC can notify shutdown while call
@@ -189,12 +188,12 @@ static void arm(kilnd_server_t *server, const kilnd_method_t *method, size_t ind
   if (method) {
     /* Streaming methods read their messages themselves (no initial payload). */
     grpc_byte_buffer **payload = method->kind == KILND_METHOD_UNARY ? &c->payload : NULL;
-    err = grpc_server_request_registered_call(server->server, server->method_handles[index],
-                                              &c->call, &c->deadline, &c->request_md, payload,
-                                              server->cq, server->cq, &c->tag);
+    err = grpc_server_request_registered_call(server->server, server->method_handles[index], &c->call,
+                                              &c->deadline, &c->request_md, payload, server->cq, server->cq,
+                                              &c->tag);
   } else {
-    err = grpc_server_request_call(server->server, &c->call, &c->details, &c->request_md,
-                                   server->cq, server->cq, &c->tag);
+    err = grpc_server_request_call(server->server, &c->call, &c->details, &c->request_md, server->cq,
+                                   server->cq, &c->tag);
   }
   if (err != GRPC_CALL_OK) {
     /* Only possible while shutting down; nothing to serve then. */
@@ -225,9 +224,8 @@ static void free_call(call_t *c) {
 
 /* Decodes one received message of `c` into `arena`; *out_bytes gets its size. */
 kiln_status_t kilnd_call_decode(const call_t *c, grpc_byte_buffer *payload,
-                                    const ProtobufCMessageDescriptor *descriptor,
-                                    kiln_arena_t *arena, size_t *out_bytes,
-                                    ProtobufCMessage **out_message) {
+                                const ProtobufCMessageDescriptor *descriptor, kiln_arena_t *arena,
+                                size_t *out_bytes, ProtobufCMessage **out_message) {
   *out_message = NULL;
   grpc_byte_buffer_reader reader;
   if (!grpc_byte_buffer_reader_init(&reader, payload)) {
@@ -244,14 +242,12 @@ kiln_status_t kilnd_call_decode(const call_t *c, grpc_byte_buffer *payload,
     return kiln_status_annotate(bad, "%s", c->method->path);
   }
   ProtobufCAllocator allocator = {arena_alloc_fn, arena_free_fn, arena};
-  ProtobufCMessage *message = protobuf_c_message_unpack(descriptor, &allocator,
-                                                        GRPC_SLICE_LENGTH(bytes),
+  ProtobufCMessage *message = protobuf_c_message_unpack(descriptor, &allocator, GRPC_SLICE_LENGTH(bytes),
                                                         GRPC_SLICE_START_PTR(bytes));
   grpc_slice_unref(bytes);
   if (!message) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: the request is not a valid %s message (%zu bytes)", c->method->path,
-                       descriptor->name, *out_bytes);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request is not a valid %s message (%zu bytes)",
+                       c->method->path, descriptor->name, *out_bytes);
   }
   *out_message = message;
   return NULL;
@@ -260,21 +256,20 @@ kiln_status_t kilnd_call_decode(const call_t *c, grpc_byte_buffer *payload,
 /* Decodes the unary request message into the call's arena. */
 static KILN_MUST_USE kiln_status_t decode_request(call_t *c) {
   if (!c->payload) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message is missing",
-                       c->method->path);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message is missing", c->method->path);
   }
-  return kilnd_call_decode(c, c->payload, c->method->request_descriptor, &c->arena,
-                        &c->request_bytes, &c->request);
+  return kilnd_call_decode(c, c->payload, c->method->request_descriptor, &c->arena, &c->request_bytes,
+                           &c->request);
 }
 
 /* Packs the handler's response into c->response. */
 static KILN_MUST_USE kiln_status_t encode_response(kilnd_server_t *server, call_t *c,
-                                     const ProtobufCMessage *response) {
+                                                   const ProtobufCMessage *response) {
   size_t size = protobuf_c_message_get_packed_size(response);
   if (size > server->settings->max_message_bytes) {
     return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
-                       "%s: the response is %zu bytes, over max-message-bytes (%" PRIu64 ")",
-                       c->method->path, size, server->settings->max_message_bytes);
+                       "%s: the response is %zu bytes, over max-message-bytes (%" PRIu64 ")", c->method->path,
+                       size, server->settings->max_message_bytes);
   }
   grpc_slice slice = grpc_slice_malloc(size);
   protobuf_c_message_pack(response, GRPC_SLICE_START_PTR(slice));
@@ -302,7 +297,8 @@ kiln_status_t kilnd_id_check(const char *field, const char *id, size_t len) {
     unsigned char c = (unsigned char)id[i];
     if (c < 0x21 || c > 0x7e) { /* visible ASCII: one logfmt token, one header value */
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "%s has byte 0x%02x at %zu: identifiers are visible ASCII (0x21..0x7e)", field, c, i);
+                         "%s has byte 0x%02x at %zu: identifiers are visible ASCII (0x21..0x7e)", field, c,
+                         i);
     }
   }
   return NULL;
@@ -315,7 +311,8 @@ static void assign_request_id(kilnd_server_t *server, call_t *c) {
     const grpc_metadata *md = &c->request_md.metadata[i];
     if (grpc_slice_str_cmp(md->key, KILND_REQUEST_ID_HEADER_IN) != 0) continue;
     size_t len = GRPC_SLICE_LENGTH(md->value);
-    kiln_status_t bad = kilnd_id_check(KILND_REQUEST_ID_HEADER_IN, (const char *)GRPC_SLICE_START_PTR(md->value), len);
+    kiln_status_t bad =
+        kilnd_id_check(KILND_REQUEST_ID_HEADER_IN, (const char *)GRPC_SLICE_START_PTR(md->value), len);
     if (!bad) {
       memcpy(c->request_id, GRPC_SLICE_START_PTR(md->value), len);
       c->request_id[len] = '\0';
@@ -617,8 +614,8 @@ static void on_shutdown_notified(kilnd_server_t *server, tag_t *tag, bool ok) {
 static void on_drain_timeout(uv_timer_t *timer) {
   kilnd_server_t *server = timer->data;
   if (server->server_destroyed) return;
-  kiln_log(KILN_LOG_WARN, "drain_timeout", "cancelled_calls=%zu timeout_ms=%" PRId64,
-           server->live_calls, server->settings->drain_timeout_ms);
+  kiln_log(KILN_LOG_WARN, "drain_timeout", "cancelled_calls=%zu timeout_ms=%" PRId64, server->live_calls,
+           server->settings->drain_timeout_ms);
   atomic_store(&server->stopping, true);
   grpc_server_cancel_all_calls(server->server);
 }
@@ -761,11 +758,11 @@ kiln_status_t kilnd_server_create(uv_loop_t *loop, const kilnd_settings_t *setti
     /* Unserved methods are left to the catch-all (kilnd_rpc_unserved). */
     if (!kilnd_method_served(&server->methods[i])) continue;
     /* Streaming methods receive every message themselves, the first included. */
-    grpc_server_register_method_payload_handling payload =
-        server->methods[i].kind == KILND_METHOD_UNARY ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
-                                                      : GRPC_SRM_PAYLOAD_NONE;
-    server->method_handles[i] = grpc_server_register_method(
-        server->server, server->methods[i].path, NULL, payload, 0);
+    grpc_server_register_method_payload_handling payload = server->methods[i].kind == KILND_METHOD_UNARY
+                                                               ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
+                                                               : GRPC_SRM_PAYLOAD_NONE;
+    server->method_handles[i] =
+        grpc_server_register_method(server->server, server->methods[i].path, NULL, payload, 0);
   }
 
   char *target = kilnd_listen_grpc_target(&server->listen);
@@ -800,12 +797,12 @@ kiln_status_t kilnd_server_create(uv_loop_t *loop, const kilnd_settings_t *setti
     kiln_buf_t fields;
     kiln_buf_init(&fields);
     kiln_log_kv_str(&fields, "addr", server->bind_address);
-    kiln_log_kv_str(&fields, "msg", server->tokens
-                                        ? "plaintext gRPC beyond loopback: bearer tokens travel in the clear; "
-                                          "set tls-cert and tls-key"
-                                        : "plaintext gRPC beyond loopback, no authentication: anyone who "
-                                          "reaches this address can compile, read and evict; set tls-cert, "
-                                          "tls-key and token-file (or tls-client-ca)");
+    kiln_log_kv_str(&fields, "msg",
+                    server->tokens ? "plaintext gRPC beyond loopback: bearer tokens travel in the clear; "
+                                     "set tls-cert and tls-key"
+                                   : "plaintext gRPC beyond loopback, no authentication: anyone who "
+                                     "reaches this address can compile, read and evict; set tls-cert, "
+                                     "tls-key and token-file (or tls-client-ca)");
     kiln_log_fields(KILN_LOG_WARN, "insecure_listen", &fields);
     kiln_buf_deinit(&fields);
   }

@@ -35,12 +35,13 @@ struct kilnd_tokens_s; /* auth.h */
  * keeps what was loaded and logs why (event=reload_failed). `settings` and `cache` (may be
  * NULL: cache RPCs then fail with FAILED_PRECONDITION) are borrowed and must
  * outlive the server. When settings->cache_capacity and gc_interval_ms are set,
- * eviction runs on the thread pool every gc_interval_ms. On success *out_server is owned by the caller; the address
- * clients should use is kilnd_server_address(). Errors name the address and why
- * (in use: UNAVAILABLE; malformed: INVALID_ARGUMENT). */
-KILN_MUST_USE kiln_status_t kilnd_server_create(uv_loop_t *loop, const kilnd_settings_t *settings, kiln_cache_t *cache,
-                                  struct kilnd_tls_s *tls, struct kilnd_tokens_s *tokens_owned,
-                                  kilnd_server_t **out_server);
+ * eviction runs on the thread pool every gc_interval_ms. On success *out_server is owned by the caller; the
+ * address clients should use is kilnd_server_address(). Errors name the address and why (in use: UNAVAILABLE;
+ * malformed: INVALID_ARGUMENT). */
+KILN_MUST_USE kiln_status_t kilnd_server_create(uv_loop_t *loop, const kilnd_settings_t *settings,
+                                                kiln_cache_t *cache, struct kilnd_tls_s *tls,
+                                                struct kilnd_tokens_s *tokens_owned,
+                                                kilnd_server_t **out_server);
 
 /* "127.0.0.1:41234" or "unix:/run/kiln.sock": where clients reach this server.
  * Borrowed, valid until destroy. */

@@ -40,13 +40,13 @@ typedef struct stream_op_s {
 struct kilnd_stream_s {
   call_t *call;
   stream_op_t close_op, send_op, recv_op, status_op;
-  bool md_sent;        /* initial metadata went with a send */
-  bool finished;       /* kilnd_stream_finish was called */
-  bool status_started; /* the status batch was started */
-  bool status_failed;  /* ...and did not complete, or could not start */
-  bool cancelled;      /* the close batch reported a cancel */
-  bool aborted;        /* kilnd_stream_abort: the server cancelled it, with its own code */
-  int busy;            /* handler callbacks running: no free meanwhile */
+  bool md_sent;            /* initial metadata went with a send */
+  bool finished;           /* kilnd_stream_finish was called */
+  bool status_started;     /* the status batch was started */
+  bool status_failed;      /* ...and did not complete, or could not start */
+  bool cancelled;          /* the close batch reported a cancel */
+  bool aborted;            /* kilnd_stream_abort: the server cancelled it, with its own code */
+  int busy;                /* handler callbacks running: no free meanwhile */
   bool recv_in_call_arena; /* the server-streaming request */
   grpc_byte_buffer *send_buf;
   size_t send_size;
@@ -70,21 +70,21 @@ struct call_s {
   grpc_call *call;
   gpr_timespec deadline;
   grpc_metadata_array request_md;
-  grpc_byte_buffer *payload;    /* registered methods: the request message */
-  grpc_call_details details;    /* catch-all: the method path */
+  grpc_byte_buffer *payload; /* registered methods: the request message */
+  grpc_call_details details; /* catch-all: the method path */
   grpc_byte_buffer *response;
   grpc_slice status_details;
-  int client_cancelled;         /* written by RECV_CLOSE_ON_SERVER */
-  bool auth_denied;             /* refused by authentication: its PERMISSION_DENIED stands */
+  int client_cancelled; /* written by RECV_CLOSE_ON_SERVER */
+  bool auth_denied;     /* refused by authentication: its PERMISSION_DENIED stands */
   kiln_arena_t arena;
-  ProtobufCMessage *request;    /* decoded, in the arena */
-  kilnd_call_ctx_t ctx;         /* what the handler sees of this call */
-  uv_work_t work;               /* offloaded handlers run on libuv's thread pool */
+  ProtobufCMessage *request; /* decoded, in the arena */
+  kilnd_call_ctx_t ctx;      /* what the handler sees of this call */
+  uv_work_t work;            /* offloaded handlers run on libuv's thread pool */
   ProtobufCMessage *work_response;
   kiln_status_t work_status;
   int64_t start_ns;
   kiln_status_code_t code;
-  const char *message;          /* in the arena */
+  const char *message; /* in the arena */
   size_t request_bytes;
   size_t response_bytes;
   /* [0] kiln-request-id, always; [1] kiln-diagnostics-bin (kilnd_call_set_diagnostics) */
@@ -103,8 +103,9 @@ void kilnd_call_initial_metadata(grpc_op *op, call_t *c);
 /* Checks (wire_check.h) and decodes one received message of `c` into `arena`;
  * *out_bytes gets its size. INVALID_ARGUMENT naming the method otherwise. */
 KILN_MUST_USE kiln_status_t kilnd_call_decode(const call_t *c, grpc_byte_buffer *payload,
-                                const ProtobufCMessageDescriptor *descriptor, kiln_arena_t *arena,
-                                size_t *out_bytes, ProtobufCMessage **out_message);
+                                              const ProtobufCMessageDescriptor *descriptor,
+                                              kiln_arena_t *arena, size_t *out_bytes,
+                                              ProtobufCMessage **out_message);
 /* What handlers see of the server, the loop, and max-message-bytes. */
 const kilnd_rpc_env_t *kilnd_call_env(const call_t *c);
 uv_loop_t *kilnd_call_loop(const call_t *c);

@@ -21,8 +21,8 @@ static KILN_MUST_USE kiln_status_t refusal(const kilnd_source_check_t *check, co
 }
 
 /* Records the first problem: at byte `at` (line and column when text). */
-static KILN_MUST_USE kiln_status_t fail(kilnd_source_check_t *check, uint64_t at, uint64_t line, uint64_t column,
-                          const char *problem, const char *what) {
+static KILN_MUST_USE kiln_status_t fail(kilnd_source_check_t *check, uint64_t at, uint64_t line,
+                                        uint64_t column, const char *problem, const char *what) {
   check->failed = true;
   check->bad_at = at;
   check->bad_line = line;
@@ -65,14 +65,22 @@ static size_t utf8_scan(kilnd_source_check_t *c, const unsigned char *p, size_t 
         continue;
       }
       c->lo = 0x80, c->hi = 0xbf;
-      if (b >= 0xc2 && b <= 0xdf) c->need = 1;
-      else if (b == 0xe0) c->need = 2, c->lo = 0xa0;
-      else if ((b >= 0xe1 && b <= 0xec) || b == 0xee || b == 0xef) c->need = 2;
-      else if (b == 0xed) c->need = 2, c->hi = 0x9f;
-      else if (b == 0xf0) c->need = 3, c->lo = 0x90;
-      else if (b >= 0xf1 && b <= 0xf3) c->need = 3;
-      else if (b == 0xf4) c->need = 3, c->hi = 0x8f;
-      else break;
+      if (b >= 0xc2 && b <= 0xdf)
+        c->need = 1;
+      else if (b == 0xe0)
+        c->need = 2, c->lo = 0xa0;
+      else if ((b >= 0xe1 && b <= 0xec) || b == 0xee || b == 0xef)
+        c->need = 2;
+      else if (b == 0xed)
+        c->need = 2, c->hi = 0x9f;
+      else if (b == 0xf0)
+        c->need = 3, c->lo = 0x90;
+      else if (b >= 0xf1 && b <= 0xf3)
+        c->need = 3;
+      else if (b == 0xf4)
+        c->need = 3, c->hi = 0x8f;
+      else
+        break;
       i++;
     } else {
       unsigned char b = p[i];
@@ -121,7 +129,8 @@ static KILN_MUST_USE kiln_status_t check_head(kilnd_source_check_t *check, bool 
   return NULL;
 }
 
-static KILN_MUST_USE kiln_status_t not_text(kilnd_source_check_t *check, uint64_t at, bool nul, const char *what) {
+static KILN_MUST_USE kiln_status_t not_text(kilnd_source_check_t *check, uint64_t at, bool nul,
+                                            const char *what) {
   char problem[200];
   uint64_t column = at - check->line_start + 1;
   snprintf(problem, sizeof problem,

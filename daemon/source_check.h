@@ -20,16 +20,16 @@
 #include "base/status.h"
 
 typedef struct kilnd_source_check_s {
-  int declared;            /* kiln.v1.SourceFormat as the client sent it */
-  int format;              /* decided: MLIR_TEXT or MLIR_BYTECODE; 0 until known */
+  int declared; /* kiln.v1.SourceFormat as the client sent it */
+  int format;   /* decided: MLIR_TEXT or MLIR_BYTECODE; 0 until known */
   unsigned char head[4];
   size_t n_head;
   /* UTF-8 state, carried across chunks. */
-  unsigned need;           /* continuation bytes still expected */
-  unsigned char lo, hi;    /* bounds of the next continuation byte */
-  uint64_t seen;           /* bytes fed so far */
-  uint64_t line;           /* 1-based line of the next byte (text only) */
-  uint64_t line_start;     /* offset of that line's first byte */
+  unsigned need;        /* continuation bytes still expected */
+  unsigned char lo, hi; /* bounds of the next continuation byte */
+  uint64_t seen;        /* bytes fed so far */
+  uint64_t line;        /* 1-based line of the next byte (text only) */
+  uint64_t line_start;  /* offset of that line's first byte */
   /* The first problem; once set, the checker only repeats it. */
   bool failed;
   uint64_t bad_at;
@@ -49,7 +49,7 @@ void kilnd_source_check_init(kilnd_source_check_t *check, int declared_format);
  * "PutSource: source <digest> (model.mlir)"), as soon as they contradict the
  * declared format or are neither text nor bytecode. */
 KILN_MUST_USE kiln_status_t kilnd_source_check_feed(kilnd_source_check_t *check, const void *data, size_t len,
-                                      const char *what);
+                                                    const char *what);
 
 /* After the last byte: the same checks for an input that ended (a truncated
  * UTF-8 sequence, a source shorter than the magic that claims bytecode); then

@@ -31,8 +31,9 @@ static KILN_MUST_USE kiln_status_t mkdirs(const char *path) {
                              "choose another --state-dir",
                              path, copy);
       } else {
-        status = KILN_STATUS_ERRNO(err, "state directory %s cannot be created (at %s); "
-                                        "choose another --state-dir or fix its permissions",
+        status = KILN_STATUS_ERRNO(err,
+                                   "state directory %s cannot be created (at %s); "
+                                   "choose another --state-dir or fix its permissions",
                                    path, copy);
       }
     }
@@ -66,8 +67,9 @@ static KILN_MUST_USE kiln_status_t probe_writable(const char *dir) {
   kiln_status_t status = NULL;
   int fd = open(probe.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
-    status = KILN_STATUS_ERRNO(errno, "state directory %s is not writable; choose another "
-                                      "--state-dir or fix its permissions",
+    status = KILN_STATUS_ERRNO(errno,
+                               "state directory %s is not writable; choose another "
+                               "--state-dir or fix its permissions",
                                dir);
   } else {
     close(fd);

@@ -24,7 +24,8 @@ KILN_MUST_USE kiln_status_t kilnd_statedir_open(const char *path, kilnd_statedir
 KILN_MUST_USE kiln_status_t kilnd_statedir_publish_address(kilnd_statedir_t *dir, const char *address);
 
 /* The same for DIR/kilnd.metrics-addr: where the HTTP endpoint (/metrics) listens. */
-KILN_MUST_USE kiln_status_t kilnd_statedir_publish_metrics_address(kilnd_statedir_t *dir, const char *address);
+KILN_MUST_USE kiln_status_t kilnd_statedir_publish_metrics_address(kilnd_statedir_t *dir,
+                                                                   const char *address);
 
 /* Removes DIR/kilnd.addr and DIR/kilnd.metrics-addr and releases the lock. Safe on
  * a zeroed struct. */

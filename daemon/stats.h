@@ -13,7 +13,7 @@
 #include "base/status.h"
 
 #define KILND_STATS_UNKNOWN_METHOD "(unknown)"
-#define KILND_STATS_MAX_METHODS 64
+#define KILND_STATS_MAX_METHODS    64
 
 typedef struct kilnd_method_stats_s {
   const char *method; /* borrowed: static storage of the method table */

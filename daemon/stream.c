@@ -18,7 +18,6 @@
 #include "daemon/server_impl.h"
 #include "proto/wire.h"
 
-
 static void stream_maybe_free(kilnd_stream_t *s);
 
 static bool stream_start_batch(kilnd_stream_t *s, stream_op_t *op, const grpc_op *ops, size_t n) {
@@ -26,8 +25,8 @@ static bool stream_start_batch(kilnd_stream_t *s, stream_op_t *op, const grpc_op
   grpc_call_error err = grpc_call_start_batch(s->call->call, ops, n, &op->tag, NULL);
   if (err == GRPC_CALL_OK) return true;
   op->pending = false;
-  kiln_log(KILN_LOG_ERROR, "rpc_batch_failed", "method=%s grpc_call_error=%d",
-           s->call->method->path, (int)err);
+  kiln_log(KILN_LOG_ERROR, "rpc_batch_failed", "method=%s grpc_call_error=%d", s->call->method->path,
+           (int)err);
   return false;
 }
 
@@ -154,14 +153,13 @@ static void stream_maybe_free(kilnd_stream_t *s) {
 }
 
 /* The server-streaming request arrived (into the call's arena): run the handler. */
-static void on_stream_request(kilnd_stream_t *s, const ProtobufCMessage *message,
-                              kiln_status_t status, void *user) {
+static void on_stream_request(kilnd_stream_t *s, const ProtobufCMessage *message, kiln_status_t status,
+                              void *user) {
   (void)user;
   call_t *c = s->call;
   s->recv_in_call_arena = false;
   if (!status && !message) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message is missing",
-                         c->method->path);
+    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the request message is missing", c->method->path);
   }
   if (status) {
     kilnd_stream_finish(s, status);
@@ -199,8 +197,8 @@ void kilnd_stream_begin(call_t *c) {
 static KILN_MUST_USE kiln_status_t send_refusal(kilnd_stream_t *s, const char *type, size_t size) {
   call_t *c = s->call;
   if (s->finished) {
-    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
-                       "%s: send after the stream was finished (daemon bug)", c->method->path);
+    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "%s: send after the stream was finished (daemon bug)",
+                       c->method->path);
   }
   if (s->send_op.pending) {
     return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
@@ -211,14 +209,14 @@ static KILN_MUST_USE kiln_status_t send_refusal(kilnd_stream_t *s, const char *t
   uint64_t max = kilnd_call_max_message_bytes(c);
   if (size > max) {
     return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
-                       "%s: a %s of %zu bytes is over max-message-bytes (%" PRIu64 ")",
-                       c->method->path, type, size, max);
+                       "%s: a %s of %zu bytes is over max-message-bytes (%" PRIu64 ")", c->method->path, type,
+                       size, max);
   }
   return NULL;
 }
 
 static KILN_MUST_USE kiln_status_t send_buffer(kilnd_stream_t *s, grpc_byte_buffer *buf, size_t size,
-                                 kilnd_stream_sent_fn_t on_sent, void *user);
+                                               kilnd_stream_sent_fn_t on_sent, void *user);
 
 kiln_status_t kilnd_stream_send(kilnd_stream_t *s, const ProtobufCMessage *message,
                                 kilnd_stream_sent_fn_t on_sent, void *user) {
@@ -272,7 +270,7 @@ kiln_status_t kilnd_stream_send_packed(kilnd_stream_t *s, uint8_t *data, size_t 
 }
 
 static KILN_MUST_USE kiln_status_t send_buffer(kilnd_stream_t *s, grpc_byte_buffer *buf, size_t size,
-                                 kilnd_stream_sent_fn_t on_sent, void *user) {
+                                               kilnd_stream_sent_fn_t on_sent, void *user) {
   call_t *c = s->call;
   s->send_buf = buf;
   s->send_size = size;
@@ -302,8 +300,8 @@ kiln_status_t kilnd_stream_recv(kilnd_stream_t *s, const ProtobufCMessageDescrip
                        "%s: receive after the stream was finished (daemon bug)", c->method->path);
   }
   if (s->recv_op.pending) {
-    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
-                       "%s: a receive is already outstanding (daemon bug)", c->method->path);
+    return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "%s: a receive is already outstanding (daemon bug)",
+                       c->method->path);
   }
   grpc_op op;
   memset(&op, 0, sizeof op);

@@ -76,7 +76,7 @@ typedef void (*kilnd_stream_fn_t)(const kilnd_rpc_env_t *env, kilnd_stream_t *st
  * sent and on_sent will not be called. On a cancelled call the send is accepted
  * and on_sent gets ok = false. */
 KILN_MUST_USE kiln_status_t kilnd_stream_send(kilnd_stream_t *stream, const ProtobufCMessage *message,
-                                kilnd_stream_sent_fn_t on_sent, void *user);
+                                              kilnd_stream_sent_fn_t on_sent, void *user);
 
 /* Sends one message made of `head` (`head_len` bytes: every field but the last,
  * packed, copied now) followed by a bytes field `field` holding `data`, which is
@@ -84,23 +84,25 @@ KILN_MUST_USE kiln_status_t kilnd_stream_send(kilnd_stream_t *stream, const Prot
  * done with it, on any thread (also when the send fails). The bulk path of
  * GetArtifact: a chunk goes from the read buffer to the socket with no copy.
  * Otherwise as kilnd_stream_send. */
-KILN_MUST_USE kiln_status_t kilnd_stream_send_bytes(kilnd_stream_t *stream, const uint8_t *head, size_t head_len,
-                                      uint32_t field, void *data, size_t len, void (*release)(void *data),
-                                      kilnd_stream_sent_fn_t on_sent, void *user);
+KILN_MUST_USE kiln_status_t kilnd_stream_send_bytes(kilnd_stream_t *stream, const uint8_t *head,
+                                                    size_t head_len, uint32_t field, void *data, size_t len,
+                                                    void (*release)(void *data),
+                                                    kilnd_stream_sent_fn_t on_sent, void *user);
 
 /* Sends one message already packed: `data` (`len` bytes, kiln_malloc'd) is owned by
  * the stream from this call on, sent without a copy and freed once gRPC is done
  * with it (also when the send fails). For senders that queue messages as bytes
  * (Recompile's results). Otherwise as kilnd_stream_send. */
 KILN_MUST_USE kiln_status_t kilnd_stream_send_packed(kilnd_stream_t *stream, uint8_t *data, size_t len,
-                                       kilnd_stream_sent_fn_t on_sent, void *user);
+                                                     kilnd_stream_sent_fn_t on_sent, void *user);
 
 /* Receives the next client message as `descriptor`; on_message gets it. Fails with
  * FAILED_PRECONDITION when a receive is already outstanding or the stream was
  * finished, INTERNAL if gRPC refuses the batch (then on_message is not called).
  * Receiving on a server-streaming call yields the end of messages. */
-KILN_MUST_USE kiln_status_t kilnd_stream_recv(kilnd_stream_t *stream, const ProtobufCMessageDescriptor *descriptor,
-                                kilnd_stream_recv_fn_t on_message, void *user);
+KILN_MUST_USE kiln_status_t kilnd_stream_recv(kilnd_stream_t *stream,
+                                              const ProtobufCMessageDescriptor *descriptor,
+                                              kilnd_stream_recv_fn_t on_message, void *user);
 
 /* Registers the cancellation callback (replaces an earlier one). When the call was
  * already cancelled it is not called: check kilnd_stream_cancelled. */

@@ -31,7 +31,6 @@ struct kilnd_tls_s {
   unsigned long generation, served;
 };
 
-
 /* An encrypted key is refused rather than prompting on a terminal. */
 static int no_passphrase(char *buf, int size, int rwflag, void *u) {
   (void)buf, (void)size, (void)rwflag, (void)u;
@@ -65,8 +64,9 @@ static void describe_cert(X509 *cert, char *out, size_t cap) {
 }
 
 /* Checks one set of PEM texts; on success writes its description. */
-static KILN_MUST_USE kiln_status_t check_set(const kilnd_tls_t *tls, const char *cert_pem, const char *key_pem,
-                               const char *ca_pem, char *describe, size_t cap) {
+static KILN_MUST_USE kiln_status_t check_set(const kilnd_tls_t *tls, const char *cert_pem,
+                                             const char *key_pem, const char *ca_pem, char *describe,
+                                             size_t cap) {
   kiln_status_t status = NULL;
   X509 *cert = first_cert(cert_pem);
   EVP_PKEY *key = NULL;
@@ -87,9 +87,9 @@ static KILN_MUST_USE kiln_status_t check_set(const kilnd_tls_t *tls, const char 
     }
   }
   if (!status && X509_check_private_key(cert, key) != 1) {
-    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "tls-key %s does not match the certificate in tls-cert %s", tls->key_file,
-                         tls->cert_file);
+    status =
+        KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "tls-key %s does not match the certificate in tls-cert %s",
+                    tls->key_file, tls->cert_file);
   }
   if (!status && ca_pem) {
     X509 *ca = first_cert(ca_pem);
@@ -179,7 +179,8 @@ void kilnd_tls_describe(kilnd_tls_t *tls, char *out, size_t cap) {
 
 /* gRPC's threads, at every handshake: a new config only after a reload. gRPC
  * takes the config (and destroys it); it copies the strings. */
-static grpc_ssl_certificate_config_reload_status fetch(void *user, grpc_ssl_server_certificate_config **config) {
+static grpc_ssl_certificate_config_reload_status fetch(void *user,
+                                                       grpc_ssl_server_certificate_config **config) {
   kilnd_tls_t *tls = user;
   grpc_ssl_certificate_config_reload_status result = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
   uv_mutex_lock(&tls->lock);

@@ -28,8 +28,8 @@ typedef struct kilnd_tls_s kilnd_tls_t;
  * settings; the errno's code or INVALID_ARGUMENT for a file that cannot be read or
  * holds no usable PEM, naming the setting and the path. The paths are copied.
  * On success *out_tls is owned by the caller. */
-KILN_MUST_USE kiln_status_t kilnd_tls_create(const char *cert_file, const char *key_file, const char *client_ca_file,
-                               kilnd_tls_t **out_tls);
+KILN_MUST_USE kiln_status_t kilnd_tls_create(const char *cert_file, const char *key_file,
+                                             const char *client_ca_file, kilnd_tls_t **out_tls);
 
 /* Server credentials that fetch from `tls` (owned by the caller: release them once
  * added to a server). `tls` must outlive every server they were added to. */

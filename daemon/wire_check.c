@@ -26,18 +26,19 @@ static void field_path(char *out, size_t cap, const char *outer, const ProtobufC
   snprintf(out, cap, "%s%s%s%s", outer, *outer ? "." : "", f->name, at);
 }
 
-static KILN_MUST_USE kiln_status_t check_enum(const ProtobufCFieldDescriptor *f, uint64_t raw, const char *path) {
+static KILN_MUST_USE kiln_status_t check_enum(const ProtobufCFieldDescriptor *f, uint64_t raw,
+                                              const char *path) {
   const ProtobufCEnumDescriptor *e = f->descriptor;
   int32_t value = (int32_t)raw;
   if ((uint64_t)(int64_t)value != raw || !protobuf_c_enum_descriptor_get_value(e, value)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: %lld is not a value of %s", path, (long long)(int64_t)raw,
-                       e->name);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: %lld is not a value of %s", path,
+                       (long long)(int64_t)raw, e->name);
   }
   return NULL;
 }
 
-static KILN_MUST_USE kiln_status_t walk(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, const char *outer,
-                          int depth) {
+static KILN_MUST_USE kiln_status_t walk(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
+                                        const char *outer, int depth) {
   if (depth > MAX_DEPTH) return NULL;
   reader_t r = {data, data + len};
   /* Occurrences per field so far, for the [i] of repeated ones. */
@@ -77,8 +78,9 @@ static KILN_MUST_USE kiln_status_t walk(const ProtobufCMessageDescriptor *d, con
           size_t bad = 0;
           if (!kilnd_text_is_utf8(body, (size_t)v, &bad)) {
             bool nul = bad < v && body[bad] == 0;
-            return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: %s at byte %zu (protobuf strings are UTF-8 text)",
-                               path, nul ? "a NUL byte" : "not valid UTF-8", bad);
+            return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                               "%s: %s at byte %zu (protobuf strings are UTF-8 text)", path,
+                               nul ? "a NUL byte" : "not valid UTF-8", bad);
           }
         } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
           KILN_RETURN_IF_ERROR(walk(f->descriptor, body, (size_t)v, path, depth + 1));
@@ -91,13 +93,13 @@ static KILN_MUST_USE kiln_status_t walk(const ProtobufCMessageDescriptor *d, con
         }
         break;
       }
-      default:
-        return NULL; /* groups or garbage: the decoder's call */
+      default: return NULL; /* groups or garbage: the decoder's call */
     }
   }
   return NULL;
 }
 
-kiln_status_t kilnd_wire_check(const ProtobufCMessageDescriptor *descriptor, const uint8_t *data, size_t len) {
+kiln_status_t kilnd_wire_check(const ProtobufCMessageDescriptor *descriptor, const uint8_t *data,
+                               size_t len) {
   return walk(descriptor, data, len, "", 0);
 }

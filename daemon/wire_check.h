@@ -15,6 +15,7 @@
 
 #include "base/status.h"
 
-KILN_MUST_USE kiln_status_t kilnd_wire_check(const ProtobufCMessageDescriptor *descriptor, const uint8_t *data, size_t len);
+KILN_MUST_USE kiln_status_t kilnd_wire_check(const ProtobufCMessageDescriptor *descriptor,
+                                             const uint8_t *data, size_t len);
 
 #endif  // KILN_DAEMON_WIRE_CHECK_H_

@@ -51,19 +51,19 @@
 #include "base/time.h"
 #include "kiln/worker/v1/worker.pb-c.h"
 
-#define MAX_FRAME_BYTES (1u << 30)
+#define MAX_FRAME_BYTES  (1u << 30)
 #define MAX_TASK_TARGETS 64
 #define MIN_MEMORY_LIMIT ((uint64_t)256 << 20)
 #define START_TIMEOUT_MS 60000
-#define EOF_GRACE_MS 2000
-#define CLOSE_GRACE_MS 1000
+#define EOF_GRACE_MS     2000
+#define CLOSE_GRACE_MS   1000
 #define BACKOFF_FIRST_MS 100
-#define BACKOFF_MAX_MS 30000
-#define STDERR_LINE_MAX 2048
-#define STDERR_TAIL 4096
-#define LOG_RATE_PER_S 20.0
-#define LOG_BURST 100.0
-#define READ_CHUNK 65536
+#define BACKOFF_MAX_MS   30000
+#define STDERR_LINE_MAX  2048
+#define STDERR_TAIL      4096
+#define LOG_RATE_PER_S   20.0
+#define LOG_BURST        100.0
+#define READ_CHUNK       65536
 
 typedef enum wstate_e {
   W_STARTING,
@@ -78,8 +78,8 @@ typedef enum kill_reason_e {
   KILL_START_TIMEOUT, /* no Hello in time */
   KILL_TIMEOUT,       /* the task ran past task_timeout_ms */
   KILL_CANCEL,
-  KILL_PROTOCOL,      /* sent something broken */
-  KILL_CLOSE,         /* the pool is closing */
+  KILL_PROTOCOL, /* sent something broken */
+  KILL_CLOSE,    /* the pool is closing */
 } kill_reason_t;
 
 typedef struct task_s {
@@ -149,15 +149,15 @@ typedef struct dump_s {
   task_t *task;
   char worker[64]; /* the name of the worker that died */
   kiln_status_code_t code;
-  char *what;  /* "<worker>: the compiler crashed (signal 6, Aborted)" */
-  char *hint;  /* what would fix it: "; raise ..." */
-  char *path;  /* crash_dir/<task>.mlir */
-  int err;     /* errno of writing it; 0 on success */
+  char *what; /* "<worker>: the compiler crashed (signal 6, Aborted)" */
+  char *hint; /* what would fix it: "; raise ..." */
+  char *path; /* crash_dir/<task>.mlir */
+  int err;    /* errno of writing it; 0 on success */
 } dump_t;
 
 struct kilnd_workers_s {
   uv_loop_t *loop;
-  char oom_counter[600]; /* oom_counter_path: the file whose oom_kill line is read */
+  char oom_counter[600];       /* oom_counter_path: the file whose oom_kill line is read */
   kilnd_workers_options_t opt; /* strings owned */
   kilnd_task_event_fn_t fn;
   void *user;
@@ -275,8 +275,10 @@ static void emit_ready(worker_t *w) {
 
 static void remove_worker(worker_t *w) {
   kilnd_workers_t *pool = w->pool;
-  if (w->prev) w->prev->next = w->next;
-  else pool->all = w->next;
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    pool->all = w->next;
   if (w->next) w->next->prev = w->prev;
   task_free(w->task);
   kiln_free(w->detail);
@@ -355,8 +357,9 @@ static void prune_crashes(const char *dir, uint32_t keep) {
     struct stat st;
     if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
     if (n == cap) files = kiln_realloc(files, (cap = cap ? cap * 2 : 64) * sizeof *files);
-    files[n++] = (crash_file_t){kiln_strdup(e->d_name),
-                                (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, (uint64_t)st.st_size};
+    files[n++] =
+        (crash_file_t){kiln_strdup(e->d_name), (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                       (uint64_t)st.st_size};
   }
   qsort(files, n, sizeof *files, newest_first);
   uint64_t bytes = 0;
@@ -519,8 +522,8 @@ static void finalize(worker_t *w) {
   } else {
     snprintf(status_text, sizeof status_text, "exit status %" PRId64, w->exit_status);
   }
-  static const char *const reason_names[] = {"died", "start-timeout", "task-timeout", "cancel",
-                                             "protocol", "close"};
+  static const char *const reason_names[] = {"died",   "start-timeout", "task-timeout",
+                                             "cancel", "protocol",      "close"};
   kiln_buf_t fields;
   kiln_buf_init(&fields);
   log_worker(&fields, w);
@@ -564,30 +567,35 @@ static void finalize(worker_t *w) {
         break;
       default:
         int64_t ooms = w->term_signal == SIGKILL ? oom_kills(pool) : -1;
-        if (w->term_signal == SIGKILL && ooms >= 0 && w->oom_kills_at_task >= 0 && ooms == w->oom_kills_at_task) {
+        if (w->term_signal == SIGKILL && ooms >= 0 && w->oom_kills_at_task >= 0 &&
+            ooms == w->oom_kills_at_task) {
           /* Our own kills have a reason, and the kernel's OOM killer did not act:
            * an operator or another process killed it. Nothing about the model. */
           code = KILN_STATUS_UNAVAILABLE;
-          kiln_buf_append_str(&what, "the compiler was killed (signal 9) from outside kilnd, not by the kernel's "
-                                     "out-of-memory killer (its count did not move)");
+          kiln_buf_append_str(&what,
+                              "the compiler was killed (signal 9) from outside kilnd, not by the kernel's "
+                              "out-of-memory killer (its count did not move)");
           hint = "; compile again";
         } else if (w->term_signal == SIGKILL) {
           code = KILN_STATUS_RESOURCE_EXHAUSTED;
-          kiln_buf_append_str(&what, ooms >= 0 ? "the compiler was killed (signal 9) by the kernel's out-of-memory killer"
-                                               : "the compiler was killed (signal 9, Killed), most likely by the "
-                                                 "kernel's out-of-memory killer");
+          kiln_buf_append_str(
+              &what, ooms >= 0 ? "the compiler was killed (signal 9) by the kernel's out-of-memory killer"
+                               : "the compiler was killed (signal 9, Killed), most likely by the "
+                                 "kernel's out-of-memory killer");
           hint = "; the server ran short of memory: run fewer workers or set kilnd's worker-memory-limit";
         } else if ((w->term_signal || w->exit_status) && tail_says_oom(w)) {
           code = KILN_STATUS_RESOURCE_EXHAUSTED;
           kiln_buf_appendf(&what, "the compiler ran out of memory (%s", status_text);
           if (pool->opt.memory_limit_bytes) {
-            kiln_buf_appendf(&what, "; the worker memory limit is %" PRIu64 " bytes, kilnd worker-memory-limit",
+            kiln_buf_appendf(&what,
+                             "; the worker memory limit is %" PRIu64 " bytes, kilnd worker-memory-limit",
                              pool->opt.memory_limit_bytes);
           }
           kiln_buf_append_str(&what, ")");
-          hint = pool->opt.memory_limit_bytes
-                     ? "; raise kilnd's worker-memory-limit, or compile fewer targets per request"
-                     : "; the server ran short of memory: run fewer workers or set kilnd's worker-memory-limit";
+          hint =
+              pool->opt.memory_limit_bytes
+                  ? "; raise kilnd's worker-memory-limit, or compile fewer targets per request"
+                  : "; the server ran short of memory: run fewer workers or set kilnd's worker-memory-limit";
         } else if (w->term_signal) {
           kiln_buf_appendf(&what, "the compiler crashed (%s)", status_text);
         } else if (w->exit_status) {
@@ -771,7 +779,8 @@ static void handle_event(worker_t *w, const Kiln__Worker__V1__WorkerEvent *ev) {
       } else {
         uint32_t code = ev->target_failed->code;
         out.kind = KILND_TASK_TARGET_FAILED;
-        out.code = code == 0 || code >= KILN_STATUS_CODE_COUNT ? KILN_STATUS_INTERNAL : (kiln_status_code_t)code;
+        out.code =
+            code == 0 || code >= KILN_STATUS_CODE_COUNT ? KILN_STATUS_INTERNAL : (kiln_status_code_t)code;
         out.message = ev->target_failed->message;
       }
       emit(pool, t->id, &out);
@@ -796,9 +805,7 @@ static void handle_event(worker_t *w, const Kiln__Worker__V1__WorkerEvent *ev) {
       emit_ready(w);
       return;
     }
-    default:
-      protocol_violation(w, "an event of unknown kind %d", (int)ev->kind_case);
-      return;
+    default: protocol_violation(w, "an event of unknown kind %d", (int)ev->kind_case); return;
   }
 }
 
@@ -886,8 +893,11 @@ static kiln_log_level_t line_level(const char *line, const char **out_rest) {
   static const struct {
     const char *name;
     kiln_log_level_t level;
-  } levels[] = {{"debug", KILN_LOG_DEBUG}, {"info", KILN_LOG_INFO}, {"warn", KILN_LOG_WARN},
-                {"error", KILN_LOG_ERROR}, {"fatal", KILN_LOG_ERROR}};
+  } levels[] = {{"debug", KILN_LOG_DEBUG},
+                {"info", KILN_LOG_INFO},
+                {"warn", KILN_LOG_WARN},
+                {"error", KILN_LOG_ERROR},
+                {"fatal", KILN_LOG_ERROR}};
   for (size_t i = 0; i < sizeof levels / sizeof *levels; i++) {
     if (strlen(levels[i].name) == n && !strncmp(lv, levels[i].name, n)) return levels[i].level;
   }
@@ -1094,8 +1104,8 @@ static void spawn_slot(slot_t *slot) {
 /* The placeholders of worker.proto's ExternalCompiler (expanded by
  * daemon/worker/external.c; keep the two lists alike). */
 static KILN_MUST_USE kiln_status_t check_template(const char *tmpl) {
-  static const char *const known[] = {"input", "output", "device", "backend", "target_flag",
-                                      "chip", "target", "flags"};
+  static const char *const known[] = {"input",       "output", "device", "backend",
+                                      "target_flag", "chip",   "target", "flags"};
   for (const char *c = tmpl; *c; c++) {
     if ((c[0] == '{' && c[1] == '{') || (c[0] == '}' && c[1] == '}')) {
       c++;
@@ -1190,9 +1200,9 @@ kiln_status_t kilnd_workers_create(uv_loop_t *loop, const kilnd_workers_options_
       return st;
     }
   }
-  kiln_log(KILN_LOG_INFO, "workers_started", "count=%zu jobs=%zu task_timeout_ms=%" PRId64
-           " memory_limit=%" PRIu64 " external=%s",
-           pool->count, pool->jobs, pool->opt.task_timeout_ms, pool->opt.memory_limit_bytes,
+  kiln_log(KILN_LOG_INFO, "workers_started",
+           "count=%zu jobs=%zu task_timeout_ms=%" PRId64 " memory_limit=%" PRIu64 " external=%s", pool->count,
+           pool->jobs, pool->opt.task_timeout_ms, pool->opt.memory_limit_bytes,
            pool->opt.external_compiler ? "yes" : "no");
   *out_workers = pool;
   return NULL;
@@ -1272,8 +1282,8 @@ kiln_status_t kilnd_workers_submit(kilnd_workers_t *workers, const kilnd_task_t 
   size_t len = kiln__worker__v1__worker_request__get_packed_size(&req);
   if (len > MAX_FRAME_BYTES) {
     task_free(t);
-    return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED, "task %" PRIu64 " is %zu bytes; workers take at most 1 GiB",
-                       task->id, len);
+    return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
+                       "task %" PRIu64 " is %zu bytes; workers take at most 1 GiB", task->id, len);
   }
   write_req_t *wr = kiln_calloc(1, sizeof *wr);
   wr->frame = kiln_malloc(4 + len);

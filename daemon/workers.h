@@ -43,43 +43,43 @@
 typedef struct kilnd_workers_s kilnd_workers_t;
 
 typedef struct kilnd_workers_options_s {
-  size_t count;                 /* processes; 0: the number of online CPUs */
-  const char *worker_path;      /* the kiln-worker executable */
-  size_t jobs;                  /* back halves one worker runs at once (forked children);
-                                   0: online CPUs / count, at least 1, so the default
-                                   pool (one worker per CPU) never forks N*N processes */
-  int64_t task_timeout_ms;      /* a task running longer is killed; 0: none */
-  uint64_t memory_limit_bytes;  /* RLIMIT_AS of each worker (and of the compilers it
-                                   runs); 0: none; else at least 256 MiB */
-  const char *crash_dir;        /* where the IR of a task that killed its worker is kept,
-                                   as <crash_dir>/<task id>.mlir (the directory is made
-                                   on first use); NULL: not kept */
-  uint32_t crash_keep;          /* the newest this many crash files are kept (and at most
-                                   CRASH_KEEP_BYTES of them, the newest always); older
-                                   ones are removed as new ones come; 0: 32 */
+  size_t count;                /* processes; 0: the number of online CPUs */
+  const char *worker_path;     /* the kiln-worker executable */
+  size_t jobs;                 /* back halves one worker runs at once (forked children);
+                                  0: online CPUs / count, at least 1, so the default
+                                  pool (one worker per CPU) never forks N*N processes */
+  int64_t task_timeout_ms;     /* a task running longer is killed; 0: none */
+  uint64_t memory_limit_bytes; /* RLIMIT_AS of each worker (and of the compilers it
+                                  runs); 0: none; else at least 256 MiB */
+  const char *crash_dir;       /* where the IR of a task that killed its worker is kept,
+                                  as <crash_dir>/<task id>.mlir (the directory is made
+                                  on first use); NULL: not kept */
+  uint32_t crash_keep;         /* the newest this many crash files are kept (and at most
+                                  CRASH_KEEP_BYTES of them, the newest always); older
+                                  ones are removed as new ones come; 0: 32 */
   /* External compiler driver (NULL: the built-in compiler): an
    * iree-compile-compatible executable run once per target, with `external_args`
    * as its argument template (see worker.proto's ExternalCompiler; NULL: the
    * default, iree-compile's own command line). A bare name is looked up on PATH. */
   const char *external_compiler;
   const char *external_args;
-  bool test_hooks;              /* honour the test-only crash/hang/oom markers
-                                   (daemon/worker/main.c; tests only) */
+  bool test_hooks; /* honour the test-only crash/hang/oom markers
+                      (daemon/worker/main.c; tests only) */
 } kilnd_workers_options_t;
 
 /* One compile task. Everything is borrowed for the call to submit (copied). */
 typedef struct kilnd_task_s {
-  uint64_t id;                 /* unique, chosen by the caller */
+  uint64_t id; /* unique, chosen by the caller */
   const uint8_t *source;
   size_t source_len;
-  const char *source_name;     /* for diagnostics ("model.mlir") */
-  const char *source_digest;   /* hex SHA-256: provenance in the artifact */
-  const char *const *targets;  /* canonical target ids */
+  const char *source_name;    /* for diagnostics ("model.mlir") */
+  const char *source_digest;  /* hex SHA-256: provenance in the artifact */
+  const char *const *targets; /* canonical target ids */
   size_t n_targets;
-  const char *const *flags;    /* normalized compile flags */
+  const char *const *flags; /* normalized compile flags */
   size_t n_flags;
-  bool embed_source;           /* carry the source inside each VMFB */
-  size_t jobs;                 /* back halves the worker may fork at once for it; 0: its --jobs */
+  bool embed_source; /* carry the source inside each VMFB */
+  size_t jobs;       /* back halves the worker may fork at once for it; 0: its --jobs */
 } kilnd_task_t;
 
 typedef enum kilnd_task_event_kind_e {
@@ -113,12 +113,12 @@ typedef struct kilnd_task_event_s {
 typedef void (*kilnd_task_event_fn_t)(void *user, uint64_t task_id, const kilnd_task_event_t *event);
 
 typedef struct kilnd_workers_stats_s {
-  size_t count;          /* configured workers */
-  size_t busy;           /* running a task now */
-  size_t ready;          /* past their Hello: idle or busy */
-  uint64_t tasks;        /* tasks finished */
-  uint64_t restarts;     /* workers replaced after a crash, kill, timeout or cancel */
-  uint64_t crashes;      /* of which died on their own (signal or bad exit) */
+  size_t count;      /* configured workers */
+  size_t busy;       /* running a task now */
+  size_t ready;      /* past their Hello: idle or busy */
+  uint64_t tasks;    /* tasks finished */
+  uint64_t restarts; /* workers replaced after a crash, kill, timeout or cancel */
+  uint64_t crashes;  /* of which died on their own (signal or bad exit) */
 } kilnd_workers_stats_t;
 
 /* Starts the pool's processes (they become idle once each has said Hello: watch
@@ -129,7 +129,8 @@ typedef struct kilnd_workers_stats_s {
  * INTERNAL when a process cannot be spawned (the processes already started are
  * killed and the pool frees itself on the loop: keep running it). */
 KILN_MUST_USE kiln_status_t kilnd_workers_create(uv_loop_t *loop, const kilnd_workers_options_t *options,
-                                   kilnd_task_event_fn_t fn, void *user, kilnd_workers_t **out_workers);
+                                                 kilnd_task_event_fn_t fn, void *user,
+                                                 kilnd_workers_t **out_workers);
 
 /* Workers free to take a task now. */
 size_t kilnd_workers_idle(const kilnd_workers_t *workers);

@@ -117,9 +117,7 @@ static uint8_t *put64(uint8_t *p, uint64_t v) {
   return p + 8;
 }
 
-static bool add_u64(uint64_t a, uint64_t b, uint64_t *out) {
-  return !__builtin_add_overflow(a, b, out);
-}
+static bool add_u64(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_add_overflow(a, b, out); }
 
 /* Rounds v up to a multiple of `align` (a power of two); false on overflow. */
 static bool align_u64(uint64_t v, uint64_t align, uint64_t *out) {
@@ -205,14 +203,12 @@ static const char *name_problem(const char *name, size_t *out_len) {
   if (len > KILN_VMFB_ARCHIVE_NAME_MAX) return "is longer than 1024 bytes";
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)name[i];
-    if (c < 0x20 || c >= 0x7F || c == '\\')
-      return "has a byte that is not printable ASCII or is '\\'";
+    if (c < 0x20 || c >= 0x7F || c == '\\') return "has a byte that is not printable ASCII or is '\\'";
   }
   if (name[0] == '/') return "starts with '/'";
   for (const char *p = name; p; p = strchr(p, '/')) {
     if (*p == '/') p++;
-    if (p[0] == '.' && p[1] == '.' && (p[2] == '/' || p[2] == '\0'))
-      return "has a \"..\" component";
+    if (p[0] == '.' && p[1] == '.' && (p[2] == '/' || p[2] == '\0')) return "has a \"..\" component";
   }
   if (len == MODULE_NAME_LEN && memcmp(name, MODULE_NAME, len) == 0) {
     return "is reserved for the FlatBuffer's entry";
@@ -225,8 +221,8 @@ static int compare_placed_names(const void *a, const void *b) {
   return strcmp(x->file->name, y->file->name);
 }
 
-static const char *file_kind(const layout_t *layout, const kiln_vmfb_archive_contents_t *c,
-                             const placed_t *p, size_t *out_index) {
+static const char *file_kind(const layout_t *layout, const kiln_vmfb_archive_contents_t *c, const placed_t *p,
+                             size_t *out_index) {
   size_t i = (size_t)(p - layout->files);
   if (i < c->segment_count) {
     *out_index = i;
@@ -254,8 +250,8 @@ static KILN_MUST_USE kiln_status_t place(const kiln_vmfb_archive_contents_t *c, 
   }
   if ((c->segment_count && !c->segments) || (c->extra_count && !c->extras)) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "vmfb archive: %zu segments and %zu extra entries but a NULL array",
-                       c->segment_count, c->extra_count);
+                       "vmfb archive: %zu segments and %zu extra entries but a NULL array", c->segment_count,
+                       c->extra_count);
   }
   if (!zip && c->extra_count) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
@@ -265,10 +261,9 @@ static KILN_MUST_USE kiln_status_t place(const kiln_vmfb_archive_contents_t *c, 
   }
   if (c->segment_count > KILN_VMFB_ARCHIVE_MAX_ENTRIES - 1 ||
       c->extra_count > KILN_VMFB_ARCHIVE_MAX_ENTRIES - 1 - c->segment_count) {
-    return KILN_STATUS(
-        KILN_STATUS_INVALID_ARGUMENT,
-        "vmfb archive: %zu segments + %zu extra entries + module.fb exceed %u entries",
-        c->segment_count, c->extra_count, KILN_VMFB_ARCHIVE_MAX_ENTRIES);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "vmfb archive: %zu segments + %zu extra entries + module.fb exceed %u entries",
+                       c->segment_count, c->extra_count, KILN_VMFB_ARCHIVE_MAX_ENTRIES);
   }
 
   out->file_count = c->segment_count + c->extra_count;
@@ -311,10 +306,10 @@ static KILN_MUST_USE kiln_status_t place(const kiln_vmfb_archive_contents_t *c, 
     for (size_t i = 1; i < out->file_count; i++) {
       if (strcmp(order[i - 1]->file->name, order[i]->file->name) == 0) {
         quoted_t q;
-        kiln_status_t status = KILN_STATUS(
-            KILN_STATUS_INVALID_ARGUMENT,
-            "vmfb archive: the entry name %s is used twice; zip entry names must be unique",
-            quote(&q, order[i]->file->name, order[i]->name_len));
+        kiln_status_t status =
+            KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                        "vmfb archive: the entry name %s is used twice; zip entry names must be unique",
+                        quote(&q, order[i]->file->name, order[i]->name_len));
         kiln_free(order);
         layout_deinit(out);
         return status;
@@ -326,10 +321,9 @@ static KILN_MUST_USE kiln_status_t place(const kiln_vmfb_archive_contents_t *c, 
   /* From here on, the only failure is a file too large for 64 bits. Sizes are
    * bounded above, so the FlatBuffer's part cannot overflow. */
   kiln_vmfb_archive_plan_t *plan = &out->plan;
-  plan->flatbuffer_offset =
-      zip ? (LOCAL_OVERHEAD + MODULE_NAME_LEN + KILN_VMFB_ARCHIVE_ALIGNMENT - 1) &
-                ~(uint64_t)(KILN_VMFB_ARCHIVE_ALIGNMENT - 1)
-          : 0;
+  plan->flatbuffer_offset = zip ? (LOCAL_OVERHEAD + MODULE_NAME_LEN + KILN_VMFB_ARCHIVE_ALIGNMENT - 1) &
+                                      ~(uint64_t)(KILN_VMFB_ARCHIVE_ALIGNMENT - 1)
+                                : 0;
   uint64_t fb_end = plan->flatbuffer_offset + c->flatbuffer_size;
   plan->rodata_base =
       (fb_end + KILN_VMFB_ARCHIVE_ALIGNMENT - 1) & ~(uint64_t)(KILN_VMFB_ARCHIVE_ALIGNMENT - 1);
@@ -364,8 +358,7 @@ static KILN_MUST_USE kiln_status_t place(const kiln_vmfb_archive_contents_t *c, 
 }
 
 kiln_status_t kiln_vmfb_archive_plan(const kiln_vmfb_archive_contents_t *contents,
-                                     kiln_vmfb_archive_plan_t *out_plan,
-                                     uint64_t *out_segment_offsets) {
+                                     kiln_vmfb_archive_plan_t *out_plan, uint64_t *out_segment_offsets) {
   layout_t layout;
   KILN_RETURN_IF_ERROR(place(contents, &layout));
   if (contents->segment_count && !out_segment_offsets) {
@@ -403,8 +396,8 @@ static uint32_t crc32_zeros(uint32_t crc, uint64_t n) {
 
 /* Appends a local header at buf->len whose data starts `padding` bytes after the
  * minimum (LOCAL_OVERHEAD + name) header. */
-static void append_local_header(kiln_buf_t *buf, const char *name, size_t name_len,
-                                uint64_t padding, uint64_t size, uint32_t crc) {
+static void append_local_header(kiln_buf_t *buf, const char *name, size_t name_len, uint64_t padding,
+                                uint64_t size, uint32_t crc) {
   uint8_t h[LOCAL_HEADER_SIZE], *p = h;
   p = put32(p, LOCAL_SIG);
   p = put16(p, VERSION_ZIP64);
@@ -433,8 +426,8 @@ static void append_local_header(kiln_buf_t *buf, const char *name, size_t name_l
   kiln_buf_append(buf, z, sizeof z);
 }
 
-static void append_central_record(kiln_buf_t *buf, const char *name, size_t name_len,
-                                  uint64_t header_offset, uint64_t size, uint32_t crc) {
+static void append_central_record(kiln_buf_t *buf, const char *name, size_t name_len, uint64_t header_offset,
+                                  uint64_t size, uint32_t crc) {
   uint8_t h[CENTRAL_HEADER_SIZE], *p = h;
   p = put32(p, CENTRAL_SIG);
   p = put16(p, VERSION_MADE_BY);
@@ -465,8 +458,7 @@ static void append_central_record(kiln_buf_t *buf, const char *name, size_t name
   kiln_buf_append(buf, z, sizeof z);
 }
 
-static void append_trailer(kiln_buf_t *buf, uint64_t entries, uint64_t dir_offset,
-                           uint64_t dir_size) {
+static void append_trailer(kiln_buf_t *buf, uint64_t entries, uint64_t dir_offset, uint64_t dir_size) {
   uint64_t eocd64_offset = dir_offset + dir_size;
   uint8_t t[TRAILER_SIZE], *p = t;
   p = put32(p, EOCD64_SIG);
@@ -506,8 +498,7 @@ kiln_status_t kiln_vmfb_archive_write(const kiln_vmfb_archive_contents_t *conten
   const kiln_vmfb_archive_contents_t *c = contents;
   kiln_status_t status = NULL;
   if (!c->flatbuffer) {
-    status =
-        KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "vmfb archive: no FlatBuffer bytes to write");
+    status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "vmfb archive: no FlatBuffer bytes to write");
   } else if (rd32(c->flatbuffer) != c->flatbuffer_size - 4) {
     status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                          "vmfb archive: the FlatBuffer's size prefix is %" PRIu32 " but %" PRIu64
@@ -520,20 +511,19 @@ kiln_status_t kiln_vmfb_archive_write(const kiln_vmfb_archive_contents_t *conten
     size_t index;
     const char *kind = file_kind(&layout, c, p, &index);
     if (!p->file->data && p->file->size) {
-      status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "vmfb archive: %s %zu has %" PRIu64 " bytes but no data", kind, index,
-                           p->file->size);
+      status =
+          KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "vmfb archive: %s %zu has %" PRIu64 " bytes but no data",
+                      kind, index, p->file->size);
     } else if (expected_segment_offsets && i < c->segment_count &&
                p->data_offset - layout.plan.rodata_base != expected_segment_offsets[i]) {
       quoted_t q;
-      status =
-          KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
-                      "vmfb archive: segment %zu (%s) lands at rodata offset %" PRIu64
-                      " but the FlatBuffer says %" PRIu64 " (FlatBuffer %" PRIu64
-                      " bytes, rodata base %" PRIu64 "); plan again with the final FlatBuffer size",
-                      i, p->file->name ? quote(&q, p->file->name, p->name_len) : "unnamed",
-                      p->data_offset - layout.plan.rodata_base, expected_segment_offsets[i],
-                      c->flatbuffer_size, layout.plan.rodata_base);
+      status = KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
+                           "vmfb archive: segment %zu (%s) lands at rodata offset %" PRIu64
+                           " but the FlatBuffer says %" PRIu64 " (FlatBuffer %" PRIu64
+                           " bytes, rodata base %" PRIu64 "); plan again with the final FlatBuffer size",
+                           i, p->file->name ? quote(&q, p->file->name, p->name_len) : "unnamed",
+                           p->data_offset - layout.plan.rodata_base, expected_segment_offsets[i],
+                           c->flatbuffer_size, layout.plan.rodata_base);
     }
   }
   if (status) {
@@ -560,28 +550,26 @@ kiln_status_t kiln_vmfb_archive_write(const kiln_vmfb_archive_contents_t *conten
     if (zip) {
       crcs[i] = crc32_of(0, p->file->data, p->file->size);
       append_local_header(out, p->file->name, p->name_len,
-                          p->data_offset - p->header_offset - (LOCAL_OVERHEAD + p->name_len),
-                          p->file->size, crcs[i]);
+                          p->data_offset - p->header_offset - (LOCAL_OVERHEAD + p->name_len), p->file->size,
+                          crcs[i]);
     } else {
       append_zeros(out, p->data_offset - out->len);
     }
     if (p->file->size) kiln_buf_append(out, p->file->data, (size_t)p->file->size);
   }
   if (zip) {
-    append_central_record(out, MODULE_NAME, MODULE_NAME_LEN, 0, layout.module_entry_size,
-                          module_crc);
+    append_central_record(out, MODULE_NAME, MODULE_NAME_LEN, 0, layout.module_entry_size, module_crc);
     for (size_t i = 0; i < layout.file_count; i++) {
       const placed_t *p = &layout.files[i];
-      append_central_record(out, p->file->name, p->name_len, p->header_offset, p->file->size,
-                            crcs[i]);
+      append_central_record(out, p->file->name, p->name_len, p->header_offset, p->file->size, crcs[i]);
     }
     append_trailer(out, 1 + layout.file_count, layout.directory_offset, layout.directory_size);
   }
   kiln_free(crcs);
   if (out->len != layout.plan.file_size) {
     status = KILN_STATUS(KILN_STATUS_INTERNAL,
-                         "vmfb archive: wrote %zu bytes but planned %" PRIu64 " (a kiln bug)",
-                         out->len, layout.plan.file_size);
+                         "vmfb archive: wrote %zu bytes but planned %" PRIu64 " (a kiln bug)", out->len,
+                         layout.plan.file_size);
     kiln_buf_clear(out);
   }
   layout_deinit(&layout);
@@ -595,8 +583,7 @@ static KILN_MUST_USE kiln_status_t locate_flatbuffer(kiln_vmfb_archive_t *a, uin
   uint64_t size = a->file_size;
   if (offset > size || size - offset < MIN_MODULE_BYTES) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: the FlatBuffer should start at offset %" PRIu64
-                       " but the file (%" PRIu64
+                       "%s: the FlatBuffer should start at offset %" PRIu64 " but the file (%" PRIu64
                        " bytes) has fewer than %d bytes there; the file is truncated or not a VMFB",
                        where, offset, size, MIN_MODULE_BYTES);
   }
@@ -619,8 +606,7 @@ static KILN_MUST_USE kiln_status_t locate_flatbuffer(kiln_vmfb_archive_t *a, uin
   a->flatbuffer_offset = offset;
   a->has_iree_identifier = memcmp(a->flatbuffer + 8, "IREE", 4) == 0;
   uint64_t end = offset + 4 + prefix; /* <= size: no overflow */
-  a->rodata_base =
-      (end + KILN_VMFB_ARCHIVE_ALIGNMENT - 1) & ~(uint64_t)(KILN_VMFB_ARCHIVE_ALIGNMENT - 1);
+  a->rodata_base = (end + KILN_VMFB_ARCHIVE_ALIGNMENT - 1) & ~(uint64_t)(KILN_VMFB_ARCHIVE_ALIGNMENT - 1);
   return NULL;
 }
 
@@ -654,8 +640,7 @@ static KILN_MUST_USE kiln_status_t find_directory(const kiln_vmfb_archive_t *a, 
   if (eocd == UINT64_MAX) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "zip layout: no end of central directory record in the last %" PRIu64
-                       " bytes of the file (%" PRIu64
-                       " bytes); it is truncated or has data appended",
+                       " bytes of the file (%" PRIu64 " bytes); it is truncated or has data appended",
                        size - first, size);
   }
   const uint8_t *e = f + eocd;
@@ -669,8 +654,8 @@ static KILN_MUST_USE kiln_status_t find_directory(const kiln_vmfb_archive_t *a, 
     uint64_t record = rd64(f + loc + 8);
     if (record_disk != 0 || disks > 1) {
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "zip64 end of central directory locator at %" PRIu64 ": disk %" PRIu32
-                         " of %" PRIu32 "; multi-disk archives are not supported",
+                         "zip64 end of central directory locator at %" PRIu64 ": disk %" PRIu32 " of %" PRIu32
+                         "; multi-disk archives are not supported",
                          loc, record_disk, disks);
     }
     if (record > loc || loc - record < EOCD64_SIZE) {
@@ -683,8 +668,8 @@ static KILN_MUST_USE kiln_status_t find_directory(const kiln_vmfb_archive_t *a, 
     uint64_t body = rd64(r + 4);
     if (rd32(r) != EOCD64_SIG) {
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "zip64 end of central directory record at %" PRIu64
-                         ": signature 0x%08" PRIx32 ", expected 0x%08" PRIx32,
+                         "zip64 end of central directory record at %" PRIu64 ": signature 0x%08" PRIx32
+                         ", expected 0x%08" PRIx32,
                          record, rd32(r), EOCD64_SIG);
     }
     if (body < EOCD64_BODY_SIZE || body > loc - record - 12) {
@@ -722,8 +707,8 @@ static KILN_MUST_USE kiln_status_t find_directory(const kiln_vmfb_archive_t *a, 
   }
   if (count > KILN_VMFB_ARCHIVE_MAX_ENTRIES) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "zip central directory claims %" PRIu64 " entries; kiln reads at most %u",
-                       count, KILN_VMFB_ARCHIVE_MAX_ENTRIES);
+                       "zip central directory claims %" PRIu64 " entries; kiln reads at most %u", count,
+                       KILN_VMFB_ARCHIVE_MAX_ENTRIES);
   }
   if (count > dir_size / CENTRAL_HEADER_SIZE) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
@@ -744,8 +729,9 @@ typedef struct zip64_need_s {
 } zip64_need_t;
 
 static KILN_MUST_USE kiln_status_t read_zip64_field(const uint8_t *f, uint64_t extra, uint64_t extra_len,
-                                      zip64_need_t need, const char *who, uint64_t *uncompressed,
-                                      uint64_t *compressed, uint64_t *offset, uint32_t *disk) {
+                                                    zip64_need_t need, const char *who,
+                                                    uint64_t *uncompressed, uint64_t *compressed,
+                                                    uint64_t *offset, uint32_t *disk) {
   bool found = false;
   uint64_t pos = extra, end = extra + extra_len;
   while (end - pos >= EXTRA_HEADER_SIZE) {
@@ -753,8 +739,7 @@ static KILN_MUST_USE kiln_status_t read_zip64_field(const uint8_t *f, uint64_t e
     uint64_t body = pos + EXTRA_HEADER_SIZE;
     if (len > end - body) {
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "%s: extra field 0x%04x at %" PRIu64
-                         " (%u bytes) runs past its record at %" PRIu64,
+                         "%s: extra field 0x%04x at %" PRIu64 " (%u bytes) runs past its record at %" PRIu64,
                          who, id, pos, len, end);
     }
     if (id == EXTRA_ID_ZIP64 && !found) {
@@ -762,8 +747,7 @@ static KILN_MUST_USE kiln_status_t read_zip64_field(const uint8_t *f, uint64_t e
       uint64_t want = 8u * (need.uncompressed + need.compressed + need.offset) + 4u * need.disk;
       if (len < want) {
         return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "%s: zip64 extra field at %" PRIu64
-                           " has %u bytes; the record defers %" PRIu64
+                           "%s: zip64 extra field at %" PRIu64 " has %u bytes; the record defers %" PRIu64
                            " bytes of sizes and offsets to it",
                            who, pos, len, want);
       }
@@ -787,8 +771,7 @@ static KILN_MUST_USE kiln_status_t read_zip64_field(const uint8_t *f, uint64_t e
   }
   if (!found && (need.uncompressed || need.compressed || need.offset || need.disk)) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: sizes or offset are 0xFFFFFFFF but the record has no zip64 extra field",
-                       who);
+                       "%s: sizes or offset are 0xFFFFFFFF but the record has no zip64 extra field", who);
   }
   return NULL;
 }
@@ -809,9 +792,9 @@ static int compare_entry_names(const void *a, const void *b) {
 
 /* Reads directory record `index` at `pos` (inside the directory, which ends at
  * dir_end) into `entry`, copying its name to *names. Sets *out_len. */
-static KILN_MUST_USE kiln_status_t read_entry(const kiln_vmfb_archive_t *a, const directory_t *dir, size_t index,
-                                uint64_t pos, char **names, kiln_vmfb_archive_entry_t *entry,
-                                uint64_t *out_len) {
+static KILN_MUST_USE kiln_status_t read_entry(const kiln_vmfb_archive_t *a, const directory_t *dir,
+                                              size_t index, uint64_t pos, char **names,
+                                              kiln_vmfb_archive_entry_t *entry, uint64_t *out_len) {
   const uint8_t *f = a->file;
   uint64_t size = a->file_size, dir_end = dir->offset + dir->size;
   if (dir_end - pos < CENTRAL_HEADER_SIZE) {
@@ -835,12 +818,11 @@ static KILN_MUST_USE kiln_status_t read_entry(const kiln_vmfb_archive_t *a, cons
   uint64_t header = rd32(r + 42);
   uint64_t record_len = (uint64_t)CENTRAL_HEADER_SIZE + name_len + extra_len + comment_len;
   if (record_len > dir_end - pos) {
-    return KILN_STATUS(
-        KILN_STATUS_INVALID_ARGUMENT,
-        "zip central directory entry %zu at %" PRIu64 ": its %" PRIu64
-        "-byte record (name %u, extra %u, comment %u bytes) runs past the end of the "
-        "directory at %" PRIu64,
-        index, pos, record_len, name_len, extra_len, comment_len, dir_end);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "zip central directory entry %zu at %" PRIu64 ": its %" PRIu64
+                       "-byte record (name %u, extra %u, comment %u bytes) runs past the end of the "
+                       "directory at %" PRIu64,
+                       index, pos, record_len, name_len, extra_len, comment_len, dir_end);
   }
   const uint8_t *name = r + CENTRAL_HEADER_SIZE;
   quoted_t q;
@@ -849,44 +831,39 @@ static KILN_MUST_USE kiln_status_t read_entry(const kiln_vmfb_archive_t *a, cons
                        "zip central directory entry %zu at %" PRIu64 ": empty name", index, pos);
   }
   if (name_len > KILN_VMFB_ARCHIVE_NAME_MAX) {
-    return KILN_STATUS(
-        KILN_STATUS_INVALID_ARGUMENT,
-        "zip central directory entry %zu (%s): its name is %u bytes, over the limit of %u", index,
-        quote(&q, name, name_len), name_len, KILN_VMFB_ARCHIVE_NAME_MAX);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "zip central directory entry %zu (%s): its name is %u bytes, over the limit of %u",
+                       index, quote(&q, name, name_len), name_len, KILN_VMFB_ARCHIVE_NAME_MAX);
   }
   const uint8_t *nul = memchr(name, 0, name_len);
   if (nul) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "zip central directory entry %zu (%s): its name holds a NUL byte at %td",
-                       index, quote(&q, name, name_len), nul - name);
+                       "zip central directory entry %zu (%s): its name holds a NUL byte at %td", index,
+                       quote(&q, name, name_len), nul - name);
   }
   char who[sizeof q.s + 64];
-  snprintf(who, sizeof who, "zip central directory entry %zu (%s)", index,
-           quote(&q, name, name_len));
+  snprintf(who, sizeof who, "zip central directory entry %zu (%s)", index, quote(&q, name, name_len));
 
   zip64_need_t need = {uncompressed == UINT32_MAX, compressed == UINT32_MAX, header == UINT32_MAX,
                        disk == UINT16_MAX};
-  KILN_RETURN_IF_ERROR(read_zip64_field(f, pos + CENTRAL_HEADER_SIZE + name_len, extra_len, need,
-                                        who, &uncompressed, &compressed, &header, &disk));
+  KILN_RETURN_IF_ERROR(read_zip64_field(f, pos + CENTRAL_HEADER_SIZE + name_len, extra_len, need, who,
+                                        &uncompressed, &compressed, &header, &disk));
   if (disk != 0) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: starts on disk %" PRIu32 "; multi-disk archives are not supported", who,
-                       disk);
+                       "%s: starts on disk %" PRIu32 "; multi-disk archives are not supported", who, disk);
   }
   if (!range_within(header, LOCAL_HEADER_SIZE, size)) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: its local header at %" PRIu64 " is past the end of the file (%" PRIu64
-                       " bytes)",
+                       "%s: its local header at %" PRIu64 " is past the end of the file (%" PRIu64 " bytes)",
                        who, header, size);
   }
   const uint8_t *l = f + header;
   if (rd32(l) != LOCAL_SIG) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: no local header signature at %" PRIu64 " (found 0x%08" PRIx32 ")", who,
-                       header, rd32(l));
+                       "%s: no local header signature at %" PRIu64 " (found 0x%08" PRIx32 ")", who, header,
+                       rd32(l));
   }
-  uint16_t local_method = rd16(l + 8), local_name_len = rd16(l + 26),
-           local_extra_len = rd16(l + 28);
+  uint16_t local_method = rd16(l + 8), local_name_len = rd16(l + 26), local_extra_len = rd16(l + 28);
   uint64_t data = header + LOCAL_HEADER_SIZE + local_name_len + local_extra_len;
   if (data > size) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
@@ -896,33 +873,29 @@ static KILN_MUST_USE kiln_status_t read_entry(const kiln_vmfb_archive_t *a, cons
   }
   if (local_name_len != name_len || memcmp(l + LOCAL_HEADER_SIZE, name, name_len) != 0) {
     quoted_t lq;
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: the local header at %" PRIu64 " names %s instead", who, header,
-                       quote(&lq, l + LOCAL_HEADER_SIZE, local_name_len));
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: the local header at %" PRIu64 " names %s instead",
+                       who, header, quote(&lq, l + LOCAL_HEADER_SIZE, local_name_len));
   }
   if (local_method != method) {
-    return KILN_STATUS(
-        KILN_STATUS_INVALID_ARGUMENT,
-        "%s: compression method %u in the directory but %u in the local header at %" PRIu64, who,
-        method, local_method, header);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "%s: compression method %u in the directory but %u in the local header at %" PRIu64,
+                       who, method, local_method, header);
   }
   uint64_t data_end;
   if (!add_u64(data, compressed, &data_end) || data_end > size) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: data ends at %" PRIu64 ", past the end of the file (%" PRIu64 " bytes)",
-                       who, data + compressed < data ? UINT64_MAX : data + compressed, size);
+                       "%s: data ends at %" PRIu64 ", past the end of the file (%" PRIu64 " bytes)", who,
+                       data + compressed < data ? UINT64_MAX : data + compressed, size);
   }
   if (data_end > dir->offset) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: data [%" PRIu64 ", %" PRIu64
-                       ") runs into the central directory at %" PRIu64,
-                       who, data, data_end, dir->offset);
+                       "%s: data [%" PRIu64 ", %" PRIu64 ") runs into the central directory at %" PRIu64, who,
+                       data, data_end, dir->offset);
   }
   bool stored = method == 0 && !(flags & FLAG_ENCRYPTED);
   if (stored && uncompressed != compressed) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s: a stored entry with compressed size %" PRIu64
-                       " but uncompressed size %" PRIu64,
+                       "%s: a stored entry with compressed size %" PRIu64 " but uncompressed size %" PRIu64,
                        who, compressed, uncompressed);
   }
   memcpy(*names, name, name_len);
@@ -962,8 +935,7 @@ static KILN_MUST_USE kiln_status_t parse_zip(kiln_vmfb_archive_t *a, uint32_t fl
   if (pos != dir.offset + dir.size) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "zip central directory at %" PRIu64 " is %" PRIu64
-                       " bytes but its %zu entries take %" PRIu64
-                       "; the entry count or the size is wrong",
+                       " bytes but its %zu entries take %" PRIu64 "; the entry count or the size is wrong",
                        dir.offset, dir.size, count, pos - dir.offset);
   }
 
@@ -976,11 +948,11 @@ static KILN_MUST_USE kiln_status_t parse_zip(kiln_vmfb_archive_t *a, uint32_t fl
     if (y->header_offset < x->data_offset + x->size) {
       quoted_t qx, qy;
       status = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "zip central directory entries %td (%s, header %" PRIu64
-                           ", data ends at %" PRIu64 ") and %td (%s, header %" PRIu64 ") overlap",
+                           "zip central directory entries %td (%s, header %" PRIu64 ", data ends at %" PRIu64
+                           ") and %td (%s, header %" PRIu64 ") overlap",
                            x - a->entries, quote(&qx, x->name, x->name_length), x->header_offset,
-                           x->data_offset + x->size, y - a->entries,
-                           quote(&qy, y->name, y->name_length), y->header_offset);
+                           x->data_offset + x->size, y - a->entries, quote(&qy, y->name, y->name_length),
+                           y->header_offset);
     }
   }
   const kiln_vmfb_archive_entry_t *module = count && order[0]->header_offset == 0 ? order[0] : NULL;
@@ -1000,11 +972,10 @@ static KILN_MUST_USE kiln_status_t parse_zip(kiln_vmfb_archive_t *a, uint32_t fl
   KILN_RETURN_IF_ERROR(status);
 
   if (!module) {
-    return KILN_STATUS(
-        KILN_STATUS_INVALID_ARGUMENT,
-        "zip layout: none of the %zu central directory entries is the local header at "
-        "offset 0, where the runtime reads the FlatBuffer",
-        count);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "zip layout: none of the %zu central directory entries is the local header at "
+                       "offset 0, where the runtime reads the FlatBuffer",
+                       count);
   }
   if (!module->stored) {
     quoted_t q;
@@ -1030,14 +1001,12 @@ static KILN_MUST_USE kiln_status_t parse_zip(kiln_vmfb_archive_t *a, uint32_t fl
 
 kiln_status_t kiln_vmfb_archive_parse(const void *file, size_t size, uint32_t flags,
                                       kiln_vmfb_archive_t *out_archive) {
-  if (!out_archive)
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "vmfb archive: no output archive");
+  if (!out_archive) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "vmfb archive: no output archive");
   memset(out_archive, 0, sizeof *out_archive);
   if (!file && size)
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "vmfb archive: NULL file of %zu bytes", size);
   if (flags & ~(uint32_t)KILN_VMFB_ARCHIVE_VERIFY_CRC) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "vmfb archive: unknown parse flags 0x%" PRIx32,
-                       flags);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "vmfb archive: unknown parse flags 0x%" PRIx32, flags);
   }
   kiln_vmfb_archive_t a = {0};
   a.file = file;
@@ -1077,26 +1046,24 @@ ptrdiff_t kiln_vmfb_archive_entry_find(const kiln_vmfb_archive_t *archive, const
 
 kiln_status_t kiln_vmfb_archive_entry_verify(const kiln_vmfb_archive_t *archive, size_t index) {
   if (!archive || index >= archive->entry_count) {
-    return KILN_STATUS(KILN_STATUS_OUT_OF_RANGE,
-                       "vmfb archive: no zip entry %zu (the archive has %zu)", index,
-                       archive ? archive->entry_count : 0);
+    return KILN_STATUS(KILN_STATUS_OUT_OF_RANGE, "vmfb archive: no zip entry %zu (the archive has %zu)",
+                       index, archive ? archive->entry_count : 0);
   }
   const kiln_vmfb_archive_entry_t *e = &archive->entries[index];
   quoted_t q;
   if (!e->stored) {
     return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                       "zip entry %zu (%s) is %s (method %u); kiln checks only stored entries",
-                       index, quote(&q, e->name, e->name_length),
+                       "zip entry %zu (%s) is %s (method %u); kiln checks only stored entries", index,
+                       quote(&q, e->name, e->name_length),
                        e->flags & FLAG_ENCRYPTED ? "encrypted" : "compressed", e->method);
   }
   uint32_t crc = crc32_of(0, archive->file + e->data_offset, e->size);
   if (crc != e->crc32) {
     return KILN_STATUS(KILN_STATUS_DATA_LOSS,
-                       "zip entry %zu (%s): the CRC-32 of its data [%" PRIu64 ", %" PRIu64
-                       ") is 0x%08" PRIx32 " but the directory records 0x%08" PRIx32
-                       "; the file is corrupt",
-                       index, quote(&q, e->name, e->name_length), e->data_offset,
-                       e->data_offset + e->size, crc, e->crc32);
+                       "zip entry %zu (%s): the CRC-32 of its data [%" PRIu64 ", %" PRIu64 ") is 0x%08" PRIx32
+                       " but the directory records 0x%08" PRIx32 "; the file is corrupt",
+                       index, quote(&q, e->name, e->name_length), e->data_offset, e->data_offset + e->size,
+                       crc, e->crc32);
   }
   return NULL;
 }
@@ -1108,12 +1075,10 @@ kiln_status_t kiln_vmfb_archive_rodata_resolve(const kiln_vmfb_archive_t *archiv
                        "vmfb archive: rodata_resolve needs an archive and out_data");
   }
   uint64_t start;
-  if (!add_u64(archive->rodata_base, offset, &start) ||
-      !range_within(start, length, archive->file_size)) {
+  if (!add_u64(archive->rodata_base, offset, &start) || !range_within(start, length, archive->file_size)) {
     return KILN_STATUS(KILN_STATUS_OUT_OF_RANGE,
                        "vmfb rodata: external data at offset %" PRIu64 " (%" PRIu64
-                       " bytes) from the rodata base %" PRIu64
-                       " ends past the end of the file (%zu bytes)",
+                       " bytes) from the rodata base %" PRIu64 " ends past the end of the file (%zu bytes)",
                        offset, length, archive->rodata_base, archive->file_size);
   }
   *out_data = archive->file + start;

@@ -134,8 +134,8 @@ typedef struct kiln_vmfb_archive_plan_s {
  * segment's name or alignment, extras in the flat layout, too many entries),
  * OUT_OF_RANGE when the file would not fit in 64 bits / size_t. Thread-safe. */
 KILN_MUST_USE kiln_status_t kiln_vmfb_archive_plan(const kiln_vmfb_archive_contents_t *contents,
-                                     kiln_vmfb_archive_plan_t *out_plan,
-                                     uint64_t *out_segment_offsets);
+                                                   kiln_vmfb_archive_plan_t *out_plan,
+                                                   uint64_t *out_segment_offsets);
 
 /* Writes the whole file for `contents` into `out` (an initialized buffer; it is
  * cleared first and holds the file from offset 0 on success, nothing on failure).
@@ -147,7 +147,8 @@ KILN_MUST_USE kiln_status_t kiln_vmfb_archive_plan(const kiln_vmfb_archive_conte
  * offset (the FlatBuffer changed size after planning: plan again). Thread-safe
  * (distinct buffers). */
 KILN_MUST_USE kiln_status_t kiln_vmfb_archive_write(const kiln_vmfb_archive_contents_t *contents,
-                                      const uint64_t *expected_segment_offsets, kiln_buf_t *out);
+                                                    const uint64_t *expected_segment_offsets,
+                                                    kiln_buf_t *out);
 
 /* ---- reading ---- */
 
@@ -228,7 +229,7 @@ enum {
  * Compressed entries other than the module's are reported (stored == false),
  * never inflated. Thread-safe. */
 KILN_MUST_USE kiln_status_t kiln_vmfb_archive_parse(const void *file, size_t size, uint32_t flags,
-                                      kiln_vmfb_archive_t *out_archive);
+                                                    kiln_vmfb_archive_t *out_archive);
 
 /* Frees what the archive owns (not the file) and clears it; idempotent; a cleared
  * (zeroed) archive is fine. */
@@ -249,7 +250,8 @@ KILN_MUST_USE kiln_status_t kiln_vmfb_archive_entry_verify(const kiln_vmfb_archi
  * from the FlatBuffer) to its bytes: *out_data = file + rodata_base + offset.
  * Errors: OUT_OF_RANGE when the range overflows or ends past the end of the file,
  * with both numbers. `out_data` is written only on success. Thread-safe. */
-KILN_MUST_USE kiln_status_t kiln_vmfb_archive_rodata_resolve(const kiln_vmfb_archive_t *archive, uint64_t offset,
-                                               uint64_t length, const uint8_t **out_data);
+KILN_MUST_USE kiln_status_t kiln_vmfb_archive_rodata_resolve(const kiln_vmfb_archive_t *archive,
+                                                             uint64_t offset, uint64_t length,
+                                                             const uint8_t **out_data);
 
 #endif /* KILN_COMPILER_VMFB_ARCHIVE_H_ */

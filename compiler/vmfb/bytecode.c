@@ -305,9 +305,9 @@ static void put_target(kiln_vmfb_bytecode_t *bc, kiln_vmfb_block_t block) {
 
 static bool block_check(kiln_vmfb_bytecode_t *bc, kiln_vmfb_block_t block, const char *op) {
   if (block >= bc->n_blocks) {
-    record(bc, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "bytecode: %s targets block %u but only %zu were declared", op, block,
-                           bc->n_blocks));
+    record(bc,
+           KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "bytecode: %s targets block %u but only %zu were declared", op, block, bc->n_blocks));
     return false;
   }
   return true;
@@ -317,8 +317,7 @@ kiln_status_t kiln_vmfb_bytecode_create(const char *cconv, kiln_vmfb_bytecode_t 
   *out_bc = NULL;
   const char *args, *results;
   size_t n_args, n_results;
-  if (!cconv_split(cconv, &args, &n_args, &results, &n_results) ||
-      memchr(args, 'C', n_args) != NULL) {
+  if (!cconv_split(cconv, &args, &n_args, &results, &n_results) || memchr(args, 'C', n_args) != NULL) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "bytecode: calling convention \"%s\" is not \"0<args>_<results>\" over "
                        "i/I/f/F/r (\"v\" for none, no variadic spans)",
@@ -396,17 +395,11 @@ static kiln_vmfb_reg_t alloc_reg(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_kind_t 
   return (kiln_vmfb_reg_t){.kind = kind, .ordinal = (uint16_t)at};
 }
 
-kiln_vmfb_reg_t kiln_vmfb_bytecode_i32(kiln_vmfb_bytecode_t *bc) {
-  return alloc_reg(bc, KILN_VMFB_REG_I32);
-}
+kiln_vmfb_reg_t kiln_vmfb_bytecode_i32(kiln_vmfb_bytecode_t *bc) { return alloc_reg(bc, KILN_VMFB_REG_I32); }
 
-kiln_vmfb_reg_t kiln_vmfb_bytecode_i64(kiln_vmfb_bytecode_t *bc) {
-  return alloc_reg(bc, KILN_VMFB_REG_I64);
-}
+kiln_vmfb_reg_t kiln_vmfb_bytecode_i64(kiln_vmfb_bytecode_t *bc) { return alloc_reg(bc, KILN_VMFB_REG_I64); }
 
-kiln_vmfb_reg_t kiln_vmfb_bytecode_ref(kiln_vmfb_bytecode_t *bc) {
-  return alloc_reg(bc, KILN_VMFB_REG_REF);
-}
+kiln_vmfb_reg_t kiln_vmfb_bytecode_ref(kiln_vmfb_bytecode_t *bc) { return alloc_reg(bc, KILN_VMFB_REG_REF); }
 
 kiln_vmfb_bytecode_mark_t kiln_vmfb_bytecode_mark(const kiln_vmfb_bytecode_t *bc) {
   return (kiln_vmfb_bytecode_mark_t){.i32 = (uint16_t)bc->next_i32, .ref = (uint16_t)bc->next_ref};
@@ -420,8 +413,8 @@ void kiln_vmfb_bytecode_release(kiln_vmfb_bytecode_t *bc, kiln_vmfb_bytecode_mar
 
 kiln_vmfb_block_t kiln_vmfb_bytecode_block_declare(kiln_vmfb_bytecode_t *bc) {
   if (bc->n_blocks >= KILN_VMFB_MAX_BLOCKS) {
-    record(bc, KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
-                           "bytecode: function needs more than %u blocks", KILN_VMFB_MAX_BLOCKS));
+    record(bc, KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED, "bytecode: function needs more than %u blocks",
+                           KILN_VMFB_MAX_BLOCKS));
     return 0;
   }
   bc->blocks = kiln_realloc(bc->blocks, (bc->n_blocks + 1) * sizeof *bc->blocks);
@@ -449,8 +442,7 @@ void kiln_vmfb_bytecode_block_begin(kiln_vmfb_bytecode_t *bc, kiln_vmfb_block_t 
   }
   if (!block_check(bc, block, "block_begin")) return;
   if (bc->blocks[block].begun) {
-    record(bc,
-           KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "bytecode: block %u begun twice", block));
+    record(bc, KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "bytecode: block %u begun twice", block));
     return;
   }
   block_size_check(bc);
@@ -500,16 +492,14 @@ void kiln_vmfb_bytecode_const_i64(kiln_vmfb_bytecode_t *bc, int64_t value, kiln_
 }
 
 void kiln_vmfb_bytecode_const_ref_zero(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t dst) {
-  if (!ready(bc, "const.ref.zero") ||
-      !reg_check(bc, dst, KILN_VMFB_REG_REF, "const.ref.zero", "result")) {
+  if (!ready(bc, "const.ref.zero") || !reg_check(bc, dst, KILN_VMFB_REG_REF, "const.ref.zero", "result")) {
     return;
   }
   put_u8(bc, OP_CONST_REF_ZERO);
   put_reg(bc, dst);
 }
 
-void kiln_vmfb_bytecode_assign_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t src,
-                                   kiln_vmfb_reg_t dst) {
+void kiln_vmfb_bytecode_assign_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t src, kiln_vmfb_reg_t dst) {
   if (!ready(bc, "assign.ref") || !reg_check(bc, src, KILN_VMFB_REG_REF, "assign.ref", "source") ||
       !reg_check(bc, dst, KILN_VMFB_REG_REF, "assign.ref", "result")) {
     return;
@@ -519,8 +509,7 @@ void kiln_vmfb_bytecode_assign_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t src
   put_reg(bc, dst);
 }
 
-void kiln_vmfb_bytecode_const_ref_rodata(kiln_vmfb_bytecode_t *bc, uint32_t rodata,
-                                         kiln_vmfb_reg_t dst) {
+void kiln_vmfb_bytecode_const_ref_rodata(kiln_vmfb_bytecode_t *bc, uint32_t rodata, kiln_vmfb_reg_t dst) {
   if (!ready(bc, "const.ref.rodata") ||
       !reg_check(bc, dst, KILN_VMFB_REG_REF, "const.ref.rodata", "result")) {
     return;
@@ -534,8 +523,8 @@ static void global_op(kiln_vmfb_bytecode_t *bc, uint8_t opcode, const char *name
                       const uint32_t *type, kiln_vmfb_reg_t reg, kiln_vmfb_reg_kind_t kind) {
   if (!ready(bc, name) || !reg_check(bc, reg, kind, name, "value")) return;
   if (kind == KILN_VMFB_REG_I64 && (at & 7)) {
-    record(bc, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "bytecode: %s byte offset %u is not 8-byte aligned", name, at));
+    record(bc, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "bytecode: %s byte offset %u is not 8-byte aligned",
+                           name, at));
     return;
   }
   put_u8(bc, opcode);
@@ -544,8 +533,7 @@ static void global_op(kiln_vmfb_bytecode_t *bc, uint8_t opcode, const char *name
   put_reg(bc, reg);
 }
 
-void kiln_vmfb_bytecode_global_load_i32(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset,
-                                        kiln_vmfb_reg_t dst) {
+void kiln_vmfb_bytecode_global_load_i32(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset, kiln_vmfb_reg_t dst) {
   global_op(bc, OP_GLOBAL_LOAD_I32, "global.load.i32", byte_offset, NULL, dst, KILN_VMFB_REG_I32);
 }
 
@@ -554,8 +542,7 @@ void kiln_vmfb_bytecode_global_store_i32(kiln_vmfb_bytecode_t *bc, uint32_t byte
   global_op(bc, OP_GLOBAL_STORE_I32, "global.store.i32", byte_offset, NULL, src, KILN_VMFB_REG_I32);
 }
 
-void kiln_vmfb_bytecode_global_load_i64(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset,
-                                        kiln_vmfb_reg_t dst) {
+void kiln_vmfb_bytecode_global_load_i64(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset, kiln_vmfb_reg_t dst) {
   global_op(bc, OP_GLOBAL_LOAD_I64, "global.load.i64", byte_offset, NULL, dst, KILN_VMFB_REG_I64);
 }
 
@@ -668,8 +655,7 @@ void kiln_vmfb_bytecode_cmp_ne_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, 
   reg_op(bc, OP_CMP_NE_I32, "cmp.ne.i32", KILN_VMFB_REG_I32, ops, 2, KILN_VMFB_REG_I32, dst);
 }
 
-void kiln_vmfb_bytecode_cmp_nz_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a,
-                                   kiln_vmfb_reg_t dst) {
+void kiln_vmfb_bytecode_cmp_nz_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kiln_vmfb_reg_t dst) {
   reg_op(bc, OP_CMP_NZ_I32, "cmp.nz.i32", KILN_VMFB_REG_I32, &a, 1, KILN_VMFB_REG_I32, dst);
 }
 
@@ -679,17 +665,15 @@ void kiln_vmfb_bytecode_cmp_eq_i64(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, 
   reg_op(bc, OP_CMP_EQ_I64, "cmp.eq.i64", KILN_VMFB_REG_I64, ops, 2, KILN_VMFB_REG_I32, dst);
 }
 
-void kiln_vmfb_bytecode_cmp_nz_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a,
-                                   kiln_vmfb_reg_t dst) {
+void kiln_vmfb_bytecode_cmp_nz_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kiln_vmfb_reg_t dst) {
   reg_op(bc, OP_CMP_NZ_REF, "cmp.nz.ref", KILN_VMFB_REG_REF, &a, 1, KILN_VMFB_REG_I32, dst);
 }
 
 /* ---- lists and buffers ---- */
 
-void kiln_vmfb_bytecode_list_get_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t list,
-                                     kiln_vmfb_reg_t index, uint32_t type, kiln_vmfb_reg_t dst) {
-  if (!ready(bc, "list.get.ref") ||
-      !reg_check(bc, list, KILN_VMFB_REG_REF, "list.get.ref", "list") ||
+void kiln_vmfb_bytecode_list_get_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t list, kiln_vmfb_reg_t index,
+                                     uint32_t type, kiln_vmfb_reg_t dst) {
+  if (!ready(bc, "list.get.ref") || !reg_check(bc, list, KILN_VMFB_REG_REF, "list.get.ref", "list") ||
       !reg_check(bc, index, KILN_VMFB_REG_I32, "list.get.ref", "index") ||
       !reg_check(bc, dst, KILN_VMFB_REG_REF, "list.get.ref", "result")) {
     return;
@@ -702,8 +686,8 @@ void kiln_vmfb_bytecode_list_get_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t l
 }
 
 /* buffer.load/store: ref buffer, i64 element index, then the i32 result/value. */
-static void buffer_op(kiln_vmfb_bytecode_t *bc, uint8_t opcode, const char *name,
-                      kiln_vmfb_reg_t buffer, kiln_vmfb_reg_t index, kiln_vmfb_reg_t value) {
+static void buffer_op(kiln_vmfb_bytecode_t *bc, uint8_t opcode, const char *name, kiln_vmfb_reg_t buffer,
+                      kiln_vmfb_reg_t index, kiln_vmfb_reg_t value) {
   if (!ready(bc, name) || !reg_check(bc, buffer, KILN_VMFB_REG_REF, name, "buffer") ||
       !reg_check(bc, index, KILN_VMFB_REG_I64, name, "index") ||
       !reg_check(bc, value, KILN_VMFB_REG_I32, name, "value")) {
@@ -736,8 +720,8 @@ void kiln_vmfb_bytecode_br(kiln_vmfb_bytecode_t *bc, kiln_vmfb_block_t dest) {
   terminate(bc);
 }
 
-void kiln_vmfb_bytecode_cond_br(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t cond,
-                                kiln_vmfb_block_t if_true, kiln_vmfb_block_t if_false) {
+void kiln_vmfb_bytecode_cond_br(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t cond, kiln_vmfb_block_t if_true,
+                                kiln_vmfb_block_t if_false) {
   if (!ready(bc, "cond_br") || !reg_check(bc, cond, KILN_VMFB_REG_I32, "cond_br", "condition") ||
       !block_check(bc, if_true, "cond_br") || !block_check(bc, if_false, "cond_br")) {
     return;
@@ -754,8 +738,8 @@ void kiln_vmfb_bytecode_cond_br(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t cond,
 }
 
 /* Writes a register list checked against the kinds a cconv fragment expects. */
-static bool put_checked_list(kiln_vmfb_bytecode_t *bc, const char *op, const char *what,
-                             const char *frag, size_t n_frag, const uint16_t *spans, size_t n_spans,
+static bool put_checked_list(kiln_vmfb_bytecode_t *bc, const char *op, const char *what, const char *frag,
+                             size_t n_frag, const uint16_t *spans, size_t n_spans,
                              const kiln_vmfb_reg_t *regs, size_t n_regs) {
   kiln_vmfb_reg_kind_t *kinds = NULL;
   size_t n_kinds = 0;
@@ -767,15 +751,15 @@ static bool put_checked_list(kiln_vmfb_bytecode_t *bc, const char *op, const cha
   bool ok = n_kinds == n_regs;
   if (!ok) {
     record(bc, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "bytecode: %s passes %zu %s where its calling convention takes %zu", op,
-                           n_regs, what, n_kinds));
+                           "bytecode: %s passes %zu %s where its calling convention takes %zu", op, n_regs,
+                           what, n_kinds));
   }
   for (size_t i = 0; ok && i < n_regs; i++) ok = reg_check(bc, regs[i], kinds[i], op, what);
   kiln_free(kinds);
   if (!ok) return false;
   if (n_regs > MAX_LIST) {
-    record(bc, KILN_STATUS(KILN_STATUS_OUT_OF_RANGE, "bytecode: %s has %zu %s (max %d)", op, n_regs,
-                           what, MAX_LIST));
+    record(bc, KILN_STATUS(KILN_STATUS_OUT_OF_RANGE, "bytecode: %s has %zu %s (max %d)", op, n_regs, what,
+                           MAX_LIST));
     return false;
   }
   align2(bc);
@@ -791,26 +775,25 @@ typedef struct call_s {
   bool yieldable;
 } call_t;
 
-static void emit_call(kiln_vmfb_bytecode_t *bc, const call_t *kind, uint32_t callee,
-                      const char *cconv, const uint16_t *spans, size_t n_spans,
-                      const kiln_vmfb_reg_t *args, size_t n_args, const kiln_vmfb_reg_t *results,
-                      size_t n_results, kiln_vmfb_block_t resume) {
+static void emit_call(kiln_vmfb_bytecode_t *bc, const call_t *kind, uint32_t callee, const char *cconv,
+                      const uint16_t *spans, size_t n_spans, const kiln_vmfb_reg_t *args, size_t n_args,
+                      const kiln_vmfb_reg_t *results, size_t n_results, kiln_vmfb_block_t resume) {
   if (!ready(bc, kind->name)) return;
   const char *fa, *fr;
   size_t na, nr;
   if (!cconv_split(cconv, &fa, &na, &fr, &nr)) {
     record(bc, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "bytecode: %s to %08X: calling convention \"%s\" is malformed",
-                           kind->name, callee, cconv ? cconv : "(null)"));
+                           "bytecode: %s to %08X: calling convention \"%s\" is malformed", kind->name, callee,
+                           cconv ? cconv : "(null)"));
     return;
   }
   bool has_span = memchr(fa, 'C', na) != NULL;
   if (has_span != kind->variadic) {
-    record(bc, KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "bytecode: %s to %08X with calling convention \"%s\"; %s", kind->name,
-                           callee, cconv,
-                           has_span ? "variadic callees need call_variadic"
-                                    : "call_variadic needs a variadic callee"));
+    record(bc,
+           KILN_STATUS(
+               KILN_STATUS_INVALID_ARGUMENT, "bytecode: %s to %08X with calling convention \"%s\"; %s",
+               kind->name, callee, cconv,
+               has_span ? "variadic callees need call_variadic" : "call_variadic needs a variadic callee"));
     return;
   }
   if (kind->variadic && !(callee & KILN_VMFB_IMPORT_BIT)) {
@@ -860,16 +843,15 @@ static void emit_call(kiln_vmfb_bytecode_t *bc, const call_t *kind, uint32_t cal
 }
 
 void kiln_vmfb_bytecode_call(kiln_vmfb_bytecode_t *bc, uint32_t callee, const char *cconv,
-                             const kiln_vmfb_reg_t *args, size_t n_args,
-                             const kiln_vmfb_reg_t *results, size_t n_results) {
+                             const kiln_vmfb_reg_t *args, size_t n_args, const kiln_vmfb_reg_t *results,
+                             size_t n_results) {
   static const call_t kind = {OP_CALL, "call", false, false};
   emit_call(bc, &kind, callee, cconv, NULL, 0, args, n_args, results, n_results, 0);
 }
 
 void kiln_vmfb_bytecode_call_variadic(kiln_vmfb_bytecode_t *bc, uint32_t callee, const char *cconv,
-                                      const uint16_t *spans, size_t n_spans,
-                                      const kiln_vmfb_reg_t *args, size_t n_args,
-                                      const kiln_vmfb_reg_t *results, size_t n_results) {
+                                      const uint16_t *spans, size_t n_spans, const kiln_vmfb_reg_t *args,
+                                      size_t n_args, const kiln_vmfb_reg_t *results, size_t n_results) {
   static const call_t kind = {OP_CALL_VARIADIC, "call.variadic", true, false};
   emit_call(bc, &kind, callee, cconv, spans, n_spans, args, n_args, results, n_results, 0);
 }
@@ -882,21 +864,19 @@ void kiln_vmfb_bytecode_call_yieldable(kiln_vmfb_bytecode_t *bc, uint32_t callee
   emit_call(bc, &kind, callee, cconv, NULL, 0, args, n_args, results, n_results, resume);
 }
 
-void kiln_vmfb_bytecode_call_variadic_yieldable(kiln_vmfb_bytecode_t *bc, uint32_t callee,
-                                                const char *cconv, const uint16_t *spans,
-                                                size_t n_spans, const kiln_vmfb_reg_t *args,
-                                                size_t n_args, const kiln_vmfb_reg_t *results,
-                                                size_t n_results, kiln_vmfb_block_t resume) {
+void kiln_vmfb_bytecode_call_variadic_yieldable(kiln_vmfb_bytecode_t *bc, uint32_t callee, const char *cconv,
+                                                const uint16_t *spans, size_t n_spans,
+                                                const kiln_vmfb_reg_t *args, size_t n_args,
+                                                const kiln_vmfb_reg_t *results, size_t n_results,
+                                                kiln_vmfb_block_t resume) {
   static const call_t kind = {OP_CALL_VARIADIC_YIELDABLE, "call.variadic.yieldable", true, true};
   emit_call(bc, &kind, callee, cconv, spans, n_spans, args, n_args, results, n_results, resume);
 }
 
-void kiln_vmfb_bytecode_discard_refs(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_reg_t *regs,
-                                     size_t n_regs) {
+void kiln_vmfb_bytecode_discard_refs(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_reg_t *regs, size_t n_regs) {
   if (!ready(bc, "discard.refs")) return;
   if (n_regs > MAX_LIST) {
-    record(bc, KILN_STATUS(KILN_STATUS_OUT_OF_RANGE, "bytecode: discard.refs of %zu registers",
-                           n_regs));
+    record(bc, KILN_STATUS(KILN_STATUS_OUT_OF_RANGE, "bytecode: discard.refs of %zu registers", n_regs));
     return;
   }
   for (size_t i = 0; i < n_regs; i++) {
@@ -908,8 +888,7 @@ void kiln_vmfb_bytecode_discard_refs(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_r
   for (size_t i = 0; i < n_regs; i++) put_reg(bc, regs[i]);
 }
 
-void kiln_vmfb_bytecode_return(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_reg_t *values,
-                               size_t n_values) {
+void kiln_vmfb_bytecode_return(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_reg_t *values, size_t n_values) {
   if (!ready(bc, "return")) return;
   /* Leave the frame clean: release every ref register not being returned. */
   kiln_vmfb_reg_t *dead = kiln_malloc((bc->max_ref ? bc->max_ref : 1) * sizeof *dead);
@@ -919,8 +898,7 @@ void kiln_vmfb_bytecode_return(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_reg_t *
     for (size_t i = 0; i < n_values && !returned; i++) {
       returned = values[i].kind == KILN_VMFB_REG_REF && values[i].ordinal == r;
     }
-    if (!returned)
-      dead[n_dead++] = (kiln_vmfb_reg_t){.kind = KILN_VMFB_REG_REF, .ordinal = (uint16_t)r};
+    if (!returned) dead[n_dead++] = (kiln_vmfb_reg_t){.kind = KILN_VMFB_REG_REF, .ordinal = (uint16_t)r};
   }
   size_t start = bc->code.len;
   if (n_dead) kiln_vmfb_bytecode_discard_refs(bc, dead, n_dead);
@@ -947,13 +925,12 @@ void kiln_vmfb_bytecode_return(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_reg_t *
   terminate(bc);
 }
 
-void kiln_vmfb_bytecode_fail(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t status,
-                             const char *message) {
+void kiln_vmfb_bytecode_fail(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t status, const char *message) {
   if (!ready(bc, "fail") || !reg_check(bc, status, KILN_VMFB_REG_I32, "fail", "status")) return;
   size_t len = message ? strlen(message) : 0;
   if (len > 0xFFFF) {
-    record(bc, KILN_STATUS(KILN_STATUS_OUT_OF_RANGE,
-                           "bytecode: fail message of %zu bytes exceeds 65535", len));
+    record(bc,
+           KILN_STATUS(KILN_STATUS_OUT_OF_RANGE, "bytecode: fail message of %zu bytes exceeds 65535", len));
     return;
   }
   put_u8(bc, OP_FAIL);
@@ -988,14 +965,13 @@ kiln_status_t kiln_vmfb_bytecode_finish(kiln_vmfb_bytecode_t *bc, kiln_vmfb_vm_f
   }
   for (size_t b = 0; b < bc->n_blocks; b++) {
     if (!bc->blocks[b].begun) {
-      return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
-                         "bytecode: block %zu was declared but never begun", b);
+      return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION, "bytecode: block %zu was declared but never begun",
+                         b);
     }
   }
   for (size_t i = 0; i < bc->n_fixups; i++) {
     uint32_t pc = bc->blocks[bc->fixups[i].block].pc;
-    for (int k = 0; k < 4; k++)
-      bc->code.data[bc->fixups[i].at + k] = (char)(uint8_t)(pc >> (8 * k));
+    for (int k = 0; k < 4; k++) bc->code.data[bc->fixups[i].at + k] = (char)(uint8_t)(pc >> (8 * k));
   }
   kiln_free(fn->bytecode);
   kiln_free(fn->cconv);
@@ -1125,8 +1101,7 @@ static bool vfail(verify_t *v, kiln_status_code_t code, const char *fmt, ...) {
 
 static bool need(verify_t *v, size_t n) {
   if (v->pc + n > v->len) {
-    return vfail(v, KILN_STATUS_OUT_OF_RANGE, "op runs past the end of the function (%zu bytes)",
-                 v->len);
+    return vfail(v, KILN_STATUS_OUT_OF_RANGE, "op runs past the end of the function (%zu bytes)", v->len);
   }
   return true;
 }
@@ -1164,8 +1139,8 @@ static bool check_reg(verify_t *v, uint16_t reg, kiln_vmfb_reg_kind_t kind, bool
     return true;
   }
   if (reg & REF_TYPE_BIT) {
-    return vfail(v, KILN_STATUS_INVALID_ARGUMENT, "%s register required, got ref %u",
-                 kind_name(kind), reg & REF_MASK);
+    return vfail(v, KILN_STATUS_INVALID_ARGUMENT, "%s register required, got ref %u", kind_name(kind),
+                 reg & REF_MASK);
   }
   if (kind == KILN_VMFB_REG_I64) {
     if (reg & 1) {
@@ -1233,8 +1208,7 @@ static bool check_cconv_list(verify_t *v, const char *what, const char *frag, si
   for (size_t i = 0; i < n; i++, seg_i++) {
     if (frag[i] != 'C') {
       if (reg_i >= n_regs) {
-        return vfail(v, KILN_STATUS_OUT_OF_RANGE, "%s: register list underflow (have %u)", what,
-                     n_regs);
+        return vfail(v, KILN_STATUS_OUT_OF_RANGE, "%s: register list underflow (have %u)", what, n_regs);
       }
       if (!check_reg(v, list_at(regs, reg_i++), cconv_kind(frag[i]), true)) return false;
       continue;
@@ -1253,8 +1227,7 @@ static bool check_cconv_list(verify_t *v, const char *what, const char *frag, si
     for (uint16_t rep = 0; rep < count; rep++) {
       for (size_t j = i + 1; j < end; j++) {
         if (reg_i >= n_regs) {
-          return vfail(v, KILN_STATUS_OUT_OF_RANGE, "%s: register list underflow (have %u)", what,
-                       n_regs);
+          return vfail(v, KILN_STATUS_OUT_OF_RANGE, "%s: register list underflow (have %u)", what, n_regs);
         }
         if (!check_reg(v, list_at(regs, reg_i++), cconv_kind(frag[j]), true)) return false;
       }
@@ -1262,8 +1235,8 @@ static bool check_cconv_list(verify_t *v, const char *what, const char *frag, si
     i = end;
   }
   if (reg_i != n_regs) {
-    return vfail(v, KILN_STATUS_INVALID_ARGUMENT,
-                 "%s: %u registers where the calling convention takes %zu", what, n_regs, reg_i);
+    return vfail(v, KILN_STATUS_INVALID_ARGUMENT, "%s: %u registers where the calling convention takes %zu",
+                 what, n_regs, reg_i);
   }
   return true;
 }
@@ -1289,8 +1262,8 @@ static bool verify_call(verify_t *v, bool variadic, bool yieldable) {
     name = v->module->imports[ordinal].full_name;
   } else {
     if (variadic) {
-      return vfail(v, KILN_STATUS_FAILED_PRECONDITION,
-                   "variadic call to internal function %u (imports only)", callee);
+      return vfail(v, KILN_STATUS_FAILED_PRECONDITION, "variadic call to internal function %u (imports only)",
+                   callee);
     }
     if (callee >= v->module->n_functions) {
       return vfail(v, KILN_STATUS_INVALID_ARGUMENT, "function ordinal %u out of range %zu", callee,
@@ -1303,8 +1276,8 @@ static bool verify_call(verify_t *v, bool variadic, bool yieldable) {
   const char *fa, *fr;
   size_t na, nr;
   if (!cconv_split(cconv, &fa, &na, &fr, &nr)) {
-    return vfail(v, KILN_STATUS_INVALID_ARGUMENT, "call to %s: malformed calling convention %s",
-                 name, cconv ? cconv : "(null)");
+    return vfail(v, KILN_STATUS_INVALID_ARGUMENT, "call to %s: malformed calling convention %s", name,
+                 cconv ? cconv : "(null)");
   }
   char what[160];
   snprintf(what, sizeof what, "call to %s arguments", name);
@@ -1351,8 +1324,7 @@ static bool verify_op(verify_t *v, bool *terminator) {
   }
   const char *fields = op_fields(opcode);
   if (!fields) {
-    return vfail(v, KILN_STATUS_UNIMPLEMENTED, "opcode 0x%02X is not one kiln's verifier knows",
-                 opcode);
+    return vfail(v, KILN_STATUS_UNIMPLEMENTED, "opcode 0x%02X is not one kiln's verifier knows", opcode);
   }
   for (const char *f = fields; *f; f++) {
     uint16_t reg;
@@ -1426,12 +1398,11 @@ static bool verify_body(verify_t *v) {
   const kiln_vmfb_vm_function_t *fn = v->fn;
   if (!fn->bytecode || fn->bytecode_len == 0 || fn->block_count == 0) {
     return vfail(v, KILN_STATUS_INVALID_ARGUMENT,
-                 "functions need bytecode and at least one block (len %zu, blocks %u)",
-                 fn->bytecode_len, fn->block_count);
+                 "functions need bytecode and at least one block (len %zu, blocks %u)", fn->bytecode_len,
+                 fn->block_count);
   }
   if (fn->i32_register_count > KILN_VMFB_MAX_I32_REGISTERS ||
-      fn->ref_register_count > KILN_VMFB_MAX_REF_REGISTERS ||
-      fn->block_count > KILN_VMFB_MAX_BLOCKS) {
+      fn->ref_register_count > KILN_VMFB_MAX_REF_REGISTERS || fn->block_count > KILN_VMFB_MAX_BLOCKS) {
     return vfail(v, KILN_STATUS_RESOURCE_EXHAUSTED,
                  "register or block counts exceed the VM's (i32 %u, ref %u, blocks %u)",
                  fn->i32_register_count, fn->ref_register_count, fn->block_count);
@@ -1439,8 +1410,7 @@ static bool verify_body(verify_t *v) {
   uint32_t known = KILN_VMFB_FEATURE_EXT_F32 | KILN_VMFB_FEATURE_EXT_F64 | KILN_VMFB_FEATURE_YIELD |
                    KILN_VMFB_FEATURE_UNWIND;
   if (fn->requirements & ~known) {
-    return vfail(v, KILN_STATUS_INVALID_ARGUMENT, "unknown requirement bits %08X",
-                 fn->requirements & ~known);
+    return vfail(v, KILN_STATUS_INVALID_ARGUMENT, "unknown requirement bits %08X", fn->requirements & ~known);
   }
   const char *fa, *fr;
   size_t na, nr;
@@ -1460,8 +1430,8 @@ static bool verify_body(verify_t *v) {
     }
   }
   if (args_i32 > fn->i32_register_count || args_ref > fn->ref_register_count) {
-    return vfail(v, KILN_STATUS_INVALID_ARGUMENT,
-                 "insufficient register storage for function arguments (%s)", fn->cconv);
+    return vfail(v, KILN_STATUS_INVALID_ARGUMENT, "insufficient register storage for function arguments (%s)",
+                 fn->cconv);
   }
 
   bool in_block = false;
@@ -1493,9 +1463,8 @@ static bool verify_body(verify_t *v) {
     return vfail(v, KILN_STATUS_INVALID_ARGUMENT, "function missing terminator in the last block");
   }
   if (v->n_markers != fn->block_count) {
-    return vfail(v, KILN_STATUS_INVALID_ARGUMENT,
-                 "invalid descriptor block count %u; found %zu blocks", fn->block_count,
-                 v->n_markers);
+    return vfail(v, KILN_STATUS_INVALID_ARGUMENT, "invalid descriptor block count %u; found %zu blocks",
+                 fn->block_count, v->n_markers);
   }
   for (size_t t = 0; t < v->n_targets; t++) {
     /* Markers are recorded in increasing pc order: binary search. */

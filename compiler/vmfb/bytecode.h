@@ -40,7 +40,7 @@
 
 /* Callee ordinals: internal functions are their index in the module's function
  * table; imports are their index in the import table with the high bit set. */
-#define KILN_VMFB_IMPORT_BIT 0x80000000u
+#define KILN_VMFB_IMPORT_BIT      0x80000000u
 #define KILN_VMFB_IMPORT(ordinal) ((uint32_t)(ordinal) | KILN_VMFB_IMPORT_BIT)
 
 /* FunctionDescriptor.requirements / BytecodeModuleDef.requirements bits
@@ -48,16 +48,16 @@
  * yieldable calls, as iree-compile does. */
 #define KILN_VMFB_FEATURE_EXT_F32 (1u << 0)
 #define KILN_VMFB_FEATURE_EXT_F64 (1u << 1)
-#define KILN_VMFB_FEATURE_YIELD (1u << 2)
-#define KILN_VMFB_FEATURE_UNWIND (1u << 3)
+#define KILN_VMFB_FEATURE_YIELD   (1u << 2)
+#define KILN_VMFB_FEATURE_UNWIND  (1u << 3)
 
 /* Limits of one function. The runtime rounds register counts up to a power of two
  * and requires the result to fit its 15-bit (i32) and 14-bit (ref) ordinal
  * fields, so at most 0x4000 i32 slots and 0x2000 ref registers are usable. */
 #define KILN_VMFB_MAX_I32_REGISTERS 0x4000u
 #define KILN_VMFB_MAX_REF_REGISTERS 0x2000u
-#define KILN_VMFB_MAX_BLOCKS 0x7FFFu
-#define KILN_VMFB_MAX_BLOCK_BYTES 0x00FFFFFFu
+#define KILN_VMFB_MAX_BLOCKS        0x7FFFu
+#define KILN_VMFB_MAX_BLOCK_BYTES   0x00FFFFFFu
 
 /* A register: its bank and ordinal. An i64 register is an even i32 ordinal and
  * the one after it. Values are plain data; kind NONE is "no register". */
@@ -132,24 +132,18 @@ void kiln_vmfb_bytecode_const_i64(kiln_vmfb_bytecode_t *bc, int64_t value, kiln_
 /* const.ref.zero (0x10): a null ref. */
 void kiln_vmfb_bytecode_const_ref_zero(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t dst);
 /* assign.ref (0x86): dst = src (retained; dst's previous value is released). */
-void kiln_vmfb_bytecode_assign_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t src,
-                                   kiln_vmfb_reg_t dst);
+void kiln_vmfb_bytecode_assign_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t src, kiln_vmfb_reg_t dst);
 /* const.ref.rodata (0x11): a !vm.buffer over rodata segment `rodata`. */
-void kiln_vmfb_bytecode_const_ref_rodata(kiln_vmfb_bytecode_t *bc, uint32_t rodata,
-                                         kiln_vmfb_reg_t dst);
+void kiln_vmfb_bytecode_const_ref_rodata(kiln_vmfb_bytecode_t *bc, uint32_t rodata, kiln_vmfb_reg_t dst);
 
 /* Module globals: i32/i64 live at byte offsets of the global byte storage
  * (ModuleStateDef.global_bytes_capacity; i64 offsets must be 8-aligned), refs at
  * ordinals below global_ref_count, typed by a `types` ordinal of the module.
  * global.load/store.i32 0x00/0x01, .i64 0x04/0x05, .ref 0x08/0x09. */
-void kiln_vmfb_bytecode_global_load_i32(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset,
-                                        kiln_vmfb_reg_t dst);
-void kiln_vmfb_bytecode_global_store_i32(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset,
-                                         kiln_vmfb_reg_t src);
-void kiln_vmfb_bytecode_global_load_i64(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset,
-                                        kiln_vmfb_reg_t dst);
-void kiln_vmfb_bytecode_global_store_i64(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset,
-                                         kiln_vmfb_reg_t src);
+void kiln_vmfb_bytecode_global_load_i32(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset, kiln_vmfb_reg_t dst);
+void kiln_vmfb_bytecode_global_store_i32(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset, kiln_vmfb_reg_t src);
+void kiln_vmfb_bytecode_global_load_i64(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset, kiln_vmfb_reg_t dst);
+void kiln_vmfb_bytecode_global_store_i64(kiln_vmfb_bytecode_t *bc, uint32_t byte_offset, kiln_vmfb_reg_t src);
 void kiln_vmfb_bytecode_global_load_ref(kiln_vmfb_bytecode_t *bc, uint32_t global, uint32_t type,
                                         kiln_vmfb_reg_t dst);
 void kiln_vmfb_bytecode_global_store_ref(kiln_vmfb_bytecode_t *bc, uint32_t global, uint32_t type,
@@ -166,12 +160,10 @@ void kiln_vmfb_bytecode_cmp_eq_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, 
                                    kiln_vmfb_reg_t dst);
 void kiln_vmfb_bytecode_cmp_ne_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kiln_vmfb_reg_t b,
                                    kiln_vmfb_reg_t dst);
-void kiln_vmfb_bytecode_cmp_nz_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a,
-                                   kiln_vmfb_reg_t dst);
+void kiln_vmfb_bytecode_cmp_nz_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kiln_vmfb_reg_t dst);
 void kiln_vmfb_bytecode_cmp_eq_i64(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kiln_vmfb_reg_t b,
                                    kiln_vmfb_reg_t dst);
-void kiln_vmfb_bytecode_cmp_nz_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a,
-                                   kiln_vmfb_reg_t dst);
+void kiln_vmfb_bytecode_cmp_nz_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t a, kiln_vmfb_reg_t dst);
 
 /* i64 binary ops (their opcodes): arithmetic, bitwise and min/max write an i64,
  * comparisons an i32 0/1. */
@@ -211,8 +203,8 @@ void kiln_vmfb_bytecode_select_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t con
 /* Lists and byte buffers (VMVX-style kernels, tests): list.get.ref 0x1A (element
  * `type` is a `types` ordinal), buffer.load.i32 0x66 / buffer.store.i32 0x6A
  * (`index` is an i64 element index into a !vm.buffer, not a byte offset). */
-void kiln_vmfb_bytecode_list_get_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t list,
-                                     kiln_vmfb_reg_t index, uint32_t type, kiln_vmfb_reg_t dst);
+void kiln_vmfb_bytecode_list_get_ref(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t list, kiln_vmfb_reg_t index,
+                                     uint32_t type, kiln_vmfb_reg_t dst);
 void kiln_vmfb_bytecode_buffer_load_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t buffer,
                                         kiln_vmfb_reg_t index, kiln_vmfb_reg_t dst);
 void kiln_vmfb_bytecode_buffer_store_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t buffer,
@@ -222,25 +214,24 @@ void kiln_vmfb_bytecode_buffer_store_i32(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg
  * Blocks take no arguments: values flow through registers, so every remap list is
  * empty. */
 void kiln_vmfb_bytecode_br(kiln_vmfb_bytecode_t *bc, kiln_vmfb_block_t dest);
-void kiln_vmfb_bytecode_cond_br(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t cond,
-                                kiln_vmfb_block_t if_true, kiln_vmfb_block_t if_false);
+void kiln_vmfb_bytecode_cond_br(kiln_vmfb_bytecode_t *bc, kiln_vmfb_reg_t cond, kiln_vmfb_block_t if_true,
+                                kiln_vmfb_block_t if_false);
 
 /* call (0x58): calls `callee` (an internal ordinal, or KILN_VMFB_IMPORT(i)) whose
  * calling convention is `cconv` (borrowed). args/results are checked against it:
  * count, bank of each (i32 for i/f, i64 for I/F, ref for r). A variadic cconv
  * needs _call_variadic. */
 void kiln_vmfb_bytecode_call(kiln_vmfb_bytecode_t *bc, uint32_t callee, const char *cconv,
-                             const kiln_vmfb_reg_t *args, size_t n_args,
-                             const kiln_vmfb_reg_t *results, size_t n_results);
+                             const kiln_vmfb_reg_t *args, size_t n_args, const kiln_vmfb_reg_t *results,
+                             size_t n_results);
 
 /* call.variadic (0x59), imports only: `spans[k]` is how many times the k-th
  * C...D span of cconv repeats (for a tuple span, the number of tuples); args are
  * the flattened values in order. The segment list is encoded as iree-compile
  * does: one u16 per top-level argument, 0xFFFF (-1) for a fixed one. */
 void kiln_vmfb_bytecode_call_variadic(kiln_vmfb_bytecode_t *bc, uint32_t callee, const char *cconv,
-                                      const uint16_t *spans, size_t n_spans,
-                                      const kiln_vmfb_reg_t *args, size_t n_args,
-                                      const kiln_vmfb_reg_t *results, size_t n_results);
+                                      const uint16_t *spans, size_t n_spans, const kiln_vmfb_reg_t *args,
+                                      size_t n_args, const kiln_vmfb_reg_t *results, size_t n_results);
 
 /* call.yieldable (0x87) / call.variadic.yieldable (0x88): as above, for callees
  * that may yield (e.g. hal.fence.await). They terminate the block; execution
@@ -250,15 +241,14 @@ void kiln_vmfb_bytecode_call_yieldable(kiln_vmfb_bytecode_t *bc, uint32_t callee
                                        const kiln_vmfb_reg_t *args, size_t n_args,
                                        const kiln_vmfb_reg_t *results, size_t n_results,
                                        kiln_vmfb_block_t resume);
-void kiln_vmfb_bytecode_call_variadic_yieldable(kiln_vmfb_bytecode_t *bc, uint32_t callee,
-                                                const char *cconv, const uint16_t *spans,
-                                                size_t n_spans, const kiln_vmfb_reg_t *args,
-                                                size_t n_args, const kiln_vmfb_reg_t *results,
-                                                size_t n_results, kiln_vmfb_block_t resume);
+void kiln_vmfb_bytecode_call_variadic_yieldable(kiln_vmfb_bytecode_t *bc, uint32_t callee, const char *cconv,
+                                                const uint16_t *spans, size_t n_spans,
+                                                const kiln_vmfb_reg_t *args, size_t n_args,
+                                                const kiln_vmfb_reg_t *results, size_t n_results,
+                                                kiln_vmfb_block_t resume);
 
 /* discard.refs (0x85): releases the refs held in `regs` (all ref registers). */
-void kiln_vmfb_bytecode_discard_refs(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_reg_t *regs,
-                                     size_t n_regs);
+void kiln_vmfb_bytecode_discard_refs(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_reg_t *regs, size_t n_regs);
 
 /* return (0x5A): `values` must match the function's result cconv.
  * IREE 3.12 does not release ref registers when a function returns normally:
@@ -269,8 +259,7 @@ void kiln_vmfb_bytecode_discard_refs(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_r
  * register returned twice). Consequently every ref register must be allocated
  * before the returns are emitted: _finish fails with FAILED_PRECONDITION when a
  * ref register was allocated after a return. */
-void kiln_vmfb_bytecode_return(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_reg_t *values,
-                               size_t n_values);
+void kiln_vmfb_bytecode_return(kiln_vmfb_bytecode_t *bc, const kiln_vmfb_reg_t *values, size_t n_values);
 
 /* fail (0x5B): fails the invocation with status code `status` (an i32 register;
  * nonzero at run time, else it falls through) and `message` (borrowed; at most

@@ -47,21 +47,16 @@ static size_t scalar_size(kiln_vmfb_flatbuf_kind_t kind) {
     case KILN_FLATBUF_BOOL:
     case KILN_FLATBUF_U8:
     case KILN_FLATBUF_I8:
-    case KILN_FLATBUF_UNION_TYPE:
-      return 1;
+    case KILN_FLATBUF_UNION_TYPE: return 1;
     case KILN_FLATBUF_U16:
-    case KILN_FLATBUF_I16:
-      return 2;
+    case KILN_FLATBUF_I16: return 2;
     case KILN_FLATBUF_U32:
     case KILN_FLATBUF_I32:
-    case KILN_FLATBUF_F32:
-      return 4;
+    case KILN_FLATBUF_F32: return 4;
     case KILN_FLATBUF_U64:
     case KILN_FLATBUF_I64:
-    case KILN_FLATBUF_F64:
-      return 8;
-    default:
-      return 0;
+    case KILN_FLATBUF_F64: return 8;
+    default: return 0;
   }
 }
 
@@ -82,17 +77,34 @@ static bool is_signed(kiln_vmfb_flatbuf_kind_t kind) {
 
 /* Kinds stored as a uoffset in the table. */
 static bool is_offset(kiln_vmfb_flatbuf_kind_t kind) {
-  return kind >= KILN_FLATBUF_STRING && kind <= KILN_FLATBUF_VECTOR_UNION &&
-         kind != KILN_FLATBUF_UNION_TYPE;
+  return kind >= KILN_FLATBUF_STRING && kind <= KILN_FLATBUF_VECTOR_UNION && kind != KILN_FLATBUF_UNION_TYPE;
 }
 
 static const char *kind_name(kiln_vmfb_flatbuf_kind_t kind) {
   static const char *const names[] = {
-      "none",   "bool",           "u8",           "i8",         "u16",
-      "i16",    "u32",            "i32",          "u64",        "i64",
-      "f32",    "f64",            "struct",       "string",     "table",
-      "vector", "struct vector",  "string vector", "table vector", "union type",
-      "union",  "union type vector", "union vector",
+      "none",
+      "bool",
+      "u8",
+      "i8",
+      "u16",
+      "i16",
+      "u32",
+      "i32",
+      "u64",
+      "i64",
+      "f32",
+      "f64",
+      "struct",
+      "string",
+      "table",
+      "vector",
+      "struct vector",
+      "string vector",
+      "table vector",
+      "union type",
+      "union",
+      "union type vector",
+      "union vector",
   };
   return (size_t)kind < sizeof names / sizeof names[0] ? names[kind] : "unknown kind";
 }
@@ -112,18 +124,13 @@ static size_t field_align(const kiln_vmfb_flatbuf_field_desc_t *f) {
 /* Element size and alignment of a vector field. */
 static size_t vector_elem_size(const kiln_vmfb_flatbuf_field_desc_t *f) {
   switch (f->kind) {
-    case KILN_FLATBUF_VECTOR:
-      return scalar_size(f->elem_kind);
-    case KILN_FLATBUF_VECTOR_STRUCT:
-      return f->struct_size;
+    case KILN_FLATBUF_VECTOR: return scalar_size(f->elem_kind);
+    case KILN_FLATBUF_VECTOR_STRUCT: return f->struct_size;
     case KILN_FLATBUF_VECTOR_STRING:
     case KILN_FLATBUF_VECTOR_TABLE:
-    case KILN_FLATBUF_VECTOR_UNION:
-      return 4;
-    case KILN_FLATBUF_VECTOR_UNION_TYPE:
-      return 1;
-    default:
-      return 0;
+    case KILN_FLATBUF_VECTOR_UNION: return 4;
+    case KILN_FLATBUF_VECTOR_UNION_TYPE: return 1;
+    default: return 0;
   }
 }
 
@@ -133,15 +140,14 @@ static size_t vector_elem_align(const kiln_vmfb_flatbuf_field_desc_t *f) {
 
 static bool is_pow2(size_t x) { return x && !(x & (x - 1)); }
 
-static uint64_t size_mask(size_t size) {
-  return size >= 8 ? UINT64_MAX : (UINT64_C(1) << (8 * size)) - 1;
-}
+static uint64_t size_mask(size_t size) { return size >= 8 ? UINT64_MAX : (UINT64_C(1) << (8 * size)) - 1; }
 
 /* Whether an unsigned value fits an integer kind. */
 static bool uint_fits(kiln_vmfb_flatbuf_kind_t kind, uint64_t v) {
   switch (kind) {
     case KILN_FLATBUF_BOOL: return v <= 1;
-    case KILN_FLATBUF_U8: case KILN_FLATBUF_UNION_TYPE: return v <= UINT8_MAX;
+    case KILN_FLATBUF_U8:
+    case KILN_FLATBUF_UNION_TYPE: return v <= UINT8_MAX;
     case KILN_FLATBUF_I8: return v <= INT8_MAX;
     case KILN_FLATBUF_U16: return v <= UINT16_MAX;
     case KILN_FLATBUF_I16: return v <= INT16_MAX;
@@ -226,17 +232,16 @@ typedef struct seen_s {
 static KILN_MUST_USE kiln_status_t check_table(const kiln_vmfb_flatbuf_table_desc_t *t, seen_t *seen);
 
 static KILN_MUST_USE kiln_status_t check_union(const kiln_vmfb_flatbuf_table_desc_t *t,
-                                 const kiln_vmfb_flatbuf_field_desc_t *f, seen_t *seen) {
+                                               const kiln_vmfb_flatbuf_field_desc_t *f, seen_t *seen) {
   const kiln_vmfb_flatbuf_union_desc_t *u = f->union_desc;
   if (!u || !u->name || !u->members || u->member_count == 0) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s.%s: a union field needs a union descriptor with members", t->name,
-                       f->name);
+                       "%s.%s: a union field needs a union descriptor with members", t->name, f->name);
   }
   for (uint8_t i = 0; i < u->member_count; i++) {
     if (!u->members[i]) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: union %s member %u is NULL",
-                         t->name, f->name, u->name, i + 1u);
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: union %s member %u is NULL", t->name, f->name,
+                         u->name, i + 1u);
     }
     KILN_RETURN_IF_ERROR(check_table(u->members[i], seen));
   }
@@ -244,7 +249,7 @@ static KILN_MUST_USE kiln_status_t check_union(const kiln_vmfb_flatbuf_table_des
 }
 
 static KILN_MUST_USE kiln_status_t check_field(const kiln_vmfb_flatbuf_table_desc_t *t, uint16_t i,
-                                 seen_t *seen) {
+                                               seen_t *seen) {
   const kiln_vmfb_flatbuf_field_desc_t *f = &t->fields[i];
   const char *tn = t->name;
   if (!f->name) {
@@ -253,33 +258,33 @@ static KILN_MUST_USE kiln_status_t check_field(const kiln_vmfb_flatbuf_table_des
   if (f->slot != i) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "%s.%s: declared slot %u at index %u; fields[] needs one entry per slot, "
-                       "in slot order", tn, f->name, f->slot, i);
+                       "in slot order",
+                       tn, f->name, f->slot, i);
   }
   if (f->kind <= KILN_FLATBUF_NONE || f->kind > KILN_FLATBUF_VECTOR_UNION) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: unknown kind %d", tn, f->name,
-                       (int)f->kind);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: unknown kind %d", tn, f->name, (int)f->kind);
   }
   if (f->required && (!is_offset(f->kind) || f->deprecated)) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "%s.%s: only live string, table, vector and union fields can be required",
-                       tn, f->name);
+                       "%s.%s: only live string, table, vector and union fields can be required", tn,
+                       f->name);
   }
   if (is_integer(f->kind) || f->kind == KILN_FLATBUF_UNION_TYPE) {
     bool ok = f->kind == KILN_FLATBUF_U64 || int_fits(f->kind, f->default_int);
     if (f->kind == KILN_FLATBUF_UNION_TYPE) ok = f->default_int == 0;
     if (!ok || f->default_float != 0) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: default %" PRId64
-                         " does not fit a %s", tn, f->name, f->default_int, kind_name(f->kind));
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: default %" PRId64 " does not fit a %s", tn,
+                         f->name, f->default_int, kind_name(f->kind));
     }
   } else if (!is_float(f->kind) && (f->default_int != 0 || f->default_float != 0)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: a %s field has no default", tn,
-                       f->name, kind_name(f->kind));
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: a %s field has no default", tn, f->name,
+                       kind_name(f->kind));
   }
   switch (f->kind) {
     case KILN_FLATBUF_VECTOR:
       if (!is_scalar(f->elem_kind)) {
-        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "%s.%s: a scalar vector needs a scalar elem_kind", tn, f->name);
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: a scalar vector needs a scalar elem_kind",
+                           tn, f->name);
       }
       break;
     case KILN_FLATBUF_STRUCT:
@@ -288,48 +293,43 @@ static KILN_MUST_USE kiln_status_t check_field(const kiln_vmfb_flatbuf_table_des
           f->struct_size % f->struct_align != 0) {
         return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                            "%s.%s: struct size %u / alignment %u: the size must be a nonzero "
-                           "multiple of a power-of-two alignment <= 256", tn, f->name,
-                           f->struct_size, f->struct_align);
+                           "multiple of a power-of-two alignment <= 256",
+                           tn, f->name, f->struct_size, f->struct_align);
       }
       break;
     case KILN_FLATBUF_TABLE:
     case KILN_FLATBUF_VECTOR_TABLE:
       if (!f->table) {
-        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: a table field needs `table`",
-                           tn, f->name);
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: a table field needs `table`", tn, f->name);
       }
       KILN_RETURN_IF_ERROR(check_table(f->table, seen));
       break;
     case KILN_FLATBUF_UNION_TYPE:
     case KILN_FLATBUF_VECTOR_UNION_TYPE: {
-      kiln_vmfb_flatbuf_kind_t want = f->kind == KILN_FLATBUF_UNION_TYPE
-                                          ? KILN_FLATBUF_UNION
-                                          : KILN_FLATBUF_VECTOR_UNION;
+      kiln_vmfb_flatbuf_kind_t want =
+          f->kind == KILN_FLATBUF_UNION_TYPE ? KILN_FLATBUF_UNION : KILN_FLATBUF_VECTOR_UNION;
       const kiln_vmfb_flatbuf_field_desc_t *next =
           (uint32_t)i + 1 < t->field_count ? &t->fields[i + 1] : NULL;
       if (!next || next->kind != want || next->union_desc != f->union_desc ||
           next->deprecated != f->deprecated) {
         return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "%s.%s: a %s must be followed by its %s field (same union)", tn,
-                           f->name, kind_name(f->kind), kind_name(want));
+                           "%s.%s: a %s must be followed by its %s field (same union)", tn, f->name,
+                           kind_name(f->kind), kind_name(want));
       }
       KILN_RETURN_IF_ERROR(check_union(t, f, seen));
       break;
     }
     case KILN_FLATBUF_UNION:
     case KILN_FLATBUF_VECTOR_UNION: {
-      kiln_vmfb_flatbuf_kind_t want = f->kind == KILN_FLATBUF_UNION
-                                          ? KILN_FLATBUF_UNION_TYPE
-                                          : KILN_FLATBUF_VECTOR_UNION_TYPE;
+      kiln_vmfb_flatbuf_kind_t want =
+          f->kind == KILN_FLATBUF_UNION ? KILN_FLATBUF_UNION_TYPE : KILN_FLATBUF_VECTOR_UNION_TYPE;
       if (i == 0 || t->fields[i - 1].kind != want) {
-        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "%s.%s: a %s must follow its %s field", tn, f->name,
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s: a %s must follow its %s field", tn, f->name,
                            kind_name(f->kind), kind_name(want));
       }
       break;
     }
-    default:
-      break;
+    default: break;
   }
   return NULL;
 }
@@ -379,14 +379,14 @@ typedef struct value_s {
 
 typedef struct node_s {
   node_type_t type;
-  bool null_ok;      /* NODE_VECTOR of union values: 0 where the type is NONE */
-  size_t align;      /* NODE_BLOB: alignment of element 0 */
-  size_t elem_size;  /* NODE_BLOB */
-  size_t count;      /* STRING: bytes; BLOB, VECTOR: elements */
-  uint8_t *bytes;    /* STRING (count + NUL), BLOB (count * elem_size) */
-  kiln_vmfb_flatbuf_ref_t *refs; /* VECTOR */
+  bool null_ok;                               /* NODE_VECTOR of union values: 0 where the type is NONE */
+  size_t align;                               /* NODE_BLOB: alignment of element 0 */
+  size_t elem_size;                           /* NODE_BLOB */
+  size_t count;                               /* STRING: bytes; BLOB, VECTOR: elements */
+  uint8_t *bytes;                             /* STRING (count + NUL), BLOB (count * elem_size) */
+  kiln_vmfb_flatbuf_ref_t *refs;              /* VECTOR */
   const kiln_vmfb_flatbuf_table_desc_t *desc; /* TABLE */
-  value_t *values;   /* TABLE: one per slot */
+  value_t *values;                            /* TABLE: one per slot */
 } node_t;
 
 struct kiln_vmfb_flatbuf_builder_s {
@@ -398,10 +398,9 @@ struct kiln_vmfb_flatbuf_builder_s {
 
 /* Records the builder's first error; later ones are dropped (they usually follow
  * from the first). */
-static void builder_fail(kiln_vmfb_flatbuf_builder_t *b, const char *file, int line,
-                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static void builder_fail(kiln_vmfb_flatbuf_builder_t *b, const char *file, int line,
-                         const char *fmt, ...) {
+static void builder_fail(kiln_vmfb_flatbuf_builder_t *b, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void builder_fail(kiln_vmfb_flatbuf_builder_t *b, const char *file, int line, const char *fmt, ...) {
   if (b->failed) return;
   va_list ap;
   va_start(ap, fmt);
@@ -451,8 +450,8 @@ static node_t *node_get(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t 
   return ref >= 1 && ref <= b->count ? &b->nodes[ref - 1] : NULL;
 }
 
-kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_string(kiln_vmfb_flatbuf_builder_t *b,
-                                                              const char *data, size_t len) {
+kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_string(kiln_vmfb_flatbuf_builder_t *b, const char *data,
+                                                             size_t len) {
   if (b->failed) return 0;
   if (len > UINT32_MAX - 1 || (len && !data)) {
     BFAIL(b, "string of %zu bytes: too long for a FlatBuffer or no data", len);
@@ -468,8 +467,7 @@ kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_string(kiln_vmfb_flatbuf_b
   return ref;
 }
 
-kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_str(kiln_vmfb_flatbuf_builder_t *b,
-                                                           const char *s) {
+kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_str(kiln_vmfb_flatbuf_builder_t *b, const char *s) {
   if (!s) {
     BFAIL(b, "add_str: NULL string");
     return 0;
@@ -477,17 +475,15 @@ kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_str(kiln_vmfb_flatbuf_buil
   return kiln_vmfb_flatbuf_builder_add_string(b, s, strlen(s));
 }
 
-static kiln_vmfb_flatbuf_ref_t add_blob(kiln_vmfb_flatbuf_builder_t *b, const void *data,
-                                        size_t count, size_t elem_size, size_t align) {
+static kiln_vmfb_flatbuf_ref_t add_blob(kiln_vmfb_flatbuf_builder_t *b, const void *data, size_t count,
+                                        size_t elem_size, size_t align) {
   if (b->failed) return 0;
   if (!is_pow2(align) || align > KILN_VMFB_FLATBUF_MAX_ALIGN) {
-    BFAIL(b, "vector alignment %zu is not a power of two up to %d", align,
-          KILN_VMFB_FLATBUF_MAX_ALIGN);
+    BFAIL(b, "vector alignment %zu is not a power of two up to %d", align, KILN_VMFB_FLATBUF_MAX_ALIGN);
     return 0;
   }
   if (count > UINT32_MAX || count > (SIZE_MAX / 2) / elem_size || (count && !data)) {
-    BFAIL(b, "vector of %zu elements of %zu bytes: too large for a FlatBuffer or no data",
-          count, elem_size);
+    BFAIL(b, "vector of %zu elements of %zu bytes: too large for a FlatBuffer or no data", count, elem_size);
     return 0;
   }
   kiln_vmfb_flatbuf_ref_t ref = node_new(b, NODE_BLOB);
@@ -501,15 +497,14 @@ static kiln_vmfb_flatbuf_ref_t add_blob(kiln_vmfb_flatbuf_builder_t *b, const vo
   return ref;
 }
 
-kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_bytes(kiln_vmfb_flatbuf_builder_t *b,
-                                                             const void *data, size_t len,
-                                                             size_t align) {
+kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_bytes(kiln_vmfb_flatbuf_builder_t *b, const void *data,
+                                                            size_t len, size_t align) {
   return add_blob(b, data, len, 1, align ? align : 1);
 }
 
 kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_scalars(kiln_vmfb_flatbuf_builder_t *b,
-                                                               kiln_vmfb_flatbuf_kind_t elem_kind,
-                                                               const void *elems, size_t count) {
+                                                              kiln_vmfb_flatbuf_kind_t elem_kind,
+                                                              const void *elems, size_t count) {
   if (b->failed) return 0;
   if (!is_scalar(elem_kind)) {
     BFAIL(b, "add_scalars: %s is not a scalar kind", kind_name(elem_kind));
@@ -546,21 +541,20 @@ kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_scalars(kiln_vmfb_flatbuf_
 }
 
 kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_structs(kiln_vmfb_flatbuf_builder_t *b,
-                                                               const void *data, size_t count,
-                                                               size_t struct_size,
-                                                               size_t struct_align) {
+                                                              const void *data, size_t count,
+                                                              size_t struct_size, size_t struct_align) {
   if (b->failed) return 0;
   if (struct_size == 0 || !is_pow2(struct_align) || struct_size % struct_align != 0) {
-    BFAIL(b, "add_structs: size %zu is not a nonzero multiple of a power-of-two alignment %zu",
-          struct_size, struct_align);
+    BFAIL(b, "add_structs: size %zu is not a nonzero multiple of a power-of-two alignment %zu", struct_size,
+          struct_align);
     return 0;
   }
   return add_blob(b, data, count, struct_size, struct_align);
 }
 
 kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_vector(kiln_vmfb_flatbuf_builder_t *b,
-                                                              const kiln_vmfb_flatbuf_ref_t *refs,
-                                                              size_t count) {
+                                                             const kiln_vmfb_flatbuf_ref_t *refs,
+                                                             size_t count) {
   if (b->failed) return 0;
   if (count > UINT32_MAX / 4 || (count && !refs)) {
     BFAIL(b, "vector of %zu offsets: too large for a FlatBuffer or no data", count);
@@ -582,8 +576,8 @@ kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_vector(kiln_vmfb_flatbuf_b
   return ref;
 }
 
-kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_table(
-    kiln_vmfb_flatbuf_builder_t *b, const kiln_vmfb_flatbuf_table_desc_t *desc) {
+kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_table(kiln_vmfb_flatbuf_builder_t *b,
+                                                            const kiln_vmfb_flatbuf_table_desc_t *desc) {
   if (b->failed) return 0;
   if (!desc || (desc->field_count && !desc->fields)) {
     BFAIL(b, "add_table: no table descriptor");
@@ -607,8 +601,7 @@ static value_t *cell(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t tab
     return NULL;
   }
   if (slot >= n->desc->field_count) {
-    BFAIL(b, "%s: %s has no slot %u (it has %u)", op, n->desc->name, slot,
-          n->desc->field_count);
+    BFAIL(b, "%s: %s has no slot %u (it has %u)", op, n->desc->name, slot, n->desc->field_count);
     return NULL;
   }
   const kiln_vmfb_flatbuf_field_desc_t *f = &n->desc->fields[slot];
@@ -625,12 +618,10 @@ static const char *table_name(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_
 }
 
 #define KIND_MISMATCH(b, table, f, op) \
-  BFAIL((b), "%s: %s.%s is a %s field", (op), table_name((b), (table)), (f)->name, \
-        kind_name((f)->kind))
+  BFAIL((b), "%s: %s.%s is a %s field", (op), table_name((b), (table)), (f)->name, kind_name((f)->kind))
 
-void kiln_vmfb_flatbuf_builder_set_uint(kiln_vmfb_flatbuf_builder_t *b,
-                                        kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                        uint64_t value) {
+void kiln_vmfb_flatbuf_builder_set_uint(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                        uint16_t slot, uint64_t value) {
   const kiln_vmfb_flatbuf_field_desc_t *f;
   value_t *v = cell(b, table, slot, "set_uint", &f);
   if (!v) return;
@@ -639,17 +630,16 @@ void kiln_vmfb_flatbuf_builder_set_uint(kiln_vmfb_flatbuf_builder_t *b,
     return;
   }
   if (!uint_fits(f->kind, value)) {
-    BFAIL(b, "set_uint: %" PRIu64 " does not fit %s.%s (%s)", value, table_name(b, table),
-          f->name, kind_name(f->kind));
+    BFAIL(b, "set_uint: %" PRIu64 " does not fit %s.%s (%s)", value, table_name(b, table), f->name,
+          kind_name(f->kind));
     return;
   }
   v->set = true;
   v->bits = value & size_mask(scalar_size(f->kind));
 }
 
-void kiln_vmfb_flatbuf_builder_set_int(kiln_vmfb_flatbuf_builder_t *b,
-                                       kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                       int64_t value) {
+void kiln_vmfb_flatbuf_builder_set_int(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                       uint16_t slot, int64_t value) {
   const kiln_vmfb_flatbuf_field_desc_t *f;
   value_t *v = cell(b, table, slot, "set_int", &f);
   if (!v) return;
@@ -658,17 +648,16 @@ void kiln_vmfb_flatbuf_builder_set_int(kiln_vmfb_flatbuf_builder_t *b,
     return;
   }
   if (!int_fits(f->kind, value)) {
-    BFAIL(b, "set_int: %" PRId64 " does not fit %s.%s (%s)", value, table_name(b, table),
-          f->name, kind_name(f->kind));
+    BFAIL(b, "set_int: %" PRId64 " does not fit %s.%s (%s)", value, table_name(b, table), f->name,
+          kind_name(f->kind));
     return;
   }
   v->set = true;
   v->bits = (uint64_t)value & size_mask(scalar_size(f->kind));
 }
 
-void kiln_vmfb_flatbuf_builder_set_bool(kiln_vmfb_flatbuf_builder_t *b,
-                                        kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                        bool value) {
+void kiln_vmfb_flatbuf_builder_set_bool(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                        uint16_t slot, bool value) {
   const kiln_vmfb_flatbuf_field_desc_t *f;
   value_t *v = cell(b, table, slot, "set_bool", &f);
   if (!v) return;
@@ -680,9 +669,8 @@ void kiln_vmfb_flatbuf_builder_set_bool(kiln_vmfb_flatbuf_builder_t *b,
   v->bits = value ? 1 : 0;
 }
 
-void kiln_vmfb_flatbuf_builder_set_float(kiln_vmfb_flatbuf_builder_t *b,
-                                         kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                         double value) {
+void kiln_vmfb_flatbuf_builder_set_float(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                         uint16_t slot, double value) {
   const kiln_vmfb_flatbuf_field_desc_t *f;
   value_t *v = cell(b, table, slot, "set_float", &f);
   if (!v) return;
@@ -694,8 +682,8 @@ void kiln_vmfb_flatbuf_builder_set_float(kiln_vmfb_flatbuf_builder_t *b,
   v->bits = float_bits(f->kind, value);
 }
 
-void kiln_vmfb_flatbuf_builder_force(kiln_vmfb_flatbuf_builder_t *b,
-                                     kiln_vmfb_flatbuf_ref_t table, uint16_t slot) {
+void kiln_vmfb_flatbuf_builder_force(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                     uint16_t slot) {
   const kiln_vmfb_flatbuf_field_desc_t *f;
   value_t *v = cell(b, table, slot, "force", &f);
   if (!v) return;
@@ -710,9 +698,8 @@ void kiln_vmfb_flatbuf_builder_force(kiln_vmfb_flatbuf_builder_t *b,
   v->forced = true;
 }
 
-void kiln_vmfb_flatbuf_builder_set_struct(kiln_vmfb_flatbuf_builder_t *b,
-                                          kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                          const void *data, size_t size) {
+void kiln_vmfb_flatbuf_builder_set_struct(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                          uint16_t slot, const void *data, size_t size) {
   const kiln_vmfb_flatbuf_field_desc_t *f;
   value_t *v = cell(b, table, slot, "set_struct", &f);
   if (!v) return;
@@ -721,8 +708,8 @@ void kiln_vmfb_flatbuf_builder_set_struct(kiln_vmfb_flatbuf_builder_t *b,
     return;
   }
   if (size != f->struct_size || !data) {
-    BFAIL(b, "set_struct: %s.%s is %u bytes, got %zu", table_name(b, table), f->name,
-          f->struct_size, data ? size : 0);
+    BFAIL(b, "set_struct: %s.%s is %u bytes, got %zu", table_name(b, table), f->name, f->struct_size,
+          data ? size : 0);
     return;
   }
   kiln_free(v->struct_data);
@@ -732,13 +719,10 @@ void kiln_vmfb_flatbuf_builder_set_struct(kiln_vmfb_flatbuf_builder_t *b,
 
 /* Whether node `n` may be the value of offset field `f`; may raise a blob's
  * alignment to the field's element alignment. */
-static bool ref_fits(kiln_vmfb_flatbuf_builder_t *b, const kiln_vmfb_flatbuf_field_desc_t *f,
-                     node_t *n) {
+static bool ref_fits(kiln_vmfb_flatbuf_builder_t *b, const kiln_vmfb_flatbuf_field_desc_t *f, node_t *n) {
   switch (f->kind) {
-    case KILN_FLATBUF_STRING:
-      return n->type == NODE_STRING;
-    case KILN_FLATBUF_TABLE:
-      return n->type == NODE_TABLE && n->desc == f->table;
+    case KILN_FLATBUF_STRING: return n->type == NODE_STRING;
+    case KILN_FLATBUF_TABLE: return n->type == NODE_TABLE && n->desc == f->table;
     case KILN_FLATBUF_VECTOR:
     case KILN_FLATBUF_VECTOR_STRUCT:
       if (n->type != NODE_BLOB || n->elem_size != vector_elem_size(f)) return false;
@@ -750,13 +734,12 @@ static bool ref_fits(kiln_vmfb_flatbuf_builder_t *b, const kiln_vmfb_flatbuf_fie
       for (size_t i = 0; i < n->count; i++) {
         node_t *e = node_get(b, n->refs[i]);
         if (f->kind == KILN_FLATBUF_VECTOR_STRING ? e->type != NODE_STRING
-                                                   : e->type != NODE_TABLE || e->desc != f->table) {
+                                                  : e->type != NODE_TABLE || e->desc != f->table) {
           return false;
         }
       }
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -770,18 +753,17 @@ static const char *node_type_name(const node_t *n) {
   return "?";
 }
 
-void kiln_vmfb_flatbuf_builder_set_ref(kiln_vmfb_flatbuf_builder_t *b,
-                                       kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                       kiln_vmfb_flatbuf_ref_t value) {
+void kiln_vmfb_flatbuf_builder_set_ref(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                       uint16_t slot, kiln_vmfb_flatbuf_ref_t value) {
   const kiln_vmfb_flatbuf_field_desc_t *f;
   value_t *v = cell(b, table, slot, "set_ref", &f);
   if (!v) return;
-  if (!is_offset(f->kind) || f->kind == KILN_FLATBUF_UNION ||
-      f->kind == KILN_FLATBUF_VECTOR_UNION || f->kind == KILN_FLATBUF_VECTOR_UNION_TYPE) {
-    BFAIL(b, "set_ref: %s.%s is a %s field%s", table_name(b, table), f->name,
-          kind_name(f->kind),
+  if (!is_offset(f->kind) || f->kind == KILN_FLATBUF_UNION || f->kind == KILN_FLATBUF_VECTOR_UNION ||
+      f->kind == KILN_FLATBUF_VECTOR_UNION_TYPE) {
+    BFAIL(b, "set_ref: %s.%s is a %s field%s", table_name(b, table), f->name, kind_name(f->kind),
           f->kind == KILN_FLATBUF_UNION || f->kind == KILN_FLATBUF_VECTOR_UNION
-              ? " (use set_union / set_union_vector)" : "");
+              ? " (use set_union / set_union_vector)"
+              : "");
     return;
   }
   if (value == 0) { /* clears */
@@ -790,15 +772,14 @@ void kiln_vmfb_flatbuf_builder_set_ref(kiln_vmfb_flatbuf_builder_t *b,
   }
   node_t *n = node_get(b, value);
   if (!n) {
-    BFAIL(b, "set_ref: %s.%s: ref %" PRIu32 " does not exist", table_name(b, table), f->name,
-          value);
+    BFAIL(b, "set_ref: %s.%s: ref %" PRIu32 " does not exist", table_name(b, table), f->name, value);
     return;
   }
   if (!ref_fits(b, f, n)) {
     BFAIL(b, "set_ref: %s.%s is a %s field%s%s%s but got %s", table_name(b, table), f->name,
           kind_name(f->kind), f->table ? " of " : "", f->table ? f->table->name : "",
-          f->kind == KILN_FLATBUF_VECTOR || f->kind == KILN_FLATBUF_VECTOR_STRUCT
-              ? " (element size differs)" : "",
+          f->kind == KILN_FLATBUF_VECTOR || f->kind == KILN_FLATBUF_VECTOR_STRUCT ? " (element size differs)"
+                                                                                  : "",
           node_type_name(n));
     return;
   }
@@ -806,18 +787,16 @@ void kiln_vmfb_flatbuf_builder_set_ref(kiln_vmfb_flatbuf_builder_t *b,
 }
 
 /* Whether `value` is a table of union member `type` (0 only with value 0). */
-static bool union_member_fits(kiln_vmfb_flatbuf_builder_t *b,
-                              const kiln_vmfb_flatbuf_field_desc_t *f, uint8_t type,
-                              kiln_vmfb_flatbuf_ref_t value) {
+static bool union_member_fits(kiln_vmfb_flatbuf_builder_t *b, const kiln_vmfb_flatbuf_field_desc_t *f,
+                              uint8_t type, kiln_vmfb_flatbuf_ref_t value) {
   if (type == 0) return value == 0;
   if (type > f->union_desc->member_count) return false;
   node_t *n = node_get(b, value);
   return n && n->type == NODE_TABLE && n->desc == f->union_desc->members[type - 1];
 }
 
-void kiln_vmfb_flatbuf_builder_set_union(kiln_vmfb_flatbuf_builder_t *b,
-                                         kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                         uint8_t type, kiln_vmfb_flatbuf_ref_t value) {
+void kiln_vmfb_flatbuf_builder_set_union(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                         uint16_t slot, uint8_t type, kiln_vmfb_flatbuf_ref_t value) {
   const kiln_vmfb_flatbuf_field_desc_t *f;
   value_t *v = cell(b, table, slot, "set_union", &f);
   if (!v) return;
@@ -826,8 +805,8 @@ void kiln_vmfb_flatbuf_builder_set_union(kiln_vmfb_flatbuf_builder_t *b,
     return;
   }
   if (!union_member_fits(b, f, type, value)) {
-    BFAIL(b, "set_union: %s.%s: type %u with ref %" PRIu32 " is not a member of %s",
-          table_name(b, table), f->name, type, value, f->union_desc->name);
+    BFAIL(b, "set_union: %s.%s: type %u with ref %" PRIu32 " is not a member of %s", table_name(b, table),
+          f->name, type, value, f->union_desc->name);
     return;
   }
   value_t *tv = v - 1; /* desc_check: the type field is the slot before */
@@ -836,11 +815,9 @@ void kiln_vmfb_flatbuf_builder_set_union(kiln_vmfb_flatbuf_builder_t *b,
   v->ref = value;
 }
 
-void kiln_vmfb_flatbuf_builder_set_union_vector(kiln_vmfb_flatbuf_builder_t *b,
-                                                kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                                const uint8_t *types,
-                                                const kiln_vmfb_flatbuf_ref_t *values,
-                                                size_t count) {
+void kiln_vmfb_flatbuf_builder_set_union_vector(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                                uint16_t slot, const uint8_t *types,
+                                                const kiln_vmfb_flatbuf_ref_t *values, size_t count) {
   const kiln_vmfb_flatbuf_field_desc_t *f;
   if (!cell(b, table, slot, "set_union_vector", &f)) return;
   if (f->kind != KILN_FLATBUF_VECTOR_UNION || slot == 0 || !f->union_desc) {
@@ -848,15 +825,14 @@ void kiln_vmfb_flatbuf_builder_set_union_vector(kiln_vmfb_flatbuf_builder_t *b,
     return;
   }
   if (count > UINT32_MAX / 4 || (count && (!types || !values))) {
-    BFAIL(b, "set_union_vector: %s.%s: %zu elements, too many or no data",
-          table_name(b, table), f->name, count);
+    BFAIL(b, "set_union_vector: %s.%s: %zu elements, too many or no data", table_name(b, table), f->name,
+          count);
     return;
   }
   for (size_t i = 0; i < count; i++) {
     if (!union_member_fits(b, f, types[i], values[i])) {
-      BFAIL(b, "set_union_vector: %s.%s[%zu]: type %u with ref %" PRIu32
-            " is not a member of %s", table_name(b, table), f->name, i, types[i], values[i],
-            f->union_desc->name);
+      BFAIL(b, "set_union_vector: %s.%s[%zu]: type %u with ref %" PRIu32 " is not a member of %s",
+            table_name(b, table), f->name, i, types[i], values[i], f->union_desc->name);
       return;
     }
   }
@@ -888,12 +864,12 @@ typedef struct vtable_rec_s {
 typedef struct emit_s {
   kiln_vmfb_flatbuf_builder_t *b;
   kiln_buf_t *out;
-  size_t start;     /* out->len on entry: position 0 of the FlatBuffer */
+  size_t start; /* out->len on entry: position 0 of the FlatBuffer */
   size_t base_align;
-  size_t max_align; /* the largest alignment any value used */
-  uint8_t *state;   /* per node: 0 unseen, 1 on the DFS path, 2 done */
-  uint32_t *height; /* per node: tables on the longest path below, itself included */
-  size_t *pos;      /* per node: its position once emitted */
+  size_t max_align;               /* the largest alignment any value used */
+  uint8_t *state;                 /* per node: 0 unseen, 1 on the DFS path, 2 done */
+  uint32_t *height;               /* per node: tables on the longest path below, itself included */
+  size_t *pos;                    /* per node: its position once emitted */
   kiln_vmfb_flatbuf_ref_t *order; /* post-order */
   size_t norder;
   fixup_t *fixups;
@@ -919,13 +895,12 @@ static KILN_MUST_USE kiln_status_t visit(emit_t *e, kiln_vmfb_flatbuf_ref_t ref,
   if (e->state[idx] == 2) return NULL;
   if (e->state[idx] == 1) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "FlatBuffer values form a cycle through %s (ref %" PRIu32 ")",
-                       node_type_name(n), ref);
+                       "FlatBuffer values form a cycle through %s (ref %" PRIu32 ")", node_type_name(n), ref);
   }
   /* Paths alternate table -> (vector ->) table, so this bounds the tables too. */
   if (depth > 2u * KILN_VMFB_FLATBUF_MAX_DEPTH + 2) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "FlatBuffer tables nest deeper than %d", KILN_VMFB_FLATBUF_MAX_DEPTH);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "FlatBuffer tables nest deeper than %d",
+                       KILN_VMFB_FLATBUF_MAX_DEPTH);
   }
   e->state[idx] = 1;
   uint32_t h = 0;
@@ -935,8 +910,8 @@ static KILN_MUST_USE kiln_status_t visit(emit_t *e, kiln_vmfb_flatbuf_ref_t ref,
       const kiln_vmfb_flatbuf_field_desc_t *f = &d->fields[s];
       const value_t *v = &n->values[s];
       if (f->required && v->ref == 0) {
-        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "%s.%s is required but was not set", d->name, f->name);
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s.%s is required but was not set", d->name,
+                           f->name);
       }
       if (is_offset(f->kind) && v->ref && !f->deprecated) {
         KILN_RETURN_IF_ERROR(visit(e, v->ref, depth + 1));
@@ -946,8 +921,8 @@ static KILN_MUST_USE kiln_status_t visit(emit_t *e, kiln_vmfb_flatbuf_ref_t ref,
     h++;
     if (h > KILN_VMFB_FLATBUF_MAX_DEPTH) {
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "FlatBuffer tables nest %" PRIu32 " deep below a %s; the limit is %d",
-                         h, d->name, KILN_VMFB_FLATBUF_MAX_DEPTH);
+                         "FlatBuffer tables nest %" PRIu32 " deep below a %s; the limit is %d", h, d->name,
+                         KILN_VMFB_FLATBUF_MAX_DEPTH);
     }
   } else if (n->type == NODE_VECTOR) {
     for (size_t i = 0; i < n->count; i++) {
@@ -978,7 +953,8 @@ static KILN_MUST_USE kiln_status_t pad_to(emit_t *e, size_t align, size_t phase)
   if (align > e->base_align) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "a FlatBuffer value needs %zu-byte alignment but the buffer is only "
-                       "placed at a multiple of %zu (raise base_alignment)", align, e->base_align);
+                       "placed at a multiple of %zu (raise base_alignment)",
+                       align, e->base_align);
   }
   if (align > e->max_align) e->max_align = align;
   size_t r = (rel(e) + phase) & (align - 1);
@@ -1028,8 +1004,7 @@ static KILN_MUST_USE kiln_status_t emit_table(emit_t *e, const node_t *n, size_t
     off += field_size(f);
     if (off > UINT16_MAX) {
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "a %s would take %zu bytes inline; tables are limited to 65535",
-                         d->name, off);
+                         "a %s would take %zu bytes inline; tables are limited to 65535", d->name, off);
     }
   }
   size_t tsize = off;
@@ -1109,16 +1084,14 @@ static KILN_MUST_USE kiln_status_t emit_node(emit_t *e, kiln_vmfb_flatbuf_ref_t 
         if (n->refs[i]) add_fixup(e, pos + 4 + 4 * i, n->refs[i]);
       }
       break;
-    case NODE_TABLE:
-      KILN_RETURN_IF_ERROR(emit_table(e, n, &pos));
-      break;
+    case NODE_TABLE: KILN_RETURN_IF_ERROR(emit_table(e, n, &pos)); break;
   }
   e->pos[ref - 1] = pos;
   return NULL;
 }
 
 static KILN_MUST_USE kiln_status_t finish(emit_t *e, kiln_vmfb_flatbuf_ref_t root,
-                            const kiln_vmfb_flatbuf_finish_options_t *o) {
+                                          const kiln_vmfb_flatbuf_finish_options_t *o) {
   kiln_vmfb_flatbuf_builder_t *b = e->b;
   KILN_RETURN_IF_ERROR(visit(e, root, 0));
   size_t max_fields = 1;
@@ -1154,8 +1127,7 @@ static KILN_MUST_USE kiln_status_t finish(emit_t *e, kiln_vmfb_flatbuf_ref_t roo
   return NULL;
 }
 
-kiln_status_t kiln_vmfb_flatbuf_builder_finish(kiln_vmfb_flatbuf_builder_t *b,
-                                               kiln_vmfb_flatbuf_ref_t root,
+kiln_status_t kiln_vmfb_flatbuf_builder_finish(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t root,
                                                const kiln_vmfb_flatbuf_finish_options_t *options,
                                                kiln_buf_t *out) {
   if (b->error) {
@@ -1167,26 +1139,21 @@ kiln_status_t kiln_vmfb_flatbuf_builder_finish(kiln_vmfb_flatbuf_builder_t *b,
     return KILN_STATUS(KILN_STATUS_FAILED_PRECONDITION,
                        "the FlatBuffer builder failed earlier; its error was already returned");
   }
-  kiln_vmfb_flatbuf_finish_options_t o =
-      options ? *options : (kiln_vmfb_flatbuf_finish_options_t){0};
+  kiln_vmfb_flatbuf_finish_options_t o = options ? *options : (kiln_vmfb_flatbuf_finish_options_t){0};
   if (!o.base_alignment) o.base_alignment = 16;
-  if (!is_pow2(o.base_alignment) || o.base_alignment < 4 ||
-      o.base_alignment > KILN_VMFB_FLATBUF_MAX_ALIGN) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "base_alignment %zu is not a power of two in 4..%d", o.base_alignment,
-                       KILN_VMFB_FLATBUF_MAX_ALIGN);
+  if (!is_pow2(o.base_alignment) || o.base_alignment < 4 || o.base_alignment > KILN_VMFB_FLATBUF_MAX_ALIGN) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "base_alignment %zu is not a power of two in 4..%d",
+                       o.base_alignment, KILN_VMFB_FLATBUF_MAX_ALIGN);
   }
   if (o.identifier && strlen(o.identifier) != 4) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "file identifier \"%s\" is not 4 characters", o.identifier);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "file identifier \"%s\" is not 4 characters",
+                       o.identifier);
   }
   node_t *r = node_get(b, root);
   if (!r || r->type != NODE_TABLE) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "finish: root ref %" PRIu32
-                       " is not a table", root);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "finish: root ref %" PRIu32 " is not a table", root);
   }
-  emit_t e = {
-      .b = b, .out = out, .start = out->len, .base_align = o.base_alignment, .max_align = 4};
+  emit_t e = {.b = b, .out = out, .start = out->len, .base_align = o.base_alignment, .max_align = 4};
   e.state = kiln_calloc(b->count, 1);
   e.height = kiln_calloc(b->count, sizeof *e.height);
   e.pos = kiln_calloc(b->count, sizeof *e.pos);
@@ -1230,10 +1197,10 @@ typedef struct verifier_s {
   kiln_status_code_t code;
 } verifier_t;
 
-static KILN_MUST_USE kiln_status_t verify_fail(verifier_t *v, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 static KILN_MUST_USE kiln_status_t verify_fail(verifier_t *v, const char *file, int line, const char *fmt,
-                                 ...) {
+                                               ...) __attribute__((format(printf, 4, 5)));
+static KILN_MUST_USE kiln_status_t verify_fail(verifier_t *v, const char *file, int line, const char *fmt,
+                                               ...) {
   kiln_buf_t msg;
   kiln_buf_init(&msg);
   kiln_buf_append_str(&msg, v->root->name);
@@ -1254,7 +1221,9 @@ static KILN_MUST_USE kiln_status_t verify_fail(verifier_t *v, const char *file, 
 
 static KILN_MUST_USE kiln_status_t spend(verifier_t *v) {
   if (v->budget == 0) {
-    return VFAIL(v, "more than %" PRIu64 " tables, strings and vectors visited (shared "
+    return VFAIL(v,
+                 "more than %" PRIu64
+                 " tables, strings and vectors visited (shared "
                  "subtables multiply visits; raise max_objects if this buffer is legitimate)",
                  v->max_objects);
   }
@@ -1269,8 +1238,8 @@ static KILN_MUST_USE kiln_status_t follow(verifier_t *v, size_t at, size_t *out_
   if (u == 0) return VFAIL(v, "null offset at %zu", at);
   uint64_t target = (uint64_t)at + u;
   if (target + 4 > v->end) {
-    return VFAIL(v, "offset at %zu points to %" PRIu64 ", past the end of the buffer (%zu)", at,
-                 target, v->end);
+    return VFAIL(v, "offset at %zu points to %" PRIu64 ", past the end of the buffer (%zu)", at, target,
+                 v->end);
   }
   if (target % 4) return VFAIL(v, "offset at %zu points to misaligned %" PRIu64, at, target);
   *out_target = (size_t)target;
@@ -1284,8 +1253,8 @@ static KILN_MUST_USE kiln_status_t verify_string_at(verifier_t *v, size_t at) {
   uint32_t n = kiln_vmfb_flatbuf_load_u32(v->p + s);
   size_t avail = v->end - s - 4;
   if (n >= avail) {
-    return VFAIL(v, "string extends past the end of the buffer (offset %zu, length %" PRIu32
-                 ", buffer %zu)", s, n, v->end);
+    return VFAIL(v, "string extends past the end of the buffer (offset %zu, length %" PRIu32 ", buffer %zu)",
+                 s, n, v->end);
   }
   if (v->p[s + 4 + n] != 0) {
     return VFAIL(v, "string is not NUL-terminated (offset %zu, length %" PRIu32 ")", s, n);
@@ -1296,7 +1265,7 @@ static KILN_MUST_USE kiln_status_t verify_string_at(verifier_t *v, size_t at) {
 /* Checks the vector at the uoffset `at`: header alignment, element alignment, count
  * within the buffer. */
 static KILN_MUST_USE kiln_status_t verify_vector_at(verifier_t *v, size_t at, size_t elem_size,
-                                      size_t elem_align, size_t *out_pos, size_t *out_count) {
+                                                    size_t elem_align, size_t *out_pos, size_t *out_count) {
   size_t s = 0; /* likewise */
   KILN_RETURN_IF_ERROR(follow(v, at, &s));
   KILN_RETURN_IF_ERROR(spend(v));
@@ -1308,19 +1277,20 @@ static KILN_MUST_USE kiln_status_t verify_vector_at(verifier_t *v, size_t at, si
   if (n > avail / elem_size) {
     char unit[32] = "";
     if (elem_size != 1) snprintf(unit, sizeof unit, " x %zu bytes", elem_size);
-    return VFAIL(v, "vector extends past the end of the buffer (offset %zu, length %" PRIu32
-                 "%s, buffer %zu)", s, n, unit, v->end);
+    return VFAIL(v,
+                 "vector extends past the end of the buffer (offset %zu, length %" PRIu32 "%s, buffer %zu)",
+                 s, n, unit, v->end);
   }
   *out_pos = s + 4;
   *out_count = n;
   return NULL;
 }
 
-static KILN_MUST_USE kiln_status_t verify_table(verifier_t *v, size_t t, const kiln_vmfb_flatbuf_table_desc_t *d,
-                                  uint32_t depth);
+static KILN_MUST_USE kiln_status_t verify_table(verifier_t *v, size_t t,
+                                                const kiln_vmfb_flatbuf_table_desc_t *d, uint32_t depth);
 
 static KILN_MUST_USE kiln_status_t verify_table_at(verifier_t *v, size_t at,
-                                     const kiln_vmfb_flatbuf_table_desc_t *d, uint32_t depth) {
+                                                   const kiln_vmfb_flatbuf_table_desc_t *d, uint32_t depth) {
   size_t t = 0; /* likewise */
   KILN_RETURN_IF_ERROR(follow(v, at, &t));
   return verify_table(v, t, d, depth);
@@ -1331,8 +1301,8 @@ static const char *member_name(const kiln_vmfb_flatbuf_union_desc_t *u, uint8_t 
 }
 
 static KILN_MUST_USE kiln_status_t verify_union_vector(verifier_t *v, const kiln_vmfb_flatbuf_field_desc_t *f,
-                                         size_t fpos, size_t types_pos, size_t types_count,
-                                         bool types_present, uint32_t depth) {
+                                                       size_t fpos, size_t types_pos, size_t types_count,
+                                                       bool types_present, uint32_t depth) {
   vframe_t *fr = &v->frames[v->nframes - 1];
   if (!fpos) {
     if (types_present) return VFAIL(v, "union types are present but the values are missing");
@@ -1352,8 +1322,7 @@ static KILN_MUST_USE kiln_status_t verify_union_vector(verifier_t *v, const kiln
     uint8_t type = v->p[types_pos + i];
     uint32_t off = kiln_vmfb_flatbuf_load_u32(v->p + pos + 4 * i);
     if (type > u->member_count) {
-      return VFAIL(v, "unknown union type %u (%s has %u members)", type, u->name,
-                   u->member_count);
+      return VFAIL(v, "unknown union type %u (%s has %u members)", type, u->name, u->member_count);
     }
     if (type == 0 && off != 0) return VFAIL(v, "union value present but its type is NONE");
     if (type != 0 && off == 0) {
@@ -1367,15 +1336,15 @@ static KILN_MUST_USE kiln_status_t verify_union_vector(verifier_t *v, const kiln
   return NULL;
 }
 
-static KILN_MUST_USE kiln_status_t verify_table(verifier_t *v, size_t t, const kiln_vmfb_flatbuf_table_desc_t *d,
-                                  uint32_t depth) {
+static KILN_MUST_USE kiln_status_t verify_table(verifier_t *v, size_t t,
+                                                const kiln_vmfb_flatbuf_table_desc_t *d, uint32_t depth) {
   if (depth > v->max_depth) return VFAIL(v, "tables nest deeper than %" PRIu32, v->max_depth);
   KILN_RETURN_IF_ERROR(spend(v));
   int32_t so = (int32_t)kiln_vmfb_flatbuf_load_u32(v->p + t);
   int64_t vt = (int64_t)t - so;
   if (vt < (int64_t)v->body || vt + 4 > (int64_t)v->end) {
-    return VFAIL(v, "%s table at %zu has its vtable at %" PRId64 ", outside the buffer (%zu..%zu)",
-                 d->name, t, vt, v->body, v->end);
+    return VFAIL(v, "%s table at %zu has its vtable at %" PRId64 ", outside the buffer (%zu..%zu)", d->name,
+                 t, vt, v->body, v->end);
   }
   if (vt % 2) {
     return VFAIL(v, "%s table at %zu has a misaligned vtable (%" PRId64 ")", d->name, t, vt);
@@ -1384,12 +1353,14 @@ static KILN_MUST_USE kiln_status_t verify_table(verifier_t *v, size_t t, const k
   size_t vsize = kiln_vmfb_flatbuf_load_u16(v->p + vpos);
   size_t tsize = kiln_vmfb_flatbuf_load_u16(v->p + vpos + 2);
   if (vsize < 4 || vsize % 2 || vsize > v->end - vpos) {
-    return VFAIL(v, "%s vtable at %zu has a bad size %zu (must be even, >= 4 and within the "
-                 "buffer of %zu)", d->name, vpos, vsize, v->end);
+    return VFAIL(v,
+                 "%s vtable at %zu has a bad size %zu (must be even, >= 4 and within the "
+                 "buffer of %zu)",
+                 d->name, vpos, vsize, v->end);
   }
   if (tsize < 4 || tsize > v->end - t) {
-    return VFAIL(v, "%s table at %zu claims %zu inline bytes (at least 4, buffer %zu)", d->name, t,
-                 tsize, v->end);
+    return VFAIL(v, "%s table at %zu claims %zu inline bytes (at least 4, buffer %zu)", d->name, t, tsize,
+                 v->end);
   }
   if (v->nframes >= (size_t)v->max_depth + 1) { /* cannot happen: one frame per level */
     return VFAIL(v, "verifier path overflow");
@@ -1410,8 +1381,8 @@ static KILN_MUST_USE kiln_status_t verify_table(verifier_t *v, size_t t, const k
     if (vo) {
       size_t size = field_size(f), align = field_align(f);
       if (vo < 4 || vo + size > tsize) {
-        status = VFAIL(v, "field at table offset %zu (%zu bytes) is outside its table (%zu bytes)",
-                       vo, size, tsize);
+        status = VFAIL(v, "field at table offset %zu (%zu bytes) is outside its table (%zu bytes)", vo, size,
+                       tsize);
         break;
       }
       fpos = t + vo;
@@ -1427,8 +1398,8 @@ static KILN_MUST_USE kiln_status_t verify_table(verifier_t *v, size_t t, const k
       case KILN_FLATBUF_UNION_TYPE:
         union_type = fpos ? v->p[fpos] : 0;
         if (union_type > f->union_desc->member_count) {
-          status = VFAIL(v, "unknown union type %u (%s has %u members)", union_type,
-                         f->union_desc->name, f->union_desc->member_count);
+          status = VFAIL(v, "unknown union type %u (%s has %u members)", union_type, f->union_desc->name,
+                         f->union_desc->member_count);
         }
         break;
       case KILN_FLATBUF_UNION:
@@ -1452,8 +1423,7 @@ static KILN_MUST_USE kiln_status_t verify_table(verifier_t *v, size_t t, const k
       case KILN_FLATBUF_VECTOR_UNION_TYPE: {
         size_t pos = 0, count = 0;
         if (fpos) {
-          status = verify_vector_at(v, fpos, vector_elem_size(f), vector_elem_align(f), &pos,
-                                    &count);
+          status = verify_vector_at(v, fpos, vector_elem_size(f), vector_elem_align(f), &pos, &count);
         }
         if (f->kind == KILN_FLATBUF_VECTOR_UNION_TYPE) {
           types_present = fpos != 0;
@@ -1480,8 +1450,7 @@ static KILN_MUST_USE kiln_status_t verify_table(verifier_t *v, size_t t, const k
       case KILN_FLATBUF_VECTOR_UNION:
         status = verify_union_vector(v, f, fpos, types_pos, types_count, types_present, depth);
         break;
-      default: /* scalars and structs: in bounds and aligned is all there is */
-        break;
+      default: /* scalars and structs: in bounds and aligned is all there is */ break;
     }
   }
   if (!status) v->nframes--;
@@ -1503,18 +1472,17 @@ static void format_identifier(const uint8_t *id, char out[17]) {
 kiln_status_t kiln_vmfb_flatbuf_verify(const void *data, size_t len,
                                        const kiln_vmfb_flatbuf_verify_options_t *options,
                                        const kiln_vmfb_flatbuf_table_desc_t *desc) {
-  kiln_vmfb_flatbuf_verify_options_t o =
-      options ? *options : (kiln_vmfb_flatbuf_verify_options_t){0};
+  kiln_vmfb_flatbuf_verify_options_t o = options ? *options : (kiln_vmfb_flatbuf_verify_options_t){0};
   kiln_status_code_t code = o.error_code ? o.error_code : KILN_STATUS_INVALID_ARGUMENT;
   if (!desc) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "verify: no table descriptor");
   if (!data && len) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "verify: no data");
   if (o.max_depth > VERIFY_MAX_DEPTH_LIMIT) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "verify: max_depth %" PRIu32
-                       " is above %d", o.max_depth, VERIFY_MAX_DEPTH_LIMIT);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "verify: max_depth %" PRIu32 " is above %d", o.max_depth,
+                       VERIFY_MAX_DEPTH_LIMIT);
   }
   if (o.identifier && strlen(o.identifier) != 4) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "verify: file identifier \"%s\" is not 4 characters", o.identifier);
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "verify: file identifier \"%s\" is not 4 characters",
+                       o.identifier);
   }
   verifier_t v = {.p = data, .end = len, .root = desc, .code = code};
   v.max_depth = o.max_depth ? o.max_depth : KILN_VMFB_FLATBUF_MAX_DEPTH;
@@ -1535,8 +1503,7 @@ kiln_status_t kiln_vmfb_flatbuf_verify(const void *data, size_t len,
   }
   /* Room for the root offset and an identifier, present or not (as flatcc asks). */
   if (v.end - v.body < 8) {
-    return VFAIL(&v, "buffer of %zu bytes is too small for a FlatBuffer header (8 bytes)",
-                 v.end - v.body);
+    return VFAIL(&v, "buffer of %zu bytes is too small for a FlatBuffer header (8 bytes)", v.end - v.body);
   }
   if (o.identifier && memcmp(v.p + v.body + 4, o.identifier, 4) != 0) {
     char got[17];
@@ -1654,8 +1621,7 @@ double kiln_vmfb_flatbuf_table_get_float(kiln_vmfb_flatbuf_table_t t, uint16_t s
 }
 
 /* Target of an offset field of kind `kind`, or 0. */
-static size_t rd_offset_field(kiln_vmfb_flatbuf_table_t t, uint16_t slot,
-                              kiln_vmfb_flatbuf_kind_t kind,
+static size_t rd_offset_field(kiln_vmfb_flatbuf_table_t t, uint16_t slot, kiln_vmfb_flatbuf_kind_t kind,
                               const kiln_vmfb_flatbuf_field_desc_t **out_f) {
   const kiln_vmfb_flatbuf_field_desc_t *f = rd_desc(t, slot);
   if (!f || f->kind != kind) return 0;
@@ -1664,15 +1630,13 @@ static size_t rd_offset_field(kiln_vmfb_flatbuf_table_t t, uint16_t slot,
   return pos ? rd_follow(t.data, t.len, pos) : 0;
 }
 
-const char *kiln_vmfb_flatbuf_table_get_string(kiln_vmfb_flatbuf_table_t t, uint16_t slot,
-                                               size_t *out_len) {
+const char *kiln_vmfb_flatbuf_table_get_string(kiln_vmfb_flatbuf_table_t t, uint16_t slot, size_t *out_len) {
   const kiln_vmfb_flatbuf_field_desc_t *f;
   size_t s = rd_offset_field(t, slot, KILN_FLATBUF_STRING, &f);
   return rd_string(t.data, t.len, s, out_len);
 }
 
-kiln_vmfb_flatbuf_table_t kiln_vmfb_flatbuf_table_get_table(kiln_vmfb_flatbuf_table_t t,
-                                                            uint16_t slot) {
+kiln_vmfb_flatbuf_table_t kiln_vmfb_flatbuf_table_get_table(kiln_vmfb_flatbuf_table_t t, uint16_t slot) {
   const kiln_vmfb_flatbuf_field_desc_t *f;
   size_t s = rd_offset_field(t, slot, KILN_FLATBUF_TABLE, &f);
   if (!s) return (kiln_vmfb_flatbuf_table_t){0};
@@ -1686,8 +1650,7 @@ const uint8_t *kiln_vmfb_flatbuf_table_get_struct(kiln_vmfb_flatbuf_table_t t, u
   return pos ? t.data + pos : NULL;
 }
 
-kiln_vmfb_flatbuf_vector_t kiln_vmfb_flatbuf_table_get_vector(kiln_vmfb_flatbuf_table_t t,
-                                                              uint16_t slot) {
+kiln_vmfb_flatbuf_vector_t kiln_vmfb_flatbuf_table_get_vector(kiln_vmfb_flatbuf_table_t t, uint16_t slot) {
   kiln_vmfb_flatbuf_vector_t none = {0};
   const kiln_vmfb_flatbuf_field_desc_t *f = rd_desc(t, slot);
   size_t elem = f ? vector_elem_size(f) : 0;
@@ -1723,8 +1686,8 @@ size_t kiln_vmfb_flatbuf_table_get_union_count(kiln_vmfb_flatbuf_table_t t, uint
   return types.count == values.count ? values.count : 0;
 }
 
-uint8_t kiln_vmfb_flatbuf_table_get_union_at(kiln_vmfb_flatbuf_table_t t, uint16_t slot,
-                                             size_t index, kiln_vmfb_flatbuf_table_t *out_value) {
+uint8_t kiln_vmfb_flatbuf_table_get_union_at(kiln_vmfb_flatbuf_table_t t, uint16_t slot, size_t index,
+                                             kiln_vmfb_flatbuf_table_t *out_value) {
   *out_value = (kiln_vmfb_flatbuf_table_t){0};
   if (index >= kiln_vmfb_flatbuf_table_get_union_count(t, slot)) return 0;
   kiln_vmfb_flatbuf_vector_t types = kiln_vmfb_flatbuf_table_get_vector(t, (uint16_t)(slot - 1));
@@ -1733,8 +1696,8 @@ uint8_t kiln_vmfb_flatbuf_table_get_union_at(kiln_vmfb_flatbuf_table_t t, uint16
   const kiln_vmfb_flatbuf_union_desc_t *u = values.field->union_desc;
   size_t s = rd_follow(t.data, t.len, values.pos + 4 * index);
   if (s && type >= 1 && type <= u->member_count) {
-    *out_value = (kiln_vmfb_flatbuf_table_t){
-        .data = t.data, .len = t.len, .pos = s, .desc = u->members[type - 1]};
+    *out_value =
+        (kiln_vmfb_flatbuf_table_t){.data = t.data, .len = t.len, .pos = s, .desc = u->members[type - 1]};
   }
   return type;
 }
@@ -1744,8 +1707,7 @@ size_t kiln_vmfb_flatbuf_vector_count(kiln_vmfb_flatbuf_vector_t v) { return v.d
 const uint8_t *kiln_vmfb_flatbuf_vector_data(kiln_vmfb_flatbuf_vector_t v) {
   if (!v.data || !v.count) return NULL;
   kiln_vmfb_flatbuf_kind_t k = v.field->kind;
-  if (k != KILN_FLATBUF_VECTOR && k != KILN_FLATBUF_VECTOR_STRUCT &&
-      k != KILN_FLATBUF_VECTOR_UNION_TYPE) {
+  if (k != KILN_FLATBUF_VECTOR && k != KILN_FLATBUF_VECTOR_STRUCT && k != KILN_FLATBUF_VECTOR_UNION_TYPE) {
     return NULL;
   }
   return v.data + v.pos;
@@ -1775,23 +1737,20 @@ double kiln_vmfb_flatbuf_vector_get_float(kiln_vmfb_flatbuf_vector_t v, size_t i
   return bits_float(k, load_n(v.data + v.pos + index * v.elem_size, v.elem_size));
 }
 
-const char *kiln_vmfb_flatbuf_vector_get_string(kiln_vmfb_flatbuf_vector_t v, size_t index,
-                                                size_t *out_len) {
+const char *kiln_vmfb_flatbuf_vector_get_string(kiln_vmfb_flatbuf_vector_t v, size_t index, size_t *out_len) {
   if (out_len) *out_len = 0;
   if (!v.data || index >= v.count || v.field->kind != KILN_FLATBUF_VECTOR_STRING) return NULL;
   size_t s = rd_follow(v.data, v.len, v.pos + 4 * index);
   return rd_string(v.data, v.len, s, out_len);
 }
 
-kiln_vmfb_flatbuf_table_t kiln_vmfb_flatbuf_vector_get_table(kiln_vmfb_flatbuf_vector_t v,
-                                                             size_t index) {
+kiln_vmfb_flatbuf_table_t kiln_vmfb_flatbuf_vector_get_table(kiln_vmfb_flatbuf_vector_t v, size_t index) {
   if (!v.data || index >= v.count || v.field->kind != KILN_FLATBUF_VECTOR_TABLE) {
     return (kiln_vmfb_flatbuf_table_t){0};
   }
   size_t s = rd_follow(v.data, v.len, v.pos + 4 * index);
   if (!s) return (kiln_vmfb_flatbuf_table_t){0};
-  return (kiln_vmfb_flatbuf_table_t){
-      .data = v.data, .len = v.len, .pos = s, .desc = v.field->table};
+  return (kiln_vmfb_flatbuf_table_t){.data = v.data, .len = v.len, .pos = s, .desc = v.field->table};
 }
 
 const uint8_t *kiln_vmfb_flatbuf_vector_get_struct(kiln_vmfb_flatbuf_vector_t v, size_t index) {

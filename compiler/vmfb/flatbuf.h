@@ -53,11 +53,11 @@ typedef enum kiln_vmfb_flatbuf_kind_e {
   KILN_FLATBUF_STRUCT,
   /* uoffset fields */
   KILN_FLATBUF_STRING,
-  KILN_FLATBUF_TABLE,          /* of `table` */
-  KILN_FLATBUF_VECTOR,         /* of scalars of elem_kind */
-  KILN_FLATBUF_VECTOR_STRUCT,  /* of structs: struct_size, struct_align */
+  KILN_FLATBUF_TABLE,         /* of `table` */
+  KILN_FLATBUF_VECTOR,        /* of scalars of elem_kind */
+  KILN_FLATBUF_VECTOR_STRUCT, /* of structs: struct_size, struct_align */
   KILN_FLATBUF_VECTOR_STRING,
-  KILN_FLATBUF_VECTOR_TABLE,   /* of `table` */
+  KILN_FLATBUF_VECTOR_TABLE, /* of `table` */
   /* unions: the type field sits in the slot right before its value field */
   KILN_FLATBUF_UNION_TYPE,        /* u8; 0 = NONE, i = union_desc->members[i - 1] */
   KILN_FLATBUF_UNION,             /* the value (a table) */
@@ -75,22 +75,22 @@ typedef struct kiln_vmfb_flatbuf_union_desc_s {
 } kiln_vmfb_flatbuf_union_desc_t;
 
 typedef struct kiln_vmfb_flatbuf_field_desc_s {
-  const char *name;              /* as in the .fbs; union type fields end in "_type" */
-  uint16_t slot;                 /* == its index in the table's fields[] */
+  const char *name; /* as in the .fbs; union type fields end in "_type" */
+  uint16_t slot;    /* == its index in the table's fields[] */
   kiln_vmfb_flatbuf_kind_t kind;
-  kiln_vmfb_flatbuf_kind_t elem_kind; /* VECTOR: the scalar kind of each element */
-  uint16_t struct_size;          /* STRUCT, VECTOR_STRUCT */
-  uint16_t struct_align;         /* STRUCT, VECTOR_STRUCT: a power of two */
-  const kiln_vmfb_flatbuf_table_desc_t *table;       /* TABLE, VECTOR_TABLE */
-  const kiln_vmfb_flatbuf_union_desc_t *union_desc;  /* UNION*, VECTOR_UNION* */
-  bool required;                 /* offset kinds only: the verifier rejects absence */
-  bool deprecated;               /* keeps its slot; never written, verified or read */
-  int64_t default_int;           /* BOOL and integer kinds (U64 as two's complement) */
-  double default_float;          /* F32, F64 */
+  kiln_vmfb_flatbuf_kind_t elem_kind;               /* VECTOR: the scalar kind of each element */
+  uint16_t struct_size;                             /* STRUCT, VECTOR_STRUCT */
+  uint16_t struct_align;                            /* STRUCT, VECTOR_STRUCT: a power of two */
+  const kiln_vmfb_flatbuf_table_desc_t *table;      /* TABLE, VECTOR_TABLE */
+  const kiln_vmfb_flatbuf_union_desc_t *union_desc; /* UNION*, VECTOR_UNION* */
+  bool required;                                    /* offset kinds only: the verifier rejects absence */
+  bool deprecated;                                  /* keeps its slot; never written, verified or read */
+  int64_t default_int;                              /* BOOL and integer kinds (U64 as two's complement) */
+  double default_float;                             /* F32, F64 */
 } kiln_vmfb_flatbuf_field_desc_t;
 
 struct kiln_vmfb_flatbuf_table_desc_s {
-  const char *name; /* short name ("BytecodeModuleDef"), used in error messages */
+  const char *name;                             /* short name ("BytecodeModuleDef"), used in error messages */
   const kiln_vmfb_flatbuf_field_desc_t *fields; /* fields[i].slot == i */
   uint16_t field_count;
 };
@@ -115,8 +115,7 @@ static inline uint32_t kiln_vmfb_flatbuf_load_u32(const void *p) {
 }
 static inline uint64_t kiln_vmfb_flatbuf_load_u64(const void *p) {
   const uint8_t *b = p;
-  return (uint64_t)kiln_vmfb_flatbuf_load_u32(b) |
-         (uint64_t)kiln_vmfb_flatbuf_load_u32(b + 4) << 32;
+  return (uint64_t)kiln_vmfb_flatbuf_load_u32(b) | (uint64_t)kiln_vmfb_flatbuf_load_u32(b + 4) << 32;
 }
 static inline void kiln_vmfb_flatbuf_store_u16(void *p, uint16_t v) {
   uint8_t *b = p;
@@ -157,77 +156,66 @@ kiln_vmfb_flatbuf_builder_t *kiln_vmfb_flatbuf_builder_create(void);
 void kiln_vmfb_flatbuf_builder_destroy(kiln_vmfb_flatbuf_builder_t *b);
 
 /* A string of `len` bytes (copied; may contain NULs; a NUL is appended). */
-kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_string(kiln_vmfb_flatbuf_builder_t *b,
-                                                              const char *data, size_t len);
+kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_string(kiln_vmfb_flatbuf_builder_t *b, const char *data,
+                                                             size_t len);
 /* A string from a NUL-terminated `s` (borrowed). */
-kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_str(kiln_vmfb_flatbuf_builder_t *b,
-                                                           const char *s);
+kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_str(kiln_vmfb_flatbuf_builder_t *b, const char *s);
 /* A [u8]/[i8] vector of `len` bytes (copied) whose first byte lands at a multiple of
  * `align` (a power of two up to KILN_VMFB_FLATBUF_MAX_ALIGN; 0 or 1: none) from the
  * buffer start: embedded SPIR-V words, PTX, rodata. */
-kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_bytes(kiln_vmfb_flatbuf_builder_t *b,
-                                                             const void *data, size_t len,
-                                                             size_t align);
+kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_bytes(kiln_vmfb_flatbuf_builder_t *b, const void *data,
+                                                            size_t len, size_t align);
 /* A vector of `count` scalars of `elem_kind` (BOOL .. F64) from a host-order C array
  * (bool/uint8_t/.../double as the kind says; copied and stored little-endian). */
 kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_scalars(kiln_vmfb_flatbuf_builder_t *b,
-                                                               kiln_vmfb_flatbuf_kind_t elem_kind,
-                                                               const void *elems, size_t count);
+                                                              kiln_vmfb_flatbuf_kind_t elem_kind,
+                                                              const void *elems, size_t count);
 /* A vector of `count` structs of `struct_size` bytes each, already encoded
  * little-endian in `data` (copied), aligned to `struct_align` (a power of two). */
 kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_structs(kiln_vmfb_flatbuf_builder_t *b,
-                                                               const void *data, size_t count,
-                                                               size_t struct_size,
-                                                               size_t struct_align);
+                                                              const void *data, size_t count,
+                                                              size_t struct_size, size_t struct_align);
 /* A vector of strings or tables: `refs` (copied, none 0) must all be strings or all
  * tables of one descriptor; the field it is set into checks which. */
 kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_vector(kiln_vmfb_flatbuf_builder_t *b,
-                                                              const kiln_vmfb_flatbuf_ref_t *refs,
-                                                              size_t count);
+                                                             const kiln_vmfb_flatbuf_ref_t *refs,
+                                                             size_t count);
 /* An empty table of `desc` (borrowed: must outlive the builder). */
-kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_table(
-    kiln_vmfb_flatbuf_builder_t *b, const kiln_vmfb_flatbuf_table_desc_t *desc);
+kiln_vmfb_flatbuf_ref_t kiln_vmfb_flatbuf_builder_add_table(kiln_vmfb_flatbuf_builder_t *b,
+                                                            const kiln_vmfb_flatbuf_table_desc_t *desc);
 
 /* Set a field of `table` by slot. Scalars equal to the field's default are not
  * written (IREE's readers treat absent as default) unless forced. Setting a slot
  * again replaces the earlier value. */
 /* Integer kinds and BOOL; the value must fit the kind (0/1 for BOOL). */
-void kiln_vmfb_flatbuf_builder_set_uint(kiln_vmfb_flatbuf_builder_t *b,
-                                        kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                        uint64_t value);
-void kiln_vmfb_flatbuf_builder_set_int(kiln_vmfb_flatbuf_builder_t *b,
-                                       kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                       int64_t value);
-void kiln_vmfb_flatbuf_builder_set_bool(kiln_vmfb_flatbuf_builder_t *b,
-                                        kiln_vmfb_flatbuf_ref_t table, uint16_t slot, bool value);
+void kiln_vmfb_flatbuf_builder_set_uint(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                        uint16_t slot, uint64_t value);
+void kiln_vmfb_flatbuf_builder_set_int(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                       uint16_t slot, int64_t value);
+void kiln_vmfb_flatbuf_builder_set_bool(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                        uint16_t slot, bool value);
 /* F32 (rounded to float) or F64. */
-void kiln_vmfb_flatbuf_builder_set_float(kiln_vmfb_flatbuf_builder_t *b,
-                                         kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                         double value);
+void kiln_vmfb_flatbuf_builder_set_float(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                         uint16_t slot, double value);
 /* Writes a scalar field even when it equals its default (the default when unset). */
-void kiln_vmfb_flatbuf_builder_force(kiln_vmfb_flatbuf_builder_t *b,
-                                     kiln_vmfb_flatbuf_ref_t table, uint16_t slot);
+void kiln_vmfb_flatbuf_builder_force(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                     uint16_t slot);
 /* STRUCT: `size` must equal the field's struct_size; bytes little-endian, copied. */
-void kiln_vmfb_flatbuf_builder_set_struct(kiln_vmfb_flatbuf_builder_t *b,
-                                          kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                          const void *data, size_t size);
+void kiln_vmfb_flatbuf_builder_set_struct(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                          uint16_t slot, const void *data, size_t size);
 /* STRING, TABLE and the VECTOR kinds: `value` must be of the field's kind (a table
  * of the field's descriptor, a vector with the field's element size, ...). */
-void kiln_vmfb_flatbuf_builder_set_ref(kiln_vmfb_flatbuf_builder_t *b,
-                                       kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                       kiln_vmfb_flatbuf_ref_t value);
+void kiln_vmfb_flatbuf_builder_set_ref(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                       uint16_t slot, kiln_vmfb_flatbuf_ref_t value);
 /* A UNION field (slot of the value; the type goes to slot - 1): `type` 1..n with a
  * table of that member, or 0 with ref 0 to clear. */
-void kiln_vmfb_flatbuf_builder_set_union(kiln_vmfb_flatbuf_builder_t *b,
-                                         kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                         uint8_t type, kiln_vmfb_flatbuf_ref_t value);
+void kiln_vmfb_flatbuf_builder_set_union(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                         uint16_t slot, uint8_t type, kiln_vmfb_flatbuf_ref_t value);
 /* A VECTOR_UNION field: `count` pairs (types[i], values[i]) as for set_union (both
  * arrays copied). */
-void kiln_vmfb_flatbuf_builder_set_union_vector(kiln_vmfb_flatbuf_builder_t *b,
-                                                kiln_vmfb_flatbuf_ref_t table, uint16_t slot,
-                                                const uint8_t *types,
-                                                const kiln_vmfb_flatbuf_ref_t *values,
-                                                size_t count);
+void kiln_vmfb_flatbuf_builder_set_union_vector(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t table,
+                                                uint16_t slot, const uint8_t *types,
+                                                const kiln_vmfb_flatbuf_ref_t *values, size_t count);
 
 typedef struct kiln_vmfb_flatbuf_finish_options_s {
   const char *identifier; /* exactly 4 characters, or NULL for none */
@@ -245,21 +233,20 @@ typedef struct kiln_vmfb_flatbuf_finish_options_s {
  * nesting deeper than KILN_VMFB_FLATBUF_MAX_DEPTH tables, an alignment above
  * base_alignment or bad options; RESOURCE_EXHAUSTED past 2 GiB (the format's
  * signed vtable offsets). On error `out` is left as it was. */
-KILN_MUST_USE kiln_status_t kiln_vmfb_flatbuf_builder_finish(kiln_vmfb_flatbuf_builder_t *b,
-                                               kiln_vmfb_flatbuf_ref_t root,
-                                               const kiln_vmfb_flatbuf_finish_options_t *options,
-                                               kiln_buf_t *out);
+KILN_MUST_USE kiln_status_t
+kiln_vmfb_flatbuf_builder_finish(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t root,
+                                 const kiln_vmfb_flatbuf_finish_options_t *options, kiln_buf_t *out);
 
 /* ---- verifier ---- */
 
 typedef struct kiln_vmfb_flatbuf_verify_options_s {
-  const char *identifier; /* 4 characters that must match, or NULL: not checked */
-  bool size_prefixed;     /* the u32 size prefix comes first; bytes after the size
-                             it states are ignored (as by flatcc and IREE) */
-  uint32_t max_depth;     /* tables on any path; 0: KILN_VMFB_FLATBUF_MAX_DEPTH;
-                             at most 1024 */
-  uint64_t max_objects;   /* tables, strings and vectors visited, counting each
-                             visit of a shared one; 0: 1024 + len / 2 */
+  const char *identifier;        /* 4 characters that must match, or NULL: not checked */
+  bool size_prefixed;            /* the u32 size prefix comes first; bytes after the size
+                                    it states are ignored (as by flatcc and IREE) */
+  uint32_t max_depth;            /* tables on any path; 0: KILN_VMFB_FLATBUF_MAX_DEPTH;
+                                    at most 1024 */
+  uint64_t max_objects;          /* tables, strings and vectors visited, counting each
+                                    visit of a shared one; 0: 1024 + len / 2 */
   kiln_status_code_t error_code; /* code of a failure; 0: INVALID_ARGUMENT
                                     (a cache reading its own bytes passes DATA_LOSS) */
 } kiln_vmfb_flatbuf_verify_options_t;
@@ -281,8 +268,8 @@ typedef struct kiln_vmfb_flatbuf_verify_options_s {
  * Uses stack and memory bounded by max_depth, never by the buffer's contents.
  * `options` may be NULL (no identifier, not size-prefixed, defaults). Thread-safe. */
 KILN_MUST_USE kiln_status_t kiln_vmfb_flatbuf_verify(const void *data, size_t len,
-                                       const kiln_vmfb_flatbuf_verify_options_t *options,
-                                       const kiln_vmfb_flatbuf_table_desc_t *desc);
+                                                     const kiln_vmfb_flatbuf_verify_options_t *options,
+                                                     const kiln_vmfb_flatbuf_table_desc_t *desc);
 
 /* ---- reader ----
  *
@@ -295,15 +282,15 @@ KILN_MUST_USE kiln_status_t kiln_vmfb_flatbuf_verify(const void *data, size_t le
 typedef struct kiln_vmfb_flatbuf_table_s {
   const uint8_t *data; /* the whole buffer; NULL: no table */
   size_t len;
-  size_t pos;          /* the table's offset in data */
+  size_t pos; /* the table's offset in data */
   const kiln_vmfb_flatbuf_table_desc_t *desc;
 } kiln_vmfb_flatbuf_table_t;
 
 typedef struct kiln_vmfb_flatbuf_vector_s {
   const uint8_t *data; /* the whole buffer; NULL: no vector */
   size_t len;
-  size_t pos;          /* offset of element 0 */
-  size_t count;        /* 0 when absent or not within the buffer */
+  size_t pos;   /* offset of element 0 */
+  size_t count; /* 0 when absent or not within the buffer */
   size_t elem_size;
   const kiln_vmfb_flatbuf_field_desc_t *field; /* the vector's field */
 } kiln_vmfb_flatbuf_vector_t;
@@ -324,16 +311,13 @@ bool kiln_vmfb_flatbuf_table_get_bool(kiln_vmfb_flatbuf_table_t t, uint16_t slot
 double kiln_vmfb_flatbuf_table_get_float(kiln_vmfb_flatbuf_table_t t, uint16_t slot);
 /* A STRING: pointer to its bytes (NUL-terminated; may contain NULs), its length in
  * *out_len (optional); NULL and 0 when absent. */
-const char *kiln_vmfb_flatbuf_table_get_string(kiln_vmfb_flatbuf_table_t t, uint16_t slot,
-                                               size_t *out_len);
+const char *kiln_vmfb_flatbuf_table_get_string(kiln_vmfb_flatbuf_table_t t, uint16_t slot, size_t *out_len);
 /* A TABLE field (absent handle when unset). */
-kiln_vmfb_flatbuf_table_t kiln_vmfb_flatbuf_table_get_table(kiln_vmfb_flatbuf_table_t t,
-                                                            uint16_t slot);
+kiln_vmfb_flatbuf_table_t kiln_vmfb_flatbuf_table_get_table(kiln_vmfb_flatbuf_table_t t, uint16_t slot);
 /* A STRUCT field: its struct_size bytes (read members with load_*); NULL when unset. */
 const uint8_t *kiln_vmfb_flatbuf_table_get_struct(kiln_vmfb_flatbuf_table_t t, uint16_t slot);
 /* Any VECTOR* field (count 0 when unset). */
-kiln_vmfb_flatbuf_vector_t kiln_vmfb_flatbuf_table_get_vector(kiln_vmfb_flatbuf_table_t t,
-                                                              uint16_t slot);
+kiln_vmfb_flatbuf_vector_t kiln_vmfb_flatbuf_table_get_vector(kiln_vmfb_flatbuf_table_t t, uint16_t slot);
 /* A UNION field (slot of the value): returns the type (0: NONE) and the member
  * table in *out_value (absent for NONE or an unknown type). */
 uint8_t kiln_vmfb_flatbuf_table_get_union(kiln_vmfb_flatbuf_table_t t, uint16_t slot,
@@ -341,8 +325,8 @@ uint8_t kiln_vmfb_flatbuf_table_get_union(kiln_vmfb_flatbuf_table_t t, uint16_t 
 /* A VECTOR_UNION field (slot of the values): the element count (0 when the type and
  * value vectors disagree), and element i as for get_union. */
 size_t kiln_vmfb_flatbuf_table_get_union_count(kiln_vmfb_flatbuf_table_t t, uint16_t slot);
-uint8_t kiln_vmfb_flatbuf_table_get_union_at(kiln_vmfb_flatbuf_table_t t, uint16_t slot,
-                                             size_t index, kiln_vmfb_flatbuf_table_t *out_value);
+uint8_t kiln_vmfb_flatbuf_table_get_union_at(kiln_vmfb_flatbuf_table_t t, uint16_t slot, size_t index,
+                                             kiln_vmfb_flatbuf_table_t *out_value);
 
 /* Vector elements; an index >= count reads as 0/NULL/absent. */
 size_t kiln_vmfb_flatbuf_vector_count(kiln_vmfb_flatbuf_vector_t v);
@@ -352,10 +336,8 @@ const uint8_t *kiln_vmfb_flatbuf_vector_data(kiln_vmfb_flatbuf_vector_t v);
 uint64_t kiln_vmfb_flatbuf_vector_get_uint(kiln_vmfb_flatbuf_vector_t v, size_t index);
 int64_t kiln_vmfb_flatbuf_vector_get_int(kiln_vmfb_flatbuf_vector_t v, size_t index);
 double kiln_vmfb_flatbuf_vector_get_float(kiln_vmfb_flatbuf_vector_t v, size_t index);
-const char *kiln_vmfb_flatbuf_vector_get_string(kiln_vmfb_flatbuf_vector_t v, size_t index,
-                                                size_t *out_len);
-kiln_vmfb_flatbuf_table_t kiln_vmfb_flatbuf_vector_get_table(kiln_vmfb_flatbuf_vector_t v,
-                                                             size_t index);
+const char *kiln_vmfb_flatbuf_vector_get_string(kiln_vmfb_flatbuf_vector_t v, size_t index, size_t *out_len);
+kiln_vmfb_flatbuf_table_t kiln_vmfb_flatbuf_vector_get_table(kiln_vmfb_flatbuf_vector_t v, size_t index);
 const uint8_t *kiln_vmfb_flatbuf_vector_get_struct(kiln_vmfb_flatbuf_vector_t v, size_t index);
 
 #endif /* KILN_COMPILER_VMFB_FLATBUF_H_ */

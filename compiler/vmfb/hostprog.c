@@ -297,23 +297,22 @@ static const char *import_cconv(const gen_t *g, import_t id) {
 
 static void call(emit_t *e, import_t id, const kiln_vmfb_reg_t *args, size_t n_args,
                  const kiln_vmfb_reg_t *results, size_t n_results) {
-  kiln_vmfb_bytecode_call(e->bc, import_callee(e, id), import_cconv(e->g, id), args, n_args,
-                          results, n_results);
+  kiln_vmfb_bytecode_call(e->bc, import_callee(e, id), import_cconv(e->g, id), args, n_args, results,
+                          n_results);
 }
 
 static void call_variadic(emit_t *e, import_t id, const uint16_t *spans, size_t n_spans,
-                          const kiln_vmfb_reg_t *args, size_t n_args,
-                          const kiln_vmfb_reg_t *results, size_t n_results) {
-  kiln_vmfb_bytecode_call_variadic(e->bc, import_callee(e, id), import_cconv(e->g, id), spans,
-                                   n_spans, args, n_args, results, n_results);
+                          const kiln_vmfb_reg_t *args, size_t n_args, const kiln_vmfb_reg_t *results,
+                          size_t n_results) {
+  kiln_vmfb_bytecode_call_variadic(e->bc, import_callee(e, id), import_cconv(e->g, id), spans, n_spans, args,
+                                   n_args, results, n_results);
 }
 
 /* ---- module pieces ---- */
 
 /* Adds a rodata segment (a copy of data) and returns its ordinal; identical small
  * embedded segments are shared. */
-static uint32_t rodata_add(gen_t *g, const char *name, const void *data, size_t len,
-                           bool external) {
+static uint32_t rodata_add(gen_t *g, const char *name, const void *data, size_t len, bool external) {
   kiln_vmfb_vm_module_t *m = g->m;
   if (!external) {
     for (size_t i = 0; i < m->n_rodata; i++) {
@@ -334,9 +333,7 @@ static uint32_t rodata_add(gen_t *g, const char *name, const void *data, size_t 
   return (uint32_t)m->n_rodata++;
 }
 
-static uint32_t rodata_string(gen_t *g, const char *s) {
-  return rodata_add(g, NULL, s, strlen(s), false);
-}
+static uint32_t rodata_string(gen_t *g, const char *s) { return rodata_add(g, NULL, s, strlen(s), false); }
 
 /* "<a>_<b><ext>" with every character of a and b outside [A-Za-z0-9] made '_',
  * like iree-compile's rodata file names ("module_cuda_nvptx_fb.fb"). */
@@ -353,9 +350,7 @@ static char *entry_name(const char *a, const char *b, const char *ext) {
   return kiln_buf_take(&buf);
 }
 
-static const char *element_name(uint32_t element_type) {
-  return kiln_vmfb_element_name(element_type);
-}
+static const char *element_name(uint32_t element_type) { return kiln_vmfb_element_name(element_type); }
 
 static bool has_dynamic_dims(const kiln_vmfb_tensor_type_t *t) {
   for (uint32_t d = 0; d < t->rank && d < KILN_VMFB_MAX_RANK; d++) {
@@ -366,8 +361,9 @@ static bool has_dynamic_dims(const kiln_vmfb_tensor_type_t *t) {
 
 /* Validates a tensor type and returns its byte size (0 when a dimension is
  * dynamic, which `dynamic_ok` allows). */
-static KILN_MUST_USE kiln_status_t tensor_bytes_of(const kiln_vmfb_function_t *fn, const char *what, size_t index,
-                                     const kiln_vmfb_tensor_type_t *t, bool dynamic_ok, uint64_t *out_bytes) {
+static KILN_MUST_USE kiln_status_t tensor_bytes_of(const kiln_vmfb_function_t *fn, const char *what,
+                                                   size_t index, const kiln_vmfb_tensor_type_t *t,
+                                                   bool dynamic_ok, uint64_t *out_bytes) {
   if (!element_name(t->element_type)) {
     return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
                        "host program: function %s %s %zu has element type 0x%08" PRIX32
@@ -376,8 +372,8 @@ static KILN_MUST_USE kiln_status_t tensor_bytes_of(const kiln_vmfb_function_t *f
   }
   if (t->rank > KILN_VMFB_MAX_RANK) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "host program: function %s %s %zu has rank %" PRIu32 " (max %d)", fn->name,
-                       what, index, t->rank, KILN_VMFB_MAX_RANK);
+                       "host program: function %s %s %zu has rank %" PRIu32 " (max %d)", fn->name, what,
+                       index, t->rank, KILN_VMFB_MAX_RANK);
   }
   uint64_t bytes = 0;
   if (dynamic_ok && has_dynamic_dims(t)) {
@@ -436,8 +432,8 @@ static bool name_ok(const char *name) {
   if (!name || !*name || strncmp(name, "__", 2) == 0) return false;
   for (const char *p = name; *p; p++) {
     char ch = *p;
-    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_' || ch == '.' || ch == '$' || ch == '-';
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+              ch == '.' || ch == '$' || ch == '-';
     if (!ok) return false;
   }
   return true;
@@ -445,8 +441,8 @@ static bool name_ok(const char *name) {
 
 static KILN_MUST_USE kiln_status_t bad_expr(const kiln_vmfb_function_t *fn, const char *what, size_t index) {
   return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                     "host program: function %s %s %zu names no expression of the function's %zu",
-                     fn->name, what, index, fn->n_exprs);
+                     "host program: function %s %s %zu names no expression of the function's %zu", fn->name,
+                     what, index, fn->n_exprs);
 }
 
 /* Each expression's operands come before it; input dimensions exist. */
@@ -462,12 +458,8 @@ static KILN_MUST_USE kiln_status_t check_exprs(const kiln_vmfb_function_t *fn) {
     bool ok;
     switch (x->kind) {
       case KILN_VMFB_EXPR_CONST: ok = true; break;
-      case KILN_VMFB_EXPR_INPUT_DIM:
-        ok = x->a < fn->n_inputs && x->b < fn->inputs[x->a].rank;
-        break;
-      case KILN_VMFB_EXPR_SELECT:
-        ok = x->a && x->a < id && x->b && x->b < id && x->c && x->c < id;
-        break;
+      case KILN_VMFB_EXPR_INPUT_DIM: ok = x->a < fn->n_inputs && x->b < fn->inputs[x->a].rank; break;
+      case KILN_VMFB_EXPR_SELECT: ok = x->a && x->a < id && x->b && x->b < id && x->c && x->c < id; break;
       default:
         ok = x->kind >= KILN_VMFB_EXPR_ADD && x->kind <= KILN_VMFB_EXPR_LT_U && x->a && x->a < id && x->b &&
              x->b < id;
@@ -496,8 +488,7 @@ static KILN_MUST_USE kiln_status_t check_function(gen_t *g, size_t f) {
   for (size_t k = 0; k < f; k++) {
     if (strcmp(g->plan->functions[k].name, fn->name) == 0) {
       return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "host program: two functions are named %s; export names must be unique",
-                         fn->name);
+                         "host program: two functions are named %s; export names must be unique", fn->name);
     }
   }
   uint64_t bytes;
@@ -517,8 +508,7 @@ static KILN_MUST_USE kiln_status_t check_function(gen_t *g, size_t f) {
                              " of a function taking %zu",
                              fn->name, b, buf->input, fn->n_inputs);
         }
-        KILN_RETURN_IF_ERROR(
-            tensor_bytes_of(fn, "input", buf->input, &fn->inputs[buf->input], true, &bytes));
+        KILN_RETURN_IF_ERROR(tensor_bytes_of(fn, "input", buf->input, &fn->inputs[buf->input], true, &bytes));
         if (has_dynamic_dims(&fn->inputs[buf->input]) != (buf->size_expr != 0)) {
           return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                              "host program: function %s buffer %zu: input %" PRIu32
@@ -527,29 +517,26 @@ static KILN_MUST_USE kiln_status_t check_function(gen_t *g, size_t f) {
         }
         if (!buf->size_expr && buf->size_bytes > bytes) {
           return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                             "host program: function %s buffer %zu claims %" PRIu64
-                             " bytes of input %" PRIu32 ", which has %" PRIu64,
+                             "host program: function %s buffer %zu claims %" PRIu64 " bytes of input %" PRIu32
+                             ", which has %" PRIu64,
                              fn->name, b, buf->size_bytes, buf->input, bytes);
         }
         break;
       case KILN_VMFB_BUFFER_CONSTANT:
         if (!buf->data && buf->size_bytes) {
           return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                             "host program: function %s constant buffer %zu has no data", fn->name,
-                             b);
+                             "host program: function %s constant buffer %zu has no data", fn->name, b);
         }
         if (buf->size_bytes > (uint64_t)INT64_MAX) {
           return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                             "host program: function %s constant buffer %zu is too large", fn->name,
-                             b);
+                             "host program: function %s constant buffer %zu is too large", fn->name, b);
         }
         info->n_constants++;
         break;
       case KILN_VMFB_BUFFER_TRANSIENT:
         if (buf->size_bytes > (uint64_t)INT64_MAX) {
           return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                             "host program: function %s transient buffer %zu is too large",
-                             fn->name, b);
+                             "host program: function %s transient buffer %zu is too large", fn->name, b);
         }
         break;
       case KILN_VMFB_BUFFER_ARGS:
@@ -613,8 +600,8 @@ static KILN_MUST_USE kiln_status_t check_function(gen_t *g, size_t f) {
         if (step->workgroup_exprs[d]) continue;
         if (step->workgroups[d] > (uint32_t)INT32_MAX) {
           return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                             "host program: function %s step %zu has a workgroup count of %" PRIu32,
-                             fn->name, s, step->workgroups[d]);
+                             "host program: function %s step %zu has a workgroup count of %" PRIu32, fn->name,
+                             s, step->workgroups[d]);
         }
       }
       for (size_t i = 0; i < step->n_bindings; i++) {
@@ -624,8 +611,8 @@ static KILN_MUST_USE kiln_status_t check_function(gen_t *g, size_t f) {
         if (bd->buffer >= fn->n_buffers ||
             (!dynamic && !range_ok(bd->offset, bd->length, fn->buffers[bd->buffer].size_bytes))) {
           return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                             "host program: function %s step %zu binding %zu is bytes [%" PRIu64
-                             ", +%" PRIu64 ") of buffer %" PRIu32 ", outside it",
+                             "host program: function %s step %zu binding %zu is bytes [%" PRIu64 ", +%" PRIu64
+                             ") of buffer %" PRIu32 ", outside it",
                              fn->name, s, i, bd->offset, bd->length, bd->buffer);
         }
         info->usage[bd->buffer] |=
@@ -634,17 +621,17 @@ static KILN_MUST_USE kiln_status_t check_function(gen_t *g, size_t f) {
       if (g->kernel_offset[step->kernel] == UINT32_MAX) g->kernel_offset[step->kernel] = 0;
     } else if (step->kind == KILN_VMFB_STEP_COPY) {
       if (step->length_expr > fn->n_exprs) return bad_expr(fn, "copy length of step", s);
-      bool ok = step->src < fn->n_buffers && step->dst < fn->n_buffers &&
-                (step->length_expr ||
-                 (step->length > 0 &&
-                  range_ok(step->src_offset, step->length, fn->buffers[step->src].size_bytes) &&
-                  range_ok(step->dst_offset, step->length, fn->buffers[step->dst].size_bytes)));
+      bool ok =
+          step->src < fn->n_buffers && step->dst < fn->n_buffers &&
+          (step->length_expr ||
+           (step->length > 0 && range_ok(step->src_offset, step->length, fn->buffers[step->src].size_bytes) &&
+            range_ok(step->dst_offset, step->length, fn->buffers[step->dst].size_bytes)));
       if (!ok) {
-        return KILN_STATUS(
-            KILN_STATUS_INVALID_ARGUMENT,
-            "host program: function %s step %zu copies %" PRIu64 " bytes from buffer %" PRIu32
-            "+%" PRIu64 " to buffer %" PRIu32 "+%" PRIu64 ", outside them (or nothing)",
-            fn->name, s, step->length, step->src, step->src_offset, step->dst, step->dst_offset);
+        return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                           "host program: function %s step %zu copies %" PRIu64 " bytes from buffer %" PRIu32
+                           "+%" PRIu64 " to buffer %" PRIu32 "+%" PRIu64 ", outside them (or nothing)",
+                           fn->name, s, step->length, step->src, step->src_offset, step->dst,
+                           step->dst_offset);
       }
       if (step->src == step->dst && step->src_offset < step->dst_offset + step->length &&
           step->dst_offset < step->src_offset + step->length) {
@@ -658,20 +645,17 @@ static KILN_MUST_USE kiln_status_t check_function(gen_t *g, size_t f) {
     } else if (step->kind == KILN_VMFB_STEP_BRANCH || step->kind == KILN_VMFB_STEP_JUMP) {
       if (step->target > fn->n_steps) {
         return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                           "host program: function %s step %zu continues at step %" PRIu32
-                           " of %zu",
+                           "host program: function %s step %zu continues at step %" PRIu32 " of %zu",
                            fn->name, s, step->target, fn->n_steps);
       }
       if (step->kind == KILN_VMFB_STEP_BRANCH && step->cond_expr) {
         if (step->cond_expr > fn->n_exprs) return bad_expr(fn, "condition of step", s);
       } else if (step->kind == KILN_VMFB_STEP_BRANCH) {
-        if (step->src >= fn->n_buffers || step->length < 1 ||
-            step->length > KILN_VMFB_BRANCH_MAX_BYTES ||
+        if (step->src >= fn->n_buffers || step->length < 1 || step->length > KILN_VMFB_BRANCH_MAX_BYTES ||
             !range_ok(step->src_offset, step->length, fn->buffers[step->src].size_bytes)) {
           return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                              "host program: function %s step %zu branches on %" PRIu64
-                             " bytes at buffer %" PRIu32 "+%" PRIu64
-                             ", outside it (or not 1..%u bytes)",
+                             " bytes at buffer %" PRIu32 "+%" PRIu64 ", outside it (or not 1..%u bytes)",
                              fn->name, s, step->length, step->src, step->src_offset,
                              KILN_VMFB_BRANCH_MAX_BYTES);
         }
@@ -771,8 +755,7 @@ static void emit_allocate_sized(emit_t *e, kiln_vmfb_reg_t allocator, uint32_t t
   scope_end(e, s);
 }
 
-static void emit_allocate(emit_t *e, kiln_vmfb_reg_t allocator, uint64_t size,
-                          kiln_vmfb_reg_t result) {
+static void emit_allocate(emit_t *e, kiln_vmfb_reg_t allocator, uint64_t size, kiln_vmfb_reg_t result) {
   scope_t s = scope_begin(e);
   /* At least one byte: a zero-sized result still needs a buffer to view. */
   emit_allocate_sized(e, allocator, MEMORY_TYPE_DEVICE_LOCAL, USAGE_DEFAULT,
@@ -795,8 +778,8 @@ static void emit_barrier(emit_t *e, kiln_vmfb_reg_t cmd) {
  * which the command buffer's submission waits on. */
 /* One buffer of `size` bytes from rodata `rodata`, published in ref global
  * `global`; the read waits on `wait`, which then holds the read's fence. */
-static void emit_upload_one(emit_t *e, kiln_vmfb_reg_t device, kiln_vmfb_reg_t allocator, kiln_vmfb_reg_t wait,
-                            uint32_t rodata, uint64_t size, uint32_t global) {
+static void emit_upload_one(emit_t *e, kiln_vmfb_reg_t device, kiln_vmfb_reg_t allocator,
+                            kiln_vmfb_reg_t wait, uint32_t rodata, uint64_t size, uint32_t global) {
   scope_t s = scope_begin(e);
   kiln_vmfb_reg_t target = kiln_vmfb_bytecode_ref(e->bc);
   emit_allocate(e, allocator, size, target);
@@ -807,21 +790,15 @@ static void emit_upload_one(emit_t *e, kiln_vmfb_reg_t device, kiln_vmfb_reg_t a
     kiln_vmfb_reg_t signal = kiln_vmfb_bytecode_ref(e->bc);
     kiln_vmfb_reg_t length = ci64(e, (int64_t)size);
     kiln_vmfb_bytecode_const_ref_rodata(e->bc, rodata, source);
-    kiln_vmfb_reg_t margs[7] = {device,
-                                ci64(e, QUEUE_AFFINITY_ANY),
-                                ci32(e, MEMORY_ACCESS_READ),
-                                source,
-                                ci64(e, 0),
-                                length,
-                                ci32(e, 0)};
+    kiln_vmfb_reg_t margs[7] = {
+        device,    ci64(e, QUEUE_AFFINITY_ANY), ci32(e, MEMORY_ACCESS_READ), source, ci64(e, 0), length,
+        ci32(e, 0)};
     call(e, I_EX_FILE_FROM_MEMORY, margs, 7, &file, 1);
     kiln_vmfb_reg_t fargs[2] = {device, ci64(e, 0)};
     call(e, I_FENCE_CREATE, fargs, 2, &signal, 1);
-    kiln_vmfb_reg_t rargs[10] = {device, ci64(e, QUEUE_AFFINITY_ANY),
-                                 wait,   signal,
-                                 file,   ci64(e, 0),
-                                 target, ci64(e, 0),
-                                 length, ci64(e, 0)};
+    kiln_vmfb_reg_t rargs[10] = {
+        device,    ci64(e, QUEUE_AFFINITY_ANY), wait, signal, file, ci64(e, 0), target, ci64(e, 0), length,
+        ci64(e, 0)};
     call(e, I_DEVICE_QUEUE_READ, rargs, 10, NULL, 0);
     /* The next read (or the submission) waits on this one. */
     kiln_vmfb_bytecode_assign_ref(e->bc, signal, wait);
@@ -862,7 +839,8 @@ static void emit_variables(emit_t *e, const kiln_vmfb_function_t *fn, kiln_vmfb_
     kiln_vmfb_bytecode_cond_br(e->bc, ready, ready_block, init);
     scope_end(e, s);
     begin(e, init);
-    emit_upload_one(e, device, allocator, wait, g->var_rodata[v], g->plan->variables[v].size_bytes, g->var_global + v);
+    emit_upload_one(e, device, allocator, wait, g->var_rodata[v], g->plan->variables[v].size_bytes,
+                    g->var_global + v);
     s = scope_begin(e);
     kiln_vmfb_bytecode_global_store_i32(e->bc, g->var_ready[v], ci32(e, 1));
     scope_end(e, s);
@@ -906,21 +884,17 @@ static void emit_dispatch(emit_t *e, const kiln_vmfb_step_t *step, const kiln_vm
 static void emit_copy(emit_t *e, kiln_vmfb_reg_t cmd, kiln_vmfb_reg_t src, uint64_t src_offset,
                       kiln_vmfb_reg_t dst, uint64_t dst_offset, kiln_vmfb_reg_t length) {
   kiln_vmfb_reg_t args[9] = {
-      cmd,
-      ci32(e, 0), /* source slot */
-      ci32(e, 0), /* target slot */
-      src,
-      ci64(e, (int64_t)src_offset),
-      dst,
-      ci64(e, (int64_t)dst_offset),
-      length,
-      ci64(e, 0), /* flags */
+      cmd,        ci32(e, 0), /* source slot */
+      ci32(e, 0),             /* target slot */
+      src,        ci64(e, (int64_t)src_offset),
+      dst,        ci64(e, (int64_t)dst_offset),
+      length,     ci64(e, 0), /* flags */
   };
   call(e, I_COMMAND_BUFFER_COPY_BUFFER, args, 9, NULL, 0);
 }
 
-static void emit_result(emit_t *e, const kiln_vmfb_function_t *fn, size_t r,
-                        const kiln_vmfb_reg_t *buffers, kiln_vmfb_reg_t view) {
+static void emit_result(emit_t *e, const kiln_vmfb_function_t *fn, size_t r, const kiln_vmfb_reg_t *buffers,
+                        kiln_vmfb_reg_t view) {
   const kiln_vmfb_result_t *res = &fn->results[r];
   scope_t s = scope_begin(e);
   uint64_t bytes = 0;
@@ -962,8 +936,8 @@ static void emit_staging(emit_t *e, kiln_vmfb_reg_t allocator, kiln_vmfb_reg_t s
 
 static void emit_create_cmd(emit_t *e, segments_t *sg) {
   scope_t s = scope_begin(e);
-  kiln_vmfb_reg_t args[5] = {sg->device, ci32(e, COMMAND_BUFFER_MODE_ONE_SHOT),
-                             ci32(e, COMMAND_CATEGORY_ANY), ci64(e, QUEUE_AFFINITY_ANY),
+  kiln_vmfb_reg_t args[5] = {sg->device, ci32(e, COMMAND_BUFFER_MODE_ONE_SHOT), ci32(e, COMMAND_CATEGORY_ANY),
+                             ci64(e, QUEUE_AFFINITY_ANY),
                              ci32(e, 0) /* binding capacity: direct buffers only */};
   call(e, I_COMMAND_BUFFER_CREATE, args, 5, &sg->cmd, 1);
   scope_end(e, s);
@@ -1083,14 +1057,14 @@ static void emit_exprs(emit_t *e, const kiln_vmfb_function_t *fn) {
     kiln_vmfb_expr_kind_t kind;
     kiln_vmfb_i64_op_t op;
   } BINARY[] = {
-      {KILN_VMFB_EXPR_ADD, KILN_VMFB_I64_ADD},     {KILN_VMFB_EXPR_SUB, KILN_VMFB_I64_SUB},
-      {KILN_VMFB_EXPR_MUL, KILN_VMFB_I64_MUL},     {KILN_VMFB_EXPR_DIV_S, KILN_VMFB_I64_DIV_S},
-      {KILN_VMFB_EXPR_DIV_U, KILN_VMFB_I64_DIV_U}, {KILN_VMFB_EXPR_REM_S, KILN_VMFB_I64_REM_S},
-      {KILN_VMFB_EXPR_REM_U, KILN_VMFB_I64_REM_U}, {KILN_VMFB_EXPR_MIN_S, KILN_VMFB_I64_MIN_S},
-      {KILN_VMFB_EXPR_MIN_U, KILN_VMFB_I64_MIN_U}, {KILN_VMFB_EXPR_MAX_S, KILN_VMFB_I64_MAX_S},
-      {KILN_VMFB_EXPR_MAX_U, KILN_VMFB_I64_MAX_U}, {KILN_VMFB_EXPR_AND, KILN_VMFB_I64_AND},
-      {KILN_VMFB_EXPR_OR, KILN_VMFB_I64_OR},       {KILN_VMFB_EXPR_XOR, KILN_VMFB_I64_XOR},
-      {KILN_VMFB_EXPR_EQ, KILN_VMFB_I64_CMP_EQ},   {KILN_VMFB_EXPR_NE, KILN_VMFB_I64_CMP_NE},
+      {KILN_VMFB_EXPR_ADD, KILN_VMFB_I64_ADD},       {KILN_VMFB_EXPR_SUB, KILN_VMFB_I64_SUB},
+      {KILN_VMFB_EXPR_MUL, KILN_VMFB_I64_MUL},       {KILN_VMFB_EXPR_DIV_S, KILN_VMFB_I64_DIV_S},
+      {KILN_VMFB_EXPR_DIV_U, KILN_VMFB_I64_DIV_U},   {KILN_VMFB_EXPR_REM_S, KILN_VMFB_I64_REM_S},
+      {KILN_VMFB_EXPR_REM_U, KILN_VMFB_I64_REM_U},   {KILN_VMFB_EXPR_MIN_S, KILN_VMFB_I64_MIN_S},
+      {KILN_VMFB_EXPR_MIN_U, KILN_VMFB_I64_MIN_U},   {KILN_VMFB_EXPR_MAX_S, KILN_VMFB_I64_MAX_S},
+      {KILN_VMFB_EXPR_MAX_U, KILN_VMFB_I64_MAX_U},   {KILN_VMFB_EXPR_AND, KILN_VMFB_I64_AND},
+      {KILN_VMFB_EXPR_OR, KILN_VMFB_I64_OR},         {KILN_VMFB_EXPR_XOR, KILN_VMFB_I64_XOR},
+      {KILN_VMFB_EXPR_EQ, KILN_VMFB_I64_CMP_EQ},     {KILN_VMFB_EXPR_NE, KILN_VMFB_I64_CMP_NE},
       {KILN_VMFB_EXPR_LT_S, KILN_VMFB_I64_CMP_LT_S}, {KILN_VMFB_EXPR_LT_U, KILN_VMFB_I64_CMP_LT_U},
   };
   kiln_vmfb_bytecode_t *bc = e->bc;
@@ -1121,7 +1095,8 @@ static void emit_exprs(emit_t *e, const kiln_vmfb_function_t *fn) {
 
 /* A kernel argument buffer: host-visible, filled word by word (hal.buffer.store)
  * before any step runs. */
-static void emit_args(emit_t *e, const kiln_vmfb_buffer_t *buf, kiln_vmfb_reg_t allocator, kiln_vmfb_reg_t dst) {
+static void emit_args(emit_t *e, const kiln_vmfb_buffer_t *buf, kiln_vmfb_reg_t allocator,
+                      kiln_vmfb_reg_t dst) {
   scope_t s = scope_begin(e);
   emit_allocate_sized(e, allocator, MEMORY_TYPE_HOST_VISIBLE | MEMORY_TYPE_DEVICE_VISIBLE,
                       USAGE_DISPATCH_STORAGE_READ | USAGE_DISPATCH_STORAGE_WRITE | USAGE_MAPPING,
@@ -1337,12 +1312,14 @@ static void select_imports(gen_t *g) {
       used[I_BUFFER_VIEW_ASSERT] = used[I_BUFFER_VIEW_BUFFER] = used[I_BUFFER_ASSERT] = true;
     }
     for (size_t i = 0; i < fn->n_inputs; i++) used[I_BUFFER_VIEW_DIM] |= has_dynamic_dims(&fn->inputs[i]);
-    for (size_t x = 0; x < fn->n_exprs; x++) used[I_BUFFER_VIEW_DIM] |= fn->exprs[x].kind == KILN_VMFB_EXPR_INPUT_DIM;
+    for (size_t x = 0; x < fn->n_exprs; x++)
+      used[I_BUFFER_VIEW_DIM] |= fn->exprs[x].kind == KILN_VMFB_EXPR_INPUT_DIM;
     if (fn->n_results) used[I_BUFFER_VIEW_CREATE] = true;
     if (fn->n_steps > 1) used[I_COMMAND_BUFFER_EXECUTION_BARRIER] = true;
     for (size_t b = 0; b < fn->n_buffers; b++) {
       if (fn->buffers[b].kind == KILN_VMFB_BUFFER_TRANSIENT) used[I_ALLOCATOR_ALLOCATE] = true;
-      if (fn->buffers[b].kind == KILN_VMFB_BUFFER_ARGS) used[I_ALLOCATOR_ALLOCATE] = used[I_BUFFER_STORE] = true;
+      if (fn->buffers[b].kind == KILN_VMFB_BUFFER_ARGS)
+        used[I_ALLOCATOR_ALLOCATE] = used[I_BUFFER_STORE] = true;
       if (fn->buffers[b].kind == KILN_VMFB_BUFFER_VARIABLE) {
         used[I_ALLOCATOR_ALLOCATE] = true;
         if (fn->buffers[b].size_bytes > 0) {
@@ -1441,8 +1418,8 @@ static KILN_MUST_USE kiln_status_t build(gen_t *g, const char *module_name) {
       char index[32];
       snprintf(index, sizeof index, "constant%zu", c++);
       char *name = entry_name(fn->name, index, ".bin");
-      info->rodata[b] = rodata_add(g, name, buf->data, (size_t)buf->size_bytes,
-                                   buf->size_bytes >= EMBED_MAX_BYTES);
+      info->rodata[b] =
+          rodata_add(g, name, buf->data, (size_t)buf->size_bytes, buf->size_bytes >= EMBED_MAX_BYTES);
       kiln_free(name);
       refs++;
     }
@@ -1455,7 +1432,8 @@ static KILN_MUST_USE kiln_status_t build(gen_t *g, const char *module_name) {
     g->var_ready[v] = bytes;
     bytes += 4;
     char *name = entry_name("variable", var->name, ".bin");
-    g->var_rodata[v] = rodata_add(g, name, var->data, (size_t)var->size_bytes, var->size_bytes >= EMBED_MAX_BYTES);
+    g->var_rodata[v] =
+        rodata_add(g, name, var->data, (size_t)var->size_bytes, var->size_bytes >= EMBED_MAX_BYTES);
     kiln_free(name);
     refs++;
   }
@@ -1490,8 +1468,7 @@ kiln_status_t kiln_vmfb_host_program_build(const kiln_vmfb_plan_t *plan,
   const char *module_name = options && options->module_name ? options->module_name : "module";
   if (!*module_name || strchr(module_name, '.')) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "host program: module name \"%s\" must be non-empty and contain no '.'",
-                       module_name);
+                       "host program: module name \"%s\" must be non-empty and contain no '.'", module_name);
   }
   kiln_vmfb_vm_module_t module = {0};
   gen_t g = {.plan = plan, .exe = exe, .hal_version = hal_version, .m = &module};

@@ -41,8 +41,8 @@
  * carries the minimum it needs). 7 is IREE 3.12's; 6 is 3.4 .. 3.11's, whose
  * hal.command_buffer.dispatch takes an i32 export ordinal and which has no
  * hal.executable.lookup.function. */
-#define KILN_VMFB_HAL_VERSION_0_6 6u
-#define KILN_VMFB_HAL_VERSION_0_7 7u
+#define KILN_VMFB_HAL_VERSION_0_6    6u
+#define KILN_VMFB_HAL_VERSION_0_7    7u
 #define KILN_VMFB_HAL_VERSION_LATEST KILN_VMFB_HAL_VERSION_0_7
 
 /* The executable the plan's dispatches run, already serialized (writer.h). All
@@ -70,8 +70,8 @@ typedef struct kiln_vmfb_host_options_s {
  * or element type; RESOURCE_EXHAUSTED when a function outgrows the VM's register
  * or block limits. On error *out_module is left zeroed. */
 KILN_MUST_USE kiln_status_t kiln_vmfb_host_program_build(const kiln_vmfb_plan_t *plan,
-                                           const kiln_vmfb_host_executable_t *exe,
-                                           const kiln_vmfb_host_options_t *options,
-                                           kiln_vmfb_vm_module_t *out_module);
+                                                         const kiln_vmfb_host_executable_t *exe,
+                                                         const kiln_vmfb_host_options_t *options,
+                                                         kiln_vmfb_vm_module_t *out_module);
 
 #endif /* KILN_COMPILER_VMFB_HOSTPROG_H_ */

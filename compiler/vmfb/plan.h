@@ -20,22 +20,22 @@
  * integer, 0x13 boolean, 0x21 IEEE float, 0x22 brain float, 0x24..0x28 the 8-bit
  * floats (E5M2, E4M3FN, E5M2FNUZ, E4M3FNUZ, E8M0FNU). kiln writes signless
  * integers, as iree-compile does for MLIR's signless iN. */
-#define KILN_VMFB_ELEMENT_BOOL_8 0x13000008u
-#define KILN_VMFB_ELEMENT_INT_2 0x10000002u
-#define KILN_VMFB_ELEMENT_INT_4 0x10000004u
-#define KILN_VMFB_ELEMENT_INT_8 0x10000008u
-#define KILN_VMFB_ELEMENT_INT_16 0x10000010u
-#define KILN_VMFB_ELEMENT_INT_32 0x10000020u
-#define KILN_VMFB_ELEMENT_INT_64 0x10000040u
-#define KILN_VMFB_ELEMENT_FLOAT_16 0x21000010u
-#define KILN_VMFB_ELEMENT_FLOAT_32 0x21000020u
-#define KILN_VMFB_ELEMENT_FLOAT_64 0x21000040u
-#define KILN_VMFB_ELEMENT_BFLOAT_16 0x22000010u
-#define KILN_VMFB_ELEMENT_FLOAT_8_E5M2 0x24000008u
-#define KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FN 0x25000008u
+#define KILN_VMFB_ELEMENT_BOOL_8            0x13000008u
+#define KILN_VMFB_ELEMENT_INT_2             0x10000002u
+#define KILN_VMFB_ELEMENT_INT_4             0x10000004u
+#define KILN_VMFB_ELEMENT_INT_8             0x10000008u
+#define KILN_VMFB_ELEMENT_INT_16            0x10000010u
+#define KILN_VMFB_ELEMENT_INT_32            0x10000020u
+#define KILN_VMFB_ELEMENT_INT_64            0x10000040u
+#define KILN_VMFB_ELEMENT_FLOAT_16          0x21000010u
+#define KILN_VMFB_ELEMENT_FLOAT_32          0x21000020u
+#define KILN_VMFB_ELEMENT_FLOAT_64          0x21000040u
+#define KILN_VMFB_ELEMENT_BFLOAT_16         0x22000010u
+#define KILN_VMFB_ELEMENT_FLOAT_8_E5M2      0x24000008u
+#define KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FN   0x25000008u
 #define KILN_VMFB_ELEMENT_FLOAT_8_E5M2_FNUZ 0x26000008u
 #define KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FNUZ 0x27000008u
-#define KILN_VMFB_ELEMENT_FLOAT_8_E8M0_FNU 0x28000008u
+#define KILN_VMFB_ELEMENT_FLOAT_8_E8M0_FNU  0x28000008u
 
 /* Sizes known only at run time (dynamic dimensions): expressions over the
  * inputs' dimensions, one i64 value each, evaluated once per call before any
@@ -105,11 +105,11 @@ typedef enum kiln_vmfb_buffer_kind_e {
 
 typedef struct kiln_vmfb_buffer_s {
   kiln_vmfb_buffer_kind_t kind;
-  uint32_t input;       /* INPUT: the argument's index */
-  uint8_t *data;        /* CONSTANT: the bytes (size_bytes of them) */
-  uint64_t size_bytes;  /* static size; with size_expr, unused */
-  uint32_t size_expr;   /* INPUT, TRANSIENT, SELECT: the size in bytes when dynamic */
-  uint32_t *words;      /* ARGS: expression ids (size_bytes is 4 * n_words) */
+  uint32_t input;      /* INPUT: the argument's index */
+  uint8_t *data;       /* CONSTANT: the bytes (size_bytes of them) */
+  uint64_t size_bytes; /* static size; with size_expr, unused */
+  uint32_t size_expr;  /* INPUT, TRANSIENT, SELECT: the size in bytes when dynamic */
+  uint32_t *words;     /* ARGS: expression ids (size_bytes is 4 * n_words) */
   size_t n_words;
   uint32_t select_cond, select_a, select_b; /* SELECT */
   uint32_t variable;                        /* VARIABLE: index into the plan's variables */
@@ -151,8 +151,8 @@ typedef enum kiln_vmfb_step_kind_e {
 typedef struct kiln_vmfb_step_s {
   kiln_vmfb_step_kind_t kind;
   /* DISPATCH */
-  uint32_t kernel;        /* export ordinal in the executable */
-  uint32_t workgroups[3]; /* grid: workgroup counts x, y, z */
+  uint32_t kernel;             /* export ordinal in the executable */
+  uint32_t workgroups[3];      /* grid: workgroup counts x, y, z */
   uint32_t workgroup_exprs[3]; /* ... when dynamic */
   kiln_vmfb_binding_t *bindings;
   size_t n_bindings;
@@ -169,8 +169,8 @@ typedef struct kiln_vmfb_step_s {
 } kiln_vmfb_step_t;
 
 typedef struct kiln_vmfb_result_s {
-  uint32_t buffer; /* the plan buffer holding it (TRANSIENT, or an INPUT passed through) */
-  uint64_t offset; /* bytes */
+  uint32_t buffer;              /* the plan buffer holding it (TRANSIENT, or an INPUT passed through) */
+  uint64_t offset;              /* bytes */
   kiln_vmfb_tensor_type_t type; /* a dynamic dimension is -1, with its dim_exprs entry */
   uint32_t dim_exprs[KILN_VMFB_MAX_RANK];
   uint32_t size_expr; /* bytes, when a dimension is dynamic */
@@ -200,9 +200,7 @@ typedef struct kiln_vmfb_plan_s {
 } kiln_vmfb_plan_t;
 
 /* Bits of one element of `element_type` (its low 8 bits). */
-static inline uint32_t kiln_vmfb_element_bits(uint32_t element_type) {
-  return element_type & 0xFFu;
-}
+static inline uint32_t kiln_vmfb_element_bits(uint32_t element_type) { return element_type & 0xFFu; }
 
 /* MLIR's spelling of a KILN_VMFB_ELEMENT_* type ("f32", "i1", "f8E4M3FN"), the
  * one table of the element types kiln writes; NULL for any other value.

@@ -29,10 +29,10 @@
 #include "compiler/vmfb/schema.h"
 
 #define EXECUTABLE_HEADER_BYTES 64
-#define SOURCE_ENTRY "kiln/source.mlir.zst"
-#define MAX_SOURCE_BYTES (1ull << 30)
-#define SOURCE_RATIO_CAP 1024ull           /* decompressed per compressed byte, unrecorded */
-#define SOURCE_FREE_BYTES (64ull << 20)    /* always allowed */
+#define SOURCE_ENTRY            "kiln/source.mlir.zst"
+#define MAX_SOURCE_BYTES        (1ull << 30)
+#define SOURCE_RATIO_CAP        1024ull       /* decompressed per compressed byte, unrecorded */
+#define SOURCE_FREE_BYTES       (64ull << 20) /* always allowed */
 /* The VM's current bytecode major version: a file with another one does not load. */
 #define BYTECODE_MAJOR 17
 /* HAL 0.5 introduced module dependencies; older files are still legacy, not invalid. */
@@ -94,7 +94,10 @@ static const struct {
 /* The chip a code object was built for: PTX's .target line, an AMDGPU ELF's
  * e_flags, or NULL. */
 static void describe_code(kiln_vmfb_executable_info_t *e, const uint8_t *code, size_t len) {
-  if (len >= 4 && memcmp(code, "\x7f" "ELF", 4) == 0) {
+  if (len >= 4 && memcmp(code,
+                         "\x7f"
+                         "ELF",
+                         4) == 0) {
     if (len >= 52 && code[4] == 2 /* ELFCLASS64 */ && len >= 0x34) {
       uint16_t machine = kiln_vmfb_flatbuf_load_u16(code + 18);
       uint32_t flags = kiln_vmfb_flatbuf_load_u32(code + 0x30);
@@ -118,8 +121,8 @@ static void describe_code(kiln_vmfb_executable_info_t *e, const uint8_t *code, s
   for (size_t i = 0; i + 8 < scan; i++) {
     if (memcmp(code + i, ".target ", 8) != 0) continue;
     size_t j = i + 8, k = j;
-    while (k < scan && k - j < 32 && (code[k] == '_' || (code[k] >= 'a' && code[k] <= 'z') ||
-                                      (code[k] >= '0' && code[k] <= '9'))) {
+    while (k < scan && k - j < 32 &&
+           (code[k] == '_' || (code[k] >= 'a' && code[k] <= 'z') || (code[k] >= '0' && code[k] <= '9'))) {
       k++;
     }
     if (!e->code_kind) e->code_kind = kiln_strdup("ptx");
@@ -213,14 +216,20 @@ static bool header_shaped(const uint8_t *data) {
 /* An ELF shared object at the start of a rodata segment: a CPU executable
  * (IREE's embedded-elf and system-elf formats keep the ELF itself, no header).
  * The chip is the CPU family kiln's generic target for it names. */
-static bool read_elf_executable(const uint8_t *data, size_t len, uint32_t ordinal, kiln_vmfb_executable_info_t *e) {
+static bool read_elf_executable(const uint8_t *data, size_t len, uint32_t ordinal,
+                                kiln_vmfb_executable_info_t *e) {
   static const struct {
     uint16_t machine;
     const char *format, *chip;
   } arches[] = {{62, "embedded-elf-x86_64", "x86_64"},
                 {183, "embedded-elf-arm_64", "aarch64"},
                 {243, "embedded-elf-riscv_64", "riscv64"}};
-  if (len < 64 || memcmp(data, "\x7f" "ELF", 4) != 0 || data[4] != 2 /* 64-bit */ || data[5] != 1 /* LE */) {
+  if (len < 64 ||
+      memcmp(data,
+             "\x7f"
+             "ELF",
+             4) != 0 ||
+      data[4] != 2 /* 64-bit */ || data[5] != 1 /* LE */) {
     return false;
   }
   uint16_t type = (uint16_t)(data[16] | data[17] << 8), machine = (uint16_t)(data[18] | data[19] << 8);
@@ -381,7 +390,8 @@ static bool read_module(kiln_vmfb_info_t *info, const kiln_vmfb_archive_t *archi
       set_reason(info, KILN_VMFB_CLASS_INVALID,
                  "function %zu's bytecode (offset %llu, length %llu) is outside the module's %llu "
                  "bytes of bytecode",
-                 i, (unsigned long long)off, (unsigned long long)len, (unsigned long long)info->bytecode_bytes);
+                 i, (unsigned long long)off, (unsigned long long)len,
+                 (unsigned long long)info->bytecode_bytes);
       return false;
     }
   }
@@ -477,7 +487,8 @@ static void classify(kiln_vmfb_info_t *info) {
   }
   if (info->hal_version && info->hal_version < CURRENT_HAL_VERSION) {
     set_reason(info, KILN_VMFB_CLASS_LEGACY,
-               "requires hal 0.%u (IREE before 3.12); the 3.12 runtime (hal 0.7) fails its imports", info->hal_version);
+               "requires hal 0.%u (IREE before 3.12); the 3.12 runtime (hal 0.7) fails its imports",
+               info->hal_version);
     return;
   }
   if (!info->hal_version && imports_hal) {
@@ -539,8 +550,8 @@ kiln_status_t kiln_vmfb_read(const uint8_t *file, size_t len, kiln_vmfb_info_t *
     info->entries[info->n_entries++] = kiln_strdup(e->name);
     if (strcmp(e->name, SOURCE_ENTRY) == 0) info->has_source = true;
     if (e->crc == KILN_VMFB_ARCHIVE_CRC_MISMATCH && !info->reason) {
-      set_reason(info, KILN_VMFB_CLASS_INVALID, "zip entry %s: its CRC-32 does not match its contents (damaged file)",
-                 e->name);
+      set_reason(info, KILN_VMFB_CLASS_INVALID,
+                 "zip entry %s: its CRC-32 does not match its contents (damaged file)", e->name);
     }
   }
   if (info->reason) {
@@ -615,15 +626,18 @@ kiln_status_t kiln_vmfb_source_extract(const uint8_t *file, size_t len, uint8_t 
   unsigned long long ratio_cap = (unsigned long long)zlen * SOURCE_RATIO_CAP;
   if (ratio_cap < SOURCE_FREE_BYTES) ratio_cap = SOURCE_FREE_BYTES;
   if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > MAX_SOURCE_BYTES) {
-    st = KILN_STATUS(KILN_STATUS_DATA_LOSS, "the embedded source is not a zstd frame of known size up to 1 GiB");
-  } else if (want_bytes && strtoull(want_bytes, NULL, 10) != size) {
-    st = KILN_STATUS(KILN_STATUS_DATA_LOSS, "the embedded source's frame says %llu bytes; kiln.source.bytes says %s",
-                     size, want_bytes);
-  } else if (!want_bytes && size > ratio_cap) {
     st = KILN_STATUS(KILN_STATUS_DATA_LOSS,
-                     "the embedded source claims %llu bytes from %zu compressed, an implausible ratio, and the "
-                     "file records no kiln.source.bytes",
-                     size, zlen);
+                     "the embedded source is not a zstd frame of known size up to 1 GiB");
+  } else if (want_bytes && strtoull(want_bytes, NULL, 10) != size) {
+    st = KILN_STATUS(KILN_STATUS_DATA_LOSS,
+                     "the embedded source's frame says %llu bytes; kiln.source.bytes says %s", size,
+                     want_bytes);
+  } else if (!want_bytes && size > ratio_cap) {
+    st = KILN_STATUS(
+        KILN_STATUS_DATA_LOSS,
+        "the embedded source claims %llu bytes from %zu compressed, an implausible ratio, and the "
+        "file records no kiln.source.bytes",
+        size, zlen);
   } else {
     uint8_t *src = kiln_malloc(size ? (size_t)size : 1);
     size_t n = ZSTD_decompress(src, (size_t)size, z, zlen);

@@ -49,21 +49,21 @@ typedef struct kiln_vmfb_rodata_info_s {
 
 /* A HAL executable found in a rodata segment. */
 typedef struct kiln_vmfb_executable_info_s {
-  uint32_t rodata;       /* its rodata ordinal */
-  char identifier[5];    /* "CDA1", "HIP1", "VKE1", ..., "ELF" for a CPU executable */
-  const char *format;    /* "cuda-nvptx-fb", ... or NULL when the identifier is unknown */
-  bool has_header;       /* behind the 64-byte executable header (IREE >= 3.9) */
+  uint32_t rodata;    /* its rodata ordinal */
+  char identifier[5]; /* "CDA1", "HIP1", "VKE1", ..., "ELF" for a CPU executable */
+  const char *format; /* "cuda-nvptx-fb", ... or NULL when the identifier is unknown */
+  bool has_header;    /* behind the 64-byte executable header (IREE >= 3.9) */
   uint32_t header_version;
-  char **kernels;        /* export names (CUDA/HIP kernel_name, Vulkan entry_point) */
+  char **kernels; /* export names (CUDA/HIP kernel_name, Vulkan entry_point) */
   size_t n_kernels;
-  uint32_t *block_dims;  /* 3 per kernel, when the format has them (else NULL) */
+  uint32_t *block_dims;      /* 3 per kernel, when the format has them (else NULL) */
   uint32_t *constant_counts; /* per kernel, when the format has them (else NULL) */
-  size_t n_modules;      /* device code modules (PTX/HSACO/SPIR-V) */
-  uint64_t code_bytes;   /* their total size */
-  char *chip;            /* from the code: PTX .target, HSACO e_flags, the ELF's
-                            machine ("x86_64", "aarch64"); NULL if unknown */
-  char *code_kind;       /* "ptx", "cubin", "hsaco", "spirv", "elf" */
-  char *problem;         /* NULL, or why this executable would not load */
+  size_t n_modules;          /* device code modules (PTX/HSACO/SPIR-V) */
+  uint64_t code_bytes;       /* their total size */
+  char *chip;                /* from the code: PTX .target, HSACO e_flags, the ELF's
+                                machine ("x86_64", "aarch64"); NULL if unknown */
+  char *code_kind;           /* "ptx", "cubin", "hsaco", "spirv", "elf" */
+  char *problem;             /* NULL, or why this executable would not load */
 } kiln_vmfb_executable_info_t;
 
 typedef struct kiln_vmfb_info_s {
@@ -88,7 +88,7 @@ typedef struct kiln_vmfb_info_s {
   size_t n_attrs;
   char **entries; /* zip entry names, in file order (zip layout) */
   size_t n_entries;
-  bool has_source; /* kiln's embedded source entry is present */
+  bool has_source;      /* kiln's embedded source entry is present */
   uint32_t hal_version; /* the hal dependency's minimum version; 0 when none */
 
   kiln_vmfb_class_t cls;
@@ -107,7 +107,7 @@ const char *kiln_vmfb_info_attr(const kiln_vmfb_info_t *info, const char *key);
  * NOT_FOUND when the file carries none; DATA_LOSS when it does not decompress or
  * its digest does not match the kiln.source.sha256 attr. *out_source is owned. */
 KILN_MUST_USE kiln_status_t kiln_vmfb_source_extract(const uint8_t *file, size_t len, uint8_t **out_source,
-                                       size_t *out_len);
+                                                     size_t *out_len);
 
 void kiln_vmfb_info_deinit(kiln_vmfb_info_t *info);
 

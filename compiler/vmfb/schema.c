@@ -16,35 +16,40 @@
 
 #define COUNT(a) ((uint16_t)(sizeof(a) / sizeof((a)[0])))
 
-#define SCALAR(n, s, k) {.name = (n), .slot = (s), .kind = KILN_FLATBUF_##k}
+#define SCALAR(n, s, k) \
+  { .name = (n), .slot = (s), .kind = KILN_FLATBUF_##k }
 #define SCALAR_DEFAULT(n, s, k, d) \
-  {.name = (n), .slot = (s), .kind = KILN_FLATBUF_##k, .default_int = (d)}
-#define STRING(n, s) {.name = (n), .slot = (s), .kind = KILN_FLATBUF_STRING}
+  { .name = (n), .slot = (s), .kind = KILN_FLATBUF_##k, .default_int = (d) }
+#define STRING(n, s) \
+  { .name = (n), .slot = (s), .kind = KILN_FLATBUF_STRING }
 #define STRING_REQUIRED(n, s) \
-  {.name = (n), .slot = (s), .kind = KILN_FLATBUF_STRING, .required = true}
-#define TABLE(n, s, t) {.name = (n), .slot = (s), .kind = KILN_FLATBUF_TABLE, .table = &(t)}
-#define STRUCT(n, s, size, align)                                                      \
-  {.name = (n), .slot = (s), .kind = KILN_FLATBUF_STRUCT, .struct_size = (size),       \
-   .struct_align = (align)}
+  { .name = (n), .slot = (s), .kind = KILN_FLATBUF_STRING, .required = true }
+#define TABLE(n, s, t) \
+  { .name = (n), .slot = (s), .kind = KILN_FLATBUF_TABLE, .table = &(t) }
+#define STRUCT(n, s, size, align) \
+  { .name = (n), .slot = (s), .kind = KILN_FLATBUF_STRUCT, .struct_size = (size), .struct_align = (align) }
 #define VECTOR(n, s, k) \
-  {.name = (n), .slot = (s), .kind = KILN_FLATBUF_VECTOR, .elem_kind = KILN_FLATBUF_##k}
-#define VECTOR_STRUCT(n, s, size, align)                                               \
-  {.name = (n), .slot = (s), .kind = KILN_FLATBUF_VECTOR_STRUCT, .struct_size = (size), \
-   .struct_align = (align)}
+  { .name = (n), .slot = (s), .kind = KILN_FLATBUF_VECTOR, .elem_kind = KILN_FLATBUF_##k }
+#define VECTOR_STRUCT(n, s, size, align)                                                 \
+  {                                                                                      \
+    .name = (n), .slot = (s), .kind = KILN_FLATBUF_VECTOR_STRUCT, .struct_size = (size), \
+    .struct_align = (align)                                                              \
+  }
 #define VECTOR_TABLE(n, s, t) \
-  {.name = (n), .slot = (s), .kind = KILN_FLATBUF_VECTOR_TABLE, .table = &(t)}
+  { .name = (n), .slot = (s), .kind = KILN_FLATBUF_VECTOR_TABLE, .table = &(t) }
 /* A union takes two slots: its type at s, its value at s + 1. */
-#define UNION(n, s, u)                                                                 \
-  {.name = n "_type", .slot = (s), .kind = KILN_FLATBUF_UNION_TYPE, .union_desc = &(u)}, \
-  {.name = (n), .slot = (s) + 1, .kind = KILN_FLATBUF_UNION, .union_desc = &(u)}
-#define VECTOR_UNION(n, s, u)                                                          \
-  {.name = n "_type", .slot = (s), .kind = KILN_FLATBUF_VECTOR_UNION_TYPE,             \
-   .union_desc = &(u)},                                                                \
-  {.name = (n), .slot = (s) + 1, .kind = KILN_FLATBUF_VECTOR_UNION, .union_desc = &(u)}
+#define UNION(n, s, u)                                                                     \
+  {.name = n "_type", .slot = (s), .kind = KILN_FLATBUF_UNION_TYPE, .union_desc = &(u)}, { \
+    .name = (n), .slot = (s) + 1, .kind = KILN_FLATBUF_UNION, .union_desc = &(u)           \
+  }
+#define VECTOR_UNION(n, s, u)                                                                     \
+  {.name = n "_type", .slot = (s), .kind = KILN_FLATBUF_VECTOR_UNION_TYPE, .union_desc = &(u)}, { \
+    .name = (n), .slot = (s) + 1, .kind = KILN_FLATBUF_VECTOR_UNION, .union_desc = &(u)           \
+  }
 
-#define TABLE_DESC(var, name_, fields_) \
-  const kiln_vmfb_flatbuf_table_desc_t var = {.name = (name_), .fields = (fields_), \
-                                              .field_count = COUNT(fields_)}
+#define TABLE_DESC(var, name_, fields_)        \
+  const kiln_vmfb_flatbuf_table_desc_t var = { \
+      .name = (name_), .fields = (fields_), .field_count = COUNT(fields_)}
 
 /* ======================= iree.vm ======================= */
 
@@ -63,16 +68,14 @@ static const kiln_vmfb_flatbuf_field_desc_t vm_signature_fields[] = {
     STRING("calling_convention", KILN_VM_SIGNATURE_CALLING_CONVENTION),
     VECTOR_TABLE("attrs", KILN_VM_SIGNATURE_ATTRS, kiln_vmfb_schema_vm_attr_def),
 };
-TABLE_DESC(kiln_vmfb_schema_vm_function_signature_def, "FunctionSignatureDef",
-           vm_signature_fields);
+TABLE_DESC(kiln_vmfb_schema_vm_function_signature_def, "FunctionSignatureDef", vm_signature_fields);
 
 static const kiln_vmfb_flatbuf_field_desc_t vm_dependency_fields[] = {
     STRING("name", KILN_VM_DEPENDENCY_NAME),
     SCALAR("minimum_version", KILN_VM_DEPENDENCY_MINIMUM_VERSION, U32),
     SCALAR_DEFAULT("flags", KILN_VM_DEPENDENCY_FLAGS, U32, KILN_VM_DEPENDENCY_FLAG_REQUIRED),
 };
-TABLE_DESC(kiln_vmfb_schema_vm_module_dependency_def, "ModuleDependencyDef",
-           vm_dependency_fields);
+TABLE_DESC(kiln_vmfb_schema_vm_module_dependency_def, "ModuleDependencyDef", vm_dependency_fields);
 
 static const kiln_vmfb_flatbuf_field_desc_t vm_import_fields[] = {
     STRING("full_name", KILN_VM_IMPORT_FULL_NAME),
@@ -100,8 +103,7 @@ const kiln_vmfb_flatbuf_union_desc_t kiln_vmfb_schema_vm_compression_type_def = 
 };
 
 static const kiln_vmfb_flatbuf_field_desc_t vm_rodata_fields[] = {
-    UNION("compression_type", KILN_VM_RODATA_COMPRESSION_TYPE_TYPE,
-          kiln_vmfb_schema_vm_compression_type_def),
+    UNION("compression_type", KILN_VM_RODATA_COMPRESSION_TYPE_TYPE, kiln_vmfb_schema_vm_compression_type_def),
     VECTOR("embedded_data", KILN_VM_RODATA_EMBEDDED_DATA, U8),
     SCALAR("external_data_offset", KILN_VM_RODATA_EXTERNAL_DATA_OFFSET, U64),
     SCALAR("external_data_length", KILN_VM_RODATA_EXTERNAL_DATA_LENGTH, U64),
@@ -130,8 +132,7 @@ static const kiln_vmfb_flatbuf_field_desc_t vm_file_line_col_fields[] = {
     SCALAR("line", KILN_VM_FILE_LINE_COL_LOC_LINE, I32),
     SCALAR("column", KILN_VM_FILE_LINE_COL_LOC_COLUMN, I32),
 };
-TABLE_DESC(kiln_vmfb_schema_vm_file_line_col_loc_def, "FileLineColLocDef",
-           vm_file_line_col_fields);
+TABLE_DESC(kiln_vmfb_schema_vm_file_line_col_loc_def, "FileLineColLocDef", vm_file_line_col_fields);
 
 static const kiln_vmfb_flatbuf_field_desc_t vm_fused_fields[] = {
     STRING("metadata", KILN_VM_FUSED_LOC_METADATA),
@@ -162,14 +163,11 @@ static const kiln_vmfb_flatbuf_field_desc_t vm_source_map_fields[] = {
     VECTOR_STRUCT("locations", KILN_VM_SOURCE_MAP_LOCATIONS, KILN_VM_BYTECODE_LOCATION_SIZEOF,
                   KILN_VM_BYTECODE_LOCATION_ALIGNOF),
 };
-TABLE_DESC(kiln_vmfb_schema_vm_function_source_map_def, "FunctionSourceMapDef",
-           vm_source_map_fields);
+TABLE_DESC(kiln_vmfb_schema_vm_function_source_map_def, "FunctionSourceMapDef", vm_source_map_fields);
 
 static const kiln_vmfb_flatbuf_field_desc_t vm_debug_fields[] = {
-    VECTOR_UNION("location_table", KILN_VM_DEBUG_LOCATION_TABLE_TYPE,
-                 kiln_vmfb_schema_vm_location_type_def),
-    VECTOR_TABLE("functions", KILN_VM_DEBUG_FUNCTIONS,
-                 kiln_vmfb_schema_vm_function_source_map_def),
+    VECTOR_UNION("location_table", KILN_VM_DEBUG_LOCATION_TABLE_TYPE, kiln_vmfb_schema_vm_location_type_def),
+    VECTOR_TABLE("functions", KILN_VM_DEBUG_FUNCTIONS, kiln_vmfb_schema_vm_function_source_map_def),
 };
 TABLE_DESC(kiln_vmfb_schema_vm_debug_database_def, "DebugDatabaseDef", vm_debug_fields);
 
@@ -179,18 +177,15 @@ static const kiln_vmfb_flatbuf_field_desc_t vm_module_fields[] = {
     SCALAR("requirements", KILN_VM_MODULE_REQUIREMENTS, U32),
     VECTOR_TABLE("attrs", KILN_VM_MODULE_ATTRS, kiln_vmfb_schema_vm_attr_def),
     VECTOR_TABLE("types", KILN_VM_MODULE_TYPES, kiln_vmfb_schema_vm_type_def),
-    VECTOR_TABLE("dependencies", KILN_VM_MODULE_DEPENDENCIES,
-                 kiln_vmfb_schema_vm_module_dependency_def),
+    VECTOR_TABLE("dependencies", KILN_VM_MODULE_DEPENDENCIES, kiln_vmfb_schema_vm_module_dependency_def),
     VECTOR_TABLE("imported_functions", KILN_VM_MODULE_IMPORTED_FUNCTIONS,
                  kiln_vmfb_schema_vm_import_function_def),
     VECTOR_TABLE("exported_functions", KILN_VM_MODULE_EXPORTED_FUNCTIONS,
                  kiln_vmfb_schema_vm_export_function_def),
     VECTOR_TABLE("function_signatures", KILN_VM_MODULE_FUNCTION_SIGNATURES,
                  kiln_vmfb_schema_vm_function_signature_def),
-    VECTOR_TABLE("rodata_segments", KILN_VM_MODULE_RODATA_SEGMENTS,
-                 kiln_vmfb_schema_vm_rodata_segment_def),
-    VECTOR_TABLE("rwdata_segments", KILN_VM_MODULE_RWDATA_SEGMENTS,
-                 kiln_vmfb_schema_vm_rwdata_segment_def),
+    VECTOR_TABLE("rodata_segments", KILN_VM_MODULE_RODATA_SEGMENTS, kiln_vmfb_schema_vm_rodata_segment_def),
+    VECTOR_TABLE("rwdata_segments", KILN_VM_MODULE_RWDATA_SEGMENTS, kiln_vmfb_schema_vm_rwdata_segment_def),
     TABLE("module_state", KILN_VM_MODULE_MODULE_STATE, kiln_vmfb_schema_vm_module_state_def),
     VECTOR_STRUCT("function_descriptors", KILN_VM_MODULE_FUNCTION_DESCRIPTORS,
                   KILN_VM_FUNCTION_DESCRIPTOR_SIZEOF, KILN_VM_FUNCTION_DESCRIPTOR_ALIGNOF),
@@ -206,16 +201,13 @@ static const kiln_vmfb_flatbuf_field_desc_t debug_file_line_fields[] = {
     STRING("filename", KILN_HAL_DEBUG_FILE_LINE_LOC_FILENAME),
     SCALAR("line", KILN_HAL_DEBUG_FILE_LINE_LOC_LINE, I32),
 };
-TABLE_DESC(kiln_vmfb_schema_hal_debug_file_line_loc_def, "debug.FileLineLocDef",
-           debug_file_line_fields);
+TABLE_DESC(kiln_vmfb_schema_hal_debug_file_line_loc_def, "debug.FileLineLocDef", debug_file_line_fields);
 
 static const kiln_vmfb_flatbuf_field_desc_t debug_stage_fields[] = {
     STRING("stage", KILN_HAL_DEBUG_STAGE_LOCATION_STAGE),
-    TABLE("location", KILN_HAL_DEBUG_STAGE_LOCATION_LOCATION,
-          kiln_vmfb_schema_hal_debug_file_line_loc_def),
+    TABLE("location", KILN_HAL_DEBUG_STAGE_LOCATION_LOCATION, kiln_vmfb_schema_hal_debug_file_line_loc_def),
 };
-TABLE_DESC(kiln_vmfb_schema_hal_debug_stage_location_def, "debug.StageLocationDef",
-           debug_stage_fields);
+TABLE_DESC(kiln_vmfb_schema_hal_debug_stage_location_def, "debug.StageLocationDef", debug_stage_fields);
 
 static const kiln_vmfb_flatbuf_field_desc_t debug_export_fields[] = {
     STRING("name", KILN_HAL_DEBUG_EXPORT_NAME),
@@ -229,8 +221,7 @@ static const kiln_vmfb_flatbuf_field_desc_t debug_source_file_fields[] = {
     STRING("path", KILN_HAL_DEBUG_SOURCE_FILE_PATH),
     VECTOR("content", KILN_HAL_DEBUG_SOURCE_FILE_CONTENT, U8),
 };
-TABLE_DESC(kiln_vmfb_schema_hal_debug_source_file_def, "debug.SourceFileDef",
-           debug_source_file_fields);
+TABLE_DESC(kiln_vmfb_schema_hal_debug_source_file_def, "debug.SourceFileDef", debug_source_file_fields);
 
 /* ======================= iree.hal.cuda ======================= */
 
@@ -264,8 +255,7 @@ TABLE_DESC(kiln_vmfb_schema_cuda_executable_def, "cuda.ExecutableDef", cuda_exec
 static const kiln_vmfb_flatbuf_field_desc_t hip_export_fields[] = {
     SCALAR("module_ordinal", KILN_HIP_EXPORT_MODULE_ORDINAL, U32),
     STRING("kernel_name", KILN_HIP_EXPORT_KERNEL_NAME),
-    STRUCT("block_dims", KILN_HIP_EXPORT_BLOCK_DIMS, KILN_GPU_BLOCK_DIMS_SIZEOF,
-           KILN_GPU_BLOCK_DIMS_ALIGNOF),
+    STRUCT("block_dims", KILN_HIP_EXPORT_BLOCK_DIMS, KILN_GPU_BLOCK_DIMS_SIZEOF, KILN_GPU_BLOCK_DIMS_ALIGNOF),
     SCALAR("block_shared_memory_size", KILN_HIP_EXPORT_BLOCK_SHARED_MEMORY_SIZE, U32),
     SCALAR("constant_count", KILN_HIP_EXPORT_CONSTANT_COUNT, U32),
     VECTOR("binding_flags", KILN_HIP_EXPORT_BINDING_FLAGS, U64),
@@ -294,8 +284,8 @@ static const kiln_vmfb_flatbuf_field_desc_t vk_binding_fields[] = {
     SCALAR("descriptor_count", KILN_VK_DESCRIPTOR_SET_LAYOUT_BINDING_DESCRIPTOR_COUNT, U32),
     SCALAR("stage_flags", KILN_VK_DESCRIPTOR_SET_LAYOUT_BINDING_STAGE_FLAGS, U32),
 };
-TABLE_DESC(kiln_vmfb_schema_vk_descriptor_set_layout_binding_def,
-           "vulkan.DescriptorSetLayoutBindingDef", vk_binding_fields);
+TABLE_DESC(kiln_vmfb_schema_vk_descriptor_set_layout_binding_def, "vulkan.DescriptorSetLayoutBindingDef",
+           vk_binding_fields);
 
 static const kiln_vmfb_flatbuf_field_desc_t vk_set_layout_fields[] = {
     VECTOR_TABLE("bindings", KILN_VK_DESCRIPTOR_SET_LAYOUT_BINDINGS,
@@ -305,13 +295,11 @@ TABLE_DESC(kiln_vmfb_schema_vk_descriptor_set_layout_def, "vulkan.DescriptorSetL
            vk_set_layout_fields);
 
 static const kiln_vmfb_flatbuf_field_desc_t vk_pipeline_layout_fields[] = {
-    VECTOR("descriptor_set_layout_ordinals", KILN_VK_PIPELINE_LAYOUT_DESCRIPTOR_SET_LAYOUT_ORDINALS,
-           U32),
+    VECTOR("descriptor_set_layout_ordinals", KILN_VK_PIPELINE_LAYOUT_DESCRIPTOR_SET_LAYOUT_ORDINALS, U32),
     VECTOR_STRUCT("push_constant_ranges", KILN_VK_PIPELINE_LAYOUT_PUSH_CONSTANT_RANGES,
                   KILN_VK_PUSH_CONSTANT_RANGE_SIZEOF, KILN_VK_PUSH_CONSTANT_RANGE_ALIGNOF),
 };
-TABLE_DESC(kiln_vmfb_schema_vk_pipeline_layout_def, "vulkan.PipelineLayoutDef",
-           vk_pipeline_layout_fields);
+TABLE_DESC(kiln_vmfb_schema_vk_pipeline_layout_def, "vulkan.PipelineLayoutDef", vk_pipeline_layout_fields);
 
 static const kiln_vmfb_flatbuf_field_desc_t vk_bda_binding_fields[] = {
     SCALAR_DEFAULT("minimum_alignment", KILN_VK_BDA_BINDING_MINIMUM_ALIGNMENT, U32, 1),
@@ -322,23 +310,20 @@ TABLE_DESC(kiln_vmfb_schema_vk_bda_binding_def, "vulkan.BdaBindingDef", vk_bda_b
 static const kiln_vmfb_flatbuf_field_desc_t vk_bda_layout_fields[] = {
     SCALAR_DEFAULT("abi_version", KILN_VK_BDA_LAYOUT_ABI_VERSION, U32, 1),
     SCALAR("root_push_constant_offset", KILN_VK_BDA_LAYOUT_ROOT_PUSH_CONSTANT_OFFSET, U32),
-    SCALAR_DEFAULT("root_push_constant_length", KILN_VK_BDA_LAYOUT_ROOT_PUSH_CONSTANT_LENGTH, U32,
+    SCALAR_DEFAULT("root_push_constant_length", KILN_VK_BDA_LAYOUT_ROOT_PUSH_CONSTANT_LENGTH, U32, 32),
+    SCALAR_DEFAULT("constant_push_constant_offset", KILN_VK_BDA_LAYOUT_CONSTANT_PUSH_CONSTANT_OFFSET, U32,
                    32),
-    SCALAR_DEFAULT("constant_push_constant_offset",
-                   KILN_VK_BDA_LAYOUT_CONSTANT_PUSH_CONSTANT_OFFSET, U32, 32),
     SCALAR("constant_count", KILN_VK_BDA_LAYOUT_CONSTANT_COUNT, U32),
     SCALAR("binding_table_entry_type", KILN_VK_BDA_LAYOUT_BINDING_TABLE_ENTRY_TYPE, U8),
     SCALAR("binding_count", KILN_VK_BDA_LAYOUT_BINDING_COUNT, U32),
     VECTOR_TABLE("bindings", KILN_VK_BDA_LAYOUT_BINDINGS, kiln_vmfb_schema_vk_bda_binding_def),
 };
-TABLE_DESC(kiln_vmfb_schema_vk_bda_dispatch_layout_def, "vulkan.BdaDispatchLayoutDef",
-           vk_bda_layout_fields);
+TABLE_DESC(kiln_vmfb_schema_vk_bda_dispatch_layout_def, "vulkan.BdaDispatchLayoutDef", vk_bda_layout_fields);
 
 static const kiln_vmfb_flatbuf_field_desc_t vk_shader_module_fields[] = {
     VECTOR("spirv_code", KILN_VK_SHADER_MODULE_SPIRV_CODE, U32),
 };
-TABLE_DESC(kiln_vmfb_schema_vk_shader_module_def, "vulkan.ShaderModuleDef",
-           vk_shader_module_fields);
+TABLE_DESC(kiln_vmfb_schema_vk_shader_module_def, "vulkan.ShaderModuleDef", vk_shader_module_fields);
 
 static const kiln_vmfb_flatbuf_field_desc_t vk_pipeline_fields[] = {
     SCALAR("shader_module_ordinal", KILN_VK_PIPELINE_SHADER_MODULE_ORDINAL, U32),
@@ -358,9 +343,7 @@ static const kiln_vmfb_flatbuf_field_desc_t vk_executable_fields[] = {
                  kiln_vmfb_schema_vk_descriptor_set_layout_def),
     VECTOR_TABLE("pipeline_layouts", KILN_VK_EXECUTABLE_PIPELINE_LAYOUTS,
                  kiln_vmfb_schema_vk_pipeline_layout_def),
-    VECTOR_TABLE("shader_modules", KILN_VK_EXECUTABLE_SHADER_MODULES,
-                 kiln_vmfb_schema_vk_shader_module_def),
-    VECTOR_TABLE("source_files", KILN_VK_EXECUTABLE_SOURCE_FILES,
-                 kiln_vmfb_schema_hal_debug_source_file_def),
+    VECTOR_TABLE("shader_modules", KILN_VK_EXECUTABLE_SHADER_MODULES, kiln_vmfb_schema_vk_shader_module_def),
+    VECTOR_TABLE("source_files", KILN_VK_EXECUTABLE_SOURCE_FILES, kiln_vmfb_schema_hal_debug_source_file_def),
 };
 TABLE_DESC(kiln_vmfb_schema_vk_executable_def, "vulkan.ExecutableDef", vk_executable_fields);

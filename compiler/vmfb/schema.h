@@ -22,10 +22,10 @@
 #define KILN_VMFB_SCHEMA_IREE_COMMIT "b48a5955575cf8924ffc191f3b0804976e5738b9"
 
 /* File identifiers. */
-#define KILN_VM_FILE_IDENTIFIER "IREE"
+#define KILN_VM_FILE_IDENTIFIER   "IREE"
 #define KILN_CUDA_FILE_IDENTIFIER "CDA1"
-#define KILN_HIP_FILE_IDENTIFIER "HIP1"
-#define KILN_VK_FILE_IDENTIFIER "VKE1"
+#define KILN_HIP_FILE_IDENTIFIER  "HIP1"
+#define KILN_VK_FILE_IDENTIFIER   "VKE1"
 
 /* ======================= iree.vm (bytecode_module_def.fbs) ======================= */
 
@@ -202,7 +202,7 @@ enum {
 };
 /* BindingBits (uint64 bit_flags): binding_flags is a [u64] vector. */
 #define KILN_GPU_BINDING_READ_ONLY (UINT64_C(1) << 0)
-#define KILN_GPU_BINDING_INDIRECT (UINT64_C(1) << 1)
+#define KILN_GPU_BINDING_INDIRECT  (UINT64_C(1) << 1)
 
 /* ExportDef */
 enum {

@@ -27,8 +27,8 @@
 #include "compiler/vmfb/vm.h"
 
 #define EXECUTABLE_HEADER_BYTES 64
-#define BYTECODE_VERSION_17_0 ((17u << 16) | 0u)
-#define SOURCE_ENTRY "kiln/source.mlir.zst"
+#define BYTECODE_VERSION_17_0   ((17u << 16) | 0u)
+#define SOURCE_ENTRY            "kiln/source.mlir.zst"
 #define VK_SHADER_STAGE_COMPUTE 0x20u
 
 const char *kiln_vmfb_format_name(kiln_vmfb_format_t format) {
@@ -43,7 +43,8 @@ const char *kiln_vmfb_format_name(kiln_vmfb_format_t format) {
 
 /* The format string the host program matches against the device's. */
 static const char *executable_format_name(const kiln_vmfb_executable_t *exe) {
-  return exe->format == KILN_VMFB_FORMAT_ELF && exe->format_name ? exe->format_name : kiln_vmfb_format_name(exe->format);
+  return exe->format == KILN_VMFB_FORMAT_ELF && exe->format_name ? exe->format_name
+                                                                 : kiln_vmfb_format_name(exe->format);
 }
 
 const char *kiln_vmfb_format_identifier(kiln_vmfb_format_t format) {
@@ -122,15 +123,19 @@ static ref_t vulkan_executable(builder_t *b, const kiln_vmfb_executable_t *exe) 
   for (size_t i = 0; i < exe->n_kernels; i++) {
     const kiln_vmfb_kernel_t *k = &exe->kernels[i];
     size_t l = 0;
-    while (l < n_layouts && (layout_bindings[l] != k->n_bindings || layout_constants[l] != k->n_constants)) l++;
+    while (l < n_layouts && (layout_bindings[l] != k->n_bindings || layout_constants[l] != k->n_constants))
+      l++;
     if (l == n_layouts) {
       ref_t *bindings = kiln_calloc(k->n_bindings ? k->n_bindings : 1, sizeof *bindings);
       for (uint32_t j = 0; j < k->n_bindings; j++) {
-        bindings[j] = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vk_descriptor_set_layout_binding_def);
+        bindings[j] =
+            kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vk_descriptor_set_layout_binding_def);
         kiln_vmfb_flatbuf_builder_set_uint(b, bindings[j], KILN_VK_DESCRIPTOR_SET_LAYOUT_BINDING_BINDING, j);
-        kiln_vmfb_flatbuf_builder_set_uint(b, bindings[j], KILN_VK_DESCRIPTOR_SET_LAYOUT_BINDING_DESCRIPTOR_TYPE,
+        kiln_vmfb_flatbuf_builder_set_uint(b, bindings[j],
+                                           KILN_VK_DESCRIPTOR_SET_LAYOUT_BINDING_DESCRIPTOR_TYPE,
                                            KILN_VK_DESCRIPTOR_TYPE_STORAGE_BUFFER);
-        kiln_vmfb_flatbuf_builder_set_uint(b, bindings[j], KILN_VK_DESCRIPTOR_SET_LAYOUT_BINDING_DESCRIPTOR_COUNT, 1);
+        kiln_vmfb_flatbuf_builder_set_uint(b, bindings[j],
+                                           KILN_VK_DESCRIPTOR_SET_LAYOUT_BINDING_DESCRIPTOR_COUNT, 1);
         kiln_vmfb_flatbuf_builder_set_uint(b, bindings[j], KILN_VK_DESCRIPTOR_SET_LAYOUT_BINDING_STAGE_FLAGS,
                                            VK_SHADER_STAGE_COMPUTE);
       }
@@ -150,7 +155,8 @@ static ref_t vulkan_executable(builder_t *b, const kiln_vmfb_executable_t *exe) 
         kiln_vmfb_flatbuf_store_u32(range + KILN_VK_PUSH_CONSTANT_RANGE_SIZE, 4 * k->n_constants);
         kiln_vmfb_flatbuf_builder_set_ref(
             b, pipeline_layouts[l], KILN_VK_PIPELINE_LAYOUT_PUSH_CONSTANT_RANGES,
-            kiln_vmfb_flatbuf_builder_add_structs(b, range, 1, sizeof range, KILN_VK_PUSH_CONSTANT_RANGE_ALIGNOF));
+            kiln_vmfb_flatbuf_builder_add_structs(b, range, 1, sizeof range,
+                                                  KILN_VK_PUSH_CONSTANT_RANGE_ALIGNOF));
       }
       layout_bindings[l] = k->n_bindings;
       layout_constants[l] = k->n_constants;
@@ -165,7 +171,8 @@ static ref_t vulkan_executable(builder_t *b, const kiln_vmfb_executable_t *exe) 
     kiln_vmfb_flatbuf_builder_set_uint(b, pipelines[i], KILN_VK_PIPELINE_SHADER_MODULE_ORDINAL, k->module);
     kiln_vmfb_flatbuf_builder_set_ref(b, pipelines[i], KILN_VK_PIPELINE_ENTRY_POINT,
                                       kiln_vmfb_flatbuf_builder_add_str(b, k->name));
-    kiln_vmfb_flatbuf_builder_set_uint(b, pipelines[i], KILN_VK_PIPELINE_PIPELINE_LAYOUT_ORDINAL, layout_of[i]);
+    kiln_vmfb_flatbuf_builder_set_uint(b, pipelines[i], KILN_VK_PIPELINE_PIPELINE_LAYOUT_ORDINAL,
+                                       layout_of[i]);
     kiln_vmfb_flatbuf_builder_set_uint(b, pipelines[i], KILN_VK_PIPELINE_SUBGROUP_SIZE, exe->subgroup_size);
   }
   ref_t *shaders = kiln_calloc(exe->n_modules, sizeof *shaders);
@@ -174,8 +181,9 @@ static ref_t vulkan_executable(builder_t *b, const kiln_vmfb_executable_t *exe) 
     uint32_t *code = kiln_malloc(words ? words * 4 : 4);
     memcpy(code, exe->modules[i].data, words * 4);
     shaders[i] = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vk_shader_module_def);
-    kiln_vmfb_flatbuf_builder_set_ref(b, shaders[i], KILN_VK_SHADER_MODULE_SPIRV_CODE,
-                                      kiln_vmfb_flatbuf_builder_add_scalars(b, KILN_FLATBUF_U32, code, words));
+    kiln_vmfb_flatbuf_builder_set_ref(
+        b, shaders[i], KILN_VK_SHADER_MODULE_SPIRV_CODE,
+        kiln_vmfb_flatbuf_builder_add_scalars(b, KILN_FLATBUF_U32, code, words));
     kiln_free(code);
   }
   ref_t root = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vk_executable_def);
@@ -204,16 +212,19 @@ kiln_status_t kiln_vmfb_executable_serialize(const kiln_vmfb_executable_t *exe, 
     static const uint8_t magic[4] = {0x7f, 'E', 'L', 'F'};
     if (exe->n_kernels == 0 || exe->n_modules != 1 || exe->modules[0].len < 64 ||
         memcmp(exe->modules[0].data, magic, 4) != 0) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "a %s executable is one ELF holding at least one kernel",
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "a %s executable is one ELF holding at least one kernel",
                          executable_format_name(exe));
     }
     kiln_buf_append(out, exe->modules[0].data, exe->modules[0].len);
     return NULL;
   }
   const char *identifier = kiln_vmfb_format_identifier(exe->format);
-  if (!identifier) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "unknown executable format %d", (int)exe->format);
+  if (!identifier)
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "unknown executable format %d", (int)exe->format);
   if (exe->n_kernels == 0 || exe->n_modules == 0) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "a %s executable needs at least one kernel and one module",
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "a %s executable needs at least one kernel and one module",
                        kiln_vmfb_format_name(exe->format));
   }
   for (size_t i = 0; i < exe->n_kernels; i++) {
@@ -226,8 +237,7 @@ kiln_status_t kiln_vmfb_executable_serialize(const kiln_vmfb_executable_t *exe, 
   }
   for (size_t i = 0; i < exe->n_modules; i++) {
     if (exe->modules[i].len == 0 || (exe->format == KILN_VMFB_FORMAT_VULKAN && exe->modules[i].len % 4)) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                         "module %zu of the %s executable is %zu bytes: %s", i,
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "module %zu of the %s executable is %zu bytes: %s", i,
                          kiln_vmfb_format_name(exe->format), exe->modules[i].len,
                          exe->modules[i].len ? "SPIR-V must be whole 32-bit words" : "empty");
     }
@@ -263,8 +273,10 @@ static ref_t attrs_vector(builder_t *b, const kiln_vmfb_attr_t *attrs, size_t n)
   ref_t *refs = kiln_calloc(n, sizeof *refs);
   for (size_t i = 0; i < n; i++) {
     refs[i] = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vm_attr_def);
-    kiln_vmfb_flatbuf_builder_set_ref(b, refs[i], KILN_VM_ATTR_KEY, kiln_vmfb_flatbuf_builder_add_str(b, attrs[i].key));
-    kiln_vmfb_flatbuf_builder_set_ref(b, refs[i], KILN_VM_ATTR_VALUE, kiln_vmfb_flatbuf_builder_add_str(b, attrs[i].value));
+    kiln_vmfb_flatbuf_builder_set_ref(b, refs[i], KILN_VM_ATTR_KEY,
+                                      kiln_vmfb_flatbuf_builder_add_str(b, attrs[i].key));
+    kiln_vmfb_flatbuf_builder_set_ref(b, refs[i], KILN_VM_ATTR_VALUE,
+                                      kiln_vmfb_flatbuf_builder_add_str(b, attrs[i].value));
   }
   ref_t v = kiln_vmfb_flatbuf_builder_add_vector(b, refs, n);
   kiln_free(refs);
@@ -285,10 +297,11 @@ static ref_t signature(builder_t *b, const char *cconv, const kiln_vmfb_attr_t *
 /* Serializes the module with the given external offsets (u64 fields always written).
  * Without `dependencies` the module has no dependency list, as before HAL 0.5. */
 static KILN_MUST_USE kiln_status_t serialize_module(const kiln_vmfb_vm_module_t *m, bool dependencies,
-                                      const uint64_t *external_offsets, kiln_buf_t *out) {
+                                                    const uint64_t *external_offsets, kiln_buf_t *out) {
   builder_t *b = kiln_vmfb_flatbuf_builder_create();
   ref_t root = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vm_bytecode_module_def);
-  kiln_vmfb_flatbuf_builder_set_ref(b, root, KILN_VM_MODULE_NAME, kiln_vmfb_flatbuf_builder_add_str(b, m->name));
+  kiln_vmfb_flatbuf_builder_set_ref(b, root, KILN_VM_MODULE_NAME,
+                                    kiln_vmfb_flatbuf_builder_add_str(b, m->name));
   kiln_vmfb_flatbuf_builder_set_uint(b, root, KILN_VM_MODULE_VERSION, m->version);
   ref_t attrs = attrs_vector(b, m->attrs, m->n_attrs);
   if (attrs) kiln_vmfb_flatbuf_builder_set_ref(b, root, KILN_VM_MODULE_ATTRS, attrs);
@@ -296,13 +309,16 @@ static KILN_MUST_USE kiln_status_t serialize_module(const kiln_vmfb_vm_module_t 
   ref_t *refs = kiln_calloc(m->n_types + m->n_imports + 2 * m->n_functions + m->n_rodata + 1, sizeof *refs);
   for (size_t i = 0; i < m->n_types; i++) {
     refs[i] = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vm_type_def);
-    kiln_vmfb_flatbuf_builder_set_ref(b, refs[i], KILN_VM_TYPE_FULL_NAME, kiln_vmfb_flatbuf_builder_add_str(b, m->types[i]));
+    kiln_vmfb_flatbuf_builder_set_ref(b, refs[i], KILN_VM_TYPE_FULL_NAME,
+                                      kiln_vmfb_flatbuf_builder_add_str(b, m->types[i]));
   }
-  kiln_vmfb_flatbuf_builder_set_ref(b, root, KILN_VM_MODULE_TYPES, kiln_vmfb_flatbuf_builder_add_vector(b, refs, m->n_types));
+  kiln_vmfb_flatbuf_builder_set_ref(b, root, KILN_VM_MODULE_TYPES,
+                                    kiln_vmfb_flatbuf_builder_add_vector(b, refs, m->n_types));
 
   if (dependencies) {
     ref_t dep = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vm_module_dependency_def);
-    kiln_vmfb_flatbuf_builder_set_ref(b, dep, KILN_VM_DEPENDENCY_NAME, kiln_vmfb_flatbuf_builder_add_str(b, "hal"));
+    kiln_vmfb_flatbuf_builder_set_ref(b, dep, KILN_VM_DEPENDENCY_NAME,
+                                      kiln_vmfb_flatbuf_builder_add_str(b, "hal"));
     kiln_vmfb_flatbuf_builder_set_uint(b, dep, KILN_VM_DEPENDENCY_MINIMUM_VERSION, m->hal_minimum_version);
     kiln_vmfb_flatbuf_builder_set_uint(b, dep, KILN_VM_DEPENDENCY_FLAGS, KILN_VM_DEPENDENCY_FLAG_REQUIRED);
     kiln_vmfb_flatbuf_builder_force(b, dep, KILN_VM_DEPENDENCY_FLAGS);
@@ -313,8 +329,10 @@ static KILN_MUST_USE kiln_status_t serialize_module(const kiln_vmfb_vm_module_t 
   for (size_t i = 0; i < m->n_imports; i++) {
     const kiln_vmfb_vm_import_t *imp = &m->imports[i];
     refs[i] = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vm_import_function_def);
-    kiln_vmfb_flatbuf_builder_set_ref(b, refs[i], KILN_VM_IMPORT_FULL_NAME, kiln_vmfb_flatbuf_builder_add_str(b, imp->full_name));
-    kiln_vmfb_flatbuf_builder_set_ref(b, refs[i], KILN_VM_IMPORT_SIGNATURE, signature(b, imp->cconv, NULL, 0));
+    kiln_vmfb_flatbuf_builder_set_ref(b, refs[i], KILN_VM_IMPORT_FULL_NAME,
+                                      kiln_vmfb_flatbuf_builder_add_str(b, imp->full_name));
+    kiln_vmfb_flatbuf_builder_set_ref(b, refs[i], KILN_VM_IMPORT_SIGNATURE,
+                                      signature(b, imp->cconv, NULL, 0));
     kiln_vmfb_flatbuf_builder_set_uint(b, refs[i], KILN_VM_IMPORT_FLAGS,
                                        imp->flags ? imp->flags : KILN_VM_IMPORT_FLAG_REQUIRED);
   }
@@ -345,7 +363,8 @@ static KILN_MUST_USE kiln_status_t serialize_module(const kiln_vmfb_vm_module_t 
     const kiln_vmfb_vm_rodata_t *r = &m->rodata[i];
     refs[i] = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_vm_rodata_segment_def);
     if (r->external) {
-      kiln_vmfb_flatbuf_builder_set_uint(b, refs[i], KILN_VM_RODATA_EXTERNAL_DATA_OFFSET, external_offsets[ext++]);
+      kiln_vmfb_flatbuf_builder_set_uint(b, refs[i], KILN_VM_RODATA_EXTERNAL_DATA_OFFSET,
+                                         external_offsets[ext++]);
       kiln_vmfb_flatbuf_builder_force(b, refs[i], KILN_VM_RODATA_EXTERNAL_DATA_OFFSET);
       kiln_vmfb_flatbuf_builder_set_uint(b, refs[i], KILN_VM_RODATA_EXTERNAL_DATA_LENGTH, r->len);
       kiln_vmfb_flatbuf_builder_force(b, refs[i], KILN_VM_RODATA_EXTERNAL_DATA_LENGTH);
@@ -401,7 +420,7 @@ static KILN_MUST_USE kiln_status_t serialize_module(const kiln_vmfb_vm_module_t 
 
 /* The plan and executable must agree before a host program is built on them. */
 static KILN_MUST_USE kiln_status_t check_agreement(const char *module_name, const kiln_vmfb_plan_t *plan,
-                                     const kiln_vmfb_executable_t *exe) {
+                                                   const kiln_vmfb_executable_t *exe) {
   for (size_t f = 0; f < plan->n_functions; f++) {
     const kiln_vmfb_function_t *fn = &plan->functions[f];
     for (size_t s = 0; s < fn->n_steps; s++) {
@@ -426,8 +445,8 @@ static KILN_MUST_USE kiln_status_t check_agreement(const char *module_name, cons
 }
 
 kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *plan,
-                              const kiln_vmfb_executable_t *exe,
-                              const kiln_vmfb_write_options_t *options, kiln_buf_t *out) {
+                              const kiln_vmfb_executable_t *exe, const kiln_vmfb_write_options_t *options,
+                              kiln_buf_t *out) {
   kiln_vmfb_write_options_t defaults = {0};
   if (!options) options = &defaults;
   if (!module_name || !*module_name) module_name = "module";
@@ -460,7 +479,8 @@ kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *p
 
   /* Provenance, and the embedded source when asked for. */
   const kiln_vmfb_provenance_t *p = options->provenance;
-  if (p && p->source_sha256) kiln_vmfb_attrs_add(&m.attrs, &m.n_attrs, "kiln.source.sha256", p->source_sha256);
+  if (p && p->source_sha256)
+    kiln_vmfb_attrs_add(&m.attrs, &m.n_attrs, "kiln.source.sha256", p->source_sha256);
   if (p && p->target) kiln_vmfb_attrs_add(&m.attrs, &m.n_attrs, "kiln.target", p->target);
   if (p && p->flags) kiln_vmfb_attrs_add(&m.attrs, &m.n_attrs, "kiln.flags", p->flags);
   if (p && p->compiler) kiln_vmfb_attrs_add(&m.attrs, &m.n_attrs, "kiln.compiler", p->compiler);
@@ -469,7 +489,8 @@ kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *p
   void *compressed = NULL;
   if (options->source && options->flat) {
     st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                     "%s: the flat layout has no place for an embedded source; use the zip layout", module_name);
+                     "%s: the flat layout has no place for an embedded source; use the zip layout",
+                     module_name);
   }
   if (!st && options->source) {
     size_t cap = ZSTD_compressBound(options->source_len);
@@ -478,7 +499,8 @@ kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *p
     if (ZSTD_isError(n)) {
       st = KILN_STATUS(KILN_STATUS_INTERNAL, "compressing the embedded source: %s", ZSTD_getErrorName(n));
     } else {
-      extra = (kiln_vmfb_archive_file_t){.name = SOURCE_ENTRY, .data = compressed, .size = n, .alignment = 64};
+      extra =
+          (kiln_vmfb_archive_file_t){.name = SOURCE_ENTRY, .data = compressed, .size = n, .alignment = 64};
       char bytes[32];
       snprintf(bytes, sizeof bytes, "%zu", options->source_len);
       kiln_vmfb_attrs_add(&m.attrs, &m.n_attrs, "kiln.source.entry", SOURCE_ENTRY);

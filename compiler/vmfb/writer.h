@@ -39,12 +39,12 @@ const char *kiln_vmfb_format_identifier(kiln_vmfb_format_t format);
 
 /* One kernel (an export of the executable). */
 typedef struct kiln_vmfb_kernel_s {
-  const char *name;        /* the entry point symbol */
-  uint32_t module;         /* index into the executable's modules */
-  uint32_t block_size[3];  /* workgroup size */
-  uint32_t n_bindings;     /* buffer arguments, in order */
-  const bool *read_only;   /* n_bindings flags (may be NULL: none read-only) */
-  uint32_t n_constants;    /* 32-bit push constants */
+  const char *name;       /* the entry point symbol */
+  uint32_t module;        /* index into the executable's modules */
+  uint32_t block_size[3]; /* workgroup size */
+  uint32_t n_bindings;    /* buffer arguments, in order */
+  const bool *read_only;  /* n_bindings flags (may be NULL: none read-only) */
+  uint32_t n_constants;   /* 32-bit push constants */
 } kiln_vmfb_kernel_t;
 
 typedef struct kiln_vmfb_code_s {
@@ -58,7 +58,7 @@ typedef struct kiln_vmfb_executable_s {
   size_t n_kernels;
   const kiln_vmfb_code_t *modules;
   size_t n_modules;
-  uint32_t subgroup_size; /* Vulkan: the pipelines' required subgroup size (0 = any) */
+  uint32_t subgroup_size;  /* Vulkan: the pipelines' required subgroup size (0 = any) */
   const char *format_name; /* ELF: IREE's format string, "embedded-elf-x86_64"; one
                               module, the ELF, whose exports are the kernels in order */
 } kiln_vmfb_executable_t;
@@ -68,7 +68,7 @@ typedef struct kiln_vmfb_executable_s {
  * executable that cannot be described (a kernel naming a missing module, SPIR-V
  * not a whole number of words, no kernels). */
 KILN_MUST_USE kiln_status_t kiln_vmfb_executable_serialize(const kiln_vmfb_executable_t *exe, bool header,
-                                             kiln_buf_t *out);
+                                                           kiln_buf_t *out);
 
 /* Provenance recorded in the module attrs under "kiln.*" keys. All optional. */
 typedef struct kiln_vmfb_provenance_s {
@@ -80,16 +80,16 @@ typedef struct kiln_vmfb_provenance_s {
 } kiln_vmfb_provenance_t;
 
 typedef struct kiln_vmfb_write_options_s {
-  bool flat;                  /* the flat layout instead of the polyglot zip */
+  bool flat; /* the flat layout instead of the polyglot zip */
   const kiln_vmfb_provenance_t *provenance;
-  const uint8_t *source;      /* embedded (zstd) as kiln/source.mlir.zst when set; zip
-                                 layout only (INVALID_ARGUMENT with `flat`) */
+  const uint8_t *source; /* embedded (zstd) as kiln/source.mlir.zst when set; zip
+                            layout only (INVALID_ARGUMENT with `flat`) */
   size_t source_len;
   /* Legacy fixtures only (zeros mean current): */
-  uint32_t hal_version;       /* 0 = 7 */
-  uint32_t bytecode_version;  /* 0 = 17.0 */
+  uint32_t hal_version;      /* 0 = 7 */
+  uint32_t bytecode_version; /* 0 = 17.0 */
   bool no_executable_header;
-  bool no_dependencies;       /* no dependency list at all (IREE before HAL 0.5) */
+  bool no_dependencies; /* no dependency list at all (IREE before HAL 0.5) */
 } kiln_vmfb_write_options_t;
 
 /* Writes the module `module_name` whose host program is `plan` and whose kernels
@@ -98,7 +98,7 @@ typedef struct kiln_vmfb_write_options_s {
  * disagree (a step naming a kernel the executable lacks, a binding count that
  * differs from the kernel's) or names are unusable. */
 KILN_MUST_USE kiln_status_t kiln_vmfb_write(const char *module_name, const kiln_vmfb_plan_t *plan,
-                              const kiln_vmfb_executable_t *exe,
-                              const kiln_vmfb_write_options_t *options, kiln_buf_t *out);
+                                            const kiln_vmfb_executable_t *exe,
+                                            const kiln_vmfb_write_options_t *options, kiln_buf_t *out);
 
 #endif /* KILN_COMPILER_VMFB_WRITER_H_ */

@@ -25,11 +25,11 @@
 
 /* What admission learns before it takes the lock. */
 typedef struct prep_s {
-  char *compiler;                    /* the workers' identity, a part of every key */
-  source_t *source;                  /* digests, name and (for a compile) the bytes */
-  kilnd_job_admitted_target_t *at;   /* per target: key, and the artifact when cached */
+  char *compiler;                  /* the workers' identity, a part of every key */
+  source_t *source;                /* digests, name and (for a compile) the bytes */
+  kilnd_job_admitted_target_t *at; /* per target: key, and the artifact when cached */
   size_t n;
-  char hash[65];                     /* of the request, for request_id retries */
+  char hash[65]; /* of the request, for request_id retries */
 } prep_t;
 
 /* The source, when admission never reached the lock, was never shared. */
@@ -84,7 +84,8 @@ static void request_hash(const kilnd_job_request_t *r, const char *source_digest
 /* The key digest (base/mlir_text.h) of `len` bytes whose own digest is `raw`:
  * from the memo, or (when `data` is not NULL) computed and remembered. False when
  * the memo does not have it and `data` is NULL (the loop must not take the pass). */
-static bool source_key_digest(kilnd_jobs_t *jobs, const char *raw, const void *data, size_t len, char out[65]) {
+static bool source_key_digest(kilnd_jobs_t *jobs, const char *raw, const void *data, size_t len,
+                              char out[65]) {
   char head[9];
   memcpy(head, raw, 8);
   head[8] = '\0';
@@ -108,8 +109,8 @@ static bool source_key_digest(kilnd_jobs_t *jobs, const char *raw, const void *d
 
 /* The request's own checks and the compiler identity (the first worker's Hello
  * names it). On the loop it is not waited for: *out_would_block. */
-static KILN_MUST_USE kiln_status_t prep_start(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, bool on_loop, prep_t *p,
-                                bool *out_would_block) {
+static KILN_MUST_USE kiln_status_t prep_start(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, bool on_loop,
+                                              prep_t *p, bool *out_would_block) {
   if (r->n_targets == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no targets to compile for");
   uv_mutex_lock(&jobs->mu);
   bool draining = jobs->draining;
@@ -119,7 +120,8 @@ static KILN_MUST_USE kiln_status_t prep_start(kilnd_jobs_t *jobs, const kilnd_jo
     *out_would_block = true;
     return NULL;
   }
-  if (draining) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is shutting down; retry on another server");
+  if (draining)
+    return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is shutting down; retry on another server");
   if (!known) {
     return KILN_STATUS(KILN_STATUS_UNAVAILABLE,
                        "no compile worker has started yet (kiln-worker or the external compiler is failing "
@@ -139,7 +141,8 @@ static KILN_MUST_USE kiln_status_t prep_start(kilnd_jobs_t *jobs, const kilnd_jo
 static KILN_MUST_USE kiln_status_t prep_keys(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p) {
   for (size_t i = 0; i < r->n_targets; i++) {
     kiln_cache_key_parts_t parts;
-    kilnd_jobs_key_parts(jobs, p->compiler, p->source->key_digest, r->targets[i], r->flags, r->n_flags, &parts);
+    kilnd_jobs_key_parts(jobs, p->compiler, p->source->key_digest, r->targets[i], r->flags, r->n_flags,
+                         &parts);
     kiln_digest_hex_t key;
     KILN_RETURN_IF_ERROR(kiln_cache_key_compute(&parts, &key));
     memcpy(p->at[i].cache_key, key.text, sizeof p->at[i].cache_key);
@@ -149,8 +152,8 @@ static KILN_MUST_USE kiln_status_t prep_keys(kilnd_jobs_t *jobs, const kilnd_job
 
 /* Loop: the request answered whole by the cache's memory (every target a memoized
  * hit, the hits recorded) sets *out_whole; otherwise nothing was changed. */
-static KILN_MUST_USE kiln_status_t prep_from_memory(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p,
-                                      bool *out_whole) {
+static KILN_MUST_USE kiln_status_t prep_from_memory(kilnd_jobs_t *jobs, const kilnd_job_request_t *r,
+                                                    prep_t *p, bool *out_whole) {
   *out_whole = false;
   if (!r->source) return NULL; /* its key digest is in the index: the blocking admission reads it */
   kiln_digest_hex_t digest;
@@ -181,7 +184,8 @@ static KILN_MUST_USE kiln_status_t prep_from_memory(kilnd_jobs_t *jobs, const ki
 /* Thread pool: the source stored (inline) or found (by digest), every target
  * looked up, and, when some target needs a compile, the bytes the worker will
  * need. A cache hit never touches the bytes. */
-static KILN_MUST_USE kiln_status_t prep_from_cache(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p) {
+static KILN_MUST_USE kiln_status_t prep_from_cache(kilnd_jobs_t *jobs, const kilnd_job_request_t *r,
+                                                   prep_t *p) {
   source_t *source = p->source;
   if (r->source) {
     /* One hash of the bytes (the memo's); the normal form's pass only for bytes the
@@ -204,7 +208,8 @@ static KILN_MUST_USE kiln_status_t prep_from_cache(kilnd_jobs_t *jobs, const kil
   bool any_miss = false;
   for (size_t i = 0; i < r->n_targets; i++) {
     kilnd_job_admitted_target_t *at = &p->at[i];
-    kiln_status_t lk = kiln_cache_artifact_probe(jobs->cache, at->cache_key, at->artifact_digest, &at->size_bytes);
+    kiln_status_t lk =
+        kiln_cache_artifact_probe(jobs->cache, at->cache_key, at->artifact_digest, &at->size_bytes);
     if (!lk) {
       at->cached = true;
     } else if (kiln_status_code(lk) == KILN_STATUS_NOT_FOUND) {
@@ -261,8 +266,10 @@ static job_t *job_fill_locked(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, 
     kilnd_job_admission_deinit(&job->admission);
   } else {
     job = kiln_calloc(1, sizeof *job);
-    if (forced_id) snprintf(job->id, sizeof job->id, "%s", forced_id);
-    else random_id_locked(jobs, job->id);
+    if (forced_id)
+      snprintf(job->id, sizeof job->id, "%s", forced_id);
+    else
+      random_id_locked(jobs, job->id);
   }
   job->priority = prio;
   job->client = kiln_strdup(r->client && *r->client ? r->client : "anonymous");
@@ -344,14 +351,17 @@ static task_t *attach_targets_locked(kilnd_jobs_t *jobs, job_t *job, const kilnd
 }
 
 static KILN_MUST_USE kiln_status_t admit_locked(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p,
-                                  const char *forced_id, int64_t created_unix_ms, kilnd_job_admission_t *out) {
-  if (jobs->closing) return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is shutting down; retry on another server");
+                                                const char *forced_id, int64_t created_unix_ms,
+                                                kilnd_job_admission_t *out) {
+  if (jobs->closing)
+    return KILN_STATUS(KILN_STATUS_UNAVAILABLE, "kilnd is shutting down; retry on another server");
   /* A retry of a request_id: the first answer again, or a conflict. */
   if (r->request_id && *r->request_id && !forced_id) {
     job_t *j = find_request_locked(jobs, r->request_id);
     if (j && strcmp(j->request_hash, p->hash) != 0) {
-      return KILN_STATUS(KILN_STATUS_ALREADY_EXISTS, "request_id %s was already used for a different request (job %s)",
-                         r->request_id, j->id);
+      return KILN_STATUS(KILN_STATUS_ALREADY_EXISTS,
+                         "request_id %s was already used for a different request (job %s)", r->request_id,
+                         j->id);
     }
     if (j) {
       admission_copy(&j->admission, out);
@@ -394,7 +404,8 @@ static KILN_MUST_USE kiln_status_t admit_locked(kilnd_jobs_t *jobs, const kilnd_
   if (job->state == KILND_JOB_RUNNING) emit_started_locked(jobs, job, "");
   for (size_t i = 0; i < job->n_targets; i++) {
     if (out->targets[i].cached) {
-      emit_target_done_locked(jobs, job, i, out->targets[i].artifact_digest, out->targets[i].size_bytes, true, 0);
+      emit_target_done_locked(jobs, job, i, out->targets[i].artifact_digest, out->targets[i].size_bytes, true,
+                              0);
     }
   }
   maybe_finish_job_locked(jobs, job);
@@ -429,12 +440,13 @@ kiln_status_t admit_blocking(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, c
   return NULL;
 }
 
-kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, kilnd_job_admission_t *out) {
+kiln_status_t kilnd_jobs_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r,
+                                kilnd_job_admission_t *out) {
   return admit_blocking(jobs, r, NULL, 0, out);
 }
 
-kiln_status_t kilnd_jobs_try_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, kilnd_job_admission_t *out,
-                                    bool *out_would_block) {
+kiln_status_t kilnd_jobs_try_submit(kilnd_jobs_t *jobs, const kilnd_job_request_t *r,
+                                    kilnd_job_admission_t *out, bool *out_would_block) {
   *out_would_block = false;
   memset(out, 0, sizeof *out);
   prep_t p = {0};

@@ -86,8 +86,10 @@ void index_remove_locked(kilnd_jobs_t *jobs, job_t *job) {
   if (!job->request_id) return;
   job_t *head = kiln_strmap_get(&jobs->by_rid, job->request_id);
   if (head == job) {
-    if (job->rid_older) kiln_strmap_put(&jobs->by_rid, job->request_id, job->rid_older);
-    else kiln_strmap_remove(&jobs->by_rid, job->request_id);
+    if (job->rid_older)
+      kiln_strmap_put(&jobs->by_rid, job->request_id, job->rid_older);
+    else
+      kiln_strmap_remove(&jobs->by_rid, job->request_id);
   } else {
     for (job_t *at = head; at; at = at->rid_older) {
       if (at->rid_older == job) {
@@ -135,7 +137,8 @@ void random_id_locked(kilnd_jobs_t *jobs, char *out) {
   x ^= x >> 16;
   out[0] = 'j';
   out[1] = '-';
-  for (size_t i = 0; i < sizeof jobs->id_prefix; i++) snprintf(out + 2 + 2 * i, 3, "%02x", jobs->id_prefix[i]);
+  for (size_t i = 0; i < sizeof jobs->id_prefix; i++)
+    snprintf(out + 2 + 2 * i, 3, "%02x", jobs->id_prefix[i]);
   snprintf(out + 2 + 2 * sizeof jobs->id_prefix, 9, "%08x", x);
 }
 
@@ -144,9 +147,12 @@ void random_id_locked(kilnd_jobs_t *jobs, char *out) {
 /* Every job's turn to a terminal state passes here once. */
 static void count_terminal(kilnd_jobs_t *jobs, job_t *job) {
   kilnd_job_state_t state = job->state;
-  if (state == KILND_JOB_DONE) jobs->stats.done++;
-  else if (state == KILND_JOB_FAILED) jobs->stats.failed++;
-  else if (state == KILND_JOB_CANCELLED) jobs->stats.cancelled++;
+  if (state == KILND_JOB_DONE)
+    jobs->stats.done++;
+  else if (state == KILND_JOB_FAILED)
+    jobs->stats.failed++;
+  else if (state == KILND_JOB_CANCELLED)
+    jobs->stats.cancelled++;
   usage_drop_locked(jobs, job);
 }
 
@@ -170,7 +176,8 @@ void maybe_finish_job_locked(kilnd_jobs_t *jobs, job_t *job) {
 }
 
 /* Settles target `t` of `job` as failed (if still pending). */
-static void fail_target(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_status_code_t code, const char *message) {
+static void fail_target(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_status_code_t code,
+                        const char *message) {
   job_target_t *jt = &job->targets[t];
   if (jt->state != TARGET_PENDING) return;
   jt->state = TARGET_FAILED;
@@ -227,7 +234,8 @@ static void on_sweep(uv_timer_t *timer) {
     }
     finished += job_terminal(job);
     if (job_terminal(job) && !job->watchers &&
-        (finished > MAX_FINISHED_JOBS || now - job->finished_monotonic_ns > jobs->options.retention_ms * 1000000)) {
+        (finished > MAX_FINISHED_JOBS ||
+         now - job->finished_monotonic_ns > jobs->options.retention_ms * 1000000)) {
       *p = job->next;
       index_remove_locked(jobs, job);
       job_free(job);
@@ -262,8 +270,8 @@ static KILN_MUST_USE kiln_status_t lock_job(kilnd_jobs_t *jobs, const char *job_
   *out_job = find_job_locked(jobs, job_id);
   if (*out_job) return NULL;
   engine_unlock(jobs);
-  return KILN_STATUS(KILN_STATUS_NOT_FOUND, "no job %s on this server (or it finished long ago and was forgotten)",
-                     job_id);
+  return KILN_STATUS(KILN_STATUS_NOT_FOUND,
+                     "no job %s on this server (or it finished long ago and was forgotten)", job_id);
 }
 
 kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const char *reason,
@@ -282,8 +290,8 @@ kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *job_id, const ch
   return NULL;
 }
 
-kiln_status_t kilnd_jobs_listen(kilnd_jobs_t *jobs, const char *job_id, kilnd_job_finished_fn_t fn, void *user,
-                                kilnd_job_listener_t **out_listener) {
+kiln_status_t kilnd_jobs_listen(kilnd_jobs_t *jobs, const char *job_id, kilnd_job_finished_fn_t fn,
+                                void *user, kilnd_job_listener_t **out_listener) {
   if (out_listener) *out_listener = NULL;
   job_t *job = NULL;
   KILN_RETURN_IF_ERROR(lock_job(jobs, job_id, &job));
@@ -401,12 +409,18 @@ void kilnd_jobs_drain(kilnd_jobs_t *jobs) {
 /* ---- life cycle ---- */
 
 static size_t real_idle(void *self) { return kilnd_workers_idle(self); }
-static KILN_MUST_USE kiln_status_t real_submit(void *self, const kilnd_task_t *task) { return kilnd_workers_submit(self, task); }
+static KILN_MUST_USE kiln_status_t real_submit(void *self, const kilnd_task_t *task) {
+  return kilnd_workers_submit(self, task);
+}
 static void real_cancel(void *self, uint64_t task_id) { kilnd_workers_cancel(self, task_id); }
 static void real_stats(void *self, kilnd_workers_stats_t *out) { kilnd_workers_stats(self, out); }
 static const char *real_compiler(void *self) { return kilnd_workers_compiler(self); }
-static bool real_identity(void *self, kilnd_compiler_info_t *out) { return kilnd_workers_identity(self, out); }
-static void real_close(void *self, void (*done)(void *user), void *user) { kilnd_workers_close(self, done, user); }
+static bool real_identity(void *self, kilnd_compiler_info_t *out) {
+  return kilnd_workers_identity(self, out);
+}
+static void real_close(void *self, void (*done)(void *user), void *user) {
+  kilnd_workers_close(self, done, user);
+}
 
 static kilnd_jobs_t *engine_new(uv_loop_t *loop, kiln_cache_t *cache, const kilnd_jobs_options_t *options) {
   kilnd_jobs_t *jobs = kiln_calloc(1, sizeof *jobs);
@@ -478,8 +492,8 @@ kiln_status_t kilnd_jobs_create(uv_loop_t *loop, kiln_cache_t *cache, const kiln
 kiln_status_t kilnd_jobs_create_on(uv_loop_t *loop, kiln_cache_t *cache, const kilnd_jobs_options_t *options,
                                    const kilnd_jobs_pool_t *pool, kilnd_jobs_t **out_jobs) {
   *out_jobs = NULL;
-  if (!pool || !pool->self || !pool->idle || !pool->submit || !pool->cancel || !pool->stats || !pool->compiler ||
-      !pool->identity || !pool->close) {
+  if (!pool || !pool->self || !pool->idle || !pool->submit || !pool->cancel || !pool->stats ||
+      !pool->compiler || !pool->identity || !pool->close) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the job engine needs a pool with every operation");
   }
   kilnd_jobs_t *jobs = engine_new(loop, cache, options);
@@ -599,7 +613,8 @@ void kilnd_jobs_close(kilnd_jobs_t *jobs, void (*done)(void *user), void *user) 
     for (watcher_t *w = j->watchers, *next; w; w = next) {
       next = w->next;
       if (!w->sending) {
-        outbox_finish_stream_locked(jobs, w->stream, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "%s", SHUTDOWN_MESSAGE));
+        outbox_finish_stream_locked(jobs, w->stream,
+                                    KILN_STATUS(KILN_STATUS_UNAVAILABLE, "%s", SHUTDOWN_MESSAGE));
         watcher_remove_locked(w);
       } else {
         /* Its send completes later: detach it from the job (freed below) and
@@ -615,8 +630,10 @@ void kilnd_jobs_close(kilnd_jobs_t *jobs, void (*done)(void *user), void *user) 
   /* Detached watchers are off their jobs' lists now. */
   for (job_t *j = jobs->jobs; j; j = j->next) {
     for (watcher_t **p = &j->watchers; *p;) {
-      if (!(*p)->job) *p = (*p)->next;
-      else p = &(*p)->next;
+      if (!(*p)->job)
+        *p = (*p)->next;
+      else
+        p = &(*p)->next;
     }
   }
   jobs->handles_open += 4;

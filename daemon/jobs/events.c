@@ -52,8 +52,10 @@ struct effect_s {
 static effect_t *outbox_add_locked(kilnd_jobs_t *jobs, effect_kind_t kind) {
   effect_t *e = kiln_calloc(1, sizeof *e);
   e->kind = kind;
-  if (jobs->outbox_tail) jobs->outbox_tail->next = e;
-  else jobs->outbox = e;
+  if (jobs->outbox_tail)
+    jobs->outbox_tail->next = e;
+  else
+    jobs->outbox = e;
   jobs->outbox_tail = e;
   return e;
 }
@@ -130,7 +132,8 @@ void run_effects(kilnd_jobs_t *jobs, effect_t *effects) {
       case EFFECT_SEND: {
         uint8_t *packed = e->packed;
         e->packed = NULL; /* the stream's from here, also when it refuses */
-        kiln_status_t st = kilnd_stream_send_packed(e->watcher->stream, packed, e->len, watcher_sent, e->watcher);
+        kiln_status_t st =
+            kilnd_stream_send_packed(e->watcher->stream, packed, e->len, watcher_sent, e->watcher);
         if (st) send_refused(jobs, e->watcher, st);
         break;
       }
@@ -145,7 +148,8 @@ void run_effects(kilnd_jobs_t *jobs, effect_t *effects) {
         }
         break;
       case EFFECT_CANCEL:
-        if (jobs->pool.self) jobs->pool.cancel(jobs->pool.self, e->task_id); /* reports failures, then FINISHED */
+        if (jobs->pool.self)
+          jobs->pool.cancel(jobs->pool.self, e->task_id); /* reports failures, then FINISHED */
         break;
     }
     effect_free(e);
@@ -223,8 +227,10 @@ static void watcher_cancelled(kilnd_stream_t *stream, void *user) {
   kilnd_jobs_t *jobs = w->jobs;
   engine_lock(jobs);
   bool idle = !w->sending;
-  if (idle) watcher_remove_locked(w); /* nothing outstanding will call back: end it here */
-  else w->done = true;                /* watcher_sent finishes it (its send completes with ok = false) */
+  if (idle)
+    watcher_remove_locked(w); /* nothing outstanding will call back: end it here */
+  else
+    w->done = true; /* watcher_sent finishes it (its send completes with ok = false) */
   engine_unlock(jobs);
   if (idle) kilnd_stream_finish(stream, KILN_STATUS(KILN_STATUS_CANCELLED, "the client cancelled the watch"));
 }
@@ -274,7 +280,8 @@ void emit_started_locked(kilnd_jobs_t *jobs, job_t *job, const char *worker) {
   emit_locked(jobs, job, &ev);
 }
 
-void emit_progress_locked(kilnd_jobs_t *jobs, job_t *job, const char *target, const kilnd_task_event_t *event) {
+void emit_progress_locked(kilnd_jobs_t *jobs, job_t *job, const char *target,
+                          const kilnd_task_event_t *event) {
   Kiln__V1__JobEvent__TargetProgress pr = KILN__V1__JOB_EVENT__TARGET_PROGRESS__INIT;
   pr.target = (char *)target;
   pr.stage = (char *)(event->stage ? event->stage : "");
@@ -287,8 +294,8 @@ void emit_progress_locked(kilnd_jobs_t *jobs, job_t *job, const char *target, co
   emit_locked(jobs, job, &ev);
 }
 
-void emit_target_done_locked(kilnd_jobs_t *jobs, job_t *job, size_t t, const char *digest, uint64_t size, bool hit,
-                             uint64_t compile_ms) {
+void emit_target_done_locked(kilnd_jobs_t *jobs, job_t *job, size_t t, const char *digest, uint64_t size,
+                             bool hit, uint64_t compile_ms) {
   Kiln__V1__JobEvent__TargetDone d = KILN__V1__JOB_EVENT__TARGET_DONE__INIT;
   d.target = job->targets[t].target;
   d.artifact_digest = (char *)digest;
@@ -418,8 +425,8 @@ static void materialize_locked(kilnd_jobs_t *jobs, job_t *job) {
   job->event_time_ms = 0;
 }
 
-kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from_start, uint64_t after_sequence,
-                               kilnd_stream_t *stream) {
+kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from_start,
+                               uint64_t after_sequence, kilnd_stream_t *stream) {
   engine_lock(jobs);
   job_t *job = jobs->closing ? NULL : find_job_locked(jobs, job_id);
   if (!job) {
@@ -445,7 +452,8 @@ kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from
     ptrdiff_t latest = -1;
     for (size_t i = 0; i < job->n_events; i++) {
       Kiln__V1__JobEvent__EventCase k = job->events[i].kind;
-      if (k == KILN__V1__JOB_EVENT__EVENT_QUEUED || k == KILN__V1__JOB_EVENT__EVENT_STARTED) latest = (ptrdiff_t)i;
+      if (k == KILN__V1__JOB_EVENT__EVENT_QUEUED || k == KILN__V1__JOB_EVENT__EVENT_STARTED)
+        latest = (ptrdiff_t)i;
     }
     for (size_t i = 0; i < job->n_events; i++) {
       Kiln__V1__JobEvent__EventCase k = job->events[i].kind;

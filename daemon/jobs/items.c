@@ -77,7 +77,8 @@ void leave_item_locked(kilnd_jobs_t *jobs, item_t *item, job_t *job) {
   }
 }
 
-static void complete_item_locked(kilnd_jobs_t *jobs, item_t *item, const char *digest, uint64_t size, int64_t ms) {
+static void complete_item_locked(kilnd_jobs_t *jobs, item_t *item, const char *digest, uint64_t size,
+                                 int64_t ms) {
   item->state = ITEM_DONE;
   jobs->stats.targets_compiled++;
   jobs->stats.compile_ms_total += (uint64_t)(ms > 0 ? ms : 0);
@@ -93,9 +94,10 @@ static void complete_item_locked(kilnd_jobs_t *jobs, item_t *item, const char *d
       /* The sweep ends jobs at their deadline every 500 ms; a target done between
        * the deadline and the next sweep is late all the same (and cached). */
       job->targets[t].state = TARGET_FAILED;
-      emit_target_failed_locked(jobs, job, t, KILN_STATUS_DEADLINE_EXCEEDED,
-                                "the job's deadline (the Compile call's gRPC deadline) passed before this target "
-                                "finished; it is cached now: compile again to get it");
+      emit_target_failed_locked(
+          jobs, job, t, KILN_STATUS_DEADLINE_EXCEEDED,
+          "the job's deadline (the Compile call's gRPC deadline) passed before this target "
+          "finished; it is cached now: compile again to get it");
     } else {
       job->targets[t].state = TARGET_DONE;
       emit_target_done_locked(jobs, job, t, digest, size, job != item->owner, (uint64_t)ms);
@@ -192,7 +194,8 @@ static void on_store_done(uv_work_t *work, int status) {
 }
 
 /* Under mu: a target's VMFB came; the item stores it (thread pool). */
-static void store_item_locked(kilnd_jobs_t *jobs, task_t *task, item_t *item, const kilnd_task_event_t *event) {
+static void store_item_locked(kilnd_jobs_t *jobs, task_t *task, item_t *item,
+                              const kilnd_task_event_t *event) {
   item->state = ITEM_STORING;
   store_t *s = kiln_calloc(1, sizeof *s);
   s->jobs = jobs;

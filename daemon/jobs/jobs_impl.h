@@ -67,13 +67,13 @@
 #include "kiln/v1/kiln.pb-c.h"
 
 #define SWEEP_INTERVAL_MS 500
-#define COMPILER_WAIT_MS 30000
+#define COMPILER_WAIT_MS  30000
 /* Finished jobs kept in memory at most (a few KiB each): under sustained cache-hit
  * traffic retention alone would grow without bound. Older ones are forgotten sooner
  * (WatchJob: NOT_FOUND); what they produced stays in the cache. */
 #define MAX_FINISHED_JOBS 10000
 /* What a watcher hears when kilnd stops under it (the job lives on in the store). */
-#define SHUTDOWN_MESSAGE                                                                      \
+#define SHUTDOWN_MESSAGE                                                                       \
   "kilnd is shutting down; the job is kept: watch it again (resume with after_sequence) once " \
   "kilnd is back"
 /* Key digests of recent sources (admit.c), direct-mapped. */
@@ -124,7 +124,7 @@ struct task_s {
   item_t **items;
   size_t n_items;
   bool running;
-  int64_t queued_ns; /* when it was queued (monotonic): BULK tasks wait BULK_GATHER_MS */
+  int64_t queued_ns;   /* when it was queued (monotonic): BULK tasks wait BULK_GATHER_MS */
   struct task_s *next; /* in its client's FIFO while queued; in `running` while running */
 };
 
@@ -240,19 +240,19 @@ struct kilnd_jobs_s {
   kilnd_jobs_pool_t pool; /* the workers; pool.self is NULL once they closed (loop) */
   uv_async_t kick;
   uv_timer_t sweep;
-  uv_timer_t gather; /* dispatches BULK tasks once their gathering time is over */
+  uv_timer_t gather;              /* dispatches BULK tasks once their gathering time is over */
   void (*close_done)(void *user); /* loop */
   void *close_user;               /* loop */
   int handles_open;               /* loop: handles, works and detached watchers close waits for */
 
   uv_mutex_t mu;
-  uv_cond_t ready; /* signalled when the compiler identity becomes known */
-  char *compiler;  /* set once, from the first worker's Hello */
+  uv_cond_t ready;                /* signalled when the compiler identity becomes known */
+  char *compiler;                 /* set once, from the first worker's Hello */
   kilnd_compiler_info_t identity; /* the same compiler, field by field; set with it */
   bool draining;
   bool closing;
-  bool closed; /* free_everything ran: no jobs, queues or indexes; kilnd_jobs_destroy frees */
-  job_t *jobs;      /* newest first */
+  bool closed;          /* free_everything ran: no jobs, queues or indexes; kilnd_jobs_destroy frees */
+  job_t *jobs;          /* newest first */
   kiln_strmap_t by_id;  /* every job on `jobs`, by id */
   kiln_strmap_t by_rid; /* the newest job of each request_id (older ones: rid_older) */
   item_t *items;
@@ -325,8 +325,9 @@ void limit_refused_locked(kilnd_jobs_t *jobs, kilnd_limit_t limit, const char *c
 /* The queue-capacity and per-client limits for a request of class `p` needing
  * `misses` compiles, `new_items` of them new. NULL or RESOURCE_EXHAUSTED naming the
  * setting (a per-client refusal is counted and logged). Under mu. */
-KILN_MUST_USE kiln_status_t admission_limits_locked(kilnd_jobs_t *jobs, const char *client, kilnd_priority_t p, size_t misses,
-                                      size_t new_items, bool restored);
+KILN_MUST_USE kiln_status_t admission_limits_locked(kilnd_jobs_t *jobs, const char *client,
+                                                    kilnd_priority_t p, size_t misses, size_t new_items,
+                                                    bool restored);
 /* Hands queued tasks to idle workers while there are both. Loop thread, mu not
  * held (it takes it around each step and releases it for the pool's submit). */
 void schedule(kilnd_jobs_t *jobs);
@@ -348,9 +349,10 @@ void leave_item_locked(kilnd_jobs_t *jobs, item_t *item, job_t *job);
 /* Under mu: event log entries, each also queued for the job's watchers. */
 void emit_queued_locked(kilnd_jobs_t *jobs, job_t *job, uint32_t position);
 void emit_started_locked(kilnd_jobs_t *jobs, job_t *job, const char *worker);
-void emit_progress_locked(kilnd_jobs_t *jobs, job_t *job, const char *target, const kilnd_task_event_t *event);
-void emit_target_done_locked(kilnd_jobs_t *jobs, job_t *job, size_t t, const char *digest, uint64_t size, bool hit,
-                             uint64_t compile_ms);
+void emit_progress_locked(kilnd_jobs_t *jobs, job_t *job, const char *target,
+                          const kilnd_task_event_t *event);
+void emit_target_done_locked(kilnd_jobs_t *jobs, job_t *job, size_t t, const char *digest, uint64_t size,
+                             bool hit, uint64_t compile_ms);
 void emit_target_failed_locked(kilnd_jobs_t *jobs, job_t *job, size_t t, kiln_status_code_t code,
                                const char *message);
 /* The Terminal event for the job's current state, and nothing else. */
@@ -386,7 +388,8 @@ void load_store(kilnd_jobs_t *jobs);
 
 /* Admission off the loop (blocks on the cache); `forced_id` and `created_unix_ms`
  * (non-zero) restore a job the store remembers. */
-KILN_MUST_USE kiln_status_t admit_blocking(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, const char *forced_id,
-                             int64_t created_unix_ms, kilnd_job_admission_t *out);
+KILN_MUST_USE kiln_status_t admit_blocking(kilnd_jobs_t *jobs, const kilnd_job_request_t *r,
+                                           const char *forced_id, int64_t created_unix_ms,
+                                           kilnd_job_admission_t *out);
 
 #endif /* KILN_DAEMON_JOBS_JOBS_IMPL_H */

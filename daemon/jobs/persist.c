@@ -138,7 +138,8 @@ static void restore_locked(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
   job->state = (kilnd_job_state_t)rec->state;
   job->client = kiln_strdup(rec->client ? rec->client : "");
   job->finished_unix_ms = rec->finished_unix_ms;
-  job->finished_monotonic_ns = kiln_time_monotonic_ns() - (kiln_time_unix_ms() - rec->finished_unix_ms) * 1000000;
+  job->finished_monotonic_ns =
+      kiln_time_monotonic_ns() - (kiln_time_unix_ms() - rec->finished_unix_ms) * 1000000;
   job->admission.n_targets = rec->n_targets;
   job->admission.targets = kiln_calloc(rec->n_targets ? rec->n_targets : 1, sizeof *job->admission.targets);
   snprintf(job->admission.job_id, sizeof job->admission.job_id, "%s", rec->id);
@@ -157,7 +158,8 @@ static void restore_locked(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
     if (t->state == KILN_JOBSTORE_TARGET_DONE) {
       emit_target_done_locked(jobs, job, i, t->artifact_digest, t->size_bytes, t->cache_hit, t->compile_ms);
     } else {
-      emit_target_failed_locked(jobs, job, i, (kiln_status_code_t)(t->code ? t->code : KILN_STATUS_UNAVAILABLE),
+      emit_target_failed_locked(jobs, job, i,
+                                (kiln_status_code_t)(t->code ? t->code : KILN_STATUS_UNAVAILABLE),
                                 t->message ? t->message : "the job ended before kilnd restarted");
     }
   }
@@ -202,7 +204,8 @@ void load_store(kilnd_jobs_t *jobs) {
     memset(&recs[i], 0, sizeof recs[i]);
   }
   kiln_jobstore_jobs_free(recs, n);
-  if (n) kiln_log(KILN_LOG_INFO, "job_store_loaded", "finished=%zu to_readmit=%zu", restored, jobs->n_readmit);
+  if (n)
+    kiln_log(KILN_LOG_INFO, "job_store_loaded", "finished=%zu to_readmit=%zu", restored, jobs->n_readmit);
 }
 
 /* ---- readmission ---- */

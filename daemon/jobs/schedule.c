@@ -93,7 +93,8 @@ kiln_status_t kilnd_jobs_check_request_bytes(kilnd_jobs_t *jobs, const char *cli
   if (!max || bytes <= max) return NULL;
   if (jobs) kilnd_jobs_limit_refused(jobs, KILND_LIMIT_REQUEST_BYTES, client);
   return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
-                     "request of %" PRIu64 " bytes is over this client's limit client-max-request-bytes = %" PRIu64
+                     "request of %" PRIu64
+                     " bytes is over this client's limit client-max-request-bytes = %" PRIu64
                      "; send less per request (a large source goes through PutSource, up to the same limit)",
                      bytes, max);
 }
@@ -110,8 +111,8 @@ void kilnd_jobs_client_wait_state(kilnd_jobs_t *jobs, const char *client, bool *
   uv_mutex_unlock(&jobs->mu);
 }
 
-kiln_status_t admission_limits_locked(kilnd_jobs_t *jobs, const char *client, kilnd_priority_t p, size_t misses,
-                                      size_t new_items, bool restored) {
+kiln_status_t admission_limits_locked(kilnd_jobs_t *jobs, const char *client, kilnd_priority_t p,
+                                      size_t misses, size_t new_items, bool restored) {
   if (new_items && jobs->queued_tasks[p] >= jobs->options.queue_capacity) {
     return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
                        "the %s queue is full (%zu queued compiles, queue-capacity %zu): retry later or at "
@@ -124,10 +125,11 @@ kiln_status_t admission_limits_locked(kilnd_jobs_t *jobs, const char *client, ki
     size_t mine = usage_jobs_locked(jobs, client);
     if (mine >= max_jobs) {
       limit_refused_locked(jobs, KILND_LIMIT_JOBS, client);
-      return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
-                         "client %s has %zu unfinished jobs, the limit client-max-jobs = %zu; wait for some to "
-                         "finish",
-                         client, mine, max_jobs);
+      return KILN_STATUS(
+          KILN_STATUS_RESOURCE_EXHAUSTED,
+          "client %s has %zu unfinished jobs, the limit client-max-jobs = %zu; wait for some to "
+          "finish",
+          client, mine, max_jobs);
     }
   }
   unsigned share = jobs->options.client_queue_share;
@@ -137,10 +139,11 @@ kiln_status_t admission_limits_locked(kilnd_jobs_t *jobs, const char *client, ki
     client_queue_t *q = client_queue_locked(jobs, p, client, false);
     if (q && q->n_queued >= cap) {
       limit_refused_locked(jobs, KILND_LIMIT_QUEUE_SHARE, client);
-      return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED,
-                         "client %s holds %zu queued compiles of the %s queue, the limit client-queue-share = "
-                         "%u%% of queue-capacity %zu (%zu); wait for some to start",
-                         client, q->n_queued, class_names[p], share, jobs->options.queue_capacity, cap);
+      return KILN_STATUS(
+          KILN_STATUS_RESOURCE_EXHAUSTED,
+          "client %s holds %zu queued compiles of the %s queue, the limit client-queue-share = "
+          "%u%% of queue-capacity %zu (%zu); wait for some to start",
+          client, q->n_queued, class_names[p], share, jobs->options.queue_capacity, cap);
     }
   }
   return NULL;
@@ -184,8 +187,10 @@ void enqueue_task_locked(kilnd_jobs_t *jobs, task_t *task) {
   client_queue_t *q = client_queue_locked(jobs, task->priority, task->client, true);
   task->next = NULL;
   task->queued_ns = kiln_time_monotonic_ns();
-  if (q->tail) q->tail->next = task;
-  else q->head = task;
+  if (q->tail)
+    q->tail->next = task;
+  else
+    q->head = task;
   q->tail = task;
   queue_count(jobs, q, task->priority, +1);
 }
@@ -206,8 +211,10 @@ void dequeue_task_locked(kilnd_jobs_t *jobs, task_t *task) {
   task_t *prev = NULL;
   for (task_t *t = q->head; t; prev = t, t = t->next) {
     if (t != task) continue;
-    if (prev) prev->next = t->next;
-    else q->head = t->next;
+    if (prev)
+      prev->next = t->next;
+    else
+      q->head = t->next;
     if (q->tail == t) q->tail = prev;
     queue_count(jobs, q, task->priority, -1);
     return;
@@ -265,7 +272,8 @@ static task_t *pop_next_task_locked(kilnd_jobs_t *jobs, size_t cap, int64_t *out
       if (!q) q = jobs->queues[p];
       if (q->head && !under_worker_share(jobs, q->client, cap)) {
         /* at its share: the next client */
-      } else if (q->head && p == KILND_PRIORITY_BULK && now - q->head->queued_ns < (int64_t)BULK_GATHER_MS * 1000000) {
+      } else if (q->head && p == KILND_PRIORITY_BULK &&
+                 now - q->head->queued_ns < (int64_t)BULK_GATHER_MS * 1000000) {
         int64_t wait_ms = BULK_GATHER_MS - (now - q->head->queued_ns) / 1000000;
         if (*out_wait_ms < 0 || wait_ms < *out_wait_ms) *out_wait_ms = wait_ms > 0 ? wait_ms : 1;
       } else if (q->head) {

@@ -35,8 +35,10 @@ typedef struct kilnd_jobs_pool_s {
 
 /* kilnd_jobs_create over `pool` (copied; its `self` stays the caller's until
  * close's `done` ran). */
-KILN_MUST_USE kiln_status_t kilnd_jobs_create_on(uv_loop_t *loop, kiln_cache_t *cache, const struct kilnd_jobs_options_s *options,
-                                   const kilnd_jobs_pool_t *pool, struct kilnd_jobs_s **out_jobs);
+KILN_MUST_USE kiln_status_t kilnd_jobs_create_on(uv_loop_t *loop, kiln_cache_t *cache,
+                                                 const struct kilnd_jobs_options_s *options,
+                                                 const kilnd_jobs_pool_t *pool,
+                                                 struct kilnd_jobs_s **out_jobs);
 
 /* The pool's event sink (a kilnd_task_event_fn_t; `user` is the engine). Loop
  * thread; the engine's lock must not be held (it is not, by the engine's rules). */

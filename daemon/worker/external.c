@@ -252,11 +252,11 @@ static KILN_MUST_USE kiln_status_t read_file(const char *path, kiln_buf_t *out) 
 }
 
 typedef struct run_result_s {
-  bool started;     /* exec worked */
-  int exec_errno;   /* why it did not */
+  bool started;   /* exec worked */
+  int exec_errno; /* why it did not */
   bool timed_out;
   int wstatus;
-  kiln_buf_t err;   /* stderr, first MAX_STDERR_BYTES */
+  kiln_buf_t err; /* stderr, first MAX_STDERR_BYTES */
   bool err_truncated;
 } run_result_t;
 
@@ -400,8 +400,8 @@ static char *input_file_name(const char *source_name) {
     kiln_buf_append_str(&b, "source");
   }
   size_t len = b.len;
-  bool mlir = (len > 5 && !strcmp(b.data + len - 5, ".mlir")) ||
-              (len > 7 && !strcmp(b.data + len - 7, ".mlirbc"));
+  bool mlir =
+      (len > 5 && !strcmp(b.data + len - 5, ".mlir")) || (len > 7 && !strcmp(b.data + len - 7, ".mlirbc"));
   if (!mlir) kiln_buf_append_str(&b, ".mlir");
   return kiln_buf_take(&b);
 }
@@ -461,8 +461,8 @@ static void external_target(worker_t *w, const Kiln__Worker__V1__CompileTask *ta
                      WTERMSIG(r.wstatus), strsignal(WTERMSIG(r.wstatus)), t->id);
   } else if (!WIFEXITED(r.wstatus) || WEXITSTATUS(r.wstatus) != 0) {
     code = mentions_location(r.err.data, input) ? KILN_STATUS_INVALID_ARGUMENT : KILN_STATUS_INTERNAL;
-    kiln_buf_appendf(&msg, "the external compiler %s failed on %s (exit status %d)", w->opt.external,
-                     t->id, WIFEXITED(r.wstatus) ? WEXITSTATUS(r.wstatus) : -1);
+    kiln_buf_appendf(&msg, "the external compiler %s failed on %s (exit status %d)", w->opt.external, t->id,
+                     WIFEXITED(r.wstatus) ? WEXITSTATUS(r.wstatus) : -1);
   }
   if (code != KILN_STATUS_OK && r.err.len) kiln_buf_appendf(&msg, ":\n%s", r.err.data);
   if (code == KILN_STATUS_INTERNAL) {

@@ -100,10 +100,10 @@
 #include "kiln/worker/v1/worker.pb-c.h"
 #include "daemon/worker/worker.h"
 
-#define EXIT_PEER 1
-#define EXIT_SETUP 2
+#define EXIT_PEER       1
+#define EXIT_SETUP      2
 
-#define MAX_TARGETS 64
+#define MAX_TARGETS     64
 #define OOM_BLOCK_BYTES ((size_t)64 << 20)
 
 #define DEFAULT_EXTERNAL_ARGS \
@@ -184,8 +184,7 @@ static Kiln__Worker__V1__WorkerRequest *read_request(void) {
     kiln_log(KILN_LOG_ERROR, "worker_exit", "reason=\"reading a frame header\" errno=%d", errno);
     exit(EXIT_PEER);
   }
-  uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-                 (uint32_t)hdr[3] << 24;
+  uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 24;
   if (len > MAX_FRAME_BYTES) {
     kiln_log(KILN_LOG_ERROR, "worker_exit", "reason=\"frame over 1 GiB\" bytes=%" PRIu32, len);
     exit(EXIT_PEER);
@@ -218,8 +217,7 @@ void worker_send_progress(uint64_t task, const char *target, const char *stage, 
   send_event(&ev);
 }
 
-void worker_send_failed(uint64_t task, const char *target, kiln_status_code_t code,
-                        const char *message) {
+void worker_send_failed(uint64_t task, const char *target, kiln_status_code_t code, const char *message) {
   Kiln__Worker__V1__TargetFailed f = KILN__WORKER__V1__TARGET_FAILED__INIT;
   f.target = (char *)target;
   f.code = code == KILN_STATUS_OK ? KILN_STATUS_INTERNAL : (uint32_t)code;
@@ -231,8 +229,7 @@ void worker_send_failed(uint64_t task, const char *target, kiln_status_code_t co
   send_event(&ev);
 }
 
-void worker_send_done(uint64_t task, const char *target, const void *vmfb, size_t len,
-                      int64_t compile_ms) {
+void worker_send_done(uint64_t task, const char *target, const void *vmfb, size_t len, int64_t compile_ms) {
   Kiln__Worker__V1__TargetDone d = KILN__WORKER__V1__TARGET_DONE__INIT;
   d.target = (char *)target;
   d.vmfb.data = (uint8_t *)vmfb;
@@ -255,9 +252,7 @@ static void send_finished(uint64_t task, int64_t elapsed_ms) {
   send_event(&ev);
 }
 
-int64_t worker_elapsed_ms_since(int64_t start_ns) {
-  return (kiln_time_monotonic_ns() - start_ns) / 1000000;
-}
+int64_t worker_elapsed_ms_since(int64_t start_ns) { return (kiln_time_monotonic_ns() - start_ns) / 1000000; }
 
 /* ---- Test hooks -------------------------------------------------------------------- */
 
@@ -281,11 +276,8 @@ static hook_t find_hook(const uint8_t *src, size_t len) {
  * targets were failed). */
 static bool run_hook(worker_t *w, const Kiln__Worker__V1__CompileTask *task, hook_t hook) {
   switch (hook) {
-    case HOOK_NONE:
-      return true;
-    case HOOK_CRASH:
-      kiln_log(KILN_LOG_WARN, "test_hook", "hook=crash task=%" PRIu64, task->task_id);
-      abort();
+    case HOOK_NONE: return true;
+    case HOOK_CRASH: kiln_log(KILN_LOG_WARN, "test_hook", "hook=crash task=%" PRIu64, task->task_id); abort();
     case HOOK_HANG:
       kiln_log(KILN_LOG_WARN, "test_hook", "hook=hang task=%" PRIu64, task->task_id);
       for (;;) pause();
@@ -293,7 +285,7 @@ static bool run_hook(worker_t *w, const Kiln__Worker__V1__CompileTask *task, hoo
       if (!w->applied_limit) {
         for (size_t i = 0; i < task->n_targets; i++) {
           worker_send_failed(task->task_id, task->targets[i], KILN_STATUS_FAILED_PRECONDITION,
-                      "test hook oom needs kiln-worker --memory-limit");
+                             "test hook oom needs kiln-worker --memory-limit");
         }
         return false;
       }
@@ -332,7 +324,7 @@ static void send_target(void *user, const kiln_compiler_output_t *out, size_t i)
     /* The target's own failure, not the packaging's consequence of it. */
     kiln_status_free(st);
     worker_send_failed(id, r->names[i], kiln_status_code(out->targets[i].status),
-                kiln_status_message(out->targets[i].status));
+                       kiln_status_message(out->targets[i].status));
   } else if (st) {
     worker_send_failed(id, r->names[i], kiln_status_code(st), kiln_status_message(st));
     kiln_status_free(st);
@@ -398,7 +390,8 @@ static void compile_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task)
       kiln_buf_init(&m);
       kiln_buf_appendf(&m, "the source reached the worker damaged: its SHA-256 is %s, kilnd sent %s",
                        hex.text, task->source_digest);
-      for (size_t i = 0; i < n; i++) worker_send_failed(task->task_id, names[i], KILN_STATUS_DATA_LOSS, m.data);
+      for (size_t i = 0; i < n; i++)
+        worker_send_failed(task->task_id, names[i], KILN_STATUS_DATA_LOSS, m.data);
       kiln_buf_deinit(&m);
     }
   }
@@ -429,11 +422,12 @@ static void compile_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task)
        * the others still compile (kilnd streams it on at once). */
       kiln_compiler_context_on_target(w->context, send_target, &ready);
       kiln_compiler_context_on_stage(w->context, send_stage, &ready);
-      kiln_compiler_context_set_jobs(w->context, task->jobs && task->jobs <= KILN_COMPILER_MAX_JOBS ? (size_t)task->jobs
-                                                                                                : (size_t)w->opt.jobs);
+      kiln_compiler_context_set_jobs(w->context, task->jobs && task->jobs <= KILN_COMPILER_MAX_JOBS
+                                                     ? (size_t)task->jobs
+                                                     : (size_t)w->opt.jobs);
       kiln_compiler_output_t out;
-      kiln_status_t st = kiln_compiler_compile(w->context, task->source.data, task->source.len, name,
-                                               targets, n, &out);
+      kiln_status_t st =
+          kiln_compiler_compile(w->context, task->source.data, task->source.len, name, targets, n, &out);
       kiln_compiler_context_on_target(w->context, NULL, NULL);
       kiln_compiler_context_on_stage(w->context, NULL, NULL);
       if (st) {
@@ -463,9 +457,11 @@ static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL}
 
 /* kilnd passes these (workers.c); base/config parses them as it does kilnd's and
  * kiln's flags (command line only: a worker reads no file or environment). */
-#define FLAG(name, type, field, def, metavar, help, min, max, choices)                                      \
-  {name, 0, type, offsetof(options_t, field), def, metavar, help, min, max, choices, KILN_CONFIG_CLI_ONLY | \
-   KILN_CONFIG_NO_DUMP}
+#define FLAG(name, type, field, def, metavar, help, min, max, choices)                \
+  {                                                                                   \
+    name, 0, type, offsetof(options_t, field), def, metavar, help, min, max, choices, \
+        KILN_CONFIG_CLI_ONLY | KILN_CONFIG_NO_DUMP                                    \
+  }
 static const kiln_config_option_t option_list[] = {
     FLAG("jobs", KILN_CONFIG_INT, jobs, "1", "N", "fork up to N back halves of one task at a time", 1,
          KILN_COMPILER_MAX_JOBS, NULL),
@@ -477,22 +473,23 @@ static const kiln_config_option_t option_list[] = {
          "compile with this iree-compile-compatible executable instead of the built-in compiler", 0, 0, NULL),
     FLAG("external-args", KILN_CONFIG_STRING, external_args, NULL, "TEMPLATE",
          "the external compiler's argument template (worker.proto: ExternalCompiler)", 0, 0, NULL),
-    FLAG("test-hooks", KILN_CONFIG_BOOL, test_hooks, NULL, NULL, "obey kiln-test lines in sources (tests only)",
-         0, 0, NULL),
-    FLAG("version", KILN_CONFIG_BOOL, version, NULL, NULL, "print the compiler this worker runs and exit", 0, 0,
-         NULL),
+    FLAG("test-hooks", KILN_CONFIG_BOOL, test_hooks, NULL, NULL,
+         "obey kiln-test lines in sources (tests only)", 0, 0, NULL),
+    FLAG("version", KILN_CONFIG_BOOL, version, NULL, NULL, "print the compiler this worker runs and exit", 0,
+         0, NULL),
     FLAG("help", KILN_CONFIG_BOOL, help, NULL, NULL, "print this help and exit", 0, 0, NULL),
 };
 static const kiln_config_table_t option_table = {"kiln-worker", "", option_list,
                                                  sizeof option_list / sizeof option_list[0]};
 
 static void usage(FILE *out) {
-  fputs("usage: kiln-worker [--jobs N] [--memory-limit BYTES] [--log-level L]\n"
-        "                   [--external COMPILER [--external-args TEMPLATE]] [--test-hooks]\n"
-        "       kiln-worker [--external COMPILER] --version\n"
-        "A compile worker of kilnd: reads kiln.worker.v1 tasks on stdin, answers on stdout.\n"
-        "It is started by kilnd, not by hand. --version prints the compiler it runs.\n\n",
-        out);
+  fputs(
+      "usage: kiln-worker [--jobs N] [--memory-limit BYTES] [--log-level L]\n"
+      "                   [--external COMPILER [--external-args TEMPLATE]] [--test-hooks]\n"
+      "       kiln-worker [--external COMPILER] --version\n"
+      "A compile worker of kilnd: reads kiln.worker.v1 tasks on stdin, answers on stdout.\n"
+      "It is started by kilnd, not by hand. --version prints the compiler it runs.\n\n",
+      out);
   kiln_config_print_help(&option_table, out);
 }
 
@@ -556,8 +553,7 @@ static int print_version(const options_t *o) {
   } else {
     kiln_compiler_identity_t id;
     kiln_compiler_identity_get(&id);
-    printf("kiln-worker %s (compiler %s %s, LLVM %s)\n", KILN_VERSION, id.name, id.version,
-           id.llvm_version);
+    printf("kiln-worker %s (compiler %s %s, LLVM %s)\n", KILN_VERSION, id.name, id.version, id.llvm_version);
   }
   return fflush(stdout) == 0 && !ferror(stdout) ? 0 : EXIT_SETUP;
 }

@@ -37,7 +37,7 @@ typedef struct worker_s {
   kiln_compiler_context_t *context; /* built-in mode */
   char *external_path;              /* external mode: absolute, or a bare name for PATH */
   char *external_version;
-  char *scratch;                    /* external mode: $TMPDIR/kiln-worker-<pid> */
+  char *scratch; /* external mode: $TMPDIR/kiln-worker-<pid> */
   uint64_t applied_limit;
 } worker_t;
 

@@ -46,13 +46,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "fuzz_vmfb_reader: %s:%d: broken promise: %s\n", __FILE__,     \
-              __LINE__, #cond);                                                      \
-      abort();                                                                       \
-    }                                                                                \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "fuzz_vmfb_reader: %s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond); \
+      abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 /* Reads land here so that the compiler keeps them (and ASan checks them). */
@@ -361,8 +360,7 @@ static void walk_vector(walk_t *w, kiln_vmfb_flatbuf_table_t t, const kiln_vmfb_
       CHECK(kiln_vmfb_flatbuf_table_get_union_at(t, f->slot, count, &(kiln_vmfb_flatbuf_table_t){0}) == 0);
       break;
     }
-    default:
-      CHECK(false);
+    default: CHECK(false);
   }
 }
 
@@ -430,11 +428,8 @@ static void walk_table(walk_t *w, kiln_vmfb_flatbuf_table_t t, unsigned depth) {
       case KILN_FLATBUF_VECTOR_STRING:
       case KILN_FLATBUF_VECTOR_TABLE:
       case KILN_FLATBUF_VECTOR_UNION_TYPE:
-      case KILN_FLATBUF_VECTOR_UNION:
-        walk_vector(w, t, f, depth);
-        break;
-      default:
-        CHECK(false);
+      case KILN_FLATBUF_VECTOR_UNION: walk_vector(w, t, f, depth); break;
+      default: CHECK(false);
     }
   }
   /* Slots past the descriptor read as absent. */

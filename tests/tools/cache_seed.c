@@ -46,8 +46,9 @@ int main(int argc, char **argv) {
     const char *flags[] = {"--iree-opt-level=O2"};
     /* The built-in compiler's identity as this build's workers report it, but
      * for LLVM, which is fixed here (tests compare it with kilnd's). */
-    kiln_cache_key_parts_t parts = {source, "sm_89", flags, 1,
-                                    "kiln-mlir " KILN_VERSION "+" KILN_CODEGEN_REVISION " llvm 22.1.8", 7, 17u << 16};
+    kiln_cache_key_parts_t parts = {
+        source, "sm_89",  flags, 1, "kiln-mlir " KILN_VERSION "+" KILN_CODEGEN_REVISION " llvm 22.1.8",
+        7,      17u << 16};
     kiln_index_label_t labels[] = {{(char *)"suite", (char *)prefix}};
     kiln_cache_provenance_t prov = {.submitter = "cache_seed", .labels = labels, .n_labels = 1};
     kiln_index_artifact_t rec;

@@ -63,7 +63,7 @@ typedef struct case_s {
   double tol; /* 0: the type's default */
   bool compile_only;
   bool exact;
-  char *xfail; /* comma-separated target ids, or NULL */
+  char *xfail;      /* comma-separated target ids, or NULL */
   const char *text; /* the case's block of the file: its own module */
   size_t text_len;
 } case_t;
@@ -163,12 +163,22 @@ static bool parse_type(const char *s, kiln_vmfb_tensor_type_t *t) {
     break;
   }
   static const uint32_t types[] = {
-      KILN_VMFB_ELEMENT_BOOL_8, KILN_VMFB_ELEMENT_INT_8, KILN_VMFB_ELEMENT_INT_16,
-      KILN_VMFB_ELEMENT_INT_32, KILN_VMFB_ELEMENT_INT_64, KILN_VMFB_ELEMENT_FLOAT_16,
-      KILN_VMFB_ELEMENT_FLOAT_32, KILN_VMFB_ELEMENT_FLOAT_64, KILN_VMFB_ELEMENT_BFLOAT_16,
-      KILN_VMFB_ELEMENT_INT_2, KILN_VMFB_ELEMENT_INT_4, KILN_VMFB_ELEMENT_FLOAT_8_E5M2,
-      KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FN, KILN_VMFB_ELEMENT_FLOAT_8_E5M2_FNUZ,
-      KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FNUZ, KILN_VMFB_ELEMENT_FLOAT_8_E8M0_FNU,
+      KILN_VMFB_ELEMENT_BOOL_8,
+      KILN_VMFB_ELEMENT_INT_8,
+      KILN_VMFB_ELEMENT_INT_16,
+      KILN_VMFB_ELEMENT_INT_32,
+      KILN_VMFB_ELEMENT_INT_64,
+      KILN_VMFB_ELEMENT_FLOAT_16,
+      KILN_VMFB_ELEMENT_FLOAT_32,
+      KILN_VMFB_ELEMENT_FLOAT_64,
+      KILN_VMFB_ELEMENT_BFLOAT_16,
+      KILN_VMFB_ELEMENT_INT_2,
+      KILN_VMFB_ELEMENT_INT_4,
+      KILN_VMFB_ELEMENT_FLOAT_8_E5M2,
+      KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FN,
+      KILN_VMFB_ELEMENT_FLOAT_8_E5M2_FNUZ,
+      KILN_VMFB_ELEMENT_FLOAT_8_E4M3_FNUZ,
+      KILN_VMFB_ELEMENT_FLOAT_8_E8M0_FNU,
   };
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     if (strcmp(s, kiln_vmfb_element_name(types[i])) == 0) {
@@ -197,12 +207,32 @@ static void put_value(tensor_t *t, uint64_t i, double v, int64_t iv) {
   switch (t->type.element_type) {
     case KILN_VMFB_ELEMENT_BOOL_8: *p = iv != 0; break;
     case KILN_VMFB_ELEMENT_INT_8: *(int8_t *)p = (int8_t)iv; break;
-    case KILN_VMFB_ELEMENT_INT_16: { int16_t x = (int16_t)iv; memcpy(p, &x, 2); break; }
-    case KILN_VMFB_ELEMENT_INT_32: { int32_t x = (int32_t)iv; memcpy(p, &x, 4); break; }
+    case KILN_VMFB_ELEMENT_INT_16: {
+      int16_t x = (int16_t)iv;
+      memcpy(p, &x, 2);
+      break;
+    }
+    case KILN_VMFB_ELEMENT_INT_32: {
+      int32_t x = (int32_t)iv;
+      memcpy(p, &x, 4);
+      break;
+    }
     case KILN_VMFB_ELEMENT_INT_64: memcpy(p, &iv, 8); break;
-    case KILN_VMFB_ELEMENT_FLOAT_16: { uint16_t x = f32_to_f16((float)v); memcpy(p, &x, 2); break; }
-    case KILN_VMFB_ELEMENT_BFLOAT_16: { uint16_t x = double_to_bf16(v); memcpy(p, &x, 2); break; }
-    case KILN_VMFB_ELEMENT_FLOAT_32: { float x = (float)v; memcpy(p, &x, 4); break; }
+    case KILN_VMFB_ELEMENT_FLOAT_16: {
+      uint16_t x = f32_to_f16((float)v);
+      memcpy(p, &x, 2);
+      break;
+    }
+    case KILN_VMFB_ELEMENT_BFLOAT_16: {
+      uint16_t x = double_to_bf16(v);
+      memcpy(p, &x, 2);
+      break;
+    }
+    case KILN_VMFB_ELEMENT_FLOAT_32: {
+      float x = (float)v;
+      memcpy(p, &x, 4);
+      break;
+    }
     case KILN_VMFB_ELEMENT_FLOAT_64: memcpy(p, &v, 8); break;
     default: break;
   }
@@ -218,9 +248,21 @@ static int64_t get_int(uint32_t et, const uint8_t *bytes, uint64_t i) {
   switch (et) {
     case KILN_VMFB_ELEMENT_BOOL_8: return *p;
     case KILN_VMFB_ELEMENT_INT_8: return *(const int8_t *)p;
-    case KILN_VMFB_ELEMENT_INT_16: { int16_t x; memcpy(&x, p, 2); return x; }
-    case KILN_VMFB_ELEMENT_INT_32: { int32_t x; memcpy(&x, p, 4); return x; }
-    case KILN_VMFB_ELEMENT_INT_64: { int64_t x; memcpy(&x, p, 8); return x; }
+    case KILN_VMFB_ELEMENT_INT_16: {
+      int16_t x;
+      memcpy(&x, p, 2);
+      return x;
+    }
+    case KILN_VMFB_ELEMENT_INT_32: {
+      int32_t x;
+      memcpy(&x, p, 4);
+      return x;
+    }
+    case KILN_VMFB_ELEMENT_INT_64: {
+      int64_t x;
+      memcpy(&x, p, 8);
+      return x;
+    }
     default: return 0;
   }
 }
@@ -232,13 +274,41 @@ static double get_value(uint32_t et, const uint8_t *bytes, uint64_t i) {
   switch (et) {
     case KILN_VMFB_ELEMENT_BOOL_8: return *p;
     case KILN_VMFB_ELEMENT_INT_8: return *(const int8_t *)p;
-    case KILN_VMFB_ELEMENT_INT_16: { int16_t x; memcpy(&x, p, 2); return x; }
-    case KILN_VMFB_ELEMENT_INT_32: { int32_t x; memcpy(&x, p, 4); return x; }
-    case KILN_VMFB_ELEMENT_INT_64: { int64_t x; memcpy(&x, p, 8); return (double)x; }
-    case KILN_VMFB_ELEMENT_FLOAT_16: { uint16_t x; memcpy(&x, p, 2); return f16_to_double(x); }
-    case KILN_VMFB_ELEMENT_BFLOAT_16: { uint16_t x; memcpy(&x, p, 2); return bf16_to_double(x); }
-    case KILN_VMFB_ELEMENT_FLOAT_32: { float x; memcpy(&x, p, 4); return x; }
-    case KILN_VMFB_ELEMENT_FLOAT_64: { double x; memcpy(&x, p, 8); return x; }
+    case KILN_VMFB_ELEMENT_INT_16: {
+      int16_t x;
+      memcpy(&x, p, 2);
+      return x;
+    }
+    case KILN_VMFB_ELEMENT_INT_32: {
+      int32_t x;
+      memcpy(&x, p, 4);
+      return x;
+    }
+    case KILN_VMFB_ELEMENT_INT_64: {
+      int64_t x;
+      memcpy(&x, p, 8);
+      return (double)x;
+    }
+    case KILN_VMFB_ELEMENT_FLOAT_16: {
+      uint16_t x;
+      memcpy(&x, p, 2);
+      return f16_to_double(x);
+    }
+    case KILN_VMFB_ELEMENT_BFLOAT_16: {
+      uint16_t x;
+      memcpy(&x, p, 2);
+      return bf16_to_double(x);
+    }
+    case KILN_VMFB_ELEMENT_FLOAT_32: {
+      float x;
+      memcpy(&x, p, 4);
+      return x;
+    }
+    case KILN_VMFB_ELEMENT_FLOAT_64: {
+      double x;
+      memcpy(&x, p, 8);
+      return x;
+    }
     default: return NAN;
   }
 }
@@ -336,13 +406,13 @@ typedef struct vk_s {
   char name[256];
 } vk_t;
 
-#define VK_OK(call)                                                                          \
-  do {                                                                                       \
-    VkResult r_ = (call);                                                                    \
-    if (r_ != VK_SUCCESS) {                                                                  \
-      snprintf(err, err_cap, "%s failed: VkResult %d", #call, (int)r_);                      \
-      goto done;                                                                             \
-    }                                                                                        \
+#define VK_OK(call)                                                     \
+  do {                                                                  \
+    VkResult r_ = (call);                                               \
+    if (r_ != VK_SUCCESS) {                                             \
+      snprintf(err, err_cap, "%s failed: VkResult %d", #call, (int)r_); \
+      goto done;                                                        \
+    }                                                                   \
   } while (0)
 
 static bool vk_init(vk_t *vk) {
@@ -430,10 +500,12 @@ static uint64_t sized(const int64_t *values, uint32_t expr, uint64_t value) {
 }
 
 /* The sizes of this call (the plan's expressions), from the case's input shapes. */
-static bool call_sizes(const kiln_vmfb_function_t *fn, const case_t *c, int64_t *values, char *err, size_t err_cap) {
+static bool call_sizes(const kiln_vmfb_function_t *fn, const case_t *c, int64_t *values, char *err,
+                       size_t err_cap) {
   int64_t(*dims)[KILN_VMFB_MAX_RANK] = kiln_calloc(c->n_inputs ? c->n_inputs : 1, sizeof *dims);
   for (size_t i = 0; i < c->n_inputs; i++) memcpy(dims[i], c->inputs[i].type.dims, sizeof dims[i]);
-  bool ok = c->n_inputs >= fn->n_inputs && kiln_vmfb_exprs_eval(fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, values);
+  bool ok = c->n_inputs >= fn->n_inputs &&
+            kiln_vmfb_exprs_eval(fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, values);
   if (!ok) snprintf(err, err_cap, "the plan's sizes do not evaluate for the case's inputs");
   kiln_free(dims);
   return ok;
@@ -443,7 +515,8 @@ static bool call_sizes(const kiln_vmfb_function_t *fn, const case_t *c, int64_t 
  * what a kernel must write (a skipped store shows), then the input, constant,
  * variable or argument words it starts with. */
 static bool fill_buffer(const kiln_vmfb_plan_t *plan, const kiln_vmfb_function_t *fn, const case_t *c,
-                        const int64_t *values, size_t i, uint8_t *map, uint64_t size, char *err, size_t err_cap) {
+                        const int64_t *values, size_t i, uint8_t *map, uint64_t size, char *err,
+                        size_t err_cap) {
   const kiln_vmfb_buffer_t *b = &fn->buffers[i];
   memset(map, 0xA5, size);
   if (b->kind == KILN_VMFB_BUFFER_INPUT) {
@@ -473,8 +546,8 @@ static bool fill_buffer(const kiln_vmfb_plan_t *plan, const kiln_vmfb_function_t
 /* Moves *s past JUMPs and BRANCHes on host expressions, to the next step the
  * device takes part in (or the end). Every step spends one of *budget, which
  * stops a loop that never ends: false, with the message, when it is spent. */
-static bool host_steps(const kiln_vmfb_function_t *fn, size_t *s, const int64_t *values, size_t *budget, char *err,
-                       size_t err_cap) {
+static bool host_steps(const kiln_vmfb_function_t *fn, size_t *s, const int64_t *values, size_t *budget,
+                       char *err, size_t err_cap) {
   while (*s < fn->n_steps) {
     if ((*budget)-- == 0) {
       snprintf(err, err_cap, "the host program ran 100000 steps: a loop that never ends?");
@@ -496,8 +569,8 @@ static bool host_steps(const kiln_vmfb_function_t *fn, size_t *s, const int64_t 
  * dimensions resolved) and checks the caller's inputs were read, never written
  * (IREE's ABI; an in-place scatter or a linalg outs on an argument once wrote
  * results into them). */
-static bool take_results(const kiln_vmfb_function_t *fn, const case_t *c, const int64_t *values, uint8_t *const *maps,
-                         const uint64_t *sizes, const bool *alias, uint8_t **outs,
+static bool take_results(const kiln_vmfb_function_t *fn, const case_t *c, const int64_t *values,
+                         uint8_t *const *maps, const uint64_t *sizes, const bool *alias, uint8_t **outs,
                          kiln_vmfb_tensor_type_t *out_types, char *err, size_t err_cap) {
   for (size_t r = 0; r < fn->n_results; r++) {
     const kiln_vmfb_result_t *res = &fn->results[r];
@@ -555,8 +628,8 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_funct
     if (!size) size = 4;
     VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                               .size = size,
-                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
-                                       VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     VK_OK(vkCreateBuffer(vk->device, &bci, NULL, &bufs[i].buffer));
     VkMemoryRequirements req;
@@ -627,13 +700,15 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_funct
     VkWriteDescriptorSet writes[64];
     for (size_t b = 0; b < st->n_bindings; b++) {
       const kiln_vmfb_binding_t *bd = &st->bindings[b];
-      if (bd->buffer >= fn->n_buffers || bd->offset + sized(values, bd->length_expr, bd->length) > bufs[bd->buffer].size) {
+      if (bd->buffer >= fn->n_buffers ||
+          bd->offset + sized(values, bd->length_expr, bd->length) > bufs[bd->buffer].size) {
         snprintf(err, err_cap, "step %zu binding %zu: range [%llu, +%llu) outside buffer %u", s, b,
                  (unsigned long long)bd->offset, (unsigned long long)bd->length, bd->buffer);
         goto done;
       }
       uint64_t length = sized(values, bd->length_expr, bd->length);
-      infos[b] = (VkDescriptorBufferInfo){bufs[bd->buffer].buffer, bd->offset, length ? length : VK_WHOLE_SIZE};
+      infos[b] =
+          (VkDescriptorBufferInfo){bufs[bd->buffer].buffer, bd->offset, length ? length : VK_WHOLE_SIZE};
       writes[b] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
                                          .dstSet = sets[s],
                                          .dstBinding = (uint32_t)b,
@@ -658,7 +733,8 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_funct
                              .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
                                               VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
                                               VK_ACCESS_HOST_READ_BIT};
-  VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+  VkSubmitInfo si = {
+      .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
   /* Run the steps as the host program does: record until a BRANCH, submit, wait,
    * read the condition (every buffer here is host-visible), go on. A step budget
    * stops a loop that never ends. */
@@ -691,19 +767,21 @@ static bool vk_run(vk_t *vk, const kiln_vmfb_plan_t *plan, const kiln_vmfb_funct
       vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipelines[s]);
       vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, layouts[s], 0, 1, &sets[s], 0, NULL);
       if (st->n_constants) {
-        vkCmdPushConstants(cmd, layouts[s], VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                           (uint32_t)(4 * st->n_constants), st->constants);
+        vkCmdPushConstants(cmd, layouts[s], VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)(4 * st->n_constants),
+                           st->constants);
       }
       /* A kernel this target tiles its own way has its own static grid. */
       uint32_t grid[3];
-      for (int d = 0; d < 3; d++) grid[d] = (uint32_t)sized(values, st->workgroup_exprs[d], st->workgroups[d]);
-      if (st->kernel < n_kernels && kernels[st->kernel].grid[0]) memcpy(grid, kernels[st->kernel].grid, sizeof grid);
+      for (int d = 0; d < 3; d++)
+        grid[d] = (uint32_t)sized(values, st->workgroup_exprs[d], st->workgroups[d]);
+      if (st->kernel < n_kernels && kernels[st->kernel].grid[0])
+        memcpy(grid, kernels[st->kernel].grid, sizeof grid);
       if (grid[0] && grid[1] && grid[2]) vkCmdDispatch(cmd, grid[0], grid[1], grid[2]);
     }
-    vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
-                             VK_PIPELINE_STAGE_HOST_BIT,
-                         0, 1, &barrier, 0, NULL, 0, NULL);
+    vkCmdPipelineBarrier(
+        cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0,
+        1, &barrier, 0, NULL, 0, NULL);
     s++;
   }
   VK_OK(vkEndCommandBuffer(cmd));
@@ -748,16 +826,19 @@ done:
 
 /* The target's executable library, loaded (cpu_exec.h), its exports checked
  * against the kernels the compiler says it holds. */
-static kiln_cpu_lib_t *cpu_load(const kiln_compiler_kernel_t *kernels, size_t n_kernels, char *err, size_t err_cap) {
+static kiln_cpu_lib_t *cpu_load(const kiln_compiler_kernel_t *kernels, size_t n_kernels, char *err,
+                                size_t err_cap) {
   kiln_cpu_lib_t *lib = kiln_cpu_lib_load(kernels[0].binary, kernels[0].binary_len, err, err_cap);
   if (lib && kiln_cpu_lib_exports(lib) != n_kernels) {
-    snprintf(err, err_cap, "the library exports %u functions; %zu kernels", kiln_cpu_lib_exports(lib), n_kernels);
+    snprintf(err, err_cap, "the library exports %u functions; %zu kernels", kiln_cpu_lib_exports(lib),
+             n_kernels);
     kiln_cpu_lib_unload(lib);
     return NULL;
   }
   for (size_t k = 0; lib && k < n_kernels; k++) {
     kiln_cpu_export_t e = kiln_cpu_lib_export(lib, (uint32_t)k);
-    if (strcmp(e.name, kernels[k].name) != 0 || memcmp(e.workgroup_size, kernels[k].block_size, sizeof e.workgroup_size)) {
+    if (strcmp(e.name, kernels[k].name) != 0 ||
+        memcmp(e.workgroup_size, kernels[k].block_size, sizeof e.workgroup_size)) {
       snprintf(err, err_cap, "export %zu does not describe kernel %s", k, kernels[k].name);
       kiln_cpu_lib_unload(lib);
       return NULL;
@@ -769,7 +850,8 @@ static kiln_cpu_lib_t *cpu_load(const kiln_compiler_kernel_t *kernels, size_t n_
 /* Runs `fn` on the CPU: each step in order, each dispatch over its grid one
  * workgroup at a time, as IREE's local-sync driver does. */
 static bool cpu_run(const kiln_cpu_lib_t *lib, const kiln_vmfb_plan_t *plan, const kiln_vmfb_function_t *fn,
-                    const case_t *c, uint8_t **outs, kiln_vmfb_tensor_type_t *out_types, char *err, size_t err_cap) {
+                    const case_t *c, uint8_t **outs, kiln_vmfb_tensor_type_t *out_types, char *err,
+                    size_t err_cap) {
   bool ok = false;
   size_t nb = fn->n_buffers ? fn->n_buffers : 1;
   uint8_t **maps = kiln_calloc(nb, sizeof *maps);
@@ -835,8 +917,8 @@ static bool cpu_run(const kiln_cpu_lib_t *lib, const kiln_vmfb_plan_t *plan, con
     uint32_t grid[3];
     for (int d = 0; d < 3; d++) grid[d] = (uint32_t)sized(values, st->workgroup_exprs[d], st->workgroups[d]);
     char why[512] = "a dispatch without a library";
-    if (!lib || !kiln_cpu_lib_dispatch(lib, st->kernel, ptrs, lengths, st->n_bindings, st->constants, st->n_constants, grid,
-                               1, why, sizeof why)) {
+    if (!lib || !kiln_cpu_lib_dispatch(lib, st->kernel, ptrs, lengths, st->n_bindings, st->constants,
+                                       st->n_constants, grid, 1, why, sizeof why)) {
       snprintf(err, err_cap, "step %zu: %s", s, why);
       goto done;
     }
@@ -863,8 +945,8 @@ static bool runs_here(const kiln_target_t *t) {
   if (strncmp(t->llvm_triple, "x86_64-", 7) != 0) return false;
   __builtin_cpu_init();
   if (strcmp(t->chip, "x86-64-v3") == 0) return __builtin_cpu_supports("x86-64-v3");
-  return __builtin_cpu_supports("x86-64-v4") && (strcmp(t->chip, "sapphirerapids") != 0 ||
-                                                  __builtin_cpu_supports("avx512fp16"));
+  return __builtin_cpu_supports("x86-64-v4") &&
+         (strcmp(t->chip, "sapphirerapids") != 0 || __builtin_cpu_supports("avx512fp16"));
 #elif defined(__aarch64__)
   return strncmp(t->llvm_triple, "aarch64-", 8) == 0 && strcmp(t->chip, "generic") == 0;
 #else
@@ -884,14 +966,13 @@ static double default_tol(uint32_t et) {
   }
 }
 
-static bool compare(const tensor_t *want, const kiln_vmfb_tensor_type_t *type, const uint8_t *got,
-                    double tol, bool exact, char *err, size_t err_cap) {
+static bool compare(const tensor_t *want, const kiln_vmfb_tensor_type_t *type, const uint8_t *got, double tol,
+                    bool exact, char *err, size_t err_cap) {
   uint32_t et = want->type.element_type;
   if (type->element_type != et || type->rank != want->type.rank ||
       memcmp(type->dims, want->type.dims, sizeof(int64_t) * want->type.rank) != 0) {
     snprintf(err, err_cap, "result type %s (rank %u) differs from the case's %s",
-             kiln_vmfb_element_name(type->element_type) ? kiln_vmfb_element_name(type->element_type)
-                                                            : "?",
+             kiln_vmfb_element_name(type->element_type) ? kiln_vmfb_element_name(type->element_type) : "?",
              type->rank, kiln_vmfb_element_name(et));
     return false;
   }
@@ -920,8 +1001,8 @@ static bool compare(const tensor_t *want, const kiln_vmfb_tensor_type_t *type, c
     }
     if (!same) {
       if (exact) {
-        snprintf(err, err_cap, "element %llu: want %a, got %a (%llu elements, exact)", (unsigned long long)i, w, g,
-                 (unsigned long long)n);
+        snprintf(err, err_cap, "element %llu: want %a, got %a (%llu elements, exact)", (unsigned long long)i,
+                 w, g, (unsigned long long)n);
       } else {
         snprintf(err, err_cap, "element %llu: want %.9g, got %.9g (%llu elements, tolerance %g)",
                  (unsigned long long)i, w, g, (unsigned long long)n, tol);
@@ -980,7 +1061,8 @@ int main(int argc, char **argv) {
   vk_t vk;
   memset(&vk, 0, sizeof vk);
   bool any_vulkan = false;
-  for (size_t t = 0; t < n_targets; t++) any_vulkan = any_vulkan || targets[t]->kind == KILN_TARGET_KIND_VULKAN;
+  for (size_t t = 0; t < n_targets; t++)
+    any_vulkan = any_vulkan || targets[t]->kind == KILN_TARGET_KIND_VULKAN;
   if (any_vulkan && !vk_init(&vk)) {
     fprintf(stderr, "corpus_check: no Vulkan device (install mesa-vulkan-drivers for lavapipe)\n");
     vk_deinit(&vk);
@@ -1031,8 +1113,10 @@ int main(int argc, char **argv) {
         for (size_t t = 0; t < n_targets; t++) {
           printf("%s %s @%s %s: %s\n", expect_fail[t] ? "xfail" : "FAIL", base, c->function, targets[t]->id,
                  first_line(kiln_status_message(st)));
-          if (expect_fail[t]) xfailed++;
-          else failed++;
+          if (expect_fail[t])
+            xfailed++;
+          else
+            failed++;
         }
         kiln_status_free(st);
         continue;
@@ -1048,7 +1132,8 @@ int main(int argc, char **argv) {
           snprintf(err, sizeof err, "no host program: %s", kiln_status_message(out.plan_status));
         } else if (!fn) {
           snprintf(err, sizeof err, "no exported function @%s", c->function);
-        } else if (c->compile_only || (to->target->kind != KILN_TARGET_KIND_VULKAN && !runs_here(to->target))) {
+        } else if (c->compile_only ||
+                   (to->target->kind != KILN_TARGET_KIND_VULKAN && !runs_here(to->target))) {
           ok = true;
         } else if (fn->n_results != c->n_outputs) {
           snprintf(err, sizeof err, "%zu results, the case expects %zu", fn->n_results, c->n_outputs);
@@ -1065,12 +1150,13 @@ int main(int argc, char **argv) {
               snprintf(err, sizeof err, "%s", kiln_status_message(pst));
               kiln_status_free(pst);
             } else {
-              ok = vk_run(&vk, &own, find_function(&own, c->function), to->kernels, to->n_kernels, c, outs, types,
-                          err, sizeof err);
+              ok = vk_run(&vk, &own, find_function(&own, c->function), to->kernels, to->n_kernels, c, outs,
+                          types, err, sizeof err);
               kiln_compiler_target_plan_free(&own);
             }
           } else {
-            kiln_cpu_lib_t *lib = to->n_kernels ? cpu_load(to->kernels, to->n_kernels, err, sizeof err) : NULL;
+            kiln_cpu_lib_t *lib =
+                to->n_kernels ? cpu_load(to->kernels, to->n_kernels, err, sizeof err) : NULL;
             ok = (lib || !to->n_kernels) && cpu_run(lib, &out.plan, fn, c, outs, types, err, sizeof err);
             kiln_cpu_lib_unload(lib);
           }
@@ -1081,16 +1167,19 @@ int main(int argc, char **argv) {
         }
         if (expect_fail[t]) {
           printf("%s %s @%s %s%s%s\n", ok ? "FAIL" : "xfail", base, c->function, to->target->id,
-                 ok ? ": passes, but is marked XFAIL: drop the mark" : ": ",
-                 ok ? "" : first_line(err));
-          if (ok) failed++;
-          else xfailed++;
+                 ok ? ": passes, but is marked XFAIL: drop the mark" : ": ", ok ? "" : first_line(err));
+          if (ok)
+            failed++;
+          else
+            xfailed++;
           continue;
         }
-        printf("%s %s @%s %s%s%s\n", ok ? "ok  " : "FAIL", base, c->function, to->target->id,
-               ok ? "" : ": ", ok ? "" : first_line(err));
-        if (ok) passed++;
-        else failed++;
+        printf("%s %s @%s %s%s%s\n", ok ? "ok  " : "FAIL", base, c->function, to->target->id, ok ? "" : ": ",
+               ok ? "" : first_line(err));
+        if (ok)
+          passed++;
+        else
+          failed++;
       }
       kiln_compiler_output_deinit(&out);
     }

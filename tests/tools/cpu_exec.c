@@ -63,7 +63,6 @@ typedef struct {
 } library_t;
 typedef const library_t *(*query_fn_t)(uint32_t max_version, const void *environment);
 
-
 struct kiln_cpu_lib_s {
   void *handle;
   const library_t *lib;
@@ -118,10 +117,11 @@ uint32_t kiln_cpu_lib_exports(const kiln_cpu_lib_t *lib) { return lib->lib->expo
 
 kiln_cpu_export_t kiln_cpu_lib_export(const kiln_cpu_lib_t *lib, uint32_t i) {
   const dispatch_attrs_t *a = &lib->lib->exports.attrs[i];
-  return (kiln_cpu_export_t){.name = lib->lib->exports.names[i],
-                             .workgroup_size = {a->workgroup_size_x, a->workgroup_size_y, a->workgroup_size_z},
-                             .n_bindings = a->binding_count,
-                             .n_constants = a->constant_count};
+  return (kiln_cpu_export_t){
+      .name = lib->lib->exports.names[i],
+      .workgroup_size = {a->workgroup_size_x, a->workgroup_size_y, a->workgroup_size_z},
+      .n_bindings = a->binding_count,
+      .n_constants = a->constant_count};
 }
 
 typedef struct worker_s {
@@ -160,7 +160,8 @@ static struct {
   uint64_t generation;
   worker_t *job;
   unsigned slots, busy;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, NULL, 0, 0};
+} pool = {
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, NULL, 0, 0};
 
 static void *pooled(void *unused) {
   (void)unused;
@@ -201,9 +202,10 @@ static void run_shared(worker_t *w, unsigned helpers) {
   pthread_mutex_unlock(&pool.mu);
 }
 
-bool kiln_cpu_lib_dispatch(const kiln_cpu_lib_t *lib, uint32_t i, void *const *bindings, const size_t *lengths,
-                           size_t n_bindings, const uint32_t *constants, size_t n_constants, const uint32_t grid[3],
-                           unsigned threads, char *err, size_t err_cap) {
+bool kiln_cpu_lib_dispatch(const kiln_cpu_lib_t *lib, uint32_t i, void *const *bindings,
+                           const size_t *lengths, size_t n_bindings, const uint32_t *constants,
+                           size_t n_constants, const uint32_t grid[3], unsigned threads, char *err,
+                           size_t err_cap) {
   if (i >= lib->lib->exports.count) {
     snprintf(err, err_cap, "export %u of %u", i, lib->lib->exports.count);
     return false;
@@ -236,8 +238,8 @@ bool kiln_cpu_lib_dispatch(const kiln_cpu_lib_t *lib, uint32_t i, void *const *b
     run_shared(&w, threads - 1);
   }
   if (getenv("KILN_CPU_EXEC_PROFILE")) {
-    fprintf(stderr, "cpu_exec: %-40s %ux%ux%u workgroups of %ux%ux%u, %.3f ms\n", lib->lib->exports.names[i], grid[0],
-            grid[1], grid[2], a->workgroup_size_x, a->workgroup_size_y, a->workgroup_size_z,
+    fprintf(stderr, "cpu_exec: %-40s %ux%ux%u workgroups of %ux%ux%u, %.3f ms\n", lib->lib->exports.names[i],
+            grid[0], grid[1], grid[2], a->workgroup_size_x, a->workgroup_size_y, a->workgroup_size_z,
             (double)(kiln_time_monotonic_ns() - t0) / 1e6);
   }
   if (atomic_load(&failed)) {

@@ -35,8 +35,9 @@ kiln_cpu_export_t kiln_cpu_lib_export(const kiln_cpu_lib_t *lib, uint32_t i);
  * order z, y, x). False, with the reason, when a workgroup returns non-zero or
  * the counts disagree with the export's declaration. With KILN_CPU_EXEC_PROFILE
  * set, prints each dispatch's grid and time to stderr. */
-bool kiln_cpu_lib_dispatch(const kiln_cpu_lib_t *lib, uint32_t i, void *const *bindings, const size_t *lengths,
-                           size_t n_bindings, const uint32_t *constants, size_t n_constants, const uint32_t grid[3],
-                           unsigned threads, char *err, size_t err_cap);
+bool kiln_cpu_lib_dispatch(const kiln_cpu_lib_t *lib, uint32_t i, void *const *bindings,
+                           const size_t *lengths, size_t n_bindings, const uint32_t *constants,
+                           size_t n_constants, const uint32_t grid[3], unsigned threads, char *err,
+                           size_t err_cap);
 
 #endif /* KILN_TESTS_CPU_EXEC_H */

@@ -21,8 +21,8 @@ static int reduce_text(int argc, char **argv) {
   static const char *const ops[] = {"arith.maximumf", "arith.minimumf", "arith.maxnumf",
                                     "arith.minnumf",  "arith.addf",     "arith.mulf"};
   const kiln_target_t *t = argc == 6 ? kiln_compiler_target_find(argv[2]) : NULL;
-  kiln_compiler_reduce_t r = {.found = true, .rows = argc == 6 ? atoll(argv[3]) : 0,
-                              .len = argc == 6 ? atoll(argv[4]) : 0};
+  kiln_compiler_reduce_t r = {
+      .found = true, .rows = argc == 6 ? atoll(argv[3]) : 0, .len = argc == 6 ? atoll(argv[4]) : 0};
   for (size_t i = 0; argc == 6 && i < sizeof ops / sizeof ops[0]; i++) {
     if (strcmp(argv[5], ops[i]) == 0) r.op = ops[i];
   }
@@ -36,7 +36,8 @@ static int reduce_text(int argc, char **argv) {
   }
   uint32_t block[3], grid[3];
   char *text = kiln_compiler_reduce_text(&r, t, block, grid);
-  printf("// block %u %u %u grid %u %u %u\n%s", block[0], block[1], block[2], grid[0], grid[1], grid[2], text);
+  printf("// block %u %u %u grid %u %u %u\n%s", block[0], block[1], block[2], grid[0], grid[1], grid[2],
+         text);
   kiln_free(text);
   return 0;
 }
@@ -67,8 +68,8 @@ int main(int argc, char **argv) {
   if (g.bf16) g.operand_bits = 16;
   if (g.f8) g.operand_bits = 8;
   if ((g.rank != 2 && g.rank != 3) || (g.rank == 2 && g.batch != 1) || g.batch < 1 ||
-      (g.operand_bits != 8 && g.operand_bits != 16 && g.operand_bits != 32) || g.m % (KILN_GEMM_TILE_M / 2) || g.n % KILN_GEMM_TILE_N ||
-      g.k % KILN_GEMM_TILE_K || g.m < 1 || g.n < 1 || g.k < 1) {
+      (g.operand_bits != 8 && g.operand_bits != 16 && g.operand_bits != 32) || g.m % (KILN_GEMM_TILE_M / 2) ||
+      g.n % KILN_GEMM_TILE_N || g.k % KILN_GEMM_TILE_K || g.m < 1 || g.n < 1 || g.k < 1) {
     fprintf(stderr, "gemm_text: not a shape the tiled kernel takes\n");
     return 2;
   }
@@ -78,7 +79,8 @@ int main(int argc, char **argv) {
   }
   uint32_t block[3], grid[3];
   char *text = kiln_compiler_gemm_text(&g, t, block, grid);
-  printf("// block %u %u %u grid %u %u %u\n%s", block[0], block[1], block[2], grid[0], grid[1], grid[2], text);
+  printf("// block %u %u %u grid %u %u %u\n%s", block[0], block[1], block[2], grid[0], grid[1], grid[2],
+         text);
   kiln_free(text);
   return 0;
 }

@@ -205,9 +205,9 @@ typedef struct fixture_s {
   damage_t damage;
 } fixture_t;
 
-#define CUDA KILN_VMFB_FORMAT_CUDA
-#define HIP KILN_VMFB_FORMAT_HIP
-#define VULKAN KILN_VMFB_FORMAT_VULKAN
+#define CUDA             KILN_VMFB_FORMAT_CUDA
+#define HIP              KILN_VMFB_FORMAT_HIP
+#define VULKAN           KILN_VMFB_FORMAT_VULKAN
 #define BC(major, minor) (((uint32_t)(major) << 16) | (minor))
 
 static const fixture_t FIXTURES[] = {
@@ -288,8 +288,9 @@ static int check(const char *name, const void *data, size_t len) {
   kiln_status_free(kiln_vmfb_read(data, len, &info));
   printf("%-28s %-8s %s\n", name, kiln_vmfb_class_name(info.cls), info.reason);
   int rc = info.cls == want ? 0 : 1;
-  if (rc) fprintf(stderr, "vmfb_fixtures: %s reads as %s, not %s\n", name, kiln_vmfb_class_name(info.cls),
-                  kiln_vmfb_class_name(want));
+  if (rc)
+    fprintf(stderr, "vmfb_fixtures: %s reads as %s, not %s\n", name, kiln_vmfb_class_name(info.cls),
+            kiln_vmfb_class_name(want));
   kiln_vmfb_info_deinit(&info);
   return rc;
 }
@@ -342,7 +343,13 @@ static int fixtures_main(const char *dir) {
 
 /* ---- legacy files of real sources ---- */
 
-typedef enum shape_e { SHAPE_HAL6_ZIP, SHAPE_HAL6_FLAT, SHAPE_NOHEADER, SHAPE_BYTECODE16, SHAPE_NODEPS } shape_t;
+typedef enum shape_e {
+  SHAPE_HAL6_ZIP,
+  SHAPE_HAL6_FLAT,
+  SHAPE_NOHEADER,
+  SHAPE_BYTECODE16,
+  SHAPE_NODEPS
+} shape_t;
 
 static const char *const SHAPE_NAMES[] = {"hal6_zip", "hal6_flat", "noheader", "bytecode16", "nodeps"};
 #define N_SHAPES (sizeof SHAPE_NAMES / sizeof SHAPE_NAMES[0])
@@ -351,7 +358,7 @@ static const char *const SHAPE_NAMES[] = {"hal6_zip", "hal6_flat", "noheader", "
 static const struct {
   const char *chip;
   uint8_t mach;
-} AMDGPU_MACHS[] = {{"gfx942", 0x4c}, {"gfx950", 0x4f}, {"gfx1100", 0x41},
+} AMDGPU_MACHS[] = {{"gfx942", 0x4c},  {"gfx950", 0x4f},  {"gfx1100", 0x41},
                     {"gfx1101", 0x46}, {"gfx1200", 0x48}, {"gfx1201", 0x4e}};
 
 /* One source, read once; the digest is its hex SHA-256. */
@@ -408,8 +415,10 @@ static int target_load(const char *name, const kiln_target_t **out) {
     return -1;
   }
   if ((*out)->kind == KILN_TARGET_KIND_CPU) {
-    fprintf(stderr, "vmfb_fixtures: target %s is a CPU; legacy files are written for GPU targets (CUDA, HIP, Vulkan)\n",
-            (*out)->id);
+    fprintf(
+        stderr,
+        "vmfb_fixtures: target %s is a CPU; legacy files are written for GPU targets (CUDA, HIP, Vulkan)\n",
+        (*out)->id);
     return -1;
   }
   return 0;
@@ -422,7 +431,8 @@ static int shape_parse(const char *name, shape_t *out) {
       return 0;
     }
   }
-  fprintf(stderr, "vmfb_fixtures: unknown --shape %s; use hal6_zip, hal6_flat, noheader, bytecode16 or nodeps\n",
+  fprintf(stderr,
+          "vmfb_fixtures: unknown --shape %s; use hal6_zip, hal6_flat, noheader, bytecode16 or nodeps\n",
           name);
   return -1;
 }
@@ -458,25 +468,28 @@ static int legacy_build(const legacy_t *l, kiln_buf_t *out) {
     }
   }
   char compiler[200];
-  snprintf(compiler, sizeof compiler, "iree-compile 3.11%s%s", l->stamp ? " build " : "", l->stamp ? l->stamp : "");
+  snprintf(compiler, sizeof compiler, "iree-compile 3.11%s%s", l->stamp ? " build " : "",
+           l->stamp ? l->stamp : "");
   kiln_vmfb_provenance_t prov = {.source_sha256 = l->digest ? l->source->hex.text : NULL,
                                  .target = l->target->id,
                                  .flags = l->flags,
                                  .compiler = compiler};
-  kiln_vmfb_write_options_t wo = {.flat = l->shape == SHAPE_HAL6_FLAT,
-                                  .provenance = &prov,
-                                  .source = l->embed ? (const uint8_t *)l->source->data : NULL,
-                                  .source_len = l->embed ? l->source->len : 0,
-                                  .hal_version = l->shape == SHAPE_HAL6_ZIP || l->shape == SHAPE_HAL6_FLAT ? 6 : 0,
-                                  .bytecode_version = l->shape == SHAPE_BYTECODE16 ? BC(16, 0) : 0,
-                                  .no_executable_header = l->shape == SHAPE_NOHEADER,
-                                  .no_dependencies = l->shape == SHAPE_NODEPS};
+  kiln_vmfb_write_options_t wo = {
+      .flat = l->shape == SHAPE_HAL6_FLAT,
+      .provenance = &prov,
+      .source = l->embed ? (const uint8_t *)l->source->data : NULL,
+      .source_len = l->embed ? l->source->len : 0,
+      .hal_version = l->shape == SHAPE_HAL6_ZIP || l->shape == SHAPE_HAL6_FLAT ? 6 : 0,
+      .bytecode_version = l->shape == SHAPE_BYTECODE16 ? BC(16, 0) : 0,
+      .no_executable_header = l->shape == SHAPE_NOHEADER,
+      .no_dependencies = l->shape == SHAPE_NODEPS};
   kiln_status_t st = kiln_vmfb_write("module", &sample->plan, &sample->exe[format - 1], &wo, out);
   kiln_test_vmfb_sample_deinit(sample);
   kiln_free(sample);
   kiln_buf_deinit(&ptx);
   if (st) {
-    fprintf(stderr, "vmfb_fixtures: %s for %s: %s\n", l->source->path, l->target->id, kiln_status_message(st));
+    fprintf(stderr, "vmfb_fixtures: %s for %s: %s\n", l->source->path, l->target->id,
+            kiln_status_message(st));
     kiln_status_free(st);
     return -1;
   }
@@ -495,7 +508,8 @@ static int legacy_check(const legacy_t *l, const char *path, const kiln_buf_t *f
             info.reason);
     rc = 1;
   } else if (!target || strcmp(target, l->target->id) != 0) {
-    fprintf(stderr, "vmfb_fixtures: %s records target %s, not %s\n", path, target ? target : "(none)", l->target->id);
+    fprintf(stderr, "vmfb_fixtures: %s records target %s, not %s\n", path, target ? target : "(none)",
+            l->target->id);
     rc = 1;
   }
   if (print) printf("%s %s %s\n", path, kiln_vmfb_class_name(info.cls), info.reason);
@@ -505,8 +519,8 @@ static int legacy_check(const legacy_t *l, const char *path, const kiln_buf_t *f
   size_t len = 0;
   kiln_status_t st = kiln_vmfb_source_extract((const uint8_t *)file->data, file->len, &src, &len);
   if (st || len != l->source->len || memcmp(src, l->source->data, len) != 0) {
-    fprintf(stderr, "vmfb_fixtures: %s: the embedded source does not read back as %s%s%s\n", path, l->source->path,
-            st ? ": " : "", st ? kiln_status_message(st) : "");
+    fprintf(stderr, "vmfb_fixtures: %s: the embedded source does not read back as %s%s%s\n", path,
+            l->source->path, st ? ": " : "", st ? kiln_status_message(st) : "");
     rc = 1;
   }
   kiln_status_free(st);
@@ -583,11 +597,16 @@ static int legacy_main(int argc, char **argv) {
     } else if (strcmp(a, "--source") == 0 || strcmp(a, "--target") == 0 || strcmp(a, "--shape") == 0 ||
                strcmp(a, "--flags") == 0 || strcmp(a, "--stamp") == 0) {
       if (!(v = option_value(argc, argv, &i))) return usage_legacy();
-      if (strcmp(a, "--source") == 0) source_path = v;
-      else if (strcmp(a, "--target") == 0) target_name = v;
-      else if (strcmp(a, "--flags") == 0) l.flags = v;
-      else if (strcmp(a, "--stamp") == 0) l.stamp = v;
-      else if (shape_parse(v, &l.shape) != 0) return 2;
+      if (strcmp(a, "--source") == 0)
+        source_path = v;
+      else if (strcmp(a, "--target") == 0)
+        target_name = v;
+      else if (strcmp(a, "--flags") == 0)
+        l.flags = v;
+      else if (strcmp(a, "--stamp") == 0)
+        l.stamp = v;
+      else if (shape_parse(v, &l.shape) != 0)
+        return 2;
     } else {
       fprintf(stderr, "vmfb_fixtures: unknown option %s\n", a);
       return usage_legacy();
@@ -611,7 +630,8 @@ static int legacy_main(int argc, char **argv) {
 /* Splits a comma-separated list in place; returns the count (at most `cap`). */
 static size_t split_list(char *list, char **out, size_t cap) {
   size_t n = 0;
-  for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok && n < cap; tok = strtok_r(NULL, ",", &save)) {
+  for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok && n < cap;
+       tok = strtok_r(NULL, ",", &save)) {
     out[n++] = tok;
   }
   return n;
@@ -634,10 +654,14 @@ static int fleet_main(int argc, char **argv) {
     } else if (strcmp(a, "--sources") == 0 || strcmp(a, "--targets") == 0 || strcmp(a, "--copies") == 0 ||
                strcmp(a, "--flags") == 0) {
       if (!(v = option_value(argc, argv, &i))) return usage_legacy();
-      if (strcmp(a, "--sources") == 0) sources_arg = v;
-      else if (strcmp(a, "--targets") == 0) targets_arg = v;
-      else if (strcmp(a, "--flags") == 0) base.flags = v;
-      else copies = strtol(v, NULL, 10);
+      if (strcmp(a, "--sources") == 0)
+        sources_arg = v;
+      else if (strcmp(a, "--targets") == 0)
+        targets_arg = v;
+      else if (strcmp(a, "--flags") == 0)
+        base.flags = v;
+      else
+        copies = strtol(v, NULL, 10);
     } else {
       fprintf(stderr, "vmfb_fixtures: unknown option %s\n", a);
       return usage_legacy();
@@ -647,7 +671,8 @@ static int fleet_main(int argc, char **argv) {
   size_t n_sources = sources_arg ? split_list(sources_arg, source_names, FLEET_MAX) : 0;
   size_t n_targets = targets_arg ? split_list(targets_arg, target_names, FLEET_MAX) : 0;
   if (!n_sources || !n_targets || copies < 1 || copies > 100000) {
-    fprintf(stderr, "vmfb_fixtures: fleet needs --sources, --targets (up to %d each) and --copies 1..100000\n",
+    fprintf(stderr,
+            "vmfb_fixtures: fleet needs --sources, --targets (up to %d each) and --copies 1..100000\n",
             FLEET_MAX);
     return usage_legacy();
   }
@@ -698,8 +723,8 @@ static int fleet_main(int argc, char **argv) {
   }
   kiln_buf_deinit(&path);
   if (rc == 0) {
-    printf("%zu legacy VMFBs (%zu sources x %zu targets x %ld copies, %s) under %s\n", written, n_sources, n_targets,
-           copies, base.embed ? "source embedded" : "source digest only", dir);
+    printf("%zu legacy VMFBs (%zu sources x %zu targets x %ld copies, %s) under %s\n", written, n_sources,
+           n_targets, copies, base.embed ? "source embedded" : "source digest only", dir);
   }
   for (size_t s = 0; s < n_sources; s++) kiln_free(sources[s].data);
   kiln_free(sources);

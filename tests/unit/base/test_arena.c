@@ -117,7 +117,7 @@ static void test_many_small_allocations(void **state) {
       }
     }
   }
-  assert_true(counts.mallocs > 1); /* more than one chunk was needed */
+  assert_true(counts.mallocs > 1);      /* more than one chunk was needed */
   assert_true(counts.mallocs < N / 10); /* but small requests share chunks */
 }
 
@@ -147,11 +147,11 @@ static void test_zero_size_allocations_are_distinct(void **state) {
 
 static void test_used_bytes_accounting(void **state) {
   kiln_arena_t *arena = *state;
-  kiln_arena_alloc(arena, 1);    /* rounds to 16 */
+  kiln_arena_alloc(arena, 1); /* rounds to 16 */
   assert_int_equal(arena->used_bytes, 16);
-  kiln_arena_alloc(arena, 16);   /* 16 */
+  kiln_arena_alloc(arena, 16); /* 16 */
   assert_int_equal(arena->used_bytes, 32);
-  kiln_arena_alloc(arena, 17);   /* 32 */
+  kiln_arena_alloc(arena, 17); /* 32 */
   assert_int_equal(arena->used_bytes, 64);
   kiln_arena_alloc(arena, 2000); /* dedicated chunk, 2000 rounded to 2000 */
   assert_int_equal(arena->used_bytes, 2064);

@@ -360,8 +360,7 @@ static void reserve_in_child(size_t extra, const char *what) {
   assert_int_equal(waitpid(pid, &wstatus, 0), pid);
   if (WIFSIGNALED(wstatus)) {
     if (WTERMSIG(wstatus) == SIGALRM) {
-      fail_msg("kiln_buf_reserve(%s) hung (killed by SIGALRM after 2 s) instead of aborting",
-               what);
+      fail_msg("kiln_buf_reserve(%s) hung (killed by SIGALRM after 2 s) instead of aborting", what);
     }
     assert_int_equal(WTERMSIG(wstatus), SIGABRT);
   } else {

@@ -61,31 +61,28 @@ typedef struct settings_s {
 static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
 
 #define OPT(name, short_name, type, field, def, metavar, help, min, max, choices, flags) \
-  {name, short_name, type, offsetof(settings_t, field), def, metavar, help, min, max, choices, flags}
+  { name, short_name, type, offsetof(settings_t, field), def, metavar, help, min, max, choices, flags }
 
 static const kiln_config_option_t options[] = {
     OPT("config", 'c', KILN_CONFIG_STRING, config, NULL, "FILE", "config file", 0, 0, NULL,
         KILN_CONFIG_NO_DUMP),
-    OPT("listen", 'l', KILN_CONFIG_STRING, listen, "unix:/run/kiln/kilnd.sock", "ADDR",
-        "where to listen", 0, 0, NULL, 0),
-    OPT("log-level", 0, KILN_CONFIG_STRING, log_level, "info", "LEVEL", "log level", 0, 0,
-        log_levels, 0),
+    OPT("listen", 'l', KILN_CONFIG_STRING, listen, "unix:/run/kiln/kilnd.sock", "ADDR", "where to listen", 0,
+        0, NULL, 0),
+    OPT("log-level", 0, KILN_CONFIG_STRING, log_level, "info", "LEVEL", "log level", 0, 0, log_levels, 0),
     OPT("verbose", 'v', KILN_CONFIG_BOOL, verbose, NULL, NULL, "say more", 0, 0, NULL, 0),
     OPT("cache", 0, KILN_CONFIG_BOOL, cache, "true", NULL, "use the cache", 0, 0, NULL, 0),
     OPT("workers", 'j', KILN_CONFIG_INT, workers, "4", "N", "compile workers", 1, 64, NULL, 0),
     OPT("nice", 0, KILN_CONFIG_INT, nice, "-5", "N", "niceness", 0, 0, NULL, 0),
-    OPT("cache-size", 0, KILN_CONFIG_SIZE, cache_size, "64MiB", "BYTES", "cache size", 0, 0,
-        NULL, KILN_CONFIG_AUTO),
-    OPT("max-message", 0, KILN_CONFIG_SIZE, max_message, "4MiB", "BYTES", "largest message",
-        1024, 1 << 30, NULL, 0),
+    OPT("cache-size", 0, KILN_CONFIG_SIZE, cache_size, "64MiB", "BYTES", "cache size", 0, 0, NULL,
+        KILN_CONFIG_AUTO),
+    OPT("max-message", 0, KILN_CONFIG_SIZE, max_message, "4MiB", "BYTES", "largest message", 1024, 1 << 30,
+        NULL, 0),
     OPT("request-timeout", 0, KILN_CONFIG_DURATION, request_timeout_ms, "30s", "DURATION",
         "per-request deadline", 1, 3600000, NULL, 0),
-    OPT("idle-timeout", 0, KILN_CONFIG_DURATION, idle_timeout_ms, "250ms", "DURATION",
-        "idle timeout", 0, 0, NULL, 0),
-    OPT("token", 0, KILN_CONFIG_STRING, token, NULL, "SECRET", "auth token", 0, 0, NULL,
-        KILN_CONFIG_NO_DUMP),
-    OPT("help", 'h', KILN_CONFIG_BOOL, help, NULL, NULL, "show help", 0, 0, NULL,
-        KILN_CONFIG_CLI_ONLY),
+    OPT("idle-timeout", 0, KILN_CONFIG_DURATION, idle_timeout_ms, "250ms", "DURATION", "idle timeout", 0, 0,
+        NULL, 0),
+    OPT("token", 0, KILN_CONFIG_STRING, token, NULL, "SECRET", "auth token", 0, 0, NULL, KILN_CONFIG_NO_DUMP),
+    OPT("help", 'h', KILN_CONFIG_BOOL, help, NULL, NULL, "show help", 0, 0, NULL, KILN_CONFIG_CLI_ONLY),
 };
 
 static const kiln_config_table_t table = {"kilntest", "KILNTEST_", options,
@@ -177,8 +174,7 @@ static void expect_invalid(kiln_status_t st, const char *needle) {
   int code_ok = kiln_status_code(st) == KILN_STATUS_INVALID_ARGUMENT;
   int has = !needle || strstr(kiln_status_message(st), needle) != NULL;
   if (!code_ok || !has) {
-    print_error("status %s: %s\n", kiln_status_code_name(kiln_status_code(st)),
-                kiln_status_message(st));
+    print_error("status %s: %s\n", kiln_status_code_name(kiln_status_code(st)), kiln_status_message(st));
   }
   kiln_status_free(st);
   if (!code_ok) fail_msg("wrong code (wanted INVALID_ARGUMENT)");
@@ -319,7 +315,9 @@ static void test_bool_spellings(void **state) {
 
 static void test_set_rejects_bad_values_and_keeps_old(void **state) {
   settings_t *s = *state;
-  static const struct { const char *name, *value; } bad[] = {
+  static const struct {
+    const char *name, *value;
+  } bad[] = {
       {"log-level", "trace"},
       {"log-level", ""},
       {"verbose", "maybe"},
@@ -417,7 +415,9 @@ static void test_load_file_parses(void **state) {
 
 static void test_load_file_quotes(void **state) {
   settings_t *s = *state;
-  static const struct { const char *line, *want; } cases[] = {
+  static const struct {
+    const char *line, *want;
+  } cases[] = {
       {"listen = \"  padded  \"\n", "  padded  "},
       {"listen = 'single'\n", "single"},
       {"listen = \"\"\n", ""},
@@ -520,8 +520,8 @@ static void test_env(void **state) {
   setenv("KILNTEST_REQUEST_TIMEOUT", "2m", 1);
   setenv("KILNTEST_VERBOSE", "on", 1);
   setenv("KILNTEST_LISTEN", "from env", 1);
-  setenv("KILNTEST_HELP", "1", 1);        /* CLI_ONLY: ignored */
-  setenv("KILNTEST_CACHE-SIZE", "1", 1);  /* not the name: '-' becomes '_' */
+  setenv("KILNTEST_HELP", "1", 1);       /* CLI_ONLY: ignored */
+  setenv("KILNTEST_CACHE-SIZE", "1", 1); /* not the name: '-' becomes '_' */
   expect_ok(kiln_config_load_env(&table, s));
   assert_int_equal(s->workers, 12);
   assert_string_equal(s->log_level, "warn");
@@ -571,9 +571,26 @@ static void test_env_other_prefix(void **state) {
 
 static void test_args_forms(void **state) {
   settings_t *s = *state;
-  char *argv[] = {"kilnd", "--workers=8", "--listen", "tcp:x", "-j", "3", "-v", "--no-cache",
-                  "--log-level=error", "--cache-size", "2GiB", "pos1", "--request-timeout=10s",
-                  "-", "--nice", "-7", "--token=", "pos2", "-l", "short:y"};
+  char *argv[] = {"kilnd",
+                  "--workers=8",
+                  "--listen",
+                  "tcp:x",
+                  "-j",
+                  "3",
+                  "-v",
+                  "--no-cache",
+                  "--log-level=error",
+                  "--cache-size",
+                  "2GiB",
+                  "pos1",
+                  "--request-timeout=10s",
+                  "-",
+                  "--nice",
+                  "-7",
+                  "--token=",
+                  "pos2",
+                  "-l",
+                  "short:y"};
   const char *pos[4] = {0};
   size_t npos = 99;
   expect_ok(kiln_config_parse_args(&table, s, ARGC(argv), argv, pos, 4, &npos));
@@ -603,9 +620,12 @@ static void test_args_value_with_equals(void **state) {
 
 static void test_args_bools(void **state) {
   settings_t *s = *state;
-  static const struct { const char *arg; bool verbose; } cases[] = {
-      {"--verbose", true},        {"--no-verbose", false},    {"--verbose=false", false},
-      {"--verbose=yes", true},    {"-v", true},               {"--verbose=0", false},
+  static const struct {
+    const char *arg;
+    bool verbose;
+  } cases[] = {
+      {"--verbose", true}, {"--no-verbose", false}, {"--verbose=false", false}, {"--verbose=yes", true},
+      {"-v", true},        {"--verbose=0", false},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     s->verbose = !cases[i].verbose;
@@ -669,9 +689,9 @@ static void test_args_positional_capacity(void **state) {
 
 static void test_args_unknown_flags(void **state) {
   settings_t *s = *state;
-  static const char *const bad[] = {"--bogus", "--bogus=1", "-x",         "-vj", "--no-workers",
-                                    "--no-bogus", "--=x",    "--no-verbose=1", "---workers=2",
-                                    "--work=2"};
+  static const char *const bad[] = {"--bogus",      "--bogus=1",  "-x",   "-vj",
+                                    "--no-workers", "--no-bogus", "--=x", "--no-verbose=1",
+                                    "---workers=2", "--work=2"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char *argv[] = {"kilnd", (char *)bad[i], "1"};
     kiln_status_t st = kiln_config_parse_args(&table, s, 3, argv, NULL, 0, NULL);
@@ -688,7 +708,7 @@ static void test_args_unknown_flags(void **state) {
 
 static void test_args_missing_value(void **state) {
   settings_t *s = *state;
-  static const char *const last[] = {"--workers", "-j", "--listen", "--cache-size",
+  static const char *const last[] = {"--workers",         "-j", "--listen", "--cache-size",
                                      "--request-timeout", "-c"};
   for (size_t i = 0; i < sizeof last / sizeof last[0]; i++) {
     char *argv[] = {"kilnd", "-v", (char *)last[i]};
@@ -733,11 +753,11 @@ static void set_precedence_env(void) {
 }
 
 static void assert_precedence_result(const settings_t *s) {
-  assert_int_equal(s->workers, 5);              /* args > env > file */
-  assert_string_equal(s->listen, "from-env");   /* env > file */
-  assert_string_equal(s->log_level, "error");   /* env > file */
-  assert_int_equal(s->cache_size, 1024);        /* file > default */
-  assert_int_equal(s->idle_timeout_ms, 1000);   /* file > default */
+  assert_int_equal(s->workers, 5);                /* args > env > file */
+  assert_string_equal(s->listen, "from-env");     /* env > file */
+  assert_string_equal(s->log_level, "error");     /* env > file */
+  assert_int_equal(s->cache_size, 1024);          /* file > default */
+  assert_int_equal(s->idle_timeout_ms, 1000);     /* file > default */
   assert_int_equal(s->request_timeout_ms, 30000); /* default */
   assert_int_equal(s->nice, -5);
   assert_true(s->cache);
@@ -750,8 +770,7 @@ static void run_load(settings_t *s, int argc, char **argv, kiln_status_code_t wa
   size_t npos = 0;
   kiln_status_t st = kiln_config_load(&table, s, "config", argc, argv, pos, 4, &npos);
   if (kiln_status_code(st) != want) {
-    print_error("load: %s: %s\n", kiln_status_code_name(kiln_status_code(st)),
-                kiln_status_message(st));
+    print_error("load: %s: %s\n", kiln_status_code_name(kiln_status_code(st)), kiln_status_message(st));
     kiln_status_free(st);
     fail_msg("wanted %s", kiln_status_code_name(want));
   }
@@ -883,8 +902,7 @@ static void test_load_reports_errors_from_each_source(void **state) {
   char *a2[] = {"kilnd"};
   kiln_config_deinit(&table, s);
   memset(s, 0, sizeof *s);
-  expect_invalid(kiln_config_load(&table, s, "config", 1, a2, NULL, 0, NULL),
-                 "KILNTEST_MAX_MESSAGE");
+  expect_invalid(kiln_config_load(&table, s, "config", 1, a2, NULL, 0, NULL), "KILNTEST_MAX_MESSAGE");
   unsetenv("KILNTEST_MAX_MESSAGE");
 
   char *a3[] = {"kilnd", "--bogus"};
@@ -897,7 +915,10 @@ static void test_load_reports_errors_from_each_source(void **state) {
 
 static void test_parse_size(void **state) {
   (void)state;
-  static const struct { const char *text; uint64_t want; } ok[] = {
+  static const struct {
+    const char *text;
+    uint64_t want;
+  } ok[] = {
       {"0", 0},
       {"4096", 4096},
       {"4k", 4096},
@@ -924,12 +945,24 @@ static void test_parse_size(void **state) {
     if (v != ok[i].want) fail_msg("size '%s' = %llu", ok[i].text, (unsigned long long)v);
   }
   static const char *const bad[] = {
-      "",     "-1",          "+1",   " 1",   "abc", "k",    "1.5M",  "12q",  "1 k ",
-      "0x10", "1kibibyte",   "MiB4", "4 4",  "1e3",
-      "18446744073709551616",     /* UINT64_MAX + 1 */
-      "99999999999999999999999",  /* way over */
-      "17179869184GiB",           /* 2^34 * 2^30 = 2^64 */
-      "16777216TiB",              /* 2^24 * 2^40 = 2^64 */
+      "",
+      "-1",
+      "+1",
+      " 1",
+      "abc",
+      "k",
+      "1.5M",
+      "12q",
+      "1 k ",
+      "0x10",
+      "1kibibyte",
+      "MiB4",
+      "4 4",
+      "1e3",
+      "18446744073709551616",    /* UINT64_MAX + 1 */
+      "99999999999999999999999", /* way over */
+      "17179869184GiB",          /* 2^34 * 2^30 = 2^64 */
+      "16777216TiB",             /* 2^24 * 2^40 = 2^64 */
       "18446744073709551615k",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -944,7 +977,10 @@ static void test_parse_size(void **state) {
 
 static void test_parse_duration(void **state) {
   (void)state;
-  static const struct { const char *text; int64_t want; } ok[] = {
+  static const struct {
+    const char *text;
+    int64_t want;
+  } ok[] = {
       {"0", 0},
       {"250ms", 250},
       {"30s", 30000},
@@ -966,8 +1002,19 @@ static void test_parse_duration(void **state) {
     if (v != ok[i].want) fail_msg("duration '%s' = %lld", ok[i].text, (long long)v);
   }
   static const char *const bad[] = {
-      "",      "abc",  "-1s", "+1s", " 1s", "1.5s", "1d", "10sec", "s", "ms", "1 h ",
-      "1hour", "5mins",
+      "",
+      "abc",
+      "-1s",
+      "+1s",
+      " 1s",
+      "1.5s",
+      "1d",
+      "10sec",
+      "s",
+      "ms",
+      "1 h ",
+      "1hour",
+      "5mins",
       "9223372036854775808ms",  /* INT64_MAX + 1 */
       "9223372036854776s",      /* INT64_MAX / 1000 + 1 seconds */
       "9223372036854776",       /* bare seconds overflow */
@@ -1007,8 +1054,8 @@ static void test_size_auto(void **state) {
 
 /* ---- dump, help, deinit ---- */
 
-static void dump_to_file(const kiln_config_table_t *t, const void *s, const char *name,
-                         char *out_path, kiln_buf_t *out_text) {
+static void dump_to_file(const kiln_config_table_t *t, const void *s, const char *name, char *out_path,
+                         kiln_buf_t *out_text) {
   kiln_buf_init(out_text);
   kiln_config_dump(t, s, out_text);
   write_file(name, out_text->data, out_path);
@@ -1198,7 +1245,6 @@ static void test_long_env_prefix_stays_in_bounds(void **state) {
   assert_child_clean(kiln_test_run_in_child(child_long_env_prefix), "130-character env prefix");
 }
 
-
 /* ---- LIST options (a second table: the main one has no list) ---- */
 
 typedef struct list_settings_s {
@@ -1210,12 +1256,9 @@ typedef struct list_settings_s {
 static const char *const modes[] = {"fast", "slow", NULL};
 
 static const kiln_config_option_t list_options[] = {
-    {"label", 'L', KILN_CONFIG_LIST, offsetof(list_settings_t, label), NULL, "K=V", "labels", 0,
-     0, NULL, 0},
-    {"mode", 0, KILN_CONFIG_LIST, offsetof(list_settings_t, mode), NULL, "MODE", "modes", 0, 0,
-     modes, 0},
-    {"tag", 0, KILN_CONFIG_LIST, offsetof(list_settings_t, tag), "base", "TAG", "tags", 0, 0, NULL,
-     0},
+    {"label", 'L', KILN_CONFIG_LIST, offsetof(list_settings_t, label), NULL, "K=V", "labels", 0, 0, NULL, 0},
+    {"mode", 0, KILN_CONFIG_LIST, offsetof(list_settings_t, mode), NULL, "MODE", "modes", 0, 0, modes, 0},
+    {"tag", 0, KILN_CONFIG_LIST, offsetof(list_settings_t, tag), "base", "TAG", "tags", 0, 0, NULL, 0},
 };
 
 static const kiln_config_table_t list_table = {"kilntest", "KILNTEST_", list_options,

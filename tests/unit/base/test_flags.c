@@ -63,9 +63,12 @@ static void test_every_order_alike(void **state) {
   (void)state;
   /* Distinct names only: with a repeated name, which spelling is last is the
    * request's meaning, and order does matter. */
-  const char *a[] = {"--iree-opt-level=O3", "--iree-stream-resource-max-allocation-size=1",
-                     "--iree-opt-const-eval", " --iree-global-opt-propagate-transposes=true",
-                     "--iree-opt", "--iree-dispatch-creation-enable-aggressive-fusion"};
+  const char *a[] = {"--iree-opt-level=O3",
+                     "--iree-stream-resource-max-allocation-size=1",
+                     "--iree-opt-const-eval",
+                     " --iree-global-opt-propagate-transposes=true",
+                     "--iree-opt",
+                     "--iree-dispatch-creation-enable-aggressive-fusion"};
   const char *const want[] = {"--iree-dispatch-creation-enable-aggressive-fusion",
                               "--iree-global-opt-propagate-transposes=true",
                               "--iree-opt",

@@ -237,8 +237,8 @@ static void test_timestamp_is_utc_now_with_millis(void **state) {
   struct tm tm = {0};
   int ms = -1;
   char z = 0;
-  assert_int_equal(sscanf(ts, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &tm.tm_year, &tm.tm_mon,
-                          &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms, &z),
+  assert_int_equal(sscanf(ts, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                          &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms, &z),
                    8);
   assert_int_equal(z, 'Z');
   assert_true(ms >= 0 && ms <= 999);
@@ -259,7 +259,6 @@ static void test_no_fields(void **state) {
   read_one_line(&fs, "info", "started");
   assert_int_equal(fs.n, 3);
   fields_free(&fs);
-
 }
 
 static void test_level_filtering_at_info(void **state) {
@@ -283,9 +282,11 @@ static void test_level_filtering_at_info(void **state) {
 
 static void test_level_filtering_other_levels(void **state) {
   (void)state;
-  static const struct { kiln_log_level_t min; int lines; } cases[] = {
-      {KILN_LOG_DEBUG, 4}, {KILN_LOG_INFO, 3}, {KILN_LOG_WARN, 2},
-      {KILN_LOG_ERROR, 1}, {KILN_LOG_OFF, 0},
+  static const struct {
+    kiln_log_level_t min;
+    int lines;
+  } cases[] = {
+      {KILN_LOG_DEBUG, 4}, {KILN_LOG_INFO, 3}, {KILN_LOG_WARN, 2}, {KILN_LOG_ERROR, 1}, {KILN_LOG_OFF, 0},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     kiln_log_configure(cases[c].min, pipe_fds[1]);
@@ -297,8 +298,7 @@ static void test_level_filtering_other_levels(void **state) {
     }
     const char *text = drain();
     if (count_lines(text) != cases[c].lines) {
-      fail_msg("min level %d: expected %d lines, got [%s]", (int)cases[c].min, cases[c].lines,
-               text);
+      fail_msg("min level %d: expected %d lines, got [%s]", (int)cases[c].min, cases[c].lines, text);
     }
   }
 }
@@ -392,16 +392,16 @@ static void test_kv_str_quoting(void **state) {
   kiln_log_kv_str(&b, "empty", "");
   kiln_log_kv_str(&b, "null", NULL);
   kiln_log_kv_str(&b, "q", "say \"hi\"");
-  assert_string_equal(b.data,
-                      " path=/tmp/x name=\"two words\" empty=\"\" null=\"\" q=\"say \\\"hi\\\"\"");
+  assert_string_equal(b.data, " path=/tmp/x name=\"two words\" empty=\"\" null=\"\" q=\"say \\\"hi\\\"\"");
   kiln_buf_deinit(&b);
 }
 
 static void test_kv_str_values_round_trip(void **state) {
   (void)state;
   static const char *const values[] = {
-      "plain", "", "a b", "tab\there", "nl\nnext", "cr\rx", "quote\"d", "back\\slash",
-      "k=v", "\x01\x02\x1f\x7f", "trailing ", " leading", "caf\xc3\xa9", "\"\\\"",
+      "plain",     "",         "a b",         "tab\there", "nl\nnext",
+      "cr\rx",     "quote\"d", "back\\slash", "k=v",       "\x01\x02\x1f\x7f",
+      "trailing ", " leading", "caf\xc3\xa9", "\"\\\"",
   };
   enum { N = sizeof values / sizeof values[0] };
   kiln_buf_t b;
@@ -496,10 +496,13 @@ static void test_many_and_long_lines(void **state) {
 
 static void test_level_parse_and_names(void **state) {
   (void)state;
-  static const struct { const char *name; kiln_log_level_t level; } ok[] = {
-      {"debug", KILN_LOG_DEBUG}, {"info", KILN_LOG_INFO},     {"warn", KILN_LOG_WARN},
-      {"error", KILN_LOG_ERROR}, {"off", KILN_LOG_OFF},       {"warning", KILN_LOG_WARN},
-      {"DEBUG", KILN_LOG_DEBUG}, {"Info", KILN_LOG_INFO},     {"WARNING", KILN_LOG_WARN},
+  static const struct {
+    const char *name;
+    kiln_log_level_t level;
+  } ok[] = {
+      {"debug", KILN_LOG_DEBUG}, {"info", KILN_LOG_INFO}, {"warn", KILN_LOG_WARN},
+      {"error", KILN_LOG_ERROR}, {"off", KILN_LOG_OFF},   {"warning", KILN_LOG_WARN},
+      {"DEBUG", KILN_LOG_DEBUG}, {"Info", KILN_LOG_INFO}, {"WARNING", KILN_LOG_WARN},
       {"Error", KILN_LOG_ERROR}, {"OFF", KILN_LOG_OFF},
   };
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
@@ -507,8 +510,8 @@ static void test_level_parse_and_names(void **state) {
     if (kiln_log_level_parse(ok[i].name, &lvl) != 0) fail_msg("rejected %s", ok[i].name);
     assert_int_equal(lvl, ok[i].level);
   }
-  static const char *const bad[] = {"", "verbose", "warnings", "inf", "trace", "fatal",
-                                    "info ", " info", "0", "1"};
+  static const char *const bad[] = {"",      "verbose", "warnings", "inf", "trace",
+                                    "fatal", "info ",   " info",    "0",   "1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     kiln_log_level_t lvl = KILN_LOG_ERROR;
     if (kiln_log_level_parse(bad[i], &lvl) != -1) fail_msg("accepted [%s]", bad[i]);

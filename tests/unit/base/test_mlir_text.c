@@ -16,7 +16,9 @@
 #include "base/mlir_text.h"
 #include "tests/unit/support/testing.h"
 
-static void digest_of(const char *text, kiln_digest_hex_t *out) { kiln_mlir_text_digest(text, strlen(text), out); }
+static void digest_of(const char *text, kiln_digest_hex_t *out) {
+  kiln_mlir_text_digest(text, strlen(text), out);
+}
 
 static bool same(const char *a, const char *b) {
   kiln_digest_hex_t x, y;
@@ -81,7 +83,8 @@ static void test_meaning_changes_the_digest(void **state) {
   (void)state;
   static const char base[] =
       "func.func @f(%a: f32, %b: f32) -> f32 {\n  %c = arith.subf %a, %b : f32\n  return %c : f32\n}\n";
-  assert_true(same(base, "func.func @f(%x: f32, %y: f32) -> f32 {\n%z = arith.subf %x,%y : f32 return %z : f32 }"));
+  assert_true(
+      same(base, "func.func @f(%x: f32, %y: f32) -> f32 {\n%z = arith.subf %x,%y : f32 return %z : f32 }"));
   static const char *const different[] = {
       /* operands swapped: a renaming cannot explain it */
       "func.func @f(%a: f32, %b: f32) -> f32 {\n  %c = arith.subf %b, %a : f32\n  return %c : f32\n}\n",

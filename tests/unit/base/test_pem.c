@@ -59,7 +59,8 @@ static void expect_refused(fixture_t *f, kiln_status_code_t code, const char *wo
 
 static void test_reads_pem(void **state) {
   fixture_t *f = *state;
-  static const char PEM[] = "# a comment first\n-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  static const char PEM[] =
+      "# a comment first\n-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
   write_bytes(f->path, PEM, sizeof PEM - 1);
   char *text = NULL;
   assert_null(kiln_pem_read("tls-cert", f->path, &text));

@@ -33,8 +33,7 @@ static void test_make_carries_code_message_where(void **state) {
 
 static void test_make_direct_with_path_keeps_basename(void **state) {
   (void)state;
-  kiln_status_t st =
-      kiln_status_make(KILN_STATUS_INTERNAL, "/a/b/c/some_file.c", 1234, "boom");
+  kiln_status_t st = kiln_status_make(KILN_STATUS_INTERNAL, "/a/b/c/some_file.c", 1234, "boom");
   assert_string_equal(kiln_status_where(st), "some_file.c:1234");
   kiln_status_free(st);
 
@@ -113,7 +112,10 @@ static void test_annotate_prefixes_and_keeps_code(void **state) {
 
 static void test_code_names(void **state) {
   (void)state;
-  static const struct { kiln_status_code_t code; const char *name; } cases[] = {
+  static const struct {
+    kiln_status_code_t code;
+    const char *name;
+  } cases[] = {
       {KILN_STATUS_OK, "OK"},
       {KILN_STATUS_CANCELLED, "CANCELLED"},
       {KILN_STATUS_UNKNOWN, "UNKNOWN"},
@@ -138,8 +140,7 @@ static void test_code_names(void **state) {
     assert_int_equal((int)cases[i].code, (int)i);
     assert_string_equal(kiln_status_code_name(cases[i].code), cases[i].name);
   }
-  assert_string_equal(kiln_status_code_name((kiln_status_code_t)KILN_STATUS_CODE_COUNT),
-                      "UNKNOWN_CODE");
+  assert_string_equal(kiln_status_code_name((kiln_status_code_t)KILN_STATUS_CODE_COUNT), "UNKNOWN_CODE");
   assert_string_equal(kiln_status_code_name((kiln_status_code_t)-1), "UNKNOWN_CODE");
   assert_string_equal(kiln_status_code_name((kiln_status_code_t)1000), "UNKNOWN_CODE");
 }
@@ -172,8 +173,8 @@ static void test_code_parse_round_trip(void **state) {
 
 static void test_code_parse_rejects_non_names(void **state) {
   (void)state;
-  static const char *const bad[] = {"", "UNKNOWN_CODE", "NOT FOUND", "NOTFOUND", "NOT_FOUND ",
-                                    " OK", "5", "INVALID", "INVALID_ARGUMENTS", "ok!"};
+  static const char *const bad[] = {"",  "UNKNOWN_CODE", "NOT FOUND",         "NOTFOUND", "NOT_FOUND ", " OK",
+                                    "5", "INVALID",      "INVALID_ARGUMENTS", "ok!"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     kiln_status_code_t code = KILN_STATUS_ABORTED;
     assert_int_equal(kiln_status_code_parse(bad[i], &code), -1);
@@ -187,7 +188,10 @@ static void test_code_parse_rejects_non_names(void **state) {
 
 static void test_errno_mapping(void **state) {
   (void)state;
-  static const struct { int err; kiln_status_code_t code; } cases[] = {
+  static const struct {
+    int err;
+    kiln_status_code_t code;
+  } cases[] = {
       {ENOENT, KILN_STATUS_NOT_FOUND},
       {EACCES, KILN_STATUS_PERMISSION_DENIED},
       {EPERM, KILN_STATUS_PERMISSION_DENIED},
@@ -236,10 +240,8 @@ static void test_from_errno_message_and_code(void **state) {
 static void test_consume_code(void **state) {
   (void)state;
   /* Under ASan, a leak here would fail the run: consume must free. */
-  assert_int_equal(kiln_status_consume_code(KILN_STATUS(KILN_STATUS_ABORTED, "x")),
-                   KILN_STATUS_ABORTED);
-  assert_int_equal(kiln_status_consume_code(KILN_STATUS_ERRNO(EEXIST, "y")),
-                   KILN_STATUS_ALREADY_EXISTS);
+  assert_int_equal(kiln_status_consume_code(KILN_STATUS(KILN_STATUS_ABORTED, "x")), KILN_STATUS_ABORTED);
+  assert_int_equal(kiln_status_consume_code(KILN_STATUS_ERRNO(EEXIST, "y")), KILN_STATUS_ALREADY_EXISTS);
 }
 
 static int steps_after_check;

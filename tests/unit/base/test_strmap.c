@@ -67,8 +67,7 @@ static void test_against_a_model(void **state) {
         assert_ptr_equal(kiln_strmap_remove(&m, names[i]), model[i]);
         model[i] = NULL;
         break;
-      default:
-        assert_ptr_equal(kiln_strmap_get(&m, names[i]), model[i]);
+      default: assert_ptr_equal(kiln_strmap_get(&m, names[i]), model[i]);
     }
     assert_true(m.used * 2 <= m.cap);
   }

@@ -32,9 +32,9 @@ static void test_ptx(void **state) {
       "{\n"
       "\tld.global.v4.f32 \t{%f1, %f2, %f3, %f4}, [%rd1];\n"
       "\tst.shared.v4.f32 \t[tile_a], {%f1, %f2, %f3, %f4};\n"
-      "$L__BB1_1:\n"                       /* outer loop */
+      "$L__BB1_1:\n" /* outer loop */
       "\tld.global.b32 \t%r9, [%rd5];\n"
-      "$L__BB1_2:\n"                       /* inner loop: 2 shared loads, 1 global, 4 fma, 1 mma */
+      "$L__BB1_2:\n" /* inner loop: 2 shared loads, 1 global, 4 fma, 1 mma */
       "\tld.shared.f32 \t%f5, [tile_a];\n"
       "\tld.shared.f32 \t%f6, [tile_a+4];\n"
       "\tld.global.nc.b32 \t%r10, [%rd6];\n"
@@ -94,7 +94,8 @@ static void test_amdgpu(void **state) {
       "\tglobal_store_dword v[4:5], v9, off                         // 00000000192C: DC708000 007F0904\n"
       "\ts_cbranch_scc1 65529                                       // 000000001934: BF85FFF9 <k+0x8>\n"
       "\tds_bpermute_b32 v1, v2, v3                                 // 000000001938: D8FC0000 01000302\n"
-      "\tv_mov_b32_dpp v1, v2 quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf // 000000001940: 7E0202FA FF00B102\n"
+      "\tv_mov_b32_dpp v1, v2 quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf // 000000001940: 7E0202FA "
+      "FF00B102\n"
       "\ts_barrier                                                  // 000000001948: BF8A0000\n"
       "\ts_endpgm                                                   // 00000000194C: BF810000\n";
   kiln_gpu_code_stats_t s;

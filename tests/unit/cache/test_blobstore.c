@@ -52,15 +52,15 @@
 
 typedef struct fixture_s {
   /* Short arrays keep every path built from them provably under PATH_MAX. */
-  char *root;     /* kiln_test_tmpdir, removed in teardown */
-  char dir[320];  /* root/store: the store's directory */
-  char mount[320]; /* a tmpfs mounted by the test, "" when none */
+  char *root;              /* kiln_test_tmpdir, removed in teardown */
+  char dir[320];           /* root/store: the store's directory */
+  char mount[320];         /* a tmpfs mounted by the test, "" when none */
   kiln_blobstore_t *store; /* AUTO with default thresholds */
 } fixture_t;
 
 /* ---- helpers ---- */
 
-#define assert_ok kiln_test_assert_ok
+#define assert_ok   kiln_test_assert_ok
 
 #define assert_code kiln_test_assert_code
 
@@ -87,8 +87,7 @@ static void assert_stored_as(const char *dir, const kiln_digest_t *d, bool zst) 
   blob_file(dir, d, false, raw, sizeof raw);
   blob_file(dir, d, true, comp, sizeof comp);
   if (exists(raw) == zst || exists(comp) != zst) {
-    fail_msg("want only %s; raw exists=%d, .zst exists=%d", zst ? comp : raw, exists(raw),
-             exists(comp));
+    fail_msg("want only %s; raw exists=%d, .zst exists=%d", zst ? comp : raw, exists(raw), exists(comp));
   }
 }
 
@@ -110,8 +109,7 @@ static size_t tmp_entries(const char *dir) {
   return count_entries(path);
 }
 
-static void assert_get_equals(kiln_blobstore_t *store, const kiln_digest_t *d, const void *data,
-                              size_t len) {
+static void assert_get_equals(kiln_blobstore_t *store, const kiln_digest_t *d, const void *data, size_t len) {
   void *got = NULL;
   size_t got_len = 99;
   assert_ok(kiln_blobstore_get(store, d, &got, &got_len));
@@ -121,8 +119,7 @@ static void assert_get_equals(kiln_blobstore_t *store, const kiln_digest_t *d, c
   kiln_free(got);
 }
 
-static kiln_digest_t put_ok(kiln_blobstore_t *store, const void *data, size_t len,
-                            uint64_t *out_stored) {
+static kiln_digest_t put_ok(kiln_blobstore_t *store, const void *data, size_t len, uint64_t *out_stored) {
   kiln_digest_t d, want;
   uint64_t stored = 0;
   assert_ok(kiln_blobstore_put(store, data, len, &d, &stored));
@@ -165,8 +162,8 @@ static void assert_check_equal(const kiln_blob_check_t *got, const kiln_blob_che
  * out_check, it receives what kiln_blob_reader_check then says (cleared when it
  * says false). */
 static KILN_MUST_USE kiln_status_t read_all(kiln_blobstore_t *store, const kiln_digest_t *d,
-                              const kiln_blob_check_t *check, const void *data, size_t len,
-                              kiln_blob_check_t *out_check, bool *out_has_check) {
+                                            const kiln_blob_check_t *check, const void *data, size_t len,
+                                            kiln_blob_check_t *out_check, bool *out_has_check) {
   kiln_blob_reader_t *r = NULL;
   assert_ok(kiln_blob_reader_open(store, d, check, &r));
   kiln_blob_check_t early;
@@ -253,11 +250,18 @@ static void test_round_trip_sizes(void **state) {
     bool compressible;
     bool want_zst;
   } cases[] = {
-      {0, false, false},          {1, false, false},        {4095, false, false},
-      {4095, true, false},        {4096, false, false},     {4096, true, true},
-      {MIB, false, false},        {MIB, true, true},
+      {0, false, false},
+      {1, false, false},
+      {4095, false, false},
+      {4095, true, false},
+      {4096, false, false},
+      {4096, true, true},
+      {MIB, false, false},
+      {MIB, true, true},
       /* Around the 64 KiB sample. */
-      {65535, true, true},        {65536, true, true},      {65537, true, true},
+      {65535, true, true},
+      {65536, true, true},
+      {65537, true, true},
       {65537, false, false},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -269,8 +273,10 @@ static void test_round_trip_sizes(void **state) {
     char path[PATH_MAX];
     blob_file(f->dir, &d, cases[i].want_zst, path, sizeof path);
     assert_int_equal(stored, (uint64_t)file_size(path));
-    if (cases[i].want_zst) assert_true(stored < cases[i].len);
-    else assert_int_equal(stored, cases[i].len);
+    if (cases[i].want_zst)
+      assert_true(stored < cases[i].len);
+    else
+      assert_int_equal(stored, cases[i].len);
 
     uint64_t contained = 0;
     assert_true(kiln_blobstore_contains(f->store, &d, &contained));
@@ -423,7 +429,7 @@ typedef struct collected_s {
 } collected_t;
 
 static KILN_MUST_USE kiln_status_t collect(void *user, const kiln_digest_t *digest, const char *path,
-                             uint64_t stored_size) {
+                                           uint64_t stored_size) {
   collected_t *c = user;
   c->calls++;
   if (c->fail_after && c->calls == c->fail_after) {
@@ -546,9 +552,12 @@ static void test_check_from_every_writer(void **state) {
     bool compressible;
     bool want_zst;
   } cases[] = {
-      {0, false, false},         {3000, false, false}, {200000, true, true},
+      {0, false, false},
+      {3000, false, false},
+      {200000, true, true},
       /* One-shot puts this big hash on a second thread. */
-      {MIB + 17, false, false},  {MIB + 17, true, true},
+      {MIB + 17, false, false},
+      {MIB + 17, true, true},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     size_t len = cases[i].len;
@@ -848,9 +857,12 @@ static void test_visit(void **state) {
   snprintf(junk[6], PATH_MAX, "%s/blobs/%.2s/%.63s%c", f->dir, hex.text, hex.text,
            hex.text[63] == '0' ? '1' : '0');
   for (int i = 0; i < 7; i++) {
-    if (i == 5) assert_int_equal(mkdir(junk[i], 0700), 0);
-    else if (i == 6) assert_int_equal(mkdir(junk[i], 0700), 0); /* a directory named like a blob */
-    else make_file(junk[i], "junk");
+    if (i == 5)
+      assert_int_equal(mkdir(junk[i], 0700), 0);
+    else if (i == 6)
+      assert_int_equal(mkdir(junk[i], 0700), 0); /* a directory named like a blob */
+    else
+      make_file(junk[i], "junk");
   }
   if (strcmp(upper, hex.text) == 0) skip(); /* a digest without letters: astronomically rare */
 

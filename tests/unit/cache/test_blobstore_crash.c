@@ -109,8 +109,10 @@ static _Noreturn void child_main(const char *dir, int fd, unsigned round) {
       for (size_t off = 0; !status && off < len; off += CHUNK) {
         status = kiln_blob_writer_write(w, buf + off, len - off < CHUNK ? len - off : CHUNK);
       }
-      if (status) kiln_blob_writer_abort(w);
-      else status = kiln_blob_writer_commit(w, &d, NULL, NULL, NULL);
+      if (status)
+        kiln_blob_writer_abort(w);
+      else
+        status = kiln_blob_writer_commit(w, &d, NULL, NULL, NULL);
     }
     if (!status) {
       kiln_digest_hex_t hex;
@@ -172,7 +174,7 @@ typedef struct present_s {
 } present_t;
 
 static KILN_MUST_USE kiln_status_t collect(void *user, const kiln_digest_t *digest, const char *path,
-                             uint64_t stored_size) {
+                                           uint64_t stored_size) {
   (void)stored_size;
   present_t *p = user;
   if (!digest) {
@@ -189,9 +191,7 @@ static KILN_MUST_USE kiln_status_t collect(void *user, const kiln_digest_t *dige
   return NULL;
 }
 
-static int compare_digests(const void *a, const void *b) {
-  return memcmp(a, b, sizeof(kiln_digest_t));
-}
+static int compare_digests(const void *a, const void *b) { return memcmp(a, b, sizeof(kiln_digest_t)); }
 
 /* Reads everything the child wrote; returns the number of digests. */
 static size_t read_reports(int fd, kiln_digest_t *out, size_t cap) {
@@ -265,8 +265,7 @@ static void test_crash_rounds(void **state) {
       size_t len = 0;
       status = kiln_blobstore_get(store, &reported[i], &data, &len);
       if (status) {
-        fail_msg("round %u: committed blob %zu of %zu: %s", round, i, n,
-                 kiln_status_message(status));
+        fail_msg("round %u: committed blob %zu of %zu: %s", round, i, n, kiln_status_message(status));
       }
       kiln_digest_t d;
       kiln_digest_of(data, len, &d);
@@ -278,8 +277,7 @@ static void test_crash_rounds(void **state) {
     present_t present = {0};
     assert_int_equal(kiln_blobstore_visit(store, collect, &present), NULL);
     assert_int_equal(present.junk, 0);
-    if (present.count) qsort(present.digests, present.count, sizeof *present.digests,
-                             compare_digests);
+    if (present.count) qsort(present.digests, present.count, sizeof *present.digests, compare_digests);
     for (size_t i = 0; i < present.count; i++) {
       if (i > 0 && kiln_digest_equal(&present.digests[i - 1], &present.digests[i])) {
         fail_msg("round %u: a blob is stored under two names", round);

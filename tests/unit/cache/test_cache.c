@@ -62,10 +62,10 @@
 #include "cache/index.h"
 #include "tests/unit/support/testing.h"
 
-#define KIB 1024
-#define MIB (1024 * 1024)
+#define KIB      1024
+#define MIB      (1024 * 1024)
 #define COMPILER "kiln-mlir 0.1.0 llvm 22.1.8"
-#define HAL 7u
+#define HAL      7u
 #define BYTECODE ((1u << 16) | 2u)
 
 /* ---- fake clock ---- */
@@ -120,7 +120,7 @@ static int teardown(void **state) {
 
 /* ---- helpers ---- */
 
-#define assert_ok kiln_test_assert_ok
+#define assert_ok   kiln_test_assert_ok
 
 #define assert_code kiln_test_assert_code
 
@@ -152,8 +152,7 @@ typedef struct art_s {
   char digest[KILN_DIGEST_HEX_LEN + 1];
 } art_t;
 
-static void art_init(art_t *a, uint64_t key_seed, size_t len, bool compressible,
-                     uint64_t data_seed) {
+static void art_init(art_t *a, uint64_t key_seed, size_t len, bool compressible, uint64_t data_seed) {
   memset(a, 0, sizeof *a);
   source_digest(key_seed, a->src);
   snprintf(a->target, sizeof a->target, "vulkan-spirv-%llu", (unsigned long long)key_seed);
@@ -198,8 +197,7 @@ static void put_art(kiln_cache_t *cache, const art_t *a) {
   assert_ok(kiln_cache_artifact_put(cache, &a->parts, a->data, a->len, NULL, NULL));
 }
 
-static void assert_blob_equals(kiln_cache_t *cache, const char *digest, const void *data,
-                               size_t len) {
+static void assert_blob_equals(kiln_cache_t *cache, const char *digest, const void *data, size_t len) {
   void *got = NULL;
   size_t got_len = 0;
   assert_ok(kiln_cache_get_blob(cache, digest, &got, &got_len));
@@ -309,8 +307,8 @@ static size_t blob_files(const char *dir) {
 
 /* Writes `data` as a blob file with a valid name that no row names. Returns its
  * path in `out`. */
-static void make_orphan(const char *dir, const void *data, size_t len, char *digest_out,
-                        char *out, size_t cap) {
+static void make_orphan(const char *dir, const void *data, size_t len, char *digest_out, char *out,
+                        size_t cap) {
   digest_hex_of(data, len, digest_out);
   snprintf(out, cap, "%s/blobs/%.2s/%s", dir, digest_out, digest_out);
   write_file(out, data, len);
@@ -399,8 +397,7 @@ static void set_check(const fixture_t *f, const char *digest, const kiln_blob_ch
 }
 
 /* Asserts that the check of `len` bytes at `data` is recorded for `digest`. */
-static void assert_check_recorded(const fixture_t *f, const char *digest, const void *data,
-                                  size_t len) {
+static void assert_check_recorded(const fixture_t *f, const char *digest, const void *data, size_t len) {
   kiln_blob_check_t got, want;
   kiln_blob_check_of(data, len, &want);
   if (!recorded_check(f, digest, &got)) fail_msg("no check recorded for blob %s", digest);
@@ -733,8 +730,7 @@ static void test_lookup_counts_hits_and_misses(void **state) {
   source_digest(999, unknown);
   assert_lookup_missing(f->cache, unknown);
   assert_lookup_missing(f->cache, unknown);
-  assert_code(kiln_cache_artifact_lookup(f->cache, "not-a-key", &rec),
-              KILN_STATUS_INVALID_ARGUMENT);
+  assert_code(kiln_cache_artifact_lookup(f->cache, "not-a-key", &rec), KILN_STATUS_INVALID_ARGUMENT);
   assert_blob_equals(f->cache, a.digest, a.data, a.len);
   kiln_cache_stats_t s = stats_of(f->cache);
   assert_int_equal(s.hits, 3);
@@ -813,8 +809,7 @@ static void test_put_provenance_job_and_source_name(void **state) {
 
   /* Rebuilt under the same key by another job: its provenance, the old pin. */
   art_set_data(&a, 2100, false, 34);
-  kiln_cache_provenance_t second = {.submitter = "bob", .job_id = "job-second",
-                                    .source_name = "second.mlir"};
+  kiln_cache_provenance_t second = {.submitter = "bob", .job_id = "job-second", .source_name = "second.mlir"};
   atomic_fetch_add(&g_now_ms, 10);
   assert_ok(kiln_cache_artifact_put(f->cache, &a.parts, a.data, a.len, &second, &rec));
   assert_string_equal(rec.submitter, "bob");
@@ -857,10 +852,10 @@ static void test_put_replace_frees_old_blob(void **state) {
   memcpy(key, a.key, sizeof key);
   art_deinit(&a);
   if (has_blob_file(f->dir, old_digest)) {
-    fail_msg("after replacing cache key %s the old blob %s is still on disk (%zu blob files, "
-             "index counts %llu stored bytes): an orphan nothing but a restart removes",
-             key, old_digest, blob_files(f->dir),
-             (unsigned long long)s.totals.artifact_stored_bytes);
+    fail_msg(
+        "after replacing cache key %s the old blob %s is still on disk (%zu blob files, "
+        "index counts %llu stored bytes): an orphan nothing but a restart removes",
+        key, old_digest, blob_files(f->dir), (unsigned long long)s.totals.artifact_stored_bytes);
   }
 }
 
@@ -1007,8 +1002,7 @@ static void test_corrupt_blob_is_quarantined(void **state) {
 
 /* ---- blob checks ---- */
 
-static void upload_write_all(kiln_cache_upload_t *u, const unsigned char *data, size_t len,
-                             size_t chunk);
+static void upload_write_all(kiln_cache_upload_t *u, const unsigned char *data, size_t len, size_t chunk);
 
 /* Every put records its blob's check in the row's transaction, and reads verify
  * with it: XXH3-128, not SHA-256, decides. */
@@ -1359,8 +1353,8 @@ static void test_open_repairs(void **state) {
   snprintf(junk1, sizeof junk1, "%s/blobs/ab/notes.txt", f->dir);
   snprintf(junk2, sizeof junk2, "%s/blobs/README", f->dir);
   /* A blob name in the wrong shard is not a blob either. */
-  snprintf(junk3, sizeof junk3, "%s/blobs/%s/%s", f->dir,
-           strncmp(kept.digest, "00", 2) == 0 ? "01" : "00", kept.digest);
+  snprintf(junk3, sizeof junk3, "%s/blobs/%s/%s", f->dir, strncmp(kept.digest, "00", 2) == 0 ? "01" : "00",
+           kept.digest);
   snprintf(tmp1, sizeof tmp1, "%s/tmp/blob-leftover", f->dir);
   write_file(junk1, "x", 1);
   write_file(junk2, "y", 1);
@@ -1502,8 +1496,7 @@ static void test_verify_clean_store(void **state) {
   for (int i = 0; i < 3; i++) {
     art_init(&arts[i], 90 + (uint64_t)i, 40 * KIB, i == 1, 90 + (uint64_t)i);
     kiln_index_artifact_t rec;
-    assert_ok(kiln_cache_artifact_put(f->cache, &arts[i].parts, arts[i].data, arts[i].len, NULL,
-                                      &rec));
+    assert_ok(kiln_cache_artifact_put(f->cache, &arts[i].parts, arts[i].data, arts[i].len, NULL, &rec));
     stored += rec.stored_size;
     kiln_index_artifact_deinit(&rec);
   }
@@ -1549,8 +1542,7 @@ static void make_damage(fixture_t *f, damaged_t *d) {
   assert_int_equal(unlink(d->missing_path), 0);
   unsigned char orphan[800];
   kiln_test_fill_random(orphan, sizeof orphan, 103);
-  make_orphan(f->dir, orphan, sizeof orphan, d->orphan_digest, d->orphan_path,
-              sizeof d->orphan_path);
+  make_orphan(f->dir, orphan, sizeof orphan, d->orphan_digest, d->orphan_path, sizeof d->orphan_path);
   age_file(d->orphan_path, 600);
   snprintf(d->stray_path, sizeof d->stray_path, "%s/blobs/ef/editor-backup~", f->dir);
   write_file(d->stray_path, "junk", 4);
@@ -1646,9 +1638,10 @@ static void test_verify_dry_run_changes_nothing(void **state) {
   kiln_cache_verify_report_deinit(&real);
   damage_deinit(&d);
   if (n_dry != n_real) {
-    fail_msg("the dry run reported %zu problems, the real run %zu (the corrupt blob's rows are "
-             "also reported as MISSING_BLOB in the dry run: %zu)",
-             n_dry, n_real, extra);
+    fail_msg(
+        "the dry run reported %zu problems, the real run %zu (the corrupt blob's rows are "
+        "also reported as MISSING_BLOB in the dry run: %zu)",
+        n_dry, n_real, extra);
   }
 }
 
@@ -1681,8 +1674,7 @@ static void test_verify_can_be_cancelled(void **state) {
   int calls = 0;
   kiln_cache_verify_report_t report;
   memset(&report, 0x5a, sizeof report);
-  assert_code(kiln_cache_verify(f->cache, false, stop_always, &calls, &report),
-              KILN_STATUS_CANCELLED);
+  assert_code(kiln_cache_verify(f->cache, false, stop_always, &calls, &report), KILN_STATUS_CANCELLED);
   assert_true(calls >= 1);
   assert_null(report.problems);
   assert_int_equal(report.n_problems, 0);
@@ -1738,8 +1730,7 @@ static void test_verify_keeps_rows_put_during_scan(void **state) {
   for (int i = 0; i < 2; i++) {
     content_in_shard(v.shards[i], 1, early[i], sizeof early[i], &early_len[i]);
     art_init(&first[i], 130 + (uint64_t)i, 0, false, 0);
-    assert_ok(kiln_cache_artifact_put(f->cache, &first[i].parts, early[i], early_len[i], NULL,
-                                      NULL));
+    assert_ok(kiln_cache_artifact_put(f->cache, &first[i].parts, early[i], early_len[i], NULL, NULL));
     content_in_shard(v.shards[i], 2, v.late_data[i], sizeof v.late_data[i], &v.late_len[i]);
     art_init(&v.late[i], 140 + (uint64_t)i, 0, false, 0);
     digest_hex_of(v.late_data[i], v.late_len[i], v.late[i].digest);
@@ -1768,9 +1759,10 @@ static void test_verify_keeps_rows_put_during_scan(void **state) {
     art_deinit(&v.late[i]);
   }
   if (missing || lost) {
-    fail_msg("verify reported %zu MISSING_BLOB problem(s) and dropped %d artifact(s) stored "
-             "while it scanned, although their blobs exist",
-             missing, lost);
+    fail_msg(
+        "verify reported %zu MISSING_BLOB problem(s) and dropped %d artifact(s) stored "
+        "while it scanned, although their blobs exist",
+        missing, lost);
   }
 }
 
@@ -1828,7 +1820,7 @@ static void test_pin_by_digest_and_key(void **state) {
 
 /* ---- gc ---- */
 
-#define GC_N 5
+#define GC_N    5
 #define GC_SIZE 10000
 
 /* Five 10000-byte raw artifacts put at times t0+1..t0+5 (seconds). */
@@ -1837,8 +1829,7 @@ static void put_gc_set(fixture_t *f, art_t arts[GC_N], uint64_t seed) {
     atomic_store(&g_now_ms, 1700000000000 + (i + 1) * 1000);
     art_init(&arts[i], seed + (uint64_t)i, GC_SIZE, false, seed + (uint64_t)i);
     kiln_index_artifact_t rec;
-    assert_ok(kiln_cache_artifact_put(f->cache, &arts[i].parts, arts[i].data, arts[i].len, NULL,
-                                      &rec));
+    assert_ok(kiln_cache_artifact_put(f->cache, &arts[i].parts, arts[i].data, arts[i].len, NULL, &rec));
     assert_int_equal(rec.stored_size, GC_SIZE);
     kiln_index_artifact_deinit(&rec);
   }
@@ -1966,8 +1957,7 @@ static void test_gc_spares_blobs_being_read(void **state) {
   for (int i = 0; i < GC_N; i++) art_deinit(&arts[i]);
 }
 
-static void source_put_ok(fixture_t *f, const void *data, size_t len, const char *semantic,
-                          char out[65]) {
+static void source_put_ok(fixture_t *f, const void *data, size_t len, const char *semantic, char out[65]) {
   kiln_digest_hex_t d;
   assert_ok(kiln_cache_source_put(f->cache, data, len, NULL, "in.mlir", 1, semantic, &d));
   memcpy(out, d.text, 65);
@@ -2114,8 +2104,7 @@ static void test_source_put(void **state) {
 /* ---- source uploads ---- */
 
 /* Writes `len` bytes of `data` in `chunk`-byte pieces. */
-static void upload_write_all(kiln_cache_upload_t *u, const unsigned char *data, size_t len,
-                             size_t chunk) {
+static void upload_write_all(kiln_cache_upload_t *u, const unsigned char *data, size_t len, size_t chunk) {
   for (size_t off = 0; off < len; off += chunk) {
     assert_ok(kiln_cache_source_upload_write(u, data + off, len - off < chunk ? len - off : chunk));
   }
@@ -2184,8 +2173,7 @@ static void test_source_upload_failures_leave_nothing(void **state) {
   kiln_cache_upload_t *u = NULL;
   kiln_index_source_t rec;
 
-  assert_code(kiln_cache_source_upload_begin(f->cache, "sha256:x", len, &u),
-              KILN_STATUS_INVALID_ARGUMENT);
+  assert_code(kiln_cache_source_upload_begin(f->cache, "sha256:x", len, &u), KILN_STATUS_INVALID_ARGUMENT);
   assert_null(u);
   assert_code(kiln_cache_source_upload_begin(f->cache, want, 0, &u), KILN_STATUS_INVALID_ARGUMENT);
   assert_null(u);
@@ -2239,8 +2227,7 @@ static void test_artifact_get_by_digest_and_pages(void **state) {
   char other[65];
   source_digest(322, other);
   assert_code(kiln_cache_artifact_get_by_digest(f->cache, other, &rec), KILN_STATUS_NOT_FOUND);
-  assert_code(kiln_cache_artifact_get_by_digest(f->cache, "ABC", &rec),
-              KILN_STATUS_INVALID_ARGUMENT);
+  assert_code(kiln_cache_artifact_get_by_digest(f->cache, "ABC", &rec), KILN_STATUS_INVALID_ARGUMENT);
   /* Lookups by digest are not hits. */
   assert_int_equal(stats_of(f->cache).hits, 0);
 
@@ -2300,16 +2287,17 @@ static void test_lookup_failure_leaves_record_clear(void **state) {
   }
   kiln_index_artifact_deinit(&rec); /* so that the failure below is the only report */
   if (written) {
-    fail_msg("kiln_cache_artifact_lookup failed with %s but left the record filled in "
-             "(its strings leak in a caller that frees nothing on failure)",
-             kiln_status_code_name(code));
+    fail_msg(
+        "kiln_cache_artifact_lookup failed with %s but left the record filled in "
+        "(its strings leak in a caller that frees nothing on failure)",
+        kiln_status_code_name(code));
   }
   art_deinit(&a);
 }
 
 /* ---- threads ---- */
 
-#define CC_KEYS 24
+#define CC_KEYS    24
 #define CC_THREADS 4
 
 enum { CC_PUT, CC_LOOKUP, CC_GET, CC_PIN, CC_GC, CC_OPS };
@@ -2336,8 +2324,8 @@ static void cc_error(cc_t *cc, int op, const char *what, const art_t *a, kiln_st
   atomic_fetch_add(&cc->errors, 1);
   if (atomic_fetch_add(&cc->op_errors[op], 1) == 0) {
     pthread_mutex_lock(&cc->lock);
-    snprintf(cc->first_error[op], sizeof cc->first_error[op], "%s (key %.12s): %s: %s", what,
-             a->key, kiln_status_code_name(kiln_status_code(st)), kiln_status_message(st));
+    snprintf(cc->first_error[op], sizeof cc->first_error[op], "%s (key %.12s): %s: %s", what, a->key,
+             kiln_status_code_name(kiln_status_code(st)), kiln_status_message(st));
     pthread_mutex_unlock(&cc->lock);
   }
   kiln_status_free(st);
@@ -2387,10 +2375,11 @@ static void *cc_worker(void *arg) {
       }
     } else if (op < 95) {
       bool pin = (kiln_test_random_next(&s) & 1) != 0;
-      st = kiln_cache_pin(cc->cache, (kiln_test_random_next(&s) & 1) ? a->key : a->digest, pin,
-                          NULL);
-      if (st && kiln_status_code(st) != KILN_STATUS_NOT_FOUND) cc_error(cc, CC_PIN, "pin", a, st);
-      else kiln_status_free(st);
+      st = kiln_cache_pin(cc->cache, (kiln_test_random_next(&s) & 1) ? a->key : a->digest, pin, NULL);
+      if (st && kiln_status_code(st) != KILN_STATUS_NOT_FOUND)
+        cc_error(cc, CC_PIN, "pin", a, st);
+      else
+        kiln_status_free(st);
     } else {
       kiln_cache_gc_report_t r;
       st = kiln_cache_gc(cc->cache, 150 * KIB, &r);
@@ -2424,13 +2413,12 @@ static void test_concurrent_operations(void **state) {
   nanosleep(&one_second, NULL);
   atomic_store(&cc->stop, true);
   for (int i = 0; i < CC_THREADS; i++) pthread_join(threads[i], NULL);
-  fprintf(stderr, "  %lu operations, %lu verified reads, %d errors\n",
-          (unsigned long)atomic_load(&cc->ops), (unsigned long)atomic_load(&cc->ok_reads),
-          atomic_load(&cc->errors));
+  fprintf(stderr, "  %lu operations, %lu verified reads, %d errors\n", (unsigned long)atomic_load(&cc->ops),
+          (unsigned long)atomic_load(&cc->ok_reads), atomic_load(&cc->errors));
   for (int op = 0; op < CC_OPS; op++) {
     if (atomic_load(&cc->op_errors[op])) {
-      fprintf(stderr, "  %d %s error(s), first: %s\n", atomic_load(&cc->op_errors[op]),
-              cc_op_names[op], cc->first_error[op]);
+      fprintf(stderr, "  %d %s error(s), first: %s\n", atomic_load(&cc->op_errors[op]), cc_op_names[op],
+              cc->first_error[op]);
     }
   }
   /* Before anything heals the index: every row has an intact blob. */
@@ -2444,8 +2432,10 @@ static void test_concurrent_operations(void **state) {
     for (int i = 0; i < CC_KEYS; i++) art_deinit(&cc->arts[i]);
     pthread_mutex_destroy(&cc->lock);
     free(cc);
-    fail_msg("%d operations failed with other than NOT_FOUND; the final verify found %zu "
-             "problem(s)", errors, problems);
+    fail_msg(
+        "%d operations failed with other than NOT_FOUND; the final verify found %zu "
+        "problem(s)",
+        errors, problems);
   }
   assert_true(atomic_load(&cc->ops) > 100);
   assert_int_equal(subdir_entries(f->dir, "tmp"), 0);
@@ -2530,9 +2520,8 @@ static void *race_writer(void *arg) {
       /* Which way was it lost: is the pinned row still there (without its blob), or
        * was the row evicted although pinned? */
       st = kiln_cache_pin(race->cache, a->key, true, NULL);
-      atomic_fetch_add(kiln_status_code(st) == KILN_STATUS_NOT_FOUND ? &race->pinned_evicted
-                                                                    : &race->dangling,
-                       1);
+      atomic_fetch_add(
+          kiln_status_code(st) == KILN_STATUS_NOT_FOUND ? &race->pinned_evicted : &race->dangling, 1);
       kiln_status_free(st);
     } else if (st) {
       race_error(race, "get_blob", st);
@@ -2543,8 +2532,10 @@ static void *race_writer(void *arg) {
       kiln_free(p);
     }
     st = kiln_cache_pin(race->cache, a->key, false, NULL);
-    if (st && kiln_status_code(st) != KILN_STATUS_NOT_FOUND) race_error(race, "unpin", st);
-    else kiln_status_free(st);
+    if (st && kiln_status_code(st) != KILN_STATUS_NOT_FOUND)
+      race_error(race, "unpin", st);
+    else
+      kiln_status_free(st);
     atomic_fetch_add(&race->rounds, 1);
   }
   return NULL;
@@ -2566,7 +2557,8 @@ static void test_put_racing_gc_keeps_blob(void **state) {
   assert_non_null(race);
   race->cache = f->cache;
   pthread_mutex_init(&race->lock, NULL);
-  for (int i = 0; i < RACE_WRITERS; i++) art_init(&race->arts[i], 400 + (uint64_t)i, 700, false, 400 + (uint64_t)i);
+  for (int i = 0; i < RACE_WRITERS; i++)
+    art_init(&race->arts[i], 400 + (uint64_t)i, 700, false, 400 + (uint64_t)i);
   pthread_t writers[RACE_WRITERS], collector;
   race_arg_t args[RACE_WRITERS];
   for (int i = 0; i < RACE_WRITERS; i++) {
@@ -2585,8 +2577,8 @@ static void test_put_racing_gc_keeps_blob(void **state) {
   pthread_join(collector, NULL);
   int dangling = atomic_load(&race->dangling);
   int pinned_evicted = atomic_load(&race->pinned_evicted);
-  fprintf(stderr, "  %lu rounds, %d dangling, %d pinned evicted\n",
-          (unsigned long)atomic_load(&race->rounds), dangling, pinned_evicted);
+  fprintf(stderr, "  %lu rounds, %d dangling, %d pinned evicted\n", (unsigned long)atomic_load(&race->rounds),
+          dangling, pinned_evicted);
   int errors = atomic_load(&race->errors);
   char first[512];
   memcpy(first, race->first_error, sizeof first);
@@ -2595,9 +2587,10 @@ static void test_put_racing_gc_keeps_blob(void **state) {
   free(race);
   if (errors) fail_msg("%d errors; first: %s", errors, first);
   if (dangling || pinned_evicted) {
-    fail_msg("after a put returned OK and its row was pinned, get_blob was NOT_FOUND: %d "
-             "time(s) the pinned row had no blob, %d time(s) gc had evicted the pinned row",
-             dangling, pinned_evicted);
+    fail_msg(
+        "after a put returned OK and its row was pinned, get_blob was NOT_FOUND: %d "
+        "time(s) the pinned row had no blob, %d time(s) gc had evicted the pinned row",
+        dangling, pinned_evicted);
   }
 }
 
@@ -2679,7 +2672,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_open_repair_counts_dangling_rows, setup, teardown),
       cmocka_unit_test_setup_teardown(test_open_removes_stray_directories, setup, teardown),
       cmocka_unit_test_setup_teardown(test_verify_clean_store, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_damaged_index_is_reported_and_never_repaired_from, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_damaged_index_is_reported_and_never_repaired_from, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_verify_repairs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_verify_dry_run_changes_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_verify_spares_young_orphans, setup, teardown),

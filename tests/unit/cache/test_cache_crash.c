@@ -36,12 +36,12 @@
 #include "cache/cache.h"
 #include "tests/unit/support/testing.h"
 
-#define MIB (1024 * 1024)
-#define ROUNDS 40
+#define MIB          (1024 * 1024)
+#define ROUNDS       40
 #define MAX_DELAY_MS 40
-#define KEEP_BYTES (8 * MIB) /* gc target between rounds */
-#define COMPILER "kiln-mlir 0.1.0 llvm 22.1.8"
-#define READY UINT64_MAX /* the seed of the child's first report: the cache is open */
+#define KEEP_BYTES   (8 * MIB) /* gc target between rounds */
+#define COMPILER     "kiln-mlir 0.1.0 llvm 22.1.8"
+#define READY        UINT64_MAX /* the seed of the child's first report: the cache is open */
 
 /* What the child reports per stored artifact: one write, well under PIPE_BUF, so
  * a report is never torn even when the writer dies. */
@@ -53,7 +53,7 @@ typedef struct report_s {
 
 typedef struct fixture_s {
   char *root;    /* kiln_test_tmpdir, removed in teardown */
-  char dir[320];  /* root/cache, shared by every round */
+  char dir[320]; /* root/cache, shared by every round */
 } fixture_t;
 
 /* ---- helpers ---- */
@@ -73,8 +73,8 @@ static size_t content_len(uint64_t seed) { return 1 + (size_t)(mix(seed) % MIB);
 static void content_fill(uint64_t seed, unsigned char *p, size_t len) {
   uint64_t s = mix(seed ^ 0x5bd1e995u) | 1;
   if (seed & 1) {
-    static const char *const words[] = {"kiln ",  "iree ", "vmfb ",   "module ",
-                                        "func ",  "%arg ", "tensor ", "\n"};
+    static const char *const words[] = {"kiln ", "iree ", "vmfb ",   "module ",
+                                        "func ", "%arg ", "tensor ", "\n"};
     size_t i = 0;
     while (i < len) {
       const char *w = words[kiln_test_random_next(&s) % 8];
@@ -213,10 +213,11 @@ static void check_report(kiln_cache_t *cache, const report_t *r, unsigned char *
   kiln_index_artifact_t rec;
   kiln_status_t st = kiln_cache_artifact_lookup(cache, r->key, &rec);
   if (st) {
-    fail_msg("artifact %s (seed %llx, %zu bytes) was stored before the crash but lookup says "
-             "%s: %s",
-             r->key, (unsigned long long)r->seed, len,
-             kiln_status_code_name(kiln_status_code(st)), kiln_status_message(st));
+    fail_msg(
+        "artifact %s (seed %llx, %zu bytes) was stored before the crash but lookup says "
+        "%s: %s",
+        r->key, (unsigned long long)r->seed, len, kiln_status_code_name(kiln_status_code(st)),
+        kiln_status_message(st));
   }
   assert_string_equal(rec.artifact_digest, r->digest);
   assert_int_equal(rec.size, len);
@@ -337,8 +338,8 @@ static void test_killed_writer_leaves_a_consistent_cache(void **state) {
     for (size_t i = 0; i < report.n_problems; i++) {
       const kiln_cache_problem_t *p = &report.problems[i];
       if (p->kind == KILN_CACHE_PROBLEM_CORRUPT_BLOB || p->kind == KILN_CACHE_PROBLEM_MISSING_BLOB) {
-        fprintf(stderr, "  round %llu: problem kind=%d digest=%s: %s\n",
-                (unsigned long long)round, (int)p->kind, p->digest, p->detail);
+        fprintf(stderr, "  round %llu: problem kind=%d digest=%s: %s\n", (unsigned long long)round,
+                (int)p->kind, p->digest, p->detail);
         bad++;
       }
     }
@@ -354,8 +355,8 @@ static void test_killed_writer_leaves_a_consistent_cache(void **state) {
           "  %d rounds in %.1f s: %zu artifacts stored and checked, %zu orphan blobs and %zu "
           "dangling rows repaired; %zu rounds killed while writing a blob, %zu between a "
           "blob and its row\n",
-          ROUNDS, (double)(kiln_time_monotonic_ns() - t0) / 1e9, total_reports, total_orphans,
-          total_dangling, killed_writing, killed_mid);
+          ROUNDS, (double)(kiln_time_monotonic_ns() - t0) / 1e9, total_reports, total_orphans, total_dangling,
+          killed_writing, killed_mid);
   free(expect);
   free(reports);
   /* The test must have exercised something: some children got artifacts stored. */
@@ -364,8 +365,7 @@ static void test_killed_writer_leaves_a_consistent_cache(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_killed_writer_leaves_a_consistent_cache, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_killed_writer_leaves_a_consistent_cache, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

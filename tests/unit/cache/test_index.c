@@ -81,19 +81,19 @@ static int teardown(void **state) {
 
 /* ---- Helpers --------------------------------------------------------------- */
 
-#define assert_ok(expr)                                                           \
-  do {                                                                            \
-    kiln_status_t st__ = (expr);                                                  \
-    if (st__) fail_msg("%s: %s", #expr, kiln_status_message(st__));               \
+#define assert_ok(expr)                                             \
+  do {                                                              \
+    kiln_status_t st__ = (expr);                                    \
+    if (st__) fail_msg("%s: %s", #expr, kiln_status_message(st__)); \
   } while (0)
 
-#define assert_code(expr, code)                                                   \
-  do {                                                                            \
-    kiln_status_t st__ = (expr);                                                  \
-    if (kiln_status_code(st__) != (code))                                         \
-      fail_msg("%s: want %s, got %s: %s", #expr, kiln_status_code_name(code),     \
+#define assert_code(expr, code)                                                           \
+  do {                                                                                    \
+    kiln_status_t st__ = (expr);                                                          \
+    if (kiln_status_code(st__) != (code))                                                 \
+      fail_msg("%s: want %s, got %s: %s", #expr, kiln_status_code_name(code),             \
                kiln_status_code_name(kiln_status_code(st__)), kiln_status_message(st__)); \
-    kiln_status_free(st__);                                                       \
+    kiln_status_free(st__);                                                               \
   } while (0)
 
 /* A digest derived from `seed` (the SHA-256 of the text). */
@@ -144,8 +144,7 @@ static void put_artifact(kiln_index_t *index, const char *key_seed, const char *
   assert_ok(kiln_index_artifact_put(index, &a));
 }
 
-static void make_source(kiln_index_source_t *s, const char *seed, const char *semantic_seed,
-                        int64_t ms) {
+static void make_source(kiln_index_source_t *s, const char *seed, const char *semantic_seed, int64_t ms) {
   memset(s, 0, sizeof *s);
   digest_hex(s->digest, seed);
   if (semantic_seed) digest_hex(s->semantic_digest, semantic_seed);
@@ -352,8 +351,7 @@ static int sqlite_shell(const char *dir, const char *db, const char *sql) {
 static bool quarantined(const char *db, const char *digest) {
   char cmd[2 * PATH_MAX];
   snprintf(cmd, sizeof cmd,
-           "sqlite3 -bail '%s' \"SELECT EXISTS (SELECT 1 FROM quarantine WHERE digest = '%s')\"",
-           db, digest);
+           "sqlite3 -bail '%s' \"SELECT EXISTS (SELECT 1 FROM quarantine WHERE digest = '%s')\"", db, digest);
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   char line[16] = "";
@@ -387,8 +385,8 @@ static void test_version_3_migrates_to_blob_checks(void **state) {
            "INSERT INTO sources (digest, semantic_digest, name, format, size, stored_size, "
            "created_ms, last_access_ms, pinned) VALUES ('%s', '', 'v3.mlir', 1, 10, 10, 1, 1, 0);\n"
            "PRAGMA user_version = 3;\nCOMMIT;\n",
-           kiln_index_schema_migration(1), kiln_index_schema_migration(2),
-           kiln_index_schema_migration(3), key, blob, src, src);
+           kiln_index_schema_migration(1), kiln_index_schema_migration(2), kiln_index_schema_migration(3),
+           key, blob, src, src);
   assert_int_equal(sqlite_shell(f->dir, db, sql), 0);
 
   kiln_index_t *index = NULL;
@@ -427,8 +425,8 @@ static void test_version_3_migrates_to_blob_checks(void **state) {
            "INSERT INTO blob_checks VALUES ('NOT-HEX', x'000102030405060708090a0b0c0d0e0f');\n");
   assert_int_not_equal(sqlite_shell(f->dir, db, sql), 0);
   /* ...while a well-formed one goes in the same way. */
-  snprintf(sql, sizeof sql,
-           "INSERT INTO blob_checks VALUES ('%s', x'000102030405060708090a0b0c0d0e0f');\n", src);
+  snprintf(sql, sizeof sql, "INSERT INTO blob_checks VALUES ('%s', x'000102030405060708090a0b0c0d0e0f');\n",
+           src);
   assert_int_equal(sqlite_shell(f->dir, db, sql), 0);
 }
 
@@ -762,8 +760,7 @@ static void test_set_pinned(void **state) {
 
   changed = 99;
   digest_hex(key, "absent");
-  assert_code(kiln_index_artifact_set_pinned(f->index, key, true, &changed),
-              KILN_STATUS_NOT_FOUND);
+  assert_code(kiln_index_artifact_set_pinned(f->index, key, true, &changed), KILN_STATUS_NOT_FOUND);
   assert_int_equal(changed, 0);
 }
 
@@ -800,8 +797,8 @@ static void test_evict_takes_labels(void **state) {
 
 /* ---- find_page (FindArtifacts) ------------------------------------------------ */
 
-static void find_page(kiln_index_t *index, const kiln_index_page_query_t *query,
-                      kiln_index_artifact_t **out, size_t *count) {
+static void find_page(kiln_index_t *index, const kiln_index_page_query_t *query, kiln_index_artifact_t **out,
+                      size_t *count) {
   assert_ok(kiln_index_artifact_find_page(index, query, out, count));
 }
 
@@ -1312,8 +1309,7 @@ static KILN_MUST_USE kiln_status_t record_digest(void *user, const char *digest)
   visit_t *v = user;
   if (v->count >= 16) return KILN_STATUS(KILN_STATUS_INTERNAL, "too many digests");
   snprintf(v->seen[v->count++], 65, "%s", digest);
-  if (v->fail_at && v->count == v->fail_at)
-    return KILN_STATUS(KILN_STATUS_ABORTED, "stop at %zu", v->count);
+  if (v->fail_at && v->count == v->fail_at) return KILN_STATUS(KILN_STATUS_ABORTED, "stop at %zu", v->count);
   if (v->drop) return kiln_index_drop_digest(v->drop, digest, NULL, 0, NULL);
   return NULL;
 }
@@ -1384,8 +1380,7 @@ static void test_drop_digest(void **state) {
   assert_false(quarantined(f->path, bad));
 
   size_t rows = 0;
-  assert_ok(kiln_index_drop_digest(f->index, bad, "content does not match its digest", 1234,
-                                   &rows));
+  assert_ok(kiln_index_drop_digest(f->index, bad, "content does not match its digest", 1234, &rows));
   assert_int_equal(rows, 3); /* two artifacts, one source */
   assert_true(quarantined(f->path, bad));
   assert_false(quarantined(f->path, good));
@@ -1412,8 +1407,7 @@ static void test_drop_digest(void **state) {
   assert_int_equal(t.artifacts, 0);
   assert_int_equal(t.quarantined, 1);
 
-  assert_code(kiln_index_drop_digest(f->index, "short", "x", 1, &rows),
-              KILN_STATUS_INVALID_ARGUMENT);
+  assert_code(kiln_index_drop_digest(f->index, "short", "x", 1, &rows), KILN_STATUS_INVALID_ARGUMENT);
 }
 
 static void test_totals(void **state) {
@@ -1546,9 +1540,9 @@ static void test_busy_writer_blocks_writes_not_reads(void **state) {
   kiln_index_close(other);
 }
 
-#define THREADS 4
+#define THREADS        4
 #define OPS_PER_THREAD 200
-#define SHARED_BLOBS 10
+#define SHARED_BLOBS   10
 
 typedef struct worker_s {
   const char *path;
@@ -1590,13 +1584,16 @@ static void *worker_main(void *arg) {
         kiln_index_label_t labels[] = {{"thread", "t"}, {"op", "put"}};
         a.labels = labels;
         a.n_labels = 2;
-        if ((st = kiln_index_artifact_put(index, &a))) worker_fail(w, "put", st);
-        else w->puts++;
+        if ((st = kiln_index_artifact_put(index, &a)))
+          worker_fail(w, "put", st);
+        else
+          w->puts++;
         memcpy(prev, a.cache_key, sizeof prev);
         break;
       }
       case 1:
-        if ((st = kiln_index_artifact_get(index, prev, &got))) worker_fail(w, "get", st);
+        if ((st = kiln_index_artifact_get(index, prev, &got)))
+          worker_fail(w, "get", st);
         else if (got.n_labels != 2)
           worker_fail(w, "get labels", KILN_STATUS(KILN_STATUS_INTERNAL, "labels lost"));
         kiln_index_artifact_deinit(&got);
@@ -1604,18 +1601,17 @@ static void *worker_main(void *arg) {
       case 2:
         if ((st = kiln_index_artifact_record_hits(index, prev, 1000 + i, 1)))
           worker_fail(w, "record_hits", st);
-        else w->touches++;
+        else
+          w->touches++;
         break;
       default: {
         digest_hexf(key, "blob%d", (i / 4) % SHARED_BLOBS); /* put by this thread at i - 3 */
-        if ((st = kiln_index_artifact_get_by_digest(index, key, &got)))
-          worker_fail(w, "get_by_digest", st);
+        if ((st = kiln_index_artifact_get_by_digest(index, key, &got))) worker_fail(w, "get_by_digest", st);
         kiln_index_artifact_deinit(&got);
         kiln_index_artifact_t *found = NULL;
         size_t n = 0;
         kiln_index_page_query_t query = {.target = "llvm-cpu:x86_64-linux-gnu:znver4", .limit = 5};
-        if ((st = kiln_index_artifact_find_page(index, &query, &found, &n)))
-          worker_fail(w, "find_page", st);
+        if ((st = kiln_index_artifact_find_page(index, &query, &found, &n))) worker_fail(w, "find_page", st);
         kiln_index_artifacts_free(found, n);
         break;
       }
@@ -1640,8 +1636,8 @@ static void test_concurrent_connections(void **state) {
   int puts = 0, touches = 0;
   for (int i = 0; i < THREADS; i++) {
     assert_int_equal(pthread_join(threads[i], NULL), 0);
-    if (workers[i].failures) fail_msg("%d failures; first: %s", workers[i].failures,
-                                      workers[i].first_failure);
+    if (workers[i].failures)
+      fail_msg("%d failures; first: %s", workers[i].failures, workers[i].first_failure);
     puts += workers[i].puts;
     touches += workers[i].touches;
   }

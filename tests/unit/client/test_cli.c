@@ -34,11 +34,10 @@
 
 static char tmpdir[256];
 
-static const char *const env_vars[] = {"KILN_ADDR",    "KILN_TIMEOUT", "KILN_MAX_MESSAGE_BYTES",
-                                       "KILN_SERVICE", "KILN_JSON",    "KILN_CONFIG",
-                                       "KILN_HELP",    "KILN_VERSION", "KILN_PRIORITY",
-                                       "KILN_TARGET",  "KILN_FLAG",    "KILN_OUTPUT",
-                                       NULL};
+static const char *const env_vars[] = {
+    "KILN_ADDR", "KILN_TIMEOUT", "KILN_MAX_MESSAGE_BYTES", "KILN_SERVICE", "KILN_JSON", "KILN_CONFIG",
+    "KILN_HELP", "KILN_VERSION", "KILN_PRIORITY",          "KILN_TARGET",  "KILN_FLAG", "KILN_OUTPUT",
+    NULL};
 
 static void clear_env(void) {
   for (size_t i = 0; env_vars[i]; i++) unsetenv(env_vars[i]);
@@ -76,18 +75,18 @@ static int teardown(void **state) {
 
 /* Runs the CLI's whole settings sequence on argv (NULL-terminated, argv[0] "kiln"). */
 static KILN_MUST_USE kiln_status_t load(kiln_cli_settings_t *s, char **argv, const char **positional,
-                          size_t max_positional, size_t *out_count) {
+                                        size_t max_positional, size_t *out_count) {
   int argc = 0;
   while (argv[argc]) argc++;
-  return kiln_config_load(kiln_cli_settings_table(), s, "config", argc, argv, positional,
-                          max_positional, out_count);
+  return kiln_config_load(kiln_cli_settings_table(), s, "config", argc, argv, positional, max_positional,
+                          out_count);
 }
 
-#define assert_load_ok(s, ...)                                                   \
-  do {                                                                           \
-    char *argv__[] = {"kiln", __VA_ARGS__};                                      \
-    kiln_status_t st__ = load((s), argv__, NULL, 0, NULL);                        \
-    if (st__) fail_msg("load failed: %s", kiln_status_message(st__));            \
+#define assert_load_ok(s, ...)                                        \
+  do {                                                                \
+    char *argv__[] = {"kiln", __VA_ARGS__};                           \
+    kiln_status_t st__ = load((s), argv__, NULL, 0, NULL);            \
+    if (st__) fail_msg("load failed: %s", kiln_status_message(st__)); \
   } while (0)
 
 /* ---- Exit codes ---------------------------------------------------------- */
@@ -98,15 +97,14 @@ static void test_exit_code_mapping(void **state) {
   assert_int_equal(KILN_EXIT_OK, 0);
   for (int c = 1; c < KILN_STATUS_CODE_COUNT; c++) {
     kiln_status_t st = KILN_STATUS((kiln_status_code_t)c, "code %d", c);
-    int expected = c == KILN_STATUS_UNAVAILABLE       ? KILN_EXIT_UNREACHABLE
+    int expected = c == KILN_STATUS_UNAVAILABLE         ? KILN_EXIT_UNREACHABLE
                    : c == KILN_STATUS_DEADLINE_EXCEEDED ? KILN_EXIT_TIMEOUT
                    : (c == KILN_STATUS_UNAUTHENTICATED || c == KILN_STATUS_PERMISSION_DENIED)
                        ? KILN_EXIT_DENIED
                        : KILN_EXIT_FAILED;
     int got = kiln_cli_exit_code(st);
     if (got != expected) {
-      fail_msg("%s: exit code %d, expected %d", kiln_status_code_name((kiln_status_code_t)c), got,
-               expected);
+      fail_msg("%s: exit code %d, expected %d", kiln_status_code_name((kiln_status_code_t)c), got, expected);
     }
     kiln_status_free(st);
   }
@@ -125,9 +123,8 @@ static void test_report_returns_exit_code(void **state) {
    * same code kiln_cli_exit_code gives. */
   assert_int_equal(kiln_cli_report(s, "info", 10000, KILN_STATUS(KILN_STATUS_UNAVAILABLE, "refused")),
                    KILN_EXIT_UNREACHABLE);
-  assert_int_equal(
-      kiln_cli_report(s, "info", 10000, KILN_STATUS(KILN_STATUS_DEADLINE_EXCEEDED, "too slow")),
-      KILN_EXIT_TIMEOUT);
+  assert_int_equal(kiln_cli_report(s, "info", 10000, KILN_STATUS(KILN_STATUS_DEADLINE_EXCEEDED, "too slow")),
+                   KILN_EXIT_TIMEOUT);
   assert_int_equal(kiln_cli_report(s, "info", 10000, KILN_STATUS(KILN_STATUS_NOT_FOUND, "nope")),
                    KILN_EXIT_FAILED);
   assert_int_equal(kiln_cli_report(s, "info", 10000, KILN_STATUS(KILN_STATUS_INTERNAL, "bug")),
@@ -260,8 +257,12 @@ static void test_cli_only_options_ignore_env(void **state) {
 static void test_bad_values_rejected(void **state) {
   kiln_cli_settings_t *s = *state;
   static const char *const bad[][2] = {
-      {"--timeout", "0"},       {"--timeout", "soon"},     {"--timeout", "25h"},
-      {"--max-message-bytes", "10"}, {"--max-message-bytes", "4GiB"}, {"--no-such-flag", "x"},
+      {"--timeout", "0"},
+      {"--timeout", "soon"},
+      {"--timeout", "25h"},
+      {"--max-message-bytes", "10"},
+      {"--max-message-bytes", "4GiB"},
+      {"--no-such-flag", "x"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     kiln_config_deinit(kiln_cli_settings_table(), s);
@@ -306,7 +307,6 @@ static void test_command_and_options_in_any_order(void **state) {
   assert_string_equal(s->addr, "h:1");
 }
 
-
 /* ---- compile / fetch / find options -------------------------------------- */
 
 static void assert_items(const kiln_config_list_t *list, size_t n, const char *const *want) {
@@ -318,10 +318,26 @@ static void test_compile_options(void **state) {
   kiln_cli_settings_t *s = *state;
   const char *positional[4];
   size_t n = 0;
-  char *argv[] = {"kiln", "compile", "model.mlir", "--target", "sm_89,gfx950", "--target=ada",
-                  "--flag", "--iree-opt-level=O3", "--flag=--iree-x", "-o", "out",
-                  "--label", "model=mlp", "--label", "ci.run=7", "--priority", "batch",
-                  "--request-id", "abc", NULL};
+  char *argv[] = {"kiln",
+                  "compile",
+                  "model.mlir",
+                  "--target",
+                  "sm_89,gfx950",
+                  "--target=ada",
+                  "--flag",
+                  "--iree-opt-level=O3",
+                  "--flag=--iree-x",
+                  "-o",
+                  "out",
+                  "--label",
+                  "model=mlp",
+                  "--label",
+                  "ci.run=7",
+                  "--priority",
+                  "batch",
+                  "--request-id",
+                  "abc",
+                  NULL};
   kiln_status_t st = load(s, argv, positional, 4, &n);
   if (st) fail_msg("load: %s", kiln_status_message(st));
   assert_int_equal(n, 2);
@@ -340,15 +356,18 @@ static void test_compile_options(void **state) {
 
 static void test_find_options_and_bounds(void **state) {
   kiln_cli_settings_t *s = *state;
-  assert_load_ok(s, "--source", "x.mlir", "--limit", "1000", "--all", "--page-token", "t1",
-                 "--timeout", "5s", NULL);
+  assert_load_ok(s, "--source", "x.mlir", "--limit", "1000", "--all", "--page-token", "t1", "--timeout", "5s",
+                 NULL);
   assert_string_equal(s->source, "x.mlir");
   assert_int_equal(s->limit, 1000);
   assert_true(s->all);
   assert_string_equal(s->page_token, "t1");
   assert_int_equal(kiln_cli_timeout_or(s, KILN_CLI_COMPILE_TIMEOUT_MS), 5000);
   static const char *const bad[][2] = {
-      {"--limit", "0"}, {"--limit", "1001"}, {"--priority", "urgent"}, {"--limit", "ten"},
+      {"--limit", "0"},
+      {"--limit", "1001"},
+      {"--priority", "urgent"},
+      {"--limit", "ten"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     kiln_config_deinit(kiln_cli_settings_table(), s);
@@ -440,8 +459,10 @@ static void test_uuid(void **state) {
   assert_int_equal(strlen(a), 36);
   assert_string_not_equal(a, b);
   for (int i = 0; i < 36; i++) {
-    if (i == 8 || i == 13 || i == 18 || i == 23) assert_int_equal(a[i], '-');
-    else assert_non_null(strchr("0123456789abcdef", a[i]));
+    if (i == 8 || i == 13 || i == 18 || i == 23)
+      assert_int_equal(a[i], '-');
+    else
+      assert_non_null(strchr("0123456789abcdef", a[i]));
   }
   assert_int_equal(a[14], '4');
   assert_non_null(strchr("89ab", a[19]));

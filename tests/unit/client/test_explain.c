@@ -24,8 +24,9 @@
 
 #define SRC "1111111111111111111111111111111111111111111111111111111111111111"
 
-static Kiln__V1__CompilerIdentity current = {PROTOBUF_C_MESSAGE_INIT(&kiln__v1__compiler_identity__descriptor),
-                                             "kiln-mlir", "0.2.0", "22.1.8", "22.1.8"};
+static Kiln__V1__CompilerIdentity current = {
+    PROTOBUF_C_MESSAGE_INIT(&kiln__v1__compiler_identity__descriptor), "kiln-mlir", "0.2.0", "22.1.8",
+    "22.1.8"};
 static Kiln__V1__CompilerIdentity older = {PROTOBUF_C_MESSAGE_INIT(&kiln__v1__compiler_identity__descriptor),
                                            "kiln-mlir", "0.1.0", "22.1.7", "22.1.7"};
 
@@ -194,11 +195,10 @@ static void test_compiler_format(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_hit_by_lookup),
-      cmocka_unit_test(test_no_artifact_for_source), cmocka_unit_test(test_other_targets),
-      cmocka_unit_test(test_flags_differ),      cmocka_unit_test(test_compiler_differs),
-      cmocka_unit_test(test_both_differ_and_nearest), cmocka_unit_test(test_all_parts_match),
-      cmocka_unit_test(test_compiler_format),
+      cmocka_unit_test(test_hit_by_lookup),    cmocka_unit_test(test_no_artifact_for_source),
+      cmocka_unit_test(test_other_targets),    cmocka_unit_test(test_flags_differ),
+      cmocka_unit_test(test_compiler_differs), cmocka_unit_test(test_both_differ_and_nearest),
+      cmocka_unit_test(test_all_parts_match),  cmocka_unit_test(test_compiler_format),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,8 +69,8 @@ static const Kiln__V1__JobEvent *started(ev_t *e, const char *worker) {
   return &e->ev;
 }
 
-static const Kiln__V1__JobEvent *progress(ev_t *e, const char *target, const char *stage,
-                                          uint32_t index, uint32_t count, float fraction) {
+static const Kiln__V1__JobEvent *progress(ev_t *e, const char *target, const char *stage, uint32_t index,
+                                          uint32_t count, float fraction) {
   ev_init(e, 0);
   kiln__v1__job_event__target_progress__init(&e->progress);
   e->progress.target = (char *)target;
@@ -108,8 +108,8 @@ static void make_diag(ev_t *e, const char *target, const char *file, uint32_t li
   e->diag.location = &e->loc;
 }
 
-static const Kiln__V1__JobEvent *diagnostic(ev_t *e, const char *target, const char *file,
-                                            uint32_t line, uint32_t col, const char *message) {
+static const Kiln__V1__JobEvent *diagnostic(ev_t *e, const char *target, const char *file, uint32_t line,
+                                            uint32_t col, const char *message) {
   ev_init(e, 0);
   make_diag(e, target, file, line, col, message);
   e->ev.event_case = KILN__V1__JOB_EVENT__EVENT_DIAGNOSTIC;
@@ -117,8 +117,8 @@ static const Kiln__V1__JobEvent *diagnostic(ev_t *e, const char *target, const c
   return &e->ev;
 }
 
-static const Kiln__V1__JobEvent *done(ev_t *e, const char *target, const char *digest,
-                                      uint64_t size, bool hit, uint64_t ms) {
+static const Kiln__V1__JobEvent *done(ev_t *e, const char *target, const char *digest, uint64_t size,
+                                      bool hit, uint64_t ms) {
   ev_init(e, 0);
   kiln__v1__job_event__target_done__init(&e->done);
   e->done.target = (char *)target;
@@ -416,8 +416,8 @@ static void test_manifest(void **state) {
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
-      T(test_plain_lines),      T(test_diagnostics_once), T(test_states_move_forward),
-      T(test_admit),            T(test_live_render),      T(test_manifest),
+      T(test_plain_lines), T(test_diagnostics_once), T(test_states_move_forward),
+      T(test_admit),       T(test_live_render),      T(test_manifest),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -418,8 +418,13 @@ static void test_base64_vectors(void **state) {
     const char *in;
     const char *out;
   } vectors[] = {
-      {"", ""},         {"f", "Zg=="},         {"fo", "Zm8="},         {"foo", "Zm9v"},
-      {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"},
+      {"", ""},
+      {"f", "Zg=="},
+      {"fo", "Zm8="},
+      {"foo", "Zm9v"},
+      {"foob", "Zm9vYg=="},
+      {"fooba", "Zm9vYmE="},
+      {"foobar", "Zm9vYmFy"},
   };
   for (size_t i = 0; i < sizeof vectors / sizeof vectors[0]; i++) {
     json_object *obj;
@@ -525,7 +530,7 @@ static void test_job_event_oneof(void **state) {
   assert_json_string(obj, "job_id", "job-1");
   /* Exactly one oneof member: the three plain fields plus target_done. */
   assert_int_equal(json_object_object_length(obj), 4);
-  static const char *const others[] = {"queued", "started", "progress", "log",
+  static const char *const others[] = {"queued",     "started",       "progress", "log",
                                        "diagnostic", "target_failed", "terminal"};
   for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
     if (has_member(obj, others[i])) fail_msg("unset oneof member \"%s\" present", others[i]);

@@ -25,7 +25,7 @@
 #include "client/transfer.h"
 #include "tests/unit/support/testing.h"
 
-#define SHA_ABC "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+#define SHA_ABC   "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 #define SHA_EMPTY "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 static int setup(void **state) {
@@ -186,7 +186,7 @@ static void test_part_path(void **state) {
 int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
   const struct CMUnitTest tests[] = {
-      T(test_write_atomic), T(test_mkdirs),        T(test_digests),
+      T(test_write_atomic),   T(test_mkdirs),         T(test_digests),
       T(test_read_all_limit), T(test_source_resolve), T(test_part_path),
   };
 #undef T

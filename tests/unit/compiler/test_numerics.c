@@ -65,7 +65,8 @@ static void expect_close(const float *got, const float *want, size_t n, const ch
 
 static void test_mlp(void **state) {
   kiln_compiler_jit_t *jit = jit_of(state, "mlp");
-  void (*fn)(memref3_t *, memref3_t *) = (void (*)(memref3_t *, memref3_t *))kiln_compiler_jit_lookup(jit, "mlp");
+  void (*fn)(memref3_t *, memref3_t *) =
+      (void (*)(memref3_t *, memref3_t *))kiln_compiler_jit_lookup(jit, "mlp");
   assert_non_null(fn);
   float x[4 * 16];
   fill(x, 64, 7);
@@ -102,8 +103,8 @@ static void test_mlp(void **state) {
 
 static void test_attention(void **state) {
   kiln_compiler_jit_t *jit = jit_of(state, "attention");
-  void (*fn)(memref3_t *, memref3_t *, memref3_t *, memref3_t *) =
-      (void (*)(memref3_t *, memref3_t *, memref3_t *, memref3_t *))kiln_compiler_jit_lookup(jit, "attention");
+  void (*fn)(memref3_t *, memref3_t *, memref3_t *, memref3_t *) = (void (*)(
+      memref3_t *, memref3_t *, memref3_t *, memref3_t *))kiln_compiler_jit_lookup(jit, "attention");
   assert_non_null(fn);
   enum { T = 8, D = 16 };
   float q[T * D], k[T * D], v[T * D];
@@ -141,7 +142,8 @@ static void test_attention(void **state) {
 
 static void test_convnet(void **state) {
   kiln_compiler_jit_t *jit = jit_of(state, "convnet");
-  void (*fn)(memref4_t *, memref4_t *) = (void (*)(memref4_t *, memref4_t *))kiln_compiler_jit_lookup(jit, "convnet");
+  void (*fn)(memref4_t *, memref4_t *) =
+      (void (*)(memref4_t *, memref4_t *))kiln_compiler_jit_lookup(jit, "convnet");
   assert_non_null(fn);
   enum { H = 16, W = 16, C = 3, F = 8 };
   static float x[H * W * C];

@@ -93,7 +93,8 @@ static void test_cuda_ptx(void **state) {
   const char *names[] = {"sm_89", "sm_120", "rtx5090", "gb10"};
   kiln_compiler_output_t out;
   compile_ok(state, names, 3, &out);
-  const char *want[][2] = {{".target sm_89", ".version 7.8"}, {".target sm_120", ".version 8.7"},
+  const char *want[][2] = {{".target sm_89", ".version 7.8"},
+                           {".target sm_120", ".version 8.7"},
                            {".target sm_120", ".version 8.7"}};
   for (size_t i = 0; i < 3; i++) {
     for (size_t k = 0; k < out.targets[i].n_kernels; k++) {
@@ -110,15 +111,18 @@ static void test_cuda_ptx(void **state) {
       /* Real workgroups, not one thread per block. */
       assert_true(kern->block_size[0] * kern->block_size[1] * kern->block_size[2] >= 32);
       char maxntid[64];
-      snprintf(maxntid, sizeof maxntid, ".maxntid %u, %u, %u", kern->block_size[0],
-               kern->block_size[1], kern->block_size[2]);
+      snprintf(maxntid, sizeof maxntid, ".maxntid %u, %u, %u", kern->block_size[0], kern->block_size[1],
+               kern->block_size[2]);
       if (!strstr(ptx, maxntid)) fail_msg("no '%s' in the PTX of %s", maxntid, kern->name);
       free(ptx);
       /* With ptxas installed the library also made a cubin for the chip. */
       if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0) {
         assert_non_null(kern->cubin);
         assert_true(kern->cubin_len > 64);
-        assert_memory_equal(kern->cubin, "\x7f" "ELF", 4);
+        assert_memory_equal(kern->cubin,
+                            "\x7f"
+                            "ELF",
+                            4);
         uint16_t machine;
         memcpy(&machine, kern->cubin + 18, 2);
         assert_int_equal(machine, 190); /* EM_CUDA */
@@ -146,7 +150,10 @@ static void test_hip_hsaco(void **state) {
     for (size_t k = 0; k < out.targets[i].n_kernels; k++) {
       const kiln_compiler_kernel_t *kern = &out.targets[i].kernels[k];
       assert_true(kern->binary_len > 64);
-      assert_memory_equal(kern->binary, "\x7f" "ELF", 4);
+      assert_memory_equal(kern->binary,
+                          "\x7f"
+                          "ELF",
+                          4);
       uint16_t machine;
       memcpy(&machine, kern->binary + 18, 2);
       assert_int_equal(machine, 224); /* EM_AMDGPU */
@@ -157,8 +164,8 @@ static void test_hip_hsaco(void **state) {
       /* llvm-readobj sees an AMDGPU code object for the chip, with the kernel's
        * symbol and its kernel descriptor. */
       char output[65536];
-      int rc = run_tool("/usr/lib/llvm-22/bin/llvm-readobj --file-headers --symbols",
-                        kern->binary, kern->binary_len, output, sizeof output);
+      int rc = run_tool("/usr/lib/llvm-22/bin/llvm-readobj --file-headers --symbols", kern->binary,
+                        kern->binary_len, output, sizeof output);
       if (rc != 0) fail_msg("llvm-readobj failed on %s: %s", kern->name, output);
       assert_non_null(strstr(output, "Machine: EM_AMDGPU"));
       const char *mach = i == 0 ? "EF_AMDGPU_MACH_AMDGCN_GFX950" : "EF_AMDGPU_MACH_AMDGCN_GFX1100";
@@ -196,9 +203,10 @@ static void test_vulkan_spirv(void **state) {
 }
 
 static void test_bad_ir_has_diagnostics(void **state) {
-  const char *bad = "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
-                    "  %0 = tosa.add %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
-                    "  return %0 : tensor<4xf32>\n}\n";
+  const char *bad =
+      "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+      "  %0 = tosa.add %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
+      "  return %0 : tensor<4xf32>\n}\n";
   const kiln_target_t *t = target("sm_89");
   kiln_compiler_output_t out;
   kiln_status_t st = kiln_compiler_compile(*state, bad, strlen(bad), "bad.mlir", &t, 1, &out);
@@ -233,8 +241,9 @@ static void test_cpu_library(void **state) {
     }
     const kiln_compiler_kernel_t *lib = &out.targets[0].kernels[0];
     char output[65536];
-    int rc = run_tool("/usr/lib/llvm-22/bin/llvm-readobj --file-headers --dyn-syms --dynamic-table --relocations",
-                      lib->binary, lib->binary_len, output, sizeof output);
+    int rc =
+        run_tool("/usr/lib/llvm-22/bin/llvm-readobj --file-headers --dyn-syms --dynamic-table --relocations",
+                 lib->binary, lib->binary_len, output, sizeof output);
     if (rc != 0) fail_msg("llvm-readobj: %s", output);
     assert_non_null(strstr(output, cases[c].machine));
     if (cases[c].header_flag) assert_non_null(strstr(output, cases[c].header_flag));
@@ -255,7 +264,8 @@ static void test_cpu_library(void **state) {
       size_t len = eol ? (size_t)(eol - p - 1) : strlen(p + 1);
       snprintf(line, sizeof line, "%.*s", (int)len, p + 1);
       if (!strstr(line, "0x")) continue; /* a section's heading or closing brace */
-      if (!strstr(line, cases[c].relocation)) fail_msg("%s: not %s: %s", cases[c].target, cases[c].relocation, line);
+      if (!strstr(line, cases[c].relocation))
+        fail_msg("%s: not %s: %s", cases[c].target, cases[c].relocation, line);
       n_relocs++;
     }
     assert_true(n_relocs > 0); /* the export tables point into the ELF */
@@ -278,7 +288,6 @@ static void test_cpu_library(void **state) {
     kiln_compiler_output_deinit(&out);
   }
 }
-
 
 /* What the VMFB writer needs besides the code: the host plan (inputs, results,
  * buffers, launches in order with their grids and bindings) and each kernel's
@@ -390,7 +399,10 @@ static void test_gpu_dialect_input(void **state) {
   if (st) fail_msg("%s", kiln_status_message(st));
   if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
   assert_true(out.targets[0].n_kernels >= 3);
-  assert_memory_equal(out.targets[0].kernels[0].binary, "\x7f" "ELF", 4);
+  assert_memory_equal(out.targets[0].kernels[0].binary,
+                      "\x7f"
+                      "ELF",
+                      4);
   assert_int_equal(out.targets[0].kernels[1].same_as, 1);
   kiln_compiler_output_deinit(&out);
   free(gpu_ir);
@@ -408,7 +420,8 @@ static void test_refused_models(void **state) {
        "  return %a : tensor<*xf32>\n}\n",
        "function @unranked argument 0 is tensor<*xf32>: kiln compiles ranked tensors only"},
       {"func.func @mystery(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
-       "  %0 = tosa.custom %x {domain_name = \"acme\", operator_name = \"magic\", implementation_attrs = \"\"} "
+       "  %0 = tosa.custom %x {domain_name = \"acme\", operator_name = \"magic\", implementation_attrs = "
+       "\"\"} "
        ": (tensor<4xf32>) -> tensor<4xf32>\n"
        "  return %0 : tensor<4xf32>\n}\n",
        "m.mlir:2:8: tosa.custom: kiln does not compile it yet: a custom op has no definition"},
@@ -427,8 +440,8 @@ static void test_refused_models(void **state) {
   const kiln_target_t *targets[2] = {target("sm_89"), target("arm5gen")};
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
     kiln_compiler_output_t out;
-    kiln_status_t st = kiln_compiler_compile(*state, models[i].text, strlen(models[i].text), "m.mlir",
-                                             targets, 2, &out);
+    kiln_status_t st =
+        kiln_compiler_compile(*state, models[i].text, strlen(models[i].text), "m.mlir", targets, 2, &out);
     assert_int_equal(kiln_status_code(st), KILN_STATUS_UNIMPLEMENTED);
     if (!strstr(kiln_status_message(st), models[i].needle)) {
       fail_msg("want \"%s\" in: %s", models[i].needle, kiln_status_message(st));
@@ -449,7 +462,6 @@ static void test_refused_models(void **state) {
   assert_non_null(strstr(kiln_status_message(st), "z.mlir:4:8: tosa.div_floor_shape: divides by zero"));
   kiln_status_free(st);
 }
-
 
 /* A long vector runs as rows of 32: 100,000 elements in 3,125 workgroups of
  * 1x4x32 invocations (one invocation per workgroup once capped vectors at 65,535
@@ -517,7 +529,8 @@ static void test_high_rank_loops(void **state) {
        "  %b = \"tosa.const\"() {values = dense<0.0> : tensor<64xf32>} : () -> tensor<64xf32>\n"
        "  %zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
        "  %0 = tosa.depthwise_conv2d %x, %w, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, "
-       "pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x8x8x64xf32>, tensor<3x3x64x1xf32>, "
+       "pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x8x8x64xf32>, "
+       "tensor<3x3x64x1xf32>, "
        "tensor<64xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x8x8x64xf32>\n"
        "  return %0 : tensor<1x8x8x64xf32>\n}\n",
        {8, 2, 2}},
@@ -529,7 +542,8 @@ static void test_high_rank_loops(void **state) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const kiln_target_t *targets[1] = {target("sm_89")};
     kiln_compiler_output_t out;
-    assert_null(kiln_compiler_compile(*state, cases[c].model, strlen(cases[c].model), "r.mlir", targets, 1, &out));
+    assert_null(
+        kiln_compiler_compile(*state, cases[c].model, strlen(cases[c].model), "r.mlir", targets, 1, &out));
     assert_null(out.plan_status);
     if (out.targets[0].status) fail_msg("%s", kiln_status_message(out.targets[0].status));
     /* The last dispatch is the op's own kernel (a depthwise conv's bias fill,
@@ -581,7 +595,8 @@ static void test_bf16_matmul_tiles(void **state) {
   static const char model[] =
       "func.func @mm(%a: tensor<1x128x128xbf16>, %b: tensor<1x128x128xbf16>) -> tensor<1x128x128xf32> {\n"
       "  %zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xbf16>} : () -> tensor<1xbf16>\n"
-      "  %0 = tosa.matmul %a, %b, %zp, %zp : (tensor<1x128x128xbf16>, tensor<1x128x128xbf16>, tensor<1xbf16>, "
+      "  %0 = tosa.matmul %a, %b, %zp, %zp : (tensor<1x128x128xbf16>, tensor<1x128x128xbf16>, "
+      "tensor<1xbf16>, "
       "tensor<1xbf16>) -> tensor<1x128x128xf32>\n"
       "  return %0 : tensor<1x128x128xf32>\n}\n";
   static const struct {
@@ -645,8 +660,8 @@ static void test_f8_matmul_tiles(void **state) {
     uint32_t workgroups = grid[0] * grid[1] * grid[2];
     uint32_t threads = kern->block_size[0] * kern->block_size[1] * kern->block_size[2];
     if (workgroups != cases[c].workgroups || threads != cases[c].threads) {
-      fail_msg("%s: %u workgroups of %u, want %u of %u", cases[c].target, workgroups, threads, cases[c].workgroups,
-               cases[c].threads);
+      fail_msg("%s: %u workgroups of %u, want %u of %u", cases[c].target, workgroups, threads,
+               cases[c].workgroups, cases[c].threads);
     }
     static char text[1 << 20];
     if (!cases[c].instruction) {
@@ -656,7 +671,8 @@ static void test_f8_matmul_tiles(void **state) {
       memcpy(text, kern->binary, n);
       text[n] = '\0';
     } else {
-      int rc = run_tool("/usr/lib/llvm-22/bin/llvm-objdump -d", kern->binary, kern->binary_len, text, sizeof text);
+      int rc =
+          run_tool("/usr/lib/llvm-22/bin/llvm-objdump -d", kern->binary, kern->binary_len, text, sizeof text);
       if (rc != 0) fail_msg("llvm-objdump failed on %s: %s", kern->name, text);
     }
     if (cases[c].instruction && !strstr(text, cases[c].instruction)) {
@@ -673,7 +689,8 @@ typedef struct dispatches_s {
   size_t shared, mine, fused, widest;
 } dispatches_t;
 
-static dispatches_t count_dispatches(kiln_compiler_context_t *context, const char *model, const char *target_id) {
+static dispatches_t count_dispatches(kiln_compiler_context_t *context, const char *model,
+                                     const char *target_id) {
   kiln_compiler_output_t out;
   compile_one(context, model, target_id, &out);
   kiln_vmfb_plan_t own;
@@ -712,19 +729,23 @@ static void test_epilogue_fusion(void **state) {
   } cases[] = {{"arm5gen", 2}, {"sm_89", 2}, {"gfx950", 2}, {"gfx1100", 2}, {"x86_64", 3}};
   for (int both = 0; both < 2; both++) {
     char model[2048];
-    snprintf(model, sizeof model,
-             "func.func @mm(%%a: tensor<2x64x32xf32>, %%b: tensor<2x32x64xf32>, %%bias: tensor<1x1x64xf32>) -> %s {\n"
-             "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
-             "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<2x64x32xf32>, tensor<2x32x64xf32>, tensor<1xf32>, "
-             "tensor<1xf32>) -> tensor<2x64x64xf32>\n"
-             "  %%1 = tosa.add %%0, %%bias : (tensor<2x64x64xf32>, tensor<1x1x64xf32>) -> tensor<2x64x64xf32>\n"
-             "  %%2 = tosa.clamp %%1 {max_val = 3.0e38 : f32, min_val = 0.0 : f32} : (tensor<2x64x64xf32>) -> "
-             "tensor<2x64x64xf32>\n"
-             "  return %s\n}\n",
-             results[both], returns[both]);
+    snprintf(
+        model, sizeof model,
+        "func.func @mm(%%a: tensor<2x64x32xf32>, %%b: tensor<2x32x64xf32>, %%bias: tensor<1x1x64xf32>) -> %s "
+        "{\n"
+        "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
+        "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<2x64x32xf32>, tensor<2x32x64xf32>, "
+        "tensor<1xf32>, "
+        "tensor<1xf32>) -> tensor<2x64x64xf32>\n"
+        "  %%1 = tosa.add %%0, %%bias : (tensor<2x64x64xf32>, tensor<1x1x64xf32>) -> tensor<2x64x64xf32>\n"
+        "  %%2 = tosa.clamp %%1 {max_val = 3.0e38 : f32, min_val = 0.0 : f32} : (tensor<2x64x64xf32>) -> "
+        "tensor<2x64x64xf32>\n"
+        "  return %s\n}\n",
+        results[both], returns[both]);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
       dispatches_t d = count_dispatches(*state, model, cases[c].target);
-      if (d.shared != 3 || d.mine != cases[c].dispatches || d.fused != 3 - d.mine || (d.mine == 2 && d.widest != 5)) {
+      if (d.shared != 3 || d.mine != cases[c].dispatches || d.fused != 3 - d.mine ||
+          (d.mine == 2 && d.widest != 5)) {
         fail_msg("%s%s: %zu of %zu dispatches, %zu fused, %zu bindings at most", cases[c].target,
                  both ? " (C returned)" : "", d.mine, d.shared, d.fused, d.widest);
       }
@@ -737,23 +758,25 @@ static void test_epilogue_fusion(void **state) {
   static const struct {
     const char *target;
     size_t dispatches;
-  } narrow[] = {{"arm5gen", 2}, {"sm_89", 2}, {"gfx950", 2}, {"gfx1201", 2}, {"videocore_vii", 3}, {"x86_64", 3}};
+  } narrow[] = {{"arm5gen", 2}, {"sm_89", 2},         {"gfx950", 2},
+                {"gfx1201", 2}, {"videocore_vii", 3}, {"x86_64", 3}};
   static const char *const halves[2] = {"f16", "bf16"};
   for (int h = 0; h < 2; h++) {
     char model[2048];
     const char *t = halves[h];
-    snprintf(model, sizeof model,
-             "func.func @mm(%%a: tensor<2x64x32x%s>, %%b: tensor<2x32x64x%s>, %%bias: tensor<1x1x64x%s>) -> "
-             "tensor<2x64x64x%s> {\n"
-             "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1x%s>} : () -> tensor<1x%s>\n"
-             "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<2x64x32x%s>, tensor<2x32x64x%s>, tensor<1x%s>, "
-             "tensor<1x%s>) -> tensor<2x64x64xf32>\n"
-             "  %%1 = tosa.cast %%0 : (tensor<2x64x64xf32>) -> tensor<2x64x64x%s>\n"
-             "  %%2 = tosa.add %%1, %%bias : (tensor<2x64x64x%s>, tensor<1x1x64x%s>) -> tensor<2x64x64x%s>\n"
-             "  %%3 = tosa.clamp %%2 {max_val = 6.0e4 : %s, min_val = 0.0 : %s} : (tensor<2x64x64x%s>) -> "
-             "tensor<2x64x64x%s>\n"
-             "  return %%3 : tensor<2x64x64x%s>\n}\n",
-             t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t);
+    snprintf(
+        model, sizeof model,
+        "func.func @mm(%%a: tensor<2x64x32x%s>, %%b: tensor<2x32x64x%s>, %%bias: tensor<1x1x64x%s>) -> "
+        "tensor<2x64x64x%s> {\n"
+        "  %%zp = \"tosa.const\"() {values = dense<0.0> : tensor<1x%s>} : () -> tensor<1x%s>\n"
+        "  %%0 = tosa.matmul %%a, %%b, %%zp, %%zp : (tensor<2x64x32x%s>, tensor<2x32x64x%s>, tensor<1x%s>, "
+        "tensor<1x%s>) -> tensor<2x64x64xf32>\n"
+        "  %%1 = tosa.cast %%0 : (tensor<2x64x64xf32>) -> tensor<2x64x64x%s>\n"
+        "  %%2 = tosa.add %%1, %%bias : (tensor<2x64x64x%s>, tensor<1x1x64x%s>) -> tensor<2x64x64x%s>\n"
+        "  %%3 = tosa.clamp %%2 {max_val = 6.0e4 : %s, min_val = 0.0 : %s} : (tensor<2x64x64x%s>) -> "
+        "tensor<2x64x64x%s>\n"
+        "  return %%3 : tensor<2x64x64x%s>\n}\n",
+        t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t);
     for (size_t c = 0; c < sizeof narrow / sizeof narrow[0]; c++) {
       dispatches_t d = count_dispatches(*state, model, narrow[c].target);
       if (d.shared != 3 || d.mine != narrow[c].dispatches || d.fused != 3 - d.mine) {
@@ -766,7 +789,8 @@ static void test_epilogue_fusion(void **state) {
       "func.func @c(%x: tensor<1x8x8x16xf32>, %w: tensor<64x3x3x16xf32>, %b: tensor<64xf32>) -> "
       "tensor<1x8x8x64xf32> {\n"
       "  %zp = \"tosa.const\"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>\n"
-      "  %0 = tosa.conv2d %x, %w, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, "
+      "  %0 = tosa.conv2d %x, %w, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = "
+      "array<i64: 1, 1, "
       "1, 1>, stride = array<i64: 1, 1>} : (tensor<1x8x8x16xf32>, tensor<64x3x3x16xf32>, tensor<64xf32>, "
       "tensor<1xf32>, tensor<1xf32>) -> tensor<1x8x8x64xf32>\n"
       "  %1 = tosa.clamp %0 {max_val = 6.0 : f32, min_val = 0.0 : f32} : (tensor<1x8x8x64xf32>) -> "
@@ -806,13 +830,14 @@ static void test_elementwise_vectors(void **state) {
     for (size_t g = 0; g < sizeof gpus / sizeof gpus[0]; g++) {
       const kiln_target_t *targets[1] = {target(gpus[g])};
       kiln_compiler_output_t out;
-      assert_null(kiln_compiler_compile(*state, cases[c].model, strlen(cases[c].model), "e.mlir", targets, 1, &out));
+      assert_null(
+          kiln_compiler_compile(*state, cases[c].model, strlen(cases[c].model), "e.mlir", targets, 1, &out));
       if (out.targets[0].status) fail_msg("%s: %s", gpus[g], kiln_status_message(out.targets[0].status));
       uint32_t grid[3];
       last_dispatch(&out, grid);
       if (memcmp(grid, cases[c].grid, sizeof grid) != 0) {
-        fail_msg("case %zu on %s: %u x %u x %u workgroups, want %u x %u x %u", c, gpus[g], grid[0], grid[1], grid[2],
-                 cases[c].grid[0], cases[c].grid[1], cases[c].grid[2]);
+        fail_msg("case %zu on %s: %u x %u x %u workgroups, want %u x %u x %u", c, gpus[g], grid[0], grid[1],
+                 grid[2], cases[c].grid[0], cases[c].grid[1], cases[c].grid[2]);
       }
       kiln_compiler_output_deinit(&out);
     }
@@ -860,7 +885,8 @@ static void test_dynamic_plan(void **state) {
   assert_int_equal(fn->results[0].type.dims[0], -1);
   assert_true(fn->results[0].dim_exprs[0] > 0 && fn->results[0].size_expr > 0);
   bool has_args = false, dynamic_grid = false;
-  for (size_t b = 0; b < fn->n_buffers; b++) has_args = has_args || fn->buffers[b].kind == KILN_VMFB_BUFFER_ARGS;
+  for (size_t b = 0; b < fn->n_buffers; b++)
+    has_args = has_args || fn->buffers[b].kind == KILN_VMFB_BUFFER_ARGS;
   for (size_t s = 0; s < fn->n_steps; s++) {
     for (int d = 0; d < 3; d++) dynamic_grid = dynamic_grid || fn->steps[s].workgroup_exprs[d];
   }
@@ -926,7 +952,8 @@ static void test_long_diagnostics_are_cut(void **state) {
   kiln_buf_init(&big);
   kiln_buf_append_str(&big, "see current operation: ");
   for (int i = 0; i < 2000; i++) kiln_buf_append_str(&big, "\xc3\xa9"); /* e-acute, 2 bytes */
-  mlirEmitError(mlirLocationFileLineColGet(context->mlir, mlirStringRefCreateFromCString("-"), 3, 4), big.data);
+  mlirEmitError(mlirLocationFileLineColGet(context->mlir, mlirStringRefCreateFromCString("-"), 3, 4),
+                big.data);
   const char *got = capture.text.data;
   if (!strstr(got, "big.mlir:3:4: error: see current operation: ") || !strstr(got, "left out") ||
       capture.text.len > 1400) {
@@ -1014,8 +1041,8 @@ static void test_examples_all_gpu_targets(void **state) {
             rc = run_tool(cmd, kern->binary, kern->binary_len, output, sizeof output);
             break;
           case KILN_TARGET_KIND_HIP:
-            rc = run_tool("/usr/lib/llvm-22/bin/llvm-readobj --file-headers", kern->binary,
-                          kern->binary_len, output, sizeof output);
+            rc = run_tool("/usr/lib/llvm-22/bin/llvm-readobj --file-headers", kern->binary, kern->binary_len,
+                          output, sizeof output);
             if (!rc && !strstr(output, "EM_AMDGPU")) rc = -1;
             break;
           case KILN_TARGET_KIND_CUDA:
@@ -1023,8 +1050,7 @@ static void test_examples_all_gpu_targets(void **state) {
             snprintf(cmd, sizeof cmd, "/usr/local/cuda/bin/ptxas -arch=%s -o /dev/null", o->target->chip);
             rc = run_tool(cmd, kern->binary, kern->binary_len, output, sizeof output);
             break;
-          default:
-            break;
+          default: break;
         }
         if (rc != 0) {
           fail_msg("%s for %s, kernel %s: %s", models[m], o->target->id, kern->name, output);
@@ -1044,15 +1070,18 @@ static void test_examples_all_gpu_targets(void **state) {
       kiln_vmfb_info_t info;
       assert_null(kiln_vmfb_read((const uint8_t *)vmfb.data, vmfb.len, &info));
       if (info.cls != KILN_VMFB_CLASS_CURRENT) {
-        fail_msg("%s for %s: %s VMFB: %s", models[m], o->target->id, kiln_vmfb_class_name(info.cls), info.reason);
+        fail_msg("%s for %s: %s VMFB: %s", models[m], o->target->id, kiln_vmfb_class_name(info.cls),
+                 info.reason);
       }
       assert_string_equal(info.name, models[m]);
       assert_int_equal(info.hal_version, 7);
       assert_int_equal(info.n_executables, 1);
       assert_true(info.executables[0].has_header);
       assert_int_equal(info.executables[0].n_kernels, o->n_kernels);
-      for (size_t k = 0; k < o->n_kernels; k++) assert_string_equal(info.executables[0].kernels[k], o->kernels[k].name);
-      if (o->target->kind != KILN_TARGET_KIND_VULKAN) assert_string_equal(info.executables[0].chip, o->target->chip);
+      for (size_t k = 0; k < o->n_kernels; k++)
+        assert_string_equal(info.executables[0].kernels[k], o->kernels[k].name);
+      if (o->target->kind != KILN_TARGET_KIND_VULKAN)
+        assert_string_equal(info.executables[0].chip, o->target->chip);
       assert_string_equal(kiln_vmfb_info_attr(&info, "kiln.target"), o->target->id);
       assert_true(info.has_source);
       kiln_vmfb_info_deinit(&info);
@@ -1072,8 +1101,10 @@ static void test_examples_all_gpu_targets(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_cuda_ptx),         cmocka_unit_test(test_hip_hsaco),
-      cmocka_unit_test(test_vulkan_spirv),     cmocka_unit_test(test_bad_ir_has_diagnostics),
+      cmocka_unit_test(test_cuda_ptx),
+      cmocka_unit_test(test_hip_hsaco),
+      cmocka_unit_test(test_vulkan_spirv),
+      cmocka_unit_test(test_bad_ir_has_diagnostics),
       cmocka_unit_test(test_cpu_library),
       cmocka_unit_test(test_long_vector),
       cmocka_unit_test(test_bf16_matmul_tiles),

@@ -63,12 +63,12 @@ static void test_required_targets_present(void **state) {
     const char *id;
     kiln_target_kind_t kind;
   } required[] = {
-      {"sm_89", KILN_TARGET_KIND_CUDA},      {"sm_120", KILN_TARGET_KIND_CUDA},
-      {"sm_121", KILN_TARGET_KIND_CUDA},     {"gfx950", KILN_TARGET_KIND_HIP},
-      {"gfx942", KILN_TARGET_KIND_HIP},      {"gfx1100", KILN_TARGET_KIND_HIP},
-      {"gfx1201", KILN_TARGET_KIND_HIP},     {"arm5gen", KILN_TARGET_KIND_VULKAN},
-      {"valhall1", KILN_TARGET_KIND_VULKAN}, {"valhall2", KILN_TARGET_KIND_VULKAN},
-      {"valhall3", KILN_TARGET_KIND_VULKAN}, {"valhall4", KILN_TARGET_KIND_VULKAN},
+      {"sm_89", KILN_TARGET_KIND_CUDA},           {"sm_120", KILN_TARGET_KIND_CUDA},
+      {"sm_121", KILN_TARGET_KIND_CUDA},          {"gfx950", KILN_TARGET_KIND_HIP},
+      {"gfx942", KILN_TARGET_KIND_HIP},           {"gfx1100", KILN_TARGET_KIND_HIP},
+      {"gfx1201", KILN_TARGET_KIND_HIP},          {"arm5gen", KILN_TARGET_KIND_VULKAN},
+      {"valhall1", KILN_TARGET_KIND_VULKAN},      {"valhall2", KILN_TARGET_KIND_VULKAN},
+      {"valhall3", KILN_TARGET_KIND_VULKAN},      {"valhall4", KILN_TARGET_KIND_VULKAN},
       {"videocore_vii", KILN_TARGET_KIND_VULKAN}, {"x86_64", KILN_TARGET_KIND_CPU},
   };
   for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
@@ -141,9 +141,7 @@ static void assert_nonempty(const char *s) {
   assert_true(s[0] != '\0');
 }
 
-static int starts_with(const char *s, const char *prefix) {
-  return strncmp(s, prefix, strlen(prefix)) == 0;
-}
+static int starts_with(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 
 static void test_fields_consistent_with_kind(void **state) {
   (void)state;
@@ -232,8 +230,7 @@ static void test_fields_consistent_with_kind(void **state) {
         assert_int_equal(t->ptx_version, 0);
         assert_int_equal(t->spirv_version_major, 0);
         break;
-      default:
-        fail_msg("target %s has kind %d", t->id, (int)t->kind);
+      default: fail_msg("target %s has kind %d", t->id, (int)t->kind);
     }
   }
 }
@@ -281,16 +278,21 @@ static void test_aliases_map_to_expected_targets(void **state) {
   static const struct {
     const char *alias, *id;
   } cases[] = {
-      {"ada", "sm_89"},           {"rtx4090", "sm_89"},      {"L40S", "sm_89"},
-      {"rtx5090", "sm_120"},      {"rtx-pro-6000", "sm_120"}, {"gb10", "sm_121"},
-      {"dgx-spark", "sm_121"},    {"mi355x", "gfx950"},      {"cdna4", "gfx950"},
-      {"MI300X", "gfx942"},       {"mi300a", "gfx942"},      {"mi325x", "gfx942"},
-      {"rdna3", "gfx1100"},       {"rx7900xtx", "gfx1100"},  {"w7800", "gfx1100"},
-      {"rdna4", "gfx1201"},       {"rx9070xt", "gfx1201"},   {"mali-g720", "arm5gen"},
-      {"mali-g725", "arm5gen"},   {"valhall", "valhall1"},   {"mali-g57", "valhall1"},
-      {"mali-g78", "valhall2"},   {"mali-g710", "valhall3"}, {"mali-g715", "valhall4"},
-      {"mali-g615", "valhall4"},  {"rpi5", "videocore_vii"}, {"vc7", "videocore_vii"},
-      {"raspberrypi5", "videocore_vii"}, {"host", "x86_64"}, {"cpu", "x86_64"},
+      {"ada", "sm_89"},           {"rtx4090", "sm_89"},
+      {"L40S", "sm_89"},          {"rtx5090", "sm_120"},
+      {"rtx-pro-6000", "sm_120"}, {"gb10", "sm_121"},
+      {"dgx-spark", "sm_121"},    {"mi355x", "gfx950"},
+      {"cdna4", "gfx950"},        {"MI300X", "gfx942"},
+      {"mi300a", "gfx942"},       {"mi325x", "gfx942"},
+      {"rdna3", "gfx1100"},       {"rx7900xtx", "gfx1100"},
+      {"w7800", "gfx1100"},       {"rdna4", "gfx1201"},
+      {"rx9070xt", "gfx1201"},    {"mali-g720", "arm5gen"},
+      {"mali-g725", "arm5gen"},   {"valhall", "valhall1"},
+      {"mali-g57", "valhall1"},   {"mali-g78", "valhall2"},
+      {"mali-g710", "valhall3"},  {"mali-g715", "valhall4"},
+      {"mali-g615", "valhall4"},  {"rpi5", "videocore_vii"},
+      {"vc7", "videocore_vii"},   {"raspberrypi5", "videocore_vii"},
+      {"host", "x86_64"},         {"cpu", "x86_64"},
       {"llvm-cpu", "x86_64"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -373,8 +375,7 @@ static void test_resolve_unknown_suggests_and_lists(void **state) {
   kiln_status_free(status);
 
   status = resolve_expecting_failure("mali-g72");
-  assert_non_null(
-      strstr(kiln_status_message(status), "did you mean 'mali-g720', an alias of arm5gen?"));
+  assert_non_null(strstr(kiln_status_message(status), "did you mean 'mali-g720', an alias of arm5gen?"));
   kiln_status_free(status);
 
   /* Too far from anything: no guess, but still the list of ids. */
@@ -492,9 +493,14 @@ static void test_list_rejects_empty_entries(void **state) {
     const char *list;
     const char *entry;
   } cases[] = {
-      {"", "entry 1"},      {"   ", "entry 1"},          {",", "entry 1"},
-      {"sm_89,", "entry 2"}, {",sm_89", "entry 1"},       {"sm_89,,gfx950", "entry 2"},
-      {"sm_89, ,gfx950", "entry 2"}, {"sm_89,gfx950,\t", "entry 3"},
+      {"", "entry 1"},
+      {"   ", "entry 1"},
+      {",", "entry 1"},
+      {"sm_89,", "entry 2"},
+      {",sm_89", "entry 1"},
+      {"sm_89,,gfx950", "entry 2"},
+      {"sm_89, ,gfx950", "entry 2"},
+      {"sm_89,gfx950,\t", "entry 3"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     kiln_status_t status = list_expecting_failure(cases[i].list, 16);

@@ -15,15 +15,17 @@
 #include "daemon/rpc.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-#define READ_TOKEN "read-token-0123456789"
+#define READ_TOKEN   "read-token-0123456789"
 #define SUBMIT_TOKEN "submit-token-0123456789"
-#define ADMIN_TOKEN "admin-token-0123456789"
+#define ADMIN_TOKEN  "admin-token-0123456789"
 
 static const char *const good_file =
     "# tokens\n"
     "\n"
-    "  ci-read   read   " READ_TOKEN "  \n"
-    "ci-submit\tsubmit\t" SUBMIT_TOKEN "\r\n"
+    "  ci-read   read   " READ_TOKEN
+    "  \n"
+    "ci-submit\tsubmit\t" SUBMIT_TOKEN
+    "\r\n"
     "   # indented comment\n"
     "ops admin " ADMIN_TOKEN; /* no final newline */
 
@@ -64,7 +66,8 @@ static void test_parse(void **state) {
 static void test_parse_errors(void **state) {
   (void)state;
   expect_bad("a read 0123456789abcde\n", "tokens:1:", "16 to 4096");
-  expect_bad("# c\na read SECRETSECRETSECRET\nb write SECRETSECRETSECRET2\n", "tokens:3:", "unknown role 'write'");
+  expect_bad("# c\na read SECRETSECRETSECRET\nb write SECRETSECRETSECRET2\n",
+             "tokens:3:", "unknown role 'write'");
   expect_bad("a read\n", "tokens:1:", "three fields");
   expect_bad("a read SECRETSECRETSECRET extra\n", "tokens:1:", "three fields");
   expect_bad("a/b read SECRETSECRETSECRET\n", "tokens:1:", "name 'a/b'");
@@ -100,7 +103,8 @@ static void test_role_table(void **state) {
   }
   assert_int_equal(kilnd_auth_method_role("/grpc.health.v1.Health/Watch"), KILND_ROLE_NONE);
   assert_int_equal(kilnd_auth_method_role("/grpc.health.v1.Health/Check"), KILND_ROLE_NONE);
-  const char *read[] = {"GetServerInfo", "GetStats", "WatchJob", "GetArtifact", "FindArtifacts", "GetCacheStats"};
+  const char *read[] = {"GetServerInfo", "GetStats",      "WatchJob",
+                        "GetArtifact",   "FindArtifacts", "GetCacheStats"};
   const char *submit[] = {"Compile", "PutSource", "CancelJob", "Recompile"};
   const char *admin[] = {"VerifyCache", "CollectGarbage", "PinArtifact", "UnpinArtifact"};
   char path[128];
@@ -153,7 +157,8 @@ static void test_authorize(void **state) {
   const char *info = "/kiln.v1.Kiln/GetServerInfo";
   expect_authorize(tokens, "/grpc.health.v1.Health/Check", NULL, KILN_STATUS_OK, NULL);
   expect_authorize(tokens, info, NULL, KILN_STATUS_UNAUTHENTICATED, "no valid bearer token");
-  expect_authorize(tokens, info, "Bearer nope-nope-nope-nope", KILN_STATUS_UNAUTHENTICATED, "no valid bearer token");
+  expect_authorize(tokens, info, "Bearer nope-nope-nope-nope", KILN_STATUS_UNAUTHENTICATED,
+                   "no valid bearer token");
   expect_authorize(tokens, info, READ_TOKEN, KILN_STATUS_UNAUTHENTICATED, "Bearer <token>");
   expect_authorize(tokens, info, "Bearer " READ_TOKEN "x", KILN_STATUS_UNAUTHENTICATED, "no valid");
   expect_authorize(tokens, info, "Bearer " READ_TOKEN, KILN_STATUS_OK, "ci-read");
@@ -169,7 +174,7 @@ static void test_authorize(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_parse),     cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_load),
+      cmocka_unit_test(test_parse),      cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_load),
       cmocka_unit_test(test_role_table), cmocka_unit_test(test_authorize),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

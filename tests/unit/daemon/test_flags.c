@@ -92,13 +92,14 @@ static void test_limits(void **state) {
 }
 
 static void key_of(const char *const *flags, size_t n, char out[65]) {
-  kiln_cache_key_parts_t parts = {.source_digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                                  .target = "sm_89",
-                                  .flags = flags,
-                                  .n_flags = n,
-                                  .compiler = "kiln-mlir 0.1.0 llvm 22.1.8",
-                                  .hal_version = 7,
-                                  .bytecode_version = 17};
+  kiln_cache_key_parts_t parts = {
+      .source_digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+      .target = "sm_89",
+      .flags = flags,
+      .n_flags = n,
+      .compiler = "kiln-mlir 0.1.0 llvm 22.1.8",
+      .hal_version = 7,
+      .bytecode_version = 17};
   kiln_digest_hex_t key;
   assert_null(kiln_cache_key_compute(&parts, &key));
   memcpy(out, key.text, 65);
@@ -113,7 +114,8 @@ static size_t expected(const char *const *flags, size_t n, const char *twice, co
   const char *last = NULL;
   size_t len = strlen(twice);
   for (size_t i = 0; i < n; i++) {
-    if (strncmp(flags[i], twice, len) == 0 && (flags[i][len] == '\0' || flags[i][len] == '=')) last = flags[i];
+    if (strncmp(flags[i], twice, len) == 0 && (flags[i][len] == '\0' || flags[i][len] == '='))
+      last = flags[i];
   }
   size_t k = 0;
   for (size_t i = 0; i < after; i++) out[k++] = others[i];
@@ -124,7 +126,8 @@ static size_t expected(const char *const *flags, size_t n, const char *twice, co
 
 /* One list through kilnd's normalizer, base's (kiln explain's), the cache's
  * stored form and the cache key: each agrees with the expected list. */
-static void check_agree(const char *const *flags, size_t n, const char *const *want, size_t n_want, int *checked) {
+static void check_agree(const char *const *flags, size_t n, const char *const *want, size_t n_want,
+                        int *checked) {
   char **kd = NULL, **base = NULL;
   size_t n_kd = 0;
   assert_null(kilnd_flags_normalize(flags, n, &kd, &n_kd));

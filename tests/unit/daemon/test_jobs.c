@@ -47,7 +47,7 @@
 #include "daemon/jobs/seam.h"
 #include "tests/unit/support/testing.h"
 
-#define WAIT_NS (20 * 1000000000LL)
+#define WAIT_NS   (20 * 1000000000LL)
 #define MAX_TASKS 32
 
 /* ---- the fake pool ---------------------------------------------------------- */
@@ -103,8 +103,8 @@ static size_t fake_idle(void *self) {
 
 static void deliver(fake_pool_t *f, uint64_t id, kilnd_task_event_kind_t kind, const char *target,
                     kiln_status_code_t code, const char *message) {
-  kilnd_task_event_t ev = {.kind = kind, .worker = "worker-1", .pid = 0, .target = target, .code = code,
-                           .message = message};
+  kilnd_task_event_t ev = {
+      .kind = kind, .worker = "worker-1", .pid = 0, .target = target, .code = code, .message = message};
   char bytes[96];
   if (kind == KILND_TASK_TARGET_DONE) {
     /* Stand-in VMFB bytes, distinct per task and target. */
@@ -208,14 +208,14 @@ typedef struct fixture_s {
   bool closed;
 } fixture_t;
 
-#define RUN_UNTIL(fx, cond)                                       \
-  do {                                                            \
-    int64_t end_ = kiln_time_monotonic_ns() + WAIT_NS;            \
-    while (!(cond)) {                                             \
-      assert_true(kiln_time_monotonic_ns() < end_);               \
-      uv_run(&(fx)->loop, UV_RUN_NOWAIT);                         \
-      usleep(200);                                                \
-    }                                                             \
+#define RUN_UNTIL(fx, cond)                            \
+  do {                                                 \
+    int64_t end_ = kiln_time_monotonic_ns() + WAIT_NS; \
+    while (!(cond)) {                                  \
+      assert_true(kiln_time_monotonic_ns() < end_);    \
+      uv_run(&(fx)->loop, UV_RUN_NOWAIT);              \
+      usleep(200);                                     \
+    }                                                  \
   } while (0)
 
 static void engine_start_fx(fixture_t *fx) {
@@ -365,7 +365,8 @@ static kilnd_job_listener_t *listen_to(fixture_t *fx, const char *job_id, heard_
 /* Completes every target of task `i` (in submit order) and finishes it. */
 static void complete_task(fixture_t *fx, size_t i) {
   fake_task_t *t = &fx->pool.tasks[i];
-  for (size_t k = 0; k < t->n_targets; k++) deliver(&fx->pool, t->id, KILND_TASK_TARGET_DONE, t->targets[k], 0, NULL);
+  for (size_t k = 0; k < t->n_targets; k++)
+    deliver(&fx->pool, t->id, KILND_TASK_TARGET_DONE, t->targets[k], 0, NULL);
   fake_finish(&fx->pool, t->id);
 }
 
@@ -428,7 +429,7 @@ static void test_cold_compile_then_cached_on_the_loop(void **state) {
   assert_string_equal(again.targets[1].artifact_digest, h.digest[1]);
   heard_t h2 = {0};
   kilnd_job_listener_t *l = listen_to(fx, again.job_id, &h2);
-  assert_null(l);                /* it had finished: the callback ran before listen returned */
+  assert_null(l); /* it had finished: the callback ran before listen returned */
   assert_int_equal(h2.calls, 1);
   assert_true(h2.lock_free);
   assert_true(h2.hit[0]);
@@ -530,9 +531,9 @@ static void test_priority_then_clients_in_turn(void **state) {
   }
   complete_task(fx, 5);
   RUN_UNTIL(fx, stat_done(fx) == 6);
-  assert_int_equal(task_index(fx, "c1"), 1);                     /* INTERACTIVE before BATCH */
-  assert_true(task_index(fx, "b1") < task_index(fx, "a2"));      /* bob's one job is not behind alice's burst */
-  assert_true(task_index(fx, "a1") < task_index(fx, "a2"));      /* each client's own FIFO */
+  assert_int_equal(task_index(fx, "c1"), 1);                /* INTERACTIVE before BATCH */
+  assert_true(task_index(fx, "b1") < task_index(fx, "a2")); /* bob's one job is not behind alice's burst */
+  assert_true(task_index(fx, "a1") < task_index(fx, "a2")); /* each client's own FIFO */
   assert_true(task_index(fx, "a2") < task_index(fx, "a3"));
   engine_stop_fx(fx);
 }
@@ -627,8 +628,9 @@ static void test_cancel_queued_and_running(void **state) {
   assert_true(strstr(fx->pool.tasks[1].source, "@next(") != NULL);
   kiln_test_assert_ok(kilnd_jobs_cancel(fx->jobs, run.job_id, "", &state_after, &cancelled));
   assert_false(cancelled); /* already over */
-  kiln_test_assert_code(kilnd_jobs_cancel(fx->jobs, "j-000000000000000000000000", "", &state_after, &cancelled),
-                        KILN_STATUS_NOT_FOUND);
+  kiln_test_assert_code(
+      kilnd_jobs_cancel(fx->jobs, "j-000000000000000000000000", "", &state_after, &cancelled),
+      KILN_STATUS_NOT_FOUND);
   kilnd_job_admission_deinit(&run);
   kilnd_job_admission_deinit(&queued);
   kilnd_job_admission_deinit(&next);
@@ -746,7 +748,7 @@ static void test_store_restart_readmits(void **state) {
 
 /* Admission from several threads at once while the loop dispatches and completes:
  * what TSan watches (the thread pool's side of the engine against the loop's). */
-#define SUBMITTERS 4
+#define SUBMITTERS    4
 #define PER_SUBMITTER 8
 
 typedef struct submitter_s {

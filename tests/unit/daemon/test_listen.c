@@ -52,15 +52,15 @@ static void path_in_tmp(char *out, size_t size, const char *name) {
 }
 
 /* Asserts the code of `status` and frees it. */
-#define assert_code(status, code)                                              \
-  do {                                                                         \
-    kiln_status_t st__ = (status);                                             \
-    kiln_status_code_t got__ = kiln_status_code(st__);                         \
-    if (got__ != (code)) {                                                     \
-      fail_msg("expected %s, got %s: %s", kiln_status_code_name(code),         \
-               kiln_status_code_name(got__), kiln_status_message(st__));       \
-    }                                                                          \
-    kiln_status_free(st__);                                                    \
+#define assert_code(status, code)                                                                    \
+  do {                                                                                               \
+    kiln_status_t st__ = (status);                                                                   \
+    kiln_status_code_t got__ = kiln_status_code(st__);                                               \
+    if (got__ != (code)) {                                                                           \
+      fail_msg("expected %s, got %s: %s", kiln_status_code_name(code), kiln_status_code_name(got__), \
+               kiln_status_message(st__));                                                           \
+    }                                                                                                \
+    kiln_status_free(st__);                                                                          \
   } while (0)
 
 static void assert_addr_cleared(const kilnd_listen_addr_t *a) {
@@ -167,25 +167,25 @@ static void test_parse_unix_path_length_limit(void **state) {
 static void test_parse_rejects_bad_forms(void **state) {
   (void)state;
   static const char *const bad[] = {
-      "",                /* empty */
-      "localhost",       /* no port */
-      "127.0.0.1",       /* no port */
-      "127.0.0.1:",      /* empty port */
-      "127.0.0.1:65536", /* port > 65535 */
+      "",                               /* empty */
+      "localhost",                      /* no port */
+      "127.0.0.1",                      /* no port */
+      "127.0.0.1:",                     /* empty port */
+      "127.0.0.1:65536",                /* port > 65535 */
       "127.0.0.1:99999999999999999999", /* overflows long */
-      "127.0.0.1:-1",    /* negative */
-      "127.0.0.1:12ab",  /* trailing junk */
-      "127.0.0.1:0x50",  /* not decimal */
-      ":7477",           /* empty host */
-      "::1:7477",        /* unbracketed IPv6 */
-      "::7477",          /* unbracketed IPv6 */
-      "[::1]7477",       /* no colon after the bracket */
-      "[::1:7477",       /* no closing bracket */
-      "[::1]:",          /* empty port */
-      "[::1]:70000",     /* port > 65535 */
-      "[]:7477",         /* empty bracketed host */
-      "unix:",           /* no path */
-      "unix://",         /* no path */
+      "127.0.0.1:-1",                   /* negative */
+      "127.0.0.1:12ab",                 /* trailing junk */
+      "127.0.0.1:0x50",                 /* not decimal */
+      ":7477",                          /* empty host */
+      "::1:7477",                       /* unbracketed IPv6 */
+      "::7477",                         /* unbracketed IPv6 */
+      "[::1]7477",                      /* no colon after the bracket */
+      "[::1:7477",                      /* no closing bracket */
+      "[::1]:",                         /* empty port */
+      "[::1]:70000",                    /* port > 65535 */
+      "[]:7477",                        /* empty bracketed host */
+      "unix:",                          /* no path */
+      "unix://",                        /* no path */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     kilnd_listen_addr_t a;
@@ -228,12 +228,12 @@ static char *client_of(const char *text, int bound_port) {
   return s;
 }
 
-#define assert_formats(fn_call, expected)   \
-  do {                                      \
-    char *s__ = (fn_call);                  \
-    assert_non_null(s__);                   \
-    assert_string_equal(s__, (expected));   \
-    kiln_free(s__);                         \
+#define assert_formats(fn_call, expected) \
+  do {                                    \
+    char *s__ = (fn_call);                \
+    assert_non_null(s__);                 \
+    assert_string_equal(s__, (expected)); \
+    kiln_free(s__);                       \
   } while (0)
 
 static void test_grpc_target(void **state) {
@@ -304,8 +304,8 @@ static void test_preflight_tcp_in_use(void **state) {
   int code = kiln_status_code(st);
   if (code != KILN_STATUS_UNAVAILABLE) {
     close(fd);
-    fail_msg("expected UNAVAILABLE for a listening port, got %s: %s",
-             kiln_status_code_name(code), kiln_status_message(st));
+    fail_msg("expected UNAVAILABLE for a listening port, got %s: %s", kiln_status_code_name(code),
+             kiln_status_message(st));
   }
   assert_non_null(strstr(kiln_status_message(st), "in use"));
   /* The message names the address. */

@@ -46,10 +46,10 @@ static char *write_text(const kilnd_metrics_snapshot_t *snap) {
 static void test_buckets(void **state) {
   kilnd_histograms_t *h = calloc(1, sizeof *h);
   (void)state;
-  kilnd_histograms_observe(h, "sm_89", 0.1);   /* on the first bound: bucket 0 */
-  kilnd_histograms_observe(h, "sm_89", 0.11);  /* bucket 1 */
-  kilnd_histograms_observe(h, "sm_89", 1000);  /* above 900: +Inf */
-  kilnd_histograms_observe(h, "sm_89", -5);    /* a clock step: 0 */
+  kilnd_histograms_observe(h, "sm_89", 0.1);  /* on the first bound: bucket 0 */
+  kilnd_histograms_observe(h, "sm_89", 0.11); /* bucket 1 */
+  kilnd_histograms_observe(h, "sm_89", 1000); /* above 900: +Inf */
+  kilnd_histograms_observe(h, "sm_89", -5);   /* a clock step: 0 */
   kilnd_histograms_observe(h, "sm_89", NAN);
   assert_int_equal(h->count, 1);
   const kilnd_histogram_t *e = &h->by_target[0];
@@ -102,17 +102,23 @@ static void test_exposition(void **state) {
   snap->cache.bytes_served = 1234;
   char *text = write_text(snap);
 
-  assert_non_null(strstr(text, "kiln_build_info{version=\"0.1.0\",compiler=\"kiln-mlir 0.1.0 llvm 22\"} 1\n"));
+  assert_non_null(
+      strstr(text, "kiln_build_info{version=\"0.1.0\",compiler=\"kiln-mlir 0.1.0 llvm 22\"} 1\n"));
   assert_non_null(strstr(text, "kiln_jobs_finished_total{state=\"done\"} 7\n"));
   assert_non_null(strstr(text, "kiln_queue_depth{priority=\"bulk\"} 3\n"));
-  assert_non_null(strstr(text, "kiln_grpc_calls_total{method=\"/kiln.v1.Kiln/Compile\",code=\"NOT_FOUND\"} 1\n"));
+  assert_non_null(
+      strstr(text, "kiln_grpc_calls_total{method=\"/kiln.v1.Kiln/Compile\",code=\"NOT_FOUND\"} 1\n"));
   assert_non_null(strstr(text, "kiln_cache_served_bytes_total 1234\n"));
   assert_non_null(strstr(text, "kiln_ready 1\n"));
   /* Escaped label value; cumulative buckets; +Inf equals _count. */
-  assert_non_null(strstr(text, "kiln_compile_duration_seconds_bucket{target=\"sm_\\\"89\\\\\\n\",le=\"0.25\"} 0\n"));
-  assert_non_null(strstr(text, "kiln_compile_duration_seconds_bucket{target=\"sm_\\\"89\\\\\\n\",le=\"0.5\"} 1\n"));
-  assert_non_null(strstr(text, "kiln_compile_duration_seconds_bucket{target=\"sm_\\\"89\\\\\\n\",le=\"2.5\"} 2\n"));
-  assert_non_null(strstr(text, "kiln_compile_duration_seconds_bucket{target=\"sm_\\\"89\\\\\\n\",le=\"+Inf\"} 2\n"));
+  assert_non_null(
+      strstr(text, "kiln_compile_duration_seconds_bucket{target=\"sm_\\\"89\\\\\\n\",le=\"0.25\"} 0\n"));
+  assert_non_null(
+      strstr(text, "kiln_compile_duration_seconds_bucket{target=\"sm_\\\"89\\\\\\n\",le=\"0.5\"} 1\n"));
+  assert_non_null(
+      strstr(text, "kiln_compile_duration_seconds_bucket{target=\"sm_\\\"89\\\\\\n\",le=\"2.5\"} 2\n"));
+  assert_non_null(
+      strstr(text, "kiln_compile_duration_seconds_bucket{target=\"sm_\\\"89\\\\\\n\",le=\"+Inf\"} 2\n"));
   assert_non_null(strstr(text, "kiln_compile_duration_seconds_count{target=\"sm_\\\"89\\\\\\n\"} 2\n"));
   /* Every family: HELP then TYPE, before its first sample. */
   const char *help = strstr(text, "# HELP kiln_jobs_finished_total ");

@@ -36,8 +36,8 @@
 #include "kiln/v1/kiln.pb-c.h"
 
 #define GET_SERVER_INFO "/kiln.v1.Kiln/GetServerInfo"
-#define GET_STATS "/kiln.v1.Kiln/GetStats"
-#define HEALTH_CHECK "/grpc.health.v1.Health/Check"
+#define GET_STATS       "/kiln.v1.Kiln/GetStats"
+#define HEALTH_CHECK    "/grpc.health.v1.Health/Check"
 
 /* ---- Fixture: env + arena ------------------------------------------------ */
 
@@ -105,8 +105,7 @@ static ProtobufCMessage *call_ok(fixture_t *f, kilnd_unary_fn_t fn, const Protob
   ProtobufCMessage *resp = NULL;
   kiln_status_t st = fn(&f->env, &f->call, req, &resp);
   if (st) {
-    fail_msg("handler failed: %s: %s", kiln_status_code_name(kiln_status_code(st)),
-             kiln_status_message(st));
+    fail_msg("handler failed: %s: %s", kiln_status_code_name(kiln_status_code(st)), kiln_status_message(st));
   }
   assert_non_null(resp);
   return resp;
@@ -255,8 +254,7 @@ static void test_server_info_target_compile_flags(void **state) {
     }
     if (!has_device || !has_chip) {
       fail_msg("target %s: compile_flags (%zu entries) lacks %s%s%s", t->id, info->n_compile_flags,
-               has_device ? "" : device, !has_device && !has_chip ? " and " : "",
-               has_chip ? "" : chip);
+               has_device ? "" : device, !has_device && !has_chip ? " and " : "", has_chip ? "" : chip);
     }
   }
 }
@@ -384,7 +382,7 @@ static KILN_MUST_USE kiln_status_t health(fixture_t *f, const char *service, int
   return NULL;
 }
 
-#define SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+#define SERVING     GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
 #define NOT_SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
 
 static void test_health_serving(void **state) {
@@ -414,8 +412,8 @@ static void test_health_draining(void **state) {
 
 static void test_health_unknown_service(void **state) {
   fixture_t *f = *state;
-  static const char *const names[] = {"other.Service", "kiln.v1.kiln", "kiln.v1.Kiln ",
-                                      "kiln.v1", "grpc.health.v1.Health", "kiln.v1.Kiln/GetStats"};
+  static const char *const names[] = {"other.Service", "kiln.v1.kiln",          "kiln.v1.Kiln ",
+                                      "kiln.v1",       "grpc.health.v1.Health", "kiln.v1.Kiln/GetStats"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     int status;
     kiln_status_t st = health(f, names[i], &status);
@@ -486,8 +484,8 @@ static void test_methods_are_known(void **state) {
       if (strcmp(methods[i].path, streaming[k].path) == 0) want = streaming[k].kind;
     }
     if (methods[i].kind != want) {
-      fail_msg("%s is registered as kind %d, the contract says %d", methods[i].path,
-               (int)methods[i].kind, (int)want);
+      fail_msg("%s is registered as kind %d, the contract says %d", methods[i].path, (int)methods[i].kind,
+               (int)want);
     }
   }
 }
@@ -504,8 +502,7 @@ static size_t check_service(fixture_t *f, const ProtobufCServiceDescriptor *serv
     const kilnd_method_t *m = served(path);
     if (!m) continue;
     if (m->request_descriptor != md->input) {
-      fail_msg("%s takes %s, the contract says %s", path, m->request_descriptor->name,
-               md->input->name);
+      fail_msg("%s takes %s, the contract says %s", path, m->request_descriptor->name, md->input->name);
     }
     if (m->handler != kilnd_rpc_get_server_info && m->handler != kilnd_rpc_get_stats &&
         m->handler != kilnd_rpc_health_check) {
@@ -582,7 +579,8 @@ static void test_unserved_unknown_paths(void **state) {
 static void test_call_should_stop(void **state) {
   (void)state;
   atomic_bool stopping = false;
-  kilnd_call_ctx_t call = {.arena = NULL, .deadline_monotonic_ns = INT64_MAX, .stopping = &stopping, .client = "ipv4:127.0.0.1"};
+  kilnd_call_ctx_t call = {
+      .arena = NULL, .deadline_monotonic_ns = INT64_MAX, .stopping = &stopping, .client = "ipv4:127.0.0.1"};
   assert_false(kilnd_call_should_stop(&call));
   atomic_store(&stopping, true);
   assert_true(kilnd_call_should_stop(&call));

@@ -40,9 +40,8 @@ static int group_teardown(void **state) {
 }
 
 static const char *const env_vars[] = {
-    "KILND_LISTEN",   "KILND_STATE_DIR",     "KILND_LOG_LEVEL", "KILND_MAX_MESSAGE_BYTES",
-    "KILND_DRAIN_TIMEOUT", "KILND_CONFIG",   "KILND_HELP",      "KILND_VERSION",
-    "KILND_PRINT_CONFIG",  NULL,
+    "KILND_LISTEN", "KILND_STATE_DIR", "KILND_LOG_LEVEL", "KILND_MAX_MESSAGE_BYTES", "KILND_DRAIN_TIMEOUT",
+    "KILND_CONFIG", "KILND_HELP",      "KILND_VERSION",   "KILND_PRINT_CONFIG",      NULL,
 };
 
 static void clear_env(void) {
@@ -71,15 +70,15 @@ static int teardown(void **state) {
   return 0;
 }
 
-#define assert_code(status, code)                                              \
-  do {                                                                         \
-    kiln_status_t st__ = (status);                                             \
-    kiln_status_code_t got__ = kiln_status_code(st__);                         \
-    if (got__ != (code)) {                                                     \
+#define assert_code(status, code)                                                   \
+  do {                                                                              \
+    kiln_status_t st__ = (status);                                                  \
+    kiln_status_code_t got__ = kiln_status_code(st__);                              \
+    if (got__ != (code)) {                                                          \
       fail_msg("%s: expected %s, got %s: %s", #status, kiln_status_code_name(code), \
-               kiln_status_code_name(got__), kiln_status_message(st__));       \
-    }                                                                          \
-    kiln_status_free(st__);                                                    \
+               kiln_status_code_name(got__), kiln_status_message(st__));            \
+    }                                                                               \
+    kiln_status_free(st__);                                                         \
   } while (0)
 
 static KILN_MUST_USE kiln_status_t set(kilnd_settings_t *s, const char *name, const char *value) {
@@ -136,9 +135,9 @@ static void test_every_option_documented(void **state) {
 
 static void test_expected_options_present(void **state) {
   (void)state;
-  static const char *const names[] = {"config",  "listen",        "state-dir", "log-level",
-                                      "max-message-bytes", "drain-timeout", "print-config",
-                                      "help",    "version"};
+  static const char *const names[] = {
+      "config",        "listen",       "state-dir", "log-level", "max-message-bytes",
+      "drain-timeout", "print-config", "help",      "version"};
   const kiln_config_table_t *t = kilnd_settings_table();
   for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
     size_t i = 0;
@@ -170,8 +169,7 @@ static void test_default_listen_is_loopback(void **state) {
   kiln_status_t st = kilnd_listen_parse(s->listen, &a);
   if (st) fail_msg("default listen '%s' does not parse: %s", s->listen, kiln_status_message(st));
   assert_false(a.is_unix);
-  if (strcmp(a.host, "127.0.0.1") != 0 && strcmp(a.host, "::1") != 0 &&
-      strcmp(a.host, "localhost") != 0) {
+  if (strcmp(a.host, "127.0.0.1") != 0 && strcmp(a.host, "::1") != 0 && strcmp(a.host, "localhost") != 0) {
     fail_msg("default listen host '%s' is not loopback", a.host);
   }
   assert_true(a.port > 0);
@@ -230,8 +228,8 @@ static void test_max_message_bytes_bounds(void **state) {
   char below[32], above[32];
   snprintf(below, sizeof below, "%lld", (long long)o->min - 1);
   snprintf(above, sizeof above, "%lld", (long long)o->max + 1);
-  const char *const bad[] = {below, above, "1023", "0", "2147483648", "2GiB", "1TiB", "-1",
-                             "lots", "", "18446744073709551616"};
+  const char *const bad[] = {below,  above, "1023", "0", "2147483648",          "2GiB",
+                             "1TiB", "-1",  "lots", "",  "18446744073709551616"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     kiln_status_t st = set(s, "max-message-bytes", bad[i]);
     if (kiln_status_code(st) != KILN_STATUS_INVALID_ARGUMENT) {
@@ -312,8 +310,9 @@ static void test_full_load_precedence(void **state) {
   snprintf(conf, sizeof conf, "%s/kilnd.conf", tmpdir);
   FILE *f = fopen(conf, "w");
   assert_non_null(f);
-  fprintf(f, "# kilnd test config\nlisten = 127.0.0.1:1111\nlog-level = warn\n"
-             "max_message_bytes = 1MiB\n");
+  fprintf(f,
+          "# kilnd test config\nlisten = 127.0.0.1:1111\nlog-level = warn\n"
+          "max_message_bytes = 1MiB\n");
   fclose(f);
 
   setenv("KILND_LOG_LEVEL", "error", 1); /* env beats the file */
@@ -336,15 +335,13 @@ static void test_config_file_bounds(void **state) {
   assert_non_null(f);
   fprintf(f, "max-message-bytes = 100\n");
   fclose(f);
-  assert_code(kiln_config_load_file(kilnd_settings_table(), s, conf),
-              KILN_STATUS_INVALID_ARGUMENT);
+  assert_code(kiln_config_load_file(kilnd_settings_table(), s, conf), KILN_STATUS_INVALID_ARGUMENT);
   /* help is CLI-only: it is not a config-file key. */
   f = fopen(conf, "w");
   assert_non_null(f);
   fprintf(f, "help = true\n");
   fclose(f);
-  assert_code(kiln_config_load_file(kilnd_settings_table(), s, conf),
-              KILN_STATUS_INVALID_ARGUMENT);
+  assert_code(kiln_config_load_file(kilnd_settings_table(), s, conf), KILN_STATUS_INVALID_ARGUMENT);
   assert_false(s->help);
   unlink(conf);
 }

@@ -22,7 +22,8 @@ enum {
 
 /* Runs the checker over `data` in pieces of `chunk` bytes (0: all at once);
  * returns the refusal (NULL when accepted) and the decided format. */
-static KILN_MUST_USE kiln_status_t run(const void *data, size_t len, int declared, size_t chunk, kilnd_source_check_t *check) {
+static KILN_MUST_USE kiln_status_t run(const void *data, size_t len, int declared, size_t chunk,
+                                       kilnd_source_check_t *check) {
   kilnd_source_check_init(check, declared);
   const unsigned char *p = data;
   size_t step = chunk ? chunk : (len ? len : 1);
@@ -35,7 +36,8 @@ static KILN_MUST_USE kiln_status_t run(const void *data, size_t len, int declare
 }
 
 /* Every chunking from 1 byte up gives `want_ok` and, when refused, `words`. */
-static void expect(const void *data, size_t len, int declared, bool want_ok, int want_format, const char *words) {
+static void expect(const void *data, size_t len, int declared, bool want_ok, int want_format,
+                   const char *words) {
   for (size_t chunk = 0; chunk <= len + 1; chunk++) {
     kilnd_source_check_t check;
     kiln_status_t st = run(data, len, declared, chunk, &check);
@@ -65,8 +67,8 @@ static void test_text(void **state) {
   EXPECT_OK("M", UNSPECIFIED, TEXT); /* shorter than the magic: text */
   EXPECT_BAD("module {\xff}", UNSPECIFIED, "byte 8 is not valid UTF-8 (line 1, column 9)");
   EXPECT_BAD("a\nbc\n\xc0\xaf", UNSPECIFIED, "byte 5 is not valid UTF-8 (line 3, column 1)"); /* overlong */
-  EXPECT_BAD("\xed\xa0\x80", UNSPECIFIED, "byte 1 is not valid UTF-8");                        /* surrogate */
-  EXPECT_BAD("\xf4\x90\x80\x80", UNSPECIFIED, "byte 1 is not valid UTF-8");                    /* > U+10FFFF */
+  EXPECT_BAD("\xed\xa0\x80", UNSPECIFIED, "byte 1 is not valid UTF-8");                       /* surrogate */
+  EXPECT_BAD("\xf4\x90\x80\x80", UNSPECIFIED, "byte 1 is not valid UTF-8");                   /* > U+10FFFF */
   EXPECT_BAD("ok\n\xc3(", UNSPECIFIED, "byte 4 is not valid UTF-8 (line 2, column 2)");
   EXPECT_BAD("ok \xe2\x82", UNSPECIFIED, "byte 5 is not valid UTF-8"); /* cut off by the end */
   EXPECT_BAD("module {}\n\0", UNSPECIFIED, "byte 10 is a NUL (line 2, column 1)");

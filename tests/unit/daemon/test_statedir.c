@@ -79,24 +79,24 @@ static int teardown(void **state) {
   return 0;
 }
 
-#define assert_code(status, code)                                              \
-  do {                                                                         \
-    kiln_status_t st__ = (status);                                             \
-    kiln_status_code_t got__ = kiln_status_code(st__);                         \
-    if (got__ != (code)) {                                                     \
-      fail_msg("expected %s, got %s: %s", kiln_status_code_name(code),         \
-               kiln_status_code_name(got__), kiln_status_message(st__));       \
-    }                                                                          \
-    kiln_status_free(st__);                                                    \
+#define assert_code(status, code)                                                                    \
+  do {                                                                                               \
+    kiln_status_t st__ = (status);                                                                   \
+    kiln_status_code_t got__ = kiln_status_code(st__);                                               \
+    if (got__ != (code)) {                                                                           \
+      fail_msg("expected %s, got %s: %s", kiln_status_code_name(code), kiln_status_code_name(got__), \
+               kiln_status_message(st__));                                                           \
+    }                                                                                                \
+    kiln_status_free(st__);                                                                          \
   } while (0)
 
-#define assert_ok(expr)                                                           \
-  do {                                                                            \
-    kiln_status_t st__ = (expr);                                                  \
-    if (st__) {                                                                   \
+#define assert_ok(expr)                                                                   \
+  do {                                                                                    \
+    kiln_status_t st__ = (expr);                                                          \
+    if (st__) {                                                                           \
       fail_msg("%s failed: %s: %s", #expr, kiln_status_code_name(kiln_status_code(st__)), \
-               kiln_status_message(st__));                                        \
-    }                                                                             \
+               kiln_status_message(st__));                                                \
+    }                                                                                     \
   } while (0)
 
 static void join(char *out, size_t size, const char *a, const char *b) {
@@ -219,8 +219,10 @@ static void test_home_relative_path(void **state) {
   char *saved = old ? strdup(old) : NULL;
   assert_int_equal(setenv("HOME", f->base, 1), 0);
   kiln_status_t st = kilnd_statedir_open("~/kiln-home", &f->dir);
-  if (saved) setenv("HOME", saved, 1);
-  else unsetenv("HOME");
+  if (saved)
+    setenv("HOME", saved, 1);
+  else
+    unsetenv("HOME");
   free(saved);
   if (st) fail_msg("open ~/kiln-home: %s", kiln_status_message(st));
   char expected[PATH_MAX];

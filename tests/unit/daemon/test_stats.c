@@ -17,8 +17,8 @@
 #include "daemon/stats.h"
 
 #define GET_SERVER_INFO "/kiln.v1.Kiln/GetServerInfo"
-#define GET_STATS "/kiln.v1.Kiln/GetStats"
-#define HEALTH_CHECK "/grpc.health.v1.Health/Check"
+#define GET_STATS       "/kiln.v1.Kiln/GetStats"
+#define HEALTH_CHECK    "/grpc.health.v1.Health/Check"
 
 /* Method names with static storage, as kilnd_stats_record requires. */
 static char many_names[KILND_STATS_MAX_METHODS + 8][48];
@@ -215,10 +215,10 @@ static void test_full_table_folds_into_unknown(void **state) {
     const kilnd_method_stats_t *m = kilnd_stats_find(stats, many_names[i]);
     if (!m) continue;
     if (m->total != 1 || m->by_code[KILN_STATUS_NOT_FOUND] != 0) {
-      fail_msg("%s was counted %llu times (NOT_FOUND %llu) after 1 OK call: overflow calls were "
-               "charged to it instead of \"(unknown)\"",
-               m->method, (unsigned long long)m->total,
-               (unsigned long long)m->by_code[KILN_STATUS_NOT_FOUND]);
+      fail_msg(
+          "%s was counted %llu times (NOT_FOUND %llu) after 1 OK call: overflow calls were "
+          "charged to it instead of \"(unknown)\"",
+          m->method, (unsigned long long)m->total, (unsigned long long)m->by_code[KILN_STATUS_NOT_FOUND]);
     }
   }
   const kilnd_method_stats_t *u = kilnd_stats_find(stats, KILND_STATS_UNKNOWN_METHOD);

@@ -53,8 +53,8 @@
 #endif
 
 #define WAIT_MS 30000
-#define MLP KILN_SOURCE_DIR "/examples/mlp.mlir"
-#define BAD_IR "func.func @f() -> i32 {\n  %0 = arith.constant 1 : i64\n  return %0 : i32\n}\n"
+#define MLP     KILN_SOURCE_DIR "/examples/mlp.mlir"
+#define BAD_IR  "func.func @f() -> i32 {\n  %0 = arith.constant 1 : i64\n  return %0 : i32\n}\n"
 
 /* ---- Fixture: a loop, a temp dir, and every event the pool delivered ---------- */
 
@@ -204,7 +204,9 @@ static size_t count(const fixture_t *f, uint64_t task, kilnd_task_event_kind_t k
 }
 
 static bool finished(fixture_t *f, uint64_t task) { return find(f, task, KILND_TASK_FINISHED, NULL) != NULL; }
-static bool progressed(fixture_t *f, uint64_t task) { return find(f, task, KILND_TASK_PROGRESS, NULL) != NULL; }
+static bool progressed(fixture_t *f, uint64_t task) {
+  return find(f, task, KILND_TASK_PROGRESS, NULL) != NULL;
+}
 static bool never(fixture_t *f, uint64_t arg) {
   (void)f;
   (void)arg;
@@ -282,8 +284,8 @@ static void assert_failed(const fixture_t *f, uint64_t task, const char *target,
   const rec_t *r = find(f, task, KILND_TASK_TARGET_FAILED, target);
   if (!r) fail_msg("no TARGET_FAILED for %s", target);
   if (r->code != code) {
-    fail_msg("%s: expected %s, got %s: %s", target, kiln_status_code_name(code), kiln_status_code_name(r->code),
-             r->message);
+    fail_msg("%s: expected %s, got %s: %s", target, kiln_status_code_name(code),
+             kiln_status_code_name(r->code), r->message);
   }
 }
 
@@ -571,7 +573,8 @@ static void test_two_workers_two_tasks(void **state) {
   kilnd_workers_stats(f->pool, &s);
   assert_int_equal(s.busy, 2);
   assert_int_equal(kilnd_workers_idle(f->pool), 0);
-  kilnd_task_t third = {.id = 23, .source = (const uint8_t *)src, .source_len = len, .targets = SM89, .n_targets = 1};
+  kilnd_task_t third = {
+      .id = 23, .source = (const uint8_t *)src, .source_len = len, .targets = SM89, .n_targets = 1};
   kiln_status_t st = kilnd_workers_submit(f->pool, &third);
   assert_int_equal(kiln_status_code(st), KILN_STATUS_FAILED_PRECONDITION);
   kiln_status_free(st);
@@ -596,7 +599,8 @@ static void test_submit_checks(void **state) {
   kilnd_workers_options_t o = base_options(1);
   start_pool(f, &o);
   const char *const dup[] = {"sm_89", "sm_89"};
-  kilnd_task_t t = {.id = 0, .source = (const uint8_t *)"x", .source_len = 1, .targets = SM89, .n_targets = 1};
+  kilnd_task_t t = {
+      .id = 0, .source = (const uint8_t *)"x", .source_len = 1, .targets = SM89, .n_targets = 1};
   kiln_status_t st = kilnd_workers_submit(f->pool, &t);
   assert_int_equal(kiln_status_consume_code(st), KILN_STATUS_INVALID_ARGUMENT);
   t.id = 5;
@@ -688,9 +692,9 @@ static void write_script(const char *path, const char *text) {
 }
 
 /* A stand-in compiler that writes its arguments, one a line, to the -o file. */
-#define ARGV_ECHO                                                        \
-  "#!/bin/sh\nout=\nprev=\nfor a in \"$@\"; do\n"                        \
-  "  [ \"$prev\" = -o ] && out=$a\n  prev=$a\ndone\n"                    \
+#define ARGV_ECHO                                     \
+  "#!/bin/sh\nout=\nprev=\nfor a in \"$@\"; do\n"     \
+  "  [ \"$prev\" = -o ] && out=$a\n  prev=$a\ndone\n" \
   "[ -n \"$out\" ] || exit 9\nprintf '%s\\n' \"$@\" > \"$out\"\n"
 
 static void test_external_template_expansion(void **state) {
@@ -730,14 +734,16 @@ static void test_external_template_expansion(void **state) {
   close_pool(f);
 
   /* Every placeholder, braces, and {flags} inside a longer word. */
-  o.external_args = "-x={backend}:{target}:{chip}:{device}:{target_flag} {{lit}} F=[{flags}] -o {output} {input}";
+  o.external_args =
+      "-x={backend}:{target}:{chip}:{device}:{target_flag} {{lit}} F=[{flags}] -o {output} {input}";
   start_pool(f, &o);
   t.id = 52;
   t.n_targets = 1;
   assert_null(kilnd_workers_submit(f->pool, &t));
   assert_true(wait_for(f, finished, 52, WAIT_MS));
-  const char *want2 = "-x=cuda:sm_89:sm_89:cuda:iree-cuda-target\n{lit}\n"
-                      "F=[--iree-opt-level=O2 --iree-stream-resource-index-bits=64]\n-o\nsm_89.vmfb\nmy_model.mlir\n";
+  const char *want2 =
+      "-x=cuda:sm_89:sm_89:cuda:iree-cuda-target\n{lit}\n"
+      "F=[--iree-opt-level=O2 --iree-stream-resource-index-bits=64]\n-o\nsm_89.vmfb\nmy_model.mlir\n";
   const rec_t *r = find(f, 52, KILND_TASK_TARGET_DONE, "sm_89");
   assert_non_null(r);
   assert_int_equal(r->artifact_len, strlen(want2));
@@ -820,7 +826,8 @@ static void test_instant_death_backs_off(void **state) {
   assert_false(kilnd_workers_identity(f->pool, &info));
   assert_string_equal(info.name, "");
   assert_string_equal(info.version, "");
-  kilnd_task_t t = {.id = 1, .source = (const uint8_t *)"x", .source_len = 1, .targets = SM89, .n_targets = 1};
+  kilnd_task_t t = {
+      .id = 1, .source = (const uint8_t *)"x", .source_len = 1, .targets = SM89, .n_targets = 1};
   st = kilnd_workers_submit(f->pool, &t);
   assert_int_equal(kiln_status_consume_code(st), KILN_STATUS_FAILED_PRECONDITION);
 }

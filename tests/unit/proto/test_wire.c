@@ -14,9 +14,9 @@
 #include "proto/wire.h"
 
 /* 0, 1, 127, 128, then values that need each length up to 10 bytes. */
-static const uint64_t values[] = {0,           1,           127,          128,          16383,
-                                  16384,       (1u << 21),  (1u << 28) - 1, 1ull << 35,  1ull << 42,
-                                  1ull << 49,  1ull << 56,  1ull << 63,   UINT64_MAX};
+static const uint64_t values[] = {
+    0,          1,          127,        128,        16383,      16384,     (1u << 21), (1u << 28) - 1,
+    1ull << 35, 1ull << 42, 1ull << 49, 1ull << 56, 1ull << 63, UINT64_MAX};
 
 static void test_put_matches_protobuf_c(void **state) {
   (void)state;
@@ -62,7 +62,8 @@ static void test_roundtrip_whole_and_fed(void **state) {
     }
     assert_true(acc == values[i]);
   }
-  assert_int_equal(kiln_wire_put_varint((uint8_t[KILN_WIRE_VARINT_MAX]){0}, UINT64_MAX), KILN_WIRE_VARINT_MAX);
+  assert_int_equal(kiln_wire_put_varint((uint8_t[KILN_WIRE_VARINT_MAX]){0}, UINT64_MAX),
+                   KILN_WIRE_VARINT_MAX);
 }
 
 static void test_overlong_is_malformed(void **state) {

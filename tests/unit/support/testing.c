@@ -75,8 +75,9 @@ void kiln_test_fill_random(unsigned char *p, size_t len, uint64_t seed) {
 }
 
 void kiln_test_fill_compressible(unsigned char *p, size_t len, uint64_t seed) {
-  static const char *const words[] = {"kiln ",  "iree ",   "vmfb ", "module ", "func.func ",
-                                      "%arg0 ", "tensor<4x4xf32> ", "\n", "return ", "= "};
+  static const char *const words[] = {
+      "kiln ", "iree ",   "vmfb ", "module ", "func.func ", "%arg0 ", "tensor<4x4xf32> ",
+      "\n",    "return ", "= "};
   uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
   size_t i = 0;
   while (i < len) {
@@ -88,8 +89,10 @@ void kiln_test_fill_compressible(unsigned char *p, size_t len, uint64_t seed) {
 unsigned char *kiln_test_make_data(size_t len, bool compressible, uint64_t seed) {
   unsigned char *p = malloc(len ? len : 1);
   assert_non_null(p);
-  if (compressible) kiln_test_fill_compressible(p, len, seed);
-  else kiln_test_fill_random(p, len, seed);
+  if (compressible)
+    kiln_test_fill_compressible(p, len, seed);
+  else
+    kiln_test_fill_random(p, len, seed);
   return p;
 }
 

@@ -40,11 +40,13 @@ static const char PTX[] =
 /* SPIR-V 1.3: header, OpCapability Shader, OpMemoryModel Logical GLSL450, one
  * OpEntryPoint GLCompute per kernel. */
 static const uint32_t SPIRV[] = {
-    0x07230203u, 0x00010300u, 0u, 3u, 0u,
-    (2u << 16) | 17u, 1u,            /* OpCapability Shader */
-    (3u << 16) | 14u, 0u, 1u,        /* OpMemoryModel Logical GLSL450 */
-    (6u << 16) | 15u, 5u, 1u, 0x5f646461u, 0x6e72656bu, 0x00006c65u, /* "add_kernel" */
-    (6u << 16) | 15u, 5u, 2u, 0x5f6c756du, 0x6e72656bu, 0x00006c65u, /* "mul_kernel" */
+    0x07230203u,      0x00010300u, 0u, 3u,          0u,
+    (2u << 16) | 17u, 1u,              /* OpCapability Shader */
+    (3u << 16) | 14u, 0u,          1u, /* OpMemoryModel Logical GLSL450 */
+    (6u << 16) | 15u, 5u,          1u, 0x5f646461u, 0x6e72656bu,
+    0x00006c65u, /* "add_kernel" */
+    (6u << 16) | 15u, 5u,          2u, 0x5f6c756du, 0x6e72656bu,
+    0x00006c65u, /* "mul_kernel" */
 };
 
 static const bool RO[3] = {true, true, false};
@@ -62,12 +64,15 @@ static void put32(uint8_t *p, uint32_t v) {
  * followed by zeros: enough for anything that reads the header. */
 static void make_hsaco(uint8_t out[KILN_TEST_VMFB_HSACO_BYTES]) {
   memset(out, 0, KILN_TEST_VMFB_HSACO_BYTES);
-  memcpy(out, "\x7f" "ELF", 4);
-  out[4] = 2;  /* ELFCLASS64 */
-  out[5] = 1;  /* ELFDATA2LSB */
-  out[6] = 1;  /* EV_CURRENT */
-  out[7] = 64; /* ELFOSABI_AMDGPU_HSA */
-  out[8] = 3;  /* ELFABIVERSION_AMDGPU_HSA_V5 */
+  memcpy(out,
+         "\x7f"
+         "ELF",
+         4);
+  out[4] = 2;            /* ELFCLASS64 */
+  out[5] = 1;            /* ELFDATA2LSB */
+  out[6] = 1;            /* EV_CURRENT */
+  out[7] = 64;           /* ELFOSABI_AMDGPU_HSA */
+  out[8] = 3;            /* ELFABIVERSION_AMDGPU_HSA_V5 */
   put16(out + 16, 3);    /* ET_DYN */
   put16(out + 18, 224);  /* EM_AMDGPU */
   put32(out + 20, 1);    /* EV_CURRENT */
@@ -84,8 +89,8 @@ static void make_plan(kiln_vmfb_plan_t *plan) {
   fn->n_inputs = 2;
   fn->inputs = kiln_calloc(2, sizeof *fn->inputs);
   for (int i = 0; i < 2; i++) {
-    fn->inputs[i] = (kiln_vmfb_tensor_type_t){.element_type = KILN_VMFB_ELEMENT_FLOAT_32, .rank = 1,
-                                              .dims = {N_ELEMS}};
+    fn->inputs[i] =
+        (kiln_vmfb_tensor_type_t){.element_type = KILN_VMFB_ELEMENT_FLOAT_32, .rank = 1, .dims = {N_ELEMS}};
   }
   fn->n_buffers = 5;
   fn->buffers = kiln_calloc(5, sizeof *fn->buffers);
@@ -108,8 +113,8 @@ static void make_plan(kiln_vmfb_plan_t *plan) {
     step->n_bindings = 3;
     step->bindings = kiln_calloc(3, sizeof *step->bindings);
     for (int b = 0; b < 3; b++) {
-      step->bindings[b] = (kiln_vmfb_binding_t){.buffer = bufs[s][b], .offset = 0, .length = BYTES,
-                                                .read_only = b < 2};
+      step->bindings[b] =
+          (kiln_vmfb_binding_t){.buffer = bufs[s][b], .offset = 0, .length = BYTES, .read_only = b < 2};
     }
     step->n_constants = s == 0 ? 1 : 2;
     step->constants = kiln_calloc(2, sizeof *step->constants);
@@ -119,7 +124,8 @@ static void make_plan(kiln_vmfb_plan_t *plan) {
   fn->n_results = 1;
   fn->results = kiln_calloc(1, sizeof *fn->results);
   fn->results[0] = (kiln_vmfb_result_t){
-      .buffer = 4, .offset = 0,
+      .buffer = 4,
+      .offset = 0,
       .type = {.element_type = KILN_VMFB_ELEMENT_FLOAT_32, .rank = 1, .dims = {N_ELEMS}}};
 }
 
@@ -128,10 +134,18 @@ void kiln_test_vmfb_sample_init(kiln_test_vmfb_sample_t *out_sample) {
   memset(s, 0, sizeof *s);
   make_plan(&s->plan);
   make_hsaco(s->hsaco);
-  s->kernels[0] = (kiln_vmfb_kernel_t){.name = "add_kernel", .module = 0, .block_size = {64, 1, 1},
-                                       .n_bindings = 3, .read_only = RO, .n_constants = 1};
-  s->kernels[1] = (kiln_vmfb_kernel_t){.name = "mul_kernel", .module = 0, .block_size = {64, 1, 1},
-                                       .n_bindings = 3, .read_only = RO, .n_constants = 2};
+  s->kernels[0] = (kiln_vmfb_kernel_t){.name = "add_kernel",
+                                       .module = 0,
+                                       .block_size = {64, 1, 1},
+                                       .n_bindings = 3,
+                                       .read_only = RO,
+                                       .n_constants = 1};
+  s->kernels[1] = (kiln_vmfb_kernel_t){.name = "mul_kernel",
+                                       .module = 0,
+                                       .block_size = {64, 1, 1},
+                                       .n_bindings = 3,
+                                       .read_only = RO,
+                                       .n_constants = 2};
   s->code[0] = (kiln_vmfb_code_t){(const uint8_t *)PTX, sizeof PTX - 1};
   s->code[1] = (kiln_vmfb_code_t){s->hsaco, KILN_TEST_VMFB_HSACO_BYTES};
   s->code[2] = (kiln_vmfb_code_t){(const uint8_t *)SPIRV, sizeof SPIRV};

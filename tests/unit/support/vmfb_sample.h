@@ -21,9 +21,9 @@
 #include "compiler/vmfb/writer.h"
 
 enum {
-  KILN_TEST_VMFB_ELEMS = 1024,                    /* elements of every tensor */
+  KILN_TEST_VMFB_ELEMS = 1024,                     /* elements of every tensor */
   KILN_TEST_VMFB_BYTES = 4 * KILN_TEST_VMFB_ELEMS, /* bytes of every buffer, the constant's too */
-  KILN_TEST_VMFB_HSACO_BYTES = 128,               /* the AMDGPU ELF header and its zero padding */
+  KILN_TEST_VMFB_HSACO_BYTES = 128,                /* the AMDGPU ELF header and its zero padding */
 };
 
 typedef struct kiln_test_vmfb_sample_s {

@@ -142,8 +142,8 @@ static uint8_t *copy_of(const void *p, size_t n) {
 }
 
 /* Parses exactly `n` bytes from a fresh heap copy (so ASan sees any over-read). */
-static KILN_MUST_USE kiln_status_t parse_copy(const void *p, size_t n, uint32_t flags, kiln_vmfb_archive_t *out,
-                                uint8_t **out_copy) {
+static KILN_MUST_USE kiln_status_t parse_copy(const void *p, size_t n, uint32_t flags,
+                                              kiln_vmfb_archive_t *out, uint8_t **out_copy) {
   uint8_t *c = copy_of(p, n);
   kiln_status_t status = kiln_vmfb_archive_parse(c, n, flags, out);
   *out_copy = c;
@@ -287,9 +287,7 @@ static void build_zip(const tzip_t *z, const tzip_entry_t *entries, size_t n, ki
     if (e->omit) continue;
     count++;
     uint32_t crc = crc_of(e->data, e->size) ^ (e->bad_crc ? 1u : 0u);
-    uint32_t size32 = e->size_override ? e->size_override
-                      : e->zip64       ? UINT32_MAX
-                                       : (uint32_t)e->size;
+    uint32_t size32 = e->size_override ? e->size_override : e->zip64 ? UINT32_MAX : (uint32_t)e->size;
     wr32(h, 0x02014B50u);
     wr16(h + 4, 0x031E);
     wr16(h + 6, 20);
@@ -584,8 +582,7 @@ static void test_golden_flat_layout(void **state) {
 static void test_round_trip_zip(void **state) {
   fixture_t *f = *state;
   kiln_vmfb_archive_t a;
-  assert_ok(
-      kiln_vmfb_archive_parse(f->zip_file.data, f->zip_file.len, KILN_VMFB_ARCHIVE_VERIFY_CRC, &a));
+  assert_ok(kiln_vmfb_archive_parse(f->zip_file.data, f->zip_file.len, KILN_VMFB_ARCHIVE_VERIFY_CRC, &a));
   assert_sane(&a, zbytes(f), f->zip_file.len);
   assert_int_equal(a.layout, KILN_VMFB_ARCHIVE_LAYOUT_ZIP);
   assert_int_equal(a.flatbuffer_offset, 64);
@@ -624,12 +621,11 @@ static void test_round_trip_zip(void **state) {
   assert_memory_equal(data, f->seg1, SEG1_SIZE);
   const uint8_t *untouched = (const uint8_t *)"x";
   data = untouched;
-  assert_fails(kiln_vmfb_archive_rodata_resolve(&a, ZIP_FILE_SIZE, 1, &data),
-               KILN_STATUS_OUT_OF_RANGE, "past the end of the file");
-  assert_fails(kiln_vmfb_archive_rodata_resolve(&a, UINT64_MAX - 10, 100, &data),
-               KILN_STATUS_OUT_OF_RANGE, NULL);
-  assert_fails(kiln_vmfb_archive_rodata_resolve(&a, 0, UINT64_MAX, &data), KILN_STATUS_OUT_OF_RANGE,
+  assert_fails(kiln_vmfb_archive_rodata_resolve(&a, ZIP_FILE_SIZE, 1, &data), KILN_STATUS_OUT_OF_RANGE,
+               "past the end of the file");
+  assert_fails(kiln_vmfb_archive_rodata_resolve(&a, UINT64_MAX - 10, 100, &data), KILN_STATUS_OUT_OF_RANGE,
                NULL);
+  assert_fails(kiln_vmfb_archive_rodata_resolve(&a, 0, UINT64_MAX, &data), KILN_STATUS_OUT_OF_RANGE, NULL);
   assert_ptr_equal(data, untouched);
 
   /* Without the flag the CRCs are left unchecked. */
@@ -645,8 +641,7 @@ static void test_round_trip_zip(void **state) {
 static void test_round_trip_flat(void **state) {
   fixture_t *f = *state;
   kiln_vmfb_archive_t a;
-  assert_ok(kiln_vmfb_archive_parse(f->flat_file.data, f->flat_file.len,
-                                    KILN_VMFB_ARCHIVE_VERIFY_CRC, &a));
+  assert_ok(kiln_vmfb_archive_parse(f->flat_file.data, f->flat_file.len, KILN_VMFB_ARCHIVE_VERIFY_CRC, &a));
   assert_sane(&a, (const uint8_t *)f->flat_file.data, f->flat_file.len);
   assert_int_equal(a.layout, KILN_VMFB_ARCHIVE_LAYOUT_FLAT);
   assert_int_equal(a.flatbuffer_offset, 0);
@@ -738,9 +733,8 @@ static void test_plan_detects_moved_segments(void **state) {
   kiln_buf_t out;
   kiln_buf_init(&out);
   kiln_buf_append_str(&out, "stale");
-  assert_fails(
-      kiln_vmfb_archive_write(&c, f->offsets, &out), KILN_STATUS_FAILED_PRECONDITION,
-      "segment 1 (\"weights.bin\") lands at rodata offset 5312 but the FlatBuffer says 5184");
+  assert_fails(kiln_vmfb_archive_write(&c, f->offsets, &out), KILN_STATUS_FAILED_PRECONDITION,
+               "segment 1 (\"weights.bin\") lands at rodata offset 5312 but the FlatBuffer says 5184");
   assert_int_equal(out.len, 0); /* nothing written */
   uint64_t fresh[2];
   kiln_vmfb_archive_plan_t plan;
@@ -782,15 +776,12 @@ static void test_write_validation(void **state) {
   c = f->flat;
   c.extras = f->extras;
   c.extra_count = 1;
-  assert_fails(kiln_vmfb_archive_write(&c, NULL, &out), KILN_STATUS_INVALID_ARGUMENT,
-               "need the zip layout");
-  assert_fails(kiln_vmfb_archive_plan(&c, NULL, offsets), KILN_STATUS_INVALID_ARGUMENT,
-               "zip layout");
+  assert_fails(kiln_vmfb_archive_write(&c, NULL, &out), KILN_STATUS_INVALID_ARGUMENT, "need the zip layout");
+  assert_fails(kiln_vmfb_archive_plan(&c, NULL, offsets), KILN_STATUS_INVALID_ARGUMENT, "zip layout");
 
   c = f->zip;
   c.layout = (kiln_vmfb_archive_layout_t)7;
-  assert_fails(kiln_vmfb_archive_plan(&c, NULL, offsets), KILN_STATUS_INVALID_ARGUMENT,
-               "unknown layout");
+  assert_fails(kiln_vmfb_archive_plan(&c, NULL, offsets), KILN_STATUS_INVALID_ARGUMENT, "unknown layout");
 
   c = f->zip;
   c.flatbuffer_size = 11;
@@ -800,11 +791,9 @@ static void test_write_validation(void **state) {
 
   c = f->zip;
   c.flatbuffer_size = FB_SIZE - 1; /* the prefix says 96 */
-  assert_fails(kiln_vmfb_archive_write(&c, NULL, &out), KILN_STATUS_INVALID_ARGUMENT,
-               "size prefix is 96");
+  assert_fails(kiln_vmfb_archive_write(&c, NULL, &out), KILN_STATUS_INVALID_ARGUMENT, "size prefix is 96");
   c.flatbuffer = NULL;
-  assert_fails(kiln_vmfb_archive_write(&c, NULL, &out), KILN_STATUS_INVALID_ARGUMENT,
-               "no FlatBuffer");
+  assert_fails(kiln_vmfb_archive_write(&c, NULL, &out), KILN_STATUS_INVALID_ARGUMENT, "no FlatBuffer");
 
   static const uint32_t bad_alignments[] = {3, 96, 65536, 1u << 31};
   for (size_t i = 0; i < sizeof bad_alignments / sizeof *bad_alignments; i++) {
@@ -868,15 +857,13 @@ static void test_write_validation(void **state) {
   kiln_vmfb_archive_file_t dup_extra = {SEG1_NAME, f->extra, EXTRA_SIZE, 0};
   c = f->zip;
   c.extras = &dup_extra;
-  assert_fails(kiln_vmfb_archive_plan(&c, NULL, offsets), KILN_STATUS_INVALID_ARGUMENT,
-               "used twice");
+  assert_fails(kiln_vmfb_archive_plan(&c, NULL, offsets), KILN_STATUS_INVALID_ARGUMENT, "used twice");
 
   memcpy(segs, f->segments, sizeof segs);
   segs[0].name = NULL;
   c = f->zip;
   c.segments = segs;
-  assert_fails(kiln_vmfb_archive_plan(&c, NULL, offsets), KILN_STATUS_INVALID_ARGUMENT,
-               "has no name");
+  assert_fails(kiln_vmfb_archive_plan(&c, NULL, offsets), KILN_STATUS_INVALID_ARGUMENT, "has no name");
   c.layout = KILN_VMFB_ARCHIVE_LAYOUT_FLAT; /* flat segments need no names */
   c.extra_count = 0;
   assert_ok(kiln_vmfb_archive_plan(&c, NULL, offsets));
@@ -934,9 +921,8 @@ static void test_zip_tools_accept(void **state) {
       const char *name;
       const uint8_t *data;
       size_t len;
-    } want[] = {{SEG0_NAME, f->seg0, SEG0_SIZE},
-                {SEG1_NAME, f->seg1, SEG1_SIZE},
-                {EXTRA_NAME, f->extra, EXTRA_SIZE}};
+    } want[] = {
+        {SEG0_NAME, f->seg0, SEG0_SIZE}, {SEG1_NAME, f->seg1, SEG1_SIZE}, {EXTRA_NAME, f->extra, EXTRA_SIZE}};
     for (size_t i = 0; i < 3; i++) {
       char out[700];
       snprintf(out, sizeof out, "%s/out/%s", f->root, want[i].name);
@@ -998,12 +984,7 @@ static void test_reads_iree_compile_layout(void **state) {
   memcpy(module, f->fb, FB_SIZE);
   wr32(module, padded);
   tzip_entry_t entries[] = {
-      {.name = "module.fb",
-       .name_len = 9,
-       .data = module,
-       .size = padded,
-       .align = 64,
-       .zip64 = true},
+      {.name = "module.fb", .name_len = 9, .data = module, .size = padded, .align = 64, .zip64 = true},
       {.name = SEG0_NAME,
        .name_len = 10,
        .data = f->seg0,
@@ -1026,8 +1007,7 @@ static void test_reads_iree_compile_layout(void **state) {
   assert_int_equal(a.rodata_base, 192);
   assert_int_equal(a.entries[1].header_offset, 192);
   const uint8_t *data;
-  assert_ok(kiln_vmfb_archive_rodata_resolve(&a, a.entries[1].data_offset - a.rodata_base,
-                                             SEG0_SIZE, &data));
+  assert_ok(kiln_vmfb_archive_rodata_resolve(&a, a.entries[1].data_offset - a.rodata_base, SEG0_SIZE, &data));
   assert_memory_equal(data, f->seg0, SEG0_SIZE);
   kiln_vmfb_archive_deinit(&a);
   kiln_buf_deinit(&out);
@@ -1040,8 +1020,7 @@ static void test_every_truncation(void **state) {
   for (size_t len = 0; len < f->zip_file.len; len++) {
     kiln_vmfb_archive_t a;
     uint8_t *copy;
-    kiln_status_t status =
-        parse_copy(f->zip_file.data, len, KILN_VMFB_ARCHIVE_VERIFY_CRC, &a, &copy);
+    kiln_status_t status = parse_copy(f->zip_file.data, len, KILN_VMFB_ARCHIVE_VERIFY_CRC, &a, &copy);
     if (!status) fail_msg("a zip truncated to %zu of %zu bytes parsed", len, f->zip_file.len);
     assert_int_equal(kiln_status_code(status), KILN_STATUS_INVALID_ARGUMENT);
     assert_null(a.entries);
@@ -1058,14 +1037,12 @@ static void test_every_truncation(void **state) {
       assert_ok(status);
       assert_sane(&a, copy, len);
       const uint8_t *data;
-      kiln_status_t resolved =
-          kiln_vmfb_archive_rodata_resolve(&a, f->flat_offsets[1], SEG1_SIZE, &data);
+      kiln_status_t resolved = kiln_vmfb_archive_rodata_resolve(&a, f->flat_offsets[1], SEG1_SIZE, &data);
       assert_int_equal(kiln_status_code(resolved), KILN_STATUS_OUT_OF_RANGE);
       kiln_status_free(resolved);
       kiln_vmfb_archive_deinit(&a);
     } else {
-      assert_fails(status, KILN_STATUS_INVALID_ARGUMENT,
-                   len < 16 ? "fewer than 16 bytes" : "size prefix");
+      assert_fails(status, KILN_STATUS_INVALID_ARGUMENT, len < 16 ? "fewer than 16 bytes" : "size prefix");
     }
     free(copy);
   }
@@ -1093,14 +1070,12 @@ static void test_random_byte_flips(void **state) {
     int flips = 1 + (int)(kiln_test_random_next(&rng) % 4);
     bool structural = kiln_test_random_next(&rng) % 4 != 0;
     for (int i = 0; i < flips; i++) {
-      size_t pos =
-          structural ? structural_position(&rng) : kiln_test_random_next(&rng) % f->zip_file.len;
+      size_t pos = structural ? structural_position(&rng) : kiln_test_random_next(&rng) % f->zip_file.len;
       uint8_t v = (uint8_t)kiln_test_random_next(&rng);
       file[pos] ^= v ? v : 0x80;
     }
     kiln_vmfb_archive_t a;
-    kiln_status_t status =
-        kiln_vmfb_archive_parse(file, f->zip_file.len, KILN_VMFB_ARCHIVE_VERIFY_CRC, &a);
+    kiln_status_t status = kiln_vmfb_archive_parse(file, f->zip_file.len, KILN_VMFB_ARCHIVE_VERIFY_CRC, &a);
     if (status) {
       assert_true(kiln_status_message(status)[0] != '\0');
       kiln_status_free(status);
@@ -1124,7 +1099,7 @@ static void test_random_byte_flips(void **state) {
 /* ---- hostile archives (patches of the example, or test-built zips) ---- */
 
 static KILN_MUST_USE kiln_status_t parse_patched(fixture_t *f, void (*patch)(uint8_t *file), uint32_t flags,
-                                   kiln_vmfb_archive_t *out, uint8_t **out_copy) {
+                                                 kiln_vmfb_archive_t *out, uint8_t **out_copy) {
   uint8_t *c = copy_of(f->zip_file.data, f->zip_file.len);
   patch(c);
   *out_copy = c;
@@ -1182,9 +1157,7 @@ static void patch_seg0_overlaps_seg1(uint8_t *z) {
 static void patch_stored_sizes_differ(uint8_t *z) { wr64(z + CD_ZIP64(CD1, 10), 4999); }
 static void patch_name_nul(uint8_t *z) { z[CD1 + 46 + 3] = 0; }
 static void patch_header_offset_mid_data(uint8_t *z) { wr64(z + CD_ZIP64(CD1, 10) + 16, 3000); }
-static void patch_header_offset_past_end(uint8_t *z) {
-  wr64(z + CD_ZIP64(CD1, 10) + 16, ZIP_FILE_SIZE - 10);
-}
+static void patch_header_offset_past_end(uint8_t *z) { wr64(z + CD_ZIP64(CD1, 10) + 16, ZIP_FILE_SIZE - 10); }
 static void patch_local_name(uint8_t *z) { z[SEG0_HEADER + 30] = 'X'; }
 static void patch_local_method(uint8_t *z) { wr16(z + SEG0_HEADER + 8, 8); }
 static void patch_local_extra_len_huge(uint8_t *z) { wr16(z + EXTRA_HEADER + 28, 0xFFFF); }
@@ -1214,8 +1187,7 @@ static void patch_module_encrypted(uint8_t *z) { wr16(z + CD0 + 8, 1); }
 static void test_hostile_directories(void **state) {
   fixture_t *f = *state;
   expect_patched(f, patch_count_huge, "claims 1000000000 entries; kiln reads at most 65535");
-  expect_patched(f, patch_count_too_many,
-                 "claims 5000 entries but its 346 bytes at 5837 hold at most 7");
+  expect_patched(f, patch_count_too_many, "claims 5000 entries but its 346 bytes at 5837 hold at most 7");
   expect_patched(f, patch_count_short, "its 3 entries take 252");
   expect_patched(f, patch_count_long,
                  "entry 4 at 6183: its 46-byte record runs past the end of the directory");
@@ -1228,17 +1200,15 @@ static void test_hostile_directories(void **state) {
     uint8_t *copy;
     kiln_status_t status = parse_patched(f, patch_seg0_past_end, 0, &a, &copy);
     assert_int_equal(kiln_status_code(status), KILN_STATUS_INVALID_ARGUMENT);
-    assert_string_equal(
-        kiln_status_message(status),
-        "zip central directory entry 1 (\"_sm_89.bin\"): data ends at 10256, past the end of "
-        "the file (6281 bytes)");
+    assert_string_equal(kiln_status_message(status),
+                        "zip central directory entry 1 (\"_sm_89.bin\"): data ends at 10256, past the end of "
+                        "the file (6281 bytes)");
     kiln_status_free(status);
     free(copy);
   }
   expect_patched(f, patch_seg0_wraps, "past the end of the file (6281 bytes)");
-  expect_patched(
-      f, patch_seg1_into_directory,
-      "entry 2 (\"weights.bin\"): data [5376, 5876) runs into the central directory at 5837");
+  expect_patched(f, patch_seg1_into_directory,
+                 "entry 2 (\"weights.bin\"): data [5376, 5876) runs into the central directory at 5837");
   expect_patched(f, patch_seg0_overlaps_seg1,
                  "entries 1 (\"_sm_89.bin\", header 192, data ends at 5356) and 2 "
                  "(\"weights.bin\", header 5256) overlap");
@@ -1246,8 +1216,7 @@ static void test_hostile_directories(void **state) {
                  "stored entry with compressed size 5000 but uncompressed size 4999");
   expect_patched(f, patch_name_nul, "entry 1 (\"_sm\\x0089.bin\"): its name holds a NUL byte at 3");
   expect_patched(f, patch_header_offset_mid_data, "no local header signature at 3000");
-  expect_patched(f, patch_header_offset_past_end,
-                 "local header at 6271 is past the end of the file");
+  expect_patched(f, patch_header_offset_past_end, "local header at 6271 is past the end of the file");
   expect_patched(f, patch_local_name, "the local header at 192 names \"Xsm_89.bin\"");
   expect_patched(f, patch_local_method,
                  "compression method 0 in the directory but 8 in the local header at 192");
@@ -1268,10 +1237,8 @@ static void test_hostile_directories(void **state) {
   expect_patched(f, patch_eocd64_body, "its size 1000");
   expect_patched(f, patch_eocd64_disk, "multi-disk");
   expect_patched(f, patch_eocd64_on_disk, "multi-disk");
-  expect_patched(f, patch_locator_signature,
-                 "defers to zip64 values but no zip64 locator precedes it");
-  expect_patched(f, patch_eocd_comment,
-                 "no end of central directory record in the last 6281 bytes");
+  expect_patched(f, patch_locator_signature, "defers to zip64 values but no zip64 locator precedes it");
+  expect_patched(f, patch_eocd_comment, "no end of central directory record in the last 6281 bytes");
   expect_patched(f, patch_module_offset, NULL); /* duplicate header offset: overlap or mismatch */
   expect_patched(
       f, patch_module_prefix,
@@ -1336,8 +1303,7 @@ static void test_hostile_built_archives(void **state) {
   }
   assert_int_equal(a.entries[1].method, 8);
   assert_int_equal(a.entries[2].method, 93);
-  assert_fails(kiln_vmfb_archive_entry_verify(&a, 1), KILN_STATUS_UNIMPLEMENTED,
-               "compressed (method 8)");
+  assert_fails(kiln_vmfb_archive_entry_verify(&a, 1), KILN_STATUS_UNIMPLEMENTED, "compressed (method 8)");
   assert_fails(kiln_vmfb_archive_entry_verify(&a, 3), KILN_STATUS_UNIMPLEMENTED, "encrypted");
   kiln_vmfb_archive_deinit(&a);
 
@@ -1377,8 +1343,7 @@ static void test_hostile_built_archives(void **state) {
   e2[1].name = "";
   e2[1].name_len = 0;
   build_zip(&classic, e2, 2, &out);
-  assert_fails(kiln_vmfb_archive_parse(out.data, out.len, 0, &a), KILN_STATUS_INVALID_ARGUMENT,
-               "empty name");
+  assert_fails(kiln_vmfb_archive_parse(out.data, out.len, 0, &a), KILN_STATUS_INVALID_ARGUMENT, "empty name");
   e2[1].name = "module.fb";
   e2[1].name_len = 9;
   build_zip(&classic, e2, 2, &out);
@@ -1401,11 +1366,7 @@ static void test_hostile_built_archives(void **state) {
   /* A zip64 sentinel with no zip64 field; a classic end record with a count
    * sentinel and no locator. */
   tzip_entry_t e4[] = {
-      {.name = "module.fb",
-       .name_len = 9,
-       .data = f->fb,
-       .size = FB_SIZE,
-       .size_override = UINT32_MAX},
+      {.name = "module.fb", .name_len = 9, .data = f->fb, .size = FB_SIZE, .size_override = UINT32_MAX},
   };
   build_zip(&classic, e4, 1, &out);
   assert_fails(kiln_vmfb_archive_parse(out.data, out.len, 0, &a), KILN_STATUS_INVALID_ARGUMENT,
@@ -1417,12 +1378,8 @@ static void test_hostile_built_archives(void **state) {
 
   /* A gap between the entries and the directory is legal (IREE leaves one). */
   tzip_t gap = {.gap_after = 7, .zip64_end = true};
-  tzip_entry_t e5[] = {{.name = "module.fb",
-                        .name_len = 9,
-                        .data = f->fb,
-                        .size = FB_SIZE,
-                        .zip64 = true,
-                        .align = 64}};
+  tzip_entry_t e5[] = {
+      {.name = "module.fb", .name_len = 9, .data = f->fb, .size = FB_SIZE, .zip64 = true, .align = 64}};
   build_zip(&gap, e5, 1, &out);
   assert_ok(kiln_vmfb_archive_parse(out.data, out.len, KILN_VMFB_ARCHIVE_VERIFY_CRC, &a));
   assert_int_equal(a.flatbuffer_offset, 64);
@@ -1448,8 +1405,7 @@ static void test_parse_arguments_and_tiny_files(void **state) {
   assert_fails(kiln_vmfb_archive_parse("x", 1, 0x80, &a), KILN_STATUS_INVALID_ARGUMENT,
                "unknown parse flags");
   assert_fails(kiln_vmfb_archive_parse(NULL, 0, 0, NULL), KILN_STATUS_INVALID_ARGUMENT, NULL);
-  assert_fails(kiln_vmfb_archive_parse(NULL, 0, 0, &a), KILN_STATUS_INVALID_ARGUMENT,
-               "flat layout");
+  assert_fails(kiln_vmfb_archive_parse(NULL, 0, 0, &a), KILN_STATUS_INVALID_ARGUMENT, "flat layout");
   assert_fails(kiln_vmfb_archive_parse("PK\3\4", 4, 0, &a), KILN_STATUS_INVALID_ARGUMENT,
                "too short for an end of central directory record");
   /* Flat: a prefix larger than the file. */

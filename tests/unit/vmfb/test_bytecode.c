@@ -30,7 +30,7 @@
 
 /* ---- helpers ---- */
 
-#define assert_ok kiln_test_assert_ok
+#define assert_ok   kiln_test_assert_ok
 
 #define assert_code kiln_test_assert_code
 
@@ -291,8 +291,7 @@ static void test_variadic_call_encoding(void **state) {
   kiln_vmfb_reg_t r1 = kiln_vmfb_bytecode_ref(bc);
   uint16_t spans[2] = {2, 1};
   kiln_vmfb_reg_t args[5] = {r0, i0, i1, r1, i0};
-  kiln_vmfb_bytecode_call_variadic(bc, KILN_VMFB_IMPORT(3), "0rCiDCriD_v", spans, 2, args, 5, NULL,
-                                   0);
+  kiln_vmfb_bytecode_call_variadic(bc, KILN_VMFB_IMPORT(3), "0rCiDCriD_v", spans, 2, args, 5, NULL, 0);
   kiln_vmfb_bytecode_return(bc, NULL, 0);
   kiln_vmfb_vm_function_t fn = {0};
   finish_ok(bc, &fn);
@@ -398,8 +397,8 @@ static void test_matches_iree_yieldable_calls(void **state) {
   for (int k = 0; k < 5; k++) kiln_vmfb_bytecode_const_i32(bc, values[k], j[k]);
   uint16_t two = 2;
   kiln_vmfb_reg_t vargs[3] = {j[2], j[3], j[4]};
-  kiln_vmfb_bytecode_call_variadic_yieldable(bc, KILN_VMFB_IMPORT(1), "0CiDi_i", &two, 1, vargs, 3,
-                                             &j[2], 1, bb1);
+  kiln_vmfb_bytecode_call_variadic_yieldable(bc, KILN_VMFB_IMPORT(1), "0CiDi_i", &two, 1, vargs, 3, &j[2], 1,
+                                             bb1);
   kiln_vmfb_bytecode_block_begin(bc, bb1);
   kiln_vmfb_bytecode_cmp_ne_i32(bc, j[2], j[1], j[1]);
   kiln_vmfb_bytecode_cond_br(bc, j[1], bb3, bb2);
@@ -594,8 +593,7 @@ static void test_block_misuse(void **state) {
   kiln_vmfb_vm_function_t fn = {0};
   assert_ok(kiln_vmfb_bytecode_finish(bc, &fn));
   kiln_vmfb_bytecode_return(bc, NULL, 0);
-  assert_int_equal(kiln_status_code(kiln_vmfb_bytecode_status(bc)),
-                   KILN_STATUS_FAILED_PRECONDITION);
+  assert_int_equal(kiln_status_code(kiln_vmfb_bytecode_status(bc)), KILN_STATUS_FAILED_PRECONDITION);
   assert_code(kiln_vmfb_bytecode_finish(bc, &fn), KILN_STATUS_FAILED_PRECONDITION);
   kiln_vmfb_bytecode_destroy(bc);
   fn_free(&fn);
@@ -735,8 +733,8 @@ static void test_verify_accepts_assembled_and_iree_bytes(void **state) {
   kiln_vmfb_bytecode_call(bc, KILN_VMFB_IMPORT(0), "0ii_i", args, 2, &i0, 1);
   uint16_t two = 2;
   kiln_vmfb_reg_t vargs[3] = {i0, i0, i0};
-  kiln_vmfb_bytecode_call_variadic_yieldable(bc, KILN_VMFB_IMPORT(1), "0CiDi_i", &two, 1, vargs, 3,
-                                             &i0, 1, next);
+  kiln_vmfb_bytecode_call_variadic_yieldable(bc, KILN_VMFB_IMPORT(1), "0CiDi_i", &two, 1, vargs, 3, &i0, 1,
+                                             next);
   kiln_vmfb_bytecode_block_begin(bc, next);
   kiln_vmfb_reg_t arg = kiln_vmfb_bytecode_arg(bc, 0);
   kiln_vmfb_bytecode_return(bc, &arg, 1);
@@ -766,36 +764,31 @@ static void test_verify_rejects(void **state) {
       {"no terminator", "0v_v", "79 0c 0000", 1, 1, 0, KILN_STATUS_INVALID_ARGUMENT},
       {"block count too high", "0v_v", "79 5a 0000", 2, 0, 0, KILN_STATUS_INVALID_ARGUMENT},
       {"block count zero", "0v_v", "79 5a 0000", 0, 0, 0, KILN_STATUS_INVALID_ARGUMENT},
-      {"branch into a block body", "0v_v", "79 56 01000000 0000", 1, 0, 0,
-       KILN_STATUS_INVALID_ARGUMENT},
+      {"branch into a block body", "0v_v", "79 56 01000000 0000", 1, 0, 0, KILN_STATUS_INVALID_ARGUMENT},
       {"i32 out of range", "0v_v", "79 0c 0100 5a 00 0000", 1, 1, 0, KILN_STATUS_OUT_OF_RANGE},
-      {"ref where i32 wanted", "0v_v", "79 0c 0080 5a 00 0000", 1, 1, 1,
-       KILN_STATUS_INVALID_ARGUMENT},
-      {"i32 where ref wanted", "0v_v", "79 10 0000 5a 00 0000", 1, 1, 1,
-       KILN_STATUS_INVALID_ARGUMENT},
+      {"ref where i32 wanted", "0v_v", "79 0c 0080 5a 00 0000", 1, 1, 1, KILN_STATUS_INVALID_ARGUMENT},
+      {"i32 where ref wanted", "0v_v", "79 10 0000 5a 00 0000", 1, 1, 1, KILN_STATUS_INVALID_ARGUMENT},
       {"ref out of range", "0v_v", "79 10 0180 5a 00 0000", 1, 0, 1, KILN_STATUS_OUT_OF_RANGE},
       {"odd i64", "0v_v", "79 0e 0100 5a 00 0000", 1, 4, 0, KILN_STATUS_INVALID_ARGUMENT},
       {"i64 half out of range", "0v_v", "79 0e 0200 5a 00 0000", 1, 3, 0, KILN_STATUS_OUT_OF_RANGE},
-      {"MOVE on a no-MOVE operand", "0v_v", "79 55 00c0 0000 5a 0000", 1, 1, 1,
-       KILN_STATUS_INVALID_ARGUMENT},
+      {"MOVE on a no-MOVE operand", "0v_v", "79 55 00c0 0000 5a 0000", 1, 1, 1, KILN_STATUS_INVALID_ARGUMENT},
       {"type out of range", "0v_v", "79 08 00000000 02000000 0080 5a 0000", 1, 0, 1,
        KILN_STATUS_OUT_OF_RANGE},
       {"global ref out of range", "0v_v", "79 08 01000000 01000000 0080 5a 0000", 1, 0, 1,
        KILN_STATUS_OUT_OF_RANGE},
       {"global bytes out of range", "0v_v", "79 04 08000000 0000 5a 00 0000", 1, 2, 0,
        KILN_STATUS_OUT_OF_RANGE},
-      {"rodata out of range", "0v_v", "79 11 01000000 0080 5a 00 0000", 1, 0, 1,
-       KILN_STATUS_OUT_OF_RANGE},
+      {"rodata out of range", "0v_v", "79 11 01000000 0080 5a 00 0000", 1, 0, 1, KILN_STATUS_OUT_OF_RANGE},
       {"import out of range", "0v_v", "79 58 02000080 0000 0000 5a 00 0000", 1, 0, 0,
        KILN_STATUS_INVALID_ARGUMENT},
       {"function out of range", "0v_v", "79 58 01000000 0000 0000 5a 00 0000", 1, 0, 0,
        KILN_STATUS_INVALID_ARGUMENT},
       {"call args miss the cconv", "0v_v", "79 58 00000080 0100 0000 0100 0000 5a 00 0000", 1, 1, 0,
        KILN_STATUS_OUT_OF_RANGE},
-      {"variadic callee without segments", "0v_v", "79 58 01000080 0100 0000 0100 0000 5a 00 0000",
-       1, 1, 0, KILN_STATUS_INVALID_ARGUMENT},
-      {"variadic call to an internal function", "0v_v", "79 59 00000000 0000 0000 0000 5a 00 0000",
-       1, 0, 0, KILN_STATUS_FAILED_PRECONDITION},
+      {"variadic callee without segments", "0v_v", "79 58 01000080 0100 0000 0100 0000 5a 00 0000", 1, 1, 0,
+       KILN_STATUS_INVALID_ARGUMENT},
+      {"variadic call to an internal function", "0v_v", "79 59 00000000 0000 0000 0000 5a 00 0000", 1, 0, 0,
+       KILN_STATUS_FAILED_PRECONDITION},
       {"return misses the results", "0v_r", "79 5a 0000", 1, 0, 0, KILN_STATUS_OUT_OF_RANGE},
       {"arguments need registers", "0rr_v", "79 5a 0000", 1, 0, 1, KILN_STATUS_INVALID_ARGUMENT},
       {"truncated op", "0v_v", "79 0d 0100", 1, 1, 0, KILN_STATUS_OUT_OF_RANGE},

@@ -42,9 +42,35 @@ enum { M1_X };
 enum { M2_S };
 enum { NODE_KIDS };
 enum {
-  A_BOOL, A_U8, A_I8, A_U16, A_I16, A_U32, A_I32, A_U64, A_I64, A_F32, A_F64,
-  A_POS, A_BIG, A_NAME, A_CHILD, A_BYTES, A_WORDS, A_LONGS, A_DOUBLES, A_VEC3S,
-  A_NAMES, A_LEAVES, A_U_TYPE, A_U, A_LOCS_TYPE, A_LOCS, A_OLD, A_NEXT, A_SHORTS,
+  A_BOOL,
+  A_U8,
+  A_I8,
+  A_U16,
+  A_I16,
+  A_U32,
+  A_I32,
+  A_U64,
+  A_I64,
+  A_F32,
+  A_F64,
+  A_POS,
+  A_BIG,
+  A_NAME,
+  A_CHILD,
+  A_BYTES,
+  A_WORDS,
+  A_LONGS,
+  A_DOUBLES,
+  A_VEC3S,
+  A_NAMES,
+  A_LEAVES,
+  A_U_TYPE,
+  A_U,
+  A_LOCS_TYPE,
+  A_LOCS,
+  A_OLD,
+  A_NEXT,
+  A_SHORTS,
   A_COUNT
 };
 
@@ -84,25 +110,14 @@ static const kiln_vmfb_flatbuf_field_desc_t all_fields[A_COUNT] = {
     {.name = "i64", .slot = A_I64, .kind = KILN_FLATBUF_I64},
     {.name = "f32", .slot = A_F32, .kind = KILN_FLATBUF_F32, .default_float = 1.5},
     {.name = "f64", .slot = A_F64, .kind = KILN_FLATBUF_F64},
-    {.name = "pos",
-     .slot = A_POS,
-     .kind = KILN_FLATBUF_STRUCT,
-     .struct_size = 12,
-     .struct_align = 4},
-    {.name = "big",
-     .slot = A_BIG,
-     .kind = KILN_FLATBUF_STRUCT,
-     .struct_size = 16,
-     .struct_align = 8},
+    {.name = "pos", .slot = A_POS, .kind = KILN_FLATBUF_STRUCT, .struct_size = 12, .struct_align = 4},
+    {.name = "big", .slot = A_BIG, .kind = KILN_FLATBUF_STRUCT, .struct_size = 16, .struct_align = 8},
     {.name = "name", .slot = A_NAME, .kind = KILN_FLATBUF_STRING, .required = true},
     {.name = "child", .slot = A_CHILD, .kind = KILN_FLATBUF_TABLE, .table = &leaf_desc},
     {.name = "bytes", .slot = A_BYTES, .kind = KILN_FLATBUF_VECTOR, .elem_kind = KILN_FLATBUF_U8},
     {.name = "words", .slot = A_WORDS, .kind = KILN_FLATBUF_VECTOR, .elem_kind = KILN_FLATBUF_U32},
     {.name = "longs", .slot = A_LONGS, .kind = KILN_FLATBUF_VECTOR, .elem_kind = KILN_FLATBUF_I64},
-    {.name = "doubles",
-     .slot = A_DOUBLES,
-     .kind = KILN_FLATBUF_VECTOR,
-     .elem_kind = KILN_FLATBUF_F64},
+    {.name = "doubles", .slot = A_DOUBLES, .kind = KILN_FLATBUF_VECTOR, .elem_kind = KILN_FLATBUF_F64},
     {.name = "vec3s",
      .slot = A_VEC3S,
      .kind = KILN_FLATBUF_VECTOR_STRUCT,
@@ -112,17 +127,11 @@ static const kiln_vmfb_flatbuf_field_desc_t all_fields[A_COUNT] = {
     {.name = "leaves", .slot = A_LEAVES, .kind = KILN_FLATBUF_VECTOR_TABLE, .table = &leaf_desc},
     {.name = "u_type", .slot = A_U_TYPE, .kind = KILN_FLATBUF_UNION_TYPE, .union_desc = &u_desc},
     {.name = "u", .slot = A_U, .kind = KILN_FLATBUF_UNION, .union_desc = &u_desc},
-    {.name = "locs_type",
-     .slot = A_LOCS_TYPE,
-     .kind = KILN_FLATBUF_VECTOR_UNION_TYPE,
-     .union_desc = &u_desc},
+    {.name = "locs_type", .slot = A_LOCS_TYPE, .kind = KILN_FLATBUF_VECTOR_UNION_TYPE, .union_desc = &u_desc},
     {.name = "locs", .slot = A_LOCS, .kind = KILN_FLATBUF_VECTOR_UNION, .union_desc = &u_desc},
     {.name = "old", .slot = A_OLD, .kind = KILN_FLATBUF_U32, .deprecated = true},
     {.name = "next", .slot = A_NEXT, .kind = KILN_FLATBUF_TABLE, .table = &all_desc},
-    {.name = "shorts",
-     .slot = A_SHORTS,
-     .kind = KILN_FLATBUF_VECTOR,
-     .elem_kind = KILN_FLATBUF_I16},
+    {.name = "shorts", .slot = A_SHORTS, .kind = KILN_FLATBUF_VECTOR, .elem_kind = KILN_FLATBUF_I16},
 };
 static const kiln_vmfb_flatbuf_table_desc_t all_desc = {"All", all_fields, A_COUNT};
 
@@ -134,14 +143,14 @@ static const kiln_vmfb_flatbuf_table_desc_t all_desc = {"All", all_fields, A_COU
 static void assert_fails(kiln_status_t status, kiln_status_code_t want, const char *needle) {
   kiln_status_code_t got = kiln_status_code(status);
   if (got != want || (needle && !strstr(kiln_status_message(status), needle))) {
-    fail_msg("want %s containing \"%s\", got %s: %s", kiln_status_code_name(want),
-             needle ? needle : "", kiln_status_code_name(got), kiln_status_message(status));
+    fail_msg("want %s containing \"%s\", got %s: %s", kiln_status_code_name(want), needle ? needle : "",
+             kiln_status_code_name(got), kiln_status_message(status));
   }
   kiln_status_free(status);
 }
 
 static KILN_MUST_USE kiln_status_t verify(const void *p, size_t len, bool prefixed, const char *id,
-                            const kiln_vmfb_flatbuf_table_desc_t *desc) {
+                                          const kiln_vmfb_flatbuf_table_desc_t *desc) {
   kiln_vmfb_flatbuf_verify_options_t o = {.identifier = id, .size_prefixed = prefixed};
   return kiln_vmfb_flatbuf_verify(p, len, &o, desc);
 }
@@ -159,8 +168,7 @@ static float get_f32(const uint8_t *p) {
   return f;
 }
 
-static kiln_vmfb_flatbuf_ref_t leaf(kiln_vmfb_flatbuf_builder_t *b, const char *name,
-                                    int32_t value) {
+static kiln_vmfb_flatbuf_ref_t leaf(kiln_vmfb_flatbuf_builder_t *b, const char *name, int32_t value) {
   kiln_vmfb_flatbuf_ref_t t = kiln_vmfb_flatbuf_builder_add_table(b, &leaf_desc);
   kiln_vmfb_flatbuf_builder_set_ref(b, t, LEAF_NAME, kiln_vmfb_flatbuf_builder_add_str(b, name));
   kiln_vmfb_flatbuf_builder_set_int(b, t, LEAF_VALUE, value);
@@ -187,15 +195,13 @@ static kiln_vmfb_flatbuf_ref_t build_all(kiln_vmfb_flatbuf_builder_t *b, bool re
     l2 = leaf(b, "second", -7);
     m2a = kiln_vmfb_flatbuf_builder_add_table(b, &m2_desc);
   }
-  kiln_vmfb_flatbuf_builder_set_ref(b, m2a, M2_S,
-                                    kiln_vmfb_flatbuf_builder_add_str(b, "member two"));
+  kiln_vmfb_flatbuf_builder_set_ref(b, m2a, M2_S, kiln_vmfb_flatbuf_builder_add_str(b, "member two"));
   m1 = kiln_vmfb_flatbuf_builder_add_table(b, &m1_desc);
   kiln_vmfb_flatbuf_builder_set_uint(b, m1, M1_X, 5);
   m2b = kiln_vmfb_flatbuf_builder_add_table(b, &m2_desc);
   kiln_vmfb_flatbuf_builder_set_ref(b, m2b, M2_S, kiln_vmfb_flatbuf_builder_add_str(b, "z"));
   inner = kiln_vmfb_flatbuf_builder_add_table(b, &all_desc);
-  kiln_vmfb_flatbuf_builder_set_ref(b, inner, A_NAME,
-                                    kiln_vmfb_flatbuf_builder_add_str(b, "inner"));
+  kiln_vmfb_flatbuf_builder_set_ref(b, inner, A_NAME, kiln_vmfb_flatbuf_builder_add_str(b, "inner"));
   kiln_vmfb_flatbuf_builder_set_uint(b, inner, A_U8, 9);
 
   uint8_t pos[12], big[16] = {0}, vec3s[24];
@@ -226,24 +232,21 @@ static kiln_vmfb_flatbuf_ref_t build_all(kiln_vmfb_flatbuf_builder_t *b, bool re
       kiln_vmfb_flatbuf_builder_set_union(b, root, A_U, 2, m2a);
       kiln_vmfb_flatbuf_builder_set_ref(b, root, A_LEAVES,
                                         kiln_vmfb_flatbuf_builder_add_vector(b, leaves, 3));
-      kiln_vmfb_flatbuf_builder_set_ref(b, root, A_NAMES,
-                                        kiln_vmfb_flatbuf_builder_add_vector(b, names, 3));
+      kiln_vmfb_flatbuf_builder_set_ref(b, root, A_NAMES, kiln_vmfb_flatbuf_builder_add_vector(b, names, 3));
       kiln_vmfb_flatbuf_builder_set_ref(b, root, A_VEC3S,
                                         kiln_vmfb_flatbuf_builder_add_structs(b, vec3s, 2, 12, 4));
       kiln_vmfb_flatbuf_builder_set_ref(
-          b, root, A_DOUBLES,
-          kiln_vmfb_flatbuf_builder_add_scalars(b, KILN_FLATBUF_F64, doubles, 2));
-      kiln_vmfb_flatbuf_builder_set_ref(
-          b, root, A_LONGS, kiln_vmfb_flatbuf_builder_add_scalars(b, KILN_FLATBUF_I64, longs, 2));
-      kiln_vmfb_flatbuf_builder_set_ref(
-          b, root, A_WORDS, kiln_vmfb_flatbuf_builder_add_scalars(b, KILN_FLATBUF_U32, words, 3));
+          b, root, A_DOUBLES, kiln_vmfb_flatbuf_builder_add_scalars(b, KILN_FLATBUF_F64, doubles, 2));
+      kiln_vmfb_flatbuf_builder_set_ref(b, root, A_LONGS,
+                                        kiln_vmfb_flatbuf_builder_add_scalars(b, KILN_FLATBUF_I64, longs, 2));
+      kiln_vmfb_flatbuf_builder_set_ref(b, root, A_WORDS,
+                                        kiln_vmfb_flatbuf_builder_add_scalars(b, KILN_FLATBUF_U32, words, 3));
       kiln_vmfb_flatbuf_builder_set_ref(
           b, root, A_SHORTS, kiln_vmfb_flatbuf_builder_add_scalars(b, KILN_FLATBUF_I16, shorts, 3));
-      kiln_vmfb_flatbuf_builder_set_ref(
-          b, root, A_BYTES, kiln_vmfb_flatbuf_builder_add_bytes(b, bytes, BYTES_LEN, 64));
+      kiln_vmfb_flatbuf_builder_set_ref(b, root, A_BYTES,
+                                        kiln_vmfb_flatbuf_builder_add_bytes(b, bytes, BYTES_LEN, 64));
       kiln_vmfb_flatbuf_builder_set_ref(b, root, A_CHILD, child);
-      kiln_vmfb_flatbuf_builder_set_ref(b, root, A_NAME,
-                                        kiln_vmfb_flatbuf_builder_add_str(b, "all-kinds"));
+      kiln_vmfb_flatbuf_builder_set_ref(b, root, A_NAME, kiln_vmfb_flatbuf_builder_add_str(b, "all-kinds"));
     } else {
       /* Inline values. */
       kiln_vmfb_flatbuf_builder_set_struct(b, root, A_BIG, big, sizeof big);
@@ -426,8 +429,7 @@ static void check_all(kiln_vmfb_flatbuf_table_t t, const uint8_t *base) {
   assert_true(kiln_vmfb_flatbuf_table_get_float(inner, A_F32) == 1.5);
   assert_null(kiln_vmfb_flatbuf_table_get_struct(inner, A_POS));
   assert_false(kiln_vmfb_flatbuf_table_exists(kiln_vmfb_flatbuf_table_get_table(inner, A_NEXT)));
-  assert_int_equal(
-      kiln_vmfb_flatbuf_vector_count(kiln_vmfb_flatbuf_table_get_vector(inner, A_LEAVES)), 0);
+  assert_int_equal(kiln_vmfb_flatbuf_vector_count(kiln_vmfb_flatbuf_table_get_vector(inner, A_LEAVES)), 0);
   assert_int_equal(kiln_vmfb_flatbuf_table_get_union(inner, A_U, &m), 0);
 }
 
@@ -501,9 +503,7 @@ static size_t raw_field(const uint8_t *p, size_t table, uint16_t slot) {
   return table + vo;
 }
 
-static size_t raw_follow(const uint8_t *p, size_t at) {
-  return at + kiln_vmfb_flatbuf_load_u32(p + at);
-}
+static size_t raw_follow(const uint8_t *p, size_t at) { return at + kiln_vmfb_flatbuf_load_u32(p + at); }
 
 static double now_seconds(void) {
   struct timespec ts;
@@ -545,10 +545,10 @@ static void test_desc_check(void **state) {
   }
   /* A union type followed by a value of another union. */
   static const kiln_vmfb_flatbuf_union_desc_t other = {"Other", u_members, 1};
-  f[0] = (kiln_vmfb_flatbuf_field_desc_t){.name = "u_type", .slot = 0,
-                                          .kind = KILN_FLATBUF_UNION_TYPE, .union_desc = &u_desc};
-  f[1] = (kiln_vmfb_flatbuf_field_desc_t){.name = "u", .slot = 1, .kind = KILN_FLATBUF_UNION,
-                                          .union_desc = &other};
+  f[0] = (kiln_vmfb_flatbuf_field_desc_t){
+      .name = "u_type", .slot = 0, .kind = KILN_FLATBUF_UNION_TYPE, .union_desc = &u_desc};
+  f[1] = (kiln_vmfb_flatbuf_field_desc_t){
+      .name = "u", .slot = 1, .kind = KILN_FLATBUF_UNION, .union_desc = &other};
   t.field_count = 2;
   assert_fails(kiln_vmfb_flatbuf_desc_check(&t), KILN_STATUS_INVALID_ARGUMENT, "same union");
   f[1].union_desc = &u_desc;
@@ -585,14 +585,10 @@ static void test_empty_values(void **state) {
   (void)state;
   kiln_vmfb_flatbuf_builder_t *b = kiln_vmfb_flatbuf_builder_create();
   kiln_vmfb_flatbuf_ref_t root = kiln_vmfb_flatbuf_builder_add_table(b, &all_desc);
-  kiln_vmfb_flatbuf_builder_set_ref(b, root, A_NAME,
-                                    kiln_vmfb_flatbuf_builder_add_string(b, NULL, 0));
-  kiln_vmfb_flatbuf_builder_set_ref(b, root, A_BYTES,
-                                    kiln_vmfb_flatbuf_builder_add_bytes(b, NULL, 0, 16));
-  kiln_vmfb_flatbuf_builder_set_ref(b, root, A_LEAVES,
-                                    kiln_vmfb_flatbuf_builder_add_vector(b, NULL, 0));
-  kiln_vmfb_flatbuf_builder_set_union(b, root, A_U, 1,
-                                      kiln_vmfb_flatbuf_builder_add_table(b, &m1_desc));
+  kiln_vmfb_flatbuf_builder_set_ref(b, root, A_NAME, kiln_vmfb_flatbuf_builder_add_string(b, NULL, 0));
+  kiln_vmfb_flatbuf_builder_set_ref(b, root, A_BYTES, kiln_vmfb_flatbuf_builder_add_bytes(b, NULL, 0, 16));
+  kiln_vmfb_flatbuf_builder_set_ref(b, root, A_LEAVES, kiln_vmfb_flatbuf_builder_add_vector(b, NULL, 0));
+  kiln_vmfb_flatbuf_builder_set_union(b, root, A_U, 1, kiln_vmfb_flatbuf_builder_add_table(b, &m1_desc));
   kiln_vmfb_flatbuf_builder_set_union_vector(b, root, A_LOCS, NULL, NULL, 0);
   kiln_buf_t out;
   kiln_buf_init(&out);
@@ -677,8 +673,7 @@ static void test_deterministic_output(void **state) {
   /* Finishing one builder twice gives the same bytes too. */
   kiln_vmfb_flatbuf_builder_t *bl = kiln_vmfb_flatbuf_builder_create();
   kiln_vmfb_flatbuf_ref_t root = build_all(bl, false);
-  kiln_vmfb_flatbuf_finish_options_t o = {.identifier = "TEST", .size_prefixed = true,
-                                          .base_alignment = 64};
+  kiln_vmfb_flatbuf_finish_options_t o = {.identifier = "TEST", .size_prefixed = true, .base_alignment = 64};
   for (int i = 0; i < 2; i++) {
     kiln_buf_clear(&b);
     assert_ok(kiln_vmfb_flatbuf_builder_finish(bl, root, &o, &b));
@@ -707,8 +702,8 @@ static void test_aligned_byte_vectors(void **state) {
         kiln_vmfb_flatbuf_builder_set_ref(b, root, A_NAME,
                                           kiln_vmfb_flatbuf_builder_add_string(b, name, pre));
         kiln_vmfb_flatbuf_builder_set_uint(b, root, A_U8, pre);
-        kiln_vmfb_flatbuf_builder_set_ref(
-            b, root, A_BYTES, kiln_vmfb_flatbuf_builder_add_bytes(b, data, pre + 1, aligns[ai]));
+        kiln_vmfb_flatbuf_builder_set_ref(b, root, A_BYTES,
+                                          kiln_vmfb_flatbuf_builder_add_bytes(b, data, pre + 1, aligns[ai]));
         kiln_vmfb_flatbuf_ref_t names[1] = {kiln_vmfb_flatbuf_builder_add_string(b, name, pre / 2)};
         kiln_vmfb_flatbuf_builder_set_ref(b, root, A_NAMES,
                                           kiln_vmfb_flatbuf_builder_add_vector(b, names, 1));
@@ -722,8 +717,8 @@ static void test_aligned_byte_vectors(void **state) {
         const uint8_t *fb = (const uint8_t *)out.data + 64;
         size_t len = out.len - 64;
         assert_ok(verify(fb, len, prefixed, "ALGN", &all_desc));
-        kiln_vmfb_flatbuf_vector_t v = kiln_vmfb_flatbuf_table_get_vector(
-            kiln_vmfb_flatbuf_root(fb, len, prefixed, &all_desc), A_BYTES);
+        kiln_vmfb_flatbuf_vector_t v =
+            kiln_vmfb_flatbuf_table_get_vector(kiln_vmfb_flatbuf_root(fb, len, prefixed, &all_desc), A_BYTES);
         assert_int_equal(kiln_vmfb_flatbuf_vector_count(v), pre + 1);
         const uint8_t *d = kiln_vmfb_flatbuf_vector_data(v);
         if ((size_t)(d - fb) % aligns[ai]) {
@@ -750,15 +745,14 @@ static void test_vtables_deduplicated(void **state) {
     snprintf(name, sizeof name, "leaf%d", i);
     leaves[i] = leaf(b, name, i + 1);
   }
-  kiln_vmfb_flatbuf_builder_set_ref(b, root, A_LEAVES,
-                                    kiln_vmfb_flatbuf_builder_add_vector(b, leaves, N));
+  kiln_vmfb_flatbuf_builder_set_ref(b, root, A_LEAVES, kiln_vmfb_flatbuf_builder_add_vector(b, leaves, N));
   kiln_buf_t out;
   kiln_buf_init(&out);
   assert_ok(kiln_vmfb_flatbuf_builder_finish(b, root, NULL, &out));
   assert_ok(verify(out.data, out.len, false, NULL, &all_desc));
   const uint8_t *p = (const uint8_t *)out.data;
-  kiln_vmfb_flatbuf_vector_t v = kiln_vmfb_flatbuf_table_get_vector(
-      kiln_vmfb_flatbuf_root(p, out.len, false, &all_desc), A_LEAVES);
+  kiln_vmfb_flatbuf_vector_t v =
+      kiln_vmfb_flatbuf_table_get_vector(kiln_vmfb_flatbuf_root(p, out.len, false, &all_desc), A_LEAVES);
   size_t vt0 = raw_vtable(p, kiln_vmfb_flatbuf_vector_get_table(v, 0).pos);
   for (size_t i = 0; i < N; i++) {
     kiln_vmfb_flatbuf_table_t t = kiln_vmfb_flatbuf_vector_get_table(v, i);
@@ -796,13 +790,12 @@ static void misuse_string_into_table(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_f
   kiln_vmfb_flatbuf_builder_set_ref(b, r, A_CHILD, kiln_vmfb_flatbuf_builder_add_str(b, "x"));
 }
 static void misuse_wrong_table(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t r) {
-  kiln_vmfb_flatbuf_builder_set_ref(b, r, A_CHILD,
-                                    kiln_vmfb_flatbuf_builder_add_table(b, &m1_desc));
+  kiln_vmfb_flatbuf_builder_set_ref(b, r, A_CHILD, kiln_vmfb_flatbuf_builder_add_table(b, &m1_desc));
 }
 static void misuse_elem_size(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t r) {
   const uint32_t w[2] = {1, 2};
-  kiln_vmfb_flatbuf_builder_set_ref(
-      b, r, A_BYTES, kiln_vmfb_flatbuf_builder_add_scalars(b, KILN_FLATBUF_U32, w, 2));
+  kiln_vmfb_flatbuf_builder_set_ref(b, r, A_BYTES,
+                                    kiln_vmfb_flatbuf_builder_add_scalars(b, KILN_FLATBUF_U32, w, 2));
 }
 static void misuse_strings_into_tables(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t r) {
   kiln_vmfb_flatbuf_ref_t s = kiln_vmfb_flatbuf_builder_add_str(b, "x");
@@ -812,12 +805,10 @@ static void misuse_ref_on_union(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbu
   kiln_vmfb_flatbuf_builder_set_ref(b, r, A_U, kiln_vmfb_flatbuf_builder_add_table(b, &m1_desc));
 }
 static void misuse_union_member(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t r) {
-  kiln_vmfb_flatbuf_builder_set_union(b, r, A_U, 2,
-                                      kiln_vmfb_flatbuf_builder_add_table(b, &m1_desc));
+  kiln_vmfb_flatbuf_builder_set_union(b, r, A_U, 2, kiln_vmfb_flatbuf_builder_add_table(b, &m1_desc));
 }
 static void misuse_union_type(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t r) {
-  kiln_vmfb_flatbuf_builder_set_union(b, r, A_U, 3,
-                                      kiln_vmfb_flatbuf_builder_add_table(b, &m1_desc));
+  kiln_vmfb_flatbuf_builder_set_union(b, r, A_U, 3, kiln_vmfb_flatbuf_builder_add_table(b, &m1_desc));
 }
 static void misuse_union_vector(kiln_vmfb_flatbuf_builder_t *b, kiln_vmfb_flatbuf_ref_t r) {
   const uint8_t types[1] = {0};
@@ -888,13 +879,13 @@ static void test_builder_misuse(void **state) {
     kiln_buf_t out;
     kiln_buf_init(&out);
     kiln_buf_append_str(&out, "keep");
-    assert_fails(kiln_vmfb_flatbuf_builder_finish(b, root, NULL, &out),
-                 KILN_STATUS_INVALID_ARGUMENT, cases[i].needle);
+    assert_fails(kiln_vmfb_flatbuf_builder_finish(b, root, NULL, &out), KILN_STATUS_INVALID_ARGUMENT,
+                 cases[i].needle);
     assert_int_equal(out.len, 4);
     assert_string_equal(out.data, "keep");
     if (sticky) {
-      assert_fails(kiln_vmfb_flatbuf_builder_finish(b, root, NULL, &out),
-                   KILN_STATUS_FAILED_PRECONDITION, NULL);
+      assert_fails(kiln_vmfb_flatbuf_builder_finish(b, root, NULL, &out), KILN_STATUS_FAILED_PRECONDITION,
+                   NULL);
     }
     kiln_buf_deinit(&out);
     kiln_vmfb_flatbuf_builder_destroy(b);
@@ -950,24 +941,24 @@ static void test_nesting_limits(void **state) {
   assert_ok(kiln_vmfb_flatbuf_builder_finish(b, deep, NULL, &out));
   assert_ok(verify(out.data, out.len, false, NULL, &all_desc));
   kiln_vmfb_flatbuf_verify_options_t o = {.max_depth = KILN_VMFB_FLATBUF_MAX_DEPTH - 1};
-  assert_fails(kiln_vmfb_flatbuf_verify(out.data, out.len, &o, &all_desc),
-               KILN_STATUS_INVALID_ARGUMENT, "tables nest deeper than 63");
+  assert_fails(kiln_vmfb_flatbuf_verify(out.data, out.len, &o, &all_desc), KILN_STATUS_INVALID_ARGUMENT,
+               "tables nest deeper than 63");
   o.max_depth = 2000;
-  assert_fails(kiln_vmfb_flatbuf_verify(out.data, out.len, &o, &all_desc),
-               KILN_STATUS_INVALID_ARGUMENT, "max_depth");
+  assert_fails(kiln_vmfb_flatbuf_verify(out.data, out.len, &o, &all_desc), KILN_STATUS_INVALID_ARGUMENT,
+               "max_depth");
   kiln_vmfb_flatbuf_builder_destroy(b);
 
   b = kiln_vmfb_flatbuf_builder_create();
   kiln_vmfb_flatbuf_ref_t too_deep = chain(b, KILN_VMFB_FLATBUF_MAX_DEPTH + 1);
   kiln_buf_clear(&out);
-  assert_fails(kiln_vmfb_flatbuf_builder_finish(b, too_deep, NULL, &out),
-               KILN_STATUS_INVALID_ARGUMENT, "nest 65 deep");
+  assert_fails(kiln_vmfb_flatbuf_builder_finish(b, too_deep, NULL, &out), KILN_STATUS_INVALID_ARGUMENT,
+               "nest 65 deep");
   kiln_vmfb_flatbuf_builder_destroy(b);
   /* A long chain fails without deep recursion in the builder. */
   b = kiln_vmfb_flatbuf_builder_create();
   too_deep = chain(b, 100000);
-  assert_fails(kiln_vmfb_flatbuf_builder_finish(b, too_deep, NULL, &out),
-               KILN_STATUS_INVALID_ARGUMENT, "deeper than 64");
+  assert_fails(kiln_vmfb_flatbuf_builder_finish(b, too_deep, NULL, &out), KILN_STATUS_INVALID_ARGUMENT,
+               "deeper than 64");
   kiln_vmfb_flatbuf_builder_destroy(b);
   kiln_buf_deinit(&out);
 }
@@ -987,8 +978,7 @@ static void test_verify_truncated_at_every_length(void **state) {
       uint8_t *p = exact_copy(out.data, len);
       kiln_status_t s = verify(p, len, prefixed, "TEST", &all_desc);
       if (len < content || prefixed) {
-        if (!s)
-          fail_msg("prefixed=%d: truncated to %zu of %zu bytes verified", prefixed, len, out.len);
+        if (!s) fail_msg("prefixed=%d: truncated to %zu of %zu bytes verified", prefixed, len, out.len);
         assert_int_equal(kiln_status_code(s), KILN_STATUS_INVALID_ARGUMENT);
       }
       kiln_status_free(s);
@@ -1041,7 +1031,8 @@ static void test_verify_rejects_corruption(void **state) {
   char buf_words[128];
   snprintf(buf_words, sizeof buf_words,
            "All.words: vector extends past the end of the buffer (offset %zu, length 1073741823 "
-           "x 4 bytes, buffer %zu)", words, len);
+           "x 4 bytes, buffer %zu)",
+           words, len);
 
   const corruption_t cases[] = {
       {"root offset past the end", 0, (uint32_t)len, 4, "All: offset at 0 points to"},
@@ -1057,12 +1048,10 @@ static void test_verify_rejects_corruption(void **state) {
       {"table too small", vt + 2, 2, 2, "claims 2 inline bytes"},
       {"field past the table", raw_vt_entry(p, t, A_U64), (uint32_t)tsize - 4, 2,
        "All.u64: field at table offset"},
-      {"field over the soffset", raw_vt_entry(p, t, A_U32), 2, 2,
-       "All.u32: field at table offset 2"},
+      {"field over the soffset", raw_vt_entry(p, t, A_U32), 2, 2, "All.u32: field at table offset 2"},
       {"misaligned u64", raw_vt_entry(p, t, A_U64), (uint32_t)(raw_field(p, t, A_U64) - t + 4), 2,
        "All.u64: field at"},
-      {"unterminated string", name_str + 4 + name_len, 'x', 1,
-       "All.name: string is not NUL-terminated"},
+      {"unterminated string", name_str + 4 + name_len, 'x', 1, "All.name: string is not NUL-terminated"},
       {"string too long", name_str, 0x7FFFFFFF, 4, "All.name: string extends past the end"},
       {"huge vector count", words, 0x3FFFFFFF, 4, buf_words},
       {"max vector count", words, 0xFFFFFFFF, 4, "All.words: vector extends past the end"},
@@ -1072,8 +1061,7 @@ static void test_verify_rejects_corruption(void **state) {
        "All.u_type: unknown union type 7 (U has 2 members)"},
       {"union NONE with a value", raw_field(p, t, A_U_TYPE), 0, 1,
        "All.u: union value present but its type is NONE"},
-      {"union type without value", raw_vt_entry(p, t, A_U), 0, 2,
-       "All.u: union type 2 (M2) without"},
+      {"union type without value", raw_vt_entry(p, t, A_U), 0, 2, "All.u: union type 2 (M2) without"},
       {"unknown union vector type", locs_types + 4, 9, 1, "All.locs[0]: unknown union type 9"},
       {"union vector NONE with value", locs_types + 4, 0, 1, "All.locs[0]: union value present"},
       {"union vector type without value", locs_types + 5, 1, 1, "All.locs[1]: union type 1 (M1)"},
@@ -1106,10 +1094,8 @@ static void test_verify_rejects_corruption(void **state) {
                "file identifier is \"\\x01\\x22\\x5cz\"");
   free(q);
   /* The caller picks the code, e.g. DATA_LOSS for bytes it stored itself. */
-  kiln_vmfb_flatbuf_verify_options_t o = {.identifier = "IREE",
-                                          .error_code = KILN_STATUS_DATA_LOSS};
-  assert_fails(kiln_vmfb_flatbuf_verify(p, len, &o, &all_desc), KILN_STATUS_DATA_LOSS,
-               "identifier");
+  kiln_vmfb_flatbuf_verify_options_t o = {.identifier = "IREE", .error_code = KILN_STATUS_DATA_LOSS};
+  assert_fails(kiln_vmfb_flatbuf_verify(p, len, &o, &all_desc), KILN_STATUS_DATA_LOSS, "identifier");
   kiln_buf_deinit(&out);
 
   /* Size prefixes: larger than the buffer. */
@@ -1117,8 +1103,7 @@ static void test_verify_rejects_corruption(void **state) {
   finish_all(&out, true, false);
   q = exact_copy(out.data, out.len);
   kiln_vmfb_flatbuf_store_u32(q, (uint32_t)out.len - 3);
-  assert_fails(verify(q, out.len, true, "TEST", &all_desc), KILN_STATUS_INVALID_ARGUMENT,
-               "size prefix says");
+  assert_fails(verify(q, out.len, true, "TEST", &all_desc), KILN_STATUS_INVALID_ARGUMENT, "size prefix says");
   assert_false(kiln_vmfb_flatbuf_table_exists(kiln_vmfb_flatbuf_root(q, out.len, true, &all_desc)));
   /* Smaller than the content: objects now end past the end. */
   kiln_vmfb_flatbuf_store_u32(q, 16);
@@ -1138,8 +1123,7 @@ static void test_verify_dag_bomb_is_fast(void **state) {
   for (int level = 0; level < LEVELS; level++) {
     for (int k = 0; k < FAN; k++) kids[k] = below;
     kiln_vmfb_flatbuf_ref_t t = kiln_vmfb_flatbuf_builder_add_table(b, &node_desc);
-    kiln_vmfb_flatbuf_builder_set_ref(b, t, NODE_KIDS,
-                                      kiln_vmfb_flatbuf_builder_add_vector(b, kids, FAN));
+    kiln_vmfb_flatbuf_builder_set_ref(b, t, NODE_KIDS, kiln_vmfb_flatbuf_builder_add_vector(b, kids, FAN));
     below = t;
   }
   kiln_buf_t out;
@@ -1147,18 +1131,16 @@ static void test_verify_dag_bomb_is_fast(void **state) {
   assert_ok(kiln_vmfb_flatbuf_builder_finish(b, below, NULL, &out));
   assert_true(out.len < 16384);
   double start = now_seconds();
-  assert_fails(verify(out.data, out.len, false, NULL, &node_desc), KILN_STATUS_INVALID_ARGUMENT,
-               "visited");
+  assert_fails(verify(out.data, out.len, false, NULL, &node_desc), KILN_STATUS_INVALID_ARGUMENT, "visited");
   /* Even a generous explicit budget ends quickly. */
   kiln_vmfb_flatbuf_verify_options_t o = {.max_objects = 2000000};
-  assert_fails(kiln_vmfb_flatbuf_verify(out.data, out.len, &o, &node_desc),
-               KILN_STATUS_INVALID_ARGUMENT, "more than 2000000");
+  assert_fails(kiln_vmfb_flatbuf_verify(out.data, out.len, &o, &node_desc), KILN_STATUS_INVALID_ARGUMENT,
+               "more than 2000000");
   double elapsed = now_seconds() - start;
   if (elapsed > 2.0) fail_msg("DAG bomb took %.2f s", elapsed);
   /* The reader on it is only as slow as the caller's own loops. */
   kiln_vmfb_flatbuf_table_t t = kiln_vmfb_flatbuf_root(out.data, out.len, false, &node_desc);
-  assert_int_equal(kiln_vmfb_flatbuf_vector_count(kiln_vmfb_flatbuf_table_get_vector(t, NODE_KIDS)),
-                   FAN);
+  assert_int_equal(kiln_vmfb_flatbuf_vector_count(kiln_vmfb_flatbuf_table_get_vector(t, NODE_KIDS)), FAN);
   kiln_buf_deinit(&out);
   kiln_vmfb_flatbuf_builder_destroy(b);
 }
@@ -1224,10 +1206,8 @@ static void test_reader_defensive(void **state) {
   assert_int_equal(len, 0);
   assert_int_equal(kiln_vmfb_flatbuf_table_get_union(none, A_U, &m), 0);
   assert_false(kiln_vmfb_flatbuf_table_exists(kiln_vmfb_flatbuf_root(NULL, 0, false, &all_desc)));
-  assert_false(
-      kiln_vmfb_flatbuf_table_exists(kiln_vmfb_flatbuf_root("\x08\0\0", 3, false, &all_desc)));
-  assert_false(
-      kiln_vmfb_flatbuf_table_exists(kiln_vmfb_flatbuf_root("\0\0\0\0", 4, false, &all_desc)));
+  assert_false(kiln_vmfb_flatbuf_table_exists(kiln_vmfb_flatbuf_root("\x08\0\0", 3, false, &all_desc)));
+  assert_false(kiln_vmfb_flatbuf_table_exists(kiln_vmfb_flatbuf_root("\0\0\0\0", 4, false, &all_desc)));
 
   kiln_buf_t out;
   kiln_buf_init(&out);
@@ -1239,8 +1219,7 @@ static void test_reader_defensive(void **state) {
   assert_null(kiln_vmfb_flatbuf_table_get_string(t, A_U32, NULL));
   assert_false(kiln_vmfb_flatbuf_table_exists(kiln_vmfb_flatbuf_table_get_table(t, A_NAME)));
   assert_null(kiln_vmfb_flatbuf_table_get_struct(t, A_NAME));
-  assert_int_equal(kiln_vmfb_flatbuf_vector_count(kiln_vmfb_flatbuf_table_get_vector(t, A_NAME)),
-                   0);
+  assert_int_equal(kiln_vmfb_flatbuf_vector_count(kiln_vmfb_flatbuf_table_get_vector(t, A_NAME)), 0);
   assert_int_equal(kiln_vmfb_flatbuf_table_get_uint(t, A_COUNT), 0); /* unknown slot */
   kiln_vmfb_flatbuf_vector_t words = kiln_vmfb_flatbuf_table_get_vector(t, A_WORDS);
   assert_null(kiln_vmfb_flatbuf_vector_get_string(words, 0, NULL));

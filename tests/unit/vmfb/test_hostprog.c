@@ -29,7 +29,7 @@
 
 /* ---- helpers ---- */
 
-#define assert_ok kiln_test_assert_ok
+#define assert_ok   kiln_test_assert_ok
 
 #define assert_code kiln_test_assert_code
 
@@ -46,8 +46,7 @@ static kiln_vmfb_host_executable_t executable(void) {
   };
 }
 
-static kiln_vmfb_tensor_type_t tensor(uint32_t element_type, uint32_t rank, int64_t d0,
-                                      int64_t d1) {
+static kiln_vmfb_tensor_type_t tensor(uint32_t element_type, uint32_t rank, int64_t d0, int64_t d1) {
   kiln_vmfb_tensor_type_t t = {.element_type = element_type, .rank = rank};
   t.dims[0] = d0;
   t.dims[1] = d1;
@@ -70,8 +69,7 @@ static int import_index(const kiln_vmfb_vm_module_t *m, const char *name) {
   return -1;
 }
 
-static const kiln_vmfb_vm_function_t *function_named(const kiln_vmfb_vm_module_t *m,
-                                                     const char *name) {
+static const kiln_vmfb_vm_function_t *function_named(const kiln_vmfb_vm_module_t *m, const char *name) {
   for (size_t f = 0; f < m->n_functions; f++) {
     if (m->functions[f].export_name && strcmp(m->functions[f].export_name, name) == 0) {
       return &m->functions[f];
@@ -82,8 +80,7 @@ static const kiln_vmfb_vm_function_t *function_named(const kiln_vmfb_vm_module_t
 }
 
 /* How many calls (any call opcode) to import `name` the function makes. */
-static int calls_to(const kiln_vmfb_vm_module_t *m, const kiln_vmfb_vm_function_t *fn,
-                    const char *name) {
+static int calls_to(const kiln_vmfb_vm_module_t *m, const kiln_vmfb_vm_function_t *fn, const char *name) {
   int ordinal = import_index(m, name);
   if (ordinal < 0) return 0;
   uint32_t callee = KILN_VMFB_IMPORT((uint32_t)ordinal);
@@ -198,8 +195,7 @@ typedef struct plan_a_s {
 static void plan_a(plan_a_t *p) {
   memset(p, 0, sizeof *p);
   p->inputs[0] = tensor(KILN_VMFB_ELEMENT_FLOAT_32, 1, 4, 0);
-  p->buffers[0] =
-      (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT, .input = 0, .size_bytes = 16};
+  p->buffers[0] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT, .input = 0, .size_bytes = 16};
   p->buffers[1] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = 16};
   p->bindings[0] = (kiln_vmfb_binding_t){.buffer = 0, .offset = 0, .length = 16, .read_only = true};
   p->bindings[1] = (kiln_vmfb_binding_t){.buffer = 1, .offset = 0, .length = 16};
@@ -285,7 +281,7 @@ static void test_one_dispatch(void **state) {
   assert_string_equal(fn->attrs[0].value,
                       "sync func @main(%input0: tensor<4xf32>) -> (%output0: tensor<4xf32>)");
   assert_int_equal(fn->requirements, KILN_VMFB_FEATURE_YIELD); /* fence.await may yield */
-  assert_int_equal(fn->block_count, 5); /* entry, main, waited, failed, done */
+  assert_int_equal(fn->block_count, 5);                        /* entry, main, waited, failed, done */
   assert_int_equal(calls_to(&m, fn, "hal.command_buffer.dispatch"), 1);
   assert_int_equal(calls_to(&m, fn, "hal.fence.await"), 1);
   assert_int_equal(calls_to(&m, fn, "hal.fence.create"), 1);
@@ -346,10 +342,8 @@ static void plan_b(plan_b_t *p) {
   for (size_t i = 0; i < BIG; i++) p->big[i] = (uint8_t)(i * 7);
   p->inputs[0] = tensor(KILN_VMFB_ELEMENT_INT_32, 2, 2, 8);
   p->buffers[0] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_INPUT, .size_bytes = 64};
-  p->buffers[1] =
-      (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = p->small, .size_bytes = 64};
-  p->buffers[2] =
-      (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = p->big, .size_bytes = BIG};
+  p->buffers[1] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = p->small, .size_bytes = 64};
+  p->buffers[2] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_CONSTANT, .data = p->big, .size_bytes = BIG};
   p->buffers[3] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = 64};
   p->buffers[4] = (kiln_vmfb_buffer_t){.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = 64};
   for (uint32_t b = 0; b < 4; b++) {
@@ -360,10 +354,9 @@ static void plan_b(plan_b_t *p) {
                                    .workgroups = {4, 2, 1},
                                    .bindings = p->bindings,
                                    .n_bindings = 4};
-  p->steps[1] = (kiln_vmfb_step_t){
-      .kind = KILN_VMFB_STEP_COPY, .src = 3, .dst = 4, .src_offset = 32, .length = 32};
-  p->results[0] =
-      (kiln_vmfb_result_t){.buffer = 4, .type = tensor(KILN_VMFB_ELEMENT_INT_32, 2, 2, 4)};
+  p->steps[1] =
+      (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY, .src = 3, .dst = 4, .src_offset = 32, .length = 32};
+  p->results[0] = (kiln_vmfb_result_t){.buffer = 4, .type = tensor(KILN_VMFB_ELEMENT_INT_32, 2, 2, 4)};
   p->fn = (kiln_vmfb_function_t){.name = "step",
                                  .inputs = p->inputs,
                                  .n_inputs = 1,
@@ -447,22 +440,17 @@ static void test_two_inputs_two_results(void **state) {
       {.buffer = 1, .length = 4, .read_only = true},
       {.buffer = 2, .length = 8},
   };
-  kiln_vmfb_step_t step = {.kind = KILN_VMFB_STEP_DISPATCH,
-                           .workgroups = {1, 1, 1},
-                           .bindings = bindings,
-                           .n_bindings = 3};
+  kiln_vmfb_step_t step = {
+      .kind = KILN_VMFB_STEP_DISPATCH, .workgroups = {1, 1, 1}, .bindings = bindings, .n_bindings = 3};
   kiln_vmfb_result_t results[2] = {
       {.buffer = 2, .offset = 0, .type = inputs[1]},
       {.buffer = 2, .offset = 4, .type = inputs[1]},
   };
   kiln_vmfb_buffer_t other_buffer = {.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = 4};
   kiln_vmfb_binding_t other_binding = {.buffer = 0, .length = 4};
-  kiln_vmfb_step_t other_step = {.kind = KILN_VMFB_STEP_DISPATCH,
-                                 .workgroups = {1, 1, 1},
-                                 .bindings = &other_binding,
-                                 .n_bindings = 1};
-  kiln_vmfb_result_t other_result = {.buffer = 0,
-                                     .type = tensor(KILN_VMFB_ELEMENT_INT_32, 0, 0, 0)};
+  kiln_vmfb_step_t other_step = {
+      .kind = KILN_VMFB_STEP_DISPATCH, .workgroups = {1, 1, 1}, .bindings = &other_binding, .n_bindings = 1};
+  kiln_vmfb_result_t other_result = {.buffer = 0, .type = tensor(KILN_VMFB_ELEMENT_INT_32, 0, 0, 0)};
   kiln_vmfb_function_t fns[2] = {
       {.name = "pair",
        .inputs = inputs,
@@ -615,12 +603,8 @@ static void test_inconsistent_plans_are_refused(void **state) {
   expect_refused(&p.plan, NULL, KILN_STATUS_INVALID_ARGUMENT);
 
   plan_a(&p);
-  p.steps[0] = (kiln_vmfb_step_t){.kind = KILN_VMFB_STEP_COPY,
-                                  .src = 1,
-                                  .dst = 1,
-                                  .src_offset = 0,
-                                  .dst_offset = 4,
-                                  .length = 8};
+  p.steps[0] = (kiln_vmfb_step_t){
+      .kind = KILN_VMFB_STEP_COPY, .src = 1, .dst = 1, .src_offset = 0, .dst_offset = 4, .length = 8};
   expect_refused(&p.plan, NULL, KILN_STATUS_INVALID_ARGUMENT); /* overlapping */
 
   plan_a(&p);
@@ -673,14 +657,17 @@ static void test_branch_and_loop(void **state) {
   (void)state;
   plan_a_t p;
   plan_a(&p);
-  kiln_vmfb_buffer_t buffers[3] = {p.buffers[0], p.buffers[1],
-                                   {.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = 4}};
+  kiln_vmfb_buffer_t buffers[3] = {
+      p.buffers[0], p.buffers[1], {.kind = KILN_VMFB_BUFFER_TRANSIENT, .size_bytes = 4}};
   kiln_vmfb_binding_t cond_bindings[2] = {{.buffer = 1, .length = 16, .read_only = true},
                                           {.buffer = 2, .length = 4}};
   kiln_vmfb_step_t steps[5] = {
       p.steps[0],
-      {.kind = KILN_VMFB_STEP_DISPATCH, .kernel = 1, .workgroups = {1, 1, 1},
-       .bindings = cond_bindings, .n_bindings = 2},
+      {.kind = KILN_VMFB_STEP_DISPATCH,
+       .kernel = 1,
+       .workgroups = {1, 1, 1},
+       .bindings = cond_bindings,
+       .n_bindings = 2},
       {.kind = KILN_VMFB_STEP_BRANCH, .src = 2, .src_offset = 1, .length = 1, .target = 5},
       p.steps[0],
       {.kind = KILN_VMFB_STEP_JUMP, .target = 1},
@@ -731,10 +718,8 @@ static void test_dynamic_sizes(void **state) {
   (void)state;
   kiln_vmfb_tensor_type_t inputs[1] = {tensor(KILN_VMFB_ELEMENT_FLOAT_32, 2, -1, 4)};
   kiln_vmfb_expr_t exprs[5] = {
-      {.kind = KILN_VMFB_EXPR_INPUT_DIM, .a = 0, .b = 0},
-      {.kind = KILN_VMFB_EXPR_CONST, .value = 16},
-      {.kind = KILN_VMFB_EXPR_MUL, .a = 1, .b = 2},
-      {.kind = KILN_VMFB_EXPR_CONST, .value = 1},
+      {.kind = KILN_VMFB_EXPR_INPUT_DIM, .a = 0, .b = 0}, {.kind = KILN_VMFB_EXPR_CONST, .value = 16},
+      {.kind = KILN_VMFB_EXPR_MUL, .a = 1, .b = 2},       {.kind = KILN_VMFB_EXPR_CONST, .value = 1},
       {.kind = KILN_VMFB_EXPR_EQ, .a = 1, .b = 4},
   };
   uint32_t words[1] = {1};
@@ -749,15 +734,31 @@ static void test_dynamic_sizes(void **state) {
                                      {.buffer = 2, .length = 4, .read_only = true}};
   kiln_vmfb_step_t steps[3] = {
       {.kind = KILN_VMFB_STEP_BRANCH, .cond_expr = 5, .target = 2},
-      {.kind = KILN_VMFB_STEP_DISPATCH, .kernel = 0, .workgroups = {0, 1, 1}, .workgroup_exprs = {1, 0, 0},
-       .bindings = bindings, .n_bindings = 3},
-      {.kind = KILN_VMFB_STEP_DISPATCH, .kernel = 1, .workgroups = {0, 1, 1}, .workgroup_exprs = {1, 0, 0},
-       .bindings = bindings, .n_bindings = 3},
+      {.kind = KILN_VMFB_STEP_DISPATCH,
+       .kernel = 0,
+       .workgroups = {0, 1, 1},
+       .workgroup_exprs = {1, 0, 0},
+       .bindings = bindings,
+       .n_bindings = 3},
+      {.kind = KILN_VMFB_STEP_DISPATCH,
+       .kernel = 1,
+       .workgroups = {0, 1, 1},
+       .workgroup_exprs = {1, 0, 0},
+       .bindings = bindings,
+       .n_bindings = 3},
   };
   kiln_vmfb_result_t results[1] = {{.buffer = 1, .type = inputs[0], .dim_exprs = {1}, .size_expr = 3}};
-  kiln_vmfb_function_t fn = {.name = "main", .inputs = inputs, .n_inputs = 1, .results = results,
-                             .n_results = 1, .buffers = buffers, .n_buffers = 4, .steps = steps,
-                             .n_steps = 3, .exprs = exprs, .n_exprs = 5};
+  kiln_vmfb_function_t fn = {.name = "main",
+                             .inputs = inputs,
+                             .n_inputs = 1,
+                             .results = results,
+                             .n_results = 1,
+                             .buffers = buffers,
+                             .n_buffers = 4,
+                             .steps = steps,
+                             .n_steps = 3,
+                             .exprs = exprs,
+                             .n_exprs = 5};
   kiln_vmfb_plan_t plan = {.functions = &fn, .n_functions = 1};
   kiln_vmfb_host_executable_t exe = executable();
   kiln_vmfb_vm_module_t m;
@@ -765,10 +766,11 @@ static void test_dynamic_sizes(void **state) {
   verify_all(&m);
   assert_imports_match_hal(&m, 7);
   const kiln_vmfb_vm_function_t *f = &m.functions[0];
-  assert_string_equal(f->attrs[0].value, "sync func @main(%input0: tensor<?x4xf32>) -> (%output0: tensor<?x4xf32>)");
+  assert_string_equal(f->attrs[0].value,
+                      "sync func @main(%input0: tensor<?x4xf32>) -> (%output0: tensor<?x4xf32>)");
   assert_int_equal(calls_to(&m, f, "hal.buffer_view.dim"), 2); /* the size, and the assert's */
   assert_int_equal(calls_to(&m, f, "hal.buffer.store"), 1);
-  assert_int_equal(calls_to(&m, f, "hal.buffer.load"), 0); /* a size condition reads nothing back */
+  assert_int_equal(calls_to(&m, f, "hal.buffer.load"), 0);        /* a size condition reads nothing back */
   assert_int_equal(calls_to(&m, f, "hal.allocator.allocate"), 2); /* the transient and the arguments */
   assert_clean_return(f, 1);
   kiln_vmfb_vm_module_deinit(&m);
@@ -801,8 +803,8 @@ static void test_module_variable(void **state) {
   plan_a(&p);
   uint8_t init[16] = {1, 2, 3, 4};
   kiln_vmfb_variable_t var = {.name = "acc", .data = init, .size_bytes = 16};
-  kiln_vmfb_buffer_t buffers[3] = {p.buffers[0], p.buffers[1],
-                                   {.kind = KILN_VMFB_BUFFER_VARIABLE, .variable = 0, .size_bytes = 16}};
+  kiln_vmfb_buffer_t buffers[3] = {
+      p.buffers[0], p.buffers[1], {.kind = KILN_VMFB_BUFFER_VARIABLE, .variable = 0, .size_bytes = 16}};
   kiln_vmfb_binding_t bindings[2] = {{.buffer = 2, .length = 16}, {.buffer = 1, .length = 16}};
   kiln_vmfb_step_t step = p.steps[0];
   step.bindings = bindings;

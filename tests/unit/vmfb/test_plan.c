@@ -36,9 +36,9 @@ static void test_codes_are_irees(void **state) {
     uint32_t code;
   } want[] = {
       {"i1", 0x13000008u}, /* what iree-run-module's "i1" parses to */
-      {"i2", 0}, {"i4", 0}, {"i8", 0}, {"i16", 0}, {"i32", 0}, {"i64", 0},
-      {"f16", 0}, {"f32", 0}, {"f64", 0}, {"bf16", 0},
-      {"f8E5M2", 0}, {"f8E4M3FN", 0}, {"f8E5M2FNUZ", 0}, {"f8E4M3FNUZ", 0}, {"f8E8M0FNU", 0},
+      {"i2", 0},           {"i4", 0},       {"i8", 0},         {"i16", 0},        {"i32", 0},
+      {"i64", 0},          {"f16", 0},      {"f32", 0},        {"f64", 0},        {"bf16", 0},
+      {"f8E5M2", 0},       {"f8E4M3FN", 0}, {"f8E5M2FNUZ", 0}, {"f8E4M3FNUZ", 0}, {"f8E8M0FNU", 0},
   };
   uint32_t codes[] = {
       make(BOOLEAN, 8),          make(INTEGER, 2),           make(INTEGER, 4),
@@ -84,8 +84,8 @@ static void test_sizes(void **state) {
   assert_int_equal(n, 1); /* a scalar */
   t = (kiln_vmfb_tensor_type_t){.element_type = KILN_VMFB_ELEMENT_FLOAT_32, .rank = 1, .dims = {-1}};
   assert_false(kiln_vmfb_tensor_type_bytes(&t, &n));
-  t = (kiln_vmfb_tensor_type_t){.element_type = KILN_VMFB_ELEMENT_FLOAT_64, .rank = 2,
-                                .dims = {INT64_C(1) << 31, INT64_C(1) << 30}};
+  t = (kiln_vmfb_tensor_type_t){
+      .element_type = KILN_VMFB_ELEMENT_FLOAT_64, .rank = 2, .dims = {INT64_C(1) << 31, INT64_C(1) << 30}};
   assert_false(kiln_vmfb_tensor_type_bytes(&t, &n)); /* 2^64 bytes */
   t.rank = KILN_VMFB_MAX_RANK + 1;
   assert_false(kiln_vmfb_tensor_type_bytes(&t, &n));
@@ -110,12 +110,12 @@ static void test_exprs_eval(void **state) {
       {.kind = KILN_VMFB_EXPR_LT_U, .a = 1, .b = 9},           /* 10: unsigned: d < 2^64-1 */
       {.kind = KILN_VMFB_EXPR_REM_S, .a = 9, .b = 3},          /* 11: -1 % 3 = -1 */
   };
-  kiln_vmfb_function_t fn = {.name = "f", .inputs = inputs, .n_inputs = 1, .exprs = x,
-                             .n_exprs = sizeof x / sizeof x[0]};
+  kiln_vmfb_function_t fn = {
+      .name = "f", .inputs = inputs, .n_inputs = 1, .exprs = x, .n_exprs = sizeof x / sizeof x[0]};
   int64_t dims[1][KILN_VMFB_MAX_RANK] = {{9, 16}};
   int64_t v[16];
   assert_true(kiln_vmfb_exprs_eval(&fn, (const int64_t(*)[KILN_VMFB_MAX_RANK])dims, v));
-  assert_int_equal(v[4], 3);  /* ceil(9 / 4) */
+  assert_int_equal(v[4], 3); /* ceil(9 / 4) */
   assert_int_equal(v[6], 0);
   assert_int_equal(v[7], 3);
   assert_int_equal(v[9], 1);

@@ -56,8 +56,7 @@ static const char *get_string(table_t t, uint16_t slot, size_t *len) {
 }
 static size_t count_of(vector_t v) { return kiln_vmfb_flatbuf_vector_count(v); }
 
-
-#define assert_ok kiln_test_assert_ok
+#define assert_ok   kiln_test_assert_ok
 
 #define assert_code kiln_test_assert_code
 
@@ -105,9 +104,10 @@ static void assert_reason_has(const kiln_vmfb_info_t *info, const char *needle) 
 
 /* ---- the sample module (tests/unit/support/vmfb_sample.h) ---- */
 
-static const char SOURCE[] = "func.func @main(%x: tensor<1024xf32>) -> tensor<1024xf32> {\n"
-                             "  return %x : tensor<1024xf32>\n"
-                             "}\n";
+static const char SOURCE[] =
+    "func.func @main(%x: tensor<1024xf32>) -> tensor<1024xf32> {\n"
+    "  return %x : tensor<1024xf32>\n"
+    "}\n";
 
 typedef struct fixture_s {
   kiln_test_vmfb_sample_t sample;
@@ -144,12 +144,11 @@ static int setup(void **state) {
   kiln_digest_t d;
   kiln_digest_of(SOURCE, sizeof SOURCE - 1, &d);
   kiln_digest_to_hex(&d, &f->source_hex);
-  f->prov = (kiln_vmfb_provenance_t){.source_sha256 = f->source_hex.text, .target = "sm_89",
-                                     .compiler = "kiln (test)"};
+  f->prov = (kiln_vmfb_provenance_t){
+      .source_sha256 = f->source_hex.text, .target = "sm_89", .compiler = "kiln (test)"};
   *state = f;
-  kiln_vmfb_write_options_t zo = {.provenance = &f->prov,
-                                  .source = (const uint8_t *)SOURCE,
-                                  .source_len = sizeof SOURCE - 1};
+  kiln_vmfb_write_options_t zo = {
+      .provenance = &f->prov, .source = (const uint8_t *)SOURCE, .source_len = sizeof SOURCE - 1};
   kiln_buf_init(&f->zip);
   kiln_buf_init(&f->flat);
   kiln_status_t st = kiln_vmfb_write("fixture", &f->sample.plan, &f->sample.exe[0], &zo, &f->zip);
@@ -352,9 +351,8 @@ static void test_invalid_files(void **state) {
   vector_t rodata = get_vector(root, KILN_VM_MODULE_RODATA_SEGMENTS);
   size_t off_at = field_offset(p, vector_table(rodata, 0), KILN_VM_RODATA_EXTERNAL_DATA_OFFSET);
   uint64_t base = a.rodata_base;
-  size_t exe_at = (size_t)a.rodata_base + (size_t)get_uint(
-                                               vector_table(rodata, 0),
-                                               KILN_VM_RODATA_EXTERNAL_DATA_OFFSET);
+  size_t exe_at =
+      (size_t)a.rodata_base + (size_t)get_uint(vector_table(rodata, 0), KILN_VM_RODATA_EXTERNAL_DATA_OFFSET);
   kiln_vmfb_archive_deinit(&a);
   assert_true(hal_at > 0 && off_at > 0);
   assert_memory_equal(p + exe_at, "CDA1", 4);
@@ -605,10 +603,14 @@ static void test_huge_counts(void **state) {
   kiln_vmfb_archive_t a;
   table_t root = module_root(p, len, &a);
   /* The length word in front of each vector or string. */
-  const uint16_t vectors[] = {KILN_VM_MODULE_TYPES,        KILN_VM_MODULE_DEPENDENCIES,
-                              KILN_VM_MODULE_IMPORTED_FUNCTIONS, KILN_VM_MODULE_EXPORTED_FUNCTIONS,
-                              KILN_VM_MODULE_FUNCTION_SIGNATURES, KILN_VM_MODULE_RODATA_SEGMENTS,
-                              KILN_VM_MODULE_FUNCTION_DESCRIPTORS, KILN_VM_MODULE_BYTECODE_DATA,
+  const uint16_t vectors[] = {KILN_VM_MODULE_TYPES,
+                              KILN_VM_MODULE_DEPENDENCIES,
+                              KILN_VM_MODULE_IMPORTED_FUNCTIONS,
+                              KILN_VM_MODULE_EXPORTED_FUNCTIONS,
+                              KILN_VM_MODULE_FUNCTION_SIGNATURES,
+                              KILN_VM_MODULE_RODATA_SEGMENTS,
+                              KILN_VM_MODULE_FUNCTION_DESCRIPTORS,
+                              KILN_VM_MODULE_BYTECODE_DATA,
                               KILN_VM_MODULE_ATTRS};
   size_t at[16];
   size_t n = 0;
@@ -622,8 +624,7 @@ static void test_huge_counts(void **state) {
   at[n++] = (size_t)((const uint8_t *)name - p) - 4;
   vector_t rodata = get_vector(root, KILN_VM_MODULE_RODATA_SEGMENTS);
   for (size_t i = 0; i < count_of(rodata); i++) {
-    vector_t bytes = get_vector(
-        vector_table(rodata, i), KILN_VM_RODATA_EMBEDDED_DATA);
+    vector_t bytes = get_vector(vector_table(rodata, i), KILN_VM_RODATA_EMBEDDED_DATA);
     if (count_of(bytes)) {
       at[n++] = (size_t)(bytes.data - p) + bytes.pos - 4;
       break;
@@ -663,9 +664,9 @@ static void shared_export_bomb(const kiln_vmfb_code_t *ptx, size_t count, kiln_b
   assert_non_null(refs);
   for (size_t i = 0; i < count; i++) refs[i] = e;
   kiln_vmfb_flatbuf_ref_t m = kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_cuda_module_def);
-  kiln_vmfb_flatbuf_builder_set_ref(b, m, KILN_CUDA_MODULE_PTX_IMAGE,
-                                    kiln_vmfb_flatbuf_builder_add_string(b, (const char *)ptx->data,
-                                                                         ptx->len));
+  kiln_vmfb_flatbuf_builder_set_ref(
+      b, m, KILN_CUDA_MODULE_PTX_IMAGE,
+      kiln_vmfb_flatbuf_builder_add_string(b, (const char *)ptx->data, ptx->len));
   kiln_vmfb_flatbuf_ref_t root =
       kiln_vmfb_flatbuf_builder_add_table(b, &kiln_vmfb_schema_cuda_executable_def);
   kiln_vmfb_flatbuf_builder_set_ref(b, root, KILN_CUDA_EXECUTABLE_EXPORTS,
@@ -825,9 +826,8 @@ static void test_source_extract(void **state) {
   kiln_buf_deinit(&file);
   /* The flat layout cannot carry a source: the writer refuses rather than drop it,
    * and a flat file has none to extract. */
-  kiln_vmfb_write_options_t flat = {.flat = true,
-                                    .source = (const uint8_t *)SOURCE,
-                                    .source_len = sizeof SOURCE - 1};
+  kiln_vmfb_write_options_t flat = {
+      .flat = true, .source = (const uint8_t *)SOURCE, .source_len = sizeof SOURCE - 1};
   kiln_buf_init(&file);
   assert_code(kiln_vmfb_write("fixture", &f->sample.plan, &f->sample.exe[0], &flat, &file),
               KILN_STATUS_INVALID_ARGUMENT);
@@ -871,8 +871,8 @@ static void test_source_extract(void **state) {
   memset(wrong, '0', 64);
   wrong[64] = 0;
   kiln_vmfb_provenance_t prov = {.source_sha256 = wrong};
-  kiln_vmfb_write_options_t o = {.provenance = &prov, .source = (const uint8_t *)SOURCE,
-                                 .source_len = sizeof SOURCE - 1};
+  kiln_vmfb_write_options_t o = {
+      .provenance = &prov, .source = (const uint8_t *)SOURCE, .source_len = sizeof SOURCE - 1};
   write_ok(f, KILN_VMFB_FORMAT_CUDA, &o, &file);
   assert_code(extract(&file, &src, &len), KILN_STATUS_DATA_LOSS);
   kiln_buf_deinit(&file);

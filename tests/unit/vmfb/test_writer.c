@@ -52,8 +52,7 @@ static const char *get_string(table_t t, uint16_t slot, size_t *len) {
 static size_t count_of(vector_t v) { return kiln_vmfb_flatbuf_vector_count(v); }
 static uint64_t vector_uint(vector_t v, size_t i) { return kiln_vmfb_flatbuf_vector_get_uint(v, i); }
 
-
-#define assert_ok kiln_test_assert_ok
+#define assert_ok   kiln_test_assert_ok
 
 #define assert_code kiln_test_assert_code
 
@@ -139,7 +138,7 @@ static table_t module_root(const kiln_buf_t *file, kiln_vmfb_archive_t *a) {
   assert_ok(kiln_vmfb_flatbuf_verify(a->flatbuffer, a->flatbuffer_size, &vo,
                                      &kiln_vmfb_schema_vm_bytecode_module_def));
   table_t root = kiln_vmfb_flatbuf_root(a->flatbuffer, a->flatbuffer_size, true,
-                                                          &kiln_vmfb_schema_vm_bytecode_module_def);
+                                        &kiln_vmfb_schema_vm_bytecode_module_def);
   assert_true(kiln_vmfb_flatbuf_table_exists(root));
   return root;
 }
@@ -265,9 +264,8 @@ static void test_round_trip_provenance_and_source(void **state) {
   fixture_t *f = *state;
   kiln_vmfb_provenance_t prov = f->prov;
   prov.created = "2026-08-21T10:00:00Z";
-  kiln_vmfb_write_options_t o = {.provenance = &prov,
-                                 .source = (const uint8_t *)SOURCE,
-                                 .source_len = sizeof SOURCE - 1};
+  kiln_vmfb_write_options_t o = {
+      .provenance = &prov, .source = (const uint8_t *)SOURCE, .source_len = sizeof SOURCE - 1};
   kiln_buf_t file;
   write_ok(f, KILN_VMFB_FORMAT_CUDA, &o, &file);
   kiln_vmfb_info_t info;
@@ -302,8 +300,7 @@ static void test_round_trip_provenance_and_source(void **state) {
   kiln_vmfb_archive_t a;
   table_t root = module_root(&file, &a);
   vector_t sigs = get_vector(root, KILN_VM_MODULE_FUNCTION_SIGNATURES);
-  vector_t attrs =
-      get_vector(vector_table(sigs, 0), KILN_VM_SIGNATURE_ATTRS);
+  vector_t attrs = get_vector(vector_table(sigs, 0), KILN_VM_SIGNATURE_ATTRS);
   bool declared = false;
   for (size_t i = 0; i < count_of(attrs); i++) {
     table_t kv = vector_table(attrs, i);
@@ -451,9 +448,8 @@ static size_t allowed_ranges(const kiln_buf_t *file, range_t *out, size_t cap) {
 
 static void test_deterministic(void **state) {
   fixture_t *f = *state;
-  kiln_vmfb_write_options_t o = {.provenance = &f->prov,
-                                 .source = (const uint8_t *)SOURCE,
-                                 .source_len = sizeof SOURCE - 1};
+  kiln_vmfb_write_options_t o = {
+      .provenance = &f->prov, .source = (const uint8_t *)SOURCE, .source_len = sizeof SOURCE - 1};
   kiln_buf_t a, b;
   write_ok(f, KILN_VMFB_FORMAT_VULKAN, &o, &a);
   write_ok(f, KILN_VMFB_FORMAT_VULKAN, &o, &b);
@@ -466,11 +462,10 @@ static void test_deterministic(void **state) {
   char sha[65];
   memset(sha, 'f', 64);
   sha[64] = 0;
-  kiln_vmfb_provenance_t other = {.source_sha256 = sha, .target = "sm_90",
-                                  .flags = "--iree-opt-level=O3", .compiler = "kiln 0.2 (test)"};
-  kiln_vmfb_write_options_t o2 = {.provenance = &other,
-                                  .source = (const uint8_t *)SOURCE,
-                                  .source_len = sizeof SOURCE - 1};
+  kiln_vmfb_provenance_t other = {
+      .source_sha256 = sha, .target = "sm_90", .flags = "--iree-opt-level=O3", .compiler = "kiln 0.2 (test)"};
+  kiln_vmfb_write_options_t o2 = {
+      .provenance = &other, .source = (const uint8_t *)SOURCE, .source_len = sizeof SOURCE - 1};
   write_ok(f, KILN_VMFB_FORMAT_VULKAN, &o2, &b);
   assert_int_equal(a.len, b.len);
   range_t ranges[16];
@@ -489,9 +484,8 @@ static void test_deterministic(void **state) {
 
   /* Provenance of other lengths moves things, but nothing else changes. */
   kiln_vmfb_provenance_t longer = {.target = "a-much-longer-target-name", .compiler = "x"};
-  kiln_vmfb_write_options_t o3 = {.provenance = &longer,
-                                  .source = (const uint8_t *)SOURCE,
-                                  .source_len = sizeof SOURCE - 1};
+  kiln_vmfb_write_options_t o3 = {
+      .provenance = &longer, .source = (const uint8_t *)SOURCE, .source_len = sizeof SOURCE - 1};
   write_ok(f, KILN_VMFB_FORMAT_VULKAN, &o3, &b);
   kiln_vmfb_info_t ia, ib;
   read_ok(&a, &ia);
@@ -636,8 +630,7 @@ static void check_gpu_executable(fixture_t *f, kiln_vmfb_format_t format, bool h
   vector_t modules = get_vector(root, KILN_CUDA_EXECUTABLE_MODULES);
   assert_int_equal(count_of(modules), 1);
   size_t len = 0;
-  const char *image = get_string(vector_table(modules, 0),
-                                                         KILN_CUDA_MODULE_PTX_IMAGE, &len);
+  const char *image = get_string(vector_table(modules, 0), KILN_CUDA_MODULE_PTX_IMAGE, &len);
   assert_non_null(image);
   assert_int_equal(len, f->sample.code[format - 1].len);
   assert_memory_equal(image, f->sample.code[format - 1].data, len);
@@ -671,8 +664,7 @@ static void test_serialize_cuda_and_hip(void **state) {
   assert_int_equal(count_of(modules), 2);
   for (size_t m = 0; m < 2; m++) {
     size_t len = 0;
-    const char *image = get_string(vector_table(modules, m),
-                                                           KILN_CUDA_MODULE_PTX_IMAGE, &len);
+    const char *image = get_string(vector_table(modules, m), KILN_CUDA_MODULE_PTX_IMAGE, &len);
     assert_int_equal(len, code[m].len);
     assert_memory_equal(image, code[m].data, len);
   }
@@ -701,16 +693,13 @@ static void test_serialize_vulkan(void **state) {
       uint64_t l = get_uint(p, KILN_VK_PIPELINE_PIPELINE_LAYOUT_ORDINAL);
       assert_int_equal(l, i);
       table_t layout = vector_table(layouts, (size_t)l);
-      vector_t ranges =
-          get_vector(layout, KILN_VK_PIPELINE_LAYOUT_PUSH_CONSTANT_RANGES);
+      vector_t ranges = get_vector(layout, KILN_VK_PIPELINE_LAYOUT_PUSH_CONSTANT_RANGES);
       assert_int_equal(count_of(ranges), 1);
       const uint8_t *range = kiln_vmfb_flatbuf_vector_get_struct(ranges, 0);
       assert_int_equal(rd32(range + KILN_VK_PUSH_CONSTANT_RANGE_SIZE), 4 * k->n_constants);
-      vector_t ordinals =
-          get_vector(layout, KILN_VK_PIPELINE_LAYOUT_DESCRIPTOR_SET_LAYOUT_ORDINALS);
+      vector_t ordinals = get_vector(layout, KILN_VK_PIPELINE_LAYOUT_DESCRIPTOR_SET_LAYOUT_ORDINALS);
       assert_int_equal(count_of(ordinals), 1);
-      table_t set =
-          vector_table(sets, (size_t)vector_uint(ordinals, 0));
+      table_t set = vector_table(sets, (size_t)vector_uint(ordinals, 0));
       vector_t bindings = get_vector(set, KILN_VK_DESCRIPTOR_SET_LAYOUT_BINDINGS);
       assert_int_equal(count_of(bindings), 3);
       for (size_t j = 0; j < 3; j++) {
@@ -722,8 +711,7 @@ static void test_serialize_vulkan(void **state) {
     }
     vector_t shaders = get_vector(root, KILN_VK_EXECUTABLE_SHADER_MODULES);
     assert_int_equal(count_of(shaders), 1);
-    vector_t words = get_vector(
-        vector_table(shaders, 0), KILN_VK_SHADER_MODULE_SPIRV_CODE);
+    vector_t words = get_vector(vector_table(shaders, 0), KILN_VK_SHADER_MODULE_SPIRV_CODE);
     const kiln_vmfb_code_t *spirv = &f->sample.code[KILN_VMFB_FORMAT_VULKAN - 1];
     size_t n = spirv->len / 4;
     assert_int_equal(count_of(words), n);
@@ -741,9 +729,7 @@ static void test_serialize_vulkan(void **state) {
   kiln_vmfb_executable_t exe = {KILN_VMFB_FORMAT_VULKAN, kernels, 2, &f->sample.code[2], 1, 0, NULL};
   kiln_buf_t b = serialize_ok(&exe, true);
   table_t root = exe_root(&b, KILN_VMFB_FORMAT_VULKAN, true);
-  assert_int_equal(count_of(
-                       get_vector(root, KILN_VK_EXECUTABLE_PIPELINE_LAYOUTS)),
-                   1);
+  assert_int_equal(count_of(get_vector(root, KILN_VK_EXECUTABLE_PIPELINE_LAYOUTS)), 1);
   kiln_buf_deinit(&b);
 }
 
