@@ -289,6 +289,14 @@ void kilnd_call_initial_metadata(grpc_op *op, call_t *c) {
   op->data.send_initial_metadata.metadata = c->initial;
 }
 
+void kilnd_call_status_op(grpc_op *op, call_t *c) {
+  op->op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  op->data.send_status_from_server.status = (grpc_status_code)c->code;
+  op->data.send_status_from_server.trailing_metadata_count = c->n_trailing;
+  op->data.send_status_from_server.trailing_metadata = c->n_trailing ? c->trailing : NULL;
+  op->data.send_status_from_server.status_details = c->code == KILN_STATUS_OK ? NULL : &c->status_details;
+}
+
 kiln_status_t kilnd_id_check(const char *field, const char *id, size_t len) {
   if (len == 0 || len > KILND_ID_MAX) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s is empty or over %d bytes", field, KILND_ID_MAX);
@@ -340,12 +348,7 @@ static void send_reply(kilnd_server_t *server, call_t *c, kiln_status_t status) 
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = c->response;
   }
-  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  ops[n].data.send_status_from_server.status = (grpc_status_code)c->code;
-  ops[n].data.send_status_from_server.trailing_metadata_count = c->n_trailing;
-  ops[n].data.send_status_from_server.trailing_metadata = c->n_trailing ? c->trailing : NULL;
-  ops[n++].data.send_status_from_server.status_details =
-      c->code == KILN_STATUS_OK ? NULL : &c->status_details;
+  kilnd_call_status_op(&ops[n++], c);
   ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   ops[n++].data.recv_close_on_server.cancelled = &c->client_cancelled;
   c->tag.fn = on_call_done;

@@ -100,6 +100,9 @@ struct call_s {
 void kilnd_call_finished(call_t *c, kiln_status_code_t code);
 /* The initial metadata every call sends first (kiln-request-id). */
 void kilnd_call_initial_metadata(grpc_op *op, call_t *c);
+/* The status op that ends every call: c->code, c->status_details unless OK, and
+ * the trailing metadata (kiln-request-id, kiln-diagnostics-bin). */
+void kilnd_call_status_op(grpc_op *op, call_t *c);
 /* Checks (wire_check.h) and decodes one received message of `c` into `arena`;
  * *out_bytes gets its size. INVALID_ARGUMENT naming the method otherwise. */
 KILN_MUST_USE kiln_status_t kilnd_call_decode(const call_t *c, grpc_byte_buffer *payload,

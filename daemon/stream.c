@@ -36,12 +36,7 @@ static void stream_start_status(kilnd_stream_t *s) {
   memset(ops, 0, sizeof ops);
   size_t n = 0;
   if (!s->md_sent) kilnd_call_initial_metadata(&ops[n++], c);
-  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  ops[n].data.send_status_from_server.status = (grpc_status_code)c->code;
-  ops[n].data.send_status_from_server.trailing_metadata_count = c->n_trailing;
-  ops[n].data.send_status_from_server.trailing_metadata = c->n_trailing ? c->trailing : NULL;
-  ops[n++].data.send_status_from_server.status_details =
-      c->code == KILN_STATUS_OK ? NULL : &c->status_details;
+  kilnd_call_status_op(&ops[n++], c);
   s->status_started = true;
   s->md_sent = true;
   if (!stream_start_batch(s, &s->status_op, ops, n)) {
