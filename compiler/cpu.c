@@ -37,6 +37,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "compiler/internal.h"
 #include "compiler/kernel_types.h"
 
@@ -794,14 +795,6 @@ static KILN_MUST_USE kiln_status_t emit(MlirModule module, const kiln_target_t *
   return st;
 }
 
-static KILN_MUST_USE kiln_status_t write_all(const char *path, const void *data, size_t len) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return KILN_STATUS_ERRNO(errno, "cannot create %s", path);
-  bool ok = fwrite(data, 1, len, f) == len;
-  if (fclose(f) != 0) ok = false;
-  return ok ? NULL : KILN_STATUS_ERRNO(errno, "cannot write %s", path);
-}
-
 /* ld.lld: a shared object with no imports, no libc, and the query exported. */
 static KILN_MUST_USE kiln_status_t link_elf(const kiln_buf_t *object, const kiln_target_t *t,
                                             const char *name, kiln_buf_t *elf) {
@@ -824,7 +817,7 @@ static KILN_MUST_USE kiln_status_t link_elf(const kiln_buf_t *object, const kiln
   }
   kiln_buf_appendf(&obj, "%s/k.o", dir.data);
   kiln_buf_appendf(&out, "%s/k.so", dir.data);
-  st = write_all(obj.data, object->data, object->len);
+  st = kiln_file_write(obj.data, object->data, object->len, 0600);
   if (!st) {
     /* Paths are ours (mkdtemp): no quoting issues. */
     kiln_buf_appendf(&cmd,

@@ -35,6 +35,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/config.h"
+#include "base/file.h"
 #include "compiler/artifact.h"
 #include "compiler/identity.h"
 #include "compiler/pipeline.h"
@@ -147,13 +148,13 @@ static char *read_file(const char *path, size_t *out_len) {
   return kiln_buf_take(&buf);
 }
 
-/* Writes `path`, or stdout when it is "-". */
-static int write_file(const char *path, const void *data, size_t len) {
-  bool out = !strcmp(path, "-");
-  FILE *f = out ? stdout : fopen(path, "wb");
-  if (!f) return -1;
-  size_t n = fwrite(data, 1, len, f);
-  return ((out ? fflush(f) : fclose(f)) == 0 && n == len) ? 0 : -1;
+/* Writes `path` (mode 0666 less the umask, as fopen would), or stdout when it is
+ * "-". The status names the path and why. */
+static KILN_MUST_USE kiln_status_t write_output(const char *path, const void *data, size_t len) {
+  if (strcmp(path, "-") != 0) return kiln_file_write(path, data, len, 0666);
+  errno = 0;
+  bool ok = fwrite(data, 1, len, stdout) == len && fflush(stdout) == 0;
+  return ok ? NULL : KILN_STATUS_ERRNO(errno ? errno : EIO, "cannot write the VMFB to stdout");
 }
 
 /* iree-compile's own spellings, as far as they map onto kiln. */
@@ -276,6 +277,7 @@ static const kiln_config_table_t option_table = {"kilnc", "", option_list,
 /* Everything after the arguments: resolve the targets, compile, write. Exit
  * status for main. */
 static int run(const kilnc_options_t *opt, const compat_t *compat, const char *model) {
+  kiln_status_t wst = NULL; /* a failed write of an output */
   const kiln_target_t *targets[MAX_TARGETS];
   size_t n_targets = 0;
   for (size_t i = 0; i < opt->target.count; i++) {
@@ -394,8 +396,9 @@ static int run(const kilnc_options_t *opt, const compat_t *compat, const char *m
       fprintf(stderr, "kilnc: %s\n", kiln_status_message(st));
       code = EXIT_TARGET_FAILED;
       kiln_status_free(st);
-    } else if (write_file(outdir, vmfb.data, vmfb.len) != 0) {
-      fprintf(stderr, "kilnc: cannot write %s: %s\n", outdir, strerror(errno));
+    } else if ((wst = write_output(outdir, vmfb.data, vmfb.len)) != NULL) {
+      fprintf(stderr, "kilnc: %s\n", kiln_status_message(wst));
+      kiln_status_free(wst);
       code = EXIT_TARGET_FAILED;
     } else {
       fprintf(to_stdout ? stderr : stdout, "%-14s %zu bytes -> %s\n", out.targets[0].target->id, vmfb.len,
@@ -441,16 +444,18 @@ static int run(const kilnc_options_t *opt, const compat_t *compat, const char *m
       kiln_buf_clear(&path);
       kiln_buf_appendf(&path, "%s/%s/%s.%s", outdir, t->target->id, t->kernels[k].module_name,
                        extension(t->target));
-      if (write_file(path.data, t->kernels[k].binary, t->kernels[k].binary_len) != 0) {
-        fprintf(stderr, "kilnc: cannot write %s: %s\n", path.data, strerror(errno));
+      if ((wst = write_output(path.data, t->kernels[k].binary, t->kernels[k].binary_len)) != NULL) {
+        fprintf(stderr, "kilnc: %s\n", kiln_status_message(wst));
+        kiln_status_free(wst);
         code = EXIT_TARGET_FAILED;
       }
       bytes += t->kernels[k].binary_len;
       if (t->kernels[k].cubin) {
         kiln_buf_clear(&path);
         kiln_buf_appendf(&path, "%s/%s/%s.cubin", outdir, t->target->id, t->kernels[k].module_name);
-        if (write_file(path.data, t->kernels[k].cubin, t->kernels[k].cubin_len) != 0) {
-          fprintf(stderr, "kilnc: cannot write %s: %s\n", path.data, strerror(errno));
+        if ((wst = write_output(path.data, t->kernels[k].cubin, t->kernels[k].cubin_len)) != NULL) {
+          fprintf(stderr, "kilnc: %s\n", kiln_status_message(wst));
+          kiln_status_free(wst);
           code = EXIT_TARGET_FAILED;
         }
       }
@@ -467,8 +472,9 @@ static int run(const kilnc_options_t *opt, const compat_t *compat, const char *m
         kiln_status_free(st);
         st = NULL;
         code = EXIT_TARGET_FAILED;
-      } else if (write_file(path.data, vmfb.data, vmfb.len) != 0) {
-        fprintf(stderr, "kilnc: cannot write %s: %s\n", path.data, strerror(errno));
+      } else if ((wst = write_output(path.data, vmfb.data, vmfb.len)) != NULL) {
+        fprintf(stderr, "kilnc: %s\n", kiln_status_message(wst));
+        kiln_status_free(wst);
         code = EXIT_TARGET_FAILED;
       }
       vmfb_bytes = vmfb.len;

@@ -27,6 +27,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/digest.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -206,49 +207,6 @@ static void remove_stale_scratch(void) {
   }
   kiln_buf_deinit(&path);
   closedir(d);
-}
-
-static KILN_MUST_USE kiln_status_t write_file(const char *path, const void *data, size_t len) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return KILN_STATUS_ERRNO(errno, "creating %s", path);
-  const uint8_t *p = data;
-  size_t left = len;
-  while (left > 0) {
-    ssize_t n = write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return KILN_STATUS_ERRNO(err, "writing %s", path);
-    }
-    p += n;
-    left -= (size_t)n;
-  }
-  if (close(fd) != 0) return KILN_STATUS_ERRNO(errno, "writing %s", path);
-  return NULL;
-}
-
-static KILN_MUST_USE kiln_status_t read_file(const char *path, kiln_buf_t *out) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return KILN_STATUS_ERRNO(errno, "opening %s", path);
-  char chunk[65536];
-  for (;;) {
-    ssize_t n = read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return KILN_STATUS_ERRNO(err, "reading %s", path);
-    }
-    if (n == 0) break;
-    if (out->len + (size_t)n > MAX_FRAME_BYTES) {
-      close(fd);
-      return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED, "%s is over 1 GiB", path);
-    }
-    kiln_buf_append(out, chunk, (size_t)n);
-  }
-  close(fd);
-  return NULL;
 }
 
 typedef struct run_result_s {
@@ -476,7 +434,7 @@ static void external_target(worker_t *w, const Kiln__Worker__V1__CompileTask *ta
   kiln_buf_init(&out_path);
   kiln_buf_appendf(&out_path, "%s/%s", dir, output.data);
   if (code == KILN_STATUS_OK) {
-    st = read_file(out_path.data, &vmfb);
+    st = kiln_file_read(out_path.data, MAX_FRAME_BYTES, &vmfb);
     if (st || vmfb.len == 0) {
       code = KILN_STATUS_INTERNAL;
       kiln_buf_appendf(&msg, "the external compiler %s exited 0 but wrote no %s for %s (%s)%s%s",
@@ -602,7 +560,7 @@ void worker_external_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task
   kiln_buf_appendf(&in_path, "%s/%s", dir.data, input);
   kiln_status_t st = NULL;
   if (mkdir(dir.data, 0700) != 0 && errno != EEXIST) st = KILN_STATUS_ERRNO(errno, "creating %s", dir.data);
-  if (!st) st = write_file(in_path.data, task->source.data, task->source.len);
+  if (!st) st = kiln_file_write(in_path.data, task->source.data, task->source.len, 0600);
   int64_t deadline = 0;
   if (task->timeout_ms) {
     /* Stop the compiler a little before kilnd kills this worker, so the target

@@ -1,0 +1,52 @@
+/* Whole files in and out (file.h). */
+#include "base/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <unistd.h>
+
+kiln_status_t kiln_file_write(const char *path, const void *data, size_t len, mode_t mode) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return KILN_STATUS_ERRNO(errno, "cannot create %s", path);
+  const uint8_t *p = data;
+  size_t left = len;
+  while (left > 0) {
+    ssize_t n = write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return KILN_STATUS_ERRNO(err, "cannot write %s", path);
+    }
+    p += n;
+    left -= (size_t)n;
+  }
+  if (close(fd) != 0) return KILN_STATUS_ERRNO(errno, "cannot write %s", path);
+  return NULL;
+}
+
+kiln_status_t kiln_file_read(const char *path, uint64_t max, kiln_buf_t *out) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return KILN_STATUS_ERRNO(errno, "cannot open %s", path);
+  char chunk[65536];
+  uint64_t got = 0;
+  for (;;) {
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return KILN_STATUS_ERRNO(err, "cannot read %s", path);
+    }
+    if (n == 0) break;
+    got += (uint64_t)n;
+    if (got > max) {
+      close(fd);
+      return KILN_STATUS(KILN_STATUS_RESOURCE_EXHAUSTED, "%s is over %" PRIu64 " bytes", path, max);
+    }
+    kiln_buf_append(out, chunk, (size_t)n);
+  }
+  close(fd);
+  return NULL;
+}

@@ -1,0 +1,94 @@
+/* Unit tests for base/file: a 3 MiB file written and read back byte for byte
+ * (several read chunks), the mode honoured, truncation of a longer file, the
+ * read limit (RESOURCE_EXHAUSTED naming the path and the limit, exactly at the
+ * limit still fine), and errno statuses naming the path for a missing file and
+ * a file that cannot be created. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/file.h"
+#include "tests/unit/support/testing.h"
+
+static void test_write_then_read_back(void **state) {
+  (void)state;
+  char *dir = kiln_test_tmpdir("kiln-file");
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  kiln_buf_appendf(&path, "%s/f.bin", dir);
+  size_t len = 3u << 20;
+  unsigned char *data = kiln_test_make_data(len, false, 7);
+  kiln_test_assert_ok(kiln_file_write(path.data, data, len, 0640));
+  struct stat st;
+  assert_int_equal(stat(path.data, &st), 0);
+  assert_int_equal(st.st_size, (off_t)len);
+  assert_int_equal(st.st_mode & 0777 & ~0640, 0); /* at most the mode asked for */
+  kiln_buf_t back;
+  kiln_buf_init(&back);
+  kiln_test_assert_ok(kiln_file_read(path.data, len, &back)); /* exactly at the limit */
+  assert_int_equal(back.len, len);
+  assert_memory_equal(back.data, data, len);
+  /* A shorter write truncates. */
+  kiln_test_assert_ok(kiln_file_write(path.data, "abc", 3, 0640));
+  kiln_buf_clear(&back);
+  kiln_test_assert_ok(kiln_file_read(path.data, 100, &back));
+  assert_int_equal(back.len, 3);
+  assert_memory_equal(back.data, "abc", 3);
+  kiln_buf_deinit(&back);
+  free(data);
+  kiln_buf_deinit(&path);
+  kiln_test_remove_tree(dir);
+  free(dir);
+}
+
+static void test_limit_and_errors(void **state) {
+  (void)state;
+  char *dir = kiln_test_tmpdir("kiln-file");
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  kiln_buf_appendf(&path, "%s/f.bin", dir);
+  unsigned char *data = kiln_test_make_data(200000, false, 8);
+  kiln_test_assert_ok(kiln_file_write(path.data, data, 200000, 0600));
+  kiln_buf_t back;
+  kiln_buf_init(&back);
+  kiln_status_t st = kiln_file_read(path.data, 199999, &back);
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(kiln_status_message(st), path.data));
+  assert_non_null(strstr(kiln_status_message(st), "199999"));
+  kiln_status_free(st);
+  kiln_buf_clear(&back);
+  kiln_buf_t missing;
+  kiln_buf_init(&missing);
+  kiln_buf_appendf(&missing, "%s/none", dir);
+  st = kiln_file_read(missing.data, 10, &back);
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_NOT_FOUND);
+  assert_non_null(strstr(kiln_status_message(st), missing.data));
+  kiln_status_free(st);
+  kiln_buf_appendf(&missing, "/deeper");
+  st = kiln_file_write(missing.data, "x", 1, 0600);
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_NOT_FOUND);
+  assert_non_null(strstr(kiln_status_message(st), "cannot create"));
+  kiln_status_free(st);
+  kiln_buf_deinit(&missing);
+  kiln_buf_deinit(&back);
+  free(data);
+  kiln_buf_deinit(&path);
+  kiln_test_remove_tree(dir);
+  free(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_write_then_read_back),
+      cmocka_unit_test(test_limit_and_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
