@@ -191,7 +191,7 @@ typedef struct recompile_s {
   bool have_map;
   kiln_cli_label_t *labels;
   size_t n_labels;
-  size_t jobs;
+  size_t window; /* --jobs: items sent and not yet answered, at most */
   /* Per call (call_reset clears them for the next one). */
   Kiln__V1__GetServerInfoResponse *info;
   kiln_client_stream_t *stream;
@@ -923,7 +923,7 @@ static KILN_MUST_USE kiln_status_t build_item(recompile_t *r, file_t *f, kiln_cl
 
 /* Waits until the window has room (or the call ended, or an interrupt). */
 static void wait_for_room(recompile_t *r) {
-  while (r->in_flight >= r->jobs && !r->stream_over && !r->interrupted && !r->unavailable) {
+  while (r->in_flight >= r->window && !r->stream_over && !r->interrupted && !r->unavailable) {
     pump(r, READ_SLICE_MS);
     progress_draw(r, false);
     check_interrupt(r);
@@ -1468,7 +1468,7 @@ int kiln_cli_recompile(const kiln_cli_settings_t *settings, kiln_client_t *clien
   r.settings = settings;
   r.client = client;
   r.argv = argv;
-  r.jobs = settings->jobs > 0 ? (size_t)settings->jobs : DEFAULT_JOBS;
+  r.window = settings->jobs > 0 ? (size_t)settings->jobs : DEFAULT_JOBS;
   r.start_ms = kiln_time_monotonic_ms();
   int rc = prepare(&r, argc, argv);
   if (rc) {
