@@ -48,34 +48,6 @@ void kiln_buf_append(kiln_buf_t *buf, const void *data, size_t len) {
 
 void kiln_buf_append_str(kiln_buf_t *buf, const char *s) { kiln_buf_append(buf, s, strlen(s)); }
 
-int kiln_buf_append_file(kiln_buf_t *buf, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) kiln_buf_append(buf, chunk, n);
-  int err = ferror(f) ? EIO : 0;
-  fclose(f);
-  if (err) {
-    errno = err;
-    return -1;
-  }
-  return 0;
-}
-
-char *kiln_read_file(const char *path, size_t *out_len) {
-  kiln_buf_t b;
-  kiln_buf_init(&b);
-  if (kiln_buf_append_file(&b, path) != 0) {
-    int err = errno;
-    kiln_buf_deinit(&b);
-    errno = err;
-    return NULL;
-  }
-  if (out_len) *out_len = b.len;
-  return kiln_buf_take(&b);
-}
-
 void kiln_buf_append_char(kiln_buf_t *buf, char c) { kiln_buf_append(buf, &c, 1); }
 
 void kiln_buf_appendvf(kiln_buf_t *buf, const char *fmt, va_list ap) {

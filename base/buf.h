@@ -23,13 +23,6 @@ void kiln_buf_reserve(kiln_buf_t *buf, size_t extra);
 void kiln_buf_append(kiln_buf_t *buf, const void *data, size_t len);
 void kiln_buf_append_str(kiln_buf_t *buf, const char *s);
 
-/* Appends the whole file at `path` (borrowed). Returns 0, or -1 with errno set when
- * it cannot be opened or read (what was read stays appended). */
-int kiln_buf_append_file(kiln_buf_t *buf, const char *path);
-/* The whole file at `path` as a new NUL-terminated string (free with kiln_free), its
- * length in `*out_len` when that is not NULL; NULL with errno set when it cannot be
- * opened or read. */
-char *kiln_read_file(const char *path, size_t *out_len);
 void kiln_buf_append_char(kiln_buf_t *buf, char c);
 void kiln_buf_appendf(kiln_buf_t *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void kiln_buf_appendvf(kiln_buf_t *buf, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));

@@ -1,7 +1,8 @@
-/* Whole files in and out, with errors that name the path: for the places that
- * write or read back one file at a time (kiln-worker's scratch files, the CPU
- * back half's object for the linker, kilnc's outputs). Thread-safe (no shared
- * state). */
+/* Whole files in and out, one read loop and one write loop for all of kiln:
+ * with statuses that name the path (kiln-worker's scratch files, the CPU back
+ * half's object for the linker, kilnc's outputs), or with errno for callers that
+ * word their own message (kiln_buf_append_file, kiln_read_file). Thread-safe (no
+ * shared state). */
 #ifndef KILN_BASE_FILE_H
 #define KILN_BASE_FILE_H
 
@@ -21,5 +22,13 @@ KILN_MUST_USE kiln_status_t kiln_file_write(const char *path, const void *data, 
  * and `max` once more than `max` bytes have come (what was read stays appended),
  * the errno status naming the path when it cannot be opened or read. */
 KILN_MUST_USE kiln_status_t kiln_file_read(const char *path, uint64_t max, kiln_buf_t *out);
+
+/* Appends the whole file at `path` (borrowed). Returns 0, or -1 with errno set when
+ * it cannot be opened or read (what was read stays appended). */
+int kiln_buf_append_file(kiln_buf_t *buf, const char *path);
+/* The whole file at `path` as a new NUL-terminated string (free with kiln_free), its
+ * length in `*out_len` when that is not NULL; NULL with errno set when it cannot be
+ * opened or read. */
+char *kiln_read_file(const char *path, size_t *out_len);
 
 #endif /* KILN_BASE_FILE_H */

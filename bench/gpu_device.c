@@ -35,6 +35,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 
 #define SKIP         77
 #define MAX_BUFFERS  64

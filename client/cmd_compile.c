@@ -29,6 +29,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/mlir_text.h"
 #include "base/time.h"
 #include "client/cli.h"

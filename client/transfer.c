@@ -20,6 +20,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/mlir_text.h"
 #include "client/job.h"
 

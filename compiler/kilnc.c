@@ -1,7 +1,7 @@
 /* kilnc: the command-line compiler over the compiler library (the same code the
  * daemon's workers run).
  *
- *   kilnc MODEL.mlir --target sm_89 --target gfx950,videocore_vii [-o OUTDIR] [--json]
+ *   kilnc MODEL.mlir --target sm_89 --target gfx950,videocore_vii [-o OUTDIR]
  *
  * iree-compile's spellings work too, so existing scripts keep working:
  *   --iree-hal-target-device=cuda|hip|vulkan  (checked against the target's kind)

@@ -53,6 +53,7 @@ struct kilnd_daemon_s {
   char *worker_path;
   char *crash_dir;
   bool jobs_closed; /* the engine is closing or gone: read it no more */
+  bool ran;         /* kilnd_daemon_run started the server */
   bool ready_sent;
   char compiler[256]; /* the workers' compiler (kilnd_jobs_compiler); "" until known */
 
@@ -120,9 +121,10 @@ char *kilnd_daemon_worker_path(const char *setting) {
   return kiln_buf_take(&path);
 }
 
-/* STATE/cache, repaired on open unless --verify will do it (and report it). */
+/* STATE/cache, repaired on open unless `skip_repair` (--verify does the
+ * reconciling itself, and reports it). */
 static KILN_MUST_USE kiln_status_t open_cache(const kilnd_settings_t *settings, const kilnd_statedir_t *state,
-                                              kiln_cache_t **out_cache) {
+                                              bool skip_repair, kiln_cache_t **out_cache) {
   kiln_buf_t dir;
   kiln_buf_init(&dir);
   kiln_buf_appendf(&dir, "%s/cache", state->path);
@@ -130,7 +132,7 @@ static KILN_MUST_USE kiln_status_t open_cache(const kilnd_settings_t *settings, 
       .capacity_bytes = settings->cache_capacity,
       .compression = strcmp(settings->cache_compression, "off") == 0 ? KILN_BLOB_COMPRESSION_OFF
                                                                      : KILN_BLOB_COMPRESSION_AUTO,
-      .skip_repair = settings->verify,
+      .skip_repair = skip_repair,
   };
   kiln_cache_repair_t repair;
   kiln_status_t status = kiln_cache_open(dir.data, &options, out_cache, &repair);
@@ -159,6 +161,7 @@ static void on_drain(void *user) {
   kilnd_daemon_t *d = user;
   sd_notify(0, "STOPPING=1\nSTATUS=draining: finishing in-flight calls, taking no new work");
   uv_timer_stop(&d->gc_timer);
+  if (d->jobs_closed) return; /* start-up failed and destroy closed it already */
   d->jobs_closed = true;
   kilnd_jobs_close(d->jobs, NULL, NULL);
 }
@@ -404,9 +407,10 @@ kiln_status_t kilnd_daemon_create(const kilnd_settings_t *settings, kilnd_tls_t 
 
   kiln_status_t status = kilnd_statedir_open(settings->state_dir, &d->state);
   if (!status) kilnd_client_text_init(d->state.path); /* hidden from clients' messages */
-  if (!status) status = open_cache(settings, &d->state, &d->cache);
+  if (!status) status = open_cache(settings, &d->state, false, &d->cache);
   if (!status) {
     status = kilnd_server_create(&d->loop, settings, d->cache, tls, tokens, &d->server);
+    if (!status) kilnd_server_on_stopped(d->server, on_server_stopped, d);
   } else {
     kilnd_tokens_destroy(tokens);
   }
@@ -427,7 +431,6 @@ kiln_status_t kilnd_daemon_create(const kilnd_settings_t *settings, kilnd_tls_t 
     uint64_t every = (uint64_t)settings->gc_interval_ms;
     uv_timer_start(&d->gc_timer, on_gc_timer, every, every);
   }
-  kilnd_server_on_stopped(d->server, on_server_stopped, d);
   log_listening(d);
   *out_daemon = d;
   return NULL;
@@ -435,6 +438,7 @@ kiln_status_t kilnd_daemon_create(const kilnd_settings_t *settings, kilnd_tls_t 
 
 kiln_status_t kilnd_daemon_run(kilnd_daemon_t *d) {
   KILN_RETURN_IF_ERROR(kilnd_server_start(d->server));
+  d->ran = true;
   uv_run(&d->loop, UV_RUN_DEFAULT);
   return NULL;
 }
@@ -445,6 +449,19 @@ void kilnd_daemon_destroy(kilnd_daemon_t *d) {
     /* Start-up failed after the engine existed: close it on the loop. */
     d->jobs_closed = true;
     kilnd_jobs_close(d->jobs, NULL, NULL);
+  }
+  if (d->server && !d->ran) {
+    /* Start-up failed after the server began listening: stop it the normal way,
+     * on the loop, so a call it accepted meanwhile can finish (an offloaded
+     * handler replies from the loop). If the queue thread cannot start,
+     * kilnd_server_destroy drains by pumping the queue itself. */
+    kiln_status_t started = kilnd_server_start(d->server);
+    if (!started) {
+      d->ran = true;
+      kilnd_server_request_stop(d->server);
+      uv_run(&d->loop, UV_RUN_DEFAULT);
+    }
+    kiln_status_free(started);
   }
   kilnd_http_destroy(d->http);     /* freed by the loop's last run, below */
   kilnd_server_destroy(d->server); /* likewise */
@@ -470,7 +487,7 @@ kiln_status_t kilnd_daemon_verify(const kilnd_settings_t *settings, bool dry_run
   kilnd_statedir_t state = {NULL, -1};
   kiln_cache_t *cache = NULL;
   kiln_status_t status = kilnd_statedir_open(settings->state_dir, &state);
-  if (!status) status = open_cache(settings, &state, &cache);
+  if (!status) status = open_cache(settings, &state, true, &cache);
   if (!status) {
     status = kiln_cache_verify(cache, dry_run, NULL, NULL, out_report);
     if (status) status = kiln_status_annotate(status, "cannot verify %s", kiln_cache_path(cache));

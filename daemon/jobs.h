@@ -274,9 +274,6 @@ void kilnd_jobs_compile_histograms(kilnd_jobs_t *jobs, struct kilnd_histograms_s
  * kilnd's readiness (sd_notify READY=1) waits for it. Loop thread. */
 void kilnd_jobs_on_ready(kilnd_jobs_t *jobs, void (*fn)(void *user), void *user);
 
-/* Stops admitting; jobs in flight keep running (loop thread). */
-void kilnd_jobs_drain(kilnd_jobs_t *jobs);
-
 /* Cancels everything, closes the pool and the engine's handles, then runs `done`
  * (loop thread). The closed engine stays valid for calls still in flight (they
  * are refused UNAVAILABLE or find no job) until kilnd_jobs_destroy. */

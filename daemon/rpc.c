@@ -83,14 +83,15 @@ const kilnd_method_t *kilnd_rpc_method_find(const char *path) {
 kiln_status_t kilnd_rpc_unserved(const char *path) {
   const kilnd_method_t *m = kilnd_rpc_method_find(path);
   if (m && m->capability) {
+    /* "/grpc.health.v1.Health/Watch" -> "grpc.health.v1.Health" */
+    const char *service = path + 1;
+    int service_len = (int)(strchr(service, '/') - service);
     return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                       "%s is part of the kiln.v1 contract but kilnd %s does not serve it "
-                       "(it comes with %s)",
-                       path, KILN_VERSION, m->capability);
+                       "%s is part of the %.*s contract but kilnd %s does not serve it (it comes with %s)",
+                       path, service_len, service, KILN_VERSION, m->capability);
   }
   return KILN_STATUS(KILN_STATUS_UNIMPLEMENTED,
-                     "unknown method '%s': kilnd serves the kiln.v1.Kiln and "
-                     "grpc.health.v1.Health services",
+                     "unknown method '%s': kilnd serves the kiln.v1.Kiln and grpc.health.v1.Health services",
                      path);
 }
 

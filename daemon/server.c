@@ -63,6 +63,8 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <openssl/crypto.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -143,6 +145,15 @@ struct kilnd_server_s {
 
 static void cq_thread_main(void *arg) {
   kilnd_server_t *server = arg;
+  /* The daemon's signals are the loop's: this thread waits in gRPC's own futex,
+   * where a signal handed to it could wait unseen (main.c blocks them for the
+   * threads libraries start; this one is started after main unblocked them). */
+  sigset_t loop_signals;
+  sigemptyset(&loop_signals);
+  sigaddset(&loop_signals, SIGTERM);
+  sigaddset(&loop_signals, SIGINT);
+  sigaddset(&loop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &loop_signals, NULL);
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(server->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     uv_mutex_lock(&server->lock);
@@ -732,6 +743,7 @@ kiln_status_t kilnd_server_create(uv_loop_t *loop, const kilnd_settings_t *setti
   if (status) {
     kilnd_listen_addr_deinit(&server->listen);
     kilnd_tokens_destroy(server->tokens);
+    kilnd_downloads_destroy(server->env.downloads);
     kiln_free(server);
     return status;
   }
@@ -786,6 +798,7 @@ kiln_status_t kilnd_server_create(uv_loop_t *loop, const kilnd_settings_t *setti
     kiln_free(server->method_handles);
     kilnd_listen_addr_deinit(&server->listen);
     kilnd_tokens_destroy(server->tokens);
+    kilnd_downloads_destroy(server->env.downloads);
     kiln_free(server);
     return status;
   }

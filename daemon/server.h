@@ -30,13 +30,12 @@ struct kilnd_tokens_s; /* auth.h */
  * a call's client is its certificate's CN (or first SAN). With `tokens_owned`
  * (taken, also on failure; NULL: no tokens) every call but health checks must
  * carry a bearer token of a role its method needs (auth.h), checked before the
- * request is decoded; the token's name is then the call's client. SIGHUP re-reads
- * the TLS files and settings->token_file on the thread pool; a reload that fails
- * keeps what was loaded and logs why (event=reload_failed). `settings` and `cache` (may be
- * NULL: cache RPCs then fail with FAILED_PRECONDITION) are borrowed and must
- * outlive the server. When settings->cache_capacity and gc_interval_ms are set,
- * eviction runs on the thread pool every gc_interval_ms. On success *out_server is owned by the caller; the
- * address clients should use is kilnd_server_address(). Errors name the address and why (in use: UNAVAILABLE;
+ * request is decoded; the token's name is then the call's client
+ * (kilnd_server_set_tokens swaps the set; the daemon's SIGHUP reload does).
+ * `settings` and `cache` (may be NULL: cache RPCs then fail with
+ * FAILED_PRECONDITION) are borrowed and must outlive the server. On success
+ * *out_server is owned by the caller; the address clients should use is
+ * kilnd_server_address(). Errors name the address and why (in use: UNAVAILABLE;
  * malformed: INVALID_ARGUMENT). */
 KILN_MUST_USE kiln_status_t kilnd_server_create(uv_loop_t *loop, const kilnd_settings_t *settings,
                                                 kiln_cache_t *cache, struct kilnd_tls_s *tls,
@@ -76,7 +75,7 @@ void kilnd_server_set_tokens(kilnd_server_t *server, struct kilnd_tokens_s *toke
  * drain-timeout cancels them. A later call replaces the hook. */
 void kilnd_server_on_drain(kilnd_server_t *server, void (*fn)(void *user), void *user);
 
-/* Hands handlers the job engine (env->jobs); before run. Loop thread. */
+/* Hands handlers the job engine (env->jobs); before the loop runs. Loop thread. */
 struct kilnd_jobs_s;
 void kilnd_server_set_jobs(kilnd_server_t *server, struct kilnd_jobs_s *jobs);
 

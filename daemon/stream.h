@@ -1,6 +1,6 @@
 /* Streaming calls: server-streaming (WatchJob, GetArtifact), client-streaming
- * (PutSource) and bidirectional (Recompile) methods over the gRPC C core. Its
- * implementation is in server.c, beside the unary calls.
+ * (PutSource) and bidirectional (Recompile) methods over the gRPC C core,
+ * implemented in stream.c over server.c's call record (server_impl.h).
  *
  * A streaming method's handler gets a kilnd_stream_t and drives it from the loop
  * thread with callbacks: at most one send and one receive outstanding at a time

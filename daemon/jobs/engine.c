@@ -399,13 +399,6 @@ bool kilnd_jobs_identity(kilnd_jobs_t *jobs, kilnd_compiler_info_t *out_info) {
   return known;
 }
 
-void kilnd_jobs_drain(kilnd_jobs_t *jobs) {
-  uv_mutex_lock(&jobs->mu);
-  jobs->draining = true;
-  uv_cond_broadcast(&jobs->ready);
-  uv_mutex_unlock(&jobs->mu);
-}
-
 /* ---- life cycle ---- */
 
 static size_t real_idle(void *self) { return kilnd_workers_idle(self); }

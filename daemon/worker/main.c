@@ -509,7 +509,10 @@ static int parse_options(int argc, char **argv, options_t *o) {
     return -1;
   }
   kiln_log_level_parse(o->log_level_name, &o->log_level); /* one of the choices */
-  if (o->external && !*o->external) o->external = NULL;
+  if (o->external && !*o->external) {
+    kiln_free(o->external);
+    o->external = NULL;
+  }
   if (!o->external_args || !*o->external_args) {
     kiln_free(o->external_args);
     o->external_args = kiln_strdup(DEFAULT_EXTERNAL_ARGS);
@@ -616,28 +619,31 @@ int main(int argc, char **argv) {
      * the configured limit (under ASan the applied one also holds the shadow). */
     if (!st) kiln_compiler_context_set_memory_limit(w.context, w.opt.memory_limit);
   }
+  int code = 0;
   if (st) {
     kiln_log_status(KILN_LOG_ERROR, "worker_setup_failed", st, "pid=%ld", (long)getpid());
     kiln_status_free(st);
-    return EXIT_SETUP;
-  }
-  kiln_log(KILN_LOG_DEBUG, "worker_ready", "pid=%ld jobs=%" PRId64 " memory_limit=%" PRIu64 " external=%s",
-           (long)getpid(), w.opt.jobs, w.applied_limit, w.opt.external ? "yes" : "no");
-  send_hello(&w);
-
-  Kiln__Worker__V1__WorkerRequest *req;
-  while ((req = read_request()) != NULL) {
-    if (req->kind_case != KILN__WORKER__V1__WORKER_REQUEST__KIND_COMPILE || !req->compile ||
-        req->compile->task_id == 0) {
-      kiln_log(KILN_LOG_ERROR, "worker_exit", "reason=\"unexpected request\" kind=%d", (int)req->kind_case);
+    code = EXIT_SETUP;
+  } else {
+    kiln_log(KILN_LOG_DEBUG, "worker_ready", "pid=%ld jobs=%" PRId64 " memory_limit=%" PRIu64 " external=%s",
+             (long)getpid(), w.opt.jobs, w.applied_limit, w.opt.external ? "yes" : "no");
+    send_hello(&w);
+    Kiln__Worker__V1__WorkerRequest *req;
+    while ((req = read_request()) != NULL) {
+      bool compile = req->kind_case == KILN__WORKER__V1__WORKER_REQUEST__KIND_COMPILE && req->compile &&
+                     req->compile->task_id != 0;
+      if (!compile) {
+        kiln_log(KILN_LOG_ERROR, "worker_exit", "reason=\"unexpected request\" kind=%d", (int)req->kind_case);
+        protobuf_c_message_free_unpacked(&req->base, NULL);
+        code = EXIT_PEER;
+        break;
+      }
+      compile_task(&w, req->compile);
       protobuf_c_message_free_unpacked(&req->base, NULL);
-      return EXIT_PEER;
     }
-    compile_task(&w, req->compile);
-    protobuf_c_message_free_unpacked(&req->base, NULL);
   }
   kiln_compiler_context_destroy(w.context);
   worker_external_cleanup(&w);
   kiln_config_deinit(&option_table, &w.opt);
-  return 0;
+  return code;
 }

@@ -41,6 +41,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/status.h"
 #include "compiler/pipeline.h"
 #include "compiler/source.h"

@@ -20,6 +20,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 
 /* The documented invariants hold after every operation. */
 static void assert_invariants(const kiln_buf_t *b) {

@@ -13,6 +13,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/mlir_text.h"
 #include "tests/unit/support/testing.h"
 

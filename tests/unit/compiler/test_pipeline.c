@@ -16,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "compiler/artifact.h"
 #include "compiler/internal.h"
 #include "compiler/pipeline.h"

@@ -34,6 +34,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/status.h"
 #include "compiler/vmfb/archive.h"
 #include "tests/unit/support/testing.h"
