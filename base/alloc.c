@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 static void *libc_malloc(size_t size) { return malloc(size); }
 static void *libc_realloc(void *ptr, size_t size) { return realloc(ptr, size); }
@@ -77,4 +80,12 @@ void *kiln_memdup(const void *p, size_t n) {
   void *copy = kiln_malloc(n);
   if (n) memcpy(copy, p, n);
   return copy;
+}
+
+void kiln_alloc_tune_for_transfers(void) {
+#ifdef __GLIBC__
+  /* Fixed values also turn glibc's dynamic threshold off. */
+  mallopt(M_MMAP_THRESHOLD, 16 << 20);
+  mallopt(M_TRIM_THRESHOLD, 32 << 20);
+#endif
 }

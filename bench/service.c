@@ -1055,6 +1055,7 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+  kiln_alloc_tune_for_transfers(); /* this process is the downloads' client, as kiln's main sets up */
   plan_t plan = {.cold_rounds = 7,
                  .hit_calls = 3000,
                  .tput_clients = 8,

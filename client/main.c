@@ -100,6 +100,7 @@ static int load_token(const kiln_cli_settings_t *settings, char **out_token) {
 }
 
 int main(int argc, char **argv) {
+  kiln_alloc_tune_for_transfers(); /* gRPC's read buffers of a download are reused */
   const kiln_config_table_t *table = kiln_cli_settings_table();
   kiln_cli_settings_t settings;
   memset(&settings, 0, sizeof settings);

@@ -232,6 +232,7 @@ static void stop_signals(sigset_t *out_set) {
 }
 
 int main(int argc, char **argv) {
+  kiln_alloc_tune_for_transfers(); /* downloads reuse their chunk buffers' pages */
   /* A client that disconnects mid-write must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
   /* The loop's signals never reach a gRPC, abseil or libmicrohttpd thread: blocked

@@ -41,11 +41,12 @@ typedef struct kilnd_rpc_env_s {
   const char *hostname;
   bool draining;                       /* SIGTERM received: finishing in-flight calls */
   struct kilnd_jobs_s *jobs;           /* the job engine (jobs.h); submit is thread-safe */
-  struct kilnd_downloads_s *downloads; /* open GetArtifact calls per client (loop thread) */
+  struct kilnd_downloads_s *downloads; /* open GetArtifact calls per client; chunk buffers */
 } kilnd_rpc_env_t;
 
 /* The GetArtifact calls open per client, for client-max-downloads (loop thread
- * only). */
+ * only), and the free list of their chunk buffers (any thread: gRPC gives them
+ * back). Destroy frees it once gRPC has given back the last buffer it holds. */
 typedef struct kilnd_downloads_s kilnd_downloads_t;
 kilnd_downloads_t *kilnd_downloads_create(void);
 void kilnd_downloads_destroy(kilnd_downloads_t *downloads);
