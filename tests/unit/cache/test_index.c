@@ -81,20 +81,9 @@ static int teardown(void **state) {
 
 /* ---- Helpers --------------------------------------------------------------- */
 
-#define assert_ok(expr)                                             \
-  do {                                                              \
-    kiln_status_t st__ = (expr);                                    \
-    if (st__) fail_msg("%s: %s", #expr, kiln_status_message(st__)); \
-  } while (0)
+#define assert_ok   kiln_test_assert_ok
 
-#define assert_code(expr, code)                                                           \
-  do {                                                                                    \
-    kiln_status_t st__ = (expr);                                                          \
-    if (kiln_status_code(st__) != (code))                                                 \
-      fail_msg("%s: want %s, got %s: %s", #expr, kiln_status_code_name(code),             \
-               kiln_status_code_name(kiln_status_code(st__)), kiln_status_message(st__)); \
-    kiln_status_free(st__);                                                               \
-  } while (0)
+#define assert_code kiln_test_assert_code
 
 /* A digest derived from `seed` (the SHA-256 of the text). */
 static void digest_hex(char out[KILN_INDEX_DIGEST_LEN + 1], const char *seed) {

@@ -52,16 +52,7 @@ static void path_in_tmp(char *out, size_t size, const char *name) {
 }
 
 /* Asserts the code of `status` and frees it. */
-#define assert_code(status, code)                                                                    \
-  do {                                                                                               \
-    kiln_status_t st__ = (status);                                                                   \
-    kiln_status_code_t got__ = kiln_status_code(st__);                                               \
-    if (got__ != (code)) {                                                                           \
-      fail_msg("expected %s, got %s: %s", kiln_status_code_name(code), kiln_status_code_name(got__), \
-               kiln_status_message(st__));                                                           \
-    }                                                                                                \
-    kiln_status_free(st__);                                                                          \
-  } while (0)
+#define assert_code kiln_test_assert_code
 
 static void assert_addr_cleared(const kilnd_listen_addr_t *a) {
   assert_false(a->is_unix);

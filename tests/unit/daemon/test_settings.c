@@ -21,6 +21,7 @@
 #include "base/status.h"
 #include "daemon/listen.h"
 #include "daemon/settings.h"
+#include "tests/unit/support/testing.h"
 
 /* ---- Fixture: defaults loaded into a fresh struct ------------------------ */
 
@@ -70,16 +71,7 @@ static int teardown(void **state) {
   return 0;
 }
 
-#define assert_code(status, code)                                                   \
-  do {                                                                              \
-    kiln_status_t st__ = (status);                                                  \
-    kiln_status_code_t got__ = kiln_status_code(st__);                              \
-    if (got__ != (code)) {                                                          \
-      fail_msg("%s: expected %s, got %s: %s", #status, kiln_status_code_name(code), \
-               kiln_status_code_name(got__), kiln_status_message(st__));            \
-    }                                                                               \
-    kiln_status_free(st__);                                                         \
-  } while (0)
+#define assert_code kiln_test_assert_code
 
 static KILN_MUST_USE kiln_status_t set(kilnd_settings_t *s, const char *name, const char *value) {
   return kiln_config_set(kilnd_settings_table(), s, name, value, "test");

@@ -79,25 +79,9 @@ static int teardown(void **state) {
   return 0;
 }
 
-#define assert_code(status, code)                                                                    \
-  do {                                                                                               \
-    kiln_status_t st__ = (status);                                                                   \
-    kiln_status_code_t got__ = kiln_status_code(st__);                                               \
-    if (got__ != (code)) {                                                                           \
-      fail_msg("expected %s, got %s: %s", kiln_status_code_name(code), kiln_status_code_name(got__), \
-               kiln_status_message(st__));                                                           \
-    }                                                                                                \
-    kiln_status_free(st__);                                                                          \
-  } while (0)
+#define assert_code kiln_test_assert_code
 
-#define assert_ok(expr)                                                                   \
-  do {                                                                                    \
-    kiln_status_t st__ = (expr);                                                          \
-    if (st__) {                                                                           \
-      fail_msg("%s failed: %s: %s", #expr, kiln_status_code_name(kiln_status_code(st__)), \
-               kiln_status_message(st__));                                                \
-    }                                                                                     \
-  } while (0)
+#define assert_ok   kiln_test_assert_ok
 
 static void join(char *out, size_t size, const char *a, const char *b) {
   int n = snprintf(out, size, "%s/%s", a, b);

@@ -121,18 +121,24 @@ void kiln_test_assert_died_of_sigabrt(int wstatus) {
   assert_int_equal(WTERMSIG(wstatus), SIGABRT);
 }
 
-void kiln_test_assert_ok(kiln_status_t status) {
-  if (status) {
-    fail_msg("unexpected %s: %s (%s)", kiln_status_code_name(kiln_status_code(status)),
-             kiln_status_message(status), kiln_status_where(status));
-  }
+void kiln_test_assert_ok_at(kiln_status_t status, const char *expr, const char *file, int line) {
+  if (!status) return;
+  print_error("%s: unexpected %s: %s (%s)\n", expr, kiln_status_code_name(kiln_status_code(status)),
+              kiln_status_message(status), kiln_status_where(status));
+  kiln_status_free(status);
+  _fail(file, line);
 }
 
-void kiln_test_assert_code(kiln_status_t status, kiln_status_code_t want) {
+void kiln_test_assert_code_at(kiln_status_t status, kiln_status_code_t want, const char *needle,
+                              const char *expr, const char *file, int line) {
   kiln_status_code_t got = kiln_status_code(status);
-  if (got != want) {
-    fail_msg("want %s, got %s: %s", kiln_status_code_name(want), kiln_status_code_name(got),
-             status ? kiln_status_message(status) : "(ok)");
+  const char *message = status ? kiln_status_message(status) : "(ok)";
+  bool failed = got != want || (needle && !strstr(message, needle));
+  if (failed) {
+    print_error("%s: want %s%s%s%s, got %s: %s\n", expr, kiln_status_code_name(want),
+                needle ? " containing \"" : "", needle ? needle : "", needle ? "\"" : "",
+                kiln_status_code_name(got), message);
   }
   kiln_status_free(status);
+  if (failed) _fail(file, line);
 }

@@ -60,11 +60,20 @@ int kiln_test_run_in_child(void (*fn)(void));
  * says the child died of SIGABRT. */
 void kiln_test_assert_died_of_sigabrt(int wstatus);
 
-/* Fails the running cmocka test, naming the code, message and origin, unless
- * `status` is OK (NULL). */
-void kiln_test_assert_ok(kiln_status_t status);
-
-/* Fails the running test unless `status` has code `want`; frees `status`. */
-void kiln_test_assert_code(kiln_status_t status, kiln_status_code_t want);
+/* Status assertions. Each takes the status an expression returns, frees it, and
+ * fails the running cmocka test at the caller's line, naming the expression:
+ *   kiln_test_assert_ok(expr)                 unless it is OK (NULL); the failure
+ *                                             names the code, message and origin;
+ *   kiln_test_assert_code(expr, want)         unless its code is `want`;
+ *   kiln_test_assert_fails(expr, want, text)  unless its code is `want` and its
+ *                                             message contains `text` (NULL: any). */
+#define kiln_test_assert_ok(expr) kiln_test_assert_ok_at((expr), #expr, __FILE__, __LINE__)
+#define kiln_test_assert_code(expr, want) \
+  kiln_test_assert_code_at((expr), (want), NULL, #expr, __FILE__, __LINE__)
+#define kiln_test_assert_fails(expr, want, text) \
+  kiln_test_assert_code_at((expr), (want), (text), #expr, __FILE__, __LINE__)
+void kiln_test_assert_ok_at(kiln_status_t status, const char *expr, const char *file, int line);
+void kiln_test_assert_code_at(kiln_status_t status, kiln_status_code_t want, const char *needle,
+                              const char *expr, const char *file, int line);
 
 #endif /* KILN_TESTS_UNIT_SUPPORT_TESTING_H */

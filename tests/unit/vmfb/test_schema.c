@@ -33,16 +33,9 @@ typedef kiln_vmfb_flatbuf_vector_t vector_t;
 
 /* ---- helpers ---- */
 
-#define assert_ok kiln_test_assert_ok
+#define assert_ok    kiln_test_assert_ok
 
-static void assert_fails(kiln_status_t status, kiln_status_code_t want, const char *needle) {
-  kiln_status_code_t got = kiln_status_code(status);
-  if (got != want || (needle && !strstr(kiln_status_message(status), needle))) {
-    fail_msg("want %s containing \"%s\", got %s: %s", kiln_status_code_name(want), needle ? needle : "",
-             kiln_status_code_name(got), kiln_status_message(status));
-  }
-  kiln_status_free(status);
-}
+#define assert_fails kiln_test_assert_fails
 
 static ref_t str(builder_t *b, const char *s) { return kiln_vmfb_flatbuf_builder_add_str(b, s); }
 
