@@ -5,8 +5,9 @@
  * libuv's pool, and the loop only sends):
  *   validate -> OPEN (pool: find the row by digest or by key, open the cache's
  *   verifying reader, check the range) -> send metadata -> READ (pool: the next
- *   chunk of the range, at most kilnd_chunk_size) -> send it -> READ ... ->
- *   finish.
+ *   chunks of the range, at most kilnd_chunk_size each, as many as the read-ahead
+ *   has room for) -> send them one by one, the next READ running while they go
+ *   -> ... -> finish.
  * Memory: at most three chunk buffers per download, one on the wire and
  * READ_AHEAD (2) read ahead of it, taken from and given back to a small free list
  * (kilnd_downloads_t), and a small scratch buffer for verification; reads stop
@@ -191,7 +192,8 @@ struct kilnd_downloads_s {
 };
 
 /* Open downloads that make it worth handing memory back when they are over (each
- * held a chunk or two); a lone download, the usual case, does not pay for a trim. */
+ * held up to three chunks); a lone download, the usual case, does not pay for a
+ * trim. */
 #define TRIM_AFTER_OPEN 4
 
 kilnd_downloads_t *kilnd_downloads_create(void) {
@@ -236,8 +238,15 @@ void kilnd_downloads_destroy(kilnd_downloads_t *d) {
   downloads_unref(d); /* buffers gRPC still holds keep it until they come back */
 }
 
-/* A buffer of at least `cap` bytes for one chunk (any thread). */
+/* A buffer of at least `cap` bytes for one chunk (any thread); without a free
+ * list (`d` NULL), a plain one. */
 static unsigned char *chunk_take(kilnd_downloads_t *d, size_t cap) {
+  if (!d) {
+    chunk_buf_t *b = kiln_malloc(sizeof *b + cap);
+    b->owner = NULL;
+    b->cap = cap;
+    return (unsigned char *)b->align;
+  }
   uv_mutex_lock(&d->chunks_lock);
   chunk_buf_t *b = d->free_chunks;
   if (b && b->cap >= cap) {
@@ -262,6 +271,10 @@ static void chunk_give(void *data) {
   if (!data) return;
   chunk_buf_t *b = (chunk_buf_t *)((unsigned char *)data - offsetof(chunk_buf_t, align));
   kilnd_downloads_t *d = b->owner;
+  if (!d) {
+    kiln_free(b);
+    return;
+  }
   uv_mutex_lock(&d->chunks_lock);
   if (!d->destroyed && d->n_free < CHUNKS_KEPT) {
     b->next = d->free_chunks;
@@ -364,9 +377,9 @@ typedef struct get_s {
   /* Pool-side state: touched by the loop only while no work is queued. */
   kiln_index_artifact_t record;
   kiln_cache_reader_t *reader;
-  uint64_t size;      /* of the artifact */
-  uint64_t end;       /* of the range */
-  uint64_t pos;       /* bytes read from the reader so far */
+  uint64_t size;                   /* of the artifact */
+  uint64_t end;                    /* of the range */
+  uint64_t pos;                    /* bytes read from the reader so far */
   ready_chunk_t batch[READ_AHEAD]; /* the buffers a read job fills, in order */
   size_t n_batch;                  /* buffers given to the job */
   size_t n_filled;                 /* of them, holding range bytes */
@@ -583,9 +596,10 @@ static void on_stall(uv_timer_t *timer) {
  * whenever fewer than READ_AHEAD chunks wait. */
 static void get_pump(get_t *g) {
   if (g->failure) {
-    /* A send outstanding is no reason to wait: kilnd_stream_finish lets it
-     * complete first. A read in flight is: its pool job uses g. */
-    if (g->reading) return;
+    /* Wait for what is in flight: a read's pool job uses g, and a send keeps
+     * the stall timer running, so a client that takes nothing still ends the
+     * call after download-stall-timeout (gRPC completes every send batch). */
+    if (g->reading || g->sending) return;
     kiln_status_t st = g->failure;
     g->failure = NULL;
     get_end(g, st);

@@ -71,7 +71,7 @@ static const kiln_config_option_t options[] = {
      "RESOURCE_EXHAUSTED (0: no limit)",
      0, 1000000, NULL, 0},
     {"client-max-downloads", 0, KILN_CONFIG_INT, offsetof(kilnd_settings_t, client_max_downloads), "16", "N",
-     "per client: GetArtifact downloads open at once; more is RESOURCE_EXHAUSTED (each holds up to two "
+     "per client: GetArtifact downloads open at once; more is RESOURCE_EXHAUSTED (each holds up to three "
      "chunks of the artifact in memory while its client reads)",
      1, 100000, NULL, 0},
     {"download-stall-timeout", 0, KILN_CONFIG_DURATION, offsetof(kilnd_settings_t, download_stall_timeout_ms),
