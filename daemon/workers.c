@@ -51,6 +51,8 @@
 #include "base/time.h"
 #include "kiln/worker/v1/worker.pb-c.h"
 
+extern char **environ;
+
 #define MAX_FRAME_BYTES  (1u << 30)
 #define MAX_TASK_TARGETS 64
 #define MIN_MEMORY_LIMIT ((uint64_t)256 << 20)
@@ -1008,6 +1010,23 @@ static char *u64_arg(uint64_t v) {
   return kiln_strdup(b);
 }
 
+/* kilnd's environment plus LD_BIND_NOW=1 (the array only; the strings are
+ * environ's). A worker forks its back halves from one warm process: with every
+ * symbol of LLVM and MLIR bound once when it starts, no child binds them again,
+ * lazily, on its first calls (a cold six-target task took 550-710 ms with lazy
+ * binding, 480-560 ms without, on 2 cores). The worker takes the variable out of
+ * its own environment at once, so the tools it runs (ptxas, ld.lld, an external
+ * compiler) start as usual. */
+static char **worker_env(void) {
+  size_t n = 0;
+  bool set = false;
+  for (char **e = environ; *e; e++, n++) set = set || strncmp(*e, "LD_BIND_NOW=", 12) == 0;
+  char **env = kiln_calloc(n + 2, sizeof *env);
+  memcpy(env, environ, n * sizeof *env);
+  if (!set) env[n] = (char *)"LD_BIND_NOW=1";
+  return env;
+}
+
 static void spawn_slot(slot_t *slot) {
   kilnd_workers_t *pool = slot->pool;
   worker_t *w = kiln_calloc(1, sizeof *w);
@@ -1067,9 +1086,11 @@ static void spawn_slot(slot_t *slot) {
   po.args = argv;
   po.stdio = stdio;
   po.stdio_count = 3;
+  po.env = worker_env();
   /* A process group of its own (setsid): killing -pid stops its children too. */
   po.flags = UV_PROCESS_DETACHED;
   int rc = uv_spawn(pool->loop, &w->process, &po);
+  kiln_free(po.env);
   for (size_t i = 0; i < argc; i++) kiln_free(argv[i]);
   if (rc < 0) {
     snprintf(w->name, sizeof w->name, "worker-%zu", slot->index);

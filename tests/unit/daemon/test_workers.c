@@ -16,12 +16,12 @@
  * kilnc and the default template (the same VMFB bytes as the built-in compiler;
  * bad IR is INVALID_ARGUMENT with kilnc's diagnostics), the argument template
  * (each placeholder and the flags, through a stand-in compiler that echoes its
- * argv), an external compiler that hangs (stopped by the worker, DEADLINE_EXCEEDED,
- * the worker kept) or fails without diagnostics (INTERNAL); create's argument checks;
- * a worker that dies at once (respawned with backoff, the pool stays up); a worker
- * that breaks the framing (killed and replaced).
- * Every test ends by closing the pool and checking that uv_loop_close succeeds,
- * i.e. that the pool closed every handle it opened.
+ * argv), the worker's LD_BIND_NOW=1 and its tools' environment without it
+ * (through a stand-in that echoes it), an external compiler that hangs (stopped by the worker,
+ * DEADLINE_EXCEEDED, the worker kept) or fails without diagnostics (INTERNAL); create's argument checks; a
+ * worker that dies at once (respawned with backoff, the pool stays up); a worker that breaks the framing
+ * (killed and replaced). Every test ends by closing the pool and checking that uv_loop_close succeeds, i.e.
+ * that the pool closed every handle it opened.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -750,6 +750,45 @@ static void test_external_template_expansion(void **state) {
   assert_memory_equal(r->artifact, want2, r->artifact_len);
 }
 
+/* A stand-in compiler that writes what it has of LD_BIND_NOW to the -o file. */
+#define ENV_ECHO                                      \
+  "#!/bin/sh\nout=\nprev=\nfor a in \"$@\"; do\n"     \
+  "  [ \"$prev\" = -o ] && out=$a\n  prev=$a\ndone\n" \
+  "printf 'LD_BIND_NOW=%s\\n' \"${LD_BIND_NOW-unset}\" > \"$out\"\n"
+
+/* The pool starts workers with LD_BIND_NOW=1 (every symbol bound once, before
+ * the back halves fork), and the worker keeps it from the tools it runs. */
+static void test_worker_binds_now_and_its_tools_do_not(void **state) {
+  fixture_t *f = *state;
+  char script[600];
+  snprintf(script, sizeof script, "%s/env-echo", f->tmp);
+  write_script(script, ENV_ECHO);
+  kilnd_workers_options_t o = base_options(1);
+  o.external_compiler = script;
+  start_pool(f, &o);
+  const char *const targets[] = {"sm_89"};
+  kilnd_task_t t = {
+      .id = 53, .source = (const uint8_t *)"module {}", .source_len = 9, .targets = targets, .n_targets = 1};
+  assert_null(kilnd_workers_submit(f->pool, &t));
+  assert_true(wait_for(f, finished, 53, WAIT_MS));
+  const rec_t *r = find(f, 53, KILND_TASK_TARGET_DONE, "sm_89");
+  if (!r) fail_msg("sm_89: %s", find(f, 53, KILND_TASK_TARGET_FAILED, "sm_89")->message);
+  const char *want = "LD_BIND_NOW=unset\n";
+  assert_int_equal(r->artifact_len, strlen(want));
+  assert_memory_equal(r->artifact, want, r->artifact_len);
+  /* The worker's own start-up environment had it. */
+  char path[64], env[65536];
+  snprintf(path, sizeof path, "/proc/%d/environ", pid_of(find(f, 53, KILND_TASK_STARTED, NULL)));
+  FILE *fp = fopen(path, "r");
+  assert_non_null(fp);
+  size_t n = fread(env, 1, sizeof env - 1, fp);
+  fclose(fp);
+  env[n] = '\0';
+  bool found = false;
+  for (size_t i = 0; i < n; i += strlen(env + i) + 1) found = found || strcmp(env + i, "LD_BIND_NOW=1") == 0;
+  assert_true(found);
+}
+
 static void test_external_failures(void **state) {
   fixture_t *f = *state;
   /* A compiler that hangs is stopped by the worker just before the task timeout:
@@ -870,6 +909,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_external_kilnc_same_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_external_missing_compiler, setup, teardown),
       cmocka_unit_test_setup_teardown(test_external_template_expansion, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_worker_binds_now_and_its_tools_do_not, setup, teardown),
       cmocka_unit_test_setup_teardown(test_external_failures, setup, teardown),
       cmocka_unit_test_setup_teardown(test_create_checks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_instant_death_backs_off, setup, teardown),
