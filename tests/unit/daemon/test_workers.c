@@ -691,20 +691,33 @@ static void write_script(const char *path, const char *text) {
   assert_int_equal(chmod(path, 0755), 0);
 }
 
-/* A stand-in compiler that writes its arguments, one a line, to the -o file. */
-#define ARGV_ECHO                                     \
+/* Stand-in compilers: a shell script that finds its -o file, then writes into
+ * it its arguments, one a line (ARGV_ECHO), or what it has of LD_BIND_NOW
+ * (ENV_ECHO). */
+#define STAND_IN_OUTPUT                               \
   "#!/bin/sh\nout=\nprev=\nfor a in \"$@\"; do\n"     \
   "  [ \"$prev\" = -o ] && out=$a\n  prev=$a\ndone\n" \
-  "[ -n \"$out\" ] || exit 9\nprintf '%s\\n' \"$@\" > \"$out\"\n"
+  "[ -n \"$out\" ] || exit 9\n"
+#define ARGV_ECHO STAND_IN_OUTPUT "printf '%s\\n' \"$@\" > \"$out\"\n"
+#define ENV_ECHO  STAND_IN_OUTPUT "printf 'LD_BIND_NOW=%s\\n' \"${LD_BIND_NOW-unset}\" > \"$out\"\n"
+
+/* Starts a one-worker pool whose external compiler (default template) is the
+ * stand-in `text`, written to f->tmp/name; `script` holds that path and must
+ * outlive the pool. Returns the pool's options. */
+static kilnd_workers_options_t start_stand_in(fixture_t *f, const char *name, const char *text,
+                                              char script[600]) {
+  snprintf(script, 600, "%s/%s", f->tmp, name);
+  write_script(script, text);
+  kilnd_workers_options_t o = base_options(1);
+  o.external_compiler = script;
+  start_pool(f, &o);
+  return o;
+}
 
 static void test_external_template_expansion(void **state) {
   fixture_t *f = *state;
   char script[600];
-  snprintf(script, sizeof script, "%s/argv-echo", f->tmp);
-  write_script(script, ARGV_ECHO);
-  kilnd_workers_options_t o = base_options(1);
-  o.external_compiler = script; /* default template */
-  start_pool(f, &o);
+  kilnd_workers_options_t o = start_stand_in(f, "argv-echo", ARGV_ECHO, script);
   const char *const targets[] = {"sm_89", "gfx950", "arm5gen"};
   const char *const flags[] = {"--iree-opt-level=O2", "--iree-stream-resource-index-bits=64"};
   kilnd_task_t t = {.id = 51,
@@ -750,22 +763,12 @@ static void test_external_template_expansion(void **state) {
   assert_memory_equal(r->artifact, want2, r->artifact_len);
 }
 
-/* A stand-in compiler that writes what it has of LD_BIND_NOW to the -o file. */
-#define ENV_ECHO                                      \
-  "#!/bin/sh\nout=\nprev=\nfor a in \"$@\"; do\n"     \
-  "  [ \"$prev\" = -o ] && out=$a\n  prev=$a\ndone\n" \
-  "printf 'LD_BIND_NOW=%s\\n' \"${LD_BIND_NOW-unset}\" > \"$out\"\n"
-
 /* The pool starts workers with LD_BIND_NOW=1 (every symbol bound once, before
  * the back halves fork), and the worker keeps it from the tools it runs. */
 static void test_worker_binds_now_and_its_tools_do_not(void **state) {
   fixture_t *f = *state;
   char script[600];
-  snprintf(script, sizeof script, "%s/env-echo", f->tmp);
-  write_script(script, ENV_ECHO);
-  kilnd_workers_options_t o = base_options(1);
-  o.external_compiler = script;
-  start_pool(f, &o);
+  start_stand_in(f, "env-echo", ENV_ECHO, script);
   const char *const targets[] = {"sm_89"};
   kilnd_task_t t = {
       .id = 53, .source = (const uint8_t *)"module {}", .source_len = 9, .targets = targets, .n_targets = 1};
