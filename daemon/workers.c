@@ -1011,18 +1011,19 @@ static char *u64_arg(uint64_t v) {
 }
 
 /* kilnd's environment plus LD_BIND_NOW=1 (the array only; the strings are
- * environ's). A worker forks its back halves from one warm process: with every
- * symbol of LLVM and MLIR bound once when it starts, no child binds them again,
- * lazily, on its first calls (a cold six-target task took 550-710 ms with lazy
- * binding, 480-560 ms without, on 2 cores). The worker takes the variable out of
- * its own environment at once, so the tools it runs (ptxas, ld.lld, an external
- * compiler) start as usual. */
+ * environ's), for a built-in compiler's worker. It forks its back halves from one
+ * warm process: with every symbol of LLVM and MLIR bound once when it starts, no
+ * child binds them again, lazily, on its first calls (a cold six-target task,
+ * medians of 8 in three alternating pairs on 2 cores: 583-719 ms lazy, 554-607 ms
+ * bound at start). An LD_BIND_NOW kilnd already has is passed on as it is (empty
+ * keeps binding lazy). The worker takes the variable out of its own environment
+ * at once, so the tools it runs (ptxas, ld.lld) start as usual. */
 static char **worker_env(void) {
   size_t n = 0;
   bool set = false;
-  for (char **e = environ; *e; e++, n++) set = set || strncmp(*e, "LD_BIND_NOW=", 12) == 0;
+  for (char **e = environ; e && *e; e++, n++) set = set || strncmp(*e, "LD_BIND_NOW=", 12) == 0;
   char **env = kiln_calloc(n + 2, sizeof *env);
-  memcpy(env, environ, n * sizeof *env);
+  if (n) memcpy(env, environ, n * sizeof *env);
   if (!set) env[n] = (char *)"LD_BIND_NOW=1";
   return env;
 }
@@ -1086,7 +1087,8 @@ static void spawn_slot(slot_t *slot) {
   po.args = argv;
   po.stdio = stdio;
   po.stdio_count = 3;
-  po.env = worker_env();
+  /* An external compiler's worker forks nothing: it keeps kilnd's environment. */
+  po.env = pool->opt.external_compiler ? NULL : worker_env();
   /* A process group of its own (setsid): killing -pid stops its children too. */
   po.flags = UV_PROCESS_DETACHED;
   int rc = uv_spawn(pool->loop, &w->process, &po);

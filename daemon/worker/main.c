@@ -586,9 +586,10 @@ static void send_hello(const worker_t *w) {
 }
 
 int main(int argc, char **argv) {
-  /* kilnd starts workers with LD_BIND_NOW=1 (workers.c: worker_env), so every
-   * symbol is bound here, once, and not again in each forked back half. The
-   * tools this worker runs start lazily, as usual. */
+  /* kilnd starts built-in workers with LD_BIND_NOW=1 (workers.c: worker_env), so
+   * every symbol is bound here, once, and not again in each forked back half. The
+   * tools this worker runs (ptxas, ld.lld, an external compiler) start without it,
+   * whatever kilnd had. */
   unsetenv("LD_BIND_NOW");
   /* kilnd gone: a write to stdout must fail with EPIPE, not kill us silently. */
   signal(SIGPIPE, SIG_IGN);

@@ -763,33 +763,55 @@ static void test_external_template_expansion(void **state) {
   assert_memory_equal(r->artifact, want2, r->artifact_len);
 }
 
-/* The pool starts workers with LD_BIND_NOW=1 (every symbol bound once, before
- * the back halves fork), and the worker keeps it from the tools it runs. */
+/* A process's start-up environment (/proc/PID/environ: NUL-separated). */
+static bool environ_has(int pid, const char *entry) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/environ", pid);
+  FILE *fp = fopen(path, "rb");
+  assert_non_null(fp);
+  size_t len = 0, cap = 4096;
+  char *env = malloc(cap);
+  for (size_t got; (got = fread(env + len, 1, cap - len - 1, fp)) > 0;) {
+    len += got;
+    if (cap - len - 1 == 0) env = realloc(env, cap *= 2);
+  }
+  fclose(fp);
+  env[len] = '\0';
+  bool found = false;
+  for (size_t i = 0; i < len && !found; i += strlen(env + i) + 1) found = strcmp(env + i, entry) == 0;
+  free(env);
+  return found;
+}
+
+/* A built-in compiler's worker starts with LD_BIND_NOW=1 (every symbol bound once,
+ * before the back halves fork); the tools a worker runs never see it. */
 static void test_worker_binds_now_and_its_tools_do_not(void **state) {
   fixture_t *f = *state;
-  char script[600];
-  start_stand_in(f, "env-echo", ENV_ECHO, script);
+  unsetenv("LD_BIND_NOW"); /* the runner's own choice would be passed on */
+  kilnd_workers_options_t o = base_options(1);
+  start_pool(f, &o);
   const char *const targets[] = {"sm_89"};
   kilnd_task_t t = {
       .id = 53, .source = (const uint8_t *)"module {}", .source_len = 9, .targets = targets, .n_targets = 1};
   assert_null(kilnd_workers_submit(f->pool, &t));
   assert_true(wait_for(f, finished, 53, WAIT_MS));
-  const rec_t *r = find(f, 53, KILND_TASK_TARGET_DONE, "sm_89");
-  if (!r) fail_msg("sm_89: %s", find(f, 53, KILND_TASK_TARGET_FAILED, "sm_89")->message);
+  assert_true(environ_has(pid_of(find(f, 53, KILND_TASK_STARTED, NULL)), "LD_BIND_NOW=1"));
+  close_pool(f);
+
+  /* An external compiler's worker: not bound at start (it forks nothing), and
+   * the compiler sees no LD_BIND_NOW even when kilnd has one. */
+  setenv("LD_BIND_NOW", "1", 1);
+  char script[600];
+  start_stand_in(f, "env-echo", ENV_ECHO, script);
+  unsetenv("LD_BIND_NOW");
+  t.id = 54;
+  assert_null(kilnd_workers_submit(f->pool, &t));
+  assert_true(wait_for(f, finished, 54, WAIT_MS));
+  const rec_t *r = find(f, 54, KILND_TASK_TARGET_DONE, "sm_89");
+  if (!r) fail_msg("sm_89: %s", find(f, 54, KILND_TASK_TARGET_FAILED, "sm_89")->message);
   const char *want = "LD_BIND_NOW=unset\n";
   assert_int_equal(r->artifact_len, strlen(want));
   assert_memory_equal(r->artifact, want, r->artifact_len);
-  /* The worker's own start-up environment had it. */
-  char path[64], env[65536];
-  snprintf(path, sizeof path, "/proc/%d/environ", pid_of(find(f, 53, KILND_TASK_STARTED, NULL)));
-  FILE *fp = fopen(path, "r");
-  assert_non_null(fp);
-  size_t n = fread(env, 1, sizeof env - 1, fp);
-  fclose(fp);
-  env[n] = '\0';
-  bool found = false;
-  for (size_t i = 0; i < n; i += strlen(env + i) + 1) found = found || strcmp(env + i, "LD_BIND_NOW=1") == 0;
-  assert_true(found);
 }
 
 static void test_external_failures(void **state) {
