@@ -1,4 +1,5 @@
-/* Crash test for cache/blobstore: 40 rounds of a forked child that writes blobs in
+/* Crash test for cache/blobstore: 40 rounds (up to 40 more, with longer delays,
+ * until both checks below have something to check) of a forked child that writes blobs in
  * a tight loop (1 byte .. 2 MiB, half compressible, some above the writer's
  * in-memory limit so they are spilled and compressed from tmp/, some duplicates of
  * the previous round's blobs, half one-shot puts and half streamed in chunks) and
@@ -36,6 +37,10 @@
 #define MIB (1024 * 1024)
 enum {
   ROUNDS = 40,
+  /* Rounds added, with longer kill delays, while no blob committed yet or no kill
+   * landed mid-write: a loaded machine under ASan once let 40 children of at most
+   * 50 ms each commit nothing. */
+  EXTRA_ROUNDS = 40,
   MAX_BLOB = 2 * MIB,
   /* Above blobstore.c's 8 MiB in-memory limit: exercises the spill path. */
   SPILL_MIN = 9 * MIB,
@@ -228,7 +233,10 @@ static void test_crash_rounds(void **state) {
   print_message("crash test seed %llu\n", (unsigned long long)seed);
   size_t total_reported = 0, rounds_with_leftovers = 0;
 
-  for (unsigned round = 0; round < ROUNDS; round++) {
+  unsigned round = 0;
+  for (; round < ROUNDS ||
+         (round < ROUNDS + EXTRA_ROUNDS && (total_reported == 0 || rounds_with_leftovers == 0));
+       round++) {
     int p[2];
     assert_int_equal(pipe(p), 0);
     pid_t pid = fork();
@@ -238,7 +246,10 @@ static void test_crash_rounds(void **state) {
       child_main(dir, p[1], round);
     }
     close(p[1]);
-    struct timespec delay = {0, (long)(1 + kiln_test_random_next(&seed) % 50) * 1000000L};
+    /* 1..50 ms; the extra rounds double it each time, up to 32 times. */
+    unsigned scale = round < ROUNDS ? 1 : 1u << (round - ROUNDS + 1 < 5 ? round - ROUNDS + 1 : 5);
+    long ms = (long)(1 + kiln_test_random_next(&seed) % 50) * (long)scale;
+    struct timespec delay = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&delay, &delay) != 0 && errno == EINTR) {
     }
     kill(pid, SIGKILL);
@@ -288,8 +299,8 @@ static void test_crash_rounds(void **state) {
     free(present.digests);
     kiln_blobstore_close(store);
   }
-  print_message("crash test: %zu committed blobs reported, %zu of %d rounds killed mid-write\n",
-                total_reported, rounds_with_leftovers, ROUNDS);
+  print_message("crash test: %zu committed blobs reported, %zu of %u rounds killed mid-write\n",
+                total_reported, rounds_with_leftovers, round);
   assert_true(total_reported > 0);
   assert_true(rounds_with_leftovers > 0);
 }
