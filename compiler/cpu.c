@@ -803,11 +803,10 @@ static KILN_MUST_USE kiln_status_t link_elf(const kiln_buf_t *object, const kiln
                        "CPU executables are linked with %s, which is missing: install lld-22", LLD);
   }
   const char *tmp = getenv("TMPDIR");
-  kiln_buf_t dir, obj, out, cmd;
+  kiln_buf_t dir, obj, out;
   kiln_buf_init(&dir);
   kiln_buf_init(&obj);
   kiln_buf_init(&out);
-  kiln_buf_init(&cmd);
   kiln_buf_appendf(&dir, "%s/kiln-lld-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   kiln_status_t st = NULL;
   if (!mkdtemp(dir.data)) {
@@ -819,15 +818,14 @@ static KILN_MUST_USE kiln_status_t link_elf(const kiln_buf_t *object, const kiln
   kiln_buf_appendf(&out, "%s/k.so", dir.data);
   st = kiln_file_write(obj.data, object->data, object->len, 0600);
   if (!st) {
-    /* Paths are ours (mkdtemp): no quoting issues. */
-    kiln_buf_appendf(&cmd,
-                     "'%s' -shared -nostdlib --no-undefined --build-id=none --gc-sections -z now -z relro "
-                     "-z noexecstack --hash-style=sysv --discard-all --export-dynamic-symbol=" QUERY_SYMBOL
-                     " -o '%s' '%s' 2>&1",
-                     LLD, out.data, obj.data);
+    const char *argv[] = {LLD,        "-shared",       "-nostdlib",     "--no-undefined",
+                          "--build-id=none", "--gc-sections", "-z",        "now",
+                          "-z",       "relro",         "-z",            "noexecstack",
+                          "--hash-style=sysv", "--discard-all", "--export-dynamic-symbol=" QUERY_SYMBOL,
+                          "-o",       out.data,        obj.data,        NULL};
     char said[2048];
     size_t n;
-    if (kiln_compiler_run_command(cmd.data, said, sizeof said) != 0) {
+    if (kiln_compiler_run_command(argv, said, sizeof said) != 0) {
       /* An undefined symbol is a function the kernels call that the ELF lacks. */
       st = KILN_STATUS(strstr(said, "undefined symbol") ? KILN_STATUS_UNIMPLEMENTED : KILN_STATUS_INTERNAL,
                        "%s: linking the %s executable failed (kiln's CPU kernels may call only what they "
@@ -847,7 +845,6 @@ static KILN_MUST_USE kiln_status_t link_elf(const kiln_buf_t *object, const kiln
   kiln_buf_deinit(&dir);
   kiln_buf_deinit(&obj);
   kiln_buf_deinit(&out);
-  kiln_buf_deinit(&cmd);
   return st;
 }
 

@@ -3,20 +3,29 @@
  * After the shared front half, each target's back half is independent work on a
  * clone of the same module. MLIR's and LLVM's GPU serializers are not safe to run
  * on threads of one context (tried: they crash), so kiln forks: each child
- * inherits the warm context and the front half's module (copy-on-write), compiles
- * one target, writes the result down a pipe and _exits. The parent reads every
- * pipe with poll (a child blocked on a full pipe would otherwise deadlock the
- * parent's waitpid) and rebuilds the outputs.
+ * inherits the warm context and the front half's module (copy-on-write) and
+ * compiles the targets the parent hands it, one at a time, writing each result
+ * down its socket; when none are left it _exits. Up to `jobs` children run, and a
+ * child takes the next target as soon as it has sent the last one's result, so
+ * six targets on two cores cost two forks, not six: each fork, its copy-on-write
+ * faults, its fresh heap and its exit are paid once per child (on a 2-core VM a
+ * six-target compile spent about a fifth of its CPU time there). The parent polls
+ * every socket (a child blocked on a full socket would otherwise deadlock it) and
+ * rebuilds the outputs.
  *
  * Invariants:
  *  - fork happens only from a process whose MLIR context runs single-threaded
  *    (kiln_compiler_context_create disables MLIR's thread pool), so no lock can be
  *    held by a thread that does not exist in the child;
- *  - a child that crashes, is killed or writes a short record fails only its own
- *    target, with the signal or exit status in the message and the end of what
- *    it wrote to stderr (LLVM reports a fatal error, "no libcall available for
- *    ftanh", on stderr and exits the process): each child's stderr is an
- *    unnamed temporary file the parent reads back;
+ *  - a back half works on its own clone of the module and frees what it made, so
+ *    the targets a child compiles one after another cannot see each other's work
+ *    (their outputs are byte for byte those of one child per target);
+ *  - a child that crashes, is killed or writes a short record fails only the
+ *    target it was on, with the signal or exit status in the message and the end
+ *    of what it wrote to stderr for that target (LLVM reports a fatal error, "no
+ *    libcall available for ftanh", on stderr and exits the process): each child's
+ *    stderr is an unnamed temporary file the parent empties before each target
+ *    and reads back; the targets still waiting go to a fresh child;
  *  - back halves always run in children, even one target at -j 1: a fatal error
  *    inside LLVM must cost one target, never the caller's process (kilnc, or a
  *    kilnd worker running its task in-process);
@@ -28,8 +37,10 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -159,12 +170,18 @@ static bool deserialize(const uint8_t *data, size_t len, kiln_compiler_target_ou
 
 /* ---- the children ---- */
 
+/* A child compiles the targets the parent sends it, one at a time: the parent
+ * writes a target index (8 bytes) down the child's socket, the child answers with
+ * a record (its length in 8 bytes, then serialize()'s bytes) and waits for the
+ * next index; end of input tells it to _exit(0). */
 typedef struct child_s {
-  pid_t pid;
-  int fd;
+  pid_t pid; /* 0: the slot is free */
+  int fd;    /* the parent's end of the child's socket */
   int err_fd; /* the child's stderr: an unnamed temporary file, or -1 */
+  bool busy;  /* compiling `target`: its record has not arrived whole */
+  bool ended; /* told there is no more work: only its end of input is awaited */
   size_t target;
-  kiln_buf_t data;
+  kiln_buf_t data; /* what the child wrote of its current record */
 } child_t;
 
 /* An unnamed temporary file for a child's stderr (-1 if none can be made: the
@@ -206,14 +223,46 @@ static void write_all(int fd, const void *p, size_t n) {
   }
 }
 
-static void finish_child(child_t *c, kiln_compiler_target_output_t *out, const char *name) {
-  int wstatus = 0;
-  while (waitpid(c->pid, &wstatus, 0) < 0 && errno == EINTR) {
+/* Whether all n bytes were read (false at end of input, or on an error). */
+static bool read_all(int fd, void *p, size_t n) {
+  uint8_t *b = p;
+  while (n > 0) {
+    ssize_t r = read(fd, b, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    b += r;
+    n -= (size_t)r;
   }
+  return true;
+}
+
+/* The child's life: targets in, records out, until the parent has no more. */
+static _Noreturn void child_main(int fd, int err_fd, kiln_compiler_fanout_fn_t fn, void *user,
+                                 const kiln_compiler_target_output_t *outs, size_t n) {
+  if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
+  uint64_t index;
+  while (read_all(fd, &index, sizeof index) && index < n) {
+    kiln_compiler_target_output_t mine = outs[index];
+    fn(user, (size_t)index, &mine);
+    kiln_buf_t b;
+    kiln_buf_init(&b);
+    put_u64(&b, 0);
+    serialize(&mine, &b);
+    uint64_t len = b.len - sizeof len;
+    memcpy(b.data, &len, sizeof len);
+    write_all(fd, b.data, b.len);
+    kiln_buf_deinit(&b);
+    kiln_compiler_target_output_clear(&mine);
+  }
+  _exit(0);
+}
+
+/* The failure of the target a child died on (or, having exited cleanly, left
+ * unfinished), with the signal or status and the end of what it said. */
+static void child_died(child_t *c, int wstatus, kiln_compiler_target_output_t *out, const char *name) {
   const char *target = out->target->id;
   char said[512];
   stderr_tail(c->err_fd, said, sizeof said);
-  if (c->err_fd >= 0) close(c->err_fd);
   if (WIFSIGNALED(wstatus)) {
     out->status =
         KILN_STATUS(KILN_STATUS_INTERNAL,
@@ -226,13 +275,70 @@ static void finish_child(child_t *c, kiln_compiler_target_output_t *out, const c
                     "%s: code generation for %s failed inside LLVM (exit status %d)%s%s; "
                     "the other targets are unaffected",
                     name, target, WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, said[0] ? ": " : "", said);
-  } else if (!deserialize((const uint8_t *)c->data.data, c->data.len, out)) {
-    kiln_compiler_target_output_clear(out);
+  } else {
     out->status =
         KILN_STATUS(KILN_STATUS_INTERNAL, "%s: code generation for %s returned a damaged result (%zu bytes)",
                     name, target, c->data.len);
   }
-  kiln_buf_deinit(&c->data);
+}
+
+/* Whether the child's current record arrived whole; if so it is in *out (a
+ * record that does not parse fails the target as damaged). */
+static bool record_arrived(child_t *c, kiln_compiler_target_output_t *out, const char *name) {
+  uint64_t len;
+  if (c->data.len < sizeof len) return false;
+  memcpy(&len, c->data.data, sizeof len);
+  if (len > c->data.len - sizeof len) return false;
+  const uint8_t *record = (const uint8_t *)c->data.data + sizeof len;
+  if (len != c->data.len - sizeof len || !deserialize(record, (size_t)len, out)) {
+    kiln_compiler_target_output_clear(out);
+    out->status = KILN_STATUS(KILN_STATUS_INTERNAL,
+                              "%s: code generation for %s returned a damaged result (%zu bytes)", name,
+                              out->target->id, c->data.len);
+  }
+  c->data.len = 0;
+  return true;
+}
+
+/* Hands target `index` to an idle child: its stderr file starts empty, so a
+ * failure quotes only what this target made it say. A child that is gone fails
+ * the target when its end of input is read. */
+static void assign(child_t *c, size_t index) {
+  if (c->err_fd >= 0 && ftruncate(c->err_fd, 0) == 0) lseek(c->err_fd, 0, SEEK_SET);
+  c->busy = true;
+  c->target = index;
+  c->data.len = 0;
+  uint64_t v = index;
+  ssize_t w;
+  do {
+    w = send(c->fd, &v, sizeof v, MSG_NOSIGNAL);
+  } while (w < 0 && errno == EINTR);
+}
+
+/* Forks a child into free slot `c`; false when no process can be made. */
+static bool spawn(child_t *c, child_t *children, size_t slots, kiln_compiler_fanout_fn_t fn, void *user,
+                  const kiln_compiler_target_output_t *outs, size_t n) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return false;
+  int err_fd = stderr_file();
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(sv[0]);
+    close(sv[1]);
+    if (err_fd >= 0) close(err_fd);
+    return false;
+  }
+  if (pid == 0) {
+    close(sv[0]);
+    for (size_t s = 0; s < slots; s++) { /* the other children's ends are theirs */
+      if (children[s].pid) close(children[s].fd);
+    }
+    child_main(sv[1], err_fd, fn, user, outs, n);
+  }
+  close(sv[1]);
+  *c = (child_t){.pid = pid, .fd = sv[0], .err_fd = err_fd};
+  kiln_buf_init(&c->data);
+  return true;
 }
 
 void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t fn, void *user,
@@ -240,59 +346,42 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
                               void (*ready)(void *user, size_t index)) {
   if (jobs < 1) jobs = 1;
   if (jobs > 64) jobs = 64; /* the poll set below holds 64 */
+  if (jobs > n) jobs = n ? n : 1;
   child_t *children = kiln_calloc(jobs, sizeof *children);
   struct pollfd *fds = kiln_calloc(jobs, sizeof *fds);
-  size_t next = 0, running = 0;
+  size_t next = 0, live = 0;
   fflush(NULL); /* a child's _exit must not flush the parent's buffered output twice */
-  while (next < n || running > 0) {
-    while (running < jobs && next < n) {
-      int p[2];
-      pid_t pid = -1;
-      int err_fd = -1;
-      if (pipe(p) == 0) {
-        err_fd = stderr_file();
-        pid = fork();
-        if (pid < 0) {
-          close(p[0]);
-          close(p[1]);
-          if (err_fd >= 0) close(err_fd);
-          err_fd = -1;
-        }
+  while (next < n || live > 0) {
+    /* Work for the idle children; the end of input for those with none left. */
+    for (size_t s = 0; s < jobs; s++) {
+      child_t *c = &children[s];
+      if (!c->pid || c->busy || c->ended) continue;
+      if (next < n) {
+        assign(c, next++);
+      } else {
+        shutdown(c->fd, SHUT_WR);
+        c->ended = true;
       }
-      if (pid == 0) {
-        close(p[0]);
-        if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
-        kiln_compiler_target_output_t mine = outs[next];
-        fn(user, next, &mine);
-        kiln_buf_t b;
-        kiln_buf_init(&b);
-        serialize(&mine, &b);
-        write_all(p[1], b.data, b.len);
-        _exit(0);
-      }
-      if (pid < 0) {
-        /* No process to spare: compile this one here, in order. */
+    }
+    /* New children for free slots while targets wait. */
+    for (size_t s = 0; s < jobs && next < n; s++) {
+      child_t *c = &children[s];
+      if (c->pid) continue;
+      if (spawn(c, children, jobs, fn, user, outs, n)) {
+        live++;
+        assign(c, next++);
+      } else if (live == 0) {
+        /* No process to spare and none running: compile this one here. */
         fn(user, next, &outs[next]);
         if (ready) ready(user, next);
         next++;
-        continue;
       }
-      close(p[1]);
-      child_t *c = NULL;
-      for (size_t s = 0; s < jobs && !c; s++) {
-        if (children[s].pid == 0) c = &children[s];
-      }
-      c->pid = pid;
-      c->fd = p[0];
-      c->err_fd = err_fd;
-      c->target = next++;
-      kiln_buf_init(&c->data);
-      running++;
     }
+    if (live == 0) continue;
     size_t nf = 0;
     size_t slot_of[64];
-    for (size_t s = 0; s < jobs && nf < 64; s++) {
-      if (children[s].pid == 0) continue;
+    for (size_t s = 0; s < jobs; s++) {
+      if (!children[s].pid) continue;
       fds[nf] = (struct pollfd){.fd = children[s].fd, .events = POLLIN};
       slot_of[nf++] = s;
     }
@@ -305,23 +394,65 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
       if (r < 0 && errno == EINTR) continue;
       if (r > 0) {
         kiln_buf_append(&c->data, chunk, (size_t)r);
+        if (c->busy && record_arrived(c, &outs[c->target], name)) {
+          c->busy = false;
+          if (ready) ready(user, c->target);
+        }
         continue;
       }
+      /* End of its output: it exited (or died). */
       close(c->fd);
-      size_t done = c->target;
-      finish_child(c, &outs[done], name);
+      int wstatus = 0;
+      while (waitpid(c->pid, &wstatus, 0) < 0 && errno == EINTR) {
+      }
+      if (c->busy) {
+        child_died(c, wstatus, &outs[c->target], name);
+        if (ready) ready(user, c->target);
+      }
+      if (c->err_fd >= 0) close(c->err_fd);
+      kiln_buf_deinit(&c->data);
       memset(c, 0, sizeof *c);
-      running--;
-      if (ready) ready(user, done);
+      live--;
     }
   }
   kiln_free(children);
   kiln_free(fds);
 }
 
-int kiln_compiler_run_command(const char *cmd, char *said, size_t cap) {
-  FILE *p = popen(cmd, "r");
-  size_t n = p && cap ? fread(said, 1, cap - 1, p) : 0;
+int kiln_compiler_run_command(const char *const argv[], char *said, size_t cap) {
+  if (cap) said[0] = '\0';
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, p[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, p[1], STDERR_FILENO);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(p[1]);
+  if (rc != 0) {
+    close(p[0]);
+    if (cap) snprintf(said, cap, "cannot run %s: %s", argv[0], strerror(rc));
+    return -1;
+  }
+  /* Keep the first cap - 1 bytes; read the rest away so the tool never blocks. */
+  size_t n = 0;
+  char sink[4096];
+  for (;;) {
+    char *to = n + 1 < cap ? said + n : sink;
+    size_t room = n + 1 < cap ? cap - 1 - n : sizeof sink;
+    ssize_t r = read(p[0], to, room);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    if (to != sink) n += (size_t)r;
+  }
+  close(p[0]);
   if (cap) said[n] = '\0';
-  return p ? pclose(p) : -1;
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return wstatus;
 }

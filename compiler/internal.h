@@ -56,10 +56,12 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
                               kiln_compiler_target_output_t *outs, const char *name,
                               void (*ready)(void *user, size_t index));
 
-/* Runs the shell command `cmd` (stderr joined to stdout), keeping the first
- * cap - 1 bytes it prints in `said` (NUL-terminated); returns its exit status as
- * pclose does, -1 when it cannot start. For ptxas and ld.lld. */
-int kiln_compiler_run_command(const char *cmd, char *said, size_t cap);
+/* Runs the program argv[0] (a path; no shell, so no argument needs quoting) with
+ * argv, stdin from /dev/null, keeping the first cap - 1 bytes it prints on
+ * stdout and stderr in `said` (NUL-terminated); returns its wait status (0: it
+ * exited 0), -1 when it cannot start (`said` then says why). For ptxas and
+ * ld.lld. */
+int kiln_compiler_run_command(const char *const argv[], char *said, size_t cap);
 
 /* Whether the comma-separated `list` (NULL: empty) holds `item` exactly: SPIR-V
  * capability lists, the math functions a backend lacks. Thread-safe. */

@@ -1034,10 +1034,10 @@ static KILN_MUST_USE kiln_status_t assemble_cubin(const char *ptxas, const kiln_
     kiln_buf_deinit(&dir);
     return st;
   }
-  kiln_buf_t ptx, cubin, cmd;
+  kiln_buf_t ptx, cubin, arch;
   kiln_buf_init(&ptx);
   kiln_buf_init(&cubin);
-  kiln_buf_init(&cmd);
+  kiln_buf_init(&arch);
   kiln_buf_appendf(&ptx, "%s/k.ptx", dir.data);
   kiln_buf_appendf(&cubin, "%s/k.cubin", dir.data);
   kiln_status_t st = NULL;
@@ -1047,11 +1047,11 @@ static KILN_MUST_USE kiln_status_t assemble_cubin(const char *ptxas, const kiln_
   }
   if (f) fclose(f);
   if (!st) {
-    /* Paths are ours (mkdtemp) and the arch is a registry id: no quoting issues. */
-    kiln_buf_appendf(&cmd, "'%s' -arch=%s -O3 -o '%s' '%s' 2>&1", ptxas, t->chip, cubin.data, ptx.data);
+    kiln_buf_appendf(&arch, "-arch=%s", t->chip);
+    const char *argv[] = {ptxas, arch.data, "-O3", "-o", cubin.data, ptx.data, NULL};
     char out[2048];
     size_t n;
-    if (kiln_compiler_run_command(cmd.data, out, sizeof out) != 0) {
+    if (kiln_compiler_run_command(argv, out, sizeof out) != 0) {
       st = KILN_STATUS(KILN_STATUS_INTERNAL, "ptxas (%s) rejected kernel %s for %s: %s", ptxas, k->name,
                        t->chip, out);
     } else {
@@ -1071,7 +1071,7 @@ static KILN_MUST_USE kiln_status_t assemble_cubin(const char *ptxas, const kiln_
   rmdir(dir.data);
   kiln_buf_deinit(&ptx);
   kiln_buf_deinit(&cubin);
-  kiln_buf_deinit(&cmd);
+  kiln_buf_deinit(&arch);
   kiln_buf_deinit(&dir);
   return st;
 }

@@ -1,9 +1,11 @@
 /* compiler/fanout.c: back halves in forked children. A child that exits inside
  * "LLVM" (as LLVM does on a fatal error, after printing to stderr) or crashes
- * fails only its own target, with what it printed in the message; the other
- * targets' results arrive intact; and this holds at -j 1 too, where the caller's
- * process would otherwise have died with the child's target. The callback is the
- * seam: it stands in for a target's back half. */
+ * fails only its own target, with what it printed for that target in the
+ * message; the other targets' results arrive intact, the ones after it from a
+ * fresh child; and this holds at -j 1 too, where the caller's process would
+ * otherwise have died with the child's target. A child compiles one target after
+ * another: -j N forks N children, not one per target. The callback is the seam:
+ * it stands in for a target's back half. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,9 +22,11 @@
 #include "compiler/internal.h"
 #include "compiler/targets.h"
 
-/* Target 0 compiles, 1 exits as LLVM does on a fatal error, 2 crashes, 3 compiles. */
+/* Target 0 compiles (and complains on stderr), 1 exits as LLVM does on a fatal
+ * error, 2 crashes, 3 compiles. */
 static void back_half(void *user, size_t index, kiln_compiler_target_output_t *out) {
   (void)user;
+  if (index == 0) fprintf(stderr, "warning: target zero's own noise\n");
   if (index == 1) {
     fprintf(stderr, "LLVM ERROR: no libcall available for ftanh\n");
     exit(1);
@@ -63,6 +67,7 @@ static void run(size_t jobs) {
       !strstr(msg, "model.mlir")) {
     fail_msg("the fatal error's message does not name the cause, target and model: %s", msg);
   }
+  if (strstr(msg, "target zero")) fail_msg("target 1's failure quotes what target 0 said: %s", msg);
   assert_non_null(outs[2].status);
   assert_non_null(strstr(kiln_status_message(outs[2].status), "crashed"));
   assert_null(outs[3].status);
@@ -80,10 +85,51 @@ static void test_parallel(void **state) {
   run(3);
 }
 
+/* Every target compiles and records the process it ran in. */
+static void pid_back_half(void *user, size_t index, kiln_compiler_target_output_t *out) {
+  (void)user;
+  (void)index;
+  char pid[32];
+  snprintf(pid, sizeof pid, "%ld", (long)getpid());
+  out->kernels = kiln_calloc(1, sizeof *out->kernels);
+  out->n_kernels = 1;
+  out->kernels[0].name = kiln_strdup("k");
+  out->kernels[0].module_name = kiln_strdup(pid);
+}
+
+static size_t distinct_pids(size_t n, size_t jobs) {
+  kiln_compiler_target_output_t outs[8] = {0};
+  for (size_t i = 0; i < n; i++) outs[i].target = kiln_compiler_target_at(i);
+  ready_count = 0;
+  kiln_compiler_fanout_run(n, jobs, pid_back_half, NULL, outs, "model.mlir", ready);
+  assert_int_equal(ready_count, n);
+  size_t distinct = 0;
+  char self[32];
+  snprintf(self, sizeof self, "%ld", (long)getpid());
+  for (size_t i = 0; i < n; i++) {
+    assert_null(outs[i].status);
+    assert_int_equal(outs[i].n_kernels, 1);
+    assert_string_not_equal(outs[i].kernels[0].module_name, self); /* never in the caller */
+    size_t j = 0;
+    while (j < i && strcmp(outs[j].kernels[0].module_name, outs[i].kernels[0].module_name) != 0) j++;
+    distinct += j == i;
+  }
+  for (size_t i = 0; i < n; i++) kiln_compiler_target_output_clear(&outs[i]);
+  return distinct;
+}
+
+static void test_children_take_several_targets(void **state) {
+  (void)state;
+  assert_int_equal(distinct_pids(8, 1), 1);
+  assert_int_equal(distinct_pids(8, 2), 2);
+  assert_int_equal(distinct_pids(3, 8), 3); /* no more children than targets */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_job),
       cmocka_unit_test(test_parallel),
+      cmocka_unit_test(test_children_take_several_targets),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
