@@ -764,7 +764,8 @@ static void test_external_template_expansion(void **state) {
 }
 
 /* A process's start-up environment (/proc/PID/environ: NUL-separated). */
-static bool environ_has(int pid, const char *entry) {
+/* The environment process pid started with: NUL-separated entries (free it). */
+static char *read_environ(int pid, size_t *out_len) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/environ", pid);
   FILE *fp = fopen(path, "rb");
@@ -777,17 +778,51 @@ static bool environ_has(int pid, const char *entry) {
   }
   fclose(fp);
   env[len] = '\0';
+  *out_len = len;
+  return env;
+}
+
+static bool environ_has(int pid, const char *entry) {
+  size_t len;
+  char *env = read_environ(pid, &len);
   bool found = false;
   for (size_t i = 0; i < len && !found; i += strlen(env + i) + 1) found = strcmp(env + i, entry) == 0;
   free(env);
   return found;
 }
 
+/* Whether process pid started with GLIBC_TUNABLES=`value`. The dynamic loader
+ * parses the variable where it lies, and glibc 2.36 leaves a NUL for each ':'
+ * there (the process itself gets an intact copy), so both spellings count. */
+static bool tunables_are(int pid, const char *value) {
+  size_t len;
+  char *env = read_environ(pid, &len);
+  char want[256];
+  int n = snprintf(want, sizeof want, "GLIBC_TUNABLES=%s", value);
+  bool found = false;
+  for (int form = 0; form < 2 && !found; form++) {
+    char w[256];
+    memcpy(w, want, (size_t)n);
+    for (int i = 0; form && i < n; i++) {
+      if (w[i] == ':') w[i] = '\0';
+    }
+    /* A whole entry: at the start or after a NUL, and ending in a NUL. */
+    for (size_t at = 0; at + (size_t)n < len && !found; at++) {
+      found = (at == 0 || env[at - 1] == '\0') && memcmp(env + at, w, (size_t)n) == 0 && env[at + (size_t)n] == '\0';
+    }
+  }
+  free(env);
+  return found;
+}
+
 /* A built-in compiler's worker starts with LD_BIND_NOW=1 (every symbol bound once,
- * before the back halves fork); the tools a worker runs never see it. */
+ * before the back halves fork) and huge pages for malloc, kilnd's own tunables
+ * kept; the tools a worker runs never see LD_BIND_NOW. */
 static void test_worker_binds_now_and_its_tools_do_not(void **state) {
   fixture_t *f = *state;
   unsetenv("LD_BIND_NOW"); /* the runner's own choice would be passed on */
+  char *runner_tunables = getenv("GLIBC_TUNABLES") ? strdup(getenv("GLIBC_TUNABLES")) : NULL;
+  setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=4", 1);
   kilnd_workers_options_t o = base_options(1);
   start_pool(f, &o);
   const char *const targets[] = {"sm_89"};
@@ -795,8 +830,25 @@ static void test_worker_binds_now_and_its_tools_do_not(void **state) {
       .id = 53, .source = (const uint8_t *)"module {}", .source_len = 9, .targets = targets, .n_targets = 1};
   assert_null(kilnd_workers_submit(f->pool, &t));
   assert_true(wait_for(f, finished, 53, WAIT_MS));
-  assert_true(environ_has(pid_of(find(f, 53, KILND_TASK_STARTED, NULL)), "LD_BIND_NOW=1"));
+  int pid = pid_of(find(f, 53, KILND_TASK_STARTED, NULL));
+  assert_true(environ_has(pid, "LD_BIND_NOW=1"));
+  assert_true(tunables_are(pid, "glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1"));
   close_pool(f);
+
+  /* A choice of its own about huge pages is kilnd's to keep. */
+  setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0", 1);
+  start_pool(f, &o);
+  t.id = 55;
+  assert_null(kilnd_workers_submit(f->pool, &t));
+  assert_true(wait_for(f, finished, 55, WAIT_MS));
+  assert_true(tunables_are(pid_of(find(f, 55, KILND_TASK_STARTED, NULL)), "glibc.malloc.hugetlb=0"));
+  close_pool(f);
+  if (runner_tunables) {
+    setenv("GLIBC_TUNABLES", runner_tunables, 1);
+    free(runner_tunables);
+  } else {
+    unsetenv("GLIBC_TUNABLES");
+  }
 
   /* An external compiler's worker: not bound at start (it forks nothing), and
    * the compiler sees no LD_BIND_NOW even when kilnd has one. */
