@@ -382,11 +382,14 @@ static bool equals_ci(const char *a, size_t a_len, const char *b) {
 }
 
 static const kiln_target_t *find_unprefixed(const char *name, size_t len) {
+  /* Canonical ids first: what clients send on every Compile, hits included. (No
+   * alias spells another target's id, so the order decides nothing.) */
   for (size_t i = 0; i < TARGET_COUNT; i++) {
-    const kiln_target_t *t = &targets[i];
-    if (equals_ci(name, len, t->id)) return t;
-    for (const char *const *alias = t->aliases; *alias; alias++) {
-      if (equals_ci(name, len, *alias)) return t;
+    if (equals_ci(name, len, targets[i].id)) return &targets[i];
+  }
+  for (size_t i = 0; i < TARGET_COUNT; i++) {
+    for (const char *const *alias = targets[i].aliases; *alias; alias++) {
+      if (equals_ci(name, len, *alias)) return &targets[i];
     }
   }
   return NULL;

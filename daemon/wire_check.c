@@ -26,12 +26,25 @@ static void field_path(char *out, size_t cap, const char *outer, const ProtobufC
   snprintf(out, cap, "%s%s%s%s", outer, *outer ? "." : "", f->name, at);
 }
 
-static KILN_MUST_USE kiln_status_t check_enum(const ProtobufCFieldDescriptor *f, uint64_t raw,
-                                              const char *path) {
-  const ProtobufCEnumDescriptor *e = f->descriptor;
+/* A field's place in the request, built only when a refusal names it or a nested
+ * message needs it as its prefix: most fields pass without one. */
+typedef struct place_s {
+  const char *outer;
+  const ProtobufCFieldDescriptor *f;
+  unsigned index;
+  char path[256];
+} place_t;
+
+static const char *place_path(place_t *at) {
+  if (!at->path[0]) field_path(at->path, sizeof at->path, at->outer, at->f, &at->index);
+  return at->path;
+}
+
+static KILN_MUST_USE kiln_status_t check_enum(place_t *at, uint64_t raw) {
+  const ProtobufCEnumDescriptor *e = at->f->descriptor;
   int32_t value = (int32_t)raw;
   if ((uint64_t)(int64_t)value != raw || !protobuf_c_enum_descriptor_get_value(e, value)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: %lld is not a value of %s", path,
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%s: %lld is not a value of %s", place_path(at),
                        (long long)(int64_t)raw, e->name);
   }
   return NULL;
@@ -53,13 +66,16 @@ static KILN_MUST_USE kiln_status_t walk(const ProtobufCMessageDescriptor *d, con
       size_t slot = (size_t)(f - d->fields);
       if (slot < sizeof seen / sizeof seen[0]) index = seen[slot]++;
     }
-    char path[256];
-    if (f) field_path(path, sizeof path, outer, f, &index);
+    place_t at; /* no initializer: the 256-byte path stays unwritten until asked for */
+    at.outer = outer;
+    at.f = f;
+    at.index = index;
+    at.path[0] = '\0';
     uint64_t v;
     switch (wire) {
       case 0: /* varint */
         if (!read_varint(&r, &v)) return NULL;
-        if (f && f->type == PROTOBUF_C_TYPE_ENUM) KILN_RETURN_IF_ERROR(check_enum(f, v, path));
+        if (f && f->type == PROTOBUF_C_TYPE_ENUM) KILN_RETURN_IF_ERROR(check_enum(&at, v));
         break;
       case 1:
         if (r.end - r.p < 8) return NULL;
@@ -79,16 +95,16 @@ static KILN_MUST_USE kiln_status_t walk(const ProtobufCMessageDescriptor *d, con
           if (!kilnd_text_is_utf8(body, (size_t)v, &bad)) {
             bool nul = bad < v && body[bad] == 0;
             return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                               "%s: %s at byte %zu (protobuf strings are UTF-8 text)", path,
+                               "%s: %s at byte %zu (protobuf strings are UTF-8 text)", place_path(&at),
                                nul ? "a NUL byte" : "not valid UTF-8", bad);
           }
         } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
-          KILN_RETURN_IF_ERROR(walk(f->descriptor, body, (size_t)v, path, depth + 1));
+          KILN_RETURN_IF_ERROR(walk(f->descriptor, body, (size_t)v, place_path(&at), depth + 1));
         } else if (f->type == PROTOBUF_C_TYPE_ENUM) { /* packed repeated enum */
           reader_t packed = {body, body + v};
           while (packed.p < packed.end) {
             if (!read_varint(&packed, &v)) return NULL;
-            KILN_RETURN_IF_ERROR(check_enum(f, v, path));
+            KILN_RETURN_IF_ERROR(check_enum(&at, v));
           }
         }
         break;

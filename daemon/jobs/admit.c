@@ -56,12 +56,28 @@ void kilnd_job_admission_deinit(kilnd_job_admission_t *admission) {
   admission->n_targets = 0;
 }
 
-static void admission_copy(const kilnd_job_admission_t *from, kilnd_job_admission_t *to) {
-  *to = *from;
-  to->targets = kiln_calloc(from->n_targets ? from->n_targets : 1, sizeof *to->targets);
-  for (size_t i = 0; i < from->n_targets; i++) {
-    to->targets[i] = from->targets[i];
-    to->targets[i].target = kiln_strdup(from->targets[i].target);
+/* The first answer of `job` again, for a retry of its request_id, rebuilt from
+ * what the job keeps (a job does not keep a second copy of its targets: most
+ * jobs are cache hits nobody retries, and kilnd keeps thousands). */
+static void admission_of(const job_t *job, kilnd_job_admission_t *to) {
+  memset(to, 0, sizeof *to);
+  memcpy(to->job_id, job->id, sizeof to->job_id);
+  memcpy(to->source_digest, job->source_digest, sizeof to->source_digest);
+  to->state = job->admitted_state;
+  to->created_unix_ms = job->created_unix_ms;
+  to->n_targets = job->n_targets;
+  to->targets = kiln_calloc(job->n_targets ? job->n_targets : 1, sizeof *to->targets);
+  for (size_t i = 0; i < job->n_targets; i++) {
+    const job_target_t *jt = &job->targets[i];
+    kilnd_job_admitted_target_t *t = &to->targets[i];
+    t->target = kiln_strdup(jt->target);
+    memcpy(t->cache_key, jt->key, sizeof t->cache_key);
+    t->cached = jt->admitted_cached;
+    t->merged = jt->admitted_merged;
+    if (t->cached) {
+      memcpy(t->artifact_digest, jt->digest, sizeof t->artifact_digest);
+      t->size_bytes = jt->size;
+    }
   }
 }
 
@@ -263,7 +279,6 @@ static job_t *job_fill_locked(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, 
     kiln_free(job->source_name);
     kiln_free(job->flags);
     source_release(job->source);
-    kilnd_job_admission_deinit(&job->admission);
   } else {
     job = kiln_calloc(1, sizeof *job);
     if (forced_id)
@@ -364,7 +379,7 @@ static KILN_MUST_USE kiln_status_t admit_locked(kilnd_jobs_t *jobs, const kilnd_
                          j->id);
     }
     if (j) {
-      admission_copy(&j->admission, out);
+      admission_of(j, out);
       return NULL;
     }
   }
@@ -410,7 +425,11 @@ static KILN_MUST_USE kiln_status_t admit_locked(kilnd_jobs_t *jobs, const kilnd_
   }
   maybe_finish_job_locked(jobs, job);
   out->state = job->state;
-  admission_copy(out, &job->admission);
+  job->admitted_state = out->state;
+  for (size_t i = 0; i < job->n_targets; i++) {
+    job->targets[i].admitted_cached = out->targets[i].cached;
+    job->targets[i].admitted_merged = out->targets[i].merged;
+  }
   if (!job_terminal(job)) persist_later_locked(jobs, job); /* a finished one was persisted by its Terminal */
   return NULL;
 }

@@ -146,6 +146,9 @@ typedef struct job_target_s {
   char digest[65];
   uint64_t size;
   bool cache_hit;
+  /* What the first answer said of it, for request_id retries (its key is `key`; a
+   * cached one's artifact is `digest` and `size`). */
+  bool admitted_cached, admitted_merged;
   uint64_t compile_ms;
   int code;
   char *message;
@@ -216,7 +219,7 @@ struct job_s {
   int64_t event_time_ms; /* non-zero: the time materialize() stamps on events */
   watcher_t *watchers;
   kilnd_job_listener_t *listeners;
-  kilnd_job_admission_t admission; /* the original answer, for request_id retries */
+  kilnd_job_state_t admitted_state; /* the first answer's state: a request_id retry gets it again */
   struct job_s *next;
   struct job_s *rid_older; /* the next older job with this request_id (engine.c's index) */
 };

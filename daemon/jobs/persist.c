@@ -140,16 +140,9 @@ static void restore_locked(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
   job->finished_unix_ms = rec->finished_unix_ms;
   job->finished_monotonic_ns =
       kiln_time_monotonic_ns() - (kiln_time_unix_ms() - rec->finished_unix_ms) * 1000000;
-  job->admission.n_targets = rec->n_targets;
-  job->admission.targets = kiln_calloc(rec->n_targets ? rec->n_targets : 1, sizeof *job->admission.targets);
-  snprintf(job->admission.job_id, sizeof job->admission.job_id, "%s", rec->id);
-  memcpy(job->admission.source_digest, rec->source_digest, sizeof job->admission.source_digest);
-  job->admission.state = job->state;
-  job->admission.created_unix_ms = rec->created_unix_ms;
+  job->admitted_state = job->state; /* a retry after a restart learns where the job ended */
   for (size_t i = 0; i < rec->n_targets; i++) {
     job->targets[i].state = rec->targets[i].state == KILN_JOBSTORE_TARGET_DONE ? TARGET_DONE : TARGET_FAILED;
-    job->admission.targets[i].target = kiln_strdup(rec->targets[i].target);
-    memcpy(job->admission.targets[i].cache_key, rec->targets[i].cache_key, 65);
   }
   job_link_locked(jobs, job);
   emit_queued_locked(jobs, job, 0);

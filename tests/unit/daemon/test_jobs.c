@@ -438,6 +438,23 @@ static void test_cold_compile_then_cached_on_the_loop(void **state) {
   engine_stop_fx(fx);
 }
 
+/* A retry's answer is the first answer, field by field. */
+static void assert_same_admission(const kilnd_job_admission_t *a, const kilnd_job_admission_t *b) {
+  assert_string_equal(a->job_id, b->job_id);
+  assert_string_equal(a->source_digest, b->source_digest);
+  assert_int_equal(a->state, b->state);
+  assert_int_equal(a->created_unix_ms, b->created_unix_ms);
+  assert_int_equal(a->n_targets, b->n_targets);
+  for (size_t i = 0; i < a->n_targets; i++) {
+    assert_string_equal(a->targets[i].target, b->targets[i].target);
+    assert_string_equal(a->targets[i].cache_key, b->targets[i].cache_key);
+    assert_string_equal(a->targets[i].artifact_digest, b->targets[i].artifact_digest);
+    assert_int_equal(a->targets[i].size_bytes, b->targets[i].size_bytes);
+    assert_int_equal(a->targets[i].cached, b->targets[i].cached);
+    assert_int_equal(a->targets[i].merged, b->targets[i].merged);
+  }
+}
+
 static void test_request_id_retry_and_reuse(void **state) {
   fixture_t *fx = *state;
   engine_start_fx(fx);
@@ -447,12 +464,33 @@ static void test_request_id_retry_and_reuse(void **state) {
   kilnd_job_admission_t a, b;
   kiln_test_assert_ok(submit(fx, &r, &a));
   kiln_test_assert_ok(submit(fx, &r, &b));
-  assert_string_equal(a.job_id, b.job_id);
+  assert_same_admission(&a, &b);
+  assert_int_equal(b.state, KILND_JOB_QUEUED); /* the first answer's, not the job's now */
   kilnd_job_admission_deinit(&b);
   req_t other = req("other", "ci", KILND_PRIORITY_BATCH);
   other.request_id = "build-42";
   kiln_test_assert_code(submit(fx, &other, &b), KILN_STATUS_ALREADY_EXISTS);
   RUN_UNTIL(fx, fx->pool.n_tasks == 1);
+  complete_task(fx, 0);
+  RUN_UNTIL(fx, stat_done(fx) == 1);
+  /* A retry after the job finished still gets the first answer. */
+  kiln_test_assert_ok(submit(fx, &r, &b));
+  assert_same_admission(&a, &b);
+  kilnd_job_admission_deinit(&b);
+
+  /* A cached answer's retry carries the same artifacts. */
+  req_t hit = req("retry", "ci", KILND_PRIORITY_BATCH);
+  hit.request_id = "build-43";
+  kilnd_job_admission_t c, d;
+  kiln_test_assert_ok(submit(fx, &hit, &c));
+  assert_int_equal(c.state, KILND_JOB_DONE);
+  assert_true(c.targets[0].cached);
+  assert_int_equal(strlen(c.targets[0].artifact_digest), 64);
+  kiln_test_assert_ok(submit(fx, &hit, &d));
+  assert_same_admission(&c, &d);
+  assert_string_not_equal(c.job_id, a.job_id);
+  kilnd_job_admission_deinit(&c);
+  kilnd_job_admission_deinit(&d);
   kilnd_job_admission_deinit(&a);
   engine_stop_fx(fx);
 }
