@@ -511,9 +511,10 @@ static void bench_cold(const plan_t *plan, kiln_client_t *client, cold_result_t 
          ratio <= COLD_GOAL ? "PASS" : "MISS");
   printf(
       "  kilnd runs one job's targets as one task in one warm worker, the front half once;\n"
-      "  a task that finds workers idle forks its back halves over their cores (CompileTask.jobs),\n"
-      "  as `kilnc -t` with six targets forks one per core; each single-target kilnc process\n"
-      "  pays start-up, an MLIR context and the front half again\n\n");
+      "  a task that finds workers idle forks a child per idle core (CompileTask.jobs), each\n"
+      "  taking target after target, as `kilnc -t` with six targets does; kilnd's workers are\n"
+      "  warm, bound at start and use huge pages, and each single-target kilnc process pays\n"
+      "  start-up, an MLIR context and the front half again\n\n");
   kiln_free(k);
   kiln_free(f);
   kiln_free(c6);
