@@ -25,7 +25,11 @@
  *    of what it wrote to stderr for that target (LLVM reports a fatal error, "no
  *    libcall available for ftanh", on stderr and exits the process): each child's
  *    stderr is an unnamed temporary file the parent empties before each target
- *    and reads back; the targets still waiting go to a fresh child;
+ *    and reads back; the targets still waiting go to a fresh child. A child says
+ *    when it starts on a target, so one that was killed while idle (the OOM
+ *    killer picks the largest process) costs nothing: the target it was handed
+ *    goes to another child, once;
+ *  - every target gets exactly one result and one `ready` call, whatever dies;
  *  - back halves always run in children, even one target at -j 1: a fatal error
  *    inside LLVM must cost one target, never the caller's process (kilnc, or a
  *    kilnd worker running its task in-process);
@@ -171,15 +175,19 @@ static bool deserialize(const uint8_t *data, size_t len, kiln_compiler_target_ou
 /* ---- the children ---- */
 
 /* A child compiles the targets the parent sends it, one at a time: the parent
- * writes a target index (8 bytes) down the child's socket, the child answers with
- * a record (its length in 8 bytes, then serialize()'s bytes) and waits for the
- * next index; end of input tells it to _exit(0). */
+ * writes a target index (8 bytes) down the child's socket; the child answers with
+ * one byte as it starts (so a child that died idle is told from one that died
+ * compiling), then a record (its length in 8 bytes, then serialize()'s bytes), and
+ * waits for the next index; end of input tells it to _exit(0). */
+#define STARTED 'S'
+
 typedef struct child_s {
-  pid_t pid; /* 0: the slot is free */
-  int fd;    /* the parent's end of the child's socket */
-  int err_fd; /* the child's stderr: an unnamed temporary file, or -1 */
-  bool busy;  /* compiling `target`: its record has not arrived whole */
-  bool ended; /* told there is no more work: only its end of input is awaited */
+  pid_t pid;     /* 0: the slot is free */
+  int fd;        /* the parent's end of the child's socket */
+  int err_fd;    /* the child's stderr: an unnamed temporary file, or -1 */
+  bool busy;     /* given `target`: its record has not arrived whole */
+  bool started;  /* and it said it started on it */
+  bool ended;    /* told there is no more work: only its end of input is awaited */
   size_t target;
   kiln_buf_t data; /* what the child wrote of its current record */
 } child_t;
@@ -242,6 +250,8 @@ static _Noreturn void child_main(int fd, int err_fd, kiln_compiler_fanout_fn_t f
   if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
   uint64_t index;
   while (read_all(fd, &index, sizeof index) && index < n) {
+    const char started = STARTED;
+    write_all(fd, &started, 1);
     kiln_compiler_target_output_t mine = outs[index];
     fn(user, (size_t)index, &mine);
     kiln_buf_t b;
@@ -250,9 +260,9 @@ static _Noreturn void child_main(int fd, int err_fd, kiln_compiler_fanout_fn_t f
     serialize(&mine, &b);
     uint64_t len = b.len - sizeof len;
     memcpy(b.data, &len, sizeof len);
+    kiln_compiler_target_output_clear(&mine); /* before the record: a crash here is this target's */
     write_all(fd, b.data, b.len);
     kiln_buf_deinit(&b);
-    kiln_compiler_target_output_clear(&mine);
   }
   _exit(0);
 }
@@ -285,8 +295,12 @@ static void child_died(child_t *c, int wstatus, kiln_compiler_target_output_t *o
 /* Whether the child's current record arrived whole; if so it is in *out (a
  * record that does not parse fails the target as damaged). */
 static bool record_arrived(child_t *c, kiln_compiler_target_output_t *out, const char *name) {
+  if (!c->started && c->data.len > 0) {
+    c->started = c->data.data[0] == STARTED;
+    memmove(c->data.data, c->data.data + 1, --c->data.len);
+  }
   uint64_t len;
-  if (c->data.len < sizeof len) return false;
+  if (!c->started || c->data.len < sizeof len) return false;
   memcpy(&len, c->data.data, sizeof len);
   if (len > c->data.len - sizeof len) return false;
   const uint8_t *record = (const uint8_t *)c->data.data + sizeof len;
@@ -301,18 +315,25 @@ static bool record_arrived(child_t *c, kiln_compiler_target_output_t *out, const
 }
 
 /* Hands target `index` to an idle child: its stderr file starts empty, so a
- * failure quotes only what this target made it say. A child that is gone fails
- * the target when its end of input is read. */
-static void assign(child_t *c, size_t index) {
+ * failure quotes only what this target made it say. False when the child is gone
+ * (it then only waits to be reaped, and the target to be handed to another). */
+static bool assign(child_t *c, size_t index) {
   if (c->err_fd >= 0 && ftruncate(c->err_fd, 0) == 0) lseek(c->err_fd, 0, SEEK_SET);
-  c->busy = true;
-  c->target = index;
-  c->data.len = 0;
   uint64_t v = index;
   ssize_t w;
   do {
     w = send(c->fd, &v, sizeof v, MSG_NOSIGNAL);
   } while (w < 0 && errno == EINTR);
+  if (w != (ssize_t)sizeof v) {
+    shutdown(c->fd, SHUT_WR); /* should it still live: it exits and is reaped */
+    c->ended = true;
+    return false;
+  }
+  c->busy = true;
+  c->started = false;
+  c->target = index;
+  c->data.len = 0;
+  return true;
 }
 
 /* Forks a child into free slot `c`; false when no process can be made. */
@@ -331,7 +352,9 @@ static bool spawn(child_t *c, child_t *children, size_t slots, kiln_compiler_fan
   if (pid == 0) {
     close(sv[0]);
     for (size_t s = 0; s < slots; s++) { /* the other children's ends are theirs */
-      if (children[s].pid) close(children[s].fd);
+      if (!children[s].pid) continue;
+      close(children[s].fd);
+      if (children[s].err_fd >= 0) close(children[s].err_fd);
     }
     child_main(sv[1], err_fd, fn, user, outs, n);
   }
@@ -339,6 +362,54 @@ static bool spawn(child_t *c, child_t *children, size_t slots, kiln_compiler_fan
   *c = (child_t){.pid = pid, .fd = sv[0], .err_fd = err_fd};
   kiln_buf_init(&c->data);
   return true;
+}
+
+/* The targets still to hand out: the ones a child died before starting (each
+ * given one more chance), then the next in order. */
+typedef struct work_s {
+  size_t next, n;
+  size_t *again; /* a stack of targets to hand out once more */
+  size_t n_again;
+  bool *retried;
+} work_t;
+
+static bool work_left(const work_t *w) { return w->n_again > 0 || w->next < w->n; }
+static size_t work_take(work_t *w) { return w->n_again ? w->again[--w->n_again] : w->next++; }
+static void work_return(work_t *w, size_t index) { w->again[w->n_again++] = index; }
+
+/* A target whose child was gone before it started on it: handed out once more;
+ * the second time it fails (children that die at once must not loop forever). */
+static void never_started(work_t *w, size_t index, kiln_compiler_target_output_t *outs, const char *name,
+                          void (*ready)(void *user, size_t index), void *user) {
+  if (!w->retried[index]) {
+    w->retried[index] = true;
+    work_return(w, index);
+    return;
+  }
+  outs[index].status =
+      KILN_STATUS(KILN_STATUS_INTERNAL,
+                  "%s: code generation for %s did not start: two processes forked for it died first", name,
+                  outs[index].target->id);
+  if (ready) ready(user, index);
+}
+
+/* The end of a child's output: it exited or died. Its target, if it had one,
+ * fails, or goes back to the work when the child never started on it. */
+static void child_ended(child_t *c, work_t *work, kiln_compiler_target_output_t *outs, const char *name,
+                        void (*ready)(void *user, size_t index), void *user) {
+  close(c->fd);
+  int wstatus = 0;
+  while (waitpid(c->pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (c->busy && !c->started) {
+    never_started(work, c->target, outs, name, ready, user);
+  } else if (c->busy) {
+    child_died(c, wstatus, &outs[c->target], name);
+    if (ready) ready(user, c->target);
+  }
+  if (c->err_fd >= 0) close(c->err_fd);
+  kiln_buf_deinit(&c->data);
+  memset(c, 0, sizeof *c);
 }
 
 void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t fn, void *user,
@@ -349,32 +420,38 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
   if (jobs > n) jobs = n ? n : 1;
   child_t *children = kiln_calloc(jobs, sizeof *children);
   struct pollfd *fds = kiln_calloc(jobs, sizeof *fds);
-  size_t next = 0, live = 0;
+  work_t work = {.n = n,
+                 .again = kiln_calloc(n ? n : 1, sizeof *work.again),
+                 .retried = kiln_calloc(n ? n : 1, sizeof *work.retried)};
+  size_t live = 0;
   fflush(NULL); /* a child's _exit must not flush the parent's buffered output twice */
-  while (next < n || live > 0) {
+  while (work_left(&work) || live > 0) {
     /* Work for the idle children; the end of input for those with none left. */
     for (size_t s = 0; s < jobs; s++) {
       child_t *c = &children[s];
       if (!c->pid || c->busy || c->ended) continue;
-      if (next < n) {
-        assign(c, next++);
-      } else {
+      if (!work_left(&work)) {
         shutdown(c->fd, SHUT_WR);
         c->ended = true;
+        continue;
       }
+      size_t index = work_take(&work);
+      if (!assign(c, index)) never_started(&work, index, outs, name, ready, user);
     }
     /* New children for free slots while targets wait. */
-    for (size_t s = 0; s < jobs && next < n; s++) {
+    for (size_t s = 0; s < jobs && work_left(&work); s++) {
       child_t *c = &children[s];
       if (c->pid) continue;
+      size_t index = work_take(&work);
       if (spawn(c, children, jobs, fn, user, outs, n)) {
         live++;
-        assign(c, next++);
+        if (!assign(c, index)) never_started(&work, index, outs, name, ready, user);
       } else if (live == 0) {
         /* No process to spare and none running: compile this one here. */
-        fn(user, next, &outs[next]);
-        if (ready) ready(user, next);
-        next++;
+        fn(user, index, &outs[index]);
+        if (ready) ready(user, index);
+      } else {
+        work_return(&work, index);
       }
     }
     if (live == 0) continue;
@@ -385,7 +462,26 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
       fds[nf] = (struct pollfd){.fd = children[s].fd, .events = POLLIN};
       slot_of[nf++] = s;
     }
-    if (poll(fds, nf, -1) < 0 && errno != EINTR) break;
+    if (poll(fds, nf, -1) < 0) {
+      if (errno == EINTR) continue;
+      /* Cannot wait for the children: stop them, and fail what they had and what
+       * was left, each target once. */
+      int err = errno;
+      for (size_t s = 0; s < jobs; s++) {
+        if (!children[s].pid) continue;
+        kill(children[s].pid, SIGKILL);
+        children[s].started = true; /* no second chance: fail it */
+        child_ended(&children[s], &work, outs, name, ready, user);
+        live--;
+      }
+      while (work_left(&work)) {
+        size_t index = work_take(&work);
+        outs[index].status = KILN_STATUS(KILN_STATUS_INTERNAL, "%s: code generation for %s was not run: %s",
+                                         name, outs[index].target->id, strerror(err));
+        if (ready) ready(user, index);
+      }
+      break;
+    }
     for (size_t f = 0; f < nf; f++) {
       if (!(fds[f].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       child_t *c = &children[slot_of[f]];
@@ -400,21 +496,12 @@ void kiln_compiler_fanout_run(size_t n, size_t jobs, kiln_compiler_fanout_fn_t f
         }
         continue;
       }
-      /* End of its output: it exited (or died). */
-      close(c->fd);
-      int wstatus = 0;
-      while (waitpid(c->pid, &wstatus, 0) < 0 && errno == EINTR) {
-      }
-      if (c->busy) {
-        child_died(c, wstatus, &outs[c->target], name);
-        if (ready) ready(user, c->target);
-      }
-      if (c->err_fd >= 0) close(c->err_fd);
-      kiln_buf_deinit(&c->data);
-      memset(c, 0, sizeof *c);
+      child_ended(c, &work, outs, name, ready, user);
       live--;
     }
   }
+  kiln_free(work.again);
+  kiln_free(work.retried);
   kiln_free(children);
   kiln_free(fds);
 }

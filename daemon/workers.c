@@ -1036,7 +1036,7 @@ static char **worker_env(char **out_tunables) {
   const char *tunables = NULL;
   for (char **e = environ; e && *e; e++, n++) {
     bind_set = bind_set || strncmp(*e, "LD_BIND_NOW=", 12) == 0;
-    if (strncmp(*e, "GLIBC_TUNABLES=", 15) == 0) tunables = *e + 15;
+    if (!tunables && strncmp(*e, "GLIBC_TUNABLES=", 15) == 0) tunables = *e + 15; /* the first, as getenv */
   }
   char **env = kiln_calloc(n + 3, sizeof *env);
   size_t k = 0;

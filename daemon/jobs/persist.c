@@ -165,6 +165,7 @@ static void restore_locked(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
 static void placeholder_locked(kilnd_jobs_t *jobs, const kiln_jobstore_job_t *rec) {
   job_t *job = job_from_record(rec);
   job->state = KILND_JOB_QUEUED;
+  job->admitted_state = KILND_JOB_QUEUED; /* a retry before readmission: queued, as it is */
   job->client = kiln_strdup(rec->client && *rec->client ? rec->client : "anonymous");
   job_link_locked(jobs, job);
   usage_add_locked(jobs, job); /* unfinished: it counts from start-up, before it is admitted again */

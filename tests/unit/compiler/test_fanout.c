@@ -44,18 +44,31 @@ static void back_half(void *user, size_t index, kiln_compiler_target_output_t *o
 }
 
 static size_t ready_count;
+static unsigned readied[16]; /* ready calls per target */
 static void ready(void *user, size_t index) {
   (void)user;
-  (void)index;
+  assert_true(index < 16);
+  readied[index]++;
   ready_count++;
+}
+
+static void ready_reset(void) {
+  ready_count = 0;
+  memset(readied, 0, sizeof readied);
+}
+
+/* Every target of n readied exactly once. */
+static void assert_each_ready_once(size_t n) {
+  assert_int_equal(ready_count, n);
+  for (size_t i = 0; i < n; i++) assert_int_equal(readied[i], 1);
 }
 
 static void run(size_t jobs) {
   kiln_compiler_target_output_t outs[4] = {0};
   for (size_t i = 0; i < 4; i++) outs[i].target = kiln_compiler_target_at(i);
-  ready_count = 0;
+  ready_reset();
   kiln_compiler_fanout_run(4, jobs, back_half, NULL, outs, "model.mlir", ready);
-  assert_int_equal(ready_count, 4);
+  assert_each_ready_once(4);
   assert_null(outs[0].status);
   assert_int_equal(outs[0].n_kernels, 1);
   assert_string_equal(outs[0].kernels[0].name, "first");
@@ -100,9 +113,9 @@ static void pid_back_half(void *user, size_t index, kiln_compiler_target_output_
 static size_t distinct_pids(size_t n, size_t jobs) {
   kiln_compiler_target_output_t outs[8] = {0};
   for (size_t i = 0; i < n; i++) outs[i].target = kiln_compiler_target_at(i);
-  ready_count = 0;
+  ready_reset();
   kiln_compiler_fanout_run(n, jobs, pid_back_half, NULL, outs, "model.mlir", ready);
-  assert_int_equal(ready_count, n);
+  assert_each_ready_once(n);
   size_t distinct = 0;
   char self[32];
   snprintf(self, sizeof self, "%ld", (long)getpid());
@@ -125,11 +138,70 @@ static void test_children_take_several_targets(void **state) {
   assert_int_equal(distinct_pids(3, 8), 3); /* no more children than targets */
 }
 
+/* After target 0's result, its child is killed while it waits for the next one
+ * (as the OOM killer might): the target handed to the dead child runs in a fresh
+ * one instead of failing. */
+static kiln_compiler_target_output_t *killer_outs;
+static void ready_and_kill(void *user, size_t index) {
+  ready(user, index);
+  if (index != 0) return;
+  pid_t pid = (pid_t)atol(killer_outs[0].kernels[0].module_name);
+  assert_true(pid > 0 && pid != getpid());
+  kill(pid, SIGKILL);
+}
+
+static void test_child_killed_while_idle(void **state) {
+  (void)state;
+  kiln_compiler_target_output_t outs[3] = {0};
+  for (size_t i = 0; i < 3; i++) outs[i].target = kiln_compiler_target_at(i);
+  killer_outs = outs;
+  ready_reset();
+  kiln_compiler_fanout_run(3, 1, pid_back_half, NULL, outs, "model.mlir", ready_and_kill);
+  assert_each_ready_once(3);
+  for (size_t i = 0; i < 3; i++) {
+    if (outs[i].status) fail_msg("target %zu: %s", i, kiln_status_message(outs[i].status));
+  }
+  assert_string_not_equal(outs[0].kernels[0].module_name, outs[1].kernels[0].module_name);
+  for (size_t i = 0; i < 3; i++) kiln_compiler_target_output_clear(&outs[i]);
+}
+
+/* Results larger than one read of the parent's (64 KiB) arrive whole. */
+static void big_back_half(void *user, size_t index, kiln_compiler_target_output_t *out) {
+  (void)user;
+  size_t len = ((size_t)1 << 20) + index;
+  out->kernels = kiln_calloc(1, sizeof *out->kernels);
+  out->n_kernels = 1;
+  out->kernels[0].name = kiln_strdup("big");
+  out->kernels[0].module_name = kiln_strdup("m");
+  out->kernels[0].binary = kiln_malloc(len);
+  for (size_t i = 0; i < len; i++) out->kernels[0].binary[i] = (unsigned char)(i * 7 + index);
+  out->kernels[0].binary_len = len;
+}
+
+static void test_large_results(void **state) {
+  (void)state;
+  kiln_compiler_target_output_t outs[3] = {0};
+  for (size_t i = 0; i < 3; i++) outs[i].target = kiln_compiler_target_at(i);
+  ready_reset();
+  kiln_compiler_fanout_run(3, 2, big_back_half, NULL, outs, "model.mlir", ready);
+  assert_each_ready_once(3);
+  for (size_t t = 0; t < 3; t++) {
+    assert_null(outs[t].status);
+    assert_int_equal(outs[t].kernels[0].binary_len, ((size_t)1 << 20) + t);
+    for (size_t i = 0; i < outs[t].kernels[0].binary_len; i++) {
+      if (outs[t].kernels[0].binary[i] != (unsigned char)(i * 7 + t)) fail_msg("target %zu byte %zu", t, i);
+    }
+  }
+  for (size_t i = 0; i < 3; i++) kiln_compiler_target_output_clear(&outs[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_job),
       cmocka_unit_test(test_parallel),
       cmocka_unit_test(test_children_take_several_targets),
+      cmocka_unit_test(test_child_killed_while_idle),
+      cmocka_unit_test(test_large_results),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -505,10 +505,15 @@ static void test_same_target_is_merged(void **state) {
   RUN_UNTIL(fx, fx->pool.n_tasks == 1);
   req_t r1 = req("shared", "alice", KILND_PRIORITY_INTERACTIVE);
   req_t r2 = req("shared", "bob", KILND_PRIORITY_INTERACTIVE);
+  r2.request_id = "bob-1";
   kiln_test_assert_ok(submit(fx, &r1, &a1));
   kiln_test_assert_ok(submit(fx, &r2, &a2));
   assert_false(a1.targets[0].merged);
   assert_true(a2.targets[0].merged && a2.targets[1].merged);
+  kilnd_job_admission_t again; /* a retry is told the same: merged */
+  kiln_test_assert_ok(submit(fx, &r2, &again));
+  assert_same_admission(&a2, &again);
+  kilnd_job_admission_deinit(&again);
   heard_t h1 = {0}, h2 = {0};
   listen_to(fx, a1.job_id, &h1);
   listen_to(fx, a2.job_id, &h2);

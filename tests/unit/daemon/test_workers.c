@@ -148,9 +148,32 @@ static void clear_recs(fixture_t *f) {
   f->n_recs = 0;
 }
 
+/* The runner's GLIBC_TUNABLES while a test changes it (restored by teardown, as
+ * a failed assertion skips the rest of the test). */
+static bool tunables_saved;
+static char *saved_tunables;
+
+static void tunables_save(void) {
+  const char *v = getenv("GLIBC_TUNABLES");
+  saved_tunables = v ? strdup(v) : NULL;
+  tunables_saved = true;
+}
+
+static void tunables_restore(void) {
+  if (!tunables_saved) return;
+  if (saved_tunables)
+    setenv("GLIBC_TUNABLES", saved_tunables, 1);
+  else
+    unsetenv("GLIBC_TUNABLES");
+  free(saved_tunables);
+  saved_tunables = NULL;
+  tunables_saved = false;
+}
+
 static int teardown(void **state) {
   fixture_t *f = *state;
   close_pool(f);
+  tunables_restore();
   uv_close((uv_handle_t *)&f->tick, NULL);
   uv_run(&f->loop, UV_RUN_DEFAULT);
   /* UV_EBUSY here would mean the pool left a handle open. */
@@ -799,6 +822,9 @@ static bool tunables_are(int pid, const char *value) {
   char *env = read_environ(pid, &len);
   char want[256];
   int n = snprintf(want, sizeof want, "GLIBC_TUNABLES=%s", value);
+  size_t entries = 0; /* GLIBC_TUNABLES= once, or a second would be a bug */
+  for (size_t i = 0; i < len; i += strlen(env + i) + 1) entries += strncmp(env + i, "GLIBC_TUNABLES=", 15) == 0;
+  assert_int_equal(entries, 1);
   bool found = false;
   for (int form = 0; form < 2 && !found; form++) {
     char w[256];
@@ -821,8 +847,8 @@ static bool tunables_are(int pid, const char *value) {
 static void test_worker_binds_now_and_its_tools_do_not(void **state) {
   fixture_t *f = *state;
   unsetenv("LD_BIND_NOW"); /* the runner's own choice would be passed on */
-  char *runner_tunables = getenv("GLIBC_TUNABLES") ? strdup(getenv("GLIBC_TUNABLES")) : NULL;
-  setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=4", 1);
+  tunables_save();
+  unsetenv("GLIBC_TUNABLES");
   kilnd_workers_options_t o = base_options(1);
   start_pool(f, &o);
   const char *const targets[] = {"sm_89"};
@@ -832,7 +858,17 @@ static void test_worker_binds_now_and_its_tools_do_not(void **state) {
   assert_true(wait_for(f, finished, 53, WAIT_MS));
   int pid = pid_of(find(f, 53, KILND_TASK_STARTED, NULL));
   assert_true(environ_has(pid, "LD_BIND_NOW=1"));
-  assert_true(tunables_are(pid, "glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1"));
+  assert_true(tunables_are(pid, "glibc.malloc.hugetlb=1")); /* none of kilnd's own */
+  close_pool(f);
+
+  /* kilnd's own tunables are kept, in the one variable. */
+  setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=4", 1);
+  start_pool(f, &o);
+  t.id = 56;
+  assert_null(kilnd_workers_submit(f->pool, &t));
+  assert_true(wait_for(f, finished, 56, WAIT_MS));
+  assert_true(tunables_are(pid_of(find(f, 56, KILND_TASK_STARTED, NULL)),
+                           "glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1"));
   close_pool(f);
 
   /* A choice of its own about huge pages is kilnd's to keep. */
@@ -843,12 +879,7 @@ static void test_worker_binds_now_and_its_tools_do_not(void **state) {
   assert_true(wait_for(f, finished, 55, WAIT_MS));
   assert_true(tunables_are(pid_of(find(f, 55, KILND_TASK_STARTED, NULL)), "glibc.malloc.hugetlb=0"));
   close_pool(f);
-  if (runner_tunables) {
-    setenv("GLIBC_TUNABLES", runner_tunables, 1);
-    free(runner_tunables);
-  } else {
-    unsetenv("GLIBC_TUNABLES");
-  }
+  tunables_restore();
 
   /* An external compiler's worker: not bound at start (it forks nothing), and
    * the compiler sees no LD_BIND_NOW even when kilnd has one. */
