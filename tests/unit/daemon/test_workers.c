@@ -844,40 +844,37 @@ static bool tunables_are(int pid, const char *value) {
 /* A built-in compiler's worker starts with LD_BIND_NOW=1 (every symbol bound once,
  * before the back halves fork) and huge pages for malloc, kilnd's own tunables
  * kept; the tools a worker runs never see LD_BIND_NOW. */
+/* A pool of one built-in worker started with kilnd's environment as it is now,
+ * one task run on it; the worker's pid (the pool is closed by the caller). */
+static int worker_pid_for_task(fixture_t *f, uint64_t id) {
+  kilnd_workers_options_t o = base_options(1);
+  start_pool(f, &o);
+  const char *const targets[] = {"sm_89"};
+  kilnd_task_t t = {
+      .id = id, .source = (const uint8_t *)"module {}", .source_len = 9, .targets = targets, .n_targets = 1};
+  assert_null(kilnd_workers_submit(f->pool, &t));
+  assert_true(wait_for(f, finished, id, WAIT_MS));
+  return pid_of(find(f, id, KILND_TASK_STARTED, NULL));
+}
+
 static void test_worker_binds_now_and_its_tools_do_not(void **state) {
   fixture_t *f = *state;
   unsetenv("LD_BIND_NOW"); /* the runner's own choice would be passed on */
   tunables_save();
   unsetenv("GLIBC_TUNABLES");
-  kilnd_workers_options_t o = base_options(1);
-  start_pool(f, &o);
-  const char *const targets[] = {"sm_89"};
-  kilnd_task_t t = {
-      .id = 53, .source = (const uint8_t *)"module {}", .source_len = 9, .targets = targets, .n_targets = 1};
-  assert_null(kilnd_workers_submit(f->pool, &t));
-  assert_true(wait_for(f, finished, 53, WAIT_MS));
-  int pid = pid_of(find(f, 53, KILND_TASK_STARTED, NULL));
+  int pid = worker_pid_for_task(f, 53);
   assert_true(environ_has(pid, "LD_BIND_NOW=1"));
   assert_true(tunables_are(pid, "glibc.malloc.hugetlb=1")); /* none of kilnd's own */
   close_pool(f);
 
   /* kilnd's own tunables are kept, in the one variable. */
   setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=4", 1);
-  start_pool(f, &o);
-  t.id = 56;
-  assert_null(kilnd_workers_submit(f->pool, &t));
-  assert_true(wait_for(f, finished, 56, WAIT_MS));
-  assert_true(tunables_are(pid_of(find(f, 56, KILND_TASK_STARTED, NULL)),
-                           "glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1"));
+  assert_true(tunables_are(worker_pid_for_task(f, 56), "glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1"));
   close_pool(f);
 
   /* A choice of its own about huge pages is kilnd's to keep. */
   setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0", 1);
-  start_pool(f, &o);
-  t.id = 55;
-  assert_null(kilnd_workers_submit(f->pool, &t));
-  assert_true(wait_for(f, finished, 55, WAIT_MS));
-  assert_true(tunables_are(pid_of(find(f, 55, KILND_TASK_STARTED, NULL)), "glibc.malloc.hugetlb=0"));
+  assert_true(tunables_are(worker_pid_for_task(f, 55), "glibc.malloc.hugetlb=0"));
   close_pool(f);
   tunables_restore();
 
@@ -887,7 +884,9 @@ static void test_worker_binds_now_and_its_tools_do_not(void **state) {
   char script[600];
   start_stand_in(f, "env-echo", ENV_ECHO, script);
   unsetenv("LD_BIND_NOW");
-  t.id = 54;
+  const char *const targets[] = {"sm_89"};
+  kilnd_task_t t = {
+      .id = 54, .source = (const uint8_t *)"module {}", .source_len = 9, .targets = targets, .n_targets = 1};
   assert_null(kilnd_workers_submit(f->pool, &t));
   assert_true(wait_for(f, finished, 54, WAIT_MS));
   const rec_t *r = find(f, 54, KILND_TASK_TARGET_DONE, "sm_89");
