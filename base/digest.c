@@ -81,13 +81,18 @@ void kiln_digest_of(const void *data, size_t len, kiln_digest_t *out_digest) {
   }
 }
 
-void kiln_digest_to_hex(const kiln_digest_t *digest, kiln_digest_hex_t *out_hex) {
+void kiln_hex_encode(const void *bytes, size_t n, char *out) {
   static const char hex[] = "0123456789abcdef";
-  for (size_t i = 0; i < KILN_DIGEST_BYTES; i++) {
-    out_hex->text[2 * i] = hex[digest->bytes[i] >> 4];
-    out_hex->text[2 * i + 1] = hex[digest->bytes[i] & 15];
+  const unsigned char *b = bytes;
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = hex[b[i] >> 4];
+    out[2 * i + 1] = hex[b[i] & 15];
   }
-  out_hex->text[KILN_DIGEST_HEX_LEN] = '\0';
+  out[2 * n] = '\0';
+}
+
+void kiln_digest_to_hex(const kiln_digest_t *digest, kiln_digest_hex_t *out_hex) {
+  kiln_hex_encode(digest->bytes, KILN_DIGEST_BYTES, out_hex->text);
 }
 
 static int nibble(char c) {

@@ -34,6 +34,9 @@ void kiln_hasher_destroy(kiln_hasher_t *hasher);
 void kiln_digest_of(const void *data, size_t len, kiln_digest_t *out_digest);
 
 void kiln_digest_to_hex(const kiln_digest_t *digest, kiln_digest_hex_t *out_hex);
+/* Writes the n bytes as 2n lowercase hex characters and a NUL into out (room for
+ * 2n + 1). */
+void kiln_hex_encode(const void *bytes, size_t n, char *out);
 /* Parses exactly 64 lowercase hex characters; false for anything else. */
 bool kiln_digest_from_hex(const char *text, kiln_digest_t *out_digest);
 /* True when `text` is a well-formed digest. */

@@ -170,12 +170,7 @@ void kiln_blob_check_of(const void *data, size_t len, kiln_blob_check_t *out_che
 }
 
 void kiln_blob_check_to_hex(const kiln_blob_check_t *check, char out_hex[KILN_BLOB_CHECK_HEX_LEN + 1]) {
-  static const char hex[] = "0123456789abcdef";
-  for (size_t i = 0; i < KILN_BLOB_CHECK_BYTES; i++) {
-    out_hex[2 * i] = hex[check->bytes[i] >> 4];
-    out_hex[2 * i + 1] = hex[check->bytes[i] & 15];
-  }
-  out_hex[KILN_BLOB_CHECK_HEX_LEN] = '\0';
+  kiln_hex_encode(check->bytes, KILN_BLOB_CHECK_BYTES, out_hex);
 }
 
 static KILN_MUST_USE kiln_status_t write_all(int fd, const void *data, size_t len, const char *path) {

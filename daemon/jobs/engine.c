@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/digest.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "daemon/jobs/jobs_impl.h"
@@ -135,17 +136,13 @@ void random_id_locked(kilnd_jobs_t *jobs, char *out) {
   x ^= x >> 15;
   x *= 0x846ca68bU;
   x ^= x >> 16;
-  /* Hex by hand: every Compile, cache hits included, makes an id. */
-  static const char hex[] = "0123456789abcdef";
-  char *o = out;
-  *o++ = 'j';
-  *o++ = '-';
-  for (size_t i = 0; i < sizeof jobs->id_prefix; i++) {
-    *o++ = hex[jobs->id_prefix[i] >> 4];
-    *o++ = hex[jobs->id_prefix[i] & 15];
-  }
-  for (int shift = 28; shift >= 0; shift -= 4) *o++ = hex[(x >> shift) & 15];
-  *o = '\0';
+  /* No printf: every Compile, cache hits included, makes an id. */
+  uint8_t id[sizeof jobs->id_prefix + 4];
+  memcpy(id, jobs->id_prefix, sizeof jobs->id_prefix);
+  for (int i = 0; i < 4; i++) id[sizeof jobs->id_prefix + i] = (uint8_t)(x >> (24 - 8 * i));
+  out[0] = 'j';
+  out[1] = '-';
+  kiln_hex_encode(id, sizeof id, out + 2);
 }
 
 /* ---- job completion ---- */
