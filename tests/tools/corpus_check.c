@@ -27,6 +27,11 @@
  * name. The reference values are computed independently of kiln (by the script
  * that wrote the corpus, tests/corpus/gen.py, in plain Python).
  *
+ * Order: every case of every file is compiled first, and only then is the Vulkan
+ * device created (its presence is probed in a child beforehand), because the
+ * compiler forks its back halves and a fork from a process that runs the
+ * driver's threads may deadlock in the child under sanitizers.
+ *
  * Prints one line per (case, target) and closes with "N passed, M failed"; exits
  * 1 when any failed, 2 on usage errors, 77 (skip) when no Vulkan device exists.
  */
@@ -38,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vulkan/vulkan.h>
 
@@ -1047,6 +1053,34 @@ static const char *first_line(const char *msg) {
   return line;
 }
 
+/* One corpus file: its cases and what each compiled to (status NULL: outs[i]). */
+typedef struct file_s {
+  const char *base;
+  char *text;
+  case_t *cases;
+  size_t n_cases;
+  kiln_status_t *status;
+  kiln_compiler_output_t *outs;
+} file_t;
+
+/* Whether a Vulkan device can be created, asked in a child so that this process
+ * starts no driver threads before it has compiled everything. */
+static bool vulkan_present(void) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    vk_t vk;
+    memset(&vk, 0, sizeof vk);
+    _exit(vk_init(&vk) ? 0 : 1); /* no teardown: the child is gone at once */
+  }
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0) {
+  }
+  return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+}
+
 static const kiln_vmfb_function_t *find_function(const kiln_vmfb_plan_t *plan, const char *name) {
   for (size_t i = 0; i < plan->n_functions; i++) {
     if (strcmp(plan->functions[i].name, name) == 0) return &plan->functions[i];
@@ -1076,19 +1110,12 @@ int main(int argc, char **argv) {
     kiln_status_free(st);
     return 2;
   }
-  vk_t vk;
-  memset(&vk, 0, sizeof vk);
   bool any_vulkan = false;
   for (size_t t = 0; t < n_targets; t++)
     any_vulkan = any_vulkan || targets[t]->kind == KILN_TARGET_KIND_VULKAN;
-  if (any_vulkan && !vk_init(&vk)) {
+  if (any_vulkan && !list && !vulkan_present()) {
     fprintf(stderr, "corpus_check: no Vulkan device (install mesa-vulkan-drivers for lavapipe)\n");
-    vk_deinit(&vk);
     return 77;
-  }
-  if (any_vulkan) {
-    pin_loaded_objects();
-    printf("corpus_check: running Vulkan targets on %s\n", vk.name);
   }
   kiln_compiler_context_t *context = NULL;
   st = kiln_compiler_context_create(&context);
@@ -1098,29 +1125,57 @@ int main(int argc, char **argv) {
   }
   kiln_compiler_context_set_jobs(context, 1);
   size_t passed = 0, failed = 0, xfailed = 0;
-  for (int a = first; a < argc; a++) {
+  /* Every case is compiled before the Vulkan device exists: the compiler forks
+   * its back halves, and a fork from a process running lavapipe's threads can
+   * leave the child waiting on a lock one of them held (an ASan run hung so). */
+  size_t n_files = (size_t)(argc - first);
+  file_t *files = kiln_calloc(n_files ? n_files : 1, sizeof *files);
+  for (size_t f = 0; f < n_files; f++) {
+    file_t *fl = &files[f];
+    const char *path = argv[first + (int)f];
+    fl->base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     size_t len = 0;
-    char *text = kiln_read_file(argv[a], &len);
-    const char *base = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
-    if (!text) {
-      printf("FAIL %s: cannot read\n", base);
+    fl->text = kiln_read_file(path, &len);
+    if (!fl->text) {
+      printf("FAIL %s: cannot read\n", fl->base);
       failed++;
       continue;
     }
-    case_t *cases = NULL;
-    size_t n_cases = 0;
-    if (!parse_cases(argv[a], text, &cases, &n_cases) || n_cases == 0) {
-      printf("FAIL %s: no cases, or a bad CASE/INPUT/OUTPUT line\n", base);
+    if (!parse_cases(path, fl->text, &fl->cases, &fl->n_cases) || fl->n_cases == 0) {
+      printf("FAIL %s: no cases, or a bad CASE/INPUT/OUTPUT line\n", fl->base);
       failed++;
     }
     if (list) {
-      for (size_t i = 0; i < n_cases; i++) printf("%s @%s\n", base, cases[i].function);
+      for (size_t i = 0; i < fl->n_cases; i++) printf("%s @%s\n", fl->base, fl->cases[i].function);
+      continue;
     }
-    for (size_t i = 0; i < n_cases && !list; i++) {
-      const case_t *c = &cases[i];
-      kiln_compiler_output_t out;
+    fl->status = kiln_calloc(fl->n_cases ? fl->n_cases : 1, sizeof *fl->status);
+    fl->outs = kiln_calloc(fl->n_cases ? fl->n_cases : 1, sizeof *fl->outs);
+    for (size_t i = 0; i < fl->n_cases; i++) {
       /* Each case is its own module, so one unsupported op fails one case. */
-      st = kiln_compiler_compile(context, c->text, c->text_len, base, targets, n_targets, &out);
+      const case_t *c = &fl->cases[i];
+      fl->status[i] = kiln_compiler_compile(context, c->text, c->text_len, fl->base, targets, n_targets,
+                                            &fl->outs[i]);
+    }
+  }
+  vk_t vk;
+  memset(&vk, 0, sizeof vk);
+  if (any_vulkan && !list) {
+    if (!vk_init(&vk)) {
+      fprintf(stderr, "corpus_check: the Vulkan device could not be created\n");
+      vk_deinit(&vk);
+      return 1;
+    }
+    pin_loaded_objects();
+    printf("corpus_check: running Vulkan targets on %s\n", vk.name);
+  }
+  for (size_t f = 0; f < n_files && !list; f++) {
+    const file_t *fl = &files[f];
+    const char *base = fl->base;
+    for (size_t i = 0; i < fl->n_cases; i++) {
+      const case_t *c = &fl->cases[i];
+      kiln_compiler_output_t out = fl->outs[i];
+      st = fl->status[i];
       bool expect_fail[32] = {false};
       for (size_t t = 0; t < n_targets && c->xfail; t++) {
         char *ids = kiln_strdup(c->xfail);
@@ -1139,7 +1194,6 @@ int main(int argc, char **argv) {
           else
             failed++;
         }
-        kiln_status_free(st);
         continue;
       }
       for (size_t t = 0; t < out.n_targets; t++) {
@@ -1202,12 +1256,25 @@ int main(int argc, char **argv) {
         else
           failed++;
       }
-      kiln_compiler_output_deinit(&out);
     }
-    for (size_t i = 0; i < n_cases; i++) case_free(&cases[i]);
-    kiln_free(cases);
-    kiln_free(text);
   }
+  for (size_t f = 0; f < n_files; f++) {
+    file_t *fl = &files[f];
+    for (size_t i = 0; i < fl->n_cases; i++) {
+      if (fl->status) {
+        if (fl->status[i])
+          kiln_status_free(fl->status[i]);
+        else
+          kiln_compiler_output_deinit(&fl->outs[i]);
+      }
+      case_free(&fl->cases[i]);
+    }
+    kiln_free(fl->status);
+    kiln_free(fl->outs);
+    kiln_free(fl->cases);
+    kiln_free(fl->text);
+  }
+  kiln_free(files);
   kiln_compiler_context_destroy(context);
   vk_deinit(&vk);
   if (xfailed) printf("%zu known failures (XFAIL)\n", xfailed);
