@@ -180,7 +180,7 @@ kiln_status_t kiln_client_create_ex(const char *address, int64_t timeout_ms, uin
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = max_message_bytes > INT32_MAX ? INT32_MAX : (int)max_message_bytes;
   /* HTTP/2's largest DATA frame (2^24 - 1) instead of its default 16 KiB: a
-   * download's 1 MiB chunks then cross in a few frames, not 64 of them. */
+   * download's 2 MiB chunks then cross in a few frames, not 128 of them. */
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)GRPC_ARG_HTTP2_MAX_FRAME_SIZE;
   args[1].value.integer = (1 << 24) - 1;

@@ -218,7 +218,7 @@ void kilnd_rpc_recompile(const kilnd_rpc_env_t *env, kilnd_stream_t *stream, con
 
 /* Largest data chunk PutSource accepts and GetArtifact sends (the contract's
  * chunk_size_bytes), unless max-message-bytes is smaller: see kilnd_chunk_size. */
-#define KILND_CHUNK_SIZE_BYTES ((uint64_t)1 << 20)
+#define KILND_CHUNK_SIZE_BYTES ((uint64_t)2 << 20)
 /* The chunk size this server uses: KILND_CHUNK_SIZE_BYTES, or less when
  * max-message-bytes leaves no room for it (a chunk message must fit). GetServerInfo
  * reports it as chunk_size_bytes. Thread-safe. */

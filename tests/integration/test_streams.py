@@ -42,7 +42,7 @@ from kiln.v1 import kiln_pb2  # noqa: E402  (path set up by kilnharness)
 
 KILN = "/kiln.v1.Kiln/"
 MIB = 1024 * 1024
-CHUNK = MIB  # the server's chunk_size_bytes
+CHUNK = 2 * MIB  # the server's chunk_size_bytes (checked against GetServerInfo)
 MAX_SOURCE = 2 << 30
 SEED_FLAGS = ["--iree-opt-level=O2"]  # what tests/tools/cache_seed keys its artifacts with
 SEED_COMPILER_LLVM = "22.1.8"         # ...under "kiln-mlir 0.1.0 llvm 22.1.8"
@@ -333,7 +333,7 @@ class PutSourceTest(StreamTestCase):
 # ---------------------------------------------------------------------------
 # GetArtifact
 
-SEED_SIZE = 3 * MIB + 100
+SEED_SIZE = 3 * CHUNK + 100  # four chunks, the last short
 
 
 class GetArtifactTest(StreamTestCase):
@@ -359,6 +359,7 @@ class GetArtifactTest(StreamTestCase):
         assert rc == 0, f"kilnd exited {rc}:\n{log}"
 
     def test_whole_artifact_by_digest(self):
+        self.assertEqual(self.client.info(kiln_pb2.GetServerInfoRequest(), timeout=10).chunk_size_bytes, CHUNK)
         key, digest, _ = self.rows[0]
         meta, chunks = self.client.download(digest=digest)
         # First message: metadata only.
@@ -849,7 +850,7 @@ class StreamLifecycleTest(StreamTestCase):
             call = client.get(kiln_pb2.GetArtifactRequest(digest=digest), timeout=60)
             next(call)
             # ...and an upload whose writer stopped.
-            src = mlir_text(2 * MIB, 10)
+            src = mlir_text(3 * MIB, 10)
             release = threading.Event()
 
             def stalls():
