@@ -66,6 +66,12 @@
 #include <sys/types.h>
 #include <unistd.h>
 #include <xxhash.h>
+#ifdef KILN_HAVE_XXH_DISPATCH
+/* On x86-64 libxxhash also exports XXH3 entry points that pick AVX2 or AVX-512
+ * at run time; this header points the XXH3 calls below at them. The plain ones
+ * are SSE2: 16 ms for 256 MiB here against 4 ms, on every blob a read verifies. */
+#include <xxh_x86dispatch.h>
+#endif
 #include <zstd.h>
 
 #include "base/alloc.h"
