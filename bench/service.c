@@ -49,7 +49,8 @@
  *
  * All files live in one mkdtemp directory under DIR (argv), $TMPDIR or /tmp; it and
  * kilnd go away at the end, on failure and on SIGINT/SIGTERM/SIGHUP.
- * Usage: bench_service [--quick] [DIR].
+ * Usage: bench_service [--quick] [--section N]... [DIR]; --section runs only the
+ * sections named (1-5), with their own baselines, and summarizes only those.
  * Threads: the main thread runs every section; sections 3 and 5 start one thread
  * per client, each using only its own client.
  */
@@ -126,7 +127,10 @@ typedef struct plan_s {
   size_t artifact_runs;  /* timed runs per side */
   size_t crowd;          /* concurrent clients of section 5 */
   int64_t crowd_ms;
+  unsigned sections; /* bit i: section i runs (all by default; --section N) */
 } plan_t;
+
+static bool runs(const plan_t *plan, unsigned section) { return (plan->sections >> section) & 1u; }
 
 /* ---- state shared with cleanup ---- */
 
@@ -560,11 +564,14 @@ static void bench_hit(const plan_t *plan, kiln_client_t *client, const cold_resu
   print_latency_row("Health/Check", health, n);
   res->p50_ns = percentile(hit, n, 50);
   res->health_p50_ns = percentile(health, n, 50);
-  double ratio = (double)cold->kilnd_ns / (double)res->p50_ns;
   printf("  hit p50 %.3f ms   goal < %.1f ms %s\n", ms(res->p50_ns), ms(HIT_P50_GOAL_NS),
          res->p50_ns < HIT_P50_GOAL_NS ? "PASS" : "MISS");
-  printf("  cold (section 1, Compile to Terminal) / hit p50 = %.0fx   goal >= %.0fx %s\n\n", ratio,
-         COLD_OVER_HIT_GOAL, ratio >= COLD_OVER_HIT_GOAL ? "PASS" : "MISS");
+  if (cold->kilnd_ns) { /* section 1 ran */
+    double ratio = (double)cold->kilnd_ns / (double)res->p50_ns;
+    printf("  cold (section 1, Compile to Terminal) / hit p50 = %.0fx   goal >= %.0fx %s\n", ratio,
+           COLD_OVER_HIT_GOAL, ratio >= COLD_OVER_HIT_GOAL ? "PASS" : "MISS");
+  }
+  printf("\n");
   kiln_free(hit);
   kiln_free(health);
 }
@@ -926,6 +933,7 @@ static rss_sample_t rss_sample(void) {
 
 typedef struct rss_result_s {
   rss_sample_t start, after;
+  bool marked[4];           /* sections 1-4 that ran */
   rss_sample_t section[4];  /* after each of sections 1-4 */
   uint64_t section_jobs[4]; /* jobs submitted by then */
   int64_t peak_kib, hwm_kib;
@@ -940,6 +948,7 @@ static uint64_t jobs_submitted(kiln_client_t *client) {
 
 /* Records kilnd's memory after section `i` (0-based) of 1-4. */
 static void rss_mark(rss_result_t *res, size_t i, kiln_client_t *client) {
+  res->marked[i] = true;
   res->section[i] = rss_sample();
   res->section_jobs[i] = jobs_submitted(client);
 }
@@ -960,6 +969,7 @@ static void bench_crowd(const plan_t *plan, kiln_client_t *client, rss_result_t 
   static const char *const names[4] = {"cold compiles", "warm hits", "hit throughput", "GetArtifact"};
   print_rss_line("just after start (no call yet)", &res->start);
   for (size_t i = 0; i < 4; i++) {
+    if (!res->marked[i]) continue;
     char what[96];
     snprintf(what, sizeof what, "idle after %zu. %s (%llu jobs so far)", i + 1, names[i],
              (unsigned long long)res->section_jobs[i]);
@@ -1047,11 +1057,12 @@ static const char *verdict(bool pass) { return pass ? "PASS" : "MISS"; }
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: bench_service [--quick] [DIR]\n"
+          "usage: bench_service [--quick] [--section N]... [DIR]\n"
           "  Starts kilnd (%s) in a temporary directory under DIR ($TMPDIR or /tmp by\n"
           "  default) and measures it through gRPC against kilnc, an empty RPC, read() and\n"
           "  its own idle memory; removes the directory at the end.\n"
-          "  --quick  smoke run: fewer runs, a 16 MiB artifact, 20 concurrent clients\n",
+          "  --quick      smoke run: fewer runs, a 16 MiB artifact, 20 concurrent clients\n"
+          "  --section N  run only section N (1-5; repeat for more), with its baselines\n",
           KILND_PATH);
 }
 
@@ -1067,7 +1078,27 @@ int main(int argc, char **argv) {
                  .crowd = 200,
                  .crowd_ms = 5000};
   const char *base = NULL;
-  int rc = kiln_bench_parse_args(argc, argv, true, usage, &plan.quick, &base);
+  /* --section N is this benchmark's own; the rest is benchlib's. */
+  char **rest = kiln_calloc((size_t)argc + 1, sizeof *rest);
+  int n_rest = 0;
+  for (int i = 0; i < argc; i++) {
+    if (i > 0 && strcmp(argv[i], "--section") == 0) {
+      char *end = NULL;
+      long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+      if (!end || *end || n < 1 || n > 5) {
+        usage();
+        kiln_free(rest);
+        return 2;
+      }
+      plan.sections |= 1u << n;
+      i++;
+    } else {
+      rest[n_rest++] = argv[i];
+    }
+  }
+  if (!plan.sections) plan.sections = 0x3eu; /* 1-5 */
+  int rc = kiln_bench_parse_args(n_rest, rest, true, usage, &plan.quick, &base);
+  kiln_free(rest);
   if (rc >= 0) return rc;
   if (plan.quick) {
     plan.cold_rounds = 2;
@@ -1105,68 +1136,97 @@ int main(int argc, char **argv) {
 
   int64_t marks[6];
   marks[0] = kiln_time_monotonic_ns();
-  bench_cold(&plan, client, &cold);
-  fflush(stdout);
-  rss_mark(&rss, 0, client);
-  /* The warm hits' artifacts: compiled once, untimed. */
-  Kiln__V1__CompileResponse *first = compile_call(client, model, model_len);
-  job_outcome_t out;
-  watch_call(client, first->job_id, &out);
-  protobuf_c_message_free_unpacked(&first->base, NULL);
-  if (out.state != KILN__V1__JOB_STATE__JOB_STATE_DONE) {
-    kiln_bench_die("examples/mlp.mlir did not compile: %s", out.failure);
+  if (runs(&plan, 1)) {
+    bench_cold(&plan, client, &cold);
+    fflush(stdout);
+    rss_mark(&rss, 0, client);
+  }
+  if (runs(&plan, 2) || runs(&plan, 3) || runs(&plan, 5)) {
+    /* The warm hits' artifacts: compiled once, untimed. */
+    Kiln__V1__CompileResponse *first = compile_call(client, model, model_len);
+    job_outcome_t out;
+    watch_call(client, first->job_id, &out);
+    protobuf_c_message_free_unpacked(&first->base, NULL);
+    if (out.state != KILN__V1__JOB_STATE__JOB_STATE_DONE) {
+      kiln_bench_die("examples/mlp.mlir did not compile: %s", out.failure);
+    }
   }
   marks[1] = kiln_time_monotonic_ns();
-  hit_result_t hit;
-  bench_hit(&plan, client, &cold, &hit);
-  fflush(stdout);
-  rss_mark(&rss, 1, client);
+  hit_result_t hit = {0};
+  if (runs(&plan, 2)) {
+    bench_hit(&plan, client, &cold, &hit);
+    fflush(stdout);
+    rss_mark(&rss, 1, client);
+  }
   marks[2] = kiln_time_monotonic_ns();
-  double tput_hit, tput_health;
-  double tput = bench_throughput(&plan, &tput_hit, &tput_health);
-  fflush(stdout);
-  rss_mark(&rss, 2, client);
+  double tput_hit = 0, tput_health = 0, tput = 0;
+  if (runs(&plan, 3)) {
+    tput = bench_throughput(&plan, &tput_hit, &tput_health);
+    fflush(stdout);
+    rss_mark(&rss, 2, client);
+  }
   marks[3] = kiln_time_monotonic_ns();
-  double socket_ratio = 0, socket_limit = 0;
-  double artifact = bench_artifact(&plan, client, digest, blob_path, &socket_ratio, &socket_limit);
-  fflush(stdout);
-  rss_mark(&rss, 3, client);
+  double socket_ratio = 0, socket_limit = 0, artifact = 0;
+  if (runs(&plan, 4)) {
+    artifact = bench_artifact(&plan, client, digest, blob_path, &socket_ratio, &socket_limit);
+    fflush(stdout);
+    rss_mark(&rss, 3, client);
+  }
   marks[4] = kiln_time_monotonic_ns();
-  bench_crowd(&plan, client, &rss);
-  fflush(stdout);
+  if (runs(&plan, 5)) {
+    bench_crowd(&plan, client, &rss);
+    fflush(stdout);
+  }
   marks[5] = kiln_time_monotonic_ns();
   kiln_client_destroy(client);
 
-  double cold_ratio = (double)cold.fetched_ns / (double)cold.kilnc1_ns;
-  double cold_over_hit = (double)cold.kilnd_ns / (double)hit.p50_ns;
   char buf[64];
+  char what[80];
   printf("summary (goals from the issue)\n");
   printf("  %-52s %14s %12s\n", "measurement", "value", "goal");
-  snprintf(buf, sizeof buf, "%.3f ms", ms(hit.p50_ns));
-  printf("  %-52s %14s %12s %s\n", "warm-hit Compile p50, six targets cached", buf, "< 2 ms",
-         verdict(hit.p50_ns < HIT_P50_GOAL_NS));
-  snprintf(buf, sizeof buf, "%.0fx", cold_over_hit);
-  printf("  %-52s %14s %12s %s\n", "cold compile through kilnd / warm-hit p50", buf, ">= 50x",
-         verdict(cold_over_hit >= COLD_OVER_HIT_GOAL));
-  snprintf(buf, sizeof buf, "%.2fx", tput);
-  char what[80];
-  snprintf(what, sizeof what, "cached Compile / Health/Check calls/s, %zu clients", plan.tput_clients);
-  printf("  %-52s %14s %12s %s\n", what, buf, ">= 0.8x", verdict(tput >= THROUGHPUT_GOAL));
-  snprintf(buf, sizeof buf, "%.2fx", cold_ratio);
-  snprintf(what, sizeof what, "kilnd cold (%llu workers, %ld cores) / one kilnc, 6 targets",
-           (unsigned long long)cold.workers, sysconf(_SC_NPROCESSORS_ONLN));
-  printf("  %-52s %14s %12s %s\n", what, buf, "<= 0.7x", verdict(cold_ratio <= COLD_GOAL));
-  snprintf(buf, sizeof buf, "%.2fx", artifact);
-  snprintf(what, sizeof what, "GetArtifact / TCP loopback copy, %zu MiB, warm", plan.artifact_bytes / MIB);
-  printf("  %-52s %14s %12s %s\n", what, buf, ">= 0.8x", verdict(artifact >= ARTIFACT_GOAL));
-  snprintf(buf, sizeof buf, "%.2fx", socket_limit);
-  printf("  %-52s %14s %12s\n", "  (the TCP loopback copy / read() from page cache)", buf, "(reported)");
-  snprintf(buf, sizeof buf, "%.2fx", socket_ratio);
-  printf("  %-52s %14s %12s\n", "  GetArtifact / read()", buf, "(reported)");
-  snprintf(buf, sizeof buf, "%.0f/%.0f/%.0f MiB", kib_mib(rss.start.kilnd_kib),
-           kib_mib(rss.section[3].kilnd_kib), kib_mib(rss.peak_kib));
-  snprintf(what, sizeof what, "kilnd VmRSS start / before load / peak, %zu clients", plan.crowd);
-  printf("  %-52s %14s %12s\n", what, buf, "(none given)");
+  if (runs(&plan, 2)) {
+    snprintf(buf, sizeof buf, "%.3f ms", ms(hit.p50_ns));
+    printf("  %-52s %14s %12s %s\n", "warm-hit Compile p50, six targets cached", buf, "< 2 ms",
+           verdict(hit.p50_ns < HIT_P50_GOAL_NS));
+  }
+  if (runs(&plan, 1) && runs(&plan, 2)) {
+    double cold_over_hit = (double)cold.kilnd_ns / (double)hit.p50_ns;
+    snprintf(buf, sizeof buf, "%.0fx", cold_over_hit);
+    printf("  %-52s %14s %12s %s\n", "cold compile through kilnd / warm-hit p50", buf, ">= 50x",
+           verdict(cold_over_hit >= COLD_OVER_HIT_GOAL));
+  }
+  if (runs(&plan, 3)) {
+    snprintf(buf, sizeof buf, "%.2fx", tput);
+    snprintf(what, sizeof what, "cached Compile / Health/Check calls/s, %zu clients", plan.tput_clients);
+    printf("  %-52s %14s %12s %s\n", what, buf, ">= 0.8x", verdict(tput >= THROUGHPUT_GOAL));
+  }
+  if (runs(&plan, 1)) {
+    double cold_ratio = (double)cold.fetched_ns / (double)cold.kilnc1_ns;
+    snprintf(buf, sizeof buf, "%.2fx", cold_ratio);
+    snprintf(what, sizeof what, "kilnd cold (%llu workers, %ld cores) / one kilnc, 6 targets",
+             (unsigned long long)cold.workers, sysconf(_SC_NPROCESSORS_ONLN));
+    printf("  %-52s %14s %12s %s\n", what, buf, "<= 0.7x", verdict(cold_ratio <= COLD_GOAL));
+  }
+  if (runs(&plan, 4)) {
+    snprintf(buf, sizeof buf, "%.2fx", artifact);
+    snprintf(what, sizeof what, "GetArtifact / TCP loopback copy, %zu MiB, warm", plan.artifact_bytes / MIB);
+    printf("  %-52s %14s %12s %s\n", what, buf, ">= 0.8x", verdict(artifact >= ARTIFACT_GOAL));
+    snprintf(buf, sizeof buf, "%.2fx", socket_limit);
+    printf("  %-52s %14s %12s\n", "  (the TCP loopback copy / read() from page cache)", buf, "(reported)");
+    snprintf(buf, sizeof buf, "%.2fx", socket_ratio);
+    printf("  %-52s %14s %12s\n", "  GetArtifact / read()", buf, "(reported)");
+  }
+  if (runs(&plan, 5)) {
+    /* "before load": after the last section before 5 that ran. */
+    const rss_sample_t *before = &rss.start;
+    for (size_t i = 0; i < 4; i++) {
+      if (rss.marked[i]) before = &rss.section[i];
+    }
+    snprintf(buf, sizeof buf, "%.0f/%.0f/%.0f MiB", kib_mib(rss.start.kilnd_kib), kib_mib(before->kilnd_kib),
+             kib_mib(rss.peak_kib));
+    snprintf(what, sizeof what, "kilnd VmRSS start / before load / peak, %zu clients", plan.crowd);
+    printf("  %-52s %14s %12s\n", what, buf, "(none given)");
+  }
   printf("\n");
 
   int stop = kiln_bench_kilnd_stop(&kilnd, 30000);
