@@ -36,6 +36,7 @@
  * 1 when any failed, 2 on usage errors, 77 (skip) when no Vulkan device exists.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <math.h>
 #include <stdbool.h>
@@ -1063,20 +1064,29 @@ typedef struct file_s {
   kiln_compiler_output_t *outs;
 } file_t;
 
-/* Whether a Vulkan device can be created, asked in a child so that this process
- * starts no driver threads before it has compiled everything. */
-static bool vulkan_present(void) {
+/* Whether a Vulkan device can be created (1: yes, 0: no, -1: the probe itself
+ * failed), asked in a child so that this process starts no driver threads before
+ * it has compiled everything. */
+static int vulkan_present(void) {
   fflush(stdout);
   fflush(stderr);
   pid_t pid = fork();
-  if (pid < 0) return false;
+  if (pid < 0) {
+    fprintf(stderr, "corpus_check: cannot fork the Vulkan probe: %s\n", strerror(errno));
+    return -1;
+  }
   if (pid == 0) {
     vk_t vk;
     memset(&vk, 0, sizeof vk);
     _exit(vk_init(&vk) ? 0 : 1); /* no teardown: the child is gone at once */
   }
   int wstatus = 0;
-  while (waitpid(pid, &wstatus, 0) < 0) {
+  pid_t got;
+  while ((got = waitpid(pid, &wstatus, 0)) < 0 && errno == EINTR) {
+  }
+  if (got < 0) {
+    fprintf(stderr, "corpus_check: cannot wait for the Vulkan probe: %s\n", strerror(errno));
+    return -1;
   }
   return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
 }
@@ -1113,9 +1123,13 @@ int main(int argc, char **argv) {
   bool any_vulkan = false;
   for (size_t t = 0; t < n_targets; t++)
     any_vulkan = any_vulkan || targets[t]->kind == KILN_TARGET_KIND_VULKAN;
-  if (any_vulkan && !list && !vulkan_present()) {
-    fprintf(stderr, "corpus_check: no Vulkan device (install mesa-vulkan-drivers for lavapipe)\n");
-    return 77;
+  if (any_vulkan && !list) {
+    int present = vulkan_present();
+    if (present < 0) return 1;
+    if (!present) {
+      fprintf(stderr, "corpus_check: no Vulkan device (install mesa-vulkan-drivers for lavapipe)\n");
+      return 77;
+    }
   }
   kiln_compiler_context_t *context = NULL;
   st = kiln_compiler_context_create(&context);
@@ -1149,6 +1163,8 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < fl->n_cases; i++) printf("%s @%s\n", fl->base, fl->cases[i].function);
       continue;
     }
+    /* Progress while nothing else prints: a compile that hangs names its file. */
+    fprintf(stderr, "corpus_check: compiling %s (%zu cases)\n", fl->base, fl->n_cases);
     fl->status = kiln_calloc(fl->n_cases ? fl->n_cases : 1, sizeof *fl->status);
     fl->outs = kiln_calloc(fl->n_cases ? fl->n_cases : 1, sizeof *fl->outs);
     for (size_t i = 0; i < fl->n_cases; i++) {
@@ -1160,16 +1176,19 @@ int main(int argc, char **argv) {
   }
   vk_t vk;
   memset(&vk, 0, sizeof vk);
+  bool run = !list;
   if (any_vulkan && !list) {
-    if (!vk_init(&vk)) {
-      fprintf(stderr, "corpus_check: the Vulkan device could not be created\n");
-      vk_deinit(&vk);
-      return 1;
+    if (vk_init(&vk)) {
+      pin_loaded_objects();
+      printf("corpus_check: running Vulkan targets on %s\n", vk.name);
+    } else {
+      /* The probe created one a moment ago: this is a failure, not a skip. */
+      printf("FAIL: the Vulkan device could not be created\n");
+      failed++;
+      run = false;
     }
-    pin_loaded_objects();
-    printf("corpus_check: running Vulkan targets on %s\n", vk.name);
   }
-  for (size_t f = 0; f < n_files && !list; f++) {
+  for (size_t f = 0; f < n_files && run; f++) {
     const file_t *fl = &files[f];
     const char *base = fl->base;
     for (size_t i = 0; i < fl->n_cases; i++) {
