@@ -1193,7 +1193,7 @@ int main(int argc, char **argv) {
     const char *base = fl->base;
     for (size_t i = 0; i < fl->n_cases; i++) {
       const case_t *c = &fl->cases[i];
-      kiln_compiler_output_t out = fl->outs[i];
+      const kiln_compiler_output_t *out = &fl->outs[i];
       st = fl->status[i];
       bool expect_fail[32] = {false};
       for (size_t t = 0; t < n_targets && c->xfail; t++) {
@@ -1215,15 +1215,15 @@ int main(int argc, char **argv) {
         }
         continue;
       }
-      for (size_t t = 0; t < out.n_targets; t++) {
-        const kiln_compiler_target_output_t *to = &out.targets[t];
+      for (size_t t = 0; t < out->n_targets; t++) {
+        const kiln_compiler_target_output_t *to = &out->targets[t];
         char err[1024] = "";
-        const kiln_vmfb_function_t *fn = out.plan_status ? NULL : find_function(&out.plan, c->function);
+        const kiln_vmfb_function_t *fn = out->plan_status ? NULL : find_function(&out->plan, c->function);
         bool ok = false;
         if (to->status) {
           snprintf(err, sizeof err, "%s", kiln_status_message(to->status));
-        } else if (out.plan_status) {
-          snprintf(err, sizeof err, "no host program: %s", kiln_status_message(out.plan_status));
+        } else if (out->plan_status) {
+          snprintf(err, sizeof err, "no host program: %s", kiln_status_message(out->plan_status));
         } else if (!fn) {
           snprintf(err, sizeof err, "no exported function @%s", c->function);
         } else if (c->compile_only ||
@@ -1239,7 +1239,7 @@ int main(int argc, char **argv) {
           } else if (to->target->kind == KILN_TARGET_KIND_VULKAN) {
             /* The target's own plan: its grids, and its fused dispatches merged. */
             kiln_vmfb_plan_t own;
-            kiln_status_t pst = kiln_compiler_target_plan(&out.plan, to, &own);
+            kiln_status_t pst = kiln_compiler_target_plan(&out->plan, to, &own);
             if (pst) {
               snprintf(err, sizeof err, "%s", kiln_status_message(pst));
               kiln_status_free(pst);
@@ -1251,7 +1251,7 @@ int main(int argc, char **argv) {
           } else {
             kiln_cpu_lib_t *lib =
                 to->n_kernels ? cpu_load(to->kernels, to->n_kernels, err, sizeof err) : NULL;
-            ok = (lib || !to->n_kernels) && cpu_run(lib, &out.plan, fn, c, outs, types, err, sizeof err);
+            ok = (lib || !to->n_kernels) && cpu_run(lib, &out->plan, fn, c, outs, types, err, sizeof err);
             kiln_cpu_lib_unload(lib);
           }
           for (size_t r = 0; ok && r < fn->n_results; r++) {
