@@ -264,13 +264,29 @@ static KILN_MUST_USE kiln_status_t flush_hits(kiln_cache_t *cache, kiln_index_t 
 
 /* Records a hit in memory; returns true when the batch is full and should be
  * flushed. */
+/* The index in `pending` of `key`, or n_pending when it is not there. Under lock. */
+static size_t pending_find_locked(const kiln_cache_t *cache, const char *key) {
+  size_t i = 0;
+  while (i < cache->n_pending && memcmp(cache->pending[i].key, key, KILN_DIGEST_HEX_LEN) != 0) i++;
+  return i;
+}
+
+/* Under lock: one more hit of pending[i] (a new entry when i == n_pending, which
+ * the caller made sure has room). */
+static void pending_hit_locked(kiln_cache_t *cache, size_t i, const char *key, int64_t now) {
+  if (i == cache->n_pending) {
+    memcpy(cache->pending[i].key, key, sizeof cache->pending[i].key);
+    cache->pending[i].hits = 0;
+    cache->n_pending++;
+  }
+  cache->pending[i].hits++;
+  cache->pending[i].last_access_ms = now;
+}
+
 static bool note_hit(kiln_cache_t *cache, const char *key, int64_t now, bool may_flush,
                      uint64_t *out_pending_hits) {
   pthread_mutex_lock(&cache->lock);
-  size_t i = 0;
-  for (; i < cache->n_pending; i++) {
-    if (memcmp(cache->pending[i].key, key, KILN_DIGEST_HEX_LEN) == 0) break;
-  }
+  size_t i = pending_find_locked(cache, key);
   if (!may_flush && i == cache->n_pending && cache->n_pending + 1 >= PENDING_FLUSH) {
     /* Noting it would call for a flush, which the caller cannot do: not noted. */
     pthread_mutex_unlock(&cache->lock);
@@ -282,13 +298,7 @@ static bool note_hit(kiln_cache_t *cache, const char *key, int64_t now, bool may
     pthread_mutex_unlock(&cache->lock);
     return true;
   }
-  if (i == cache->n_pending) {
-    memcpy(cache->pending[i].key, key, sizeof cache->pending[i].key);
-    cache->pending[i].hits = 0;
-    cache->n_pending++;
-  }
-  cache->pending[i].hits++;
-  cache->pending[i].last_access_ms = now;
+  pending_hit_locked(cache, i, key, now);
   *out_pending_hits = cache->pending[i].hits;
   bool full = cache->n_pending == PENDING_FLUSH;
   pthread_mutex_unlock(&cache->lock);
@@ -801,25 +811,40 @@ char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags) {
   return kiln_buf_take(&out);
 }
 
-static void key_uint(kiln_buf_t *enc, uint64_t v) {
+/* The encoding is written into caller memory: a key's parts are a few hundred
+ * bytes, and this runs for every target of every Compile, hits included. */
+static char *put(char *at, const char *s, size_t len) {
+  memcpy(at, s, len);
+  return at + len;
+}
+
+static char *put_uint(char *at, uint64_t v) {
   char digits[20];
   size_t n = 0;
   do {
     digits[n++] = (char)('0' + v % 10);
     v /= 10;
   } while (v);
-  while (n) kiln_buf_append_char(enc, digits[--n]);
+  while (n) *at++ = digits[--n];
+  return at;
 }
 
 /* "<name><length>:<value>\n" */
-static void key_field(kiln_buf_t *enc, const char *name, const char *value) {
-  size_t len = strlen(value);
-  kiln_buf_append_str(enc, name);
-  key_uint(enc, len);
-  kiln_buf_append_char(enc, ':');
-  kiln_buf_append(enc, value, len);
-  kiln_buf_append_char(enc, '\n');
+static char *put_field(char *at, const char *name, const char *value, size_t len) {
+  at = put(at, name, strlen(name));
+  at = put_uint(at, len);
+  *at++ = ':';
+  at = put(at, value, len);
+  *at++ = '\n';
+  return at;
 }
+
+/* Room for put_field's name (at most 9 bytes), length digits and punctuation
+ * around a value; and for the rest: the version line, "flags:N", "hal:N" and
+ * "bytecode:M.N" (120 bytes at most). */
+#define KEY_FIELD_EXTRA (16 + 20 + 2)
+#define KEY_FIXED_BYTES 128
+#define KEY_STACK_BYTES 1024
 
 kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_digest_hex_t *out_key) {
   if (!parts->source_digest || !kiln_digest_is_valid_hex(parts->source_digest)) {
@@ -834,33 +859,36 @@ kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_d
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "cache key: the compiler identity is missing or malformed");
   }
-  char **flags;
-  size_t n_flags = kiln_flags_normalize(parts->flags, parts->n_flags, &flags);
+  char **flags = NULL;
+  size_t n_flags = parts->n_flags ? kiln_flags_normalize(parts->flags, parts->n_flags, &flags) : 0;
+  size_t target_len = strlen(parts->target), compiler_len = strlen(parts->compiler);
+  size_t need = KEY_FIXED_BYTES + 3 * KEY_FIELD_EXTRA + KILN_DIGEST_HEX_LEN + target_len + compiler_len;
+  for (size_t i = 0; i < n_flags; i++) need += KEY_FIELD_EXTRA + strlen(flags[i]);
+  char stack[KEY_STACK_BYTES];
+  char *enc = need <= sizeof stack ? stack : kiln_malloc(need);
   /* Every field and every flag length-prefixed: no choice of flag text (newlines
-   * included) can make two different part lists encode the same. Written without
-   * printf: this runs for every target of every Compile, hits included. */
-  kiln_buf_t enc;
-  kiln_buf_init(&enc);
-  kiln_buf_append_str(&enc, "kiln-cache-key/1\n");
-  key_field(&enc, "source:", parts->source_digest);
-  key_field(&enc, "target:", parts->target);
-  key_field(&enc, "compiler:", parts->compiler);
-  kiln_buf_append_str(&enc, "flags:");
-  key_uint(&enc, n_flags);
-  kiln_buf_append_char(&enc, '\n');
-  for (size_t i = 0; i < n_flags; i++) key_field(&enc, "flag:", flags[i]);
-  kiln_buf_append_str(&enc, "hal:");
-  key_uint(&enc, parts->hal_version);
-  kiln_buf_append_str(&enc, "\nbytecode:");
-  key_uint(&enc, parts->bytecode_version >> 16);
-  kiln_buf_append_char(&enc, '.');
-  key_uint(&enc, parts->bytecode_version & 0xffff);
-  kiln_buf_append_char(&enc, '\n');
+   * included) can make two different part lists encode the same. */
+  static const char version[] = "kiln-cache-key/1\n";
+  char *at = put(enc, version, sizeof version - 1);
+  at = put_field(at, "source:", parts->source_digest, KILN_DIGEST_HEX_LEN);
+  at = put_field(at, "target:", parts->target, target_len);
+  at = put_field(at, "compiler:", parts->compiler, compiler_len);
+  at = put(at, "flags:", 6);
+  at = put_uint(at, n_flags);
+  *at++ = '\n';
+  for (size_t i = 0; i < n_flags; i++) at = put_field(at, "flag:", flags[i], strlen(flags[i]));
+  at = put(at, "hal:", 4);
+  at = put_uint(at, parts->hal_version);
+  at = put(at, "\nbytecode:", 10);
+  at = put_uint(at, parts->bytecode_version >> 16);
+  *at++ = '.';
+  at = put_uint(at, parts->bytecode_version & 0xffff);
+  *at++ = '\n';
   kiln_digest_t d;
-  kiln_digest_of(enc.data, enc.len, &d);
+  kiln_digest_of(enc, (size_t)(at - enc), &d);
   kiln_digest_to_hex(&d, out_key);
-  kiln_buf_deinit(&enc);
-  kiln_flags_free(flags, n_flags);
+  if (enc != stack) kiln_free(enc);
+  if (flags) kiln_flags_free(flags, n_flags);
   return NULL;
 }
 
@@ -1027,23 +1055,37 @@ kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_k
   return NULL;
 }
 
-bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *cache_key, bool record,
-                              char out_digest[KILN_DIGEST_HEX_LEN + 1], uint64_t *out_size) {
-  out_digest[0] = '\0';
-  *out_size = 0;
-  if (!kiln_digest_is_valid_hex(cache_key)) return false;
-  char digest[KILN_DIGEST_HEX_LEN + 1] = "";
-  uint64_t size = 0;
-  bool fresh = false;
-  if (!memo_find(cache, cache_key, digest, &size, kiln_time_monotonic_ms(), &fresh) || !fresh) return false;
-  if (record) {
-    uint64_t pending = 0;
-    if (note_hit(cache, cache_key, now_ms(cache), false, &pending))
-      return false; /* a flush is due: not here */
-    count(cache, &cache->hits, 1);
+bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *const *cache_keys, size_t n,
+                              kiln_cache_memo_answer_t *out) {
+  memset(out, 0, n * sizeof *out);
+  for (size_t i = 0; i < n; i++) {
+    if (!kiln_digest_is_valid_hex(cache_keys[i])) return false;
   }
-  memcpy(out_digest, digest, sizeof digest);
-  *out_size = size;
+  int64_t mono = kiln_time_monotonic_ms(), now = now_ms(cache);
+  /* Every key answered and every hit noted under one lock, or nothing noted. */
+  pthread_mutex_lock(&cache->lock);
+  size_t fresh_entries = 0;
+  for (size_t i = 0; i < n; i++) {
+    const memo_t *m = &cache->memo[memo_slot(cache_keys[i])];
+    if (!m->used || m->generation != cache->generation ||
+        memcmp(m->key, cache_keys[i], KILN_DIGEST_HEX_LEN) != 0 || mono - m->checked_ms >= BLOB_CHECK_MS) {
+      pthread_mutex_unlock(&cache->lock);
+      return false; /* only the probe can tell */
+    }
+    fresh_entries += pending_find_locked(cache, cache_keys[i]) == cache->n_pending;
+  }
+  if (cache->n_pending + fresh_entries >= PENDING_FLUSH) {
+    pthread_mutex_unlock(&cache->lock); /* noting them would call for a flush: not here */
+    return false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const memo_t *m = &cache->memo[memo_slot(cache_keys[i])];
+    memcpy(out[i].artifact_digest, m->digest, sizeof out[i].artifact_digest);
+    out[i].size = m->size;
+    pending_hit_locked(cache, pending_find_locked(cache, cache_keys[i]), cache_keys[i], now);
+  }
+  cache->hits += n;
+  pthread_mutex_unlock(&cache->lock);
   return true;
 }
 

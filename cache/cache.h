@@ -138,13 +138,20 @@ KILN_MUST_USE kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const
                                                       char out_digest[KILN_DIGEST_HEX_LEN + 1],
                                                       uint64_t *out_size);
 
-/* kiln_cache_artifact_probe from memory alone, for callers that must not block (an
- * event loop): true when the memo knows `cache_key` and saw its blob within the
- * last second (with `record`, the hit is then recorded as the probe would); false
- * when only the probe can tell (not memoized, due a stat, or, with `record`, due a
- * flush of recorded hits). Never touches the disk. */
-bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *cache_key, bool record,
-                              char out_digest[KILN_DIGEST_HEX_LEN + 1], uint64_t *out_size);
+/* One key's answer from kiln_cache_artifact_memo. */
+typedef struct kiln_cache_memo_answer_s {
+  char artifact_digest[KILN_DIGEST_HEX_LEN + 1];
+  uint64_t size;
+} kiln_cache_memo_answer_t;
+
+/* kiln_cache_artifact_probe from memory alone, for the `n` keys of one request,
+ * for callers that must not block (an event loop): true when the memo knows every
+ * key and saw each blob within the last second; the hits are then recorded, all
+ * under one lock, as the probe would. False, with nothing recorded, when only the
+ * probe can tell for some key (not memoized, malformed, or due a stat of its blob)
+ * or when recording the hits would call for a flush. Never touches the disk. */
+bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *const *cache_keys, size_t n,
+                              kiln_cache_memo_answer_t *out);
 
 /* A verifying stream over an artifact or source blob. While it is open the blob is
  * protected from eviction. */

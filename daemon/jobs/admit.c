@@ -23,6 +23,9 @@
 #include "base/time.h"
 #include "daemon/jobs/jobs_impl.h"
 
+/* More targets than Compile allows (16): the loop leaves such a request to the pool. */
+#define MAX_ON_LOOP_TARGETS 16
+
 /* What admission learns before it takes the lock. */
 typedef struct prep_s {
   char *compiler;                  /* the workers' identity, a part of every key */
@@ -81,18 +84,30 @@ static void admission_of(const job_t *job, kilnd_job_admission_t *to) {
   }
 }
 
+/* Of the request, for request_id retries: one pass over the parts laid end to
+ * end (each NUL-ended, so none can run into the next), on the stack when small. */
 static void request_hash(const kilnd_job_request_t *r, const char *source_digest, char out[65]) {
-  kiln_hasher_t *h = kiln_hasher_create();
-  kiln_hasher_update(h, source_digest, strlen(source_digest) + 1);
-  for (size_t i = 0; i < r->n_targets; i++) kiln_hasher_update(h, r->targets[i], strlen(r->targets[i]) + 1);
-  kiln_hasher_update(h, "\x01", 1);
-  for (size_t i = 0; i < r->n_flags; i++) kiln_hasher_update(h, r->flags[i], strlen(r->flags[i]) + 1);
-  uint8_t p = (uint8_t)r->priority;
-  kiln_hasher_update(h, &p, 1);
+  size_t need = strlen(source_digest) + 1 + 1 + 1;
+  for (size_t i = 0; i < r->n_targets; i++) need += strlen(r->targets[i]) + 1;
+  for (size_t i = 0; i < r->n_flags; i++) need += strlen(r->flags[i]) + 1;
+  char stack[1024];
+  char *bytes = need <= sizeof stack ? stack : kiln_malloc(need), *at = bytes;
+  size_t len = strlen(source_digest) + 1;
+  at = (char *)memcpy(at, source_digest, len) + len;
+  for (size_t i = 0; i < r->n_targets; i++) {
+    len = strlen(r->targets[i]) + 1;
+    at = (char *)memcpy(at, r->targets[i], len) + len;
+  }
+  *at++ = '\x01';
+  for (size_t i = 0; i < r->n_flags; i++) {
+    len = strlen(r->flags[i]) + 1;
+    at = (char *)memcpy(at, r->flags[i], len) + len;
+  }
+  *at++ = (char)(uint8_t)r->priority;
   kiln_digest_t d;
+  kiln_digest_of(bytes, (size_t)(at - bytes), &d);
+  if (bytes != stack) kiln_free(bytes);
   kiln_digest_hex_t hex;
-  kiln_hasher_finish(h, &d);
-  kiln_hasher_destroy(h);
   kiln_digest_to_hex(&d, &hex);
   memcpy(out, hex.text, 65);
 }
@@ -177,20 +192,16 @@ static KILN_MUST_USE kiln_status_t prep_from_memory(kilnd_jobs_t *jobs, const ki
   memcpy(p->source->digest, digest.text, sizeof p->source->digest);
   if (!stored || !source_key_digest(jobs, p->source->digest, NULL, 0, p->source->key_digest)) return NULL;
   KILN_RETURN_IF_ERROR(prep_keys(jobs, r, p));
+  /* Every target a memoized hit, all recorded at once, or nothing changed. */
+  if (r->n_targets > MAX_ON_LOOP_TARGETS) return NULL;
+  const char *keys[MAX_ON_LOOP_TARGETS];
+  kiln_cache_memo_answer_t answers[MAX_ON_LOOP_TARGETS];
+  for (size_t i = 0; i < r->n_targets; i++) keys[i] = p->at[i].cache_key;
+  if (!kiln_cache_artifact_memo(jobs->cache, keys, r->n_targets, answers)) return NULL;
   for (size_t i = 0; i < r->n_targets; i++) {
     kilnd_job_admitted_target_t *at = &p->at[i];
-    if (!kiln_cache_artifact_memo(jobs->cache, at->cache_key, false, at->artifact_digest, &at->size_bytes)) {
-      return NULL;
-    }
-  }
-  /* All in memory: now record the hits. (Only if a removal or a due flush slips in
-   * between does this fail part-way; the blocking admission then records those
-   * hits a second time, which only nudges the LRU order.) */
-  for (size_t i = 0; i < r->n_targets; i++) {
-    kilnd_job_admitted_target_t *at = &p->at[i];
-    if (!kiln_cache_artifact_memo(jobs->cache, at->cache_key, true, at->artifact_digest, &at->size_bytes)) {
-      return NULL;
-    }
+    memcpy(at->artifact_digest, answers[i].artifact_digest, sizeof at->artifact_digest);
+    at->size_bytes = answers[i].size;
     at->cached = true;
   }
   *out_whole = true;
@@ -298,7 +309,10 @@ static job_t *job_fill_locked(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, 
   job->source_name = kiln_strdup(p->source->name);
   kiln_buf_t fj;
   kiln_buf_init(&fj);
-  for (size_t f = 0; f < r->n_flags; f++) kiln_buf_appendf(&fj, "%s%s", f ? "\n" : "", r->flags[f]);
+  for (size_t f = 0; f < r->n_flags; f++) {
+    if (f) kiln_buf_append_char(&fj, '\n');
+    kiln_buf_append_str(&fj, r->flags[f]);
+  }
   job->flags = kiln_buf_take(&fj);
   kiln_buf_deinit(&fj);
   job->n_labels = r->n_labels;

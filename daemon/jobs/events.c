@@ -304,7 +304,9 @@ void emit_target_done_locked(kilnd_jobs_t *jobs, job_t *job, size_t t, const cha
   d.compile_ms = hit ? 0 : compile_ms;
   d.cache_key = job->targets[t].key;
   job_target_t *jt = &job->targets[t];
-  snprintf(jt->digest, sizeof jt->digest, "%s", digest ? digest : "");
+  size_t digest_len = digest ? strnlen(digest, sizeof jt->digest - 1) : 0;
+  if (digest_len) memmove(jt->digest, digest, digest_len);
+  jt->digest[digest_len] = '\0';
   jt->size = size;
   jt->cache_hit = hit;
   jt->compile_ms = hit ? 0 : compile_ms;

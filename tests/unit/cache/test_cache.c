@@ -464,6 +464,47 @@ static void key_of(const kiln_cache_key_parts_t *parts, char out[KILN_DIGEST_HEX
   memcpy(out, key.text, KILN_DIGEST_HEX_LEN + 1);
 }
 
+/* The encoding is a format: every stored artifact is named by it. These keys were
+ * computed by the first encoder; a change that moves them must also change the
+ * "kiln-cache-key/N" version line (and so miss every old entry on purpose). */
+static void test_key_pinned(void **state) {
+  (void)state;
+  char src[65], key[65];
+  source_digest(1, src);
+  key_of(&(kiln_cache_key_parts_t){.source_digest = src,
+                                   .target = "vulkan-spirv",
+                                   .compiler = "kiln-compiler 0.1.0 llvm 22.1.0",
+                                   .hal_version = 7,
+                                   .bytecode_version = (1u << 16) | 2u},
+         key);
+  assert_string_equal(key, "d718570ff65bdea51b8c82ff82ca46c2ec8bb79416645d77152cdea39609e4d2");
+  const char *const flags[] = {" --z=1", "--a=2 ", "--z=3", "", "--iree-opt-level=O3"};
+  key_of(&(kiln_cache_key_parts_t){.source_digest = src,
+                                   .target = "cuda-sm_120",
+                                   .flags = flags,
+                                   .n_flags = 5,
+                                   .compiler = "c",
+                                   .hal_version = 4294967295u,
+                                   .bytecode_version = 0xffffffffu},
+         key);
+  assert_string_equal(key, "900d4791f2e0436490c52296574d855430b88724590b50d5978957f075d4f209");
+  /* Longer than the encoder's stack buffer. */
+  char long_flag[2005];
+  memcpy(long_flag, "--x=", 4);
+  memset(long_flag + 4, 'a', 2000);
+  long_flag[2004] = '\0';
+  const char *const long_flags[] = {long_flag};
+  key_of(&(kiln_cache_key_parts_t){.source_digest = src,
+                                   .target = "vulkan-spirv",
+                                   .flags = long_flags,
+                                   .n_flags = 1,
+                                   .compiler = "c",
+                                   .hal_version = 7,
+                                   .bytecode_version = (1u << 16) | 2u},
+         key);
+  assert_string_equal(key, "3c9749f4d8f404fa367a7398aedb7d4a43c7e9b4d14037679a5ca772cc7419a0");
+}
+
 static void test_key_deterministic_and_sensitive(void **state) {
   (void)state;
   char src[65], src2[65];
@@ -1294,29 +1335,43 @@ static void test_probe_memo(void **state) {
 }
 
 /* The memory-only answers for the event loop: nothing before the probe or a put
- * has been seen, then hits (recorded only when asked), and nothing again once the
- * blob is due a stat. */
+ * has been seen, then hits (each recorded, all or none), and nothing again once
+ * the blob is due a stat. */
 static void test_memo_answers_without_io(void **state) {
   fixture_t *f = *state;
   art_t a;
   art_init(&a, 74, 2500, false, 74);
   char digest[KILN_DIGEST_HEX_LEN + 1];
   uint64_t size = 0;
-  assert_false(kiln_cache_artifact_memo(f->cache, a.key, true, digest, &size)); /* never seen */
+  const char *keys[] = {a.key};
+  kiln_cache_memo_answer_t ans[2];
+  assert_false(kiln_cache_artifact_memo(f->cache, keys, 1, ans)); /* never seen */
   put_art(f->cache, &a);
   assert_ok(kiln_cache_artifact_probe(f->cache, a.key, digest, &size));
   uint64_t hits = stats_of(f->cache).hits;
-  assert_true(kiln_cache_artifact_memo(f->cache, a.key, false, digest, &size));
-  assert_string_equal(digest, a.digest);
-  assert_int_equal(size, a.len);
-  assert_int_equal(stats_of(f->cache).hits, hits); /* looked, not recorded */
-  assert_true(kiln_cache_artifact_memo(f->cache, a.key, true, digest, &size));
+  assert_true(kiln_cache_artifact_memo(f->cache, keys, 1, ans));
+  assert_string_equal(ans[0].artifact_digest, a.digest);
+  assert_int_equal(ans[0].size, a.len);
   assert_int_equal(stats_of(f->cache).hits, hits + 1);
-  assert_false(kiln_cache_artifact_memo(f->cache, "not-a-key", true, digest, &size));
+  /* All or nothing: one unknown key and no hit is recorded. */
+  art_t b;
+  art_init(&b, 75, 100, false, 75);
+  const char *both[] = {a.key, b.key};
+  assert_false(kiln_cache_artifact_memo(f->cache, both, 2, ans));
+  assert_int_equal(stats_of(f->cache).hits, hits + 1);
+  put_art(f->cache, &b);
+  assert_ok(kiln_cache_artifact_probe(f->cache, b.key, digest, &size));
+  hits = stats_of(f->cache).hits;
+  assert_true(kiln_cache_artifact_memo(f->cache, both, 2, ans));
+  assert_string_equal(ans[1].artifact_digest, b.digest);
+  assert_int_equal(stats_of(f->cache).hits, hits + 2);
+  const char *bad[] = {"not-a-key"};
+  assert_false(kiln_cache_artifact_memo(f->cache, bad, 1, ans));
   usleep(1100 * 1000); /* due a stat: only the probe may answer */
-  assert_false(kiln_cache_artifact_memo(f->cache, a.key, true, digest, &size));
+  assert_false(kiln_cache_artifact_memo(f->cache, keys, 1, ans));
   assert_ok(kiln_cache_artifact_probe(f->cache, a.key, digest, &size));
-  assert_true(kiln_cache_artifact_memo(f->cache, a.key, true, digest, &size));
+  assert_true(kiln_cache_artifact_memo(f->cache, keys, 1, ans));
+  art_deinit(&b);
 
   static const char text[] = "module {}\n";
   kiln_digest_hex_t got, put;
@@ -2649,6 +2704,7 @@ static void test_disk_full(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_flags_normalize),
+      cmocka_unit_test(test_key_pinned),
       cmocka_unit_test(test_key_deterministic_and_sensitive),
       cmocka_unit_test(test_key_normalizes_flags),
       cmocka_unit_test(test_key_rejects_malformed),
