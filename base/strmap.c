@@ -73,10 +73,12 @@ void *kiln_strmap_put(kiln_strmap_t *map, const char *key, void *value) {
     return was;
   }
   if ((map->used + 1) * 2 > map->cap) {
-    /* Grown for the live entries; tombstones do not move (mostly tombstones: the
-     * same size, fresh). */
+    /* Live entries fill at most a quarter of the new table, so a map whose keys
+     * churn (kilnd's jobs: thousands added and removed a second at a steady count)
+     * rehashes once per cap/4 insertions, not every few hundred; tombstones do not
+     * move. */
     size_t cap = map->cap ? map->cap : 16;
-    while ((map->count + 1) * 2 > cap) cap *= 2;
+    while ((map->count + 1) * 4 > cap) cap *= 2;
     rehash(map, cap);
   }
   for (i = slot_of(map, key); map->keys[i] && map->keys[i] != TOMBSTONE; i = (i + 1) & (map->cap - 1)) {

@@ -1,7 +1,8 @@
 /* Unit tests for base/strmap: put, get, replace and remove against a plain array
  * model over 20,000 random operations on 300 keys (growth, tombstones reused and
  * cleared by rehashing), iteration visiting each live entry once, keys copied
- * (the caller's buffer may change), an empty map, and FNV-1a's published values.
+ * (the caller's buffer may change), an empty map, FNV-1a's published values, and
+ * a steady count of keys under churn keeping its table size.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -87,11 +88,42 @@ static void test_against_a_model(void **state) {
   kiln_strmap_deinit(&m);
 }
 
+/* kilnd's job index: a steady count of live keys while new ones keep replacing
+ * the oldest. The table must stay the size that count needs (tombstones reused by
+ * rehashing at the same size), and every live key stay reachable. */
+static void test_churn_at_a_steady_count(void **state) {
+  (void)state;
+  enum { LIVE = 1000, ROUNDS = 50000 };
+  kiln_strmap_t m;
+  kiln_strmap_init(&m);
+  static int value;
+  char name[32];
+  for (int i = 0; i < ROUNDS; i++) {
+    snprintf(name, sizeof name, "job-%d", i);
+    assert_null(kiln_strmap_put(&m, name, &value));
+    if (i >= LIVE) {
+      snprintf(name, sizeof name, "job-%d", i - LIVE);
+      assert_ptr_equal(kiln_strmap_remove(&m, name), &value);
+    }
+    assert_true(m.used * 2 <= m.cap);
+    assert_true(m.cap <= 8 * LIVE); /* live keys fill a quarter at least, after any rehash */
+  }
+  assert_int_equal(m.count, LIVE);
+  for (int i = ROUNDS - LIVE; i < ROUNDS; i++) {
+    snprintf(name, sizeof name, "job-%d", i);
+    assert_ptr_equal(kiln_strmap_get(&m, name), &value);
+  }
+  snprintf(name, sizeof name, "job-%d", ROUNDS - LIVE - 1);
+  assert_null(kiln_strmap_get(&m, name));
+  kiln_strmap_deinit(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fnv1a_published_values),
       cmocka_unit_test(test_empty_and_copied_keys),
       cmocka_unit_test(test_against_a_model),
+      cmocka_unit_test(test_churn_at_a_steady_count),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
