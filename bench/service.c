@@ -30,7 +30,8 @@
  *    cache for both. Beside it, the limit of any download over a socket: the same
  *    file sent through a TCP loopback connection to this process (no gRPC, no
  *    check); and the speed of XXH3-128, which kilnd checks every byte it serves
- *    with. Goal: >= 0.5x.
+ *    with. Goal: GetArtifact >= 0.8x of the loopback copy, as the median of the
+ *    ratios of runs taken in the same turn.
  * 5. kilnd's VmRSS/VmHWM (/proc/PID/status): just after start, idle after each
  *    section above (with the number of jobs it then retains), sampled every 20 ms
  *    while N clients (200; 20 with --quick) each loop a cached Compile plus a
@@ -929,11 +930,15 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
     xx[i] = kiln_time_monotonic_ns() - t0;
   }
   kiln_free(data);
+  /* The goal's ratio pairs the runs of one turn (before the medians sort them):
+   * a slow stretch of the shared machine then hits both sides of a pair alike. */
+  int64_t *paired = kiln_calloc(runs, sizeof *paired); /* GetArtifact / loopback speed, x 1e6 */
+  for (size_t r = 0; r < runs; r++) paired[r] = ga[r] > 0 ? lb[r] * 1000000 / ga[r] : 0;
+  double ratio = (double)kiln_bench_median(paired, runs) / 1e6;
   int64_t g = kiln_bench_median(ga, runs), rr = kiln_bench_median(rd, runs), l = kiln_bench_median(lb, runs),
           x = kiln_bench_median(xx, 3);
   double g_rate = mib_per_s(bytes, g), r_rate = mib_per_s(bytes, rr), l_rate = mib_per_s(bytes, l),
          x_rate = mib_per_s(check_bytes, x);
-  double ratio = g_rate / l_rate;
   *out_socket_ratio = g_rate / r_rate;
   *out_socket_limit = l_rate / r_rate;
   printf(
@@ -947,9 +952,11 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
       "  GetArtifact    %8.0f MiB/s  (%.0f ms)\n  read()         %8.0f MiB/s  (%.0f ms)\n"
       "  TCP loopback   %8.0f MiB/s  (%.0f ms)\n",
       g_rate, ms(g), r_rate, ms(rr), l_rate, ms(l));
+  printf("  run ratios (GetArtifact / TCP loopback of one turn), sorted:");
+  for (size_t r = 0; r < runs; r++) printf(" %.2f", (double)paired[r] / 1e6);
   printf(
-      "  GetArtifact / TCP loopback = %.2fx   goal >= %.1fx %s (what gRPC, framing and the check leave\n"
-      "  of the socket)\n",
+      "\n  GetArtifact / TCP loopback = %.2fx (median of the runs' ratios)   goal >= %.1fx %s (what\n"
+      "  gRPC, framing and the check leave of the socket)\n",
       ratio, ARTIFACT_GOAL, ratio >= ARTIFACT_GOAL ? "PASS" : "MISS");
   printf("  GetArtifact / read() = %.2fx (page cache: no download's limit)\n", g_rate / r_rate);
   printf(
@@ -960,6 +967,7 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
   kiln_free(ga);
   kiln_free(rd);
   kiln_free(lb);
+  kiln_free(paired);
   return ratio;
 }
 
