@@ -1130,7 +1130,7 @@ int main(int argc, char **argv) {
                  .tput_ms = 1000,
                  .warm_steps_max = 20,
                  .artifact_bytes = 256 * MIB,
-                 .artifact_runs = 7, /* a run swings by ±0.1 on a shared 2-core VM */
+                 .artifact_runs = 25, /* a run swings by ±0.15 on a shared 2-core VM; 25 cost ~8 s */
                  .crowd = 200,
                  .crowd_ms = 5000};
   const char *base = NULL;
