@@ -98,8 +98,8 @@ void kiln_digest_to_hex(const kiln_digest_t *digest, kiln_digest_hex_t *out_hex)
 /* One more than each lowercase hex digit's value; 0 for every other byte. Digests
  * are validated for every target of every Compile, twice. */
 static const unsigned char hex_value_plus_1[256] = {
-    ['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
-    ['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+    ['0'] = 1, ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
+    ['8'] = 9, ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
 };
 
 bool kiln_digest_from_hex(const char *text, kiln_digest_t *out_digest) {

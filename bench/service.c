@@ -107,11 +107,12 @@
  * against one kilnc process with all six targets (it forks the back halves per
  * core), and GetArtifact against a raw TCP loopback copy of the file (read() from
  * page cache is no limit a download can reach). */
-#define THROUGHPUT_GOAL   0.8 /* cached Compile calls/s / Health/Check calls/s */
-#define WARM_STEP_MS      500 /* section 3's warm-up: steps of hit load */
+#define THROUGHPUT_GOAL   0.8  /* cached Compile calls/s / Health/Check calls/s */
+#define WARM_STEP_MS      500  /* section 3's warm-up: steps of hit load */
 #define WARM_FLAT_KIB     1024 /* ... until kilnd's RSS grows less than this in a step */
-#define COLD_GOAL         0.7 /* kilnd cold compile / one kilnc process, six targets */
-#define ARTIFACT_GOAL     0.8 /* GetArtifact / TCP loopback copy */
+#define WARM_FLAT_STEPS   2    /* ... in this many steps in a row */
+#define COLD_GOAL         0.7  /* kilnd cold compile / one kilnc process, six targets */
+#define ARTIFACT_GOAL     0.8  /* GetArtifact / TCP loopback copy */
 
 #define CALL_TIMEOUT_MS   120000
 #define MAX_MESSAGE_BYTES (64 * MIB)
@@ -700,18 +701,20 @@ static void throughput_warm_up(const plan_t *plan, loader_t *loaders, kiln_clien
   int64_t t0 = kiln_time_monotonic_ns();
   int64_t first = proc_status_kib(kilnd.pid, "VmRSS:"), before = first, after = first;
   uint64_t calls = 0;
-  size_t steps = 0;
-  while (steps < plan->warm_steps_max) {
+  size_t steps = 0, flat = 0; /* flat: consecutive steps that grew less than WARM_FLAT_KIB */
+  while (flat < WARM_FLAT_STEPS && steps < plan->warm_steps_max) {
     load_run(LOAD_HIT, loaders, clients, n, WARM_STEP_MS, false, NULL, &calls);
     steps++;
     after = proc_status_kib(kilnd.pid, "VmRSS:");
-    if (after - before < WARM_FLAT_KIB) break;
+    flat = after - before < WARM_FLAT_KIB ? flat + 1 : 0;
     before = after;
   }
-  printf("   warm-up: %.1f s of cached Compiles (%llu calls) until kilnd's RSS grew < %d KiB in %d ms:\n"
-         "   %.1f -> %.1f MiB%s\n",
-         ms(kiln_time_monotonic_ns() - t0) / 1e3, (unsigned long long)calls, WARM_FLAT_KIB, WARM_STEP_MS,
-         kib_mib(first), kib_mib(after), after - before < WARM_FLAT_KIB ? "" : " (still growing: step limit)");
+  printf(
+      "   warm-up: %.1f s of cached Compiles (%llu calls) until kilnd's RSS grew < %d KiB in %d\n"
+      "   steps of %d ms: %.1f -> %.1f MiB%s\n",
+      ms(kiln_time_monotonic_ns() - t0) / 1e3, (unsigned long long)calls, WARM_FLAT_KIB, WARM_FLAT_STEPS,
+      WARM_STEP_MS, kib_mib(first), kib_mib(after),
+      flat < WARM_FLAT_STEPS ? " (still growing: step limit)" : "");
 }
 
 static double bench_throughput(const plan_t *plan, double *out_hit, double *out_health) {
@@ -753,10 +756,10 @@ static double bench_throughput(const plan_t *plan, double *out_hit, double *out_
   *out_health = (double)kiln_bench_median(health, rounds);
   double ratio = (double)kiln_bench_median(paired, rounds) / 1e6;
   for (int side = 0; side < 2; side++) {
-    double per = calls[side] ? 1e3 * (double)calls[side] : 1.0;
+    double per = 1e3 * (double)calls[side]; /* ns per us, times calls */
     printf("  %s %8.0f calls/s (median), CPU per call: kilnd %4.0f us, clients %4.0f us\n",
            side == 0 ? "cached Compile" : "Health/Check  ", side == 0 ? *out_hit : *out_health,
-           (double)cpu[side] / per, (double)client_cpu[side] / per);
+           per > 0 ? (double)cpu[side] / per : 0.0, per > 0 ? (double)client_cpu[side] / per : 0.0);
   }
   printf("  round ratios, sorted:");
   for (size_t r = 0; r < rounds; r++) printf(" %.2f", (double)paired[r] / 1e6);

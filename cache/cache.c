@@ -262,8 +262,6 @@ static KILN_MUST_USE kiln_status_t flush_hits(kiln_cache_t *cache, kiln_index_t 
   return st;
 }
 
-/* Records a hit in memory; returns true when the batch is full and should be
- * flushed. */
 /* The index in `pending` of `key`, or n_pending when it is not there. Under lock. */
 static size_t pending_find_locked(const kiln_cache_t *cache, const char *key) {
   size_t i = 0;
@@ -283,6 +281,8 @@ static void pending_hit_locked(kiln_cache_t *cache, size_t i, const char *key, i
   cache->pending[i].last_access_ms = now;
 }
 
+/* Records a hit in memory; returns true when the batch is full and should be
+ * flushed. */
 static bool note_hit(kiln_cache_t *cache, const char *key, int64_t now, bool may_flush,
                      uint64_t *out_pending_hits) {
   pthread_mutex_lock(&cache->lock);

@@ -93,6 +93,9 @@ typedef enum kilnd_limit_e {
 /* The setting's name ("client-max-jobs"); static storage. Thread-safe. */
 const char *kilnd_limit_name(kilnd_limit_t limit);
 
+/* Targets in one Compile request (or one Recompile item): more is refused. */
+#define KILND_MAX_TARGETS 16
+
 /* One Compile request, resolved: canonical targets, normalized flags. Borrowed. */
 typedef struct kilnd_job_request_s {
   const uint8_t *source; /* inline bytes, or NULL with source_digest */

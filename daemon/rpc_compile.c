@@ -14,7 +14,6 @@
 #include "daemon/source_check.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-#define MAX_TARGETS    16
 #define MAX_LABELS     32
 #define MAX_NAME_BYTES 1024
 /* Inline sources up to this size are checked and hashed on the loop (~0.1 ms). */
@@ -75,9 +74,9 @@ kiln_status_t kilnd_rpc_compile(const kilnd_rpc_env_t *env, const kilnd_call_ctx
 
   /* Targets: canonical, de-duplicated, request order kept. */
   if (req->n_targets == 0) return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "no targets: name at least one");
-  if (req->n_targets > MAX_TARGETS) {
+  if (req->n_targets > KILND_MAX_TARGETS) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu targets: at most %d per request", req->n_targets,
-                       MAX_TARGETS);
+                       KILND_MAX_TARGETS);
   }
   const char **canonical = kiln_arena_alloc(arena, req->n_targets * sizeof *canonical);
   const char **per_request = kiln_arena_alloc(arena, req->n_targets * sizeof *per_request);

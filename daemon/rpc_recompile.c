@@ -51,7 +51,6 @@
 #include "daemon/stream.h"
 #include "kiln/v1/kiln.pb-c.h"
 
-#define MAX_TARGETS    16
 #define MAX_LABELS     32
 #define MAX_NAME_BYTES 1024
 /* Items received but not yet resolved (their bytes are held until then). */
@@ -508,9 +507,9 @@ static KILN_MUST_USE kiln_status_t add_target(rc_item_t *it, const char *name) {
   for (size_t i = 0; i < it->n_targets; i++) {
     if (strcmp(it->targets[i].canonical, t->id) == 0) return NULL;
   }
-  if (it->n_targets == MAX_TARGETS) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "more than %d targets: at most %d per item", MAX_TARGETS,
-                       MAX_TARGETS);
+  if (it->n_targets == KILND_MAX_TARGETS) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "more than %d targets: at most %d per item",
+                       KILND_MAX_TARGETS, KILND_MAX_TARGETS);
   }
   it->targets = kiln_realloc(it->targets, (it->n_targets + 1) * sizeof *it->targets);
   rc_target_t *rt = &it->targets[it->n_targets++];
@@ -1052,9 +1051,9 @@ static KILN_MUST_USE kiln_status_t check_item(const Kiln__V1__RecompileItem *req
         KILN_STATUS_INVALID_ARGUMENT,
         "the item has neither a legacy VMFB (vmfb or vmfb_digest) nor a source; send at least one");
   }
-  if (req->n_targets > MAX_TARGETS) {
+  if (req->n_targets > KILND_MAX_TARGETS) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu targets: at most %d per item", req->n_targets,
-                       MAX_TARGETS);
+                       KILND_MAX_TARGETS);
   }
   if (req->n_flags > KILND_MAX_FLAGS) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "%zu flags: at most %d", req->n_flags, KILND_MAX_FLAGS);

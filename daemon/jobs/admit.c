@@ -23,9 +23,6 @@
 #include "base/time.h"
 #include "daemon/jobs/jobs_impl.h"
 
-/* More targets than Compile allows (16): the loop leaves such a request to the pool. */
-#define MAX_ON_LOOP_TARGETS 16
-
 /* What admission learns before it takes the lock. */
 typedef struct prep_s {
   char *compiler;                  /* the workers' identity, a part of every key */
@@ -103,7 +100,8 @@ static void request_hash(const kilnd_job_request_t *r, const char *source_digest
     len = strlen(r->flags[i]) + 1;
     at = (char *)memcpy(at, r->flags[i], len) + len;
   }
-  *at++ = (char)(uint8_t)r->priority;
+  uint8_t priority = (uint8_t)r->priority;
+  memcpy(at++, &priority, 1);
   kiln_digest_t d;
   kiln_digest_of(bytes, (size_t)(at - bytes), &d);
   if (bytes != stack) kiln_free(bytes);
@@ -191,11 +189,11 @@ static KILN_MUST_USE kiln_status_t prep_from_memory(kilnd_jobs_t *jobs, const ki
   bool stored = kiln_cache_source_memo(jobs->cache, r->source, r->source_len, &digest);
   memcpy(p->source->digest, digest.text, sizeof p->source->digest);
   if (!stored || !source_key_digest(jobs, p->source->digest, NULL, 0, p->source->key_digest)) return NULL;
+  if (r->n_targets > KILND_MAX_TARGETS) return NULL;
   KILN_RETURN_IF_ERROR(prep_keys(jobs, r, p));
   /* Every target a memoized hit, all recorded at once, or nothing changed. */
-  if (r->n_targets > MAX_ON_LOOP_TARGETS) return NULL;
-  const char *keys[MAX_ON_LOOP_TARGETS];
-  kiln_cache_memo_answer_t answers[MAX_ON_LOOP_TARGETS];
+  const char *keys[KILND_MAX_TARGETS];
+  kiln_cache_memo_answer_t answers[KILND_MAX_TARGETS];
   for (size_t i = 0; i < r->n_targets; i++) keys[i] = p->at[i].cache_key;
   if (!kiln_cache_artifact_memo(jobs->cache, keys, r->n_targets, answers)) return NULL;
   for (size_t i = 0; i < r->n_targets; i++) {
