@@ -71,7 +71,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -685,12 +684,15 @@ static double load_run(load_kind_t kind, loader_t *loaders, kiln_client_t **clie
 
 /* ---- section 3: hit throughput ---- */
 
-/* The bench process's own CPU time (its client threads do nearly all of it). */
-static int64_t self_cpu_ns(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000 +
-         ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+/* a / b in millionths (0 when b is 0): paired ratios kept as integers for
+ * kiln_bench_median (sections 3 and 4). */
+static int64_t ratio_ppm(int64_t a, int64_t b) { return b > 0 ? a * 1000000 / b : 0; }
+
+/* "  LABEL, sorted: r1 r2 ..." (kiln_bench_median sorted them). */
+static void print_ratios(const char *label, const int64_t *ppm, size_t n) {
+  printf("  %s, sorted:", label);
+  for (size_t i = 0; i < n; i++) printf(" %.2f", (double)ppm[i] / 1e6);
+  printf("\n");
 }
 
 /* Cached Compiles until kilnd's memory stops growing. Each leaves a finished job
@@ -731,7 +733,7 @@ static double bench_throughput(const plan_t *plan, double *out_hit, double *out_
       "   Compile of section 2 in a loop, vs Health/Check from the same clients: %zu rounds of\n"
       "   %.1f s per side, alternating which goes first; the ratio is the median of the rounds'\n"
       "   own ratios, so a slow stretch of the machine hits both sides of a round alike. CPU time\n"
-      "   per call: kilnd's (/proc/PID/stat) and the clients' (this process, getrusage)\n",
+      "   per call: kilnd's (/proc/PID/stat) and the clients' (this process's /proc stat)\n",
       n, plan->tput_rounds, (double)plan->tput_ms / 1e3);
   throughput_warm_up(plan, loaders, clients, n);
   size_t rounds = plan->tput_rounds;
@@ -743,14 +745,15 @@ static double bench_throughput(const plan_t *plan, double *out_hit, double *out_
     for (int arm = 0; arm < 2; arm++) {
       bool hit_turn = (arm == 0) == (r % 2 == 0);
       int side = hit_turn ? 0 : 1;
-      int64_t c0 = kiln_bench_proc_cpu_ns(kilnd.pid, false), s0 = self_cpu_ns();
+      /* This process's CPU time is its client threads'. */
+      int64_t c0 = kiln_bench_proc_cpu_ns(kilnd.pid, false), s0 = kiln_bench_proc_cpu_ns(getpid(), false);
       double rate = load_run(hit_turn ? LOAD_HIT : LOAD_HEALTH, loaders, clients, n, plan->tput_ms, false,
                              NULL, &calls[side]);
       cpu[side] += kiln_bench_proc_cpu_ns(kilnd.pid, false) - c0;
-      client_cpu[side] += self_cpu_ns() - s0;
+      client_cpu[side] += kiln_bench_proc_cpu_ns(getpid(), false) - s0;
       *(hit_turn ? &hit[r] : &health[r]) = (int64_t)rate;
     }
-    paired[r] = health[r] > 0 ? hit[r] * 1000000 / health[r] : 0;
+    paired[r] = ratio_ppm(hit[r], health[r]);
   }
   *out_hit = (double)kiln_bench_median(hit, rounds);
   *out_health = (double)kiln_bench_median(health, rounds);
@@ -761,9 +764,8 @@ static double bench_throughput(const plan_t *plan, double *out_hit, double *out_
            side == 0 ? "cached Compile" : "Health/Check  ", side == 0 ? *out_hit : *out_health,
            per > 0 ? (double)cpu[side] / per : 0.0, per > 0 ? (double)client_cpu[side] / per : 0.0);
   }
-  printf("  round ratios, sorted:");
-  for (size_t r = 0; r < rounds; r++) printf(" %.2f", (double)paired[r] / 1e6);
-  printf("\n  Compile / Health/Check = %.2fx   goal >= %.1fx %s\n\n", ratio, THROUGHPUT_GOAL,
+  print_ratios("round ratios", paired, rounds);
+  printf("  Compile / Health/Check = %.2fx   goal >= %.1fx %s\n\n", ratio, THROUGHPUT_GOAL,
          ratio >= THROUGHPUT_GOAL ? "PASS" : "MISS");
   for (size_t i = 0; i < n; i++) kiln_client_destroy(clients[i]);
   kiln_free(clients);
@@ -936,7 +938,7 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
   /* The goal's ratio pairs the runs of one turn (before the medians sort them):
    * a slow stretch of the shared machine then hits both sides of a pair alike. */
   int64_t *paired = kiln_calloc(runs, sizeof *paired); /* GetArtifact / loopback speed, x 1e6 */
-  for (size_t r = 0; r < runs; r++) paired[r] = ga[r] > 0 ? lb[r] * 1000000 / ga[r] : 0;
+  for (size_t r = 0; r < runs; r++) paired[r] = ratio_ppm(lb[r], ga[r]); /* times: loopback / GetArtifact */
   double ratio = (double)kiln_bench_median(paired, runs) / 1e6;
   int64_t g = kiln_bench_median(ga, runs), rr = kiln_bench_median(rd, runs), l = kiln_bench_median(lb, runs),
           x = kiln_bench_median(xx, 3);
@@ -955,10 +957,9 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
       "  GetArtifact    %8.0f MiB/s  (%.0f ms)\n  read()         %8.0f MiB/s  (%.0f ms)\n"
       "  TCP loopback   %8.0f MiB/s  (%.0f ms)\n",
       g_rate, ms(g), r_rate, ms(rr), l_rate, ms(l));
-  printf("  run ratios (GetArtifact / TCP loopback of one turn), sorted:");
-  for (size_t r = 0; r < runs; r++) printf(" %.2f", (double)paired[r] / 1e6);
+  print_ratios("run ratios (GetArtifact / TCP loopback of one turn)", paired, runs);
   printf(
-      "\n  GetArtifact / TCP loopback = %.2fx (median of the runs' ratios)   goal >= %.1fx %s (what\n"
+      "  GetArtifact / TCP loopback = %.2fx (median of the runs' ratios)   goal >= %.1fx %s (what\n"
       "  gRPC, framing and the check leave of the socket)\n",
       ratio, ARTIFACT_GOAL, ratio >= ARTIFACT_GOAL ? "PASS" : "MISS");
   printf("  GetArtifact / read() = %.2fx (page cache: no download's limit)\n", g_rate / r_rate);
