@@ -396,6 +396,10 @@ static KILN_MUST_USE kiln_status_t parse_args(const kiln_config_table_t *table, 
     snprintf(source, sizeof source, "flag %s", display);
     list_reset_once(table, opt, settings, seen);
     KILN_RETURN_IF_ERROR(set_option(opt, settings, value, source));
+    if (opt->type == KILN_CONFIG_BOOL && strcmp(opt->name, "help") == 0 &&
+        *(const bool *)((const char *)settings + opt->offset)) {
+      break; /* --help ends the command line, as in GNU tools: what follows is not checked */
+    }
   }
   if (out_positional_count) *out_positional_count = npos;
   return NULL;

@@ -504,14 +504,16 @@ int main(int argc, char **argv) {
   char **made = kiln_calloc((size_t)argc + 1, sizeof *made); /* the "--target=..." strings */
   int n_own = 0, n_made = 0, code = -1;
   own[n_own++] = argv[0];
-  bool options_done = false;
+  bool options_done = false, help_first = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!options_done && !strcmp(a, "--")) options_done = true;
+    if (!options_done && (!strcmp(a, "--help") || !strcmp(a, "-h"))) help_first = true;
     if (options_done || !is_compat_flag(a)) {
       own[n_own++] = argv[i];
       continue;
     }
+    if (help_first) continue; /* `kilnc --help --iree-x=1` prints the usage, as GNU tools do */
     char *target_arg = NULL;
     if (compat_flag(a, &compat, &target_arg) != 0) {
       code = EXIT_USAGE;

@@ -94,6 +94,18 @@ class KilncTest(unittest.TestCase):
             self.assertIn("removed in IREE 3.12", r.stderr)
             self.assertIn("--iree-rocm-target", r.stderr)
 
+    def test_help_ends_the_command_line(self):
+        """--help prints the usage whatever follows it (as GNU tools do); a flag
+        kilnc refuses is still refused when it comes before --help."""
+        for args in (["--help", "--iree-foo=1"], ["-h", "--bogus"], ["--help", "--iree-hal-target-backends=cuda"]):
+            r = kilnc(*args)
+            self.assertEqual(r.returncode, 0, (args, r.stderr))
+            self.assertIn("usage: kilnc", r.stdout)
+            self.assertEqual(r.stderr, "")
+        r = kilnc("--iree-foo=1", "--help")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--iree-foo", r.stderr)
+
     def test_an_iree_compile_ci_line_works_unchanged(self):
         """What CI scripts pass iree-compile: the legacy backend flag, the input type,
         tuning flags (accepted with a warning: kiln's output is the same), the model

@@ -634,17 +634,44 @@ static void test_args_bools(void **state) {
     if (s->verbose != cases[i].verbose) fail_msg("%s gave %d", cases[i].arg, s->verbose);
   }
   /* A bool flag does not take the next word as its value. */
-  char *argv[] = {"kilnd", "--no-cache", "--cache", "--help", "false"};
+  char *argv[] = {"kilnd", "--no-cache", "--cache", "--verbose", "false"};
   const char *pos[2];
   size_t npos = 0;
   expect_ok(kiln_config_parse_args(&table, s, ARGC(argv), argv, pos, 2, &npos));
   assert_true(s->cache);
-  assert_true(s->help); /* CLI_ONLY works on the command line */
+  assert_true(s->verbose);
   assert_int_equal(npos, 1);
   assert_string_equal(pos[0], "false");
 
   char *bad[] = {"kilnd", "--verbose=maybe"};
   expect_invalid(kiln_config_parse_args(&table, s, 2, bad, NULL, 0, NULL), "maybe");
+}
+
+/* --help ends the command line: what follows it is not checked (`kilnd --help
+ * --bogus` prints the usage), while a bad flag before it is still refused. */
+static void test_args_help_ends_flags(void **state) {
+  settings_t *s = *state;
+  char *argv[] = {"kilnd", "-v", "--help", "--bogus", "--workers=x", "word"};
+  const char *pos[2];
+  size_t npos = 99;
+  expect_ok(kiln_config_parse_args(&table, s, ARGC(argv), argv, pos, 2, &npos));
+  assert_true(s->help); /* CLI_ONLY works on the command line */
+  assert_true(s->verbose);
+  assert_int_equal(s->workers, 4);
+  assert_int_equal(npos, 0);
+
+  s->help = false;
+  char *shorter[] = {"kilnd", "-h", "-x"};
+  expect_ok(kiln_config_parse_args(&table, s, ARGC(shorter), shorter, NULL, 0, NULL));
+  assert_true(s->help);
+
+  s->help = false;
+  char *after[] = {"kilnd", "--bogus", "--help"};
+  expect_invalid(kiln_config_parse_args(&table, s, ARGC(after), after, NULL, 0, NULL), "--bogus");
+
+  s->help = false;
+  char *negated[] = {"kilnd", "--no-help", "--bogus"};
+  expect_invalid(kiln_config_parse_args(&table, s, ARGC(negated), negated, NULL, 0, NULL), "--bogus");
 }
 
 static void test_args_double_dash(void **state) {
@@ -1381,6 +1408,7 @@ int main(void) {
       T(test_args_forms),
       T(test_args_value_with_equals),
       T(test_args_bools),
+      T(test_args_help_ends_flags),
       T(test_args_double_dash),
       T(test_args_positional_capacity),
       T(test_args_unknown_flags),
