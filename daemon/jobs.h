@@ -224,7 +224,8 @@ KILN_MUST_USE kiln_status_t kilnd_jobs_cancel(kilnd_jobs_t *jobs, const char *jo
 /* Streams a job's events to `stream` (loop thread), replaying from `after_sequence`
  * (0 with from_start false: the job's current status; see WatchJob in kiln.proto),
  * then live, and finishes the stream after the Terminal event. NOT_FOUND for an
- * unknown job (the caller finishes the stream with it). */
+ * unknown job, CANCELLED for a call already cancelled (the caller finishes the
+ * stream with it). */
 KILN_MUST_USE kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from_start,
                                              uint64_t after_sequence, kilnd_stream_t *stream);
 

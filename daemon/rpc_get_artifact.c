@@ -773,7 +773,10 @@ void kilnd_rpc_get_artifact(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
   g->flags = flags;
   g->n_flags = n_flags;
   atomic_init(&g->cancelled, false);
-  kilnd_stream_on_cancel(stream, on_get_cancel, g);
+  if (kilnd_stream_on_cancel(stream, on_get_cancel, g)) {
+    get_end(g, KILN_STATUS(KILN_STATUS_CANCELLED, "GetArtifact: the client cancelled the download"));
+    return;
+  }
   g->work.data = g;
   g->reading = true;
   if (uv_queue_work(kilnd_stream_loop(stream), &g->work, get_open_work, get_after_open) != 0) {

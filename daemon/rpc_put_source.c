@@ -351,7 +351,10 @@ void kilnd_rpc_put_source(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
   p->env = env;
   p->stream = stream;
   atomic_init(&p->cancelled, false);
-  kilnd_stream_on_cancel(stream, on_put_cancel, p);
+  if (kilnd_stream_on_cancel(stream, on_put_cancel, p)) {
+    put_end(p, KILN_STATUS(KILN_STATUS_CANCELLED, "PutSource: the client cancelled the upload"));
+    return;
+  }
   kiln_status_t st = kilnd_stream_recv(stream, &kiln__v1__put_source_chunk__descriptor, on_metadata, p);
   if (st) put_end(p, st);
 }

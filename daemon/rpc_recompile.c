@@ -1228,6 +1228,9 @@ void kilnd_rpc_recompile(const kilnd_rpc_env_t *env, kilnd_stream_t *stream,
   atomic_init(&c->cancelled, false);
   uv_timer_init(kilnd_stream_loop(stream), &c->retry_timer);
   c->retry_timer.data = c;
-  kilnd_stream_on_cancel(stream, on_cancel, c);
+  if (kilnd_stream_on_cancel(stream, on_cancel, c)) {
+    on_cancel(stream, c);
+    return;
+  }
   recv_more(c);
 }

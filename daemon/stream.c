@@ -312,9 +312,10 @@ kiln_status_t kilnd_stream_recv(kilnd_stream_t *s, const ProtobufCMessageDescrip
   return NULL;
 }
 
-void kilnd_stream_on_cancel(kilnd_stream_t *s, kilnd_stream_cancel_fn_t fn, void *user) {
+bool kilnd_stream_on_cancel(kilnd_stream_t *s, kilnd_stream_cancel_fn_t fn, void *user) {
   s->on_cancel = s->cancelled ? NULL : fn; /* a cancel already reported is not repeated */
   s->cancel_user = user;
+  return s->cancelled;
 }
 
 void kilnd_stream_finish(kilnd_stream_t *s, kiln_status_t status) {
@@ -340,8 +341,6 @@ void kilnd_stream_finish(kilnd_stream_t *s, kiln_status_t status) {
 const kilnd_call_ctx_t *kilnd_stream_ctx(const kilnd_stream_t *s) { return &s->call->ctx; }
 
 uv_loop_t *kilnd_stream_loop(const kilnd_stream_t *s) { return kilnd_call_loop(s->call); }
-
-bool kilnd_stream_cancelled(const kilnd_stream_t *s) { return s->cancelled; }
 
 void kilnd_stream_abort(kilnd_stream_t *s, kiln_status_code_t code, const char *message) {
   if (s->finished || s->cancelled) return;

@@ -104,9 +104,10 @@ KILN_MUST_USE kiln_status_t kilnd_stream_recv(kilnd_stream_t *stream,
                                               const ProtobufCMessageDescriptor *descriptor,
                                               kilnd_stream_recv_fn_t on_message, void *user);
 
-/* Registers the cancellation callback (replaces an earlier one). When the call was
- * already cancelled it is not called: check kilnd_stream_cancelled. */
-void kilnd_stream_on_cancel(kilnd_stream_t *stream, kilnd_stream_cancel_fn_t fn, void *user);
+/* Registers the cancellation callback (replaces an earlier one). Returns true when
+ * the call was already cancelled: then `fn` is never called, and the handler ends
+ * the call itself (kilnd_stream_finish). */
+KILN_MUST_USE bool kilnd_stream_on_cancel(kilnd_stream_t *stream, kilnd_stream_cancel_fn_t fn, void *user);
 
 /* Ends the call with `status` (owned; NULL = OK): sends it (with the initial
  * metadata if no message went) once any outstanding send has completed, then
@@ -123,9 +124,6 @@ const kilnd_call_ctx_t *kilnd_stream_ctx(const kilnd_stream_t *stream);
 
 /* The loop the stream runs on (for timers and uv_queue_work). */
 uv_loop_t *kilnd_stream_loop(const kilnd_stream_t *stream);
-
-/* True once the call was cancelled. */
-bool kilnd_stream_cancelled(const kilnd_stream_t *stream);
 
 /* Cancels the call from the server's side with `code` and `message` (copied by
  * gRPC; no server paths), for a client that stopped reading: the outstanding send
