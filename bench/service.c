@@ -890,6 +890,60 @@ static int64_t loopback_copy_timed(const char *path, unsigned char *buf, size_t 
   return elapsed;
 }
 
+/* The machine's count of retransmitted TCP segments (/proc/net/snmp), or -1.
+ * Loopback reorders segments when the sending thread moves between cores, and
+ * each reordering costs a fast retransmit and a stall of that connection. */
+static int64_t tcp_retransmits(void) {
+  FILE *f = fopen("/proc/net/snmp", "r");
+  if (!f) return -1;
+  char names[1024], values[1024];
+  int64_t found = -1;
+  while (found < 0 && fgets(names, sizeof names, f) && fgets(values, sizeof values, f)) {
+    if (strncmp(names, "Tcp:", 4) != 0 || strncmp(values, "Tcp:", 4) != 0) continue;
+    char *ns = NULL, *vs = NULL;
+    char *n = strtok_r(names, " \n", &ns), *v = strtok_r(values, " \n", &vs);
+    while (n && v) {
+      if (strcmp(n, "RetransSegs") == 0) {
+        found = strtoll(v, NULL, 10);
+        break;
+      }
+      n = strtok_r(NULL, " \n", &ns);
+      v = strtok_r(NULL, " \n", &vs);
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* This process's CPU time, its finished threads included. */
+static int64_t self_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* What one side of section 4 cost beside its time: CPU and retransmits. */
+typedef struct arm_cost_s {
+  int64_t kilnd_cpu_ns, self_cpu_ns, retransmits;
+  int64_t t_kilnd, t_self, t_retransmits; /* at the start of the run */
+} arm_cost_t;
+
+static void arm_start(arm_cost_t *a) {
+  a->t_kilnd = kiln_bench_proc_cpu_ns(kilnd.pid, false);
+  a->t_self = self_cpu_ns();
+  a->t_retransmits = tcp_retransmits();
+}
+
+static void arm_stop(arm_cost_t *a) {
+  a->kilnd_cpu_ns += kiln_bench_proc_cpu_ns(kilnd.pid, false) - a->t_kilnd;
+  a->self_cpu_ns += self_cpu_ns() - a->t_self;
+  int64_t r = tcp_retransmits();
+  if (r < 0 || a->t_retransmits < 0 || a->retransmits < 0)
+    a->retransmits = -1;
+  else
+    a->retransmits += r - a->t_retransmits;
+}
+
 static double bench_artifact(const plan_t *plan, kiln_client_t *client, const char *digest,
                              const char *blob_path, double *out_socket_ratio, double *out_socket_limit) {
   size_t bytes = plan->artifact_bytes, runs = plan->artifact_runs;
@@ -909,17 +963,22 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
   /* Untimed first pass of each side: the blob file is then in page cache for all. */
   get_artifact_call(client, digest);
   read_file_timed(blob_path, buf, chunk, bytes);
+  arm_cost_t ga_cost = {0}, lb_cost = {0};
   for (size_t r = 0; r < runs; r++) {
     for (int arm = 0; arm < 3; arm++) {
       int turn = (arm + (int)r) % 3;
       if (turn == 0) {
+        arm_start(&ga_cost);
         int64_t t0 = kiln_time_monotonic_ns();
         get_artifact_call(client, digest);
         ga[r] = kiln_time_monotonic_ns() - t0;
+        arm_stop(&ga_cost);
       } else if (turn == 1) {
         rd[r] = read_file_timed(blob_path, buf, chunk, bytes);
       } else {
+        arm_start(&lb_cost);
         lb[r] = loopback_copy_timed(blob_path, buf, chunk, bytes);
+        arm_stop(&lb_cost);
       }
     }
   }
@@ -963,6 +1022,18 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
       "  gRPC, framing and the check leave of the socket)\n",
       ratio, ARTIFACT_GOAL, ratio >= ARTIFACT_GOAL ? "PASS" : "MISS");
   printf("  GetArtifact / read() = %.2fx (page cache: no download's limit)\n", g_rate / r_rate);
+  printf(
+      "  CPU per run: GetArtifact %.0f ms in kilnd + %.0f ms in the client; TCP loopback %.0f ms\n"
+      "  (its sending and reading threads); kilnd's from /proc ticks\n",
+      ms(ga_cost.kilnd_cpu_ns / (int64_t)runs), ms(ga_cost.self_cpu_ns / (int64_t)runs),
+      ms(lb_cost.self_cpu_ns / (int64_t)runs));
+  if (ga_cost.retransmits >= 0 && lb_cost.retransmits >= 0) {
+    printf(
+        "  TCP segments this machine retransmitted during the runs: %lld in GetArtifact's, %lld in\n"
+        "  the loopback copies' (loopback reorders segments when a sender moves between cores;\n"
+        "  each costs that run a fast retransmit: the runs' spread)\n",
+        (long long)ga_cost.retransmits, (long long)lb_cost.retransmits);
+  }
   printf(
       "  XXH3-128 alone (the read check, %zu MiB) %.0f MiB/s; kilnd reads and checks the next chunk\n"
       "  while the last one is on the wire\n\n",
