@@ -416,14 +416,21 @@ kiln_status_t kiln_config_parse_args(const kiln_config_table_t *table, void *set
 }
 
 /* Finds the config file named on the command line (last one wins), without
- * interpreting anything else; errors in other flags are reported by the real pass. */
+ * interpreting anything else; errors in other flags are reported by the real pass.
+ * Like that pass it stops at --help, so a config file named after it is not read. */
 static const char *scan_args_for(const kiln_config_table_t *table, const char *name, int argc, char **argv) {
   const char *found = NULL;
   const kiln_config_option_t *opt = find_option(table, name, strlen(name));
+  const kiln_config_option_t *help = find_option(table, "help", 4);
+  if (help && help->type != KILN_CONFIG_BOOL) help = NULL;
   size_t len = strlen(name);
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (strcmp(arg, "--") == 0) break;
+    if (help && (strcmp(arg, "--help") == 0 ||
+                 (help->short_name && arg[0] == '-' && arg[1] == help->short_name && arg[2] == '\0'))) {
+      break;
+    }
     if (strncmp(arg, "--", 2) == 0 && strncmp(arg + 2, name, len) == 0) {
       if (arg[2 + len] == '=')
         found = arg + 3 + len;

@@ -497,6 +497,31 @@ static int run(const kilnc_options_t *opt, const compat_t *compat, const char *m
   return code;
 }
 
+/* Whether kilnc's own flags ask for the usage: they are parsed once without the
+ * iree-compile spellings (the parser stops at --help), so that `kilnc --help
+ * --iree-foo=1` prints the usage while `kilnc -o -h ...` still writes to "-h". */
+static bool asks_for_help(int argc, char **argv) {
+  char **words = kiln_calloc((size_t)argc + 1, sizeof *words);
+  int n = 0;
+  words[n++] = argv[0];
+  bool options_done = false;
+  for (int i = 1; i < argc; i++) {
+    if (!options_done && !strcmp(argv[i], "--")) options_done = true;
+    if (options_done || !is_compat_flag(argv[i])) words[n++] = argv[i];
+  }
+  kilnc_options_t opt;
+  memset(&opt, 0, sizeof opt);
+  const char *positional[2];
+  size_t n_positional = 0;
+  kiln_status_t st = kiln_config_set_defaults(&option_table, &opt);
+  if (!st) st = kiln_config_parse_args(&option_table, &opt, n, words, positional, 2, &n_positional);
+  bool help = !st && opt.help;
+  kiln_status_free(st);
+  kiln_config_deinit(&option_table, &opt);
+  kiln_free(words);
+  return help;
+}
+
 int main(int argc, char **argv) {
   compat_t compat = {0};
   /* iree-compile's spellings out; kilnc's own (and the targets compat names) in. */
@@ -504,16 +529,15 @@ int main(int argc, char **argv) {
   char **made = kiln_calloc((size_t)argc + 1, sizeof *made); /* the "--target=..." strings */
   int n_own = 0, n_made = 0, code = -1;
   own[n_own++] = argv[0];
-  bool options_done = false, help_first = false;
+  bool options_done = false, help = asks_for_help(argc, argv);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!options_done && !strcmp(a, "--")) options_done = true;
-    if (!options_done && (!strcmp(a, "--help") || !strcmp(a, "-h"))) help_first = true;
     if (options_done || !is_compat_flag(a)) {
       own[n_own++] = argv[i];
       continue;
     }
-    if (help_first) continue; /* `kilnc --help --iree-x=1` prints the usage, as GNU tools do */
+    if (help) continue; /* the usage is all that is asked: nothing to refuse */
     char *target_arg = NULL;
     if (compat_flag(a, &compat, &target_arg) != 0) {
       code = EXIT_USAGE;

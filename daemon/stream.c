@@ -314,7 +314,7 @@ kiln_status_t kilnd_stream_recv(kilnd_stream_t *s, const ProtobufCMessageDescrip
 
 bool kilnd_stream_on_cancel(kilnd_stream_t *s, kilnd_stream_cancel_fn_t fn, void *user) {
   s->on_cancel = s->cancelled ? NULL : fn; /* a cancel already reported is not repeated */
-  s->cancel_user = user;
+  s->cancel_user = s->cancelled ? NULL : user;
   return s->cancelled;
 }
 

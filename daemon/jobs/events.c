@@ -474,7 +474,8 @@ kiln_status_t kilnd_jobs_watch(kilnd_jobs_t *jobs, const char *job_id, bool from
   }
   w->next = job->watchers;
   job->watchers = w;
-  if (kilnd_stream_on_cancel(stream, watcher_cancelled, w)) { /* only records the callback */
+  /* Records the callback (it calls nothing back); a call cancelled already ends here. */
+  if (kilnd_stream_on_cancel(stream, watcher_cancelled, w)) {
     watcher_remove_locked(w);
     engine_unlock(jobs);
     return KILN_STATUS(KILN_STATUS_CANCELLED, "the client cancelled the watch");

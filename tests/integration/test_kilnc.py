@@ -95,16 +95,22 @@ class KilncTest(unittest.TestCase):
             self.assertIn("--iree-rocm-target", r.stderr)
 
     def test_help_ends_the_command_line(self):
-        """--help prints the usage whatever follows it (as GNU tools do); a flag
-        kilnc refuses is still refused when it comes before --help."""
-        for args in (["--help", "--iree-foo=1"], ["-h", "--bogus"], ["--help", "--iree-hal-target-backends=cuda"]):
+        """--help prints the usage whatever follows it (as GNU tools do), and
+        iree-compile spellings are not judged when the usage is all that is asked;
+        an unknown flag before --help is still refused."""
+        for args in (["--help", "--iree-foo=1"], ["-h", "--bogus"], ["--help", "--iree-hip-target=gfx90a"],
+                     ["--iree-foo=1", "--help"]):
             r = kilnc(*args)
             self.assertEqual(r.returncode, 0, (args, r.stderr))
             self.assertIn("usage: kilnc", r.stdout)
             self.assertEqual(r.stderr, "")
-        r = kilnc("--iree-foo=1", "--help")
+        r = kilnc("--bogus", "--help")
         self.assertEqual(r.returncode, 2)
-        self.assertIn("--iree-foo", r.stderr)
+        self.assertIn("--bogus", r.stderr)
+        # -h as -o's value is a file name, not a request for the usage.
+        r = kilnc(os.path.join(EXAMPLES, "mlp.mlir"), "-o", "-h", "--iree-hip-target=gfx90a")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--iree-hip-target", r.stderr)
 
     def test_an_iree_compile_ci_line_works_unchanged(self):
         """What CI scripts pass iree-compile: the legacy backend flag, the input type,

@@ -936,6 +936,17 @@ static void test_load_reports_errors_from_each_source(void **state) {
   kiln_config_deinit(&table, s);
   memset(s, 0, sizeof *s);
   expect_invalid(kiln_config_load(&table, s, "config", 2, a3, NULL, 0, NULL), "--bogus");
+
+  /* After --help the bad file is not read (the parse stops there too); before it, it is. */
+  char *a4[] = {"kilnd", "--help", eq};
+  kiln_config_deinit(&table, s);
+  memset(s, 0, sizeof *s);
+  expect_ok(kiln_config_load(&table, s, "config", ARGC(a4), a4, NULL, 0, NULL));
+  assert_true(s->help);
+  char *a5[] = {"kilnd", eq, "-h"};
+  kiln_config_deinit(&table, s);
+  memset(s, 0, sizeof *s);
+  expect_invalid(kiln_config_load(&table, s, "config", ARGC(a5), a5, NULL, 0, NULL), where);
 }
 
 /* ---- size and duration parsers ---- */
