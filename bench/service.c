@@ -684,6 +684,14 @@ static double load_run(load_kind_t kind, loader_t *loaders, kiln_client_t **clie
 
 /* ---- section 3: hit throughput ---- */
 
+/* This process's CPU time, its finished threads included: its client threads'
+ * (sections 3 and 4; kilnd's comes from /proc, kiln_bench_proc_cpu_ns). */
+static int64_t self_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* a / b in millionths (0 when b is 0): paired ratios kept as integers for
  * kiln_bench_median (sections 3 and 4). */
 static int64_t ratio_ppm(int64_t a, int64_t b) { return b > 0 ? a * 1000000 / b : 0; }
@@ -733,7 +741,7 @@ static double bench_throughput(const plan_t *plan, double *out_hit, double *out_
       "   Compile of section 2 in a loop, vs Health/Check from the same clients: %zu rounds of\n"
       "   %.1f s per side, alternating which goes first; the ratio is the median of the rounds'\n"
       "   own ratios, so a slow stretch of the machine hits both sides of a round alike. CPU time\n"
-      "   per call: kilnd's (/proc/PID/stat) and the clients' (this process's /proc stat)\n",
+      "   per call: kilnd's (/proc/PID/stat) and the clients' (this process's CPU clock)\n",
       n, plan->tput_rounds, (double)plan->tput_ms / 1e3);
   throughput_warm_up(plan, loaders, clients, n);
   size_t rounds = plan->tput_rounds;
@@ -745,12 +753,11 @@ static double bench_throughput(const plan_t *plan, double *out_hit, double *out_
     for (int arm = 0; arm < 2; arm++) {
       bool hit_turn = (arm == 0) == (r % 2 == 0);
       int side = hit_turn ? 0 : 1;
-      /* This process's CPU time is its client threads'. */
-      int64_t c0 = kiln_bench_proc_cpu_ns(kilnd.pid, false), s0 = kiln_bench_proc_cpu_ns(getpid(), false);
+      int64_t c0 = kiln_bench_proc_cpu_ns(kilnd.pid, false), s0 = self_cpu_ns();
       double rate = load_run(hit_turn ? LOAD_HIT : LOAD_HEALTH, loaders, clients, n, plan->tput_ms, false,
                              NULL, &calls[side]);
       cpu[side] += kiln_bench_proc_cpu_ns(kilnd.pid, false) - c0;
-      client_cpu[side] += kiln_bench_proc_cpu_ns(getpid(), false) - s0;
+      client_cpu[side] += self_cpu_ns() - s0;
       *(hit_turn ? &hit[r] : &health[r]) = (int64_t)rate;
     }
     paired[r] = ratio_ppm(hit[r], health[r]);
@@ -890,9 +897,9 @@ static int64_t loopback_copy_timed(const char *path, unsigned char *buf, size_t 
   return elapsed;
 }
 
-/* The machine's count of retransmitted TCP segments (/proc/net/snmp), or -1.
- * Loopback reorders segments when the sending thread moves between cores, and
- * each reordering costs a fast retransmit and a stall of that connection. */
+/* The machine's count of retransmitted TCP segments (/proc/net/snmp), or -1. On
+ * the 2-vCPU CI VM loopback delivered segments out of order (nstat's
+ * TCPOFOQueue) and each side's runs paid fast retransmits for it. */
 static int64_t tcp_retransmits(void) {
   FILE *f = fopen("/proc/net/snmp", "r");
   if (!f) return -1;
@@ -913,13 +920,6 @@ static int64_t tcp_retransmits(void) {
   }
   fclose(f);
   return found;
-}
-
-/* This process's CPU time, its finished threads included. */
-static int64_t self_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* What one side of section 4 cost beside its time: CPU and retransmits. */
@@ -1030,8 +1030,7 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
   if (ga_cost.retransmits >= 0 && lb_cost.retransmits >= 0) {
     printf(
         "  TCP segments this machine retransmitted during the runs: %lld in GetArtifact's, %lld in\n"
-        "  the loopback copies' (loopback reorders segments when a sender moves between cores;\n"
-        "  each costs that run a fast retransmit: the runs' spread)\n",
+        "  the loopback copies' (a count for the whole machine; each retransmit stalls its run)\n",
         (long long)ga_cost.retransmits, (long long)lb_cost.retransmits);
   }
   printf(
