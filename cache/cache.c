@@ -1058,31 +1058,41 @@ kiln_status_t kiln_cache_artifact_probe(kiln_cache_t *cache, const char *cache_k
 bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *const *cache_keys, size_t n,
                               kiln_cache_memo_answer_t *out) {
   memset(out, 0, n * sizeof *out);
+  if (n > KILN_CACHE_MEMO_MAX_KEYS) return false;
+  /* Each key's memo slot, and its place in the pending hits (SIZE_MAX: none yet). */
+  size_t slot[KILN_CACHE_MEMO_MAX_KEYS], found[KILN_CACHE_MEMO_MAX_KEYS];
   for (size_t i = 0; i < n; i++) {
     if (!kiln_digest_is_valid_hex(cache_keys[i])) return false;
+    slot[i] = memo_slot(cache_keys[i]);
   }
   int64_t mono = kiln_time_monotonic_ms(), now = now_ms(cache);
   /* Every key answered and every hit noted under one lock, or nothing noted. */
   pthread_mutex_lock(&cache->lock);
   size_t fresh_entries = 0;
   for (size_t i = 0; i < n; i++) {
-    const memo_t *m = &cache->memo[memo_slot(cache_keys[i])];
+    const memo_t *m = &cache->memo[slot[i]];
     if (!m->used || m->generation != cache->generation ||
         memcmp(m->key, cache_keys[i], KILN_DIGEST_HEX_LEN) != 0 || mono - m->checked_ms >= BLOB_CHECK_MS) {
       pthread_mutex_unlock(&cache->lock);
       return false; /* only the probe can tell */
     }
-    fresh_entries += pending_find_locked(cache, cache_keys[i]) == cache->n_pending;
+    found[i] = pending_find_locked(cache, cache_keys[i]);
+    if (found[i] == cache->n_pending) {
+      found[i] = SIZE_MAX;
+      fresh_entries++;
+    }
   }
   if (cache->n_pending + fresh_entries >= PENDING_FLUSH) {
     pthread_mutex_unlock(&cache->lock); /* noting them would call for a flush: not here */
     return false;
   }
   for (size_t i = 0; i < n; i++) {
-    const memo_t *m = &cache->memo[memo_slot(cache_keys[i])];
+    const memo_t *m = &cache->memo[slot[i]];
     memcpy(out[i].artifact_digest, m->digest, sizeof out[i].artifact_digest);
     out[i].size = m->size;
-    pending_hit_locked(cache, pending_find_locked(cache, cache_keys[i]), cache_keys[i], now);
+    /* A new entry is looked for again: an earlier key of this call may have added it. */
+    size_t at = found[i] != SIZE_MAX ? found[i] : pending_find_locked(cache, cache_keys[i]);
+    pending_hit_locked(cache, at, cache_keys[i], now);
   }
   cache->hits += n;
   pthread_mutex_unlock(&cache->lock);

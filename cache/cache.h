@@ -149,7 +149,9 @@ typedef struct kiln_cache_memo_answer_s {
  * key and saw each blob within the last second; the hits are then recorded, all
  * under one lock, as the probe would. False, with nothing recorded, when only the
  * probe can tell for some key (not memoized, malformed, or due a stat of its blob)
- * or when recording the hits would call for a flush. Never touches the disk. */
+ * or when recording the hits would call for a flush, and for more than
+ * KILN_CACHE_MEMO_MAX_KEYS keys. Never touches the disk. */
+#define KILN_CACHE_MEMO_MAX_KEYS 16
 bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *const *cache_keys, size_t n,
                               kiln_cache_memo_answer_t *out);
 

@@ -1334,6 +1334,15 @@ static void test_probe_memo(void **state) {
   art_deinit(&b);
 }
 
+/* The hits recorded on an artifact's row. */
+static uint64_t row_hits(kiln_cache_t *cache, const char *digest) {
+  kiln_index_artifact_t rec;
+  assert_ok(kiln_cache_artifact_get_by_digest(cache, digest, &rec));
+  uint64_t hits = rec.hits;
+  kiln_index_artifact_deinit(&rec);
+  return hits;
+}
+
 /* The memory-only answers for the event loop: nothing before the probe or a put
  * has been seen, then hits (each recorded, all or none), and nothing again once
  * the blob is due a stat. */
@@ -1364,7 +1373,20 @@ static void test_memo_answers_without_io(void **state) {
   hits = stats_of(f->cache).hits;
   assert_true(kiln_cache_artifact_memo(f->cache, both, 2, ans));
   assert_string_equal(ans[1].artifact_digest, b.digest);
-  assert_int_equal(stats_of(f->cache).hits, hits + 2);
+  assert_int_equal(stats_of(f->cache).hits, hits + 2); /* the stats flushed the pending hits */
+  /* Two keys new to the pending hits in one call: each row gets its own hit. */
+  uint64_t a_hits = row_hits(f->cache, a.digest), b_hits = row_hits(f->cache, b.digest);
+  assert_true(kiln_cache_artifact_memo(f->cache, both, 2, ans));
+  (void)stats_of(f->cache);
+  assert_int_equal(row_hits(f->cache, a.digest), a_hits + 1);
+  assert_int_equal(row_hits(f->cache, b.digest), b_hits + 1);
+  /* More keys than one request carries: the probe answers those. */
+  const char *many[KILN_CACHE_MEMO_MAX_KEYS + 1];
+  kiln_cache_memo_answer_t many_ans[KILN_CACHE_MEMO_MAX_KEYS + 1];
+  for (size_t i = 0; i <= KILN_CACHE_MEMO_MAX_KEYS; i++) many[i] = a.key;
+  hits = stats_of(f->cache).hits;
+  assert_false(kiln_cache_artifact_memo(f->cache, many, KILN_CACHE_MEMO_MAX_KEYS + 1, many_ans));
+  assert_int_equal(stats_of(f->cache).hits, hits);
   const char *bad[] = {"not-a-key"};
   assert_false(kiln_cache_artifact_memo(f->cache, bad, 1, ans));
   usleep(1100 * 1000); /* due a stat: only the probe may answer */
