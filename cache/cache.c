@@ -846,22 +846,10 @@ static char *put_field(char *at, const char *name, const char *value, size_t len
 #define KEY_FIXED_BYTES 128
 #define KEY_STACK_BYTES 1024
 
-kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_digest_hex_t *out_key) {
-  if (!parts->source_digest || !kiln_digest_is_valid_hex(parts->source_digest)) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "cache key: source digest '%s' is not 64 lowercase hex characters",
-                       parts->source_digest ? parts->source_digest : "");
-  }
-  if (!parts->target || !*parts->target || strchr(parts->target, '\n')) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache key: the target is missing or malformed");
-  }
-  if (!parts->compiler || !*parts->compiler || strchr(parts->compiler, '\n')) {
-    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
-                       "cache key: the compiler identity is missing or malformed");
-  }
-  char **flags = NULL;
-  size_t n_flags = parts->n_flags ? kiln_flags_normalize(parts->flags, parts->n_flags, &flags) : 0;
-  size_t target_len = strlen(parts->target), compiler_len = strlen(parts->compiler);
+/* One target's key from parts already checked and flags already normalized. */
+static void key_encode(const kiln_cache_key_parts_t *parts, const char *target, char *const *flags,
+                       size_t n_flags, kiln_digest_hex_t *out_key) {
+  size_t target_len = strlen(target), compiler_len = strlen(parts->compiler);
   size_t need = KEY_FIXED_BYTES + 3 * KEY_FIELD_EXTRA + KILN_DIGEST_HEX_LEN + target_len + compiler_len;
   for (size_t i = 0; i < n_flags; i++) need += KEY_FIELD_EXTRA + strlen(flags[i]);
   char stack[KEY_STACK_BYTES];
@@ -871,7 +859,7 @@ kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_d
   static const char version[] = "kiln-cache-key/1\n";
   char *at = put(enc, version, sizeof version - 1);
   at = put_field(at, "source:", parts->source_digest, KILN_DIGEST_HEX_LEN);
-  at = put_field(at, "target:", parts->target, target_len);
+  at = put_field(at, "target:", target, target_len);
   at = put_field(at, "compiler:", parts->compiler, compiler_len);
   at = put(at, "flags:", 6);
   at = put_uint(at, n_flags);
@@ -888,8 +876,34 @@ kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_d
   kiln_digest_of(enc, (size_t)(at - enc), &d);
   kiln_digest_to_hex(&d, out_key);
   if (enc != stack) kiln_free(enc);
+}
+
+kiln_status_t kiln_cache_keys_compute(const kiln_cache_key_parts_t *parts, const char *const *targets,
+                                      size_t n, kiln_digest_hex_t *out_keys) {
+  if (!parts->source_digest || !kiln_digest_is_valid_hex(parts->source_digest)) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "cache key: source digest '%s' is not 64 lowercase hex characters",
+                       parts->source_digest ? parts->source_digest : "");
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (!targets[i] || !*targets[i] || strchr(targets[i], '\n')) {
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache key: the target is missing or malformed");
+    }
+  }
+  if (!parts->compiler || !*parts->compiler || strchr(parts->compiler, '\n')) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "cache key: the compiler identity is missing or malformed");
+  }
+  char **flags = NULL;
+  size_t n_flags = parts->n_flags ? kiln_flags_normalize(parts->flags, parts->n_flags, &flags) : 0;
+  for (size_t i = 0; i < n; i++) key_encode(parts, targets[i], flags, n_flags, &out_keys[i]);
   if (flags) kiln_flags_free(flags, n_flags);
   return NULL;
+}
+
+kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts, kiln_digest_hex_t *out_key) {
+  const char *target = parts->target;
+  return kiln_cache_keys_compute(parts, &target, 1, out_key);
 }
 
 /* ---- artifacts ---- */

@@ -87,6 +87,12 @@ char *kiln_cache_flags_normalize(const char *const *flags, size_t n_flags);
  * normalized flags. INVALID_ARGUMENT when a part is missing or malformed. */
 KILN_MUST_USE kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t *parts,
                                                    kiln_digest_hex_t *out_key);
+/* The keys of one source, compiler and flag list for each of `n` targets
+ * (parts->target is not read): out_keys[i] is what kiln_cache_key_compute gives
+ * for targets[i]. The shared parts are checked and the flags normalized once. */
+KILN_MUST_USE kiln_status_t kiln_cache_keys_compute(const kiln_cache_key_parts_t *parts,
+                                                    const char *const *targets, size_t n,
+                                                    kiln_digest_hex_t *out_keys);
 
 /* ---- artifacts ---- */
 

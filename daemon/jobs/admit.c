@@ -168,15 +168,17 @@ static KILN_MUST_USE kiln_status_t prep_start(kilnd_jobs_t *jobs, const kilnd_jo
 
 /* Every target's cache key, from the source's key digest. */
 static KILN_MUST_USE kiln_status_t prep_keys(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p) {
-  for (size_t i = 0; i < r->n_targets; i++) {
-    kiln_cache_key_parts_t parts;
-    kilnd_jobs_key_parts(jobs, p->compiler, p->source->key_digest, r->targets[i], r->flags, r->n_flags,
-                         &parts);
-    kiln_digest_hex_t key;
-    KILN_RETURN_IF_ERROR(kiln_cache_key_compute(&parts, &key));
-    memcpy(p->at[i].cache_key, key.text, sizeof p->at[i].cache_key);
+  kiln_cache_key_parts_t parts;
+  kilnd_jobs_key_parts(jobs, p->compiler, p->source->key_digest, NULL, r->flags, r->n_flags, &parts);
+  kiln_digest_hex_t stack[KILND_MAX_TARGETS];
+  kiln_digest_hex_t *keys =
+      r->n_targets <= KILND_MAX_TARGETS ? stack : kiln_calloc(r->n_targets, sizeof *keys);
+  kiln_status_t st = kiln_cache_keys_compute(&parts, r->targets, r->n_targets, keys);
+  for (size_t i = 0; !st && i < r->n_targets; i++) {
+    memcpy(p->at[i].cache_key, keys[i].text, sizeof p->at[i].cache_key);
   }
-  return NULL;
+  if (keys != stack) kiln_free(keys);
+  return st;
 }
 
 /* Loop: the request answered whole by the cache's memory (every target a memoized
@@ -190,6 +192,7 @@ static KILN_MUST_USE kiln_status_t prep_from_memory(kilnd_jobs_t *jobs, const ki
   memcpy(p->source->digest, digest.text, sizeof p->source->digest);
   if (!stored || !source_key_digest(jobs, p->source->digest, NULL, 0, p->source->key_digest)) return NULL;
   if (r->n_targets > KILND_MAX_TARGETS) return NULL;
+  _Static_assert(KILND_MAX_TARGETS <= KILN_CACHE_MEMO_MAX_KEYS, "the memo must take every Compile's keys");
   KILN_RETURN_IF_ERROR(prep_keys(jobs, r, p));
   /* Every target a memoized hit, all recorded at once, or nothing changed. */
   const char *keys[KILND_MAX_TARGETS];

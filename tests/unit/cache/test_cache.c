@@ -598,6 +598,32 @@ static void test_key_rejects_malformed(void **state) {
   }
 }
 
+/* The keys of many targets at once are each target's own key; one malformed
+ * target refuses the lot. */
+static void test_keys_of_many_targets(void **state) {
+  (void)state;
+  char src[65];
+  source_digest(5, src);
+  const char *const flags[] = {"--iree-opt-level=O3", " -g"};
+  kiln_cache_key_parts_t p = base_parts(src, flags, 2);
+  const char *const targets[] = {"vulkan-spirv", "cuda-sm_120", "rocm-gfx950"};
+  kiln_digest_hex_t keys[3];
+  assert_ok(kiln_cache_keys_compute(&p, targets, 3, keys));
+  for (size_t i = 0; i < 3; i++) {
+    kiln_cache_key_parts_t v = p;
+    v.target = targets[i];
+    char one[65];
+    key_of(&v, one);
+    assert_string_equal(keys[i].text, one);
+  }
+  assert_ok(kiln_cache_keys_compute(&p, NULL, 0, keys)); /* nothing to do */
+  const char *const bad[] = {"vulkan-spirv", "cuda\nsm_120"};
+  assert_code(kiln_cache_keys_compute(&p, bad, 2, keys), KILN_STATUS_INVALID_ARGUMENT);
+  kiln_cache_key_parts_t v = p;
+  v.source_digest = "abc";
+  assert_code(kiln_cache_keys_compute(&v, targets, 3, keys), KILN_STATUS_INVALID_ARGUMENT);
+}
+
 /* Keys of parts that must differ: either both compute and differ, or the second
  * (the one with the suspicious flag text) is rejected as INVALID_ARGUMENT. */
 static void assert_keys_differ(const kiln_cache_key_parts_t *a, const kiln_cache_key_parts_t *b,
@@ -2730,6 +2756,7 @@ int main(void) {
       cmocka_unit_test(test_key_deterministic_and_sensitive),
       cmocka_unit_test(test_key_normalizes_flags),
       cmocka_unit_test(test_key_rejects_malformed),
+      cmocka_unit_test(test_keys_of_many_targets),
       cmocka_unit_test(test_key_encoding_unambiguous),
       cmocka_unit_test_setup_teardown(test_put_record_fields, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lookup_counts_hits_and_misses, setup, teardown),
