@@ -15,7 +15,8 @@ Tools: $KILN_IREE_TOOLS, or ../iree-build/tools beside the repository (the
 iree-run-module there must carry the staging-buffer patch the doc describes to read
 results back from lavapipe). KILN_IREE_TARGETS overrides the targets;
 KILN_IREE_CPU_TARGETS the CPU ones; KILN_IREE_CORPUS=control.mlir,models.mlir
-limits the run to those files.
+limits the run to those files. Cases run side by side, KILN_IREE_JOBS at a time
+(default: one per CPU), each in its own folder.
 """
 import math
 import os
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 
 from kilnharness import KILNC, clean_env
 
@@ -37,6 +39,7 @@ LINK_TARGETS = ("sm_89", "sm_120", "gfx950", "gfx1100")
 CPU_TARGETS = ("x86_64",)
 CPU_DEVICES = ("local-sync", "local-task")
 
+JOBS = int(os.environ.get("KILN_IREE_JOBS", "0") or 0) or os.cpu_count() or 1
 DEFAULT_TOL = {"f16": 2e-3, "bf16": 1.6e-2, "f32": 1e-5, "f64": 1e-12}
 
 
@@ -77,6 +80,12 @@ def corpus_cases():
         if name.endswith(".mlir") and (not only or name in only):
             for case in parse_cases(os.path.join(CORPUS, name)):
                 yield name, case
+
+
+def side_by_side(calls):
+    """The results of the calls (each runs subprocesses, so threads suffice), in order."""
+    with ThreadPoolExecutor(max_workers=JOBS) as pool:
+        return list(pool.map(lambda call: call(), calls))
 
 
 def known_gap(case, target):
@@ -208,34 +217,31 @@ class IreeRuntimeTest(unittest.TestCase):
         """The whole-model cases as system-elf (the same ELF, loaded by dlopen in
         IREE's system library loader) on local-sync."""
         with tempfile.TemporaryDirectory() as out:
-            failed, passed = [], 0
-            for name, case in corpus_cases():
-                if name != "models.mlir":
-                    continue
-                ok, why = self.run_case(case, "x86_64", ("local-sync",), out,
-                                        "--iree-llvmcpu-link-embedded=false")
-                passed += ok
-                if not ok:
-                    failed.append("%s @%s: %s" % (name, case["name"], why))
+            cases = [(name, case) for name, case in corpus_cases() if name == "models.mlir"]
+            results = side_by_side([lambda case=case: self.run_case(case, "x86_64", ("local-sync",), out,
+                                                                    "--iree-llvmcpu-link-embedded=false")
+                                    for _, case in cases])
+            passed = sum(ok for ok, _ in results)
+            failed = ["%s @%s: %s" % (name, case["name"], why)
+                      for (name, case), (ok, why) in zip(cases, results) if not ok]
         print("system-elf-x86_64 on local-sync: %d passed, %d failed" % (passed, len(failed)), file=sys.stderr)
         self.assertEqual(failed, [])
 
     def run_corpus(self, plan, label, skip=lambda case: False):
         passed, failed, xfailed = 0, [], 0
         with tempfile.TemporaryDirectory() as out:
-            for name, case in corpus_cases():
-                if skip(case):
-                    continue
-                for target, devices in plan:
-                    ok, why = self.run_case(case, target, devices, out)
-                    if known_gap(case, target):
-                        xfailed += not ok
-                        if ok:
-                            failed.append("%s @%s %s: passes but is XFAIL" % (name, case["name"], target))
-                    elif ok:
-                        passed += 1
-                    else:
-                        failed.append("%s @%s %s: %s" % (name, case["name"], target, why))
+            runs = [(name, case, target, devices) for name, case in corpus_cases() if not skip(case)
+                    for target, devices in plan]
+            results = side_by_side([lambda r=r: self.run_case(r[1], r[2], r[3], out) for r in runs])
+            for (name, case, target, _), (ok, why) in zip(runs, results):
+                if known_gap(case, target):
+                    xfailed += not ok
+                    if ok:
+                        failed.append("%s @%s %s: passes but is XFAIL" % (name, case["name"], target))
+                elif ok:
+                    passed += 1
+                else:
+                    failed.append("%s @%s %s: %s" % (name, case["name"], target, why))
         for line in failed:
             print("FAIL", line, file=sys.stderr)
         print("iree-run-module --device=%s: %d passed, %d failed, %d known failures"
@@ -243,6 +249,8 @@ class IreeRuntimeTest(unittest.TestCase):
         self.assertEqual(failed, [])
 
     def run_case(self, case, target, devices, out, *flags):
+        """(passed, why not); its files go to a folder of its own under `out`."""
+        out = tempfile.mkdtemp(dir=out)
         vmfb, err = self.compile(case, target, out, *flags)
         if not vmfb:
             return False, "kilnc: %s" % err
@@ -269,31 +277,29 @@ class IreeRuntimeTest(unittest.TestCase):
     def test_cuda_and_hip_imports_resolve(self):
         """Each CUDA/HIP artifact of the corpus passes IREE's verifier and import
         resolution (the local-sync device then refuses the executable format)."""
-        failed = []
-        checked = 0
+        def load(name, case, target, out):
+            """None when the runtime took the module, else why not."""
+            out = tempfile.mkdtemp(dir=out)
+            vmfb, err = self.compile(case, target, out)
+            if not vmfb:
+                return "%s @%s %s: kilnc: %s" % (name, case["name"], target, err)
+            r = subprocess.run([RUN_MODULE, "--device=local-sync", "--module=" + vmfb,
+                                "--function=" + case["name"]], capture_output=True, text=True, timeout=60)
+            text = r.stderr + r.stdout
+            # Past verification and import resolution, a module either reaches
+            # hal.executable.create (which local-sync refuses for a GPU format)
+            # or, creating no executable, the call itself ("EXEC @f", then a
+            # complaint about the missing inputs).
+            if "no executable loader registered" in text or "EXEC @" in text or r.returncode == 0:
+                return None
+            return "%s @%s %s: %s" % (name, case["name"], target, text.strip().splitlines()[-1:])
+
         with tempfile.TemporaryDirectory() as out:
-            for name, case in corpus_cases():
-                for target in LINK_TARGETS:
-                    if known_gap(case, target):
-                        continue  # a known gap: corpus_check tracks it
-                    vmfb, err = self.compile(case, target, out)
-                    if not vmfb:
-                        failed.append("%s @%s %s: kilnc: %s" % (name, case["name"], target, err))
-                        continue
-                    r = subprocess.run([RUN_MODULE, "--device=local-sync", "--module=" + vmfb,
-                                        "--function=" + case["name"]], capture_output=True,
-                                       text=True, timeout=60)
-                    text = r.stderr + r.stdout
-                    checked += 1
-                    # Past verification and import resolution, a module either
-                    # reaches hal.executable.create (which local-sync refuses for a
-                    # GPU format) or, creating no executable, the call itself
-                    # ("EXEC @f", then a complaint about the missing inputs).
-                    reached = ("no executable loader registered" in text or
-                               "EXEC @" in text or r.returncode == 0)
-                    if not reached:
-                        failed.append("%s @%s %s: %s" % (name, case["name"], target,
-                                                         text.strip().splitlines()[-1:]))
+            # A known gap is skipped: corpus_check tracks it.
+            runs = [(name, case, target) for name, case in corpus_cases() for target in LINK_TARGETS
+                    if not known_gap(case, target)]
+            failed = [why for why in side_by_side([lambda r=r: load(*r, out) for r in runs]) if why]
+        checked = len(runs)
         print("CUDA/HIP artifacts loaded by the 3.12 runtime: %d checked, %d failed"
               % (checked, len(failed)), file=sys.stderr)
         self.assertEqual(failed, [])
