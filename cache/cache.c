@@ -887,7 +887,9 @@ kiln_status_t kiln_cache_keys_compute(const kiln_cache_key_parts_t *parts, const
   }
   for (size_t i = 0; i < n; i++) {
     if (!targets[i] || !*targets[i] || strchr(targets[i], '\n')) {
-      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "cache key: the target is missing or malformed");
+      return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                         "cache key: target %zu of %zu is missing or malformed (empty or with a newline)",
+                         i + 1, n);
     }
   }
   if (!parts->compiler || !*parts->compiler || strchr(parts->compiler, '\n')) {

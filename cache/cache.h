@@ -89,7 +89,10 @@ KILN_MUST_USE kiln_status_t kiln_cache_key_compute(const kiln_cache_key_parts_t 
                                                    kiln_digest_hex_t *out_key);
 /* The keys of one source, compiler and flag list for each of `n` targets
  * (parts->target is not read): out_keys[i] is what kiln_cache_key_compute gives
- * for targets[i]. The shared parts are checked and the flags normalized once. */
+ * for targets[i]. The shared parts are checked and the flags normalized once.
+ * `targets` and `out_keys` hold `n` entries, borrowed; out_keys is written only
+ * on success. INVALID_ARGUMENT, naming the part, when a shared part or any
+ * target is missing or malformed. */
 KILN_MUST_USE kiln_status_t kiln_cache_keys_compute(const kiln_cache_key_parts_t *parts,
                                                     const char *const *targets, size_t n,
                                                     kiln_digest_hex_t *out_keys);
@@ -150,6 +153,9 @@ typedef struct kiln_cache_memo_answer_s {
   uint64_t size;
 } kiln_cache_memo_answer_t;
 
+/* The most keys one kiln_cache_artifact_memo call answers (Compile's target limit). */
+#define KILN_CACHE_MEMO_MAX_KEYS 16
+
 /* kiln_cache_artifact_probe from memory alone, for the `n` keys of one request,
  * for callers that must not block (an event loop): true when the memo knows every
  * key and saw each blob within the last second; the hits are then recorded, all
@@ -157,7 +163,6 @@ typedef struct kiln_cache_memo_answer_s {
  * probe can tell for some key (not memoized, malformed, or due a stat of its blob)
  * or when recording the hits would call for a flush, and for more than
  * KILN_CACHE_MEMO_MAX_KEYS keys. Never touches the disk. */
-#define KILN_CACHE_MEMO_MAX_KEYS 16
 bool kiln_cache_artifact_memo(kiln_cache_t *cache, const char *const *cache_keys, size_t n,
                               kiln_cache_memo_answer_t *out);
 

@@ -23,6 +23,10 @@
 #include "base/time.h"
 #include "daemon/jobs/jobs_impl.h"
 
+/* A whole cached Compile is answered from the cache's memory only if the memo
+ * takes all of its keys at once. */
+_Static_assert(KILND_MAX_TARGETS <= KILN_CACHE_MEMO_MAX_KEYS, "the memo must take every Compile's keys");
+
 /* What admission learns before it takes the lock. */
 typedef struct prep_s {
   char *compiler;                  /* the workers' identity, a part of every key */
@@ -170,7 +174,7 @@ static KILN_MUST_USE kiln_status_t prep_start(kilnd_jobs_t *jobs, const kilnd_jo
 static KILN_MUST_USE kiln_status_t prep_keys(kilnd_jobs_t *jobs, const kilnd_job_request_t *r, prep_t *p) {
   kiln_cache_key_parts_t parts;
   kilnd_jobs_key_parts(jobs, p->compiler, p->source->key_digest, NULL, r->flags, r->n_flags, &parts);
-  kiln_digest_hex_t stack[KILND_MAX_TARGETS];
+  kiln_digest_hex_t stack[KILND_MAX_TARGETS]; /* Compile refuses more; the heap is for safety */
   kiln_digest_hex_t *keys =
       r->n_targets <= KILND_MAX_TARGETS ? stack : kiln_calloc(r->n_targets, sizeof *keys);
   kiln_status_t st = kiln_cache_keys_compute(&parts, r->targets, r->n_targets, keys);
@@ -192,7 +196,6 @@ static KILN_MUST_USE kiln_status_t prep_from_memory(kilnd_jobs_t *jobs, const ki
   memcpy(p->source->digest, digest.text, sizeof p->source->digest);
   if (!stored || !source_key_digest(jobs, p->source->digest, NULL, 0, p->source->key_digest)) return NULL;
   if (r->n_targets > KILND_MAX_TARGETS) return NULL;
-  _Static_assert(KILND_MAX_TARGETS <= KILN_CACHE_MEMO_MAX_KEYS, "the memo must take every Compile's keys");
   KILN_RETURN_IF_ERROR(prep_keys(jobs, r, p));
   /* Every target a memoized hit, all recorded at once, or nothing changed. */
   const char *keys[KILND_MAX_TARGETS];

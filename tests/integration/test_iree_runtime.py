@@ -16,7 +16,8 @@ iree-run-module there must carry the staging-buffer patch the doc describes to r
 results back from lavapipe). KILN_IREE_TARGETS overrides the targets;
 KILN_IREE_CPU_TARGETS the CPU ones; KILN_IREE_CORPUS=control.mlir,models.mlir
 limits the run to those files. Cases run side by side, KILN_IREE_JOBS at a time
-(default: one per CPU), each in its own folder.
+(default: one per CPU this process may use), each in its own folder; a case that
+times out fails alone.
 """
 import math
 import os
@@ -39,7 +40,7 @@ LINK_TARGETS = ("sm_89", "sm_120", "gfx950", "gfx1100")
 CPU_TARGETS = ("x86_64",)
 CPU_DEVICES = ("local-sync", "local-task")
 
-JOBS = int(os.environ.get("KILN_IREE_JOBS", "0") or 0) or os.cpu_count() or 1
+JOBS = max(1, int(os.environ.get("KILN_IREE_JOBS", "0") or 0) or len(os.sched_getaffinity(0)))
 DEFAULT_TOL = {"f16": 2e-3, "bf16": 1.6e-2, "f32": 1e-5, "f64": 1e-12}
 
 
@@ -197,8 +198,11 @@ class IreeRuntimeTest(unittest.TestCase):
         with open(src, "w") as f:
             f.write(case["text"])
         vmfb = os.path.join(out_dir, "%s.%s.vmfb" % (case["name"], target))
-        r = subprocess.run([KILNC, src, "--target", target, *flags, "-o", vmfb], capture_output=True,
-                           text=True, env=clean_env(), timeout=300)
+        try:
+            r = subprocess.run([KILNC, src, "--target", target, *flags, "-o", vmfb], capture_output=True,
+                               text=True, env=clean_env(), timeout=300)
+        except subprocess.TimeoutExpired as e:
+            return None, ["timed out after %g s" % e.timeout]
         return vmfb if r.returncode == 0 else None, r.stderr.strip().splitlines()[:1]
 
     def test_vulkan_corpus_on_lavapipe(self):
@@ -259,7 +263,10 @@ class IreeRuntimeTest(unittest.TestCase):
             args = [RUN_MODULE, "--device=" + device, "--module=" + vmfb, "--function=" + case["name"]]
             args += [input_flag(spec[0], spec[1] if len(spec) > 1 else "") for spec in case["inputs"]]
             args += ["--output=@" + f for f in files]
-            r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+            try:
+                r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+            except subprocess.TimeoutExpired as e:
+                return False, "%s: timed out after %g s" % (device, e.timeout)
             if r.returncode != 0:
                 return False, "%s: %s" % (device, (r.stderr or r.stdout).strip().splitlines()[-1:])
             for (type_spec, *vals), path in zip(case["outputs"], files):
@@ -283,8 +290,11 @@ class IreeRuntimeTest(unittest.TestCase):
             vmfb, err = self.compile(case, target, out)
             if not vmfb:
                 return "%s @%s %s: kilnc: %s" % (name, case["name"], target, err)
-            r = subprocess.run([RUN_MODULE, "--device=local-sync", "--module=" + vmfb,
-                                "--function=" + case["name"]], capture_output=True, text=True, timeout=60)
+            try:
+                r = subprocess.run([RUN_MODULE, "--device=local-sync", "--module=" + vmfb,
+                                    "--function=" + case["name"]], capture_output=True, text=True, timeout=60)
+            except subprocess.TimeoutExpired as e:
+                return "%s @%s %s: timed out after %g s" % (name, case["name"], target, e.timeout)
             text = r.stderr + r.stdout
             # Past verification and import resolution, a module either reaches
             # hal.executable.create (which local-sync refuses for a GPU format)

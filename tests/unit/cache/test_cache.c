@@ -606,6 +606,7 @@ static void test_keys_of_many_targets(void **state) {
   source_digest(5, src);
   const char *const flags[] = {"--iree-opt-level=O3", " -g"};
   kiln_cache_key_parts_t p = base_parts(src, flags, 2);
+  p.target = NULL; /* not read */
   const char *const targets[] = {"vulkan-spirv", "cuda-sm_120", "rocm-gfx950"};
   kiln_digest_hex_t keys[3];
   assert_ok(kiln_cache_keys_compute(&p, targets, 3, keys));
@@ -617,11 +618,17 @@ static void test_keys_of_many_targets(void **state) {
     assert_string_equal(keys[i].text, one);
   }
   assert_ok(kiln_cache_keys_compute(&p, NULL, 0, keys)); /* nothing to do */
+  /* Refused: nothing is written. */
+  memset(keys, 'x', sizeof keys);
   const char *const bad[] = {"vulkan-spirv", "cuda\nsm_120"};
   assert_code(kiln_cache_keys_compute(&p, bad, 2, keys), KILN_STATUS_INVALID_ARGUMENT);
   kiln_cache_key_parts_t v = p;
   v.source_digest = "abc";
   assert_code(kiln_cache_keys_compute(&v, targets, 3, keys), KILN_STATUS_INVALID_ARGUMENT);
+  v = p;
+  v.compiler = "";
+  assert_code(kiln_cache_keys_compute(&v, targets, 3, keys), KILN_STATUS_INVALID_ARGUMENT);
+  for (size_t i = 0; i < sizeof keys; i++) assert_int_equal(((const char *)keys)[i], 'x');
 }
 
 /* Keys of parts that must differ: either both compute and differ, or the second
@@ -1400,7 +1407,12 @@ static void test_memo_answers_without_io(void **state) {
   assert_true(kiln_cache_artifact_memo(f->cache, both, 2, ans));
   assert_string_equal(ans[1].artifact_digest, b.digest);
   assert_int_equal(stats_of(f->cache).hits, hits + 2); /* the stats flushed the pending hits */
-  /* Two keys new to the pending hits in one call: each row gets its own hit. */
+  /* Two keys new to the pending hits in one call: each row gets its own hit.
+   * (Each memo check comes right after a probe: a slow run must not make it due
+   * a stat.) */
+  assert_ok(kiln_cache_artifact_probe(f->cache, a.key, digest, &size));
+  assert_ok(kiln_cache_artifact_probe(f->cache, b.key, digest, &size));
+  (void)stats_of(f->cache);
   uint64_t a_hits = row_hits(f->cache, a.digest), b_hits = row_hits(f->cache, b.digest);
   assert_true(kiln_cache_artifact_memo(f->cache, both, 2, ans));
   (void)stats_of(f->cache);
@@ -1410,9 +1422,13 @@ static void test_memo_answers_without_io(void **state) {
   const char *many[KILN_CACHE_MEMO_MAX_KEYS + 1];
   kiln_cache_memo_answer_t many_ans[KILN_CACHE_MEMO_MAX_KEYS + 1];
   for (size_t i = 0; i <= KILN_CACHE_MEMO_MAX_KEYS; i++) many[i] = a.key;
+  assert_ok(kiln_cache_artifact_probe(f->cache, a.key, digest, &size));
   hits = stats_of(f->cache).hits;
   assert_false(kiln_cache_artifact_memo(f->cache, many, KILN_CACHE_MEMO_MAX_KEYS + 1, many_ans));
   assert_int_equal(stats_of(f->cache).hits, hits);
+  /* Up to the limit they are answered (one key repeated: one new pending entry). */
+  assert_true(kiln_cache_artifact_memo(f->cache, many, KILN_CACHE_MEMO_MAX_KEYS, many_ans));
+  assert_int_equal(stats_of(f->cache).hits, hits + KILN_CACHE_MEMO_MAX_KEYS);
   const char *bad[] = {"not-a-key"};
   assert_false(kiln_cache_artifact_memo(f->cache, bad, 1, ans));
   usleep(1100 * 1000); /* due a stat: only the probe may answer */
