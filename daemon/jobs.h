@@ -236,9 +236,11 @@ const char *kilnd_jobs_compiler(kilnd_jobs_t *jobs);
 
 /* The cache key parts of (source, target, flags) under `compiler`: `key_digest`
  * is the source's key digest (kiln_cache_source_key_digest), `target` a canonical
- * target id (NULL for kiln_cache_keys_compute, which takes the targets), `flags` normalized (base/flags.h);
- * the HAL and bytecode versions are the engine's. The one place kilnd assembles a key: admission, storing a
- * result, GetArtifact and Recompile all come through here. The parts borrow the arguments. Thread-safe. */
+ * target id (NULL for kiln_cache_keys_compute, which takes the targets apart),
+ * `flags` normalized (base/flags.h); the HAL and bytecode versions are the
+ * engine's. The one place kilnd assembles a key: admission, storing a result,
+ * GetArtifact and Recompile all come through here. The parts borrow the
+ * arguments. Thread-safe. */
 void kilnd_jobs_key_parts(const kilnd_jobs_t *jobs, const char *compiler, const char *key_digest,
                           const char *target, const char *const *flags, size_t n_flags,
                           kiln_cache_key_parts_t *out_parts);
