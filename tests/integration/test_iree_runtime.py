@@ -83,6 +83,15 @@ def corpus_cases():
                 yield name, case
 
 
+def run_tool(args, timeout, **kwargs):
+    """subprocess.run, but a run past `timeout` is an answer, not an exception
+    (return code None, stderr saying so): one hung case fails alone."""
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired as e:
+        return subprocess.CompletedProcess(args, None, "", "timed out after %g s" % e.timeout)
+
+
 def side_by_side(calls):
     """The results of the calls (each runs subprocesses, so threads suffice), in order."""
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
@@ -198,11 +207,7 @@ class IreeRuntimeTest(unittest.TestCase):
         with open(src, "w") as f:
             f.write(case["text"])
         vmfb = os.path.join(out_dir, "%s.%s.vmfb" % (case["name"], target))
-        try:
-            r = subprocess.run([KILNC, src, "--target", target, *flags, "-o", vmfb], capture_output=True,
-                               text=True, env=clean_env(), timeout=300)
-        except subprocess.TimeoutExpired as e:
-            return None, ["timed out after %g s" % e.timeout]
+        r = run_tool([KILNC, src, "--target", target, *flags, "-o", vmfb], 300, env=clean_env())
         return vmfb if r.returncode == 0 else None, r.stderr.strip().splitlines()[:1]
 
     def test_vulkan_corpus_on_lavapipe(self):
@@ -263,10 +268,7 @@ class IreeRuntimeTest(unittest.TestCase):
             args = [RUN_MODULE, "--device=" + device, "--module=" + vmfb, "--function=" + case["name"]]
             args += [input_flag(spec[0], spec[1] if len(spec) > 1 else "") for spec in case["inputs"]]
             args += ["--output=@" + f for f in files]
-            try:
-                r = subprocess.run(args, capture_output=True, text=True, timeout=120)
-            except subprocess.TimeoutExpired as e:
-                return False, "%s: timed out after %g s" % (device, e.timeout)
+            r = run_tool(args, 120)
             if r.returncode != 0:
                 return False, "%s: %s" % (device, (r.stderr or r.stdout).strip().splitlines()[-1:])
             for (type_spec, *vals), path in zip(case["outputs"], files):
@@ -290,11 +292,8 @@ class IreeRuntimeTest(unittest.TestCase):
             vmfb, err = self.compile(case, target, out)
             if not vmfb:
                 return "%s @%s %s: kilnc: %s" % (name, case["name"], target, err)
-            try:
-                r = subprocess.run([RUN_MODULE, "--device=local-sync", "--module=" + vmfb,
-                                    "--function=" + case["name"]], capture_output=True, text=True, timeout=60)
-            except subprocess.TimeoutExpired as e:
-                return "%s @%s %s: timed out after %g s" % (name, case["name"], target, e.timeout)
+            r = run_tool([RUN_MODULE, "--device=local-sync", "--module=" + vmfb,
+                          "--function=" + case["name"]], 60)
             text = r.stderr + r.stdout
             # Past verification and import resolution, a module either reaches
             # hal.executable.create (which local-sync refuses for a GPU format)
