@@ -3,7 +3,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <inttypes.h>
+#include <stdbool.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 kiln_status_t kiln_file_write(const char *path, const void *data, size_t len, mode_t mode) {
@@ -75,4 +78,24 @@ char *kiln_read_file(const char *path, size_t *out_len) {
   }
   if (out_len) *out_len = b.len;
   return kiln_buf_take(&b);
+}
+
+/* The first error of the removal in progress on this thread (nftw has no user
+ * pointer). */
+static _Thread_local int remove_errno;
+
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+  (void)sb, (void)ftw;
+  bool dir = type == FTW_DP || type == FTW_DNR;
+  if ((dir ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT && !remove_errno) remove_errno = errno;
+  return 0; /* go on past what cannot be removed */
+}
+
+int kiln_file_remove_tree(const char *path) {
+  remove_errno = 0;
+  nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  struct stat sb;
+  if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1; /* ENOTDIR: under a file */
+  errno = remove_errno ? remove_errno : EBUSY;
+  return -1;
 }

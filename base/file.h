@@ -1,8 +1,8 @@
 /* Whole files in and out, one read loop and one write loop for all of kiln:
  * with statuses that name the path (kiln-worker's scratch files, the CPU back
  * half's object for the linker, kilnc's outputs), or with errno for callers that
- * word their own message (kiln_buf_append_file, kiln_read_file). Thread-safe (no
- * shared state). */
+ * word their own message (kiln_buf_append_file, kiln_read_file), and one tree
+ * removal. Thread-safe (no shared state). */
 #ifndef KILN_BASE_FILE_H
 #define KILN_BASE_FILE_H
 
@@ -30,5 +30,12 @@ int kiln_buf_append_file(kiln_buf_t *buf, const char *path);
  * length in `*out_len` when that is not NULL; NULL with errno set when it cannot be
  * opened or read. */
 char *kiln_read_file(const char *path, size_t *out_len);
+
+/* Removes `path` and, when it is a directory, everything under it, like rm -rf:
+ * never following a symlink (a link is removed, not what it points to), going on
+ * past an entry it cannot remove. Returns 0 when `path` is gone afterwards (also
+ * when it never existed); otherwise -1 with errno of the first entry that could
+ * not be removed. */
+int kiln_file_remove_tree(const char *path);
 
 #endif /* KILN_BASE_FILE_H */

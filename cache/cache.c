@@ -37,7 +37,6 @@
 #include "cache/cache.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -50,6 +49,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/flags.h"
 #include "base/log.h"
 #include "base/mlir_text.h"
@@ -529,19 +529,6 @@ static void add_problem(scan_t *scan, kiln_cache_problem_kind_t kind, const kiln
   p->repaired = repaired;
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
-  (void)sb, (void)ftw;
-  return (type == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : -1;
-}
-
-/* Removes a stray file or directory tree inside blobs/ (never following links). */
-static bool remove_path(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return errno == ENOENT;
-  if (!S_ISDIR(sb.st_mode)) return unlink(path) == 0;
-  return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0;
-}
-
 /* verify, for a blob SHA-256 just proved intact: records its check when none is
  * recorded, and replaces a recorded one that disagrees (a damaged index row; left
  * alone, it would fail the next read of good bytes). Best effort, like any
@@ -576,7 +563,7 @@ static KILN_MUST_USE kiln_status_t visit_blob(void *user, const kiln_digest_t *d
     return KILN_STATUS(KILN_STATUS_CANCELLED, "cache scan stopped before it finished");
   }
   if (!digest) {
-    bool repaired = !scan->dry_run && remove_path(path);
+    bool repaired = !scan->dry_run && kiln_file_remove_tree(path) == 0;
     scan->repair.stray_files++;
     add_problem(scan, KILN_CACHE_PROBLEM_STRAY_FILE, NULL, repaired, "%s is not a blob%s", path,
                 repaired ? "; removed" : "");

@@ -12,7 +12,8 @@
  * used in turn as start timeout, task timeout and end-of-file grace) and is freed
  * when the fifth close callback has run; each slot owns a respawn timer. The pool
  * is freed, and close's `done` called, when every worker is freed, every slot timer
- * closed and no crash report is being written.
+ * closed, no crash report is being written and no dead worker's scratch directory
+ * is being removed.
  *
  * A death is handled once all three of these happened: exit_cb, EOF on stdout and
  * EOF on stderr (so that the last events and the last words on stderr, such as
@@ -22,8 +23,10 @@
  * when its stderr says it ran out of memory or it was SIGKILLed by someone else,
  * INTERNAL otherwise); for anything but a cancel, the IR is first written to
  * crash_dir/<task>.mlir on libuv's thread pool (disk stays off the loop) and the
- * failures name that file. The slot is then refilled: at once, or after a
- * backoff when the worker died before it was ready.
+ * failures name that file. Its scratch directory (its TMPDIR, which kilnd named
+ * with --scratch) is removed on the thread pool, whatever killed it. The slot is
+ * then refilled: at once, or after a backoff when the worker died before it was
+ * ready.
  *
  * Invariants: every submitted task gets exactly one TARGET_DONE or TARGET_FAILED
  * per target and then FINISHED, unless the pool is closed first; a task is owned by
@@ -37,8 +40,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +53,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "kiln/worker/v1/worker.pb-c.h"
@@ -115,7 +122,8 @@ struct worker_s {
   int64_t exit_status;
   int term_signal;
   kill_reason_t reason;
-  char *detail; /* KILL_PROTOCOL: what was wrong */
+  char *detail;  /* KILL_PROTOCOL: what was wrong */
+  char *scratch; /* its scratch directory (--scratch), removed once it is dead */
   task_t *task;
   /* stdout: frames */
   uint8_t *rx;
@@ -169,6 +177,8 @@ struct kilnd_workers_s {
   worker_t *all; /* every worker not yet freed */
   size_t open_slot_timers;
   size_t pending_dumps;
+  size_t pending_removals; /* dead workers' scratch directories being removed */
+  char *scratch_base;      /* $TMPDIR, else /tmp: where scratch directories are made */
   char *compiler;
   kilnd_compiler_info_t identity; /* valid once `compiler` is set */
   kilnd_workers_stats_t stats;
@@ -284,6 +294,7 @@ static void remove_worker(worker_t *w) {
   if (w->next) w->next->prev = w->prev;
   task_free(w->task);
   kiln_free(w->detail);
+  kiln_free(w->scratch);
   kiln_free(w->rx);
   kiln_buf_deinit(&w->line);
   kiln_free(w);
@@ -305,7 +316,8 @@ static void close_worker_handles(worker_t *w) {
 }
 
 static void maybe_free_pool(kilnd_workers_t *pool) {
-  if (!pool->closing || pool->all || pool->open_slot_timers || pool->pending_dumps || pool->done_called) {
+  if (!pool->closing || pool->all || pool->open_slot_timers || pool->pending_dumps ||
+      pool->pending_removals || pool->done_called) {
     return;
   }
   pool->done_called = true;
@@ -316,6 +328,7 @@ static void maybe_free_pool(kilnd_workers_t *pool) {
   kiln_free((char *)pool->opt.crash_dir);
   kiln_free((char *)pool->opt.external_compiler);
   kiln_free((char *)pool->opt.external_args);
+  kiln_free(pool->scratch_base);
   kiln_free(pool->compiler);
   kiln_free(pool);
   if (done) done(user);
@@ -467,6 +480,120 @@ static void fail_with_report(kilnd_workers_t *pool, task_t *t, const char *worke
   if (rc < 0) dump_done(&d->work, rc);
 }
 
+/* ---- A dead worker's scratch directory -------------------------------------------- */
+
+/* Each worker gets a new scratch directory, $TMPDIR/kiln-worker-<kilnd pid>-<n>,
+ * which it creates and makes its TMPDIR (daemon/worker/scratch.c): every
+ * temporary file of the worker, its children and its tools (the toolkit links,
+ * ptxas's files, an external compiler's task folders) lies there. A worker
+ * killed in the middle of a task cleans up nothing, so kilnd removes the
+ * directory, on the thread pool, once the worker is dead. What a killed kilnd
+ * left (its workers die with it) is removed when a pool starts. */
+
+/* Whether `pid` has exited: no such process, or only a zombie (a killed kilnd's
+ * workers stay zombies until their new parent reaps them). A process of another
+ * user counts as alive. */
+static bool pid_exited(long pid) {
+  if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+  char path[40], text[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT;
+  ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  const char *paren = strrchr(text, ')'); /* "pid (comm) S ...": comm may hold anything */
+  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* Removes base/kiln-worker-<pid>-<n> (and kiln-worker-<pid>, the form of earlier
+ * versions) whose process `pid` has exited: left by a kilnd that was killed. */
+static void remove_stale_scratch(const char *base) {
+  DIR *d = opendir(base);
+  if (!d) return;
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  size_t removed = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    static const char prefix[] = "kiln-worker-";
+    if (strncmp(e->d_name, prefix, sizeof prefix - 1) != 0) continue;
+    const char *p = e->d_name + sizeof prefix - 1;
+    char *end = NULL;
+    errno = 0;
+    long pid = strtol(p, &end, 10);
+    if (errno || end == p || pid <= 0 || pid > INT_MAX || pid == (long)getpid()) continue;
+    if (*end == '-') {
+      const char *q = end + 1;
+      strtoull(q, &end, 10);
+      if (end == q) continue;
+    }
+    if (*end || !pid_exited(pid)) continue;
+    kiln_buf_clear(&path);
+    kiln_buf_appendf(&path, "%s/%s", base, e->d_name);
+    if (kiln_file_remove_tree(path.data) == 0) removed++;
+  }
+  if (removed) kiln_log(KILN_LOG_INFO, "worker_scratch_swept", "removed=%zu", removed);
+  kiln_buf_deinit(&path);
+  closedir(d);
+}
+
+/* A new scratch directory name for a worker about to start (one not in use). */
+static char *next_scratch(kilnd_workers_t *pool) {
+  static _Atomic uint64_t seq; /* process-wide: two pools of one process never share a name */
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  struct stat sb;
+  do {
+    kiln_buf_clear(&path);
+    kiln_buf_appendf(&path, "%s/kiln-worker-%ld-%" PRIu64, pool->scratch_base, (long)getpid(), ++seq);
+  } while (lstat(path.data, &sb) == 0); /* a kilnd of the same pid before us, say */
+  char *out = kiln_buf_take(&path);
+  kiln_buf_deinit(&path);
+  return out;
+}
+
+typedef struct removal_s {
+  uv_work_t work;
+  kilnd_workers_t *pool;
+  char *path;
+  int err; /* errno of the first entry that could not be removed; 0: all gone */
+} removal_t;
+
+static void removal_work(uv_work_t *req) {
+  removal_t *r = req->data;
+  if (kiln_file_remove_tree(r->path) != 0) r->err = errno;
+}
+
+static void removal_done(uv_work_t *req, int status) {
+  removal_t *r = req->data;
+  kilnd_workers_t *pool = r->pool;
+  pool->pending_removals--;
+  if (status < 0 || r->err) {
+    kiln_buf_t fields;
+    kiln_buf_init(&fields);
+    kiln_log_kv_str(&fields, "dir", r->path);
+    kiln_log_kv_str(&fields, "error", status < 0 ? uv_strerror(status) : strerror(r->err));
+    kiln_log_fields(KILN_LOG_WARN, "worker_scratch_left", &fields);
+    kiln_buf_deinit(&fields);
+  }
+  kiln_free(r->path);
+  kiln_free(r);
+  maybe_free_pool(pool);
+}
+
+static void remove_scratch(worker_t *w) {
+  if (!w->scratch || !w->spawned) return;
+  removal_t *r = kiln_calloc(1, sizeof *r);
+  r->pool = w->pool;
+  r->path = w->scratch;
+  w->scratch = NULL;
+  r->work.data = r;
+  w->pool->pending_removals++;
+  int rc = uv_queue_work(w->pool->loop, &r->work, removal_work, removal_done);
+  if (rc < 0) removal_done(&r->work, rc);
+}
+
 /* ---- A worker's death ------------------------------------------------------------- */
 
 static bool tail_says_oom(const worker_t *w) {
@@ -543,6 +670,7 @@ static void finalize(worker_t *w) {
   }
 
   close_worker_handles(w);
+  remove_scratch(w);
 
   if (t && pool->closing) {
     task_free(t);
@@ -1101,6 +1229,9 @@ static void spawn_slot(slot_t *slot) {
     }
   }
   if (pool->opt.test_hooks) argv[argc++] = kiln_strdup("--test-hooks");
+  w->scratch = next_scratch(pool);
+  argv[argc++] = kiln_strdup("--scratch");
+  argv[argc++] = kiln_strdup(w->scratch);
   argv[argc] = NULL;
 
   uv_stdio_container_t stdio[3];
@@ -1216,6 +1347,9 @@ kiln_status_t kilnd_workers_create(uv_loop_t *loop, const kilnd_workers_options_
   }
   kilnd_workers_t *pool = kiln_calloc(1, sizeof *pool);
   oom_counter_path(pool->oom_counter, sizeof pool->oom_counter);
+  const char *tmp = getenv("TMPDIR");
+  pool->scratch_base = kiln_strdup(tmp && *tmp ? tmp : "/tmp");
+  remove_stale_scratch(pool->scratch_base);
   pool->loop = loop;
   pool->fn = fn;
   pool->user = user;

@@ -1,12 +1,10 @@
 /* kiln-worker's external mode (--external): runs an iree-compile-compatible
  * executable once per target. The argument template (ExternalCompiler in
  * worker.proto) is expanded per target; the source is written into a private
- * scratch directory ($TMPDIR/kiln-worker-<pid>/task-N), the compiler runs there as
- * a child (stdin /dev/null, stdout discarded, stderr captured, killed with the
- * worker through PR_SET_PDEATHSIG, stopped a little before the task timeout), and
- * the VMFB it wrote is read back and sent. A worker that is killed cannot remove
- * its scratch directory, so each new worker removes those of dead workers. */
-#include <dirent.h>
+ * task folder in the worker's scratch directory (scratch.c: <scratch>/task-N),
+ * the compiler runs there as a child (stdin /dev/null, stdout discarded, stderr
+ * captured, killed with the worker through PR_SET_PDEATHSIG, stopped a little
+ * before the task timeout), and the VMFB it wrote is read back and sent. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -158,56 +156,6 @@ static void backend_word(const kiln_target_t *t, char *out, size_t size) {
 }
 
 /* ---- External compiler: files and the child -------------------------------------- */
-
-static int remove_tree(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
-  if (S_ISDIR(sb.st_mode)) {
-    DIR *d = opendir(path);
-    if (d) {
-      struct dirent *e;
-      kiln_buf_t child;
-      kiln_buf_init(&child);
-      while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        kiln_buf_clear(&child);
-        kiln_buf_appendf(&child, "%s/%s", path, e->d_name);
-        remove_tree(child.data);
-      }
-      kiln_buf_deinit(&child);
-      closedir(d);
-    }
-    return rmdir(path);
-  }
-  return unlink(path);
-}
-
-static const char *tmp_base(void) {
-  const char *t = getenv("TMPDIR");
-  return t && *t ? t : "/tmp";
-}
-
-/* Removes kiln-worker-<pid> directories of workers no longer alive (killed ones
- * cannot clean up after themselves). */
-static void remove_stale_scratch(void) {
-  DIR *d = opendir(tmp_base());
-  if (!d) return;
-  struct dirent *e;
-  kiln_buf_t path;
-  kiln_buf_init(&path);
-  while ((e = readdir(d)) != NULL) {
-    if (strncmp(e->d_name, "kiln-worker-", 12) != 0) continue;
-    char *end = NULL;
-    long pid = strtol(e->d_name + 12, &end, 10);
-    if (pid <= 0 || *end || pid == (long)getpid()) continue;
-    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-    kiln_buf_clear(&path);
-    kiln_buf_appendf(&path, "%s/%s", tmp_base(), e->d_name);
-    remove_tree(path.data);
-  }
-  kiln_buf_deinit(&path);
-  closedir(d);
-}
 
 typedef struct run_result_s {
   bool started;   /* exec worked */
@@ -535,17 +483,6 @@ kiln_status_t worker_external_setup(worker_t *w) {
   strv_free(&argv);
   if (st) return st;
   w->external_version = worker_external_version(w->external_path);
-  remove_stale_scratch();
-  kiln_buf_t dir;
-  kiln_buf_init(&dir);
-  kiln_buf_appendf(&dir, "%s/kiln-worker-%ld", tmp_base(), (long)getpid());
-  remove_tree(dir.data);
-  if (mkdir(dir.data, 0700) != 0) {
-    st = KILN_STATUS_ERRNO(errno, "creating the scratch directory %s", dir.data);
-    kiln_buf_deinit(&dir);
-    return st;
-  }
-  w->scratch = kiln_buf_take(&dir);
   return NULL;
 }
 
@@ -577,15 +514,13 @@ void worker_external_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task
     }
   }
   kiln_status_free(st);
-  remove_tree(dir.data);
+  kiln_file_remove_tree(dir.data);
   kiln_buf_deinit(&in_path);
   kiln_free(input);
   kiln_buf_deinit(&dir);
 }
 
 void worker_external_cleanup(worker_t *w) {
-  if (w->scratch) remove_tree(w->scratch);
-  kiln_free(w->scratch);
   kiln_free(w->external_path);
   kiln_free(w->external_version);
 }

@@ -1,6 +1,6 @@
 /* kiln-worker: one compile process of kilnd's worker pool (daemon/workers.c).
  *
- *   kiln-worker [--jobs N] [--memory-limit BYTES] [--log-level L]
+ *   kiln-worker [--jobs N] [--memory-limit BYTES] [--log-level L] [--scratch DIR]
  *               [--external COMPILER [--external-args TEMPLATE]] [--test-hooks]
  *   kiln-worker [--external COMPILER] --version
  *
@@ -29,9 +29,12 @@
  * the source is written into a private scratch directory, the compiler runs there
  * as a child (stdin /dev/null, stdout discarded, stderr captured, killed with the
  * worker through PR_SET_PDEATHSIG), and the VMFB it wrote is read back. No MLIR
- * context is created in this mode. Scratch directories are
- * $TMPDIR/kiln-worker-<pid>; a worker that is killed cannot remove its own, so
- * each new worker removes those of workers that are no longer alive.
+ * context is created in this mode.
+ *
+ * Scratch. Every worker creates its scratch directory (--scratch, which kilnd
+ * names) and makes it its own TMPDIR (scratch.c), so whatever temporary files it,
+ * its children and its tools make lie there. A killed worker cannot remove it:
+ * kilnd does, once it has reaped the worker.
  *
  * Memory. --memory-limit sets RLIMIT_AS on this process before anything big is
  * mapped, so a runaway compile fails an allocation here (kiln_malloc logs
@@ -473,6 +476,10 @@ static const kiln_config_option_t option_list[] = {
          "compile with this iree-compile-compatible executable instead of the built-in compiler", 0, 0, NULL),
     FLAG("external-args", KILN_CONFIG_STRING, external_args, NULL, "TEMPLATE",
          "the external compiler's argument template (worker.proto: ExternalCompiler)", 0, 0, NULL),
+    FLAG("scratch", KILN_CONFIG_STRING, scratch, NULL, "DIR",
+         "create DIR (absolute, new) as this worker's TMPDIR (default: a new "
+         "$TMPDIR/kiln-worker-scratch-XXXXXX)",
+         0, 0, NULL),
     FLAG("test-hooks", KILN_CONFIG_BOOL, test_hooks, NULL, NULL,
          "obey kiln-test lines in sources (tests only)", 0, 0, NULL),
     FLAG("version", KILN_CONFIG_BOOL, version, NULL, NULL, "print the compiler this worker runs and exit", 0,
@@ -484,7 +491,7 @@ static const kiln_config_table_t option_table = {"kiln-worker", "", option_list,
 
 static void usage(FILE *out) {
   fputs(
-      "usage: kiln-worker [--jobs N] [--memory-limit BYTES] [--log-level L]\n"
+      "usage: kiln-worker [--jobs N] [--memory-limit BYTES] [--log-level L] [--scratch DIR]\n"
       "                   [--external COMPILER [--external-args TEMPLATE]] [--test-hooks]\n"
       "       kiln-worker [--external COMPILER] --version\n"
       "A compile worker of kilnd: reads kiln.worker.v1 tasks on stdin, answers on stdout.\n"
@@ -615,6 +622,7 @@ int main(int argc, char **argv) {
   }
   kiln_log_configure(w.opt.log_level, STDERR_FILENO);
   kiln_status_t st = apply_memory_limit(&w);
+  if (!st) st = worker_scratch_setup(&w);
   if (!st && w.opt.external) {
     st = worker_external_setup(&w);
   } else if (!st) {
@@ -649,6 +657,7 @@ int main(int argc, char **argv) {
   }
   kiln_compiler_context_destroy(w.context);
   worker_external_cleanup(&w);
+  worker_scratch_cleanup(&w);
   kiln_config_deinit(&option_table, &w.opt);
   return code;
 }

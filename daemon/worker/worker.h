@@ -24,6 +24,7 @@ typedef struct options_s {
   uint64_t memory_limit;
   char *external;      /* NULL: the built-in compiler */
   char *external_args; /* the template; the default when not given */
+  char *scratch;       /* --scratch: the directory to create as TMPDIR */
   bool test_hooks;
   bool version; /* --version: print the compiler identity and exit */
   bool help;
@@ -37,7 +38,7 @@ typedef struct worker_s {
   kiln_compiler_context_t *context; /* built-in mode */
   char *external_path;              /* external mode: absolute, or a bare name for PATH */
   char *external_version;
-  char *scratch; /* external mode: $TMPDIR/kiln-worker-<pid> */
+  char *scratch; /* the scratch directory, this process's TMPDIR (scratch.c) */
   uint64_t applied_limit;
 } worker_t;
 
@@ -50,10 +51,18 @@ void worker_send_failed(uint64_t task, const char *target, kiln_status_code_t co
 void worker_send_done(uint64_t task, const char *target, const void *vmfb, size_t len, int64_t compile_ms);
 int64_t worker_elapsed_ms_since(int64_t start_ns);
 
+/* ---- The scratch directory (scratch.c) ------------------------------------------- */
+
+/* Creates the scratch directory (--scratch, else a new
+ * $TMPDIR/kiln-worker-scratch-XXXXXX) and points TMPDIR at it. */
+KILN_MUST_USE kiln_status_t worker_scratch_setup(worker_t *w);
+/* Removes the scratch directory and everything in it. */
+void worker_scratch_cleanup(worker_t *w);
+
 /* ---- The external compiler (external.c) ----------------------------------------- */
 
-/* Resolves --external, checks the --external-args template, reads the compiler's
- * --version and creates the scratch directory (removing those of dead workers). */
+/* Resolves --external, checks the --external-args template and reads the
+ * compiler's --version. */
 KILN_MUST_USE kiln_status_t worker_external_setup(worker_t *w);
 /* What `path --version` prints, whitespace collapsed, at most 256 bytes (empty
  * when it printed nothing); free with kiln_free. */
@@ -63,7 +72,7 @@ char *worker_external_version(const char *path);
  * task started at `start_ns` (its timeout counts from there). */
 void worker_external_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task, const char *const *names,
                           const kiln_target_t *const *targets, size_t n, int64_t start_ns);
-/* Removes the scratch directory and frees what setup allocated. */
+/* Frees what setup allocated. */
 void worker_external_cleanup(worker_t *w);
 
 #endif /* KILN_DAEMON_WORKER_WORKER_H */

@@ -175,7 +175,11 @@ class Kilnd:
                             ("--tls-client-ca", tls_client_ca), ("--token-file", token_file)):
             if value is not None:
                 self.args += [name, value]
-        self.env = clean_env(**(env or {}))
+        # A TMPDIR of its own: whatever kilnd's workers leave there is this kilnd's
+        # (leftovers()), not that of a test running beside it.
+        self.tmpdir = os.path.join(self.tmp.name, "tmp")
+        os.mkdir(self.tmpdir)
+        self.env = clean_env(**dict({"TMPDIR": self.tmpdir}, **(env or {})))
         self.wrapper = shlex.split(wrapper if wrapper is not None
                                    else os.environ.get("KILN_WRAPPER", ""))
         self.workdir = workdir or self.tmp.name
@@ -239,6 +243,13 @@ class Kilnd:
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
+
+    def leftovers(self):
+        """kiln's temporary files in kilnd's TMPDIR (every name kiln gives one starts
+        with "kiln-"): after a clean stop, none (each worker's scratch directory is
+        removed by the worker, or by kilnd when the worker was killed)."""
+        tmp = self.env["TMPDIR"]
+        return sorted(n for n in os.listdir(tmp) if n.startswith("kiln-")) if os.path.isdir(tmp) else []
 
     def log(self):
         try:
@@ -322,3 +333,4 @@ class KilnTestCase(unittest.TestCase):
     def assertCleanStop(self, kilnd, sig=signal.SIGTERM):
         rc = kilnd.stop(sig)
         self.assertEqual(rc, 0, f"kilnd exited {rc}; log:\n{kilnd.log()}")
+        self.assertEqual(kilnd.leftovers(), [], "left in kilnd's TMPDIR")

@@ -230,6 +230,15 @@ def worker_pid(kilnd, worker):
     return int(pids[-1])
 
 
+def pid_running(pid):
+    """Whether `pid` is a process that has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def worker_pids(kilnd_pid):
     """Live (non-zombie) child processes of kilnd: its workers."""
     out = []
@@ -310,6 +319,8 @@ class ServiceTestCase(KilnTestCase):
             rc = kilnd.stop(timeout=60 * SLOW) if kilnd.proc.poll() is None else 0
             self.check_sanitizer_reports(kilnd)
             self.assertEqual(rc, 0, f"kilnd exited {rc}; log:\n{kilnd.log()[-20000:]}")
+            # Workers killed on purpose (cancel, timeout, crash, memory) included.
+            self.assertEqual(kilnd.leftovers(), [], "left in kilnd's TMPDIR")
         finally:
             kilnd.__exit__(None, None, None)
 
@@ -885,6 +896,63 @@ class WorkerFailureTest(ServiceTestCase):
         self.assertAlive()
         self.wait_restarts(1)
         self.assertCompiles()
+
+
+class ScratchTest(ServiceTestCase):
+    """Each worker's temporary files lie in its scratch directory, its TMPDIR
+    ($TMPDIR/kiln-worker-<kilnd pid>-<n>). A worker killed in the middle of a task
+    runs no cleanup: kilnd removes the directory once it has reaped the worker, and
+    a new kilnd removes those a killed kilnd left. Every test's clean stop checks
+    that kilnd's TMPDIR holds nothing of kiln's."""
+
+    def test_killed_worker_leaves_no_scratch(self):
+        c = self.up(workers=1)
+        # An AMD target makes the ROCDL serializer's toolkit links, kept for the
+        # worker's life, in its TMPDIR.
+        self.assertCompiles(targets=("gfx950",))
+        r, _ = self.start_hang("scratch")
+        (first,) = self.kilnd.leftovers()
+        self.assertRegex(first, rf"^kiln-worker-{self.kilnd.proc.pid}-\d+$")
+        scratch = os.path.join(self.kilnd.env["TMPDIR"], first)
+        links = glob.glob(os.path.join(scratch, "kiln-toolkit-*", "llvm", "bin", "ld.lld"))
+        self.assertEqual(len(links), 1, os.listdir(scratch))
+        before = c.jobs()
+        self.assertTrue(c.cancel(r.job_id).cancelled)
+        self.wait_restarts(before.worker_restarts + 1)
+        wait_for(lambda: not os.path.exists(scratch), 10, f"kilnd to remove {scratch}")
+        (second,) = self.kilnd.leftovers()  # the new worker's
+        self.assertNotEqual(second, first)
+
+    def test_a_new_kilnd_removes_what_a_killed_one_left(self):
+        self.up(workers=2)
+        tmp = self.kilnd.env["TMPDIR"]
+        pids = worker_pids(self.kilnd.proc.pid)
+        left = self.kilnd.leftovers()
+        self.assertEqual(len(left), 2, left)
+        # Beside them, one of an earlier version's form, of a process long gone, and
+        # two of a live process (this test's), which must be kept.
+        probe = subprocess.Popen(["true"])
+        probe.wait()
+        old_form = os.path.join(tmp, f"kiln-worker-{probe.pid}")
+        os.makedirs(os.path.join(old_form, "kiln-ptxas-x"))
+        live = [os.path.join(tmp, f"kiln-worker-{os.getpid()}{n}") for n in ("", "-7")]
+        for d in live:
+            os.mkdir(d)
+        self.kilnd.proc.kill()  # its workers die with it (PR_SET_PDEATHSIG), cleaning nothing
+        self.kilnd.proc.wait()
+        for pid in pids:
+            wait_for(lambda: not pid_running(pid), 10, f"worker {pid} to die with kilnd")
+        self.assertEqual(self.kilnd.leftovers(), sorted(left + [os.path.basename(old_form)] +
+                                                        [os.path.basename(d) for d in live]))
+        with Kilnd("--workers", "1", env={"TMPDIR": tmp}) as k2:
+            self.assertIn("event=worker_scratch_swept removed=3", k2.log())
+            wait_for(lambda: "event=worker_ready" in k2.log(), 30, "the new worker")
+            mine = [n for n in os.listdir(tmp) if n.startswith(f"kiln-worker-{k2.proc.pid}-")]
+            self.assertEqual(len(mine), 1)
+            self.assertEqual(sorted(os.listdir(tmp)), sorted(mine + [os.path.basename(d) for d in live]))
+            self.assertEqual(k2.stop(), 0, k2.log()[-5000:])
+        for d in live:
+            os.rmdir(d)
 
 
 class CancelTest(ServiceTestCase):

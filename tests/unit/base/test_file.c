@@ -1,17 +1,23 @@
 /* Unit tests for base/file: a 3 MiB file written and read back byte for byte
  * (several read chunks), the mode honoured, truncation of a longer file, the
  * read limit (RESOURCE_EXHAUSTED naming the path and the limit, exactly at the
- * limit still fine), and errno statuses naming the path for a missing file and
- * a file that cannot be created. */
+ * limit still fine), errno statuses naming the path for a missing file and
+ * a file that cannot be created, and kiln_file_remove_tree: a nested tree goes,
+ * a symlink in it is removed without touching what it points to, a missing path
+ * is fine, and a path that cannot go (under a file; as a user, also in a folder
+ * it may not write) is -1 with errno. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
@@ -85,10 +91,84 @@ static void test_limit_and_errors(void **state) {
   free(dir);
 }
 
+/* Whether `path` exists (as itself: a dangling link counts). */
+static bool exists(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+static void test_remove_tree(void **state) {
+  (void)state;
+  char *dir = kiln_test_tmpdir("kiln-file");
+  kiln_buf_t tree, outside, p;
+  kiln_buf_init(&tree);
+  kiln_buf_init(&outside);
+  kiln_buf_init(&p);
+  kiln_buf_appendf(&tree, "%s/tree", dir);
+  kiln_buf_appendf(&outside, "%s/outside", dir);
+  assert_int_equal(mkdir(outside.data, 0700), 0);
+  kiln_buf_appendf(&p, "%s/keep", outside.data);
+  kiln_test_assert_ok(kiln_file_write(p.data, "k", 1, 0600));
+  /* tree/a/b/c/f, tree/g, tree/link -> outside (a folder), tree/a/dangling */
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/a/b/c", tree.data);
+  assert_int_equal(mkdir(tree.data, 0700), 0);
+  for (char *slash = strchr(p.data + tree.len + 1, '/');; slash = strchr(slash + 1, '/')) {
+    if (slash) *slash = '\0';
+    assert_int_equal(mkdir(p.data, 0700), 0);
+    if (!slash) break;
+    *slash = '/';
+  }
+  kiln_buf_append_str(&p, "/f");
+  kiln_test_assert_ok(kiln_file_write(p.data, "f", 1, 0600));
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/g", tree.data);
+  kiln_test_assert_ok(kiln_file_write(p.data, "g", 1, 0600));
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/link", tree.data);
+  assert_int_equal(symlink(outside.data, p.data), 0);
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/a/dangling", tree.data);
+  assert_int_equal(symlink("/nonexistent/kiln", p.data), 0);
+
+  assert_int_equal(kiln_file_remove_tree(tree.data), 0);
+  assert_false(exists(tree.data));
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/keep", outside.data);
+  assert_true(exists(p.data));                           /* the link was removed, not followed */
+  assert_int_equal(kiln_file_remove_tree(tree.data), 0); /* already gone */
+  kiln_buf_append_str(&p, "/under");
+  errno = 0;
+  assert_int_equal(kiln_file_remove_tree(p.data), -1); /* a path under a file */
+  assert_int_equal(errno, ENOTDIR);
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/keep", outside.data);
+  assert_int_equal(kiln_file_remove_tree(p.data), 0); /* a plain file */
+  assert_false(exists(p.data));
+
+  if (geteuid() != 0) { /* root may remove anything: the failure needs a user */
+    kiln_buf_clear(&p);
+    kiln_buf_appendf(&p, "%s/x", outside.data);
+    kiln_test_assert_ok(kiln_file_write(p.data, "x", 1, 0600));
+    assert_int_equal(chmod(outside.data, 0500), 0);
+    errno = 0;
+    assert_int_equal(kiln_file_remove_tree(outside.data), -1);
+    assert_int_equal(errno, EACCES);
+    assert_true(exists(p.data));
+    assert_int_equal(chmod(outside.data, 0700), 0);
+  }
+  kiln_buf_deinit(&p);
+  kiln_buf_deinit(&outside);
+  kiln_buf_deinit(&tree);
+  kiln_test_remove_tree(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_write_then_read_back),
       cmocka_unit_test(test_limit_and_errors),
+      cmocka_unit_test(test_remove_tree),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

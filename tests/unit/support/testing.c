@@ -13,7 +13,6 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,8 @@
 #include <unistd.h>
 
 #include "tests/unit/support/testing.h"
+
+#include "base/file.h"
 
 char *kiln_test_tmpdir_in(const char *parent, const char *prefix) {
   size_t size = strlen(parent) + strlen(prefix) + sizeof "/-XXXXXX";
@@ -44,20 +45,9 @@ char *kiln_test_tmpdir(const char *prefix) {
   return kiln_test_tmpdir_in(tmp && *tmp ? tmp : "/tmp", prefix);
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  /* 0 whatever remove says: stopping would leave the rest of the tree behind. */
-  (void)remove(path);
-  return 0;
-}
-
 int kiln_test_remove_tree(const char *path) {
-  nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-  struct stat st;
-  if (lstat(path, &st) != 0 && errno == ENOENT) return 0;
-  fprintf(stderr, "could not remove %s\n", path);
+  if (kiln_file_remove_tree(path) == 0) return 0;
+  fprintf(stderr, "could not remove %s: %s\n", path, strerror(errno));
   return -1;
 }
 
