@@ -938,6 +938,7 @@ class ScratchTest(ServiceTestCase):
         live = [os.path.join(tmp, f"kiln-worker-{os.getpid()}{n}") for n in ("", "-7")]
         for d in live:
             os.mkdir(d)
+            self.addCleanup(os.rmdir, d)
         self.kilnd.proc.kill()  # its workers die with it (PR_SET_PDEATHSIG), cleaning nothing
         self.kilnd.proc.wait()
         for pid in pids:
@@ -947,12 +948,10 @@ class ScratchTest(ServiceTestCase):
         with Kilnd("--workers", "1", env={"TMPDIR": tmp}) as k2:
             self.assertIn("event=worker_scratch_swept removed=3", k2.log())
             wait_for(lambda: "event=worker_ready" in k2.log(), 30, "the new worker")
-            mine = [n for n in os.listdir(tmp) if n.startswith(f"kiln-worker-{k2.proc.pid}-")]
+            mine = [n for n in k2.leftovers() if n.startswith(f"kiln-worker-{k2.proc.pid}-")]
             self.assertEqual(len(mine), 1)
-            self.assertEqual(sorted(os.listdir(tmp)), sorted(mine + [os.path.basename(d) for d in live]))
+            self.assertEqual(k2.leftovers(), sorted(mine + [os.path.basename(d) for d in live]))
             self.assertEqual(k2.stop(), 0, k2.log()[-5000:])
-        for d in live:
-            os.rmdir(d)
 
 
 class CancelTest(ServiceTestCase):
