@@ -3,9 +3,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <dirent.h>
 #include <inttypes.h>
-#include <stdbool.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,22 +80,75 @@ char *kiln_read_file(const char *path, size_t *out_len) {
   return kiln_buf_take(&b);
 }
 
-/* The first error of the removal in progress on this thread (nftw has no user
- * pointer). */
-static _Thread_local int remove_errno;
+/* Directories deeper than this are not descended into (each level holds one
+ * descriptor and a stack frame); their removal fails with ELOOP. */
+#define TREE_MAX_DEPTH 64
 
-static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
-  (void)sb, (void)ftw;
-  bool dir = type == FTW_DP || type == FTW_DNR;
-  if ((dir ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT && !remove_errno) remove_errno = errno;
-  return 0; /* go on past what cannot be removed */
+/* Removes `name` in `dir_fd` (`path` names it in messages): unlinked, or, when it
+ * is a directory, opened without following a link, emptied through its own
+ * descriptor and removed, so a link swapped in on the way is removed, never
+ * followed. Goes on past failures; returns the first. */
+static kiln_status_t remove_at(int dir_fd, const char *name, const char *path, int depth) {
+  if (unlinkat(dir_fd, name, 0) == 0 || errno == ENOENT) return NULL;
+  if (errno != EISDIR && errno != EPERM) return KILN_STATUS_ERRNO(errno, "cannot remove %s", path);
+  if (depth >= TREE_MAX_DEPTH) return KILN_STATUS_ERRNO(ELOOP, "cannot remove %s (nested too deep)", path);
+  int fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? NULL : KILN_STATUS_ERRNO(errno, "cannot remove %s", path);
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    int err = errno;
+    close(fd);
+    return KILN_STATUS_ERRNO(err, "cannot list %s to remove it", path);
+  }
+  kiln_status_t first = NULL;
+  kiln_buf_t sub;
+  kiln_buf_init(&sub);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    kiln_buf_clear(&sub);
+    kiln_buf_appendf(&sub, "%s/%s", path, e->d_name);
+    kiln_status_t st = remove_at(dirfd(d), e->d_name, sub.data, depth + 1);
+    if (st && !first) {
+      first = st;
+    } else {
+      kiln_status_free(st);
+    }
+  }
+  kiln_buf_deinit(&sub);
+  closedir(d);
+  if (unlinkat(dir_fd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && !first) {
+    first = KILN_STATUS_ERRNO(errno, "cannot remove %s", path);
+  }
+  return first;
 }
 
-int kiln_file_remove_tree(const char *path) {
-  remove_errno = 0;
-  nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1; /* ENOTDIR: under a file */
-  errno = remove_errno ? remove_errno : EBUSY;
-  return -1;
+kiln_status_t kiln_file_tree_remove(const char *path) {
+  size_t len = strlen(path);
+  while (len > 1 && path[len - 1] == '/') len--; /* "dir/" is "dir" */
+  const char *slash = memrchr(path, '/', len);
+  kiln_buf_t parent, name;
+  kiln_buf_init(&parent);
+  kiln_buf_init(&name);
+  if (!slash) {
+    kiln_buf_append_str(&parent, ".");
+  } else {
+    kiln_buf_append(&parent, path, slash == path ? 1 : (size_t)(slash - path));
+  }
+  const char *base = slash ? slash + 1 : path;
+  kiln_buf_append(&name, base, (size_t)(path + len - base));
+  kiln_status_t st = NULL;
+  if (name.len == 0 || !strcmp(name.data, ".") || !strcmp(name.data, "..")) {
+    st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "will not remove '%s': name a file or folder", path);
+  } else {
+    int dir_fd = open(parent.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd >= 0) {
+      st = remove_at(dir_fd, name.data, path, 0);
+      close(dir_fd);
+    } else if (errno != ENOENT) { /* ENOTDIR: under a file, where nothing can be */
+      st = KILN_STATUS_ERRNO(errno, "cannot remove %s", path);
+    }
+  }
+  kiln_buf_deinit(&name);
+  kiln_buf_deinit(&parent);
+  return st;
 }

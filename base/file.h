@@ -32,10 +32,14 @@ int kiln_buf_append_file(kiln_buf_t *buf, const char *path);
 char *kiln_read_file(const char *path, size_t *out_len);
 
 /* Removes `path` and, when it is a directory, everything under it, like rm -rf:
- * never following a symlink (a link is removed, not what it points to), going on
- * past an entry it cannot remove. Returns 0 when `path` is gone afterwards (also
- * when it never existed); otherwise -1 with errno of the first entry that could
- * not be removed. */
-int kiln_file_remove_tree(const char *path);
+ * it goes on past an entry it cannot remove, and never follows a symbolic link
+ * below `path`'s folder (a link is removed, not what it points to; the walk holds
+ * each directory open, so a link swapped in meanwhile is not followed either).
+ * NULL when nothing of it is left, also when it never existed or its folder does
+ * not; else the errno status of the first entry that could not go, naming it
+ * ("cannot remove PATH: Permission denied"; "Not a directory" when `path` lies
+ * under a file), or INVALID_ARGUMENT for a path ending in "." or "..". Trees
+ * deeper than 64 folders fail with ELOOP. */
+KILN_MUST_USE kiln_status_t kiln_file_tree_remove(const char *path);
 
 #endif /* KILN_BASE_FILE_H */

@@ -3,11 +3,9 @@
  * up after them. */
 #include "bench/benchlib.h"
 
-#define _XOPEN_SOURCE 700 /* nftw */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
@@ -22,6 +20,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/time.h"
 
 extern char **environ;
@@ -89,16 +88,11 @@ int kiln_bench_parse_args(int argc, char **argv, bool takes_dir, void (*usage)(v
 static char scratch[PATH_MAX]; /* "" when none */
 static void (*scratch_before_signal)(void);
 
-static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
-  (void)sb, (void)type, (void)ftw;
-  if (remove(path) != 0 && errno != ENOENT)
-    fprintf(stderr, "bench: cannot remove %s: %s\n", path, strerror(errno));
-  return 0; /* keep going: remove as much as possible */
-}
-
 void kiln_bench_scratch_remove(void) {
   if (!scratch[0]) return;
-  nftw(scratch, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
+  kiln_status_t st = kiln_file_tree_remove(scratch);
+  if (st) fprintf(stderr, "bench: %s\n", kiln_status_message(st));
+  kiln_status_free(st);
   scratch[0] = '\0';
 }
 

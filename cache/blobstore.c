@@ -76,6 +76,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/log.h"
 
 enum {
@@ -83,6 +84,10 @@ enum {
   STAGE_BYTES = 128 * 1024,
   MEMORY_MAX_BYTES = 8 * 1024 * 1024,
   READ_CHUNK_BYTES = 128 * 1024,
+  /* The most one kiln_blob_reader_read hands back: the check then hashes bytes
+   * the read has just brought into the CPU's cache, not a 2 MiB buffer back from
+   * memory (GetArtifact asks for 2 MiB chunks). */
+  READ_PIECE_BYTES = 256 * 1024,
   /* Room after the store's directory for "/blobs/aa/<any file name>". */
   PATH_SLACK = 16 + NAME_MAX,
   /* Enough for any zstd frame header (ZSTD_FRAMEHEADERSIZE_MAX is 18). */
@@ -260,35 +265,6 @@ static KILN_MUST_USE kiln_status_t make_dirs(const char *path) {
   return status;
 }
 
-/* Removes `name` in `parent_fd`, recursing into directories. ENOENT is success. */
-static KILN_MUST_USE kiln_status_t remove_tree_at(int parent_fd, const char *name, const char *where) {
-  if (unlinkat(parent_fd, name, 0) == 0 || errno == ENOENT) return NULL;
-  if (errno != EISDIR && errno != EPERM) {
-    return KILN_STATUS_ERRNO(errno, "cannot remove %s/%s", where, name);
-  }
-  int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return KILN_STATUS_ERRNO(errno, "cannot remove %s/%s", where, name);
-  DIR *d = fdopendir(fd);
-  if (!d) {
-    int err = errno;
-    close(fd);
-    return KILN_STATUS_ERRNO(err, "cannot remove %s/%s", where, name);
-  }
-  char *sub = kiln_buf_sprintf("%s/%s", where, name);
-  kiln_status_t status = NULL;
-  struct dirent *e;
-  while (!status && (e = readdir(d)) != NULL) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    status = remove_tree_at(dirfd(d), e->d_name, sub);
-  }
-  closedir(d);
-  kiln_free(sub);
-  if (!status && unlinkat(parent_fd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
-    status = KILN_STATUS_ERRNO(errno, "cannot remove %s/%s", where, name);
-  }
-  return status;
-}
-
 /* Empties tmp/: whatever is there is a writer that never committed. */
 static KILN_MUST_USE kiln_status_t clean_tmp(const char *tmp_dir, size_t *out_removed) {
   *out_removed = 0;
@@ -298,7 +274,9 @@ static KILN_MUST_USE kiln_status_t clean_tmp(const char *tmp_dir, size_t *out_re
   struct dirent *e;
   while (!status && (e = readdir(d)) != NULL) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    status = remove_tree_at(dirfd(d), e->d_name, tmp_dir);
+    char *path = kiln_buf_sprintf("%s/%s", tmp_dir, e->d_name);
+    status = kiln_file_tree_remove(path);
+    kiln_free(path);
     if (!status) (*out_removed)++;
   }
   closedir(d);
@@ -1106,6 +1084,7 @@ kiln_status_t kiln_blob_reader_read(kiln_blob_reader_t *r, void *buf, size_t cap
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "blob read into a 0-byte buffer (0 means the end); pass room for data");
   }
+  if (cap > READ_PIECE_BYTES) cap = READ_PIECE_BYTES;
   size_t n = 0;
   kiln_status_t status = NULL;
   if (r->zst) {

@@ -563,7 +563,9 @@ static KILN_MUST_USE kiln_status_t visit_blob(void *user, const kiln_digest_t *d
     return KILN_STATUS(KILN_STATUS_CANCELLED, "cache scan stopped before it finished");
   }
   if (!digest) {
-    bool repaired = !scan->dry_run && kiln_file_remove_tree(path) == 0;
+    kiln_status_t removal = scan->dry_run ? NULL : kiln_file_tree_remove(path);
+    bool repaired = !scan->dry_run && !removal;
+    kiln_status_free(removal);
     scan->repair.stray_files++;
     add_problem(scan, KILN_CACHE_PROBLEM_STRAY_FILE, NULL, repaired, "%s is not a blob%s", path,
                 repaired ? "; removed" : "");
@@ -1240,8 +1242,8 @@ kiln_status_t kiln_cache_get_blob(kiln_cache_t *cache, const char *digest, void 
   KILN_RETURN_IF_ERROR(kiln_cache_open_blob(cache, digest, &r));
   kiln_buf_t buf;
   kiln_buf_init(&buf);
-  /* Size the buffer once, and read in chunks that stay in the CPU cache while they
-   * are hashed. */
+  /* Size the buffer once (the reader hands back at most 256 KiB a call, which
+   * stay in the CPU cache while they are hashed). */
   uint64_t size = kiln_cache_reader_size(r);
   kiln_buf_reserve(&buf, size < ((uint64_t)1 << 32) ? (size_t)size + 1 : 0);
   kiln_status_t st = NULL;
@@ -1249,7 +1251,7 @@ kiln_status_t kiln_cache_get_blob(kiln_cache_t *cache, const char *digest, void 
     kiln_buf_reserve(&buf, 1);
     size_t room = buf.capacity - buf.len - 1;
     size_t n = 0;
-    st = kiln_cache_reader_read(r, buf.data + buf.len, room < (256u << 10) ? room : (256u << 10), &n);
+    st = kiln_cache_reader_read(r, buf.data + buf.len, room, &n);
     if (st || n == 0) break;
     buf.len += n;
   }

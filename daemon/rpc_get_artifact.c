@@ -153,11 +153,6 @@ Kiln__V1__ArtifactMetadata *kilnd_artifact_metadata(kiln_arena_t *arena, const k
 
 enum { SCRATCH_BYTES = 128 * 1024 };
 
-/* A chunk is read in pieces of this size, so that the reader's check hashes each
- * piece while it is still in the CPU's cache from the read, instead of bringing
- * a whole 2 MiB chunk back from memory. */
-enum { READ_PIECE = 256 * 1024 };
-
 /* ---- open downloads per client (client-max-downloads) ---- */
 
 typedef struct dl_client_s {
@@ -518,8 +513,7 @@ static KILN_MUST_USE kiln_status_t read_chunk(get_t *g, ready_chunk_t *c) {
       c->offset = g->pos;
     } else if (g->pos < g->end) { /* the range */
       if (c->len == cap) break;   /* a full chunk */
-      uint64_t room = cap - c->len < READ_PIECE ? cap - c->len : READ_PIECE;
-      uint64_t want = g->end - g->pos < room ? g->end - g->pos : room;
+      uint64_t want = g->end - g->pos < cap - c->len ? g->end - g->pos : cap - c->len;
       st = kiln_cache_reader_read(g->reader, c->data + c->len, (size_t)want, &n);
       g->pos += n;
       c->len += n;

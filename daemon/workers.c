@@ -177,8 +177,10 @@ struct kilnd_workers_s {
   worker_t *all; /* every worker not yet freed */
   size_t open_slot_timers;
   size_t pending_dumps;
-  size_t pending_removals; /* dead workers' scratch directories being removed */
+  size_t pending_removals; /* scratch directory removals on the thread pool */
   char *scratch_base;      /* $TMPDIR, else /tmp: where scratch directories are made */
+  char **scratch_left;     /* directories a removal could not remove yet (owned) */
+  size_t n_scratch_left;
   char *compiler;
   kilnd_compiler_info_t identity; /* valid once `compiler` is set */
   kilnd_workers_stats_t stats;
@@ -328,6 +330,16 @@ static void maybe_free_pool(kilnd_workers_t *pool) {
   kiln_free((char *)pool->opt.crash_dir);
   kiln_free((char *)pool->opt.external_compiler);
   kiln_free((char *)pool->opt.external_args);
+  for (size_t i = 0; i < pool->n_scratch_left; i++) {
+    kiln_buf_t fields; /* tried twice at least, each failure logged: given up now */
+    kiln_buf_init(&fields);
+    kiln_log_kv_str(&fields, "dir", pool->scratch_left[i]);
+    kiln_log_kv_str(&fields, "reason", "still there when the pool closed");
+    kiln_log_fields(KILN_LOG_WARN, "worker_scratch_left", &fields);
+    kiln_buf_deinit(&fields);
+    kiln_free(pool->scratch_left[i]);
+  }
+  kiln_free(pool->scratch_left);
   kiln_free(pool->scratch_base);
   kiln_free(pool->compiler);
   kiln_free(pool);
@@ -480,25 +492,31 @@ static void fail_with_report(kilnd_workers_t *pool, task_t *t, const char *worke
   if (rc < 0) dump_done(&d->work, rc);
 }
 
-/* ---- A dead worker's scratch directory -------------------------------------------- */
+/* ---- Scratch directories ------------------------------------------------------------ */
 
 /* Each worker gets a new scratch directory, $TMPDIR/kiln-worker-<kilnd pid>-<n>,
- * which it creates and makes its TMPDIR (daemon/worker/scratch.c): every
+ * which it creates (0700) and makes its TMPDIR (daemon/worker/scratch.c): every
  * temporary file of the worker, its children and its tools (the toolkit links,
  * ptxas's files, an external compiler's task folders) lies there. A worker
  * killed in the middle of a task cleans up nothing, so kilnd removes the
- * directory, on the thread pool, once the worker is dead. What a killed kilnd
- * left (its workers die with it) is removed when a pool starts. */
+ * directory, on the thread pool, once the worker is dead; one that cannot be
+ * removed yet (a grandchild that escaped the group kill still writing) is tried
+ * again at the next death and at close. When a pool starts, it removes what a
+ * killed kilnd left: directories of that form whose pid has exited (or is a
+ * zombie) and, for the first pool of a process, those of its own pid (a kilnd
+ * restarted as pid 1 in a container has the pid of the one before). Only
+ * directories that are this user's and private (0700, as workers make them) are
+ * ever removed: in a shared /tmp a name of that form may be anyone's. */
 
 /* Whether `pid` has exited: no such process, or only a zombie (a killed kilnd's
  * workers stay zombies until their new parent reaps them). A process of another
- * user counts as alive. */
+ * user, or one whose /proc entry cannot be read, counts as alive. */
 static bool pid_exited(long pid) {
   if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
   char path[40], text[512];
   snprintf(path, sizeof path, "/proc/%ld/stat", pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT;
+  if (fd < 0) return false;
   ssize_t n = read(fd, text, sizeof text - 1);
   close(fd);
   if (n <= 0) return false;
@@ -507,91 +525,165 @@ static bool pid_exited(long pid) {
   return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
-/* Removes base/kiln-worker-<pid>-<n> (and kiln-worker-<pid>, the form of earlier
- * versions) whose process `pid` has exited: left by a kilnd that was killed. */
-static void remove_stale_scratch(const char *base) {
-  DIR *d = opendir(base);
-  if (!d) return;
-  kiln_buf_t path;
-  kiln_buf_init(&path);
-  size_t removed = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    static const char prefix[] = "kiln-worker-";
-    if (strncmp(e->d_name, prefix, sizeof prefix - 1) != 0) continue;
-    const char *p = e->d_name + sizeof prefix - 1;
-    char *end = NULL;
-    errno = 0;
-    long pid = strtol(p, &end, 10);
-    if (errno || end == p || pid <= 0 || pid > INT_MAX || pid == (long)getpid()) continue;
-    if (*end == '-') {
-      const char *q = end + 1;
-      strtoull(q, &end, 10);
-      if (end == q) continue;
-    }
-    if (*end || !pid_exited(pid)) continue;
-    kiln_buf_clear(&path);
-    kiln_buf_appendf(&path, "%s/%s", base, e->d_name);
-    if (kiln_file_remove_tree(path.data) == 0) removed++;
+/* The pid in "kiln-worker-<digits>" or "kiln-worker-<digits>-<digits>" (the first
+ * form is what external-mode workers of earlier versions made), else 0. */
+static long scratch_pid(const char *name) {
+  static const char prefix[] = "kiln-worker-";
+  if (strncmp(name, prefix, sizeof prefix - 1) != 0) return 0;
+  const char *p = name + sizeof prefix - 1;
+  long pid = 0;
+  size_t digits = 0;
+  for (; *p >= '0' && *p <= '9' && digits < 10; p++, digits++) pid = pid * 10 + (*p - '0');
+  if (digits == 0 || pid <= 0 || pid > INT_MAX) return 0;
+  if (*p == '-') {
+    const char *q = ++p;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p == q) return 0;
   }
-  if (removed) kiln_log(KILN_LOG_INFO, "worker_scratch_swept", "removed=%zu", removed);
-  kiln_buf_deinit(&path);
-  closedir(d);
+  return *p ? 0 : pid;
 }
 
-/* A new scratch directory name for a worker about to start (one not in use). */
-static char *next_scratch(kilnd_workers_t *pool) {
-  static _Atomic uint64_t seq; /* process-wide: two pools of one process never share a name */
-  kiln_buf_t path;
-  kiln_buf_init(&path);
+/* Whether `path` is a directory of this user that no one else may enter (a
+ * worker's scratch directory is made 0700). In a sticky /tmp no one else can
+ * then rename or remove it, so what is checked stays true. ENOENT: gone. */
+static bool private_dir(const char *path, int *out_errno) {
   struct stat sb;
-  do {
-    kiln_buf_clear(&path);
-    kiln_buf_appendf(&path, "%s/kiln-worker-%ld-%" PRIu64, pool->scratch_base, (long)getpid(), ++seq);
-  } while (lstat(path.data, &sb) == 0); /* a kilnd of the same pid before us, say */
-  char *out = kiln_buf_take(&path);
-  kiln_buf_deinit(&path);
-  return out;
+  *out_errno = 0;
+  if (lstat(path, &sb) != 0) {
+    *out_errno = errno;
+    return false;
+  }
+  return S_ISDIR(sb.st_mode) && sb.st_uid == geteuid() && (sb.st_mode & 077) == 0;
 }
 
+/* A removal on the thread pool: the given directories, and, for a sweep, the
+ * stale ones found in `sweep_base`. What could not be removed comes back in
+ * `paths` (its first `n_left`). */
 typedef struct removal_s {
   uv_work_t work;
   kilnd_workers_t *pool;
-  char *path;
-  int err; /* errno of the first entry that could not be removed; 0: all gone */
+  char **paths; /* owned, each owned */
+  size_t n_paths, n_left;
+  char *sweep_base; /* a sweep: the folder to look in (owned); NULL otherwise */
+  bool sweep_own;   /* the sweep also takes this process's own pid */
+  size_t swept;
 } removal_t;
+
+/* Removes one dead worker's scratch directory (any thread). False when it should
+ * be tried again (something of it is left, logged); true when it is gone, or is
+ * not a private directory of this user (a name someone else took before the
+ * worker could: logged and left alone). */
+static bool remove_one(const char *path) {
+  int err;
+  if (!private_dir(path, &err)) {
+    if (err == ENOENT) return true;
+    kiln_buf_t fields;
+    kiln_buf_init(&fields);
+    kiln_log_kv_str(&fields, "dir", path);
+    kiln_log_kv_str(&fields, "reason", err ? strerror(err) : "not a directory of this user with mode 0700");
+    kiln_log_fields(KILN_LOG_WARN, "worker_scratch_left", &fields);
+    kiln_buf_deinit(&fields);
+    return err == 0;
+  }
+  kiln_status_t st = kiln_file_tree_remove(path);
+  if (!st) return true;
+  kiln_log_status(KILN_LOG_WARN, "worker_scratch_left", st, "retry=later");
+  kiln_status_free(st);
+  return false;
+}
 
 static void removal_work(uv_work_t *req) {
   removal_t *r = req->data;
-  if (kiln_file_remove_tree(r->path) != 0) r->err = errno;
+  size_t kept = 0;
+  for (size_t i = 0; i < r->n_paths; i++) {
+    if (remove_one(r->paths[i])) {
+      kiln_free(r->paths[i]);
+    } else {
+      r->paths[kept++] = r->paths[i];
+    }
+  }
+  r->n_left = kept;
+  if (!r->sweep_base) return;
+  DIR *d = opendir(r->sweep_base);
+  if (!d) return;
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    long pid = scratch_pid(e->d_name);
+    if (!pid || (pid == (long)getpid() ? !r->sweep_own : !pid_exited(pid))) continue;
+    kiln_buf_clear(&path);
+    kiln_buf_appendf(&path, "%s/%s", r->sweep_base, e->d_name);
+    int err;
+    if (!private_dir(path.data, &err)) continue; /* someone else's: not ours to judge */
+    kiln_status_t st = kiln_file_tree_remove(path.data);
+    if (st) {
+      kiln_log_status(KILN_LOG_WARN, "worker_scratch_left", st, "stale=true");
+      kiln_status_free(st);
+    } else {
+      r->swept++;
+    }
+  }
+  kiln_buf_deinit(&path);
+  closedir(d);
 }
 
 static void removal_done(uv_work_t *req, int status) {
   removal_t *r = req->data;
   kilnd_workers_t *pool = r->pool;
   pool->pending_removals--;
-  if (status < 0 || r->err) {
-    kiln_buf_t fields;
-    kiln_buf_init(&fields);
-    kiln_log_kv_str(&fields, "dir", r->path);
-    kiln_log_kv_str(&fields, "error", status < 0 ? uv_strerror(status) : strerror(r->err));
-    kiln_log_fields(KILN_LOG_WARN, "worker_scratch_left", &fields);
-    kiln_buf_deinit(&fields);
+  if (status < 0) r->n_left = r->n_paths; /* it never ran */
+  if (r->swept) kiln_log(KILN_LOG_INFO, "worker_scratch_swept", "removed=%zu", r->swept);
+  /* What is left is tried again with the next removal. */
+  for (size_t i = 0; i < r->n_left; i++) {
+    pool->scratch_left = kiln_realloc(pool->scratch_left, (pool->n_scratch_left + 1) * sizeof(char *));
+    pool->scratch_left[pool->n_scratch_left++] = r->paths[i];
   }
-  kiln_free(r->path);
+  kiln_free(r->paths);
+  kiln_free(r->sweep_base);
   kiln_free(r);
   maybe_free_pool(pool);
 }
 
-static void remove_scratch(worker_t *w) {
-  if (!w->scratch || !w->spawned) return;
+/* Queues the removal of `path_owned` (may be NULL) and of every directory an
+ * earlier removal left. */
+static void queue_removal(kilnd_workers_t *pool, char *path_owned, const char *sweep_base, bool sweep_own) {
   removal_t *r = kiln_calloc(1, sizeof *r);
-  r->pool = w->pool;
-  r->path = w->scratch;
-  w->scratch = NULL;
+  r->pool = pool;
+  r->paths = kiln_calloc(pool->n_scratch_left + 1, sizeof(char *));
+  for (size_t i = 0; i < pool->n_scratch_left; i++) r->paths[r->n_paths++] = pool->scratch_left[i];
+  pool->n_scratch_left = 0;
+  if (path_owned) r->paths[r->n_paths++] = path_owned;
+  r->sweep_base = sweep_base ? kiln_strdup(sweep_base) : NULL;
+  r->sweep_own = sweep_own;
   r->work.data = r;
-  w->pool->pending_removals++;
-  int rc = uv_queue_work(w->pool->loop, &r->work, removal_work, removal_done);
+  pool->pending_removals++;
+  int rc = uv_queue_work(pool->loop, &r->work, removal_work, removal_done);
   if (rc < 0) removal_done(&r->work, rc);
+}
+
+/* A dead worker's scratch directory (with what earlier removals left). */
+static void remove_scratch(worker_t *w) {
+  char *path = w->spawned ? w->scratch : NULL;
+  if (!path) return;
+  w->scratch = NULL;
+  queue_removal(w->pool, path, NULL, false);
+}
+
+/* How many pools this process has started: the first sweeps its own pid too. */
+static _Atomic uint64_t scratch_seq;
+
+/* A new scratch directory name for a worker about to start (one not in use). */
+static char *next_scratch(kilnd_workers_t *pool) {
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  struct stat sb;
+  do {
+    kiln_buf_clear(&path);
+    kiln_buf_appendf(&path, "%s/kiln-worker-%ld-%" PRIu64, pool->scratch_base, (long)getpid(), ++scratch_seq);
+  } while (lstat(path.data, &sb) == 0); /* a kilnd of the same pid before us, say */
+  char *out = kiln_buf_take(&path);
+  kiln_buf_deinit(&path);
+  return out;
 }
 
 /* ---- A worker's death ------------------------------------------------------------- */
@@ -1207,7 +1299,7 @@ static void spawn_slot(slot_t *slot) {
   w->process.data = w->in.data = w->out.data = w->err.data = w->timer.data = w;
   w->open_handles = 5;
 
-  char *argv[16];
+  char *argv[20]; /* at most 16 arguments, and the NULL */
   size_t argc = 0;
   argv[argc++] = kiln_strdup(pool->opt.worker_path);
   argv[argc++] = kiln_strdup("--jobs");
@@ -1345,12 +1437,23 @@ kiln_status_t kilnd_workers_create(uv_loop_t *loop, const kilnd_workers_options_
   if (options->external_compiler && !*options->external_compiler) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "the external compiler path is empty");
   }
+  /* Workers keep their temporary files under TMPDIR (see "Scratch directories"). */
+  const char *tmp = getenv("TMPDIR");
+  if (!tmp || !*tmp) tmp = "/tmp";
+  struct stat tmp_st;
+  if (tmp[0] != '/' || stat(tmp, &tmp_st) != 0 || !S_ISDIR(tmp_st.st_mode) || access(tmp, W_OK | X_OK) != 0) {
+    return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
+                       "TMPDIR=%s cannot hold the compile workers' scratch folders: it must be the absolute "
+                       "path of a folder kilnd may write (%s); set TMPDIR to one, or unset it for /tmp",
+                       tmp, tmp[0] != '/' ? "it is relative" : strerror(errno ? errno : ENOTDIR));
+  }
   kilnd_workers_t *pool = kiln_calloc(1, sizeof *pool);
   oom_counter_path(pool->oom_counter, sizeof pool->oom_counter);
-  const char *tmp = getenv("TMPDIR");
-  pool->scratch_base = kiln_strdup(tmp && *tmp ? tmp : "/tmp");
-  remove_stale_scratch(pool->scratch_base);
+  pool->scratch_base = kiln_strdup(tmp);
   pool->loop = loop;
+  /* Before any worker of this pool has a name: the first pool of the process also
+   * takes its own pid's leftovers. */
+  queue_removal(pool, NULL, pool->scratch_base, atomic_load(&scratch_seq) == 0);
   pool->fn = fn;
   pool->user = user;
   pool->opt = *options;

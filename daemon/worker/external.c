@@ -514,7 +514,7 @@ void worker_external_task(worker_t *w, const Kiln__Worker__V1__CompileTask *task
     }
   }
   kiln_status_free(st);
-  kiln_file_remove_tree(dir.data);
+  kiln_status_free(kiln_file_tree_remove(dir.data));
   kiln_buf_deinit(&in_path);
   kiln_free(input);
   kiln_buf_deinit(&dir);

@@ -25,7 +25,7 @@ static const char *at_exit_dir;
 static pid_t at_exit_pid;
 
 static void remove_at_exit(void) {
-  if (at_exit_dir && getpid() == at_exit_pid) kiln_file_remove_tree(at_exit_dir);
+  if (at_exit_dir && getpid() == at_exit_pid) kiln_status_free(kiln_file_tree_remove(at_exit_dir));
 }
 
 kiln_status_t worker_scratch_setup(worker_t *w) {
@@ -56,7 +56,7 @@ kiln_status_t worker_scratch_setup(worker_t *w) {
   }
   if (setenv("TMPDIR", dir.data, 1) != 0) {
     kiln_status_t st = KILN_STATUS_ERRNO(errno, "setting TMPDIR to %s", dir.data);
-    kiln_file_remove_tree(dir.data);
+    kiln_status_free(kiln_file_tree_remove(dir.data));
     kiln_buf_deinit(&dir);
     return st;
   }
@@ -70,7 +70,7 @@ kiln_status_t worker_scratch_setup(worker_t *w) {
 
 void worker_scratch_cleanup(worker_t *w) {
   at_exit_dir = NULL;
-  if (w->scratch) kiln_file_remove_tree(w->scratch);
+  if (w->scratch) kiln_status_free(kiln_file_tree_remove(w->scratch));
   kiln_free(w->scratch);
   w->scratch = NULL;
 }

@@ -1,6 +1,7 @@
 /* kiln-worker's own parts (not a library interface): the process's options and
- * state, the frames it sends kilnd (main.c), and the external-compiler driver
- * (external.c). See main.c for the design. Single-threaded. */
+ * state, the frames it sends kilnd (main.c), its scratch directory (scratch.c)
+ * and the external-compiler driver (external.c). See main.c for the design.
+ * Single-threaded. */
 #ifndef KILN_DAEMON_WORKER_WORKER_H
 #define KILN_DAEMON_WORKER_WORKER_H
 
@@ -53,10 +54,15 @@ int64_t worker_elapsed_ms_since(int64_t start_ns);
 
 /* ---- The scratch directory (scratch.c) ------------------------------------------- */
 
-/* Creates the scratch directory (--scratch, else a new
- * $TMPDIR/kiln-worker-scratch-XXXXXX) and points TMPDIR at it. */
+/* Creates the scratch directory (--scratch, which must be absolute and must not
+ * exist; else a new $TMPDIR/kiln-worker-scratch-XXXXXX), sets w->scratch to it
+ * (owned by w until worker_scratch_cleanup), points TMPDIR at it with setenv (so
+ * call it before any thread starts) and registers an atexit handler that removes
+ * it when the process leaves with exit() (kilnd gone). INVALID_ARGUMENT for a
+ * relative --scratch; the errno status naming the directory when it cannot be
+ * made (EEXIST when it is there already: never taken over). */
 KILN_MUST_USE kiln_status_t worker_scratch_setup(worker_t *w);
-/* Removes the scratch directory and everything in it. */
+/* Removes the scratch directory and everything in it, and frees w->scratch. */
 void worker_scratch_cleanup(worker_t *w);
 
 /* ---- The external compiler (external.c) ----------------------------------------- */

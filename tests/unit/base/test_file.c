@@ -2,10 +2,11 @@
  * (several read chunks), the mode honoured, truncation of a longer file, the
  * read limit (RESOURCE_EXHAUSTED naming the path and the limit, exactly at the
  * limit still fine), errno statuses naming the path for a missing file and
- * a file that cannot be created, and kiln_file_remove_tree: a nested tree goes,
+ * a file that cannot be created, and kiln_file_tree_remove: a nested tree goes,
  * a symlink in it is removed without touching what it points to, a missing path
- * is fine, and a path that cannot go (under a file; as a user, also in a folder
- * it may not write) is -1 with errno. */
+ * and a plain file are fine, ".." is refused, a tree deeper than 64 folders is
+ * refused, and a path that cannot go (under a file; as a user, also in a folder
+ * it may not write) fails naming it and why. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -131,29 +132,64 @@ static void test_remove_tree(void **state) {
   kiln_buf_appendf(&p, "%s/a/dangling", tree.data);
   assert_int_equal(symlink("/nonexistent/kiln", p.data), 0);
 
-  assert_int_equal(kiln_file_remove_tree(tree.data), 0);
+  kiln_test_assert_ok(kiln_file_tree_remove(tree.data));
   assert_false(exists(tree.data));
   kiln_buf_clear(&p);
   kiln_buf_appendf(&p, "%s/keep", outside.data);
   assert_true(exists(p.data));                           /* the link was removed, not followed */
-  assert_int_equal(kiln_file_remove_tree(tree.data), 0); /* already gone */
+  kiln_test_assert_ok(kiln_file_tree_remove(tree.data)); /* already gone */
   kiln_buf_append_str(&p, "/under");
-  errno = 0;
-  assert_int_equal(kiln_file_remove_tree(p.data), -1); /* a path under a file */
-  assert_int_equal(errno, ENOTDIR);
+  kiln_status_t st = kiln_file_tree_remove(p.data); /* a path under a file */
+  assert_non_null(st);
+  assert_non_null(strstr(kiln_status_message(st), p.data));
+  assert_non_null(strstr(kiln_status_message(st), strerror(ENOTDIR)));
+  kiln_status_free(st);
   kiln_buf_clear(&p);
   kiln_buf_appendf(&p, "%s/keep", outside.data);
-  assert_int_equal(kiln_file_remove_tree(p.data), 0); /* a plain file */
+  kiln_test_assert_ok(kiln_file_tree_remove(p.data)); /* a plain file */
   assert_false(exists(p.data));
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/empty", dir);
+  assert_int_equal(mkdir(p.data, 0700), 0);
+  kiln_buf_append_str(&p, "//");
+  kiln_test_assert_ok(kiln_file_tree_remove(p.data)); /* trailing slashes name the folder */
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/empty", dir);
+  assert_false(exists(p.data));
+  st = kiln_file_tree_remove("..");
+  assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+  kiln_status_free(st);
 
-  if (geteuid() != 0) { /* root may remove anything: the failure needs a user */
+  /* Deeper than 64 folders: refused (ELOOP), what it could reach is kept. */
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/deep", dir);
+  for (int i = 0; i < 70; i++) {
+    assert_int_equal(mkdir(p.data, 0700), 0);
+    kiln_buf_append_str(&p, "/d");
+  }
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/deep", dir);
+  st = kiln_file_tree_remove(p.data);
+  assert_non_null(st);
+  assert_non_null(strstr(kiln_status_message(st), "nested too deep"));
+  kiln_status_free(st);
+  assert_true(exists(p.data));
+  for (int i = 0; i < 70; i++) kiln_buf_append_str(&p, "/d"); /* removed by hand, deepest first */
+  for (int i = 0; i < 70; i++) {
+    p.len -= 2;
+    p.data[p.len] = '\0';
+    assert_int_equal(rmdir(p.data), 0);
+  }
+
+  if (geteuid() != 0) { /* root may remove anything: this failure needs a user */
     kiln_buf_clear(&p);
     kiln_buf_appendf(&p, "%s/x", outside.data);
     kiln_test_assert_ok(kiln_file_write(p.data, "x", 1, 0600));
     assert_int_equal(chmod(outside.data, 0500), 0);
-    errno = 0;
-    assert_int_equal(kiln_file_remove_tree(outside.data), -1);
-    assert_int_equal(errno, EACCES);
+    st = kiln_file_tree_remove(outside.data);
+    assert_non_null(st);
+    assert_non_null(strstr(kiln_status_message(st), strerror(EACCES)));
+    kiln_status_free(st);
     assert_true(exists(p.data));
     assert_int_equal(chmod(outside.data, 0700), 0);
   }

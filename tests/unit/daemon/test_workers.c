@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <regex.h>
 #include <signal.h>
@@ -36,9 +37,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 
+#include "base/buf.h"
+#include "base/file.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "compiler/identity.h"
@@ -77,6 +81,7 @@ typedef struct fixture_s {
   size_t n_recs, cap_recs;
   size_t ready;
   char *tmp;
+  char *saved_tmpdir; /* the runner's TMPDIR: the pool's is f->tmp */
 } fixture_t;
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
@@ -120,6 +125,9 @@ static int setup(void **state) {
   uv_timer_start(&f->tick, on_tick, 10, 10);
   f->tmp = kiln_test_tmpdir("kiln-workers");
   if (!f->tmp) return -1;
+  const char *t = getenv("TMPDIR");
+  f->saved_tmpdir = t ? strdup(t) : NULL;
+  setenv("TMPDIR", f->tmp, 1); /* the workers' scratch directories go here */
   *state = f;
   return 0;
 }
@@ -170,9 +178,37 @@ static void tunables_restore(void) {
   tunables_saved = false;
 }
 
+/* The names in f->tmp that start with `prefix`, sorted, one per line. */
+static char *names_with(const fixture_t *f, const char *prefix) {
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  struct dirent **list = NULL;
+  int n = scandir(f->tmp, &list, NULL, alphasort);
+  for (int i = 0; i < n; i++) {
+    if (!strncmp(list[i]->d_name, prefix, strlen(prefix))) kiln_buf_appendf(&out, "%s\n", list[i]->d_name);
+    free(list[i]);
+  }
+  free(list);
+  char *s = strdup(out.data);
+  kiln_buf_deinit(&out);
+  return s;
+}
+
 static int teardown(void **state) {
   fixture_t *f = *state;
   close_pool(f);
+  /* Every worker's scratch directory is gone once the pool has closed, whatever
+   * happened to the worker. */
+  char *left = names_with(f, "kiln-worker-");
+  bool clean = !*left;
+  if (!clean) fprintf(stderr, "left in TMPDIR after close:\n%s", left);
+  free(left);
+  if (f->saved_tmpdir) {
+    setenv("TMPDIR", f->saved_tmpdir, 1);
+  } else {
+    unsetenv("TMPDIR");
+  }
+  free(f->saved_tmpdir);
   tunables_restore();
   uv_close((uv_handle_t *)&f->tick, NULL);
   uv_run(&f->loop, UV_RUN_DEFAULT);
@@ -183,7 +219,7 @@ static int teardown(void **state) {
   kiln_test_remove_tree(f->tmp);
   free(f->tmp);
   free(f);
-  return 0;
+  return clean ? 0 : -1;
 }
 
 /* ---- Helpers --------------------------------------------------------------------- */
@@ -823,7 +859,8 @@ static bool tunables_are(int pid, const char *value) {
   char want[256];
   int n = snprintf(want, sizeof want, "GLIBC_TUNABLES=%s", value);
   size_t entries = 0; /* GLIBC_TUNABLES= once, or a second would be a bug */
-  for (size_t i = 0; i < len; i += strlen(env + i) + 1) entries += strncmp(env + i, "GLIBC_TUNABLES=", 15) == 0;
+  for (size_t i = 0; i < len; i += strlen(env + i) + 1)
+    entries += strncmp(env + i, "GLIBC_TUNABLES=", 15) == 0;
   assert_int_equal(entries, 1);
   bool found = false;
   for (int form = 0; form < 2 && !found; form++) {
@@ -834,7 +871,8 @@ static bool tunables_are(int pid, const char *value) {
     }
     /* A whole entry: at the start or after a NUL, and ending in a NUL. */
     for (size_t at = 0; at + (size_t)n < len && !found; at++) {
-      found = (at == 0 || env[at - 1] == '\0') && memcmp(env + at, w, (size_t)n) == 0 && env[at + (size_t)n] == '\0';
+      found = (at == 0 || env[at - 1] == '\0') && memcmp(env + at, w, (size_t)n) == 0 &&
+              env[at + (size_t)n] == '\0';
     }
   }
   free(env);
@@ -928,6 +966,146 @@ static void test_external_failures(void **state) {
 
 /* ---- Start-up and broken workers ------------------------------------------------- */
 
+/* ---- Scratch directories -------------------------------------------------------------- */
+
+/* A pid that has exited (a child reaped at once). */
+static long dead_pid(void) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  assert_true(pid > 0);
+  assert_int_equal(waitpid(pid, NULL, 0), pid);
+  return (long)pid;
+}
+
+/* f->tmp/<prefix><pid><suffix>. */
+static char *tmp_path(const fixture_t *f, const char *prefix, long pid, const char *suffix) {
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  kiln_buf_appendf(&path, "%s/%s%ld%s", f->tmp, prefix, pid, suffix);
+  char *out = strdup(path.data);
+  kiln_buf_deinit(&path);
+  return out;
+}
+
+static char *made_dir(const fixture_t *f, const char *prefix, long pid, const char *suffix, mode_t mode) {
+  char *path = tmp_path(f, prefix, pid, suffix);
+  assert_int_equal(mkdir(path, 0700), 0);
+  assert_int_equal(chmod(path, mode), 0);
+  return path;
+}
+
+static bool there(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+/* Must run before any other test starts a pool in this process: a process's
+ * first pool also sweeps its own pid's directories (a kilnd restarted as pid 1
+ * in a container inherits them). A pool removes, on the thread pool, the
+ * kiln-worker-<pid>[-<n>] directories of exited pids that are this user's and
+ * private; it leaves live pids', other users', open (0755) ones, links and other
+ * names alone, and a later pool of the same process leaves its own pid's. */
+static void test_scratch_sweep_at_start(void **state) {
+  fixture_t *f = *state;
+  long dead = dead_pid(), self = (long)getpid();
+  char *own = made_dir(f, "kiln-worker-", self, "-5", 0700);
+  char *stale = made_dir(f, "kiln-worker-", dead, "-1", 0700);
+  char *inner = NULL; /* what a killed worker leaves: stale/kiln-toolkit-x/llvm/bin/ld.lld */
+  assert_true(asprintf(&inner, "%s/kiln-toolkit-x/llvm/bin/ld.lld", stale) > 0);
+  for (char *slash = strchr(inner + strlen(stale) + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+    *slash = '\0';
+    assert_int_equal(mkdir(inner, 0700), 0);
+    *slash = '/';
+  }
+  kiln_test_assert_ok(kiln_file_write(inner, "", 0, 0600));
+  char *old_form = made_dir(f, "kiln-worker-", dead, "", 0700);
+  char *open_mode = made_dir(f, "kiln-worker-", dead, "-2", 0755);
+  char *bad_name = made_dir(f, "kiln-worker-", dead, "-x", 0700);
+  char *live = made_dir(f, "kiln-worker-", (long)getppid(), "-1", 0700);
+  char *target = made_dir(f, "target-", dead, "", 0700);
+  char *keep = NULL;
+  assert_true(asprintf(&keep, "%s/keep", target) > 0);
+  kiln_test_assert_ok(kiln_file_write(keep, "k", 1, 0600));
+  char *link = tmp_path(f, "kiln-worker-", dead, "-3");
+  assert_int_equal(symlink(target, link), 0);
+  char *foreign = NULL;
+  if (geteuid() == 0) { /* only root can give a directory away */
+    foreign = made_dir(f, "kiln-worker-", dead, "-4", 0700);
+    assert_int_equal(chown(foreign, 65534, 65534), 0);
+  }
+
+  kilnd_workers_options_t o = base_options(1);
+  start_pool(f, &o);
+  close_pool(f); /* waits for the sweep */
+  assert_false(there(own));
+  assert_false(there(stale));
+  assert_false(there(old_form));
+  assert_true(there(open_mode));
+  assert_true(there(bad_name));
+  assert_true(there(live));
+  assert_true(there(link));
+  assert_true(there(keep));
+  if (foreign) assert_true(there(foreign));
+
+  /* A second pool of this process: its own pid's directories may be a live
+   * pool's, so they stay. */
+  char *own2 = made_dir(f, "kiln-worker-", self, "-999999", 0700);
+  start_pool(f, &o);
+  close_pool(f);
+  assert_true(there(own2));
+
+  char *const made[] = {open_mode, bad_name, live, link, foreign, own2};
+  for (size_t i = 0; i < sizeof made / sizeof *made; i++) {
+    if (made[i]) kiln_test_remove_tree(made[i]);
+    free(made[i]);
+  }
+  free(own);
+  free(stale);
+  free(inner);
+  free(old_form);
+  free(keep);
+  free(target);
+}
+
+static bool gone(fixture_t *f, uint64_t arg) {
+  (void)f;
+  return !there((const char *)(uintptr_t)arg);
+}
+
+/* A worker killed in the middle of a task cleans up nothing: the pool removes
+ * its scratch directory (here holding a file, as a tool would leave) once the
+ * worker is dead, and the replacement gets a new one. */
+static void test_scratch_removed_when_killed(void **state) {
+  fixture_t *f = *state;
+  char *src = NULL;
+  start_hang(f, 31, 1, &src);
+  char *before = names_with(f, "kiln-worker-");
+  char *nl = strchr(before, '\n');
+  assert_non_null(nl);
+  assert_string_equal(nl + 1, ""); /* one worker, one directory */
+  *nl = '\0';
+  char *dir = NULL, *file = NULL;
+  assert_true(asprintf(&dir, "%s/%s", f->tmp, before) > 0);
+  struct stat st;
+  assert_int_equal(lstat(dir, &st), 0);
+  assert_true(S_ISDIR(st.st_mode));
+  assert_int_equal(st.st_mode & 0777, 0700);
+  assert_true(asprintf(&file, "%s/kiln-ptxas-x", dir) > 0);
+  kiln_test_assert_ok(kiln_file_write(file, "ptx", 3, 0600));
+  kilnd_workers_cancel(f->pool, 31);
+  assert_true(wait_for(f, finished, 31, WAIT_MS));
+  assert_true(wait_for(f, gone, (uint64_t)(uintptr_t)dir, WAIT_MS));
+  assert_true(wait_for(f, idle_at_least, 1, WAIT_MS));
+  char *after = names_with(f, "kiln-worker-");
+  assert_int_not_equal(strlen(after), 0);
+  assert_null(strstr(after, before));
+  free(after);
+  free(file);
+  free(dir);
+  free(before);
+  free(src);
+}
+
 static void test_create_checks(void **state) {
   fixture_t *f = *state;
   kilnd_workers_options_t o = base_options(1);
@@ -950,6 +1128,19 @@ static void test_create_checks(void **state) {
   st = kilnd_workers_create(&f->loop, &o, on_event, f, &f->pool);
   assert_int_equal(kiln_status_consume_code(st), KILN_STATUS_INVALID_ARGUMENT);
   assert_null(f->pool);
+  /* The workers' scratch folders need an absolute, writable TMPDIR. */
+  o = base_options(1);
+  static const char *const bad_tmp[] = {"relative/tmp", "/nonexistent/kiln-tmp", "/dev/null"};
+  for (size_t i = 0; i < sizeof bad_tmp / sizeof *bad_tmp; i++) {
+    setenv("TMPDIR", bad_tmp[i], 1);
+    st = kilnd_workers_create(&f->loop, &o, on_event, f, &f->pool);
+    assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+    assert_contains(kiln_status_message(st), bad_tmp[i]);
+    assert_contains(kiln_status_message(st), "TMPDIR");
+    kiln_status_free(st);
+    assert_null(f->pool);
+  }
+  setenv("TMPDIR", f->tmp, 1);
 }
 
 static void test_instant_death_backs_off(void **state) {
@@ -1003,6 +1194,8 @@ int main(void) {
   /* What kilnd's main does: a worker dying mid-write must not kill us. */
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
+      /* First: it checks what the process's first pool sweeps. */
+      cmocka_unit_test_setup_teardown(test_scratch_sweep_at_start, setup, teardown),
       cmocka_unit_test_setup_teardown(test_compile_two_targets, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_ir, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_target_fails_alone, setup, teardown),
@@ -1022,6 +1215,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_instant_death_backs_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_broken_framing_kills_worker, setup, teardown),
       cmocka_unit_test_setup_teardown(test_outside_sigkill_is_not_oom, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_scratch_removed_when_killed, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -46,8 +46,10 @@ char *kiln_test_tmpdir(const char *prefix) {
 }
 
 int kiln_test_remove_tree(const char *path) {
-  if (kiln_file_remove_tree(path) == 0) return 0;
-  fprintf(stderr, "could not remove %s: %s\n", path, strerror(errno));
+  kiln_status_t st = kiln_file_tree_remove(path);
+  if (!st) return 0;
+  fprintf(stderr, "could not remove %s: %s\n", path, kiln_status_message(st));
+  kiln_status_free(st);
   return -1;
 }
 

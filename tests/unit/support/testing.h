@@ -22,9 +22,9 @@ char *kiln_test_tmpdir_in(const char *parent, const char *prefix);
  * Same ownership and errors. Thread-safe while nothing changes TMPDIR. */
 char *kiln_test_tmpdir(const char *prefix);
 
-/* kiln_file_remove_tree (rm -rf, links not followed) that says so on stderr
- * ("could not remove PATH: ERROR") when `path` (borrowed) is still there; 0 when it
- * is gone (also when it never existed), otherwise -1.
+/* kiln_file_tree_remove (rm -rf, links not followed) that says so on stderr
+ * ("could not remove PATH: WHY") when something of `path` (borrowed) is left; 0
+ * when it is gone (also when it never existed), otherwise -1.
  * Thread-safe for distinct trees. */
 int kiln_test_remove_tree(const char *path);
 
