@@ -501,8 +501,8 @@ static void fail_with_report(kilnd_workers_t *pool, task_t *t, const char *worke
  * killed in the middle of a task cleans up nothing, so kilnd removes the
  * directory, on the thread pool, once the worker is dead; one that cannot be
  * removed yet (a grandchild that escaped the group kill still writing) is tried
- * again at the next death and at close. When a pool starts, it removes what a
- * killed kilnd left: directories of that form whose pid has exited (or is a
+ * again at the next death and at close. When a pool starts, before its first
+ * worker, it removes what a killed kilnd left: directories of that form whose pid has exited (or is a
  * zombie) and, for the first pool of a process, those of its own pid (a kilnd
  * restarted as pid 1 in a container has the pid of the one before). Only
  * directories that are this user's and private (0700, as workers make them) are
@@ -556,17 +556,13 @@ static bool private_dir(const char *path, int *out_errno) {
   return S_ISDIR(sb.st_mode) && sb.st_uid == geteuid() && (sb.st_mode & 077) == 0;
 }
 
-/* A removal on the thread pool: the given directories, and, for a sweep, the
- * stale ones found in `sweep_base`. What could not be removed comes back in
+/* A removal on the thread pool. What could not be removed comes back in
  * `paths` (its first `n_left`). */
 typedef struct removal_s {
   uv_work_t work;
   kilnd_workers_t *pool;
   char **paths; /* owned, each owned */
   size_t n_paths, n_left;
-  char *sweep_base; /* a sweep: the folder to look in (owned); NULL otherwise */
-  bool sweep_own;   /* the sweep also takes this process's own pid */
-  size_t swept;
 } removal_t;
 
 /* Removes one dead worker's scratch directory (any thread). False when it should
@@ -603,28 +599,6 @@ static void removal_work(uv_work_t *req) {
     }
   }
   r->n_left = kept;
-  if (!r->sweep_base) return;
-  DIR *d = opendir(r->sweep_base);
-  if (!d) return;
-  kiln_buf_t path;
-  kiln_buf_init(&path);
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    long pid = scratch_pid(e->d_name);
-    if (!pid || (pid == (long)getpid() ? !r->sweep_own : !pid_exited(pid))) continue;
-    kiln_buf_clear(&path);
-    kiln_buf_appendf(&path, "%s/%s", r->sweep_base, e->d_name);
-    int err;
-    if (!private_dir(path.data, &err)) continue; /* someone else's: not ours to judge */
-    kiln_status_t st = kiln_file_tree_remove(path.data);
-    if (st) {
-      kiln_log_status(KILN_LOG_WARN, "worker_scratch_left", st, "stale=true");
-      kiln_status_free(st);
-    } else {
-      r->swept++;
-    }
-  }
-  kiln_buf_deinit(&path);
-  closedir(d);
 }
 
 static void removal_done(uv_work_t *req, int status) {
@@ -632,29 +606,25 @@ static void removal_done(uv_work_t *req, int status) {
   kilnd_workers_t *pool = r->pool;
   pool->pending_removals--;
   if (status < 0) r->n_left = r->n_paths; /* it never ran */
-  if (r->swept) kiln_log(KILN_LOG_INFO, "worker_scratch_swept", "removed=%zu", r->swept);
   /* What is left is tried again with the next removal. */
   for (size_t i = 0; i < r->n_left; i++) {
     pool->scratch_left = kiln_realloc(pool->scratch_left, (pool->n_scratch_left + 1) * sizeof(char *));
     pool->scratch_left[pool->n_scratch_left++] = r->paths[i];
   }
   kiln_free(r->paths);
-  kiln_free(r->sweep_base);
   kiln_free(r);
   maybe_free_pool(pool);
 }
 
-/* Queues the removal of `path_owned` (may be NULL) and of every directory an
- * earlier removal left. */
-static void queue_removal(kilnd_workers_t *pool, char *path_owned, const char *sweep_base, bool sweep_own) {
+/* Queues the removal of `path_owned` and of every directory an earlier removal
+ * left. */
+static void queue_removal(kilnd_workers_t *pool, char *path_owned) {
   removal_t *r = kiln_calloc(1, sizeof *r);
   r->pool = pool;
   r->paths = kiln_calloc(pool->n_scratch_left + 1, sizeof(char *));
   for (size_t i = 0; i < pool->n_scratch_left; i++) r->paths[r->n_paths++] = pool->scratch_left[i];
   pool->n_scratch_left = 0;
-  if (path_owned) r->paths[r->n_paths++] = path_owned;
-  r->sweep_base = sweep_base ? kiln_strdup(sweep_base) : NULL;
-  r->sweep_own = sweep_own;
+  r->paths[r->n_paths++] = path_owned;
   r->work.data = r;
   pool->pending_removals++;
   int rc = uv_queue_work(pool->loop, &r->work, removal_work, removal_done);
@@ -666,11 +636,42 @@ static void remove_scratch(worker_t *w) {
   char *path = w->spawned ? w->scratch : NULL;
   if (!path) return;
   w->scratch = NULL;
-  queue_removal(w->pool, path, NULL, false);
+  queue_removal(w->pool, path);
 }
 
-/* How many pools this process has started: the first sweeps its own pid too. */
+/* The last scratch name this process handed out (0: none yet, so no worker of
+ * this process has a directory and the sweep may take its own pid's). */
 static _Atomic uint64_t scratch_seq;
+
+/* Removes the stale scratch directories in `base` (see above): synchronously,
+ * when a pool starts, before any of its workers exists (kilnd is not serving
+ * yet), so no live worker's directory can be taken for a stale one. */
+static void sweep_stale(const char *base) {
+  bool own = atomic_load(&scratch_seq) == 0;
+  DIR *d = opendir(base);
+  if (!d) return;
+  kiln_buf_t path;
+  kiln_buf_init(&path);
+  size_t swept = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    long pid = scratch_pid(e->d_name);
+    if (!pid || (pid == (long)getpid() ? !own : !pid_exited(pid))) continue;
+    kiln_buf_clear(&path);
+    kiln_buf_appendf(&path, "%s/%s", base, e->d_name);
+    int err;
+    if (!private_dir(path.data, &err)) continue; /* someone else's: not ours to judge */
+    kiln_status_t st = kiln_file_tree_remove(path.data);
+    if (st) {
+      kiln_log_status(KILN_LOG_WARN, "worker_scratch_left", st, "stale=true");
+      kiln_status_free(st);
+    } else {
+      swept++;
+    }
+  }
+  if (swept) kiln_log(KILN_LOG_INFO, "worker_scratch_swept", "removed=%zu", swept);
+  kiln_buf_deinit(&path);
+  closedir(d);
+}
 
 /* A new scratch directory name for a worker about to start (one not in use). */
 static char *next_scratch(kilnd_workers_t *pool) {
@@ -1451,9 +1452,7 @@ kiln_status_t kilnd_workers_create(uv_loop_t *loop, const kilnd_workers_options_
   oom_counter_path(pool->oom_counter, sizeof pool->oom_counter);
   pool->scratch_base = kiln_strdup(tmp);
   pool->loop = loop;
-  /* Before any worker of this pool has a name: the first pool of the process also
-   * takes its own pid's leftovers. */
-  queue_removal(pool, NULL, pool->scratch_base, atomic_load(&scratch_seq) == 0);
+  sweep_stale(pool->scratch_base);
   pool->fn = fn;
   pool->user = user;
   pool->opt = *options;

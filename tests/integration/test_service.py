@@ -951,9 +951,7 @@ class ScratchTest(ServiceTestCase):
             wait_for(lambda: "event=worker_ready" in k2.log(), 30, "the new worker")
             mine = [n for n in k2.leftovers() if n.startswith(f"kiln-worker-{k2.proc.pid}-")]
             self.assertEqual(len(mine), 1)
-            want = sorted(mine + [os.path.basename(d) for d in live])
-            # The sweep runs on kilnd's thread pool, beside the workers' start.
-            wait_for(lambda: k2.leftovers() == want, 10, f"only {want} to be left")
+            self.assertEqual(k2.leftovers(), sorted(mine + [os.path.basename(d) for d in live]))
             self.assertEqual(k2.stop(), 0, k2.log()[-5000:])
 
 

@@ -1001,7 +1001,7 @@ static bool there(const char *path) {
 
 /* Must run before any other test starts a pool in this process: a process's
  * first pool also sweeps its own pid's directories (a kilnd restarted as pid 1
- * in a container inherits them). A pool removes, on the thread pool, the
+ * in a container inherits them). A pool removes, before its first worker, the
  * kiln-worker-<pid>[-<n>] directories of exited pids that are this user's and
  * private; it leaves live pids', other users', open (0755) ones, links and other
  * names alone, and a later pool of the same process leaves its own pid's. */
@@ -1036,7 +1036,7 @@ static void test_scratch_sweep_at_start(void **state) {
 
   kilnd_workers_options_t o = base_options(1);
   start_pool(f, &o);
-  close_pool(f); /* waits for the sweep */
+  close_pool(f);
   assert_false(there(own));
   assert_false(there(stale));
   assert_false(there(old_form));
