@@ -87,13 +87,28 @@ char *kiln_read_file(const char *path, size_t *out_len) {
 /* Removes `name` in `dir_fd` (`path` names it in messages): unlinked, or, when it
  * is a directory, opened without following a link, emptied through its own
  * descriptor and removed, so a link swapped in on the way is removed, never
- * followed. Goes on past failures; returns the first. */
+ * followed. A directory of ours without write or search permission for us (a
+ * tool made it 0500) gets them first. Goes on past failures; returns the first. */
 static kiln_status_t remove_at(int dir_fd, const char *name, const char *path, int depth) {
   if (unlinkat(dir_fd, name, 0) == 0 || errno == ENOENT) return NULL;
-  if (errno != EISDIR && errno != EPERM) return KILN_STATUS_ERRNO(errno, "cannot remove %s", path);
-  if (depth >= TREE_MAX_DEPTH) return KILN_STATUS_ERRNO(ELOOP, "cannot remove %s (nested too deep)", path);
+  int unlink_err = errno;
+  if (unlink_err != EISDIR && unlink_err != EPERM)
+    return KILN_STATUS_ERRNO(unlink_err, "cannot remove %s", path);
   int fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? NULL : KILN_STATUS_ERRNO(errno, "cannot remove %s", path);
+  if (fd < 0) {
+    if (errno == ENOENT) return NULL;
+    /* Not a directory after all (EPERM on a file, a link): unlinkat's reason. */
+    int err = errno == ENOTDIR || errno == ELOOP ? unlink_err : errno;
+    return KILN_STATUS_ERRNO(err, "cannot remove %s", path);
+  }
+  if (depth >= TREE_MAX_DEPTH) {
+    close(fd);
+    return KILN_STATUS_ERRNO(ELOOP, "cannot remove %s (nested too deep)", path);
+  }
+  struct stat st;
+  if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0700) != 0700) {
+    (void)fchmod(fd, (st.st_mode & 07777) | 0700); /* failing, the removals below say why */
+  }
   DIR *d = fdopendir(fd);
   if (!d) {
     int err = errno;
@@ -107,11 +122,11 @@ static kiln_status_t remove_at(int dir_fd, const char *name, const char *path, i
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
     kiln_buf_clear(&sub);
     kiln_buf_appendf(&sub, "%s/%s", path, e->d_name);
-    kiln_status_t st = remove_at(dirfd(d), e->d_name, sub.data, depth + 1);
-    if (st && !first) {
-      first = st;
+    kiln_status_t st_sub = remove_at(dirfd(d), e->d_name, sub.data, depth + 1);
+    if (st_sub && !first) {
+      first = st_sub;
     } else {
-      kiln_status_free(st);
+      kiln_status_free(st_sub);
     }
   }
   kiln_buf_deinit(&sub);
@@ -140,11 +155,12 @@ kiln_status_t kiln_file_tree_remove(const char *path) {
   if (name.len == 0 || !strcmp(name.data, ".") || !strcmp(name.data, "..")) {
     st = KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT, "will not remove '%s': name a file or folder", path);
   } else {
-    int dir_fd = open(parent.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* O_PATH: only search permission is needed on the folder, as for rm. */
+    int dir_fd = open(parent.data, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd >= 0) {
       st = remove_at(dir_fd, name.data, path, 0);
       close(dir_fd);
-    } else if (errno != ENOENT) { /* ENOTDIR: under a file, where nothing can be */
+    } else if (errno != ENOENT) { /* ENOTDIR (under a file) is reported */
       st = KILN_STATUS_ERRNO(errno, "cannot remove %s", path);
     }
   }

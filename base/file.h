@@ -33,13 +33,15 @@ char *kiln_read_file(const char *path, size_t *out_len);
 
 /* Removes `path` and, when it is a directory, everything under it, like rm -rf:
  * it goes on past an entry it cannot remove, and never follows a symbolic link
- * below `path`'s folder (a link is removed, not what it points to; the walk holds
- * each directory open, so a link swapped in meanwhile is not followed either).
- * NULL when nothing of it is left, also when it never existed or its folder does
- * not; else the errno status of the first entry that could not go, naming it
- * ("cannot remove PATH: Permission denied"; "Not a directory" when `path` lies
- * under a file), or INVALID_ARGUMENT for a path ending in "." or "..". Trees
- * deeper than 64 folders fail with ELOOP. */
+ * below `path`'s folder (a link is removed, not what it points to, `link/`
+ * included; the walk holds each directory open, so a link swapped in meanwhile
+ * is not followed either). Directories of the caller's user inside that lack
+ * its write or search permission get them first. NULL when nothing of it is
+ * left, also when it never existed or its folder does not; else the errno
+ * status of the first entry that could not go, naming it ("cannot remove PATH:
+ * Permission denied"; "Not a directory" when `path` lies under a file), or
+ * INVALID_ARGUMENT for "", "/" or a path ending in "." or "..". Trees deeper
+ * than 64 folders fail with ELOOP. */
 KILN_MUST_USE kiln_status_t kiln_file_tree_remove(const char *path);
 
 #endif /* KILN_BASE_FILE_H */

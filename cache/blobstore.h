@@ -136,8 +136,8 @@ KILN_MUST_USE kiln_status_t kiln_blob_reader_open(kiln_blobstore_t *store, const
                                                   kiln_blob_reader_t **out_reader);
 /* Reads up to `cap` (> 0) bytes of uncompressed content, at most 256 KiB a call
  * (so the check hashes them while they are in the CPU cache; loop for more);
- * *out_len == 0 means the end, at which point the content has been verified; reads after that return 0
- * again. DATA_LOSS when the content does not match its check or digest (reported
+ * *out_len == 0 means the end, at which point the content has been verified;
+ * reads after that return 0 again. DATA_LOSS when the content does not match its check or digest (reported
  * by the read that reaches the end; the message names the hash that failed) or
  * cannot be decompressed; a failed reader keeps failing. INVALID_ARGUMENT when
  * cap is 0. */

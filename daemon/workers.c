@@ -181,6 +181,7 @@ struct kilnd_workers_s {
   char *scratch_base;      /* $TMPDIR, else /tmp: where scratch directories are made */
   char **scratch_left;     /* directories a removal could not remove yet (owned) */
   size_t n_scratch_left;
+  bool scratch_final_try; /* closing: they were queued once more */
   char *compiler;
   kilnd_compiler_info_t identity; /* valid once `compiler` is set */
   kilnd_workers_stats_t stats;
@@ -236,6 +237,7 @@ static int64_t oom_kills(const kilnd_workers_t *pool) { return counter_in(pool->
 static void spawn_slot(slot_t *slot);
 static void kill_worker(worker_t *w, kill_reason_t reason, const char *detail);
 static void maybe_free_pool(kilnd_workers_t *pool);
+static void queue_removal(kilnd_workers_t *pool, char *path_owned);
 
 /* ---- Events out ------------------------------------------------------------------ */
 
@@ -322,6 +324,11 @@ static void maybe_free_pool(kilnd_workers_t *pool) {
       pool->pending_removals || pool->done_called) {
     return;
   }
+  if (pool->n_scratch_left && !pool->scratch_final_try) {
+    pool->scratch_final_try = true; /* one last time for what earlier removals left */
+    queue_removal(pool, NULL);
+    return;
+  }
   pool->done_called = true;
   void (*done)(void *) = pool->done;
   void *user = pool->done_user;
@@ -331,7 +338,7 @@ static void maybe_free_pool(kilnd_workers_t *pool) {
   kiln_free((char *)pool->opt.external_compiler);
   kiln_free((char *)pool->opt.external_args);
   for (size_t i = 0; i < pool->n_scratch_left; i++) {
-    kiln_buf_t fields; /* tried twice at least, each failure logged: given up now */
+    kiln_buf_t fields; /* tried at least twice, each failure logged: given up now */
     kiln_buf_init(&fields);
     kiln_log_kv_str(&fields, "dir", pool->scratch_left[i]);
     kiln_log_kv_str(&fields, "reason", "still there when the pool closed");
@@ -501,12 +508,13 @@ static void fail_with_report(kilnd_workers_t *pool, task_t *t, const char *worke
  * killed in the middle of a task cleans up nothing, so kilnd removes the
  * directory, on the thread pool, once the worker is dead; one that cannot be
  * removed yet (a grandchild that escaped the group kill still writing) is tried
- * again at the next death and at close. When a pool starts, before its first
- * worker, it removes what a killed kilnd left: directories of that form whose pid has exited (or is a
- * zombie) and, for the first pool of a process, those of its own pid (a kilnd
- * restarted as pid 1 in a container has the pid of the one before). Only
- * directories that are this user's and private (0700, as workers make them) are
- * ever removed: in a shared /tmp a name of that form may be anyone's. */
+ * again at the next death and once more at close. When a pool starts, before
+ * its first worker, it removes what a killed kilnd left: directories of that
+ * form whose pid has exited (or is a zombie) and, for the first pool of a
+ * process, those of its own pid (a kilnd restarted as pid 1 in a container has
+ * the pid of the one before). Only directories that are this user's and private
+ * (0700, as workers make them) are ever removed: in a shared /tmp a name of that
+ * form may be anyone's, and TMPDIR must not be shared across pid namespaces. */
 
 /* Whether `pid` has exited: no such process, or only a zombie (a killed kilnd's
  * workers stay zombies until their new parent reaps them). A process of another
@@ -616,15 +624,15 @@ static void removal_done(uv_work_t *req, int status) {
   maybe_free_pool(pool);
 }
 
-/* Queues the removal of `path_owned` and of every directory an earlier removal
- * left. */
+/* Queues the removal of `path_owned` (NULL: none) and of every directory an
+ * earlier removal left. */
 static void queue_removal(kilnd_workers_t *pool, char *path_owned) {
   removal_t *r = kiln_calloc(1, sizeof *r);
   r->pool = pool;
   r->paths = kiln_calloc(pool->n_scratch_left + 1, sizeof(char *));
   for (size_t i = 0; i < pool->n_scratch_left; i++) r->paths[r->n_paths++] = pool->scratch_left[i];
   pool->n_scratch_left = 0;
-  r->paths[r->n_paths++] = path_owned;
+  if (path_owned) r->paths[r->n_paths++] = path_owned;
   r->work.data = r;
   pool->pending_removals++;
   int rc = uv_queue_work(pool->loop, &r->work, removal_work, removal_done);
@@ -643,10 +651,12 @@ static void remove_scratch(worker_t *w) {
  * this process has a directory and the sweep may take its own pid's). */
 static _Atomic uint64_t scratch_seq;
 
-/* Removes the stale scratch directories in `base` (see above): synchronously,
- * when a pool starts, before any of its workers exists (kilnd is not serving
- * yet), so no live worker's directory can be taken for a stale one. */
-static void sweep_stale(const char *base) {
+/* Removes the stale scratch directories in the pool's base (see above):
+ * synchronously, when a pool starts, before any of its workers exists (kilnd is
+ * not serving yet), so no live worker's directory can be taken for a stale one.
+ * One it cannot remove is tried again with the removals of dead workers. */
+static void sweep_stale(kilnd_workers_t *pool) {
+  const char *base = pool->scratch_base;
   bool own = atomic_load(&scratch_seq) == 0;
   DIR *d = opendir(base);
   if (!d) return;
@@ -661,9 +671,11 @@ static void sweep_stale(const char *base) {
     int err;
     if (!private_dir(path.data, &err)) continue; /* someone else's: not ours to judge */
     kiln_status_t st = kiln_file_tree_remove(path.data);
-    if (st) {
+    if (st) { /* tried again with the removals of dead workers */
       kiln_log_status(KILN_LOG_WARN, "worker_scratch_left", st, "stale=true");
       kiln_status_free(st);
+      pool->scratch_left = kiln_realloc(pool->scratch_left, (pool->n_scratch_left + 1) * sizeof(char *));
+      pool->scratch_left[pool->n_scratch_left++] = kiln_strdup(path.data);
     } else {
       swept++;
     }
@@ -1442,17 +1454,27 @@ kiln_status_t kilnd_workers_create(uv_loop_t *loop, const kilnd_workers_options_
   const char *tmp = getenv("TMPDIR");
   if (!tmp || !*tmp) tmp = "/tmp";
   struct stat tmp_st;
-  if (tmp[0] != '/' || stat(tmp, &tmp_st) != 0 || !S_ISDIR(tmp_st.st_mode) || access(tmp, W_OK | X_OK) != 0) {
+  const char *tmp_bad = NULL;
+  if (tmp[0] != '/') {
+    tmp_bad = "it is relative";
+  } else if (stat(tmp, &tmp_st) != 0) {
+    tmp_bad = strerror(errno);
+  } else if (!S_ISDIR(tmp_st.st_mode)) {
+    tmp_bad = strerror(ENOTDIR);
+  } else if (access(tmp, W_OK | X_OK) != 0) {
+    tmp_bad = strerror(errno);
+  }
+  if (tmp_bad) {
     return KILN_STATUS(KILN_STATUS_INVALID_ARGUMENT,
                        "TMPDIR=%s cannot hold the compile workers' scratch folders: it must be the absolute "
                        "path of a folder kilnd may write (%s); set TMPDIR to one, or unset it for /tmp",
-                       tmp, tmp[0] != '/' ? "it is relative" : strerror(errno ? errno : ENOTDIR));
+                       tmp, tmp_bad);
   }
   kilnd_workers_t *pool = kiln_calloc(1, sizeof *pool);
   oom_counter_path(pool->oom_counter, sizeof pool->oom_counter);
   pool->scratch_base = kiln_strdup(tmp);
   pool->loop = loop;
-  sweep_stale(pool->scratch_base);
+  sweep_stale(pool);
   pool->fn = fn;
   pool->user = user;
   pool->opt = *options;

@@ -123,9 +123,12 @@ typedef struct kilnd_workers_stats_s {
 
 /* Starts the pool's processes (they become idle once each has said Hello: watch
  * for KILND_TASK_WORKER_READY). Events of every task go to `fn` on `loop`. The
- * option strings are copied. INVALID_ARGUMENT for a worker_path that is not
- * executable, an external_args template with an unknown {placeholder}, or a
- * memory limit under 256 MiB (the warm compiler alone needs about 150 MB);
+ * option strings are copied. First, synchronously (call it before serving), it
+ * removes the scratch directories a killed kilnd left in $TMPDIR (workers.c).
+ * INVALID_ARGUMENT for a worker_path that is not executable, an external_args
+ * template with an unknown {placeholder}, a memory limit under 256 MiB (the
+ * warm compiler alone needs about 150 MB), or a TMPDIR that is not the absolute
+ * path of a writable folder (the message names it and why);
  * INTERNAL when a process cannot be spawned (the processes already started are
  * killed and the pool frees itself on the loop: keep running it). */
 KILN_MUST_USE kiln_status_t kilnd_workers_create(uv_loop_t *loop, const kilnd_workers_options_t *options,

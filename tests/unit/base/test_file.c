@@ -4,8 +4,9 @@
  * limit still fine), errno statuses naming the path for a missing file and
  * a file that cannot be created, and kiln_file_tree_remove: a nested tree goes,
  * a symlink in it is removed without touching what it points to, a missing path
- * and a plain file are fine, ".." is refused, a tree deeper than 64 folders is
- * refused, and a path that cannot go (under a file; as a user, also in a folder
+ * and a plain file are fine, "", "/" and paths ending in "." or ".." are
+ * refused, a 0500 folder of ours is opened up and removed, a tree deeper than 64
+ * folders is refused, and a path that cannot go (under a file; as a user, also in a folder
  * it may not write) fails naming it and why. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -156,9 +157,23 @@ static void test_remove_tree(void **state) {
   kiln_buf_clear(&p);
   kiln_buf_appendf(&p, "%s/empty", dir);
   assert_false(exists(p.data));
-  st = kiln_file_tree_remove("..");
-  assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
-  kiln_status_free(st);
+  static const char *const refused[] = {"..", ".", "/", "", "a/..", "a/./"};
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    st = kiln_file_tree_remove(refused[i]);
+    assert_int_equal(kiln_status_code(st), KILN_STATUS_INVALID_ARGUMENT);
+    kiln_status_free(st);
+  }
+  /* A folder of ours a tool made 0500, with a file in it: opened up and removed. */
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/locked", dir);
+  assert_int_equal(mkdir(p.data, 0700), 0);
+  kiln_buf_append_str(&p, "/f");
+  kiln_test_assert_ok(kiln_file_write(p.data, "f", 1, 0600));
+  kiln_buf_clear(&p);
+  kiln_buf_appendf(&p, "%s/locked", dir);
+  assert_int_equal(chmod(p.data, 0500), 0);
+  kiln_test_assert_ok(kiln_file_tree_remove(p.data));
+  assert_false(exists(p.data));
 
   /* Deeper than 64 folders: refused (ELOOP), what it could reach is kept. */
   kiln_buf_clear(&p);

@@ -1,6 +1,7 @@
 /* Unit tests for cache/blobstore: put/get round trips at 0, 1, 4095, 4096 bytes and
  * 1 MiB (random and compressible) with the file name (raw or .zst) each
- * compression setting must produce; a blob larger than the writer's memory limit
+ * compression setting must produce; reads of at most 256 KiB however much room
+ * they are given; a blob larger than the writer's memory limit
  * (spilled, then compressed from its tmp file); a sample that decides "raw" for a
  * large blob; streaming writes equal to a one-shot put; expected-digest mismatch;
  * idempotent duplicates, also across stores with different compression; readers
@@ -308,6 +309,33 @@ static void test_compression_off_stores_raw(void **state) {
   assert_get_equals(store, &d, data, MIB);
   free(data);
   kiln_blobstore_close(store);
+}
+
+/* A read hands back at most 256 KiB, whatever room it is given (so the check
+ * hashes bytes still in the CPU cache), raw and .zst alike, and the pieces add up. */
+static void test_reads_are_at_most_256_kib(void **state) {
+  fixture_t *f = *state;
+  for (int compressible = 0; compressible < 2; compressible++) {
+    unsigned char *data = kiln_test_make_data(MIB + 17, compressible, 61 + compressible);
+    kiln_digest_t d = put_ok(f->store, data, MIB + 17, NULL);
+    kiln_blob_reader_t *r = NULL;
+    assert_ok(kiln_blob_reader_open(f->store, &d, NULL, &r));
+    unsigned char *buf = malloc(2 * MIB);
+    size_t n = 0, total = 0, reads = 0;
+    kiln_status_t status;
+    while (!(status = kiln_blob_reader_read(r, buf, 2 * MIB, &n)) && n > 0) {
+      assert_true(n <= 256 * 1024);
+      assert_memory_equal(buf, data + total, n);
+      total += n;
+      reads++;
+    }
+    assert_ok(status);
+    assert_int_equal(total, MIB + 17);
+    assert_true(reads >= 5);
+    kiln_blob_reader_close(r);
+    free(buf);
+    free(data);
+  }
 }
 
 static void test_spilled_blob_is_compressed(void **state) {
@@ -1115,6 +1143,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_round_trip_sizes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_compression_off_stores_raw, setup, teardown),
       cmocka_unit_test_setup_teardown(test_spilled_blob_is_compressed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reads_are_at_most_256_kib, setup, teardown),
       cmocka_unit_test_setup_teardown(test_streaming_equals_one_shot, setup, teardown),
       cmocka_unit_test_setup_teardown(test_expected_digest_mismatch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_duplicate_put_is_idempotent, setup, teardown),
