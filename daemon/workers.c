@@ -509,12 +509,13 @@ static void fail_with_report(kilnd_workers_t *pool, task_t *t, const char *worke
  * directory, on the thread pool, once the worker is dead; one that cannot be
  * removed yet (a grandchild that escaped the group kill still writing) is tried
  * again at the next death and once more at close. When a pool starts, before
- * its first worker, it removes what a killed kilnd left: directories of that
- * form whose pid has exited (or is a zombie) and, for the first pool of a
- * process, those of its own pid (a kilnd restarted as pid 1 in a container has
- * the pid of the one before). Only directories that are this user's and private
- * (0700, as workers make them) are ever removed: in a shared /tmp a name of that
- * form may be anyone's, and TMPDIR must not be shared across pid namespaces. */
+ * its first worker, it looks for what a killed kilnd left, and removes it the
+ * same way: directories of that form whose pid has exited (or is a zombie) and,
+ * for the first pool of a process, those of its own pid (a kilnd restarted as
+ * pid 1 in a container has the pid of the one before). Only directories that
+ * are this user's and private (0700, as workers make them) are ever removed: in
+ * a shared /tmp a name of that form may be anyone's, and TMPDIR must not be
+ * shared across pid namespaces. */
 
 /* Whether `pid` has exited: no such process, or only a zombie (a killed kilnd's
  * workers stay zombies until their new parent reaps them). A process of another
@@ -609,16 +610,19 @@ static void removal_work(uv_work_t *req) {
   r->n_left = kept;
 }
 
+/* Puts `path_owned` on the list the next removal takes. */
+static void left_add(kilnd_workers_t *pool, char *path_owned) {
+  pool->scratch_left = kiln_realloc(pool->scratch_left, (pool->n_scratch_left + 1) * sizeof(char *));
+  pool->scratch_left[pool->n_scratch_left++] = path_owned;
+}
+
 static void removal_done(uv_work_t *req, int status) {
   removal_t *r = req->data;
   kilnd_workers_t *pool = r->pool;
   pool->pending_removals--;
   if (status < 0) r->n_left = r->n_paths; /* it never ran */
   /* What is left is tried again with the next removal. */
-  for (size_t i = 0; i < r->n_left; i++) {
-    pool->scratch_left = kiln_realloc(pool->scratch_left, (pool->n_scratch_left + 1) * sizeof(char *));
-    pool->scratch_left[pool->n_scratch_left++] = r->paths[i];
-  }
+  for (size_t i = 0; i < r->n_left; i++) left_add(pool, r->paths[i]);
   kiln_free(r->paths);
   kiln_free(r);
   maybe_free_pool(pool);
@@ -651,38 +655,36 @@ static void remove_scratch(worker_t *w) {
  * this process has a directory and the sweep may take its own pid's). */
 static _Atomic uint64_t scratch_seq;
 
-/* Removes the stale scratch directories in the pool's base (see above):
- * synchronously, when a pool starts, before any of its workers exists (kilnd is
- * not serving yet), so no live worker's directory can be taken for a stale one.
- * One it cannot remove is tried again with the removals of dead workers. */
+/* Finds the stale scratch directories in the pool's base (see above) and queues
+ * their removal. The folder is read when the pool starts, before any of its
+ * workers exists, so no live worker's directory can be taken for a stale one;
+ * removing them is disk work, and runs on the thread pool like any other. */
 static void sweep_stale(kilnd_workers_t *pool) {
-  const char *base = pool->scratch_base;
   bool own = atomic_load(&scratch_seq) == 0;
-  DIR *d = opendir(base);
+  DIR *d = opendir(pool->scratch_base);
   if (!d) return;
-  kiln_buf_t path;
-  kiln_buf_init(&path);
-  size_t swept = 0;
+  size_t found = 0;
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     long pid = scratch_pid(e->d_name);
     if (!pid || (pid == (long)getpid() ? !own : !pid_exited(pid))) continue;
-    kiln_buf_clear(&path);
-    kiln_buf_appendf(&path, "%s/%s", base, e->d_name);
+    char *path = kiln_buf_sprintf("%s/%s", pool->scratch_base, e->d_name);
     int err;
-    if (!private_dir(path.data, &err)) continue; /* someone else's: not ours to judge */
-    kiln_status_t st = kiln_file_tree_remove(path.data);
-    if (st) { /* tried again with the removals of dead workers */
-      kiln_log_status(KILN_LOG_WARN, "worker_scratch_left", st, "stale=true");
-      kiln_status_free(st);
-      pool->scratch_left = kiln_realloc(pool->scratch_left, (pool->n_scratch_left + 1) * sizeof(char *));
-      pool->scratch_left[pool->n_scratch_left++] = kiln_strdup(path.data);
-    } else {
-      swept++;
+    if (!private_dir(path, &err)) { /* someone else's: not ours to judge */
+      kiln_free(path);
+      continue;
     }
+    left_add(pool, path);
+    found++;
   }
-  if (swept) kiln_log(KILN_LOG_INFO, "worker_scratch_swept", "removed=%zu", swept);
-  kiln_buf_deinit(&path);
   closedir(d);
+  if (!found) return;
+  kiln_buf_t fields;
+  kiln_buf_init(&fields);
+  kiln_log_kv_str(&fields, "dir", pool->scratch_base);
+  kiln_buf_appendf(&fields, " found=%zu", found);
+  kiln_log_fields(KILN_LOG_INFO, "worker_scratch_stale", &fields);
+  kiln_buf_deinit(&fields);
+  queue_removal(pool, NULL);
 }
 
 /* A new scratch directory name for a worker about to start (one not in use). */

@@ -123,8 +123,8 @@ typedef struct kilnd_workers_stats_s {
 
 /* Starts the pool's processes (they become idle once each has said Hello: watch
  * for KILND_TASK_WORKER_READY). Events of every task go to `fn` on `loop`. The
- * option strings are copied. First, synchronously (call it before serving), it
- * removes the scratch directories a killed kilnd left in $TMPDIR (workers.c).
+ * option strings are copied. It first lists the scratch directories a killed
+ * kilnd left in $TMPDIR and queues their removal on the thread pool (workers.c).
  * INVALID_ARGUMENT for a worker_path that is not executable, an external_args
  * template with an unknown {placeholder}, a memory limit under 256 MiB (the
  * warm compiler alone needs about 150 MB), or a TMPDIR that is not the absolute

@@ -33,8 +33,8 @@
  *
  * Scratch. Every worker creates its scratch directory (--scratch, which kilnd
  * names) and makes it its own TMPDIR (scratch.c), so whatever temporary files it,
- * its children and its tools make lie there. A killed worker cannot remove it:
- * kilnd does, once it has reaped the worker.
+ * its children and its tools make lie there. A killed worker cannot remove it,
+ * so kilnd does, once it has reaped the worker, however it ended.
  *
  * Memory. --memory-limit sets RLIMIT_AS on this process before anything big is
  * mapped, so a runaway compile fails an allocation here (kiln_malloc logs

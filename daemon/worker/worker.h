@@ -39,7 +39,8 @@ typedef struct worker_s {
   kiln_compiler_context_t *context; /* built-in mode */
   char *external_path;              /* external mode: absolute, or a bare name for PATH */
   char *external_version;
-  char *scratch; /* the scratch directory, this process's TMPDIR (scratch.c) */
+  char *scratch;      /* the scratch directory, this process's TMPDIR (scratch.c) */
+  bool scratch_owned; /* made without --scratch: this process removes it */
   uint64_t applied_limit;
 } worker_t;
 
@@ -55,14 +56,15 @@ int64_t worker_elapsed_ms_since(int64_t start_ns);
 /* ---- The scratch directory (scratch.c) ------------------------------------------- */
 
 /* Creates the scratch directory (--scratch, which must be absolute and must not
- * exist; else a new $TMPDIR/kiln-worker-scratch-XXXXXX), sets w->scratch to it
- * (owned by w until worker_scratch_cleanup), points TMPDIR at it with setenv (so
- * call it before any thread starts) and registers an atexit handler that removes
- * it when the process leaves with exit() (kilnd gone). INVALID_ARGUMENT for a
+ * exist, and which kilnd removes; else a new $TMPDIR/kiln-worker-scratch-XXXXXX,
+ * which this process removes, also from an atexit handler when it leaves with
+ * exit()), sets w->scratch to it (freed by worker_scratch_cleanup) and points
+ * TMPDIR at it with setenv (so call it before any thread starts). INVALID_ARGUMENT for a
  * relative --scratch; the errno status naming the directory when it cannot be
  * made (EEXIST when it is there already: never taken over). */
 KILN_MUST_USE kiln_status_t worker_scratch_setup(worker_t *w);
-/* Removes the scratch directory and everything in it, and frees w->scratch. */
+/* Removes the scratch directory this process made for itself (not kilnd's
+ * --scratch) and frees w->scratch. */
 void worker_scratch_cleanup(worker_t *w);
 
 /* ---- The external compiler (external.c) ----------------------------------------- */

@@ -999,7 +999,7 @@ static bool there(const char *path) {
 
 /* Must run before any other test starts a pool in this process: a process's
  * first pool also sweeps its own pid's directories (a kilnd restarted as pid 1
- * in a container inherits them). A pool removes, before its first worker, the
+ * in a container inherits them). A pool finds, before its first worker, and removes the
  * kiln-worker-<pid>[-<n>] directories of exited pids that are this user's and
  * private; it leaves live pids', other users', open (0755) ones, links and other
  * names alone, and a later pool of the same process leaves its own pid's. */
