@@ -31,11 +31,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
 #include <regex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,6 +46,7 @@
 
 #include "base/buf.h"
 #include "base/file.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "compiler/identity.h"
@@ -1108,6 +1112,120 @@ static void test_scratch_removed_when_killed(void **state) {
   free(src);
 }
 
+/* Sets (or clears) a file's immutable flag, which makes even root's unlink fail
+ * with EPERM: false where the file system or the user cannot. */
+static bool set_immutable(const char *path, bool on) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  int flags = 0;
+  bool ok = ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0;
+  if (ok) {
+    flags = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
+    ok = ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+  }
+  close(fd);
+  return ok;
+}
+
+/* The log the test points kiln_log at. */
+static char log_path[PATH_MAX];
+
+/* How many lines of the log hold `arg` (a string) twice over: the event and the
+ * directory it names. */
+static size_t log_lines_with(const char *event, const char *dir) {
+  size_t len = 0, n = 0;
+  char *text = read_all(log_path, &len);
+  if (!text) return 0;
+  for (char *line = text, *end; *line; line = end + 1) {
+    end = strchr(line, '\n');
+    if (!end) break;
+    *end = '\0';
+    if (strstr(line, event) && strstr(line, dir)) n++;
+  }
+  free(text);
+  return n;
+}
+
+static const char *left_dir; /* the directory `left_logged` looks for */
+static bool left_logged(fixture_t *f, uint64_t times) {
+  (void)f;
+  return log_lines_with("worker_scratch_left", left_dir) >= times;
+}
+
+/* The one kiln-worker-* directory in f->tmp (owned by the caller). */
+static char *only_scratch(const fixture_t *f) {
+  char *names = names_with(f, "kiln-worker-");
+  char *nl = strchr(names, '\n');
+  assert_non_null(nl);
+  assert_string_equal(nl + 1, "");
+  *nl = '\0';
+  char *dir = NULL;
+  assert_true(asprintf(&dir, "%s/%s", f->tmp, names) > 0);
+  free(names);
+  return dir;
+}
+
+/* A scratch directory that cannot be removed when its worker dies (a file in it
+ * is immutable) is logged and tried again at the next worker's death; one still
+ * there when the pool closes is logged as given up, and the close completes. */
+static void test_scratch_removal_retried(void **state) {
+  fixture_t *f = *state;
+  char *src = NULL;
+  start_hang(f, 41, 1, &src);
+  char *dir = only_scratch(f), *file = NULL;
+  assert_true(asprintf(&file, "%s/kiln-stuck", dir) > 0);
+  kiln_test_assert_ok(kiln_file_write(file, "x", 1, 0600));
+  if (!set_immutable(file, true)) {
+    unlink(file);
+    free(file);
+    free(dir);
+    free(src);
+    skip(); /* not root, or a file system without the flag (tmpfs) */
+  }
+  snprintf(log_path, sizeof log_path, "%s/test.log", f->tmp);
+  int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  assert_true(log_fd >= 0);
+  kiln_log_configure(KILN_LOG_INFO, log_fd);
+  left_dir = dir;
+
+  kilnd_workers_cancel(f->pool, 41);
+  assert_true(wait_for(f, finished, 41, WAIT_MS));
+  assert_true(wait_for(f, left_logged, 1, WAIT_MS)); /* tried, failed, logged */
+  assert_true(there(file));
+
+  /* The next worker death takes it along, once it can go. */
+  assert_true(set_immutable(file, false));
+  assert_true(wait_for(f, idle_at_least, 1, WAIT_MS));
+  size_t len = strlen(src);
+  submit(f, 42, "mlp.mlir", src, len, SM89, 1);
+  assert_true(wait_for(f, progressed, 42, WAIT_MS));
+  assert_true(there(dir)); /* until a removal runs again */
+  kilnd_workers_cancel(f->pool, 42);
+  assert_true(wait_for(f, finished, 42, WAIT_MS));
+  assert_true(wait_for(f, gone, (uint64_t)(uintptr_t)dir, WAIT_MS));
+  assert_true(wait_for(f, idle_at_least, 1, WAIT_MS));
+
+  /* Still stuck at close: one more try, then given up, and the close ends. */
+  char *dir2 = only_scratch(f); /* the replacement's */
+  free(file);
+  assert_true(asprintf(&file, "%s/kiln-stuck", dir2) > 0);
+  kiln_test_assert_ok(kiln_file_write(file, "x", 1, 0600));
+  assert_true(set_immutable(file, true));
+  left_dir = dir2;
+  close_pool(f);
+  assert_true(there(file));
+  assert_int_equal(log_lines_with("worker_scratch_left", dir2), 3); /* at death, at close, given up */
+  assert_int_equal(log_lines_with("still there when the pool closed", dir2), 1);
+  assert_true(set_immutable(file, false));
+  kiln_log_configure(KILN_LOG_INFO, STDERR_FILENO);
+  close(log_fd);
+  kiln_test_remove_tree(dir2);
+  free(file);
+  free(dir2);
+  free(dir);
+  free(src);
+}
+
 /* ---- Start-up and broken workers ------------------------------------------------- */
 
 static void test_create_checks(void **state) {
@@ -1220,6 +1338,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_broken_framing_kills_worker, setup, teardown),
       cmocka_unit_test_setup_teardown(test_outside_sigkill_is_not_oom, setup, teardown),
       cmocka_unit_test_setup_teardown(test_scratch_removed_when_killed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_scratch_removal_retried, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
