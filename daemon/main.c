@@ -42,6 +42,7 @@
 #include "compiler/identity.h" /* the ABI version macros only: kilnd links no compiler */
 #include "daemon/auth.h"
 #include "daemon/daemon.h"
+#include "daemon/server.h"
 #include "daemon/settings.h"
 #include "daemon/tls.h"
 
@@ -223,19 +224,12 @@ static void print_usage(const kiln_config_table_t *table) {
       "or failed, 2 bad settings, 3 --verify found problems (repaired unless --dry-run).\n");
 }
 
-/* SIGTERM, SIGINT and SIGHUP, which the loop handles (drain, reload). */
-static void stop_signals(sigset_t *out_set) {
-  sigemptyset(out_set);
-  sigaddset(out_set, SIGTERM);
-  sigaddset(out_set, SIGINT);
-  sigaddset(out_set, SIGHUP);
-}
-
 int main(int argc, char **argv) {
   kiln_alloc_tune_for_transfers(); /* downloads reuse their chunk buffers' pages */
   /* A client that disconnects mid-write must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
-  /* The loop's signals never reach a gRPC, abseil or libmicrohttpd thread: blocked
+  /* The loop's signals (kilnd_loop_signals: SIGTERM, SIGINT, SIGHUP and the
+   * SIGCHLD of a worker's exit) never reach a gRPC, abseil or libmicrohttpd thread: blocked
    * here, before those libraries start threads (which inherit the mask), and
    * unblocked on this thread when the loop runs (libuv's pool threads, started
    * from it later, may take them too: their waits are libc's). A signal the kernel
@@ -245,7 +239,7 @@ int main(int argc, char **argv) {
    * until then. Processes kilnd spawns get an empty mask (libuv resets it; the
    * --version probe sets it). */
   sigset_t loop_signals;
-  stop_signals(&loop_signals);
+  kilnd_loop_signals(&loop_signals);
   pthread_sigmask(SIG_BLOCK, &loop_signals, NULL);
 
   const kiln_config_table_t *table = kilnd_settings_table();

@@ -143,16 +143,21 @@ struct kilnd_server_s {
 
 /* ---- completion-queue thread ------------------------------------------------ */
 
+void kilnd_loop_signals(sigset_t *out_set) {
+  sigemptyset(out_set);
+  sigaddset(out_set, SIGTERM);
+  sigaddset(out_set, SIGINT);
+  sigaddset(out_set, SIGHUP);
+  sigaddset(out_set, SIGCHLD);
+}
+
 static void cq_thread_main(void *arg) {
   kilnd_server_t *server = arg;
   /* The daemon's signals are the loop's: this thread waits in gRPC's own futex,
    * where a signal handed to it could wait unseen (main.c blocks them for the
    * threads libraries start; this one is started after main unblocked them). */
   sigset_t loop_signals;
-  sigemptyset(&loop_signals);
-  sigaddset(&loop_signals, SIGTERM);
-  sigaddset(&loop_signals, SIGINT);
-  sigaddset(&loop_signals, SIGHUP);
+  kilnd_loop_signals(&loop_signals);
   pthread_sigmask(SIG_BLOCK, &loop_signals, NULL);
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(server->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);

@@ -9,6 +9,7 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -224,10 +225,41 @@ class Kilnd:
     def wait(self, timeout=30):
         try:
             rc = self.proc.wait(timeout=timeout)
-        finally:
+        except subprocess.TimeoutExpired:
+            # A kilnd that does not end is a hang to diagnose, not only a failure:
+            # its threads' stacks (and its children's) go with its log.
+            stacks = self.stacks()
+            self.proc.kill()
+            self.proc.wait()
             self.log_file.close()
+            raise AssertionError(f"kilnd (pid {self.proc.pid}) did not exit within {timeout}s;"
+                                 f" its stacks:\n{stacks}\nits log:\n{self.log()[-30000:]}") from None
+        finally:
+            if not self.log_file.closed:
+                self.log_file.close()
         self.check_tsan()
         return rc
+
+    def stacks(self):
+        """Every thread's stack of kilnd and of its child processes (gdb), or why not."""
+        gdb = shutil.which("gdb")
+        if not gdb:
+            return "(no gdb on this machine)"
+        pids = [self.proc.pid]
+        try:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+        out = []
+        for pid in pids:
+            try:
+                r = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                                   capture_output=True, text=True, timeout=60)
+                out.append(f"== pid {pid}\n{r.stdout[-20000:]}")
+            except (OSError, subprocess.TimeoutExpired) as e:
+                out.append(f"== pid {pid}: gdb failed: {e}")
+        return "\n".join(out)
 
     def check_tsan(self):
         """In the TSan build: a data race or a lock-order inversion in kilnd (or a
