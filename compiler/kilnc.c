@@ -22,7 +22,8 @@
  * (default OUTDIR: "."), <kernel module>.cubin beside the PTX when ptxas is
  * installed, and prints one line per target. Exit status: 0 every target compiled; 1 some
  * target failed; 2 bad usage; 3 the model itself is bad (diagnostics printed with
- * file:line:col).
+ * file:line:col). Temporary files lie in $TMPDIR/kilnc-XXXXXX, which goes when
+ * kilnc ends, by a signal too (base/scratch.h).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -36,6 +37,7 @@
 #include "base/buf.h"
 #include "base/config.h"
 #include "base/file.h"
+#include "base/scratch.h"
 #include "compiler/artifact.h"
 #include "compiler/identity.h"
 #include "compiler/pipeline.h"
@@ -581,7 +583,20 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kilnc: one model at a time ('%s' and '%s')\n", positional[0], positional[1]);
     code = EXIT_USAGE;
   } else {
+    /* Its temporary files and its tools' lie in a folder of its own, removed on
+     * exit and on SIGINT, SIGTERM, SIGHUP and SIGQUIT: a Ctrl-C leaves nothing. */
+    const char *scratch = NULL;
+    kiln_status_t st = kiln_scratch_make("kilnc-", &scratch);
+    if (st) {
+      fprintf(stderr, "kilnc: warning: %s; temporary files go to TMPDIR itself\n", kiln_status_message(st));
+      kiln_status_free(st);
+    }
     code = run(&opt, &compat, n_positional ? positional[0] : NULL);
+    st = kiln_scratch_remove();
+    if (st) {
+      fprintf(stderr, "kilnc: warning: %s\n", kiln_status_message(st));
+      kiln_status_free(st);
+    }
   }
   kiln_config_deinit(&option_table, &opt);
   for (int i = 0; i < n_made; i++) kiln_free(made[i]);

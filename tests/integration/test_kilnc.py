@@ -2,9 +2,11 @@
 iree-compile's spellings, real output files, and the documented exit codes for
 bad models, bad targets and removed flags."""
 import os
+import signal
 import struct
 import subprocess
 import tempfile
+import time
 import unittest
 
 from kilnharness import EXAMPLES, KILNC, clean_env
@@ -232,3 +234,79 @@ class KilncTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# Fifteen targets of convnet.mlir: about 2 s of back halves on two cores, so a
+# signal sent once the back halves run finds kilnc still compiling.
+MANY_TARGETS = ("sm_89,sm_120,sm_121,gfx950,gfx942,gfx1100,gfx1101,gfx1200,gfx1201,arm5gen,"
+                "videocore_vii,x86_64,znver4,aarch64,riscv64")
+
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def alive(pid):
+    """True while `pid` runs (a zombie, or a pid gone, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class KilncScratchTest(unittest.TestCase):
+    """kilnc's temporary files and its tools' (the ROCDL ld.lld links, ptxas's
+    files) lie in $TMPDIR/kilnc-XXXXXX, which goes when kilnc ends: after a
+    compile, and when a signal stops it (Ctrl-C, a CI job's timeout), whose back
+    halves then die with it."""
+
+    def env(self, tmp):
+        env = clean_env()
+        env["TMPDIR"] = tmp
+        return env
+
+    def test_nothing_left_after_a_compile(self):
+        with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as out:
+            r = subprocess.run([KILNC, os.path.join(EXAMPLES, "mlp.mlir"), "-t", "gfx950,sm_89,x86_64",
+                                "-o", out], capture_output=True, text=True, env=self.env(tmp), timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(os.listdir(tmp), [])
+
+    def test_nothing_left_when_stopped_by_a_signal(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with self.subTest(sig=sig), tempfile.TemporaryDirectory() as tmp, \
+                    tempfile.TemporaryDirectory() as out:
+                p = subprocess.Popen([KILNC, os.path.join(EXAMPLES, "convnet.mlir"), "-t", MANY_TARGETS,
+                                      "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     env=self.env(tmp))
+                try:
+                    deadline = time.monotonic() + 60
+                    while not children(p.pid) and p.poll() is None and time.monotonic() < deadline:
+                        time.sleep(0.002)
+                    halves = children(p.pid)
+                    self.assertTrue(halves, "kilnc forked no back halves")
+                    names = os.listdir(tmp)
+                    self.assertEqual(len(names), 1, names)
+                    self.assertTrue(names[0].startswith("kilnc-"), names)
+                    # What a tool leaves as it works: a nested folder and a file.
+                    tool = os.path.join(tmp, names[0], "kiln-toolkit-test", "llvm", "bin")
+                    os.makedirs(tool)
+                    with open(os.path.join(tool, "ld.lld"), "w") as f:
+                        f.write("x")
+                    p.send_signal(sig)
+                    _, err = p.communicate(timeout=60)
+                finally:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                self.assertEqual(p.returncode, -sig, err)  # it still dies of the signal
+                self.assertEqual(os.listdir(tmp), [])
+                deadline = time.monotonic() + 30
+                while any(alive(h) for h in halves) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertEqual([h for h in halves if alive(h)], [], "back halves outlived kilnc")

@@ -1,0 +1,31 @@
+/* A process's own scratch folder, which goes when the process does.
+ *
+ * kiln_scratch_make makes $TMPDIR/<prefix>XXXXXX (mode 0700; /tmp when TMPDIR is
+ * unset or empty) and makes it the process's TMPDIR, so its temporary files, its
+ * forked children's and those of the tools they run (ld.lld toolkit links,
+ * ptxas's files) all lie under it. The folder is removed when the process ends:
+ *  - at kiln_scratch_remove, or through exit() (an atexit handler);
+ *  - on SIGINT, SIGTERM, SIGHUP and SIGQUIT, from a handler that removes it with
+ *    async-signal-safe calls only and then dies of the signal as it would have
+ *    (a disposition of SIG_IGN is left alone);
+ * and only by the process that made it: a forked child that exits or is killed
+ * never takes its parent's folder. Nothing survives kill -9; kilnd names and
+ * removes its workers' folders itself for that (daemon/workers.c).
+ *
+ * One folder per process. Call it from the main thread before any other starts:
+ * it sets TMPDIR and signal handlers. */
+#ifndef KILN_BASE_SCRATCH_H
+#define KILN_BASE_SCRATCH_H
+
+#include "base/status.h"
+
+/* Makes the folder; *out_dir names it until kiln_scratch_remove. A second call
+ * fails (FAILED_PRECONDITION). On failure TMPDIR is unchanged. */
+KILN_MUST_USE kiln_status_t kiln_scratch_make(const char *prefix, const char **out_dir);
+
+/* Removes the folder now (the first error, if any of it is left), puts TMPDIR
+ * back as it was and forgets the folder; the signal handlers stay and do
+ * nothing. Without a folder, or in a forked child, nothing. */
+KILN_MUST_USE kiln_status_t kiln_scratch_remove(void);
+
+#endif /* KILN_BASE_SCRATCH_H */
