@@ -44,6 +44,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -258,9 +259,14 @@ int __lsan_is_turned_off(void) { return in_fanout_child; }
 #endif
 
 /* The child's life: targets in, records out, until the parent has no more. */
-static _Noreturn void child_main(int fd, int err_fd, kiln_compiler_fanout_fn_t fn, void *user,
+static _Noreturn void child_main(pid_t parent, int fd, int err_fd, kiln_compiler_fanout_fn_t fn, void *user,
                                  const kiln_compiler_target_output_t *outs, size_t n) {
   MARK_CHILD();
+  /* It dies with the process that forked it (kilnc stopped by a signal, a worker
+   * killed by kilnd): it would finish its target for no one otherwise. That
+   * thread waits in fanout until every child is reaped, so it outlives them. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(0);
   if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
   uint64_t index;
   while (read_all(fd, &index, sizeof index) && index < n) {
@@ -356,6 +362,7 @@ static bool spawn(child_t *c, child_t *children, size_t slots, kiln_compiler_fan
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return false;
   int err_fd = stderr_file();
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(sv[0]);
@@ -370,7 +377,7 @@ static bool spawn(child_t *c, child_t *children, size_t slots, kiln_compiler_fan
       close(children[s].fd);
       if (children[s].err_fd >= 0) close(children[s].err_fd);
     }
-    child_main(sv[1], err_fd, fn, user, outs, n);
+    child_main(parent, sv[1], err_fd, fn, user, outs, n);
   }
   close(sv[1]);
   *c = (child_t){.pid = pid, .fd = sv[0], .err_fd = err_fd};

@@ -13,9 +13,11 @@
 #include <cmocka.h>
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -195,6 +197,57 @@ static void test_large_results(void **state) {
   for (size_t i = 0; i < 3; i++) kiln_compiler_target_output_clear(&outs[i]);
 }
 
+/* The pipe the hanging back halves report their pids on. */
+static int pid_pipe[2];
+
+static void hanging_half(void *user, size_t index, kiln_compiler_target_output_t *out) {
+  (void)user;
+  (void)index;
+  (void)out;
+  pid_t me = getpid();
+  if (write(pid_pipe[1], &me, sizeof me) != sizeof me) _exit(1);
+  sleep(60);
+}
+
+static bool running(pid_t pid) {
+  char path[64], stat_line[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  bool got = fgets(stat_line, sizeof stat_line, f) != NULL;
+  fclose(f);
+  const char *paren = got ? strrchr(stat_line, ')') : NULL;
+  return paren && paren[1] == ' ' && paren[2] != 'Z';
+}
+
+/* A process killed while its back halves compile (kilnc stopped by a signal, a
+ * worker killed by kilnd) takes them with it: they do not go on compiling for
+ * no one (here they would sleep a minute). */
+static void test_children_die_with_their_parent(void **state) {
+  (void)state;
+  assert_int_equal(pipe(pid_pipe), 0);
+  pid_t parent = fork();
+  assert_true(parent >= 0);
+  if (parent == 0) {
+    close(pid_pipe[0]);
+    kiln_compiler_target_output_t outs[2] = {0};
+    for (size_t i = 0; i < 2; i++) outs[i].target = kiln_compiler_target_at(i);
+    kiln_compiler_fanout_run(2, 2, hanging_half, NULL, outs, "model.mlir", NULL);
+    _exit(0);
+  }
+  close(pid_pipe[1]);
+  pid_t halves[2];
+  for (size_t i = 0; i < 2; i++)
+    assert_int_equal(read(pid_pipe[0], &halves[i], sizeof halves[i]), sizeof halves[i]);
+  close(pid_pipe[0]);
+  assert_int_equal(kill(parent, SIGKILL), 0);
+  int ws = 0;
+  assert_int_equal(waitpid(parent, &ws, 0), parent);
+  for (int tries = 0; tries < 500 && (running(halves[0]) || running(halves[1])); tries++) usleep(10000);
+  assert_false(running(halves[0]));
+  assert_false(running(halves[1]));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_job),
@@ -202,6 +255,7 @@ int main(void) {
       cmocka_unit_test(test_children_take_several_targets),
       cmocka_unit_test(test_child_killed_while_idle),
       cmocka_unit_test(test_large_results),
+      cmocka_unit_test(test_children_die_with_their_parent),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
