@@ -40,6 +40,9 @@ static void remove_quiet_at(int dir_fd, const char *name, int depth) {
   if (unlinkat(dir_fd, name, 0) == 0 || (errno != EISDIR && errno != EPERM)) return;
   int fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return;
+  struct stat st; /* a folder of ours a tool made 0500: opened up to be emptied */
+  if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0700) != 0700)
+    (void)fchmod(fd, (st.st_mode & 07777) | 0700);
   if (depth < QUIET_MAX_DEPTH) {
     /* Listing while removing may skip names: a second pass takes them. */
     for (int pass = 0; pass < 2; pass++) {
