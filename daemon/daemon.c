@@ -15,6 +15,7 @@
 
 #include <inttypes.h>
 #include <openssl/crypto.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -436,10 +437,21 @@ kiln_status_t kilnd_daemon_create(const kilnd_settings_t *settings, kilnd_tls_t 
   return NULL;
 }
 
+/* Runs the loop on this thread, with the loop's signals unblocked here: main.c
+ * blocked them before the libraries started their threads, which keep them
+ * blocked (kilnd_loop_signals). Also on the paths where start-up failed: a pool
+ * closing there waits for its workers' SIGCHLD like any other. */
+static void run_loop(kilnd_daemon_t *d) {
+  sigset_t loop_signals;
+  kilnd_loop_signals(&loop_signals);
+  pthread_sigmask(SIG_UNBLOCK, &loop_signals, NULL);
+  uv_run(&d->loop, UV_RUN_DEFAULT);
+}
+
 kiln_status_t kilnd_daemon_run(kilnd_daemon_t *d) {
   KILN_RETURN_IF_ERROR(kilnd_server_start(d->server));
   d->ran = true;
-  uv_run(&d->loop, UV_RUN_DEFAULT);
+  run_loop(d);
   return NULL;
 }
 
@@ -459,7 +471,7 @@ void kilnd_daemon_destroy(kilnd_daemon_t *d) {
     if (!started) {
       d->ran = true;
       kilnd_server_request_stop(d->server);
-      uv_run(&d->loop, UV_RUN_DEFAULT);
+      run_loop(d);
     }
     kiln_status_free(started);
   }
@@ -467,7 +479,7 @@ void kilnd_daemon_destroy(kilnd_daemon_t *d) {
   kilnd_server_destroy(d->server); /* likewise */
   if (d->loop_initialized) {
     close_handles(d);
-    uv_run(&d->loop, UV_RUN_DEFAULT);
+    run_loop(d);
     uv_loop_close(&d->loop);
   }
   kilnd_jobs_destroy(d->jobs); /* after the loop's last run: no call can reach it now */

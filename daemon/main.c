@@ -231,8 +231,9 @@ int main(int argc, char **argv) {
   /* The loop's signals (kilnd_loop_signals: SIGTERM, SIGINT, SIGHUP and the
    * SIGCHLD of a worker's exit) never reach a gRPC, abseil or libmicrohttpd thread: blocked
    * here, before those libraries start threads (which inherit the mask), and
-   * unblocked on this thread when the loop runs (libuv's pool threads, started
-   * from it later, may take them too: their waits are libc's). A signal the kernel
+   * unblocked on this thread whenever the loop runs (daemon.c's run_loop: also
+   * when start-up failed and the workers must be reaped; libuv's pool threads,
+   * started from it later, may take them too: their waits are libc's). A signal the kernel
    * hands to a thread waiting in a library's own futex may otherwise wait there
    * (under ThreadSanitizer, which defers signals to the next intercepted call, a
    * SIGTERM was never seen). One arriving before the loop runs stays pending
@@ -312,7 +313,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kilnd: cannot start: %s\n", kiln_status_message(status));
     exit_code = EXIT_START_FAILURE;
   } else {
-    pthread_sigmask(SIG_UNBLOCK, &loop_signals, NULL);
     status = kilnd_daemon_run(daemon);
     if (status) {
       kiln_log_status(KILN_LOG_ERROR, "run_failed", status, NULL);

@@ -159,6 +159,7 @@ static void cq_thread_main(void *arg) {
   sigset_t loop_signals;
   kilnd_loop_signals(&loop_signals);
   pthread_sigmask(SIG_BLOCK, &loop_signals, NULL);
+  pthread_setname_np(pthread_self(), "kilnd-cq"); /* in stacks, and in test_daemon's mask check */
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(server->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     uv_mutex_lock(&server->lock);

@@ -99,7 +99,8 @@ void kilnd_server_destroy(kilnd_server_t *server);
  * pool threads blocks them (main.c, and the completion-queue thread here), so
  * the kernel never hands one to a thread waiting in a library's own futex, where
  * it could wait unseen (ThreadSanitizer defers a signal to the thread's next
- * intercepted call: a SIGTERM was never seen, then a worker's exit at close). */
+ * intercepted call: a SIGTERM was never seen, then a worker's exit at close).
+ * Thread-safe. */
 void kilnd_loop_signals(sigset_t *out_set);
 
 #endif /* KILN_DAEMON_SERVER_H */

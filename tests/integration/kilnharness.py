@@ -256,7 +256,7 @@ class Kilnd:
             try:
                 r = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
                                    capture_output=True, text=True, timeout=60)
-                out.append(f"== pid {pid}\n{r.stdout[-20000:]}")
+                out.append(f"== pid {pid}\n{r.stdout[-20000:]}{r.stderr[-2000:]}")
             except (OSError, subprocess.TimeoutExpired) as e:
                 out.append(f"== pid {pid}: gdb failed: {e}")
         return "\n".join(out)
