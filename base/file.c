@@ -88,7 +88,8 @@ char *kiln_read_file(const char *path, size_t *out_len) {
  * is a directory, opened without following a link, emptied through its own
  * descriptor and removed, so a link swapped in on the way is removed, never
  * followed. A directory of ours without write or search permission for us (a
- * tool made it 0500) gets them first. Goes on past failures; returns the first. */
+ * tool made it 0500) gets them first. Goes on past failures; returns the first.
+ * scratch.c's remove_quiet_at is its async-signal-safe twin: keep them in step. */
 static kiln_status_t remove_at(int dir_fd, const char *name, const char *path, int depth) {
   if (unlinkat(dir_fd, name, 0) == 0 || errno == ENOENT) return NULL;
   int unlink_err = errno;

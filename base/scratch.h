@@ -7,20 +7,24 @@
  *  - at kiln_scratch_remove, or through exit() (an atexit handler);
  *  - on SIGINT, SIGTERM, SIGHUP and SIGQUIT, from a handler that removes it with
  *    async-signal-safe calls only and then dies of the signal as it would have
- *    (a disposition of SIG_IGN is left alone);
+ *    (a disposition of SIG_IGN is left alone; a second signal waits for it);
+ * at exit() and on a signal the process's children and theirs (back halves, the
+ * tools they run) are SIGKILLed first, so none writes into the folder as it goes;
  * and only by the process that made it: a forked child that exits or is killed
  * never takes its parent's folder. Nothing survives kill -9; kilnd names and
  * removes its workers' folders itself for that (daemon/workers.c).
  *
- * One folder per process. Call it from the main thread before any other starts:
- * it sets TMPDIR and signal handlers. */
+ * Main thread only, both calls, while no other thread runs (they set TMPDIR,
+ * which getenv elsewhere would race, and signal handlers). */
 #ifndef KILN_BASE_SCRATCH_H
 #define KILN_BASE_SCRATCH_H
 
 #include "base/status.h"
 
-/* Makes the folder; *out_dir names it until kiln_scratch_remove. A second call
- * fails (FAILED_PRECONDITION). On failure TMPDIR is unchanged. */
+/* Makes the folder; *out_dir names it (an absolute path) until
+ * kiln_scratch_remove, and is NULL on failure. While one exists another is
+ * refused (FAILED_PRECONDITION). On failure TMPDIR is unchanged, and the status
+ * names the folder it could not be made in and how to fix that. */
 KILN_MUST_USE kiln_status_t kiln_scratch_make(const char *prefix, const char **out_dir);
 
 /* Removes the folder now (the first error, if any of it is left), puts TMPDIR

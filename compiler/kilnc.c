@@ -588,7 +588,8 @@ int main(int argc, char **argv) {
     const char *scratch = NULL;
     kiln_status_t st = kiln_scratch_make("kilnc-", &scratch);
     if (st) {
-      fprintf(stderr, "kilnc: warning: %s; temporary files go to TMPDIR itself\n", kiln_status_message(st));
+      fprintf(stderr, "kilnc: warning: %s (compiling without a scratch folder of its own)\n",
+              kiln_status_message(st));
       kiln_status_free(st);
     }
     code = run(&opt, &compat, n_positional ? positional[0] : NULL);

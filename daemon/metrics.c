@@ -184,6 +184,9 @@ void kilnd_metrics_write(const kilnd_metrics_snapshot_t *snap, kiln_buf_t *out) 
           "Workers replaced after a crash, kill, timeout or cancel.", j->workers.restarts);
     one_u(out, "kiln_worker_crashes_total", "counter", "Workers that died on their own (signal or bad exit).",
           j->workers.crashes);
+    one_u(out, "kiln_worker_scratch_left", "gauge",
+          "Dead workers' scratch folders in TMPDIR that kilnd could not remove yet (logged; tried again).",
+          j->workers.scratch_left);
   }
 
   if (snap->has_cache) {

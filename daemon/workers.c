@@ -1637,6 +1637,7 @@ void kilnd_workers_cancel(kilnd_workers_t *workers, uint64_t task_id) {
 
 void kilnd_workers_stats(const kilnd_workers_t *workers, kilnd_workers_stats_t *out_stats) {
   *out_stats = workers->stats;
+  out_stats->scratch_left = workers->n_scratch_left;
   out_stats->busy = out_stats->ready = 0;
   for (const worker_t *w = workers->all; w; w = w->next) {
     out_stats->busy += w->state == W_BUSY;

@@ -119,6 +119,8 @@ typedef struct kilnd_workers_stats_s {
   uint64_t tasks;    /* tasks finished */
   uint64_t restarts; /* workers replaced after a crash, kill, timeout or cancel */
   uint64_t crashes;  /* of which died on their own (signal or bad exit) */
+  size_t scratch_left; /* dead workers' scratch folders a removal could not remove
+                        * yet (each failure logged; tried again at the next death) */
 } kilnd_workers_stats_t;
 
 /* Starts the pool's processes (they become idle once each has said Hello: watch

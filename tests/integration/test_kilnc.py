@@ -232,9 +232,6 @@ class KilncTest(unittest.TestCase):
         self.assertRegex(r.stdout, r"(?m)^gfx1100\s+hip\s+.*rx7900xtx")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 # Fifteen targets of convnet.mlir: about 2 s of back halves on two cores, so a
 # signal sent once the back halves run finds kilnc still compiling.
@@ -310,3 +307,7 @@ class KilncScratchTest(unittest.TestCase):
                 while any(alive(h) for h in halves) and time.monotonic() < deadline:
                     time.sleep(0.05)
                 self.assertEqual([h for h in halves if alive(h)], [], "back halves outlived kilnc")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -218,10 +218,12 @@ static void test_unusable_tmpdir(void **state) {
     setenv("TMPDIR", "/nonexistent/kiln-tmp", 1);
     const char *dir = NULL;
     kiln_status_t st = kiln_scratch_make("kiln-test-scratch-", &dir);
-    int code = kiln_status_code(st) == KILN_STATUS_OK                                         ? 50
-               : !strstr(kiln_status_message(st), "/nonexistent/kiln-tmp/kiln-test-scratch-") ? 51
-               : strcmp(getenv("TMPDIR"), "/nonexistent/kiln-tmp") != 0                       ? 52
-                                                                                              : 0;
+    int code = kiln_status_code(st) == KILN_STATUS_OK                              ? 50
+               : !strstr(kiln_status_message(st), "TMPDIR=/nonexistent/kiln-tmp:") ? 51
+               : !strstr(kiln_status_message(st), "set TMPDIR to a folder")        ? 52
+               : strcmp(getenv("TMPDIR"), "/nonexistent/kiln-tmp") != 0            ? 53
+               : dir != NULL                                                       ? 54
+                                                                                   : 0;
     kiln_status_free(st);
     _exit(code);
   }
@@ -229,6 +231,33 @@ static void test_unusable_tmpdir(void **state) {
   assert_int_equal(waitpid(pid, &ws, 0), pid);
   assert_true(WIFEXITED(ws));
   assert_int_equal(WEXITSTATUS(ws), 0);
+}
+
+/* A relative TMPDIR: the folder's path is absolute all the same, so the handler
+ * finds it after a chdir. */
+static int relative_then_chdir(const char *dir) {
+  if (dir[0] != '/') return 60;
+  if (chdir("/") != 0) return 61;
+  raise(SIGTERM);
+  return 62;
+}
+
+static void test_relative_tmpdir(void **state) {
+  (void)state;
+  char cwd[4096];
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  assert_int_equal(chdir(base), 0);
+  char *saved = base;
+  base = (char *)"."; /* run_child's TMPDIR */
+  char *dir = NULL;
+  int ws = run_child(relative_then_chdir, &dir);
+  base = saved;
+  assert_int_equal(chdir(cwd), 0);
+  assert_true(WIFSIGNALED(ws));
+  assert_int_equal(WTERMSIG(ws), SIGTERM);
+  assert_true(dir[0] == '/');
+  assert_false(there(dir));
+  free(dir);
 }
 
 static int setup(void **state) {
@@ -257,6 +286,7 @@ int main(void) {
       cmocka_unit_test(test_forked_children_leave_it),
       cmocka_unit_test(test_ignored_signal_stays_ignored),
       cmocka_unit_test(test_unusable_tmpdir),
+      cmocka_unit_test(test_relative_tmpdir),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -46,7 +46,6 @@
 
 #include "base/buf.h"
 #include "base/file.h"
-#include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "compiler/identity.h"
@@ -198,8 +197,11 @@ static char *names_with(const fixture_t *f, const char *prefix) {
   return s;
 }
 
+static void unstick(void);
+
 static int teardown(void **state) {
   fixture_t *f = *state;
+  unstick(); /* a test that ended early leaves nothing only root could remove */
   close_pool(f);
   /* Every worker's scratch directory is gone once the pool has closed, whatever
    * happened to the worker. */
@@ -1127,74 +1129,79 @@ static bool set_immutable(const char *path, bool on) {
   return ok;
 }
 
-/* The log the test points kiln_log at. */
-static char log_path[PATH_MAX];
+/* The file a test made immutable, if any: teardown clears the flag should an
+ * assertion end the test first (nobody but root could remove it otherwise). */
+static char *immutable_file;
 
-/* How many lines of the log hold `arg` (a string) twice over: the event and the
- * directory it names. */
-static size_t log_lines_with(const char *event, const char *dir) {
-  size_t len = 0, n = 0;
-  char *text = read_all(log_path, &len);
-  if (!text) return 0;
-  for (char *line = text, *end; *line; line = end + 1) {
-    end = strchr(line, '\n');
-    if (!end) break;
-    *end = '\0';
-    if (strstr(line, event) && strstr(line, dir)) n++;
-  }
-  free(text);
-  return n;
+static bool scratch_left_is(fixture_t *f, uint64_t n) {
+  kilnd_workers_stats_t s;
+  kilnd_workers_stats(f->pool, &s);
+  return s.scratch_left == n;
 }
 
-static const char *left_dir; /* the directory `left_logged` looks for */
-static bool left_logged(fixture_t *f, uint64_t times) {
-  (void)f;
-  return log_lines_with("worker_scratch_left", left_dir) >= times;
+static bool one_scratch(fixture_t *f, uint64_t unused) {
+  (void)unused;
+  char *names = names_with(f, "kiln-worker-");
+  char *nl = strchr(names, '\n');
+  bool one = nl && nl[1] == '\0';
+  free(names);
+  return one;
 }
 
 /* The one kiln-worker-* directory in f->tmp (owned by the caller). */
-static char *only_scratch(const fixture_t *f) {
+static char *only_scratch(fixture_t *f) {
+  assert_true(wait_for(f, one_scratch, 0, WAIT_MS)); /* a dead worker's may still be going */
   char *names = names_with(f, "kiln-worker-");
-  char *nl = strchr(names, '\n');
-  assert_non_null(nl);
-  assert_string_equal(nl + 1, "");
-  *nl = '\0';
+  *strchr(names, '\n') = '\0';
   char *dir = NULL;
   assert_true(asprintf(&dir, "%s/%s", f->tmp, names) > 0);
   free(names);
   return dir;
 }
 
-/* A scratch directory that cannot be removed when its worker dies (a file in it
- * is immutable) is logged and tried again at the next worker's death; one still
- * there when the pool closes is logged as given up, and the close completes. */
-static void test_scratch_removal_retried(void **state) {
-  fixture_t *f = *state;
-  char *src = NULL;
-  start_hang(f, 41, 1, &src);
-  char *dir = only_scratch(f), *file = NULL;
+/* Puts an immutable file in `dir`; false (nothing left) where the flag cannot be
+ * set: it needs CAP_LINUX_IMMUTABLE, and a file system that has it. */
+static bool make_stuck(const char *dir) {
+  char *file = NULL;
   assert_true(asprintf(&file, "%s/kiln-stuck", dir) > 0);
   kiln_test_assert_ok(kiln_file_write(file, "x", 1, 0600));
   if (!set_immutable(file, true)) {
     unlink(file);
     free(file);
+    return false;
+  }
+  immutable_file = file;
+  return true;
+}
+
+static void unstick(void) {
+  if (!immutable_file) return;
+  set_immutable(immutable_file, false);
+  free(immutable_file);
+  immutable_file = NULL;
+}
+
+/* A scratch directory that cannot be removed when its worker dies (a file in it
+ * is immutable) is counted (and logged) and tried again at the next worker's
+ * death; one still there when the pool closes is given up (logged), and the
+ * close completes. */
+static void test_scratch_removal_retried(void **state) {
+  fixture_t *f = *state;
+  char *src = NULL;
+  start_hang(f, 41, 1, &src);
+  char *dir = only_scratch(f);
+  if (!make_stuck(dir)) {
     free(dir);
     free(src);
-    skip(); /* not root, or a file system without the flag (tmpfs) */
+    skip(); /* not root, or a file system without the flag */
   }
-  snprintf(log_path, sizeof log_path, "%s/test.log", f->tmp);
-  int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
-  assert_true(log_fd >= 0);
-  kiln_log_configure(KILN_LOG_INFO, log_fd);
-  left_dir = dir;
-
   kilnd_workers_cancel(f->pool, 41);
   assert_true(wait_for(f, finished, 41, WAIT_MS));
-  assert_true(wait_for(f, left_logged, 1, WAIT_MS)); /* tried, failed, logged */
-  assert_true(there(file));
+  assert_true(wait_for(f, scratch_left_is, 1, WAIT_MS)); /* tried and failed */
+  assert_true(there(dir));
 
   /* The next worker death takes it along, once it can go. */
-  assert_true(set_immutable(file, false));
+  unstick();
   assert_true(wait_for(f, idle_at_least, 1, WAIT_MS));
   size_t len = strlen(src);
   submit(f, 42, "mlp.mlir", src, len, SM89, 1);
@@ -1203,24 +1210,17 @@ static void test_scratch_removal_retried(void **state) {
   kilnd_workers_cancel(f->pool, 42);
   assert_true(wait_for(f, finished, 42, WAIT_MS));
   assert_true(wait_for(f, gone, (uint64_t)(uintptr_t)dir, WAIT_MS));
+  assert_true(wait_for(f, scratch_left_is, 0, WAIT_MS));
   assert_true(wait_for(f, idle_at_least, 1, WAIT_MS));
 
-  /* Still stuck at close: one more try, then given up, and the close ends. */
+  /* Still stuck at close: tried at the worker's end and once more, then given
+   * up; the close ends all the same. */
   char *dir2 = only_scratch(f); /* the replacement's */
-  free(file);
-  assert_true(asprintf(&file, "%s/kiln-stuck", dir2) > 0);
-  kiln_test_assert_ok(kiln_file_write(file, "x", 1, 0600));
-  assert_true(set_immutable(file, true));
-  left_dir = dir2;
+  assert_true(make_stuck(dir2));
   close_pool(f);
-  assert_true(there(file));
-  assert_int_equal(log_lines_with("worker_scratch_left", dir2), 3); /* at death, at close, given up */
-  assert_int_equal(log_lines_with("still there when the pool closed", dir2), 1);
-  assert_true(set_immutable(file, false));
-  kiln_log_configure(KILN_LOG_INFO, STDERR_FILENO);
-  close(log_fd);
+  assert_true(there(dir2));
+  unstick();
   kiln_test_remove_tree(dir2);
-  free(file);
   free(dir2);
   free(dir);
   free(src);
