@@ -229,16 +229,17 @@ int main(int argc, char **argv) {
   /* A client that disconnects mid-write must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
   /* The loop's signals (kilnd_loop_signals: SIGTERM, SIGINT, SIGHUP and the
-   * SIGCHLD of a worker's exit) never reach a gRPC, abseil or libmicrohttpd thread: blocked
-   * here, before those libraries start threads (which inherit the mask), and
-   * unblocked on this thread whenever the loop runs (daemon.c's run_loop: also
-   * when start-up failed and the workers must be reaped; libuv's pool threads,
-   * started from it later, may take them too: their waits are libc's). A signal the kernel
-   * hands to a thread waiting in a library's own futex may otherwise wait there
-   * (under ThreadSanitizer, which defers signals to the next intercepted call, a
-   * SIGTERM was never seen). One arriving before the loop runs stays pending
-   * until then. Processes kilnd spawns get an empty mask (libuv resets it; the
-   * --version probe sets it). */
+   * SIGCHLD of a worker's exit) never reach a gRPC, abseil or libmicrohttpd
+   * thread: blocked here, before those libraries start threads (which inherit
+   * the mask), and unblocked on this thread whenever the loop runs (daemon.c's
+   * run_loop, also when start-up failed and the workers must be reaped; libuv's
+   * pool threads, started from it later, may take them too: their waits are
+   * libc's). A signal the kernel hands to a thread waiting in a library's own
+   * futex may otherwise wait there (under ThreadSanitizer, which defers signals
+   * to the next intercepted call, a SIGTERM was never seen, and a worker's
+   * SIGCHLD). One arriving before the loop runs stays pending until then.
+   * Processes kilnd spawns get an empty mask (libuv resets it; the --version
+   * probe sets it). */
   sigset_t loop_signals;
   kilnd_loop_signals(&loop_signals);
   pthread_sigmask(SIG_BLOCK, &loop_signals, NULL);

@@ -154,8 +154,8 @@ void kilnd_loop_signals(sigset_t *out_set) {
 static void cq_thread_main(void *arg) {
   kilnd_server_t *server = arg;
   /* The daemon's signals are the loop's: this thread waits in gRPC's own futex,
-   * where a signal handed to it could wait unseen (main.c blocks them for the
-   * threads libraries start; this one is started after main unblocked them). */
+   * where a signal handed to it could wait unseen. It blocks them itself rather
+   * than rely on the mask of whichever thread started it. */
   sigset_t loop_signals;
   kilnd_loop_signals(&loop_signals);
   pthread_sigmask(SIG_BLOCK, &loop_signals, NULL);
