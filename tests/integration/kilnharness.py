@@ -245,12 +245,7 @@ class Kilnd:
         gdb = shutil.which("gdb")
         if not gdb:
             return "(no gdb on this machine)"
-        pids = [self.proc.pid]
-        try:
-            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-                pids += [int(p) for p in f.read().split()]
-        except OSError:
-            pass
+        pids = [self.proc.pid] + child_pids(self.proc.pid)
         out = []
         for pid in pids:
             try:
@@ -322,6 +317,15 @@ def run_kiln(*args, addr=None, env=None, timeout=60, tls_ca=None, tls_cert=None,
     cmd += list(args)
     return subprocess.run(cmd, capture_output=True, text=True, env=clean_env(**(env or {})),
                           timeout=timeout)
+
+
+def child_pids(pid):
+    """The pids of `pid`'s children (its main thread's; /proc), [] when it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
 
 
 def run_kilnd_once(*args, env=None, timeout=60, cwd=None):

@@ -9,7 +9,7 @@ import tempfile
 import time
 import unittest
 
-from kilnharness import EXAMPLES, KILNC, clean_env
+from kilnharness import EXAMPLES, KILNC, child_pids, clean_env
 
 
 def kilnc(*args):
@@ -239,14 +239,6 @@ MANY_TARGETS = ("sm_89,sm_120,sm_121,gfx950,gfx942,gfx1100,gfx1101,gfx1200,gfx12
                 "videocore_vii,x86_64,znver4,aarch64,riscv64")
 
 
-def children(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
-
-
 def alive(pid):
     """True while `pid` runs (a zombie, or a pid gone, is not)."""
     try:
@@ -283,9 +275,9 @@ class KilncScratchTest(unittest.TestCase):
                                      env=self.env(tmp))
                 try:
                     deadline = time.monotonic() + 60
-                    while not children(p.pid) and p.poll() is None and time.monotonic() < deadline:
+                    while not child_pids(p.pid) and p.poll() is None and time.monotonic() < deadline:
                         time.sleep(0.002)
-                    halves = children(p.pid)
+                    halves = child_pids(p.pid)
                     self.assertTrue(halves, "kilnc forked no back halves")
                     names = os.listdir(tmp)
                     self.assertEqual(len(names), 1, names)

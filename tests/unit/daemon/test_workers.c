@@ -1076,6 +1076,26 @@ static bool gone(fixture_t *f, uint64_t arg) {
   return !there((const char *)(uintptr_t)arg);
 }
 
+static bool one_scratch(fixture_t *f, uint64_t unused) {
+  (void)unused;
+  char *names = names_with(f, "kiln-worker-");
+  char *nl = strchr(names, '\n');
+  bool one = nl && nl[1] == '\0';
+  free(names);
+  return one;
+}
+
+/* The one kiln-worker-* directory in f->tmp (owned by the caller). */
+static char *only_scratch(fixture_t *f) {
+  assert_true(wait_for(f, one_scratch, 0, WAIT_MS)); /* a dead worker's may still be going */
+  char *names = names_with(f, "kiln-worker-");
+  *strchr(names, '\n') = '\0';
+  char *dir = NULL;
+  assert_true(asprintf(&dir, "%s/%s", f->tmp, names) > 0);
+  free(names);
+  return dir;
+}
+
 /* A worker killed in the middle of a task cleans up nothing: the pool removes
  * its scratch directory (here holding a file, as a tool would leave) once the
  * worker is dead, and the replacement gets a new one. */
@@ -1083,13 +1103,8 @@ static void test_scratch_removed_when_killed(void **state) {
   fixture_t *f = *state;
   char *src = NULL;
   start_hang(f, 31, 1, &src);
-  char *before = names_with(f, "kiln-worker-");
-  char *nl = strchr(before, '\n');
-  assert_non_null(nl);
-  assert_string_equal(nl + 1, ""); /* one worker, one directory */
-  *nl = '\0';
-  char *dir = NULL, *file = NULL;
-  assert_true(asprintf(&dir, "%s/%s", f->tmp, before) > 0);
+  char *dir = only_scratch(f), *file = NULL; /* one worker, one directory */
+  const char *before = strrchr(dir, '/') + 1;
   struct stat st;
   assert_int_equal(lstat(dir, &st), 0);
   assert_true(S_ISDIR(st.st_mode));
@@ -1110,7 +1125,6 @@ static void test_scratch_removed_when_killed(void **state) {
   free(after);
   free(file);
   free(dir);
-  free(before);
   free(src);
 }
 
@@ -1137,26 +1151,6 @@ static bool scratch_left_is(fixture_t *f, uint64_t n) {
   kilnd_workers_stats_t s;
   kilnd_workers_stats(f->pool, &s);
   return s.scratch_left == n;
-}
-
-static bool one_scratch(fixture_t *f, uint64_t unused) {
-  (void)unused;
-  char *names = names_with(f, "kiln-worker-");
-  char *nl = strchr(names, '\n');
-  bool one = nl && nl[1] == '\0';
-  free(names);
-  return one;
-}
-
-/* The one kiln-worker-* directory in f->tmp (owned by the caller). */
-static char *only_scratch(fixture_t *f) {
-  assert_true(wait_for(f, one_scratch, 0, WAIT_MS)); /* a dead worker's may still be going */
-  char *names = names_with(f, "kiln-worker-");
-  *strchr(names, '\n') = '\0';
-  char *dir = NULL;
-  assert_true(asprintf(&dir, "%s/%s", f->tmp, names) > 0);
-  free(names);
-  return dir;
 }
 
 /* Puts an immutable file in `dir`; false (nothing left) where the flag cannot be
