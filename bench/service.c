@@ -923,6 +923,19 @@ static int64_t tcp_retransmits(void) {
   return found;
 }
 
+/* The machine's TCP congestion control (both sides of section 4 use it), or "?".
+ * It sets section 4's ratio: with BBR both sides are paced; with CUBIC the
+ * loopback copy speeds up more than GetArtifact (docs/design/daemon.md). */
+static void tcp_congestion_control(char *out, size_t cap) {
+  snprintf(out, cap, "?");
+  char *text = kiln_bench_read_file("/proc/sys/net/ipv4/tcp_congestion_control", NULL);
+  if (text) {
+    text[strcspn(text, " \n")] = '\0';
+    if (*text) snprintf(out, cap, "%s", text);
+    kiln_free(text);
+  }
+}
+
 /* What one side of section 4 cost beside its time: CPU and retransmits. */
 typedef struct arm_cost_s {
   int64_t kilnd_cpu_ns, self_cpu_ns, retransmits;
@@ -1034,6 +1047,9 @@ static double bench_artifact(const plan_t *plan, kiln_client_t *client, const ch
         "  the loopback copies' (a count for the whole machine)\n",
         (long long)ga_cost.retransmits, (long long)lb_cost.retransmits);
   }
+  char cc[32];
+  tcp_congestion_control(cc, sizeof cc);
+  printf("  TCP congestion control on both sides: %s (the machine's net.ipv4.tcp_congestion_control)\n", cc);
   printf(
       "  XXH3-128 alone (the read check, %zu MiB) %.0f MiB/s; kilnd reads and checks the next chunk\n"
       "  while the last one is on the wire\n\n",
