@@ -34,6 +34,7 @@
 #include "daemon/http.h"
 #include "daemon/jobs.h"
 #include "daemon/server.h"
+#include "daemon/signals.h"
 #include "daemon/statedir.h"
 #include "daemon/tls.h"
 
@@ -42,6 +43,7 @@ struct kilnd_daemon_s {
   uv_loop_t loop;
   bool loop_initialized;
   uv_signal_t sigterm, sigint, sighup;
+  kilnd_signal_thread_t *signals; /* from the loop's first run to the end of destroy */
   uv_timer_t gc_timer;
   bool handles_closed;
 
@@ -437,14 +439,22 @@ kiln_status_t kilnd_daemon_create(const kilnd_settings_t *settings, kilnd_tls_t 
   return NULL;
 }
 
-/* Runs the loop on this thread, with the loop's signals unblocked here: main.c
- * blocked them before the libraries started their threads, which keep them
- * blocked (kilnd_loop_signals). Also on the paths where start-up failed: a pool
- * closing there waits for its workers' SIGCHLD like any other. */
+/* Runs the loop on this thread, with the signal thread taking the loop's
+ * signals (signals.h), which main.c blocked before any library started a thread.
+ * Also on the paths where start-up failed: a pool closing there waits for its
+ * workers' SIGCHLD like any other. Without a signal thread, this thread takes
+ * them, as kilnd did before it had one. */
 static void run_loop(kilnd_daemon_t *d) {
-  sigset_t loop_signals;
-  kilnd_loop_signals(&loop_signals);
-  pthread_sigmask(SIG_UNBLOCK, &loop_signals, NULL);
+  if (!d->signals) {
+    kiln_status_t st = kilnd_signal_thread_start(&d->signals);
+    if (st) {
+      kiln_log_status(KILN_LOG_WARN, "signal_thread_failed", st, NULL);
+      kiln_status_free(st);
+      sigset_t loop_signals;
+      kilnd_loop_signals(&loop_signals);
+      pthread_sigmask(SIG_UNBLOCK, &loop_signals, NULL);
+    }
+  }
   uv_run(&d->loop, UV_RUN_DEFAULT);
 }
 
@@ -482,8 +492,9 @@ void kilnd_daemon_destroy(kilnd_daemon_t *d) {
     run_loop(d);
     uv_loop_close(&d->loop);
   }
-  kilnd_jobs_destroy(d->jobs); /* after the loop's last run: no call can reach it now */
-  kilnd_tls_destroy(d->tls);   /* after the server: gRPC's handshakes fetch from it */
+  kilnd_signal_thread_stop(d->signals); /* no loop to wake any more */
+  kilnd_jobs_destroy(d->jobs);          /* after the loop's last run: no call can reach it now */
+  kilnd_tls_destroy(d->tls);            /* after the server: gRPC's handshakes fetch from it */
   kilnd_tokens_destroy(d->reload_tokens);
   kiln_jobstore_close(d->store);
   kiln_free(d->worker_path);

@@ -41,13 +41,14 @@ KILN_MUST_USE kiln_status_t kilnd_daemon_create(const kilnd_settings_t *settings
                                                 struct kilnd_tokens_s *tokens, kilnd_daemon_t **out_daemon);
 
 /* Runs the loop until a signal has drained the daemon; NULL after a clean stop.
- * The caller unblocks SIGTERM, SIGINT and SIGHUP on this thread first (main.c
- * keeps them blocked while libraries start their threads). */
+ * The caller has the loop's signals blocked (main.c does it before any library
+ * starts a thread); the signal thread this starts takes them (signals.h). */
 KILN_MUST_USE kiln_status_t kilnd_daemon_run(kilnd_daemon_t *daemon);
 
 /* Frees everything, in the order that keeps each part's users alive: engine
- * closed, endpoint and server closed, the loop run to its end, then the engine,
- * TLS, job store, cache and state directory. NULL is fine. */
+ * closed, endpoint and server closed, the loop run to its end, the signal
+ * thread joined, then the engine, TLS, job store, cache and state directory.
+ * NULL is fine. */
 void kilnd_daemon_destroy(kilnd_daemon_t *daemon);
 
 /* kilnd --verify: opens the state directory and the cache without repairing,

@@ -42,8 +42,8 @@
 #include "compiler/identity.h" /* the ABI version macros only: kilnd links no compiler */
 #include "daemon/auth.h"
 #include "daemon/daemon.h"
-#include "daemon/server.h"
 #include "daemon/settings.h"
+#include "daemon/signals.h"
 #include "daemon/tls.h"
 
 #define EXIT_START_FAILURE   1
@@ -229,15 +229,9 @@ int main(int argc, char **argv) {
   /* A client that disconnects mid-write must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
   /* The loop's signals (kilnd_loop_signals: SIGTERM, SIGINT, SIGHUP and the
-   * SIGCHLD of a worker's exit) never reach a gRPC, abseil or libmicrohttpd
-   * thread: blocked here, before those libraries start threads (which inherit
-   * the mask), and unblocked on this thread whenever the loop runs (daemon.c's
-   * run_loop, also when start-up failed and the workers must be reaped; libuv's
-   * pool threads, started from it later, may take them too: their waits are
-   * libc's). A signal the kernel hands to a thread waiting in a library's own
-   * futex may otherwise wait there (under ThreadSanitizer, which defers signals
-   * to the next intercepted call, a SIGTERM was never seen, and a worker's
-   * SIGCHLD). One arriving before the loop runs stays pending until then.
+   * SIGCHLD of a worker's exit) are blocked here, before any library starts a
+   * thread, and so in every thread (each inherits its starter's mask) but the
+   * signal thread that daemon.c starts when the loop first runs (signals.h).
    * Processes kilnd spawns get an empty mask (libuv resets it; the --version
    * probe sets it). */
   sigset_t loop_signals;

@@ -64,7 +64,6 @@
 #include <grpc/support/time.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <openssl/crypto.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -143,22 +142,10 @@ struct kilnd_server_s {
 
 /* ---- completion-queue thread ------------------------------------------------ */
 
-void kilnd_loop_signals(sigset_t *out_set) {
-  sigemptyset(out_set);
-  sigaddset(out_set, SIGTERM);
-  sigaddset(out_set, SIGINT);
-  sigaddset(out_set, SIGHUP);
-  sigaddset(out_set, SIGCHLD);
-}
-
 static void cq_thread_main(void *arg) {
   kilnd_server_t *server = arg;
-  /* The daemon's signals are the loop's: this thread waits in gRPC's own futex,
-   * where a signal handed to it could wait unseen. It blocks them itself rather
-   * than rely on the mask of whichever thread started it. */
-  sigset_t loop_signals;
-  kilnd_loop_signals(&loop_signals);
-  pthread_sigmask(SIG_BLOCK, &loop_signals, NULL);
+  /* It waits in gRPC's own futex with kilnd's signals blocked, as every thread
+   * but the signal thread (signals.h). */
   pthread_setname_np(pthread_self(), "kilnd-cq"); /* in stacks, and in test_daemon's mask check */
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(server->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);

@@ -12,7 +12,6 @@
 #ifndef KILN_DAEMON_SERVER_H
 #define KILN_DAEMON_SERVER_H
 
-#include <signal.h>
 #include <uv.h>
 
 #include "base/status.h"
@@ -93,14 +92,5 @@ int64_t kilnd_server_start_unix_ms(const kilnd_server_t *server);
  * their close callbacks, so the owner must run the loop afterwards. When the
  * loop never ran it (start-up failed after create), drains gRPC here first. */
 void kilnd_server_destroy(kilnd_server_t *server);
-
-/* The signals kilnd's loop handles: SIGTERM and SIGINT (drain), SIGHUP (reload)
- * and SIGCHLD (libuv reaps the workers). Every thread but the loop's and libuv's
- * pool threads blocks them (main.c, and the completion-queue thread here), so
- * the kernel never hands one to a thread waiting in a library's own futex, where
- * it could wait unseen (ThreadSanitizer defers a signal to the thread's next
- * intercepted call: a SIGTERM was never seen, then a worker's exit at close).
- * Thread-safe. */
-void kilnd_loop_signals(sigset_t *out_set);
 
 #endif /* KILN_DAEMON_SERVER_H */
