@@ -44,6 +44,7 @@ struct kilnd_daemon_s {
   bool loop_initialized;
   uv_signal_t sigterm, sigint, sighup;
   kilnd_signal_thread_t *signals; /* from the loop's first run to the end of destroy */
+  bool signals_tried;             /* started, or failed to: not tried again */
   uv_timer_t gc_timer;
   bool handles_closed;
 
@@ -445,7 +446,8 @@ kiln_status_t kilnd_daemon_create(const kilnd_settings_t *settings, kilnd_tls_t 
  * workers' SIGCHLD like any other. Without a signal thread, this thread takes
  * them, as kilnd did before it had one. */
 static void run_loop(kilnd_daemon_t *d) {
-  if (!d->signals) {
+  if (!d->signals_tried) {
+    d->signals_tried = true;
     kiln_status_t st = kilnd_signal_thread_start(&d->signals);
     if (st) {
       kiln_log_status(KILN_LOG_WARN, "signal_thread_failed", st, NULL);

@@ -108,8 +108,8 @@ static char *run_worker_version(const char *worker, const char *external, char *
   argv[argc] = NULL;
   extern char **environ;
   pid_t pid;
-  /* main() blocks the loop's signals until the loop runs; the worker must not
-   * inherit that. */
+  /* main() blocks the loop's signals (they are the signal thread's); the worker
+   * must not inherit that. */
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -36,9 +37,12 @@ static void *signal_thread_main(void *arg) {
     if (sigismember(&loop_signals, s) == 1) sigdelset(&waiting, s);
   }
   struct pollfd stop = {.fd = t->stop_fd, .events = POLLIN};
-  while (ppoll(&stop, 1, NULL, &waiting) < 0 && errno == EINTR) {
+  for (;;) {
+    if (ppoll(&stop, 1, NULL, &waiting) > 0) return NULL; /* asked to stop */
+    /* EINTR: a handler ran. Anything else (none is expected with one fd and no
+     * timeout) must not end the thread: every other thread blocks the signals. */
+    if (errno != EINTR) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
   }
-  return NULL;
 }
 
 kiln_status_t kilnd_signal_thread_start(kilnd_signal_thread_t **out_thread) {

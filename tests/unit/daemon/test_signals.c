@@ -23,6 +23,21 @@
 
 static atomic_int handled_tid; /* the thread the last SIGHUP handler ran on; 0: none */
 
+/* The thread a test started and has not stopped: teardown stops it, so that a
+ * failed assertion does not leave it running into the next test. */
+static kilnd_signal_thread_t *running;
+
+static void start(void) {
+  assert_null(running);
+  assert_null(kilnd_signal_thread_start(&running));
+  assert_non_null(running);
+}
+
+static void stop(void) {
+  kilnd_signal_thread_stop(running);
+  running = NULL;
+}
+
 static void on_sighup(int sig) {
   (void)sig;
   atomic_store(&handled_tid, (int)gettid());
@@ -61,9 +76,11 @@ static int setup(void **state) {
   return 0;
 }
 
-/* Takes any SIGHUP still pending, so that the next test starts clean. */
+/* Stops a thread left running and takes any SIGHUP still pending, so that the
+ * next test starts clean. */
 static int teardown(void **state) {
   (void)state;
+  stop();
   sigset_t hup;
   sigemptyset(&hup);
   sigaddset(&hup, SIGHUP);
@@ -76,9 +93,7 @@ static int teardown(void **state) {
 
 static void test_handler_runs_on_the_signal_thread(void **state) {
   (void)state;
-  kilnd_signal_thread_t *t = NULL;
-  assert_null(kilnd_signal_thread_start(&t));
-  assert_non_null(t);
+  start();
   assert_int_equal(kill(getpid(), SIGHUP), 0);
   int tid = wait_handled();
   assert_int_not_equal(tid, 0);
@@ -90,7 +105,7 @@ static void test_handler_runs_on_the_signal_thread(void **state) {
   assert_non_null(fgets(name, sizeof name, f));
   fclose(f);
   assert_string_equal(name, "kilnd-signals\n");
-  kilnd_signal_thread_stop(t);
+  stop();
 }
 
 static void test_pending_before_start_and_after_stop(void **state) {
@@ -100,11 +115,10 @@ static void test_pending_before_start_and_after_stop(void **state) {
   assert_int_equal(atomic_load(&handled_tid), 0);
   assert_true(sighup_pending());
 
-  kilnd_signal_thread_t *t = NULL;
-  assert_null(kilnd_signal_thread_start(&t));
+  start();
   assert_int_not_equal(wait_handled(), 0); /* the pending one, once the thread waits */
   assert_false(sighup_pending());
-  kilnd_signal_thread_stop(t);
+  stop();
 
   atomic_store(&handled_tid, 0);
   assert_int_equal(kill(getpid(), SIGHUP), 0);
@@ -129,8 +143,7 @@ static uint64_t thread_sigblk(int tid) {
 
 static void test_only_the_loop_signals_are_unblocked_there(void **state) {
   (void)state;
-  kilnd_signal_thread_t *t = NULL;
-  assert_null(kilnd_signal_thread_start(&t));
+  start();
   assert_int_equal(kill(getpid(), SIGHUP), 0);
   int tid = wait_handled(); /* the thread's tid; it is back in ppoll soon after */
   assert_int_not_equal(tid, 0);
@@ -141,7 +154,7 @@ static void test_only_the_loop_signals_are_unblocked_there(void **state) {
     assert_int_equal(mask & (1ull << (loop_signals[i] - 1)), 0);
   }
   assert_int_not_equal(mask & (1ull << (SIGUSR1 - 1)), 0);
-  kilnd_signal_thread_stop(t);
+  stop();
 }
 
 int main(void) {
